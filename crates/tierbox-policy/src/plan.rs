@@ -1,0 +1,157 @@
+//! The Plan: the inert, fully resolved result of validation.
+//!
+//! Everything a backend needs to carry out a run, and nothing it has to decide: the
+//! argv exactly as it will be executed, the complete environment, canonical paths, the
+//! limits and the network mode. Backends never make policy decisions; they apply a Plan
+//! and report what they enforced. The attestation hashes the Plan, so it records what was
+//! applied, not what was asked.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hosts::HostPattern;
+use crate::policy::{EgressMode, Layer, QuotaMode, Tier};
+use crate::request::{Lifetime, TierRequest};
+
+/// A validated, resolved run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Absolute path of the program, resolved in the sandbox PATH (never the workspace).
+    pub program: PathBuf,
+    /// argv as executed: `argv[0]` is the command as requested, the rest the request's
+    /// arguments, byte for byte.
+    pub argv: Vec<String>,
+    /// The complete environment of the child, sorted by name. Nothing else is inherited.
+    pub env: Vec<(String, String)>,
+    /// Canonical working directory, inside `workspace`.
+    pub cwd: PathBuf,
+    /// Canonical workspace root.
+    pub workspace: PathBuf,
+    /// Filesystem view beyond the workspace.
+    pub filesystem: FsPlan,
+    /// Network.
+    pub network: NetworkPlan,
+    /// Resource limits.
+    pub limits: LimitsPlan,
+    /// Output capture.
+    pub output: OutputPlan,
+    /// Data for stdin; `None` means `/dev/null`.
+    #[serde(with = "opt_bytes")]
+    pub stdin: Option<Vec<u8>>,
+    /// Tier requirements.
+    pub tier: TierPlan,
+    /// Redaction.
+    pub redaction: RedactionPlan,
+    /// Background execution, when requested.
+    pub background: Option<BackgroundPlan>,
+}
+
+/// Filesystem view. All paths are absolute; `~` is already expanded.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FsPlan {
+    /// System paths readable by every run (`/usr`, `/bin`, `/lib*`, `/etc`, …) that exist.
+    pub system_read_only: Vec<PathBuf>,
+    /// The policy's extra read-only paths that exist.
+    pub read_only: Vec<PathBuf>,
+    /// The policy's extra writable paths that exist.
+    pub writable: Vec<PathBuf>,
+    /// Paths hidden from the run (Tier C).
+    pub deny_read: Vec<PathBuf>,
+    /// Absolute paths inside the workspace kept read-only (Tier C); they need not exist.
+    pub protected: Vec<PathBuf>,
+}
+
+/// Network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkPlan {
+    /// The egress mode.
+    pub mode: EgressMode,
+    /// The allowlist, parsed.
+    pub allow: Vec<HostPattern>,
+    /// Hosts found in the request (arguments and `requested_egress_hosts`) that preflight
+    /// checked.
+    pub preflight_hosts: Vec<String>,
+}
+
+/// Resource limits, resolved for this run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitsPlan {
+    /// Wall-clock deadline, from the request or the policy default.
+    pub wall_timeout_ms: u64,
+    /// `RLIMIT_CPU`, in whole seconds (rounded up).
+    pub cpu_time_secs: u64,
+    /// cgroup memory limit for the run.
+    pub memory_bytes: u64,
+    /// cgroup pids limit for the run, and `RLIMIT_NPROC`.
+    pub max_processes: u64,
+    /// `RLIMIT_NOFILE`.
+    pub open_files: u64,
+    /// `RLIMIT_FSIZE`.
+    pub file_size_bytes: u64,
+}
+
+/// Output capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputPlan {
+    /// Bytes kept per stream.
+    pub max_bytes: u64,
+    /// What happens past `max_bytes`.
+    pub mode: QuotaMode,
+    /// Spill full streams to files.
+    pub spill: bool,
+}
+
+/// Tier requirements for this run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierPlan {
+    /// The weakest acceptable tier.
+    pub minimum: Tier,
+    /// What the request asked for.
+    pub requested: TierRequest,
+    /// Layers that may be missing (recorded when they are).
+    pub optional_layers: Vec<Layer>,
+}
+
+/// Redaction. The secret values are not serialized (the Plan is hashed and logged).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RedactionPlan {
+    /// Redaction on.
+    pub enabled: bool,
+    /// Names of the sensitive variables whose values are redacted.
+    pub sensitive_names: Vec<String>,
+    /// Their values (never serialized).
+    #[serde(skip)]
+    pub sensitive_values: Vec<String>,
+}
+
+/// Background execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackgroundPlan {
+    /// Lifetime mode.
+    pub lifetime: Lifetime,
+    /// Lifetime bound in milliseconds.
+    pub lifetime_ms: u64,
+}
+
+impl Plan {
+    /// The value of `name` in the child's environment.
+    pub fn env_var(&self, name: &str) -> Option<&str> {
+        self.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+mod opt_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            None => s.serialize_none(),
+            Some(b) => s.serialize_some(&String::from_utf8_lossy(b)),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.map(String::into_bytes))
+    }
+}

@@ -1,0 +1,609 @@
+//! The policy: versioned data that says what a run may do.
+//!
+//! Every default is the locked-down one, and every knob that widens access has a loud
+//! name (`allow_interpreters`, `danger_allow_any_executable`, `egress.mode = "allow_all"`).
+//! Unknown keys are rejected at every level, so a typo never silently keeps a default.
+//! [`Policy::builtin_default`] is the policy `tierbox run` uses when none is given; it is
+//! the same document as `policies/strict.toml`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::hosts::HostPattern;
+
+/// The policy format version this build understands.
+pub const POLICY_VERSION: u32 = 1;
+
+/// Largest accepted policy document, in bytes. Protects the TOML parser.
+pub const MAX_POLICY_BYTES: usize = 256 * 1024;
+
+/// Hard cap on any wall-clock timeout a policy may allow, in milliseconds (24 h).
+pub const HARD_MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Hard cap on captured output per run a policy may allow, in bytes (256 MiB). The
+/// supervisor holds at most this much of a run's output in memory.
+pub const HARD_MAX_OUTPUT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Hard cap on the `exec.allowed_executables` list length.
+pub const MAX_ALLOWED_EXECUTABLES: usize = 1024;
+
+/// The fixed PATH inside the sandbox unless the policy sets `env.path`.
+pub const DEFAULT_SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The strict default policy, shipped as `policies/strict.toml` and built into the binary.
+pub const BUILTIN_DEFAULT_POLICY_TOML: &str = include_str!("../../../policies/strict.toml");
+
+/// An isolation tier.
+///
+/// Ordered by strength for process runs: `B < C < A`. Tier A (WASM) exposes no host
+/// system calls at all, so it is the strongest; it runs WASM modules and the interpreters
+/// a policy maps to WASI builds, not arbitrary native programs.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, PartialOrd, Ord,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// Direct spawn with rlimits, a rebuilt environment, landlock, seccomp and a cgroup.
+    B,
+    /// OS isolation (namespaces, sandbox-exec, Job Objects, containers).
+    C,
+    /// WASM on wasmtime with explicit capability grants.
+    A,
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Tier::A => "a",
+            Tier::B => "b",
+            Tier::C => "c",
+        })
+    }
+}
+
+/// A protection layer that a host may be unable to provide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Layer {
+    /// Landlock filesystem rules (Linux ≥ 5.13).
+    Landlock,
+    /// Landlock signal and abstract-unix-socket scoping (ABI ≥ 6).
+    LandlockScopes,
+    /// The seccomp system-call filter.
+    Seccomp,
+    /// A memory + pids (+ cpu) cgroup for the run; without it memory and process limits
+    /// fall back to rlimits only.
+    Cgroup,
+    /// Read-only protected paths inside the workspace (only Tier C can enforce them).
+    ProtectedPaths,
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Layer::Landlock => "landlock",
+            Layer::LandlockScopes => "landlock_scopes",
+            Layer::Seccomp => "seccomp",
+            Layer::Cgroup => "cgroup",
+            Layer::ProtectedPaths => "protected_paths",
+        })
+    }
+}
+
+/// Egress mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EgressMode {
+    /// No network at all (default).
+    #[default]
+    BlockAll,
+    /// Hosts named in the request are checked against the allowlist before spawning;
+    /// nothing is enforced at runtime. Advisory only.
+    Preflight,
+    /// Preflight plus runtime enforcement: only allowlisted hosts are reachable; an empty
+    /// allowlist means no network at all.
+    Strict,
+    /// No restriction at all.
+    AllowAll,
+}
+
+/// What to do when a run's output passes the quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum QuotaMode {
+    /// Keep the head and the tail, count what was omitted, keep draining so the child
+    /// never blocks (default).
+    #[default]
+    Truncate,
+    /// Terminate the tree and report `quota_exceeded`, returning the captured prefix.
+    Kill,
+}
+
+/// A Tierbox policy document.
+///
+/// The locked-down defaults (from [`Policy::default`]):
+/// - minimum tier B, tier preference `auto`, only the `cgroup` and `protected_paths`
+///   layers may be missing on a host (and their absence is recorded);
+/// - no executables allowed, interpreters denied, eval flags denied, command paths denied;
+/// - environment rebuilt from `HOME USER LANG LC_ALL TERM TZ` and a fixed PATH;
+/// - 60 s wall timeout (max 10 min), CPU time = wall timeout, 1 GiB memory, 128 processes,
+///   256 open files, 1 GiB file size, 1 MiB output (truncate mode);
+/// - no extra filesystem access; `.git/hooks` and `.git/config` protected;
+/// - egress `block_all`; redaction on; no audit log.
+///
+/// ```
+/// use tierbox_policy::Policy;
+///
+/// let p = Policy::from_toml("version = 1\n[exec]\nallowed_executables = [\"git\"]\n").unwrap();
+/// assert_eq!(p.exec.allowed_executables, ["git"]);
+/// assert!(Policy::from_toml("version = 1\nallow_everything = true\n").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Format version; must be [`POLICY_VERSION`].
+    pub version: u32,
+    /// What this policy is for, in a sentence.
+    #[serde(default)]
+    pub description: String,
+    /// Workspace root. The CLI's `--workspace` overrides it; default is the current directory.
+    #[serde(default)]
+    pub workspace_root: Option<PathBuf>,
+    /// Tier requirements.
+    #[serde(default)]
+    pub tier: TierPolicy,
+    /// Which programs may run.
+    #[serde(default)]
+    pub exec: ExecPolicy,
+    /// The child's environment.
+    #[serde(default)]
+    pub env: EnvPolicy,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: LimitsPolicy,
+    /// Output capture.
+    #[serde(default)]
+    pub output: OutputPolicy,
+    /// Filesystem access beyond the workspace.
+    #[serde(default)]
+    pub filesystem: FilesystemPolicy,
+    /// Network egress.
+    #[serde(default)]
+    pub egress: EgressPolicy,
+    /// Background processes.
+    #[serde(default)]
+    pub background: BackgroundPolicy,
+    /// Output redaction.
+    #[serde(default)]
+    pub redaction: RedactionPolicy,
+    /// Audit log and attestation signing.
+    #[serde(default)]
+    pub audit: AuditPolicy,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            version: POLICY_VERSION,
+            description: String::new(),
+            workspace_root: None,
+            tier: TierPolicy::default(),
+            exec: ExecPolicy::default(),
+            env: EnvPolicy::default(),
+            limits: LimitsPolicy::default(),
+            output: OutputPolicy::default(),
+            filesystem: FilesystemPolicy::default(),
+            egress: EgressPolicy::default(),
+            background: BackgroundPolicy::default(),
+            redaction: RedactionPolicy::default(),
+            audit: AuditPolicy::default(),
+        }
+    }
+}
+
+/// Tier requirements.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct TierPolicy {
+    /// The weakest tier a run may use. A host that cannot enforce it rejects the run with
+    /// `tier.unavailable`; it never runs weaker.
+    pub minimum: Tier,
+    /// Layers that may be missing on this host without rejecting the run. Each missing
+    /// layer is recorded in the outcome and the attestation.
+    pub optional_layers: Vec<Layer>,
+}
+
+impl Default for TierPolicy {
+    fn default() -> Self {
+        Self { minimum: Tier::B, optional_layers: vec![Layer::Cgroup, Layer::ProtectedPaths] }
+    }
+}
+
+/// Which programs may run.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExecPolicy {
+    /// Bare executable names that may run (compared after stripping directories). `"*"`
+    /// means any, and is accepted only with `danger_allow_any_executable = true`.
+    pub allowed_executables: Vec<String>,
+    /// Accept `"*"` in `allowed_executables`.
+    pub danger_allow_any_executable: bool,
+    /// Allow shells and language runtimes (bash, python, node, …). The kernel layers, not
+    /// this check, are the boundary; see SECURITY.md.
+    pub allow_interpreters: bool,
+    /// Allow inline-code flags (`-c`, `-e`, `--eval`, …) for allowed interpreters.
+    pub allow_eval: bool,
+    /// Allow `command` to be an absolute path (still checked against the allowlist by name).
+    pub allow_command_paths: bool,
+}
+
+/// The child's environment. It is rebuilt from this; nothing is inherited implicitly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnvPolicy {
+    /// Names copied from the supervisor's environment when present.
+    pub pass: Vec<String>,
+    /// Fixed values (applied after `pass`, before the request's own `env`).
+    pub set: BTreeMap<String, String>,
+    /// PATH inside the sandbox; also where the executable is resolved.
+    pub path: String,
+    /// Names of supervisor variables whose values are secrets: they are redacted from
+    /// output wherever they appear (they are not passed unless also listed in `pass`).
+    pub sensitive: Vec<String>,
+}
+
+impl Default for EnvPolicy {
+    fn default() -> Self {
+        Self {
+            pass: ["HOME", "USER", "LANG", "LC_ALL", "TERM", "TZ"].map(String::from).to_vec(),
+            set: BTreeMap::new(),
+            path: DEFAULT_SANDBOX_PATH.to_owned(),
+            sensitive: Vec::new(),
+        }
+    }
+}
+
+/// Resource limits. Units are in the field names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsPolicy {
+    /// Default wall-clock timeout when the request gives none.
+    pub timeout_ms: u64,
+    /// Largest `timeout_ms` a request may ask for.
+    pub max_timeout_ms: u64,
+    /// CPU time per process (`RLIMIT_CPU`), rounded up to whole seconds; `None` means
+    /// equal to the run's wall timeout.
+    pub cpu_time_ms: Option<u64>,
+    /// Memory for the whole run (cgroup `memory.max`); not `RLIMIT_AS`, which breaks
+    /// runtimes that reserve address space (node, JVM, Go).
+    pub memory_bytes: u64,
+    /// Processes and threads for the whole run (cgroup `pids.max`, and `RLIMIT_NPROC`
+    /// for the sandbox uid — which the kernel ignores for uid 0).
+    pub max_processes: u64,
+    /// Open file descriptors per process (`RLIMIT_NOFILE`).
+    pub open_files: u64,
+    /// Largest file a process may write (`RLIMIT_FSIZE`).
+    pub file_size_bytes: u64,
+}
+
+impl Default for LimitsPolicy {
+    fn default() -> Self {
+        Self {
+            timeout_ms: 60_000,
+            max_timeout_ms: 600_000,
+            cpu_time_ms: None,
+            memory_bytes: 1 << 30,
+            max_processes: 128,
+            open_files: 256,
+            file_size_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Output capture.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutputPolicy {
+    /// Bytes kept per stream (stdout and stderr each).
+    pub max_bytes: u64,
+    /// What happens past `max_bytes`.
+    pub mode: QuotaMode,
+    /// Also write the full streams to files in the run's state directory and return their
+    /// paths (bounded by `file_size_bytes`).
+    pub spill: bool,
+}
+
+impl Default for OutputPolicy {
+    fn default() -> Self {
+        Self { max_bytes: 1 << 20, mode: QuotaMode::Truncate, spill: false }
+    }
+}
+
+/// Filesystem access beyond the workspace. Paths may start with `~/` (the supervisor's
+/// home). System paths (`/usr`, `/bin`, `/lib*`, `/etc`) are always readable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilesystemPolicy {
+    /// Extra read-only paths (toolchains such as `~/.cargo`, `/opt/…`).
+    pub read_only: Vec<String>,
+    /// Extra writable paths (caches such as `~/.cache/pip`).
+    pub writable: Vec<String>,
+    /// Paths hidden even though a parent is readable (Tier C).
+    pub deny_read: Vec<String>,
+    /// Paths inside the workspace kept read-only, relative to the workspace root
+    /// (enforced in Tier C, including symlinks and paths that do not exist yet).
+    pub protected: Vec<String>,
+}
+
+impl Default for FilesystemPolicy {
+    fn default() -> Self {
+        Self {
+            read_only: Vec::new(),
+            writable: Vec::new(),
+            deny_read: Vec::new(),
+            protected: vec![".git/hooks".to_owned(), ".git/config".to_owned()],
+        }
+    }
+}
+
+/// Network egress.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressPolicy {
+    /// The mode; default `block_all`.
+    pub mode: EgressMode,
+    /// Allowlist: `host`, `*.suffix` (label boundary; a bare `*.com` is refused), with an
+    /// optional `:port`; IP literals.
+    pub allow: Vec<String>,
+}
+
+/// Background processes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackgroundPolicy {
+    /// Live background processes per owner.
+    pub max_per_owner: u32,
+    /// Live background processes in total.
+    pub max_total: u32,
+    /// Lifetime when the request gives no `timeout_ms`.
+    pub default_lifetime_ms: u64,
+    /// Longest lifetime a request may ask for.
+    pub max_lifetime_ms: u64,
+}
+
+impl Default for BackgroundPolicy {
+    fn default() -> Self {
+        Self {
+            max_per_owner: 4,
+            max_total: 16,
+            default_lifetime_ms: 10 * 60 * 1000,
+            max_lifetime_ms: 30 * 60 * 1000,
+        }
+    }
+}
+
+/// Output redaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedactionPolicy {
+    /// Redact credentials from output before it leaves the runner (default on).
+    pub enabled: bool,
+}
+
+impl Default for RedactionPolicy {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
+/// Audit log and attestation signing.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditPolicy {
+    /// Append-only JSON-lines audit log.
+    pub log: Option<PathBuf>,
+    /// ed25519 signing key; created 0600 in the state directory when absent.
+    pub signing_key: Option<PathBuf>,
+}
+
+/// A policy document that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// The document is larger than [`MAX_POLICY_BYTES`].
+    #[error("policy is {bytes} bytes, more than the {max}-byte cap")]
+    TooLarge { bytes: usize, max: usize },
+    /// TOML or JSON syntax, an unknown key, or a wrong type.
+    #[error("policy does not parse: {detail}")]
+    Parse { detail: String },
+    /// `version` is not one this build understands.
+    #[error("policy version {found} is not supported (this build reads version {POLICY_VERSION})")]
+    Version { found: u32 },
+    /// A field has a value the policy format forbids.
+    #[error("policy field {field} is invalid: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+impl Policy {
+    /// The strict default policy (`policies/strict.toml`).
+    pub fn builtin_default() -> Self {
+        // The built-in document is checked by a unit test; fall back to the in-code
+        // defaults (which are at least as strict) if it were ever broken.
+        Self::from_toml(BUILTIN_DEFAULT_POLICY_TOML).unwrap_or_default()
+    }
+
+    /// Parses and checks a TOML policy.
+    pub fn from_toml(text: &str) -> Result<Self, PolicyError> {
+        if text.len() > MAX_POLICY_BYTES {
+            return Err(PolicyError::TooLarge { bytes: text.len(), max: MAX_POLICY_BYTES });
+        }
+        let policy: Policy =
+            toml::from_str(text).map_err(|e| PolicyError::Parse { detail: e.to_string() })?;
+        policy.check()?;
+        Ok(policy)
+    }
+
+    /// Parses and checks a JSON policy (same structure as TOML).
+    pub fn from_json(text: &str) -> Result<Self, PolicyError> {
+        if text.len() > MAX_POLICY_BYTES {
+            return Err(PolicyError::TooLarge { bytes: text.len(), max: MAX_POLICY_BYTES });
+        }
+        let policy: Policy =
+            serde_json::from_str(text).map_err(|e| PolicyError::Parse { detail: e.to_string() })?;
+        policy.check()?;
+        Ok(policy)
+    }
+
+    /// Checks the rules a well-formed document must also satisfy.
+    pub fn check(&self) -> Result<(), PolicyError> {
+        let invalid = |field: &str, reason: String| {
+            Err(PolicyError::Invalid { field: field.to_owned(), reason })
+        };
+        if self.version != POLICY_VERSION {
+            return Err(PolicyError::Version { found: self.version });
+        }
+        let exec = &self.exec;
+        if exec.allowed_executables.len() > MAX_ALLOWED_EXECUTABLES {
+            return invalid(
+                "exec.allowed_executables",
+                format!("{} entries, more than {MAX_ALLOWED_EXECUTABLES}", exec.allowed_executables.len()),
+            );
+        }
+        for name in &exec.allowed_executables {
+            if name == "*" {
+                if !exec.danger_allow_any_executable {
+                    return invalid(
+                        "exec.allowed_executables",
+                        "\"*\" requires exec.danger_allow_any_executable = true".to_owned(),
+                    );
+                }
+            } else if name.is_empty() || name.contains('/') || name.contains('\0') || name.len() > 255 {
+                return invalid(
+                    "exec.allowed_executables",
+                    format!("{name:?} is not a bare executable name"),
+                );
+            }
+        }
+        let l = &self.limits;
+        for (field, value) in [
+            ("limits.timeout_ms", l.timeout_ms),
+            ("limits.max_timeout_ms", l.max_timeout_ms),
+            ("limits.memory_bytes", l.memory_bytes),
+            ("limits.max_processes", l.max_processes),
+            ("limits.open_files", l.open_files),
+            ("limits.file_size_bytes", l.file_size_bytes),
+            ("output.max_bytes", self.output.max_bytes),
+        ] {
+            if value == 0 {
+                return invalid(field, "must be at least 1".to_owned());
+            }
+        }
+        if l.max_timeout_ms > HARD_MAX_TIMEOUT_MS {
+            return invalid("limits.max_timeout_ms", format!("above the hard cap {HARD_MAX_TIMEOUT_MS}"));
+        }
+        if l.timeout_ms > l.max_timeout_ms {
+            return invalid("limits.timeout_ms", format!("{} is above limits.max_timeout_ms {}", l.timeout_ms, l.max_timeout_ms));
+        }
+        if l.cpu_time_ms == Some(0) {
+            return invalid("limits.cpu_time_ms", "must be at least 1".to_owned());
+        }
+        if self.output.max_bytes > HARD_MAX_OUTPUT_BYTES {
+            return invalid("output.max_bytes", format!("above the hard cap {HARD_MAX_OUTPUT_BYTES}"));
+        }
+        if self.env.path.is_empty() || self.env.path.split(':').any(|d| !d.starts_with('/')) {
+            return invalid("env.path", format!("{:?} must be a list of absolute directories", self.env.path));
+        }
+        for name in self.env.pass.iter().chain(self.env.set.keys()) {
+            if name.is_empty() || name.contains('=') || name.contains('\0') {
+                return invalid("env", format!("{name:?} is not a variable name"));
+            }
+        }
+        for (field, list) in [
+            ("filesystem.read_only", &self.filesystem.read_only),
+            ("filesystem.writable", &self.filesystem.writable),
+            ("filesystem.deny_read", &self.filesystem.deny_read),
+        ] {
+            for p in list {
+                if !(p.starts_with('/') || p.starts_with("~/")) {
+                    return invalid(field, format!("{p:?} must be absolute or start with ~/"));
+                }
+            }
+        }
+        for p in &self.filesystem.protected {
+            if p.starts_with('/') || p.split('/').any(|c| c == "..") || p.is_empty() {
+                return invalid(
+                    "filesystem.protected",
+                    format!("{p:?} must be relative to the workspace and stay inside it"),
+                );
+            }
+        }
+        for entry in &self.egress.allow {
+            if let Err(reason) = HostPattern::parse(entry) {
+                return invalid("egress.allow", format!("{entry:?}: {reason}"));
+            }
+        }
+        let b = &self.background;
+        if b.default_lifetime_ms > b.max_lifetime_ms {
+            return invalid("background.default_lifetime_ms", "above background.max_lifetime_ms".to_owned());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_default_parses_and_is_strict() {
+        let p = Policy::from_toml(BUILTIN_DEFAULT_POLICY_TOML).expect("strict.toml parses");
+        assert_eq!(p.tier.minimum, Tier::B);
+        assert_eq!(p.egress.mode, EgressMode::BlockAll);
+        assert!(!p.exec.allow_interpreters);
+        assert!(!p.exec.danger_allow_any_executable);
+        assert!(p.redaction.enabled);
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_at_every_level() {
+        for doc in [
+            "version = 1\nbogus = 1\n",
+            "version = 1\n[exec]\nallow_interpreter = true\n",
+            "version = 1\n[limits]\nmemory = 5\n",
+            "version = 1\n[egress]\nmodes = \"strict\"\n",
+        ] {
+            assert!(matches!(Policy::from_toml(doc), Err(PolicyError::Parse { .. })), "{doc}");
+        }
+    }
+
+    #[test]
+    fn star_requires_the_danger_flag() {
+        let doc = "version = 1\n[exec]\nallowed_executables = [\"*\"]\n";
+        assert!(matches!(Policy::from_toml(doc), Err(PolicyError::Invalid { .. })));
+        let doc = "version = 1\n[exec]\nallowed_executables = [\"*\"]\ndanger_allow_any_executable = true\n";
+        assert!(Policy::from_toml(doc).is_ok());
+    }
+
+    #[test]
+    fn wrong_version_is_rejected() {
+        assert!(matches!(Policy::from_toml("version = 2\n"), Err(PolicyError::Version { found: 2 })));
+    }
+
+    #[test]
+    fn defaults_are_locked_down() {
+        let p = Policy::default();
+        assert!(p.exec.allowed_executables.is_empty());
+        assert_eq!(p.egress.mode, EgressMode::BlockAll);
+        assert_eq!(p.limits.timeout_ms, 60_000);
+        assert_eq!(p.output.max_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn tiers_order_by_strength() {
+        assert!(Tier::B < Tier::C && Tier::C < Tier::A);
+    }
+}

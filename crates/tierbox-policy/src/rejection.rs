@@ -1,0 +1,220 @@
+//! Typed rejections: one variant per rule, each with a stable machine code.
+//!
+//! The code (`scope.path_outside_workspace`) is part of the public interface: the CLI
+//! prints it, MCP returns it as the tool error, the HTTP API puts it in the problem body,
+//! and the audit log records it. Codes are never reused for a different rule.
+
+use std::path::PathBuf;
+
+/// Why a request was refused before anything ran.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    // ---- input shape and hard caps -------------------------------------------------
+    /// The request document is larger than [`crate::request::MAX_REQUEST_BYTES`].
+    #[error("request is {bytes} bytes, more than the {max}-byte cap")]
+    RequestTooLarge { bytes: usize, max: usize },
+    /// The request is not a valid `process_run` object (bad JSON, unknown field, wrong type).
+    #[error("request is malformed: {detail}")]
+    Malformed { detail: String },
+    /// `command` is empty.
+    #[error("command is empty")]
+    CommandEmpty,
+    /// `command` is longer than the cap.
+    #[error("command is {bytes} bytes, more than the {max}-byte cap")]
+    CommandTooLong { bytes: usize, max: usize },
+    /// `command` contains whitespace: it looks like a whole command line.
+    #[error(
+        "command {command:?} contains whitespace; pass the program alone as command and each \
+         argument as its own entry in args"
+    )]
+    CommandNotBare { command: String },
+    /// A string field contains a NUL byte, which cannot cross `execve`.
+    #[error("{field} contains a NUL byte")]
+    NulByte { field: String },
+    /// More arguments than the cap.
+    #[error("{count} args given, more than the cap of {max}")]
+    TooManyArgs { count: usize, max: usize },
+    /// One argument is longer than the cap.
+    #[error("args[{index}] is {bytes} bytes, more than the {max}-byte cap")]
+    ArgTooLong { index: usize, bytes: usize, max: usize },
+    /// More per-call environment entries than the cap.
+    #[error("{count} env entries given, more than the cap of {max}")]
+    TooManyEnv { count: usize, max: usize },
+    /// An environment name is empty, too long, or contains `=`.
+    #[error("env name {name:?} is invalid: {reason}")]
+    EnvNameInvalid { name: String, reason: String },
+    /// An environment value is longer than the cap.
+    #[error("env value of {name} is {bytes} bytes, more than the {max}-byte cap")]
+    EnvValueTooLong { name: String, bytes: usize, max: usize },
+    /// `cwd` is longer than the cap.
+    #[error("cwd is {bytes} bytes, more than the {max}-byte cap")]
+    CwdTooLong { bytes: usize, max: usize },
+    /// `stdin` is larger than the cap.
+    #[error("stdin is {bytes} bytes, more than the {max}-byte cap")]
+    StdinTooLarge { bytes: usize, max: usize },
+    /// `timeout_ms` is zero.
+    #[error("timeout_ms must be at least 1")]
+    TimeoutZero,
+    /// More `requested_egress_hosts` than the cap.
+    #[error("{count} requested_egress_hosts given, more than the cap of {max}")]
+    TooManyEgressHosts { count: usize, max: usize },
+    /// `lifetime` was given for a foreground run.
+    #[error("lifetime {lifetime} is only meaningful with background: true")]
+    LifetimeWithoutBackground { lifetime: String },
+
+    // ---- executable ------------------------------------------------------------------
+    /// `command` contains a path separator and the policy does not allow paths.
+    #[error("command {command:?} is a path; give a bare executable name (the policy does not allow paths)")]
+    CommandIsPath { command: String },
+    /// The executable is not in the policy's allowlist.
+    #[error("executable {name:?} is not in the policy's allowed_executables{via}")]
+    ExecutableNotAllowed { name: String, via: String },
+    /// The executable was not found in the sandbox PATH.
+    #[error("executable {name:?} was not found in the sandbox PATH {path:?}")]
+    ExecutableNotFound { name: String, path: String },
+    /// The executable (or a program it wraps) is an interpreter and the policy denies them.
+    #[error(
+        "{name:?} is an interpreter or shell{via}; the policy denies interpreters \
+         (allow_interpreters = false)"
+    )]
+    InterpreterDenied { name: String, via: String },
+    /// An interpreter was given an inline-code flag and the policy denies eval.
+    #[error("{interpreter:?} is given the inline-code flag {flag:?} at args[{arg_index}]; the policy denies eval (allow_eval = false)")]
+    EvalFlag { interpreter: String, flag: String, arg_index: usize },
+    /// A wrapper program (`env`, `xargs`, `find -exec`, …) names no program we can check.
+    #[error("{wrapper:?} runs a program that cannot be determined from its arguments: {reason}")]
+    WrapperUnresolvable { wrapper: String, reason: String },
+
+    // ---- workspace scope ---------------------------------------------------------------
+    /// The workspace root is missing or not a directory.
+    #[error("workspace root {path:?} is unusable: {reason}")]
+    WorkspaceInvalid { path: PathBuf, reason: String },
+    /// An argument names a path that resolves outside the workspace.
+    #[error("args[{arg_index}] {arg:?} resolves to {resolved:?}, outside the workspace {workspace:?}")]
+    PathOutsideWorkspace { arg_index: usize, arg: String, resolved: PathBuf, workspace: PathBuf },
+    /// `cwd` resolves outside the workspace.
+    #[error("cwd {cwd:?} resolves to {resolved:?}, outside the workspace {workspace:?}")]
+    CwdOutsideWorkspace { cwd: String, resolved: PathBuf, workspace: PathBuf },
+    /// `cwd` does not exist or is not a directory.
+    #[error("cwd {cwd:?} is not an existing directory in the workspace")]
+    CwdNotDirectory { cwd: String },
+
+    // ---- environment -------------------------------------------------------------------
+    /// A per-call variable is on the deny list (loader, shell and interpreter injection,
+    /// proxy settings the runner owns).
+    #[error("env {name} is denied: {reason}")]
+    EnvDenied { name: String, reason: String },
+
+    // ---- egress ------------------------------------------------------------------------
+    /// A host named in the arguments or in `requested_egress_hosts` is not allowlisted.
+    #[error("egress denied: host {host} (from {source_desc}) is not in the policy's egress allowlist")]
+    EgressHostNotAllowed { host: String, source_desc: String },
+    /// A host in `requested_egress_hosts` is not a valid host name or address.
+    #[error("requested_egress_hosts entry {host:?} is not a valid host: {reason}")]
+    EgressHostInvalid { host: String, reason: String },
+
+    // ---- limits ------------------------------------------------------------------------
+    /// A requested limit is above what the policy allows.
+    #[error("{field} = {requested} is above the policy maximum of {max}")]
+    LimitAbovePolicy { field: String, requested: u64, max: u64 },
+
+    // ---- tier --------------------------------------------------------------------------
+    /// The request asked for a tier weaker than the policy's minimum.
+    #[error("tier {requested} is weaker than the policy's minimum tier {minimum}")]
+    TierBelowMinimum { requested: String, minimum: String },
+    /// No tier at or above the minimum can be enforced on this host.
+    #[error("tier {tier} cannot be enforced on this host: {reason}")]
+    TierUnavailable { tier: String, reason: String },
+    /// The request needs a feature the selected tier does not offer.
+    #[error("{feature} is not supported in tier {tier}: {reason}")]
+    TierUnsupported { tier: String, feature: String, reason: String },
+}
+
+impl Rejection {
+    /// The stable machine code of the rule that rejected the request.
+    ///
+    /// ```
+    /// use tierbox_policy::Rejection;
+    /// assert_eq!(Rejection::CommandEmpty.code(), "input.command_empty");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::RequestTooLarge { .. } => "input.too_large",
+            Self::Malformed { .. } => "input.malformed",
+            Self::CommandEmpty => "input.command_empty",
+            Self::CommandTooLong { .. } => "input.command_too_long",
+            Self::CommandNotBare { .. } => "input.command_not_bare",
+            Self::NulByte { .. } => "input.nul_byte",
+            Self::TooManyArgs { .. } => "input.too_many_args",
+            Self::ArgTooLong { .. } => "input.arg_too_long",
+            Self::TooManyEnv { .. } => "input.too_many_env",
+            Self::EnvNameInvalid { .. } => "input.env_name_invalid",
+            Self::EnvValueTooLong { .. } => "input.env_value_too_long",
+            Self::CwdTooLong { .. } => "input.cwd_too_long",
+            Self::StdinTooLarge { .. } => "input.stdin_too_large",
+            Self::TimeoutZero => "input.timeout_zero",
+            Self::TooManyEgressHosts { .. } => "input.too_many_egress_hosts",
+            Self::LifetimeWithoutBackground { .. } => "input.lifetime_without_background",
+            Self::CommandIsPath { .. } => "exec.command_is_path",
+            Self::ExecutableNotAllowed { .. } => "exec.not_allowed",
+            Self::ExecutableNotFound { .. } => "exec.not_found",
+            Self::InterpreterDenied { .. } => "exec.interpreter_denied",
+            Self::EvalFlag { .. } => "exec.eval_flag",
+            Self::WrapperUnresolvable { .. } => "exec.wrapper_unresolvable",
+            Self::WorkspaceInvalid { .. } => "scope.workspace_invalid",
+            Self::PathOutsideWorkspace { .. } => "scope.path_outside_workspace",
+            Self::CwdOutsideWorkspace { .. } => "scope.cwd_outside_workspace",
+            Self::CwdNotDirectory { .. } => "scope.cwd_not_directory",
+            Self::EnvDenied { .. } => "env.denied",
+            Self::EgressHostNotAllowed { .. } => "egress.host_not_allowed",
+            Self::EgressHostInvalid { .. } => "egress.host_invalid",
+            Self::LimitAbovePolicy { .. } => "limits.above_policy",
+            Self::TierBelowMinimum { .. } => "tier.below_minimum",
+            Self::TierUnavailable { .. } => "tier.unavailable",
+            Self::TierUnsupported { .. } => "tier.unsupported",
+        }
+    }
+
+    /// The rejection as a JSON object: `{"code": …, "message": …}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({ "code": self.code(), "message": self.to_string() })
+    }
+
+    /// Every code, for documentation and for tests that prove each rule is reachable.
+    pub const ALL_CODES: &'static [&'static str] = &[
+        "input.too_large",
+        "input.malformed",
+        "input.command_empty",
+        "input.command_too_long",
+        "input.command_not_bare",
+        "input.nul_byte",
+        "input.too_many_args",
+        "input.arg_too_long",
+        "input.too_many_env",
+        "input.env_name_invalid",
+        "input.env_value_too_long",
+        "input.cwd_too_long",
+        "input.stdin_too_large",
+        "input.timeout_zero",
+        "input.too_many_egress_hosts",
+        "input.lifetime_without_background",
+        "exec.command_is_path",
+        "exec.not_allowed",
+        "exec.not_found",
+        "exec.interpreter_denied",
+        "exec.eval_flag",
+        "exec.wrapper_unresolvable",
+        "scope.workspace_invalid",
+        "scope.path_outside_workspace",
+        "scope.cwd_outside_workspace",
+        "scope.cwd_not_directory",
+        "env.denied",
+        "egress.host_not_allowed",
+        "egress.host_invalid",
+        "limits.above_policy",
+        "tier.below_minimum",
+        "tier.unavailable",
+        "tier.unsupported",
+    ];
+}

@@ -1,0 +1,69 @@
+//! JSON Schemas of the tool requests, generated from the request types.
+//!
+//! One source of truth: the schema published to MCP clients, the HTTP API and
+//! `tierbox schema` is derived from [`ProcessRunRequest`] with the same constants that
+//! [`crate::validate()`] enforces; `tests` below prove they agree.
+
+use serde_json::Value;
+
+use crate::request::ProcessRunRequest;
+
+/// Tool names, `[a-z_]` only so every agent framework accepts them.
+pub const PROCESS_RUN_TOOL: &str = "process_run";
+
+/// The JSON Schema of the `process_run` tool input.
+pub fn process_run_schema() -> Value {
+    let schema = schemars::schema_for!(ProcessRunRequest);
+    serde_json::to_value(schema).unwrap_or(Value::Null)
+}
+
+/// All tool schemas, keyed by tool name.
+pub fn tool_schemas() -> Value {
+    serde_json::json!({ PROCESS_RUN_TOOL: process_run_schema() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::*;
+
+    fn prop<'a>(schema: &'a Value, name: &str) -> &'a Value {
+        &schema["properties"][name]
+    }
+
+    #[test]
+    fn schema_caps_match_the_constants() {
+        let s = process_run_schema();
+        assert_eq!(s["additionalProperties"], Value::Bool(false));
+        assert_eq!(s["required"], serde_json::json!(["command"]));
+        assert_eq!(prop(&s, "command")["maxLength"], MAX_COMMAND_BYTES);
+        assert_eq!(prop(&s, "command")["minLength"], 1);
+        assert_eq!(prop(&s, "args")["maxItems"], MAX_ARGS);
+        assert_eq!(prop(&s, "args")["items"]["maxLength"], MAX_ARG_BYTES);
+        assert_eq!(prop(&s, "cwd")["maxLength"], MAX_CWD_BYTES);
+        assert_eq!(prop(&s, "env")["maxProperties"], MAX_ENV_ENTRIES);
+        assert_eq!(prop(&s, "env")["propertyNames"]["maxLength"], MAX_ENV_NAME_BYTES);
+        assert_eq!(prop(&s, "env")["propertyNames"]["minLength"], 1);
+        assert_eq!(prop(&s, "env")["additionalProperties"]["maxLength"], MAX_ENV_VALUE_BYTES);
+        assert_eq!(prop(&s, "stdin")["maxLength"], MAX_STDIN_BYTES);
+        assert_eq!(prop(&s, "timeout_ms")["minimum"], 1);
+        assert_eq!(prop(&s, "requested_egress_hosts")["maxItems"], MAX_EGRESS_HOSTS);
+        assert_eq!(prop(&s, "requested_egress_hosts")["items"]["maxLength"], MAX_HOST_BYTES);
+    }
+
+    #[test]
+    fn schema_lists_every_request_field() {
+        let s = process_run_schema();
+        let props: Vec<&str> =
+            s["properties"].as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
+        let mut props = props;
+        props.sort_unstable();
+        assert_eq!(
+            props,
+            [
+                "args", "background", "command", "cwd", "env", "lifetime",
+                "requested_egress_hosts", "stdin", "tier", "timeout_ms"
+            ]
+        );
+    }
+}
