@@ -1,1 +1,16 @@
-//! placeholder
+//! Tierbox isolation backends.
+//!
+//! A backend carries out a [`tierbox_policy::Plan`] and reports what it enforced; it makes
+//! no policy decisions. This crate holds the host probe (what this kernel can enforce),
+//! tier selection (never a silent downgrade), and the launchers:
+//!
+//! - [`spawn`]: Tier B — direct spawn with a new session, rlimits, a rebuilt environment,
+//!   dropped capabilities, `no_new_privs`, landlock, seccomp and a cgroup;
+//! - [`linux`]: the Linux security primitives shared by Tier B and Tier C.
+//!
+//! Unsafe code lives only in `sys.rs` files, each block with a `// SAFETY:` comment.
+
+#[cfg(target_os = "linux")]
+pub mod linux;
+#[cfg(target_os = "linux")]
+pub mod spawn;

@@ -1,0 +1,2 @@
+//! Integration tests of tierbox-policy (one binary; modules under `suite/`).
+mod suite;

@@ -1,0 +1,4 @@
+mod egress;
+mod redact;
+mod validate_exec;
+mod validate_scope;
