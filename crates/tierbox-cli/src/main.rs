@@ -1,1 +1,294 @@
-fn main() {}
+//! `tierbox`: run a command in a sandbox, check a request, print schemas, diagnose the host.
+#![forbid(unsafe_code)]
+
+mod doctor;
+mod render;
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use tierbox_policy::{Policy, ProcessRunRequest, Rejection, TierRequest};
+use tierbox_runner::{RunError, RunOptions, Runner};
+
+/// Exit status when Tierbox refused the request (nothing ran).
+const EXIT_REJECTED: u8 = 125;
+/// Exit status when the sandbox could not be set up or supervised.
+const EXIT_INTERNAL: u8 = 126;
+
+#[derive(Debug, Parser)]
+#[command(name = "tierbox", version, about = "Run commands for AI agents inside tiered sandboxes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TierArg {
+    Auto,
+    A,
+    B,
+    C,
+}
+
+impl From<TierArg> for TierRequest {
+    fn from(t: TierArg) -> Self {
+        match t {
+            TierArg::Auto => TierRequest::Auto,
+            TierArg::A => TierRequest::A,
+            TierArg::B => TierRequest::B,
+            TierArg::C => TierRequest::C,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct PolicyArgs {
+    /// Policy file (TOML, or JSON when it ends in .json). Default: the built-in strict policy.
+    #[arg(long, short = 'p')]
+    policy: Option<PathBuf>,
+    /// Workspace directory (default: the policy's workspace_root, else the current directory).
+    #[arg(long, short = 'w')]
+    workspace: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct RequestArgs {
+    /// Isolation tier.
+    #[arg(long, value_enum, default_value = "auto")]
+    tier: TierArg,
+    /// Wall-clock timeout in milliseconds (default: the policy's).
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+    /// Working directory relative to the workspace.
+    #[arg(long)]
+    cwd: Option<String>,
+    /// Extra environment variable for the child (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Host the command intends to reach (repeatable; checked in preflight/strict).
+    #[arg(long = "egress-host", value_name = "HOST")]
+    egress_hosts: Vec<String>,
+    /// Read the request as JSON from FILE ("-" for stdin) instead of COMMAND ARGS.
+    #[arg(long, value_name = "FILE", conflicts_with = "cmd")]
+    request: Option<PathBuf>,
+    /// The command and its arguments.
+    #[arg(last = true, value_name = "COMMAND")]
+    cmd: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a command in the sandbox; the exit status mirrors the child (124 on timeout).
+    Run {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+        /// Print the whole outcome as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Pass this process's stdin to the child (default: /dev/null).
+        #[arg(long)]
+        stdin: bool,
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Validate a request: print the plan, or the rejection. Runs nothing.
+    Check {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schemas of the tool requests.
+    Schema,
+    /// Show what this host can enforce, and how to fix what it cannot.
+    Doctor {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Policy files.
+    Policy {
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyAction {
+    /// Print the built-in strict policy (a starting point).
+    Init,
+    /// Check a policy file.
+    Check {
+        /// The policy file.
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tierbox: error: {e:#}");
+            ExitCode::from(EXIT_INTERNAL)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Run { policy, request, json, stdin, state_dir } => cmd_run(&policy, request, json, stdin, state_dir),
+        Command::Check { policy, request, json } => cmd_check(&policy, request, json),
+        Command::Schema => {
+            println!("{}", serde_json::to_string_pretty(&tierbox_policy::schema::tool_schemas())?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor { json } => doctor::run(json),
+        Command::Policy { action: PolicyAction::Init } => {
+            print!("{}", tierbox_policy::policy::BUILTIN_DEFAULT_POLICY_TOML);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Policy { action: PolicyAction::Check { file } } => match load_policy(Some(&file)) {
+            Ok(p) => {
+                println!("ok: {} (version {})", file.display(), p.version);
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("tierbox: {e:#}");
+                Ok(ExitCode::from(1))
+            }
+        },
+    }
+}
+
+fn load_policy(path: Option<&Path>) -> Result<Policy> {
+    let Some(path) = path else { return Ok(Policy::builtin_default()) };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading policy {}", path.display()))?;
+    let parsed = if path.extension().is_some_and(|e| e == "json") { Policy::from_json(&text) } else { Policy::from_toml(&text) };
+    parsed.with_context(|| format!("policy {}", path.display()))
+}
+
+fn build_runner(args: &PolicyArgs, state_dir: Option<PathBuf>) -> Result<Runner> {
+    let policy = load_policy(args.policy.as_deref())?;
+    let mut runner = Runner::new(policy);
+    if let Some(ws) = &args.workspace {
+        runner = runner.with_workspace(ws.clone());
+    }
+    let mut options = RunOptions::default();
+    if let Some(dir) = state_dir {
+        options.state_dir = dir;
+    }
+    Ok(runner.with_options(options))
+}
+
+/// The request from `--request FILE` or from `-- COMMAND ARGS` plus flags.
+fn build_request(args: RequestArgs) -> std::result::Result<ProcessRunRequest, Rejection> {
+    if let Some(file) = &args.request {
+        let mut bytes = Vec::new();
+        let read = if file.as_os_str() == "-" {
+            std::io::stdin().take(tierbox_policy::request::MAX_REQUEST_BYTES as u64 + 1).read_to_end(&mut bytes)
+        } else {
+            std::fs::File::open(file).and_then(|f| f.take(tierbox_policy::request::MAX_REQUEST_BYTES as u64 + 1).read_to_end(&mut bytes))
+        };
+        read.map_err(|e| Rejection::Malformed { detail: format!("cannot read {}: {e}", file.display()) })?;
+        return ProcessRunRequest::from_json(&bytes);
+    }
+    let mut cmd = args.cmd.into_iter();
+    let command = cmd.next().ok_or(Rejection::CommandEmpty)?;
+    let mut req = ProcessRunRequest::new(command);
+    req.args = cmd.collect();
+    req.cwd = args.cwd;
+    req.timeout_ms = args.timeout_ms;
+    req.tier = args.tier.into();
+    req.requested_egress_hosts = args.egress_hosts;
+    for kv in args.env {
+        let (k, v) = kv.split_once('=').ok_or_else(|| Rejection::EnvNameInvalid { name: kv.clone(), reason: "expected NAME=VALUE".to_owned() })?;
+        req.env.insert(k.to_owned(), v.to_owned());
+    }
+    Ok(req)
+}
+
+fn print_rejection(r: &Rejection, json: bool) -> ExitCode {
+    if json {
+        println!("{}", serde_json::json!({ "rejected": r.to_json() }));
+    } else {
+        eprintln!("tierbox: rejected [{}]: {r}", r.code());
+        eprintln!("hint: nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule");
+    }
+    ExitCode::from(EXIT_REJECTED)
+}
+
+fn cmd_check(policy: &PolicyArgs, request: RequestArgs, json: bool) -> Result<ExitCode> {
+    let runner = build_runner(policy, None)?;
+    let req = match build_request(request) {
+        Ok(r) => r,
+        Err(rej) => return Ok(print_rejection(&rej, json)),
+    };
+    match runner.check(&req) {
+        Ok(plan) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "plan": plan }))?);
+            } else {
+                render::print_plan(&plan);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(rej) => Ok(print_rejection(&rej, json)),
+    }
+}
+
+fn cmd_run(policy: &PolicyArgs, request: RequestArgs, json: bool, pass_stdin: bool, state_dir: Option<PathBuf>) -> Result<ExitCode> {
+    harden_supervisor();
+    let runner = build_runner(policy, state_dir)?;
+    let mut req = match build_request(request) {
+        Ok(r) => r,
+        Err(rej) => return Ok(print_rejection(&rej, json)),
+    };
+    if pass_stdin {
+        let mut data = String::new();
+        std::io::stdin()
+            .take(tierbox_policy::request::MAX_STDIN_BYTES as u64 + 1)
+            .read_to_string(&mut data)
+            .context("reading stdin (it must be UTF-8)")?;
+        req.stdin = Some(data);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    match rt.block_on(runner.run(&req)) {
+        Ok(outcome) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&outcome)?);
+            } else {
+                let tty = std::io::stdout().is_terminal();
+                render::print_outcome(&outcome, tty);
+            }
+            Ok(ExitCode::from(u8::try_from(outcome.exit_status()).unwrap_or(1)))
+        }
+        Err(RunError::Rejected(rej)) => Ok(print_rejection(&rej, json)),
+        Err(e) => {
+            if json {
+                println!("{}", serde_json::json!({ "error": e.to_string() }));
+            } else {
+                eprintln!("tierbox: {e}");
+                eprintln!("hint: `tierbox doctor` shows what this host can enforce");
+            }
+            Ok(ExitCode::from(EXIT_INTERNAL))
+        }
+    }
+}
+
+/// The supervisor is not dumpable (sandboxed processes of the same uid cannot read its
+/// memory or environment) and is a child subreaper (daemons that leave the process group
+/// are re-parented here and killed with their run).
+fn harden_supervisor() {
+    let _ = tierbox_sandbox::spawn::sys::set_not_dumpable();
+    let _ = tierbox_runner::enable_subreaper();
+}

@@ -20,6 +20,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod enforcement;
 pub mod hosts;
 pub mod plan;
 pub mod policy;
@@ -29,6 +30,7 @@ pub mod request;
 pub mod schema;
 pub mod validate;
 
+pub use enforcement::{Enforcement, LayerReport};
 pub use plan::Plan;
 pub use policy::{EgressMode, Layer, Policy, PolicyError, QuotaMode, Tier};
 pub use rejection::Rejection;

@@ -1,1 +1,13 @@
-//! placeholder
+//! Tierbox runner: the supervisor that launches a validated Plan in a sandbox, enforces
+//! the deadline and the output quota, kills the whole process tree, and returns an
+//! [`Outcome`]; plus the library API ([`Sandbox::command`], [`Runner`]).
+#![forbid(unsafe_code)]
+
+pub mod builder;
+pub mod capture;
+pub mod outcome;
+pub mod supervisor;
+
+pub use builder::{Runner, Sandbox, SandboxedCommand};
+pub use outcome::{LimitHit, Outcome, StreamOutput, Usage};
+pub use supervisor::{RunError, RunOptions, enable_subreaper, run_plan};

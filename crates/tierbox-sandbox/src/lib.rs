@@ -13,4 +13,8 @@
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
+pub mod probe;
+#[cfg(target_os = "linux")]
+pub mod select;
+#[cfg(target_os = "linux")]
 pub mod spawn;

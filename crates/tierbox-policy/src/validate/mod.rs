@@ -40,6 +40,36 @@ pub const SYSTEM_READ_ONLY_PATHS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
 ];
 
+/// Host secrets under the system paths that no tier exposes, even though their parent is
+/// readable: password hashes, sudo rules, host private keys and credential stores. A
+/// process that keeps uid 0 (Tier B under a root supervisor) would otherwise read them
+/// through plain file permissions.
+pub const SYSTEM_SECRET_PATHS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+    "/etc/wireguard",
+    "/etc/NetworkManager/system-connections",
+    "/etc/openvpn",
+    "/etc/docker",
+    "/etc/containerd",
+    "/etc/kubernetes",
+    "/etc/libvirt",
+    "/etc/ppp",
+    "/etc/krb5.keytab",
+];
+
+/// Most entries one system directory may expand to when secrets are carved out of it.
+const MAX_SYSTEM_ENTRIES: usize = 4096;
+
 /// What validation needs to know about the host it runs on.
 #[derive(Debug, Clone)]
 pub struct ValidateContext {
@@ -138,12 +168,43 @@ fn existing_paths(list: &[String], home: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
+/// Expands the system read-only paths into grantable entries: a directory that contains a
+/// [`SYSTEM_SECRET_PATHS`] entry is replaced by its children, recursively, minus the secret.
+/// Symlinks are kept as they are (the kernel layers resolve them on use).
+pub fn system_read_only_paths() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for root in SYSTEM_READ_ONLY_PATHS {
+        let path = Path::new(root);
+        if std::fs::symlink_metadata(path).is_ok() {
+            expand_without_secrets(path, &mut out);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn expand_without_secrets(path: &Path, out: &mut Vec<PathBuf>) {
+    if SYSTEM_SECRET_PATHS.iter().any(|s| Path::new(s) == path) {
+        return;
+    }
+    let contains_secret = SYSTEM_SECRET_PATHS.iter().any(|s| Path::new(s).starts_with(path));
+    let is_dir = std::fs::symlink_metadata(path).map(|m| m.is_dir()).unwrap_or(false);
+    if !contains_secret || !is_dir {
+        out.push(path.to_path_buf());
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else { return };
+    for entry in entries.flatten().take(MAX_SYSTEM_ENTRIES) {
+        expand_without_secrets(&entry.path(), out);
+    }
+}
+
 fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> FsPlan {
     let home = ctx.home();
     let fs = &policy.filesystem;
-    let system: Vec<String> = SYSTEM_READ_ONLY_PATHS.iter().map(|s| (*s).to_owned()).collect();
     FsPlan {
-        system_read_only: existing_paths(&system, None),
+        system_read_only: system_read_only_paths(),
         read_only: existing_paths(&fs.read_only, home.as_deref()),
         writable: existing_paths(&fs.writable, home.as_deref()),
         deny_read: fs

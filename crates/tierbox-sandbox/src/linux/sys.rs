@@ -1,1 +1,568 @@
-//! (being written)
+//! Raw system-call wrappers for the Linux security primitives: the only file of
+//! `linux/` (with [`super`]'s siblings staying safe) that contains `unsafe`.
+//!
+//! Invariants kept here:
+//!
+//! - **Every `unsafe` block has a `// SAFETY:` comment** stating the precondition that
+//!   makes it sound, and each system call is wrapped exactly once.
+//! - **Child-side functions are async-signal-safe.** The functions in the "child side"
+//!   section are called by the launcher between `clone(CLONE_VM | CLONE_VFORK)` and
+//!   `execve`, in a child that shares the parent's memory. They use `libc::syscall`
+//!   only (never glibc wrappers such as `setuid`, which broadcast to other threads and
+//!   take locks), do not allocate, do not lock, cannot panic, and report failure as the
+//!   raw `errno` value (`Err(i32)`), which the launcher passes back over its error pipe.
+//! - **Supervisor-side functions** (the "prepare side" section) may allocate and return
+//!   [`std::io::Error`]; the calling module turns them into its typed error naming the
+//!   syscall and its arguments.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+// ---------------------------------------------------------------------------------------
+// Kernel ABI constants that `libc` does not (yet) export.
+// ---------------------------------------------------------------------------------------
+
+/// `LANDLOCK_CREATE_RULESET_VERSION`: flag asking `landlock_create_ruleset` for the ABI.
+const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1 << 0;
+/// `LANDLOCK_RULE_PATH_BENEATH`: rule type of a [`LandlockPathBeneathAttr`].
+const LANDLOCK_RULE_PATH_BENEATH: u32 = 1;
+/// `LANDLOCK_RULE_NET_PORT`: rule type of a [`LandlockNetPortAttr`] (ABI ≥ 4).
+const LANDLOCK_RULE_NET_PORT: u32 = 2;
+/// `_LINUX_CAPABILITY_VERSION_3`: the 64-bit capability set layout (two data words).
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// `struct landlock_ruleset_attr` (uapi `linux/landlock.h`), in its ABI-6 layout.
+///
+/// The full 24-byte struct is always passed: older kernels accept a larger struct as long
+/// as the fields they do not know are zero, so the caller must zero `handled_access_net`
+/// below ABI 4 and `scoped` below ABI 6.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LandlockRulesetAttr {
+    /// Filesystem access rights the ruleset handles (denied unless a rule allows them).
+    pub handled_access_fs: u64,
+    /// Network access rights the ruleset handles (ABI ≥ 4).
+    pub handled_access_net: u64,
+    /// IPC scopes restricted to the sandbox's own domain (ABI ≥ 6).
+    pub scoped: u64,
+}
+
+/// `struct landlock_path_beneath_attr`: packed in the uapi header, 12 bytes.
+#[repr(C, packed)]
+struct LandlockPathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// `struct landlock_net_port_attr`, 16 bytes.
+#[repr(C)]
+struct LandlockNetPortAttr {
+    allowed_access: u64,
+    port: u64,
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapUserHeader {
+    version: u32,
+    pid: i32,
+}
+
+/// `struct __user_cap_data_struct`; version 3 takes an array of two.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapUserData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Read the calling thread's `errno` without allocating (async-signal-safe).
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Map a raw `syscall` return value to `Ok(value)` or `Err(errno)`.
+fn check(ret: libc::c_long) -> Result<libc::c_long, i32> {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Prepare side (supervisor): may allocate, returns io::Error.
+// ---------------------------------------------------------------------------------------
+
+/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`: the highest
+/// landlock ABI the kernel supports.
+///
+/// Fails with `ENOSYS` (not built in) or `EOPNOTSUPP` (built in but disabled at boot).
+pub fn landlock_abi_version() -> io::Result<u32> {
+    // SAFETY: with a NULL attribute pointer and size 0 the kernel reads no user memory;
+    // the call only returns an integer.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<LandlockRulesetAttr>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    check(ret)
+        .map(|abi| u32::try_from(abi).unwrap_or(0))
+        .map_err(io::Error::from_raw_os_error)
+}
+
+/// `landlock_create_ruleset(attr, sizeof attr, 0)`: a new ruleset fd (close-on-exec).
+pub fn landlock_create_ruleset(attr: &LandlockRulesetAttr) -> io::Result<OwnedFd> {
+    // SAFETY: `attr` is a valid, initialised `#[repr(C)]` struct that outlives the call,
+    // and the size passed is exactly its size; the kernel only reads it.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::from_ref(attr),
+            size_of::<LandlockRulesetAttr>(),
+            0u32,
+        )
+    };
+    let fd = check(ret).map_err(io::Error::from_raw_os_error)?;
+    let fd = RawFd::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `landlock_add_rule(ruleset, LANDLOCK_RULE_PATH_BENEATH, {allowed_access, parent}, 0)`.
+pub fn landlock_add_path_rule(
+    ruleset: BorrowedFd<'_>,
+    allowed_access: u64,
+    parent: BorrowedFd<'_>,
+) -> io::Result<()> {
+    let attr = LandlockPathBeneathAttr {
+        allowed_access,
+        parent_fd: parent.as_raw_fd(),
+    };
+    // SAFETY: both fds are borrowed, hence open for the duration of the call; `attr` is
+    // a valid packed struct on our stack that the kernel only reads.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_PATH_BENEATH,
+            std::ptr::from_ref(&attr),
+            0u32,
+        )
+    };
+    check(ret).map(drop).map_err(io::Error::from_raw_os_error)
+}
+
+/// `landlock_add_rule(ruleset, LANDLOCK_RULE_NET_PORT, {allowed_access, port}, 0)`.
+pub fn landlock_add_net_rule(
+    ruleset: BorrowedFd<'_>,
+    allowed_access: u64,
+    port: u16,
+) -> io::Result<()> {
+    let attr = LandlockNetPortAttr {
+        allowed_access,
+        port: u64::from(port),
+    };
+    // SAFETY: the fd is borrowed, hence open; `attr` is a valid struct on our stack that
+    // the kernel only reads.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_NET_PORT,
+            std::ptr::from_ref(&attr),
+            0u32,
+        )
+    };
+    check(ret).map(drop).map_err(io::Error::from_raw_os_error)
+}
+
+/// `prctl(PR_GET_SECCOMP)`: 0 when the caller is not under seccomp, 2 under a filter.
+///
+/// Fails with `EINVAL` when the kernel is built without `CONFIG_SECCOMP`.
+pub fn prctl_get_seccomp() -> io::Result<i32> {
+    // SAFETY: PR_GET_SECCOMP takes no pointer arguments; unused arguments are zero.
+    let ret = unsafe { libc::syscall(libc::SYS_prctl, libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+    check(ret)
+        .map(|mode| i32::try_from(mode).unwrap_or(-1))
+        .map_err(io::Error::from_raw_os_error)
+}
+
+/// `seccomp(SECCOMP_GET_ACTION_AVAIL, 0, &action)`: whether the kernel knows `action`
+/// (e.g. `SECCOMP_RET_KILL_PROCESS`).
+pub fn seccomp_action_available(action: u32) -> io::Result<()> {
+    // SAFETY: `action` lives on our stack for the whole call and the kernel reads 4
+    // bytes from it.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_GET_ACTION_AVAIL,
+            0u32,
+            std::ptr::from_ref(&action),
+        )
+    };
+    check(ret).map(drop).map_err(io::Error::from_raw_os_error)
+}
+
+/// Parse the `CapEff:` line of `/proc/self/status` (parent-side helper, allocates; for
+/// tests and `doctor`). `None` when the file or the line cannot be read.
+pub fn read_cap_eff_from_status() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_status_hex_field(&status, "CapEff")
+}
+
+/// Parse a hexadecimal `Name:\t<hex>` field of a `/proc/<pid>/status` text.
+pub fn parse_status_hex_field(status: &str, field: &str) -> Option<u64> {
+    status.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        u64::from_str_radix(rest.trim(), 16).ok()
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Child side: async-signal-safe, raw syscalls only, no allocation, errors as raw errno.
+// ---------------------------------------------------------------------------------------
+
+/// `prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)`: execve can no longer grant privileges
+/// (setuid bits, file capabilities). Required before an unprivileged seccomp filter or
+/// landlock ruleset. Async-signal-safe.
+pub fn set_no_new_privs() -> Result<(), i32> {
+    // SAFETY: integer arguments only.
+    let ret = unsafe { libc::syscall(libc::SYS_prctl, libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    check(ret).map(drop)
+}
+
+/// `landlock_restrict_self(ruleset_fd, 0)`: confine the calling thread (and its future
+/// children) to the ruleset. The caller must have set `no_new_privs` (or hold
+/// `CAP_SYS_ADMIN`). Async-signal-safe.
+pub fn landlock_restrict_self(ruleset_fd: RawFd) -> Result<(), i32> {
+    // SAFETY: integer arguments only; the kernel validates the fd.
+    let ret = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset_fd, 0u32) };
+    check(ret).map(drop)
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, 0, prog)`: attach a classic-BPF filter to the
+/// calling thread. Flags are 0 (no TSYNC): the launcher's child is single-threaded. The
+/// caller must have set `no_new_privs` (or hold `CAP_SYS_ADMIN`). Async-signal-safe.
+pub fn seccomp_set_filter(prog: &libc::sock_fprog) -> Result<(), i32> {
+    // SAFETY: `prog` is a valid reference for the duration of the call; by the contract
+    // of `SeccompProgram::as_fprog` its `filter` pointer addresses `len` initialised
+    // instructions that outlive this call. The kernel copies the program and only reads.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u32,
+            std::ptr::from_ref(prog),
+        )
+    };
+    check(ret).map(drop)
+}
+
+/// Drop capabilities `0..=last_cap` from the bounding set with `PR_CAPBSET_DROP`.
+///
+/// `EINVAL` (a capability this kernel does not know) is ignored. `EPERM` (no
+/// `CAP_SETPCAP`) is tolerated for a capability that is already absent from the bounding
+/// set, so the call succeeds unprivileged when there is nothing left to drop, and fails
+/// with `EPERM` otherwise. Async-signal-safe.
+pub fn drop_bounding_set(last_cap: u32) -> Result<(), i32> {
+    for cap in 0..=last_cap {
+        // SAFETY: integer arguments only.
+        let ret = unsafe { libc::syscall(libc::SYS_prctl, libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+        match check(ret) {
+            Ok(_) => {}
+            Err(libc::EINVAL) => {}
+            Err(libc::EPERM) => {
+                // SAFETY: integer arguments only.
+                let present =
+                    unsafe { libc::syscall(libc::SYS_prctl, libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
+                if present != 0 {
+                    return Err(libc::EPERM);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)`: empty the ambient set.
+/// `EINVAL` (a kernel before 4.3, which has no ambient set) counts as success.
+/// Async-signal-safe.
+pub fn clear_ambient() -> Result<(), i32> {
+    // SAFETY: integer arguments only.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    match check(ret) {
+        Ok(_) | Err(libc::EINVAL) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Securebits locked in by [`set_securebits_noroot`]: uid 0 gains no capabilities on
+/// exec (`NOROOT`), uid changes do not touch capabilities (`NO_SETUID_FIXUP`; so call
+/// [`capset_zero`] *after* [`set_ids`]), `KEEP_CAPS` can never be turned on, and no
+/// ambient capability can be raised; each with its `_LOCKED` bit so the sandbox cannot
+/// undo it.
+pub const SECUREBITS_LOCKED_DOWN: u32 = (libc::SECBIT_NOROOT
+    | libc::SECBIT_NOROOT_LOCKED
+    | libc::SECBIT_NO_SETUID_FIXUP
+    | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+    | libc::SECBIT_KEEP_CAPS_LOCKED
+    | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+    | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) as u32;
+
+/// `prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN)`. Needs `CAP_SETPCAP`: returns
+/// `Err(EPERM)` when unprivileged so the caller can decide whether that is acceptable
+/// (an unprivileged process has no capabilities for uid 0 semantics to restore anyway).
+/// Async-signal-safe.
+pub fn set_securebits_noroot() -> Result<(), i32> {
+    // SAFETY: integer arguments only.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_SECUREBITS,
+            libc::c_ulong::from(SECUREBITS_LOCKED_DOWN),
+            0,
+            0,
+            0,
+        )
+    };
+    check(ret).map(drop)
+}
+
+/// `capset` (version 3) with empty effective, permitted and inheritable sets. Always
+/// allowed (dropping never needs privilege). Async-signal-safe.
+pub fn capset_zero() -> Result<(), i32> {
+    let header = CapUserHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapUserData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: `header` and `data` are valid `#[repr(C)]` values on our stack that outlive
+    // the call; version 3 makes the kernel read exactly two data structs, which is what
+    // `data` holds. Nothing is written back by capset.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            std::ptr::from_ref(&header),
+            data.as_ptr(),
+        )
+    };
+    check(ret).map(drop)
+}
+
+/// Become `uid`/`gid`: raw `setgroups(0, NULL)`, `setresgid(gid, gid, gid)`,
+/// `setresuid(uid, uid, uid)`, in that order (groups and gid while still privileged).
+///
+/// These are the raw per-thread system calls, not glibc's wrappers, which signal every
+/// thread of the process to keep credentials uniform (unsafe in a `CLONE_VM` child).
+/// Async-signal-safe.
+pub fn set_ids(uid: u32, gid: u32) -> Result<(), i32> {
+    // SAFETY: a zero-length list with a NULL pointer; the kernel reads nothing.
+    let ret = unsafe { libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<u32>()) };
+    check(ret)?;
+    // SAFETY: integer arguments only.
+    let ret = unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) };
+    check(ret)?;
+    // SAFETY: integer arguments only.
+    let ret = unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) };
+    check(ret).map(drop)
+}
+
+/// Write all of `bytes` to `fd` with raw `write(2)`, retrying on `EINTR` and short
+/// writes. Used by the child to attach itself to its cgroups (`"0"` into each
+/// `cgroup.procs` fd of [`super::cgroup::RunCgroup::procs_fds`]). Async-signal-safe.
+pub fn write_all_raw(fd: RawFd, bytes: &[u8]) -> Result<(), i32> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        // SAFETY: `rest` is a valid initialised slice for the duration of the call and
+        // the kernel reads at most `rest.len()` bytes from it.
+        let ret = unsafe { libc::syscall(libc::SYS_write, fd, rest.as_ptr(), rest.len()) };
+        match check(ret) {
+            Ok(0) => return Err(libc::EIO),
+            Ok(n) => {
+                let n = usize::try_from(n).unwrap_or(rest.len()).min(rest.len());
+                rest = rest.get(n..).unwrap_or_default();
+            }
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Test support: fork, run async-signal-safe code in the child, collect exit statuses,
+/// and a few raw probe syscalls the tests issue from inside a filtered child.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{check, errno};
+
+    /// Fork; the child runs `child` (which must be async-signal-safe: the test harness
+    /// is multi-threaded) and `_exit`s with its return value. Returns the child's exit
+    /// code, or `128 + signal` when it was killed by a signal.
+    pub(crate) fn fork_and_wait(child: fn() -> i32) -> i32 {
+        fork_with(|| child())
+    }
+
+    /// Like [`fork_and_wait`] with a closure. The closure must only call
+    /// async-signal-safe code and must not allocate.
+    pub(crate) fn fork_with(child: impl FnOnce() -> i32) -> i32 {
+        let pid = fork_child(child);
+        wait_exit(pid)
+    }
+
+    /// Fork without waiting; the child runs `child` and `_exit`s with its result.
+    pub(crate) fn fork_child(child: impl FnOnce() -> i32) -> libc::pid_t {
+        // SAFETY: fork in a multi-threaded process is sound as long as the child only
+        // runs async-signal-safe code before `_exit`, which the callers guarantee
+        // (their closures issue raw syscalls on pre-allocated data only).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed: errno {}", errno());
+        if pid == 0 {
+            let code = child();
+            // SAFETY: `_exit` ends the child without running atexit handlers or
+            // touching the parent's stdio buffers.
+            unsafe { libc::_exit(code) };
+        }
+        pid
+    }
+
+    /// `waitpid(pid)`: the exit code, or `128 + signal`.
+    pub(crate) fn wait_exit(pid: libc::pid_t) -> i32 {
+        let mut status = 0;
+        loop {
+            // SAFETY: `status` is a valid out-pointer on our stack.
+            let ret = unsafe { libc::waitpid(pid, &raw mut status, 0) };
+            if ret == pid {
+                break;
+            }
+            assert_eq!(errno(), libc::EINTR, "waitpid({pid}) failed");
+        }
+        if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            128 + libc::WTERMSIG(status)
+        }
+    }
+
+    /// Raw `unshare(flags)`.
+    pub(crate) fn unshare(flags: i32) -> Result<(), i32> {
+        // SAFETY: integer arguments only.
+        check(unsafe { libc::syscall(libc::SYS_unshare, flags) }).map(drop)
+    }
+
+    /// Raw `ptrace(PTRACE_TRACEME, 0, 0, 0)`.
+    pub(crate) fn ptrace_traceme() -> Result<(), i32> {
+        // SAFETY: integer arguments only.
+        check(unsafe { libc::syscall(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0, 0, 0) })
+            .map(drop)
+    }
+
+    /// Raw `socket(domain, type, 0)`; closes the socket on success.
+    pub(crate) fn socket(domain: i32, ty: i32) -> Result<(), i32> {
+        // SAFETY: integer arguments only.
+        let fd = check(unsafe { libc::syscall(libc::SYS_socket, domain, ty, 0) })?;
+        // SAFETY: closing the fd we just created.
+        unsafe { libc::syscall(libc::SYS_close, fd) };
+        Ok(())
+    }
+
+    /// Raw `getpid()`.
+    pub(crate) fn getpid() -> i64 {
+        // SAFETY: no arguments.
+        unsafe { libc::syscall(libc::SYS_getpid) }
+    }
+
+    /// Raw `personality(persona)`.
+    pub(crate) fn personality(persona: u64) -> Result<i64, i32> {
+        // SAFETY: integer argument only.
+        check(unsafe { libc::syscall(libc::SYS_personality, persona) })
+    }
+
+    /// Raw `capget` of the calling thread: (effective, permitted) as 64-bit masks.
+    pub(crate) fn capget_self() -> Result<(u64, u64), i32> {
+        let mut header = super::CapUserHeader {
+            version: super::LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let mut data = [super::CapUserData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        // SAFETY: valid out-pointers on our stack; version 3 writes two data structs.
+        check(unsafe {
+            libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr())
+        })?;
+        let eff = u64::from(data[0].effective) | (u64::from(data[1].effective) << 32);
+        let prm = u64::from(data[0].permitted) | (u64::from(data[1].permitted) << 32);
+        Ok((eff, prm))
+    }
+
+    /// Raw `prctl(PR_GET_SECUREBITS)`.
+    pub(crate) fn get_securebits() -> Result<i64, i32> {
+        // SAFETY: integer arguments only.
+        check(unsafe { libc::syscall(libc::SYS_prctl, libc::PR_GET_SECUREBITS, 0, 0, 0, 0) })
+    }
+
+    /// Raw `prctl(PR_CAPBSET_READ, cap)`.
+    pub(crate) fn capbset_read(cap: u32) -> Result<i64, i32> {
+        // SAFETY: integer arguments only.
+        check(unsafe { libc::syscall(libc::SYS_prctl, libc::PR_CAPBSET_READ, cap, 0, 0, 0) })
+    }
+
+    /// Raw `getresuid` → (ruid, euid, suid).
+    pub(crate) fn getresuid() -> (u32, u32, u32) {
+        let (mut r, mut e, mut s) = (0u32, 0u32, 0u32);
+        // SAFETY: three valid out-pointers on our stack.
+        unsafe { libc::syscall(libc::SYS_getresuid, &raw mut r, &raw mut e, &raw mut s) };
+        (r, e, s)
+    }
+
+    /// Monotonic clock in nanoseconds (vDSO `clock_gettime`, async-signal-safe).
+    pub(crate) fn monotonic_ns() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid out-pointer on our stack.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+        u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(ts.tv_nsec).unwrap_or(0)
+    }
+
+    /// A pipe `(read, write)`, both close-on-exec.
+    pub(crate) fn pipe() -> (i32, i32) {
+        let mut fds = [0i32; 2];
+        // SAFETY: `fds` is a valid two-element out-array.
+        let ret = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+        assert_eq!(ret, 0, "pipe2 failed: errno {}", errno());
+        (fds[0], fds[1])
+    }
+
+    /// Raw `read` of up to `buf.len()` bytes.
+    pub(crate) fn read(fd: i32, buf: &mut [u8]) -> Result<usize, i32> {
+        // SAFETY: `buf` is a valid writable slice for the duration of the call.
+        let n = check(unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr(), buf.len()) })?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// Raw `close`.
+    pub(crate) fn close(fd: i32) {
+        // SAFETY: closing an fd the test owns.
+        unsafe { libc::syscall(libc::SYS_close, fd) };
+    }
+}

@@ -1,1 +1,449 @@
-//! (being written)
+//! Tier B: direct spawn with a new session, rlimits, a rebuilt environment, no
+//! capabilities, `no_new_privs`, landlock, seccomp and a per-run cgroup.
+//!
+//! Invariants:
+//! - nothing is inherited implicitly: the environment is exactly the Plan's (plus the
+//!   run's private `TMPDIR`), every fd other than 0/1/2 is closed at exec, stdin is
+//!   `/dev/null` unless the Plan carries data;
+//! - a layer that cannot be applied is either a [`Rejection`] or, when the policy lists
+//!   it in `tier.optional_layers`, recorded in [`Enforcement::missing_layers`] — never
+//!   silently skipped;
+//! - children are cloned from one long-lived launcher thread, because
+//!   `PR_SET_PDEATHSIG` fires when the *thread* that created the child exits.
+
+pub mod sys;
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU32};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+
+use tierbox_policy::plan::Plan;
+use tierbox_policy::{EgressMode, Enforcement, Layer, LayerReport, Rejection, Tier};
+
+use crate::linux::cgroup::{CgroupLimits, RunCgroup};
+use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock};
+use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
+use crate::linux::caps;
+use crate::probe::{host_facts, HostFacts};
+pub use sys::{ChildStep, ExitInfo};
+
+/// Name of this backend in outcomes and attestations.
+pub const BACKEND_NAME: &str = "tier_b_linux";
+
+/// Device nodes every run may read.
+const READABLE_DEVICES: &[&str] = &["/dev/zero", "/dev/random", "/dev/urandom"];
+/// Device nodes every run may write.
+const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/full"];
+/// Pseudo filesystems every run may read: its own process information and CPU topology
+/// (nproc, runtimes sizing thread pools). Other processes' entries stay protected by
+/// landlock's ptrace scoping.
+const READABLE_PSEUDO: &[&str] = &["/proc", "/sys/devices/system/cpu"];
+
+/// Why a launch failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// The plan cannot be carried out on this host under this policy.
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// Preparing the launch failed in the supervisor.
+    #[error("{what}: {source}")]
+    Setup {
+        /// What was being prepared.
+        what: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A setup step failed in the child before exec.
+    #[error("sandbox setup failed in the child at {}: {}", step.describe(), std::io::Error::from_raw_os_error(*errno))]
+    Child {
+        /// The step.
+        step: ChildStep,
+        /// Its errno.
+        errno: i32,
+    },
+}
+
+impl LaunchError {
+    fn setup(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
+        let what = what.into();
+        move |source| LaunchError::Setup { what, source }
+    }
+}
+
+/// Per-launch options that are not part of the Plan.
+#[derive(Debug, Clone)]
+pub struct LaunchOptions {
+    /// Unique id of the run (names the cgroup and the private tmp directory).
+    pub run_id: String,
+    /// Directory under which the run's private `TMPDIR` is created (0700).
+    pub tmp_base: PathBuf,
+}
+
+/// A launched Tier B child.
+#[derive(Debug)]
+pub struct Launched {
+    /// Process id (also the process group and session id).
+    pub pid: i32,
+    /// pidfd of the child: signal and wait without pid-reuse races.
+    pub pidfd: OwnedFd,
+    /// Write end of stdin when the Plan carries data.
+    pub stdin: Option<OwnedFd>,
+    /// Read end of stdout.
+    pub stdout: OwnedFd,
+    /// Read end of stderr.
+    pub stderr: OwnedFd,
+    /// The run's cgroup, when one was created.
+    pub cgroup: Option<RunCgroup>,
+    /// The run's private temporary directory, removed by the supervisor after the run.
+    pub tmp_dir: Option<PathBuf>,
+    /// What was enforced.
+    pub enforcement: Enforcement,
+}
+
+/// Layers this run needs that the host lacks: each is recorded when the policy allows it
+/// to be missing, and rejects the run otherwise.
+fn require(plan: &Plan, layer: Layer, available: bool, reason: &str, missing: &mut Vec<Layer>) -> Result<(), Rejection> {
+    if available {
+        return Ok(());
+    }
+    if plan.tier.optional_layers.contains(&layer) {
+        missing.push(layer);
+        return Ok(());
+    }
+    Err(Rejection::TierUnavailable {
+        tier: "b".to_owned(),
+        reason: format!("{layer} cannot be enforced on this host: {reason}"),
+    })
+}
+
+/// Launches `plan` in Tier B.
+pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+    let facts = host_facts();
+    let mut missing = Vec::new();
+    let mut enforcement = Enforcement {
+        tier: Some(Tier::B),
+        backend: BACKEND_NAME.to_owned(),
+        kernel: facts.kernel.clone(),
+        ..Enforcement::default()
+    };
+
+    // Layers this host must provide.
+    require(plan, Layer::Landlock, facts.landlock_abi.is_some(), "landlock is not available (kernel < 5.13 or not in the lsm= list)", &mut missing)?;
+    let abi = facts.landlock_abi.unwrap_or(0);
+    require(plan, Layer::LandlockScopes, abi >= 6, &format!("landlock ABI {abi} < 6 has no signal or abstract-socket scoping"), &mut missing)?;
+    require(plan, Layer::Seccomp, facts.seccomp, "seccomp filters are not available", &mut missing)?;
+    require(plan, Layer::Cgroup, facts.cgroup.is_usable(), &facts.cgroup.describe(), &mut missing)?;
+    require(plan, Layer::ProtectedPaths, plan.filesystem.protected.is_empty(), "tier b cannot keep paths inside the writable workspace read-only (tier c can)", &mut missing)?;
+
+    let network = network_rules(plan, facts)?;
+
+    // Identity: a root supervisor runs the child as the workspace owner when that is not
+    // root, so ordinary file permissions apply on top of landlock.
+    let (uid, gid, change_ids) = child_ids(facts, &plan.workspace);
+    enforcement.uid = Some(uid);
+    enforcement.gid = Some(gid);
+    enforcement.capabilities = "none (bounding, ambient, effective, permitted, inheritable cleared)".to_owned();
+    enforcement.no_new_privs = true;
+
+    let tmp_dir = make_private_tmp(&opts.tmp_base, &opts.run_id, uid, gid)?;
+
+    // Landlock.
+    let landlock = if facts.landlock_abi.is_some() {
+        let spec = landlock_spec(plan, &tmp_dir, abi, network.tcp_ports.clone());
+        let prepared = PreparedLandlock::prepare(&spec).map_err(|e| LaunchError::Setup {
+            what: "landlock ruleset".to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        enforcement.landlock = match &prepared.status {
+            LandlockStatus::FullyEnforced => LayerReport::applied(format!("abi {}, fully enforced", prepared.abi)),
+            LandlockStatus::PartiallyEnforced { missing } => {
+                LayerReport::applied(format!("abi {}, partially enforced (missing: {})", prepared.abi, missing.join(", ")))
+            }
+        };
+        Some(prepared)
+    } else {
+        enforcement.landlock = LayerReport::missing("landlock unavailable on this host");
+        None
+    };
+
+    // Seccomp.
+    let seccomp = if facts.seccomp {
+        let program = seccomp_program(&network)?;
+        enforcement.seccomp = LayerReport::applied(format!("deny-list filter, {} instructions", program.len()));
+        Some(program)
+    } else {
+        enforcement.seccomp = LayerReport::missing("seccomp unavailable on this host");
+        None
+    };
+    enforcement.network = network.description.clone();
+
+    // Cgroup.
+    let cgroup = if facts.cgroup.is_usable() {
+        let limits = CgroupLimits { memory_bytes: plan.limits.memory_bytes, max_processes: plan.limits.max_processes, cpu_quota_percent: None };
+        match RunCgroup::create(&facts.cgroup, &format!("tierbox-{}", opts.run_id), &limits) {
+            Ok(cg) => {
+                enforcement.cgroup = LayerReport::applied(format!(
+                    "{}: memory {} bytes, pids {}",
+                    facts.cgroup.describe(),
+                    plan.limits.memory_bytes,
+                    plan.limits.max_processes
+                ));
+                Some(cg)
+            }
+            Err(e) => {
+                require(plan, Layer::Cgroup, false, &e.to_string(), &mut missing)?;
+                enforcement.cgroup = LayerReport::missing(e.to_string());
+                None
+            }
+        }
+    } else {
+        enforcement.cgroup = LayerReport::missing(facts.cgroup.describe());
+        None
+    };
+
+    enforcement.protected_paths = if plan.filesystem.protected.is_empty() {
+        LayerReport::applied("none requested")
+    } else {
+        LayerReport::missing("tier b cannot keep paths inside the writable workspace read-only")
+    };
+
+    let limits = &plan.limits;
+    let rlimits = [
+        (libc::RLIMIT_CPU as i32, limits.cpu_time_secs, limits.cpu_time_secs.saturating_add(1)),
+        (libc::RLIMIT_NPROC as i32, limits.max_processes, limits.max_processes),
+        (libc::RLIMIT_NOFILE as i32, limits.open_files, limits.open_files),
+        (libc::RLIMIT_FSIZE as i32, limits.file_size_bytes, limits.file_size_bytes),
+        (libc::RLIMIT_CORE as i32, 0, 0),
+    ];
+    enforcement.rlimits = vec![
+        format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
+        format!("RLIMIT_NPROC={}{}", limits.max_processes, if uid == 0 { " (not enforced by the kernel for uid 0)" } else { "" }),
+        format!("RLIMIT_NOFILE={}", limits.open_files),
+        format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
+        "RLIMIT_CORE=0".to_owned(),
+    ];
+    missing.sort();
+    missing.dedup();
+    enforcement.missing_layers = missing;
+
+    // C strings and pointer arrays for the child.
+    let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
+    let argv: Vec<CString> = plan.argv.iter().map(|a| cstring(a.as_bytes(), "argument")).collect::<Result<_, _>>()?;
+    let mut env: Vec<(String, String)> = plan.env.clone();
+    if let Some(tmp) = &tmp_dir {
+        for key in ["TMPDIR", "TMP", "TEMP"] {
+            if !env.iter().any(|(k, _)| k == key) {
+                env.push((key.to_owned(), tmp.to_string_lossy().into_owned()));
+            }
+        }
+    }
+    let envp: Vec<CString> = env.iter().map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry")).collect::<Result<_, _>>()?;
+    let cwd = cstring(plan.cwd.as_os_str().as_bytes(), "cwd")?;
+    let argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+
+    // stdio.
+    let (stdout_r, stdout_w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdout"))?;
+    let (stderr_r, stderr_w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stderr"))?;
+    let (stdin_child, stdin_parent) = match &plan.stdin {
+        Some(_) => {
+            let (r, w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdin"))?;
+            (r, Some(w))
+        }
+        None => (sys::open_dev_null().map_err(LaunchError::setup("open /dev/null"))?, None),
+    };
+
+    let mut cgroup_fds = [-1; sys::MAX_CGROUP_FDS];
+    let mut n_cgroup_fds = 0;
+    if let Some(cg) = &cgroup {
+        for (slot, fd) in cgroup_fds.iter_mut().zip(cg.procs_fds()) {
+            *slot = *fd;
+            n_cgroup_fds += 1;
+        }
+    }
+    let fprog = seccomp.as_ref().map(SeccompProgram::as_fprog);
+    let mut spec = sys::ChildSpec {
+        program: program.as_ptr(),
+        argv: argv_ptrs.as_ptr(),
+        envp: envp_ptrs.as_ptr(),
+        cwd: cwd.as_ptr(),
+        stdin_fd: stdin_child.as_raw_fd(),
+        stdout_fd: stdout_w.as_raw_fd(),
+        stderr_fd: stderr_w.as_raw_fd(),
+        cgroup_fds,
+        n_cgroup_fds,
+        rlimits: rlimits.map(|(r, cur, max)| (r, libc::rlimit64 { rlim_cur: cur, rlim_max: max })),
+        drop_privileged: facts.euid == 0,
+        change_ids,
+        uid,
+        gid,
+        last_cap: caps::last_cap(),
+        landlock_fd: landlock.as_ref().map_or(-1, PreparedLandlock::raw_fd),
+        seccomp: fprog.as_ref().map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
+        parent_pid: sys::getpid(),
+        fail_step: AtomicU32::new(0),
+        fail_errno: AtomicI32::new(0),
+    };
+
+    let cloned = launcher_clone(&mut spec).map_err(|(step, errno)| match step {
+        ChildStep::None => LaunchError::Setup { what: "clone".to_owned(), source: std::io::Error::from_raw_os_error(errno) },
+        step => LaunchError::Child { step, errno },
+    });
+    // The child's ends are closed in the parent whatever happened.
+    drop((stdin_child, stdout_w, stderr_w));
+    let cloned = match cloned {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(cg) = cgroup {
+                let _ = cg.remove();
+            }
+            if let Some(t) = &tmp_dir {
+                let _ = std::fs::remove_dir_all(t);
+            }
+            return Err(e);
+        }
+    };
+    Ok(Launched {
+        pid: cloned.pid,
+        pidfd: cloned.pidfd,
+        stdin: stdin_parent,
+        stdout: stdout_r,
+        stderr: stderr_r,
+        cgroup,
+        tmp_dir,
+        enforcement,
+    })
+}
+
+fn cstring(bytes: &[u8], what: &str) -> Result<CString, LaunchError> {
+    CString::new(bytes).map_err(|_| LaunchError::Setup {
+        what: format!("{what} contains a NUL byte"),
+        source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+    })
+}
+
+/// How the network is restricted for this run.
+#[derive(Debug, Clone)]
+struct NetworkRules {
+    allow_inet: bool,
+    allow_unix: bool,
+    tcp_ports: Option<Vec<u16>>,
+    description: String,
+}
+
+fn network_rules(plan: &Plan, facts: &HostFacts) -> Result<NetworkRules, Rejection> {
+    let mode = plan.network.mode;
+    match mode {
+        EgressMode::AllowAll => Ok(NetworkRules { allow_inet: true, allow_unix: true, tcp_ports: None, description: "allow_all: unrestricted".to_owned() }),
+        EgressMode::Preflight => Ok(NetworkRules {
+            allow_inet: true,
+            allow_unix: false,
+            tcp_ports: None,
+            description: "preflight: hosts checked before spawn, network not restricted at runtime".to_owned(),
+        }),
+        EgressMode::Strict if !plan.network.allow.is_empty() => Err(Rejection::TierUnsupported {
+            tier: "b".to_owned(),
+            feature: "egress.mode = \"strict\" with a non-empty allowlist".to_owned(),
+            reason: "runtime enforcement of an allowlist needs the egress proxy, which this build does not provide; use block_all or preflight".to_owned(),
+        }),
+        EgressMode::BlockAll | EgressMode::Strict => {
+            if !facts.seccomp {
+                return Err(Rejection::TierUnavailable {
+                    tier: "b".to_owned(),
+                    reason: "blocking the network in tier b needs seccomp, which this host lacks".to_owned(),
+                });
+            }
+            let landlock_net = facts.landlock_abi.is_some_and(|a| a >= 4);
+            Ok(NetworkRules {
+                allow_inet: false,
+                allow_unix: false,
+                tcp_ports: landlock_net.then(Vec::new),
+                description: format!(
+                    "no network: inet, unix and raw sockets denied (seccomp){}",
+                    if landlock_net { ", tcp bind/connect denied (landlock)" } else { "" }
+                ),
+            })
+        }
+    }
+}
+
+fn seccomp_program(net: &NetworkRules) -> Result<SeccompProgram, LaunchError> {
+    SeccompProgram::build(&SeccompSpec { deny_namespaces: true, allow_inet_sockets: net.allow_inet, allow_unix_sockets: net.allow_unix })
+        .map_err(|e| LaunchError::Setup { what: "seccomp program".to_owned(), source: std::io::Error::other(e.to_string()) })
+}
+
+fn landlock_spec(plan: &Plan, tmp: &Option<PathBuf>, abi: u32, tcp_ports: Option<Vec<u16>>) -> LandlockSpec {
+    let fs = &plan.filesystem;
+    let mut read_only: Vec<PathBuf> = fs.system_read_only.iter().chain(&fs.read_only).cloned().collect();
+    read_only.extend(READABLE_DEVICES.iter().chain(READABLE_PSEUDO).map(PathBuf::from));
+    let mut read_write: Vec<PathBuf> = vec![plan.workspace.clone()];
+    read_write.extend(fs.writable.iter().cloned());
+    read_write.extend(WRITABLE_DEVICES.iter().map(PathBuf::from));
+    read_write.extend(tmp.iter().cloned());
+    LandlockSpec { read_only, read_write, scope_signals: abi >= 6, scope_abstract_unix: abi >= 6, tcp_connect_ports: tcp_ports }
+}
+
+fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
+    if facts.euid != 0 {
+        return (facts.euid, facts.egid, false);
+    }
+    match sys::owner_of(workspace) {
+        Ok((uid, gid)) if uid != 0 => (uid, gid, true),
+        _ => (0, 0, false),
+    }
+}
+
+/// Creates `<base>/run-<id>` with mode 0700, owned by the child's uid.
+fn make_private_tmp(base: &Path, run_id: &str, uid: u32, gid: u32) -> Result<Option<PathBuf>, LaunchError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::create_dir_all(base).map_err(LaunchError::setup(format!("create {}", base.display())))?;
+    let _ = std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711));
+    let dir = base.join(format!("run-{run_id}"));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(LaunchError::setup(format!("create {}", dir.display())))?;
+    std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(LaunchError::setup(format!("chown {}", dir.display())))?;
+    Ok(Some(dir))
+}
+
+// ---- the launcher thread -----------------------------------------------------------
+
+struct Job {
+    spec: sys::SendSpec,
+    reply: mpsc::SyncSender<Result<sys::Cloned, (ChildStep, i32)>>,
+}
+
+fn launcher() -> &'static Mutex<mpsc::Sender<Job>> {
+    static LAUNCHER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    LAUNCHER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new().name("tierbox-launcher".to_owned()).spawn(move || {
+            sys::block_all_signals_on_this_thread();
+            let mut stack = sys::ChildStack::new();
+            while let Ok(job) = rx.recv() {
+                let result = sys::clone_job(&job.spec, &mut stack);
+                let _ = job.reply.send(result);
+            }
+        });
+        if let Err(e) = spawned {
+            // Without a launcher every launch fails with a clear error below.
+            eprintln!("tierbox: cannot start the launcher thread: {e}");
+        }
+        Mutex::new(tx)
+    })
+}
+
+/// Clones on the launcher thread and waits for the result.
+fn launcher_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, i32)> {
+    let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+    let job = Job { spec: sys::SendSpec::new(spec), reply: reply_tx };
+    {
+        let tx = launcher().lock().map_err(|_| (ChildStep::None, libc::EIO))?;
+        tx.send(job).map_err(|_| (ChildStep::None, libc::EIO))?;
+    }
+    // `spec` stays borrowed until the launcher replies, which it does only after the
+    // child has exec'd or exited.
+    reply_rx.recv().map_err(|_| (ChildStep::None, libc::EIO))?
+}

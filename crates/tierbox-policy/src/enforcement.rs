@@ -1,0 +1,66 @@
+//! What a backend actually enforced for one run.
+//!
+//! Backends fill this in as they apply each layer; the outcome and the attestation carry
+//! it unchanged, so an operator can see after the fact exactly which layers protected a
+//! run and which were missing (and why).
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::{Layer, Tier};
+
+/// The enforcement report of one run.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Enforcement {
+    /// The tier that ran (`b`, `c`, `a`).
+    pub tier: Option<Tier>,
+    /// The backend, e.g. `tier_b_linux`, `tier_c_linux_native`, `tier_a_wasmtime`.
+    pub backend: String,
+    /// Kernel release of the host (`uname -r`).
+    pub kernel: String,
+    /// uid and gid the program ran as (as seen by the host).
+    pub uid: Option<u32>,
+    /// gid the program ran as.
+    pub gid: Option<u32>,
+    /// Capabilities: `"none"` when every set (bounding, ambient, effective, permitted,
+    /// inheritable) was cleared.
+    pub capabilities: String,
+    /// `PR_SET_NO_NEW_PRIVS` was set.
+    pub no_new_privs: bool,
+    /// Landlock: ABI used and whether every requested feature was enforced.
+    pub landlock: LayerReport,
+    /// Seccomp filter.
+    pub seccomp: LayerReport,
+    /// Cgroup for memory/pids/cpu limits and tree kill.
+    pub cgroup: LayerReport,
+    /// Namespaces entered (Tier C).
+    pub namespaces: Vec<String>,
+    /// Resource limits applied as rlimits, e.g. `"RLIMIT_NOFILE=256"`.
+    pub rlimits: Vec<String>,
+    /// Network enforcement, in words (e.g. `"no inet sockets (seccomp)"`).
+    pub network: String,
+    /// Protected paths in the workspace.
+    pub protected_paths: LayerReport,
+    /// Layers the policy allowed to be missing that were missing on this host.
+    pub missing_layers: Vec<Layer>,
+}
+
+/// Status of one protection layer.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LayerReport {
+    /// The layer was applied.
+    pub applied: bool,
+    /// Details: ABI, version, instruction count, or why it was not applied.
+    pub detail: String,
+}
+
+impl LayerReport {
+    /// An applied layer.
+    pub fn applied(detail: impl Into<String>) -> Self {
+        Self { applied: true, detail: detail.into() }
+    }
+
+    /// A layer that was not applied, and why.
+    pub fn missing(reason: impl Into<String>) -> Self {
+        Self { applied: false, detail: reason.into() }
+    }
+}

@@ -1,0 +1,235 @@
+//! The library API: a `SandboxedCommand`-style builder and a tool-call [`Runner`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tierbox_policy::{Plan, Policy, ProcessRunRequest, Rejection, TierRequest, ValidateContext, validate};
+
+use crate::outcome::Outcome;
+use crate::supervisor::{RunError, RunOptions, run_plan};
+
+/// Builder defaults (from the `SandboxedCommand` API this replaces): wall timeout.
+pub const BUILDER_DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Builder default: bytes of output kept per stream.
+pub const BUILDER_DEFAULT_MAX_OUTPUT: u64 = 1024 * 1024;
+/// Builder default: processes and threads for the whole run.
+pub const BUILDER_DEFAULT_MAX_PROCESSES: u64 = 10;
+/// Builder default: open files per process.
+pub const BUILDER_DEFAULT_MAX_OPEN_FILES: u64 = 256;
+
+/// Entry point of the builder API.
+#[derive(Debug, Clone, Copy)]
+pub struct Sandbox;
+
+impl Sandbox {
+    /// A command that runs `program` (a bare name resolved in the sandbox PATH) in the
+    /// current directory as its workspace.
+    ///
+    /// The builder starts from the strict default policy with only `program` allowed,
+    /// interpreters denied, no network, and the defaults: 60 s, 1 MiB of output per
+    /// stream, 10 processes, 256 open files, 1 GiB of memory.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), tierbox_runner::RunError> {
+    /// use std::time::Duration;
+    /// use tierbox_runner::Sandbox;
+    ///
+    /// let outcome = Sandbox::command("git")
+    ///     .args(["status", "--short"])
+    ///     .working_dir("/path/to/project")
+    ///     .timeout(Duration::from_secs(120))
+    ///     .max_output(2 * 1024 * 1024)
+    ///     .execute()
+    ///     .await?;
+    /// println!("exit {:?} in {} ms", outcome.exit_code, outcome.duration_ms);
+    /// if outcome.stdout.truncated {
+    ///     println!("({} bytes omitted)", outcome.stdout.omitted_bytes);
+    /// }
+    /// println!("{}", outcome.stdout.text);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn command(program: impl Into<String>) -> SandboxedCommand {
+        let program = program.into();
+        let mut policy = Policy::builtin_default();
+        policy.description = "builder".to_owned();
+        policy.exec.allowed_executables = vec![program.rsplit('/').next().unwrap_or(&program).to_owned()];
+        policy.limits.timeout_ms = duration_ms(BUILDER_DEFAULT_TIMEOUT);
+        policy.limits.max_timeout_ms = policy.limits.max_timeout_ms.max(policy.limits.timeout_ms);
+        policy.output.max_bytes = BUILDER_DEFAULT_MAX_OUTPUT;
+        policy.limits.max_processes = BUILDER_DEFAULT_MAX_PROCESSES;
+        policy.limits.open_files = BUILDER_DEFAULT_MAX_OPEN_FILES;
+        SandboxedCommand {
+            request: ProcessRunRequest::new(program),
+            policy,
+            workspace: PathBuf::from("."),
+            options: RunOptions::default(),
+        }
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// A command being configured; see [`Sandbox::command`].
+#[derive(Debug, Clone)]
+pub struct SandboxedCommand {
+    request: ProcessRunRequest,
+    policy: Policy,
+    workspace: PathBuf,
+    options: RunOptions,
+}
+
+impl SandboxedCommand {
+    /// Appends one argument (passed verbatim).
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.request.args.push(arg.into());
+        self
+    }
+
+    /// Appends arguments (passed verbatim).
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.request.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// The workspace: the only writable directory, and the default working directory.
+    pub fn working_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workspace = dir.into();
+        self
+    }
+
+    /// Working directory relative to the workspace.
+    pub fn cwd(mut self, relative: impl Into<String>) -> Self {
+        self.request.cwd = Some(relative.into());
+        self
+    }
+
+    /// Sets an environment variable for the child (checked against the deny list).
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.request.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Data for stdin (default: `/dev/null`).
+    pub fn stdin(mut self, data: impl Into<String>) -> Self {
+        self.request.stdin = Some(data.into());
+        self
+    }
+
+    /// Wall-clock timeout (also the CPU-time limit unless set otherwise).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        let ms = duration_ms(timeout);
+        self.policy.limits.timeout_ms = ms;
+        self.policy.limits.max_timeout_ms = self.policy.limits.max_timeout_ms.max(ms);
+        self
+    }
+
+    /// Bytes of output kept per stream.
+    pub fn max_output(mut self, bytes: u64) -> Self {
+        self.policy.output.max_bytes = bytes.max(1);
+        self
+    }
+
+    /// Processes and threads for the whole run.
+    pub fn max_processes(mut self, n: u64) -> Self {
+        self.policy.limits.max_processes = n.max(1);
+        self
+    }
+
+    /// Open files per process.
+    pub fn max_open_files(mut self, n: u64) -> Self {
+        self.policy.limits.open_files = n.max(1);
+        self
+    }
+
+    /// Memory for the whole run, in bytes.
+    pub fn max_memory(mut self, bytes: u64) -> Self {
+        self.policy.limits.memory_bytes = bytes.max(1);
+        self
+    }
+
+    /// Allows shells and language runtimes (the kernel layers remain the boundary).
+    pub fn allow_interpreters(mut self, allow: bool) -> Self {
+        self.policy.exec.allow_interpreters = allow;
+        self
+    }
+
+    /// The isolation tier to ask for.
+    pub fn tier(mut self, tier: TierRequest) -> Self {
+        self.request.tier = tier;
+        self
+    }
+
+    /// Replaces the policy entirely (the builder's limit setters still apply after this).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// State directory for private tmp and spill files.
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.options.state_dir = dir.into();
+        self
+    }
+
+    /// Validates without running: the Plan, or the rejection.
+    pub fn plan(&self) -> Result<Plan, Rejection> {
+        validate(&self.policy, &self.request, &ValidateContext::new(&self.workspace))
+    }
+
+    /// Runs the command to completion.
+    pub async fn execute(self) -> Result<Outcome, RunError> {
+        let plan = self.plan()?;
+        run_plan(&plan, &self.options).await
+    }
+}
+
+/// The tool-call path: a policy, a workspace, and requests from an agent.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    policy: Policy,
+    workspace: PathBuf,
+    options: RunOptions,
+}
+
+impl Runner {
+    /// A runner for `policy`; the workspace is the policy's `workspace_root` or `.`.
+    pub fn new(policy: Policy) -> Self {
+        let workspace = policy.workspace_root.clone().unwrap_or_else(|| PathBuf::from("."));
+        Self { policy, workspace, options: RunOptions::default() }
+    }
+
+    /// Overrides the workspace.
+    pub fn with_workspace(mut self, workspace: impl Into<PathBuf>) -> Self {
+        self.workspace = workspace.into();
+        self
+    }
+
+    /// Overrides the run options.
+    pub fn with_options(mut self, options: RunOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Validates a request without running it.
+    pub fn check(&self, request: &ProcessRunRequest) -> Result<Plan, Rejection> {
+        validate(&self.policy, request, &ValidateContext::new(&self.workspace))
+    }
+
+    /// Validates and runs a request.
+    pub async fn run(&self, request: &ProcessRunRequest) -> Result<Outcome, RunError> {
+        let plan = self.check(request)?;
+        run_plan(&plan, &self.options).await
+    }
+}

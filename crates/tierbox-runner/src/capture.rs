@@ -1,0 +1,237 @@
+//! Output capture under a quota. Guest output is hostile data: it is capped, counted and
+//! never allowed to block the child.
+//!
+//! - `truncate` mode keeps the first half of the quota and the last half, counts every
+//!   byte seen and reports how many were omitted in between; reading continues to EOF so
+//!   the child never blocks on a full pipe.
+//! - `kill` mode keeps the first `max_bytes` and reports the moment the quota is passed,
+//!   so the supervisor can terminate the tree; the captured prefix is still returned.
+//! - optional spill writes every byte to a file (bounded by the run's file-size limit).
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+
+use tierbox_policy::QuotaMode;
+
+/// Bytes read from a pipe per `read` call. Small enough that quota checks happen as the
+/// output arrives (never after exit), large enough to drain a chatty child quickly.
+pub const CAPTURE_CHUNK_BYTES: usize = 4 * 1024;
+
+/// What happened when a chunk was pushed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Push {
+    /// Keep reading.
+    Continue,
+    /// `kill` mode: the quota was just passed; terminate the tree.
+    QuotaExceeded,
+}
+
+/// One stream's capture.
+#[derive(Debug)]
+pub struct StreamCapture {
+    mode: QuotaMode,
+    head_cap: usize,
+    tail_cap: usize,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+    exceeded: bool,
+    spill: Option<Spill>,
+}
+
+#[derive(Debug)]
+struct Spill {
+    path: PathBuf,
+    file: File,
+    max_bytes: u64,
+    written: u64,
+    error: Option<String>,
+}
+
+/// A finished capture.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Captured {
+    /// The first bytes of the stream.
+    pub head: Vec<u8>,
+    /// The last bytes of the stream (empty unless bytes were omitted or in `truncate` mode
+    /// when the stream was larger than the head).
+    pub tail: Vec<u8>,
+    /// Every byte the child wrote that was read.
+    pub total_bytes: u64,
+    /// Bytes seen but not kept.
+    pub omitted_bytes: u64,
+    /// Something was not kept.
+    pub truncated: bool,
+    /// Where the full stream was spilled, and any spill error.
+    pub spill_path: Option<PathBuf>,
+    /// Why spilling stopped early, if it did.
+    pub spill_error: Option<String>,
+}
+
+impl StreamCapture {
+    /// A capture keeping `max_bytes` in total under `mode`.
+    pub fn new(max_bytes: u64, mode: QuotaMode) -> Self {
+        let max = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        let (head_cap, tail_cap) = match mode {
+            QuotaMode::Truncate => (max - max / 2, max / 2),
+            QuotaMode::Kill => (max, 0),
+        };
+        Self {
+            mode,
+            head_cap,
+            tail_cap,
+            head: Vec::with_capacity(head_cap.min(64 * 1024)),
+            tail: VecDeque::new(),
+            total: 0,
+            exceeded: false,
+            spill: None,
+        }
+    }
+
+    /// Also writes every byte to `path` (created 0600), up to `max_bytes`.
+    pub fn with_spill(mut self, path: PathBuf, max_bytes: u64) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
+        self.spill = Some(Spill { path, file, max_bytes, written: 0, error: None });
+        Ok(self)
+    }
+
+    /// Adds a chunk read from the stream.
+    pub fn push(&mut self, chunk: &[u8]) -> Push {
+        self.total += chunk.len() as u64;
+        if let Some(spill) = &mut self.spill {
+            spill.write(chunk);
+        }
+        let room = self.head_cap - self.head.len();
+        let (to_head, rest) = chunk.split_at(room.min(chunk.len()));
+        self.head.extend_from_slice(to_head);
+        match self.mode {
+            QuotaMode::Truncate => {
+                if !rest.is_empty() && self.tail_cap > 0 {
+                    let rest = if rest.len() > self.tail_cap { &rest[rest.len() - self.tail_cap..] } else { rest };
+                    let overflow = (self.tail.len() + rest.len()).saturating_sub(self.tail_cap);
+                    self.tail.drain(..overflow);
+                    self.tail.extend(rest);
+                }
+                Push::Continue
+            }
+            QuotaMode::Kill => {
+                if !rest.is_empty() && !self.exceeded {
+                    self.exceeded = true;
+                    return Push::QuotaExceeded;
+                }
+                Push::Continue
+            }
+        }
+    }
+
+    /// Bytes seen so far.
+    pub fn total_bytes(&self) -> u64 {
+        self.total
+    }
+
+    /// Ends the capture.
+    pub fn finish(self) -> Captured {
+        let kept = (self.head.len() + self.tail.len()) as u64;
+        let omitted = self.total - kept;
+        let (spill_path, spill_error) = match self.spill {
+            Some(s) => (Some(s.path), s.error),
+            None => (None, None),
+        };
+        Captured {
+            head: self.head,
+            tail: self.tail.into_iter().collect(),
+            total_bytes: self.total,
+            omitted_bytes: omitted,
+            truncated: omitted > 0,
+            spill_path,
+            spill_error,
+        }
+    }
+}
+
+impl Spill {
+    fn write(&mut self, chunk: &[u8]) {
+        if self.error.is_some() {
+            return;
+        }
+        let room = self.max_bytes.saturating_sub(self.written);
+        let take = usize::try_from(room).unwrap_or(usize::MAX).min(chunk.len());
+        if let Err(e) = self.file.write_all(&chunk[..take]) {
+            self.error = Some(format!("write {}: {e}", self.path.display()));
+            return;
+        }
+        self.written += take as u64;
+        if take < chunk.len() {
+            self.error = Some(format!("spill file reached the file-size limit of {} bytes", self.max_bytes));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_output_is_kept_whole() {
+        let mut c = StreamCapture::new(16, QuotaMode::Truncate);
+        assert_eq!(c.push(b"hello"), Push::Continue);
+        let out = c.finish();
+        assert_eq!(out.head, b"hello");
+        assert!(out.tail.is_empty());
+        assert!(!out.truncated);
+        assert_eq!(out.total_bytes, 5);
+    }
+
+    #[test]
+    fn truncate_keeps_head_and_tail_and_counts_the_rest() {
+        let mut c = StreamCapture::new(10, QuotaMode::Truncate);
+        for chunk in [&b"0123456789"[..], b"abcdefghij", b"KLMNOPQRST"] {
+            assert_eq!(c.push(chunk), Push::Continue);
+        }
+        let out = c.finish();
+        assert_eq!(out.head, b"01234");
+        assert_eq!(out.tail, b"PQRST");
+        assert_eq!(out.total_bytes, 30);
+        assert_eq!(out.omitted_bytes, 20);
+        assert!(out.truncated);
+    }
+
+    #[test]
+    fn truncate_tail_survives_many_small_chunks() {
+        let mut c = StreamCapture::new(8, QuotaMode::Truncate);
+        for b in 0u8..100 {
+            c.push(&[b]);
+        }
+        let out = c.finish();
+        assert_eq!(out.head, [0, 1, 2, 3]);
+        assert_eq!(out.tail, [96, 97, 98, 99]);
+        assert_eq!(out.omitted_bytes, 92);
+    }
+
+    #[test]
+    fn kill_mode_reports_once_and_keeps_the_prefix() {
+        let mut c = StreamCapture::new(4, QuotaMode::Kill);
+        assert_eq!(c.push(b"abc"), Push::Continue);
+        assert_eq!(c.push(b"defg"), Push::QuotaExceeded);
+        assert_eq!(c.push(b"more"), Push::Continue);
+        let out = c.finish();
+        assert_eq!(out.head, b"abcd");
+        assert_eq!(out.omitted_bytes, 7);
+        assert!(out.truncated);
+    }
+
+    #[test]
+    fn spill_writes_everything_up_to_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let mut c = StreamCapture::new(4, QuotaMode::Truncate).with_spill(path.clone(), 10).unwrap();
+        c.push(b"0123456789abc");
+        let out = c.finish();
+        assert_eq!(std::fs::read(&path).unwrap(), b"0123456789");
+        assert!(out.spill_error.is_some());
+        assert_eq!(out.spill_path, Some(path));
+    }
+}

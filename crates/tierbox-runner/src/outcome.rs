@@ -1,0 +1,185 @@
+//! The Outcome of a run: what happened, what was enforced, and the output.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use tierbox_policy::Enforcement;
+use tierbox_policy::redact::Redactor;
+
+use crate::capture::Captured;
+
+/// Which limit ended (or constrained) the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitHit {
+    /// The wall-clock timeout.
+    WallTime,
+    /// `RLIMIT_CPU` (the process got SIGXCPU or SIGKILL at the hard limit).
+    CpuTime,
+    /// The cgroup memory limit (the kernel's OOM killer ran in the run's cgroup).
+    Memory,
+    /// The process/thread limit (a fork or clone failed with EAGAIN in the run's cgroup).
+    Processes,
+    /// `RLIMIT_FSIZE` (the process got SIGXFSZ).
+    FileSize,
+    /// The output quota in `kill` mode.
+    Output,
+}
+
+/// One output stream as returned to the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamOutput {
+    /// The kept text (lossy UTF-8, redacted). When bytes were omitted, the head and the
+    /// tail are joined by a marker line naming how many bytes were omitted.
+    pub text: String,
+    /// Invalid UTF-8 was replaced with U+FFFD.
+    pub lossy_utf8: bool,
+    /// Bytes the process wrote (all of them, kept or not).
+    pub total_bytes: u64,
+    /// Bytes not kept.
+    pub omitted_bytes: u64,
+    /// Something was not kept.
+    pub truncated: bool,
+    /// Something was redacted.
+    pub redacted: bool,
+    /// Where the full stream was written, when spill is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_path: Option<PathBuf>,
+    /// Why spill stopped early.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_error: Option<String>,
+    /// Draining stopped at the bounded wait because a process outside the run's control
+    /// kept the pipe open.
+    #[serde(skip_serializing_if = "std::ops::Not::not", default)]
+    pub drain_incomplete: bool,
+}
+
+impl StreamOutput {
+    /// Renders a capture: lossy UTF-8, redaction, and the omission marker.
+    pub fn from_captured(c: Captured, redactor: Option<&Redactor>, drain_incomplete: bool) -> Self {
+        let head = String::from_utf8_lossy(&c.head);
+        let tail = String::from_utf8_lossy(&c.tail);
+        let lossy = matches!(head, std::borrow::Cow::Owned(_)) || matches!(tail, std::borrow::Cow::Owned(_));
+        let mut redacted = false;
+        let mut render = |s: &str| match redactor {
+            Some(r) => {
+                let (out, changed) = r.redact(s);
+                redacted |= changed;
+                out.into_owned()
+            }
+            None => s.to_owned(),
+        };
+        let mut text = render(&head);
+        if c.omitted_bytes > 0 {
+            text.push_str(&format!("\n[tierbox: {} bytes omitted]\n", c.omitted_bytes));
+        }
+        text.push_str(&render(&tail));
+        Self {
+            text,
+            lossy_utf8: lossy,
+            total_bytes: c.total_bytes,
+            omitted_bytes: c.omitted_bytes,
+            truncated: c.truncated,
+            redacted,
+            spill_path: c.spill_path,
+            spill_error: c.spill_error,
+            drain_incomplete,
+        }
+    }
+}
+
+/// Resource usage of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    /// User CPU time of the direct child and its reaped descendants, in milliseconds.
+    pub cpu_user_ms: u64,
+    /// System CPU time, in milliseconds.
+    pub cpu_sys_ms: u64,
+    /// Peak resident set size of the largest process, in bytes (rusage).
+    pub peak_rss_bytes: u64,
+    /// Peak memory of the whole run, in bytes (cgroup), when a cgroup was used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Unique id of the run.
+    pub run_id: String,
+    /// Exit code, when the process exited.
+    pub exit_code: Option<i32>,
+    /// Signal number, when the process was killed by a signal.
+    pub signal: Option<i32>,
+    /// Signal name (`SIGKILL`), when killed by a signal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal_name: Option<String>,
+    /// The wall-clock timeout expired and the tree was terminated.
+    pub timed_out: bool,
+    /// The output quota was passed in `kill` mode and the tree was terminated.
+    pub quota_exceeded: bool,
+    /// The limit that ended or constrained the run.
+    pub limit_hit: Option<LimitHit>,
+    /// Standard output.
+    pub stdout: StreamOutput,
+    /// Standard error.
+    pub stderr: StreamOutput,
+    /// Wall-clock duration from launch to the end of draining, in milliseconds.
+    pub duration_ms: u64,
+    /// Resource usage.
+    pub usage: Usage,
+    /// Tier that ran.
+    pub tier: String,
+    /// Backend that ran (`tier_b_linux`, …).
+    pub backend: String,
+    /// What was enforced.
+    pub enforcement: Enforcement,
+    /// Hosts checked by egress preflight.
+    pub egress_preflight_hosts: Vec<String>,
+    /// Anything in stdout or stderr was redacted.
+    pub redacted: bool,
+}
+
+impl Outcome {
+    /// The exit status a CLI should mirror: the child's code, `128 + signal` when killed,
+    /// and 124 on timeout (like `timeout(1)`).
+    pub fn exit_status(&self) -> i32 {
+        if self.timed_out {
+            return 124;
+        }
+        match (self.exit_code, self.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            (None, None) => 1,
+        }
+    }
+
+    /// The run ended normally with exit code 0.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out && !self.quota_exceeded
+    }
+}
+
+/// `SIGKILL`-style name of a signal number.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("SIG{sig}"),
+    };
+    name.to_owned()
+}

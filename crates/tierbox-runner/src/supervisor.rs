@@ -1,0 +1,402 @@
+//! The supervisor: launches a Plan, enforces the deadline and the output quota, kills the
+//! whole tree, drains the pipes with a bounded wait, and returns an [`Outcome`].
+//!
+//! Invariants:
+//! - the call returns by `deadline + TERM_GRACE + DRAIN_TIMEOUT` at the latest, whatever
+//!   the child and its descendants do (a grandchild holding stdout cannot stall it);
+//! - partial output is always returned (timeout, quota, crash);
+//! - after the direct child exits, nothing of the run survives: the cgroup is killed, the
+//!   process group is killed, and — when the supervisor is a child subreaper — orphaned
+//!   daemons that escaped the group with `setsid` are killed too;
+//! - the direct child is reaped through its pidfd; no pid is ever signalled after it could
+//!   have been reused.
+
+use std::collections::HashSet;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use tierbox_policy::plan::Plan;
+use tierbox_policy::redact::Redactor;
+use tierbox_policy::{Rejection, Tier};
+use tierbox_sandbox::probe::host_facts;
+use tierbox_sandbox::spawn::{self, ExitInfo, LaunchError, LaunchOptions, Launched};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
+
+use crate::capture::{CAPTURE_CHUNK_BYTES, Push, StreamCapture};
+use crate::outcome::{LimitHit, Outcome, StreamOutput, Usage, signal_name};
+
+/// Grace between SIGTERM and SIGKILL when the deadline expires, in milliseconds. Long
+/// enough for a test runner to flush its report, short enough to keep the call bounded.
+pub const TERM_GRACE_MS: u64 = 1_000;
+
+/// Longest wait for stdout/stderr to reach EOF once the tree is dead, in milliseconds.
+/// Only a process outside the run's control (no cgroup, escaped the process group, no
+/// subreaper) can keep a pipe open that long; the output read so far is returned.
+pub const DRAIN_TIMEOUT_MS: u64 = 500;
+
+/// Errors that are not the child's doing.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The request was refused before anything ran.
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// The sandbox could not be set up.
+    #[error("sandbox launch failed: {0}")]
+    Launch(String),
+    /// Supervising the child failed.
+    #[error("supervision failed: {what}: {source}")]
+    Io {
+        /// What failed.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl From<LaunchError> for RunError {
+    fn from(e: LaunchError) -> Self {
+        match e {
+            LaunchError::Rejected(r) => RunError::Rejected(r),
+            other => RunError::Launch(other.to_string()),
+        }
+    }
+}
+
+/// Options of a run that are not part of the Plan.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// State directory: the run's private tmp and spill files go under it.
+    pub state_dir: PathBuf,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self { state_dir: default_state_dir() }
+    }
+}
+
+/// `$XDG_STATE_HOME/tierbox`, else `~/.local/state/tierbox`, else `/tmp/tierbox-<uid>`.
+pub fn default_state_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("tierbox");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(h).join(".local/state/tierbox");
+    }
+    PathBuf::from(format!("/tmp/tierbox-{}", tierbox_sandbox::spawn::sys::current_ids().0))
+}
+
+/// A fresh 128-bit run id, hex encoded.
+pub fn new_run_id() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok();
+    if !ok {
+        // Not security relevant (the id names a cgroup and a directory); keep it unique.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        b = (t ^ u128::from(std::process::id())).to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Pids of the direct children of live runs, so the orphan sweep never touches them.
+fn live_roots() -> &'static Mutex<HashSet<i32>> {
+    static ROOTS: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
+    ROOTS.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+static SUBREAPER: OnceLock<bool> = OnceLock::new();
+
+/// Makes this process a child subreaper, so orphaned descendants of runs (daemons that
+/// left the process group with `setsid`) are re-parented here and killed at the end of
+/// their run when no cgroup contains them.
+///
+/// Call it only in a process that owns no other children: at the end of each run the
+/// supervisor kills and reaps re-parented children that are not the root of a live run.
+/// The `tierbox` CLI and server call it at startup.
+pub fn enable_subreaper() -> std::io::Result<()> {
+    spawn::sys::set_child_subreaper()?;
+    let _ = SUBREAPER.set(true);
+    Ok(())
+}
+
+/// Runs `plan` and supervises it to the end.
+pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunError> {
+    if plan.background.is_some() {
+        return Err(Rejection::TierUnsupported {
+            tier: "b".to_owned(),
+            feature: "background".to_owned(),
+            reason: "background processes are not available in this build".to_owned(),
+        }
+        .into());
+    }
+    let facts = host_facts();
+    let tier = tierbox_sandbox::select::select_tier(plan, facts)?;
+    if tier != Tier::B {
+        return Err(Rejection::TierUnavailable { tier: tier.to_string(), reason: "no backend for this tier in this build".to_owned() }.into());
+    }
+    let run_id = new_run_id();
+    let launch_opts = LaunchOptions { run_id: run_id.clone(), tmp_base: opts.state_dir.join("tmp") };
+    let started = Instant::now();
+    let mut launched = spawn::launch(plan, &launch_opts)?;
+    register_root(launched.pid, true);
+    let result = supervise(plan, &mut launched, started, &opts.state_dir, &run_id).await;
+    register_root(launched.pid, false);
+    cleanup(&mut launched);
+    let mut outcome = result?;
+    outcome.run_id = run_id;
+    Ok(outcome)
+}
+
+fn register_root(pid: i32, live: bool) {
+    if let Ok(mut roots) = live_roots().lock() {
+        if live {
+            roots.insert(pid);
+        } else {
+            roots.remove(&pid);
+        }
+    }
+}
+
+enum Ended {
+    Exited,
+    Timeout,
+    Quota,
+}
+
+async fn supervise(plan: &Plan, l: &mut Launched, started: Instant, state_dir: &std::path::Path, run_id: &str) -> Result<Outcome, RunError> {
+    let quota = Arc::new(Notify::new());
+    let spill_dir = state_dir.join("spill");
+    let out_cap = Arc::new(Mutex::new(new_capture(plan, &spill_dir, run_id, "stdout")?));
+    let err_cap = Arc::new(Mutex::new(new_capture(plan, &spill_dir, run_id, "stderr")?));
+    let stdout = dup(&l.stdout)?;
+    let stderr = dup(&l.stderr)?;
+    let out_task = tokio::spawn(read_stream(stdout, out_cap.clone(), quota.clone()));
+    let err_task = tokio::spawn(read_stream(stderr, err_cap.clone(), quota.clone()));
+    if let (Some(fd), Some(data)) = (l.stdin.take(), plan.stdin.clone()) {
+        tokio::spawn(write_stdin(fd, data));
+    }
+
+    let pidfd = AsyncFd::with_interest(dup(&l.pidfd)?, tokio::io::Interest::READABLE)
+        .map_err(|source| RunError::Io { what: "register pidfd", source })?;
+    let deadline = started + Duration::from_millis(plan.limits.wall_timeout_ms);
+
+    let ended = tokio::select! {
+        r = exited(&pidfd) => { r?; Ended::Exited }
+        _ = tokio::time::sleep_until(deadline.into()) => Ended::Timeout,
+        _ = quota.notified() => Ended::Quota,
+    };
+    match ended {
+        Ended::Exited => {}
+        Ended::Timeout => {
+            signal_tree(l, libc::SIGTERM);
+            let grace = tokio::time::sleep(Duration::from_millis(TERM_GRACE_MS));
+            tokio::select! {
+                r = exited(&pidfd) => r?,
+                _ = grace => {}
+            }
+        }
+        Ended::Quota => {}
+    }
+    // The direct child is dead or about to be killed; it is not reaped yet, so its pid
+    // (the process group id) cannot have been reused.
+    kill_tree(l);
+    exited(&pidfd).await?;
+    let exit = spawn::sys::wait_pidfd(&l.pidfd, false)
+        .map_err(|source| RunError::Io { what: "waitid(P_PIDFD)", source })?
+        .ok_or_else(|| RunError::Io { what: "waitid(P_PIDFD)", source: std::io::Error::other("child not exited") })?;
+    // Anything that survived the group kill (only possible without a cgroup).
+    kill_tree(l);
+
+    let drain = Duration::from_millis(DRAIN_TIMEOUT_MS);
+    let out_incomplete = drain_task(out_task, drain).await;
+    let err_incomplete = drain_task(err_task, drain).await;
+    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+
+    let stats = l.cgroup.as_ref().map(|cg| cg.stats());
+    let limit_hit = classify(plan, &ended, &exit, stats.as_ref());
+    let redactor = plan.redaction.enabled.then(|| Redactor::new(&plan.redaction.sensitive_values));
+    let stdout = StreamOutput::from_captured(take_capture(&out_cap, plan).finish(), redactor.as_ref(), out_incomplete);
+    let stderr = StreamOutput::from_captured(take_capture(&err_cap, plan).finish(), redactor.as_ref(), err_incomplete);
+    let redacted = stdout.redacted || stderr.redacted;
+    Ok(Outcome {
+        run_id: String::new(),
+        exit_code: exit.code,
+        signal: exit.signal,
+        signal_name: exit.signal.map(signal_name),
+        timed_out: matches!(ended, Ended::Timeout),
+        quota_exceeded: matches!(ended, Ended::Quota),
+        limit_hit,
+        stdout,
+        stderr,
+        duration_ms,
+        usage: Usage {
+            cpu_user_ms: exit.user_us / 1000,
+            cpu_sys_ms: exit.sys_us / 1000,
+            peak_rss_bytes: exit.max_rss_bytes,
+            peak_memory_bytes: stats.as_ref().and_then(|s| s.memory_peak_bytes),
+        },
+        tier: "b".to_owned(),
+        backend: l.enforcement.backend.clone(),
+        enforcement: l.enforcement.clone(),
+        egress_preflight_hosts: plan.network.preflight_hosts.clone(),
+        redacted,
+    })
+}
+
+fn new_capture(plan: &Plan, spill_dir: &std::path::Path, run_id: &str, name: &str) -> Result<StreamCapture, RunError> {
+    let cap = StreamCapture::new(plan.output.max_bytes, plan.output.mode);
+    if !plan.output.spill {
+        return Ok(cap);
+    }
+    std::fs::create_dir_all(spill_dir).map_err(|source| RunError::Io { what: "create spill directory", source })?;
+    cap.with_spill(spill_dir.join(format!("{run_id}.{name}")), plan.limits.file_size_bytes)
+        .map_err(|source| RunError::Io { what: "create spill file", source })
+}
+
+fn take_capture(cap: &Arc<Mutex<StreamCapture>>, plan: &Plan) -> StreamCapture {
+    match cap.lock() {
+        Ok(mut guard) => std::mem::replace(&mut *guard, StreamCapture::new(plan.output.max_bytes, plan.output.mode)),
+        Err(poisoned) => {
+            let mut guard = poisoned.into_inner();
+            std::mem::replace(&mut *guard, StreamCapture::new(plan.output.max_bytes, plan.output.mode))
+        }
+    }
+}
+
+fn dup(fd: &OwnedFd) -> Result<OwnedFd, RunError> {
+    fd.try_clone().map_err(|source| RunError::Io { what: "dup", source })
+}
+
+/// Waits until the pidfd is readable (the child has exited; it is not reaped).
+async fn exited(pidfd: &AsyncFd<OwnedFd>) -> Result<(), RunError> {
+    pidfd.readable().await.map(|mut guard| guard.retain_ready()).map_err(|source| RunError::Io { what: "poll pidfd", source })
+}
+
+async fn read_stream(fd: OwnedFd, cap: Arc<Mutex<StreamCapture>>, quota: Arc<Notify>) {
+    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else { return };
+    let mut buf = vec![0u8; CAPTURE_CHUNK_BYTES];
+    loop {
+        match rx.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let push = match cap.lock() {
+                    Ok(mut c) => c.push(&buf[..n]),
+                    Err(_) => return,
+                };
+                if push == Push::QuotaExceeded {
+                    quota.notify_one();
+                }
+            }
+        }
+    }
+}
+
+async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
+    if let Ok(mut tx) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
+        // A child that exits without reading gives EPIPE; that is its choice.
+        let _ = tx.write_all(&data).await;
+    }
+}
+
+/// Waits up to `limit` for a reader to reach EOF; returns whether it had to give up.
+async fn drain_task(task: tokio::task::JoinHandle<()>, limit: Duration) -> bool {
+    let abort = task.abort_handle();
+    match tokio::time::timeout(limit, task).await {
+        Ok(_) => false,
+        Err(_) => {
+            abort.abort();
+            true
+        }
+    }
+}
+
+/// Sends `sig` to every process of the run.
+fn signal_tree(l: &Launched, sig: i32) {
+    if let Some(cg) = &l.cgroup {
+        for pid in cg.pids() {
+            let _ = spawn::sys::kill(pid, sig);
+        }
+    }
+    let _ = spawn::sys::kill(-l.pid, sig);
+}
+
+/// SIGKILLs every process of the run: the cgroup, the process group, and (subreaper
+/// mode) orphans re-parented to the supervisor.
+fn kill_tree(l: &Launched) {
+    if let Some(cg) = &l.cgroup {
+        let _ = cg.kill_all();
+    }
+    let _ = spawn::sys::kill(-l.pid, libc::SIGKILL);
+    if SUBREAPER.get().copied().unwrap_or(false) && l.cgroup.is_none() {
+        sweep_orphans();
+    }
+}
+
+/// Kills and reaps children of this process that are not the root of a live run: they
+/// can only be re-parented orphans of runs (see [`enable_subreaper`]).
+fn sweep_orphans() {
+    let roots: HashSet<i32> = live_roots().lock().map(|r| r.clone()).unwrap_or_default();
+    for pid in own_children() {
+        if !roots.contains(&pid) {
+            let _ = spawn::sys::kill(pid, libc::SIGKILL);
+            for _ in 0..50 {
+                if spawn::sys::reap_nohang(pid) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+fn own_children() -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return out };
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+    }
+    out
+}
+
+fn cleanup(l: &mut Launched) {
+    if let Some(cg) = l.cgroup.take() {
+        let _ = cg.kill_all();
+        let _ = cg.remove();
+    }
+    if let Some(tmp) = l.tmp_dir.take() {
+        let _ = std::fs::remove_dir_all(tmp);
+    }
+}
+
+fn classify(plan: &Plan, ended: &Ended, exit: &ExitInfo, stats: Option<&tierbox_sandbox::linux::cgroup::CgroupStats>) -> Option<LimitHit> {
+    match ended {
+        Ended::Timeout => return Some(LimitHit::WallTime),
+        Ended::Quota => return Some(LimitHit::Output),
+        Ended::Exited => {}
+    }
+    if let Some(s) = stats {
+        if s.oom_kills > 0 {
+            return Some(LimitHit::Memory);
+        }
+    }
+    let cpu_ms = (exit.user_us + exit.sys_us) / 1000;
+    match exit.signal {
+        Some(libc::SIGXCPU) => return Some(LimitHit::CpuTime),
+        Some(libc::SIGKILL) if cpu_ms >= plan.limits.cpu_time_secs * 1000 => return Some(LimitHit::CpuTime),
+        Some(libc::SIGXFSZ) => return Some(LimitHit::FileSize),
+        _ => {}
+    }
+    if let Some(s) = stats {
+        if s.pids_limit_hit > 0 {
+            return Some(LimitHit::Processes);
+        }
+    }
+    None
+}

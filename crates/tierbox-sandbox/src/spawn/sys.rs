@@ -1,0 +1,543 @@
+//! The Tier B child: `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` and the ordered setup
+//! that runs in the child before `execve`.
+//!
+//! Why this shape: a plain `fork` of a large multi-threaded supervisor copies its page
+//! tables, and `std::process::Command::pre_exec` forces that fork. A `CLONE_VM |
+//! CLONE_VFORK` child shares the supervisor's memory and the supervisor's thread is
+//! suspended until the child execs or exits, which is what `posix_spawn` does and why it
+//! is fast. The price is discipline in the child:
+//!
+//! - everything is prepared by the parent beforehand ([`ChildSpec`]: C strings, pointer
+//!   arrays, open fds, the landlock ruleset fd, the compiled seccomp program);
+//! - the child only makes raw system calls: no allocation, no locks, no glibc functions
+//!   that touch process-wide state (glibc's `setuid` would broadcast to the *parent's*
+//!   threads), no panics;
+//! - all signals are blocked on the launcher thread, so no handler of the supervisor can
+//!   run on the child's borrowed memory; the child resets every disposition to the
+//!   default before unblocking, right before `execve`;
+//! - a failure is written to two atomics in the spec (shared memory) and the child exits
+//!   with 127; the parent reads them after `clone` returns.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+
+use crate::linux::sys as lsys;
+
+/// Stack for the cloned child, in bytes. The child runs one small function with no
+/// recursion; 64 KiB leaves ample room for the glibc `clone` trampoline and the frames.
+pub(crate) const CHILD_STACK_BYTES: usize = 64 * 1024;
+
+/// Most cgroup `cgroup.procs` files the child attaches itself to (one per v1 controller).
+pub(crate) const MAX_CGROUP_FDS: usize = 6;
+
+/// Number of rlimits the child sets.
+pub(crate) const RLIMIT_COUNT: usize = 5;
+
+/// The setup step that failed in the child; reported with its errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ChildStep {
+    /// No failure.
+    None = 0,
+    /// `setsid()`.
+    Setsid,
+    /// `prctl(PR_SET_PDEATHSIG)`, or the supervisor died before the child started.
+    Pdeathsig,
+    /// Writing `0` to a cgroup's `cgroup.procs`.
+    CgroupAttach,
+    /// `dup2` of stdin/stdout/stderr.
+    Stdio,
+    /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`.
+    CloseFds,
+    /// `chdir` into the working directory.
+    Chdir,
+    /// `prlimit64` for one of the rlimits.
+    Rlimit,
+    /// Dropping the capability bounding set, ambient set and securebits.
+    DropBounding,
+    /// `setgroups`/`setresgid`/`setresuid`.
+    SetIds,
+    /// `capset` to empty sets.
+    Capset,
+    /// `prctl(PR_SET_NO_NEW_PRIVS)`.
+    NoNewPrivs,
+    /// `landlock_restrict_self`.
+    Landlock,
+    /// Installing the seccomp filter.
+    Seccomp,
+    /// `rt_sigprocmask` to an empty mask.
+    SignalMask,
+    /// `execve`.
+    Execve,
+}
+
+impl ChildStep {
+    fn from_u32(v: u32) -> Self {
+        use ChildStep::*;
+        [
+            None, Setsid, Pdeathsig, CgroupAttach, Stdio, CloseFds, Chdir, Rlimit, DropBounding, SetIds,
+            Capset, NoNewPrivs, Landlock, Seccomp, SignalMask, Execve,
+        ]
+        .get(v as usize)
+        .copied()
+        .unwrap_or(Execve)
+    }
+
+    /// The system call or action, for error messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ChildStep::None => "none",
+            ChildStep::Setsid => "setsid()",
+            ChildStep::Pdeathsig => "prctl(PR_SET_PDEATHSIG, SIGKILL)",
+            ChildStep::CgroupAttach => "write(cgroup.procs, \"0\")",
+            ChildStep::Stdio => "dup2(stdio)",
+            ChildStep::CloseFds => "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)",
+            ChildStep::Chdir => "chdir(cwd)",
+            ChildStep::Rlimit => "prlimit64",
+            ChildStep::DropBounding => "prctl(PR_CAPBSET_DROP / PR_CAP_AMBIENT_CLEAR_ALL)",
+            ChildStep::SetIds => "setgroups/setresgid/setresuid",
+            ChildStep::Capset => "capset(0)",
+            ChildStep::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS, 1)",
+            ChildStep::Landlock => "landlock_restrict_self",
+            ChildStep::Seccomp => "seccomp(SECCOMP_SET_MODE_FILTER)",
+            ChildStep::SignalMask => "rt_sigprocmask(SIG_SETMASK, {})",
+            ChildStep::Execve => "execve",
+        }
+    }
+}
+
+/// Everything the child needs, prepared by the parent. Every pointer stays valid until
+/// `clone` returns (the parent is suspended until the child execs or exits).
+#[repr(C)]
+pub(crate) struct ChildSpec {
+    pub program: *const c_char,
+    pub argv: *const *const c_char,
+    pub envp: *const *const c_char,
+    pub cwd: *const c_char,
+    pub stdin_fd: c_int,
+    pub stdout_fd: c_int,
+    pub stderr_fd: c_int,
+    pub cgroup_fds: [c_int; MAX_CGROUP_FDS],
+    pub n_cgroup_fds: usize,
+    pub rlimits: [(c_int, libc::rlimit64); RLIMIT_COUNT],
+    /// Drop the bounding and ambient sets and lock securebits (the supervisor is root).
+    pub drop_privileged: bool,
+    /// Switch to `uid`/`gid` (and no supplementary groups).
+    pub change_ids: bool,
+    pub uid: u32,
+    pub gid: u32,
+    pub last_cap: u32,
+    /// `-1` when landlock is not applied.
+    pub landlock_fd: c_int,
+    /// Null when seccomp is not applied.
+    pub seccomp: *const libc::sock_fprog,
+    /// The supervisor's pid, to detect that it died before `PR_SET_PDEATHSIG` took hold.
+    pub parent_pid: libc::pid_t,
+    pub fail_step: AtomicU32,
+    pub fail_errno: AtomicI32,
+}
+
+/// Returns the current thread's errno.
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Records a failed step and exits the child. Never returns.
+fn child_fail(spec: &ChildSpec, step: ChildStep, err: i32) -> c_int {
+    spec.fail_errno.store(err, Ordering::SeqCst);
+    spec.fail_step.store(step as u32, Ordering::SeqCst);
+    // SAFETY: exit_group only ends this child (it is its own thread group: no CLONE_THREAD);
+    // it never returns and touches no shared state.
+    unsafe { libc::syscall(libc::SYS_exit_group, 127) };
+    127
+}
+
+/// Raw syscall returning `Err(errno)` on `-1`.
+fn check(ret: libc::c_long) -> Result<libc::c_long, i32> {
+    if ret == -1 { Err(errno()) } else { Ok(ret) }
+}
+
+/// The child's entry point: the ordered setup, then `execve`.
+///
+/// The order matters and each step says why it sits where it does.
+extern "C" fn child_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `&ChildSpec` the parent passed to `clone`; the parent is
+    // suspended (CLONE_VFORK) until we exec or exit, so the reference stays valid.
+    let spec: &ChildSpec = unsafe { &*(arg as *const ChildSpec) };
+    match child_setup(spec) {
+        Ok(()) => child_fail(spec, ChildStep::Execve, libc::EIO),
+        Err((step, err)) => child_fail(spec, step, err),
+    }
+}
+
+fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
+    use ChildStep as S;
+    let step = |s: ChildStep| move |e: i32| (s, e);
+
+    // 1. Default signal dispositions first: all signals are still blocked (inherited from
+    //    the launcher thread), and no supervisor handler may ever run on this shared memory.
+    reset_signal_handlers();
+    // 2. New session and process group, so the tree can be signalled as a group and the
+    //    child has no controlling terminal.
+    // SAFETY: setsid takes no arguments and only changes this process's session.
+    check(unsafe { libc::syscall(libc::SYS_setsid) }).map_err(step(S::Setsid))?;
+    // 3. Die with the launcher thread; then make sure it was not already gone.
+    // SAFETY: prctl with integer arguments only.
+    check(unsafe { libc::syscall(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })
+        .map_err(step(S::Pdeathsig))?;
+    // SAFETY: getppid takes no arguments.
+    if unsafe { libc::syscall(libc::SYS_getppid) } as libc::pid_t != spec.parent_pid {
+        return Err((S::Pdeathsig, libc::ESRCH));
+    }
+    // 4. Join the run's cgroup before anything else can fork, so no descendant escapes it.
+    for &fd in &spec.cgroup_fds[..spec.n_cgroup_fds.min(MAX_CGROUP_FDS)] {
+        lsys::write_all_raw(fd, b"0").map_err(step(S::CgroupAttach))?;
+    }
+    // 5. stdio. The parent guarantees every source fd is >= 3, so dup2 cannot clobber one.
+    for (src, dst) in [(spec.stdin_fd, 0), (spec.stdout_fd, 1), (spec.stderr_fd, 2)] {
+        // SAFETY: dup2 on fds the parent opened for us.
+        check(unsafe { libc::syscall(libc::SYS_dup2, src, dst) }).map_err(step(S::Stdio))?;
+    }
+    // 6. Every other fd (inherited from the supervisor, including ones it leaked without
+    //    O_CLOEXEC) is closed at exec. CLOEXEC rather than close: the landlock and cgroup
+    //    fds are still needed below.
+    // SAFETY: close_range with integer arguments.
+    check(unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) })
+        .map_err(step(S::CloseFds))?;
+    // 7. Working directory, while we still have every right to reach it.
+    // SAFETY: `cwd` is a NUL-terminated string owned by the parent.
+    check(unsafe { libc::syscall(libc::SYS_chdir, spec.cwd) }).map_err(step(S::Chdir))?;
+    // 8. rlimits before dropping privileges (raising a hard limit would need them).
+    for (resource, limit) in &spec.rlimits {
+        let limit: *const libc::rlimit64 = limit;
+        // SAFETY: prlimit64 on ourselves (pid 0) with a pointer to a valid rlimit64.
+        check(unsafe { libc::syscall(libc::SYS_prlimit64, 0, *resource, limit, std::ptr::null_mut::<c_void>()) })
+            .map_err(step(S::Rlimit))?;
+    }
+    // 9. Capabilities: the bounding and ambient sets and securebits need CAP_SETPCAP, so
+    //    they go first; then the uid switch (which clears the effective and permitted
+    //    sets); then capset(0) for the case where we stay uid 0.
+    if spec.drop_privileged {
+        lsys::set_securebits_noroot().map_err(step(S::DropBounding))?;
+        lsys::drop_bounding_set(spec.last_cap).map_err(step(S::DropBounding))?;
+        lsys::clear_ambient().map_err(step(S::DropBounding))?;
+    }
+    if spec.change_ids {
+        lsys::set_ids(spec.uid, spec.gid).map_err(step(S::SetIds))?;
+    }
+    lsys::capset_zero().map_err(step(S::Capset))?;
+    // 10. no_new_privs: required by unprivileged landlock and seccomp, and stops setuid
+    //     binaries from regaining anything.
+    lsys::set_no_new_privs().map_err(step(S::NoNewPrivs))?;
+    // 11. Landlock after chdir and before seccomp (seccomp could deny its syscalls).
+    if spec.landlock_fd >= 0 {
+        lsys::landlock_restrict_self(spec.landlock_fd).map_err(step(S::Landlock))?;
+    }
+    // 12. Seccomp last, so it cannot block any setup call above.
+    if !spec.seccomp.is_null() {
+        // SAFETY: the parent keeps the program alive until clone returns.
+        let prog = unsafe { &*spec.seccomp };
+        lsys::seccomp_set_filter(prog).map_err(step(S::Seccomp))?;
+    }
+    // 13. Unblock every signal: the new program starts with an empty mask.
+    // SAFETY: `set` is a zeroed kernel sigset on our stack.
+    let set: u64 = 0;
+    check(unsafe {
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &set as *const u64, std::ptr::null_mut::<u64>(), 8)
+    })
+    .map_err(step(S::SignalMask))?;
+    // 14. execve; only returns on failure.
+    // SAFETY: program/argv/envp are NUL-terminated strings and NULL-terminated arrays owned
+    // by the parent.
+    let ret = unsafe { libc::syscall(libc::SYS_execve, spec.program, spec.argv, spec.envp) };
+    let _ = ret;
+    Err((S::Execve, errno()))
+}
+
+/// Resets every catchable signal to `SIG_DFL` with raw `rt_sigaction`.
+fn reset_signal_handlers() {
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let dfl = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: rt_sigaction with a valid kernel sigaction struct on our stack; errors
+        // (EINVAL for reserved numbers) are ignored on purpose.
+        unsafe {
+            libc::syscall(libc::SYS_rt_sigaction, sig, &dfl as *const KernelSigaction, std::ptr::null_mut::<c_void>(), 8)
+        };
+    }
+}
+
+/// A reusable child stack, owned by the launcher thread.
+pub(crate) struct ChildStack {
+    mem: Vec<u128>,
+}
+
+impl ChildStack {
+    pub fn new() -> Self {
+        // u128 elements keep the stack 16-byte aligned as the x86-64 and aarch64 ABIs require.
+        Self { mem: vec![0u128; CHILD_STACK_BYTES / 16] }
+    }
+}
+
+/// The result of a successful clone.
+pub(crate) struct Cloned {
+    pub pid: libc::pid_t,
+    pub pidfd: OwnedFd,
+}
+
+/// Clones the child and waits for it to exec (or fail).
+///
+/// Must be called on a thread with every signal blocked (the launcher thread), because
+/// the child briefly runs on this process's memory.
+pub(crate) fn clone_and_exec(spec: &mut ChildSpec, stack: &mut ChildStack) -> Result<Cloned, (ChildStep, i32)> {
+    spec.fail_step.store(0, Ordering::SeqCst);
+    spec.fail_errno.store(0, Ordering::SeqCst);
+    let mut pidfd: c_int = -1;
+    let top = stack.mem.as_mut_ptr_range().end as *mut c_void;
+    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
+    // SAFETY: `child_main` only reads `spec` and makes raw syscalls (module docs); `top` is
+    // the 16-byte aligned end of a live stack buffer; the parent is suspended until the
+    // child execs or exits, so `spec`, the strings it points to and the stack outlive the
+    // child's use of them. CLONE_PIDFD stores the pidfd in `pidfd` (the parent_tid slot).
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top,
+            flags,
+            spec as *mut ChildSpec as *mut c_void,
+            &mut pidfd as *mut c_int,
+        )
+    };
+    if pid == -1 {
+        return Err((ChildStep::None, errno()));
+    }
+    // SAFETY: on success the kernel returned a fresh pidfd that we now own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let failed = ChildStep::from_u32(spec.fail_step.load(Ordering::SeqCst));
+    if failed != ChildStep::None {
+        let err = spec.fail_errno.load(Ordering::SeqCst);
+        // Reap the failed child now; it has already exited.
+        let _ = wait_pidfd(&pidfd, false);
+        return Err((failed, err));
+    }
+    Ok(Cloned { pid, pidfd })
+}
+
+/// How a child ended, with its resource usage.
+#[derive(Debug, Clone, Copy)]
+pub struct ExitInfo {
+    /// Exit code when it exited normally.
+    pub code: Option<i32>,
+    /// Signal number when it was killed by a signal.
+    pub signal: Option<i32>,
+    /// User CPU time in microseconds (the child and its reaped descendants).
+    pub user_us: u64,
+    /// System CPU time in microseconds.
+    pub sys_us: u64,
+    /// Peak resident set size in bytes.
+    pub max_rss_bytes: u64,
+}
+
+/// `waitid(P_PIDFD, fd, WEXITED [| WNOHANG], rusage)`. `Ok(None)` when `nohang` and the
+/// child is still running.
+pub fn wait_pidfd(pidfd: &OwnedFd, nohang: bool) -> io::Result<Option<ExitInfo>> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: zeroed siginfo_t and rusage are valid out-parameters.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | if nohang { libc::WNOHANG } else { 0 };
+    loop {
+        // SAFETY: the raw waitid syscall takes a fifth rusage argument that glibc's wrapper
+        // hides; both out-pointers are valid for writes.
+        let ret = unsafe {
+            libc::syscall(libc::SYS_waitid, libc::P_PIDFD, pidfd.as_raw_fd(), &mut info as *mut _, flags, &mut usage as *mut _)
+        };
+        if ret == -1 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        break;
+    }
+    // SAFETY: si_pid/si_status are valid to read after a successful waitid.
+    let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if pid == 0 {
+        return Ok(None);
+    }
+    let (code, signal) = match info.si_code {
+        libc::CLD_EXITED => (Some(status), None),
+        _ => (None, Some(status)),
+    };
+    let tv = |t: libc::timeval| (t.tv_sec as u64) * 1_000_000 + t.tv_usec as u64;
+    Ok(Some(ExitInfo {
+        code,
+        signal,
+        user_us: tv(usage.ru_utime),
+        sys_us: tv(usage.ru_stime),
+        max_rss_bytes: (usage.ru_maxrss as u64) * 1024,
+    }))
+}
+
+/// `pidfd_send_signal(fd, sig)`.
+pub fn pidfd_signal(pidfd: &OwnedFd, sig: i32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: pidfd_send_signal with a valid pidfd and a null siginfo.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null_mut::<c_void>(), 0) };
+    if ret == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// `kill(pid, sig)`; `pid < 0` signals a process group.
+pub fn kill(pid: libc::pid_t, sig: i32) -> io::Result<()> {
+    // SAFETY: kill with integer arguments.
+    if unsafe { libc::kill(pid, sig) } == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// `waitpid(pid, WNOHANG)`: reaps `pid` if it has exited. Returns whether it was reaped.
+pub fn reap_nohang(pid: libc::pid_t) -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid on a specific pid with a valid status pointer.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
+}
+
+/// `pipe2(O_CLOEXEC)` with both ends moved to fds >= 3, returning (read, write).
+pub(crate) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds are fresh and owned by us.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((above_stdio(r)?, above_stdio(w)?))
+}
+
+/// Opens `/dev/null` read-only, close-on-exec, at an fd >= 3.
+pub(crate) fn open_dev_null() -> io::Result<OwnedFd> {
+    // SAFETY: open with a static NUL-terminated path.
+    let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd owned by us.
+    above_stdio(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Moves `fd` to a number >= 3 (so the child's dup2 onto 0/1/2 cannot clobber it).
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on an fd we own.
+    let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if new == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd owned by us; the old one is closed when `fd` drops.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Blocks every signal on the calling thread (the launcher thread calls this once).
+pub(crate) fn block_all_signals_on_this_thread() {
+    // SAFETY: sigfillset/pthread_sigmask on a local sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
+/// `uname -r`.
+pub fn kernel_release() -> String {
+    // SAFETY: zeroed utsname is a valid out-parameter for uname.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return String::new();
+    }
+    let bytes: Vec<u8> = u.release.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Effective uid and gid of the supervisor.
+pub fn current_ids() -> (u32, u32) {
+    // SAFETY: geteuid/getegid cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+/// Owner uid and gid of `path`.
+pub fn owner_of(path: &std::path::Path) -> io::Result<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path)?;
+    Ok((m.uid(), m.gid()))
+}
+
+/// `getpid()`.
+pub fn getpid() -> libc::pid_t {
+    // SAFETY: getpid cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// `prctl(PR_SET_CHILD_SUBREAPER, 1)`: orphaned descendants are re-parented to this
+/// process (so `setsid` double-forked daemons can be found and killed).
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `prctl(PR_SET_DUMPABLE, 0)`: other processes of the same uid (including sandboxed ones
+/// running as the supervisor's uid) cannot read our memory or `/proc/<pid>/environ`.
+pub fn set_not_dumpable() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Raw fd helper for the parent side.
+pub(crate) fn raw(fd: &OwnedFd) -> RawFd {
+    use std::os::fd::AsRawFd;
+    fd.as_raw_fd()
+}
+
+/// A `ChildSpec` pointer handed to the launcher thread.
+pub(crate) struct SendSpec(*mut ChildSpec);
+
+// SAFETY: the pointer is only dereferenced by the launcher thread while the submitting
+// thread is blocked waiting for the reply (see `launcher_clone`), so there is never
+// concurrent access, and `ChildSpec`'s own pointers target data the submitter keeps alive.
+unsafe impl Send for SendSpec {}
+
+impl SendSpec {
+    pub(crate) fn new(spec: &mut ChildSpec) -> Self {
+        Self(spec as *mut ChildSpec)
+    }
+}
+
+/// Runs [`clone_and_exec`] for a submitted job (on the launcher thread).
+pub(crate) fn clone_job(spec: &SendSpec, stack: &mut ChildStack) -> Result<Cloned, (ChildStep, i32)> {
+    // SAFETY: see `SendSpec`: the submitter is blocked until we reply, so this is the only
+    // live reference to the spec.
+    let spec = unsafe { &mut *spec.0 };
+    clone_and_exec(spec, stack)
+}
