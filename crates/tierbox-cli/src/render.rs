@@ -1,7 +1,7 @@
 //! Human-readable rendering. Guest output is hostile: when printing to a terminal, escape
 //! sequences and other control characters are made visible instead of interpreted.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use tierbox_policy::Plan;
 use tierbox_runner::Outcome;
@@ -56,7 +56,7 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
             notes.push(format!("{name}: secrets redacted"));
         }
     }
-    if !o.enforcement.missing_layers.is_empty() {
+    if !o.enforcement.missing_layers.is_empty() && std::io::stderr().is_terminal() {
         let missing: Vec<String> = o.enforcement.missing_layers.iter().map(|l| l.to_string()).collect();
         notes.push(format!("not enforced on this host: {}", missing.join(", ")));
     }

@@ -22,7 +22,9 @@ mod pattern;
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
-pub use extract::{extract_hosts, extract_hosts_for, FoundHost, HOST_HINT_SEGMENTS, NETWORK_CLIENTS};
+pub use extract::{
+    FoundHost, HOST_HINT_SEGMENTS, NETWORK_CLIENTS, extract_hosts, extract_hosts_for,
+};
 pub use pattern::{HostPattern, PatternError};
 
 pub use crate::request::MAX_HOST_BYTES;
@@ -65,10 +67,15 @@ impl CanonicalHost {
             return Err(HostError::Empty);
         }
         if raw.len() > MAX_HOST_INPUT_BYTES {
-            return Err(HostError::TooLong { host: host(), len: raw.len() });
+            return Err(HostError::TooLong {
+                host: host(),
+                len: raw.len(),
+            });
         }
         if let Some(inner) = raw.strip_prefix('[') {
-            let inner = inner.strip_suffix(']').ok_or_else(|| HostError::InvalidIpv6 { host: host() })?;
+            let inner = inner
+                .strip_suffix(']')
+                .ok_or_else(|| HostError::InvalidIpv6 { host: host() })?;
             return parse_ipv6(inner).ok_or_else(|| HostError::InvalidIpv6 { host: host() });
         }
         if raw.contains(':') {
@@ -85,7 +92,10 @@ impl CanonicalHost {
             }
             Ok(url::Host::Ipv4(v4)) => Ok(Self::Ip(IpAddr::V4(v4))),
             Ok(url::Host::Ipv6(v6)) => Ok(Self::Ip(IpAddr::V6(v6).to_canonical())),
-            Err(e) => Err(HostError::Idna { host: host(), reason: e.to_string() }),
+            Err(e) => Err(HostError::Idna {
+                host: host(),
+                reason: e.to_string(),
+            }),
         }
     }
 
@@ -128,16 +138,23 @@ pub fn canonical_host(raw: &str) -> Result<String, HostError> {
 /// text and the port, without checking the host.
 pub fn split_host_port(raw: &str) -> Result<(&str, Option<u16>), HostError> {
     let port_of = |text: &str| {
-        parse_port(text).ok_or_else(|| HostError::InvalidPort { host: raw.to_owned(), port: text.to_owned() })
+        parse_port(text).ok_or_else(|| HostError::InvalidPort {
+            host: raw.to_owned(),
+            port: text.to_owned(),
+        })
     };
     if raw.starts_with('[') {
         let Some(close) = raw.find(']') else {
-            return Err(HostError::InvalidIpv6 { host: raw.to_owned() });
+            return Err(HostError::InvalidIpv6 {
+                host: raw.to_owned(),
+            });
         };
         let (host, rest) = raw.split_at(close + 1);
         return match rest.strip_prefix(':') {
             None if rest.is_empty() => Ok((host, None)),
-            None => Err(HostError::InvalidIpv6 { host: raw.to_owned() }),
+            None => Err(HostError::InvalidIpv6 {
+                host: raw.to_owned(),
+            }),
             Some(port) => Ok((host, Some(port_of(port)?))),
         };
     }
@@ -194,20 +211,33 @@ fn parse_ipv6(text: &str) -> Option<CanonicalHost> {
 fn check_ldh(raw: &str, ascii: &str) -> Result<(), HostError> {
     let host = || raw.to_owned();
     if ascii.len() > MAX_HOST_BYTES {
-        return Err(HostError::TooLong { host: host(), len: ascii.len() });
+        return Err(HostError::TooLong {
+            host: host(),
+            len: ascii.len(),
+        });
     }
     for label in ascii.split('.') {
         if label.is_empty() {
             return Err(HostError::EmptyLabel { host: host() });
         }
         if label.len() > MAX_LABEL_BYTES {
-            return Err(HostError::LabelTooLong { host: host(), label: label.to_owned(), len: label.len() });
+            return Err(HostError::LabelTooLong {
+                host: host(),
+                label: label.to_owned(),
+                len: label.len(),
+            });
         }
-        if let Some(ch) = label.chars().find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')) {
+        if let Some(ch) = label
+            .chars()
+            .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+        {
             return Err(HostError::InvalidChar { host: host(), ch });
         }
         if label.starts_with('-') || label.ends_with('-') {
-            return Err(HostError::HyphenAtLabelEdge { host: host(), label: label.to_owned() });
+            return Err(HostError::HyphenAtLabelEdge {
+                host: host(),
+                label: label.to_owned(),
+            });
         }
     }
     Ok(())
@@ -228,7 +258,11 @@ pub enum HostError {
     EmptyLabel { host: String },
     /// A label is longer than [`MAX_LABEL_BYTES`].
     #[error("host {host:?} has a label of {len} bytes, more than {MAX_LABEL_BYTES}: {label:?}")]
-    LabelTooLong { host: String, label: String, len: usize },
+    LabelTooLong {
+        host: String,
+        label: String,
+        len: usize,
+    },
     /// A character other than a letter, digit or `-` (after IDNA conversion).
     #[error("host {host:?} has the character {ch:?}; labels may hold only letters, digits and '-'")]
     InvalidChar { host: String, ch: char },
@@ -247,8 +281,12 @@ pub enum HostError {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    /// An input and a check on the error it must give.
+    type Refusal<'a> = (&'a str, fn(&HostError) -> bool);
 
     fn canon(s: &str) -> String {
         canonical_host(s).unwrap_or_else(|e| panic!("{s:?}: {e}"))
@@ -281,29 +319,46 @@ mod tests {
         assert_eq!(canon("127.1"), "127.0.0.1");
         assert_eq!(canon("2130706433"), "127.0.0.1");
         assert_eq!(canon("0x7f.0.0.1"), "127.0.0.1");
-        assert_eq!(CanonicalHost::parse("[::1]").ok(), CanonicalHost::parse("::1").ok());
+        assert_eq!(
+            CanonicalHost::parse("[::1]").ok(),
+            CanonicalHost::parse("::1").ok()
+        );
     }
 
     #[test]
     fn bad_names_are_refused() {
         let long_label = format!("{}.example", "a".repeat(64));
         let long_name = format!("{}example", "abcdefghi.".repeat(25));
-        let cases: &[(&str, fn(&HostError) -> bool)] = &[
+        let cases: &[Refusal<'_>] = &[
             ("", |e| matches!(e, HostError::Empty)),
             (".", |e| matches!(e, HostError::EmptyLabel { .. })),
             ("a..b", |e| matches!(e, HostError::EmptyLabel { .. })),
             (".a.b", |e| matches!(e, HostError::EmptyLabel { .. })),
             ("a.b..", |e| matches!(e, HostError::EmptyLabel { .. })),
-            (&long_label, |e| matches!(e, HostError::LabelTooLong { len: 64, .. })),
+            (&long_label, |e| {
+                matches!(e, HostError::LabelTooLong { len: 64, .. })
+            }),
             (&long_name, |e| matches!(e, HostError::TooLong { .. })),
-            ("bad_name.example", |e| matches!(e, HostError::InvalidChar { ch: '_', .. })),
-            ("-a.example", |e| matches!(e, HostError::HyphenAtLabelEdge { .. })),
-            ("a-.example", |e| matches!(e, HostError::HyphenAtLabelEdge { .. })),
+            ("bad_name.example", |e| {
+                matches!(e, HostError::InvalidChar { ch: '_', .. })
+            }),
+            ("-a.example", |e| {
+                matches!(e, HostError::HyphenAtLabelEdge { .. })
+            }),
+            ("a-.example", |e| {
+                matches!(e, HostError::HyphenAtLabelEdge { .. })
+            }),
             ("[::1", |e| matches!(e, HostError::InvalidIpv6 { .. })),
             ("std::io", |e| matches!(e, HostError::InvalidIpv6 { .. })),
-            ("fe80::1%eth0", |e| matches!(e, HostError::InvalidIpv6 { .. })),
-            ("a b.example", |e| matches!(e, HostError::Idna { .. } | HostError::InvalidChar { .. })),
-            ("a/b.example", |e| matches!(e, HostError::Idna { .. } | HostError::InvalidChar { .. })),
+            ("fe80::1%eth0", |e| {
+                matches!(e, HostError::InvalidIpv6 { .. })
+            }),
+            ("a b.example", |e| {
+                matches!(e, HostError::Idna { .. } | HostError::InvalidChar { .. })
+            }),
+            ("a/b.example", |e| {
+                matches!(e, HostError::Idna { .. } | HostError::InvalidChar { .. })
+            }),
             ("1.2.3.4.5", |e| matches!(e, HostError::Idna { .. })),
         ];
         for (input, expected) in cases {
@@ -322,7 +377,10 @@ mod tests {
         let at_limit = format!("{label63}.{label63}.{label63}.{}", "b".repeat(61));
         assert_eq!(at_limit.len(), 253);
         assert!(canonical_host(&at_limit).is_ok());
-        assert!(canonical_host(&format!("{at_limit}.")).is_ok(), "the trailing dot does not count");
+        assert!(
+            canonical_host(&format!("{at_limit}.")).is_ok(),
+            "the trailing dot does not count"
+        );
         assert!(canonical_host(&format!("c{at_limit}")).is_err());
     }
 
@@ -336,14 +394,23 @@ mod tests {
     #[test]
     fn host_and_port_split() {
         let ok = |s: &str| {
-            parse_host_and_port(s).map(|(h, p)| (h.to_string(), p)).unwrap_or_else(|e| panic!("{s:?}: {e}"))
+            parse_host_and_port(s)
+                .map(|(h, p)| (h.to_string(), p))
+                .unwrap_or_else(|e| panic!("{s:?}: {e}"))
         };
         assert_eq!(ok("example.com"), ("example.com".into(), None));
         assert_eq!(ok("example.com:443"), ("example.com".into(), Some(443)));
         assert_eq!(ok("[::1]:8080"), ("::1".into(), Some(8080)));
         assert_eq!(ok("[::1]"), ("::1".into(), None));
         assert_eq!(ok("fd00::1"), ("fd00::1".into(), None));
-        for bad in ["example.com:", "example.com:0", "example.com:65536", "example.com:+80", "example.com:http", "[::1]x"] {
+        for bad in [
+            "example.com:",
+            "example.com:0",
+            "example.com:65536",
+            "example.com:+80",
+            "example.com:http",
+            "[::1]x",
+        ] {
             assert!(parse_host_and_port(bad).is_err(), "{bad:?}");
         }
     }

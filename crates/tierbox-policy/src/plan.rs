@@ -60,6 +60,9 @@ pub struct FsPlan {
     pub deny_read: Vec<PathBuf>,
     /// Absolute paths inside the workspace kept read-only (Tier C); they need not exist.
     pub protected: Vec<PathBuf>,
+    /// The run gets a private, empty, writable `HOME` (the supervisor's home is not
+    /// granted by the policy, so passing it would only make tools fail on it).
+    pub private_home: bool,
 }
 
 /// Network.

@@ -607,3 +607,25 @@ mod tests {
         assert!(Tier::B < Tier::C && Tier::C < Tier::A);
     }
 }
+
+#[cfg(test)]
+mod shipped_policies {
+    use super::Policy;
+
+    /// Every example policy under `policies/` parses, is checked, and has a description.
+    #[test]
+    fn every_shipped_policy_parses_and_is_described() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("policies/ exists") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&path).expect("readable");
+                let policy = Policy::from_toml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(!policy.description.is_empty(), "{} has no description", path.display());
+                seen += 1;
+            }
+        }
+        assert!(seen >= 2, "expected the shipped policies, found {seen}");
+    }
+}

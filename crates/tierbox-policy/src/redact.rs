@@ -1,28 +1,1389 @@
-//! Output redaction. (Being completed.)
+//! Output redaction: hide credentials in captured output before it leaves the runner.
+//!
+//! # Invariants
+//!
+//! - **Only the secret is replaced.** Each rule finds the byte range of a secret *value*
+//!   and replaces it with [`REDACTED`]; the key, the URL around it, the header name and
+//!   the rest of the line stay, so output remains readable. Overlapping or touching
+//!   ranges are merged, so a value never turns into `[REDACTED][REDACTED]`.
+//! - **Ordinary lines are never hidden.** Every rule is anchored on something a secret
+//!   carries (a sensitive key, a header name, a token prefix, a URL's userinfo). Values
+//!   that are plainly not secrets (placeholders, booleans, environment references, code)
+//!   are left alone. Both directions are tested on a corpus
+//!   (`tests/redaction/{positives,negatives}.txt`).
+//! - **Linear time, no allocation on the clean path.** All patterns are compiled once
+//!   (a process-wide [`LazyLock`]) for the `regex` crate, whose engines run in time linear
+//!   in the input; no pattern relies on backtracking. Post-processing of a match only looks
+//!   at the match and, for line-anchored rules, the rest of that one line. When nothing
+//!   is found the input is returned as [`Cow::Borrowed`] and no output is built.
+//! - **Idempotent.** Redacting redacted text changes nothing: a value that is exactly
+//!   [`REDACTED`] is never redacted again, and the passes are repeated until the text is
+//!   stable (at most [`MAX_PASSES`]; in practice the second pass finds nothing), so a
+//!   secret that only became visible to a rule once its neighbour was replaced (e.g. an
+//!   AWS key id glued to another secret) is caught too.
+//! - **Fails closed.** If the built-in patterns could not be compiled (impossible: a test
+//!   compiles them), every non-empty text is replaced by [`REDACTED`] as a whole.
+//!
+//! # Rules
+//!
+//! 1. **Private key blocks**: everything between `-----BEGIN … PRIVATE KEY-----` (also
+//!    `… PRIVATE KEY BLOCK-----`, PGP) and the matching `-----END …` line; an unterminated
+//!    block is hidden to the end of the text. The BEGIN/END lines stay.
+//! 2. **HTTP headers** `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie`,
+//!    `X-Api-Key`, `Api-Key` (any case): the whole value to the end of the line when the
+//!    header starts the line (after indentation and curl's `>`/`<`/`*` markers), or to the
+//!    closing quote when it sits inside a quoted string (`-H "Authorization: …"`).
+//! 3. **`Bearer <token>` / `Basic <base64>`** anywhere, every occurrence. To keep prose
+//!    ("Basic usage", "Bearer token") visible the token must look like one: `Bearer`
+//!    tokens have at least 8 characters and a digit, an inner capital letter, or 24+
+//!    characters; `Basic` values must be padded base64 (length a multiple of 4, at least
+//!    8) with a digit, an inner capital letter, `+`, `/` or `=`.
+//! 4. **Known token formats** anywhere (whole token replaced): `sk-…`, `sk-ant-…`,
+//!    `sk-proj-…` (20+ characters after the prefix, with a digit, and either a capital
+//!    letter or a 16+ character run without `-`, so slugs like `sk-learn-…` survive);
+//!    GitHub `ghp_ gho_ ghu_ ghs_ ghr_` + 36, `github_pat_` + 22; Slack `xox[abposr]-`;
+//!    AWS key ids `AKIA`/`ASIA` + 16; Google `AIza` + 35; Stripe `sk_live_ rk_live_
+//!    sk_test_ rk_test_`; JWTs `eyJ….eyJ….…`; npm `npm_` + 36; GitLab `glpat-`;
+//!    Hugging Face `hf_` + 30; PyPI upload tokens.
+//! 5. **URLs**: the userinfo of `scheme://user:password@host` (when it has a password,
+//!    or is a lone 20+ character token with a digit — `ssh://git@host` stays); the value
+//!    of a sensitive query or fragment key (after `?`, `&`, `#` or `&amp;`); the path
+//!    segment after `/token/`, `/secret/`, `/key/`, `/password/`, `/credential/` or
+//!    `/session/` (unless it is an endpoint word such as `new`/`refresh`, a route
+//!    template such as `:id`/`{id}`, or a file such as `index.html`).
+//!    URL keys are sensitive when, after lower-casing and mapping `-`/`.` to `_`, they are
+//!    one of [`URL_SENSITIVE_KEYS`], start with `x_amz_` or `x_goog_`, or are secret keys
+//!    by the key rules below. Only keys count: `?search=token` is not redacted.
+//! 6. **Assignments** `key=value`, `key = value`, `key := value`, `KEY="value"`,
+//!    `"key": "value"` / `'key': 'value'` (JSON, Python), `key: "value"` (JS, Rust
+//!    `Debug`), `key: value` at the start of a line (YAML, logs — the value is the rest of
+//!    the line), `--key value` (CLI flags), `machine … login … password …` (netrc) and
+//!    `curl -u user:password`. Only the value is replaced; quotes stay.
+//! 7. **Secrets given to [`Redactor::new`]**: every occurrence of each value, matched
+//!    exactly (case-sensitive). Values shorter than [`MIN_SECRET_LEN`] bytes, and values
+//!    that occur inside the marker itself (such as `ACTED`), are ignored: hiding them
+//!    would hide ordinary text and could never be idempotent.
+//!
+//! ## Which keys name a secret (rule 5 and 6)
+//!
+//! The key is split into words at `_`, `-`, `.` and camelCase boundaries (`apiKey` →
+//! `api key`, `OAuthToken` → `o auth token`) and compared case-insensitively.
+//!
+//! - **Strong** (any value that is not plainly a non-secret is redacted): a word that
+//!   contains `password`, `passwd`, `passphrase`, `secret`, `credential`, `apikey`,
+//!   `privatekey` or `accesskey`; a word that is `token` or ends in `token` (`authtoken`;
+//!   *not* `tokens`, `tokenizer`); `pass`, `pw` or `pwd` as the last word after a
+//!   service word (`db_pass`, `MYSQL_PWD` — but never `PWD` or `OLDPWD`, the working
+//!   directory); `key` after one of [`STRONG_KEY_KINDS`] (`api_key`, `secret_key`,
+//!   `private_key`, `access_key`, `signing_key`, …); and the whole-key header names
+//!   `authorization`, `proxy_authorization`, `cookie`, `set_cookie`.
+//! - **Weak**: `key` after any other word (`ssh_key`, `license_key` …) — redacted only
+//!   when the value looks random (8+ characters, no spaces, not a path, and mixing
+//!   letters with digits or upper with lower case). `key` after one of
+//!   [`NON_SECRET_KEY_KINDS`] (`public_key`, `primary_key`, `sort_key`, `cache_key` …)
+//!   and `key` alone are not secret keys.
+//! - **Not a secret key**, even with a secret word: any word is a quantity from
+//!   [`QUANT_WORDS`] (`max_tokens`, `num_tokens`, `total_token_count`), or a word after
+//!   the last secret word is metadata from [`META_WORDS`] (`token_count`, `token_type`,
+//!   `password_policy`, `password_file`, `secret_name`, `key_id`, `credential.helper`,
+//!   `token_expires_at`, `password_min_length`).
+//!
+//! ## Which values are not secrets
+//!
+//! Empty; [`REDACTED`] itself; `true false yes no on off null nil none undefined …`
+//! ([`NON_SECRET_VALUES`]); masks made only of `* x X . - _ #` (`****`, `xxx`);
+//! `<placeholder>`; `${VAR}`, `$(cmd)`, `$VAR`, `%VAR%`, `{{ tmpl }}`, `{name}`; values
+//! starting with `your`, `replace`, `placeholder`, `todo`, `fixme`; environment look-ups
+//! (`process.env.X`, `os.environ[…]`, `os.getenv(…)`, `env::var(…)`, `ENV[…]`, …).
+//! Unquoted values are also left alone when they are code: they start with `{`, `[` or
+//! `(`, contain a call `(`, are a dotted reference such as `self.token` or
+//! `config.api_key`, or a plain identifier equal to the key (`password=password`). The
+//! rest-of-line YAML form also skips type annotations (`api_key: String,`,
+//! `password: string;`, `token: Option<String>`). `changeme`, `secret` or `hunter2` are
+//! redacted: they are weak, but they are passwords.
+//!
+//! # Not covered (documented non-goals)
+//!
+//! Redaction is a courtesy to the humans and models reading output, **not a boundary**: a
+//! guest that knows a secret can always print it encoded (base64, hex, reversed, split
+//! over lines or over two output chunks). Secrets in free prose (`the password is
+//! hunter2`), mid-line `key: value` with both key and value unquoted (`INFO token: abc`),
+//! multi-line values (YAML block scalars other than PEM keys), and token formats not
+//! listed above pass through. A line such as `passwd: files systemd`
+//! (`/etc/nsswitch.conf`) is a known false positive of the YAML form.
 
 use std::borrow::Cow;
+use std::sync::LazyLock;
 
-/// Redacts credentials from text.
+use regex::{CaptureLocations, Regex, RegexBuilder};
+
+/// The text that replaces every redacted value.
+///
+/// It is ASCII, contains no character that any rule accepts inside an unquoted secret
+/// token (`[` and `]` end them), and is never itself redacted, so redaction is idempotent.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Secrets given to [`Redactor::new`] shorter than this many bytes are ignored.
+///
+/// A 1–3 byte "secret" (`ab`, `dev`, `1`) occurs by chance in ordinary text; hiding every
+/// occurrence would make output unreadable while protecting nothing (such a value can be
+/// guessed). Policies should mark only real credentials as sensitive.
+pub const MIN_SECRET_LEN: usize = 4;
+
+/// How many times the rules are applied at most, until the text stops changing.
+///
+/// The second pass exists for secrets a rule can only see once a neighbour has been
+/// replaced (a word-boundary rule next to a redacted value); nothing has ever needed a
+/// third. The cap bounds the work at `MAX_PASSES` linear scans.
+pub const MAX_PASSES: usize = 4;
+
+/// Query and fragment keys that are sensitive in URLs (compared after lower-casing and
+/// mapping `-` and `.` to `_`), in addition to `x_amz_*`, `x_goog_*` and the secret keys
+/// of the assignment rules. Short generic names (`key`, `sig`, `auth`, `session`) are
+/// sensitive here because a URL parameter with that name is almost always a credential,
+/// while `key: value` in a YAML file is not.
+pub const URL_SENSITIVE_KEYS: &[&str] = &[
+    "token",
+    "access_token",
+    "refresh_token",
+    "id_token",
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "client_secret",
+    "api_key",
+    "apikey",
+    "key",
+    "signature",
+    "sig",
+    "auth",
+    "session",
+    "sessionid",
+    "session_id",
+    "credential",
+    "private_token",
+    "jwt",
+    "awsaccesskeyid",
+];
+
+/// Words before `key` that make it a secret key whatever the value looks like.
+pub const STRONG_KEY_KINDS: &[&str] = &[
+    "api",
+    "access",
+    "private",
+    "secret",
+    "signing",
+    "encryption",
+    "master",
+    "auth",
+    "license",
+    "licence",
+    "account",
+    "session",
+    "client",
+    "hmac",
+    "jwt",
+    "webhook",
+];
+
+/// Words before `key` that name something that is not a secret: database and map keys,
+/// public keys, cache and routing keys, translation keys.
+pub const NON_SECRET_KEY_KINDS: &[&str] = &[
+    "public",
+    "pub",
+    "primary",
+    "foreign",
+    "unique",
+    "composite",
+    "natural",
+    "surrogate",
+    "candidate",
+    "sort",
+    "partition",
+    "range",
+    "hash",
+    "shard",
+    "row",
+    "column",
+    "index",
+    "table",
+    "entity",
+    "record",
+    "object",
+    "bucket",
+    "cache",
+    "lookup",
+    "map",
+    "dict",
+    "group",
+    "routing",
+    "route",
+    "cluster",
+    "idempotency",
+    "dedup",
+    "dedupe",
+    "host",
+    "known",
+    "translation",
+    "i18n",
+    "message",
+    "hot",
+    "short",
+    "search",
+    "order",
+    "join",
+    "field",
+    "label",
+    "cursor",
+    "page",
+    "state",
+    "list",
+    "gpg",
+    "pgp",
+    "registry",
+];
+
+/// Words that, anywhere in a key, make it a quantity rather than a secret
+/// (`max_tokens`, `num_tokens`, `total_token_count`).
+pub const QUANT_WORDS: &[&str] = &[
+    "max",
+    "min",
+    "num",
+    "n",
+    "total",
+    "count",
+    "counts",
+    "number",
+    "remaining",
+];
+
+/// Words that, after the last secret word of a key, make the key metadata about a
+/// secret rather than the secret (`token_type`, `password_policy`, `secret_name`,
+/// `key_id`, `credential.helper`, `token_expires_at`).
+pub const META_WORDS: &[&str] = &[
+    "count",
+    "counts",
+    "type",
+    "types",
+    "kind",
+    "policy",
+    "policies",
+    "length",
+    "len",
+    "size",
+    "limit",
+    "limits",
+    "id",
+    "ids",
+    "arn",
+    "name",
+    "names",
+    "file",
+    "filename",
+    "path",
+    "paths",
+    "dir",
+    "directory",
+    "url",
+    "uri",
+    "urls",
+    "endpoint",
+    "host",
+    "domain",
+    "env",
+    "var",
+    "variable",
+    "helper",
+    "process",
+    "source",
+    "hint",
+    "field",
+    "fields",
+    "prompt",
+    "label",
+    "format",
+    "expiry",
+    "expires",
+    "expiration",
+    "expired",
+    "ttl",
+    "lifetime",
+    "age",
+    "used",
+    "usage",
+    "budget",
+    "rate",
+    "enabled",
+    "disabled",
+    "required",
+    "optional",
+    "set",
+    "present",
+    "exists",
+    "provided",
+    "valid",
+    "strength",
+    "mode",
+    "version",
+    "algorithm",
+    "alg",
+    "header",
+    "location",
+    "store",
+    "ref",
+    "reference",
+    "index",
+    "regex",
+    "pattern",
+    "scope",
+    "scopes",
+    "issuer",
+    "audience",
+    "provider",
+    "manager",
+    "service",
+    "command",
+    "cmd",
+    "timeout",
+    "interval",
+    "retries",
+    "attempts",
+    "changed",
+    "updated",
+    "created",
+    "at",
+    "in",
+    "stdin",
+    "fd",
+    "fingerprint",
+    "samesite",
+    "httponly",
+    "secure",
+    "parallelism",
+    "status",
+    "error",
+    "errors",
+    "rotation",
+    "option",
+    "options",
+    "flag",
+    "flags",
+    "schema",
+    "template",
+];
+
+/// Values that are plainly not secrets (compared case-insensitively).
+pub const NON_SECRET_VALUES: &[&str] = &[
+    "true",
+    "false",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "null",
+    "nil",
+    "none",
+    "undefined",
+    "unset",
+    "empty",
+    "n/a",
+    "required",
+    "optional",
+    "hidden",
+    "redacted",
+    "masked",
+    "omitted",
+    "filtered",
+    "value",
+    "string",
+    "~",
+    "|",
+    ">",
+    "|-",
+    ">-",
+];
+
+/// Service words after which `pass`, `pw` and `pwd` are password keys (`db_pass`,
+/// `MYSQL_PWD`, `SMTP_PASS`). Alone, `PWD` is the working directory and `pass` a test
+/// result.
+const PASS_OWNERS: &[&str] = &[
+    "db", "database", "smtp", "mail", "email", "mysql", "pg", "postgres", "redis", "admin",
+    "root", "user", "ftp", "sftp", "ldap", "proxy", "http", "rabbitmq", "amqp", "mq", "app",
+    "sudo", "login", "account", "wifi", "vnc", "keystore", "key", "store",
+];
+
+/// Dotted references whose first segment is one of these are code, not values
+/// (`self.token`, `config.api_key`, `args.password`).
+const CODE_RECEIVERS: &[&str] = &[
+    "self", "this", "config", "cfg", "conf", "settings", "args", "opts", "options", "env",
+    "os", "process", "request", "req", "ctx", "context", "params", "creds", "credentials",
+    "secrets", "vars", "props", "state", "data", "form", "user", "auth", "app", "input",
+];
+
+/// Prefixes of values that read a secret from somewhere else instead of containing it.
+const ENV_REFERENCES: &[&str] = &[
+    "process.env",
+    "os.environ",
+    "os.getenv",
+    "getenv(",
+    "std::env::var",
+    "env::var",
+    "ENV[",
+    "ENV.fetch",
+    "Deno.env",
+    "import.meta.env",
+    "System.getenv",
+    "Environment.GetEnvironmentVariable",
+    "secrets.",
+    "vault:",
+];
+
+/// Type names that follow a field name in code (`password: String,`).
+const TYPE_WORDS: &[&str] = &[
+    "str", "string", "bytes", "int", "bool", "any", "unknown", "object", "secretstring",
+    "secret", "securestring",
+];
+
+/// Path words after `/token/`, `/session/` … that are endpoints, not credentials.
+const SEGMENT_WORDS: &[&str] = &[
+    "new", "edit", "create", "delete", "list", "index", "latest", "refresh", "revoke",
+    "verify", "validate", "rotate", "introspect", "info", "status", "data", "metadata",
+    "current", "me", "exchange",
+];
+
+/// File extensions that mark a path segment as a document, not a credential.
+const SEGMENT_EXTENSIONS: &[&str] = &[
+    "html", "htm", "md", "txt", "css", "js", "json", "png", "svg", "jpg", "gif", "ico", "xml",
+    "rs", "py",
+];
+
+/// Most words a key is split into; longer keys are not treated as secret keys.
+const MAX_KEY_WORDS: usize = 16;
+
+/// Key characters with one of the stems every secret key contains. Keeping the stem in
+/// the pattern means ordinary `a=b` pairs never reach the (slower) capture step.
+const KEY: &str = r"(?:[A-Za-z_][A-Za-z0-9_.\-]*)?(?i:pass|pwd|pw|secret|token|key|cred|auth|cookie)[A-Za-z0-9_.\-]*";
+
+/// A double- or single-quoted string on one line, with backslash escapes.
+const QUOTED: &str = r#""(?:[^"\\\r\n]|\\.)*"|'(?:[^'\\\r\n]|\\.)*'"#;
+
+const HEADER_NAMES: &str =
+    r"(?:proxy-authorization|authorization|set-cookie|cookie|x-api-key|api-key)";
+
+/// The compiled rule patterns.
+#[derive(Debug)]
+struct Rules {
+    pem_begin: Regex,
+    pem_end: Regex,
+    header_line: Regex,
+    header_quoted: Regex,
+    auth_scheme: Regex,
+    tokens: Regex,
+    url: Regex,
+    url_userinfo: Regex,
+    url_segment: Regex,
+    query: Regex,
+    kv_assign: Regex,
+    kv_colon: Regex,
+    cli_flag: Regex,
+    netrc: Regex,
+    curl_user: Regex,
+}
+
+impl Rules {
+    fn build() -> Result<Self, regex::Error> {
+        Ok(Self {
+            pem_begin: Regex::new(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")?,
+            pem_end: Regex::new(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")?,
+            header_line: Regex::new(&format!(
+                r"(?im)^[ \t]*(?:[<>*][ \t]*)?{HEADER_NAMES}[ \t]*:[ \t]*(?P<v>[^\r\n]+)"
+            ))?,
+            header_quoted: Regex::new(&format!(
+                r#"(?i)["']{HEADER_NAMES}[ \t]*:[ \t]*(?P<v>[^"'\r\n]+)"#
+            ))?,
+            auth_scheme: Regex::new(
+                r"(?i)(?-u:\b)(?P<s>bearer|basic)[ \t]+(?P<v>[A-Za-z0-9\-._~+/]+=*)",
+            )?,
+            tokens: Regex::new(concat!(
+                r"(?-u:\b)(?:",
+                r"sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}",
+                r"|gh[pousr]_[A-Za-z0-9]{36,}",
+                r"|github_pat_[A-Za-z0-9_]{22,}",
+                r"|xox[abposr]-[A-Za-z0-9\-]{10,}",
+                r"|(?:AKIA|ASIA)[A-Z0-9]{16}(?-u:\b)",
+                r"|AIza[A-Za-z0-9_\-]{35,}",
+                r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",
+                r"|eyJ[A-Za-z0-9_\-]{5,}\.eyJ[A-Za-z0-9_\-]{5,}\.[A-Za-z0-9_\-]*",
+                r"|npm_[A-Za-z0-9]{36,}",
+                r"|glpat-[A-Za-z0-9_\-]{20,}",
+                r"|hf_[A-Za-z0-9]{30,}",
+                r"|pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{30,}",
+                r")",
+            ))?,
+            url: Regex::new(r"(?i)(?-u:\b)[a-z][a-z0-9+.\-]*://[^\s\x22'<>`\\]+")?,
+            url_userinfo: Regex::new(
+                r"(?i)(?-u:\b)[a-z][a-z0-9+.\-]*://(?P<v>[^\s/?#\x22'<>`\\]+)@",
+            )?,
+            url_segment: Regex::new(
+                r"(?i)/(?:token|secret|key|password|credential|session)/(?P<v>[^/?#&\s\x22'<>`\\]+)",
+            )?,
+            query: Regex::new(
+                r"(?:[?&#]|&amp;)(?P<k>[A-Za-z_][A-Za-z0-9_.\-]*)=(?P<v>[^&#\s\x22'<>`\\]+)",
+            )?,
+            kv_assign: Regex::new(&format!(
+                r"(?m)(?:^|[^A-Za-z0-9_.])(?P<k>{KEY})[ \t]*:?=[ \t]*(?P<v>{QUOTED}|[^\s\x22'`,;&=>~][^\s\x22'`,;&]*)"
+            ))?,
+            kv_colon: Regex::new(&format!(
+                r"(?m)(?:^|[^A-Za-z0-9_.])(?P<q1>[\x22']?)(?P<k>{KEY})(?P<q2>[\x22']?)[ \t]*(?P<c>:)[ \t]*(?:Some\()?(?P<v>{QUOTED}|[^\s\x22'`,;&:{{\[(][^\s\x22'`,;&]*)"
+            ))?,
+            cli_flag: Regex::new(&format!(
+                r"(?m)(?:^|[ \t])--(?P<k>{KEY})[ \t]+(?P<v>{QUOTED}|[^\s\x22'`\-][^\s\x22'`]*)"
+            ))?,
+            netrc: Regex::new(
+                r"(?m)(?:^|[ \t])machine[ \t]+[^ \t\r\n]+(?:[ \t]+login[ \t]+[^ \t\r\n]+)?[ \t]+password[ \t]+(?P<v>[^ \t\r\n]+)",
+            )?,
+            curl_user: Regex::new(
+                r#"(?:^|[ \t])(?:-u|--user|--proxy-user)[ \t]*["']?[^\s:"'@]+:(?P<v>[^\s"']+)"#,
+            )?,
+        })
+    }
+}
+
+/// The built-in rules, compiled on first use. `None` only if a constant pattern failed
+/// to compile, which a unit test rules out; [`Redactor::redact`] then fails closed.
+static RULES: LazyLock<Option<Rules>> = LazyLock::new(|| Rules::build().ok());
+
+/// Redacts credentials from captured output.
+///
+/// Built once per run (compiling only the run's own secrets; the built-in patterns are
+/// shared by the process) and applied to whole outputs. See the [module
+/// documentation](self) for the rules, the key and value lists, and what is not covered.
+///
+/// [`Redactor::default()`] applies the built-in rules only.
+///
+/// ```
+/// use std::borrow::Cow;
+///
+/// use tierbox_policy::redact::{REDACTED, Redactor};
+///
+/// let redactor = Redactor::new(&["db-pass-4f9a".to_string()]);
+///
+/// let (out, redacted) =
+///     redactor.redact("connect https://admin:hunter2@db.internal/app with db-pass-4f9a\n");
+/// assert!(redacted);
+/// assert_eq!(out, format!("connect https://{REDACTED}@db.internal/app with {REDACTED}\n"));
+///
+/// let (out, redacted) = redactor.redact("export OPENAI_API_KEY=\"sk-not-a-real-key-0123456789\"");
+/// assert!(redacted);
+/// assert_eq!(out, format!("export OPENAI_API_KEY=\"{REDACTED}\""));
+///
+/// // Ordinary output comes back untouched and unallocated.
+/// let (out, redacted) = redactor.redact("test result: ok. 12 passed; max_tokens=256\n");
+/// assert!(!redacted);
+/// assert!(matches!(out, Cow::Borrowed(_)));
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
+    /// The run's secrets: at least [`MIN_SECRET_LEN`] bytes, not inside [`REDACTED`],
+    /// deduplicated, longest first.
     secrets: Vec<String>,
+    /// One regex matching any of `secrets`, used to skip the per-secret scans when none
+    /// occurs. `None` when there are no secrets, or when the alternation was too large to
+    /// compile (then every secret is scanned for directly).
+    prefilter: Option<Regex>,
 }
 
 impl Redactor {
-    /// A redactor that also hides each of `secrets` wherever it appears.
+    /// A redactor applying the built-in rules and also hiding every occurrence of each of
+    /// `secrets` (matched exactly). Secrets shorter than [`MIN_SECRET_LEN`] bytes, and
+    /// substrings of [`REDACTED`], are ignored.
     pub fn new(secrets: &[String]) -> Self {
-        Self { secrets: secrets.to_vec() }
+        let mut kept: Vec<String> = secrets
+            .iter()
+            .filter(|s| s.len() >= MIN_SECRET_LEN && !REDACTED.contains(s.as_str()))
+            .cloned()
+            .collect();
+        kept.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        kept.dedup();
+        let prefilter = if kept.is_empty() {
+            None
+        } else {
+            let alternation: Vec<String> = kept.iter().map(|s| regex::escape(s)).collect();
+            RegexBuilder::new(&alternation.join("|"))
+                .size_limit(64 << 20)
+                .build()
+                .ok()
+        };
+        Self {
+            secrets: kept,
+            prefilter,
+        }
     }
 
-    /// Returns the redacted text and whether anything was redacted.
+    /// Returns `text` with every secret replaced by [`REDACTED`], and whether anything
+    /// was replaced. When nothing is, the result borrows `text`.
     pub fn redact<'a>(&self, text: &'a str) -> (Cow<'a, str>, bool) {
-        let mut out = Cow::Borrowed(text);
-        for s in &self.secrets {
-            if out.contains(s.as_str()) {
-                out = Cow::Owned(out.replace(s.as_str(), "[REDACTED]"));
+        let Some(rules) = RULES.as_ref() else {
+            // Fail closed: without the built-in rules nothing can be shown safely.
+            if text.is_empty() {
+                return (Cow::Borrowed(text), false);
+            }
+            return (Cow::Owned(REDACTED.to_owned()), true);
+        };
+        let mut spans = Vec::new();
+        self.find_spans(rules, text, &mut spans);
+        if spans.is_empty() {
+            return (Cow::Borrowed(text), false);
+        }
+        let mut out = replace_spans(text, &spans);
+        for _ in 1..MAX_PASSES {
+            spans.clear();
+            self.find_spans(rules, &out, &mut spans);
+            if spans.is_empty() {
+                break;
+            }
+            out = replace_spans(&out, &spans);
+        }
+        (Cow::Owned(out), true)
+    }
+
+    /// Collects the sorted, merged byte ranges to replace in `text`.
+    fn find_spans(&self, rules: &Rules, text: &str, spans: &mut Vec<(usize, usize)>) {
+        let mut sink = Sink { text, spans };
+        pem_blocks(rules, &mut sink);
+        headers(rules, &mut sink);
+        auth_schemes(rules, &mut sink);
+        known_tokens(rules, &mut sink);
+        urls(rules, &mut sink);
+        assignments(rules, &mut sink);
+        self.exact_secrets(&mut sink);
+        merge(text, spans);
+    }
+
+    fn exact_secrets(&self, sink: &mut Sink<'_, '_>) {
+        if self.secrets.is_empty() {
+            return;
+        }
+        if let Some(pre) = &self.prefilter
+            && !pre.is_match(sink.text)
+        {
+            return;
+        }
+        // One scan per secret rather than one alternation: the alternation reports
+        // non-overlapping matches only, and a secret overlapping another one would keep
+        // its tail. `str::match_indices` is linear in the text for each secret.
+        for secret in &self.secrets {
+            for (start, m) in sink.text.match_indices(secret.as_str()) {
+                sink.push(start, start + m.len());
             }
         }
-        let changed = matches!(out, Cow::Owned(_));
-        (out, changed)
     }
+}
+
+/// Where rules report the byte ranges they want hidden.
+struct Sink<'t, 's> {
+    text: &'t str,
+    spans: &'s mut Vec<(usize, usize)>,
+}
+
+impl Sink<'_, '_> {
+    /// Records `text[start..end]` unless it is empty or already exactly the marker.
+    fn push(&mut self, start: usize, end: usize) {
+        if start < end && self.text.get(start..end).is_some_and(|s| s != REDACTED) {
+            self.spans.push((start, end));
+        }
+    }
+
+    /// Records a value given by its range, trimmed of surrounding ASCII whitespace.
+    fn push_trimmed(&mut self, start: usize, end: usize) {
+        let (s, e) = trim_range(self.text, start, end);
+        self.push(s, e);
+    }
+}
+
+/// Sorts and merges overlapping or touching ranges; drops a merged range that is exactly
+/// the marker (two rules agreeing on an already redacted value).
+fn merge(text: &str, spans: &mut Vec<(usize, usize)>) {
+    if spans.is_empty() {
+        return;
+    }
+    spans.sort_unstable();
+    let mut out = 0;
+    for i in 1..spans.len() {
+        let (s, e) = spans[i];
+        if s <= spans[out].1 {
+            spans[out].1 = spans[out].1.max(e);
+        } else {
+            out += 1;
+            spans[out] = (s, e);
+        }
+    }
+    spans.truncate(out + 1);
+    spans.retain(|&(s, e)| &text[s..e] != REDACTED);
+}
+
+fn replace_spans(text: &str, spans: &[(usize, usize)]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for &(s, e) in spans {
+        out.push_str(&text[last..s]);
+        out.push_str(REDACTED);
+        last = e;
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+/// Calls `f` with the capture locations of each non-overlapping match of `re`, reusing
+/// one set of locations.
+fn each_capture(re: &Regex, text: &str, mut f: impl FnMut(&CaptureLocations)) {
+    let mut locs = re.capture_locations();
+    let mut at = 0;
+    while at <= text.len() {
+        let Some(m) = re.captures_read_at(&mut locs, text, at) else {
+            break;
+        };
+        f(&locs);
+        // No pattern matches the empty string; the guard keeps the loop finite anyway.
+        at = if m.end() > m.start() {
+            m.end()
+        } else {
+            next_char(text, m.end())
+        };
+    }
+}
+
+fn next_char(text: &str, at: usize) -> usize {
+    text[at..]
+        .chars()
+        .next()
+        .map_or(text.len() + 1, |c| at + c.len_utf8())
+}
+
+fn group(re: &Regex, locs: &CaptureLocations, name: &str) -> Option<(usize, usize)> {
+    let index = re.capture_names().position(|n| n == Some(name))?;
+    locs.get(index)
+}
+
+fn trim_range(text: &str, mut start: usize, mut end: usize) -> (usize, usize) {
+    let b = text.as_bytes();
+    while start < end && b[start].is_ascii_whitespace() {
+        start += 1;
+    }
+    while end > start && b[end - 1].is_ascii_whitespace() {
+        end -= 1;
+    }
+    (start, end)
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 1: private key blocks.
+
+fn pem_blocks(rules: &Rules, sink: &mut Sink<'_, '_>) {
+    let text = sink.text;
+    let mut at = 0;
+    while let Some(begin) = rules.pem_begin.find_at(text, at) {
+        let (body_end, next) = match rules.pem_end.find_at(text, begin.end()) {
+            Some(end) => (end.start(), end.end()),
+            None => (text.len(), text.len()),
+        };
+        sink.push_trimmed(begin.end(), body_end);
+        at = next;
+        if at >= text.len() {
+            break;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 2 and 3: headers and auth schemes.
+
+fn headers(rules: &Rules, sink: &mut Sink<'_, '_>) {
+    let text = sink.text;
+    for re in [&rules.header_line, &rules.header_quoted] {
+        each_capture(re, text, |locs| {
+            if let Some((s, e)) = group(re, locs, "v") {
+                let (s, e) = trim_range(text, s, e);
+                if !is_non_secret_value(strip_auth_scheme(&text[s..e]), "", true) {
+                    sink.push(s, e);
+                }
+            }
+        });
+    }
+}
+
+/// `Bearer abc` → `abc`, so that `Authorization: Bearer <token>` is seen as a placeholder.
+fn strip_auth_scheme(value: &str) -> &str {
+    for scheme in ["bearer ", "basic ", "token ", "digest "] {
+        if value.len() > scheme.len()
+            && value.as_bytes()[..scheme.len()].eq_ignore_ascii_case(scheme.as_bytes())
+        {
+            return value[scheme.len()..].trim_start();
+        }
+    }
+    value
+}
+
+fn auth_schemes(rules: &Rules, sink: &mut Sink<'_, '_>) {
+    let text = sink.text;
+    let re = &rules.auth_scheme;
+    each_capture(re, text, |locs| {
+        let (Some((ss, se)), Some((vs, ve))) = (group(re, locs, "s"), group(re, locs, "v")) else {
+            return;
+        };
+        let basic = text[ss..se].eq_ignore_ascii_case("basic");
+        let value = &text[vs..ve];
+        let accepted = if basic {
+            looks_like_basic_credentials(value)
+        } else {
+            let value = trim_trailing_punctuation(value);
+            looks_like_bearer_token(value).then_some(value.len())
+        };
+        if let Some(len) = accepted {
+            sink.push(vs, vs + len);
+        }
+    });
+}
+
+/// A `Bearer` token: 8+ characters with a digit or an inner capital letter, or 24+.
+fn looks_like_bearer_token(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.len() >= 8
+        && (b.iter().any(u8::is_ascii_digit)
+            || b[1..].iter().any(u8::is_ascii_uppercase)
+            || b.len() >= 24)
+}
+
+/// Padded base64 of `user:password`; returns the length to redact.
+fn looks_like_basic_credentials(v: &str) -> Option<usize> {
+    let b = v.as_bytes();
+    let body = b
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'+' || **c == b'/')
+        .count();
+    let pad = b[body..].iter().take_while(|c| **c == b'=').count();
+    let len = body + pad;
+    let rest = &b[len..];
+    // The b64token charset also allows `-._~`; base64 does not, except as a sentence's end.
+    if pad > 2 || !(rest.is_empty() || rest.iter().all(|c| *c == b'.')) {
+        return None;
+    }
+    let token = &b[..len];
+    if len < 8 || len % 4 != 0 {
+        return None;
+    }
+    let random = token.iter().any(u8::is_ascii_digit)
+        || token[1..].iter().any(u8::is_ascii_uppercase)
+        || token.iter().any(|c| matches!(c, b'+' | b'/' | b'='));
+    random.then_some(len)
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 4: known token formats.
+
+fn known_tokens(rules: &Rules, sink: &mut Sink<'_, '_>) {
+    let text = sink.text;
+    for m in rules.tokens.find_iter(text) {
+        let token = m.as_str();
+        if token.starts_with("sk-") && !looks_like_sk_key(token) {
+            continue;
+        }
+        sink.push(m.start(), m.end());
+    }
+}
+
+/// `sk-…` keys are random: a digit, and a capital letter or a long run without `-`.
+/// Slugs such as `sk-learn-compatible-estimator-v2` are not keys.
+fn looks_like_sk_key(token: &str) -> bool {
+    let tail = ["sk-ant-", "sk-proj-", "sk-svcacct-", "sk-admin-", "sk-"]
+        .iter()
+        .find_map(|p| token.strip_prefix(p))
+        .unwrap_or(token);
+    let has_digit = tail.bytes().any(|c| c.is_ascii_digit());
+    let has_upper = tail.bytes().any(|c| c.is_ascii_uppercase());
+    let longest_run = tail.split('-').map(str::len).max().unwrap_or(0);
+    has_digit && (has_upper || longest_run >= 16)
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 5: URLs.
+
+fn urls(rules: &Rules, sink: &mut Sink<'_, '_>) {
+    let text = sink.text;
+
+    let re = &rules.url_userinfo;
+    each_capture(re, text, |locs| {
+        let Some((s, e)) = group(re, locs, "v") else {
+            return;
+        };
+        let info = &text[s..e];
+        let secret = match info.split_once(':') {
+            Some((_, password)) => !is_non_secret_value(password, "", true),
+            None => looks_like_lone_token(info),
+        };
+        if secret {
+            sink.push(s, e);
+        }
+    });
+
+    for url in rules.url.find_iter(text) {
+        let re = &rules.url_segment;
+        each_capture(re, url.as_str(), |locs| {
+            let Some((s, e)) = group(re, locs, "v") else {
+                return;
+            };
+            let segment = &url.as_str()[s..e];
+            if !is_non_secret_segment(segment) {
+                sink.push(url.start() + s, url.start() + e);
+            }
+        });
+    }
+
+    let re = &rules.query;
+    each_capture(re, text, |locs| {
+        let (Some((ks, ke)), Some((vs, ve))) = (group(re, locs, "k"), group(re, locs, "v")) else {
+            return;
+        };
+        let key = &text[ks..ke];
+        let value = trim_trailing_punctuation(&text[vs..ve]);
+        let class = if is_url_sensitive_key(key) {
+            KeyClass::Strong
+        } else {
+            classify_key(key)
+        };
+        if accepts_value(class, key, value, true) {
+            sink.push(vs, vs + value.len());
+        }
+    });
+}
+
+/// A userinfo without a password is a user name (`git@`), unless it is a long token.
+fn looks_like_lone_token(info: &str) -> bool {
+    info.len() >= 20 && info.bytes().any(|c| c.is_ascii_digit())
+}
+
+fn is_non_secret_segment(segment: &str) -> bool {
+    let ext_doc = segment
+        .rsplit_once('.')
+        .is_some_and(|(_, ext)| SEGMENT_EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(ext)));
+    ext_doc
+        || segment.starts_with(':')
+        || (segment.starts_with('{') && segment.ends_with('}'))
+        || in_list(segment, SEGMENT_WORDS)
+        || is_non_secret_value(segment, "", true)
+}
+
+fn is_url_sensitive_key(key: &str) -> bool {
+    URL_SENSITIVE_KEYS.iter().any(|k| normalized_eq(key, k))
+        || normalized_starts_with(key, "x_amz_")
+        || normalized_starts_with(key, "x_goog_")
+}
+
+/// `key` lower-cased with `-` and `.` read as `_` equals `target` (already normalised).
+fn normalized_eq(key: &str, target: &str) -> bool {
+    key.len() == target.len() && normalized_starts_with(key, target)
+}
+
+fn normalized_starts_with(key: &str, prefix: &str) -> bool {
+    key.len() >= prefix.len()
+        && key.bytes().zip(prefix.bytes()).all(|(k, p)| {
+            let k = match k {
+                b'-' | b'.' => b'_',
+                other => other.to_ascii_lowercase(),
+            };
+            k == p
+        })
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 6: assignments.
+
+fn assignments(rules: &Rules, sink: &mut Sink<'_, '_>) {
+    let text = sink.text;
+
+    // key=value, key = "value", key := value
+    let re = &rules.kv_assign;
+    each_capture(re, text, |locs| {
+        let (Some((ks, ke)), Some((vs, ve))) = (group(re, locs, "k"), group(re, locs, "v")) else {
+            return;
+        };
+        value_span(sink, &text[ks..ke], vs, ve, false);
+    });
+
+    // "key": "value", key: "value", and `key: value` at the start of a line.
+    let re = &rules.kv_colon;
+    each_capture(re, text, |locs| {
+        let (Some((ks, ke)), Some((vs, ve)), Some((q1s, q1e)), Some((q2s, q2e)), Some((_, ce))) = (
+            group(re, locs, "k"),
+            group(re, locs, "v"),
+            group(re, locs, "q1"),
+            group(re, locs, "q2"),
+            group(re, locs, "c"),
+        ) else {
+            return;
+        };
+        if text[q1s..q1e] != text[q2s..q2e] {
+            return;
+        }
+        let key = &text[ks..ke];
+        let key_quoted = q1e > q1s;
+        let value_quoted = matches!(text.as_bytes()[vs], b'"' | b'\'');
+        if value_quoted {
+            value_span(sink, key, vs, ve, false);
+            return;
+        }
+        // An unquoted value needs a space after the colon (`sha256:abc`, `host:port`,
+        // `token.rs:12:5` are not assignments).
+        if !matches!(text.as_bytes().get(ce), Some(b' ' | b'\t')) {
+            return;
+        }
+        if key_quoted {
+            value_span(sink, key, vs, ve, false);
+        } else if at_line_start(text, q1s) {
+            let eol = text[vs..].find('\n').map_or(text.len(), |i| vs + i);
+            let (s, e) = trim_range(text, vs, eol);
+            let value = &text[s..e];
+            if !looks_like_code_annotation(value) {
+                value_span(sink, key, s, e, true);
+            }
+        }
+    });
+
+    // --key value
+    let re = &rules.cli_flag;
+    each_capture(re, text, |locs| {
+        let (Some((ks, ke)), Some((vs, ve))) = (group(re, locs, "k"), group(re, locs, "v")) else {
+            return;
+        };
+        value_span(sink, &text[ks..ke], vs, ve, false);
+    });
+
+    // machine host login user password secret
+    let re = &rules.netrc;
+    each_capture(re, text, |locs| {
+        if let Some((vs, ve)) = group(re, locs, "v") {
+            value_span(sink, "password", vs, ve, false);
+        }
+    });
+
+    // curl -u user:password (only on a curl/wget line: `docker run -u 1000:1000` is not).
+    let re = &rules.curl_user;
+    each_capture(re, text, |locs| {
+        let Some((vs, ve)) = group(re, locs, "v") else {
+            return;
+        };
+        let line_start = text[..vs].rfind('\n').map_or(0, |i| i + 1);
+        let line = &text[line_start..vs];
+        if line.contains("curl") || line.contains("wget") {
+            value_span(sink, "password", vs, ve, false);
+        }
+    });
+}
+
+/// Redacts the value at `vs..ve` of `key` if the key names a secret and the value is one.
+/// A quoted value keeps its quotes. `whole` values (the rest of a YAML line) are not
+/// trimmed of punctuation.
+fn value_span(sink: &mut Sink<'_, '_>, key: &str, vs: usize, ve: usize, whole: bool) {
+    let raw = &sink.text[vs..ve];
+    let class = classify_key(key);
+    if class == KeyClass::Plain {
+        return;
+    }
+    let (start, value, quoted) = match raw.as_bytes().first() {
+        Some(q @ (b'"' | b'\'')) if raw.len() >= 2 && raw.as_bytes()[raw.len() - 1] == *q => {
+            (vs + 1, &raw[1..raw.len() - 1], true)
+        }
+        _ if whole => (vs, raw, false),
+        _ => (vs, trim_trailing_punctuation(raw), false),
+    };
+    if accepts_value(class, key, value, quoted) {
+        sink.push(start, start + value.len());
+    }
+}
+
+fn accepts_value(class: KeyClass, key: &str, value: &str, quoted: bool) -> bool {
+    match class {
+        KeyClass::Plain => false,
+        KeyClass::Strong => !is_non_secret_value(value, key, quoted),
+        KeyClass::Weak => !is_non_secret_value(value, key, quoted) && looks_random(value),
+    }
+}
+
+/// Only indentation and an optional YAML list dash precede `at` on its line.
+fn at_line_start(text: &str, at: usize) -> bool {
+    let b = text.as_bytes();
+    let mut i = at;
+    while i > 0 && matches!(b[i - 1], b' ' | b'\t') {
+        i -= 1;
+    }
+    if i > 0 && b[i - 1] == b'-' {
+        i -= 1;
+        while i > 0 && matches!(b[i - 1], b' ' | b'\t') {
+            i -= 1;
+        }
+    }
+    i == 0 || b[i - 1] == b'\n'
+}
+
+/// `api_key: String,` / `password: string;` / `token: Option<String>` — a field
+/// declaration in code, not a YAML value.
+fn looks_like_code_annotation(value: &str) -> bool {
+    let v = value.trim_end_matches([',', ';']);
+    value.ends_with([',', ';', '{', '('])
+        || v.contains(['(', '['])
+        || (v.contains('<') && v.ends_with('>') && !v.starts_with('<'))
+        || in_list(v, TYPE_WORDS)
+        || v.starts_with('&')
+}
+
+/// Drops trailing sentence punctuation and closing brackets that have no opener inside
+/// the value (`password=abc),` → `abc`). Linear in the value.
+fn trim_trailing_punctuation(value: &str) -> &str {
+    let b = value.as_bytes();
+    let count = |c: u8| b.iter().filter(|x| **x == c).count();
+    let open = [count(b'('), count(b'['), count(b'{'), count(b'<')];
+    let mut close = [count(b')'), count(b']'), count(b'}'), count(b'>')];
+    let mut end = b.len();
+    while end > 0 {
+        let c = b[end - 1];
+        let bracket = match c {
+            b')' => Some(0),
+            b']' => Some(1),
+            b'}' => Some(2),
+            b'>' => Some(3),
+            _ => None,
+        };
+        match bracket {
+            Some(i) if close[i] > open[i] => {
+                close[i] -= 1;
+            }
+            Some(_) => break,
+            None if matches!(c, b'.' | b',' | b';' | b':' | b'!' | b'?') => {}
+            None => break,
+        }
+        end -= 1;
+    }
+    &value[..end]
+}
+
+// ---------------------------------------------------------------------------------------
+// Key classification.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum KeyClass {
+    /// Not a secret key.
+    Plain,
+    /// `*_key`: redacted only when the value looks random.
+    Weak,
+    /// Redacted unless the value is plainly not a secret.
+    Strong,
+}
+
+/// Splits `key` at `_ - .` and camelCase boundaries into `out`; `None` if there are more
+/// than [`MAX_KEY_WORDS`] words. Allocation-free.
+fn key_words<'k>(key: &'k str, out: &mut [&'k str; MAX_KEY_WORDS]) -> Option<usize> {
+    let b = key.as_bytes();
+    let mut n = 0;
+    let mut start = 0;
+    for i in 0..=b.len() {
+        let sep = i == b.len() || matches!(b[i], b'_' | b'-' | b'.');
+        let camel = !sep
+            && i > start
+            && b[i].is_ascii_uppercase()
+            && (b[i - 1].is_ascii_lowercase()
+                || b[i - 1].is_ascii_digit()
+                || (b[i - 1].is_ascii_uppercase()
+                    && b.get(i + 1).is_some_and(u8::is_ascii_lowercase)));
+        if sep || camel {
+            if i > start {
+                *out.get_mut(n)? = &key[start..i];
+                n += 1;
+            }
+            start = if sep { i + 1 } else { i };
+        }
+    }
+    Some(n)
+}
+
+fn classify_key(key: &str) -> KeyClass {
+    let mut buf = [""; MAX_KEY_WORDS];
+    let Some(n) = key_words(key, &mut buf) else {
+        return KeyClass::Plain;
+    };
+    let words = &buf[..n];
+    if is_header_key(words) {
+        return KeyClass::Strong;
+    }
+    let mut class = KeyClass::Plain;
+    let mut last_secret = None;
+    for i in 0..words.len() {
+        let c = word_class(words, i);
+        if c != KeyClass::Plain {
+            class = class.max(c);
+            last_secret = Some(i);
+        }
+    }
+    let Some(last) = last_secret else {
+        return KeyClass::Plain;
+    };
+    if words.iter().any(|w| in_list(w, QUANT_WORDS))
+        || words[last + 1..].iter().any(|w| in_list(w, META_WORDS))
+    {
+        return KeyClass::Plain;
+    }
+    class
+}
+
+fn is_header_key(words: &[&str]) -> bool {
+    let eq = |i: usize, w: &str| words.get(i).is_some_and(|x| x.eq_ignore_ascii_case(w));
+    match words.len() {
+        1 => eq(0, "authorization") || eq(0, "cookie"),
+        2 => (eq(0, "proxy") && eq(1, "authorization")) || (eq(0, "set") && eq(1, "cookie")),
+        _ => false,
+    }
+}
+
+fn word_class(words: &[&str], i: usize) -> KeyClass {
+    let w = words[i];
+    const STRONG_PARTS: &[&str] = &[
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "credential",
+        "apikey",
+        "privatekey",
+        "accesskey",
+    ];
+    if STRONG_PARTS.iter().any(|p| contains_ignore_case(w, p))
+        || w.eq_ignore_ascii_case("token")
+        || (w.len() > 5 && ends_with_ignore_case(w, "token"))
+    {
+        return KeyClass::Strong;
+    }
+    let last = i + 1 == words.len();
+    let prev = i.checked_sub(1).map(|p| words[p]);
+    if last
+        && (w.eq_ignore_ascii_case("pass")
+            || w.eq_ignore_ascii_case("pw")
+            || w.eq_ignore_ascii_case("pwd"))
+        && prev.is_some_and(|p| in_list(p, PASS_OWNERS))
+    {
+        return KeyClass::Strong;
+    }
+    if w.eq_ignore_ascii_case("key")
+        && let Some(prev) = prev
+    {
+        if in_list(prev, STRONG_KEY_KINDS) {
+            return KeyClass::Strong;
+        }
+        if !in_list(prev, NON_SECRET_KEY_KINDS) {
+            return KeyClass::Weak;
+        }
+    }
+    KeyClass::Plain
+}
+
+// ---------------------------------------------------------------------------------------
+// Value classification.
+
+/// Values that are plainly not secrets (see the module docs). `quoted` values were
+/// written as strings; unquoted ones may also be code.
+fn is_non_secret_value(value: &str, key: &str, quoted: bool) -> bool {
+    let v = value.trim();
+    if v.is_empty() || v == REDACTED || in_list(v, NON_SECRET_VALUES) {
+        return true;
+    }
+    if v.bytes().all(|c| matches!(c, b'*' | b'x' | b'X' | b'.' | b'-' | b'_' | b'#'))
+        || v.chars().all(|c| matches!(c, '•' | '…' | '*'))
+    {
+        return true;
+    }
+    let b = v.as_bytes();
+    let last = b[b.len() - 1];
+    if (b[0] == b'<' && last == b'>')
+        || v.starts_with("${")
+        || v.starts_with("$(")
+        || v.starts_with("{{")
+        || (b[0] == b'%' && last == b'%' && b.len() > 2)
+        || (b[0] == b'$' && is_identifier(&v[1..]))
+        || (b[0] == b'{' && last == b'}' && is_identifier(&v[1..v.len() - 1]))
+    {
+        return true;
+    }
+    if ["your", "replace", "placeholder", "todo", "fixme"]
+        .iter()
+        .any(|p| starts_with_ignore_case(v, p))
+        || ENV_REFERENCES.iter().any(|p| v.starts_with(p))
+    {
+        return true;
+    }
+    if quoted {
+        return false;
+    }
+    matches!(b[0], b'{' | b'[' | b'(')
+        || v.contains('(')
+        || is_code_reference(v, key)
+}
+
+/// `self.token`, `config.api_key` (a dotted reference), or `password` for the key
+/// `password`.
+fn is_code_reference(v: &str, key: &str) -> bool {
+    if !v.split('.').all(is_identifier) {
+        return false;
+    }
+    let first = v.split('.').next().unwrap_or_default();
+    let last = v.rsplit('.').next().unwrap_or_default();
+    if v.contains('.') {
+        return in_list(first, CODE_RECEIVERS) || classify_key(last) != KeyClass::Plain;
+    }
+    let key_last = key.rsplit(['_', '-', '.']).next().unwrap_or(key);
+    v.eq_ignore_ascii_case(key) || v.eq_ignore_ascii_case(key_last)
+}
+
+/// A weak key's value must look random to be redacted: 8+ characters, no spaces, not a
+/// path or a dotted name, and mixing letters with digits or upper with lower case.
+fn looks_random(v: &str) -> bool {
+    let b = v.as_bytes();
+    if b.len() < 8
+        || b.iter().any(u8::is_ascii_whitespace)
+        || matches!(b[0], b'/' | b'~')
+        || v.starts_with("./")
+        || v.starts_with("../")
+        || (v.contains('.') && v.split('.').all(is_identifier))
+    {
+        return false;
+    }
+    let digit = b.iter().any(u8::is_ascii_digit);
+    let alpha = b.iter().any(u8::is_ascii_alphabetic);
+    let upper = b.iter().any(u8::is_ascii_uppercase);
+    let lower = b.iter().any(u8::is_ascii_lowercase);
+    (digit && alpha) || (upper && lower)
+}
+
+fn is_identifier(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+fn in_list(word: &str, list: &[&str]) -> bool {
+    list.iter().any(|w| w.eq_ignore_ascii_case(word))
+}
+
+fn contains_ignore_case(hay: &str, needle: &str) -> bool {
+    hay.as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+fn starts_with_ignore_case(hay: &str, prefix: &str) -> bool {
+    hay.len() >= prefix.len() && hay.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+}
+
+fn ends_with_ignore_case(hay: &str, suffix: &str) -> bool {
+    hay.len() >= suffix.len()
+        && hay.as_bytes()[hay.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
 }

@@ -70,6 +70,10 @@ pub enum Rejection {
     /// The executable is not in the policy's allowlist.
     #[error("executable {name:?} is not in the policy's allowed_executables{via}")]
     ExecutableNotAllowed { name: String, via: String },
+    /// `command` is an absolute path the policy allows, but not one that can run: it is
+    /// relative, missing, not a regular file, or has no execute bit.
+    #[error("command path {command:?} cannot be used: {reason}")]
+    CommandPathInvalid { command: String, reason: String },
     /// The executable was not found in the sandbox PATH.
     #[error("executable {name:?} was not found in the sandbox PATH {path:?}")]
     ExecutableNotFound { name: String, path: String },
@@ -82,6 +86,13 @@ pub enum Rejection {
     /// An interpreter was given an inline-code flag and the policy denies eval.
     #[error("{interpreter:?} is given the inline-code flag {flag:?} at args[{arg_index}]; the policy denies eval (allow_eval = false)")]
     EvalFlag { interpreter: String, flag: String, arg_index: usize },
+    /// An allowed interpreter would read its program text from the request's `stdin`
+    /// (no script operand, or `-`), which is inline code by another route.
+    #[error(
+        "{interpreter:?}{via} would read its program from the request's stdin; the policy \
+         denies eval (allow_eval = false)"
+    )]
+    EvalFromStdin { interpreter: String, via: String },
     /// A wrapper program (`env`, `xargs`, `find -exec`, …) names no program we can check.
     #[error("{wrapper:?} runs a program that cannot be determined from its arguments: {reason}")]
     WrapperUnresolvable { wrapper: String, reason: String },
@@ -158,9 +169,11 @@ impl Rejection {
             Self::LifetimeWithoutBackground { .. } => "input.lifetime_without_background",
             Self::CommandIsPath { .. } => "exec.command_is_path",
             Self::ExecutableNotAllowed { .. } => "exec.not_allowed",
+            Self::CommandPathInvalid { .. } => "exec.command_path_invalid",
             Self::ExecutableNotFound { .. } => "exec.not_found",
             Self::InterpreterDenied { .. } => "exec.interpreter_denied",
             Self::EvalFlag { .. } => "exec.eval_flag",
+            Self::EvalFromStdin { .. } => "exec.eval_stdin",
             Self::WrapperUnresolvable { .. } => "exec.wrapper_unresolvable",
             Self::WorkspaceInvalid { .. } => "scope.workspace_invalid",
             Self::PathOutsideWorkspace { .. } => "scope.path_outside_workspace",
@@ -201,9 +214,11 @@ impl Rejection {
         "input.lifetime_without_background",
         "exec.command_is_path",
         "exec.not_allowed",
+        "exec.command_path_invalid",
         "exec.not_found",
         "exec.interpreter_denied",
         "exec.eval_flag",
+        "exec.eval_stdin",
         "exec.wrapper_unresolvable",
         "scope.workspace_invalid",
         "scope.path_outside_workspace",

@@ -95,7 +95,10 @@ pub struct Usage {
     pub cpu_user_ms: u64,
     /// System CPU time, in milliseconds.
     pub cpu_sys_ms: u64,
-    /// Peak resident set size of the largest process, in bytes (rusage).
+    /// Peak resident set size from `rusage` (the largest process), in bytes. The child is
+    /// cloned sharing the supervisor's memory until `execve`, and the kernel carries that
+    /// high-water mark over, so this is at least the supervisor's RSS at launch; prefer
+    /// `peak_memory_bytes`.
     pub peak_rss_bytes: u64,
     /// Peak memory of the whole run, in bytes (cgroup), when a cgroup was used.
     #[serde(skip_serializing_if = "Option::is_none")]

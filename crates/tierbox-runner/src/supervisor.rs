@@ -181,7 +181,7 @@ async fn supervise(plan: &Plan, l: &mut Launched, started: Instant, state_dir: &
         tokio::spawn(write_stdin(fd, data));
     }
 
-    let pidfd = AsyncFd::with_interest(dup(&l.pidfd)?, tokio::io::Interest::READABLE)
+    let pidfd = spawn::sys::register_readable(dup(&l.pidfd)?)
         .map_err(|source| RunError::Io { what: "register pidfd", source })?;
     let deadline = started + Duration::from_millis(plan.limits.wall_timeout_ms);
 

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{split_host_port, CanonicalHost, HostError};
+use super::{CanonicalHost, HostError, split_host_port};
 
 /// Second-level labels that registries use under country-code TLDs (`co.uk`, `com.au`,
 /// `ac.jp`, …). Without a public suffix list we cannot know every public suffix, so
@@ -14,8 +14,8 @@ use super::{split_host_port, CanonicalHost, HostError};
 /// broader than a single registrable name must be listed name by name. This can refuse
 /// a wildcard under a real two-label domain such as `co.de`; list its names instead.
 const REGISTRY_SECOND_LEVELS: &[&str] = &[
-    "ac", "co", "com", "edu", "gob", "gov", "go", "govt", "ltd", "mil", "ne", "net", "nic", "or", "org",
-    "plc", "sch",
+    "ac", "co", "com", "edu", "gob", "gov", "go", "govt", "ltd", "mil", "ne", "net", "nic", "or",
+    "org", "plc", "sch",
 ];
 
 /// One egress allowlist entry.
@@ -110,7 +110,10 @@ impl FromStr for HostPattern {
 
     fn from_str(raw: &str) -> Result<Self, PatternError> {
         let pattern = || raw.to_owned();
-        let host_err = |source: HostError| PatternError::Host { pattern: pattern(), source };
+        let host_err = |source: HostError| PatternError::Host {
+            pattern: pattern(),
+            source,
+        };
         if raw.is_empty() {
             return Err(PatternError::Empty);
         }
@@ -119,7 +122,10 @@ impl FromStr for HostPattern {
         }
         if raw.contains('/') {
             let (net, len) = parse_cidr(raw)?;
-            return Ok(Self { target: Target::Cidr(net, len), port: None });
+            return Ok(Self {
+                target: Target::Cidr(net, len),
+                port: None,
+            });
         }
         let (host, port) = split_host_port(raw).map_err(host_err)?;
         if let Some(suffix) = host.strip_prefix("*.") {
@@ -128,7 +134,9 @@ impl FromStr for HostPattern {
             }
             let name = match CanonicalHost::parse(suffix).map_err(host_err)? {
                 CanonicalHost::Name(name) => name,
-                CanonicalHost::Ip(_) => return Err(PatternError::WildcardOnAddress { pattern: pattern() }),
+                CanonicalHost::Ip(_) => {
+                    return Err(PatternError::WildcardOnAddress { pattern: pattern() });
+                }
             };
             let labels: Vec<&str> = name.split('.').collect();
             if labels.len() < 2 {
@@ -138,15 +146,24 @@ impl FromStr for HostPattern {
                 && cc.len() == 2
                 && REGISTRY_SECOND_LEVELS.contains(second)
             {
-                return Err(PatternError::RegistrySuffix { pattern: pattern(), suffix: name.clone() });
+                return Err(PatternError::RegistrySuffix {
+                    pattern: pattern(),
+                    suffix: name.clone(),
+                });
             }
-            return Ok(Self { target: Target::Suffix(name), port });
+            return Ok(Self {
+                target: Target::Suffix(name),
+                port,
+            });
         }
         if host.contains('*') {
             return Err(PatternError::MisplacedWildcard { pattern: pattern() });
         }
         if let Some(rest) = host.strip_prefix('.') {
-            return Err(PatternError::LeadingDot { pattern: pattern(), suggestion: format!("*.{rest}") });
+            return Err(PatternError::LeadingDot {
+                pattern: pattern(),
+                suggestion: format!("*.{rest}"),
+            });
         }
         let target = match CanonicalHost::parse(host).map_err(host_err)? {
             CanonicalHost::Name(name) => Target::Name(name),
@@ -162,17 +179,28 @@ fn parse_cidr(raw: &str) -> Result<(IpAddr, u8), PatternError> {
     if len.contains(':') || len.contains(']') {
         return Err(PatternError::CidrWithPort { pattern: pattern() });
     }
-    let addr = addr.strip_prefix('[').and_then(|a| a.strip_suffix(']')).unwrap_or(addr);
+    let addr = addr
+        .strip_prefix('[')
+        .and_then(|a| a.strip_suffix(']'))
+        .unwrap_or(addr);
     // Strict std parsing: a CIDR is written by an administrator, not guessed from argv.
-    let net: IpAddr = addr.parse().map_err(|_| PatternError::CidrAddress { pattern: pattern() })?;
+    let net: IpAddr = addr
+        .parse()
+        .map_err(|_| PatternError::CidrAddress { pattern: pattern() })?;
     let max = if net.is_ipv4() { 32 } else { 128 };
     let len: u8 = len
         .parse()
         .ok()
         .filter(|l| *l <= max && !len.starts_with('+'))
-        .ok_or_else(|| PatternError::CidrPrefix { pattern: pattern(), max })?;
+        .ok_or_else(|| PatternError::CidrPrefix {
+            pattern: pattern(),
+            max,
+        })?;
     if masked(net, len) != net {
-        return Err(PatternError::CidrHostBits { pattern: pattern(), network: format!("{}/{len}", masked(net, len)) });
+        return Err(PatternError::CidrHostBits {
+            pattern: pattern(),
+            network: format!("{}/{len}", masked(net, len)),
+        });
     }
     // Hosts are canonicalised with IPv4-mapped IPv6 as IPv4, so do the same to a
     // network that lies entirely inside ::ffff:0:0/96.
@@ -239,13 +267,19 @@ pub enum PatternError {
     #[error("pattern is empty")]
     Empty,
     /// `*` alone.
-    #[error("pattern {pattern:?} would allow every host; set egress.mode = \"allow_all\" to do that")]
+    #[error(
+        "pattern {pattern:?} would allow every host; set egress.mode = \"allow_all\" to do that"
+    )]
     AllHosts { pattern: String },
     /// `*.com`: a wildcard over a single label.
-    #[error("pattern {pattern:?} covers a whole top-level domain; a wildcard needs at least two labels after \"*.\"")]
+    #[error(
+        "pattern {pattern:?} covers a whole top-level domain; a wildcard needs at least two labels after \"*.\""
+    )]
     SuffixTooBroad { pattern: String },
     /// `*.co.uk`: a wildcard over a country-code registry.
-    #[error("pattern {pattern:?} covers the registry suffix {suffix:?}; list the names under it instead")]
+    #[error(
+        "pattern {pattern:?} covers the registry suffix {suffix:?}; list the names under it instead"
+    )]
     RegistrySuffix { pattern: String, suffix: String },
     /// `a.*.com`, `*example.com`, `**.x.y`.
     #[error("pattern {pattern:?} has a '*' that is not a leading \"*.\" label")]
@@ -254,7 +288,9 @@ pub enum PatternError {
     #[error("pattern {pattern:?} puts a wildcard on an ip address; use a cidr such as 10.0.0.0/8")]
     WildcardOnAddress { pattern: String },
     /// `.example.com` (the `NO_PROXY` spelling), which is ambiguous here.
-    #[error("pattern {pattern:?} starts with '.'; write {suggestion:?} to match the names under it")]
+    #[error(
+        "pattern {pattern:?} starts with '.'; write {suggestion:?} to match the names under it"
+    )]
     LeadingDot { pattern: String, suggestion: String },
     /// The host or port part is invalid.
     #[error("pattern {pattern:?}: {source}")]
@@ -282,6 +318,9 @@ pub enum PatternError {
 mod tests {
     use super::*;
 
+    /// An input and a check on the error it must give.
+    type Refusal = (&'static str, fn(&PatternError) -> bool);
+
     fn pat(s: &str) -> HostPattern {
         HostPattern::parse(s).unwrap_or_else(|e| panic!("{s:?}: {e}"))
     }
@@ -289,11 +328,25 @@ mod tests {
     #[test]
     fn wildcards_match_on_a_label_boundary() {
         let p = pat("*.example.com");
-        for yes in ["a.example.com", "a.b.example.com", "A.Example.COM.", "xn--bcher-kva.example.com", "bücher.example.com"] {
+        for yes in [
+            "a.example.com",
+            "a.b.example.com",
+            "A.Example.COM.",
+            "xn--bcher-kva.example.com",
+            "bücher.example.com",
+        ] {
             assert!(p.matches(yes, None), "{yes}");
             assert!(p.matches(yes, Some(443)), "{yes} with a port");
         }
-        for no in ["example.com", "badexample.com", "a.badexample.com", "example.com.evil", "com", ".example.com", "10.0.0.1"] {
+        for no in [
+            "example.com",
+            "badexample.com",
+            "a.badexample.com",
+            "example.com.evil",
+            "com",
+            ".example.com",
+            "10.0.0.1",
+        ] {
             assert!(!p.matches(no, None), "{no}");
         }
     }
@@ -314,7 +367,10 @@ mod tests {
         let p = pat("example.com:443");
         assert!(p.matches("example.com", Some(443)));
         assert!(!p.matches("example.com", Some(80)));
-        assert!(!p.matches("example.com", None), "an unknown port does not satisfy a port rule");
+        assert!(
+            !p.matches("example.com", None),
+            "an unknown port does not satisfy a port rule"
+        );
         let p = pat("*.x.org:22");
         assert!(p.matches("git.x.org", Some(22)));
         assert!(!p.matches("git.x.org", Some(2222)));
@@ -339,7 +395,10 @@ mod tests {
         let p = pat("::1");
         assert!(p.matches("[0::1]", None));
         assert!(pat("10.0.0.1").matches("10.0.0.1", Some(22)));
-        assert!(pat("10.0.0.1").matches("::ffff:10.0.0.1", None), "ipv4-mapped ipv6 is the ipv4 address");
+        assert!(
+            pat("10.0.0.1").matches("::ffff:10.0.0.1", None),
+            "ipv4-mapped ipv6 is the ipv4 address"
+        );
         assert!(!pat("10.0.0.1").matches("10.0.0.2", None));
     }
 
@@ -365,30 +424,72 @@ mod tests {
 
     #[test]
     fn refused_patterns() {
-        let cases: &[(&str, fn(&PatternError) -> bool)] = &[
+        let cases: &[Refusal] = &[
             ("", |e| matches!(e, PatternError::Empty)),
             ("*", |e| matches!(e, PatternError::AllHosts { .. })),
-            ("*.com", |e| matches!(e, PatternError::SuffixTooBroad { .. })),
-            ("*.COM.", |e| matches!(e, PatternError::SuffixTooBroad { .. })),
-            ("*.co.uk", |e| matches!(e, PatternError::RegistrySuffix { .. })),
-            ("*.com.au", |e| matches!(e, PatternError::RegistrySuffix { .. })),
+            ("*.com", |e| {
+                matches!(e, PatternError::SuffixTooBroad { .. })
+            }),
+            ("*.COM.", |e| {
+                matches!(e, PatternError::SuffixTooBroad { .. })
+            }),
+            ("*.co.uk", |e| {
+                matches!(e, PatternError::RegistrySuffix { .. })
+            }),
+            ("*.com.au", |e| {
+                matches!(e, PatternError::RegistrySuffix { .. })
+            }),
             ("*.", |e| matches!(e, PatternError::Host { .. })),
-            ("*.*.example.com", |e| matches!(e, PatternError::MisplacedWildcard { .. })),
-            ("a.*.example.com", |e| matches!(e, PatternError::MisplacedWildcard { .. })),
-            ("*example.com", |e| matches!(e, PatternError::MisplacedWildcard { .. })),
-            ("*.10.0.0.1", |e| matches!(e, PatternError::WildcardOnAddress { .. })),
-            (".example.com", |e| matches!(e, PatternError::LeadingDot { .. })),
-            ("example.com:0", |e| matches!(e, PatternError::Host { source: HostError::InvalidPort { .. }, .. })),
-            ("example.com:99999", |e| matches!(e, PatternError::Host { .. })),
+            ("*.*.example.com", |e| {
+                matches!(e, PatternError::MisplacedWildcard { .. })
+            }),
+            ("a.*.example.com", |e| {
+                matches!(e, PatternError::MisplacedWildcard { .. })
+            }),
+            ("*example.com", |e| {
+                matches!(e, PatternError::MisplacedWildcard { .. })
+            }),
+            ("*.10.0.0.1", |e| {
+                matches!(e, PatternError::WildcardOnAddress { .. })
+            }),
+            (".example.com", |e| {
+                matches!(e, PatternError::LeadingDot { .. })
+            }),
+            ("example.com:0", |e| {
+                matches!(
+                    e,
+                    PatternError::Host {
+                        source: HostError::InvalidPort { .. },
+                        ..
+                    }
+                )
+            }),
+            ("example.com:99999", |e| {
+                matches!(e, PatternError::Host { .. })
+            }),
             ("example.com:", |e| matches!(e, PatternError::Host { .. })),
-            ("bad_name.example", |e| matches!(e, PatternError::Host { .. })),
+            ("bad_name.example", |e| {
+                matches!(e, PatternError::Host { .. })
+            }),
             ("a b.example", |e| matches!(e, PatternError::Host { .. })),
-            ("10.0.0.0/33", |e| matches!(e, PatternError::CidrPrefix { max: 32, .. })),
-            ("fd00::/129", |e| matches!(e, PatternError::CidrPrefix { max: 128, .. })),
-            ("10.0.0.1/8", |e| matches!(e, PatternError::CidrHostBits { .. })),
-            ("example.com/8", |e| matches!(e, PatternError::CidrAddress { .. })),
-            ("10.0.0.0/8:22", |e| matches!(e, PatternError::CidrWithPort { .. })),
-            ("10.0.0.0/", |e| matches!(e, PatternError::CidrPrefix { .. })),
+            ("10.0.0.0/33", |e| {
+                matches!(e, PatternError::CidrPrefix { max: 32, .. })
+            }),
+            ("fd00::/129", |e| {
+                matches!(e, PatternError::CidrPrefix { max: 128, .. })
+            }),
+            ("10.0.0.1/8", |e| {
+                matches!(e, PatternError::CidrHostBits { .. })
+            }),
+            ("example.com/8", |e| {
+                matches!(e, PatternError::CidrAddress { .. })
+            }),
+            ("10.0.0.0/8:22", |e| {
+                matches!(e, PatternError::CidrWithPort { .. })
+            }),
+            ("10.0.0.0/", |e| {
+                matches!(e, PatternError::CidrPrefix { .. })
+            }),
         ];
         for (input, expected) in cases {
             match input.parse::<HostPattern>() {
@@ -407,7 +508,17 @@ mod tests {
 
     #[test]
     fn display_round_trips_and_serde_is_a_string() {
-        for s in ["example.com", "*.example.com:443", "10.0.0.1", "10.0.0.1:22", "::1", "[::1]:8080", "10.0.0.0/8", "fd00::/8", "localhost"] {
+        for s in [
+            "example.com",
+            "*.example.com:443",
+            "10.0.0.1",
+            "10.0.0.1:22",
+            "::1",
+            "[::1]:8080",
+            "10.0.0.0/8",
+            "fd00::/8",
+            "localhost",
+        ] {
             let p = pat(s);
             assert_eq!(p.to_string(), s);
             assert_eq!(pat(&p.to_string()), p);
@@ -422,6 +533,9 @@ mod tests {
     fn errors_are_lowercase_and_name_the_pattern() {
         let e = HostPattern::parse("*.com").unwrap_err();
         assert!(e.contains("\"*.com\""), "{e}");
-        assert!(!e.starts_with(char::is_uppercase) && !e.ends_with('.'), "{e}");
+        assert!(
+            !e.starts_with(char::is_uppercase) && !e.ends_with('.'),
+            "{e}"
+        );
     }
 }

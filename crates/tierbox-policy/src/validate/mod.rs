@@ -105,12 +105,12 @@ impl ValidateContext {
 pub fn validate(policy: &Policy, req: &ProcessRunRequest, ctx: &ValidateContext) -> Result<Plan, Rejection> {
     shape::check(req)?;
     let program = exec::resolve_program(&policy.exec, &req.command, &policy.env.path)?;
-    interpreter::check(&policy.exec, &req.command, &program, &req.args, &policy.env.path)?;
+    interpreter::check(&policy.exec, &req.command, &program, &req.args, &policy.env.path, req.stdin.as_deref())?;
     let workspace = scope::canonical_workspace(&ctx.workspace)?;
     let cwd = scope::resolve_cwd(&workspace, req.cwd.as_deref())?;
     scope::check_args(&workspace, &cwd, &req.args)?;
-    let env = env::build(&policy.env, req, ctx)?;
-    let network = egress::check(&policy.egress, req)?;
+    let mut env = env::build(&policy.env, req, ctx)?;
+    let network = egress::check(&policy.egress, req, &req.command)?;
     let (limits, background) = limits::resolve(policy, req)?;
     let tier = tier::check(&policy.tier, req)?;
 
@@ -127,12 +127,18 @@ pub fn validate(policy: &Policy, req: &ProcessRunRequest, ctx: &ValidateContext)
         .cloned()
         .collect();
 
+    let mut filesystem = filesystem_plan(policy, ctx, &workspace);
+    filesystem.private_home = !home_is_granted(&env, &filesystem, &workspace);
+    if filesystem.private_home {
+        env.retain(|(k, _)| k != "HOME");
+    }
+
     Ok(Plan {
         program,
         argv,
         env,
         cwd,
-        filesystem: filesystem_plan(policy, ctx, &workspace),
+        filesystem,
         workspace,
         network,
         limits,
@@ -150,6 +156,14 @@ pub fn validate(policy: &Policy, req: &ProcessRunRequest, ctx: &ValidateContext)
         },
         background,
     })
+}
+
+/// Whether the `HOME` the child would get is inside a path the run may use (the
+/// workspace, or a declared read-only or writable path).
+fn home_is_granted(env: &[(String, String)], fs: &FsPlan, workspace: &Path) -> bool {
+    let Some((_, home)) = env.iter().find(|(k, _)| k == "HOME") else { return false };
+    let Ok(home) = std::fs::canonicalize(home) else { return false };
+    std::iter::once(workspace).chain(fs.read_only.iter().map(PathBuf::as_path)).chain(fs.writable.iter().map(PathBuf::as_path)).any(|g| home.starts_with(g))
 }
 
 /// Expands `~/` and keeps the paths that exist, canonicalised (a policy may list a
@@ -216,5 +230,6 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
             })
             .collect(),
         protected: fs.protected.iter().map(|p| workspace.join(p)).collect(),
+        private_home: false,
     }
 }

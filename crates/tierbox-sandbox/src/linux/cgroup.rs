@@ -1,1 +1,1117 @@
-//! (being written)
+//! Cgroups: one group per run, for memory, process-count and CPU limits, usage figures,
+//! and killing the whole tree.
+//!
+//! Invariants kept here:
+//!
+//! - **Run groups live under our own cgroup, per controller, never elsewhere.** The
+//!   supervisor's cgroup is read from `/proc/self/cgroup` and mapped through
+//!   `/proc/self/mountinfo`; a run group is `<our group>/<name>`. Nothing is written to
+//!   our own group except, on cgroup v2, `cgroup.subtree_control` (see below).
+//! - **The child attaches itself before exec.** [`RunCgroup::procs_fds`] are the
+//!   `cgroup.procs` files of every group, opened `O_WRONLY | O_CLOEXEC` in the
+//!   supervisor; the child writes `"0"` to each with [`super::sys::write_all_raw`], so no
+//!   process of the run ever runs outside its limits.
+//! - **Everything created is removed**: [`RunCgroup::remove`], or best effort on drop; a
+//!   partially created group is removed when creation fails.
+//! - **All paths are injectable** ([`CgroupSupport::from_roots`]), so both versions are
+//!   tested against fake trees; probing reads only.
+//!
+//! Version choice: cgroup v2 when our v2 group has `memory` and `pids` available to
+//! delegate; otherwise v1 (this machine: memory, pids, cpu, freezer on separate v1
+//! hierarchies, an empty v2 at `/sys/fs/cgroup/unified`).
+//!
+//! cgroup v2 and the "no internal processes" rule: a non-root v2 group that contains
+//! processes cannot enable controllers for its children. When our group contains only
+//! our own process, the first [`RunCgroup::create`] moves the supervisor into a leaf
+//! [`SUPERVISOR_LEAF`] and enables the controllers in our group's
+//! `cgroup.subtree_control`; run groups are then siblings of that leaf. If other
+//! processes share our group (e.g. a shell that started us) we do not move them, and
+//! creation fails with [`CgroupError::V2InternalProcesses`]: run the supervisor in its
+//! own delegated group (systemd `Delegate=yes`) instead.
+//!
+//! Not covered: I/O bandwidth, network, and (v1) kernel memory beyond what the memory
+//! controller charges.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Name of the leaf group the supervisor moves itself into on cgroup v2 (see the module
+/// docs); never a valid run-group name.
+pub const SUPERVISOR_LEAF: &str = "tierbox-supervisor";
+
+/// Longest accepted run-group name, in bytes (a single path component; `NAME_MAX` is 255).
+pub const MAX_NAME_BYTES: usize = 200;
+
+/// CFS period set with a CPU quota, in microseconds (100 ms, the kernel default). The
+/// quota is `period × percent / 100`, so 50 % allows 50 ms of CPU time per 100 ms.
+pub const CPU_PERIOD_US: u64 = 100_000;
+
+/// Smallest CFS quota the kernel accepts, in microseconds (1 ms).
+pub const CPU_QUOTA_MIN_US: u64 = 1_000;
+
+/// How many freeze → SIGKILL → thaw rounds [`RunCgroup::kill_all`] makes before giving
+/// up (each round kills every listed process; more rounds only cover races with
+/// processes that were mid-fork or mid-migration).
+pub const KILL_MAX_ROUNDS: u32 = 20;
+
+/// Pause between kill rounds, for killed processes to finish exiting.
+pub const KILL_ROUND_PAUSE: Duration = Duration::from_millis(2);
+
+/// Longest wait for a freeze to complete before killing anyway (SIGKILL is delivered
+/// once thawed).
+pub const FREEZE_WAIT_MAX: Duration = Duration::from_millis(50);
+
+/// Longest wait for `cgroup.kill` (v2) to empty the group.
+pub const KILL_DRAIN_MAX: Duration = Duration::from_millis(500);
+
+/// How many times `rmdir` is retried while the last tasks leave (`EBUSY`).
+pub const REMOVE_RETRIES: u32 = 50;
+
+/// Pause between `rmdir` retries (so removal waits at most 50 × 2 ms = 100 ms).
+pub const REMOVE_RETRY_PAUSE: Duration = Duration::from_millis(2);
+
+/// Which cgroup hierarchy the run groups use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    /// Legacy per-controller hierarchies.
+    V1,
+    /// The unified hierarchy.
+    V2,
+}
+
+impl std::fmt::Display for CgroupVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::V1 => "v1",
+            Self::V2 => "v2",
+        })
+    }
+}
+
+/// What was found for one controller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControllerSupport {
+    /// Our own cgroup's directory for this controller (v2: the delegated base group).
+    pub dir: Option<PathBuf>,
+    /// Whether run groups can use this controller.
+    pub usable: bool,
+    /// Why not, when not usable.
+    pub reason: Option<String>,
+}
+
+impl ControllerSupport {
+    fn usable(dir: PathBuf) -> Self {
+        Self {
+            dir: Some(dir),
+            usable: true,
+            reason: None,
+        }
+    }
+
+    fn unusable(dir: Option<PathBuf>, reason: String) -> Self {
+        Self {
+            dir,
+            usable: false,
+            reason: Some(reason),
+        }
+    }
+}
+
+/// What this host offers for per-run cgroups (the result of [`probe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupSupport {
+    /// The hierarchy chosen; `None` when neither is usable.
+    pub version: Option<CgroupVersion>,
+    /// The memory controller.
+    pub memory: ControllerSupport,
+    /// The pids controller.
+    pub pids: ControllerSupport,
+    /// The cpu controller (CFS quota).
+    pub cpu: ControllerSupport,
+    /// The freezer (v1 controller; built into every v2 group).
+    pub freezer: ControllerSupport,
+    /// Why per-run cgroups are unavailable, or which part is missing.
+    pub reason: Option<String>,
+}
+
+impl CgroupSupport {
+    /// Whether run groups with memory and process limits can be created.
+    pub fn is_usable(&self) -> bool {
+        self.version.is_some() && self.memory.usable && self.pids.usable
+    }
+
+    /// The hierarchy run groups will use, when they can be created at all.
+    pub fn usable_version(&self) -> Option<CgroupVersion> {
+        self.version.filter(|_| self.is_usable())
+    }
+
+    /// One line for `doctor` and enforcement reports: the version and each controller's
+    /// directory, or why it is unusable.
+    pub fn describe(&self) -> String {
+        let Some(version) = self.version else {
+            return format!(
+                "no cgroups: {}",
+                self.reason.as_deref().unwrap_or("no hierarchy found")
+            );
+        };
+        let controllers = [
+            ("memory", &self.memory),
+            ("pids", &self.pids),
+            ("cpu", &self.cpu),
+            ("freezer", &self.freezer),
+        ]
+        .iter()
+        .map(|(name, c)| match (&c.dir, c.usable) {
+            (Some(dir), true) => format!("{name} {}", dir.display()),
+            _ => format!(
+                "{name} unusable ({})",
+                c.reason.as_deref().unwrap_or("not found")
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+        format!("cgroup {version}: {controllers}")
+    }
+
+    /// Probe from explicit inputs: the text of `/proc/self/mountinfo` and of
+    /// `/proc/self/cgroup`, and the directory the mount points are relative to (`/` on a
+    /// real host, a tempdir holding a fake `sys/fs/cgroup/...` tree in tests). Reads only.
+    pub fn from_roots(mountinfo: &str, proc_self_cgroup: &str, fs_root: &Path) -> Self {
+        let mounts = parse_mountinfo(mountinfo);
+        let membership = parse_proc_cgroup(proc_self_cgroup);
+
+        let v2 = probe_v2(&mounts, &membership, fs_root);
+        if let Some(v2) = &v2
+            && v2.memory.usable
+            && v2.pids.usable
+        {
+            return v2.clone();
+        }
+        let v1 = probe_v1(&mounts, &membership, fs_root);
+        if let Some(v1) = v1 {
+            return v1;
+        }
+        if let Some(v2) = v2 {
+            return v2;
+        }
+        Self {
+            version: None,
+            memory: ControllerSupport::default(),
+            pids: ControllerSupport::default(),
+            cpu: ControllerSupport::default(),
+            freezer: ControllerSupport::default(),
+            reason: Some("no cgroup v1 controller or cgroup2 mount found for this process".into()),
+        }
+    }
+}
+
+/// Probe this host: reads `/proc/self/mountinfo` and `/proc/self/cgroup`.
+pub fn probe() -> CgroupSupport {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let cgroup = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    CgroupSupport::from_roots(&mountinfo, &cgroup, Path::new("/"))
+}
+
+/// [`probe`], once per process.
+pub fn probe_cached() -> &'static CgroupSupport {
+    static SUPPORT: OnceLock<CgroupSupport> = OnceLock::new();
+    SUPPORT.get_or_init(probe)
+}
+
+/// Limits applied to a run group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CgroupLimits {
+    /// Memory limit in bytes (v1 `memory.limit_in_bytes`, and `memsw` so no swap; v2
+    /// `memory.max` with `memory.swap.max = 0`). Past it the kernel reclaims, then
+    /// OOM-kills inside the group (v2: the whole group, `memory.oom.group`). Must be > 0.
+    pub memory_bytes: u64,
+    /// Maximum number of tasks (processes and threads) in the group (`pids.max`); fork
+    /// and clone fail with `EAGAIN` past it. Unlike `RLIMIT_NPROC` it holds for uid 0 and
+    /// counts only this run. Must be > 0.
+    pub max_processes: u64,
+    /// CPU bandwidth in percent of one CPU (200 = two CPUs), enforced by the CFS quota
+    /// over [`CPU_PERIOD_US`]; `None` = unlimited. Must be > 0.
+    pub cpu_quota_percent: Option<u32>,
+}
+
+/// Usage figures of a run group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CgroupStats {
+    /// Peak memory use in bytes (v1 `memory.max_usage_in_bytes`, v2 `memory.peak`, 5.19+).
+    pub memory_peak_bytes: Option<u64>,
+    /// Processes killed by the OOM killer inside the group.
+    pub oom_kills: u64,
+    /// How many times a fork failed because `pids.max` was reached.
+    pub pids_limit_hit: u64,
+}
+
+/// Why a run group could not be created or used.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// No usable hierarchy.
+    #[error("no usable cgroup hierarchy: {reason}")]
+    Unavailable {
+        /// The probe's reason.
+        reason: String,
+    },
+    /// A required controller is not usable.
+    #[error("cgroup controller {controller} is not usable: {reason}")]
+    ControllerUnavailable {
+        /// `memory`, `pids` or `cpu`.
+        controller: &'static str,
+        /// The probe's reason.
+        reason: String,
+    },
+    /// The run-group name is not a single safe path component.
+    #[error("invalid cgroup name {name:?}: {why}")]
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A limit is out of range.
+    #[error("invalid cgroup limit {limit} = {value}: must be greater than 0")]
+    InvalidLimit {
+        /// Which limit.
+        limit: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// `mkdir` of a group failed (`EEXIST`: a stale group of the same name).
+    #[error("mkdir({}) failed: {source}", path.display())]
+    Mkdir {
+        /// The group directory.
+        path: PathBuf,
+        /// The system error.
+        source: io::Error,
+    },
+    /// Writing a control file failed.
+    #[error("write({}, {value:?}) failed: {source}", path.display())]
+    Write {
+        /// The control file.
+        path: PathBuf,
+        /// What was written.
+        value: String,
+        /// The system error.
+        source: io::Error,
+    },
+    /// Reading a control file failed.
+    #[error("read({}) failed: {source}", path.display())]
+    Read {
+        /// The control file.
+        path: PathBuf,
+        /// The system error.
+        source: io::Error,
+    },
+    /// Opening a `cgroup.procs` file for the child failed.
+    #[error("open({}, O_WRONLY | O_CLOEXEC) failed: {source}", path.display())]
+    OpenProcs {
+        /// The `cgroup.procs` file.
+        path: PathBuf,
+        /// The system error.
+        source: io::Error,
+    },
+    /// cgroup v2: our group holds other processes, so controllers cannot be enabled for
+    /// its children (the "no internal processes" rule) and we will not move them.
+    #[error(
+        "cgroup v2 group {} holds other processes {pids:?}: cannot enable controllers for run groups (run the supervisor in its own delegated cgroup)", path.display()
+    )]
+    V2InternalProcesses {
+        /// Our group.
+        path: PathBuf,
+        /// The other processes in it.
+        pids: Vec<i32>,
+    },
+}
+
+/// One control-file write of the pure limit plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitWrite {
+    /// The controller whose directory holds the file (`memory`, `pids`, `cpu`).
+    pub controller: &'static str,
+    /// The control file.
+    pub file: &'static str,
+    /// The value written.
+    pub value: String,
+    /// Written only when the file exists (e.g. `memory.memsw.limit_in_bytes` needs swap
+    /// accounting); required writes fail creation when they fail.
+    pub only_if_present: bool,
+}
+
+/// The control-file writes that apply `limits` on `version`, in order. Pure.
+pub fn limit_plan(version: CgroupVersion, limits: &CgroupLimits) -> Vec<LimitWrite> {
+    let w = |controller, file, value: String, only_if_present| LimitWrite {
+        controller,
+        file,
+        value,
+        only_if_present,
+    };
+    let mem = limits.memory_bytes.to_string();
+    let pids = limits.max_processes.to_string();
+    let quota = limits
+        .cpu_quota_percent
+        .map(|p| (CPU_PERIOD_US * u64::from(p) / 100).max(CPU_QUOTA_MIN_US));
+    let mut plan = Vec::new();
+    match version {
+        CgroupVersion::V1 => {
+            plan.push(w("memory", "memory.limit_in_bytes", mem.clone(), false));
+            // memory+swap = memory: no swap. Must follow limit_in_bytes (memsw ≥ mem).
+            plan.push(w("memory", "memory.memsw.limit_in_bytes", mem, true));
+            plan.push(w("pids", "pids.max", pids, false));
+            if let Some(quota) = quota {
+                plan.push(w(
+                    "cpu",
+                    "cpu.cfs_period_us",
+                    CPU_PERIOD_US.to_string(),
+                    false,
+                ));
+                plan.push(w("cpu", "cpu.cfs_quota_us", quota.to_string(), false));
+            }
+        }
+        CgroupVersion::V2 => {
+            plan.push(w("memory", "memory.max", mem, false));
+            plan.push(w("memory", "memory.swap.max", "0".into(), true));
+            // An OOM kill takes the whole run, not one process of it.
+            plan.push(w("memory", "memory.oom.group", "1".into(), false));
+            plan.push(w("pids", "pids.max", pids, false));
+            if let Some(quota) = quota {
+                plan.push(w(
+                    "cpu",
+                    "cpu.max",
+                    format!("{quota} {CPU_PERIOD_US}"),
+                    false,
+                ));
+            }
+        }
+    }
+    plan
+}
+
+/// A per-run cgroup (one directory per v1 controller, or one v2 directory).
+#[derive(Debug)]
+pub struct RunCgroup {
+    version: CgroupVersion,
+    /// Created directories, in creation order (removed in reverse), deduplicated.
+    dirs: Vec<PathBuf>,
+    memory_dir: PathBuf,
+    pids_dir: PathBuf,
+    cpu_dir: Option<PathBuf>,
+    /// v1 freezer group, when the freezer is usable (v2: the group itself).
+    freezer_dir: Option<PathBuf>,
+    procs: Vec<OwnedFd>,
+    procs_raw: Vec<RawFd>,
+}
+
+impl RunCgroup {
+    /// Create the run group `name` under our own cgroup and apply `limits`.
+    ///
+    /// `name` must be unique among live runs (e.g. include the supervisor pid and a run
+    /// counter): an existing group of that name is an error, never shared. On cgroup v2
+    /// the first call may move the supervisor into [`SUPERVISOR_LEAF`] (module docs).
+    pub fn create(
+        support: &CgroupSupport,
+        name: &str,
+        limits: &CgroupLimits,
+    ) -> Result<Self, CgroupError> {
+        validate_name(name)?;
+        validate_limits(limits)?;
+        let Some(version) = support.version else {
+            return Err(CgroupError::Unavailable {
+                reason: support
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "no cgroup hierarchy".into()),
+            });
+        };
+        let memory = required(&support.memory, "memory")?;
+        let pids = required(&support.pids, "pids")?;
+        let cpu = match limits.cpu_quota_percent {
+            Some(_) => Some(required(&support.cpu, "cpu")?),
+            None => None,
+        };
+
+        if version == CgroupVersion::V2 {
+            let mut wanted = vec!["memory", "pids"];
+            if cpu.is_some() {
+                wanted.push("cpu");
+            }
+            ensure_v2_delegation(memory, &wanted)?;
+        }
+
+        let mut run = Self {
+            version,
+            dirs: Vec::new(),
+            memory_dir: memory.join(name),
+            pids_dir: pids.join(name),
+            cpu_dir: cpu.map(|c| c.join(name)),
+            freezer_dir: None,
+            procs: Vec::new(),
+            procs_raw: Vec::new(),
+        };
+        // On any error below, dropping `run` removes what was created.
+        run.mkdir(&run.memory_dir.clone())?;
+        run.mkdir(&run.pids_dir.clone())?;
+        if let Some(dir) = run.cpu_dir.clone() {
+            run.mkdir(&dir)?;
+        }
+        match version {
+            CgroupVersion::V1 => {
+                if let (true, Some(dir)) = (support.freezer.usable, &support.freezer.dir) {
+                    let dir = dir.join(name);
+                    run.mkdir(&dir)?;
+                    run.freezer_dir = Some(dir);
+                }
+            }
+            CgroupVersion::V2 => run.freezer_dir = Some(run.memory_dir.clone()),
+        }
+
+        for write in limit_plan(version, limits) {
+            let dir = match write.controller {
+                "memory" => &run.memory_dir,
+                "pids" => &run.pids_dir,
+                _ => match &run.cpu_dir {
+                    Some(dir) => dir,
+                    None => continue,
+                },
+            };
+            let path = dir.join(write.file);
+            if write.only_if_present && !path.exists() {
+                continue;
+            }
+            write_file(&path, &write.value)?;
+        }
+
+        for dir in run.dirs.clone() {
+            let path = dir.join("cgroup.procs");
+            // `create` only matters in fake trees; cgroupfs always has cgroup.procs.
+            let file = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|source| CgroupError::OpenProcs { path, source })?;
+            let fd = OwnedFd::from(file);
+            run.procs_raw.push(fd.as_raw_fd());
+            run.procs.push(fd);
+        }
+        Ok(run)
+    }
+
+    fn mkdir(&mut self, dir: &Path) -> Result<(), CgroupError> {
+        if self.dirs.iter().any(|d| d == dir) {
+            return Ok(()); // co-mounted v1 controllers, or v2's single group
+        }
+        fs::create_dir(dir).map_err(|source| CgroupError::Mkdir {
+            path: dir.to_owned(),
+            source,
+        })?;
+        self.dirs.push(dir.to_owned());
+        Ok(())
+    }
+
+    /// The hierarchy this group lives in.
+    pub fn version(&self) -> CgroupVersion {
+        self.version
+    }
+
+    /// The group's directories (v1: one per controller; v2: one).
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// `cgroup.procs` of every group, open `O_WRONLY | O_CLOEXEC`: the child writes `"0"`
+    /// to each (with [`super::sys::write_all_raw`]) to join the run before exec. Valid
+    /// while `self` lives.
+    pub fn procs_fds(&self) -> &[RawFd] {
+        &self.procs_raw
+    }
+
+    /// Every process currently in the group (union over controllers, sorted).
+    pub fn pids(&self) -> Vec<i32> {
+        let mut all = BTreeSet::new();
+        for dir in &self.dirs {
+            all.extend(read_pids(&dir.join("cgroup.procs")).unwrap_or_default());
+        }
+        all.into_iter().collect()
+    }
+
+    /// Kill every process in the group and wait (bounded) until it is empty.
+    ///
+    /// v2 with `cgroup.kill` (5.14+): write `1` and wait up to [`KILL_DRAIN_MAX`].
+    /// Otherwise: up to [`KILL_MAX_ROUNDS`] rounds of freeze (so nothing forks while we
+    /// list), SIGKILL every listed process, thaw (frozen tasks die only once thawed).
+    /// Blocks the calling thread for at most a few hundred milliseconds.
+    pub fn kill_all(&self) -> io::Result<()> {
+        if self.version == CgroupVersion::V2 {
+            let kill = self.memory_dir.join("cgroup.kill");
+            if kill.exists() {
+                write_plain(&kill, "1")?;
+                let deadline = Instant::now() + KILL_DRAIN_MAX;
+                while !self.pids().is_empty() && Instant::now() < deadline {
+                    std::thread::sleep(KILL_ROUND_PAUSE);
+                }
+                if self.pids().is_empty() {
+                    return Ok(());
+                }
+            }
+        }
+        for _ in 0..KILL_MAX_ROUNDS {
+            if self.pids().is_empty() {
+                return Ok(());
+            }
+            let frozen = self.freeze(true);
+            for pid in self.pids() {
+                if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                    // ESRCH: already gone.
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+            if frozen {
+                self.freeze(false);
+            }
+            std::thread::sleep(KILL_ROUND_PAUSE);
+        }
+        let left = self.pids();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "cgroup {} still holds {left:?} after {KILL_MAX_ROUNDS} kill rounds",
+                self.memory_dir.display()
+            )))
+        }
+    }
+
+    /// Freeze (`true`) or thaw the group; returns whether a freezer was written.
+    /// Freezing waits up to [`FREEZE_WAIT_MAX`] for the state to settle.
+    fn freeze(&self, frozen: bool) -> bool {
+        let Some(dir) = &self.freezer_dir else {
+            return false;
+        };
+        let (file, value) = match (self.version, frozen) {
+            (CgroupVersion::V1, true) => ("freezer.state", "FROZEN"),
+            (CgroupVersion::V1, false) => ("freezer.state", "THAWED"),
+            (CgroupVersion::V2, true) => ("cgroup.freeze", "1"),
+            (CgroupVersion::V2, false) => ("cgroup.freeze", "0"),
+        };
+        if write_plain(&dir.join(file), value).is_err() {
+            return false;
+        }
+        if frozen {
+            let deadline = Instant::now() + FREEZE_WAIT_MAX;
+            while Instant::now() < deadline && !self.is_frozen(dir) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        true
+    }
+
+    fn is_frozen(&self, dir: &Path) -> bool {
+        match self.version {
+            CgroupVersion::V1 => {
+                fs::read_to_string(dir.join("freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
+            }
+            CgroupVersion::V2 => fs::read_to_string(dir.join("cgroup.events"))
+                .is_ok_and(|s| keyed_value(&s, "frozen") == Some(1)),
+        }
+    }
+
+    /// Usage figures (missing files count as zero / `None`).
+    pub fn stats(&self) -> CgroupStats {
+        let read = |dir: &Path, file: &str| fs::read_to_string(dir.join(file)).ok();
+        match self.version {
+            CgroupVersion::V1 => CgroupStats {
+                memory_peak_bytes: read(&self.memory_dir, "memory.max_usage_in_bytes")
+                    .and_then(|s| s.trim().parse().ok()),
+                oom_kills: read(&self.memory_dir, "memory.oom_control")
+                    .and_then(|s| keyed_value(&s, "oom_kill"))
+                    .unwrap_or(0),
+                pids_limit_hit: read(&self.pids_dir, "pids.events")
+                    .and_then(|s| keyed_value(&s, "max"))
+                    .unwrap_or(0),
+            },
+            CgroupVersion::V2 => CgroupStats {
+                memory_peak_bytes: read(&self.memory_dir, "memory.peak")
+                    .and_then(|s| s.trim().parse().ok()),
+                oom_kills: read(&self.memory_dir, "memory.events")
+                    .and_then(|s| keyed_value(&s, "oom_kill"))
+                    .unwrap_or(0),
+                pids_limit_hit: read(&self.pids_dir, "pids.events")
+                    .and_then(|s| keyed_value(&s, "max"))
+                    .unwrap_or(0),
+            },
+        }
+    }
+
+    /// Remove every directory of the group, retrying `rmdir` while the last tasks leave
+    /// (up to [`REMOVE_RETRIES`] × [`REMOVE_RETRY_PAUSE`] per directory). Kill first: a
+    /// populated group cannot be removed.
+    pub fn remove(mut self) -> io::Result<()> {
+        self.remove_dirs()
+    }
+
+    fn remove_dirs(&mut self) -> io::Result<()> {
+        self.procs_raw.clear();
+        self.procs.clear(); // close our cgroup.procs fds first
+        let mut first_err = None;
+        while let Some(dir) = self.dirs.pop() {
+            if let Err(e) = rmdir_retrying(&dir)
+                && first_err.is_none()
+            {
+                first_err = Some(io::Error::new(
+                    e.kind(),
+                    format!("rmdir({}) failed: {e}", dir.display()),
+                ));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for RunCgroup {
+    /// Best-effort removal (errors ignored; a populated group stays behind).
+    fn drop(&mut self) {
+        let _ = self.remove_dirs();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Probing.
+// ---------------------------------------------------------------------------------------
+
+/// One cgroup mount from mountinfo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CgroupMount {
+    /// `cgroup` (v1) or `cgroup2`.
+    v2: bool,
+    /// v1: controller names from the super options (`memory`, `cpu`, `cpuacct`, ...).
+    controllers: Vec<String>,
+    /// The mount's root within the hierarchy.
+    root: String,
+    /// Where it is mounted.
+    mount_point: String,
+}
+
+/// One line of `/proc/self/cgroup`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Membership {
+    /// Controllers of the hierarchy (empty for v2's `0::`).
+    controllers: Vec<String>,
+    /// Our path in it.
+    path: String,
+}
+
+/// Undo mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape_mountinfo(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && let Some(oct) = field.get(i + 1..i + 4)
+            && let Ok(b) = u8::from_str_radix(oct, 8)
+        {
+            out.push(b);
+            i += 4;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let sep = fields.iter().position(|f| *f == "-")?;
+            let fstype = *fields.get(sep + 1)?;
+            let v2 = match fstype {
+                "cgroup" => false,
+                "cgroup2" => true,
+                _ => return None,
+            };
+            let super_opts = fields.get(sep + 3).copied().unwrap_or("");
+            Some(CgroupMount {
+                v2,
+                controllers: super_opts.split(',').map(str::to_owned).collect(),
+                root: unescape_mountinfo(fields.get(3)?),
+                mount_point: unescape_mountinfo(fields.get(4)?),
+            })
+        })
+        .collect()
+}
+
+fn parse_proc_cgroup(text: &str) -> Vec<Membership> {
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let _id = parts.next()?;
+            let controllers = parts.next()?;
+            let path = parts.next()?;
+            Some(Membership {
+                controllers: controllers
+                    .split(',')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                path: path.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Our directory in a hierarchy: `fs_root / mount_point / (path relative to mount root)`,
+/// or why it is not visible.
+fn group_dir(mount: &CgroupMount, path: &str, fs_root: &Path) -> Result<PathBuf, String> {
+    let root = mount.root.trim_end_matches('/');
+    let rel = path
+        .strip_prefix(root)
+        .filter(|r| r.is_empty() || r.starts_with('/'));
+    let Some(rel) = rel else {
+        return Err(format!(
+            "our cgroup {path} is outside the mount at {} (root {})",
+            mount.mount_point, mount.root
+        ));
+    };
+    let mut dir = fs_root.join(mount.mount_point.trim_start_matches('/'));
+    for part in rel.split('/').filter(|p| !p.is_empty()) {
+        if part == ".." {
+            return Err(format!("our cgroup path {path} contains '..'"));
+        }
+        dir.push(part);
+    }
+    Ok(dir)
+}
+
+fn writable_dir(dir: &Path) -> Result<(), String> {
+    if !dir.is_dir() {
+        return Err(format!("{} does not exist", dir.display()));
+    }
+    rustix::fs::access(dir, rustix::fs::Access::WRITE_OK)
+        .map_err(|e| format!("{} is not writable: {e}", dir.display()))
+}
+
+fn probe_v1(
+    mounts: &[CgroupMount],
+    membership: &[Membership],
+    fs_root: &Path,
+) -> Option<CgroupSupport> {
+    let mut any = false;
+    let mut controller = |name: &str| -> ControllerSupport {
+        let Some(member) = membership
+            .iter()
+            .find(|m| m.controllers.iter().any(|c| c == name))
+        else {
+            return ControllerSupport::unusable(
+                None,
+                format!("no v1 {name} hierarchy in /proc/self/cgroup"),
+            );
+        };
+        let Some(mount) = mounts
+            .iter()
+            .filter(|m| !m.v2 && m.controllers.iter().any(|c| c == name))
+            .find(|m| group_dir(m, &member.path, fs_root).is_ok())
+        else {
+            return ControllerSupport::unusable(
+                None,
+                format!(
+                    "v1 {name} hierarchy (our group {}) is not mounted here",
+                    member.path
+                ),
+            );
+        };
+        any = true;
+        match group_dir(mount, &member.path, fs_root) {
+            Ok(dir) => match writable_dir(&dir) {
+                Ok(()) => ControllerSupport::usable(dir),
+                Err(reason) => ControllerSupport::unusable(Some(dir), reason),
+            },
+            Err(reason) => ControllerSupport::unusable(None, reason),
+        }
+    };
+    let memory = controller("memory");
+    let pids = controller("pids");
+    let cpu = controller("cpu");
+    let freezer = controller("freezer");
+    if !any {
+        return None;
+    }
+    let reason = [("memory", &memory), ("pids", &pids)]
+        .iter()
+        .filter(|(_, c)| !c.usable)
+        .map(|(n, c)| format!("{n}: {}", c.reason.as_deref().unwrap_or("unusable")))
+        .reduce(|a, b| format!("{a}; {b}"));
+    Some(CgroupSupport {
+        version: Some(CgroupVersion::V1),
+        memory,
+        pids,
+        cpu,
+        freezer,
+        reason,
+    })
+}
+
+/// A controller list file (`cgroup.controllers`, `cgroup.subtree_control`) as names; a
+/// leading `+` is tolerated so fake trees can record what was written.
+fn controller_set(text: &str) -> BTreeSet<String> {
+    text.split_whitespace()
+        .map(|c| c.trim_start_matches('+').to_owned())
+        .collect()
+}
+
+/// Whether a v2 directory is the hierarchy's real root (it has no `cgroup.type`).
+fn is_v2_root(dir: &Path) -> bool {
+    !dir.join("cgroup.type").exists()
+}
+
+fn probe_v2(
+    mounts: &[CgroupMount],
+    membership: &[Membership],
+    fs_root: &Path,
+) -> Option<CgroupSupport> {
+    let member = membership.iter().find(|m| m.controllers.is_empty())?;
+    let mount = mounts
+        .iter()
+        .filter(|m| m.v2)
+        .find(|m| group_dir(m, &member.path, fs_root).is_ok())?;
+    let mut base = group_dir(mount, &member.path, fs_root).ok()?;
+    if base.file_name().is_some_and(|n| n == SUPERVISOR_LEAF)
+        && let Some(parent) = base.parent()
+    {
+        // We already moved ourselves into the leaf: run groups go next to it.
+        base = parent.to_owned();
+    }
+
+    let available = fs::read_to_string(base.join("cgroup.controllers"))
+        .map(|s| controller_set(&s))
+        .unwrap_or_default();
+    let enabled = fs::read_to_string(base.join("cgroup.subtree_control"))
+        .map(|s| controller_set(&s))
+        .unwrap_or_default();
+    let base_ok = writable_dir(&base);
+    let subtree_writable = rustix::fs::access(
+        &base.join("cgroup.subtree_control"),
+        rustix::fs::Access::WRITE_OK,
+    )
+    .is_ok();
+    let root = is_v2_root(&base);
+
+    let controller = |name: &str| -> ControllerSupport {
+        let reason = if !available.contains(name) {
+            Some(format!(
+                "{name} is not delegated to {} (cgroup.controllers: {})",
+                base.display(),
+                available.iter().cloned().collect::<Vec<_>>().join(" ")
+            ))
+        } else if let Err(reason) = &base_ok {
+            Some(reason.clone())
+        } else if enabled.contains(name) {
+            None
+        } else if root {
+            Some(format!(
+                "{name} is not enabled in the cgroup v2 root's subtree_control, and tierbox does not change the root"
+            ))
+        } else if !subtree_writable {
+            Some(format!(
+                "{} is not writable",
+                base.join("cgroup.subtree_control").display()
+            ))
+        } else {
+            None
+        };
+        match reason {
+            None => ControllerSupport::usable(base.clone()),
+            Some(reason) => ControllerSupport::unusable(Some(base.clone()), reason),
+        }
+    };
+    let memory = controller("memory");
+    let pids = controller("pids");
+    let cpu = controller("cpu");
+    let freezer = match &base_ok {
+        Ok(()) => ControllerSupport::usable(base.clone()),
+        Err(reason) => ControllerSupport::unusable(Some(base.clone()), reason.clone()),
+    };
+    let reason = [("memory", &memory), ("pids", &pids)]
+        .iter()
+        .filter(|(_, c)| !c.usable)
+        .map(|(n, c)| format!("{n}: {}", c.reason.as_deref().unwrap_or("unusable")))
+        .reduce(|a, b| format!("{a}; {b}"));
+    Some(CgroupSupport {
+        version: Some(CgroupVersion::V2),
+        memory,
+        pids,
+        cpu,
+        freezer,
+        reason,
+    })
+}
+
+/// cgroup v2: make `wanted` controllers available to children of `base`, moving the
+/// supervisor into [`SUPERVISOR_LEAF`] first if it lives in `base` (module docs).
+/// Idempotent; does nothing when they are already enabled.
+fn ensure_v2_delegation(base: &Path, wanted: &[&str]) -> Result<(), CgroupError> {
+    let subtree_path = base.join("cgroup.subtree_control");
+    let enabled = controller_set(&read_file(&subtree_path)?);
+    let missing: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|c| !enabled.contains(*c))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_v2_root(base) {
+        let procs_path = base.join("cgroup.procs");
+        let procs = read_pids(&procs_path).map_err(|source| CgroupError::Read {
+            path: procs_path.clone(),
+            source,
+        })?;
+        let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+        let others: Vec<i32> = procs.iter().copied().filter(|&p| p != me).collect();
+        if !others.is_empty() {
+            return Err(CgroupError::V2InternalProcesses {
+                path: base.to_owned(),
+                pids: others,
+            });
+        }
+        if procs.contains(&me) {
+            let leaf = base.join(SUPERVISOR_LEAF);
+            match fs::create_dir(&leaf) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(source) => return Err(CgroupError::Mkdir { path: leaf, source }),
+            }
+            // Writing our pid moves the whole process (every thread) into the leaf.
+            write_file(&leaf.join("cgroup.procs"), &me.to_string())?;
+        }
+    }
+    let value = missing
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    write_file(&subtree_path, &value)
+}
+
+// ---------------------------------------------------------------------------------------
+// Small file helpers.
+// ---------------------------------------------------------------------------------------
+
+fn validate_name(name: &str) -> Result<(), CgroupError> {
+    let why = if name.is_empty() {
+        Some("empty")
+    } else if name.len() > MAX_NAME_BYTES {
+        Some("longer than 200 bytes")
+    } else if name == "." || name == ".." {
+        Some("a relative directory")
+    } else if name.contains('/') || name.contains('\0') {
+        Some("contains '/' or NUL")
+    } else if name == SUPERVISOR_LEAF {
+        Some("reserved for the supervisor's own leaf group")
+    } else if name.starts_with("cgroup.") || name.contains('\n') {
+        Some("looks like a control file")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(CgroupError::InvalidName {
+            name: name.to_owned(),
+            why,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn validate_limits(limits: &CgroupLimits) -> Result<(), CgroupError> {
+    let checks = [
+        ("memory_bytes", limits.memory_bytes),
+        ("max_processes", limits.max_processes),
+        (
+            "cpu_quota_percent",
+            limits.cpu_quota_percent.map_or(1, u64::from),
+        ),
+    ];
+    match checks.into_iter().find(|&(_, v)| v == 0) {
+        Some((limit, value)) => Err(CgroupError::InvalidLimit { limit, value }),
+        None => Ok(()),
+    }
+}
+
+fn required<'a>(c: &'a ControllerSupport, name: &'static str) -> Result<&'a Path, CgroupError> {
+    match (&c.dir, c.usable) {
+        (Some(dir), true) => Ok(dir),
+        _ => Err(CgroupError::ControllerUnavailable {
+            controller: name,
+            reason: c.reason.clone().unwrap_or_else(|| "not found".into()),
+        }),
+    }
+}
+
+/// Write a control file (created if missing, which only happens in fake trees: cgroupfs
+/// refuses to create files, with `EACCES`).
+fn write_file(path: &Path, value: &str) -> Result<(), CgroupError> {
+    write_plain(path, value).map_err(|source| CgroupError::Write {
+        path: path.to_owned(),
+        value: value.to_owned(),
+        source,
+    })
+}
+
+fn write_plain(path: &Path, value: &str) -> io::Result<()> {
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)?;
+    file.write_all(value.as_bytes())
+}
+
+fn read_file(path: &Path) -> Result<String, CgroupError> {
+    fs::read_to_string(path).map_err(|source| CgroupError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn read_pids(path: &Path) -> io::Result<Vec<i32>> {
+    Ok(fs::read_to_string(path)?
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect())
+}
+
+/// The value of `key` in a flat-keyed file (`key value` per line).
+fn keyed_value(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let mut parts = line.split_whitespace();
+        (parts.next()? == key).then_some(())?;
+        parts.next()?.parse().ok()
+    })
+}
+
+fn rmdir_retrying(dir: &Path) -> io::Result<()> {
+    let mut attempt = 0;
+    loop {
+        match fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < REMOVE_RETRIES => {
+                attempt += 1;
+                std::thread::sleep(REMOVE_RETRY_PAUSE);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "cgroup_tests.rs"]
+mod tests;

@@ -202,7 +202,9 @@ pub enum LandlockError {
         source: io::Error,
     },
     /// `landlock_add_rule(LANDLOCK_RULE_NET_PORT)` failed.
-    #[error("landlock_add_rule(net_port, port={port}, allowed_access=connect_tcp) failed: {source}")]
+    #[error(
+        "landlock_add_rule(net_port, port={port}, allowed_access=connect_tcp) failed: {source}"
+    )]
     AddNetRule {
         /// The TCP port.
         port: u16,
@@ -236,8 +238,8 @@ impl PreparedLandlock {
     /// Fails with [`LandlockError::Unsupported`] when there is no landlock; any other
     /// error names the system call and the path or port.
     pub fn prepare(spec: &LandlockSpec) -> Result<Self, LandlockError> {
-        let abi = sys::landlock_abi_version()
-            .map_err(|source| LandlockError::Unsupported { source })?;
+        let abi =
+            sys::landlock_abi_version().map_err(|source| LandlockError::Unsupported { source })?;
         Self::prepare_at_abi(spec, abi.min(MAX_KNOWN_ABI))
     }
 

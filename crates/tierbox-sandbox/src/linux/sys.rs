@@ -79,7 +79,9 @@ struct CapUserData {
 
 /// Read the calling thread's `errno` without allocating (async-signal-safe).
 fn errno() -> i32 {
-    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// Map a raw `syscall` return value to `Ok(value)` or `Err(errno)`.
@@ -354,13 +356,8 @@ pub fn capset_zero() -> Result<(), i32> {
     // SAFETY: `header` and `data` are valid `#[repr(C)]` values on our stack that outlive
     // the call; version 3 makes the kernel read exactly two data structs, which is what
     // `data` holds. Nothing is written back by capset.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_capset,
-            std::ptr::from_ref(&header),
-            data.as_ptr(),
-        )
-    };
+    let ret =
+        unsafe { libc::syscall(libc::SYS_capset, std::ptr::from_ref(&header), data.as_ptr()) };
     check(ret).map(drop)
 }
 
@@ -410,15 +407,9 @@ pub fn write_all_raw(fd: RawFd, bytes: &[u8]) -> Result<(), i32> {
 pub(crate) mod test_support {
     use super::{check, errno};
 
-    /// Fork; the child runs `child` (which must be async-signal-safe: the test harness
-    /// is multi-threaded) and `_exit`s with its return value. Returns the child's exit
-    /// code, or `128 + signal` when it was killed by a signal.
-    pub(crate) fn fork_and_wait(child: fn() -> i32) -> i32 {
-        fork_with(|| child())
-    }
-
-    /// Like [`fork_and_wait`] with a closure. The closure must only call
-    /// async-signal-safe code and must not allocate.
+    /// Fork; the child runs `child` and `_exit`s with its return value. The closure must
+    /// only call async-signal-safe code and must not allocate (the test harness is
+    /// multi-threaded). Returns the exit code, or `128 + signal` when it was killed.
     pub(crate) fn fork_with(child: impl FnOnce() -> i32) -> i32 {
         let pid = fork_child(child);
         wait_exit(pid)
@@ -467,8 +458,7 @@ pub(crate) mod test_support {
     /// Raw `ptrace(PTRACE_TRACEME, 0, 0, 0)`.
     pub(crate) fn ptrace_traceme() -> Result<(), i32> {
         // SAFETY: integer arguments only.
-        check(unsafe { libc::syscall(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0, 0, 0) })
-            .map(drop)
+        check(unsafe { libc::syscall(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0, 0, 0) }).map(drop)
     }
 
     /// Raw `socket(domain, type, 0)`; closes the socket on success.
@@ -504,9 +494,7 @@ pub(crate) mod test_support {
             inheritable: 0,
         }; 2];
         // SAFETY: valid out-pointers on our stack; version 3 writes two data structs.
-        check(unsafe {
-            libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr())
-        })?;
+        check(unsafe { libc::syscall(libc::SYS_capget, &raw mut header, data.as_mut_ptr()) })?;
         let eff = u64::from(data[0].effective) | (u64::from(data[1].effective) << 32);
         let prm = u64::from(data[0].permitted) | (u64::from(data[1].permitted) << 32);
         Ok((eff, prm))
@@ -564,5 +552,108 @@ pub(crate) mod test_support {
     pub(crate) fn close(fd: i32) {
         // SAFETY: closing an fd the test owns.
         unsafe { libc::syscall(libc::SYS_close, fd) };
+    }
+
+    /// Raw `openat(AT_FDCWD, path, flags, 0600)`.
+    pub(crate) fn open(path: &std::ffi::CStr, flags: i32) -> Result<i32, i32> {
+        // SAFETY: `path` is a valid NUL-terminated string for the duration of the call.
+        let fd = check(unsafe {
+            libc::syscall(
+                libc::SYS_openat,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                flags,
+                0o600,
+            )
+        })?;
+        Ok(i32::try_from(fd).unwrap_or(-1))
+    }
+
+    /// Raw `kill(pid, sig)`.
+    pub(crate) fn kill(pid: i32, sig: i32) -> Result<(), i32> {
+        // SAFETY: integer arguments only.
+        check(unsafe { libc::syscall(libc::SYS_kill, pid, sig) }).map(drop)
+    }
+
+    /// Raw TCP connect to 127.0.0.1:`port` (socket closed afterwards).
+    pub(crate) fn connect_tcp_loopback(port: u16) -> Result<(), i32> {
+        // SAFETY: integer arguments only.
+        let fd = check(unsafe {
+            libc::syscall(
+                libc::SYS_socket,
+                libc::AF_INET,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        // SAFETY: `addr` is a valid sockaddr_in on our stack and the length matches it.
+        let ret = check(unsafe {
+            libc::syscall(
+                libc::SYS_connect,
+                fd,
+                std::ptr::from_ref(&addr),
+                size_of::<libc::sockaddr_in>(),
+            )
+        });
+        close(i32::try_from(fd).unwrap_or(-1));
+        ret.map(drop)
+    }
+
+    /// Raw fork: `clone(SIGCHLD, 0, ...)` (works on every architecture, runs no atfork
+    /// handlers). Returns 0 in the child, the pid in the parent.
+    pub(crate) fn raw_fork() -> Result<i64, i32> {
+        // SAFETY: a clone without CLONE_VM gives the child a copy of our memory, like fork;
+        // a zero stack pointer means "keep the current stack" (in the copy).
+        check(unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) })
+    }
+
+    /// Map `bytes` of anonymous memory and write to every page (to trip a memory limit).
+    pub(crate) fn touch_anon(bytes: usize) -> Result<(), i32> {
+        // SAFETY: an anonymous private mapping at a kernel-chosen address.
+        let addr = check(unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                0,
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        })?;
+        let base = addr as usize as *mut u8;
+        let mut off = 0;
+        while off < bytes {
+            // SAFETY: `base + off` lies inside the `bytes`-long mapping we just created.
+            unsafe { base.add(off).write_volatile(1) };
+            off += 4096;
+        }
+        Ok(())
+    }
+
+    /// An i386 `getpid` through `int 0x80` (audit arch `AUDIT_ARCH_I386`).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn int80_getpid() -> i64 {
+        let mut rax: i64 = 20; // __NR_getpid on i386
+        // SAFETY: `int 0x80` enters the kernel's compat syscall path; it reads eax (and
+        // ebx..ebp, unused by getpid), returns in eax, and may clear r8-r11, which are
+        // declared clobbered. It does not touch the stack.
+        unsafe {
+            std::arch::asm!(
+                "int 0x80",
+                inlateout("rax") rax,
+                out("r8") _, out("r9") _, out("r10") _, out("r11") _,
+                options(nostack)
+            );
+        }
+        rax
     }
 }

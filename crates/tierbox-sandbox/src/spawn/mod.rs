@@ -234,6 +234,11 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
     let argv: Vec<CString> = plan.argv.iter().map(|a| cstring(a.as_bytes(), "argument")).collect::<Result<_, _>>()?;
     let mut env: Vec<(String, String)> = plan.env.clone();
+    if let (true, Some(tmp)) = (plan.filesystem.private_home, &tmp_dir) {
+        let home = tmp.join("home");
+        make_owned_dir(&home, uid, gid)?;
+        env.push(("HOME".to_owned(), home.to_string_lossy().into_owned()));
+    }
     if let Some(tmp) = &tmp_dir {
         for key in ["TMPDIR", "TMP", "TEMP"] {
             if !env.iter().any(|(k, _)| k == key) {
@@ -241,6 +246,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
             }
         }
     }
+    env.sort();
     let envp: Vec<CString> = env.iter().map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry")).collect::<Result<_, _>>()?;
     let cwd = cstring(plan.cwd.as_os_str().as_bytes(), "cwd")?;
     let argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
@@ -399,13 +405,19 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
 
 /// Creates `<base>/run-<id>` with mode 0700, owned by the child's uid.
 fn make_private_tmp(base: &Path, run_id: &str, uid: u32, gid: u32) -> Result<Option<PathBuf>, LaunchError> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(base).map_err(LaunchError::setup(format!("create {}", base.display())))?;
     let _ = std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711));
     let dir = base.join(format!("run-{run_id}"));
-    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(LaunchError::setup(format!("create {}", dir.display())))?;
-    std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(LaunchError::setup(format!("chown {}", dir.display())))?;
+    make_owned_dir(&dir, uid, gid)?;
     Ok(Some(dir))
+}
+
+/// Creates `dir` with mode 0700, owned by `uid:gid`.
+fn make_owned_dir(dir: &Path, uid: u32, gid: u32) -> Result<(), LaunchError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(LaunchError::setup(format!("create {}", dir.display())))?;
+    std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(LaunchError::setup(format!("chown {}", dir.display())))
 }
 
 // ---- the launcher thread -----------------------------------------------------------

@@ -20,7 +20,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::linux::sys as lsys;
@@ -514,11 +514,6 @@ pub fn set_not_dumpable() -> io::Result<()> {
     }
 }
 
-/// Raw fd helper for the parent side.
-pub(crate) fn raw(fd: &OwnedFd) -> RawFd {
-    use std::os::fd::AsRawFd;
-    fd.as_raw_fd()
-}
 
 /// A `ChildSpec` pointer handed to the launcher thread.
 pub(crate) struct SendSpec(*mut ChildSpec);
@@ -540,4 +535,14 @@ pub(crate) fn clone_job(spec: &SendSpec, stack: &mut ChildStack) -> Result<Clone
     // live reference to the spec.
     let spec = unsafe { &mut *spec.0 };
     clone_and_exec(spec, stack)
+}
+
+/// Registers an owned fd (a pidfd or a pipe end) with the tokio reactor for readiness.
+///
+/// Must be called within a tokio runtime.
+pub fn register_readable(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: an `OwnedFd` is a valid open descriptor that stays open, and always returns
+    // the same number from `as_raw_fd`, for as long as the `AsyncFd` owns it.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
 }

@@ -1,0 +1,765 @@
+//! Tests of the seccomp filter: a classic-BPF interpreter evaluates the program for
+//! synthetic `seccomp_data` (pure), then a forked child attaches it for real.
+
+use super::*;
+use crate::linux::sys::test_support as ts;
+
+const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+const KILL: u32 = libc::SECCOMP_RET_KILL_PROCESS;
+
+fn eperm() -> u32 {
+    ret_errno(libc::EPERM)
+}
+
+fn locked_down() -> SeccompSpec {
+    SeccompSpec {
+        deny_namespaces: true,
+        allow_inet_sockets: false,
+        allow_unix_sockets: false,
+    }
+}
+
+fn permissive() -> SeccompSpec {
+    SeccompSpec {
+        deny_namespaces: false,
+        allow_inet_sockets: true,
+        allow_unix_sockets: true,
+    }
+}
+
+/// Synthetic `struct seccomp_data`.
+#[derive(Debug, Clone, Copy)]
+struct Data {
+    nr: u32,
+    arch: u32,
+    args: [u64; 6],
+}
+
+impl Data {
+    fn call(nr: libc::c_long, args: &[u64]) -> Self {
+        let mut a = [0u64; 6];
+        a[..args.len()].copy_from_slice(args);
+        Self {
+            nr: nr as u32,
+            arch: NATIVE_AUDIT_ARCH.unwrap(),
+            args: a,
+        }
+    }
+
+    fn word(&self, offset: u32) -> u32 {
+        match offset {
+            0 => self.nr,
+            4 => self.arch,
+            8 | 12 => 0, // instruction pointer
+            o if (16..64).contains(&o) && o % 4 == 0 => {
+                let arg = self.args[((o - 16) / 8) as usize];
+                if (o - 16) % 8 == 0 {
+                    arg as u32
+                } else {
+                    (arg >> 32) as u32
+                }
+            }
+            o => panic!("load from invalid seccomp_data offset {o}"),
+        }
+    }
+}
+
+/// What the interpreter observed along the path.
+struct Trace {
+    result: u32,
+    /// Only `nr`/`arch` were loaded: the kernel's action cache can treat the result as a
+    /// constant for this syscall number (mirrors `seccomp_is_const_allow`).
+    constant: bool,
+    steps: usize,
+}
+
+/// A classic-BPF interpreter for the instruction subset the kernel's seccomp checker
+/// accepts and our builder emits. Panics on anything else or an out-of-range jump.
+fn run(prog: &[libc::sock_filter], data: &Data) -> Trace {
+    let mut acc: u32 = 0;
+    let mut pc = 0usize;
+    let mut constant = true;
+    let mut steps = 0;
+    loop {
+        let insn = prog
+            .get(pc)
+            .unwrap_or_else(|| panic!("pc {pc} ran off the program"));
+        steps += 1;
+        let code = u32::from(insn.code);
+        let class = code & 0x07;
+        match class {
+            c if c == libc::BPF_LD => {
+                assert_eq!(
+                    code,
+                    libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
+                    "unsupported load"
+                );
+                if insn.k > 4 {
+                    constant = false;
+                }
+                acc = data.word(insn.k);
+                pc += 1;
+            }
+            c if c == libc::BPF_ALU => {
+                assert_eq!(code, libc::BPF_ALU | libc::BPF_AND | libc::BPF_K);
+                acc &= insn.k;
+                pc += 1;
+            }
+            c if c == libc::BPF_JMP => {
+                let op = code & 0xf0;
+                assert_eq!(code & 0x08, libc::BPF_K, "only K-operand jumps are emitted");
+                if op == libc::BPF_JA {
+                    pc += 1 + insn.k as usize;
+                    continue;
+                }
+                let taken = match op {
+                    o if o == libc::BPF_JEQ => acc == insn.k,
+                    o if o == libc::BPF_JGT => acc > insn.k,
+                    o if o == libc::BPF_JGE => acc >= insn.k,
+                    o if o == libc::BPF_JSET => acc & insn.k != 0,
+                    o => panic!("unsupported jump op {o:#x}"),
+                };
+                pc += 1 + usize::from(if taken { insn.jt } else { insn.jf });
+            }
+            c if c == libc::BPF_RET => {
+                assert_eq!(code, libc::BPF_RET | libc::BPF_K);
+                return Trace {
+                    result: insn.k,
+                    constant,
+                    steps,
+                };
+            }
+            other => panic!("unsupported instruction class {other:#x}"),
+        }
+    }
+}
+
+fn eval(prog: &SeccompProgram, nr: libc::c_long, args: &[u64]) -> u32 {
+    run(prog.instructions(), &Data::call(nr, args)).result
+}
+
+/// Ordinary syscalls (with plain arguments) that must stay allowed under every spec.
+fn ordinary() -> Vec<(&'static str, libc::c_long, Vec<u64>)> {
+    let thread_flags = (libc::CLONE_VM
+        | libc::CLONE_FS
+        | libc::CLONE_FILES
+        | libc::CLONE_SIGHAND
+        | libc::CLONE_THREAD
+        | libc::CLONE_SYSVSEM
+        | libc::CLONE_SETTLS
+        | libc::CLONE_PARENT_SETTID
+        | libc::CLONE_CHILD_CLEARTID) as u64;
+    let fork_flags = (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID) as u64 | 17;
+    let mut v = vec![
+        ("read", libc::SYS_read, vec![]),
+        ("write", libc::SYS_write, vec![]),
+        ("openat", libc::SYS_openat, vec![]),
+        ("close", libc::SYS_close, vec![]),
+        ("fstat", libc::SYS_fstat, vec![]),
+        ("newfstatat", libc::SYS_newfstatat, vec![]),
+        ("statx", libc::SYS_statx, vec![]),
+        ("lseek", libc::SYS_lseek, vec![]),
+        ("mmap", libc::SYS_mmap, vec![]),
+        ("mprotect", libc::SYS_mprotect, vec![]),
+        ("munmap", libc::SYS_munmap, vec![]),
+        ("brk", libc::SYS_brk, vec![]),
+        ("madvise", libc::SYS_madvise, vec![]),
+        ("rt_sigaction", libc::SYS_rt_sigaction, vec![]),
+        ("rt_sigprocmask", libc::SYS_rt_sigprocmask, vec![]),
+        ("rt_sigreturn", libc::SYS_rt_sigreturn, vec![]),
+        ("futex", libc::SYS_futex, vec![]),
+        ("execve", libc::SYS_execve, vec![]),
+        ("execveat", libc::SYS_execveat, vec![]),
+        ("clone (thread)", libc::SYS_clone, vec![thread_flags]),
+        ("clone (fork)", libc::SYS_clone, vec![fork_flags]),
+        ("wait4", libc::SYS_wait4, vec![]),
+        ("waitid", libc::SYS_waitid, vec![]),
+        ("exit_group", libc::SYS_exit_group, vec![]),
+        ("getpid", libc::SYS_getpid, vec![]),
+        ("gettid", libc::SYS_gettid, vec![]),
+        ("getuid", libc::SYS_getuid, vec![]),
+        ("prctl", libc::SYS_prctl, vec![]),
+        ("setrlimit", libc::SYS_setrlimit, vec![]),
+        ("prlimit64", libc::SYS_prlimit64, vec![]),
+        ("sync", libc::SYS_sync, vec![]),
+        ("getdents64", libc::SYS_getdents64, vec![]),
+        ("pipe2", libc::SYS_pipe2, vec![]),
+        ("dup3", libc::SYS_dup3, vec![]),
+        ("fcntl", libc::SYS_fcntl, vec![]),
+        ("epoll_create1", libc::SYS_epoll_create1, vec![]),
+        ("epoll_ctl", libc::SYS_epoll_ctl, vec![]),
+        ("epoll_pwait", libc::SYS_epoll_pwait, vec![]),
+        ("ppoll", libc::SYS_ppoll, vec![]),
+        ("nanosleep", libc::SYS_nanosleep, vec![]),
+        ("clock_gettime", libc::SYS_clock_gettime, vec![]),
+        ("clock_nanosleep", libc::SYS_clock_nanosleep, vec![]),
+        ("kill", libc::SYS_kill, vec![]),
+        ("tgkill", libc::SYS_tgkill, vec![]),
+        ("sched_yield", libc::SYS_sched_yield, vec![]),
+        ("uname", libc::SYS_uname, vec![]),
+        ("getrandom", libc::SYS_getrandom, vec![]),
+        ("memfd_create", libc::SYS_memfd_create, vec![]),
+        ("pidfd_open", libc::SYS_pidfd_open, vec![]),
+        ("seccomp", libc::SYS_seccomp, vec![]),
+        (
+            "landlock_restrict_self",
+            libc::SYS_landlock_restrict_self,
+            vec![],
+        ),
+        ("set_robust_list", libc::SYS_set_robust_list, vec![]),
+        ("rseq", libc::SYS_rseq, vec![]),
+        (
+            "socketpair (unix)",
+            libc::SYS_socketpair,
+            vec![libc::AF_UNIX as u64],
+        ),
+        ("connect", libc::SYS_connect, vec![]),
+        ("sendto", libc::SYS_sendto, vec![]),
+        ("recvfrom", libc::SYS_recvfrom, vec![]),
+        (
+            "ioctl (TCGETS)",
+            libc::SYS_ioctl,
+            vec![1, libc::TCGETS as u64],
+        ),
+        (
+            "ioctl (FIONREAD)",
+            libc::SYS_ioctl,
+            vec![3, libc::FIONREAD as u64],
+        ),
+        ("personality (PER_LINUX)", libc::SYS_personality, vec![0]),
+        (
+            "personality (query)",
+            libc::SYS_personality,
+            vec![0xffff_ffff],
+        ),
+        ("chdir", libc::SYS_chdir, vec![]),
+        ("fchdir", libc::SYS_fchdir, vec![]),
+        ("renameat2", libc::SYS_renameat2, vec![]),
+        ("unlinkat", libc::SYS_unlinkat, vec![]),
+        ("mkdirat", libc::SYS_mkdirat, vec![]),
+        ("setresuid", libc::SYS_setresuid, vec![]),
+        ("capget", libc::SYS_capget, vec![]),
+        ("sched_getaffinity", libc::SYS_sched_getaffinity, vec![]),
+        ("mremap", libc::SYS_mremap, vec![]),
+        ("sysinfo", libc::SYS_sysinfo, vec![]),
+        ("io_setup (legacy aio)", libc::SYS_io_setup, vec![]),
+        ("process_mrelease", libc::SYS_process_mrelease, vec![]),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([
+        ("arch_prctl", libc::SYS_arch_prctl, vec![]),
+        ("open", libc::SYS_open, vec![]),
+        ("stat", libc::SYS_stat, vec![]),
+        ("fork", libc::SYS_fork, vec![]),
+        ("vfork", libc::SYS_vfork, vec![]),
+        ("poll", libc::SYS_poll, vec![]),
+        ("getdents", libc::SYS_getdents, vec![]),
+        ("sysfs", libc::SYS_sysfs, vec![]),
+    ]);
+    v
+}
+
+#[test]
+fn every_table_entry_is_denied_with_its_errno() {
+    let prog = SeccompProgram::build(&locked_down()).unwrap();
+    for d in DENY_TABLE {
+        assert_eq!(
+            eval(&prog, d.nr.into(), &[]),
+            ret_errno(d.errno),
+            "{} ({}) must be denied",
+            d.name,
+            d.nr
+        );
+    }
+}
+
+#[test]
+fn namespace_rules_depend_on_the_spec() {
+    let strict = SeccompProgram::build(&locked_down()).unwrap();
+    let loose = SeccompProgram::build(&permissive()).unwrap();
+    for (nr, errno) in [
+        (libc::SYS_unshare, libc::EPERM),
+        (libc::SYS_setns, libc::EPERM),
+        (libc::SYS_clone3, libc::ENOSYS),
+    ] {
+        assert_eq!(eval(&strict, nr, &[]), ret_errno(errno), "nr {nr}");
+        assert_eq!(eval(&loose, nr, &[]), ALLOW, "nr {nr}");
+    }
+    for flag in [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWCGROUP,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+    ] {
+        let flags = (flag | libc::CLONE_VM) as u64 | 17;
+        assert_eq!(
+            eval(&strict, libc::SYS_clone, &[flags]),
+            eperm(),
+            "clone {flag:#x}"
+        );
+        // High bits of the 64-bit argument are ignored by the kernel and by the filter.
+        assert_eq!(
+            eval(&strict, libc::SYS_clone, &[flags | 0xffff_0000_0000_0000]),
+            eperm()
+        );
+        assert_eq!(
+            eval(&loose, libc::SYS_clone, &[flags]),
+            ALLOW,
+            "clone {flag:#x}"
+        );
+    }
+}
+
+#[test]
+fn ordinary_syscalls_are_allowed_under_every_spec() {
+    for spec in [locked_down(), permissive()] {
+        let prog = SeccompProgram::build(&spec).unwrap();
+        for (name, nr, args) in ordinary() {
+            assert_eq!(
+                eval(&prog, nr, &args),
+                ALLOW,
+                "{name} must be allowed under {spec:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn socket_families() {
+    let combos = [(false, false), (true, false), (false, true), (true, true)];
+    for (inet, unix) in combos {
+        let spec = SeccompSpec {
+            deny_namespaces: true,
+            allow_inet_sockets: inet,
+            allow_unix_sockets: unix,
+        };
+        let prog = SeccompProgram::build(&spec).unwrap();
+        let verdict = |allowed: bool| if allowed { ALLOW } else { eperm() };
+        let sock = |domain: i32| eval(&prog, libc::SYS_socket, &[domain as u64, 1]);
+        assert_eq!(sock(libc::AF_UNIX), verdict(unix), "{spec:?}");
+        assert_eq!(sock(libc::AF_INET), verdict(inet), "{spec:?}");
+        assert_eq!(sock(libc::AF_INET6), verdict(inet), "{spec:?}");
+        for other in [
+            libc::AF_NETLINK,
+            libc::AF_PACKET,
+            libc::AF_VSOCK,
+            libc::AF_BLUETOOTH,
+            libc::AF_ALG,
+            libc::AF_KEY,
+            libc::AF_XDP,
+            libc::AF_CAN,
+            libc::AF_TIPC,
+            libc::AF_RDS,
+            0,
+            1000,
+        ] {
+            assert_eq!(sock(other), ret_errno(libc::EAFNOSUPPORT), "family {other}");
+        }
+        // The kernel reads the family as an int: high bits do not smuggle a family in.
+        assert_eq!(
+            eval(
+                &prog,
+                libc::SYS_socket,
+                &[(1u64 << 32) | libc::AF_NETLINK as u64]
+            ),
+            ret_errno(libc::EAFNOSUPPORT)
+        );
+        // socketpair is not inspected.
+        assert_eq!(
+            eval(&prog, libc::SYS_socketpair, &[libc::AF_UNIX as u64]),
+            ALLOW
+        );
+    }
+}
+
+#[test]
+fn ioctl_terminal_injection_and_personality() {
+    let prog = SeccompProgram::build(&locked_down()).unwrap();
+    for (name, request, _) in DENIED_IOCTLS {
+        assert_eq!(
+            eval(&prog, libc::SYS_ioctl, &[0, u64::from(*request)]),
+            eperm(),
+            "{name}"
+        );
+        // The kernel takes `unsigned int cmd`: high bits do not evade the rule.
+        assert_eq!(
+            eval(
+                &prog,
+                libc::SYS_ioctl,
+                &[0, u64::from(*request) | (7 << 32)]
+            ),
+            eperm(),
+            "{name} with high bits"
+        );
+    }
+    for persona in [
+        0x0040000u64, /* ADDR_NO_RANDOMIZE */
+        8,            /* PER_LINUX32 */
+        0x0400000,    /* READ_IMPLIES_EXEC */
+    ] {
+        assert_eq!(
+            eval(&prog, libc::SYS_personality, &[persona]),
+            eperm(),
+            "{persona:#x}"
+        );
+    }
+}
+
+#[test]
+fn wrong_arch_is_killed_and_x32_is_enosys() {
+    let prog = SeccompProgram::build(&locked_down()).unwrap();
+    for arch in [
+        0x4000_0003u32, /* AUDIT_ARCH_I386 */
+        AUDIT_ARCH_AARCH64 ^ AUDIT_ARCH_X86_64 ^ NATIVE_AUDIT_ARCH.unwrap(),
+        0,
+    ] {
+        let mut data = Data::call(libc::SYS_getpid, &[]);
+        data.arch = arch;
+        assert_eq!(
+            run(prog.instructions(), &data).result,
+            KILL,
+            "arch {arch:#x}"
+        );
+    }
+    if cfg!(target_arch = "x86_64") {
+        for nr in [X32_SYSCALL_BIT, X32_SYSCALL_BIT | 39, u32::MAX] {
+            let mut data = Data::call(0, &[]);
+            data.nr = nr;
+            assert_eq!(
+                run(prog.instructions(), &data).result,
+                ret_errno(libc::ENOSYS),
+                "nr {nr:#x}"
+            );
+        }
+    }
+}
+
+/// Every syscall number that is neither denied nor inspected is decided from `nr` alone,
+/// so the kernel's action cache bypasses the filter for it; and the search is shallow.
+#[test]
+fn allowed_syscalls_are_cache_constant_and_shallow() {
+    let prog = SeccompProgram::build(&locked_down()).unwrap();
+    let inspected = [
+        libc::SYS_socket,
+        libc::SYS_ioctl,
+        libc::SYS_personality,
+        libc::SYS_clone,
+    ]
+    .map(|n| n as u32);
+    let mut max_steps = 0;
+    let mut total_steps = 0;
+    for nr in 0..600u32 {
+        let t = run(prog.instructions(), &Data::call(nr.into(), &[]));
+        if inspected.contains(&nr) {
+            assert!(!t.constant, "nr {nr} reads an argument");
+            continue;
+        }
+        assert!(t.constant, "nr {nr} must not read arguments");
+        if DENY_TABLE.iter().all(|d| d.nr != nr) {
+            assert_eq!(
+                t.result, ALLOW,
+                "nr {nr} is not in the table and must be allowed"
+            );
+        }
+        max_steps = max_steps.max(t.steps);
+        if nr < 470 {
+            total_steps += t.steps;
+        }
+    }
+    println!(
+        "{} insns; steps over nr 0..470: total {total_steps}, max {max_steps}",
+        prog.len()
+    );
+    assert!(max_steps <= 14, "binary search too deep: {max_steps} steps");
+}
+
+#[test]
+fn program_is_short_and_well_formed() {
+    for spec in [locked_down(), permissive()] {
+        let prog = SeccompProgram::build(&spec).unwrap();
+        println!("seccomp filter for {spec:?}: {} instructions", prog.len());
+        assert!(
+            prog.len() <= 96,
+            "filter grew to {} instructions",
+            prog.len()
+        );
+        let last = prog.instructions().last().unwrap();
+        assert_eq!(u32::from(last.code), libc::BPF_RET | libc::BPF_K);
+        for (i, insn) in prog.instructions().iter().enumerate() {
+            if u32::from(insn.code) & 0x07 == libc::BPF_JMP {
+                assert!(
+                    i + 1 + usize::from(insn.jt.max(insn.jf)) < prog.len(),
+                    "jump out of range at {i}"
+                );
+            }
+        }
+        assert_eq!(prog.to_bytes().len(), prog.len() * 8);
+        let fprog = prog.as_fprog();
+        assert_eq!(usize::from(fprog.len), prog.len());
+    }
+}
+
+#[test]
+fn table_has_no_duplicates_and_every_entry_has_a_reason() {
+    let mut seen = std::collections::BTreeMap::new();
+    for d in DENY_TABLE {
+        assert!(!d.reason.is_empty(), "{} has no reason", d.name);
+        if let Some(other) = seen.insert(d.nr, d.name) {
+            panic!("{} and {other} share number {}", d.name, d.nr);
+        }
+    }
+}
+
+#[test]
+fn partition_covers_u32() {
+    let iv = partition(
+        [
+            (0, 0, Action::Errno(1)),
+            (1, 1, Action::Errno(1)),
+            (5, 5, Action::Allow),
+            (u32::MAX, u32::MAX, Action::Errno(2)),
+        ]
+        .into_iter(),
+    );
+    assert_eq!(
+        iv,
+        vec![
+            (0, 1, Action::Errno(1)),
+            (2, u32::MAX - 1, Action::Allow),
+            (u32::MAX, u32::MAX, Action::Errno(2))
+        ]
+    );
+}
+
+/// Attach the locked-down filter in a forked child and probe it from inside.
+#[test]
+fn filter_enforced_in_a_forked_child() {
+    assert!(probe_seccomp(), "this host must support seccomp");
+    let prog = SeccompProgram::build(&locked_down()).unwrap();
+    let fprog = prog.as_fprog();
+    let code = ts::fork_with(|| {
+        if sys::set_no_new_privs().is_err() {
+            return 10;
+        }
+        if sys::seccomp_set_filter(&fprog).is_err() {
+            return 11;
+        }
+        if ts::unshare(libc::CLONE_NEWUSER) != Err(libc::EPERM) {
+            return 12;
+        }
+        if ts::ptrace_traceme() != Err(libc::EPERM) {
+            return 13;
+        }
+        if ts::socket(libc::AF_NETLINK, libc::SOCK_RAW) != Err(libc::EAFNOSUPPORT) {
+            return 14;
+        }
+        if ts::socket(libc::AF_INET, libc::SOCK_STREAM) != Err(libc::EPERM) {
+            return 15;
+        }
+        if ts::personality(0x0040000) != Err(libc::EPERM) {
+            return 16;
+        }
+        if ts::personality(0xffff_ffff).is_err() {
+            return 17;
+        }
+        if ts::getpid() <= 0 {
+            return 18;
+        }
+        0
+    });
+    assert_eq!(code, 0, "child probe failed with code {code}");
+}
+
+/// Same child with a permissive spec: inet sockets and user namespaces work (control).
+#[test]
+fn permissive_filter_allows_what_it_should() {
+    let prog = SeccompProgram::build(&permissive()).unwrap();
+    let fprog = prog.as_fprog();
+    let code = ts::fork_with(|| {
+        if sys::set_no_new_privs().is_err() || sys::seccomp_set_filter(&fprog).is_err() {
+            return 10;
+        }
+        if ts::socket(libc::AF_INET, libc::SOCK_STREAM).is_err() {
+            return 11;
+        }
+        if ts::socket(libc::AF_UNIX, libc::SOCK_STREAM).is_err() {
+            return 12;
+        }
+        if ts::socket(libc::AF_PACKET, libc::SOCK_RAW) != Err(libc::EAFNOSUPPORT) {
+            return 13;
+        }
+        0
+    });
+    assert_eq!(code, 0, "child probe failed with code {code}");
+}
+
+/// Wrong-arch calls kill the process: issue an i386 `int 0x80` getpid from the child.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn int80_is_killed() {
+    let prog = SeccompProgram::build(&locked_down()).unwrap();
+    let fprog = prog.as_fprog();
+    let code = ts::fork_with(|| {
+        if sys::set_no_new_privs().is_err() || sys::seccomp_set_filter(&fprog).is_err() {
+            return 10;
+        }
+        ts::int80_getpid();
+        0
+    });
+    assert_eq!(
+        code,
+        128 + libc::SIGSYS,
+        "int 0x80 must be killed with SIGSYS"
+    );
+}
+
+/// Median attach time (`seccomp(SET_MODE_FILTER)` only; `no_new_privs` set before the
+/// clock starts) over `runs` forked children.
+fn attach_p50_ns(prog: &SeccompProgram, runs: usize) -> u64 {
+    let fprog = prog.as_fprog();
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let (r, w) = ts::pipe();
+        let pid = ts::fork_child(|| {
+            ts::close(r);
+            if sys::set_no_new_privs().is_err() {
+                return 1;
+            }
+            let t0 = ts::monotonic_ns();
+            if sys::seccomp_set_filter(&fprog).is_err() {
+                return 2;
+            }
+            let dt = ts::monotonic_ns() - t0;
+            if sys::write_all_raw(w, &dt.to_ne_bytes()).is_err() {
+                return 3;
+            }
+            0
+        });
+        ts::close(w);
+        let mut buf = [0u8; 8];
+        let n = ts::read(r, &mut buf).unwrap();
+        ts::close(r);
+        assert_eq!(ts::wait_exit(pid), 0);
+        assert_eq!(n, 8);
+        samples.push(u64::from_ne_bytes(buf));
+    }
+    samples.sort_unstable();
+    samples[samples.len() / 2]
+}
+
+/// A linear filter of the same rules (arch check, one JEQ per syscall): how attach cost
+/// grows with length, for comparison with the binary-search layout.
+fn padded(prog: &SeccompProgram, extra: usize) -> SeccompProgram {
+    // Prepend `extra` never-taken checks after the nr load: `JEQ 0xfffffff0, +0, +0`.
+    let insns = prog.instructions();
+    let split = 3; // ld arch, jeq arch, ld nr
+    let mut filter: Vec<libc::sock_filter> = insns[..split].to_vec();
+    // The arch check jumps over `extra` more instructions to reach KILL: re-point it.
+    filter[1].jf = 0; // fall through to the RET KILL we insert
+    filter[1].jt = 1;
+    filter.insert(
+        2,
+        libc::sock_filter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: KILL,
+        },
+    );
+    for _ in 0..extra {
+        filter.push(libc::sock_filter {
+            code: JEQ,
+            jt: 0,
+            jf: 0,
+            k: 0xffff_fff0,
+        });
+    }
+    // Re-run the real program from its nr load (it reloads nothing: acc holds nr).
+    filter.extend_from_slice(&insns[split..]);
+    SeccompProgram { filter }
+}
+
+/// Like [`padded`], but the padding is jumped over (`JA extra`): the kernel still copies,
+/// converts and JIT-compiles it, but the action-cache evaluation skips it. Separates the
+/// per-instruction cost from the per-evaluated-step cost.
+fn padded_dead(prog: &SeccompProgram, extra: usize) -> SeccompProgram {
+    let mut p = padded(prog, extra);
+    let ja = (libc::BPF_JMP | libc::BPF_JA) as u16;
+    // Index 4 is the first padding instruction (ld arch, jeq, ret kill, ld nr, pad...).
+    p.filter.insert(
+        4,
+        libc::sock_filter {
+            code: ja,
+            jt: 0,
+            jf: 0,
+            k: extra as u32,
+        },
+    );
+    p
+}
+
+/// Measurement (run with `--ignored --nocapture`): attach time p50 vs filter length.
+#[test]
+#[ignore = "measurement; prints attach time vs length"]
+fn measure_attach_time_vs_length() {
+    let prog = SeccompProgram::build(&locked_down()).unwrap();
+    let runs = 200;
+    println!("seccomp attach p50 over {runs} forked children (no_new_privs already set):");
+    let floor = SeccompProgram {
+        filter: vec![libc::sock_filter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: ALLOW,
+        }],
+    };
+    let ns = attach_p50_ns(&floor, runs);
+    println!(
+        "  floor (RET ALLOW)      1 insns: {:>7.1} µs",
+        ns as f64 / 1000.0
+    );
+    let base = attach_p50_ns(&prog, runs);
+    println!(
+        "  tierbox filter     {:>5} insns: {:>7.1} µs",
+        prog.len(),
+        base as f64 / 1000.0
+    );
+    for extra in [0usize, 64, 150, 400, 1000, 4000] {
+        let p = padded(&prog, extra);
+        // Sanity: the padded program still decides the same.
+        assert_eq!(eval(&p, libc::SYS_ptrace, &[]), eperm());
+        assert_eq!(eval(&p, libc::SYS_read, &[]), ALLOW);
+        let ns = attach_p50_ns(&p, runs);
+        println!(
+            "  + {extra:>4} no-op JEQs {:>5} insns: {:>7.1} µs",
+            p.len(),
+            ns as f64 / 1000.0
+        );
+        if extra > 0 {
+            let d = padded_dead(&prog, extra);
+            assert_eq!(eval(&d, libc::SYS_ptrace, &[]), eperm());
+            assert_eq!(eval(&d, libc::SYS_read, &[]), ALLOW);
+            let ns = attach_p50_ns(&d, runs);
+            println!(
+                "  + {extra:>4} dead  JEQs {:>5} insns: {:>7.1} µs",
+                d.len(),
+                ns as f64 / 1000.0
+            );
+        }
+    }
+}
+
+/// Quick attach-cost check that runs with the suite: the filter attaches, and prints p50.
+#[test]
+fn attach_time_is_reported() {
+    let prog = SeccompProgram::build(&locked_down()).unwrap();
+    let p50 = attach_p50_ns(&prog, 50);
+    println!(
+        "seccomp attach p50 ({} insns, 50 children): {:.1} µs",
+        prog.len(),
+        p50 as f64 / 1000.0
+    );
+}
