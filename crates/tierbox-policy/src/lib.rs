@@ -15,8 +15,11 @@
 //! let plan = validate(&policy, &ProcessRunRequest::new("ls"), &ctx).unwrap();
 //! assert_eq!(plan.argv, ["ls"]);
 //!
-//! let err = validate(&policy, &ProcessRunRequest::new("bash"), &ctx).unwrap_err();
+//! let err = validate(&policy, &ProcessRunRequest::new("curl"), &ctx).unwrap_err();
 //! assert_eq!(err.code(), "exec.not_allowed");
+//!
+//! let err = validate(&policy, &ProcessRunRequest::new("bash"), &ctx).unwrap_err();
+//! assert_eq!(err.code(), "exec.interpreter_denied");
 //! ```
 #![forbid(unsafe_code)]
 

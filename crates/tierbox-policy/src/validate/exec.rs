@@ -43,24 +43,39 @@ pub(crate) fn resolve_program(
 
 /// Applies the path rule and the allowlist to a program word and returns its bare name
 /// (the file name, for an allowed absolute path).
-pub(crate) fn allowed_name<'a>(policy: &ExecPolicy, command: &'a str) -> Result<&'a str, Rejection> {
-    let name = if command.contains('/') { command_path_name(policy, command)? } else { command };
+pub(crate) fn allowed_name<'a>(
+    policy: &ExecPolicy,
+    command: &'a str,
+) -> Result<&'a str, Rejection> {
+    let name = if command.contains('/') {
+        command_path_name(policy, command)?
+    } else {
+        command
+    };
     if is_allowlisted(policy, name) {
         Ok(name)
     } else {
-        Err(Rejection::ExecutableNotAllowed { name: name.to_owned(), via: String::new() })
+        Err(Rejection::ExecutableNotAllowed {
+            name: name.to_owned(),
+            via: String::new(),
+        })
     }
 }
 
 /// Whether the bare `name` is in the policy's allowlist (or the allowlist holds `*`).
 pub(crate) fn is_allowlisted(policy: &ExecPolicy, name: &str) -> bool {
-    policy.allowed_executables.iter().any(|a| a == name || a == ANY_EXECUTABLE)
+    policy
+        .allowed_executables
+        .iter()
+        .any(|a| a == name || a == ANY_EXECUTABLE)
 }
 
 /// The file name of an absolute command path, if the policy allows command paths.
 fn command_path_name<'a>(policy: &ExecPolicy, command: &'a str) -> Result<&'a str, Rejection> {
     if !policy.allow_command_paths {
-        return Err(Rejection::CommandIsPath { command: command.to_owned() });
+        return Err(Rejection::CommandIsPath {
+            command: command.to_owned(),
+        });
     }
     let invalid = |reason: &str| Rejection::CommandPathInvalid {
         command: command.to_owned(),
@@ -129,7 +144,7 @@ fn has_exec_bit(_meta: &Metadata) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::os::unix::fs::{PermissionsExt, symlink};
 
     use super::*;
 
@@ -157,7 +172,10 @@ mod tests {
         let path = format!("{}:{}", a.path().display(), b.path().display());
         let got = resolve_program(&exec_policy(&["python3"]), "python3", &path).unwrap();
         assert_eq!(got, a.path().join("python3"));
-        assert_eq!(canonical_program(&got), std::fs::canonicalize(&real).unwrap());
+        assert_eq!(
+            canonical_program(&got),
+            std::fs::canonicalize(&real).unwrap()
+        );
     }
 
     #[test]
@@ -199,9 +217,15 @@ mod tests {
         let err = resolve_program(&p, tool, "/usr/bin").unwrap_err();
         assert_eq!(err.code(), "exec.command_is_path");
         p.allow_command_paths = true;
-        assert_eq!(resolve_program(&p, tool, "/usr/bin").unwrap(), PathBuf::from(tool));
+        assert_eq!(
+            resolve_program(&p, tool, "/usr/bin").unwrap(),
+            PathBuf::from(tool)
+        );
         for bad in ["./tool", "bin/tool"] {
-            assert_eq!(resolve_program(&p, bad, "/usr/bin").unwrap_err().code(), "exec.command_path_invalid");
+            assert_eq!(
+                resolve_program(&p, bad, "/usr/bin").unwrap_err().code(),
+                "exec.command_path_invalid"
+            );
         }
         let missing = dir.path().join("missing");
         let err = resolve_program(&p, missing.to_str().unwrap(), "/usr/bin").unwrap_err();
@@ -211,6 +235,12 @@ mod tests {
         let other = dir.path().join("other");
         std::fs::copy(tool, &other).unwrap();
         let err = resolve_program(&p, other.to_str().unwrap(), "/usr/bin").unwrap_err();
-        assert_eq!(err, Rejection::ExecutableNotAllowed { name: "other".into(), via: String::new() });
+        assert_eq!(
+            err,
+            Rejection::ExecutableNotAllowed {
+                name: "other".into(),
+                via: String::new()
+            }
+        );
     }
 }

@@ -39,18 +39,79 @@ use crate::rejection::Rejection;
 /// (`python3.11`, `python2.7`, `pypy3.10`, `perl5.36`, `lua5.4`, `ruby3.1`, `node20`,
 /// `php8.2`, `ksh93`, `luajit-2.1.0-beta3`), case-insensitively.
 pub const INTERPRETERS: &[&str] = &[
-    "bash", "sh", "dash", "ash", "zsh", "fish", "ksh", "mksh", "pdksh", "oksh", "yash", "posh", "hush",
-    "msh", "rbash", "csh", "tcsh", "busybox", "python", "python2", "python3", "pypy", "pypy3", "node",
-    "nodejs", "deno", "bun", "ruby", "perl", "php", "lua", "luajit", "Rscript", "pwsh", "powershell",
-    "cmd", "osascript", "tclsh", "wish", "expect", "nu", "elvish", "xonsh",
+    "bash",
+    "sh",
+    "dash",
+    "ash",
+    "zsh",
+    "fish",
+    "ksh",
+    "mksh",
+    "pdksh",
+    "oksh",
+    "yash",
+    "posh",
+    "hush",
+    "msh",
+    "rbash",
+    "csh",
+    "tcsh",
+    "busybox",
+    "python",
+    "python2",
+    "python3",
+    "pypy",
+    "pypy3",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "ruby",
+    "perl",
+    "php",
+    "lua",
+    "luajit",
+    "Rscript",
+    "pwsh",
+    "powershell",
+    "cmd",
+    "osascript",
+    "tclsh",
+    "wish",
+    "expect",
+    "nu",
+    "elvish",
+    "xonsh",
 ];
 
 /// Programs that run another program named in their arguments; what they run is
 /// checked too.
 pub const WRAPPERS: &[&str] = &[
-    "env", "nice", "nohup", "timeout", "stdbuf", "setsid", "time", "xargs", "find", "sudo", "doas", "su",
-    "runuser", "sg", "chroot", "strace", "ltrace", "flock", "ionice", "taskset", "chrt", "watch",
-    "unbuffer", "toybox", "coreutils",
+    "env",
+    "nice",
+    "nohup",
+    "timeout",
+    "stdbuf",
+    "setsid",
+    "time",
+    "xargs",
+    "find",
+    "sudo",
+    "doas",
+    "su",
+    "runuser",
+    "sg",
+    "chroot",
+    "strace",
+    "ltrace",
+    "flock",
+    "ionice",
+    "taskset",
+    "chrt",
+    "watch",
+    "unbuffer",
+    "toybox",
+    "coreutils",
 ];
 
 /// Multi-call binaries: they act on the name they are run as (`sh -> busybox` is a shell,
@@ -84,7 +145,11 @@ pub fn interpreter_base_name(name: &str) -> Option<&'static str> {
 
 /// The file name, lowercased, without `.exe`.
 fn normalized(name: &str) -> String {
-    let file = name.rsplit(['/', '\\']).next().unwrap_or(name).to_ascii_lowercase();
+    let file = name
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(name)
+        .to_ascii_lowercase();
     match file.strip_suffix(".exe") {
         Some(stem) => stem.to_owned(),
         None => file,
@@ -110,7 +175,8 @@ fn is_version_suffix(s: &str) -> bool {
     let tail = tail.strip_prefix('-').unwrap_or(tail);
     tail.is_empty()
         || ["alpha", "beta", "rc", "dev"].iter().any(|p| {
-            tail.strip_prefix(p).is_some_and(|n| n.chars().all(|c| c.is_ascii_digit() || c == '.'))
+            tail.strip_prefix(p)
+                .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit() || c == '.'))
         })
 }
 
@@ -124,7 +190,10 @@ struct Word {
 
 impl Word {
     fn known(text: impl Into<String>, index: usize) -> Self {
-        Self { text: Some(text.into()), index }
+        Self {
+            text: Some(text.into()),
+            index,
+        }
     }
 
     fn unknown(index: usize) -> Self {
@@ -170,7 +239,11 @@ impl Invocation {
     fn command(command: &str, args: &[String]) -> Self {
         Self {
             name: command.to_owned(),
-            args: args.iter().enumerate().map(|(i, a)| Word::known(a.as_str(), i)).collect(),
+            args: args
+                .iter()
+                .enumerate()
+                .map(|(i, a)| Word::known(a.as_str(), i))
+                .collect(),
             trailing_unknown: false,
             unknown_from: "xargs",
             stdin: true,
@@ -191,7 +264,11 @@ pub(crate) fn check(
     path_var: &str,
     stdin: Option<&str>,
 ) -> Result<(), Rejection> {
-    let checker = Checker { policy, path_var, stdin_given: stdin.is_some_and(|s| !s.is_empty()) };
+    let checker = Checker {
+        policy,
+        path_var,
+        stdin_given: stdin.is_some_and(|s| !s.is_empty()),
+    };
     let canonical = exec::canonical_program(program);
     checker.check_resolved(&Invocation::command(command, args), Some(&canonical), 0)
 }
@@ -204,7 +281,12 @@ struct Checker<'a> {
 
 impl Checker<'_> {
     /// Checks a program whose allowlist entry and location are settled.
-    fn check_resolved(&self, inv: &Invocation, canonical: Option<&Path>, depth: usize) -> Result<(), Rejection> {
+    fn check_resolved(
+        &self,
+        inv: &Invocation,
+        canonical: Option<&Path>,
+        depth: usize,
+    ) -> Result<(), Rejection> {
         let names = Names::new(&inv.name, canonical);
         if let Some((family, through)) = names.interpreter() {
             return self.check_interpreter(inv, family, through, depth);
@@ -253,7 +335,10 @@ impl Checker<'_> {
                 Some(target) => format!("{} (it resolves to {})", inv.via, target.display()),
                 None => inv.via.clone(),
             };
-            return Err(Rejection::InterpreterDenied { name: inv.name.clone(), via });
+            return Err(Rejection::InterpreterDenied {
+                name: inv.name.clone(),
+                via,
+            });
         }
         let family = Family::of(family);
         if family == Family::BusyBox {
@@ -270,27 +355,43 @@ impl Checker<'_> {
         match eval::scan(family, &inv.args, inv.trailing_unknown) {
             Scan::Script => Ok(()),
             Scan::Stdin if !(inv.stdin && self.stdin_given) => Ok(()),
-            Scan::Stdin => Err(Rejection::EvalFromStdin { interpreter: inv.name.clone(), via: inv.via.clone() }),
-            Scan::Eval { flag, index } => {
-                Err(Rejection::EvalFlag { interpreter: inv.name.clone(), flag, arg_index: index })
-            }
+            Scan::Stdin => Err(Rejection::EvalFromStdin {
+                interpreter: inv.name.clone(),
+                via: inv.via.clone(),
+            }),
+            Scan::Eval { flag, index } => Err(Rejection::EvalFlag {
+                interpreter: inv.name.clone(),
+                flag,
+                arg_index: index,
+            }),
             Scan::Unknown { index } => Err(Rejection::WrapperUnresolvable {
                 wrapper: inv.unknown_from.to_owned(),
                 reason: format!(
-                    "args[{index}] of {:?} comes from its input, so an inline-code flag cannot be ruled out",
-                    inv.name
+                    "{:?} receives arguments from {}'s input (at or after args[{index}]), which \
+                     could hold an inline-code flag",
+                    inv.name, inv.unknown_from
                 ),
             }),
         }
     }
 
-    fn check_wrapper(&self, inv: &Invocation, kind: WrapperKind, depth: usize) -> Result<(), Rejection> {
+    fn check_wrapper(
+        &self,
+        inv: &Invocation,
+        kind: WrapperKind,
+        depth: usize,
+    ) -> Result<(), Rejection> {
         let outcome = wrappers::parse(kind, inv).map_err(|reason| unresolvable(inv, reason))?;
         self.check_outcome(inv, outcome, depth)
     }
 
     /// Checks every program a wrapper runs, then the variables it sets for them.
-    fn check_outcome(&self, inv: &Invocation, outcome: Outcome, depth: usize) -> Result<(), Rejection> {
+    fn check_outcome(
+        &self,
+        inv: &Invocation,
+        outcome: Outcome,
+        depth: usize,
+    ) -> Result<(), Rejection> {
         for program in &outcome.programs {
             self.check_wrapped(program, depth + 1)?;
         }
@@ -307,13 +408,19 @@ impl Checker<'_> {
 }
 
 fn unresolvable(inv: &Invocation, reason: String) -> Rejection {
-    Rejection::WrapperUnresolvable { wrapper: inv.name.clone(), reason }
+    Rejection::WrapperUnresolvable {
+        wrapper: inv.name.clone(),
+        reason,
+    }
 }
 
 /// Adds "how it was reached" to an allowlist rejection of a wrapped program.
 fn with_via(rejection: Rejection, via: &str) -> Rejection {
     match rejection {
-        Rejection::ExecutableNotAllowed { name, .. } => Rejection::ExecutableNotAllowed { name, via: via.to_owned() },
+        Rejection::ExecutableNotAllowed { name, .. } => Rejection::ExecutableNotAllowed {
+            name,
+            via: via.to_owned(),
+        },
         other => other,
     }
 }
@@ -326,7 +433,10 @@ struct Names<'a> {
 
 impl<'a> Names<'a> {
     fn new(requested: &'a str, canonical: Option<&'a Path>) -> Self {
-        Self { requested, canonical }
+        Self {
+            requested,
+            canonical,
+        }
     }
 
     /// The interpreter family, and the canonical path when only it matched.

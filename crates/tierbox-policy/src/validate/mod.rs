@@ -28,7 +28,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use env::{is_denied_env_name, DENIED_ENV_EXACT, DENIED_ENV_PREFIXES};
-pub use interpreter::{interpreter_base_name, INTERPRETERS, WRAPPERS};
+pub use interpreter::{interpreter_base_name, INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS};
+pub use scope::{ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS};
 
 use crate::plan::{FsPlan, OutputPlan, Plan, RedactionPlan};
 use crate::policy::Policy;
@@ -104,8 +105,23 @@ impl ValidateContext {
 /// See the module documentation for the order of checks.
 pub fn validate(policy: &Policy, req: &ProcessRunRequest, ctx: &ValidateContext) -> Result<Plan, Rejection> {
     shape::check(req)?;
+    // A denied interpreter is reported as such even when it is also not allowlisted: the
+    // more specific rule tells the caller that allowlisting alone would not help.
+    if !policy.exec.allow_interpreters
+        && let Some(base) = interpreter_base_name(&req.command)
+        && !matches!(base, "busybox" | "toybox")
+    {
+        return Err(Rejection::InterpreterDenied { name: req.command.clone(), via: String::new() });
+    }
     let program = exec::resolve_program(&policy.exec, &req.command, &policy.env.path)?;
-    interpreter::check(&policy.exec, &req.command, &program, &req.args, &policy.env.path, req.stdin.as_deref())?;
+    interpreter::check(
+        &policy.exec,
+        &req.command,
+        &program,
+        &req.args,
+        &policy.env.path,
+        req.stdin.as_deref(),
+    )?;
     let workspace = scope::canonical_workspace(&ctx.workspace)?;
     let cwd = scope::resolve_cwd(&workspace, req.cwd.as_deref())?;
     scope::check_args(&workspace, &cwd, &req.args)?;

@@ -50,7 +50,10 @@ pub const MAX_SYMLINK_HOPS: usize = 40;
 
 /// The canonical workspace root: it must exist and be a directory.
 pub(crate) fn canonical_workspace(root: &Path) -> Result<PathBuf, Rejection> {
-    let invalid = |reason: String| Rejection::WorkspaceInvalid { path: root.to_path_buf(), reason };
+    let invalid = |reason: String| Rejection::WorkspaceInvalid {
+        path: root.to_path_buf(),
+        reason,
+    };
     let canon = std::fs::canonicalize(root).map_err(|e| {
         invalid(match e.kind() {
             ErrorKind::NotFound => "it does not exist".to_owned(),
@@ -66,7 +69,9 @@ pub(crate) fn canonical_workspace(root: &Path) -> Result<PathBuf, Rejection> {
 /// The canonical working directory: `cwd` relative to the workspace (or absolute, if it
 /// resolves inside), which must be an existing directory. `None` is the workspace.
 pub(crate) fn resolve_cwd(workspace: &Path, cwd: Option<&str>) -> Result<PathBuf, Rejection> {
-    let Some(cwd) = cwd else { return Ok(workspace.to_path_buf()) };
+    let Some(cwd) = cwd else {
+        return Ok(workspace.to_path_buf());
+    };
     let outside = |resolved: PathBuf| Rejection::CwdOutsideWorkspace {
         cwd: cwd.to_owned(),
         resolved,
@@ -77,7 +82,9 @@ pub(crate) fn resolve_cwd(workspace: &Path, cwd: Option<&str>) -> Result<PathBuf
         return Err(outside(resolved));
     }
     if !resolved.is_dir() {
-        return Err(Rejection::CwdNotDirectory { cwd: cwd.to_owned() });
+        return Err(Rejection::CwdNotDirectory {
+            cwd: cwd.to_owned(),
+        });
     }
     Ok(resolved)
 }
@@ -142,28 +149,38 @@ fn as_path(text: &str, cwd: &Path) -> Option<Candidate> {
     if let Some(candidate) = file_url(text) {
         return Some(candidate);
     }
-    let provably = text.starts_with('/') || text.contains('/') || has_dotdot(text) || exists(&cwd.join(text));
+    let provably =
+        text.starts_with('/') || text.contains('/') || has_dotdot(text) || exists(&cwd.join(text));
     provably.then(|| Candidate::Path(PathBuf::from(text)))
 }
 
 /// `~`, `~/x`, `~user/x`: the home directory, which a program that expands `~` reads.
 fn is_home(text: &str) -> bool {
-    let Some(rest) = text.strip_prefix('~') else { return false };
+    let Some(rest) = text.strip_prefix('~') else {
+        return false;
+    };
     if rest.is_empty() || rest.starts_with('/') {
         return true;
     }
     match rest.split_once('/') {
-        Some((user, _)) => user.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
+        Some((user, _)) => user
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
         None => false,
     }
 }
 
 /// A `file:` URL's path (percent-decoded), or `Outside` for one on another host.
 fn file_url(text: &str) -> Option<Candidate> {
-    if !text.get(..5).is_some_and(|s| s.eq_ignore_ascii_case("file:")) {
+    if !text
+        .get(..5)
+        .is_some_and(|s| s.eq_ignore_ascii_case("file:"))
+    {
         return None;
     }
-    let url = url::Url::parse(text).ok().filter(|u| u.scheme() == "file")?;
+    let url = url::Url::parse(text)
+        .ok()
+        .filter(|u| u.scheme() == "file")?;
     Some(match url.to_file_path() {
         Ok(path) => Candidate::Path(path),
         Err(()) => Candidate::Outside(PathBuf::from(text)),
@@ -212,9 +229,12 @@ fn outside(workspace: &Path, cwd: &Path, candidate: Candidate) -> Option<PathBuf
 }
 
 fn is_allowed_system_path(path: &Path) -> bool {
-    let Some(text) = path.to_str() else { return false };
+    let Some(text) = path.to_str() else {
+        return false;
+    };
     let numbered = |prefix: &str| {
-        text.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        text.strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
     };
     ALLOWED_SYSTEM_PATHS.contains(&text) || numbered("/dev/fd/") || numbered("/proc/self/fd/")
 }
@@ -236,8 +256,12 @@ fn resolve(base: &Path, path: &Path) -> Result<PathBuf, PathBuf> {
         }
         // The prefix exists but does not canonicalise: its last component is a dangling
         // (or looping) symlink. Follow it by hand.
-        let Ok(target) = std::fs::read_link(&prefix) else { return Err(prefix) };
-        let parent = prefix.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+        let Ok(target) = std::fs::read_link(&prefix) else {
+            return Err(prefix);
+        };
+        let parent = prefix
+            .parent()
+            .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
         let mut next = parent.join(target);
         next.extend(rest.iter().map(|c| c.as_os_str()));
         current = next;

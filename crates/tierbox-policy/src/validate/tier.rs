@@ -13,10 +13,10 @@ pub(crate) fn check(policy: &TierPolicy, req: &ProcessRunRequest) -> Result<Tier
         TierRequest::B => Some(Tier::B),
         TierRequest::C => Some(Tier::C),
     };
-    if let Some(t) = requested {
-        if t < policy.minimum {
-            return Err(Rejection::TierBelowMinimum { requested: t.to_string(), minimum: policy.minimum.to_string() });
-        }
+    if let Some(t) = requested
+        && t < policy.minimum
+    {
+        return Err(Rejection::TierBelowMinimum { requested: t.to_string(), minimum: policy.minimum.to_string() });
     }
     Ok(TierPlan { minimum: policy.minimum, requested: req.tier, optional_layers: policy.optional_layers.clone() })
 }

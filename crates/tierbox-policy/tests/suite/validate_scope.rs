@@ -1,1 +1,322 @@
-//! (tests being written)
+//! Workspace scope through `validate()`: path-like arguments are checked, nothing is
+//! ever rewritten. Regression cases are named after Palyra's bugs (research/palyra.md
+//! §17.1–17.2: P1, P2, D1).
+
+// Test code: a failed setup step should panic with its error (STYLE.md rule 1 opt-out).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use proptest::prelude::*;
+use tierbox_policy::{ProcessRunRequest, Rejection};
+
+use super::validate_exec::fixture::Fixture;
+
+const TOOLS: &[&str] = &[
+    "git", "printf", "head", "sort", "cat", "ls", "cp", "grep", "echo", "tar", "cc", "find",
+];
+
+fn fixture() -> Fixture {
+    Fixture::new(TOOLS)
+}
+
+#[track_caller]
+fn outside(f: &Fixture, command: &str, args: &[&str]) -> Rejection {
+    let err = f.run(command, args).unwrap_err();
+    assert_eq!(
+        err.code(),
+        "scope.path_outside_workspace",
+        "{command} {args:?}: {err}"
+    );
+    err
+}
+
+// ---- P1 / §17.2: the rewriter broke ordinary commands ----------------------------
+
+#[test]
+fn git_status_passes_untouched() {
+    fixture().passes_untouched("git", &["status"]);
+}
+
+#[test]
+fn printf_hello_passes_untouched() {
+    fixture().passes_untouched("printf", &["hello"]);
+}
+
+#[test]
+fn head_n1_file_passes_untouched() {
+    let f = fixture();
+    f.file("file");
+    f.passes_untouched("head", &["-n1", "file"]);
+}
+
+#[test]
+fn bare_words_options_and_urls_pass_untouched() {
+    let f = fixture();
+    for arg in [
+        "status",
+        "hello",
+        "1",
+        "origin",
+        "HEAD~1",
+        "-n1",
+        "--color=auto",
+        "a:b",
+        "https://example.com/x",
+        "^foo/bar$",
+        "HEAD..main",
+        "origin/main",
+    ] {
+        f.passes_untouched("git", &[arg]);
+    }
+    f.passes_untouched("grep", &["-rn", "^foo/bar$", "."]);
+    f.passes_untouched("git", &["log", "--format=%h %s", "-n", "5", "HEAD~1"]);
+}
+
+#[test]
+fn compact_numeric_and_combined_flags_pass_untouched() {
+    let f = fixture();
+    f.file("a.c");
+    f.passes_untouched("cc", &["-O2", "-Wall", "-Iinclude", "-o", "a.out", "a.c"]);
+    f.passes_untouched("tar", &["-czf", "out.tgz", "a.c"]);
+}
+
+// ---- P2: dash-prefixed paths were never validated ---------------------------------
+
+#[test]
+fn head_dashdash_dash_x_dotdot_etc_passwd_is_rejected() {
+    let f = fixture();
+    std::fs::create_dir(f.ws.join("--x")).unwrap();
+    let err = outside(&f, "head", &["--", "--x/../../../etc/passwd"]);
+    assert!(
+        matches!(err, Rejection::PathOutsideWorkspace { arg_index: 1, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn dash_named_symlink_to_outside_is_rejected() {
+    let f = fixture();
+    f.link("-x", f.tmp.join("secret"));
+    outside(&f, "cat", &["--", "-x"]);
+}
+
+// ---- D1: dangling symlinks let writes escape ----------------------------------------
+
+#[test]
+fn sort_o_dangling_symlink_to_outside_is_rejected() {
+    let f = fixture();
+    f.file("src.txt");
+    f.link("dl", f.tmp.join("created-by-sort"));
+    let err = outside(&f, "sort", &["-o", "dl", "src.txt"]);
+    match err {
+        Rejection::PathOutsideWorkspace {
+            arg_index,
+            arg,
+            resolved,
+            workspace,
+        } => {
+            assert_eq!((arg_index, arg.as_str()), (1, "dl"));
+            assert_eq!(resolved, f.tmp.join("created-by-sort"));
+            assert_eq!(workspace, f.ws);
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn relative_dangling_symlink_chain_to_outside_is_rejected() {
+    let f = fixture();
+    f.link("a", "b");
+    f.link("b", "../later/out.txt");
+    outside(&f, "cp", &["x", "a"]);
+    f.link("in", "sub/new.txt");
+    f.passes_untouched("cp", &["x", "in"]);
+}
+
+#[test]
+fn write_through_a_symlinked_directory_to_outside_is_rejected() {
+    let f = fixture();
+    f.link("up", &f.tmp);
+    outside(&f, "cp", &["a", "up/new-file"]);
+    outside(&f, "cat", &["up/secret"]);
+}
+
+// ---- the other kinds of provable paths ---------------------------------------------
+
+#[test]
+fn absolute_paths_outside_are_rejected() {
+    let f = fixture();
+    outside(&f, "cat", &["/etc/passwd"]);
+    outside(&f, "ls", &["/"]);
+    let secret = f.tmp.join("secret").display().to_string();
+    outside(&f, "cat", &[&secret]);
+    let inside = f.file("notes.txt").display().to_string();
+    f.passes_untouched("cat", &[&inside]);
+}
+
+#[test]
+fn option_values_are_checked() {
+    let f = fixture();
+    outside(&f, "git", &["--config=/etc/passwd"]);
+    outside(&f, "git", &["-C/etc", "status"]);
+    outside(&f, "cc", &["-I../x", "a.c"]);
+    outside(&f, "cc", &["-o/abs", "a.c"]);
+    outside(&f, "git", &["-o=../x"]);
+    outside(&f, "tar", &["--directory=../..", "-x"]);
+    outside(&f, "cat", &["if=/etc/passwd"]);
+    f.passes_untouched("git", &["--git-dir=.git", "--work-tree=sub/dir", "status"]);
+}
+
+#[test]
+fn file_urls_are_checked() {
+    let f = fixture();
+    outside(&f, "git", &["clone", "file:///etc/passwd"]);
+    outside(&f, "git", &["clone", "FILE:///%65tc/passwd"]);
+    outside(&f, "git", &["clone", "file://remote.example/repo"]);
+    outside(&f, "git", &["clone", "--template=file:///etc"]);
+    let inside = format!("file://{}", f.ws.join("repo").display());
+    f.passes_untouched("git", &["clone", &inside]);
+}
+
+#[test]
+fn dotdot_components_are_resolved() {
+    let f = fixture();
+    f.file("subdir/keep");
+    f.file("file");
+    f.passes_untouched("ls", &["subdir/../file"]);
+    outside(&f, "cp", &["a", "../outside"]);
+    outside(&f, "cat", &["../secret"]);
+    outside(&f, "ls", &[".."]);
+}
+
+#[test]
+fn home_directory_is_outside() {
+    let f = fixture();
+    outside(&f, "cat", &["~"]);
+    outside(&f, "cat", &["~/.ssh/id_rsa"]);
+    outside(&f, "git", &["--git-dir=~/.git"]);
+}
+
+#[test]
+fn standard_device_paths_are_allowed() {
+    let f = fixture();
+    f.passes_untouched("cp", &["/dev/null", "empty"]);
+    f.passes_untouched("cat", &["/dev/stdin", "/dev/fd/3", "/proc/self/fd/0"]);
+    outside(&f, "cat", &["/dev/fd/../../etc/passwd"]);
+}
+
+#[test]
+fn find_exec_arguments_are_scoped_too() {
+    let f = fixture();
+    outside(&f, "find", &[".", "-exec", "cat", "/etc/passwd", ";"]);
+    outside(&f, "find", &["/", "-name", "x"]);
+}
+
+// ---- cwd and workspace -------------------------------------------------------------
+
+fn in_cwd(
+    f: &Fixture,
+    cwd: &str,
+    command: &str,
+    args: &[&str],
+) -> Result<tierbox_policy::Plan, Rejection> {
+    let mut req = ProcessRunRequest::new(command);
+    req.cwd = Some(cwd.to_owned());
+    req.args = args.iter().map(|s| (*s).to_owned()).collect();
+    f.request(&req)
+}
+
+#[test]
+fn cwd_must_be_a_directory_inside() {
+    let f = fixture();
+    f.file("sub/file");
+    assert_eq!(in_cwd(&f, "sub", "ls", &[]).unwrap().cwd, f.ws.join("sub"));
+    let abs = f.ws.join("sub").display().to_string();
+    assert_eq!(in_cwd(&f, &abs, "ls", &[]).unwrap().cwd, f.ws.join("sub"));
+    assert_eq!(
+        in_cwd(&f, "..", "ls", &[]).unwrap_err().code(),
+        "scope.cwd_outside_workspace"
+    );
+    assert_eq!(
+        in_cwd(&f, "/etc", "ls", &[]).unwrap_err().code(),
+        "scope.cwd_outside_workspace"
+    );
+    assert_eq!(
+        in_cwd(&f, "sub/file", "ls", &[]).unwrap_err().code(),
+        "scope.cwd_not_directory"
+    );
+    assert_eq!(
+        in_cwd(&f, "nope", "ls", &[]).unwrap_err().code(),
+        "scope.cwd_not_directory"
+    );
+    f.link("esc", &f.tmp);
+    assert_eq!(
+        in_cwd(&f, "esc", "ls", &[]).unwrap_err().code(),
+        "scope.cwd_outside_workspace"
+    );
+}
+
+#[test]
+fn arguments_resolve_relative_to_cwd() {
+    let f = fixture();
+    f.file("sub/deeper/x");
+    assert!(in_cwd(&f, "sub/deeper", "cat", &["../../sub/deeper/x"]).is_ok());
+    let err = in_cwd(&f, "sub", "cat", &["../../secret"]).unwrap_err();
+    assert_eq!(err.code(), "scope.path_outside_workspace");
+}
+
+#[test]
+fn workspace_must_exist() {
+    let f = fixture();
+    let ctx =
+        tierbox_policy::ValidateContext::new(f.ws.join("missing")).with_env(Default::default());
+    let err = tierbox_policy::validate(&f.policy, &ProcessRunRequest::new("ls"), &ctx).unwrap_err();
+    assert_eq!(err.code(), "scope.workspace_invalid");
+}
+
+#[test]
+fn every_scope_code_is_reachable() {
+    let f = fixture();
+    f.file("plain");
+    let ctx = tierbox_policy::ValidateContext::new(f.ws.join("plain")).with_env(Default::default());
+    let seen = [
+        tierbox_policy::validate(&f.policy, &ProcessRunRequest::new("ls"), &ctx)
+            .unwrap_err()
+            .code(),
+        f.code("cat", &["/etc/passwd"]),
+        in_cwd(&f, "..", "ls", &[]).unwrap_err().code(),
+        in_cwd(&f, "plain", "ls", &[]).unwrap_err().code(),
+    ];
+    let expected = [
+        "scope.workspace_invalid",
+        "scope.path_outside_workspace",
+        "scope.cwd_outside_workspace",
+        "scope.cwd_not_directory",
+    ];
+    assert_eq!(seen, expected);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever is accepted is passed on byte for byte.
+    #[test]
+    fn accepted_argv_is_never_rewritten(args in prop::collection::vec("[-a-zA-Z0-9_=:.~^$/]{0,12}", 0..6)) {
+        let f = fixture();
+        let mut req = ProcessRunRequest::new("printf");
+        req.args = args.clone();
+        if let Ok(plan) = f.request(&req) {
+            let mut expected = vec!["printf".to_owned()];
+            expected.extend(args);
+            prop_assert_eq!(plan.argv, expected);
+        }
+    }
+
+    /// Words of letters, digits and dashes name nothing in an empty workspace: they pass.
+    #[test]
+    fn plain_words_always_pass(args in prop::collection::vec("-{0,2}[a-zA-Z0-9][a-zA-Z0-9_-]{0,10}", 0..6)) {
+        let f = fixture();
+        let mut req = ProcessRunRequest::new("printf");
+        req.args = args;
+        prop_assert!(f.request(&req).is_ok());
+    }
+}

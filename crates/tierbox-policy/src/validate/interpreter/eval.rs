@@ -108,7 +108,14 @@ pub(super) fn scan(family: Family, args: &[Word], trailing_unknown: bool) -> Sca
         Family::Cmd => scan_cmd(args, trailing_unknown),
         // Busybox is dispatched to its applet before any flag scan.
         Family::BusyBox => Scan::Script,
-        _ => Scanner { table: table(family), args, trailing_unknown, pos: 0, stdin: false }.run(),
+        _ => Scanner {
+            table: table(family),
+            args,
+            trailing_unknown,
+            pos: 0,
+            stdin: false,
+        }
+        .run(),
     }
 }
 
@@ -209,7 +216,14 @@ const FISH: Table = Table {
     stdin: "i",
     flags: "hPlNnv",
     eval_long: &["command", "init-command"],
-    value_long: &["profile", "profile-startup", "debug", "debug-output", "features", "debug-stack-frames"],
+    value_long: &[
+        "profile",
+        "profile-startup",
+        "debug",
+        "debug-output",
+        "features",
+        "debug-stack-frames",
+    ],
     flag_long: &[
         "help",
         "private",
@@ -266,7 +280,17 @@ const RUBY: Table = Table {
         "crash-report",
         "parser",
     ],
-    flag_long: &["copyright", "version", "verbose", "help", "jit", "yjit", "rjit", "debug", "yydebug"],
+    flag_long: &[
+        "copyright",
+        "version",
+        "verbose",
+        "help",
+        "jit",
+        "yjit",
+        "rjit",
+        "debug",
+        "yydebug",
+    ],
     flag_long_prefixes: &["disable-", "enable-", "jit-", "yjit-", "rjit-"],
     ..EMPTY
 };
@@ -279,7 +303,15 @@ const NODE: Table = Table {
     flags: "chv",
     eval_long: &["eval", "print"],
     value_long: NODE_VALUE_LONG,
-    flag_long: &["check", "interactive", "version", "help", "test", "watch", "v8-options"],
+    flag_long: &[
+        "check",
+        "interactive",
+        "version",
+        "help",
+        "test",
+        "watch",
+        "v8-options",
+    ],
     flag_long_prefixes: NODE_FLAG_PREFIXES,
     ..EMPTY
 };
@@ -390,7 +422,18 @@ const PHP: Table = Table {
     flags: "hivmnlsqHeCw",
     eval_long: &["run", "process-begin", "process-code", "process-end"],
     script_long: &["file", "process-file"],
-    value_long: &["php-ini", "define", "zend-extension", "docroot", "server", "rf", "rc", "re", "rz", "ri"],
+    value_long: &[
+        "php-ini",
+        "define",
+        "zend-extension",
+        "docroot",
+        "server",
+        "rf",
+        "rc",
+        "re",
+        "rz",
+        "ri",
+    ],
     flag_long: &[
         "interactive",
         "no-php-ini",
@@ -412,22 +455,53 @@ const PHP: Table = Table {
 };
 
 /// lua 5.x and luajit.
-const LUA: Table = Table { eval: "e", value: "lj", attached: "O", stdin: "i", flags: "vEWb", ..EMPTY };
+const LUA: Table = Table {
+    eval: "e",
+    value: "lj",
+    attached: "O",
+    stdin: "i",
+    flags: "vEWb",
+    ..EMPTY
+};
 
 /// Rscript: every long option with a value is written `--name=value`.
-const RSCRIPT: Table = Table { eval: "e", unknown_long_is_flag: true, ..EMPTY };
+const RSCRIPT: Table = Table {
+    eval: "e",
+    unknown_long_is_flag: true,
+    ..EMPTY
+};
 
 /// osascript.
-const OSASCRIPT: Table = Table { eval: "e", value: "ls", stdin: "i", ..EMPTY };
+const OSASCRIPT: Table = Table {
+    eval: "e",
+    value: "ls",
+    stdin: "i",
+    ..EMPTY
+};
 
 /// expect.
-const EXPECT: Table = Table { eval: "c", script: "fb", value: "D", stdin: "i", flags: "dnNvh", ..EMPTY };
+const EXPECT: Table = Table {
+    eval: "c",
+    script: "fb",
+    value: "D",
+    stdin: "i",
+    flags: "dnNvh",
+    ..EMPTY
+};
 
 /// tclsh and wish: single-dash words, no inline-code option.
 const TCL: Table = Table {
     unknown_short_is_flag: true,
     unknown_long_is_flag: true,
-    value_words: &["-encoding", "-display", "-geometry", "-name", "-use", "-visual", "-colormap"],
+    value_words: &[
+        "-encoding",
+        "-display",
+        "-geometry",
+        "-name",
+        "-use",
+        "-visual",
+        "-colormap",
+    ],
     ..EMPTY
 };
 
@@ -483,7 +557,9 @@ impl Scanner<'_> {
         let mut script = false;
         while let Some(word) = self.args.get(self.pos) {
             self.pos += 1;
-            let Some(text) = word.text() else { return Scan::Unknown { index: word.index } };
+            let Some(text) = word.text() else {
+                return Scan::Unknown { index: word.index };
+            };
             match self.word(text, word.index) {
                 Next::Continue => {}
                 Next::Done(Scan::Script) if self.table.scan_all => script = true,
@@ -529,9 +605,9 @@ impl Scanner<'_> {
 
     fn after_dashdash(&mut self) -> Next {
         match self.args.get(self.pos) {
-            None if self.trailing_unknown => {
-                Next::Done(Scan::Unknown { index: self.args.last().map_or(0, |w| w.index) })
-            }
+            None if self.trailing_unknown => Next::Done(Scan::Unknown {
+                index: self.args.last().map_or(0, |w| w.index),
+            }),
             None => Next::Done(Scan::Stdin),
             Some(w) if w.text().is_none() => Next::Done(Scan::Unknown { index: w.index }),
             Some(_) => Next::Done(Scan::Script),
@@ -540,7 +616,10 @@ impl Scanner<'_> {
 
     fn operand(&mut self, text: &str, index: usize) -> Next {
         if self.table.eval_words.contains(&text) {
-            return Next::Done(Scan::Eval { flag: text.to_owned(), index });
+            return Next::Done(Scan::Eval {
+                flag: text.to_owned(),
+                index,
+            });
         }
         if self.table.continue_words.contains(&text) {
             return Next::Continue;
@@ -555,7 +634,10 @@ impl Scanner<'_> {
             None => (body, false),
         };
         if t.eval_long.contains(&name) {
-            return Next::Done(Scan::Eval { flag: format!("--{name}"), index });
+            return Next::Done(Scan::Eval {
+                flag: format!("--{name}"),
+                index,
+            });
         }
         if t.script_long.contains(&name) {
             return Next::Done(Scan::Script);
@@ -566,7 +648,8 @@ impl Scanner<'_> {
         if t.value_long.contains(&name) {
             return self.skip_value(false);
         }
-        let known_flag = t.flag_long.contains(&name) || t.flag_long_prefixes.iter().any(|p| name.starts_with(p));
+        let known_flag =
+            t.flag_long.contains(&name) || t.flag_long_prefixes.iter().any(|p| name.starts_with(p));
         if known_flag || t.unknown_long_is_flag {
             return Next::Continue;
         }
@@ -580,13 +663,20 @@ impl Scanner<'_> {
         for (at, letter) in letters.char_indices() {
             let rest = letters.get(at + letter.len_utf8()..).unwrap_or_default();
             if t.eval.contains(letter) {
-                return Next::Done(Scan::Eval { flag: text.to_owned(), index });
+                return Next::Done(Scan::Eval {
+                    flag: text.to_owned(),
+                    index,
+                });
             }
             if t.script.contains(letter) {
                 return self.script_value(rest);
             }
             if t.value.contains(letter) {
-                return if rest.is_empty() { self.skip_value(false) } else { Next::Continue };
+                return if rest.is_empty() {
+                    self.skip_value(false)
+                } else {
+                    Next::Continue
+                };
             }
             if t.attached.contains(letter) {
                 return Next::Continue;
@@ -612,7 +702,9 @@ impl Scanner<'_> {
     fn script_value(&mut self, rest: &str) -> Next {
         if rest.is_empty() {
             match self.args.get(self.pos) {
-                Some(w) if w.text().is_none() => return Next::Done(Scan::Unknown { index: w.index }),
+                Some(w) if w.text().is_none() => {
+                    return Next::Done(Scan::Unknown { index: w.index });
+                }
                 Some(w) if w.text() == Some("-") => return Next::Done(Scan::Stdin),
                 _ => {}
             }
@@ -624,7 +716,10 @@ impl Scanner<'_> {
     /// letter in the rest counts.
     fn eval_in_rest(&self, text: &str, rest: &str, index: usize) -> Next {
         if rest.chars().any(|c| self.table.eval.contains(c)) {
-            return Next::Done(Scan::Eval { flag: text.to_owned(), index });
+            return Next::Done(Scan::Eval {
+                flag: text.to_owned(),
+                index,
+            });
         }
         Next::Continue
     }
@@ -647,7 +742,10 @@ impl Scanner<'_> {
     /// takes the next word unless that word starts with `-`.
     fn unknown_letter(&mut self, text: &str, rest: &str, index: usize) -> Next {
         if rest.chars().any(|c| self.table.eval.contains(c)) {
-            return Next::Done(Scan::Eval { flag: text.to_owned(), index });
+            return Next::Done(Scan::Eval {
+                flag: text.to_owned(),
+                index,
+            });
         }
         if rest.is_empty() {
             return self.skip_value(true);
@@ -659,13 +757,20 @@ impl Scanner<'_> {
     /// not know: a word starting with `-` is left to be read as an option, and an eval
     /// word (`deno --quiet eval`) is still eval.
     fn skip_value(&mut self, guess: bool) -> Next {
-        let Some(word) = self.args.get(self.pos) else { return Next::Continue };
-        let Some(text) = word.text() else { return Next::Done(Scan::Unknown { index: word.index }) };
+        let Some(word) = self.args.get(self.pos) else {
+            return Next::Continue;
+        };
+        let Some(text) = word.text() else {
+            return Next::Done(Scan::Unknown { index: word.index });
+        };
         if guess && text.starts_with('-') {
             return Next::Continue;
         }
         if guess && self.table.eval_words.contains(&text) {
-            return Next::Done(Scan::Eval { flag: text.to_owned(), index: word.index });
+            return Next::Done(Scan::Eval {
+                flag: text.to_owned(),
+                index: word.index,
+            });
         }
         self.pos += 1;
         Next::Continue
@@ -691,34 +796,58 @@ fn scan_pwsh(args: &[Word], trailing_unknown: bool, windows: bool) -> Scan {
         "version",
         "encodedarguments",
     ];
-    const VALUE_ALIASES: &[&str] = &["ex", "ep", "inp", "if", "o", "of", "config", "settings", "wd", "wo", "w", "v", "ea"];
+    const VALUE_ALIASES: &[&str] = &[
+        "ex", "ep", "inp", "if", "o", "of", "config", "settings", "wd", "wo", "w", "v", "ea",
+    ];
     let mut pos = 0;
     while let Some(word) = args.get(pos) {
         pos += 1;
-        let Some(text) = word.text() else { return Scan::Unknown { index: word.index } };
+        let Some(text) = word.text() else {
+            return Scan::Unknown { index: word.index };
+        };
         let Some(param) = pwsh_param(text, windows) else {
-            return if windows { Scan::Eval { flag: text.to_owned(), index: word.index } } else { Scan::Script };
+            return if windows {
+                Scan::Eval {
+                    flag: text.to_owned(),
+                    index: word.index,
+                }
+            } else {
+                Scan::Script
+            };
         };
         let abbreviates = |full: &&str| full.starts_with(param.as_str());
-        if EVAL_ALIASES.contains(&param.as_str()) || (param.len() >= 2 && EVAL.iter().any(abbreviates)) {
-            return Scan::Eval { flag: text.to_owned(), index: word.index };
+        if EVAL_ALIASES.contains(&param.as_str())
+            || (param.len() >= 2 && EVAL.iter().any(abbreviates))
+        {
+            return Scan::Eval {
+                flag: text.to_owned(),
+                index: word.index,
+            };
         }
         if param.is_empty() || "file".starts_with(param.as_str()) {
             return match args.get(pos).map(Word::text) {
-                Some(None) => Scan::Unknown { index: args[pos].index },
+                Some(None) => Scan::Unknown {
+                    index: args[pos].index,
+                },
                 Some(Some("-")) | None => Scan::Stdin,
                 Some(Some(_)) => Scan::Script,
             };
         }
-        if VALUE_ALIASES.contains(&param.as_str()) || (param.len() >= 3 && VALUE.iter().any(abbreviates)) {
+        if VALUE_ALIASES.contains(&param.as_str())
+            || (param.len() >= 3 && VALUE.iter().any(abbreviates))
+        {
             if args.get(pos).is_some_and(|w| w.text().is_none()) {
-                return Scan::Unknown { index: args[pos].index };
+                return Scan::Unknown {
+                    index: args[pos].index,
+                };
             }
             pos += 1;
         }
     }
     if trailing_unknown {
-        return Scan::Unknown { index: args.last().map_or(0, |w| w.index) };
+        return Scan::Unknown {
+            index: args.last().map_or(0, |w| w.index),
+        };
     }
     Scan::Stdin
 }
@@ -729,7 +858,13 @@ fn pwsh_param(text: &str, windows: bool) -> Option<String> {
     let body = text
         .strip_prefix("--")
         .or_else(|| text.strip_prefix('-'))
-        .or_else(|| if windows { text.strip_prefix('/') } else { None })?;
+        .or_else(|| {
+            if windows {
+                text.strip_prefix('/')
+            } else {
+                None
+            }
+        })?;
     let name = body.split(':').next().unwrap_or_default();
     Some(name.to_ascii_lowercase())
 }
@@ -738,17 +873,24 @@ fn pwsh_param(text: &str, windows: bool) -> Option<String> {
 /// switches such as `/s/c`) runs the rest of the line as a command.
 fn scan_cmd(args: &[Word], trailing_unknown: bool) -> Scan {
     for word in args {
-        let Some(text) = word.text() else { return Scan::Unknown { index: word.index } };
+        let Some(text) = word.text() else {
+            return Scan::Unknown { index: word.index };
+        };
         let lower = text.to_ascii_lowercase();
         if !lower.starts_with('/') {
             return Scan::Stdin;
         }
         if lower.split('/').any(|s| s.starts_with(['c', 'k', 'r'])) {
-            return Scan::Eval { flag: text.to_owned(), index: word.index };
+            return Scan::Eval {
+                flag: text.to_owned(),
+                index: word.index,
+            };
         }
     }
     if trailing_unknown {
-        return Scan::Unknown { index: args.last().map_or(0, |w| w.index) };
+        return Scan::Unknown {
+            index: args.last().map_or(0, |w| w.index),
+        };
     }
     Scan::Stdin
 }

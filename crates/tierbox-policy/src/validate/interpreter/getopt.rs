@@ -108,7 +108,15 @@ impl<'s> Getopt<'s> {
         trailing_unknown: bool,
         unknown_from: &'static str,
     ) -> Self {
-        Self { spec, words, pos: 0, cluster: None, after_dashdash: false, trailing_unknown, unknown_from }
+        Self {
+            spec,
+            words,
+            pos: 0,
+            cluster: None,
+            after_dashdash: false,
+            trailing_unknown,
+            unknown_from,
+        }
     }
 
     /// The next option or operand.
@@ -133,12 +141,19 @@ impl<'s> Getopt<'s> {
         if let Some(body) = text.strip_prefix("--") {
             return self.long(body, word.index);
         }
-        self.short(Cluster { text, at: 1, index: word.index })
+        self.short(Cluster {
+            text,
+            at: 1,
+            index: word.index,
+        })
     }
 
     /// The arguments not yet consumed (after the operand `next` just returned).
     pub(super) fn rest(&self) -> Vec<Word> {
-        self.words.get(self.pos..).map(<[Word]>::to_vec).unwrap_or_default()
+        self.words
+            .get(self.pos..)
+            .map(<[Word]>::to_vec)
+            .unwrap_or_default()
     }
 
     /// Whether `--` has been seen.
@@ -169,25 +184,44 @@ impl<'s> Getopt<'s> {
 
     fn end(&self) -> Result<Step, String> {
         if self.trailing_unknown {
-            return Err(format!("its remaining arguments come from {}'s input", self.unknown_from));
+            return Err(format!(
+                "its remaining arguments come from {}'s input",
+                self.unknown_from
+            ));
         }
         Ok(Step::End)
     }
 
     fn short(&mut self, cluster: Cluster) -> Result<Step, String> {
-        let Some(letter) = cluster.text.get(cluster.at..).and_then(|s| s.chars().next()) else {
+        let Some(letter) = cluster
+            .text
+            .get(cluster.at..)
+            .and_then(|s| s.chars().next())
+        else {
             return self.next();
         };
         let after = cluster.at + letter.len_utf8();
         let rest = cluster.text.get(after..).unwrap_or_default().to_owned();
-        let Some(arg) = self.spec.short.iter().find(|(c, _)| *c == letter).map(|(_, a)| *a) else {
-            return Err(format!("unknown option -{letter} at args[{}]", cluster.index));
+        let Some(arg) = self
+            .spec
+            .short
+            .iter()
+            .find(|(c, _)| *c == letter)
+            .map(|(_, a)| *a)
+        else {
+            return Err(format!(
+                "unknown option -{letter} at args[{}]",
+                cluster.index
+            ));
         };
         let attached = (!rest.is_empty()).then(|| Word::known(rest.clone(), cluster.index));
         let value = match arg {
             Arg::No => {
                 if !rest.is_empty() {
-                    self.cluster = Some(Cluster { at: after, ..cluster });
+                    self.cluster = Some(Cluster {
+                        at: after,
+                        ..cluster
+                    });
                 }
                 None
             }
@@ -197,7 +231,10 @@ impl<'s> Getopt<'s> {
                 None => Some(self.take_value(&format!("-{letter}"))?),
             },
         };
-        Ok(Step::Opt(Opt { key: Key::Short(letter), value }))
+        Ok(Step::Opt(Opt {
+            key: Key::Short(letter),
+            value,
+        }))
     }
 
     fn long(&mut self, body: &str, index: usize) -> Result<Step, String> {
@@ -208,7 +245,9 @@ impl<'s> Getopt<'s> {
         let (full, alias, arg) = self.lookup_long(name, index)?;
         let key = alias.map_or(Key::Long(full), Key::Short);
         let value = match (arg, attached) {
-            (Arg::No, Some(_)) => return Err(format!("option --{full} at args[{index}] takes no value")),
+            (Arg::No, Some(_)) => {
+                return Err(format!("option --{full} at args[{index}] takes no value"));
+            }
             (Arg::No, None) => None,
             (Arg::Optional, v) => v,
             (Arg::Required, Some(v)) => Some(v),
@@ -217,7 +256,11 @@ impl<'s> Getopt<'s> {
         Ok(Step::Opt(Opt { key, value }))
     }
 
-    fn lookup_long(&self, name: &str, index: usize) -> Result<(&'static str, Option<char>, Arg), String> {
+    fn lookup_long(
+        &self,
+        name: &str,
+        index: usize,
+    ) -> Result<(&'static str, Option<char>, Arg), String> {
         let table = self.spec.long;
         if let Some(entry) = table.iter().find(|(n, _, _)| *n == name) {
             return Ok(*entry);
@@ -225,11 +268,16 @@ impl<'s> Getopt<'s> {
         let matches: Vec<_> = if self.spec.exact_long || name.is_empty() {
             Vec::new()
         } else {
-            table.iter().filter(|(n, _, _)| n.starts_with(name)).collect()
+            table
+                .iter()
+                .filter(|(n, _, _)| n.starts_with(name))
+                .collect()
         };
         match matches.as_slice() {
             [] => Err(format!("unknown option --{name} at args[{index}]")),
-            [first, others @ ..] if others.iter().all(|o| (o.1, o.2) == (first.1, first.2)) => Ok(**first),
+            [first, others @ ..] if others.iter().all(|o| (o.1, o.2) == (first.1, first.2)) => {
+                Ok(**first)
+            }
             _ => Err(format!("ambiguous option --{name} at args[{index}]")),
         }
     }
@@ -237,7 +285,10 @@ impl<'s> Getopt<'s> {
     fn take_value(&mut self, option: &str) -> Result<Word, String> {
         let Some(word) = self.words.get(self.pos).cloned() else {
             if self.trailing_unknown {
-                return Err(format!("the value of {option} comes from {}'s input", self.unknown_from));
+                return Err(format!(
+                    "the value of {option} comes from {}'s input",
+                    self.unknown_from
+                ));
             }
             return Err(format!("option {option} has no value"));
         };
@@ -258,7 +309,12 @@ mod tests {
     use super::*;
 
     const SPEC: Spec = Spec {
-        short: &[('i', Arg::No), ('u', Arg::Required), ('r', Arg::Optional), ('v', Arg::No)],
+        short: &[
+            ('i', Arg::No),
+            ('u', Arg::Required),
+            ('r', Arg::Optional),
+            ('v', Arg::No),
+        ],
         long: &[
             ("ignore-environment", Some('i'), Arg::No),
             ("unset", Some('u'), Arg::Required),
@@ -271,7 +327,10 @@ mod tests {
     };
 
     fn words(args: &[&str]) -> Vec<Word> {
-        args.iter().enumerate().map(|(i, a)| Word::known(*a, i)).collect()
+        args.iter()
+            .enumerate()
+            .map(|(i, a)| Word::known(*a, i))
+            .collect()
     }
 
     fn all(args: &[&str]) -> Result<Vec<Step>, String> {
@@ -286,7 +345,10 @@ mod tests {
     }
 
     fn opt(c: char, value: Option<(&str, usize)>) -> Step {
-        Step::Opt(Opt { key: Key::Short(c), value: value.map(|(t, i)| Word::known(t, i)) })
+        Step::Opt(Opt {
+            key: Key::Short(c),
+            value: value.map(|(t, i)| Word::known(t, i)),
+        })
     }
 
     #[test]
@@ -307,7 +369,17 @@ mod tests {
 
     #[test]
     fn long_options_prefixes_and_aliases() {
-        let got = all(&["--ign", "--unset=A", "--uns", "B", "--repl", "--ver", "--", "-i"]).unwrap();
+        let got = all(&[
+            "--ign",
+            "--unset=A",
+            "--uns",
+            "B",
+            "--repl",
+            "--ver",
+            "--",
+            "-i",
+        ])
+        .unwrap();
         assert_eq!(
             got,
             vec![
@@ -320,23 +392,43 @@ mod tests {
             ]
         );
         assert!(all(&["--un"]).unwrap_err().contains("ambiguous"));
-        assert!(all(&["--bogus"]).unwrap_err().contains("unknown option --bogus"));
-        assert!(all(&["--ignore-environment=1"]).unwrap_err().contains("takes no value"));
+        assert!(
+            all(&["--bogus"])
+                .unwrap_err()
+                .contains("unknown option --bogus")
+        );
+        assert!(
+            all(&["--ignore-environment=1"])
+                .unwrap_err()
+                .contains("takes no value")
+        );
     }
 
     #[test]
     fn exact_long_refuses_prefixes() {
-        const EXACT: Spec = Spec { short: &[], long: &[("output", None, Arg::Required)], exact_long: true };
+        const EXACT: Spec = Spec {
+            short: &[],
+            long: &[("output", None, Arg::Required)],
+            exact_long: true,
+        };
         let mut g = Getopt::new(&EXACT, words(&["--out", "f"]), false, "xargs");
         assert!(g.next().is_err());
     }
 
     #[test]
     fn errors_name_the_problem() {
-        assert!(all(&["-x"]).unwrap_err().contains("unknown option -x at args[0]"));
+        assert!(
+            all(&["-x"])
+                .unwrap_err()
+                .contains("unknown option -x at args[0]")
+        );
         assert!(all(&["-u"]).unwrap_err().contains("has no value"));
         let mut g = Getopt::new(&SPEC, vec![Word::unknown(0)], false, "xargs");
-        assert!(g.next().unwrap_err().contains("filled in from xargs's input"));
+        assert!(
+            g.next()
+                .unwrap_err()
+                .contains("filled in from xargs's input")
+        );
         let mut g = Getopt::new(&SPEC, words(&["-i"]), true, "xargs");
         assert!(matches!(g.next(), Ok(Step::Opt(_))));
         assert!(g.next().unwrap_err().contains("come from xargs's input"));

@@ -90,7 +90,10 @@ pub(super) struct Outcome {
 
 impl Outcome {
     fn with(program: Option<Invocation>) -> Self {
-        Self { programs: program.into_iter().collect(), env: Vec::new() }
+        Self {
+            programs: program.into_iter().collect(),
+            env: Vec::new(),
+        }
     }
 }
 
@@ -131,11 +134,19 @@ pub(super) fn parse(kind: WrapperKind, inv: &Invocation) -> Parsed {
 /// A multi-call binary (`busybox APPLET ARGS`, `toybox APPLET ARGS`): the first argument
 /// names the program that runs, built in, so it is not looked up in the PATH.
 pub(super) fn applet(inv: &Invocation) -> Parsed {
-    if inv.args.first().and_then(Word::text).is_some_and(|t| t.starts_with('-')) {
+    if inv
+        .args
+        .first()
+        .and_then(Word::text)
+        .is_some_and(|t| t.starts_with('-'))
+    {
         // `--list`, `--help`, `--install`: nothing runs.
         return Ok(Outcome::default());
     }
-    let program = child(inv, &inv.args, true)?.map(|p| Invocation { lookup: Lookup::Elsewhere, ..p });
+    let program = child(inv, &inv.args, true)?.map(|p| Invocation {
+        lookup: Lookup::Elsewhere,
+        ..p
+    });
     Ok(Outcome::with(program))
 }
 
@@ -148,15 +159,25 @@ const OPT: Arg = Arg::Optional;
 /// The program `words[0]` with arguments `words[1..]`, run by `inv`. `keeps_stdin` says
 /// the wrapper passes its stdin on. No words means no program, unless arguments of
 /// unknown text follow (then they would name it).
-fn child(inv: &Invocation, words: &[Word], keeps_stdin: bool) -> Result<Option<Invocation>, String> {
+fn child(
+    inv: &Invocation,
+    words: &[Word],
+    keeps_stdin: bool,
+) -> Result<Option<Invocation>, String> {
     let Some((first, rest)) = words.split_first() else {
         if inv.trailing_unknown {
-            return Err(format!("the program it runs comes from {}'s input", inv.unknown_from));
+            return Err(format!(
+                "the program it runs comes from {}'s input",
+                inv.unknown_from
+            ));
         }
         return Ok(None);
     };
     let Some(name) = first.text() else {
-        return Err(format!("the program at args[{}] comes from {}'s input", first.index, inv.unknown_from));
+        return Err(format!(
+            "the program at args[{}] comes from {}'s input",
+            first.index, inv.unknown_from
+        ));
     };
     Ok(Some(Invocation {
         name: name.to_owned(),
@@ -201,7 +222,12 @@ fn joined(words: &[Word]) -> Option<Word> {
 }
 
 fn parser<'s>(spec: &'s Spec, inv: &Invocation) -> Getopt<'s> {
-    Getopt::new(spec, inv.args.clone(), inv.trailing_unknown, inv.unknown_from)
+    Getopt::new(
+        spec,
+        inv.args.clone(),
+        inv.trailing_unknown,
+        inv.unknown_from,
+    )
 }
 
 /// Options up to the first operand (`+` mode), then the operands: that operand and
@@ -239,7 +265,9 @@ fn assignments(words: &[Word]) -> (Vec<(String, usize)>, &[Word]) {
     let mut env = Vec::new();
     let mut rest = words;
     while let Some((w, tail)) = rest.split_first() {
-        let Some((name, _)) = w.text().and_then(|t| t.split_once('=')) else { break };
+        let Some((name, _)) = w.text().and_then(|t| t.split_once('=')) else {
+            break;
+        };
         env.push((name.to_owned(), w.index));
         rest = tail;
     }
@@ -250,7 +278,14 @@ fn assignments(words: &[Word]) -> (Vec<(String, usize)>, &[Word]) {
 
 /// GNU env: `getopt_long("+C:iS:u:v0")`, then `-`, `NAME=value`…, then the program.
 const ENV: Spec = Spec {
-    short: &[('i', NO), ('0', NO), ('u', REQ), ('C', REQ), ('S', REQ), ('v', NO)],
+    short: &[
+        ('i', NO),
+        ('0', NO),
+        ('u', REQ),
+        ('C', REQ),
+        ('S', REQ),
+        ('v', NO),
+    ],
     long: &[
         ("ignore-environment", Some('i'), NO),
         ("null", Some('0'), NO),
@@ -284,15 +319,23 @@ fn env(inv: &Invocation) -> Parsed {
         _ => &ops[..],
     };
     let (env, program) = assignments(ops);
-    Ok(Outcome { programs: child(inv, program, true)?.into_iter().collect(), env })
+    Ok(Outcome {
+        programs: child(inv, program, true)?.into_iter().collect(),
+        env,
+    })
 }
 
 /// The words of an `env -S` string, split on whitespace. Quoting, escapes, comments and
 /// `${VAR}` expansion change the words in ways we do not reproduce, so they are refused.
 fn split_string(opt: &Opt) -> Result<Vec<Word>, String> {
-    let Some(word) = &opt.value else { return Err("-S has no value".to_owned()) };
+    let Some(word) = &opt.value else {
+        return Err("-S has no value".to_owned());
+    };
     let Some(text) = word.text() else {
-        return Err(format!("the -S string at args[{}] is filled in at run time", word.index));
+        return Err(format!(
+            "the -S string at args[{}] is filled in at run time",
+            word.index
+        ));
     };
     if text.contains(['\\', '$', '\'', '"', '#']) {
         return Err(format!(
@@ -300,14 +343,20 @@ fn split_string(opt: &Opt) -> Result<Vec<Word>, String> {
             word.index
         ));
     }
-    let words = text.split([' ', '\t', '\n', '\x0b', '\x0c', '\r']).filter(|s| !s.is_empty());
+    let words = text
+        .split([' ', '\t', '\n', '\x0b', '\x0c', '\r'])
+        .filter(|s| !s.is_empty());
     Ok(words.map(|s| Word::known(s, word.index)).collect())
 }
 
 /// GNU nice: `getopt_long("+n:")`, plus the historical `-N`, `--N`, `-+N` adjustments.
 const NICE: Spec = Spec {
     short: &[('n', REQ)],
-    long: &[("adjustment", Some('n'), REQ), ("help", None, NO), ("version", None, NO)],
+    long: &[
+        ("adjustment", Some('n'), REQ),
+        ("help", None, NO),
+        ("version", None, NO),
+    ],
     exact_long: false,
 };
 
@@ -328,13 +377,19 @@ fn nice(inv: &Invocation) -> Parsed {
 
 /// `-5`, `--5`, `-+5`: nice.c's `s[0] == '-' && ISDIGIT (s[1 + (s[1] == '-' || s[1] == '+')])`.
 fn is_legacy_adjustment(text: &str) -> bool {
-    let Some(body) = text.strip_prefix('-') else { return false };
+    let Some(body) = text.strip_prefix('-') else {
+        return false;
+    };
     let body = body.strip_prefix(['-', '+']).unwrap_or(body);
     body.starts_with(|c: char| c.is_ascii_digit())
 }
 
 /// GNU nohup: only `--help` and `--version`.
-const NOHUP: Spec = Spec { short: &[], long: &[("help", None, NO), ("version", None, NO)], exact_long: false };
+const NOHUP: Spec = Spec {
+    short: &[],
+    long: &[("help", None, NO), ("version", None, NO)],
+    exact_long: false,
+};
 
 /// GNU timeout: `getopt_long("+fk:ps:v")`, then DURATION, then the program.
 const TIMEOUT: Spec = Spec {
@@ -374,7 +429,15 @@ const STDBUF: Spec = Spec {
 
 /// GNU time (`/usr/bin/time`): `getopt_long("+ao:f:pqvV")`.
 const TIME: Spec = Spec {
-    short: &[('a', NO), ('o', REQ), ('f', REQ), ('p', NO), ('q', NO), ('v', NO), ('V', NO)],
+    short: &[
+        ('a', NO),
+        ('o', REQ),
+        ('f', REQ),
+        ('p', NO),
+        ('q', NO),
+        ('v', NO),
+        ('V', NO),
+    ],
     long: &[
         ("append", Some('a'), NO),
         ("output", Some('o'), REQ),
@@ -404,30 +467,48 @@ const CHROOT: Spec = Spec {
 
 fn chroot(inv: &Invocation) -> Parsed {
     let (_, ops) = split(&CHROOT, inv)?;
-    let Some((root, program)) = ops.split_first() else { return Ok(Outcome::default()) };
+    let Some((root, program)) = ops.split_first() else {
+        return Ok(Outcome::default());
+    };
     let run = match child(inv, program, true)? {
         Some(p) => p,
         None => shell(inv, root.index, None, &[Word::known("-i", root.index)]),
     };
-    Ok(Outcome::with(Some(Invocation { lookup: Lookup::Elsewhere, ..run })))
+    Ok(Outcome::with(Some(Invocation {
+        lookup: Lookup::Elsewhere,
+        ..run
+    })))
 }
 
 /// The coreutils multi-call binary: `coreutils --coreutils-prog=NAME ARGS`.
 fn coreutils(inv: &Invocation) -> Parsed {
-    let Some((first, rest)) = inv.args.split_first() else { return Ok(Outcome::default()) };
-    let Some(text) = first.text() else {
-        return Err(format!("args[{}] is filled in from {}'s input", first.index, inv.unknown_from));
+    let Some((first, rest)) = inv.args.split_first() else {
+        return Ok(Outcome::default());
     };
-    let prog = text.strip_prefix("--coreutils-prog=").or_else(|| text.strip_prefix("--coreutils-prog-shebang="));
+    let Some(text) = first.text() else {
+        return Err(format!(
+            "args[{}] is filled in from {}'s input",
+            first.index, inv.unknown_from
+        ));
+    };
+    let prog = text
+        .strip_prefix("--coreutils-prog=")
+        .or_else(|| text.strip_prefix("--coreutils-prog-shebang="));
     match prog {
         Some(name) => {
             let mut words = vec![Word::known(name, first.index)];
             words.extend_from_slice(rest);
-            let program = child(inv, &words, true)?.map(|p| Invocation { lookup: Lookup::Elsewhere, ..p });
+            let program = child(inv, &words, true)?.map(|p| Invocation {
+                lookup: Lookup::Elsewhere,
+                ..p
+            });
             Ok(Outcome::with(program))
         }
         None if text.starts_with("--") => Ok(Outcome::default()),
-        None => Err(format!("args[{}] {text:?} is not --coreutils-prog=NAME", first.index)),
+        None => Err(format!(
+            "args[{}] {text:?} is not --coreutils-prog=NAME",
+            first.index
+        )),
     }
 }
 
@@ -492,21 +573,36 @@ fn xargs(inv: &Invocation) -> Parsed {
             }
             // xargs.c: -L and -l cancel -I; -n cancels it too, except `-n1` after -I.
             Key::Short('L' | 'l') => replace = None,
-            Key::Short('n') if !(o.value_text() == Some("1") && replace.is_some()) => replace = None,
+            Key::Short('n') if !(o.value_text() == Some("1") && replace.is_some()) => {
+                replace = None
+            }
             _ => {}
         }
     }
     let arg_file = has(&opts, &[Key::Short('a')]);
     let tty = has(&opts, &[Key::Short('o')]);
     let filled = |w: &Word| match w.text() {
-        Some(t) if ever_replaced.iter().any(|r| !r.is_empty() && t.contains(r.as_str())) => Word::unknown(w.index),
+        Some(t)
+            if ever_replaced
+                .iter()
+                .any(|r| !r.is_empty() && t.contains(r.as_str())) =>
+        {
+            Word::unknown(w.index)
+        }
         _ => w.clone(),
     };
     let words: Vec<Word> = ops.iter().map(filled).collect();
-    let runner = Invocation { trailing_unknown: replace.is_none(), unknown_from: "xargs", ..inv.clone() };
+    let runner = Invocation {
+        trailing_unknown: replace.is_none(),
+        unknown_from: "xargs",
+        ..inv.clone()
+    };
     let keeps_stdin = arg_file && !tty;
     if words.is_empty() {
-        let echo = Invocation { via: format!(" (run by {} by default)", inv.name), ..default_echo(&runner, keeps_stdin) };
+        let echo = Invocation {
+            via: format!(" (run by {} by default)", inv.name),
+            ..default_echo(&runner, keeps_stdin)
+        };
         return Ok(Outcome::with(Some(echo)));
     }
     Ok(Outcome::with(child(&runner, &words, keeps_stdin)?))
@@ -528,10 +624,16 @@ fn default_echo(runner: &Invocation, keeps_stdin: bool) -> Invocation {
 /// more, never less.
 fn find(inv: &Invocation) -> Parsed {
     if inv.trailing_unknown {
-        return Err(format!("its expression continues with arguments from {}'s input", inv.unknown_from));
+        return Err(format!(
+            "its expression continues with arguments from {}'s input",
+            inv.unknown_from
+        ));
     }
     if let Some(w) = inv.args.iter().find(|w| w.text().is_none()) {
-        return Err(format!("args[{}] is filled in from {}'s input", w.index, inv.unknown_from));
+        return Err(format!(
+            "args[{}] is filled in from {}'s input",
+            w.index, inv.unknown_from
+        ));
     }
     let words = &inv.args;
     let mut out = Outcome::default();
@@ -548,7 +650,10 @@ fn find(inv: &Invocation) -> Parsed {
             return Err(format!("{action} at args[{}] names no program", word.index));
         };
         if program.text().is_some_and(|t| t.contains("{}")) {
-            return Err(format!("{action} at args[{}] runs the files find finds", word.index));
+            return Err(format!(
+                "{action} at args[{}] runs the files find finds",
+                word.index
+            ));
         }
         // -ok and -okdir give the command /dev/null as stdin (find reads the answer).
         let keeps_stdin = matches!(action, "-exec" | "-execdir");
@@ -661,23 +766,46 @@ fn sudo(inv: &Invocation) -> Parsed {
     if has(&opts, &[Key::Short('e')]) {
         return Err("sudo -e runs the user's editor".to_owned());
     }
-    if opts.iter().any(|o| o.key == Key::Short('h') && o.value.is_none()) && !command.is_empty() {
+    if opts
+        .iter()
+        .any(|o| o.key == Key::Short('h') && o.value.is_none())
+        && !command.is_empty()
+    {
         return Err("sudo -h followed by a word may name a remote host or a command".to_owned());
     }
     let shell_mode = has(&opts, &[Key::Short('s'), Key::Short('i')]);
-    let no_run = has(&opts, &[Key::Short('l'), Key::Short('v'), Key::Short('V'), Key::Short('K'), Key::Short('h'), Key::Short('k')]);
+    let no_run = has(
+        &opts,
+        &[
+            Key::Short('l'),
+            Key::Short('v'),
+            Key::Short('V'),
+            Key::Short('K'),
+            Key::Short('h'),
+            Key::Short('k'),
+        ],
+    );
     let program = match (command.first(), shell_mode) {
         (None, false) if no_run => None,
-        (None, _) => Some(shell(inv, inv.args.first().map_or(0, |w| w.index), None, &[])),
+        (None, _) => Some(shell(
+            inv,
+            inv.args.first().map_or(0, |w| w.index),
+            None,
+            &[],
+        )),
         (Some(first), true) => Some(shell(inv, first.index, joined(&command), &[])),
         (Some(_), false) => child(inv, &command, true)?,
     };
-    Ok(Outcome { programs: program.into_iter().collect(), env })
+    Ok(Outcome {
+        programs: program.into_iter().collect(),
+        env,
+    })
 }
 
 /// sudo.c `is_envar`: a word with `=` that does not start with `/` or `=`.
 fn is_sudo_envar(w: &Word) -> bool {
-    w.text().is_some_and(|t| !t.starts_with(['/', '=']) && t.contains('='))
+    w.text()
+        .is_some_and(|t| !t.starts_with(['/', '=']) && t.contains('='))
 }
 
 /// OpenBSD doas: `getopt("+C:Lnsu:")`.
@@ -789,13 +917,27 @@ fn su(inv: &Invocation, spec: &Spec) -> Parsed {
         // runuser -u USER COMMAND…: the command runs directly.
         return Ok(Outcome::with(child(inv, &ops, true)?));
     }
-    let ops: Vec<Word> = ops.into_iter().skip_while(|w| w.text() == Some("-")).collect();
+    let ops: Vec<Word> = ops
+        .into_iter()
+        .skip_while(|w| w.text() == Some("-"))
+        .collect();
     let extra = ops.get(1..).unwrap_or_default();
-    let at = command.and_then(|c| c.value.as_ref()).or(ops.first()).map_or(0, |w| w.index);
+    let at = command
+        .and_then(|c| c.value.as_ref())
+        .or(ops.first())
+        .map_or(0, |w| w.index);
     let mut run = shell(inv, at, command.and_then(|c| c.value.clone()), extra);
-    if let Some(custom) = opts.iter().rev().find(|o| o.key == Key::Short('s')).and_then(|o| o.value.as_ref()) {
+    if let Some(custom) = opts
+        .iter()
+        .rev()
+        .find(|o| o.key == Key::Short('s'))
+        .and_then(|o| o.value.as_ref())
+    {
         let Some(name) = custom.text() else {
-            return Err(format!("the shell at args[{}] is filled in at run time", custom.index));
+            return Err(format!(
+                "the shell at args[{}] is filled in at run time",
+                custom.index
+            ));
         };
         run.name = name.to_owned();
     }
@@ -806,13 +948,18 @@ fn su(inv: &Invocation, spec: &Spec) -> Parsed {
 /// shell.
 fn sg(inv: &Invocation) -> Parsed {
     if let Some(w) = inv.args.iter().find(|w| w.text().is_none()) {
-        return Err(format!("args[{}] is filled in from {}'s input", w.index, inv.unknown_from));
+        return Err(format!(
+            "args[{}] is filled in from {}'s input",
+            w.index, inv.unknown_from
+        ));
     }
     let words = match inv.args.split_first() {
         Some((dash, rest)) if dash.text() == Some("-") => rest,
         _ => &inv.args[..],
     };
-    let Some((group, rest)) = words.split_first() else { return Ok(Outcome::default()) };
+    let Some((group, rest)) = words.split_first() else {
+        return Ok(Outcome::default());
+    };
     let rest = match rest.split_first() {
         Some((c, tail)) if c.text() == Some("-c") => tail,
         _ => rest,
@@ -881,11 +1028,13 @@ fn flock(inv: &Invocation) -> Parsed {
         let at = c.value.as_ref().map_or(0, |w| w.index);
         return Ok(Outcome::with(Some(shell(inv, at, c.value.clone(), &[]))));
     }
-    let Some((_file, after)) = ops.split_first() else { return Ok(Outcome::default()) };
+    let Some((_file, after)) = ops.split_first() else {
+        return Ok(Outcome::default());
+    };
     match after.split_first() {
-        Some((flag, tail)) if matches!(flag.text(), Some("-c" | "--command")) => {
-            Ok(Outcome::with(Some(shell(inv, flag.index, tail.first().cloned(), &[]))))
-        }
+        Some((flag, tail)) if matches!(flag.text(), Some("-c" | "--command")) => Ok(Outcome::with(
+            Some(shell(inv, flag.index, tail.first().cloned(), &[])),
+        )),
         _ => Ok(Outcome::with(child(inv, after, true)?)),
     }
 }
@@ -893,7 +1042,16 @@ fn flock(inv: &Invocation) -> Parsed {
 /// util-linux ionice: `getopt_long("+n:c:p:P:u:tVh")`; with `-p`/`-P`/`-u` the operands
 /// are ids, not a program.
 const IONICE: Spec = Spec {
-    short: &[('n', REQ), ('c', REQ), ('p', REQ), ('P', REQ), ('u', REQ), ('t', NO), ('V', NO), ('h', NO)],
+    short: &[
+        ('n', REQ),
+        ('c', REQ),
+        ('p', REQ),
+        ('P', REQ),
+        ('u', REQ),
+        ('t', NO),
+        ('V', NO),
+        ('h', NO),
+    ],
     long: &[
         ("classdata", Some('n'), REQ),
         ("class", Some('c'), REQ),
@@ -989,7 +1147,10 @@ fn chrt(inv: &Invocation) -> Parsed {
     if has(&opts, &[Key::Short('p'), Key::Short('m')]) {
         return Ok(Outcome::default());
     }
-    let numeric = |w: &Word| w.text().is_some_and(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()));
+    let numeric = |w: &Word| {
+        w.text()
+            .is_some_and(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+    };
     let program = match ops.split_first() {
         Some((priority, rest)) if numeric(priority) => rest,
         _ => &ops[..],
@@ -1104,7 +1265,10 @@ fn strace(inv: &Invocation) -> Parsed {
         .filter_map(|o| o.value.as_ref())
         .filter_map(|w| Some((w.text()?.split('=').next()?.to_owned(), w.index)))
         .collect();
-    Ok(Outcome { programs: child(inv, &ops, true)?.into_iter().collect(), env })
+    Ok(Outcome {
+        programs: child(inv, &ops, true)?.into_iter().collect(),
+        env,
+    })
 }
 
 /// ltrace: `getopt_long("+a:A:bcCD:e:fF:hiLl:n:o:p:rs:StTu:Vw:x:")`; long options in full.
@@ -1196,8 +1360,15 @@ fn watch(inv: &Invocation) -> Parsed {
     if has(&opts, &[Key::Short('x')]) {
         return Ok(Outcome::with(child(inv, &ops, true)?));
     }
-    let Some(first) = ops.first() else { return Ok(Outcome::default()) };
-    Ok(Outcome::with(Some(shell(inv, first.index, joined(&ops), &[]))))
+    let Some(first) = ops.first() else {
+        return Ok(Outcome::default());
+    };
+    Ok(Outcome::with(Some(shell(
+        inv,
+        first.index,
+        joined(&ops),
+        &[],
+    ))))
 }
 
 /// expect's unbuffer: `unbuffer [-p] PROGRAM ARGS`.
