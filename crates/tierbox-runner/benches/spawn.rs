@@ -30,6 +30,8 @@ fn main() {
         .with_workspace(ws.path())
         .with_options(RunOptions { state_dir: state.path().to_path_buf() });
     let request = ProcessRunRequest::new("true");
+    let pooled = !std::env::args().any(|a| a == "--no-pool");
+    tierbox_sandbox::spawn::slots::set_pooling(pooled);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
 
     let plain = || {
@@ -77,7 +79,8 @@ fn main() {
     b.sort();
     v.sort();
     ratios.sort_by(f64::total_cmp);
-    println!("spawn of /bin/true, {iterations} interleaved pairs");
+    tierbox_sandbox::spawn::slots::drain();
+    println!("spawn of /bin/true, {iterations} interleaved pairs, warm slots {}", if pooled { "on" } else { "off (--no-pool)" });
     println!(
         "plain std::process::Command::output   p50 {:8.1} us   p90 {:8.1} us",
         us(percentile(&a, 0.5)),

@@ -140,7 +140,7 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
         return Err(Rejection::TierUnavailable { tier: tier.to_string(), reason: "no backend for this tier in this build".to_owned() }.into());
     }
     let run_id = new_run_id();
-    let launch_opts = LaunchOptions { run_id: run_id.clone(), tmp_base: opts.state_dir.join("tmp") };
+    let launch_opts = LaunchOptions { run_id: run_id.clone(), tmp_base: opts.state_dir.join("tmp"), launcher_thread: false };
     let started = Instant::now();
     let mut launched = spawn::launch(plan, &launch_opts)?;
     register_root(launched.pid, true);
@@ -209,15 +209,18 @@ async fn supervise(plan: &Plan, l: &mut Launched, started: Instant, state_dir: &
     let exit = spawn::sys::wait_pidfd(&l.pidfd, false)
         .map_err(|source| RunError::Io { what: "waitid(P_PIDFD)", source })?
         .ok_or_else(|| RunError::Io { what: "waitid(P_PIDFD)", source: std::io::Error::other("child not exited") })?;
-    // Anything that survived the group kill (only possible without a cgroup).
-    kill_tree(l);
+    // Anything that survived the group kill (only possible without a cgroup: a daemon
+    // that left the process group, caught by the subreaper sweep).
+    if l.slot.as_ref().and_then(|s| s.cgroup()).is_none() {
+        kill_tree(l);
+    }
 
     let drain = Duration::from_millis(DRAIN_TIMEOUT_MS);
     let out_incomplete = drain_task(out_task, drain).await;
     let err_incomplete = drain_task(err_task, drain).await;
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
 
-    let stats = l.cgroup.as_ref().map(|cg| cg.stats());
+    let stats = l.slot.as_ref().and_then(|slot| slot.stats());
     let limit_hit = classify(plan, &ended, &exit, stats.as_ref());
     let redactor = plan.redaction.enabled.then(|| Redactor::new(&plan.redaction.sensitive_values));
     let stdout = StreamOutput::from_captured(take_capture(&out_cap, plan).finish(), redactor.as_ref(), out_incomplete);
@@ -317,7 +320,7 @@ async fn drain_task(task: tokio::task::JoinHandle<()>, limit: Duration) -> bool 
 
 /// Sends `sig` to every process of the run.
 fn signal_tree(l: &Launched, sig: i32) {
-    if let Some(cg) = &l.cgroup {
+    if let Some(cg) = l.slot.as_ref().and_then(|s| s.cgroup()) {
         for pid in cg.pids() {
             let _ = spawn::sys::kill(pid, sig);
         }
@@ -328,11 +331,12 @@ fn signal_tree(l: &Launched, sig: i32) {
 /// SIGKILLs every process of the run: the cgroup, the process group, and (subreaper
 /// mode) orphans re-parented to the supervisor.
 fn kill_tree(l: &Launched) {
-    if let Some(cg) = &l.cgroup {
+    let cgroup = l.slot.as_ref().and_then(|s| s.cgroup());
+    if let Some(cg) = cgroup {
         let _ = cg.kill_all();
     }
     let _ = spawn::sys::kill(-l.pid, libc::SIGKILL);
-    if SUBREAPER.get().copied().unwrap_or(false) && l.cgroup.is_none() {
+    if SUBREAPER.get().copied().unwrap_or(false) && cgroup.is_none() {
         sweep_orphans();
     }
 }
@@ -365,13 +369,11 @@ fn own_children() -> Vec<i32> {
     out
 }
 
+/// Hands the run's resources back: the slot is recycled for the next run when its cgroup
+/// proves the tree is gone, destroyed otherwise.
 fn cleanup(l: &mut Launched) {
-    if let Some(cg) = l.cgroup.take() {
-        let _ = cg.kill_all();
-        let _ = cg.remove();
-    }
-    if let Some(tmp) = l.tmp_dir.take() {
-        let _ = std::fs::remove_dir_all(tmp);
+    if let Some(slot) = l.slot.take() {
+        spawn::slots::release(slot);
     }
 }
 

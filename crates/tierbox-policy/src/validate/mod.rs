@@ -26,6 +26,7 @@ mod tier;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 pub use env::{is_denied_env_name, DENIED_ENV_EXACT, DENIED_ENV_PREFIXES};
 pub use interpreter::{interpreter_base_name, INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS};
@@ -201,32 +202,73 @@ fn existing_paths(list: &[String], home: Option<&Path>) -> Vec<PathBuf> {
 /// Expands the system read-only paths into grantable entries: a directory that contains a
 /// [`SYSTEM_SECRET_PATHS`] entry is replaced by its children, recursively, minus the secret.
 /// Symlinks are kept as they are (the kernel layers resolve them on use).
+///
+/// The expansion is cached and recomputed when the modification time of any directory it
+/// expanded changes (an entry added to or removed from `/etc` changes `/etc`'s mtime).
 pub fn system_read_only_paths() -> Vec<PathBuf> {
+    static CACHE: Mutex<Option<SystemPathsCache>> = Mutex::new(None);
+    let mut guard = match CACHE.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if let Some(cache) = guard.as_ref()
+        && cache.is_fresh()
+    {
+        return cache.paths.clone();
+    }
+    let mut expanded_dirs = Vec::new();
     let mut out = Vec::new();
     for root in SYSTEM_READ_ONLY_PATHS {
         let path = Path::new(root);
         if std::fs::symlink_metadata(path).is_ok() {
-            expand_without_secrets(path, &mut out);
+            expand_without_secrets(path, &mut out, &mut expanded_dirs);
         }
     }
     out.sort();
     out.dedup();
+    let stamps = expanded_dirs.into_iter().map(|d| {
+        let stamp = dir_stamp(&d);
+        (d, stamp)
+    });
+    let cache = SystemPathsCache { paths: out.clone(), stamps: stamps.collect() };
+    *guard = Some(cache);
     out
 }
 
-fn expand_without_secrets(path: &Path, out: &mut Vec<PathBuf>) {
+struct SystemPathsCache {
+    paths: Vec<PathBuf>,
+    /// Each expanded directory and its modification time when it was read.
+    stamps: Vec<(PathBuf, Option<std::time::SystemTime>)>,
+}
+
+impl SystemPathsCache {
+    fn is_fresh(&self) -> bool {
+        self.stamps.iter().all(|(dir, stamp)| dir_stamp(dir) == *stamp)
+    }
+}
+
+fn dir_stamp(dir: &Path) -> Option<std::time::SystemTime> {
+    std::fs::symlink_metadata(dir).and_then(|m| m.modified()).ok()
+}
+
+fn expand_without_secrets(path: &Path, out: &mut Vec<PathBuf>, expanded: &mut Vec<PathBuf>) {
     if SYSTEM_SECRET_PATHS.iter().any(|s| Path::new(s) == path) {
         return;
     }
     let contains_secret = SYSTEM_SECRET_PATHS.iter().any(|s| Path::new(s).starts_with(path));
+    if !contains_secret {
+        out.push(path.to_path_buf());
+        return;
+    }
     let is_dir = std::fs::symlink_metadata(path).map(|m| m.is_dir()).unwrap_or(false);
-    if !contains_secret || !is_dir {
+    if !is_dir {
         out.push(path.to_path_buf());
         return;
     }
     let Ok(entries) = std::fs::read_dir(path) else { return };
+    expanded.push(path.to_path_buf());
     for entry in entries.flatten().take(MAX_SYSTEM_ENTRIES) {
-        expand_without_secrets(&entry.path(), out);
+        expand_without_secrets(&entry.path(), out, expanded);
     }
 }
 

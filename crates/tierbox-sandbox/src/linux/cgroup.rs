@@ -8,9 +8,15 @@
 //!   `/proc/self/mountinfo`; a run group is `<our group>/<name>`. Nothing is written to
 //!   our own group except, on cgroup v2, `cgroup.subtree_control` (see below).
 //! - **The child attaches itself before exec.** [`RunCgroup::procs_fds`] are the
-//!   `cgroup.procs` files of every group, opened `O_WRONLY | O_CLOEXEC` in the
-//!   supervisor; the child writes `"0"` to each with [`super::sys::write_all_raw`], so no
-//!   process of the run ever runs outside its limits.
+//!   attach files of every group, opened `O_WRONLY | O_CLOEXEC` in the supervisor; the
+//!   child writes `"0"` to each with [`super::sys::write_all_raw`], so no process of the
+//!   run ever runs outside its limits. On v1 the attach file is `tasks`, not
+//!   `cgroup.procs`: moving a whole thread group takes the global
+//!   `cgroup_threadgroup_rwsem` for writing, which waits for an RCU grace period
+//!   (measured here: 5–16 ms per write), while a single thread moving *itself* (`tasks`,
+//!   pid 0) skips that lock (~30 µs). The child is single-threaded when it attaches, so
+//!   moving its only thread moves the process. On v2, `cgroup.threads` only works in
+//!   threaded subtrees, so `cgroup.procs` is used.
 //! - **Everything created is removed**: [`RunCgroup::remove`], or best effort on drop; a
 //!   partially created group is removed when creation fails.
 //! - **All paths are injectable** ([`CgroupSupport::from_roots`]), so both versions are
@@ -43,6 +49,10 @@ use std::time::{Duration, Instant};
 /// Name of the leaf group the supervisor moves itself into on cgroup v2 (see the module
 /// docs); never a valid run-group name.
 pub const SUPERVISOR_LEAF: &str = "tierbox-supervisor";
+
+/// The v1 file the child writes `"0"` to in order to join a group: `tasks` moves only the
+/// calling thread and skips the global threadgroup lock (see the module docs).
+pub const V1_ATTACH_FILE: &str = "tasks";
 
 /// Longest accepted run-group name, in bytes (a single path component; `NAME_MAX` is 255).
 pub const MAX_NAME_BYTES: usize = 200;
@@ -487,9 +497,13 @@ impl RunCgroup {
             write_file(&path, &write.value)?;
         }
 
+        let attach_file = match version {
+            CgroupVersion::V1 => V1_ATTACH_FILE,
+            CgroupVersion::V2 => "cgroup.procs",
+        };
         for dir in run.dirs.clone() {
-            let path = dir.join("cgroup.procs");
-            // `create` only matters in fake trees; cgroupfs always has cgroup.procs.
+            let path = dir.join(attach_file);
+            // `create` only matters in fake trees; cgroupfs always has the attach file.
             let file = fs::OpenOptions::new()
                 .write(true)
                 .create(true)
@@ -623,6 +637,16 @@ impl RunCgroup {
     }
 
     /// Usage figures (missing files count as zero / `None`).
+    /// Resets the peak-memory figure so a reused group reports only the next run's peak
+    /// (v1 `memory.max_usage_in_bytes`). On v2 this is an error: `memory.peak` can only be
+    /// reset per open file, so v2 groups are not reused.
+    pub fn reset_peak(&self) -> io::Result<()> {
+        match self.version {
+            CgroupVersion::V1 => fs::write(self.memory_dir.join("memory.max_usage_in_bytes"), "0"),
+            CgroupVersion::V2 => Err(io::Error::new(io::ErrorKind::Unsupported, "memory.peak cannot be reset for every reader")),
+        }
+    }
+
     pub fn stats(&self) -> CgroupStats {
         let read = |dir: &Path, file: &str| fs::read_to_string(dir.join(file)).ok();
         match self.version {
@@ -898,7 +922,7 @@ fn probe_v2(
         .unwrap_or_default();
     let base_ok = writable_dir(&base);
     let subtree_writable = rustix::fs::access(
-        &base.join("cgroup.subtree_control"),
+        base.join("cgroup.subtree_control"),
         rustix::fs::Access::WRITE_OK,
     )
     .is_ok();

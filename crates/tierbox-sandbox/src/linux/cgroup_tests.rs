@@ -212,7 +212,7 @@ fn fake_v2_tree_full_cycle() {
 
     let run = RunCgroup::create(&support, "run-1", &limits()).unwrap();
     let dir = svc.join("run-1");
-    assert_eq!(run.dirs(), [dir.clone()]);
+    assert_eq!(run.dirs(), std::slice::from_ref(&dir));
     assert_eq!(
         read(&svc.join(SUPERVISOR_LEAF).join("cgroup.procs")),
         me().to_string()
@@ -519,12 +519,21 @@ fn real_v1_group_attach_limit_kill_remove() {
         &CgroupLimits {
             memory_bytes: 32 * MIB,
             max_processes: 16,
-            cpu_quota_percent: None,
+            cpu_quota_percent: Some(50),
         },
     )
     .unwrap();
     let dirs = run.dirs().to_vec();
-    assert!(dirs.len() >= 2, "{dirs:?}");
+    assert!(dirs.len() >= 3, "{dirs:?}");
+    let cpu = dirs
+        .iter()
+        .find(|d| d.join("cpu.cfs_quota_us").exists())
+        .unwrap();
+    assert_eq!(read(&cpu.join("cpu.cfs_quota_us")).trim(), "50000");
+    assert_eq!(
+        read(&dirs[0].join("memory.limit_in_bytes")).trim(),
+        "33554432"
+    );
     let fds = run.procs_fds().to_vec();
     let (ready_r, ready_w) = ts::pipe();
     let (block_r, block_w) = ts::pipe();

@@ -12,11 +12,7 @@ fn eperm() -> u32 {
 }
 
 fn locked_down() -> SeccompSpec {
-    SeccompSpec {
-        deny_namespaces: true,
-        allow_inet_sockets: false,
-        allow_unix_sockets: false,
-    }
+    SeccompSpec::locked_down()
 }
 
 fn permissive() -> SeccompSpec {
@@ -216,16 +212,8 @@ fn ordinary() -> Vec<(&'static str, libc::c_long, Vec<u64>)> {
         ("connect", libc::SYS_connect, vec![]),
         ("sendto", libc::SYS_sendto, vec![]),
         ("recvfrom", libc::SYS_recvfrom, vec![]),
-        (
-            "ioctl (TCGETS)",
-            libc::SYS_ioctl,
-            vec![1, libc::TCGETS as u64],
-        ),
-        (
-            "ioctl (FIONREAD)",
-            libc::SYS_ioctl,
-            vec![3, libc::FIONREAD as u64],
-        ),
+        ("ioctl (TCGETS)", libc::SYS_ioctl, vec![1, libc::TCGETS]),
+        ("ioctl (FIONREAD)", libc::SYS_ioctl, vec![3, libc::FIONREAD]),
         ("personality (PER_LINUX)", libc::SYS_personality, vec![0]),
         (
             "personality (query)",
@@ -721,6 +709,35 @@ fn measure_attach_time_vs_length() {
         "  floor (RET ALLOW)      1 insns: {:>7.1} µs",
         ns as f64 / 1000.0
     );
+    for n in [16usize, 32, 48, 64, 96] {
+        // `JA n` over n dead JEQs, then RET ALLOW: the per-instruction cost alone.
+        let ja = (libc::BPF_JMP | libc::BPF_JA) as u16;
+        let mut filter = vec![libc::sock_filter {
+            code: ja,
+            jt: 0,
+            jf: 0,
+            k: n as u32,
+        }];
+        filter.extend((0..n).map(|_| libc::sock_filter {
+            code: JEQ,
+            jt: 0,
+            jf: 0,
+            k: 1,
+        }));
+        filter.push(libc::sock_filter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: ALLOW,
+        });
+        let p = SeccompProgram { filter };
+        let ns = attach_p50_ns(&p, runs);
+        println!(
+            "  floor + {n:>3} dead     {:>5} insns: {:>7.1} µs",
+            p.len(),
+            ns as f64 / 1000.0
+        );
+    }
     let base = attach_p50_ns(&prog, runs);
     println!(
         "  tierbox filter     {:>5} insns: {:>7.1} µs",

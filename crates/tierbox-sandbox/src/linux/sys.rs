@@ -89,6 +89,22 @@ fn check(ret: libc::c_long) -> Result<libc::c_long, i32> {
     if ret < 0 { Err(errno()) } else { Ok(ret) }
 }
 
+/// Raw `prctl(option, arg2, arg3, 0, 0)`. Async-signal-safe.
+///
+/// Every argument after `option` is an `unsigned long` in the kernel, and `syscall(2)` is
+/// variadic: passing them as full-width `c_ulong` (never a bare `0`, which is an `i32`
+/// whose upper register half the ABI leaves undefined) keeps the options that insist on
+/// zero arguments (e.g. `PR_SET_NO_NEW_PRIVS`) from failing with `EINVAL`.
+fn prctl(
+    option: libc::c_int,
+    arg2: libc::c_ulong,
+    arg3: libc::c_ulong,
+) -> Result<libc::c_long, i32> {
+    let zero: libc::c_ulong = 0;
+    // SAFETY: integer arguments only; no option used here takes a pointer.
+    check(unsafe { libc::syscall(libc::SYS_prctl, option, arg2, arg3, zero, zero) })
+}
+
 // ---------------------------------------------------------------------------------------
 // Prepare side (supervisor): may allocate, returns io::Error.
 // ---------------------------------------------------------------------------------------
@@ -183,9 +199,7 @@ pub fn landlock_add_net_rule(
 ///
 /// Fails with `EINVAL` when the kernel is built without `CONFIG_SECCOMP`.
 pub fn prctl_get_seccomp() -> io::Result<i32> {
-    // SAFETY: PR_GET_SECCOMP takes no pointer arguments; unused arguments are zero.
-    let ret = unsafe { libc::syscall(libc::SYS_prctl, libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
-    check(ret)
+    prctl(libc::PR_GET_SECCOMP, 0, 0)
         .map(|mode| i32::try_from(mode).unwrap_or(-1))
         .map_err(io::Error::from_raw_os_error)
 }
@@ -229,9 +243,7 @@ pub fn parse_status_hex_field(status: &str, field: &str) -> Option<u64> {
 /// (setuid bits, file capabilities). Required before an unprivileged seccomp filter or
 /// landlock ruleset. Async-signal-safe.
 pub fn set_no_new_privs() -> Result<(), i32> {
-    // SAFETY: integer arguments only.
-    let ret = unsafe { libc::syscall(libc::SYS_prctl, libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
-    check(ret).map(drop)
+    prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).map(drop)
 }
 
 /// `landlock_restrict_self(ruleset_fd, 0)`: confine the calling thread (and its future
@@ -269,16 +281,14 @@ pub fn seccomp_set_filter(prog: &libc::sock_fprog) -> Result<(), i32> {
 /// with `EPERM` otherwise. Async-signal-safe.
 pub fn drop_bounding_set(last_cap: u32) -> Result<(), i32> {
     for cap in 0..=last_cap {
-        // SAFETY: integer arguments only.
-        let ret = unsafe { libc::syscall(libc::SYS_prctl, libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
-        match check(ret) {
+        match prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0) {
             Ok(_) => {}
             Err(libc::EINVAL) => {}
             Err(libc::EPERM) => {
-                // SAFETY: integer arguments only.
-                let present =
-                    unsafe { libc::syscall(libc::SYS_prctl, libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
-                if present != 0 {
+                let present = prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0);
+                // 1: still present, we cannot drop it. 0: already gone. -1 (EINVAL):
+                // unknown to this kernel (the kernel checks privilege before validity).
+                if present.is_ok_and(|p| p > 0) {
                     return Err(libc::EPERM);
                 }
             }
@@ -292,18 +302,8 @@ pub fn drop_bounding_set(last_cap: u32) -> Result<(), i32> {
 /// `EINVAL` (a kernel before 4.3, which has no ambient set) counts as success.
 /// Async-signal-safe.
 pub fn clear_ambient() -> Result<(), i32> {
-    // SAFETY: integer arguments only.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_prctl,
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        )
-    };
-    match check(ret) {
+    let clear_all = libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong;
+    match prctl(libc::PR_CAP_AMBIENT, clear_all, 0) {
         Ok(_) | Err(libc::EINVAL) => Ok(()),
         Err(e) => Err(e),
     }
@@ -327,18 +327,12 @@ pub const SECUREBITS_LOCKED_DOWN: u32 = (libc::SECBIT_NOROOT
 /// (an unprivileged process has no capabilities for uid 0 semantics to restore anyway).
 /// Async-signal-safe.
 pub fn set_securebits_noroot() -> Result<(), i32> {
-    // SAFETY: integer arguments only.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_prctl,
-            libc::PR_SET_SECUREBITS,
-            libc::c_ulong::from(SECUREBITS_LOCKED_DOWN),
-            0,
-            0,
-            0,
-        )
-    };
-    check(ret).map(drop)
+    prctl(
+        libc::PR_SET_SECUREBITS,
+        libc::c_ulong::from(SECUREBITS_LOCKED_DOWN),
+        0,
+    )
+    .map(drop)
 }
 
 /// `capset` (version 3) with empty effective, permitted and inheritable sets. Always
@@ -363,6 +357,8 @@ pub fn capset_zero() -> Result<(), i32> {
 
 /// Become `uid`/`gid`: raw `setgroups(0, NULL)`, `setresgid(gid, gid, gid)`,
 /// `setresuid(uid, uid, uid)`, in that order (groups and gid while still privileged).
+/// In a user namespace `setgroups` fails with `EPERM` once `/proc/<pid>/setgroups` is
+/// `deny` (required before an unprivileged gid map is written).
 ///
 /// These are the raw per-thread system calls, not glibc's wrappers, which signal every
 /// thread of the process to keep credentials uniform (unsafe in a `CLONE_VM` child).
@@ -405,7 +401,7 @@ pub fn write_all_raw(fd: RawFd, bytes: &[u8]) -> Result<(), i32> {
 /// and a few raw probe syscalls the tests issue from inside a filtered child.
 #[cfg(test)]
 pub(crate) mod test_support {
-    use super::{check, errno};
+    use super::{check, errno, prctl};
 
     /// Fork; the child runs `child` and `_exit`s with its return value. The closure must
     /// only call async-signal-safe code and must not allocate (the test harness is
@@ -451,14 +447,16 @@ pub(crate) mod test_support {
 
     /// Raw `unshare(flags)`.
     pub(crate) fn unshare(flags: i32) -> Result<(), i32> {
+        let flags = flags as libc::c_ulong;
         // SAFETY: integer arguments only.
         check(unsafe { libc::syscall(libc::SYS_unshare, flags) }).map(drop)
     }
 
     /// Raw `ptrace(PTRACE_TRACEME, 0, 0, 0)`.
     pub(crate) fn ptrace_traceme() -> Result<(), i32> {
+        let (request, zero) = (libc::PTRACE_TRACEME as libc::c_long, 0 as libc::c_long);
         // SAFETY: integer arguments only.
-        check(unsafe { libc::syscall(libc::SYS_ptrace, libc::PTRACE_TRACEME, 0, 0, 0) }).map(drop)
+        check(unsafe { libc::syscall(libc::SYS_ptrace, request, zero, zero, zero) }).map(drop)
     }
 
     /// Raw `socket(domain, type, 0)`; closes the socket on success.
@@ -502,14 +500,12 @@ pub(crate) mod test_support {
 
     /// Raw `prctl(PR_GET_SECUREBITS)`.
     pub(crate) fn get_securebits() -> Result<i64, i32> {
-        // SAFETY: integer arguments only.
-        check(unsafe { libc::syscall(libc::SYS_prctl, libc::PR_GET_SECUREBITS, 0, 0, 0, 0) })
+        prctl(libc::PR_GET_SECUREBITS, 0, 0)
     }
 
     /// Raw `prctl(PR_CAPBSET_READ, cap)`.
     pub(crate) fn capbset_read(cap: u32) -> Result<i64, i32> {
-        // SAFETY: integer arguments only.
-        check(unsafe { libc::syscall(libc::SYS_prctl, libc::PR_CAPBSET_READ, cap, 0, 0, 0) })
+        prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0)
     }
 
     /// Raw `getresuid` → (ruid, euid, suid).
@@ -610,9 +606,10 @@ pub(crate) mod test_support {
     /// Raw fork: `clone(SIGCHLD, 0, ...)` (works on every architecture, runs no atfork
     /// handlers). Returns 0 in the child, the pid in the parent.
     pub(crate) fn raw_fork() -> Result<i64, i32> {
+        let (flags, zero) = (libc::SIGCHLD as libc::c_ulong, 0 as libc::c_ulong);
         // SAFETY: a clone without CLONE_VM gives the child a copy of our memory, like fork;
         // a zero stack pointer means "keep the current stack" (in the copy).
-        check(unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) })
+        check(unsafe { libc::syscall(libc::SYS_clone, flags, zero, zero, zero, zero) })
     }
 
     /// Map `bytes` of anonymous memory and write to every page (to trip a memory limit).
@@ -621,12 +618,12 @@ pub(crate) mod test_support {
         let addr = check(unsafe {
             libc::syscall(
                 libc::SYS_mmap,
-                0,
+                std::ptr::null_mut::<libc::c_void>(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
-                0,
+                0 as libc::off_t,
             )
         })?;
         let base = addr as usize as *mut u8;

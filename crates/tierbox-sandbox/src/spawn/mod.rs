@@ -8,9 +8,14 @@
 //! - a layer that cannot be applied is either a [`Rejection`] or, when the policy lists
 //!   it in `tier.optional_layers`, recorded in [`Enforcement::missing_layers`] — never
 //!   silently skipped;
-//! - children are cloned from one long-lived launcher thread, because
-//!   `PR_SET_PDEATHSIG` fires when the *thread* that created the child exits.
+//! - `PR_SET_PDEATHSIG` fires when the *thread* that created the child exits, so a child
+//!   is cloned either on the calling thread (foreground runs: the caller's thread is busy
+//!   supervising the run for its whole life, and handing off to another thread costs two
+//!   scheduler wake-ups — measured at ~0.5 ms on a loaded 2-core host), or, when
+//!   [`LaunchOptions::launcher_thread`] is set (runs that outlive the call), on one
+//!   long-lived launcher thread that never exits.
 
+pub mod slots;
 pub mod sys;
 
 use std::ffi::CString;
@@ -25,6 +30,8 @@ use tierbox_policy::plan::Plan;
 use tierbox_policy::{EgressMode, Enforcement, Layer, LayerReport, Rejection, Tier};
 
 use crate::linux::cgroup::{CgroupLimits, RunCgroup};
+pub use slots::Slot;
+use slots::SlotKey;
 use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock};
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use crate::linux::caps;
@@ -81,6 +88,9 @@ pub struct LaunchOptions {
     pub run_id: String,
     /// Directory under which the run's private `TMPDIR` is created (0700).
     pub tmp_base: PathBuf,
+    /// Clone on the long-lived launcher thread instead of the calling thread. Needed when
+    /// the calling thread may exit before the run ends (it would take the run with it).
+    pub launcher_thread: bool,
 }
 
 /// A launched Tier B child.
@@ -96,10 +106,9 @@ pub struct Launched {
     pub stdout: OwnedFd,
     /// Read end of stderr.
     pub stderr: OwnedFd,
-    /// The run's cgroup, when one was created.
-    pub cgroup: Option<RunCgroup>,
-    /// The run's private temporary directory, removed by the supervisor after the run.
-    pub tmp_dir: Option<PathBuf>,
+    /// The run's resources (private tmp, landlock ruleset, cgroup); hand it back with
+    /// [`slots::release`] once the run's processes are dead.
+    pub slot: Option<Slot>,
     /// What was enforced.
     pub enforcement: Enforcement,
 }
@@ -149,28 +158,38 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     enforcement.capabilities = "none (bounding, ambient, effective, permitted, inheritable cleared)".to_owned();
     enforcement.no_new_privs = true;
 
-    let tmp_dir = make_private_tmp(&opts.tmp_base, &opts.run_id, uid, gid)?;
+    // Per-run resources: a warm slot with the same shape, or new ones.
+    let landlock_base = facts.landlock_abi.map(|_| landlock_spec(plan, abi, network.tcp_ports.clone()));
+    let cgroup_limits = CgroupLimits { memory_bytes: plan.limits.memory_bytes, max_processes: plan.limits.max_processes, cpu_quota_percent: None };
+    let key = SlotKey {
+        tmp_base: opts.tmp_base.clone(),
+        uid,
+        gid,
+        read_only: landlock_base.as_ref().map(|s| s.read_only.clone()).unwrap_or_default(),
+        read_write: landlock_base.as_ref().map(|s| s.read_write.clone()).unwrap_or_default(),
+        scopes: landlock_base.as_ref().is_some_and(|s| s.scope_signals),
+        tcp_connect_ports: network.tcp_ports.clone(),
+        landlock: landlock_base.is_some(),
+        memory_bytes: cgroup_limits.memory_bytes,
+        max_processes: cgroup_limits.max_processes,
+        cgroup: facts.cgroup.is_usable(),
+    };
+    let slot = match slots::take(&key) {
+        Some(slot) => slot,
+        None => new_slot(plan, opts, key, landlock_base, &cgroup_limits, &mut missing)?,
+    };
 
-    // Landlock.
-    let landlock = if facts.landlock_abi.is_some() {
-        let spec = landlock_spec(plan, &tmp_dir, abi, network.tcp_ports.clone());
-        let prepared = PreparedLandlock::prepare(&spec).map_err(|e| LaunchError::Setup {
-            what: "landlock ruleset".to_owned(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        enforcement.landlock = match &prepared.status {
+    enforcement.landlock = match &slot.landlock {
+        Some(prepared) => match &prepared.status {
             LandlockStatus::FullyEnforced => LayerReport::applied(format!("abi {}, fully enforced", prepared.abi)),
             LandlockStatus::PartiallyEnforced { missing } => {
                 LayerReport::applied(format!("abi {}, partially enforced (missing: {})", prepared.abi, missing.join(", ")))
             }
-        };
-        Some(prepared)
-    } else {
-        enforcement.landlock = LayerReport::missing("landlock unavailable on this host");
-        None
+        },
+        None => LayerReport::missing("landlock unavailable on this host"),
     };
 
-    // Seccomp.
+    // Seccomp (the program is pure data, built per launch in microseconds).
     let seccomp = if facts.seccomp {
         let program = seccomp_program(&network)?;
         enforcement.seccomp = LayerReport::applied(format!("deny-list filter, {} instructions", program.len()));
@@ -180,29 +199,14 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         None
     };
     enforcement.network = network.description.clone();
-
-    // Cgroup.
-    let cgroup = if facts.cgroup.is_usable() {
-        let limits = CgroupLimits { memory_bytes: plan.limits.memory_bytes, max_processes: plan.limits.max_processes, cpu_quota_percent: None };
-        match RunCgroup::create(&facts.cgroup, &format!("tierbox-{}", opts.run_id), &limits) {
-            Ok(cg) => {
-                enforcement.cgroup = LayerReport::applied(format!(
-                    "{}: memory {} bytes, pids {}",
-                    facts.cgroup.describe(),
-                    plan.limits.memory_bytes,
-                    plan.limits.max_processes
-                ));
-                Some(cg)
-            }
-            Err(e) => {
-                require(plan, Layer::Cgroup, false, &e.to_string(), &mut missing)?;
-                enforcement.cgroup = LayerReport::missing(e.to_string());
-                None
-            }
-        }
-    } else {
-        enforcement.cgroup = LayerReport::missing(facts.cgroup.describe());
-        None
+    enforcement.cgroup = match slot.cgroup() {
+        Some(_) => LayerReport::applied(format!(
+            "{}: memory {} bytes, pids {}",
+            facts.cgroup.describe(),
+            plan.limits.memory_bytes,
+            plan.limits.max_processes
+        )),
+        None => LayerReport::missing(facts.cgroup.describe()),
     };
 
     enforcement.protected_paths = if plan.filesystem.protected.is_empty() {
@@ -234,16 +238,12 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
     let argv: Vec<CString> = plan.argv.iter().map(|a| cstring(a.as_bytes(), "argument")).collect::<Result<_, _>>()?;
     let mut env: Vec<(String, String)> = plan.env.clone();
-    if let (true, Some(tmp)) = (plan.filesystem.private_home, &tmp_dir) {
-        let home = tmp.join("home");
-        make_owned_dir(&home, uid, gid)?;
-        env.push(("HOME".to_owned(), home.to_string_lossy().into_owned()));
+    if plan.filesystem.private_home {
+        env.push(("HOME".to_owned(), slot.tmp.join("home").to_string_lossy().into_owned()));
     }
-    if let Some(tmp) = &tmp_dir {
-        for key in ["TMPDIR", "TMP", "TEMP"] {
-            if !env.iter().any(|(k, _)| k == key) {
-                env.push((key.to_owned(), tmp.to_string_lossy().into_owned()));
-            }
+    for key in ["TMPDIR", "TMP", "TEMP"] {
+        if !env.iter().any(|(k, _)| k == key) {
+            env.push((key.to_owned(), slot.tmp.to_string_lossy().into_owned()));
         }
     }
     env.sort();
@@ -265,9 +265,9 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
 
     let mut cgroup_fds = [-1; sys::MAX_CGROUP_FDS];
     let mut n_cgroup_fds = 0;
-    if let Some(cg) = &cgroup {
-        for (slot, fd) in cgroup_fds.iter_mut().zip(cg.procs_fds()) {
-            *slot = *fd;
+    if let Some(cg) = slot.cgroup() {
+        for (fd_slot, fd) in cgroup_fds.iter_mut().zip(cg.procs_fds()) {
+            *fd_slot = *fd;
             n_cgroup_fds += 1;
         }
     }
@@ -288,14 +288,15 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         uid,
         gid,
         last_cap: caps::last_cap(),
-        landlock_fd: landlock.as_ref().map_or(-1, PreparedLandlock::raw_fd),
+        landlock_fd: slot.landlock.as_ref().map_or(-1, PreparedLandlock::raw_fd),
         seccomp: fprog.as_ref().map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
         parent_pid: sys::getpid(),
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
 
-    let cloned = launcher_clone(&mut spec).map_err(|(step, errno)| match step {
+    let cloned = if opts.launcher_thread { launcher_clone(&mut spec) } else { caller_clone(&mut spec) };
+    let cloned = cloned.map_err(|(step, errno)| match step {
         ChildStep::None => LaunchError::Setup { what: "clone".to_owned(), source: std::io::Error::from_raw_os_error(errno) },
         step => LaunchError::Child { step, errno },
     });
@@ -304,12 +305,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     let cloned = match cloned {
         Ok(c) => c,
         Err(e) => {
-            if let Some(cg) = cgroup {
-                let _ = cg.remove();
-            }
-            if let Some(t) = &tmp_dir {
-                let _ = std::fs::remove_dir_all(t);
-            }
+            slots::release(slot);
             return Err(e);
         }
     };
@@ -319,8 +315,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         stdin: stdin_parent,
         stdout: stdout_r,
         stderr: stderr_r,
-        cgroup,
-        tmp_dir,
+        slot: Some(slot),
         enforcement,
     })
 }
@@ -382,14 +377,13 @@ fn seccomp_program(net: &NetworkRules) -> Result<SeccompProgram, LaunchError> {
         .map_err(|e| LaunchError::Setup { what: "seccomp program".to_owned(), source: std::io::Error::other(e.to_string()) })
 }
 
-fn landlock_spec(plan: &Plan, tmp: &Option<PathBuf>, abi: u32, tcp_ports: Option<Vec<u16>>) -> LandlockSpec {
+fn landlock_spec(plan: &Plan, abi: u32, tcp_ports: Option<Vec<u16>>) -> LandlockSpec {
     let fs = &plan.filesystem;
     let mut read_only: Vec<PathBuf> = fs.system_read_only.iter().chain(&fs.read_only).cloned().collect();
     read_only.extend(READABLE_DEVICES.iter().chain(READABLE_PSEUDO).map(PathBuf::from));
     let mut read_write: Vec<PathBuf> = vec![plan.workspace.clone()];
     read_write.extend(fs.writable.iter().cloned());
     read_write.extend(WRITABLE_DEVICES.iter().map(PathBuf::from));
-    read_write.extend(tmp.iter().cloned());
     LandlockSpec { read_only, read_write, scope_signals: abi >= 6, scope_abstract_unix: abi >= 6, tcp_connect_ports: tcp_ports }
 }
 
@@ -403,14 +397,52 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
     }
 }
 
+/// Builds fresh per-run resources: the private tmp (with `home/`), the landlock ruleset
+/// granting it, and the cgroup.
+fn new_slot(
+    plan: &Plan,
+    opts: &LaunchOptions,
+    key: SlotKey,
+    landlock_base: Option<LandlockSpec>,
+    limits: &CgroupLimits,
+    missing: &mut Vec<Layer>,
+) -> Result<Slot, LaunchError> {
+    let facts = host_facts();
+    let tmp = make_private_tmp(&opts.tmp_base, &opts.run_id, key.uid, key.gid)?;
+    make_owned_dir(&tmp.join("home"), key.uid, key.gid)?;
+    let landlock = match landlock_base {
+        Some(mut spec) => {
+            spec.read_write.push(tmp.clone());
+            Some(PreparedLandlock::prepare(&spec).map_err(|e| LaunchError::Setup {
+                what: "landlock ruleset".to_owned(),
+                source: std::io::Error::other(e.to_string()),
+            })?)
+        }
+        None => None,
+    };
+    let cgroup = if facts.cgroup.is_usable() {
+        match RunCgroup::create(&facts.cgroup, &format!("tierbox-{}", opts.run_id), limits) {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&tmp);
+                require(plan, Layer::Cgroup, false, &e.to_string(), missing)?;
+                None
+            }
+        }
+    } else {
+        None
+    };
+    Ok(Slot::new(key, tmp, landlock, cgroup))
+}
+
 /// Creates `<base>/run-<id>` with mode 0700, owned by the child's uid.
-fn make_private_tmp(base: &Path, run_id: &str, uid: u32, gid: u32) -> Result<Option<PathBuf>, LaunchError> {
+fn make_private_tmp(base: &Path, run_id: &str, uid: u32, gid: u32) -> Result<PathBuf, LaunchError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(base).map_err(LaunchError::setup(format!("create {}", base.display())))?;
     let _ = std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711));
     let dir = base.join(format!("run-{run_id}"));
     make_owned_dir(&dir, uid, gid)?;
-    Ok(Some(dir))
+    Ok(dir)
 }
 
 /// Creates `dir` with mode 0700, owned by `uid:gid`.
@@ -444,6 +476,18 @@ fn launcher() -> &'static Mutex<mpsc::Sender<Job>> {
             eprintln!("tierbox: cannot start the launcher thread: {e}");
         }
         Mutex::new(tx)
+    })
+}
+
+/// Clones on the calling thread, with every signal blocked around the clone.
+fn caller_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, i32)> {
+    thread_local! {
+        static STACK: std::cell::RefCell<Option<sys::ChildStack>> = const { std::cell::RefCell::new(None) };
+    }
+    STACK.with(|cell| {
+        let mut guard = cell.try_borrow_mut().map_err(|_| (ChildStep::None, libc::EBUSY))?;
+        let stack = guard.get_or_insert_with(sys::ChildStack::new);
+        sys::with_all_signals_blocked(|| sys::clone_and_exec(spec, stack))
     })
 }
 

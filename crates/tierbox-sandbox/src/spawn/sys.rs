@@ -150,7 +150,7 @@ fn child_fail(spec: &ChildSpec, step: ChildStep, err: i32) -> c_int {
     spec.fail_step.store(step as u32, Ordering::SeqCst);
     // SAFETY: exit_group only ends this child (it is its own thread group: no CLONE_THREAD);
     // it never returns and touches no shared state.
-    unsafe { libc::syscall(libc::SYS_exit_group, 127) };
+    unsafe { libc::syscall(libc::SYS_exit_group, 127 as libc::c_ulong) };
     127
 }
 
@@ -185,7 +185,7 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     check(unsafe { libc::syscall(libc::SYS_setsid) }).map_err(step(S::Setsid))?;
     // 3. Die with the launcher thread; then make sure it was not already gone.
     // SAFETY: prctl with integer arguments only.
-    check(unsafe { libc::syscall(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })
+    check(unsafe { libc::syscall(libc::SYS_prctl, libc::PR_SET_PDEATHSIG as libc::c_ulong, libc::SIGKILL as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) })
         .map_err(step(S::Pdeathsig))?;
     // SAFETY: getppid takes no arguments.
     if unsafe { libc::syscall(libc::SYS_getppid) } as libc::pid_t != spec.parent_pid {
@@ -198,13 +198,13 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     // 5. stdio. The parent guarantees every source fd is >= 3, so dup2 cannot clobber one.
     for (src, dst) in [(spec.stdin_fd, 0), (spec.stdout_fd, 1), (spec.stderr_fd, 2)] {
         // SAFETY: dup2 on fds the parent opened for us.
-        check(unsafe { libc::syscall(libc::SYS_dup2, src, dst) }).map_err(step(S::Stdio))?;
+        check(unsafe { libc::syscall(libc::SYS_dup2, src as libc::c_ulong, dst as libc::c_ulong) }).map_err(step(S::Stdio))?;
     }
     // 6. Every other fd (inherited from the supervisor, including ones it leaked without
     //    O_CLOEXEC) is closed at exec. CLOEXEC rather than close: the landlock and cgroup
     //    fds are still needed below.
     // SAFETY: close_range with integer arguments.
-    check(unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) })
+    check(unsafe { libc::syscall(libc::SYS_close_range, 3 as libc::c_ulong, libc::c_ulong::from(u32::MAX), libc::CLOSE_RANGE_CLOEXEC as libc::c_ulong) })
         .map_err(step(S::CloseFds))?;
     // 7. Working directory, while we still have every right to reach it.
     // SAFETY: `cwd` is a NUL-terminated string owned by the parent.
@@ -213,12 +213,13 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     for (resource, limit) in &spec.rlimits {
         let limit: *const libc::rlimit64 = limit;
         // SAFETY: prlimit64 on ourselves (pid 0) with a pointer to a valid rlimit64.
-        check(unsafe { libc::syscall(libc::SYS_prlimit64, 0, *resource, limit, std::ptr::null_mut::<c_void>()) })
+        check(unsafe { libc::syscall(libc::SYS_prlimit64, 0 as libc::c_ulong, *resource as libc::c_ulong, limit, std::ptr::null_mut::<c_void>()) })
             .map_err(step(S::Rlimit))?;
     }
-    // 9. Capabilities: the bounding and ambient sets and securebits need CAP_SETPCAP, so
-    //    they go first; then the uid switch (which clears the effective and permitted
-    //    sets); then capset(0) for the case where we stay uid 0.
+    // 9. Capabilities: securebits and the bounding and ambient sets need CAP_SETPCAP, so
+    //    they go first; then the uid switch (which needs CAP_SETUID/CAP_SETGID, still in
+    //    the effective set; with NO_SETUID_FIXUP locked it does NOT clear the sets); then
+    //    capset(0), which empties effective, permitted and inheritable in every case.
     if spec.drop_privileged {
         lsys::set_securebits_noroot().map_err(step(S::DropBounding))?;
         lsys::drop_bounding_set(spec.last_cap).map_err(step(S::DropBounding))?;
@@ -242,10 +243,10 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
         lsys::seccomp_set_filter(prog).map_err(step(S::Seccomp))?;
     }
     // 13. Unblock every signal: the new program starts with an empty mask.
-    // SAFETY: `set` is a zeroed kernel sigset on our stack.
     let set: u64 = 0;
+    // SAFETY: `set` is a zeroed kernel sigset on our stack; the old mask is not requested.
     check(unsafe {
-        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &set as *const u64, std::ptr::null_mut::<u64>(), 8)
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as libc::c_ulong, &set as *const u64, std::ptr::null_mut::<u64>(), 8 as libc::c_ulong)
     })
     .map_err(step(S::SignalMask))?;
     // 14. execve; only returns on failure.
@@ -273,7 +274,7 @@ fn reset_signal_handlers() {
         // SAFETY: rt_sigaction with a valid kernel sigaction struct on our stack; errors
         // (EINVAL for reserved numbers) are ignored on purpose.
         unsafe {
-            libc::syscall(libc::SYS_rt_sigaction, sig, &dfl as *const KernelSigaction, std::ptr::null_mut::<c_void>(), 8)
+            libc::syscall(libc::SYS_rt_sigaction, sig as libc::c_ulong, &dfl as *const KernelSigaction, std::ptr::null_mut::<c_void>(), 8 as libc::c_ulong)
         };
     }
 }
@@ -449,6 +450,23 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     }
     // SAFETY: fresh fd owned by us; the old one is closed when `fd` drops.
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Runs `f` with every signal blocked on the calling thread, restoring the mask after.
+pub(crate) fn with_all_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sigfillset/pthread_sigmask on local sigset_t values; the old mask is
+    // restored below whatever `f` returns (it cannot unwind: it only makes syscalls).
+    let old = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &set, &mut old);
+        old
+    };
+    let r = f();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    r
 }
 
 /// Blocks every signal on the calling thread (the launcher thread calls this once).

@@ -1,0 +1,200 @@
+//! Warm launch slots: a run's private `TMPDIR`, its landlock ruleset and its cgroup,
+//! reused by the next run with the same shape.
+//!
+//! Building these costs more than the spawn itself (about 150 landlock rules once host
+//! secrets are carved out of `/etc`, two directories, four cgroup directories with their
+//! limit files, and their removal). A slot is returned to the pool only when reuse cannot
+//! leak anything between runs:
+//!
+//! - the slot has a cgroup (so the previous run's whole tree is provably gone) and the
+//!   cgroup is empty after the kill;
+//! - the temporary directory is emptied *in place*: landlock rules bind to inodes, so the
+//!   directory itself is kept and only its contents are removed (and `home/` recreated);
+//! - cgroup usage is reset (v1 `memory.max_usage_in_bytes`) or measured as a delta from a
+//!   baseline (OOM kills, `pids.max` hits); v2 groups are not pooled, because `memory.peak`
+//!   cannot be reset for every reader;
+//! - the slot key covers everything the ruleset and the cgroup encode: every granted path,
+//!   the scopes, the TCP rule, the limits and the child's uid/gid.
+//!
+//! Any failure while recycling destroys the slot instead.
+//!
+//! Pooling is off by default: a process that exits with idle slots would leave their
+//! directories and cgroups behind. Long-lived supervisors (the server, benchmarks, library
+//! users with many runs) turn it on with [`set_pooling`] and call [`drain`] before they
+//! exit.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::linux::cgroup::{CgroupStats, CgroupVersion, RunCgroup};
+use crate::linux::landlock::PreparedLandlock;
+
+/// Most idle slots kept, across all keys. Each holds one directory, one ruleset fd and
+/// up to four cgroup directories with their open attach files.
+pub const MAX_IDLE_SLOTS: usize = 8;
+
+/// Everything a slot's resources encode; two runs with equal keys can share a slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlotKey {
+    pub tmp_base: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    pub read_only: Vec<PathBuf>,
+    pub read_write: Vec<PathBuf>,
+    pub scopes: bool,
+    pub tcp_connect_ports: Option<Vec<u16>>,
+    pub landlock: bool,
+    pub memory_bytes: u64,
+    pub max_processes: u64,
+    pub cgroup: bool,
+}
+
+/// The per-run resources of a launch.
+#[derive(Debug)]
+pub struct Slot {
+    pub(crate) key: SlotKey,
+    /// The run's private temporary directory (`TMPDIR`); `home/` inside it is the private
+    /// `HOME` when the plan asks for one.
+    pub tmp: PathBuf,
+    pub(crate) landlock: Option<PreparedLandlock>,
+    pub(crate) cgroup: Option<RunCgroup>,
+    baseline: CgroupStats,
+    /// This slot was reused from the pool (for the enforcement report and benchmarks).
+    pub reused: bool,
+}
+
+impl Slot {
+    pub(crate) fn new(key: SlotKey, tmp: PathBuf, landlock: Option<PreparedLandlock>, cgroup: Option<RunCgroup>) -> Self {
+        let baseline = cgroup.as_ref().map(RunCgroup::stats).unwrap_or_default();
+        Self { key, tmp, landlock, cgroup, baseline, reused: false }
+    }
+
+    /// The run's cgroup.
+    pub fn cgroup(&self) -> Option<&RunCgroup> {
+        self.cgroup.as_ref()
+    }
+
+    /// Usage of this run: the cgroup's figures minus what earlier runs of the slot left.
+    pub fn stats(&self) -> Option<CgroupStats> {
+        let now = self.cgroup.as_ref()?.stats();
+        Some(CgroupStats {
+            memory_peak_bytes: now.memory_peak_bytes,
+            oom_kills: now.oom_kills.saturating_sub(self.baseline.oom_kills),
+            pids_limit_hit: now.pids_limit_hit.saturating_sub(self.baseline.pids_limit_hit),
+        })
+    }
+}
+
+static POOLING: AtomicBool = AtomicBool::new(false);
+
+/// Turns slot reuse on or off; turning it off destroys the idle slots.
+pub fn set_pooling(on: bool) {
+    POOLING.store(on, Ordering::SeqCst);
+    if !on {
+        drain();
+    }
+}
+
+/// Destroys every idle slot (their directories and cgroups).
+pub fn drain() {
+    let idle: Vec<Slot> = match pool().lock() {
+        Ok(mut pool) => pool.drain(..).collect(),
+        Err(_) => Vec::new(),
+    };
+    idle.into_iter().for_each(destroy);
+}
+
+fn pool() -> &'static Mutex<Vec<Slot>> {
+    static POOL: Mutex<Vec<Slot>> = Mutex::new(Vec::new());
+    &POOL
+}
+
+/// Takes an idle slot with `key`, if any.
+pub(crate) fn take(key: &SlotKey) -> Option<Slot> {
+    let mut pool = pool().lock().ok()?;
+    let idx = pool.iter().position(|s| &s.key == key)?;
+    let mut slot = pool.swap_remove(idx);
+    slot.reused = true;
+    Some(slot)
+}
+
+/// Ends a run's use of `slot`: recycles it into the pool when that is provably clean,
+/// destroys it otherwise. The run's processes must already have been killed.
+pub fn release(mut slot: Slot) {
+    if !POOLING.load(Ordering::SeqCst) {
+        destroy(slot);
+        return;
+    }
+    match recycle(&mut slot) {
+        Ok(()) => {
+            let evicted = match pool().lock() {
+                Ok(mut pool) => {
+                    pool.push(slot);
+                    if pool.len() > MAX_IDLE_SLOTS { Some(pool.remove(0)) } else { None }
+                }
+                Err(_) => Some(slot),
+            };
+            if let Some(old) = evicted {
+                destroy(old);
+            }
+        }
+        Err(()) => destroy(slot),
+    }
+}
+
+fn recycle(slot: &mut Slot) -> Result<(), ()> {
+    let Some(cg) = slot.cgroup.as_ref() else { return Err(()) };
+    if cg.version() != CgroupVersion::V1 {
+        return Err(());
+    }
+    // The supervisor killed the tree already; a slot is reused only if that provably
+    // worked.
+    if !cg.pids().is_empty() {
+        return Err(());
+    }
+    empty_dir_in_place(&slot.tmp).map_err(|_| ())?;
+    cg.reset_peak().map_err(|_| ())?;
+    slot.baseline = cg.stats();
+    Ok(())
+}
+
+/// Removes everything inside `dir` but keeps `dir` itself (its inode carries the landlock
+/// rule), then recreates `home/` with the same owner and mode as `dir`.
+fn empty_dir_in_place(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let home = dir.join("home");
+    if untouched(dir, &home)? {
+        return Ok(());
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(&home)?;
+    std::os::unix::fs::chown(&home, Some(meta.uid()), Some(meta.gid()))
+}
+
+/// The run left the directory as it found it: only an empty `home/` inside.
+fn untouched(dir: &Path, home: &Path) -> std::io::Result<bool> {
+    let mut entries = std::fs::read_dir(dir)?;
+    let only_home = match (entries.next(), entries.next()) {
+        (Some(e), None) => e?.file_name() == "home",
+        _ => false,
+    };
+    Ok(only_home && std::fs::read_dir(home)?.next().is_none())
+}
+
+fn destroy(slot: Slot) {
+    if let Some(cg) = slot.cgroup {
+        let _ = cg.kill_all();
+        let _ = cg.remove();
+    }
+    let _ = std::fs::remove_dir_all(&slot.tmp);
+}
