@@ -43,10 +43,11 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
     if o.quota_exceeded {
         notes.push("output quota exceeded; the process tree was killed".to_owned());
     }
-    if let Some(limit) = o.limit_hit {
-        if !o.timed_out && !o.quota_exceeded {
-            notes.push(format!("limit hit: {}", serde_json::to_string(&limit).unwrap_or_default().trim_matches('"')));
-        }
+    if let Some(limit) = o.limit_hit
+        && !o.timed_out
+        && !o.quota_exceeded
+    {
+        notes.push(format!("limit hit: {}", serde_json::to_string(&limit).unwrap_or_default().trim_matches('"')));
     }
     for (name, s) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
         if s.truncated {

@@ -58,5 +58,9 @@ fn main() {
     let redactor = Redactor::new(&["s3cr3t-env-value-Q7".into(), "hunter2-policy-pw".into()]);
     measure("ordinary output (clean)", &redactor, &build(None));
     measure("mixed (1 secret / 20 lines)", &redactor, &build(Some(20)));
-    measure("clean, no policy secrets", &Redactor::default(), &build(None));
+    measure(
+        "clean, no policy secrets",
+        &Redactor::default(),
+        &build(None),
+    );
 }

@@ -3,7 +3,10 @@
 //! process so both see the same machine load. Prints p50/p90 of each and the median of
 //! the per-pair ratios.
 //!
-//! `cargo bench -p tierbox-runner --bench spawn [-- ITERATIONS]`
+//! `cargo bench -p tierbox-runner --bench spawn [-- ITERATIONS] [--no-pool]`
+
+// A benchmark harness: any setup failure should abort loudly.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

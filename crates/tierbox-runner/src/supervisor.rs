@@ -383,10 +383,8 @@ fn classify(plan: &Plan, ended: &Ended, exit: &ExitInfo, stats: Option<&tierbox_
         Ended::Quota => return Some(LimitHit::Output),
         Ended::Exited => {}
     }
-    if let Some(s) = stats {
-        if s.oom_kills > 0 {
-            return Some(LimitHit::Memory);
-        }
+    if stats.is_some_and(|s| s.oom_kills > 0) {
+        return Some(LimitHit::Memory);
     }
     let cpu_ms = (exit.user_us + exit.sys_us) / 1000;
     match exit.signal {
@@ -395,10 +393,8 @@ fn classify(plan: &Plan, ended: &Ended, exit: &ExitInfo, stats: Option<&tierbox_
         Some(libc::SIGXFSZ) => return Some(LimitHit::FileSize),
         _ => {}
     }
-    if let Some(s) = stats {
-        if s.pids_limit_hit > 0 {
-            return Some(LimitHit::Processes);
-        }
+    if stats.is_some_and(|s| s.pids_limit_hit > 0) {
+        return Some(LimitHit::Processes);
     }
     None
 }

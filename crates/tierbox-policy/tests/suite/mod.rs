@@ -1,4 +1,5 @@
 mod egress;
 mod redact;
+mod rejections;
 mod validate_exec;
 mod validate_scope;

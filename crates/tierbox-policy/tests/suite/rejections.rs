@@ -1,0 +1,149 @@
+//! One table case per `Rejection` variant: each stable code is produced by a concrete
+//! request, and a coverage check proves no code in `Rejection::ALL_CODES` lacks a case.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+
+use tierbox_policy::request::*;
+use tierbox_policy::{EgressMode, ProcessRunRequest, Rejection, TierRequest};
+
+use super::validate_exec::fixture::Fixture;
+
+/// Codes produced outside `validate()`, by tier selection in the sandbox crate; they are
+/// exercised end to end in tierbox-runner's tests.
+const PRODUCED_BY_TIER_SELECTION: &[&str] = &["tier.unavailable", "tier.unsupported"];
+
+fn req(command: &str, args: &[&str]) -> ProcessRunRequest {
+    let mut r = ProcessRunRequest::new(command);
+    r.args = args.iter().map(|s| (*s).to_owned()).collect();
+    r
+}
+
+fn code_of(fx: &Fixture, r: &ProcessRunRequest) -> &'static str {
+    match fx.request(r) {
+        Ok(plan) => panic!("{:?} was accepted: {:?}", r, plan.argv),
+        Err(e) => {
+            // Every rejection has a non-empty, lowercase message naming the problem.
+            let msg = e.to_string();
+            assert!(!msg.is_empty() && !msg.ends_with('.'), "{msg}");
+            e.code()
+        }
+    }
+}
+
+#[test]
+fn every_rejection_code_has_a_table_case() {
+    let fx = Fixture::new(&["ls", "git", "cat", "env", "printf", "curl"]);
+    let mut seen = BTreeSet::new();
+    let mut check = |name: &str, code: &'static str, expected: &str| {
+        assert_eq!(code, expected, "case {name}");
+        seen.insert(code);
+    };
+
+    // ---- input shape and caps
+    let big = vec![b' '; MAX_REQUEST_BYTES + 1];
+    check("too large", ProcessRunRequest::from_json(&big).unwrap_err().code(), "input.too_large");
+    check("malformed", ProcessRunRequest::from_json(br#"{"command":"ls","argz":[]}"#).unwrap_err().code(), "input.malformed");
+    check("empty command", code_of(&fx, &req("", &[])), "input.command_empty");
+    check("long command", code_of(&fx, &req(&"a".repeat(MAX_COMMAND_BYTES + 1), &[])), "input.command_too_long");
+    check("command line", code_of(&fx, &req("git status", &[])), "input.command_not_bare");
+    check("nul", code_of(&fx, &req("ls", &["a\0b"])), "input.nul_byte");
+    let many: Vec<String> = (0..=MAX_ARGS).map(|i| i.to_string()).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    check("too many args", code_of(&fx, &req("printf", &many)), "input.too_many_args");
+    check("long arg", code_of(&fx, &req("printf", &[&"x".repeat(MAX_ARG_BYTES + 1)])), "input.arg_too_long");
+    let mut r = req("ls", &[]);
+    r.env = (0..=MAX_ENV_ENTRIES).map(|i| (format!("V{i}"), "1".to_owned())).collect();
+    check("too many env", code_of(&fx, &r), "input.too_many_env");
+    let mut r = req("ls", &[]);
+    r.env.insert("A=B".to_owned(), "1".to_owned());
+    check("env name", code_of(&fx, &r), "input.env_name_invalid");
+    let mut r = req("ls", &[]);
+    r.env.insert("V".to_owned(), "x".repeat(MAX_ENV_VALUE_BYTES + 1));
+    check("env value", code_of(&fx, &r), "input.env_value_too_long");
+    let mut r = req("ls", &[]);
+    r.cwd = Some("d/".repeat(MAX_CWD_BYTES));
+    check("long cwd", code_of(&fx, &r), "input.cwd_too_long");
+    let mut r = req("cat", &[]);
+    r.stdin = Some("x".repeat(MAX_STDIN_BYTES + 1));
+    check("stdin", code_of(&fx, &r), "input.stdin_too_large");
+    let mut r = req("ls", &[]);
+    r.timeout_ms = Some(0);
+    check("timeout 0", code_of(&fx, &r), "input.timeout_zero");
+    let mut r = req("ls", &[]);
+    r.requested_egress_hosts = (0..=MAX_EGRESS_HOSTS).map(|i| format!("h{i}.example")).collect();
+    check("egress hosts", code_of(&fx, &r), "input.too_many_egress_hosts");
+    let mut r = req("ls", &[]);
+    r.lifetime = Some(tierbox_policy::Lifetime::Detached);
+    check("lifetime", code_of(&fx, &r), "input.lifetime_without_background");
+
+    // ---- executable
+    check("path command", code_of(&fx, &req("/bin/ls", &[])), "exec.command_is_path");
+    check("not allowed", code_of(&fx, &req("tar", &[])), "exec.not_allowed");
+    let mut paths = Fixture::new(&["ls"]);
+    paths.policy.exec.allow_command_paths = true;
+    check("relative path command", code_of(&paths, &req("./ls", &[])), "exec.command_path_invalid");
+    check("not found", code_of(&fx, &req("curl", &[])), "exec.not_found");
+    check("interpreter", code_of(&fx, &req("bash", &["-c", "id"])), "exec.interpreter_denied");
+    let interp = Fixture::new(&["perl", "python3"]).interpreters(false);
+    check("eval flag", code_of(&interp, &req("perl", &["-e", "print 1"])), "exec.eval_flag");
+    let mut r = req("python3", &[]);
+    r.stdin = Some("print(1)".to_owned());
+    check("eval stdin", code_of(&interp, &r), "exec.eval_stdin");
+    check("wrapper", code_of(&fx, &req("env", &["--bogus-option", "ls"])), "exec.wrapper_unresolvable");
+
+    // ---- scope
+    let mut gone = Fixture::new(&["ls"]);
+    gone.policy.workspace_root = None;
+    let ctx_missing = tierbox_policy::ValidateContext::new(gone.ws.join("missing"));
+    let err = tierbox_policy::validate(&gone.policy, &req("ls", &[]), &ctx_missing).unwrap_err();
+    check("workspace", err.code(), "scope.workspace_invalid");
+    check("path outside", code_of(&fx, &req("cat", &["../secret"])), "scope.path_outside_workspace");
+    let mut r = req("ls", &[]);
+    r.cwd = Some("..".to_owned());
+    check("cwd outside", code_of(&fx, &r), "scope.cwd_outside_workspace");
+    let mut r = req("ls", &[]);
+    r.cwd = Some("no-such-dir".to_owned());
+    check("cwd missing", code_of(&fx, &r), "scope.cwd_not_directory");
+
+    // ---- environment
+    let mut r = req("ls", &[]);
+    r.env.insert("LD_PRELOAD".to_owned(), "/x.so".to_owned());
+    check("env denied", code_of(&fx, &r), "env.denied");
+
+    // ---- egress
+    let mut egress = Fixture::new(&["git"]);
+    egress.policy.egress.mode = EgressMode::Preflight;
+    egress.policy.egress.allow = vec!["github.com".to_owned()];
+    check("host", code_of(&egress, &req("git", &["clone", "https://blocked.test/x"])), "egress.host_not_allowed");
+    let mut r = req("git", &[]);
+    r.requested_egress_hosts = vec!["bad host!".to_owned()];
+    check("host invalid", code_of(&egress, &r), "egress.host_invalid");
+
+    // ---- limits and tier
+    let mut r = req("ls", &[]);
+    r.timeout_ms = Some(fx.policy.limits.max_timeout_ms + 1);
+    check("limits", code_of(&fx, &r), "limits.above_policy");
+    let mut strong = Fixture::new(&["ls"]);
+    strong.policy.tier.minimum = tierbox_policy::Tier::C;
+    let mut r = req("ls", &[]);
+    r.tier = TierRequest::B;
+    check("tier below", code_of(&strong, &r), "tier.below_minimum");
+
+    let all: BTreeSet<&str> = Rejection::ALL_CODES.iter().copied().collect();
+    let external: BTreeSet<&str> = PRODUCED_BY_TIER_SELECTION.iter().copied().collect();
+    let missing: Vec<&&str> = all.difference(&seen).filter(|c| !external.contains(**c)).collect();
+    assert!(missing.is_empty(), "codes without a table case: {missing:?}");
+}
+
+#[test]
+fn codes_are_unique_and_well_formed() {
+    let mut seen = BTreeSet::new();
+    for code in Rejection::ALL_CODES {
+        assert!(seen.insert(code), "duplicate code {code}");
+        let (group, rule) = code.split_once('.').expect("group.rule");
+        assert!(["input", "exec", "scope", "env", "egress", "limits", "tier"].contains(&group), "{code}");
+        assert!(rule.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{code}");
+    }
+}

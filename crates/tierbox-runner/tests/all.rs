@@ -1,0 +1,2 @@
+//! Integration tests of tierbox-runner: real Tier B runs on this host.
+mod suite;

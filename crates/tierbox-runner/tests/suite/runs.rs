@@ -1,0 +1,242 @@
+//! Supervisor behaviour through the library API: deadline, quotas, stdin, redaction,
+//! exit statuses and tier selection. Each test skips with a printed reason when the host
+//! cannot run Tier B — and fails instead under `CI=true`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tierbox_policy::{Policy, ProcessRunRequest, QuotaMode, TierRequest, ValidateContext, validate};
+use tierbox_runner::{LimitHit, RunError, RunOptions, Runner, Sandbox, run_plan};
+
+/// Whether Tier B can run here; prints why not, and panics under CI.
+fn tier_b_available(test: &str) -> bool {
+    let facts = tierbox_sandbox::probe::host_facts();
+    let reason = if facts.landlock_abi.is_none() {
+        Some("landlock unavailable")
+    } else if !facts.seccomp {
+        Some("seccomp unavailable")
+    } else {
+        None
+    };
+    match reason {
+        None => true,
+        Some(r) if std::env::var("CI").as_deref() == Ok("true") => panic!("{test}: required feature missing under CI: {r}"),
+        Some(r) => {
+            eprintln!("SKIP {test}: {r}");
+            false
+        }
+    }
+}
+
+struct Env {
+    ws: tempfile::TempDir,
+    state: tempfile::TempDir,
+    policy: Policy,
+}
+
+impl Env {
+    fn new(allowed: &[&str]) -> Self {
+        let mut policy = Policy::builtin_default();
+        policy.exec.allowed_executables = allowed.iter().map(|s| (*s).to_owned()).collect();
+        Self { ws: tempfile::tempdir().unwrap(), state: tempfile::tempdir().unwrap(), policy }
+    }
+
+    fn runner(&self) -> Runner {
+        Runner::new(self.policy.clone())
+            .with_workspace(self.ws.path())
+            .with_options(RunOptions { state_dir: self.state.path().to_path_buf() })
+    }
+}
+
+fn req(command: &str, args: &[&str]) -> ProcessRunRequest {
+    let mut r = ProcessRunRequest::new(command);
+    r.args = args.iter().map(|s| (*s).to_owned()).collect();
+    r
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+#[test]
+fn arguments_reach_the_program_byte_for_byte() {
+    if !tier_b_available("arguments_reach_the_program_byte_for_byte") {
+        return;
+    }
+    let env = Env::new(&["printf"]);
+    let out = rt().block_on(env.runner().run(&req("printf", &["%s|", "hello", "a b", "-n1", "status", "$HOME", "*"]))).unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(out.stdout.text, "hello|a b|-n1|status|$HOME|*|");
+    assert_eq!(out.tier, "b");
+    assert_eq!(out.backend, "tier_b_linux");
+}
+
+#[test]
+fn timeout_kills_the_tree_and_returns_partial_output() {
+    if !tier_b_available("timeout_kills_the_tree_and_returns_partial_output") {
+        return;
+    }
+    let mut env = Env::new(&["sh"]);
+    env.policy.exec.allow_interpreters = true;
+    env.policy.exec.allow_eval = true;
+    let mut r = req("sh", &["-c", "echo started; sleep 30 & sleep 30; echo never"]);
+    r.timeout_ms = Some(500);
+    let out = rt().block_on(env.runner().run(&r)).unwrap();
+    assert!(out.timed_out, "{out:?}");
+    assert_eq!(out.limit_hit, Some(LimitHit::WallTime));
+    assert_eq!(out.exit_status(), 124);
+    assert_eq!(out.stdout.text, "started\n");
+    // Functional bound, not a performance assertion: the 30 s sleeps were killed.
+    assert!(out.duration_ms < 10_000, "took {} ms", out.duration_ms);
+}
+
+#[test]
+fn kill_mode_quota_terminates_and_keeps_the_prefix() {
+    if !tier_b_available("kill_mode_quota_terminates_and_keeps_the_prefix") {
+        return;
+    }
+    let mut env = Env::new(&["yes"]);
+    env.policy.output.max_bytes = 1000;
+    env.policy.output.mode = QuotaMode::Kill;
+    let out = rt().block_on(env.runner().run(&req("yes", &["abc"]))).unwrap();
+    assert!(out.quota_exceeded, "{out:?}");
+    assert_eq!(out.limit_hit, Some(LimitHit::Output));
+    assert!(out.stdout.text.starts_with("abc\nabc\n"));
+    assert!(out.stdout.truncated && out.stdout.total_bytes > 1000);
+    assert!(!out.timed_out);
+}
+
+#[test]
+fn truncate_mode_keeps_head_and_tail_and_counts() {
+    if !tier_b_available("truncate_mode_keeps_head_and_tail_and_counts") {
+        return;
+    }
+    let mut env = Env::new(&["seq"]);
+    env.policy.output.max_bytes = 100;
+    let out = rt().block_on(env.runner().run(&req("seq", &["1", "100000"]))).unwrap();
+    assert_eq!(out.exit_code, Some(0));
+    let s = &out.stdout;
+    assert!(s.truncated);
+    assert_eq!(s.total_bytes, 588_895, "seq 1 100000 writes 588895 bytes");
+    assert_eq!(s.omitted_bytes, s.total_bytes - 100);
+    assert!(s.text.starts_with("1\n2\n3\n"), "{}", s.text);
+    assert!(s.text.ends_with("99999\n100000\n"), "{}", s.text);
+    assert!(s.text.contains(&format!("[tierbox: {} bytes omitted]", s.omitted_bytes)));
+}
+
+#[test]
+fn stdin_data_is_delivered_then_closed() {
+    if !tier_b_available("stdin_data_is_delivered_then_closed") {
+        return;
+    }
+    let env = Env::new(&["wc"]);
+    let mut r = req("wc", &["-c"]);
+    r.stdin = Some("twelve bytes".to_owned());
+    let out = rt().block_on(env.runner().run(&r)).unwrap();
+    assert_eq!(out.stdout.text.trim(), "12");
+}
+
+#[test]
+fn exit_codes_and_signals_are_mirrored() {
+    if !tier_b_available("exit_codes_and_signals_are_mirrored") {
+        return;
+    }
+    let mut env = Env::new(&["false", "sh"]);
+    let out = rt().block_on(env.runner().run(&req("false", &[]))).unwrap();
+    assert_eq!((out.exit_code, out.exit_status()), (Some(1), 1));
+    env.policy.exec.allow_interpreters = true;
+    env.policy.exec.allow_eval = true;
+    let out = rt().block_on(env.runner().run(&req("sh", &["-c", "kill -SEGV $$"]))).unwrap();
+    assert_eq!(out.signal, Some(libc_sigsegv()));
+    assert_eq!(out.signal_name.as_deref(), Some("SIGSEGV"));
+    assert_eq!(out.exit_status(), 128 + libc_sigsegv());
+}
+
+fn libc_sigsegv() -> i32 {
+    11
+}
+
+#[test]
+fn sensitive_values_and_tokens_are_redacted() {
+    if !tier_b_available("sensitive_values_and_tokens_are_redacted") {
+        return;
+    }
+    let mut env = Env::new(&["printf"]);
+    env.policy.env.sensitive = vec!["DEPLOY_KEY".to_owned()];
+    let plan = validate(
+        &env.policy,
+        &req("printf", &["key=%s token ghp_%s\n", "hunter2-value-123", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"]),
+        &ValidateContext::new(env.ws.path()).with_env(BTreeMap::from([("DEPLOY_KEY".to_owned(), "hunter2-value-123".to_owned())])),
+    )
+    .unwrap();
+    let out = rt().block_on(run_plan(&plan, &RunOptions { state_dir: env.state.path().to_path_buf() })).unwrap();
+    assert!(out.redacted && out.stdout.redacted, "{out:?}");
+    assert!(!out.stdout.text.contains("hunter2-value-123"), "{}", out.stdout.text);
+    assert!(!out.stdout.text.contains("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"), "{}", out.stdout.text);
+}
+
+#[test]
+fn unavailable_tier_is_rejected_not_downgraded() {
+    let env = Env::new(&["true"]);
+    let mut r = req("true", &[]);
+    r.tier = TierRequest::C;
+    match rt().block_on(env.runner().run(&r)) {
+        Err(RunError::Rejected(rej)) => {
+            assert_eq!(rej.code(), "tier.unavailable");
+            assert!(rej.to_string().contains("tier c"), "{rej}");
+        }
+        other => panic!("tier c must be rejected on this build, got {other:?}"),
+    }
+}
+
+#[test]
+fn strict_allowlist_egress_is_rejected_in_tier_b() {
+    if !tier_b_available("strict_allowlist_egress_is_rejected_in_tier_b") {
+        return;
+    }
+    let mut env = Env::new(&["true"]);
+    env.policy.egress.mode = tierbox_policy::EgressMode::Strict;
+    env.policy.egress.allow = vec!["crates.io".to_owned()];
+    match rt().block_on(env.runner().run(&req("true", &[]))) {
+        Err(RunError::Rejected(rej)) => assert_eq!(rej.code(), "tier.unsupported"),
+        other => panic!("strict egress with an allowlist must be rejected in tier b, got {other:?}"),
+    }
+}
+
+#[test]
+fn builder_defaults_and_execute() {
+    if !tier_b_available("builder_defaults_and_execute") {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("f.txt"), "content\n").unwrap();
+    let cmd = Sandbox::command("cat").arg("f.txt").working_dir(ws.path()).timeout(Duration::from_secs(5));
+    let plan = cmd.plan().unwrap();
+    assert_eq!(plan.limits.max_processes, tierbox_runner::builder::BUILDER_DEFAULT_MAX_PROCESSES);
+    assert_eq!(plan.limits.open_files, tierbox_runner::builder::BUILDER_DEFAULT_MAX_OPEN_FILES);
+    assert_eq!(plan.output.max_bytes, tierbox_runner::builder::BUILDER_DEFAULT_MAX_OUTPUT);
+    assert_eq!(plan.limits.wall_timeout_ms, 5000);
+    let out = rt().block_on(cmd.execute()).unwrap();
+    assert_eq!(out.stdout.text, "content\n");
+    // The builder allows only the named program.
+    let err = Sandbox::command("cat").arg("f.txt").working_dir(ws.path()).allow_interpreters(false).plan();
+    assert!(err.is_ok());
+    assert_eq!(Sandbox::command("cat").arg("../x").working_dir(ws.path()).plan().unwrap_err().code(), "scope.path_outside_workspace");
+}
+
+#[test]
+fn workspace_writes_are_visible_on_the_host_and_nothing_is_left_behind() {
+    if !tier_b_available("workspace_writes_are_visible_on_the_host_and_nothing_is_left_behind") {
+        return;
+    }
+    let env = Env::new(&["touch"]);
+    let out = rt().block_on(env.runner().run(&req("touch", &["made-in-sandbox"]))).unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert!(env.ws.path().join("made-in-sandbox").exists());
+    // The run's private tmp is removed (pooling is off by default).
+    let tmp = env.state.path().join("tmp");
+    let left: Vec<_> = std::fs::read_dir(&tmp).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
