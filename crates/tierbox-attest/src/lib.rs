@@ -1,1 +1,117 @@
-//! placeholder
+//! Tierbox attestations: a canonical encoding and digests of what a run enforced.
+//!
+//! This crate starts with the part every outcome needs: a reproducible digest of the
+//! [`Plan`] that ran (effective argv, environment *names*, filesystem grants, limits,
+//! network mode). Secret values are never part of it: the Plan does not serialize them,
+//! and environment values are replaced by their own SHA-256 before hashing, so the digest
+//! can be published without revealing them.
+//!
+//! Canonical encoding: JSON with object keys sorted byte-wise, no insignificant
+//! whitespace, and strings escaped by `serde_json` — the same bytes for the same value on
+//! every platform, recomputable with `python3 -c 'import json,hashlib,sys; ...'` using
+//! `json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`.
+#![forbid(unsafe_code)]
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tierbox_policy::Plan;
+
+/// Domain-separation prefix of plan digests (a version bump changes every digest).
+pub const PLAN_DIGEST_DOMAIN: &str = "tierbox.plan.v1\n";
+
+/// Canonical JSON: sorted keys, compact separators.
+///
+/// ```
+/// let v = serde_json::json!({"b": 1, "a": [true, null]});
+/// assert_eq!(tierbox_attest::canonical_json(&v), r#"{"a":[true,null],"b":1}"#);
+/// ```
+pub fn canonical_json(value: &Value) -> String {
+    // serde_json's map is ordered by key (BTreeMap) in this build (no `preserve_order`),
+    // so serializing a `Value` already sorts keys; `sorted` makes that independent of the
+    // feature flags of other crates in the graph.
+    sorted(value).to_string()
+}
+
+fn sorted(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), sorted(v))).collect())
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The plan as attested: environment values replaced by their SHA-256.
+pub fn plan_for_attestation(plan: &Plan) -> Value {
+    let mut v = serde_json::to_value(plan).unwrap_or(Value::Null);
+    if let Some(env) = v.get_mut("env").and_then(Value::as_array_mut) {
+        for pair in env.iter_mut() {
+            if let Some(arr) = pair.as_array_mut()
+                && let Some(Value::String(val)) = arr.get_mut(1)
+            {
+                *val = format!("sha256:{}", sha256_hex(val.as_bytes()));
+            }
+        }
+    }
+    if let Some(stdin) = v.get_mut("stdin")
+        && let Value::String(data) = stdin
+    {
+        *stdin = Value::String(format!("sha256:{}", sha256_hex(data.as_bytes())));
+    }
+    v
+}
+
+/// `sha256(PLAN_DIGEST_DOMAIN || canonical_json(plan_for_attestation(plan)))`, hex.
+pub fn plan_digest(plan: &Plan) -> String {
+    let mut bytes = PLAN_DIGEST_DOMAIN.as_bytes().to_vec();
+    bytes.extend_from_slice(canonical_json(&plan_for_attestation(plan)).as_bytes());
+    sha256_hex(&bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        let ws = std::env::temp_dir();
+        let mut policy = tierbox_policy::Policy::default();
+        policy.exec.allowed_executables = vec!["ls".to_owned()];
+        let ctx = tierbox_policy::ValidateContext::new(&ws).with_env(
+            [("HOME".to_owned(), "/nonexistent".to_owned()), ("LANG".to_owned(), "C.UTF-8".to_owned())].into(),
+        );
+        tierbox_policy::validate(&policy, &tierbox_policy::ProcessRunRequest::new("ls"), &ctx).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn golden_sha256() {
+        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn digest_is_stable_and_sensitive() {
+        let p = plan();
+        assert_eq!(plan_digest(&p), plan_digest(&p.clone()));
+        let mut q = p.clone();
+        q.argv.push("-l".to_owned());
+        assert_ne!(plan_digest(&p), plan_digest(&q));
+        let mut r = p.clone();
+        r.limits.memory_bytes += 1;
+        assert_ne!(plan_digest(&p), plan_digest(&r));
+    }
+
+    #[test]
+    fn env_values_do_not_appear_in_the_attested_plan() {
+        let p = plan();
+        let text = canonical_json(&plan_for_attestation(&p));
+        assert!(text.contains("\"LANG\""));
+        assert!(!text.contains("C.UTF-8"), "{text}");
+    }
+}

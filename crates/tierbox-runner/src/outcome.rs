@@ -141,6 +141,8 @@ pub struct Outcome {
     pub egress_preflight_hosts: Vec<String>,
     /// Anything in stdout or stderr was redacted.
     pub redacted: bool,
+    /// SHA-256 of the canonical plan that ran (see `tierbox_attest::plan_digest`).
+    pub plan_sha256: String,
 }
 
 impl Outcome {

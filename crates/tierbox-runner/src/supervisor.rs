@@ -248,6 +248,7 @@ async fn supervise(plan: &Plan, l: &mut Launched, started: Instant, state_dir: &
         enforcement: l.enforcement.clone(),
         egress_preflight_hosts: plan.network.preflight_hosts.clone(),
         redacted,
+        plan_sha256: tierbox_attest::plan_digest(plan),
     })
 }
 

@@ -147,3 +147,11 @@ fn codes_are_unique_and_well_formed() {
         assert!(rule.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{code}");
     }
 }
+
+#[test]
+fn the_policy_reference_lists_every_code() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/policy.md")).unwrap();
+    for code in Rejection::ALL_CODES {
+        assert!(doc.contains(code), "docs/policy.md does not list {code}");
+    }
+}
