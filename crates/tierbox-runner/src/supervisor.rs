@@ -142,15 +142,56 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
     let run_id = new_run_id();
     let launch_opts = LaunchOptions { run_id: run_id.clone(), tmp_base: opts.state_dir.join("tmp"), launcher_thread: false };
     let started = Instant::now();
-    let mut launched = spawn::launch(plan, &launch_opts)?;
+    let launched = spawn::launch(plan, &launch_opts)?;
     register_root(launched.pid, true);
-    let result = supervise(plan, &mut launched, started, &opts.state_dir, &run_id).await;
-    register_root(launched.pid, false);
-    cleanup(&mut launched);
+    // From here on the run is owned by the guard: if this future is dropped (a caller's
+    // timeout, `select!`, an aborted task), the guard kills and reaps the whole tree.
+    let mut guard = RunGuard { launched, done: false };
+    let result = supervise(plan, &mut guard.launched, started, &opts.state_dir, &run_id).await;
+    guard.finish();
     let mut outcome = result?;
     outcome.run_id = run_id;
     Ok(outcome)
 }
+
+/// Owns a launched run until it is fully cleaned up.
+struct RunGuard {
+    launched: Launched,
+    done: bool,
+}
+
+impl RunGuard {
+    /// Normal end: the supervisor already killed and reaped the tree.
+    fn finish(&mut self) {
+        if !self.done {
+            self.done = true;
+            register_root(self.launched.pid, false);
+            cleanup(&mut self.launched);
+        }
+    }
+}
+
+impl Drop for RunGuard {
+    /// Abnormal end (the run's future was dropped): kill the tree, reap the direct child,
+    /// release the resources. Bounded: the processes are SIGKILLed, so they exit at once.
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let l = &self.launched;
+        kill_tree(l);
+        for _ in 0..REAP_ON_DROP_TRIES {
+            match spawn::sys::wait_pidfd(&l.pidfd, true) {
+                Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+                _ => break,
+            }
+        }
+        self.finish();
+    }
+}
+
+/// How many 1 ms tries a dropped run gets to reap its SIGKILLed direct child.
+const REAP_ON_DROP_TRIES: u32 = 1_000;
 
 fn register_root(pid: i32, live: bool) {
     if let Ok(mut roots) = live_roots().lock() {

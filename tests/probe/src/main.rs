@@ -1,1 +1,193 @@
-fn main() {}
+//! `tierbox-probe`: one subcommand per sandbox guarantee, run *inside* the sandbox.
+//!
+//! Each probe tries to break one guarantee, prints one line saying what it tried and what
+//! happened, and exits with:
+//!
+//! - `0` and a line starting `HOLDS` — every attempt was stopped;
+//! - `1` and a line starting `BROKEN` — some attempt succeeded;
+//! - `2` and a line starting `ERROR` — the probe itself could not run (bad arguments, a
+//!   target that does not exist, an unexpected failure), which proves nothing.
+//!
+//! A few probes only set a scene that the *test* then judges from outside (`flood`,
+//! `daemon`, `grandchild-holds-stdout`, `hold`, `whoami`, `print-env`) and print `DONE`, exit 0; `memory`,
+//! `cpu` and `fsize --signal` expect to be killed, and print `BROKEN` if they are not.
+//!
+//! Path arguments may be written `env:NAME`, meaning "the path in environment variable
+//! NAME". Tests use it for paths outside the workspace, which the runner's advisory
+//! argument check would otherwise reject before the kernel layers are ever reached.
+//!
+//! The binary is single-threaded on purpose: the process probes fork (see `sys.rs`).
+
+mod cgroup;
+mod fs;
+mod net;
+mod privilege;
+mod process;
+mod stdio;
+mod surface;
+mod sys;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// What a probe found.
+#[derive(Debug)]
+pub enum Report {
+    /// Every attempt was stopped.
+    Holds(String),
+    /// Some attempt succeeded.
+    Broken(String),
+    /// A scene-setting probe finished; the caller judges the outcome.
+    Done(String),
+}
+
+/// The probe could not run; its result proves nothing.
+#[derive(Debug)]
+pub struct ProbeError(pub String);
+
+impl fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<sys::SysError> for ProbeError {
+    fn from(e: sys::SysError) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// The result of one probe.
+pub type ProbeResult = Result<Report, ProbeError>;
+
+const USAGE: &str = "\
+usage: tierbox-probe PROBE [ARGS]
+  read-denied PATH              reading PATH must fail, also via a symlink, a hard link and
+                                /proc/self/root (PATH must exist)
+  write-denied PATH             append/truncate/move out, and create/mkdir/symlink/rename/link
+                                into PATH (a directory, or a file and its directory) must fail
+  chmod-denied PATH             chmod of PATH (to its current mode) must fail
+  env-absent NAME...            none of the variables may be set
+  print-env NAME                print NAME=VALUE on stdout and stderr
+  fd-closed N                   fd N (and every fd above 2) must be closed
+  no-caps                       all capability sets empty, NoNewPrivs 1, Seccomp 2
+  fork-bomb LIMIT               spawning must fail before the run has more than LIMIT processes
+  fsize BYTES [--signal] [FILE] a file cannot grow past BYTES (SIGXFSZ ignored unless --signal)
+  nofile N                      opening files must fail with EMFILE before fd N
+  daemon PIDFILE                leave a setsid double-forked daemon; write 'PID START' to PIDFILE
+  flood BYTES                   write BYTES to stdout in 1 MiB writes (report on stderr)
+  stdin-closed                  stdin must be at end of file at once
+  hold PIDFILE                  fork a child, write 'PID START CHILD START' to PIDFILE, sleep 60 s
+  grandchild-holds-stdout [--setsid]
+                                leave a child holding stdout for 30 s, print its pid
+  no-net PORT                   inet/inet6/unix sockets and a connect to 127.0.0.1:PORT must fail
+  no-ptrace                     PTRACE_TRACEME and process_vm_readv must fail
+  no-userns                     unshare(CLONE_NEWUSER) and clone(CLONE_NEWUSER) must fail
+  no-kernel-surface             io_uring, userfaultfd, keyctl, bpf, perf_event_open,
+                                personality changes and name_to_handle_at must fail
+  no-signal-outside PID         kill(PID, 0) must fail with EPERM
+  no-tiocsti                    TIOCSTI on fds 0-2 and /dev/tty must fail
+  proc-environ PID              /proc/PID/environ, mem, fd/N links, cwd and root must be unreachable
+  cgroup-escape                 cgroup.procs of the own and root cgroups must not open for writing
+  memory BYTES                  allocating and touching 2 x BYTES must not succeed
+  cpu MS                        using 2 x MS of CPU time must not succeed
+  no-core                       RLIMIT_CORE is 0 and cannot be raised
+  setuid-exec PATH              a setuid-root copy of this probe must not run with euid 0
+  whoami                        print uids, gids and groups (run by setuid-exec)
+PATH arguments may be env:NAME (the path is the value of variable NAME).";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((probe, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let result = run(probe, rest);
+    let (status, line) = match result {
+        Ok(Report::Holds(d)) => (0, format!("HOLDS {probe}: {d}")),
+        Ok(Report::Done(d)) => (0, format!("DONE {probe}: {d}")),
+        Ok(Report::Broken(d)) => (1, format!("BROKEN {probe}: {d}")),
+        Err(e) => (2, format!("ERROR {probe}: {e}")),
+    };
+    // `flood` owns stdout: its byte count is what the caller checks.
+    if probe == "flood" {
+        eprintln!("{line}");
+    } else {
+        println!("{line}");
+    }
+    ExitCode::from(status)
+}
+
+fn run(probe: &str, args: &[String]) -> ProbeResult {
+    let arg = |i: usize| {
+        args.get(i)
+            .map(String::as_str)
+            .ok_or_else(|| ProbeError(format!("missing argument {}\n{USAGE}", i + 1)))
+    };
+    match probe {
+        "read-denied" => fs::read_denied(&path_arg(arg(0)?)?),
+        "write-denied" => fs::write_denied(&path_arg(arg(0)?)?),
+        "chmod-denied" => fs::chmod_denied(&path_arg(arg(0)?)?),
+        "fsize" => {
+            let signal = args.iter().any(|a| a == "--signal");
+            let file = args
+                .iter()
+                .skip(1)
+                .find(|a| !a.starts_with("--"))
+                .map(|a| path_arg(a))
+                .transpose()?;
+            fs::fsize(number(arg(0)?)?, signal, file)
+        }
+        "env-absent" if !args.is_empty() => stdio::env_absent(args),
+        "env-absent" => Err(ProbeError(format!("missing argument 1\n{USAGE}"))),
+        "print-env" => stdio::print_env(arg(0)?),
+        "fd-closed" => stdio::fd_closed(number(arg(0)?)?),
+        "flood" => stdio::flood(number(arg(0)?)?),
+        "stdin-closed" => stdio::stdin_closed(),
+        "no-caps" => privilege::no_caps(),
+        "no-ptrace" => privilege::no_ptrace(),
+        "no-userns" => privilege::no_userns(),
+        "no-signal-outside" => privilege::no_signal_outside(number(arg(0)?)?),
+        "no-tiocsti" => privilege::no_tiocsti(),
+        "proc-environ" => privilege::proc_environ(number(arg(0)?)?),
+        "fork-bomb" => process::fork_bomb(number(arg(0)?)?),
+        "nofile" => process::nofile(number(arg(0)?)?),
+        "daemon" => process::daemon(&path_arg(arg(0)?)?),
+        "grandchild-holds-stdout" => {
+            process::grandchild_holds_stdout(args.iter().any(|a| a == "--setsid"))
+        }
+        "no-net" => net::no_net(number(arg(0)?)?),
+        "cgroup-escape" => cgroup::cgroup_escape(),
+        "no-kernel-surface" => surface::no_kernel_surface(),
+        "memory" => process::memory(number(arg(0)?)?),
+        "cpu" => process::cpu(number(arg(0)?)?),
+        "hold" => process::hold(&path_arg(arg(0)?)?),
+        "no-core" => privilege::no_core(),
+        "setuid-exec" => privilege::setuid_exec(&path_arg(arg(0)?)?),
+        "whoami" => privilege::whoami(),
+        "help" | "--help" | "-h" => Err(ProbeError(USAGE.to_owned())),
+        other => Err(ProbeError(format!("unknown probe {other:?}\n{USAGE}"))),
+    }
+}
+
+/// A decimal argument.
+fn number<T: std::str::FromStr>(text: &str) -> Result<T, ProbeError> {
+    text.parse()
+        .map_err(|_| ProbeError(format!("{text:?} is not a valid number")))
+}
+
+/// A path argument: the text itself, or with `env:NAME` the value of variable `NAME`.
+fn path_arg(text: &str) -> Result<PathBuf, ProbeError> {
+    match text.strip_prefix("env:") {
+        Some(name) => std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .ok_or_else(|| {
+                ProbeError(format!(
+                    "environment variable {name} (named by {text:?}) is not set"
+                ))
+            }),
+        None => Ok(PathBuf::from(text)),
+    }
+}

@@ -1,0 +1,3 @@
+mod harness;
+mod tier_b;
+mod tier_b_lifecycle;
