@@ -262,7 +262,22 @@ fn cmd_run(policy: &PolicyArgs, request: RequestArgs, json: bool, pass_stdin: bo
         req.stdin = Some(data);
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
-    match rt.block_on(runner.run(&req)) {
+    let result = rt.block_on(async {
+        // SIGINT, SIGTERM or SIGHUP to the CLI drops the run's future, whose guard kills
+        // and reaps the whole sandboxed tree before we exit.
+        tokio::select! {
+            r = runner.run(&req) => Ok(r),
+            sig = termination_signal() => Err(sig),
+        }
+    });
+    let result = match result {
+        Ok(r) => r,
+        Err(sig) => {
+            eprintln!("tierbox: received signal {sig}; the run was killed");
+            return Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)));
+        }
+    };
+    match result {
         Ok(outcome) => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&outcome)?);
@@ -282,6 +297,21 @@ fn cmd_run(policy: &PolicyArgs, request: RequestArgs, json: bool, pass_stdin: bo
             }
             Ok(ExitCode::from(EXIT_INTERNAL))
         }
+    }
+}
+
+/// Resolves with the number of the first SIGINT, SIGTERM or SIGHUP received.
+async fn termination_signal() -> i32 {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) =
+        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::hangup()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => 2,
+        _ = term.recv() => 15,
+        _ = hup.recv() => 1,
     }
 }
 

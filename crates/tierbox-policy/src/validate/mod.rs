@@ -69,8 +69,20 @@ pub const SYSTEM_SECRET_PATHS: &[&str] = &[
     "/etc/krb5.keytab",
 ];
 
-/// Most entries one system directory may expand to when secrets are carved out of it.
-const MAX_SYSTEM_ENTRIES: usize = 4096;
+/// Most entries walked under `/etc` when looking for files an unprivileged user could
+/// not read; bounds the cost of a pathological `/etc`.
+const MAX_SYSTEM_ENTRIES: usize = 20_000;
+
+/// Deepest directory level walked under `/etc`.
+const MAX_SYSTEM_DEPTH: usize = 16;
+
+/// How often the cached expansion re-checks that no walked directory changed. A root-only
+/// file created in `/etc` is hidden from runs that start at most this long after it.
+const SYSTEM_PATHS_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The directory whose unreadable entries are carved out (the other system paths hold
+/// programs and libraries, which are world-readable).
+const SECRETS_ROOT: &str = "/etc";
 
 /// What validation needs to know about the host it runs on.
 #[derive(Debug, Clone)]
@@ -199,51 +211,63 @@ fn existing_paths(list: &[String], home: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
-/// Expands the system read-only paths into grantable entries: a directory that contains a
-/// [`SYSTEM_SECRET_PATHS`] entry is replaced by its children, recursively, minus the secret.
-/// Symlinks are kept as they are (the kernel layers resolve them on use).
+/// The system read-only paths as grantable entries, with host secrets carved out.
 ///
-/// The expansion is cached and recomputed when the modification time of any directory it
-/// expanded changes (an entry added to or removed from `/etc` changes `/etc`'s mtime).
+/// Hidden: every [`SYSTEM_SECRET_PATHS`] entry, and every entry under `/etc` that an
+/// unprivileged user could not read (a file without `o+r`, a directory without `o+rx`) —
+/// a process that keeps uid 0 (Tier B under a root supervisor) would otherwise read them
+/// through plain file permissions. A directory that contains a hidden entry is replaced by
+/// its children, recursively. Symlinks are kept (the kernel layers check their targets).
+///
+/// The walk is cached; at most every [`SYSTEM_PATHS_RECHECK`] the modification times of
+/// the walked directories are compared and the walk redone if any changed.
 pub fn system_read_only_paths() -> Vec<PathBuf> {
     static CACHE: Mutex<Option<SystemPathsCache>> = Mutex::new(None);
     let mut guard = match CACHE.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
     };
-    if let Some(cache) = guard.as_ref()
+    if let Some(cache) = guard.as_mut()
         && cache.is_fresh()
     {
         return cache.paths.clone();
     }
-    let mut expanded_dirs = Vec::new();
+    let mut walked = Vec::new();
+    let mut hidden: Vec<PathBuf> = SYSTEM_SECRET_PATHS.iter().map(PathBuf::from).collect();
+    let mut budget = MAX_SYSTEM_ENTRIES;
+    find_unreadable(Path::new(SECRETS_ROOT), 0, &mut budget, &mut hidden, &mut walked);
     let mut out = Vec::new();
     for root in SYSTEM_READ_ONLY_PATHS {
         let path = Path::new(root);
         if std::fs::symlink_metadata(path).is_ok() {
-            expand_without_secrets(path, &mut out, &mut expanded_dirs);
+            expand_without(path, &hidden, &mut out);
         }
     }
     out.sort();
     out.dedup();
-    let stamps = expanded_dirs.into_iter().map(|d| {
+    let stamps = walked.into_iter().map(|d| {
         let stamp = dir_stamp(&d);
         (d, stamp)
     });
-    let cache = SystemPathsCache { paths: out.clone(), stamps: stamps.collect() };
-    *guard = Some(cache);
+    *guard = Some(SystemPathsCache { paths: out.clone(), stamps: stamps.collect(), checked: std::time::Instant::now() });
     out
 }
 
 struct SystemPathsCache {
     paths: Vec<PathBuf>,
-    /// Each expanded directory and its modification time when it was read.
+    /// Each walked directory and its modification time when it was read.
     stamps: Vec<(PathBuf, Option<std::time::SystemTime>)>,
+    checked: std::time::Instant,
 }
 
 impl SystemPathsCache {
-    fn is_fresh(&self) -> bool {
-        self.stamps.iter().all(|(dir, stamp)| dir_stamp(dir) == *stamp)
+    fn is_fresh(&mut self) -> bool {
+        if self.checked.elapsed() < SYSTEM_PATHS_RECHECK {
+            return true;
+        }
+        let fresh = self.stamps.iter().all(|(dir, stamp)| dir_stamp(dir) == *stamp);
+        self.checked = std::time::Instant::now();
+        fresh
     }
 }
 
@@ -251,12 +275,39 @@ fn dir_stamp(dir: &Path) -> Option<std::time::SystemTime> {
     std::fs::symlink_metadata(dir).and_then(|m| m.modified()).ok()
 }
 
-fn expand_without_secrets(path: &Path, out: &mut Vec<PathBuf>, expanded: &mut Vec<PathBuf>) {
-    if SYSTEM_SECRET_PATHS.iter().any(|s| Path::new(s) == path) {
+/// Adds to `hidden` every entry under `dir` that others cannot read; records walked dirs.
+fn find_unreadable(dir: &Path, depth: usize, budget: &mut usize, hidden: &mut Vec<PathBuf>, walked: &mut Vec<PathBuf>) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    walked.push(dir.to_path_buf());
+    for entry in entries.flatten() {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        let mode = meta.permissions().mode();
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        if meta.is_dir() {
+            if mode & 0o005 != 0o005 {
+                hidden.push(path);
+            } else if depth < MAX_SYSTEM_DEPTH {
+                find_unreadable(&path, depth + 1, budget, hidden, walked);
+            }
+        } else if mode & 0o004 == 0 {
+            hidden.push(path);
+        }
+    }
+}
+
+fn expand_without(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
+    if hidden.iter().any(|h| h == path) {
         return;
     }
-    let contains_secret = SYSTEM_SECRET_PATHS.iter().any(|s| Path::new(s).starts_with(path));
-    if !contains_secret {
+    if !hidden.iter().any(|h| h.starts_with(path)) {
         out.push(path.to_path_buf());
         return;
     }
@@ -266,9 +317,43 @@ fn expand_without_secrets(path: &Path, out: &mut Vec<PathBuf>, expanded: &mut Ve
         return;
     }
     let Ok(entries) = std::fs::read_dir(path) else { return };
-    expanded.push(path.to_path_buf());
-    for entry in entries.flatten().take(MAX_SYSTEM_ENTRIES) {
-        expand_without_secrets(&entry.path(), out, expanded);
+    for entry in entries.flatten() {
+        expand_without(&entry.path(), hidden, out);
+    }
+}
+
+#[cfg(test)]
+mod system_paths_tests {
+    use super::*;
+
+    #[test]
+    fn host_secrets_are_carved_out_and_ordinary_files_kept() {
+        let paths = system_read_only_paths();
+        let granted = |p: &str| paths.iter().any(|g| Path::new(p).starts_with(g));
+        for secret in ["/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssl/private"] {
+            assert!(!granted(secret), "{secret} must not be granted");
+        }
+        if Path::new("/etc/passwd").exists() {
+            assert!(granted("/etc/passwd"));
+        }
+        assert!(granted("/usr/bin"));
+    }
+
+    #[test]
+    fn files_others_cannot_read_are_hidden() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let open = dir.path().join("open");
+        let closed = dir.path().join("closed");
+        std::fs::write(&open, "x").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&closed, "x").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o600)).unwrap_or_else(|e| panic!("{e}"));
+        let (mut hidden, mut walked, mut budget) = (Vec::new(), Vec::new(), 100);
+        find_unreadable(dir.path(), 0, &mut budget, &mut hidden, &mut walked);
+        assert_eq!(hidden, [closed.clone()]);
+        let mut out = Vec::new();
+        expand_without(dir.path(), &hidden, &mut out);
+        assert_eq!(out, [open]);
     }
 }
 

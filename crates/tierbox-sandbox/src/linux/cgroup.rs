@@ -1139,3 +1139,45 @@ fn rmdir_retrying(dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 #[path = "cgroup_tests.rs"]
 mod tests;
+
+/// Removes run groups left behind by supervisors that died without cleaning up (a
+/// SIGKILLed supervisor cannot kill its runs' descendants; they stay in their groups).
+///
+/// Looks in our own group of every controller for directories named `<prefix>*` for which
+/// `is_orphaned(name)` is true, SIGKILLs every task in them (bounded rounds) and removes
+/// them. Returns how many directories were removed.
+pub fn sweep_orphaned(support: &CgroupSupport, prefix: &str, is_orphaned: impl Fn(&str) -> bool) -> usize {
+    let mut removed = 0;
+    let controllers = [&support.memory, &support.pids, &support.cpu, &support.freezer];
+    for dir in controllers.iter().filter_map(|c| c.dir.as_ref()) {
+        let Ok(entries) = fs::read_dir(dir) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if !name.starts_with(prefix) || !is_orphaned(name) {
+                continue;
+            }
+            let group = entry.path();
+            for _ in 0..KILL_MAX_ROUNDS {
+                let pids = read_pids(&group.join("cgroup.procs")).unwrap_or_default();
+                if pids.is_empty() {
+                    break;
+                }
+                for pid in pids {
+                    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                    }
+                }
+                std::thread::sleep(KILL_ROUND_PAUSE);
+            }
+            for _ in 0..REMOVE_RETRIES {
+                if fs::remove_dir(&group).is_ok() {
+                    removed += 1;
+                    break;
+                }
+                std::thread::sleep(REMOVE_RETRY_PAUSE);
+            }
+        }
+    }
+    removed
+}

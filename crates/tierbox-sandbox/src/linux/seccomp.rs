@@ -47,6 +47,11 @@ pub struct SeccompSpec {
     pub allow_inet_sockets: bool,
     /// Allow `socket(AF_UNIX, ...)`; otherwise `EPERM`. `socketpair` is always allowed.
     pub allow_unix_sockets: bool,
+    /// Deny changing file modes, owners and extended attributes (`EPERM`). For a child that
+    /// keeps uid 0 without capabilities: it still *owns* every root-owned file, landlock
+    /// does not mediate `chmod`/`chown`/`setxattr`, and without this a run could e.g.
+    /// `chmod u+s` a root binary or `chmod 644 /etc/shadow` outside its workspace.
+    pub deny_file_metadata: bool,
 }
 
 impl SeccompSpec {
@@ -55,6 +60,7 @@ impl SeccompSpec {
     pub const fn locked_down() -> Self {
         Self {
             deny_namespaces: true,
+            deny_file_metadata: false,
             allow_inet_sockets: false,
             allow_unix_sockets: false,
         }
@@ -154,6 +160,18 @@ pub enum When {
     Always,
     /// Only when [`SeccompSpec::deny_namespaces`] is set.
     DenyNamespaces,
+    /// Only when [`SeccompSpec::deny_file_metadata`] is set.
+    DenyFileMetadata,
+}
+
+impl When {
+    fn applies(self, spec: &SeccompSpec) -> bool {
+        match self {
+            When::Always => true,
+            When::DenyNamespaces => spec.deny_namespaces,
+            When::DenyFileMetadata => spec.deny_file_metadata,
+        }
+    }
 }
 
 /// One plainly denied system call: denied whatever its arguments.
@@ -181,6 +199,16 @@ const fn deny(name: &'static str, nr: libc::c_long, reason: &'static str) -> Den
     }
 }
 
+const fn deny_meta(name: &'static str, nr: libc::c_long) -> Denial {
+    Denial {
+        name,
+        nr: nr as u32,
+        errno: libc::EPERM,
+        when: When::DenyFileMetadata,
+        reason: "uid 0 owns every root-owned file and landlock does not mediate metadata changes",
+    }
+}
+
 const fn deny_ns(name: &'static str, nr: libc::c_long, errno: i32, reason: &'static str) -> Denial {
     Denial {
         name,
@@ -201,6 +229,12 @@ mod extra_nr {
     /// `get_kernel_syms` (x86-64 only; removed).
     #[cfg(target_arch = "x86_64")]
     pub const GET_KERNEL_SYMS: libc::c_long = 177;
+    /// `fchmodat2` (6.6), one number on every architecture.
+    pub const FCHMODAT2: libc::c_long = 452;
+    /// `setxattrat` (6.13), one number on every architecture.
+    pub const SETXATTRAT: libc::c_long = 463;
+    /// `removexattrat` (6.13), one number on every architecture.
+    pub const REMOVEXATTRAT: libc::c_long = 466;
     /// `query_module` (x86-64 only; removed).
     #[cfg(target_arch = "x86_64")]
     pub const QUERY_MODULE: libc::c_long = 178;
@@ -285,6 +319,26 @@ pub const DENY_TABLE: &[Denial] = &[
     deny("get_kernel_syms", extra_nr::GET_KERNEL_SYMS, "removed module interface"),
     #[cfg(target_arch = "x86_64")]
     deny("query_module", extra_nr::QUERY_MODULE, "removed module interface"),
+    // File metadata (only with `deny_file_metadata`).
+    #[cfg(target_arch = "x86_64")]
+    deny_meta("chmod", libc::SYS_chmod),
+    deny_meta("fchmod", libc::SYS_fchmod),
+    deny_meta("fchmodat", libc::SYS_fchmodat),
+    deny_meta("fchmodat2", extra_nr::FCHMODAT2),
+    #[cfg(target_arch = "x86_64")]
+    deny_meta("chown", libc::SYS_chown),
+    #[cfg(target_arch = "x86_64")]
+    deny_meta("lchown", libc::SYS_lchown),
+    deny_meta("fchown", libc::SYS_fchown),
+    deny_meta("fchownat", libc::SYS_fchownat),
+    deny_meta("setxattr", libc::SYS_setxattr),
+    deny_meta("lsetxattr", libc::SYS_lsetxattr),
+    deny_meta("fsetxattr", libc::SYS_fsetxattr),
+    deny_meta("removexattr", libc::SYS_removexattr),
+    deny_meta("lremovexattr", libc::SYS_lremovexattr),
+    deny_meta("fremovexattr", libc::SYS_fremovexattr),
+    deny_meta("setxattrat", extra_nr::SETXATTRAT),
+    deny_meta("removexattrat", extra_nr::REMOVEXATTRAT),
     // Namespaces (only with `deny_namespaces`).
     deny_ns("unshare", libc::SYS_unshare, libc::EPERM, "no nested namespaces: a user namespace exposes root-only kernel surface"),
     deny_ns("setns", libc::SYS_setns, libc::EPERM, "no joining other namespaces"),
@@ -360,7 +414,7 @@ impl SeccompProgram {
             }
         };
         for d in DENY_TABLE {
-            if d.when == When::Always || spec.deny_namespaces {
+            if d.when.applies(spec) {
                 add(d.nr, d.name, Action::Errno(d.errno))?;
             }
         }

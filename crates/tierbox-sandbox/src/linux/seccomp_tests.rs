@@ -18,6 +18,7 @@ fn locked_down() -> SeccompSpec {
 fn permissive() -> SeccompSpec {
     SeccompSpec {
         deny_namespaces: false,
+        deny_file_metadata: false,
         allow_inet_sockets: true,
         allow_unix_sockets: true,
     }
@@ -249,7 +250,9 @@ fn ordinary() -> Vec<(&'static str, libc::c_long, Vec<u64>)> {
 
 #[test]
 fn every_table_entry_is_denied_with_its_errno() {
-    let prog = SeccompProgram::build(&locked_down()).unwrap();
+    let mut spec = locked_down();
+    spec.deny_file_metadata = true;
+    let prog = SeccompProgram::build(&spec).unwrap();
     for d in DENY_TABLE {
         assert_eq!(
             eval(&prog, d.nr.into(), &[]),
@@ -321,6 +324,7 @@ fn socket_families() {
     for (inet, unix) in combos {
         let spec = SeccompSpec {
             deny_namespaces: true,
+            deny_file_metadata: false,
             allow_inet_sockets: inet,
             allow_unix_sockets: unix,
         };
@@ -779,4 +783,19 @@ fn attach_time_is_reported() {
         prog.len(),
         p50 as f64 / 1000.0
     );
+}
+
+#[test]
+fn file_metadata_changes_are_denied_only_when_asked() {
+    let mut spec = SeccompSpec::locked_down();
+    let plain = SeccompProgram::build(&spec).unwrap();
+    spec.deny_file_metadata = true;
+    let meta = SeccompProgram::build(&spec).unwrap();
+    for nr in [libc::SYS_fchmodat, libc::SYS_fchmod, libc::SYS_fchownat, libc::SYS_fsetxattr, libc::SYS_removexattr, 452] {
+        assert_eq!(eval(&plain, nr, &[]), ALLOW, "nr {nr} allowed by default");
+        assert_eq!(eval(&meta, nr, &[]), eperm(), "nr {nr} denied with deny_file_metadata");
+    }
+    for nr in [libc::SYS_read, libc::SYS_openat, libc::SYS_utimensat, libc::SYS_getxattr] {
+        assert_eq!(eval(&meta, nr, &[]), ALLOW, "nr {nr}");
+    }
 }

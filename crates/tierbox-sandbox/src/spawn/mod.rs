@@ -155,7 +155,11 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     let (uid, gid, change_ids) = child_ids(facts, &plan.workspace);
     enforcement.uid = Some(uid);
     enforcement.gid = Some(gid);
-    enforcement.capabilities = "none (bounding, ambient, effective, permitted, inheritable cleared)".to_owned();
+    enforcement.capabilities = if facts.euid == 0 {
+        "none: bounding, ambient, effective, permitted and inheritable sets cleared; securebits NOROOT locked".to_owned()
+    } else {
+        "none effective, permitted, inheritable or ambient; the bounding set is left as inherited (an unprivileged supervisor cannot drop it) and no_new_privs stops execve from granting any".to_owned()
+    };
     enforcement.no_new_privs = true;
 
     // Per-run resources: a warm slot with the same shape, or new ones.
@@ -191,8 +195,12 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
 
     // Seccomp (the program is pure data, built per launch in microseconds).
     let seccomp = if facts.seccomp {
-        let program = seccomp_program(&network)?;
-        enforcement.seccomp = LayerReport::applied(format!("deny-list filter, {} instructions", program.len()));
+        let program = seccomp_program(&network, uid)?;
+        enforcement.seccomp = LayerReport::applied(format!(
+            "deny-list filter, {} instructions{}",
+            program.len(),
+            if uid == 0 { "; chmod/chown/xattr changes denied (the run keeps uid 0)" } else { "" }
+        ));
         Some(program)
     } else {
         enforcement.seccomp = LayerReport::missing("seccomp unavailable on this host");
@@ -372,8 +380,15 @@ fn network_rules(plan: &Plan, facts: &HostFacts) -> Result<NetworkRules, Rejecti
     }
 }
 
-fn seccomp_program(net: &NetworkRules) -> Result<SeccompProgram, LaunchError> {
-    SeccompProgram::build(&SeccompSpec { deny_namespaces: true, allow_inet_sockets: net.allow_inet, allow_unix_sockets: net.allow_unix })
+fn seccomp_program(net: &NetworkRules, child_uid: u32) -> Result<SeccompProgram, LaunchError> {
+    SeccompProgram::build(&SeccompSpec {
+        deny_namespaces: true,
+        // A child that keeps uid 0 owns every root-owned file; landlock cannot stop it from
+        // changing their modes, owners or attributes, so seccomp does.
+        deny_file_metadata: child_uid == 0,
+        allow_inet_sockets: net.allow_inet,
+        allow_unix_sockets: net.allow_unix,
+    })
         .map_err(|e| LaunchError::Setup { what: "seccomp program".to_owned(), source: std::io::Error::other(e.to_string()) })
 }
 
@@ -421,7 +436,8 @@ fn new_slot(
         None => None,
     };
     let cgroup = if facts.cgroup.is_usable() {
-        match RunCgroup::create(&facts.cgroup, &format!("tierbox-{}", opts.run_id), limits) {
+        sweep_orphaned_groups_once();
+        match RunCgroup::create(&facts.cgroup, &format!("{}{}", owner_prefix(), opts.run_id), limits) {
             Ok(cg) => Some(cg),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&tmp);
@@ -435,12 +451,70 @@ fn new_slot(
     Ok(Slot::new(key, tmp, landlock, cgroup))
 }
 
+/// Run groups are named `tierbox-<supervisor pid>.<its start time>-<run id>`, so groups
+/// left by a supervisor that died (SIGKILL cannot be handled) can be recognised and swept.
+const GROUP_PREFIX: &str = "tierbox-";
+
+fn owner_prefix() -> &'static str {
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let pid = sys::getpid();
+        format!("{GROUP_PREFIX}{pid}.{}-", process_start_time(pid).unwrap_or(0))
+    })
+}
+
+/// Start time of `pid` in clock ticks since boot (`/proc/<pid>/stat` field 22): with the
+/// pid it identifies a process across pid reuse.
+fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses; fields after it are
+    // plain. Field 22 is the 20th after the closing parenthesis.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the supervisor named in a group name (`tierbox-<pid>.<start>-…`) is gone.
+fn owner_is_gone(name: &str) -> bool {
+    let Some(owner) = name.strip_prefix(GROUP_PREFIX).and_then(|r| r.split('-').next()) else { return false };
+    let Some((pid, start)) = owner.split_once('.') else { return false };
+    let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else { return false };
+    process_start_time(pid) != Some(start)
+}
+
+/// Once per process, before its first run group: remove groups of dead supervisors.
+fn sweep_orphaned_groups_once() {
+    static SWEPT: OnceLock<()> = OnceLock::new();
+    SWEPT.get_or_init(|| {
+        sweep_orphaned_groups();
+    });
+}
+
+/// Kills whatever is left in run groups of supervisors that died without cleaning up, and
+/// removes those groups. Runs automatically before a process's first run; returns how many
+/// group directories were removed.
+pub fn sweep_orphaned_groups() -> usize {
+    crate::linux::cgroup::sweep_orphaned(&host_facts().cgroup, GROUP_PREFIX, owner_is_gone)
+}
+
+/// Removes private temporary directories of supervisors that died, under `base`.
+fn sweep_orphaned_tmp(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_str().is_some_and(|n| n.starts_with(GROUP_PREFIX) && owner_is_gone(n)) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Creates `<base>/run-<id>` with mode 0700, owned by the child's uid.
 fn make_private_tmp(base: &Path, run_id: &str, uid: u32, gid: u32) -> Result<PathBuf, LaunchError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(base).map_err(LaunchError::setup(format!("create {}", base.display())))?;
     let _ = std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711));
-    let dir = base.join(format!("run-{run_id}"));
+    static SWEPT: OnceLock<()> = OnceLock::new();
+    SWEPT.get_or_init(|| sweep_orphaned_tmp(base));
+    let dir = base.join(format!("{}{run_id}", owner_prefix()));
     make_owned_dir(&dir, uid, gid)?;
     Ok(dir)
 }

@@ -87,7 +87,6 @@ async fn host_secrets_under_the_system_paths_cannot_be_read() {
 /// the fixed [`SYSTEM_SECRET_PATHS`] list. So any root-only file not on that list leaks
 /// (on the host these tests were written on: `/etc/default/cacerts`, `/etc/.pwd.lock`).
 #[tokio::test]
-#[ignore = "known gap, not a documented guarantee: the /etc carve-out is a fixed list, so root-only files not on it are readable as uid 0"]
 async fn root_only_files_under_the_system_paths_cannot_be_read_as_uid_0() {
     let Some(fx) = Fixture::new(
         "root_only_files_under_the_system_paths_cannot_be_read_as_uid_0",
@@ -252,7 +251,6 @@ async fn non_root_run_cannot_chmod_outside_the_workspace() {
 /// `/etc/shadow` (so `chmod 0644 /etc/shadow` or `chmod u+s` on any root-owned binary
 /// works from a run). The probe only sets the mode a file already has.
 #[tokio::test]
-#[ignore = "known gap: landlock does not mediate chmod, so a uid-0 run can chmod any root-owned file, hidden or not (SECURITY.md says 'files it can read')"]
 async fn uid0_run_cannot_chmod_files_landlock_hides() {
     let Some(fx) = Fixture::new(
         "uid0_run_cannot_chmod_files_landlock_hides",
