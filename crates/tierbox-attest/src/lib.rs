@@ -37,7 +37,12 @@ fn sorted(value: &Value) -> Value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            Value::Object(entries.into_iter().map(|(k, v)| (k.clone(), sorted(v))).collect())
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k.clone(), sorted(v)))
+                    .collect(),
+            )
         }
         Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
         other => other.clone(),
@@ -46,7 +51,10 @@ fn sorted(value: &Value) -> Value {
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The plan as attested: environment values replaced by their SHA-256.
@@ -85,14 +93,22 @@ mod tests {
         let mut policy = tierbox_policy::Policy::default();
         policy.exec.allowed_executables = vec!["ls".to_owned()];
         let ctx = tierbox_policy::ValidateContext::new(&ws).with_env(
-            [("HOME".to_owned(), "/nonexistent".to_owned()), ("LANG".to_owned(), "C.UTF-8".to_owned())].into(),
+            [
+                ("HOME".to_owned(), "/nonexistent".to_owned()),
+                ("LANG".to_owned(), "C.UTF-8".to_owned()),
+            ]
+            .into(),
         );
-        tierbox_policy::validate(&policy, &tierbox_policy::ProcessRunRequest::new("ls"), &ctx).unwrap_or_else(|e| panic!("{e}"))
+        tierbox_policy::validate(&policy, &tierbox_policy::ProcessRunRequest::new("ls"), &ctx)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     #[test]
     fn golden_sha256() {
-        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]

@@ -14,7 +14,9 @@ pub fn run(json: bool) -> Result<ExitCode> {
         .into_iter()
         .map(|t| match tier_available(t, facts) {
             Ok(()) => serde_json::json!({ "tier": t.to_string(), "available": true }),
-            Err(reason) => serde_json::json!({ "tier": t.to_string(), "available": false, "reason": reason }),
+            Err(reason) => {
+                serde_json::json!({ "tier": t.to_string(), "available": false, "reason": reason })
+            }
         })
         .collect();
     let mut hints = Vec::new();
@@ -33,13 +35,37 @@ pub fn run(json: bool) -> Result<ExitCode> {
         ));
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "host": summary, "tiers": tiers, "hints": hints }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "host": summary, "tiers": tiers, "hints": hints })
+            )?
+        );
         return Ok(ExitCode::SUCCESS);
     }
     println!("kernel      {}", summary.kernel);
-    println!("supervisor  {}", if summary.root { "root (children drop every capability)" } else { "unprivileged" });
-    println!("landlock    {}", summary.landlock_abi.map_or("unavailable".to_owned(), |a| format!("ABI {a}")));
-    println!("seccomp     {}", if summary.seccomp { "available" } else { "unavailable" });
+    println!(
+        "supervisor  {}",
+        if summary.root {
+            "root (children drop every capability)"
+        } else {
+            "unprivileged"
+        }
+    );
+    println!(
+        "landlock    {}",
+        summary
+            .landlock_abi
+            .map_or("unavailable".to_owned(), |a| format!("ABI {a}"))
+    );
+    println!(
+        "seccomp     {}",
+        if summary.seccomp {
+            "available"
+        } else {
+            "unavailable"
+        }
+    );
     println!("cgroup      {}", summary.cgroup_detail);
     println!();
     for t in &tiers {
@@ -47,7 +73,10 @@ pub fn run(json: bool) -> Result<ExitCode> {
         if t["available"].as_bool().unwrap_or(false) {
             println!("tier {tier}      available");
         } else {
-            println!("tier {tier}      unavailable: {}", t["reason"].as_str().unwrap_or(""));
+            println!(
+                "tier {tier}      unavailable: {}",
+                t["reason"].as_str().unwrap_or("")
+            );
         }
     }
     if !hints.is_empty() {

@@ -19,7 +19,11 @@ const EXIT_REJECTED: u8 = 125;
 const EXIT_INTERNAL: u8 = 126;
 
 #[derive(Debug, Parser)]
-#[command(name = "tierbox", version, about = "Run commands for AI agents inside tiered sandboxes")]
+#[command(
+    name = "tierbox",
+    version,
+    about = "Run commands for AI agents inside tiered sandboxes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -146,18 +150,35 @@ fn main() -> ExitCode {
 
 fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Run { policy, request, json, stdin, state_dir } => cmd_run(&policy, request, json, stdin, state_dir),
-        Command::Check { policy, request, json } => cmd_check(&policy, request, json),
+        Command::Run {
+            policy,
+            request,
+            json,
+            stdin,
+            state_dir,
+        } => cmd_run(&policy, request, json, stdin, state_dir),
+        Command::Check {
+            policy,
+            request,
+            json,
+        } => cmd_check(&policy, request, json),
         Command::Schema => {
-            println!("{}", serde_json::to_string_pretty(&tierbox_policy::schema::tool_schemas())?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&tierbox_policy::schema::tool_schemas())?
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { json } => doctor::run(json),
-        Command::Policy { action: PolicyAction::Init } => {
+        Command::Policy {
+            action: PolicyAction::Init,
+        } => {
             print!("{}", tierbox_policy::policy::BUILTIN_DEFAULT_POLICY_TOML);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Policy { action: PolicyAction::Check { file } } => match load_policy(Some(&file)) {
+        Command::Policy {
+            action: PolicyAction::Check { file },
+        } => match load_policy(Some(&file)) {
             Ok(p) => {
                 println!("ok: {} (version {})", file.display(), p.version);
                 Ok(ExitCode::SUCCESS)
@@ -171,9 +192,16 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
 }
 
 fn load_policy(path: Option<&Path>) -> Result<Policy> {
-    let Some(path) = path else { return Ok(Policy::builtin_default()) };
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading policy {}", path.display()))?;
-    let parsed = if path.extension().is_some_and(|e| e == "json") { Policy::from_json(&text) } else { Policy::from_toml(&text) };
+    let Some(path) = path else {
+        return Ok(Policy::builtin_default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading policy {}", path.display()))?;
+    let parsed = if path.extension().is_some_and(|e| e == "json") {
+        Policy::from_json(&text)
+    } else {
+        Policy::from_toml(&text)
+    };
     parsed.with_context(|| format!("policy {}", path.display()))
 }
 
@@ -195,11 +223,18 @@ fn build_request(args: RequestArgs) -> std::result::Result<ProcessRunRequest, Re
     if let Some(file) = &args.request {
         let mut bytes = Vec::new();
         let read = if file.as_os_str() == "-" {
-            std::io::stdin().take(tierbox_policy::request::MAX_REQUEST_BYTES as u64 + 1).read_to_end(&mut bytes)
+            std::io::stdin()
+                .take(tierbox_policy::request::MAX_REQUEST_BYTES as u64 + 1)
+                .read_to_end(&mut bytes)
         } else {
-            std::fs::File::open(file).and_then(|f| f.take(tierbox_policy::request::MAX_REQUEST_BYTES as u64 + 1).read_to_end(&mut bytes))
+            std::fs::File::open(file).and_then(|f| {
+                f.take(tierbox_policy::request::MAX_REQUEST_BYTES as u64 + 1)
+                    .read_to_end(&mut bytes)
+            })
         };
-        read.map_err(|e| Rejection::Malformed { detail: format!("cannot read {}: {e}", file.display()) })?;
+        read.map_err(|e| Rejection::Malformed {
+            detail: format!("cannot read {}: {e}", file.display()),
+        })?;
         return ProcessRunRequest::from_json(&bytes);
     }
     let mut cmd = args.cmd.into_iter();
@@ -211,7 +246,12 @@ fn build_request(args: RequestArgs) -> std::result::Result<ProcessRunRequest, Re
     req.tier = args.tier.into();
     req.requested_egress_hosts = args.egress_hosts;
     for kv in args.env {
-        let (k, v) = kv.split_once('=').ok_or_else(|| Rejection::EnvNameInvalid { name: kv.clone(), reason: "expected NAME=VALUE".to_owned() })?;
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| Rejection::EnvNameInvalid {
+                name: kv.clone(),
+                reason: "expected NAME=VALUE".to_owned(),
+            })?;
         req.env.insert(k.to_owned(), v.to_owned());
     }
     Ok(req)
@@ -222,7 +262,9 @@ fn print_rejection(r: &Rejection, json: bool) -> ExitCode {
         println!("{}", serde_json::json!({ "rejected": r.to_json() }));
     } else {
         eprintln!("tierbox: rejected [{}]: {r}", r.code());
-        eprintln!("hint: nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule");
+        eprintln!(
+            "hint: nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule"
+        );
     }
     ExitCode::from(EXIT_REJECTED)
 }
@@ -236,7 +278,10 @@ fn cmd_check(policy: &PolicyArgs, request: RequestArgs, json: bool) -> Result<Ex
     match runner.check(&req) {
         Ok(plan) => {
             if json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "plan": plan }))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "plan": plan }))?
+                );
             } else {
                 render::print_plan(&plan);
             }
@@ -246,7 +291,13 @@ fn cmd_check(policy: &PolicyArgs, request: RequestArgs, json: bool) -> Result<Ex
     }
 }
 
-fn cmd_run(policy: &PolicyArgs, request: RequestArgs, json: bool, pass_stdin: bool, state_dir: Option<PathBuf>) -> Result<ExitCode> {
+fn cmd_run(
+    policy: &PolicyArgs,
+    request: RequestArgs,
+    json: bool,
+    pass_stdin: bool,
+    state_dir: Option<PathBuf>,
+) -> Result<ExitCode> {
     harden_supervisor();
     let runner = build_runner(policy, state_dir)?;
     let mut req = match build_request(request) {
@@ -261,7 +312,10 @@ fn cmd_run(policy: &PolicyArgs, request: RequestArgs, json: bool, pass_stdin: bo
             .context("reading stdin (it must be UTF-8)")?;
         req.stdin = Some(data);
     }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     let result = rt.block_on(async {
         // SIGINT, SIGTERM or SIGHUP to the CLI drops the run's future, whose guard kills
         // and reaps the whole sandboxed tree before we exit.
@@ -285,7 +339,9 @@ fn cmd_run(policy: &PolicyArgs, request: RequestArgs, json: bool, pass_stdin: bo
                 let tty = std::io::stdout().is_terminal();
                 render::print_outcome(&outcome, tty);
             }
-            Ok(ExitCode::from(u8::try_from(outcome.exit_status()).unwrap_or(1)))
+            Ok(ExitCode::from(
+                u8::try_from(outcome.exit_status()).unwrap_or(1),
+            ))
         }
         Err(RunError::Rejected(rej)) => Ok(print_rejection(&rej, json)),
         Err(e) => {
@@ -303,9 +359,11 @@ fn cmd_run(policy: &PolicyArgs, request: RequestArgs, json: bool, pass_stdin: bo
 /// Resolves with the number of the first SIGINT, SIGTERM or SIGHUP received.
 async fn termination_signal() -> i32 {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term), Ok(mut hup)) =
-        (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::hangup()))
-    else {
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
         return std::future::pending().await;
     };
     tokio::select! {

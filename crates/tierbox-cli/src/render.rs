@@ -10,7 +10,10 @@ use tierbox_runner::Outcome;
 /// stand-ins (`ESC` becomes `␛`, other C0 characters `^X`), so guest output cannot move
 /// the cursor, retitle the window or inject keystrokes into the terminal.
 pub fn neutralize(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r')) {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
+    {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len());
@@ -30,7 +33,13 @@ pub fn neutralize(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 pub fn print_outcome(o: &Outcome, tty: bool) {
-    let show = |s: &str| if tty { neutralize(s).into_owned() } else { s.to_owned() };
+    let show = |s: &str| {
+        if tty {
+            neutralize(s).into_owned()
+        } else {
+            s.to_owned()
+        }
+    };
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(show(&o.stdout.text).as_bytes());
     let _ = stdout.flush();
@@ -38,7 +47,10 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
     let _ = stderr.write_all(show(&o.stderr.text).as_bytes());
     let mut notes = Vec::new();
     if o.timed_out {
-        notes.push(format!("timed out after {} ms; the process tree was killed", o.duration_ms));
+        notes.push(format!(
+            "timed out after {} ms; the process tree was killed",
+            o.duration_ms
+        ));
     }
     if o.quota_exceeded {
         notes.push("output quota exceeded; the process tree was killed".to_owned());
@@ -47,18 +59,31 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
         && !o.timed_out
         && !o.quota_exceeded
     {
-        notes.push(format!("limit hit: {}", serde_json::to_string(&limit).unwrap_or_default().trim_matches('"')));
+        notes.push(format!(
+            "limit hit: {}",
+            serde_json::to_string(&limit)
+                .unwrap_or_default()
+                .trim_matches('"')
+        ));
     }
     for (name, s) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
         if s.truncated {
-            notes.push(format!("{name} truncated: {} of {} bytes omitted", s.omitted_bytes, s.total_bytes));
+            notes.push(format!(
+                "{name} truncated: {} of {} bytes omitted",
+                s.omitted_bytes, s.total_bytes
+            ));
         }
         if s.redacted {
             notes.push(format!("{name}: secrets redacted"));
         }
     }
     if !o.enforcement.missing_layers.is_empty() && std::io::stderr().is_terminal() {
-        let missing: Vec<String> = o.enforcement.missing_layers.iter().map(|l| l.to_string()).collect();
+        let missing: Vec<String> = o
+            .enforcement
+            .missing_layers
+            .iter()
+            .map(|l| l.to_string())
+            .collect();
         notes.push(format!("not enforced on this host: {}", missing.join(", ")));
     }
     for note in notes {
@@ -74,7 +99,10 @@ pub fn print_plan(plan: &Plan) {
     println!("workspace {}", plan.workspace.display());
     let names: Vec<&str> = plan.env.iter().map(|(k, _)| k.as_str()).collect();
     println!("env       {}", names.join(" "));
-    println!("tier      minimum {}, requested {:?}", plan.tier.minimum, plan.tier.requested);
+    println!(
+        "tier      minimum {}, requested {:?}",
+        plan.tier.minimum, plan.tier.requested
+    );
     println!(
         "limits    timeout {} ms, cpu {} s, memory {} B, processes {}, open files {}, file size {} B",
         plan.limits.wall_timeout_ms,
@@ -84,7 +112,10 @@ pub fn print_plan(plan: &Plan) {
         plan.limits.open_files,
         plan.limits.file_size_bytes
     );
-    println!("output    {} B per stream, {:?}", plan.output.max_bytes, plan.output.mode);
+    println!(
+        "output    {} B per stream, {:?}",
+        plan.output.max_bytes, plan.output.mode
+    );
     println!("network   {:?}", plan.network.mode);
     if !plan.network.preflight_hosts.is_empty() {
         println!("hosts     {}", plan.network.preflight_hosts.join(" "));

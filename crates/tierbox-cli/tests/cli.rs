@@ -8,7 +8,11 @@ use std::process::{Command, Output, Stdio};
 fn tierbox(args: &[&str], stdin: Option<&str>) -> Output {
     let state = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tierbox"));
-    cmd.args(args).env("XDG_STATE_HOME", state.path()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(args)
+        .env("XDG_STATE_HOME", state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let mut pipe = child.stdin.take().unwrap();
     if let Some(data) = stdin {
@@ -21,9 +25,17 @@ fn tierbox(args: &[&str], stdin: Option<&str>) -> Output {
 fn tier_b_available() -> bool {
     let out = tierbox(&["doctor", "--json"], None);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let ok = v["tiers"].as_array().unwrap().iter().any(|t| t["tier"] == "b" && t["available"] == true);
+    let ok = v["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["tier"] == "b" && t["available"] == true);
     if !ok {
-        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "tier b unavailable under CI: {v}");
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "tier b unavailable under CI: {v}"
+        );
         eprintln!("SKIP: tier b unavailable on this host");
     }
     ok
@@ -35,8 +47,23 @@ fn printf_hello_is_exactly_what_printf_prints() {
         return;
     }
     let ws = tempfile::tempdir().unwrap();
-    let out = tierbox(&["run", "--workspace", ws.path().to_str().unwrap(), "--", "printf", "hello"], None);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tierbox(
+        &[
+            "run",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--",
+            "printf",
+            "hello",
+        ],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(out.stdout, b"hello");
 }
 
@@ -46,7 +73,14 @@ fn git_status_matches_git_status_without_tierbox() {
         return;
     }
     let ws = tempfile::tempdir().unwrap();
-    let git = |args: &[&str]| Command::new("git").args(args).current_dir(ws.path()).env("HOME", ws.path()).output().unwrap();
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(ws.path())
+            .env("HOME", ws.path())
+            .output()
+            .unwrap()
+    };
     if !git(&["init", "-q"]).status.success() {
         eprintln!("SKIP: git unavailable");
         return;
@@ -55,26 +89,88 @@ fn git_status_matches_git_status_without_tierbox() {
     git(&["add", "tracked.txt"]);
     std::fs::write(ws.path().join("untracked.txt"), "b\n").unwrap();
     let direct = git(&["status"]);
-    let sandboxed = tierbox(&["run", "--workspace", ws.path().to_str().unwrap(), "--", "git", "status"], None);
-    assert_eq!(sandboxed.status.code(), direct.status.code(), "{}", String::from_utf8_lossy(&sandboxed.stderr));
-    assert_eq!(String::from_utf8_lossy(&sandboxed.stdout), String::from_utf8_lossy(&direct.stdout));
-    let short = tierbox(&["run", "--workspace", ws.path().to_str().unwrap(), "--", "git", "status", "--short"], None);
-    assert_eq!(String::from_utf8_lossy(&short.stdout), "A  tracked.txt\n?? untracked.txt\n");
+    let sandboxed = tierbox(
+        &[
+            "run",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--",
+            "git",
+            "status",
+        ],
+        None,
+    );
+    assert_eq!(
+        sandboxed.status.code(),
+        direct.status.code(),
+        "{}",
+        String::from_utf8_lossy(&sandboxed.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&sandboxed.stdout),
+        String::from_utf8_lossy(&direct.stdout)
+    );
+    let short = tierbox(
+        &[
+            "run",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--",
+            "git",
+            "status",
+            "--short",
+        ],
+        None,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&short.stdout),
+        "A  tracked.txt\n?? untracked.txt\n"
+    );
 }
 
 #[test]
 fn check_rejects_bash_c_with_its_code_and_runs_nothing() {
     let ws = tempfile::tempdir().unwrap();
     let marker = ws.path().join("ran");
-    let request = format!(r#"{{"command":"bash","args":["-c","touch {}"]}}"#, marker.display());
-    let out = tierbox(&["check", "--workspace", ws.path().to_str().unwrap(), "--request", "-"], Some(&request));
+    let request = format!(
+        r#"{{"command":"bash","args":["-c","touch {}"]}}"#,
+        marker.display()
+    );
+    let out = tierbox(
+        &[
+            "check",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--request",
+            "-",
+        ],
+        Some(&request),
+    );
     assert_eq!(out.status.code(), Some(125));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("exec.interpreter_denied"), "{stderr}");
-    assert_eq!(stderr.lines().next().unwrap_or("").matches("rejected").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr
+            .lines()
+            .next()
+            .unwrap_or("")
+            .matches("rejected")
+            .count(),
+        1,
+        "{stderr}"
+    );
     assert!(!marker.exists());
     // The same request through `run` is refused the same way, and nothing runs.
-    let out = tierbox(&["run", "--workspace", ws.path().to_str().unwrap(), "--request", "-"], Some(&request));
+    let out = tierbox(
+        &[
+            "run",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--request",
+            "-",
+        ],
+        Some(&request),
+    );
     assert_eq!(out.status.code(), Some(125));
     assert!(!marker.exists());
 }
@@ -82,8 +178,24 @@ fn check_rejects_bash_c_with_its_code_and_runs_nothing() {
 #[test]
 fn check_prints_the_plan_as_json() {
     let ws = tempfile::tempdir().unwrap();
-    let out = tierbox(&["check", "--json", "--workspace", ws.path().to_str().unwrap(), "--", "ls", "-la"], None);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tierbox(
+        &[
+            "check",
+            "--json",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--",
+            "ls",
+            "-la",
+        ],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["plan"]["argv"], serde_json::json!(["ls", "-la"]));
     assert_eq!(v["plan"]["network"]["mode"], "block_all");
@@ -96,10 +208,45 @@ fn exit_status_mirrors_the_child_and_timeout_is_124() {
     }
     let ws = tempfile::tempdir().unwrap();
     let w = ws.path().to_str().unwrap();
-    assert_eq!(tierbox(&["run", "--workspace", w, "--", "false"], None).status.code(), Some(1));
-    let out = tierbox(&["run", "--workspace", w, "--timeout-ms", "300", "--", "sleep", "30"], None);
-    assert_eq!(out.status.code(), Some(124), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = tierbox(&["run", "--json", "--workspace", w, "--timeout-ms", "300", "--", "sleep", "30"], None);
+    assert_eq!(
+        tierbox(&["run", "--workspace", w, "--", "false"], None)
+            .status
+            .code(),
+        Some(1)
+    );
+    let out = tierbox(
+        &[
+            "run",
+            "--workspace",
+            w,
+            "--timeout-ms",
+            "300",
+            "--",
+            "sleep",
+            "30",
+        ],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tierbox(
+        &[
+            "run",
+            "--json",
+            "--workspace",
+            w,
+            "--timeout-ms",
+            "300",
+            "--",
+            "sleep",
+            "30",
+        ],
+        None,
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["timed_out"], true);
     assert_eq!(v["limit_hit"], "wall_time");

@@ -56,11 +56,17 @@ pub struct LayerReport {
 impl LayerReport {
     /// An applied layer.
     pub fn applied(detail: impl Into<String>) -> Self {
-        Self { applied: true, detail: detail.into() }
+        Self {
+            applied: true,
+            detail: detail.into(),
+        }
     }
 
     /// A layer that was not applied, and why.
     pub fn missing(reason: impl Into<String>) -> Self {
-        Self { applied: false, detail: reason.into() }
+        Self {
+            applied: false,
+            detail: reason.into(),
+        }
     }
 }

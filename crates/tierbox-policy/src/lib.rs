@@ -38,4 +38,4 @@ pub use plan::Plan;
 pub use policy::{EgressMode, Layer, Policy, PolicyError, QuotaMode, Tier};
 pub use rejection::Rejection;
 pub use request::{Lifetime, ProcessRunRequest, TierRequest};
-pub use validate::{validate, ValidateContext};
+pub use validate::{ValidateContext, validate};

@@ -140,7 +140,10 @@ pub struct BackgroundPlan {
 impl Plan {
     /// The value of `name` in the child's environment.
     pub fn env_var(&self, name: &str) -> Option<&str> {
-        self.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 

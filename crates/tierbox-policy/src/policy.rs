@@ -32,7 +32,8 @@ pub const HARD_MAX_OUTPUT_BYTES: u64 = 256 * 1024 * 1024;
 pub const MAX_ALLOWED_EXECUTABLES: usize = 1024;
 
 /// The fixed PATH inside the sandbox unless the policy sets `env.path`.
-pub const DEFAULT_SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub const DEFAULT_SANDBOX_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The strict default policy, shipped as `policies/strict.toml` and built into the binary.
 pub const BUILTIN_DEFAULT_POLICY_TOML: &str = include_str!("../../../policies/strict.toml");
@@ -66,7 +67,9 @@ impl fmt::Display for Tier {
 }
 
 /// A protection layer that a host may be unable to provide.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema, PartialOrd, Ord,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Layer {
     /// Landlock filesystem rules (Linux ≥ 5.13).
@@ -219,7 +222,10 @@ pub struct TierPolicy {
 
 impl Default for TierPolicy {
     fn default() -> Self {
-        Self { minimum: Tier::B, optional_layers: vec![Layer::Cgroup, Layer::ProtectedPaths] }
+        Self {
+            minimum: Tier::B,
+            optional_layers: vec![Layer::Cgroup, Layer::ProtectedPaths],
+        }
     }
 }
 
@@ -259,7 +265,9 @@ pub struct EnvPolicy {
 impl Default for EnvPolicy {
     fn default() -> Self {
         Self {
-            pass: ["HOME", "USER", "LANG", "LC_ALL", "TERM", "TZ"].map(String::from).to_vec(),
+            pass: ["HOME", "USER", "LANG", "LC_ALL", "TERM", "TZ"]
+                .map(String::from)
+                .to_vec(),
             set: BTreeMap::new(),
             path: DEFAULT_SANDBOX_PATH.to_owned(),
             sensitive: Vec::new(),
@@ -319,7 +327,11 @@ pub struct OutputPolicy {
 
 impl Default for OutputPolicy {
     fn default() -> Self {
-        Self { max_bytes: 1 << 20, mode: QuotaMode::Truncate, spill: false }
+        Self {
+            max_bytes: 1 << 20,
+            mode: QuotaMode::Truncate,
+            spill: false,
+        }
     }
 }
 
@@ -439,10 +451,14 @@ impl Policy {
     /// Parses and checks a TOML policy.
     pub fn from_toml(text: &str) -> Result<Self, PolicyError> {
         if text.len() > MAX_POLICY_BYTES {
-            return Err(PolicyError::TooLarge { bytes: text.len(), max: MAX_POLICY_BYTES });
+            return Err(PolicyError::TooLarge {
+                bytes: text.len(),
+                max: MAX_POLICY_BYTES,
+            });
         }
-        let policy: Policy =
-            toml::from_str(text).map_err(|e| PolicyError::Parse { detail: e.to_string() })?;
+        let policy: Policy = toml::from_str(text).map_err(|e| PolicyError::Parse {
+            detail: e.to_string(),
+        })?;
         policy.check()?;
         Ok(policy)
     }
@@ -450,10 +466,14 @@ impl Policy {
     /// Parses and checks a JSON policy (same structure as TOML).
     pub fn from_json(text: &str) -> Result<Self, PolicyError> {
         if text.len() > MAX_POLICY_BYTES {
-            return Err(PolicyError::TooLarge { bytes: text.len(), max: MAX_POLICY_BYTES });
+            return Err(PolicyError::TooLarge {
+                bytes: text.len(),
+                max: MAX_POLICY_BYTES,
+            });
         }
-        let policy: Policy =
-            serde_json::from_str(text).map_err(|e| PolicyError::Parse { detail: e.to_string() })?;
+        let policy: Policy = serde_json::from_str(text).map_err(|e| PolicyError::Parse {
+            detail: e.to_string(),
+        })?;
         policy.check()?;
         Ok(policy)
     }
@@ -461,16 +481,24 @@ impl Policy {
     /// Checks the rules a well-formed document must also satisfy.
     pub fn check(&self) -> Result<(), PolicyError> {
         let invalid = |field: &str, reason: String| {
-            Err(PolicyError::Invalid { field: field.to_owned(), reason })
+            Err(PolicyError::Invalid {
+                field: field.to_owned(),
+                reason,
+            })
         };
         if self.version != POLICY_VERSION {
-            return Err(PolicyError::Version { found: self.version });
+            return Err(PolicyError::Version {
+                found: self.version,
+            });
         }
         let exec = &self.exec;
         if exec.allowed_executables.len() > MAX_ALLOWED_EXECUTABLES {
             return invalid(
                 "exec.allowed_executables",
-                format!("{} entries, more than {MAX_ALLOWED_EXECUTABLES}", exec.allowed_executables.len()),
+                format!(
+                    "{} entries, more than {MAX_ALLOWED_EXECUTABLES}",
+                    exec.allowed_executables.len()
+                ),
             );
         }
         for name in &exec.allowed_executables {
@@ -481,7 +509,11 @@ impl Policy {
                         "\"*\" requires exec.danger_allow_any_executable = true".to_owned(),
                     );
                 }
-            } else if name.is_empty() || name.contains('/') || name.contains('\0') || name.len() > 255 {
+            } else if name.is_empty()
+                || name.contains('/')
+                || name.contains('\0')
+                || name.len() > 255
+            {
                 return invalid(
                     "exec.allowed_executables",
                     format!("{name:?} is not a bare executable name"),
@@ -503,19 +535,34 @@ impl Policy {
             }
         }
         if l.max_timeout_ms > HARD_MAX_TIMEOUT_MS {
-            return invalid("limits.max_timeout_ms", format!("above the hard cap {HARD_MAX_TIMEOUT_MS}"));
+            return invalid(
+                "limits.max_timeout_ms",
+                format!("above the hard cap {HARD_MAX_TIMEOUT_MS}"),
+            );
         }
         if l.timeout_ms > l.max_timeout_ms {
-            return invalid("limits.timeout_ms", format!("{} is above limits.max_timeout_ms {}", l.timeout_ms, l.max_timeout_ms));
+            return invalid(
+                "limits.timeout_ms",
+                format!(
+                    "{} is above limits.max_timeout_ms {}",
+                    l.timeout_ms, l.max_timeout_ms
+                ),
+            );
         }
         if l.cpu_time_ms == Some(0) {
             return invalid("limits.cpu_time_ms", "must be at least 1".to_owned());
         }
         if self.output.max_bytes > HARD_MAX_OUTPUT_BYTES {
-            return invalid("output.max_bytes", format!("above the hard cap {HARD_MAX_OUTPUT_BYTES}"));
+            return invalid(
+                "output.max_bytes",
+                format!("above the hard cap {HARD_MAX_OUTPUT_BYTES}"),
+            );
         }
         if self.env.path.is_empty() || self.env.path.split(':').any(|d| !d.starts_with('/')) {
-            return invalid("env.path", format!("{:?} must be a list of absolute directories", self.env.path));
+            return invalid(
+                "env.path",
+                format!("{:?} must be a list of absolute directories", self.env.path),
+            );
         }
         for name in self.env.pass.iter().chain(self.env.set.keys()) {
             if name.is_empty() || name.contains('=') || name.contains('\0') {
@@ -548,7 +595,10 @@ impl Policy {
         }
         let b = &self.background;
         if b.default_lifetime_ms > b.max_lifetime_ms {
-            return invalid("background.default_lifetime_ms", "above background.max_lifetime_ms".to_owned());
+            return invalid(
+                "background.default_lifetime_ms",
+                "above background.max_lifetime_ms".to_owned(),
+            );
         }
         Ok(())
     }
@@ -576,21 +626,30 @@ mod tests {
             "version = 1\n[limits]\nmemory = 5\n",
             "version = 1\n[egress]\nmodes = \"strict\"\n",
         ] {
-            assert!(matches!(Policy::from_toml(doc), Err(PolicyError::Parse { .. })), "{doc}");
+            assert!(
+                matches!(Policy::from_toml(doc), Err(PolicyError::Parse { .. })),
+                "{doc}"
+            );
         }
     }
 
     #[test]
     fn star_requires_the_danger_flag() {
         let doc = "version = 1\n[exec]\nallowed_executables = [\"*\"]\n";
-        assert!(matches!(Policy::from_toml(doc), Err(PolicyError::Invalid { .. })));
+        assert!(matches!(
+            Policy::from_toml(doc),
+            Err(PolicyError::Invalid { .. })
+        ));
         let doc = "version = 1\n[exec]\nallowed_executables = [\"*\"]\ndanger_allow_any_executable = true\n";
         assert!(Policy::from_toml(doc).is_ok());
     }
 
     #[test]
     fn wrong_version_is_rejected() {
-        assert!(matches!(Policy::from_toml("version = 2\n"), Err(PolicyError::Version { found: 2 })));
+        assert!(matches!(
+            Policy::from_toml("version = 2\n"),
+            Err(PolicyError::Version { found: 2 })
+        ));
     }
 
     #[test]
@@ -621,8 +680,13 @@ mod shipped_policies {
             let path = entry.expect("entry").path();
             if path.extension().is_some_and(|e| e == "toml") {
                 let text = std::fs::read_to_string(&path).expect("readable");
-                let policy = Policy::from_toml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                assert!(!policy.description.is_empty(), "{} has no description", path.display());
+                let policy =
+                    Policy::from_toml(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(
+                    !policy.description.is_empty(),
+                    "{} has no description",
+                    path.display()
+                );
                 seen += 1;
             }
         }

@@ -37,7 +37,11 @@ pub enum Rejection {
     TooManyArgs { count: usize, max: usize },
     /// One argument is longer than the cap.
     #[error("args[{index}] is {bytes} bytes, more than the {max}-byte cap")]
-    ArgTooLong { index: usize, bytes: usize, max: usize },
+    ArgTooLong {
+        index: usize,
+        bytes: usize,
+        max: usize,
+    },
     /// More per-call environment entries than the cap.
     #[error("{count} env entries given, more than the cap of {max}")]
     TooManyEnv { count: usize, max: usize },
@@ -46,7 +50,11 @@ pub enum Rejection {
     EnvNameInvalid { name: String, reason: String },
     /// An environment value is longer than the cap.
     #[error("env value of {name} is {bytes} bytes, more than the {max}-byte cap")]
-    EnvValueTooLong { name: String, bytes: usize, max: usize },
+    EnvValueTooLong {
+        name: String,
+        bytes: usize,
+        max: usize,
+    },
     /// `cwd` is longer than the cap.
     #[error("cwd is {bytes} bytes, more than the {max}-byte cap")]
     CwdTooLong { bytes: usize, max: usize },
@@ -65,7 +73,9 @@ pub enum Rejection {
 
     // ---- executable ------------------------------------------------------------------
     /// `command` contains a path separator and the policy does not allow paths.
-    #[error("command {command:?} is a path; give a bare executable name (the policy does not allow paths)")]
+    #[error(
+        "command {command:?} is a path; give a bare executable name (the policy does not allow paths)"
+    )]
     CommandIsPath { command: String },
     /// The executable is not in the policy's allowlist.
     #[error("executable {name:?} is not in the policy's allowed_executables{via}")]
@@ -84,8 +94,14 @@ pub enum Rejection {
     )]
     InterpreterDenied { name: String, via: String },
     /// An interpreter was given an inline-code flag and the policy denies eval.
-    #[error("{interpreter:?} is given the inline-code flag {flag:?} at args[{arg_index}]; the policy denies eval (allow_eval = false)")]
-    EvalFlag { interpreter: String, flag: String, arg_index: usize },
+    #[error(
+        "{interpreter:?} is given the inline-code flag {flag:?} at args[{arg_index}]; the policy denies eval (allow_eval = false)"
+    )]
+    EvalFlag {
+        interpreter: String,
+        flag: String,
+        arg_index: usize,
+    },
     /// An allowed interpreter would read its program text from the request's `stdin`
     /// (no script operand, or `-`), which is inline code by another route.
     #[error(
@@ -102,11 +118,22 @@ pub enum Rejection {
     #[error("workspace root {path:?} is unusable: {reason}")]
     WorkspaceInvalid { path: PathBuf, reason: String },
     /// An argument names a path that resolves outside the workspace.
-    #[error("args[{arg_index}] {arg:?} resolves to {resolved:?}, outside the workspace {workspace:?}")]
-    PathOutsideWorkspace { arg_index: usize, arg: String, resolved: PathBuf, workspace: PathBuf },
+    #[error(
+        "args[{arg_index}] {arg:?} resolves to {resolved:?}, outside the workspace {workspace:?}"
+    )]
+    PathOutsideWorkspace {
+        arg_index: usize,
+        arg: String,
+        resolved: PathBuf,
+        workspace: PathBuf,
+    },
     /// `cwd` resolves outside the workspace.
     #[error("cwd {cwd:?} resolves to {resolved:?}, outside the workspace {workspace:?}")]
-    CwdOutsideWorkspace { cwd: String, resolved: PathBuf, workspace: PathBuf },
+    CwdOutsideWorkspace {
+        cwd: String,
+        resolved: PathBuf,
+        workspace: PathBuf,
+    },
     /// `cwd` does not exist or is not a directory.
     #[error("cwd {cwd:?} is not an existing directory in the workspace")]
     CwdNotDirectory { cwd: String },
@@ -119,7 +146,9 @@ pub enum Rejection {
 
     // ---- egress ------------------------------------------------------------------------
     /// A host named in the arguments or in `requested_egress_hosts` is not allowlisted.
-    #[error("egress denied: host {host} (from {source_desc}) is not in the policy's egress allowlist")]
+    #[error(
+        "egress denied: host {host} (from {source_desc}) is not in the policy's egress allowlist"
+    )]
     EgressHostNotAllowed { host: String, source_desc: String },
     /// A host in `requested_egress_hosts` is not a valid host name or address.
     #[error("requested_egress_hosts entry {host:?} is not a valid host: {reason}")]
@@ -128,7 +157,11 @@ pub enum Rejection {
     // ---- limits ------------------------------------------------------------------------
     /// A requested limit is above what the policy allows.
     #[error("{field} = {requested} is above the policy maximum of {max}")]
-    LimitAbovePolicy { field: String, requested: u64, max: u64 },
+    LimitAbovePolicy {
+        field: String,
+        requested: u64,
+        max: u64,
+    },
 
     // ---- tier --------------------------------------------------------------------------
     /// The request asked for a tier weaker than the policy's minimum.
@@ -139,7 +172,11 @@ pub enum Rejection {
     TierUnavailable { tier: String, reason: String },
     /// The request needs a feature the selected tier does not offer.
     #[error("{feature} is not supported in tier {tier}: {reason}")]
-    TierUnsupported { tier: String, feature: String, reason: String },
+    TierUnsupported {
+        tier: String,
+        feature: String,
+        reason: String,
+    },
 }
 
 impl Rejection {

@@ -129,7 +129,10 @@ pub struct ProcessRunRequest {
 impl ProcessRunRequest {
     /// A request for `command` with no arguments and every other field at its default.
     pub fn new(command: impl Into<String>) -> Self {
-        Self { command: command.into(), ..Self::default() }
+        Self {
+            command: command.into(),
+            ..Self::default()
+        }
     }
 
     /// Parses a JSON request, checking the document size before parsing.
@@ -138,8 +141,13 @@ impl ProcessRunRequest {
     /// are checked later by [`crate::validate()`], so a parsed request is not yet valid.
     pub fn from_json(bytes: &[u8]) -> Result<Self, Rejection> {
         if bytes.len() > MAX_REQUEST_BYTES {
-            return Err(Rejection::RequestTooLarge { bytes: bytes.len(), max: MAX_REQUEST_BYTES });
+            return Err(Rejection::RequestTooLarge {
+                bytes: bytes.len(),
+                max: MAX_REQUEST_BYTES,
+            });
         }
-        serde_json::from_slice(bytes).map_err(|e| Rejection::Malformed { detail: e.to_string() })
+        serde_json::from_slice(bytes).map_err(|e| Rejection::Malformed {
+            detail: e.to_string(),
+        })
     }
 }

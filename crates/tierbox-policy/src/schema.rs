@@ -42,27 +42,49 @@ mod tests {
         assert_eq!(prop(&s, "args")["items"]["maxLength"], MAX_ARG_BYTES);
         assert_eq!(prop(&s, "cwd")["maxLength"], MAX_CWD_BYTES);
         assert_eq!(prop(&s, "env")["maxProperties"], MAX_ENV_ENTRIES);
-        assert_eq!(prop(&s, "env")["propertyNames"]["maxLength"], MAX_ENV_NAME_BYTES);
+        assert_eq!(
+            prop(&s, "env")["propertyNames"]["maxLength"],
+            MAX_ENV_NAME_BYTES
+        );
         assert_eq!(prop(&s, "env")["propertyNames"]["minLength"], 1);
-        assert_eq!(prop(&s, "env")["additionalProperties"]["maxLength"], MAX_ENV_VALUE_BYTES);
+        assert_eq!(
+            prop(&s, "env")["additionalProperties"]["maxLength"],
+            MAX_ENV_VALUE_BYTES
+        );
         assert_eq!(prop(&s, "stdin")["maxLength"], MAX_STDIN_BYTES);
         assert_eq!(prop(&s, "timeout_ms")["minimum"], 1);
-        assert_eq!(prop(&s, "requested_egress_hosts")["maxItems"], MAX_EGRESS_HOSTS);
-        assert_eq!(prop(&s, "requested_egress_hosts")["items"]["maxLength"], MAX_HOST_BYTES);
+        assert_eq!(
+            prop(&s, "requested_egress_hosts")["maxItems"],
+            MAX_EGRESS_HOSTS
+        );
+        assert_eq!(
+            prop(&s, "requested_egress_hosts")["items"]["maxLength"],
+            MAX_HOST_BYTES
+        );
     }
 
     #[test]
     fn schema_lists_every_request_field() {
         let s = process_run_schema();
-        let props: Vec<&str> =
-            s["properties"].as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
+        let props: Vec<&str> = s["properties"]
+            .as_object()
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
         let mut props = props;
         props.sort_unstable();
         assert_eq!(
             props,
             [
-                "args", "background", "command", "cwd", "env", "lifetime",
-                "requested_egress_hosts", "stdin", "tier", "timeout_ms"
+                "args",
+                "background",
+                "command",
+                "cwd",
+                "env",
+                "lifetime",
+                "requested_egress_hosts",
+                "stdin",
+                "tier",
+                "timeout_ms"
             ]
         );
     }

@@ -24,22 +24,33 @@ fn us(d: Duration) -> f64 {
 }
 
 fn main() {
-    let iterations: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(400);
+    let iterations: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(400);
     let ws = tempfile::tempdir().expect("tempdir");
     let state = tempfile::tempdir().expect("state dir");
     let mut policy = Policy::builtin_default();
     policy.exec.allowed_executables = vec!["true".to_owned()];
     let runner = Runner::new(policy)
         .with_workspace(ws.path())
-        .with_options(RunOptions { state_dir: state.path().to_path_buf() });
+        .with_options(RunOptions {
+            state_dir: state.path().to_path_buf(),
+        });
     let request = ProcessRunRequest::new("true");
     let pooled = !std::env::args().any(|a| a == "--no-pool");
     tierbox_sandbox::spawn::slots::set_pooling(pooled);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
 
     let plain = || {
         let t = Instant::now();
-        let out = Command::new("/bin/true").stdin(Stdio::null()).output().expect("spawn /bin/true");
+        let out = Command::new("/bin/true")
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn /bin/true");
         assert!(out.status.success());
         t.elapsed()
     };
@@ -83,7 +94,10 @@ fn main() {
     v.sort();
     ratios.sort_by(f64::total_cmp);
     tierbox_sandbox::spawn::slots::drain();
-    println!("spawn of /bin/true, {iterations} interleaved pairs, warm slots {}", if pooled { "on" } else { "off (--no-pool)" });
+    println!(
+        "spawn of /bin/true, {iterations} interleaved pairs, warm slots {}",
+        if pooled { "on" } else { "off (--no-pool)" }
+    );
     println!(
         "plain std::process::Command::output   p50 {:8.1} us   p90 {:8.1} us",
         us(percentile(&a, 0.5)),
@@ -94,7 +108,10 @@ fn main() {
         us(percentile(&b, 0.5)),
         us(percentile(&b, 0.9))
     );
-    println!("  of which validate() (Runner::check)  p50 {:8.1} us", us(percentile(&v, 0.5)));
+    println!(
+        "  of which validate() (Runner::check)  p50 {:8.1} us",
+        us(percentile(&v, 0.5))
+    );
     println!(
         "ratio tierbox / plain: median of pairs {:.2}  (p50/p50 {:.2})",
         ratios[ratios.len() / 2],

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tierbox_policy::{Plan, Policy, ProcessRunRequest, Rejection, TierRequest, ValidateContext, validate};
+use tierbox_policy::{
+    Plan, Policy, ProcessRunRequest, Rejection, TierRequest, ValidateContext, validate,
+};
 
 use crate::outcome::Outcome;
 use crate::supervisor::{RunError, RunOptions, run_plan};
@@ -53,7 +55,8 @@ impl Sandbox {
         let program = program.into();
         let mut policy = Policy::builtin_default();
         policy.description = "builder".to_owned();
-        policy.exec.allowed_executables = vec![program.rsplit('/').next().unwrap_or(&program).to_owned()];
+        policy.exec.allowed_executables =
+            vec![program.rsplit('/').next().unwrap_or(&program).to_owned()];
         policy.limits.timeout_ms = duration_ms(BUILDER_DEFAULT_TIMEOUT);
         policy.limits.max_timeout_ms = policy.limits.max_timeout_ms.max(policy.limits.timeout_ms);
         policy.output.max_bytes = BUILDER_DEFAULT_MAX_OUTPUT;
@@ -180,7 +183,11 @@ impl SandboxedCommand {
 
     /// Validates without running: the Plan, or the rejection.
     pub fn plan(&self) -> Result<Plan, Rejection> {
-        validate(&self.policy, &self.request, &ValidateContext::new(&self.workspace))
+        validate(
+            &self.policy,
+            &self.request,
+            &ValidateContext::new(&self.workspace),
+        )
     }
 
     /// Runs the command to completion.
@@ -201,8 +208,15 @@ pub struct Runner {
 impl Runner {
     /// A runner for `policy`; the workspace is the policy's `workspace_root` or `.`.
     pub fn new(policy: Policy) -> Self {
-        let workspace = policy.workspace_root.clone().unwrap_or_else(|| PathBuf::from("."));
-        Self { policy, workspace, options: RunOptions::default() }
+        let workspace = policy
+            .workspace_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("."));
+        Self {
+            policy,
+            workspace,
+            options: RunOptions::default(),
+        }
     }
 
     /// Overrides the workspace.
@@ -224,7 +238,11 @@ impl Runner {
 
     /// Validates a request without running it.
     pub fn check(&self, request: &ProcessRunRequest) -> Result<Plan, Rejection> {
-        validate(&self.policy, request, &ValidateContext::new(&self.workspace))
+        validate(
+            &self.policy,
+            request,
+            &ValidateContext::new(&self.workspace),
+        )
     }
 
     /// Validates and runs a request.

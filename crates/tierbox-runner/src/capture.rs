@@ -93,8 +93,18 @@ impl StreamCapture {
     /// Also writes every byte to `path` (created 0600), up to `max_bytes`.
     pub fn with_spill(mut self, path: PathBuf, max_bytes: u64) -> std::io::Result<Self> {
         use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
-        self.spill = Some(Spill { path, file, max_bytes, written: 0, error: None });
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        self.spill = Some(Spill {
+            path,
+            file,
+            max_bytes,
+            written: 0,
+            error: None,
+        });
         Ok(self)
     }
 
@@ -110,7 +120,11 @@ impl StreamCapture {
         match self.mode {
             QuotaMode::Truncate => {
                 if !rest.is_empty() && self.tail_cap > 0 {
-                    let rest = if rest.len() > self.tail_cap { &rest[rest.len() - self.tail_cap..] } else { rest };
+                    let rest = if rest.len() > self.tail_cap {
+                        &rest[rest.len() - self.tail_cap..]
+                    } else {
+                        rest
+                    };
                     let overflow = (self.tail.len() + rest.len()).saturating_sub(self.tail_cap);
                     self.tail.drain(..overflow);
                     self.tail.extend(rest);
@@ -165,7 +179,10 @@ impl Spill {
         }
         self.written += take as u64;
         if take < chunk.len() {
-            self.error = Some(format!("spill file reached the file-size limit of {} bytes", self.max_bytes));
+            self.error = Some(format!(
+                "spill file reached the file-size limit of {} bytes",
+                self.max_bytes
+            ));
         }
     }
 }
@@ -227,7 +244,9 @@ mod tests {
     fn spill_writes_everything_up_to_its_limit() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
-        let mut c = StreamCapture::new(4, QuotaMode::Truncate).with_spill(path.clone(), 10).unwrap();
+        let mut c = StreamCapture::new(4, QuotaMode::Truncate)
+            .with_spill(path.clone(), 10)
+            .unwrap();
         c.push(b"0123456789abc");
         let out = c.finish();
         assert_eq!(std::fs::read(&path).unwrap(), b"0123456789");

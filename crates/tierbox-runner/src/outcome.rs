@@ -59,7 +59,8 @@ impl StreamOutput {
     pub fn from_captured(c: Captured, redactor: Option<&Redactor>, drain_incomplete: bool) -> Self {
         let head = String::from_utf8_lossy(&c.head);
         let tail = String::from_utf8_lossy(&c.tail);
-        let lossy = matches!(head, std::borrow::Cow::Owned(_)) || matches!(tail, std::borrow::Cow::Owned(_));
+        let lossy = matches!(head, std::borrow::Cow::Owned(_))
+            || matches!(tail, std::borrow::Cow::Owned(_));
         let mut redacted = false;
         let mut render = |s: &str| match redactor {
             Some(r) => {

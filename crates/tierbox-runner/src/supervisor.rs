@@ -75,7 +75,9 @@ pub struct RunOptions {
 
 impl Default for RunOptions {
     fn default() -> Self {
-        Self { state_dir: default_state_dir() }
+        Self {
+            state_dir: default_state_dir(),
+        }
     }
 }
 
@@ -87,17 +89,25 @@ pub fn default_state_dir() -> PathBuf {
     if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
         return PathBuf::from(h).join(".local/state/tierbox");
     }
-    PathBuf::from(format!("/tmp/tierbox-{}", tierbox_sandbox::spawn::sys::current_ids().0))
+    PathBuf::from(format!(
+        "/tmp/tierbox-{}",
+        tierbox_sandbox::spawn::sys::current_ids().0
+    ))
 }
 
 /// A fresh 128-bit run id, hex encoded.
 pub fn new_run_id() -> String {
     use std::io::Read;
     let mut b = [0u8; 16];
-    let ok = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok();
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok();
     if !ok {
         // Not security relevant (the id names a cgroup and a directory); keep it unique.
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
         b = (t ^ u128::from(std::process::id())).to_le_bytes();
     }
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -137,16 +147,27 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
     let facts = host_facts();
     let tier = tierbox_sandbox::select::select_tier(plan, facts)?;
     if tier != Tier::B {
-        return Err(Rejection::TierUnavailable { tier: tier.to_string(), reason: "no backend for this tier in this build".to_owned() }.into());
+        return Err(Rejection::TierUnavailable {
+            tier: tier.to_string(),
+            reason: "no backend for this tier in this build".to_owned(),
+        }
+        .into());
     }
     let run_id = new_run_id();
-    let launch_opts = LaunchOptions { run_id: run_id.clone(), tmp_base: opts.state_dir.join("tmp"), launcher_thread: false };
+    let launch_opts = LaunchOptions {
+        run_id: run_id.clone(),
+        tmp_base: opts.state_dir.join("tmp"),
+        launcher_thread: false,
+    };
     let started = Instant::now();
     let launched = spawn::launch(plan, &launch_opts)?;
     register_root(launched.pid, true);
     // From here on the run is owned by the guard: if this future is dropped (a caller's
     // timeout, `select!`, an aborted task), the guard kills and reaps the whole tree.
-    let mut guard = RunGuard { launched, done: false };
+    let mut guard = RunGuard {
+        launched,
+        done: false,
+    };
     let result = supervise(plan, &mut guard.launched, started, &opts.state_dir, &run_id).await;
     guard.finish();
     let mut outcome = result?;
@@ -209,7 +230,13 @@ enum Ended {
     Quota,
 }
 
-async fn supervise(plan: &Plan, l: &mut Launched, started: Instant, state_dir: &std::path::Path, run_id: &str) -> Result<Outcome, RunError> {
+async fn supervise(
+    plan: &Plan,
+    l: &mut Launched,
+    started: Instant,
+    state_dir: &std::path::Path,
+    run_id: &str,
+) -> Result<Outcome, RunError> {
     let quota = Arc::new(Notify::new());
     let spill_dir = state_dir.join("spill");
     let out_cap = Arc::new(Mutex::new(new_capture(plan, &spill_dir, run_id, "stdout")?));
@@ -222,8 +249,10 @@ async fn supervise(plan: &Plan, l: &mut Launched, started: Instant, state_dir: &
         tokio::spawn(write_stdin(fd, data));
     }
 
-    let pidfd = spawn::sys::register_readable(dup(&l.pidfd)?)
-        .map_err(|source| RunError::Io { what: "register pidfd", source })?;
+    let pidfd = spawn::sys::register_readable(dup(&l.pidfd)?).map_err(|source| RunError::Io {
+        what: "register pidfd",
+        source,
+    })?;
     let deadline = started + Duration::from_millis(plan.limits.wall_timeout_ms);
 
     let ended = tokio::select! {
@@ -248,8 +277,14 @@ async fn supervise(plan: &Plan, l: &mut Launched, started: Instant, state_dir: &
     kill_tree(l);
     exited(&pidfd).await?;
     let exit = spawn::sys::wait_pidfd(&l.pidfd, false)
-        .map_err(|source| RunError::Io { what: "waitid(P_PIDFD)", source })?
-        .ok_or_else(|| RunError::Io { what: "waitid(P_PIDFD)", source: std::io::Error::other("child not exited") })?;
+        .map_err(|source| RunError::Io {
+            what: "waitid(P_PIDFD)",
+            source,
+        })?
+        .ok_or_else(|| RunError::Io {
+            what: "waitid(P_PIDFD)",
+            source: std::io::Error::other("child not exited"),
+        })?;
     // Anything that survived the group kill (only possible without a cgroup: a daemon
     // that left the process group, caught by the subreaper sweep).
     if l.slot.as_ref().and_then(|s| s.cgroup()).is_none() {
@@ -263,9 +298,20 @@ async fn supervise(plan: &Plan, l: &mut Launched, started: Instant, state_dir: &
 
     let stats = l.slot.as_ref().and_then(|slot| slot.stats());
     let limit_hit = classify(plan, &ended, &exit, stats.as_ref());
-    let redactor = plan.redaction.enabled.then(|| Redactor::new(&plan.redaction.sensitive_values));
-    let stdout = StreamOutput::from_captured(take_capture(&out_cap, plan).finish(), redactor.as_ref(), out_incomplete);
-    let stderr = StreamOutput::from_captured(take_capture(&err_cap, plan).finish(), redactor.as_ref(), err_incomplete);
+    let redactor = plan
+        .redaction
+        .enabled
+        .then(|| Redactor::new(&plan.redaction.sensitive_values));
+    let stdout = StreamOutput::from_captured(
+        take_capture(&out_cap, plan).finish(),
+        redactor.as_ref(),
+        out_incomplete,
+    );
+    let stderr = StreamOutput::from_captured(
+        take_capture(&err_cap, plan).finish(),
+        redactor.as_ref(),
+        err_incomplete,
+    );
     let redacted = stdout.redacted || stderr.redacted;
     Ok(Outcome {
         run_id: String::new(),
@@ -293,37 +339,69 @@ async fn supervise(plan: &Plan, l: &mut Launched, started: Instant, state_dir: &
     })
 }
 
-fn new_capture(plan: &Plan, spill_dir: &std::path::Path, run_id: &str, name: &str) -> Result<StreamCapture, RunError> {
+fn new_capture(
+    plan: &Plan,
+    spill_dir: &std::path::Path,
+    run_id: &str,
+    name: &str,
+) -> Result<StreamCapture, RunError> {
     let cap = StreamCapture::new(plan.output.max_bytes, plan.output.mode);
     if !plan.output.spill {
         return Ok(cap);
     }
-    std::fs::create_dir_all(spill_dir).map_err(|source| RunError::Io { what: "create spill directory", source })?;
-    cap.with_spill(spill_dir.join(format!("{run_id}.{name}")), plan.limits.file_size_bytes)
-        .map_err(|source| RunError::Io { what: "create spill file", source })
+    std::fs::create_dir_all(spill_dir).map_err(|source| RunError::Io {
+        what: "create spill directory",
+        source,
+    })?;
+    cap.with_spill(
+        spill_dir.join(format!("{run_id}.{name}")),
+        plan.limits.file_size_bytes,
+    )
+    .map_err(|source| RunError::Io {
+        what: "create spill file",
+        source,
+    })
 }
 
 fn take_capture(cap: &Arc<Mutex<StreamCapture>>, plan: &Plan) -> StreamCapture {
     match cap.lock() {
-        Ok(mut guard) => std::mem::replace(&mut *guard, StreamCapture::new(plan.output.max_bytes, plan.output.mode)),
+        Ok(mut guard) => std::mem::replace(
+            &mut *guard,
+            StreamCapture::new(plan.output.max_bytes, plan.output.mode),
+        ),
         Err(poisoned) => {
             let mut guard = poisoned.into_inner();
-            std::mem::replace(&mut *guard, StreamCapture::new(plan.output.max_bytes, plan.output.mode))
+            std::mem::replace(
+                &mut *guard,
+                StreamCapture::new(plan.output.max_bytes, plan.output.mode),
+            )
         }
     }
 }
 
 fn dup(fd: &OwnedFd) -> Result<OwnedFd, RunError> {
-    fd.try_clone().map_err(|source| RunError::Io { what: "dup", source })
+    fd.try_clone().map_err(|source| RunError::Io {
+        what: "dup",
+        source,
+    })
 }
 
 /// Waits until the pidfd is readable (the child has exited; it is not reaped).
 async fn exited(pidfd: &AsyncFd<OwnedFd>) -> Result<(), RunError> {
-    pidfd.readable().await.map(|mut guard| guard.retain_ready()).map_err(|source| RunError::Io { what: "poll pidfd", source })
+    pidfd
+        .readable()
+        .await
+        .map(|mut guard| guard.retain_ready())
+        .map_err(|source| RunError::Io {
+            what: "poll pidfd",
+            source,
+        })
 }
 
 async fn read_stream(fd: OwnedFd, cap: Arc<Mutex<StreamCapture>>, quota: Arc<Notify>) {
-    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else { return };
+    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        return;
+    };
     let mut buf = vec![0u8; CAPTURE_CHUNK_BYTES];
     loop {
         match rx.read(&mut buf).await {
@@ -402,10 +480,15 @@ fn sweep_orphans() {
 
 fn own_children() -> Vec<i32> {
     let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return out };
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
     for task in tasks.flatten() {
         if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            out.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
         }
     }
     out
@@ -419,7 +502,12 @@ fn cleanup(l: &mut Launched) {
     }
 }
 
-fn classify(plan: &Plan, ended: &Ended, exit: &ExitInfo, stats: Option<&tierbox_sandbox::linux::cgroup::CgroupStats>) -> Option<LimitHit> {
+fn classify(
+    plan: &Plan,
+    ended: &Ended,
+    exit: &ExitInfo,
+    stats: Option<&tierbox_sandbox::linux::cgroup::CgroupStats>,
+) -> Option<LimitHit> {
     match ended {
         Ended::Timeout => return Some(LimitHit::WallTime),
         Ended::Quota => return Some(LimitHit::Output),
@@ -431,7 +519,9 @@ fn classify(plan: &Plan, ended: &Ended, exit: &ExitInfo, stats: Option<&tierbox_
     let cpu_ms = (exit.user_us + exit.sys_us) / 1000;
     match exit.signal {
         Some(libc::SIGXCPU) => return Some(LimitHit::CpuTime),
-        Some(libc::SIGKILL) if cpu_ms >= plan.limits.cpu_time_secs * 1000 => return Some(LimitHit::CpuTime),
+        Some(libc::SIGKILL) if cpu_ms >= plan.limits.cpu_time_secs * 1000 => {
+            return Some(LimitHit::CpuTime);
+        }
         Some(libc::SIGXFSZ) => return Some(LimitHit::FileSize),
         _ => {}
     }

@@ -18,7 +18,10 @@ pub fn tier_available(tier: Tier, facts: &HostFacts) -> Result<(), String> {
             }
         }
         Tier::C => Err("no tier c backend is available in this build".to_owned()),
-        Tier::A => Err("tier a runs WASM modules; native programs need a WASI build mapped by the policy".to_owned()),
+        Tier::A => Err(
+            "tier a runs WASM modules; native programs need a WASI build mapped by the policy"
+                .to_owned(),
+        ),
     }
 }
 
@@ -31,7 +34,10 @@ pub fn tier_available(tier: Tier, facts: &HostFacts) -> Result<(), String> {
 /// # }
 /// ```
 pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
-    let unavailable = |tier: Tier, reason: String| Rejection::TierUnavailable { tier: tier.to_string(), reason };
+    let unavailable = |tier: Tier, reason: String| Rejection::TierUnavailable {
+        tier: tier.to_string(),
+        reason,
+    };
     match plan.tier.requested {
         TierRequest::Auto => {
             // Strongest first among native-program tiers, never below the minimum.

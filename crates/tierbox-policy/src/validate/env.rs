@@ -81,7 +81,11 @@ pub fn is_denied_env_name(name: &str) -> Option<&'static str> {
 
 /// Builds the child's complete environment: policy `pass` (from the supervisor), policy
 /// `set`, the fixed PATH, then the request's own variables (each checked).
-pub(crate) fn build(policy: &EnvPolicy, req: &ProcessRunRequest, ctx: &ValidateContext) -> Result<Vec<(String, String)>, Rejection> {
+pub(crate) fn build(
+    policy: &EnvPolicy,
+    req: &ProcessRunRequest,
+    ctx: &ValidateContext,
+) -> Result<Vec<(String, String)>, Rejection> {
     let mut env = std::collections::BTreeMap::new();
     for name in &policy.pass {
         if name == "PATH" {
@@ -97,10 +101,12 @@ pub(crate) fn build(policy: &EnvPolicy, req: &ProcessRunRequest, ctx: &ValidateC
     env.insert("PATH".to_owned(), policy.path.clone());
     for (name, value) in &req.env {
         if let Some(reason) = is_denied_env_name(name) {
-            return Err(Rejection::EnvDenied { name: name.clone(), reason: reason.to_owned() });
+            return Err(Rejection::EnvDenied {
+                name: name.clone(),
+                reason: reason.to_owned(),
+            });
         }
         env.insert(name.clone(), value.clone());
     }
     Ok(env.into_iter().collect())
 }
-

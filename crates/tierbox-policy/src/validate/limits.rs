@@ -20,7 +20,10 @@ pub(crate) fn resolve(
                 max: bg.max_lifetime_ms,
             });
         }
-        Some(BackgroundPlan { lifetime: req.lifetime.unwrap_or_default(), lifetime_ms })
+        Some(BackgroundPlan {
+            lifetime: req.lifetime.unwrap_or_default(),
+            lifetime_ms,
+        })
     } else {
         None
     };

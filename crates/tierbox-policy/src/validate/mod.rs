@@ -28,8 +28,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-pub use env::{is_denied_env_name, DENIED_ENV_EXACT, DENIED_ENV_PREFIXES};
-pub use interpreter::{interpreter_base_name, INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS};
+pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PREFIXES, is_denied_env_name};
+pub use interpreter::{INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, interpreter_base_name};
 pub use scope::{ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS};
 
 use crate::plan::{FsPlan, OutputPlan, Plan, RedactionPlan};
@@ -99,7 +99,10 @@ impl ValidateContext {
         let supervisor_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
-        Self { workspace: workspace.into(), supervisor_env }
+        Self {
+            workspace: workspace.into(),
+            supervisor_env,
+        }
     }
 
     /// The same context with an explicit supervisor environment (for tests and servers).
@@ -109,14 +112,21 @@ impl ValidateContext {
     }
 
     fn home(&self) -> Option<PathBuf> {
-        self.supervisor_env.get("HOME").filter(|h| h.starts_with('/')).map(PathBuf::from)
+        self.supervisor_env
+            .get("HOME")
+            .filter(|h| h.starts_with('/'))
+            .map(PathBuf::from)
     }
 }
 
 /// Validates `req` against `policy` and resolves it into a [`Plan`].
 ///
 /// See the module documentation for the order of checks.
-pub fn validate(policy: &Policy, req: &ProcessRunRequest, ctx: &ValidateContext) -> Result<Plan, Rejection> {
+pub fn validate(
+    policy: &Policy,
+    req: &ProcessRunRequest,
+    ctx: &ValidateContext,
+) -> Result<Plan, Rejection> {
     shape::check(req)?;
     // A denied interpreter is reported as such even when it is also not allowlisted: the
     // more specific rule tells the caller that allowlisting alone would not help.
@@ -124,7 +134,10 @@ pub fn validate(policy: &Policy, req: &ProcessRunRequest, ctx: &ValidateContext)
         && let Some(base) = interpreter_base_name(&req.command)
         && !matches!(base, "busybox" | "toybox")
     {
-        return Err(Rejection::InterpreterDenied { name: req.command.clone(), via: String::new() });
+        return Err(Rejection::InterpreterDenied {
+            name: req.command.clone(),
+            via: String::new(),
+        });
     }
     let program = exec::resolve_program(&policy.exec, &req.command, &policy.env.path)?;
     interpreter::check(
@@ -190,9 +203,16 @@ pub fn validate(policy: &Policy, req: &ProcessRunRequest, ctx: &ValidateContext)
 /// Whether the `HOME` the child would get is inside a path the run may use (the
 /// workspace, or a declared read-only or writable path).
 fn home_is_granted(env: &[(String, String)], fs: &FsPlan, workspace: &Path) -> bool {
-    let Some((_, home)) = env.iter().find(|(k, _)| k == "HOME") else { return false };
-    let Ok(home) = std::fs::canonicalize(home) else { return false };
-    std::iter::once(workspace).chain(fs.read_only.iter().map(PathBuf::as_path)).chain(fs.writable.iter().map(PathBuf::as_path)).any(|g| home.starts_with(g))
+    let Some((_, home)) = env.iter().find(|(k, _)| k == "HOME") else {
+        return false;
+    };
+    let Ok(home) = std::fs::canonicalize(home) else {
+        return false;
+    };
+    std::iter::once(workspace)
+        .chain(fs.read_only.iter().map(PathBuf::as_path))
+        .chain(fs.writable.iter().map(PathBuf::as_path))
+        .any(|g| home.starts_with(g))
 }
 
 /// Expands `~/` and keeps the paths that exist, canonicalised (a policy may list a
@@ -235,7 +255,13 @@ pub fn system_read_only_paths() -> Vec<PathBuf> {
     let mut walked = Vec::new();
     let mut hidden: Vec<PathBuf> = SYSTEM_SECRET_PATHS.iter().map(PathBuf::from).collect();
     let mut budget = MAX_SYSTEM_ENTRIES;
-    find_unreadable(Path::new(SECRETS_ROOT), 0, &mut budget, &mut hidden, &mut walked);
+    find_unreadable(
+        Path::new(SECRETS_ROOT),
+        0,
+        &mut budget,
+        &mut hidden,
+        &mut walked,
+    );
     let mut out = Vec::new();
     for root in SYSTEM_READ_ONLY_PATHS {
         let path = Path::new(root);
@@ -249,7 +275,11 @@ pub fn system_read_only_paths() -> Vec<PathBuf> {
         let stamp = dir_stamp(&d);
         (d, stamp)
     });
-    *guard = Some(SystemPathsCache { paths: out.clone(), stamps: stamps.collect(), checked: std::time::Instant::now() });
+    *guard = Some(SystemPathsCache {
+        paths: out.clone(),
+        stamps: stamps.collect(),
+        checked: std::time::Instant::now(),
+    });
     out
 }
 
@@ -265,20 +295,33 @@ impl SystemPathsCache {
         if self.checked.elapsed() < SYSTEM_PATHS_RECHECK {
             return true;
         }
-        let fresh = self.stamps.iter().all(|(dir, stamp)| dir_stamp(dir) == *stamp);
+        let fresh = self
+            .stamps
+            .iter()
+            .all(|(dir, stamp)| dir_stamp(dir) == *stamp);
         self.checked = std::time::Instant::now();
         fresh
     }
 }
 
 fn dir_stamp(dir: &Path) -> Option<std::time::SystemTime> {
-    std::fs::symlink_metadata(dir).and_then(|m| m.modified()).ok()
+    std::fs::symlink_metadata(dir)
+        .and_then(|m| m.modified())
+        .ok()
 }
 
 /// Adds to `hidden` every entry under `dir` that others cannot read; records walked dirs.
-fn find_unreadable(dir: &Path, depth: usize, budget: &mut usize, hidden: &mut Vec<PathBuf>, walked: &mut Vec<PathBuf>) {
+fn find_unreadable(
+    dir: &Path,
+    depth: usize,
+    budget: &mut usize,
+    hidden: &mut Vec<PathBuf>,
+    walked: &mut Vec<PathBuf>,
+) {
     use std::os::unix::fs::PermissionsExt;
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     walked.push(dir.to_path_buf());
     for entry in entries.flatten() {
         if *budget == 0 {
@@ -286,7 +329,9 @@ fn find_unreadable(dir: &Path, depth: usize, budget: &mut usize, hidden: &mut Ve
         }
         *budget -= 1;
         let path = entry.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
         let mode = meta.permissions().mode();
         if meta.file_type().is_symlink() {
             continue;
@@ -311,49 +356,18 @@ fn expand_without(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
         out.push(path.to_path_buf());
         return;
     }
-    let is_dir = std::fs::symlink_metadata(path).map(|m| m.is_dir()).unwrap_or(false);
+    let is_dir = std::fs::symlink_metadata(path)
+        .map(|m| m.is_dir())
+        .unwrap_or(false);
     if !is_dir {
         out.push(path.to_path_buf());
         return;
     }
-    let Ok(entries) = std::fs::read_dir(path) else { return };
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
     for entry in entries.flatten() {
         expand_without(&entry.path(), hidden, out);
-    }
-}
-
-#[cfg(test)]
-mod system_paths_tests {
-    use super::*;
-
-    #[test]
-    fn host_secrets_are_carved_out_and_ordinary_files_kept() {
-        let paths = system_read_only_paths();
-        let granted = |p: &str| paths.iter().any(|g| Path::new(p).starts_with(g));
-        for secret in ["/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssl/private"] {
-            assert!(!granted(secret), "{secret} must not be granted");
-        }
-        if Path::new("/etc/passwd").exists() {
-            assert!(granted("/etc/passwd"));
-        }
-        assert!(granted("/usr/bin"));
-    }
-
-    #[test]
-    fn files_others_cannot_read_are_hidden() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let open = dir.path().join("open");
-        let closed = dir.path().join("closed");
-        std::fs::write(&open, "x").unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(&closed, "x").unwrap_or_else(|e| panic!("{e}"));
-        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o600)).unwrap_or_else(|e| panic!("{e}"));
-        let (mut hidden, mut walked, mut budget) = (Vec::new(), Vec::new(), 100);
-        find_unreadable(dir.path(), 0, &mut budget, &mut hidden, &mut walked);
-        assert_eq!(hidden, [closed.clone()]);
-        let mut out = Vec::new();
-        expand_without(dir.path(), &hidden, &mut out);
-        assert_eq!(out, [open]);
     }
 }
 
@@ -374,5 +388,46 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
             .collect(),
         protected: fs.protected.iter().map(|p| workspace.join(p)).collect(),
         private_home: false,
+    }
+}
+
+#[cfg(test)]
+mod system_paths_tests {
+    use super::*;
+
+    #[test]
+    fn host_secrets_are_carved_out_and_ordinary_files_kept() {
+        let paths = system_read_only_paths();
+        let granted = |p: &str| paths.iter().any(|g| Path::new(p).starts_with(g));
+        for secret in [
+            "/etc/shadow",
+            "/etc/gshadow",
+            "/etc/sudoers",
+            "/etc/ssl/private",
+        ] {
+            assert!(!granted(secret), "{secret} must not be granted");
+        }
+        if Path::new("/etc/passwd").exists() {
+            assert!(granted("/etc/passwd"));
+        }
+        assert!(granted("/usr/bin"));
+    }
+
+    #[test]
+    fn files_others_cannot_read_are_hidden() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let open = dir.path().join("open");
+        let closed = dir.path().join("closed");
+        std::fs::write(&open, "x").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&closed, "x").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (mut hidden, mut walked, mut budget) = (Vec::new(), Vec::new(), 100);
+        find_unreadable(dir.path(), 0, &mut budget, &mut hidden, &mut walked);
+        assert_eq!(hidden, std::slice::from_ref(&closed));
+        let mut out = Vec::new();
+        expand_without(dir.path(), &hidden, &mut out);
+        assert_eq!(out, [open]);
     }
 }

@@ -9,32 +9,53 @@ pub(crate) fn check(req: &ProcessRunRequest) -> Result<(), Rejection> {
         return Err(Rejection::CommandEmpty);
     }
     if cmd.len() > MAX_COMMAND_BYTES {
-        return Err(Rejection::CommandTooLong { bytes: cmd.len(), max: MAX_COMMAND_BYTES });
+        return Err(Rejection::CommandTooLong {
+            bytes: cmd.len(),
+            max: MAX_COMMAND_BYTES,
+        });
     }
     nul_free("command", cmd)?;
     if cmd.chars().any(char::is_whitespace) {
-        return Err(Rejection::CommandNotBare { command: cmd.clone() });
+        return Err(Rejection::CommandNotBare {
+            command: cmd.clone(),
+        });
     }
     if req.args.len() > MAX_ARGS {
-        return Err(Rejection::TooManyArgs { count: req.args.len(), max: MAX_ARGS });
+        return Err(Rejection::TooManyArgs {
+            count: req.args.len(),
+            max: MAX_ARGS,
+        });
     }
     for (index, arg) in req.args.iter().enumerate() {
         if arg.len() > MAX_ARG_BYTES {
-            return Err(Rejection::ArgTooLong { index, bytes: arg.len(), max: MAX_ARG_BYTES });
+            return Err(Rejection::ArgTooLong {
+                index,
+                bytes: arg.len(),
+                max: MAX_ARG_BYTES,
+            });
         }
         nul_free(&format!("args[{index}]"), arg)?;
     }
     if let Some(cwd) = &req.cwd {
         if cwd.len() > MAX_CWD_BYTES {
-            return Err(Rejection::CwdTooLong { bytes: cwd.len(), max: MAX_CWD_BYTES });
+            return Err(Rejection::CwdTooLong {
+                bytes: cwd.len(),
+                max: MAX_CWD_BYTES,
+            });
         }
         nul_free("cwd", cwd)?;
     }
     if req.env.len() > MAX_ENV_ENTRIES {
-        return Err(Rejection::TooManyEnv { count: req.env.len(), max: MAX_ENV_ENTRIES });
+        return Err(Rejection::TooManyEnv {
+            count: req.env.len(),
+            max: MAX_ENV_ENTRIES,
+        });
     }
     for (name, value) in &req.env {
-        let invalid = |reason: &str| Rejection::EnvNameInvalid { name: name.clone(), reason: reason.to_owned() };
+        let invalid = |reason: &str| Rejection::EnvNameInvalid {
+            name: name.clone(),
+            reason: reason.to_owned(),
+        };
         if name.is_empty() {
             return Err(invalid("empty"));
         }
@@ -46,25 +67,38 @@ pub(crate) fn check(req: &ProcessRunRequest) -> Result<(), Rejection> {
         }
         nul_free(&format!("env name {name:?}"), name)?;
         if value.len() > MAX_ENV_VALUE_BYTES {
-            return Err(Rejection::EnvValueTooLong { name: name.clone(), bytes: value.len(), max: MAX_ENV_VALUE_BYTES });
+            return Err(Rejection::EnvValueTooLong {
+                name: name.clone(),
+                bytes: value.len(),
+                max: MAX_ENV_VALUE_BYTES,
+            });
         }
         nul_free(&format!("env {name}"), value)?;
     }
     if let Some(stdin) = &req.stdin
         && stdin.len() > MAX_STDIN_BYTES
     {
-        return Err(Rejection::StdinTooLarge { bytes: stdin.len(), max: MAX_STDIN_BYTES });
+        return Err(Rejection::StdinTooLarge {
+            bytes: stdin.len(),
+            max: MAX_STDIN_BYTES,
+        });
     }
     if req.timeout_ms == Some(0) {
         return Err(Rejection::TimeoutZero);
     }
     if req.requested_egress_hosts.len() > MAX_EGRESS_HOSTS {
-        return Err(Rejection::TooManyEgressHosts { count: req.requested_egress_hosts.len(), max: MAX_EGRESS_HOSTS });
+        return Err(Rejection::TooManyEgressHosts {
+            count: req.requested_egress_hosts.len(),
+            max: MAX_EGRESS_HOSTS,
+        });
     }
     for (i, host) in req.requested_egress_hosts.iter().enumerate() {
         nul_free(&format!("requested_egress_hosts[{i}]"), host)?;
         if host.len() > MAX_HOST_BYTES {
-            return Err(Rejection::EgressHostInvalid { host: host.clone(), reason: format!("longer than {MAX_HOST_BYTES} bytes") });
+            return Err(Rejection::EgressHostInvalid {
+                host: host.clone(),
+                reason: format!("longer than {MAX_HOST_BYTES} bytes"),
+            });
         }
     }
     if let (Some(lifetime), false) = (req.lifetime, req.background) {
@@ -72,14 +106,18 @@ pub(crate) fn check(req: &ProcessRunRequest) -> Result<(), Rejection> {
             Lifetime::RunOwned => "run_owned",
             Lifetime::Detached => "detached",
         };
-        return Err(Rejection::LifetimeWithoutBackground { lifetime: name.to_owned() });
+        return Err(Rejection::LifetimeWithoutBackground {
+            lifetime: name.to_owned(),
+        });
     }
     Ok(())
 }
 
 fn nul_free(field: &str, value: &str) -> Result<(), Rejection> {
     if value.contains('\0') {
-        return Err(Rejection::NulByte { field: field.to_owned() });
+        return Err(Rejection::NulByte {
+            field: field.to_owned(),
+        });
     }
     Ok(())
 }

@@ -16,7 +16,14 @@ pub(crate) fn check(policy: &TierPolicy, req: &ProcessRunRequest) -> Result<Tier
     if let Some(t) = requested
         && t < policy.minimum
     {
-        return Err(Rejection::TierBelowMinimum { requested: t.to_string(), minimum: policy.minimum.to_string() });
+        return Err(Rejection::TierBelowMinimum {
+            requested: t.to_string(),
+            minimum: policy.minimum.to_string(),
+        });
     }
-    Ok(TierPlan { minimum: policy.minimum, requested: req.tier, optional_layers: policy.optional_layers.clone() })
+    Ok(TierPlan {
+        minimum: policy.minimum,
+        requested: req.tier,
+        optional_layers: policy.optional_layers.clone(),
+    })
 }

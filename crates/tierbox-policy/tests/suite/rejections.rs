@@ -43,24 +43,57 @@ fn every_rejection_code_has_a_table_case() {
 
     // ---- input shape and caps
     let big = vec![b' '; MAX_REQUEST_BYTES + 1];
-    check("too large", ProcessRunRequest::from_json(&big).unwrap_err().code(), "input.too_large");
-    check("malformed", ProcessRunRequest::from_json(br#"{"command":"ls","argz":[]}"#).unwrap_err().code(), "input.malformed");
-    check("empty command", code_of(&fx, &req("", &[])), "input.command_empty");
-    check("long command", code_of(&fx, &req(&"a".repeat(MAX_COMMAND_BYTES + 1), &[])), "input.command_too_long");
-    check("command line", code_of(&fx, &req("git status", &[])), "input.command_not_bare");
+    check(
+        "too large",
+        ProcessRunRequest::from_json(&big).unwrap_err().code(),
+        "input.too_large",
+    );
+    check(
+        "malformed",
+        ProcessRunRequest::from_json(br#"{"command":"ls","argz":[]}"#)
+            .unwrap_err()
+            .code(),
+        "input.malformed",
+    );
+    check(
+        "empty command",
+        code_of(&fx, &req("", &[])),
+        "input.command_empty",
+    );
+    check(
+        "long command",
+        code_of(&fx, &req(&"a".repeat(MAX_COMMAND_BYTES + 1), &[])),
+        "input.command_too_long",
+    );
+    check(
+        "command line",
+        code_of(&fx, &req("git status", &[])),
+        "input.command_not_bare",
+    );
     check("nul", code_of(&fx, &req("ls", &["a\0b"])), "input.nul_byte");
     let many: Vec<String> = (0..=MAX_ARGS).map(|i| i.to_string()).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
-    check("too many args", code_of(&fx, &req("printf", &many)), "input.too_many_args");
-    check("long arg", code_of(&fx, &req("printf", &[&"x".repeat(MAX_ARG_BYTES + 1)])), "input.arg_too_long");
+    check(
+        "too many args",
+        code_of(&fx, &req("printf", &many)),
+        "input.too_many_args",
+    );
+    check(
+        "long arg",
+        code_of(&fx, &req("printf", &[&"x".repeat(MAX_ARG_BYTES + 1)])),
+        "input.arg_too_long",
+    );
     let mut r = req("ls", &[]);
-    r.env = (0..=MAX_ENV_ENTRIES).map(|i| (format!("V{i}"), "1".to_owned())).collect();
+    r.env = (0..=MAX_ENV_ENTRIES)
+        .map(|i| (format!("V{i}"), "1".to_owned()))
+        .collect();
     check("too many env", code_of(&fx, &r), "input.too_many_env");
     let mut r = req("ls", &[]);
     r.env.insert("A=B".to_owned(), "1".to_owned());
     check("env name", code_of(&fx, &r), "input.env_name_invalid");
     let mut r = req("ls", &[]);
-    r.env.insert("V".to_owned(), "x".repeat(MAX_ENV_VALUE_BYTES + 1));
+    r.env
+        .insert("V".to_owned(), "x".repeat(MAX_ENV_VALUE_BYTES + 1));
     check("env value", code_of(&fx, &r), "input.env_value_too_long");
     let mut r = req("ls", &[]);
     r.cwd = Some("d/".repeat(MAX_CWD_BYTES));
@@ -72,26 +105,64 @@ fn every_rejection_code_has_a_table_case() {
     r.timeout_ms = Some(0);
     check("timeout 0", code_of(&fx, &r), "input.timeout_zero");
     let mut r = req("ls", &[]);
-    r.requested_egress_hosts = (0..=MAX_EGRESS_HOSTS).map(|i| format!("h{i}.example")).collect();
-    check("egress hosts", code_of(&fx, &r), "input.too_many_egress_hosts");
+    r.requested_egress_hosts = (0..=MAX_EGRESS_HOSTS)
+        .map(|i| format!("h{i}.example"))
+        .collect();
+    check(
+        "egress hosts",
+        code_of(&fx, &r),
+        "input.too_many_egress_hosts",
+    );
     let mut r = req("ls", &[]);
     r.lifetime = Some(tierbox_policy::Lifetime::Detached);
-    check("lifetime", code_of(&fx, &r), "input.lifetime_without_background");
+    check(
+        "lifetime",
+        code_of(&fx, &r),
+        "input.lifetime_without_background",
+    );
 
     // ---- executable
-    check("path command", code_of(&fx, &req("/bin/ls", &[])), "exec.command_is_path");
-    check("not allowed", code_of(&fx, &req("tar", &[])), "exec.not_allowed");
+    check(
+        "path command",
+        code_of(&fx, &req("/bin/ls", &[])),
+        "exec.command_is_path",
+    );
+    check(
+        "not allowed",
+        code_of(&fx, &req("tar", &[])),
+        "exec.not_allowed",
+    );
     let mut paths = Fixture::new(&["ls"]);
     paths.policy.exec.allow_command_paths = true;
-    check("relative path command", code_of(&paths, &req("./ls", &[])), "exec.command_path_invalid");
-    check("not found", code_of(&fx, &req("curl", &[])), "exec.not_found");
-    check("interpreter", code_of(&fx, &req("bash", &["-c", "id"])), "exec.interpreter_denied");
+    check(
+        "relative path command",
+        code_of(&paths, &req("./ls", &[])),
+        "exec.command_path_invalid",
+    );
+    check(
+        "not found",
+        code_of(&fx, &req("curl", &[])),
+        "exec.not_found",
+    );
+    check(
+        "interpreter",
+        code_of(&fx, &req("bash", &["-c", "id"])),
+        "exec.interpreter_denied",
+    );
     let interp = Fixture::new(&["perl", "python3"]).interpreters(false);
-    check("eval flag", code_of(&interp, &req("perl", &["-e", "print 1"])), "exec.eval_flag");
+    check(
+        "eval flag",
+        code_of(&interp, &req("perl", &["-e", "print 1"])),
+        "exec.eval_flag",
+    );
     let mut r = req("python3", &[]);
     r.stdin = Some("print(1)".to_owned());
     check("eval stdin", code_of(&interp, &r), "exec.eval_stdin");
-    check("wrapper", code_of(&fx, &req("env", &["--bogus-option", "ls"])), "exec.wrapper_unresolvable");
+    check(
+        "wrapper",
+        code_of(&fx, &req("env", &["--bogus-option", "ls"])),
+        "exec.wrapper_unresolvable",
+    );
 
     // ---- scope
     let mut gone = Fixture::new(&["ls"]);
@@ -99,10 +170,18 @@ fn every_rejection_code_has_a_table_case() {
     let ctx_missing = tierbox_policy::ValidateContext::new(gone.ws.join("missing"));
     let err = tierbox_policy::validate(&gone.policy, &req("ls", &[]), &ctx_missing).unwrap_err();
     check("workspace", err.code(), "scope.workspace_invalid");
-    check("path outside", code_of(&fx, &req("cat", &["../secret"])), "scope.path_outside_workspace");
+    check(
+        "path outside",
+        code_of(&fx, &req("cat", &["../secret"])),
+        "scope.path_outside_workspace",
+    );
     let mut r = req("ls", &[]);
     r.cwd = Some("..".to_owned());
-    check("cwd outside", code_of(&fx, &r), "scope.cwd_outside_workspace");
+    check(
+        "cwd outside",
+        code_of(&fx, &r),
+        "scope.cwd_outside_workspace",
+    );
     let mut r = req("ls", &[]);
     r.cwd = Some("no-such-dir".to_owned());
     check("cwd missing", code_of(&fx, &r), "scope.cwd_not_directory");
@@ -116,7 +195,11 @@ fn every_rejection_code_has_a_table_case() {
     let mut egress = Fixture::new(&["git"]);
     egress.policy.egress.mode = EgressMode::Preflight;
     egress.policy.egress.allow = vec!["github.com".to_owned()];
-    check("host", code_of(&egress, &req("git", &["clone", "https://blocked.test/x"])), "egress.host_not_allowed");
+    check(
+        "host",
+        code_of(&egress, &req("git", &["clone", "https://blocked.test/x"])),
+        "egress.host_not_allowed",
+    );
     let mut r = req("git", &[]);
     r.requested_egress_hosts = vec!["bad host!".to_owned()];
     check("host invalid", code_of(&egress, &r), "egress.host_invalid");
@@ -133,8 +216,14 @@ fn every_rejection_code_has_a_table_case() {
 
     let all: BTreeSet<&str> = Rejection::ALL_CODES.iter().copied().collect();
     let external: BTreeSet<&str> = PRODUCED_BY_TIER_SELECTION.iter().copied().collect();
-    let missing: Vec<&&str> = all.difference(&seen).filter(|c| !external.contains(**c)).collect();
-    assert!(missing.is_empty(), "codes without a table case: {missing:?}");
+    let missing: Vec<&&str> = all
+        .difference(&seen)
+        .filter(|c| !external.contains(**c))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "codes without a table case: {missing:?}"
+    );
 }
 
 #[test]
@@ -143,14 +232,21 @@ fn codes_are_unique_and_well_formed() {
     for code in Rejection::ALL_CODES {
         assert!(seen.insert(code), "duplicate code {code}");
         let (group, rule) = code.split_once('.').expect("group.rule");
-        assert!(["input", "exec", "scope", "env", "egress", "limits", "tier"].contains(&group), "{code}");
-        assert!(rule.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{code}");
+        assert!(
+            ["input", "exec", "scope", "env", "egress", "limits", "tier"].contains(&group),
+            "{code}"
+        );
+        assert!(
+            rule.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+            "{code}"
+        );
     }
 }
 
 #[test]
 fn the_policy_reference_lists_every_code() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/policy.md")).unwrap();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/policy.md"))
+        .unwrap();
     for code in Rejection::ALL_CODES {
         assert!(doc.contains(code), "docs/policy.md does not list {code}");
     }

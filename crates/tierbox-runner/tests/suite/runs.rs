@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tierbox_policy::{Policy, ProcessRunRequest, QuotaMode, TierRequest, ValidateContext, validate};
+use tierbox_policy::{
+    Policy, ProcessRunRequest, QuotaMode, TierRequest, ValidateContext, validate,
+};
 use tierbox_runner::{LimitHit, RunError, RunOptions, Runner, Sandbox, run_plan};
 
 /// Whether Tier B can run here; prints why not, and panics under CI.
@@ -22,7 +24,9 @@ fn tier_b_available(test: &str) -> bool {
     };
     match reason {
         None => true,
-        Some(r) if std::env::var("CI").as_deref() == Ok("true") => panic!("{test}: required feature missing under CI: {r}"),
+        Some(r) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("{test}: required feature missing under CI: {r}")
+        }
         Some(r) => {
             eprintln!("SKIP {test}: {r}");
             false
@@ -40,13 +44,19 @@ impl Env {
     fn new(allowed: &[&str]) -> Self {
         let mut policy = Policy::builtin_default();
         policy.exec.allowed_executables = allowed.iter().map(|s| (*s).to_owned()).collect();
-        Self { ws: tempfile::tempdir().unwrap(), state: tempfile::tempdir().unwrap(), policy }
+        Self {
+            ws: tempfile::tempdir().unwrap(),
+            state: tempfile::tempdir().unwrap(),
+            policy,
+        }
     }
 
     fn runner(&self) -> Runner {
         Runner::new(self.policy.clone())
             .with_workspace(self.ws.path())
-            .with_options(RunOptions { state_dir: self.state.path().to_path_buf() })
+            .with_options(RunOptions {
+                state_dir: self.state.path().to_path_buf(),
+            })
     }
 }
 
@@ -57,7 +67,10 @@ fn req(command: &str, args: &[&str]) -> ProcessRunRequest {
 }
 
 fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -66,7 +79,12 @@ fn arguments_reach_the_program_byte_for_byte() {
         return;
     }
     let env = Env::new(&["printf"]);
-    let out = rt().block_on(env.runner().run(&req("printf", &["%s|", "hello", "a b", "-n1", "status", "$HOME", "*"]))).unwrap();
+    let out = rt()
+        .block_on(env.runner().run(&req(
+            "printf",
+            &["%s|", "hello", "a b", "-n1", "status", "$HOME", "*"],
+        )))
+        .unwrap();
     assert_eq!(out.exit_code, Some(0), "{out:?}");
     assert_eq!(out.stdout.text, "hello|a b|-n1|status|$HOME|*|");
     assert_eq!(out.tier, "b");
@@ -81,7 +99,10 @@ fn timeout_kills_the_tree_and_returns_partial_output() {
     let mut env = Env::new(&["sh"]);
     env.policy.exec.allow_interpreters = true;
     env.policy.exec.allow_eval = true;
-    let mut r = req("sh", &["-c", "echo started; sleep 30 & sleep 30; echo never"]);
+    let mut r = req(
+        "sh",
+        &["-c", "echo started; sleep 30 & sleep 30; echo never"],
+    );
     r.timeout_ms = Some(500);
     let out = rt().block_on(env.runner().run(&r)).unwrap();
     assert!(out.timed_out, "{out:?}");
@@ -100,7 +121,9 @@ fn kill_mode_quota_terminates_and_keeps_the_prefix() {
     let mut env = Env::new(&["yes"]);
     env.policy.output.max_bytes = 1000;
     env.policy.output.mode = QuotaMode::Kill;
-    let out = rt().block_on(env.runner().run(&req("yes", &["abc"]))).unwrap();
+    let out = rt()
+        .block_on(env.runner().run(&req("yes", &["abc"])))
+        .unwrap();
     assert!(out.quota_exceeded, "{out:?}");
     assert_eq!(out.limit_hit, Some(LimitHit::Output));
     assert!(out.stdout.text.starts_with("abc\nabc\n"));
@@ -115,7 +138,9 @@ fn truncate_mode_keeps_head_and_tail_and_counts() {
     }
     let mut env = Env::new(&["seq"]);
     env.policy.output.max_bytes = 100;
-    let out = rt().block_on(env.runner().run(&req("seq", &["1", "100000"]))).unwrap();
+    let out = rt()
+        .block_on(env.runner().run(&req("seq", &["1", "100000"])))
+        .unwrap();
     assert_eq!(out.exit_code, Some(0));
     let s = &out.stdout;
     assert!(s.truncated);
@@ -123,7 +148,10 @@ fn truncate_mode_keeps_head_and_tail_and_counts() {
     assert_eq!(s.omitted_bytes, s.total_bytes - 100);
     assert!(s.text.starts_with("1\n2\n3\n"), "{}", s.text);
     assert!(s.text.ends_with("99999\n100000\n"), "{}", s.text);
-    assert!(s.text.contains(&format!("[tierbox: {} bytes omitted]", s.omitted_bytes)));
+    assert!(
+        s.text
+            .contains(&format!("[tierbox: {} bytes omitted]", s.omitted_bytes))
+    );
 }
 
 #[test]
@@ -148,7 +176,9 @@ fn exit_codes_and_signals_are_mirrored() {
     assert_eq!((out.exit_code, out.exit_status()), (Some(1), 1));
     env.policy.exec.allow_interpreters = true;
     env.policy.exec.allow_eval = true;
-    let out = rt().block_on(env.runner().run(&req("sh", &["-c", "kill -SEGV $$"]))).unwrap();
+    let out = rt()
+        .block_on(env.runner().run(&req("sh", &["-c", "kill -SEGV $$"])))
+        .unwrap();
     assert_eq!(out.signal, Some(libc_sigsegv()));
     assert_eq!(out.signal_name.as_deref(), Some("SIGSEGV"));
     assert_eq!(out.exit_status(), 128 + libc_sigsegv());
@@ -167,14 +197,41 @@ fn sensitive_values_and_tokens_are_redacted() {
     env.policy.env.sensitive = vec!["DEPLOY_KEY".to_owned()];
     let plan = validate(
         &env.policy,
-        &req("printf", &["key=%s token ghp_%s\n", "hunter2-value-123", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"]),
-        &ValidateContext::new(env.ws.path()).with_env(BTreeMap::from([("DEPLOY_KEY".to_owned(), "hunter2-value-123".to_owned())])),
+        &req(
+            "printf",
+            &[
+                "key=%s token ghp_%s\n",
+                "hunter2-value-123",
+                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            ],
+        ),
+        &ValidateContext::new(env.ws.path()).with_env(BTreeMap::from([(
+            "DEPLOY_KEY".to_owned(),
+            "hunter2-value-123".to_owned(),
+        )])),
     )
     .unwrap();
-    let out = rt().block_on(run_plan(&plan, &RunOptions { state_dir: env.state.path().to_path_buf() })).unwrap();
+    let out = rt()
+        .block_on(run_plan(
+            &plan,
+            &RunOptions {
+                state_dir: env.state.path().to_path_buf(),
+            },
+        ))
+        .unwrap();
     assert!(out.redacted && out.stdout.redacted, "{out:?}");
-    assert!(!out.stdout.text.contains("hunter2-value-123"), "{}", out.stdout.text);
-    assert!(!out.stdout.text.contains("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"), "{}", out.stdout.text);
+    assert!(
+        !out.stdout.text.contains("hunter2-value-123"),
+        "{}",
+        out.stdout.text
+    );
+    assert!(
+        !out.stdout
+            .text
+            .contains("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
+        "{}",
+        out.stdout.text
+    );
 }
 
 #[test]
@@ -201,7 +258,9 @@ fn strict_allowlist_egress_is_rejected_in_tier_b() {
     env.policy.egress.allow = vec!["crates.io".to_owned()];
     match rt().block_on(env.runner().run(&req("true", &[]))) {
         Err(RunError::Rejected(rej)) => assert_eq!(rej.code(), "tier.unsupported"),
-        other => panic!("strict egress with an allowlist must be rejected in tier b, got {other:?}"),
+        other => {
+            panic!("strict egress with an allowlist must be rejected in tier b, got {other:?}")
+        }
     }
 }
 
@@ -212,18 +271,42 @@ fn builder_defaults_and_execute() {
     }
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("f.txt"), "content\n").unwrap();
-    let cmd = Sandbox::command("cat").arg("f.txt").working_dir(ws.path()).timeout(Duration::from_secs(5));
+    let cmd = Sandbox::command("cat")
+        .arg("f.txt")
+        .working_dir(ws.path())
+        .timeout(Duration::from_secs(5));
     let plan = cmd.plan().unwrap();
-    assert_eq!(plan.limits.max_processes, tierbox_runner::builder::BUILDER_DEFAULT_MAX_PROCESSES);
-    assert_eq!(plan.limits.open_files, tierbox_runner::builder::BUILDER_DEFAULT_MAX_OPEN_FILES);
-    assert_eq!(plan.output.max_bytes, tierbox_runner::builder::BUILDER_DEFAULT_MAX_OUTPUT);
+    assert_eq!(
+        plan.limits.max_processes,
+        tierbox_runner::builder::BUILDER_DEFAULT_MAX_PROCESSES
+    );
+    assert_eq!(
+        plan.limits.open_files,
+        tierbox_runner::builder::BUILDER_DEFAULT_MAX_OPEN_FILES
+    );
+    assert_eq!(
+        plan.output.max_bytes,
+        tierbox_runner::builder::BUILDER_DEFAULT_MAX_OUTPUT
+    );
     assert_eq!(plan.limits.wall_timeout_ms, 5000);
     let out = rt().block_on(cmd.execute()).unwrap();
     assert_eq!(out.stdout.text, "content\n");
     // The builder allows only the named program.
-    let err = Sandbox::command("cat").arg("f.txt").working_dir(ws.path()).allow_interpreters(false).plan();
+    let err = Sandbox::command("cat")
+        .arg("f.txt")
+        .working_dir(ws.path())
+        .allow_interpreters(false)
+        .plan();
     assert!(err.is_ok());
-    assert_eq!(Sandbox::command("cat").arg("../x").working_dir(ws.path()).plan().unwrap_err().code(), "scope.path_outside_workspace");
+    assert_eq!(
+        Sandbox::command("cat")
+            .arg("../x")
+            .working_dir(ws.path())
+            .plan()
+            .unwrap_err()
+            .code(),
+        "scope.path_outside_workspace"
+    );
 }
 
 #[test]
@@ -232,11 +315,15 @@ fn workspace_writes_are_visible_on_the_host_and_nothing_is_left_behind() {
         return;
     }
     let env = Env::new(&["touch"]);
-    let out = rt().block_on(env.runner().run(&req("touch", &["made-in-sandbox"]))).unwrap();
+    let out = rt()
+        .block_on(env.runner().run(&req("touch", &["made-in-sandbox"])))
+        .unwrap();
     assert_eq!(out.exit_code, Some(0), "{out:?}");
     assert!(env.ws.path().join("made-in-sandbox").exists());
     // The run's private tmp is removed (pooling is off by default).
     let tmp = env.state.path().join("tmp");
-    let left: Vec<_> = std::fs::read_dir(&tmp).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
     assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -643,7 +643,10 @@ impl RunCgroup {
     pub fn reset_peak(&self) -> io::Result<()> {
         match self.version {
             CgroupVersion::V1 => fs::write(self.memory_dir.join("memory.max_usage_in_bytes"), "0"),
-            CgroupVersion::V2 => Err(io::Error::new(io::ErrorKind::Unsupported, "memory.peak cannot be reset for every reader")),
+            CgroupVersion::V2 => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "memory.peak cannot be reset for every reader",
+            )),
         }
     }
 
@@ -1146,11 +1149,22 @@ mod tests;
 /// Looks in our own group of every controller for directories named `<prefix>*` for which
 /// `is_orphaned(name)` is true, SIGKILLs every task in them (bounded rounds) and removes
 /// them. Returns how many directories were removed.
-pub fn sweep_orphaned(support: &CgroupSupport, prefix: &str, is_orphaned: impl Fn(&str) -> bool) -> usize {
+pub fn sweep_orphaned(
+    support: &CgroupSupport,
+    prefix: &str,
+    is_orphaned: impl Fn(&str) -> bool,
+) -> usize {
     let mut removed = 0;
-    let controllers = [&support.memory, &support.pids, &support.cpu, &support.freezer];
+    let controllers = [
+        &support.memory,
+        &support.pids,
+        &support.cpu,
+        &support.freezer,
+    ];
     for dir in controllers.iter().filter_map(|c| c.dir.as_ref()) {
-        let Ok(entries) = fs::read_dir(dir) else { continue };
+        let Ok(entries) = fs::read_dir(dir) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };

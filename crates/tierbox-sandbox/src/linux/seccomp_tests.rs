@@ -791,11 +791,27 @@ fn file_metadata_changes_are_denied_only_when_asked() {
     let plain = SeccompProgram::build(&spec).unwrap();
     spec.deny_file_metadata = true;
     let meta = SeccompProgram::build(&spec).unwrap();
-    for nr in [libc::SYS_fchmodat, libc::SYS_fchmod, libc::SYS_fchownat, libc::SYS_fsetxattr, libc::SYS_removexattr, 452] {
+    for nr in [
+        libc::SYS_fchmodat,
+        libc::SYS_fchmod,
+        libc::SYS_fchownat,
+        libc::SYS_fsetxattr,
+        libc::SYS_removexattr,
+        452,
+    ] {
         assert_eq!(eval(&plain, nr, &[]), ALLOW, "nr {nr} allowed by default");
-        assert_eq!(eval(&meta, nr, &[]), eperm(), "nr {nr} denied with deny_file_metadata");
+        assert_eq!(
+            eval(&meta, nr, &[]),
+            eperm(),
+            "nr {nr} denied with deny_file_metadata"
+        );
     }
-    for nr in [libc::SYS_read, libc::SYS_openat, libc::SYS_utimensat, libc::SYS_getxattr] {
+    for nr in [
+        libc::SYS_read,
+        libc::SYS_openat,
+        libc::SYS_utimensat,
+        libc::SYS_getxattr,
+    ] {
         assert_eq!(eval(&meta, nr, &[]), ALLOW, "nr {nr}");
     }
 }

@@ -29,13 +29,13 @@ use std::sync::{Mutex, OnceLock};
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{EgressMode, Enforcement, Layer, LayerReport, Rejection, Tier};
 
+use crate::linux::caps;
 use crate::linux::cgroup::{CgroupLimits, RunCgroup};
-pub use slots::Slot;
-use slots::SlotKey;
 use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock};
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
-use crate::linux::caps;
-use crate::probe::{host_facts, HostFacts};
+use crate::probe::{HostFacts, host_facts};
+pub use slots::Slot;
+use slots::SlotKey;
 pub use sys::{ChildStep, ExitInfo};
 
 /// Name of this backend in outcomes and attestations.
@@ -115,7 +115,13 @@ pub struct Launched {
 
 /// Layers this run needs that the host lacks: each is recorded when the policy allows it
 /// to be missing, and rejects the run otherwise.
-fn require(plan: &Plan, layer: Layer, available: bool, reason: &str, missing: &mut Vec<Layer>) -> Result<(), Rejection> {
+fn require(
+    plan: &Plan,
+    layer: Layer,
+    available: bool,
+    reason: &str,
+    missing: &mut Vec<Layer>,
+) -> Result<(), Rejection> {
     if available {
         return Ok(());
     }
@@ -141,12 +147,42 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     };
 
     // Layers this host must provide.
-    require(plan, Layer::Landlock, facts.landlock_abi.is_some(), "landlock is not available (kernel < 5.13 or not in the lsm= list)", &mut missing)?;
+    require(
+        plan,
+        Layer::Landlock,
+        facts.landlock_abi.is_some(),
+        "landlock is not available (kernel < 5.13 or not in the lsm= list)",
+        &mut missing,
+    )?;
     let abi = facts.landlock_abi.unwrap_or(0);
-    require(plan, Layer::LandlockScopes, abi >= 6, &format!("landlock ABI {abi} < 6 has no signal or abstract-socket scoping"), &mut missing)?;
-    require(plan, Layer::Seccomp, facts.seccomp, "seccomp filters are not available", &mut missing)?;
-    require(plan, Layer::Cgroup, facts.cgroup.is_usable(), &facts.cgroup.describe(), &mut missing)?;
-    require(plan, Layer::ProtectedPaths, plan.filesystem.protected.is_empty(), "tier b cannot keep paths inside the writable workspace read-only (tier c can)", &mut missing)?;
+    require(
+        plan,
+        Layer::LandlockScopes,
+        abi >= 6,
+        &format!("landlock ABI {abi} < 6 has no signal or abstract-socket scoping"),
+        &mut missing,
+    )?;
+    require(
+        plan,
+        Layer::Seccomp,
+        facts.seccomp,
+        "seccomp filters are not available",
+        &mut missing,
+    )?;
+    require(
+        plan,
+        Layer::Cgroup,
+        facts.cgroup.is_usable(),
+        &facts.cgroup.describe(),
+        &mut missing,
+    )?;
+    require(
+        plan,
+        Layer::ProtectedPaths,
+        plan.filesystem.protected.is_empty(),
+        "tier b cannot keep paths inside the writable workspace read-only (tier c can)",
+        &mut missing,
+    )?;
 
     let network = network_rules(plan, facts)?;
 
@@ -163,14 +199,26 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     enforcement.no_new_privs = true;
 
     // Per-run resources: a warm slot with the same shape, or new ones.
-    let landlock_base = facts.landlock_abi.map(|_| landlock_spec(plan, abi, network.tcp_ports.clone()));
-    let cgroup_limits = CgroupLimits { memory_bytes: plan.limits.memory_bytes, max_processes: plan.limits.max_processes, cpu_quota_percent: None };
+    let landlock_base = facts
+        .landlock_abi
+        .map(|_| landlock_spec(plan, abi, network.tcp_ports.clone()));
+    let cgroup_limits = CgroupLimits {
+        memory_bytes: plan.limits.memory_bytes,
+        max_processes: plan.limits.max_processes,
+        cpu_quota_percent: None,
+    };
     let key = SlotKey {
         tmp_base: opts.tmp_base.clone(),
         uid,
         gid,
-        read_only: landlock_base.as_ref().map(|s| s.read_only.clone()).unwrap_or_default(),
-        read_write: landlock_base.as_ref().map(|s| s.read_write.clone()).unwrap_or_default(),
+        read_only: landlock_base
+            .as_ref()
+            .map(|s| s.read_only.clone())
+            .unwrap_or_default(),
+        read_write: landlock_base
+            .as_ref()
+            .map(|s| s.read_write.clone())
+            .unwrap_or_default(),
         scopes: landlock_base.as_ref().is_some_and(|s| s.scope_signals),
         tcp_connect_ports: network.tcp_ports.clone(),
         landlock: landlock_base.is_some(),
@@ -185,10 +233,14 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
 
     enforcement.landlock = match &slot.landlock {
         Some(prepared) => match &prepared.status {
-            LandlockStatus::FullyEnforced => LayerReport::applied(format!("abi {}, fully enforced", prepared.abi)),
-            LandlockStatus::PartiallyEnforced { missing } => {
-                LayerReport::applied(format!("abi {}, partially enforced (missing: {})", prepared.abi, missing.join(", ")))
+            LandlockStatus::FullyEnforced => {
+                LayerReport::applied(format!("abi {}, fully enforced", prepared.abi))
             }
+            LandlockStatus::PartiallyEnforced { missing } => LayerReport::applied(format!(
+                "abi {}, partially enforced (missing: {})",
+                prepared.abi,
+                missing.join(", ")
+            )),
         },
         None => LayerReport::missing("landlock unavailable on this host"),
     };
@@ -199,7 +251,11 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         enforcement.seccomp = LayerReport::applied(format!(
             "deny-list filter, {} instructions{}",
             program.len(),
-            if uid == 0 { "; chmod/chown/xattr changes denied (the run keeps uid 0)" } else { "" }
+            if uid == 0 {
+                "; chmod/chown/xattr changes denied (the run keeps uid 0)"
+            } else {
+                ""
+            }
         ));
         Some(program)
     } else {
@@ -225,15 +281,39 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
 
     let limits = &plan.limits;
     let rlimits = [
-        (libc::RLIMIT_CPU as i32, limits.cpu_time_secs, limits.cpu_time_secs.saturating_add(1)),
-        (libc::RLIMIT_NPROC as i32, limits.max_processes, limits.max_processes),
-        (libc::RLIMIT_NOFILE as i32, limits.open_files, limits.open_files),
-        (libc::RLIMIT_FSIZE as i32, limits.file_size_bytes, limits.file_size_bytes),
+        (
+            libc::RLIMIT_CPU as i32,
+            limits.cpu_time_secs,
+            limits.cpu_time_secs.saturating_add(1),
+        ),
+        (
+            libc::RLIMIT_NPROC as i32,
+            limits.max_processes,
+            limits.max_processes,
+        ),
+        (
+            libc::RLIMIT_NOFILE as i32,
+            limits.open_files,
+            limits.open_files,
+        ),
+        (
+            libc::RLIMIT_FSIZE as i32,
+            limits.file_size_bytes,
+            limits.file_size_bytes,
+        ),
         (libc::RLIMIT_CORE as i32, 0, 0),
     ];
     enforcement.rlimits = vec![
         format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
-        format!("RLIMIT_NPROC={}{}", limits.max_processes, if uid == 0 { " (not enforced by the kernel for uid 0)" } else { "" }),
+        format!(
+            "RLIMIT_NPROC={}{}",
+            limits.max_processes,
+            if uid == 0 {
+                " (not enforced by the kernel for uid 0)"
+            } else {
+                ""
+            }
+        ),
         format!("RLIMIT_NOFILE={}", limits.open_files),
         format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
         "RLIMIT_CORE=0".to_owned(),
@@ -244,10 +324,17 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
 
     // C strings and pointer arrays for the child.
     let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
-    let argv: Vec<CString> = plan.argv.iter().map(|a| cstring(a.as_bytes(), "argument")).collect::<Result<_, _>>()?;
+    let argv: Vec<CString> = plan
+        .argv
+        .iter()
+        .map(|a| cstring(a.as_bytes(), "argument"))
+        .collect::<Result<_, _>>()?;
     let mut env: Vec<(String, String)> = plan.env.clone();
     if plan.filesystem.private_home {
-        env.push(("HOME".to_owned(), slot.tmp.join("home").to_string_lossy().into_owned()));
+        env.push((
+            "HOME".to_owned(),
+            slot.tmp.join("home").to_string_lossy().into_owned(),
+        ));
     }
     for key in ["TMPDIR", "TMP", "TEMP"] {
         if !env.iter().any(|(k, _)| k == key) {
@@ -255,20 +342,36 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         }
     }
     env.sort();
-    let envp: Vec<CString> = env.iter().map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry")).collect::<Result<_, _>>()?;
+    let envp: Vec<CString> = env
+        .iter()
+        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry"))
+        .collect::<Result<_, _>>()?;
     let cwd = cstring(plan.cwd.as_os_str().as_bytes(), "cwd")?;
-    let argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-    let envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let argv_ptrs: Vec<*const libc::c_char> = argv
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp_ptrs: Vec<*const libc::c_char> = envp
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
 
     // stdio.
-    let (stdout_r, stdout_w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdout"))?;
-    let (stderr_r, stderr_w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stderr"))?;
+    let (stdout_r, stdout_w) =
+        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdout"))?;
+    let (stderr_r, stderr_w) =
+        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stderr"))?;
     let (stdin_child, stdin_parent) = match &plan.stdin {
         Some(_) => {
             let (r, w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdin"))?;
             (r, Some(w))
         }
-        None => (sys::open_dev_null().map_err(LaunchError::setup("open /dev/null"))?, None),
+        None => (
+            sys::open_dev_null().map_err(LaunchError::setup("open /dev/null"))?,
+            None,
+        ),
     };
 
     let mut cgroup_fds = [-1; sys::MAX_CGROUP_FDS];
@@ -290,22 +393,39 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         stderr_fd: stderr_w.as_raw_fd(),
         cgroup_fds,
         n_cgroup_fds,
-        rlimits: rlimits.map(|(r, cur, max)| (r, libc::rlimit64 { rlim_cur: cur, rlim_max: max })),
+        rlimits: rlimits.map(|(r, cur, max)| {
+            (
+                r,
+                libc::rlimit64 {
+                    rlim_cur: cur,
+                    rlim_max: max,
+                },
+            )
+        }),
         drop_privileged: facts.euid == 0,
         change_ids,
         uid,
         gid,
         last_cap: caps::last_cap(),
         landlock_fd: slot.landlock.as_ref().map_or(-1, PreparedLandlock::raw_fd),
-        seccomp: fprog.as_ref().map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
+        seccomp: fprog
+            .as_ref()
+            .map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
         parent_pid: sys::getpid(),
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
 
-    let cloned = if opts.launcher_thread { launcher_clone(&mut spec) } else { caller_clone(&mut spec) };
+    let cloned = if opts.launcher_thread {
+        launcher_clone(&mut spec)
+    } else {
+        caller_clone(&mut spec)
+    };
     let cloned = cloned.map_err(|(step, errno)| match step {
-        ChildStep::None => LaunchError::Setup { what: "clone".to_owned(), source: std::io::Error::from_raw_os_error(errno) },
+        ChildStep::None => LaunchError::Setup {
+            what: "clone".to_owned(),
+            source: std::io::Error::from_raw_os_error(errno),
+        },
         step => LaunchError::Child { step, errno },
     });
     // The child's ends are closed in the parent whatever happened.
@@ -389,17 +509,36 @@ fn seccomp_program(net: &NetworkRules, child_uid: u32) -> Result<SeccompProgram,
         allow_inet_sockets: net.allow_inet,
         allow_unix_sockets: net.allow_unix,
     })
-        .map_err(|e| LaunchError::Setup { what: "seccomp program".to_owned(), source: std::io::Error::other(e.to_string()) })
+    .map_err(|e| LaunchError::Setup {
+        what: "seccomp program".to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 fn landlock_spec(plan: &Plan, abi: u32, tcp_ports: Option<Vec<u16>>) -> LandlockSpec {
     let fs = &plan.filesystem;
-    let mut read_only: Vec<PathBuf> = fs.system_read_only.iter().chain(&fs.read_only).cloned().collect();
-    read_only.extend(READABLE_DEVICES.iter().chain(READABLE_PSEUDO).map(PathBuf::from));
+    let mut read_only: Vec<PathBuf> = fs
+        .system_read_only
+        .iter()
+        .chain(&fs.read_only)
+        .cloned()
+        .collect();
+    read_only.extend(
+        READABLE_DEVICES
+            .iter()
+            .chain(READABLE_PSEUDO)
+            .map(PathBuf::from),
+    );
     let mut read_write: Vec<PathBuf> = vec![plan.workspace.clone()];
     read_write.extend(fs.writable.iter().cloned());
     read_write.extend(WRITABLE_DEVICES.iter().map(PathBuf::from));
-    LandlockSpec { read_only, read_write, scope_signals: abi >= 6, scope_abstract_unix: abi >= 6, tcp_connect_ports: tcp_ports }
+    LandlockSpec {
+        read_only,
+        read_write,
+        scope_signals: abi >= 6,
+        scope_abstract_unix: abi >= 6,
+        tcp_connect_ports: tcp_ports,
+    }
 }
 
 fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
@@ -428,16 +567,22 @@ fn new_slot(
     let landlock = match landlock_base {
         Some(mut spec) => {
             spec.read_write.push(tmp.clone());
-            Some(PreparedLandlock::prepare(&spec).map_err(|e| LaunchError::Setup {
-                what: "landlock ruleset".to_owned(),
-                source: std::io::Error::other(e.to_string()),
-            })?)
+            Some(
+                PreparedLandlock::prepare(&spec).map_err(|e| LaunchError::Setup {
+                    what: "landlock ruleset".to_owned(),
+                    source: std::io::Error::other(e.to_string()),
+                })?,
+            )
         }
         None => None,
     };
     let cgroup = if facts.cgroup.is_usable() {
         sweep_orphaned_groups_once();
-        match RunCgroup::create(&facts.cgroup, &format!("{}{}", owner_prefix(), opts.run_id), limits) {
+        match RunCgroup::create(
+            &facts.cgroup,
+            &format!("{}{}", owner_prefix(), opts.run_id),
+            limits,
+        ) {
             Ok(cg) => Some(cg),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&tmp);
@@ -459,7 +604,10 @@ fn owner_prefix() -> &'static str {
     static PREFIX: OnceLock<String> = OnceLock::new();
     PREFIX.get_or_init(|| {
         let pid = sys::getpid();
-        format!("{GROUP_PREFIX}{pid}.{}-", process_start_time(pid).unwrap_or(0))
+        format!(
+            "{GROUP_PREFIX}{pid}.{}-",
+            process_start_time(pid).unwrap_or(0)
+        )
     })
 }
 
@@ -475,9 +623,18 @@ fn process_start_time(pid: i32) -> Option<u64> {
 
 /// Whether the supervisor named in a group name (`tierbox-<pid>.<start>-…`) is gone.
 fn owner_is_gone(name: &str) -> bool {
-    let Some(owner) = name.strip_prefix(GROUP_PREFIX).and_then(|r| r.split('-').next()) else { return false };
-    let Some((pid, start)) = owner.split_once('.') else { return false };
-    let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else { return false };
+    let Some(owner) = name
+        .strip_prefix(GROUP_PREFIX)
+        .and_then(|r| r.split('-').next())
+    else {
+        return false;
+    };
+    let Some((pid, start)) = owner.split_once('.') else {
+        return false;
+    };
+    let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else {
+        return false;
+    };
     process_start_time(pid) != Some(start)
 }
 
@@ -498,10 +655,15 @@ pub fn sweep_orphaned_groups() -> usize {
 
 /// Removes private temporary directories of supervisors that died, under `base`.
 fn sweep_orphaned_tmp(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else { return };
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        if name.to_str().is_some_and(|n| n.starts_with(GROUP_PREFIX) && owner_is_gone(n)) {
+        if name
+            .to_str()
+            .is_some_and(|n| n.starts_with(GROUP_PREFIX) && owner_is_gone(n))
+        {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -510,7 +672,8 @@ fn sweep_orphaned_tmp(base: &Path) {
 /// Creates `<base>/run-<id>` with mode 0700, owned by the child's uid.
 fn make_private_tmp(base: &Path, run_id: &str, uid: u32, gid: u32) -> Result<PathBuf, LaunchError> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(base).map_err(LaunchError::setup(format!("create {}", base.display())))?;
+    std::fs::create_dir_all(base)
+        .map_err(LaunchError::setup(format!("create {}", base.display())))?;
     let _ = std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711));
     static SWEPT: OnceLock<()> = OnceLock::new();
     SWEPT.get_or_init(|| sweep_orphaned_tmp(base));
@@ -522,8 +685,12 @@ fn make_private_tmp(base: &Path, run_id: &str, uid: u32, gid: u32) -> Result<Pat
 /// Creates `dir` with mode 0700, owned by `uid:gid`.
 fn make_owned_dir(dir: &Path, uid: u32, gid: u32) -> Result<(), LaunchError> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(LaunchError::setup(format!("create {}", dir.display())))?;
-    std::os::unix::fs::chown(dir, Some(uid), Some(gid)).map_err(LaunchError::setup(format!("chown {}", dir.display())))
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(LaunchError::setup(format!("create {}", dir.display())))?;
+    std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+        .map_err(LaunchError::setup(format!("chown {}", dir.display())))
 }
 
 // ---- the launcher thread -----------------------------------------------------------
@@ -537,14 +704,16 @@ fn launcher() -> &'static Mutex<mpsc::Sender<Job>> {
     static LAUNCHER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
     LAUNCHER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Job>();
-        let spawned = std::thread::Builder::new().name("tierbox-launcher".to_owned()).spawn(move || {
-            sys::block_all_signals_on_this_thread();
-            let mut stack = sys::ChildStack::new();
-            while let Ok(job) = rx.recv() {
-                let result = sys::clone_job(&job.spec, &mut stack);
-                let _ = job.reply.send(result);
-            }
-        });
+        let spawned = std::thread::Builder::new()
+            .name("tierbox-launcher".to_owned())
+            .spawn(move || {
+                sys::block_all_signals_on_this_thread();
+                let mut stack = sys::ChildStack::new();
+                while let Ok(job) = rx.recv() {
+                    let result = sys::clone_job(&job.spec, &mut stack);
+                    let _ = job.reply.send(result);
+                }
+            });
         if let Err(e) = spawned {
             // Without a launcher every launch fails with a clear error below.
             eprintln!("tierbox: cannot start the launcher thread: {e}");
@@ -559,7 +728,9 @@ fn caller_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, i3
         static STACK: std::cell::RefCell<Option<sys::ChildStack>> = const { std::cell::RefCell::new(None) };
     }
     STACK.with(|cell| {
-        let mut guard = cell.try_borrow_mut().map_err(|_| (ChildStep::None, libc::EBUSY))?;
+        let mut guard = cell
+            .try_borrow_mut()
+            .map_err(|_| (ChildStep::None, libc::EBUSY))?;
         let stack = guard.get_or_insert_with(sys::ChildStack::new);
         sys::with_all_signals_blocked(|| sys::clone_and_exec(spec, stack))
     })
@@ -568,9 +739,14 @@ fn caller_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, i3
 /// Clones on the launcher thread and waits for the result.
 fn launcher_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, i32)> {
     let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-    let job = Job { spec: sys::SendSpec::new(spec), reply: reply_tx };
+    let job = Job {
+        spec: sys::SendSpec::new(spec),
+        reply: reply_tx,
+    };
     {
-        let tx = launcher().lock().map_err(|_| (ChildStep::None, libc::EIO))?;
+        let tx = launcher()
+            .lock()
+            .map_err(|_| (ChildStep::None, libc::EIO))?;
         tx.send(job).map_err(|_| (ChildStep::None, libc::EIO))?;
     }
     // `spec` stays borrowed until the launcher replies, which it does only after the

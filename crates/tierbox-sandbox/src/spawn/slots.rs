@@ -65,9 +65,21 @@ pub struct Slot {
 }
 
 impl Slot {
-    pub(crate) fn new(key: SlotKey, tmp: PathBuf, landlock: Option<PreparedLandlock>, cgroup: Option<RunCgroup>) -> Self {
+    pub(crate) fn new(
+        key: SlotKey,
+        tmp: PathBuf,
+        landlock: Option<PreparedLandlock>,
+        cgroup: Option<RunCgroup>,
+    ) -> Self {
         let baseline = cgroup.as_ref().map(RunCgroup::stats).unwrap_or_default();
-        Self { key, tmp, landlock, cgroup, baseline, reused: false }
+        Self {
+            key,
+            tmp,
+            landlock,
+            cgroup,
+            baseline,
+            reused: false,
+        }
     }
 
     /// The run's cgroup.
@@ -81,7 +93,9 @@ impl Slot {
         Some(CgroupStats {
             memory_peak_bytes: now.memory_peak_bytes,
             oom_kills: now.oom_kills.saturating_sub(self.baseline.oom_kills),
-            pids_limit_hit: now.pids_limit_hit.saturating_sub(self.baseline.pids_limit_hit),
+            pids_limit_hit: now
+                .pids_limit_hit
+                .saturating_sub(self.baseline.pids_limit_hit),
         })
     }
 }
@@ -131,7 +145,11 @@ pub fn release(mut slot: Slot) {
             let evicted = match pool().lock() {
                 Ok(mut pool) => {
                     pool.push(slot);
-                    if pool.len() > MAX_IDLE_SLOTS { Some(pool.remove(0)) } else { None }
+                    if pool.len() > MAX_IDLE_SLOTS {
+                        Some(pool.remove(0))
+                    } else {
+                        None
+                    }
                 }
                 Err(_) => Some(slot),
             };
@@ -144,7 +162,9 @@ pub fn release(mut slot: Slot) {
 }
 
 fn recycle(slot: &mut Slot) -> Result<(), ()> {
-    let Some(cg) = slot.cgroup.as_ref() else { return Err(()) };
+    let Some(cg) = slot.cgroup.as_ref() else {
+        return Err(());
+    };
     if cg.version() != CgroupVersion::V1 {
         return Err(());
     }

@@ -77,8 +77,22 @@ impl ChildStep {
     fn from_u32(v: u32) -> Self {
         use ChildStep::*;
         [
-            None, Setsid, Pdeathsig, CgroupAttach, Stdio, CloseFds, Chdir, Rlimit, DropBounding, SetIds,
-            Capset, NoNewPrivs, Landlock, Seccomp, SignalMask, Execve,
+            None,
+            Setsid,
+            Pdeathsig,
+            CgroupAttach,
+            Stdio,
+            CloseFds,
+            Chdir,
+            Rlimit,
+            DropBounding,
+            SetIds,
+            Capset,
+            NoNewPrivs,
+            Landlock,
+            Seccomp,
+            SignalMask,
+            Execve,
         ]
         .get(v as usize)
         .copied()
@@ -141,7 +155,9 @@ pub(crate) struct ChildSpec {
 
 /// Returns the current thread's errno.
 fn errno() -> i32 {
-    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// Records a failed step and exits the child. Never returns.
@@ -185,8 +201,17 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     check(unsafe { libc::syscall(libc::SYS_setsid) }).map_err(step(S::Setsid))?;
     // 3. Die with the launcher thread; then make sure it was not already gone.
     // SAFETY: prctl with integer arguments only.
-    check(unsafe { libc::syscall(libc::SYS_prctl, libc::PR_SET_PDEATHSIG as libc::c_ulong, libc::SIGKILL as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) })
-        .map_err(step(S::Pdeathsig))?;
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_PDEATHSIG as libc::c_ulong,
+            libc::SIGKILL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+    .map_err(step(S::Pdeathsig))?;
     // SAFETY: getppid takes no arguments.
     if unsafe { libc::syscall(libc::SYS_getppid) } as libc::pid_t != spec.parent_pid {
         return Err((S::Pdeathsig, libc::ESRCH));
@@ -198,14 +223,22 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     // 5. stdio. The parent guarantees every source fd is >= 3, so dup2 cannot clobber one.
     for (src, dst) in [(spec.stdin_fd, 0), (spec.stdout_fd, 1), (spec.stderr_fd, 2)] {
         // SAFETY: dup2 on fds the parent opened for us.
-        check(unsafe { libc::syscall(libc::SYS_dup2, src as libc::c_ulong, dst as libc::c_ulong) }).map_err(step(S::Stdio))?;
+        check(unsafe { libc::syscall(libc::SYS_dup2, src as libc::c_ulong, dst as libc::c_ulong) })
+            .map_err(step(S::Stdio))?;
     }
     // 6. Every other fd (inherited from the supervisor, including ones it leaked without
     //    O_CLOEXEC) is closed at exec. CLOEXEC rather than close: the landlock and cgroup
     //    fds are still needed below.
     // SAFETY: close_range with integer arguments.
-    check(unsafe { libc::syscall(libc::SYS_close_range, 3 as libc::c_ulong, libc::c_ulong::from(u32::MAX), libc::CLOSE_RANGE_CLOEXEC as libc::c_ulong) })
-        .map_err(step(S::CloseFds))?;
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_ulong,
+            libc::c_ulong::from(u32::MAX),
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_ulong,
+        )
+    })
+    .map_err(step(S::CloseFds))?;
     // 7. Working directory, while we still have every right to reach it.
     // SAFETY: `cwd` is a NUL-terminated string owned by the parent.
     check(unsafe { libc::syscall(libc::SYS_chdir, spec.cwd) }).map_err(step(S::Chdir))?;
@@ -213,8 +246,16 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     for (resource, limit) in &spec.rlimits {
         let limit: *const libc::rlimit64 = limit;
         // SAFETY: prlimit64 on ourselves (pid 0) with a pointer to a valid rlimit64.
-        check(unsafe { libc::syscall(libc::SYS_prlimit64, 0 as libc::c_ulong, *resource as libc::c_ulong, limit, std::ptr::null_mut::<c_void>()) })
-            .map_err(step(S::Rlimit))?;
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_prlimit64,
+                0 as libc::c_ulong,
+                *resource as libc::c_ulong,
+                limit,
+                std::ptr::null_mut::<c_void>(),
+            )
+        })
+        .map_err(step(S::Rlimit))?;
     }
     // 9. Capabilities: securebits and the bounding and ambient sets need CAP_SETPCAP, so
     //    they go first; then the uid switch (which needs CAP_SETUID/CAP_SETGID, still in
@@ -246,7 +287,13 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     let set: u64 = 0;
     // SAFETY: `set` is a zeroed kernel sigset on our stack; the old mask is not requested.
     check(unsafe {
-        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK as libc::c_ulong, &set as *const u64, std::ptr::null_mut::<u64>(), 8 as libc::c_ulong)
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as libc::c_ulong,
+            &set as *const u64,
+            std::ptr::null_mut::<u64>(),
+            8 as libc::c_ulong,
+        )
     })
     .map_err(step(S::SignalMask))?;
     // 14. execve; only returns on failure.
@@ -266,7 +313,12 @@ fn reset_signal_handlers() {
         restorer: usize,
         mask: u64,
     }
-    let dfl = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+    let dfl = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
     for sig in 1..=64 {
         if sig == libc::SIGKILL || sig == libc::SIGSTOP {
             continue;
@@ -274,7 +326,13 @@ fn reset_signal_handlers() {
         // SAFETY: rt_sigaction with a valid kernel sigaction struct on our stack; errors
         // (EINVAL for reserved numbers) are ignored on purpose.
         unsafe {
-            libc::syscall(libc::SYS_rt_sigaction, sig as libc::c_ulong, &dfl as *const KernelSigaction, std::ptr::null_mut::<c_void>(), 8 as libc::c_ulong)
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig as libc::c_ulong,
+                &dfl as *const KernelSigaction,
+                std::ptr::null_mut::<c_void>(),
+                8 as libc::c_ulong,
+            )
         };
     }
 }
@@ -287,7 +345,9 @@ pub(crate) struct ChildStack {
 impl ChildStack {
     pub fn new() -> Self {
         // u128 elements keep the stack 16-byte aligned as the x86-64 and aarch64 ABIs require.
-        Self { mem: vec![0u128; CHILD_STACK_BYTES / 16] }
+        Self {
+            mem: vec![0u128; CHILD_STACK_BYTES / 16],
+        }
     }
 }
 
@@ -301,7 +361,10 @@ pub(crate) struct Cloned {
 ///
 /// Must be called on a thread with every signal blocked (the launcher thread), because
 /// the child briefly runs on this process's memory.
-pub(crate) fn clone_and_exec(spec: &mut ChildSpec, stack: &mut ChildStack) -> Result<Cloned, (ChildStep, i32)> {
+pub(crate) fn clone_and_exec(
+    spec: &mut ChildSpec,
+    stack: &mut ChildStack,
+) -> Result<Cloned, (ChildStep, i32)> {
     spec.fail_step.store(0, Ordering::SeqCst);
     spec.fail_errno.store(0, Ordering::SeqCst);
     let mut pidfd: c_int = -1;
@@ -363,7 +426,14 @@ pub fn wait_pidfd(pidfd: &OwnedFd, nohang: bool) -> io::Result<Option<ExitInfo>>
         // SAFETY: the raw waitid syscall takes a fifth rusage argument that glibc's wrapper
         // hides; both out-pointers are valid for writes.
         let ret = unsafe {
-            libc::syscall(libc::SYS_waitid, libc::P_PIDFD, pidfd.as_raw_fd(), &mut info as *mut _, flags, &mut usage as *mut _)
+            libc::syscall(
+                libc::SYS_waitid,
+                libc::P_PIDFD,
+                pidfd.as_raw_fd(),
+                &mut info as *mut _,
+                flags,
+                &mut usage as *mut _,
+            )
         };
         if ret == -1 {
             let err = io::Error::last_os_error();
@@ -397,14 +467,30 @@ pub fn wait_pidfd(pidfd: &OwnedFd, nohang: bool) -> io::Result<Option<ExitInfo>>
 pub fn pidfd_signal(pidfd: &OwnedFd, sig: i32) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: pidfd_send_signal with a valid pidfd and a null siginfo.
-    let ret = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig, std::ptr::null_mut::<c_void>(), 0) };
-    if ret == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null_mut::<c_void>(),
+            0,
+        )
+    };
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// `kill(pid, sig)`; `pid < 0` signals a process group.
 pub fn kill(pid: libc::pid_t, sig: i32) -> io::Result<()> {
     // SAFETY: kill with integer arguments.
-    if unsafe { libc::kill(pid, sig) } == -1 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    if unsafe { libc::kill(pid, sig) } == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 /// `waitpid(pid, WNOHANG)`: reaps `pid` if it has exited. Returns whether it was reaped.
@@ -487,7 +573,12 @@ pub fn kernel_release() -> String {
     if unsafe { libc::uname(&mut u) } != 0 {
         return String::new();
     }
-    let bytes: Vec<u8> = u.release.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    let bytes: Vec<u8> = u
+        .release
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -532,7 +623,6 @@ pub fn set_not_dumpable() -> io::Result<()> {
     }
 }
 
-
 /// A `ChildSpec` pointer handed to the launcher thread.
 pub(crate) struct SendSpec(*mut ChildSpec);
 
@@ -548,7 +638,10 @@ impl SendSpec {
 }
 
 /// Runs [`clone_and_exec`] for a submitted job (on the launcher thread).
-pub(crate) fn clone_job(spec: &SendSpec, stack: &mut ChildStack) -> Result<Cloned, (ChildStep, i32)> {
+pub(crate) fn clone_job(
+    spec: &SendSpec,
+    stack: &mut ChildStack,
+) -> Result<Cloned, (ChildStep, i32)> {
     // SAFETY: see `SendSpec`: the submitter is blocked until we reply, so this is the only
     // live reference to the spec.
     let spec = unsafe { &mut *spec.0 };

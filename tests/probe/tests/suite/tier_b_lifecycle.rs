@@ -726,10 +726,18 @@ async fn orphans_of_a_killed_supervisor_are_swept_by_the_next_one() {
         return;
     }
     let orphans = kill_a_supervisor_mid_run();
-    assert!(!orphans.cgroups.is_empty(), "the run had no cgroup to sweep");
+    assert!(
+        !orphans.cgroups.is_empty(),
+        "the run had no cgroup to sweep"
+    );
     let removed = tierbox_sandbox::spawn::sweep_orphaned_groups();
     let forked_dead = orphans.forked.dead_within(DEATH_GRACE);
-    let left: Vec<String> = orphans.cgroups.iter().filter(|d| d.exists()).map(|d| d.display().to_string()).collect();
+    let left: Vec<String> = orphans
+        .cgroups
+        .iter()
+        .filter(|d| d.exists())
+        .map(|d| d.display().to_string())
+        .collect();
     orphans.clean_up();
     assert!(removed >= 1, "nothing was swept");
     assert!(forked_dead, "the orphaned descendant survived the sweep");
