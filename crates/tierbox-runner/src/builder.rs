@@ -31,25 +31,28 @@ impl Sandbox {
     /// interpreters denied, no network, and the defaults: 60 s, 1 MiB of output per
     /// stream, 10 processes, 256 open files, 1 GiB of memory.
     ///
-    /// ```no_run
-    /// # async fn demo() -> Result<(), tierbox_runner::RunError> {
+    /// ```
     /// use std::time::Duration;
     /// use tierbox_runner::Sandbox;
     ///
-    /// let outcome = Sandbox::command("git")
-    ///     .args(["status", "--short"])
-    ///     .working_dir("/path/to/project")
+    /// # let project = tempfile::tempdir().unwrap();
+    /// # std::fs::write(project.path().join("notes.txt"), "one\ntwo\n").unwrap();
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// # rt.block_on(async {
+    /// let outcome = Sandbox::command("wc")
+    ///     .args(["-l", "notes.txt"])
+    ///     .working_dir(project.path())
     ///     .timeout(Duration::from_secs(120))
     ///     .max_output(2 * 1024 * 1024)
     ///     .execute()
     ///     .await?;
-    /// println!("exit {:?} in {} ms", outcome.exit_code, outcome.duration_ms);
+    /// assert_eq!(outcome.exit_code, Some(0));
+    /// assert_eq!(outcome.stdout.text, "2 notes.txt\n");
     /// if outcome.stdout.truncated {
     ///     println!("({} bytes omitted)", outcome.stdout.omitted_bytes);
     /// }
-    /// println!("{}", outcome.stdout.text);
-    /// # Ok(())
-    /// # }
+    /// # Ok::<(), tierbox_runner::RunError>(())
+    /// # }).unwrap();
     /// ```
     pub fn command(program: impl Into<String>) -> SandboxedCommand {
         let program = program.into();
