@@ -95,6 +95,31 @@ pub fn default_state_dir() -> PathBuf {
     ))
 }
 
+/// Mode of the state directory: the owner has everything; others may only traverse it,
+/// because a run whose child has a different uid (the workspace owner) must reach its
+/// private `TMPDIR` below it. Nothing in it is listable by others, and what must stay
+/// private (spill files) lives in 0700 subdirectories.
+pub const STATE_DIR_MODE: u32 = 0o711;
+
+/// Mode of directories holding run output (spill files).
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+
+/// Creates the state directory (and missing parents) with [`STATE_DIR_MODE`].
+fn ensure_state_dir(dir: &std::path::Path) -> Result<(), RunError> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(STATE_DIR_MODE)
+        .create(dir)
+        .map_err(|source| RunError::Io {
+            what: "create the state directory",
+            source,
+        })
+}
+
 /// A fresh 128-bit run id, hex encoded.
 pub fn new_run_id() -> String {
     use std::io::Read;
@@ -154,6 +179,7 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
         .into());
     }
     let run_id = new_run_id();
+    ensure_state_dir(&opts.state_dir)?;
     let launch_opts = LaunchOptions {
         run_id: run_id.clone(),
         tmp_base: opts.state_dir.join("tmp"),
@@ -349,10 +375,17 @@ fn new_capture(
     if !plan.output.spill {
         return Ok(cap);
     }
-    std::fs::create_dir_all(spill_dir).map_err(|source| RunError::Io {
-        what: "create spill directory",
-        source,
-    })?;
+    if !spill_dir.is_dir() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(PRIVATE_DIR_MODE)
+            .create(spill_dir)
+            .map_err(|source| RunError::Io {
+                what: "create spill directory",
+                source,
+            })?;
+    }
     cap.with_spill(
         spill_dir.join(format!("{run_id}.{name}")),
         plan.limits.file_size_bytes,

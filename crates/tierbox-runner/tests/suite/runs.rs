@@ -327,3 +327,25 @@ fn workspace_writes_are_visible_on_the_host_and_nothing_is_left_behind() {
         .unwrap_or_default();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[test]
+fn spill_keeps_the_full_stream_in_a_private_file() {
+    if !tier_b_available("spill_keeps_the_full_stream_in_a_private_file") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mut env = Env::new(&["seq"]);
+    env.policy.output.max_bytes = 64;
+    env.policy.output.spill = true;
+    let out = rt()
+        .block_on(env.runner().run(&req("seq", &["1", "20000"])))
+        .unwrap();
+    let path = out.stdout.spill_path.clone().expect("spill path");
+    let full = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(full.len() as u64, out.stdout.total_bytes);
+    assert!(full.starts_with("1\n2\n") && full.ends_with("19999\n20000\n"));
+    assert!(out.stdout.truncated);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(path.parent().unwrap()), 0o700);
+}
