@@ -269,3 +269,50 @@ fn bad_policy_is_one_clear_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("allow_interpreter"), "{stderr}");
 }
+
+/// Regression: a run that keeps uid 0 (root supervisor, root-owned workspace) must still
+/// be able to `git init` and commit — git chmods its lock files, which the supervisor
+/// performs for it beneath the workspace.
+#[test]
+fn git_init_and_commit_work_when_the_run_keeps_uid_0() {
+    if !tier_b_available() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let w = ws.path().to_str().unwrap();
+    let id = [
+        "-e",
+        "GIT_AUTHOR_NAME=a",
+        "-e",
+        "GIT_AUTHOR_EMAIL=a@example.org",
+        "-e",
+        "GIT_COMMITTER_NAME=a",
+        "-e",
+        "GIT_COMMITTER_EMAIL=a@example.org",
+    ];
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "--workspace", w];
+        all.extend_from_slice(&id);
+        all.push("--");
+        all.extend_from_slice(args);
+        tierbox(&all, None)
+    };
+    let init = run(&["git", "init", "-q"]);
+    assert_eq!(
+        init.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    std::fs::write(ws.path().join("a.txt"), "a\n").unwrap();
+    assert_eq!(run(&["git", "add", "a.txt"]).status.code(), Some(0));
+    let commit = run(&["git", "commit", "-q", "-m", "first"]);
+    assert_eq!(
+        commit.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&commit.stderr)
+    );
+    let log = run(&["git", "log", "--format=%s"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "first\n");
+}

@@ -21,6 +21,7 @@ use tierbox_policy::plan::Plan;
 use tierbox_policy::redact::Redactor;
 use tierbox_policy::{Rejection, Tier};
 use tierbox_sandbox::probe::host_facts;
+use tierbox_sandbox::spawn::mediate::ChmodMediator;
 use tierbox_sandbox::spawn::{self, ExitInfo, LaunchError, LaunchOptions, Launched};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -274,6 +275,18 @@ async fn supervise(
     if let (Some(fd), Some(data)) = (l.stdin.take(), plan.stdin.clone()) {
         tokio::spawn(write_stdin(fd, data));
     }
+    // A run that keeps uid 0 has its chmod calls performed here, beneath the workspace only.
+    let mediator = match l.chmod_listener.take() {
+        Some(listener) => {
+            let m = ChmodMediator::new(listener, &plan.workspace, l.child_uid, l.child_gid)
+                .map_err(|source| RunError::Io {
+                    what: "open the workspace for chmod mediation",
+                    source,
+                })?;
+            Some(AbortOnDrop(tokio::spawn(m.serve())))
+        }
+        None => None,
+    };
 
     let pidfd = spawn::sys::register_readable(dup(&l.pidfd)?).map_err(|source| RunError::Io {
         what: "register pidfd",
@@ -320,6 +333,7 @@ async fn supervise(
     let drain = Duration::from_millis(DRAIN_TIMEOUT_MS);
     let out_incomplete = drain_task(out_task, drain).await;
     let err_incomplete = drain_task(err_task, drain).await;
+    drop(mediator);
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
 
     let stats = l.slot.as_ref().and_then(|slot| slot.stats());
@@ -456,6 +470,15 @@ async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
     if let Ok(mut tx) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
         // A child that exits without reading gives EPIPE; that is its choice.
         let _ = tx.write_all(&data).await;
+    }
+}
+
+/// Aborts a task when dropped (also when the run's future is dropped mid-run).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -246,6 +246,38 @@ pub fn chmod_denied(path: &Path) -> ProbeResult {
     )
 }
 
+/// `fchmod-denied PATH`: opens PATH read-only (landlock allows reading it) and tries to
+/// change its mode through the fd; that must fail.
+pub fn fchmod_denied(path: &Path) -> ProbeResult {
+    use std::os::unix::fs::PermissionsExt;
+    let file = std::fs::File::open(path).map_err(|e| {
+        ProbeError(format!(
+            "cannot open {} read-only ({}); the target must be readable",
+            path.display(),
+            io_errno_name(&e)
+        ))
+    })?;
+    let mode = file
+        .metadata()
+        .map_err(|e| ProbeError(format!("fstat {}: {}", path.display(), io_errno_name(&e))))?
+        .permissions()
+        .mode()
+        & 0o7777;
+    Ok(
+        match file.set_permissions(std::fs::Permissions::from_mode(mode)) {
+            Ok(()) => Report::Broken(format!(
+                "fchmod(open({}), {mode:o}) SUCCEEDED",
+                path.display()
+            )),
+            Err(e) => Report::Holds(format!(
+                "fchmod(open({}), {mode:o}): {}",
+                path.display(),
+                io_errno_name(&e)
+            )),
+        },
+    )
+}
+
 /// The file `fsize` writes when none is named (in the working directory).
 const FSIZE_DEFAULT_FILE: &str = "tierbox-probe-fsize.bin";
 

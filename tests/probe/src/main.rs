@@ -129,6 +129,7 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
         "read-denied" => fs::read_denied(&path_arg(arg(0)?)?),
         "write-denied" => fs::write_denied(&path_arg(arg(0)?)?),
         "chmod-denied" => fs::chmod_denied(&path_arg(arg(0)?)?),
+        "fchmod-denied" => fs::fchmod_denied(&path_arg(arg(0)?)?),
         "fsize" => {
             let signal = args.iter().any(|a| a == "--signal");
             let file = args

@@ -52,6 +52,11 @@ pub struct SeccompSpec {
     /// does not mediate `chmod`/`chown`/`setxattr`, and without this a run could e.g.
     /// `chmod u+s` a root binary or `chmod 644 /etc/shadow` outside its workspace.
     pub deny_file_metadata: bool,
+    /// With `deny_file_metadata`: instead of denying the `chmod` family, return
+    /// `SECCOMP_RET_USER_NOTIF`, so the supervisor performs the change itself — only beneath
+    /// the workspace (see `spawn::mediate`). The filter must then be installed with
+    /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
+    pub mediate_chmod: bool,
 }
 
 impl SeccompSpec {
@@ -61,6 +66,7 @@ impl SeccompSpec {
         Self {
             deny_namespaces: true,
             deny_file_metadata: false,
+            mediate_chmod: false,
             allow_inet_sockets: false,
             allow_unix_sockets: false,
         }
@@ -319,12 +325,7 @@ pub const DENY_TABLE: &[Denial] = &[
     deny("get_kernel_syms", extra_nr::GET_KERNEL_SYMS, "removed module interface"),
     #[cfg(target_arch = "x86_64")]
     deny("query_module", extra_nr::QUERY_MODULE, "removed module interface"),
-    // File metadata (only with `deny_file_metadata`).
-    #[cfg(target_arch = "x86_64")]
-    deny_meta("chmod", libc::SYS_chmod),
-    deny_meta("fchmod", libc::SYS_fchmod),
-    deny_meta("fchmodat", libc::SYS_fchmodat),
-    deny_meta("fchmodat2", extra_nr::FCHMODAT2),
+    // File metadata (only with `deny_file_metadata`; the chmod family is in CHMOD_FAMILY).
     #[cfg(target_arch = "x86_64")]
     deny_meta("chown", libc::SYS_chown),
     #[cfg(target_arch = "x86_64")]
@@ -344,6 +345,22 @@ pub const DENY_TABLE: &[Denial] = &[
     deny_ns("setns", libc::SYS_setns, libc::EPERM, "no joining other namespaces"),
     deny_ns("clone3", libc::SYS_clone3, libc::ENOSYS, "its flags sit in memory the filter cannot read; ENOSYS makes libc fall back to clone"),
 ];
+
+/// The `chmod` family: denied with `deny_file_metadata`, or handed to the supervisor with
+/// `mediate_chmod` (`SECCOMP_RET_USER_NOTIF`).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[rustfmt::skip]
+pub const CHMOD_FAMILY: &[(&str, libc::c_long)] = &[
+    #[cfg(target_arch = "x86_64")]
+    ("chmod", libc::SYS_chmod),
+    ("fchmod", libc::SYS_fchmod),
+    ("fchmodat", libc::SYS_fchmodat),
+    ("fchmodat2", extra_nr::FCHMODAT2),
+];
+
+/// No chmod table for this CPU.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const CHMOD_FAMILY: &[(&str, libc::c_long)] = &[];
 
 /// No deny table for this CPU: [`SeccompProgram::build`] returns
 /// [`SeccompError::UnsupportedArch`].
@@ -378,6 +395,8 @@ enum Action {
     InspectPersonality,
     /// `clone`: inspect the flags in `args[0]` for `CLONE_NEW*`.
     InspectClone,
+    /// Hand the call to the supervisor (`SECCOMP_RET_USER_NOTIF`).
+    Notify,
 }
 
 /// A compiled seccomp filter: classic BPF instructions, ready for
@@ -416,6 +435,16 @@ impl SeccompProgram {
         for d in DENY_TABLE {
             if d.when.applies(spec) {
                 add(d.nr, d.name, Action::Errno(d.errno))?;
+            }
+        }
+        if spec.deny_file_metadata {
+            let action = if spec.mediate_chmod {
+                Action::Notify
+            } else {
+                Action::Errno(libc::EPERM)
+            };
+            for &(name, nr) in CHMOD_FAMILY {
+                add(nr as u32, name, action)?;
             }
         }
         add(libc::SYS_socket as u32, "socket", Action::InspectSocket)?;
@@ -464,6 +493,7 @@ impl SeccompProgram {
         let ioctl_block = asm.label();
         let personality_block = asm.label();
         let clone_block = asm.label();
+        let notify = asm.label();
         let mut target_of = |action: Action, asm: &mut Asm| match action {
             Action::Allow => allow,
             Action::Errno(e) => *errno_labels.entry(e).or_insert_with(|| asm.label()),
@@ -471,6 +501,7 @@ impl SeccompProgram {
             Action::InspectIoctl => ioctl_block,
             Action::InspectPersonality => personality_block,
             Action::InspectClone => clone_block,
+            Action::Notify => notify,
         };
         let mut targets = Vec::with_capacity(intervals.len());
         for &(lo, hi, action) in &intervals {
@@ -538,6 +569,7 @@ impl SeccompProgram {
             asm.ret_if_used(label, ret_errno(errno));
         }
         asm.ret_if_used(kill, libc::SECCOMP_RET_KILL_PROCESS);
+        asm.ret_if_used(notify, libc::SECCOMP_RET_USER_NOTIF);
 
         let filter = asm.finish()?;
         Ok(Self { filter })
@@ -593,6 +625,12 @@ pub fn probe_seccomp() -> bool {
     sys::prctl_get_seccomp().is_ok()
         && sys::seccomp_action_available(libc::SECCOMP_RET_KILL_PROCESS).is_ok()
         && sys::seccomp_action_available(libc::SECCOMP_RET_ERRNO).is_ok()
+}
+
+/// Whether the kernel supports handing calls to a supervisor (`SECCOMP_RET_USER_NOTIF`,
+/// Linux ≥ 5.0), which chmod mediation needs.
+pub fn probe_user_notif() -> bool {
+    sys::seccomp_action_available(libc::SECCOMP_RET_USER_NOTIF).is_ok()
 }
 
 /// Merge rules (sorted, non-overlapping `lo..=hi` ranges) into maximal intervals of equal

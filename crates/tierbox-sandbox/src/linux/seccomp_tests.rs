@@ -19,6 +19,7 @@ fn permissive() -> SeccompSpec {
     SeccompSpec {
         deny_namespaces: false,
         deny_file_metadata: false,
+        mediate_chmod: false,
         allow_inet_sockets: true,
         allow_unix_sockets: true,
     }
@@ -325,6 +326,7 @@ fn socket_families() {
         let spec = SeccompSpec {
             deny_namespaces: true,
             deny_file_metadata: false,
+            mediate_chmod: false,
             allow_inet_sockets: inet,
             allow_unix_sockets: unix,
         };
@@ -814,4 +816,19 @@ fn file_metadata_changes_are_denied_only_when_asked() {
     ] {
         assert_eq!(eval(&meta, nr, &[]), ALLOW, "nr {nr}");
     }
+}
+
+#[test]
+fn chmod_is_handed_to_the_supervisor_when_mediated() {
+    let mut spec = SeccompSpec::locked_down();
+    spec.deny_file_metadata = true;
+    spec.mediate_chmod = true;
+    let prog = SeccompProgram::build(&spec).unwrap();
+    for &(name, nr) in CHMOD_FAMILY {
+        assert_eq!(eval(&prog, nr, &[]), libc::SECCOMP_RET_USER_NOTIF, "{name}");
+    }
+    for nr in [libc::SYS_fchownat, libc::SYS_fsetxattr] {
+        assert_eq!(eval(&prog, nr, &[]), eperm(), "nr {nr}");
+    }
+    assert_eq!(eval(&prog, libc::SYS_read, &[]), ALLOW);
 }

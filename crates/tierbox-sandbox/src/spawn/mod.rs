@@ -15,6 +15,7 @@
 //!   [`LaunchOptions::launcher_thread`] is set (runs that outlive the call), on one
 //!   long-lived launcher thread that never exits.
 
+pub mod mediate;
 pub mod slots;
 pub mod sys;
 
@@ -109,6 +110,13 @@ pub struct Launched {
     /// The run's resources (private tmp, landlock ruleset, cgroup); hand it back with
     /// [`slots::release`] once the run's processes are dead.
     pub slot: Option<Slot>,
+    /// The seccomp listener for chmod mediation, when the run keeps uid 0: serve it with
+    /// [`mediate::ChmodMediator`] for the life of the run.
+    pub chmod_listener: Option<OwnedFd>,
+    /// uid the program runs as.
+    pub child_uid: u32,
+    /// gid the program runs as.
+    pub child_gid: u32,
     /// What was enforced.
     pub enforcement: Enforcement,
 }
@@ -198,6 +206,10 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     };
     enforcement.no_new_privs = true;
 
+    // A run that keeps uid 0 has its chmod calls performed by the supervisor, beneath the
+    // workspace only (kernels without seccomp user notification deny them instead).
+    let mediate_chmod = uid == 0 && facts.seccomp && user_notif_available();
+
     // Per-run resources: a warm slot with the same shape, or new ones.
     let landlock_base = facts
         .landlock_abi
@@ -247,14 +259,15 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
 
     // Seccomp (the program is pure data, built per launch in microseconds).
     let seccomp = if facts.seccomp {
-        let program = seccomp_program(&network, uid)?;
+        let program = seccomp_program(&network, uid, mediate_chmod)?;
         enforcement.seccomp = LayerReport::applied(format!(
             "deny-list filter, {} instructions{}",
             program.len(),
-            if uid == 0 {
-                "; chmod/chown/xattr changes denied (the run keeps uid 0)"
-            } else {
-                ""
+            match (uid, mediate_chmod) {
+                (0, true) =>
+                    "; the run keeps uid 0: chown/xattr changes denied, chmod performed by the supervisor only beneath the workspace",
+                (0, false) => "; the run keeps uid 0: chmod/chown/xattr changes denied",
+                _ => "",
             }
         ));
         Some(program)
@@ -383,6 +396,15 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         }
     }
     let fprog = seccomp.as_ref().map(SeccompProgram::as_fprog);
+    // chmod mediation: the child sends its seccomp listener fd over this pair.
+    let listener_pair = if mediate_chmod && seccomp.is_some() {
+        Some(
+            sys::socketpair_seqpacket()
+                .map_err(LaunchError::setup("socketpair for the seccomp listener"))?,
+        )
+    } else {
+        None
+    };
     let mut spec = sys::ChildSpec {
         program: program.as_ptr(),
         argv: argv_ptrs.as_ptr(),
@@ -411,6 +433,9 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         seccomp: fprog
             .as_ref()
             .map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
+        seccomp_listener_sock: listener_pair
+            .as_ref()
+            .map_or(-1, |(_, child_end)| child_end.as_raw_fd()),
         parent_pid: sys::getpid(),
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
@@ -437,6 +462,23 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
             return Err(e);
         }
     };
+    let chmod_listener = match &listener_pair {
+        None => None,
+        Some((parent_end, _)) => match sys::recv_fd(parent_end) {
+            Ok(fd) => Some(fd),
+            Err(source) => {
+                // The program runs with a filter nobody answers; do not let it run.
+                let _ = sys::pidfd_signal(&cloned.pidfd, libc::SIGKILL);
+                let _ = sys::wait_pidfd(&cloned.pidfd, false);
+                slots::release(slot);
+                return Err(LaunchError::Setup {
+                    what: "receive the seccomp listener".to_owned(),
+                    source,
+                });
+            }
+        },
+    };
+    drop(listener_pair);
     Ok(Launched {
         pid: cloned.pid,
         pidfd: cloned.pidfd,
@@ -444,6 +486,9 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         stdout: stdout_r,
         stderr: stderr_r,
         slot: Some(slot),
+        chmod_listener,
+        child_uid: uid,
+        child_gid: gid,
         enforcement,
     })
 }
@@ -500,12 +545,17 @@ fn network_rules(plan: &Plan, facts: &HostFacts) -> Result<NetworkRules, Rejecti
     }
 }
 
-fn seccomp_program(net: &NetworkRules, child_uid: u32) -> Result<SeccompProgram, LaunchError> {
+fn seccomp_program(
+    net: &NetworkRules,
+    child_uid: u32,
+    mediate_chmod: bool,
+) -> Result<SeccompProgram, LaunchError> {
     SeccompProgram::build(&SeccompSpec {
         deny_namespaces: true,
         // A child that keeps uid 0 owns every root-owned file; landlock cannot stop it from
         // changing their modes, owners or attributes, so seccomp does.
         deny_file_metadata: child_uid == 0,
+        mediate_chmod: child_uid == 0 && mediate_chmod,
         allow_inet_sockets: net.allow_inet,
         allow_unix_sockets: net.allow_unix,
     })
@@ -594,6 +644,12 @@ fn new_slot(
         None
     };
     Ok(Slot::new(key, tmp, landlock, cgroup))
+}
+
+/// Whether the kernel can hand system calls to the supervisor (probed once).
+fn user_notif_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(crate::linux::seccomp::probe_user_notif)
 }
 
 /// Run groups are named `tierbox-<supervisor pid>.<its start time>-<run id>`, so groups

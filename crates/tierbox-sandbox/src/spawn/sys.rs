@@ -147,6 +147,9 @@ pub(crate) struct ChildSpec {
     pub landlock_fd: c_int,
     /// Null when seccomp is not applied.
     pub seccomp: *const libc::sock_fprog,
+    /// `-1`, or the socket over which the child sends the seccomp listener fd (chmod
+    /// mediation).
+    pub seccomp_listener_sock: c_int,
     /// The supervisor's pid, to detect that it died before `PR_SET_PDEATHSIG` took hold.
     pub parent_pid: libc::pid_t,
     pub fail_step: AtomicU32,
@@ -277,11 +280,17 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     if spec.landlock_fd >= 0 {
         lsys::landlock_restrict_self(spec.landlock_fd).map_err(step(S::Landlock))?;
     }
-    // 12. Seccomp last, so it cannot block any setup call above.
+    // 12. Seccomp last, so it cannot block any setup call above. With chmod mediation the
+    //     filter comes with a listener fd, sent to the supervisor before exec (it is
+    //     close-on-exec, so the program never holds it).
     if !spec.seccomp.is_null() {
         // SAFETY: the parent keeps the program alive until clone returns.
         let prog = unsafe { &*spec.seccomp };
-        lsys::seccomp_set_filter(prog).map_err(step(S::Seccomp))?;
+        if spec.seccomp_listener_sock >= 0 {
+            seccomp_with_listener(prog, spec.seccomp_listener_sock).map_err(step(S::Seccomp))?;
+        } else {
+            lsys::seccomp_set_filter(prog).map_err(step(S::Seccomp))?;
+        }
     }
     // 13. Unblock every signal: the new program starts with an empty mask.
     let set: u64 = 0;
@@ -656,4 +665,300 @@ pub fn register_readable(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<Own
     // the same number from `as_raw_fd`, for as long as the `AsyncFd` owns it.
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
         .map_err(|e| e.into_parts().1)
+}
+
+// ---- seccomp user notification: chmod mediation -------------------------------------
+
+/// In the child: installs the filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER` and sends the
+/// listener fd (created close-on-exec) to the supervisor over `sock` with `SCM_RIGHTS`.
+/// Raw syscalls only.
+fn seccomp_with_listener(prog: &libc::sock_fprog, sock: c_int) -> Result<(), i32> {
+    // SAFETY: seccomp(SET_MODE_FILTER) reads the program the parent keeps alive; on
+    // success it returns a new fd.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER as libc::c_ulong,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            prog as *const libc::sock_fprog,
+        )
+    };
+    let fd = check(fd)? as c_int;
+    send_fd_raw(sock, fd)
+}
+
+/// `sendmsg(sock, 1 byte + SCM_RIGHTS(fd))` with everything on the stack.
+fn send_fd_raw(sock: c_int, fd: c_int) -> Result<(), i32> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr() as *mut c_void,
+        iov_len: 1,
+    };
+    // 8-byte aligned room for one cmsghdr carrying one int (CMSG_SPACE(4) = 24 on 64-bit).
+    let mut control = [0u64; 4];
+    // SAFETY: a zeroed msghdr is valid; every pointer set below targets stack memory
+    // that outlives the sendmsg call; the CMSG_* helpers only compute offsets into
+    // `control`, which is large enough for one int (checked against CMSG_SPACE).
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        let space = libc::CMSG_SPACE(std::mem::size_of::<c_int>() as u32) as usize;
+        if space > std::mem::size_of_val(&control) {
+            return Err(libc::EINVAL);
+        }
+        msg.msg_control = control.as_mut_ptr() as *mut c_void;
+        msg.msg_controllen = space;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() {
+            return Err(libc::EINVAL);
+        }
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<c_int>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut c_int, fd);
+        check(libc::syscall(
+            libc::SYS_sendmsg,
+            sock as libc::c_ulong,
+            &msg as *const libc::msghdr,
+            libc::MSG_NOSIGNAL as libc::c_ulong,
+        ))?;
+    }
+    Ok(())
+}
+
+/// `socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC)`, both ends at fds >= 3.
+pub(crate) fn socketpair_seqpacket() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: socketpair writes two fds into the array.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } == -1
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds are fresh and owned by us.
+    let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((above_stdio(a)?, above_stdio(b)?))
+}
+
+/// Receives one fd sent with `SCM_RIGHTS` (non-blocking; the child sent it before exec).
+pub(crate) fn recv_fd(sock: &OwnedFd) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr() as *mut c_void,
+        iov_len: 1,
+    };
+    let mut control = [0u64; 4];
+    // SAFETY: as in `send_fd_raw`: all pointers target live stack memory; the kernel
+    // writes at most `msg_controllen` bytes of control data; we read one int from the
+    // first cmsg only after checking its level, type and length.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut c_void;
+        msg.msg_controllen = std::mem::size_of_val(&control);
+        let n = libc::recvmsg(
+            sock.as_raw_fd(),
+            &mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        );
+        if n == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+            || (*cmsg).cmsg_len < libc::CMSG_LEN(std::mem::size_of::<c_int>() as u32) as usize
+        {
+            return Err(io::Error::other("no descriptor received"));
+        }
+        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const c_int);
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Whether a seccomp listener has a pending notification, and whether every task using
+/// the filter is gone (`POLLHUP`). Never blocks.
+pub(crate) fn notif_poll(listener: &OwnedFd) -> io::Result<(bool, bool)> {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one valid pollfd with a zero timeout.
+    if unsafe { libc::poll(&mut pfd, 1, 0) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((
+        pfd.revents & libc::POLLIN != 0,
+        pfd.revents & (libc::POLLHUP | libc::POLLERR) != 0,
+    ))
+}
+
+/// `ioctl(SECCOMP_IOCTL_NOTIF_RECV)`; call only when [`notif_poll`] reported a pending
+/// notification (the ioctl blocks otherwise).
+pub(crate) fn notif_recv(listener: &OwnedFd) -> io::Result<libc::seccomp_notif> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the kernel requires a zeroed struct and fills it in.
+    let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: RECV writes one seccomp_notif into `n`.
+    if unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_RECV as _,
+            &mut n,
+        )
+    } == -1
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n)
+}
+
+/// `ioctl(SECCOMP_IOCTL_NOTIF_ID_VALID)`: the notifying task still waits for this id, so
+/// what was read from its `/proc` entries and memory belongs to it.
+pub(crate) fn notif_id_valid(listener: &OwnedFd, id: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: ID_VALID reads one u64 from the pointer.
+    unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _,
+            &id,
+        ) == 0
+    }
+}
+
+/// `ioctl(SECCOMP_IOCTL_NOTIF_SEND)`: the call returns `val`, or fails with `errno` when
+/// non-zero.
+pub(crate) fn notif_send(listener: &OwnedFd, id: u64, val: i64, errno: i32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let resp = libc::seccomp_notif_resp {
+        id,
+        val,
+        error: -errno,
+        flags: 0,
+    };
+    // SAFETY: SEND reads one seccomp_notif_resp.
+    if unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_SEND as _,
+            &resp,
+        )
+    } == -1
+    {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Reads a NUL-terminated string of at most `max` bytes at `addr` in `pid`'s memory with
+/// `process_vm_readv`, page by page (a string may end just before an unmapped page).
+pub(crate) fn read_remote_cstr(pid: libc::pid_t, addr: u64, max: usize) -> io::Result<Vec<u8>> {
+    const PAGE: u64 = 4096;
+    let mut out = Vec::new();
+    let mut at = addr;
+    while out.len() < max {
+        let chunk = (PAGE - at % PAGE).min((max - out.len()) as u64) as usize;
+        let mut buf = vec![0u8; chunk];
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr() as *mut c_void,
+            iov_len: chunk,
+        };
+        let remote = libc::iovec {
+            iov_base: at as *mut c_void,
+            iov_len: chunk,
+        };
+        // SAFETY: one local iovec over `buf` (owned, `chunk` bytes) and one remote iovec;
+        // the kernel checks the remote range and our access to the process.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n <= 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        if let Some(end) = buf[..n].iter().position(|b| *b == 0) {
+            out.extend_from_slice(&buf[..end]);
+            return Ok(out);
+        }
+        out.extend_from_slice(&buf[..n]);
+        at += n as u64;
+    }
+    Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG))
+}
+
+/// `openat2(dirfd, path, O_PATH | O_CLOEXEC [| O_NOFOLLOW], RESOLVE_BENEATH |
+/// RESOLVE_NO_MAGICLINKS)`: the result is guaranteed to lie beneath `dirfd` (no `..`
+/// escape, no absolute or escaping symlink, no `/proc` magic link).
+pub(crate) fn openat2_beneath(
+    dirfd: &OwnedFd,
+    path: &std::ffi::CStr,
+    nofollow: bool,
+) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    let mut how: libc::open_how = unsafe_zeroed_open_how();
+    how.flags =
+        (libc::O_PATH | libc::O_CLOEXEC | if nofollow { libc::O_NOFOLLOW } else { 0 }) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: openat2 with a valid dirfd, a NUL-terminated path and a fully initialised
+    // open_how of the size we pass.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dirfd.as_raw_fd() as libc::c_ulong,
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd owned by us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as c_int) })
+}
+
+fn unsafe_zeroed_open_how() -> libc::open_how {
+    // SAFETY: open_how is plain integers; all-zero is its documented default.
+    unsafe { std::mem::zeroed() }
+}
+
+/// `fchmodat(AT_FDCWD, "/proc/self/fd/<fd>", mode, 0)`: changes the mode of the file an
+/// `O_PATH` fd refers to (fchmod does not accept `O_PATH` fds).
+pub(crate) fn chmod_path_fd(fd: &OwnedFd, mode: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let path = std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(io::Error::other)?;
+    // SAFETY: fchmodat with a NUL-terminated path.
+    if unsafe { libc::fchmodat(libc::AT_FDCWD, path.as_ptr(), mode, 0) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Opens a directory `O_PATH | O_DIRECTORY | O_CLOEXEC` (the workspace root for
+/// `openat2_beneath`).
+pub(crate) fn open_dir_path(path: &std::ffi::CStr) -> io::Result<OwnedFd> {
+    // SAFETY: open with a NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd owned by us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -8,6 +8,7 @@
 use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 
 use rustix::io::FdFlags;
 use tierbox_policy::EgressMode;
@@ -263,6 +264,40 @@ async fn uid0_run_cannot_chmod_files_landlock_hides() {
         let o = fx.run(&fx.request_with_path("chmod-denied", target)).await;
         assert_eq!(o.enforcement.uid, Some(0), "{}", describe(&o));
         assert_holds(&o);
+    }
+}
+
+/// A uid-0 run's chmod calls are performed by the supervisor only beneath the workspace:
+/// a symlink pointing out, a `..` escape, an absolute path and `fchmod` on a file opened
+/// read-only outside all fail; the same calls inside the workspace work (negative
+/// control: the probe reports BROKEN there).
+#[tokio::test]
+async fn uid0_chmod_mediation_refuses_every_way_out() {
+    let Some(fx) = Fixture::new(
+        "uid0_chmod_mediation_refuses_every_way_out",
+        &[Need::Root, Need::Landlock],
+    ) else {
+        return;
+    };
+    let link = fx.workspace.join("link-out");
+    std::os::unix::fs::symlink(&fx.parent_secret, &link).unwrap();
+    let secret_name = fx.parent_secret.file_name().unwrap().to_owned();
+    let dotdot = PathBuf::from("..").join(&secret_name);
+    for target in [link.clone(), dotdot, fx.parent_secret.clone()] {
+        let o = fx.run(&fx.request_with_path("chmod-denied", &target)).await;
+        assert_eq!(o.enforcement.uid, Some(0), "{}", describe(&o));
+        assert_holds(&o);
+    }
+    let o = fx
+        .run(&fx.request_with_path("fchmod-denied", Path::new("/etc/hostname")))
+        .await;
+    assert_holds(&o);
+    // Inside the workspace the same probes must be able to change the mode.
+    let inside = fx.workspace.join("inside.txt");
+    std::fs::write(&inside, "x").unwrap();
+    for probe in ["chmod-denied", "fchmod-denied"] {
+        let o = fx.run(&fx.request_with_path(probe, &inside)).await;
+        assert_broken(&o);
     }
 }
 

@@ -1,0 +1,298 @@
+//! chmod mediation for runs that keep uid 0.
+//!
+//! A Tier B child that keeps uid 0 (root supervisor, root-owned workspace) owns every
+//! root-owned file on the host, and landlock does not mediate mode changes: left alone,
+//! it could `chmod u+s` a root binary or make `/etc/shadow` world-readable. Denying the
+//! `chmod` family outright breaks ordinary work (`git init` chmods its lock files), so the
+//! filter hands those calls to the supervisor (`SECCOMP_RET_USER_NOTIF`), which performs
+//! them itself under these rules:
+//!
+//! - the target is resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` from
+//!   an fd of the workspace root: a path that leaves the workspace by `..`, an absolute or
+//!   escaping symlink, or a `/proc` magic link fails (`EPERM`) — there is no window
+//!   between check and use, because the change is made through the fd that was resolved;
+//! - the child must own the file (it has no `CAP_FOWNER`), as the kernel would require;
+//! - `fchmod(fd)` is allowed only when the file the child's fd refers to is the same inode
+//!   that resolves beneath the workspace under that name;
+//! - everything read from the child (the path, its cwd, its fds) is used only after
+//!   `SECCOMP_IOCTL_NOTIF_ID_VALID` confirms the call is still pending.
+//!
+//! Anything else gets `EPERM`. `chown` and the xattr family stay denied in the filter.
+
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+use super::sys;
+
+/// Longest path read from the child, in bytes (Linux `PATH_MAX`).
+pub const MAX_MEDIATED_PATH_BYTES: usize = 4096;
+
+/// `fchmodat2` (Linux 6.6), one number on every architecture.
+const SYS_FCHMODAT2: i64 = 452;
+
+/// Mode bits a chmod may set (permissions, setuid, setgid, sticky).
+const MODE_MASK: u32 = 0o7777;
+
+/// Serves chmod requests of one run.
+#[derive(Debug)]
+pub struct ChmodMediator {
+    listener: OwnedFd,
+    workspace: PathBuf,
+    workspace_fd: OwnedFd,
+    uid: u32,
+    gid: u32,
+}
+
+enum Target {
+    /// A path at address `addr` in the child's memory, relative to a directory of the child.
+    Path {
+        dir: BaseDir,
+        addr: u64,
+        nofollow: bool,
+    },
+    /// An fd of the child.
+    Fd(i32),
+}
+
+enum BaseDir {
+    Cwd,
+    Fd(i32),
+}
+
+impl ChmodMediator {
+    /// A mediator for the listener fd of a run whose child runs as `uid:gid` in
+    /// `workspace` (canonical).
+    pub fn new(listener: OwnedFd, workspace: &Path, uid: u32, gid: u32) -> std::io::Result<Self> {
+        let ws = CString::new(workspace.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+        let root = sys::open_dir_path(&ws)?;
+        Ok(Self {
+            listener,
+            workspace: workspace.to_path_buf(),
+            workspace_fd: root,
+            uid,
+            gid,
+        })
+    }
+
+    /// Answers notifications until every task using the filter is gone (or the future is
+    /// dropped, which closes the listener: pending and later calls then fail with
+    /// `ENOSYS`).
+    pub async fn serve(self) {
+        let Self {
+            listener,
+            workspace,
+            workspace_fd,
+            uid,
+            gid,
+        } = self;
+        let Ok(afd) = sys::register_readable(listener) else {
+            return;
+        };
+        let rules = Rules {
+            workspace,
+            workspace_fd,
+            uid,
+            gid,
+        };
+        loop {
+            let Ok(mut guard) = afd.readable().await else {
+                return;
+            };
+            match sys::notif_poll(afd.get_ref()) {
+                Ok((true, _)) => {}
+                Ok((false, true)) | Err(_) => return,
+                Ok((false, false)) => {
+                    guard.clear_ready();
+                    continue;
+                }
+            }
+            let Ok(n) = sys::notif_recv(afd.get_ref()) else {
+                // ENOENT: the caller died between poll and receive.
+                continue;
+            };
+            let errno = match rules.handle(afd.get_ref(), &n) {
+                Ok(()) => 0,
+                Err(Verdict::Errno(e)) => e,
+                Err(Verdict::Gone) => continue,
+            };
+            let _ = sys::notif_send(afd.get_ref(), n.id, 0, errno);
+        }
+    }
+}
+
+enum Verdict {
+    Errno(i32),
+    /// The calling task is gone; nothing to answer.
+    Gone,
+}
+
+struct Rules {
+    workspace: PathBuf,
+    workspace_fd: OwnedFd,
+    uid: u32,
+    gid: u32,
+}
+
+impl Rules {
+    fn handle(&self, listener: &OwnedFd, n: &libc::seccomp_notif) -> Result<(), Verdict> {
+        let pid = n.pid as libc::pid_t;
+        let args = n.data.args;
+        let (target, mode) =
+            decode(i64::from(n.data.nr), &args).ok_or(Verdict::Errno(libc::EPERM))?;
+        // Gather everything from the child, then confirm the call is still pending before
+        // trusting any of it.
+        let gathered = self.gather(pid, target);
+        if !sys::notif_id_valid(listener, n.id) {
+            return Err(Verdict::Gone);
+        }
+        let (absolute, expected, nofollow) = gathered.map_err(Verdict::Errno)?;
+        let rel = self
+            .relative(&absolute)
+            .ok_or(Verdict::Errno(libc::EPERM))?;
+        let rel =
+            CString::new(rel.as_os_str().as_bytes()).map_err(|_| Verdict::Errno(libc::EINVAL))?;
+        let fd = sys::openat2_beneath(&self.workspace_fd, &rel, nofollow).map_err(|e| {
+            Verdict::Errno(match e.raw_os_error() {
+                Some(libc::ENOENT) => libc::ENOENT,
+                Some(libc::ENOTDIR) => libc::ENOTDIR,
+                _ => libc::EPERM,
+            })
+        })?;
+        let meta = std::fs::metadata(format!("/proc/self/fd/{}", raw(&fd)))
+            .map_err(|_| Verdict::Errno(libc::EPERM))?;
+        if let Some((dev, ino)) = expected
+            && (meta.dev(), meta.ino()) != (dev, ino)
+        {
+            return Err(Verdict::Errno(libc::EPERM));
+        }
+        if nofollow && meta.file_type().is_symlink() {
+            return Err(Verdict::Errno(libc::EOPNOTSUPP));
+        }
+        if meta.uid() != self.uid {
+            return Err(Verdict::Errno(libc::EPERM));
+        }
+        let mut mode = mode & MODE_MASK;
+        // Without CAP_FSETID the kernel drops setgid on a file whose group the caller is
+        // not in; mirror it.
+        if !meta.is_dir() && meta.gid() != self.gid {
+            mode &= !libc::S_ISGID;
+        }
+        sys::chmod_path_fd(&fd, mode)
+            .map_err(|e| Verdict::Errno(e.raw_os_error().unwrap_or(libc::EPERM)))
+    }
+
+    /// Absolute path of the target, the inode the child's fd refers to (for `fchmod`), and
+    /// whether the final symlink must not be followed.
+    #[allow(clippy::type_complexity)]
+    fn gather(
+        &self,
+        pid: libc::pid_t,
+        target: Target,
+    ) -> Result<(PathBuf, Option<(u64, u64)>, bool), i32> {
+        match target {
+            Target::Fd(fd) => {
+                let link = format!("/proc/{pid}/fd/{fd}");
+                let path = std::fs::read_link(&link).map_err(|_| libc::EBADF)?;
+                if !path.is_absolute() || path.as_os_str().as_bytes().ends_with(b" (deleted)") {
+                    return Err(libc::EPERM);
+                }
+                let meta = std::fs::metadata(&link).map_err(|_| libc::EBADF)?;
+                Ok((path, Some((meta.dev(), meta.ino())), false))
+            }
+            Target::Path {
+                dir,
+                addr,
+                nofollow,
+            } => {
+                if addr == 0 {
+                    return Err(libc::EFAULT);
+                }
+                let bytes = sys::read_remote_cstr(pid, addr, MAX_MEDIATED_PATH_BYTES)
+                    .map_err(|e| e.raw_os_error().unwrap_or(libc::EFAULT))?;
+                if bytes.is_empty() {
+                    return Err(libc::ENOENT);
+                }
+                let path = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
+                if path.is_absolute() {
+                    return Ok((path, None, nofollow));
+                }
+                let base = match dir {
+                    BaseDir::Cwd => std::fs::read_link(format!("/proc/{pid}/cwd")),
+                    BaseDir::Fd(fd) => std::fs::read_link(format!("/proc/{pid}/fd/{fd}")),
+                }
+                .map_err(|_| libc::EBADF)?;
+                Ok((base.join(path), None, nofollow))
+            }
+        }
+    }
+
+    /// The part of `absolute` below the workspace root, lexically; `openat2` then enforces
+    /// that it resolves beneath it.
+    fn relative(&self, absolute: &Path) -> Option<PathBuf> {
+        let rel = absolute.strip_prefix(&self.workspace).ok()?;
+        if rel
+            .components()
+            .any(|c| matches!(c, Component::RootDir | Component::Prefix(_)))
+        {
+            return None;
+        }
+        Some(if rel.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            rel.to_path_buf()
+        })
+    }
+}
+
+fn raw(fd: &OwnedFd) -> i32 {
+    use std::os::fd::AsRawFd;
+    fd.as_raw_fd()
+}
+
+/// The target and the requested mode of a mediated call, or `None` for anything else.
+fn decode(nr: i64, args: &[u64; 6]) -> Option<(Target, u32)> {
+    let dir = |fd: u64| {
+        if fd as i32 == libc::AT_FDCWD {
+            BaseDir::Cwd
+        } else {
+            BaseDir::Fd(fd as i32)
+        }
+    };
+    #[cfg(target_arch = "x86_64")]
+    if nr == libc::SYS_chmod {
+        return Some((
+            Target::Path {
+                dir: BaseDir::Cwd,
+                addr: args[0],
+                nofollow: false,
+            },
+            args[1] as u32,
+        ));
+    }
+    match nr {
+        n if n == libc::SYS_fchmod => Some((Target::Fd(args[0] as i32), args[1] as u32)),
+        n if n == libc::SYS_fchmodat => Some((
+            Target::Path {
+                dir: dir(args[0]),
+                addr: args[1],
+                nofollow: false,
+            },
+            args[2] as u32,
+        )),
+        SYS_FCHMODAT2 => {
+            let nofollow = (args[3] as i32) & libc::AT_SYMLINK_NOFOLLOW != 0;
+            Some((
+                Target::Path {
+                    dir: dir(args[0]),
+                    addr: args[1],
+                    nofollow,
+                },
+                args[2] as u32,
+            ))
+        }
+        _ => None,
+    }
+}
