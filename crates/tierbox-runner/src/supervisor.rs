@@ -161,6 +161,12 @@ pub fn enable_subreaper() -> std::io::Result<()> {
 }
 
 /// Runs `plan` and supervises it to the end.
+///
+/// Must be awaited inside a tokio runtime with I/O and time enabled
+/// (`Builder::enable_all()`); any flavour works. The sandboxed child is cloned on the
+/// thread that polls this future, and it dies with that thread (`PR_SET_PDEATHSIG`), which
+/// is always alive while the run is supervised. Dropping the future kills the run's whole
+/// process tree.
 pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunError> {
     if plan.background.is_some() {
         return Err(Rejection::TierUnsupported {
