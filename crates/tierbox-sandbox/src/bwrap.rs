@@ -319,9 +319,9 @@ impl HostLayout {
 
     /// Reads the host: `lstat` of every path `plan` names, and of each symlink's
     /// resolution. This is the only host I/O behind [`bwrap_argv`]; call it right before
-    /// building the argv (the host can change in between; bwrap then fails rather than
-    /// mounting something unintended, except for the symlink races noted in the module
-    /// docs of the native backend).
+    /// building the argv. bwrap resolves the paths again at setup time, so a path that
+    /// changes kind in between (by the host user: a running sandbox cannot change
+    /// protected paths) makes bwrap fail to mount and the run not start.
     pub fn probe(plan: &Plan) -> Self {
         let fs = &plan.filesystem;
         let mut layout = Self::new();
@@ -430,10 +430,16 @@ impl BwrapOptions {
     fn check(&self) -> Result<(), BwrapError> {
         let invalid = |option, reason: String| Err(BwrapError::InvalidOption { option, reason });
         if self.uid == 0 {
-            return invalid("uid", "uid 0 would make the run root inside the sandbox".into());
+            return invalid(
+                "uid",
+                "uid 0 would make the run root inside the sandbox".into(),
+            );
         }
         if self.gid == 0 {
-            return invalid("gid", "gid 0 would make the run root inside the sandbox".into());
+            return invalid(
+                "gid",
+                "gid 0 would make the run root inside the sandbox".into(),
+            );
         }
         if self.hostname.is_empty()
             || self.hostname.len() > HOST_NAME_MAX_BYTES
@@ -474,7 +480,7 @@ enum Step {
 }
 
 /// A hidden path, rendered after every bind.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Deny {
     /// `--tmpfs PATH --remount-ro PATH`.
     Dir(PathBuf),
@@ -567,11 +573,13 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
 /// missing protected components (e.g. `<workspace>/.git`). They are empty mount points;
 /// remove them after the run with [`remove_host_mount_points`].
 pub fn host_mount_points(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<PathBuf>, BwrapError> {
-    Ok(protected_mounts(plan, &opts.host)?
+    let points: BTreeSet<PathBuf> = protected_mounts(plan, &opts.host)?
         .into_iter()
         .filter(|(_, step)| *step == Step::EmptyRo)
         .map(|(path, _)| path)
-        .collect())
+        .collect();
+    // Sorted ancestor-first; removal walks them in reverse.
+    Ok(points.into_iter().collect())
 }
 
 /// Removes the mount points [`host_mount_points`] listed, each only if it is still an
@@ -592,10 +600,7 @@ pub fn remove_host_mount_points(points: &[PathBuf]) -> Vec<(PathBuf, String)> {
 
 /// Every bind, system symlink and protected cover, keyed by destination path so they
 /// render ancestor-first; on the same path the more restrictive step renders last.
-fn mount_steps(
-    plan: &Plan,
-    host: &HostLayout,
-) -> Result<Vec<(PathBuf, Step)>, BwrapError> {
+fn mount_steps(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step)>, BwrapError> {
     let fs = &plan.filesystem;
     let mut steps: BTreeSet<(PathBuf, Step)> = BTreeSet::new();
     for path in &fs.system_read_only {
@@ -619,8 +624,16 @@ fn mount_steps(
         .read_only
         .iter()
         .map(|p| (p, Step::BindRo, "read-only path"))
-        .chain(fs.writable.iter().map(|p| (p, Step::BindRw, "writable path")))
-        .chain(std::iter::once((&plan.workspace, Step::BindRw, "workspace")));
+        .chain(
+            fs.writable
+                .iter()
+                .map(|p| (p, Step::BindRw, "writable path")),
+        )
+        .chain(std::iter::once((
+            &plan.workspace,
+            Step::BindRw,
+            "workspace",
+        )));
     for (path, step, what) in grants {
         let path = absolute(path, what)?;
         match host.kind(path) {
@@ -654,10 +667,7 @@ fn mount_steps(
         }
         if let Some(fixed) = FIXED_MOUNTS.iter().find(|f| Path::new(f).starts_with(path)) {
             return Err(BwrapError::PlanNotExpressible {
-                what: format!(
-                    "{} would hide the sandbox's own {fixed}",
-                    path.display()
-                ),
+                what: format!("{} would hide the sandbox's own {fixed}", path.display()),
             });
         }
     }
@@ -686,10 +696,10 @@ fn mount_steps(
 ///   read-only, e.g. all of `.git` for a symlinked `.git/hooks`), never narrower. A
 ///   symlink directly in the workspace root is an error: pinning it would make the whole
 ///   workspace read-only.
-fn protected_mounts(
-    plan: &Plan,
-    host: &HostLayout,
-) -> Result<Vec<(PathBuf, Step)>, BwrapError> {
+///
+/// A cover inside a directory re-bound read-only by another protected path is dropped:
+/// that directory already stops the path from being created.
+fn protected_mounts(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step)>, BwrapError> {
     let workspace = absolute(&plan.workspace, "workspace")?;
     let mut steps = Vec::new();
     for protected in &plan.filesystem.protected {
@@ -737,6 +747,20 @@ fn protected_mounts(
             break;
         }
     }
+    // A missing path inside a directory that is itself re-bound read-only (a protected
+    // directory, or a symlink's pinned parent) cannot be created anyway, and its cover
+    // could not be: bwrap would have to create the mount point in a read-only directory.
+    let read_only: Vec<PathBuf> = steps
+        .iter()
+        .filter(|(_, step)| *step == Step::BindRo)
+        .map(|(path, _)| path.clone())
+        .collect();
+    steps.retain(|(path, step)| {
+        *step != Step::EmptyRo
+            || !read_only
+                .iter()
+                .any(|ro| path.starts_with(ro) && path != ro)
+    });
     Ok(steps)
 }
 
@@ -746,15 +770,21 @@ fn writable_roots(plan: &Plan) -> impl Iterator<Item = &PathBuf> {
 
 /// Covers for `deny_read` paths that are visible in the sandbox: resolved through a
 /// symlink (the denial applies to what the path reaches), and only when under a bound
-/// path (anything else is absent from the sandbox anyway). Directories get an empty
-/// read-only tmpfs, files a `nodev` `/dev/null`.
+/// path (anything else is absent from the sandbox anyway) and not already inside an
+/// empty cover or a denied directory. Directories get an empty read-only tmpfs, files a
+/// `nodev` `/dev/null`. Sorted by path.
 fn deny_steps(plan: &Plan, host: &HostLayout, mounts: &[(PathBuf, Step)]) -> Vec<Deny> {
     let bound: Vec<&PathBuf> = mounts
         .iter()
         .filter(|(_, s)| matches!(s, Step::BindRo | Step::BindRw))
         .map(|(p, _)| p)
         .collect();
-    let mut out = BTreeSet::new();
+    let mut hidden: Vec<PathBuf> = mounts
+        .iter()
+        .filter(|(_, s)| *s == Step::EmptyRo)
+        .map(|(p, _)| p.clone())
+        .collect();
+    let mut wanted: BTreeMap<PathBuf, bool> = BTreeMap::new();
     for path in &plan.filesystem.deny_read {
         let (real, kind) = match host.kind(path) {
             PathKind::Symlink {
@@ -768,15 +798,29 @@ fn deny_steps(plan: &Plan, host: &HostLayout, mounts: &[(PathBuf, Step)]) -> Vec
         }
         match kind {
             PathKind::Dir => {
-                out.insert(Deny::Dir(real));
+                wanted.insert(real, true);
             }
             PathKind::File => {
-                out.insert(Deny::File(real));
+                wanted.entry(real).or_insert(false);
             }
             PathKind::Missing | PathKind::Symlink { .. } => {}
         }
     }
-    out.into_iter().collect()
+    let mut out = Vec::new();
+    // Ancestor-first, so a covered directory is seen before anything inside it (which is
+    // then already hidden, and could not be mounted on inside the read-only cover).
+    for (path, is_dir) in wanted {
+        if hidden.iter().any(|h| path.starts_with(h)) {
+            continue;
+        }
+        if is_dir {
+            hidden.push(path.clone());
+            out.push(Deny::Dir(path));
+        } else {
+            out.push(Deny::File(path));
+        }
+    }
+    out
 }
 
 /// The sandbox's environment: the Plan's, plus `HOME` for a private home and the
@@ -980,9 +1024,7 @@ pub fn userns_diagnosis(sysctls: &[(String, Option<String>)]) -> String {
     let mut causes = Vec::new();
     for (path, value) in sysctls {
         let Some(value) = value else { continue };
-        let name = path
-            .trim_start_matches("/proc/sys/")
-            .replace('/', ".");
+        let name = path.trim_start_matches("/proc/sys/").replace('/', ".");
         let cause = match (name.as_str(), value.as_str()) {
             ("kernel.unprivileged_userns_clone", "0") => Some(
                 "unprivileged user namespaces are disabled; enable with `sysctl -w kernel.unprivileged_userns_clone=1`",
@@ -1004,7 +1046,10 @@ pub fn userns_diagnosis(sysctls: &[(String, Option<String>)]) -> String {
             .iter()
             .filter_map(|(p, v)| {
                 v.as_ref().map(|v| {
-                    format!("{} = {v}", p.trim_start_matches("/proc/sys/").replace('/', "."))
+                    format!(
+                        "{} = {v}",
+                        p.trim_start_matches("/proc/sys/").replace('/', ".")
+                    )
                 })
             })
             .collect();

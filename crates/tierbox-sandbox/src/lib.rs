@@ -11,6 +11,8 @@
 //! Unsafe code lives only in `sys.rs` files, each block with a `// SAFETY:` comment.
 
 #[cfg(target_os = "linux")]
+pub mod bwrap;
+#[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
 pub mod probe;

@@ -397,6 +397,145 @@ pub fn write_all_raw(fd: RawFd, bytes: &[u8]) -> Result<(), i32> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------
+// User-namespace probe (supervisor side): a short-lived forked child.
+// ---------------------------------------------------------------------------------------
+
+/// The step of [`probe_namespaces_in_child`] that failed in the child, with its `errno`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NsProbeFailure {
+    /// `unshare(flags)`.
+    Unshare(i32),
+    /// `mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)` in the new mount namespace.
+    MountPrivate(i32),
+    /// `mount("tmpfs", "/", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k")` in the
+    /// new mount namespace (what AppArmor's userns restriction denies even when the
+    /// `unshare` itself succeeds).
+    MountTmpfs(i32),
+}
+
+/// Forks a child (raw `clone(SIGCHLD)`, which runs no atfork handlers) that calls
+/// `unshare(flags)` and, when `flags` has `CLONE_NEWNS`, makes its mounts private and
+/// mounts a tiny tmpfs over its own `/` (visible only in its private namespace, gone when
+/// it exits). The child reports a failure as `(step, errno)` on a pipe and exits 1, or
+/// exits 0; the parent waits for it.
+///
+/// Why a child: `unshare(CLONE_NEWUSER)` fails with `EINVAL` in a multi-threaded process,
+/// and a successful one would change the caller for good. Returns `Ok(Err(_))` when the
+/// child reported a failure, `Err(_)` when the probe itself could not run (`pipe2`,
+/// `clone`, `waitpid`, or a child that died otherwise).
+pub fn probe_namespaces_in_child(flags: libc::c_int) -> io::Result<Result<(), NsProbeFailure>> {
+    const STEP_UNSHARE: u32 = 1;
+    const STEP_MOUNT_PRIVATE: u32 = 2;
+    const STEP_MOUNT_TMPFS: u32 = 3;
+    let mut fds = [-1i32; 2];
+    let named = |call: &str, e: io::Error| io::Error::new(e.kind(), format!("{call}: {e}"));
+    // SAFETY: `fds` is a valid two-element out-array for the duration of the call.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(named("pipe2(O_CLOEXEC)", io::Error::last_os_error()));
+    }
+    // SAFETY: pipe2 just returned these two fds; nothing else owns them.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let want_mounts = flags & libc::CLONE_NEWNS != 0;
+    let raw_flags = flags as libc::c_ulong;
+    let (clone_flags, zero) = (libc::SIGCHLD as libc::c_ulong, 0 as libc::c_ulong);
+    // SAFETY: a clone without CLONE_VM gives the child a copy of our memory, like fork;
+    // a zero stack pointer keeps the current stack (in the copy). In the child, only raw
+    // system calls on data that already exists (static C strings, stack arrays, an open
+    // fd) run before `_exit`, which is async-signal-safe even though the parent may be
+    // multi-threaded.
+    let pid = check(unsafe { libc::syscall(libc::SYS_clone, clone_flags, zero, zero, zero, zero) })
+        .map_err(|e| named("clone(SIGCHLD)", io::Error::from_raw_os_error(e)))?;
+    if pid == 0 {
+        let fd = write_end.as_raw_fd();
+        let fail = |step: u32, errno: i32| -> ! {
+            let mut report = [0u8; 8];
+            report[..4].copy_from_slice(&step.to_ne_bytes());
+            report[4..].copy_from_slice(&errno.to_ne_bytes());
+            let _ = write_all_raw(fd, &report);
+            // SAFETY: `_exit` ends the child without running atexit handlers or
+            // touching the parent's stdio buffers.
+            unsafe { libc::_exit(1) }
+        };
+        // SAFETY: integer argument only.
+        if let Err(e) = check(unsafe { libc::syscall(libc::SYS_unshare, raw_flags) }) {
+            fail(STEP_UNSHARE, e);
+        }
+        if want_mounts {
+            let root = c"/";
+            let tmpfs = c"tmpfs";
+            let opts = c"size=4k";
+            let private = (libc::MS_REC | libc::MS_PRIVATE) as libc::c_ulong;
+            // SAFETY: NULL source, type and data are allowed for a propagation change;
+            // `root` is a static NUL-terminated string.
+            let ret = unsafe {
+                libc::syscall(
+                    libc::SYS_mount,
+                    std::ptr::null::<libc::c_char>(),
+                    root.as_ptr(),
+                    std::ptr::null::<libc::c_char>(),
+                    private,
+                    std::ptr::null::<libc::c_void>(),
+                )
+            };
+            if let Err(e) = check(ret) {
+                fail(STEP_MOUNT_PRIVATE, e);
+            }
+            let mount_flags = (libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC) as libc::c_ulong;
+            // SAFETY: all pointers are static NUL-terminated strings; the mount lands in
+            // the child's private mount namespace only.
+            let ret = unsafe {
+                libc::syscall(
+                    libc::SYS_mount,
+                    tmpfs.as_ptr(),
+                    root.as_ptr(),
+                    tmpfs.as_ptr(),
+                    mount_flags,
+                    opts.as_ptr(),
+                )
+            };
+            if let Err(e) = check(ret) {
+                fail(STEP_MOUNT_TMPFS, e);
+            }
+        }
+        // SAFETY: as above.
+        unsafe { libc::_exit(0) }
+    }
+    drop(write_end);
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ECHILD))?;
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer on our stack; `pid` is our child.
+        let ret = unsafe { libc::waitpid(pid, &raw mut status, 0) };
+        if ret == pid {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(named(&format!("waitpid({pid})"), err));
+        }
+    }
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        return Ok(Ok(()));
+    }
+    let mut report = [0u8; 8];
+    let mut file = std::fs::File::from(read_end);
+    let got = io::Read::read(&mut file, &mut report).map_err(|e| named("read(probe pipe)", e))?;
+    if !libc::WIFEXITED(status) || got != report.len() {
+        return Err(io::Error::other(format!(
+            "namespace probe child ended with wait status {status:#x} and a {got}-byte report"
+        )));
+    }
+    let step = u32::from_ne_bytes([report[0], report[1], report[2], report[3]]);
+    let errno = i32::from_ne_bytes([report[4], report[5], report[6], report[7]]);
+    Ok(Err(match step {
+        STEP_UNSHARE => NsProbeFailure::Unshare(errno),
+        STEP_MOUNT_PRIVATE => NsProbeFailure::MountPrivate(errno),
+        _ => NsProbeFailure::MountTmpfs(errno),
+    }))
+}
+
 /// Test support: fork, run async-signal-safe code in the child, collect exit statuses,
 /// and a few raw probe syscalls the tests issue from inside a filtered child.
 #[cfg(test)]
@@ -513,6 +652,14 @@ pub(crate) mod test_support {
         let (mut r, mut e, mut s) = (0u32, 0u32, 0u32);
         // SAFETY: three valid out-pointers on our stack.
         unsafe { libc::syscall(libc::SYS_getresuid, &raw mut r, &raw mut e, &raw mut s) };
+        (r, e, s)
+    }
+
+    /// Raw `getresgid` → (rgid, egid, sgid).
+    pub(crate) fn getresgid() -> (u32, u32, u32) {
+        let (mut r, mut e, mut s) = (0u32, 0u32, 0u32);
+        // SAFETY: three valid out-pointers on our stack.
+        unsafe { libc::syscall(libc::SYS_getresgid, &raw mut r, &raw mut e, &raw mut s) };
         (r, e, s)
     }
 
