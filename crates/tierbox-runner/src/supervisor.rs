@@ -281,16 +281,16 @@ async fn supervise(
     if let (Some(fd), Some(data)) = (l.stdin.take(), plan.stdin.clone()) {
         tokio::spawn(write_stdin(fd, data));
     }
-    // A run that keeps uid 0 has its chmod calls performed here, beneath the workspace only.
+    // chmod calls are performed here, beneath the run's writable grants only.
     let mediator = match l.chmod_listener.take() {
-        Some(listener) => {
-            let m = ChmodMediator::new(listener, &plan.workspace, l.child_uid, l.child_gid)
+        Some(listener) => Some(AbortOnDrop(tokio::spawn(
+            chmod_mediator(listener, plan, l)
                 .map_err(|source| RunError::Io {
-                    what: "open the workspace for chmod mediation",
+                    what: "open the writable grants for chmod mediation",
                     source,
-                })?;
-            Some(AbortOnDrop(tokio::spawn(m.serve())))
-        }
+                })?
+                .serve(),
+        ))),
         None => None,
     };
 
@@ -477,6 +477,19 @@ async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
         // A child that exits without reading gives EPIPE; that is its choice.
         let _ = tx.write_all(&data).await;
     }
+}
+
+/// The chmod mediator of a run: the workspace, the declared writable paths and the run's
+/// private temporary directory.
+fn chmod_mediator(listener: OwnedFd, plan: &Plan, l: &Launched) -> std::io::Result<ChmodMediator> {
+    let mut m = ChmodMediator::new(listener, &plan.workspace, l.child_uid, l.child_gid)?;
+    for root in &plan.filesystem.writable {
+        m = m.also_beneath(root)?;
+    }
+    if let Some(slot) = &l.slot {
+        m = m.also_beneath(&slot.tmp)?;
+    }
+    Ok(m)
 }
 
 /// Aborts a task when dropped (also when the run's future is dropped mid-run).

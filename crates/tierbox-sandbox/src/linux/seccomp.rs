@@ -52,10 +52,10 @@ pub struct SeccompSpec {
     /// does not mediate `chmod`/`chown`/`setxattr`, and without this a run could e.g.
     /// `chmod u+s` a root binary or `chmod 644 /etc/shadow` outside its workspace.
     pub deny_file_metadata: bool,
-    /// With `deny_file_metadata`: instead of denying the `chmod` family, return
-    /// `SECCOMP_RET_USER_NOTIF`, so the supervisor performs the change itself — only beneath
-    /// the workspace (see `spawn::mediate`). The filter must then be installed with
-    /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
+    /// Hand the `chmod` family to the supervisor (`SECCOMP_RET_USER_NOTIF`), which performs
+    /// the change itself, beneath the run's writable grants only (see `spawn::mediate`);
+    /// takes precedence over `deny_file_metadata` for that family. The filter must then be
+    /// installed with `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
     pub mediate_chmod: bool,
 }
 
@@ -241,6 +241,8 @@ mod extra_nr {
     pub const SETXATTRAT: libc::c_long = 463;
     /// `removexattrat` (6.13), one number on every architecture.
     pub const REMOVEXATTRAT: libc::c_long = 466;
+    /// `file_setattr` (6.17), one number on every architecture.
+    pub const FILE_SETATTR: libc::c_long = 469;
     /// `query_module` (x86-64 only; removed).
     #[cfg(target_arch = "x86_64")]
     pub const QUERY_MODULE: libc::c_long = 178;
@@ -340,14 +342,15 @@ pub const DENY_TABLE: &[Denial] = &[
     deny_meta("fremovexattr", libc::SYS_fremovexattr),
     deny_meta("setxattrat", extra_nr::SETXATTRAT),
     deny_meta("removexattrat", extra_nr::REMOVEXATTRAT),
+    deny_meta("file_setattr", extra_nr::FILE_SETATTR),
     // Namespaces (only with `deny_namespaces`).
     deny_ns("unshare", libc::SYS_unshare, libc::EPERM, "no nested namespaces: a user namespace exposes root-only kernel surface"),
     deny_ns("setns", libc::SYS_setns, libc::EPERM, "no joining other namespaces"),
     deny_ns("clone3", libc::SYS_clone3, libc::ENOSYS, "its flags sit in memory the filter cannot read; ENOSYS makes libc fall back to clone"),
 ];
 
-/// The `chmod` family: denied with `deny_file_metadata`, or handed to the supervisor with
-/// `mediate_chmod` (`SECCOMP_RET_USER_NOTIF`).
+/// The `chmod` family: handed to the supervisor with `mediate_chmod`
+/// (`SECCOMP_RET_USER_NOTIF`), else denied with `deny_file_metadata`.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[rustfmt::skip]
 pub const CHMOD_FAMILY: &[(&str, libc::c_long)] = &[
@@ -380,7 +383,29 @@ pub const DENIED_IOCTLS: &[(&str, u32, &str)] = &[
         libc::TIOCLINUX as u32,
         "virtual console control, including TIOCSTI-like selection paste",
     ),
+    (
+        "FS_IOC_SETFLAGS",
+        FS_IOC_SETFLAGS,
+        "inode attribute flags (nodump, noatime, sync, …) of any file the run can open; landlock does not mediate them",
+    ),
+    (
+        "FS_IOC32_SETFLAGS",
+        FS_IOC32_SETFLAGS,
+        "the 32-bit spelling of FS_IOC_SETFLAGS",
+    ),
+    (
+        "FS_IOC_FSSETXATTR",
+        FS_IOC_FSSETXATTR,
+        "extended inode attributes and project id of any file the run can open",
+    ),
 ];
+
+/// `_IOW('f', 2, long)`.
+const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+/// `_IOW('f', 2, int)`.
+const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+/// `_IOW('X', 32, struct fsxattr)` (28 bytes).
+const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 
 /// What the filter decides for one interval of syscall numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -437,12 +462,12 @@ impl SeccompProgram {
                 add(d.nr, d.name, Action::Errno(d.errno))?;
             }
         }
-        if spec.deny_file_metadata {
-            let action = if spec.mediate_chmod {
-                Action::Notify
-            } else {
-                Action::Errno(libc::EPERM)
-            };
+        let chmod_action = match (spec.mediate_chmod, spec.deny_file_metadata) {
+            (true, _) => Some(Action::Notify),
+            (false, true) => Some(Action::Errno(libc::EPERM)),
+            (false, false) => None,
+        };
+        if let Some(action) = chmod_action {
             for &(name, nr) in CHMOD_FAMILY {
                 add(nr as u32, name, action)?;
             }

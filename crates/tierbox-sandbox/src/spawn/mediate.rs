@@ -1,17 +1,24 @@
 //! chmod mediation for runs that keep uid 0.
 //!
-//! A Tier B child that keeps uid 0 (root supervisor, root-owned workspace) owns every
-//! root-owned file on the host, and landlock does not mediate mode changes: left alone,
-//! it could `chmod u+s` a root binary or make `/etc/shadow` world-readable. Denying the
-//! `chmod` family outright breaks ordinary work (`git init` chmods its lock files), so the
-//! filter hands those calls to the supervisor (`SECCOMP_RET_USER_NOTIF`), which performs
-//! them itself under these rules:
+//! Landlock does not mediate mode changes, and a process may `chmod` any file it owns
+//! wherever it can name it. A Tier B child that keeps uid 0 (root supervisor, root-owned
+//! workspace) owns every root-owned file on the host: left alone, it could `chmod u+s` a
+//! root binary or make `/etc/shadow` world-readable; a child running as a user could make
+//! that user's `~/.ssh` world-writable. Denying the `chmod` family outright breaks
+//! ordinary work (`git init` chmods its lock files), so the filter hands those calls to the
+//! supervisor (`SECCOMP_RET_USER_NOTIF`), which performs them itself, beneath the run's
+//! writable grants only (the workspace, declared writable paths, its private temporary
+//! directory), under these rules:
 //!
 //! - the target is resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` from
-//!   an fd of the workspace root: a path that leaves the workspace by `..`, an absolute or
+//!   an fd of the grant it names (the deepest one): a path that leaves the workspace by `..`, an absolute or
 //!   escaping symlink, or a `/proc` magic link fails (`EPERM`) — there is no window
 //!   between check and use, because the change is made through the fd that was resolved;
 //! - the child must own the file (it has no `CAP_FOWNER`), as the kernel would require;
+//! - a non-directory with more than one hard link is refused: its other names may lie
+//!   outside the workspace;
+//! - setgid is dropped when the run is not in the file's group, as the kernel does for a
+//!   caller without `CAP_FSETID`;
 //! - `fchmod(fd)` is allowed only when the file the child's fd refers to is the same inode
 //!   that resolves beneath the workspace under that name;
 //! - everything read from the child (the path, its cwd, its fds) is used only after
@@ -40,8 +47,7 @@ const MODE_MASK: u32 = 0o7777;
 #[derive(Debug)]
 pub struct ChmodMediator {
     listener: OwnedFd,
-    workspace: PathBuf,
-    workspace_fd: OwnedFd,
+    roots: Vec<(PathBuf, OwnedFd)>,
     uid: u32,
     gid: u32,
 }
@@ -66,15 +72,24 @@ impl ChmodMediator {
     /// A mediator for the listener fd of a run whose child runs as `uid:gid` in
     /// `workspace` (canonical).
     pub fn new(listener: OwnedFd, workspace: &Path, uid: u32, gid: u32) -> std::io::Result<Self> {
-        let ws = CString::new(workspace.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        let root = sys::open_dir_path(&ws)?;
-        Ok(Self {
+        Self {
             listener,
-            workspace: workspace.to_path_buf(),
-            workspace_fd: root,
+            roots: Vec::new(),
             uid,
             gid,
-        })
+        }
+        .also_beneath(workspace)
+    }
+
+    /// Also performs changes beneath `root`: the run's other writable grants
+    /// (declared writable paths, its private temporary directory).
+    pub fn also_beneath(mut self, root: &Path) -> std::io::Result<Self> {
+        // Paths read from the child's /proc entries are canonical; so must the roots be.
+        let root = std::fs::canonicalize(root)?;
+        let c = CString::new(root.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+        let fd = sys::open_dir_path(&c)?;
+        self.roots.push((root, fd));
+        Ok(self)
     }
 
     /// Answers notifications until every task using the filter is gone (or the future is
@@ -83,20 +98,14 @@ impl ChmodMediator {
     pub async fn serve(self) {
         let Self {
             listener,
-            workspace,
-            workspace_fd,
+            roots,
             uid,
             gid,
         } = self;
         let Ok(afd) = sys::register_readable(listener) else {
             return;
         };
-        let rules = Rules {
-            workspace,
-            workspace_fd,
-            uid,
-            gid,
-        };
+        let rules = Rules { roots, uid, gid };
         loop {
             let Ok(mut guard) = afd.readable().await else {
                 return;
@@ -130,8 +139,7 @@ enum Verdict {
 }
 
 struct Rules {
-    workspace: PathBuf,
-    workspace_fd: OwnedFd,
+    roots: Vec<(PathBuf, OwnedFd)>,
     uid: u32,
     gid: u32,
 }
@@ -149,12 +157,12 @@ impl Rules {
             return Err(Verdict::Gone);
         }
         let (absolute, expected, nofollow) = gathered.map_err(Verdict::Errno)?;
-        let rel = self
+        let (root_fd, rel) = self
             .relative(&absolute)
             .ok_or(Verdict::Errno(libc::EPERM))?;
         let rel =
             CString::new(rel.as_os_str().as_bytes()).map_err(|_| Verdict::Errno(libc::EINVAL))?;
-        let fd = sys::openat2_beneath(&self.workspace_fd, &rel, nofollow).map_err(|e| {
+        let fd = sys::openat2_beneath(root_fd, &rel, nofollow).map_err(|e| {
             Verdict::Errno(match e.raw_os_error() {
                 Some(libc::ENOENT) => libc::ENOENT,
                 Some(libc::ENOTDIR) => libc::ENOTDIR,
@@ -174,10 +182,16 @@ impl Rules {
         if meta.uid() != self.uid {
             return Err(Verdict::Errno(libc::EPERM));
         }
+        // A name beneath the workspace does not make the inode belong to it: a hard link
+        // (made before the run; the run cannot make one, landlock requires the refer right
+        // on the source) can point at a file elsewhere on the filesystem.
+        if !meta.is_dir() && meta.nlink() > 1 {
+            return Err(Verdict::Errno(libc::EPERM));
+        }
         let mut mode = mode & MODE_MASK;
-        // Without CAP_FSETID the kernel drops setgid on a file whose group the caller is
-        // not in; mirror it.
-        if !meta.is_dir() && meta.gid() != self.gid {
+        // Without CAP_FSETID the kernel drops setgid when the caller is not in the file's
+        // (or directory's) group; the supervisor has CAP_FSETID, so mirror the rule.
+        if meta.gid() != self.gid {
             mode &= !libc::S_ISGID;
         }
         sys::chmod_path_fd(&fd, mode)
@@ -229,21 +243,29 @@ impl Rules {
         }
     }
 
-    /// The part of `absolute` below the workspace root, lexically; `openat2` then enforces
-    /// that it resolves beneath it.
-    fn relative(&self, absolute: &Path) -> Option<PathBuf> {
-        let rel = absolute.strip_prefix(&self.workspace).ok()?;
+    /// The deepest root `absolute` lies under, lexically, and the part below it; `openat2`
+    /// then enforces that it resolves beneath that root.
+    fn relative(&self, absolute: &Path) -> Option<(&OwnedFd, PathBuf)> {
+        let (root, fd) = self
+            .roots
+            .iter()
+            .filter(|(root, _)| absolute.starts_with(root))
+            .max_by_key(|(root, _)| root.as_os_str().len())?;
+        let rel = absolute.strip_prefix(root).ok()?;
         if rel
             .components()
             .any(|c| matches!(c, Component::RootDir | Component::Prefix(_)))
         {
             return None;
         }
-        Some(if rel.as_os_str().is_empty() {
-            PathBuf::from(".")
-        } else {
-            rel.to_path_buf()
-        })
+        Some((
+            fd,
+            if rel.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                rel.to_path_buf()
+            },
+        ))
     }
 }
 

@@ -110,8 +110,9 @@ pub struct Launched {
     /// The run's resources (private tmp, landlock ruleset, cgroup); hand it back with
     /// [`slots::release`] once the run's processes are dead.
     pub slot: Option<Slot>,
-    /// The seccomp listener for chmod mediation, when the run keeps uid 0: serve it with
-    /// [`mediate::ChmodMediator`] for the life of the run.
+    /// The seccomp listener for chmod mediation: serve it with [`mediate::ChmodMediator`]
+    /// (beneath the workspace, the declared writable paths and the slot's tmp) for the
+    /// life of the run.
     pub chmod_listener: Option<OwnedFd>,
     /// uid the program runs as.
     pub child_uid: u32,
@@ -206,9 +207,10 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     };
     enforcement.no_new_privs = true;
 
-    // A run that keeps uid 0 has its chmod calls performed by the supervisor, beneath the
-    // workspace only (kernels without seccomp user notification deny them instead).
-    let mediate_chmod = uid == 0 && facts.seccomp && user_notif_available();
+    // Landlock does not mediate chmod: every run has its chmod calls performed by the
+    // supervisor, beneath its writable grants only. Without seccomp user notification, a
+    // run that keeps uid 0 gets them denied instead.
+    let mediate_chmod = facts.seccomp && user_notif_available();
 
     // Per-run resources: a warm slot with the same shape, or new ones.
     let landlock_base = facts
@@ -555,7 +557,7 @@ fn seccomp_program(
         // A child that keeps uid 0 owns every root-owned file; landlock cannot stop it from
         // changing their modes, owners or attributes, so seccomp does.
         deny_file_metadata: child_uid == 0,
-        mediate_chmod: child_uid == 0 && mediate_chmod,
+        mediate_chmod,
         allow_inet_sockets: net.allow_inet,
         allow_unix_sockets: net.allow_unix,
     })
@@ -809,3 +811,6 @@ fn launcher_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, 
     // child has exec'd or exited.
     reply_rx.recv().map_err(|_| (ChildStep::None, libc::EIO))?
 }
+
+#[cfg(test)]
+mod review_tests;

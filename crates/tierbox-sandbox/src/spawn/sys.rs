@@ -273,6 +273,26 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
         lsys::set_ids(spec.uid, spec.gid).map_err(step(S::SetIds))?;
     }
     lsys::capset_zero().map_err(step(S::Capset))?;
+    // 9b. A uid or gid change clears the parent-death signal (kernel rule, whatever the
+    //     securebits), so it is set again here, and the parent re-checked.
+    if spec.change_ids {
+        // SAFETY: prctl with integer arguments.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_prctl,
+                libc::PR_SET_PDEATHSIG as libc::c_ulong,
+                libc::SIGKILL as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        })
+        .map_err(step(S::Pdeathsig))?;
+        // SAFETY: getppid takes no arguments.
+        if unsafe { libc::syscall(libc::SYS_getppid) } as libc::pid_t != spec.parent_pid {
+            return Err((S::Pdeathsig, libc::ESRCH));
+        }
+    }
     // 10. no_new_privs: required by unprivileged landlock and seccomp, and stops setuid
     //     binaries from regaining anything.
     lsys::set_no_new_privs().map_err(step(S::NoNewPrivs))?;

@@ -245,6 +245,32 @@ async fn non_root_run_cannot_chmod_outside_the_workspace() {
     assert_broken(&fx.probe(&["chmod-denied", "."]).await);
 }
 
+/// Landlock does not mediate chmod, so without mediation a run could change the mode of
+/// any file its uid owns, anywhere it can name it (a user's `~/.ssh`, say). Here the run is
+/// uid 65534 and the target, outside every grant, is owned by 65534 too: DAC alone would
+/// allow it; the supervisor's mediation refuses it. The run's private `TMPDIR` is a writable
+/// grant, so chmod there works (negative control).
+#[tokio::test]
+async fn non_root_run_cannot_chmod_its_own_files_outside_its_grants() {
+    let Some(fx) = Fixture::new(
+        "non_root_run_cannot_chmod_its_own_files_outside_its_grants",
+        &[Need::Root, Need::Landlock],
+    ) else {
+        return;
+    };
+    fx.chown_workspace(NOBODY);
+    let owned_outside = fx.parent.join("owned-by-the-run-user");
+    std::fs::write(&owned_outside, "x").unwrap();
+    std::os::unix::fs::chown(&owned_outside, Some(NOBODY), Some(NOBODY)).unwrap();
+    let o = fx
+        .run(&fx.request_with_path("chmod-denied", &owned_outside))
+        .await;
+    assert_eq!(o.enforcement.uid, Some(NOBODY), "{}", describe(&o));
+    assert_holds(&o);
+    // Negative control: the run's own TMPDIR (a writable grant) can be chmodded.
+    assert_broken(&fx.probe(&["chmod-denied", "env:TMPDIR"]).await);
+}
+
 /// Regression test for a gap in SECURITY.md's "metadata changes as uid 0" non-goal, which
 /// says a uid-0 run "could change the mode of root-owned files it can read". Landlock has
 /// no right for chmod at all, so the run can change the mode of files landlock *hides*
