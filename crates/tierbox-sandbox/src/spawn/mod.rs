@@ -147,72 +147,100 @@ fn require(
 /// Launches `plan` in Tier B.
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
     let facts = host_facts();
-    let mut missing = Vec::new();
-    let mut enforcement = Enforcement {
-        tier: Some(Tier::B),
-        backend: BACKEND_NAME.to_owned(),
-        kernel: facts.kernel.clone(),
-        ..Enforcement::default()
-    };
-
-    // Layers this host must provide.
-    require(
-        plan,
-        Layer::Landlock,
-        facts.landlock_abi.is_some(),
-        "landlock is not available (kernel < 5.13 or not in the lsm= list)",
-        &mut missing,
-    )?;
-    let abi = facts.landlock_abi.unwrap_or(0);
-    require(
-        plan,
-        Layer::LandlockScopes,
-        abi >= 6,
-        &format!("landlock ABI {abi} < 6 has no signal or abstract-socket scoping"),
-        &mut missing,
-    )?;
-    require(
-        plan,
-        Layer::Seccomp,
-        facts.seccomp,
-        "seccomp filters are not available",
-        &mut missing,
-    )?;
-    require(
-        plan,
-        Layer::Cgroup,
-        facts.cgroup.is_usable(),
-        &facts.cgroup.describe(),
-        &mut missing,
-    )?;
-    require(
-        plan,
-        Layer::ProtectedPaths,
-        plan.filesystem.protected.is_empty(),
-        "tier b cannot keep paths inside the writable workspace read-only (tier c can)",
-        &mut missing,
-    )?;
-
+    let mut missing = check_layers(plan, facts)?;
     let network = network_rules(plan, facts)?;
-
     // Identity: a root supervisor runs the child as the workspace owner when that is not
     // root, so ordinary file permissions apply on top of landlock.
-    let (uid, gid, change_ids) = child_ids(facts, &plan.workspace);
-    enforcement.uid = Some(uid);
-    enforcement.gid = Some(gid);
-    enforcement.capabilities = if facts.euid == 0 {
-        "none: bounding, ambient, effective, permitted and inheritable sets cleared; securebits NOROOT locked".to_owned()
-    } else {
-        "none effective, permitted, inheritable or ambient; the bounding set is left as inherited (an unprivileged supervisor cannot drop it) and no_new_privs stops execve from granting any".to_owned()
-    };
-    enforcement.no_new_privs = true;
-
+    let ids = child_ids(facts, &plan.workspace);
     // Landlock does not mediate chmod: every run has its chmod calls performed by the
     // supervisor, beneath its writable grants only. Without seccomp user notification, a
     // run that keeps uid 0 gets them denied instead.
     let mediate_chmod = facts.seccomp && user_notif_available();
+    let slot = acquire_slot(plan, opts, facts, &network, ids, &mut missing)?;
+    // From here on every failure hands the slot back.
+    match spawn_in_slot(plan, opts, facts, &network, &slot, ids, mediate_chmod) {
+        Ok((child, seccomp_len)) => {
+            missing.sort();
+            missing.dedup();
+            let enforcement = enforcement_report(
+                plan,
+                facts,
+                &network,
+                &slot,
+                seccomp_len,
+                ids,
+                mediate_chmod,
+                missing,
+            );
+            Ok(Launched {
+                pid: child.pid,
+                pidfd: child.pidfd,
+                stdin: child.stdin,
+                stdout: child.stdout,
+                stderr: child.stderr,
+                slot: Some(slot),
+                chmod_listener: child.chmod_listener,
+                child_uid: ids.0,
+                child_gid: ids.1,
+                enforcement,
+            })
+        }
+        Err(e) => {
+            slots::release(slot);
+            Err(e)
+        }
+    }
+}
 
-    // Per-run resources: a warm slot with the same shape, or new ones.
+/// Checks the layers this run needs against the host: each missing one is a rejection, or
+/// recorded when the policy lists it in `tier.optional_layers`.
+fn check_layers(plan: &Plan, facts: &HostFacts) -> Result<Vec<Layer>, Rejection> {
+    let mut missing = Vec::new();
+    let abi = facts.landlock_abi.unwrap_or(0);
+    let checks: [(Layer, bool, String); 5] = [
+        (
+            Layer::Landlock,
+            facts.landlock_abi.is_some(),
+            "landlock is not available (kernel < 5.13 or not in the lsm= list)".to_owned(),
+        ),
+        (
+            Layer::LandlockScopes,
+            abi >= 6,
+            format!("landlock ABI {abi} < 6 has no signal or abstract-socket scoping"),
+        ),
+        (
+            Layer::Seccomp,
+            facts.seccomp,
+            "seccomp filters are not available".to_owned(),
+        ),
+        (
+            Layer::Cgroup,
+            facts.cgroup.is_usable(),
+            facts.cgroup.describe(),
+        ),
+        (
+            Layer::ProtectedPaths,
+            plan.filesystem.protected.is_empty(),
+            "tier b cannot keep paths inside the writable workspace read-only (tier c can)"
+                .to_owned(),
+        ),
+    ];
+    for (layer, available, reason) in checks {
+        require(plan, layer, available, &reason, &mut missing)?;
+    }
+    Ok(missing)
+}
+
+/// A warm slot with the shape of this run, or fresh resources.
+fn acquire_slot(
+    plan: &Plan,
+    opts: &LaunchOptions,
+    facts: &HostFacts,
+    network: &NetworkRules,
+    (uid, gid, _): (u32, u32, bool),
+    missing: &mut Vec<Layer>,
+) -> Result<Slot, LaunchError> {
+    let abi = facts.landlock_abi.unwrap_or(0);
     let landlock_base = facts
         .landlock_abi
         .map(|_| landlock_spec(plan, abi, network.tcp_ports.clone()));
@@ -240,110 +268,123 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         max_processes: cgroup_limits.max_processes,
         cgroup: facts.cgroup.is_usable(),
     };
-    let slot = match slots::take(&key) {
-        Some(slot) => slot,
-        None => new_slot(plan, opts, key, landlock_base, &cgroup_limits, &mut missing)?,
-    };
+    match slots::take(&key) {
+        Some(slot) => Ok(slot),
+        None => new_slot(plan, opts, key, landlock_base, &cgroup_limits, missing),
+    }
+}
 
-    enforcement.landlock = match &slot.landlock {
-        Some(prepared) => match &prepared.status {
-            LandlockStatus::FullyEnforced => {
-                LayerReport::applied(format!("abi {}, fully enforced", prepared.abi))
-            }
-            LandlockStatus::PartiallyEnforced { missing } => LayerReport::applied(format!(
-                "abi {}, partially enforced (missing: {})",
-                prepared.abi,
-                missing.join(", ")
-            )),
-        },
-        None => LayerReport::missing("landlock unavailable on this host"),
-    };
-
-    // Seccomp (the program is pure data, built per launch in microseconds).
-    let seccomp = if facts.seccomp {
-        let program = seccomp_program(&network, uid, mediate_chmod)?;
-        enforcement.seccomp = LayerReport::applied(format!(
-            "deny-list filter, {} instructions{}",
-            program.len(),
-            match (uid, mediate_chmod) {
-                (0, true) =>
-                    "; the run keeps uid 0: chown/xattr changes denied, chmod performed by the supervisor only beneath the workspace",
-                (0, false) => "; the run keeps uid 0: chmod/chown/xattr changes denied",
-                _ => "",
-            }
-        ));
-        Some(program)
-    } else {
-        enforcement.seccomp = LayerReport::missing("seccomp unavailable on this host");
-        None
-    };
-    enforcement.network = network.description.clone();
-    enforcement.cgroup = match slot.cgroup() {
-        Some(_) => LayerReport::applied(format!(
-            "{}: memory {} bytes, pids {}",
-            facts.cgroup.describe(),
-            plan.limits.memory_bytes,
-            plan.limits.max_processes
-        )),
-        None => LayerReport::missing(facts.cgroup.describe()),
-    };
-
-    enforcement.protected_paths = if plan.filesystem.protected.is_empty() {
-        LayerReport::applied("none requested")
-    } else {
-        LayerReport::missing("tier b cannot keep paths inside the writable workspace read-only")
-    };
-
+/// What this run's launch enforced, in words.
+#[allow(clippy::too_many_arguments)]
+fn enforcement_report(
+    plan: &Plan,
+    facts: &HostFacts,
+    network: &NetworkRules,
+    slot: &Slot,
+    seccomp_len: Option<usize>,
+    (uid, gid, _): (u32, u32, bool),
+    mediate_chmod: bool,
+    missing: Vec<Layer>,
+) -> Enforcement {
     let limits = &plan.limits;
-    let rlimits = [
+    Enforcement {
+        tier: Some(Tier::B),
+        backend: BACKEND_NAME.to_owned(),
+        kernel: facts.kernel.clone(),
+        uid: Some(uid),
+        gid: Some(gid),
+        capabilities: if facts.euid == 0 {
+            "none: bounding, ambient, effective, permitted and inheritable sets cleared; securebits NOROOT locked".to_owned()
+        } else {
+            "none effective, permitted, inheritable or ambient; the bounding set is left as inherited (an unprivileged supervisor cannot drop it) and no_new_privs stops execve from granting any".to_owned()
+        },
+        no_new_privs: true,
+        landlock: match &slot.landlock {
+            Some(prepared) => match &prepared.status {
+                LandlockStatus::FullyEnforced => {
+                    LayerReport::applied(format!("abi {}, fully enforced", prepared.abi))
+                }
+                LandlockStatus::PartiallyEnforced { missing } => LayerReport::applied(format!(
+                    "abi {}, partially enforced (missing: {})",
+                    prepared.abi,
+                    missing.join(", ")
+                )),
+            },
+            None => LayerReport::missing("landlock unavailable on this host"),
+        },
+        seccomp: match seccomp_len {
+            Some(len) => LayerReport::applied(format!(
+                "deny-list filter, {len} instructions{}",
+                match (uid, mediate_chmod) {
+                    (0, true) =>
+                        "; chmod performed by the supervisor beneath the writable grants only; the run keeps uid 0: chown/xattr changes denied",
+                    (0, false) => "; the run keeps uid 0: chmod/chown/xattr changes denied",
+                    (_, true) =>
+                        "; chmod performed by the supervisor beneath the writable grants only",
+                    (_, false) =>
+                        "; chmod not mediated (no seccomp user notification on this kernel)",
+                }
+            )),
+            None => LayerReport::missing("seccomp unavailable on this host"),
+        },
+        cgroup: match slot.cgroup() {
+            Some(_) => LayerReport::applied(format!(
+                "{}: memory {} bytes, pids {}",
+                facts.cgroup.describe(),
+                limits.memory_bytes,
+                limits.max_processes
+            )),
+            None => LayerReport::missing(facts.cgroup.describe()),
+        },
+        namespaces: Vec::new(),
+        rlimits: vec![
+            format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
+            format!(
+                "RLIMIT_NPROC={}{}",
+                limits.max_processes,
+                if uid == 0 {
+                    " (not enforced by the kernel for uid 0)"
+                } else {
+                    ""
+                }
+            ),
+            format!("RLIMIT_NOFILE={}", limits.open_files),
+            format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
+            "RLIMIT_CORE=0".to_owned(),
+        ],
+        network: network.description.clone(),
+        protected_paths: if plan.filesystem.protected.is_empty() {
+            LayerReport::applied("none requested")
+        } else {
+            LayerReport::missing("tier b cannot keep paths inside the writable workspace read-only")
+        },
+        missing_layers: missing,
+    }
+}
+
+/// The rlimits of a run: (resource, soft, hard). The CPU hard limit is one second above
+/// the soft one, so a process that ignores SIGXCPU is killed a second later.
+fn rlimits_for(plan: &Plan) -> [(i32, u64, u64); sys::RLIMIT_COUNT] {
+    let l = &plan.limits;
+    [
         (
             libc::RLIMIT_CPU as i32,
-            limits.cpu_time_secs,
-            limits.cpu_time_secs.saturating_add(1),
+            l.cpu_time_secs,
+            l.cpu_time_secs.saturating_add(1),
         ),
-        (
-            libc::RLIMIT_NPROC as i32,
-            limits.max_processes,
-            limits.max_processes,
-        ),
-        (
-            libc::RLIMIT_NOFILE as i32,
-            limits.open_files,
-            limits.open_files,
-        ),
+        (libc::RLIMIT_NPROC as i32, l.max_processes, l.max_processes),
+        (libc::RLIMIT_NOFILE as i32, l.open_files, l.open_files),
         (
             libc::RLIMIT_FSIZE as i32,
-            limits.file_size_bytes,
-            limits.file_size_bytes,
+            l.file_size_bytes,
+            l.file_size_bytes,
         ),
         (libc::RLIMIT_CORE as i32, 0, 0),
-    ];
-    enforcement.rlimits = vec![
-        format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
-        format!(
-            "RLIMIT_NPROC={}{}",
-            limits.max_processes,
-            if uid == 0 {
-                " (not enforced by the kernel for uid 0)"
-            } else {
-                ""
-            }
-        ),
-        format!("RLIMIT_NOFILE={}", limits.open_files),
-        format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
-        "RLIMIT_CORE=0".to_owned(),
-    ];
-    missing.sort();
-    missing.dedup();
-    enforcement.missing_layers = missing;
+    ]
+}
 
-    // C strings and pointer arrays for the child.
-    let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
-    let argv: Vec<CString> = plan
-        .argv
-        .iter()
-        .map(|a| cstring(a.as_bytes(), "argument"))
-        .collect::<Result<_, _>>()?;
+/// The child's complete environment: the Plan's, plus the private `HOME` and `TMPDIR`.
+fn child_env(plan: &Plan, slot: &Slot) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = plan.env.clone();
     if plan.filesystem.private_home {
         env.push((
@@ -357,23 +398,57 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         }
     }
     env.sort();
-    let envp: Vec<CString> = env
+    env
+}
+
+/// A child that has exec'd, with the supervisor's ends of its pipes.
+struct SpawnedChild {
+    pid: i32,
+    pidfd: OwnedFd,
+    stdin: Option<OwnedFd>,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    chmod_listener: Option<OwnedFd>,
+}
+
+/// Prepares everything the child needs (strings, pipes, the seccomp program, the
+/// listener socket), clones it, and collects the seccomp listener. Returns the child and
+/// the seccomp program's length.
+fn spawn_in_slot(
+    plan: &Plan,
+    opts: &LaunchOptions,
+    facts: &HostFacts,
+    network: &NetworkRules,
+    slot: &Slot,
+    (uid, gid, change_ids): (u32, u32, bool),
+    mediate_chmod: bool,
+) -> Result<(SpawnedChild, Option<usize>), LaunchError> {
+    // The seccomp program is pure data, built per launch in microseconds.
+    let seccomp = if facts.seccomp {
+        Some(seccomp_program(network, uid, mediate_chmod)?)
+    } else {
+        None
+    };
+    let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
+    let argv: Vec<CString> = plan
+        .argv
+        .iter()
+        .map(|a| cstring(a.as_bytes(), "argument"))
+        .collect::<Result<_, _>>()?;
+    let envp: Vec<CString> = child_env(plan, slot)
         .iter()
         .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry"))
         .collect::<Result<_, _>>()?;
     let cwd = cstring(plan.cwd.as_os_str().as_bytes(), "cwd")?;
-    let argv_ptrs: Vec<*const libc::c_char> = argv
-        .iter()
-        .map(|c| c.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp_ptrs: Vec<*const libc::c_char> = envp
-        .iter()
-        .map(|c| c.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
+    let null_terminated = |v: &[CString]| -> Vec<*const libc::c_char> {
+        v.iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    };
+    let argv_ptrs = null_terminated(&argv);
+    let envp_ptrs = null_terminated(&envp);
 
-    // stdio.
     let (stdout_r, stdout_w) =
         sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdout"))?;
     let (stderr_r, stderr_w) =
@@ -388,7 +463,6 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
             None,
         ),
     };
-
     let mut cgroup_fds = [-1; sys::MAX_CGROUP_FDS];
     let mut n_cgroup_fds = 0;
     if let Some(cg) = slot.cgroup() {
@@ -399,13 +473,12 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     }
     let fprog = seccomp.as_ref().map(SeccompProgram::as_fprog);
     // chmod mediation: the child sends its seccomp listener fd over this pair.
-    let listener_pair = if mediate_chmod && seccomp.is_some() {
-        Some(
+    let listener_pair = match (mediate_chmod, &seccomp) {
+        (true, Some(_)) => Some(
             sys::socketpair_seqpacket()
                 .map_err(LaunchError::setup("socketpair for the seccomp listener"))?,
-        )
-    } else {
-        None
+        ),
+        _ => None,
     };
     let mut spec = sys::ChildSpec {
         program: program.as_ptr(),
@@ -417,7 +490,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         stderr_fd: stderr_w.as_raw_fd(),
         cgroup_fds,
         n_cgroup_fds,
-        rlimits: rlimits.map(|(r, cur, max)| {
+        rlimits: rlimits_for(plan).map(|(r, cur, max)| {
             (
                 r,
                 libc::rlimit64 {
@@ -448,22 +521,15 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     } else {
         caller_clone(&mut spec)
     };
+    // The child's ends are closed in the parent whatever happened.
+    drop((stdin_child, stdout_w, stderr_w));
     let cloned = cloned.map_err(|(step, errno)| match step {
         ChildStep::None => LaunchError::Setup {
             what: "clone".to_owned(),
             source: std::io::Error::from_raw_os_error(errno),
         },
         step => LaunchError::Child { step, errno },
-    });
-    // The child's ends are closed in the parent whatever happened.
-    drop((stdin_child, stdout_w, stderr_w));
-    let cloned = match cloned {
-        Ok(c) => c,
-        Err(e) => {
-            slots::release(slot);
-            return Err(e);
-        }
-    };
+    })?;
     let chmod_listener = match &listener_pair {
         None => None,
         Some((parent_end, _)) => match sys::recv_fd(parent_end) {
@@ -472,7 +538,6 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
                 // The program runs with a filter nobody answers; do not let it run.
                 let _ = sys::pidfd_signal(&cloned.pidfd, libc::SIGKILL);
                 let _ = sys::wait_pidfd(&cloned.pidfd, false);
-                slots::release(slot);
                 return Err(LaunchError::Setup {
                     what: "receive the seccomp listener".to_owned(),
                     source,
@@ -480,19 +545,15 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
             }
         },
     };
-    drop(listener_pair);
-    Ok(Launched {
+    let child = SpawnedChild {
         pid: cloned.pid,
         pidfd: cloned.pidfd,
         stdin: stdin_parent,
         stdout: stdout_r,
         stderr: stderr_r,
-        slot: Some(slot),
         chmod_listener,
-        child_uid: uid,
-        child_gid: gid,
-        enforcement,
-    })
+    };
+    Ok((child, seccomp.as_ref().map(SeccompProgram::len)))
 }
 
 fn cstring(bytes: &[u8], what: &str) -> Result<CString, LaunchError> {
