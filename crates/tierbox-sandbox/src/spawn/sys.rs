@@ -73,51 +73,57 @@ pub enum ChildStep {
     Execve,
 }
 
+/// Every step with the system call or action it names, in discriminant order (a test
+/// checks the order).
+const CHILD_STEPS: [(ChildStep, &str); 16] = [
+    (ChildStep::None, "none"),
+    (ChildStep::Setsid, "setsid()"),
+    (ChildStep::Pdeathsig, "prctl(PR_SET_PDEATHSIG, SIGKILL)"),
+    (ChildStep::CgroupAttach, "write(cgroup attach file, \"0\")"),
+    (ChildStep::Stdio, "dup2(stdio)"),
+    (
+        ChildStep::CloseFds,
+        "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)",
+    ),
+    (ChildStep::Chdir, "chdir(cwd)"),
+    (ChildStep::Rlimit, "prlimit64"),
+    (
+        ChildStep::DropBounding,
+        "prctl(PR_CAPBSET_DROP / PR_CAP_AMBIENT_CLEAR_ALL)",
+    ),
+    (ChildStep::SetIds, "setgroups/setresgid/setresuid"),
+    (ChildStep::Capset, "capset(0)"),
+    (ChildStep::NoNewPrivs, "prctl(PR_SET_NO_NEW_PRIVS, 1)"),
+    (ChildStep::Landlock, "landlock_restrict_self"),
+    (ChildStep::Seccomp, "seccomp(SECCOMP_SET_MODE_FILTER)"),
+    (ChildStep::SignalMask, "rt_sigprocmask(SIG_SETMASK, {})"),
+    (ChildStep::Execve, "execve"),
+];
+
 impl ChildStep {
     fn from_u32(v: u32) -> Self {
-        use ChildStep::*;
-        [
-            None,
-            Setsid,
-            Pdeathsig,
-            CgroupAttach,
-            Stdio,
-            CloseFds,
-            Chdir,
-            Rlimit,
-            DropBounding,
-            SetIds,
-            Capset,
-            NoNewPrivs,
-            Landlock,
-            Seccomp,
-            SignalMask,
-            Execve,
-        ]
-        .get(v as usize)
-        .copied()
-        .unwrap_or(Execve)
+        CHILD_STEPS
+            .get(v as usize)
+            .map_or(ChildStep::Execve, |(step, _)| *step)
     }
 
     /// The system call or action, for error messages.
     pub fn describe(self) -> &'static str {
-        match self {
-            ChildStep::None => "none",
-            ChildStep::Setsid => "setsid()",
-            ChildStep::Pdeathsig => "prctl(PR_SET_PDEATHSIG, SIGKILL)",
-            ChildStep::CgroupAttach => "write(cgroup.procs, \"0\")",
-            ChildStep::Stdio => "dup2(stdio)",
-            ChildStep::CloseFds => "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)",
-            ChildStep::Chdir => "chdir(cwd)",
-            ChildStep::Rlimit => "prlimit64",
-            ChildStep::DropBounding => "prctl(PR_CAPBSET_DROP / PR_CAP_AMBIENT_CLEAR_ALL)",
-            ChildStep::SetIds => "setgroups/setresgid/setresuid",
-            ChildStep::Capset => "capset(0)",
-            ChildStep::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS, 1)",
-            ChildStep::Landlock => "landlock_restrict_self",
-            ChildStep::Seccomp => "seccomp(SECCOMP_SET_MODE_FILTER)",
-            ChildStep::SignalMask => "rt_sigprocmask(SIG_SETMASK, {})",
-            ChildStep::Execve => "execve",
+        CHILD_STEPS
+            .get(self as usize)
+            .map_or("execve", |(_, what)| what)
+    }
+}
+
+#[cfg(test)]
+mod child_step_tests {
+    use super::*;
+
+    #[test]
+    fn the_step_table_is_in_discriminant_order() {
+        for (i, (step, _)) in CHILD_STEPS.iter().enumerate() {
+            assert_eq!(*step as usize, i, "{step:?}");
+            assert_eq!(ChildStep::from_u32(i as u32), *step);
         }
     }
 }
