@@ -5,7 +5,7 @@
 //!   never a silently ignored wish;
 //! - every hard cap is a named constant below, the JSON Schema published for the tool is
 //!   generated from these types with the same constants (see [`crate::schema`]), and
-//!   [`crate::validate`] enforces them, so the schema and the runtime cannot disagree;
+//!   [`crate::validate()`] enforces them, so the schema and the runtime cannot disagree;
 //! - lengths are in bytes (UTF-8); JSON Schema's `maxLength` counts characters, so for
 //!   non-ASCII text the published schema is looser than the runtime check, never stricter;
 //! - parsing never truncates: an oversize value is a [`Rejection`], not a shorter value.

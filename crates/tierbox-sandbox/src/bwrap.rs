@@ -22,7 +22,7 @@
 //!   path), so a narrower grant or a protected path re-bound inside a wider one takes
 //!   effect; on equal paths the read-only bind follows the writable one. `deny_read`
 //!   covers come after every bind.
-//! - **Protected paths cannot be written, created or swapped** (see [`protected_mounts`]
+//! - **Protected paths cannot be written, created or swapped** (see `protected_mounts`
 //!   for the per-case rule): an existing directory or file is re-bound read-only; the
 //!   first missing component is covered with an empty read-only tmpfs, so neither it nor
 //!   anything below it can be created; a symlink is pinned by re-binding its parent
@@ -78,7 +78,7 @@ const DEFAULT_BWRAP_PATH: &str = "/usr/bin/bwrap";
 
 /// Wall-clock bound on each probe spawn (`bwrap --version`, the user-namespace check), so
 /// a hung bwrap (e.g. stuck on a stalled mount) cannot block tier selection.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a probe spawn is polled for exit while waiting for [`PROBE_TIMEOUT`].
 const PROBE_POLL_INTERVAL: Duration = Duration::from_millis(5);
 /// Bytes of a probe spawn's stdout and stderr kept (each); the rest is discarded, so a
@@ -86,7 +86,7 @@ const PROBE_POLL_INTERVAL: Duration = Duration::from_millis(5);
 const PROBE_OUTPUT_MAX_BYTES: u64 = 4096;
 
 /// Longest hostname the kernel accepts (`HOST_NAME_MAX`), in bytes.
-const HOST_NAME_MAX_BYTES: usize = 64;
+pub const HOST_NAME_MAX_BYTES: usize = 64;
 
 /// Default uid and gid inside the sandbox: the usual first unprivileged user. bwrap maps
 /// this single id to the caller's real uid/gid; every other id is unmapped.

@@ -78,7 +78,7 @@ const MAX_SYSTEM_DEPTH: usize = 16;
 
 /// How often the cached expansion re-checks that no walked directory changed. A root-only
 /// file created in `/etc` is hidden from runs that start at most this long after it.
-const SYSTEM_PATHS_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+pub const SYSTEM_PATHS_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The directory whose unreadable entries are carved out (the other system paths hold
 /// programs and libraries, which are world-readable).

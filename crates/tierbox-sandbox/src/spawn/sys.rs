@@ -7,7 +7,7 @@
 //! suspended until the child execs or exits, which is what `posix_spawn` does and why it
 //! is fast. The price is discipline in the child:
 //!
-//! - everything is prepared by the parent beforehand ([`ChildSpec`]: C strings, pointer
+//! - everything is prepared by the parent beforehand (`ChildSpec`: C strings, pointer
 //!   arrays, open fds, the landlock ruleset fd, the compiled seccomp program);
 //! - the child only makes raw system calls: no allocation, no locks, no glibc functions
 //!   that touch process-wide state (glibc's `setuid` would broadcast to the *parent's*
