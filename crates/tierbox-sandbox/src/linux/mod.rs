@@ -19,6 +19,7 @@ pub mod caps;
 pub mod cgroup;
 pub mod landlock;
 pub mod mounts;
+pub mod ns;
 pub mod seccomp;
 pub mod sys;
 pub mod userns;

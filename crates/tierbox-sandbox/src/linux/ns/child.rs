@@ -1,0 +1,750 @@
+//! Safe orchestration of a native Tier C launch: everything is prepared in the supervisor
+//! (mount plan, compiled ops with their C strings, argv/envp arrays, seccomp program,
+//! pipes, stacks), then [`super::sys::clone_init`] creates the sandbox's pid 1.
+//!
+//! Invariants kept here:
+//!
+//! - **Nothing is allocated in a child.** [`launch_native`] builds every string and array
+//!   before `clone`; [`compile_ops`] is pure and turns the planner's [`MountOp`]s into
+//!   [`NsOp`]s whose paths are already prefixed for the staging layout.
+//! - **The host filesystem never changes**, except for the planner's
+//!   [`MountPlan::host_placeholders`] (returned in [`NativeLaunched::host_placeholders`]
+//!   for the caller to remove after the run): every mount happens in the child's private
+//!   mount namespace.
+//! - **A missing layer is reported, never hidden**: landlock and cgroup are not applied by
+//!   this prototype and [`Enforcement::missing_layers`] says so.
+//!
+//! Staging layout (bubblewrap's): in the new mount namespace `/` is made private, a small
+//! tmpfs is mounted on the host's [`STAGE_BASE`] (hiding nothing outside this namespace),
+//! and `pivot_root` makes it `/` with the host's root at [`OLD_ROOT`]. The planner's root
+//! tmpfs is mounted on [`NEW_ROOT`]; bind sources are read through [`OLD_ROOT`] (so no
+//! host path is hidden by the staging mounts, whatever the workspace's location), and
+//! destinations written under [`NEW_ROOT`]. The planner's `PivotRoot` then makes
+//! [`NEW_ROOT`] `/` and detaches the staging tmpfs together with the host tree.
+
+use std::ffi::{CStr, CString, c_char};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU32};
+
+use tierbox_policy::plan::Plan;
+use tierbox_policy::{Enforcement, Layer, LayerReport, Tier};
+
+use super::sys::{self as nsys, Expect, NsOp, NsSpec, NsStep, OpKind, Report, ReportTag};
+use crate::linux::caps;
+use crate::linux::mounts::{
+    COVER_DIR_MODE, COVER_TMPFS_BYTES, EntryKind, HostView, MOUNTPOINT_DIR_MODE,
+    MOUNTPOINT_FILE_MODE, MountOp, MountPlan, MountPlanError, PTMX_MODE, PTS_MODE, mount_plan,
+};
+use crate::linux::seccomp::{SeccompError, SeccompProgram, SeccompSpec};
+use crate::linux::userns::{TIER_C_NAMESPACES, id_map_lines, probe_userns_cached};
+
+/// Name of this backend in outcomes and attestations.
+pub const BACKEND_NAME: &str = "tier_c_linux_native";
+
+/// The uid the program has inside the sandbox (mapped to the supervisor's euid).
+pub const SANDBOX_UID: u32 = 1000;
+/// The gid the program has inside the sandbox (mapped to the supervisor's egid).
+pub const SANDBOX_GID: u32 = 1000;
+
+/// The default hostname inside the sandbox's UTS namespace.
+pub const DEFAULT_HOSTNAME: &str = "tierbox";
+
+/// Longest hostname the kernel accepts (`HOST_NAME_MAX`).
+pub const HOSTNAME_MAX_BYTES: usize = 64;
+
+/// `comm` of the sandbox's pid 1 (at most 15 bytes: `TASK_COMM_LEN` - 1).
+pub const INIT_NAME: &CStr = c"tierbox-init";
+
+/// Host directory the staging tmpfs is mounted on, in the child's private mount namespace
+/// only (it hides nothing outside it, and bind sources are read through [`OLD_ROOT`]).
+pub const STAGE_BASE: &str = "/tmp";
+/// Where the planner's root tmpfs is built, after the first `pivot_root`.
+pub const NEW_ROOT: &str = "/newroot";
+/// Where the host's root is, after the first `pivot_root` (bind sources).
+pub const OLD_ROOT: &str = "/oldroot";
+/// Size cap of the staging tmpfs, in bytes: it holds two empty directories.
+pub const STAGE_TMPFS_BYTES: u64 = 16 << 10;
+/// Mode of the staging tmpfs and its two directories.
+pub const STAGE_DIR_MODE: u32 = 0o700;
+
+/// Why a native launch failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NativeError {
+    /// User namespaces (or one of the Tier C namespaces) cannot be created here.
+    #[error("tier c native is unavailable: {reason}")]
+    Unavailable {
+        /// Why, naming the sysctl when there is one.
+        reason: String,
+    },
+    /// The mount planner refused the Plan.
+    #[error("mount plan: {0}")]
+    MountPlan(#[from] MountPlanError),
+    /// A string for the child contains a NUL byte.
+    #[error("{what} contains a NUL byte: {value:?}")]
+    Nul {
+        /// Which string.
+        what: &'static str,
+        /// Its value (lossy).
+        value: String,
+    },
+    /// The hostname is longer than [`HOSTNAME_MAX_BYTES`].
+    #[error("hostname {hostname:?} is longer than {HOSTNAME_MAX_BYTES} bytes")]
+    HostnameTooLong {
+        /// The hostname.
+        hostname: String,
+    },
+    /// Building the seccomp program failed.
+    #[error("seccomp program: {0}")]
+    Seccomp(#[from] SeccompError),
+    /// A supervisor-side system call failed.
+    #[error("{call}: {source}")]
+    Sys {
+        /// The call and its arguments.
+        call: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A setup step failed inside the sandbox before the program was exec'd.
+    #[error("sandbox setup failed at {}{}: {}", step.describe(), op.as_deref().map(|o| format!(" ({o})")).unwrap_or_default(), std::io::Error::from_raw_os_error(*errno))]
+    Child {
+        /// The step.
+        step: NsStep,
+        /// For a mount op: the op and its failing sub-call.
+        op: Option<String>,
+        /// Its errno.
+        errno: i32,
+    },
+    /// pid 1 exited (or the pipe broke) without reporting.
+    #[error("the sandbox's pid 1 exited without reporting (setup crashed)")]
+    NoReport,
+    /// A record on the report pipe was not the expected one.
+    #[error("unexpected report record with tag {tag}")]
+    BadReport {
+        /// The tag.
+        tag: u32,
+    },
+}
+
+fn sys_err(call: impl Into<String>) -> impl FnOnce(std::io::Error) -> NativeError {
+    let call = call.into();
+    move |source| NativeError::Sys { call, source }
+}
+
+/// Per-launch options that are not part of the Plan.
+#[derive(Debug, Clone)]
+pub struct NativeOptions {
+    /// The hostname inside the sandbox ([`DEFAULT_HOSTNAME`]).
+    pub hostname: String,
+    /// Apply the seccomp filter (default: true). Turning it off exists for measurements
+    /// only and is recorded in the enforcement report.
+    pub seccomp: bool,
+}
+
+impl Default for NativeOptions {
+    /// [`DEFAULT_HOSTNAME`], seccomp on.
+    fn default() -> Self {
+        Self {
+            hostname: DEFAULT_HOSTNAME.to_owned(),
+            seccomp: true,
+        }
+    }
+}
+
+/// A launched native Tier C sandbox.
+#[derive(Debug)]
+pub struct NativeLaunched {
+    /// Host pid of the sandbox's pid 1 (the reaper). Killing it kills the namespace.
+    pub pid: i32,
+    /// pidfd of pid 1.
+    pub pidfd: OwnedFd,
+    /// The program's pid inside the namespace (normally 2).
+    pub program_pid_in_ns: i32,
+    /// Write end of stdin when the Plan carries data.
+    pub stdin: Option<OwnedFd>,
+    /// Read end of stdout.
+    pub stdout: OwnedFd,
+    /// Read end of stderr.
+    pub stderr: OwnedFd,
+    /// Read end of the report pipe: carries the program's wait status when it ends
+    /// ([`wait_native`]).
+    pub report: OwnedFd,
+    /// Entries the mount plan created in the workspace (remove after the run).
+    pub host_placeholders: Vec<PathBuf>,
+    /// What was enforced.
+    pub enforcement: Enforcement,
+}
+
+/// How the program ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NativeExit {
+    /// Exit code when it exited normally.
+    pub code: Option<i32>,
+    /// Signal number when it was killed by a signal.
+    pub signal: Option<i32>,
+}
+
+/// Launches `plan` in a native Tier C sandbox. Not wired into tier selection (prototype).
+///
+/// Fails closed: [`NativeError::Unavailable`] when the namespaces cannot be created, a
+/// mount-plan error for a Plan the planner refuses, [`NativeError::Child`] naming the
+/// step (and mount op) that failed inside the sandbox.
+pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched, NativeError> {
+    if let Some(reason) = probe_userns_cached().reason() {
+        return Err(NativeError::Unavailable {
+            reason: reason.to_owned(),
+        });
+    }
+    if opts.hostname.len() > HOSTNAME_MAX_BYTES {
+        return Err(NativeError::HostnameTooLong {
+            hostname: opts.hostname.clone(),
+        });
+    }
+    let mplan = mount_plan(plan, &HostView::probe(plan))?;
+    let owned = compile_ops(&mplan)?;
+    let ops: Vec<NsOp<'_>> = owned.iter().map(OwnedOp::borrow).collect();
+
+    let (euid, egid) = crate::spawn::sys::current_ids();
+    let uid_map = id_map_lines(SANDBOX_UID, euid);
+    let gid_map = id_map_lines(SANDBOX_GID, egid);
+
+    let program = cstring("program", plan.program.as_os_str().as_bytes())?;
+    let argv: Vec<CString> = plan
+        .argv
+        .iter()
+        .map(|a| cstring("argument", a.as_bytes()))
+        .collect::<Result<_, _>>()?;
+    let envp: Vec<CString> = child_env(plan, &mplan)
+        .iter()
+        .map(|(k, v)| cstring("environment variable", format!("{k}={v}").as_bytes()))
+        .collect::<Result<_, _>>()?;
+    let argv_ptrs = null_terminated(&argv);
+    let envp_ptrs = null_terminated(&envp);
+    let cwd = cstring("cwd", plan.cwd.as_os_str().as_bytes())?;
+
+    let seccomp = if opts.seccomp {
+        Some(SeccompProgram::build(&SeccompSpec {
+            deny_namespaces: true,
+            // The program's uid inside is not 0 and it has no capabilities: it owns only
+            // what the supervisor's euid owns on the mounts the plan grants.
+            deny_file_metadata: false,
+            mediate_chmod: false,
+            // The network namespace has only `lo`: inet sockets reach nothing else.
+            allow_inet_sockets: true,
+            allow_unix_sockets: true,
+        })?)
+    } else {
+        None
+    };
+    let fprog = seccomp.as_ref().map(SeccompProgram::as_fprog);
+
+    use crate::spawn::sys as ssys;
+    let (stdin_child, stdin_parent) = match &plan.stdin {
+        Some(_) => {
+            let (r, w) = ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stdin"))?;
+            (r, Some(w))
+        }
+        None => (
+            ssys::open_dev_null().map_err(sys_err("open(/dev/null, O_RDONLY)"))?,
+            None,
+        ),
+    };
+    let (stdout_r, stdout_w) =
+        ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stdout"))?;
+    let (stderr_r, stderr_w) =
+        ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stderr"))?;
+    let (report_r, report_w) =
+        ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for the report pipe"))?;
+
+    let mut init_stack = nsys::NsStack::new();
+    let mut program_stack = nsys::NsStack::new();
+    let spec = NsSpec {
+        uid_map: uid_map.as_bytes(),
+        gid_map: gid_map.as_bytes(),
+        hostname: opts.hostname.as_bytes(),
+        ops: &ops,
+        program: &program,
+        argv: argv_ptrs.as_ptr(),
+        envp: envp_ptrs.as_ptr(),
+        cwd: &cwd,
+        init_name: INIT_NAME,
+        stdin_fd: stdin_child.as_raw_fd(),
+        stdout_fd: stdout_w.as_raw_fd(),
+        stderr_fd: stderr_w.as_raw_fd(),
+        report_fd: report_w.as_raw_fd(),
+        rlimits: rlimits_for(plan).map(|(r, cur, max)| {
+            (
+                r,
+                libc::rlimit64 {
+                    rlim_cur: cur,
+                    rlim_max: max,
+                },
+            )
+        }),
+        last_cap: caps::last_cap(),
+        seccomp: fprog.as_ref(),
+        arg_area: nsys::own_arg_area(),
+        program_stack_top: program_stack.top(),
+        fail_step: AtomicU32::new(0),
+        fail_errno: AtomicI32::new(0),
+    };
+    let cloned = nsys::clone_init(&spec, &mut init_stack, TIER_C_NAMESPACES);
+    // The child's ends are closed here whatever happened; the copies in pid 1 are its own.
+    drop((stdin_child, stdout_w, stderr_w, report_w));
+    let (pid, pidfd) = cloned.map_err(sys_err(format!(
+        "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={TIER_C_NAMESPACES:#x})"
+    )))?;
+    // Blocks until pid 1 has exec'd the program or failed (a few hundred microseconds).
+    let first = nsys::read_report(&report_r);
+    let first = match first {
+        Ok(Some(r)) => r,
+        Ok(None) | Err(_) => {
+            let _ = ssys::wait_pidfd(&pidfd, false);
+            return Err(NativeError::NoReport);
+        }
+    };
+    if first.tag == ReportTag::Failed as u32 {
+        let _ = ssys::wait_pidfd(&pidfd, false);
+        return Err(child_error(&first, &owned));
+    }
+    if first.tag != ReportTag::Started as u32 {
+        let _ = ssys::pidfd_signal(&pidfd, libc::SIGKILL);
+        let _ = ssys::wait_pidfd(&pidfd, false);
+        return Err(NativeError::BadReport { tag: first.tag });
+    }
+    let enforcement = enforcement_report(plan, euid, egid, seccomp.as_ref(), &mplan);
+    Ok(NativeLaunched {
+        pid,
+        pidfd,
+        program_pid_in_ns: first.value,
+        stdin: stdin_parent,
+        stdout: stdout_r,
+        stderr: stderr_r,
+        report: report_r,
+        host_placeholders: mplan.host_placeholders.clone(),
+        enforcement,
+    })
+}
+
+/// Waits for the sandbox's pid 1 to exit (which happens right after the program ends, the
+/// rest of the namespace being killed by the kernel) and returns how the program ended.
+pub fn wait_native(launched: &NativeLaunched) -> Result<NativeExit, NativeError> {
+    let info = crate::spawn::sys::wait_pidfd(&launched.pidfd, false)
+        .map_err(sys_err("waitid(P_PIDFD, pid 1)"))?;
+    match nsys::read_report(&launched.report) {
+        Ok(Some(r)) if r.tag == ReportTag::Exited as u32 => {
+            let status = r.value;
+            Ok(if libc::WIFEXITED(status) {
+                NativeExit {
+                    code: Some(libc::WEXITSTATUS(status)),
+                    signal: None,
+                }
+            } else {
+                NativeExit {
+                    code: None,
+                    signal: Some(libc::WTERMSIG(status)),
+                }
+            })
+        }
+        Ok(Some(r)) => Err(NativeError::BadReport { tag: r.tag }),
+        // pid 1 itself was killed (e.g. SIGKILL from the supervisor): report that.
+        Ok(None) | Err(_) => Ok(NativeExit {
+            code: info.and_then(|i| i.code),
+            signal: info.and_then(|i| i.signal),
+        }),
+    }
+}
+
+fn child_error(r: &Report, owned: &[OwnedOp]) -> NativeError {
+    let step = r.ns_step();
+    let op = (step == NsStep::MountOp).then(|| {
+        let idx = r.op_index as usize;
+        let what = owned
+            .get(idx)
+            .map(|o| o.describe.clone())
+            .unwrap_or_default();
+        format!("op {idx}: {what}; {} failed", nsys::describe_sub(r.sub))
+    });
+    NativeError::Child {
+        step,
+        op,
+        errno: r.value,
+    }
+}
+
+fn cstring(what: &'static str, bytes: &[u8]) -> Result<CString, NativeError> {
+    CString::new(bytes).map_err(|_| NativeError::Nul {
+        what,
+        value: String::from_utf8_lossy(bytes).into_owned(),
+    })
+}
+
+fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// The child's complete environment: the Plan's, with `HOME` pointing at the private home
+/// when the mount plan provides one, and `TMPDIR` at the private `/tmp`.
+fn child_env(plan: &Plan, mplan: &MountPlan) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = plan.env.clone();
+    if let Some(home) = &mplan.home {
+        env.retain(|(k, _)| k != "HOME");
+        env.push(("HOME".to_owned(), home.to_string_lossy().into_owned()));
+    }
+    if !env.iter().any(|(k, _)| k == "TMPDIR") {
+        env.push(("TMPDIR".to_owned(), "/tmp".to_owned()));
+    }
+    env
+}
+
+/// The program's rlimits: (resource, soft, hard), as Tier B's.
+fn rlimits_for(plan: &Plan) -> [(i32, u64, u64); nsys::NS_RLIMIT_COUNT] {
+    let l = &plan.limits;
+    [
+        (
+            libc::RLIMIT_CPU as i32,
+            l.cpu_time_secs,
+            l.cpu_time_secs.saturating_add(1),
+        ),
+        (libc::RLIMIT_NPROC as i32, l.max_processes, l.max_processes),
+        (libc::RLIMIT_NOFILE as i32, l.open_files, l.open_files),
+        (
+            libc::RLIMIT_FSIZE as i32,
+            l.file_size_bytes,
+            l.file_size_bytes,
+        ),
+        (libc::RLIMIT_CORE as i32, 0, 0),
+    ]
+}
+
+fn enforcement_report(
+    plan: &Plan,
+    euid: u32,
+    egid: u32,
+    seccomp: Option<&SeccompProgram>,
+    mplan: &MountPlan,
+) -> Enforcement {
+    let limits = &plan.limits;
+    Enforcement {
+        tier: Some(Tier::C),
+        backend: BACKEND_NAME.to_owned(),
+        kernel: crate::spawn::sys::kernel_release(),
+        uid: Some(euid),
+        gid: Some(egid),
+        capabilities: "none: bounding, ambient, effective, permitted and inheritable sets cleared in the user namespace; securebits NOROOT locked; no capability in the host namespace at any time".to_owned(),
+        no_new_privs: true,
+        landlock: LayerReport::missing(
+            "not applied by the native prototype (the mount namespace is the filesystem boundary)",
+        ),
+        seccomp: match seccomp {
+            Some(p) => LayerReport::applied(format!(
+                "deny-list filter, {} instructions, nested namespaces denied",
+                p.len()
+            )),
+            None => LayerReport::missing("disabled by NativeOptions::seccomp = false"),
+        },
+        cgroup: LayerReport::missing("not wired in the native prototype; the pid namespace is the kill boundary"),
+        namespaces: vec![
+            format!(
+                "user (uid {SANDBOX_UID} -> {euid}, gid {SANDBOX_GID} -> {egid}, setgroups deny)"
+            ),
+            "pid (pid 1 is tierbox-init, the reaper)".to_owned(),
+            "mount (tmpfs root, pivot_root)".to_owned(),
+            "net (loopback only)".to_owned(),
+            "ipc".to_owned(),
+            "uts".to_owned(),
+            "cgroup".to_owned(),
+        ],
+        rlimits: vec![
+            format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
+            format!(
+                "RLIMIT_NPROC={}{}",
+                limits.max_processes,
+                if euid == 0 {
+                    " (not enforced by the kernel: the program's real uid is host uid 0)"
+                } else {
+                    ""
+                }
+            ),
+            format!("RLIMIT_NOFILE={}", limits.open_files),
+            format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
+            "RLIMIT_CORE=0".to_owned(),
+        ],
+        network: "own network namespace with only lo (up): no route off the host".to_owned(),
+        protected_paths: if plan.filesystem.protected.is_empty() {
+            LayerReport::applied("none requested")
+        } else {
+            LayerReport::applied(format!(
+                "{} protected path(s) bound read-only or covered; {} placeholder(s) created in the workspace",
+                plan.filesystem.protected.len(),
+                mplan.host_placeholders.len()
+            ))
+        },
+        missing_layers: vec![Layer::Landlock, Layer::Cgroup],
+    }
+}
+
+// ---- compiling the mount plan ---------------------------------------------------------
+
+/// An [`NsOp`] with owned strings, plus a description for error messages.
+#[derive(Debug, Clone)]
+pub struct OwnedOp {
+    kind: OpKind,
+    src: Option<CString>,
+    dst: CString,
+    fstype: Option<&'static CStr>,
+    data: Option<CString>,
+    flags: libc::c_ulong,
+    attr: u64,
+    recursive: bool,
+    mode: u32,
+    expect: Expect,
+    /// The planner's op (or the staging step) this came from.
+    pub describe: String,
+}
+
+impl OwnedOp {
+    fn new(kind: OpKind, dst: CString, describe: String) -> Self {
+        Self {
+            kind,
+            src: None,
+            dst,
+            fstype: None,
+            data: None,
+            flags: 0,
+            attr: 0,
+            recursive: false,
+            mode: 0,
+            expect: Expect::Any,
+            describe,
+        }
+    }
+
+    /// The borrowed form the child executes.
+    pub fn borrow(&self) -> NsOp<'_> {
+        NsOp {
+            kind: self.kind,
+            src: self.src.as_deref(),
+            dst: &self.dst,
+            fstype: self.fstype,
+            data: self.data.as_deref(),
+            flags: self.flags,
+            attr: self.attr,
+            recursive: self.recursive,
+            mode: self.mode,
+            expect: self.expect,
+        }
+    }
+
+    /// The op's kind.
+    pub fn kind(&self) -> OpKind {
+        self.kind
+    }
+
+    /// Its destination.
+    pub fn dst(&self) -> &CStr {
+        &self.dst
+    }
+
+    /// Its source.
+    pub fn src(&self) -> Option<&CStr> {
+        self.src.as_deref()
+    }
+}
+
+fn path_c(what: &'static str, p: &Path) -> Result<CString, NativeError> {
+    cstring(what, p.as_os_str().as_bytes())
+}
+
+/// `prefix` + absolute `p` (`/newroot` + `/usr` = `/newroot/usr`).
+fn under(prefix: &str, p: &Path) -> Result<CString, NativeError> {
+    let mut bytes = prefix.as_bytes().to_vec();
+    bytes.extend_from_slice(p.as_os_str().as_bytes());
+    cstring("mount path", &bytes)
+}
+
+fn tmpfs_data(size: u64, mode: u32) -> Result<CString, NativeError> {
+    cstring(
+        "tmpfs options",
+        format!("size={size},mode={mode:o}").as_bytes(),
+    )
+}
+
+/// Turns a mount plan into the child's op list: the staging prologue, then one or more
+/// [`NsOp`]s per [`MountOp`], paths prefixed with [`NEW_ROOT`] (destinations) and
+/// [`OLD_ROOT`] (bind sources) until the final pivot. Pure.
+pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
+    const TMPFS: &CStr = c"tmpfs";
+    let stage = |p: &str| cstring("staging path", format!("{STAGE_BASE}{p}").as_bytes());
+    let mut out = Vec::with_capacity(mplan.ops.len() + 5);
+
+    // Prologue: private propagation, the staging tmpfs, the first pivot.
+    let mut private = OwnedOp::new(
+        OpKind::Mount,
+        c"/".to_owned(),
+        "mount(NULL, /, NULL, MS_REC | MS_PRIVATE)".to_owned(),
+    );
+    private.flags = libc::MS_REC | libc::MS_PRIVATE;
+    out.push(private);
+    let mut base = OwnedOp::new(
+        OpKind::Mount,
+        cstring("staging path", STAGE_BASE.as_bytes())?,
+        format!("staging tmpfs on {STAGE_BASE}"),
+    );
+    base.src = Some(TMPFS.to_owned());
+    base.fstype = Some(TMPFS);
+    base.flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    base.data = Some(tmpfs_data(STAGE_TMPFS_BYTES, STAGE_DIR_MODE)?);
+    out.push(base);
+    for dir in [NEW_ROOT, OLD_ROOT] {
+        let mut d = OwnedOp::new(
+            OpKind::Mkdir,
+            stage(dir)?,
+            format!("mkdir {STAGE_BASE}{dir}"),
+        );
+        d.mode = STAGE_DIR_MODE;
+        out.push(d);
+    }
+    let mut pivot = OwnedOp::new(
+        OpKind::PivotInto,
+        cstring("staging path", STAGE_BASE.as_bytes())?,
+        format!("pivot_root({STAGE_BASE}, {STAGE_BASE}{OLD_ROOT})"),
+    );
+    pivot.src = Some(stage(OLD_ROOT)?);
+    out.push(pivot);
+
+    let new_root = cstring("staging path", NEW_ROOT.as_bytes())?;
+    for op in &mplan.ops {
+        let describe = op.to_string();
+        let compiled = match op {
+            MountOp::TmpfsRoot { size_bytes, mode } => {
+                let mut o = OwnedOp::new(OpKind::Mount, new_root.clone(), describe);
+                o.src = Some(TMPFS.to_owned());
+                o.fstype = Some(TMPFS);
+                o.flags = libc::MS_NOSUID | libc::MS_NODEV;
+                o.data = Some(tmpfs_data(*size_bytes, *mode)?);
+                o
+            }
+            MountOp::Dir { path, mode } => {
+                let mut o = OwnedOp::new(OpKind::Mkdir, under(NEW_ROOT, path)?, describe);
+                o.mode = *mode;
+                o
+            }
+            MountOp::File { path, mode } => {
+                let mut o = OwnedOp::new(OpKind::MkFile, under(NEW_ROOT, path)?, describe);
+                o.mode = *mode;
+                o
+            }
+            MountOp::Symlink { target, link } => {
+                let mut o = OwnedOp::new(OpKind::Symlink, under(NEW_ROOT, link)?, describe);
+                o.src = Some(path_c("symlink target", target)?);
+                o
+            }
+            MountOp::Proc { dst } => {
+                let mut o = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, describe);
+                o.src = Some(c"proc".to_owned());
+                o.fstype = Some(c"proc");
+                o.flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                o
+            }
+            MountOp::Tmpfs {
+                dst,
+                size_bytes,
+                mode,
+            } => {
+                let mut o = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, describe);
+                o.src = Some(TMPFS.to_owned());
+                o.fstype = Some(TMPFS);
+                o.flags = libc::MS_NOSUID | libc::MS_NODEV;
+                o.data = Some(tmpfs_data(*size_bytes, *mode)?);
+                o
+            }
+            MountOp::DevNode { src, dst } => {
+                let mut o = OwnedOp::new(OpKind::BindTree, under(NEW_ROOT, dst)?, describe);
+                o.src = Some(under(OLD_ROOT, src)?);
+                o.expect = Expect::CharDev;
+                o
+            }
+            MountOp::DevPts { dst } => {
+                let mut o = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, describe);
+                o.src = Some(c"devpts".to_owned());
+                o.fstype = Some(c"devpts");
+                o.flags = libc::MS_NOSUID | libc::MS_NOEXEC;
+                o.data = Some(cstring(
+                    "devpts options",
+                    format!("newinstance,ptmxmode={PTMX_MODE:04o},mode={PTS_MODE:04o}").as_bytes(),
+                )?);
+                o
+            }
+            MountOp::BindRo { src, dst, kind } | MountOp::BindRw { src, dst, kind } => {
+                let mut o = OwnedOp::new(OpKind::BindTree, under(NEW_ROOT, dst)?, describe);
+                o.src = Some(under(OLD_ROOT, src)?);
+                o.expect = match kind {
+                    EntryKind::Dir => Expect::Dir,
+                    EntryKind::File => Expect::NotDir,
+                };
+                if matches!(op, MountOp::BindRw { .. }) {
+                    o.attr = nsys::MOUNT_ATTR_NOSUID | nsys::MOUNT_ATTR_NODEV;
+                }
+                o
+            }
+            MountOp::HostPlaceholder { path, kind } => {
+                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                    return Err(NativeError::MountPlan(MountPlanError::Invariant {
+                        index: out.len(),
+                        op: describe,
+                        rule: "placeholder without a parent",
+                    }));
+                };
+                let (k, mode) = match kind {
+                    EntryKind::Dir => (OpKind::PlaceholderDir, MOUNTPOINT_DIR_MODE),
+                    EntryKind::File => (OpKind::PlaceholderFile, MOUNTPOINT_FILE_MODE),
+                };
+                let mut o = OwnedOp::new(k, cstring("placeholder", name.as_bytes())?, describe);
+                o.src = Some(under(NEW_ROOT, parent)?);
+                o.mode = mode;
+                o
+            }
+            MountOp::CoverWithDevNull { dst } => {
+                let mut o = OwnedOp::new(OpKind::BindTree, under(NEW_ROOT, dst)?, describe);
+                o.src = Some(under(OLD_ROOT, Path::new("/dev/null"))?);
+                o.expect = Expect::CharDev;
+                o
+            }
+            MountOp::CoverWithEmptyDir { dst } => {
+                let mut o = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, describe);
+                o.src = Some(TMPFS.to_owned());
+                o.fstype = Some(TMPFS);
+                o.flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                o.data = Some(tmpfs_data(COVER_TMPFS_BYTES, COVER_DIR_MODE)?);
+                o
+            }
+            MountOp::RemountRo { dst, allow_devices } => {
+                let mut o = OwnedOp::new(OpKind::Setattr, under(NEW_ROOT, dst)?, describe);
+                o.recursive = true;
+                o.attr = nsys::MOUNT_ATTR_RDONLY
+                    | nsys::MOUNT_ATTR_NOSUID
+                    | if *allow_devices {
+                        0
+                    } else {
+                        nsys::MOUNT_ATTR_NODEV
+                    };
+                o
+            }
+            MountOp::PivotRoot => OwnedOp::new(OpKind::PivotFinal, new_root.clone(), describe),
+            MountOp::RemountRootRo => {
+                let mut o = OwnedOp::new(OpKind::Setattr, c"/".to_owned(), describe);
+                o.attr = nsys::MOUNT_ATTR_RDONLY | nsys::MOUNT_ATTR_NOSUID | nsys::MOUNT_ATTR_NODEV;
+                o
+            }
+        };
+        out.push(compiled);
+    }
+    Ok(out)
+}

@@ -1,0 +1,480 @@
+//! Native Tier C tests: the pure op compiler, then real sandboxes on this host (each
+//! prints `SKIP <name>: <reason>` when user namespaces are unavailable, and fails instead
+//! under `CI=true`), then an `#[ignore]`d spawn-to-exit benchmark paired with bwrap.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tierbox_policy::plan::Plan;
+use tierbox_policy::{Policy, ProcessRunRequest, ValidateContext, validate};
+
+use super::child::*;
+use super::sys::OpKind;
+use crate::linux::mounts::{HostView, mount_plan};
+use crate::linux::userns::probe_userns_cached;
+
+// ---- helpers --------------------------------------------------------------------------
+
+fn policy(name: &str) -> Policy {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../policies")
+        .join(name);
+    Policy::from_toml(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+struct Scratch {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+}
+
+fn scratch() -> Scratch {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let ws = root.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    Scratch {
+        _dir: dir,
+        root,
+        ws,
+    }
+}
+
+/// A strict-policy plan for `command`, with `args` appended after validation (these tests
+/// name paths outside the workspace on purpose).
+fn strict_plan(ws: &Path, command: &str, args: &[&str]) -> Plan {
+    let env: BTreeMap<String, String> = [("HOME", "/nonexistent-home"), ("LANG", "C.UTF-8")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let ctx = ValidateContext::new(ws).with_env(env);
+    let req = ProcessRunRequest::new(command);
+    let mut plan = validate(&policy("strict.toml"), &req, &ctx).unwrap();
+    plan.argv.extend(args.iter().map(|a| (*a).to_owned()));
+    plan
+}
+
+/// Whether native Tier C can run here; prints SKIP (or fails under CI=true) otherwise.
+fn usable(test: &str) -> bool {
+    match probe_userns_cached().reason() {
+        None => true,
+        Some(reason) => {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+            assert!(!ci, "CI=true: {test}: {reason}");
+            println!("SKIP {test}: {reason}");
+            false
+        }
+    }
+}
+
+struct Ran {
+    exit: NativeExit,
+    stdout: String,
+    stderr: String,
+    enforcement: tierbox_policy::Enforcement,
+}
+
+fn read_all(fd: OwnedFd) -> String {
+    let mut f = std::fs::File::from(fd);
+    let mut s = Vec::new();
+    f.read_to_end(&mut s).unwrap();
+    String::from_utf8_lossy(&s).into_owned()
+}
+
+fn run(plan: &Plan) -> Ran {
+    let launched = launch_native(plan, &NativeOptions::default()).unwrap();
+    let NativeLaunched { stdout, stderr, .. } = &launched;
+    let out = read_all(stdout.try_clone().unwrap());
+    let err = read_all(stderr.try_clone().unwrap());
+    let exit = wait_native(&launched).unwrap();
+    for p in &launched.host_placeholders {
+        let _ = std::fs::remove_dir(p).or_else(|_| std::fs::remove_file(p));
+    }
+    Ran {
+        exit,
+        stdout: out,
+        stderr: err,
+        enforcement: launched.enforcement,
+    }
+}
+
+fn ok(r: &Ran) {
+    assert_eq!(
+        r.exit.code,
+        Some(0),
+        "stdout {:?} stderr {:?}",
+        r.stdout,
+        r.stderr
+    );
+}
+
+fn status_field<'a>(status: &'a str, name: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("{name} not in {status}"))
+}
+
+// ---- pure -----------------------------------------------------------------------------
+
+#[test]
+fn ns_compile_prefixes_paths_and_starts_with_the_staging_prologue() {
+    let sc = scratch();
+    let plan = strict_plan(&sc.ws, "true", &[]);
+    let mplan = mount_plan(&plan, &HostView::probe(&plan)).unwrap();
+    let ops = compile_ops(&mplan).unwrap();
+    let kinds: Vec<OpKind> = ops.iter().take(5).map(OwnedOp::kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            OpKind::Mount,
+            OpKind::Mount,
+            OpKind::Mkdir,
+            OpKind::Mkdir,
+            OpKind::PivotInto
+        ]
+    );
+    assert_eq!(ops.len(), mplan.ops.len() + 5);
+    let final_pivot = ops
+        .iter()
+        .position(|o| o.kind() == OpKind::PivotFinal)
+        .unwrap();
+    for o in ops.get(5..final_pivot).unwrap() {
+        let dst = o.dst().to_str().unwrap();
+        match o.kind() {
+            OpKind::PlaceholderDir | OpKind::PlaceholderFile => {
+                assert!(o.src().unwrap().to_str().unwrap().starts_with(NEW_ROOT));
+            }
+            _ => assert!(dst.starts_with(NEW_ROOT), "{dst}"),
+        }
+        if o.kind() == OpKind::BindTree {
+            let src = o.src().unwrap().to_str().unwrap();
+            assert!(src.starts_with(OLD_ROOT), "{src}");
+        }
+    }
+    assert_eq!(ops.last().unwrap().kind(), OpKind::Setattr);
+    assert_eq!(ops.last().unwrap().dst().to_str().unwrap(), "/");
+}
+
+// ---- real sandboxes -------------------------------------------------------------------
+
+#[test]
+fn ns_real_identity_capabilities_no_new_privs_and_seccomp() {
+    if !usable("ns_real_identity_capabilities_no_new_privs_and_seccomp") {
+        return;
+    }
+    let sc = scratch();
+    let r = run(&strict_plan(&sc.ws, "id", &["-u"]));
+    ok(&r);
+    assert_eq!(r.stdout.trim(), SANDBOX_UID.to_string());
+    let e = &r.enforcement;
+    assert_eq!(e.backend, BACKEND_NAME);
+    assert_eq!(e.namespaces.len(), 7);
+    assert!(e.seccomp.applied);
+
+    let r = run(&strict_plan(&sc.ws, "cat", &["/proc/self/status"]));
+    ok(&r);
+    let st = &r.stdout;
+    assert!(status_field(st, "Uid").starts_with(&SANDBOX_UID.to_string()));
+    assert!(status_field(st, "Gid").starts_with(&SANDBOX_GID.to_string()));
+    assert_eq!(status_field(st, "CapEff"), "0000000000000000");
+    assert_eq!(status_field(st, "CapPrm"), "0000000000000000");
+    assert_eq!(status_field(st, "CapBnd"), "0000000000000000");
+    assert_eq!(status_field(st, "CapAmb"), "0000000000000000");
+    assert_eq!(status_field(st, "NoNewPrivs"), "1");
+    assert_eq!(status_field(st, "Seccomp"), "2");
+    // The program is pid 2 of its own namespace (the sandbox's procfs shows its pids only).
+    assert_eq!(status_field(st, "NSpid"), "2", "{st}");
+}
+
+#[test]
+fn ns_real_root_holds_only_the_plan() {
+    if !usable("ns_real_root_holds_only_the_plan") {
+        return;
+    }
+    let sc = scratch();
+    let r = run(&strict_plan(&sc.ws, "ls", &["-a", "/"]));
+    ok(&r);
+    let entries: Vec<&str> = r.stdout.lines().collect();
+    for absent in [
+        "root", "home", "sys", "run", "newroot", "oldroot", "boot", "srv",
+    ] {
+        assert!(!entries.contains(&absent), "/{absent} visible: {entries:?}");
+    }
+    for present in ["usr", "proc", "dev", "tmp"] {
+        assert!(
+            entries.contains(&present),
+            "/{present} missing: {entries:?}"
+        );
+    }
+    // /dev is the minimal one.
+    let r = run(&strict_plan(&sc.ws, "ls", &["/dev"]));
+    ok(&r);
+    let dev: Vec<&str> = r.stdout.lines().collect();
+    assert!(dev.contains(&"null") && dev.contains(&"urandom") && dev.contains(&"pts"));
+    assert!(
+        !dev.iter()
+            .any(|d| d.starts_with("sd") || d.starts_with("vd") || *d == "mem")
+    );
+    // The root is read-only, so is /usr.
+    for target in ["/tierbox-probe", "/usr/tierbox-probe"] {
+        let r = run(&strict_plan(&sc.ws, "touch", &[target]));
+        assert_ne!(r.exit.code, Some(0), "{target} writable");
+        assert!(r.stderr.contains("Read-only"), "{}", r.stderr);
+    }
+}
+
+#[test]
+fn ns_real_workspace_is_writable_and_its_parent_is_not_there() {
+    if !usable("ns_real_workspace_is_writable_and_its_parent_is_not_there") {
+        return;
+    }
+    let sc = scratch();
+    let inside = sc.ws.join("written-inside.txt");
+    let r = run(&strict_plan(&sc.ws, "touch", &[inside.to_str().unwrap()]));
+    ok(&r);
+    assert!(
+        inside.exists(),
+        "workspace write is not visible on the host"
+    );
+    let (euid, _) = crate::spawn::sys::current_ids();
+    let owner = crate::spawn::sys::owner_of(&inside).unwrap();
+    assert_eq!(owner.0, euid, "files are owned by the supervisor's euid");
+
+    let secret = sc.root.join("secret.txt");
+    std::fs::write(&secret, "top secret").unwrap();
+    let r = run(&strict_plan(&sc.ws, "cat", &[secret.to_str().unwrap()]));
+    assert_ne!(r.exit.code, Some(0));
+    assert!(!r.stdout.contains("top secret"));
+    assert!(r.stderr.contains("No such file"), "{}", r.stderr);
+
+    // Writing beside the workspace lands in the sandbox's private /tmp at most.
+    let beside = sc.root.join("beside.txt");
+    let _ = run(&strict_plan(&sc.ws, "touch", &[beside.to_str().unwrap()]));
+    assert!(!beside.exists(), "written beside the workspace on the host");
+}
+
+#[test]
+fn ns_real_protected_paths_stay_read_only() {
+    if !usable("ns_real_protected_paths_stay_read_only") {
+        return;
+    }
+    let sc = scratch();
+    std::fs::create_dir_all(sc.ws.join(".git/hooks")).unwrap();
+    std::fs::write(sc.ws.join(".git/config"), "[core]\n").unwrap();
+    let hook = sc.ws.join(".git/hooks/pre-commit");
+    let r = run(&strict_plan(&sc.ws, "touch", &[hook.to_str().unwrap()]));
+    assert_ne!(r.exit.code, Some(0));
+    assert!(!hook.exists());
+    let config = sc.ws.join(".git/config");
+    let r = run(&strict_plan(
+        &sc.ws,
+        "rm",
+        &["-f", config.to_str().unwrap()],
+    ));
+    assert_ne!(r.exit.code, Some(0));
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), "[core]\n");
+}
+
+#[test]
+fn ns_real_missing_git_is_covered_and_the_placeholder_removed() {
+    if !usable("ns_real_missing_git_is_covered_and_the_placeholder_removed") {
+        return;
+    }
+    let sc = scratch();
+    let git = sc.ws.join(".git");
+    let r = run(&strict_plan(
+        &sc.ws,
+        "mkdir",
+        &["-p", git.join("hooks").to_str().unwrap()],
+    ));
+    assert_ne!(r.exit.code, Some(0));
+    assert!(!git.exists(), "placeholder left behind");
+}
+
+#[test]
+fn ns_real_pid_namespace_hostname_and_loopback_only_network() {
+    if !usable("ns_real_pid_namespace_hostname_and_loopback_only_network") {
+        return;
+    }
+    let sc = scratch();
+    // pid 1 is our reaper; the supervisor's argv is not visible through it.
+    let r = run(&strict_plan(&sc.ws, "cat", &["/proc/1/comm"]));
+    ok(&r);
+    assert_eq!(r.stdout.trim(), INIT_NAME.to_str().unwrap());
+    let r = run(&strict_plan(&sc.ws, "cat", &["/proc/1/cmdline"]));
+    ok(&r);
+    assert!(
+        r.stdout.bytes().all(|b| b == 0),
+        "supervisor argv visible: {:?}",
+        r.stdout
+    );
+    // pid 1's memory and environment are not readable.
+    let r = run(&strict_plan(&sc.ws, "cat", &["/proc/1/environ"]));
+    assert_ne!(
+        r.exit.code,
+        Some(0),
+        "pid 1 environ readable: {:?}",
+        r.stdout
+    );
+    // Only the sandbox's processes: 1 (reaper) and the program itself.
+    let r = run(&strict_plan(&sc.ws, "ls", &["/proc"]));
+    ok(&r);
+    let pids: Vec<u32> = r.stdout.lines().filter_map(|l| l.parse().ok()).collect();
+    assert_eq!(pids, [1, 2], "{}", r.stdout);
+
+    let r = run(&strict_plan(&sc.ws, "cat", &["/proc/net/dev"]));
+    ok(&r);
+    let interfaces: Vec<String> = r
+        .stdout
+        .lines()
+        .skip(2)
+        .filter_map(|l| Some(l.split(':').next()?.trim().to_owned()))
+        .collect();
+    assert_eq!(interfaces, ["lo"]);
+
+    let r = run(&strict_plan(&sc.ws, "uname", &["-n"]));
+    ok(&r);
+    assert_eq!(r.stdout.trim(), DEFAULT_HOSTNAME);
+}
+
+#[test]
+fn ns_real_exit_status_and_environment() {
+    if !usable("ns_real_exit_status_and_environment") {
+        return;
+    }
+    let sc = scratch();
+    let r = run(&strict_plan(&sc.ws, "false", &[]));
+    assert_eq!(r.exit.code, Some(1));
+    let plan = strict_plan(&sc.ws, "env", &[]);
+    let r = run(&plan);
+    ok(&r);
+    let got: BTreeMap<&str, &str> = r.stdout.lines().filter_map(|l| l.split_once('=')).collect();
+    assert_eq!(got.get("HOME"), Some(&"/tmp/home"));
+    assert_eq!(got.get("TMPDIR"), Some(&"/tmp"));
+    assert_eq!(got.get("LANG"), Some(&"C.UTF-8"));
+    assert!(
+        !got.contains_key("CARGO_MANIFEST_DIR"),
+        "supervisor env leaked"
+    );
+    let r = run(&strict_plan(&sc.ws, "pwd", &[]));
+    ok(&r);
+    assert_eq!(r.stdout.trim(), sc.ws.to_str().unwrap());
+}
+
+#[test]
+fn ns_real_killing_pid_1_ends_the_run() {
+    if !usable("ns_real_killing_pid_1_ends_the_run") {
+        return;
+    }
+    let sc = scratch();
+    let launched = launch_native(
+        &strict_plan(&sc.ws, "sleep", &["30"]),
+        &NativeOptions::default(),
+    )
+    .unwrap();
+    let start = Instant::now();
+    crate::spawn::sys::pidfd_signal(&launched.pidfd, libc::SIGTERM).unwrap();
+    let exit = wait_native(&launched).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // SIGTERM is forwarded to the program, which dies of it; pid 1 reports that.
+    assert_eq!(exit.signal, Some(libc::SIGTERM), "{exit:?}");
+}
+
+// ---- benchmark ------------------------------------------------------------------------
+
+/// Runs per configuration in [`ns_bench_spawn_to_exit_p50`].
+const BENCH_RUNS: usize = 200;
+/// Warm-up runs (not counted).
+const BENCH_WARMUP: usize = 10;
+
+fn p(sorted: &[Duration], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i].as_secs_f64() * 1e3
+}
+
+#[test]
+#[ignore = "benchmark: cargo test -p tierbox-sandbox ns_bench -- --ignored --nocapture"]
+fn ns_bench_spawn_to_exit_p50() {
+    if !usable("ns_bench_spawn_to_exit_p50") {
+        return;
+    }
+    let sc = scratch();
+    let plan = strict_plan(&sc.ws, "true", &[]);
+    let bwrap = crate::bwrap::probe_bwrap(None).ok();
+    let bwrap_cmd = bwrap.as_ref().map(|info| {
+        use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
+        let o =
+            crate::bwrap::BwrapOptions::new(info.features, crate::bwrap::HostLayout::probe(&plan));
+        let argv = crate::bwrap::bwrap_argv(&plan, &o).unwrap();
+        let _ = SeccompProgram::build(&SeccompSpec::locked_down());
+        (info.path.clone(), argv)
+    });
+    let native_once = || {
+        let t = Instant::now();
+        let l = launch_native(&plan, &NativeOptions::default()).unwrap();
+        let e = wait_native(&l).unwrap();
+        let d = t.elapsed();
+        assert_eq!(e.code, Some(0));
+        d
+    };
+    let bwrap_once = || {
+        let (path, argv) = bwrap_cmd.as_ref()?;
+        let t = Instant::now();
+        let s = std::process::Command::new(path)
+            .args(argv)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        let d = t.elapsed();
+        assert!(s.success());
+        Some(d)
+    };
+    let plain_once = || {
+        let t = Instant::now();
+        let s = std::process::Command::new("/bin/true").status().unwrap();
+        assert!(s.success());
+        t.elapsed()
+    };
+    for _ in 0..BENCH_WARMUP {
+        native_once();
+        let _ = bwrap_once();
+        plain_once();
+    }
+    let (mut n, mut b, mut t) = (Vec::new(), Vec::new(), Vec::new());
+    // Interleaved, so load changes hit every configuration alike.
+    for _ in 0..BENCH_RUNS {
+        n.push(native_once());
+        if let Some(d) = bwrap_once() {
+            b.push(d);
+        }
+        t.push(plain_once());
+    }
+    for (name, v) in [
+        ("native tier c", &mut n),
+        ("bwrap strict", &mut b),
+        ("plain /bin/true", &mut t),
+    ] {
+        if v.is_empty() {
+            println!("{name}: not measured");
+            continue;
+        }
+        v.sort();
+        println!(
+            "{name}: p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms ({} runs)",
+            p(v, 0.5),
+            p(v, 0.9),
+            p(v, 0.99),
+            v.len()
+        );
+    }
+}

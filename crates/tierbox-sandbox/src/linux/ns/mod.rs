@@ -1,0 +1,82 @@
+//! Tier C, Linux native: the sandbox child, created with `clone` straight from the
+//! supervisor. **Prototype: not wired into tier selection, the runner or the CLI.**
+//!
+//! [`child::launch_native`] prepares everything in the supervisor ([`child`]: safe
+//! code) and clones the sandbox's pid 1, whose setup and the program's are raw system
+//! calls in [`sys`].
+//!
+//! # Design decisions
+//!
+//! **pid 1: a reaper that is a copy of the supervisor, not an exec'd helper.** pid 1 is
+//! cloned with every Tier C namespace (`CLONE_NEWUSER | NEWNS | NEWPID | NEWNET | NEWIPC
+//! | NEWUTS | NEWCGROUP`) and *without* `CLONE_VM` (option (c) of the design note): it
+//! runs on a copy-on-write copy of the supervisor's memory, so it can stay alive as the
+//! namespace's init after the supervisor's `clone` returns, without exec'ing anything. It
+//! does the namespace-wide setup, then starts the program with `CLONE_VM | CLONE_VFORK`
+//! (posix_spawn-style; pid 2), and loops: reap every orphan, forward
+//! [`sys::FORWARDED_SIGNALS`] with `kill(-1, sig)`, and when the program ends report its
+//! wait status and exit with its code. pid 1's exit makes the kernel kill whatever is
+//! left in the namespace, so the tree dies with the program (or with pid 1 when the
+//! supervisor SIGKILLs it).
+//!
+//! Trade-off measured against the alternatives:
+//! - (a) the program as pid 1 (one clone, fastest) does not reap orphans (zombies pile up
+//!   in long builds) and ignores every signal it has no handler for, so SIGTERM from the
+//!   supervisor would do nothing: rejected for correctness.
+//! - (b) exec'ing a helper as pid 1 costs one more `execve` of a binary (~0.5–1 ms on this
+//!   VM), which alone spends the budget.
+//! - (c), chosen: the cost is the page-table copy of the supervisor at `clone` (small for
+//!   a small process; it grows with the supervisor's mapped memory) and copy-on-write
+//!   faults in the supervisor while pid 1 lives. A long-lived single-threaded launcher
+//!   (the zygote of ARCHITECTURE.md) makes that copy tiny; that is where this code should
+//!   run in production. pid 1 also holds a copy of the supervisor's memory for the whole
+//!   run; it is therefore made non-dumpable (the program cannot read `/proc/1/mem` or
+//!   `/proc/1/environ`, and seccomp denies `ptrace`/`process_vm_readv`), it closes every
+//!   fd except the report pipe, and the supervisor's argv is wiped from its copy so
+//!   `/proc/1/cmdline` shows nothing. A zygote would hold no secrets at all.
+//!
+//! **Id maps: written by pid 1 itself**, one line each: `1000 <supervisor euid> 1` and
+//! `1000 <supervisor egid> 1`, `setgroups` = `deny` first (the kernel lets a process map
+//! its own outside euid/egid without privilege in the parent namespace; mapping any other
+//! id, e.g. the workspace owner as Tier B does, needs `CAP_SETUID` there, i.e. the
+//! supervisor writing the maps, which costs a round trip). Consequence: files the sandbox
+//! creates are owned by the supervisor's euid on the host, and supplementary groups
+//! inherited from the supervisor cannot be dropped (setgroups is denied) — they show as
+//! the overflow gid inside.
+//!
+//! **Mounts: the planner's ops, executed in order** ([`crate::linux::mounts::mount_plan`]
+//! compiled by [`child::compile_ops`]), after a bubblewrap-style staging prologue: `/`
+//! made `MS_REC | MS_PRIVATE`, a small tmpfs on the host's `/tmp` (in our namespace only),
+//! `pivot_root` into it with the host's root at `/oldroot`, the root tmpfs at
+//! `/newroot`. Binds use the new mount API: the source is opened with `openat2(O_PATH,
+//! RESOLVE_NO_SYMLINKS)` and its kind checked against the op before
+//! `open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)` and `move_mount` (which does not follow a
+//! symlink at the destination, as the `/dev/null` covers need); read-only remounts are
+//! `mount_setattr(AT_RECURSIVE)`, which only ever adds flags (so a locked flag is never
+//! cleared). `/proc` is mounted while the host's proc is still visible under `/oldroot`
+//! (the kernel requires a fully visible proc in a user namespace); the final `pivot_root`
+//! detaches the staging tmpfs and the host tree in one `umount2(MNT_DETACH)`.
+//!
+//! Order of pid 1's setup (each step says why in [`sys`]): pdeathsig → id maps → setsid →
+//! hostname → `lo` up → mount ops (pivot included) → non-dumpable, name → clone the
+//! program. The program: stdio → close-on-exec everything else → cwd → rlimits → drop
+//! capabilities → `no_new_privs` → seccomp (last, so it blocks no setup call) → empty
+//! signal mask → `execve`.
+//!
+//! # Not done in this prototype (known gaps)
+//!
+//! - landlock (second filesystem layer) and the run cgroup are not applied; both are
+//!   recorded in `Enforcement::missing_layers`;
+//! - the supervisor blocks on the report pipe until the program is exec'd;
+//! - no egress proxy inside the network namespace (loopback only).
+
+pub mod child;
+pub mod sys;
+
+pub use child::{
+    NativeError, NativeExit, NativeLaunched, NativeOptions, launch_native, wait_native,
+};
+
+#[cfg(test)]
+#[path = "child_tests.rs"]
+mod child_tests;

@@ -1,0 +1,1181 @@
+//! Raw system calls of the native Tier C child: the sandbox's pid 1 (setup, then the
+//! reaper loop) and the program it starts. Every function that runs in a child makes raw
+//! system calls only: no allocation, no locks, no glibc function that touches
+//! process-wide state, no panics (see [`super`] for why).
+//!
+//! Two processes are created per run:
+//!
+//! 1. **pid 1** (`init_main`) is cloned by the supervisor with every Tier C namespace
+//!    and *without* `CLONE_VM`: it runs on a copy-on-write copy of the supervisor's memory,
+//!    so it can outlive the `clone` call and serve as the namespace's reaper without
+//!    exec'ing a helper. It writes its own id maps, sets the hostname, brings `lo` up,
+//!    carries out the mount ops, then starts the program and reaps.
+//! 2. **the program** (`program_main`) is cloned by pid 1 with `CLONE_VM | CLONE_VFORK`
+//!    (posix_spawn-style: pid 1 is suspended until the exec, so the failure cells in the
+//!    spec are shared) and does the per-program steps: stdio, cwd, rlimits, capabilities,
+//!    `no_new_privs`, seccomp, `execve`.
+//!
+//! pid 1 reports to the supervisor over a pipe ([`Report`], fixed-size records, each one
+//! atomic since it is smaller than `PIPE_BUF`): one [`ReportTag::Failed`] *or*
+//! [`ReportTag::Started`] record once setup is over, then one [`ReportTag::Exited`]
+//! record with the program's wait status just before pid 1 exits.
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+
+use crate::linux::sys as lsys;
+
+/// Stack for each of the two cloned children, in bytes. Each runs one small function with
+/// no recursion; 64 KiB leaves ample room for the glibc `clone` trampoline and the frames.
+pub const NS_STACK_BYTES: usize = 64 * 1024;
+
+/// Number of rlimits the program gets (CPU, NPROC, NOFILE, FSIZE, CORE).
+pub const NS_RLIMIT_COUNT: usize = 5;
+
+/// The umask the program starts with (mount setup runs with 0 so modes are exact).
+pub const PROGRAM_UMASK: u32 = 0o022;
+
+/// Signals pid 1 forwards to every other process of the namespace (`kill(-1, sig)`):
+/// the ones a supervisor or terminal uses to ask a program to stop or reload. Everything
+/// else stays blocked in pid 1 (and `SIGKILL` from the supervisor kills pid 1, which makes
+/// the kernel kill the whole namespace).
+pub const FORWARDED_SIGNALS: &[c_int] = &[
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+/// `open_tree(2)` flag: clone the mount instead of opening it in place.
+const OPEN_TREE_CLONE: u32 = 1;
+/// `AT_RECURSIVE`: clone / set attributes on the whole subtree.
+const AT_RECURSIVE: u32 = 0x8000;
+/// `move_mount(2)` flag: the source is the fd itself (empty path).
+const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
+/// `mount_setattr(2)` attributes (uapi `linux/mount.h`).
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+/// No setuid/setgid on exec.
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+/// No device access.
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+/// `struct mount_attr` (uapi `linux/mount.h`, `MOUNT_ATTR_SIZE_VER0` = 32 bytes).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// One compiled filesystem step, executed by pid 1 in order. Built by the supervisor
+/// (`child::compile_ops`); every string is a NUL-terminated C string it owns.
+#[derive(Debug, Clone, Copy)]
+pub struct NsOp<'a> {
+    /// What to do.
+    pub kind: OpKind,
+    /// Source: mount source, symlink target, or bind source (`None` when unused).
+    pub src: Option<&'a CStr>,
+    /// Destination path (for placeholders: the name inside `src`, the parent directory).
+    pub dst: &'a CStr,
+    /// Filesystem type for [`OpKind::Mount`].
+    pub fstype: Option<&'a CStr>,
+    /// Mount data for [`OpKind::Mount`].
+    pub data: Option<&'a CStr>,
+    /// `mount(2)` flags for [`OpKind::Mount`].
+    pub flags: libc::c_ulong,
+    /// `MOUNT_ATTR_*` set by [`OpKind::Setattr`] / [`OpKind::BindTree`].
+    pub attr: u64,
+    /// Whether [`OpKind::Setattr`] is recursive.
+    pub recursive: bool,
+    /// Mode for created entries.
+    pub mode: u32,
+    /// What [`OpKind::BindTree`] must find at `src`.
+    pub expect: Expect,
+}
+
+/// The kinds of [`NsOp`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// `mount(src, dst, fstype, flags, data)`.
+    Mount,
+    /// `mkdir(dst, mode)`.
+    Mkdir,
+    /// `open(dst, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY, mode)`, then `close`.
+    MkFile,
+    /// `symlink(src, dst)`.
+    Symlink,
+    /// `openat2(src, O_PATH | O_NOFOLLOW, RESOLVE_NO_SYMLINKS)`, `fstat` kind check,
+    /// `open_tree(fd, "", OPEN_TREE_CLONE | AT_EMPTY_PATH | AT_RECURSIVE)`, optionally
+    /// `mount_setattr(tree, AT_RECURSIVE, attr)`, `move_mount(tree, "", dst)` (a final
+    /// symlink at `dst` is not followed).
+    BindTree,
+    /// `mount_setattr(dst, [AT_RECURSIVE] | AT_SYMLINK_NOFOLLOW, attr)`.
+    Setattr,
+    /// `openat2(src, O_PATH | O_DIRECTORY, RESOLVE_NO_SYMLINKS)`, `mkdirat(fd, dst, mode)`.
+    PlaceholderDir,
+    /// Same parent, `openat(fd, dst, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY, mode)`.
+    PlaceholderFile,
+    /// `pivot_root(dst, src)`, `chdir("/")`: the first pivot into the staging tmpfs.
+    PivotInto,
+    /// `chdir(dst)`, `pivot_root(".", ".")`, `umount2(".", MNT_DETACH)`, `chdir("/")`.
+    PivotFinal,
+}
+
+/// What a bind source must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Anything (not a bind).
+    Any,
+    /// A directory.
+    Dir,
+    /// Not a directory and not a symlink.
+    NotDir,
+    /// A character device.
+    CharDev,
+}
+
+/// The setup step that failed in the sandbox; reported with its errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum NsStep {
+    /// No failure.
+    None = 0,
+    /// `prctl(PR_SET_PDEATHSIG)`, or the supervisor was gone.
+    Pdeathsig,
+    /// Writing `/proc/self/uid_map`.
+    UidMap,
+    /// Writing `deny` to `/proc/self/setgroups`.
+    Setgroups,
+    /// Writing `/proc/self/gid_map`.
+    GidMap,
+    /// `setsid()`.
+    Setsid,
+    /// `sethostname`.
+    Hostname,
+    /// `socket` + `ioctl(SIOCSIFFLAGS, IFF_UP)` on `lo`.
+    Loopback,
+    /// One of the mount ops (index and sub-call in the report).
+    MountOp,
+    /// `prctl(PR_SET_DUMPABLE, 0)` / `prctl(PR_SET_NAME)` of pid 1.
+    InitIdentity,
+    /// `clone` of the program.
+    CloneProgram,
+    /// `dup2` of stdin/stdout/stderr.
+    Stdio,
+    /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`.
+    CloseFds,
+    /// `chdir(cwd)`.
+    Chdir,
+    /// `prlimit64`.
+    Rlimit,
+    /// securebits, bounding set, ambient set, `capset(0)`.
+    DropCaps,
+    /// `prctl(PR_SET_NO_NEW_PRIVS, 1)`.
+    NoNewPrivs,
+    /// `seccomp(SECCOMP_SET_MODE_FILTER)`.
+    Seccomp,
+    /// `rt_sigprocmask(SIG_SETMASK, {})`.
+    SignalMask,
+    /// `execve`.
+    Execve,
+}
+
+impl NsStep {
+    fn from_u32(v: u32) -> Self {
+        use NsStep::*;
+        [
+            None,
+            Pdeathsig,
+            UidMap,
+            Setgroups,
+            GidMap,
+            Setsid,
+            Hostname,
+            Loopback,
+            MountOp,
+            InitIdentity,
+            CloneProgram,
+            Stdio,
+            CloseFds,
+            Chdir,
+            Rlimit,
+            DropCaps,
+            NoNewPrivs,
+            Seccomp,
+            SignalMask,
+            Execve,
+        ]
+        .get(v as usize)
+        .copied()
+        .unwrap_or(Execve)
+    }
+
+    /// The system call or action, for error messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            NsStep::None => "none",
+            NsStep::Pdeathsig => "prctl(PR_SET_PDEATHSIG, SIGKILL) / supervisor alive",
+            NsStep::UidMap => "write(/proc/self/uid_map)",
+            NsStep::Setgroups => "write(/proc/self/setgroups, \"deny\")",
+            NsStep::GidMap => "write(/proc/self/gid_map)",
+            NsStep::Setsid => "setsid()",
+            NsStep::Hostname => "sethostname",
+            NsStep::Loopback => "ioctl(SIOCSIFFLAGS, lo, IFF_UP)",
+            NsStep::MountOp => "mount op",
+            NsStep::InitIdentity => "prctl(PR_SET_DUMPABLE, 0) / prctl(PR_SET_NAME)",
+            NsStep::CloneProgram => "clone(CLONE_VM | CLONE_VFORK) of the program",
+            NsStep::Stdio => "dup2(stdio)",
+            NsStep::CloseFds => "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)",
+            NsStep::Chdir => "chdir(cwd)",
+            NsStep::Rlimit => "prlimit64",
+            NsStep::DropCaps => {
+                "prctl(PR_SET_SECUREBITS / PR_CAPBSET_DROP / PR_CAP_AMBIENT_CLEAR_ALL), capset(0)"
+            }
+            NsStep::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS, 1)",
+            NsStep::Seccomp => "seccomp(SECCOMP_SET_MODE_FILTER)",
+            NsStep::SignalMask => "rt_sigprocmask(SIG_SETMASK, {})",
+            NsStep::Execve => "execve",
+        }
+    }
+}
+
+/// The sub-call of a mount op that failed (`Report::sub`).
+pub fn describe_sub(sub: u32) -> &'static str {
+    match sub {
+        SUB_MOUNT => "mount",
+        SUB_MKDIR => "mkdir",
+        SUB_OPEN => "open",
+        SUB_SYMLINK => "symlink",
+        SUB_OPENAT2 => "openat2(O_PATH, RESOLVE_NO_SYMLINKS)",
+        SUB_FSTAT => "fstat",
+        SUB_KIND => "kind check (source is not what the plan expects)",
+        SUB_OPEN_TREE => "open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)",
+        SUB_SETATTR => "mount_setattr",
+        SUB_MOVE_MOUNT => "move_mount",
+        SUB_PIVOT => "pivot_root",
+        SUB_UMOUNT => "umount2(MNT_DETACH)",
+        SUB_CHDIR => "chdir",
+        _ => "unknown",
+    }
+}
+
+const SUB_MOUNT: u32 = 1;
+const SUB_MKDIR: u32 = 2;
+const SUB_OPEN: u32 = 3;
+const SUB_SYMLINK: u32 = 4;
+const SUB_OPENAT2: u32 = 5;
+const SUB_FSTAT: u32 = 6;
+const SUB_KIND: u32 = 7;
+const SUB_OPEN_TREE: u32 = 8;
+const SUB_SETATTR: u32 = 9;
+const SUB_MOVE_MOUNT: u32 = 10;
+const SUB_PIVOT: u32 = 11;
+const SUB_UMOUNT: u32 = 12;
+const SUB_CHDIR: u32 = 13;
+
+/// Everything the sandbox's pid 1 and the program need, prepared by the supervisor.
+/// pid 1 reads its copy-on-write copy; the program shares pid 1's (CLONE_VM).
+#[derive(Debug)]
+pub struct NsSpec<'a> {
+    /// `"<inside> <outside> 1\n"`.
+    pub uid_map: &'a [u8],
+    /// `"<inside> <outside> 1\n"`.
+    pub gid_map: &'a [u8],
+    /// The sandbox's hostname.
+    pub hostname: &'a [u8],
+    /// The filesystem steps, in order.
+    pub ops: &'a [NsOp<'a>],
+    /// Absolute program path.
+    pub program: &'a CStr,
+    /// NULL-terminated argv pointer array.
+    pub argv: *const *const c_char,
+    /// NULL-terminated envp pointer array.
+    pub envp: *const *const c_char,
+    /// Working directory (in the new root).
+    pub cwd: &'a CStr,
+    /// pid 1's name (`comm`).
+    pub init_name: &'a CStr,
+    /// Child ends of stdio, all >= 3.
+    pub stdin_fd: RawFd,
+    /// stdout write end.
+    pub stdout_fd: RawFd,
+    /// stderr write end.
+    pub stderr_fd: RawFd,
+    /// Write end of the report pipe (>= 3).
+    pub report_fd: RawFd,
+    /// The program's rlimits.
+    pub rlimits: [(c_int, libc::rlimit64); NS_RLIMIT_COUNT],
+    /// `cap_last_cap`.
+    pub last_cap: u32,
+    /// The seccomp program, when applied.
+    pub seccomp: Option<&'a libc::sock_fprog>,
+    /// The supervisor's argv area `[start, end)` (`/proc/self/stat` fields 48–49), wiped
+    /// in pid 1's copy so `/proc/1/cmdline` does not show the supervisor's arguments.
+    pub arg_area: (usize, usize),
+    /// Top of the program's clone stack (16-byte aligned).
+    pub program_stack_top: *mut c_void,
+    /// Failure cells the program writes (shared with pid 1 through CLONE_VM).
+    pub fail_step: AtomicU32,
+    /// errno of the failure.
+    pub fail_errno: AtomicI32,
+}
+
+/// Record tags on the report pipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ReportTag {
+    /// Setup failed: `step`, `errno`, `op_index`, `sub`.
+    Failed = 1,
+    /// The program was exec'd; `errno` carries its pid inside the namespace.
+    Started = 2,
+    /// The program ended; `errno` carries its raw wait status.
+    Exited = 3,
+}
+
+/// One record on the report pipe (20 bytes, atomic on a pipe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    /// [`ReportTag`] as u32.
+    pub tag: u32,
+    /// [`NsStep`] as u32.
+    pub step: u32,
+    /// errno, pid or wait status (see [`ReportTag`]).
+    pub value: i32,
+    /// Index of the failed op in [`NsSpec::ops`].
+    pub op_index: u32,
+    /// Sub-call of the failed op ([`describe_sub`]).
+    pub sub: u32,
+}
+
+/// Size of one encoded [`Report`].
+pub const REPORT_BYTES: usize = 20;
+
+impl Report {
+    fn encode(&self) -> [u8; REPORT_BYTES] {
+        let mut b = [0u8; REPORT_BYTES];
+        let fields = [
+            self.tag.to_ne_bytes(),
+            self.step.to_ne_bytes(),
+            self.value.to_ne_bytes(),
+            self.op_index.to_ne_bytes(),
+            self.sub.to_ne_bytes(),
+        ];
+        for (chunk, f) in b.chunks_exact_mut(4).zip(fields) {
+            chunk.copy_from_slice(&f);
+        }
+        b
+    }
+
+    fn decode(b: &[u8; REPORT_BYTES]) -> Self {
+        let mut f = [0u32; 5];
+        for (slot, chunk) in f.iter_mut().zip(b.chunks_exact(4)) {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(chunk);
+            *slot = u32::from_ne_bytes(w);
+        }
+        Self {
+            tag: f[0],
+            step: f[1],
+            value: f[2] as i32,
+            op_index: f[3],
+            sub: f[4],
+        }
+    }
+
+    /// The failed step.
+    pub fn ns_step(&self) -> NsStep {
+        NsStep::from_u32(self.step)
+    }
+}
+
+/// A failed step inside a child: (step, errno, op index, sub-call).
+type Fail = (NsStep, i32, u32, u32);
+
+fn errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn check(ret: libc::c_long) -> Result<libc::c_long, i32> {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
+
+fn fail(step: NsStep) -> impl Fn(i32) -> Fail {
+    move |e| (step, e, 0, 0)
+}
+
+// ---- pid 1 ----------------------------------------------------------------------------
+
+/// pid 1's entry point: setup, start the program, reap. Never returns normally (it exits
+/// with the program's status, or 127 after reporting a setup failure).
+extern "C" fn init_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `&NsSpec` the supervisor passed to `clone`; this process runs on
+    // a copy-on-write copy of the supervisor's memory taken at `clone`, in which the spec
+    // and everything it points to are intact and never freed.
+    let spec: &NsSpec<'_> = unsafe { &*(arg as *const NsSpec<'_>) };
+    match init_setup(spec) {
+        Ok(program) => reap(spec.report_fd, program),
+        Err((step, err, op_index, sub)) => {
+            let r = Report {
+                tag: ReportTag::Failed as u32,
+                step: step as u32,
+                value: err,
+                op_index,
+                sub,
+            };
+            let _ = lsys::write_all_raw(spec.report_fd, &r.encode());
+            exit_group(127)
+        }
+    }
+}
+
+/// The ordered setup of pid 1. Returns the program's pid (in the namespace).
+fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
+    use NsStep as S;
+    // 1. Default dispositions: signals stay blocked (inherited from the cloning thread)
+    //    until the program's exec, and pid 1 only ever waits for them synchronously.
+    reset_signal_handlers();
+    // 2. Die with the supervisor's thread, then check it was not already gone: the
+    //    supervisor holds the read end of the report pipe until it has our first record,
+    //    so POLLERR on our write end means it died (getppid() is 0 across a pid namespace).
+    prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong).map_err(fail(S::Pdeathsig))?;
+    if pipe_has_no_reader(spec.report_fd) {
+        return Err((S::Pdeathsig, libc::ESRCH, 0, 0));
+    }
+    // 3. Our own id maps, before anything else needs an id: a process may map its own
+    //    outside euid/egid with one line; `setgroups` must be denied before `gid_map`.
+    write_proc_self(c"/proc/self/uid_map", spec.uid_map).map_err(fail(S::UidMap))?;
+    write_proc_self(c"/proc/self/setgroups", b"deny").map_err(fail(S::Setgroups))?;
+    write_proc_self(c"/proc/self/gid_map", spec.gid_map).map_err(fail(S::GidMap))?;
+    // 4. A session of our own: no controlling terminal of the supervisor's.
+    // SAFETY: setsid takes no arguments.
+    check(unsafe { libc::syscall(libc::SYS_setsid) }).map_err(fail(S::Setsid))?;
+    // 5. Hostname in the new UTS namespace (needs CAP_SYS_ADMIN in the userns: we have it).
+    sethostname(spec.hostname).map_err(fail(S::Hostname))?;
+    // 6. Loopback up in the new network namespace (its only interface).
+    loopback_up().map_err(fail(S::Loopback))?;
+    // 7. Exact modes for everything the ops create.
+    umask(0);
+    // 8. The filesystem, op by op, in the planner's order.
+    for (i, op) in spec.ops.iter().enumerate() {
+        run_op(op).map_err(|(sub, e)| (S::MountOp, e, i as u32, sub))?;
+    }
+    // 9. pid 1's identity: not dumpable (its memory is a copy of the supervisor's; the
+    //    program may not read it through /proc/1/mem or /proc/1/environ), the supervisor's
+    //    argv wiped from /proc/1/cmdline, and a recognisable name.
+    wipe_arg_area(spec.arg_area);
+    prctl(libc::PR_SET_DUMPABLE, 0).map_err(fail(S::InitIdentity))?;
+    prctl(libc::PR_SET_NAME, spec.init_name.as_ptr() as libc::c_ulong)
+        .map_err(fail(S::InitIdentity))?;
+    // 10. The program: CLONE_VFORK suspends us until it execs or fails.
+    spec.fail_step.store(0, Ordering::SeqCst);
+    spec.fail_errno.store(0, Ordering::SeqCst);
+    // SAFETY: `program_main` only makes raw system calls on the spec; its stack top is the
+    // 16-byte aligned end of a buffer in our memory, which it shares (CLONE_VM) while we
+    // are suspended (CLONE_VFORK) until it execs or exits.
+    let pid = unsafe {
+        libc::clone(
+            program_main,
+            spec.program_stack_top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            spec as *const NsSpec<'_> as *mut c_void,
+        )
+    };
+    if pid < 0 {
+        return Err((S::CloneProgram, errno(), 0, 0));
+    }
+    let failed = NsStep::from_u32(spec.fail_step.load(Ordering::SeqCst));
+    if failed != NsStep::None {
+        return Err((failed, spec.fail_errno.load(Ordering::SeqCst), 0, 0));
+    }
+    // 11. Hold nothing of the run: only the report pipe stays open.
+    close_all_but(spec.report_fd);
+    // 12. Drop what pid 1 no longer needs: it only waits and forwards signals.
+    let _ = lsys::capset_zero();
+    let _ = lsys::set_no_new_privs();
+    let started = Report {
+        tag: ReportTag::Started as u32,
+        step: 0,
+        value: pid,
+        op_index: 0,
+        sub: 0,
+    };
+    // A supervisor that is gone cannot be told; PR_SET_PDEATHSIG kills us anyway.
+    let _ = lsys::write_all_raw(spec.report_fd, &started.encode());
+    Ok(pid)
+}
+
+/// The reaper: reaps every process re-parented to pid 1, forwards [`FORWARDED_SIGNALS`]
+/// to the rest of the namespace, and when the program ends, reports its wait status and
+/// exits with its code (or 128 + its signal). The kernel then kills whatever is left in
+/// the namespace.
+fn reap(report_fd: RawFd, program: libc::pid_t) -> c_int {
+    let mut wait_set: u64 = sigbit(libc::SIGCHLD);
+    for s in FORWARDED_SIGNALS {
+        wait_set |= sigbit(*s);
+    }
+    loop {
+        let mut program_status: Option<c_int> = None;
+        loop {
+            let mut status: c_int = 0;
+            // SAFETY: wait4 with a valid status pointer and no rusage.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_wait4,
+                    -1 as libc::c_long,
+                    &mut status as *mut c_int,
+                    (libc::WNOHANG | libc::__WALL) as libc::c_long,
+                    std::ptr::null_mut::<libc::rusage>(),
+                )
+            };
+            if r <= 0 {
+                break;
+            }
+            if r as libc::pid_t == program {
+                program_status = Some(status);
+            }
+        }
+        if let Some(status) = program_status {
+            let r = Report {
+                tag: ReportTag::Exited as u32,
+                step: 0,
+                value: status,
+                op_index: 0,
+                sub: 0,
+            };
+            let _ = lsys::write_all_raw(report_fd, &r.encode());
+            let code = if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            };
+            exit_group(code);
+        }
+        // SAFETY: `wait_set` is a kernel sigset on our stack; no siginfo, no timeout.
+        let sig = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigtimedwait,
+                &wait_set as *const u64,
+                std::ptr::null_mut::<libc::siginfo_t>(),
+                std::ptr::null::<libc::timespec>(),
+                8 as libc::c_ulong,
+            )
+        };
+        if sig > 0 && sig as c_int != libc::SIGCHLD {
+            // SAFETY: kill(-1, sig) from a pid namespace's init signals every other
+            // process of that namespace, nothing outside it.
+            unsafe { libc::syscall(libc::SYS_kill, -1 as libc::c_long, sig) };
+        }
+    }
+}
+
+fn sigbit(sig: c_int) -> u64 {
+    1u64 << (sig - 1)
+}
+
+/// Carries out one op. `Err((sub, errno))`.
+fn run_op(op: &NsOp<'_>) -> Result<(), (u32, i32)> {
+    let src = op.src.map_or(std::ptr::null(), CStr::as_ptr);
+    let dst = op.dst.as_ptr();
+    match op.kind {
+        OpKind::Mount => {
+            // SAFETY: every pointer is NULL or a NUL-terminated string owned by the spec.
+            check(unsafe {
+                libc::syscall(
+                    libc::SYS_mount,
+                    src,
+                    dst,
+                    op.fstype.map_or(std::ptr::null(), CStr::as_ptr),
+                    op.flags,
+                    op.data.map_or(std::ptr::null(), CStr::as_ptr),
+                )
+            })
+            .map_err(|e| (SUB_MOUNT, e))?;
+        }
+        OpKind::Mkdir => {
+            // SAFETY: NUL-terminated path, integer mode.
+            check(unsafe {
+                libc::syscall(
+                    libc::SYS_mkdirat,
+                    libc::AT_FDCWD,
+                    dst,
+                    op.mode as libc::c_ulong,
+                )
+            })
+            .map_err(|e| (SUB_MKDIR, e))?;
+        }
+        OpKind::MkFile => {
+            let fd = open_raw(libc::AT_FDCWD, op.dst, create_flags(), op.mode)
+                .map_err(|e| (SUB_OPEN, e))?;
+            close(fd);
+        }
+        OpKind::Symlink => {
+            // SAFETY: two NUL-terminated strings owned by the spec.
+            check(unsafe { libc::syscall(libc::SYS_symlinkat, src, libc::AT_FDCWD, dst) })
+                .map_err(|e| (SUB_SYMLINK, e))?;
+        }
+        OpKind::BindTree => bind_tree(op)?,
+        OpKind::Setattr => {
+            let flags =
+                libc::AT_SYMLINK_NOFOLLOW as u32 | if op.recursive { AT_RECURSIVE } else { 0 };
+            mount_setattr(libc::AT_FDCWD, op.dst, flags, op.attr).map_err(|e| (SUB_SETATTR, e))?;
+        }
+        OpKind::PlaceholderDir | OpKind::PlaceholderFile => {
+            let Some(parent) = op.src else {
+                return Err((SUB_OPENAT2, libc::EINVAL));
+            };
+            let pfd = openat2_nosymlinks(parent, libc::O_PATH | libc::O_DIRECTORY)
+                .map_err(|e| (SUB_OPENAT2, e))?;
+            let r = if op.kind == OpKind::PlaceholderDir {
+                // SAFETY: a valid dirfd and a NUL-terminated name.
+                check(unsafe {
+                    libc::syscall(libc::SYS_mkdirat, pfd, dst, op.mode as libc::c_ulong)
+                })
+                .map(drop)
+                .map_err(|e| (SUB_MKDIR, e))
+            } else {
+                open_raw(pfd, op.dst, create_flags(), op.mode)
+                    .map(close)
+                    .map_err(|e| (SUB_OPEN, e))
+            };
+            close(pfd);
+            r?;
+        }
+        OpKind::PivotInto => {
+            // SAFETY: two NUL-terminated paths.
+            check(unsafe { libc::syscall(libc::SYS_pivot_root, dst, src) })
+                .map_err(|e| (SUB_PIVOT, e))?;
+            chdir(c"/").map_err(|e| (SUB_CHDIR, e))?;
+        }
+        OpKind::PivotFinal => {
+            chdir(op.dst).map_err(|e| (SUB_CHDIR, e))?;
+            // SAFETY: two NUL-terminated paths.
+            check(unsafe { libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) })
+                .map_err(|e| (SUB_PIVOT, e))?;
+            // The old root is now stacked on top of the new one at "/": detach it (and the
+            // host tree below it) lazily.
+            // SAFETY: NUL-terminated path, integer flags.
+            check(unsafe {
+                libc::syscall(
+                    libc::SYS_umount2,
+                    c".".as_ptr(),
+                    libc::MNT_DETACH as libc::c_long,
+                )
+            })
+            .map_err(|e| (SUB_UMOUNT, e))?;
+            chdir(c"/").map_err(|e| (SUB_CHDIR, e))?;
+        }
+    }
+    Ok(())
+}
+
+fn create_flags() -> c_int {
+    libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_WRONLY | libc::O_CLOEXEC
+}
+
+/// See [`OpKind::BindTree`].
+fn bind_tree(op: &NsOp<'_>) -> Result<(), (u32, i32)> {
+    let Some(src) = op.src else {
+        return Err((SUB_OPENAT2, libc::EINVAL));
+    };
+    let fd =
+        openat2_nosymlinks(src, libc::O_PATH | libc::O_NOFOLLOW).map_err(|e| (SUB_OPENAT2, e))?;
+    let result = bind_from_fd(fd, op);
+    close(fd);
+    result
+}
+
+fn bind_from_fd(fd: RawFd, op: &NsOp<'_>) -> Result<(), (u32, i32)> {
+    // SAFETY: a zeroed `stat` is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on an O_PATH fd (allowed since Linux 3.6) writes one `stat`.
+    check(unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) })
+        .map_err(|e| (SUB_FSTAT, e))?;
+    let fmt = st.st_mode & libc::S_IFMT;
+    let ok = match op.expect {
+        Expect::Any => true,
+        Expect::Dir => fmt == libc::S_IFDIR,
+        Expect::NotDir => fmt != libc::S_IFDIR && fmt != libc::S_IFLNK,
+        Expect::CharDev => fmt == libc::S_IFCHR,
+    };
+    if !ok {
+        return Err((SUB_KIND, libc::ENOTDIR));
+    }
+    // SAFETY: open_tree with a valid fd, an empty NUL-terminated path and integer flags;
+    // returns a new fd for a detached copy of the mount tree at `fd`.
+    let tree = check(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            fd,
+            c"".as_ptr(),
+            (OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE)
+                as libc::c_ulong,
+        )
+    })
+    .map_err(|e| (SUB_OPEN_TREE, e))? as RawFd;
+    let result = (|| {
+        if op.attr != 0 {
+            mount_setattr(
+                tree,
+                c"",
+                libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE,
+                op.attr,
+            )
+            .map_err(|e| (SUB_SETATTR, e))?;
+        }
+        // No MOVE_MOUNT_T_SYMLINKS: a symlink at the destination is covered, not followed.
+        // SAFETY: valid tree fd, empty source path, NUL-terminated destination.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                tree,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                op.dst.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH as libc::c_ulong,
+            )
+        })
+        .map(drop)
+        .map_err(|e| (SUB_MOVE_MOUNT, e))
+    })();
+    close(tree);
+    result
+}
+
+// ---- the program ----------------------------------------------------------------------
+
+/// The program's entry point (cloned by pid 1 with CLONE_VM | CLONE_VFORK).
+extern "C" fn program_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is pid 1's `&NsSpec`; pid 1 is suspended (CLONE_VFORK) until we exec or
+    // exit, and we share its memory (CLONE_VM), so the reference stays valid.
+    let spec: &NsSpec<'_> = unsafe { &*(arg as *const NsSpec<'_>) };
+    let (step, err) = match program_setup(spec) {
+        Ok(()) => (NsStep::Execve, libc::EIO),
+        Err((step, err, _, _)) => (step, err),
+    };
+    spec.fail_errno.store(err, Ordering::SeqCst);
+    spec.fail_step.store(step as u32, Ordering::SeqCst);
+    exit_group(127)
+}
+
+fn program_setup(spec: &NsSpec<'_>) -> Result<(), Fail> {
+    use NsStep as S;
+    // 1. stdio; every source fd is >= 3, so dup2 cannot clobber one.
+    for (src, dst) in [(spec.stdin_fd, 0), (spec.stdout_fd, 1), (spec.stderr_fd, 2)] {
+        // SAFETY: dup3 on fds the supervisor opened for us.
+        check(unsafe { libc::syscall(libc::SYS_dup3, src, dst, 0) }).map_err(fail(S::Stdio))?;
+    }
+    // 2. Everything else closes at exec (the report pipe included).
+    // SAFETY: integer arguments.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_ulong,
+            libc::c_ulong::from(u32::MAX),
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_ulong,
+        )
+    })
+    .map_err(fail(S::CloseFds))?;
+    // 3. cwd in the new root, and the program's umask.
+    chdir(spec.cwd).map_err(fail(S::Chdir))?;
+    umask(PROGRAM_UMASK);
+    // 4. rlimits while we still hold CAP_SYS_RESOURCE in the userns.
+    for (resource, limit) in &spec.rlimits {
+        // SAFETY: prlimit64 on ourselves with a pointer to a valid rlimit64.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_prlimit64,
+                0 as libc::c_ulong,
+                *resource as libc::c_ulong,
+                limit as *const libc::rlimit64,
+                std::ptr::null_mut::<libc::rlimit64>(),
+            )
+        })
+        .map_err(fail(S::Rlimit))?;
+    }
+    // 5. Capabilities (all held in the userns): securebits and the bounding set need
+    //    CAP_SETPCAP, so they go before capset(0). Our uid inside is not 0, so exec would
+    //    clear the effective and permitted sets anyway; this is the belt to that brace.
+    lsys::set_securebits_noroot().map_err(fail(S::DropCaps))?;
+    lsys::drop_bounding_set(spec.last_cap).map_err(fail(S::DropCaps))?;
+    lsys::clear_ambient().map_err(fail(S::DropCaps))?;
+    lsys::capset_zero().map_err(fail(S::DropCaps))?;
+    // 6. no_new_privs (required for the unprivileged seccomp filter below).
+    lsys::set_no_new_privs().map_err(fail(S::NoNewPrivs))?;
+    // 7. Seccomp last, so it cannot block any setup call above.
+    if let Some(prog) = spec.seccomp {
+        lsys::seccomp_set_filter(prog).map_err(fail(S::Seccomp))?;
+    }
+    // 8. The program starts with an empty signal mask.
+    let set: u64 = 0;
+    // SAFETY: a zeroed kernel sigset on our stack; the old mask is not requested.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as libc::c_ulong,
+            &set as *const u64,
+            std::ptr::null_mut::<u64>(),
+            8 as libc::c_ulong,
+        )
+    })
+    .map_err(fail(S::SignalMask))?;
+    // 9. execve; only returns on failure.
+    // SAFETY: program/argv/envp are NUL-terminated strings and NULL-terminated arrays owned
+    // by the supervisor (present in our shared copy).
+    unsafe {
+        libc::syscall(
+            libc::SYS_execve,
+            spec.program.as_ptr(),
+            spec.argv,
+            spec.envp,
+        )
+    };
+    Err((S::Execve, errno(), 0, 0))
+}
+
+// ---- small raw helpers (child side) ---------------------------------------------------
+
+fn exit_group(code: c_int) -> c_int {
+    // SAFETY: exit_group ends this process (its own thread group); it never returns.
+    unsafe { libc::syscall(libc::SYS_exit_group, code as libc::c_long) };
+    code
+}
+
+fn prctl(option: c_int, arg2: libc::c_ulong) -> Result<(), i32> {
+    let zero: libc::c_ulong = 0;
+    // SAFETY: the options used here take an integer or a pointer to a NUL-terminated
+    // string owned by the spec (PR_SET_NAME reads at most 16 bytes, stopping at the NUL).
+    check(unsafe { libc::syscall(libc::SYS_prctl, option, arg2, zero, zero, zero) }).map(drop)
+}
+
+fn pipe_has_no_reader(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on our stack, zero timeout.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_poll,
+            &mut pfd as *mut libc::pollfd,
+            1 as libc::c_ulong,
+            0 as libc::c_long,
+        )
+    };
+    r == 1 && pfd.revents & libc::POLLERR != 0
+}
+
+fn open_raw(dirfd: RawFd, path: &CStr, flags: c_int, mode: u32) -> Result<RawFd, i32> {
+    // SAFETY: a NUL-terminated path and integer arguments.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            dirfd,
+            path.as_ptr(),
+            flags as libc::c_long,
+            mode as libc::c_ulong,
+        )
+    })
+    .map(|fd| fd as RawFd)
+}
+
+fn close(fd: RawFd) {
+    // SAFETY: closes an fd this child opened; errors are irrelevant.
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
+
+fn chdir(path: &CStr) -> Result<(), i32> {
+    // SAFETY: a NUL-terminated path.
+    check(unsafe { libc::syscall(libc::SYS_chdir, path.as_ptr()) }).map(drop)
+}
+
+fn umask(mask: u32) {
+    // SAFETY: integer argument; umask cannot fail.
+    unsafe { libc::syscall(libc::SYS_umask, mask as libc::c_ulong) };
+}
+
+/// `openat2(AT_FDCWD, path, flags | O_CLOEXEC, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`.
+fn openat2_nosymlinks(path: &CStr, flags: c_int) -> Result<RawFd, i32> {
+    // SAFETY: open_how is plain integers; all-zero is its documented default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: a NUL-terminated path and a fully initialised open_how of the size passed.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    })
+    .map(|fd| fd as RawFd)
+}
+
+fn mount_setattr(dirfd: RawFd, path: &CStr, flags: u32, attr_set: u64) -> Result<(), i32> {
+    let attr = MountAttr {
+        attr_set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path and a `mount_attr` on our stack of the size passed.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            dirfd,
+            path.as_ptr(),
+            flags as libc::c_ulong,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+    .map(drop)
+}
+
+/// One `write(2)` of all of `content` to a `/proc/self` file opened write-only.
+fn write_proc_self(path: &CStr, content: &[u8]) -> Result<(), i32> {
+    let fd = open_raw(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
+    // SAFETY: `content` is a valid slice for the duration of the call.
+    let r = check(unsafe { libc::syscall(libc::SYS_write, fd, content.as_ptr(), content.len()) });
+    close(fd);
+    match r {
+        Ok(n) if n as usize == content.len() => Ok(()),
+        Ok(_) => Err(libc::EIO),
+        Err(e) => Err(e),
+    }
+}
+
+fn sethostname(name: &[u8]) -> Result<(), i32> {
+    // SAFETY: `name` is a valid slice; the kernel reads `len` bytes.
+    check(unsafe { libc::syscall(libc::SYS_sethostname, name.as_ptr(), name.len()) }).map(drop)
+}
+
+/// `struct ifreq` with the flags member (uapi `linux/if.h`, 40 bytes on 64-bit).
+#[repr(C)]
+struct IfreqFlags {
+    name: [u8; libc::IFNAMSIZ],
+    flags: i16,
+    pad: [u8; 22],
+}
+
+fn loopback_up() -> Result<(), i32> {
+    // SAFETY: integer arguments.
+    let sock = check(unsafe {
+        libc::syscall(
+            libc::SYS_socket,
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })? as RawFd;
+    let mut req = IfreqFlags {
+        name: [0; libc::IFNAMSIZ],
+        flags: 0,
+        pad: [0; 22],
+    };
+    req.name[..2].copy_from_slice(b"lo");
+    // SAFETY: SIOCGIFFLAGS reads the name and writes the flags of one ifreq on our stack.
+    let r = check(unsafe {
+        libc::syscall(
+            libc::SYS_ioctl,
+            sock,
+            libc::SIOCGIFFLAGS as libc::c_ulong,
+            &mut req as *mut IfreqFlags,
+        )
+    })
+    .and_then(|_| {
+        req.flags |= libc::IFF_UP as i16;
+        // SAFETY: SIOCSIFFLAGS reads one ifreq on our stack.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_ioctl,
+                sock,
+                libc::SIOCSIFFLAGS as libc::c_ulong,
+                &req as *const IfreqFlags,
+            )
+        })
+    });
+    close(sock);
+    r.map(drop)
+}
+
+fn wipe_arg_area((start, end): (usize, usize)) {
+    if start == 0 || end <= start {
+        return;
+    }
+    // SAFETY: [start, end) is the argv area of the process this one was copied from
+    // (read by the supervisor from /proc/self/stat), mapped and writable in our private
+    // copy-on-write copy; nothing in this process reads the arguments afterwards.
+    unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+}
+
+fn close_all_but(keep: RawFd) {
+    let keep = keep as libc::c_ulong;
+    // SAFETY: integer arguments; closing fds this process does not use any more.
+    unsafe {
+        if keep > 0 {
+            libc::syscall(
+                libc::SYS_close_range,
+                0 as libc::c_ulong,
+                keep - 1,
+                0 as libc::c_ulong,
+            );
+        }
+        libc::syscall(
+            libc::SYS_close_range,
+            keep + 1,
+            libc::c_ulong::from(u32::MAX),
+            0 as libc::c_ulong,
+        );
+    }
+}
+
+/// Resets every catchable signal to `SIG_DFL` with raw `rt_sigaction`.
+fn reset_signal_handlers() {
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let dfl = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: rt_sigaction with a valid kernel sigaction on our stack; EINVAL for
+        // reserved numbers is ignored on purpose.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig as libc::c_ulong,
+                &dfl as *const KernelSigaction,
+                std::ptr::null_mut::<c_void>(),
+                8 as libc::c_ulong,
+            )
+        };
+    }
+}
+
+// ---- supervisor side ------------------------------------------------------------------
+
+/// A 16-byte aligned stack buffer for a cloned child.
+#[derive(Debug)]
+pub struct NsStack {
+    mem: Vec<u128>,
+}
+
+impl NsStack {
+    /// A zeroed stack of [`NS_STACK_BYTES`].
+    pub fn new() -> Self {
+        Self {
+            mem: vec![0u128; NS_STACK_BYTES / 16],
+        }
+    }
+
+    /// The (16-byte aligned) top of the stack.
+    pub fn top(&mut self) -> *mut c_void {
+        self.mem.as_mut_ptr_range().end as *mut c_void
+    }
+}
+
+impl Default for NsStack {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Clones the sandbox's pid 1 with `flags` (the namespaces) `| CLONE_PIDFD | SIGCHLD`,
+/// without `CLONE_VM`: it runs `init_main` on a copy-on-write copy of this process.
+/// Every signal is blocked on the calling thread around the clone, so the child starts
+/// with all signals blocked and no handler of ours can run in it. Returns (pid, pidfd).
+pub fn clone_init(
+    spec: &NsSpec<'_>,
+    stack: &mut NsStack,
+    flags: c_int,
+) -> io::Result<(libc::pid_t, OwnedFd)> {
+    let mut pidfd: c_int = -1;
+    let top = stack.top();
+    let flags = flags | libc::CLONE_PIDFD | libc::SIGCHLD;
+    let pid = crate::spawn::sys::with_all_signals_blocked(|| {
+        // SAFETY: `init_main` only makes raw system calls on its copy of `spec`; `top` is
+        // the aligned end of a live stack buffer (copied into the child with the rest of
+        // our memory); CLONE_PIDFD stores the pidfd in `pidfd` (the parent_tid slot).
+        unsafe {
+            libc::clone(
+                init_main,
+                top,
+                flags,
+                spec as *const NsSpec<'_> as *mut c_void,
+                &mut pidfd as *mut c_int,
+            )
+        }
+    });
+    if pid == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success the kernel returned a fresh pidfd that we now own.
+    Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
+}
+
+/// Reads one [`Report`] from the report pipe. `Ok(None)` at end of file (pid 1 is gone
+/// without reporting). Blocks unless the fd is non-blocking.
+pub fn read_report(fd: &OwnedFd) -> io::Result<Option<Report>> {
+    let mut buf = [0u8; REPORT_BYTES];
+    let mut got = 0;
+    while got < REPORT_BYTES {
+        let rest = buf.get_mut(got..).unwrap_or_default();
+        // SAFETY: `rest` is a valid writable slice of the stated length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), rest.as_mut_ptr() as *mut c_void, rest.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(io::Error::from(io::ErrorKind::UnexpectedEof))
+            };
+        }
+        got += n as usize;
+    }
+    Ok(Some(Report::decode(&buf)))
+}
+
+/// The supervisor's argv area (`/proc/self/stat` fields 48 and 49), or (0, 0).
+pub fn own_arg_area() -> (usize, usize) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return (0, 0);
+    };
+    let Some(close) = stat.rfind(')') else {
+        return (0, 0);
+    };
+    // Fields after the command name start at field 3; field 48 is the 46th of them.
+    let mut rest = stat.get(close + 1..).unwrap_or_default().split_whitespace();
+    let start = rest.nth(45).and_then(|s| s.parse().ok());
+    let end = rest.next().and_then(|s| s.parse().ok());
+    match (start, end) {
+        (Some(s), Some(e)) => (s, e),
+        _ => (0, 0),
+    }
+}
