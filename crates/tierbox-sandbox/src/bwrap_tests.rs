@@ -19,31 +19,7 @@ use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 
 const V0_8: BwrapVersion = BwrapVersion::new(0, 8, 0);
 
-fn policy(name: &str) -> Policy {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../policies")
-        .join(name);
-    Policy::from_toml(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-/// A canonical temporary directory holding `ws/` (the workspace) and room beside it.
-struct Scratch {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    ws: PathBuf,
-}
-
-fn scratch() -> Scratch {
-    let dir = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
-    let ws = root.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    Scratch {
-        _dir: dir,
-        root,
-        ws,
-    }
-}
+use crate::test_fixtures::{policy, scratch};
 
 fn plan_for(policy: &Policy, ws: &Path, home: &str, command: &str, args: &[&str]) -> Plan {
     let env: BTreeMap<String, String> = [

@@ -20,3 +20,6 @@ pub mod probe;
 pub mod select;
 #[cfg(target_os = "linux")]
 pub mod spawn;
+
+#[cfg(test)]
+mod test_fixtures;

@@ -78,14 +78,14 @@ struct CapUserData {
 }
 
 /// Read the calling thread's `errno` without allocating (async-signal-safe).
-fn errno() -> i32 {
+pub(crate) fn errno() -> i32 {
     io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
 }
 
 /// Map a raw `syscall` return value to `Ok(value)` or `Err(errno)`.
-fn check(ret: libc::c_long) -> Result<libc::c_long, i32> {
+pub(crate) fn check(ret: libc::c_long) -> Result<libc::c_long, i32> {
     if ret < 0 { Err(errno()) } else { Ok(ret) }
 }
 
@@ -534,6 +534,39 @@ pub fn probe_namespaces_in_child(flags: libc::c_int) -> io::Result<Result<(), Ns
         STEP_MOUNT_PRIVATE => NsProbeFailure::MountPrivate(errno),
         _ => NsProbeFailure::MountTmpfs(errno),
     }))
+}
+
+/// Resets every catchable signal to `SIG_DFL` with raw `rt_sigaction`.
+pub(crate) fn reset_signal_handlers() {
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let dfl = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for sig in 1..=64 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: rt_sigaction with a valid kernel sigaction struct on our stack; errors
+        // (EINVAL for reserved numbers) are ignored on purpose.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                sig as libc::c_ulong,
+                &dfl as *const KernelSigaction,
+                std::ptr::null_mut::<libc::c_void>(),
+                8 as libc::c_ulong,
+            )
+        };
+    }
 }
 
 /// Test support: fork, run async-signal-safe code in the child, collect exit statuses,

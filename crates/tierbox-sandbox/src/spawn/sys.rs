@@ -24,6 +24,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::linux::sys as lsys;
+use crate::linux::sys::{check, errno, reset_signal_handlers};
 
 /// Stack for the cloned child, in bytes. The child runs one small function with no
 /// recursion; 64 KiB leaves ample room for the glibc `clone` trampoline and the frames.
@@ -162,13 +163,6 @@ pub(crate) struct ChildSpec {
     pub fail_errno: AtomicI32,
 }
 
-/// Returns the current thread's errno.
-fn errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
 /// Records a failed step and exits the child. Never returns.
 fn child_fail(spec: &ChildSpec, step: ChildStep, err: i32) -> c_int {
     spec.fail_errno.store(err, Ordering::SeqCst);
@@ -177,11 +171,6 @@ fn child_fail(spec: &ChildSpec, step: ChildStep, err: i32) -> c_int {
     // it never returns and touches no shared state.
     unsafe { libc::syscall(libc::SYS_exit_group, 127 as libc::c_ulong) };
     127
-}
-
-/// Raw syscall returning `Err(errno)` on `-1`.
-fn check(ret: libc::c_long) -> Result<libc::c_long, i32> {
-    if ret == -1 { Err(errno()) } else { Ok(ret) }
 }
 
 /// The child's entry point: the ordered setup, then `execve`.
@@ -337,39 +326,6 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     let ret = unsafe { libc::syscall(libc::SYS_execve, spec.program, spec.argv, spec.envp) };
     let _ = ret;
     Err((S::Execve, errno()))
-}
-
-/// Resets every catchable signal to `SIG_DFL` with raw `rt_sigaction`.
-fn reset_signal_handlers() {
-    #[repr(C)]
-    struct KernelSigaction {
-        handler: usize,
-        flags: u64,
-        restorer: usize,
-        mask: u64,
-    }
-    let dfl = KernelSigaction {
-        handler: libc::SIG_DFL,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
-    for sig in 1..=64 {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-            continue;
-        }
-        // SAFETY: rt_sigaction with a valid kernel sigaction struct on our stack; errors
-        // (EINVAL for reserved numbers) are ignored on purpose.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                sig as libc::c_ulong,
-                &dfl as *const KernelSigaction,
-                std::ptr::null_mut::<c_void>(),
-                8 as libc::c_ulong,
-            )
-        };
-    }
 }
 
 /// A reusable child stack, owned by the launcher thread.

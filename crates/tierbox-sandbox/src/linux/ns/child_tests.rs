@@ -7,11 +7,11 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tierbox_policy::plan::Plan;
-use tierbox_policy::{Policy, ProcessRunRequest, ValidateContext, validate};
+use tierbox_policy::{ProcessRunRequest, ValidateContext, validate};
 
 use super::child::*;
 use super::sys::OpKind;
@@ -20,30 +20,7 @@ use crate::linux::userns::probe_userns_cached;
 
 // ---- helpers --------------------------------------------------------------------------
 
-fn policy(name: &str) -> Policy {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../policies")
-        .join(name);
-    Policy::from_toml(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-struct Scratch {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    ws: PathBuf,
-}
-
-fn scratch() -> Scratch {
-    let dir = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
-    let ws = root.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    Scratch {
-        _dir: dir,
-        root,
-        ws,
-    }
-}
+use crate::test_fixtures::{policy, scratch};
 
 /// A strict-policy plan for `command`, with `args` appended after validation (these tests
 /// name paths outside the workspace on purpose).

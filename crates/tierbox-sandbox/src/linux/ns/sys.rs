@@ -26,6 +26,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::linux::sys as lsys;
+use crate::linux::sys::{check, errno, reset_signal_handlers};
 
 /// Stack for each of the two cloned children, in bytes. Each runs one small function with
 /// no recursion; 64 KiB leaves ample room for the glibc `clone` trampoline and the frames.
@@ -186,61 +187,67 @@ pub enum NsStep {
     Execve,
 }
 
+/// Every step with the system call or action it names, in discriminant order (a test
+/// checks the order).
+const NS_STEPS: [(NsStep, &str); 20] = [
+    (NsStep::None, "none"),
+    (
+        NsStep::Pdeathsig,
+        "prctl(PR_SET_PDEATHSIG, SIGKILL) / supervisor alive",
+    ),
+    (NsStep::UidMap, "write(/proc/self/uid_map)"),
+    (NsStep::Setgroups, "write(/proc/self/setgroups, \"deny\")"),
+    (NsStep::GidMap, "write(/proc/self/gid_map)"),
+    (NsStep::Setsid, "setsid()"),
+    (NsStep::Hostname, "sethostname"),
+    (NsStep::Loopback, "ioctl(SIOCSIFFLAGS, lo, IFF_UP)"),
+    (NsStep::MountOp, "mount op"),
+    (
+        NsStep::InitIdentity,
+        "prctl(PR_SET_DUMPABLE, 0) / prctl(PR_SET_NAME)",
+    ),
+    (
+        NsStep::CloneProgram,
+        "clone(CLONE_VM | CLONE_VFORK) of the program",
+    ),
+    (NsStep::Stdio, "dup2(stdio)"),
+    (NsStep::CloseFds, "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)"),
+    (NsStep::Chdir, "chdir(cwd)"),
+    (NsStep::Rlimit, "prlimit64"),
+    (
+        NsStep::DropCaps,
+        "prctl(PR_SET_SECUREBITS / PR_CAPBSET_DROP / PR_CAP_AMBIENT_CLEAR_ALL), capset(0)",
+    ),
+    (NsStep::NoNewPrivs, "prctl(PR_SET_NO_NEW_PRIVS, 1)"),
+    (NsStep::Seccomp, "seccomp(SECCOMP_SET_MODE_FILTER)"),
+    (NsStep::SignalMask, "rt_sigprocmask(SIG_SETMASK, {})"),
+    (NsStep::Execve, "execve"),
+];
+
 impl NsStep {
     fn from_u32(v: u32) -> Self {
-        use NsStep::*;
-        [
-            None,
-            Pdeathsig,
-            UidMap,
-            Setgroups,
-            GidMap,
-            Setsid,
-            Hostname,
-            Loopback,
-            MountOp,
-            InitIdentity,
-            CloneProgram,
-            Stdio,
-            CloseFds,
-            Chdir,
-            Rlimit,
-            DropCaps,
-            NoNewPrivs,
-            Seccomp,
-            SignalMask,
-            Execve,
-        ]
-        .get(v as usize)
-        .copied()
-        .unwrap_or(Execve)
+        NS_STEPS
+            .get(v as usize)
+            .map_or(NsStep::Execve, |(step, _)| *step)
     }
 
     /// The system call or action, for error messages.
     pub fn describe(self) -> &'static str {
-        match self {
-            NsStep::None => "none",
-            NsStep::Pdeathsig => "prctl(PR_SET_PDEATHSIG, SIGKILL) / supervisor alive",
-            NsStep::UidMap => "write(/proc/self/uid_map)",
-            NsStep::Setgroups => "write(/proc/self/setgroups, \"deny\")",
-            NsStep::GidMap => "write(/proc/self/gid_map)",
-            NsStep::Setsid => "setsid()",
-            NsStep::Hostname => "sethostname",
-            NsStep::Loopback => "ioctl(SIOCSIFFLAGS, lo, IFF_UP)",
-            NsStep::MountOp => "mount op",
-            NsStep::InitIdentity => "prctl(PR_SET_DUMPABLE, 0) / prctl(PR_SET_NAME)",
-            NsStep::CloneProgram => "clone(CLONE_VM | CLONE_VFORK) of the program",
-            NsStep::Stdio => "dup2(stdio)",
-            NsStep::CloseFds => "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)",
-            NsStep::Chdir => "chdir(cwd)",
-            NsStep::Rlimit => "prlimit64",
-            NsStep::DropCaps => {
-                "prctl(PR_SET_SECUREBITS / PR_CAPBSET_DROP / PR_CAP_AMBIENT_CLEAR_ALL), capset(0)"
-            }
-            NsStep::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS, 1)",
-            NsStep::Seccomp => "seccomp(SECCOMP_SET_MODE_FILTER)",
-            NsStep::SignalMask => "rt_sigprocmask(SIG_SETMASK, {})",
-            NsStep::Execve => "execve",
+        NS_STEPS
+            .get(self as usize)
+            .map_or("execve", |(_, what)| what)
+    }
+}
+
+#[cfg(test)]
+mod ns_step_tests {
+    use super::*;
+
+    #[test]
+    fn the_step_table_is_in_discriminant_order() {
+        for (i, (step, _)) in NS_STEPS.iter().enumerate() {
+            assert_eq!(*step as usize, i, "{step:?}");
+            assert_eq!(NsStep::from_u32(i as u32), *step);
         }
     }
 }
@@ -396,16 +403,6 @@ impl Report {
 
 /// A failed step inside a child: (step, errno, op index, sub-call).
 type Fail = (NsStep, i32, u32, u32);
-
-fn errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-fn check(ret: libc::c_long) -> Result<libc::c_long, i32> {
-    if ret < 0 { Err(errno()) } else { Ok(ret) }
-}
 
 fn fail(step: NsStep) -> impl Fn(i32) -> Fail {
     move |e| (step, e, 0, 0)
@@ -1037,39 +1034,6 @@ fn close_all_but(keep: RawFd) {
             libc::c_ulong::from(u32::MAX),
             0 as libc::c_ulong,
         );
-    }
-}
-
-/// Resets every catchable signal to `SIG_DFL` with raw `rt_sigaction`.
-fn reset_signal_handlers() {
-    #[repr(C)]
-    struct KernelSigaction {
-        handler: usize,
-        flags: u64,
-        restorer: usize,
-        mask: u64,
-    }
-    let dfl = KernelSigaction {
-        handler: libc::SIG_DFL,
-        flags: 0,
-        restorer: 0,
-        mask: 0,
-    };
-    for sig in 1..=64 {
-        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-            continue;
-        }
-        // SAFETY: rt_sigaction with a valid kernel sigaction on our stack; EINVAL for
-        // reserved numbers is ignored on purpose.
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                sig as libc::c_ulong,
-                &dfl as *const KernelSigaction,
-                std::ptr::null_mut::<c_void>(),
-                8 as libc::c_ulong,
-            )
-        };
     }
 }
 
