@@ -593,6 +593,13 @@ impl Policy {
                 return invalid("egress.allow", format!("{entry:?}: {reason}"));
             }
         }
+        // Refuse, rather than silently ignore, what this build cannot do.
+        if self.audit.log.is_some() || self.audit.signing_key.is_some() {
+            return invalid(
+                "audit",
+                "audit logging and signed attestations are not available in this build".to_owned(),
+            );
+        }
         let b = &self.background;
         if b.default_lifetime_ms > b.max_lifetime_ms {
             return invalid(
@@ -642,6 +649,15 @@ mod tests {
         ));
         let doc = "version = 1\n[exec]\nallowed_executables = [\"*\"]\ndanger_allow_any_executable = true\n";
         assert!(Policy::from_toml(doc).is_ok());
+    }
+
+    #[test]
+    fn unavailable_audit_settings_are_refused_not_ignored() {
+        let doc = "version = 1\n[audit]\nlog = \"/var/log/tierbox.jsonl\"\n";
+        assert!(
+            matches!(Policy::from_toml(doc), Err(PolicyError::Invalid { field, .. }) if field == "audit")
+        );
+        assert!(Policy::from_toml("version = 1\n[audit]\n").is_ok());
     }
 
     #[test]

@@ -374,18 +374,32 @@ fn expand_without(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
 fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> FsPlan {
     let home = ctx.home();
     let fs = &policy.filesystem;
+    let deny_read: Vec<PathBuf> = fs
+        .deny_read
+        .iter()
+        .filter_map(|p| match p.strip_prefix("~/") {
+            Some(rest) => home.as_ref().map(|h| h.join(rest)),
+            None => Some(PathBuf::from(p)),
+        })
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+        .collect();
+    // Denied paths are carved out of every grant (as host secrets are out of /etc), so a
+    // tier that can only grant — landlock — enforces them too.
+    let carve = |grants: Vec<PathBuf>| -> Vec<PathBuf> {
+        if deny_read.is_empty() {
+            return grants;
+        }
+        let mut out = Vec::new();
+        for g in &grants {
+            expand_without(g, &deny_read, &mut out);
+        }
+        out
+    };
     FsPlan {
-        system_read_only: system_read_only_paths(),
-        read_only: existing_paths(&fs.read_only, home.as_deref()),
-        writable: existing_paths(&fs.writable, home.as_deref()),
-        deny_read: fs
-            .deny_read
-            .iter()
-            .filter_map(|p| match p.strip_prefix("~/") {
-                Some(rest) => home.as_ref().map(|h| h.join(rest)),
-                None => Some(PathBuf::from(p)),
-            })
-            .collect(),
+        system_read_only: carve(system_read_only_paths()),
+        read_only: carve(existing_paths(&fs.read_only, home.as_deref())),
+        writable: carve(existing_paths(&fs.writable, home.as_deref())),
+        deny_read,
         protected: fs.protected.iter().map(|p| workspace.join(p)).collect(),
         private_home: false,
     }
@@ -394,6 +408,26 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
 #[cfg(test)]
 mod system_paths_tests {
     use super::*;
+
+    #[test]
+    fn deny_read_is_carved_out_of_the_grants() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let tools = std::fs::canonicalize(dir.path())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .join("tools");
+        std::fs::create_dir_all(tools.join("bin")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(tools.join("secret.key"), "k").unwrap_or_else(|e| panic!("{e}"));
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap_or_else(|e| panic!("{e}"));
+        let mut policy = Policy::default();
+        policy.filesystem.read_only = vec![tools.display().to_string()];
+        policy.filesystem.deny_read = vec![tools.join("secret.key").display().to_string()];
+        let ctx = ValidateContext::new(&ws).with_env(BTreeMap::new());
+        let fs = filesystem_plan(&policy, &ctx, &ws);
+        let granted = |p: &Path| fs.read_only.iter().any(|g| p.starts_with(g));
+        assert!(!granted(&tools.join("secret.key")), "{:?}", fs.read_only);
+        assert!(granted(&tools.join("bin")), "{:?}", fs.read_only);
+    }
 
     #[test]
     fn host_secrets_are_carved_out_and_ordinary_files_kept() {

@@ -220,8 +220,13 @@ fn check_layers(plan: &Plan, facts: &HostFacts) -> Result<Vec<Layer>, Rejection>
         ),
         (
             Layer::ProtectedPaths,
-            plan.filesystem.protected.is_empty(),
-            "tier b cannot keep paths inside the writable workspace read-only (tier c can)"
+            plan.filesystem.protected.is_empty()
+                && !plan
+                    .filesystem
+                    .deny_read
+                    .iter()
+                    .any(|d| d.starts_with(&plan.workspace)),
+            "tier b cannot keep paths inside the writable workspace read-only or hidden (tier c can)"
                 .to_owned(),
         ),
     ];
