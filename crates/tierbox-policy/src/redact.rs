@@ -541,7 +541,11 @@ pub const CURL_LOOKBACK: usize = 1024;
 
 /// Key characters with one of the stems every secret key contains. Keeping the stem in
 /// the pattern means ordinary `a=b` pairs never reach the code that inspects matches.
-const KEY: &str = r"(?:[A-Za-z_][A-Za-z0-9_.\-]*)?(?i:pass|pwd|pw|secret|token|key|cred|auth|cookie)[A-Za-z0-9_.\-]*";
+// Every case-insensitive part of these patterns is ASCII-only (`(?i-u:…)`): matches are
+// taken apart by byte scanners that expect ASCII where the pattern says letters, and
+// Unicode case folding would let e.g. U+212A KELVIN SIGN stand for `k` (three bytes where
+// the scanner expects one), which split a character and panicked.
+const KEY: &str = r"(?:[A-Za-z_][A-Za-z0-9_.\-]*)?(?i-u:pass|pwd|pw|secret|token|key|cred|auth|cookie)[A-Za-z0-9_.\-]*";
 
 /// A double- or single-quoted string on one line, with backslash escapes.
 const QUOTED: &str = r#""(?:[^"\\\r\n]|\\.)*"|'(?:[^'\\\r\n]|\\.)*'"#;
@@ -573,7 +577,7 @@ impl Rules {
         Ok(Self {
             pem_begin: Regex::new(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")?,
             pem_end: Regex::new(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")?,
-            auth_scheme: Regex::new(r"(?i)(?-u:\b)(?:bearer|basic)[ \t]+[A-Za-z0-9\-._~+/]+=*")?,
+            auth_scheme: Regex::new(r"(?-u:\b)(?i-u:bearer|basic)[ \t]+[A-Za-z0-9\-._~+/]+=*")?,
             tokens: Regex::new(concat!(
                 r"(?-u:\b)(?:",
                 r"sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}",
@@ -590,10 +594,10 @@ impl Rules {
                 r"|pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{30,}",
                 r")",
             ))?,
-            url: Regex::new(r"(?i)(?-u:\b)[a-z][a-z0-9+.\-]*://[^\s\x22'<>`\\]+")?,
-            url_userinfo: Regex::new(r"(?i)(?-u:\b)[a-z][a-z0-9+.\-]*://[^\s/?#\x22'<>`\\]+@")?,
+            url: Regex::new(r"(?-u:\b)[A-Za-z][A-Za-z0-9+.\-]*://[^\s\x22'<>`\\]+")?,
+            url_userinfo: Regex::new(r"(?-u:\b)[A-Za-z][A-Za-z0-9+.\-]*://[^\s/?#\x22'<>`\\]+@")?,
             url_segment: Regex::new(
-                r"(?i)/(?:token|secret|key|password|credential|session)/[^/?#&\s\x22'<>`\\]+",
+                r"/(?i-u:token|secret|key|password|credential|session)/[^/?#&\s\x22'<>`\\]+",
             )?,
             query: Regex::new(r"(?:[?&#]|&amp;)[A-Za-z_][A-Za-z0-9_.\-]*=[^&#\s\x22'<>`\\]+")?,
             // The character before the key is checked in code (no look-behind here).

@@ -565,3 +565,24 @@ fn clean_text_is_borrowed_and_redacted_text_owned() {
     let (out, redacted) = Redactor::default().redact("");
     assert!(!redacted && out.is_empty());
 }
+
+/// Regression (found by the fuzzer): Unicode case folding let U+212A KELVIN SIGN match
+/// `k` in a key, the byte scanner split the character, and redaction panicked.
+#[test]
+fn non_ascii_lookalikes_in_keys_neither_panic_nor_match() {
+    let r = Redactor::default();
+    for text in [
+        ":b\u{212a}EY=Y:r\u{fffd}\u{fffd}",
+        "\u{212a}ey=hunter2hunter2",
+        "to\u{212a}en: abc",
+        "pa\u{17f}\u{17f}word=hunter2",
+        "bearer\u{212a} x",
+    ] {
+        let (out, _) = r.redact(text);
+        let (twice, _) = r.redact(&out);
+        assert_eq!(twice, out, "{text:?}");
+    }
+    // ASCII keys are still matched case-insensitively.
+    assert!(r.redact("PASSWORD=hunter2hunter2").1);
+    assert!(r.redact("Authorization: BEARER abcdefghijklmnop123").1);
+}
