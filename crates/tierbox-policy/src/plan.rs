@@ -52,6 +52,16 @@ pub struct Plan {
 pub struct FsPlan {
     /// System paths readable by every run (`/usr`, `/bin`, `/lib*`, `/etc`, …) that exist.
     pub system_read_only: Vec<PathBuf>,
+    /// The system roots `system_read_only` was expanded from. Mount-based tiers bind each
+    /// whole and cover [`FsPlan::system_hidden`] (a handful of mounts instead of one per
+    /// entry); empty means "bind `system_read_only` entry by entry".
+    #[serde(default)]
+    pub system_roots: Vec<PathBuf>,
+    /// Host secrets under `system_roots` (outermost entries only) that `system_read_only`
+    /// leaves out. Invariant: the entries under `system_roots` minus these are exactly what
+    /// `system_read_only` grants (before `deny_read` is carved out).
+    #[serde(default)]
+    pub system_hidden: Vec<PathBuf>,
     /// The policy's extra read-only paths that exist.
     pub read_only: Vec<PathBuf>,
     /// The policy's extra writable paths that exist.
@@ -63,6 +73,40 @@ pub struct FsPlan {
     /// The run gets a private, empty, writable `HOME` (the supervisor's home is not
     /// granted by the policy, so passing it would only make tools fail on it).
     pub private_home: bool,
+}
+
+impl FsPlan {
+    /// The system entries a mount-based tier binds: [`FsPlan::system_roots`] whole when
+    /// present (their secrets then covered, see [`FsPlan::system_covers`]), else
+    /// [`FsPlan::system_read_only`] entry by entry.
+    ///
+    /// ```
+    /// use std::path::PathBuf;
+    /// let mut fs = tierbox_policy::plan::FsPlan::default();
+    /// fs.system_read_only = vec![PathBuf::from("/etc/passwd"), PathBuf::from("/usr")];
+    /// assert_eq!(fs.system_binds(), fs.system_read_only.as_slice());
+    /// fs.system_roots = vec![PathBuf::from("/etc"), PathBuf::from("/usr")];
+    /// fs.system_hidden = vec![PathBuf::from("/etc/shadow")];
+    /// assert_eq!(fs.system_binds(), fs.system_roots.as_slice());
+    /// assert_eq!(fs.system_covers(), fs.system_hidden.as_slice());
+    /// ```
+    pub fn system_binds(&self) -> &[PathBuf] {
+        if self.system_roots.is_empty() {
+            &self.system_read_only
+        } else {
+            &self.system_roots
+        }
+    }
+
+    /// What a mount-based tier must cover after binding [`FsPlan::system_binds`]: the
+    /// hidden host secrets when the roots are bound whole, nothing otherwise.
+    pub fn system_covers(&self) -> &[PathBuf] {
+        if self.system_roots.is_empty() {
+            &[]
+        } else {
+            &self.system_hidden
+        }
+    }
 }
 
 /// Network.

@@ -326,8 +326,9 @@ impl HostLayout {
         let fs = &plan.filesystem;
         let mut layout = Self::new();
         let direct = fs
-            .system_read_only
+            .system_binds()
             .iter()
+            .chain(fs.system_covers())
             .chain(&fs.read_only)
             .chain(&fs.writable)
             .chain(std::iter::once(&plan.workspace))
@@ -603,7 +604,7 @@ pub fn remove_host_mount_points(points: &[PathBuf]) -> Vec<(PathBuf, String)> {
 fn mount_steps(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step)>, BwrapError> {
     let fs = &plan.filesystem;
     let mut steps: BTreeSet<(PathBuf, Step)> = BTreeSet::new();
-    for path in &fs.system_read_only {
+    for path in fs.system_binds() {
         let path = absolute(path, "system path")?;
         match host.kind(path) {
             PathKind::Missing => {}
@@ -785,7 +786,8 @@ fn deny_steps(plan: &Plan, host: &HostLayout, mounts: &[(PathBuf, Step)]) -> Vec
         .map(|(p, _)| p.clone())
         .collect();
     let mut wanted: BTreeMap<PathBuf, bool> = BTreeMap::new();
-    for path in &plan.filesystem.deny_read {
+    let fs = &plan.filesystem;
+    for path in fs.system_covers().iter().chain(&fs.deny_read) {
         let (real, kind) = match host.kind(path) {
             PathKind::Symlink {
                 resolved: Some(resolved),

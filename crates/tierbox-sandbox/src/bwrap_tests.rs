@@ -44,6 +44,8 @@ fn fake_system(plan: &mut Plan) -> HostLayout {
             .iter()
             .map(PathBuf::from)
             .collect();
+    plan.filesystem.system_roots.clear();
+    plan.filesystem.system_hidden.clear();
     HostLayout::new()
         .with("/usr", PathKind::Dir)
         .with("/etc/ssl", PathKind::Dir)
@@ -976,4 +978,24 @@ fn real_symlinked_protected_path_cannot_be_swapped_or_written_through() {
     let other = sc.ws.join("tools/other.txt");
     let out = run(&info, &strict_plan(&sc.ws, "touch", &[s(&other)]), None);
     assert!(out.status.success() && other.exists(), "{out:?}");
+}
+
+#[test]
+fn system_roots_are_bound_whole_and_their_secrets_covered_after() {
+    let sc = scratch();
+    let mut plan = protected_plan(&sc.ws, &[]);
+    let host = fake_system(&mut plan)
+        .with("/etc", PathKind::Dir)
+        .with("/etc/shadow", PathKind::File)
+        .with("/etc/ssh", PathKind::Dir);
+    plan.filesystem.system_roots = ["/bin", "/etc", "/usr"].map(PathBuf::from).to_vec();
+    plan.filesystem.system_hidden = ["/etc/shadow", "/etc/ssh"].map(PathBuf::from).to_vec();
+    let argv = strings(&bwrap_argv(&plan, &opts(V0_8, host)).unwrap());
+    let etc = pos(&argv, &["--ro-bind", "/etc", "/etc"]);
+    assert!(pos(&argv, &["--ro-bind", "/usr", "/usr"]) > 0);
+    assert!(pos(&argv, &["--symlink", "usr/bin", "/bin"]) > 0);
+    // The expanded entries are not bound one by one.
+    assert!(!argv.iter().any(|a| a == "/etc/passwd"), "{argv:?}");
+    assert!(pos(&argv, &["--ro-bind", "/dev/null", "/etc/shadow"]) > etc);
+    assert!(pos(&argv, &["--tmpfs", "/etc/ssh", "--remount-ro", "/etc/ssh"]) > etc);
 }

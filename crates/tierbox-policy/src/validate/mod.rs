@@ -231,17 +231,44 @@ fn existing_paths(list: &[String], home: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
-/// The system read-only paths as grantable entries, with host secrets carved out.
+/// The system read-only paths as grantable entries, with host secrets carved out
+/// ([`SystemPaths::grants`]).
+pub fn system_read_only_paths() -> Vec<PathBuf> {
+    system_paths().grants
+}
+
+/// The system paths of this host in both of the forms the tiers need.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SystemPaths {
+    /// The [`SYSTEM_READ_ONLY_PATHS`] that exist (mount-based tiers bind each whole).
+    pub roots: Vec<PathBuf>,
+    /// The host secrets under them that exist, outermost only (mount-based tiers cover
+    /// each; `grants` leaves them out).
+    pub hidden: Vec<PathBuf>,
+    /// `roots` minus `hidden`, as the smallest list of grantable entries (landlock, which
+    /// can only grant, uses this).
+    pub grants: Vec<PathBuf>,
+}
+
+/// The system paths, with host secrets carved out.
 ///
 /// Hidden: every [`SYSTEM_SECRET_PATHS`] entry, and every entry under `/etc` that an
 /// unprivileged user could not read (a file without `o+r`, a directory without `o+rx`) —
-/// a process that keeps uid 0 (Tier B under a root supervisor) would otherwise read them
-/// through plain file permissions. A directory that contains a hidden entry is replaced by
-/// its children, recursively. Symlinks are kept (the kernel layers check their targets).
+/// a process that keeps uid 0 (Tier B under a root supervisor), or that is mapped to the
+/// supervisor's uid (Tier C), would otherwise read them through plain file permissions.
+/// In `grants` a directory that contains a hidden entry is replaced by its children,
+/// recursively. Symlinks are kept (the kernel layers check their targets).
 ///
 /// The walk is cached; at most every [`SYSTEM_PATHS_RECHECK`] the modification times of
 /// the walked directories are compared and the walk redone if any changed.
-pub fn system_read_only_paths() -> Vec<PathBuf> {
+///
+/// ```
+/// let sys = tierbox_policy::validate::system_paths();
+/// for h in &sys.hidden {
+///     assert!(!sys.grants.iter().any(|g| h.starts_with(g)), "{h:?} is granted");
+/// }
+/// ```
+pub fn system_paths() -> SystemPaths {
     static CACHE: Mutex<Option<SystemPathsCache>> = Mutex::new(None);
     let mut guard = match CACHE.lock() {
         Ok(g) => g,
@@ -262,29 +289,44 @@ pub fn system_read_only_paths() -> Vec<PathBuf> {
         &mut hidden,
         &mut walked,
     );
-    let mut out = Vec::new();
+    let mut roots = Vec::new();
+    let mut grants = Vec::new();
     for root in SYSTEM_READ_ONLY_PATHS {
         let path = Path::new(root);
         if std::fs::symlink_metadata(path).is_ok() {
-            expand_without(path, &hidden, &mut out);
+            roots.push(path.to_path_buf());
+            expand_without(path, &hidden, &mut grants);
         }
     }
-    out.sort();
-    out.dedup();
+    grants.sort();
+    grants.dedup();
+    hidden.retain(|h| std::fs::symlink_metadata(h).is_ok());
+    hidden.sort();
+    hidden.dedup();
+    let outer: Vec<PathBuf> = hidden
+        .iter()
+        .filter(|h| !hidden.iter().any(|o| o != *h && h.starts_with(o)))
+        .cloned()
+        .collect();
+    let paths = SystemPaths {
+        roots,
+        hidden: outer,
+        grants,
+    };
     let stamps = walked.into_iter().map(|d| {
         let stamp = dir_stamp(&d);
         (d, stamp)
     });
     *guard = Some(SystemPathsCache {
-        paths: out.clone(),
+        paths: paths.clone(),
         stamps: stamps.collect(),
         checked: std::time::Instant::now(),
     });
-    out
+    paths
 }
 
 struct SystemPathsCache {
-    paths: Vec<PathBuf>,
+    paths: SystemPaths,
     /// Each walked directory and its modification time when it was read.
     stamps: Vec<(PathBuf, Option<std::time::SystemTime>)>,
     checked: std::time::Instant,
@@ -395,8 +437,11 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
         }
         out
     };
+    let system = system_paths();
     FsPlan {
-        system_read_only: carve(system_read_only_paths()),
+        system_read_only: carve(system.grants),
+        system_roots: system.roots,
+        system_hidden: system.hidden,
         read_only: carve(existing_paths(&fs.read_only, home.as_deref())),
         writable: carve(existing_paths(&fs.writable, home.as_deref())),
         deny_read,

@@ -42,6 +42,9 @@ fn fixed_plan() -> Plan {
     .iter()
     .map(PathBuf::from)
     .collect();
+    // Entry by entry (the roots form has its own test).
+    plan.filesystem.system_roots.clear();
+    plan.filesystem.system_hidden.clear();
     plan.filesystem.protected = vec![ws.join(".git/hooks"), ws.join(".git/config")];
     plan.filesystem.private_home = true;
     plan.limits.memory_bytes = 1 << 30;
@@ -128,7 +131,7 @@ fn assert_invariants(plan: &Plan, mp: &MountPlan) {
             assert_ne!(src, Path::new("/"), "op {i}: {op}");
             let fs = &plan.filesystem;
             let granted = std::iter::once(ws)
-                .chain(&fs.system_read_only)
+                .chain(fs.system_binds())
                 .chain(&fs.read_only)
                 .chain(&fs.writable)
                 .any(|g| src.starts_with(g))
@@ -401,14 +404,37 @@ fn strict_policy_on_real_workspaces() {
                 );
             }
         }
-        // Host secrets carved out of /etc by validation never show up.
-        for secret in ["/etc/shadow", "/etc/sudoers", "/etc/ssh"] {
+        // /etc is bound whole and every host secret in it that exists is covered after
+        // it; none is ever bound.
+        let etc_bind = mp
+            .ops
+            .iter()
+            .position(|op| matches!(op, MountOp::BindRo { dst, .. } if dst == Path::new("/etc")));
+        let etc_bind = etc_bind.expect("/etc bound whole");
+        for secret in [
+            "/etc/shadow",
+            "/etc/gshadow",
+            "/etc/sudoers",
+            "/etc/ssh",
+            "/etc/ssl/private",
+        ] {
             assert!(
                 !mp.ops
                     .iter()
-                    .any(|op| op.dst().is_some_and(|d| d.starts_with(secret))),
-                "{secret} mounted"
+                    .any(|op| op.bind_src().is_some_and(|d| d.starts_with(secret))),
+                "{secret} bound"
             );
+            if std::fs::symlink_metadata(secret).is_err() {
+                continue;
+            }
+            let dir = Path::new(secret).is_dir();
+            let cover = mp.ops.iter().position(|op| match op {
+                MountOp::CoverWithEmptyDir { dst } => dir && dst == Path::new(secret),
+                MountOp::CoverWithDevNull { dst } => !dir && dst == Path::new(secret),
+                _ => false,
+            });
+            let cover = cover.unwrap_or_else(|| panic!("{secret} not covered"));
+            assert!(cover > etc_bind, "{secret} covered before /etc is bound");
         }
         if case == "present" {
             println!("strict policy, workspace {}:", ws.display());
@@ -732,4 +758,18 @@ fn tmp_size_follows_a_small_memory_limit() {
     assert!(lines(&mp).contains(&format!("tmpfs /tmp size={} mode=1777", 256u64 << 20)));
     assert_eq!(mp.home, None);
     assert!(!lines(&mp).iter().any(|l| l.starts_with("dir /tmp/home")));
+}
+
+#[test]
+fn byte_prefix_check_agrees_with_path_starts_with_on_normalised_paths() {
+    let paths = ["/", "/a", "/ab", "/a/b", "/a/bc", "/a/b/c", "/b"];
+    for p in paths {
+        for q in paths {
+            assert_eq!(
+                super::is_at_or_under(Path::new(p), Path::new(q)),
+                Path::new(p).starts_with(q),
+                "{p} under {q}"
+            );
+        }
+    }
 }

@@ -202,8 +202,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
             hostname: opts.hostname.clone(),
         });
     }
-    let mplan = mount_plan(plan, &HostView::probe(plan))?;
-    let owned = compile_ops(&mplan)?;
+    let prepared = prepared_mounts(plan)?;
+    let (mplan, owned) = (&prepared.mplan, &prepared.ops);
     let ops: Vec<NsOp<'_>> = owned.iter().map(OwnedOp::borrow).collect();
 
     let (euid, egid) = crate::spawn::sys::current_ids();
@@ -307,14 +307,14 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     };
     if first.tag == ReportTag::Failed as u32 {
         let _ = ssys::wait_pidfd(&pidfd, false);
-        return Err(child_error(&first, &owned));
+        return Err(child_error(&first, owned));
     }
     if first.tag != ReportTag::Started as u32 {
         let _ = ssys::pidfd_signal(&pidfd, libc::SIGKILL);
         let _ = ssys::wait_pidfd(&pidfd, false);
         return Err(NativeError::BadReport { tag: first.tag });
     }
-    let enforcement = enforcement_report(plan, euid, egid, seccomp.as_ref(), &mplan);
+    let enforcement = enforcement_report(plan, euid, egid, seccomp.as_ref(), mplan);
     Ok(NativeLaunched {
         pid,
         pidfd,
@@ -326,6 +326,73 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         host_placeholders: mplan.host_placeholders.clone(),
         enforcement,
     })
+}
+
+/// Most mount plans kept by [`prepared_mounts`] (one per distinct workspace and
+/// filesystem view; the oldest is dropped). Each holds about 100 small strings.
+pub const MOUNT_PLAN_CACHE_ENTRIES: usize = 16;
+
+/// A mount plan compiled for the child, and what it was built from.
+#[derive(Debug)]
+pub struct PreparedMounts {
+    key: MountKey,
+    host: HostView,
+    /// The planner's ops.
+    pub mplan: MountPlan,
+    /// The ops compiled for the child.
+    pub ops: Vec<OwnedOp>,
+}
+
+/// Everything of a Plan the mount planner reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MountKey {
+    workspace: PathBuf,
+    filesystem: tierbox_policy::plan::FsPlan,
+    memory_bytes: u64,
+}
+
+/// The compiled mount plan for `plan`, reused while the host still matches.
+///
+/// Planning probes the host, builds and checks the op list and compiles it (about 0.5 ms
+/// for a strict plan). The planner is a pure function of the Plan fields in
+/// [`MountKey`] and of the host facts in its [`HostView`], so an entry is reused only when
+/// the key is equal and [`HostView::is_current`] re-reads every recorded path and finds
+/// it unchanged (about 60 `lstat`s); otherwise the plan is rebuilt.
+pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, NativeError> {
+    use std::sync::{Arc, Mutex};
+    static CACHE: Mutex<Vec<Arc<PreparedMounts>>> = Mutex::new(Vec::new());
+    let key = MountKey {
+        workspace: plan.workspace.clone(),
+        filesystem: plan.filesystem.clone(),
+        memory_bytes: plan.limits.memory_bytes,
+    };
+    let cached = {
+        let cache = CACHE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        cache.iter().find(|e| e.key == key).cloned()
+    };
+    if let Some(entry) = cached
+        && entry.host.is_current()
+    {
+        return Ok(entry);
+    }
+    let host = HostView::probe(plan);
+    let mplan = mount_plan(plan, &host)?;
+    let ops = compile_ops(&mplan)?;
+    let entry = Arc::new(PreparedMounts {
+        key,
+        host,
+        mplan,
+        ops,
+    });
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    cache.retain(|e| e.key != entry.key);
+    cache.insert(0, Arc::clone(&entry));
+    cache.truncate(MOUNT_PLAN_CACHE_ENTRIES);
+    Ok(entry)
 }
 
 /// Waits for the sandbox's pid 1 to exit (which happens right after the program ends, the

@@ -1128,6 +1128,11 @@ pub fn read_report(fd: &OwnedFd) -> io::Result<Option<Report>> {
 
 /// The supervisor's argv area (`/proc/self/stat` fields 48 and 49), or (0, 0).
 pub fn own_arg_area() -> (usize, usize) {
+    static AREA: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    *AREA.get_or_init(read_arg_area)
+}
+
+fn read_arg_area() -> (usize, usize) {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
         return (0, 0);
     };
