@@ -216,7 +216,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         .iter()
         .map(|a| cstring("argument", a.as_bytes()))
         .collect::<Result<_, _>>()?;
-    let envp: Vec<CString> = child_env(plan, &mplan)
+    let envp: Vec<CString> = child_env(plan, mplan)
         .iter()
         .map(|(k, v)| cstring("environment variable", format!("{k}={v}").as_bytes()))
         .collect::<Result<_, _>>()?;
