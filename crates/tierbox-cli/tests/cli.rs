@@ -291,7 +291,9 @@ fn git_init_and_commit_work_when_the_run_keeps_uid_0() {
         "GIT_COMMITTER_EMAIL=a@example.org",
     ];
     let run = |args: &[&str]| {
-        let mut all = vec!["run", "--workspace", w];
+        // Tier B: Tier C covers a missing `.git` (protected paths), so `git init` fails
+        // there by design.
+        let mut all = vec!["run", "--tier", "b", "--workspace", w];
         all.extend_from_slice(&id);
         all.push("--");
         all.extend_from_slice(args);

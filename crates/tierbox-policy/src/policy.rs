@@ -253,7 +253,8 @@ pub struct ExecPolicy {
 pub struct EnvPolicy {
     /// Names copied from the supervisor's environment when present.
     pub pass: Vec<String>,
-    /// Fixed values (applied after `pass`, before the request's own `env`).
+    /// Fixed values (applied after `pass`, before the request's own `env`). A value that
+    /// starts with `~/` is taken relative to the supervisor's `HOME`.
     pub set: BTreeMap<String, String>,
     /// PATH inside the sandbox; also where the executable is resolved.
     pub path: String,

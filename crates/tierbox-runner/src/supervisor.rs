@@ -178,13 +178,6 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
     }
     let facts = host_facts();
     let tier = tierbox_sandbox::select::select_tier(plan, facts)?;
-    if tier != Tier::B {
-        return Err(Rejection::TierUnavailable {
-            tier: tier.to_string(),
-            reason: "no backend for this tier in this build".to_owned(),
-        }
-        .into());
-    }
     let run_id = new_run_id();
     ensure_state_dir(&opts.state_dir)?;
     let launch_opts = LaunchOptions {
@@ -193,7 +186,17 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
         launcher_thread: false,
     };
     let started = Instant::now();
-    let launched = spawn::launch(plan, &launch_opts)?;
+    let launched = match tier {
+        Tier::B => spawn::launch(plan, &launch_opts)?,
+        Tier::C => tierbox_sandbox::tier_c::launch(plan, &launch_opts)?,
+        Tier::A => {
+            return Err(Rejection::TierUnavailable {
+                tier: tier.to_string(),
+                reason: "tier a runs WASM modules, not native programs".to_owned(),
+            }
+            .into());
+        }
+    };
     register_root(launched.pid, true);
     // From here on the run is owned by the guard: if this future is dropped (a caller's
     // timeout, `select!`, an aborted task), the guard kills and reaps the whole tree.
@@ -321,7 +324,7 @@ async fn supervise(
     // (the process group id) cannot have been reused.
     kill_tree(l);
     exited(&pidfd).await?;
-    let exit = spawn::sys::wait_pidfd(&l.pidfd, false)
+    let mut exit = spawn::sys::wait_pidfd(&l.pidfd, false)
         .map_err(|source| RunError::Io {
             what: "waitid(P_PIDFD)",
             source,
@@ -330,6 +333,15 @@ async fn supervise(
             what: "waitid(P_PIDFD)",
             source: std::io::Error::other("child not exited"),
         })?;
+    // Tier C: the pidfd is the sandbox's pid 1; the program's own status is reported.
+    if let Some((code, signal)) = l
+        .report
+        .as_ref()
+        .and_then(tierbox_sandbox::tier_c::program_exit)
+    {
+        exit.code = code;
+        exit.signal = signal;
+    }
     // Anything that survived the group kill (only possible without a cgroup: a daemon
     // that left the process group, caught by the subreaper sweep).
     if l.slot.as_ref().and_then(|s| s.cgroup()).is_none() {
@@ -376,7 +388,7 @@ async fn supervise(
             peak_rss_bytes: exit.max_rss_bytes,
             peak_memory_bytes: stats.as_ref().and_then(|s| s.memory_peak_bytes),
         },
-        tier: "b".to_owned(),
+        tier: l.tier.to_string(),
         backend: l.enforcement.backend.clone(),
         enforcement: l.enforcement.clone(),
         egress_preflight_hosts: plan.network.preflight_hosts.clone(),
@@ -575,6 +587,9 @@ fn cleanup(l: &mut Launched) {
     if let Some(slot) = l.slot.take() {
         spawn::slots::release(slot);
     }
+    // Mount points a Tier C sandbox created in the workspace, if still empty.
+    let _ =
+        tierbox_sandbox::bwrap::remove_host_mount_points(&std::mem::take(&mut l.host_placeholders));
 }
 
 fn classify(

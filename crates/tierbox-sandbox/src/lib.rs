@@ -6,6 +6,8 @@
 //!
 //! - [`spawn`]: Tier B — direct spawn with a new session, rlimits, a rebuilt environment,
 //!   dropped capabilities, `no_new_privs`, landlock, seccomp and a cgroup;
+//! - [`tier_c`]: Tier C on Linux — the native namespace sandbox ([`linux::ns`]) or
+//!   bubblewrap ([`bwrap`]), with the run's cgroup;
 //! - [`linux`]: the Linux security primitives shared by Tier B and Tier C.
 //!
 //! Unsafe code lives only in `sys.rs` files, each block with a `// SAFETY:` comment.
@@ -20,6 +22,8 @@ pub mod probe;
 pub mod select;
 #[cfg(target_os = "linux")]
 pub mod spawn;
+#[cfg(target_os = "linux")]
+pub mod tier_c;
 
 #[cfg(test)]
 mod test_fixtures;

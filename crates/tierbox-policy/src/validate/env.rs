@@ -96,7 +96,13 @@ pub(crate) fn build(
         }
     }
     for (k, v) in &policy.set {
-        env.insert(k.clone(), v.clone());
+        // `~/` names the supervisor's home (a toolchain the policy grants read-only, such
+        // as `RUSTUP_HOME = "~/.rustup"`, while the run gets a private HOME).
+        let value = match (v.strip_prefix("~/"), ctx.home()) {
+            (Some(rest), Some(home)) => home.join(rest).to_string_lossy().into_owned(),
+            _ => v.clone(),
+        };
+        env.insert(k.clone(), value);
     }
     env.insert("PATH".to_owned(), policy.path.clone());
     for (name, value) in &req.env {

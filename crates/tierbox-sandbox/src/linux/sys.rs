@@ -171,6 +171,32 @@ pub fn landlock_add_path_rule(
     check(ret).map(drop).map_err(io::Error::from_raw_os_error)
 }
 
+/// `landlock_add_rule(ruleset, LANDLOCK_RULE_PATH_BENEATH, {allowed_access, parent}, 0)`
+/// on raw fds, returning the errno: async-signal-safe, for a child between `clone` and
+/// `execve`.
+pub fn landlock_add_path_rule_raw(
+    ruleset: RawFd,
+    allowed_access: u64,
+    parent: RawFd,
+) -> Result<(), i32> {
+    let attr = LandlockPathBeneathAttr {
+        allowed_access,
+        parent_fd: parent,
+    };
+    // SAFETY: integer fds (validated by the kernel) and a pointer to a packed struct on
+    // our stack that the kernel only reads.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            std::ptr::from_ref(&attr),
+            0u32,
+        )
+    };
+    check(ret).map(drop)
+}
+
 /// `landlock_add_rule(ruleset, LANDLOCK_RULE_NET_PORT, {allowed_access, port}, 0)`.
 pub fn landlock_add_net_rule(
     ruleset: BorrowedFd<'_>,

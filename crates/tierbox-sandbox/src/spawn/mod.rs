@@ -65,6 +65,9 @@ pub enum LaunchError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The Tier C native sandbox could not be set up.
+    #[error(transparent)]
+    Native(#[from] crate::linux::ns::NativeError),
     /// A setup step failed in the child before exec.
     #[error("sandbox setup failed in the child at {}: {}", step.describe(), std::io::Error::from_raw_os_error(*errno))]
     Child {
@@ -120,11 +123,20 @@ pub struct Launched {
     pub child_gid: u32,
     /// What was enforced.
     pub enforcement: Enforcement,
+    /// The tier the run is in.
+    pub tier: Tier,
+    /// Tier C: the report pipe of the sandbox's pid 1, which carries the program's own
+    /// wait status ([`crate::tier_c::program_exit`]); the pidfd is pid 1's.
+    pub report: Option<OwnedFd>,
+    /// Entries the sandbox setup created in the host's workspace (mount points of
+    /// protected-path covers); remove them after the run with
+    /// [`crate::bwrap::remove_host_mount_points`].
+    pub host_placeholders: Vec<PathBuf>,
 }
 
 /// Layers this run needs that the host lacks: each is recorded when the policy allows it
 /// to be missing, and rejects the run otherwise.
-fn require(
+pub(crate) fn require(
     plan: &Plan,
     layer: Layer,
     available: bool,
@@ -183,6 +195,9 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
                 child_uid: ids.0,
                 child_gid: ids.1,
                 enforcement,
+                tier: Tier::B,
+                report: None,
+                host_placeholders: Vec::new(),
             })
         }
         Err(e) => {
@@ -666,6 +681,40 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
     match sys::owner_of(workspace) {
         Ok((uid, gid)) if uid != 0 => (uid, gid, true),
         _ => (0, 0, false),
+    }
+}
+
+/// Per-run resources holding only a cgroup (and an empty private tmp, unused): Tier C,
+/// whose filesystem, tmp and landlock domain are built inside the sandbox. Reused from the
+/// pool like Tier B's slots.
+pub(crate) fn cgroup_slot(
+    plan: &Plan,
+    opts: &LaunchOptions,
+    (uid, gid): (u32, u32),
+    missing: &mut Vec<Layer>,
+) -> Result<Slot, LaunchError> {
+    let facts = host_facts();
+    let limits = CgroupLimits {
+        memory_bytes: plan.limits.memory_bytes,
+        max_processes: plan.limits.max_processes,
+        cpu_quota_percent: None,
+    };
+    let key = SlotKey {
+        tmp_base: opts.tmp_base.clone(),
+        uid,
+        gid,
+        read_only: Vec::new(),
+        read_write: Vec::new(),
+        scopes: false,
+        tcp_connect_ports: None,
+        landlock: false,
+        memory_bytes: limits.memory_bytes,
+        max_processes: limits.max_processes,
+        cgroup: facts.cgroup.is_usable(),
+    };
+    match slots::take(&key) {
+        Some(slot) => Ok(slot),
+        None => new_slot(plan, opts, key, None, &limits, missing),
     }
 }
 

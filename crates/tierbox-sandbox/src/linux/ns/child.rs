@@ -23,7 +23,7 @@
 //! [`NEW_ROOT`] `/` and detaches the staging tmpfs together with the host tree.
 
 use std::ffi::{CStr, CString, c_char};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32};
@@ -33,12 +33,14 @@ use tierbox_policy::{Enforcement, Layer, LayerReport, Tier};
 
 use super::sys::{self as nsys, Expect, NsOp, NsSpec, NsStep, OpKind, Report, ReportTag};
 use crate::linux::caps;
+use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock, access_fs};
 use crate::linux::mounts::{
     COVER_DIR_MODE, COVER_TMPFS_BYTES, EntryKind, HostView, MOUNTPOINT_DIR_MODE,
     MOUNTPOINT_FILE_MODE, MountOp, MountPlan, MountPlanError, PTMX_MODE, PTS_MODE, mount_plan,
 };
 use crate::linux::seccomp::{SeccompError, SeccompProgram, SeccompSpec};
 use crate::linux::userns::{TIER_C_NAMESPACES, id_map_lines, probe_userns_cached};
+use crate::probe::host_facts;
 
 /// Name of this backend in outcomes and attestations.
 pub const BACKEND_NAME: &str = "tier_c_linux_native";
@@ -141,14 +143,24 @@ pub struct NativeOptions {
     /// Apply the seccomp filter (default: true). Turning it off exists for measurements
     /// only and is recorded in the enforcement report.
     pub seccomp: bool,
+    /// Apply landlock when the kernel has it (default: true).
+    pub landlock: bool,
+    /// Write-only fds of the run cgroup's attach files ([`RunCgroup::procs_fds`]): pid 1
+    /// joins the cgroup through them first thing. Empty: no cgroup (recorded as missing).
+    /// The caller keeps them open until `launch_native` returns.
+    ///
+    /// [`RunCgroup::procs_fds`]: crate::linux::cgroup::RunCgroup::procs_fds
+    pub cgroup_fds: Vec<RawFd>,
 }
 
 impl Default for NativeOptions {
-    /// [`DEFAULT_HOSTNAME`], seccomp on.
+    /// [`DEFAULT_HOSTNAME`], seccomp and landlock on, no cgroup.
     fn default() -> Self {
         Self {
             hostname: DEFAULT_HOSTNAME.to_owned(),
             seccomp: true,
+            landlock: true,
+            cgroup_fds: Vec::new(),
         }
     }
 }
@@ -239,6 +251,24 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         None
     };
     let fprog = seccomp.as_ref().map(SeccompProgram::as_fprog);
+    let landlock = match (opts.landlock, host_facts().landlock_abi) {
+        (true, Some(_)) => Some(
+            PreparedLandlock::prepare(&landlock_spec(plan, mplan)).map_err(|e| {
+                NativeError::Sys {
+                    call: "landlock ruleset".to_owned(),
+                    source: std::io::Error::other(e.to_string()),
+                }
+            })?,
+        ),
+        _ => None,
+    };
+    let landlock_rules: Vec<(&CStr, u64)> = match &landlock {
+        Some(l) => SANDBOX_LANDLOCK_RULES
+            .iter()
+            .map(|(path, access)| (*path, access & l.handled_fs))
+            .collect(),
+        None => Vec::new(),
+    };
 
     use crate::spawn::sys as ssys;
     let (stdin_child, stdin_parent) = match &plan.stdin {
@@ -285,6 +315,9 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         }),
         last_cap: caps::last_cap(),
         seccomp: fprog.as_ref(),
+        cgroup_fds: &opts.cgroup_fds,
+        landlock_fd: landlock.as_ref().map_or(-1, PreparedLandlock::raw_fd),
+        landlock_rules: &landlock_rules,
         arg_area: nsys::own_arg_area(),
         program_stack_top: program_stack.top(),
         fail_step: AtomicU32::new(0),
@@ -314,7 +347,15 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         let _ = ssys::wait_pidfd(&pidfd, false);
         return Err(NativeError::BadReport { tag: first.tag });
     }
-    let enforcement = enforcement_report(plan, euid, egid, seccomp.as_ref(), mplan);
+    let enforcement = enforcement_report(
+        plan,
+        euid,
+        egid,
+        seccomp.as_ref(),
+        landlock.as_ref(),
+        !opts.cgroup_fds.is_empty(),
+        mplan,
+    );
     Ok(NativeLaunched {
         pid,
         pidfd,
@@ -326,6 +367,45 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         host_placeholders: mplan.host_placeholders.clone(),
         enforcement,
     })
+}
+
+/// Landlock rules pid 1 adds for the mounts it creates itself, as `(path in the new root,
+/// access)`: `/` may only be listed (a read right on it would reach every file beneath),
+/// the private scratch filesystems are writable, `/proc` readable. Masked to the rights
+/// the kernel's ABI handles.
+const SANDBOX_LANDLOCK_RULES: &[(&CStr, u64)] = &[
+    (c"/", access_fs::READ_DIR),
+    (c"/dev", access_fs::READ_DIR),
+    (c"/proc", access_fs::READ_ONLY),
+    (c"/tmp", u64::MAX),
+    (c"/dev/shm", u64::MAX),
+    (c"/dev/pts", u64::MAX),
+];
+
+/// The landlock grants on host objects (the same inodes the mount plan binds): the
+/// system roots and read-only grants readable, the workspace, writable grants and the
+/// bound device nodes writable.
+fn landlock_spec(plan: &Plan, mplan: &MountPlan) -> LandlockSpec {
+    let fs = &plan.filesystem;
+    let devices = mplan.ops.iter().filter_map(|op| match op {
+        MountOp::DevNode { src, .. } => Some(src.clone()),
+        _ => None,
+    });
+    LandlockSpec {
+        read_only: fs
+            .system_binds()
+            .iter()
+            .chain(&fs.read_only)
+            .cloned()
+            .collect(),
+        read_write: std::iter::once(plan.workspace.clone())
+            .chain(fs.writable.iter().cloned())
+            .chain(devices)
+            .collect(),
+        scope_signals: true,
+        scope_abstract_unix: true,
+        tcp_connect_ports: None,
+    }
 }
 
 /// Most mount plans kept by [`prepared_mounts`] (one per distinct workspace and
@@ -495,9 +575,40 @@ fn enforcement_report(
     euid: u32,
     egid: u32,
     seccomp: Option<&SeccompProgram>,
+    landlock: Option<&PreparedLandlock>,
+    cgroup: bool,
     mplan: &MountPlan,
 ) -> Enforcement {
     let limits = &plan.limits;
+    let mut missing = Vec::new();
+    let landlock = match landlock {
+        Some(l) => LayerReport::applied(match &l.status {
+            LandlockStatus::FullyEnforced => format!(
+                "abi {}, fully enforced: system roots and read-only grants readable, workspace and writable grants writable, the sandbox's own /tmp, /dev/shm, /dev/pts writable, /proc readable, / listable",
+                l.abi
+            ),
+            LandlockStatus::PartiallyEnforced { missing } => format!(
+                "abi {}, partially enforced (missing: {})",
+                l.abi,
+                missing.join(", ")
+            ),
+        }),
+        None => {
+            missing.push(Layer::Landlock);
+            LayerReport::missing(
+                "landlock unavailable on this host (the mount namespace is the filesystem boundary)",
+            )
+        }
+    };
+    let cgroup = if cgroup {
+        LayerReport::applied(format!(
+            "run cgroup joined by pid 1: memory {} bytes, pids {}",
+            limits.memory_bytes, limits.max_processes
+        ))
+    } else {
+        missing.push(Layer::Cgroup);
+        LayerReport::missing("no usable cgroup; the pid namespace is the kill boundary")
+    };
     Enforcement {
         tier: Some(Tier::C),
         backend: BACKEND_NAME.to_owned(),
@@ -506,9 +617,7 @@ fn enforcement_report(
         gid: Some(egid),
         capabilities: "none: bounding, ambient, effective, permitted and inheritable sets cleared in the user namespace; securebits NOROOT locked; no capability in the host namespace at any time".to_owned(),
         no_new_privs: true,
-        landlock: LayerReport::missing(
-            "not applied by the native prototype (the mount namespace is the filesystem boundary)",
-        ),
+        landlock,
         seccomp: match seccomp {
             Some(p) => LayerReport::applied(format!(
                 "deny-list filter, {} instructions, nested namespaces denied",
@@ -516,7 +625,7 @@ fn enforcement_report(
             )),
             None => LayerReport::missing("disabled by NativeOptions::seccomp = false"),
         },
-        cgroup: LayerReport::missing("not wired in the native prototype; the pid namespace is the kill boundary"),
+        cgroup,
         namespaces: vec![
             format!(
                 "user (uid {SANDBOX_UID} -> {euid}, gid {SANDBOX_GID} -> {egid}, setgroups deny)"
@@ -553,7 +662,7 @@ fn enforcement_report(
                 mplan.host_placeholders.len()
             ))
         },
-        missing_layers: vec![Layer::Landlock, Layer::Cgroup],
+        missing_layers: missing,
     }
 }
 

@@ -149,6 +149,8 @@ pub enum NsStep {
     None = 0,
     /// `prctl(PR_SET_PDEATHSIG)`, or the supervisor was gone.
     Pdeathsig,
+    /// Joining the run's cgroup (writing `0` to each controller's `tasks`/`cgroup.procs`).
+    Cgroup,
     /// Writing `/proc/self/uid_map`.
     UidMap,
     /// Writing `deny` to `/proc/self/setgroups`.
@@ -163,6 +165,8 @@ pub enum NsStep {
     Loopback,
     /// One of the mount ops (index and sub-call in the report).
     MountOp,
+    /// Adding the landlock rules for the sandbox's own mounts (`/`, `/tmp`, `/proc`, …).
+    LandlockRules,
     /// `prctl(PR_SET_DUMPABLE, 0)` / `prctl(PR_SET_NAME)` of pid 1.
     InitIdentity,
     /// `clone` of the program.
@@ -179,6 +183,8 @@ pub enum NsStep {
     DropCaps,
     /// `prctl(PR_SET_NO_NEW_PRIVS, 1)`.
     NoNewPrivs,
+    /// `landlock_restrict_self`.
+    Landlock,
     /// `seccomp(SECCOMP_SET_MODE_FILTER)`.
     Seccomp,
     /// `rt_sigprocmask(SIG_SETMASK, {})`.
@@ -189,12 +195,13 @@ pub enum NsStep {
 
 /// Every step with the system call or action it names, in discriminant order (a test
 /// checks the order).
-const NS_STEPS: [(NsStep, &str); 20] = [
+const NS_STEPS: [(NsStep, &str); 23] = [
     (NsStep::None, "none"),
     (
         NsStep::Pdeathsig,
         "prctl(PR_SET_PDEATHSIG, SIGKILL) / supervisor alive",
     ),
+    (NsStep::Cgroup, "write(<run cgroup>/tasks, \"0\")"),
     (NsStep::UidMap, "write(/proc/self/uid_map)"),
     (NsStep::Setgroups, "write(/proc/self/setgroups, \"deny\")"),
     (NsStep::GidMap, "write(/proc/self/gid_map)"),
@@ -202,6 +209,10 @@ const NS_STEPS: [(NsStep, &str); 20] = [
     (NsStep::Hostname, "sethostname"),
     (NsStep::Loopback, "ioctl(SIOCSIFFLAGS, lo, IFF_UP)"),
     (NsStep::MountOp, "mount op"),
+    (
+        NsStep::LandlockRules,
+        "landlock_add_rule(path_beneath) for the sandbox's own mounts",
+    ),
     (
         NsStep::InitIdentity,
         "prctl(PR_SET_DUMPABLE, 0) / prctl(PR_SET_NAME)",
@@ -219,6 +230,7 @@ const NS_STEPS: [(NsStep, &str); 20] = [
         "prctl(PR_SET_SECUREBITS / PR_CAPBSET_DROP / PR_CAP_AMBIENT_CLEAR_ALL), capset(0)",
     ),
     (NsStep::NoNewPrivs, "prctl(PR_SET_NO_NEW_PRIVS, 1)"),
+    (NsStep::Landlock, "landlock_restrict_self"),
     (NsStep::Seccomp, "seccomp(SECCOMP_SET_MODE_FILTER)"),
     (NsStep::SignalMask, "rt_sigprocmask(SIG_SETMASK, {})"),
     (NsStep::Execve, "execve"),
@@ -322,6 +334,15 @@ pub struct NsSpec<'a> {
     pub last_cap: u32,
     /// The seccomp program, when applied.
     pub seccomp: Option<&'a libc::sock_fprog>,
+    /// Write-only fds of the run cgroup's `tasks` (v1, per controller) or `cgroup.procs`
+    /// (v2) files, opened by the supervisor; pid 1 writes `0` to each before anything
+    /// else, so everything in the sandbox is accounted and limited.
+    pub cgroup_fds: &'a [RawFd],
+    /// The landlock ruleset (host grants already added by the supervisor), or -1.
+    pub landlock_fd: RawFd,
+    /// Rules pid 1 adds for the mounts it creates itself (paths in the new root, after
+    /// the final pivot): `(path, allowed access)`.
+    pub landlock_rules: &'a [(&'a CStr, u64)],
     /// The supervisor's argv area `[start, end)` (`/proc/self/stat` fields 48–49), wiped
     /// in pid 1's copy so `/proc/1/cmdline` does not show the supervisor's arguments.
     pub arg_area: (usize, usize),
@@ -446,6 +467,13 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
     if pipe_has_no_reader(spec.report_fd) {
         return Err((S::Pdeathsig, libc::ESRCH, 0, 0));
     }
+    // 2b. Into the run's cgroup, before any setup allocates memory or forks: pid 1 moves
+    //    itself (a task moving itself through v1 `tasks` skips the global threadgroup
+    //    lock). The fds were opened by the supervisor, whose credentials the kernel
+    //    checks.
+    for fd in spec.cgroup_fds {
+        lsys::write_all_raw(*fd, b"0").map_err(fail(S::Cgroup))?;
+    }
     // 3. Our own id maps, before anything else needs an id: a process may map its own
     //    outside euid/egid with one line; `setgroups` must be denied before `gid_map`.
     write_proc_self(c"/proc/self/uid_map", spec.uid_map).map_err(fail(S::UidMap))?;
@@ -463,6 +491,13 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
     // 8. The filesystem, op by op, in the planner's order.
     for (i, op) in spec.ops.iter().enumerate() {
         run_op(op).map_err(|(sub, e)| (S::MountOp, e, i as u32, sub))?;
+    }
+    // 8b. Landlock rules for the mounts that exist only in here; the program restricts
+    //     itself with the ruleset just before seccomp.
+    if spec.landlock_fd >= 0 {
+        for (path, access) in spec.landlock_rules {
+            add_landlock_rule(spec.landlock_fd, path, *access).map_err(fail(S::LandlockRules))?;
+        }
     }
     // 9. pid 1's identity: not dumpable (its memory is a copy of the supervisor's; the
     //    program may not read it through /proc/1/mem or /proc/1/environ), the supervisor's
@@ -806,6 +841,10 @@ fn program_setup(spec: &NsSpec<'_>) -> Result<(), Fail> {
     lsys::capset_zero().map_err(fail(S::DropCaps))?;
     // 6. no_new_privs (required for the unprivileged seccomp filter below).
     lsys::set_no_new_privs().map_err(fail(S::NoNewPrivs))?;
+    // 6b. Landlock: the second filesystem layer, under the mount namespace.
+    if spec.landlock_fd >= 0 {
+        lsys::landlock_restrict_self(spec.landlock_fd).map_err(fail(S::Landlock))?;
+    }
     // 7. Seccomp last, so it cannot block any setup call above.
     if let Some(prog) = spec.seccomp {
         lsys::seccomp_set_filter(prog).map_err(fail(S::Seccomp))?;
@@ -882,6 +921,19 @@ fn open_raw(dirfd: RawFd, path: &CStr, flags: c_int, mode: u32) -> Result<RawFd,
         )
     })
     .map(|fd| fd as RawFd)
+}
+
+/// `open(path, O_PATH)` + `landlock_add_rule(PATH_BENEATH)` + `close`.
+fn add_landlock_rule(ruleset: RawFd, path: &CStr, access: u64) -> Result<(), i32> {
+    let fd = open_raw(
+        libc::AT_FDCWD,
+        path,
+        libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        0,
+    )?;
+    let r = lsys::landlock_add_path_rule_raw(ruleset, access, fd);
+    close(fd);
+    r
 }
 
 fn close(fd: RawFd) {
