@@ -35,7 +35,7 @@ pub mod validate;
 
 pub use enforcement::{Enforcement, LayerReport};
 pub use plan::Plan;
-pub use policy::{EgressMode, Layer, Policy, PolicyError, QuotaMode, Tier};
+pub use policy::{EgressMode, Layer, Policy, PolicyError, QuotaMode, Tier, TierCBackend};
 pub use rejection::Rejection;
 pub use request::{Lifetime, ProcessRunRequest, TierRequest};
 pub use validate::{ValidateContext, validate};

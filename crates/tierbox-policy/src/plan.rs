@@ -158,6 +158,9 @@ pub struct TierPlan {
     pub requested: TierRequest,
     /// Layers that may be missing (recorded when they are).
     pub optional_layers: Vec<Layer>,
+    /// The Tier C backend to use.
+    #[serde(default)]
+    pub backend: crate::policy::TierCBackend,
 }
 
 /// Redaction. The secret values are not serialized (the Plan is hashed and logged).

@@ -218,6 +218,8 @@ pub struct TierPolicy {
     /// Layers that may be missing on this host without rejecting the run. Each missing
     /// layer is recorded in the outcome and the attestation.
     pub optional_layers: Vec<Layer>,
+    /// Which Tier C backend runs Linux programs.
+    pub backend: TierCBackend,
 }
 
 impl Default for TierPolicy {
@@ -225,7 +227,29 @@ impl Default for TierPolicy {
         Self {
             minimum: Tier::B,
             optional_layers: vec![Layer::Cgroup, Layer::ProtectedPaths],
+            backend: TierCBackend::Native,
         }
+    }
+}
+
+/// The Tier C backend on Linux.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TierCBackend {
+    /// Tierbox's own namespace sandbox, cloned from the supervisor (the fastest).
+    #[default]
+    Native,
+    /// `bwrap` (bubblewrap) with the same mounts, seccomp filter and cgroup. Fails closed
+    /// when bwrap is missing or older than 0.5.0.
+    Bwrap,
+}
+
+impl std::fmt::Display for TierCBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Native => "native",
+            Self::Bwrap => "bwrap",
+        })
     }
 }
 

@@ -25,5 +25,6 @@ pub(crate) fn check(policy: &TierPolicy, req: &ProcessRunRequest) -> Result<Tier
         minimum: policy.minimum,
         requested: req.tier,
         optional_layers: policy.optional_layers.clone(),
+        backend: policy.backend,
     })
 }
