@@ -15,17 +15,37 @@
 //! recorded in the enforcement report. The namespaces themselves are never optional:
 //! without them tier selection has already refused Tier C.
 
+use std::io::Write;
 use std::os::fd::OwnedFd;
 
 use tierbox_policy::plan::Plan;
-use tierbox_policy::{Layer, Rejection, Tier};
+use tierbox_policy::{Enforcement, Layer, LayerReport, Rejection, Tier, TierCBackend};
 
+use crate::bwrap::{self, BwrapError, BwrapOptions, HostLayout};
 use crate::linux::ns::{self, NativeError, NativeOptions};
+use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use crate::probe::host_facts;
-use crate::spawn::{self, LaunchError, LaunchOptions, Launched, slots};
+use crate::spawn::{self, HelperSpawn, LaunchError, LaunchOptions, Launched, Slot, slots};
 
 /// Name of the native backend in outcomes and attestations.
 pub const NATIVE_BACKEND: &str = ns::child::BACKEND_NAME;
+
+/// The fd number at which `bwrap` receives the seccomp program (`--seccomp 3`).
+pub const BWRAP_SECCOMP_FD: i32 = 3;
+
+/// The seccomp filter of Tier C (both backends): the shared deny list with nested
+/// namespaces denied; inet and unix sockets allowed, since the network namespace has only
+/// loopback; no metadata denials, since the program's uid is not 0 and it has no
+/// capabilities.
+pub fn tier_c_seccomp_spec() -> SeccompSpec {
+    SeccompSpec {
+        deny_namespaces: true,
+        deny_file_metadata: false,
+        mediate_chmod: false,
+        allow_inet_sockets: true,
+        allow_unix_sockets: true,
+    }
+}
 
 /// Launches `plan` in a native Tier C sandbox inside the run's cgroup.
 ///
@@ -41,10 +61,18 @@ pub const NATIVE_BACKEND: &str = ns::child::BACKEND_NAME;
 /// # Ok(()) }
 /// ```
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+    match plan.tier.backend {
+        TierCBackend::Native => launch_native(plan, opts),
+        TierCBackend::Bwrap => launch_bwrap(plan, opts),
+    }
+}
+
+fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
     let facts = host_facts();
     let mut missing = Vec::new();
     spawn::require(
         plan,
+        Tier::C,
         Layer::Seccomp,
         facts.seccomp,
         "seccomp filters are not available",
@@ -52,6 +80,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     )?;
     spawn::require(
         plan,
+        Tier::C,
         Layer::Landlock,
         facts.landlock_abi.is_some(),
         "landlock is not available (kernel < 5.13 or not in the lsm= list)",
@@ -59,6 +88,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     )?;
     spawn::require(
         plan,
+        Tier::C,
         Layer::Cgroup,
         facts.cgroup.is_usable(),
         &facts.cgroup.describe(),
@@ -108,6 +138,193 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
                 other => LaunchError::Native(other),
             })
         }
+    }
+}
+
+/// Launches `plan` through `bwrap`: the argv of [`bwrap::bwrap_argv`] (same mounts as the
+/// native backend), the Tier C seccomp filter handed over on fd [`BWRAP_SECCOMP_FD`],
+/// and `bwrap` itself started in the run's cgroup (everything in the sandbox inherits
+/// it). `bwrap` runs with `--die-with-parent`, and dies with the supervisor's thread
+/// (`PR_SET_PDEATHSIG`).
+fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+    let facts = host_facts();
+    let info = bwrap::probe_bwrap_cached().map_err(|e| {
+        LaunchError::Rejected(Rejection::TierUnavailable {
+            tier: Tier::C.to_string(),
+            reason: format!("tier.backend = \"bwrap\": {e}"),
+        })
+    })?;
+    let mut missing = Vec::new();
+    spawn::require(
+        plan,
+        Tier::C,
+        Layer::Seccomp,
+        facts.seccomp,
+        "seccomp filters are not available",
+        &mut missing,
+    )?;
+    spawn::require(
+        plan,
+        Tier::C,
+        Layer::Cgroup,
+        facts.cgroup.is_usable(),
+        &facts.cgroup.describe(),
+        &mut missing,
+    )?;
+    // bwrap has no landlock layer: the mount namespace is its only filesystem boundary.
+    spawn::require(
+        plan,
+        Tier::C,
+        Layer::Landlock,
+        false,
+        "the bwrap backend applies no landlock layer (tier.backend = \"native\" does)",
+        &mut missing,
+    )?;
+    let seccomp = if facts.seccomp {
+        Some(
+            SeccompProgram::build(&tier_c_seccomp_spec()).map_err(|e| LaunchError::Setup {
+                what: "seccomp program".to_owned(),
+                source: std::io::Error::other(e.to_string()),
+            })?,
+        )
+    } else {
+        None
+    };
+    let mut bopts = BwrapOptions::new(info.features, HostLayout::probe(plan));
+    bopts.seccomp_fd = seccomp.as_ref().map(|_| BWRAP_SECCOMP_FD);
+    bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
+    let argv = bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?;
+    let placeholders = bwrap::host_mount_points(plan, &bopts).map_err(bwrap_error)?;
+    let seccomp_fd = match &seccomp {
+        Some(p) => Some(filter_pipe(&p.to_bytes())?),
+        None => None,
+    };
+    let slot = spawn::cgroup_slot(plan, opts, (facts.euid, facts.egid), &mut missing)?;
+    let mut full_argv = vec![info.path.clone().into_os_string()];
+    full_argv.extend(argv);
+    let helper = HelperSpawn {
+        program: &info.path,
+        argv: &full_argv,
+        env: &[],
+        inherit: seccomp_fd.as_ref().map(|fd| (fd, BWRAP_SECCOMP_FD)),
+    };
+    let child = match spawn::spawn_helper(plan, opts, &slot, &helper) {
+        Ok(c) => c,
+        Err(e) => {
+            slots::release(slot);
+            return Err(e);
+        }
+    };
+    missing.sort();
+    missing.dedup();
+    let enforcement = bwrap_enforcement(plan, &info, seccomp.as_ref(), &slot, missing);
+    Ok(Launched {
+        pid: child.pid,
+        pidfd: child.pidfd,
+        stdin: child.stdin,
+        stdout: child.stdout,
+        stderr: child.stderr,
+        slot: Some(slot),
+        chmod_listener: None,
+        child_uid: facts.euid,
+        child_gid: facts.egid,
+        enforcement,
+        tier: Tier::C,
+        report: None,
+        host_placeholders: placeholders,
+    })
+}
+
+fn bwrap_error(e: BwrapError) -> LaunchError {
+    match e {
+        BwrapError::NotFound { .. } | BwrapError::TooOld { .. } | BwrapError::Unusable { .. } => {
+            LaunchError::Rejected(Rejection::TierUnavailable {
+                tier: Tier::C.to_string(),
+                reason: e.to_string(),
+            })
+        }
+        other => LaunchError::Setup {
+            what: "bwrap argv".to_owned(),
+            source: std::io::Error::other(other.to_string()),
+        },
+    }
+}
+
+/// A pipe holding `bytes` (the compiled filter, under a pipe's 64 KiB buffer), its write
+/// end closed: bwrap reads it to EOF.
+fn filter_pipe(bytes: &[u8]) -> Result<OwnedFd, LaunchError> {
+    let (r, w) = spawn::sys::pipe_cloexec().map_err(|source| LaunchError::Setup {
+        what: "pipe for the seccomp program".to_owned(),
+        source,
+    })?;
+    std::fs::File::from(w)
+        .write_all(bytes)
+        .map_err(|source| LaunchError::Setup {
+            what: "write the seccomp program".to_owned(),
+            source,
+        })?;
+    Ok(r)
+}
+
+fn bwrap_enforcement(
+    plan: &Plan,
+    info: &bwrap::BwrapInfo,
+    seccomp: Option<&SeccompProgram>,
+    slot: &Slot,
+    missing: Vec<Layer>,
+) -> Enforcement {
+    let facts = host_facts();
+    let limits = &plan.limits;
+    Enforcement {
+        tier: Some(Tier::C),
+        backend: bwrap::BACKEND_NAME.to_owned(),
+        kernel: facts.kernel.clone(),
+        uid: Some(facts.euid),
+        gid: Some(facts.egid),
+        capabilities: format!(
+            "none: bwrap {} --cap-drop ALL in its user namespace, no_new_privs",
+            info.version
+        ),
+        no_new_privs: true,
+        landlock: LayerReport::missing("not applied by the bwrap backend"),
+        seccomp: match seccomp {
+            Some(p) => LayerReport::applied(format!(
+                "deny-list filter, {} instructions, installed by bwrap --seccomp after its setup",
+                p.len()
+            )),
+            None => LayerReport::missing("seccomp filters are not available"),
+        },
+        cgroup: match slot.cgroup() {
+            Some(cg) => LayerReport::applied(format!(
+                "{} run cgroup (bwrap started inside it): memory {} bytes, pids {}",
+                cg.version(),
+                limits.memory_bytes,
+                limits.max_processes
+            )),
+            None => LayerReport::missing(facts.cgroup.describe()),
+        },
+        namespaces: vec![
+            "user (uid 1000 inside, mapped to the supervisor's uid)".to_owned(),
+            "pid (bwrap as pid 1)".to_owned(),
+            "mount (tmpfs root)".to_owned(),
+            "net (loopback only)".to_owned(),
+            "ipc".to_owned(),
+            "uts".to_owned(),
+            "cgroup".to_owned(),
+        ],
+        rlimits: vec![
+            format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
+            format!("RLIMIT_NPROC={}", limits.max_processes),
+            format!("RLIMIT_NOFILE={}", limits.open_files),
+            format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
+            "RLIMIT_CORE=0".to_owned(),
+        ],
+        network: "own network namespace with only lo: no route off the host".to_owned(),
+        protected_paths: LayerReport::applied(format!(
+            "{} protected path(s) bound read-only or covered",
+            plan.filesystem.protected.len()
+        )),
+        missing_layers: missing,
     }
 }
 

@@ -163,6 +163,12 @@ pub const COVER_TMPFS_BYTES: u64 = 4 << 10;
 /// and read-only at the mount level anyway).
 pub const COVER_DIR_MODE: u32 = 0o555;
 
+/// Size of the sandbox's `/tmp` tmpfs for `plan`: its memory limit, at most
+/// [`TMP_TMPFS_MAX_BYTES`].
+pub fn tmp_size_bytes(plan: &Plan) -> u64 {
+    TMP_TMPFS_MAX_BYTES.min(plan.limits.memory_bytes)
+}
+
 /// Where a run with `plan.filesystem.private_home` gets its empty, writable `HOME`: inside
 /// the sandbox's private `/tmp` tmpfs, so it costs nothing and vanishes with the run.
 pub const PRIVATE_HOME: &str = "/tmp/home";
@@ -1320,7 +1326,7 @@ impl Planner<'_, '_> {
         self.mount(
             MountOp::Tmpfs {
                 dst: PathBuf::from("/tmp"),
-                size_bytes: TMP_TMPFS_MAX_BYTES.min(plan.limits.memory_bytes),
+                size_bytes: tmp_size_bytes(plan),
                 mode: SCRATCH_DIR_MODE,
             },
             Backing::Tmpfs,

@@ -138,6 +138,7 @@ pub struct Launched {
 /// to be missing, and rejects the run otherwise.
 pub(crate) fn require(
     plan: &Plan,
+    tier: Tier,
     layer: Layer,
     available: bool,
     reason: &str,
@@ -151,8 +152,10 @@ pub(crate) fn require(
         return Ok(());
     }
     Err(Rejection::TierUnavailable {
-        tier: "b".to_owned(),
-        reason: format!("{layer} cannot be enforced on this host: {reason}"),
+        tier: tier.to_string(),
+        reason: format!(
+            "{layer} cannot be enforced: {reason} (a policy that accepts running without it lists \"{layer}\" in tier.optional_layers)"
+        ),
     })
 }
 
@@ -246,7 +249,7 @@ fn check_layers(plan: &Plan, facts: &HostFacts) -> Result<Vec<Layer>, Rejection>
         ),
     ];
     for (layer, available, reason) in checks {
-        require(plan, layer, available, &reason, &mut missing)?;
+        require(plan, Tier::B, layer, available, &reason, &mut missing)?;
     }
     Ok(missing)
 }
@@ -422,13 +425,13 @@ fn child_env(plan: &Plan, slot: &Slot) -> Vec<(String, String)> {
 }
 
 /// A child that has exec'd, with the supervisor's ends of its pipes.
-struct SpawnedChild {
-    pid: i32,
-    pidfd: OwnedFd,
-    stdin: Option<OwnedFd>,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
-    chmod_listener: Option<OwnedFd>,
+pub(crate) struct SpawnedChild {
+    pub(crate) pid: i32,
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) stdin: Option<OwnedFd>,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
+    pub(crate) chmod_listener: Option<OwnedFd>,
 }
 
 /// Prepares everything the child needs (strings, pipes, the seccomp program, the
@@ -532,6 +535,8 @@ fn spawn_in_slot(
             .as_ref()
             .map_or(-1, |(_, child_end)| child_end.as_raw_fd()),
         parent_pid: sys::getpid(),
+        inherit_fd: (-1, -1),
+        keep_caps: false,
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
@@ -684,6 +689,127 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
     }
 }
 
+/// A trusted helper program (`bwrap`) started like a Tier B child — new session,
+/// `PR_SET_PDEATHSIG`, the run's cgroup joined before exec, rlimits, stdio pipes, every
+/// other fd closed, `no_new_privs` — but without landlock, seccomp or a capability drop,
+/// which the helper applies itself inside the sandbox it builds. `inherit` is an fd the
+/// helper receives at a fixed number.
+pub(crate) struct HelperSpawn<'a> {
+    pub program: &'a Path,
+    pub argv: &'a [std::ffi::OsString],
+    pub env: &'a [(String, String)],
+    pub inherit: Option<(&'a OwnedFd, i32)>,
+}
+
+/// Starts `helper` in `slot`'s cgroup with the Plan's stdin and rlimits; see
+/// [`HelperSpawn`].
+pub(crate) fn spawn_helper(
+    plan: &Plan,
+    opts: &LaunchOptions,
+    slot: &Slot,
+    helper: &HelperSpawn<'_>,
+) -> Result<SpawnedChild, LaunchError> {
+    let program = cstring(helper.program.as_os_str().as_bytes(), "helper path")?;
+    let argv: Vec<CString> = helper
+        .argv
+        .iter()
+        .map(|a| cstring(a.as_bytes(), "helper argument"))
+        .collect::<Result<_, _>>()?;
+    let envp: Vec<CString> = helper
+        .env
+        .iter()
+        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry"))
+        .collect::<Result<_, _>>()?;
+    let cwd = cstring(b"/", "cwd")?;
+    let null_terminated = |v: &[CString]| -> Vec<*const libc::c_char> {
+        v.iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    };
+    let argv_ptrs = null_terminated(&argv);
+    let envp_ptrs = null_terminated(&envp);
+    let (stdout_r, stdout_w) =
+        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdout"))?;
+    let (stderr_r, stderr_w) =
+        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stderr"))?;
+    let (stdin_child, stdin_parent) = match &plan.stdin {
+        Some(_) => {
+            let (r, w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdin"))?;
+            (r, Some(w))
+        }
+        None => (
+            sys::open_dev_null().map_err(LaunchError::setup("open /dev/null"))?,
+            None,
+        ),
+    };
+    let mut cgroup_fds = [-1; sys::MAX_CGROUP_FDS];
+    let mut n_cgroup_fds = 0;
+    if let Some(cg) = slot.cgroup() {
+        for (fd_slot, fd) in cgroup_fds.iter_mut().zip(cg.procs_fds()) {
+            *fd_slot = *fd;
+            n_cgroup_fds += 1;
+        }
+    }
+    let facts = host_facts();
+    let mut spec = sys::ChildSpec {
+        program: program.as_ptr(),
+        argv: argv_ptrs.as_ptr(),
+        envp: envp_ptrs.as_ptr(),
+        cwd: cwd.as_ptr(),
+        stdin_fd: stdin_child.as_raw_fd(),
+        stdout_fd: stdout_w.as_raw_fd(),
+        stderr_fd: stderr_w.as_raw_fd(),
+        cgroup_fds,
+        n_cgroup_fds,
+        rlimits: rlimits_for(plan).map(|(r, cur, max)| {
+            (
+                r,
+                libc::rlimit64 {
+                    rlim_cur: cur,
+                    rlim_max: max,
+                },
+            )
+        }),
+        drop_privileged: false,
+        change_ids: false,
+        uid: facts.euid,
+        gid: facts.egid,
+        last_cap: caps::last_cap(),
+        landlock_fd: -1,
+        seccomp: std::ptr::null(),
+        seccomp_listener_sock: -1,
+        parent_pid: sys::getpid(),
+        inherit_fd: helper
+            .inherit
+            .map_or((-1, -1), |(fd, at)| (fd.as_raw_fd(), at)),
+        keep_caps: true,
+        fail_step: AtomicU32::new(0),
+        fail_errno: AtomicI32::new(0),
+    };
+    let cloned = if opts.launcher_thread {
+        launcher_clone(&mut spec)
+    } else {
+        caller_clone(&mut spec)
+    };
+    drop((stdin_child, stdout_w, stderr_w));
+    let cloned = cloned.map_err(|(step, errno)| match step {
+        ChildStep::None => LaunchError::Setup {
+            what: "clone".to_owned(),
+            source: std::io::Error::from_raw_os_error(errno),
+        },
+        step => LaunchError::Child { step, errno },
+    })?;
+    Ok(SpawnedChild {
+        pid: cloned.pid,
+        pidfd: cloned.pidfd,
+        stdin: stdin_parent,
+        stdout: stdout_r,
+        stderr: stderr_r,
+        chmod_listener: None,
+    })
+}
+
 /// Per-run resources holding only a cgroup (and an empty private tmp, unused): Tier C,
 /// whose filesystem, tmp and landlock domain are built inside the sandbox. Reused from the
 /// pool like Tier B's slots.
@@ -753,7 +879,7 @@ fn new_slot(
             Ok(cg) => Some(cg),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&tmp);
-                require(plan, Layer::Cgroup, false, &e.to_string(), missing)?;
+                require(plan, Tier::B, Layer::Cgroup, false, &e.to_string(), missing)?;
                 None
             }
         }

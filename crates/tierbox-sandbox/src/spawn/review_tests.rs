@@ -64,6 +64,8 @@ fn sleep_child_from_exiting_thread(change_ids: bool) -> OwnedFd {
             seccomp: std::ptr::null(),
             seccomp_listener_sock: -1,
             parent_pid: sys::getpid(),
+            inherit_fd: (-1, -1),
+            keep_caps: false,
             fail_step: AtomicU32::new(0),
             fail_errno: AtomicI32::new(0),
         };

@@ -159,6 +159,12 @@ pub(crate) struct ChildSpec {
     pub seccomp_listener_sock: c_int,
     /// The supervisor's pid, to detect that it died before `PR_SET_PDEATHSIG` took hold.
     pub parent_pid: libc::pid_t,
+    /// `(src, dst)`: an fd the program inherits at number `dst` (>= 3), or `(-1, -1)`.
+    /// Used to hand `bwrap` its seccomp program (`--seccomp dst`).
+    pub inherit_fd: (c_int, c_int),
+    /// Leave the capability sets alone: only for a trusted helper (`bwrap`) that drops
+    /// them itself after building the sandbox. Tier B programs never set it.
+    pub keep_caps: bool,
     pub fail_step: AtomicU32,
     pub fail_errno: AtomicI32,
 }
@@ -237,6 +243,19 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
         )
     })
     .map_err(step(S::CloseFds))?;
+    // 6b. The one fd a helper inherits (dup3 without O_CLOEXEC keeps it across exec).
+    if spec.inherit_fd.0 >= 0 && spec.inherit_fd.1 >= 3 {
+        // SAFETY: dup3 on an fd the parent opened for us, to a number >= 3.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_dup3,
+                spec.inherit_fd.0,
+                spec.inherit_fd.1,
+                0 as libc::c_ulong,
+            )
+        })
+        .map_err(step(S::CloseFds))?;
+    }
     // 7. Working directory, while we still have every right to reach it.
     // SAFETY: `cwd` is a NUL-terminated string owned by the parent.
     check(unsafe { libc::syscall(libc::SYS_chdir, spec.cwd) }).map_err(step(S::Chdir))?;
@@ -267,7 +286,9 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     if spec.change_ids {
         lsys::set_ids(spec.uid, spec.gid).map_err(step(S::SetIds))?;
     }
-    lsys::capset_zero().map_err(step(S::Capset))?;
+    if !spec.keep_caps {
+        lsys::capset_zero().map_err(step(S::Capset))?;
+    }
     // 9b. A uid or gid change clears the parent-death signal (kernel rule, whatever the
     //     securebits), so it is set again here, and the parent re-checked.
     if spec.change_ids {

@@ -38,7 +38,7 @@ use crate::linux::mounts::{
     COVER_DIR_MODE, COVER_TMPFS_BYTES, EntryKind, HostView, MOUNTPOINT_DIR_MODE,
     MOUNTPOINT_FILE_MODE, MountOp, MountPlan, MountPlanError, PTMX_MODE, PTS_MODE, mount_plan,
 };
-use crate::linux::seccomp::{SeccompError, SeccompProgram, SeccompSpec};
+use crate::linux::seccomp::{SeccompError, SeccompProgram};
 use crate::linux::userns::{TIER_C_NAMESPACES, id_map_lines, probe_userns_cached};
 use crate::probe::host_facts;
 
@@ -237,16 +237,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let cwd = cstring("cwd", plan.cwd.as_os_str().as_bytes())?;
 
     let seccomp = if opts.seccomp {
-        Some(SeccompProgram::build(&SeccompSpec {
-            deny_namespaces: true,
-            // The program's uid inside is not 0 and it has no capabilities: it owns only
-            // what the supervisor's euid owns on the mounts the plan grants.
-            deny_file_metadata: false,
-            mediate_chmod: false,
-            // The network namespace has only `lo`: inet sockets reach nothing else.
-            allow_inet_sockets: true,
-            allow_unix_sockets: true,
-        })?)
+        Some(SeccompProgram::build(&crate::tier_c::tier_c_seccomp_spec())?)
     } else {
         None
     };
