@@ -10,13 +10,18 @@ use tierbox_sandbox::select::tier_available;
 pub fn run(json: bool) -> Result<ExitCode> {
     let facts = host_facts();
     let summary = facts.summary();
+    let userns = tierbox_sandbox::linux::userns::probe_userns_cached();
     let tiers: Vec<serde_json::Value> = [Tier::C, Tier::B, Tier::A]
         .into_iter()
-        .map(|t| match tier_available(t, facts) {
-            Ok(()) => serde_json::json!({ "tier": t.to_string(), "available": true }),
-            Err(reason) => {
-                serde_json::json!({ "tier": t.to_string(), "available": false, "reason": reason })
-            }
+        .map(|t| {
+            let mut v = match tier_available(t, facts) {
+                Ok(()) => serde_json::json!({ "tier": t.to_string(), "available": true }),
+                Err(reason) => serde_json::json!({
+                    "tier": t.to_string(), "available": false, "reason": reason
+                }),
+            };
+            v["backends"] = serde_json::Value::Array(backends(t, &summary));
+            v
         })
         .collect();
     let mut hints = Vec::new();
@@ -32,6 +37,11 @@ pub fn run(json: bool) -> Result<ExitCode> {
         hints.push(format!(
             "cgroups: {} — run the supervisor in a delegated cgroup v2 subtree (e.g. `systemd-run --user -p Delegate=yes --scope tierbox …`) or as root with cgroup v1; without it memory and process limits fall back to rlimits",
             summary.cgroup_detail
+        ));
+    }
+    if let Some(reason) = userns.reason() {
+        hints.push(format!(
+            "user namespaces: {reason}; tier c needs them (tier b does not)"
         ));
     }
     if json {
@@ -67,6 +77,12 @@ pub fn run(json: bool) -> Result<ExitCode> {
         }
     );
     println!("cgroup      {}", summary.cgroup_detail);
+    println!(
+        "userns      {}",
+        userns
+            .reason()
+            .map_or("available".to_owned(), |r| format!("unavailable: {r}"))
+    );
     println!();
     for t in &tiers {
         let tier = t["tier"].as_str().unwrap_or("?");
@@ -78,6 +94,22 @@ pub fn run(json: bool) -> Result<ExitCode> {
                 t["reason"].as_str().unwrap_or("")
             );
         }
+        for b in t["backends"].as_array().into_iter().flatten() {
+            let name = b["backend"].as_str().unwrap_or("?");
+            match b["reason"].as_str() {
+                Some(reason) => println!("  {name:<22} unavailable: {reason}"),
+                None => println!(
+                    "  {name:<22} {}",
+                    b["layers"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|l| l.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            }
+        }
     }
     if !hints.is_empty() {
         println!();
@@ -86,4 +118,78 @@ pub fn run(json: bool) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The backends of `tier` on this host and the layers each applies.
+fn backends(tier: Tier, summary: &tierbox_sandbox::probe::HostSummary) -> Vec<serde_json::Value> {
+    let landlock = summary
+        .landlock_abi
+        .map_or("landlock unavailable".to_owned(), |a| {
+            format!("landlock ABI {a}")
+        });
+    let seccomp = if summary.seccomp {
+        "seccomp deny-list filter"
+    } else {
+        "no seccomp"
+    };
+    let cgroup = summary
+        .cgroup_version
+        .as_deref()
+        .map_or("no cgroup (rlimits only)".to_owned(), |v| {
+            format!("cgroup {v} (memory, pids)")
+        });
+    let ids = if summary.root {
+        "uid 1000 inside mapped to host uid 0, no capabilities"
+    } else {
+        "uid 1000 inside mapped to the supervisor's uid"
+    };
+    let namespaces = "namespaces user, pid, mount, net (lo only), ipc, uts, cgroup";
+    match tier {
+        Tier::C => {
+            let userns = tierbox_sandbox::linux::userns::probe_userns_cached();
+            let native = match userns.reason() {
+                Some(r) => {
+                    serde_json::json!({ "backend": "native", "available": false, "reason": r })
+                }
+                None => serde_json::json!({
+                    "backend": "native",
+                    "available": true,
+                    "layers": [namespaces, "pivot_root into a tmpfs root", landlock, seccomp, cgroup, ids],
+                }),
+            };
+            let bwrap = match tierbox_sandbox::bwrap::probe_bwrap_cached() {
+                Err(e) => {
+                    serde_json::json!({ "backend": "bwrap", "available": false, "reason": e.to_string() })
+                }
+                Ok(info) => serde_json::json!({
+                    "backend": "bwrap",
+                    "available": true,
+                    "layers": [
+                        format!("bwrap {} at {}", info.version, info.path.display()),
+                        namespaces.to_owned(),
+                        "no landlock".to_owned(),
+                        seccomp.to_owned(),
+                        cgroup.clone(),
+                        ids.to_owned(),
+                    ],
+                }),
+            };
+            vec![native, bwrap]
+        }
+        Tier::B => vec![serde_json::json!({
+            "backend": "linux",
+            "available": true,
+            "layers": [
+                landlock,
+                seccomp.to_owned(),
+                cgroup,
+                if summary.root {
+                    "runs as the workspace owner when not root; capabilities dropped"
+                } else {
+                    "runs as the supervisor's uid"
+                }.to_owned(),
+            ],
+        })],
+        Tier::A => Vec::new(),
+    }
 }

@@ -318,3 +318,157 @@ fn git_init_and_commit_work_when_the_run_keeps_uid_0() {
     let log = run(&["git", "log", "--format=%s"]);
     assert_eq!(String::from_utf8_lossy(&log.stdout), "first\n");
 }
+
+fn tier_c_available() -> bool {
+    let out = tierbox(&["doctor", "--json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tier_c = v["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tier"] == "c")
+        .cloned()
+        .unwrap();
+    let ok = tier_c["available"] == true;
+    if !ok {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "tier c unavailable under CI: {tier_c}"
+        );
+        eprintln!(
+            "SKIP: tier c unavailable on this host: {}",
+            tier_c["reason"]
+        );
+    }
+    ok
+}
+
+/// Ordinary developer commands in Tier C: listing, reading, git, and a file written inside
+/// that is then visible on the host.
+#[test]
+fn tier_c_runs_ordinary_commands_and_writes_reach_the_host() {
+    if !tier_c_available() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let w = ws.path().to_str().unwrap();
+    std::fs::write(ws.path().join("notes.txt"), "hello from the host\n").unwrap();
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "--tier", "c", "--json", "--workspace", w, "--"];
+        all.extend_from_slice(args);
+        let out = tierbox(&all, None);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(v["exit_code"], 0, "{args:?}: {v}");
+        assert_eq!(v["tier"], "c", "{v}");
+        assert_eq!(v["backend"], "tier_c_linux_native", "{v}");
+        v
+    };
+    let ls = run(&["ls"]);
+    assert!(
+        ls["stdout"]["text"].as_str().unwrap().contains("notes.txt"),
+        "{ls}"
+    );
+    let cat = run(&["cat", "notes.txt"]);
+    assert_eq!(cat["stdout"]["text"], "hello from the host\n");
+    run(&["touch", "made-inside.txt"]);
+    assert!(ws.path().join("made-inside.txt").exists());
+    // The empty mount point covering the missing `.git` was removed after each run.
+    assert!(!ws.path().join(".git").exists());
+    // In a repository, git works and sees the file written inside.
+    let init = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(ws.path())
+        .status()
+        .unwrap();
+    assert!(init.success());
+    let status = run(&["git", "status", "--porcelain"]);
+    let text = status["stdout"]["text"].as_str().unwrap();
+    assert!(text.contains("?? made-inside.txt"), "{status}");
+}
+
+/// With user namespaces made unavailable, `--tier c` is rejected with `tier.unavailable`
+/// naming the cause, and nothing runs. `user.max_user_namespaces` is per user namespace,
+/// so the test sets it to 0 inside `unshare --user --map-root-user` (the host's value is
+/// never touched) and runs the binary there.
+#[test]
+fn tier_c_is_rejected_not_downgraded_when_user_namespaces_are_off() {
+    if !tier_c_available() {
+        return;
+    }
+    let Some(unshare) = ["/usr/bin/unshare", "/bin/unshare"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "util-linux unshare is required under CI"
+        );
+        eprintln!("SKIP: util-linux unshare not installed");
+        return;
+    };
+    let ws = tempfile::tempdir().unwrap();
+    let marker = ws.path().join("ran");
+    let state = tempfile::tempdir().unwrap();
+    let script = format!(
+        "echo 0 > /proc/sys/user/max_user_namespaces || exit 99; \
+         exec \"$0\" run --tier c --workspace \"$1\" -- touch \"$2\""
+    );
+    let out = Command::new(unshare)
+        .args(["--user", "--map-root-user", "--", "sh", "-c", &script])
+        .arg(env!("CARGO_BIN_EXE_tierbox"))
+        .arg(ws.path())
+        .arg("ran")
+        .env("XDG_STATE_HOME", state.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("tier.unavailable"), "{stderr}");
+    assert!(stderr.contains("user.max_user_namespaces=0"), "{stderr}");
+    assert!(!marker.exists(), "nothing may run");
+}
+
+/// `cargo --version` in Tier C with the toolchain granted read-only by the shipped
+/// "build with caches" policy (its PATH names `/root/.cargo/bin`).
+#[test]
+fn tier_c_runs_cargo_from_a_read_only_toolchain() {
+    if !tier_c_available() {
+        return;
+    }
+    if !std::path::Path::new("/root/.cargo/bin/cargo").exists() {
+        eprintln!("SKIP: no /root/.cargo/bin/cargo (the policy's PATH names it)");
+        return;
+    }
+    let policy = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../policies/build-with-caches.toml"
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let out = tierbox(
+        &[
+            "run",
+            "--policy",
+            policy,
+            "--tier",
+            "c",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--",
+            "cargo",
+            "--version",
+        ],
+        None,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("cargo "), "{stdout}");
+}
