@@ -412,12 +412,10 @@ fn tier_c_is_rejected_not_downgraded_when_user_namespaces_are_off() {
     let ws = tempfile::tempdir().unwrap();
     let marker = ws.path().join("ran");
     let state = tempfile::tempdir().unwrap();
-    let script = format!(
-        "echo 0 > /proc/sys/user/max_user_namespaces || exit 99; \
-         exec \"$0\" run --tier c --workspace \"$1\" -- touch \"$2\""
-    );
+    let script = "echo 0 > /proc/sys/user/max_user_namespaces || exit 99; \
+         exec \"$0\" run --tier c --workspace \"$1\" -- touch \"$2\"";
     let out = Command::new(unshare)
-        .args(["--user", "--map-root-user", "--", "sh", "-c", &script])
+        .args(["--user", "--map-root-user", "--", "sh", "-c", script])
         .arg(env!("CARGO_BIN_EXE_tierbox"))
         .arg(ws.path())
         .arg("ran")
