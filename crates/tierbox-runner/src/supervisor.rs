@@ -356,6 +356,15 @@ async fn supervise(
 
     let stats = l.slot.as_ref().and_then(|slot| slot.stats());
     let limit_hit = classify(plan, &ended, &exit, stats.as_ref());
+    // bwrap exits with 128 + the signal that killed the program. When the cgroup proves
+    // the kernel's OOM killer acted, a 137 is that SIGKILL, not a code the program chose.
+    if l.enforcement.backend == tierbox_sandbox::bwrap::BACKEND_NAME
+        && limit_hit == Some(LimitHit::Memory)
+        && exit.code == Some(128 + libc::SIGKILL)
+    {
+        exit.code = None;
+        exit.signal = Some(libc::SIGKILL);
+    }
     let redactor = plan
         .redaction
         .enabled

@@ -725,7 +725,12 @@ fn protected_mounts(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step
             at.push(component);
             let last = i + 1 == components.len();
             match host.kind(&at) {
-                PathKind::Dir if !last => continue,
+                PathKind::Dir if !last => {
+                    // Pin the directory on the way (a mount point cannot be renamed or
+                    // removed), so `mv .git x && mkdir -p .git/hooks` cannot replace it.
+                    steps.push((at.clone(), Step::BindRw));
+                    continue;
+                }
                 PathKind::Dir | PathKind::File => steps.push((at.clone(), Step::BindRo)),
                 PathKind::Missing => steps.push((at.clone(), Step::EmptyRo)),
                 PathKind::Symlink { resolved, .. } => {

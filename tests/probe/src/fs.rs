@@ -343,3 +343,430 @@ pub fn fsize(bytes: u64, signal: bool, file: Option<PathBuf>) -> ProbeResult {
         ))),
     }
 }
+
+/// Most bytes `no-content` reads of one file.
+const NO_CONTENT_READ_CAP: u64 = 1 << 20;
+
+/// What one route of `no-content` found.
+enum Seen {
+    /// The needle: the real content reached the run.
+    Needle(String),
+    /// Something, or nothing, without the needle.
+    Nothing(String),
+}
+
+/// Reads what is at `path` (a file's first [`NO_CONTENT_READ_CAP`] bytes, a directory's
+/// entry names) and looks for `needle` in it (for a directory: an entry named `needle`).
+fn look_for(path: &Path, needle: &str) -> Seen {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) => return Seen::Nothing(format!("stat {}", io_errno_name(&e))),
+    };
+    if meta.is_dir() {
+        return match std::fs::read_dir(path) {
+            Err(e) => Seen::Nothing(format!("list {}", io_errno_name(&e))),
+            Ok(entries) => {
+                let names: Vec<String> = entries
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect();
+                if names.iter().any(|n| n == needle) {
+                    Seen::Needle(format!(
+                        "listed {} entries, {needle:?} among them",
+                        names.len()
+                    ))
+                } else {
+                    Seen::Nothing(format!("listed {} entries, no {needle:?}", names.len()))
+                }
+            }
+        };
+    }
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => return Seen::Nothing(format!("open {}", io_errno_name(&e))),
+    };
+    let mut content = Vec::new();
+    // The content is never printed: it may be a real secret.
+    match file.take(NO_CONTENT_READ_CAP).read_to_end(&mut content) {
+        Err(e) => Seen::Nothing(format!("read {}", io_errno_name(&e))),
+        Ok(n)
+            if content
+                .windows(needle.len())
+                .any(|w| w == needle.as_bytes()) =>
+        {
+            Seen::Needle(format!("read {n} bytes holding the secret"))
+        }
+        Ok(n) => Seen::Nothing(format!("read {n} bytes, none of the secret")),
+    }
+}
+
+/// `no-content PATH NEEDLE`: nothing of PATH's real content reaches the run. Unlike
+/// `read-denied`, PATH need not exist in the run's view (in Tier C, host paths outside the
+/// grants are simply absent), and a read that succeeds is fine as long as what it returns
+/// is not the real content (Tier C covers `/etc/shadow` with an empty `/dev/null`): the
+/// test names a NEEDLE from the real content (for a directory: one of its entry names),
+/// and every route must fail or come back without it. Routes: PATH, a symlink to it and a
+/// hard link to it made in the working directory, and `/proc/self/root/PATH`.
+pub fn no_content(path: &Path, needle: &str) -> ProbeResult {
+    if needle.is_empty() {
+        return Err(ProbeError(
+            "the needle is empty: it would match anything".to_owned(),
+        ));
+    }
+    let tag = format!("tierbox-probe-{}", std::process::id());
+    let mut routes: Vec<(String, Seen)> = Vec::new();
+    routes.push((path.display().to_string(), look_for(path, needle)));
+
+    let symlink = PathBuf::from(format!("{tag}.symlink"));
+    let via_symlink = match std::os::unix::fs::symlink(path, &symlink) {
+        Ok(()) => look_for(&symlink, needle),
+        Err(e) => Seen::Nothing(format!("symlink {}", io_errno_name(&e))),
+    };
+    let _ = std::fs::remove_file(&symlink);
+    routes.push((format!("symlink ./{}", symlink.display()), via_symlink));
+
+    let hardlink = PathBuf::from(format!("{tag}.hardlink"));
+    let via_link = match std::fs::hard_link(path, &hardlink) {
+        Ok(()) => match look_for(&hardlink, needle) {
+            Seen::Needle(r) => Seen::Needle(format!("linked, {r}")),
+            Seen::Nothing(r) => Seen::Nothing(format!("linked, {r}")),
+        },
+        Err(e) => Seen::Nothing(format!("link {}", io_errno_name(&e))),
+    };
+    let _ = std::fs::remove_file(&hardlink);
+    routes.push((format!("hard link ./{}", hardlink.display()), via_link));
+
+    if path.is_absolute() {
+        let via_proc = Path::new("/proc/self/root").join(path.strip_prefix("/").unwrap_or(path));
+        let seen = look_for(&via_proc, needle);
+        routes.push((via_proc.display().to_string(), seen));
+    }
+
+    let broken = routes.iter().any(|(_, s)| matches!(s, Seen::Needle(_)));
+    let text: Vec<String> = routes
+        .iter()
+        .map(|(route, s)| match s {
+            Seen::Needle(what) => format!("{route}: SECRET REACHED ({what})"),
+            Seen::Nothing(what) => format!("{route}: {what}"),
+        })
+        .collect();
+    let text = text.join("; ");
+    Ok(if broken {
+        Report::Broken(text)
+    } else {
+        Report::Holds(text)
+    })
+}
+
+/// `leave-file PATH`: creates PATH (it must not exist) with a line of text, and says
+/// whether that worked. The caller judges: in a private `/tmp` a success is fine, as long
+/// as the file never shows up on the host.
+pub fn leave_file(path: &Path) -> ProbeResult {
+    let created = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(b"left by tierbox-probe\n"));
+    Ok(Report::Done(match created {
+        Ok(()) => format!("created {}", path.display()),
+        Err(e) => format!("create {}: {}", path.display(), io_errno_name(&e)),
+    }))
+}
+
+/// The record of one mutation attempt: what, and how it went.
+type Tried = Vec<(String, Result<String, String>)>;
+
+fn tried(out: &mut Tried, what: String, result: std::io::Result<()>) -> bool {
+    let ok = result.is_ok();
+    out.push((
+        what,
+        result
+            .map(|()| "SUCCEEDED".to_owned())
+            .map_err(|e| io_errno_name(&e)),
+    ));
+    ok
+}
+
+fn verdict(attempts: &Tried, tail: &str) -> ProbeResult {
+    let text: Vec<String> = attempts
+        .iter()
+        .map(|(what, r)| format!("{what}: {}", r.as_ref().unwrap_or_else(|e| e)))
+        .collect();
+    let text = format!("{}{tail}", text.join("; "));
+    Ok(if attempts.iter().any(|(_, r)| r.is_ok()) {
+        Report::Broken(text)
+    } else {
+        Report::Holds(text)
+    })
+}
+
+/// The proper ancestors of a relative path, shortest first (`a`, `a/b` for `a/b/c`).
+fn ancestors_below_cwd(path: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = path
+        .ancestors()
+        .skip(1)
+        .filter(|a| !a.as_os_str().is_empty() && *a != Path::new("."))
+        .map(Path::to_path_buf)
+        .collect();
+    out.reverse();
+    out
+}
+
+/// Renames each existing ancestor of `path` away and, when that works, rebuilds `path`
+/// (as a directory or a file) under the old name: the swap the host's git would then
+/// follow. Everything that worked is undone.
+fn swap_ancestors(path: &Path, as_dir: bool, tag: &str, attempts: &mut Tried) {
+    for ancestor in ancestors_below_cwd(path) {
+        if std::fs::symlink_metadata(&ancestor).is_err() {
+            continue;
+        }
+        let moved = PathBuf::from(format!("{}.{tag}.moved", ancestor.display()));
+        let renamed = tried(
+            attempts,
+            format!("rename {} away", ancestor.display()),
+            std::fs::rename(&ancestor, &moved),
+        );
+        if !renamed {
+            continue;
+        }
+        let rebuilt = if as_dir {
+            std::fs::create_dir_all(path)
+        } else {
+            path.parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| File::create(path).map(drop))
+        };
+        tried(
+            attempts,
+            format!("rebuild {} after that", path.display()),
+            rebuilt,
+        );
+        let _ = std::fs::remove_dir_all(&ancestor).or_else(|_| std::fs::remove_file(&ancestor));
+        let _ = std::fs::rename(&moved, &ancestor);
+    }
+}
+
+/// `replace-denied PATH`: PATH, a relative path below the working directory that exists
+/// (a protected path such as `.git/hooks` or `.git/config`), can be neither changed nor
+/// swapped: not written (a file: append, truncate; a directory: create a file, a
+/// directory or a symlink in it), not renamed away, not removed, not replaced by a file,
+/// a directory or a symlink (renamed over it, or exchanged with it by
+/// `renameat2(RENAME_EXCHANGE)`), and no ancestor of it can be renamed away so that a new
+/// PATH is built in its place. Whatever succeeded is undone.
+pub fn replace_denied(path: &Path) -> ProbeResult {
+    if path.is_absolute() {
+        return Err(ProbeError(format!(
+            "{} is absolute; give a path relative to the working directory",
+            path.display()
+        )));
+    }
+    let meta = std::fs::symlink_metadata(path).map_err(|e| {
+        ProbeError(format!(
+            "cannot stat {} ({}); the target must exist",
+            path.display(),
+            io_errno_name(&e)
+        ))
+    })?;
+    let is_dir = meta.is_dir();
+    // A file's content, to put back if the probe managed to destroy it.
+    let backup = if is_dir {
+        None
+    } else {
+        std::fs::read(path).ok()
+    };
+    let restore = |p: &Path| {
+        if let Some(b) = &backup {
+            let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir(p));
+            let _ = std::fs::write(p, b);
+        }
+    };
+    let tag = format!("tierbox-probe-{}", std::process::id());
+    let mut attempts: Tried = Vec::new();
+
+    if is_dir {
+        let new_file = path.join(format!("{tag}.new"));
+        if tried(
+            &mut attempts,
+            format!("create {}", new_file.display()),
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&new_file)
+                .map(drop),
+        ) {
+            let _ = std::fs::remove_file(&new_file);
+        }
+        let new_dir = path.join(format!("{tag}.dir"));
+        if tried(
+            &mut attempts,
+            format!("mkdir {}", new_dir.display()),
+            std::fs::create_dir(&new_dir),
+        ) {
+            let _ = std::fs::remove_dir(&new_dir);
+        }
+        let link = path.join(format!("{tag}.symlink"));
+        if tried(
+            &mut attempts,
+            format!("symlink {}", link.display()),
+            std::os::unix::fs::symlink("/", &link),
+        ) {
+            let _ = std::fs::remove_file(&link);
+        }
+    } else {
+        tried(
+            &mut attempts,
+            format!("append to {}", path.display()),
+            OpenOptions::new()
+                .append(true)
+                .open(path)
+                .and_then(|mut f| f.write_all(b"")),
+        );
+        tried(
+            &mut attempts,
+            format!("truncate {}", path.display()),
+            truncate_to_current_length(path),
+        );
+    }
+
+    let moved = PathBuf::from(format!("{tag}.moved"));
+    if tried(
+        &mut attempts,
+        format!("rename {} away", path.display()),
+        std::fs::rename(path, &moved),
+    ) {
+        let _ = std::fs::rename(&moved, path);
+    }
+    if !is_dir
+        && tried(
+            &mut attempts,
+            format!("unlink {}", path.display()),
+            std::fs::remove_file(path),
+        )
+    {
+        restore(path);
+    }
+
+    // Stand-ins: a file, a directory, and a symlink to `/` (a `.git/config` pointing
+    // anywhere, a `.git/hooks` pointing to a directory the run controls).
+    let file = PathBuf::from(format!("{tag}.file"));
+    let dir = PathBuf::from(format!("{tag}.standin-dir"));
+    let link = PathBuf::from(format!("{tag}.standin-link"));
+    let made = File::create(&file)
+        .map(drop)
+        .and_then(|()| std::fs::create_dir(&dir))
+        .and_then(|()| std::os::unix::fs::symlink("/", &link));
+    if let Err(e) = made {
+        let _ = std::fs::remove_file(&file);
+        let _ = std::fs::remove_dir(&dir);
+        let _ = std::fs::remove_file(&link);
+        return Err(ProbeError(format!(
+            "cannot create stand-ins in the working directory ({}); run the probe in the workspace",
+            io_errno_name(&e)
+        )));
+    }
+    for standin in [&file, &dir, &link] {
+        if tried(
+            &mut attempts,
+            format!("exchange {} with a {}", path.display(), standin.display()),
+            sys::rename_exchange(standin, path).map_err(|e| e.source),
+        ) {
+            let _ = sys::rename_exchange(standin, path);
+        }
+    }
+    // Renaming over it (a directory only replaces an empty directory).
+    for standin in [&file, &link, &dir] {
+        let kind_fits = (standin == &dir) == is_dir;
+        if !kind_fits {
+            continue;
+        }
+        if tried(
+            &mut attempts,
+            format!("rename {} over {}", standin.display(), path.display()),
+            std::fs::rename(standin, path),
+        ) {
+            restore(path);
+        }
+    }
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_dir(&dir);
+    let _ = std::fs::remove_file(&link);
+
+    swap_ancestors(path, is_dir, &tag, &mut attempts);
+    verdict(&attempts, "")
+}
+
+/// `create-denied PATH`: PATH, a relative path below the working directory that does not
+/// exist (`.git/hooks` in a workspace without `.git`), cannot be brought into existence:
+/// not by `mkdir -p`, not as a file (after `mkdir -p` of its parent), and not by renaming
+/// an existing ancestor away (or removing it) and building PATH in its place. Whatever
+/// succeeded is undone.
+pub fn create_denied(path: &Path) -> ProbeResult {
+    if path.is_absolute() {
+        return Err(ProbeError(format!(
+            "{} is absolute; give a path relative to the working directory",
+            path.display()
+        )));
+    }
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Err(ProbeError(format!(
+            "{} exists; the probe needs a missing path",
+            path.display()
+        )));
+    }
+    let tag = format!("tierbox-probe-{}", std::process::id());
+    // What existed before, so that only what the probe made is removed.
+    let existing: Vec<PathBuf> = ancestors_below_cwd(path)
+        .into_iter()
+        .filter(|a| std::fs::symlink_metadata(a).is_ok())
+        .collect();
+    let undo = || {
+        let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir(path));
+        for a in ancestors_below_cwd(path).iter().rev() {
+            if !existing.contains(a) {
+                let _ = std::fs::remove_dir(a);
+            }
+        }
+    };
+    let mut attempts: Tried = Vec::new();
+    tried(
+        &mut attempts,
+        format!("mkdir -p {}", path.display()),
+        std::fs::create_dir_all(path),
+    );
+    undo();
+    let as_file = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map(drop)
+        });
+    tried(
+        &mut attempts,
+        format!("create file {}", path.display()),
+        as_file,
+    );
+    undo();
+    for a in &existing {
+        if a.is_dir() {
+            let removed = std::fs::remove_dir(a);
+            if tried(&mut attempts, format!("rmdir {}", a.display()), removed) {
+                let _ = std::fs::create_dir(a);
+            }
+        }
+    }
+    swap_ancestors(path, true, &tag, &mut attempts);
+    let tail = match std::fs::symlink_metadata(path) {
+        Ok(_) => format!(" [{} EXISTS afterwards]", path.display()),
+        Err(e) => format!(" [{} afterwards: {}]", path.display(), io_errno_name(&e)),
+    };
+    if std::fs::symlink_metadata(path).is_ok() {
+        attempts.push((
+            format!("{} left behind", path.display()),
+            Ok("EXISTS".to_owned()),
+        ));
+    }
+    verdict(&attempts, &tail)
+}

@@ -9,7 +9,8 @@
 //!   target that does not exist, an unexpected failure), which proves nothing.
 //!
 //! A few probes only set a scene that the *test* then judges from outside (`flood`,
-//! `daemon`, `grandchild-holds-stdout`, `hold`, `whoami`, `print-env`) and print `DONE`, exit 0; `memory`,
+//! `daemon`, `grandchild-holds-stdout`, `hold`, `whoami`, `print-env`, `leave-file`) and print
+//! `DONE`, exit 0; `memory`,
 //! `cpu` and `fsize --signal` expect to be killed, and print `BROKEN` if they are not.
 //!
 //! Path arguments may be written `env:NAME`, meaning "the path in environment variable
@@ -65,8 +66,16 @@ const USAGE: &str = "\
 usage: tierbox-probe PROBE [ARGS]
   read-denied PATH              reading PATH must fail, also via a symlink, a hard link and
                                 /proc/self/root (PATH must exist)
+  no-content PATH NEEDLE        nothing read of PATH (directly, via a symlink, a hard link or
+                                /proc/self/root) may contain NEEDLE (a directory: no entry NEEDLE);
+                                PATH may be absent
   write-denied PATH             append/truncate/move out, and create/mkdir/symlink/rename/link
                                 into PATH (a directory, or a file and its directory) must fail
+  leave-file PATH               create PATH and say whether that worked (the caller judges)
+  replace-denied PATH           PATH (relative, existing) cannot be written, moved, removed,
+                                replaced or exchanged, nor swapped by renaming an ancestor
+  create-denied PATH            PATH (relative, missing) cannot be created, as a directory or a
+                                file, nor by renaming or removing an existing ancestor
   chmod-denied PATH             chmod of PATH (to its current mode) must fail
   env-absent NAME...            none of the variables may be set
   print-env NAME                print NAME=VALUE on stdout and stderr
@@ -82,20 +91,27 @@ usage: tierbox-probe PROBE [ARGS]
   grandchild-holds-stdout [--setsid]
                                 leave a child holding stdout for 30 s, print its pid
   no-net PORT                   inet/inet6/unix sockets and a connect to 127.0.0.1:PORT must fail
+  no-reach TCP UDP NAME         tcp connect to 127.0.0.1:TCP, a udp echo from 127.0.0.1:UDP and
+                                a connect to the abstract unix socket @NAME must all fail
   no-ptrace                     PTRACE_TRACEME and process_vm_readv must fail
   no-userns                     unshare(CLONE_NEWUSER) and clone(CLONE_NEWUSER) must fail
   no-kernel-surface             io_uring, userfaultfd, keyctl, bpf, perf_event_open,
                                 personality changes and name_to_handle_at must fail
+  no-mount                      mount(tmpfs), fsopen, open_tree and unshare(CLONE_NEWNS) must fail
   no-signal-outside PID         kill(PID, 0) must fail with EPERM
   no-tiocsti                    TIOCSTI on fds 0-2 and /dev/tty must fail
   proc-environ PID              /proc/PID/environ, mem, fd/N links, cwd and root must be unreachable
+  proc-env-absent PID NAME...   none of the variables may appear in /proc/PID/environ
+  no-other-procs                /proc must list no process but the probe and its ancestors
+  sethostname NAME              sethostname(NAME) must fail (prints the nodename)
+  comm-write-denied             writing /proc/self/comm must fail
   cgroup-escape                 cgroup.procs of the own and root cgroups must not open for writing
   memory BYTES                  allocating and touching 2 x BYTES must not succeed
   cpu MS                        using 2 x MS of CPU time must not succeed
   no-core                       RLIMIT_CORE is 0 and cannot be raised
   setuid-exec PATH              a setuid-root copy of this probe must not run with euid 0
   whoami                        print uids, gids and groups (run by setuid-exec)
-PATH arguments may be env:NAME (the path is the value of variable NAME).";
+PATH and NEEDLE arguments may be env:NAME (the value of variable NAME).";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -127,7 +143,11 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
     };
     match probe {
         "read-denied" => fs::read_denied(&path_arg(arg(0)?)?),
+        "no-content" => fs::no_content(&path_arg(arg(0)?)?, &text_arg(arg(1)?)?),
         "write-denied" => fs::write_denied(&path_arg(arg(0)?)?),
+        "leave-file" => fs::leave_file(&path_arg(arg(0)?)?),
+        "replace-denied" => fs::replace_denied(&path_arg(arg(0)?)?),
+        "create-denied" => fs::create_denied(&path_arg(arg(0)?)?),
         "chmod-denied" => fs::chmod_denied(&path_arg(arg(0)?)?),
         "fchmod-denied" => fs::fchmod_denied(&path_arg(arg(0)?)?),
         "fsize" => {
@@ -152,6 +172,13 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
         "no-signal-outside" => privilege::no_signal_outside(number(arg(0)?)?),
         "no-tiocsti" => privilege::no_tiocsti(),
         "proc-environ" => privilege::proc_environ(number(arg(0)?)?),
+        "proc-env-absent" if args.len() >= 2 => {
+            privilege::proc_env_absent(number(arg(0)?)?, &args[1..])
+        }
+        "proc-env-absent" => Err(ProbeError(format!("missing arguments\n{USAGE}"))),
+        "no-other-procs" => privilege::no_other_procs(),
+        "sethostname" => privilege::sethostname(arg(0)?),
+        "comm-write-denied" => privilege::comm_write_denied(),
         "fork-bomb" => process::fork_bomb(number(arg(0)?)?),
         "nofile" => process::nofile(number(arg(0)?)?),
         "daemon" => process::daemon(&path_arg(arg(0)?)?),
@@ -159,8 +186,10 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
             process::grandchild_holds_stdout(args.iter().any(|a| a == "--setsid"))
         }
         "no-net" => net::no_net(number(arg(0)?)?),
+        "no-reach" => net::no_reach(number(arg(0)?)?, number(arg(1)?)?, arg(2)?),
         "cgroup-escape" => cgroup::cgroup_escape(),
         "no-kernel-surface" => surface::no_kernel_surface(),
+        "no-mount" => surface::no_mount(),
         "memory" => process::memory(number(arg(0)?)?),
         "cpu" => process::cpu(number(arg(0)?)?),
         "hold" => process::hold(&path_arg(arg(0)?)?),
@@ -176,6 +205,18 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
 fn number<T: std::str::FromStr>(text: &str) -> Result<T, ProbeError> {
     text.parse()
         .map_err(|_| ProbeError(format!("{text:?} is not a valid number")))
+}
+
+/// A text argument: the text itself, or with `env:NAME` the value of variable `NAME`.
+fn text_arg(text: &str) -> Result<String, ProbeError> {
+    match text.strip_prefix("env:") {
+        Some(name) => std::env::var(name).map_err(|_| {
+            ProbeError(format!(
+                "environment variable {name} (named by {text:?}) is not set"
+            ))
+        }),
+        None => Ok(text.to_owned()),
+    }
 }
 
 /// A path argument: the text itself, or with `env:NAME` the value of variable `NAME`.

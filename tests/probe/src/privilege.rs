@@ -360,3 +360,150 @@ pub fn setuid_exec(path: &Path) -> ProbeResult {
         ))),
     }
 }
+
+/// The parent pid of `pid` (field 4 of `/proc/PID/stat`).
+fn parent_of(pid: u32) -> Result<u32, ProbeError> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path)
+        .map_err(|e| ProbeError(format!("cannot read {path} ({})", io_errno_name(&e))))?;
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
+        .ok_or_else(|| ProbeError(format!("{path} has no parent pid")))
+}
+
+/// The `comm` of `pid`, or `?`.
+fn comm_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_owned())
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+/// `no-other-procs`: `/proc` shows no process but the probe itself and its ancestors (in
+/// Tier C: the sandbox's init). Any other pid is a process outside the run.
+pub fn no_other_procs() -> ProbeResult {
+    let me = std::process::id();
+    let mut own = vec![me];
+    let mut pid = me;
+    loop {
+        let parent = parent_of(pid)?;
+        if parent == 0 || own.contains(&parent) {
+            break;
+        }
+        own.push(parent);
+        pid = parent;
+    }
+    let listed: Vec<u32> = std::fs::read_dir("/proc")
+        .map_err(|e| ProbeError(format!("cannot list /proc ({})", io_errno_name(&e))))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut others: Vec<u32> = listed.into_iter().filter(|p| !own.contains(p)).collect();
+    others.sort_unstable();
+    let own_text: Vec<String> = own
+        .iter()
+        .map(|p| format!("{p} ({})", comm_of(*p)))
+        .collect();
+    let own_text = format!("itself and its ancestors: {}", own_text.join(", "));
+    Ok(if others.is_empty() {
+        Report::Holds(format!("/proc lists only {own_text}"))
+    } else {
+        let shown: Vec<String> = others
+            .iter()
+            .take(10)
+            .map(|p| format!("{p} ({})", comm_of(*p)))
+            .collect();
+        Report::Broken(format!(
+            "/proc lists {} other processes, e.g. {}; besides {own_text}",
+            others.len(),
+            shown.join(", ")
+        ))
+    })
+}
+
+/// `proc-env-absent PID NAME...`: none of the variables appears in `/proc/PID/environ`
+/// (unreadable counts as absent). Values are never printed.
+pub fn proc_env_absent(pid: i32, names: &[String]) -> ProbeResult {
+    process_must_exist(pid)?;
+    let path = format!("/proc/{pid}/environ");
+    let environ = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return Ok(Report::Holds(format!("{path}: read {}", io_errno_name(&e))));
+        }
+    };
+    let entries: Vec<&[u8]> = environ
+        .split(|b| *b == 0)
+        .filter(|e| !e.is_empty())
+        .collect();
+    let present: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| {
+            entries.iter().any(|e| {
+                e.strip_prefix(n.as_bytes())
+                    .is_some_and(|r| r.first() == Some(&b'='))
+            })
+        })
+        .collect();
+    Ok(if present.is_empty() {
+        Report::Holds(format!(
+            "{path}: read {} bytes ({} variables), none of the {} names",
+            environ.len(),
+            entries.len(),
+            names.len()
+        ))
+    } else {
+        Report::Broken(format!(
+            "{path}: read {} bytes; it holds {}",
+            environ.len(),
+            present.join(", ")
+        ))
+    })
+}
+
+/// `sethostname NAME`: the hostname cannot be changed. Reports the nodename before (what
+/// `uname -n` prints); a success is undone at once.
+pub fn sethostname(name: &str) -> ProbeResult {
+    let before = sys::hostname()?;
+    Ok(match sys::sethostname(name) {
+        Ok(()) => {
+            let after = sys::hostname().unwrap_or_else(|e| e.to_string());
+            let restored = match sys::sethostname(&before) {
+                Ok(()) => "restored".to_owned(),
+                Err(e) => format!("restoring failed: {e}"),
+            };
+            Report::Broken(format!(
+                "nodename={before}; sethostname({name:?}) SUCCEEDED: nodename became {after:?} ({restored})"
+            ))
+        }
+        Err(e) => Report::Holds(format!("nodename={before}; {e}")),
+    })
+}
+
+/// `comm-write-denied`: writing `/proc/self/comm` (which the kernel allows any process on
+/// itself) fails. The probe writes back the name it already has, so a success changes
+/// nothing. In Tier C landlock grants `/proc` read-only, so this fails with `EACCES`
+/// there and nowhere else: the proof that landlock is on.
+pub fn comm_write_denied() -> ProbeResult {
+    let comm = std::fs::read_to_string("/proc/self/comm").map_err(|e| {
+        ProbeError(format!(
+            "cannot read /proc/self/comm ({})",
+            io_errno_name(&e)
+        ))
+    })?;
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/self/comm")
+        .map_err(|e| format!("open for writing: {}", io_errno_name(&e)))
+        .and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(comm.trim_end().as_bytes())
+                .map_err(|e| format!("write: {}", io_errno_name(&e)))
+        });
+    Ok(match written {
+        Ok(()) => Report::Broken(format!(
+            "/proc/self/comm: write of {:?} SUCCEEDED",
+            comm.trim_end()
+        )),
+        Err(e) => Report::Holds(format!("/proc/self/comm: {e}")),
+    })
+}

@@ -49,3 +49,48 @@ pub fn no_kernel_surface() -> ProbeResult {
         Report::Holds(text)
     })
 }
+
+/// `no-mount`: the mount calls all fail: `mount` of a tmpfs on a fresh directory in the
+/// working directory, `fsopen` and `open_tree` (the new mount API), and
+/// `unshare(CLONE_NEWNS)` (tried last: a success leaves only the probe in a new mount
+/// namespace). A mount that worked is detached at once.
+pub fn no_mount() -> ProbeResult {
+    let dir = std::path::PathBuf::from(format!("tierbox-probe-{}.mnt", std::process::id()));
+    std::fs::create_dir(&dir).map_err(|e| {
+        crate::ProbeError(format!(
+            "cannot create {} in the working directory ({}); run the probe in the workspace",
+            dir.display(),
+            sys::io_errno_name(&e)
+        ))
+    })?;
+    let mounted = sys::mount_tmpfs(&dir);
+    if mounted.is_ok() {
+        let _ = sys::umount_detach(&dir);
+    }
+    let _ = std::fs::remove_dir(&dir);
+    let results: Vec<(&str, SysResult<()>)> = vec![
+        ("mount(tmpfs)", mounted),
+        ("fsopen(tmpfs)", sys::fsopen_tmpfs().map(drop)),
+        (
+            "open_tree(., OPEN_TREE_CLONE)",
+            sys::open_tree_clone_cwd().map(drop),
+        ),
+        (
+            "unshare(CLONE_NEWNS)",
+            sys::unshare(libc::CLONE_NEWNS, "CLONE_NEWNS"),
+        ),
+    ];
+    let text: Vec<String> = results
+        .iter()
+        .map(|(name, r)| match r {
+            Ok(()) => format!("{name}: SUCCEEDED"),
+            Err(e) => format!("{name}: {}", errno_name(e.errno())),
+        })
+        .collect();
+    let text = text.join("; ");
+    Ok(if results.iter().any(|(_, r)| r.is_ok()) {
+        Report::Broken(text)
+    } else {
+        Report::Holds(text)
+    })
+}

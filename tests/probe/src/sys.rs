@@ -61,6 +61,7 @@ pub fn errno_name(errno: i32) -> String {
         libc::ENOMEM => "ENOMEM",
         libc::EACCES => "EACCES",
         libc::EFAULT => "EFAULT",
+        libc::EBUSY => "EBUSY",
         libc::EEXIST => "EEXIST",
         libc::EXDEV => "EXDEV",
         libc::ENOTDIR => "ENOTDIR",
@@ -74,10 +75,17 @@ pub fn errno_name(errno: i32) -> String {
         libc::EROFS => "EROFS",
         libc::EPIPE => "EPIPE",
         libc::ENOSYS => "ENOSYS",
+        libc::ENOTEMPTY => "ENOTEMPTY",
+        libc::ELOOP => "ELOOP",
+        libc::EUSERS => "EUSERS",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
         libc::EAFNOSUPPORT => "EAFNOSUPPORT",
         libc::EADDRNOTAVAIL => "EADDRNOTAVAIL",
         libc::ENETUNREACH => "ENETUNREACH",
+        libc::ENETDOWN => "ENETDOWN",
+        libc::ECONNRESET => "ECONNRESET",
         libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::EHOSTUNREACH => "EHOSTUNREACH",
         libc::ETIMEDOUT => "ETIMEDOUT",
         libc::EPROTONOSUPPORT => "EPROTONOSUPPORT",
         0 => return "no errno".to_owned(),
@@ -555,4 +563,114 @@ pub fn truncate(path: &std::path::Path, len: i64) -> SysResult<()> {
         format!("truncate({}, {len})", path.display())
     })
     .map(drop)
+}
+
+/// A path as a C string, or an `EINVAL`-style error naming `call`.
+fn c_path(path: &std::path::Path, call: &str) -> SysResult<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| SysError {
+        call: format!("{call}({})", path.display()),
+        source: io::Error::from(io::ErrorKind::InvalidInput),
+    })
+}
+
+/// `renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_EXCHANGE)`: swaps two names atomically
+/// (either may be a directory, non-empty or not; a success is undone by repeating it).
+pub fn rename_exchange(from: &std::path::Path, to: &std::path::Path) -> SysResult<()> {
+    let call = || {
+        format!(
+            "renameat2({}, {}, RENAME_EXCHANGE)",
+            from.display(),
+            to.display()
+        )
+    };
+    let a = c_path(from, "renameat2")?;
+    let b = c_path(to, "renameat2")?;
+    // SAFETY: both paths are NUL-terminated and live until the call returns.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    check(ret, call).map(drop)
+}
+
+/// `mount("tierbox-probe", target, "tmpfs", 0, "size=64k")`.
+pub fn mount_tmpfs(target: &std::path::Path) -> SysResult<()> {
+    let t = c_path(target, "mount")?;
+    // SAFETY: every pointer is a NUL-terminated string that lives until the call returns.
+    let ret = unsafe {
+        libc::mount(
+            c"tierbox-probe".as_ptr(),
+            t.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            c"size=64k".as_ptr().cast(),
+        )
+    };
+    check(ret.into(), || format!("mount(tmpfs, {})", target.display())).map(drop)
+}
+
+/// `umount2(target, MNT_DETACH)`.
+pub fn umount_detach(target: &std::path::Path) -> SysResult<()> {
+    let t = c_path(target, "umount2")?;
+    // SAFETY: the path is NUL-terminated and lives until the call returns.
+    let ret = unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) };
+    check(ret.into(), || {
+        format!("umount2({}, MNT_DETACH)", target.display())
+    })
+    .map(drop)
+}
+
+/// `FSOPEN_CLOEXEC` (uapi `linux/mount.h`).
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+
+/// `fsopen("tmpfs", FSOPEN_CLOEXEC)`: a filesystem context (the new mount API).
+pub fn fsopen_tmpfs() -> SysResult<OwnedFd> {
+    // SAFETY: the name is a NUL-terminated literal; flags are an integer.
+    let ret = unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) };
+    let call = "fsopen(\"tmpfs\")";
+    owned_fd(check(ret, || call.to_owned())?, call)
+}
+
+/// `OPEN_TREE_CLONE` and `OPEN_TREE_CLOEXEC` (uapi `linux/mount.h`).
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const OPEN_TREE_CLOEXEC: libc::c_uint = libc::O_CLOEXEC as libc::c_uint;
+
+/// `open_tree(AT_FDCWD, ".", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)`: a detached copy of
+/// the working directory's mount (the raw material of `move_mount`).
+pub fn open_tree_clone_cwd() -> SysResult<OwnedFd> {
+    // SAFETY: the path is a NUL-terminated literal; the rest are integers.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c".".as_ptr(),
+            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC,
+        )
+    };
+    let call = "open_tree(AT_FDCWD, \".\", OPEN_TREE_CLONE)";
+    owned_fd(check(ret, || call.to_owned())?, call)
+}
+
+/// `gethostname()` (the UTS namespace's nodename, what `uname -n` prints).
+pub fn hostname() -> SysResult<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into the buffer.
+    let ret = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    check(ret.into(), || "gethostname()".to_owned())?;
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// `sethostname(name)`.
+pub fn sethostname(name: &str) -> SysResult<()> {
+    // SAFETY: sethostname reads exactly `name.len()` bytes from the pointer.
+    let ret = unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) };
+    check(ret.into(), || format!("sethostname({name:?})")).map(drop)
 }

@@ -1525,6 +1525,31 @@ impl Planner<'_, '_> {
                 kept.push((q, t));
             }
         }
+        // Pin every directory between the workspace and a protected path with a writable
+        // self-bind: a mount point cannot be renamed or removed (EBUSY), so `mv .git x`
+        // followed by a fresh `.git/hooks` is impossible. Ancestors first, before the
+        // binds and covers inside them.
+        let mut pins: std::collections::BTreeSet<PathBuf> = std::collections::BTreeSet::new();
+        for (q, _) in &kept {
+            for anc in q.ancestors().skip(1) {
+                if anc == workspace || !anc.starts_with(workspace) {
+                    break;
+                }
+                pins.insert(anc.to_path_buf());
+            }
+        }
+        for pin in pins {
+            let writable = self
+                .visible(&pin)
+                .is_some_and(|m| m.backing == Backing::HostRw);
+            if writable && self.lookup(&pin)? == HostNode::Dir {
+                self.emit_bind(&Bind::Mount {
+                    path: pin,
+                    kind: EntryKind::Dir,
+                    writable: true,
+                })?;
+            }
+        }
         // Placeholders first, while everything they are created in is still writable.
         for (q, t) in &kept {
             if let Protect::CoverMissing(kind) = t {

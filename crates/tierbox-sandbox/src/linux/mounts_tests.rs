@@ -229,6 +229,8 @@ fn golden_op_list_for_the_strict_policy_on_a_fixed_host() {
         "dir /home/u mode=755",
         "dir /home/u/proj mode=755",
         "bind-rw /home/u/proj -> /home/u/proj (Dir)",
+        // `.git` pinned (a mount point cannot be renamed away and rebuilt).
+        "bind-rw /home/u/proj/.git -> /home/u/proj/.git (Dir)",
         "bind-ro /home/u/proj/.git/config -> /home/u/proj/.git/config (File)",
         "remount-ro /home/u/proj/.git/config",
         "bind-ro /home/u/proj/.git/hooks -> /home/u/proj/.git/hooks (Dir)",

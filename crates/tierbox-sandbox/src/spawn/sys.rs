@@ -245,16 +245,31 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     .map_err(step(S::CloseFds))?;
     // 6b. The one fd a helper inherits (dup3 without O_CLOEXEC keeps it across exec).
     if spec.inherit_fd.0 >= 0 && spec.inherit_fd.1 >= 3 {
-        // SAFETY: dup3 on an fd the parent opened for us, to a number >= 3.
-        check(unsafe {
-            libc::syscall(
-                libc::SYS_dup3,
-                spec.inherit_fd.0,
-                spec.inherit_fd.1,
-                0 as libc::c_ulong,
-            )
-        })
-        .map_err(step(S::CloseFds))?;
+        if spec.inherit_fd.0 == spec.inherit_fd.1 {
+            // Already at the right number (dup3 would fail with EINVAL): only clear the
+            // close-on-exec flag set above.
+            // SAFETY: fcntl(F_SETFD, 0) on an fd the parent opened for us.
+            check(unsafe {
+                libc::syscall(
+                    libc::SYS_fcntl,
+                    spec.inherit_fd.0,
+                    libc::F_SETFD as libc::c_ulong,
+                    0 as libc::c_ulong,
+                )
+            })
+            .map_err(step(S::CloseFds))?;
+        } else {
+            // SAFETY: dup3 on an fd the parent opened for us, to a number >= 3.
+            check(unsafe {
+                libc::syscall(
+                    libc::SYS_dup3,
+                    spec.inherit_fd.0,
+                    spec.inherit_fd.1,
+                    0 as libc::c_ulong,
+                )
+            })
+            .map_err(step(S::CloseFds))?;
+        }
     }
     // 7. Working directory, while we still have every right to reach it.
     // SAFETY: `cwd` is a NUL-terminated string owned by the parent.

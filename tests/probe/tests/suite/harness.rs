@@ -13,7 +13,9 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
-use tierbox_policy::{Layer, Policy, ProcessRunRequest, TierRequest, ValidateContext, validate};
+use tierbox_policy::{
+    Layer, Policy, ProcessRunRequest, TierCBackend, TierRequest, ValidateContext, validate,
+};
 use tierbox_runner::{Outcome, RunOptions, run_plan};
 use tierbox_sandbox::probe::host_facts;
 
@@ -53,6 +55,10 @@ pub enum Need {
     Cgroup,
     /// The tests run as root (capabilities to lose, a uid to switch from).
     Root,
+    /// User namespaces work here (Tier C's namespaces can be created).
+    UserNs,
+    /// A usable bubblewrap (the Tier C `bwrap` backend).
+    Bwrap,
 }
 
 impl Need {
@@ -62,7 +68,7 @@ impl Need {
             Need::LandlockScopes => Some(Layer::LandlockScopes),
             Need::Seccomp => Some(Layer::Seccomp),
             Need::Cgroup => Some(Layer::Cgroup),
-            Need::Root => None,
+            Need::Root | Need::UserNs | Need::Bwrap => None,
         }
     }
 
@@ -83,6 +89,12 @@ impl Need {
             }
             Need::Cgroup => (!facts.cgroup.is_usable()).then(|| facts.cgroup.describe()),
             Need::Root => (facts.euid != 0).then(|| format!("needs root (euid is {})", facts.euid)),
+            Need::UserNs => tierbox_sandbox::linux::userns::probe_userns_cached()
+                .reason()
+                .map(|r| format!("tier c is unavailable: {r}")),
+            Need::Bwrap => tierbox_sandbox::bwrap::probe_bwrap_cached()
+                .err()
+                .map(|e| format!("the bwrap backend is unavailable: {e}")),
         }
     }
 }
@@ -145,6 +157,8 @@ pub struct Fixture {
     /// The supervisor environment `validate` sees: this process's environment, with
     /// `HOME` = [`Fixture::home`] and [`CANARY`] added.
     pub env: BTreeMap<String, String>,
+    /// The tier [`Fixture::request`] asks for: B, unless made with [`Fixture::tier_c`].
+    pub tier: TierRequest,
     state_dir: PathBuf,
 }
 
@@ -153,6 +167,21 @@ impl Fixture {
     /// Seccomp is always needed: the policy blocks the network, which needs the filter.
     pub fn new(test: &str, needs: &[Need]) -> Option<Self> {
         Self::build(test, needs, None)
+    }
+
+    /// A fixture whose requests ask for Tier C on `backend` (`policy.tier.backend`), or
+    /// `None` (after [`skip`]) when the host lacks a need, user namespaces, or (for
+    /// [`TierCBackend::Bwrap`]) a usable bwrap.
+    pub fn tier_c(test: &str, needs: &[Need], backend: TierCBackend) -> Option<Self> {
+        let mut needs = needs.to_vec();
+        needs.push(Need::UserNs);
+        if backend == TierCBackend::Bwrap {
+            needs.push(Need::Bwrap);
+        }
+        let mut fx = Self::build(test, &needs, None)?;
+        fx.tier = TierRequest::C;
+        fx.policy.tier.backend = backend;
+        Some(fx)
     }
 
     /// Like [`Fixture::new`], with an existing directory as the workspace.
@@ -221,15 +250,21 @@ impl Fixture {
             home_secret,
             policy,
             env,
+            tier: TierRequest::B,
             state_dir,
         })
     }
 
-    /// A tier B request for the probe with `args`.
+    /// A request for the probe with `args`, at the fixture's tier ([`Fixture::tier`]).
     pub fn request(&self, args: &[&str]) -> ProcessRunRequest {
+        self.request_tier(self.tier, args)
+    }
+
+    /// A request for the probe with `args` at `tier`.
+    pub fn request_tier(&self, tier: TierRequest, args: &[&str]) -> ProcessRunRequest {
         let mut req = ProcessRunRequest::new(PROBE_NAME);
         req.args = args.iter().map(|a| (*a).to_owned()).collect();
-        req.tier = TierRequest::B;
+        req.tier = tier;
         req
     }
 
@@ -255,6 +290,17 @@ impl Fixture {
             .unwrap_or_else(|e| panic!("run of {:?} failed: {e}", req.args))
     }
 
+    /// Like [`Fixture::run`], for runs that may be refused: the refusal (by validation or
+    /// by the runner) as text instead of a panic.
+    pub async fn try_run(&self, req: &ProcessRunRequest) -> Result<Outcome, String> {
+        let ctx = ValidateContext::new(&self.workspace).with_env(self.env.clone());
+        let plan = validate(&self.policy, req, &ctx).map_err(|r| r.to_string())?;
+        let opts = RunOptions {
+            state_dir: self.state_dir.clone(),
+        };
+        run_plan(&plan, &opts).await.map_err(|e| e.to_string())
+    }
+
     /// Runs the probe with `args` in the sandbox.
     pub async fn probe(&self, args: &[&str]) -> Outcome {
         self.run(&self.request(args)).await
@@ -265,6 +311,17 @@ impl Fixture {
     pub fn direct(&self, args: &[&str]) -> Output {
         Command::new(PROBE)
             .args(args)
+            .current_dir(&self.workspace)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the probe directly")
+    }
+
+    /// [`Fixture::direct`] with extra environment variables.
+    pub fn direct_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        Command::new(PROBE)
+            .args(args)
+            .envs(env.iter().copied())
             .current_dir(&self.workspace)
             .stdin(Stdio::null())
             .output()
