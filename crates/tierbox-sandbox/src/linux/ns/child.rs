@@ -426,7 +426,7 @@ struct MountKey {
 ///
 /// Planning probes the host, builds and checks the op list and compiles it (about 0.5 ms
 /// for a strict plan). The planner is a pure function of the Plan fields in
-/// [`MountKey`] and of the host facts in its [`HostView`], so an entry is reused only when
+/// its key (workspace, filesystem view, memory limit) and of the host facts in its [`HostView`], so an entry is reused only when
 /// the key is equal and [`HostView::is_current`] re-reads every recorded path and finds
 /// it unchanged (about 60 `lstat`s); otherwise the plan is rebuilt.
 pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, NativeError> {
