@@ -463,37 +463,18 @@ fn spawn_in_slot(
         .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry"))
         .collect::<Result<_, _>>()?;
     let cwd = cstring(plan.cwd.as_os_str().as_bytes(), "cwd")?;
-    let null_terminated = |v: &[CString]| -> Vec<*const libc::c_char> {
-        v.iter()
-            .map(|c| c.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect()
-    };
     let argv_ptrs = null_terminated(&argv);
     let envp_ptrs = null_terminated(&envp);
 
-    let (stdout_r, stdout_w) =
-        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdout"))?;
-    let (stderr_r, stderr_w) =
-        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stderr"))?;
-    let (stdin_child, stdin_parent) = match &plan.stdin {
-        Some(_) => {
-            let (r, w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdin"))?;
-            (r, Some(w))
-        }
-        None => (
-            sys::open_dev_null().map_err(LaunchError::setup("open /dev/null"))?,
-            None,
-        ),
-    };
-    let mut cgroup_fds = [-1; sys::MAX_CGROUP_FDS];
-    let mut n_cgroup_fds = 0;
-    if let Some(cg) = slot.cgroup() {
-        for (fd_slot, fd) in cgroup_fds.iter_mut().zip(cg.procs_fds()) {
-            *fd_slot = *fd;
-            n_cgroup_fds += 1;
-        }
-    }
+    let StdioPipes {
+        stdin_child,
+        stdin_parent,
+        stdout_r,
+        stdout_w,
+        stderr_r,
+        stderr_w,
+    } = stdio_pipes(plan)?;
+    let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
     let fprog = seccomp.as_ref().map(SeccompProgram::as_fprog);
     // chmod mediation: the child sends its seccomp listener fd over this pair.
     let listener_pair = match (mediate_chmod, &seccomp) {
@@ -541,20 +522,10 @@ fn spawn_in_slot(
         fail_errno: AtomicI32::new(0),
     };
 
-    let cloned = if opts.launcher_thread {
-        launcher_clone(&mut spec)
-    } else {
-        caller_clone(&mut spec)
-    };
+    let cloned = clone_child(opts, &mut spec);
     // The child's ends are closed in the parent whatever happened.
     drop((stdin_child, stdout_w, stderr_w));
-    let cloned = cloned.map_err(|(step, errno)| match step {
-        ChildStep::None => LaunchError::Setup {
-            what: "clone".to_owned(),
-            source: std::io::Error::from_raw_os_error(errno),
-        },
-        step => LaunchError::Child { step, errno },
-    })?;
+    let cloned = cloned?;
     let chmod_listener = match &listener_pair {
         None => None,
         Some((parent_end, _)) => match sys::recv_fd(parent_end) {
@@ -689,6 +660,82 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
     }
 }
 
+/// Clones the child on the launcher thread or the calling thread, as `opts` says.
+fn clone_child(
+    opts: &LaunchOptions,
+    spec: &mut sys::ChildSpec,
+) -> Result<sys::Cloned, LaunchError> {
+    let cloned = if opts.launcher_thread {
+        launcher_clone(spec)
+    } else {
+        caller_clone(spec)
+    };
+    cloned.map_err(|(step, errno)| match step {
+        ChildStep::None => LaunchError::Setup {
+            what: "clone".to_owned(),
+            source: std::io::Error::from_raw_os_error(errno),
+        },
+        step => LaunchError::Child { step, errno },
+    })
+}
+
+/// `v`'s pointers followed by a NULL, for `execve`.
+fn null_terminated(v: &[CString]) -> Vec<*const libc::c_char> {
+    v.iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// The pipes of a launch: the child's ends (stdin from `/dev/null` unless the Plan has
+/// data) and the supervisor's.
+struct StdioPipes {
+    stdin_child: OwnedFd,
+    stdin_parent: Option<OwnedFd>,
+    stdout_r: OwnedFd,
+    stdout_w: OwnedFd,
+    stderr_r: OwnedFd,
+    stderr_w: OwnedFd,
+}
+
+fn stdio_pipes(plan: &Plan) -> Result<StdioPipes, LaunchError> {
+    let (stdout_r, stdout_w) =
+        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdout"))?;
+    let (stderr_r, stderr_w) =
+        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stderr"))?;
+    let (stdin_child, stdin_parent) = match &plan.stdin {
+        Some(_) => {
+            let (r, w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdin"))?;
+            (r, Some(w))
+        }
+        None => (
+            sys::open_dev_null().map_err(LaunchError::setup("open /dev/null"))?,
+            None,
+        ),
+    };
+    Ok(StdioPipes {
+        stdin_child,
+        stdin_parent,
+        stdout_r,
+        stdout_w,
+        stderr_r,
+        stderr_w,
+    })
+}
+
+/// The slot's cgroup attach fds in the child spec's fixed-size form.
+fn cgroup_fd_array(slot: &Slot) -> ([libc::c_int; sys::MAX_CGROUP_FDS], usize) {
+    let mut fds = [-1; sys::MAX_CGROUP_FDS];
+    let mut n = 0;
+    if let Some(cg) = slot.cgroup() {
+        for (fd_slot, fd) in fds.iter_mut().zip(cg.procs_fds()) {
+            *fd_slot = *fd;
+            n += 1;
+        }
+    }
+    (fds, n)
+}
+
 /// A trusted helper program (`bwrap`) started like a Tier B child — new session,
 /// `PR_SET_PDEATHSIG`, the run's cgroup joined before exec, rlimits, stdio pipes, every
 /// other fd closed, `no_new_privs` — but without landlock, seccomp or a capability drop,
@@ -721,36 +768,17 @@ pub(crate) fn spawn_helper(
         .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry"))
         .collect::<Result<_, _>>()?;
     let cwd = cstring(b"/", "cwd")?;
-    let null_terminated = |v: &[CString]| -> Vec<*const libc::c_char> {
-        v.iter()
-            .map(|c| c.as_ptr())
-            .chain(std::iter::once(std::ptr::null()))
-            .collect()
-    };
     let argv_ptrs = null_terminated(&argv);
     let envp_ptrs = null_terminated(&envp);
-    let (stdout_r, stdout_w) =
-        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdout"))?;
-    let (stderr_r, stderr_w) =
-        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stderr"))?;
-    let (stdin_child, stdin_parent) = match &plan.stdin {
-        Some(_) => {
-            let (r, w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdin"))?;
-            (r, Some(w))
-        }
-        None => (
-            sys::open_dev_null().map_err(LaunchError::setup("open /dev/null"))?,
-            None,
-        ),
-    };
-    let mut cgroup_fds = [-1; sys::MAX_CGROUP_FDS];
-    let mut n_cgroup_fds = 0;
-    if let Some(cg) = slot.cgroup() {
-        for (fd_slot, fd) in cgroup_fds.iter_mut().zip(cg.procs_fds()) {
-            *fd_slot = *fd;
-            n_cgroup_fds += 1;
-        }
-    }
+    let StdioPipes {
+        stdin_child,
+        stdin_parent,
+        stdout_r,
+        stdout_w,
+        stderr_r,
+        stderr_w,
+    } = stdio_pipes(plan)?;
+    let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
     let facts = host_facts();
     let mut spec = sys::ChildSpec {
         program: program.as_ptr(),
@@ -787,19 +815,10 @@ pub(crate) fn spawn_helper(
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
-    let cloned = if opts.launcher_thread {
-        launcher_clone(&mut spec)
-    } else {
-        caller_clone(&mut spec)
-    };
+    let cloned = clone_child(opts, &mut spec);
+    // The child's ends are closed in the parent whatever happened.
     drop((stdin_child, stdout_w, stderr_w));
-    let cloned = cloned.map_err(|(step, errno)| match step {
-        ChildStep::None => LaunchError::Setup {
-            what: "clone".to_owned(),
-            source: std::io::Error::from_raw_os_error(errno),
-        },
-        step => LaunchError::Child { step, errno },
-    })?;
+    let cloned = cloned?;
     Ok(SpawnedChild {
         pid: cloned.pid,
         pidfd: cloned.pidfd,
