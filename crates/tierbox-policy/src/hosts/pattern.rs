@@ -88,6 +88,19 @@ impl HostPattern {
         CanonicalHost::parse(host).is_ok_and(|h| self.matches_host(&h, port))
     }
 
+    /// Whether this entry names addresses (an IP literal or a CIDR block) rather than
+    /// host names. Such an entry is what lets the egress proxy dial an address in a
+    /// special range (loopback, private, link-local, …) that an allowed name resolves to.
+    ///
+    /// ```
+    /// use tierbox_policy::hosts::HostPattern;
+    /// assert!(HostPattern::parse("10.0.0.0/8").unwrap().is_address());
+    /// assert!(!HostPattern::parse("registry.example").unwrap().is_address());
+    /// ```
+    pub fn is_address(&self) -> bool {
+        matches!(self.target, Target::Ip(_) | Target::Cidr(..))
+    }
+
     /// [`HostPattern::matches`] for a host already in canonical form.
     pub fn matches_host(&self, host: &CanonicalHost, port: Option<u16>) -> bool {
         if self.port.is_some() && self.port != port {

@@ -1,0 +1,2 @@
+//! The per-run filtering egress proxy (placeholder; see the crate description).
+#![forbid(unsafe_code)]
