@@ -124,6 +124,17 @@ enum Command {
         #[command(subcommand)]
         action: PolicyAction,
     },
+    /// Serve a policy's egress proxy on its own, to try an allowlist out (`curl -x`,
+    /// `curl --socks5-hostname`). Runs until SIGINT/SIGTERM, then prints its decisions
+    /// as JSON.
+    Proxy {
+        /// Policy file whose `egress.allow` and `egress.resolve` the proxy applies.
+        #[arg(long, short = 'p')]
+        policy: Option<PathBuf>,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:3128")]
+        listen: std::net::SocketAddr,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -170,6 +181,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { json } => doctor::run(json),
+        Command::Proxy { policy, listen } => cmd_proxy(policy.as_deref(), listen),
         Command::Policy {
             action: PolicyAction::Init,
         } => {
@@ -354,6 +366,37 @@ fn cmd_run(
             Ok(ExitCode::from(EXIT_INTERNAL))
         }
     }
+}
+
+fn cmd_proxy(policy: Option<&Path>, listen: std::net::SocketAddr) -> Result<ExitCode> {
+    let policy = load_policy(policy)?;
+    let allow = policy
+        .egress
+        .allow
+        .iter()
+        .map(|a| tierbox_policy::hosts::HostPattern::parse(a).map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()?;
+    if allow.is_empty() {
+        anyhow::bail!("the policy's egress.allow is empty: the proxy would deny everything");
+    }
+    let listener =
+        std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let log = rt.block_on(async {
+        let config = tierbox_egress::ProxyConfig::new(allow, policy.egress.resolve.clone());
+        let proxy = tierbox_egress::Proxy::start(listener, config)?;
+        eprintln!(
+            "tierbox: egress proxy on {} (HTTP, CONNECT and SOCKS5); stop with Ctrl-C",
+            proxy.local_addr()?
+        );
+        termination_signal().await;
+        Ok::<_, std::io::Error>(proxy.finish().await)
+    })?;
+    println!("{}", serde_json::to_string_pretty(&log)?);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Resolves with the number of the first SIGINT, SIGTERM or SIGHUP received.

@@ -77,6 +77,15 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
             notes.push(format!("{name}: secrets redacted"));
         }
     }
+    for denial in o.egress_denials() {
+        notes.push(denial.to_owned());
+    }
+    if let Some(log) = o.egress.as_ref().filter(|l| l.dropped > 0) {
+        notes.push(format!(
+            "egress: {} more decisions not recorded",
+            log.dropped
+        ));
+    }
     if !o.enforcement.missing_layers.is_empty() && std::io::stderr().is_terminal() {
         let missing: Vec<String> = o
             .enforcement

@@ -6,6 +6,8 @@
 //! and report what they enforced. The attestation hashes the Plan, so it records what was
 //! applied, not what was asked.
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -119,6 +121,17 @@ pub struct NetworkPlan {
     /// Hosts found in the request (arguments and `requested_egress_hosts`) that preflight
     /// checked.
     pub preflight_hosts: Vec<String>,
+    /// The policy's fixed addresses for host names (`egress.resolve`), used by the egress
+    /// proxy instead of DNS.
+    pub resolve: BTreeMap<String, Vec<IpAddr>>,
+}
+
+impl NetworkPlan {
+    /// Whether this run needs the egress proxy: `strict` with a non-empty allowlist
+    /// (`strict` with an empty one means no network at all).
+    pub fn needs_proxy(&self) -> bool {
+        self.mode == EgressMode::Strict && !self.allow.is_empty()
+    }
 }
 
 /// Resource limits, resolved for this run.

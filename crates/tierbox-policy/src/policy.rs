@@ -8,12 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::hosts::HostPattern;
+use crate::hosts::{CanonicalHost, HostPattern};
 
 /// The policy format version this build understands.
 pub const POLICY_VERSION: u32 = 1;
@@ -27,6 +28,12 @@ pub const HARD_MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 /// Hard cap on captured output per run a policy may allow, in bytes (256 MiB). The
 /// supervisor holds at most this much of a run's output in memory.
 pub const HARD_MAX_OUTPUT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Hard cap on the number of `egress.resolve` entries (host names with fixed addresses).
+pub const MAX_EGRESS_RESOLVE: usize = 256;
+
+/// Hard cap on the addresses of one `egress.resolve` entry.
+pub const MAX_EGRESS_RESOLVE_ADDRS: usize = 16;
 
 /// Hard cap on the `exec.allowed_executables` list length.
 pub const MAX_ALLOWED_EXECUTABLES: usize = 1024;
@@ -394,8 +401,15 @@ pub struct EgressPolicy {
     /// The mode; default `block_all`.
     pub mode: EgressMode,
     /// Allowlist: `host`, `*.suffix` (label boundary; a bare `*.com` is refused), with an
-    /// optional `:port`; IP literals.
+    /// optional `:port`; IP literals and CIDR blocks. In `strict` mode, the egress proxy
+    /// dials an address in a special range (loopback, private, link-local, cloud metadata,
+    /// multicast, …) only when an IP or CIDR entry here covers it, even for an allowed name.
     pub allow: Vec<String>,
+    /// Fixed addresses for host names, used by the egress proxy instead of DNS (like
+    /// `curl --resolve`): for registries on a private network without DNS, or to pin a
+    /// name. Keys are host names (not addresses); at most [`MAX_EGRESS_RESOLVE`] entries
+    /// of at most [`MAX_EGRESS_RESOLVE_ADDRS`] addresses each.
+    pub resolve: BTreeMap<String, Vec<IpAddr>>,
 }
 
 /// Background processes.
@@ -616,6 +630,42 @@ impl Policy {
         for entry in &self.egress.allow {
             if let Err(reason) = HostPattern::parse(entry) {
                 return invalid("egress.allow", format!("{entry:?}: {reason}"));
+            }
+        }
+        if self.egress.resolve.len() > MAX_EGRESS_RESOLVE {
+            return invalid(
+                "egress.resolve",
+                format!(
+                    "{} entries, the limit is {MAX_EGRESS_RESOLVE}",
+                    self.egress.resolve.len()
+                ),
+            );
+        }
+        for (name, addrs) in &self.egress.resolve {
+            match CanonicalHost::parse(name) {
+                Ok(CanonicalHost::Name(canonical)) if canonical == *name => {}
+                Ok(CanonicalHost::Name(canonical)) => {
+                    return invalid(
+                        "egress.resolve",
+                        format!("{name:?} must be written in canonical form: {canonical:?}"),
+                    );
+                }
+                Ok(CanonicalHost::Ip(_)) => {
+                    return invalid(
+                        "egress.resolve",
+                        format!("{name:?} is an address; keys are host names"),
+                    );
+                }
+                Err(e) => return invalid("egress.resolve", format!("{name:?}: {e}")),
+            }
+            if addrs.is_empty() || addrs.len() > MAX_EGRESS_RESOLVE_ADDRS {
+                return invalid(
+                    "egress.resolve",
+                    format!(
+                        "{name:?} has {} addresses; give 1 to {MAX_EGRESS_RESOLVE_ADDRS}",
+                        addrs.len()
+                    ),
+                );
             }
         }
         // Refuse, rather than silently ignore, what this build cannot do.

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use tierbox_egress::EgressLog;
 use tierbox_policy::Enforcement;
 use tierbox_policy::redact::Redactor;
 
@@ -140,6 +141,10 @@ pub struct Outcome {
     pub enforcement: Enforcement,
     /// Hosts checked by egress preflight.
     pub egress_preflight_hosts: Vec<String>,
+    /// The egress proxy's decisions (`strict` mode with an allowlist): every connection
+    /// the run asked for, allowed or denied with the reason, and the bytes moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressLog>,
     /// Anything in stdout or stderr was redacted.
     pub redacted: bool,
     /// SHA-256 of the canonical plan that ran (see `tierbox_attest::plan_digest`).
@@ -158,6 +163,17 @@ impl Outcome {
             (None, Some(s)) => 128 + s,
             (None, None) => 1,
         }
+    }
+
+    /// The messages of the egress proxy's denials, in order (`"egress denied: host
+    /// example.org is not in the allowlist"`).
+    pub fn egress_denials(&self) -> Vec<&str> {
+        self.egress
+            .iter()
+            .flat_map(|log| &log.decisions)
+            .filter(|d| !d.allowed)
+            .map(|d| d.message.as_str())
+            .collect()
     }
 
     /// The run ended normally with exit code 0.

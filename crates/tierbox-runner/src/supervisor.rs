@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use tierbox_egress::{Proxy, ProxyConfig};
 use tierbox_policy::plan::Plan;
 use tierbox_policy::redact::Redactor;
 use tierbox_policy::{Rejection, Tier};
@@ -180,10 +181,37 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
     let tier = tierbox_sandbox::select::select_tier(plan, facts)?;
     let run_id = new_run_id();
     ensure_state_dir(&opts.state_dir)?;
+    // Tier B with the egress proxy: it listens on a fresh host loopback port before the
+    // launch, and that port becomes the only one the child may connect to. (Tier C makes
+    // its listener inside the sandbox's network namespace.)
+    let host_listener = if plan.network.needs_proxy() && tier == Tier::B {
+        Some(
+            std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).map_err(|source| {
+                RunError::Io {
+                    what: "bind the egress proxy on 127.0.0.1",
+                    source,
+                }
+            })?,
+        )
+    } else {
+        None
+    };
+    let egress_proxy_port = match &host_listener {
+        Some(l) => Some(
+            l.local_addr()
+                .map_err(|source| RunError::Io {
+                    what: "egress proxy address",
+                    source,
+                })?
+                .port(),
+        ),
+        None => None,
+    };
     let launch_opts = LaunchOptions {
         run_id: run_id.clone(),
         tmp_base: opts.state_dir.join("tmp"),
         launcher_thread: false,
+        egress_proxy_port,
     };
     let started = Instant::now();
     let launched = match tier {
@@ -204,11 +232,53 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
         launched,
         done: false,
     };
-    let result = supervise(plan, &mut guard.launched, started, &opts.state_dir, &run_id).await;
+    let proxy = match start_proxy(plan, host_listener, &mut guard.launched) {
+        Ok(p) => p,
+        Err(e) => {
+            kill_tree(&guard.launched);
+            return Err(e);
+        }
+    };
+    let result = supervise(
+        plan,
+        &mut guard.launched,
+        started,
+        &opts.state_dir,
+        &run_id,
+        proxy,
+    )
+    .await;
     guard.finish();
     let mut outcome = result?;
     outcome.run_id = run_id;
     Ok(outcome)
+}
+
+/// Starts the run's egress proxy on its listener (the host one of Tier B, or the one the
+/// Tier C sandbox made inside its network namespace), when the plan needs one.
+fn start_proxy(
+    plan: &Plan,
+    host_listener: Option<std::net::TcpListener>,
+    launched: &mut Launched,
+) -> Result<Option<Proxy>, RunError> {
+    if !plan.network.needs_proxy() {
+        return Ok(None);
+    }
+    let listener = host_listener
+        .or_else(|| launched.egress_listener.take())
+        .ok_or_else(|| {
+            RunError::Launch(format!(
+                "the plan needs the egress proxy, and the {} backend made no listener for it",
+                launched.enforcement.backend
+            ))
+        })?;
+    let config = ProxyConfig::new(plan.network.allow.clone(), plan.network.resolve.clone());
+    Proxy::start(listener, config)
+        .map(Some)
+        .map_err(|source| RunError::Io {
+            what: "start the egress proxy",
+            source,
+        })
 }
 
 /// Owns a launched run until it is fully cleaned up.
@@ -272,6 +342,7 @@ async fn supervise(
     started: Instant,
     state_dir: &std::path::Path,
     run_id: &str,
+    proxy: Option<Proxy>,
 ) -> Result<Outcome, RunError> {
     let quota = Arc::new(Notify::new());
     let spill_dir = state_dir.join("spill");
@@ -348,6 +419,11 @@ async fn supervise(
         kill_tree(l);
     }
 
+    // Every process of the run is dead: no new connection can reach the proxy.
+    let egress = match proxy {
+        Some(p) => Some(p.finish().await),
+        None => None,
+    };
     let drain = Duration::from_millis(DRAIN_TIMEOUT_MS);
     let out_incomplete = drain_task(out_task, drain).await;
     let err_incomplete = drain_task(err_task, drain).await;
@@ -401,6 +477,7 @@ async fn supervise(
         backend: l.enforcement.backend.clone(),
         enforcement: l.enforcement.clone(),
         egress_preflight_hosts: plan.network.preflight_hosts.clone(),
+        egress,
         redacted,
         plan_sha256: tierbox_attest::plan_digest(plan),
     })

@@ -14,6 +14,7 @@
 
 #[cfg(target_os = "linux")]
 pub mod bwrap;
+pub mod egress;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]

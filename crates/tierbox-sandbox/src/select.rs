@@ -3,7 +3,7 @@
 //! is a [`Rejection::TierUnavailable`] with the concrete reason — never a silent downgrade.
 
 use tierbox_policy::plan::Plan;
-use tierbox_policy::{EgressMode, Rejection, Tier, TierRequest};
+use tierbox_policy::{EgressMode, Rejection, Tier, TierCBackend, TierRequest};
 
 use crate::probe::HostFacts;
 
@@ -33,8 +33,10 @@ pub fn tier_available(tier: Tier, facts: &HostFacts) -> Result<(), String> {
 ///
 /// Tier C gives every run its own network namespace with only loopback, so it cannot
 /// provide the host network that `allow_all` and `preflight` (advisory: nothing is
-/// enforced at runtime) promise, nor an allowlist, which needs the egress proxy. It can
-/// provide `block_all` and `strict` with an empty allowlist (no network at all).
+/// enforced at runtime) promise. It provides `block_all`, `strict` with an empty
+/// allowlist (no network at all), and — on the native backend, which makes the egress
+/// proxy's listener inside the namespace — `strict` with an allowlist. bwrap builds the
+/// namespace itself and offers no way to hand a listener out of it.
 pub fn tier_supports(tier: Tier, plan: &Plan) -> Result<(), (String, String)> {
     if tier != Tier::C {
         return Ok(());
@@ -43,9 +45,10 @@ pub fn tier_supports(tier: Tier, plan: &Plan) -> Result<(), (String, String)> {
     match plan.network.mode {
         EgressMode::BlockAll => Ok(()),
         EgressMode::Strict if plan.network.allow.is_empty() => Ok(()),
+        EgressMode::Strict if plan.tier.backend == TierCBackend::Native => Ok(()),
         EgressMode::Strict => unsupported(
-            "egress.mode = \"strict\" with a non-empty allowlist",
-            "runtime enforcement of an allowlist needs the egress proxy, which this build does not provide; use block_all",
+            "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"bwrap\"",
+            "bwrap creates the network namespace itself, so the egress proxy cannot be reached inside it; use tier.backend = \"native\" (or tier b)",
         ),
         EgressMode::AllowAll => unsupported(
             "egress.mode = \"allow_all\"",
@@ -101,6 +104,47 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
                 reason,
             })?;
             Ok(tier)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeMap;
+
+    use tierbox_policy::{ProcessRunRequest, ValidateContext, validate};
+
+    use super::*;
+    use crate::test_fixtures::{policy, scratch};
+
+    fn plan(mode: EgressMode, allow: &[&str], backend: TierCBackend) -> Plan {
+        let s = scratch();
+        let mut p = policy("strict.toml");
+        p.exec.allowed_executables = vec!["true".to_owned()];
+        p.egress.mode = mode;
+        p.egress.allow = allow.iter().map(|a| (*a).to_owned()).collect();
+        p.tier.backend = backend;
+        let ctx = ValidateContext::new(&s.ws).with_env(BTreeMap::new());
+        validate(&p, &ProcessRunRequest::new("true"), &ctx).unwrap()
+    }
+
+    #[test]
+    fn tier_c_supports_an_allowlist_on_the_native_backend_only() {
+        let native = plan(EgressMode::Strict, &["crates.io"], TierCBackend::Native);
+        assert_eq!(tier_supports(Tier::C, &native), Ok(()));
+        let bwrap = plan(EgressMode::Strict, &["crates.io"], TierCBackend::Bwrap);
+        let (feature, reason) = tier_supports(Tier::C, &bwrap).unwrap_err();
+        assert!(feature.contains("bwrap"), "{feature}");
+        assert!(reason.contains("native"), "{reason}");
+        // No allowlist: no network, which both backends provide.
+        let empty = plan(EgressMode::Strict, &[], TierCBackend::Bwrap);
+        assert_eq!(tier_supports(Tier::C, &empty), Ok(()));
+        for mode in [EgressMode::Preflight, EgressMode::AllowAll] {
+            let p = plan(mode, &["crates.io"], TierCBackend::Native);
+            assert!(tier_supports(Tier::C, &p).is_err(), "{mode:?}");
+            assert_eq!(tier_supports(Tier::B, &p), Ok(()), "{mode:?}");
         }
     }
 }

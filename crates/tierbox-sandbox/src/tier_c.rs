@@ -44,6 +44,7 @@ pub fn tier_c_seccomp_spec() -> SeccompSpec {
         mediate_chmod: false,
         allow_inet_sockets: true,
         allow_unix_sockets: true,
+        inet_stream_only: false,
     }
 }
 
@@ -55,6 +56,7 @@ pub fn tier_c_seccomp_spec() -> SeccompSpec {
 ///     run_id: "0123abcd".to_owned(),
 ///     tmp_base: "/tmp/tierbox-state/tmp".into(),
 ///     launcher_thread: false,
+///     egress_proxy_port: None,
 /// };
 /// let launched = tierbox_sandbox::tier_c::launch(plan, &opts)?;
 /// assert_eq!(launched.tier, tierbox_policy::Tier::C);
@@ -124,6 +126,7 @@ fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchEr
                 tier: Tier::C,
                 report: Some(n.report),
                 host_placeholders: n.host_placeholders,
+                egress_listener: n.egress_listener,
             })
         }
         Err(e) => {
@@ -232,6 +235,7 @@ fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchErr
         tier: Tier::C,
         report: None,
         host_placeholders: placeholders,
+        egress_listener: None,
     })
 }
 

@@ -34,6 +34,7 @@ pub(crate) fn check(
             mode: policy.mode,
             allow,
             preflight_hosts: Vec::new(),
+            resolve: policy.resolve.clone(),
         });
     }
     let enforce = matches!(policy.mode, EgressMode::Preflight | EgressMode::Strict);
@@ -81,5 +82,6 @@ pub(crate) fn check(
         mode: policy.mode,
         allow,
         preflight_hosts: hosts,
+        resolve: policy.resolve.clone(),
     })
 }

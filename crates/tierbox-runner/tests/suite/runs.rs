@@ -249,19 +249,35 @@ fn unavailable_tier_is_rejected_not_downgraded() {
 }
 
 #[test]
-fn strict_allowlist_egress_is_rejected_in_tier_b() {
-    if !tier_b_available("strict_allowlist_egress_is_rejected_in_tier_b") {
+fn strict_allowlist_egress_runs_in_tier_b_behind_the_proxy() {
+    let test = "strict_allowlist_egress_runs_in_tier_b_behind_the_proxy";
+    if !tier_b_available(test) {
+        return;
+    }
+    if tierbox_sandbox::probe::host_facts()
+        .landlock_abi
+        .unwrap_or(0)
+        < 4
+    {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "{test}: needs landlock abi 4"
+        );
+        println!("SKIP {test}: landlock abi < 4");
         return;
     }
     let mut env = Env::new(&["true"]);
     env.policy.egress.mode = tierbox_policy::EgressMode::Strict;
     env.policy.egress.allow = vec!["crates.io".to_owned()];
-    match rt().block_on(env.runner().run(&req("true", &[]))) {
-        Err(RunError::Rejected(rej)) => assert_eq!(rej.code(), "tier.unsupported"),
-        other => {
-            panic!("strict egress with an allowlist must be rejected in tier b, got {other:?}")
-        }
-    }
+    let mut r = req("true", &[]);
+    r.tier = TierRequest::B;
+    let outcome = rt().block_on(env.runner().run(&r)).unwrap();
+    assert!(outcome.success(), "{outcome:?}");
+    // The proxy ran for the run and saw nothing.
+    assert_eq!(outcome.egress, Some(tierbox_egress::EgressLog::default()));
+    let network = &outcome.enforcement.network;
+    assert!(network.contains("the egress proxy's"), "{network}");
 }
 
 #[test]

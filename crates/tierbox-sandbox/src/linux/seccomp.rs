@@ -47,6 +47,12 @@ pub struct SeccompSpec {
     pub allow_inet_sockets: bool,
     /// Allow `socket(AF_UNIX, ...)`; otherwise `EPERM`. `socketpair` is always allowed.
     pub allow_unix_sockets: bool,
+    /// With [`SeccompSpec::allow_inet_sockets`]: only TCP. Inet sockets of any type but
+    /// `SOCK_STREAM` (UDP, raw, SCTP, …) get `EPERM`, and so do `sendto`, `sendmsg` and
+    /// `sendmmsg` with `MSG_FASTOPEN`, which connects without `connect(2)` and so without
+    /// landlock's TCP connect check. For Tier B runs whose only way out is the egress
+    /// proxy's TCP port.
+    pub inet_stream_only: bool,
     /// Deny changing file modes, owners and extended attributes (`EPERM`). For a child that
     /// keeps uid 0 without capabilities: it still *owns* every root-owned file, landlock
     /// does not mediate `chmod`/`chown`/`setxattr`, and without this a run could e.g.
@@ -69,6 +75,7 @@ impl SeccompSpec {
             mediate_chmod: false,
             allow_inet_sockets: false,
             allow_unix_sockets: false,
+            inet_stream_only: false,
         }
     }
 }
@@ -400,6 +407,17 @@ pub const DENIED_IOCTLS: &[(&str, u32, &str)] = &[
     ),
 ];
 
+/// The bits of `socket(2)`'s `type` argument that name the type (`SOCK_TYPE_MASK` in the
+/// kernel); the rest are `SOCK_NONBLOCK` and `SOCK_CLOEXEC`.
+const SOCK_TYPE_MASK: u32 = 0xf;
+
+/// The calls that take `MSG_FASTOPEN`, with the index of their flags argument.
+const SEND_FLAG_CALLS: &[(&str, libc::c_long, u32)] = &[
+    ("sendto", libc::SYS_sendto, 3),
+    ("sendmsg", libc::SYS_sendmsg, 2),
+    ("sendmmsg", libc::SYS_sendmmsg, 3),
+];
+
 /// `_IOW('f', 2, long)`.
 const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
 /// `_IOW('f', 2, int)`.
@@ -420,6 +438,8 @@ enum Action {
     InspectPersonality,
     /// `clone`: inspect the flags in `args[0]` for `CLONE_NEW*`.
     InspectClone,
+    /// `sendto`/`sendmsg`/`sendmmsg`: inspect the flags in `args[N]` for `MSG_FASTOPEN`.
+    InspectSendFlags(u32),
     /// Hand the call to the supervisor (`SECCOMP_RET_USER_NOTIF`).
     Notify,
 }
@@ -482,6 +502,11 @@ impl SeccompProgram {
         if spec.deny_namespaces {
             add(libc::SYS_clone as u32, "clone", Action::InspectClone)?;
         }
+        if spec.allow_inet_sockets && spec.inet_stream_only {
+            for &(name, nr, flags_arg) in SEND_FLAG_CALLS {
+                add(nr as u32, name, Action::InspectSendFlags(flags_arg))?;
+            }
+        }
 
         // 2. Partition all of u32 into maximal intervals of equal action. On x86-64 the
         //    x32 ABI (and any number past every table, e.g. -1) is one more interval, so
@@ -519,6 +544,7 @@ impl SeccompProgram {
         let personality_block = asm.label();
         let clone_block = asm.label();
         let notify = asm.label();
+        let mut send_blocks: BTreeMap<u32, Label> = BTreeMap::new();
         let mut target_of = |action: Action, asm: &mut Asm| match action {
             Action::Allow => allow,
             Action::Errno(e) => *errno_labels.entry(e).or_insert_with(|| asm.label()),
@@ -526,6 +552,7 @@ impl SeccompProgram {
             Action::InspectIoctl => ioctl_block,
             Action::InspectPersonality => personality_block,
             Action::InspectClone => clone_block,
+            Action::InspectSendFlags(arg) => *send_blocks.entry(arg).or_insert_with(|| asm.label()),
             Action::Notify => notify,
         };
         let mut targets = Vec::with_capacity(intervals.len());
@@ -546,10 +573,11 @@ impl SeccompProgram {
         } else {
             eperm
         };
-        let inet = if spec.allow_inet_sockets {
-            allow
-        } else {
-            eperm
+        let inet_type = asm.label();
+        let inet = match (spec.allow_inet_sockets, spec.inet_stream_only) {
+            (true, true) => inet_type,
+            (true, false) => allow,
+            (false, _) => eperm,
         };
         let (n1, n2) = (asm.label(), asm.label());
         asm.jump(JEQ, libc::AF_UNIX as u32, unix, n1);
@@ -557,6 +585,20 @@ impl SeccompProgram {
         asm.jump(JEQ, libc::AF_INET as u32, inet, n2);
         asm.bind(n2);
         asm.jump(JEQ, libc::AF_INET6 as u32, inet, eafnosupport);
+        if inet == inet_type {
+            // socket(AF_INET*, type, ...): the type without SOCK_NONBLOCK / SOCK_CLOEXEC.
+            asm.bind(inet_type);
+            asm.load(off_arg_lo(1));
+            asm.and(SOCK_TYPE_MASK);
+            asm.jump(JEQ, libc::SOCK_STREAM as u32, allow, eperm);
+        }
+
+        // sendto / sendmsg / sendmmsg: no MSG_FASTOPEN (an implicit connect).
+        for (&arg, &label) in &send_blocks {
+            asm.bind(label);
+            asm.load(off_arg_lo(arg));
+            asm.jump(JSET, libc::MSG_FASTOPEN as u32, eperm, allow);
+        }
 
         // ioctl(fd, request, ...): the terminal-injection requests.
         asm.bind(ioctl_block);
@@ -757,6 +799,9 @@ const JGE: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
 const JSET: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
 /// `BPF_LD | BPF_W | BPF_ABS`.
 const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+/// `BPF_ALU | BPF_AND | BPF_K`.
+const ALU_AND_K: u16 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
+
 /// `BPF_RET | BPF_K`.
 const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 
@@ -800,6 +845,16 @@ impl Asm {
         self.insns.push(PendingInsn {
             code: LD_W_ABS,
             k: offset,
+            jt: None,
+            jf: None,
+        });
+    }
+
+    /// `A &= k`.
+    fn and(&mut self, k: u32) {
+        self.insns.push(PendingInsn {
+            code: ALU_AND_K,
+            k,
             jt: None,
             jf: None,
         });

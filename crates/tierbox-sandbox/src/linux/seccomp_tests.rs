@@ -22,6 +22,7 @@ fn permissive() -> SeccompSpec {
         mediate_chmod: false,
         allow_inet_sockets: true,
         allow_unix_sockets: true,
+        inet_stream_only: false,
     }
 }
 
@@ -329,6 +330,7 @@ fn socket_families() {
             mediate_chmod: false,
             allow_inet_sockets: inet,
             allow_unix_sockets: unix,
+            inet_stream_only: false,
         };
         let prog = SeccompProgram::build(&spec).unwrap();
         let verdict = |allowed: bool| if allowed { ALLOW } else { eperm() };
@@ -831,4 +833,61 @@ fn chmod_is_handed_to_the_supervisor_when_mediated() {
         assert_eq!(eval(&prog, nr, &[]), eperm(), "nr {nr}");
     }
     assert_eq!(eval(&prog, libc::SYS_read, &[]), ALLOW);
+}
+
+#[test]
+fn inet_stream_only_allows_tcp_and_nothing_else_of_inet() {
+    let spec = SeccompSpec {
+        allow_inet_sockets: true,
+        inet_stream_only: true,
+        ..SeccompSpec::locked_down()
+    };
+    let prog = SeccompProgram::build(&spec).unwrap();
+    let flags = (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64;
+    for domain in [libc::AF_INET, libc::AF_INET6] {
+        let sock = |ty: i32, extra: u64| {
+            eval(
+                &prog,
+                libc::SYS_socket,
+                &[domain as u64, ty as u64 | extra, 0],
+            )
+        };
+        assert_eq!(sock(libc::SOCK_STREAM, 0), ALLOW);
+        assert_eq!(sock(libc::SOCK_STREAM, flags), ALLOW);
+        for ty in [libc::SOCK_DGRAM, libc::SOCK_RAW, libc::SOCK_SEQPACKET] {
+            assert_eq!(sock(ty, 0), eperm(), "domain {domain} type {ty}");
+            assert_eq!(sock(ty, flags), eperm(), "domain {domain} type {ty}");
+        }
+    }
+    assert_eq!(
+        eval(&prog, libc::SYS_socket, &[libc::AF_UNIX as u64, 1, 0]),
+        eperm()
+    );
+    let fastopen = libc::MSG_FASTOPEN as u64;
+    for (nr, flags_arg) in [
+        (libc::SYS_sendto, 3),
+        (libc::SYS_sendmsg, 2),
+        (libc::SYS_sendmmsg, 3),
+    ] {
+        let mut args = [0u64; 6];
+        args[flags_arg] = libc::MSG_NOSIGNAL as u64;
+        assert_eq!(eval(&prog, nr, &args), ALLOW, "nr {nr}");
+        args[flags_arg] |= fastopen;
+        assert_eq!(eval(&prog, nr, &args), eperm(), "nr {nr} with MSG_FASTOPEN");
+    }
+    // Without the stream-only restriction the send calls are not inspected.
+    let open = SeccompProgram::build(&SeccompSpec {
+        allow_inet_sockets: true,
+        ..SeccompSpec::locked_down()
+    })
+    .unwrap();
+    assert_eq!(eval(&open, libc::SYS_sendto, &[0, 0, 0, fastopen]), ALLOW);
+    assert_eq!(
+        eval(
+            &open,
+            libc::SYS_socket,
+            &[libc::AF_INET as u64, libc::SOCK_DGRAM as u64, 0]
+        ),
+        ALLOW
+    );
 }

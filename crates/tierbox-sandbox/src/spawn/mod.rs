@@ -95,6 +95,12 @@ pub struct LaunchOptions {
     /// Clone on the long-lived launcher thread instead of the calling thread. Needed when
     /// the calling thread may exit before the run ends (it would take the run with it).
     pub launcher_thread: bool,
+    /// Tier B, `strict` egress with an allowlist: the port on `127.0.0.1` where the
+    /// caller's egress proxy listens. It becomes the only TCP port the child may connect
+    /// to, and the proxy variables ([`crate::egress::proxy_env`]) point to it. Tier C ignores it: its
+    /// proxy listener is made inside the sandbox's network namespace
+    /// ([`Launched::egress_listener`]).
+    pub egress_proxy_port: Option<u16>,
 }
 
 /// A launched Tier B child.
@@ -132,6 +138,10 @@ pub struct Launched {
     /// protected-path covers); remove them after the run with
     /// [`crate::bwrap::remove_host_mount_points`].
     pub host_placeholders: Vec<PathBuf>,
+    /// Tier C with the egress proxy: the listening socket made inside the sandbox's
+    /// network namespace on `127.0.0.1:`[`crate::egress::SANDBOX_PROXY_PORT`]. Serve the
+    /// proxy on it; connections made inside arrive here.
+    pub egress_listener: Option<std::net::TcpListener>,
 }
 
 /// Layers this run needs that the host lacks: each is recorded when the policy allows it
@@ -163,7 +173,7 @@ pub(crate) fn require(
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
     let facts = host_facts();
     let mut missing = check_layers(plan, facts)?;
-    let network = network_rules(plan, facts)?;
+    let network = network_rules(plan, facts, opts.egress_proxy_port)?;
     // Identity: a root supervisor runs the child as the workspace owner when that is not
     // root, so ordinary file permissions apply on top of landlock.
     let ids = child_ids(facts, &plan.workspace);
@@ -201,6 +211,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
                 tier: Tier::B,
                 report: None,
                 host_placeholders: Vec::new(),
+                egress_listener: None,
             })
         }
         Err(e) => {
@@ -407,8 +418,11 @@ fn rlimits_for(plan: &Plan) -> [(i32, u64, u64); sys::RLIMIT_COUNT] {
 }
 
 /// The child's complete environment: the Plan's, plus the private `HOME` and `TMPDIR`.
-fn child_env(plan: &Plan, slot: &Slot) -> Vec<(String, String)> {
+fn child_env(plan: &Plan, slot: &Slot, network: &NetworkRules) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = plan.env.clone();
+    if let Some(port) = network.proxy_port {
+        crate::egress::set_proxy_env(&mut env, port);
+    }
     if plan.filesystem.private_home {
         env.push((
             "HOME".to_owned(),
@@ -458,7 +472,7 @@ fn spawn_in_slot(
         .iter()
         .map(|a| cstring(a.as_bytes(), "argument"))
         .collect::<Result<_, _>>()?;
-    let envp: Vec<CString> = child_env(plan, slot)
+    let envp: Vec<CString> = child_env(plan, slot, network)
         .iter()
         .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry"))
         .collect::<Result<_, _>>()?;
@@ -564,40 +578,92 @@ fn cstring(bytes: &[u8], what: &str) -> Result<CString, LaunchError> {
 struct NetworkRules {
     allow_inet: bool,
     allow_unix: bool,
+    /// Inet sockets are TCP only, and TCP fast open is denied (seccomp).
+    inet_stream_only: bool,
     tcp_ports: Option<Vec<u16>>,
+    /// The egress proxy's port on 127.0.0.1, which the proxy variables point to.
+    proxy_port: Option<u16>,
     description: String,
 }
 
-fn network_rules(plan: &Plan, facts: &HostFacts) -> Result<NetworkRules, Rejection> {
-    let mode = plan.network.mode;
-    match mode {
-        EgressMode::AllowAll => Ok(NetworkRules { allow_inet: true, allow_unix: true, tcp_ports: None, description: "allow_all: unrestricted".to_owned() }),
+fn network_rules(
+    plan: &Plan,
+    facts: &HostFacts,
+    proxy_port: Option<u16>,
+) -> Result<NetworkRules, Rejection> {
+    let unavailable = |reason: String| Rejection::TierUnavailable {
+        tier: "b".to_owned(),
+        reason,
+    };
+    let landlock_net = facts.landlock_abi.is_some_and(|a| a >= 4);
+    match plan.network.mode {
+        EgressMode::AllowAll => Ok(NetworkRules {
+            allow_inet: true,
+            allow_unix: true,
+            inet_stream_only: false,
+            tcp_ports: None,
+            proxy_port: None,
+            description: "allow_all: unrestricted".to_owned(),
+        }),
         EgressMode::Preflight => Ok(NetworkRules {
             allow_inet: true,
             allow_unix: false,
+            inet_stream_only: false,
             tcp_ports: None,
-            description: "preflight: hosts checked before spawn, network not restricted at runtime".to_owned(),
+            proxy_port: None,
+            description: "preflight: hosts checked before spawn, network not restricted at runtime"
+                .to_owned(),
         }),
-        EgressMode::Strict if !plan.network.allow.is_empty() => Err(Rejection::TierUnsupported {
-            tier: "b".to_owned(),
-            feature: "egress.mode = \"strict\" with a non-empty allowlist".to_owned(),
-            reason: "runtime enforcement of an allowlist needs the egress proxy, which this build does not provide; use block_all or preflight".to_owned(),
-        }),
+        EgressMode::Strict if plan.network.needs_proxy() => {
+            // Both layers are required whatever `tier.optional_layers` says: without
+            // either one the allowlist would not be enforced at all.
+            if !facts.seccomp {
+                return Err(unavailable(
+                    "strict egress in tier b needs seccomp (to deny udp and raw sockets), which this host lacks".to_owned(),
+                ));
+            }
+            if !landlock_net {
+                return Err(unavailable(format!(
+                    "strict egress in tier b needs landlock tcp rules (abi 4), and this host has {}",
+                    facts
+                        .landlock_abi
+                        .map_or_else(|| "no landlock".to_owned(), |a| format!("abi {a}"))
+                )));
+            }
+            let port = proxy_port.ok_or_else(|| {
+                unavailable("strict egress with an allowlist needs the egress proxy, and the caller started none (LaunchOptions::egress_proxy_port)".to_owned())
+            })?;
+            Ok(NetworkRules {
+                allow_inet: true,
+                allow_unix: false,
+                inet_stream_only: true,
+                tcp_ports: Some(vec![port]),
+                proxy_port: Some(port),
+                description: format!(
+                    "strict: tcp connect only to port {port}, the egress proxy's (landlock; on any address), tcp bind denied (landlock), udp, raw, unix sockets and tcp fast open denied (seccomp)"
+                ),
+            })
+        }
         EgressMode::BlockAll | EgressMode::Strict => {
             if !facts.seccomp {
-                return Err(Rejection::TierUnavailable {
-                    tier: "b".to_owned(),
-                    reason: "blocking the network in tier b needs seccomp, which this host lacks".to_owned(),
-                });
+                return Err(unavailable(
+                    "blocking the network in tier b needs seccomp, which this host lacks"
+                        .to_owned(),
+                ));
             }
-            let landlock_net = facts.landlock_abi.is_some_and(|a| a >= 4);
             Ok(NetworkRules {
                 allow_inet: false,
                 allow_unix: false,
+                inet_stream_only: false,
                 tcp_ports: landlock_net.then(Vec::new),
+                proxy_port: None,
                 description: format!(
                     "no network: inet, unix and raw sockets denied (seccomp){}",
-                    if landlock_net { ", tcp bind/connect denied (landlock)" } else { "" }
+                    if landlock_net {
+                        ", tcp bind/connect denied (landlock)"
+                    } else {
+                        ""
+                    }
                 ),
             })
         }
@@ -617,6 +683,7 @@ fn seccomp_program(
         mediate_chmod,
         allow_inet_sockets: net.allow_inet,
         allow_unix_sockets: net.allow_unix,
+        inet_stream_only: net.inet_stream_only,
     })
     .map_err(|e| LaunchError::Setup {
         what: "seccomp program".to_owned(),

@@ -165,6 +165,7 @@ fn run_mediated(
         mediate_chmod: true,
         allow_inet_sockets: true,
         allow_unix_sockets: true,
+        inet_stream_only: false,
     })
     .unwrap();
     let fprog = prog.as_fprog();

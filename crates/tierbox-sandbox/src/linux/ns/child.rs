@@ -32,6 +32,7 @@ use tierbox_policy::plan::Plan;
 use tierbox_policy::{Enforcement, Layer, LayerReport, Tier};
 
 use super::sys::{self as nsys, Expect, NsOp, NsSpec, NsStep, OpKind, Report, ReportTag};
+use crate::egress::SANDBOX_PROXY_PORT;
 use crate::linux::caps;
 use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock, access_fs};
 use crate::linux::mounts::{
@@ -187,6 +188,9 @@ pub struct NativeLaunched {
     pub host_placeholders: Vec<PathBuf>,
     /// What was enforced.
     pub enforcement: Enforcement,
+    /// When the plan needs the egress proxy: the listener pid 1 made on
+    /// `127.0.0.1:`[`SANDBOX_PROXY_PORT`] inside the sandbox's network namespace.
+    pub egress_listener: Option<std::net::TcpListener>,
 }
 
 /// How the program ended.
@@ -278,6 +282,14 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stderr"))?;
     let (report_r, report_w) =
         ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for the report pipe"))?;
+    // (supervisor's end, pid 1's end) of the socket that carries the egress listener.
+    let proxy_pair = if plan.network.needs_proxy() {
+        Some(nsys::seqpacket_pair().map_err(sys_err(
+            "socketpair(AF_UNIX, SOCK_SEQPACKET) for the egress listener",
+        ))?)
+    } else {
+        None
+    };
 
     let mut init_stack = nsys::NsStack::new();
     let mut program_stack = nsys::NsStack::new();
@@ -295,6 +307,10 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         stdout_fd: stdout_w.as_raw_fd(),
         stderr_fd: stderr_w.as_raw_fd(),
         report_fd: report_w.as_raw_fd(),
+        proxy_fd: proxy_pair
+            .as_ref()
+            .map_or(-1, |(_, child)| child.as_raw_fd()),
+        proxy_port: SANDBOX_PROXY_PORT,
         rlimits: rlimits_for(plan).map(|(r, cur, max)| {
             (
                 r,
@@ -317,6 +333,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let cloned = nsys::clone_init(&spec, &mut init_stack, TIER_C_NAMESPACES);
     // The child's ends are closed here whatever happened; the copies in pid 1 are its own.
     drop((stdin_child, stdout_w, stderr_w, report_w));
+    let proxy_sock = proxy_pair.map(|(supervisor, _child)| supervisor);
     let (pid, pidfd) = cloned.map_err(sys_err(format!(
         "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={TIER_C_NAMESPACES:#x})"
     )))?;
@@ -338,6 +355,19 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         let _ = ssys::wait_pidfd(&pidfd, false);
         return Err(NativeError::BadReport { tag: first.tag });
     }
+    // pid 1 sent the listener before its Started record, so it is already queued.
+    let egress_listener = match proxy_sock.as_ref().map(nsys::recv_fd) {
+        None => None,
+        Some(Ok(fd)) => Some(std::net::TcpListener::from(fd)),
+        Some(Err(source)) => {
+            let _ = ssys::pidfd_signal(&pidfd, libc::SIGKILL);
+            let _ = ssys::wait_pidfd(&pidfd, false);
+            return Err(NativeError::Sys {
+                call: "recvmsg(SCM_RIGHTS) of the egress listener".to_owned(),
+                source,
+            });
+        }
+    };
     let enforcement = enforcement_report(
         plan,
         euid,
@@ -357,6 +387,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         report: report_r,
         host_placeholders: mplan.host_placeholders.clone(),
         enforcement,
+        egress_listener,
     })
 }
 
@@ -538,6 +569,9 @@ fn child_env(plan: &Plan, mplan: &MountPlan) -> Vec<(String, String)> {
     if !env.iter().any(|(k, _)| k == "TMPDIR") {
         env.push(("TMPDIR".to_owned(), "/tmp".to_owned()));
     }
+    if plan.network.needs_proxy() {
+        crate::egress::set_proxy_env(&mut env, SANDBOX_PROXY_PORT);
+    }
     env
 }
 
@@ -623,7 +657,11 @@ fn enforcement_report(
             ),
             "pid (pid 1 is tierbox-init, the reaper)".to_owned(),
             "mount (tmpfs root, pivot_root)".to_owned(),
-            "net (loopback only)".to_owned(),
+            if plan.network.needs_proxy() {
+                format!("net (loopback only; the egress proxy listens on 127.0.0.1:{SANDBOX_PROXY_PORT})")
+            } else {
+                "net (loopback only)".to_owned()
+            },
             "ipc".to_owned(),
             "uts".to_owned(),
             "cgroup".to_owned(),

@@ -163,6 +163,9 @@ pub enum NsStep {
     Hostname,
     /// `socket` + `ioctl(SIOCSIFFLAGS, IFF_UP)` on `lo`.
     Loopback,
+    /// The egress proxy's listener: `socket`, `bind(127.0.0.1:port)`, `listen`, and
+    /// `sendmsg(SCM_RIGHTS)` to the supervisor.
+    EgressListener,
     /// One of the mount ops (index and sub-call in the report).
     MountOp,
     /// Adding the landlock rules for the sandbox's own mounts (`/`, `/tmp`, `/proc`, …).
@@ -195,7 +198,7 @@ pub enum NsStep {
 
 /// Every step with the system call or action it names, in discriminant order (a test
 /// checks the order).
-const NS_STEPS: [(NsStep, &str); 23] = [
+const NS_STEPS: [(NsStep, &str); 24] = [
     (NsStep::None, "none"),
     (
         NsStep::Pdeathsig,
@@ -208,6 +211,10 @@ const NS_STEPS: [(NsStep, &str); 23] = [
     (NsStep::Setsid, "setsid()"),
     (NsStep::Hostname, "sethostname"),
     (NsStep::Loopback, "ioctl(SIOCSIFFLAGS, lo, IFF_UP)"),
+    (
+        NsStep::EgressListener,
+        "socket/bind(127.0.0.1)/listen/sendmsg(SCM_RIGHTS) of the egress proxy listener",
+    ),
     (NsStep::MountOp, "mount op"),
     (
         NsStep::LandlockRules,
@@ -328,6 +335,12 @@ pub struct NsSpec<'a> {
     pub stderr_fd: RawFd,
     /// Write end of the report pipe (>= 3).
     pub report_fd: RawFd,
+    /// pid 1's end of a unix socket pair: when >= 0, pid 1 makes the egress proxy's
+    /// listener on `127.0.0.1:`[`NsSpec::proxy_port`] in the new network namespace and
+    /// sends it to the supervisor through this socket. -1: no proxy.
+    pub proxy_fd: RawFd,
+    /// The egress proxy's port inside the namespace.
+    pub proxy_port: u16,
     /// The program's rlimits.
     pub rlimits: [(c_int, libc::rlimit64); NS_RLIMIT_COUNT],
     /// `cap_last_cap`.
@@ -486,6 +499,13 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
     sethostname(spec.hostname).map_err(fail(S::Hostname))?;
     // 6. Loopback up in the new network namespace (its only interface).
     loopback_up().map_err(fail(S::Loopback))?;
+    // 6b. The egress proxy's listener, made here so that it lives in this namespace, and
+    //     handed to the supervisor, which serves it. Before the program exists, so the
+    //     program's first connection finds it (queued in the backlog until accepted).
+    if spec.proxy_fd >= 0 {
+        send_loopback_listener(spec.proxy_fd, spec.proxy_port).map_err(fail(S::EgressListener))?;
+        close(spec.proxy_fd);
+    }
     // 7. Exact modes for everything the ops create.
     umask(0);
     // 8. The filesystem, op by op, in the planner's order.
@@ -1056,6 +1076,143 @@ fn loopback_up() -> Result<(), i32> {
     });
     close(sock);
     r.map(drop)
+}
+
+/// Backlog of the egress proxy's listener: connections the program may open before the
+/// supervisor accepts them.
+const PROXY_BACKLOG: c_int = 128;
+
+/// One `SCM_RIGHTS` control message carrying one fd, laid out as `CMSG_SPACE(4)`.
+#[repr(C)]
+struct FdCmsg {
+    hdr: libc::cmsghdr,
+    fd: c_int,
+    pad: c_int,
+}
+
+/// `cmsg_len` of a control message carrying one fd (`CMSG_LEN(sizeof(int))`).
+const FD_CMSG_LEN: usize = std::mem::size_of::<libc::cmsghdr>() + std::mem::size_of::<c_int>();
+
+fn send_loopback_listener(sock: RawFd, port: u16) -> Result<(), i32> {
+    // SAFETY: integer arguments.
+    let listener = check(unsafe {
+        libc::syscall(
+            libc::SYS_socket,
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })? as RawFd;
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `addr` is a sockaddr_in on our stack, with its exact size.
+    let r = check(unsafe {
+        libc::syscall(
+            libc::SYS_bind,
+            listener,
+            &addr as *const libc::sockaddr_in,
+            std::mem::size_of::<libc::sockaddr_in>(),
+        )
+    })
+    // SAFETY: integer arguments.
+    .and_then(|_| check(unsafe { libc::syscall(libc::SYS_listen, listener, PROXY_BACKLOG) }))
+    .and_then(|_| send_fd(sock, listener));
+    close(listener);
+    r.map(drop)
+}
+
+/// Sends `fd` over the unix socket `sock` (one byte of data, one `SCM_RIGHTS` message).
+fn send_fd(sock: RawFd, fd: RawFd) -> Result<libc::c_long, i32> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr() as *mut c_void,
+        iov_len: 1,
+    };
+    // SAFETY: cmsghdr is plain data; all-zero is a valid value, filled in below.
+    let mut cmsg: FdCmsg = unsafe { std::mem::zeroed() };
+    cmsg.hdr.cmsg_len = FD_CMSG_LEN as _;
+    cmsg.hdr.cmsg_level = libc::SOL_SOCKET;
+    cmsg.hdr.cmsg_type = libc::SCM_RIGHTS;
+    cmsg.fd = fd;
+    // SAFETY: msghdr is plain data; all-zero is a valid value, filled in below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = &mut cmsg as *mut FdCmsg as *mut c_void;
+    msg.msg_controllen = std::mem::size_of::<FdCmsg>() as _;
+    // SAFETY: `msg` points at the iovec and control buffer on our stack, which outlive
+    // the call.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_sendmsg,
+            sock,
+            &msg as *const libc::msghdr,
+            libc::MSG_NOSIGNAL,
+        )
+    })
+}
+
+/// Receives one fd sent with `SCM_RIGHTS` on `sock` (blocking), close-on-exec.
+pub fn recv_fd(sock: &OwnedFd) -> io::Result<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr() as *mut c_void,
+        iov_len: 1,
+    };
+    // SAFETY: plain data; all-zero is a valid value.
+    let mut cmsg: FdCmsg = unsafe { std::mem::zeroed() };
+    // SAFETY: plain data; all-zero is a valid value, filled in below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = &mut cmsg as *mut FdCmsg as *mut c_void;
+    msg.msg_controllen = std::mem::size_of::<FdCmsg>() as _;
+    loop {
+        // SAFETY: `msg` points at buffers on our stack that outlive the call.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    let carried = msg.msg_controllen as usize >= FD_CMSG_LEN
+        && cmsg.hdr.cmsg_level == libc::SOL_SOCKET
+        && cmsg.hdr.cmsg_type == libc::SCM_RIGHTS
+        && cmsg.hdr.cmsg_len as usize == FD_CMSG_LEN
+        && msg.msg_flags & libc::MSG_CTRUNC == 0;
+    if !carried || cmsg.fd < 0 {
+        return Err(io::Error::other("no file descriptor in the message"));
+    }
+    // SAFETY: the kernel installed this fd in our table for this message; we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(cmsg.fd) })
+}
+
+/// A connected pair of `SOCK_SEQPACKET` unix sockets, close-on-exec.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1 as c_int; 2];
+    // SAFETY: `fds` is a writable array of two ints.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: on success both fds are fresh and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 fn wipe_arg_area((start, end): (usize, usize)) {

@@ -1,0 +1,80 @@
+//! What a sandbox needs to reach the egress proxy: where it listens and the environment
+//! that points clients at it.
+//!
+//! The proxy itself (`tierbox-egress`) runs in the supervisor. In Tier B it listens on a
+//! fresh port of the host's `127.0.0.1`, the only TCP port the child may connect to. In
+//! Tier C the sandbox's network namespace has only loopback, and the listener is made
+//! *inside* it on [`SANDBOX_PROXY_PORT`] by the sandbox's pid 1, then handed to the
+//! supervisor (a socket stays in the namespace it was created in, so the supervisor
+//! accepts connections that were made inside).
+
+/// The port the egress proxy listens on inside a Tier C sandbox (`127.0.0.1`). Fixed,
+/// since the namespace is private to the run; 3128 is the conventional proxy port.
+pub const SANDBOX_PROXY_PORT: u16 = 3128;
+
+/// Addresses clients reach directly, never through the proxy (the sandbox's own
+/// loopback).
+pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+
+/// The variables that point HTTP clients, package managers and git at the proxy on
+/// `127.0.0.1:port`: the `*_PROXY` family in both cases, `ALL_PROXY` as SOCKS5 with remote
+/// name resolution (the proxy accepts both protocols on one port), and the npm, yarn, pip
+/// and cargo settings.
+///
+/// ```
+/// let env = tierbox_sandbox::egress::proxy_env(3128);
+/// assert!(env.contains(&("HTTPS_PROXY".to_owned(), "http://127.0.0.1:3128".to_owned())));
+/// assert!(env.contains(&("ALL_PROXY".to_owned(), "socks5h://127.0.0.1:3128".to_owned())));
+/// ```
+pub fn proxy_env(port: u16) -> Vec<(String, String)> {
+    let http = format!("http://127.0.0.1:{port}");
+    let socks = format!("socks5h://127.0.0.1:{port}");
+    let mut env = Vec::new();
+    for key in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        env.push((key.to_owned(), http.clone()));
+    }
+    for key in ["ALL_PROXY", "all_proxy"] {
+        env.push((key.to_owned(), socks.clone()));
+    }
+    for key in ["NO_PROXY", "no_proxy"] {
+        env.push((key.to_owned(), NO_PROXY.to_owned()));
+    }
+    for key in [
+        "npm_config_proxy",
+        "npm_config_https_proxy",
+        "YARN_HTTP_PROXY",
+        "YARN_HTTPS_PROXY",
+        "PIP_PROXY",
+        "CARGO_HTTP_PROXY",
+    ] {
+        env.push((key.to_owned(), http.clone()));
+    }
+    env
+}
+
+/// Sets [`proxy_env`] in `env`, replacing any value a policy or request gave those
+/// variables (a client pointed elsewhere would only fail; this keeps the run usable).
+pub fn set_proxy_env(env: &mut Vec<(String, String)>, port: u16) {
+    let vars = proxy_env(port);
+    env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
+    env.extend(vars);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_proxy_env_replaces_existing_values_once() {
+        let mut env = vec![
+            ("PATH".to_owned(), "/usr/bin".to_owned()),
+            ("https_proxy".to_owned(), "http://elsewhere:1".to_owned()),
+        ];
+        set_proxy_env(&mut env, 4000);
+        let https: Vec<_> = env.iter().filter(|(k, _)| k == "https_proxy").collect();
+        assert_eq!(https.len(), 1);
+        assert_eq!(https[0].1, "http://127.0.0.1:4000");
+        assert!(env.iter().any(|(k, v)| k == "PATH" && v == "/usr/bin"));
+        assert!(env.iter().any(|(k, v)| k == "NO_PROXY" && v == NO_PROXY));
+    }
+}
