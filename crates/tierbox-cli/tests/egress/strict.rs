@@ -247,6 +247,19 @@ pub fn try_run(
     cmd: &[&str],
     env: &[(&str, &str)],
 ) -> Run {
+    run_cli(lab, tier, policy_text, cmd, env, true)
+}
+
+/// `tierbox run` with or without `--json` (without, `outcome` is null and `stdout` is
+/// the program's).
+fn run_cli(
+    lab: &NetLab,
+    tier: Tier,
+    policy_text: &str,
+    cmd: &[&str],
+    env: &[(&str, &str)],
+    json: bool,
+) -> Run {
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let ws_path = std::fs::canonicalize(ws.path()).unwrap();
@@ -258,7 +271,6 @@ pub fn try_run(
     std::fs::write(&policy_file, policy_text).unwrap();
     let mut args: Vec<String> = vec![
         "run".into(),
-        "--json".into(),
         "--tier".into(),
         tier.arg().into(),
         "--policy".into(),
@@ -266,6 +278,9 @@ pub fn try_run(
         "--workspace".into(),
         ws_path.to_string_lossy().into_owned(),
     ];
+    if json {
+        args.push("--json".into());
+    }
     for (k, v) in env {
         args.push("--env".into());
         args.push(format!("{k}={v}"));
@@ -377,6 +392,22 @@ pub fn not_allowlisted_is_refused_and_reported(test: &str, tier: Tier) {
         denied,
         "egress denied: host blocked.test is not in the allowlist",
         "{}",
+        r.describe()
+    );
+
+    // Without --json the CLI says it on stderr, where an agent reading the output sees it.
+    let r = run_cli(
+        lab,
+        tier,
+        &p,
+        &["sh", "fetch.sh"],
+        &[("TARGET", "http://blocked.test/"), ("CURL_FLAGS", "")],
+        false,
+    );
+    assert_ne!(r.status, 0, "{}", r.describe());
+    assert!(
+        r.stderr.contains(&format!("tierbox: {denied}")),
+        "the CLI does not print the denial: {}",
         r.describe()
     );
 

@@ -57,18 +57,15 @@
 //! (the kernel requires a fully visible proc in a user namespace); the final `pivot_root`
 //! detaches the staging tmpfs and the host tree in one `umount2(MNT_DETACH)`.
 //!
-//! Order of pid 1's setup (each step says why in [`sys`]): pdeathsig → id maps → setsid →
-//! hostname → `lo` up → mount ops (pivot included) → non-dumpable, name → clone the
-//! program. The program: stdio → close-on-exec everything else → cwd → rlimits → drop
-//! capabilities → `no_new_privs` → seccomp (last, so it blocks no setup call) → empty
-//! signal mask → `execve`.
+//! Order of pid 1's setup (each step says why in [`sys`]): pdeathsig → join the run cgroup
+//! → id maps → setsid → hostname → `lo` up → the egress proxy's listener (when the plan
+//! needs it; passed to the supervisor) → mount ops (pivot included) → landlock rules for
+//! its own mounts → non-dumpable, name → clone the program. The program: stdio →
+//! close-on-exec everything else → cwd → rlimits → drop capabilities → `no_new_privs` →
+//! landlock → seccomp (last, so it blocks no setup call) → empty signal mask → `execve`.
 //!
-//! # Not done in this prototype (known gaps)
-//!
-//! - landlock (second filesystem layer) and the run cgroup are not applied; both are
-//!   recorded in `Enforcement::missing_layers`;
-//! - the supervisor blocks on the report pipe until the program is exec'd;
-//! - no egress proxy inside the network namespace (loopback only).
+//! The supervisor blocks on the report pipe until the program is exec'd (a few hundred
+//! microseconds).
 
 pub mod child;
 pub mod sys;
