@@ -13,10 +13,9 @@ use tierbox_policy::hosts::{CanonicalHost, split_host_port};
 use tokio::io::AsyncWriteExt;
 use tokio::time::{Instant, timeout_at};
 
-use crate::check::{Refusal, check_and_dial};
 use crate::inbound::{Inbound, close_gracefully};
 use crate::log::Entry;
-use crate::server::{Mode, Shared, too_many_message};
+use crate::server::{Mode, Shared, dial_or_refuse};
 use crate::{MAX_REQUEST_HEAD_BYTES, Protocol, REQUEST_HEAD_TIMEOUT_MS, Verdict, tunnel};
 
 /// Headers that describe one hop and are not forwarded (RFC 9110 §7.6.1), plus `Host`,
@@ -446,14 +445,7 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
             return refuse(&mut inbound, shared, protocol, "400 Bad Request", refused).await;
         }
     };
-    let outcome = match mode {
-        Mode::Serve => check_and_dial(&shared.config, &host, port).await,
-        Mode::Refuse => Err(Refusal {
-            verdict: Verdict::TooManyTunnels,
-            message: too_many_message(&shared.config),
-            address: None,
-        }),
-    };
+    let outcome = dial_or_refuse(mode, &shared.config, &host, port).await;
     let mut dialed = match outcome {
         Ok(dialed) => dialed,
         Err(refusal) => {

@@ -11,10 +11,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, timeout_at};
 
-use crate::check::canonical_resolve;
+use tierbox_policy::hosts::CanonicalHost;
+
+use crate::check::{Dialed, Refusal, canonical_resolve, check_and_dial};
 use crate::inbound::Inbound;
 use crate::log::Recorder;
-use crate::{MAX_REFUSING_CONNECTIONS, ProxyConfig, REQUEST_HEAD_TIMEOUT_MS, http, socks};
+use crate::{MAX_REFUSING_CONNECTIONS, ProxyConfig, REQUEST_HEAD_TIMEOUT_MS, Verdict, http, socks};
 
 /// Pause after a failed `accept` (out of file descriptors, say) before trying again, so
 /// the loop does not spin.
@@ -44,11 +46,29 @@ pub(crate) enum Mode {
     Refuse,
 }
 
-pub(crate) fn too_many_message(config: &ProxyConfig) -> String {
+fn too_many_message(config: &ProxyConfig) -> String {
     format!(
         "egress refused: the proxy is already serving {} connections, its limit; close some and retry",
         config.max_tunnels
     )
+}
+
+/// A served connection checks and dials `host:port`; one over the cap is refused with
+/// [`Verdict::TooManyTunnels`], after its request was read so the decision names the host.
+pub(crate) async fn dial_or_refuse(
+    mode: Mode,
+    config: &ProxyConfig,
+    host: &CanonicalHost,
+    port: u16,
+) -> Result<Dialed, Refusal> {
+    match mode {
+        Mode::Serve => check_and_dial(config, host, port).await,
+        Mode::Refuse => Err(Refusal {
+            verdict: Verdict::TooManyTunnels,
+            message: too_many_message(config),
+            address: None,
+        }),
+    }
 }
 
 /// Accepts connections until `stop` fires (or its sender is dropped), then aborts every

@@ -15,10 +15,9 @@ use tierbox_policy::hosts::CanonicalHost;
 use tokio::io::AsyncWriteExt;
 use tokio::time::{Instant, timeout_at};
 
-use crate::check::{Refusal, check_and_dial};
 use crate::inbound::{Inbound, close_gracefully};
 use crate::log::Entry;
-use crate::server::{Mode, Shared, too_many_message};
+use crate::server::{Mode, Shared, dial_or_refuse};
 use crate::{Protocol, REQUEST_HEAD_TIMEOUT_MS, Verdict, tunnel};
 
 const VERSION: u8 = 0x05;
@@ -245,14 +244,7 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
             return refuse(&mut inbound, shared, refused).await;
         }
     };
-    let outcome = match mode {
-        Mode::Serve => check_and_dial(&shared.config, &request.host, request.port).await,
-        Mode::Refuse => Err(Refusal {
-            verdict: Verdict::TooManyTunnels,
-            message: too_many_message(&shared.config),
-            address: None,
-        }),
-    };
+    let outcome = dial_or_refuse(mode, &shared.config, &request.host, request.port).await;
     let mut dialed = match outcome {
         Ok(dialed) => dialed,
         Err(refusal) => {

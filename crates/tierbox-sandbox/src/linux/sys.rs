@@ -89,6 +89,29 @@ pub(crate) fn check(ret: libc::c_long) -> Result<libc::c_long, i32> {
     if ret < 0 { Err(errno()) } else { Ok(ret) }
 }
 
+/// Raw `socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC)` and the address `127.0.0.1:port`
+/// to bind or connect it to. Async-signal-safe.
+pub(crate) fn loopback_tcp_socket(port: u16) -> Result<(i32, libc::sockaddr_in), i32> {
+    // SAFETY: integer arguments only.
+    let fd = check(unsafe {
+        libc::syscall(
+            libc::SYS_socket,
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    Ok((i32::try_from(fd).unwrap_or(-1), addr))
+}
+
 /// Raw `prctl(option, arg2, arg3, 0, 0)`. Async-signal-safe.
 ///
 /// Every argument after `option` is an `unsigned long` in the kernel, and `syscall(2)` is
@@ -779,23 +802,7 @@ pub(crate) mod test_support {
 
     /// Raw TCP connect to 127.0.0.1:`port` (socket closed afterwards).
     pub(crate) fn connect_tcp_loopback(port: u16) -> Result<(), i32> {
-        // SAFETY: integer arguments only.
-        let fd = check(unsafe {
-            libc::syscall(
-                libc::SYS_socket,
-                libc::AF_INET,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-            )
-        })?;
-        let addr = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
+        let (fd, addr) = super::loopback_tcp_socket(port)?;
         // SAFETY: `addr` is a valid sockaddr_in on our stack and the length matches it.
         let ret = check(unsafe {
             libc::syscall(
@@ -805,7 +812,7 @@ pub(crate) mod test_support {
                 size_of::<libc::sockaddr_in>(),
             )
         });
-        close(i32::try_from(fd).unwrap_or(-1));
+        close(fd);
         ret.map(drop)
     }
 

@@ -1094,23 +1094,7 @@ struct FdCmsg {
 const FD_CMSG_LEN: usize = std::mem::size_of::<libc::cmsghdr>() + std::mem::size_of::<c_int>();
 
 fn send_loopback_listener(sock: RawFd, port: u16) -> Result<(), i32> {
-    // SAFETY: integer arguments.
-    let listener = check(unsafe {
-        libc::syscall(
-            libc::SYS_socket,
-            libc::AF_INET,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-        )
-    })? as RawFd;
-    let addr = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
+    let (listener, addr) = lsys::loopback_tcp_socket(port)?;
     // SAFETY: `addr` is a sockaddr_in on our stack, with its exact size.
     let r = check(unsafe {
         libc::syscall(
