@@ -44,12 +44,21 @@ pub fn run(json: bool) -> Result<ExitCode> {
             "user namespaces: {reason}; tier c needs them (tier b does not)"
         ));
     }
+    // Where `egress.mode = "strict"` with an allowlist can be enforced.
+    let strict_tier_b = summary.seccomp && summary.landlock_abi.is_some_and(|a| a >= 4);
+    let strict_tier_c = userns.reason().is_none();
+    if !strict_tier_b && !strict_tier_c {
+        hints.push("egress: strict mode with an allowlist needs user namespaces (tier c) or landlock ABI 4 with seccomp (tier b); this host has neither, so such runs are rejected".to_owned());
+    }
     if json {
+        let egress = serde_json::json!({
+            "strict_allowlist": { "tier_c_native": strict_tier_c, "tier_b": strict_tier_b }
+        });
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "host": summary, "tiers": tiers, "hints": hints })
-            )?
+            serde_json::to_string_pretty(&serde_json::json!({
+                "host": summary, "tiers": tiers, "egress": egress, "hints": hints
+            }))?
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -82,6 +91,12 @@ pub fn run(json: bool) -> Result<ExitCode> {
         userns
             .reason()
             .map_or("available".to_owned(), |r| format!("unavailable: {r}"))
+    );
+    let yes_no = |b: bool| if b { "yes" } else { "no" };
+    println!(
+        "egress      strict with an allowlist (through the proxy): tier c native {}, tier b {}",
+        yes_no(strict_tier_c),
+        yes_no(strict_tier_b)
     );
     println!();
     for t in &tiers {
