@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# Paired egress-proxy benchmark: time to fetch 10 MiB over plain HTTP from a test host in
+# a network namespace of its own (reached over a veth pair on 10.231.9.0/24), directly
+# and through `tierbox proxy` (release build), once as a forwarded plain-HTTP request and
+# once through a CONNECT tunnel; the three fetches are interleaved in every iteration, in
+# rotating order. Prints median and p90 time, median throughput, the ratio of median
+# throughputs proxy/direct (target >= 0.8), and the proxy's CPU time per proxied fetch.
+# Every fetch must return exactly 10485760 bytes, and the proxy must have allowed each.
+#
+# The test host is a small sendfile(2) server by default. The egress tests' lab_server.py
+# streams from a Python loop that costs more CPU per byte, which on a small machine caps
+# the direct fetch (5-15% on an idle 2-core VM, ~30% under load) and so flatters the
+# ratio; set EGRESS_BENCH_SERVER=lab to measure against it anyway. (Over veth the proxy
+# receives the sender's own segments, and sendfile's cost it more kernel time per byte
+# than lab_server's: compare the CPU line of both.) On a small machine the ratio mostly
+# measures CPU: the proxy's cost is kernel time (a second TCP connection, two copies,
+# waking the client).
+# Needs root (a veth pair and a network namespace), ip, unshare, nsenter, setpriv,
+# python3, curl, and openssl for the lab server.
+#
+#   bench/egress.sh [ITERATIONS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n="${1:-20}"
+server="${EGRESS_BENCH_SERVER:-sendfile}"
+bytes=10485760
+subnet=10.231.9
+link="tbxbench$$" # at most 15 characters (IFNAMSIZ)
+
+[[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [ITERATIONS]" >&2; exit 2; }
+[[ "$server" =~ ^(sendfile|lab)$ ]] || { echo "egress.sh: EGRESS_BENCH_SERVER is sendfile or lab" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "egress.sh: needs root (veth pair, network namespace)" >&2; exit 1; }
+for tool in ip unshare nsenter setpriv python3 curl $([ "$server" = lab ] && echo openssl); do
+    command -v "$tool" >/dev/null || { echo "egress.sh: $tool not found on PATH" >&2; exit 1; }
+done
+if ip -o addr show | grep -q " $subnet\."; then
+    echo "egress.sh: $subnet.0/24 is already configured on this host (another run?)" >&2
+    exit 1
+fi
+# curl must talk to exactly what its arguments say.
+unset http_proxy https_proxy all_proxy no_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY NO_PROXY
+
+cargo build -q --release -p tierbox-cli >/dev/null 2>&1 || cargo build --release -p tierbox-cli
+tierbox="${CARGO_TARGET_DIR:-target}/release/tierbox"
+
+tmp="$(mktemp -d /tmp/tierbox-egress-bench.XXXXXX)"
+server_pid=""
+proxy_pid=""
+cleanup() {
+    # The server's namespace, and with it both ends of the veth pair, go with the server.
+    if [ -n "$proxy_pid" ]; then kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; fi
+    if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    ip link del "$link" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap 'cleanup' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Waits up to 10 s for the command "$2..." to succeed; $1 says what for.
+wait_for() {
+    local what="$1"
+    shift
+    for _ in $(seq 500); do
+        "$@" && return 0
+        sleep 0.02
+    done
+    echo "egress.sh: timed out waiting for $what" >&2
+    cat "$tmp/server.stderr" "$tmp/proxy.stderr" >&2 2>/dev/null || true
+    exit 1
+}
+
+# --- the test host: a server in a network namespace of its own -------------------------
+# Both servers exit on EOF on their stdin, a fifo only this shell holds open for writing
+# (fd 3, closed for every long-lived child), and remove $tmp on the way out: killed
+# without its trap, this script still leaves nothing behind.
+mkfifo "$tmp/lifeline"
+exec 3<>"$tmp/lifeline"
+if [ "$server" = lab ]; then
+    cp crates/tierbox-cli/tests/egress/lab_server.py "$tmp/"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=lab.test \
+        -addext "subjectAltName=DNS:lab.test,IP:$subnet.2" \
+        -keyout "$tmp/key.pem" -out "$tmp/cert.pem" 2>/dev/null
+    unshare --net -- python3 "$tmp/lab_server.py" --log "$tmp/events.jsonl" \
+        --cert "$tmp/cert.pem" --key "$tmp/key.pem" --ready "$tmp/ready" \
+        --host "lab=$subnet.2" --cleanup-dir "$tmp" <"$tmp/lifeline" 3>&- >/dev/null 2>"$tmp/server.stderr" &
+else
+    head -c "$bytes" /dev/urandom >"$tmp/body"
+    # GET /bytes/<size of the body> -> the body, with sendfile(2); anything else -> 404.
+    cat >"$tmp/server.py" <<'PY'
+import errno, http.server, os, shutil, sys, threading, time
+
+body, address, ready = sys.argv[1], sys.argv[2], sys.argv[3]
+size = os.path.getsize(body)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        if self.path != f"/bytes/{size}":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        self.wfile.flush()
+        with open(body, "rb") as f:
+            self.connection.sendfile(f)
+
+    def log_message(self, *args):
+        pass
+
+
+def leave_on_eof():
+    while sys.stdin.buffer.read(4096):
+        pass
+    shutil.rmtree(os.path.dirname(body), ignore_errors=True)
+    os._exit(0)
+
+
+threading.Thread(target=leave_on_eof, daemon=True).start()
+while True:  # the address exists once the script has set up the veth pair
+    try:
+        httpd = http.server.ThreadingHTTPServer((address, 80), Handler)
+        break
+    except OSError as e:
+        if e.errno != errno.EADDRNOTAVAIL:
+            raise
+        time.sleep(0.02)
+open(ready, "w").close()
+httpd.serve_forever()
+PY
+    unshare --net -- python3 "$tmp/server.py" "$tmp/body" "$subnet.2" "$tmp/ready" \
+        <"$tmp/lifeline" 3>&- >/dev/null 2>"$tmp/server.stderr" &
+fi
+server_pid=$!
+# Its namespace must exist before `netns <pid>`, or the veth end would land on the host.
+own_ns="$(readlink /proc/self/ns/net)"
+in_own_ns() {
+    local ns
+    ns="$(readlink "/proc/$server_pid/ns/net" 2>/dev/null)" && [ "$ns" != "$own_ns" ]
+}
+wait_for "the server's network namespace" in_own_ns
+ip link del "$link" 2>/dev/null || true
+ip link add "$link" type veth peer name lab0 netns "$server_pid"
+ip addr add "$subnet.1/24" dev "$link"
+ip link set "$link" up
+nsenter --target "$server_pid" --net ip link set lo up
+nsenter --target "$server_pid" --net ip addr add "$subnet.2/24" dev lab0
+nsenter --target "$server_pid" --net ip link set lab0 up
+wait_for "the server" test -e "$tmp/ready"
+
+# --- the proxy -------------------------------------------------------------------------
+cat >"$tmp/policy.toml" <<EOF
+version = 1
+[egress]
+mode = "strict"
+allow = ["lab.test", "$subnet.0/24"]
+[egress.resolve]
+"lab.test" = ["$subnet.2"]
+EOF
+# SIGTERM when this script dies, however it dies.
+setpriv --pdeathsig TERM "$tierbox" proxy --policy "$tmp/policy.toml" --listen 127.0.0.1:0 \
+    3>&- >"$tmp/proxy.json" 2>"$tmp/proxy.stderr" &
+proxy_pid=$!
+wait_for "the proxy" grep -q 'egress proxy on' "$tmp/proxy.stderr"
+proxy="$(sed -n 's/.*egress proxy on \([0-9.:]*\).*/\1/p' "$tmp/proxy.stderr")"
+
+# --- measurement -----------------------------------------------------------------------
+# One fetch; unless $2 is "warmup", appends "VARIANT TIME_S BYTES_PER_S" to the results.
+fetch() {
+    local variant="$1" out code size time speed
+    local args=(-sS -o /dev/null --max-time 60
+        -w '%{http_code} %{size_download} %{time_total} %{speed_download}\n')
+    case "$variant" in
+        direct) args+=(--noproxy '*' "http://$subnet.2/bytes/$bytes") ;;
+        forward) args+=(-x "http://$proxy" "http://lab.test/bytes/$bytes") ;;
+        connect) args+=(-p -x "http://$proxy" "http://lab.test/bytes/$bytes") ;;
+    esac
+    out="$(curl "${args[@]}")" || { echo "egress.sh: $variant: curl failed" >&2; exit 1; }
+    read -r code size time speed <<<"$out"
+    if [ "$code" != 200 ] || [ "$size" != "$bytes" ]; then
+        echo "egress.sh: $variant: HTTP $code, $size bytes (expected 200, $bytes bytes)" >&2
+        exit 1
+    fi
+    if [ "${2:-}" != warmup ]; then echo "$variant $time $speed" >>"$tmp/results"; fi
+}
+
+# utime + stime of the proxy, in clock ticks.
+proxy_cpu() { awk '{ print $14 + $15 }' "/proc/$proxy_pid/stat"; }
+
+variants=(direct forward connect)
+for v in "${variants[@]}"; do fetch "$v" warmup; done
+echo "== $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), server $server"
+: >"$tmp/results"
+cpu_before="$(proxy_cpu)"
+for ((i = 0; i < n; i++)); do
+    for ((j = 0; j < 3; j++)); do
+        fetch "${variants[(i + j) % 3]}"
+    done
+done
+cpu_ticks=$(($(proxy_cpu) - cpu_before))
+echo "== load after $n iterations: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+kill "$proxy_pid"
+wait "$proxy_pid" || true
+proxy_pid=""
+python3 - "$tmp/results" "$tmp/proxy.json" "$n" "$bytes" "$cpu_ticks" "$(getconf CLK_TCK)" <<'EOF'
+import json, math, statistics, sys
+
+results, decisions = sys.argv[1], sys.argv[2]
+n, size, ticks, hz = (int(a) for a in sys.argv[3:7])
+rows = {}
+for line in open(results):
+    variant, time, speed = line.split()
+    rows.setdefault(variant, []).append((float(time), float(speed)))
+
+
+def p90(xs):  # nearest rank
+    xs = sorted(xs)
+    return xs[max(0, math.ceil(0.9 * len(xs)) - 1)]
+
+
+labels = {
+    "direct": "direct",
+    "forward": "proxy (http forward)",
+    "connect": "proxy (connect tunnel)",
+}
+print(f"{n} iterations, {size} bytes a fetch")
+print(f"{'':24} {'p50 ms':>8} {'p90 ms':>8} {'p50 MiB/s':>10} {'vs direct':>10}")
+direct = statistics.median(s for _, s in rows["direct"])
+ratios = []
+for key, label in labels.items():
+    times = [t for t, _ in rows[key]]
+    speed = statistics.median(s for _, s in rows[key])
+    ratio = "" if key == "direct" else f"{speed / direct:.2f}"
+    if key != "direct":
+        ratios.append(speed / direct)
+    print(f"{label:24} {statistics.median(times) * 1e3:8.1f} {p90(times) * 1e3:8.1f} "
+          f"{speed / 2**20:10.0f} {ratio:>10}")
+print(f"proxy CPU (user+sys) per proxied fetch: {ticks * 1000 / hz / (2 * n):.1f} ms")
+print(f"target proxy/direct >= 0.8: {'met' if min(ratios) >= 0.8 else 'NOT met'}")
+
+# The proxy must have allowed every proxied fetch (warm-ups included) and nothing else.
+log = json.load(open(decisions))
+expected = 2 * (n + 1)  # past 1024 decisions the proxy only counts them
+total = len(log["decisions"]) + log["dropped"]
+denied = [d["message"] for d in log["decisions"] if not d["allowed"]]
+short = [d for d in log["decisions"] if d["bytes_received"] < size]
+if total != expected or denied or short:
+    sys.exit(f"egress.sh: the proxy made {total} decisions (expected {expected}), "
+             f"{len(denied)} denials {denied[:3]}, {len(short)} short transfers")
+EOF
