@@ -398,6 +398,19 @@ fn enforcement_report(
 
 /// The rlimits of a run: (resource, soft, hard). The CPU hard limit is one second above
 /// the soft one, so a process that ignores SIGXCPU is killed a second later.
+/// [`rlimits_for`] in the form `prlimit64` takes.
+fn rlimit64_table(plan: &Plan) -> [(i32, libc::rlimit64); sys::RLIMIT_COUNT] {
+    rlimits_for(plan).map(|(r, cur, max)| {
+        (
+            r,
+            libc::rlimit64 {
+                rlim_cur: cur,
+                rlim_max: max,
+            },
+        )
+    })
+}
+
 fn rlimits_for(plan: &Plan) -> [(i32, u64, u64); sys::RLIMIT_COUNT] {
     let l = &plan.limits;
     [
@@ -508,15 +521,7 @@ fn spawn_in_slot(
         stderr_fd: stderr_w.as_raw_fd(),
         cgroup_fds,
         n_cgroup_fds,
-        rlimits: rlimits_for(plan).map(|(r, cur, max)| {
-            (
-                r,
-                libc::rlimit64 {
-                    rlim_cur: cur,
-                    rlim_max: max,
-                },
-            )
-        }),
+        rlimits: rlimit64_table(plan),
         drop_privileged: facts.euid == 0,
         change_ids,
         uid,
@@ -857,15 +862,7 @@ pub(crate) fn spawn_helper(
         stderr_fd: stderr_w.as_raw_fd(),
         cgroup_fds,
         n_cgroup_fds,
-        rlimits: rlimits_for(plan).map(|(r, cur, max)| {
-            (
-                r,
-                libc::rlimit64 {
-                    rlim_cur: cur,
-                    rlim_max: max,
-                },
-            )
-        }),
+        rlimits: rlimit64_table(plan),
         drop_privileged: false,
         change_ids: false,
         uid: facts.euid,
