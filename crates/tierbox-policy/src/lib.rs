@@ -32,6 +32,7 @@ pub mod rejection;
 pub mod request;
 pub mod schema;
 pub mod validate;
+pub mod wasm;
 
 pub use enforcement::{Enforcement, LayerReport};
 pub use plan::Plan;

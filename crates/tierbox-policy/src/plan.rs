@@ -207,7 +207,7 @@ impl Plan {
     }
 }
 
-mod opt_bytes {
+pub(crate) mod opt_bytes {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {

@@ -193,6 +193,9 @@ pub struct Policy {
     /// Audit log and attestation signing.
     #[serde(default)]
     pub audit: AuditPolicy,
+    /// Tier A (WASM): grants a guest may get, limits, interpreter builds.
+    #[serde(default)]
+    pub wasm: crate::wasm::WasmPolicy,
 }
 
 impl Default for Policy {
@@ -211,6 +214,7 @@ impl Default for Policy {
             background: BackgroundPolicy::default(),
             redaction: RedactionPolicy::default(),
             audit: AuditPolicy::default(),
+            wasm: crate::wasm::WasmPolicy::default(),
         }
     }
 }
@@ -529,6 +533,9 @@ impl Policy {
             return Err(PolicyError::Version {
                 found: self.version,
             });
+        }
+        if let Err((field, reason)) = self.wasm.check() {
+            return invalid(&field, reason);
         }
         let exec = &self.exec;
         if exec.allowed_executables.len() > MAX_ALLOWED_EXECUTABLES {

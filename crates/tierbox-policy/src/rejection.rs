@@ -163,6 +163,33 @@ pub enum Rejection {
         max: u64,
     },
 
+    // ---- tier a (wasm) ----------------------------------------------------------------
+    /// The module cannot be used: no source or several, missing, too large, outside the
+    /// workspace, or not decodable.
+    #[error("wasm module {module} cannot be used: {reason}")]
+    WasmModuleInvalid { module: String, reason: String },
+    /// An inline module was sent and the policy does not accept them.
+    #[error(
+        "inline wasm modules ({field}) are not accepted by the policy \
+         (wasm.allow_inline_modules = false); put the module in the workspace"
+    )]
+    WasmInlineDenied { field: String },
+    /// A requested capability is outside what the policy's `[wasm]` section allows.
+    #[error("wasm grant {grant} is denied: {reason}")]
+    WasmGrantDenied { grant: String, reason: String },
+    /// A Tier A run of a command that the policy maps to no WASI build.
+    #[error(
+        "{command:?} has no WASI build in the policy's wasm.interpreters (mapped: {mapped}); \
+         tier a runs only WASM modules and mapped interpreters"
+    )]
+    WasmNotMapped { command: String, mapped: String },
+    /// The WASI build an interpreter is mapped to is not on this host.
+    #[error(
+        "{command:?} maps to {path:?}, which is missing; run `tierbox wasm fetch-runtimes` \
+         to install the Python and JavaScript runtimes"
+    )]
+    WasmRuntimeMissing { command: String, path: PathBuf },
+
     // ---- tier --------------------------------------------------------------------------
     /// The request asked for a tier weaker than the policy's minimum.
     #[error("tier {requested} is weaker than the policy's minimum tier {minimum}")]
@@ -220,6 +247,11 @@ impl Rejection {
             Self::EgressHostNotAllowed { .. } => "egress.host_not_allowed",
             Self::EgressHostInvalid { .. } => "egress.host_invalid",
             Self::LimitAbovePolicy { .. } => "limits.above_policy",
+            Self::WasmModuleInvalid { .. } => "wasm.module_invalid",
+            Self::WasmInlineDenied { .. } => "wasm.inline_denied",
+            Self::WasmGrantDenied { .. } => "wasm.grant_denied",
+            Self::WasmNotMapped { .. } => "wasm.not_mapped",
+            Self::WasmRuntimeMissing { .. } => "wasm.runtime_missing",
             Self::TierBelowMinimum { .. } => "tier.below_minimum",
             Self::TierUnavailable { .. } => "tier.unavailable",
             Self::TierUnsupported { .. } => "tier.unsupported",
@@ -265,6 +297,11 @@ impl Rejection {
         "egress.host_not_allowed",
         "egress.host_invalid",
         "limits.above_policy",
+        "wasm.module_invalid",
+        "wasm.inline_denied",
+        "wasm.grant_denied",
+        "wasm.not_mapped",
+        "wasm.runtime_missing",
         "tier.below_minimum",
         "tier.unavailable",
         "tier.unsupported",

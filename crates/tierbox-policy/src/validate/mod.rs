@@ -23,6 +23,7 @@ mod limits;
 mod scope;
 mod shape;
 mod tier;
+mod wasm;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,7 @@ use std::sync::Mutex;
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PREFIXES, is_denied_env_name};
 pub use interpreter::{INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, interpreter_base_name};
 pub use scope::{ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS};
+pub use wasm::{default_runtimes_dir, validate_tier_a_interpreter, validate_wasm};
 
 use crate::plan::{FsPlan, OutputPlan, Plan, RedactionPlan};
 use crate::policy::Policy;
@@ -91,6 +93,8 @@ pub struct ValidateContext {
     pub workspace: PathBuf,
     /// The supervisor's environment, source of `env.pass` and `env.sensitive` values.
     pub supervisor_env: BTreeMap<String, String>,
+    /// Where relative `wasm.interpreters` paths are found (see [`default_runtimes_dir`]).
+    pub runtimes_dir: PathBuf,
 }
 
 impl ValidateContext {
@@ -99,15 +103,24 @@ impl ValidateContext {
         let supervisor_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
+        let runtimes_dir = default_runtimes_dir(&supervisor_env);
         Self {
             workspace: workspace.into(),
             supervisor_env,
+            runtimes_dir,
         }
     }
 
     /// The same context with an explicit supervisor environment (for tests and servers).
     pub fn with_env(mut self, env: BTreeMap<String, String>) -> Self {
+        self.runtimes_dir = default_runtimes_dir(&env);
         self.supervisor_env = env;
+        self
+    }
+
+    /// The same context with an explicit runtimes directory.
+    pub fn with_runtimes_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.runtimes_dir = dir.into();
         self
     }
 
