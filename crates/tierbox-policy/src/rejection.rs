@@ -180,7 +180,7 @@ pub enum Rejection {
     /// A Tier A run of a command that the policy maps to no WASI build.
     #[error(
         "{command:?} has no WASI build in the policy's wasm.interpreters (mapped: {mapped}); \
-         tier a runs only WASM modules and mapped interpreters"
+         tier a runs only .wasm/.wat modules from the workspace and mapped interpreters"
     )]
     WasmNotMapped { command: String, mapped: String },
     /// The WASI build an interpreter is mapped to is not on this host.

@@ -4,7 +4,7 @@
 //! no arguments beyond `argv[0]`, no network. Everything it gets is a grant, and every
 //! grant must be within what the policy allows, or the request is rejected naming the
 //! grant. [`crate::validate::validate_wasm`] turns a request into a plan;
-//! [`crate::validate::validate_tier_a_interpreter`] does the same for a `process_run` of an
+//! [`crate::validate::validate_tier_a`] does the same for a `process_run` of an
 //! interpreter the policy maps to a WASI build (`python3 -c …` in Tier A).
 
 use std::collections::BTreeMap;

@@ -3,12 +3,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tierbox_policy::validate::{validate_tier_a, validate_wasm};
+use tierbox_policy::wasm::{WasmPlan, WasmRunRequest};
 use tierbox_policy::{
-    Plan, Policy, ProcessRunRequest, Rejection, TierRequest, ValidateContext, validate,
+    Plan, Policy, ProcessRunRequest, Rejection, Tier, TierRequest, ValidateContext, validate,
 };
 
 use crate::outcome::Outcome;
 use crate::supervisor::{RunError, RunOptions, run_plan};
+use crate::wasm::run_wasm_plan;
 
 /// Builder defaults (from the `SandboxedCommand` API this replaces): wall timeout.
 pub const BUILDER_DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -248,9 +251,62 @@ impl Runner {
         )
     }
 
-    /// Validates and runs a request.
+    /// Validates and runs a request. A request for tier `a` (or any request when the
+    /// policy's minimum tier is `a`) runs the WASI build the policy maps its command to
+    /// (`wasm.interpreters`); see [`Runner::check_tier_a`].
     pub async fn run(&self, request: &ProcessRunRequest) -> Result<Outcome, RunError> {
+        if self.is_tier_a(request) {
+            let plan = self.check_tier_a(request)?;
+            return run_wasm_plan(&plan, &self.options).await;
+        }
         let plan = self.check(request)?;
         run_plan(&plan, &self.options).await
+    }
+
+    /// Whether `request` runs in Tier A: it asks for tier `a`, or the policy's minimum is
+    /// `a`.
+    pub fn is_tier_a(&self, request: &ProcessRunRequest) -> bool {
+        request.tier == TierRequest::A || self.policy.tier.minimum == Tier::A
+    }
+
+    /// Validates a `process_run` request for Tier A without running it.
+    pub fn check_tier_a(&self, request: &ProcessRunRequest) -> Result<WasmPlan, Rejection> {
+        validate_tier_a(&self.policy, request, &self.context())
+    }
+
+    /// Validates a `wasm_run` request without running it.
+    pub fn check_wasm(&self, request: &WasmRunRequest) -> Result<WasmPlan, Rejection> {
+        validate_wasm(&self.policy, request, &self.context())
+    }
+
+    /// Validates and runs a `wasm_run` request in Tier A.
+    ///
+    /// ```
+    /// use tierbox_policy::Policy;
+    /// use tierbox_policy::wasm::WasmRunRequest;
+    /// use tierbox_runner::{Runner, RunOptions};
+    ///
+    /// # let ws = tempfile::tempdir().unwrap();
+    /// # let state = tempfile::tempdir().unwrap();
+    /// std::fs::write(ws.path().join("exit7.wat"), r#"(module
+    ///   (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+    ///   (memory (export "memory") 1)
+    ///   (func (export "_start") (call $exit (i32.const 7))))"#).unwrap();
+    /// let runner = Runner::new(Policy::default())
+    ///     .with_workspace(ws.path())
+    ///     .with_options(RunOptions { state_dir: state.path().to_path_buf() });
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// let outcome = rt.block_on(runner.run_wasm(&WasmRunRequest::module("exit7.wat")))?;
+    /// assert_eq!(outcome.exit_code, Some(7));
+    /// assert_eq!(outcome.backend, "tier_a_wasmtime");
+    /// # Ok::<(), tierbox_runner::RunError>(())
+    /// ```
+    pub async fn run_wasm(&self, request: &WasmRunRequest) -> Result<Outcome, RunError> {
+        let plan = self.check_wasm(request)?;
+        run_wasm_plan(&plan, &self.options).await
+    }
+
+    fn context(&self) -> ValidateContext {
+        ValidateContext::new(&self.workspace)
     }
 }

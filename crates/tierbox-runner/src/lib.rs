@@ -7,7 +7,9 @@ pub mod builder;
 pub mod capture;
 pub mod outcome;
 pub mod supervisor;
+pub mod wasm;
 
 pub use builder::{Runner, Sandbox, SandboxedCommand};
 pub use outcome::{LimitHit, Outcome, StreamOutput, Usage};
 pub use supervisor::{RunError, RunOptions, enable_subreaper, run_plan};
+pub use wasm::run_wasm_plan;

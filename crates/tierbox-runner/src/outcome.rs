@@ -25,6 +25,10 @@ pub enum LimitHit {
     FileSize,
     /// The output quota in `kill` mode.
     Output,
+    /// Tier A: the fuel budget (CPU work).
+    Fuel,
+    /// Tier A: a table would have grown past the policy's limit.
+    Table,
 }
 
 /// One output stream as returned to the caller.
@@ -147,8 +151,13 @@ pub struct Outcome {
     pub egress: Option<EgressLog>,
     /// Anything in stdout or stderr was redacted.
     pub redacted: bool,
-    /// SHA-256 of the canonical plan that ran (see `tierbox_attest::plan_digest`).
+    /// SHA-256 of the canonical plan that ran (see `tierbox_attest::plan_digest`, and
+    /// `tierbox_attest::wasm_plan_digest` for Tier A).
     pub plan_sha256: String,
+    /// Tier A: the module, where its compiled code came from, fuel and memory used, and
+    /// the trap if the guest trapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm: Option<tierbox_wasm::RunReport>,
 }
 
 impl Outcome {

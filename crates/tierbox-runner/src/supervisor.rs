@@ -480,6 +480,7 @@ async fn supervise(
         egress,
         redacted,
         plan_sha256: tierbox_attest::plan_digest(plan),
+        wasm: None,
     })
 }
 

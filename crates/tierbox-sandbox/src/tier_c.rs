@@ -329,6 +329,7 @@ fn bwrap_enforcement(
             plan.filesystem.protected.len()
         )),
         missing_layers: missing,
+        grants: Vec::new(),
     }
 }
 

@@ -32,7 +32,7 @@ use std::sync::Mutex;
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PREFIXES, is_denied_env_name};
 pub use interpreter::{INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, interpreter_base_name};
 pub use scope::{ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS};
-pub use wasm::{default_runtimes_dir, validate_tier_a_interpreter, validate_wasm};
+pub use wasm::{default_runtimes_dir, validate_tier_a, validate_wasm};
 
 use crate::plan::{FsPlan, OutputPlan, Plan, RedactionPlan};
 use crate::policy::Policy;

@@ -90,14 +90,16 @@ pub fn validate_wasm(
     Ok(plan)
 }
 
-/// Validates a `process_run` request for Tier A: `command` must be an interpreter the
+/// Validates a `process_run` request for Tier A. `command` is either an interpreter the
 /// policy maps to a WASI build (`wasm.interpreters`), which then runs with the request's
-/// arguments and the workspace preopened. Interpreter guardrails do not apply: the guest
-/// has no host system calls, so `python3 -c …` is as contained as a script.
+/// arguments and the workspace preopened, or the path of a `.wasm`/`.wat` module in the
+/// workspace (validated as a `wasm_run` request with no extra grants). Interpreter
+/// guardrails do not apply: the guest has no host system calls, so `python3 -c …` is as
+/// contained as a script.
 ///
 /// ```
 /// use tierbox_policy::{Policy, ProcessRunRequest, ValidateContext};
-/// use tierbox_policy::validate::validate_tier_a_interpreter;
+/// use tierbox_policy::validate::validate_tier_a;
 ///
 /// let ws = tempfile::tempdir().unwrap();
 /// let runtimes = tempfile::tempdir().unwrap();
@@ -109,13 +111,13 @@ pub fn validate_wasm(
 ///
 /// let mut req = ProcessRunRequest::new("python3");
 /// req.args = vec!["-c".into(), "print(1)".into()];
-/// let plan = validate_tier_a_interpreter(&policy, &req, &ctx).unwrap();
+/// let plan = validate_tier_a(&policy, &req, &ctx).unwrap();
 /// assert_eq!(plan.argv, ["python3", "-c", "print(1)"]);
 ///
-/// let err = validate_tier_a_interpreter(&policy, &ProcessRunRequest::new("ls"), &ctx);
+/// let err = validate_tier_a(&policy, &ProcessRunRequest::new("ls"), &ctx);
 /// assert_eq!(err.unwrap_err().code(), "wasm.not_mapped");
 /// ```
-pub fn validate_tier_a_interpreter(
+pub fn validate_tier_a(
     policy: &Policy,
     req: &ProcessRunRequest,
     ctx: &ValidateContext,
@@ -160,6 +162,17 @@ pub fn validate_tier_a_interpreter(
         }
     };
     let Some(target) = policy.wasm.interpreters.get(&req.command) else {
+        if req.command.ends_with(".wasm") || req.command.ends_with(".wat") {
+            let module = WasmRunRequest {
+                module: Some(req.command.clone()),
+                args: req.args.clone(),
+                env: req.env.clone(),
+                stdin: req.stdin.clone(),
+                timeout_ms: req.timeout_ms,
+                ..WasmRunRequest::default()
+            };
+            return validate_wasm(policy, &module, ctx);
+        }
         return Err(Rejection::WasmNotMapped {
             command: req.command.clone(),
             mapped: mapped(),

@@ -393,6 +393,7 @@ fn enforcement_report(
             LayerReport::missing("tier b cannot keep paths inside the writable workspace read-only")
         },
         missing_layers: missing,
+        grants: Vec::new(),
     }
 }
 

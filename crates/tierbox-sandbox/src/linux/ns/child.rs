@@ -692,6 +692,7 @@ fn enforcement_report(
             ))
         },
         missing_layers: missing,
+        grants: Vec::new(),
     }
 }
 

@@ -1,0 +1,172 @@
+//! Tier A runs: a [`WasmPlan`] on the process-wide [`WasmEngine`], with output captured
+//! under the same quota, truncation and redaction rules as process runs, returned as the
+//! same [`Outcome`].
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use tierbox_policy::redact::Redactor;
+use tierbox_policy::wasm::WasmPlan;
+use tierbox_policy::{Enforcement, QuotaMode, Tier};
+use tierbox_wasm::{OutputSink, WasmEngine, WasmError, WasmLimit};
+
+use crate::capture::{Push, StreamCapture};
+use crate::outcome::{LimitHit, Outcome, StreamOutput, Usage};
+use crate::supervisor::{RunError, RunOptions, new_run_id};
+
+/// Name of the compiled-code cache directory under the state directory.
+pub const WASM_CACHE_DIR: &str = "wasm-cache";
+
+/// The process-wide engine. Its disk cache is `<state_dir>/wasm-cache` of the first Tier A
+/// run in this process.
+fn engine(opts: &RunOptions) -> Result<Arc<WasmEngine>, RunError> {
+    static ENGINE: OnceLock<Arc<WasmEngine>> = OnceLock::new();
+    if let Some(e) = ENGINE.get() {
+        return Ok(e.clone());
+    }
+    let e = WasmEngine::new(Some(opts.state_dir.join(WASM_CACHE_DIR)))
+        .map_err(|e| RunError::Launch(format!("tier a engine: {e:#}")))?;
+    Ok(ENGINE.get_or_init(|| Arc::new(e)).clone())
+}
+
+/// One output stream of a guest, captured under the plan's quota.
+struct Sink {
+    capture: Mutex<StreamCapture>,
+    mode: QuotaMode,
+}
+
+impl OutputSink for Sink {
+    fn push(&self, chunk: &[u8]) -> bool {
+        let pushed = match self.capture.lock() {
+            Ok(mut c) => c.push(chunk),
+            Err(_) => return false,
+        };
+        !(self.mode == QuotaMode::Kill && pushed == Push::QuotaExceeded)
+    }
+}
+
+impl Sink {
+    fn new(plan: &WasmPlan) -> Arc<Self> {
+        Arc::new(Self {
+            capture: Mutex::new(StreamCapture::new(plan.output.max_bytes, plan.output.mode)),
+            mode: plan.output.mode,
+        })
+    }
+
+    fn finish(&self, plan: &WasmPlan) -> crate::capture::Captured {
+        let fresh = StreamCapture::new(plan.output.max_bytes, plan.output.mode);
+        match self.capture.lock() {
+            Ok(mut c) => std::mem::replace(&mut *c, fresh).finish(),
+            Err(p) => std::mem::replace(&mut *p.into_inner(), fresh).finish(),
+        }
+    }
+}
+
+/// Runs a Tier A plan to the end.
+///
+/// Must be awaited inside a tokio runtime with time enabled. The call returns by the
+/// plan's deadline (plus one epoch tick) whatever the guest does.
+pub async fn run_wasm_plan(plan: &WasmPlan, opts: &RunOptions) -> Result<Outcome, RunError> {
+    let engine = engine(opts)?;
+    let started = Instant::now();
+    let out = Sink::new(plan);
+    let err = Sink::new(plan);
+    let report = engine
+        .run(plan, out.clone(), err.clone())
+        .await
+        .map_err(|e| match e {
+            WasmError::Rejected(r) => RunError::Rejected(r),
+            WasmError::Host(m) => RunError::Launch(m),
+        })?;
+    let redactor = plan
+        .redaction
+        .enabled
+        .then(|| Redactor::new(&plan.redaction.sensitive_values));
+    let stdout = StreamOutput::from_captured(out.finish(plan), redactor.as_ref(), false);
+    let mut stderr = StreamOutput::from_captured(err.finish(plan), redactor.as_ref(), false);
+    if let Some(trap) = &report.trap {
+        // The guest's own stderr first, then why it stopped.
+        stderr
+            .text
+            .push_str(&format!("[tierbox: wasm trap: {trap}]\n"));
+    }
+    let redacted = stdout.redacted || stderr.redacted;
+    let limit_hit = report.limit.map(|l| match l {
+        WasmLimit::WallTime => LimitHit::WallTime,
+        WasmLimit::Fuel => LimitHit::Fuel,
+        WasmLimit::Memory => LimitHit::Memory,
+        WasmLimit::Table => LimitHit::Table,
+        WasmLimit::Output => LimitHit::Output,
+    });
+    Ok(Outcome {
+        run_id: new_run_id(),
+        exit_code: report.exit_code,
+        signal: None,
+        signal_name: None,
+        timed_out: report.timed_out,
+        quota_exceeded: report.quota_exceeded,
+        limit_hit,
+        stdout,
+        stderr,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        usage: Usage {
+            peak_memory_bytes: Some(report.peak_memory_bytes),
+            ..Usage::default()
+        },
+        tier: Tier::A.to_string(),
+        backend: tierbox_wasm::BACKEND_NAME.to_owned(),
+        enforcement: enforcement(plan),
+        egress_preflight_hosts: Vec::new(),
+        egress: None,
+        redacted,
+        plan_sha256: tierbox_attest::wasm_plan_digest(plan),
+        wasm: Some(report),
+    })
+}
+
+/// What Tier A enforced: no host process at all, and exactly these grants and limits.
+fn enforcement(plan: &WasmPlan) -> Enforcement {
+    let not_applicable =
+        || tierbox_policy::LayerReport::missing("not applicable: tier a runs no host process");
+    let mut grants: Vec<String> = plan
+        .preopens
+        .iter()
+        .map(|p| {
+            format!(
+                "preopen {} -> {} ({})",
+                p.guest,
+                p.host.display(),
+                if p.writable {
+                    "read_write"
+                } else {
+                    "read_only"
+                }
+            )
+        })
+        .collect();
+    grants.extend(plan.env.iter().map(|(k, _)| format!("env {k}")));
+    let l = &plan.limits;
+    grants.push(format!("fuel {}", l.fuel));
+    grants.push(format!("memory_bytes {}", l.memory_bytes));
+    grants.push(format!("table_elements {}", l.table_elements));
+    grants.push(format!("instances {}", l.instances));
+    grants.push(format!("wall_timeout_ms {}", l.wall_timeout_ms));
+    Enforcement {
+        tier: Some(Tier::A),
+        backend: tierbox_wasm::BACKEND_NAME.to_owned(),
+        kernel: String::new(),
+        uid: None,
+        gid: None,
+        capabilities: "none (no host process)".to_owned(),
+        no_new_privs: false,
+        landlock: not_applicable(),
+        seccomp: not_applicable(),
+        cgroup: not_applicable(),
+        namespaces: Vec::new(),
+        rlimits: Vec::new(),
+        network: "none: no WASI sockets are granted".to_owned(),
+        protected_paths: not_applicable(),
+        missing_layers: Vec::new(),
+        grants,
+    }
+}
