@@ -1,0 +1,401 @@
+//! Tier A through the `tierbox` binary: WASM modules from the workspace, and CPython and
+//! QuickJS compiled to WASI (installed by `tierbox wasm fetch-runtimes`).
+//!
+//! The runtimes are looked up where the binary looks for them (`TIERBOX_RUNTIMES_DIR`,
+//! else the default runtimes directory). Without them the Python and JavaScript tests
+//! are skipped with a printed reason — and fail under CI, where `.ci/run` installs them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+/// A state directory shared by the tests of this file, so CPython is compiled once and
+/// then loaded from the compiled-module cache.
+fn shared_state() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("tier-a-state");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn tierbox_in(state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tierbox"))
+        .args(args)
+        .env("XDG_STATE_HOME", state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout {:?} stderr {:?}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Whether `python.wasm` and `quickjs.wasm` are installed; under CI their absence fails.
+fn runtimes_installed() -> bool {
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let dir = tierbox_policy::validate::default_runtimes_dir(&env);
+    let ok = ["python.wasm", "quickjs.wasm"]
+        .iter()
+        .all(|f| dir.join(f).is_file());
+    if !ok {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "the Tier A runtimes are missing from {} under CI (`tierbox wasm fetch-runtimes`)",
+            dir.display()
+        );
+        eprintln!(
+            "SKIP: the Tier A runtimes are not in {}; run `tierbox wasm fetch-runtimes`",
+            dir.display()
+        );
+    }
+    ok
+}
+
+/// Runs `python3 -c CODE` in Tier A with the shared state directory. The first call
+/// compiles CPython (seconds); later ones, in any test, load it from the cache.
+fn python(ws: &Path, code: &str, extra: &[&str]) -> Output {
+    static WARM: Mutex<bool> = Mutex::new(false);
+    let state = shared_state();
+    {
+        let mut warm = WARM.lock().unwrap_or_else(|p| p.into_inner());
+        if !*warm {
+            let out = tierbox_in(
+                &state,
+                &["run", "--tier", "a", "--timeout-ms", "600000", "-w"]
+                    .iter()
+                    .copied()
+                    .chain([ws.to_str().unwrap(), "--", "python3", "-c", "pass"])
+                    .collect::<Vec<_>>(),
+            );
+            assert!(out.status.success(), "warm-up: {out:?}");
+            *warm = true;
+        }
+    }
+    let mut args = vec!["run", "--tier", "a", "-w", ws.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "python3", "-c", code]);
+    tierbox_in(&state, &args)
+}
+
+#[test]
+fn python_snippet_runs_in_tier_a() {
+    if !runtimes_installed() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let out = python(
+        ws.path(),
+        "import sys; print(6 * 7, sys.platform)",
+        &["--json"],
+    );
+    let v = json(&out);
+    assert_eq!(v["stdout"]["text"], "42 wasi\n", "{v}");
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(v["tier"], "a");
+    assert_eq!(v["backend"], "tier_a_wasmtime");
+    assert_eq!(v["wasm"]["kind"], "module");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn python_cannot_read_host_files() {
+    if !runtimes_installed() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    for path in ["/etc/passwd", "../etc/passwd", "/workspace/../etc/passwd"] {
+        let out = python(ws.path(), &format!("print(open({path:?}).read())"), &[]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{path}: {stdout} {stderr}");
+        assert!(
+            !stdout.contains("root:"),
+            "{path}: host file leaked: {stdout}"
+        );
+        assert!(
+            stderr.contains("FileNotFoundError") || stderr.contains("PermissionError"),
+            "{path}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn python_writes_in_the_workspace_are_visible_on_the_host() {
+    if !runtimes_installed() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("in.txt"), "from the host").unwrap();
+    let code = "data = open('in.txt').read()\n\
+                open('out.txt', 'w').write(data.upper())\n\
+                open('/workspace/abs.txt', 'w').write('absolute')";
+    let out = python(ws.path(), code, &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("out.txt")).unwrap(),
+        "FROM THE HOST"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("abs.txt")).unwrap(),
+        "absolute"
+    );
+}
+
+/// A policy mapping `python3` with the given fuel budget.
+fn fuel_policy(dir: &Path, fuel: u64) -> PathBuf {
+    let path = dir.join(format!("fuel-{fuel}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "version = 1\n[wasm]\nfuel = {fuel}\n[wasm.interpreters]\npython3 = \"python.wasm\"\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn python_infinite_loop_is_stopped_at_the_deadline() {
+    if !runtimes_installed() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let policies = tempfile::tempdir().unwrap();
+    // Fuel far beyond what 3 s of computing burns, so the deadline is what stops it.
+    let policy = fuel_policy(policies.path(), 1 << 60);
+    let out = python(
+        ws.path(),
+        "while True: pass",
+        &[
+            "--timeout-ms",
+            "3000",
+            "--json",
+            "-p",
+            policy.to_str().unwrap(),
+        ],
+    );
+    let v = json(&out);
+    assert_eq!(v["timed_out"], true, "{v}");
+    assert_eq!(v["limit_hit"], "wall_time");
+    assert_eq!(v["exit_code"], serde_json::Value::Null);
+    assert_eq!(out.status.code(), Some(124));
+}
+
+#[test]
+fn python_infinite_loop_is_stopped_by_the_fuel_budget() {
+    if !runtimes_installed() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let policies = tempfile::tempdir().unwrap();
+    // CPython's start-up alone takes about 250 million units.
+    let policy = fuel_policy(policies.path(), 1_000_000_000);
+    let out = python(
+        ws.path(),
+        "while True: pass",
+        &[
+            "--timeout-ms",
+            "600000",
+            "--json",
+            "-p",
+            policy.to_str().unwrap(),
+        ],
+    );
+    let v = json(&out);
+    assert_eq!(v["limit_hit"], "fuel", "{v}");
+    assert_eq!(v["timed_out"], false);
+    assert_eq!(v["wasm"]["fuel_consumed"], 1_000_000_000u64);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn quickjs_snippet_runs_in_tier_a() {
+    if !runtimes_installed() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let out = tierbox_in(
+        &shared_state(),
+        &[
+            "run",
+            "--tier",
+            "a",
+            "-w",
+            ws.path().to_str().unwrap(),
+            "--",
+            "qjs",
+            "-e",
+            "console.log([1, 2, 3].map(x => x * 2).join(' '))",
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2 4 6\n", "{out:?}");
+    assert!(out.status.success());
+}
+
+const HELLO_WAT: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "hello from wasm\n")
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 16))
+    (i32.store (i32.const 4) (i32.const 16))
+    (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+#[test]
+fn a_second_run_of_a_module_loads_it_from_the_disk_cache() {
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("hello.wat"), HELLO_WAT).unwrap();
+    let run = || {
+        let out = tierbox_in(
+            state.path(),
+            &[
+                "run",
+                "--tier",
+                "a",
+                "--json",
+                "-w",
+                ws.path().to_str().unwrap(),
+                "--",
+                "hello.wat",
+            ],
+        );
+        json(&out)
+    };
+    let first = run();
+    assert_eq!(first["stdout"]["text"], "hello from wasm\n", "{first}");
+    assert_eq!(first["wasm"]["cache"], "compiled");
+    let second = run();
+    assert_eq!(second["stdout"]["text"], "hello from wasm\n");
+    assert_eq!(second["wasm"]["cache"], "disk", "{second}");
+    assert_eq!(
+        first["wasm"]["module_sha256"],
+        second["wasm"]["module_sha256"]
+    );
+}
+
+#[test]
+fn a_stdout_flood_is_capped_to_the_quota() {
+    // 16384 writes of 64 KiB: 1 GiB of output.
+    let flood = r#"(module
+      (import "wasi_snapshot_preview1" "fd_write" (func $w (param i32 i32 i32 i32) (result i32)))
+      (memory (export "memory") 2)
+      (func (export "_start") (local $i i32)
+        (i32.store (i32.const 0) (i32.const 65536))
+        (i32.store (i32.const 4) (i32.const 65536))
+        (loop $l
+          (drop (call $w (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br_if $l (i32.lt_u (local.get $i) (i32.const 16384))))))"#;
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("flood.wat"), flood).unwrap();
+    let out = tierbox_in(
+        &shared_state(),
+        &[
+            "wasm",
+            "run",
+            "--json",
+            "-w",
+            ws.path().to_str().unwrap(),
+            "flood.wat",
+        ],
+    );
+    let v = json(&out);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    assert_eq!(v["stdout"]["total_bytes"], 1u64 << 30);
+    assert_eq!(v["stdout"]["truncated"], true);
+    let kept = v["stdout"]["total_bytes"].as_u64().unwrap()
+        - v["stdout"]["omitted_bytes"].as_u64().unwrap();
+    assert_eq!(kept, 1 << 20, "the default quota keeps 1 MiB");
+}
+
+#[test]
+fn check_prints_the_tier_a_plan_and_runs_nothing() {
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("hello.wat"), HELLO_WAT).unwrap();
+    let out = tierbox_in(
+        &shared_state(),
+        &[
+            "check",
+            "--tier",
+            "a",
+            "--json",
+            "-w",
+            ws.path().to_str().unwrap(),
+            "--",
+            "hello.wat",
+            "arg1",
+        ],
+    );
+    let v = json(&out);
+    let plan = &v["wasm_plan"];
+    assert_eq!(
+        plan["argv"],
+        serde_json::json!(["hello.wat", "arg1"]),
+        "{v}"
+    );
+    assert_eq!(plan["preopens"][0]["guest"], "/workspace");
+    assert_eq!(plan["preopens"][1]["guest"], ".");
+    assert_eq!(plan["env"], serde_json::json!([]));
+}
+
+#[test]
+fn tier_a_rejects_what_it_cannot_grant() {
+    let ws = tempfile::tempdir().unwrap();
+    let wsp = ws.path().to_str().unwrap();
+    std::fs::write(ws.path().join("hello.wat"), HELLO_WAT).unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "run",
+                "--tier",
+                "a",
+                "--egress-host",
+                "example.org",
+                "-w",
+                wsp,
+                "--",
+                "hello.wat",
+            ],
+            "tier.unsupported",
+        ),
+        (
+            &["run", "--tier", "a", "-w", wsp, "--", "ls"],
+            "wasm.not_mapped",
+        ),
+        (
+            &["wasm", "run", "-w", wsp, "--pass-env", "HOME", "hello.wat"],
+            "wasm.grant_denied",
+        ),
+        (
+            &["wasm", "run", "-w", wsp, "--dir", "/etc", "hello.wat"],
+            "wasm.grant_denied",
+        ),
+        (
+            &["wasm", "run", "-w", wsp, "../outside.wasm"],
+            "wasm.module_invalid",
+        ),
+    ];
+    for (args, code) in cases {
+        let mut args = args.to_vec();
+        args.insert(1, "--json");
+        if args[0] == "wasm" {
+            args.swap(1, 2);
+        }
+        let out = tierbox_in(&shared_state(), &args);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {out:?}");
+        let v = json(&out);
+        assert_eq!(v["rejected"]["code"], *code, "{args:?}: {v}");
+    }
+}
