@@ -92,7 +92,12 @@ impl DiskCache {
 }
 
 fn write_atomic(dest: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dest.with_extension(format!("tmp{}", std::process::id()));
+    // Unique per process and call: concurrent writers never share a temporary file.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = dest.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.{n}.tmp", std::process::id()));
+    let tmp = dest.with_file_name(name);
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)

@@ -130,6 +130,26 @@ impl WasmEngine {
 
     /// Reads, converts (WAT), and compiles or fetches from a cache the plan's module.
     pub(crate) async fn load(&self, plan: &WasmPlan) -> Result<Loaded, Rejection> {
+        // A module file unchanged since it was last loaded (same device, inode, size,
+        // mtime and ctime — ctime cannot be set back by the file's owner) is not read and
+        // hashed again: for CPython that is 26 MB per run.
+        let identity = match &plan.module {
+            ModuleSource::File(path) => FileIdentity::of(path),
+            ModuleSource::Inline(_) => None,
+        };
+        if let Some(id) = &identity
+            && let Some(digest) = self.memory.digest_of(id)
+            && let Some(compiled) = self.memory.get(&digest)
+        {
+            return Ok(Loaded {
+                compiled,
+                digest,
+                source: CacheSource::Memory,
+                compile_ms: 0,
+            });
+        }
+        // The identity was taken before reading: a change during the read gives a new
+        // ctime, so a digest is never remembered for content it does not match.
         let (name, bytes) = read_module(plan)?;
         let invalid = |reason: String| Rejection::WasmModuleInvalid {
             module: name.clone(),
@@ -144,6 +164,9 @@ impl WasmEngine {
         };
         let component = is_component(&binary);
         let digest = sha256_hex(&binary);
+        if let Some(id) = identity {
+            self.memory.remember(id, &digest);
+        }
         if let Some(compiled) = self.memory.get(&digest) {
             return Ok(Loaded {
                 compiled,
@@ -213,13 +236,58 @@ impl Linkers {
     }
 }
 
-/// Compiled modules in memory, least recently used first.
+/// What identifies a module file's content without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileIdentity {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileIdentity {
+    fn of(path: &std::path::Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Self {
+            path: path.to_path_buf(),
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+        })
+    }
+}
+
+/// Compiled modules in memory, least recently used first, and the digests of module
+/// files by identity.
 #[derive(Default)]
-struct MemoryCache(Mutex<VecDeque<(String, Compiled)>>);
+struct MemoryCache {
+    compiled: Mutex<VecDeque<(String, Compiled)>>,
+    files: Mutex<VecDeque<(FileIdentity, String)>>,
+}
 
 impl MemoryCache {
+    fn digest_of(&self, id: &FileIdentity) -> Option<String> {
+        let files = self.files.lock().ok()?;
+        files.iter().find(|(f, _)| f == id).map(|(_, d)| d.clone())
+    }
+
+    fn remember(&self, id: FileIdentity, digest: &str) {
+        if let Ok(mut files) = self.files.lock() {
+            files.retain(|(f, _)| f.path != id.path);
+            if files.len() >= MAX_MEMORY_CACHED_MODULES * 4 {
+                files.pop_front();
+            }
+            files.push_back((id, digest.to_owned()));
+        }
+    }
+
     fn get(&self, digest: &str) -> Option<Compiled> {
-        let mut cache = self.0.lock().ok()?;
+        let mut cache = self.compiled.lock().ok()?;
         let at = cache.iter().position(|(d, _)| d == digest)?;
         let entry = cache.remove(at)?;
         let compiled = entry.1.clone();
@@ -228,7 +296,7 @@ impl MemoryCache {
     }
 
     fn put(&self, digest: &str, compiled: Compiled) {
-        if let Ok(mut cache) = self.0.lock() {
+        if let Ok(mut cache) = self.compiled.lock() {
             cache.retain(|(d, _)| d != digest);
             if cache.len() >= MAX_MEMORY_CACHED_MODULES {
                 cache.pop_front();

@@ -153,7 +153,7 @@ impl WasmEngine {
                     limit: Some(WasmLimit::WallTime),
                     timed_out: true,
                     quota_exceeded: false,
-                    kind: "module".to_owned(),
+                    kind: "unknown".to_owned(),
                     module_sha256: String::new(),
                     cache: CacheSource::Compiled,
                     compile_ms: elapsed_ms(started),
@@ -163,6 +163,22 @@ impl WasmEngine {
                 });
             }
         };
+        if let Compiled::Module(pre) = &loaded.compiled {
+            let callable = matches!(
+                pre.module().get_export(&plan.entrypoint),
+                Some(wasmtime::ExternType::Func(f)) if f.params().len() == 0 && f.results().len() == 0
+            );
+            if !callable {
+                return Err(Rejection::WasmModuleInvalid {
+                    module: plan.argv.first().cloned().unwrap_or_default(),
+                    reason: format!(
+                        "it exports no function {:?} taking and returning nothing",
+                        plan.entrypoint
+                    ),
+                }
+                .into());
+            }
+        }
         let stopped = Arc::new(AtomicBool::new(false));
         let wasi = build_ctx(plan, stdout, stderr, &stopped)?;
         let limiter = Limiter::new(&plan.limits);

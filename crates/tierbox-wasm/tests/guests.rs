@@ -1,0 +1,793 @@
+//! Tier A guarantees proven by guest programs, and the `wasm_run` validation rejections.
+//!
+//! Each guest in `tests/probe/wasm/` is a WAT WASI preview 1 command that tries one thing
+//! and reports what happened on stdout (an errno, a count, ...) and through its exit code.
+//! The tests copy the guest into a fresh workspace, validate a request against a policy
+//! (`validate_wasm`), run the plan on a real engine and assert the exact outcome: errno,
+//! exit code, limit, output. Every guest also has a positive control where one makes
+//! sense (the same guest succeeding when the grant is there), so a broken guest cannot
+//! make a test pass by failing for the wrong reason.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tierbox_policy::validate::validate_wasm;
+use tierbox_policy::wasm::{DirAccess, FsGrant, ModuleSource, WasmPlan, WasmRunRequest};
+use tierbox_policy::{Policy, Rejection, ValidateContext};
+use tierbox_wasm::{CacheSource, OutputSink, RunReport, WasmEngine, WasmError, WasmLimit};
+
+/// The guest programs.
+const GUESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/probe/wasm/");
+
+/// WASI preview 1 errnos the guests report.
+const EBADF: i32 = 8;
+const ENOTSOCK: i32 = 57;
+const EPERM: i32 = 63;
+
+// ---- harness -----------------------------------------------------------------------------
+
+/// Keeps everything the guest writes.
+#[derive(Default)]
+struct Collect(Mutex<Vec<u8>>);
+
+impl OutputSink for Collect {
+    fn push(&self, chunk: &[u8]) -> bool {
+        self.0.lock().unwrap().extend_from_slice(chunk);
+        true
+    }
+}
+
+impl Collect {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Counts every byte offered, keeps at most `keep` of them, checks they are all `x`, and
+/// refuses (returns false) the chunk that takes the total past `accept`.
+struct Counting {
+    keep: usize,
+    accept: u64,
+    seen: AtomicU64,
+    chunks: AtomicU64,
+    largest_chunk: AtomicU64,
+    refusals: AtomicU64,
+    pushes_after_refusal: AtomicU64,
+    only_x: AtomicBool,
+    kept: Mutex<Vec<u8>>,
+}
+
+impl Counting {
+    fn new(keep: usize, accept: u64) -> Self {
+        Self {
+            keep,
+            accept,
+            seen: AtomicU64::new(0),
+            chunks: AtomicU64::new(0),
+            largest_chunk: AtomicU64::new(0),
+            refusals: AtomicU64::new(0),
+            pushes_after_refusal: AtomicU64::new(0),
+            only_x: AtomicBool::new(true),
+            kept: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl OutputSink for Counting {
+    fn push(&self, chunk: &[u8]) -> bool {
+        static XS: [u8; 4096] = [b'x'; 4096];
+        if self.refusals.load(Ordering::Relaxed) > 0 {
+            self.pushes_after_refusal.fetch_add(1, Ordering::Relaxed);
+        }
+        if !chunk.chunks(XS.len()).all(|c| c == &XS[..c.len()]) {
+            self.only_x.store(false, Ordering::Relaxed);
+        }
+        self.chunks.fetch_add(1, Ordering::Relaxed);
+        self.largest_chunk
+            .fetch_max(chunk.len() as u64, Ordering::Relaxed);
+        let total = self.seen.fetch_add(chunk.len() as u64, Ordering::Relaxed) + chunk.len() as u64;
+        let mut kept = self.kept.lock().unwrap();
+        let room = self.keep.saturating_sub(kept.len());
+        kept.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        if total > self.accept {
+            self.refusals.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
+
+/// `<tmp>/ws` (the workspace) with the named guests copied in as `<name>.wat`, and `<tmp>`
+/// itself for files outside the workspace.
+struct Workspace {
+    _tmp: tempfile::TempDir,
+    /// Canonical `<tmp>`: outside the workspace.
+    root: PathBuf,
+    /// Canonical workspace.
+    ws: PathBuf,
+}
+
+fn workspace(guests: &[&str]) -> Workspace {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let ws = root.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    for guest in guests {
+        let from = format!("{GUESTS}{guest}.wat");
+        std::fs::copy(&from, ws.join(format!("{guest}.wat")))
+            .unwrap_or_else(|e| panic!("copy {from}: {e}"));
+    }
+    Workspace {
+        _tmp: tmp,
+        root,
+        ws,
+    }
+}
+
+/// A policy with the given `[wasm]` lines.
+fn policy(wasm: &str) -> Policy {
+    Policy::from_toml(&format!("version = 1\n[wasm]\n{wasm}\n")).unwrap()
+}
+
+/// A context with a fixed supervisor environment (not the test process's).
+fn ctx(ws: &Path, env: &[(&str, &str)]) -> ValidateContext {
+    ValidateContext::new(ws).with_env(
+        env.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    )
+}
+
+fn request(guest: &str, args: &[&str]) -> WasmRunRequest {
+    let mut req = WasmRunRequest::module(format!("{guest}.wat"));
+    req.args = args.iter().map(|a| (*a).to_owned()).collect();
+    req
+}
+
+fn plan(policy: &Policy, req: &WasmRunRequest, ws: &Path) -> WasmPlan {
+    validate_wasm(policy, req, &ctx(ws, &[]))
+        .unwrap_or_else(|r| panic!("validation rejected the request: {} ({r})", r.code()))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn run_with(
+    engine: &WasmEngine,
+    plan: &WasmPlan,
+    stdout: Arc<dyn OutputSink>,
+    stderr: Arc<dyn OutputSink>,
+) -> RunReport {
+    runtime()
+        .block_on(engine.run(plan, stdout, stderr))
+        .unwrap_or_else(|e| panic!("the run did not start: {e}"))
+}
+
+struct Ran {
+    report: RunReport,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(engine: &WasmEngine, plan: &WasmPlan) -> Ran {
+    let out = Arc::new(Collect::default());
+    let err = Arc::new(Collect::default());
+    let report = run_with(engine, plan, out.clone(), err.clone());
+    Ran {
+        report,
+        stdout: out.text(),
+        stderr: err.text(),
+    }
+}
+
+/// Asserts a run ended by itself with `code`, without trap or limit.
+fn assert_exited(ran: &Ran, code: i32) {
+    let r = &ran.report;
+    assert_eq!(
+        (r.exit_code, &r.trap, r.limit, r.timed_out, r.quota_exceeded),
+        (Some(code), &None, None, false, false),
+        "stdout {:?}, stderr {:?}",
+        ran.stdout,
+        ran.stderr
+    );
+}
+
+fn engine() -> WasmEngine {
+    WasmEngine::new(None).unwrap()
+}
+
+fn fs_grant(path: &Path, write: bool) -> FsGrant {
+    FsGrant {
+        path: path.display().to_string(),
+        write,
+    }
+}
+
+// ---- filesystem --------------------------------------------------------------------------
+
+/// `open_outside.wat`: nothing outside the preopens can be opened, through `..`, an
+/// absolute path, or a symlink; files inside can (the control).
+#[test]
+fn open_outside_the_preopens_is_refused() {
+    let w = workspace(&["open_outside"]);
+    std::fs::write(w.ws.join("inside.txt"), "inside-data").unwrap();
+    std::fs::write(w.root.join("secret.txt"), "TOP-SECRET").unwrap();
+    std::os::unix::fs::symlink(w.root.join("secret.txt"), w.ws.join("link")).unwrap();
+    std::os::unix::fs::symlink(&w.root, w.ws.join("linkdir")).unwrap();
+    std::os::unix::fs::symlink("../secret.txt", w.ws.join("rellink")).unwrap();
+    std::os::unix::fs::symlink("inside.txt", w.ws.join("inlink")).unwrap();
+    let secret = w.root.join("secret.txt").display().to_string();
+    let policy = policy("");
+    let engine = engine();
+    // Preopens: fd 3 = /workspace, fd 4 = `.` (both the workspace).
+    let refused = |dirfd: i32| (format!("dirfd={dirfd} errno={EPERM}\n"), 1);
+    let read = |dirfd: i32| (format!("dirfd={dirfd} ok inside-data\n"), 0);
+    let cases = [
+        // Controls: the guest can open and read a file inside the workspace, also through
+        // a symlink that stays inside it.
+        ("inside.txt", read(4)),
+        ("/workspace/inside.txt", read(3)),
+        ("inlink", read(4)),
+        // `..` out of a preopen.
+        ("../secret.txt", refused(4)),
+        ("/workspace/../secret.txt", refused(3)),
+        ("/workspace/./../../../../etc/passwd", refused(3)),
+        // Absolute host paths no preopen covers, sent as they are to fd 3.
+        ("/etc/passwd", refused(3)),
+        (&secret, refused(3)),
+        // Symlinks inside the workspace that point outside it.
+        ("link", refused(4)),
+        ("/workspace/link", refused(3)),
+        ("linkdir/secret.txt", refused(4)),
+        ("rellink", refused(4)),
+    ];
+    let mut expected = Vec::new();
+    let mut actual = Vec::new();
+    for (path, (stdout, code)) in cases {
+        let plan = plan(&policy, &request("open_outside", &[path]), &w.ws);
+        let ran = run(&engine, &plan);
+        assert!(!ran.stdout.contains("TOP-SECRET"), "read {path:?} outside");
+        let r = &ran.report;
+        assert_eq!((&r.trap, r.limit), (&None, None), "{path:?}");
+        expected.push((path, stdout, Some(code)));
+        actual.push((path, ran.stdout, r.exit_code));
+    }
+    assert_eq!(actual, expected);
+}
+
+/// `write_grant.wat`: a read-only `grants.fs` entry cannot be written to: no file is
+/// created and an existing file is not truncated.
+#[test]
+fn write_through_a_read_only_grant_is_refused() {
+    let w = workspace(&["write_grant"]);
+    let ro = w.root.join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::write(ro.join("existing.txt"), "original").unwrap();
+    let policy = policy(&format!("read_only = [{:?}]", ro.display().to_string()));
+    let engine = engine();
+    for name in ["new.txt", "existing.txt"] {
+        let target = ro.join(name).display().to_string();
+        let mut req = request("write_grant", &[&target]);
+        req.grants.fs.push(fs_grant(&ro, false));
+        let plan = plan(&policy, &req, &w.ws);
+        assert_eq!(plan.preopens.len(), 3, "workspace twice, then the grant");
+        let ran = run(&engine, &plan);
+        // The grant is the third preopen: fd 5.
+        assert_eq!(
+            ran.stdout,
+            format!("dirfd=5 open errno={EPERM}\n"),
+            "{name}"
+        );
+        assert_exited(&ran, 1);
+    }
+    assert!(!ro.join("new.txt").exists(), "the file was created");
+    assert_eq!(
+        std::fs::read_to_string(ro.join("existing.txt")).unwrap(),
+        "original"
+    );
+}
+
+/// `write_grant.wat`: a read-write `grants.fs` entry can be written to and the host sees
+/// the file (the control of the read-only test, same guest and path shape).
+#[test]
+fn write_through_a_read_write_grant_reaches_the_host() {
+    let w = workspace(&["write_grant"]);
+    let rw = w.root.join("rw");
+    std::fs::create_dir(&rw).unwrap();
+    let policy = policy(&format!("writable = [{:?}]", rw.display().to_string()));
+    let target = rw.join("out.txt").display().to_string();
+    let mut req = request("write_grant", &[&target]);
+    req.grants.fs.push(fs_grant(&rw, true));
+    let ran = run(&engine(), &plan(&policy, &req, &w.ws));
+    assert_eq!(ran.stdout, "dirfd=5 ok\n");
+    assert_exited(&ran, 0);
+    assert_eq!(
+        std::fs::read_to_string(rw.join("out.txt")).unwrap(),
+        "written by guest\n"
+    );
+}
+
+/// `write_grant.wat`: under `wasm.workspace = "read_only"` (or a request narrowing the
+/// workspace to read-only) neither `/workspace` nor `.` is writable; with the default
+/// read-write workspace the same write succeeds.
+#[test]
+fn read_only_workspace_is_not_writable() {
+    let w = workspace(&["write_grant"]);
+    let engine = engine();
+    let read_only = policy("workspace = \"read_only\"");
+    let mut narrowed = request("write_grant", &["out.txt"]);
+    narrowed.grants.workspace = Some(DirAccess::ReadOnly);
+    let cases = [
+        (&read_only, request("write_grant", &["out.txt"]), "dirfd=4"),
+        (
+            &read_only,
+            request("write_grant", &["/workspace/out.txt"]),
+            "dirfd=3",
+        ),
+        (
+            &read_only,
+            request("write_grant", &["/workspace/write_grant.wat"]),
+            "dirfd=3",
+        ),
+        (&policy(""), narrowed, "dirfd=4"),
+    ];
+    for (policy, req, dirfd) in &cases {
+        let ran = run(&engine, &plan(policy, req, &w.ws));
+        assert_eq!(
+            ran.stdout,
+            format!("{dirfd} open errno={EPERM}\n"),
+            "{:?}",
+            req.args
+        );
+        assert_exited(&ran, 1);
+    }
+    assert!(!w.ws.join("out.txt").exists());
+    assert!(
+        std::fs::read_to_string(w.ws.join("write_grant.wat"))
+            .unwrap()
+            .contains("(module")
+    );
+    // Control: the default read-write workspace.
+    let ran = run(
+        &engine,
+        &plan(&policy(""), &request("write_grant", &["out.txt"]), &w.ws),
+    );
+    assert_eq!(ran.stdout, "dirfd=4 ok\n");
+    assert_exited(&ran, 0);
+    assert_eq!(
+        std::fs::read_to_string(w.ws.join("out.txt")).unwrap(),
+        "written by guest\n"
+    );
+}
+
+// ---- environment -------------------------------------------------------------------------
+
+/// `env.wat`: the guest's environment is exactly the request's `env` plus the granted
+/// supervisor variables; other supervisor variables (a secret, PATH, HOME) are absent.
+#[test]
+fn environment_is_only_what_was_granted() {
+    let w = workspace(&["env"]);
+    let policy = policy("allow_env = [\"GRANTED\", \"SETVAR\", \"UNSET\"]");
+    let supervisor = [
+        ("GRANTED", "from-supervisor"),
+        ("SECRET", "hunter2"),
+        ("PATH", "/usr/bin"),
+        ("HOME", "/root"),
+    ];
+    let mut req = request("env", &[]);
+    req.grants.env = vec!["GRANTED".to_owned(), "UNSET".to_owned()];
+    req.env
+        .insert("SETVAR".to_owned(), "from-request".to_owned());
+    let plan = validate_wasm(&policy, &req, &ctx(&w.ws, &supervisor)).unwrap();
+    let ran = run(&engine(), &plan);
+    assert_eq!(
+        ran.stdout,
+        "count=2\nGRANTED=from-supervisor\nSETVAR=from-request\n"
+    );
+    assert!(!ran.stdout.contains("SECRET") && !ran.stdout.contains("hunter2"));
+    assert_exited(&ran, 0);
+
+    // Control: with nothing granted, the guest has an empty environment.
+    let plan = validate_wasm(&policy, &request("env", &[]), &ctx(&w.ws, &supervisor)).unwrap();
+    let ran = run(&engine(), &plan);
+    assert_eq!(ran.stdout, "count=0\n");
+    assert_exited(&ran, 0);
+}
+
+// ---- CPU, memory, output -----------------------------------------------------------------
+
+/// `loop.wat`: an infinite loop with plenty of fuel is stopped at the deadline.
+#[test]
+fn infinite_loop_is_stopped_by_the_deadline() {
+    let w = workspace(&["loop"]);
+    let policy = policy("fuel = 1000000000000000");
+    let mut req = request("loop", &[]);
+    req.timeout_ms = Some(300);
+    let started = Instant::now();
+    let ran = run(&engine(), &plan(&policy, &req, &w.ws));
+    let took = started.elapsed();
+    let r = &ran.report;
+    assert_eq!(ran.stdout, "looping\n", "the guest did start");
+    assert_eq!(
+        (r.exit_code, &r.trap, r.limit, r.timed_out, r.quota_exceeded),
+        (None, &None, Some(WasmLimit::WallTime), true, false)
+    );
+    assert!(r.fuel_consumed > 0 && r.fuel_consumed < 1_000_000_000_000_000);
+    assert!(r.duration_ms >= 300, "stopped early: {r:?}");
+    assert!(took.as_millis() < 2_300, "stopped late: {took:?}");
+}
+
+/// `loop.wat`: the same loop under a small fuel budget runs out of fuel long before the
+/// deadline.
+#[test]
+fn infinite_loop_is_stopped_by_fuel() {
+    let w = workspace(&["loop"]);
+    let policy = policy("fuel = 1000000");
+    let mut req = request("loop", &[]);
+    req.timeout_ms = Some(30_000);
+    let started = Instant::now();
+    let ran = run(&engine(), &plan(&policy, &req, &w.ws));
+    let took = started.elapsed();
+    let r = &ran.report;
+    assert_eq!(ran.stdout, "looping\n", "the guest did start");
+    assert_eq!(
+        (r.exit_code, &r.trap, r.limit, r.timed_out, r.quota_exceeded),
+        (None, &None, Some(WasmLimit::Fuel), false, false)
+    );
+    assert_eq!(r.fuel_consumed, 1_000_000);
+    assert!(took.as_secs() < 10, "fuel ran out late: {took:?}");
+}
+
+/// `memory.wat`: `memory.grow` past `wasm.memory_bytes` returns -1 to the guest, which
+/// exits normally; the run reports the memory limit and the peak actually granted.
+#[test]
+fn memory_grow_past_the_limit_fails_cleanly() {
+    let w = workspace(&["memory"]);
+    let policy = policy("memory_bytes = 2097152");
+    let ran = run(&engine(), &plan(&policy, &request("memory", &[]), &w.ws));
+    let r = &ran.report;
+    assert_eq!(ran.stdout, "grow1=1 grow2=-1 grow3=-1 pages=16\n");
+    assert_eq!(
+        (r.exit_code, &r.trap, r.limit, r.timed_out, r.quota_exceeded),
+        (Some(42), &None, Some(WasmLimit::Memory), false, false)
+    );
+    assert_eq!(r.peak_memory_bytes, 16 * 65536);
+
+    // Control: with room for 48 pages, the second grow succeeds and no limit is hit.
+    let policy = self::policy("memory_bytes = 3145728");
+    let ran = run(&engine(), &plan(&policy, &request("memory", &[]), &w.ws));
+    assert_eq!(ran.stdout, "grow1=1 grow2=16 grow3=-1 pages=48\n");
+    assert_eq!(ran.report.exit_code, Some(42));
+    assert_eq!(ran.report.peak_memory_bytes, 48 * 65536);
+}
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+/// `flood.wat`: 1 GiB of stdout streams through a sink that keeps accepting (truncate
+/// semantics): the run completes, the sink saw exactly 1 GiB of `x`, in bounded chunks.
+#[test]
+fn one_gib_of_output_streams_through_a_truncating_sink() {
+    let w = workspace(&["flood"]);
+    let mut req = request("flood", &[]);
+    req.timeout_ms = Some(120_000);
+    let plan = plan(&policy(""), &req, &w.ws);
+    let out = Arc::new(Counting::new(4096, u64::MAX));
+    let err = Arc::new(Collect::default());
+    let started = Instant::now();
+    let r = run_with(&engine(), &plan, out.clone(), err.clone());
+    let took = started.elapsed();
+    eprintln!(
+        "1 GiB of output in {took:?} ({} chunks)",
+        out.chunks.load(Ordering::Relaxed)
+    );
+    assert_eq!(err.text(), "done\n");
+    assert_eq!(
+        (r.exit_code, &r.trap, r.limit, r.timed_out, r.quota_exceeded),
+        (Some(0), &None, None, false, false)
+    );
+    assert_eq!(out.seen.load(Ordering::Relaxed), GIB);
+    assert!(out.only_x.load(Ordering::Relaxed));
+    assert_eq!(out.kept.lock().unwrap().len(), 4096);
+    assert!(out.largest_chunk.load(Ordering::Relaxed) <= 64 * 1024);
+    assert!(took.as_secs() < 60, "1 GiB took {took:?}");
+}
+
+/// `flood.wat`: a sink that refuses after 1 MiB (kill semantics) stops the guest at that
+/// write: `quota_exceeded`, `limit = output`, no exit code, nothing pushed afterwards.
+#[test]
+fn output_quota_in_kill_mode_stops_the_guest() {
+    let w = workspace(&["flood"]);
+    let plan = plan(&policy(""), &request("flood", &[]), &w.ws);
+    let out = Arc::new(Counting::new(0, MIB));
+    let err = Arc::new(Collect::default());
+    let started = Instant::now();
+    let r = run_with(&engine(), &plan, out.clone(), err.clone());
+    let took = started.elapsed();
+    assert_eq!(
+        (r.exit_code, &r.trap, r.limit, r.timed_out, r.quota_exceeded),
+        (None, &None, Some(WasmLimit::Output), false, true),
+        "stderr {:?}",
+        err.text()
+    );
+    assert_eq!(err.text(), "", "the guest went on after the refused write");
+    let seen = out.seen.load(Ordering::Relaxed);
+    let largest = out.largest_chunk.load(Ordering::Relaxed);
+    assert!(seen > MIB && seen <= MIB + largest, "sink saw {seen} bytes");
+    assert_eq!(out.refusals.load(Ordering::Relaxed), 1);
+    assert_eq!(out.pushes_after_refusal.load(Ordering::Relaxed), 0);
+    assert!(took.as_secs() < 10, "stopping took {took:?}");
+}
+
+// ---- network -----------------------------------------------------------------------------
+
+/// `net.wat`: with no grant (and Tier A has none), every socket call on fds 0..=10 fails:
+/// EBADF for closed fds, ENOTSOCK for stdio and the preopened directories.
+#[test]
+fn no_socket_calls_succeed() {
+    let w = workspace(&["net"]);
+    let ran = run(&engine(), &plan(&policy(""), &request("net", &[]), &w.ws));
+    let mut expected = String::new();
+    for fd in 0..=10 {
+        // 0-2: stdio; 3-4: the workspace preopens; 5-10: not open.
+        let e = if fd <= 4 { ENOTSOCK } else { EBADF };
+        expected += &format!("fd={fd} accept={e} send={e} recv={e} shutdown={e}\n");
+    }
+    assert_eq!(ran.stdout, expected);
+    assert_exited(&ran, 0);
+}
+
+// ---- compiled-code cache -----------------------------------------------------------------
+
+/// The first run compiles and stores on disk; the same engine then serves it from memory;
+/// a second engine (a new process) loads it from disk without compiling.
+#[test]
+fn compiled_code_is_cached_on_disk_and_in_memory() {
+    let w = workspace(&["env"]);
+    let cache = w.root.join("cache");
+    let plan = plan(&policy(""), &request("env", &[]), &w.ws);
+
+    let first = WasmEngine::new(Some(cache.clone())).unwrap();
+    let a = run(&first, &plan);
+    assert_eq!(a.report.cache, CacheSource::Compiled);
+    assert_eq!(a.stdout, "count=0\n");
+    let b = run(&first, &plan);
+    assert_eq!(b.report.cache, CacheSource::Memory);
+    assert_eq!(b.stdout, "count=0\n");
+
+    let entries: Vec<String> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert!(entries.iter().any(|e| e.ends_with(".cwasm")));
+    assert!(entries.iter().any(|e| e.ends_with(".sha256")));
+
+    let second = WasmEngine::new(Some(cache.clone())).unwrap();
+    let c = run(&second, &plan);
+    assert_eq!(c.report.cache, CacheSource::Disk);
+    assert_eq!(c.stdout, "count=0\n");
+    assert_exited(&c, 0);
+    let d = run(&second, &plan);
+    assert_eq!(d.report.cache, CacheSource::Memory);
+    assert_eq!(a.report.module_sha256, c.report.module_sha256);
+
+    // Control: an engine without a disk cache compiles.
+    assert_eq!(run(&engine(), &plan).report.cache, CacheSource::Compiled);
+}
+
+// ---- validation --------------------------------------------------------------------------
+
+fn rejection(policy: &Policy, req: &WasmRunRequest, ws: &Path) -> Rejection {
+    match validate_wasm(policy, req, &ctx(ws, &[("SECRET", "hunter2")])) {
+        Ok(plan) => panic!("accepted: {plan:?}"),
+        Err(r) => r,
+    }
+}
+
+fn assert_grant_denied(r: &Rejection, expected: &str) {
+    assert_eq!(r.code(), "wasm.grant_denied", "{r}");
+    match r {
+        Rejection::WasmGrantDenied { grant, .. } => assert_eq!(grant, expected),
+        other => panic!("not a grant denial: {other:?}"),
+    }
+}
+
+/// A grant the policy does not allow is rejected with `wasm.grant_denied` naming it.
+#[test]
+fn grant_outside_the_policy_is_rejected_naming_it() {
+    let w = workspace(&["env"]);
+    let ro = w.root.join("ro");
+    let other = w.root.join("other");
+    let sub = w.ws.join("sub");
+    for d in [&ro, &other, &sub] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let policy = policy(&format!(
+        "read_only = [{:?}]\nallow_env = [\"GRANTED\"]",
+        ro.display().to_string()
+    ));
+
+    // Control: the listed directory, read-only, and a listed variable are accepted.
+    let mut ok = request("env", &[]);
+    ok.grants.fs.push(fs_grant(&ro, false));
+    ok.grants.env.push("GRANTED".to_owned());
+    let plan = validate_wasm(&policy, &ok, &ctx(&w.ws, &[])).unwrap();
+    assert_eq!(plan.preopens[2].host, ro);
+    assert_eq!(plan.preopens[2].guest, ro.display().to_string());
+    assert!(!plan.preopens[2].writable);
+
+    let mut req = request("env", &[]);
+    req.grants.fs.push(fs_grant(&other, false));
+    let name = format!("fs {} (read_only)", other.display());
+    assert_grant_denied(&rejection(&policy, &req, &w.ws), &name);
+
+    let mut req = request("env", &[]);
+    req.grants.fs.push(fs_grant(&ro, true));
+    let name = format!("fs {} (read_write)", ro.display());
+    assert_grant_denied(&rejection(&policy, &req, &w.ws), &name);
+
+    let mut req = request("env", &[]);
+    req.grants.fs.push(FsGrant {
+        path: "sub".to_owned(),
+        write: false,
+    });
+    assert_grant_denied(&rejection(&policy, &req, &w.ws), "fs sub (read_only)");
+
+    let mut req = request("env", &[]);
+    req.grants.env.push("SECRET".to_owned());
+    assert_grant_denied(&rejection(&policy, &req, &w.ws), "env SECRET");
+
+    let mut req = request("env", &[]);
+    req.env.insert("SECRET".to_owned(), "x".to_owned());
+    assert_grant_denied(&rejection(&policy, &req, &w.ws), "env SECRET");
+
+    let read_only = self::policy("workspace = \"read_only\"");
+    let mut req = request("env", &[]);
+    req.grants.workspace = Some(DirAccess::ReadWrite);
+    assert_grant_denied(&rejection(&read_only, &req, &w.ws), "workspace read_write");
+}
+
+/// Inline modules need `wasm.allow_inline_modules`.
+#[test]
+fn inline_module_needs_allow_inline_modules() {
+    let w = workspace(&[]);
+    let wat = WasmRunRequest {
+        module_wat: Some("(module)".to_owned()),
+        ..WasmRunRequest::default()
+    };
+    let base64 = WasmRunRequest {
+        module_base64: Some("AGFzbQEAAAA=".to_owned()),
+        ..WasmRunRequest::default()
+    };
+    for (req, field) in [(&wat, "module_wat"), (&base64, "module_base64")] {
+        let r = rejection(&policy(""), req, &w.ws);
+        assert_eq!(r.code(), "wasm.inline_denied", "{r}");
+        assert!(matches!(&r, Rejection::WasmInlineDenied { field: f } if f == field));
+    }
+    // Control: accepted when the policy allows them.
+    let allowing = policy("allow_inline_modules = true");
+    let plan = validate_wasm(&allowing, &wat, &ctx(&w.ws, &[])).unwrap();
+    assert_eq!(plan.module, ModuleSource::Inline(b"(module)".to_vec()));
+    let plan = validate_wasm(&allowing, &base64, &ctx(&w.ws, &[])).unwrap();
+    assert_eq!(
+        plan.module,
+        ModuleSource::Inline(b"\0asm\x01\0\0\0".to_vec())
+    );
+}
+
+/// A network grant is `tier.unsupported`: Tier A has no network in this build.
+#[test]
+fn network_grant_is_unsupported() {
+    let w = workspace(&["net"]);
+    let mut req = request("net", &[]);
+    req.grants.network.push("example.com".to_owned());
+    let r = rejection(&policy(""), &req, &w.ws);
+    assert_eq!(r.code(), "tier.unsupported", "{r}");
+    assert!(
+        matches!(&r, Rejection::TierUnsupported { tier, feature, .. }
+            if tier == "a" && feature.contains("example.com")),
+        "{r:?}"
+    );
+}
+
+/// A module path that resolves outside the workspace is `wasm.module_invalid`.
+#[test]
+fn module_path_outside_the_workspace_is_invalid() {
+    let w = workspace(&[]);
+    let module = b"\0asm\x01\0\0\0";
+    std::fs::write(w.root.join("x.wasm"), module).unwrap();
+    std::fs::write(w.ws.join("ok.wasm"), module).unwrap();
+    std::os::unix::fs::symlink(w.root.join("x.wasm"), w.ws.join("link.wasm")).unwrap();
+    std::os::unix::fs::symlink(&w.root, w.ws.join("up")).unwrap();
+    let outside = w.root.join("x.wasm").display().to_string();
+    let policy = policy("");
+    // Control: a module inside the workspace is accepted.
+    let plan = validate_wasm(
+        &policy,
+        &WasmRunRequest::module("ok.wasm"),
+        &ctx(&w.ws, &[]),
+    );
+    assert_eq!(
+        plan.unwrap().module,
+        ModuleSource::File(w.ws.join("ok.wasm"))
+    );
+    for path in [
+        "../x.wasm",
+        "link.wasm",
+        "up/x.wasm",
+        &outside,
+        "/etc/passwd",
+    ] {
+        let r = rejection(&policy, &WasmRunRequest::module(path), &w.ws);
+        assert_eq!(r.code(), "wasm.module_invalid", "{path}: {r}");
+        match &r {
+            Rejection::WasmModuleInvalid { module, reason } => {
+                assert_eq!(module, path);
+                assert!(reason.contains("outside the workspace"), "{path}: {reason}");
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+}
+
+/// A module that is not valid WASM or WAT, or that imports something other than WASI
+/// preview 1, is rejected by the engine (`wasm.module_invalid`): nothing runs.
+#[test]
+fn invalid_module_body_is_rejected_by_the_engine() {
+    let w = workspace(&[]);
+    let cases: &[(&str, &[u8], &str)] = &[
+        (
+            "garbage.wasm",
+            b"\0asm\x01\0\0\0\x01\xff\xff",
+            "does not compile",
+        ),
+        (
+            "text.wasm",
+            b"this is not a module",
+            "neither a WASM binary nor valid WAT",
+        ),
+        (
+            "broken.wat",
+            b"(module (func",
+            "neither a WASM binary nor valid WAT",
+        ),
+        (
+            "imports.wat",
+            b"(module (import \"env\" \"launch\" (func)) (func (export \"_start\")))",
+            "imports something Tier A does not provide",
+        ),
+        (
+            "no_start.wat",
+            b"(module (func (export \"main\")))",
+            "exports no function \"_start\"",
+        ),
+        (
+            "start_with_params.wat",
+            b"(module (func (export \"_start\") (param i32)))",
+            "exports no function \"_start\"",
+        ),
+    ];
+    let engine = engine();
+    let rt = runtime();
+    for (name, body, why) in cases {
+        std::fs::write(w.ws.join(name), body).unwrap();
+        let plan = plan(&policy(""), &WasmRunRequest::module(*name), &w.ws);
+        let out = Arc::new(Collect::default());
+        let result = rt.block_on(engine.run(&plan, out.clone(), Arc::new(Collect::default())));
+        match result {
+            Err(WasmError::Rejected(r)) => {
+                assert_eq!(r.code(), "wasm.module_invalid", "{name}: {r}");
+                assert!(r.to_string().contains(why), "{name}: {r}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
