@@ -17,9 +17,21 @@ pub fn process_run_schema() -> Value {
     serde_json::to_value(schema).unwrap_or(Value::Null)
 }
 
+/// Name of the Tier A tool.
+pub const WASM_RUN_TOOL: &str = "wasm_run";
+
+/// The JSON Schema of the `wasm_run` tool input.
+pub fn wasm_run_schema() -> Value {
+    let schema = schemars::schema_for!(crate::wasm::WasmRunRequest);
+    serde_json::to_value(schema).unwrap_or(Value::Null)
+}
+
 /// All tool schemas, keyed by tool name.
 pub fn tool_schemas() -> Value {
-    serde_json::json!({ PROCESS_RUN_TOOL: process_run_schema() })
+    serde_json::json!({
+        PROCESS_RUN_TOOL: process_run_schema(),
+        WASM_RUN_TOOL: wasm_run_schema(),
+    })
 }
 
 #[cfg(test)]
@@ -84,6 +96,51 @@ mod tests {
                 "requested_egress_hosts",
                 "stdin",
                 "tier",
+                "timeout_ms"
+            ]
+        );
+    }
+
+    #[test]
+    fn wasm_run_schema_caps_match_the_constants() {
+        use crate::wasm::*;
+        let s = wasm_run_schema();
+        assert_eq!(s["additionalProperties"], Value::Bool(false));
+        assert_eq!(prop(&s, "module")["maxLength"], MAX_MODULE_PATH_BYTES);
+        assert_eq!(prop(&s, "module_wat")["maxLength"], MAX_INLINE_MODULE_BYTES);
+        assert_eq!(
+            prop(&s, "module_base64")["maxLength"],
+            MAX_INLINE_MODULE_BYTES
+        );
+        assert_eq!(prop(&s, "entrypoint")["maxLength"], MAX_ENTRYPOINT_BYTES);
+        assert_eq!(prop(&s, "args")["maxItems"], MAX_ARGS);
+        assert_eq!(prop(&s, "args")["items"]["maxLength"], MAX_ARG_BYTES);
+        assert_eq!(prop(&s, "env")["maxProperties"], MAX_ENV_ENTRIES);
+        assert_eq!(prop(&s, "stdin")["maxLength"], MAX_STDIN_BYTES);
+        assert_eq!(prop(&s, "timeout_ms")["minimum"], 1);
+        let grants = &s["$defs"]["WasmGrants"]["properties"];
+        assert_eq!(grants["fs"]["maxItems"], MAX_FS_GRANTS, "{s}");
+        assert_eq!(grants["env"]["maxItems"], MAX_ENV_GRANTS);
+        assert_eq!(
+            s["$defs"]["FsGrant"]["additionalProperties"],
+            Value::Bool(false)
+        );
+        let mut props: Vec<&str> = s["properties"]
+            .as_object()
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        props.sort_unstable();
+        assert_eq!(
+            props,
+            [
+                "args",
+                "entrypoint",
+                "env",
+                "grants",
+                "module",
+                "module_base64",
+                "module_wat",
+                "stdin",
                 "timeout_ms"
             ]
         );

@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use tierbox_policy::request::*;
+use tierbox_policy::wasm::WasmRunRequest;
 use tierbox_policy::{EgressMode, ProcessRunRequest, Rejection, TierRequest};
 
 use super::validate_exec::fixture::Fixture;
@@ -214,6 +215,39 @@ fn every_rejection_code_has_a_table_case() {
     r.tier = TierRequest::B;
     check("tier below", code_of(&strong, &r), "tier.below_minimum");
 
+    // ---- tier a
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("m.wat"), "(module)").unwrap();
+    let ctx = tierbox_policy::ValidateContext::new(ws.path())
+        .with_runtimes_dir(ws.path().join("no-runtimes"));
+    let wasm_code = |policy: &tierbox_policy::Policy, r: &WasmRunRequest| {
+        tierbox_policy::validate::validate_wasm(policy, r, &ctx)
+            .unwrap_err()
+            .code()
+    };
+    let default = tierbox_policy::Policy::default();
+    check(
+        "module outside",
+        wasm_code(&default, &WasmRunRequest::module("../m.wat")),
+        "wasm.module_invalid",
+    );
+    let inline = WasmRunRequest {
+        module_wat: Some("(module)".to_owned()),
+        ..WasmRunRequest::default()
+    };
+    check("inline", wasm_code(&default, &inline), "wasm.inline_denied");
+    let mut r = WasmRunRequest::module("m.wat");
+    r.grants.env = vec!["HOME".to_owned()];
+    check("grant", wasm_code(&default, &r), "wasm.grant_denied");
+    let mapped = tierbox_policy::Policy::builtin_default();
+    let tier_a = |command: &str| {
+        tierbox_policy::validate::validate_tier_a(&mapped, &req(command, &[]), &ctx)
+            .unwrap_err()
+            .code()
+    };
+    check("not mapped", tier_a("ls"), "wasm.not_mapped");
+    check("runtime missing", tier_a("python3"), "wasm.runtime_missing");
+
     let all: BTreeSet<&str> = Rejection::ALL_CODES.iter().copied().collect();
     let external: BTreeSet<&str> = PRODUCED_BY_TIER_SELECTION.iter().copied().collect();
     let missing: Vec<&&str> = all
@@ -233,7 +267,10 @@ fn codes_are_unique_and_well_formed() {
         assert!(seen.insert(code), "duplicate code {code}");
         let (group, rule) = code.split_once('.').expect("group.rule");
         assert!(
-            ["input", "exec", "scope", "env", "egress", "limits", "tier"].contains(&group),
+            [
+                "input", "exec", "scope", "env", "egress", "limits", "wasm", "tier"
+            ]
+            .contains(&group),
             "{code}"
         );
         assert!(
