@@ -39,7 +39,7 @@ run_lws() {
 from sandbox import create_sandbox, RuntimeType
 r = create_sandbox(runtime=RuntimeType.PYTHON).execute('print(1)')
 assert r.stdout == '1\n', r.stdout
-print(r.stdout, end='')" 2>/dev/null)
+print(r.stdout, end='')" 2>/dev/null | tail -n 1)   # the package logs to stdout first
 }
 
 echo "== $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -240,9 +240,11 @@ fn unavailable_tier_is_rejected_not_downgraded() {
     let mut r = req("true", &[]);
     r.tier = TierRequest::A;
     match rt().block_on(env.runner().run(&r)) {
+        // Tier A runs WASM only: a native program with no WASI build is refused, never
+        // run in a weaker tier.
         Err(RunError::Rejected(rej)) => {
-            assert_eq!(rej.code(), "tier.unavailable");
-            assert!(rej.to_string().contains("tier a"), "{rej}");
+            assert_eq!(rej.code(), "wasm.not_mapped");
+            assert!(rej.to_string().contains("tier a runs only"), "{rej}");
         }
         other => panic!("a native program must not run in tier a, got {other:?}"),
     }
