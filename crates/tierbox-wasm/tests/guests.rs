@@ -791,3 +791,51 @@ fn invalid_module_body_is_rejected_by_the_engine() {
         }
     }
 }
+
+// ---- WASI preview 2 components -----------------------------------------------------------
+
+/// `component.wat` with its core `run` body replaced.
+fn component(w: &Workspace, name: &str, body: &str) -> WasmRunRequest {
+    let text = std::fs::read_to_string(format!("{GUESTS}component.wat")).unwrap();
+    std::fs::write(w.ws.join(name), text.replace("RESULT_BODY", body)).unwrap();
+    WasmRunRequest::module(name)
+}
+
+#[test]
+fn components_run_and_report_their_result() {
+    let w = workspace(&[]);
+    let engine = engine();
+    let ok = run(
+        &engine,
+        &plan(&policy(""), &component(&w, "ok.wat", "i32.const 0"), &w.ws),
+    );
+    assert_eq!(ok.report.kind, "component");
+    assert_exited(&ok, 0);
+    let err = run(
+        &engine,
+        &plan(&policy(""), &component(&w, "err.wat", "i32.const 1"), &w.ws),
+    );
+    assert_eq!(err.report.kind, "component");
+    assert_exited(&err, 1);
+}
+
+#[test]
+fn components_are_stopped_by_the_deadline_and_by_fuel() {
+    let w = workspace(&[]);
+    let engine = engine();
+    let body = "(loop $l (br $l)) i32.const 0";
+    let mut req = component(&w, "loop.wat", body);
+    req.timeout_ms = Some(300);
+    let ran = run(
+        &engine,
+        &plan(&policy("fuel = 1000000000000000"), &req, &w.ws),
+    );
+    assert_eq!(ran.report.kind, "component");
+    assert!(ran.report.timed_out, "{:?}", ran.report);
+    assert_eq!(ran.report.limit, Some(WasmLimit::WallTime));
+    let mut req = component(&w, "loop.wat", body);
+    req.timeout_ms = Some(60_000);
+    let ran = run(&engine, &plan(&policy("fuel = 1000000"), &req, &w.ws));
+    assert_eq!(ran.report.limit, Some(WasmLimit::Fuel), "{:?}", ran.report);
+    assert!(!ran.report.timed_out);
+}
