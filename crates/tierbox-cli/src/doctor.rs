@@ -15,6 +15,11 @@ pub fn run(json: bool) -> Result<ExitCode> {
         .into_iter()
         .map(|t| {
             let mut v = match tier_available(t, facts) {
+                // Tier A needs nothing from the kernel: it runs WASM, not host programs.
+                _ if t == Tier::A => serde_json::json!({
+                    "tier": "a", "available": true,
+                    "note": "runs WASM modules and the interpreters the policy maps to WASI builds; native programs are refused"
+                }),
                 Ok(()) => serde_json::json!({ "tier": t.to_string(), "available": true }),
                 Err(reason) => serde_json::json!({
                     "tier": t.to_string(), "available": false, "reason": reason
@@ -25,6 +30,20 @@ pub fn run(json: bool) -> Result<ExitCode> {
         })
         .collect();
     let mut hints = Vec::new();
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let runtimes = tierbox_policy::validate::default_runtimes_dir(&env);
+    let missing: Vec<&str> = crate::wasm::RUNTIMES
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| !runtimes.join(name).is_file())
+        .collect();
+    if !missing.is_empty() {
+        hints.push(format!(
+            "tier a: {} not in {}; run `tierbox wasm fetch-runtimes` to run python3 and qjs in tier a",
+            missing.join(" and "),
+            runtimes.display()
+        ));
+    }
     match summary.landlock_abi {
         None => hints.push("landlock: enable it (CONFIG_SECURITY_LANDLOCK=y and `landlock` in the lsm= boot parameter); without it tier b rejects runs".to_owned()),
         Some(abi) if abi < 6 => hints.push(format!("landlock ABI {abi}: signal and abstract-socket scoping need ABI 6 (Linux 6.12); add \"landlock_scopes\" to tier.optional_layers to accept this host")),
@@ -205,6 +224,20 @@ fn backends(tier: Tier, summary: &tierbox_sandbox::probe::HostSummary) -> Vec<se
                 }.to_owned(),
             ],
         })],
-        Tier::A => Vec::new(),
+        Tier::A => {
+            let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+            let dir = tierbox_policy::validate::default_runtimes_dir(&env);
+            let runtimes: serde_json::Map<String, serde_json::Value> = crate::wasm::RUNTIMES
+                .iter()
+                .map(|(name, _)| ((*name).to_owned(), dir.join(name).is_file().into()))
+                .collect();
+            vec![serde_json::json!({
+                "backend": "wasmtime",
+                "available": true,
+                "runtimes_dir": dir,
+                "runtimes_installed": runtimes,
+                "layers": ["wasi preopens only", "no sockets", "fuel", "epoch deadline", "memory/table/instance limits"],
+            })]
+        }
     }
 }
