@@ -74,6 +74,8 @@ pub struct WasmEngine {
     pub(crate) engine: Engine,
     linkers: Arc<Linkers>,
     memory: Arc<MemoryCache>,
+    /// Per-digest locks held while a module is loaded (entries removed when unused).
+    loading: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     disk: Option<DiskCache>,
     ticker: Arc<Ticker>,
 }
@@ -114,9 +116,19 @@ impl WasmEngine {
             engine,
             linkers: Arc::new(Linkers { p1, p2 }),
             memory: Arc::new(MemoryCache::default()),
+            loading: Mutex::new(std::collections::HashMap::new()),
             disk,
             ticker,
         })
+    }
+
+    /// The lock serialising loads of `digest`; forgets locks nobody else holds.
+    fn loading_gate(&self, digest: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let Ok(mut map) = self.loading.lock() else {
+            return Arc::new(tokio::sync::Mutex::new(()));
+        };
+        map.retain(|_, gate| Arc::strong_count(gate) > 1);
+        map.entry(digest.to_owned()).or_default().clone()
     }
 
     /// Starts the epoch ticker for one run.
@@ -176,6 +188,18 @@ impl WasmEngine {
             });
         }
         let started = Instant::now();
+        // One load per module at a time: concurrent first runs of the same module wait
+        // for the one compilation instead of each compiling it.
+        let gate = self.loading_gate(&digest);
+        let _loading = gate.lock().await;
+        if let Some(compiled) = self.memory.get(&digest) {
+            return Ok(Loaded {
+                compiled,
+                digest,
+                source: CacheSource::Memory,
+                compile_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            });
+        }
         let engine = self.engine.clone();
         let disk = self.disk.clone();
         let linkers = self.linkers.clone();

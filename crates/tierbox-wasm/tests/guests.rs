@@ -839,3 +839,25 @@ fn components_are_stopped_by_the_deadline_and_by_fuel() {
     assert_eq!(ran.report.limit, Some(WasmLimit::Fuel), "{:?}", ran.report);
     assert!(!ran.report.timed_out);
 }
+
+#[test]
+fn concurrent_first_runs_compile_a_module_once() {
+    let w = workspace(&["env"]);
+    let engine = engine();
+    let plan = plan(&policy(""), &request("env", &[]), &w.ws);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sink = || -> Arc<dyn OutputSink> { Arc::new(Collect::default()) };
+    let (a, b) = rt.block_on(async {
+        tokio::join!(
+            engine.run(&plan, sink(), sink()),
+            engine.run(&plan, sink(), sink())
+        )
+    });
+    let mut sources = [a.unwrap().cache, b.unwrap().cache];
+    sources.sort_by_key(|s| *s as u8);
+    assert_eq!(sources, [CacheSource::Compiled, CacheSource::Memory]);
+}
