@@ -31,7 +31,7 @@ pub struct WasmRequestArgs {
     /// Module path (`.wasm` or `.wat`) inside the workspace.
     #[arg(value_name = "MODULE", required_unless_present = "request")]
     module: Option<String>,
-    /// Arguments passed to the module after argv[0].
+    /// Arguments passed to the module after `argv[0]`.
     #[arg(last = true, value_name = "ARGS")]
     args: Vec<String>,
     /// Read the `wasm_run` request as JSON from FILE ("-" for stdin).

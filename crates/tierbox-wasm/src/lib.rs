@@ -5,7 +5,8 @@
 //!   the module, in memory (with its `InstancePre`, so a warm run only instantiates) and,
 //!   when a cache directory is given, on disk, so a second process does not recompile.
 //! - One `Store` per run. The guest starts with nothing: no preopened directory, empty
-//!   stdin, no environment, no network. The [`WasmPlan`] lists every grant.
+//!   stdin, no environment, no network. The [`WasmPlan`](tierbox_policy::wasm::WasmPlan)
+//!   lists every grant.
 //! - Limits: fuel (CPU work), an epoch deadline driven by the wall clock (compilation
 //!   counts against it), memory and table sizes and instance counts through a resource
 //!   limiter, and a module size cap. Hitting one is reported as which one.
