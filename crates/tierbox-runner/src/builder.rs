@@ -9,6 +9,9 @@ use tierbox_policy::{
     Plan, Policy, ProcessRunRequest, Rejection, Tier, TierRequest, ValidateContext, validate,
 };
 
+use std::sync::Arc;
+
+use crate::background::{BackgroundError, BackgroundHandle, BackgroundManager};
 use crate::outcome::Outcome;
 use crate::supervisor::{RunError, RunOptions, run_plan};
 use crate::wasm::run_wasm_plan;
@@ -209,6 +212,7 @@ pub struct Runner {
     policy: Policy,
     workspace: PathBuf,
     options: RunOptions,
+    background: Arc<BackgroundManager>,
 }
 
 impl Runner {
@@ -218,10 +222,17 @@ impl Runner {
             .workspace_root
             .clone()
             .unwrap_or_else(|| PathBuf::from("."));
+        let options = RunOptions::default();
+        let background = Arc::new(BackgroundManager::new(
+            policy.background.max_per_owner,
+            policy.background.max_total,
+            options.clone(),
+        ));
         Self {
             policy,
             workspace,
-            options: RunOptions::default(),
+            options,
+            background,
         }
     }
 
@@ -233,8 +244,35 @@ impl Runner {
 
     /// Overrides the run options.
     pub fn with_options(mut self, options: RunOptions) -> Self {
+        self.background = Arc::new(BackgroundManager::new(
+            self.policy.background.max_per_owner,
+            self.policy.background.max_total,
+            options.clone(),
+        ));
         self.options = options;
         self
+    }
+
+    /// The runner's background processes (shared by its clones).
+    pub fn background(&self) -> &Arc<BackgroundManager> {
+        &self.background
+    }
+
+    /// Validates a request with `background: true` and starts it for `owner`; returns the
+    /// handle after the startup window. See [`BackgroundManager`].
+    pub async fn start_background(
+        &self,
+        owner: &str,
+        request: &ProcessRunRequest,
+    ) -> Result<BackgroundHandle, BackgroundError> {
+        if !request.background {
+            return Err(RunError::Launch(
+                "start_background needs a request with background: true".to_owned(),
+            )
+            .into());
+        }
+        let plan = self.check(request).map_err(RunError::from)?;
+        self.background.start(owner, &plan).await
     }
 
     /// The policy.

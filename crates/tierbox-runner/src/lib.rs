@@ -3,9 +3,11 @@
 //! [`Outcome`]; plus the library API ([`Sandbox::command`], [`Runner`]).
 #![forbid(unsafe_code)]
 
+pub mod background;
 pub mod builder;
 pub mod capture;
 pub mod outcome;
+pub mod ring;
 pub mod supervisor;
 pub mod wasm;
 

@@ -107,7 +107,7 @@ pub const STATE_DIR_MODE: u32 = 0o711;
 pub const PRIVATE_DIR_MODE: u32 = 0o700;
 
 /// Creates the state directory (and missing parents) with [`STATE_DIR_MODE`].
-fn ensure_state_dir(dir: &std::path::Path) -> Result<(), RunError> {
+pub(crate) fn ensure_state_dir(dir: &std::path::Path) -> Result<(), RunError> {
     use std::os::unix::fs::DirBuilderExt;
     if dir.is_dir() {
         return Ok(());
@@ -173,7 +173,9 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
         return Err(Rejection::TierUnsupported {
             tier: "b".to_owned(),
             feature: "background".to_owned(),
-            reason: "background processes are not available in this build".to_owned(),
+            reason: "a background run returns a handle, not an outcome: start it with \
+                     Runner::start_background"
+                .to_owned(),
         }
         .into());
     }
@@ -256,7 +258,7 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
 
 /// Starts the run's egress proxy on its listener (the host one of Tier B, or the one the
 /// Tier C sandbox made inside its network namespace), when the plan needs one.
-fn start_proxy(
+pub(crate) fn start_proxy(
     plan: &Plan,
     host_listener: Option<std::net::TcpListener>,
     launched: &mut Launched,
@@ -282,14 +284,14 @@ fn start_proxy(
 }
 
 /// Owns a launched run until it is fully cleaned up.
-struct RunGuard {
-    launched: Launched,
-    done: bool,
+pub(crate) struct RunGuard {
+    pub(crate) launched: Launched,
+    pub(crate) done: bool,
 }
 
 impl RunGuard {
     /// Normal end: the supervisor already killed and reaped the tree.
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         if !self.done {
             self.done = true;
             register_root(self.launched.pid, false);
@@ -320,7 +322,7 @@ impl Drop for RunGuard {
 /// How many 1 ms tries a dropped run gets to reap its SIGKILLed direct child.
 const REAP_ON_DROP_TRIES: u32 = 1_000;
 
-fn register_root(pid: i32, live: bool) {
+pub(crate) fn register_root(pid: i32, live: bool) {
     if let Ok(mut roots) = live_roots().lock() {
         if live {
             roots.insert(pid);
@@ -531,7 +533,7 @@ fn take_capture(cap: &Arc<Mutex<StreamCapture>>, plan: &Plan) -> StreamCapture {
     }
 }
 
-fn dup(fd: &OwnedFd) -> Result<OwnedFd, RunError> {
+pub(crate) fn dup(fd: &OwnedFd) -> Result<OwnedFd, RunError> {
     fd.try_clone().map_err(|source| RunError::Io {
         what: "dup",
         source,
@@ -539,7 +541,7 @@ fn dup(fd: &OwnedFd) -> Result<OwnedFd, RunError> {
 }
 
 /// Waits until the pidfd is readable (the child has exited; it is not reaped).
-async fn exited(pidfd: &AsyncFd<OwnedFd>) -> Result<(), RunError> {
+pub(crate) async fn exited(pidfd: &AsyncFd<OwnedFd>) -> Result<(), RunError> {
     pidfd
         .readable()
         .await
@@ -550,7 +552,25 @@ async fn exited(pidfd: &AsyncFd<OwnedFd>) -> Result<(), RunError> {
         })
 }
 
-async fn read_stream(fd: OwnedFd, cap: Arc<Mutex<StreamCapture>>, quota: Arc<Notify>) {
+/// Where a reader puts the chunks it reads from a pipe.
+pub(crate) trait ChunkSink: Send + Sync + 'static {
+    fn push_chunk(&self, chunk: &[u8]) -> Push;
+}
+
+impl ChunkSink for Mutex<StreamCapture> {
+    fn push_chunk(&self, chunk: &[u8]) -> Push {
+        match self.lock() {
+            Ok(mut c) => c.push(chunk),
+            Err(_) => Push::Continue,
+        }
+    }
+}
+
+pub(crate) async fn read_stream<S: ChunkSink + ?Sized>(
+    fd: OwnedFd,
+    cap: Arc<S>,
+    quota: Arc<Notify>,
+) {
     let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
         return;
     };
@@ -559,11 +579,7 @@ async fn read_stream(fd: OwnedFd, cap: Arc<Mutex<StreamCapture>>, quota: Arc<Not
         match rx.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => {
-                let push = match cap.lock() {
-                    Ok(mut c) => c.push(&buf[..n]),
-                    Err(_) => return,
-                };
-                if push == Push::QuotaExceeded {
+                if cap.push_chunk(&buf[..n]) == Push::QuotaExceeded {
                     quota.notify_one();
                 }
             }
@@ -571,7 +587,7 @@ async fn read_stream(fd: OwnedFd, cap: Arc<Mutex<StreamCapture>>, quota: Arc<Not
     }
 }
 
-async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
+pub(crate) async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
     if let Ok(mut tx) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
         // A child that exits without reading gives EPIPE; that is its choice.
         let _ = tx.write_all(&data).await;
@@ -580,7 +596,11 @@ async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
 
 /// The chmod mediator of a run: the workspace, the declared writable paths and the run's
 /// private temporary directory.
-fn chmod_mediator(listener: OwnedFd, plan: &Plan, l: &Launched) -> std::io::Result<ChmodMediator> {
+pub(crate) fn chmod_mediator(
+    listener: OwnedFd,
+    plan: &Plan,
+    l: &Launched,
+) -> std::io::Result<ChmodMediator> {
     let mut m = ChmodMediator::new(listener, &plan.workspace, l.child_uid, l.child_gid)?;
     for root in &plan.filesystem.writable {
         m = m.also_beneath(root)?;
@@ -592,7 +612,7 @@ fn chmod_mediator(listener: OwnedFd, plan: &Plan, l: &Launched) -> std::io::Resu
 }
 
 /// Aborts a task when dropped (also when the run's future is dropped mid-run).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -601,7 +621,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// Waits up to `limit` for a reader to reach EOF; returns whether it had to give up.
-async fn drain_task(task: tokio::task::JoinHandle<()>, limit: Duration) -> bool {
+pub(crate) async fn drain_task(task: tokio::task::JoinHandle<()>, limit: Duration) -> bool {
     let abort = task.abort_handle();
     match tokio::time::timeout(limit, task).await {
         Ok(_) => false,
@@ -613,7 +633,7 @@ async fn drain_task(task: tokio::task::JoinHandle<()>, limit: Duration) -> bool 
 }
 
 /// Sends `sig` to every process of the run.
-fn signal_tree(l: &Launched, sig: i32) {
+pub(crate) fn signal_tree(l: &Launched, sig: i32) {
     if let Some(cg) = l.slot.as_ref().and_then(|s| s.cgroup()) {
         for pid in cg.pids() {
             let _ = spawn::sys::kill(pid, sig);
@@ -624,7 +644,7 @@ fn signal_tree(l: &Launched, sig: i32) {
 
 /// SIGKILLs every process of the run: the cgroup, the process group, and (subreaper
 /// mode) orphans re-parented to the supervisor.
-fn kill_tree(l: &Launched) {
+pub(crate) fn kill_tree(l: &Launched) {
     let cgroup = l.slot.as_ref().and_then(|s| s.cgroup());
     if let Some(cg) = cgroup {
         let _ = cg.kill_all();
@@ -670,7 +690,7 @@ fn own_children() -> Vec<i32> {
 
 /// Hands the run's resources back: the slot is recycled for the next run when its cgroup
 /// proves the tree is gone, destroyed otherwise.
-fn cleanup(l: &mut Launched) {
+pub(crate) fn cleanup(l: &mut Launched) {
     if let Some(slot) = l.slot.take() {
         spawn::slots::release(slot);
     }

@@ -1,1 +1,2 @@
+mod background;
 mod runs;

@@ -13,7 +13,7 @@ use tierbox_policy::{
 use tierbox_runner::{LimitHit, RunError, RunOptions, Runner, Sandbox, run_plan};
 
 /// Whether Tier B can run here; prints why not, and panics under CI.
-fn tier_b_available(test: &str) -> bool {
+pub(super) fn tier_b_available(test: &str) -> bool {
     let facts = tierbox_sandbox::probe::host_facts();
     let reason = if facts.landlock_abi.is_none() {
         Some("landlock unavailable")

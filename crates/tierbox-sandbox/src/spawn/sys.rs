@@ -440,6 +440,27 @@ pub struct ExitInfo {
     pub max_rss_bytes: u64,
 }
 
+/// Whether the process behind `pidfd` has exited (it may not be reaped yet): a
+/// `waitid(P_PIDFD, fd, WEXITED | WNOHANG | WNOWAIT)` that leaves the zombie in place for
+/// the real wait.
+pub fn pidfd_has_exited(pidfd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed siginfo_t is a valid out-parameter.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid with a valid pidfd and a valid out-pointer; WNOWAIT leaves the child
+    // waitable, WNOHANG makes the call return at once.
+    let ret = unsafe {
+        libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: si_pid is valid to read after a successful waitid (0 when none exited).
+    ret == 0 && unsafe { info.si_pid() } != 0
+}
+
 /// `waitid(P_PIDFD, fd, WEXITED [| WNOHANG], rusage)`. `Ok(None)` when `nohang` and the
 /// child is still running.
 pub fn wait_pidfd(pidfd: &OwnedFd, nohang: bool) -> io::Result<Option<ExitInfo>> {

@@ -1,0 +1,624 @@
+//! Background processes: sandboxed runs that keep going between tool calls, addressed by
+//! an unguessable handle, bounded in number and lifetime, and never outliving their owner
+//! or the supervisor.
+//!
+//! - A handle is a 128-bit random id, never a pid: it cannot name a process the caller did
+//!   not start, and every operation checks the caller owns it (another owner's handle is
+//!   "not found", so handles cannot even be probed).
+//! - `start` waits [`STARTUP_WINDOW_MS`]; a process that exits in that window is reported
+//!   as a failure with its output, not as a handle.
+//! - Output is drained continuously into a ring of [`RING_BYTES`] per stream, read by
+//!   absolute offset: a chatty server never blocks on a full pipe.
+//! - Status is read from the run's pidfd, so a process that has exited (a zombie not yet
+//!   reaped) is never reported as running.
+//! - Lifetimes: `run_owned` processes end with their owner ([`BackgroundManager::end_owner`])
+//!   or at their lifetime; `detached` ones at their lifetime (default and maximum from the
+//!   policy's `[background]`). Every process is launched from the supervisor's launcher
+//!   thread with `PR_SET_PDEATHSIG`, so it dies with the supervisor.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tierbox_policy::plan::Plan;
+use tierbox_policy::redact::Redactor;
+use tierbox_policy::{Lifetime, Rejection, Tier};
+use tierbox_sandbox::spawn::{self, LaunchOptions};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
+
+use crate::outcome::signal_name;
+use crate::ring::{OutputChunk, OutputRing, RING_BYTES};
+use crate::supervisor::{
+    DRAIN_TIMEOUT_MS, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, ensure_state_dir, exited,
+    kill_tree, new_run_id, read_stream, register_root, signal_tree,
+};
+
+/// How long `start` watches a new background process before returning its handle, in
+/// milliseconds. A process that exits within it is a failed start, reported with its
+/// output.
+pub const STARTUP_WINDOW_MS: u64 = 200;
+
+/// Largest read of one stream in one `output` call, in bytes.
+pub const MAX_OUTPUT_READ_BYTES: usize = 256 * 1024;
+
+/// Longest a `write_stdin` waits for the process to make room in its stdin pipe.
+pub const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which stream to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// Where a background process is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackgroundState {
+    /// Running.
+    Running,
+    /// Exited by itself (see `exit_code` / `signal`).
+    Exited,
+    /// Killed on request (`kill`, or its owner ended).
+    Killed,
+    /// Killed at the end of its lifetime.
+    Expired,
+}
+
+/// What a caller sees of a background process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackgroundStatus {
+    /// The handle.
+    pub id: String,
+    /// State.
+    pub state: BackgroundState,
+    /// Exit code, once exited.
+    pub exit_code: Option<i32>,
+    /// Signal number, once killed by a signal.
+    pub signal: Option<i32>,
+    /// Signal name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal_name: Option<String>,
+    /// argv.
+    pub argv: Vec<String>,
+    /// Lifetime mode.
+    pub lifetime: Lifetime,
+    /// Lifetime bound, in milliseconds from the start.
+    pub lifetime_ms: u64,
+    /// Start time, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// Tier and backend.
+    pub tier: String,
+    /// Backend.
+    pub backend: String,
+    /// Bytes written to stdout so far.
+    pub stdout_bytes: u64,
+    /// Bytes written to stderr so far.
+    pub stderr_bytes: u64,
+}
+
+/// A started background process: its status and what it printed during the startup
+/// window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackgroundHandle {
+    /// Status at the end of the startup window.
+    pub status: BackgroundStatus,
+    /// stdout written during the startup window.
+    pub startup_stdout: String,
+    /// stderr written during the startup window.
+    pub startup_stderr: String,
+}
+
+/// Why a background operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackgroundError {
+    /// The run could not be validated or launched.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// Too many live background processes.
+    #[error("{scope} has {live} live background processes, the policy's maximum is {max}")]
+    Limit {
+        /// `"this owner"` or `"the runner"`.
+        scope: String,
+        /// Live processes.
+        live: usize,
+        /// The cap.
+        max: u32,
+    },
+    /// No such handle for this owner.
+    #[error("no background process {id} belongs to this caller")]
+    NotFound {
+        /// The handle asked for.
+        id: String,
+    },
+    /// The process exited during the startup window.
+    #[error("the background process exited during its {STARTUP_WINDOW_MS} ms startup window")]
+    ExitedDuringStartup(Box<BackgroundHandle>),
+    /// stdin is closed or the process has ended.
+    #[error("stdin of {id} is not writable: {reason}")]
+    Stdin {
+        /// The handle.
+        id: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl BackgroundError {
+    /// Stable machine code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Run(RunError::Rejected(r)) => r.code(),
+            Self::Run(_) => "run.failed",
+            Self::Limit { .. } => "background.limit",
+            Self::NotFound { .. } => "background.not_found",
+            Self::ExitedDuringStartup(_) => "background.exited_during_startup",
+            Self::Stdin { .. } => "background.stdin",
+        }
+    }
+}
+
+struct Ended {
+    state: BackgroundState,
+    code: Option<i32>,
+    signal: Option<i32>,
+}
+
+/// One background process.
+struct Entry {
+    id: String,
+    owner: String,
+    argv: Vec<String>,
+    lifetime: Lifetime,
+    lifetime_ms: u64,
+    started_unix_ms: u64,
+    tier: String,
+    backend: String,
+    stdout: Arc<Mutex<OutputRing>>,
+    stderr: Arc<Mutex<OutputRing>>,
+    stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
+    /// The run's top process (for the zombie check; the watcher reaps it).
+    pidfd: OwnedFd,
+    redactor: Option<Redactor>,
+    stop: Notify,
+    end: Mutex<Option<Ended>>,
+    ended: Notify,
+}
+
+impl Entry {
+    fn ended(&self) -> Option<(BackgroundState, Option<i32>, Option<i32>)> {
+        let end = self.end.lock().ok()?;
+        end.as_ref().map(|e| (e.state, e.code, e.signal))
+    }
+
+    async fn wait_end(&self) {
+        loop {
+            let notified = self.ended.notified();
+            if self.ended().is_some() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn status(&self) -> BackgroundStatus {
+        let (state, exit_code, signal) =
+            self.ended()
+                .unwrap_or((BackgroundState::Running, None, None));
+        let total = |r: &Arc<Mutex<OutputRing>>| r.lock().map(|r| r.total()).unwrap_or(0);
+        BackgroundStatus {
+            id: self.id.clone(),
+            state,
+            exit_code,
+            signal,
+            signal_name: signal.map(signal_name),
+            argv: self.argv.clone(),
+            lifetime: self.lifetime,
+            lifetime_ms: self.lifetime_ms,
+            started_unix_ms: self.started_unix_ms,
+            tier: self.tier.clone(),
+            backend: self.backend.clone(),
+            stdout_bytes: total(&self.stdout),
+            stderr_bytes: total(&self.stderr),
+        }
+    }
+
+    /// The status, never "running" for a process that has already exited: when the pidfd
+    /// is readable the end is being recorded, and this waits (bounded by the drain
+    /// timeout) for it.
+    async fn current_status(&self) -> BackgroundStatus {
+        if self.ended().is_none() && self.has_exited() {
+            let _ = tokio::time::timeout(
+                Duration::from_millis(DRAIN_TIMEOUT_MS + TERM_GRACE_MS),
+                self.wait_end(),
+            )
+            .await;
+        }
+        self.status()
+    }
+
+    fn has_exited(&self) -> bool {
+        spawn::sys::pidfd_has_exited(&self.pidfd)
+    }
+
+    fn read(&self, stream: Stream, offset: u64, max: usize) -> OutputChunk {
+        let ring = match stream {
+            Stream::Stdout => &self.stdout,
+            Stream::Stderr => &self.stderr,
+        };
+        let mut chunk = match ring.lock() {
+            Ok(r) => r.read(offset, max.min(MAX_OUTPUT_READ_BYTES)),
+            Err(_) => OutputRing::new(0).read(offset, 0),
+        };
+        if let Some(r) = &self.redactor {
+            chunk.text = r.redact(&chunk.text).0.into_owned();
+        }
+        chunk
+    }
+}
+
+/// The background processes of one supervisor.
+pub struct BackgroundManager {
+    max_per_owner: u32,
+    max_total: u32,
+    options: RunOptions,
+    table: Mutex<HashMap<String, Arc<Entry>>>,
+}
+
+impl std::fmt::Debug for BackgroundManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundManager")
+            .field("max_per_owner", &self.max_per_owner)
+            .field("max_total", &self.max_total)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BackgroundManager {
+    /// A manager with the policy's caps (`background.max_per_owner`, `max_total`).
+    pub fn new(max_per_owner: u32, max_total: u32, options: RunOptions) -> Self {
+        Self {
+            max_per_owner,
+            max_total,
+            options,
+            table: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn entries(&self) -> Vec<Arc<Entry>> {
+        self.table
+            .lock()
+            .map(|t| t.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn entry(&self, owner: &str, id: &str) -> Result<Arc<Entry>, BackgroundError> {
+        self.table
+            .lock()
+            .ok()
+            .and_then(|t| t.get(id).cloned())
+            .filter(|e| e.owner == owner)
+            .ok_or_else(|| BackgroundError::NotFound { id: id.to_owned() })
+    }
+
+    /// Starts `plan` (validated with `background: true`) for `owner` and returns its
+    /// handle after the startup window.
+    ///
+    /// Must be awaited inside a tokio runtime with I/O and time enabled; the process is
+    /// supervised by a task on that runtime until it ends.
+    pub async fn start(
+        &self,
+        owner: &str,
+        plan: &Plan,
+    ) -> Result<BackgroundHandle, BackgroundError> {
+        let bg = plan.background.ok_or_else(|| {
+            RunError::Launch("the plan was not validated with background: true".to_owned())
+        })?;
+        if plan.network.needs_proxy() {
+            return Err(RunError::Rejected(Rejection::TierUnsupported {
+                tier: "b/c".to_owned(),
+                feature: "background processes with strict egress and an allowlist".to_owned(),
+                reason: "the egress proxy is per foreground run in this build".to_owned(),
+            })
+            .into());
+        }
+        {
+            let live: Vec<Arc<Entry>> = self
+                .entries()
+                .into_iter()
+                .filter(|e| e.ended().is_none())
+                .collect();
+            let mine = live.iter().filter(|e| e.owner == owner).count();
+            if mine >= self.max_per_owner as usize {
+                return Err(BackgroundError::Limit {
+                    scope: "this owner".to_owned(),
+                    live: mine,
+                    max: self.max_per_owner,
+                });
+            }
+            if live.len() >= self.max_total as usize {
+                return Err(BackgroundError::Limit {
+                    scope: "the runner".to_owned(),
+                    live: live.len(),
+                    max: self.max_total,
+                });
+            }
+        }
+        let mut plan = plan.clone();
+        // Always a stdin pipe, so `write_stdin` can reach the process later.
+        let initial_stdin = plan.stdin.replace(Vec::new()).unwrap_or_default();
+        let facts = tierbox_sandbox::probe::host_facts();
+        let tier = tierbox_sandbox::select::select_tier(&plan, facts).map_err(RunError::from)?;
+        let id = new_run_id();
+        ensure_state_dir(&self.options.state_dir)?;
+        let launch_opts = LaunchOptions {
+            run_id: id.clone(),
+            tmp_base: self.options.state_dir.join("tmp"),
+            // The launcher thread lives as long as the supervisor: the process dies with
+            // the supervisor, not with whichever runtime thread started it.
+            launcher_thread: true,
+            egress_proxy_port: None,
+        };
+        let mut launched = match tier {
+            Tier::B => spawn::launch(&plan, &launch_opts).map_err(RunError::from)?,
+            Tier::C => {
+                tierbox_sandbox::tier_c::launch(&plan, &launch_opts).map_err(RunError::from)?
+            }
+            Tier::A => {
+                return Err(RunError::Rejected(Rejection::TierUnsupported {
+                    tier: "a".to_owned(),
+                    feature: "background".to_owned(),
+                    reason: "tier a runs to completion".to_owned(),
+                })
+                .into());
+            }
+        };
+        register_root(launched.pid, true);
+        let pidfd = dup(&launched.pidfd);
+        let stdin = launched
+            .stdin
+            .take()
+            .and_then(|fd| tokio::net::unix::pipe::Sender::from_owned_fd(fd).ok());
+        let guard = RunGuard {
+            launched,
+            done: false,
+        };
+        // From here the guard owns the process: any early return kills it.
+        let pidfd = pidfd?;
+        let entry = Arc::new(Entry {
+            id: id.clone(),
+            owner: owner.to_owned(),
+            argv: plan.argv.clone(),
+            lifetime: bg.lifetime,
+            lifetime_ms: bg.lifetime_ms,
+            started_unix_ms: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+                .unwrap_or(0),
+            tier: guard.launched.tier.to_string(),
+            backend: guard.launched.enforcement.backend.clone(),
+            stdout: Arc::new(Mutex::new(OutputRing::new(RING_BYTES))),
+            stderr: Arc::new(Mutex::new(OutputRing::new(RING_BYTES))),
+            stdin: tokio::sync::Mutex::new(stdin),
+            pidfd,
+            redactor: plan
+                .redaction
+                .enabled
+                .then(|| Redactor::new(&plan.redaction.sensitive_values)),
+            stop: Notify::new(),
+            end: Mutex::new(None),
+            ended: Notify::new(),
+        });
+        let deadline = Instant::now() + Duration::from_millis(bg.lifetime_ms);
+        tokio::spawn(watch(entry.clone(), guard, deadline));
+        if !initial_stdin.is_empty() {
+            let _ = self.write_to(&entry, &initial_stdin, false).await;
+        }
+        if let Ok(mut t) = self.table.lock() {
+            t.insert(id.clone(), entry.clone());
+        }
+        let _ =
+            tokio::time::timeout(Duration::from_millis(STARTUP_WINDOW_MS), entry.wait_end()).await;
+        let status = entry.current_status().await;
+        let handle = BackgroundHandle {
+            startup_stdout: entry.read(Stream::Stdout, 0, MAX_OUTPUT_READ_BYTES).text,
+            startup_stderr: entry.read(Stream::Stderr, 0, MAX_OUTPUT_READ_BYTES).text,
+            status,
+        };
+        if handle.status.state != BackgroundState::Running {
+            if let Ok(mut t) = self.table.lock() {
+                t.remove(&id);
+            }
+            return Err(BackgroundError::ExitedDuringStartup(Box::new(handle)));
+        }
+        Ok(handle)
+    }
+
+    /// The status of one of `owner`'s processes.
+    pub async fn status(&self, owner: &str, id: &str) -> Result<BackgroundStatus, BackgroundError> {
+        Ok(self.entry(owner, id)?.current_status().await)
+    }
+
+    /// Up to `max` bytes of `stream` from absolute `offset` on (at most
+    /// [`MAX_OUTPUT_READ_BYTES`]), redacted like run output.
+    pub fn output(
+        &self,
+        owner: &str,
+        id: &str,
+        stream: Stream,
+        offset: u64,
+        max: usize,
+    ) -> Result<OutputChunk, BackgroundError> {
+        Ok(self.entry(owner, id)?.read(stream, offset, max))
+    }
+
+    /// Writes `data` to the process's stdin; `close` closes it afterwards. Waits at most
+    /// [`STDIN_WRITE_TIMEOUT`] for room in the pipe.
+    pub async fn write_stdin(
+        &self,
+        owner: &str,
+        id: &str,
+        data: &[u8],
+        close: bool,
+    ) -> Result<usize, BackgroundError> {
+        let entry = self.entry(owner, id)?;
+        self.write_to(&entry, data, close).await
+    }
+
+    async fn write_to(
+        &self,
+        entry: &Entry,
+        data: &[u8],
+        close: bool,
+    ) -> Result<usize, BackgroundError> {
+        let err = |reason: &str| BackgroundError::Stdin {
+            id: entry.id.clone(),
+            reason: reason.to_owned(),
+        };
+        if entry.ended().is_some() {
+            return Err(err("the process has ended"));
+        }
+        let mut stdin = entry.stdin.lock().await;
+        let Some(tx) = stdin.as_mut() else {
+            return Err(err("stdin was closed"));
+        };
+        match tokio::time::timeout(STDIN_WRITE_TIMEOUT, tx.write_all(data)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(err(&e.to_string())),
+            Err(_) => return Err(err("the process did not read its stdin in time")),
+        }
+        if close {
+            *stdin = None;
+        }
+        Ok(data.len())
+    }
+
+    /// Kills the whole tree of one of `owner`'s processes and returns its final status.
+    pub async fn kill(&self, owner: &str, id: &str) -> Result<BackgroundStatus, BackgroundError> {
+        let entry = self.entry(owner, id)?;
+        entry.stop.notify_one();
+        entry.wait_end().await;
+        Ok(entry.status())
+    }
+
+    /// `owner`'s processes, running or ended (ended ones are kept until `forget_ended`).
+    pub async fn list(&self, owner: &str) -> Vec<BackgroundStatus> {
+        let mut out = Vec::new();
+        for e in self.entries().into_iter().filter(|e| e.owner == owner) {
+            out.push(e.current_status().await);
+        }
+        out.sort_by(|a, b| {
+            a.started_unix_ms
+                .cmp(&b.started_unix_ms)
+                .then(a.id.cmp(&b.id))
+        });
+        out
+    }
+
+    /// The owner's session or run has ended: its `run_owned` processes are killed (their
+    /// whole trees) and awaited; `detached` ones keep running to their lifetime.
+    pub async fn end_owner(&self, owner: &str) {
+        let mine: Vec<Arc<Entry>> = self
+            .entries()
+            .into_iter()
+            .filter(|e| e.owner == owner && e.lifetime == Lifetime::RunOwned)
+            .collect();
+        for e in &mine {
+            e.stop.notify_one();
+        }
+        for e in mine {
+            e.wait_end().await;
+        }
+    }
+
+    /// Kills every background process and waits for them (graceful shutdown).
+    pub async fn shutdown(&self) {
+        let all = self.entries();
+        for e in &all {
+            e.stop.notify_one();
+        }
+        for e in all {
+            e.wait_end().await;
+        }
+    }
+
+    /// Drops the records of ended processes (their output included).
+    pub fn forget_ended(&self) {
+        if let Ok(mut t) = self.table.lock() {
+            t.retain(|_, e| e.ended().is_none());
+        }
+    }
+}
+
+/// Supervises one background process to its end: exit, kill request, or lifetime.
+async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
+    let l = &mut guard.launched;
+    let quota = Arc::new(Notify::new());
+    let readers = [
+        dup(&l.stdout).map(|fd| tokio::spawn(read_stream(fd, entry.stdout.clone(), quota.clone()))),
+        dup(&l.stderr).map(|fd| tokio::spawn(read_stream(fd, entry.stderr.clone(), quota.clone()))),
+    ];
+    let pidfd = dup(&l.pidfd)
+        .and_then(|fd| {
+            spawn::sys::register_readable(fd).map_err(|source| RunError::Io {
+                what: "register pidfd",
+                source,
+            })
+        })
+        .ok();
+    let state = match &pidfd {
+        Some(p) => tokio::select! {
+            _ = exited(p) => BackgroundState::Exited,
+            _ = entry.stop.notified() => BackgroundState::Killed,
+            _ = tokio::time::sleep_until(deadline.into()) => BackgroundState::Expired,
+        },
+        None => BackgroundState::Killed,
+    };
+    if state == BackgroundState::Expired {
+        signal_tree(l, libc::SIGTERM);
+        if let Some(p) = &pidfd {
+            let _ = tokio::time::timeout(Duration::from_millis(TERM_GRACE_MS), exited(p)).await;
+        }
+    }
+    kill_tree(l);
+    if let Some(p) = &pidfd {
+        let _ = exited(p).await;
+    }
+    let mut exit = spawn::sys::wait_pidfd(&l.pidfd, false).ok().flatten();
+    if let (Some(e), Some((code, signal))) = (
+        exit.as_mut(),
+        l.report
+            .as_ref()
+            .and_then(tierbox_sandbox::tier_c::program_exit),
+    ) {
+        e.code = code;
+        e.signal = signal;
+    }
+    if l.slot.as_ref().and_then(|s| s.cgroup()).is_none() {
+        kill_tree(l);
+    }
+    for reader in readers.into_iter().flatten() {
+        let abort = reader.abort_handle();
+        if tokio::time::timeout(Duration::from_millis(DRAIN_TIMEOUT_MS), reader)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+    }
+    guard.finish();
+    if let Ok(mut end) = entry.end.lock() {
+        *end = Some(Ended {
+            state,
+            code: exit.as_ref().and_then(|e| e.code),
+            signal: exit.as_ref().and_then(|e| e.signal),
+        });
+    }
+    entry.ended.notify_waiters();
+}

@@ -1,0 +1,288 @@
+//! Background processes through the library API: handles, output by offset, stdin, kill,
+//! lifetimes, owners and caps. Real Tier B/C runs; skipped with a printed reason when the
+//! host cannot run them, failed under `CI=true`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use tierbox_policy::{Lifetime, Policy, ProcessRunRequest};
+use tierbox_runner::background::{BackgroundError, BackgroundState, Stream};
+use tierbox_runner::ring::RING_BYTES;
+use tierbox_runner::{RunOptions, Runner};
+
+use super::runs::tier_b_available;
+
+struct Env {
+    _ws: tempfile::TempDir,
+    _state: tempfile::TempDir,
+    runner: Runner,
+    rt: tokio::runtime::Runtime,
+}
+
+fn env(test: &str, allowed: &[&str], per_owner: u32) -> Option<Env> {
+    if !tier_b_available(test) {
+        return None;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut policy = Policy::builtin_default();
+    policy.exec.allowed_executables = allowed.iter().map(|s| (*s).to_owned()).collect();
+    policy.background.max_per_owner = per_owner;
+    let runner = Runner::new(policy)
+        .with_workspace(ws.path())
+        .with_options(RunOptions {
+            state_dir: state.path().to_path_buf(),
+        });
+    // A long-lived multi-thread runtime, as a server has: the watchers live on it.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    Some(Env {
+        _ws: ws,
+        _state: state,
+        runner,
+        rt,
+    })
+}
+
+fn bg(command: &str, args: &[&str]) -> ProcessRunRequest {
+    let mut r = ProcessRunRequest::new(command);
+    r.args = args.iter().map(|s| (*s).to_owned()).collect();
+    r.background = true;
+    r
+}
+
+#[test]
+fn a_background_process_reads_stdin_writes_output_and_is_killed() {
+    let Some(e) = env("background_stdin_output_kill", &["cat"], 4) else {
+        return;
+    };
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        let h = e
+            .runner
+            .start_background("alice", &bg("cat", &[]))
+            .await
+            .unwrap();
+        assert_eq!(h.status.state, BackgroundState::Running);
+        assert_eq!(h.status.id.len(), 32, "a 128-bit hex handle, not a pid");
+        let id = h.status.id.clone();
+        bgm.write_stdin("alice", &id, b"hello\n", false)
+            .await
+            .unwrap();
+        let mut chunk = bgm.output("alice", &id, Stream::Stdout, 0, 1024).unwrap();
+        let start = Instant::now();
+        while chunk.text.is_empty() && start.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            chunk = bgm.output("alice", &id, Stream::Stdout, 0, 1024).unwrap();
+        }
+        assert_eq!(chunk.text, "hello\n");
+        assert_eq!(chunk.next_offset, 6);
+        bgm.write_stdin("alice", &id, b"again\n", false)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let next = bgm.output("alice", &id, Stream::Stdout, 6, 1024).unwrap();
+        assert_eq!((next.offset, next.text.as_str()), (6, "again\n"));
+
+        let end = bgm.kill("alice", &id).await.unwrap();
+        assert_eq!(end.state, BackgroundState::Killed);
+        assert_eq!(end.signal, Some(libc::SIGKILL), "{end:?}");
+        let status = bgm.status("alice", &id).await.unwrap();
+        assert_eq!(status.state, BackgroundState::Killed);
+        assert!(matches!(
+            bgm.write_stdin("alice", &id, b"x", false).await,
+            Err(BackgroundError::Stdin { .. })
+        ));
+    });
+}
+
+#[test]
+fn another_owner_can_neither_see_nor_kill_a_handle() {
+    let Some(e) = env("background_owners", &["sleep"], 4) else {
+        return;
+    };
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        let h = e
+            .runner
+            .start_background("alice", &bg("sleep", &["30"]))
+            .await
+            .unwrap();
+        let id = h.status.id;
+        for result in [
+            bgm.status("mallory", &id).await.map(drop),
+            bgm.kill("mallory", &id).await.map(drop),
+            bgm.output("mallory", &id, Stream::Stdout, 0, 10).map(drop),
+            bgm.write_stdin("mallory", &id, b"x", false).await.map(drop),
+        ] {
+            let err = result.unwrap_err();
+            assert_eq!(err.code(), "background.not_found", "{err}");
+        }
+        assert!(bgm.list("mallory").await.is_empty());
+        assert_eq!(bgm.list("alice").await.len(), 1);
+        assert_eq!(
+            bgm.status("alice", &id).await.unwrap().state,
+            BackgroundState::Running
+        );
+        bgm.shutdown().await;
+        assert_eq!(
+            bgm.status("alice", &id).await.unwrap().state,
+            BackgroundState::Killed
+        );
+    });
+}
+
+#[test]
+fn a_process_that_exits_during_startup_is_a_failed_start_with_its_output() {
+    let Some(e) = env("background_exits_during_startup", &["ls"], 4) else {
+        return;
+    };
+    e.rt.block_on(async {
+        let err = e
+            .runner
+            .start_background("alice", &bg("ls", &["missing-file"]))
+            .await
+            .unwrap_err();
+        let BackgroundError::ExitedDuringStartup(h) = err else {
+            panic!("{err}");
+        };
+        assert_eq!(h.status.state, BackgroundState::Exited);
+        assert_eq!(h.status.exit_code, Some(2), "{h:?}");
+        assert!(h.startup_stderr.contains("missing-file"), "{h:?}");
+        assert!(e.runner.background().list("alice").await.is_empty());
+    });
+}
+
+#[test]
+fn a_finished_process_is_never_reported_running() {
+    let Some(e) = env("background_zombie", &["sleep"], 4) else {
+        return;
+    };
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        let h = e
+            .runner
+            .start_background("alice", &bg("sleep", &["0.4"]))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let s = bgm.status("alice", &h.status.id).await.unwrap();
+        assert_eq!(
+            (s.state, s.exit_code),
+            (BackgroundState::Exited, Some(0)),
+            "{s:?}"
+        );
+    });
+}
+
+#[test]
+fn lifetimes_end_processes_and_owners_end_run_owned_ones() {
+    let Some(e) = env("background_lifetimes", &["sleep"], 4) else {
+        return;
+    };
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        let mut short = bg("sleep", &["30"]);
+        short.timeout_ms = Some(300);
+        let expiring = e.runner.start_background("alice", &short).await.unwrap();
+        let mut detached = bg("sleep", &["30"]);
+        detached.lifetime = Some(Lifetime::Detached);
+        let detached = e.runner.start_background("alice", &detached).await.unwrap();
+        let owned = e
+            .runner
+            .start_background("alice", &bg("sleep", &["30"]))
+            .await
+            .unwrap();
+        assert_eq!(owned.status.lifetime, Lifetime::RunOwned);
+        assert_eq!(
+            owned.status.lifetime_ms,
+            10 * 60 * 1000,
+            "the policy default"
+        );
+
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let s = bgm.status("alice", &expiring.status.id).await.unwrap();
+        assert_eq!(s.state, BackgroundState::Expired, "{s:?}");
+
+        bgm.end_owner("alice").await;
+        let s = bgm.status("alice", &owned.status.id).await.unwrap();
+        assert_eq!(s.state, BackgroundState::Killed);
+        let s = bgm.status("alice", &detached.status.id).await.unwrap();
+        assert_eq!(
+            s.state,
+            BackgroundState::Running,
+            "detached outlives its owner"
+        );
+        bgm.shutdown().await;
+    });
+}
+
+#[test]
+fn live_processes_are_capped_per_owner() {
+    let Some(e) = env("background_caps", &["sleep"], 2) else {
+        return;
+    };
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        for _ in 0..2 {
+            e.runner
+                .start_background("alice", &bg("sleep", &["30"]))
+                .await
+                .unwrap();
+        }
+        let err = e
+            .runner
+            .start_background("alice", &bg("sleep", &["30"]))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "background.limit", "{err}");
+        // Another owner has its own allowance.
+        e.runner
+            .start_background("bob", &bg("sleep", &["30"]))
+            .await
+            .unwrap();
+        bgm.shutdown().await;
+        // Ended processes free their places.
+        e.runner
+            .start_background("alice", &bg("sleep", &["30"]))
+            .await
+            .unwrap();
+        bgm.shutdown().await;
+    });
+}
+
+#[test]
+fn a_chatty_process_never_blocks_and_old_output_is_dropped() {
+    let Some(e) = env("background_chatty", &["yes"], 4) else {
+        return;
+    };
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        let h = e
+            .runner
+            .start_background("alice", &bg("yes", &[]))
+            .await
+            .unwrap();
+        let id = h.status.id;
+        let start = Instant::now();
+        let mut s = bgm.status("alice", &id).await.unwrap();
+        while s.stdout_bytes < 4 * RING_BYTES as u64 && start.elapsed() < Duration::from_secs(20) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            s = bgm.status("alice", &id).await.unwrap();
+        }
+        assert!(s.stdout_bytes >= 4 * RING_BYTES as u64, "{s:?}");
+        assert_eq!(
+            s.state,
+            BackgroundState::Running,
+            "never blocked or killed by SIGPIPE"
+        );
+        let chunk = bgm.output("alice", &id, Stream::Stdout, 0, 16).unwrap();
+        assert!(chunk.missed_bytes > 0 && chunk.offset > 0, "{chunk:?}");
+        assert!(chunk.text.starts_with("y\n") || chunk.text.starts_with('\n'));
+        bgm.kill("alice", &id).await.unwrap();
+    });
+}
