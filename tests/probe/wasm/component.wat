@@ -5,13 +5,6 @@
 ;; Proves: components run in Tier A through the preview 2 path (`kind == "component"`), an
 ;; error result is exit code 1, and the deadline and the fuel budget stop a component as
 ;; they stop a module.
-(components see no argv here); the core module's `run`
-;; returns the result discriminant chosen at build time by the test (RESULT), or loops
-;; forever when RESULT is `loop`.
-;;
-;; Proves: components run in Tier A through the p2 path (`kind == "component"`), an
-;; error result is exit code 1, and the deadline and fuel stop a component like a module.
-;; The test substitutes RESULT_BODY before running it.
 (component
   (core module $m
     (func (export "run") (result i32)
