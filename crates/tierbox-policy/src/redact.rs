@@ -1198,10 +1198,13 @@ fn assignments(rules: &Rules, sink: &mut Sink<'_, '_>) {
 fn key_value(sink: &mut Sink<'_, '_>, ms: usize, me: usize) {
     let text = sink.text;
     let b = text.as_bytes();
-    if !key_boundary(text, ms) {
+    let open = &b[ms..ms + quote_len(b, ms, me)];
+    // A quote starts a new token whatever precedes it. (Checking the byte before it would
+    // make redaction depend on its own output: a value that ends at the quote is a word
+    // character before the first pass and `]` of the marker after it.)
+    if open.is_empty() && !key_boundary(text, ms) {
         return;
     }
-    let open = &b[ms..ms + quote_len(b, ms, me)];
     let ks = ms + open.len();
     let mut ke = ks;
     while ke < me && is_key_byte(b[ke]) {

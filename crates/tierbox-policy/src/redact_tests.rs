@@ -586,3 +586,10 @@ fn non_ascii_lookalikes_in_keys_neither_panic_nor_match() {
     assert!(r.redact("PASSWORD=hunter2hunter2").1);
     assert!(r.redact("Authorization: BEARER abcdefghijklmnop123").1);
 }
+
+#[test]
+fn regression_fuzz_cookie_values_after_replacement_characters_stay_idempotent() {
+    let text = "\u{fffd}\"cookiE:\u{fffd}\u{fffd}v$\u{fffd}*\u{fffd}*#:ttttttttttttttdtttttt\"cookiE:\u{fffd}\u{fffd}\u{fffd}ttdtttttt\"cookiE:\u{fffd}\u{fffd}\u{fffd}\u{fffd}aEpW:tdtttttt\"cookiE:\u{fffd}\u{fffd}\u{fffd}ttdtttttt\"cookiE:\u{fffd}\u{fffd}\u{fffd}\u{fffd}\u{fffd}?\u{fffd}\u{fffd}\u{fffd}\u{fffd}";
+    let once = r(text);
+    assert_eq!(r(&once), once, "from {text:?}");
+}
