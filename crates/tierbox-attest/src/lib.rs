@@ -60,6 +60,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// The plan as attested: environment values replaced by their SHA-256.
 pub fn plan_for_attestation(plan: &Plan) -> Value {
     let mut v = serde_json::to_value(plan).unwrap_or(Value::Null);
+    hash_env_and_stdin(&mut v);
+    v
+}
+
+/// Replaces environment values and stdin in a serialized plan by their SHA-256.
+fn hash_env_and_stdin(v: &mut Value) {
     if let Some(env) = v.get_mut("env").and_then(Value::as_array_mut) {
         for pair in env.iter_mut() {
             if let Some(arr) = pair.as_array_mut()
@@ -74,7 +80,6 @@ pub fn plan_for_attestation(plan: &Plan) -> Value {
     {
         *stdin = Value::String(format!("sha256:{}", sha256_hex(data.as_bytes())));
     }
-    v
 }
 
 /// `sha256(PLAN_DIGEST_DOMAIN || canonical_json(plan_for_attestation(plan)))`, hex.
@@ -91,20 +96,7 @@ pub const WASM_PLAN_DIGEST_DOMAIN: &str = "tierbox.wasm-plan.v1\n";
 /// by their SHA-256.
 pub fn wasm_plan_for_attestation(plan: &tierbox_policy::wasm::WasmPlan) -> Value {
     let mut v = serde_json::to_value(plan).unwrap_or(Value::Null);
-    if let Some(env) = v.get_mut("env").and_then(Value::as_array_mut) {
-        for pair in env.iter_mut() {
-            if let Some(arr) = pair.as_array_mut()
-                && let Some(Value::String(val)) = arr.get_mut(1)
-            {
-                *val = format!("sha256:{}", sha256_hex(val.as_bytes()));
-            }
-        }
-    }
-    if let Some(stdin) = v.get_mut("stdin")
-        && let Value::String(data) = stdin
-    {
-        *stdin = Value::String(format!("sha256:{}", sha256_hex(data.as_bytes())));
-    }
+    hash_env_and_stdin(&mut v);
     if let tierbox_policy::wasm::ModuleSource::Inline(bytes) = &plan.module {
         v["module"] = serde_json::json!({ "inline_sha256": sha256_hex(bytes) });
     }

