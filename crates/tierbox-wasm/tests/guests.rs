@@ -861,3 +861,98 @@ fn concurrent_first_runs_compile_a_module_once() {
     sources.sort_by_key(|s| *s as u8);
     assert_eq!(sources, [CacheSource::Compiled, CacheSource::Memory]);
 }
+
+#[test]
+fn table_growth_past_the_limit_fails_cleanly() {
+    let w = workspace(&[]);
+    std::fs::write(
+        w.ws.join("table.wat"),
+        r#"(module
+          (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+          (memory (export "memory") 1)
+          (table 1 funcref)
+          (func (export "_start")
+            ;; table.grow returns -1 when refused: exit with 3 then, 4 when granted.
+            (call $exit (select (i32.const 3) (i32.const 4)
+              (i32.eq (table.grow (ref.null func) (i32.const 100)) (i32.const -1))))))"#,
+    )
+    .unwrap();
+    let engine = engine();
+    let refused = run(
+        &engine,
+        &plan(
+            &policy("table_elements = 10"),
+            &WasmRunRequest::module("table.wat"),
+            &w.ws,
+        ),
+    );
+    assert_eq!(refused.report.exit_code, Some(3), "{:?}", refused.report);
+    assert_eq!(refused.report.limit, Some(WasmLimit::Table));
+    let granted = run(
+        &engine,
+        &plan(
+            &policy("table_elements = 1000"),
+            &WasmRunRequest::module("table.wat"),
+            &w.ws,
+        ),
+    );
+    assert_eq!(granted.report.exit_code, Some(4), "{:?}", granted.report);
+    assert_eq!(granted.report.limit, None);
+}
+
+#[test]
+fn a_module_above_the_size_cap_is_rejected() {
+    let w = workspace(&[]);
+    let body = format!(
+        "(module (func (export \"_start\")) ;; {}\n)",
+        "x".repeat(4096)
+    );
+    std::fs::write(w.ws.join("big.wat"), body).unwrap();
+    let err = validate_wasm(
+        &policy("max_module_bytes = 1024"),
+        &WasmRunRequest::module("big.wat"),
+        &ctx(&w.ws, &[]),
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "wasm.module_invalid");
+    assert!(err.to_string().contains("max_module_bytes"), "{err}");
+    // The same file under a larger cap is accepted.
+    plan(
+        &policy("max_module_bytes = 65536"),
+        &WasmRunRequest::module("big.wat"),
+        &w.ws,
+    );
+}
+
+#[test]
+fn instance_count_is_capped() {
+    let w = workspace(&[]);
+    // Two core instances of the same module: one more than `instances = 1` allows.
+    std::fs::write(
+        w.ws.join("two.wat"),
+        r#"(component
+          (core module $m (func (export "run") (result i32) i32.const 0))
+          (core instance $a (instantiate $m))
+          (core instance $b (instantiate $m))
+          (func $run (result (result)) (canon lift (core func $b "run")))
+          (instance $cli (export "run" (func $run)))
+          (export "wasi:cli/run@0.2.0" (instance $cli)))"#,
+    )
+    .unwrap();
+    let req = WasmRunRequest::module("two.wat");
+    let engine = engine();
+    let capped = run(&engine, &plan(&policy("instances = 1"), &req, &w.ws));
+    assert_eq!(capped.report.exit_code, None, "{:?}", capped.report);
+    assert!(
+        capped
+            .report
+            .trap
+            .as_deref()
+            .unwrap_or("")
+            .contains("instance"),
+        "{:?}",
+        capped.report
+    );
+    let ok = run(&engine, &plan(&policy("instances = 2"), &req, &w.ws));
+    assert_exited(&ok, 0);
+}
