@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod enforcement;
+pub mod handle;
 pub mod hosts;
 pub mod plan;
 pub mod policy;

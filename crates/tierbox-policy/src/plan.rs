@@ -195,6 +195,8 @@ pub struct BackgroundPlan {
     pub lifetime: Lifetime,
     /// Lifetime bound in milliseconds.
     pub lifetime_ms: u64,
+    /// Bytes per stream also kept in a spill file (0 = none).
+    pub spill_bytes: u64,
 }
 
 impl Plan {

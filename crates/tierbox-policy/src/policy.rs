@@ -416,6 +416,14 @@ pub struct EgressPolicy {
     pub resolve: BTreeMap<String, Vec<IpAddr>>,
 }
 
+/// Hard ceiling on any background process's lifetime, in milliseconds (30 min): a policy
+/// may lower `background.max_lifetime_ms`, never raise it above this. Bounds how long a
+/// forgotten dev server can hold a sandbox.
+pub const MAX_BACKGROUND_LIFETIME_MS: u64 = 30 * 60 * 1000;
+
+/// Hard ceiling on `background.spill_bytes`, per stream (1 GiB).
+pub const MAX_BACKGROUND_SPILL_BYTES: u64 = 1 << 30;
+
 /// Background processes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -426,8 +434,12 @@ pub struct BackgroundPolicy {
     pub max_total: u32,
     /// Lifetime when the request gives no `timeout_ms`.
     pub default_lifetime_ms: u64,
-    /// Longest lifetime a request may ask for.
+    /// Longest lifetime a request may ask for (at most [`MAX_BACKGROUND_LIFETIME_MS`]).
     pub max_lifetime_ms: u64,
+    /// Per stream, the first `spill_bytes` of output are also kept in a private file
+    /// under the state directory, so reads from offsets that have left the in-memory
+    /// ring still succeed. 0 (the default) keeps only the ring.
+    pub spill_bytes: u64,
 }
 
 impl Default for BackgroundPolicy {
@@ -436,7 +448,8 @@ impl Default for BackgroundPolicy {
             max_per_owner: 4,
             max_total: 16,
             default_lifetime_ms: 10 * 60 * 1000,
-            max_lifetime_ms: 30 * 60 * 1000,
+            max_lifetime_ms: MAX_BACKGROUND_LIFETIME_MS,
+            spill_bytes: 0,
         }
     }
 }
@@ -689,6 +702,24 @@ impl Policy {
                 "above background.max_lifetime_ms".to_owned(),
             );
         }
+        if b.max_lifetime_ms > MAX_BACKGROUND_LIFETIME_MS {
+            return invalid(
+                "background.max_lifetime_ms",
+                format!(
+                    "{} is above the hard maximum of {MAX_BACKGROUND_LIFETIME_MS} ms (30 min)",
+                    b.max_lifetime_ms
+                ),
+            );
+        }
+        if b.spill_bytes > MAX_BACKGROUND_SPILL_BYTES {
+            return invalid(
+                "background.spill_bytes",
+                format!(
+                    "{} is above the hard maximum of {MAX_BACKGROUND_SPILL_BYTES} bytes",
+                    b.spill_bytes
+                ),
+            );
+        }
         Ok(())
     }
 }
@@ -696,6 +727,20 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn background_lifetime_and_spill_have_hard_ceilings() {
+        let base = "version = 1\n[background]\n";
+        for (field, value) in [
+            ("max_lifetime_ms", MAX_BACKGROUND_LIFETIME_MS + 1),
+            ("spill_bytes", MAX_BACKGROUND_SPILL_BYTES + 1),
+        ] {
+            let err = Policy::from_toml(&format!("{base}{field} = {value}\n")).unwrap_err();
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        let p = Policy::from_toml(&format!("{base}spill_bytes = 1048576\n")).unwrap();
+        assert_eq!(p.background.spill_bytes, 1 << 20);
+    }
 
     #[test]
     fn builtin_default_parses_and_is_strict() {

@@ -70,6 +70,13 @@ pub enum Rejection {
     /// `lifetime` was given for a foreground run.
     #[error("lifetime {lifetime} is only meaningful with background: true")]
     LifetimeWithoutBackground { lifetime: String },
+    /// A background-process handle that is not 32 lowercase hex digits (handles are
+    /// random ids, never pids).
+    #[error("handle {id:?} is not a Tierbox handle (32 lowercase hex digits, never a pid)")]
+    HandleInvalid { id: String },
+    /// `max_bytes` of an output read is 0 or above the cap.
+    #[error("max_bytes {bytes} is out of range: between 1 and {max}")]
+    ReadSizeInvalid { bytes: usize, max: usize },
 
     // ---- executable ------------------------------------------------------------------
     /// `command` contains a path separator and the policy does not allow paths.
@@ -231,6 +238,8 @@ impl Rejection {
             Self::TimeoutZero => "input.timeout_zero",
             Self::TooManyEgressHosts { .. } => "input.too_many_egress_hosts",
             Self::LifetimeWithoutBackground { .. } => "input.lifetime_without_background",
+            Self::HandleInvalid { .. } => "input.handle_invalid",
+            Self::ReadSizeInvalid { .. } => "input.read_size_invalid",
             Self::CommandIsPath { .. } => "exec.command_is_path",
             Self::ExecutableNotAllowed { .. } => "exec.not_allowed",
             Self::CommandPathInvalid { .. } => "exec.command_path_invalid",
@@ -281,6 +290,8 @@ impl Rejection {
         "input.timeout_zero",
         "input.too_many_egress_hosts",
         "input.lifetime_without_background",
+        "input.handle_invalid",
+        "input.read_size_invalid",
         "exec.command_is_path",
         "exec.not_allowed",
         "exec.command_path_invalid",

@@ -26,12 +26,67 @@ pub fn wasm_run_schema() -> Value {
     serde_json::to_value(schema).unwrap_or(Value::Null)
 }
 
+/// Name of the background-process status tool.
+pub const PROCESS_STATUS_TOOL: &str = "process_status";
+/// Name of the background-process output tool.
+pub const PROCESS_OUTPUT_TOOL: &str = "process_output";
+/// Name of the background-process stdin tool.
+pub const PROCESS_WRITE_STDIN_TOOL: &str = "process_write_stdin";
+/// Name of the background-process kill tool.
+pub const PROCESS_KILL_TOOL: &str = "process_kill";
+/// Name of the background-process list tool.
+pub const PROCESS_LIST_TOOL: &str = "process_list";
+
+/// Every tool name, in the order tools are listed.
+pub const TOOL_NAMES: [&str; 7] = [
+    PROCESS_RUN_TOOL,
+    PROCESS_STATUS_TOOL,
+    PROCESS_OUTPUT_TOOL,
+    PROCESS_WRITE_STDIN_TOOL,
+    PROCESS_KILL_TOOL,
+    PROCESS_LIST_TOOL,
+    WASM_RUN_TOOL,
+];
+
+fn schema_of<T: schemars::JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+}
+
+/// The JSON Schema of one tool's input, by tool name.
+///
+/// ```
+/// let s = tierbox_policy::schema::tool_schema("process_kill").unwrap();
+/// assert_eq!(s["required"], serde_json::json!(["id"]));
+/// assert!(tierbox_policy::schema::tool_schema("rm_rf").is_none());
+/// ```
+pub fn tool_schema(name: &str) -> Option<Value> {
+    use crate::handle::*;
+    let mut schema = match name {
+        PROCESS_RUN_TOOL => process_run_schema(),
+        WASM_RUN_TOOL => wasm_run_schema(),
+        PROCESS_OUTPUT_TOOL => schema_of::<ProcessOutputRequest>(),
+        PROCESS_WRITE_STDIN_TOOL => schema_of::<ProcessWriteStdinRequest>(),
+        PROCESS_LIST_TOOL => schema_of::<ProcessListRequest>(),
+        PROCESS_STATUS_TOOL | PROCESS_KILL_TOOL => schema_of::<ProcessHandleRequest>(),
+        _ => return None,
+    };
+    if name == PROCESS_KILL_TOOL {
+        schema["title"] = Value::from(PROCESS_KILL_TOOL);
+        schema["description"] = Value::from(
+            "Kill one of your background processes (its whole process tree) and return its \
+             final status.",
+        );
+    }
+    Some(schema)
+}
+
 /// All tool schemas, keyed by tool name.
 pub fn tool_schemas() -> Value {
-    serde_json::json!({
-        PROCESS_RUN_TOOL: process_run_schema(),
-        WASM_RUN_TOOL: wasm_run_schema(),
-    })
+    let map: serde_json::Map<String, Value> = TOOL_NAMES
+        .iter()
+        .map(|n| ((*n).to_owned(), tool_schema(n).unwrap_or(Value::Null)))
+        .collect();
+    Value::Object(map)
 }
 
 #[cfg(test)]
@@ -72,6 +127,31 @@ mod tests {
         assert_eq!(
             prop(&s, "requested_egress_hosts")["items"]["maxLength"],
             MAX_HOST_BYTES
+        );
+    }
+
+    #[test]
+    fn every_tool_has_a_closed_object_schema() {
+        let all = tool_schemas();
+        for name in TOOL_NAMES {
+            let s = &all[name];
+            assert_eq!(s["type"], "object", "{name}");
+            assert_eq!(s["additionalProperties"], Value::Bool(false), "{name}");
+            assert_eq!(s["title"], name, "{name}");
+            assert!(
+                s["description"].as_str().is_some_and(|d| !d.is_empty()),
+                "{name}"
+            );
+        }
+        let out = &all[PROCESS_OUTPUT_TOOL];
+        assert_eq!(
+            prop(out, "max_bytes")["maximum"],
+            crate::handle::MAX_OUTPUT_READ_BYTES
+        );
+        assert_eq!(prop(out, "id")["maxLength"], crate::handle::HANDLE_HEX_LEN);
+        assert_eq!(
+            prop(&all[PROCESS_WRITE_STDIN_TOOL], "data")["maxLength"],
+            MAX_STDIN_BYTES
         );
     }
 

@@ -32,8 +32,8 @@ use tokio::sync::Notify;
 use crate::outcome::signal_name;
 use crate::ring::{OutputChunk, OutputRing, RING_BYTES};
 use crate::supervisor::{
-    DRAIN_TIMEOUT_MS, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, ensure_state_dir, exited,
-    kill_tree, launch_in, new_run_id, read_stream, signal_tree,
+    DRAIN_TIMEOUT_MS, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, ensure_private_dir,
+    ensure_state_dir, exited, kill_tree, launch_in, new_run_id, read_stream, signal_tree,
 };
 
 /// How long `start` watches a new background process before returning its handle, in
@@ -41,21 +41,18 @@ use crate::supervisor::{
 /// output.
 pub const STARTUP_WINDOW_MS: u64 = 200;
 
-/// Largest read of one stream in one `output` call, in bytes.
-pub const MAX_OUTPUT_READ_BYTES: usize = 256 * 1024;
+pub use tierbox_policy::handle::{MAX_OUTPUT_READ_BYTES, Stream};
+
+/// How long the record (status and output) of an ended process is kept for its owner
+/// (10 min); see also [`MAX_ENDED_PER_OWNER`]. Bounds the memory a long-running server
+/// spends on processes nobody will ask about again.
+pub const ENDED_RETENTION: Duration = Duration::from_secs(10 * 60);
+
+/// Most ended-process records kept per owner; the oldest go first.
+pub const MAX_ENDED_PER_OWNER: usize = 16;
 
 /// Longest a `write_stdin` waits for the process to make room in its stdin pipe.
 pub const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Which stream to read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stream {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
 
 /// Where a background process is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,6 +162,7 @@ impl BackgroundError {
 }
 
 struct Ended {
+    at: Instant,
     state: BackgroundState,
     code: Option<i32>,
     signal: Option<i32>,
@@ -291,6 +289,49 @@ impl BackgroundManager {
         }
     }
 
+    /// A stream's ring, with a spill file under `<state>/spill` when the policy asks.
+    fn ring(&self, id: &str, stream: Stream, spill_bytes: u64) -> Result<OutputRing, RunError> {
+        let ring = OutputRing::new(RING_BYTES);
+        if spill_bytes == 0 {
+            return Ok(ring);
+        }
+        let dir = self.options.state_dir.join("spill");
+        ensure_private_dir(&dir)?;
+        ring.with_spill(
+            dir.join(format!("bg-{id}.{}", stream.as_str())),
+            spill_bytes,
+        )
+        .map_err(|source| RunError::Io {
+            what: "create the background spill file",
+            source,
+        })
+    }
+
+    /// Drops ended records past [`ENDED_RETENTION`] and beyond [`MAX_ENDED_PER_OWNER`].
+    fn prune(&self) {
+        let Ok(mut t) = self.table.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut ended: Vec<(String, String, Instant)> = t
+            .values()
+            .filter_map(|e| {
+                let at = e.end.lock().ok()?.as_ref()?.at;
+                Some((e.owner.clone(), e.id.clone(), at))
+            })
+            .collect();
+        // Newest first, so each owner's first MAX_ENDED_PER_OWNER are the ones kept.
+        ended.sort_by_key(|e| std::cmp::Reverse(e.2));
+        let mut kept: HashMap<String, usize> = HashMap::new();
+        for (owner, id, at) in ended {
+            let n = kept.entry(owner).or_default();
+            *n += 1;
+            if *n > MAX_ENDED_PER_OWNER || now.duration_since(at) > ENDED_RETENTION {
+                t.remove(&id);
+            }
+        }
+    }
+
     fn entries(&self) -> Vec<Arc<Entry>> {
         self.table
             .lock()
@@ -328,6 +369,7 @@ impl BackgroundManager {
             })
             .into());
         }
+        self.prune();
         {
             let live: Vec<Arc<Entry>> = self
                 .entries()
@@ -389,8 +431,16 @@ impl BackgroundManager {
                 .unwrap_or(0),
             tier: guard.launched.tier.to_string(),
             backend: guard.launched.enforcement.backend.clone(),
-            stdout: Arc::new(Mutex::new(OutputRing::new(RING_BYTES))),
-            stderr: Arc::new(Mutex::new(OutputRing::new(RING_BYTES))),
+            stdout: Arc::new(Mutex::new(self.ring(
+                &id,
+                Stream::Stdout,
+                bg.spill_bytes,
+            )?)),
+            stderr: Arc::new(Mutex::new(self.ring(
+                &id,
+                Stream::Stderr,
+                bg.spill_bytes,
+            )?)),
             stdin: tokio::sync::Mutex::new(stdin),
             pidfd,
             redactor: plan
@@ -495,6 +545,7 @@ impl BackgroundManager {
 
     /// `owner`'s processes, running or ended (ended ones are kept until `forget_ended`).
     pub async fn list(&self, owner: &str) -> Vec<BackgroundStatus> {
+        self.prune();
         let mut out = Vec::new();
         for e in self.entries().into_iter().filter(|e| e.owner == owner) {
             out.push(e.current_status().await);
@@ -508,7 +559,8 @@ impl BackgroundManager {
     }
 
     /// The owner's session or run has ended: its `run_owned` processes are killed (their
-    /// whole trees) and awaited; `detached` ones keep running to their lifetime.
+    /// whole trees) and awaited; `detached` ones keep running to their lifetime. The
+    /// records of its ended processes are dropped (nobody can ask for them any more).
     pub async fn end_owner(&self, owner: &str) {
         let mine: Vec<Arc<Entry>> = self
             .entries()
@@ -521,6 +573,17 @@ impl BackgroundManager {
         for e in mine {
             e.wait_end().await;
         }
+        if let Ok(mut t) = self.table.lock() {
+            t.retain(|_, e| e.owner != owner || e.ended().is_none());
+        }
+    }
+
+    /// Live (not yet ended) background processes, of all owners.
+    pub fn live_count(&self) -> usize {
+        self.entries()
+            .iter()
+            .filter(|e| e.ended().is_none())
+            .count()
     }
 
     /// Kills every background process and waits for them (graceful shutdown).
@@ -601,6 +664,7 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
     guard.finish();
     if let Ok(mut end) = entry.end.lock() {
         *end = Some(Ended {
+            at: Instant::now(),
             state,
             code: exit.as_ref().and_then(|e| e.code),
             signal: exit.as_ref().and_then(|e| e.signal),

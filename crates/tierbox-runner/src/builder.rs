@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use crate::background::{BackgroundError, BackgroundHandle, BackgroundManager};
 use crate::outcome::Outcome;
-use crate::supervisor::{RunError, RunOptions, run_plan};
-use crate::wasm::run_wasm_plan;
+use crate::stream::OutputEvent;
+use crate::supervisor::{RunError, RunOptions, run_plan, run_plan_streaming};
+use crate::wasm::{run_wasm_plan, run_wasm_plan_streaming};
 
 /// Builder defaults (from the `SandboxedCommand` API this replaces): wall timeout.
 pub const BUILDER_DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -299,6 +300,60 @@ impl Runner {
         }
         let plan = self.check(request)?;
         run_plan(&plan, &self.options).await
+    }
+
+    /// [`Runner::run`], sending the output to `events` as it happens (line-buffered,
+    /// redacted; see [`crate::stream`]). A rejection is returned before anything is sent.
+    ///
+    /// ```
+    /// use tierbox_policy::{Policy, ProcessRunRequest};
+    /// use tierbox_runner::{Runner, RunOptions};
+    ///
+    /// # let ws = tempfile::tempdir().unwrap();
+    /// # let state = tempfile::tempdir().unwrap();
+    /// let runner = Runner::new(Policy::builtin_default())
+    ///     .with_workspace(ws.path())
+    ///     .with_options(RunOptions { state_dir: state.path().to_path_buf() });
+    /// let mut req = ProcessRunRequest::new("echo");
+    /// req.args = vec!["streamed".to_owned()];
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    /// let outcome = rt.block_on(runner.run_streaming(&req, tx))?;
+    /// assert_eq!(outcome.stdout.text, "streamed\n");
+    /// assert_eq!(rx.try_recv().unwrap().text, "streamed\n");
+    /// # Ok::<(), tierbox_runner::RunError>(())
+    /// ```
+    pub async fn run_streaming(
+        &self,
+        request: &ProcessRunRequest,
+        events: tokio::sync::mpsc::Sender<OutputEvent>,
+    ) -> Result<Outcome, RunError> {
+        if self.is_tier_a(request) {
+            let plan = self.check_tier_a(request)?;
+            return run_wasm_plan_streaming(&plan, &self.options, events).await;
+        }
+        let plan = self.check(request)?;
+        run_plan_streaming(&plan, &self.options, events).await
+    }
+
+    /// [`Runner::run_wasm`], sending the guest's output to `events` as it happens.
+    pub async fn run_wasm_streaming(
+        &self,
+        request: &WasmRunRequest,
+        events: tokio::sync::mpsc::Sender<OutputEvent>,
+    ) -> Result<Outcome, RunError> {
+        let plan = self.check_wasm(request)?;
+        run_wasm_plan_streaming(&plan, &self.options, events).await
+    }
+
+    /// The run options (state directory).
+    pub fn options(&self) -> &RunOptions {
+        &self.options
+    }
+
+    /// The workspace requests are validated against.
+    pub fn workspace(&self) -> &std::path::Path {
+        &self.workspace
     }
 
     /// Whether `request` runs in Tier A: it asks for tier `a`, or the policy's minimum is

@@ -8,10 +8,12 @@ pub mod builder;
 pub mod capture;
 pub mod outcome;
 pub mod ring;
+pub mod stream;
 pub mod supervisor;
 pub mod wasm;
 
 pub use builder::{Runner, Sandbox, SandboxedCommand};
 pub use outcome::{LimitHit, Outcome, StreamOutput, Usage};
-pub use supervisor::{RunError, RunOptions, enable_subreaper, run_plan};
-pub use wasm::run_wasm_plan;
+pub use stream::OutputEvent;
+pub use supervisor::{RunError, RunOptions, enable_subreaper, run_plan, run_plan_streaming};
+pub use wasm::{run_wasm_plan, run_wasm_plan_streaming};

@@ -36,6 +36,22 @@ pub struct OutputRing {
     cap: usize,
     /// Absolute offset of `buf[0]`.
     start: u64,
+    spill: Option<Spill>,
+}
+
+/// The first bytes of a stream, kept on disk: offsets `0..written`.
+#[derive(Debug)]
+struct Spill {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    written: u64,
+    max: u64,
+}
+
+impl Drop for Spill {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 impl OutputRing {
@@ -45,11 +61,45 @@ impl OutputRing {
             buf: VecDeque::with_capacity(cap.min(64 * 1024)),
             cap,
             start: 0,
+            spill: None,
         }
+    }
+
+    /// Also keeps the first `max_bytes` of the stream in a new file at `path` (mode 0600,
+    /// created exclusively; removed when the ring is dropped), so reads from offsets that
+    /// have left the ring still succeed.
+    pub fn with_spill(mut self, path: std::path::PathBuf, max_bytes: u64) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)?;
+        self.spill = Some(Spill {
+            file,
+            path,
+            written: 0,
+            max: max_bytes,
+        });
+        Ok(self)
     }
 
     /// Appends a chunk, dropping the oldest bytes past the capacity.
     pub fn push(&mut self, chunk: &[u8]) {
+        if let Some(sp) = &mut self.spill {
+            let room = usize::try_from(sp.max.saturating_sub(sp.written)).unwrap_or(usize::MAX);
+            let head = &chunk[..chunk.len().min(room)];
+            if !head.is_empty() {
+                use std::io::Write;
+                match sp.file.write_all(head) {
+                    Ok(()) => sp.written += head.len() as u64,
+                    // A full disk ends the spill, never the process.
+                    Err(_) => sp.max = sp.written,
+                }
+            }
+        }
         let keep = if chunk.len() > self.cap {
             self.start += (self.buf.len() + chunk.len() - self.cap) as u64;
             self.buf.clear();
@@ -68,9 +118,27 @@ impl OutputRing {
         self.start + self.buf.len() as u64
     }
 
-    /// Up to `max` bytes from absolute `offset` on.
+    /// Up to `max` bytes from absolute `offset` on: from the ring, or from the spill file
+    /// for offsets that have left the ring but are within the spilled head.
     pub fn read(&self, offset: u64, max: usize) -> OutputChunk {
         let total = self.total();
+        if let Some(sp) = &self.spill
+            && offset < self.start
+            && offset < sp.written
+        {
+            use std::os::unix::fs::FileExt;
+            let len = usize::try_from((sp.written - offset).min(max as u64)).unwrap_or(max);
+            let mut bytes = vec![0u8; len];
+            if sp.file.read_exact_at(&mut bytes, offset).is_ok() {
+                return OutputChunk {
+                    offset,
+                    text: String::from_utf8_lossy(&bytes).into_owned(),
+                    next_offset: offset + len as u64,
+                    missed_bytes: 0,
+                    total_bytes: total,
+                };
+            }
+        }
         let from = offset.clamp(self.start, total);
         let skip = usize::try_from(from - self.start).unwrap_or(usize::MAX);
         let bytes: Vec<u8> = self.buf.iter().skip(skip).take(max).copied().collect();
@@ -96,7 +164,34 @@ impl ChunkSink for std::sync::Mutex<OutputRing> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn the_spill_file_serves_offsets_that_left_the_ring() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bg.stdout");
+        let mut r = OutputRing::new(4).with_spill(path.clone(), 6).unwrap();
+        r.push(b"abcdefghij");
+        // 0..6 from the spill, 6 is neither spilled nor in the ring (6..10 is), 6..10 ring.
+        let c = r.read(0, 4);
+        assert_eq!(
+            (c.text.as_str(), c.next_offset, c.missed_bytes),
+            ("abcd", 4, 0)
+        );
+        let c = r.read(c.next_offset, 100);
+        assert_eq!((c.text.as_str(), c.next_offset), ("ef", 6));
+        let c = r.read(c.next_offset, 100);
+        assert_eq!((c.offset, c.text.as_str(), c.missed_bytes), (6, "ghij", 0));
+        r.push(b"KLM");
+        let c = r.read(6, 100);
+        assert_eq!((c.offset, c.text.as_str(), c.missed_bytes), (9, "jKLM", 3));
+        assert_eq!(std::fs::read(&path).unwrap(), b"abcdef");
+        // Exclusive creation: an existing file (or a planted symlink) is never reused.
+        assert!(OutputRing::new(4).with_spill(path.clone(), 6).is_err());
+        drop(r);
+        assert!(!path.exists(), "the spill file goes with the ring");
+    }
 
     #[test]
     fn reads_by_offset_and_reports_what_was_dropped() {

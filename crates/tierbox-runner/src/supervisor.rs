@@ -30,6 +30,8 @@ use tokio::sync::Notify;
 
 use crate::capture::{CAPTURE_CHUNK_BYTES, Push, StreamCapture};
 use crate::outcome::{LimitHit, Outcome, StreamOutput, Usage, signal_name};
+use crate::stream::{OutputEvent, Tap, Tee};
+use tierbox_policy::handle::Stream;
 
 /// Grace between SIGTERM and SIGKILL when the deadline expires, in milliseconds. Long
 /// enough for a test runner to flush its report, short enough to keep the call bounded.
@@ -122,6 +124,22 @@ pub(crate) fn ensure_state_dir(dir: &std::path::Path) -> Result<(), RunError> {
         })
 }
 
+/// Creates a directory for run output (spill files) with [`PRIVATE_DIR_MODE`].
+pub(crate) fn ensure_private_dir(dir: &std::path::Path) -> Result<(), RunError> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR_MODE)
+        .create(dir)
+        .map_err(|source| RunError::Io {
+            what: "create spill directory",
+            source,
+        })
+}
+
 /// A fresh 128-bit run id, hex encoded.
 pub fn new_run_id() -> String {
     use std::io::Read;
@@ -169,6 +187,32 @@ pub fn enable_subreaper() -> std::io::Result<()> {
 /// is always alive while the run is supervised. Dropping the future kills the run's whole
 /// process tree.
 pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunError> {
+    run_plan_tapped(plan, opts, None).await
+}
+
+/// [`run_plan`], sending the output as it happens to `events` (line-buffered, redacted,
+/// dropped rather than waited for when the receiver lags; see [`crate::stream`]). The
+/// returned outcome holds all the captured output as usual.
+pub async fn run_plan_streaming(
+    plan: &Plan,
+    opts: &RunOptions,
+    events: tokio::sync::mpsc::Sender<OutputEvent>,
+) -> Result<Outcome, RunError> {
+    let tap = Arc::new(Tap::new(
+        events,
+        plan.redaction
+            .enabled
+            .then(|| Redactor::new(&plan.redaction.sensitive_values)),
+        plan.output.max_bytes,
+    ));
+    run_plan_tapped(plan, opts, Some(tap)).await
+}
+
+async fn run_plan_tapped(
+    plan: &Plan,
+    opts: &RunOptions,
+    tap: Option<Arc<Tap>>,
+) -> Result<Outcome, RunError> {
     if plan.background.is_some() {
         return Err(Rejection::TierUnsupported {
             tier: "b".to_owned(),
@@ -237,6 +281,7 @@ pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunErro
         &opts.state_dir,
         &run_id,
         proxy,
+        tap,
     )
     .await;
     guard.finish();
@@ -356,6 +401,7 @@ async fn supervise(
     state_dir: &std::path::Path,
     run_id: &str,
     proxy: Option<Proxy>,
+    tap: Option<Arc<Tap>>,
 ) -> Result<Outcome, RunError> {
     let quota = Arc::new(Notify::new());
     let spill_dir = state_dir.join("spill");
@@ -363,8 +409,33 @@ async fn supervise(
     let err_cap = Arc::new(Mutex::new(new_capture(plan, &spill_dir, run_id, "stderr")?));
     let stdout = dup(&l.stdout)?;
     let stderr = dup(&l.stderr)?;
-    let out_task = tokio::spawn(read_stream(stdout, out_cap.clone(), quota.clone()));
-    let err_task = tokio::spawn(read_stream(stderr, err_cap.clone(), quota.clone()));
+    let (out_task, err_task) = match &tap {
+        None => (
+            tokio::spawn(read_stream(stdout, out_cap.clone(), quota.clone())),
+            tokio::spawn(read_stream(stderr, err_cap.clone(), quota.clone())),
+        ),
+        Some(tap) => {
+            let tee = |inner: &Arc<Mutex<StreamCapture>>, stream| {
+                Arc::new(Tee {
+                    inner: inner.clone(),
+                    tap: tap.clone(),
+                    stream,
+                })
+            };
+            (
+                tokio::spawn(read_stream(
+                    stdout,
+                    tee(&out_cap, Stream::Stdout),
+                    quota.clone(),
+                )),
+                tokio::spawn(read_stream(
+                    stderr,
+                    tee(&err_cap, Stream::Stderr),
+                    quota.clone(),
+                )),
+            )
+        }
+    };
     if let (Some(fd), Some(data)) = (l.stdin.take(), plan.stdin.clone()) {
         tokio::spawn(write_stdin(fd, data));
     }
@@ -440,6 +511,9 @@ async fn supervise(
     let drain = Duration::from_millis(DRAIN_TIMEOUT_MS);
     let out_incomplete = drain_task(out_task, drain).await;
     let err_incomplete = drain_task(err_task, drain).await;
+    if let Some(tap) = &tap {
+        tap.finish();
+    }
     drop(mediator);
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
 
@@ -507,17 +581,7 @@ fn new_capture(
     if !plan.output.spill {
         return Ok(cap);
     }
-    if !spill_dir.is_dir() {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(PRIVATE_DIR_MODE)
-            .create(spill_dir)
-            .map_err(|source| RunError::Io {
-                what: "create spill directory",
-                source,
-            })?;
-    }
+    ensure_private_dir(spill_dir)?;
     cap.with_spill(
         spill_dir.join(format!("{run_id}.{name}")),
         plan.limits.file_size_bytes,

@@ -10,8 +10,11 @@ use tierbox_policy::wasm::WasmPlan;
 use tierbox_policy::{Enforcement, QuotaMode, Tier};
 use tierbox_wasm::{OutputSink, WasmEngine, WasmError, WasmLimit};
 
+use tierbox_policy::handle::Stream;
+
 use crate::capture::{Push, StreamCapture};
 use crate::outcome::{LimitHit, Outcome, StreamOutput, Usage};
+use crate::stream::{OutputEvent, Tap};
 use crate::supervisor::{RunError, RunOptions, new_run_id};
 
 /// Name of the compiled-code cache directory under the state directory.
@@ -33,10 +36,14 @@ fn engine(opts: &RunOptions) -> Result<Arc<WasmEngine>, RunError> {
 struct Sink {
     capture: Mutex<StreamCapture>,
     mode: QuotaMode,
+    tap: Option<(Arc<Tap>, Stream)>,
 }
 
 impl OutputSink for Sink {
     fn push(&self, chunk: &[u8]) -> bool {
+        if let Some((tap, stream)) = &self.tap {
+            tap.push(*stream, chunk);
+        }
         let pushed = match self.capture.lock() {
             Ok(mut c) => c.push(chunk),
             Err(_) => return false,
@@ -46,10 +53,11 @@ impl OutputSink for Sink {
 }
 
 impl Sink {
-    fn new(plan: &WasmPlan) -> Arc<Self> {
+    fn new(plan: &WasmPlan, tap: Option<(Arc<Tap>, Stream)>) -> Arc<Self> {
         Arc::new(Self {
             capture: Mutex::new(StreamCapture::new(plan.output.max_bytes, plan.output.mode)),
             mode: plan.output.mode,
+            tap,
         })
     }
 
@@ -67,10 +75,35 @@ impl Sink {
 /// Must be awaited inside a tokio runtime with time enabled. The call returns by the
 /// plan's deadline (plus one epoch tick) whatever the guest does.
 pub async fn run_wasm_plan(plan: &WasmPlan, opts: &RunOptions) -> Result<Outcome, RunError> {
+    run_wasm_tapped(plan, opts, None).await
+}
+
+/// [`run_wasm_plan`], sending the guest's output as it happens to `events` (see
+/// [`crate::stream`]).
+pub async fn run_wasm_plan_streaming(
+    plan: &WasmPlan,
+    opts: &RunOptions,
+    events: tokio::sync::mpsc::Sender<OutputEvent>,
+) -> Result<Outcome, RunError> {
+    let tap = Arc::new(Tap::new(
+        events,
+        plan.redaction
+            .enabled
+            .then(|| Redactor::new(&plan.redaction.sensitive_values)),
+        plan.output.max_bytes,
+    ));
+    run_wasm_tapped(plan, opts, Some(tap)).await
+}
+
+async fn run_wasm_tapped(
+    plan: &WasmPlan,
+    opts: &RunOptions,
+    tap: Option<Arc<Tap>>,
+) -> Result<Outcome, RunError> {
     let engine = engine(opts)?;
     let started = Instant::now();
-    let out = Sink::new(plan);
-    let err = Sink::new(plan);
+    let out = Sink::new(plan, tap.clone().map(|t| (t, Stream::Stdout)));
+    let err = Sink::new(plan, tap.clone().map(|t| (t, Stream::Stderr)));
     let report = engine
         .run(plan, out.clone(), err.clone())
         .await
@@ -78,6 +111,9 @@ pub async fn run_wasm_plan(plan: &WasmPlan, opts: &RunOptions) -> Result<Outcome
             WasmError::Rejected(r) => RunError::Rejected(r),
             WasmError::Host(m) => RunError::Launch(m),
         })?;
+    if let Some(tap) = &tap {
+        tap.finish();
+    }
     let redactor = plan
         .redaction
         .enabled

@@ -23,6 +23,7 @@ pub(crate) fn resolve(
         Some(BackgroundPlan {
             lifetime: req.lifetime.unwrap_or_default(),
             lifetime_ms,
+            spill_bytes: bg.spill_bytes,
         })
     } else {
         None

@@ -248,6 +248,24 @@ fn every_rejection_code_has_a_table_case() {
     check("not mapped", tier_a("ls"), "wasm.not_mapped");
     check("runtime missing", tier_a("python3"), "wasm.runtime_missing");
 
+    // ---- handle requests
+    check(
+        "handle invalid",
+        tierbox_policy::handle::ProcessHandleRequest::from_json(br#"{"id":"4242"}"#)
+            .unwrap_err()
+            .code(),
+        "input.handle_invalid",
+    );
+    check(
+        "read size",
+        tierbox_policy::handle::ProcessOutputRequest::from_json(
+            br#"{"id":"0123456789abcdef0123456789abcdef","max_bytes":0}"#,
+        )
+        .unwrap_err()
+        .code(),
+        "input.read_size_invalid",
+    );
+
     let all: BTreeSet<&str> = Rejection::ALL_CODES.iter().copied().collect();
     let external: BTreeSet<&str> = PRODUCED_BY_TIER_SELECTION.iter().copied().collect();
     let missing: Vec<&&str> = all

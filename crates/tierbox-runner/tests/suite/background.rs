@@ -48,6 +48,29 @@ fn env(test: &str, allowed: &[&str], per_owner: u32) -> Option<Env> {
     })
 }
 
+/// Whether a process whose argv is exactly `argv` exists (read from /proc, i.e. from
+/// outside the sandbox).
+fn alive_with_args(argv: &[&str]) -> bool {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|d| d.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .any(|d| {
+            std::fs::read(d.path().join("cmdline")).is_ok_and(|c| c == want)
+                && std::fs::read_to_string(d.path().join("stat")).is_ok_and(|st| {
+                    !st.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                })
+        })
+}
+
 fn bg(command: &str, args: &[&str]) -> ProcessRunRequest {
     let mut r = ProcessRunRequest::new(command);
     r.args = args.iter().map(|s| (*s).to_owned()).collect();
@@ -192,11 +215,13 @@ fn lifetimes_end_processes_and_owners_end_run_owned_ones() {
         let mut detached = bg("sleep", &["30"]);
         detached.lifetime = Some(Lifetime::Detached);
         let detached = e.runner.start_background("alice", &detached).await.unwrap();
+        // A distinctive argument, to find the process from outside.
         let owned = e
             .runner
-            .start_background("alice", &bg("sleep", &["30"]))
+            .start_background("alice", &bg("sleep", &["3071.5"]))
             .await
             .unwrap();
+        assert!(alive_with_args(&["sleep", "3071.5"]));
         assert_eq!(owned.status.lifetime, Lifetime::RunOwned);
         assert_eq!(
             owned.status.lifetime_ms,
@@ -209,8 +234,17 @@ fn lifetimes_end_processes_and_owners_end_run_owned_ones() {
         assert_eq!(s.state, BackgroundState::Expired, "{s:?}");
 
         bgm.end_owner("alice").await;
-        let s = bgm.status("alice", &owned.status.id).await.unwrap();
-        assert_eq!(s.state, BackgroundState::Killed);
+        assert!(
+            !alive_with_args(&["sleep", "3071.5"]),
+            "the run_owned process died with its owner"
+        );
+        // Its record went with the owner; the detached one is the only one left.
+        assert!(matches!(
+            bgm.status("alice", &owned.status.id).await,
+            Err(BackgroundError::NotFound { .. })
+        ));
+        let left: Vec<String> = bgm.list("alice").await.into_iter().map(|s| s.id).collect();
+        assert_eq!(left, std::slice::from_ref(&detached.status.id));
         let s = bgm.status("alice", &detached.status.id).await.unwrap();
         assert_eq!(
             s.state,
@@ -284,5 +318,60 @@ fn a_chatty_process_never_blocks_and_old_output_is_dropped() {
         assert!(chunk.missed_bytes > 0 && chunk.offset > 0, "{chunk:?}");
         assert!(chunk.text.starts_with("y\n") || chunk.text.starts_with('\n'));
         bgm.kill("alice", &id).await.unwrap();
+    });
+}
+
+#[test]
+fn the_spill_file_keeps_the_head_that_left_the_ring() {
+    if !tier_b_available("background_spill") {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut policy = Policy::builtin_default();
+    policy.exec.allowed_executables = vec!["seq".to_owned()];
+    policy.background.spill_bytes = 64 * 1024;
+    let runner = Runner::new(policy)
+        .with_workspace(ws.path())
+        .with_options(RunOptions {
+            state_dir: state.path().to_path_buf(),
+        });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let bgm = runner.background().clone();
+    rt.block_on(async {
+        // About 3.9 MB of numbered lines, then it sleeps (seq never ends on its own
+        // within the test: 1..10^9).
+        let h = runner
+            .start_background("alice", &bg("seq", &["1", "1000000000"]))
+            .await
+            .unwrap();
+        let id = h.status.id;
+        let start = Instant::now();
+        let mut s = bgm.status("alice", &id).await.unwrap();
+        while s.stdout_bytes < 3 * RING_BYTES as u64 && start.elapsed() < Duration::from_secs(20) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            s = bgm.status("alice", &id).await.unwrap();
+        }
+        assert!(s.stdout_bytes >= 3 * RING_BYTES as u64, "{s:?}");
+        // Offset 0 left the ring long ago; the spill file still has it.
+        let head = bgm.output("alice", &id, Stream::Stdout, 0, 12).unwrap();
+        assert_eq!((head.offset, head.missed_bytes), (0, 0), "{head:?}");
+        assert_eq!(head.text, "1\n2\n3\n4\n5\n6\n");
+        let spill = state.path().join(format!("spill/bg-{id}.stdout"));
+        assert_eq!(std::fs::metadata(&spill).unwrap().len(), 64 * 1024);
+        // Past the spilled head and before the ring: the gap is reported, not invented.
+        let gap = bgm
+            .output("alice", &id, Stream::Stdout, 64 * 1024, 16)
+            .unwrap();
+        assert!(gap.missed_bytes > 0 && gap.offset > 64 * 1024, "{gap:?}");
+        bgm.kill("alice", &id).await.unwrap();
+        // The owner's session ends: its ended records and their spill files go.
+        bgm.end_owner("alice").await;
+        assert!(bgm.list("alice").await.is_empty());
+        assert!(!spill.exists(), "spill file removed with the record");
     });
 }
