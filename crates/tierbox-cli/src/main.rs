@@ -131,6 +131,39 @@ enum Command {
         #[command(subcommand)]
         action: PolicyAction,
     },
+    /// Serve Tierbox to agents: MCP over stdio (`--mcp`), or the HTTP API on a loopback
+    /// address (`--http`) or a unix socket (`--unix`). See docs/api.md.
+    #[command(group(clap::ArgGroup::new("transport").required(true)))]
+    Serve {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// Serve one MCP session over stdin/stdout.
+        #[arg(long, group = "transport")]
+        mcp: bool,
+        /// Serve the HTTP API on this address (loopback unless --dangerously-allow-remote).
+        #[arg(long, group = "transport", value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// Serve the HTTP API on this unix socket (created with mode 0600).
+        #[arg(long, group = "transport", value_name = "PATH")]
+        unix: Option<PathBuf>,
+        /// File holding the bearer token (default: $TIERBOX_HTTP_TOKEN, else
+        /// <state dir>/http-token, generated on first start).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// Allow a non-loopback --http address. Anyone who can reach it with the token can
+        /// run commands on this host.
+        #[arg(long)]
+        dangerously_allow_remote: bool,
+        /// Requests served at once (HTTP).
+        #[arg(long, default_value_t = tierbox_server::http::DEFAULT_MAX_CONCURRENT)]
+        max_concurrent: usize,
+        /// Requests waiting for a slot before 429 (HTTP).
+        #[arg(long, default_value_t = tierbox_server::http::DEFAULT_QUEUE)]
+        queue: usize,
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
     /// Serve a policy's egress proxy on its own, to try an allowlist out (`curl -x`,
     /// `curl --socks5-hostname`). Runs until SIGINT/SIGTERM, then prints its decisions
     /// as JSON.
@@ -252,6 +285,29 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             WasmAction::FetchRuntimes { dir, python } => wasm::fetch_runtimes(dir, &python),
         },
         Command::Proxy { policy, listen } => cmd_proxy(policy.as_deref(), listen),
+        Command::Serve {
+            policy,
+            mcp,
+            http,
+            unix,
+            token_file,
+            dangerously_allow_remote,
+            max_concurrent,
+            queue,
+            state_dir,
+        } => {
+            let runner = build_runner(&policy, state_dir)?;
+            let transport = match (mcp, http, unix) {
+                (true, _, _) => Transport::Mcp,
+                (_, Some(addr), _) => Transport::Http(tierbox_server::serve::Bind::Tcp {
+                    addr,
+                    allow_remote: dangerously_allow_remote,
+                }),
+                (_, _, Some(path)) => Transport::Http(tierbox_server::serve::Bind::Unix(path)),
+                _ => anyhow::bail!("give one of --mcp, --http ADDR, --unix PATH"),
+            };
+            cmd_serve(runner, transport, token_file, max_concurrent, queue)
+        }
         Command::Policy {
             action: PolicyAction::Init,
         } => {
@@ -487,6 +543,66 @@ fn run_and_print(
             Ok(ExitCode::from(EXIT_INTERNAL))
         }
     }
+}
+
+enum Transport {
+    Mcp,
+    Http(tierbox_server::serve::Bind),
+}
+
+fn cmd_serve(
+    runner: Runner,
+    transport: Transport,
+    token_file: Option<PathBuf>,
+    max_concurrent: usize,
+    queue: usize,
+) -> Result<ExitCode> {
+    use tierbox_server::serve;
+    harden_supervisor();
+    let state_dir = runner.options().state_dir.clone();
+    let service = tierbox_server::service::Service::new(runner);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let shutdown = async {
+        let sig = termination_signal().await;
+        eprintln!("tierbox: received signal {sig}; shutting down");
+    };
+    match transport {
+        Transport::Mcp => rt.block_on(serve::serve_mcp_stdio(service, shutdown))?,
+        Transport::Http(bind) => {
+            serve::check_bind(&bind)?;
+            if let serve::Bind::Tcp {
+                addr,
+                allow_remote: true,
+            } = &bind
+                && !addr.ip().is_loopback()
+            {
+                eprintln!(
+                    "tierbox: WARNING: serving on non-loopback {addr}: anyone who can reach it \
+                     with the token can run commands on this host"
+                );
+            }
+            let token = serve::load_token(token_file.as_deref(), &state_dir)?;
+            if let Some(path) = &token.created {
+                eprintln!(
+                    "tierbox: generated the HTTP bearer token (shown once; also in {}):\n{}",
+                    path.display(),
+                    token.value
+                );
+            }
+            let config = tierbox_server::http::HttpConfig {
+                token: token.value,
+                max_concurrent,
+                queue,
+            };
+            rt.block_on(serve::serve_http(service, bind, config, shutdown, |at| {
+                eprintln!("tierbox: serving the HTTP API on {at} (OpenAPI: /v1/openapi.json)");
+            }))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn cmd_proxy(policy: Option<&Path>, listen: std::net::SocketAddr) -> Result<ExitCode> {

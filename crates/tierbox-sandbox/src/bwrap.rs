@@ -378,7 +378,11 @@ impl HostLayout {
 }
 
 fn lstat_kind(path: &Path) -> PathKind {
-    match std::fs::symlink_metadata(path) {
+    // A placeholder a concurrent run claims is missing as far as planning goes.
+    let Some(meta) = crate::placeholders::observe(path, || std::fs::symlink_metadata(path)) else {
+        return PathKind::Missing;
+    };
+    match meta {
         Err(_) => PathKind::Missing,
         Ok(meta) if meta.file_type().is_symlink() => PathKind::Symlink {
             target: std::fs::read_link(path).unwrap_or_default(),
@@ -583,20 +587,13 @@ pub fn host_mount_points(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<PathBuf
     Ok(points.into_iter().collect())
 }
 
-/// Removes the mount points [`host_mount_points`] listed, each only if it is still an
-/// empty directory (`rmdir`), so nothing a concurrent run or the user put there is lost.
+/// Releases the mount points [`host_mount_points`] listed (claimed by the launch, see
+/// [`crate::placeholders`]); each is removed when no concurrent run still covers it, and
+/// only if it is still empty, so nothing a concurrent run or the user put there is lost.
 /// Returns the ones that could not be removed, with the reason; a point already gone is
 /// not an error.
 pub fn remove_host_mount_points(points: &[PathBuf]) -> Vec<(PathBuf, String)> {
-    let mut failed = Vec::new();
-    for point in points.iter().rev() {
-        match std::fs::remove_dir(point) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => failed.push((point.clone(), e.to_string())),
-        }
-    }
-    failed
+    crate::placeholders::release(points)
 }
 
 /// Every bind, system symlink and protected cover, keyed by destination path so they

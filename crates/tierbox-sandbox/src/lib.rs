@@ -18,6 +18,8 @@ pub mod egress;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
+pub mod placeholders;
+#[cfg(target_os = "linux")]
 pub mod probe;
 #[cfg(target_os = "linux")]
 pub mod select;

@@ -198,6 +198,8 @@ fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchErr
     bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
     let argv = bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?;
     let placeholders = bwrap::host_mount_points(plan, &bopts).map_err(bwrap_error)?;
+    // Claimed before bwrap creates them; released after the run (or here on failure).
+    let claim = crate::placeholders::claim(&placeholders);
     let seccomp_fd = match &seccomp {
         Some(p) => Some(filter_pipe(&p.to_bytes())?),
         None => None,
@@ -234,7 +236,7 @@ fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchErr
         enforcement,
         tier: Tier::C,
         report: None,
-        host_placeholders: placeholders,
+        host_placeholders: claim.keep(),
         egress_listener: None,
     })
 }

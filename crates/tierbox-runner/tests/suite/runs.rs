@@ -367,3 +367,81 @@ fn spill_keeps_the_full_stream_in_a_private_file() {
     assert_eq!(mode(&path), 0o600);
     assert_eq!(mode(path.parent().unwrap()), 0o700);
 }
+
+/// Whether Tier C (with `backend`) can run here; prints why not, and panics under CI.
+fn tier_c_available(test: &str, backend: tierbox_policy::TierCBackend) -> bool {
+    let facts = tierbox_sandbox::probe::host_facts();
+    let mut reason = tierbox_sandbox::select::tier_available(tierbox_policy::Tier::C, facts).err();
+    if backend == tierbox_policy::TierCBackend::Bwrap
+        && !std::path::Path::new("/usr/bin/bwrap").exists()
+    {
+        reason = Some("bubblewrap is not installed".to_owned());
+    }
+    match reason {
+        None => true,
+        Some(r) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("{test}: required feature missing under CI: {r}")
+        }
+        Some(r) => {
+            eprintln!("SKIP {test}: {r}");
+            false
+        }
+    }
+}
+
+/// Many Tier C runs at once in one fresh workspace: each covers the missing `.git` with
+/// a placeholder. None may fail because another created it first, none may remove it
+/// while another still covers it, and the last one out removes it.
+#[test]
+fn concurrent_tier_c_runs_share_the_protected_path_placeholders() {
+    for backend in [
+        tierbox_policy::TierCBackend::Native,
+        tierbox_policy::TierCBackend::Bwrap,
+    ] {
+        let test = format!("concurrent_tier_c_placeholders_{backend:?}");
+        if !tier_c_available(&test, backend) {
+            continue;
+        }
+        let mut env = Env::new(&["ls", "sleep"]);
+        env.policy.tier.backend = backend;
+        // bwrap applies no landlock layer of its own.
+        env.policy
+            .tier
+            .optional_layers
+            .push(tierbox_policy::Layer::Landlock);
+        let runner = env.runner();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let outcomes = rt.block_on(async {
+            let mut tasks = Vec::new();
+            for i in 0..12 {
+                let runner = runner.clone();
+                // Staggered lengths, so runs end while others are still starting.
+                let r = if i % 2 == 0 {
+                    req("sleep", &[if i % 4 == 0 { "0.05" } else { "0.2" }])
+                } else {
+                    req("ls", &["-a", ".git"])
+                };
+                let mut r = r;
+                r.tier = tierbox_policy::TierRequest::C;
+                tasks.push(tokio::spawn(async move { runner.run(&r).await }));
+            }
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await.unwrap());
+            }
+            out
+        });
+        for o in outcomes {
+            let o = o.unwrap_or_else(|e| panic!("{test}: a run failed: {e}"));
+            assert_eq!(o.exit_code, Some(0), "{test}: {}", o.stderr.text);
+        }
+        assert!(
+            !env.ws.path().join(".git").exists(),
+            "{test}: the placeholder is removed after the last run"
+        );
+    }
+}

@@ -631,7 +631,15 @@ impl HostView {
 
 /// `lstat` + `readlink` of one host path.
 fn lstat_host(path: &Path) -> HostNode {
-    let meta = match std::fs::symlink_metadata(path) {
+    // A placeholder a concurrent run claims is missing as far as planning goes.
+    match crate::placeholders::observe(path, || std::fs::symlink_metadata(path)) {
+        None => HostNode::Missing,
+        Some(meta) => host_node(path, meta),
+    }
+}
+
+fn host_node(path: &Path, meta: std::io::Result<std::fs::Metadata>) -> HostNode {
+    let meta = match meta {
         Ok(m) => m,
         Err(e) => {
             return match e.raw_os_error() {

@@ -220,6 +220,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     }
     let prepared = prepared_mounts(plan)?;
     let (mplan, owned) = (&prepared.mplan, &prepared.ops);
+    // Claimed before pid 1 creates them; released after the run, or on any failure here.
+    let claim = crate::placeholders::claim(&mplan.host_placeholders);
     let ops: Vec<NsOp<'_>> = owned.iter().map(OwnedOp::borrow).collect();
 
     let (euid, egid) = crate::spawn::sys::current_ids();
@@ -385,7 +387,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         stdout: stdout_r,
         stderr: stderr_r,
         report: report_r,
-        host_placeholders: mplan.host_placeholders.clone(),
+        host_placeholders: claim.keep(),
         enforcement,
         egress_listener,
     })

@@ -69,9 +69,7 @@ fn run(plan: &Plan) -> Ran {
     let out = read_all(stdout.try_clone().unwrap());
     let err = read_all(stderr.try_clone().unwrap());
     let exit = wait_native(&launched).unwrap();
-    for p in &launched.host_placeholders {
-        let _ = std::fs::remove_dir(p).or_else(|_| std::fs::remove_file(p));
-    }
+    crate::placeholders::release(&launched.host_placeholders);
     Ran {
         exit,
         stdout: out,

@@ -685,7 +685,8 @@ fn run_op(op: &NsOp<'_>) -> Result<(), (u32, i32)> {
             };
             let pfd = openat2_nosymlinks(parent, libc::O_PATH | libc::O_DIRECTORY)
                 .map_err(|e| (SUB_OPENAT2, e))?;
-            let r = if op.kind == OpKind::PlaceholderDir {
+            let want_dir = op.kind == OpKind::PlaceholderDir;
+            let r = if want_dir {
                 // SAFETY: a valid dirfd and a NUL-terminated name.
                 check(unsafe {
                     libc::syscall(libc::SYS_mkdirat, pfd, dst, op.mode as libc::c_ulong)
@@ -696,6 +697,12 @@ fn run_op(op: &NsOp<'_>) -> Result<(), (u32, i32)> {
                 open_raw(pfd, op.dst, create_flags(), op.mode)
                     .map(close)
                     .map_err(|e| (SUB_OPEN, e))
+            };
+            // A concurrent run of this supervisor created the same placeholder (both
+            // claim it): accept it if it is of the expected kind, never a symlink.
+            let r = match r {
+                Err((_, libc::EEXIST)) => placeholder_kind_ok(pfd, op.dst, want_dir),
+                other => other,
             };
             close(pfd);
             r?;
@@ -742,6 +749,35 @@ fn bind_tree(op: &NsOp<'_>) -> Result<(), (u32, i32)> {
     let result = bind_from_fd(fd, op);
     close(fd);
     result
+}
+
+/// Whether the existing entry `name` under `dirfd` is a directory (`want_dir`) or a
+/// regular file, without following a symlink.
+fn placeholder_kind_ok(dirfd: RawFd, name: &CStr, want_dir: bool) -> Result<(), (u32, i32)> {
+    // SAFETY: a zeroed `stat` is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid dirfd, a NUL-terminated name and one `stat` to write.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_newfstatat,
+            dirfd,
+            name.as_ptr(),
+            &mut st as *mut libc::stat,
+            libc::AT_SYMLINK_NOFOLLOW as libc::c_long,
+        )
+    })
+    .map_err(|e| (SUB_FSTAT, e))?;
+    let fmt = st.st_mode & libc::S_IFMT;
+    let ok = if want_dir {
+        fmt == libc::S_IFDIR
+    } else {
+        fmt == libc::S_IFREG
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err((SUB_KIND, libc::EEXIST))
+    }
 }
 
 fn bind_from_fd(fd: RawFd, op: &NsOp<'_>) -> Result<(), (u32, i32)> {

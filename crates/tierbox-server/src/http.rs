@@ -1,0 +1,554 @@
+//! The HTTP API: the seven operations as JSON endpoints (see `docs/api.md`).
+//!
+//! - Every `/v1/*` route except `/v1/health` and `/v1/openapi.json` needs
+//!   `Authorization: Bearer <token>`, compared in constant time.
+//! - At most [`HttpConfig::max_concurrent`] requests run at once and
+//!   [`HttpConfig::queue`] more wait; past that the answer is 429 `server.busy` with
+//!   `Retry-After`, at once, so a flood never builds an unbounded backlog.
+//! - Bodies are read up to [`MAX_REQUEST_BYTES`]; a larger one is 413 before parsing.
+//! - Every error, including unknown routes, wrong methods and malformed queries, is a
+//!   JSON `{"error": {"code", "message"}}` body with the status of `docs/api.md`.
+//! - `?stream=true` on the run endpoints answers JSON lines as the output arrives; the
+//!   admission slot is held until the stream ends, and a client that disconnects kills
+//!   its run.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tierbox_policy::handle::{
+    DEFAULT_OUTPUT_READ_BYTES, ProcessHandleRequest, ProcessOutputRequest,
+    ProcessWriteStdinRequest, Stream, check_handle,
+};
+use tierbox_policy::request::MAX_REQUEST_BYTES;
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::mcp::PROGRESS_CHANNEL_EVENTS;
+use crate::service::{RunReply, Service, ServiceError};
+
+/// Requests served at once by default: two per core of a small machine; each may be a
+/// sandboxed run.
+pub const DEFAULT_MAX_CONCURRENT: usize = 16;
+
+/// Requests that may wait for a slot by default; more get 429.
+pub const DEFAULT_QUEUE: usize = 64;
+
+/// Name of the header that names the caller's session (owner of its background
+/// processes).
+pub const SESSION_HEADER: &str = "tierbox-session";
+
+/// Longest session name, in bytes.
+pub const MAX_SESSION_BYTES: usize = 64;
+
+/// Lines of a streamed response buffered for a slow client before the run's output
+/// events are dropped (the final result still has everything).
+const STREAM_LINES: usize = 64;
+
+/// How the API is served.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// The bearer token every authenticated route requires.
+    pub token: String,
+    /// Requests served at once.
+    pub max_concurrent: usize,
+    /// Requests waiting for a slot; beyond this, 429.
+    pub queue: usize,
+}
+
+struct AppState {
+    service: Service,
+    token: String,
+    slots: Arc<Semaphore>,
+    admitted: AtomicUsize,
+    capacity: usize,
+}
+
+/// One admitted request: a slot (or a place in the queue) until dropped.
+struct Admission {
+    state: Arc<AppState>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.state.admitted.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A counted place in the queue, released if the wait is abandoned.
+struct Queued(Arc<AppState>);
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.0.admitted.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An error response.
+#[derive(Debug)]
+pub struct ApiError(pub ServiceError);
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        Self(e)
+    }
+}
+
+impl From<tierbox_policy::Rejection> for ApiError {
+    fn from(r: tierbox_policy::Rejection) -> Self {
+        Self(r.into())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut resp = (status, axum::Json(json!({ "error": self.0.to_json() }))).into_response();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"tierbox\""),
+            );
+        }
+        resp
+    }
+}
+
+fn err(code: &str, message: impl Into<String>) -> ApiError {
+    ApiError(ServiceError::new(code, message))
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn ok(v: Value) -> ApiResult {
+    Ok((StatusCode::OK, axum::Json(v)).into_response())
+}
+
+/// Constant-time comparison of two byte strings (the length is not secret).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn authenticate(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if path == "/v1/health" || path == "/v1/openapi.json" {
+        return next.run(req).await;
+    }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        None => err(
+            "auth.missing",
+            "the Authorization header must be \"Bearer <token>\" (the token is in the state \
+             directory's http-token file, or given with --token-file)",
+        )
+        .into_response(),
+        Some(t) if !same(t.trim().as_bytes(), st.token.as_bytes()) => err(
+            "auth.invalid",
+            "the bearer token is not this server's token",
+        )
+        .into_response(),
+        Some(_) => next.run(req).await,
+    }
+}
+
+async fn admit(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if path == "/v1/health" || path == "/v1/openapi.json" {
+        return next.run(req).await;
+    }
+    let before = st.admitted.fetch_add(1, Ordering::AcqRel);
+    let queued = Queued(st.clone());
+    if before >= st.capacity {
+        return err(
+            "server.busy",
+            format!(
+                "{before} requests are running or queued, the limit is {}; retry shortly",
+                st.capacity
+            ),
+        )
+        .into_response();
+    }
+    let Ok(permit) = st.slots.clone().acquire_owned().await else {
+        return err("server.busy", "the server is shutting down").into_response();
+    };
+    std::mem::forget(queued);
+    let admission = Arc::new(Admission {
+        state: st.clone(),
+        _permit: permit,
+    });
+    req.extensions_mut().insert(admission);
+    next.run(req).await
+}
+
+fn owner(headers: &HeaderMap) -> Result<String, ApiError> {
+    let Some(v) = headers.get(SESSION_HEADER) else {
+        return Ok("http:default".to_owned());
+    };
+    let s = v.to_str().unwrap_or("");
+    let valid = !s.is_empty()
+        && s.len() <= MAX_SESSION_BYTES
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !valid {
+        return Err(err(
+            "http.bad_request",
+            format!(
+                "header Tierbox-Session {:?} must be 1 to {MAX_SESSION_BYTES} characters of \
+                 [A-Za-z0-9_-]",
+                String::from_utf8_lossy(v.as_bytes())
+            ),
+        ));
+    }
+    Ok(format!("http:{s}"))
+}
+
+async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, MAX_REQUEST_BYTES)
+        .await
+        .map_err(|e| {
+            // The only error besides the limit is a broken connection.
+            let limit = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if limit {
+                err(
+                    "input.too_large",
+                    format!("the request body is larger than the {MAX_REQUEST_BYTES}-byte cap"),
+                )
+            } else {
+                err("http.bad_request", format!("reading the request body: {e}"))
+            }
+        })
+}
+
+fn query_error(e: &QueryRejection) -> ApiError {
+    err(
+        "input.malformed",
+        format!("query string: {}", e.body_text()),
+    )
+}
+
+fn path_id(id: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    let Path(id) = id.map_err(|e| err("http.bad_request", e.body_text()))?;
+    check_handle(&id)?;
+    Ok(id)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunQuery {
+    #[serde(default)]
+    stream: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutputQuery {
+    #[serde(default)]
+    stream: Stream,
+    #[serde(default)]
+    offset: u64,
+    max_bytes: Option<usize>,
+}
+
+async fn health() -> ApiResult {
+    ok(json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+}
+
+async fn openapi() -> ApiResult {
+    ok(crate::openapi::document())
+}
+
+type RunFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<RunReply, ServiceError>> + Send>>;
+
+/// Either the whole reply, or a JSON-lines stream of the run.
+async fn run_reply(
+    st: Arc<AppState>,
+    admission: Option<axum::Extension<Arc<Admission>>>,
+    stream: bool,
+    start: impl FnOnce(Service, Option<mpsc::Sender<tierbox_runner::OutputEvent>>) -> RunFuture
+    + Send
+    + 'static,
+) -> ApiResult {
+    if !stream {
+        let reply = start(st.service.clone(), None).await?;
+        return ok(reply.to_json());
+    }
+    let (lines_tx, mut lines_rx) = mpsc::channel::<Bytes>(STREAM_LINES);
+    let admission = admission.map(|a| a.0);
+    let service = st.service.clone();
+    tokio::spawn(async move {
+        // Held until the stream ends: a streamed run counts against the limit.
+        let _admission = admission;
+        let (ev_tx, mut ev_rx) = mpsc::channel(PROGRESS_CHANNEL_EVENTS);
+        let run = start(service, Some(ev_tx));
+        tokio::pin!(run);
+        let line = |v: Value| {
+            let mut b = serde_json::to_vec(&v).unwrap_or_default();
+            b.push(b'\n');
+            Bytes::from(b)
+        };
+        let result = loop {
+            tokio::select! {
+                r = &mut run => break r,
+                Some(ev) = ev_rx.recv() => {
+                    let v = json!({ "event": "output", "stream": ev.stream, "text": ev.text });
+                    if lines_tx.send(line(v)).await.is_err() {
+                        // The client went away: dropping the run kills it.
+                        return;
+                    }
+                }
+            }
+        };
+        while let Ok(ev) = ev_rx.try_recv() {
+            let v = json!({ "event": "output", "stream": ev.stream, "text": ev.text });
+            if lines_tx.send(line(v)).await.is_err() {
+                return;
+            }
+        }
+        let last = match result {
+            Ok(reply) => json!({ "event": "result", "outcome": reply.to_json() }),
+            Err(e) => json!({ "event": "error", "error": e.to_json() }),
+        };
+        let _ = lines_tx.send(line(last)).await;
+    });
+    let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| {
+        lines_rx
+            .poll_recv(cx)
+            .map(|o| o.map(Ok::<Bytes, Infallible>))
+    }));
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/x-ndjson")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+}
+
+async fn process_run(
+    State(st): State<Arc<AppState>>,
+    admission: Option<axum::Extension<Arc<Admission>>>,
+    query: Result<Query<RunQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let Query(q) = query.map_err(|e| query_error(&e))?;
+    let owner = owner(&headers)?;
+    let body = read_body(body).await?;
+    let req = st.service.check_run(&body)?;
+    let stream = q.stream && !req.background;
+    run_reply(st, admission, stream, move |service, events| {
+        Box::pin(async move { service.process_run(&owner, &req, events).await })
+    })
+    .await
+}
+
+async fn wasm_run(
+    State(st): State<Arc<AppState>>,
+    admission: Option<axum::Extension<Arc<Admission>>>,
+    query: Result<Query<RunQuery>, QueryRejection>,
+    body: Body,
+) -> ApiResult {
+    let Query(q) = query.map_err(|e| query_error(&e))?;
+    let body = read_body(body).await?;
+    let req = st.service.check_wasm(&body)?;
+    run_reply(st, admission, q.stream, move |service, events| {
+        Box::pin(async move { service.wasm_run(&req, events).await })
+    })
+    .await
+}
+
+async fn process_list(State(st): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    let owner = owner(&headers)?;
+    ok(st.service.list(&owner).await)
+}
+
+async fn process_status(
+    State(st): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let id = path_id(id)?;
+    let owner = owner(&headers)?;
+    ok(st
+        .service
+        .status(&owner, &ProcessHandleRequest { id })
+        .await?)
+}
+
+async fn process_kill(
+    State(st): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let id = path_id(id)?;
+    let owner = owner(&headers)?;
+    ok(st
+        .service
+        .kill(&owner, &ProcessHandleRequest { id })
+        .await?)
+}
+
+async fn process_output(
+    State(st): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+    query: Result<Query<OutputQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let id = path_id(id)?;
+    let Query(q) = query.map_err(|e| query_error(&e))?;
+    let owner = owner(&headers)?;
+    let req = ProcessOutputRequest {
+        id,
+        stream: q.stream,
+        offset: q.offset,
+        max_bytes: q.max_bytes.unwrap_or(DEFAULT_OUTPUT_READ_BYTES),
+    };
+    req.check()?;
+    ok(st.service.output(&owner, &req).await?)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StdinBody {
+    #[serde(default)]
+    data: String,
+    #[serde(default)]
+    close: bool,
+}
+
+async fn process_stdin(
+    State(st): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let id = path_id(id)?;
+    let owner = owner(&headers)?;
+    let body = read_body(body).await?;
+    let b: StdinBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::from(tierbox_policy::Rejection::Malformed {
+            detail: e.to_string(),
+        })
+    })?;
+    let req = ProcessWriteStdinRequest {
+        id,
+        data: b.data,
+        close: b.close,
+    };
+    req.check()?;
+    ok(st.service.write_stdin(&owner, &req).await?)
+}
+
+async fn end_session(State(st): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
+    let owner = owner(&headers)?;
+    st.service.end_owner(&owner).await;
+    let session = owner.strip_prefix("http:").unwrap_or(&owner).to_owned();
+    ok(json!({ "session": session, "ended": true }))
+}
+
+async fn not_found(req: Request) -> ApiError {
+    err(
+        "http.not_found",
+        format!(
+            "no route {} {}; see /v1/openapi.json",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    err(
+        "http.method_not_allowed",
+        format!(
+            "{} is not allowed on {}; see /v1/openapi.json",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+/// The API's router.
+///
+/// ```
+/// use tierbox_policy::Policy;
+/// use tierbox_runner::Runner;
+/// use tierbox_server::http::{HttpConfig, router};
+/// use tierbox_server::service::Service;
+///
+/// let app = router(
+///     Service::new(Runner::new(Policy::builtin_default())),
+///     HttpConfig { token: "a-long-random-token".into(), max_concurrent: 4, queue: 8 },
+/// );
+/// # let _ = app;
+/// ```
+pub fn router(service: Service, config: HttpConfig) -> Router {
+    let state = Arc::new(AppState {
+        service,
+        token: config.token,
+        slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
+        admitted: AtomicUsize::new(0),
+        capacity: config.max_concurrent.max(1) + config.queue,
+    });
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/openapi.json", get(openapi))
+        .route("/v1/process/run", post(process_run))
+        .route("/v1/process", get(process_list))
+        .route("/v1/process/{id}", get(process_status))
+        .route("/v1/process/{id}/output", get(process_output))
+        .route("/v1/process/{id}/stdin", post(process_stdin))
+        .route("/v1/process/{id}/kill", post(process_kill))
+        .route("/v1/wasm/run", post(wasm_run))
+        .route("/v1/session", delete(end_session))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(state.clone(), admit))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .with_state(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison() {
+        assert!(same(b"abc", b"abc"));
+        assert!(!same(b"abc", b"abd"));
+        assert!(!same(b"abc", b"abcd"));
+    }
+
+    #[test]
+    fn session_names_are_checked() {
+        let mut h = HeaderMap::new();
+        assert_eq!(owner(&h).unwrap_or_default(), "http:default");
+        h.insert(SESSION_HEADER, HeaderValue::from_static("agent-7_b"));
+        assert_eq!(owner(&h).unwrap_or_default(), "http:agent-7_b");
+        h.insert(SESSION_HEADER, HeaderValue::from_static("a/b"));
+        assert_eq!(
+            owner(&h).map_err(|e| e.0.code).unwrap_err(),
+            "http.bad_request"
+        );
+    }
+}

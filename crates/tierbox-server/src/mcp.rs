@@ -1,0 +1,203 @@
+//! The MCP server: the seven tools over one MCP session (stdio in `tierbox serve --mcp`).
+//!
+//! - Tool input schemas are the generated schemas of the request types
+//!   ([`tierbox_policy::schema::tool_schema`]); arguments are parsed by the same closed
+//!   parsers the HTTP API and the CLI use.
+//! - A refusal is a tool result with `isError: true`, `structuredContent` `{code,
+//!   message}` and the text `rejected: <code>: <message>`, so the model reads why. Only an
+//!   unknown tool is a protocol error.
+//! - A run result has the outcome (or the background handle) as structured content and a
+//!   short text summary: how it ended, truncation notes, the tail of the output.
+//! - A `process_run` or `wasm_run` call that carries a progress token gets its output as
+//!   `notifications/progress` messages while it runs. A cancelled call kills its run.
+//! - The session is the owner of the background processes it starts; the server ends
+//!   its `run_owned` ones when the session ends ([`McpSession::owner`]).
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
+use tierbox_policy::schema::{PROCESS_RUN_TOOL, TOOL_NAMES, WASM_RUN_TOOL, tool_schema};
+use tierbox_runner::OutputEvent;
+use tokio::sync::mpsc;
+
+use crate::service::{Service, ServiceError};
+
+/// Output batches buffered between a run and its progress notifications. When the client
+/// reads slower than the run writes, batches are dropped (the result has all the output).
+pub const PROGRESS_CHANNEL_EVENTS: usize = 256;
+
+/// What the server tells the model about itself at initialisation.
+const INSTRUCTIONS: &str = "Tierbox runs programs in a sandbox chosen by policy. Use \
+process_run with a bare command and its args (no shell); paths stay inside the workspace. \
+With background: true it returns a handle for process_output / process_write_stdin / \
+process_kill. A refusal names the rule (code) and the offending value.";
+
+/// One MCP session: a fresh owner over a shared [`Service`].
+#[derive(Debug, Clone)]
+pub struct McpSession {
+    service: Service,
+    owner: Arc<str>,
+    tools: Arc<Vec<Tool>>,
+}
+
+/// The tool list, from the generated schemas.
+fn tools() -> Vec<Tool> {
+    TOOL_NAMES
+        .iter()
+        .filter_map(|name| {
+            let schema = tool_schema(name)?;
+            let description = schema["description"].as_str().unwrap_or(name).to_owned();
+            let Value::Object(map) = schema else {
+                return None;
+            };
+            Some(Tool::new(*name, description, Arc::new(map)))
+        })
+        .collect()
+}
+
+impl McpSession {
+    /// A session with a new random owner id.
+    pub fn new(service: Service) -> Self {
+        Self {
+            service,
+            owner: format!("mcp:{}", tierbox_runner::supervisor::new_run_id()).into(),
+            tools: Arc::new(tools()),
+        }
+    }
+
+    /// The owner id of this session's background processes. When the session ends,
+    /// call [`Service::end_owner`] with it.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+}
+
+/// A refusal as a tool result the model can read.
+pub fn error_result(e: &ServiceError) -> CallToolResult {
+    let mut r = CallToolResult::structured_error(e.to_json());
+    r.content = vec![ContentBlock::text(format!("rejected: {e}"))];
+    r
+}
+
+/// Forwards output events as progress notifications until the run's sender is dropped.
+fn forward_progress(
+    context: &RequestContext<RoleServer>,
+) -> Option<(mpsc::Sender<OutputEvent>, tokio::task::JoinHandle<()>)> {
+    let token = context.meta.get_progress_token()?;
+    let peer = context.peer.clone();
+    let (tx, mut rx) = mpsc::channel::<OutputEvent>(PROGRESS_CHANNEL_EVENTS);
+    let task = tokio::spawn(async move {
+        let mut sent: u64 = 0;
+        while let Some(ev) = rx.recv().await {
+            sent += ev.text.len() as u64;
+            let message = format!("[{}] {}", ev.stream.as_str(), ev.text);
+            #[allow(clippy::cast_precision_loss)]
+            let param =
+                ProgressNotificationParam::new(token.clone(), sent as f64).with_message(message);
+            if peer.notify_progress(param).await.is_err() {
+                return;
+            }
+        }
+    });
+    Some((tx, task))
+}
+
+impl ServerHandler for McpSession {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("tierbox", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.as_ref();
+        if !TOOL_NAMES.contains(&name) {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "unknown tool {name:?}; the tools are {}",
+                    TOOL_NAMES.join(", ")
+                ),
+                None,
+            ));
+        }
+        let args = serde_json::to_vec(&request.arguments.unwrap_or_default())
+            .unwrap_or_else(|_| b"{}".to_vec());
+        let progress = if name == PROCESS_RUN_TOOL || name == WASM_RUN_TOOL {
+            forward_progress(&context)
+        } else {
+            None
+        };
+        let (events, forwarder) = match progress {
+            Some((tx, task)) => (Some(tx), Some(task)),
+            None => (None, None),
+        };
+        // A cancelled request drops the call, and with it the run, whose guard kills the
+        // whole sandboxed tree.
+        let result = tokio::select! {
+            r = self.service.call_tool(&self.owner, name, &args, events) => r,
+            () = context.ct.cancelled() => Some(Err(ServiceError::new(
+                "run.cancelled",
+                "the client cancelled the call; the run was killed",
+            ))),
+        };
+        if let Some(task) = forwarder {
+            // The run's sender is gone: the forwarder drains what is queued, then ends.
+            let _ = task.await;
+        }
+        let result = match result {
+            None => return Err(ErrorData::invalid_params("unknown tool", None)),
+            Some(Ok((structured, summary))) => {
+                let mut r = CallToolResult::structured(structured);
+                r.content = vec![ContentBlock::text(summary)];
+                r
+            }
+            Some(Err(e)) => error_result(&e),
+        };
+        Ok(result.into())
+    }
+}
+
+/// Serves one MCP session over `transport` until the client closes it, then ends the
+/// session's `run_owned` background processes.
+pub async fn serve_session<T, E, A>(service: Service, transport: T) -> anyhow::Result<()>
+where
+    T: rmcp::transport::IntoTransport<RoleServer, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    use rmcp::ServiceExt;
+    let session = McpSession::new(service.clone());
+    let owner = session.owner().to_owned();
+    let result = match session.serve(transport).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(anyhow::Error::from),
+        Err(e) => Err(anyhow::Error::from(e)),
+    };
+    service.end_owner(&owner).await;
+    result
+}

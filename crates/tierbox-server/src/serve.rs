@@ -1,0 +1,271 @@
+//! Running the servers: the bearer token, binding (loopback or a private unix socket),
+//! and graceful shutdown.
+
+use std::future::{Future, IntoFuture};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use tokio::sync::Notify;
+
+use crate::http::{HttpConfig, router};
+use crate::service::Service;
+
+/// File name of the generated token in the state directory.
+pub const TOKEN_FILE: &str = "http-token";
+
+/// Shortest token accepted from a file or the environment, in bytes: 128 bits of hex.
+pub const MIN_TOKEN_BYTES: usize = 32;
+
+/// How long a shutdown waits for running requests before their runs are killed.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Environment variable that may carry the token.
+pub const TOKEN_ENV: &str = "TIERBOX_HTTP_TOKEN";
+
+/// `n` random bytes from the kernel, hex encoded. Fails rather than degrade.
+fn random_hex(n: usize) -> Result<String> {
+    let mut b = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("reading /dev/urandom for the HTTP token")?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+fn check_token(token: &str, source: &str) -> Result<String> {
+    let t = token.trim();
+    if t.len() < MIN_TOKEN_BYTES || !t.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!(
+            "the token from {source} must be at least {MIN_TOKEN_BYTES} printable characters \
+             without spaces"
+        );
+    }
+    Ok(t.to_owned())
+}
+
+/// Where the token comes from, and whether it was just created.
+#[derive(Debug)]
+pub struct Token {
+    /// The token.
+    pub value: String,
+    /// The file it was created in, when it was generated now (print it once).
+    pub created: Option<PathBuf>,
+}
+
+/// The bearer token: from `token_file`, else `$TIERBOX_HTTP_TOKEN`, else
+/// `<state_dir>/http-token`, generated (32 random bytes, hex, mode 0600) when absent.
+pub fn load_token(token_file: Option<&Path>, state_dir: &Path) -> Result<Token> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    if let Some(f) = token_file {
+        let text = std::fs::read_to_string(f)
+            .with_context(|| format!("reading the token file {}", f.display()))?;
+        return Ok(Token {
+            value: check_token(&text, &f.display().to_string())?,
+            created: None,
+        });
+    }
+    if let Ok(t) = std::env::var(TOKEN_ENV) {
+        return Ok(Token {
+            value: check_token(&t, TOKEN_ENV)?,
+            created: None,
+        });
+    }
+    let path = state_dir.join(TOKEN_FILE);
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) => {
+            if !meta.is_file()
+                || meta.uid() != rustix::process::geteuid().as_raw()
+                || meta.permissions().mode() & 0o077 != 0
+            {
+                bail!(
+                    "{} must be a regular file owned by this user with mode 0600; remove it \
+                     to have a new token generated",
+                    path.display()
+                );
+            }
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Ok(Token {
+                value: check_token(&text, &path.display().to_string())?,
+                created: None,
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(state_dir)
+                .with_context(|| format!("creating {}", state_dir.display()))?;
+            let value = random_hex(32)?;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            f.write_all(format!("{value}\n").as_bytes())?;
+            Ok(Token {
+                value,
+                created: Some(path),
+            })
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Where the HTTP API listens.
+#[derive(Debug, Clone)]
+pub enum Bind {
+    /// A TCP address; loopback unless `allow_remote`.
+    Tcp {
+        /// The address.
+        addr: SocketAddr,
+        /// The operator's explicit, loud consent to a non-loopback address.
+        allow_remote: bool,
+    },
+    /// A unix socket, created with mode 0600.
+    Unix(PathBuf),
+}
+
+/// Refuses a non-loopback TCP address without explicit consent.
+pub fn check_bind(bind: &Bind) -> Result<()> {
+    if let Bind::Tcp {
+        addr,
+        allow_remote: false,
+    } = bind
+        && !addr.ip().is_loopback()
+    {
+        bail!(
+            "refusing to listen on {addr}: it is not a loopback address, and anyone who can \
+             reach it and steal the token can run commands here. Use 127.0.0.1 or --unix, or \
+             pass --dangerously-allow-remote if you really mean it"
+        );
+    }
+    Ok(())
+}
+
+fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            bail!("{} exists and is not a socket", path.display());
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!("{} is in use by a running server", path.display());
+        }
+        // A stale socket of a server that died.
+        std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
+    }
+    // The socket is created 0600 (no window where others could connect).
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o177));
+    let listener = tokio::net::UnixListener::bind(path);
+    rustix::process::umask(old);
+    listener.with_context(|| format!("binding {}", path.display()))
+}
+
+/// Serves the HTTP API until `shutdown` resolves; then stops accepting, waits up to
+/// [`SHUTDOWN_GRACE`] for running requests, kills every background process and waits for
+/// them. Requests still running after the grace are dropped with the runtime, which kills
+/// their sandboxes.
+pub async fn serve_http(
+    service: Service,
+    bind: Bind,
+    config: HttpConfig,
+    shutdown: impl Future<Output = ()>,
+    on_ready: impl FnOnce(String),
+) -> Result<()> {
+    check_bind(&bind)?;
+    let app = router(service.clone(), config);
+    let stop = Arc::new(Notify::new());
+    let stopped = {
+        let stop = stop.clone();
+        async move { stop.notified().await }
+    };
+    let server = match &bind {
+        Bind::Tcp { addr, .. } => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?;
+            on_ready(format!("http://{}", listener.local_addr()?));
+            tokio::spawn(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .into_future(),
+            )
+        }
+        Bind::Unix(path) => {
+            let listener = bind_unix(path)?;
+            on_ready(format!("unix:{}", path.display()));
+            tokio::spawn(
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .into_future(),
+            )
+        }
+    };
+    shutdown.await;
+    stop.notify_one();
+    let finished = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
+    service.shutdown().await;
+    if let Bind::Unix(path) = &bind {
+        let _ = std::fs::remove_file(path);
+    }
+    match finished {
+        Ok(Ok(r)) => r.context("serving HTTP"),
+        Ok(Err(join)) => Err(anyhow::anyhow!("the HTTP server task failed: {join}")),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Serves one MCP session over stdio until the client closes it or `shutdown` resolves;
+/// then every background process is killed and awaited.
+pub async fn serve_mcp_stdio(service: Service, shutdown: impl Future<Output = ()>) -> Result<()> {
+    let session = crate::mcp::serve_session(service.clone(), rmcp::transport::stdio());
+    let result = tokio::select! {
+        r = session => r,
+        () = shutdown => Ok(()),
+    };
+    service.shutdown().await;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn non_loopback_needs_consent() {
+        let remote: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        let local: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let v6: SocketAddr = "[::1]:8080".parse().unwrap();
+        let tcp = |addr, allow_remote| Bind::Tcp { addr, allow_remote };
+        assert!(check_bind(&tcp(remote, false)).is_err());
+        assert!(check_bind(&tcp(remote, true)).is_ok());
+        assert!(check_bind(&tcp(local, false)).is_ok());
+        assert!(check_bind(&tcp(v6, false)).is_ok());
+    }
+
+    #[test]
+    fn the_token_is_generated_once_private_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = load_token(None, dir.path()).unwrap();
+        assert_eq!(first.value.len(), 64);
+        let path = first.created.clone().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let again = load_token(None, dir.path()).unwrap();
+        assert_eq!((again.value, again.created), (first.value, None));
+        // A token file others can read is refused, not used.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(load_token(None, dir.path()).is_err());
+        // A short supplied token is refused.
+        let short = dir.path().join("short");
+        std::fs::write(&short, "hunter2\n").unwrap();
+        assert!(load_token(Some(&short), dir.path()).is_err());
+    }
+}

@@ -1,0 +1,495 @@
+//! The seven operations, shared by the MCP server and the HTTP API: parse the request
+//! document (closed shape, caps), check it against the policy, run it, and return JSON or
+//! a [`ServiceError`] with a stable code.
+//!
+//! Every background operation is scoped to an owner: an MCP session, or an HTTP
+//! `Tierbox-Session`. A handle of another owner is `background.not_found`.
+
+use serde_json::{Value, json};
+use tierbox_policy::handle::{
+    ProcessHandleRequest, ProcessListRequest, ProcessOutputRequest, ProcessWriteStdinRequest,
+};
+use tierbox_policy::schema::{
+    PROCESS_KILL_TOOL, PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_RUN_TOOL,
+    PROCESS_STATUS_TOOL, PROCESS_WRITE_STDIN_TOOL, WASM_RUN_TOOL,
+};
+use tierbox_policy::wasm::WasmRunRequest;
+use tierbox_policy::{ProcessRunRequest, Rejection};
+use tierbox_runner::background::{BackgroundError, BackgroundHandle};
+use tierbox_runner::{Outcome, OutputEvent, RunError, Runner};
+use tokio::sync::mpsc;
+
+/// Characters of each stream's tail quoted in a run's text summary.
+pub const SUMMARY_TAIL_CHARS: usize = 2000;
+
+/// A refused or failed operation: a stable code, a message naming the rule and the
+/// offending value, and optional details (the handle of a process that exited during its
+/// startup window).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceError {
+    /// Stable machine code (`exec.not_allowed`, `background.not_found`, `server.busy`, …).
+    pub code: String,
+    /// Human-readable message.
+    pub message: String,
+    /// Extra structured details.
+    pub details: Option<Value>,
+}
+
+impl ServiceError {
+    /// An error with a code and a message.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// `{"code", "message"}` plus `"handle"` when there is one.
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({ "code": self.code, "message": self.message });
+        if let Some(d) = &self.details {
+            v["handle"] = d.clone();
+        }
+        v
+    }
+
+    /// The HTTP status for this code (see `docs/api.md`).
+    pub fn http_status(&self) -> u16 {
+        match self.code.as_str() {
+            "input.too_large" => 413,
+            c if c.starts_with("input.") || c == "http.bad_request" => 400,
+            c if c.starts_with("auth.") => 401,
+            "background.not_found" | "http.not_found" => 404,
+            "http.method_not_allowed" => 405,
+            "background.limit" | "background.stdin" => 409,
+            "http.unsupported_media_type" => 415,
+            "server.busy" => 429,
+            "run.failed" => 500,
+            _ => 422,
+        }
+    }
+}
+
+impl std::fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ServiceError {}
+
+impl From<Rejection> for ServiceError {
+    fn from(r: Rejection) -> Self {
+        Self::new(r.code(), r.to_string())
+    }
+}
+
+impl From<RunError> for ServiceError {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::Rejected(r) => r.into(),
+            other => Self::new("run.failed", other.to_string()),
+        }
+    }
+}
+
+impl From<BackgroundError> for ServiceError {
+    fn from(e: BackgroundError) -> Self {
+        let code = e.code();
+        match e {
+            BackgroundError::Run(run) => run.into(),
+            BackgroundError::ExitedDuringStartup(handle) => Self {
+                code: code.to_owned(),
+                message: format!(
+                    "the process exited during its {} ms startup window ({}); its output is \
+                     in handle.startup_stdout / startup_stderr",
+                    tierbox_runner::background::STARTUP_WINDOW_MS,
+                    exit_text(
+                        handle.status.exit_code,
+                        handle.status.signal_name.as_deref()
+                    ),
+                ),
+                details: serde_json::to_value(&*handle).ok(),
+            },
+            other => Self::new(code, other.to_string()),
+        }
+    }
+}
+
+fn exit_text(code: Option<i32>, signal: Option<&str>) -> String {
+    match (code, signal) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(s)) => format!("killed by {s}"),
+        (None, None) => "no exit status".to_owned(),
+    }
+}
+
+/// What a `process_run` returned.
+#[derive(Debug)]
+pub enum RunReply {
+    /// A foreground run's outcome.
+    Finished(Box<Outcome>),
+    /// A background process's handle.
+    Started(Box<BackgroundHandle>),
+}
+
+impl RunReply {
+    /// The structured result.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::Finished(o) => serde_json::to_value(o),
+            Self::Started(h) => serde_json::to_value(h),
+        }
+        .unwrap_or(Value::Null)
+    }
+
+    /// A short text a model can read: how it ended, truncation, the tail of the output.
+    pub fn summary(&self) -> String {
+        match self {
+            Self::Finished(o) => outcome_summary(o),
+            Self::Started(h) => {
+                let mut s = format!(
+                    "started background process {} ({}, lifetime {} ms, tier {} {}); read \
+                     its output with process_output, stop it with process_kill",
+                    h.status.id,
+                    serde_json::to_value(h.status.lifetime)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    h.status.lifetime_ms,
+                    h.status.tier,
+                    h.status.backend,
+                );
+                push_tail(&mut s, "startup stdout", &h.startup_stdout);
+                push_tail(&mut s, "startup stderr", &h.startup_stderr);
+                s
+            }
+        }
+    }
+}
+
+/// The last `SUMMARY_TAIL_CHARS` characters of `text`, on a char boundary.
+fn tail(text: &str) -> (&str, bool) {
+    let n = text.chars().count();
+    if n <= SUMMARY_TAIL_CHARS {
+        return (text, false);
+    }
+    let skip = text
+        .char_indices()
+        .nth(n - SUMMARY_TAIL_CHARS)
+        .map_or(0, |(i, _)| i);
+    (&text[skip..], true)
+}
+
+fn push_tail(s: &mut String, name: &str, text: &str) {
+    if text.is_empty() {
+        return;
+    }
+    let (t, cut) = tail(text);
+    let what = if cut {
+        format!("last {SUMMARY_TAIL_CHARS} characters of {name}")
+    } else {
+        name.to_owned()
+    };
+    s.push_str(&format!("\n--- {what} ---\n{t}"));
+    if !t.ends_with('\n') {
+        s.push('\n');
+    }
+}
+
+/// The text summary of an outcome.
+pub fn outcome_summary(o: &Outcome) -> String {
+    let how = if o.timed_out {
+        format!("timed out after {} ms (exit status 124)", o.duration_ms)
+    } else {
+        format!(
+            "{} in {} ms",
+            exit_text(o.exit_code, o.signal_name.as_deref()),
+            o.duration_ms
+        )
+    };
+    let mut s = format!("{how} · tier {} ({})", o.tier, o.backend);
+    if let Some(limit) = o.limit_hit {
+        let name = serde_json::to_value(limit)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        s.push_str(&format!(" · limit hit: {name}"));
+    }
+    for (name, out) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+        if out.truncated {
+            s.push_str(&format!(
+                "\n[{name} truncated: {} of {} bytes omitted]",
+                out.omitted_bytes, out.total_bytes
+            ));
+        }
+    }
+    if o.redacted {
+        s.push_str("\n[credentials in the output were redacted]");
+    }
+    for denial in o.egress_denials() {
+        s.push_str(&format!("\n[{denial}]"));
+    }
+    push_tail(&mut s, "stdout", &o.stdout.text);
+    push_tail(&mut s, "stderr", &o.stderr.text);
+    s
+}
+
+/// The operations over one [`Runner`] (policy, workspace, background processes).
+#[derive(Debug, Clone)]
+pub struct Service {
+    runner: Runner,
+}
+
+impl Service {
+    /// A service running requests with `runner`.
+    pub fn new(runner: Runner) -> Self {
+        Self { runner }
+    }
+
+    /// The runner.
+    pub fn runner(&self) -> &Runner {
+        &self.runner
+    }
+
+    /// Parses a `process_run` document and checks it against the policy without running
+    /// anything, so a refusal is known before a response starts streaming.
+    pub fn check_run(&self, body: &[u8]) -> Result<ProcessRunRequest, ServiceError> {
+        let req = ProcessRunRequest::from_json(body)?;
+        if self.runner.is_tier_a(&req) {
+            self.runner.check_tier_a(&req)?;
+        } else {
+            self.runner.check(&req)?;
+        }
+        Ok(req)
+    }
+
+    /// Parses and checks a `wasm_run` document.
+    pub fn check_wasm(&self, body: &[u8]) -> Result<WasmRunRequest, ServiceError> {
+        let req = WasmRunRequest::from_json(body)?;
+        self.runner.check_wasm(&req)?;
+        Ok(req)
+    }
+
+    /// Runs a checked `process_run` request for `owner`: to the end, or, with
+    /// `background: true`, until its startup window has passed. With `events`, a
+    /// foreground run's output is also sent there as it happens.
+    pub async fn process_run(
+        &self,
+        owner: &str,
+        req: &ProcessRunRequest,
+        events: Option<mpsc::Sender<OutputEvent>>,
+    ) -> Result<RunReply, ServiceError> {
+        if req.background {
+            let handle = self.runner.start_background(owner, req).await?;
+            return Ok(RunReply::Started(Box::new(handle)));
+        }
+        let outcome = match events {
+            Some(tx) => self.runner.run_streaming(req, tx).await?,
+            None => self.runner.run(req).await?,
+        };
+        Ok(RunReply::Finished(Box::new(outcome)))
+    }
+
+    /// Runs a checked `wasm_run` request.
+    pub async fn wasm_run(
+        &self,
+        req: &WasmRunRequest,
+        events: Option<mpsc::Sender<OutputEvent>>,
+    ) -> Result<RunReply, ServiceError> {
+        let outcome = match events {
+            Some(tx) => self.runner.run_wasm_streaming(req, tx).await?,
+            None => self.runner.run_wasm(req).await?,
+        };
+        Ok(RunReply::Finished(Box::new(outcome)))
+    }
+
+    /// Status of one of `owner`'s background processes.
+    pub async fn status(
+        &self,
+        owner: &str,
+        req: &ProcessHandleRequest,
+    ) -> Result<Value, ServiceError> {
+        let s = self.runner.background().status(owner, &req.id).await?;
+        Ok(serde_json::to_value(s).unwrap_or(Value::Null))
+    }
+
+    /// Output of one of `owner`'s background processes from an offset on.
+    pub async fn output(
+        &self,
+        owner: &str,
+        req: &ProcessOutputRequest,
+    ) -> Result<Value, ServiceError> {
+        let bg = self.runner.background();
+        let chunk = bg.output(owner, &req.id, req.stream, req.offset, req.max_bytes)?;
+        let status = bg.status(owner, &req.id).await?;
+        Ok(json!({
+            "id": req.id,
+            "stream": req.stream,
+            "state": status.state,
+            "offset": chunk.offset,
+            "text": chunk.text,
+            "next_offset": chunk.next_offset,
+            "missed_bytes": chunk.missed_bytes,
+            "total_bytes": chunk.total_bytes,
+        }))
+    }
+
+    /// Writes to the stdin of one of `owner`'s background processes.
+    pub async fn write_stdin(
+        &self,
+        owner: &str,
+        req: &ProcessWriteStdinRequest,
+    ) -> Result<Value, ServiceError> {
+        let n = self
+            .runner
+            .background()
+            .write_stdin(owner, &req.id, req.data.as_bytes(), req.close)
+            .await?;
+        Ok(json!({ "id": req.id, "bytes_written": n, "closed": req.close }))
+    }
+
+    /// Kills one of `owner`'s background processes (its whole tree).
+    pub async fn kill(
+        &self,
+        owner: &str,
+        req: &ProcessHandleRequest,
+    ) -> Result<Value, ServiceError> {
+        let s = self.runner.background().kill(owner, &req.id).await?;
+        Ok(serde_json::to_value(s).unwrap_or(Value::Null))
+    }
+
+    /// `owner`'s background processes.
+    pub async fn list(&self, owner: &str) -> Value {
+        json!({ "processes": self.runner.background().list(owner).await })
+    }
+
+    /// `owner`'s session has ended: its `run_owned` processes are killed and awaited.
+    pub async fn end_owner(&self, owner: &str) {
+        self.runner.background().end_owner(owner).await;
+    }
+
+    /// Kills every background process and waits for them.
+    pub async fn shutdown(&self) {
+        self.runner.background().shutdown().await;
+    }
+
+    /// Dispatches a tool call by name: `args` is the tool's JSON arguments document.
+    /// Returns the structured result and its text summary. An unknown tool is `None`.
+    pub async fn call_tool(
+        &self,
+        owner: &str,
+        tool: &str,
+        args: &[u8],
+        events: Option<mpsc::Sender<OutputEvent>>,
+    ) -> Option<Result<(Value, String), ServiceError>> {
+        let text = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
+        let result = match tool {
+            PROCESS_RUN_TOOL => {
+                async {
+                    let req = self.check_run(args)?;
+                    let reply = self.process_run(owner, &req, events).await?;
+                    Ok((reply.to_json(), reply.summary()))
+                }
+                .await
+            }
+            WASM_RUN_TOOL => {
+                async {
+                    let req = self.check_wasm(args)?;
+                    let reply = self.wasm_run(&req, events).await?;
+                    Ok((reply.to_json(), reply.summary()))
+                }
+                .await
+            }
+            PROCESS_STATUS_TOOL => {
+                async {
+                    let v = self
+                        .status(owner, &ProcessHandleRequest::from_json(args)?)
+                        .await?;
+                    Ok((v.clone(), text(&v)))
+                }
+                .await
+            }
+            PROCESS_KILL_TOOL => {
+                async {
+                    let v = self
+                        .kill(owner, &ProcessHandleRequest::from_json(args)?)
+                        .await?;
+                    Ok((v.clone(), text(&v)))
+                }
+                .await
+            }
+            PROCESS_OUTPUT_TOOL => {
+                async {
+                    let v = self
+                        .output(owner, &ProcessOutputRequest::from_json(args)?)
+                        .await?;
+                    let summary = format!(
+                        "{} bytes from offset {} (next_offset {}, missed {}, state {}):\n{}",
+                        v["next_offset"].as_u64().unwrap_or(0) - v["offset"].as_u64().unwrap_or(0),
+                        v["offset"],
+                        v["next_offset"],
+                        v["missed_bytes"],
+                        v["state"].as_str().unwrap_or(""),
+                        v["text"].as_str().unwrap_or(""),
+                    );
+                    Ok((v, summary))
+                }
+                .await
+            }
+            PROCESS_WRITE_STDIN_TOOL => {
+                async {
+                    let v = self
+                        .write_stdin(owner, &ProcessWriteStdinRequest::from_json(args)?)
+                        .await?;
+                    Ok((v.clone(), text(&v)))
+                }
+                .await
+            }
+            PROCESS_LIST_TOOL => {
+                async {
+                    ProcessListRequest::from_json(args)?;
+                    let v = self.list(owner).await;
+                    Ok((v.clone(), text(&v)))
+                }
+                .await
+            }
+            _ => return None,
+        };
+        Some(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_documented_table() {
+        for (code, status) in [
+            ("input.malformed", 400),
+            ("input.handle_invalid", 400),
+            ("input.too_large", 413),
+            ("auth.invalid", 401),
+            ("background.not_found", 404),
+            ("background.limit", 409),
+            ("exec.not_allowed", 422),
+            ("tier.unavailable", 422),
+            ("background.exited_during_startup", 422),
+            ("server.busy", 429),
+            ("run.failed", 500),
+        ] {
+            assert_eq!(ServiceError::new(code, "m").http_status(), status, "{code}");
+        }
+    }
+
+    #[test]
+    fn tails_are_cut_on_char_boundaries() {
+        let text = "é".repeat(SUMMARY_TAIL_CHARS + 10);
+        let (t, cut) = tail(&text);
+        assert!(cut);
+        assert_eq!(t.chars().count(), SUMMARY_TAIL_CHARS);
+        assert_eq!(tail("short"), ("short", false));
+    }
+}
