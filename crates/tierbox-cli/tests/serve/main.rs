@@ -1,0 +1,504 @@
+//! `tierbox serve`: the HTTP API and the MCP stdio server as a client sees them, and the
+//! lifetimes of what they start, checked from outside the sandboxes (by argv in /proc).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+fn bg(session: &str, s: &Server, argv: &[&str], extra: Value) -> Value {
+    let mut body = json!({ "command": argv[0], "args": &argv[1..], "background": true });
+    if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
+        b.extend(e);
+    }
+    let (status, v) = s.call_in(session, "POST", "/v1/process/run", Some(&body.to_string()));
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+#[test]
+fn the_http_api_answers_every_operation_and_every_error_as_documented() {
+    if !tier_c_available("http_api_operations") {
+        return;
+    }
+    let s = Server::start(&[], None);
+    // Unauthenticated routes and authentication.
+    assert_eq!(s.call_with("GET", "/v1/health", None, &[]).0, 200);
+    let (status, doc) = s.call_with("GET", "/v1/openapi.json", None, &[]);
+    assert_eq!((status, doc["openapi"].as_str()), (200, Some("3.1.0")));
+    let (status, v) = s.call_with("GET", "/v1/process", None, &[]);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (401, Some("auth.missing"))
+    );
+    let (status, v) = s.call_with(
+        "GET",
+        "/v1/process",
+        None,
+        &[("Authorization", "Bearer not-the-token")],
+    );
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (401, Some("auth.invalid"))
+    );
+
+    // Malformed and refused requests: 4xx with the rule's code, nothing runs.
+    for (body, status, code) in [
+        ("{", 400, "input.malformed"),
+        (r#"{"command":"echo","bogus":1}"#, 400, "input.malformed"),
+        (r#"{"command":""}"#, 400, "input.command_empty"),
+        (r#"{"command":"curl"}"#, 422, "exec.not_allowed"),
+        (
+            r#"{"command":"cat","args":["/etc/shadow"]}"#,
+            422,
+            "scope.path_outside_workspace",
+        ),
+    ] {
+        let (got, v) = s.call("POST", "/v1/process/run", Some(body));
+        assert_eq!(
+            (got, v["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body}: {v}"
+        );
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+    let big = format!(
+        r#"{{"command":"echo","args":["{}"]}}"#,
+        "x".repeat(200 * 1024)
+    );
+    let (status, v) = s.call("POST", "/v1/process/run", Some(&big));
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (413, Some("input.too_large"))
+    );
+    let (status, v) = s.call("GET", "/v1/nothing", None);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (404, Some("http.not_found"))
+    );
+    let (status, v) = s.call("PUT", "/v1/process", None);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (405, Some("http.method_not_allowed"))
+    );
+    let (status, v) = s.call("GET", "/v1/process/4242", None);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("input.handle_invalid"))
+    );
+    let (status, v) = s.call_in("no/slashes", "GET", "/v1/process", None);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("http.bad_request"))
+    );
+    let (status, v) = s.call(
+        "GET",
+        "/v1/process/0123456789abcdef0123456789abcdef/output?max_bytes=0",
+        None,
+    );
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("input.read_size_invalid"))
+    );
+
+    // A foreground run.
+    let (status, v) = s.call(
+        "POST",
+        "/v1/process/run",
+        Some(r#"{"command":"echo","args":["hello"]}"#),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["exit_code"].as_i64(), v["stdout"]["text"].as_str()),
+        (Some(0), Some("hello\n"))
+    );
+
+    // Streamed: output events, then exactly one result.
+    let (status, head, body) = raw(
+        &s.addr,
+        "POST",
+        "/v1/process/run?stream=true",
+        Some(br#"{"command":"seq","args":["1","3"]}"#),
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    assert_eq!(status, 200, "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("application/x-ndjson"),
+        "{head}"
+    );
+    let events: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let streamed: String = events
+        .iter()
+        .filter(|e| e["event"] == "output")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(streamed, "1\n2\n3\n");
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "result");
+    assert_eq!(last["outcome"]["exit_code"], 0);
+    assert_eq!(events.iter().filter(|e| e["event"] == "result").count(), 1);
+
+    // Background: start, output by offset, stdin, another session sees nothing, kill.
+    let h = bg("alice", &s, &["cat"], json!({}));
+    let id = h["status"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(h["status"]["state"], "running");
+    let (status, v) = s.call_in(
+        "alice",
+        "POST",
+        &format!("/v1/process/{id}/stdin"),
+        Some(r#"{"data":"one\ntwo\n"}"#),
+    );
+    assert_eq!((status, v["bytes_written"].as_u64()), (200, Some(8)), "{v}");
+    let mut out = Value::Null;
+    assert!(
+        wait_for(Duration::from_secs(5), || {
+            out = s
+                .call_in(
+                    "alice",
+                    "GET",
+                    &format!("/v1/process/{id}/output?offset=0&max_bytes=4"),
+                    None,
+                )
+                .1;
+            out["text"] == "one\n"
+        }),
+        "{out}"
+    );
+    assert_eq!(out["next_offset"], 4);
+    let next = s
+        .call_in(
+            "alice",
+            "GET",
+            &format!("/v1/process/{id}/output?offset=4"),
+            None,
+        )
+        .1;
+    assert_eq!(
+        (next["offset"].as_u64(), next["text"].as_str()),
+        (Some(4), Some("two\n"))
+    );
+    assert_eq!(next["state"], "running");
+    for (method, path) in [
+        ("GET", format!("/v1/process/{id}")),
+        ("POST", format!("/v1/process/{id}/kill")),
+        ("GET", format!("/v1/process/{id}/output")),
+    ] {
+        let (status, v) = s.call_in("mallory", method, &path, None);
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (404, Some("background.not_found")),
+            "{method} {path}"
+        );
+    }
+    assert_eq!(
+        s.call_in("mallory", "GET", "/v1/process", None).1["processes"],
+        json!([])
+    );
+    let (_, list) = s.call_in("alice", "GET", "/v1/process", None);
+    assert_eq!(list["processes"][0]["id"], id.as_str());
+    let (status, v) = s.call_in("alice", "POST", &format!("/v1/process/{id}/kill"), None);
+    assert_eq!((status, v["state"].as_str()), (200, Some("killed")));
+    let (status, v) = s.call_in(
+        "alice",
+        "POST",
+        &format!("/v1/process/{id}/stdin"),
+        Some(r#"{"data":"late"}"#),
+    );
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("background.stdin"))
+    );
+    // A process that exits during its startup window is a failed start, with its output.
+    let (status, v) = s.call_in(
+        "alice",
+        "POST",
+        "/v1/process/run",
+        Some(r#"{"command":"echo","args":["bye"],"background":true}"#),
+    );
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (422, Some("background.exited_during_startup"))
+    );
+    assert_eq!(v["error"]["handle"]["startup_stdout"], "bye\n");
+    assert!(s.stop().success());
+}
+
+#[test]
+fn a_full_server_answers_429_at_once() {
+    if !tier_c_available("http_429") {
+        return;
+    }
+    let s = Server::start(&["--max-concurrent", "1", "--queue", "0"], None);
+    let addr = s.addr.clone();
+    let slow = std::thread::spawn(move || {
+        raw(
+            &addr,
+            "POST",
+            "/v1/process/run",
+            Some(br#"{"command":"sleep","args":["2"]}"#),
+            &[("Authorization", &format!("Bearer {TOKEN}"))],
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, head, body) = raw(
+        &s.addr,
+        "POST",
+        "/v1/process/run",
+        Some(br#"{"command":"true"}"#),
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 1"),
+        "{head}"
+    );
+    assert!(body.contains("server.busy"), "{body}");
+    let (status, _, body) = slow.join().unwrap();
+    assert_eq!(status, 200, "{body}");
+    // The slot is free again.
+    assert_eq!(
+        s.call("POST", "/v1/process/run", Some(r#"{"command":"true"}"#))
+            .0,
+        200
+    );
+}
+
+#[test]
+fn detached_processes_end_at_their_lifetime_and_sessions_end_their_own() {
+    if !tier_c_available("http_lifetimes") {
+        return;
+    }
+    let s = Server::start(&[], None);
+    let detached = ["sleep", "3599.25"];
+    let owned = ["sleep", "3599.5"];
+    let other = ["sleep", "3599.75"];
+    let h = bg(
+        "s1",
+        &s,
+        &detached,
+        json!({ "lifetime": "detached", "timeout_ms": 1000 }),
+    );
+    assert_eq!(h["status"]["lifetime"], "detached");
+    bg("s1", &s, &owned, json!({}));
+    bg("s2", &s, &other, json!({}));
+    assert_eq!(pids_with_argv(&detached).len(), 1);
+    // Ending session s1 ends its run_owned process, not its detached one, not s2's.
+    let (status, v) = s.call_in("s1", "DELETE", "/v1/session", None);
+    assert_eq!((status, v["ended"].as_bool()), (200, Some(true)));
+    assert!(
+        pids_with_argv(&owned).is_empty(),
+        "run_owned ended with its session"
+    );
+    assert_eq!(
+        pids_with_argv(&detached).len(),
+        1,
+        "detached outlives its session"
+    );
+    assert_eq!(
+        pids_with_argv(&other).len(),
+        1,
+        "another session is untouched"
+    );
+    // The detached one ends at its lifetime (1 s, plus the TERM grace).
+    assert!(
+        wait_for(Duration::from_secs(5), || pids_with_argv(&detached)
+            .is_empty()),
+        "detached process outlived its lifetime"
+    );
+    let id = h["status"]["id"].as_str().unwrap();
+    let (_, st) = s.call_in("s1", "GET", &format!("/v1/process/{id}"), None);
+    assert_eq!(st["state"], "expired", "{st}");
+    // Graceful shutdown ends everything and waits for it.
+    assert!(s.stop().success());
+    assert!(pids_with_argv(&other).is_empty());
+}
+
+#[test]
+fn sigkill_of_the_server_leaves_no_sandbox_alive() {
+    if !tier_c_available("http_sigkill") {
+        return;
+    }
+    let mut s = Server::start(&[], None);
+    let marks: Vec<[&str; 2]> = vec![["sleep", "3598.25"], ["sleep", "3598.5"]];
+    bg("a", &s, &marks[0], json!({}));
+    bg("b", &s, &marks[1], json!({ "lifetime": "detached" }));
+    // And a foreground run in flight.
+    let addr = s.addr.clone();
+    let _inflight = std::thread::spawn(move || {
+        raw(
+            &addr,
+            "POST",
+            "/v1/process/run",
+            Some(br#"{"command":"sleep","args":["3598.75"]}"#),
+            &[("Authorization", &format!("Bearer {TOKEN}"))],
+        )
+    });
+    let fg = ["sleep", "3598.75"];
+    assert!(wait_for(Duration::from_secs(5), || pids_with_argv(&fg)
+        .len()
+        == 1));
+    for m in &marks {
+        assert_eq!(pids_with_argv(m).len(), 1);
+    }
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    for m in marks.iter().map(|m| &m[..]).chain([&fg[..]]) {
+        assert!(
+            pids_with_argv(m).is_empty(),
+            "{m:?} survived the server's SIGKILL"
+        );
+    }
+}
+
+#[test]
+fn a_unix_socket_is_private_and_remote_addresses_need_consent() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("tierbox.sock");
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(tierbox())
+        .args(["serve", "--unix"])
+        .arg(&sock)
+        .arg("--state-dir")
+        .arg(state.path())
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(20), || sock.exists()));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let mut c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    c.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    std::io::Read::read_to_string(&mut c, &mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    // The token was generated into the state directory, private.
+    let token = state.path().join("http-token");
+    assert_eq!(
+        std::fs::metadata(&token).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(child.wait().unwrap().success());
+    assert!(!sock.exists(), "the socket is removed on shutdown");
+
+    let out = Command::new(tierbox())
+        .args(["serve", "--http", "0.0.0.0:0", "--state-dir"])
+        .arg(state.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not a loopback address") && err.contains("--dangerously-allow-remote"),
+        "{err}"
+    );
+}
+
+/// One JSON-RPC line to the MCP server.
+fn send(stdin: &mut impl Write, v: &Value) {
+    writeln!(stdin, "{v}").unwrap();
+    stdin.flush().unwrap();
+}
+
+/// Reads lines until the response with `id`.
+fn response(lines: &mut impl Iterator<Item = String>, id: u64) -> Value {
+    for line in lines {
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == id {
+            return v;
+        }
+    }
+    panic!("no response {id}");
+}
+
+#[test]
+fn closing_an_mcp_session_ends_its_run_owned_processes() {
+    if !tier_c_available("mcp_session_end") {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(tierbox())
+        .args(["serve", "--mcp", "--workspace"])
+        .arg(ws.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    send(
+        &mut stdin,
+        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-06-18","capabilities":{},
+            "clientInfo":{"name":"test","version":"1"}}}),
+    );
+    assert_eq!(
+        response(&mut lines, 1)["result"]["serverInfo"]["name"],
+        "tierbox"
+    );
+    send(
+        &mut stdin,
+        &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    let mark = ["sleep", "3597.5"];
+    send(
+        &mut stdin,
+        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{
+            "name":"process_run",
+            "arguments":{"command":"sleep","args":["3597.5"],"background":true}}}),
+    );
+    let r = response(&mut lines, 2);
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["status"]["state"],
+        "running"
+    );
+    // A refusal is a tool error with the code, not a protocol error.
+    send(
+        &mut stdin,
+        &json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{
+            "name":"process_kill","arguments":{"id":"1234"}}}),
+    );
+    let r = response(&mut lines, 3);
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["code"],
+        "input.handle_invalid"
+    );
+    assert_eq!(pids_with_argv(&mark).len(), 1);
+    // The client goes away: the session ends, and with it its process.
+    drop(stdin);
+    assert!(wait_for(Duration::from_secs(10), || child
+        .try_wait()
+        .unwrap()
+        .is_some()));
+    assert!(
+        pids_with_argv(&mark).is_empty(),
+        "run_owned outlived its MCP session"
+    );
+}
