@@ -559,6 +559,9 @@ fn cmd_serve(
 ) -> Result<ExitCode> {
     use tierbox_server::serve;
     harden_supervisor();
+    // A long-lived supervisor keeps per-run resources (cgroups, directories) warm between
+    // runs; they are destroyed when it exits.
+    tierbox_sandbox::spawn::slots::set_pooling(true);
     let state_dir = runner.options().state_dir.clone();
     let service = tierbox_server::service::Service::new(runner);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -569,9 +572,9 @@ fn cmd_serve(
         let sig = termination_signal().await;
         eprintln!("tierbox: received signal {sig}; shutting down");
     };
-    match transport {
-        Transport::Mcp => rt.block_on(serve::serve_mcp_stdio(service, shutdown))?,
-        Transport::Http(bind) => {
+    let result = match transport {
+        Transport::Mcp => rt.block_on(serve::serve_mcp_stdio(service, shutdown)),
+        Transport::Http(bind) => (|| {
             serve::check_bind(&bind)?;
             if let serve::Bind::Tcp {
                 addr,
@@ -599,9 +602,12 @@ fn cmd_serve(
             };
             rt.block_on(serve::serve_http(service, bind, config, shutdown, |at| {
                 eprintln!("tierbox: serving the HTTP API on {at} (OpenAPI: /v1/openapi.json)");
-            }))?;
-        }
-    }
+            }))
+        })(),
+    };
+    // Every sandbox has ended: destroy the idle slots (their cgroups and directories).
+    tierbox_sandbox::spawn::slots::set_pooling(false);
+    result?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -124,6 +124,7 @@ fn a_thousand_runs_from_sixteen_clients_leave_nothing_behind() {
     if !tier_c_available("http_load") {
         return;
     }
+    let cgroups_at_start = holdings(std::process::id() as i32).cgroups;
     // Four sandboxes at a time on two cores, the other clients queued.
     let s = Server::start(&["--max-concurrent", "4", "--queue", "16"], None);
     // Warm up: the pools of reusable run slots fill to their steady size.
@@ -151,4 +152,10 @@ fn a_thousand_runs_from_sixteen_clients_leave_nothing_behind() {
         "mount leak: {before:?} -> {after:?}"
     );
     assert!(s.stop().success());
+    // The warm slots go with the server.
+    let left = holdings(std::process::id() as i32).cgroups;
+    assert!(
+        left <= cgroups_at_start,
+        "{left} tierbox cgroups left after shutdown"
+    );
 }
