@@ -232,6 +232,9 @@ enum PolicyAction {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. } | Command::Proxy { .. }) {
+        tierbox_sandbox::spawn::sys::default_sigpipe();
+    }
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {

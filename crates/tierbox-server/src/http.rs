@@ -221,6 +221,26 @@ fn owner(headers: &HeaderMap) -> Result<String, ApiError> {
     Ok(format!("http:{s}"))
 }
 
+/// Request bodies are JSON: a `Content-Type` other than `application/json` (or a
+/// `+json` type) is refused with 415, so a form or text body is never taken for a
+/// request by accident. A body without a `Content-Type` is read as JSON.
+fn check_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(ct) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+    {
+        return Ok(());
+    }
+    Err(err(
+        "http.unsupported_media_type",
+        format!("Content-Type {ct:?} is not JSON: send application/json"),
+    ))
+}
+
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_REQUEST_BYTES)
         .await
@@ -352,6 +372,7 @@ async fn process_run(
 ) -> ApiResult {
     let Query(q) = query.map_err(|e| query_error(&e))?;
     let owner = owner(&headers)?;
+    check_json(&headers)?;
     let body = read_body(body).await?;
     let req = st.service.check_run(&body)?;
     let stream = q.stream && !req.background;
@@ -365,9 +386,11 @@ async fn wasm_run(
     State(st): State<Arc<AppState>>,
     admission: Option<axum::Extension<Arc<Admission>>>,
     query: Result<Query<RunQuery>, QueryRejection>,
+    headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
     let Query(q) = query.map_err(|e| query_error(&e))?;
+    check_json(&headers)?;
     let body = read_body(body).await?;
     let req = st.service.check_wasm(&body)?;
     run_reply(st, admission, q.stream, move |service, events| {
@@ -443,6 +466,7 @@ async fn process_stdin(
 ) -> ApiResult {
     let id = path_id(id)?;
     let owner = owner(&headers)?;
+    check_json(&headers)?;
     let body = read_body(body).await?;
     let b: StdinBody = serde_json::from_slice(&body).map_err(|e| {
         ApiError::from(tierbox_policy::Rejection::Malformed {
@@ -537,6 +561,31 @@ mod tests {
         assert!(same(b"abc", b"abc"));
         assert!(!same(b"abc", b"abd"));
         assert!(!same(b"abc", b"abcd"));
+    }
+
+    #[test]
+    fn bodies_must_be_json() {
+        let mut h = HeaderMap::new();
+        assert!(check_json(&h).is_ok());
+        for ok in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "application/merge-patch+json",
+        ] {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ok));
+            assert!(check_json(&h).is_ok(), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "application/xml",
+        ] {
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(bad));
+            assert_eq!(
+                check_json(&h).map_err(|e| e.0.code).unwrap_err(),
+                "http.unsupported_media_type"
+            );
+        }
     }
 
     #[test]

@@ -177,6 +177,7 @@ pub fn document() -> Value {
     };
     let policy = [
         ("413", "body larger than the request cap"),
+        ("415", "a Content-Type other than application/json"),
         (
             "422",
             "refused by the policy (exec.*, scope.*, env.*, egress.*, limits.*, wasm.*, tier.*)",
@@ -208,13 +209,13 @@ pub fn document() -> Value {
                 "operationId": "process_run",
                 "parameters": [session.clone(), stream.clone()],
                 "requestBody": body("ProcessRunRequest"),
-                "responses": with(errors(&[policy[0], policy[1], ("409", "background process cap reached"), ("500", "the host could not launch a valid plan")]), "200", run_result.clone())
+                "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", "background process cap reached"), ("500", "the host could not launch a valid plan")]), "200", run_result.clone())
             } },
             "/v1/wasm/run": { "post": {
                 "operationId": "wasm_run",
                 "parameters": [stream],
                 "requestBody": body("WasmRunRequest"),
-                "responses": with(errors(&[policy[0], policy[1], ("500", "the host could not run a valid plan")]), "200", run_result)
+                "responses": with(errors(&[policy[0], policy[1], policy[2], ("500", "the host could not run a valid plan")]), "200", run_result)
             } },
             "/v1/process": { "get": {
                 "operationId": "process_list",
@@ -262,7 +263,7 @@ pub fn document() -> Value {
                 "operationId": "process_write_stdin",
                 "parameters": [id, session.clone()],
                 "requestBody": body("WriteStdinRequest"),
-                "responses": with(errors(&[handle_errors[0], ("409", "stdin closed or the process ended"), policy[0]]), "200", json_response("bytes written", json!({
+                "responses": with(errors(&[handle_errors[0], ("409", "stdin closed or the process ended"), policy[0], policy[1]]), "200", json_response("bytes written", json!({
                     "type": "object", "required": ["id", "bytes_written", "closed"],
                     "properties": { "id": { "type": "string" }, "bytes_written": { "type": "integer" },
                                     "closed": { "type": "boolean" } }

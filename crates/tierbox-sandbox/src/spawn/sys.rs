@@ -671,6 +671,14 @@ pub fn set_not_dumpable() -> io::Result<()> {
     }
 }
 
+/// Restores the default action of `SIGPIPE` (Rust ignores it at startup), so a command
+/// line tool whose stdout is a closed pipe (`tierbox check … | head`) ends quietly instead
+/// of failing every later write. Long-lived servers keep it ignored.
+pub fn default_sigpipe() {
+    // SAFETY: installs SIG_DFL for SIGPIPE; no handler code runs.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// A `ChildSpec` pointer handed to the launcher thread.
 pub(crate) struct SendSpec(*mut ChildSpec);
 

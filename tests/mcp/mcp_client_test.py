@@ -1,0 +1,570 @@
+#!/usr/bin/env python3
+"""Drive `tierbox serve --mcp` over stdio with the official MCP Python SDK.
+
+Checks the contract in docs/api.md from a real MCP client: the seven tools and their
+schemas, a foreground run, rejections, a WASM run, a background process (output by offset,
+stdin, status, list, kill), owner isolation between two sessions, cleanup when a session
+ends, progress notifications, and a client that only speaks the initialize handshake.
+
+The strict default policy has no shell or interpreter, so the background processes are
+`tail -f FILE` (the test appends to FILE in the workspace to make it print) and `cat` (fed
+with process_write_stdin).
+
+Usage:
+    python3 -m pip install mcp==2.3.0
+    python3 tests/mcp/mcp_client_test.py [PATH/TO/tierbox]     # or TIERBOX_BIN=...
+
+Prints one PASS/FAIL line per check and exits 0 only if every check passed (1 if any
+failed, 2 on the overall timeout or an unexpected crash). Never waits on stdin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from typing import Any
+
+OVERALL_TIMEOUT_S = 120  # hard backstop (SIGALRM); the async body gives up a little earlier
+CALL_TIMEOUT_S = 30  # per MCP request
+TOOLS = {
+    "process_run",
+    "process_status",
+    "process_output",
+    "process_write_stdin",
+    "process_kill",
+    "process_list",
+    "wasm_run",
+}
+HANDLE_FIELDS = {"status", "startup_stdout", "startup_stderr"}
+STATUS_FIELDS = {
+    "id", "state", "exit_code", "signal", "argv", "lifetime", "lifetime_ms",
+    "started_unix_ms", "tier", "backend", "stdout_bytes", "stderr_bytes",
+}
+OUTPUT_FIELDS = {"id", "stream", "state", "offset", "text", "next_offset", "missed_bytes", "total_bytes"}
+OUTCOME_FIELDS = {
+    "exit_code", "signal", "timed_out", "limit_hit", "stdout", "stderr", "duration_ms",
+    "usage", "tier", "backend", "enforcement", "plan_sha256", "run_id",
+}
+STREAM_FIELDS = {"text", "total_bytes", "omitted_bytes", "truncated", "redacted"}
+
+_results: list[tuple[str, bool]] = []
+
+
+def _hard_timeout(_signum: int, _frame: Any) -> None:
+    print(f"FAIL: overall timeout of {OVERALL_TIMEOUT_S} s reached; aborting", flush=True)
+    os._exit(2)
+
+
+def check(name: str, ok: bool, detail: Any = "") -> bool:
+    ok = bool(ok)
+    _results.append((name, ok))
+    line = f"{'PASS' if ok else 'FAIL'}: {name}"
+    if detail != "" and detail is not None:
+        text = detail.replace("\n", "\\n") if isinstance(detail, str) else json.dumps(detail, default=str)
+        limit = 2000 if not ok else 160  # a failure shows what came back; a pass stays short
+        if len(text) > limit:
+            text = text[:limit] + "…"
+        line += f"  [{text}]"
+    print(line, flush=True)
+    return ok
+
+
+def notice(text: str) -> None:
+    print(f"NOTE: {text}", flush=True)
+
+
+def procs_with_token(token: str) -> list[int]:
+    """Pids (not ours) whose command line contains `token`. Zombies have an empty cmdline."""
+    needle = token.encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if needle in f.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def wait_until(predicate, timeout_s: float, interval_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(getattr(block, "text", "") for block in (result.content or []) if getattr(block, "type", "") == "text")
+
+
+class Tierbox:
+    """Everything one test run needs: the binary, the workspace and the server arguments."""
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        self.root = tempfile.mkdtemp(prefix="tierbox-mcp-test-")
+        self.workspace = os.path.join(self.root, "workspace")
+        self.state = os.path.join(self.root, "state")
+        os.mkdir(self.workspace)
+        os.mkdir(self.state, 0o700)
+        help_text = subprocess.run(
+            [binary, "serve", "--help"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30
+        )
+        self.serve_help = help_text.stdout + help_text.stderr
+        self.args = ["serve", "--mcp", "--workspace", self.workspace]
+        if "--state-dir" in self.serve_help:
+            self.args += ["--state-dir", self.state]
+        else:
+            notice("`tierbox serve --help` does not mention --state-dir; running without it")
+
+    def params(self):
+        from mcp import StdioServerParameters
+
+        return StdioServerParameters(
+            command=self.binary, args=self.args, cwd=self.workspace, env={"RUST_BACKTRACE": "1"}
+        )
+
+    def client(self, mode: str = "auto"):
+        """`auto` (the SDK default) probes server/discover (the 2026-07-28 protocol) and falls
+        back to the initialize handshake; `legacy` forces the handshake, as older clients do."""
+        from mcp import Client
+
+        return Client(self.params(), read_timeout_seconds=CALL_TIMEOUT_S, mode=mode)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+async def call(client, tool: str, arguments: dict, **kwargs) -> tuple[Any, Any]:
+    """Calls a tool; returns (result, structuredContent)."""
+    result = await client.call_tool(tool, arguments, **kwargs)
+    return result, result.structured_content
+
+
+def expect_rejection(name: str, result: Any, sc: Any, code: str, mentions: str | None = None) -> None:
+    ok = (
+        result.is_error is True
+        and isinstance(sc, dict)
+        and sc.get("code") == code
+        and isinstance(sc.get("message"), str)
+        and sc["message"] != ""
+    )
+    check(f"{name}: isError with structuredContent.code == {code!r}", ok, {"isError": result.is_error, "structuredContent": sc})
+    if isinstance(sc, dict) and isinstance(sc.get("message"), str):
+        text = text_of(result)
+        check(
+            f"{name}: text content is 'rejected: <code>: <message>'",
+            text == f"rejected: {sc.get('code')}: {sc['message']}",
+            text,
+        )
+        if mentions is not None:
+            check(f"{name}: message names the offending value {mentions!r}", mentions in sc["message"], sc["message"])
+
+
+async def poll_output(client, handle: str, offset: int, want: str, timeout_s: float = 10.0) -> dict | None:
+    """Reads from `offset` (always the same offset) until the text contains `want`."""
+    import anyio
+
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while True:
+        result, sc = await call(client, "process_output", {"id": handle, "offset": offset})
+        if result.is_error or not isinstance(sc, dict):
+            check(f"process_output(offset={offset}) succeeds", False, {"isError": result.is_error, "sc": sc})
+            return None
+        last = sc
+        if want in sc.get("text", ""):
+            return sc
+        if time.monotonic() >= deadline:
+            check(f"process_output(offset={offset}) eventually contains {want!r}", False, last)
+            return None
+        await anyio.sleep(0.1)
+
+
+async def poll_status(client, handle: str, states: set[str], timeout_s: float = 10.0) -> dict | None:
+    import anyio
+
+    deadline = time.monotonic() + timeout_s
+    sc = None
+    while True:
+        result, sc = await call(client, "process_status", {"id": handle})
+        if not result.is_error and isinstance(sc, dict) and sc.get("state") in states:
+            return sc
+        if time.monotonic() >= deadline:
+            return sc
+        await anyio.sleep(0.1)
+
+
+def status_of(sc: Any) -> dict:
+    """process_status's result is the status itself; tolerate a {status: …} wrapper too."""
+    if isinstance(sc, dict) and isinstance(sc.get("status"), dict):
+        return sc["status"]
+    return sc if isinstance(sc, dict) else {}
+
+
+# ---------------------------------------------------------------------------------------
+# The sections. Each one reports its own checks; an exception fails the section only.
+# ---------------------------------------------------------------------------------------
+
+
+async def section_tools(client) -> None:
+    listing = await client.list_tools()
+    tools = {tool.name: tool for tool in listing.tools}
+    check("tools/list has exactly the 7 tools", set(tools) == TOOLS, sorted(tools))
+    for name in sorted(TOOLS):
+        tool = tools.get(name)
+        schema = getattr(tool, "input_schema", None)
+        check(f"tool {name} has an inputSchema object", isinstance(schema, dict) and schema.get("type") == "object", schema)
+    run_schema = getattr(tools.get("process_run"), "input_schema", None) or {}
+    check("process_run inputSchema has additionalProperties: false", run_schema.get("additionalProperties") is False,
+          {"additionalProperties": run_schema.get("additionalProperties")})
+    check("process_run inputSchema requires command", "command" in (run_schema.get("required") or []),
+          {"required": run_schema.get("required")})
+
+
+async def section_foreground(client) -> None:
+    result, sc = await call(client, "process_run", {"command": "echo", "args": ["hello"]})
+    check("process_run echo hello: not isError", result.is_error is False, {"isError": result.is_error, "sc": sc})
+    sc = sc if isinstance(sc, dict) else {}
+    check("process_run echo hello: exit_code 0", sc.get("exit_code") == 0, {"exit_code": sc.get("exit_code")})
+    stdout = sc.get("stdout") if isinstance(sc.get("stdout"), dict) else {}
+    check("process_run echo hello: stdout.text == 'hello\\n'", stdout.get("text") == "hello\n", stdout)
+    missing = sorted(OUTCOME_FIELDS - set(sc))
+    check("process_run outcome has the documented fields (docs/api.md Results)", not missing, {"missing": missing, "keys": sorted(sc)})
+    missing = sorted(STREAM_FIELDS - set(stdout))
+    check("outcome stdout has the documented {text, bytes, truncated}", not missing, {"missing": missing, "keys": sorted(stdout)})
+    text = text_of(result)
+    check("process_run echo hello: a text content block exists", text != "", [c.model_dump() for c in result.content])
+    check("process_run echo hello: the text mentions the exit status",
+          re.search(r"exit", text, re.I) is not None and "0" in text, text)
+
+
+async def section_rejections(client) -> None:
+    result, sc = await call(client, "process_run", {"command": "curl", "args": ["https://example.com"]})
+    expect_rejection("process_run curl", result, sc, "exec.not_allowed", mentions="curl")
+
+    result, sc = await call(client, "process_run", {"command": "echo", "bogus": 1})
+    expect_rejection("process_run with unknown field", result, sc, "input.malformed", mentions="bogus")
+
+    result, sc = await call(client, "process_run", {"command": "sh", "args": ["-c", "id"]})
+    expect_rejection("process_run sh -c", result, sc, "exec.interpreter_denied", mentions="sh")
+
+    result, sc = await call(client, "process_status", {"id": "0" * 32, "extra": True})
+    expect_rejection("process_status with unknown field", result, sc, "input.malformed")
+
+    result, sc = await call(client, "wasm_run", {"module_wat": "(module)"})
+    expect_rejection("wasm_run inline module under the strict policy", result, sc, "wasm.inline_denied")
+
+    from mcp import MCPError
+
+    try:
+        result = await client.call_tool("no_such_tool", {})
+        check("unknown tool name is a protocol error", False, {"isError": result.is_error, "content": text_of(result)})
+    except MCPError as e:
+        check("unknown tool name is a protocol error", True, f"MCPError {e.error.code}: {e.error.message}")
+
+
+async def section_wasm(ctx: Tierbox, client) -> None:
+    with open(os.path.join(ctx.workspace, "noop.wat"), "w") as f:
+        f.write('(module (func (export "_start")))\n')
+    result, sc = await call(client, "wasm_run", {"module": "noop.wat"})
+    sc = sc if isinstance(sc, dict) else {}
+    check("wasm_run noop.wat: not isError, exit_code 0, tier a",
+          result.is_error is False and sc.get("exit_code") == 0 and sc.get("tier") == "a",
+          {"isError": result.is_error, "exit_code": sc.get("exit_code"), "tier": sc.get("tier"),
+           "backend": sc.get("backend"), "code": sc.get("code"), "message": sc.get("message")})
+
+
+async def section_background(ctx: Tierbox, client) -> dict:
+    """Starts `tail -f` on a workspace file (the strict policy has no shell or interpreter);
+    the test appends lines to the file to make it print. Returns {id, token}."""
+    token = f"tick-{uuid.uuid4().hex}.log"
+    log_path = os.path.join(ctx.workspace, token)
+    open(log_path, "w").close()
+    result, sc = await call(client, "process_run",
+                            {"command": "tail", "args": ["-n", "+1", "-f", token], "background": True})
+    check("background start (tail -f): not isError", result.is_error is False, {"isError": result.is_error, "sc": sc})
+    sc = sc if isinstance(sc, dict) else {}
+    status = sc.get("status") if isinstance(sc.get("status"), dict) else {}
+    handle = status.get("id")
+    check("background start returns {status, startup_stdout, startup_stderr}", HANDLE_FIELDS <= set(sc), sorted(sc))
+    missing = sorted(STATUS_FIELDS - set(status))
+    check("handle status has the documented fields", not missing, {"missing": missing, "keys": sorted(status)})
+    check("handle id is 32 hex digits", isinstance(handle, str) and re.fullmatch(r"[0-9a-f]{32}", handle) is not None, handle)
+    check("handle state is running", status.get("state") == "running", status.get("state"))
+    check("handle lifetime defaults to run_owned", status.get("lifetime") == "run_owned", status.get("lifetime"))
+    check("handle argv is the request's argv", status.get("argv") in (["tail", "-n", "+1", "-f", token], ["-n", "+1", "-f", token]),
+          status.get("argv"))
+    if not isinstance(handle, str):
+        raise RuntimeError("no handle id; the background checks cannot continue")
+
+    # First read: two lines, read from offset 0.
+    with open(log_path, "a") as f:
+        f.write("tick 0\ntick 1\n")
+    first = await poll_output(client, handle, 0, "tick 1\n")
+    if first is None:
+        return {"id": handle, "token": token}
+    missing = sorted(OUTPUT_FIELDS - set(first))
+    check("process_output has the documented fields", not missing, {"missing": missing, "keys": sorted(first)})
+    check("first read: offset 0, text is exactly the two lines",
+          first.get("offset") == 0 and first.get("text") == "tick 0\ntick 1\n", first)
+    check("first read: next_offset == offset + bytes read, missed_bytes 0, stream stdout, state running",
+          first.get("next_offset") == len(first.get("text", "").encode()) and first.get("missed_bytes") == 0
+          and first.get("stream") == "stdout" and first.get("state") == "running", first)
+
+    # Second read from next_offset: only the new line.
+    with open(log_path, "a") as f:
+        f.write("tick 2\n")
+    second = await poll_output(client, handle, first["next_offset"], "tick 2\n")
+    if second is not None:
+        check("second read starts at the first read's next_offset", second.get("offset") == first.get("next_offset"),
+              {"first": first, "second": second})
+        check("second read returns only the new text", second.get("text") == "tick 2\n", second)
+        check("offsets are monotonic (next_offset advanced by the new bytes)",
+              second.get("next_offset") == first.get("next_offset") + len("tick 2\n")
+              and second.get("total_bytes", 0) >= second.get("next_offset", 0), second)
+        # Reading at the end returns nothing new and keeps the offset.
+        result, at_end = await call(client, "process_output", {"id": handle, "offset": second["next_offset"]})
+        check("a read at next_offset returns empty text and the same next_offset",
+              not result.is_error and isinstance(at_end, dict) and at_end.get("text") == ""
+              and at_end.get("next_offset") == second.get("next_offset"), at_end)
+        result, err = await call(client, "process_output", {"id": handle, "stream": "stderr"})
+        check("process_output stream=stderr works (empty)",
+              not result.is_error and isinstance(err, dict) and err.get("stream") == "stderr" and err.get("text") == "", err)
+
+    result, sc = await call(client, "process_status", {"id": handle})
+    st = status_of(sc)
+    check("process_status: running", not result.is_error and st.get("state") == "running", sc)
+    check("process_status: stdout_bytes counts the output", st.get("stdout_bytes") == len("tick 0\ntick 1\ntick 2\n"), st)
+
+    result, sc = await call(client, "process_list", {})
+    ids = [p.get("id") for p in (sc or {}).get("processes", [])] if isinstance(sc, dict) else []
+    check("process_list contains the handle", not result.is_error and handle in ids, sc)
+    return {"id": handle, "token": token}
+
+
+async def section_stdin(client) -> None:
+    """`cat` in the background echoes what process_write_stdin sends; close ends it."""
+    result, sc = await call(client, "process_run", {"command": "cat", "background": True})
+    status = (sc or {}).get("status", {}) if isinstance(sc, dict) else {}
+    handle = status.get("id")
+    check("background cat: running", not result.is_error and status.get("state") == "running", sc)
+    if not isinstance(handle, str):
+        return
+    result, sc = await call(client, "process_write_stdin", {"id": handle, "data": "ping\n"})
+    check("process_write_stdin: {id, bytes_written: 5, closed: false}",
+          not result.is_error and isinstance(sc, dict) and sc.get("id") == handle
+          and sc.get("bytes_written") == 5 and sc.get("closed") is False, sc)
+    got = await poll_output(client, handle, 0, "ping\n")
+    check("the written stdin comes back on stdout", got is not None and got.get("text") == "ping\n", got)
+    result, sc = await call(client, "process_write_stdin", {"id": handle, "data": "", "close": True})
+    check("process_write_stdin close: closed true", not result.is_error and isinstance(sc, dict) and sc.get("closed") is True, sc)
+    st = status_of(await poll_status(client, handle, {"exited"}))
+    check("cat exits 0 once stdin is closed", st.get("state") == "exited" and st.get("exit_code") == 0, st)
+    result, sc = await call(client, "process_write_stdin", {"id": handle, "data": "late\n"})
+    check("writing to a closed stdin is refused (isError, a string code)",
+          result.is_error is True and isinstance(sc, dict) and isinstance(sc.get("code"), str), sc)
+
+
+async def section_isolation(ctx: Tierbox, client1, bg: dict) -> None:
+    handle = bg["id"]
+    # The message for an id this session does not own must not differ from the message for
+    # an id that never existed (apart from the id itself): handles cannot be probed.
+    fake = uuid.uuid4().hex
+    result, own_missing = await call(client1, "process_status", {"id": fake})
+    expect_rejection("session 1: process_status of a never-issued id", result, own_missing, "background.not_found")
+
+    async with ctx.client() as client2:
+        result, sc = await call(client2, "process_list", {})
+        check("session 2: process_list is empty", not result.is_error and isinstance(sc, dict) and sc.get("processes") == [], sc)
+        for tool, args in (
+            ("process_status", {"id": handle}),
+            ("process_kill", {"id": handle}),
+            ("process_output", {"id": handle}),
+            ("process_write_stdin", {"id": handle, "data": "x\n"}),
+        ):
+            result, sc = await call(client2, tool, args)
+            expect_rejection(f"session 2: {tool} of session 1's id", result, sc, "background.not_found")
+            if tool == "process_status" and isinstance(sc, dict) and isinstance(own_missing, dict):
+                a = str(sc.get("message", "")).replace(handle, "<id>")
+                b = str(own_missing.get("message", "")).replace(fake, "<id>")
+                check("a foreign id and a never-issued id get the same message", a == b, {"foreign": a, "never_issued": b})
+
+    result, sc = await call(client1, "process_status", {"id": handle})
+    st = status_of(sc)
+    check("after session 2 (which tried to kill it) ended, session 1's process is still running",
+          not result.is_error and st.get("state") == "running", sc)
+    check("…and its process is still alive on the host", procs_with_token(bg["token"]) != [], bg["token"])
+
+
+async def section_kill(client, bg: dict) -> None:
+    handle = bg["id"]
+    result, sc = await call(client, "process_kill", {"id": handle})
+    st = status_of(sc)
+    check("process_kill: not isError, state killed", not result.is_error and st.get("state") == "killed", sc)
+    result, sc = await call(client, "process_status", {"id": handle})
+    st = status_of(sc)
+    check("process_status after kill: killed", not result.is_error and st.get("state") == "killed", sc)
+    gone = wait_until(lambda: procs_with_token(bg["token"]) == [], 2.0)
+    check("the killed process is gone from the host", gone, procs_with_token(bg["token"]))
+    result, sc = await call(client, "process_kill", {"id": handle})
+    check("killing it again does not fail with a server error",
+          isinstance(sc, dict) and (not result.is_error or isinstance(sc.get("code"), str)), {"isError": result.is_error, "sc": sc})
+
+
+async def section_progress(client) -> None:
+    events: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        events.append((progress, total, message))
+
+    lines = "".join(f"{i}\n" for i in range(1, 6))
+    result, sc = await call(client, "process_run", {"command": "seq", "args": ["1", "5"]}, progress_callback=on_progress)
+    # The SDK routes a progress notification only while its request is pending (one that
+    # arrives after the result is dropped), then runs the callback in a spawned task: give
+    # the callbacks a moment, and any event at all proves it arrived before the result.
+    import anyio
+
+    await anyio.sleep(0.3)
+    ok = not result.is_error and isinstance(sc, dict) and (sc.get("stdout") or {}).get("text") == lines
+    check("process_run seq 1 5 with a progressToken: result as usual", ok, sc if not ok else "")
+    check("at least one notifications/progress arrived", len(events) >= 1, events)
+    joined = "".join(m or "" for _, _, m in events)
+    check("the progress messages carry the output text", lines in joined or all(str(i) in joined for i in range(1, 6)), events)
+    progress = [p for p, _, _ in events]
+    check("progress values increase", all(b > a for a, b in zip(progress, progress[1:])), progress)
+
+
+async def section_lifetime(ctx: Tierbox) -> None:
+    owned = f"owned-{uuid.uuid4().hex}.txt"
+    detached = f"detached-{uuid.uuid4().hex}.txt"
+    for name in (owned, detached):
+        open(os.path.join(ctx.workspace, name), "w").close()
+    async with ctx.client() as client3:
+        result, sc = await call(client3, "process_run", {"command": "tail", "args": ["-f", owned], "background": True})
+        check("session 3: run_owned background process started", not result.is_error, sc if result.is_error else "")
+        result, sc = await call(client3, "process_run",
+                                {"command": "tail", "args": ["-f", detached], "background": True, "lifetime": "detached"})
+        status = (sc or {}).get("status", {}) if isinstance(sc, dict) else {}
+        check("session 3: detached background process started", not result.is_error and status.get("lifetime") == "detached", sc)
+        check("session 3: both processes are visible on the host",
+              wait_until(lambda: procs_with_token(owned) and procs_with_token(detached), 3.0),
+              {"owned": procs_with_token(owned), "detached": procs_with_token(detached)})
+        closing = time.monotonic()
+    closed_after = time.monotonic() - closing
+    check("session 3's server exits on stdin EOF without being signalled (< 2 s)", closed_after < 2.0,
+          f"client shutdown took {closed_after:.2f} s; the SDK sends SIGTERM after 2 s")
+    gone = wait_until(lambda: not procs_with_token(owned), 2.0)
+    check("after session 3 ended, its run_owned process is gone within 2 s", gone, procs_with_token(owned))
+    gone = wait_until(lambda: not procs_with_token(detached), 2.0)
+    check("nothing outlives the server: the detached process is gone too", gone, procs_with_token(detached))
+
+
+async def section_legacy(ctx: Tierbox) -> None:
+    """A client that only speaks the initialize handshake (protocol 2025-xx) works too."""
+    async with ctx.client(mode="legacy") as client:
+        check("legacy handshake: negotiated a handshake-era protocol", not str(client.protocol_version).startswith("2026"),
+              client.protocol_version)
+        listing = await client.list_tools()
+        check("legacy handshake: tools/list has the 7 tools", {t.name for t in listing.tools} == TOOLS,
+              sorted(t.name for t in listing.tools))
+        events = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            events.append(message)
+
+        result, sc = await call(client, "process_run", {"command": "echo", "args": ["hello"]}, progress_callback=on_progress)
+        ok = not result.is_error and isinstance(sc, dict) and (sc.get("stdout") or {}).get("text") == "hello\n"
+        check("legacy handshake: process_run echo hello", ok, sc if not ok else "")
+        import anyio
+
+        await anyio.sleep(0.3)
+        check("legacy handshake: a progress notification carried the output", any("hello" in (m or "") for m in events), events)
+
+
+async def main_async(ctx: Tierbox) -> None:
+    import anyio
+
+    with anyio.fail_after(OVERALL_TIMEOUT_S - 10):
+        async with ctx.client() as client1:
+            info = client1.server_info
+            notice(f"session 1: protocol {client1.protocol_version}, server "
+                   f"{getattr(info, 'name', '?')} {getattr(info, 'version', '?')}")
+            for title, coro in (
+                ("tools", lambda: section_tools(client1)),
+                ("foreground", lambda: section_foreground(client1)),
+                ("rejections", lambda: section_rejections(client1)),
+                ("wasm", lambda: section_wasm(ctx, client1)),
+                ("stdin", lambda: section_stdin(client1)),
+                ("progress", lambda: section_progress(client1)),
+            ):
+                await run_section(title, coro)
+            bg = await run_section("background", lambda: section_background(ctx, client1))
+            if isinstance(bg, dict):
+                await run_section("isolation", lambda: section_isolation(ctx, client1, bg))
+                await run_section("kill", lambda: section_kill(client1, bg))
+        await run_section("lifetime", lambda: section_lifetime(ctx))
+        await run_section("legacy handshake", lambda: section_legacy(ctx))
+
+
+async def run_section(title: str, make) -> Any:
+    print(f"--- {title}", flush=True)
+    try:
+        return await make()
+    except Exception as e:  # one broken section must not hide the others
+        check(f"section {title} ran without an exception", False, f"{type(e).__name__}: {e}")
+        traceback.print_exc()
+        return None
+
+
+def main() -> int:
+    signal.signal(signal.SIGALRM, _hard_timeout)
+    signal.alarm(OVERALL_TIMEOUT_S)
+    binary = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TIERBOX_BIN", "")
+    if not binary:
+        print("usage: mcp_client_test.py PATH/TO/tierbox   (or set TIERBOX_BIN)", file=sys.stderr)
+        return 2
+    binary = os.path.abspath(binary)
+    if not os.access(binary, os.X_OK):
+        print(f"FAIL: {binary} is not an executable", flush=True)
+        return 2
+    try:
+        import anyio
+        import mcp  # noqa: F401
+    except ImportError as e:
+        print(f"FAIL: the MCP Python SDK is not installed ({e}); pip install mcp==2.3.0", flush=True)
+        return 2
+    print(f"tierbox: {binary}", flush=True)
+    ctx = Tierbox(binary)
+    print(f"server: {binary} {' '.join(ctx.args)}", flush=True)
+    try:
+        anyio.run(main_async, ctx)
+    except BaseException as e:  # noqa: BLE001 - report anything, including the fail_after timeout
+        check("the test body completed", False, f"{type(e).__name__}: {e}")
+        traceback.print_exc()
+    finally:
+        ctx.cleanup()
+    failed = [name for name, ok in _results if not ok]
+    print(f"mcp_client_test: {len(_results) - len(failed)} passed, {len(failed)} failed", flush=True)
+    for name in failed:
+        print(f"  failed: {name}", flush=True)
+    return 1 if failed or not _results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
