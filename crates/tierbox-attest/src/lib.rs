@@ -10,8 +10,54 @@
 //! whitespace, and strings escaped by `serde_json` — the same bytes for the same value on
 //! every platform, recomputable with `python3 -c 'import json,hashlib,sys; ...'` using
 //! `json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`.
+//!
+//! Signed attestations and the audit log use a different, standard encoding: RFC 8785
+//! JCS ([`jcs()`]); see `docs/attestation.md` for the exact bytes signed and chained.
+//!
+//! - [`attestation`]: the [`Attestation`] record, [`sign`] and [`verify_envelope`];
+//! - [`keys`]: Ed25519 keys (created on first use in the state directory), PEM export;
+//! - [`log`]: the hash-chained audit log, [`AuditLog`] and [`verify_log`].
+//!
+//! ```
+//! use tierbox_attest::{AuditLog, Body, sign, verify_envelope, verify_log};
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let state_dir = dir.path();
+//! let (key, _created) = tierbox_attest::load_or_create_signing_key(state_dir).unwrap();
+//! let mut attestation = tierbox_attest::example_attestation();
+//! attestation.id = tierbox_attest::new_id().unwrap();
+//! attestation.body = Body::Rejection {
+//!     code: "executable_not_allowed".into(),
+//!     message: "curl is not in exec.allowed_executables".into(),
+//! };
+//! let signed = sign(attestation, &key).unwrap();
+//! verify_envelope(&signed, Some(&key.verifying_key())).unwrap();
+//!
+//! let mut log = AuditLog::open(&state_dir.join("audit.jsonl")).unwrap();
+//! let head = log.append(signed).unwrap();
+//! assert_eq!(verify_log(&state_dir.join("audit.jsonl")).unwrap().head, Some(head));
+//! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
+pub mod attestation;
+pub mod jcs;
+pub mod keys;
+pub mod log;
+
+pub use attestation::{
+    ATTESTATION_DOMAIN, ATTESTATION_VERSION, Attestation, Body, Outcome, RunFacts,
+    SignedAttestation, VerifyError, attestation_digest, egress_decisions_digest,
+    example_attestation, new_id, request_digest, sign, signed_bytes, verify_envelope,
+};
+pub use ed25519_dalek::{SigningKey, VerifyingKey};
+pub use jcs::{JcsError, jcs};
+pub use keys::{
+    KeyError, load_or_create_signing_key, load_signing_key, parse_public_key, public_key_hex,
+    public_key_pem,
+};
+pub use log::{
+    AuditLog, Head, LogError, Summary, VerifyOptions, rotate, verify_log, verify_log_with,
+};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tierbox_policy::Plan;
@@ -50,6 +96,10 @@ fn sorted(value: &Value) -> Value {
 }
 
 /// Lowercase hex SHA-256 of `bytes`.
+///
+/// ```
+/// assert!(tierbox_attest::sha256_hex(b"").starts_with("e3b0c442"));
+/// ```
 pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
@@ -57,7 +107,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// The plan as attested: environment values replaced by their SHA-256.
+/// The plan as attested: environment values and stdin replaced by their SHA-256.
 pub fn plan_for_attestation(plan: &Plan) -> Value {
     let mut v = serde_json::to_value(plan).unwrap_or(Value::Null);
     hash_env_and_stdin(&mut v);

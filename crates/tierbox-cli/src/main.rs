@@ -1,6 +1,7 @@
 //! `tierbox`: run a command in a sandbox, check a request, print schemas, diagnose the host.
 #![forbid(unsafe_code)]
 
+mod attest;
 mod doctor;
 mod render;
 mod wasm;
@@ -147,7 +148,7 @@ enum Command {
         #[arg(long, group = "transport", value_name = "PATH")]
         unix: Option<PathBuf>,
         /// File holding the bearer token (default: $TIERBOX_HTTP_TOKEN, else
-        /// <state dir>/http-token, generated on first start).
+        /// `<state dir>/http-token`, generated on first start).
         #[arg(long, value_name = "FILE")]
         token_file: Option<PathBuf>,
         /// Allow a non-loopback --http address. Anyone who can reach it with the token can
@@ -174,6 +175,16 @@ enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:3128")]
         listen: std::net::SocketAddr,
+    },
+    /// Attestation keys and verification of signed attestations.
+    Attest {
+        #[command(subcommand)]
+        action: attest::AttestAction,
+    },
+    /// Verify the hash-chained audit log.
+    Audit {
+        #[command(subcommand)]
+        action: attest::AuditAction,
     },
 }
 
@@ -311,6 +322,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             };
             cmd_serve(runner, transport, token_file, max_concurrent, queue)
         }
+        Command::Attest { action } => attest::run_attest(action),
+        Command::Audit { action } => attest::run_audit(action),
         Command::Policy {
             action: PolicyAction::Init,
         } => {
