@@ -244,6 +244,11 @@ async def section_foreground(client) -> None:
     check("process_run echo hello: exit_code 0", sc.get("exit_code") == 0, {"exit_code": sc.get("exit_code")})
     stdout = sc.get("stdout") if isinstance(sc.get("stdout"), dict) else {}
     check("process_run echo hello: stdout.text == 'hello\\n'", stdout.get("text") == "hello\n", stdout)
+    att = sc.get("attestation") or {}
+    check("process_run outcome carries a signed attestation (64-byte signature, 32-byte key)",
+          len(att.get("signature", "")) == 128 and len(att.get("public_key", "")) == 64
+          and att.get("attestation", {}).get("body", {}).get("kind") == "run",
+          {"attestation": att})
     missing = sorted(OUTCOME_FIELDS - set(sc))
     check("process_run outcome has the documented fields (docs/api.md Results)", not missing, {"missing": missing, "keys": sorted(sc)})
     missing = sorted(STREAM_FIELDS - set(stdout))

@@ -183,6 +183,49 @@ fn write_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Lowercase hex of `bytes` (the form of every digest, key and signature here).
+///
+/// ```
+/// assert_eq!(tierbox_attest::jcs::hex(&[0, 0xab]), "00ab");
+/// ```
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// Largest integer magnitude JCS can carry exactly (2^53 - 1, IEEE-754 doubles).
+pub const MAX_EXACT_INTEGER: u64 = (1 << 53) - 1;
+
+/// Rewrites every integer beyond ±[`MAX_EXACT_INTEGER`] in `value` as its decimal string,
+/// so that [`jcs`] accepts reports that hold large counters (byte limits, inode numbers)
+/// and the digest still commits to the exact value.
+///
+/// ```
+/// let mut v = serde_json::json!({"memory_bytes": u64::MAX, "small": 7});
+/// tierbox_attest::jcs::large_integers_as_strings(&mut v);
+/// assert_eq!(tierbox_attest::jcs(&v).unwrap(),
+///            r#"{"memory_bytes":"18446744073709551615","small":7}"#);
+/// ```
+pub fn large_integers_as_strings(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            let too_big = n.as_u64().is_some_and(|u| u > MAX_EXACT_INTEGER)
+                || n.as_i64()
+                    .is_some_and(|i| i.unsigned_abs() > MAX_EXACT_INTEGER);
+            if too_big {
+                *value = Value::String(n.to_string());
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(large_integers_as_strings),
+        Value::Object(map) => map.values_mut().for_each(large_integers_as_strings),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 #[path = "jcs_tests.rs"]
 mod tests;

@@ -224,9 +224,7 @@ pub(crate) fn os_random(buf: &mut [u8]) -> std::io::Result<()> {
 }
 
 /// Lowercase hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub(crate) use crate::jcs::hex;
 
 /// Parses exactly `N` bytes of lowercase hex.
 pub(crate) fn parse_hex<const N: usize>(s: &str) -> Option<[u8; N]> {

@@ -101,10 +101,7 @@ fn sorted(value: &Value) -> Value {
 /// assert!(tierbox_attest::sha256_hex(b"").starts_with("e3b0c442"));
 /// ```
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    jcs::hex(&Sha256::digest(bytes))
 }
 
 /// The plan as attested: environment values and stdin replaced by their SHA-256.
@@ -137,6 +134,24 @@ pub fn plan_digest(plan: &Plan) -> String {
     let mut bytes = PLAN_DIGEST_DOMAIN.as_bytes().to_vec();
     bytes.extend_from_slice(canonical_json(&plan_for_attestation(plan)).as_bytes());
     sha256_hex(&bytes)
+}
+
+/// Domain-separation prefix of policy digests.
+pub const POLICY_DIGEST_DOMAIN: &str = "tierbox.policy.v1\n";
+
+/// `sha256(POLICY_DIGEST_DOMAIN || jcs(policy))`, hex: the policy in force, as parsed
+/// (defaults filled in), with integers beyond 2^53 written as strings
+/// ([`jcs::large_integers_as_strings`]).
+///
+/// ```
+/// let p = tierbox_policy::Policy::default();
+/// assert_eq!(tierbox_attest::policy_digest(&p).len(), 64);
+/// assert_eq!(tierbox_attest::policy_digest(&p), tierbox_attest::policy_digest(&p.clone()));
+/// ```
+pub fn policy_digest(policy: &tierbox_policy::Policy) -> String {
+    let mut v = serde_json::to_value(policy).unwrap_or(Value::Null);
+    jcs::large_integers_as_strings(&mut v);
+    attestation::domain_digest(POLICY_DIGEST_DOMAIN, &v).unwrap_or_default()
 }
 
 /// Domain-separation prefix of Tier A plan digests.

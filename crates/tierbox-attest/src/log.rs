@@ -8,7 +8,7 @@
 //! - `digest = sha256(LOG_DOMAIN || jcs({"prev","record","seq"}))`, hex.
 //!
 //! Invariants kept by [`AuditLog`]: one writer at a time (an exclusive `flock` on the
-//! open file); each record is one `write(2)` on an `O_APPEND` descriptor followed by
+//! file around each append; a writer first verifies what others appended); each record is one `write(2)` on an `O_APPEND` descriptor followed by
 //! `fsync` (`File::sync_data`) before `append` returns, so an acknowledged record
 //! survives a crash; a failed write is cut back with `ftruncate` so no partial line is
 //! left behind; the file is mode 0600 and opened with `O_NOFOLLOW`.
@@ -145,9 +145,6 @@ pub enum LogError {
         /// The error.
         source: std::io::Error,
     },
-    /// Another process holds the log open for writing.
-    #[error("{0} is locked by another writer")]
-    Locked(PathBuf),
     /// The last line has no trailing newline: a torn write or a truncated file.
     #[error("line {line}: truncated record (no trailing newline)")]
     Truncated {
@@ -436,12 +433,17 @@ fn first_anchor(rec: &LogRecord, line: u64, options: &VerifyOptions) -> Result<H
     }
 }
 
-/// An open audit log, locked for writing.
+/// An open audit log. Several writers — threads of one server, or separate `tierbox run`
+/// processes — may append to the same file: each append takes an exclusive `flock`,
+/// catches up with (and verifies the chain of) records other writers added since its
+/// last append, follows a rotation by reopening the path, then writes its record.
 #[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
     file: File,
     head: Head,
+    /// File length after the last record this writer saw or wrote.
+    known_len: u64,
 }
 
 fn open_append(path: &Path, create_new: bool) -> Result<File, LogError> {
@@ -455,14 +457,34 @@ fn open_append(path: &Path, create_new: bool) -> Result<File, LogError> {
     } else {
         o.create(true);
     }
-    let file = o.open(path).map_err(|source| LogError::Io {
+    o.open(path).map_err(|source| LogError::Io {
         op: "opening",
         path: path.to_owned(),
         source,
-    })?;
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
-        .map_err(|_| LogError::Locked(path.to_owned()))?;
-    Ok(file)
+    })
+}
+
+/// Holds the exclusive writer lock on a log file until dropped.
+struct WriteLock<'a>(&'a File);
+
+impl<'a> WriteLock<'a> {
+    /// Blocks until this process holds the lock.
+    fn take(file: &'a File, path: &Path) -> Result<Self, LogError> {
+        rustix::fs::flock(file, rustix::fs::FlockOperation::LockExclusive).map_err(|e| {
+            LogError::Io {
+                op: "locking",
+                path: path.to_owned(),
+                source: e.into(),
+            }
+        })?;
+        Ok(Self(file))
+    }
+}
+
+impl Drop for WriteLock<'_> {
+    fn drop(&mut self) {
+        let _ = rustix::fs::flock(self.0, rustix::fs::FlockOperation::Unlock);
+    }
 }
 
 fn sync_parent(path: &Path) -> Result<(), LogError> {
@@ -479,30 +501,45 @@ fn sync_parent(path: &Path) -> Result<(), LogError> {
         })
 }
 
+/// Whether `file` is still the file at `path` (not rotated away or replaced).
+fn is_current(file: &File, path: &Path) -> Result<bool, LogError> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |op, source| LogError::Io {
+        op,
+        path: path.to_owned(),
+        source,
+    };
+    let open = file.metadata().map_err(|e| io("inspecting", e))?;
+    match std::fs::symlink_metadata(path) {
+        Ok(now) => Ok(now.dev() == open.dev() && now.ino() == open.ino()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io("inspecting", e)),
+    }
+}
+
 impl AuditLog {
-    /// Opens (creating, mode 0600) the log at `path`, takes the writer lock, and
-    /// verifies the existing records' chain to find the head (signatures are not
-    /// re-checked here; use [`verify_log`]). Refuses a log that does not verify, e.g.
-    /// one with a torn last line, rather than extending a broken chain.
+    /// Opens (creating, mode 0600) the log at `path` and verifies the existing records'
+    /// chain to find the head (signatures are not re-checked here; use [`verify_log`]).
+    /// Refuses a log that does not verify, e.g. one with a torn last line, rather than
+    /// extending a broken chain.
     pub fn open(path: &Path) -> Result<Self, LogError> {
         let existed = path.exists();
         let file = open_append(path, false)?;
         if !existed {
             sync_parent(path)?;
         }
-        let summary = verify_reader(
-            BufReader::new(&file),
-            path,
-            &VerifyOptions {
-                check_signatures: false,
-                ..VerifyOptions::default()
-            },
-        )?;
-        Ok(Self {
+        let mut log = Self {
             path: path.to_owned(),
             file,
-            head: summary.head.unwrap_or_else(genesis),
-        })
+            head: genesis(),
+            known_len: 0,
+        };
+        let lock = WriteLock::take(&log.file, path)?;
+        let (head, len) = log.catch_up(0, &genesis(), true)?;
+        drop(lock);
+        log.head = head;
+        log.known_len = len;
+        Ok(log)
     }
 
     /// The last record's position (`seq` 0 and [`GENESIS`] when empty). Keep it outside
@@ -518,31 +555,86 @@ impl AuditLog {
         })
     }
 
-    fn append_entry(&mut self, entry: &Entry) -> Result<Head, LogError> {
-        let (line, head) = encode_record(&self.head, entry)?;
+    /// Reads and verifies the records from byte `from` to the end of the file, chaining
+    /// from `after` (`from_start`: the whole file, where the first record may anchor
+    /// itself as a rotated-to file does). Returns the new head and the file length.
+    fn catch_up(&self, from: u64, after: &Head, from_start: bool) -> Result<(Head, u64), LogError> {
+        use std::io::{Seek, SeekFrom};
         let io = |op, source| LogError::Io {
             op,
             path: self.path.clone(),
             source,
         };
         let len = self.file.metadata().map_err(|e| io("inspecting", e))?.len();
-        if let Err(e) = (&self.file)
-            .write_all(line.as_bytes())
-            .and_then(|()| self.file.sync_data())
-        {
-            // Leave no torn line behind; if this fails too, `open` will report it.
-            let _ = self.file.set_len(len);
-            return Err(io("appending to", e));
+        if len < from {
+            return Err(LogError::HeadMismatch {
+                expected: after.clone(),
+                found: format!("a file cut to {len} bytes"),
+            });
         }
-        self.head = head.clone();
-        Ok(head)
+        if len == from {
+            return Ok((after.clone(), len));
+        }
+        let mut reader = &self.file;
+        reader
+            .seek(SeekFrom::Start(from))
+            .map_err(|e| io("reading", e))?;
+        let options = VerifyOptions {
+            check_signatures: false,
+            anchor: (!from_start).then(|| after.clone()),
+            ..VerifyOptions::default()
+        };
+        let summary = verify_reader(
+            BufReader::new(reader.take(len - from)),
+            &self.path,
+            &options,
+        )?;
+        Ok((summary.head.unwrap_or_else(|| after.clone()), len))
+    }
+
+    fn append_entry(&mut self, entry: &Entry) -> Result<Head, LogError> {
+        loop {
+            let lock = WriteLock::take(&self.file, &self.path)?;
+            let (head, len) = self.catch_up(self.known_len, &self.head, false)?;
+            self.head = head;
+            self.known_len = len;
+            if !is_current(&self.file, &self.path)? {
+                // Another writer rotated the log (under this lock, so `head` is the old
+                // file's last record): continue in the file now at the path.
+                drop(lock);
+                self.file = open_append(&self.path, false)?;
+                self.known_len = 0;
+                continue;
+            }
+            let (line, next) = encode_record(&self.head, entry)?;
+            if let Err(e) = (&self.file)
+                .write_all(line.as_bytes())
+                .and_then(|()| self.file.sync_data())
+            {
+                // Leave no torn line behind; if this fails too, `open` will report it.
+                let _ = self.file.set_len(len);
+                return Err(LogError::Io {
+                    op: "appending to",
+                    path: self.path.clone(),
+                    source: e,
+                });
+            }
+            self.head = next.clone();
+            self.known_len = len + line.len() as u64;
+            return Ok(next);
+        }
     }
 
     /// Moves the current file to `<path>.<last seq>` (refusing to overwrite) and starts a
     /// new file at `path` whose first record is an [`Entry::Rotation`] anchoring the
     /// chain to the moved file's head. The new file is written and fsynced before it
-    /// replaces `path` (by `rename`), so `path` always holds a valid log.
+    /// replaces `path` (by `rename`), so `path` always holds a valid log. Other writers
+    /// are held off by the lock and then follow the rename.
     pub fn rotate(&mut self) -> Result<PathBuf, LogError> {
+        let lock = WriteLock::take(&self.file, &self.path)?;
+        let (head, len) = self.catch_up(self.known_len, &self.head, false)?;
+        self.head = head;
+        self.known_len = len;
         if self.head.seq == 0 {
             return Err(LogError::Empty(self.path.clone()));
         }
@@ -567,6 +659,7 @@ impl AuditLog {
             path: fresh.clone(),
             file,
             head: self.head.clone(),
+            known_len: 0,
         };
         next.append_entry(&Entry::Rotation {
             previous_file: format!("{name}.{}", self.head.seq),
@@ -576,6 +669,7 @@ impl AuditLog {
         std::fs::rename(&fresh, &self.path).map_err(|e| io("renaming", &fresh, e))?;
         sync_parent(&self.path)?;
         next.path = self.path.clone();
+        drop(lock);
         *self = next;
         Ok(rotated)
     }

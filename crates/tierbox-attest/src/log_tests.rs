@@ -78,11 +78,54 @@ fn appended_log_verifies_and_reopens() {
 }
 
 #[test]
-fn second_writer_is_locked_out() {
+fn interleaved_writers_and_a_rotation_keep_one_chain() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
-    let _log = AuditLog::open(&path).unwrap();
-    assert!(matches!(AuditLog::open(&path), Err(LogError::Locked(_))));
+    let mut a = AuditLog::open(&path).unwrap();
+    let mut b = AuditLog::open(&path).unwrap();
+    a.append(signed(1)).unwrap();
+    // b has not seen a's record: it catches up (and verifies it) before appending.
+    assert_eq!(b.append(signed(2)).unwrap().seq, 2);
+    assert_eq!(a.append(signed(3)).unwrap().seq, 3);
+    let rotated = b.rotate().unwrap();
+    // a still holds the rotated-away file: it follows the path to the new file.
+    let head = a.append(signed(4)).unwrap();
+    assert_eq!(head.seq, 5, "the rotation record is seq 4");
+    let files = [rotated, path.clone()];
+    let s = verify_log_files(&files, &VerifyOptions::default()).unwrap();
+    assert_eq!(s.head, Some(head));
+    // Threads appending at once lose no record and never fork the chain.
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            let path = &path;
+            scope.spawn(move || {
+                let mut log = AuditLog::open(path).unwrap();
+                for n in 0..5 {
+                    log.append(signed(n)).unwrap();
+                }
+            });
+        }
+    });
+    let s = verify_log(&path).unwrap();
+    assert_eq!((s.records, s.head.unwrap().seq), (22, 25));
+}
+
+#[test]
+fn a_writer_refuses_records_another_writer_broke() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let mut a = AuditLog::open(&path).unwrap();
+    a.append(signed(1)).unwrap();
+    // A forged line appended behind a's back.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"{\"forged\":true}\n").unwrap();
+    assert!(matches!(
+        a.append(signed(2)),
+        Err(LogError::Malformed { .. })
+    ));
 }
 
 #[test]

@@ -544,6 +544,9 @@ fn run_and_print(
                 let tty = std::io::stdout().is_terminal();
                 render::print_outcome(&outcome, tty);
             }
+            if let Some(e) = &outcome.audit_error {
+                eprintln!("tierbox: the run is not attested: {e}");
+            }
             Ok(ExitCode::from(
                 u8::try_from(outcome.exit_status()).unwrap_or(1),
             ))

@@ -387,3 +387,77 @@ fn openssl_verifies_the_signature_when_present() {
     std::fs::write(&msg, bad).unwrap();
     assert!(!verify(&msg).status.success());
 }
+
+/// `tierbox run` with an audit log in the policy: the `--json` outcome carries a signed
+/// attestation that `tierbox attest verify` accepts (and rejects once the output is
+/// edited), rejections are recorded too, and `tierbox audit verify` checks the chain.
+#[test]
+fn tierbox_run_attests_into_the_outcome_and_the_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let state = dir.path().join("state");
+    let log = dir.path().join("audit.jsonl");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version = 1\n[exec]\nallowed_executables = [\"echo\"]\n[audit]\nlog = \"{}\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let mut all = vec![
+            "run",
+            "--json",
+            "--policy",
+            s(&policy),
+            "--workspace",
+            s(&ws),
+        ];
+        all.extend(["--state-dir", s(&state), "--"]);
+        all.extend(args);
+        tierbox(&all)
+    };
+    let o = run(&["echo", "attested"]);
+    if o.status.code() != Some(0) {
+        let doctor = tierbox(&["doctor"]);
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "tierbox run failed under CI: {} {}",
+            stderr(&o),
+            stdout(&doctor)
+        );
+        eprintln!("SKIP: tierbox run cannot run here: {}", stderr(&o));
+        return;
+    }
+    let outcome_path = dir.path().join("outcome.json");
+    std::fs::write(&outcome_path, &o.stdout).unwrap();
+    let key = pubkey_hex(dir.path());
+    let v = tierbox(&["attest", "verify", s(&outcome_path), "--pubkey", &key]);
+    assert!(v.status.success(), "{} {}", stdout(&v), stderr(&v));
+    assert!(stdout(&v).contains("output match"), "{}", stdout(&v));
+
+    // Edited output no longer matches the signed digests.
+    let mut outcome: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    outcome["stdout"]["text"] = "forged\n".into();
+    std::fs::write(&outcome_path, outcome.to_string()).unwrap();
+    let v = tierbox(&["attest", "verify", s(&outcome_path), "--pubkey", &key]);
+    assert_fails_with(&v, "stdout.text");
+
+    // A rejection is evidence too.
+    let r = run(&["curl", "example.org"]);
+    assert_ne!(r.status.code(), Some(0));
+    let v = tierbox(&["audit", "verify", s(&log), "--pubkey", &key]);
+    assert!(v.status.success(), "{} {}", stdout(&v), stderr(&v));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(
+        text.lines()
+            .nth(1)
+            .unwrap()
+            .contains("\"kind\":\"rejection\"")
+    );
+}

@@ -688,12 +688,18 @@ impl Policy {
                 );
             }
         }
-        // Refuse, rather than silently ignore, what this build cannot do.
-        if self.audit.log.is_some() || self.audit.signing_key.is_some() {
-            return invalid(
-                "audit",
-                "audit logging and signed attestations are not available in this build".to_owned(),
-            );
+        for (field, path) in [
+            ("audit.log", &self.audit.log),
+            ("audit.signing_key", &self.audit.signing_key),
+        ] {
+            if let Some(p) = path
+                && !p.is_absolute()
+            {
+                return invalid(
+                    field,
+                    format!("{} is relative; give an absolute path", p.display()),
+                );
+            }
         }
         let b = &self.background;
         if b.default_lifetime_ms > b.max_lifetime_ms {
@@ -779,10 +785,16 @@ mod tests {
     }
 
     #[test]
-    fn unavailable_audit_settings_are_refused_not_ignored() {
+    fn audit_paths_must_be_absolute() {
         let doc = "version = 1\n[audit]\nlog = \"/var/log/tierbox.jsonl\"\n";
+        assert!(Policy::from_toml(doc).is_ok());
+        let doc = "version = 1\n[audit]\nlog = \"audit.jsonl\"\n";
         assert!(
-            matches!(Policy::from_toml(doc), Err(PolicyError::Invalid { field, .. }) if field == "audit")
+            matches!(Policy::from_toml(doc), Err(PolicyError::Invalid { field, .. }) if field == "audit.log")
+        );
+        let doc = "version = 1\n[audit]\nsigning_key = \"key.pem\"\n";
+        assert!(
+            matches!(Policy::from_toml(doc), Err(PolicyError::Invalid { field, .. }) if field == "audit.signing_key")
         );
         assert!(Policy::from_toml("version = 1\n[audit]\n").is_ok());
     }

@@ -29,6 +29,7 @@ use tierbox_sandbox::spawn::{self, LaunchOptions};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
+use crate::audit::{Auditor, RunDescription};
 use crate::outcome::signal_name;
 use crate::ring::{OutputChunk, OutputRing, RING_BYTES};
 use crate::supervisor::{
@@ -50,6 +51,11 @@ pub const ENDED_RETENTION: Duration = Duration::from_secs(10 * 60);
 
 /// Most ended-process records kept per owner; the oldest go first.
 pub const MAX_ENDED_PER_OWNER: usize = 16;
+
+/// Time allowed, beyond the TERM grace and the drain, for a watcher to reap the run,
+/// release its cgroup and sign its attestation before a status call stops waiting for
+/// the end to be recorded, in milliseconds.
+pub const END_RECORD_MARGIN_MS: u64 = 1000;
 
 /// Longest a `write_stdin` waits for the process to make room in its stdin pipe.
 pub const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -98,6 +104,30 @@ pub struct BackgroundStatus {
     pub stdout_bytes: u64,
     /// Bytes written to stderr so far.
     pub stderr_bytes: u64,
+    /// The signed attestation, once the process has ended (see `docs/attestation.md`;
+    /// its redacted-output digests cover the bytes still in the ring at the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<tierbox_attest::SignedAttestation>,
+    /// The process ended but its attestation could not be made or logged: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_error: Option<String>,
+}
+
+/// What a background run is attested with when it ends.
+#[derive(Debug, Clone)]
+pub struct Seal {
+    /// Signs and logs.
+    pub auditor: Arc<Auditor>,
+    /// The request as JSON (for its digest).
+    pub request: serde_json::Value,
+    /// When the request was accepted, unix milliseconds.
+    pub started_unix_ms: u64,
+}
+
+struct SealFacts {
+    seal: Seal,
+    plan_sha256: String,
+    enforcement: tierbox_policy::Enforcement,
 }
 
 /// A started background process: its status and what it printed during the startup
@@ -152,6 +182,7 @@ impl BackgroundError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Run(RunError::Rejected(r)) => r.code(),
+            Self::Run(RunError::Audit(_)) => "audit.unavailable",
             Self::Run(_) => "run.failed",
             Self::Limit { .. } => "background.limit",
             Self::NotFound { .. } => "background.not_found",
@@ -187,6 +218,10 @@ struct Entry {
     stop: Notify,
     end: Mutex<Option<Ended>>,
     ended: Notify,
+    /// The watcher has seen the end coming (exit, kill or expiry) and is recording it.
+    ending: std::sync::atomic::AtomicBool,
+    seal: Option<SealFacts>,
+    attestation: Mutex<Option<Result<tierbox_attest::SignedAttestation, String>>>,
 }
 
 impl Entry {
@@ -224,6 +259,59 @@ impl Entry {
             backend: self.backend.clone(),
             stdout_bytes: total(&self.stdout),
             stderr_bytes: total(&self.stderr),
+            attestation: self.attestation_field(|a| a.as_ref().ok().cloned()),
+            audit_error: self.attestation_field(|a| a.as_ref().err().cloned()),
+        }
+    }
+
+    fn attestation_field<T>(
+        &self,
+        f: impl FnOnce(&Result<tierbox_attest::SignedAttestation, String>) -> Option<T>,
+    ) -> Option<T> {
+        self.attestation.lock().ok()?.as_ref().and_then(f)
+    }
+
+    /// Signs (and logs) the attestation of the ended run; blocking I/O (fsync).
+    fn seal(&self, started: Instant, code: Option<i32>, signal: Option<i32>) {
+        let Some(facts) = &self.seal else { return };
+        let ring = |r: &Arc<Mutex<OutputRing>>| {
+            r.lock()
+                .map(|r| {
+                    let text = r.retained_text();
+                    let text = match &self.redactor {
+                        Some(red) => red.redact(&text).0.into_owned(),
+                        None => text,
+                    };
+                    (r.sha256(), tierbox_attest::sha256_hex(text.as_bytes()))
+                })
+                .unwrap_or_default()
+        };
+        let (stdout_sha256, redacted_stdout_sha256) = ring(&self.stdout);
+        let (stderr_sha256, redacted_stderr_sha256) = ring(&self.stderr);
+        let ended = tierbox_attest::Outcome {
+            exit_code: code,
+            signal,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            limit_hit: None,
+            stdout_sha256,
+            stderr_sha256,
+            redacted_stdout_sha256,
+            redacted_stderr_sha256,
+        };
+        let run = RunDescription {
+            plan_sha256: &facts.plan_sha256,
+            tier: &self.tier,
+            backend: &self.backend,
+            enforcement: &facts.enforcement,
+            egress: None,
+        };
+        let result = facts
+            .seal
+            .auditor
+            .attest(&facts.seal.request, facts.seal.started_unix_ms, run, ended)
+            .map_err(|e| e.to_string());
+        if let Ok(mut slot) = self.attestation.lock() {
+            *slot = Some(result);
         }
     }
 
@@ -231,9 +319,10 @@ impl Entry {
     /// is readable the end is being recorded, and this waits (bounded by the drain
     /// timeout) for it.
     async fn current_status(&self) -> BackgroundStatus {
-        if self.ended().is_none() && self.has_exited() {
+        let ending = self.ending.load(std::sync::atomic::Ordering::Acquire);
+        if self.ended().is_none() && (ending || self.has_exited()) {
             let _ = tokio::time::timeout(
-                Duration::from_millis(DRAIN_TIMEOUT_MS + TERM_GRACE_MS),
+                Duration::from_millis(DRAIN_TIMEOUT_MS + TERM_GRACE_MS + END_RECORD_MARGIN_MS),
                 self.wait_end(),
             )
             .await;
@@ -358,6 +447,17 @@ impl BackgroundManager {
         owner: &str,
         plan: &Plan,
     ) -> Result<BackgroundHandle, BackgroundError> {
+        self.start_sealed(owner, plan, None).await
+    }
+
+    /// [`BackgroundManager::start`], attesting the run with `seal` when it ends (the
+    /// attestation then appears in its status).
+    pub async fn start_sealed(
+        &self,
+        owner: &str,
+        plan: &Plan,
+        seal: Option<Seal>,
+    ) -> Result<BackgroundHandle, BackgroundError> {
         let bg = plan.background.ok_or_else(|| {
             RunError::Launch("the plan was not validated with background: true".to_owned())
         })?;
@@ -450,6 +550,13 @@ impl BackgroundManager {
             stop: Notify::new(),
             end: Mutex::new(None),
             ended: Notify::new(),
+            ending: std::sync::atomic::AtomicBool::new(false),
+            seal: seal.map(|seal| SealFacts {
+                seal,
+                plan_sha256: tierbox_attest::plan_digest(&plan),
+                enforcement: guard.launched.enforcement.clone(),
+            }),
+            attestation: Mutex::new(None),
         });
         let deadline = Instant::now() + Duration::from_millis(bg.lifetime_ms);
         tokio::spawn(watch(entry.clone(), guard, deadline));
@@ -607,6 +714,7 @@ impl BackgroundManager {
 
 /// Supervises one background process to its end: exit, kill request, or lifetime.
 async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
+    let started = Instant::now();
     let l = &mut guard.launched;
     let quota = Arc::new(Notify::new());
     let readers = [
@@ -629,6 +737,9 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
         },
         None => BackgroundState::Killed,
     };
+    entry
+        .ending
+        .store(true, std::sync::atomic::Ordering::Release);
     if state == BackgroundState::Expired {
         signal_tree(l, libc::SIGTERM);
         if let Some(p) = &pidfd {
@@ -662,12 +773,21 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
         }
     }
     guard.finish();
+    let (code, signal) = (
+        exit.as_ref().and_then(|e| e.code),
+        exit.as_ref().and_then(|e| e.signal),
+    );
+    // Attested before the end is published, so an ended status carries its attestation.
+    if entry.seal.is_some() {
+        let sealing = entry.clone();
+        let _ = tokio::task::spawn_blocking(move || sealing.seal(started, code, signal)).await;
+    }
     if let Ok(mut end) = entry.end.lock() {
         *end = Some(Ended {
             at: Instant::now(),
             state,
-            code: exit.as_ref().and_then(|e| e.code),
-            signal: exit.as_ref().and_then(|e| e.signal),
+            code,
+            signal,
         });
     }
     entry.ended.notify_waiters();

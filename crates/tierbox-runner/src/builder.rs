@@ -11,7 +11,8 @@ use tierbox_policy::{
 
 use std::sync::Arc;
 
-use crate::background::{BackgroundError, BackgroundHandle, BackgroundManager};
+use crate::audit::{Auditor, now_unix_ms};
+use crate::background::{BackgroundError, BackgroundHandle, BackgroundManager, Seal};
 use crate::outcome::Outcome;
 use crate::stream::OutputEvent;
 use crate::supervisor::{RunError, RunOptions, run_plan, run_plan_streaming};
@@ -214,6 +215,9 @@ pub struct Runner {
     workspace: PathBuf,
     options: RunOptions,
     background: Arc<BackgroundManager>,
+    /// Signs attestations and appends to the audit log; opened on first use (shared by
+    /// clones), retried after a failure.
+    auditor: Arc<std::sync::Mutex<Option<Arc<Auditor>>>>,
 }
 
 impl Runner {
@@ -234,6 +238,7 @@ impl Runner {
             workspace,
             options,
             background,
+            auditor: Arc::default(),
         }
     }
 
@@ -251,7 +256,85 @@ impl Runner {
             options.clone(),
         ));
         self.options = options;
+        self.auditor = Arc::default();
         self
+    }
+
+    /// The runner's attestation signer and audit log, opened on first use: the policy's
+    /// `[audit] signing_key`, else `<state_dir>/attest-key` (created 0600), and the
+    /// policy's `[audit] log`, whose chain is verified when opened.
+    pub fn auditor(&self) -> Result<Arc<Auditor>, RunError> {
+        let mut slot = self
+            .auditor
+            .lock()
+            .map_err(|_| RunError::Audit("auditor lock poisoned".to_owned()))?;
+        if let Some(a) = slot.as_ref() {
+            return Ok(a.clone());
+        }
+        let opened = Arc::new(
+            Auditor::open(&self.policy, &self.options.state_dir)
+                .map_err(|e| RunError::Audit(e.to_string()))?,
+        );
+        *slot = Some(opened.clone());
+        Ok(opened)
+    }
+
+    /// Records a rejection of `request` (found by [`Runner::check`] or the like, before
+    /// any run) in the audit log, when the policy has one. Callers that check requests
+    /// themselves use this so a refusal is evidence too. Blocking I/O (fsync).
+    pub fn audit_rejection<T: serde::Serialize>(
+        &self,
+        request: &T,
+        rejection: &Rejection,
+    ) -> Result<(), RunError> {
+        if self.policy.audit.log.is_none() {
+            return Ok(());
+        }
+        self.auditor()?
+            .attest_rejection(&request_json(request), rejection)
+            .map(|_| ())
+            .map_err(|e| RunError::Audit(e.to_string()))
+    }
+
+    /// Attests a finished run into its outcome, or records a rejection in the audit log.
+    async fn seal(
+        &self,
+        auditor: Arc<Auditor>,
+        request: serde_json::Value,
+        started_unix_ms: u64,
+        result: Result<Outcome, RunError>,
+    ) -> Result<Outcome, RunError> {
+        match result {
+            Ok(mut outcome) => {
+                // Signing is fast; the audit log's fsync is not: off the async threads.
+                let sealed = tokio::task::spawn_blocking(move || {
+                    let signed = auditor.attest_run(&request, started_unix_ms, &outcome);
+                    match signed {
+                        Ok(a) => outcome.attestation = Some(a),
+                        Err(e) => outcome.audit_error = Some(e.to_string()),
+                    }
+                    outcome
+                })
+                .await;
+                sealed.map_err(|e| RunError::Audit(format!("attestation task failed: {e}")))
+            }
+            Err(RunError::Rejected(rejection)) => {
+                let logged = tokio::task::spawn_blocking(move || {
+                    let r = auditor.attest_rejection(&request, &rejection);
+                    (rejection, r)
+                })
+                .await;
+                match logged {
+                    Ok((rejection, Ok(_))) => Err(RunError::Rejected(rejection)),
+                    Ok((rejection, Err(e))) => Err(RunError::Audit(format!(
+                        "the request was rejected ({}: {rejection}) and the rejection could not be recorded: {e}",
+                        rejection.code()
+                    ))),
+                    Err(e) => Err(RunError::Audit(format!("attestation task failed: {e}"))),
+                }
+            }
+            Err(other) => Err(other),
+        }
     }
 
     /// The runner's background processes (shared by its clones).
@@ -272,8 +355,29 @@ impl Runner {
             )
             .into());
         }
-        let plan = self.check(request).map_err(RunError::from)?;
-        self.background.start(owner, &plan).await
+        let auditor = self.auditor()?;
+        let started_unix_ms = now_unix_ms();
+        let json = request_json(request);
+        let plan = match self.check(request) {
+            Ok(plan) => plan,
+            Err(rejection) => {
+                let result = self
+                    .seal(auditor, json, started_unix_ms, Err(rejection.into()))
+                    .await;
+                return Err(result
+                    .err()
+                    .unwrap_or_else(|| {
+                        RunError::Audit("a rejection was sealed as a run".to_owned())
+                    })
+                    .into());
+            }
+        };
+        let seal = Seal {
+            auditor,
+            request: json,
+            started_unix_ms,
+        };
+        self.background.start_sealed(owner, &plan, Some(seal)).await
     }
 
     /// The policy.
@@ -294,12 +398,19 @@ impl Runner {
     /// policy's minimum tier is `a`) runs the WASI build the policy maps its command to
     /// (`wasm.interpreters`); see [`Runner::check_tier_a`].
     pub async fn run(&self, request: &ProcessRunRequest) -> Result<Outcome, RunError> {
-        if self.is_tier_a(request) {
-            let plan = self.check_tier_a(request)?;
-            return run_wasm_plan(&plan, &self.options).await;
+        let auditor = self.auditor()?;
+        let started = now_unix_ms();
+        let result = async {
+            if self.is_tier_a(request) {
+                let plan = self.check_tier_a(request)?;
+                return run_wasm_plan(&plan, &self.options).await;
+            }
+            let plan = self.check(request)?;
+            run_plan(&plan, &self.options).await
         }
-        let plan = self.check(request)?;
-        run_plan(&plan, &self.options).await
+        .await;
+        self.seal(auditor, request_json(request), started, result)
+            .await
     }
 
     /// [`Runner::run`], sending the output to `events` as it happens (line-buffered,
@@ -328,12 +439,19 @@ impl Runner {
         request: &ProcessRunRequest,
         events: tokio::sync::mpsc::Sender<OutputEvent>,
     ) -> Result<Outcome, RunError> {
-        if self.is_tier_a(request) {
-            let plan = self.check_tier_a(request)?;
-            return run_wasm_plan_streaming(&plan, &self.options, events).await;
+        let auditor = self.auditor()?;
+        let started = now_unix_ms();
+        let result = async {
+            if self.is_tier_a(request) {
+                let plan = self.check_tier_a(request)?;
+                return run_wasm_plan_streaming(&plan, &self.options, events).await;
+            }
+            let plan = self.check(request)?;
+            run_plan_streaming(&plan, &self.options, events).await
         }
-        let plan = self.check(request)?;
-        run_plan_streaming(&plan, &self.options, events).await
+        .await;
+        self.seal(auditor, request_json(request), started, result)
+            .await
     }
 
     /// [`Runner::run_wasm`], sending the guest's output to `events` as it happens.
@@ -342,8 +460,15 @@ impl Runner {
         request: &WasmRunRequest,
         events: tokio::sync::mpsc::Sender<OutputEvent>,
     ) -> Result<Outcome, RunError> {
-        let plan = self.check_wasm(request)?;
-        run_wasm_plan_streaming(&plan, &self.options, events).await
+        let auditor = self.auditor()?;
+        let started = now_unix_ms();
+        let result = async {
+            let plan = self.check_wasm(request)?;
+            run_wasm_plan_streaming(&plan, &self.options, events).await
+        }
+        .await;
+        self.seal(auditor, request_json(request), started, result)
+            .await
     }
 
     /// The run options (state directory).
@@ -395,11 +520,23 @@ impl Runner {
     /// # Ok::<(), tierbox_runner::RunError>(())
     /// ```
     pub async fn run_wasm(&self, request: &WasmRunRequest) -> Result<Outcome, RunError> {
-        let plan = self.check_wasm(request)?;
-        run_wasm_plan(&plan, &self.options).await
+        let auditor = self.auditor()?;
+        let started = now_unix_ms();
+        let result = async {
+            let plan = self.check_wasm(request)?;
+            run_wasm_plan(&plan, &self.options).await
+        }
+        .await;
+        self.seal(auditor, request_json(request), started, result)
+            .await
     }
 
     fn context(&self) -> ValidateContext {
         ValidateContext::new(&self.workspace)
     }
+}
+
+/// A request as JSON, for its digest (a request always serializes).
+fn request_json<T: serde::Serialize>(request: &T) -> serde_json::Value {
+    serde_json::to_value(request).unwrap_or(serde_json::Value::Null)
 }

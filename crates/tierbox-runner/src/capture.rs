@@ -13,6 +13,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
+use sha2::{Digest, Sha256};
 use tierbox_policy::QuotaMode;
 
 /// Bytes read from a pipe per `read` call. Small enough that quota checks happen as the
@@ -39,6 +40,8 @@ pub struct StreamCapture {
     total: u64,
     exceeded: bool,
     spill: Option<Spill>,
+    /// SHA-256 of every byte read, kept or not (the attestation's raw output digest).
+    hasher: Sha256,
 }
 
 #[derive(Debug)]
@@ -68,6 +71,8 @@ pub struct Captured {
     pub spill_path: Option<PathBuf>,
     /// Why spilling stopped early, if it did.
     pub spill_error: Option<String>,
+    /// Lowercase hex SHA-256 of every byte read (before redaction and truncation).
+    pub sha256: String,
 }
 
 impl StreamCapture {
@@ -87,6 +92,7 @@ impl StreamCapture {
             total: 0,
             exceeded: false,
             spill: None,
+            hasher: Sha256::new(),
         }
     }
 
@@ -111,6 +117,7 @@ impl StreamCapture {
     /// Adds a chunk read from the stream.
     pub fn push(&mut self, chunk: &[u8]) -> Push {
         self.total += chunk.len() as u64;
+        self.hasher.update(chunk);
         if let Some(spill) = &mut self.spill {
             spill.write(chunk);
         }
@@ -162,6 +169,7 @@ impl StreamCapture {
             truncated: omitted > 0,
             spill_path,
             spill_error,
+            sha256: tierbox_attest::jcs::hex(&self.hasher.finalize()),
         }
     }
 }

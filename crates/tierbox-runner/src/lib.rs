@@ -3,6 +3,7 @@
 //! [`Outcome`]; plus the library API ([`Sandbox::command`], [`Runner`]).
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod background;
 pub mod builder;
 pub mod capture;

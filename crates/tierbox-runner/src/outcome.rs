@@ -57,6 +57,9 @@ pub struct StreamOutput {
     /// kept the pipe open.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub drain_incomplete: bool,
+    /// Lowercase hex SHA-256 of every byte the process wrote to the stream, before
+    /// truncation and redaction (attested; compare with a spill file).
+    pub sha256: String,
 }
 
 impl StreamOutput {
@@ -90,6 +93,7 @@ impl StreamOutput {
             spill_path: c.spill_path,
             spill_error: c.spill_error,
             drain_incomplete,
+            sha256: c.sha256,
         }
     }
 }
@@ -158,6 +162,14 @@ pub struct Outcome {
     /// the trap if the guest trapped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wasm: Option<tierbox_wasm::RunReport>,
+    /// The signed attestation of this run (see `docs/attestation.md`); present on every
+    /// run made through a [`crate::Runner`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<tierbox_attest::SignedAttestation>,
+    /// The run happened but its attestation could not be made or appended to the audit
+    /// log (e.g. the disk is full): why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_error: Option<String>,
 }
 
 impl Outcome {

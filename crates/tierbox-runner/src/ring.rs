@@ -37,6 +37,8 @@ pub struct OutputRing {
     /// Absolute offset of `buf[0]`.
     start: u64,
     spill: Option<Spill>,
+    /// SHA-256 of every byte pushed (the attestation's raw output digest).
+    hasher: sha2::Sha256,
 }
 
 /// The first bytes of a stream, kept on disk: offsets `0..written`.
@@ -62,6 +64,7 @@ impl OutputRing {
             cap,
             start: 0,
             spill: None,
+            hasher: sha2::Sha256::default(),
         }
     }
 
@@ -88,6 +91,7 @@ impl OutputRing {
 
     /// Appends a chunk, dropping the oldest bytes past the capacity.
     pub fn push(&mut self, chunk: &[u8]) {
+        sha2::Digest::update(&mut self.hasher, chunk);
         if let Some(sp) = &mut self.spill {
             let room = usize::try_from(sp.max.saturating_sub(sp.written)).unwrap_or(usize::MAX);
             let head = &chunk[..chunk.len().min(room)];
@@ -111,6 +115,20 @@ impl OutputRing {
             chunk
         };
         self.buf.extend(keep);
+    }
+
+    /// Lowercase hex SHA-256 of every byte pushed so far.
+    pub fn sha256(&self) -> String {
+        tierbox_attest::jcs::hex(&sha2::Digest::finalize(self.hasher.clone()))
+    }
+
+    /// The bytes still in the ring, as text (invalid UTF-8 replaced).
+    pub fn retained_text(&self) -> String {
+        let (a, b) = self.buf.as_slices();
+        let mut bytes = Vec::with_capacity(self.buf.len());
+        bytes.extend_from_slice(a);
+        bytes.extend_from_slice(b);
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 
     /// Every byte pushed so far.

@@ -51,6 +51,10 @@ pub enum RunError {
     /// The sandbox could not be set up.
     #[error("sandbox launch failed: {0}")]
     Launch(String),
+    /// The attestation signer or the audit log the policy requires is unavailable, so
+    /// nothing ran (or a rejection could not be recorded).
+    #[error("audit: {0}")]
+    Audit(String),
     /// Supervising the child failed.
     #[error("supervision failed: {what}: {source}")]
     Io {
@@ -568,6 +572,8 @@ async fn supervise(
         redacted,
         plan_sha256: tierbox_attest::plan_digest(plan),
         wasm: None,
+        attestation: None,
+        audit_error: None,
     })
 }
 

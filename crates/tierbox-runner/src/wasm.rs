@@ -157,6 +157,8 @@ async fn run_wasm_tapped(
         redacted,
         plan_sha256: tierbox_attest::wasm_plan_digest(plan),
         wasm: Some(report),
+        attestation: None,
+        audit_error: None,
     })
 }
 

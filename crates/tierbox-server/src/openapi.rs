@@ -209,13 +209,13 @@ pub fn document() -> Value {
                 "operationId": "process_run",
                 "parameters": [session.clone(), stream.clone()],
                 "requestBody": body("ProcessRunRequest"),
-                "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", "background process cap reached"), ("500", "the host could not launch a valid plan")]), "200", run_result.clone())
+                "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", "background process cap reached"), ("500", "the host could not launch a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result.clone())
             } },
             "/v1/wasm/run": { "post": {
                 "operationId": "wasm_run",
                 "parameters": [stream],
                 "requestBody": body("WasmRunRequest"),
-                "responses": with(errors(&[policy[0], policy[1], policy[2], ("500", "the host could not run a valid plan")]), "200", run_result)
+                "responses": with(errors(&[policy[0], policy[1], policy[2], ("500", "the host could not run a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result)
             } },
             "/v1/process": { "get": {
                 "operationId": "process_list",

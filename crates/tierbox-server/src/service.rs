@@ -66,6 +66,7 @@ impl ServiceError {
             "http.unsupported_media_type" => 415,
             "server.busy" => 429,
             "run.failed" => 500,
+            "audit.unavailable" => 503,
             _ => 422,
         }
     }
@@ -89,6 +90,7 @@ impl From<RunError> for ServiceError {
     fn from(e: RunError) -> Self {
         match e {
             RunError::Rejected(r) => r.into(),
+            RunError::Audit(m) => Self::new("audit.unavailable", m),
             other => Self::new("run.failed", other.to_string()),
         }
     }
@@ -257,18 +259,35 @@ impl Service {
     /// anything, so a refusal is known before a response starts streaming.
     pub fn check_run(&self, body: &[u8]) -> Result<ProcessRunRequest, ServiceError> {
         let req = ProcessRunRequest::from_json(body)?;
-        if self.runner.is_tier_a(&req) {
-            self.runner.check_tier_a(&req)?;
+        let checked = if self.runner.is_tier_a(&req) {
+            self.runner.check_tier_a(&req).map(drop)
         } else {
-            self.runner.check(&req)?;
-        }
+            self.runner.check(&req).map(drop)
+        };
+        self.refused(&req, checked)?;
         Ok(req)
+    }
+
+    /// A policy refusal of a parsed request, recorded in the audit log first.
+    fn refused<T: serde::Serialize>(
+        &self,
+        req: &T,
+        checked: Result<(), Rejection>,
+    ) -> Result<(), ServiceError> {
+        match checked {
+            Ok(()) => Ok(()),
+            Err(rejection) => {
+                self.runner.audit_rejection(req, &rejection)?;
+                Err(rejection.into())
+            }
+        }
     }
 
     /// Parses and checks a `wasm_run` document.
     pub fn check_wasm(&self, body: &[u8]) -> Result<WasmRunRequest, ServiceError> {
         let req = WasmRunRequest::from_json(body)?;
-        self.runner.check_wasm(&req)?;
+        let checked = self.runner.check_wasm(&req).map(drop);
+        self.refused(&req, checked)?;
         Ok(req)
     }
 

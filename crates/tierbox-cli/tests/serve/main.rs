@@ -327,6 +327,69 @@ fn detached_processes_end_at_their_lifetime_and_sessions_end_their_own() {
 }
 
 #[test]
+fn http_runs_rejections_and_background_ends_are_attested_in_the_audit_log() {
+    if !tier_c_available("http_audit_log") {
+        return;
+    }
+    let logdir = tempfile::tempdir().unwrap();
+    let log = logdir.path().join("audit.jsonl");
+    let policy = policy_allowing(&format!("\n[audit]\nlog = \"{}\"\n", path_str(&log)));
+    let s = Server::start(&[], Some(&policy));
+    let (status, out) = s.call(
+        "POST",
+        "/v1/process/run",
+        Some(r#"{"command":"echo","args":["hi"]}"#),
+    );
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(
+        out["attestation"]["attestation"]["body"]["kind"], "run",
+        "{out}"
+    );
+    let (status, _) = s.call("POST", "/v1/process/run", Some(r#"{"command":"curl"}"#));
+    assert_eq!(status, 422);
+    let h = bg("s1", &s, &["sleep", "3598.5"], json!({}));
+    let id = h["status"]["id"].as_str().unwrap();
+    let (status, st) = s.call_in("s1", "POST", &format!("/v1/process/{id}/kill"), None);
+    assert_eq!(status, 200, "{st}");
+    let st = if st["status"].is_object() {
+        st["status"].clone()
+    } else {
+        st
+    };
+    assert_eq!(
+        st["attestation"]["attestation"]["body"]["kind"], "run",
+        "{st}"
+    );
+    // The server's key signed all three; the chain verifies.
+    let key = Command::new(tierbox())
+        .args(["attest", "pubkey", "--state-dir"])
+        .arg(s.state.path())
+        .output()
+        .unwrap();
+    let key = String::from_utf8(key.stdout).unwrap();
+    assert!(s.stop().success());
+    let v = Command::new(tierbox())
+        .args(["audit", "verify"])
+        .arg(&log)
+        .args(["--pubkey", key.trim()])
+        .output()
+        .unwrap();
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let kinds: Vec<&str> = text
+        .lines()
+        .map(|l| {
+            if l.contains("\"kind\":\"rejection\"") {
+                "rejection"
+            } else {
+                "run"
+            }
+        })
+        .collect();
+    assert_eq!(kinds, ["run", "rejection", "run"], "{text}");
+}
+
+#[test]
 fn sigkill_of_the_server_leaves_no_sandbox_alive() {
     if !tier_c_available("http_sigkill") {
         return;

@@ -1,2 +1,3 @@
+mod attest;
 mod background;
 mod runs;
