@@ -470,3 +470,68 @@ fn tier_c_runs_cargo_from_a_read_only_toolchain() {
     );
     assert!(stdout.starts_with("cargo "), "{stdout}");
 }
+
+/// Two separate `tierbox run` processes on one workspace without `.git`: the first run's
+/// sandbox creates the placeholder that covers `.git`; the second, started while the first
+/// runs and ending later, must still be covered after the first ends (the first must not
+/// remove a placeholder another process relies on, which would detach the second's cover
+/// and let it create `.git/hooks` on the host).
+#[test]
+fn a_separate_process_never_removes_a_placeholder_another_run_relies_on() {
+    if !tier_c_available() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let policy = state.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[exec]\nallowed_executables = [\"sleep\", \"sh\", \"mkdir\"]\n\
+         allow_interpreters = true\nallow_eval = true\n",
+    )
+    .unwrap();
+    let spawn = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tierbox"));
+        cmd.args(["run", "--tier", "c", "--json", "--policy"])
+            .arg(&policy)
+            .arg("--workspace")
+            .arg(ws.path())
+            .arg("--")
+            .args(args)
+            .env("XDG_STATE_HOME", state.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    let first = spawn(&["sleep", "0.5"]);
+    // Wait until the first run's placeholder exists.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !ws.path().join(".git").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no placeholder appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let second = spawn(&["sh", "-c", "sleep 1.5; mkdir -p .git/hooks && echo made"]);
+    let first = first.wait_with_output().unwrap();
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let second = second.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&second.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&second.stderr)));
+    assert_ne!(v["exit_code"], 0, "the second run created .git/hooks: {v}");
+    assert!(
+        !ws.path().join(".git/hooks").exists(),
+        ".git/hooks was created on the host"
+    );
+    assert!(
+        !ws.path().join(".git").exists(),
+        "the last run out removes the placeholder"
+    );
+}

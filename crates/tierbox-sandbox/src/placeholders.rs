@@ -1,5 +1,5 @@
 //! Placeholders a Tier C sandbox creates in the host's filesystem, shared safely between
-//! concurrent runs of one supervisor.
+//! concurrent runs, in one supervisor process or several.
 //!
 //! To cover a protected path that does not exist (`<workspace>/.git` in a fresh
 //! directory), a sandbox creates an empty placeholder on the host and mounts an empty
@@ -16,25 +16,204 @@
 //!   concurrent run plans it as its own placeholder too (claims it, and accepts finding
 //!   it already there) instead of treating it as a directory that exists on its own.
 //!
-//! Probes and releases hold one lock, so no probe sees a placeholder between its last
-//! claim ending and its removal.
+//! Claims are kept in a host-wide registry file (one per user: `/run/tierbox` for root,
+//! else `$XDG_RUNTIME_DIR/tierbox` or `/tmp/tierbox-<uid>`, a private directory), so runs
+//! of *different* supervisor processes — two servers, concurrent `tierbox run` commands —
+//! on one workspace see each other's placeholders too. Each claim is a line naming the
+//! claiming process; claims of processes that no longer exist are dropped. Probes and
+//! releases hold the registry's lock (a mutex within the process, `flock` across
+//! processes), so no probe sees a placeholder between its last claim ending and its
+//! removal. If the registry cannot be used, the claims are kept in the process only.
 
-use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-fn registry() -> MutexGuard<'static, HashMap<PathBuf, usize>> {
-    static REG: OnceLock<Mutex<HashMap<PathBuf, usize>>> = OnceLock::new();
-    REG.get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Name of the registry file in the registry directory.
+pub const REGISTRY_FILE: &str = "placeholders";
+
+/// Largest registry read, in bytes (about 8000 claims). A larger file is treated as
+/// empty of other processes' claims rather than read without bound.
+pub const MAX_REGISTRY_BYTES: u64 = 1 << 20;
+
+/// One claim: the claiming process and the placeholder path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    pid: u32,
+    path: PathBuf,
 }
 
-/// Runs the host probe `lstat` of `path` unless `path` is a claimed placeholder, in
-/// which case it is `None` (treat it as missing).
+/// The registry: the shared file when it can be used, and this process's own claims
+/// (always kept, so the process is consistent even without the file).
+struct Registry {
+    file: Option<File>,
+    own: Vec<PathBuf>,
+}
+
+/// The registry, locked within this process and, when the file is in use, across
+/// processes until dropped.
+struct Locked {
+    guard: MutexGuard<'static, Registry>,
+    entries: Vec<Entry>,
+}
+
+fn registry_dir() -> PathBuf {
+    let uid = rustix::process::geteuid().as_raw();
+    if uid == 0 {
+        return PathBuf::from("/run/tierbox");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d).join("tierbox"),
+        None => PathBuf::from(format!("/tmp/tierbox-{uid}")),
+    }
+}
+
+/// Opens the registry file in a private directory owned by us; `None` if that is not
+/// possible (read-only /run, a directory owned by someone else).
+fn open_registry() -> Option<File> {
+    let dir = registry_dir();
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir);
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    let me = rustix::process::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return None;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join(REGISTRY_FILE))
+        .ok()?;
+    let m = file.metadata().ok()?;
+    (m.uid() == me && m.is_file()).then_some(file)
+}
+
+fn lock() -> Locked {
+    static REG: OnceLock<Mutex<Registry>> = OnceLock::new();
+    let guard = REG
+        .get_or_init(|| {
+            Mutex::new(Registry {
+                file: open_registry(),
+                own: Vec::new(),
+            })
+        })
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut locked = Locked {
+        guard,
+        entries: Vec::new(),
+    };
+    if let Some(f) = &locked.guard.file
+        && rustix::fs::flock(f, rustix::fs::FlockOperation::LockExclusive).is_err()
+    {
+        locked.guard.file = None;
+    }
+    locked.entries = locked.read();
+    locked
+}
+
+impl Locked {
+    /// Every live claim: other processes' from the file, ours from memory.
+    fn read(&mut self) -> Vec<Entry> {
+        let me = std::process::id();
+        let mut entries: Vec<Entry> = self
+            .guard
+            .own
+            .iter()
+            .map(|p| Entry {
+                pid: me,
+                path: p.clone(),
+            })
+            .collect();
+        let Some(mut f) = self.guard.file.as_ref() else {
+            return entries;
+        };
+        let mut text = Vec::new();
+        if f.seek(SeekFrom::Start(0)).is_err()
+            || f.take(MAX_REGISTRY_BYTES).read_to_end(&mut text).is_err()
+        {
+            return entries;
+        }
+        entries.extend(
+            text.split(|b| *b == b'\n')
+                .filter_map(parse_line)
+                .filter(|e| e.pid != me && Path::new(&format!("/proc/{}", e.pid)).exists()),
+        );
+        entries
+    }
+
+    fn claimed(&self, path: &Path) -> usize {
+        self.entries.iter().filter(|e| e.path == path).count()
+    }
+
+    /// Writes the live claims back (ours from memory) and releases the file lock.
+    fn write(&mut self) {
+        let me = std::process::id();
+        let own = self.guard.own.clone();
+        let Some(mut f) = self.guard.file.as_ref() else {
+            return;
+        };
+        let mut text = Vec::new();
+        let others = self.entries.iter().filter(|e| e.pid != me);
+        let mine = own.iter().map(|p| Entry {
+            pid: me,
+            path: p.clone(),
+        });
+        for e in others.cloned().chain(mine) {
+            text.extend_from_slice(format!("{} ", e.pid).as_bytes());
+            text.extend_from_slice(hex(e.path.as_os_str().as_bytes()).as_bytes());
+            text.push(b'\n');
+        }
+        let ok = f.seek(SeekFrom::Start(0)).is_ok()
+            && f.set_len(0).is_ok()
+            && f.write_all(&text).is_ok();
+        if !ok {
+            // A registry we cannot keep is not used any more (claims stay in memory).
+            self.guard.file = None;
+        }
+    }
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        if let Some(f) = &self.guard.file {
+            let _ = rustix::fs::flock(f, rustix::fs::FlockOperation::Unlock);
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn parse_line(line: &[u8]) -> Option<Entry> {
+    let text = std::str::from_utf8(line).ok()?;
+    let (pid, path) = text.split_once(' ')?;
+    let bytes = (0..path.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(path.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    Some(Entry {
+        pid: pid.parse().ok()?,
+        path: PathBuf::from(std::ffi::OsStr::from_bytes(&bytes)),
+    })
+}
+
+/// Runs the host probe `lstat` of `path` unless `path` is a claimed placeholder (by any
+/// run of any Tierbox process of this user), in which case it is `None` (treat it as
+/// missing).
 pub fn observe<T>(path: &Path, lstat: impl FnOnce() -> T) -> Option<T> {
-    let reg = registry();
-    if reg.get(path).is_some_and(|n| *n > 0) {
+    let reg = lock();
+    if reg.claimed(path) > 0 {
         return None;
     }
     let out = lstat();
@@ -65,10 +244,9 @@ impl Drop for Claim {
 
 /// Claims `paths` (the placeholders a run's sandbox is about to create).
 pub fn claim(paths: &[PathBuf]) -> Claim {
-    let mut reg = registry();
-    for p in paths {
-        *reg.entry(p.clone()).or_default() += 1;
-    }
+    let mut reg = lock();
+    reg.guard.own.extend(paths.iter().cloned());
+    reg.write();
     Claim(paths.to_vec())
 }
 
@@ -77,22 +255,18 @@ pub fn claim(paths: &[PathBuf]) -> Claim {
 /// ones that could not be removed, with the reason; a placeholder already gone is not an
 /// error, and one that is no longer empty is left alone.
 pub fn release(paths: &[PathBuf]) -> Vec<(PathBuf, String)> {
-    let mut reg = registry();
+    let mut reg = lock();
+    let me = std::process::id();
     let mut failed = Vec::new();
     for p in paths.iter().rev() {
-        let last = match reg.get_mut(p) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
+        if let Some(i) = reg.guard.own.iter().position(|o| o == p) {
+            reg.guard.own.remove(i);
+            if let Some(j) = reg.entries.iter().position(|e| e.pid == me && e.path == *p) {
+                reg.entries.remove(j);
             }
-            Some(_) => {
-                reg.remove(p);
-                true
-            }
-            // Never claimed (a caller outside this registry): remove as before.
-            None => true,
-        };
-        if !last {
+        }
+        // Still claimed by another run (ours or another process's): leave it.
+        if reg.claimed(p) > 0 {
             continue;
         }
         let removed = match std::fs::symlink_metadata(p) {
@@ -108,6 +282,7 @@ pub fn release(paths: &[PathBuf]) -> Vec<(PathBuf, String)> {
             Err(e) => failed.push((p.clone(), e.to_string())),
         }
     }
+    reg.write();
     failed
 }
 
@@ -129,6 +304,68 @@ mod tests {
         drop(b);
         assert!(!p.exists(), "removed with the last claim");
         assert!(observe(&p, || ()).is_some());
+    }
+
+    /// Writes (or, with `claimed: false`, removes) a claim of `pid` on `path` in the
+    /// host-wide registry, as that process would.
+    fn foreign_claim(pid: u32, path: &Path, claimed: bool) -> bool {
+        let mut reg = lock();
+        if reg.guard.file.is_none() {
+            return false;
+        }
+        let e = Entry {
+            pid,
+            path: path.to_owned(),
+        };
+        reg.entries.retain(|x| *x != e);
+        if claimed {
+            reg.entries.push(e);
+        }
+        reg.write();
+        true
+    }
+
+    #[test]
+    fn another_process_s_claim_keeps_the_placeholder_until_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(".git");
+        std::fs::create_dir(&p).unwrap();
+        // pid 1 always exists: a live claimant in another process.
+        if !foreign_claim(1, &p, true) {
+            let reason = format!("the registry in {} is not usable", registry_dir().display());
+            assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "{reason}");
+            eprintln!("SKIP: {reason}");
+            return;
+        }
+        assert!(
+            observe(&p, || ()).is_none(),
+            "claimed elsewhere: reads as missing"
+        );
+        let c = claim(std::slice::from_ref(&p));
+        assert!(release(&c.keep()).is_empty());
+        assert!(p.is_dir(), "still claimed by the other process");
+        foreign_claim(1, &p, false);
+        assert!(observe(&p, || ()).is_some());
+        // The claim of a process that no longer exists is ignored.
+        let dead = 0x3fff_fff0;
+        assert!(!Path::new(&format!("/proc/{dead}")).exists());
+        foreign_claim(dead, &p, true);
+        assert!(
+            observe(&p, || ()).is_some(),
+            "a dead claimant's claim is dropped"
+        );
+        let c = claim(std::slice::from_ref(&p));
+        drop(c);
+        assert!(!p.exists(), "removed by the last live claim");
+    }
+
+    #[test]
+    fn registry_lines_round_trip_any_path_bytes() {
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(b"/w/a b\n\xff.git"));
+        let line = format!("42 {}", hex(path.as_os_str().as_bytes()));
+        assert_eq!(parse_line(line.as_bytes()), Some(Entry { pid: 42, path }));
+        assert_eq!(parse_line(b"42 zz"), None);
+        assert_eq!(parse_line(b"x 00"), None);
     }
 
     #[test]
