@@ -502,6 +502,36 @@ async def section_legacy(ctx: Tierbox) -> None:
         check("legacy handshake: a progress notification carried the output", any("hello" in (m or "") for m in events), events)
 
 
+async def section_audit(ctx: Tierbox) -> None:
+    """With an audit log in the policy, each MCP run and each rejection is a signed record."""
+    from mcp import Client, StdioServerParameters
+
+    log = os.path.join(ctx.root, "audit.jsonl")
+    policy = os.path.join(ctx.root, "audit-policy.toml")
+    base = subprocess.run([ctx.binary, "policy", "init"], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=30).stdout
+    with open(policy, "w") as f:
+        f.write(base + f'\n[audit]\nlog = "{log}"\n')
+    params = StdioServerParameters(command=ctx.binary, args=ctx.args + ["--policy", policy], cwd=ctx.workspace,
+                                   env={"RUST_BACKTRACE": "1"})
+    async with Client(params, read_timeout_seconds=CALL_TIMEOUT_S) as client:
+        result, sc = await call(client, "process_run", {"command": "echo", "args": ["audited"]})
+        check("audit: process_run succeeds", not result.is_error, sc)
+        result, sc = await call(client, "process_run", {"command": "curl", "args": ["example.org"]})
+        expect_rejection("audit: curl", result, sc, "exec.not_allowed")
+    key = subprocess.run([ctx.binary, "attest", "pubkey", "--state-dir", ctx.state], stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=30).stdout.strip()
+    verify = subprocess.run([ctx.binary, "audit", "verify", log, "--pubkey", key], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=30)
+    check("audit: tierbox audit verify accepts the log with the server's key", verify.returncode == 0,
+          verify.stdout + verify.stderr)
+    kinds = []
+    if os.path.exists(log):
+        for line in open(log):
+            kinds.append(json.loads(line)["record"]["envelope"]["attestation"]["body"]["kind"])
+    check("audit: one run record and one rejection record, in order", kinds == ["run", "rejection"], kinds)
+
+
 async def main_async(ctx: Tierbox) -> None:
     import anyio
 
@@ -525,6 +555,7 @@ async def main_async(ctx: Tierbox) -> None:
                 await run_section("kill", lambda: section_kill(client1, bg))
         await run_section("lifetime", lambda: section_lifetime(ctx))
         await run_section("legacy handshake", lambda: section_legacy(ctx))
+        await run_section("audit log", lambda: section_audit(ctx))
 
 
 async def run_section(title: str, make) -> Any:
