@@ -306,17 +306,22 @@ impl Runner {
     ) -> Result<Outcome, RunError> {
         match result {
             Ok(mut outcome) => {
-                // Signing is fast; the audit log's fsync is not: off the async threads.
-                let sealed = tokio::task::spawn_blocking(move || {
-                    let signed = auditor.attest_run(&request, started_unix_ms, &outcome);
-                    match signed {
+                let seal = move |mut outcome: Outcome| {
+                    match auditor.attest_run(&request, started_unix_ms, &outcome) {
                         Ok(a) => outcome.attestation = Some(a),
                         Err(e) => outcome.audit_error = Some(e.to_string()),
                     }
                     outcome
-                })
-                .await;
-                sealed.map_err(|e| RunError::Audit(format!("attestation task failed: {e}")))
+                };
+                if self.policy.audit.log.is_none() {
+                    // Signing alone takes tens of microseconds: no thread hand-off.
+                    return Ok(seal(outcome));
+                }
+                // The audit log's fsync is slow: off the async threads.
+                outcome = tokio::task::spawn_blocking(move || seal(outcome))
+                    .await
+                    .map_err(|e| RunError::Audit(format!("attestation task failed: {e}")))?;
+                Ok(outcome)
             }
             Err(RunError::Rejected(rejection)) => {
                 let logged = tokio::task::spawn_blocking(move || {
