@@ -330,6 +330,15 @@ impl Entry {
         self.status()
     }
 
+    /// The record is being dropped: its spill files go now.
+    fn discard_output(&self) {
+        for ring in [&self.stdout, &self.stderr] {
+            if let Ok(mut r) = ring.lock() {
+                r.discard_spill();
+            }
+        }
+    }
+
     fn has_exited(&self) -> bool {
         spawn::sys::pidfd_has_exited(&self.pidfd)
     }
@@ -415,8 +424,10 @@ impl BackgroundManager {
         for (owner, id, at) in ended {
             let n = kept.entry(owner).or_default();
             *n += 1;
-            if *n > MAX_ENDED_PER_OWNER || now.duration_since(at) > ENDED_RETENTION {
-                t.remove(&id);
+            if (*n > MAX_ENDED_PER_OWNER || now.duration_since(at) > ENDED_RETENTION)
+                && let Some(e) = t.remove(&id)
+            {
+                e.discard_output();
             }
         }
     }
@@ -575,8 +586,10 @@ impl BackgroundManager {
             status,
         };
         if handle.status.state != BackgroundState::Running {
-            if let Ok(mut t) = self.table.lock() {
-                t.remove(&id);
+            if let Ok(mut t) = self.table.lock()
+                && let Some(e) = t.remove(&id)
+            {
+                e.discard_output();
             }
             return Err(BackgroundError::ExitedDuringStartup(Box::new(handle)));
         }
@@ -681,7 +694,13 @@ impl BackgroundManager {
             e.wait_end().await;
         }
         if let Ok(mut t) = self.table.lock() {
-            t.retain(|_, e| e.owner != owner || e.ended().is_none());
+            t.retain(|_, e| {
+                let keep = e.owner != owner || e.ended().is_none();
+                if !keep {
+                    e.discard_output();
+                }
+                keep
+            });
         }
     }
 
@@ -707,7 +726,13 @@ impl BackgroundManager {
     /// Drops the records of ended processes (their output included).
     pub fn forget_ended(&self) {
         if let Ok(mut t) = self.table.lock() {
-            t.retain(|_, e| e.ended().is_none());
+            t.retain(|_, e| {
+                let keep = e.ended().is_none();
+                if !keep {
+                    e.discard_output();
+                }
+                keep
+            });
         }
     }
 }

@@ -117,6 +117,13 @@ impl OutputRing {
         self.buf.extend(keep);
     }
 
+    /// Deletes the spill file now (reads from offsets before the ring then report them
+    /// as missed). Called when the record is dropped, so the file never outlives it even
+    /// while a task still holds the ring.
+    pub fn discard_spill(&mut self) {
+        self.spill = None;
+    }
+
     /// Lowercase hex SHA-256 of every byte pushed so far.
     pub fn sha256(&self) -> String {
         tierbox_attest::jcs::hex(&sha2::Digest::finalize(self.hasher.clone()))
