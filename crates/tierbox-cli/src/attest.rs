@@ -59,6 +59,12 @@ pub enum AuditAction {
         #[arg(long, value_name = "SEQ:DIGEST")]
         expect_head: Option<String>,
     },
+    /// Rotate an audit log: its records move to `LOG.<last seq>` and `LOG` starts again
+    /// with a record chaining to them. Safe while runners append (they follow the path).
+    Rotate {
+        /// The log.
+        log: PathBuf,
+    },
 }
 
 fn state_dir_or_default(state_dir: Option<PathBuf>) -> PathBuf {
@@ -214,6 +220,20 @@ fn outcome_matches(
 
 pub fn run_audit(action: AuditAction) -> Result<ExitCode> {
     match action {
+        AuditAction::Rotate { log } => match tierbox_attest::rotate(&log) {
+            Ok(moved) => {
+                println!(
+                    "rotated: records moved to {}; {} continues the chain",
+                    moved.display(),
+                    log.display()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("tierbox: cannot rotate {}: {e}", log.display());
+                Ok(ExitCode::from(1))
+            }
+        },
         AuditAction::Verify {
             logs,
             pubkey,

@@ -447,17 +447,25 @@ fn tierbox_run_attests_into_the_outcome_and_the_audit_log() {
     let v = tierbox(&["attest", "verify", s(&outcome_path), "--pubkey", &key]);
     assert_fails_with(&v, "stdout.text");
 
+    // Rotation from the command line: the old records move aside and both files chain.
+    let rot = tierbox(&["audit", "rotate", s(&log)]);
+    assert!(rot.status.success(), "{}", stderr(&rot));
+    let rotated = dir.path().join("audit.jsonl.1");
+    assert!(rotated.exists(), "{}", stdout(&rot));
+    let v = tierbox(&["audit", "verify", s(&rotated), s(&log), "--pubkey", &key]);
+    assert!(v.status.success(), "{} {}", stdout(&v), stderr(&v));
+
     // A rejection is evidence too.
     let r = run(&["curl", "example.org"]);
     assert_ne!(r.status.code(), Some(0));
-    let v = tierbox(&["audit", "verify", s(&log), "--pubkey", &key]);
+    let v = tierbox(&["audit", "verify", s(&rotated), s(&log), "--pubkey", &key]);
     assert!(v.status.success(), "{} {}", stdout(&v), stderr(&v));
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(text.lines().count(), 2, "{text}");
-    assert!(
-        text.lines()
-            .nth(1)
-            .unwrap()
-            .contains("\"kind\":\"rejection\"")
-    );
+    let kinds: Vec<bool> = ["\"kind\":\"rotation\"", "\"kind\":\"rejection\""]
+        .iter()
+        .zip(text.lines())
+        .map(|(kind, line)| line.contains(kind))
+        .collect();
+    assert_eq!(kinds, [true, true], "{text}");
 }
