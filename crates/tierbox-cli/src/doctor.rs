@@ -3,11 +3,37 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use tierbox_policy::Tier;
+use tierbox_policy::{Policy, Tier};
+use tierbox_sandbox::container::Engine;
+use tierbox_sandbox::container::probe::probe_engine_cached;
 use tierbox_sandbox::probe::host_facts;
 use tierbox_sandbox::select::tier_available;
 
+/// `tierbox doctor` for the built-in policy.
 pub fn run(json: bool) -> Result<ExitCode> {
+    run_with_policy(
+        json,
+        &Policy::builtin_default(),
+        "the built-in strict policy",
+    )
+}
+
+/// The container engines' status: `(engine, Ok(detail) | Err(reason))`.
+fn engines() -> Vec<(Engine, Result<String, String>)> {
+    [Engine::Docker, Engine::Podman]
+        .into_iter()
+        .map(|e| {
+            let status = probe_engine_cached(e)
+                .map(|info| format!("{} at {}", info.detail, info.path.display()))
+                .map_err(|err| err.to_string());
+            (e, status)
+        })
+        .collect()
+}
+
+/// `tierbox doctor`, also saying which Tier C backend `policy` (described by `source`)
+/// selects and whether this host can run it.
+pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<ExitCode> {
     let facts = host_facts();
     let summary = facts.summary();
     let userns = tierbox_sandbox::linux::userns::probe_userns_cached();
@@ -29,7 +55,26 @@ pub fn run(json: bool) -> Result<ExitCode> {
             v
         })
         .collect();
+    let engines = engines();
+    let backend = policy.tier.backend;
+    let backend_status: Result<(), String> = match Engine::for_backend(backend) {
+        Some(engine) => engines
+            .iter()
+            .find(|(e, _)| *e == engine)
+            .map_or(Ok(()), |(_, s)| s.clone().map(|_| ())),
+        None => match backend {
+            tierbox_policy::TierCBackend::Bwrap => tierbox_sandbox::bwrap::probe_bwrap_cached()
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            _ => tier_available(Tier::C, facts),
+        },
+    };
     let mut hints = Vec::new();
+    if let Err(reason) = &backend_status {
+        hints.push(format!(
+            "tier c: {source} selects tier.backend = \"{backend}\", which this host cannot run ({reason}); tier c runs are rejected with tier.unavailable"
+        ));
+    }
     let runtimes = crate::wasm::runtimes_dir();
     let missing: Vec<&str> = crate::wasm::RUNTIMES
         .iter()
@@ -72,10 +117,27 @@ pub fn run(json: bool) -> Result<ExitCode> {
         let egress = serde_json::json!({
             "strict_allowlist": { "tier_c_native": strict_tier_c, "tier_b": strict_tier_b }
         });
+        let containers: serde_json::Map<String, serde_json::Value> = engines
+            .iter()
+            .map(|(e, status)| {
+                let v = match status {
+                    Ok(detail) => serde_json::json!({ "reachable": true, "detail": detail }),
+                    Err(reason) => serde_json::json!({ "reachable": false, "reason": reason }),
+                };
+                (e.to_string(), v)
+            })
+            .collect();
+        let selected = serde_json::json!({
+            "policy": source,
+            "tier_c_backend": backend.to_string(),
+            "available": backend_status.is_ok(),
+            "reason": backend_status.as_ref().err(),
+        });
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "host": summary, "tiers": tiers, "egress": egress, "hints": hints
+                "host": summary, "tiers": tiers, "egress": egress,
+                "containers": containers, "selected_backend": selected, "hints": hints
             }))?
         );
         return Ok(ExitCode::SUCCESS);
@@ -115,6 +177,19 @@ pub fn run(json: bool) -> Result<ExitCode> {
         "egress      strict with an allowlist (through the proxy): tier c native {}, tier b {}",
         yes_no(strict_tier_c),
         yes_no(strict_tier_b)
+    );
+    for (e, status) in &engines {
+        match status {
+            Ok(detail) => println!("{:<11} reachable: {detail}", e.to_string()),
+            Err(reason) => println!("{:<11} {reason}", e.to_string()),
+        }
+    }
+    println!(
+        "backend     {source}: tier c backend \"{backend}\" — {}",
+        match &backend_status {
+            Ok(()) => "available".to_owned(),
+            Err(reason) => format!("unavailable: {reason}"),
+        }
     );
     println!();
     for t in &tiers {
@@ -207,7 +282,25 @@ fn backends(tier: Tier, summary: &tierbox_sandbox::probe::HostSummary) -> Vec<se
                     ],
                 }),
             };
-            vec![native, bwrap]
+            let mut all = vec![native, bwrap];
+            for (engine, status) in engines() {
+                all.push(match status {
+                    Ok(detail) => serde_json::json!({
+                        "backend": engine.to_string(),
+                        "available": true,
+                        "layers": [
+                            format!("{engine} {detail}"),
+                            "--network none, --read-only root, --cap-drop ALL, no-new-privileges, non-root user".to_owned(),
+                            "engine cgroup (memory, pids, cpus); engine default seccomp".to_owned(),
+                            "no landlock".to_owned(),
+                        ],
+                    }),
+                    Err(reason) => serde_json::json!({
+                        "backend": engine.to_string(), "available": false, "reason": reason
+                    }),
+                });
+            }
+            all
         }
         Tier::B => vec![serde_json::json!({
             "backend": "linux",

@@ -37,7 +37,9 @@ pub mod wasm;
 
 pub use enforcement::{Enforcement, LayerReport};
 pub use plan::Plan;
-pub use policy::{EgressMode, Layer, Policy, PolicyError, QuotaMode, Tier, TierCBackend};
+pub use policy::{
+    ContainerPolicy, EgressMode, Layer, Policy, PolicyError, QuotaMode, Tier, TierCBackend,
+};
 pub use rejection::Rejection;
 pub use request::{Lifetime, ProcessRunRequest, TierRequest};
 pub use validate::{ValidateContext, validate};

@@ -149,6 +149,9 @@ pub struct LimitsPlan {
     pub open_files: u64,
     /// `RLIMIT_FSIZE`.
     pub file_size_bytes: u64,
+    /// CPUs the run may use (`limits.cpus`); `None` leaves it to the backend's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
 }
 
 /// Output capture.
@@ -174,6 +177,19 @@ pub struct TierPlan {
     /// The Tier C backend to use.
     #[serde(default)]
     pub backend: crate::policy::TierCBackend,
+    /// The container backends: what to run and as whom (present only when `backend` is
+    /// `docker` or `podman`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<ContainerPlan>,
+}
+
+/// What a container backend runs, from `[tier.container]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerPlan {
+    /// The image reference.
+    pub image: String,
+    /// The user inside the container (`uid[:gid]` or a name), never root.
+    pub user: String,
 }
 
 /// Redaction. The secret values are not serialized (the Plan is hashed and logged).

@@ -90,6 +90,14 @@ pub enum Layer {
     Cgroup,
     /// Read-only protected paths inside the workspace (only Tier C can enforce them).
     ProtectedPaths,
+    /// The run's network restriction enforced by the operating system (`block_all`,
+    /// `strict`). Windows Job Objects cannot filter network traffic: a Windows Tier C run
+    /// with any mode but `allow_all` needs this layer listed as optional.
+    NetworkIsolation,
+    /// A filesystem boundary (writes only to the workspace and declared paths, reads only
+    /// of system and declared paths). Windows Job Objects have none: a Windows Tier C run
+    /// needs this layer listed as optional.
+    FilesystemIsolation,
 }
 
 impl fmt::Display for Layer {
@@ -100,6 +108,8 @@ impl fmt::Display for Layer {
             Layer::Seccomp => "seccomp",
             Layer::Cgroup => "cgroup",
             Layer::ProtectedPaths => "protected_paths",
+            Layer::NetworkIsolation => "network_isolation",
+            Layer::FilesystemIsolation => "filesystem_isolation",
         })
     }
 }
@@ -229,8 +239,11 @@ pub struct TierPolicy {
     /// Layers that may be missing on this host without rejecting the run. Each missing
     /// layer is recorded in the outcome and the attestation.
     pub optional_layers: Vec<Layer>,
-    /// Which Tier C backend runs Linux programs.
+    /// Which Tier C backend runs programs. `native` is the operating system's own
+    /// mechanism: Linux namespaces, macOS `sandbox-exec`, a Windows Job Object.
     pub backend: TierCBackend,
+    /// The container backends (`backend = "docker"` or `"podman"`): image and user.
+    pub container: ContainerPolicy,
 }
 
 impl Default for TierPolicy {
@@ -239,20 +252,43 @@ impl Default for TierPolicy {
             minimum: Tier::B,
             optional_layers: vec![Layer::Cgroup, Layer::ProtectedPaths],
             backend: TierCBackend::Native,
+            container: ContainerPolicy::default(),
         }
     }
 }
 
-/// The Tier C backend on Linux.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+/// The Tier C backend.
+///
+/// How each value is read per operating system:
+///
+/// | value | Linux | macOS | Windows |
+/// |---|---|---|---|
+/// | `native` | namespace sandbox | `/usr/bin/sandbox-exec` with a generated profile | Job Object |
+/// | `bwrap` | bubblewrap | rejected (`tier.unavailable`) | rejected |
+/// | `docker`, `podman` | container engine | rejected: not in this build | rejected |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TierCBackend {
-    /// Tierbox's own namespace sandbox, cloned from the supervisor (the fastest).
+    /// The operating system's own mechanism. On Linux, Tierbox's namespace sandbox,
+    /// cloned from the supervisor (the fastest).
     #[default]
     Native,
     /// `bwrap` (bubblewrap) with the same mounts, seccomp filter and cgroup. Fails closed
-    /// when bwrap is missing or older than 0.5.0.
+    /// when bwrap is missing or older than 0.5.0. Linux only.
     Bwrap,
+    /// `docker run` of `tier.container.image`, with no network, a read-only root, no
+    /// capabilities and only the workspace and declared paths mounted. Fails closed when
+    /// the engine is unreachable.
+    Docker,
+    /// `podman run`, otherwise as `docker`.
+    Podman,
+}
+
+impl TierCBackend {
+    /// Whether this backend runs the program in a container engine.
+    pub fn is_container(self) -> bool {
+        matches!(self, Self::Docker | Self::Podman)
+    }
 }
 
 impl std::fmt::Display for TierCBackend {
@@ -260,8 +296,94 @@ impl std::fmt::Display for TierCBackend {
         f.write_str(match self {
             Self::Native => "native",
             Self::Bwrap => "bwrap",
+            Self::Docker => "docker",
+            Self::Podman => "podman",
         })
     }
+}
+
+/// The user a container runs as unless `tier.container.user` says otherwise: `nobody`
+/// (65534), which owns nothing on a typical host.
+pub const DEFAULT_CONTAINER_USER: &str = "65534:65534";
+
+/// Longest accepted `tier.container.image` reference, in bytes (Docker's own limit on a
+/// reference is 255 characters for the name plus tag and digest).
+pub const MAX_CONTAINER_IMAGE_BYTES: usize = 512;
+
+/// `[tier.container]`: what the `docker` and `podman` backends run.
+///
+/// ```
+/// use tierbox_policy::Policy;
+///
+/// let p = Policy::from_toml(
+///     "version = 1\n[tier]\nbackend = \"podman\"\n[tier.container]\nimage = \"localhost/tools:1\"\n",
+/// )
+/// .unwrap();
+/// assert_eq!(p.tier.container.image.as_deref(), Some("localhost/tools:1"));
+/// // A container backend without an image is refused when the policy loads.
+/// assert!(Policy::from_toml("version = 1\n[tier]\nbackend = \"docker\"\n").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContainerPolicy {
+    /// The image to run (`name[:tag][@digest]`). Required with `backend = "docker"` or
+    /// `"podman"`; never pulled by Tierbox itself (the engine's pull policy applies; pin a
+    /// digest to be sure what runs).
+    pub image: Option<String>,
+    /// The user inside the container, `uid[:gid]` or a name; never root. Default
+    /// [`DEFAULT_CONTAINER_USER`].
+    pub user: Option<String>,
+}
+
+impl ContainerPolicy {
+    /// The user the container runs as.
+    pub fn effective_user(&self) -> &str {
+        self.user.as_deref().unwrap_or(DEFAULT_CONTAINER_USER)
+    }
+}
+
+/// Why a `tier.container` value is refused, or `None`.
+fn container_problem(policy: &TierPolicy) -> Option<(&'static str, String)> {
+    let c = &policy.container;
+    let bad_token = |s: &str| {
+        s.is_empty()
+            || s.starts_with('-')
+            || s.chars().any(|ch| ch.is_whitespace() || ch.is_control())
+    };
+    if let Some(image) = &c.image {
+        if bad_token(image) || image.len() > MAX_CONTAINER_IMAGE_BYTES {
+            return Some((
+                "tier.container.image",
+                format!(
+                    "{image:?} is not an image reference (no spaces, control characters or leading '-'; at most {MAX_CONTAINER_IMAGE_BYTES} bytes)"
+                ),
+            ));
+        }
+    } else if policy.backend.is_container() {
+        return Some((
+            "tier.container.image",
+            format!(
+                "tier.backend = \"{}\" needs an image: set [tier.container] image = \"...\"",
+                policy.backend
+            ),
+        ));
+    }
+    if let Some(user) = &c.user {
+        let name = user.split(':').next().unwrap_or_default();
+        if bad_token(user) || user.split(':').count() > 2 {
+            return Some((
+                "tier.container.user",
+                format!("{user:?} is not uid[:gid] or a user name"),
+            ));
+        }
+        if name == "root" || name.parse::<u64>() == Ok(0) {
+            return Some((
+                "tier.container.user",
+                format!("{user:?} is root; containers run as a non-root user"),
+            ));
+        }
+    }
+    None
 }
 
 /// Which programs may run.
@@ -332,6 +454,10 @@ pub struct LimitsPolicy {
     pub open_files: u64,
     /// Largest file a process may write (`RLIMIT_FSIZE`).
     pub file_size_bytes: u64,
+    /// CPUs the whole run may use (container `--cpus`, the Windows Job Object CPU-rate
+    /// hard cap). `None`: the backend's default (`DEFAULT_CPUS` of the container and
+    /// Windows backends); the Linux native and bwrap backends do not limit CPU share.
+    pub cpus: Option<u32>,
 }
 
 impl Default for LimitsPolicy {
@@ -344,6 +470,7 @@ impl Default for LimitsPolicy {
             max_processes: 128,
             open_files: 256,
             file_size_bytes: 1 << 30,
+            cpus: None,
         }
     }
 }
@@ -608,6 +735,12 @@ impl Policy {
                 ),
             );
         }
+        if l.cpus == Some(0) {
+            return invalid("limits.cpus", "must be at least 1".to_owned());
+        }
+        if let Some((field, reason)) = container_problem(&self.tier) {
+            return invalid(field, reason);
+        }
         if l.cpu_time_ms == Some(0) {
             return invalid("limits.cpu_time_ms", "must be at least 1".to_owned());
         }
@@ -814,6 +947,41 @@ mod tests {
         assert_eq!(p.egress.mode, EgressMode::BlockAll);
         assert_eq!(p.limits.timeout_ms, 60_000);
         assert_eq!(p.output.max_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn container_backends_need_an_image_and_a_non_root_user() {
+        let doc = |backend: &str, container: &str| {
+            format!("version = 1\n[tier]\nbackend = \"{backend}\"\n[tier.container]\n{container}")
+        };
+        for backend in ["docker", "podman"] {
+            let err = Policy::from_toml(&doc(backend, "")).unwrap_err();
+            assert!(
+                matches!(&err, PolicyError::Invalid { field, reason } if field == "tier.container.image" && reason.contains(backend)),
+                "{err}"
+            );
+            let p = Policy::from_toml(&doc(backend, "image = \"localhost/tools:1\"\n")).unwrap();
+            assert_eq!(p.tier.container.effective_user(), DEFAULT_CONTAINER_USER);
+        }
+        for bad_user in ["root", "0", "0:0", "-u", "a b", "1:2:3"] {
+            let text = doc("docker", &format!("image = \"x\"\nuser = \"{bad_user}\"\n"));
+            assert!(
+                matches!(Policy::from_toml(&text), Err(PolicyError::Invalid { field, .. }) if field == "tier.container.user"),
+                "{bad_user}"
+            );
+        }
+        for bad_image in ["", "--privileged", "a b", "x\ny"] {
+            let text = doc("podman", &format!("image = {bad_image:?}\n"));
+            assert!(
+                matches!(Policy::from_toml(&text), Err(PolicyError::Invalid { field, .. }) if field == "tier.container.image"),
+                "{bad_image:?}"
+            );
+        }
+        assert!(Policy::from_toml(&doc("docker", "image = \"x\"\nuser = \"1000:1000\"\n")).is_ok());
+        assert!(Policy::from_toml(&doc("docker", "image = \"x\"\nprivileged = true\n")).is_err());
+        assert!(Policy::from_toml("version = 1\n[limits]\ncpus = 0\n").is_err());
+        // Native and bwrap need no image.
+        assert!(Policy::from_toml("version = 1\n[tier]\nbackend = \"bwrap\"\n").is_ok());
     }
 
     #[test]

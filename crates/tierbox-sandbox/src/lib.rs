@@ -8,15 +8,23 @@
 //!   dropped capabilities, `no_new_privs`, landlock, seccomp and a cgroup;
 //! - [`tier_c`]: Tier C on Linux — the native namespace sandbox ([`linux::ns`]) or
 //!   bubblewrap ([`bwrap`]), with the run's cgroup;
-//! - [`linux`]: the Linux security primitives shared by Tier B and Tier C.
+//! - [`linux`]: the Linux security primitives shared by Tier B and Tier C;
+//! - [`container`]: Tier C in Docker or Podman (argv builder, engine probe, launch on
+//!   Linux);
+//! - [`macos`]: Tier C on macOS — the `sandbox-exec` profile (built and tested
+//!   everywhere, run on macOS only);
+//! - [`windows`]: Tier C on Windows — Job Object limits, command line and environment
+//!   block (built and tested everywhere, run on Windows only).
 //!
 //! Unsafe code lives only in `sys.rs` files, each block with a `// SAFETY:` comment.
 
 #[cfg(target_os = "linux")]
 pub mod bwrap;
+pub mod container;
 pub mod egress;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod macos;
 #[cfg(target_os = "linux")]
 pub mod placeholders;
 #[cfg(target_os = "linux")]
@@ -27,6 +35,7 @@ pub mod select;
 pub mod spawn;
 #[cfg(target_os = "linux")]
 pub mod tier_c;
+pub mod windows;
 
 #[cfg(test)]
 mod test_fixtures;

@@ -28,6 +28,18 @@ pub fn tier_available(tier: Tier, facts: &HostFacts) -> Result<(), String> {
     }
 }
 
+/// Whether `tier` can run `plan` on this host, and why not: [`tier_available`], except
+/// that Tier C on a container backend needs a reachable engine instead of user
+/// namespaces.
+pub fn tier_available_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), String> {
+    match crate::container::Engine::for_backend(plan.tier.backend) {
+        Some(engine) if tier == Tier::C => crate::container::probe::probe_engine_cached(engine)
+            .map(|_| ())
+            .map_err(|e| format!("tier.backend = \"{}\": {e}", plan.tier.backend)),
+        _ => tier_available(tier, facts),
+    }
+}
+
 /// Whether `tier` can carry out what `plan` asks for (beyond the host's kernel features),
 /// and why not: `(feature, reason)`.
 ///
@@ -36,7 +48,8 @@ pub fn tier_available(tier: Tier, facts: &HostFacts) -> Result<(), String> {
 /// enforced at runtime) promise. It provides `block_all`, `strict` with an empty
 /// allowlist (no network at all), and — on the native backend, which makes the egress
 /// proxy's listener inside the namespace — `strict` with an allowlist. bwrap builds the
-/// namespace itself and offers no way to hand a listener out of it.
+/// namespace itself and offers no way to hand a listener out of it; the container
+/// backends run with `--network none` and cannot either.
 pub fn tier_supports(tier: Tier, plan: &Plan) -> Result<(), (String, String)> {
     if tier != Tier::C {
         return Ok(());
@@ -46,6 +59,13 @@ pub fn tier_supports(tier: Tier, plan: &Plan) -> Result<(), (String, String)> {
         EgressMode::BlockAll => Ok(()),
         EgressMode::Strict if plan.network.allow.is_empty() => Ok(()),
         EgressMode::Strict if plan.tier.backend == TierCBackend::Native => Ok(()),
+        EgressMode::Strict if plan.tier.backend.is_container() => unsupported(
+            &format!(
+                "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"{}\"",
+                plan.tier.backend
+            ),
+            "the container runs with --network none, where the egress proxy cannot be reached; use tier.backend = \"native\" (or tier b)",
+        ),
         EgressMode::Strict => unsupported(
             "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"bwrap\"",
             "bwrap creates the network namespace itself, so the egress proxy cannot be reached inside it; use tier.backend = \"native\" (or tier b)",
@@ -82,7 +102,7 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
                 if tier < plan.tier.minimum {
                     continue;
                 }
-                let usable = tier_available(tier, facts)
+                let usable = tier_available_for(tier, plan, facts)
                     .and_then(|()| tier_supports(tier, plan).map_err(|(_, reason)| reason));
                 match usable {
                     Ok(()) => return Ok(tier),
@@ -97,7 +117,7 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
                 TierRequest::B => Tier::B,
                 _ => Tier::C,
             };
-            tier_available(tier, facts).map_err(|reason| unavailable(tier, reason))?;
+            tier_available_for(tier, plan, facts).map_err(|reason| unavailable(tier, reason))?;
             tier_supports(tier, plan).map_err(|(feature, reason)| Rejection::TierUnsupported {
                 tier: tier.to_string(),
                 feature,
@@ -126,8 +146,33 @@ mod tests {
         p.egress.mode = mode;
         p.egress.allow = allow.iter().map(|a| (*a).to_owned()).collect();
         p.tier.backend = backend;
+        if backend.is_container() {
+            p.tier.container.image = Some("localhost/tools:1".to_owned());
+        }
         let ctx = ValidateContext::new(&s.ws).with_env(BTreeMap::new());
         validate(&p, &ProcessRunRequest::new("true"), &ctx).unwrap()
+    }
+
+    /// A container backend whose engine does not answer is `tier.unavailable` with the
+    /// engine's reason; `auto` then falls back to Tier B (never a silent downgrade of an
+    /// explicit `--tier c`).
+    #[test]
+    fn an_unreachable_engine_makes_tier_c_unavailable() {
+        let p = plan(EgressMode::BlockAll, &[], TierCBackend::Docker);
+        let facts = crate::probe::host_facts();
+        match crate::container::probe::probe_engine(crate::container::Engine::Docker) {
+            Ok(_) => println!("SKIP: a docker engine answers on this host"),
+            Err(e) => {
+                let mut asked = p.clone();
+                asked.tier.requested = TierRequest::C;
+                let err = select_tier(&asked, facts).unwrap_err();
+                assert_eq!(err.code(), "tier.unavailable");
+                assert!(err.to_string().contains(&e.to_string()), "{err}");
+                if tier_available(Tier::B, facts).is_ok() {
+                    assert_eq!(select_tier(&p, facts), Ok(Tier::B));
+                }
+            }
+        }
     }
 
     #[test]
@@ -138,6 +183,14 @@ mod tests {
         let (feature, reason) = tier_supports(Tier::C, &bwrap).unwrap_err();
         assert!(feature.contains("bwrap"), "{feature}");
         assert!(reason.contains("native"), "{reason}");
+        for backend in [TierCBackend::Docker, TierCBackend::Podman] {
+            let p = plan(EgressMode::Strict, &["crates.io"], backend);
+            let (feature, reason) = tier_supports(Tier::C, &p).unwrap_err();
+            assert!(feature.contains(&backend.to_string()), "{feature}");
+            assert!(reason.contains("--network none"), "{reason}");
+            let p = plan(EgressMode::BlockAll, &[], backend);
+            assert_eq!(tier_supports(Tier::C, &p), Ok(()));
+        }
         // No allowlist: no network, which both backends provide.
         let empty = plan(EgressMode::Strict, &[], TierCBackend::Bwrap);
         assert_eq!(tier_supports(Tier::C, &empty), Ok(()));

@@ -66,6 +66,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     match plan.tier.backend {
         TierCBackend::Native => launch_native(plan, opts),
         TierCBackend::Bwrap => launch_bwrap(plan, opts),
+        TierCBackend::Docker | TierCBackend::Podman => crate::container::launch(plan, opts),
     }
 }
 
@@ -127,6 +128,7 @@ fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchEr
                 report: Some(n.report),
                 host_placeholders: n.host_placeholders,
                 egress_listener: n.egress_listener,
+                container: None,
             })
         }
         Err(e) => {
@@ -238,6 +240,7 @@ fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchErr
         report: None,
         host_placeholders: claim.keep(),
         egress_listener: None,
+        container: None,
     })
 }
 

@@ -49,6 +49,7 @@ pub(crate) fn resolve(
             max_processes: l.max_processes,
             open_files: l.open_files,
             file_size_bytes: l.file_size_bytes,
+            cpus: l.cpus,
         },
         background,
     ))

@@ -373,7 +373,6 @@ fn find_unreadable(
     hidden: &mut Vec<PathBuf>,
     walked: &mut Vec<PathBuf>,
 ) {
-    use std::os::unix::fs::PermissionsExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -387,7 +386,7 @@ fn find_unreadable(
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
-        let mode = meta.permissions().mode();
+        let mode = permission_bits(&meta);
         if meta.file_type().is_symlink() {
             continue;
         }
@@ -401,6 +400,20 @@ fn find_unreadable(
             hidden.push(path);
         }
     }
+}
+
+/// The file's Unix permission bits.
+#[cfg(unix)]
+fn permission_bits(meta: &std::fs::Metadata) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    meta.permissions().mode()
+}
+
+/// No Unix permission bits here (Windows has ACLs, and no `/etc` to walk): everything
+/// reads as world-readable, so only [`SYSTEM_SECRET_PATHS`] are hidden.
+#[cfg(not(unix))]
+fn permission_bits(_meta: &std::fs::Metadata) -> u32 {
+    0o755
 }
 
 fn expand_without(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {

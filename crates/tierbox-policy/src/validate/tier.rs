@@ -26,5 +26,12 @@ pub(crate) fn check(policy: &TierPolicy, req: &ProcessRunRequest) -> Result<Tier
         requested: req.tier,
         optional_layers: policy.optional_layers.clone(),
         backend: policy.backend,
+        container: match (&policy.container.image, policy.backend.is_container()) {
+            (Some(image), true) => Some(crate::plan::ContainerPlan {
+                image: image.clone(),
+                user: policy.container.effective_user().to_owned(),
+            }),
+            _ => None,
+        },
     })
 }

@@ -142,6 +142,9 @@ pub struct Launched {
     /// network namespace on `127.0.0.1:`[`crate::egress::SANDBOX_PROXY_PORT`]. Serve the
     /// proxy on it; connections made inside arrive here.
     pub egress_listener: Option<std::net::TcpListener>,
+    /// Tier C in a container engine: removes the container (by name) when the run's
+    /// handle is dropped, since killing the engine's CLI does not stop it.
+    pub container: Option<crate::container::ContainerGuard>,
 }
 
 /// Layers this run needs that the host lacks: each is recorded when the policy allows it
@@ -212,6 +215,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
                 report: None,
                 host_placeholders: Vec::new(),
                 egress_listener: None,
+                container: None,
             })
         }
         Err(e) => {

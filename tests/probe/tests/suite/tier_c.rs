@@ -64,6 +64,8 @@ fn backend_name(backend: TierCBackend) -> &'static str {
     match backend {
         TierCBackend::Native => tierbox_sandbox::tier_c::NATIVE_BACKEND,
         TierCBackend::Bwrap => tierbox_sandbox::bwrap::BACKEND_NAME,
+        TierCBackend::Docker => tierbox_sandbox::container::DOCKER_BACKEND_NAME,
+        TierCBackend::Podman => tierbox_sandbox::container::PODMAN_BACKEND_NAME,
     }
 }
 

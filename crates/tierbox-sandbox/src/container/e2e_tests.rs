@@ -1,0 +1,317 @@
+//! End-to-end runs through a real container engine (podman), with an image made here
+//! from the host's static busybox (`podman import`; nothing is pulled from a registry).
+//!
+//! Skipped, with the reason printed, when podman is not installed or when there is no
+//! static busybox to build the image from (hosts may have no container engine at all).
+//! Under `CI=true`, where `.ci/run` installs podman, runc and busybox-static, an installed
+//! engine that does not answer is a failure, not a skip.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use tierbox_policy::{Layer, Plan, ProcessRunRequest, TierCBackend, ValidateContext, validate};
+
+use super::Engine;
+use super::probe::{ENGINE_ENV, probe_engine};
+use crate::spawn::{LaunchOptions, Launched};
+use crate::test_fixtures::{Scratch, policy, scratch};
+
+/// The image the tests build.
+const IMAGE: &str = "localhost/tierbox-e2e:busybox";
+
+/// Where a statically linked busybox is looked for.
+const BUSYBOX_CANDIDATES: &[&str] = &["/bin/busybox", "/usr/bin/busybox"];
+
+/// Commands the image provides, at both `/bin` and `/usr/bin` (the Plan's program is the
+/// path validation resolved on the host).
+const APPLETS: &[&str] = &["sh", "ls", "touch", "cat", "id", "sleep", "mkdir", "true"];
+
+fn skip(test: &str, reason: &str) -> bool {
+    println!("SKIP {test}: {reason} (this host has no usable container engine)");
+    false
+}
+
+/// A 64-bit little-endian ELF executable without a `PT_INTERP` program header (no dynamic
+/// loader: it runs in an image that has no libc).
+fn is_static_elf64(b: &[u8]) -> bool {
+    const PT_INTERP: u32 = 3;
+    let u16_at = |o: usize| b.get(o..o + 2).map(|x| u16::from_le_bytes([x[0], x[1]]));
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .and_then(|x| <[u8; 8]>::try_from(x).ok())
+            .map(u64::from_le_bytes)
+    };
+    if !b.starts_with(b"\x7fELF\x02\x01") {
+        return false;
+    }
+    let (Some(phoff), Some(entsize), Some(num)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38)) else {
+        return false;
+    };
+    (0..usize::from(num)).all(|i| {
+        let at = usize::try_from(phoff)
+            .unwrap_or(usize::MAX)
+            .saturating_add(i * usize::from(entsize));
+        b.get(at..at.saturating_add(4))
+            .is_some_and(|t| u32::from_le_bytes([t[0], t[1], t[2], t[3]]) != PT_INTERP)
+    })
+}
+
+#[test]
+fn static_and_dynamic_binaries_are_told_apart() {
+    assert!(
+        !is_static_elf64(&std::fs::read("/bin/ls").unwrap()),
+        "/bin/ls is dynamic"
+    );
+    assert!(!is_static_elf64(b"#!/bin/sh\n"));
+    if let Ok(b) = std::fs::read("/bin/busybox") {
+        println!("/bin/busybox static: {}", is_static_elf64(&b));
+    }
+}
+
+fn engine_cmd(path: &Path) -> Command {
+    let mut c = Command::new(path);
+    c.env_clear().envs(ENGINE_ENV.iter().copied());
+    c
+}
+
+/// Podman is reachable and the test image exists (built on first use).
+fn usable(test: &str) -> bool {
+    let info = match probe_engine(Engine::Podman) {
+        Ok(info) => info,
+        Err(e) => {
+            let installed = ["/usr/bin/podman", "/usr/local/bin/podman"]
+                .iter()
+                .any(|p| Path::new(p).exists());
+            assert!(
+                !(installed && std::env::var("CI").as_deref() == Ok("true")),
+                "{test}: podman is installed but unusable under CI: {e}"
+            );
+            return skip(test, &e.to_string());
+        }
+    };
+    let exists = engine_cmd(&info.path)
+        .args(["image", "exists", IMAGE])
+        .status()
+        .is_ok_and(|s| s.success());
+    if exists {
+        return true;
+    }
+    let Some(busybox) = BUSYBOX_CANDIDATES
+        .iter()
+        .map(Path::new)
+        .find(|p| std::fs::read(p).is_ok_and(|b| is_static_elf64(&b)))
+    else {
+        return skip(
+            test,
+            "no statically linked busybox to build the image from (apt-get install busybox-static)",
+        );
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("rootfs");
+    for d in ["bin", "usr/bin", "etc", "tmp"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
+    for applet in APPLETS {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+        std::os::unix::fs::symlink("/bin/busybox", root.join("usr/bin").join(applet)).unwrap();
+    }
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
+    )
+    .unwrap();
+    let tar = dir.path().join("rootfs.tar");
+    let ok = Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        return skip(test, "tar could not pack the image's root filesystem");
+    }
+    let out = engine_cmd(&info.path)
+        .arg("import")
+        .arg(&tar)
+        .arg(IMAGE)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        let reason = format!(
+            "podman import failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return skip(test, &reason);
+    }
+    true
+}
+
+fn plan(s: &Scratch, command: &str, args: &[&str]) -> Plan {
+    let mut p = policy("strict.toml");
+    p.tier.backend = TierCBackend::Podman;
+    p.tier.container.image = Some(IMAGE.to_owned());
+    p.tier.optional_layers.push(Layer::Landlock);
+    p.exec.allowed_executables.push("id".to_owned());
+    let ctx = ValidateContext::new(&s.ws).with_env(Default::default());
+    let mut req = ProcessRunRequest::new(command);
+    req.args = args.iter().map(|a| (*a).to_owned()).collect();
+    validate(&p, &req, &ctx).unwrap()
+}
+
+/// A workspace the container's user (65534) can write.
+fn workspace() -> Scratch {
+    let s = scratch();
+    std::fs::set_permissions(&s.ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    s
+}
+
+fn launch(s: &Scratch, plan: &Plan) -> Launched {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let opts = LaunchOptions {
+        run_id: format!(
+            "e2e{}x{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ),
+        tmp_base: s.root.join("state"),
+        launcher_thread: false,
+        egress_proxy_port: None,
+    };
+    std::fs::create_dir_all(&opts.tmp_base).unwrap();
+    crate::tier_c::launch(plan, &opts).expect("launch")
+}
+
+fn read_all(fd: &OwnedFd) -> String {
+    let mut s = Vec::new();
+    std::fs::File::from(fd.try_clone().unwrap())
+        .read_to_end(&mut s)
+        .unwrap();
+    String::from_utf8_lossy(&s).into_owned()
+}
+
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(s: &Scratch, plan: &Plan) -> Ran {
+    let mut l = launch(s, plan);
+    let stdout = read_all(&l.stdout);
+    let stderr = read_all(&l.stderr);
+    let exit = crate::spawn::sys::wait_pidfd(&l.pidfd, false)
+        .unwrap()
+        .unwrap();
+    if let Some(slot) = l.slot.take() {
+        crate::spawn::slots::release(slot);
+    }
+    crate::placeholders::release(&std::mem::take(&mut l.host_placeholders));
+    Ran {
+        code: exit.code,
+        stdout,
+        stderr,
+    }
+}
+
+#[test]
+fn podman_runs_the_plan_as_an_unprivileged_user_in_the_workspace() {
+    if !usable("podman_runs_the_plan_as_an_unprivileged_user_in_the_workspace") {
+        return;
+    }
+    let s = workspace();
+    let r = run(&s, &plan(&s, "id", &["-u"]));
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert_eq!(r.stdout.trim(), "65534");
+    let r = run(&s, &plan(&s, "touch", &["made-inside"]));
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    assert!(
+        s.ws.join("made-inside").is_file(),
+        "written through to the host"
+    );
+}
+
+#[test]
+fn podman_keeps_protected_paths_and_the_root_read_only() {
+    if !usable("podman_keeps_protected_paths_and_the_root_read_only") {
+        return;
+    }
+    let s = workspace();
+    let hooks = s.ws.join(".git/hooks");
+    std::fs::create_dir_all(&hooks).unwrap();
+    std::fs::set_permissions(&hooks, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let r = run(&s, &plan(&s, "touch", &[".git/hooks/pre-commit"]));
+    assert_ne!(r.code, Some(0), "wrote a protected path: {}", r.stdout);
+    assert!(r.stderr.contains("Read-only file system"), "{}", r.stderr);
+    assert!(!hooks.join("pre-commit").exists());
+    // `.git/config` does not exist: covered, so it cannot be created; the mount point
+    // the engine made on the host is removed after the run.
+    let r = run(&s, &plan(&s, "touch", &[".git/config"]));
+    assert_ne!(r.code, Some(0));
+    assert!(
+        !s.ws.join(".git/config").exists(),
+        "placeholder left behind"
+    );
+}
+
+#[test]
+fn podman_has_no_network() {
+    if !usable("podman_has_no_network") {
+        return;
+    }
+    let s = workspace();
+    // Validation refuses paths outside the workspace in arguments; the Plan is data, so
+    // the test points `cat` at the network device table after validation.
+    let mut p = plan(&s, "cat", &["/dev/null"]);
+    p.argv[1] = "/proc/net/dev".to_owned();
+    let r = run(&s, &p);
+    assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
+    let ifaces: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim()))
+        .collect();
+    assert_eq!(ifaces, ["lo"], "only loopback");
+}
+
+#[test]
+fn killing_a_run_removes_its_container() {
+    if !usable("killing_a_run_removes_its_container") {
+        return;
+    }
+    let s = workspace();
+    let plan = plan(&s, "sleep", &["60"]);
+    let mut l = launch(&s, &plan);
+    let name = l.container.as_ref().unwrap().name().to_owned();
+    let podman = super::probe::find_engine(Engine::Podman).unwrap();
+    let running = |name: &str| {
+        let out = engine_cmd(&podman)
+            .args(["ps", "-a", "--format", "{{.Names}}"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.trim() == name)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !running(&name) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(running(&name), "{name} never started");
+    // What the supervisor does at a deadline: SIGKILL the CLI's process group.
+    crate::spawn::sys::kill(-l.pid, libc::SIGKILL).unwrap();
+    let _ = crate::spawn::sys::wait_pidfd(&l.pidfd, false);
+    if let Some(slot) = l.slot.take() {
+        crate::spawn::slots::release(slot);
+    }
+    drop(l);
+    assert!(!running(&name), "{name} outlived its run");
+}

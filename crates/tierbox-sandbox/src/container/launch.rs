@@ -1,0 +1,209 @@
+//! Launching a container run: the engine CLI started like `bwrap` (a trusted helper in
+//! the run's cgroup, new session, `PR_SET_PDEATHSIG`, every other fd closed), and a
+//! [`ContainerGuard`] that removes the container by name when the run's handle is dropped.
+//!
+//! Killing the CLI does not stop a container: the engine (a daemon, or podman's conmon)
+//! owns it. Teardown therefore always runs `<engine> rm -f tierbox-<run id>`, which kills
+//! and removes it, whether the run ended by itself (then the container is already gone
+//! with `--rm` and the command only finds nothing) or was killed at its deadline.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tierbox_policy::plan::Plan;
+use tierbox_policy::{Enforcement, Layer, LayerReport, Rejection, Tier};
+
+use super::probe::{ENGINE_ENV, EngineInfo, probe_engine_cached};
+use super::{
+    ContainerError, ContainerOptions, Engine, container_name, host_mount_points, run_argv,
+};
+use crate::probe::host_facts;
+use crate::spawn::{self, HelperSpawn, LaunchError, LaunchOptions, Launched, slots};
+
+/// How long teardown waits for `<engine> rm -f` before giving up (the container then
+/// outlives the run; it is labelled `tierbox=1` for an operator to find).
+pub const REMOVE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Removes the run's container when dropped (see the module documentation).
+#[derive(Debug)]
+pub struct ContainerGuard {
+    engine: PathBuf,
+    name: String,
+}
+
+impl ContainerGuard {
+    /// The container's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        let child = Command::new(&self.engine)
+            .args(["rm", "-f", &self.name])
+            .env_clear()
+            .envs(ENGINE_ENV.iter().copied())
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(mut child) = child else { return };
+        let deadline = Instant::now() + REMOVE_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+fn unavailable(reason: String) -> LaunchError {
+    LaunchError::Rejected(Rejection::TierUnavailable {
+        tier: Tier::C.to_string(),
+        reason,
+    })
+}
+
+fn argv_error(e: ContainerError) -> LaunchError {
+    LaunchError::Rejected(match e {
+        ContainerError::EgressProxyUnsupported | ContainerError::HostNetwork { .. } => {
+            Rejection::TierUnsupported {
+                tier: Tier::C.to_string(),
+                feature: "egress through the container backends".to_owned(),
+                reason: e.to_string(),
+            }
+        }
+        other => Rejection::TierUnavailable {
+            tier: Tier::C.to_string(),
+            reason: other.to_string(),
+        },
+    })
+}
+
+/// Launches `plan` with the container engine its backend names.
+///
+/// Layer policy: landlock and Tierbox's seccomp filter are not applied (the engine's
+/// default seccomp profile is), so `landlock` must be in `tier.optional_layers`, as for
+/// bwrap; the run's memory, pids and CPU limits are the engine's cgroup.
+pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+    let engine = Engine::for_backend(plan.tier.backend)
+        .ok_or_else(|| argv_error(ContainerError::NoImage))?;
+    let info = probe_engine_cached(engine).map_err(|e| unavailable(e.to_string()))?;
+    let facts = host_facts();
+    let mut missing = Vec::new();
+    spawn::require(
+        plan,
+        Tier::C,
+        Layer::Landlock,
+        false,
+        "the container backends apply no landlock layer (tier.backend = \"native\" does)",
+        &mut missing,
+    )?;
+    let copts = ContainerOptions::probe(engine, &opts.run_id, plan);
+    let argv = run_argv(plan, &copts).map_err(argv_error)?;
+    let name = container_name(&opts.run_id).map_err(argv_error)?;
+    let claim = crate::placeholders::claim(&host_mount_points(&copts));
+    // The CLI's own cgroup: optional (the container's limits are the engine's).
+    let mut cli_missing = Vec::new();
+    let slot = spawn::cgroup_slot(plan, opts, (facts.euid, facts.egid), &mut cli_missing)?;
+    let mut full_argv = vec![info.path.clone().into_os_string()];
+    full_argv.extend(argv.iter().map(Into::into));
+    let env: Vec<(String, String)> = ENGINE_ENV
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let helper = HelperSpawn {
+        program: &info.path,
+        argv: &full_argv,
+        env: &env,
+        inherit: None,
+    };
+    // The guard exists before the CLI starts, so a failed start still cleans up.
+    let guard = ContainerGuard {
+        engine: info.path.clone(),
+        name,
+    };
+    let child = match spawn::spawn_helper(plan, opts, &slot, &helper) {
+        Ok(c) => c,
+        Err(e) => {
+            slots::release(slot);
+            return Err(e);
+        }
+    };
+    missing.sort();
+    missing.dedup();
+    Ok(Launched {
+        pid: child.pid,
+        pidfd: child.pidfd,
+        stdin: child.stdin,
+        stdout: child.stdout,
+        stderr: child.stderr,
+        slot: Some(slot),
+        chmod_listener: None,
+        child_uid: facts.euid,
+        child_gid: facts.egid,
+        enforcement: enforcement(plan, &info, missing),
+        tier: Tier::C,
+        report: None,
+        host_placeholders: claim.keep(),
+        egress_listener: None,
+        container: Some(guard),
+    })
+}
+
+fn enforcement(plan: &Plan, info: &EngineInfo, missing: Vec<Layer>) -> Enforcement {
+    let facts = host_facts();
+    let limits = &plan.limits;
+    let user = plan
+        .tier
+        .container
+        .as_ref()
+        .map_or("?", |c| c.user.as_str());
+    Enforcement {
+        tier: Some(Tier::C),
+        backend: info.engine.backend_name().to_owned(),
+        kernel: facts.kernel.clone(),
+        uid: None,
+        gid: None,
+        capabilities: format!(
+            "none: --cap-drop ALL, --security-opt no-new-privileges, --user {user} ({} {})",
+            info.engine, info.detail
+        ),
+        no_new_privs: true,
+        landlock: LayerReport::missing("not applied by the container backends"),
+        seccomp: LayerReport::applied(format!(
+            "the {} engine's default seccomp profile (Tierbox's own filter is not installed)",
+            info.engine
+        )),
+        cgroup: LayerReport::applied(format!(
+            "engine cgroup: --memory {} (no swap), --pids-limit {}, --cpus {}",
+            limits.memory_bytes,
+            limits.max_processes,
+            limits.cpus.unwrap_or(super::DEFAULT_CPUS)
+        )),
+        namespaces: vec![
+            "the engine's: mount (read-only image root), pid, net (none), ipc (private), uts"
+                .to_owned(),
+        ],
+        rlimits: vec![
+            format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
+            format!("RLIMIT_NPROC={}", limits.max_processes),
+            format!("RLIMIT_NOFILE={}", limits.open_files),
+            format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
+            "RLIMIT_CORE=0".to_owned(),
+        ],
+        network: "--network none: only the container's own loopback".to_owned(),
+        protected_paths: LayerReport::applied(format!(
+            "{} protected path(s) mounted read-only or covered",
+            plan.filesystem.protected.len()
+        )),
+        missing_layers: missing,
+        grants: Vec::new(),
+    }
+}
