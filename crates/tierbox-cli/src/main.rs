@@ -120,6 +120,9 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Also say which Tier C backend this policy selects and whether it can run here.
+        #[arg(long)]
+        policy: Option<PathBuf>,
     },
     /// Tier A: run or check a `wasm_run` request; install the Python and JavaScript
     /// runtimes.
@@ -276,7 +279,15 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Doctor { json } => doctor::run(json),
+        Command::Doctor { json, policy: None } => doctor::run(json),
+        Command::Doctor {
+            json,
+            policy: Some(path),
+        } => doctor::run_with_policy(
+            json,
+            &load_policy(Some(&path))?,
+            &path.display().to_string(),
+        ),
         Command::Wasm { action } => match action {
             WasmAction::Run {
                 policy,

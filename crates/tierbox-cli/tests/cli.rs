@@ -535,3 +535,40 @@ fn a_separate_process_never_removes_a_placeholder_another_run_relies_on() {
         "the last run out removes the placeholder"
     );
 }
+
+/// `doctor --policy` says which Tier C backend that policy selects and whether this host
+/// can run it (an engine that does not answer is named with its reason).
+#[test]
+fn doctor_reports_the_backend_a_policy_selects() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("docker.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[tier]\nbackend = \"docker\"\noptional_layers = [\"cgroup\", \"protected_paths\", \"landlock\"]\n\
+         [tier.container]\nimage = \"localhost/tools:1\"\n",
+    )
+    .unwrap();
+    let out = tierbox(
+        &["doctor", "--json", "--policy", policy.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let selected = &v["selected_backend"];
+    assert_eq!(selected["tier_c_backend"], "docker", "{v}");
+    let docker = &v["containers"]["docker"];
+    assert_eq!(selected["available"], docker["reachable"], "{v}");
+    if docker["reachable"] == false {
+        let reason = selected["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("docker engine unreachable"), "{v}");
+    }
+    // Without --policy: the built-in strict policy's native backend.
+    let out = tierbox(&["doctor", "--json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["selected_backend"]["tier_c_backend"], "native", "{v}");
+}
