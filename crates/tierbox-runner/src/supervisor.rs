@@ -302,8 +302,7 @@ pub(crate) fn launch_in(
     opts: &LaunchOptions,
 ) -> Result<Launched, RunError> {
     let launched = match tier {
-        Tier::B => spawn::launch(plan, opts)?,
-        Tier::C => tierbox_sandbox::tier_c::launch(plan, opts)?,
+        Tier::B | Tier::C => tierbox_sandbox::backend::for_plan(plan, tier).launch(plan, opts)?,
         Tier::A => {
             return Err(Rejection::TierUnavailable {
                 tier: tier.to_string(),

@@ -18,6 +18,7 @@
 //!
 //! Unsafe code lives only in `sys.rs` files, each block with a `// SAFETY:` comment.
 
+pub mod backend;
 #[cfg(target_os = "linux")]
 pub mod bwrap;
 pub mod container;

@@ -19,7 +19,7 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 
 use tierbox_policy::plan::Plan;
-use tierbox_policy::{Enforcement, Layer, LayerReport, Rejection, Tier, TierCBackend};
+use tierbox_policy::{Enforcement, Layer, LayerReport, Rejection, Tier};
 
 use crate::bwrap::{self, BwrapError, BwrapOptions, HostLayout};
 use crate::linux::ns::{self, NativeError, NativeOptions};
@@ -63,14 +63,10 @@ pub fn tier_c_seccomp_spec() -> SeccompSpec {
 /// # Ok(()) }
 /// ```
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
-    match plan.tier.backend {
-        TierCBackend::Native => launch_native(plan, opts),
-        TierCBackend::Bwrap => launch_bwrap(plan, opts),
-        TierCBackend::Docker | TierCBackend::Podman => crate::container::launch(plan, opts),
-    }
+    crate::backend::for_plan(plan, Tier::C).launch(plan, opts)
 }
 
-fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+pub(crate) fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
     let facts = host_facts();
     let mut missing = Vec::new();
     spawn::require(
@@ -151,7 +147,7 @@ fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchEr
 /// and `bwrap` itself started in the run's cgroup (everything in the sandbox inherits
 /// it). `bwrap` runs with `--die-with-parent`, and dies with the supervisor's thread
 /// (`PR_SET_PDEATHSIG`).
-fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
     let facts = host_facts();
     let info = bwrap::probe_bwrap_cached().map_err(|e| {
         LaunchError::Rejected(Rejection::TierUnavailable {

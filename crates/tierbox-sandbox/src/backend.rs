@@ -1,0 +1,262 @@
+//! The [`Backend`] trait: one isolation mechanism that carries out a [`Plan`].
+//!
+//! Every Tier C backend implements it — on Linux the native namespace sandbox, bubblewrap
+//! and the two container engines; `sandbox-exec` on macOS; a Job Object on Windows — and
+//! Tier B's direct spawn does too. A backend makes no policy decision: validation chose
+//! the Plan, tier selection chose the backend; the backend says whether this host can run
+//! it ([`Backend::available`]) and launches it, reporting what it enforced in what it
+//! returns. [`for_plan`] is the dispatch the supervisor uses on Linux.
+//!
+//! ```
+//! # #[cfg(target_os = "linux")] {
+//! use tierbox_sandbox::backend::{Backend, for_plan};
+//! # let ws = tempfile::tempdir().unwrap();
+//! let mut policy = tierbox_policy::Policy::builtin_default();
+//! policy.exec.allowed_executables = vec!["true".to_owned()];
+//! let ctx = tierbox_policy::ValidateContext::new(ws.path());
+//! let plan = tierbox_policy::validate(&policy, &tierbox_policy::ProcessRunRequest::new("true"), &ctx)
+//!     .unwrap();
+//! let backend = for_plan(&plan, tierbox_policy::Tier::C);
+//! assert_eq!(backend.name(), "tier_c_linux_native");
+//! // Whether it can run here, and why not:
+//! let _ = backend.available();
+//! # }
+//! ```
+
+use tierbox_policy::plan::Plan;
+
+/// An isolation backend.
+pub trait Backend {
+    /// Launch options (run id, state paths, egress port) the supervisor supplies.
+    type Options;
+    /// A running sandbox: the handle the supervisor waits on, kills and reads from.
+    type Launched;
+    /// Why a launch failed (a typed rejection when the backend refuses the Plan).
+    type Error;
+
+    /// The backend's name in outcomes and attestations (`tier_c_linux_native`, …).
+    fn name(&self) -> &'static str;
+
+    /// Whether this host can run this backend, and the concrete reason when it cannot
+    /// (probed once and cached where probing is costly).
+    fn available(&self) -> Result<(), String>;
+
+    /// Launches `plan`; the process runs until the supervisor reaps or kills it.
+    fn launch(&self, plan: &Plan, opts: &Self::Options) -> Result<Self::Launched, Self::Error>;
+}
+
+#[cfg(target_os = "linux")]
+pub use linux_backends::*;
+
+#[cfg(target_os = "linux")]
+mod linux_backends {
+    use tierbox_policy::plan::Plan;
+    use tierbox_policy::{Tier, TierCBackend};
+
+    use super::Backend;
+    use crate::container::Engine;
+    use crate::probe::host_facts;
+    use crate::select::tier_available;
+    use crate::spawn::{LaunchError, LaunchOptions, Launched};
+
+    /// A backend the Linux supervisor drives: all share its handle and error types.
+    pub type LinuxBackend =
+        dyn Backend<Options = LaunchOptions, Launched = Launched, Error = LaunchError> + Sync;
+
+    /// Tier B: direct spawn with rlimits, landlock, seccomp and a cgroup.
+    #[derive(Debug, Clone, Copy)]
+    pub struct DirectSpawn;
+
+    /// Tier C: Tierbox's own namespace sandbox.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Native;
+
+    /// Tier C: bubblewrap with the same Plan.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Bwrap;
+
+    /// Tier C: a Docker or Podman container.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Container(pub Engine);
+
+    impl Backend for DirectSpawn {
+        type Options = LaunchOptions;
+        type Launched = Launched;
+        type Error = LaunchError;
+        fn name(&self) -> &'static str {
+            "tier_b_linux"
+        }
+        fn available(&self) -> Result<(), String> {
+            tier_available(Tier::B, host_facts())
+        }
+        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+            crate::spawn::launch(plan, opts)
+        }
+    }
+
+    impl Backend for Native {
+        type Options = LaunchOptions;
+        type Launched = Launched;
+        type Error = LaunchError;
+        fn name(&self) -> &'static str {
+            "tier_c_linux_native"
+        }
+        fn available(&self) -> Result<(), String> {
+            tier_available(Tier::C, host_facts())
+        }
+        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+            crate::tier_c::launch_native(plan, opts)
+        }
+    }
+
+    impl Backend for Bwrap {
+        type Options = LaunchOptions;
+        type Launched = Launched;
+        type Error = LaunchError;
+        fn name(&self) -> &'static str {
+            "tier_c_bwrap"
+        }
+        fn available(&self) -> Result<(), String> {
+            tier_available(Tier::C, host_facts())?;
+            crate::bwrap::probe_bwrap_cached()
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+            crate::tier_c::launch_bwrap(plan, opts)
+        }
+    }
+
+    impl Backend for Container {
+        type Options = LaunchOptions;
+        type Launched = Launched;
+        type Error = LaunchError;
+        fn name(&self) -> &'static str {
+            match self.0 {
+                Engine::Docker => "tier_c_docker",
+                Engine::Podman => "tier_c_podman",
+            }
+        }
+        fn available(&self) -> Result<(), String> {
+            crate::container::probe::probe_engine_cached(self.0)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+            crate::container::launch(plan, opts)
+        }
+    }
+
+    /// The backend that runs `plan` in `tier` on Linux (Tier B's direct spawn, or the
+    /// policy's Tier C backend). Tier A is not a process backend; it maps to Tier B's
+    /// here and is refused by the supervisor before any launch.
+    pub fn for_plan(plan: &Plan, tier: Tier) -> &'static LinuxBackend {
+        match (tier, plan.tier.backend) {
+            (Tier::C, TierCBackend::Native) => &Native,
+            (Tier::C, TierCBackend::Bwrap) => &Bwrap,
+            (Tier::C, TierCBackend::Docker) => &Container(Engine::Docker),
+            (Tier::C, TierCBackend::Podman) => &Container(Engine::Podman),
+            _ => &DirectSpawn,
+        }
+    }
+}
+
+#[cfg(target_os = "macos")]
+mod macos_backend {
+    use tierbox_policy::plan::Plan;
+
+    use super::Backend;
+    use crate::macos::{MacLaunchError, MacLaunched, SbplOptions};
+
+    /// Tier C on macOS: the program under `/usr/bin/sandbox-exec` with the Plan's profile.
+    #[derive(Debug, Clone, Copy)]
+    pub struct SandboxExec;
+
+    impl Backend for SandboxExec {
+        type Options = SbplOptions;
+        type Launched = MacLaunched;
+        type Error = MacLaunchError;
+        fn name(&self) -> &'static str {
+            crate::macos::BACKEND_NAME
+        }
+        fn available(&self) -> Result<(), String> {
+            if std::path::Path::new("/usr/bin/sandbox-exec").exists() {
+                Ok(())
+            } else {
+                Err("/usr/bin/sandbox-exec is missing".to_owned())
+            }
+        }
+        fn launch(&self, plan: &Plan, opts: &SbplOptions) -> Result<MacLaunched, MacLaunchError> {
+            crate::macos::launch(plan, opts)
+        }
+    }
+}
+
+#[cfg(target_os = "macos")]
+pub use macos_backend::SandboxExec;
+
+#[cfg(windows)]
+mod windows_backend {
+    use tierbox_policy::plan::Plan;
+
+    use super::Backend;
+    use crate::windows::{WindowsLaunchError, WindowsLaunched};
+
+    /// Tier C on Windows: the process created suspended in a Job Object with its limits.
+    #[derive(Debug, Clone, Copy)]
+    pub struct JobObjectBackend;
+
+    impl Backend for JobObjectBackend {
+        type Options = ();
+        type Launched = WindowsLaunched;
+        type Error = WindowsLaunchError;
+        fn name(&self) -> &'static str {
+            crate::windows::BACKEND_NAME
+        }
+        fn available(&self) -> Result<(), String> {
+            Ok(())
+        }
+        fn launch(&self, plan: &Plan, _: &()) -> Result<WindowsLaunched, WindowsLaunchError> {
+            crate::windows::launch(plan)
+        }
+    }
+}
+
+#[cfg(windows)]
+pub use windows_backend::JobObjectBackend;
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use tierbox_policy::{Tier, TierCBackend};
+
+    use super::*;
+
+    #[test]
+    fn every_linux_backend_is_reached_through_the_trait_with_its_name() {
+        let s = crate::test_fixtures::scratch();
+        for (backend, name) in [
+            (TierCBackend::Native, "tier_c_linux_native"),
+            (TierCBackend::Bwrap, "tier_c_bwrap"),
+            (TierCBackend::Docker, "tier_c_docker"),
+            (TierCBackend::Podman, "tier_c_podman"),
+        ] {
+            let mut p = crate::test_fixtures::policy("strict.toml");
+            p.exec.allowed_executables = vec!["true".to_owned()];
+            p.tier.backend = backend;
+            if backend.is_container() {
+                p.tier.container.image = Some("localhost/tools:1".to_owned());
+            }
+            let ctx = tierbox_policy::ValidateContext::new(&s.ws);
+            let plan =
+                tierbox_policy::validate(&p, &tierbox_policy::ProcessRunRequest::new("true"), &ctx)
+                    .unwrap();
+            assert_eq!(for_plan(&plan, Tier::C).name(), name);
+            assert_eq!(for_plan(&plan, Tier::B).name(), "tier_b_linux");
+            // Availability is a reason, never a panic.
+            if let Err(reason) = for_plan(&plan, Tier::C).available() {
+                assert!(!reason.is_empty());
+            }
+        }
+    }
+}
