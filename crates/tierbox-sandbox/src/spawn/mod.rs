@@ -1142,4 +1142,4 @@ fn launcher_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, 
 }
 
 #[cfg(test)]
-mod review_tests;
+mod review;

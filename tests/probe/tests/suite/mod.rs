@@ -1,4 +1,5 @@
 mod harness;
+mod sys;
 mod tier_b;
 mod tier_b_lifecycle;
 mod tier_c;

@@ -941,22 +941,11 @@ fn host_hostname() -> String {
 
 /// The probe run directly in a UTS namespace of its own (root only).
 fn sethostname_in_a_private_uts_namespace(fx: &Fixture, name: &str) -> Output {
-    use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(PROBE);
     cmd.args(["sethostname", name])
         .current_dir(&fx.workspace)
         .stdin(Stdio::null());
-    // SAFETY: the hook runs in the forked child before exec and only calls unshare(2),
-    // which is async-signal-safe, and reads errno.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::unshare(libc::CLONE_NEWUTS) == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        });
-    }
+    super::sys::in_private_uts_namespace(&mut cmd);
     cmd.output().unwrap()
 }
 
