@@ -221,6 +221,32 @@ pub fn observe<T>(path: &Path, lstat: impl FnOnce() -> T) -> Option<T> {
     Some(out)
 }
 
+/// The claims as seen under one hold of the registry lock: probes made through it see a
+/// consistent registry without locking and reading it again for every path.
+pub struct Observer<'a>(&'a Locked);
+
+impl std::fmt::Debug for Observer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Observer")
+            .field("claims", &self.0.entries.len())
+            .finish()
+    }
+}
+
+impl Observer<'_> {
+    /// Like [`observe`], under the lock already held.
+    pub fn observe<T>(&self, path: &Path, lstat: impl FnOnce() -> T) -> Option<T> {
+        (self.0.claimed(path) == 0).then(lstat)
+    }
+}
+
+/// Runs `f` with the registry locked once, for a batch of probes (a mount plan's host
+/// view: dozens of `lstat`s per run).
+pub fn observing<T>(f: impl FnOnce(&Observer<'_>) -> T) -> T {
+    let reg = lock();
+    f(&Observer(&reg))
+}
+
 /// A run's claim on its placeholders; released on drop unless handed over with
 /// [`Claim::keep`] (then [`release`] must be called after the run).
 #[derive(Debug)]

@@ -536,14 +536,16 @@ impl HostView {
     /// planner's own errors reappear when [`mount_plan`] runs on the result).
     pub fn probe(plan: &Plan) -> Self {
         let mut nodes = BTreeMap::new();
-        let mut lookup = |p: &Path| -> Result<HostNode, MountPlanError> {
-            let node = nodes
-                .entry(p.to_path_buf())
-                .or_insert_with(|| lstat_host(p))
-                .clone();
-            Ok(node)
-        };
-        let _ = build(plan, &mut lookup);
+        crate::placeholders::observing(|claims| {
+            let mut lookup = |p: &Path| -> Result<HostNode, MountPlanError> {
+                let node = nodes
+                    .entry(p.to_path_buf())
+                    .or_insert_with(|| lstat_host(claims, p))
+                    .clone();
+                Ok(node)
+            };
+            let _ = build(plan, &mut lookup);
+        });
         Self {
             nodes,
             unrecorded_missing: false,
@@ -556,10 +558,11 @@ impl HostView {
     /// the Plan and the view, a current view means the plan built from it is still right.
     pub fn is_current(&self) -> bool {
         !self.unrecorded_missing
-            && self
-                .nodes
-                .iter()
-                .all(|(path, node)| lstat_host(path) == *node)
+            && crate::placeholders::observing(|claims| {
+                self.nodes
+                    .iter()
+                    .all(|(path, node)| lstat_host(claims, path) == *node)
+            })
     }
 
     /// How many host paths the view records.
@@ -630,9 +633,9 @@ impl HostView {
 }
 
 /// `lstat` + `readlink` of one host path.
-fn lstat_host(path: &Path) -> HostNode {
+fn lstat_host(claims: &crate::placeholders::Observer<'_>, path: &Path) -> HostNode {
     // A placeholder a concurrent run claims is missing as far as planning goes.
-    match crate::placeholders::observe(path, || std::fs::symlink_metadata(path)) {
+    match claims.observe(path, || std::fs::symlink_metadata(path)) {
         None => HostNode::Missing,
         Some(meta) => host_node(path, meta),
     }
