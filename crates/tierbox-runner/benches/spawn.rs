@@ -11,7 +11,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tierbox_policy::{Policy, ProcessRunRequest};
+use tierbox_policy::{Policy, ProcessRunRequest, TierRequest};
 use tierbox_runner::{RunOptions, Runner};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -37,7 +37,9 @@ fn main() {
         .with_options(RunOptions {
             state_dir: state.path().to_path_buf(),
         });
-    let request = ProcessRunRequest::new("true");
+    // Pinned to Tier B: `auto` would pick Tier C wherever user namespaces work.
+    let mut request = ProcessRunRequest::new("true");
+    request.tier = TierRequest::B;
     let pooled = !std::env::args().any(|a| a == "--no-pool");
     tierbox_sandbox::spawn::slots::set_pooling(pooled);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -58,6 +60,7 @@ fn main() {
         let t = Instant::now();
         let outcome = rt.block_on(runner.run(&request)).expect("tier b run");
         assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
+        assert_eq!(outcome.tier, "b", "the benchmark measures tier b");
         t.elapsed()
     };
     let tierbox_check = || {
