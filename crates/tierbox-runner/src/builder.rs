@@ -306,6 +306,7 @@ impl Runner {
     ) -> Result<Outcome, RunError> {
         match result {
             Ok(mut outcome) => {
+                let has_log = auditor.has_log();
                 let seal = move |mut outcome: Outcome| {
                     match auditor.attest_run(&request, started_unix_ms, &outcome) {
                         Ok(a) => outcome.attestation = Some(a),
@@ -313,7 +314,7 @@ impl Runner {
                     }
                     outcome
                 };
-                if self.policy.audit.log.is_none() {
+                if !has_log {
                     // Signing alone takes tens of microseconds: no thread hand-off.
                     return Ok(seal(outcome));
                 }

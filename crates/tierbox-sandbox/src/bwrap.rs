@@ -46,6 +46,7 @@
 //! e.g. `.git`); [`host_mount_points`] lists them and [`remove_host_mount_points`] removes
 //! them after the run when they are still empty.
 
+use crate::placeholders::Observer;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
@@ -324,42 +325,44 @@ impl HostLayout {
     /// protected paths) makes bwrap fail to mount and the run not start.
     pub fn probe(plan: &Plan) -> Self {
         let fs = &plan.filesystem;
-        let mut layout = Self::new();
-        let direct = fs
-            .system_binds()
-            .iter()
-            .chain(fs.system_covers())
-            .chain(&fs.read_only)
-            .chain(&fs.writable)
-            .chain(std::iter::once(&plan.workspace))
-            .chain(&fs.deny_read);
-        for path in direct {
-            layout.record(path);
-        }
-        for protected in &fs.protected {
-            let Ok(rel) = protected.strip_prefix(&plan.workspace) else {
-                continue;
-            };
-            let mut at = plan.workspace.clone();
-            for component in rel.components() {
-                at.push(component);
-                if layout.record(&at) != PathKind::Dir {
-                    break;
+        crate::placeholders::observing(|claims| {
+            let mut layout = Self::new();
+            let direct = fs
+                .system_binds()
+                .iter()
+                .chain(fs.system_covers())
+                .chain(&fs.read_only)
+                .chain(&fs.writable)
+                .chain(std::iter::once(&plan.workspace))
+                .chain(&fs.deny_read);
+            for path in direct {
+                layout.record(claims, path);
+            }
+            for protected in &fs.protected {
+                let Ok(rel) = protected.strip_prefix(&plan.workspace) else {
+                    continue;
+                };
+                let mut at = plan.workspace.clone();
+                for component in rel.components() {
+                    at.push(component);
+                    if layout.record(claims, &at) != PathKind::Dir {
+                        break;
+                    }
                 }
             }
-        }
-        layout
+            layout
+        })
     }
 
     /// Records `path` (and, for a symlink, its resolution); returns its kind.
-    fn record(&mut self, path: &Path) -> PathKind {
-        let kind = lstat_kind(path);
+    fn record(&mut self, claims: &Observer<'_>, path: &Path) -> PathKind {
+        let kind = lstat_kind(claims, path);
         if let PathKind::Symlink {
             resolved: Some(resolved),
             ..
         } = &kind
         {
-            let resolved_kind = lstat_kind(resolved);
+            let resolved_kind = lstat_kind(claims, resolved);
             self.entries.insert(resolved.clone(), resolved_kind);
         }
         self.entries.insert(path.to_path_buf(), kind.clone());
@@ -369,17 +372,19 @@ impl HostLayout {
     /// The layout of the top-level system directories only (`/usr` and the merged-/usr
     /// candidates), for the user-namespace check.
     fn probe_top_level() -> Self {
-        let mut layout = Self::new();
-        for path in std::iter::once("/usr").chain(MERGED_USR_LINKS.iter().copied()) {
-            layout.record(Path::new(path));
-        }
-        layout
+        crate::placeholders::observing(|claims| {
+            let mut layout = Self::new();
+            for path in std::iter::once("/usr").chain(MERGED_USR_LINKS.iter().copied()) {
+                layout.record(claims, Path::new(path));
+            }
+            layout
+        })
     }
 }
 
-fn lstat_kind(path: &Path) -> PathKind {
+fn lstat_kind(claims: &Observer<'_>, path: &Path) -> PathKind {
     // A placeholder a concurrent run claims is missing as far as planning goes.
-    let Some(meta) = crate::placeholders::observe(path, || std::fs::symlink_metadata(path)) else {
+    let Some(meta) = claims.observe(path, || std::fs::symlink_metadata(path)) else {
         return PathKind::Missing;
     };
     match meta {

@@ -212,13 +212,7 @@ fn parse_line(line: &[u8]) -> Option<Entry> {
 /// run of any Tierbox process of this user), in which case it is `None` (treat it as
 /// missing).
 pub fn observe<T>(path: &Path, lstat: impl FnOnce() -> T) -> Option<T> {
-    let reg = lock();
-    if reg.claimed(path) > 0 {
-        return None;
-    }
-    let out = lstat();
-    drop(reg);
-    Some(out)
+    observing(|claims| claims.observe(path, lstat))
 }
 
 /// The claims as seen under one hold of the registry lock: probes made through it see a

@@ -317,13 +317,7 @@ fn bwrap_enforcement(
             "uts".to_owned(),
             "cgroup".to_owned(),
         ],
-        rlimits: vec![
-            format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
-            format!("RLIMIT_NPROC={}", limits.max_processes),
-            format!("RLIMIT_NOFILE={}", limits.open_files),
-            format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
-            "RLIMIT_CORE=0".to_owned(),
-        ],
+        rlimits: crate::spawn::rlimit_report(limits, ""),
         network: "own network namespace with only lo: no route off the host".to_owned(),
         protected_paths: LayerReport::applied(format!(
             "{} protected path(s) bound read-only or covered",

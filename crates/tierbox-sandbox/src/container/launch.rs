@@ -191,13 +191,7 @@ fn enforcement(plan: &Plan, info: &EngineInfo, missing: Vec<Layer>) -> Enforceme
             "the engine's: mount (read-only image root), pid, net (none), ipc (private), uts"
                 .to_owned(),
         ],
-        rlimits: vec![
-            format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
-            format!("RLIMIT_NPROC={}", limits.max_processes),
-            format!("RLIMIT_NOFILE={}", limits.open_files),
-            format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
-            "RLIMIT_CORE=0".to_owned(),
-        ],
+        rlimits: crate::spawn::rlimit_report(limits, ""),
         network: "--network none: only the container's own loopback".to_owned(),
         protected_paths: LayerReport::applied(format!(
             "{} protected path(s) mounted read-only or covered",

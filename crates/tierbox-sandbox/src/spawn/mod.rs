@@ -375,21 +375,14 @@ fn enforcement_report(
             None => LayerReport::missing(facts.cgroup.describe()),
         },
         namespaces: Vec::new(),
-        rlimits: vec![
-            format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
-            format!(
-                "RLIMIT_NPROC={}{}",
-                limits.max_processes,
-                if uid == 0 {
-                    " (not enforced by the kernel for uid 0)"
-                } else {
-                    ""
-                }
-            ),
-            format!("RLIMIT_NOFILE={}", limits.open_files),
-            format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
-            "RLIMIT_CORE=0".to_owned(),
-        ],
+        rlimits: rlimit_report(
+            limits,
+            if uid == 0 {
+                " (not enforced by the kernel for uid 0)"
+            } else {
+                ""
+            },
+        ),
         network: network.description.clone(),
         protected_paths: if plan.filesystem.protected.is_empty() {
             LayerReport::applied("none requested")
@@ -1139,6 +1132,21 @@ fn launcher_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, 
     // `spec` stays borrowed until the launcher replies, which it does only after the
     // child has exec'd or exited.
     reply_rx.recv().map_err(|_| (ChildStep::None, libc::EIO))?
+}
+
+/// The enforcement report's rlimit lines for `limits` (the five every native backend
+/// sets); `nproc_note` follows the `RLIMIT_NPROC` value (e.g. why the kernel ignores it).
+pub(crate) fn rlimit_report(
+    limits: &tierbox_policy::plan::LimitsPlan,
+    nproc_note: &str,
+) -> Vec<String> {
+    vec![
+        format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
+        format!("RLIMIT_NPROC={}{nproc_note}", limits.max_processes),
+        format!("RLIMIT_NOFILE={}", limits.open_files),
+        format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
+        "RLIMIT_CORE=0".to_owned(),
+    ]
 }
 
 #[cfg(test)]

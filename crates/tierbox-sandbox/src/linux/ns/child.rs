@@ -668,21 +668,14 @@ fn enforcement_report(
             "uts".to_owned(),
             "cgroup".to_owned(),
         ],
-        rlimits: vec![
-            format!("RLIMIT_CPU={}s", limits.cpu_time_secs),
-            format!(
-                "RLIMIT_NPROC={}{}",
-                limits.max_processes,
-                if euid == 0 {
-                    " (not enforced by the kernel: the program's real uid is host uid 0)"
-                } else {
-                    ""
-                }
-            ),
-            format!("RLIMIT_NOFILE={}", limits.open_files),
-            format!("RLIMIT_FSIZE={}", limits.file_size_bytes),
-            "RLIMIT_CORE=0".to_owned(),
-        ],
+        rlimits: crate::spawn::rlimit_report(
+            limits,
+            if euid == 0 {
+                " (not enforced by the kernel: the program's real uid is host uid 0)"
+            } else {
+                ""
+            },
+        ),
         network: "own network namespace with only lo (up): no route off the host".to_owned(),
         protected_paths: if plan.filesystem.protected.is_empty() {
             LayerReport::applied("none requested")
