@@ -43,22 +43,7 @@ fn holdings(pid: i32) -> Holdings {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .count();
-    let zombies = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|d| d.file_name().to_string_lossy().parse::<i32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
-                let rest: Vec<&str> = st
-                    .rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .split_whitespace()
-                    .collect();
-                rest.first() == Some(&"Z") && rest.get(1) == Some(&pid.to_string().as_str())
-            })
-        })
-        .count();
+    let zombies = zombie_children(pid).len();
     let cgroups = ["memory", "pids", "cpu", "unified"]
         .iter()
         .map(|c| count_cgroups(&std::path::Path::new("/sys/fs/cgroup").join(c)))

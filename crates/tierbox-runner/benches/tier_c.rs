@@ -204,7 +204,7 @@ fn main() {
                         .expect("runtime");
                     for _ in 0..per_caller {
                         let o = rt.block_on(r.run(&request)).expect("run");
-                        assert_eq!(o.exit_code, Some(0));
+                        assert_eq!(o.exit_code, Some(0), "{o:?}");
                     }
                 });
             }

@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use tierbox_egress::{Proxy, ProxyConfig};
@@ -168,6 +168,11 @@ fn live_roots() -> &'static Mutex<HashSet<i32>> {
     ROOTS.get_or_init(|| Mutex::new(HashSet::new()))
 }
 
+/// Held shared from a launch's `clone` until its root is registered, and exclusively
+/// while the orphan sweep lists this process's children: a child the sweep sees that is
+/// not a registered root is then certainly an orphan, never a run that has just started.
+static LAUNCHING: RwLock<()> = RwLock::new(());
+
 static SUBREAPER: OnceLock<bool> = OnceLock::new();
 
 /// Makes this process a child subreaper, so orphaned descendants of runs (daemons that
@@ -301,6 +306,7 @@ pub(crate) fn launch_in(
     plan: &Plan,
     opts: &LaunchOptions,
 ) -> Result<Launched, RunError> {
+    let _launching = LAUNCHING.read().unwrap_or_else(PoisonError::into_inner);
     let launched = match tier {
         Tier::B | Tier::C => tierbox_sandbox::backend::for_plan(plan, tier).launch(plan, opts)?,
         Tier::A => {
@@ -738,18 +744,35 @@ pub(crate) fn kill_tree(l: &Launched) {
 /// Kills and reaps children of this process that are not the root of a live run: they
 /// can only be re-parented orphans of runs (see [`enable_subreaper`]).
 fn sweep_orphans() {
-    let roots: HashSet<i32> = live_roots().lock().map(|r| r.clone()).unwrap_or_default();
-    for pid in own_children() {
-        if !roots.contains(&pid) {
-            let _ = spawn::sys::kill(pid, libc::SIGKILL);
-            for _ in 0..50 {
-                if spawn::sys::reap_nohang(pid) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(1));
+    for pid in orphans() {
+        let _ = spawn::sys::kill(pid, libc::SIGKILL);
+        for _ in 0..50 {
+            if spawn::sys::reap_nohang(pid) {
+                break;
             }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// Reaps the orphans of runs that have already exited, leaving live ones alone (they
+/// belong to runs whose cgroup holds and kills them). Without this an orphan that ends
+/// as a zombie of the subreaper — bwrap's pid 1 when its monitor exits first — stays one,
+/// still charged to its run's `pids.max`.
+fn reap_exited_orphans() {
+    for pid in orphans() {
+        spawn::sys::reap_nohang(pid);
+    }
+}
+
+/// Children of this process that are not the root of a live run.
+fn orphans() -> Vec<i32> {
+    let _listing = LAUNCHING.write().unwrap_or_else(PoisonError::into_inner);
+    let roots: HashSet<i32> = live_roots().lock().map(|r| r.clone()).unwrap_or_default();
+    own_children()
+        .into_iter()
+        .filter(|pid| !roots.contains(pid))
+        .collect()
 }
 
 fn own_children() -> Vec<i32> {
@@ -771,6 +794,9 @@ fn own_children() -> Vec<i32> {
 /// Hands the run's resources back: the slot is recycled for the next run when its cgroup
 /// proves the tree is gone, destroyed otherwise.
 pub(crate) fn cleanup(l: &mut Launched) {
+    if SUBREAPER.get().copied().unwrap_or(false) {
+        reap_exited_orphans();
+    }
     if let Some(slot) = l.slot.take() {
         spawn::slots::release(slot);
     }

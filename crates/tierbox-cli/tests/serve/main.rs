@@ -565,3 +565,49 @@ fn closing_an_mcp_session_ends_its_run_owned_processes() {
         "run_owned outlived its MCP session"
     );
 }
+
+/// bwrap's monitor exits as soon as it has the program's status, before it reaps the
+/// sandbox's pid 1; that pid 1 is re-parented to the server (a child subreaper). The
+/// server must reap it, or every run leaves a zombie that is still charged to the run's
+/// reused cgroup under `pids.max` — with 8 processes allowed, the ninth run on a warm
+/// slot could not even start its pid 1.
+#[test]
+fn bwrap_runs_on_warm_slots_leave_no_zombie_charged_to_the_next_run() {
+    if !tier_c_available("bwrap_warm_slots") {
+        return;
+    }
+    if !std::path::Path::new("/usr/bin/bwrap").exists() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "bwrap_warm_slots: bubblewrap is required under CI"
+        );
+        eprintln!("SKIP bwrap_warm_slots: bubblewrap is not installed");
+        return;
+    }
+    let policy = policy_allowing("")
+        .replace("[tier]\n", "[tier]\nbackend = \"bwrap\"\n")
+        .replace(
+            r#"optional_layers = ["cgroup", "protected_paths"]"#,
+            r#"optional_layers = ["cgroup", "protected_paths", "landlock"]"#,
+        )
+        .replace("max_processes = 128", "max_processes = 8");
+    assert!(policy.contains("backend = \"bwrap\"") && policy.contains("max_processes = 8"));
+    let s = Server::start(&[], Some(&policy));
+    for i in 0..30 {
+        let (status, out) = s.call(
+            "POST",
+            "/v1/process/run",
+            Some(r#"{"command":"true","tier":"c"}"#),
+        );
+        assert_eq!(status, 200, "run {i}: {out}");
+        assert_eq!(out["backend"], "tier_c_bwrap", "run {i}: {out}");
+        assert_eq!(out["exit_code"], 0, "run {i}: {out}");
+    }
+    let zombies = zombie_children(s.pid());
+    assert!(
+        zombies.is_empty(),
+        "zombie children of the server: {zombies:?}"
+    );
+    assert!(s.stop().success());
+}

@@ -275,3 +275,23 @@ pub fn path_str(p: &Path) -> String {
 pub fn tmp_path(dir: &tempfile::TempDir, name: &str) -> PathBuf {
     dir.path().join(name)
 }
+
+/// Children of `parent` that are zombies (exited, not reaped), read from /proc.
+pub fn zombie_children(parent: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|d| d.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
+                let rest: Vec<&str> = st
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .collect();
+                rest.first() == Some(&"Z") && rest.get(1) == Some(&parent.to_string().as_str())
+            })
+        })
+        .collect()
+}

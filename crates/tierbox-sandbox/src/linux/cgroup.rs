@@ -555,6 +555,15 @@ impl RunCgroup {
         all.into_iter().collect()
     }
 
+    /// Tasks the pids controller still charges to the group (`pids.current`): unlike
+    /// [`Self::pids`], it counts processes that have exited but are not yet reaped, which
+    /// still hold a place under `pids.max`. `None` when the file cannot be read.
+    pub fn charged_pids(&self) -> Option<u64> {
+        fs::read_to_string(self.pids_dir.join("pids.current"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
     /// Kill every process in the group and wait (bounded) until it is empty.
     ///
     /// v2 with `cgroup.kill` (5.14+): write `1` and wait up to [`KILL_DRAIN_MAX`].

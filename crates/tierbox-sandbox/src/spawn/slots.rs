@@ -173,6 +173,12 @@ fn recycle(slot: &mut Slot) -> Result<(), ()> {
     if !cg.pids().is_empty() {
         return Err(());
     }
+    // ... and that every one of its processes was reaped: an exited but unreaped task
+    // (e.g. bwrap's pid 1, orphaned to init when its monitor exits first) still holds a
+    // place under `pids.max`, and a reused group would start the next run short of it.
+    if cg.charged_pids() != Some(0) {
+        return Err(());
+    }
     empty_dir_in_place(&slot.tmp).map_err(|_| ())?;
     cg.reset_peak().map_err(|_| ())?;
     slot.baseline = cg.stats();
