@@ -183,7 +183,7 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
     )?;
     let seccomp = if facts.seccomp {
         Some(
-            SeccompProgram::build(&tier_c_seccomp_spec()).map_err(|e| LaunchError::Setup {
+            SeccompProgram::cached(&tier_c_seccomp_spec()).map_err(|e| LaunchError::Setup {
                 what: "seccomp program".to_owned(),
                 source: std::io::Error::other(e.to_string()),
             })?,
@@ -220,7 +220,7 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
     };
     missing.sort();
     missing.dedup();
-    let enforcement = bwrap_enforcement(plan, &info, seccomp.as_ref(), &slot, missing);
+    let enforcement = bwrap_enforcement(plan, &info, seccomp.as_deref(), &slot, missing);
     Ok(Launched {
         pid: child.pid,
         pidfd: child.pidfd,

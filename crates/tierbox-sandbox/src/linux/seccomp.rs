@@ -31,6 +31,7 @@
 //! arguments are never inspected (that is landlock's and the mount namespace's job).
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use super::sys;
 
@@ -66,6 +67,30 @@ pub struct SeccompSpec {
 }
 
 impl SeccompSpec {
+    /// The six switches as one byte (the key of [`SeccompProgram::cached`]).
+    fn bits(&self) -> u8 {
+        // Destructured, so a new switch cannot be left out of the key.
+        let Self {
+            deny_namespaces,
+            allow_inet_sockets,
+            allow_unix_sockets,
+            inet_stream_only,
+            deny_file_metadata,
+            mediate_chmod,
+        } = *self;
+        [
+            deny_namespaces,
+            allow_inet_sockets,
+            allow_unix_sockets,
+            inet_stream_only,
+            deny_file_metadata,
+            mediate_chmod,
+        ]
+        .iter()
+        .enumerate()
+        .fold(0, |acc, (i, on)| acc | (u8::from(*on) << i))
+    }
+
     /// The locked-down filter: no new namespaces, no inet or unix `socket()` (socketpair
     /// still works), other families `EAFNOSUPPORT`, plus everything in [`DENY_TABLE`].
     pub const fn locked_down() -> Self {
@@ -677,6 +702,34 @@ impl SeccompProgram {
     /// program). Build it in the supervisor before `clone`, keep `self` alive until the
     /// child has exec'd, and pass it to the child by reference. The kernel copies the
     /// program during the call, so it need not outlive the attach itself.
+    /// [`Self::build`], once per distinct `spec` in this process: the program depends on
+    /// nothing but the spec and the CPU, and building it (the deny table, the interval
+    /// search tree) costs more than attaching it. At most 2^6 specs exist, so the cache
+    /// is bounded.
+    ///
+    /// ```
+    /// use tierbox_sandbox::linux::seccomp::{SeccompProgram, SeccompSpec};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # if cfg!(not(any(target_arch = "x86_64", target_arch = "aarch64"))) { return Ok(()); }
+    /// let a = SeccompProgram::cached(&SeccompSpec::locked_down())?;
+    /// let b = SeccompProgram::cached(&SeccompSpec::locked_down())?;
+    /// assert!(std::sync::Arc::ptr_eq(&a, &b));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cached(spec: &SeccompSpec) -> Result<Arc<Self>, SeccompError> {
+        static CACHE: Mutex<BTreeMap<u8, Arc<SeccompProgram>>> = Mutex::new(BTreeMap::new());
+        let key = spec.bits();
+        if let Some(p) = CACHE.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return Ok(p);
+        }
+        let built = Arc::new(Self::build(spec)?);
+        if let Ok(mut cache) = CACHE.lock() {
+            cache.entry(key).or_insert_with(|| built.clone());
+        }
+        Ok(built)
+    }
+
     pub fn as_fprog(&self) -> libc::sock_fprog {
         libc::sock_fprog {
             // `finish` guarantees len ≤ BPF_MAXINSNS < u16::MAX.

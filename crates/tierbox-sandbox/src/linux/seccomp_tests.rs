@@ -891,3 +891,35 @@ fn inet_stream_only_allows_tcp_and_nothing_else_of_inet() {
         ALLOW
     );
 }
+
+/// The cache hands out, for every one of the 64 specs, exactly the program `build` makes
+/// for it — never another spec's — and one shared copy per spec.
+#[test]
+fn cached_programs_are_the_built_ones_per_spec() {
+    let raw = |p: &SeccompProgram| -> Vec<(u16, u8, u8, u32)> {
+        p.instructions()
+            .iter()
+            .map(|i| (i.code, i.jt, i.jf, i.k))
+            .collect()
+    };
+    for bits in 0u8..64 {
+        let on = |i: u8| bits & (1 << i) != 0;
+        let spec = SeccompSpec {
+            deny_namespaces: on(0),
+            allow_inet_sockets: on(1),
+            allow_unix_sockets: on(2),
+            inet_stream_only: on(3),
+            deny_file_metadata: on(4),
+            mediate_chmod: on(5),
+        };
+        match (SeccompProgram::build(&spec), SeccompProgram::cached(&spec)) {
+            (Ok(built), Ok(cached)) => {
+                assert_eq!(raw(&built), raw(&cached), "{spec:?}");
+                let again = SeccompProgram::cached(&spec).unwrap();
+                assert!(std::sync::Arc::ptr_eq(&cached, &again), "{spec:?}");
+            }
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => panic!("{spec:?}: build {a:?}, cached {b:?}"),
+        }
+    }
+}

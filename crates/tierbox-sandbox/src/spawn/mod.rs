@@ -500,7 +500,7 @@ fn spawn_in_slot(
         stderr_w,
     } = stdio_pipes(plan)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
-    let fprog = seccomp.as_ref().map(SeccompProgram::as_fprog);
+    let fprog = seccomp.as_deref().map(SeccompProgram::as_fprog);
     // chmod mediation: the child sends its seccomp listener fd over this pair.
     let listener_pair = match (mediate_chmod, &seccomp) {
         (true, Some(_)) => Some(
@@ -566,7 +566,7 @@ fn spawn_in_slot(
         stderr: stderr_r,
         chmod_listener,
     };
-    Ok((child, seccomp.as_ref().map(SeccompProgram::len)))
+    Ok((child, seccomp.as_deref().map(SeccompProgram::len)))
 }
 
 fn cstring(bytes: &[u8], what: &str) -> Result<CString, LaunchError> {
@@ -677,8 +677,8 @@ fn seccomp_program(
     net: &NetworkRules,
     child_uid: u32,
     mediate_chmod: bool,
-) -> Result<SeccompProgram, LaunchError> {
-    SeccompProgram::build(&SeccompSpec {
+) -> Result<std::sync::Arc<SeccompProgram>, LaunchError> {
+    SeccompProgram::cached(&SeccompSpec {
         deny_namespaces: true,
         // A child that keeps uid 0 owns every root-owned file; landlock cannot stop it from
         // changing their modes, owners or attributes, so seccomp does.

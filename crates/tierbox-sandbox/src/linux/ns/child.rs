@@ -243,11 +243,11 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let cwd = cstring("cwd", plan.cwd.as_os_str().as_bytes())?;
 
     let seccomp = if opts.seccomp {
-        Some(SeccompProgram::build(&crate::tier_c::tier_c_seccomp_spec())?)
+        Some(SeccompProgram::cached(&crate::tier_c::tier_c_seccomp_spec())?)
     } else {
         None
     };
-    let fprog = seccomp.as_ref().map(SeccompProgram::as_fprog);
+    let fprog = seccomp.as_deref().map(SeccompProgram::as_fprog);
     let landlock = match (opts.landlock, host_facts().landlock_abi) {
         (true, Some(_)) => Some(
             PreparedLandlock::prepare(&landlock_spec(plan, mplan)).map_err(|e| {
@@ -374,7 +374,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         plan,
         euid,
         egid,
-        seccomp.as_ref(),
+        seccomp.as_deref(),
         landlock.as_ref(),
         !opts.cgroup_fds.is_empty(),
         mplan,
