@@ -60,7 +60,7 @@ pub const NAMESPACE_LIMIT_SYSCTLS: &[&str] = &[
 
 /// Capability number of `CAP_SYS_ADMIN` (uapi `linux/capability.h`; `libc` does not
 /// export it).
-const CAP_SYS_ADMIN: u32 = 21;
+pub(crate) const CAP_SYS_ADMIN: u32 = 21;
 
 /// Deepest nesting of user namespaces the kernel allows (beyond it `unshare` fails with
 /// `EUSERS`).

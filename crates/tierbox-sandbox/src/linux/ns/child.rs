@@ -11,8 +11,8 @@
 //!   [`MountPlan::host_placeholders`] (returned in [`NativeLaunched::host_placeholders`]
 //!   for the caller to remove after the run): every mount happens in the child's private
 //!   mount namespace.
-//! - **A missing layer is reported, never hidden**: landlock and cgroup are not applied by
-//!   this prototype and [`Enforcement::missing_layers`] says so.
+//! - **A missing layer is reported, never hidden**: landlock without kernel support, or a
+//!   launch without cgroup fds, appears in [`Enforcement::missing_layers`].
 //!
 //! Staging layout (bubblewrap's): in the new mount namespace `/` is made private, a small
 //! tmpfs is mounted on the host's [`STAGE_BASE`] (hiding nothing outside this namespace),
@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32};
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{Enforcement, Layer, LayerReport, Tier};
 
+use super::netns_pool;
 use super::sys::{self as nsys, Expect, NsOp, NsSpec, NsStep, OpKind, Report, ReportTag};
 use crate::egress::SANDBOX_PROXY_PORT;
 use crate::linux::caps;
@@ -202,7 +203,8 @@ pub struct NativeExit {
     pub signal: Option<i32>,
 }
 
-/// Launches `plan` in a native Tier C sandbox. Not wired into tier selection (prototype).
+/// Launches `plan` in a native Tier C sandbox (the runner reaches it through
+/// [`crate::tier_c::launch`], which adds the run's cgroup and the layer requirements).
 ///
 /// Fails closed: [`NativeError::Unavailable`] when the namespaces cannot be created, a
 /// mount-plan error for a Plan the planner refuses, [`NativeError::Child`] naming the
@@ -243,7 +245,9 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let cwd = cstring("cwd", plan.cwd.as_os_str().as_bytes())?;
 
     let seccomp = if opts.seccomp {
-        Some(SeccompProgram::cached(&crate::tier_c::tier_c_seccomp_spec())?)
+        Some(SeccompProgram::cached(
+            &crate::tier_c::tier_c_seccomp_spec(),
+        )?)
     } else {
         None
     };
@@ -293,9 +297,13 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         None
     };
 
+    // A network namespace made ahead of time, when the pool has one ready; with it, the
+    // calling thread's own namespace to return to after the clone.
+    let pooled_netns =
+        netns_pool::take().and_then(|ns| nsys::own_netns().ok().map(|own| (ns, own)));
     let mut init_stack = nsys::NsStack::new();
     let mut program_stack = nsys::NsStack::new();
-    let spec = NsSpec {
+    let mut spec = NsSpec {
         uid_map: uid_map.as_bytes(),
         gid_map: gid_map.as_bytes(),
         hostname: opts.hostname.as_bytes(),
@@ -313,6 +321,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
             .as_ref()
             .map_or(-1, |(_, child)| child.as_raw_fd()),
         proxy_port: SANDBOX_PROXY_PORT,
+        loopback_up: pooled_netns.is_none(),
         rlimits: rlimits_for(plan).map(|(r, cur, max)| {
             (
                 r,
@@ -332,12 +341,25 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
-    let cloned = nsys::clone_init(&spec, &mut init_stack, TIER_C_NAMESPACES);
+    let (mut flags, mut pooled) = match &pooled_netns {
+        Some((ns, own)) => (TIER_C_NAMESPACES & !libc::CLONE_NEWNET, Some((ns, own))),
+        None => (TIER_C_NAMESPACES, None),
+    };
+    let mut cloned = nsys::clone_init(&spec, &mut init_stack, flags, pooled);
+    if cloned.is_err() && pooled.is_some() {
+        // Joining the pooled namespace failed (or the clone did): the ordinary way.
+        (flags, pooled) = (TIER_C_NAMESPACES, None);
+        spec.loopback_up = true;
+        cloned = nsys::clone_init(&spec, &mut init_stack, flags, pooled);
+    }
+    // The sandbox holds its network namespace now; the pool's handle on it goes.
+    let netns_pooled = pooled.is_some();
+    drop(pooled_netns);
     // The child's ends are closed here whatever happened; the copies in pid 1 are its own.
     drop((stdin_child, stdout_w, stderr_w, report_w));
     let proxy_sock = proxy_pair.map(|(supervisor, _child)| supervisor);
     let (pid, pidfd) = cloned.map_err(sys_err(format!(
-        "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={TIER_C_NAMESPACES:#x})"
+        "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={flags:#x})"
     )))?;
     // Blocks until pid 1 has exec'd the program or failed (a few hundred microseconds).
     let first = nsys::read_report(&report_r);
@@ -372,12 +394,12 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     };
     let enforcement = enforcement_report(
         plan,
-        euid,
-        egid,
+        (euid, egid),
         seccomp.as_deref(),
         landlock.as_ref(),
         !opts.cgroup_fds.is_empty(),
         mplan,
+        netns_pooled,
     );
     Ok(NativeLaunched {
         pid,
@@ -599,12 +621,12 @@ fn rlimits_for(plan: &Plan) -> [(i32, u64, u64); nsys::NS_RLIMIT_COUNT] {
 
 fn enforcement_report(
     plan: &Plan,
-    euid: u32,
-    egid: u32,
+    (euid, egid): (u32, u32),
     seccomp: Option<&SeccompProgram>,
     landlock: Option<&PreparedLandlock>,
     cgroup: bool,
     mplan: &MountPlan,
+    netns_pooled: bool,
 ) -> Enforcement {
     let limits = &plan.limits;
     let mut missing = Vec::new();
@@ -659,11 +681,19 @@ fn enforcement_report(
             ),
             "pid (pid 1 is tierbox-init, the reaper)".to_owned(),
             "mount (tmpfs root, pivot_root)".to_owned(),
-            if plan.network.needs_proxy() {
-                format!("net (loopback only; the egress proxy listens on 127.0.0.1:{SANDBOX_PROXY_PORT})")
-            } else {
-                "net (loopback only)".to_owned()
-            },
+            format!(
+                "net (loopback only{}{})",
+                if netns_pooled {
+                    "; made for this run ahead of time, owned by the supervisor's user namespace"
+                } else {
+                    ""
+                },
+                if plan.network.needs_proxy() {
+                    format!("; the egress proxy listens on 127.0.0.1:{SANDBOX_PROXY_PORT}")
+                } else {
+                    String::new()
+                }
+            ),
             "ipc".to_owned(),
             "uts".to_owned(),
             "cgroup".to_owned(),

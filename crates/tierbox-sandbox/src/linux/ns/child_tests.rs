@@ -453,3 +453,65 @@ fn ns_bench_spawn_to_exit_p50() {
         );
     }
 }
+
+/// Launches take network namespaces from the pool once it has filled (a supervisor with
+/// `CAP_SYS_ADMIN`, as in CI): every run still gets its own, never the host's nor an
+/// earlier run's, with `lo` up (its `::1` configured, where the host has IPv6).
+#[test]
+fn ns_pooled_network_namespaces_are_fresh_per_run_with_loopback_up() {
+    if !usable("ns_pooled_network_namespaces") {
+        return;
+    }
+    let sc = scratch();
+    let host = std::fs::read_link("/proc/self/ns/net")
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let ipv6 = Path::new("/proc/net/if_inet6").exists();
+    let from_pool = |r: &Ran| {
+        r.enforcement
+            .namespaces
+            .iter()
+            .any(|n| n.starts_with("net (loopback only; made for this run ahead of time"))
+    };
+    let (mut seen, mut pooled, mut lo_checked) = (Vec::new(), 0, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (pooled < 3 || lo_checked < 2) && Instant::now() < deadline {
+        let r = run(&strict_plan(&sc.ws, "readlink", &["/proc/self/ns/net"]));
+        ok(&r);
+        let ns = r.stdout.trim().to_owned();
+        assert!(ns.starts_with("net:["), "{ns}");
+        assert_ne!(ns, host, "the sandbox ran in the host's network namespace");
+        assert!(!seen.contains(&ns), "{ns} handed out twice: {seen:?}");
+        seen.push(ns);
+        pooled += usize::from(from_pool(&r));
+        if ipv6 {
+            let r = run(&strict_plan(&sc.ws, "cat", &["/proc/net/if_inet6"]));
+            ok(&r);
+            let lo_up = r.stdout.lines().any(|l| {
+                l.starts_with("00000000000000000000000000000001") && l.trim_end().ends_with("lo")
+            });
+            assert!(lo_up, "lo is not up: {:?}", r.stdout);
+            lo_checked += usize::from(from_pool(&r));
+        } else {
+            lo_checked = usize::MAX;
+        }
+        if !super::netns_pool::active() {
+            break;
+        }
+    }
+    if super::netns_pool::active() {
+        assert!(
+            pooled >= 3 && lo_checked >= 2,
+            "the pool served too few launches: {pooled}, {lo_checked}"
+        );
+    } else {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        let root = crate::spawn::sys::current_ids().0 == 0;
+        assert!(
+            !(ci && root),
+            "CI=true as root: the network namespace pool is not active"
+        );
+        println!("SKIP ns_pooled_network_namespaces (pool part): no CAP_SYS_ADMIN here");
+    }
+}

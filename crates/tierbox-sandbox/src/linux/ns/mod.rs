@@ -1,5 +1,5 @@
 //! Tier C, Linux native: the sandbox child, created with `clone` straight from the
-//! supervisor. **Prototype: not wired into tier selection, the runner or the CLI.**
+//! supervisor: the default Tier C backend on Linux ([`crate::tier_c`]).
 //!
 //! [`child::launch_native`] prepares everything in the supervisor ([`child`]: safe
 //! code) and clones the sandbox's pid 1, whose setup and the program's are raw system
@@ -57,9 +57,14 @@
 //! (the kernel requires a fully visible proc in a user namespace); the final `pivot_root`
 //! detaches the staging tmpfs and the host tree in one `umount2(MNT_DETACH)`.
 //!
+//! **Network namespace: from a pool when the supervisor may make them**
+//! ([`netns_pool`]): a fresh namespace with `lo` up, made ahead of the run by a filler
+//! thread, joined by the cloning thread for the `clone` alone (without `CLONE_NEWNET`);
+//! otherwise `CLONE_NEWNET` and pid 1 brings `lo` up.
+//!
 //! Order of pid 1's setup (each step says why in [`sys`]): pdeathsig → join the run cgroup
-//! → id maps → setsid → hostname → `lo` up → the egress proxy's listener (when the plan
-//! needs it; passed to the supervisor) → mount ops (pivot included) → landlock rules for
+//! → id maps → setsid → hostname → `lo` up (own namespace only) → the egress proxy's
+//! listener (when the plan needs it; passed to the supervisor) → mount ops (pivot included) → landlock rules for
 //! its own mounts → non-dumpable, name → clone the program. The program: stdio →
 //! close-on-exec everything else → cwd → rlimits → drop capabilities → `no_new_privs` →
 //! landlock → seccomp (last, so it blocks no setup call) → empty signal mask → `execve`.
@@ -68,6 +73,7 @@
 //! microseconds).
 
 pub mod child;
+pub mod netns_pool;
 pub mod sys;
 
 pub use child::{

@@ -335,6 +335,10 @@ pub struct NsSpec<'a> {
     pub stderr_fd: RawFd,
     /// Write end of the report pipe (>= 3).
     pub report_fd: RawFd,
+    /// Whether pid 1 brings `lo` up: true when it created the network namespace itself;
+    /// false for a namespace from the pool ([`super::netns_pool`]), whose `lo` the
+    /// supervisor brought up, and which pid 1 has no capability over.
+    pub loopback_up: bool,
     /// pid 1's end of a unix socket pair: when >= 0, pid 1 makes the egress proxy's
     /// listener on `127.0.0.1:`[`NsSpec::proxy_port`] in the new network namespace and
     /// sends it to the supervisor through this socket. -1: no proxy.
@@ -497,8 +501,11 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
     check(unsafe { libc::syscall(libc::SYS_setsid) }).map_err(fail(S::Setsid))?;
     // 5. Hostname in the new UTS namespace (needs CAP_SYS_ADMIN in the userns: we have it).
     sethostname(spec.hostname).map_err(fail(S::Hostname))?;
-    // 6. Loopback up in the new network namespace (its only interface).
-    loopback_up().map_err(fail(S::Loopback))?;
+    // 6. Loopback up in the new network namespace (its only interface), unless the
+    //    supervisor made the namespace and did it (a pooled namespace).
+    if spec.loopback_up {
+        loopback_up().map_err(fail(S::Loopback))?;
+    }
     // 6b. The egress proxy's listener, made here so that it lives in this namespace, and
     //     handed to the supervisor, which serves it. Before the program exists, so the
     //     program's first connection finds it (queued in the backlog until accepted).
@@ -1298,14 +1305,25 @@ impl Default for NsStack {
 /// without `CLONE_VM`: it runs `init_main` on a copy-on-write copy of this process.
 /// Every signal is blocked on the calling thread around the clone, so the child starts
 /// with all signals blocked and no handler of ours can run in it. Returns (pid, pidfd).
+///
+/// With `netns = Some((pooled, own))`, `flags` must not contain `CLONE_NEWNET`: the
+/// calling thread joins `pooled` for the `clone` alone (a child starts in its creator's
+/// thread's network namespace) and returns to `own`, its own namespace, right after.
+/// Returning cannot fail for a process that could join (the same capability, a
+/// namespace it was already in); if it ever did, this thread would keep running in the
+/// sandbox's loopback-only namespace, so the process aborts rather than go on.
 pub fn clone_init(
     spec: &NsSpec<'_>,
     stack: &mut NsStack,
     flags: c_int,
+    netns: Option<(&OwnedFd, &OwnedFd)>,
 ) -> io::Result<(libc::pid_t, OwnedFd)> {
     let mut pidfd: c_int = -1;
     let top = stack.top();
     let flags = flags | libc::CLONE_PIDFD | libc::SIGCHLD;
+    if let Some((pooled, _)) = netns {
+        setns_net(pooled)?;
+    }
     let pid = crate::spawn::sys::with_all_signals_blocked(|| {
         // SAFETY: `init_main` only makes raw system calls on its copy of `spec`; `top` is
         // the aligned end of a live stack buffer (copied into the child with the rest of
@@ -1320,11 +1338,60 @@ pub fn clone_init(
             )
         }
     });
+    let clone_error = io::Error::last_os_error();
+    if let Some((_, own)) = netns
+        && let Err(e) = setns_net(own)
+    {
+        eprintln!(
+            "tierbox: cannot return to the supervisor's network namespace after a sandbox \
+             clone ({e}); aborting rather than run on inside the sandbox's namespace"
+        );
+        std::process::abort();
+    }
     if pid == -1 {
-        return Err(io::Error::last_os_error());
+        return Err(clone_error);
     }
     // SAFETY: on success the kernel returned a fresh pidfd that we now own.
     Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
+}
+
+/// `setns(fd, CLONE_NEWNET)`: the calling thread joins the network namespace `fd` names.
+pub fn setns_net(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: setns with an fd we own and a constant flag.
+    if unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) } == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `unshare(CLONE_NEWNET)`: the calling thread moves into a new network namespace (owned
+/// by its user namespace), brings its `lo` up, and returns an fd for it
+/// (`/proc/thread-self/ns/net`). The thread stays in the new namespace: the caller
+/// returns with [`setns_net`].
+pub fn new_netns_with_loopback() -> io::Result<OwnedFd> {
+    // SAFETY: unshare with a constant flag; affects this thread only.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    loopback_up().map_err(io::Error::from_raw_os_error)?;
+    own_netns()
+}
+
+/// An fd for the calling thread's network namespace (`/proc/thread-self/ns/net`).
+pub fn own_netns() -> io::Result<OwnedFd> {
+    // SAFETY: a NUL-terminated constant path; the returned fd is checked before use.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/thread-self/ns/net".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd that we now own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Reads one [`Report`] from the report pipe. `Ok(None)` at end of file (pid 1 is gone
