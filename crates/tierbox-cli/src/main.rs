@@ -484,6 +484,8 @@ fn cmd_run(
     state_dir: Option<PathBuf>,
 ) -> Result<ExitCode> {
     harden_supervisor();
+    // One run, then exit: network namespaces made ahead of time would only cost CPU.
+    tierbox_sandbox::linux::ns::netns_pool::set_enabled(false);
     let runner = build_runner(policy, state_dir)?;
     let mut req = match build_request(request) {
         Ok(r) => r,

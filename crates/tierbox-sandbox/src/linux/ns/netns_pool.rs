@@ -24,6 +24,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 
 use super::sys as nsys;
@@ -45,12 +46,14 @@ struct State {
 #[derive(Debug, Default)]
 struct Pool {
     state: Mutex<State>,
-    /// Signalled when a namespace is taken (the filler makes another).
+    /// Signalled when a namespace is asked for or the pool is switched (the filler makes
+    /// another when there is room).
     taken: Condvar,
 }
 
+static POOL: OnceLock<Option<Pool>> = OnceLock::new();
+
 fn pool() -> Option<&'static Pool> {
-    static POOL: OnceLock<Option<Pool>> = OnceLock::new();
     POOL.get_or_init(|| {
         // Only a supervisor with CAP_SYS_ADMIN in its user namespace can join a namespace
         // it made; an unprivileged one would only waste a thread finding that out.
@@ -67,19 +70,40 @@ fn pool() -> Option<&'static Pool> {
     .as_ref()
 }
 
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns the pool on (the default) or off. A process that launches one sandbox and exits
+/// (the `tierbox run` command) turns it off before its launch: namespaces made ahead of
+/// time would only cost it CPU. Turning it off closes the namespaces that are ready.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::SeqCst);
+    if let Some(pool) = POOL.get().and_then(Option::as_ref) {
+        if !on {
+            pool.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .ready
+                .clear();
+        }
+        pool.taken.notify_one();
+    }
+}
+
 /// A fresh network namespace with `lo` up, never used by any run, or `None` when the pool
-/// is empty or unavailable (the caller then creates one with `CLONE_NEWNET`). The first
-/// call starts the filler and returns `None`.
+/// is off, empty or unavailable (the caller then creates one with `CLONE_NEWNET`). The
+/// first call starts the filler and returns `None`.
 pub fn take() -> Option<OwnedFd> {
+    if !ENABLED.load(Ordering::SeqCst) {
+        return None;
+    }
     let pool = pool()?;
     let mut state = pool.state.lock().unwrap_or_else(PoisonError::into_inner);
     if state.stopped {
         return None;
     }
     let fd = state.ready.pop_front();
-    if fd.is_some() {
-        pool.taken.notify_one();
-    }
+    // The filler makes the next one (it also wakes here after the pool was turned back on).
+    pool.taken.notify_one();
     fd
 }
 
@@ -113,7 +137,9 @@ fn fill() {
     loop {
         {
             let mut state = pool.state.lock().unwrap_or_else(PoisonError::into_inner);
-            while state.ready.len() >= NETNS_POOL_SIZE && !state.stopped {
+            while (state.ready.len() >= NETNS_POOL_SIZE || !ENABLED.load(Ordering::SeqCst))
+                && !state.stopped
+            {
                 state = pool
                     .taken
                     .wait(state)
