@@ -149,6 +149,7 @@ fn ordinary() -> Vec<(&'static str, libc::c_long, Vec<u64>)> {
         | libc::CLONE_PARENT_SETTID
         | libc::CLONE_CHILD_CLEARTID) as u64;
     let fork_flags = (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID) as u64 | 17;
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut v = vec![
         ("read", libc::SYS_read, vec![]),
         ("write", libc::SYS_write, vec![]),

@@ -81,7 +81,7 @@ const CHILD_STEPS: [(ChildStep, &str); 16] = [
     (ChildStep::Setsid, "setsid()"),
     (ChildStep::Pdeathsig, "prctl(PR_SET_PDEATHSIG, SIGKILL)"),
     (ChildStep::CgroupAttach, "write(cgroup attach file, \"0\")"),
-    (ChildStep::Stdio, "dup2(stdio)"),
+    (ChildStep::Stdio, "dup3(stdio)"),
     (
         ChildStep::CloseFds,
         "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)",
@@ -224,11 +224,20 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     for &fd in &spec.cgroup_fds[..spec.n_cgroup_fds.min(MAX_CGROUP_FDS)] {
         lsys::write_all_raw(fd, b"0").map_err(step(S::CgroupAttach))?;
     }
-    // 5. stdio. The parent guarantees every source fd is >= 3, so dup2 cannot clobber one.
+    // 5. stdio. The parent guarantees every source fd is >= 3, so no source is also a
+    //    destination (`dup3` would refuse that) and none is clobbered before it is copied.
     for (src, dst) in [(spec.stdin_fd, 0), (spec.stdout_fd, 1), (spec.stderr_fd, 2)] {
-        // SAFETY: dup2 on fds the parent opened for us.
-        check(unsafe { libc::syscall(libc::SYS_dup2, src as libc::c_ulong, dst as libc::c_ulong) })
-            .map_err(step(S::Stdio))?;
+        // SAFETY: dup3 without flags on fds the parent opened for us (`dup2` does not exist
+        // on every architecture).
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_dup3,
+                src as libc::c_ulong,
+                dst as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        })
+        .map_err(step(S::Stdio))?;
     }
     // 6. Every other fd (inherited from the supervisor, including ones it leaked without
     //    O_CLOEXEC) is closed at exec. CLOEXEC rather than close: the landlock and cgroup
@@ -625,7 +634,7 @@ pub fn kernel_release() -> String {
         .release
         .iter()
         .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
+        .map(|c| c.to_ne_bytes()[0])
         .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }

@@ -338,6 +338,10 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         landlock_rules: &landlock_rules,
         arg_area: nsys::own_arg_area(),
         program_stack_top: program_stack.top(),
+        keep: [init_stack.range(), {
+            let tls = nsys::tls_anchor();
+            (tls, tls + 1)
+        }],
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };

@@ -515,3 +515,55 @@ fn ns_pooled_network_namespaces_are_fresh_per_run_with_loopback_up() {
         println!("SKIP ns_pooled_network_namespaces (pool part): no CAP_SYS_ADMIN here");
     }
 }
+
+/// pid 1 lets go of its copy-on-write copy of the supervisor's memory once the program
+/// runs: it keeps its own stack and the cloning thread's thread-local storage page, so
+/// its private anonymous memory is a few pages, however large the supervisor is.
+#[test]
+fn ns_pid_1_drops_its_copy_of_the_supervisor_memory() {
+    if !usable("ns_pid_1_drops_its_copy_of_the_supervisor_memory") {
+        return;
+    }
+    if cfg!(not(any(target_arch = "x86_64", target_arch = "aarch64"))) {
+        println!("SKIP ns_pid_1_drops_its_copy: no raw system calls for this CPU");
+        return;
+    }
+    let rss_anon_kib = |pid: i32| -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    };
+    // Make the supervisor's anonymous memory large and resident, so a copy would show.
+    let ballast = vec![1u8; 32 << 20];
+    let sc = scratch();
+    let launched = launch_native(
+        &strict_plan(&sc.ws, "sleep", &["5"]),
+        &NativeOptions::default(),
+    )
+    .unwrap();
+    let supervisor = rss_anon_kib(std::process::id() as i32);
+    let mut pid1 = u64::MAX;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        pid1 = rss_anon_kib(launched.pid);
+        if pid1 <= 1024 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = crate::spawn::sys::pidfd_signal(&launched.pidfd, libc::SIGKILL);
+    let _ = wait_native(&launched);
+    crate::placeholders::release(&launched.host_placeholders);
+    assert!(ballast.iter().step_by(4096).all(|b| *b == 1));
+    assert!(
+        supervisor > 32 * 1024,
+        "supervisor RssAnon {supervisor} KiB"
+    );
+    assert!(
+        pid1 <= 1024,
+        "pid 1 still holds {pid1} KiB of anonymous memory (the supervisor: {supervisor} KiB)"
+    );
+}

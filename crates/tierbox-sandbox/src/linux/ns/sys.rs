@@ -9,7 +9,8 @@
 //!    and *without* `CLONE_VM`: it runs on a copy-on-write copy of the supervisor's memory,
 //!    so it can outlive the `clone` call and serve as the namespace's reaper without
 //!    exec'ing a helper. It writes its own id maps, sets the hostname, brings `lo` up,
-//!    carries out the mount ops, then starts the program and reaps.
+//!    carries out the mount ops, then starts the program, unmaps what it inherited of the
+//!    supervisor's memory and reaps (with raw system calls only from there on).
 //! 2. **the program** (`program_main`) is cloned by pid 1 with `CLONE_VM | CLONE_VFORK`
 //!    (posix_spawn-style: pid 1 is suspended until the exec, so the failure cells in the
 //!    spec are shared) and does the per-program steps: stdio, cwd, rlimits, capabilities,
@@ -174,7 +175,7 @@ pub enum NsStep {
     InitIdentity,
     /// `clone` of the program.
     CloneProgram,
-    /// `dup2` of stdin/stdout/stderr.
+    /// `dup3` of stdin/stdout/stderr.
     Stdio,
     /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`.
     CloseFds,
@@ -228,7 +229,7 @@ const NS_STEPS: [(NsStep, &str); 24] = [
         NsStep::CloneProgram,
         "clone(CLONE_VM | CLONE_VFORK) of the program",
     ),
-    (NsStep::Stdio, "dup2(stdio)"),
+    (NsStep::Stdio, "dup3(stdio)"),
     (NsStep::CloseFds, "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)"),
     (NsStep::Chdir, "chdir(cwd)"),
     (NsStep::Rlimit, "prlimit64"),
@@ -365,6 +366,13 @@ pub struct NsSpec<'a> {
     pub arg_area: (usize, usize),
     /// Top of the program's clone stack (16-byte aligned).
     pub program_stack_top: *mut c_void,
+    /// What pid 1 keeps when it drops its copy of the supervisor's memory, as address
+    /// ranges `[start, end)`: every writable mapping that overlaps one stays. Its own stack
+    /// mapping, and an address in the cloning thread's thread-local storage
+    /// ([`tls_anchor`]): the kernel keeps writing pid 1's inherited `rseq` area there
+    /// (glibc registers one per thread, and a child made without `CLONE_VM` inherits the
+    /// registration), and a write that faults is a SIGSEGV.
+    pub keep: [(usize, usize); 2],
     /// Failure cells the program writes (shared with pid 1 through CLONE_VM).
     pub fail_step: AtomicU32,
     /// errno of the failure.
@@ -456,7 +464,8 @@ extern "C" fn init_main(arg: *mut c_void) -> c_int {
     // and everything it points to are intact and never freed.
     let spec: &NsSpec<'_> = unsafe { &*(arg as *const NsSpec<'_>) };
     match init_setup(spec) {
-        Ok(program) => reap(spec.report_fd, program),
+        // `init_setup` dropped the supervisor's memory: only these copies are left.
+        Ok((report_fd, program)) => reap(report_fd, program),
         Err((step, err, op_index, sub)) => {
             let r = Report {
                 tag: ReportTag::Failed as u32,
@@ -471,8 +480,9 @@ extern "C" fn init_main(arg: *mut c_void) -> c_int {
     }
 }
 
-/// The ordered setup of pid 1. Returns the program's pid (in the namespace).
-fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
+/// The ordered setup of pid 1. Returns the report pipe and the program's pid (in the
+/// namespace). On success the spec is gone (see step 13): the caller must not touch it.
+fn init_setup(spec: &NsSpec<'_>) -> Result<(RawFd, libc::pid_t), Fail> {
     use NsStep as S;
     // 1. Default dispositions: signals stay blocked (inherited from the cloning thread)
     //    until the program's exec, and pid 1 only ever waits for them synchronously.
@@ -568,7 +578,14 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
     };
     // A supervisor that is gone cannot be told; PR_SET_PDEATHSIG kills us anyway.
     let _ = lsys::write_all_raw(spec.report_fd, &started.encode());
-    Ok(pid)
+    // 13. Let go of the copy of the supervisor's memory (everything but our stack and the
+    //     thread-local storage page, see `NsSpec::keep`): it holds nothing the reaper needs, and every page of it left shared would make the
+    //     supervisor take a copy-on-write fault (with a TLB shootdown across its threads)
+    //     the next time it writes there. From here on only raw system calls that touch no
+    //     memory but our stack (no errno, no thread-local storage).
+    let report_fd = spec.report_fd;
+    drop_inherited_memory(spec.keep);
+    Ok((report_fd, pid))
 }
 
 /// The reaper: reaps every process re-parented to pid 1, forwards [`FORWARDED_SIGNALS`]
@@ -584,14 +601,14 @@ fn reap(report_fd: RawFd, program: libc::pid_t) -> c_int {
         let mut program_status: Option<c_int> = None;
         loop {
             let mut status: c_int = 0;
-            // SAFETY: wait4 with a valid status pointer and no rusage.
+            // SAFETY: wait4 writes one int to `status` on our stack; no rusage.
             let r = unsafe {
-                libc::syscall(
+                raw::syscall4(
                     libc::SYS_wait4,
-                    -1 as libc::c_long,
-                    &mut status as *mut c_int,
-                    (libc::WNOHANG | libc::__WALL) as libc::c_long,
-                    std::ptr::null_mut::<libc::rusage>(),
+                    -1isize as usize,
+                    &raw mut status as usize,
+                    (libc::WNOHANG | libc::__WALL) as usize,
+                    0,
                 )
             };
             if r <= 0 {
@@ -609,30 +626,267 @@ fn reap(report_fd: RawFd, program: libc::pid_t) -> c_int {
                 op_index: 0,
                 sub: 0,
             };
-            let _ = lsys::write_all_raw(report_fd, &r.encode());
+            let bytes = r.encode();
+            // SAFETY: the kernel reads `bytes` (on our stack). One record is far below
+            // PIPE_BUF: the write is whole or fails, and a gone reader cannot be told.
+            unsafe {
+                raw::syscall4(
+                    libc::SYS_write,
+                    report_fd as usize,
+                    bytes.as_ptr() as usize,
+                    bytes.len(),
+                    0,
+                )
+            };
             let code = if libc::WIFEXITED(status) {
                 libc::WEXITSTATUS(status)
             } else {
                 128 + libc::WTERMSIG(status)
             };
-            exit_group(code);
+            // SAFETY: exit_group ends this process; it never returns.
+            unsafe { raw::syscall4(libc::SYS_exit_group, code as usize, 0, 0, 0) };
+            return code;
         }
-        // SAFETY: `wait_set` is a kernel sigset on our stack; no siginfo, no timeout.
+        // SAFETY: the kernel reads `wait_set`, a sigset on our stack; no siginfo, no
+        // timeout.
         let sig = unsafe {
-            libc::syscall(
+            raw::syscall4(
                 libc::SYS_rt_sigtimedwait,
-                &wait_set as *const u64,
-                std::ptr::null_mut::<libc::siginfo_t>(),
-                std::ptr::null::<libc::timespec>(),
-                8 as libc::c_ulong,
+                &raw const wait_set as usize,
+                0,
+                0,
+                8,
             )
         };
         if sig > 0 && sig as c_int != libc::SIGCHLD {
-            // SAFETY: kill(-1, sig) from a pid namespace's init signals every other
-            // process of that namespace, nothing outside it.
-            unsafe { libc::syscall(libc::SYS_kill, -1 as libc::c_long, sig) };
+            // SAFETY: integer arguments. kill(-1, sig) from a pid namespace's init signals
+            // every other process of that namespace, nothing outside it.
+            unsafe { raw::syscall4(libc::SYS_kill, -1isize as usize, sig as usize, 0, 0) };
         }
     }
+}
+
+/// System calls that touch no memory of the process but what their arguments point to:
+/// no `errno`, no thread-local storage, no libc state. pid 1 uses them once it has
+/// unmapped its copy of the supervisor's memory (which held its thread-local storage).
+/// Each returns the raw result: a value, or `-errno`.
+mod raw {
+    use std::ffi::c_long;
+
+    /// A system call with up to four arguments.
+    ///
+    /// # Safety
+    ///
+    /// The arguments must be valid for `nr`: every pointer the kernel reads or writes
+    /// points to memory that stays mapped and unaliased for the call.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) unsafe fn syscall4(nr: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
+        let ret: isize;
+        // SAFETY: the x86-64 Linux system call ABI: number in rax, arguments in rdi, rsi,
+        // rdx, r10; the kernel clobbers rcx and r11 and touches no user stack. Memory the
+        // arguments point to is the caller's contract.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") nr as isize => ret,
+                in("rdi") a1,
+                in("rsi") a2,
+                in("rdx") a3,
+                in("r10") a4,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
+    /// A system call with up to four arguments.
+    ///
+    /// # Safety
+    ///
+    /// The arguments must be valid for `nr`: every pointer the kernel reads or writes
+    /// points to memory that stays mapped and unaliased for the call.
+    #[cfg(target_arch = "aarch64")]
+    pub(super) unsafe fn syscall4(nr: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
+        let ret: isize;
+        // SAFETY: the AArch64 Linux system call ABI: number in x8, arguments in x0-x3,
+        // result in x0; `svc 0` touches no user stack. Memory the arguments point to is
+        // the caller's contract.
+        unsafe {
+            std::arch::asm!(
+                "svc 0",
+                inlateout("x0") a1 as isize => ret,
+                in("x1") a2,
+                in("x2") a3,
+                in("x3") a4,
+                in("x8") nr,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
+    /// Other CPUs: libc's wrapper (which sets `errno`); pid 1 then keeps the supervisor's
+    /// memory ([`super::drop_inherited_memory`] does nothing there).
+    ///
+    /// # Safety
+    ///
+    /// As for the other architectures.
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub(super) unsafe fn syscall4(nr: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
+        // SAFETY: the caller's contract.
+        let r = unsafe { libc::syscall(nr, a1, a2, a3, a4) } as isize;
+        if r == -1 {
+            -(super::errno() as isize)
+        } else {
+            r
+        }
+    }
+}
+
+/// An address inside the calling thread's thread-local storage block (next to the thread
+/// control block that holds its `rseq` area): see [`NsSpec::keep`].
+pub fn tls_anchor() -> usize {
+    thread_local! {
+        static ANCHOR: u8 = const { 0 };
+    }
+    ANCHOR.with(|a| std::ptr::from_ref(a) as usize)
+}
+
+/// Writable private mappings collected per pass of [`drop_inherited_memory`] (16 bytes
+/// each, on pid 1's 64 KiB stack). A supervisor with more makes further passes.
+const UNMAP_BATCH: usize = 256;
+
+/// Passes of [`drop_inherited_memory`] before it gives up (each unmaps up to
+/// [`UNMAP_BATCH`] mappings): bounds the work for a pathological address space.
+const UNMAP_MAX_PASSES: usize = 16;
+
+/// Unmaps every private writable mapping of this process except those overlapping `keep`
+/// ([`NsSpec::keep`]): the heap, the thread stacks and thread-local storage, the data segments —
+/// the copy-on-write copy of the supervisor that `clone` gave pid 1. Read-only and
+/// executable mappings (code, constants) stay: they are never copied on write. Does
+/// nothing where [`raw`] has no assembly for this CPU. Best effort: a failure to read
+/// `/proc/self/maps` leaves the memory mapped (slower for the supervisor, nothing
+/// worse). After this, only [`raw`] system calls and stack memory may be used.
+fn drop_inherited_memory(keep: [(usize, usize); 2]) {
+    if cfg!(not(any(target_arch = "x86_64", target_arch = "aarch64"))) {
+        return;
+    }
+    // Both buffers are filled with zeros here, once, before anything is unmapped: the
+    // compiler may clear them with libc's `memset`, which reads libc's own data segment.
+    let mut ranges = [(0usize, 0usize); UNMAP_BATCH];
+    let mut buf = [0u8; 4096];
+    for _ in 0..UNMAP_MAX_PASSES {
+        let Some(found) = writable_private_mappings(keep, &mut ranges, &mut buf) else {
+            return;
+        };
+        for &(start, end) in ranges.iter().take(found) {
+            // SAFETY: unmaps part of this process's own address space that pid 1 no
+            // longer uses (it runs on `keep`, code and constants only from here on).
+            unsafe { raw::syscall4(libc::SYS_munmap, start, end - start, 0, 0) };
+        }
+        if found < UNMAP_BATCH {
+            return;
+        }
+    }
+}
+
+/// Collects up to `out.len()` private writable mappings from `/proc/self/maps`, skipping
+/// those that overlap a `keep` range. `None` when the file cannot be read.
+fn writable_private_mappings(
+    keep: [(usize, usize); 2],
+    out: &mut [(usize, usize)],
+    buf: &mut [u8],
+) -> Option<usize> {
+    // SAFETY: a NUL-terminated constant path; integer flags.
+    let fd = unsafe {
+        raw::syscall4(
+            libc::SYS_openat,
+            libc::AT_FDCWD as usize,
+            c"/proc/self/maps".as_ptr() as usize,
+            (libc::O_RDONLY | libc::O_CLOEXEC) as usize,
+            0,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let (mut have, mut found, mut ok) = (0usize, 0usize, true);
+    while let Some(free) = buf.get_mut(have..) {
+        // SAFETY: the kernel writes at most `free.len()` bytes into `free`, on our stack.
+        let n = unsafe {
+            raw::syscall4(
+                libc::SYS_read,
+                fd as usize,
+                free.as_mut_ptr() as usize,
+                free.len(),
+                0,
+            )
+        };
+        if n < 0 {
+            ok = false;
+            break;
+        }
+        let eof = n == 0;
+        have += n as usize;
+        let mut line_start = 0;
+        while let Some(len) = buf
+            .get(line_start..have)
+            .and_then(|rest| rest.iter().position(|b| *b == b'\n'))
+        {
+            let line = buf.get(line_start..line_start + len).unwrap_or_default();
+            if let Some((start, end)) = parse_writable_private(line)
+                && !keep.iter().any(|k| start < k.1 && end > k.0)
+                && let Some(slot) = out.get_mut(found)
+            {
+                *slot = (start, end);
+                found += 1;
+            }
+            line_start += len + 1;
+        }
+        // The partial last line to the front, byte by byte with volatile accesses so the
+        // compiler cannot turn it into a call to libc's `memmove` (see above).
+        for i in line_start..have {
+            let b = buf.as_ptr().wrapping_add(i);
+            let to = buf.as_mut_ptr().wrapping_add(i - line_start);
+            // SAFETY: `i < have <= buf.len()` and `i - line_start < i`: both in `buf`.
+            unsafe { to.write_volatile(b.read_volatile()) };
+        }
+        have -= line_start;
+        // End of file, a batch full, or a line longer than the buffer (not a maps line).
+        if eof || found == out.len() || have == buf.len() {
+            break;
+        }
+    }
+    // SAFETY: closes the fd opened above.
+    unsafe { raw::syscall4(libc::SYS_close, fd as usize, 0, 0, 0) };
+    ok.then_some(found)
+}
+
+/// `start-end rw-p …` → `Some((start, end))` for a private writable mapping.
+fn parse_writable_private(line: &[u8]) -> Option<(usize, usize)> {
+    let mut fields = line.split(|b| *b == b' ');
+    let range = fields.next()?;
+    let perms = fields.next()?;
+    let writable_private = perms.get(1) == Some(&b'w') && perms.get(3) == Some(&b'p');
+    if !writable_private {
+        return None;
+    }
+    let dash = range.iter().position(|b| *b == b'-')?;
+    let start = parse_hex(range.get(..dash)?)?;
+    let end = parse_hex(range.get(dash + 1..)?)?;
+    (start < end).then_some((start, end))
+}
+
+fn parse_hex(digits: &[u8]) -> Option<usize> {
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    digits.iter().try_fold(0usize, |acc, d| {
+        let v = (*d as char).to_digit(16)?;
+        Some((acc << 4) | v as usize)
+    })
 }
 
 fn sigbit(sig: c_int) -> u64 {
@@ -862,7 +1116,7 @@ extern "C" fn program_main(arg: *mut c_void) -> c_int {
 
 fn program_setup(spec: &NsSpec<'_>) -> Result<(), Fail> {
     use NsStep as S;
-    // 1. stdio; every source fd is >= 3, so dup2 cannot clobber one.
+    // 1. stdio; every source fd is >= 3, so dup3 cannot clobber one (nor refuse src == dst).
     for (src, dst) in [(spec.stdin_fd, 0), (spec.stdout_fd, 1), (spec.stderr_fd, 2)] {
         // SAFETY: dup3 on fds the supervisor opened for us.
         check(unsafe { libc::syscall(libc::SYS_dup3, src, dst, 0) }).map_err(fail(S::Stdio))?;
@@ -960,13 +1214,20 @@ fn pipe_has_no_reader(fd: RawFd) -> bool {
         events: libc::POLLOUT,
         revents: 0,
     };
-    // SAFETY: one valid pollfd on our stack, zero timeout.
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: one valid pollfd and a zero timeout on our stack, no signal mask (`ppoll`:
+    // every architecture has it, unlike `poll`).
     let r = unsafe {
         libc::syscall(
-            libc::SYS_poll,
+            libc::SYS_ppoll,
             &mut pfd as *mut libc::pollfd,
             1 as libc::c_ulong,
-            0 as libc::c_long,
+            &zero as *const libc::timespec,
+            std::ptr::null::<libc::sigset_t>(),
+            0 as libc::c_ulong,
         )
     };
     r == 1 && pfd.revents & libc::POLLERR != 0
@@ -1275,23 +1536,60 @@ fn close_all_but(keep: RawFd) {
 
 // ---- supervisor side ------------------------------------------------------------------
 
-/// A 16-byte aligned stack buffer for a cloned child.
+/// A stack for a cloned child: an anonymous mapping of its own (never heap memory), so
+/// pid 1 can keep it while it unmaps everything else it inherited
+/// (`drop_inherited_memory`).
 #[derive(Debug)]
 pub struct NsStack {
-    mem: Vec<u128>,
+    base: *mut c_void,
+    len: usize,
 }
 
+// SAFETY: the mapping is owned by this value alone; the raw pointer is only an address.
+unsafe impl Send for NsStack {}
+
 impl NsStack {
-    /// A zeroed stack of [`NS_STACK_BYTES`].
+    /// A zeroed stack of [`NS_STACK_BYTES`]. Aborts the process if the kernel cannot map
+    /// 64 KiB (as an allocation failure would).
     pub fn new() -> Self {
-        Self {
-            mem: vec![0u128; NS_STACK_BYTES / 16],
+        let len = NS_STACK_BYTES;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::from_size_align(len, 16)
+                    .unwrap_or(std::alloc::Layout::new::<u128>()),
+            );
         }
+        Self { base, len }
     }
 
-    /// The (16-byte aligned) top of the stack.
+    /// The (16-byte aligned: the mapping is page aligned) top of the stack.
     pub fn top(&mut self) -> *mut c_void {
-        self.mem.as_mut_ptr_range().end as *mut c_void
+        self.base.wrapping_byte_add(self.len)
+    }
+
+    /// The mapping's address range `[start, end)`.
+    pub fn range(&self) -> (usize, usize) {
+        (self.base as usize, self.base as usize + self.len)
+    }
+}
+
+impl Drop for NsStack {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once. A child cloned without CLONE_VM keeps its
+        // copy; one cloned with CLONE_VM | CLONE_VFORK has exec'd or exited before the
+        // cloning code returns and drops this.
+        unsafe { libc::munmap(self.base, self.len) };
     }
 }
 
