@@ -765,14 +765,35 @@ fn reap_exited_orphans() {
     }
 }
 
-/// Children of this process that are not the root of a live run.
+/// Children of this process that are not the root of a live run and not in this
+/// process's session. Every process of a run is in a session of its own (each backend
+/// starts the run with `setsid`, and nothing can join another session), so this never
+/// includes a helper the supervisor started itself with `Command` (a container engine's
+/// CLI, a probe), whose exit status belongs to the code waiting for it.
 fn orphans() -> Vec<i32> {
     let _listing = LAUNCHING.write().unwrap_or_else(PoisonError::into_inner);
     let roots: HashSet<i32> = live_roots().lock().map(|r| r.clone()).unwrap_or_default();
+    let Some(own_session) = session_of("self") else {
+        return Vec::new();
+    };
     own_children()
         .into_iter()
         .filter(|pid| !roots.contains(pid))
+        .filter(|pid| session_of(&pid.to_string()).is_some_and(|sid| sid != own_session))
         .collect()
+}
+
+/// The session id of `/proc/<pid>` (field 6 of its `stat`), zombies included.
+fn session_of(pid: &str) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: fields after it
+    // follow the last ')'. After it: state, ppid, pgrp, session.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(3)?
+        .parse()
+        .ok()
 }
 
 fn own_children() -> Vec<i32> {

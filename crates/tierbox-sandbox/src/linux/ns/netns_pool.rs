@@ -107,15 +107,16 @@ pub fn take() -> Option<OwnedFd> {
     fd
 }
 
-/// Whether the pool is serving namespaces (false once the filler has stopped, or when it
-/// never could start).
+/// Whether the pool is serving namespaces (false when it is switched off, once the filler
+/// has stopped, or when it never could start).
 pub fn active() -> bool {
-    pool().is_some_and(|p| {
-        !p.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .stopped
-    })
+    ENABLED.load(Ordering::SeqCst)
+        && pool().is_some_and(|p| {
+            !p.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .stopped
+        })
 }
 
 /// The filler thread: keeps [`NETNS_POOL_SIZE`] namespaces ready. Each is made by moving
@@ -156,12 +157,14 @@ fn fill() {
             return stop();
         }
         match made {
-            Ok(fd) => pool
+            // Made while the pool was being switched off: closed, not kept.
+            Ok(fd) if ENABLED.load(Ordering::SeqCst) => pool
                 .state
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .ready
                 .push_back(fd),
+            Ok(_) => {}
             Err(_) => return stop(),
         }
     }

@@ -1545,9 +1545,6 @@ pub struct NsStack {
     len: usize,
 }
 
-// SAFETY: the mapping is owned by this value alone; the raw pointer is only an address.
-unsafe impl Send for NsStack {}
-
 impl NsStack {
     /// A zeroed stack of [`NS_STACK_BYTES`]. Aborts the process if the kernel cannot map
     /// 64 KiB (as an allocation failure would).
