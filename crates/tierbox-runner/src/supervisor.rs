@@ -773,7 +773,9 @@ fn reap_exited_orphans() {
 fn orphans() -> Vec<i32> {
     let _listing = LAUNCHING.write().unwrap_or_else(PoisonError::into_inner);
     let roots: HashSet<i32> = live_roots().lock().map(|r| r.clone()).unwrap_or_default();
-    let Some(own_session) = session_of("self") else {
+    // The supervisor's session does not change: read once.
+    static OWN_SESSION: OnceLock<Option<i32>> = OnceLock::new();
+    let Some(own_session) = *OWN_SESSION.get_or_init(|| session_of("self")) else {
         return Vec::new();
     };
     own_children()

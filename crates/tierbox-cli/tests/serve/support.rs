@@ -34,12 +34,23 @@ pub fn tier_c_available(test: &str) -> bool {
     if c["available"] == true {
         return true;
     }
+    skip(test, &format!("tier c unavailable: {}", c["reason"]))
+}
+
+/// Whether bubblewrap is installed; prints why not and fails under CI.
+pub fn bwrap_installed(test: &str) -> bool {
+    Path::new("/usr/bin/bwrap").exists() || skip(test, "bubblewrap is not installed")
+}
+
+/// Skips `test` for `reason` (printed), or fails it under CI=true, where every feature a
+/// test needs must be present. Returns `false` (the test should return).
+pub fn skip(test: &str, reason: &str) -> bool {
     assert_ne!(
         std::env::var("CI").as_deref(),
         Ok("true"),
-        "{test}: tier c unavailable under CI: {c}"
+        "{test}: required under CI: {reason}"
     );
-    eprintln!("SKIP {test}: tier c unavailable: {}", c["reason"]);
+    eprintln!("SKIP {test}: {reason}");
     false
 }
 

@@ -67,30 +67,6 @@ pub struct SeccompSpec {
 }
 
 impl SeccompSpec {
-    /// The six switches as one byte (the key of [`SeccompProgram::cached`]).
-    fn bits(&self) -> u8 {
-        // Destructured, so a new switch cannot be left out of the key.
-        let Self {
-            deny_namespaces,
-            allow_inet_sockets,
-            allow_unix_sockets,
-            inet_stream_only,
-            deny_file_metadata,
-            mediate_chmod,
-        } = *self;
-        [
-            deny_namespaces,
-            allow_inet_sockets,
-            allow_unix_sockets,
-            inet_stream_only,
-            deny_file_metadata,
-            mediate_chmod,
-        ]
-        .iter()
-        .enumerate()
-        .fold(0, |acc, (i, on)| acc | (u8::from(*on) << i))
-    }
-
     /// The locked-down filter: no new namespaces, no inet or unix `socket()` (socketpair
     /// still works), other families `EAFNOSUPPORT`, plus everything in [`DENY_TABLE`].
     pub const fn locked_down() -> Self {
@@ -718,14 +694,22 @@ impl SeccompProgram {
     /// # }
     /// ```
     pub fn cached(spec: &SeccompSpec) -> Result<Arc<Self>, SeccompError> {
-        static CACHE: Mutex<BTreeMap<u8, Arc<SeccompProgram>>> = Mutex::new(BTreeMap::new());
-        let key = spec.bits();
-        if let Some(p) = CACHE.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        static CACHE: Mutex<Vec<(SeccompSpec, Arc<SeccompProgram>)>> = Mutex::new(Vec::new());
+        let find = |cache: &[(SeccompSpec, Arc<SeccompProgram>)]| {
+            cache
+                .iter()
+                .find(|(s, _)| s == spec)
+                .map(|(_, p)| p.clone())
+        };
+        if let Some(p) = CACHE.lock().ok().and_then(|c| find(&c)) {
             return Ok(p);
         }
         let built = Arc::new(Self::build(spec)?);
         if let Ok(mut cache) = CACHE.lock() {
-            cache.entry(key).or_insert_with(|| built.clone());
+            match find(&cache) {
+                Some(p) => return Ok(p),
+                None => cache.push((*spec, built.clone())),
+            }
         }
         Ok(built)
     }
