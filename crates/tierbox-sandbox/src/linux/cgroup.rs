@@ -564,6 +564,15 @@ impl RunCgroup {
             .and_then(|s| s.trim().parse().ok())
     }
 
+    /// Whether no process is left in the group. One read of `pids.current` when it says
+    /// zero: that count includes exited but unreaped tasks, and a run's processes join
+    /// every controller's group together (before they can fork), so no controller holds
+    /// one either. Otherwise (no pids controller, or zombies the kernel still charges)
+    /// the `cgroup.procs` of every controller are read, as [`Self::pids`].
+    pub fn is_empty(&self) -> bool {
+        self.charged_pids() == Some(0) || self.pids().is_empty()
+    }
+
     /// Kill every process in the group and wait (bounded) until it is empty.
     ///
     /// v2 with `cgroup.kill` (5.14+): write `1` and wait up to [`KILL_DRAIN_MAX`].
@@ -576,16 +585,16 @@ impl RunCgroup {
             if kill.exists() {
                 write_plain(&kill, "1")?;
                 let deadline = Instant::now() + KILL_DRAIN_MAX;
-                while !self.pids().is_empty() && Instant::now() < deadline {
+                while !self.is_empty() && Instant::now() < deadline {
                     std::thread::sleep(KILL_ROUND_PAUSE);
                 }
-                if self.pids().is_empty() {
+                if self.is_empty() {
                     return Ok(());
                 }
             }
         }
         for _ in 0..KILL_MAX_ROUNDS {
-            if self.pids().is_empty() {
+            if self.is_empty() {
                 return Ok(());
             }
             let frozen = self.freeze(true);

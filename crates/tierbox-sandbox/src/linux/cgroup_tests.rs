@@ -412,6 +412,18 @@ fn fake_v1_tree_full_cycle() {
         }
     );
     assert!(run.pids().is_empty());
+    // Emptiness: the pids controller's count when it is zero, the procs lists otherwise.
+    write(&cg.join("pids/run-9/pids.current"), "0\n");
+    assert!(run.is_empty());
+    write(&cg.join("pids/run-9/pids.current"), "1\n");
+    write(&mem.join("cgroup.procs"), "4242\n");
+    assert!(!run.is_empty(), "a listed process");
+    write(&mem.join("cgroup.procs"), "");
+    assert!(run.is_empty(), "a charged zombie is listed nowhere");
+    fs::remove_file(cg.join("pids/run-9/pids.current")).unwrap();
+    write(&mem.join("cgroup.procs"), "4242\n");
+    assert!(!run.is_empty(), "no count: the procs lists decide");
+    write(&mem.join("cgroup.procs"), "");
     run.kill_all().unwrap();
     for d in run.dirs() {
         for entry in fs::read_dir(d).unwrap() {

@@ -169,13 +169,10 @@ fn recycle(slot: &mut Slot) -> Result<(), ()> {
         return Err(());
     }
     // The supervisor killed the tree already; a slot is reused only if that provably
-    // worked.
-    if !cg.pids().is_empty() {
-        return Err(());
-    }
-    // ... and that every one of its processes was reaped: an exited but unreaped task
+    // worked, and every one of its processes was reaped: an exited but unreaped task
     // (e.g. bwrap's pid 1, orphaned to init when its monitor exits first) still holds a
     // place under `pids.max`, and a reused group would start the next run short of it.
+    // Zero charged tasks means none in any controller (see `RunCgroup::is_empty`).
     if cg.charged_pids() != Some(0) {
         return Err(());
     }
