@@ -301,8 +301,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     // calling thread's own namespace to return to after the clone.
     let pooled_netns =
         netns_pool::take().and_then(|ns| nsys::own_netns().ok().map(|own| (ns, own)));
-    let mut init_stack = nsys::NsStack::new();
-    let mut program_stack = nsys::NsStack::new();
+    let stacks = nsys::LaunchStacks::take();
     let mut spec = NsSpec {
         uid_map: uid_map.as_bytes(),
         gid_map: gid_map.as_bytes(),
@@ -337,8 +336,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         landlock_fd: landlock.as_ref().map_or(-1, PreparedLandlock::raw_fd),
         landlock_rules: &landlock_rules,
         arg_area: nsys::own_arg_area(),
-        program_stack_top: program_stack.top(),
-        keep: [init_stack.range(), {
+        program_stack_top: stacks.program.top(),
+        keep: [stacks.init.range(), {
             let tls = nsys::tls_anchor();
             (tls, tls + 1)
         }],
@@ -349,12 +348,12 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         Some((ns, own)) => (TIER_C_NAMESPACES & !libc::CLONE_NEWNET, Some((ns, own))),
         None => (TIER_C_NAMESPACES, None),
     };
-    let mut cloned = nsys::clone_init(&spec, &mut init_stack, flags, pooled);
+    let mut cloned = nsys::clone_init(&spec, &stacks.init, flags, pooled);
     if cloned.is_err() && pooled.is_some() {
         // Joining the pooled namespace failed (or the clone did): the ordinary way.
         (flags, pooled) = (TIER_C_NAMESPACES, None);
         spec.loopback_up = true;
-        cloned = nsys::clone_init(&spec, &mut init_stack, flags, pooled);
+        cloned = nsys::clone_init(&spec, &stacks.init, flags, pooled);
     }
     // The sandbox holds its network namespace now; the pool's handle on it goes.
     let netns_pooled = pooled.is_some();

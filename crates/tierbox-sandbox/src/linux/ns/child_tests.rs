@@ -567,3 +567,45 @@ fn ns_pid_1_drops_its_copy_of_the_supervisor_memory() {
         "pid 1 still holds {pid1} KiB of anonymous memory (the supervisor: {supervisor} KiB)"
     );
 }
+
+#[test]
+fn ns_launch_stacks_are_kept_per_thread_and_runs_on_reused_ones_work() {
+    use super::sys::LaunchStacks;
+    let first = LaunchStacks::take();
+    assert_ne!(first.init.range(), first.program.range());
+    // While one set is in use on this thread, another launch here gets its own.
+    let second = LaunchStacks::take();
+    let kept = second.init.range();
+    assert_ne!(kept, first.init.range());
+    drop(second); // kept for this thread's next launch
+    drop(first); // the thread holds a set already: unmapped
+    let again = LaunchStacks::take();
+    assert_eq!(
+        again.init.range(),
+        kept,
+        "the idle set comes back on this thread"
+    );
+    drop(again);
+    // Another thread never gets this thread's set (still mapped, so no other mapping
+    // can have its address).
+    let other = std::thread::spawn(|| LaunchStacks::take().init.range())
+        .join()
+        .unwrap();
+    assert_ne!(other, kept);
+    // Runs one after another on the same reused stacks all work.
+    if !usable("ns_launch_stacks_are_kept_per_thread_and_runs_on_reused_ones_work") {
+        return;
+    }
+    let sc = scratch();
+    let plan = strict_plan(&sc.ws, "printf", &["ok"]);
+    for _ in 0..3 {
+        let r = run(&plan);
+        ok(&r);
+        assert_eq!(r.stdout, "ok");
+    }
+    assert_eq!(
+        LaunchStacks::take().init.range(),
+        kept,
+        "the runs used this thread's set"
+    );
+}

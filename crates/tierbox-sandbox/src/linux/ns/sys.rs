@@ -1570,8 +1570,16 @@ impl NsStack {
         Self { base, len }
     }
 
+    /// A placeholder with no mapping (dropping it unmaps nothing).
+    const fn unmapped() -> Self {
+        Self {
+            base: std::ptr::null_mut(),
+            len: 0,
+        }
+    }
+
     /// The (16-byte aligned: the mapping is page aligned) top of the stack.
-    pub fn top(&mut self) -> *mut c_void {
+    pub fn top(&self) -> *mut c_void {
         self.base.wrapping_byte_add(self.len)
     }
 
@@ -1583,16 +1591,69 @@ impl NsStack {
 
 impl Drop for NsStack {
     fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once. A child cloned without CLONE_VM keeps its
-        // copy; one cloned with CLONE_VM | CLONE_VFORK has exec'd or exited before the
-        // cloning code returns and drops this.
-        unsafe { libc::munmap(self.base, self.len) };
+        if self.len > 0 {
+            // SAFETY: our own mapping, unmapped once. A child cloned without CLONE_VM keeps
+            // its copy; one cloned with CLONE_VM | CLONE_VFORK has exec'd or exited before
+            // the cloning code returns and drops this.
+            unsafe { libc::munmap(self.base, self.len) };
+        }
     }
 }
 
 impl Default for NsStack {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// The two stacks of a launch (pid 1's, and its program child's inside pid 1), kept by
+/// the launching thread for its next launch when dropped.
+///
+/// Mapping and unmapping them per launch costs two `munmap`s, each a TLB shootdown
+/// across every CPU the supervisor's threads ran on (an inter-processor interrupt,
+/// slow in a VM). Reuse is sound because the supervisor never uses this memory: pid 1
+/// gets a copy-on-write copy of it at `clone`, and the only write on the supervisor's
+/// side is the `clone` wrapper storing the entry point and argument at the top of the
+/// stack just before the system call — per thread, so never two launches at once.
+#[derive(Debug)]
+pub struct LaunchStacks {
+    /// pid 1's stack.
+    pub init: NsStack,
+    /// The program child's stack (used in pid 1's copy, with `CLONE_VM | CLONE_VFORK`).
+    pub program: NsStack,
+}
+
+thread_local! {
+    static IDLE_STACKS: std::cell::RefCell<Option<(NsStack, NsStack)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl LaunchStacks {
+    /// This thread's stacks from its last launch, or new ones.
+    pub fn take() -> Self {
+        let idle = IDLE_STACKS
+            .try_with(|slot| slot.try_borrow_mut().ok().and_then(|mut s| s.take()))
+            .ok()
+            .flatten();
+        let (init, program) = idle.unwrap_or_else(|| (NsStack::new(), NsStack::new()));
+        Self { init, program }
+    }
+}
+
+impl Drop for LaunchStacks {
+    fn drop(&mut self) {
+        let stacks = (
+            std::mem::replace(&mut self.init, NsStack::unmapped()),
+            std::mem::replace(&mut self.program, NsStack::unmapped()),
+        );
+        // On a thread being torn down, or one that holds a set already, they are unmapped.
+        let _ = IDLE_STACKS.try_with(|slot| {
+            if let Ok(mut slot) = slot.try_borrow_mut()
+                && slot.is_none()
+            {
+                *slot = Some(stacks);
+            }
+        });
     }
 }
 
@@ -1609,7 +1670,7 @@ impl Default for NsStack {
 /// sandbox's loopback-only namespace, so the process aborts rather than go on.
 pub fn clone_init(
     spec: &NsSpec<'_>,
-    stack: &mut NsStack,
+    stack: &NsStack,
     flags: c_int,
     netns: Option<(&OwnedFd, &OwnedFd)>,
 ) -> io::Result<(libc::pid_t, OwnedFd)> {
