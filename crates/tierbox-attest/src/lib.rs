@@ -133,7 +133,7 @@ fn hash_env_and_stdin(v: &mut Value) {
 /// repeats a handful of commands, and the digest of a strict plan (about 150 granted
 /// paths) costs about 0.1 ms to encode and hash, against a few microseconds to compare;
 /// plans with stdin data are never kept, so the memo holds at most this many plans of
-/// a few KiB each.
+/// a few KiB each — and no secret: each is kept as [`memo_key`] makes it.
 pub const PLAN_DIGEST_MEMO_ENTRIES: usize = 8;
 
 /// `sha256(PLAN_DIGEST_DOMAIN || canonical_json(plan_for_attestation(plan)))`, hex.
@@ -161,9 +161,10 @@ pub fn plan_digest(plan: &Plan) -> String {
     if plan.stdin.is_some() {
         return compute_plan_digest(plan);
     }
+    let key = memo_key(plan);
     {
         let mut memo = MEMO.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = memo.iter().position(|(p, _)| p == plan) {
+        if let Some(i) = memo.iter().position(|(k, _)| *k == key) {
             let hit = memo.remove(i);
             let digest = hit.1.clone();
             memo.insert(0, hit);
@@ -172,11 +173,24 @@ pub fn plan_digest(plan: &Plan) -> String {
     }
     let digest = compute_plan_digest(plan);
     let mut memo = MEMO.lock().unwrap_or_else(PoisonError::into_inner);
-    if !memo.iter().any(|(p, _)| p == plan) {
-        memo.insert(0, (plan.clone(), digest.clone()));
+    if !memo.iter().any(|(k, _)| *k == key) {
+        memo.insert(0, (key, digest.clone()));
         memo.truncate(PLAN_DIGEST_MEMO_ENTRIES);
     }
     digest
+}
+
+/// The plan as [`plan_digest`] remembers it: environment values replaced by their
+/// SHA-256 (as the digest itself sees them) and the redaction's secret values dropped
+/// (never part of the digest). Two plans have equal keys exactly when they have equal
+/// digests, short of a SHA-256 collision.
+fn memo_key(plan: &Plan) -> Plan {
+    let mut key = plan.clone();
+    for (_, value) in &mut key.env {
+        *value = sha256_hex(value.as_bytes());
+    }
+    key.redaction.sensitive_values.clear();
+    key
 }
 
 fn compute_plan_digest(plan: &Plan) -> String {
@@ -286,6 +300,18 @@ mod tests {
         }
         let digests: std::collections::BTreeSet<String> = plans.iter().map(plan_digest).collect();
         assert_eq!(digests.len(), plans.len());
+        // An environment value is part of the digest, and only its hash is remembered.
+        let mut secret = base.clone();
+        secret
+            .env
+            .push(("TOKEN".to_owned(), "s3cret-value".to_owned()));
+        let with_secret = plan_digest(&secret);
+        assert_eq!(with_secret, compute_plan_digest(&secret));
+        assert!(!format!("{:?}", memo_key(&secret)).contains("s3cret-value"));
+        let mut other = secret.clone();
+        other.env.last_mut().unwrap().1 = "another-value".to_owned();
+        assert_ne!(plan_digest(&other), with_secret);
+        assert_eq!(plan_digest(&other), compute_plan_digest(&other));
     }
 
     #[test]
