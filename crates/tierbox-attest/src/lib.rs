@@ -133,7 +133,7 @@ fn hash_env_and_stdin(v: &mut Value) {
 /// repeats a handful of commands, and the digest of a strict plan (about 150 granted
 /// paths) costs about 0.1 ms to encode and hash, against a few microseconds to compare;
 /// plans with stdin data are never kept, so the memo holds at most this many plans of
-/// a few KiB each — and no secret: each is kept as [`memo_key`] makes it.
+/// a few KiB each — and no secret: each is kept with its environment values hashed.
 pub const PLAN_DIGEST_MEMO_ENTRIES: usize = 8;
 
 /// `sha256(PLAN_DIGEST_DOMAIN || canonical_json(plan_for_attestation(plan)))`, hex.
