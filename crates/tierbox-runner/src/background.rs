@@ -775,16 +775,16 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
     if let Some(p) = &pidfd {
         let _ = exited(p).await;
     }
-    let mut exit = spawn::sys::wait_pidfd(&l.pidfd, false).ok().flatten();
-    if let (Some(e), Some((code, signal))) = (
-        exit.as_mut(),
-        l.report
-            .as_ref()
-            .and_then(tierbox_sandbox::tier_c::program_exit),
-    ) {
-        e.code = code;
-        e.signal = signal;
-    }
+    let exit = spawn::sys::wait_pidfd(&l.pidfd, false).ok().flatten();
+    // Tier C: the program's own exit, when pid 1 lived to report it.
+    let exit = match l
+        .report
+        .as_ref()
+        .and_then(tierbox_sandbox::tier_c::program_exit)
+    {
+        Some(reported) if exit.is_some() => Some(reported),
+        _ => exit,
+    };
     if l.slot.as_ref().and_then(|s| s.cgroup()).is_none() {
         kill_tree(l);
     }

@@ -101,7 +101,9 @@ impl StreamOutput {
 /// Resource usage of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Usage {
-    /// User CPU time of the direct child and its reaped descendants, in milliseconds.
+    /// User CPU time of the direct child and its reaped descendants, in milliseconds (Tier
+    /// C native: of every process the sandbox's pid 1 reaped — the program, its
+    /// descendants and orphans — without pid 1's own setup).
     pub cpu_user_ms: u64,
     /// System CPU time, in milliseconds.
     pub cpu_sys_ms: u64,

@@ -359,7 +359,6 @@ impl RunGuard {
     pub(crate) fn finish(&mut self) {
         if !self.done {
             self.done = true;
-            register_root(self.launched.pid, false);
             cleanup(&mut self.launched);
         }
     }
@@ -466,46 +465,60 @@ async fn supervise(
         source,
     })?;
     let deadline = started + Duration::from_millis(plan.limits.wall_timeout_ms);
+    // Tier C in a long-lived supervisor: the run ends on pid 1's exit record (everything
+    // else in the sandbox is dead by then), and pid 1 itself is reaped in the background
+    // with the run's slot (see `cleanup`). A one-shot process waits for pid 1 instead, so
+    // that nothing is left to clean up when it returns.
+    let report = match &l.report {
+        Some(r) if spawn::slots::pooling() => {
+            tokio::net::unix::pipe::Receiver::from_owned_fd(dup(r)?).ok()
+        }
+        _ => None,
+    };
 
+    let mut reported = None;
     let ended = tokio::select! {
         r = exited(&pidfd) => { r?; Ended::Exited }
+        Some(exit) = reported_exit(report) => { reported = Some(exit); Ended::Exited }
         _ = tokio::time::sleep_until(deadline.into()) => Ended::Timeout,
         _ = quota.notified() => Ended::Quota,
     };
-    match ended {
-        Ended::Exited => {}
-        Ended::Timeout => {
-            signal_tree(l, libc::SIGTERM);
-            let grace = tokio::time::sleep(Duration::from_millis(TERM_GRACE_MS));
-            tokio::select! {
-                r = exited(&pidfd) => r?,
-                _ = grace => {}
-            }
+    let mut exit = match reported {
+        Some(exit) => {
+            // pid 1 is exiting: the kill only makes sure of it.
+            let _ = spawn::sys::pidfd_signal(&l.pidfd, libc::SIGKILL);
+            exit
         }
-        Ended::Quota => {}
-    }
-    // The direct child is dead or about to be killed; it is not reaped yet, so its pid
-    // (the process group id) cannot have been reused.
-    kill_tree(l);
-    exited(&pidfd).await?;
-    let mut exit = spawn::sys::wait_pidfd(&l.pidfd, false)
-        .map_err(|source| RunError::Io {
-            what: "waitid(P_PIDFD)",
-            source,
-        })?
-        .ok_or_else(|| RunError::Io {
-            what: "waitid(P_PIDFD)",
-            source: std::io::Error::other("child not exited"),
-        })?;
-    // Tier C: the pidfd is the sandbox's pid 1; the program's own status is reported.
-    if let Some((code, signal)) = l
-        .report
-        .as_ref()
-        .and_then(tierbox_sandbox::tier_c::program_exit)
-    {
-        exit.code = code;
-        exit.signal = signal;
-    }
+        None => {
+            if let Ended::Timeout = ended {
+                signal_tree(l, libc::SIGTERM);
+                let grace = tokio::time::sleep(Duration::from_millis(TERM_GRACE_MS));
+                tokio::select! {
+                    r = exited(&pidfd) => r?,
+                    _ = grace => {}
+                }
+            }
+            // The direct child is dead or about to be killed; it is not reaped yet, so
+            // its pid (the process group id) cannot have been reused.
+            kill_tree(l);
+            exited(&pidfd).await?;
+            let exit = spawn::sys::wait_pidfd(&l.pidfd, false)
+                .map_err(|source| RunError::Io {
+                    what: "waitid(P_PIDFD)",
+                    source,
+                })?
+                .ok_or_else(|| RunError::Io {
+                    what: "waitid(P_PIDFD)",
+                    source: std::io::Error::other("child not exited"),
+                })?;
+            // Tier C: the pidfd is the sandbox's pid 1; the program's own exit is
+            // reported (when pid 1 lived to see it).
+            l.report
+                .as_ref()
+                .and_then(tierbox_sandbox::tier_c::program_exit)
+                .unwrap_or(exit)
+        }
+    };
     // Anything that survived the group kill (only possible without a cgroup: a daemon
     // that left the process group, caught by the subreaper sweep).
     if l.slot.as_ref().and_then(|s| s.cgroup()).is_none() {
@@ -624,6 +637,15 @@ pub(crate) fn dup(fd: &OwnedFd) -> Result<OwnedFd, RunError> {
         what: "dup",
         source,
     })
+}
+
+/// Tier C: the program's exit from pid 1's exit record, as soon as it is written; `None`
+/// without a report pipe to watch, or when pid 1 ended without writing it (killed: then
+/// the pidfd tells).
+async fn reported_exit(report: Option<tokio::net::unix::pipe::Receiver>) -> Option<ExitInfo> {
+    let mut record = [0u8; tierbox_sandbox::tier_c::REPORT_RECORD_BYTES];
+    report?.read_exact(&mut record).await.ok()?;
+    tierbox_sandbox::tier_c::program_exit_from(&record)
 }
 
 /// Waits until the pidfd is readable (the child has exited; it is not reaped).
@@ -816,16 +838,40 @@ fn own_children() -> Vec<i32> {
 
 /// Hands the run's resources back: the slot is recycled for the next run when its cgroup
 /// proves the tree is gone, destroyed otherwise.
+///
+/// The run's root is normally reaped by now. A Tier C run that ended on pid 1's exit
+/// record (every other process of the sandbox dead) leaves pid 1 still tearing its
+/// namespaces down: it stays registered as a live root (so no orphan sweep takes it), and
+/// it is reaped, unregistered and its slot released by [`spawn::reaper`], off the caller's
+/// path.
 pub(crate) fn cleanup(l: &mut Launched) {
     if SUBREAPER.get().copied().unwrap_or(false) {
         reap_exited_orphans();
     }
-    if let Some(slot) = l.slot.take() {
-        spawn::slots::release(slot);
-    }
-    // Mount points a Tier C sandbox created in the workspace, if still empty.
+    // Mount points a Tier C sandbox created in the workspace, if still empty (the
+    // sandbox's mount namespace, if still there, does not keep them busy for us).
     let _ =
         tierbox_sandbox::bwrap::remove_host_mount_points(&std::mem::take(&mut l.host_placeholders));
+    let pid = l.pid;
+    let slot = l.slot.take();
+    let release = move || {
+        register_root(pid, false);
+        if let Some(slot) = slot {
+            spawn::slots::release(slot);
+        }
+    };
+    match spawn::sys::wait_pidfd(&l.pidfd, true) {
+        Ok(None) => match l.pidfd.try_clone() {
+            Ok(pidfd) => spawn::reaper::defer(pidfd, Box::new(release)),
+            Err(_) => {
+                let _ = spawn::sys::pidfd_signal(&l.pidfd, libc::SIGKILL);
+                let _ = spawn::sys::wait_pidfd(&l.pidfd, false);
+                release();
+            }
+        },
+        // Reaped now, or before (ECHILD).
+        _ => release(),
+    }
 }
 
 fn classify(

@@ -5,8 +5,10 @@
 //! Differences the supervisor must know about, all carried by [`Launched`]:
 //! - the pidfd is the sandbox's pid 1 (the reaper): killing it kills every process of
 //!   the pid namespace, and its exit comes right after the program's;
-//! - the program's own wait status arrives on [`Launched::report`]
-//!   ([`program_exit`]): pid 1 exits with the program's code, or 128 + its signal;
+//! - the program's own wait status and usage arrive on [`Launched::report`]
+//!   ([`program_exit`]) once pid 1 has killed and reaped every other process of the
+//!   sandbox, so that record alone ends the run; pid 1 then exits with the program's
+//!   code, or 128 + its signal;
 //! - [`Launched::host_placeholders`] lists the mount points the sandbox created in the
 //!   workspace, to remove after the run.
 //!
@@ -25,6 +27,7 @@ use crate::bwrap::{self, BwrapError, BwrapOptions, HostLayout};
 use crate::linux::ns::{self, NativeError, NativeOptions};
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use crate::probe::host_facts;
+use crate::spawn::sys::ExitInfo;
 use crate::spawn::{self, HelperSpawn, LaunchError, LaunchOptions, Launched, Slot, slots};
 
 /// Name of the native backend in outcomes and attestations.
@@ -328,19 +331,46 @@ fn bwrap_enforcement(
     }
 }
 
-/// The program's exit from pid 1's report, once pid 1 has exited: `(code, signal)`.
-/// `None` when pid 1 was killed before the program ended (the supervisor killed the run):
-/// the caller then reports pid 1's own status.
-pub fn program_exit(report: &OwnedFd) -> Option<(Option<i32>, Option<i32>)> {
+/// How the program ended, from pid 1's `Exited` record: its code or signal, and the CPU
+/// time and peak memory of every process pid 1 reaped (the program and everything it
+/// started; pid 1's own setup is not counted).
+///
+/// pid 1 writes that record only once every other process of the sandbox is dead and
+/// reaped, so the record alone proves the run is over; reading it blocks until it comes
+/// or pid 1 is gone. `None` when pid 1 ended without one (it was killed before the program
+/// ended: the supervisor killed the run); the caller then reports pid 1's own status.
+pub fn program_exit(report: &OwnedFd) -> Option<ExitInfo> {
     match ns::sys::read_report(report) {
-        Ok(Some(r)) if r.tag == ns::sys::ReportTag::Exited as u32 => {
-            let status = r.value;
-            Some(if libc::WIFEXITED(status) {
-                (Some(libc::WEXITSTATUS(status)), None)
-            } else {
-                (None, Some(libc::WTERMSIG(status)))
-            })
-        }
+        Ok(Some(r)) => exit_of(&r),
         _ => None,
     }
+}
+
+/// Size of one record on [`Launched::report`].
+pub const REPORT_RECORD_BYTES: usize = ns::sys::REPORT_BYTES;
+
+/// [`program_exit`] of one record the caller read off [`Launched::report`] itself (e.g.
+/// asynchronously, to end the run as soon as the record comes); `None` unless it is pid
+/// 1's `Exited` record.
+pub fn program_exit_from(record: &[u8; REPORT_RECORD_BYTES]) -> Option<ExitInfo> {
+    exit_of(&ns::sys::Report::decode(record))
+}
+
+fn exit_of(r: &ns::sys::Report) -> Option<ExitInfo> {
+    if r.tag != ns::sys::ReportTag::Exited as u32 {
+        return None;
+    }
+    let status = r.value;
+    let (code, signal) = if libc::WIFEXITED(status) {
+        (Some(libc::WEXITSTATUS(status)), None)
+    } else {
+        (None, Some(libc::WTERMSIG(status)))
+    };
+    Some(ExitInfo {
+        code,
+        signal,
+        user_us: r.usage.user_us,
+        sys_us: r.usage.sys_us,
+        max_rss_bytes: r.usage.max_rss_kib.saturating_mul(1024),
+    })
 }

@@ -16,6 +16,7 @@
 //!   long-lived launcher thread that never exits.
 
 pub mod mediate;
+pub mod reaper;
 pub mod slots;
 pub mod sys;
 

@@ -110,8 +110,21 @@ pub fn set_pooling(on: bool) {
     }
 }
 
-/// Destroys every idle slot (their directories and cgroups).
+/// Whether slot reuse is on: the process is a long-lived supervisor that calls [`drain`]
+/// before it exits.
+pub fn pooling() -> bool {
+    POOLING.load(Ordering::SeqCst)
+}
+
+/// Longest [`drain`] waits for the slots of runs whose last process is still being reaped
+/// ([`super::reaper`]), in milliseconds. Each such process has been SIGKILLed and only
+/// has its namespaces to tear down (well under a millisecond).
+pub const DRAIN_SETTLE_MS: u64 = 2_000;
+
+/// Destroys every idle slot (their directories and cgroups), after waiting (at most
+/// [`DRAIN_SETTLE_MS`]) for the slots still held by processes being reaped.
 pub fn drain() {
+    super::reaper::settle(std::time::Duration::from_millis(DRAIN_SETTLE_MS));
     let idle: Vec<Slot> = match pool().lock() {
         Ok(mut pool) => pool.drain(..).collect(),
         Err(_) => Vec::new(),

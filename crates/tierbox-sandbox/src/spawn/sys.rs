@@ -20,7 +20,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::linux::sys as lsys;
@@ -435,7 +435,7 @@ pub(crate) fn clone_and_exec(
 }
 
 /// How a child ended, with its resource usage.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExitInfo {
     /// Exit code when it exited normally.
     pub code: Option<i32>,
@@ -538,6 +538,17 @@ pub fn pidfd_signal(pidfd: &OwnedFd, sig: i32) -> io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// `pidfd_open(pid, 0)`: a pidfd (close-on-exec) for the process `pid`.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open with integer arguments; it returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// `kill(pid, sig)`; `pid < 0` signals a process group.

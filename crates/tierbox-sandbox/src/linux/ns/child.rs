@@ -524,8 +524,9 @@ pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, Na
     Ok(entry)
 }
 
-/// Waits for the sandbox's pid 1 to exit (which happens right after the program ends, the
-/// rest of the namespace being killed by the kernel) and returns how the program ended.
+/// Waits for the sandbox's pid 1 to exit (which happens right after the program ends and
+/// pid 1 has killed and reaped the rest of the namespace) and returns how the program
+/// ended.
 pub fn wait_native(launched: &NativeLaunched) -> Result<NativeExit, NativeError> {
     let info = crate::spawn::sys::wait_pidfd(&launched.pidfd, false)
         .map_err(sys_err("waitid(P_PIDFD, pid 1)"))?;

@@ -609,3 +609,79 @@ fn ns_launch_stacks_are_kept_per_thread_and_runs_on_reused_ones_work() {
         "the runs used this thread's set"
     );
 }
+
+/// pid 1 reports the program's exit only once every other process of the namespace is
+/// dead and reaped (the supervisor may end the run on that record alone): an orphan that
+/// still held stdout has let go of it by the time the record is readable, and the record
+/// carries the CPU time of what pid 1 reaped.
+#[test]
+fn ns_real_exit_record_comes_after_every_other_process_is_gone() {
+    if !usable("ns_real_exit_record_comes_after_every_other_process_is_gone") {
+        return;
+    }
+    let sc = scratch();
+    let mut pol = policy("strict.toml");
+    pol.exec.allowed_executables.push("sh".to_owned());
+    pol.exec.allow_interpreters = true;
+    let ctx = ValidateContext::new(&sc.ws);
+    let mut plan = validate(&pol, &ProcessRunRequest::new("sh"), &ctx).unwrap();
+    plan.argv.extend(
+        [
+            "-c",
+            "(sleep 1000 &) ; i=0; while [ $i -lt 40000 ]; do i=$((i+1)); done; exit 3",
+        ]
+        .map(str::to_owned),
+    );
+    for _ in 0..3 {
+        let launched = launch_native(&plan, &NativeOptions::default()).unwrap();
+        // Blocks until pid 1 writes the record (or is gone).
+        let exit = crate::tier_c::program_exit(&launched.report).expect("an exit record");
+        // Right now, not after pid 1's exit: no writer of stdout is left (EOF, where an
+        // orphan still alive would make this read EAGAIN).
+        let out = &launched.stdout;
+        let flags = rustix::fs::fcntl_getfl(out).unwrap();
+        rustix::fs::fcntl_setfl(out, flags | rustix::fs::OFlags::NONBLOCK).unwrap();
+        let mut buf = [0u8; 64];
+        assert_eq!(
+            rustix::io::read(out, &mut buf).map_err(|e| e.to_string()),
+            Ok(0),
+            "stdout still has a writer when the exit record is readable"
+        );
+        assert_eq!((exit.code, exit.signal), (Some(3), None));
+        assert!(exit.user_us + exit.sys_us > 0, "{exit:?}");
+        assert!(exit.max_rss_bytes > 0, "{exit:?}");
+        let _ = crate::spawn::sys::wait_pidfd(&launched.pidfd, false);
+        crate::placeholders::release(&launched.host_placeholders);
+    }
+}
+
+#[test]
+fn report_records_round_trip_with_their_usage() {
+    use super::sys::{REPORT_BYTES, ReapedUsage, Report, ReportTag};
+    let r = Report {
+        tag: ReportTag::Exited as u32,
+        value: 0x0300,
+        usage: ReapedUsage {
+            user_us: 1_234_567_890_123,
+            sys_us: 42,
+            max_rss_kib: u64::MAX,
+        },
+        ..Report::default()
+    };
+    let bytes = r.encode();
+    assert_eq!(bytes.len(), REPORT_BYTES);
+    assert_eq!(Report::decode(&bytes), r);
+    let exit = crate::tier_c::program_exit_from(&bytes).unwrap();
+    assert_eq!((exit.code, exit.signal), (Some(3), None));
+    assert_eq!((exit.user_us, exit.sys_us), (1_234_567_890_123, 42));
+    assert_eq!(
+        exit.max_rss_bytes,
+        u64::MAX,
+        "saturates instead of wrapping"
+    );
+    let started = Report {
+        tag: ReportTag::Started as u32,
+        ..r
+    };
+    assert_eq!(crate::tier_c::program_exit_from(&started.encode()), None);
+}

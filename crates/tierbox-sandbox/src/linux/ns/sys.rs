@@ -19,7 +19,8 @@
 //! pid 1 reports to the supervisor over a pipe ([`Report`], fixed-size records, each one
 //! atomic since it is smaller than `PIPE_BUF`): one [`ReportTag::Failed`] *or*
 //! [`ReportTag::Started`] record once setup is over, then one [`ReportTag::Exited`]
-//! record with the program's wait status just before pid 1 exits.
+//! record with the program's wait status and [`ReapedUsage`] once pid 1 has killed and
+//! reaped every other process of the namespace, just before it exits.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::io;
@@ -391,8 +392,8 @@ pub enum ReportTag {
     Exited = 3,
 }
 
-/// One record on the report pipe (20 bytes, atomic on a pipe).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One record on the report pipe (44 bytes, atomic on a pipe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Report {
     /// [`ReportTag`] as u32.
     pub tag: u32,
@@ -404,33 +405,83 @@ pub struct Report {
     pub op_index: u32,
     /// Sub-call of the failed op ([`describe_sub`]).
     pub sub: u32,
+    /// [`ReportTag::Exited`]: what every process pid 1 reaped used, added up.
+    pub usage: ReapedUsage,
 }
 
-/// Size of one encoded [`Report`].
-pub const REPORT_BYTES: usize = 20;
+/// CPU time and peak memory of the processes pid 1 reaped (the program, its descendants
+/// and every orphan of the namespace), from the `rusage` of each `wait4`. pid 1's own
+/// setup is not in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReapedUsage {
+    /// User CPU time in microseconds.
+    pub user_us: u64,
+    /// System CPU time in microseconds.
+    pub sys_us: u64,
+    /// Largest peak resident set size of any one of them, in KiB.
+    pub max_rss_kib: u64,
+}
+
+impl ReapedUsage {
+    /// Adds one reaped process (its `rusage` already includes the descendants it reaped).
+    fn add(&mut self, ru: &libc::rusage) {
+        let us = |t: libc::timeval| {
+            (t.tv_sec.max(0) as u64)
+                .saturating_mul(1_000_000)
+                .saturating_add(t.tv_usec.max(0) as u64)
+        };
+        self.user_us = self.user_us.saturating_add(us(ru.ru_utime));
+        self.sys_us = self.sys_us.saturating_add(us(ru.ru_stime));
+        self.max_rss_kib = self.max_rss_kib.max(ru.ru_maxrss.max(0) as u64);
+    }
+}
+
+/// Size of one encoded [`Report`]: five 32-bit and three 64-bit fields.
+pub const REPORT_BYTES: usize = 5 * 4 + 3 * 8;
+// One record is one write of at most PIPE_BUF bytes: atomic, never interleaved.
+const _: () = assert!(REPORT_BYTES <= libc::PIPE_BUF);
 
 impl Report {
-    fn encode(&self) -> [u8; REPORT_BYTES] {
+    /// The record's bytes on the pipe.
+    pub fn encode(&self) -> [u8; REPORT_BYTES] {
         let mut b = [0u8; REPORT_BYTES];
-        let fields = [
+        let (small, large) = b.split_at_mut(5 * 4);
+        let words = [
             self.tag.to_ne_bytes(),
             self.step.to_ne_bytes(),
             self.value.to_ne_bytes(),
             self.op_index.to_ne_bytes(),
             self.sub.to_ne_bytes(),
         ];
-        for (chunk, f) in b.chunks_exact_mut(4).zip(fields) {
-            chunk.copy_from_slice(&f);
+        for (chunk, w) in small.chunks_exact_mut(4).zip(words) {
+            chunk.copy_from_slice(&w);
+        }
+        let u = &self.usage;
+        let longs = [
+            u.user_us.to_ne_bytes(),
+            u.sys_us.to_ne_bytes(),
+            u.max_rss_kib.to_ne_bytes(),
+        ];
+        for (chunk, l) in large.chunks_exact_mut(8).zip(longs) {
+            chunk.copy_from_slice(&l);
         }
         b
     }
 
-    fn decode(b: &[u8; REPORT_BYTES]) -> Self {
+    /// Decodes one record as [`Report::encode`] wrote it.
+    pub fn decode(b: &[u8; REPORT_BYTES]) -> Self {
+        let (small, large) = b.split_at(5 * 4);
         let mut f = [0u32; 5];
-        for (slot, chunk) in f.iter_mut().zip(b.chunks_exact(4)) {
+        for (slot, chunk) in f.iter_mut().zip(small.chunks_exact(4)) {
             let mut w = [0u8; 4];
             w.copy_from_slice(chunk);
             *slot = u32::from_ne_bytes(w);
+        }
+        let mut g = [0u64; 3];
+        for (slot, chunk) in g.iter_mut().zip(large.chunks_exact(8)) {
+            let mut l = [0u8; 8];
+            l.copy_from_slice(chunk);
+            *slot = u64::from_ne_bytes(l);
         }
         Self {
             tag: f[0],
@@ -438,6 +489,11 @@ impl Report {
             value: f[2] as i32,
             op_index: f[3],
             sub: f[4],
+            usage: ReapedUsage {
+                user_us: g[0],
+                sys_us: g[1],
+                max_rss_kib: g[2],
+            },
         }
     }
 
@@ -473,6 +529,7 @@ extern "C" fn init_main(arg: *mut c_void) -> c_int {
                 value: err,
                 op_index,
                 sub,
+                usage: ReapedUsage::default(),
             };
             let _ = lsys::write_all_raw(spec.report_fd, &r.encode());
             exit_group(127)
@@ -573,8 +630,7 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<(RawFd, libc::pid_t), Fail> {
         tag: ReportTag::Started as u32,
         step: 0,
         value: pid,
-        op_index: 0,
-        sub: 0,
+        ..Report::default()
     };
     // A supervisor that is gone cannot be told; PR_SET_PDEATHSIG kills us anyway.
     let _ = lsys::write_all_raw(spec.report_fd, &started.encode());
@@ -589,42 +645,49 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<(RawFd, libc::pid_t), Fail> {
 }
 
 /// The reaper: reaps every process re-parented to pid 1, forwards [`FORWARDED_SIGNALS`]
-/// to the rest of the namespace, and when the program ends, reports its wait status and
-/// exits with its code (or 128 + its signal). The kernel then kills whatever is left in
-/// the namespace.
+/// to the rest of the namespace, and when the program ends, kills and reaps every other
+/// process of the namespace, reports the program's wait status with what all of them
+/// used ([`ReapedUsage`]) and exits with the program's code (or 128 + its signal).
+///
+/// So the [`ReportTag::Exited`] record means the run is over: no process of the
+/// namespace but pid 1 is left, and pid 1 only exits. The supervisor can finish the run
+/// on that record without waiting for pid 1's exit, whose teardown of the namespaces
+/// (unmounting every mount of the sandbox) is the longest step of the run's end.
 fn reap(report_fd: RawFd, program: libc::pid_t) -> c_int {
     let mut wait_set: u64 = sigbit(libc::SIGCHLD);
     for s in FORWARDED_SIGNALS {
         wait_set |= sigbit(*s);
     }
+    let mut usage = ReapedUsage::default();
     loop {
         let mut program_status: Option<c_int> = None;
-        loop {
-            let mut status: c_int = 0;
-            // SAFETY: wait4 writes one int to `status` on our stack; no rusage.
-            let r = unsafe {
-                raw::syscall4(
-                    libc::SYS_wait4,
-                    -1isize as usize,
-                    &raw mut status as usize,
-                    (libc::WNOHANG | libc::__WALL) as usize,
-                    0,
-                )
-            };
-            if r <= 0 {
-                break;
-            }
-            if r as libc::pid_t == program {
+        while let Some((pid, status)) = wait_any(libc::WNOHANG, &mut usage) {
+            if pid == program {
                 program_status = Some(status);
             }
         }
         if let Some(status) = program_status {
+            // SAFETY: integer arguments. kill(-1, SIGKILL) from a pid namespace's init
+            // kills every other process of that namespace, nothing outside it; a fork
+            // racing with it either is signalled too or fails (its parent has the signal
+            // pending).
+            unsafe {
+                raw::syscall4(
+                    libc::SYS_kill,
+                    -1isize as usize,
+                    libc::SIGKILL as usize,
+                    0,
+                    0,
+                )
+            };
+            // Every process of the namespace is pid 1's child once its parent is dead:
+            // no child left (ECHILD) means none left at all.
+            while wait_any(0, &mut usage).is_some() {}
             let r = Report {
                 tag: ReportTag::Exited as u32,
-                step: 0,
                 value: status,
-                op_index: 0,
-                sub: 0,
+                usage,
+                ..Report::default()
             };
             let bytes = r.encode();
             // SAFETY: the kernel reads `bytes` (on our stack). One record is far below
@@ -662,6 +725,37 @@ fn reap(report_fd: RawFd, program: libc::pid_t) -> c_int {
             // SAFETY: integer arguments. kill(-1, sig) from a pid namespace's init signals
             // every other process of that namespace, nothing outside it.
             unsafe { raw::syscall4(libc::SYS_kill, -1isize as usize, sig as usize, 0, 0) };
+        }
+    }
+}
+
+/// One `wait4(-1, .., flags | __WALL, &rusage)` of pid 1: the reaped child's pid and
+/// wait status, its usage added to `usage`; `None` when there is nothing (more) to reap
+/// (`WNOHANG` and none exited, or no child at all). `EINTR` is retried (every signal but
+/// `SIGKILL` is blocked in pid 1, so it does not happen).
+fn wait_any(flags: c_int, usage: &mut ReapedUsage) -> Option<(libc::pid_t, c_int)> {
+    loop {
+        let mut status: c_int = 0;
+        // Left uninitialised (zeroing could call libc's memset, which pid 1 avoids).
+        let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
+        // SAFETY: wait4 writes one int to `status` and one rusage to `ru`, both on our
+        // stack.
+        let r = unsafe {
+            raw::syscall4(
+                libc::SYS_wait4,
+                -1isize as usize,
+                &raw mut status as usize,
+                (flags | libc::__WALL) as usize,
+                ru.as_mut_ptr() as usize,
+            )
+        };
+        if r > 0 {
+            // SAFETY: a successful wait4 wrote the whole rusage.
+            usage.add(unsafe { ru.assume_init_ref() });
+            return Some((r as libc::pid_t, status));
+        }
+        if r != -(libc::EINTR as isize) {
+            return None;
         }
     }
 }
