@@ -839,11 +839,16 @@ fn own_children() -> Vec<i32> {
 /// Hands the run's resources back: the slot is recycled for the next run when its cgroup
 /// proves the tree is gone, destroyed otherwise.
 ///
-/// The run's root is normally reaped by now. A Tier C run that ended on pid 1's exit
-/// record (every other process of the sandbox dead) leaves pid 1 still tearing its
-/// namespaces down: it stays registered as a live root (so no orphan sweep takes it), and
-/// it is reaped, unregistered and its slot released by [`spawn::reaper`], off the caller's
-/// path.
+/// A native Tier C run in a long-lived supervisor (slot pooling on) does that on
+/// [`spawn::reaper`]'s thread, off the caller's path: the run ended on pid 1's exit record
+/// (every other process of the sandbox dead), pid 1 is still tearing its namespaces down,
+/// and recycling reads and resets the cgroup (about 0.1 ms). pid 1 stays registered as a
+/// live root (so no orphan sweep takes it) until the reaper has reaped it. Other runs
+/// release the slot here, their root already reaped (a root still alive, which only a
+/// broken invariant could leave, is killed and reaped by the reaper first). Tier B and
+/// bubblewrap slots stay on this path on purpose: when their recycling fails, destroying
+/// the group waits for its last tasks, and on the shared reaper thread that would hold up
+/// every Tier C slot queued behind it.
 pub(crate) fn cleanup(l: &mut Launched) {
     if SUBREAPER.get().copied().unwrap_or(false) {
         reap_exited_orphans();
@@ -860,17 +865,20 @@ pub(crate) fn cleanup(l: &mut Launched) {
             spawn::slots::release(slot);
         }
     };
-    match spawn::sys::wait_pidfd(&l.pidfd, true) {
-        Ok(None) => match l.pidfd.try_clone() {
-            Ok(pidfd) => spawn::reaper::defer(pidfd, Box::new(release)),
-            Err(_) => {
-                let _ = spawn::sys::pidfd_signal(&l.pidfd, libc::SIGKILL);
-                let _ = spawn::sys::wait_pidfd(&l.pidfd, false);
-                release();
-            }
-        },
+    // Tier C native (a report pipe) in a long-lived supervisor: always on the reaper.
+    let deferred = l.report.is_some() && spawn::slots::pooling();
+    if !deferred && !matches!(spawn::sys::wait_pidfd(&l.pidfd, true), Ok(None)) {
         // Reaped now, or before (ECHILD).
-        _ => release(),
+        release();
+        return;
+    }
+    match l.pidfd.try_clone() {
+        Ok(pidfd) => spawn::reaper::defer(pidfd, Box::new(release)),
+        Err(_) => {
+            let _ = spawn::sys::pidfd_signal(&l.pidfd, libc::SIGKILL);
+            let _ = spawn::sys::wait_pidfd(&l.pidfd, false);
+            release();
+        }
     }
 }
 

@@ -96,7 +96,13 @@ pub(crate) fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launche
         &facts.cgroup.describe(),
         &mut missing,
     )?;
-    let slot = spawn::cgroup_slot(plan, opts, (facts.euid, facts.egid), &mut missing)?;
+    let slot = spawn::cgroup_slot(
+        NATIVE_BACKEND,
+        plan,
+        opts,
+        (facts.euid, facts.egid),
+        &mut missing,
+    )?;
     let native_opts = NativeOptions {
         seccomp: facts.seccomp,
         landlock: facts.landlock_abi.is_some(),
@@ -205,7 +211,13 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
         Some(p) => Some(filter_pipe(&p.to_bytes())?),
         None => None,
     };
-    let slot = spawn::cgroup_slot(plan, opts, (facts.euid, facts.egid), &mut missing)?;
+    let slot = spawn::cgroup_slot(
+        bwrap::BACKEND_NAME,
+        plan,
+        opts,
+        (facts.euid, facts.egid),
+        &mut missing,
+    )?;
     let mut full_argv = vec![info.path.clone().into_os_string()];
     full_argv.extend(argv);
     let helper = HelperSpawn {

@@ -111,7 +111,13 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     let claim = crate::placeholders::claim(&host_mount_points(&copts));
     // The CLI's own cgroup: optional (the container's limits are the engine's).
     let mut cli_missing = Vec::new();
-    let slot = spawn::cgroup_slot(plan, opts, (facts.euid, facts.egid), &mut cli_missing)?;
+    let slot = spawn::cgroup_slot(
+        info.engine.backend_name(),
+        plan,
+        opts,
+        (facts.euid, facts.egid),
+        &mut cli_missing,
+    )?;
     let mut full_argv = vec![info.path.clone().into_os_string()];
     full_argv.extend(argv.iter().map(Into::into));
     let env: Vec<(String, String)> = ENGINE_ENV

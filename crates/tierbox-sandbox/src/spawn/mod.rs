@@ -289,6 +289,7 @@ fn acquire_slot(
         cpu_quota_percent: None,
     };
     let key = SlotKey {
+        backend: BACKEND_NAME,
         tmp_base: opts.tmp_base.clone(),
         uid,
         gid,
@@ -896,6 +897,7 @@ pub(crate) fn spawn_helper(
 /// whose filesystem, tmp and landlock domain are built inside the sandbox. Reused from the
 /// pool like Tier B's slots.
 pub(crate) fn cgroup_slot(
+    backend: &'static str,
     plan: &Plan,
     opts: &LaunchOptions,
     (uid, gid): (u32, u32),
@@ -908,6 +910,7 @@ pub(crate) fn cgroup_slot(
         cpu_quota_percent: None,
     };
     let key = SlotKey {
+        backend,
         tmp_base: opts.tmp_base.clone(),
         uid,
         gid,

@@ -14,7 +14,8 @@
 //!   baseline (OOM kills, `pids.max` hits); v2 groups are not pooled, because `memory.peak`
 //!   cannot be reset for every reader;
 //! - the slot key covers everything the ruleset and the cgroup encode: every granted path,
-//!   the scopes, the TCP rule, the limits and the child's uid/gid.
+//!   the scopes, the TCP rule, the limits and the child's uid/gid; and the backend, so a
+//!   bubblewrap run (whose slot may not be recyclable) never takes a native run's.
 //!
 //! Any failure while recycling destroys the slot instead.
 //!
@@ -37,6 +38,10 @@ pub const MAX_IDLE_SLOTS: usize = 8;
 /// Everything a slot's resources encode; two runs with equal keys can share a slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SlotKey {
+    /// The backend whose runs use the slot ([`super::BACKEND_NAME`] and the Tier C ones). A bubblewrap run's slot cannot always be recycled (bwrap's own pid 1 may
+    /// outlive the monitor the supervisor reaps, still charged to the group), so it must
+    /// never take, and then destroy, the warm slot of another backend's runs.
+    pub backend: &'static str,
     pub tmp_base: PathBuf,
     pub uid: u32,
     pub gid: u32,
@@ -234,3 +239,7 @@ fn destroy(slot: Slot) {
     }
     let _ = std::fs::remove_dir_all(&slot.tmp);
 }
+
+#[cfg(test)]
+#[path = "slots_tests.rs"]
+mod tests;
