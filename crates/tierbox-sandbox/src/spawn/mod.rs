@@ -133,7 +133,8 @@ pub struct Launched {
     /// The tier the run is in.
     pub tier: Tier,
     /// Tier C: the report pipe of the sandbox's pid 1, which carries the program's own
-    /// wait status ([`crate::tier_c::program_exit`]); the pidfd is pid 1's.
+    /// wait status and usage once every other process of the sandbox is dead
+    /// ([`crate::tier_c::program_exit`]); the pidfd is pid 1's.
     pub report: Option<OwnedFd>,
     /// Entries the sandbox setup created in the host's workspace (mount points of
     /// protected-path covers); remove them after the run with
