@@ -484,11 +484,8 @@ async fn supervise(
         _ = quota.notified() => Ended::Quota,
     };
     let mut exit = match reported {
-        Some(exit) => {
-            // pid 1 is exiting: the kill only makes sure of it.
-            let _ = spawn::sys::pidfd_signal(&l.pidfd, libc::SIGKILL);
-            exit
-        }
+        // pid 1 is exiting (the reaper kills it for good measure when it takes it over).
+        Some(exit) => exit,
         None => {
             if let Ended::Timeout = ended {
                 signal_tree(l, libc::SIGTERM);
@@ -872,14 +869,7 @@ pub(crate) fn cleanup(l: &mut Launched) {
         release();
         return;
     }
-    match l.pidfd.try_clone() {
-        Ok(pidfd) => spawn::reaper::defer(pidfd, Box::new(release)),
-        Err(_) => {
-            let _ = spawn::sys::pidfd_signal(&l.pidfd, libc::SIGKILL);
-            let _ = spawn::sys::wait_pidfd(&l.pidfd, false);
-            release();
-        }
-    }
+    spawn::reaper::defer(&l.pidfd, Box::new(release));
 }
 
 fn classify(

@@ -353,7 +353,7 @@ fn bwrap_enforcement(
 /// ended: the supervisor killed the run); the caller then reports pid 1's own status.
 pub fn program_exit(report: &OwnedFd) -> Option<ExitInfo> {
     match ns::sys::read_report(report) {
-        Ok(Some(r)) => exit_of(&r),
+        Ok(Some(r)) => r.exited(),
         _ => None,
     }
 }
@@ -365,24 +365,5 @@ pub const REPORT_RECORD_BYTES: usize = ns::sys::REPORT_BYTES;
 /// asynchronously, to end the run as soon as the record comes); `None` unless it is pid
 /// 1's `Exited` record.
 pub fn program_exit_from(record: &[u8; REPORT_RECORD_BYTES]) -> Option<ExitInfo> {
-    exit_of(&ns::sys::Report::decode(record))
-}
-
-fn exit_of(r: &ns::sys::Report) -> Option<ExitInfo> {
-    if r.tag != ns::sys::ReportTag::Exited as u32 {
-        return None;
-    }
-    let status = r.value;
-    let (code, signal) = if libc::WIFEXITED(status) {
-        (Some(libc::WEXITSTATUS(status)), None)
-    } else {
-        (None, Some(libc::WTERMSIG(status)))
-    };
-    Some(ExitInfo {
-        code,
-        signal,
-        user_us: r.usage.user_us,
-        sys_us: r.usage.sys_us,
-        max_rss_bytes: r.usage.max_rss_kib.saturating_mul(1024),
-    })
+    ns::sys::Report::decode(record).exited()
 }

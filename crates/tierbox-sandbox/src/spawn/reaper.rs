@@ -38,18 +38,19 @@ static PENDING: Mutex<usize> = Mutex::new(0);
 static SETTLED: Condvar = Condvar::new();
 
 /// Hands over the process behind `pidfd` (a child of this process): it is sent `SIGKILL`,
-/// reaped, and then `then` runs, on the reaper thread. Without that thread (it could not
-/// be started) all of it happens here, before returning.
-pub fn defer(pidfd: OwnedFd, then: FollowUp) {
-    let job = Job { pidfd, then };
-    let Some(tx) = sender() else {
-        finish(job);
+/// reaped, and then `then` runs, on the reaper thread (with a duplicate of `pidfd`).
+/// When that thread could not be started, or the descriptor not duplicated, all of it
+/// happens here, before returning.
+pub fn defer(pidfd: &OwnedFd, then: FollowUp) {
+    let (Some(tx), Ok(own)) = (sender(), pidfd.try_clone()) else {
+        finish(pidfd, then);
         return;
     };
     *PENDING.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-    if let Err(returned) = tx.send(job) {
+    if let Err(returned) = tx.send(Job { pidfd: own, then }) {
         done();
-        finish(returned.0);
+        let Job { pidfd, then } = returned.0;
+        finish(&pidfd, then);
     }
 }
 
@@ -81,7 +82,9 @@ fn sender() -> Option<&'static Sender<Job>> {
                 for job in rx {
                     // A follow-up that panics must not take the thread (and every later
                     // job) with it.
-                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(job)));
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        finish(&job.pidfd, job.then)
+                    }));
                     done();
                 }
             })
@@ -91,12 +94,12 @@ fn sender() -> Option<&'static Sender<Job>> {
     .as_ref()
 }
 
-fn finish(job: Job) {
+fn finish(pidfd: &OwnedFd, then: FollowUp) {
     // The run is over: whatever is still alive behind the pidfd goes now. ESRCH (already
     // gone) and ECHILD (reaped by someone else) both mean there is nothing left to do.
-    let _ = sys::pidfd_signal(&job.pidfd, libc::SIGKILL);
-    let _ = sys::wait_pidfd(&job.pidfd, false);
-    (job.then)();
+    let _ = sys::pidfd_signal(pidfd, libc::SIGKILL);
+    let _ = sys::wait_pidfd(pidfd, false);
+    then();
 }
 
 fn done() {

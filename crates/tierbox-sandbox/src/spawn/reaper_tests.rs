@@ -29,7 +29,7 @@ fn follow_ups_run(fd: OwnedFd) -> usize {
     let ran = Arc::new(AtomicUsize::new(0));
     let r = Arc::clone(&ran);
     defer(
-        fd,
+        &fd,
         Box::new(move || {
             r.fetch_add(1, Ordering::SeqCst);
         }),
@@ -47,7 +47,7 @@ fn handed_over_processes_are_killed_reaped_and_followed_up_in_order() {
         pids.push(pid);
         let ran = Arc::clone(&ran);
         defer(
-            fd,
+            &fd,
             Box::new(move || {
                 // Follow-ups run after their own process is reaped, in hand-over order.
                 assert!(is_reaped(pid), "follow-up ran before pid {pid} was reaped");
@@ -80,7 +80,7 @@ fn a_process_reaped_elsewhere_still_gets_its_follow_up() {
 fn a_panicking_follow_up_does_not_stop_the_reaper() {
     let (_, fd) = sleeper();
     defer(
-        fd,
+        &fd,
         Box::new(|| panic!("follow-up failure (expected by this test)")),
     );
     let (pid, fd) = sleeper();

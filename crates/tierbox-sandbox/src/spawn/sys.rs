@@ -510,14 +510,21 @@ pub fn wait_pidfd(pidfd: &OwnedFd, nohang: bool) -> io::Result<Option<ExitInfo>>
         libc::CLD_EXITED => (Some(status), None),
         _ => (None, Some(status)),
     };
-    let tv = |t: libc::timeval| (t.tv_sec as u64) * 1_000_000 + t.tv_usec as u64;
     Ok(Some(ExitInfo {
         code,
         signal,
-        user_us: tv(usage.ru_utime),
-        sys_us: tv(usage.ru_stime),
+        user_us: timeval_us(usage.ru_utime),
+        sys_us: timeval_us(usage.ru_stime),
         max_rss_bytes: (usage.ru_maxrss as u64) * 1024,
     }))
+}
+
+/// A `timeval` in microseconds (negative fields count as 0; saturating, never panics:
+/// also used by the sandbox's pid 1).
+pub fn timeval_us(t: libc::timeval) -> u64 {
+    (t.tv_sec.max(0) as u64)
+        .saturating_mul(1_000_000)
+        .saturating_add(t.tv_usec.max(0) as u64)
 }
 
 /// `pidfd_send_signal(fd, sig)`.

@@ -531,21 +531,13 @@ pub fn wait_native(launched: &NativeLaunched) -> Result<NativeExit, NativeError>
     let info = crate::spawn::sys::wait_pidfd(&launched.pidfd, false)
         .map_err(sys_err("waitid(P_PIDFD, pid 1)"))?;
     match nsys::read_report(&launched.report) {
-        Ok(Some(r)) if r.tag == ReportTag::Exited as u32 => {
-            let status = r.value;
-            Ok(if libc::WIFEXITED(status) {
-                NativeExit {
-                    code: Some(libc::WEXITSTATUS(status)),
-                    signal: None,
-                }
-            } else {
-                NativeExit {
-                    code: None,
-                    signal: Some(libc::WTERMSIG(status)),
-                }
-            })
-        }
-        Ok(Some(r)) => Err(NativeError::BadReport { tag: r.tag }),
+        Ok(Some(r)) => match r.exited() {
+            Some(e) => Ok(NativeExit {
+                code: e.code,
+                signal: e.signal,
+            }),
+            None => Err(NativeError::BadReport { tag: r.tag }),
+        },
         // pid 1 itself was killed (e.g. SIGKILL from the supervisor): report that.
         Ok(None) | Err(_) => Ok(NativeExit {
             code: info.and_then(|i| i.code),

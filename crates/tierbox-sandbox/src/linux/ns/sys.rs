@@ -425,11 +425,7 @@ pub struct ReapedUsage {
 impl ReapedUsage {
     /// Adds one reaped process (its `rusage` already includes the descendants it reaped).
     fn add(&mut self, ru: &libc::rusage) {
-        let us = |t: libc::timeval| {
-            (t.tv_sec.max(0) as u64)
-                .saturating_mul(1_000_000)
-                .saturating_add(t.tv_usec.max(0) as u64)
-        };
+        let us = crate::spawn::sys::timeval_us;
         self.user_us = self.user_us.saturating_add(us(ru.ru_utime));
         self.sys_us = self.sys_us.saturating_add(us(ru.ru_stime));
         self.max_rss_kib = self.max_rss_kib.max(ru.ru_maxrss.max(0) as u64);
@@ -495,6 +491,27 @@ impl Report {
                 max_rss_kib: g[2],
             },
         }
+    }
+
+    /// How the program ended, for a [`ReportTag::Exited`] record (`None` for any other):
+    /// its code or signal, and what pid 1 reaped used.
+    pub fn exited(&self) -> Option<crate::spawn::sys::ExitInfo> {
+        if self.tag != ReportTag::Exited as u32 {
+            return None;
+        }
+        let status = self.value;
+        let (code, signal) = if libc::WIFEXITED(status) {
+            (Some(libc::WEXITSTATUS(status)), None)
+        } else {
+            (None, Some(libc::WTERMSIG(status)))
+        };
+        Some(crate::spawn::sys::ExitInfo {
+            code,
+            signal,
+            user_us: self.usage.user_us,
+            sys_us: self.usage.sys_us,
+            max_rss_bytes: self.usage.max_rss_kib.saturating_mul(1024),
+        })
     }
 
     /// The failed step.
