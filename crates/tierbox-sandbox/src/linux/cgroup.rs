@@ -19,6 +19,10 @@
 //!   threaded subtrees, so `cgroup.procs` is used.
 //! - **Everything created is removed**: [`RunCgroup::remove`], or best effort on drop; a
 //!   partially created group is removed when creation fails.
+//! - **Figures are read from files kept open.** The usage files a run reads
+//!   (`pids.current`, the memory peak, the OOM and pids event counters) are opened once
+//!   per group and read with `pread` at offset 0, which makes cgroupfs generate the
+//!   content afresh; a reused group costs no path walk or open per figure.
 //! - **All paths are injectable** ([`CgroupSupport::from_roots`]), so both versions are
 //!   tested against fake trees; probing reads only.
 //!
@@ -416,6 +420,62 @@ pub struct RunCgroup {
     freezer_dir: Option<PathBuf>,
     procs: Vec<OwnedFd>,
     procs_raw: Vec<RawFd>,
+    /// `pids.current`.
+    pids_current: ControlFile,
+    /// v1 `memory.max_usage_in_bytes`, v2 `memory.peak`.
+    memory_peak: ControlFile,
+    /// v1 `memory.oom_control`, v2 `memory.events` (both carry `oom_kill`).
+    memory_events: ControlFile,
+    /// `pids.events` (`max`).
+    pids_events: ControlFile,
+}
+
+/// Bytes read at most from one control file ([`ControlFile::read`]): the files read this
+/// way hold one number or a few keyed lines, so anything longer is not one of them.
+pub const CONTROL_FILE_MAX_BYTES: usize = 4096;
+
+/// A control file opened on first use and kept open while the group lives; read at
+/// offset 0. A failed open is not remembered (the next use tries again), so a
+/// missing file reads as `None` each time, as a path read would.
+#[derive(Debug)]
+struct ControlFile {
+    path: PathBuf,
+    file: OnceLock<fs::File>,
+}
+
+impl ControlFile {
+    fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            file: OnceLock::new(),
+        }
+    }
+
+    fn file(&self) -> Option<&fs::File> {
+        if let Some(f) = self.file.get() {
+            return Some(f);
+        }
+        let opened = fs::File::open(&self.path).ok()?;
+        let _ = self.file.set(opened);
+        self.file.get()
+    }
+
+    /// The whole content (up to [`CONTROL_FILE_MAX_BYTES`]), or `None` when the file
+    /// cannot be opened or read.
+    fn read(&self) -> Option<String> {
+        use std::os::unix::fs::FileExt;
+        let file = self.file()?;
+        let mut out = Vec::new();
+        let mut buf = [0u8; 512];
+        while out.len() < CONTROL_FILE_MAX_BYTES {
+            let n = file.read_at(&mut buf, out.len() as u64).ok()?;
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8(out).ok()
+    }
 }
 
 impl RunCgroup {
@@ -463,6 +523,16 @@ impl RunCgroup {
             freezer_dir: None,
             procs: Vec::new(),
             procs_raw: Vec::new(),
+            pids_current: ControlFile::new(pids.join(name).join("pids.current")),
+            memory_peak: ControlFile::new(memory.join(name).join(match version {
+                CgroupVersion::V1 => "memory.max_usage_in_bytes",
+                CgroupVersion::V2 => "memory.peak",
+            })),
+            memory_events: ControlFile::new(memory.join(name).join(match version {
+                CgroupVersion::V1 => "memory.oom_control",
+                CgroupVersion::V2 => "memory.events",
+            })),
+            pids_events: ControlFile::new(pids.join(name).join("pids.events")),
         };
         // On any error below, dropping `run` removes what was created.
         run.mkdir(&run.memory_dir.clone())?;
@@ -559,9 +629,7 @@ impl RunCgroup {
     /// [`Self::pids`], it counts processes that have exited but are not yet reaped, which
     /// still hold a place under `pids.max`. `None` when the file cannot be read.
     pub fn charged_pids(&self) -> Option<u64> {
-        fs::read_to_string(self.pids_dir.join("pids.current"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
+        self.pids_current.read()?.trim().parse().ok()
     }
 
     /// Whether no process is left in the group. One read of `pids.current` when it says
@@ -654,7 +722,6 @@ impl RunCgroup {
         }
     }
 
-    /// Usage figures (missing files count as zero / `None`).
     /// Resets the peak-memory figure so a reused group reports only the next run's peak
     /// (v1 `memory.max_usage_in_bytes`). On v2 this is an error: `memory.peak` can only be
     /// reset per open file, so v2 groups are not reused.
@@ -668,29 +735,22 @@ impl RunCgroup {
         }
     }
 
+    /// Usage figures (missing files count as zero / `None`), read from the group's
+    /// control files kept open (module docs).
     pub fn stats(&self) -> CgroupStats {
-        let read = |dir: &Path, file: &str| fs::read_to_string(dir.join(file)).ok();
-        match self.version {
-            CgroupVersion::V1 => CgroupStats {
-                memory_peak_bytes: read(&self.memory_dir, "memory.max_usage_in_bytes")
-                    .and_then(|s| s.trim().parse().ok()),
-                oom_kills: read(&self.memory_dir, "memory.oom_control")
-                    .and_then(|s| keyed_value(&s, "oom_kill"))
-                    .unwrap_or(0),
-                pids_limit_hit: read(&self.pids_dir, "pids.events")
-                    .and_then(|s| keyed_value(&s, "max"))
-                    .unwrap_or(0),
-            },
-            CgroupVersion::V2 => CgroupStats {
-                memory_peak_bytes: read(&self.memory_dir, "memory.peak")
-                    .and_then(|s| s.trim().parse().ok()),
-                oom_kills: read(&self.memory_dir, "memory.events")
-                    .and_then(|s| keyed_value(&s, "oom_kill"))
-                    .unwrap_or(0),
-                pids_limit_hit: read(&self.pids_dir, "pids.events")
-                    .and_then(|s| keyed_value(&s, "max"))
-                    .unwrap_or(0),
-            },
+        // v1 `memory.oom_control` and v2 `memory.events` both carry `oom_kill`.
+        CgroupStats {
+            memory_peak_bytes: self.memory_peak.read().and_then(|s| s.trim().parse().ok()),
+            oom_kills: self
+                .memory_events
+                .read()
+                .and_then(|s| keyed_value(&s, "oom_kill"))
+                .unwrap_or(0),
+            pids_limit_hit: self
+                .pids_events
+                .read()
+                .and_then(|s| keyed_value(&s, "max"))
+                .unwrap_or(0),
         }
     }
 
@@ -704,6 +764,14 @@ impl RunCgroup {
     fn remove_dirs(&mut self) -> io::Result<()> {
         self.procs_raw.clear();
         self.procs.clear(); // close our cgroup.procs fds first
+        for control in [
+            &mut self.pids_current,
+            &mut self.memory_peak,
+            &mut self.memory_events,
+            &mut self.pids_events,
+        ] {
+            control.file.take();
+        }
         let mut first_err = None;
         while let Some(dir) = self.dirs.pop() {
             if let Err(e) = rmdir_retrying(&dir)

@@ -593,6 +593,11 @@ fn real_v1_memory_limit_oom_kills() {
         },
     )
     .unwrap();
+    // Read once before the run: the figures below come through the same open files
+    // (pread at offset 0), so they must be generated afresh, not the values seen here.
+    let before = run.stats();
+    assert_eq!(before.oom_kills, 0, "{before:?}");
+    assert_eq!(run.charged_pids(), Some(0));
     let fds = run.procs_fds().to_vec();
     let code = ts::fork_with(|| {
         for &fd in &fds {
