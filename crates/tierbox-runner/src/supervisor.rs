@@ -497,7 +497,9 @@ async fn supervise(
             }
             // The direct child is dead or about to be killed; it is not reaped yet, so
             // its pid (the process group id) cannot have been reused.
-            kill_tree(l);
+            if !(matches!(ended, Ended::Exited) && only_root_left(l)) {
+                kill_tree(l);
+            }
             exited(&pidfd).await?;
             let exit = spawn::sys::wait_pidfd(&l.pidfd, false)
                 .map_err(|source| RunError::Io {
@@ -745,6 +747,20 @@ pub(crate) fn signal_tree(l: &Launched, sig: i32) {
         }
     }
     let _ = spawn::sys::kill(-l.pid, sig);
+}
+
+/// After the run's root exited (a zombie not reaped yet): whether its cgroup holds
+/// nothing else. The pids controller charges the zombie until it is reaped, so a count
+/// of one is the root itself, and nothing can join a group whose only member is dead
+/// (only a live member forks, and nothing outside may write the group's attach files).
+/// The usual end of a run then skips [`kill_tree`]'s group kill, which reads every
+/// controller's member list. `false` without a cgroup or a readable count.
+fn only_root_left(l: &Launched) -> bool {
+    l.slot
+        .as_ref()
+        .and_then(|s| s.cgroup())
+        .and_then(|cg| cg.charged_pids())
+        == Some(1)
 }
 
 /// SIGKILLs every process of the run: the cgroup, the process group, and (subreaper

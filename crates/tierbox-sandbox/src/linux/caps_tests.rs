@@ -76,8 +76,9 @@ fn full_drop_sequence_in_a_forked_child() {
         if ts::get_securebits() != Ok(i64::from(sys::SECUREBITS_LOCKED_DOWN)) {
             return 23;
         }
-        // Locked: cannot be undone, not even by... nothing is left to undo it with.
-        if sys::set_securebits_noroot() != Err(libc::EPERM) {
+        // Locked: cannot be undone (nothing is left to undo it with), and asking for the
+        // same bits again only reads them.
+        if ts::set_securebits(0) != Err(libc::EPERM) || sys::set_securebits_noroot().is_err() {
             return 24;
         }
         // Dropping again without CAP_SETPCAP succeeds: nothing is left in the set.
@@ -138,4 +139,47 @@ fn unprivileged_child_gets_eperm_from_privileged_steps() {
         0
     });
     assert_eq!(code, 0, "child failed at step {code}");
+}
+
+/// The child skips `PR_CAP_AMBIENT_CLEAR_ALL` because `capset_zero` empties the ambient
+/// set with the permitted and inheritable ones: a supervisor started with an ambient
+/// capability must not pass it on. Run as in the child: securebits, bounding set, capset.
+#[test]
+fn capset_zero_also_empties_an_ambient_set() {
+    if !is_root() {
+        println!("skipped: needs root (CAP_SETPCAP, CAP_NET_BIND_SERVICE)");
+        return;
+    }
+    let last = last_cap();
+    let cap: u32 = 10; // CAP_NET_BIND_SERVICE
+    let code = ts::fork_with(|| {
+        let Ok((eff, prm)) = ts::capget_self() else {
+            return 10;
+        };
+        // Inheritable + ambient: what a supervisor started with `setpriv --ambient-caps`
+        // (or systemd `AmbientCapabilities=`) would carry.
+        if ts::capset_masks(eff, prm, 1 << cap).is_err() {
+            return 11;
+        }
+        if ts::ambient(libc::PR_CAP_AMBIENT_RAISE, cap).is_err()
+            || ts::ambient(libc::PR_CAP_AMBIENT_IS_SET, cap) != Ok(1)
+        {
+            return 12;
+        }
+        if sys::set_securebits_noroot().is_err() || sys::drop_bounding_set(last).is_err() {
+            return 13;
+        }
+        // Still there after the bounding set is gone: only capset takes it away.
+        if ts::ambient(libc::PR_CAP_AMBIENT_IS_SET, cap) != Ok(1) {
+            return 14;
+        }
+        if sys::capset_zero().is_err() {
+            return 15;
+        }
+        match ts::ambient(libc::PR_CAP_AMBIENT_IS_SET, cap) {
+            Ok(0) => 0,
+            _ => 16,
+        }
+    });
+    assert_eq!(code, 0, "step {code} failed");
 }

@@ -31,7 +31,7 @@
 //! arguments are never inspected (that is landlock's and the mount namespace's job).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::sys;
 
@@ -82,7 +82,7 @@ impl SeccompSpec {
 }
 
 /// Why a filter could not be built: a builder or table bug, never a run-time condition.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum SeccompError {
     /// There is no deny table for this CPU architecture.
     #[error("seccomp filter: unsupported architecture {arch}")]
@@ -459,6 +459,77 @@ impl SeccompProgram {
     ///
     /// Pure; errors only on a table or builder bug (tested).
     pub fn build(spec: &SeccompSpec) -> Result<Self, SeccompError> {
+        Self::assemble(spec, spec.mediate_chmod)
+    }
+
+    /// The filter of `spec` without the chmod hand-off, to be stacked under
+    /// [`SeccompProgram::chmod_notifier`]: with `spec.mediate_chmod` the chmod family is
+    /// allowed here and the notifier, attached after this filter, hands it to the
+    /// supervisor. The kernel runs every attached filter and keeps the most restrictive
+    /// answer (kill, then an error, then the hand-off, then allow), so the pair decides
+    /// every call exactly as [`SeccompProgram::build`]`(spec)` does (tested). Without
+    /// `spec.mediate_chmod` it is `build(spec)`.
+    ///
+    /// A Tier B launcher thread attaches this base filter to itself once, so each child
+    /// inherits it at `clone` and attaches only the short notifier (see `spawn`).
+    pub fn build_base(spec: &SeccompSpec) -> Result<Self, SeccompError> {
+        Self::assemble(spec, false)
+    }
+
+    /// The chmod hand-off alone: the native architecture's chmod family returns
+    /// `SECCOMP_RET_USER_NOTIF`, every other native call is allowed, any other
+    /// architecture is killed (as in the full filter). Only meaningful stacked on
+    /// [`SeccompProgram::build_base`] of a spec with `mediate_chmod`, and installed with
+    /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
+    pub fn chmod_notifier() -> Result<Self, SeccompError> {
+        let Some(arch) = NATIVE_AUDIT_ARCH else {
+            return Err(SeccompError::UnsupportedArch {
+                arch: std::env::consts::ARCH,
+            });
+        };
+        let mut asm = Asm::default();
+        let kill = asm.label();
+        let allow = asm.label();
+        let notify = asm.label();
+        asm.load(OFF_ARCH);
+        let next = asm.label();
+        asm.jump(JEQ, arch, next, kill);
+        asm.bind(next);
+        asm.load(OFF_NR);
+        for (i, &(_, nr)) in CHMOD_FAMILY.iter().enumerate() {
+            let otherwise = if i + 1 == CHMOD_FAMILY.len() {
+                allow
+            } else {
+                asm.label()
+            };
+            asm.jump(JEQ, nr as u32, notify, otherwise);
+            if otherwise != allow {
+                asm.bind(otherwise);
+            }
+        }
+        if CHMOD_FAMILY.is_empty() {
+            asm.jump(JEQ, 0, allow, allow);
+        }
+        asm.ret_if_used(allow, libc::SECCOMP_RET_ALLOW);
+        asm.ret_if_used(notify, libc::SECCOMP_RET_USER_NOTIF);
+        asm.ret_if_used(kill, libc::SECCOMP_RET_KILL_PROCESS);
+        Ok(Self {
+            filter: asm.finish()?,
+        })
+    }
+
+    /// [`SeccompProgram::chmod_notifier`], built once per process.
+    pub fn cached_chmod_notifier() -> Result<Arc<Self>, SeccompError> {
+        static NOTIFIER: OnceLock<Result<Arc<SeccompProgram>, SeccompError>> = OnceLock::new();
+        NOTIFIER
+            .get_or_init(|| Self::chmod_notifier().map(Arc::new))
+            .clone()
+    }
+
+    /// `notify_chmod`: the chmod family returns `SECCOMP_RET_USER_NOTIF` (else it is
+    /// denied with `deny_file_metadata` unless `spec.mediate_chmod` leaves it to a stacked
+    /// notifier, and allowed otherwise).
+    fn assemble(spec: &SeccompSpec, notify_chmod: bool) -> Result<Self, SeccompError> {
         let Some(arch) = NATIVE_AUDIT_ARCH else {
             return Err(SeccompError::UnsupportedArch {
                 arch: std::env::consts::ARCH,
@@ -483,10 +554,12 @@ impl SeccompProgram {
                 add(d.nr, d.name, Action::Errno(d.errno))?;
             }
         }
-        let chmod_action = match (spec.mediate_chmod, spec.deny_file_metadata) {
-            (true, _) => Some(Action::Notify),
-            (false, true) => Some(Action::Errno(libc::EPERM)),
-            (false, false) => None,
+        let chmod_action = match (notify_chmod, spec.mediate_chmod, spec.deny_file_metadata) {
+            (true, _, _) => Some(Action::Notify),
+            // Handed off by the notifier stacked on this base filter.
+            (false, true, _) => None,
+            (false, false, true) => Some(Action::Errno(libc::EPERM)),
+            (false, false, false) => None,
         };
         if let Some(action) = chmod_action {
             for &(name, nr) in CHMOD_FAMILY {
@@ -671,13 +744,6 @@ impl SeccompProgram {
         out
     }
 
-    /// The `sock_fprog` for [`super::sys::seccomp_set_filter`].
-    ///
-    /// Lifetime: the returned struct holds a raw pointer into `self`'s instruction buffer;
-    /// it is valid only while `self` is alive and not mutated (nothing mutates a built
-    /// program). Build it in the supervisor before `clone`, keep `self` alive until the
-    /// child has exec'd, and pass it to the child by reference. The kernel copies the
-    /// program during the call, so it need not outlive the attach itself.
     /// [`Self::build`], once per distinct `spec` in this process: the program depends on
     /// nothing but the spec and the CPU, and building it (the deny table, the interval
     /// search tree) costs more than attaching it. At most 2^6 specs exist, so the cache
@@ -694,26 +760,44 @@ impl SeccompProgram {
     /// # }
     /// ```
     pub fn cached(spec: &SeccompSpec) -> Result<Arc<Self>, SeccompError> {
-        static CACHE: Mutex<Vec<(SeccompSpec, Arc<SeccompProgram>)>> = Mutex::new(Vec::new());
-        let find = |cache: &[(SeccompSpec, Arc<SeccompProgram>)]| {
+        Self::cached_variant(spec, spec.mediate_chmod)
+    }
+
+    /// [`Self::build_base`], once per distinct `spec` in this process (as [`Self::cached`]).
+    pub fn cached_base(spec: &SeccompSpec) -> Result<Arc<Self>, SeccompError> {
+        Self::cached_variant(spec, false)
+    }
+
+    fn cached_variant(spec: &SeccompSpec, notify_chmod: bool) -> Result<Arc<Self>, SeccompError> {
+        type Key = (SeccompSpec, bool);
+        static CACHE: Mutex<Vec<(Key, Arc<SeccompProgram>)>> = Mutex::new(Vec::new());
+        let key = (*spec, notify_chmod);
+        let find = |cache: &[(Key, Arc<SeccompProgram>)]| {
             cache
                 .iter()
-                .find(|(s, _)| s == spec)
+                .find(|(k, _)| *k == key)
                 .map(|(_, p)| p.clone())
         };
         if let Some(p) = CACHE.lock().ok().and_then(|c| find(&c)) {
             return Ok(p);
         }
-        let built = Arc::new(Self::build(spec)?);
+        let built = Arc::new(Self::assemble(spec, notify_chmod)?);
         if let Ok(mut cache) = CACHE.lock() {
             match find(&cache) {
                 Some(p) => return Ok(p),
-                None => cache.push((*spec, built.clone())),
+                None => cache.push((key, built.clone())),
             }
         }
         Ok(built)
     }
 
+    /// The `sock_fprog` for [`super::sys::seccomp_set_filter`].
+    ///
+    /// Lifetime: the returned struct holds a raw pointer into `self`'s instruction buffer;
+    /// it is valid only while `self` is alive and not mutated (nothing mutates a built
+    /// program). Build it in the supervisor before `clone`, keep `self` alive until the
+    /// child has exec'd, and pass it to the child by reference. The kernel copies the
+    /// program during the call, so it need not outlive the attach itself.
     pub fn as_fprog(&self) -> libc::sock_fprog {
         libc::sock_fprog {
             // `finish` guarantees len ≤ BPF_MAXINSNS < u16::MAX.

@@ -836,6 +836,101 @@ fn chmod_is_handed_to_the_supervisor_when_mediated() {
     assert_eq!(eval(&prog, libc::SYS_read, &[]), ALLOW);
 }
 
+/// What the kernel answers for a call under several attached filters, `newest_first`:
+/// the lowest action (as a signed number: kill, then errors, then the hand-off, then
+/// allow) wins, and among equal actions the newest filter's value.
+fn stacked(newest_first: &[&SeccompProgram], data: &Data) -> u32 {
+    let mut ret = run(newest_first[0].instructions(), data).result;
+    for prog in &newest_first[1..] {
+        let cur = run(prog.instructions(), data).result;
+        let action = |r: u32| (r & libc::SECCOMP_RET_ACTION_FULL) as i32;
+        if action(cur) < action(ret) {
+            ret = cur;
+        }
+    }
+    ret
+}
+
+#[test]
+fn base_filter_with_stacked_notifier_decides_every_call_as_the_full_filter() {
+    let notifier = SeccompProgram::chmod_notifier().unwrap();
+    assert!(notifier.len() <= 12, "{} instructions", notifier.len());
+    // Every argument value an inspecting block of the full filter looks at.
+    let mut args: Vec<Vec<u64>> = vec![vec![]];
+    for family in [
+        libc::AF_UNIX,
+        libc::AF_INET,
+        libc::AF_INET6,
+        libc::AF_PACKET,
+    ] {
+        for ty in [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_RAW] {
+            args.push(vec![family as u64, (ty | libc::SOCK_CLOEXEC) as u64]);
+        }
+    }
+    for &(_, request, _) in DENIED_IOCTLS {
+        args.push(vec![0, u64::from(request)]);
+    }
+    args.push(vec![(libc::CLONE_NEWUSER | libc::SIGCHLD) as u64]);
+    args.push(vec![0xffff_ffff]);
+    for flags in [0, libc::MSG_FASTOPEN as u64] {
+        args.push(vec![3, 0, flags, flags, 0, 0]);
+    }
+    let mut compared = 0usize;
+    for bits in 0u8..32 {
+        let spec = SeccompSpec {
+            deny_namespaces: bits & 1 != 0,
+            deny_file_metadata: bits & 2 != 0,
+            mediate_chmod: true,
+            allow_inet_sockets: bits & 4 != 0,
+            allow_unix_sockets: bits & 8 != 0,
+            inet_stream_only: bits & 16 != 0,
+        };
+        let full = SeccompProgram::build(&spec).unwrap();
+        let base = SeccompProgram::build_base(&spec).unwrap();
+        assert!(base.len() <= full.len(), "{spec:?}");
+        let unmediated = SeccompSpec {
+            mediate_chmod: false,
+            ..spec
+        };
+        assert_eq!(
+            SeccompProgram::build_base(&unmediated).unwrap().to_bytes(),
+            SeccompProgram::build(&unmediated).unwrap().to_bytes(),
+            "without mediation the base is the full filter"
+        );
+        let numbers = (0u32..=600).chain([X32_SYSCALL_BIT, X32_SYSCALL_BIT | 90, u32::MAX]);
+        for nr in numbers {
+            for a in &args {
+                let mut data = Data::call(nr as libc::c_long, a);
+                for arch in [NATIVE_AUDIT_ARCH.unwrap(), 0x4000_0003] {
+                    data.arch = arch;
+                    assert_eq!(
+                        stacked(&[&notifier, &base], &data),
+                        run(full.instructions(), &data).result,
+                        "{spec:?} nr {nr} args {a:?} arch {arch:#x}"
+                    );
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert!(compared > 500_000, "{compared}");
+    // The hand-off really is in the notifier, not in the base.
+    let spec = SeccompSpec {
+        deny_file_metadata: true,
+        mediate_chmod: true,
+        ..SeccompSpec::locked_down()
+    };
+    let base = SeccompProgram::build_base(&spec).unwrap();
+    for &(name, nr) in CHMOD_FAMILY {
+        assert_eq!(eval(&base, nr, &[]), ALLOW, "{name}");
+        assert_eq!(
+            eval(&notifier, nr, &[]),
+            libc::SECCOMP_RET_USER_NOTIF,
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn inet_stream_only_allows_tcp_and_nothing_else_of_inet() {
     let spec = SeccompSpec {

@@ -324,12 +324,20 @@ pub fn seccomp_set_filter(prog: &libc::sock_fprog) -> Result<(), i32> {
 
 /// Drop capabilities `0..=last_cap` from the bounding set with `PR_CAPBSET_DROP`.
 ///
-/// `EINVAL` (a capability this kernel does not know) is ignored. `EPERM` (no
-/// `CAP_SETPCAP`) is tolerated for a capability that is already absent from the bounding
-/// set, so the call succeeds unprivileged when there is nothing left to drop, and fails
-/// with `EPERM` otherwise. Async-signal-safe.
+/// Each capability is read first (`PR_CAPBSET_READ`) and dropped only when present:
+/// every drop commits a new set of credentials (a few µs each, 41 of them), a read
+/// commits nothing, so a thread whose bounding set is already empty (a child of a
+/// launcher thread that emptied its own, see `spawn`) pays 41 reads and still proves the
+/// set empty. `EINVAL` (a capability this kernel does not know) is ignored. `EPERM` (no
+/// `CAP_SETPCAP`) is returned when a capability is present and cannot be dropped.
+/// Async-signal-safe.
 pub fn drop_bounding_set(last_cap: u32) -> Result<(), i32> {
     for cap in 0..=last_cap {
+        match prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(cap), 0) {
+            Ok(0) | Err(libc::EINVAL) => continue,
+            Ok(_) => {}
+            Err(e) => return Err(e),
+        }
         match prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0) {
             Ok(_) => {}
             Err(libc::EINVAL) => {}
@@ -374,8 +382,14 @@ pub const SECUREBITS_LOCKED_DOWN: u32 = (libc::SECBIT_NOROOT
 /// `prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN)`. Needs `CAP_SETPCAP`: returns
 /// `Err(EPERM)` when unprivileged so the caller can decide whether that is acceptable
 /// (an unprivileged process has no capabilities for uid 0 semantics to restore anyway).
-/// Async-signal-safe.
+/// When the bits already are exactly these (inherited), it only reads them and returns
+/// `Ok`. Async-signal-safe.
 pub fn set_securebits_noroot() -> Result<(), i32> {
+    // Already locked down (inherited from a launcher thread that set them): setting the
+    // same value again would only commit an identical set of credentials.
+    if prctl(libc::PR_GET_SECUREBITS, 0, 0) == Ok(libc::c_long::from(SECUREBITS_LOCKED_DOWN)) {
+        return Ok(());
+    }
     prctl(
         libc::PR_SET_SECUREBITS,
         libc::c_ulong::from(SECUREBITS_LOCKED_DOWN),
@@ -722,6 +736,48 @@ pub(crate) mod test_support {
     /// Raw `prctl(PR_GET_SECUREBITS)`.
     pub(crate) fn get_securebits() -> Result<i64, i32> {
         prctl(libc::PR_GET_SECUREBITS, 0, 0)
+    }
+
+    /// Raw `prctl(PR_SET_SECUREBITS, bits)`, whatever the current bits are.
+    pub(crate) fn set_securebits(bits: u32) -> Result<i64, i32> {
+        prctl(libc::PR_SET_SECUREBITS, libc::c_ulong::from(bits), 0)
+    }
+
+    /// Raw `capset` (version 3) of the calling thread with 64-bit masks.
+    pub(crate) fn capset_masks(
+        effective: u64,
+        permitted: u64,
+        inheritable: u64,
+    ) -> Result<(), i32> {
+        let header = super::CapUserHeader {
+            version: super::LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let half = |m: u64, i: u32| (m >> (32 * i)) as u32;
+        let data = [0, 1].map(|i| super::CapUserData {
+            effective: half(effective, i),
+            permitted: half(permitted, i),
+            inheritable: half(inheritable, i),
+        });
+        // SAFETY: valid header and two data structs on our stack; capset only reads them.
+        check(unsafe { libc::syscall(libc::SYS_capset, &raw const header, data.as_ptr()) })
+            .map(drop)
+    }
+
+    /// Raw `prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE | PR_CAP_AMBIENT_IS_SET, cap)`.
+    pub(crate) fn ambient(op: libc::c_int, cap: u32) -> Result<i64, i32> {
+        let zero: libc::c_ulong = 0;
+        // SAFETY: integer arguments only.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_prctl,
+                libc::PR_CAP_AMBIENT,
+                op as libc::c_ulong,
+                libc::c_ulong::from(cap),
+                zero,
+                zero,
+            )
+        })
     }
 
     /// Raw `prctl(PR_CAPBSET_READ, cap)`.

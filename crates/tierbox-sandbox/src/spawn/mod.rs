@@ -9,11 +9,21 @@
 //!   it in `tier.optional_layers`, recorded in [`Enforcement::missing_layers`] — never
 //!   silently skipped;
 //! - `PR_SET_PDEATHSIG` fires when the *thread* that created the child exits, so a child
-//!   is cloned either on the calling thread (foreground runs: the caller's thread is busy
-//!   supervising the run for its whole life, and handing off to another thread costs two
-//!   scheduler wake-ups — measured at ~0.5 ms on a loaded 2-core host), or, when
-//!   [`LaunchOptions::launcher_thread`] is set (runs that outlive the call), on one
-//!   long-lived launcher thread that never exits.
+//!   is cloned on a long-lived launcher thread that never exits, or on the calling
+//!   thread (only when the caller's thread supervises the run for its whole life).
+//! - **Armed launcher threads.** What every child would otherwise redo identically is
+//!   done once by the thread that clones it, and inherited at `clone`: a Tier B launcher
+//!   thread of a root supervisor empties its own bounding set and locks its securebits
+//!   (41 credential commits per run saved), and attaches the run's base seccomp filter
+//!   to itself ([`SeccompProgram::build_base`]: the filter copy, JIT and action-cache
+//!   build saved). One such thread exists per distinct arming (at most
+//!   [`MAX_ARMED_LAUNCHERS`]). The child still checks both capability sets itself (41
+//!   reads), and attaches only the short chmod hand-off filter stacked on the inherited
+//!   one when chmod is mediated. These threads only ever clone Tier B programs: a helper
+//!   such as `bwrap`, which needs its capabilities after exec, is cloned on the unarmed
+//!   launcher or the calling thread. A thread's capability sets and seccomp filters are
+//!   its own (no `SECCOMP_FILTER_FLAG_TSYNC`), so the rest of the supervisor keeps
+//!   every privilege and system call it had.
 
 pub mod mediate;
 pub mod reaper;
@@ -189,7 +199,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     let slot = acquire_slot(plan, opts, facts, &network, ids, &mut missing)?;
     // From here on every failure hands the slot back.
     match spawn_in_slot(plan, opts, facts, &network, &slot, ids, mediate_chmod) {
-        Ok((child, seccomp_len)) => {
+        Ok((child, seccomp_layout)) => {
             missing.sort();
             missing.dedup();
             let enforcement = enforcement_report(
@@ -197,7 +207,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
                 facts,
                 &network,
                 &slot,
-                seccomp_len,
+                seccomp_layout,
                 ids,
                 mediate_chmod,
                 missing,
@@ -322,7 +332,7 @@ fn enforcement_report(
     facts: &HostFacts,
     network: &NetworkRules,
     slot: &Slot,
-    seccomp_len: Option<usize>,
+    seccomp: Option<SeccompLayout>,
     (uid, gid, _): (u32, u32, bool),
     mediate_chmod: bool,
     missing: Vec<Layer>,
@@ -353,9 +363,19 @@ fn enforcement_report(
             },
             None => LayerReport::missing("landlock unavailable on this host"),
         },
-        seccomp: match seccomp_len {
-            Some(len) => LayerReport::applied(format!(
-                "deny-list filter, {len} instructions{}",
+        seccomp: match seccomp {
+            Some(layout) => LayerReport::applied(format!(
+                "deny-list filter, {}{}",
+                match layout.inherited {
+                    None => format!("{} instructions", layout.attached),
+                    Some(base) if layout.attached == 0 => format!(
+                        "{base} instructions, attached once by the launcher thread and inherited at clone"
+                    ),
+                    Some(base) => format!(
+                        "{base} instructions, attached once by the launcher thread and inherited at clone, plus a {}-instruction chmod hand-off filter",
+                        layout.attached
+                    ),
+                },
                 match (uid, mediate_chmod) {
                     (0, true) =>
                         "; chmod performed by the supervisor beneath the writable grants only; the run keeps uid 0: chown/xattr changes denied",
@@ -473,12 +493,40 @@ fn spawn_in_slot(
     slot: &Slot,
     (uid, gid, change_ids): (u32, u32, bool),
     mediate_chmod: bool,
-) -> Result<(SpawnedChild, Option<usize>), LaunchError> {
-    // The seccomp program is pure data, built per launch in microseconds.
-    let seccomp = if facts.seccomp {
-        Some(seccomp_program(network, uid, mediate_chmod)?)
-    } else {
+) -> Result<(SpawnedChild, Option<SeccompLayout>), LaunchError> {
+    // The launcher thread armed for this run (module docs), and the seccomp filter the
+    // child attaches itself: all of it without an armed thread; with one, only the chmod
+    // hand-off stacked on the base filter it inherits, or nothing.
+    let seccomp_spec = seccomp_spec(network, uid, mediate_chmod);
+    let arming = Arming {
+        drop_privileges: facts.euid == 0,
+        seccomp: facts.seccomp.then_some(seccomp_spec),
+    };
+    let armed = if arming.is_empty() {
         None
+    } else {
+        armed_launcher(arming)
+    };
+    let seccomp = match (facts.seccomp, armed.is_some(), mediate_chmod) {
+        (false, _, _) | (true, true, false) => None,
+        (true, false, _) => Some(SeccompProgram::cached(&seccomp_spec)),
+        (true, true, true) => Some(SeccompProgram::cached_chmod_notifier()),
+    }
+    .transpose()
+    .map_err(|e| LaunchError::Setup {
+        what: "seccomp program".to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let seccomp_layout = match (facts.seccomp, armed.is_some()) {
+        (false, _) => None,
+        (true, false) => Some(SeccompLayout {
+            inherited: None,
+            attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
+        }),
+        (true, true) => Some(SeccompLayout {
+            inherited: Some(SeccompProgram::cached_base(&seccomp_spec).map_or(0, |p| p.len())),
+            attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
+        }),
     };
     let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
     let argv: Vec<CString> = plan
@@ -542,7 +590,7 @@ fn spawn_in_slot(
         fail_errno: AtomicI32::new(0),
     };
 
-    let cloned = clone_child(opts, &mut spec);
+    let cloned = clone_on(opts, armed.as_ref(), &mut spec);
     // The child's ends are closed in the parent whatever happened.
     drop((stdin_child, stdout_w, stderr_w));
     let cloned = cloned?;
@@ -569,7 +617,16 @@ fn spawn_in_slot(
         stderr: stderr_r,
         chmod_listener,
     };
-    Ok((child, seccomp.as_deref().map(SeccompProgram::len)))
+    Ok((child, seccomp_layout))
+}
+
+/// Where a Tier B run's seccomp instructions come from, for the enforcement report.
+#[derive(Debug, Clone, Copy)]
+struct SeccompLayout {
+    /// The base filter inherited from an armed launcher thread.
+    inherited: Option<usize>,
+    /// The filter the child attached itself (the whole filter, or the chmod hand-off).
+    attached: usize,
 }
 
 fn cstring(bytes: &[u8], what: &str) -> Result<CString, LaunchError> {
@@ -676,12 +733,8 @@ fn network_rules(
     }
 }
 
-fn seccomp_program(
-    net: &NetworkRules,
-    child_uid: u32,
-    mediate_chmod: bool,
-) -> Result<std::sync::Arc<SeccompProgram>, LaunchError> {
-    SeccompProgram::cached(&SeccompSpec {
+fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> SeccompSpec {
+    SeccompSpec {
         deny_namespaces: true,
         // A child that keeps uid 0 owns every root-owned file; landlock cannot stop it from
         // changing their modes, owners or attributes, so seccomp does.
@@ -690,11 +743,7 @@ fn seccomp_program(
         allow_inet_sockets: net.allow_inet,
         allow_unix_sockets: net.allow_unix,
         inet_stream_only: net.inet_stream_only,
-    })
-    .map_err(|e| LaunchError::Setup {
-        what: "seccomp program".to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    })
+    }
 }
 
 fn landlock_spec(plan: &Plan, abi: u32, tcp_ports: Option<Vec<u16>>) -> LandlockSpec {
@@ -738,10 +787,19 @@ fn clone_child(
     opts: &LaunchOptions,
     spec: &mut sys::ChildSpec,
 ) -> Result<sys::Cloned, LaunchError> {
-    let cloned = if opts.launcher_thread {
-        launcher_clone(spec)
-    } else {
-        caller_clone(spec)
+    clone_on(opts, None, spec)
+}
+
+/// Clones on `armed` when given, else as [`clone_child`] does.
+fn clone_on(
+    opts: &LaunchOptions,
+    armed: Option<&mpsc::Sender<Job>>,
+    spec: &mut sys::ChildSpec,
+) -> Result<sys::Cloned, LaunchError> {
+    let cloned = match armed {
+        Some(tx) => submit(tx, spec),
+        None if opts.launcher_thread => launcher_clone(spec),
+        None => caller_clone(spec),
     };
     cloned.map_err(|(step, errno)| match step {
         ChildStep::None => LaunchError::Setup {
@@ -1078,7 +1136,7 @@ fn make_owned_dir(dir: &Path, uid: u32, gid: u32) -> Result<(), LaunchError> {
         .map_err(LaunchError::setup(format!("chown {}", dir.display())))
 }
 
-// ---- the launcher thread -----------------------------------------------------------
+// ---- launcher threads -----------------------------------------------------------------
 
 struct Job {
     spec: sys::SendSpec,
@@ -1123,20 +1181,105 @@ fn caller_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, i3
 
 /// Clones on the launcher thread and waits for the result.
 fn launcher_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, i32)> {
+    submit(&tx_of(launcher())?, spec)
+}
+
+fn tx_of(launcher: &Mutex<mpsc::Sender<Job>>) -> Result<mpsc::Sender<Job>, (ChildStep, i32)> {
+    launcher
+        .lock()
+        .map(|tx| tx.clone())
+        .map_err(|_| (ChildStep::None, libc::EIO))
+}
+
+/// Hands `spec` to a launcher thread and waits until it has cloned (the child has
+/// exec'd or failed).
+fn submit(
+    tx: &mpsc::Sender<Job>,
+    spec: &mut sys::ChildSpec,
+) -> Result<sys::Cloned, (ChildStep, i32)> {
     let (reply_tx, reply_rx) = mpsc::sync_channel(1);
     let job = Job {
         spec: sys::SendSpec::new(spec),
         reply: reply_tx,
     };
-    {
-        let tx = launcher()
-            .lock()
-            .map_err(|_| (ChildStep::None, libc::EIO))?;
-        tx.send(job).map_err(|_| (ChildStep::None, libc::EIO))?;
-    }
+    tx.send(job).map_err(|_| (ChildStep::None, libc::EIO))?;
     // `spec` stays borrowed until the launcher replies, which it does only after the
     // child has exec'd or exited.
     reply_rx.recv().map_err(|_| (ChildStep::None, libc::EIO))?
+}
+
+/// Most armed launcher threads one process starts (see the module docs). The arming
+/// depends on whether the supervisor is root and on the base seccomp filter, which the
+/// run's egress mode and uid pick: a handful in practice. A launch whose arming finds
+/// no thread clones on the unarmed launcher, and its child does everything itself.
+pub const MAX_ARMED_LAUNCHERS: usize = 8;
+
+/// What an armed launcher thread applied to itself, for its children to inherit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Arming {
+    /// Empty bounding set, empty ambient set, securebits locked (root supervisor).
+    drop_privileges: bool,
+    /// `no_new_privs` and the base filter of this spec attached.
+    seccomp: Option<SeccompSpec>,
+}
+
+impl Arming {
+    fn is_empty(&self) -> bool {
+        !self.drop_privileges && self.seccomp.is_none()
+    }
+
+    /// Applies the arming to the calling thread (a new launcher thread, before it clones
+    /// anything). A failure leaves the thread unusable for this arming.
+    fn apply_to_this_thread(&self) -> Result<(), i32> {
+        if self.drop_privileges {
+            crate::linux::sys::set_securebits_noroot()?;
+            crate::linux::sys::drop_bounding_set(caps::last_cap())?;
+            crate::linux::sys::clear_ambient()?;
+        }
+        if let Some(spec) = &self.seccomp {
+            let base = SeccompProgram::cached_base(spec).map_err(|_| libc::EINVAL)?;
+            crate::linux::sys::set_no_new_privs()?;
+            crate::linux::sys::seccomp_set_filter(&base.as_fprog())?;
+        }
+        Ok(())
+    }
+}
+
+/// The launcher thread armed with `arming`, started on first use; `None` when there is
+/// none and cannot be one (arming failed on this host, or [`MAX_ARMED_LAUNCHERS`] are
+/// taken by other armings).
+fn armed_launcher(arming: Arming) -> Option<mpsc::Sender<Job>> {
+    type Launchers = Vec<(Arming, Option<mpsc::Sender<Job>>)>;
+    static ARMED: Mutex<Launchers> = Mutex::new(Vec::new());
+    let mut armed = ARMED.lock().ok()?;
+    if let Some((_, tx)) = armed.iter().find(|(a, _)| *a == arming) {
+        return tx.clone();
+    }
+    if armed.len() >= MAX_ARMED_LAUNCHERS {
+        return None;
+    }
+    let (tx, rx) = mpsc::channel::<Job>();
+    let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), i32>>(1);
+    let spawned = std::thread::Builder::new()
+        .name("tierbox-launcher-armed".to_owned())
+        .spawn(move || {
+            sys::block_all_signals_on_this_thread();
+            let applied = arming.apply_to_this_thread();
+            let ok = applied.is_ok();
+            let _ = ready_tx.send(applied);
+            if !ok {
+                return;
+            }
+            let mut stack = sys::ChildStack::new();
+            while let Ok(job) = rx.recv() {
+                let result = sys::clone_job(&job.spec, &mut stack);
+                let _ = job.reply.send(result);
+            }
+        });
+    let usable = spawned.is_ok() && ready_rx.recv() == Ok(Ok(()));
+    let tx = usable.then_some(tx);
+    armed.push((arming, tx.clone()));
+    tx
 }
 
 /// The enforcement report's rlimit lines for `limits` (the five every native backend

@@ -298,14 +298,19 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
         })
         .map_err(step(S::Rlimit))?;
     }
-    // 9. Capabilities: securebits and the bounding and ambient sets need CAP_SETPCAP, so
-    //    they go first; then the uid switch (which needs CAP_SETUID/CAP_SETGID, still in
-    //    the effective set; with NO_SETUID_FIXUP locked it does NOT clear the sets); then
-    //    capset(0), which empties effective, permitted and inheritable in every case.
+    // 9. Capabilities: securebits and the bounding set need CAP_SETPCAP, so they go
+    //    first (each only read when a hardened launcher thread already set it, see
+    //    `spawn`); then the uid switch (which needs CAP_SETUID/CAP_SETGID, still in the
+    //    effective set; with NO_SETUID_FIXUP locked it does NOT clear the sets); then
+    //    capset(0), which empties effective, permitted and inheritable in every case, and
+    //    with them the ambient set (the kernel keeps ambient ⊆ permitted ∩ inheritable),
+    //    so the ambient set is cleared explicitly only when capset is skipped.
     if spec.drop_privileged {
         lsys::set_securebits_noroot().map_err(step(S::DropBounding))?;
         lsys::drop_bounding_set(spec.last_cap).map_err(step(S::DropBounding))?;
-        lsys::clear_ambient().map_err(step(S::DropBounding))?;
+        if spec.keep_caps {
+            lsys::clear_ambient().map_err(step(S::DropBounding))?;
+        }
     }
     if spec.change_ids {
         lsys::set_ids(spec.uid, spec.gid).map_err(step(S::SetIds))?;
