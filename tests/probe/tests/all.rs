@@ -8,4 +8,7 @@
 //! `cargo test -p tierbox-probe -- --ignored`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// Whether the suite runs with slot pooling on (`pooled.rs`) or off (this binary).
+const POOLED: bool = false;
+
 mod suite;

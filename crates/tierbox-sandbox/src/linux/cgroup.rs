@@ -430,7 +430,7 @@ pub struct RunCgroup {
     pids_events: ControlFile,
 }
 
-/// Bytes read at most from one control file ([`ControlFile::read`]): the files read this
+/// Bytes read at most from one control file kept open (module docs): the files read this
 /// way hold one number or a few keyed lines, so anything longer is not one of them.
 pub const CONTROL_FILE_MAX_BYTES: usize = 4096;
 

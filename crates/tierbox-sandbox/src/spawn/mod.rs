@@ -368,11 +368,11 @@ fn enforcement_report(
                 "deny-list filter, {}{}",
                 match layout.inherited {
                     None => format!("{} instructions", layout.attached),
-                    Some(base) if layout.attached == 0 => format!(
-                        "{base} instructions, attached once by the launcher thread and inherited at clone"
-                    ),
+                    Some(base) if layout.attached == 0 => {
+                        format!("{base} instructions inherited from the launcher thread")
+                    }
                     Some(base) => format!(
-                        "{base} instructions, attached once by the launcher thread and inherited at clone, plus a {}-instruction chmod hand-off filter",
+                        "{base} instructions inherited from the launcher thread, plus a {}-instruction chmod hand-off filter",
                         layout.attached
                     ),
                 },
@@ -502,13 +502,25 @@ fn spawn_in_slot(
         drop_privileges: facts.euid == 0,
         seccomp: facts.seccomp.then_some(seccomp_spec),
     };
-    let armed = if arming.is_empty() {
-        None
+    // A pooled slot has a thread that also holds its landlock domain; otherwise a
+    // process-wide one per arming, and the child restricts itself.
+    let slot_armed = if slots::pooling() {
+        slot_launcher(slot, arming)
     } else {
-        armed_launcher(arming)
+        None
     };
+    let landlock_inherited = slot_armed.is_some();
+    let (armed, slot_listener) = match slot_armed {
+        Some(a) => (Some(a.tx), a.listener),
+        None if arming.is_empty() => (None, None),
+        None => (armed_launcher(arming), None),
+    };
+    // The child's own filter: none when everything is inherited (the hand-off too, with
+    // its listener on the slot); else the hand-off alone on an inherited base; else all.
+    let hand_off_inherited = slot_listener.is_some();
     let seccomp = match (facts.seccomp, armed.is_some(), mediate_chmod) {
         (false, _, _) | (true, true, false) => None,
+        (true, true, true) if hand_off_inherited => None,
         (true, false, _) => Some(SeccompProgram::cached(&seccomp_spec)),
         (true, true, true) => Some(SeccompProgram::cached_chmod_notifier()),
     }
@@ -524,7 +536,14 @@ fn spawn_in_slot(
             attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
         }),
         (true, true) => Some(SeccompLayout {
-            inherited: Some(SeccompProgram::cached_base(&seccomp_spec).map_or(0, |p| p.len())),
+            inherited: Some(
+                SeccompProgram::cached_base(&seccomp_spec).map_or(0, |p| p.len())
+                    + if hand_off_inherited {
+                        SeccompProgram::cached_chmod_notifier().map_or(0, |p| p.len())
+                    } else {
+                        0
+                    },
+            ),
             attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
         }),
     };
@@ -576,7 +595,10 @@ fn spawn_in_slot(
         uid,
         gid,
         last_cap: caps::last_cap(),
-        landlock_fd: slot.landlock.as_ref().map_or(-1, PreparedLandlock::raw_fd),
+        landlock_fd: match (landlock_inherited, &slot.landlock) {
+            (false, Some(prepared)) => prepared.raw_fd(),
+            _ => -1,
+        },
         seccomp: fprog
             .as_ref()
             .map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
@@ -595,7 +617,7 @@ fn spawn_in_slot(
     drop((stdin_child, stdout_w, stderr_w));
     let cloned = cloned?;
     let chmod_listener = match &listener_pair {
-        None => None,
+        None => slot_listener,
         Some((parent_end, _)) => match sys::recv_fd(parent_end) {
             Ok(fd) => Some(fd),
             Err(source) => {
@@ -623,7 +645,8 @@ fn spawn_in_slot(
 /// Where a Tier B run's seccomp instructions come from, for the enforcement report.
 #[derive(Debug, Clone, Copy)]
 struct SeccompLayout {
-    /// The base filter inherited from an armed launcher thread.
+    /// The filters inherited from an armed launcher thread (the base, and the chmod
+    /// hand-off when the slot's thread holds it), in instructions.
     inherited: Option<usize>,
     /// The filter the child attached itself (the whole filter, or the chmod hand-off).
     attached: usize,
@@ -1228,21 +1251,131 @@ impl Arming {
         !self.drop_privileges && self.seccomp.is_none()
     }
 
-    /// Applies the arming to the calling thread (a new launcher thread, before it clones
-    /// anything). A failure leaves the thread unusable for this arming.
-    fn apply_to_this_thread(&self) -> Result<(), i32> {
+    /// Applies the arming, and the landlock ruleset `landlock` when given, to the calling
+    /// thread (a new launcher thread, before it clones anything), in the child's order:
+    /// capabilities, `no_new_privs`, landlock, seccomp. With `hand_off` and a spec that
+    /// mediates chmod, the chmod hand-off filter is attached too, and its listener
+    /// returned. A failure leaves the thread unusable.
+    fn apply_to_this_thread(
+        &self,
+        landlock: Option<std::os::fd::RawFd>,
+        hand_off: bool,
+    ) -> Result<Option<OwnedFd>, i32> {
+        use crate::linux::sys as lsys;
         if self.drop_privileges {
-            crate::linux::sys::set_securebits_noroot()?;
-            crate::linux::sys::drop_bounding_set(caps::last_cap())?;
-            crate::linux::sys::clear_ambient()?;
+            lsys::set_securebits_noroot()?;
+            lsys::drop_bounding_set(caps::last_cap())?;
+            lsys::clear_ambient()?;
         }
-        if let Some(spec) = &self.seccomp {
-            let base = SeccompProgram::cached_base(spec).map_err(|_| libc::EINVAL)?;
-            crate::linux::sys::set_no_new_privs()?;
-            crate::linux::sys::seccomp_set_filter(&base.as_fprog())?;
+        if landlock.is_some() || self.seccomp.is_some() {
+            lsys::set_no_new_privs()?;
         }
-        Ok(())
+        if let Some(fd) = landlock {
+            lsys::landlock_restrict_self(fd)?;
+        }
+        let Some(spec) = &self.seccomp else {
+            return Ok(None);
+        };
+        let base = SeccompProgram::cached_base(spec).map_err(|_| libc::EINVAL)?;
+        lsys::seccomp_set_filter(&base.as_fprog())?;
+        if !(hand_off && spec.mediate_chmod) {
+            return Ok(None);
+        }
+        let notifier = SeccompProgram::cached_chmod_notifier().map_err(|_| libc::EINVAL)?;
+        sys::seccomp_attach_with_listener(&notifier.as_fprog()).map(Some)
     }
+}
+
+/// A launcher thread armed for one pooled slot: with [`Arming`], the slot's landlock
+/// ruleset and (when chmod is mediated) the chmod hand-off filter applied to itself, so
+/// its children inherit all of it and restrict nothing themselves. A slot's ruleset
+/// never changes and a landlock domain cannot be left, so the thread lives and dies with
+/// the slot: dropping the slot drops the sender, and the thread ends (it is idle: the
+/// slot is only dropped after its runs are over).
+///
+/// The hand-off filter's listener belongs to the slot: a slot serves one run at a time,
+/// so the calls arriving on it are that run's, and the run's mediator serves it with the
+/// run's own grants (a process of an earlier run is dead before its slot is reused, and
+/// a dead process's pending call is withdrawn by the kernel).
+#[derive(Debug)]
+pub(crate) struct SlotLauncher {
+    arming: Arming,
+    tx: mpsc::Sender<Job>,
+    listener: Option<OwnedFd>,
+}
+
+/// The launcher of a slot, as a run uses it.
+struct SlotArmed {
+    tx: mpsc::Sender<Job>,
+    /// A duplicate of the slot's chmod listener, for this run's mediator.
+    listener: Option<OwnedFd>,
+}
+
+/// The launcher thread of `slot` armed with `arming` and the slot's ruleset, started on
+/// first use; `None` when the slot has no ruleset or the thread cannot be armed (the
+/// caller falls back to a process-wide armed launcher and the child restricts itself).
+fn slot_launcher(slot: &Slot, arming: Arming) -> Option<SlotArmed> {
+    let landlock = slot.landlock.as_ref()?;
+    let mut current = slot.launcher.lock().ok()?;
+    if current.as_ref().is_none_or(|l| l.arming != arming) {
+        // None yet, or armed with another base filter (a slot key does not cover the
+        // socket rules of the egress mode): a new thread; the old one ends when its
+        // sender drops.
+        *current = None;
+        let (tx, listener) = start_launcher(
+            "tierbox-launcher-slot",
+            arming,
+            Some(landlock.raw_fd()),
+            true,
+        )?;
+        *current = Some(SlotLauncher {
+            arming,
+            tx,
+            listener,
+        });
+    }
+    let l = current.as_ref()?;
+    let listener = match &l.listener {
+        Some(fd) => Some(fd.try_clone().ok()?),
+        None => None,
+    };
+    Some(SlotArmed {
+        tx: l.tx.clone(),
+        listener,
+    })
+}
+
+/// Starts a launcher thread, arms it (with `landlock` and the chmod hand-off as well,
+/// when asked) and waits until it is armed; `None` when the thread cannot start or
+/// arming fails. Returns the hand-off filter's listener when one was attached.
+fn start_launcher(
+    name: &str,
+    arming: Arming,
+    landlock: Option<std::os::fd::RawFd>,
+    hand_off: bool,
+) -> Option<(mpsc::Sender<Job>, Option<OwnedFd>)> {
+    let (tx, rx) = mpsc::channel::<Job>();
+    let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<Option<OwnedFd>, i32>>(1);
+    let spawned = std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            sys::block_all_signals_on_this_thread();
+            let applied = arming.apply_to_this_thread(landlock, hand_off);
+            let ok = applied.is_ok();
+            let _ = ready_tx.send(applied);
+            if !ok {
+                return;
+            }
+            let mut stack = sys::ChildStack::new();
+            while let Ok(job) = rx.recv() {
+                let result = sys::clone_job(&job.spec, &mut stack);
+                let _ = job.reply.send(result);
+            }
+        });
+    // `landlock` (the slot's ruleset fd) stays open until the thread has applied it.
+    spawned.ok()?;
+    let listener = ready_rx.recv().ok()?.ok()?;
+    Some((tx, listener))
 }
 
 /// The launcher thread armed with `arming`, started on first use; `None` when there is
@@ -1258,26 +1391,7 @@ fn armed_launcher(arming: Arming) -> Option<mpsc::Sender<Job>> {
     if armed.len() >= MAX_ARMED_LAUNCHERS {
         return None;
     }
-    let (tx, rx) = mpsc::channel::<Job>();
-    let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), i32>>(1);
-    let spawned = std::thread::Builder::new()
-        .name("tierbox-launcher-armed".to_owned())
-        .spawn(move || {
-            sys::block_all_signals_on_this_thread();
-            let applied = arming.apply_to_this_thread();
-            let ok = applied.is_ok();
-            let _ = ready_tx.send(applied);
-            if !ok {
-                return;
-            }
-            let mut stack = sys::ChildStack::new();
-            while let Ok(job) = rx.recv() {
-                let result = sys::clone_job(&job.spec, &mut stack);
-                let _ = job.reply.send(result);
-            }
-        });
-    let usable = spawned.is_ok() && ready_rx.recv() == Ok(Ok(()));
-    let tx = usable.then_some(tx);
+    let tx = start_launcher("tierbox-launcher-armed", arming, None, false).map(|(tx, _)| tx);
     armed.push((arming, tx.clone()));
     tx
 }

@@ -67,6 +67,8 @@ pub struct Slot {
     baseline: CgroupStats,
     /// This slot was reused from the pool (for the enforcement report and benchmarks).
     pub reused: bool,
+    /// The launcher thread that holds this slot's landlock domain (Tier B, pooled).
+    pub(crate) launcher: Mutex<Option<super::SlotLauncher>>,
 }
 
 impl Slot {
@@ -83,6 +85,7 @@ impl Slot {
             landlock,
             cgroup,
             baseline,
+            launcher: Mutex::new(None),
             reused: false,
         }
     }

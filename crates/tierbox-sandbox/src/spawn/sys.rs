@@ -752,8 +752,15 @@ pub fn register_readable(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<Own
 /// listener fd (created close-on-exec) to the supervisor over `sock` with `SCM_RIGHTS`.
 /// Raw syscalls only.
 fn seccomp_with_listener(prog: &libc::sock_fprog, sock: c_int) -> Result<(), i32> {
-    // SAFETY: seccomp(SET_MODE_FILTER) reads the program the parent keeps alive; on
-    // success it returns a new fd.
+    let fd = seccomp_new_listener_raw(prog)?;
+    send_fd_raw(sock, fd)
+}
+
+/// `seccomp(SET_MODE_FILTER, NEW_LISTENER, prog)` on the calling thread: the listener fd
+/// (close-on-exec). Async-signal-safe.
+fn seccomp_new_listener_raw(prog: &libc::sock_fprog) -> Result<c_int, i32> {
+    // SAFETY: seccomp(SET_MODE_FILTER) only reads the program, which the caller keeps
+    // alive for the call; on success it returns a new fd.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_seccomp,
@@ -762,8 +769,16 @@ fn seccomp_with_listener(prog: &libc::sock_fprog, sock: c_int) -> Result<(), i32
             prog as *const libc::sock_fprog,
         )
     };
-    let fd = check(fd)? as c_int;
-    send_fd_raw(sock, fd)
+    Ok(check(fd)? as c_int)
+}
+
+/// Attaches `prog` to the calling thread with a new listener and returns the listener (a
+/// launcher thread arming itself: its children inherit the filter, and every call they
+/// hand off arrives on this one fd).
+pub(crate) fn seccomp_attach_with_listener(prog: &libc::sock_fprog) -> Result<OwnedFd, i32> {
+    let fd = seccomp_new_listener_raw(prog)?;
+    // SAFETY: a fresh fd the kernel just returned, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// `sendmsg(sock, 1 byte + SCM_RIGHTS(fd))` with everything on the stack.

@@ -190,6 +190,9 @@ impl Fixture {
     }
 
     fn build(test: &str, needs: &[Need], existing_workspace: Option<&Path>) -> Option<Self> {
+        if crate::POOLED {
+            tierbox_sandbox::spawn::slots::set_pooling(true);
+        }
         let mut needs = needs.to_vec();
         needs.push(Need::Seccomp);
         if !supported(test, &needs) {

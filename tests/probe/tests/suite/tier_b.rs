@@ -449,6 +449,16 @@ async fn run_has_no_capabilities_and_no_new_privs() {
     let o = fx.probe(&["no-caps"]).await;
     assert_holds(&o);
     assert!(o.enforcement.no_new_privs, "{}", describe(&o));
+    // In a long-lived supervisor the chmod hand-off comes with the other filters from the
+    // slot's launcher thread (the child attaches nothing): `pooled.rs` covers that path.
+    let detail = &o.enforcement.seccomp.detail;
+    if detail.contains("chmod performed by the supervisor") {
+        assert_eq!(
+            !detail.contains("hand-off filter"),
+            crate::POOLED,
+            "{detail}"
+        );
+    }
 }
 
 /// Negative control: root outside the sandbox has capabilities and no filter.
@@ -758,6 +768,41 @@ async fn net_probe_reports_an_open_network() {
         listener.accept().is_ok(),
         "the probe reported a connection the listener never saw"
     );
+}
+
+/// `preflight` and `allow_all` runs of one workspace share a launch slot (same grants)
+/// but not a seccomp filter: only `allow_all` may make unix sockets. In a long-lived
+/// supervisor (`pooled.rs`) the slot's launcher thread holds the filter it was armed
+/// with, so alternating the modes must re-arm it, never hand a run the other mode's.
+#[tokio::test]
+async fn alternating_egress_modes_on_one_workspace_each_get_their_filter() {
+    let Some(mut fx) = Fixture::new(
+        "alternating_egress_modes_on_one_workspace_each_get_their_filter",
+        &[],
+    ) else {
+        return;
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    for mode in [
+        EgressMode::Preflight,
+        EgressMode::AllowAll,
+        EgressMode::Preflight,
+        EgressMode::AllowAll,
+    ] {
+        fx.policy.egress.mode = mode;
+        let o = fx.probe(&["no-net", &port]).await;
+        let unix = o
+            .stdout
+            .text
+            .contains("socket(AF_UNIX, SOCK_STREAM): SUCCEEDED");
+        assert_eq!(
+            unix,
+            mode == EgressMode::AllowAll,
+            "{mode:?}: {}",
+            describe(&o)
+        );
+    }
 }
 
 // The `env:` indirection is what lets these tests reach the kernel layers at all: the
