@@ -1,7 +1,8 @@
 //! Load: 1000 runs through the HTTP API from 16 concurrent clients. Every request
 //! succeeds or is refused cleanly with 429, and afterwards the server holds no more file
-//! descriptors, zombie children, cgroups or mounts than after a warm-up. Its own test
-//! binary, so no other server runs while it counts.
+//! descriptors, zombie children, cgroups or mounts than after a warm-up, beyond whole
+//! warm slots its bounded pool may have added. Its own test binary, so no other server
+//! runs while it counts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,6 +17,11 @@ use support::*;
 
 const RUNS: usize = 1000;
 const CLIENTS: usize = 16;
+/// Counted cgroup directories of one native Tier C slot: memory and pids.
+const CGROUPS_PER_SLOT: usize = 2;
+/// Most descriptors one slot holds: an attach file per controller (memory, pids, cpu,
+/// freezer) and four usage files kept open.
+const SLOT_FDS: usize = 8;
 
 /// What the server holds: open fds, zombie children, tierbox cgroups, mounts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,10 +133,26 @@ fn a_thousand_runs_from_sixteen_clients_leave_nothing_behind() {
     let after = holdings(s.pid());
     eprintln!("http_load: before {before:?}, after {after:?}");
     assert_eq!(after.zombies, 0);
-    assert!(after.fds <= before.fds, "fd leak: {before:?} -> {after:?}");
+    // The pool of warm slots may have grown under load: how many runs' slots are still
+    // being recycled (on the reaper thread) when the next run starts is a matter of
+    // timing, and a run that finds none idle makes a new one. It grows only by whole
+    // slots and never past its bound. A native Tier C slot holds two of the counted
+    // cgroup directories (memory, pids) and at most SLOT_FDS descriptors (its attach
+    // files and the usage files kept open); anything beyond is a leak.
+    let grown = after.cgroups.saturating_sub(before.cgroups);
+    assert_eq!(
+        grown % CGROUPS_PER_SLOT,
+        0,
+        "cgroup leak (not whole slots): {before:?} -> {after:?}"
+    );
+    let grown_slots = grown / CGROUPS_PER_SLOT;
     assert!(
-        after.cgroups <= before.cgroups,
+        grown_slots <= tierbox_sandbox::spawn::slots::MAX_IDLE_SLOTS,
         "cgroup leak: {before:?} -> {after:?}"
+    );
+    assert!(
+        after.fds <= before.fds + grown_slots * SLOT_FDS,
+        "fd leak: {before:?} -> {after:?} ({grown_slots} more warm slots)"
     );
     assert!(
         after.mounts <= before.mounts,
