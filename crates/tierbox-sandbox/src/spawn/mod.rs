@@ -105,6 +105,9 @@ pub struct LaunchOptions {
     pub tmp_base: PathBuf,
     /// Clone on the long-lived launcher thread instead of the calling thread. Needed when
     /// the calling thread may exit before the run ends (it would take the run with it).
+    /// A Tier B program is cloned on an armed launcher thread (module docs) whenever there
+    /// is something to arm (a root supervisor, or seccomp), whatever this says; it
+    /// decides for helpers such as `bwrap` and for launches with nothing to arm.
     pub launcher_thread: bool,
     /// Tier B, `strict` egress with an allowlist: the port on `127.0.0.1` where the
     /// caller's egress proxy listens. It becomes the only TCP port the child may connect
