@@ -514,25 +514,26 @@ impl RunCgroup {
             ensure_v2_delegation(memory, &wanted)?;
         }
 
+        let (memory_dir, pids_dir) = (memory.join(name), pids.join(name));
         let mut run = Self {
             version,
             dirs: Vec::new(),
-            memory_dir: memory.join(name),
-            pids_dir: pids.join(name),
             cpu_dir: cpu.map(|c| c.join(name)),
             freezer_dir: None,
             procs: Vec::new(),
             procs_raw: Vec::new(),
-            pids_current: ControlFile::new(pids.join(name).join("pids.current")),
-            memory_peak: ControlFile::new(memory.join(name).join(match version {
+            pids_current: ControlFile::new(pids_dir.join("pids.current")),
+            memory_peak: ControlFile::new(memory_dir.join(match version {
                 CgroupVersion::V1 => "memory.max_usage_in_bytes",
                 CgroupVersion::V2 => "memory.peak",
             })),
-            memory_events: ControlFile::new(memory.join(name).join(match version {
+            memory_events: ControlFile::new(memory_dir.join(match version {
                 CgroupVersion::V1 => "memory.oom_control",
                 CgroupVersion::V2 => "memory.events",
             })),
-            pids_events: ControlFile::new(pids.join(name).join("pids.events")),
+            pids_events: ControlFile::new(pids_dir.join("pids.events")),
+            memory_dir,
+            pids_dir,
         };
         // On any error below, dropping `run` removes what was created.
         run.mkdir(&run.memory_dir.clone())?;

@@ -1294,7 +1294,8 @@ impl Arming {
 /// its children inherit all of it and restrict nothing themselves. A slot's ruleset
 /// never changes and a landlock domain cannot be left, so the thread lives and dies with
 /// the slot: dropping the slot drops the sender, and the thread ends (it is idle: the
-/// slot is only dropped after its runs are over).
+/// slot is only dropped after its runs are over). So there are at most as many as slots:
+/// [`slots::MAX_IDLE_SLOTS`] idle ones and one per run in progress.
 ///
 /// The hand-off filter's listener belongs to the slot: a slot serves one run at a time,
 /// so the calls arriving on it are that run's, and the run's mediator serves it with the

@@ -299,7 +299,7 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
         .map_err(step(S::Rlimit))?;
     }
     // 9. Capabilities: securebits and the bounding set need CAP_SETPCAP, so they go
-    //    first (each only read when a hardened launcher thread already set it, see
+    //    first (each only read when an armed launcher thread already set it, see
     //    `spawn`); then the uid switch (which needs CAP_SETUID/CAP_SETGID, still in the
     //    effective set; with NO_SETUID_FIXUP locked it does NOT clear the sets); then
     //    capset(0), which empties effective, permitted and inheritable in every case, and
