@@ -15,6 +15,9 @@
 # than lab_server's: compare the CPU line of both.) On a small machine the ratio mostly
 # measures CPU: the proxy's cost is kernel time (a second TCP connection, two copies,
 # waking the client).
+# EGRESS_BENCH_RELAYS=1 adds, in the same rotation, three minimal relays of other designs
+# (bench/relay_designs.py: a user-space copy, splice(2) through a pipe, and a kernel-only
+# BPF sockmap redirect) as a floor: how fast any relay is on this machine.
 # Needs root (a veth pair and a network namespace), ip, unshare, nsenter, setpriv,
 # python3, curl, and openssl for the lab server.
 #
@@ -46,10 +49,12 @@ tierbox="${CARGO_TARGET_DIR:-target}/release/tierbox"
 tmp="$(mktemp -d /tmp/tierbox-egress-bench.XXXXXX)"
 server_pid=""
 proxy_pid=""
+relay_pids=()
 cleanup() {
     # The server's namespace, and with it both ends of the veth pair, go with the server.
     if [ -n "$proxy_pid" ]; then kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; fi
     if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    for pid in "${relay_pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
     ip link del "$link" 2>/dev/null || true
     rm -rf "$tmp"
 }
@@ -168,6 +173,18 @@ proxy_pid=$!
 wait_for "the proxy" grep -q 'egress proxy on' "$tmp/proxy.stderr"
 proxy="$(sed -n 's/.*egress proxy on \([0-9.:]*\).*/\1/p' "$tmp/proxy.stderr")"
 
+# --- other relay designs (EGRESS_BENCH_RELAYS=1) ------------------------------------------
+declare -A relay_port
+if [ "${EGRESS_BENCH_RELAYS:-0}" = 1 ]; then
+    for design in copy splice sockmap; do
+        setpriv --pdeathsig TERM python3 bench/relay_designs.py "$design" 3>&- \
+            >"$tmp/relay-$design.out" 2>"$tmp/relay-$design.stderr" &
+        relay_pids+=($!)
+        wait_for "the $design relay" grep -q '^ready ' "$tmp/relay-$design.out"
+        relay_port[$design]="$(sed -n 's/^ready //p' "$tmp/relay-$design.out")"
+    done
+fi
+
 # --- measurement -----------------------------------------------------------------------
 # One fetch; unless $2 is "warmup", appends "VARIANT TIME_S BYTES_PER_S" to the results.
 fetch() {
@@ -178,7 +195,16 @@ fetch() {
         direct) args+=(--noproxy '*' "http://$subnet.2/bytes/$bytes") ;;
         forward) args+=(-x "http://$proxy" "http://lab.test/bytes/$bytes") ;;
         connect) args+=(-p -x "http://$proxy" "http://lab.test/bytes/$bytes") ;;
+        relay-*) args+=(-p -x "http://127.0.0.1:${relay_port[${variant#relay-}]}" "http://$subnet.2/bytes/$bytes") ;;
     esac
+    if [[ "$variant" == relay-* ]]; then
+        # The prototypes may come up short (see relay_designs.py): counted, not fatal.
+        out="$(curl "${args[@]}")" || out="000 0 0 0"
+        read -r code size time speed <<<"$out"
+        if [ "$code" != 200 ] || [ "$size" != "$bytes" ]; then variant="$variant-short"; fi
+        if [ "${2:-}" != warmup ]; then echo "$variant $time $speed" >>"$tmp/results"; fi
+        return
+    fi
     out="$(curl "${args[@]}")" || { echo "egress.sh: $variant: curl failed" >&2; exit 1; }
     read -r code size time speed <<<"$out"
     if [ "$code" != 200 ] || [ "$size" != "$bytes" ]; then
@@ -192,13 +218,14 @@ fetch() {
 proxy_cpu() { awk '{ print $14 + $15 }' "/proc/$proxy_pid/stat"; }
 
 variants=(direct forward connect)
+if [ "${EGRESS_BENCH_RELAYS:-0}" = 1 ]; then variants+=(relay-copy relay-splice relay-sockmap); fi
 for v in "${variants[@]}"; do fetch "$v" warmup; done
 echo "== $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), server $server"
 : >"$tmp/results"
 cpu_before="$(proxy_cpu)"
 for ((i = 0; i < n; i++)); do
-    for ((j = 0; j < 3; j++)); do
-        fetch "${variants[(i + j) % 3]}"
+    for ((j = 0; j < ${#variants[@]}; j++)); do
+        fetch "${variants[(i + j) % ${#variants[@]}]}"
     done
 done
 cpu_ticks=$(($(proxy_cpu) - cpu_before))
@@ -240,6 +267,15 @@ for key, label in labels.items():
         ratios.append(speed / direct)
     print(f"{label:24} {statistics.median(times) * 1e3:8.1f} {p90(times) * 1e3:8.1f} "
           f"{speed / 2**20:10.0f} {ratio:>10}")
+for design in ("copy", "splice", "sockmap"):
+    key = f"relay-{design}"
+    if key not in rows:
+        continue
+    speed = statistics.median(s for _, s in rows[key])
+    short = len(rows.get(f"{key}-short", []))
+    print(f"{'relay: ' + design:24} {statistics.median(t for t, _ in rows[key]) * 1e3:8.1f} "
+          f"{p90([t for t, _ in rows[key]]) * 1e3:8.1f} {speed / 2**20:10.0f} "
+          f"{speed / direct:10.2f}" + (f"   ({short} short fetches left out)" if short else ""))
 print(f"proxy CPU (user+sys) per proxied fetch: {ticks * 1000 / hz / (2 * n):.1f} ms")
 print(f"target proxy/direct >= 0.8: {'met' if min(ratios) >= 0.8 else 'NOT met'}")
 
