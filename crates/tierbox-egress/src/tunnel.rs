@@ -1,6 +1,10 @@
 //! Copying bytes both ways between a client and its destination, blind to their content.
 //!
-//! Each direction has one [`COPY_BUFFER_BYTES`] buffer, allocated once. End of stream
+//! On Linux each direction moves its bytes with `splice(2)` through a pipe of
+//! [`COPY_BUFFER_BYTES`]: socket to pipe, pipe to socket, never through user space
+//! (measured 0.03–0.12 × direct faster than copying: `bench/egress.sh` with
+//! `EGRESS_BENCH_RELAYS=1`). Elsewhere, or when the pipes cannot be made, each direction
+//! has one [`COPY_BUFFER_BYTES`] buffer, allocated once. End of stream
 //! from one side shuts down the other side's write half and the other direction keeps
 //! going (half-close); an error in either direction ends the tunnel. For a forwarded
 //! plain-HTTP request ([`Ending::WhenDestinationEnds`]) the destination's end of stream
@@ -16,6 +20,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::time::Instant;
 
 use crate::COPY_BUFFER_BYTES;
@@ -29,6 +34,13 @@ struct Activity {
 }
 
 impl Activity {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
     fn touch(&self) {
         let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_ms.store(ms, Ordering::Relaxed);
@@ -60,22 +72,73 @@ pub(crate) async fn run(
     idle: Duration,
     ending: Ending,
 ) {
-    let activity = Activity {
-        start: Instant::now(),
-        last_ms: AtomicU64::new(0),
-    };
+    #[cfg(target_os = "linux")]
+    let pipes = spliced::Pipe::new().zip(spliced::Pipe::new());
+    #[cfg(not(target_os = "linux"))]
+    let pipes = None;
+    run_with(client, dest, initial, counters, idle, ending, pipes).await;
+}
+
+/// A direction's pipe: [`spliced::Pipe`] on Linux; none can exist elsewhere.
+#[cfg(target_os = "linux")]
+pub(crate) type Pipe = spliced::Pipe;
+/// A direction's pipe: [`spliced::Pipe`] on Linux; none can exist elsewhere.
+#[cfg(not(target_os = "linux"))]
+pub(crate) type Pipe = std::convert::Infallible;
+
+/// [`run`] with `pipes` (client to destination, and back) for `splice`, or without (a
+/// buffer per direction).
+pub(crate) async fn run_with(
+    client: &mut TcpStream,
+    dest: &mut TcpStream,
+    initial: &[u8],
+    counters: &Counters,
+    idle: Duration,
+    ending: Ending,
+    pipes: Option<(Pipe, Pipe)>,
+) {
+    let activity = Activity::new();
+    let (up_pipe, down_pipe) = pipes.unzip();
     let (mut client_read, mut client_write) = client.split();
     let (mut dest_read, mut dest_write) = dest.split();
     let up = async {
         write_counted(&mut dest_write, initial, &counters.sent, &activity).await?;
-        pump(&mut client_read, &mut dest_write, &counters.sent, &activity).await
+        let (from, to) = (&mut client_read, &mut dest_write);
+        move_bytes(from, to, up_pipe, &counters.sent, &activity).await
     };
-    let down = pump(
-        &mut dest_read,
-        &mut client_write,
-        &counters.received,
-        &activity,
-    );
+    let (from, to) = (&mut dest_read, &mut client_write);
+    let down = move_bytes(from, to, down_pipe, &counters.received, &activity);
+    until_done(up, down, ending, &activity, idle).await;
+}
+
+/// One direction, through `pipe` when there is one, else through a buffer.
+async fn move_bytes(
+    from: &mut ReadHalf<'_>,
+    to: &mut WriteHalf<'_>,
+    pipe: Option<Pipe>,
+    counter: &AtomicU64,
+    activity: &Activity,
+) -> io::Result<()> {
+    match pipe {
+        #[cfg(target_os = "linux")]
+        Some(pipe) => {
+            pipe.relay(from.as_ref(), to.as_ref(), counter, activity)
+                .await
+        }
+        #[cfg(not(target_os = "linux"))]
+        Some(never) => match never {},
+        None => pump(from, to, counter, activity).await,
+    }
+}
+
+/// Drives both directions until `ending`, an error, or `idle` without traffic.
+async fn until_done(
+    up: impl Future<Output = io::Result<()>>,
+    down: impl Future<Output = io::Result<()>>,
+    ending: Ending,
+    activity: &Activity,
+    idle: Duration,
+) {
     let copy = async {
         match ending {
             Ending::WhenBothEnd => {
@@ -93,7 +156,7 @@ pub(crate) async fn run(
     };
     tokio::select! {
         () = copy => {}
-        () = idle_watchdog(&activity, idle) => {}
+        () = idle_watchdog(activity, idle) => {}
     }
 }
 
@@ -155,5 +218,92 @@ async fn idle_watchdog(activity: &Activity, idle: Duration) {
             return;
         }
         tokio::time::sleep_until(deadline).await;
+    }
+}
+
+#[cfg(target_os = "linux")]
+pub(crate) mod spliced {
+    use std::io;
+    use std::os::fd::OwnedFd;
+    use std::sync::atomic::AtomicU64;
+
+    use rustix::pipe::{PipeFlags, SpliceFlags};
+    use tokio::io::Interest;
+    use tokio::net::TcpStream;
+
+    use super::Activity;
+    use crate::COPY_BUFFER_BYTES;
+    use crate::log::Counters;
+
+    /// One direction's pipe: `splice` moves page references from the source socket into
+    /// it and from it into the destination socket.
+    pub(crate) struct Pipe {
+        read: OwnedFd,
+        write: OwnedFd,
+    }
+
+    impl Pipe {
+        /// A non-blocking pipe of [`COPY_BUFFER_BYTES`] (or the system's default size
+        /// when the per-user pipe allowance is spent); `None` when none can be made.
+        pub(crate) fn new() -> Option<Self> {
+            let (read, write) =
+                rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK).ok()?;
+            let _ = rustix::pipe::fcntl_setpipe_size(&write, COPY_BUFFER_BYTES);
+            Some(Self { read, write })
+        }
+
+        /// Fills the pipe from `from` and empties it into `to` until `from`'s end of
+        /// stream, then shuts `to` down for writing (the peer may already be gone; the
+        /// other direction finds out on its own). Counts what reached `to`.
+        pub(super) async fn relay(
+            self,
+            from: &TcpStream,
+            to: &TcpStream,
+            counter: &AtomicU64,
+            activity: &Activity,
+        ) -> io::Result<()> {
+            let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+            loop {
+                let filled = loop {
+                    from.readable().await?;
+                    match from.try_io(Interest::READABLE, || {
+                        rustix::pipe::splice(
+                            from,
+                            None,
+                            &self.write,
+                            None,
+                            COPY_BUFFER_BYTES,
+                            flags,
+                        )
+                        .map_err(io::Error::from)
+                    }) {
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        r => break r?,
+                    }
+                };
+                if filled == 0 {
+                    let _ = rustix::net::shutdown(to, rustix::net::Shutdown::Write);
+                    return Ok(());
+                }
+                activity.touch();
+                let mut in_pipe = filled;
+                while in_pipe > 0 {
+                    to.writable().await?;
+                    match to.try_io(Interest::WRITABLE, || {
+                        rustix::pipe::splice(&self.read, None, to, None, in_pipe, flags)
+                            .map_err(io::Error::from)
+                    }) {
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Err(e),
+                        Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(n) => {
+                            in_pipe -= n;
+                            Counters::add(counter, n);
+                            activity.touch();
+                        }
+                    }
+                }
+            }
+        }
     }
 }

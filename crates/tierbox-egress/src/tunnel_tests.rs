@@ -182,3 +182,80 @@ async fn dropping_the_proxy_closes_open_tunnels() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Two connected sockets: (the application's end, the proxy's end).
+async fn socket_pair() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let app = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+    let (app, accepted) = tokio::join!(app, listener.accept());
+    (app.unwrap(), accepted.unwrap().0)
+}
+
+/// Both ways of moving bytes (`splice` through pipes on Linux, a buffer elsewhere or
+/// when no pipe can be made), driven directly: 6 MiB each way at once, the initial
+/// bytes first, each direction's end of stream passed on as a half-close, and every byte
+/// counted.
+async fn both_directions_intact(spliced: bool) {
+    use std::sync::atomic::Ordering;
+    let (mut client_app, mut client_end) = socket_pair().await;
+    let (mut dest_end, mut dest_app) = socket_pair().await;
+    let up: Vec<u8> = (0..6 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let down: Vec<u8> = (0..6 * 1024 * 1024u32).map(|i| (i % 241) as u8).collect();
+    let counters = crate::log::Counters::default();
+    let tunnel = async {
+        #[cfg(target_os = "linux")]
+        let pipes = spliced.then(|| {
+            let pipe = || crate::tunnel::spliced::Pipe::new().unwrap();
+            (pipe(), pipe())
+        });
+        #[cfg(not(target_os = "linux"))]
+        let pipes = None;
+        let (idle, ending) = (Duration::from_secs(30), crate::tunnel::Ending::WhenBothEnd);
+        let (client, dest) = (&mut client_end, &mut dest_end);
+        crate::tunnel::run_with(client, dest, b"hello ", &counters, idle, ending, pipes).await;
+    };
+    let (up_sent, down_sent) = (up.clone(), down.clone());
+    let client = async {
+        let (mut r, mut w) = client_app.split();
+        let send = async {
+            w.write_all(&up_sent).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        let mut got = Vec::new();
+        tokio::join!(send, async { r.read_to_end(&mut got).await.unwrap() });
+        got
+    };
+    let dest = async {
+        let (mut r, mut w) = dest_app.split();
+        let send = async {
+            w.write_all(&down_sent).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        let mut got = Vec::new();
+        tokio::join!(send, async { r.read_to_end(&mut got).await.unwrap() });
+        got
+    };
+    let ((), at_client, at_dest) =
+        tokio::time::timeout(PATIENCE, async { tokio::join!(tunnel, client, dest) })
+            .await
+            .expect("the tunnel finished");
+    assert!(
+        at_dest.starts_with(b"hello "),
+        "the initial bytes come first"
+    );
+    assert!(at_dest[6..] == up[..], "client to destination differs");
+    assert!(at_client == down, "destination to client differs");
+    assert_eq!(counters.sent.load(Ordering::Relaxed), up.len() as u64 + 6);
+    assert_eq!(counters.received.load(Ordering::Relaxed), down.len() as u64);
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn spliced_tunnel_moves_both_directions_intact() {
+    both_directions_intact(true).await;
+}
+
+#[tokio::test]
+async fn copied_tunnel_moves_both_directions_intact() {
+    both_directions_intact(false).await;
+}
