@@ -191,6 +191,19 @@ async fn socket_pair() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
     (app.unwrap(), accepted.unwrap().0)
 }
 
+/// Sends `data` on `stream` and then its end of stream, while reading everything the
+/// other end sends until its end of stream.
+async fn exchange(stream: &mut tokio::net::TcpStream, data: &[u8]) -> Vec<u8> {
+    let (mut r, mut w) = stream.split();
+    let send = async {
+        w.write_all(data).await.unwrap();
+        w.shutdown().await.unwrap();
+    };
+    let mut got = Vec::new();
+    tokio::join!(send, async { r.read_to_end(&mut got).await.unwrap() });
+    got
+}
+
 /// Both ways of moving bytes (`splice` through pipes on Linux, a buffer elsewhere or
 /// when no pipe can be made), driven directly: 6 MiB each way at once, the initial
 /// bytes first, each direction's end of stream passed on as a half-close, and every byte
@@ -214,27 +227,8 @@ async fn both_directions_intact(spliced: bool) {
         let (client, dest) = (&mut client_end, &mut dest_end);
         crate::tunnel::run_with(client, dest, b"hello ", &counters, idle, ending, pipes).await;
     };
-    let (up_sent, down_sent) = (up.clone(), down.clone());
-    let client = async {
-        let (mut r, mut w) = client_app.split();
-        let send = async {
-            w.write_all(&up_sent).await.unwrap();
-            w.shutdown().await.unwrap();
-        };
-        let mut got = Vec::new();
-        tokio::join!(send, async { r.read_to_end(&mut got).await.unwrap() });
-        got
-    };
-    let dest = async {
-        let (mut r, mut w) = dest_app.split();
-        let send = async {
-            w.write_all(&down_sent).await.unwrap();
-            w.shutdown().await.unwrap();
-        };
-        let mut got = Vec::new();
-        tokio::join!(send, async { r.read_to_end(&mut got).await.unwrap() });
-        got
-    };
+    let client = exchange(&mut client_app, &up);
+    let dest = exchange(&mut dest_app, &down);
     let ((), at_client, at_dest) =
         tokio::time::timeout(PATIENCE, async { tokio::join!(tunnel, client, dest) })
             .await

@@ -532,24 +532,20 @@ fn spawn_in_slot(
         what: "seccomp program".to_owned(),
         source: std::io::Error::other(e.to_string()),
     })?;
-    let seccomp_layout = match (facts.seccomp, armed.is_some()) {
-        (false, _) => None,
-        (true, false) => Some(SeccompLayout {
-            inherited: None,
-            attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
+    // What the child inherits is the base filter, and the hand-off too when the slot's
+    // thread holds it; what it attaches is `seccomp`.
+    let len = |p: Result<std::sync::Arc<SeccompProgram>, _>| p.map_or(0, |p| p.len());
+    let seccomp_layout = facts.seccomp.then(|| SeccompLayout {
+        inherited: armed.is_some().then(|| {
+            len(SeccompProgram::cached_base(&seccomp_spec))
+                + if hand_off_inherited {
+                    len(SeccompProgram::cached_chmod_notifier())
+                } else {
+                    0
+                }
         }),
-        (true, true) => Some(SeccompLayout {
-            inherited: Some(
-                SeccompProgram::cached_base(&seccomp_spec).map_or(0, |p| p.len())
-                    + if hand_off_inherited {
-                        SeccompProgram::cached_chmod_notifier().map_or(0, |p| p.len())
-                    } else {
-                        0
-                    },
-            ),
-            attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
-        }),
-    };
+        attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
+    });
     let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
     let argv: Vec<CString> = plan
         .argv
