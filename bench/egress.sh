@@ -15,25 +15,34 @@
 # than lab_server's: compare the CPU line of both.) On a small machine the ratio mostly
 # measures CPU: the proxy's cost is kernel time (a second TCP connection, two copies,
 # waking the client).
+# EGRESS_BENCH_RATE=RATE (e.g. 10gbit, 5gbit, 1gbit) puts a link of that rate between
+# the host and the test host (a token-bucket filter on both ends of the veth pair, with a
+# 256 KiB burst: above a 64 KiB GSO segment, so none is split, and small enough that the
+# rate holds from the first MiB). Unset, the veth pair moves bytes as fast as the two
+# CPUs can, and the ratio then measures the CPU cost of the second TCP connection
+# rather than the proxy's effect on a download (docs/benchmarks.md).
 # EGRESS_BENCH_RELAYS=1 adds, in the same rotation, three minimal relays of other designs
 # (bench/relay_designs.py: a user-space copy, splice(2) through a pipe, and a kernel-only
 # BPF sockmap redirect) as a floor: how fast any relay is on this machine.
 # Needs root (a veth pair and a network namespace), ip, unshare, nsenter, setpriv,
-# python3, curl, and openssl for the lab server.
+# python3, curl, openssl for the lab server, and tc for EGRESS_BENCH_RATE.
 #
 #   bench/egress.sh [ITERATIONS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-20}"
 server="${EGRESS_BENCH_SERVER:-sendfile}"
+rate="${EGRESS_BENCH_RATE:-}"
 bytes=10485760
 subnet=10.231.9
 link="tbxbench$$" # at most 15 characters (IFNAMSIZ)
 
 [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [ITERATIONS]" >&2; exit 2; }
 [[ "$server" =~ ^(sendfile|lab)$ ]] || { echo "egress.sh: EGRESS_BENCH_SERVER is sendfile or lab" >&2; exit 2; }
+[[ -z "$rate" || "$rate" =~ ^[1-9][0-9]*[kmg]?bit$ ]] ||
+    { echo "egress.sh: EGRESS_BENCH_RATE is a rate such as 10gbit, 500mbit (got '$rate')" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "egress.sh: needs root (veth pair, network namespace)" >&2; exit 1; }
-for tool in ip unshare nsenter setpriv python3 curl $([ "$server" = lab ] && echo openssl); do
+for tool in ip unshare nsenter setpriv python3 curl $([ "$server" = lab ] && echo openssl) $([ -n "$rate" ] && echo tc); do
     command -v "$tool" >/dev/null || { echo "egress.sh: $tool not found on PATH" >&2; exit 1; }
 done
 if ip -o addr show | grep -q " $subnet\."; then
@@ -156,6 +165,14 @@ nsenter --target "$server_pid" --net ip link set lo up
 nsenter --target "$server_pid" --net ip addr add "$subnet.2/24" dev lab0
 nsenter --target "$server_pid" --net ip link set lab0 up
 wait_for "the server" test -e "$tmp/ready"
+if [ -n "$rate" ]; then
+    tbf=(root tbf rate "$rate" burst 256kb latency 5ms)
+    if ! nsenter --target "$server_pid" --net tc qdisc add dev lab0 "${tbf[@]}" ||
+        ! tc qdisc add dev "$link" "${tbf[@]}"; then
+        echo "egress.sh: cannot shape the link to $rate (is sch_tbf in this kernel?)" >&2
+        exit 1
+    fi
+fi
 
 # --- the proxy -------------------------------------------------------------------------
 cat >"$tmp/policy.toml" <<EOF
@@ -220,7 +237,8 @@ proxy_cpu() { awk '{ print $14 + $15 }' "/proc/$proxy_pid/stat"; }
 variants=(direct forward connect)
 if [ "${EGRESS_BENCH_RELAYS:-0}" = 1 ]; then variants+=(relay-copy relay-splice relay-sockmap); fi
 for v in "${variants[@]}"; do fetch "$v" warmup; done
-echo "== $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), server $server"
+echo "== $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), server $server," \
+    "link ${rate:-unshaped veth}"
 : >"$tmp/results"
 cpu_before="$(proxy_cpu)"
 for ((i = 0; i < n; i++)); do
@@ -234,11 +252,13 @@ echo "== load after $n iterations: $(cut -d' ' -f1-3 /proc/loadavg)"
 kill "$proxy_pid"
 wait "$proxy_pid" || true
 proxy_pid=""
-python3 - "$tmp/results" "$tmp/proxy.json" "$n" "$bytes" "$cpu_ticks" "$(getconf CLK_TCK)" <<'EOF'
+python3 - "$tmp/results" "$tmp/proxy.json" "$n" "$bytes" "$cpu_ticks" "$(getconf CLK_TCK)" \
+    "${rate:-unshaped veth}" <<'EOF'
 import json, math, statistics, sys
 
 results, decisions = sys.argv[1], sys.argv[2]
 n, size, ticks, hz = (int(a) for a in sys.argv[3:7])
+link = sys.argv[7]
 rows = {}
 for line in open(results):
     variant, time, speed = line.split()
@@ -277,7 +297,7 @@ for design in ("copy", "splice", "sockmap"):
           f"{p90([t for t, _ in rows[key]]) * 1e3:8.1f} {speed / 2**20:10.0f} "
           f"{speed / direct:10.2f}" + (f"   ({short} short fetches left out)" if short else ""))
 print(f"proxy CPU (user+sys) per proxied fetch: {ticks * 1000 / hz / (2 * n):.1f} ms")
-print(f"target proxy/direct >= 0.8: {'met' if min(ratios) >= 0.8 else 'NOT met'}")
+print(f"target proxy/direct >= 0.8 (link: {link}): {'met' if min(ratios) >= 0.8 else 'NOT met'}")
 
 # The proxy must have allowed every proxied fetch (warm-ups included) and nothing else.
 log = json.load(open(decisions))
