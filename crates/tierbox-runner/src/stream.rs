@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use tierbox_policy::handle::Stream;
+use tierbox_policy::plan::{OutputPlan, RedactionPlan};
 use tierbox_policy::redact::Redactor;
 use tokio::sync::mpsc;
 
@@ -103,6 +104,19 @@ impl Tap {
             pending: [pending(), pending()],
             dropped: AtomicU64::new(0),
         }
+    }
+
+    /// The tap of a run whose plan has `redaction` and `output`: redacted when the plan
+    /// redacts, streaming at most the output quota per stream.
+    pub(crate) fn for_plan(
+        tx: mpsc::Sender<OutputEvent>,
+        redaction: &RedactionPlan,
+        output: &OutputPlan,
+    ) -> Self {
+        let redactor = redaction
+            .enabled
+            .then(|| Redactor::new(&redaction.sensitive_values));
+        Self::new(tx, redactor, output.max_bytes)
     }
 
     pub(crate) fn push(&self, stream: Stream, chunk: &[u8]) {

@@ -207,13 +207,7 @@ pub async fn run_plan_streaming(
     opts: &RunOptions,
     events: tokio::sync::mpsc::Sender<OutputEvent>,
 ) -> Result<Outcome, RunError> {
-    let tap = Arc::new(Tap::new(
-        events,
-        plan.redaction
-            .enabled
-            .then(|| Redactor::new(&plan.redaction.sensitive_values)),
-        plan.output.max_bytes,
-    ));
+    let tap = Arc::new(Tap::for_plan(events, &plan.redaction, &plan.output));
     run_plan_tapped(plan, opts, Some(tap)).await
 }
 
