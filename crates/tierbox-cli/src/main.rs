@@ -396,16 +396,26 @@ fn build_request(args: RequestArgs) -> std::result::Result<ProcessRunRequest, Re
     req.timeout_ms = args.timeout_ms;
     req.tier = args.tier.into();
     req.requested_egress_hosts = args.egress_hosts;
-    for kv in args.env {
+    insert_env_pairs(args.env, &mut req.env)?;
+    Ok(req)
+}
+
+/// Adds `--env NAME=VALUE` flags to a request's environment; a flag without `=` is
+/// rejected (the request's own validation judges names and values).
+fn insert_env_pairs(
+    pairs: Vec<String>,
+    env: &mut std::collections::BTreeMap<String, String>,
+) -> std::result::Result<(), Rejection> {
+    for kv in pairs {
         let (k, v) = kv
             .split_once('=')
             .ok_or_else(|| Rejection::EnvNameInvalid {
                 name: kv.clone(),
                 reason: "expected NAME=VALUE".to_owned(),
             })?;
-        req.env.insert(k.to_owned(), v.to_owned());
+        env.insert(k.to_owned(), v.to_owned());
     }
-    Ok(req)
+    Ok(())
 }
 
 /// A request document from FILE ("-" for stdin), read up to one byte past the cap so an

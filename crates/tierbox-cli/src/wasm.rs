@@ -91,15 +91,7 @@ pub fn build_request(args: WasmRequestArgs) -> std::result::Result<WasmRunReques
         req.grants.fs.push(FsGrant { path, write });
     }
     req.grants.env = args.pass_env;
-    for kv in args.env {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| Rejection::EnvNameInvalid {
-                name: kv.clone(),
-                reason: "expected NAME=VALUE".to_owned(),
-            })?;
-        req.env.insert(k.to_owned(), v.to_owned());
-    }
+    crate::insert_env_pairs(args.env, &mut req.env)?;
     Ok(req)
 }
 
