@@ -422,8 +422,8 @@ fn enforcement_report(
 
 /// The rlimits of a run: (resource, soft, hard). The CPU hard limit is one second above
 /// the soft one, so a process that ignores SIGXCPU is killed a second later.
-/// [`rlimits_for`] in the form `prlimit64` takes.
-fn rlimit64_table(plan: &Plan) -> [(i32, libc::rlimit64); sys::RLIMIT_COUNT] {
+/// [`rlimits_for`] in the form `prlimit64` takes; Tier C's program gets the same.
+pub(crate) fn rlimit64_table(plan: &Plan) -> [(i32, libc::rlimit64); sys::RLIMIT_COUNT] {
     rlimits_for(plan).map(|(r, cur, max)| {
         (
             r,

@@ -192,6 +192,27 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
     }
 }
 
+/// `PR_SET_PDEATHSIG(SIGKILL)`, then `ESRCH` if the parent is no longer `parent_pid`
+/// (it died before the signal was armed, and the child was re-parented).
+fn die_with_parent(parent_pid: libc::pid_t) -> Result<(), i32> {
+    // SAFETY: prctl with integer arguments only.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_PDEATHSIG as libc::c_ulong,
+            libc::SIGKILL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })?;
+    // SAFETY: getppid takes no arguments.
+    if unsafe { libc::syscall(libc::SYS_getppid) } as libc::pid_t != parent_pid {
+        return Err(libc::ESRCH);
+    }
+    Ok(())
+}
+
 fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     use ChildStep as S;
     let step = |s: ChildStep| move |e: i32| (s, e);
@@ -204,22 +225,7 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     // SAFETY: setsid takes no arguments and only changes this process's session.
     check(unsafe { libc::syscall(libc::SYS_setsid) }).map_err(step(S::Setsid))?;
     // 3. Die with the launcher thread; then make sure it was not already gone.
-    // SAFETY: prctl with integer arguments only.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_prctl,
-            libc::PR_SET_PDEATHSIG as libc::c_ulong,
-            libc::SIGKILL as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    })
-    .map_err(step(S::Pdeathsig))?;
-    // SAFETY: getppid takes no arguments.
-    if unsafe { libc::syscall(libc::SYS_getppid) } as libc::pid_t != spec.parent_pid {
-        return Err((S::Pdeathsig, libc::ESRCH));
-    }
+    die_with_parent(spec.parent_pid).map_err(step(S::Pdeathsig))?;
     // 4. Join the run's cgroup before anything else can fork, so no descendant escapes it.
     for &fd in &spec.cgroup_fds[..spec.n_cgroup_fds.min(MAX_CGROUP_FDS)] {
         lsys::write_all_raw(fd, b"0").map_err(step(S::CgroupAttach))?;
@@ -321,22 +327,7 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     // 9b. A uid or gid change clears the parent-death signal (kernel rule, whatever the
     //     securebits), so it is set again here, and the parent re-checked.
     if spec.change_ids {
-        // SAFETY: prctl with integer arguments.
-        check(unsafe {
-            libc::syscall(
-                libc::SYS_prctl,
-                libc::PR_SET_PDEATHSIG as libc::c_ulong,
-                libc::SIGKILL as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-                0 as libc::c_ulong,
-            )
-        })
-        .map_err(step(S::Pdeathsig))?;
-        // SAFETY: getppid takes no arguments.
-        if unsafe { libc::syscall(libc::SYS_getppid) } as libc::pid_t != spec.parent_pid {
-            return Err((S::Pdeathsig, libc::ESRCH));
-        }
+        die_with_parent(spec.parent_pid).map_err(step(S::Pdeathsig))?;
     }
     // 10. no_new_privs: required by unprivileged landlock and seccomp, and stops setuid
     //     binaries from regaining anything.

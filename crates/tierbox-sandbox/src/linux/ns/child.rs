@@ -321,15 +321,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
             .map_or(-1, |(_, child)| child.as_raw_fd()),
         proxy_port: SANDBOX_PROXY_PORT,
         loopback_up: pooled_netns.is_none(),
-        rlimits: rlimits_for(plan).map(|(r, cur, max)| {
-            (
-                r,
-                libc::rlimit64 {
-                    rlim_cur: cur,
-                    rlim_max: max,
-                },
-            )
-        }),
+        rlimits: crate::spawn::rlimit64_table(plan),
         last_cap: caps::last_cap(),
         seccomp: fprog.as_ref(),
         cgroup_fds: &opts.cgroup_fds,
@@ -593,26 +585,6 @@ fn child_env(plan: &Plan, mplan: &MountPlan) -> Vec<(String, String)> {
         crate::egress::set_proxy_env(&mut env, SANDBOX_PROXY_PORT);
     }
     env
-}
-
-/// The program's rlimits: (resource, soft, hard), as Tier B's.
-fn rlimits_for(plan: &Plan) -> [(i32, u64, u64); nsys::NS_RLIMIT_COUNT] {
-    let l = &plan.limits;
-    [
-        (
-            libc::RLIMIT_CPU as i32,
-            l.cpu_time_secs,
-            l.cpu_time_secs.saturating_add(1),
-        ),
-        (libc::RLIMIT_NPROC as i32, l.max_processes, l.max_processes),
-        (libc::RLIMIT_NOFILE as i32, l.open_files, l.open_files),
-        (
-            libc::RLIMIT_FSIZE as i32,
-            l.file_size_bytes,
-            l.file_size_bytes,
-        ),
-        (libc::RLIMIT_CORE as i32, 0, 0),
-    ]
 }
 
 fn enforcement_report(

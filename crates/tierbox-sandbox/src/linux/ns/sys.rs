@@ -34,8 +34,8 @@ use crate::linux::sys::{check, errno, reset_signal_handlers};
 /// no recursion; 64 KiB leaves ample room for the glibc `clone` trampoline and the frames.
 pub const NS_STACK_BYTES: usize = 64 * 1024;
 
-/// Number of rlimits the program gets (CPU, NPROC, NOFILE, FSIZE, CORE).
-pub const NS_RLIMIT_COUNT: usize = 5;
+/// Number of rlimits the program gets (CPU, NPROC, NOFILE, FSIZE, CORE): Tier B's.
+pub const NS_RLIMIT_COUNT: usize = crate::spawn::sys::RLIMIT_COUNT;
 
 /// The umask the program starts with (mount setup runs with 0 so modes are exact).
 pub const PROGRAM_UMASK: u32 = 0o022;
