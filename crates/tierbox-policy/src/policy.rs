@@ -454,9 +454,10 @@ pub struct LimitsPolicy {
     pub open_files: u64,
     /// Largest file a process may write (`RLIMIT_FSIZE`).
     pub file_size_bytes: u64,
-    /// CPUs the whole run may use (container `--cpus`, the Windows Job Object CPU-rate
-    /// hard cap). `None`: the backend's default (`DEFAULT_CPUS` of the container and
-    /// Windows backends); the Linux native and bwrap backends do not limit CPU share.
+    /// CPUs the whole run may use: on Linux (Tier B, native and bwrap) the run cgroup's
+    /// CFS quota of `cpus` × 100 ms per 100 ms period; the container `--cpus`; the
+    /// Windows Job Object CPU-rate hard cap. `None`: no quota on Linux, the backend's
+    /// default (`DEFAULT_CPUS`) in containers and on Windows.
     pub cpus: Option<u32>,
 }
 

@@ -316,10 +316,9 @@ fn bwrap_enforcement(
         },
         cgroup: match slot.cgroup() {
             Some(cg) => LayerReport::applied(format!(
-                "{} run cgroup (bwrap started inside it): memory {} bytes, pids {}",
+                "{} run cgroup (bwrap started inside it): {}",
                 cg.version(),
-                limits.memory_bytes,
-                limits.max_processes
+                crate::spawn::cgroup_limits(plan).describe()
             )),
             None => LayerReport::missing(facts.cgroup.describe()),
         },

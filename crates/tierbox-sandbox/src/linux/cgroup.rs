@@ -253,6 +253,38 @@ pub struct CgroupLimits {
     pub cpu_quota_percent: Option<u32>,
 }
 
+impl CgroupLimits {
+    /// The CFS quota, in microseconds per [`CPU_PERIOD_US`], that `cpu_quota_percent`
+    /// becomes (at least [`CPU_QUOTA_MIN_US`]).
+    pub fn cpu_quota_us(&self) -> Option<u64> {
+        self.cpu_quota_percent
+            .map(|p| (CPU_PERIOD_US.saturating_mul(u64::from(p)) / 100).max(CPU_QUOTA_MIN_US))
+    }
+
+    /// The limits in words, for enforcement reports.
+    ///
+    /// ```
+    /// use tierbox_sandbox::linux::cgroup::CgroupLimits;
+    /// let limits = CgroupLimits { memory_bytes: 1 << 30, max_processes: 64, cpu_quota_percent: Some(100) };
+    /// assert_eq!(
+    ///     limits.describe(),
+    ///     "memory 1073741824 bytes, pids 64, cpu 100% of one CPU (CFS quota 100000 us per 100000 us)"
+    /// );
+    /// ```
+    pub fn describe(&self) -> String {
+        let mut text = format!(
+            "memory {} bytes, pids {}",
+            self.memory_bytes, self.max_processes
+        );
+        if let (Some(percent), Some(quota)) = (self.cpu_quota_percent, self.cpu_quota_us()) {
+            text.push_str(&format!(
+                ", cpu {percent}% of one CPU (CFS quota {quota} us per {CPU_PERIOD_US} us)"
+            ));
+        }
+        text
+    }
+}
+
 /// Usage figures of a run group.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CgroupStats {
@@ -368,9 +400,7 @@ pub fn limit_plan(version: CgroupVersion, limits: &CgroupLimits) -> Vec<LimitWri
     };
     let mem = limits.memory_bytes.to_string();
     let pids = limits.max_processes.to_string();
-    let quota = limits
-        .cpu_quota_percent
-        .map(|p| (CPU_PERIOD_US * u64::from(p) / 100).max(CPU_QUOTA_MIN_US));
+    let quota = limits.cpu_quota_us();
     let mut plan = Vec::new();
     match version {
         CgroupVersion::V1 => {

@@ -284,6 +284,16 @@ fn check_layers(plan: &Plan, facts: &HostFacts) -> Result<Vec<Layer>, Rejection>
     Ok(missing)
 }
 
+/// The run cgroup's limits: the plan's memory and process limits, and `limits.cpus` as a
+/// CFS quota of 100% of one CPU per CPU.
+pub(crate) fn cgroup_limits(plan: &Plan) -> CgroupLimits {
+    CgroupLimits {
+        memory_bytes: plan.limits.memory_bytes,
+        max_processes: plan.limits.max_processes,
+        cpu_quota_percent: plan.limits.cpus.map(|cpus| cpus.saturating_mul(100)),
+    }
+}
+
 /// A warm slot with the shape of this run, or fresh resources.
 fn acquire_slot(
     plan: &Plan,
@@ -297,11 +307,7 @@ fn acquire_slot(
     let landlock_base = facts
         .landlock_abi
         .map(|_| landlock_spec(plan, abi, network.tcp_ports.clone()));
-    let cgroup_limits = CgroupLimits {
-        memory_bytes: plan.limits.memory_bytes,
-        max_processes: plan.limits.max_processes,
-        cpu_quota_percent: None,
-    };
+    let cgroup_limits = cgroup_limits(plan);
     let key = SlotKey {
         backend: BACKEND_NAME,
         tmp_base: opts.tmp_base.clone(),
@@ -318,8 +324,7 @@ fn acquire_slot(
         scopes: landlock_base.as_ref().is_some_and(|s| s.scope_signals),
         tcp_connect_ports: network.tcp_ports.clone(),
         landlock: landlock_base.is_some(),
-        memory_bytes: cgroup_limits.memory_bytes,
-        max_processes: cgroup_limits.max_processes,
+        cgroup_limits,
         cgroup: facts.cgroup.is_usable(),
     };
     match slots::take(&key) {
@@ -393,10 +398,9 @@ fn enforcement_report(
         },
         cgroup: match slot.cgroup() {
             Some(_) => LayerReport::applied(format!(
-                "{}: memory {} bytes, pids {}",
+                "{}: {}",
                 facts.cgroup.describe(),
-                limits.memory_bytes,
-                limits.max_processes
+                cgroup_limits(plan).describe()
             )),
             None => LayerReport::missing(facts.cgroup.describe()),
         },
@@ -985,11 +989,7 @@ pub(crate) fn cgroup_slot(
     missing: &mut Vec<Layer>,
 ) -> Result<Slot, LaunchError> {
     let facts = host_facts();
-    let limits = CgroupLimits {
-        memory_bytes: plan.limits.memory_bytes,
-        max_processes: plan.limits.max_processes,
-        cpu_quota_percent: None,
-    };
+    let limits = cgroup_limits(plan);
     let key = SlotKey {
         backend,
         tmp_base: opts.tmp_base.clone(),
@@ -1000,8 +1000,7 @@ pub(crate) fn cgroup_slot(
         scopes: false,
         tcp_connect_ports: None,
         landlock: false,
-        memory_bytes: limits.memory_bytes,
-        max_processes: limits.max_processes,
+        cgroup_limits: limits,
         cgroup: facts.cgroup.is_usable(),
     };
     match slots::take(&key) {
@@ -1044,8 +1043,13 @@ fn new_slot(
         ) {
             Ok(cg) => Some(cg),
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&tmp);
-                require(plan, Tier::B, Layer::Cgroup, false, &e.to_string(), missing)?;
+                // An optional cgroup: the run goes ahead in its tmp, without the group.
+                if let Err(rejection) =
+                    require(plan, Tier::B, Layer::Cgroup, false, &e.to_string(), missing)
+                {
+                    let _ = std::fs::remove_dir_all(&tmp);
+                    return Err(rejection.into());
+                }
                 None
             }
         }

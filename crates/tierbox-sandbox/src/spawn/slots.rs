@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::linux::cgroup::{CgroupStats, CgroupVersion, RunCgroup};
+use crate::linux::cgroup::{CgroupLimits, CgroupStats, CgroupVersion, RunCgroup};
 use crate::linux::landlock::PreparedLandlock;
 
 /// Most idle slots kept, across all keys. Each holds one directory, one ruleset fd and
@@ -50,8 +50,7 @@ pub(crate) struct SlotKey {
     pub scopes: bool,
     pub tcp_connect_ports: Option<Vec<u16>>,
     pub landlock: bool,
-    pub memory_bytes: u64,
-    pub max_processes: u64,
+    pub cgroup_limits: CgroupLimits,
     pub cgroup: bool,
 }
 

@@ -13,8 +13,11 @@ fn key(backend: &'static str, tmp_base: &Path) -> SlotKey {
         scopes: false,
         tcp_connect_ports: None,
         landlock: false,
-        memory_bytes: 1 << 30,
-        max_processes: 64,
+        cgroup_limits: CgroupLimits {
+            memory_bytes: 1 << 30,
+            max_processes: 64,
+            cpu_quota_percent: None,
+        },
         cgroup: true,
     }
 }
@@ -38,4 +41,27 @@ fn idle_slots_are_taken_only_by_runs_of_the_same_backend() {
     assert!(slot.reused);
     assert_eq!(slot.tmp, base.join("slot"));
     assert!(take(&native).is_none(), "taken once");
+}
+
+/// A slot's cgroup carries its CPU quota: a run with another quota, or none, never takes
+/// it (the quota is written when the group is made, not per run).
+#[test]
+fn idle_slots_are_taken_only_by_runs_of_the_same_cpu_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("tmp");
+    let mut one_cpu = key(crate::tier_c::NATIVE_BACKEND, &base);
+    one_cpu.cgroup_limits.cpu_quota_percent = Some(100);
+    let unlimited = key(crate::tier_c::NATIVE_BACKEND, &base);
+    let mut two_cpus = one_cpu.clone();
+    two_cpus.cgroup_limits.cpu_quota_percent = Some(200);
+    pool()
+        .lock()
+        .unwrap()
+        .push(Slot::new(one_cpu.clone(), base.join("slot"), None, None));
+    assert!(
+        take(&unlimited).is_none(),
+        "an unlimited run took a 1-CPU slot"
+    );
+    assert!(take(&two_cpus).is_none(), "a 2-CPU run took a 1-CPU slot");
+    assert!(take(&one_cpu).is_some(), "a 1-CPU run gets the 1-CPU slot");
 }

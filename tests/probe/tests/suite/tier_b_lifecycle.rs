@@ -127,6 +127,70 @@ async fn cpu_probe_reports_a_loose_limit() {
     assert_broken(&fx.probe(&["cpu", "200"]).await);
 }
 
+/// The CFS quota (`cpu.cfs_quota_us` or `cpu.max`) of the run cgroup holding a live
+/// `hold` run, read from the host (the run itself cannot read cgroupfs), and the
+/// enforcement report's cgroup line. `"-1"`/`"max"` is no quota, and so is
+/// `"no cpu controller"` (the run's groups include none).
+async fn cpu_quota_of_a_live_run(fx: &Fixture) -> (String, String) {
+    let pidfile = fx.workspace.join("hold.pid");
+    let _ = std::fs::remove_file(&pidfile);
+    let run = fx.probe(&["hold", "hold.pid"]);
+    let observe = async {
+        let started = Instant::now();
+        let text = loop {
+            if let Ok(text) = std::fs::read_to_string(&pidfile) {
+                break text;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the run never wrote its pid file"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let pid = ProcessId::parse_pair(&text).unwrap().pid;
+        run_cgroup_dirs(pid)
+            .iter()
+            .find_map(|dir| {
+                std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
+                    .or_else(|_| std::fs::read_to_string(dir.join("cpu.max")))
+                    .ok()
+            })
+            .map(|q| q.split_whitespace().next().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| "no cpu controller".to_owned())
+    };
+    let (outcome, quota) = tokio::join!(run, observe);
+    (quota, outcome.enforcement.cgroup.detail)
+}
+
+/// `limits.cpus` is the run cgroup's CPU quota (1 CPU: 100 ms per 100 ms period), which
+/// the enforcement report states. Negative control, in the same process (so a warm slot
+/// with the quota would be found): without `limits.cpus` the run's group has no quota.
+#[tokio::test]
+async fn cpus_limit_is_the_cgroup_cpu_quota() {
+    let Some(mut fx) = Fixture::new(
+        "cpus_limit_is_the_cgroup_cpu_quota",
+        &[Need::Root, Need::Cgroup],
+    ) else {
+        return;
+    };
+    // The run ends at its deadline; the quota is read while it holds.
+    fx.policy.limits.timeout_ms = 1_500;
+    fx.policy.limits.cpus = Some(1);
+    let (quota, report) = cpu_quota_of_a_live_run(&fx).await;
+    assert_eq!(quota, "100000", "{report}");
+    assert!(report.contains("cpu 100% of one CPU"), "{report}");
+
+    fx.policy.limits.cpus = None;
+    let (quota, report) = cpu_quota_of_a_live_run(&fx).await;
+    // A group made without a quota is not in the cpu controller at all (v1), or says
+    // "max" (v2); a reused quota group would say 100000.
+    assert!(
+        ["-1", "max", "no cpu controller"].contains(&quota.as_str()),
+        "{quota}: {report}"
+    );
+    assert!(!report.contains("of one CPU"), "{report}");
+}
+
 /// A run cannot move itself out of its cgroup (out of its limits and the end-of-run kill).
 #[tokio::test]
 async fn run_cannot_leave_its_cgroup() {

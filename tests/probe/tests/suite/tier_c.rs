@@ -784,6 +784,35 @@ async fn memory_limit_kills_an_allocation_bomb(test: &str, backend: TierCBackend
 
 on_both_backends!(memory_limit_kills_an_allocation_bomb => memory_limit_kills_an_allocation_bomb_native, memory_limit_kills_an_allocation_bomb_bwrap);
 
+/// `limits.cpus` is the run cgroup's CPU quota, stated in the enforcement report (the
+/// quota's files are checked on a live Tier B run; both tiers make the group the same
+/// way). Negative control: without it, no CPU quota is reported.
+async fn cpus_limit_is_the_cgroup_cpu_quota(test: &str, backend: TierCBackend) {
+    let Some(mut fx) = Fixture::tier_c(test, &[Need::Cgroup], backend) else {
+        return;
+    };
+    fx.policy.limits.cpus = Some(2);
+    let o = probe_c(&fx, &["whoami"]).await;
+    let cgroup = &o.enforcement.cgroup;
+    assert!(
+        cgroup.applied
+            && cgroup
+                .detail
+                .contains("cpu 200% of one CPU (CFS quota 200000 us"),
+        "{cgroup:?}"
+    );
+
+    fx.policy.limits.cpus = None;
+    let o = probe_c(&fx, &["whoami"]).await;
+    assert!(
+        o.enforcement.cgroup.applied && !o.enforcement.cgroup.detail.contains("of one CPU"),
+        "{:?}",
+        o.enforcement.cgroup
+    );
+}
+
+on_both_backends!(cpus_limit_is_the_cgroup_cpu_quota => cpus_limit_is_the_cgroup_cpu_quota_native, cpus_limit_is_the_cgroup_cpu_quota_bwrap);
+
 /// A fork bomb stops within the process limit (the pids cgroup, which also holds the
 /// sandbox's init). Negative control: a limit far above what the probe tries is
 /// reported as not holding.

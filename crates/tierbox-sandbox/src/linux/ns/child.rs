@@ -619,8 +619,8 @@ fn enforcement_report(
     };
     let cgroup = if cgroup {
         LayerReport::applied(format!(
-            "run cgroup joined by pid 1: memory {} bytes, pids {}",
-            limits.memory_bytes, limits.max_processes
+            "run cgroup joined by pid 1: {}",
+            crate::spawn::cgroup_limits(plan).describe()
         ))
     } else {
         missing.push(Layer::Cgroup);
