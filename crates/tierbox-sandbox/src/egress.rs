@@ -77,4 +77,16 @@ mod tests {
         assert!(env.iter().any(|(k, v)| k == "PATH" && v == "/usr/bin"));
         assert!(env.iter().any(|(k, v)| k == "NO_PROXY" && v == NO_PROXY));
     }
+
+    /// Every variable the runner sets to reach the proxy is one a request may not set:
+    /// the two lists cannot drift apart.
+    #[test]
+    fn every_proxy_variable_is_denied_to_requests() {
+        for (name, _) in proxy_env(3128) {
+            assert!(
+                tierbox_policy::validate::is_denied_env_name(&name).is_some(),
+                "{name} is set by the runner but a request may set it too"
+            );
+        }
+    }
 }

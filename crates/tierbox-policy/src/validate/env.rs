@@ -59,6 +59,8 @@ pub const DENIED_ENV_EXACT: &[(&str, &str)] = &[
     ("NPM_CONFIG_HTTPS_PROXY", "the runner owns proxy settings"),
     ("PIP_PROXY", "the runner owns proxy settings"),
     ("CARGO_HTTP_PROXY", "the runner owns proxy settings"),
+    ("YARN_HTTP_PROXY", "the runner owns proxy settings"),
+    ("YARN_HTTPS_PROXY", "the runner owns proxy settings"),
 ];
 
 /// Why `name` may not be set per call, or `None` when it may. Case-insensitive, because
