@@ -72,6 +72,9 @@ fn every_rejection_code_has_a_table_case() {
         "input.command_not_bare",
     );
     check("nul", code_of(&fx, &req("ls", &["a\0b"])), "input.nul_byte");
+    let mut r = req("ls", &[]);
+    r.stdin = Some("a\0b".to_owned());
+    check("nul in stdin", code_of(&fx, &r), "input.nul_byte");
     let many: Vec<String> = (0..=MAX_ARGS).map(|i| i.to_string()).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
     check(
