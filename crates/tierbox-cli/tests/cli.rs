@@ -259,6 +259,45 @@ fn schema_publishes_process_run() {
     assert_eq!(v["process_run"]["properties"]["command"]["maxLength"], 256);
 }
 
+/// A `.json` policy file is read as JSON and takes effect: its allowlist and limits are
+/// the plan's, and what it does not allow is rejected.
+#[test]
+fn json_policy_file_takes_effect() {
+    let ws = tempfile::tempdir().unwrap();
+    let policy = ws.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"version": 1, "exec": {"allowed_executables": ["ls"]}, "limits": {"cpus": 2}}"#,
+    )
+    .unwrap();
+    let check = |cmd: &[&str]| {
+        let mut args = vec![
+            "check",
+            "--json",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--",
+        ];
+        args.extend_from_slice(cmd);
+        tierbox(&args, None)
+    };
+    let out = check(&["ls"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["plan"]["limits"]["cpus"], 2, "{v}");
+    let out = check(&["git", "status"]);
+    assert_eq!(out.status.code(), Some(125));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["rejected"]["code"], "exec.not_allowed", "{v}");
+}
+
 #[test]
 fn bad_policy_is_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();

@@ -985,6 +985,39 @@ mod tests {
         assert!(Policy::from_toml("version = 1\n[tier]\nbackend = \"bwrap\"\n").is_ok());
     }
 
+    /// A JSON policy is the same document as its TOML form, checked by the same rules:
+    /// unknown keys, out-of-range values and oversized documents are refused alike.
+    #[test]
+    fn json_policies_are_parsed_and_checked_like_toml() {
+        let toml = "version = 1\n[exec]\nallowed_executables = [\"git\"]\n\
+                    [limits]\ncpus = 2\nmemory_bytes = 268435456\n\
+                    [egress]\nmode = \"strict\"\nallow = [\"*.crates.io:443\"]\n";
+        let json = r#"{"version": 1, "exec": {"allowed_executables": ["git"]},
+            "limits": {"cpus": 2, "memory_bytes": 268435456},
+            "egress": {"mode": "strict", "allow": ["*.crates.io:443"]}}"#;
+        let from_json = Policy::from_json(json).unwrap();
+        assert_eq!(from_json, Policy::from_toml(toml).unwrap());
+        assert_eq!(from_json.limits.cpus, Some(2));
+
+        assert!(matches!(
+            Policy::from_json(r#"{"version": 1, "bogus": 1}"#),
+            Err(PolicyError::Parse { .. })
+        ));
+        assert!(matches!(
+            Policy::from_json(r#"{"version": 1, "limits": {"cpus": 0}}"#),
+            Err(PolicyError::Invalid { field, .. }) if field == "limits.cpus"
+        ));
+        assert!(matches!(
+            Policy::from_json(r#"{"version": 2}"#),
+            Err(PolicyError::Version { found: 2 })
+        ));
+        let padded = format!("{{\"version\": 1{}}}", " ".repeat(MAX_POLICY_BYTES));
+        assert!(matches!(
+            Policy::from_json(&padded),
+            Err(PolicyError::TooLarge { .. })
+        ));
+    }
+
     #[test]
     fn tiers_order_by_strength() {
         assert!(Tier::B < Tier::C && Tier::C < Tier::A);

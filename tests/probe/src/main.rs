@@ -87,7 +87,8 @@ usage: tierbox-probe PROBE [ARGS]
   daemon PIDFILE                leave a setsid double-forked daemon; write 'PID START' to PIDFILE
   flood BYTES                   write BYTES to stdout in 1 MiB writes (report on stderr)
   stdin-closed                  stdin must be at end of file at once
-  hold PIDFILE                  fork a child, write 'PID START CHILD START' to PIDFILE, sleep 60 s
+  hold PIDFILE [--ignore-term]  fork a child, write 'PID START CHILD START' to PIDFILE, sleep 60 s
+                                (--ignore-term: both ignore SIGTERM)
   grandchild-holds-stdout [--setsid]
                                 leave a child holding stdout for 30 s, print its pid
   no-net PORT                   inet/inet6/unix sockets and a connect to 127.0.0.1:PORT must fail
@@ -192,7 +193,10 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
         "no-mount" => surface::no_mount(),
         "memory" => process::memory(number(arg(0)?)?),
         "cpu" => process::cpu(number(arg(0)?)?),
-        "hold" => process::hold(&path_arg(arg(0)?)?),
+        "hold" => process::hold(
+            &path_arg(arg(0)?)?,
+            args.iter().any(|a| a == "--ignore-term"),
+        ),
         "no-core" => privilege::no_core(),
         "setuid-exec" => privilege::setuid_exec(&path_arg(arg(0)?)?),
         "whoami" => privilege::whoami(),

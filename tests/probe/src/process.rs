@@ -263,10 +263,14 @@ pub fn cpu(ms: u64) -> ProbeResult {
 /// How long `hold` and its child sleep.
 const HOLD_SLEEP: Duration = Duration::from_secs(60);
 
-/// `hold PIDFILE`: forks a child (same process group, no `setsid`), writes
-/// `PID START CHILD_PID CHILD_START` to PIDFILE, and both sleep 60 s. Used to see what
-/// happens to a run whose supervisor dies.
-pub fn hold(pidfile: &Path) -> ProbeResult {
+/// `hold PIDFILE [--ignore-term]`: forks a child (same process group, no `setsid`),
+/// writes `PID START CHILD_PID CHILD_START` to PIDFILE, and both sleep 60 s. Used to see
+/// what happens to a run whose supervisor dies, or that reaches its deadline. With
+/// `--ignore-term` both ignore SIGTERM, so only SIGKILL ends them.
+pub fn hold(pidfile: &Path, ignore_term: bool) -> ProbeResult {
+    if ignore_term {
+        sys::ignore_signal(libc::SIGTERM)?;
+    }
     let child = match sys::fork()? {
         Forked::Child => {
             std::thread::sleep(HOLD_SLEEP);

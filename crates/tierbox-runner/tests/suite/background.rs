@@ -21,6 +21,13 @@ struct Env {
 }
 
 fn env(test: &str, allowed: &[&str], per_owner: u32) -> Option<Env> {
+    env_with(test, allowed, |policy| {
+        policy.background.max_per_owner = per_owner
+    })
+}
+
+/// [`env`] with the policy adjusted by `edit` (after `allowed` is set).
+fn env_with(test: &str, allowed: &[&str], edit: impl FnOnce(&mut Policy)) -> Option<Env> {
     if !tier_b_available(test) {
         return None;
     }
@@ -28,7 +35,7 @@ fn env(test: &str, allowed: &[&str], per_owner: u32) -> Option<Env> {
     let state = tempfile::tempdir().unwrap();
     let mut policy = Policy::builtin_default();
     policy.exec.allowed_executables = allowed.iter().map(|s| (*s).to_owned()).collect();
-    policy.background.max_per_owner = per_owner;
+    edit(&mut policy);
     let runner = Runner::new(policy)
         .with_workspace(ws.path())
         .with_options(RunOptions {
@@ -283,6 +290,42 @@ fn live_processes_are_capped_per_owner() {
         // Ended processes free their places.
         e.runner
             .start_background("alice", &bg("sleep", &["30"]))
+            .await
+            .unwrap();
+        bgm.shutdown().await;
+    });
+}
+
+#[test]
+fn live_processes_are_capped_in_total() {
+    let Some(e) = env_with("background_total_cap", &["sleep"], |policy| {
+        policy.background.max_per_owner = 4;
+        policy.background.max_total = 3;
+    }) else {
+        return;
+    };
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        for owner in ["alice", "alice", "bob"] {
+            e.runner
+                .start_background(owner, &bg("sleep", &["30"]))
+                .await
+                .unwrap();
+        }
+        // Within its own allowance (4), but the runner's (3) is spent.
+        for owner in ["carol", "alice"] {
+            let err = e
+                .runner
+                .start_background(owner, &bg("sleep", &["30"]))
+                .await
+                .unwrap_err();
+            assert_eq!(err.code(), "background.limit", "{err}");
+            assert!(err.to_string().contains("the runner"), "{err}");
+        }
+        bgm.shutdown().await;
+        // Ended processes free their places.
+        e.runner
+            .start_background("carol", &bg("sleep", &["30"]))
             .await
             .unwrap();
         bgm.shutdown().await;

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tierbox_policy::QuotaMode;
-use tierbox_runner::LimitHit;
+use tierbox_runner::{LimitHit, Outcome};
 
 use super::harness::{
     Fixture, NOBODY, Need, PROBE, ProcessId, assert_broken, assert_direct_broken, assert_holds,
@@ -632,14 +632,14 @@ async fn grandchild_outside_the_sandbox_survives() {
     );
 }
 
-/// The deadline kills the whole tree: the direct child and what it forked.
-#[tokio::test]
-async fn timeout_kills_the_whole_tree() {
-    let Some(mut fx) = Fixture::new("timeout_kills_the_whole_tree", &[]) else {
-        return;
-    };
+/// Runs `hold` (with `extra` arguments) to its 1 s deadline; returns the outcome and
+/// whether the direct child and the child it forked are dead (any left are killed).
+async fn hold_until_the_deadline(fx: &mut Fixture, extra: &[&str]) -> (Outcome, bool, bool) {
     fx.policy.limits.timeout_ms = 1_000;
-    let o = fx.probe(&["hold", "hold.pid"]).await;
+    let _ = std::fs::remove_file(fx.workspace.join("hold.pid"));
+    let mut args = vec!["hold", "hold.pid"];
+    args.extend_from_slice(extra);
+    let o = fx.probe(&args).await;
     let text = std::fs::read_to_string(fx.workspace.join("hold.pid")).unwrap();
     let n: Vec<&str> = text.split_whitespace().collect();
     let direct = ProcessId::parse_pair(&n[..2].join(" ")).unwrap();
@@ -655,11 +655,42 @@ async fn timeout_kills_the_whole_tree() {
         "{}",
         describe(&o)
     );
+    (o, direct_dead, forked_dead)
+}
+
+/// The deadline kills the whole tree: the direct child and what it forked. SIGTERM
+/// comes first, and a program that does not ignore it dies of it.
+#[tokio::test]
+async fn timeout_kills_the_whole_tree() {
+    let Some(mut fx) = Fixture::new("timeout_kills_the_whole_tree", &[]) else {
+        return;
+    };
+    let (o, direct_dead, forked_dead) = hold_until_the_deadline(&mut fx, &[]).await;
     assert!(
         direct_dead && forked_dead,
         "direct dead: {direct_dead}, forked dead: {forked_dead}\n{}",
         describe(&o)
     );
+    assert_eq!(o.signal, Some(libc::SIGTERM), "{}", describe(&o));
+}
+
+/// A tree that ignores SIGTERM is SIGKILLed once the grace (`TERM_GRACE_MS`) is over:
+/// the direct child dies of SIGKILL, and what it forked dies too.
+#[tokio::test]
+async fn timeout_escalates_to_sigkill_for_a_tree_ignoring_sigterm() {
+    let Some(mut fx) = Fixture::new(
+        "timeout_escalates_to_sigkill_for_a_tree_ignoring_sigterm",
+        &[],
+    ) else {
+        return;
+    };
+    let (o, direct_dead, forked_dead) = hold_until_the_deadline(&mut fx, &["--ignore-term"]).await;
+    assert!(
+        direct_dead && forked_dead,
+        "direct dead: {direct_dead}, forked dead: {forked_dead}\n{}",
+        describe(&o)
+    );
+    assert_eq!(o.signal, Some(libc::SIGKILL), "{}", describe(&o));
 }
 
 // ---- output and input ----------------------------------------------------------------
