@@ -253,8 +253,26 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tierbox: error: {e:#}");
+            eprintln!("hint: {}", error_hint(&e));
             ExitCode::from(EXIT_INTERNAL)
         }
+    }
+}
+
+/// What to try after an error that is not a rejection: about the policy when a policy
+/// was at fault, else about the host and the command line.
+fn error_hint(e: &anyhow::Error) -> &'static str {
+    let policy_at_fault = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<tierbox_policy::PolicyError>()
+            .is_some()
+    }) || e
+        .chain()
+        .any(|cause| cause.to_string().starts_with("reading policy "));
+    if policy_at_fault {
+        "`tierbox policy check FILE` checks a policy on its own; docs/policy.md describes every field"
+    } else {
+        "`tierbox help COMMAND` shows what the command expects; `tierbox doctor` shows what this host can enforce"
     }
 }
 
@@ -350,6 +368,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             }
             Err(e) => {
                 eprintln!("tierbox: {e:#}");
+                eprintln!(
+                    "hint: docs/policy.md describes every field; `tierbox policy init` prints the built-in policy to start from"
+                );
                 Ok(ExitCode::from(1))
             }
         },

@@ -307,6 +307,26 @@ fn bad_policy_is_one_clear_line() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("allow_interpreter"), "{stderr}");
+    // The error, then what to do about it.
+    assert!(
+        stderr.starts_with("tierbox: policy ")
+            && stderr
+                .lines()
+                .last()
+                .is_some_and(|l| l.starts_with("hint: docs/policy.md")),
+        "{stderr}"
+    );
+    // Another command with a policy that cannot be read points to `policy check`.
+    let missing = dir.path().join("missing.toml");
+    let out = tierbox(
+        &["check", "--policy", missing.to_str().unwrap(), "--", "ls"],
+        None,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hint: `tierbox policy check FILE`"),
+        "{stderr}"
+    );
 }
 
 /// Regression: a run that keeps uid 0 (root supervisor, root-owned workspace) must still

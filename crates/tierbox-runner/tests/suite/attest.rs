@@ -51,6 +51,11 @@ impl Env {
 }
 
 fn env(test: &str, log: bool) -> Option<Env> {
+    env_with(test, log, |_| {})
+}
+
+/// [`env`] with the policy adjusted by `edit` last.
+fn env_with(test: &str, log: bool, edit: impl FnOnce(&mut Policy)) -> Option<Env> {
     if !tier_b_available(test) {
         return None;
     }
@@ -63,6 +68,7 @@ fn env(test: &str, log: bool) -> Option<Env> {
     if log {
         policy.audit.log = Some(state.path().join("audit.jsonl"));
     }
+    edit(&mut policy);
     let runner = Runner::new(policy)
         .with_workspace(ws.path())
         .with_options(RunOptions {
@@ -92,6 +98,47 @@ fn run_facts(a: &SignedAttestation) -> &tierbox_attest::RunFacts {
         Body::Run(run) => run,
         other => panic!("expected a run, got {other:?}"),
     }
+}
+
+/// `audit.signing_key` names the key runs are signed with: the attestation verifies with
+/// it (and not with another key), and no key is created in the state directory.
+#[test]
+fn a_policy_supplied_signing_key_signs_the_runs() {
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let keys = tempfile::tempdir().unwrap();
+    let key_path = keys.path().join("attest.key");
+    let seed = "1f".repeat(32);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&key_path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, seed.as_bytes()))
+        .unwrap();
+    let supplied = tierbox_attest::load_signing_key(&key_path)
+        .unwrap()
+        .verifying_key();
+    let Some(e) = env_with("a_policy_supplied_signing_key_signs_the_runs", false, |p| {
+        p.audit.signing_key = Some(key_path.clone());
+    }) else {
+        return;
+    };
+    let outcome =
+        e.rt.block_on(e.runner.run(&request("echo", &["hi"])))
+            .unwrap();
+    let a = outcome
+        .attestation
+        .expect("the outcome carries its attestation");
+    verify_envelope(&a, Some(&supplied)).unwrap();
+    let other = tierbox_attest::keys::parse_signing_key(&"2e".repeat(32), "another key")
+        .unwrap()
+        .verifying_key();
+    assert!(verify_envelope(&a, Some(&other)).is_err());
+    assert!(
+        !e.state.path().join("attest-key").exists(),
+        "a key was created in the state directory although the policy supplies one"
+    );
 }
 
 #[test]

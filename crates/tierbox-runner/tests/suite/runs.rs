@@ -91,6 +91,30 @@ fn arguments_reach_the_program_byte_for_byte() {
     assert_eq!(out.backend, "tier_b_linux");
 }
 
+/// Output that is not UTF-8 is rendered with U+FFFD and flagged `lossy_utf8`, while its
+/// digest is of the bytes the program wrote. Control: valid UTF-8 is not flagged.
+#[test]
+fn invalid_utf8_output_is_flagged_lossy_and_digested_raw() {
+    if !tier_b_available("invalid_utf8_output_is_flagged_lossy_and_digested_raw") {
+        return;
+    }
+    let env = Env::new(&["printf"]);
+    let mut r = req("printf", &["a\\377b"]);
+    r.tier = TierRequest::B;
+    let out = rt().block_on(env.runner().run(&r)).unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(out.stdout.text, "a\u{FFFD}b");
+    assert!(out.stdout.lossy_utf8, "{out:?}");
+    assert_eq!(out.stdout.total_bytes, 3);
+    assert_eq!(out.stdout.sha256, tierbox_attest::sha256_hex(b"a\xffb"));
+
+    let mut r = req("printf", &["a\u{e9}b"]);
+    r.tier = TierRequest::B;
+    let out = rt().block_on(env.runner().run(&r)).unwrap();
+    assert_eq!(out.stdout.text, "a\u{e9}b");
+    assert!(!out.stdout.lossy_utf8, "{out:?}");
+}
+
 #[test]
 fn timeout_kills_the_tree_and_returns_partial_output() {
     if !tier_b_available("timeout_kills_the_tree_and_returns_partial_output") {
