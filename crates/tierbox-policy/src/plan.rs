@@ -170,7 +170,8 @@ pub struct OutputPlan {
 pub struct TierPlan {
     /// The weakest acceptable tier.
     pub minimum: Tier,
-    /// What the request asked for.
+    /// What the request asked for; the policy's `tier.preferred` when it asked for
+    /// `auto`.
     pub requested: TierRequest,
     /// Layers that may be missing (recorded when they are).
     pub optional_layers: Vec<Layer>,

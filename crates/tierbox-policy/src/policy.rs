@@ -146,7 +146,7 @@ pub enum QuotaMode {
 /// A Tierbox policy document.
 ///
 /// The locked-down defaults (from [`Policy::default`]):
-/// - minimum tier B, tier preference `auto`, only the `cgroup` and `protected_paths`
+/// - minimum tier B, `tier.preferred` = `auto`, only the `cgroup` and `protected_paths`
 ///   layers may be missing on a host (and their absence is recorded);
 /// - no executables allowed, interpreters denied, eval flags denied, command paths denied;
 /// - environment rebuilt from `HOME USER LANG LC_ALL TERM TZ` and a fixed PATH;
@@ -236,6 +236,13 @@ pub struct TierPolicy {
     /// The weakest tier a run may use. A host that cannot enforce it rejects the run with
     /// `tier.unavailable`; it never runs weaker.
     pub minimum: Tier,
+    /// The tier of a request that leaves the choice open (`tier` omitted or `"auto"`):
+    /// `auto` (the default) is the strongest this host can enforce; `b` or `c` is as if
+    /// the request had named it (faster Tier B by default, say), and is rejected when the
+    /// host cannot enforce it, never downgraded. At least `minimum`; never `a` (Tier A
+    /// runs WASM modules, which a request asks for itself). A request that names a tier
+    /// keeps it.
+    pub preferred: crate::request::TierRequest,
     /// Layers that may be missing on this host without rejecting the run. Each missing
     /// layer is recorded in the outcome and the attestation.
     pub optional_layers: Vec<Layer>,
@@ -250,6 +257,7 @@ impl Default for TierPolicy {
     fn default() -> Self {
         Self {
             minimum: Tier::B,
+            preferred: crate::request::TierRequest::Auto,
             optional_layers: vec![Layer::Cgroup, Layer::ProtectedPaths],
             backend: TierCBackend::Native,
             container: ContainerPolicy::default(),
@@ -339,6 +347,30 @@ impl ContainerPolicy {
     /// The user the container runs as.
     pub fn effective_user(&self) -> &str {
         self.user.as_deref().unwrap_or(DEFAULT_CONTAINER_USER)
+    }
+}
+
+impl TierPolicy {
+    /// Why `preferred` is refused, or `None`.
+    fn preferred_problem(&self) -> Option<String> {
+        use crate::request::TierRequest;
+        let tier = match self.preferred {
+            TierRequest::Auto => return None,
+            TierRequest::A => {
+                return Some(
+                    "\"a\" is not a preference: Tier A runs WASM modules, which a request asks for itself"
+                        .to_owned(),
+                );
+            }
+            TierRequest::B => Tier::B,
+            TierRequest::C => Tier::C,
+        };
+        (tier < self.minimum).then(|| {
+            format!(
+                "\"{tier}\" is weaker than tier.minimum = \"{}\"",
+                self.minimum
+            )
+        })
     }
 }
 
@@ -738,6 +770,9 @@ impl Policy {
         }
         if l.cpus == Some(0) {
             return invalid("limits.cpus", "must be at least 1".to_owned());
+        }
+        if let Some(reason) = self.tier.preferred_problem() {
+            return invalid("tier.preferred", reason);
         }
         if let Some((field, reason)) = container_problem(&self.tier) {
             return invalid(field, reason);

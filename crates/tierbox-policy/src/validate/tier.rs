@@ -1,4 +1,5 @@
-//! Tier: a request may ask for a stronger tier than the policy's minimum, never a weaker one.
+//! Tier: a request may ask for a stronger tier than the policy's minimum, never a weaker one;
+//! one that leaves the choice open gets the policy's `tier.preferred`.
 //! Whether the host can enforce it is decided later by the sandbox's tier selection.
 
 use crate::plan::TierPlan;
@@ -7,7 +8,13 @@ use crate::rejection::Rejection;
 use crate::request::{ProcessRunRequest, TierRequest};
 
 pub(crate) fn check(policy: &TierPolicy, req: &ProcessRunRequest) -> Result<TierPlan, Rejection> {
-    let requested = match req.tier {
+    // A request that leaves the choice open gets the policy's preference (checked to be
+    // at least the minimum when the policy was loaded).
+    let asked = match req.tier {
+        TierRequest::Auto => policy.preferred,
+        named => named,
+    };
+    let requested = match asked {
         TierRequest::Auto => None,
         TierRequest::A => Some(Tier::A),
         TierRequest::B => Some(Tier::B),
@@ -23,7 +30,7 @@ pub(crate) fn check(policy: &TierPolicy, req: &ProcessRunRequest) -> Result<Tier
     }
     Ok(TierPlan {
         minimum: policy.minimum,
-        requested: req.tier,
+        requested: asked,
         optional_layers: policy.optional_layers.clone(),
         backend: policy.backend,
         container: match (&policy.container.image, policy.backend.is_container()) {

@@ -638,3 +638,37 @@ fn every_exec_code_is_reachable() {
         );
     }
 }
+
+/// `tier.preferred` is the tier of a request that leaves the choice open; a request that
+/// names a tier keeps it, and the preference must be a tier at least the minimum.
+#[test]
+fn the_policy_preference_applies_to_requests_that_leave_the_tier_open() {
+    use tierbox_policy::{Policy, PolicyError, ProcessRunRequest, Tier, TierRequest};
+
+    let mut fx = Fixture::new(&["git"]);
+    let mut open = ProcessRunRequest::new("git");
+    assert_eq!(fx.request(&open).unwrap().tier.requested, TierRequest::Auto);
+    fx.policy.tier.preferred = TierRequest::B;
+    assert_eq!(fx.request(&open).unwrap().tier.requested, TierRequest::B);
+    open.tier = TierRequest::C;
+    assert_eq!(fx.request(&open).unwrap().tier.requested, TierRequest::C);
+
+    let parsed = Policy::from_toml("version = 1\n[tier]\npreferred = \"b\"\n").unwrap();
+    assert_eq!(parsed.tier.preferred, TierRequest::B);
+    assert_eq!(parsed.tier.minimum, Tier::B);
+    for (doc, why) in [
+        ("[tier]\npreferred = \"a\"\n", "is not a preference"),
+        (
+            "[tier]\nminimum = \"c\"\npreferred = \"b\"\n",
+            "weaker than tier.minimum",
+        ),
+    ] {
+        match Policy::from_toml(&format!("version = 1\n{doc}")) {
+            Err(PolicyError::Invalid { field, reason }) => {
+                assert_eq!(field, "tier.preferred");
+                assert!(reason.contains(why), "{reason}");
+            }
+            other => panic!("{doc:?} was not refused: {other:?}"),
+        }
+    }
+}

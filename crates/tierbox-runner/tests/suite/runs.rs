@@ -413,6 +413,27 @@ fn tier_c_available(test: &str, backend: tierbox_policy::TierCBackend) -> bool {
     }
 }
 
+/// With Tier C available, a request that leaves the tier open runs in C (the strongest);
+/// with `tier.preferred = "b"` the same request runs in B, and one that names C still
+/// runs in C.
+#[test]
+fn the_policy_preference_decides_an_open_request_s_tier() {
+    let test = "the_policy_preference_decides_an_open_request_s_tier";
+    if !tier_b_available(test) || !tier_c_available(test, tierbox_policy::TierCBackend::Native) {
+        return;
+    }
+    let mut env = Env::new(&["printf"]);
+    let open = req("printf", &["ok"]);
+    let rt = rt();
+    assert_eq!(rt.block_on(env.runner().run(&open)).unwrap().tier, "c");
+    env.policy.tier.preferred = TierRequest::B;
+    let out = rt.block_on(env.runner().run(&open)).unwrap();
+    assert_eq!((out.tier.as_str(), out.stdout.text.as_str()), ("b", "ok"));
+    let mut named = open.clone();
+    named.tier = TierRequest::C;
+    assert_eq!(rt.block_on(env.runner().run(&named)).unwrap().tier, "c");
+}
+
 /// Many Tier C runs at once in one fresh workspace: each covers the missing `.git` with
 /// a placeholder. None may fail because another created it first, none may remove it
 /// while another still covers it, and the last one out removes it.
