@@ -1044,8 +1044,14 @@ fn new_slot(
             Ok(cg) => Some(cg),
             Err(e) => {
                 // An optional cgroup: the run goes ahead in its tmp, without the group.
+                // Tier C runs take their slots here too (`cgroup_slot`).
+                let tier = if key.backend == BACKEND_NAME {
+                    Tier::B
+                } else {
+                    Tier::C
+                };
                 if let Err(rejection) =
-                    require(plan, Tier::B, Layer::Cgroup, false, &e.to_string(), missing)
+                    require(plan, tier, Layer::Cgroup, false, &e.to_string(), missing)
                 {
                     let _ = std::fs::remove_dir_all(&tmp);
                     return Err(rejection.into());
