@@ -420,6 +420,11 @@ pub struct BwrapOptions {
     pub features: BwrapFeatures,
     /// Host facts about the Plan's paths (from [`HostLayout::probe`]).
     pub host: HostLayout,
+    /// `strict` egress with an allowlist: bwrap is started in a network namespace of the
+    /// supervisor's (loopback only) whose `127.0.0.1:port` is the egress proxy, and keeps
+    /// it (`--share-net`) instead of making an empty one; the proxy variables point
+    /// there. Required when the plan needs the proxy, refused otherwise.
+    pub egress_proxy_port: Option<u16>,
 }
 
 impl BwrapOptions {
@@ -434,6 +439,7 @@ impl BwrapOptions {
             tmp_size_bytes: DEFAULT_TMP_SIZE_BYTES,
             features,
             host,
+            egress_proxy_port: None,
         }
     }
 
@@ -509,13 +515,29 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     opts.check()?;
     let mounts = mount_steps(plan, &opts.host)?;
     let denies = deny_steps(plan, &opts.host, &mounts);
-    let env = sandbox_env(plan)?;
+    let env = sandbox_env(plan, opts.egress_proxy_port)?;
 
     let mut argv = Argv::default();
     // Namespaces and privileges. `--unshare-user` explicitly: bwrap skips the automatic
     // user namespace when run by uid 0, and without it a root caller keeps every
     // capability inside (observed with Palyra's argv).
     argv.flags(&["--unshare-all", "--unshare-user"]);
+    match (plan.network.needs_proxy(), opts.egress_proxy_port) {
+        // The namespace bwrap starts in is the supervisor's loopback-only one.
+        (true, Some(_)) => argv.flags(&["--share-net"]),
+        (false, None) => {}
+        (true, None) => {
+            return Err(BwrapError::PlanNotExpressible {
+                what: "strict egress with an allowlist needs the egress proxy's network namespace (egress_proxy_port)".to_owned(),
+            });
+        }
+        (false, Some(_)) => {
+            return Err(BwrapError::InvalidOption {
+                option: "egress_proxy_port",
+                reason: "set, but the plan does not use the egress proxy".to_owned(),
+            });
+        }
+    }
     if opts.features.disable_userns {
         argv.flags(&["--disable-userns"]);
     }
@@ -834,7 +856,7 @@ fn deny_steps(plan: &Plan, host: &HostLayout, mounts: &[(PathBuf, Step)]) -> Vec
 
 /// The sandbox's environment: the Plan's, plus `HOME` for a private home and the
 /// temporary-directory variables it does not set; sorted by name.
-fn sandbox_env(plan: &Plan) -> Result<Vec<(String, String)>, BwrapError> {
+fn sandbox_env(plan: &Plan, proxy_port: Option<u16>) -> Result<Vec<(String, String)>, BwrapError> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     for (name, value) in &plan.env {
         if name.is_empty() || name.contains('=') || name.contains('\0') {
@@ -850,6 +872,9 @@ fn sandbox_env(plan: &Plan) -> Result<Vec<(String, String)>, BwrapError> {
     for name in TMP_VARS {
         env.entry((*name).to_owned())
             .or_insert_with(|| SANDBOX_TMP.to_owned());
+    }
+    if let Some(port) = proxy_port {
+        env.extend(crate::egress::proxy_env(port));
     }
     Ok(env.into_iter().collect())
 }

@@ -138,6 +138,56 @@ fn setenvs(argv: &[String]) -> Vec<(String, String)> {
 // Pure: golden argvs from the shipped policies.
 // ---------------------------------------------------------------------------------------
 
+/// `strict` egress with an allowlist: bwrap keeps the namespace it starts in (the
+/// supervisor's, holding the proxy) with `--share-net` after `--unshare-all`, and the
+/// proxy variables point to the port. Without the port the plan is not expressible;
+/// with a port but no proxy in the plan the options are refused; and no other plan
+/// ever gets `--share-net`.
+#[test]
+fn strict_allowlist_shares_the_proxy_namespace_and_nothing_else_does() {
+    let sc = scratch();
+    let mut p = policy("strict.toml");
+    p.exec.allowed_executables = vec!["ls".to_owned()];
+    p.egress.mode = tierbox_policy::EgressMode::Strict;
+    p.egress.allow = vec!["crates.io".to_owned()];
+    let mut plan = plan_for(&p, &sc.ws, "/nonexistent-home", "ls", &[]);
+    let host = fake_system(&mut plan);
+    let mut o = opts(V0_8, host.clone());
+    assert!(matches!(
+        bwrap_argv(&plan, &o),
+        Err(BwrapError::PlanNotExpressible { .. })
+    ));
+    o.egress_proxy_port = Some(8877);
+    let argv = strings(&bwrap_argv(&plan, &o).unwrap());
+    assert!(pos(&argv, &["--share-net"]) > pos(&argv, &["--unshare-all"]));
+    let env = setenvs(&argv);
+    for (name, value) in [
+        ("HTTPS_PROXY", "http://127.0.0.1:8877"),
+        ("http_proxy", "http://127.0.0.1:8877"),
+        ("ALL_PROXY", "socks5h://127.0.0.1:8877"),
+    ] {
+        assert!(
+            env.iter().any(|(k, v)| k == name && v == value),
+            "{name}={value} not in {env:?}"
+        );
+    }
+
+    p.egress.allow.clear();
+    let mut plan = plan_for(&p, &sc.ws, "/nonexistent-home", "ls", &[]);
+    let host = fake_system(&mut plan);
+    let argv = strings(&bwrap_argv(&plan, &opts(V0_8, host.clone())).unwrap());
+    assert_locked_down(&argv);
+    let mut o = opts(V0_8, host);
+    o.egress_proxy_port = Some(8877);
+    assert!(matches!(
+        bwrap_argv(&plan, &o),
+        Err(BwrapError::InvalidOption {
+            option: "egress_proxy_port",
+            ..
+        })
+    ));
+}
+
 #[test]
 fn strict_policy_golden_argv() {
     let sc = scratch();

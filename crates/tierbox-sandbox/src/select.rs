@@ -46,11 +46,13 @@ pub fn tier_available_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<
 /// Tier C gives every run its own network namespace with only loopback, so it cannot
 /// provide the host network that `allow_all` and `preflight` (advisory: nothing is
 /// enforced at runtime) promise. It provides `block_all`, `strict` with an empty
-/// allowlist (no network at all), and — on the native backend, which makes the egress
-/// proxy's listener inside the namespace — `strict` with an allowlist. bwrap builds the
-/// namespace itself and offers no way to hand a listener out of it; the container
-/// backends run with `--network none` and cannot either.
-pub fn tier_supports(tier: Tier, plan: &Plan) -> Result<(), (String, String)> {
+/// allowlist (no network at all), and `strict` with an allowlist: the native backend
+/// makes the egress proxy's listener inside the namespace it creates; for bwrap the
+/// supervisor makes a loopback-only namespace holding the listener and bwrap keeps it
+/// (`--share-net`), which takes a root supervisor (`facts.euid == 0`: creating a
+/// network namespace and starting bwrap in it need `CAP_SYS_ADMIN`). The container
+/// backends run with `--network none` and cannot.
+pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), (String, String)> {
     if tier != Tier::C {
         return Ok(());
     }
@@ -66,9 +68,10 @@ pub fn tier_supports(tier: Tier, plan: &Plan) -> Result<(), (String, String)> {
             ),
             "the container runs with --network none, where the egress proxy cannot be reached; use tier.backend = \"native\" (or tier b)",
         ),
+        EgressMode::Strict if facts.euid == 0 => Ok(()),
         EgressMode::Strict => unsupported(
             "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"bwrap\"",
-            "bwrap creates the network namespace itself, so the egress proxy cannot be reached inside it; use tier.backend = \"native\" (or tier b)",
+            "bwrap must start in a network namespace the supervisor made to hold the egress proxy, which takes a root supervisor; use tier.backend = \"native\" (or tier b)",
         ),
         EgressMode::AllowAll => unsupported(
             "egress.mode = \"allow_all\"",
@@ -103,7 +106,7 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
                     continue;
                 }
                 let usable = tier_available_for(tier, plan, facts)
-                    .and_then(|()| tier_supports(tier, plan).map_err(|(_, reason)| reason));
+                    .and_then(|()| tier_supports(tier, plan, facts).map_err(|(_, reason)| reason));
                 match usable {
                     Ok(()) => return Ok(tier),
                     Err(reason) => last_reason = reason,
@@ -118,10 +121,12 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
                 _ => Tier::C,
             };
             tier_available_for(tier, plan, facts).map_err(|reason| unavailable(tier, reason))?;
-            tier_supports(tier, plan).map_err(|(feature, reason)| Rejection::TierUnsupported {
-                tier: tier.to_string(),
-                feature,
-                reason,
+            tier_supports(tier, plan, facts).map_err(|(feature, reason)| {
+                Rejection::TierUnsupported {
+                    tier: tier.to_string(),
+                    feature,
+                    reason,
+                }
             })?;
             Ok(tier)
         }
@@ -176,28 +181,34 @@ mod tests {
     }
 
     #[test]
-    fn tier_c_supports_an_allowlist_on_the_native_backend_only() {
+    fn tier_c_supports_an_allowlist_on_native_and_on_bwrap_under_a_root_supervisor() {
+        let facts = crate::probe::host_facts();
+        let mut root = facts.clone();
+        root.euid = 0;
+        let mut user = facts.clone();
+        user.euid = 1000;
         let native = plan(EgressMode::Strict, &["crates.io"], TierCBackend::Native);
-        assert_eq!(tier_supports(Tier::C, &native), Ok(()));
+        assert_eq!(tier_supports(Tier::C, &native, &user), Ok(()));
         let bwrap = plan(EgressMode::Strict, &["crates.io"], TierCBackend::Bwrap);
-        let (feature, reason) = tier_supports(Tier::C, &bwrap).unwrap_err();
+        assert_eq!(tier_supports(Tier::C, &bwrap, &root), Ok(()));
+        let (feature, reason) = tier_supports(Tier::C, &bwrap, &user).unwrap_err();
         assert!(feature.contains("bwrap"), "{feature}");
-        assert!(reason.contains("native"), "{reason}");
+        assert!(reason.contains("root supervisor"), "{reason}");
         for backend in [TierCBackend::Docker, TierCBackend::Podman] {
             let p = plan(EgressMode::Strict, &["crates.io"], backend);
-            let (feature, reason) = tier_supports(Tier::C, &p).unwrap_err();
+            let (feature, reason) = tier_supports(Tier::C, &p, &root).unwrap_err();
             assert!(feature.contains(&backend.to_string()), "{feature}");
             assert!(reason.contains("--network none"), "{reason}");
             let p = plan(EgressMode::BlockAll, &[], backend);
-            assert_eq!(tier_supports(Tier::C, &p), Ok(()));
+            assert_eq!(tier_supports(Tier::C, &p, &root), Ok(()));
         }
         // No allowlist: no network, which both backends provide.
         let empty = plan(EgressMode::Strict, &[], TierCBackend::Bwrap);
-        assert_eq!(tier_supports(Tier::C, &empty), Ok(()));
+        assert_eq!(tier_supports(Tier::C, &empty, &user), Ok(()));
         for mode in [EgressMode::Preflight, EgressMode::AllowAll] {
             let p = plan(mode, &["crates.io"], TierCBackend::Native);
-            assert!(tier_supports(Tier::C, &p).is_err(), "{mode:?}");
-            assert_eq!(tier_supports(Tier::B, &p), Ok(()), "{mode:?}");
+            assert!(tier_supports(Tier::C, &p, &root).is_err(), "{mode:?}");
+            assert_eq!(tier_supports(Tier::B, &p, &root), Ok(()), "{mode:?}");
         }
     }
 }

@@ -24,6 +24,7 @@ use tierbox_policy::plan::Plan;
 use tierbox_policy::{Enforcement, Layer, LayerReport, Rejection, Tier};
 
 use crate::bwrap::{self, BwrapError, BwrapOptions, HostLayout};
+use crate::egress::SANDBOX_PROXY_PORT;
 use crate::linux::ns::{self, NativeError, NativeOptions};
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use crate::probe::host_facts;
@@ -200,8 +201,16 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
     } else {
         None
     };
+    // strict egress with an allowlist: the loopback-only namespace bwrap keeps, holding
+    // the proxy's listener.
+    let egress = if plan.network.needs_proxy() {
+        Some(egress_namespace()?)
+    } else {
+        None
+    };
     let mut bopts = BwrapOptions::new(info.features, HostLayout::probe(plan));
     bopts.seccomp_fd = seccomp.as_ref().map(|_| BWRAP_SECCOMP_FD);
+    bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
     bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
     let argv = bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?;
     let placeholders = bwrap::host_mount_points(plan, &bopts).map_err(bwrap_error)?;
@@ -225,6 +234,7 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
         argv: &full_argv,
         env: &[],
         inherit: seccomp_fd.as_ref().map(|fd| (fd, BWRAP_SECCOMP_FD)),
+        netns: egress.as_ref().map(|(netns, _)| netns),
     };
     let child = match spawn::spawn_helper(plan, opts, &slot, &helper) {
         Ok(c) => c,
@@ -250,8 +260,46 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
         tier: Tier::C,
         report: None,
         host_placeholders: claim.keep(),
-        egress_listener: None,
+        egress_listener: egress.map(|(_, listener)| listener),
         container: None,
+    })
+}
+
+/// A network namespace for a bwrap run that reaches the egress proxy: only `lo`, up,
+/// and on it the proxy's listener at `127.0.0.1:`[`SANDBOX_PROXY_PORT`] (a socket
+/// belongs to the namespace it was made in). Made on a thread of its own that enters the
+/// namespace and ends there, so no thread of the supervisor is left in it. Needs
+/// `CAP_SYS_ADMIN` (a root supervisor): without it the run is `tier.unsupported`, as
+/// `select::tier_supports` tells callers before they get here.
+fn egress_namespace() -> Result<(OwnedFd, std::net::TcpListener), LaunchError> {
+    let made = std::thread::Builder::new()
+        .name("tierbox-egress-netns".to_owned())
+        .spawn(|| -> std::io::Result<_> {
+            let netns = match ns::netns_pool::take() {
+                Some(pooled) => {
+                    ns::sys::setns_net(&pooled)?;
+                    pooled
+                }
+                None => ns::sys::new_netns_with_loopback()?,
+            };
+            let listener =
+                std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, SANDBOX_PROXY_PORT))?;
+            Ok((netns, listener))
+        })
+        .map_err(|source| LaunchError::Setup {
+            what: "thread for the egress network namespace".to_owned(),
+            source,
+        })?
+        .join()
+        .map_err(|_| LaunchError::Setup {
+            what: "thread for the egress network namespace".to_owned(),
+            source: std::io::Error::other("panicked"),
+        })?;
+    made.map_err(|source| LaunchError::Setup {
+        what: format!(
+            "network namespace with the egress listener on 127.0.0.1:{SANDBOX_PROXY_PORT}"
+        ),
+        source,
     })
 }
 
@@ -326,7 +374,13 @@ fn bwrap_enforcement(
             "user (uid 1000 inside, mapped to the supervisor's uid)".to_owned(),
             "pid (bwrap as pid 1)".to_owned(),
             "mount (tmpfs root)".to_owned(),
-            "net (loopback only)".to_owned(),
+            if plan.network.needs_proxy() {
+                format!(
+                    "net (loopback only; made by the supervisor and kept by bwrap --share-net; the egress proxy listens on 127.0.0.1:{SANDBOX_PROXY_PORT})"
+                )
+            } else {
+                "net (loopback only)".to_owned()
+            },
             "ipc".to_owned(),
             "uts".to_owned(),
             "cgroup".to_owned(),

@@ -18,14 +18,36 @@ use crate::netlab::NetLab;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
     B,
+    /// Tier C on the native backend.
     C,
+    /// Tier C on the bwrap backend.
+    CBwrap,
 }
+
+/// The `[tier]` table of [`policy`], which [`Tier::adapt`] rewrites for bwrap.
+const TIER_TABLE: &str = "[tier]\noptional_layers = [\"cgroup\", \"protected_paths\"]\n";
 
 impl Tier {
     fn arg(self) -> &'static str {
         match self {
             Tier::B => "b",
-            Tier::C => "c",
+            Tier::C | Tier::CBwrap => "c",
+        }
+    }
+
+    /// `policy_text` for this tier: the bwrap backend (which applies no landlock layer of
+    /// its own) in place of the native one.
+    fn adapt(self, policy_text: &str) -> String {
+        match self {
+            Tier::CBwrap => {
+                assert!(policy_text.contains(TIER_TABLE), "{policy_text}");
+                policy_text.replace(
+                    TIER_TABLE,
+                    "[tier]\nbackend = \"bwrap\"\n\
+                     optional_layers = [\"cgroup\", \"protected_paths\", \"landlock\"]\n",
+                )
+            }
+            Tier::B | Tier::C => policy_text.to_owned(),
         }
     }
 
@@ -48,6 +70,17 @@ impl Tier {
             Tier::C => tierbox_sandbox::linux::userns::probe_userns_cached()
                 .reason()
                 .map(|r| format!("tier c is unavailable: {r}")),
+            Tier::CBwrap => Tier::C
+                .missing()
+                .or_else(|| {
+                    tierbox_sandbox::bwrap::probe_bwrap_cached()
+                        .err()
+                        .map(|e| format!("bwrap is unusable: {e}"))
+                })
+                .or_else(|| {
+                    (facts.euid != 0)
+                        .then(|| "strict egress on bwrap needs a root supervisor".to_owned())
+                }),
         }
     }
 }
@@ -268,7 +301,7 @@ fn run_cli(
         std::fs::write(ws_path.join(name), text).unwrap();
     }
     let policy_file = state.path().join("policy.toml");
-    std::fs::write(&policy_file, policy_text).unwrap();
+    std::fs::write(&policy_file, tier.adapt(policy_text)).unwrap();
     let mut args: Vec<String> = vec![
         "run".into(),
         "--tier".into(),
@@ -295,6 +328,15 @@ fn run_cli(
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let outcome: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    // A run that happened ran on the backend this tier names.
+    if let Some(backend) = outcome["backend"].as_str() {
+        let expected = match tier {
+            Tier::B => "tier_b_linux",
+            Tier::C => "tier_c_linux_native",
+            Tier::CBwrap => "tier_c_bwrap",
+        };
+        assert_eq!(backend, expected, "{stdout}");
+    }
     Run {
         status: out.status.code().unwrap_or(-1),
         stdout: outcome["stdout"]["text"]
@@ -618,7 +660,7 @@ fn preflight_checks_hosts_before_spawning(test: &str) {
     }
 }
 
-/// Two tests per case: one per tier.
+/// Three tests per case: Tier B, and Tier C on each Linux backend.
 macro_rules! in_both_tiers {
     ($($case:ident),* $(,)?) => {$(
         mod $case {
@@ -629,6 +671,10 @@ macro_rules! in_both_tiers {
             #[test]
             fn tier_c() {
                 super::$case(concat!(stringify!($case), "::tier_c"), super::Tier::C);
+            }
+            #[test]
+            fn tier_c_bwrap() {
+                super::$case(concat!(stringify!($case), "::tier_c_bwrap"), super::Tier::CBwrap);
             }
         }
     )*};

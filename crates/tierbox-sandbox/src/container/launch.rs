@@ -129,6 +129,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         argv: &full_argv,
         env: &env,
         inherit: None,
+        netns: None,
     };
     // The guard exists before the CLI starts, so a failed start still cleans up.
     let guard = ContainerGuard {

@@ -611,6 +611,7 @@ fn spawn_in_slot(
         parent_pid: sys::getpid(),
         inherit_fd: (-1, -1),
         keep_caps: false,
+        netns_fd: -1,
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
@@ -903,6 +904,8 @@ pub(crate) struct HelperSpawn<'a> {
     pub argv: &'a [std::ffi::OsString],
     pub env: &'a [(String, String)],
     pub inherit: Option<(&'a OwnedFd, i32)>,
+    /// A network namespace the helper starts in.
+    pub netns: Option<&'a OwnedFd>,
 }
 
 /// Starts `helper` in `slot`'s cgroup with the Plan's stdin and rlimits; see
@@ -961,6 +964,7 @@ pub(crate) fn spawn_helper(
             .inherit
             .map_or((-1, -1), |(fd, at)| (fd.as_raw_fd(), at)),
         keep_caps: true,
+        netns_fd: helper.netns.map_or(-1, |fd| fd.as_raw_fd()),
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };

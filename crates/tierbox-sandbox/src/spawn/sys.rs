@@ -48,6 +48,8 @@ pub enum ChildStep {
     Pdeathsig,
     /// Writing `0` to a cgroup's `cgroup.procs`.
     CgroupAttach,
+    /// `setns(CLONE_NEWNET)` into the prepared network namespace.
+    JoinNetns,
     /// `dup2` of stdin/stdout/stderr.
     Stdio,
     /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`.
@@ -76,11 +78,15 @@ pub enum ChildStep {
 
 /// Every step with the system call or action it names, in discriminant order (a test
 /// checks the order).
-const CHILD_STEPS: [(ChildStep, &str); 16] = [
+const CHILD_STEPS: [(ChildStep, &str); 17] = [
     (ChildStep::None, "none"),
     (ChildStep::Setsid, "setsid()"),
     (ChildStep::Pdeathsig, "prctl(PR_SET_PDEATHSIG, SIGKILL)"),
     (ChildStep::CgroupAttach, "write(cgroup attach file, \"0\")"),
+    (
+        ChildStep::JoinNetns,
+        "setns(network namespace, CLONE_NEWNET)",
+    ),
     (ChildStep::Stdio, "dup3(stdio)"),
     (
         ChildStep::CloseFds,
@@ -165,6 +171,10 @@ pub(crate) struct ChildSpec {
     /// Leave the capability sets alone: only for a trusted helper (`bwrap`) that drops
     /// them itself after building the sandbox. Tier B programs never set it.
     pub keep_caps: bool,
+    /// `-1`, or a network namespace the child joins before it execs: only for `bwrap`
+    /// (with `keep_caps`), which then shares it (`--share-net`) because it holds the
+    /// egress proxy's listener. Tier B programs never set it.
+    pub netns_fd: c_int,
     pub fail_step: AtomicU32,
     pub fail_errno: AtomicI32,
 }
@@ -229,6 +239,20 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     // 4. Join the run's cgroup before anything else can fork, so no descendant escapes it.
     for &fd in &spec.cgroup_fds[..spec.n_cgroup_fds.min(MAX_CGROUP_FDS)] {
         lsys::write_all_raw(fd, b"0").map_err(step(S::CgroupAttach))?;
+    }
+    // 4b. The prepared network namespace (bwrap reaching the egress proxy), joined with
+    //     the capabilities a trusted helper keeps, before anything runs in it.
+    if spec.netns_fd >= 0 {
+        // SAFETY: setns with an fd the parent keeps open until the child has exec'd or
+        // exited (CLONE_VFORK), and a constant flag; it changes only this process.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_setns,
+                spec.netns_fd as libc::c_long,
+                libc::CLONE_NEWNET as libc::c_long,
+            )
+        })
+        .map_err(step(S::JoinNetns))?;
     }
     // 5. stdio. The parent guarantees every source fd is >= 3, so no source is also a
     //    destination (`dup3` would refuse that) and none is clobbered before it is copied.

@@ -62,6 +62,7 @@ pub(super) fn sleep_child_from_exiting_thread(change_ids: bool) -> OwnedFd {
             parent_pid: sys::getpid(),
             inherit_fd: (-1, -1),
             keep_caps: false,
+            netns_fd: -1,
             fail_step: AtomicU32::new(0),
             fail_errno: AtomicI32::new(0),
         };
