@@ -110,12 +110,20 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
     // Where `egress.mode = "strict"` with an allowlist can be enforced.
     let strict_tier_b = summary.seccomp && summary.landlock_abi.is_some_and(|a| a >= 4);
     let strict_tier_c = userns.reason().is_none();
+    // bwrap starts in a namespace the supervisor makes, which takes root.
+    let strict_tier_c_bwrap = strict_tier_c
+        && tierbox_sandbox::probe::host_facts().euid == 0
+        && tierbox_sandbox::bwrap::probe_bwrap_cached().is_ok();
     if !strict_tier_b && !strict_tier_c {
         hints.push("egress: strict mode with an allowlist needs user namespaces (tier c) or landlock ABI 4 with seccomp (tier b); this host has neither, so such runs are rejected".to_owned());
     }
     if json {
         let egress = serde_json::json!({
-            "strict_allowlist": { "tier_c_native": strict_tier_c, "tier_b": strict_tier_b }
+            "strict_allowlist": {
+                "tier_c_native": strict_tier_c,
+                "tier_c_bwrap": strict_tier_c_bwrap,
+                "tier_b": strict_tier_b
+            }
         });
         let containers: serde_json::Map<String, serde_json::Value> = engines
             .iter()
@@ -174,8 +182,9 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
     );
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     println!(
-        "egress      strict with an allowlist (through the proxy): tier c native {}, tier b {}",
+        "egress      strict with an allowlist (through the proxy): tier c native {}, tier c bwrap {}, tier b {}",
         yes_no(strict_tier_c),
+        yes_no(strict_tier_c_bwrap),
         yes_no(strict_tier_b)
     );
     for (e, status) in &engines {

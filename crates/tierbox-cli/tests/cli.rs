@@ -630,4 +630,12 @@ fn doctor_reports_the_backend_a_policy_selects() {
     let out = tierbox(&["doctor", "--json"], None);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["selected_backend"]["tier_c_backend"], "native", "{v}");
+    // Where strict egress with an allowlist can run: each backend, and Tier B.
+    let strict = &v["egress"]["strict_allowlist"];
+    for key in ["tier_c_native", "tier_c_bwrap", "tier_b"] {
+        assert!(strict[key].is_boolean(), "{key}: {v}");
+    }
+    if strict["tier_c_bwrap"] == true {
+        assert_eq!(strict["tier_c_native"], true, "{v}");
+    }
 }
