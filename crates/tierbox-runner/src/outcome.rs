@@ -29,6 +29,9 @@ pub enum LimitHit {
     Fuel,
     /// Tier A: a table would have grown past the policy's limit.
     Table,
+    /// Tier A: instantiation would have made more core instances, memories or tables
+    /// than `wasm.instances`.
+    Instances,
 }
 
 /// One output stream as returned to the caller.

@@ -126,6 +126,7 @@ async fn run_wasm_tapped(
         WasmLimit::Fuel => LimitHit::Fuel,
         WasmLimit::Memory => LimitHit::Memory,
         WasmLimit::Table => LimitHit::Table,
+        WasmLimit::Instances => LimitHit::Instances,
         WasmLimit::Output => LimitHit::Output,
     });
     Ok(Outcome {

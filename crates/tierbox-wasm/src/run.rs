@@ -42,6 +42,9 @@ pub enum WasmLimit {
     Memory,
     /// A table would have grown past `wasm.table_elements`.
     Table,
+    /// Instantiation would have made more core instances, memories or tables than
+    /// `wasm.instances`.
+    Instances,
     /// The output quota in `kill` mode.
     Output,
 }
@@ -271,6 +274,17 @@ impl WasmEngine {
 
 type Ended = (Option<i32>, Option<String>, Option<WasmLimit>, u64, u64);
 
+/// Whether `e` is wasmtime refusing an instantiation over the store's instance, memory
+/// or table count (the limiter's `instances`, `memories` and `tables`). wasmtime says so
+/// only in words ("resource limit exceeded: instance count too high at 2"); a test pins
+/// them.
+fn is_count_limit(e: &wasmtime::Error) -> bool {
+    e.chain().any(|cause| {
+        let text = cause.to_string();
+        text.starts_with("resource limit exceeded:") && text.contains(" count too high")
+    })
+}
+
 /// Classifies the end of a call: exit code, trap, limit, fuel used, peak memory.
 fn finish<T: Limited>(
     result: Result<wasmtime::Result<i32>, tokio::time::error::Elapsed>,
@@ -291,6 +305,9 @@ fn finish<T: Limited>(
                 match e.downcast_ref::<Trap>() {
                     Some(Trap::OutOfFuel) => (None, None, Some(WasmLimit::Fuel)),
                     Some(Trap::Interrupt) => (None, None, Some(WasmLimit::WallTime)),
+                    _ if is_count_limit(&e) => {
+                        (None, Some(format!("{e:#}")), Some(WasmLimit::Instances))
+                    }
                     _ => (None, Some(format!("{e:#}")), hit),
                 }
             }

@@ -943,6 +943,12 @@ fn instance_count_is_capped() {
     let engine = engine();
     let capped = run(&engine, &plan(&policy("instances = 1"), &req, &w.ws));
     assert_eq!(capped.report.exit_code, None, "{:?}", capped.report);
+    assert_eq!(
+        capped.report.limit,
+        Some(tierbox_wasm::WasmLimit::Instances),
+        "{:?}",
+        capped.report
+    );
     assert!(
         capped
             .report
