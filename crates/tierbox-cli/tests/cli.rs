@@ -22,6 +22,18 @@ fn tierbox(args: &[&str], stdin: Option<&str>) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// The JSON `out` printed, after checking the command exited 0 (its stderr otherwise).
+#[track_caller]
+fn succeeded_json(out: &Output) -> serde_json::Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn tier_b_available() -> bool {
     let out = tierbox(&["doctor", "--json"], None);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -190,13 +202,7 @@ fn check_prints_the_plan_as_json() {
         ],
         None,
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = succeeded_json(&out);
     assert_eq!(v["plan"]["argv"], serde_json::json!(["ls", "-la"]));
     assert_eq!(v["plan"]["network"]["mode"], "block_all");
 }
@@ -284,13 +290,7 @@ fn json_policy_file_takes_effect() {
         tierbox(&args, None)
     };
     let out = check(&["ls"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = succeeded_json(&out);
     assert_eq!(v["plan"]["limits"]["cpus"], 2, "{v}");
     let out = check(&["git", "status"]);
     assert_eq!(out.status.code(), Some(125));
@@ -611,13 +611,7 @@ fn doctor_reports_the_backend_a_policy_selects() {
         &["doctor", "--json", "--policy", policy.to_str().unwrap()],
         None,
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = succeeded_json(&out);
     let selected = &v["selected_backend"];
     assert_eq!(selected["tier_c_backend"], "docker", "{v}");
     let docker = &v["containers"]["docker"];
