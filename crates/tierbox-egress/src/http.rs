@@ -492,6 +492,7 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
         &counters,
         shared.config.idle_timeout,
         ending,
+        tunnel::pipes(),
     )
     .await;
 }

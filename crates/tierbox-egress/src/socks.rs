@@ -285,6 +285,7 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
         &counters,
         shared.config.idle_timeout,
         tunnel::Ending::WhenBothEnd,
+        tunnel::pipes(),
     )
     .await;
 }

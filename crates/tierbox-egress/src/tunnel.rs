@@ -62,24 +62,6 @@ pub(crate) enum Ending {
     WhenDestinationEnds,
 }
 
-/// Copies `initial` (bytes the client sent before the tunnel opened, or the rewritten
-/// HTTP request) to `dest`, then bytes both ways until `ending`, an error in either
-/// direction, or `idle` without traffic.
-pub(crate) async fn run(
-    client: &mut TcpStream,
-    dest: &mut TcpStream,
-    initial: &[u8],
-    counters: &Counters,
-    idle: Duration,
-    ending: Ending,
-) {
-    #[cfg(target_os = "linux")]
-    let pipes = spliced::Pipe::new().zip(spliced::Pipe::new());
-    #[cfg(not(target_os = "linux"))]
-    let pipes = None;
-    run_with(client, dest, initial, counters, idle, ending, pipes).await;
-}
-
 /// A direction's pipe: [`spliced::Pipe`] on Linux; none can exist elsewhere.
 #[cfg(target_os = "linux")]
 pub(crate) type Pipe = spliced::Pipe;
@@ -87,9 +69,19 @@ pub(crate) type Pipe = spliced::Pipe;
 #[cfg(not(target_os = "linux"))]
 pub(crate) type Pipe = std::convert::Infallible;
 
-/// [`run`] with `pipes` (client to destination, and back) for `splice`, or without (a
-/// buffer per direction).
-pub(crate) async fn run_with(
+/// A pipe for each direction (client to destination, and back) when both can be made,
+/// for `splice`; `None` elsewhere or when they cannot (a buffer per direction then).
+pub(crate) fn pipes() -> Option<(Pipe, Pipe)> {
+    #[cfg(target_os = "linux")]
+    return spliced::Pipe::new().zip(spliced::Pipe::new());
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// Copies `initial` (bytes the client sent before the tunnel opened, or the rewritten
+/// HTTP request) to `dest`, then bytes both ways until `ending`, an error in either
+/// direction, or `idle` without traffic; through `pipes` (see [`pipes`]) when given.
+pub(crate) async fn run(
     client: &mut TcpStream,
     dest: &mut TcpStream,
     initial: &[u8],

@@ -225,7 +225,7 @@ async fn both_directions_intact(spliced: bool) {
         let pipes = None;
         let (idle, ending) = (Duration::from_secs(30), crate::tunnel::Ending::WhenBothEnd);
         let (client, dest) = (&mut client_end, &mut dest_end);
-        crate::tunnel::run_with(client, dest, b"hello ", &counters, idle, ending, pipes).await;
+        crate::tunnel::run(client, dest, b"hello ", &counters, idle, ending, pipes).await;
     };
     let client = exchange(&mut client_app, &up);
     let dest = exchange(&mut dest_app, &down);

@@ -366,7 +366,7 @@ fn bwrap_enforcement(
             Some(cg) => LayerReport::applied(format!(
                 "{} run cgroup (bwrap started inside it): {}",
                 cg.version(),
-                crate::spawn::cgroup_limits(plan).describe()
+                slot.key.cgroup_limits.describe()
             )),
             None => LayerReport::missing(facts.cgroup.describe()),
         },

@@ -400,7 +400,7 @@ fn enforcement_report(
             Some(_) => LayerReport::applied(format!(
                 "{}: {}",
                 facts.cgroup.describe(),
-                cgroup_limits(plan).describe()
+                slot.key.cgroup_limits.describe()
             )),
             None => LayerReport::missing(facts.cgroup.describe()),
         },
