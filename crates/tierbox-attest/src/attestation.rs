@@ -109,6 +109,10 @@ pub struct Outcome {
     pub redacted_stdout_sha256: String,
     /// Hex SHA-256 of stderr after redaction.
     pub redacted_stderr_sha256: String,
+    /// The sandbox itself failed during the run (e.g. its pid 1 crashed): what happened.
+    /// The program's own exit status is then unknown. Absent for every other run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_failure: Option<String>,
 }
 
 impl Outcome {
@@ -348,6 +352,7 @@ pub fn example_attestation() -> Attestation {
         stderr_sha256: sha256_hex(b""),
         redacted_stdout_sha256: sha256_hex(b"hello\n"),
         redacted_stderr_sha256: sha256_hex(b""),
+        sandbox_failure: None,
     };
     Attestation {
         version: ATTESTATION_VERSION,

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use tierbox_policy::{Policy, Tier};
+use tierbox_policy::{Policy, Tier, TierCBackend};
 use tierbox_sandbox::container::Engine;
 use tierbox_sandbox::container::probe::probe_engine_cached;
 use tierbox_sandbox::probe::host_facts;
@@ -31,12 +31,111 @@ fn engines() -> Vec<(Engine, Result<String, String>)> {
         .collect()
 }
 
+/// Longest a canary run may take, in milliseconds: a backend that cannot start `true`
+/// in this time is reported unavailable (a healthy one takes a few milliseconds).
+pub const CANARY_TIMEOUT_MS: u64 = 10_000;
+
+/// The result of a Tier C backend's canary run: `Ok(milliseconds)` when `true` ran in it
+/// and exited 0, `Err(what went wrong)` otherwise.
+type Canary = Result<u64, String>;
+
+/// Runs `true` through the Tier C `backend` as a real run would (through the runner, in a
+/// throwaway workspace and state directory), under `policy` with only `true` allowed;
+/// bwrap and the container engines apply no landlock layer, so it is accepted as missing
+/// for them. A backend is called available only when this exits 0: the namespaces, mounts,
+/// seccomp filter and the sandbox's pid 1 all worked on this host.
+fn canary(policy: &Policy, backend: TierCBackend) -> Canary {
+    let mut policy = policy.clone();
+    policy.tier.backend = backend;
+    policy.exec.allowed_executables = vec!["true".to_owned()];
+    policy.limits.timeout_ms = CANARY_TIMEOUT_MS.min(policy.limits.max_timeout_ms);
+    if backend != TierCBackend::Native {
+        policy
+            .tier
+            .optional_layers
+            .push(tierbox_policy::Layer::Landlock);
+    }
+    let ws = tempfile::Builder::new()
+        .prefix("tierbox-canary-")
+        .tempdir()
+        .map_err(|e| format!("a workspace for the canary: {e}"))?;
+    let state = tempfile::Builder::new()
+        .prefix("tierbox-canary-state-")
+        .tempdir()
+        .map_err(|e| format!("a state directory for the canary: {e}"))?;
+    let runner = tierbox_runner::Runner::new(policy)
+        .with_workspace(ws.path())
+        .with_options(tierbox_runner::RunOptions {
+            state_dir: state.path().to_path_buf(),
+        });
+    let mut request = tierbox_policy::ProcessRunRequest::new("true");
+    request.tier = tierbox_policy::TierRequest::C;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("the async runtime: {e}"))?;
+    let started = std::time::Instant::now();
+    let outcome = rt
+        .block_on(runner.run(&request))
+        .map_err(|e| format!("canary `true` failed: {e}"))?;
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    if let Some(failure) = &outcome.sandbox_failure {
+        return Err(format!("canary `true` failed: {failure}"));
+    }
+    if outcome.exit_code != Some(0) {
+        let status = match (outcome.exit_code, &outcome.signal_name) {
+            (Some(code), _) => format!("exited {code}"),
+            (None, Some(sig)) => format!("was killed by {sig}"),
+            (None, None) => "ended without a status".to_owned(),
+        };
+        return Err(format!(
+            "canary `true` {status} instead of exiting 0{}",
+            match outcome.stderr.text.trim() {
+                "" => String::new(),
+                err => format!(": {err}"),
+            }
+        ));
+    }
+    Ok(ms)
+}
+
+/// The canaries of the Tier C backends this host has, for `policy`: native and bwrap when
+/// their probes pass, a container engine when it is reachable and the policy names an
+/// image.
+fn canaries(
+    policy: &Policy,
+    engines: &[(Engine, Result<String, String>)],
+) -> Vec<(TierCBackend, Canary)> {
+    let mut out = Vec::new();
+    if tierbox_sandbox::linux::userns::probe_userns_cached()
+        .reason()
+        .is_none()
+    {
+        out.push((TierCBackend::Native, canary(policy, TierCBackend::Native)));
+    }
+    if tierbox_sandbox::bwrap::probe_bwrap_cached().is_ok() {
+        out.push((TierCBackend::Bwrap, canary(policy, TierCBackend::Bwrap)));
+    }
+    if policy.tier.container.image.is_some() {
+        for (engine, status) in engines {
+            if status.is_ok() {
+                let backend = engine.backend();
+                out.push((backend, canary(policy, backend)));
+            }
+        }
+    }
+    out
+}
+
 /// `tierbox doctor`, also saying which Tier C backend `policy` (described by `source`)
 /// selects and whether this host can run it.
 pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<ExitCode> {
     let facts = host_facts();
     let summary = facts.summary();
     let userns = tierbox_sandbox::linux::userns::probe_userns_cached();
+    let engines = engines();
+    let canaries = canaries(policy, &engines);
+    let canary_of = |b: TierCBackend| canaries.iter().find(|(x, _)| *x == b).map(|(_, c)| c);
     let tiers: Vec<serde_json::Value> = [Tier::C, Tier::B, Tier::A]
         .into_iter()
         .map(|t| {
@@ -51,11 +150,19 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
                     "tier": t.to_string(), "available": false, "reason": reason
                 }),
             };
-            v["backends"] = serde_json::Value::Array(backends(t, &summary));
+            v["backends"] = serde_json::Value::Array(backends(t, &summary, &engines, &canaries));
+            if t == Tier::C
+                && v["available"] == true
+                && !canaries.iter().any(|(_, c)| c.is_ok())
+            {
+                v["available"] = serde_json::Value::Bool(false);
+                v["reason"] = serde_json::Value::String(
+                    "no tier c backend passed its canary run (see backends)".to_owned(),
+                );
+            }
             v
         })
         .collect();
-    let engines = engines();
     let backend = policy.tier.backend;
     let backend_status: Result<(), String> = match Engine::for_backend(backend) {
         Some(engine) => engines
@@ -69,6 +176,11 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
             _ => tier_available(Tier::C, facts),
         },
     };
+    // A backend that probes well but cannot run `true` is not available either.
+    let backend_status = backend_status.and_then(|()| match canary_of(backend) {
+        Some(Err(reason)) => Err(reason.clone()),
+        _ => Ok(()),
+    });
     let mut hints = Vec::new();
     if let Err(reason) = &backend_status {
         hints.push(format!(
@@ -238,7 +350,35 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
 }
 
 /// The backends of `tier` on this host and the layers each applies.
-fn backends(tier: Tier, summary: &tierbox_sandbox::probe::HostSummary) -> Vec<serde_json::Value> {
+fn backends(
+    tier: Tier,
+    summary: &tierbox_sandbox::probe::HostSummary,
+    engines: &[(Engine, Result<String, String>)],
+    canaries: &[(TierCBackend, Canary)],
+) -> Vec<serde_json::Value> {
+    // The canary's verdict on a backend whose probe passed: its layers with the canary's
+    // time, or unavailable with what went wrong.
+    let checked = |backend: TierCBackend, mut v: serde_json::Value| -> serde_json::Value {
+        match canaries.iter().find(|(b, _)| *b == backend).map(|(_, c)| c) {
+            Some(Ok(ms)) => {
+                if let Some(layers) = v["layers"].as_array_mut() {
+                    layers.push(format!("canary: `true` exited 0 in {ms} ms").into());
+                }
+                v["canary_ms"] = (*ms).into();
+                v
+            }
+            Some(Err(reason)) => serde_json::json!({
+                "backend": backend.to_string(), "available": false, "reason": reason
+            }),
+            None if backend.is_container() && v["available"] == true => {
+                if let Some(layers) = v["layers"].as_array_mut() {
+                    layers.push("no canary run: the policy names no tier.container.image".into());
+                }
+                v
+            }
+            None => v,
+        }
+    };
     let landlock = summary
         .landlock_abi
         .map_or("landlock unavailable".to_owned(), |a| {
@@ -271,7 +411,15 @@ fn backends(tier: Tier, summary: &tierbox_sandbox::probe::HostSummary) -> Vec<se
                 None => serde_json::json!({
                     "backend": "native",
                     "available": true,
-                    "layers": [namespaces, "pivot_root into a tmpfs root", landlock, seccomp, cgroup, ids],
+                    "layers": [
+                        namespaces.to_owned(),
+                        "pivot_root into a tmpfs root".to_owned(),
+                        landlock.clone(),
+                        seccomp.to_owned(),
+                        cgroup.clone(),
+                        ids.to_owned(),
+                        format!("pid 1 after setup: {}", tierbox_sandbox::linux::ns::init::reaper_description()),
+                    ],
                 }),
             };
             let bwrap = match tierbox_sandbox::bwrap::probe_bwrap_cached() {
@@ -291,9 +439,12 @@ fn backends(tier: Tier, summary: &tierbox_sandbox::probe::HostSummary) -> Vec<se
                     ],
                 }),
             };
-            let mut all = vec![native, bwrap];
-            for (engine, status) in engines() {
-                all.push(match status {
+            let mut all = vec![
+                checked(TierCBackend::Native, native),
+                checked(TierCBackend::Bwrap, bwrap),
+            ];
+            for (engine, status) in engines {
+                let v = match status {
                     Ok(detail) => serde_json::json!({
                         "backend": engine.to_string(),
                         "available": true,
@@ -307,7 +458,8 @@ fn backends(tier: Tier, summary: &tierbox_sandbox::probe::HostSummary) -> Vec<se
                     Err(reason) => serde_json::json!({
                         "backend": engine.to_string(), "available": false, "reason": reason
                     }),
-                });
+                };
+                all.push(checked(engine.backend(), v));
             }
             all
         }

@@ -51,6 +51,12 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
     } else {
         "the process tree was killed"
     };
+    if let Some(failure) = &o.sandbox_failure {
+        notes.push(format!(
+            "{failure} (exit status {})",
+            tierbox_runner::SANDBOX_FAILURE_EXIT_STATUS
+        ));
+    }
     if o.timed_out {
         notes.push(format!("timed out after {} ms; {stopped}", o.duration_ms));
     }

@@ -53,6 +53,100 @@ fn tier_b_available() -> bool {
     ok
 }
 
+/// Whether the native Tier C backend can run here (`doctor`'s canary passed); prints why
+/// not, and panics under CI.
+fn tier_c_native_available() -> bool {
+    let out = tierbox(&["doctor", "--json"], None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let native = v["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["tier"] == "c")
+        .flat_map(|t| t["backends"].as_array().unwrap())
+        .find(|b| b["backend"] == "native")
+        .cloned()
+        .unwrap();
+    let ok = native["available"] == true;
+    if !ok {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "native tier c unavailable under CI: {native}"
+        );
+        eprintln!("SKIP: native tier c unavailable on this host: {native}");
+    }
+    ok
+}
+
+/// glibc's `memmove` variants, as `GLIBC_TUNABLES` that make glibc pick each on an x86-64
+/// CPU that has them (other CPUs ignore the names): the default choice, AVX2 (no
+/// AVX-512), SSE2 (no AVX at all), and without ERMS/FSRM (`rep movsb`).
+const MEMMOVE_VARIANTS: [Option<&str>; 4] = [
+    None,
+    Some("glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD,-AVX512ER,-AVX512PF"),
+    Some(
+        "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX2,-AVX,-AVX_Fast_Unaligned_Load",
+    ),
+    Some("glibc.cpu.hwcaps=-ERMS,-FSRM"),
+];
+
+/// Regression: every native Tier C run, in every build profile and on every CPU, ends
+/// with the program's own status — exit 0 for `true`, the output of `printf`.
+///
+/// The sandbox's pid 1 used to unmap the supervisor's memory and carry on in the same
+/// program; whenever the compiler turned a copy into a call to libc's `memmove` and glibc
+/// had picked a variant that reads its tuning data (AVX2, SSE2), pid 1 segfaulted and the
+/// run ended with SIGSEGV (exit 139) instead of the program's status: every run of the
+/// debug build on CPUs without AVX-512. Forcing each variant makes that machine-dependent
+/// failure show on any x86-64 machine.
+#[test]
+fn tier_c_runs_end_with_the_program_s_status_whichever_memmove_glibc_picks() {
+    if !tier_c_native_available() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let ws = ws.path().to_str().unwrap();
+    for tunables in MEMMOVE_VARIANTS {
+        let state = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_tierbox"));
+            cmd.args(args)
+                .env("XDG_STATE_HOME", state.path())
+                .stdin(Stdio::null());
+            if let Some(t) = tunables {
+                cmd.env("GLIBC_TUNABLES", t);
+            }
+            cmd.output().unwrap()
+        };
+        let out = run(&["run", "--tier", "c", "--workspace", ws, "--", "true"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "GLIBC_TUNABLES={tunables:?}: `true` in tier c: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = run(&[
+            "run",
+            "--tier",
+            "c",
+            "--json",
+            "--workspace",
+            ws,
+            "--",
+            "printf",
+            "hello",
+        ]);
+        let v = succeeded_json(&out);
+        assert_eq!(
+            v["stdout"]["text"], "hello",
+            "GLIBC_TUNABLES={tunables:?}: {v}"
+        );
+        assert_eq!(v["exit_code"], 0, "GLIBC_TUNABLES={tunables:?}: {v}");
+        assert!(v.get("sandbox_failure").is_none(), "{v}");
+    }
+}
+
 #[test]
 fn printf_hello_is_exactly_what_printf_prints() {
     if !tier_b_available() {
@@ -632,4 +726,60 @@ fn doctor_reports_the_backend_a_policy_selects() {
     if strict["tier_c_bwrap"] == true {
         assert_eq!(strict["tier_c_native"], true, "{v}");
     }
+}
+
+/// `doctor` calls a Tier C backend available only after a real run of `true` through it
+/// exited 0 (its canary), and names what went wrong otherwise: here a policy whose memory
+/// limit (64 KiB) is too small for any sandbox to start.
+#[test]
+fn doctor_calls_a_backend_available_only_after_its_canary_run() {
+    if !tier_c_native_available() {
+        return;
+    }
+    let out = tierbox(&["doctor", "--json"], None);
+    let v = succeeded_json(&out);
+    let backends = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v["tiers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["tier"] == "c")
+            .flat_map(|t| t["backends"].as_array().unwrap().clone())
+            .collect()
+    };
+    let native = backends(&v)
+        .into_iter()
+        .find(|b| b["backend"] == "native")
+        .unwrap();
+    assert!(native["canary_ms"].is_u64(), "{native}");
+    assert!(
+        native["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().starts_with("pid 1 after setup: ")),
+        "{native}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("tiny.toml");
+    std::fs::write(&policy, "version = 1\n[limits]\nmemory_bytes = 65536\n").unwrap();
+    let out = tierbox(
+        &["doctor", "--json", "--policy", policy.to_str().unwrap()],
+        None,
+    );
+    let v = succeeded_json(&out);
+    for b in backends(&v) {
+        if b["backend"] == "native" || b["backend"] == "bwrap" {
+            assert_eq!(b["available"], false, "{b}");
+            assert!(b["reason"].as_str().unwrap().contains("canary"), "{b}");
+        }
+    }
+    assert_eq!(v["selected_backend"]["available"], false, "{v}");
+    let text = tierbox(&["doctor", "--policy", policy.to_str().unwrap()], None);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("native                 unavailable: canary `true` failed"),
+        "{text}"
+    );
 }

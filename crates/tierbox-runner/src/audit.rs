@@ -119,6 +119,7 @@ impl Auditor {
             stderr_sha256: outcome.stderr.sha256.clone(),
             redacted_stdout_sha256: tierbox_attest::sha256_hex(outcome.stdout.text.as_bytes()),
             redacted_stderr_sha256: tierbox_attest::sha256_hex(outcome.stderr.text.as_bytes()),
+            sandbox_failure: outcome.sandbox_failure.clone(),
         };
         let egress = match &outcome.egress {
             Some(log) => Some(serde_json::to_value(log).map_err(|e| encode(&e))?),

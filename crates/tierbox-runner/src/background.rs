@@ -30,10 +30,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
 use crate::audit::{Auditor, RunDescription};
-use crate::outcome::signal_name;
+use crate::outcome::{LimitHit, signal_name};
 use crate::ring::{OutputChunk, OutputRing, RING_BYTES};
 use crate::supervisor::{
-    DRAIN_TIMEOUT_MS, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, ensure_private_dir,
+    self, DRAIN_TIMEOUT_MS, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, ensure_private_dir,
     ensure_state_dir, exited, kill_tree, launch_in, new_run_id, read_stream, signal_tree,
 };
 
@@ -111,6 +111,11 @@ pub struct BackgroundStatus {
     /// The process ended but its attestation could not be made or logged: why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_error: Option<String>,
+    /// The sandbox itself failed (its pid 1 died before reporting how the program ended):
+    /// what happened; `exit_code` and `signal` are then `null`. As
+    /// [`crate::Outcome::sandbox_failure`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_failure: Option<String>,
 }
 
 /// What a background run is attested with when it ends.
@@ -197,6 +202,7 @@ struct Ended {
     state: BackgroundState,
     code: Option<i32>,
     signal: Option<i32>,
+    sandbox_failure: Option<String>,
 }
 
 /// One background process.
@@ -230,6 +236,11 @@ impl Entry {
         end.as_ref().map(|e| (e.state, e.code, e.signal))
     }
 
+    fn sandbox_failure(&self) -> Option<String> {
+        let end = self.end.lock().ok()?;
+        end.as_ref().and_then(|e| e.sandbox_failure.clone())
+    }
+
     async fn wait_end(&self) {
         loop {
             let notified = self.ended.notified();
@@ -261,6 +272,7 @@ impl Entry {
             stderr_bytes: total(&self.stderr),
             attestation: self.attestation_field(|a| a.as_ref().ok().cloned()),
             audit_error: self.attestation_field(|a| a.as_ref().err().cloned()),
+            sandbox_failure: self.sandbox_failure(),
         }
     }
 
@@ -272,7 +284,13 @@ impl Entry {
     }
 
     /// Signs (and logs) the attestation of the ended run; blocking I/O (fsync).
-    fn seal(&self, started: Instant, code: Option<i32>, signal: Option<i32>) {
+    fn seal(
+        &self,
+        started: Instant,
+        code: Option<i32>,
+        signal: Option<i32>,
+        sandbox_failure: Option<String>,
+    ) {
         let Some(facts) = &self.seal else { return };
         let ring = |r: &Arc<Mutex<OutputRing>>| {
             r.lock()
@@ -297,6 +315,7 @@ impl Entry {
             stderr_sha256,
             redacted_stdout_sha256,
             redacted_stderr_sha256,
+            sandbox_failure,
         };
         let run = RunDescription {
             plan_sha256: &facts.plan_sha256,
@@ -777,13 +796,28 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
     }
     let exit = spawn::sys::wait_pidfd(&l.pidfd, false).ok().flatten();
     // Tier C: the program's own exit, when pid 1 lived to report it.
-    let exit = match l
-        .report
-        .as_ref()
-        .and_then(tierbox_sandbox::tier_c::program_exit)
-    {
-        Some(reported) if exit.is_some() => Some(reported),
-        _ => exit,
+    let mut sandbox_failure = None;
+    let exit = match (
+        l.report.as_ref().map(tierbox_sandbox::tier_c::program_exit),
+        exit,
+    ) {
+        (Some(Some(reported)), Some(_)) => Some(reported),
+        (Some(None), Some(pid1)) => {
+            let oom = l
+                .slot
+                .as_ref()
+                .and_then(|s| s.stats())
+                .is_some_and(|s| s.oom_kills > 0);
+            let limit = oom.then_some(LimitHit::Memory);
+            sandbox_failure =
+                supervisor::sandbox_failure(&pid1, state == BackgroundState::Exited, limit);
+            if sandbox_failure.is_some() {
+                None
+            } else {
+                Some(pid1)
+            }
+        }
+        (_, exit) => exit,
     };
     if l.slot.as_ref().and_then(|s| s.cgroup()).is_none() {
         kill_tree(l);
@@ -807,9 +841,13 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
         // The audit log's fsync is slow: off the async threads.
         Some(facts) if facts.seal.auditor.has_log() => {
             let sealing = entry.clone();
-            let _ = tokio::task::spawn_blocking(move || sealing.seal(started, code, signal)).await;
+            let failure = sandbox_failure.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                sealing.seal(started, code, signal, failure);
+            })
+            .await;
         }
-        Some(_) => entry.seal(started, code, signal),
+        Some(_) => entry.seal(started, code, signal, sandbox_failure.clone()),
         None => {}
     }
     if let Ok(mut end) = entry.end.lock() {
@@ -818,6 +856,7 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
             state,
             code,
             signal,
+            sandbox_failure,
         });
     }
     entry.ended.notify_waiters();

@@ -14,7 +14,7 @@ pub mod supervisor;
 pub mod wasm;
 
 pub use builder::{Runner, Sandbox, SandboxedCommand};
-pub use outcome::{LimitHit, Outcome, StreamOutput, Usage};
+pub use outcome::{LimitHit, Outcome, SANDBOX_FAILURE_EXIT_STATUS, StreamOutput, Usage};
 pub use stream::OutputEvent;
 pub use supervisor::{RunError, RunOptions, enable_subreaper, run_plan, run_plan_streaming};
 pub use wasm::{run_wasm_plan, run_wasm_plan_streaming};

@@ -175,12 +175,29 @@ pub struct Outcome {
     /// log (e.g. the disk is full): why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_error: Option<String>,
+    /// The sandbox itself failed during the run: its pid 1 died (a crash, or a kill that
+    /// was not Tierbox's) before it reported how the program ended. What happened, e.g.
+    /// `"sandbox pid 1 crashed (SIGSEGV) before reporting the program's exit; …"`.
+    /// `exit_code` and `signal` are then `null` (the program's own status is unknown),
+    /// [`Outcome::exit_status`] is [`SANDBOX_FAILURE_EXIT_STATUS`], and the output
+    /// captured until then is kept. Absent for every other run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_failure: Option<String>,
 }
+
+/// [`Outcome::exit_status`] of a run whose sandbox failed ([`Outcome::sandbox_failure`]):
+/// not a status the program chose, and distinct from the timeout's 124 and the CLI's
+/// 125 (rejected) and 126 (could not run).
+pub const SANDBOX_FAILURE_EXIT_STATUS: i32 = 123;
 
 impl Outcome {
     /// The exit status a CLI should mirror: the child's code, `128 + signal` when killed,
-    /// and 124 on timeout (like `timeout(1)`).
+    /// 124 on timeout (like `timeout(1)`), and [`SANDBOX_FAILURE_EXIT_STATUS`] when the
+    /// sandbox failed.
     pub fn exit_status(&self) -> i32 {
+        if self.sandbox_failure.is_some() {
+            return SANDBOX_FAILURE_EXIT_STATUS;
+        }
         if self.timed_out {
             return 124;
         }
@@ -204,7 +221,10 @@ impl Outcome {
 
     /// The run ended normally with exit code 0.
     pub fn success(&self) -> bool {
-        self.exit_code == Some(0) && !self.timed_out && !self.quota_exceeded
+        self.exit_code == Some(0)
+            && !self.timed_out
+            && !self.quota_exceeded
+            && self.sandbox_failure.is_none()
     }
 }
 

@@ -471,6 +471,8 @@ async fn supervise(
     };
 
     let mut reported = None;
+    // Tier C: how pid 1 ended when it did so without reporting the program's exit.
+    let mut pid1_unreported = None;
     let ended = tokio::select! {
         r = exited(&pidfd) => { r?; Ended::Exited }
         Some(exit) = reported_exit(report) => { reported = Some(exit); Ended::Exited }
@@ -506,10 +508,14 @@ async fn supervise(
                 })?;
             // Tier C: the pidfd is the sandbox's pid 1; the program's own exit is
             // reported (when pid 1 lived to see it).
-            l.report
-                .as_ref()
-                .and_then(tierbox_sandbox::tier_c::program_exit)
-                .unwrap_or(exit)
+            match l.report.as_ref().map(tierbox_sandbox::tier_c::program_exit) {
+                Some(Some(program)) => program,
+                Some(None) => {
+                    pid1_unreported = Some(exit);
+                    exit
+                }
+                None => exit,
+            }
         }
     };
     // Anything that survived the group kill (only possible without a cgroup: a daemon
@@ -534,6 +540,12 @@ async fn supervise(
 
     let stats = l.slot.as_ref().and_then(|slot| slot.stats());
     let limit_hit = classify(plan, &ended, &exit, stats.as_ref());
+    let sandbox_failure = pid1_unreported
+        .and_then(|pid1| sandbox_failure(&pid1, matches!(ended, Ended::Exited), limit_hit));
+    if sandbox_failure.is_some() {
+        // pid 1's status is not the program's, which is unknown.
+        (exit.code, exit.signal) = (None, None);
+    }
     // bwrap exits with 128 + the signal that killed the program. When the cgroup proves
     // the kernel's OOM killer acted, a 137 is that SIGKILL, not a code the program chose.
     if l.enforcement.backend == tierbox_sandbox::bwrap::BACKEND_NAME
@@ -585,6 +597,7 @@ async fn supervise(
         wasm: None,
         attestation: None,
         audit_error: None,
+        sandbox_failure,
     })
 }
 
@@ -880,6 +893,40 @@ pub(crate) fn cleanup(l: &mut Launched) {
         return;
     }
     spawn::reaper::defer(&l.pidfd, Box::new(release));
+}
+
+/// A Tier C sandbox whose pid 1 ended without reporting the program's exit failed as a
+/// sandbox — unless the supervisor ended the run itself (timeout, output quota, a dropped
+/// run: `ended_by_program` false), or the kernel's OOM killer chose pid 1 in the run's
+/// cgroup (the memory limit, which the outcome reports). What happened, for
+/// `Outcome::sandbox_failure`; `None` when it is not a sandbox failure.
+pub(crate) fn sandbox_failure(
+    pid1: &ExitInfo,
+    ended_by_program: bool,
+    limit_hit: Option<LimitHit>,
+) -> Option<String> {
+    use tierbox_sandbox::linux::ns::init::reaper;
+    if !ended_by_program || limit_hit == Some(LimitHit::Memory) {
+        return None;
+    }
+    let what = match (pid1.signal, pid1.code) {
+        (Some(libc::SIGKILL), _) => {
+            "sandbox pid 1 was killed (SIGKILL) by something other than Tierbox".to_owned()
+        }
+        (Some(sig), _) => format!("sandbox pid 1 crashed ({})", signal_name(sig)),
+        (None, Some(reaper::BAD_ARGUMENTS_EXIT)) => {
+            "sandbox pid 1 (tierbox-init) was started without the program's pid".to_owned()
+        }
+        (None, Some(reaper::PANIC_EXIT)) => "sandbox pid 1 (tierbox-init) panicked".to_owned(),
+        (None, Some(reaper::SUPERVISOR_GONE_EXIT)) => {
+            "sandbox pid 1 could not re-arm its death signal after exec'ing tierbox-init".to_owned()
+        }
+        (None, Some(code)) => format!("sandbox pid 1 exited with {code}"),
+        (None, None) => "sandbox pid 1 ended".to_owned(),
+    };
+    Some(format!(
+        "{what} before reporting the program's exit; the program's own exit status is unknown"
+    ))
 }
 
 fn classify(

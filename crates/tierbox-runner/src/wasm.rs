@@ -154,6 +154,7 @@ async fn run_wasm_tapped(
         wasm: Some(report),
         attestation: None,
         audit_error: None,
+        sandbox_failure: None,
     })
 }
 

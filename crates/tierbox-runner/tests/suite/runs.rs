@@ -490,3 +490,91 @@ fn concurrent_tier_c_runs_share_the_protected_path_placeholders() {
         );
     }
 }
+
+/// A Tier C sandbox whose pid 1 dies without reporting the program's exit (here: killed
+/// by someone other than Tierbox) is a sandbox failure: `sandbox_failure` says what
+/// happened, the program's status is unknown (`exit_code` and `signal` are null, never
+/// pid 1's signal passed off as the program's), the exit status is the sandbox-failure
+/// one, and what the program printed until then is kept.
+#[test]
+fn a_tier_c_pid_1_that_dies_unreported_is_a_sandbox_failure_not_the_program_s_signal() {
+    let test = "a_tier_c_pid_1_that_dies_unreported_is_a_sandbox_failure";
+    if !tier_c_available(test, tierbox_policy::TierCBackend::Native) {
+        return;
+    }
+    let mut env = Env::new(&["sh"]);
+    env.policy.exec.allow_interpreters = true;
+    env.policy.exec.allow_eval = true;
+    // A marker no other test's sandbox runs, to find this run's pid 1 among this
+    // process's children.
+    let marker = format!("tierbox-pid1-test-{}", std::process::id());
+    let mut r = req("sh", &["-c", "echo started; sleep 30", &marker]);
+    r.tier = TierRequest::C;
+    let rt = rt();
+    let outcome = rt.block_on(async {
+        let runner = env.runner();
+        let run = tokio::spawn(async move { runner.run(&r).await });
+        let pid1 = find_pid1_running(&marker).await;
+        // A plain kill(2), as an outsider would.
+        let killed = std::process::Command::new("kill")
+            .args(["-KILL", &pid1.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        run.await.unwrap()
+    });
+    let o = outcome.unwrap();
+    let failure = o.sandbox_failure.as_deref().unwrap_or_else(|| {
+        panic!(
+            "no sandbox_failure: exit {:?} signal {:?}",
+            o.exit_code, o.signal
+        )
+    });
+    assert!(
+        failure.contains("sandbox pid 1 was killed (SIGKILL) by something other than Tierbox"),
+        "{failure}"
+    );
+    assert_eq!((o.exit_code, o.signal), (None, None));
+    assert_eq!(o.exit_status(), tierbox_runner::SANDBOX_FAILURE_EXIT_STATUS);
+    assert!(!o.success());
+    assert_eq!(o.stdout.text, "started\n");
+    let attested = o.attestation.as_ref().map(|a| a.attestation.clone());
+    if let Some(tierbox_attest::Body::Run(facts)) = attested.map(|a| a.body) {
+        assert_eq!(facts.outcome.sandbox_failure.as_deref(), Some(failure));
+    }
+}
+
+/// The host pid of the sandbox pid 1 (a child of this process named `tierbox-init`) whose
+/// own child's command line contains `marker`; waits up to 10 s for it.
+async fn find_pid1_running(marker: &str) -> i32 {
+    let me = std::process::id();
+    for _ in 0..1000 {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let Some(after) = stat.rsplit_once(')').map(|(_, a)| a) else {
+                continue;
+            };
+            let ppid: u32 = after
+                .split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            if ppid != me || !stat.contains("(tierbox-init)") {
+                continue;
+            }
+            let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .unwrap_or_default();
+            for child in children.split_whitespace() {
+                let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+                if String::from_utf8_lossy(&cmdline).contains(marker) {
+                    return pid;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no sandbox pid 1 running {marker}");
+}

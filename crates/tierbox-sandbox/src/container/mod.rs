@@ -102,6 +102,14 @@ impl Engine {
         }
     }
 
+    /// The Tier C backend that runs this engine.
+    pub fn backend(self) -> TierCBackend {
+        match self {
+            Self::Docker => TierCBackend::Docker,
+            Self::Podman => TierCBackend::Podman,
+        }
+    }
+
     /// The backend's name in outcomes.
     pub fn backend_name(self) -> &'static str {
         match self {

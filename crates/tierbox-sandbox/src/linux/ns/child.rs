@@ -58,8 +58,9 @@ pub const DEFAULT_HOSTNAME: &str = "tierbox";
 /// Longest hostname the kernel accepts (`HOST_NAME_MAX`).
 pub const HOSTNAME_MAX_BYTES: usize = 64;
 
-/// `comm` of the sandbox's pid 1 (at most 15 bytes: `TASK_COMM_LEN` - 1).
-pub const INIT_NAME: &CStr = c"tierbox-init";
+/// `comm` of the sandbox's pid 1 (at most 15 bytes: `TASK_COMM_LEN` - 1), before and
+/// after it execs the reaper.
+pub const INIT_NAME: &CStr = super::init::reaper::NAME;
 
 /// Host directory the staging tmpfs is mounted on, in the child's private mount namespace
 /// only (it hides nothing outside it, and bind sources are read through [`OLD_ROOT`]).
@@ -121,9 +122,12 @@ pub enum NativeError {
         /// Its errno.
         errno: i32,
     },
-    /// pid 1 exited (or the pipe broke) without reporting.
-    #[error("the sandbox's pid 1 exited without reporting (setup crashed)")]
-    NoReport,
+    /// pid 1 ended (or the pipe broke) during setup without reporting.
+    #[error("the sandbox's pid 1 {how} during setup, without reporting")]
+    NoReport {
+        /// How it ended (`"was killed by signal 9"`, `"exited with 1"`).
+        how: String,
+    },
     /// A record on the report pipe was not the expected one.
     #[error("unexpected report record with tag {tag}")]
     BadReport {
@@ -153,16 +157,22 @@ pub struct NativeOptions {
     ///
     /// [`RunCgroup::procs_fds`]: crate::linux::cgroup::RunCgroup::procs_fds
     pub cgroup_fds: Vec<RawFd>,
+    /// pid 1 execs `tierbox-init` once the program runs (default: true, where the image
+    /// can be exec'd; see [`super::init`]). False keeps the in-process reaper, which holds
+    /// its copy of the supervisor's memory until the run ends: for measurements, and what
+    /// hosts that cannot exec the image get.
+    pub exec_reaper: bool,
 }
 
 impl Default for NativeOptions {
-    /// [`DEFAULT_HOSTNAME`], seccomp and landlock on, no cgroup.
+    /// [`DEFAULT_HOSTNAME`], seccomp and landlock on, no cgroup, the exec'd reaper.
     fn default() -> Self {
         Self {
             hostname: DEFAULT_HOSTNAME.to_owned(),
             seccomp: true,
             landlock: true,
             cgroup_fds: Vec::new(),
+            exec_reaper: true,
         }
     }
 }
@@ -329,10 +339,10 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         landlock_rules: &landlock_rules,
         arg_area: nsys::own_arg_area(),
         program_stack_top: stacks.program.top(),
-        keep: [stacks.init.range(), {
-            let tls = nsys::tls_anchor();
-            (tls, tls + 1)
-        }],
+        reaper_fd: match opts.exec_reaper {
+            true => super::init::image_fd().map_or(-1, |fd| fd.as_raw_fd()),
+            false => -1,
+        },
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
@@ -361,8 +371,22 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let first = match first {
         Ok(Some(r)) => r,
         Ok(None) | Err(_) => {
-            let _ = ssys::wait_pidfd(&pidfd, false);
-            return Err(NativeError::NoReport);
+            let how = match ssys::wait_pidfd(&pidfd, false) {
+                Ok(Some(e)) => match (e.code, e.signal) {
+                    (_, Some(sig)) => format!(
+                        "was killed by signal {sig}{}",
+                        if sig == libc::SIGKILL {
+                            " (the run's memory limit, or an outside kill)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    (Some(code), None) => format!("exited with {code}"),
+                    (None, None) => "ended".to_owned(),
+                },
+                _ => "ended".to_owned(),
+            };
+            return Err(NativeError::NoReport { how });
         }
     };
     if first.tag == ReportTag::Failed as u32 {

@@ -7,39 +7,40 @@
 //!
 //! # Design decisions
 //!
-//! **pid 1: a reaper that is a copy of the supervisor, not an exec'd helper.** pid 1 is
-//! cloned with every Tier C namespace (`CLONE_NEWUSER | NEWNS | NEWPID | NEWNET | NEWIPC
-//! | NEWUTS | NEWCGROUP`) and *without* `CLONE_VM` (option (c) of the design note): it
-//! runs on a copy-on-write copy of the supervisor's memory, so it can stay alive as the
-//! namespace's init after the supervisor's `clone` returns, without exec'ing anything. It
-//! does the namespace-wide setup, then starts the program with `CLONE_VM | CLONE_VFORK`
-//! (posix_spawn-style; pid 2), and loops: reap every orphan, forward
-//! [`sys::FORWARDED_SIGNALS`] with `kill(-1, sig)`, and when the program ends report its
-//! wait status and exit with its code. pid 1's exit makes the kernel kill whatever is
-//! left in the namespace, so the tree dies with the program (or with pid 1 when the
-//! supervisor SIGKILLs it).
+//! **pid 1: a clone of the supervisor for setup, then an exec'd static reaper.** pid 1
+//! is cloned with every Tier C namespace (`CLONE_NEWUSER | NEWNS | NEWPID | NEWNET | NEWIPC
+//! | NEWUTS | NEWCGROUP`) and *without* `CLONE_VM`: it runs on a copy-on-write copy of the
+//! supervisor's memory, so it can stay alive as the namespace's init after the
+//! supervisor's `clone` returns and do the namespace-wide setup without exec'ing anything
+//! first. It then starts the program with `CLONE_VM | CLONE_VFORK` (posix_spawn-style;
+//! pid 2), reports that, and execs `tierbox-init` ([`init`]): a freestanding static
+//! program of a few KiB, embedded in the supervisor and run from a sealed memfd, that
+//! loops — reap every orphan, forward [`sys::FORWARDED_SIGNALS`] with `kill(-1, sig)`, and
+//! when the program ends kill and reap the rest, report its wait status and exit with its
+//! code. pid 1's exit makes the kernel kill whatever is left in the namespace, so the tree
+//! dies with the program (or with pid 1 when the supervisor SIGKILLs it).
 //!
 //! Trade-off measured against the alternatives:
-//! - (a) the program as pid 1 (one clone, fastest) does not reap orphans (zombies pile up
-//!   in long builds) and ignores every signal it has no handler for, so SIGTERM from the
+//! - the program as pid 1 (one clone, fastest) does not reap orphans (zombies pile up in
+//!   long builds) and ignores every signal it has no handler for, so SIGTERM from the
 //!   supervisor would do nothing: rejected for correctness.
-//! - (b) exec'ing a helper as pid 1 costs one more `execve` of a binary (~0.5–1 ms on this
-//!   VM), which alone spends the budget.
-//! - (c), chosen: the cost is the page-table copy of the supervisor at `clone` (small for
-//!   a small process; it grows with the supervisor's mapped memory) and copy-on-write
-//!   faults in the supervisor while pid 1 shares its pages. pid 1 shares them only during
-//!   setup: once the program runs, it unmaps every private writable mapping it inherited
-//!   except its own stack and the cloning thread's thread-local storage page (whose
-//!   `rseq` area the kernel keeps updating) ([`sys`], `drop_inherited_memory`), and from
-//!   then on makes only raw system calls. That removes most of the supervisor's faults
-//!   (measured: a busy HTTP server's CPU per Tier C run fell from 4.0–4.3 ms to
-//!   3.1–3.7 ms) and leaves pid 1 with no copy of the supervisor's data for the rest of
-//!   the run. Until then it is non-dumpable (the program cannot read `/proc/1/mem` or
-//!   `/proc/1/environ`, and seccomp denies `ptrace`/`process_vm_readv`), it closes every
-//!   fd except the report pipe, and the supervisor's argv is wiped from its copy so
-//!   `/proc/1/cmdline` shows nothing. A long-lived single-threaded launcher (the zygote
-//!   of ARCHITECTURE.md) would also remove the copy at `clone` and the faults during
-//!   setup.
+//! - exec'ing a helper *before* setup costs one more `execve` of a full binary (~0.5–1 ms
+//!   on this VM) on the run's critical path.
+//! - staying a copy of the supervisor for the whole run makes the supervisor take a
+//!   copy-on-write fault (and a TLB shootdown across its threads) on every page it writes
+//!   while the run lasts; a busy server spent a third of its CPU there.
+//! - unmapping that copy from inside pid 1 and carrying on in the same program (the design
+//!   this replaces) is not correct by construction: the compiler may route any copy
+//!   through libc's `memmove`, whose CPU-dependent variants read libc's unmapped data;
+//!   pid 1 segfaulted on every run of the debug build on CPUs without AVX-512.
+//! - chosen: the exec of `tierbox-init` happens after the program is started and
+//!   reported, so it overlaps the program's run; it drops the whole copy at once, and what
+//!   runs afterwards can only reach its own pages (see [`init`]). Until the exec pid 1 is
+//!   non-dumpable (the program cannot read `/proc/1/mem` or `/proc/1/environ`, and seccomp
+//!   denies `ptrace`/`process_vm_readv`), it closes every fd except the report pipe and
+//!   the image, and the supervisor's argv is wiped from its copy so `/proc/1/cmdline`
+//!   shows nothing. A long-lived single-threaded launcher (the zygote of ARCHITECTURE.md)
+//!   would also remove the page-table copy at `clone` and the faults during setup.
 //!
 //! **Id maps: written by pid 1 itself**, one line each: `1000 <supervisor euid> 1` and
 //! `1000 <supervisor egid> 1`, `setgroups` = `deny` first (the kernel lets a process map
@@ -68,17 +69,19 @@
 //! thread, joined by the cloning thread for the `clone` alone (without `CLONE_NEWNET`);
 //! otherwise `CLONE_NEWNET` and pid 1 brings `lo` up.
 //!
-//! Order of pid 1's setup (each step says why in [`sys`]): pdeathsig → join the run cgroup
-//! → id maps → setsid → hostname → `lo` up (own namespace only) → the egress proxy's
-//! listener (when the plan needs it; passed to the supervisor) → mount ops (pivot included) → landlock rules for
-//! its own mounts → non-dumpable, name → clone the program. The program: stdio →
-//! close-on-exec everything else → cwd → rlimits → drop capabilities → `no_new_privs` →
-//! landlock → seccomp (last, so it blocks no setup call) → empty signal mask → `execve`.
+//! Order of pid 1's setup (each step says why in [`sys`]): pdeathsig → join the run
+//! cgroup → id maps → setsid → hostname → `lo` up (own namespace only) → the egress
+//! proxy's listener (when the plan needs it; passed to the supervisor) → mount ops (pivot
+//! included) → landlock rules for its own mounts → non-dumpable, name → clone the program
+//! → report → exec the reaper. The program: stdio → close-on-exec everything else → cwd →
+//! rlimits → drop capabilities → `no_new_privs` → landlock → seccomp (last, so it blocks
+//! no setup call) → empty signal mask → `execve`.
 //!
 //! The supervisor blocks on the report pipe until the program is exec'd (a few hundred
 //! microseconds).
 
 pub mod child;
+pub mod init;
 pub mod netns_pool;
 pub mod sys;
 

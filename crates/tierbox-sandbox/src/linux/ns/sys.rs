@@ -1,16 +1,16 @@
 //! Raw system calls of the native Tier C child: the sandbox's pid 1 (setup, then the
-//! reaper loop) and the program it starts. Every function that runs in a child makes raw
-//! system calls only: no allocation, no locks, no glibc function that touches
+//! exec of the reaper) and the program it starts. Every function that runs in a child
+//! makes raw system calls only: no allocation, no locks, no glibc function that touches
 //! process-wide state, no panics (see [`super`] for why).
 //!
 //! Two processes are created per run:
 //!
 //! 1. **pid 1** (`init_main`) is cloned by the supervisor with every Tier C namespace
 //!    and *without* `CLONE_VM`: it runs on a copy-on-write copy of the supervisor's memory,
-//!    so it can outlive the `clone` call and serve as the namespace's reaper without
-//!    exec'ing a helper. It writes its own id maps, sets the hostname, brings `lo` up,
-//!    carries out the mount ops, then starts the program, unmaps what it inherited of the
-//!    supervisor's memory and reaps (with raw system calls only from there on).
+//!    so it can outlive the `clone` call and serve as the namespace's reaper. It writes
+//!    its own id maps, sets the hostname, brings `lo` up, carries out the mount ops, then
+//!    starts the program, reports that, and execs `tierbox-init` ([`super::init`]), the
+//!    freestanding reaper, which lets go of the whole copy of the supervisor at once.
 //! 2. **the program** (`program_main`) is cloned by pid 1 with `CLONE_VM | CLONE_VFORK`
 //!    (posix_spawn-style: pid 1 is suspended until the exec, so the failure cells in the
 //!    spec are shared) and does the per-program steps: stdio, cwd, rlimits, capabilities,
@@ -27,6 +27,10 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
+pub use super::init::reaper::FORWARDED_SIGNALS;
+pub use super::init::report::{REPORT_BYTES, ReapedUsage, Report, ReportTag};
+use super::init::{reaper, sys as init_sys};
+
 use crate::linux::sys as lsys;
 use crate::linux::sys::{check, errno, reset_signal_handlers};
 
@@ -39,20 +43,6 @@ pub const NS_RLIMIT_COUNT: usize = crate::spawn::sys::RLIMIT_COUNT;
 
 /// The umask the program starts with (mount setup runs with 0 so modes are exact).
 pub const PROGRAM_UMASK: u32 = 0o022;
-
-/// Signals pid 1 forwards to every other process of the namespace (`kill(-1, sig)`):
-/// the ones a supervisor or terminal uses to ask a program to stop or reload. Everything
-/// else stays blocked in pid 1 (and `SIGKILL` from the supervisor kills pid 1, which makes
-/// the kernel kill the whole namespace).
-pub const FORWARDED_SIGNALS: &[c_int] = &[
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGTERM,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGWINCH,
-];
 
 /// `open_tree(2)` flag: clone the mount instead of opening it in place.
 const OPEN_TREE_CLONE: u32 = 1;
@@ -367,132 +357,19 @@ pub struct NsSpec<'a> {
     pub arg_area: (usize, usize),
     /// Top of the program's clone stack (16-byte aligned).
     pub program_stack_top: *mut c_void,
-    /// What pid 1 keeps when it drops its copy of the supervisor's memory, as address
-    /// ranges `[start, end)`: every writable mapping that overlaps one stays. Its own stack
-    /// mapping, and an address in the cloning thread's thread-local storage
-    /// ([`tls_anchor`]): the kernel keeps writing pid 1's inherited `rseq` area there
-    /// (glibc registers one per thread, and a child made without `CLONE_VM` inherits the
-    /// registration), and a write that faults is a SIGSEGV.
-    pub keep: [(usize, usize); 2],
+    /// The sealed memfd holding `tierbox-init` ([`super::init::image_fd`]), which pid 1
+    /// execs once the program runs; -1: pid 1 reaps in process.
+    pub reaper_fd: RawFd,
     /// Failure cells the program writes (shared with pid 1 through CLONE_VM).
     pub fail_step: AtomicU32,
     /// errno of the failure.
     pub fail_errno: AtomicI32,
 }
 
-/// Record tags on the report pipe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum ReportTag {
-    /// Setup failed: `step`, `errno`, `op_index`, `sub`.
-    Failed = 1,
-    /// The program was exec'd; `errno` carries its pid inside the namespace.
-    Started = 2,
-    /// The program ended; `errno` carries its raw wait status.
-    Exited = 3,
-}
-
-/// One record on the report pipe (44 bytes, atomic on a pipe).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Report {
-    /// [`ReportTag`] as u32.
-    pub tag: u32,
-    /// [`NsStep`] as u32.
-    pub step: u32,
-    /// errno, pid or wait status (see [`ReportTag`]).
-    pub value: i32,
-    /// Index of the failed op in [`NsSpec::ops`].
-    pub op_index: u32,
-    /// Sub-call of the failed op ([`describe_sub`]).
-    pub sub: u32,
-    /// [`ReportTag::Exited`]: what every process pid 1 reaped used, added up.
-    pub usage: ReapedUsage,
-}
-
-/// CPU time and peak memory of the processes pid 1 reaped (the program, its descendants
-/// and every orphan of the namespace), from the `rusage` of each `wait4`. pid 1's own
-/// setup is not in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ReapedUsage {
-    /// User CPU time in microseconds.
-    pub user_us: u64,
-    /// System CPU time in microseconds.
-    pub sys_us: u64,
-    /// Largest peak resident set size of any one of them, in KiB.
-    pub max_rss_kib: u64,
-}
-
-impl ReapedUsage {
-    /// Adds one reaped process (its `rusage` already includes the descendants it reaped).
-    fn add(&mut self, ru: &libc::rusage) {
-        let us = crate::spawn::sys::timeval_us;
-        self.user_us = self.user_us.saturating_add(us(ru.ru_utime));
-        self.sys_us = self.sys_us.saturating_add(us(ru.ru_stime));
-        self.max_rss_kib = self.max_rss_kib.max(ru.ru_maxrss.max(0) as u64);
-    }
-}
-
-/// Size of one encoded [`Report`]: five 32-bit and three 64-bit fields.
-pub const REPORT_BYTES: usize = 5 * 4 + 3 * 8;
 // One record is one write of at most PIPE_BUF bytes: atomic, never interleaved.
 const _: () = assert!(REPORT_BYTES <= libc::PIPE_BUF);
 
 impl Report {
-    /// The record's bytes on the pipe.
-    pub fn encode(&self) -> [u8; REPORT_BYTES] {
-        let mut b = [0u8; REPORT_BYTES];
-        let (small, large) = b.split_at_mut(5 * 4);
-        let words = [
-            self.tag.to_ne_bytes(),
-            self.step.to_ne_bytes(),
-            self.value.to_ne_bytes(),
-            self.op_index.to_ne_bytes(),
-            self.sub.to_ne_bytes(),
-        ];
-        for (chunk, w) in small.chunks_exact_mut(4).zip(words) {
-            chunk.copy_from_slice(&w);
-        }
-        let u = &self.usage;
-        let longs = [
-            u.user_us.to_ne_bytes(),
-            u.sys_us.to_ne_bytes(),
-            u.max_rss_kib.to_ne_bytes(),
-        ];
-        for (chunk, l) in large.chunks_exact_mut(8).zip(longs) {
-            chunk.copy_from_slice(&l);
-        }
-        b
-    }
-
-    /// Decodes one record as [`Report::encode`] wrote it.
-    pub fn decode(b: &[u8; REPORT_BYTES]) -> Self {
-        let (small, large) = b.split_at(5 * 4);
-        let mut f = [0u32; 5];
-        for (slot, chunk) in f.iter_mut().zip(small.chunks_exact(4)) {
-            let mut w = [0u8; 4];
-            w.copy_from_slice(chunk);
-            *slot = u32::from_ne_bytes(w);
-        }
-        let mut g = [0u64; 3];
-        for (slot, chunk) in g.iter_mut().zip(large.chunks_exact(8)) {
-            let mut l = [0u8; 8];
-            l.copy_from_slice(chunk);
-            *slot = u64::from_ne_bytes(l);
-        }
-        Self {
-            tag: f[0],
-            step: f[1],
-            value: f[2] as i32,
-            op_index: f[3],
-            sub: f[4],
-            usage: ReapedUsage {
-                user_us: g[0],
-                sys_us: g[1],
-                max_rss_kib: g[2],
-            },
-        }
-    }
-
     /// How the program ended, for a [`ReportTag::Exited`] record (`None` for any other):
     /// its code or signal, and what pid 1 reaped used.
     pub fn exited(&self) -> Option<crate::spawn::sys::ExitInfo> {
@@ -529,16 +406,21 @@ fn fail(step: NsStep) -> impl Fn(i32) -> Fail {
 
 // ---- pid 1 ----------------------------------------------------------------------------
 
-/// pid 1's entry point: setup, start the program, reap. Never returns normally (it exits
-/// with the program's status, or 127 after reporting a setup failure).
+/// pid 1's entry point: setup, start the program, then reap (as `tierbox-init` when it
+/// can exec it, in process otherwise). Never returns (it exits with the program's status,
+/// or 127 after reporting a setup failure).
 extern "C" fn init_main(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `&NsSpec` the supervisor passed to `clone`; this process runs on
     // a copy-on-write copy of the supervisor's memory taken at `clone`, in which the spec
     // and everything it points to are intact and never freed.
     let spec: &NsSpec<'_> = unsafe { &*(arg as *const NsSpec<'_>) };
     match init_setup(spec) {
-        // `init_setup` dropped the supervisor's memory: only these copies are left.
-        Ok((report_fd, program)) => reap(report_fd, program),
+        Ok(program) => {
+            // 13. Let go of the copy of the supervisor's memory: exec the reaper. Only
+            //     returns if the exec failed, with the memory intact: reap here.
+            let report_fd = exec_reaper(spec, program);
+            reaper::reap(report_fd, program)
+        }
         Err((step, err, op_index, sub)) => {
             let r = Report {
                 tag: ReportTag::Failed as u32,
@@ -554,9 +436,9 @@ extern "C" fn init_main(arg: *mut c_void) -> c_int {
     }
 }
 
-/// The ordered setup of pid 1. Returns the report pipe and the program's pid (in the
-/// namespace). On success the spec is gone (see step 13): the caller must not touch it.
-fn init_setup(spec: &NsSpec<'_>) -> Result<(RawFd, libc::pid_t), Fail> {
+/// The ordered setup of pid 1. Returns the program's pid (in the namespace) once it runs
+/// and the supervisor has been told.
+fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
     use NsStep as S;
     // 1. Default dispositions: signals stay blocked (inherited from the cloning thread)
     //    until the program's exec, and pid 1 only ever waits for them synchronously.
@@ -565,7 +447,7 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<(RawFd, libc::pid_t), Fail> {
     //    supervisor holds the read end of the report pipe until it has our first record,
     //    so POLLERR on our write end means it died (getppid() is 0 across a pid namespace).
     prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong).map_err(fail(S::Pdeathsig))?;
-    if pipe_has_no_reader(spec.report_fd) {
+    if init_sys::pipe_has_no_reader(spec.report_fd) {
         return Err((S::Pdeathsig, libc::ESRCH, 0, 0));
     }
     // 2b. Into the run's cgroup, before any setup allocates memory or forks: pid 1 moves
@@ -638,9 +520,10 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<(RawFd, libc::pid_t), Fail> {
     if failed != NsStep::None {
         return Err((failed, spec.fail_errno.load(Ordering::SeqCst), 0, 0));
     }
-    // 11. Hold nothing of the run: only the report pipe stays open.
-    close_all_but(spec.report_fd);
-    // 12. Drop what pid 1 no longer needs: it only waits and forwards signals.
+    // 11. Hold nothing of the run: only the report pipe and the reaper's image stay open.
+    close_all_but(&[spec.report_fd, spec.reaper_fd]);
+    // 12. Drop what pid 1 no longer needs: it only waits and forwards signals (and the
+    //     reaper's exec, with no_new_privs and no capabilities, can gain none).
     let _ = lsys::capset_zero();
     let _ = lsys::set_no_new_privs();
     let started = Report {
@@ -651,357 +534,79 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<(RawFd, libc::pid_t), Fail> {
     };
     // A supervisor that is gone cannot be told; PR_SET_PDEATHSIG kills us anyway.
     let _ = lsys::write_all_raw(spec.report_fd, &started.encode());
-    // 13. Let go of the copy of the supervisor's memory (everything but our stack and the
-    //     thread-local storage page, see `NsSpec::keep`): it holds nothing the reaper needs, and every page of it left shared would make the
-    //     supervisor take a copy-on-write fault (with a TLB shootdown across its threads)
-    //     the next time it writes there. From here on only raw system calls that touch no
-    //     memory but our stack (no errno, no thread-local storage).
-    let report_fd = spec.report_fd;
-    drop_inherited_memory(spec.keep);
-    Ok((report_fd, pid))
+    Ok(pid)
 }
 
-/// The reaper: reaps every process re-parented to pid 1, forwards [`FORWARDED_SIGNALS`]
-/// to the rest of the namespace, and when the program ends, kills and reaps every other
-/// process of the namespace, reports the program's wait status with what all of them
-/// used ([`ReapedUsage`]) and exits with the program's code (or 128 + its signal).
-///
-/// So the [`ReportTag::Exited`] record means the run is over: no process of the
-/// namespace but pid 1 is left, and pid 1 only exits. The supervisor can finish the run
-/// on that record without waiting for pid 1's exit, whose teardown of the namespaces
-/// (unmounting every mount of the sandbox) is the longest step of the run's end.
-fn reap(report_fd: RawFd, program: libc::pid_t) -> c_int {
-    let mut wait_set: u64 = sigbit(libc::SIGCHLD);
-    for s in FORWARDED_SIGNALS {
-        wait_set |= sigbit(*s);
+/// Step 13 of pid 1: moves the report pipe to [`reaper::REPORT_FD`] (kept across the
+/// exec) and execs `tierbox-init` from [`NsSpec::reaper_fd`] with the program's pid in
+/// `argv[1]` and an empty environment. Returns only when there is no image or the exec
+/// failed — with this process's memory untouched — and then gives the fd the report pipe
+/// is on now, for the in-process reaper.
+fn exec_reaper(spec: &NsSpec<'_>, program: libc::pid_t) -> RawFd {
+    if spec.reaper_fd < 0 {
+        return spec.report_fd;
     }
-    let mut usage = ReapedUsage::default();
-    loop {
-        let mut program_status: Option<c_int> = None;
-        while let Some((pid, status)) = wait_any(libc::WNOHANG, &mut usage) {
-            if pid == program {
-                program_status = Some(status);
-            }
-        }
-        if let Some(status) = program_status {
-            // SAFETY: integer arguments. kill(-1, SIGKILL) from a pid namespace's init
-            // kills every other process of that namespace, nothing outside it; a fork
-            // racing with it either is signalled too or fails (its parent has the signal
-            // pending).
-            unsafe {
-                raw::syscall4(
-                    libc::SYS_kill,
-                    -1isize as usize,
-                    libc::SIGKILL as usize,
-                    0,
-                    0,
-                )
-            };
-            // Every process of the namespace is pid 1's child once its parent is dead:
-            // no child left (ECHILD) means none left at all.
-            while wait_any(0, &mut usage).is_some() {}
-            let r = Report {
-                tag: ReportTag::Exited as u32,
-                value: status,
-                usage,
-                ..Report::default()
-            };
-            let bytes = r.encode();
-            // SAFETY: the kernel reads `bytes` (on our stack). One record is far below
-            // PIPE_BUF: the write is whole or fails, and a gone reader cannot be told.
-            unsafe {
-                raw::syscall4(
-                    libc::SYS_write,
-                    report_fd as usize,
-                    bytes.as_ptr() as usize,
-                    bytes.len(),
-                    0,
-                )
-            };
-            let code = if libc::WIFEXITED(status) {
-                libc::WEXITSTATUS(status)
-            } else {
-                128 + libc::WTERMSIG(status)
-            };
-            // SAFETY: exit_group ends this process; it never returns.
-            unsafe { raw::syscall4(libc::SYS_exit_group, code as usize, 0, 0, 0) };
-            return code;
-        }
-        // SAFETY: the kernel reads `wait_set`, a sigset on our stack; no siginfo, no
-        // timeout.
-        let sig = unsafe {
-            raw::syscall4(
-                libc::SYS_rt_sigtimedwait,
-                &raw const wait_set as usize,
-                0,
-                0,
-                8,
-            )
-        };
-        if sig > 0 && sig as c_int != libc::SIGCHLD {
-            // SAFETY: integer arguments. kill(-1, sig) from a pid namespace's init signals
-            // every other process of that namespace, nothing outside it.
-            unsafe { raw::syscall4(libc::SYS_kill, -1isize as usize, sig as usize, 0, 0) };
+    let target = reaper::REPORT_FD;
+    let mut image = spec.reaper_fd;
+    if image == target {
+        // Out of the report pipe's way first (close-on-exec, like the original).
+        // SAFETY: integer arguments on an fd this process holds.
+        image = unsafe { libc::syscall(libc::SYS_fcntl, image, libc::F_DUPFD_CLOEXEC, target + 1) }
+            as RawFd;
+        if image < 0 {
+            return spec.report_fd;
         }
     }
-}
-
-/// One `wait4(-1, .., flags | __WALL, &rusage)` of pid 1: the reaped child's pid and
-/// wait status, its usage added to `usage`; `None` when there is nothing (more) to reap
-/// (`WNOHANG` and none exited, or no child at all). `EINTR` is retried (every signal but
-/// `SIGKILL` is blocked in pid 1, so it does not happen).
-fn wait_any(flags: c_int, usage: &mut ReapedUsage) -> Option<(libc::pid_t, c_int)> {
-    loop {
-        let mut status: c_int = 0;
-        // Left uninitialised (zeroing could call libc's memset, which pid 1 avoids).
-        let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
-        // SAFETY: wait4 writes one int to `status` and one rusage to `ru`, both on our
-        // stack.
-        let r = unsafe {
-            raw::syscall4(
-                libc::SYS_wait4,
-                -1isize as usize,
-                &raw mut status as usize,
-                (flags | libc::__WALL) as usize,
-                ru.as_mut_ptr() as usize,
-            )
-        };
-        if r > 0 {
-            // SAFETY: a successful wait4 wrote the whole rusage.
-            usage.add(unsafe { ru.assume_init_ref() });
-            return Some((r as libc::pid_t, status));
-        }
-        if r != -(libc::EINTR as isize) {
-            return None;
-        }
-    }
-}
-
-/// System calls that touch no memory of the process but what their arguments point to:
-/// no `errno`, no thread-local storage, no libc state. pid 1 uses them once it has
-/// unmapped its copy of the supervisor's memory (which held its thread-local storage).
-/// Each returns the raw result: a value, or `-errno`.
-mod raw {
-    use std::ffi::c_long;
-
-    /// A system call with up to four arguments.
-    ///
-    /// # Safety
-    ///
-    /// The arguments must be valid for `nr`: every pointer the kernel reads or writes
-    /// points to memory that stays mapped and unaliased for the call.
-    #[cfg(target_arch = "x86_64")]
-    pub(super) unsafe fn syscall4(nr: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
-        let ret: isize;
-        // SAFETY: the x86-64 Linux system call ABI: number in rax, arguments in rdi, rsi,
-        // rdx, r10; the kernel clobbers rcx and r11 and touches no user stack. Memory the
-        // arguments point to is the caller's contract.
-        unsafe {
-            std::arch::asm!(
-                "syscall",
-                inlateout("rax") nr as isize => ret,
-                in("rdi") a1,
-                in("rsi") a2,
-                in("rdx") a3,
-                in("r10") a4,
-                lateout("rcx") _,
-                lateout("r11") _,
-                options(nostack),
-            );
-        }
-        ret
-    }
-
-    /// A system call with up to four arguments.
-    ///
-    /// # Safety
-    ///
-    /// The arguments must be valid for `nr`: every pointer the kernel reads or writes
-    /// points to memory that stays mapped and unaliased for the call.
-    #[cfg(target_arch = "aarch64")]
-    pub(super) unsafe fn syscall4(nr: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
-        let ret: isize;
-        // SAFETY: the AArch64 Linux system call ABI: number in x8, arguments in x0-x3,
-        // result in x0; `svc 0` touches no user stack. Memory the arguments point to is
-        // the caller's contract.
-        unsafe {
-            std::arch::asm!(
-                "svc 0",
-                inlateout("x0") a1 as isize => ret,
-                in("x1") a2,
-                in("x2") a3,
-                in("x3") a4,
-                in("x8") nr,
-                options(nostack),
-            );
-        }
-        ret
-    }
-
-    /// Other CPUs: libc's wrapper (which sets `errno`); pid 1 then keeps the supervisor's
-    /// memory ([`super::drop_inherited_memory`] does nothing there).
-    ///
-    /// # Safety
-    ///
-    /// As for the other architectures.
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    pub(super) unsafe fn syscall4(nr: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
-        // SAFETY: the caller's contract.
-        let r = unsafe { libc::syscall(nr, a1, a2, a3, a4) } as isize;
-        if r == -1 {
-            -(super::errno() as isize)
+    // dup3 to a new number clears close-on-exec; on the same number, fcntl does.
+    // SAFETY: integer arguments on fds this process holds.
+    let moved = unsafe {
+        if spec.report_fd == target {
+            libc::syscall(libc::SYS_fcntl, target, libc::F_SETFD, 0)
         } else {
-            r
+            libc::syscall(libc::SYS_dup3, spec.report_fd, target, 0)
         }
+    };
+    if moved < 0 {
+        return spec.report_fd;
     }
-}
-
-/// An address inside the calling thread's thread-local storage block (next to the thread
-/// control block that holds its `rseq` area): see [`NsSpec::keep`].
-pub fn tls_anchor() -> usize {
-    thread_local! {
-        static ANCHOR: u8 = const { 0 };
-    }
-    ANCHOR.with(|a| std::ptr::from_ref(a) as usize)
-}
-
-/// Writable private mappings collected per pass of [`drop_inherited_memory`] (16 bytes
-/// each, on pid 1's 64 KiB stack). A supervisor with more makes further passes.
-const UNMAP_BATCH: usize = 256;
-
-/// Passes of [`drop_inherited_memory`] before it gives up (each unmaps up to
-/// [`UNMAP_BATCH`] mappings): bounds the work for a pathological address space.
-const UNMAP_MAX_PASSES: usize = 16;
-
-/// Unmaps every private writable mapping of this process except those overlapping `keep`
-/// ([`NsSpec::keep`]): the heap, the thread stacks and thread-local storage, the data segments —
-/// the copy-on-write copy of the supervisor that `clone` gave pid 1. Read-only and
-/// executable mappings (code, constants) stay: they are never copied on write. Does
-/// nothing where [`raw`] has no assembly for this CPU. Best effort: a failure to read
-/// `/proc/self/maps` leaves the memory mapped (slower for the supervisor, nothing
-/// worse). After this, only [`raw`] system calls and stack memory may be used.
-fn drop_inherited_memory(keep: [(usize, usize); 2]) {
-    if cfg!(not(any(target_arch = "x86_64", target_arch = "aarch64"))) {
-        return;
-    }
-    // Both buffers are filled with zeros here, once, before anything is unmapped: the
-    // compiler may clear them with libc's `memset`, which reads libc's own data segment.
-    let mut ranges = [(0usize, 0usize); UNMAP_BATCH];
-    let mut buf = [0u8; 4096];
-    for _ in 0..UNMAP_MAX_PASSES {
-        let Some(found) = writable_private_mappings(keep, &mut ranges, &mut buf) else {
-            return;
-        };
-        for &(start, end) in ranges.iter().take(found) {
-            // SAFETY: unmaps part of this process's own address space that pid 1 no
-            // longer uses (it runs on `keep`, code and constants only from here on).
-            unsafe { raw::syscall4(libc::SYS_munmap, start, end - start, 0, 0) };
-        }
-        if found < UNMAP_BATCH {
-            return;
-        }
-    }
-}
-
-/// Collects up to `out.len()` private writable mappings from `/proc/self/maps`, skipping
-/// those that overlap a `keep` range. `None` when the file cannot be read.
-fn writable_private_mappings(
-    keep: [(usize, usize); 2],
-    out: &mut [(usize, usize)],
-    buf: &mut [u8],
-) -> Option<usize> {
-    // SAFETY: a NUL-terminated constant path; integer flags.
-    let fd = unsafe {
-        raw::syscall4(
-            libc::SYS_openat,
-            libc::AT_FDCWD as usize,
-            c"/proc/self/maps".as_ptr() as usize,
-            (libc::O_RDONLY | libc::O_CLOEXEC) as usize,
-            0,
+    let mut digits = [0u8; 12];
+    let pid_arg = decimal(program, &mut digits);
+    let argv: [*const c_char; 3] = [
+        reaper::NAME.as_ptr(),
+        pid_arg.as_ptr().cast(),
+        std::ptr::null(),
+    ];
+    let envp: [*const c_char; 1] = [std::ptr::null()];
+    // SAFETY: an fd we hold, an empty NUL-terminated path with AT_EMPTY_PATH, and
+    // NULL-terminated argv/envp arrays of NUL-terminated strings on our stack. Returns
+    // only on failure, before the point of no return (the memory is intact).
+    unsafe {
+        libc::syscall(
+            libc::SYS_execveat,
+            image,
+            c"".as_ptr(),
+            argv.as_ptr(),
+            envp.as_ptr(),
+            libc::AT_EMPTY_PATH,
         )
     };
-    if fd < 0 {
-        return None;
-    }
-    let (mut have, mut found, mut ok) = (0usize, 0usize, true);
-    while let Some(free) = buf.get_mut(have..) {
-        // SAFETY: the kernel writes at most `free.len()` bytes into `free`, on our stack.
-        let n = unsafe {
-            raw::syscall4(
-                libc::SYS_read,
-                fd as usize,
-                free.as_mut_ptr() as usize,
-                free.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            ok = false;
-            break;
-        }
-        let eof = n == 0;
-        have += n as usize;
-        let mut line_start = 0;
-        while let Some(len) = buf
-            .get(line_start..have)
-            .and_then(|rest| rest.iter().position(|b| *b == b'\n'))
-        {
-            let line = buf.get(line_start..line_start + len).unwrap_or_default();
-            if let Some((start, end)) = parse_writable_private(line)
-                && !keep.iter().any(|k| start < k.1 && end > k.0)
-                && let Some(slot) = out.get_mut(found)
-            {
-                *slot = (start, end);
-                found += 1;
-            }
-            line_start += len + 1;
-        }
-        // The partial last line to the front, byte by byte with volatile accesses so the
-        // compiler cannot turn it into a call to libc's `memmove` (see above).
-        for i in line_start..have {
-            let b = buf.as_ptr().wrapping_add(i);
-            let to = buf.as_mut_ptr().wrapping_add(i - line_start);
-            // SAFETY: `i < have <= buf.len()` and `i - line_start < i`: both in `buf`.
-            unsafe { to.write_volatile(b.read_volatile()) };
-        }
-        have -= line_start;
-        // End of file, a batch full, or a line longer than the buffer (not a maps line).
-        if eof || found == out.len() || have == buf.len() {
+    target
+}
+
+/// `n` (positive) in decimal, NUL-terminated, in `buf`.
+fn decimal(n: libc::pid_t, buf: &mut [u8; 12]) -> &[u8] {
+    let mut v = n.max(0) as u32;
+    let mut at = buf.len() - 1;
+    buf[at] = 0;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
             break;
         }
     }
-    // SAFETY: closes the fd opened above.
-    unsafe { raw::syscall4(libc::SYS_close, fd as usize, 0, 0, 0) };
-    ok.then_some(found)
-}
-
-/// `start-end rw-p …` → `Some((start, end))` for a private writable mapping.
-fn parse_writable_private(line: &[u8]) -> Option<(usize, usize)> {
-    let mut fields = line.split(|b| *b == b' ');
-    let range = fields.next()?;
-    let perms = fields.next()?;
-    let writable_private = perms.get(1) == Some(&b'w') && perms.get(3) == Some(&b'p');
-    if !writable_private {
-        return None;
-    }
-    let dash = range.iter().position(|b| *b == b'-')?;
-    let start = parse_hex(range.get(..dash)?)?;
-    let end = parse_hex(range.get(dash + 1..)?)?;
-    (start < end).then_some((start, end))
-}
-
-fn parse_hex(digits: &[u8]) -> Option<usize> {
-    if digits.is_empty() || digits.len() > 16 {
-        return None;
-    }
-    digits.iter().try_fold(0usize, |acc, d| {
-        let v = (*d as char).to_digit(16)?;
-        Some((acc << 4) | v as usize)
-    })
-}
-
-fn sigbit(sig: c_int) -> u64 {
-    1u64 << (sig - 1)
+    buf.get(at..).unwrap_or_default()
 }
 
 /// Carries out one op. `Err((sub, errno))`.
@@ -1319,31 +924,6 @@ fn prctl(option: c_int, arg2: libc::c_ulong) -> Result<(), i32> {
     check(unsafe { libc::syscall(libc::SYS_prctl, option, arg2, zero, zero, zero) }).map(drop)
 }
 
-fn pipe_has_no_reader(fd: RawFd) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLOUT,
-        revents: 0,
-    };
-    let zero = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: one valid pollfd and a zero timeout on our stack, no signal mask (`ppoll`:
-    // every architecture has it, unlike `poll`).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_ppoll,
-            &mut pfd as *mut libc::pollfd,
-            1 as libc::c_ulong,
-            &zero as *const libc::timespec,
-            std::ptr::null::<libc::sigset_t>(),
-            0 as libc::c_ulong,
-        )
-    };
-    r == 1 && pfd.revents & libc::POLLERR != 0
-}
-
 fn open_raw(dirfd: RawFd, path: &CStr, flags: c_int, mode: u32) -> Result<RawFd, i32> {
     // SAFETY: a NUL-terminated path and integer arguments.
     check(unsafe {
@@ -1624,32 +1204,32 @@ fn wipe_arg_area((start, end): (usize, usize)) {
     unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
 }
 
-fn close_all_but(keep: RawFd) {
-    let keep = keep as libc::c_ulong;
-    // SAFETY: integer arguments; closing fds this process does not use any more.
-    unsafe {
-        if keep > 0 {
-            libc::syscall(
-                libc::SYS_close_range,
-                0 as libc::c_ulong,
-                keep - 1,
-                0 as libc::c_ulong,
-            );
+/// Closes every fd but those in `keep` (negative entries are ignored).
+fn close_all_but(keep: &[RawFd; 2]) {
+    let (lo, hi) = (keep[0].min(keep[1]), keep[0].max(keep[1]));
+    let mut from: libc::c_ulong = 0;
+    for k in [lo, hi] {
+        if k < 0 || (k as libc::c_ulong) < from {
+            continue;
         }
-        libc::syscall(
-            libc::SYS_close_range,
-            keep + 1,
-            libc::c_ulong::from(u32::MAX),
-            0 as libc::c_ulong,
-        );
+        let k = k as libc::c_ulong;
+        if k > from {
+            close_range(from, k - 1);
+        }
+        from = k + 1;
     }
+    close_range(from, libc::c_ulong::from(u32::MAX));
+}
+
+fn close_range(first: libc::c_ulong, last: libc::c_ulong) {
+    // SAFETY: integer arguments; closing fds this process does not use any more.
+    unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_ulong) };
 }
 
 // ---- supervisor side ------------------------------------------------------------------
 
-/// A stack for a cloned child: an anonymous mapping of its own (never heap memory), so
-/// pid 1 can keep it while it unmaps everything else it inherited
-/// (`drop_inherited_memory`).
+/// A stack for a cloned child: an anonymous mapping of its own (never heap memory),
+/// page aligned, reused per thread ([`LaunchStacks`]).
 #[derive(Debug)]
 pub struct NsStack {
     base: *mut c_void,

@@ -1,0 +1,186 @@
+//! The `tierbox-init` image and the reaper's shared pieces. The image is never run here
+//! with a valid pid: outside a pid namespace its `kill(-1, SIGKILL)` would reach every
+//! process the test may signal. Real sandboxes run it in `child_tests.rs`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::fd::AsRawFd;
+
+use super::reaper::{self, BAD_ARGUMENTS_EXIT};
+use super::report::{REPORT_BYTES, ReapedUsage, Report, ReportTag, Rusage, Timeval};
+use super::{IMAGE, image_fd};
+
+/// `e_machine` of this build's CPU.
+fn this_machine() -> Option<u16> {
+    match std::env::consts::ARCH {
+        "x86_64" => Some(62),
+        "aarch64" => Some(183),
+        _ => None,
+    }
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().unwrap())
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// The image is a static executable for this CPU that depends on nothing: no program
+/// interpreter (dynamic loader), no dynamic section, no writable and executable segment.
+#[test]
+fn the_image_is_a_static_executable_for_this_cpu_with_no_dynamic_linking() {
+    let Some(machine) = this_machine() else {
+        assert!(IMAGE.is_empty(), "an image for a CPU it is not built for");
+        println!("SKIP the_image_is_a_static_executable: no image for this CPU");
+        return;
+    };
+    let b = IMAGE;
+    assert!(b.len() > 64, "image of {} bytes", b.len());
+    assert!(
+        b.len() <= 64 * 1024,
+        "image of {} bytes: not the small freestanding program",
+        b.len()
+    );
+    assert_eq!(&b[..4], b"\x7fELF");
+    assert_eq!(b[4], 2, "ELFCLASS64");
+    assert_eq!(b[5], 1, "little endian");
+    assert_eq!(
+        u16_at(b, 16),
+        2,
+        "ET_EXEC: a static, non-relocatable executable"
+    );
+    assert_eq!(u16_at(b, 18), machine, "e_machine");
+    let (phoff, phentsize, phnum) = (u64_at(b, 32) as usize, u16_at(b, 54), u16_at(b, 56));
+    assert_eq!(phentsize, 56);
+    let mut loads = 0;
+    for i in 0..usize::from(phnum) {
+        let ph = phoff + i * 56;
+        let (kind, flags) = (u32_at(b, ph), u32_at(b, ph + 4));
+        assert_ne!(kind, 3, "PT_INTERP: the image would need a dynamic loader");
+        assert_ne!(kind, 2, "PT_DYNAMIC: the image would need dynamic linking");
+        if kind == 1 {
+            loads += 1;
+            assert!(flags & 0b011 != 0b011, "a writable and executable segment");
+        }
+    }
+    assert!(loads >= 2, "{loads} loadable segments");
+}
+
+/// The memfd holds exactly the image, is executable and sealed against change.
+#[test]
+fn the_image_memfd_is_sealed_and_holds_the_image() {
+    if this_machine().is_none() {
+        assert!(image_fd().is_err());
+        return;
+    }
+    let fd = image_fd().unwrap();
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    assert_eq!(std::fs::read(&path).unwrap(), IMAGE);
+    assert!(
+        std::fs::read_link(&path)
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("/memfd:tierbox-init"),
+    );
+    let seals = rustix::fs::fcntl_get_seals(fd).unwrap();
+    for seal in [
+        rustix::fs::SealFlags::WRITE,
+        rustix::fs::SealFlags::SHRINK,
+        rustix::fs::SealFlags::GROW,
+        rustix::fs::SealFlags::SEAL,
+    ] {
+        assert!(seals.contains(seal), "{seals:?} lacks {seal:?}");
+    }
+    // Writable through no path: the write seal holds even for a fresh open.
+    let err = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"x"))
+        .unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
+    assert_eq!(image_fd().unwrap().as_raw_fd(), fd.as_raw_fd(), "made once");
+}
+
+/// The image runs on this CPU: started without a program pid it exits at once with
+/// [`BAD_ARGUMENTS_EXIT`] (before it could signal or reap anything).
+#[test]
+fn the_image_runs_and_refuses_a_missing_or_bad_pid() {
+    if this_machine().is_none() {
+        return;
+    }
+    let fd = image_fd().unwrap();
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    for args in [&[][..], &["x"], &["-1"], &["0"], &["99999999999"], &["12a"]] {
+        let status = std::process::Command::new(&path)
+            .args(args)
+            .env_clear()
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(BAD_ARGUMENTS_EXIT), "args {args:?}");
+    }
+}
+
+#[test]
+fn exit_codes_follow_the_wait_status_as_a_shell_does() {
+    for status in [0, 3 << 8, 255 << 8, libc::SIGKILL, libc::SIGSEGV | 0x80] {
+        let want = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            128 + libc::WTERMSIG(status)
+        };
+        assert_eq!(reaper::exit_code(status), want, "status {status:#x}");
+    }
+}
+
+#[test]
+fn reaped_usage_adds_cpu_times_and_keeps_the_largest_rss() {
+    let mut u = ReapedUsage::default();
+    let ru = |sec, usec, rss| Rusage {
+        utime: Timeval { sec, usec },
+        stime: Timeval { sec: 0, usec: 7 },
+        longs: {
+            let mut l = [0; 14];
+            l[0] = rss;
+            l
+        },
+    };
+    u.add(&ru(1, 5, 100));
+    u.add(&ru(-3, -1, 40));
+    u.add(&ru(i64::MAX, 0, -2));
+    assert_eq!(u.user_us, u64::MAX, "saturates");
+    assert_eq!(u.sys_us, 21);
+    assert_eq!(u.max_rss_kib, 100);
+}
+
+#[test]
+fn report_bytes_are_the_fields_in_order_native_endian() {
+    let r = Report {
+        tag: ReportTag::Failed as u32,
+        step: 2,
+        value: -3,
+        op_index: 4,
+        sub: 5,
+        usage: ReapedUsage {
+            user_us: 6,
+            sys_us: 7,
+            max_rss_kib: 8,
+        },
+    };
+    let b = r.encode();
+    assert_eq!(b.len(), REPORT_BYTES);
+    let mut want = Vec::new();
+    for w in [1u32, 2, (-3i32) as u32, 4, 5] {
+        want.extend_from_slice(&w.to_ne_bytes());
+    }
+    for l in [6u64, 7, 8] {
+        want.extend_from_slice(&l.to_ne_bytes());
+    }
+    assert_eq!(b.as_slice(), want.as_slice());
+    assert_eq!(Report::decode(&b), r);
+}

@@ -1,0 +1,550 @@
+//! Raw system calls of the reaper, for both of its homes: the freestanding `tierbox-init`
+//! program (built with `--cfg tierbox_init`, no `std`, no libc) and the supervisor's
+//! crate (the in-process fallback). `core` only: every call is one instruction of inline
+//! assembly that touches no memory but what its arguments point to (no `errno`, no
+//! thread-local storage, no libc state). Each wrapper returns the raw result: a value, or
+//! `-errno`.
+//!
+//! Under `--cfg tierbox_init` this file also holds what a freestanding program needs of
+//! its own: the entry point `_start`, the panic handler, and the `mem*` functions the
+//! compiler may call (the image is linked with nothing else, so a call to any function it
+//! does not contain is a link error, never a jump into memory that is not there).
+
+use core::ffi::c_long;
+
+/// System call numbers (each architecture's uapi `unistd.h`; a test checks them against
+/// the `libc` crate's).
+#[cfg(target_arch = "x86_64")]
+pub mod nr {
+    /// `write`.
+    pub const WRITE: i64 = 1;
+    /// `kill`.
+    pub const KILL: i64 = 62;
+    /// `wait4`.
+    pub const WAIT4: i64 = 61;
+    /// `rt_sigtimedwait`.
+    pub const RT_SIGTIMEDWAIT: i64 = 128;
+    /// `prctl`.
+    pub const PRCTL: i64 = 157;
+    /// `ppoll`.
+    pub const PPOLL: i64 = 271;
+    /// `exit_group`.
+    pub const EXIT_GROUP: i64 = 231;
+}
+
+/// System call numbers (the generic uapi `unistd.h`; a test checks them against the
+/// `libc` crate's).
+#[cfg(target_arch = "aarch64")]
+pub mod nr {
+    /// `write`.
+    pub const WRITE: i64 = 64;
+    /// `kill`.
+    pub const KILL: i64 = 129;
+    /// `wait4`.
+    pub const WAIT4: i64 = 260;
+    /// `rt_sigtimedwait`.
+    pub const RT_SIGTIMEDWAIT: i64 = 137;
+    /// `prctl`.
+    pub const PRCTL: i64 = 167;
+    /// `ppoll`.
+    pub const PPOLL: i64 = 73;
+    /// `exit_group`.
+    pub const EXIT_GROUP: i64 = 94;
+}
+
+/// System call numbers: the `libc` crate's, on CPUs the freestanding image is not built
+/// for (the crate's in-process reaper only).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub mod nr {
+    /// `write`.
+    pub const WRITE: i64 = libc::SYS_write as i64;
+    /// `kill`.
+    pub const KILL: i64 = libc::SYS_kill as i64;
+    /// `wait4`.
+    pub const WAIT4: i64 = libc::SYS_wait4 as i64;
+    /// `rt_sigtimedwait`.
+    pub const RT_SIGTIMEDWAIT: i64 = libc::SYS_rt_sigtimedwait as i64;
+    /// `prctl`.
+    pub const PRCTL: i64 = libc::SYS_prctl as i64;
+    /// `ppoll`.
+    pub const PPOLL: i64 = libc::SYS_ppoll as i64;
+    /// `exit_group`.
+    pub const EXIT_GROUP: i64 = libc::SYS_exit_group as i64;
+}
+
+/// Constants of the Linux ABI that are the same on every architecture the reaper runs on
+/// (a test checks them against the `libc` crate's).
+pub mod abi {
+    /// `SIGHUP`.
+    pub const SIGHUP: i32 = 1;
+    /// `SIGINT`.
+    pub const SIGINT: i32 = 2;
+    /// `SIGQUIT`.
+    pub const SIGQUIT: i32 = 3;
+    /// `SIGKILL`.
+    pub const SIGKILL: i32 = 9;
+    /// `SIGUSR1`.
+    pub const SIGUSR1: i32 = 10;
+    /// `SIGUSR2`.
+    pub const SIGUSR2: i32 = 12;
+    /// `SIGTERM`.
+    pub const SIGTERM: i32 = 15;
+    /// `SIGCHLD`.
+    pub const SIGCHLD: i32 = 17;
+    /// `SIGWINCH`.
+    pub const SIGWINCH: i32 = 28;
+    /// `EINTR`.
+    pub const EINTR: i32 = 4;
+    /// `WNOHANG`.
+    pub const WNOHANG: i32 = 1;
+    /// `__WALL`: wait for every kind of child (clone children included).
+    pub const WALL: i32 = 0x4000_0000;
+    /// `PR_SET_PDEATHSIG`.
+    pub const PR_SET_PDEATHSIG: i32 = 1;
+    /// `PR_SET_DUMPABLE`.
+    pub const PR_SET_DUMPABLE: i32 = 4;
+    /// `PR_SET_NAME`.
+    pub const PR_SET_NAME: i32 = 15;
+    /// `POLLOUT`.
+    pub const POLLOUT: i16 = 4;
+    /// `POLLERR`.
+    pub const POLLERR: i16 = 8;
+}
+
+pub use super::report::Rusage;
+
+/// A system call with up to four arguments.
+///
+/// # Safety
+///
+/// The arguments must be valid for `nr`: every pointer the kernel reads or writes
+/// points to memory that stays mapped and unaliased for the call.
+#[cfg(target_arch = "x86_64")]
+unsafe fn syscall4(nr: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
+    let ret: isize;
+    // SAFETY: the x86-64 Linux system call ABI: number in rax, arguments in rdi, rsi,
+    // rdx, r10; the kernel clobbers rcx and r11 and touches no user stack. Memory the
+    // arguments point to is the caller's contract.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr as isize => ret,
+            in("rdi") a1,
+            in("rsi") a2,
+            in("rdx") a3,
+            in("r10") a4,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// A system call with up to four arguments.
+///
+/// # Safety
+///
+/// The arguments must be valid for `nr`: every pointer the kernel reads or writes
+/// points to memory that stays mapped and unaliased for the call.
+#[cfg(target_arch = "aarch64")]
+unsafe fn syscall4(nr: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
+    let ret: isize;
+    // SAFETY: the AArch64 Linux system call ABI: number in x8, arguments in x0-x3,
+    // result in x0; `svc 0` touches no user stack. Memory the arguments point to is
+    // the caller's contract.
+    unsafe {
+        core::arch::asm!(
+            "svc 0",
+            inlateout("x0") a1 as isize => ret,
+            in("x1") a2,
+            in("x2") a3,
+            in("x3") a4,
+            in("x8") nr,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// Other CPUs (the crate's in-process reaper only): libc's wrapper, whose `errno` is
+/// turned back into `-errno`.
+///
+/// # Safety
+///
+/// As for the other architectures.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+unsafe fn syscall4(nr: c_long, a1: usize, a2: usize, a3: usize, a4: usize) -> isize {
+    // SAFETY: the caller's contract.
+    let r = unsafe { libc::syscall(nr, a1, a2, a3, a4) } as isize;
+    if r == -1 {
+        -(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO) as isize)
+    } else {
+        r
+    }
+}
+
+/// `wait4(-1, &status, flags, &usage)`: the reaped child's pid (> 0), 0 for nothing to
+/// reap under `WNOHANG`, or `-errno`.
+pub fn wait4_any(flags: i32, status: &mut i32, usage: &mut Rusage) -> isize {
+    // SAFETY: wait4 writes one int to `status` and one rusage (the kernel's layout,
+    // `Rusage`) to `usage`, both exclusively borrowed for the call.
+    unsafe {
+        syscall4(
+            nr::WAIT4 as c_long,
+            -1isize as usize,
+            core::ptr::from_mut(status) as usize,
+            flags as usize,
+            core::ptr::from_mut(usage) as usize,
+        )
+    }
+}
+
+/// `kill(pid, sig)`; from a pid namespace's init, `pid` -1 means every other process of
+/// that namespace (and nothing outside it).
+pub fn kill(pid: i32, sig: i32) -> isize {
+    // SAFETY: integer arguments.
+    unsafe {
+        syscall4(
+            nr::KILL as c_long,
+            pid as isize as usize,
+            sig as usize,
+            0,
+            0,
+        )
+    }
+}
+
+/// One `write(fd, bytes)`.
+pub fn write(fd: i32, bytes: &[u8]) -> isize {
+    // SAFETY: the kernel reads at most `bytes.len()` bytes of `bytes`, borrowed for the
+    // call.
+    unsafe {
+        syscall4(
+            nr::WRITE as c_long,
+            fd as usize,
+            bytes.as_ptr() as usize,
+            bytes.len(),
+            0,
+        )
+    }
+}
+
+/// `rt_sigtimedwait(set, NULL, NULL)`: waits for one of the (blocked) signals in `set`
+/// (a kernel sigset: bit `sig - 1` per signal) and returns its number, or `-errno`.
+pub fn sigwait(set: &u64) -> isize {
+    // SAFETY: the kernel reads one 8-byte sigset from `set`; no siginfo, no timeout.
+    unsafe {
+        syscall4(
+            nr::RT_SIGTIMEDWAIT as c_long,
+            core::ptr::from_ref(set) as usize,
+            0,
+            0,
+            8,
+        )
+    }
+}
+
+/// `prctl(option, arg2, 0, 0)` for options that take an integer.
+pub fn prctl(option: i32, arg2: usize) -> isize {
+    // SAFETY: integer arguments for the options this is used with.
+    unsafe { syscall4(nr::PRCTL as c_long, option as usize, arg2, 0, 0) }
+}
+
+/// `prctl(PR_SET_NAME, name)`; `name` must end with a NUL (the kernel reads at most 16
+/// bytes, stopping at the NUL).
+pub fn set_name(name: &[u8]) -> isize {
+    if name.last() != Some(&0) {
+        return -22;
+    }
+    // SAFETY: a NUL-terminated name, borrowed for the call.
+    unsafe {
+        syscall4(
+            nr::PRCTL as c_long,
+            abi::PR_SET_NAME as usize,
+            name.as_ptr() as usize,
+            0,
+            0,
+        )
+    }
+}
+
+/// Whether `fd` (the write end of a pipe) has lost its last reader: `ppoll` reports
+/// `POLLERR` on it.
+pub fn pipe_has_no_reader(fd: i32) -> bool {
+    #[repr(C)]
+    struct PollFd {
+        fd: i32,
+        events: i16,
+        revents: i16,
+    }
+    let mut pfd = PollFd {
+        fd,
+        events: abi::POLLOUT,
+        revents: 0,
+    };
+    let zero = [0i64; 2];
+    // SAFETY: one pollfd and a zero timespec on our stack; no signal mask.
+    let r = unsafe {
+        syscall4(
+            nr::PPOLL as c_long,
+            core::ptr::from_mut(&mut pfd) as usize,
+            1,
+            zero.as_ptr() as usize,
+            0,
+        )
+    };
+    r > 0 && pfd.revents & abi::POLLERR != 0
+}
+
+/// `exit_group(code)`: ends this process.
+pub fn exit_group(code: i32) -> ! {
+    loop {
+        // SAFETY: exit_group ends this process; it never returns (the loop is for the
+        // type checker).
+        unsafe { syscall4(nr::EXIT_GROUP as c_long, code as usize, 0, 0, 0) };
+    }
+}
+
+// ---- the freestanding program's own runtime --------------------------------------------
+
+// The entry point: the kernel starts a static executable at `_start` with the stack
+// pointer at `argc`, followed by the argv pointers, NULL, the envp pointers, NULL and
+// the auxiliary vector. Hand that address to `start` with the stack 16-byte aligned as
+// the C ABI wants at a call.
+#[cfg(all(tierbox_init, target_arch = "x86_64"))]
+core::arch::global_asm!(
+    ".globl _start",
+    "_start:",
+    "xor ebp, ebp",
+    "mov rdi, rsp",
+    "and rsp, -16",
+    "call {start}",
+    "ud2",
+    start = sym start,
+);
+
+#[cfg(all(tierbox_init, target_arch = "aarch64"))]
+core::arch::global_asm!(
+    ".globl _start",
+    "_start:",
+    "mov x29, xzr",
+    "mov x30, xzr",
+    "mov x0, sp",
+    "bl {start}",
+    "brk #0",
+    start = sym start,
+);
+
+/// Most decimal digits [`parse_pid`] reads.
+#[cfg(tierbox_init)]
+const PID_DIGITS_MAX: usize = 10;
+
+/// Reads `argv[1]` (the program's pid, in decimal) off the initial stack and runs the
+/// program.
+///
+/// # Safety
+///
+/// `sp` is the initial stack pointer the kernel gave `_start`.
+#[cfg(tierbox_init)]
+unsafe extern "C" fn start(sp: *const usize) -> ! {
+    // SAFETY: the kernel's initial stack: argc, then argc argv pointers and a NULL, each
+    // argument a NUL-terminated string in the same (mapped, never freed) stack area.
+    let pid = unsafe {
+        let argc = *sp;
+        if argc < 2 {
+            None
+        } else {
+            let arg = *sp.add(2) as *const u8;
+            let mut digits = [0u8; PID_DIGITS_MAX + 1];
+            let mut len = 0;
+            while len <= PID_DIGITS_MAX {
+                let b = *arg.add(len);
+                if b == 0 {
+                    break;
+                }
+                digits[len] = b;
+                len += 1;
+            }
+            parse_pid(&digits[..len])
+        }
+    };
+    match pid {
+        Some(pid) => super::run(pid),
+        None => exit_group(super::reaper::BAD_ARGUMENTS_EXIT),
+    }
+}
+
+/// A positive decimal pid of at most [`PID_DIGITS_MAX`] digits.
+#[cfg(tierbox_init)]
+fn parse_pid(digits: &[u8]) -> Option<i32> {
+    if digits.is_empty() || digits.len() > PID_DIGITS_MAX {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i64::from(d - b'0');
+    }
+    i32::try_from(v).ok().filter(|p| *p > 0)
+}
+
+/// A panic ends pid 1, and with it the sandbox; the supervisor then reports that pid 1
+/// died without reporting (never the program's exit).
+#[cfg(tierbox_init)]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
+    exit_group(super::reaper::PANIC_EXIT)
+}
+
+/// The unwinding personality routine the precompiled `core` refers to. Nothing unwinds
+/// in this program (`panic = abort`, no foreign frames), so it is never called; if it
+/// were, it ends pid 1 as a panic does.
+#[cfg(tierbox_init)]
+#[unsafe(no_mangle)]
+extern "C" fn rust_eh_personality() {
+    exit_group(super::reaper::PANIC_EXIT)
+}
+
+// The memory functions the compiler may call for copies, fills and comparisons. Each
+// moves one byte at a time with volatile accesses, so the optimiser cannot turn the loop
+// back into a call to itself. The reaper copies a few dozen bytes per run.
+
+/// `memcpy`.
+///
+/// # Safety
+///
+/// The C contract: `n` bytes readable at `src`, writable at `dst`, not overlapping.
+#[cfg(tierbox_init)]
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memcpy(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
+    // SAFETY: the caller's contract.
+    unsafe { memmove(dst, src, n) }
+}
+
+/// `memmove`.
+///
+/// # Safety
+///
+/// The C contract: `n` bytes readable at `src` and writable at `dst`.
+#[cfg(tierbox_init)]
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memmove(dst: *mut u8, src: *const u8, n: usize) -> *mut u8 {
+    // SAFETY: within the caller's `n` bytes; copying backwards when `dst` is above `src`
+    // keeps overlapping bytes intact.
+    unsafe {
+        if (dst as usize) <= (src as usize) {
+            let mut i = 0;
+            while i < n {
+                dst.add(i).write_volatile(src.add(i).read_volatile());
+                i += 1;
+            }
+        } else {
+            let mut i = n;
+            while i > 0 {
+                i -= 1;
+                dst.add(i).write_volatile(src.add(i).read_volatile());
+            }
+        }
+    }
+    dst
+}
+
+/// `memset`.
+///
+/// # Safety
+///
+/// The C contract: `n` bytes writable at `dst`.
+#[cfg(tierbox_init)]
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memset(dst: *mut u8, c: i32, n: usize) -> *mut u8 {
+    let mut i = 0;
+    while i < n {
+        // SAFETY: within the caller's `n` bytes.
+        unsafe { dst.add(i).write_volatile(c as u8) };
+        i += 1;
+    }
+    dst
+}
+
+/// `memcmp`.
+///
+/// # Safety
+///
+/// The C contract: `n` bytes readable at `a` and at `b`.
+#[cfg(tierbox_init)]
+#[unsafe(no_mangle)]
+unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
+    let mut i = 0;
+    while i < n {
+        // SAFETY: within the caller's `n` bytes.
+        let (x, y) = unsafe { (a.add(i).read_volatile(), b.add(i).read_volatile()) };
+        if x != y {
+            return i32::from(x) - i32::from(y);
+        }
+        i += 1;
+    }
+    0
+}
+
+/// `bcmp`: zero when equal.
+///
+/// # Safety
+///
+/// The C contract: `n` bytes readable at `a` and at `b`.
+#[cfg(tierbox_init)]
+#[unsafe(no_mangle)]
+unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
+    // SAFETY: the caller's contract.
+    unsafe { memcmp(a, b, n) }
+}
+
+#[cfg(all(test, not(tierbox_init)))]
+mod tests {
+    use super::{abi, nr};
+
+    #[test]
+    fn system_call_numbers_match_libc() {
+        assert_eq!(nr::WRITE, libc::SYS_write);
+        assert_eq!(nr::KILL, libc::SYS_kill);
+        assert_eq!(nr::WAIT4, libc::SYS_wait4);
+        assert_eq!(nr::RT_SIGTIMEDWAIT, libc::SYS_rt_sigtimedwait);
+        assert_eq!(nr::PRCTL, libc::SYS_prctl);
+        assert_eq!(nr::PPOLL, libc::SYS_ppoll);
+        assert_eq!(nr::EXIT_GROUP, libc::SYS_exit_group);
+    }
+
+    #[test]
+    fn abi_constants_match_libc() {
+        let signals = [
+            (abi::SIGHUP, libc::SIGHUP),
+            (abi::SIGINT, libc::SIGINT),
+            (abi::SIGQUIT, libc::SIGQUIT),
+            (abi::SIGKILL, libc::SIGKILL),
+            (abi::SIGUSR1, libc::SIGUSR1),
+            (abi::SIGUSR2, libc::SIGUSR2),
+            (abi::SIGTERM, libc::SIGTERM),
+            (abi::SIGCHLD, libc::SIGCHLD),
+            (abi::SIGWINCH, libc::SIGWINCH),
+        ];
+        for (ours, theirs) in signals {
+            assert_eq!(ours, theirs);
+        }
+        assert_eq!(abi::EINTR, libc::EINTR);
+        assert_eq!(abi::WNOHANG, libc::WNOHANG);
+        assert_eq!(abi::WALL, libc::__WALL);
+        assert_eq!(abi::PR_SET_PDEATHSIG, libc::PR_SET_PDEATHSIG);
+        assert_eq!(abi::PR_SET_DUMPABLE, libc::PR_SET_DUMPABLE);
+        assert_eq!(abi::PR_SET_NAME, libc::PR_SET_NAME);
+        assert_eq!(abi::POLLOUT, libc::POLLOUT);
+        assert_eq!(abi::POLLERR, libc::POLLERR);
+        assert_eq!(
+            std::mem::size_of::<super::Rusage>(),
+            std::mem::size_of::<libc::rusage>()
+        );
+    }
+}
