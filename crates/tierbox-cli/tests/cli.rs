@@ -783,3 +783,37 @@ fn doctor_calls_a_backend_available_only_after_its_canary_run() {
         "{text}"
     );
 }
+
+/// `check` and `run` refuse workspace roots that would hand a run the host, naming the
+/// rule (exit 125, nothing runs); the state directory cannot be inside the workspace.
+#[test]
+fn check_and_run_refuse_the_host_s_own_directories_as_workspaces() {
+    for root in ["/", "/root", "/etc", "/proc"] {
+        for cmd in ["check", "run"] {
+            let out = tierbox(&[cmd, "--workspace", root, "--", "true"], None);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(125), "{cmd} -w {root}: {err}");
+            assert!(
+                err.contains("scope.workspace_refused"),
+                "{cmd} -w {root}: {err}"
+            );
+        }
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let state = ws.path().join(".tierbox");
+    let out = tierbox(
+        &[
+            "run",
+            "--state-dir",
+            state.to_str().unwrap(),
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--",
+            "true",
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("contains the state directory"), "{err}");
+}

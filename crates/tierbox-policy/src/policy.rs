@@ -173,6 +173,12 @@ pub struct Policy {
     /// Workspace root. The CLI's `--workspace` overrides it; default is the current directory.
     #[serde(default)]
     pub workspace_root: Option<PathBuf>,
+    /// Let any directory be the workspace root, the filesystem root, system directories,
+    /// home directories and Tierbox's own state directory included (default false: those
+    /// are refused with `scope.workspace_refused`, since a run may write its whole
+    /// workspace).
+    #[serde(default)]
+    pub danger_any_workspace_root: bool,
     /// Tier requirements.
     #[serde(default)]
     pub tier: TierPolicy,
@@ -214,6 +220,7 @@ impl Default for Policy {
             version: POLICY_VERSION,
             description: String::new(),
             workspace_root: None,
+            danger_any_workspace_root: false,
             tier: TierPolicy::default(),
             exec: ExecPolicy::default(),
             env: EnvPolicy::default(),

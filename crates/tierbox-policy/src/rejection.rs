@@ -124,6 +124,12 @@ pub enum Rejection {
     /// The workspace root is missing or not a directory.
     #[error("workspace root {path:?} is unusable: {reason}")]
     WorkspaceInvalid { path: PathBuf, reason: String },
+    /// The workspace root is one no run may have: the filesystem root, a system directory,
+    /// a home directory itself, or a directory holding Tierbox's own state.
+    #[error(
+        "workspace root {path:?} is refused: {rule} (choose a project directory; a policy may lift this with danger_any_workspace_root = true)"
+    )]
+    WorkspaceRefused { path: PathBuf, rule: String },
     /// An argument names a path that resolves outside the workspace.
     #[error(
         "args[{arg_index}] {arg:?} resolves to {resolved:?}, outside the workspace {workspace:?}"
@@ -249,6 +255,7 @@ impl Rejection {
             Self::EvalFromStdin { .. } => "exec.eval_stdin",
             Self::WrapperUnresolvable { .. } => "exec.wrapper_unresolvable",
             Self::WorkspaceInvalid { .. } => "scope.workspace_invalid",
+            Self::WorkspaceRefused { .. } => "scope.workspace_refused",
             Self::PathOutsideWorkspace { .. } => "scope.path_outside_workspace",
             Self::CwdOutsideWorkspace { .. } => "scope.cwd_outside_workspace",
             Self::CwdNotDirectory { .. } => "scope.cwd_not_directory",
@@ -301,6 +308,7 @@ impl Rejection {
         "exec.eval_stdin",
         "exec.wrapper_unresolvable",
         "scope.workspace_invalid",
+        "scope.workspace_refused",
         "scope.path_outside_workspace",
         "scope.cwd_outside_workspace",
         "scope.cwd_not_directory",

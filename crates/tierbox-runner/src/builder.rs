@@ -197,7 +197,7 @@ impl SandboxedCommand {
         validate(
             &self.policy,
             &self.request,
-            &ValidateContext::new(&self.workspace),
+            &ValidateContext::new(&self.workspace).with_state_dir(&self.options.state_dir),
         )
     }
 
@@ -393,11 +393,7 @@ impl Runner {
 
     /// Validates a request without running it.
     pub fn check(&self, request: &ProcessRunRequest) -> Result<Plan, Rejection> {
-        validate(
-            &self.policy,
-            request,
-            &ValidateContext::new(&self.workspace),
-        )
+        validate(&self.policy, request, &self.context())
     }
 
     /// Validates and runs a request. A request for tier `a` (or any request when the
@@ -538,7 +534,7 @@ impl Runner {
     }
 
     fn context(&self) -> ValidateContext {
-        ValidateContext::new(&self.workspace)
+        ValidateContext::new(&self.workspace).with_state_dir(&self.options.state_dir)
     }
 }
 

@@ -40,12 +40,13 @@ pub const BWRAP_SECCOMP_FD: i32 = 3;
 /// The seccomp filter of Tier C (both backends): the shared deny list with nested
 /// namespaces denied; inet and unix sockets allowed, since the network namespace has only
 /// loopback; no metadata denials, since the program's uid is not 0 and it has no
-/// capabilities.
+/// capabilities; IPC allowed, since the IPC namespace is the sandbox's own.
 pub fn tier_c_seccomp_spec() -> SeccompSpec {
     SeccompSpec {
         deny_namespaces: true,
         deny_file_metadata: false,
         mediate_chmod: false,
+        deny_ipc: false,
         allow_inet_sockets: true,
         allow_unix_sockets: true,
         inet_stream_only: false,

@@ -21,6 +21,7 @@
 
 mod cgroup;
 mod fs;
+mod knobs;
 mod net;
 mod privilege;
 mod process;
@@ -99,6 +100,13 @@ usage: tierbox-probe PROBE [ARGS]
   no-kernel-surface             io_uring, userfaultfd, keyctl, bpf, perf_event_open,
                                 personality changes and name_to_handle_at must fail
   no-mount                      mount(tmpfs), fsopen, open_tree and unshare(CLONE_NEWNS) must fail
+  kernel-knobs                  no sysctl can be written (printk_ratelimit_burst is written back
+                                with its own value); core_pattern, drop_caches and sysrq-trigger
+                                must not open for writing (nothing is written to them)
+  no-host-ipc KEY               the host's SysV shm segment, message queue and semaphore set under
+                                KEY cannot be found
+  proc-masked                   /proc/kcore, keys, timer_list, sched_debug and interrupts must read
+                                as empty or not at all
   no-signal-outside PID         kill(PID, 0) must fail with EPERM
   no-tiocsti                    TIOCSTI on fds 0-2 and /dev/tty must fail
   proc-environ PID              /proc/PID/environ, mem, fd/N links, cwd and root must be unreachable
@@ -191,6 +199,9 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
         "cgroup-escape" => cgroup::cgroup_escape(),
         "no-kernel-surface" => surface::no_kernel_surface(),
         "no-mount" => surface::no_mount(),
+        "kernel-knobs" => knobs::kernel_knobs(),
+        "proc-masked" => knobs::proc_masked(),
+        "no-host-ipc" => knobs::no_host_ipc(number(arg(0)?)?),
         "memory" => process::memory(number(arg(0)?)?),
         "cpu" => process::cpu(number(arg(0)?)?),
         "hold" => process::hold(

@@ -31,7 +31,9 @@ use std::sync::Mutex;
 
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PREFIXES, is_denied_env_name};
 pub use interpreter::{INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, interpreter_base_name};
-pub use scope::{ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS};
+pub use scope::{
+    ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS, REFUSED_WORKSPACE_DIRS, REFUSED_WORKSPACE_TREES,
+};
 pub use wasm::{default_runtimes_dir, validate_tier_a, validate_wasm};
 
 use crate::plan::{FsPlan, OutputPlan, Plan, RedactionPlan};
@@ -95,6 +97,9 @@ pub struct ValidateContext {
     pub supervisor_env: BTreeMap<String, String>,
     /// Where relative `wasm.interpreters` paths are found (see [`default_runtimes_dir`]).
     pub runtimes_dir: PathBuf,
+    /// The supervisor's state directory (signing key, module cache, spill files), which no
+    /// workspace may contain. `None`: not known to the caller (nothing is checked).
+    pub state_dir: Option<PathBuf>,
 }
 
 impl ValidateContext {
@@ -108,7 +113,15 @@ impl ValidateContext {
             workspace: workspace.into(),
             supervisor_env,
             runtimes_dir,
+            state_dir: None,
         }
+    }
+
+    /// The same context with the supervisor's state directory, which the workspace may
+    /// not contain.
+    pub fn with_state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
     }
 
     /// The same context with an explicit supervisor environment (for tests and servers).
@@ -161,7 +174,7 @@ pub fn validate(
         &policy.env.path,
         req.stdin.as_deref(),
     )?;
-    let workspace = scope::canonical_workspace(&ctx.workspace)?;
+    let workspace = scope::workspace_root(policy, ctx)?;
     let cwd = scope::resolve_cwd(&workspace, req.cwd.as_deref())?;
     scope::check_args(&workspace, &cwd, &req.args)?;
     let mut env = env::build(&policy.env, req, ctx)?;

@@ -29,7 +29,9 @@
 use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
 
+use crate::policy::Policy;
 use crate::rejection::Rejection;
+use crate::validate::ValidateContext;
 
 /// Absolute paths outside the workspace that arguments may name: the standard device
 /// files scripts redirect to and from. `/dev/fd/N` and `/proc/self/fd/N` (N a number)
@@ -64,6 +66,121 @@ pub(crate) fn canonical_workspace(root: &Path) -> Result<PathBuf, Rejection> {
         return Err(invalid("it is not a directory".to_owned()));
     }
     Ok(canon)
+}
+
+/// Directories that are never a workspace root, nor is anything below them: the host's
+/// programs, libraries, configuration, boot files and kernel interfaces. A run may write
+/// its whole workspace; any of these as one would hand it the host.
+pub const REFUSED_WORKSPACE_TREES: &[&str] = &[
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/dev",
+    "/proc", "/sys",
+];
+
+/// Directories that are never a workspace root themselves (what lies below them may be):
+/// each holds the state of every user or service on the host (`/var/lib/ci/build` is a
+/// fine workspace, `/var` is not).
+pub const REFUSED_WORKSPACE_DIRS: &[&str] =
+    &["/", "/run", "/var", "/tmp", "/var/tmp", "/home", "/root"];
+
+/// The canonical workspace root of a run, after the rules on what may be one: not `/` nor
+/// a system directory ([`REFUSED_WORKSPACE_TREES`], [`REFUSED_WORKSPACE_DIRS`]), not a home
+/// directory itself (the supervisor's `$HOME`, `/root`, `/home/<user>`, or a home in
+/// `/etc/passwd`: dotfiles there configure the host user's shell, git and ssh), and not a
+/// directory that holds Tierbox's own state (the state directory with its signing key and
+/// compiled-module cache, the audit log, the signing key). The policy may lift the rules
+/// with `danger_any_workspace_root = true`.
+pub(crate) fn workspace_root(policy: &Policy, ctx: &ValidateContext) -> Result<PathBuf, Rejection> {
+    let canon = canonical_workspace(&ctx.workspace)?;
+    if policy.danger_any_workspace_root {
+        return Ok(canon);
+    }
+    let refused = |rule: String| Rejection::WorkspaceRefused {
+        path: canon.clone(),
+        rule,
+    };
+    if let Some(tree) = REFUSED_WORKSPACE_TREES
+        .iter()
+        .find(|t| canon.starts_with(t))
+    {
+        return Err(refused(format!(
+            "it is the system directory {tree} or lies below it"
+        )));
+    }
+    if REFUSED_WORKSPACE_DIRS.iter().any(|d| canon == Path::new(d)) {
+        return Err(refused(if canon == Path::new("/") {
+            "it is the filesystem root".to_owned()
+        } else {
+            format!(
+                "it is {}, which holds every user's or service's files",
+                canon.display()
+            )
+        }));
+    }
+    let homes = ctx.home().into_iter().chain(passwd_homes());
+    let is_home_under_home = canon.parent() == Some(Path::new("/home"));
+    if is_home_under_home || homes.into_iter().any(|h| same_dir(&h, &canon)) {
+        return Err(refused(
+            "it is a home directory itself (its dotfiles configure the user's shell, git and ssh); use a project directory inside it".to_owned(),
+        ));
+    }
+    let own_state = ctx
+        .state_dir
+        .iter()
+        .map(|d| ("the state directory", d.as_path()))
+        .chain(
+            policy
+                .audit
+                .log
+                .iter()
+                .map(|p| ("the audit log", p.as_path())),
+        )
+        .chain(
+            policy
+                .audit
+                .signing_key
+                .iter()
+                .map(|p| ("the attestation signing key", p.as_path())),
+        );
+    for (what, path) in own_state {
+        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        if path.starts_with(&canon) {
+            return Err(refused(format!(
+                "it contains {what} {} (a run could rewrite Tierbox's own state)",
+                path.display()
+            )));
+        }
+    }
+    Ok(canon)
+}
+
+/// Whether `a` names the directory `b` (canonical) is.
+fn same_dir(a: &Path, b: &Path) -> bool {
+    std::fs::canonicalize(a).is_ok_and(|a| a == b)
+}
+
+/// Home directories listed in `/etc/passwd`, read at most once per
+/// [`crate::validate::SYSTEM_PATHS_RECHECK`] (a user added meanwhile is seen after it).
+fn passwd_homes() -> Vec<PathBuf> {
+    use std::sync::Mutex;
+    use std::time::Instant;
+    static CACHE: Mutex<Option<(Instant, Vec<PathBuf>)>> = Mutex::new(None);
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((at, homes)) = cache.as_ref()
+        && at.elapsed() < crate::validate::SYSTEM_PATHS_RECHECK
+    {
+        return homes.clone();
+    }
+    let homes: Vec<PathBuf> = std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split(':').nth(5))
+        .filter(|home| home.starts_with('/') && *home != "/" && *home != "/nonexistent")
+        .map(PathBuf::from)
+        .collect();
+    *cache = Some((Instant::now(), homes.clone()));
+    homes
 }
 
 /// The canonical working directory: `cwd` relative to the workspace (or absolute, if it

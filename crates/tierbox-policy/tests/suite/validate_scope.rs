@@ -273,6 +273,81 @@ fn workspace_must_exist() {
     assert_eq!(err.code(), "scope.workspace_invalid");
 }
 
+/// The workspace roots no run may have, each refused with the rule it breaks: the
+/// filesystem root, system directories and anything below the system trees, the shared
+/// top-level directories themselves, a home directory itself, and a directory holding
+/// Tierbox's own state. `danger_any_workspace_root` lifts every rule.
+///
+/// Regression: `check -w /`, `-w /root`, `-w /etc` and `-w /proc` said "ok", a Tier B run
+/// started from `/` created `/etc/<file>`, and one started in the state directory read
+/// the attestation signing key.
+#[test]
+fn workspace_roots_that_would_hand_over_the_host_are_refused() {
+    let f = fixture();
+    let refused = |ctx: &tierbox_policy::ValidateContext, policy: &tierbox_policy::Policy| {
+        tierbox_policy::validate(policy, &ProcessRunRequest::new("ls"), ctx)
+            .err()
+            .map(|e| (e.code(), e.to_string()))
+    };
+    let at = |root: &str| tierbox_policy::ValidateContext::new(root).with_env(Default::default());
+    for (root, rule) in [
+        ("/", "the filesystem root"),
+        ("/etc", "system directory /etc"),
+        ("/usr/share", "system directory /usr"),
+        ("/proc", "system directory /proc"),
+        ("/proc/self/root", "the filesystem root"),
+        ("/dev", "system directory /dev"),
+        ("/var", "holds every user's"),
+        ("/tmp", "holds every user's"),
+        ("/root", "holds every user's"),
+    ] {
+        if !std::path::Path::new(root).is_dir() {
+            continue;
+        }
+        let (code, message) =
+            refused(&at(root), &f.policy).unwrap_or_else(|| panic!("{root} accepted"));
+        assert_eq!(code, "scope.workspace_refused", "{root}: {message}");
+        assert!(message.contains(rule), "{root}: {message}");
+        let mut danger = f.policy.clone();
+        danger.danger_any_workspace_root = true;
+        assert_eq!(
+            refused(&at(root), &danger),
+            None,
+            "{root} with the override"
+        );
+    }
+    // A home directory itself (the supervisor's HOME); a project inside it is fine.
+    let home_ctx = |ws: &std::path::Path| {
+        let env = [("HOME".to_owned(), f.ws.to_str().unwrap().to_owned())]
+            .into_iter()
+            .collect();
+        tierbox_policy::ValidateContext::new(ws).with_env(env)
+    };
+    let (code, message) = refused(&home_ctx(&f.ws), &f.policy).unwrap();
+    assert_eq!(code, "scope.workspace_refused");
+    assert!(message.contains("home directory itself"), "{message}");
+    std::fs::create_dir_all(f.ws.join("project")).unwrap();
+    assert_eq!(refused(&home_ctx(&f.ws.join("project")), &f.policy), None);
+    // A directory holding the state directory, or the audit log.
+    let ctx = tierbox_policy::ValidateContext::new(&f.ws)
+        .with_env(Default::default())
+        .with_state_dir(f.ws.join(".tierbox"));
+    let (code, message) = refused(&ctx, &f.policy).unwrap();
+    assert_eq!(code, "scope.workspace_refused");
+    assert!(
+        message.contains("contains the state directory"),
+        "{message}"
+    );
+    let elsewhere = tierbox_policy::ValidateContext::new(&f.ws)
+        .with_env(Default::default())
+        .with_state_dir("/nonexistent/state/tierbox");
+    assert_eq!(refused(&elsewhere, &f.policy), None);
+    let mut logged = f.policy.clone();
+    logged.audit.log = Some(f.ws.join("audit.jsonl"));
+    let (_, message) = refused(&elsewhere, &logged).unwrap();
+    assert!(message.contains("contains the audit log"), "{message}");
+}
+
 #[test]
 fn every_scope_code_is_reachable() {
     let f = fixture();

@@ -176,6 +176,48 @@ pub const PRIVATE_HOME: &str = "/tmp/home";
 /// Mode of [`PRIVATE_HOME`].
 pub const PRIVATE_HOME_MODE: u32 = 0o700;
 
+/// How a kernel knob under the sandbox's `/proc` is covered ([`PROC_KNOBS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProcCover {
+    /// Bound onto itself read-only (`MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC`): it
+    /// can be read, never written.
+    ReadOnly,
+    /// A file hidden behind a read-only bind of `/dev/null` (reads as empty).
+    MaskFile,
+    /// A directory hidden behind an empty read-only tmpfs.
+    MaskDir,
+}
+
+/// The entries of the sandbox's fresh `/proc` that reach past its namespaces, and how each
+/// is covered: the "readonly" and "masked" path lists of the container runtimes' default
+/// (moby's `oci/defaults.go`, runc's `maskedPaths`/`readonlyPaths`), applied by both Tier
+/// C backends whatever the user mapping and landlock do, so each layer holds alone.
+/// Entries the kernel does not have are skipped.
+///
+/// Why: global sysctls under `/proc/sys` check only that the writer's *host* uid is 0
+/// (`kernel.core_pattern` runs a helper as host root; others reconfigure the host);
+/// `sysrq-trigger` reboots or crashes the host; `irq`, `bus` and `fs` tune host devices
+/// and filesystems; the masked files expose host kernel memory and state (`kcore`), key
+/// material (`keys`), or timing side channels (`timer_list`, `sched_debug`, `interrupts`,
+/// `latency_stats`, `timer_stats`).
+pub const PROC_KNOBS: &[(&str, ProcCover)] = &[
+    ("/proc/bus", ProcCover::ReadOnly),
+    ("/proc/fs", ProcCover::ReadOnly),
+    ("/proc/irq", ProcCover::ReadOnly),
+    ("/proc/sys", ProcCover::ReadOnly),
+    ("/proc/sysrq-trigger", ProcCover::ReadOnly),
+    ("/proc/asound", ProcCover::MaskDir),
+    ("/proc/acpi", ProcCover::MaskDir),
+    ("/proc/scsi", ProcCover::MaskDir),
+    ("/proc/interrupts", ProcCover::MaskFile),
+    ("/proc/kcore", ProcCover::MaskFile),
+    ("/proc/keys", ProcCover::MaskFile),
+    ("/proc/latency_stats", ProcCover::MaskFile),
+    ("/proc/timer_list", ProcCover::MaskFile),
+    ("/proc/timer_stats", ProcCover::MaskFile),
+    ("/proc/sched_debug", ProcCover::MaskFile),
+];
+
 /// Host device nodes bound into the sandbox's `/dev` (`mknod` is impossible in a user
 /// namespace). `/dev/null` is required (covers use it); the others are skipped when the
 /// host lacks them (some containers have no `/dev/tty`).
@@ -272,6 +314,15 @@ pub enum MountOp {
     Proc {
         /// `/proc`.
         dst: PathBuf,
+    },
+    /// Cover one kernel knob of the sandbox's own `/proc` ([`PROC_KNOBS`]), read-only from
+    /// the start, right after the proc mount. Skipped at setup when this kernel has no
+    /// such entry (the list names entries some kernels lack).
+    ProcKnob {
+        /// The entry, directly under `/proc`.
+        dst: PathBuf,
+        /// How it is covered.
+        cover: ProcCover,
     },
     /// `mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, "size=…,mode=…")`. Executable
     /// (toolchains build and run programs under `/tmp`).
@@ -377,6 +428,7 @@ impl MountOp {
             Self::HostPlaceholder { path, .. } => Some(path),
             Self::Symlink { link, .. } => Some(link),
             Self::Proc { dst }
+            | Self::ProcKnob { dst, .. }
             | Self::Tmpfs { dst, .. }
             | Self::DevNode { dst, .. }
             | Self::DevPts { dst }
@@ -403,6 +455,7 @@ impl MountOp {
         matches!(
             self,
             Self::Proc { .. }
+                | Self::ProcKnob { .. }
                 | Self::Tmpfs { .. }
                 | Self::DevNode { .. }
                 | Self::DevPts { .. }
@@ -421,6 +474,12 @@ impl MountOp {
             | Self::DevPts { .. }
             | Self::CoverWithEmptyDir { .. } => Some(EntryKind::Dir),
             Self::DevNode { .. } | Self::CoverWithDevNull { .. } => Some(EntryKind::File),
+            Self::ProcKnob { cover, .. } => Some(match cover {
+                ProcCover::MaskFile => EntryKind::File,
+                ProcCover::MaskDir => EntryKind::Dir,
+                // Directories and files alike: the bind takes what the kernel has.
+                ProcCover::ReadOnly => return None,
+            }),
             Self::BindRo { kind, .. } | Self::BindRw { kind, .. } => Some(*kind),
             _ => None,
         }
@@ -439,6 +498,14 @@ impl fmt::Display for MountOp {
                 write!(f, "symlink {} -> {}", link.display(), target.display())
             }
             Self::Proc { dst } => write!(f, "proc {}", dst.display()),
+            Self::ProcKnob { dst, cover } => {
+                let how = match cover {
+                    ProcCover::ReadOnly => "read-only",
+                    ProcCover::MaskFile => "masked (dev-null)",
+                    ProcCover::MaskDir => "masked (empty dir)",
+                };
+                write!(f, "proc-knob {} {how} (if present)", dst.display())
+            }
             Self::Tmpfs {
                 dst,
                 size_bytes,
@@ -1279,7 +1346,16 @@ impl Planner<'_, '_> {
                 dst: PathBuf::from("/proc"),
             },
             Backing::Kernel,
-        )
+        )?;
+        // The kernel knobs, covered in the proc mount itself: no host lookup (the
+        // sandbox's proc is the kernel's, whatever the host's /proc shows).
+        for (path, cover) in PROC_KNOBS {
+            self.ops.push(MountOp::ProcKnob {
+                dst: PathBuf::from(path),
+                cover: *cover,
+            });
+        }
+        Ok(())
     }
 
     /// `/dev`: tmpfs, device binds, directories and symlinks, sealed read-only (devices
@@ -1758,6 +1834,15 @@ pub(crate) fn check_ops(ops: &[MountOp], lookup: &mut Lookup<'_>) -> Result<(), 
                 }
                 model.host_created.insert(dst.to_path_buf(), *kind);
             }
+            MountOp::ProcKnob { .. } => {
+                let in_proc = model
+                    .visible(dst)
+                    .is_some_and(|m| m.backing == Backing::Kernel && m.dst == Path::new("/proc"))
+                    && parent == Path::new("/proc");
+                if !in_proc {
+                    return Err(fail(i, "a proc knob outside the sandbox's /proc"));
+                }
+            }
             MountOp::RemountRo { allow_devices, .. } => {
                 let Some(m) = model.mounts.iter_mut().rev().find(|m| m.dst == dst) else {
                     return Err(fail(i, "remount of something that is not a mount"));
@@ -1818,7 +1903,9 @@ pub(crate) fn check_ops(ops: &[MountOp], lookup: &mut Lookup<'_>) -> Result<(), 
                 l.is_mount()
                     && !matches!(
                         l,
-                        MountOp::CoverWithDevNull { .. } | MountOp::CoverWithEmptyDir { .. }
+                        MountOp::CoverWithDevNull { .. }
+                            | MountOp::CoverWithEmptyDir { .. }
+                            | MountOp::ProcKnob { .. }
                     )
                     && l.dst().is_some_and(|d| dst.starts_with(d) && dst != d)
             })

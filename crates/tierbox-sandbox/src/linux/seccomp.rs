@@ -64,6 +64,11 @@ pub struct SeccompSpec {
     /// takes precedence over `deny_file_metadata` for that family. The filter must then be
     /// installed with `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
     pub mediate_chmod: bool,
+    /// Deny SysV IPC (`shm*`, `sem*`, `msg*`) and POSIX message queues (`mq_*`) with
+    /// `EPERM`. For a Tier B run without an IPC namespace of its own (an unprivileged
+    /// supervisor), where they would reach the objects of the supervisor's user: landlock
+    /// does not mediate IPC.
+    pub deny_ipc: bool,
 }
 
 impl SeccompSpec {
@@ -74,6 +79,7 @@ impl SeccompSpec {
             deny_namespaces: true,
             deny_file_metadata: false,
             mediate_chmod: false,
+            deny_ipc: false,
             allow_inet_sockets: false,
             allow_unix_sockets: false,
             inet_stream_only: false,
@@ -176,6 +182,8 @@ pub enum When {
     DenyNamespaces,
     /// Only when [`SeccompSpec::deny_file_metadata`] is set.
     DenyFileMetadata,
+    /// Only when [`SeccompSpec::deny_ipc`] is set.
+    DenyIpc,
 }
 
 impl When {
@@ -184,6 +192,7 @@ impl When {
             When::Always => true,
             When::DenyNamespaces => spec.deny_namespaces,
             When::DenyFileMetadata => spec.deny_file_metadata,
+            When::DenyIpc => spec.deny_ipc,
         }
     }
 }
@@ -220,6 +229,16 @@ const fn deny_meta(name: &'static str, nr: libc::c_long) -> Denial {
         errno: libc::EPERM,
         when: When::DenyFileMetadata,
         reason: "uid 0 owns every root-owned file and landlock does not mediate metadata changes",
+    }
+}
+
+const fn deny_ipc(name: &'static str, nr: libc::c_long) -> Denial {
+    Denial {
+        name,
+        nr: nr as u32,
+        errno: libc::EPERM,
+        when: When::DenyIpc,
+        reason: "SysV IPC and POSIX message queues reach the supervisor user's objects; landlock does not mediate them",
     }
 }
 
@@ -351,6 +370,25 @@ pub const DENY_TABLE: &[Denial] = &[
     deny_meta("setxattrat", extra_nr::SETXATTRAT),
     deny_meta("removexattrat", extra_nr::REMOVEXATTRAT),
     deny_meta("file_setattr", extra_nr::FILE_SETATTR),
+    // IPC (only with `deny_ipc`: a run without an IPC namespace of its own).
+    deny_ipc("shmget", libc::SYS_shmget),
+    deny_ipc("shmat", libc::SYS_shmat),
+    deny_ipc("shmdt", libc::SYS_shmdt),
+    deny_ipc("shmctl", libc::SYS_shmctl),
+    deny_ipc("semget", libc::SYS_semget),
+    deny_ipc("semop", libc::SYS_semop),
+    deny_ipc("semtimedop", libc::SYS_semtimedop),
+    deny_ipc("semctl", libc::SYS_semctl),
+    deny_ipc("msgget", libc::SYS_msgget),
+    deny_ipc("msgsnd", libc::SYS_msgsnd),
+    deny_ipc("msgrcv", libc::SYS_msgrcv),
+    deny_ipc("msgctl", libc::SYS_msgctl),
+    deny_ipc("mq_open", libc::SYS_mq_open),
+    deny_ipc("mq_unlink", libc::SYS_mq_unlink),
+    deny_ipc("mq_timedsend", libc::SYS_mq_timedsend),
+    deny_ipc("mq_timedreceive", libc::SYS_mq_timedreceive),
+    deny_ipc("mq_notify", libc::SYS_mq_notify),
+    deny_ipc("mq_getsetattr", libc::SYS_mq_getsetattr),
     // Namespaces (only with `deny_namespaces`).
     deny_ns("unshare", libc::SYS_unshare, libc::EPERM, "no nested namespaces: a user namespace exposes root-only kernel surface"),
     deny_ns("setns", libc::SYS_setns, libc::EPERM, "no joining other namespaces"),

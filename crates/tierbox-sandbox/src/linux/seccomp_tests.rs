@@ -20,6 +20,7 @@ fn permissive() -> SeccompSpec {
         deny_namespaces: false,
         deny_file_metadata: false,
         mediate_chmod: false,
+        deny_ipc: false,
         allow_inet_sockets: true,
         allow_unix_sockets: true,
         inet_stream_only: false,
@@ -255,6 +256,7 @@ fn ordinary() -> Vec<(&'static str, libc::c_long, Vec<u64>)> {
 fn every_table_entry_is_denied_with_its_errno() {
     let mut spec = locked_down();
     spec.deny_file_metadata = true;
+    spec.deny_ipc = true;
     let prog = SeccompProgram::build(&spec).unwrap();
     for d in DENY_TABLE {
         assert_eq!(
@@ -329,6 +331,7 @@ fn socket_families() {
             deny_namespaces: true,
             deny_file_metadata: false,
             mediate_chmod: false,
+            deny_ipc: false,
             allow_inet_sockets: inet,
             allow_unix_sockets: unix,
             inet_stream_only: false,
@@ -790,6 +793,35 @@ fn attach_time_is_reported() {
     );
 }
 
+/// SysV IPC and POSIX message queues are refused only with `deny_ipc` (Tier B, which has
+/// no IPC namespace); Tier C's filter leaves them to the sandbox's own IPC namespace.
+#[test]
+fn ipc_is_denied_only_when_asked() {
+    let mut spec = SeccompSpec::locked_down();
+    let plain = SeccompProgram::build(&spec).unwrap();
+    spec.deny_ipc = true;
+    let ipc = SeccompProgram::build(&spec).unwrap();
+    for nr in [
+        libc::SYS_shmget,
+        libc::SYS_shmat,
+        libc::SYS_semop,
+        libc::SYS_msgget,
+        libc::SYS_msgrcv,
+        libc::SYS_mq_open,
+    ] {
+        assert_eq!(eval(&plain, nr, &[]), ALLOW, "nr {nr} allowed by default");
+        assert_eq!(eval(&ipc, nr, &[]), eperm(), "nr {nr} denied with deny_ipc");
+    }
+    for nr in [
+        libc::SYS_read,
+        libc::SYS_mmap,
+        libc::SYS_futex,
+        libc::SYS_openat,
+    ] {
+        assert_eq!(eval(&ipc, nr, &[]), ALLOW, "nr {nr}");
+    }
+}
+
 #[test]
 fn file_metadata_changes_are_denied_only_when_asked() {
     let mut spec = SeccompSpec::locked_down();
@@ -876,7 +908,7 @@ fn base_filter_with_stacked_notifier_decides_every_call_as_the_full_filter() {
         args.push(vec![3, 0, flags, flags, 0, 0]);
     }
     let mut compared = 0usize;
-    for bits in 0u8..32 {
+    for bits in 0u8..64 {
         let spec = SeccompSpec {
             deny_namespaces: bits & 1 != 0,
             deny_file_metadata: bits & 2 != 0,
@@ -884,6 +916,7 @@ fn base_filter_with_stacked_notifier_decides_every_call_as_the_full_filter() {
             allow_inet_sockets: bits & 4 != 0,
             allow_unix_sockets: bits & 8 != 0,
             inet_stream_only: bits & 16 != 0,
+            deny_ipc: bits & 32 != 0,
         };
         let full = SeccompProgram::build(&spec).unwrap();
         let base = SeccompProgram::build_base(&spec).unwrap();
@@ -988,7 +1021,7 @@ fn inet_stream_only_allows_tcp_and_nothing_else_of_inet() {
     );
 }
 
-/// The cache hands out, for every one of the 64 specs, exactly the program `build` makes
+/// The cache hands out, for every one of the 128 specs, exactly the program `build` makes
 /// for it — never another spec's — and one shared copy per spec.
 #[test]
 fn cached_programs_are_the_built_ones_per_spec() {
@@ -998,7 +1031,7 @@ fn cached_programs_are_the_built_ones_per_spec() {
             .map(|i| (i.code, i.jt, i.jf, i.k))
             .collect()
     };
-    for bits in 0u8..64 {
+    for bits in 0u8..128 {
         let on = |i: u8| bits & (1 << i) != 0;
         let spec = SeccompSpec {
             deny_namespaces: on(0),
@@ -1007,6 +1040,7 @@ fn cached_programs_are_the_built_ones_per_spec() {
             inet_stream_only: on(3),
             deny_file_metadata: on(4),
             mediate_chmod: on(5),
+            deny_ipc: on(6),
         };
         match (SeccompProgram::build(&spec), SeccompProgram::cached(&spec)) {
             (Ok(built), Ok(cached)) => {

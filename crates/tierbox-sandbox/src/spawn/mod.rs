@@ -373,7 +373,7 @@ fn enforcement_report(
         },
         seccomp: match seccomp {
             Some(layout) => LayerReport::applied(format!(
-                "deny-list filter, {}{}",
+                "deny-list filter, {}{}{}",
                 match layout.inherited {
                     None => format!("{} instructions", layout.attached),
                     Some(base) if layout.attached == 0 => {
@@ -384,6 +384,7 @@ fn enforcement_report(
                         layout.attached
                     ),
                 },
+                "; SysV IPC and POSIX message queues denied (no IPC namespace)",
                 match (uid, mediate_chmod) {
                     (0, true) =>
                         "; chmod performed by the supervisor beneath the writable grants only; the run keeps uid 0: chown/xattr changes denied",
@@ -767,6 +768,9 @@ fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> Secc
         // changing their modes, owners or attributes, so seccomp does.
         deny_file_metadata: child_uid == 0,
         mediate_chmod,
+        // Tier B has no IPC namespace: SysV IPC and message queues would reach the host's
+        // objects of the run's uid (root's, for a run that keeps uid 0).
+        deny_ipc: true,
         allow_inet_sockets: net.allow_inet,
         allow_unix_sockets: net.allow_unix,
         inet_stream_only: net.inet_stream_only,

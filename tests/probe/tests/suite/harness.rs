@@ -480,3 +480,46 @@ impl ProcessId {
         }
     }
 }
+
+/// A SysV shared memory segment, message queue and semaphore set made on the host under
+/// one key, mode 0600 (owner only), removed when dropped: what a run must not reach.
+pub struct HostIpc {
+    /// The key the three objects share.
+    pub key: libc::key_t,
+    ids: [libc::c_int; 3],
+}
+
+impl HostIpc {
+    /// Makes the three objects under a key unique to this test process and `salt`.
+    pub fn create(salt: u32) -> Self {
+        let key =
+            (0x7b00_0000 | ((std::process::id() & 0xffff) << 8) | (salt & 0xff)) as libc::key_t;
+        let flags = libc::IPC_CREAT | libc::IPC_EXCL | 0o600;
+        // SAFETY: the three calls take integer arguments only.
+        let ids = unsafe {
+            [
+                libc::shmget(key, 4096, flags),
+                libc::msgget(key, flags),
+                libc::semget(key, 1, flags),
+            ]
+        };
+        assert!(
+            ids.iter().all(|id| *id >= 0),
+            "cannot create the host's IPC objects under {key:#x}: {}",
+            std::io::Error::last_os_error()
+        );
+        Self { key, ids }
+    }
+}
+
+impl Drop for HostIpc {
+    fn drop(&mut self) {
+        let [shm, msg, sem] = self.ids;
+        // SAFETY: IPC_RMID of the objects this guard made; no buffer is passed.
+        unsafe {
+            libc::shmctl(shm, libc::IPC_RMID, std::ptr::null_mut());
+            libc::msgctl(msg, libc::IPC_RMID, std::ptr::null_mut());
+            libc::semctl(sem, 0, libc::IPC_RMID);
+        }
+    }
+}

@@ -15,7 +15,7 @@ use tierbox_policy::EgressMode;
 use tierbox_policy::validate::{SYSTEM_READ_ONLY_PATHS, SYSTEM_SECRET_PATHS};
 
 use super::harness::{
-    CANARY, CANARY_VALUE, Fixture, NOBODY, Need, PATH_ARG, PATH_VAR, PROBE, assert_broken,
+    CANARY, CANARY_VALUE, Fixture, HostIpc, NOBODY, Need, PATH_ARG, PATH_VAR, PROBE, assert_broken,
     assert_direct_broken, assert_holds, describe, report, skip,
 };
 
@@ -593,6 +593,48 @@ async fn kernel_attack_surface_is_denied() {
             describe(&o)
         );
     }
+}
+
+/// No sysctl can be written and `kernel.core_pattern` and `/proc/sysrq-trigger` do not
+/// open for writing, even for a run that keeps uid 0 (root supervisor, root-owned
+/// workspace): Tier B has no mount namespace, so landlock (which grants `/proc` read-only)
+/// is the layer that holds. Negative control: root outside the sandbox can.
+#[tokio::test]
+async fn kernel_knobs_cannot_be_written() {
+    let Some(fx) = Fixture::new("kernel_knobs_cannot_be_written", &[Need::Landlock]) else {
+        return;
+    };
+    assert_holds(&fx.probe(&["kernel-knobs"]).await);
+    if rustix::process::geteuid().is_root() {
+        assert_direct_broken(&fx.direct(&["kernel-knobs"]));
+    }
+}
+
+/// The host's SysV IPC is out of reach, even for a run that keeps uid 0 (root
+/// supervisor, root-owned workspace), whose uid owns root's mode-0600 objects: Tier B has
+/// no IPC namespace, so the seccomp filter refuses the SysV IPC and message queue calls.
+/// Regression: a Tier B run read, overwrote and drained root's shared memory and message
+/// queue. Negative control: outside the sandbox the probe finds all three.
+#[tokio::test]
+async fn host_sysv_ipc_is_out_of_reach() {
+    let Some(fx) = Fixture::new("host_sysv_ipc_is_out_of_reach", &[]) else {
+        return;
+    };
+    let ipc = HostIpc::create(1);
+    let key = ipc.key.to_string();
+    let o = fx.probe(&["no-host-ipc", &key]).await;
+    assert_holds(&o);
+    assert!(
+        report(&o).contains("shmget: EPERM") && report(&o).contains("msgget: EPERM"),
+        "the IPC calls are not refused by the filter itself: {}",
+        describe(&o)
+    );
+    assert!(
+        o.enforcement.seccomp.detail.contains("SysV IPC"),
+        "{}",
+        describe(&o)
+    );
+    assert_direct_broken(&fx.direct(&["no-host-ipc", &key]));
 }
 
 /// Negative control: root outside the sandbox can make those calls.

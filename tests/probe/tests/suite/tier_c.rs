@@ -25,7 +25,7 @@ use tierbox_policy::{Layer, ProcessRunRequest, TierCBackend};
 use tierbox_runner::{LimitHit, Outcome};
 
 use super::harness::{
-    CANARY, Fixture, Need, PATH_ARG, PATH_VAR, PROBE, ProcessId, assert_broken,
+    CANARY, Fixture, HostIpc, Need, PATH_ARG, PATH_VAR, PROBE, ProcessId, assert_broken,
     assert_direct_broken, assert_holds, describe, probe_dir, report,
 };
 
@@ -588,6 +588,49 @@ async fn no_privileges_and_a_narrow_kernel_surface(test: &str, backend: TierCBac
 }
 
 on_both_backends!(no_privileges_and_a_narrow_kernel_surface => no_privileges_and_a_narrow_kernel_surface_native, no_privileges_and_a_narrow_kernel_surface_bwrap);
+
+/// The kernel's global knobs under the sandbox's `/proc` are read-only and the host-wide
+/// state the container runtimes mask reads as nothing, on both backends, as a layer of
+/// their own (bwrap applies no landlock; the native backend's landlock layer is checked
+/// apart in `ns_real_proc_knobs_are_read_only_without_landlock`).
+///
+/// Regression: the bwrap backend mapped the sandbox's uid to host uid 0 and left
+/// `/proc/sys` writable (bwrap covers it only when the directory itself is writable for
+/// the mapped user), so a run could set `kernel.core_pattern` and have the host kernel
+/// run its helper as root. The probe writes a sysctl back with its own value and only
+/// opens `core_pattern`. Negative control: as root, outside the sandbox, it can.
+async fn kernel_knobs_are_read_only(test: &str, backend: TierCBackend) {
+    let Some(fx) = Fixture::tier_c(test, &[], backend) else {
+        return;
+    };
+    assert_holds(&probe_c(&fx, &["kernel-knobs"]).await);
+    assert_holds(&probe_c(&fx, &["proc-masked"]).await);
+    if is_root() {
+        assert_direct_broken(&fx.direct(&["kernel-knobs"]));
+        assert_direct_broken(&fx.direct(&["proc-masked"]));
+    } else {
+        println!("note: not root, so the unsandboxed control of kernel-knobs is not run");
+    }
+}
+
+on_both_backends!(kernel_knobs_are_read_only => kernel_knobs_are_read_only_native, kernel_knobs_are_read_only_bwrap);
+
+/// The host's SysV IPC is out of reach: the sandbox's IPC namespace is its own.
+/// Negative control: outside the sandbox the probe finds all three objects.
+async fn host_sysv_ipc_is_out_of_reach(test: &str, backend: TierCBackend) {
+    let Some(fx) = Fixture::tier_c(test, &[], backend) else {
+        return;
+    };
+    let ipc = HostIpc::create(match backend {
+        TierCBackend::Native => 2,
+        _ => 3,
+    });
+    let key = ipc.key.to_string();
+    assert_holds(&probe_c(&fx, &["no-host-ipc", &key]).await);
+    assert_direct_broken(&fx.direct(&["no-host-ipc", &key]));
+}
+
+on_both_backends!(host_sysv_ipc_is_out_of_reach => host_sysv_ipc_is_out_of_reach_native, host_sysv_ipc_is_out_of_reach_bwrap);
 
 // ---- 6. terminal injection ------------------------------------------------------------------
 

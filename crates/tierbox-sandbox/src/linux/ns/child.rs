@@ -38,7 +38,8 @@ use crate::linux::caps;
 use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock, access_fs};
 use crate::linux::mounts::{
     COVER_DIR_MODE, COVER_TMPFS_BYTES, EntryKind, HostView, MOUNTPOINT_DIR_MODE,
-    MOUNTPOINT_FILE_MODE, MountOp, MountPlan, MountPlanError, PTMX_MODE, PTS_MODE, mount_plan,
+    MOUNTPOINT_FILE_MODE, MountOp, MountPlan, MountPlanError, PTMX_MODE, PTS_MODE, ProcCover,
+    mount_plan,
 };
 use crate::linux::seccomp::{SeccompError, SeccompProgram};
 use crate::linux::userns::{TIER_C_NAMESPACES, id_map_lines, probe_userns_cached};
@@ -728,6 +729,7 @@ pub struct OwnedOp {
     recursive: bool,
     mode: u32,
     expect: Expect,
+    if_present: bool,
     /// The planner's op (or the staging step) this came from.
     pub describe: String,
 }
@@ -745,6 +747,7 @@ impl OwnedOp {
             recursive: false,
             mode: 0,
             expect: Expect::Any,
+            if_present: false,
             describe,
         }
     }
@@ -762,6 +765,7 @@ impl OwnedOp {
             recursive: self.recursive,
             mode: self.mode,
             expect: self.expect,
+            if_present: self.if_present,
         }
     }
 
@@ -874,6 +878,37 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
                 o.src = Some(c"proc".to_owned());
                 o.fstype = Some(c"proc");
                 o.flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                o
+            }
+            MountOp::ProcKnob { dst, cover } => {
+                let sealed = nsys::MOUNT_ATTR_RDONLY
+                    | nsys::MOUNT_ATTR_NOSUID
+                    | nsys::MOUNT_ATTR_NODEV
+                    | nsys::MOUNT_ATTR_NOEXEC;
+                let mut o = match cover {
+                    ProcCover::ReadOnly | ProcCover::MaskFile => {
+                        let mut o = OwnedOp::new(OpKind::BindTree, under(NEW_ROOT, dst)?, describe);
+                        if *cover == ProcCover::ReadOnly {
+                            // The entry of the sandbox's own proc, onto itself.
+                            o.src = Some(under(NEW_ROOT, dst)?);
+                        } else {
+                            o.src = Some(under(OLD_ROOT, Path::new("/dev/null"))?);
+                            o.expect = Expect::CharDev;
+                        }
+                        o.attr = sealed;
+                        o
+                    }
+                    ProcCover::MaskDir => {
+                        let mut o = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, describe);
+                        o.src = Some(TMPFS.to_owned());
+                        o.fstype = Some(TMPFS);
+                        o.flags =
+                            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                        o.data = Some(tmpfs_data(COVER_TMPFS_BYTES, COVER_DIR_MODE)?);
+                        o
+                    }
+                };
+                o.if_present = true;
                 o
             }
             MountOp::Tmpfs {

@@ -363,6 +363,72 @@ fn ns_real_exit_status_and_environment() {
     assert_eq!(r.stdout.trim(), sc.ws.to_str().unwrap());
 }
 
+/// The mount layer alone keeps the kernel's global knobs read-only (landlock off here,
+/// as on a host without it): `test -w` asks the kernel whether the file could be opened
+/// for writing, which a read-only mount refuses (`EROFS`) while the sandbox's uid, mapped
+/// to the supervisor's, would pass the permission check. Masked host-wide state reads as
+/// empty. Negative control: as root on the host the same `test -w` succeeds.
+#[test]
+fn ns_real_proc_knobs_are_read_only_without_landlock() {
+    if !usable("ns_real_proc_knobs_are_read_only_without_landlock") {
+        return;
+    }
+    let sc = scratch();
+    let mut pol = policy("strict.toml");
+    pol.exec
+        .allowed_executables
+        .extend(["test".to_owned(), "cat".to_owned()]);
+    let ctx = ValidateContext::new(&sc.ws);
+    let no_landlock = NativeOptions {
+        landlock: false,
+        ..NativeOptions::default()
+    };
+    let run_without_landlock = |command: &str, args: &[&str]| {
+        let mut plan = validate(&pol, &ProcessRunRequest::new(command), &ctx).unwrap();
+        plan.argv.extend(args.iter().map(|a| (*a).to_owned()));
+        let l = launch_native(&plan, &no_landlock).unwrap();
+        let out = read_all(l.stdout.try_clone().unwrap());
+        let exit = wait_native(&l).unwrap();
+        crate::placeholders::release(&l.host_placeholders);
+        assert!(!l.enforcement.landlock.applied, "landlock was applied");
+        (exit, out)
+    };
+    for knob in [
+        "/proc/sys/kernel/core_pattern",
+        "/proc/sys/kernel/printk_ratelimit_burst",
+        "/proc/sys/vm/drop_caches",
+    ] {
+        let (exit, _) = run_without_landlock("test", &["-w", knob]);
+        assert_eq!(exit.code, Some(1), "{knob} is writable in the sandbox");
+        if rustix::process::geteuid().is_root() {
+            let host = std::process::Command::new("test")
+                .args(["-w", knob])
+                .status()
+                .unwrap();
+            assert!(
+                host.success(),
+                "negative control: {knob} not writable on the host"
+            );
+        }
+    }
+    for masked in [
+        "/proc/kcore",
+        "/proc/keys",
+        "/proc/timer_list",
+        "/proc/interrupts",
+    ] {
+        if !Path::new(masked).exists() {
+            continue;
+        }
+        let (exit, out) = run_without_landlock("cat", &[masked]);
+        assert!(
+            out.is_empty(),
+            "{masked} shows {} bytes in the sandbox ({exit:?})",
+            out.len()
+        );
+    }
+}
+
 #[test]
 fn ns_real_killing_pid_1_ends_the_run() {
     if !usable("ns_real_killing_pid_1_ends_the_run") {

@@ -56,6 +56,8 @@ pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 /// No device access.
 pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+/// No exec.
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 /// `struct mount_attr` (uapi `linux/mount.h`, `MOUNT_ATTR_SIZE_VER0` = 32 bytes).
 #[repr(C)]
@@ -90,6 +92,9 @@ pub struct NsOp<'a> {
     pub mode: u32,
     /// What [`OpKind::BindTree`] must find at `src`.
     pub expect: Expect,
+    /// A missing source or destination (`ENOENT`) skips the op instead of failing the
+    /// run: a kernel knob of `/proc` this kernel does not have.
+    pub if_present: bool,
 }
 
 /// The kinds of [`NsOp`].
@@ -611,6 +616,13 @@ fn decimal(n: libc::pid_t, buf: &mut [u8; 12]) -> &[u8] {
 
 /// Carries out one op. `Err((sub, errno))`.
 fn run_op(op: &NsOp<'_>) -> Result<(), (u32, i32)> {
+    match run_op_once(op) {
+        Err((_, libc::ENOENT)) if op.if_present => Ok(()),
+        other => other,
+    }
+}
+
+fn run_op_once(op: &NsOp<'_>) -> Result<(), (u32, i32)> {
     let src = op.src.map_or(std::ptr::null(), CStr::as_ptr);
     let dst = op.dst.as_ptr();
     match op.kind {

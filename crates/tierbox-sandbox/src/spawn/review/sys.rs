@@ -113,6 +113,7 @@ pub(super) fn run_mediated(
         deny_namespaces: false,
         deny_file_metadata: true,
         mediate_chmod: true,
+        deny_ipc: false,
         allow_inet_sockets: true,
         allow_unix_sockets: true,
         inet_stream_only: false,
