@@ -85,6 +85,17 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
             notes.push(format!("{name}: secrets redacted"));
         }
     }
+    if !o.created_git_dirs.is_empty() {
+        let dirs: Vec<String> = o
+            .created_git_dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        notes.push(format!(
+            "the run created git repositories, untrusted content for this host (their .git/config can run code when git runs there): {}",
+            dirs.join(", ")
+        ));
+    }
     for denial in o.egress_denials() {
         notes.push(denial.to_owned());
     }

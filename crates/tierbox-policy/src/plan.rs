@@ -75,6 +75,11 @@ pub struct FsPlan {
     /// The run gets a private, empty, writable `HOME` (the supervisor's home is not
     /// granted by the policy, so passing it would only make tools fail on it).
     pub private_home: bool,
+    /// The repositories (directories holding `.git`) found in the workspace at launch,
+    /// whose git redirect surface `protected` covers; a repository found after the run
+    /// and not here was created by it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub git_repos: Vec<PathBuf>,
 }
 
 impl FsPlan {

@@ -152,7 +152,7 @@ pub enum QuotaMode {
 /// - environment rebuilt from `HOME USER LANG LC_ALL TERM TZ` and a fixed PATH;
 /// - 60 s wall timeout (max 10 min), CPU time = wall timeout, 1 GiB memory, 128 processes,
 ///   256 open files, 1 GiB file size, 1 MiB output (truncate mode);
-/// - no extra filesystem access; `.git/hooks` and `.git/config` protected;
+/// - no extra filesystem access; the git redirect surface protected ([`crate::validate::GIT_REDIRECT_ENTRIES`]: `.git/config`, `hooks`, `commondir`, `worktrees`, `modules`, …);
 /// - egress `block_all`; redaction on; no audit log.
 ///
 /// ```
@@ -560,7 +560,10 @@ impl Default for FilesystemPolicy {
             read_only: Vec::new(),
             writable: Vec::new(),
             deny_read: Vec::new(),
-            protected: vec![".git/hooks".to_owned(), ".git/config".to_owned()],
+            protected: crate::validate::GIT_REDIRECT_ENTRIES
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
         }
     }
 }

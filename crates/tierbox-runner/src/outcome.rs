@@ -183,6 +183,24 @@ pub struct Outcome {
     /// captured until then is kept. Absent for every other run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_failure: Option<String>,
+    /// Git repositories (directories holding `.git`) the run created in the workspace:
+    /// they did not exist at launch, so nothing of them was protected. Untrusted content
+    /// for the host: a planted `.git/config` runs code when the host runs `git` there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub created_git_dirs: Vec<PathBuf>,
+}
+
+/// The repositories found in `workspace` now that were not among `at_launch`: those a run
+/// created ([`Outcome::created_git_dirs`]). A `.git` that is a Tier C placeholder (the
+/// empty mount point a sandbox covers a missing `.git` with, this run's or a concurrent
+/// one's, removed after the run) is not a repository.
+pub fn created_git_dirs(workspace: &std::path::Path, at_launch: &[PathBuf]) -> Vec<PathBuf> {
+    tierbox_policy::validate::git_dirs(workspace)
+        .repos
+        .into_iter()
+        .filter(|r| !at_launch.contains(r))
+        .filter(|r| tierbox_sandbox::placeholders::observe(&r.join(".git"), || ()).is_some())
+        .collect()
 }
 
 /// [`Outcome::exit_status`] of a run whose sandbox failed ([`Outcome::sandbox_failure`]):

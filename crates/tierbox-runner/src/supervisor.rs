@@ -598,6 +598,10 @@ async fn supervise(
         attestation: None,
         audit_error: None,
         sandbox_failure,
+        created_git_dirs: crate::outcome::created_git_dirs(
+            &plan.workspace,
+            &plan.filesystem.git_repos,
+        ),
     })
 }
 

@@ -95,6 +95,7 @@ async fn run_wasm_tapped(
     tap: Option<Arc<Tap>>,
 ) -> Result<Outcome, RunError> {
     let engine = engine(opts)?;
+    let repos_at_launch = tierbox_policy::validate::git_dirs(&plan.workspace).repos;
     let started = Instant::now();
     let out = Sink::new(plan, tap.clone().map(|t| (t, Stream::Stdout)));
     let err = Sink::new(plan, tap.clone().map(|t| (t, Stream::Stderr)));
@@ -155,6 +156,7 @@ async fn run_wasm_tapped(
         attestation: None,
         audit_error: None,
         sandbox_failure: None,
+        created_git_dirs: crate::outcome::created_git_dirs(&plan.workspace, &repos_at_launch),
     })
 }
 

@@ -10,6 +10,7 @@
 //! | `exec.rs` | allowlist, program resolution in the sandbox PATH |
 //! | `interpreter.rs` | interpreter denylist, wrappers, eval flags |
 //! | `scope.rs` | workspace root, cwd, path-like arguments (never rewritten) |
+//! | `git.rs` | the git redirect surface: protected entries of every repository found |
 //! | `env.rs` | environment rebuild and deny list |
 //! | `egress.rs` | host extraction and allowlist preflight |
 //! | `limits.rs` | timeouts and limits against the policy |
@@ -18,6 +19,7 @@
 mod egress;
 mod env;
 mod exec;
+mod git;
 mod interpreter;
 mod limits;
 mod scope;
@@ -30,6 +32,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PREFIXES, is_denied_env_name};
+pub use git::{
+    GIT_REDIRECT_ENTRIES, NESTED_REPO_MAX_DEPTH, NESTED_REPO_MAX_ENTRIES, NESTED_REPO_MAX_REPOS,
+    NESTED_REPO_RESCAN, RepoScan, git_dirs,
+};
 pub use interpreter::{INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, interpreter_base_name};
 pub use scope::{
     ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS, REFUSED_WORKSPACE_DIRS, REFUSED_WORKSPACE_TREES,
@@ -477,6 +483,7 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
         out
     };
     let system = system_paths();
+    let repos = git::git_dirs_cached(workspace).repos;
     FsPlan {
         system_read_only: carve(system.grants),
         system_roots: system.roots,
@@ -484,7 +491,8 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
         read_only: carve(existing_paths(&fs.read_only, home.as_deref())),
         writable: carve(existing_paths(&fs.writable, home.as_deref())),
         deny_read,
-        protected: fs.protected.iter().map(|p| workspace.join(p)).collect(),
+        protected: git::protected_paths(workspace, &fs.protected, &repos),
+        git_repos: repos,
         private_home: false,
     }
 }

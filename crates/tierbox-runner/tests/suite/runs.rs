@@ -578,3 +578,40 @@ async fn find_pid1_running(marker: &str) -> i32 {
     }
     panic!("no sandbox pid 1 running {marker}");
 }
+
+/// A repository a run creates in the workspace cannot be protected in advance: the
+/// outcome names it (`created_git_dirs`), on every tier that can write the workspace; a
+/// repository that existed at launch is not named.
+#[test]
+fn repositories_a_run_creates_are_named_in_the_outcome() {
+    let test = "repositories_a_run_creates_are_named_in_the_outcome";
+    if !tier_b_available(test) {
+        return;
+    }
+    let env = Env::new(&["mkdir"]);
+    let ws = std::fs::canonicalize(env.ws.path()).unwrap();
+    std::fs::create_dir_all(ws.join("old/.git")).unwrap();
+    let rt = rt();
+    let mut tiers = vec![TierRequest::B];
+    if tier_c_available(test, tierbox_policy::TierCBackend::Native) {
+        tiers.push(TierRequest::C);
+    }
+    for (i, tier) in tiers.into_iter().enumerate() {
+        let repo = format!("new{i}/sub");
+        let mut r = req("mkdir", &["-p", &format!("{repo}/.git")]);
+        r.tier = tier;
+        let o = rt.block_on(env.runner().run(&r)).unwrap();
+        assert_eq!(o.exit_code, Some(0), "{tier:?}: {}", o.stderr.text);
+        assert_eq!(o.created_git_dirs, vec![ws.join(&repo)], "{tier:?}");
+        // Known from now on: the next run does not name it again.
+        let mut again = req("mkdir", &["-p", "unrelated"]);
+        again.tier = tier;
+        std::thread::sleep(tierbox_policy::validate::NESTED_REPO_RESCAN);
+        let o = rt.block_on(env.runner().run(&again)).unwrap();
+        assert_eq!(
+            o.created_git_dirs,
+            Vec::<std::path::PathBuf>::new(),
+            "{tier:?}"
+        );
+    }
+}

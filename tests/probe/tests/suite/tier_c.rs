@@ -460,6 +460,100 @@ async fn missing_protected_paths_cannot_be_created(test: &str, backend: TierCBac
 
 on_both_backends!(missing_protected_paths_cannot_be_created => missing_protected_paths_cannot_be_created_native, missing_protected_paths_cannot_be_created_bwrap);
 
+/// Everything git reads configuration, hooks or another git directory from stays as it
+/// was, in the workspace's repository and in repositories nested in it at launch: none
+/// of `commondir`, `config.worktree`, `worktrees/`, `modules/`, `info/` can be created
+/// or written, a nested repository's `config` and hooks neither, and a `.git` file (a
+/// worktree checkout's pointer to its git directory) cannot be rewritten. Ordinary git
+/// writes still work (an object file). The host's trees are unchanged.
+///
+/// Regression: only `.git/hooks` and `.git/config` were protected; writing `.git/commondir`
+/// (pointing at a directory whose `config` set `core.fsmonitor`) made the host's next
+/// `git status` run the planted command as root, and so did a `core.fsmonitor` planted in
+/// a nested repository. Negative controls: the probe creates and rewrites them without
+/// the sandbox.
+async fn git_redirect_surface_cannot_be_planted(test: &str, backend: TierCBackend) {
+    let Some(mut fx) = Fixture::tier_c(test, &[], backend) else {
+        return;
+    };
+    fx.policy.filesystem.protected = tierbox_policy::validate::GIT_REDIRECT_ENTRIES
+        .iter()
+        .map(|p| (*p).to_owned())
+        .collect();
+    fx.policy
+        .tier
+        .optional_layers
+        .retain(|l| *l != Layer::ProtectedPaths);
+    let ws = fx.workspace.clone();
+    for dir in [
+        ".git/hooks",
+        ".git/info",
+        ".git/objects/ab",
+        "vendor/lib/.git/hooks",
+        "sub",
+    ] {
+        std::fs::create_dir_all(ws.join(dir)).unwrap();
+    }
+    std::fs::write(ws.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+    std::fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(
+        ws.join("vendor/lib/.git/config"),
+        "[core]\n\tbare = false\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("sub/.git"), "gitdir: ../.git/worktrees/sub\n").unwrap();
+    let before = (
+        tree(&ws.join(".git")),
+        tree(&ws.join("vendor")),
+        tree(&ws.join("sub")),
+    );
+
+    let mut broken = Vec::new();
+    let attempts: [(&str, &str); 11] = [
+        // Missing files are covered for the run: they show as empty, unchangeable files.
+        ("replace-denied", ".git/commondir"),
+        ("replace-denied", ".git/config.worktree"),
+        ("create-denied", ".git/worktrees/sub"),
+        ("create-denied", ".git/modules/m"),
+        ("create-denied", ".git/info/attributes"),
+        ("replace-denied", ".git/config"),
+        ("replace-denied", "vendor/lib/.git/config"),
+        ("replace-denied", "vendor/lib/.git/commondir"),
+        ("create-denied", "vendor/lib/.git/hooks/post-checkout"),
+        ("replace-denied", "sub/.git"),
+        ("create-denied", "vendor/lib/.git/modules/m"),
+    ];
+    for (probe, target) in attempts {
+        let o = probe_c(&fx, &[probe, target]).await;
+        if !(o.exit_code == Some(0) && report(&o).starts_with("HOLDS ")) {
+            broken.push(describe(&o));
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "{} part(s) of the git redirect surface can be planted:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+    assert_eq!(
+        (
+            tree(&ws.join(".git")),
+            tree(&ws.join("vendor")),
+            tree(&ws.join("sub"))
+        ),
+        before,
+        "the host's repositories changed"
+    );
+    // Ordinary git writes stay possible: a new object file.
+    let o = probe_c(&fx, &["leave-file", ".git/objects/ab/cdef"]).await;
+    assert!(report(&o).contains("created"), "{}", describe(&o));
+    // Negative controls.
+    assert_direct_broken(&fx.direct(&["create-denied", ".git/commondir"]));
+    assert_direct_broken(&fx.direct(&["replace-denied", "vendor/lib/.git/config"]));
+}
+
+on_both_backends!(git_redirect_surface_cannot_be_planted => git_redirect_surface_cannot_be_planted_native, git_redirect_surface_cannot_be_planted_bwrap);
+
 // ---- 4. host processes ----------------------------------------------------------------------
 
 /// Variables the child has by design.
