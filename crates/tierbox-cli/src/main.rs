@@ -687,6 +687,13 @@ fn cmd_proxy(policy: Option<&Path>, listen: std::net::SocketAddr) -> Result<Exit
     }
     let listener =
         std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
+    if !listen.ip().is_loopback() {
+        eprintln!(
+            "tierbox: WARNING: the egress proxy listens on {listen}, which is not a loopback \
+             address: it has no authentication, so anyone who can reach that address can \
+             use it to reach the policy's allowed hosts through this machine"
+        );
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -817,3 +817,30 @@ fn check_and_run_refuse_the_host_s_own_directories_as_workspaces() {
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("contains the state directory"), "{err}");
 }
+
+/// `tierbox proxy` on an address that is not loopback warns, loudly and first, that
+/// anyone who can reach it may use it (it has no authentication); on loopback it does not.
+#[test]
+fn the_proxy_warns_when_it_listens_beyond_loopback() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.toml");
+    std::fs::write(&policy, "version = 1\n[egress]\nallow = [\"example.org\"]\n").unwrap();
+    for (listen, warns) in [("0.0.0.0:0", true), ("127.0.0.1:0", false)] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(["proxy", "--policy", policy.to_str().unwrap(), "--listen", listen])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        assert_eq!(first.contains("WARNING"), warns, "{listen}: {first}");
+        if warns {
+            assert!(first.contains("no authentication"), "{first}");
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

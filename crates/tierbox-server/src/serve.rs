@@ -60,6 +60,18 @@ pub struct Token {
 pub fn load_token(token_file: Option<&Path>, state_dir: &Path) -> Result<Token> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     if let Some(f) = token_file {
+        // Refused like ssh refuses a private key others can read: the token is the API's
+        // only credential.
+        let meta = std::fs::metadata(f)
+            .with_context(|| format!("reading the token file {}", f.display()))?;
+        if meta.permissions().mode() & 0o077 != 0 {
+            bail!(
+                "the token file {} is readable or writable by group or others (mode {:04o}); \
+                 chmod 600 it",
+                f.display(),
+                meta.permissions().mode() & 0o7777
+            );
+        }
         let text = std::fs::read_to_string(f)
             .with_context(|| format!("reading the token file {}", f.display()))?;
         return Ok(Token {
@@ -266,6 +278,24 @@ mod tests {
         // A short supplied token is refused.
         let short = dir.path().join("short");
         std::fs::write(&short, "hunter2\n").unwrap();
+        std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(load_token(Some(&short), dir.path()).is_err());
+    }
+
+    /// A supplied `--token-file` that group or others can read is refused, as `ssh`
+    /// refuses such a private key; the same file at mode 0600 is used.
+    #[test]
+    fn a_token_file_others_can_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, format!("{}\n", "ab".repeat(32))).unwrap();
+        for mode in [0o644, 0o640, 0o604, 0o660] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = load_token(Some(&file), dir.path()).unwrap_err().to_string();
+            assert!(err.contains("chmod 600"), "mode {mode:o}: {err}");
+        }
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(load_token(Some(&file), dir.path()).unwrap().value, "ab".repeat(32));
     }
 }

@@ -319,6 +319,7 @@ pub const DENY_TABLE: &[Denial] = &[
     deny("quotactl_fd", libc::SYS_quotactl_fd, "filesystem quota administration"),
     deny("nfsservctl", libc::SYS_nfsservctl, "removed NFS server control"),
     deny("vhangup", libc::SYS_vhangup, "hangs up the controlling terminal"),
+    deny("file_setattr", extra_nr::FILE_SETATTR, "sets inode attribute flags (nodump, append-only, …), as the FS_IOC_SETFLAGS ioctl it stands for, which every run is denied"),
     // Host-wide state.
     deny("kexec_load", libc::SYS_kexec_load, "replaces the running kernel"),
     deny("kexec_file_load", libc::SYS_kexec_file_load, "replaces the running kernel"),
@@ -369,7 +370,6 @@ pub const DENY_TABLE: &[Denial] = &[
     deny_meta("fremovexattr", libc::SYS_fremovexattr),
     deny_meta("setxattrat", extra_nr::SETXATTRAT),
     deny_meta("removexattrat", extra_nr::REMOVEXATTRAT),
-    deny_meta("file_setattr", extra_nr::FILE_SETATTR),
     // IPC (only with `deny_ipc`: a run without an IPC namespace of its own).
     deny_ipc("shmget", libc::SYS_shmget),
     deny_ipc("shmat", libc::SYS_shmat),

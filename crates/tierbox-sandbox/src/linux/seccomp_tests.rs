@@ -793,6 +793,17 @@ fn attach_time_is_reported() {
     );
 }
 
+/// `file_setattr` (inode attribute flags, as `FS_IOC_SETFLAGS`) is refused for every run,
+/// not only for runs that keep uid 0. Regression: it was a metadata denial, so a Tier C
+/// bwrap run set `FS_NODUMP_FL` while SECURITY.md said every run was denied.
+#[test]
+fn file_setattr_is_denied_for_every_run() {
+    let prog = SeccompProgram::build(&SeccompSpec::locked_down()).unwrap();
+    assert_eq!(eval(&prog, 469, &[]), eperm());
+    let tier_c = SeccompProgram::build(&crate::tier_c::tier_c_seccomp_spec()).unwrap();
+    assert_eq!(eval(&tier_c, 469, &[]), eperm());
+}
+
 /// SysV IPC and POSIX message queues are refused only with `deny_ipc` (Tier B, which has
 /// no IPC namespace); Tier C's filter leaves them to the sandbox's own IPC namespace.
 #[test]
