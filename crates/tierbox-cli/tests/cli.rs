@@ -825,10 +825,20 @@ fn the_proxy_warns_when_it_listens_beyond_loopback() {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("p.toml");
-    std::fs::write(&policy, "version = 1\n[egress]\nallow = [\"example.org\"]\n").unwrap();
+    std::fs::write(
+        &policy,
+        "version = 1\n[egress]\nallow = [\"example.org\"]\n",
+    )
+    .unwrap();
     for (listen, warns) in [("0.0.0.0:0", true), ("127.0.0.1:0", false)] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tierbox"))
-            .args(["proxy", "--policy", policy.to_str().unwrap(), "--listen", listen])
+            .args([
+                "proxy",
+                "--policy",
+                policy.to_str().unwrap(),
+                "--listen",
+                listen,
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

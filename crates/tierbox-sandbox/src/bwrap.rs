@@ -46,7 +46,7 @@
 //! e.g. `.git`); [`host_mount_points`] lists them and [`remove_host_mount_points`] removes
 //! them after the run when they are still empty.
 
-use crate::linux::mounts::{PROC_KNOBS, ProcCover};
+use crate::linux::mounts::PROC_MASKED;
 use crate::placeholders::Observer;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
@@ -339,9 +339,9 @@ impl HostLayout {
             for path in direct {
                 layout.record(claims, path);
             }
-            // Which of the kernel knobs to cover exist (the sandbox's proc is this
+            // Which of the masked proc entries exist (the sandbox's proc is this
             // kernel's, as the host's is).
-            for (path, _) in PROC_KNOBS {
+            for (path, _) in PROC_MASKED {
                 layout.record(claims, Path::new(path));
             }
             for protected in &fs.protected {
@@ -563,21 +563,20 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     // Fixed mounts before any bind, so a grant below them (e.g. a workspace under the
     // host's /tmp) is bound on top of them rather than hidden by them.
     argv.flag_value("--proc", "/proc");
-    // bwrap covers /proc/sys and friends only when they are writable for the user it maps
-    // (a directory of mode 555 is not, though root-owned files under it are): cover every
-    // kernel knob here, as the native backend does. Bind sources are the host's entries
-    // (sysctls are the kernel's, shown per the reader's namespaces, not the mount's).
-    for (path, cover) in PROC_KNOBS {
+    // Host-wide state masked as the native backend does (what each entry is here: the
+    // supervisor's own /proc may have had one masked by a container runtime already).
+    for (path, _) in PROC_MASKED {
         let path = Path::new(path);
-        match (cover, opts.host.kind(path)) {
-            (_, PathKind::Missing | PathKind::Symlink { .. }) => {}
-            (ProcCover::ReadOnly, _) => argv.flag_pair("--ro-bind", path, path),
-            // Masks cover what the entry is here (the supervisor's own /proc may have had
-            // one masked by a container runtime already).
-            (_, PathKind::Dir) => argv.empty_ro(path),
-            (_, PathKind::File) => argv.flag_pair("--ro-bind", "/dev/null", path),
+        match opts.host.kind(path) {
+            PathKind::Missing | PathKind::Symlink { .. } => {}
+            PathKind::Dir => argv.empty_ro(path),
+            PathKind::File => argv.flag_pair("--ro-bind", "/dev/null", path),
         }
     }
+    // The whole /proc read-only (`PROC_READ_ONLY`): bwrap covers /proc/sys and friends
+    // only when they are writable for the user it maps, and a directory of mode 555 is
+    // not, though the root-owned files under it are.
+    argv.flag_value("--remount-ro", "/proc");
     argv.flag_value("--dev", "/dev");
     if opts.features.tmpfs_size {
         argv.flag_value("--size", opts.tmp_size_bytes.to_string());

@@ -143,11 +143,24 @@ impl Locked {
         {
             return entries;
         }
-        entries.extend(
-            text.split(|b| *b == b'\n')
-                .filter_map(parse_line)
-                .filter(|e| e.pid != me && Path::new(&format!("/proc/{}", e.pid)).exists()),
-        );
+        // One liveness check per claiming process, not per claim.
+        let mut alive: Vec<(u32, bool)> = Vec::new();
+        for e in text.split(|b| *b == b'\n').filter_map(parse_line) {
+            if e.pid == me {
+                continue;
+            }
+            let live = match alive.iter().find(|(pid, _)| *pid == e.pid) {
+                Some((_, live)) => *live,
+                None => {
+                    let live = Path::new(&format!("/proc/{}", e.pid)).exists();
+                    alive.push((e.pid, live));
+                    live
+                }
+            };
+            if live {
+                entries.push(e);
+            }
+        }
         entries
     }
 

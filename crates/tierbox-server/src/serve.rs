@@ -296,6 +296,9 @@ mod tests {
             assert!(err.contains("chmod 600"), "mode {mode:o}: {err}");
         }
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(load_token(Some(&file), dir.path()).unwrap().value, "ab".repeat(32));
+        assert_eq!(
+            load_token(Some(&file), dir.path()).unwrap().value,
+            "ab".repeat(32)
+        );
     }
 }

@@ -152,7 +152,7 @@ fn protected_paths_are_read_only_mounts_over_the_workspace() {
     assert!(pos(&ws) < pos(&config));
     assert_eq!(
         mounts.len(),
-        3,
+        1 + tierbox_policy::validate::GIT_REDIRECT_ENTRIES.len(),
         "only the workspace and protected paths: {mounts:?}"
     );
     let opts = options(Engine::Docker, &plan);

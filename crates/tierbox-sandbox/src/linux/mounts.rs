@@ -176,36 +176,41 @@ pub const PRIVATE_HOME: &str = "/tmp/home";
 /// Mode of [`PRIVATE_HOME`].
 pub const PRIVATE_HOME_MODE: u32 = 0o700;
 
-/// How a kernel knob under the sandbox's `/proc` is covered ([`PROC_KNOBS`]).
+/// How an entry of the sandbox's `/proc` that shows host-wide state is masked
+/// ([`PROC_MASKED`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProcCover {
-    /// Bound onto itself read-only (`MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC`): it
-    /// can be read, never written.
-    ReadOnly,
-    /// A file hidden behind a read-only bind of `/dev/null` (reads as empty).
+    /// A file hidden behind a bind of `/dev/null` (reads as empty).
     MaskFile,
     /// A directory hidden behind an empty read-only tmpfs.
     MaskDir,
 }
 
-/// The entries of the sandbox's fresh `/proc` that reach past its namespaces, and how each
-/// is covered: the "readonly" and "masked" path lists of the container runtimes' default
-/// (moby's `oci/defaults.go`, runc's `maskedPaths`/`readonlyPaths`), applied by both Tier
-/// C backends whatever the user mapping and landlock do, so each layer holds alone.
-/// Entries the kernel does not have are skipped.
-///
-/// Why: global sysctls under `/proc/sys` check only that the writer's *host* uid is 0
-/// (`kernel.core_pattern` runs a helper as host root; others reconfigure the host);
-/// `sysrq-trigger` reboots or crashes the host; `irq`, `bus` and `fs` tune host devices
-/// and filesystems; the masked files expose host kernel memory and state (`kcore`), key
-/// material (`keys`), or timing side channels (`timer_list`, `sched_debug`, `interrupts`,
-/// `latency_stats`, `timer_stats`).
-pub const PROC_KNOBS: &[(&str, ProcCover)] = &[
-    ("/proc/bus", ProcCover::ReadOnly),
-    ("/proc/fs", ProcCover::ReadOnly),
-    ("/proc/irq", ProcCover::ReadOnly),
-    ("/proc/sys", ProcCover::ReadOnly),
-    ("/proc/sysrq-trigger", ProcCover::ReadOnly),
+/// The kernel's global knobs in `/proc` — the container runtimes' "readonly" paths
+/// (moby's `oci/defaults.go`, runc's `readonlyPaths`). Both Tier C backends mount the
+/// sandbox's `/proc` read-only as a whole, which covers these and every other entry (writes
+/// to `/proc` were already refused by the native backend's landlock layer; the mount
+/// makes the rule hold without it, and on the bwrap backend). Why it matters: global
+/// sysctls under `/proc/sys` check only that the writer's *host* uid is 0
+/// (`kernel.core_pattern` makes the host kernel run a helper as root; others reconfigure
+/// the host); `sysrq-trigger` reboots or crashes the host; `irq`, `bus` and `fs` tune host
+/// devices and filesystems. Writes through `/proc/self/fd/N` reach the file the descriptor
+/// names, not procfs, and keep working.
+pub const PROC_READ_ONLY: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// Entries of the sandbox's `/proc` that show host-wide state, masked as the container
+/// runtimes' "masked" paths are, whatever the user mapping and landlock do, so each layer
+/// holds alone: host kernel memory (`kcore`), key material (`keys`), and timing side
+/// channels (`timer_list`, `timer_stats`, `sched_debug`, `latency_stats`, `interrupts`),
+/// and host hardware (`acpi`, `asound`, `scsi`). Entries the kernel does not have are
+/// skipped.
+pub const PROC_MASKED: &[(&str, ProcCover)] = &[
     ("/proc/asound", ProcCover::MaskDir),
     ("/proc/acpi", ProcCover::MaskDir),
     ("/proc/scsi", ProcCover::MaskDir),
@@ -307,17 +312,18 @@ pub enum MountOp {
         /// Where the link is created.
         link: PathBuf,
     },
-    /// A fresh procfs for the new pid namespace:
-    /// `mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL)`. Must run
+    /// A fresh procfs for the new pid namespace, read-only ([`PROC_READ_ONLY`]):
+    /// `mount("proc", dst, "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL)`. Must run
     /// before the old root is detached: in a user namespace the kernel only allows a new
     /// proc mount while a fully visible one exists in the mount namespace.
     Proc {
         /// `/proc`.
         dst: PathBuf,
     },
-    /// Cover one kernel knob of the sandbox's own `/proc` ([`PROC_KNOBS`]), read-only from
-    /// the start, right after the proc mount. Skipped at setup when this kernel has no
-    /// such entry (the list names entries some kernels lack).
+    /// Mask one entry of the sandbox's own `/proc` ([`PROC_MASKED`]) right after the proc
+    /// mount: `mount(<host /dev/null>, dst, NULL, MS_BIND)` for a file, an empty read-only
+    /// tmpfs for a directory. Skipped at setup when this kernel has no such entry (the
+    /// list names entries some kernels lack).
     ProcKnob {
         /// The entry, directly under `/proc`.
         dst: PathBuf,
@@ -477,8 +483,6 @@ impl MountOp {
             Self::ProcKnob { cover, .. } => Some(match cover {
                 ProcCover::MaskFile => EntryKind::File,
                 ProcCover::MaskDir => EntryKind::Dir,
-                // Directories and files alike: the bind takes what the kernel has.
-                ProcCover::ReadOnly => return None,
             }),
             Self::BindRo { kind, .. } | Self::BindRw { kind, .. } => Some(*kind),
             _ => None,
@@ -500,11 +504,10 @@ impl fmt::Display for MountOp {
             Self::Proc { dst } => write!(f, "proc {}", dst.display()),
             Self::ProcKnob { dst, cover } => {
                 let how = match cover {
-                    ProcCover::ReadOnly => "read-only",
-                    ProcCover::MaskFile => "masked (dev-null)",
-                    ProcCover::MaskDir => "masked (empty dir)",
+                    ProcCover::MaskFile => "dev-null",
+                    ProcCover::MaskDir => "empty dir",
                 };
-                write!(f, "proc-knob {} {how} (if present)", dst.display())
+                write!(f, "proc-mask {} ({how}, if present)", dst.display())
             }
             Self::Tmpfs {
                 dst,
@@ -1347,9 +1350,9 @@ impl Planner<'_, '_> {
             },
             Backing::Kernel,
         )?;
-        // The kernel knobs, covered in the proc mount itself: no host lookup (the
-        // sandbox's proc is the kernel's, whatever the host's /proc shows).
-        for (path, cover) in PROC_KNOBS {
+        // Host-wide state masked in the proc mount itself: no host lookup (the sandbox's
+        // proc is the kernel's, whatever the host's /proc shows).
+        for (path, cover) in PROC_MASKED {
             self.ops.push(MountOp::ProcKnob {
                 dst: PathBuf::from(path),
                 cover: *cover,
@@ -1840,7 +1843,7 @@ pub(crate) fn check_ops(ops: &[MountOp], lookup: &mut Lookup<'_>) -> Result<(), 
                     .is_some_and(|m| m.backing == Backing::Kernel && m.dst == Path::new("/proc"))
                     && parent == Path::new("/proc");
                 if !in_proc {
-                    return Err(fail(i, "a proc knob outside the sandbox's /proc"));
+                    return Err(fail(i, "a proc mask outside the sandbox's /proc"));
                 }
             }
             MountOp::RemountRo { allow_devices, .. } => {

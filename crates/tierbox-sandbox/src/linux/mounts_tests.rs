@@ -179,6 +179,16 @@ fn golden_op_list_for_the_strict_policy_on_a_fixed_host() {
         "tmpfs-root size=1048576 mode=755",
         "dir /proc mode=755",
         "proc /proc",
+        "proc-mask /proc/asound (empty dir, if present)",
+        "proc-mask /proc/acpi (empty dir, if present)",
+        "proc-mask /proc/scsi (empty dir, if present)",
+        "proc-mask /proc/interrupts (dev-null, if present)",
+        "proc-mask /proc/kcore (dev-null, if present)",
+        "proc-mask /proc/keys (dev-null, if present)",
+        "proc-mask /proc/latency_stats (dev-null, if present)",
+        "proc-mask /proc/timer_list (dev-null, if present)",
+        "proc-mask /proc/timer_stats (dev-null, if present)",
+        "proc-mask /proc/sched_debug (dev-null, if present)",
         "dir /dev mode=755",
         "tmpfs /dev size=65536 mode=755",
         "file /dev/null mode=444",
@@ -374,7 +384,22 @@ fn strict_policy_on_real_workspaces() {
                     dst: hooks.clone(),
                     kind: EntryKind::Dir
                 }));
-                assert!(mp.host_placeholders.is_empty());
+                // The redirect entries this repository lacks are covered through
+                // placeholders, so they cannot be created.
+                let mut placeholders = mp.host_placeholders.clone();
+                placeholders.sort();
+                let mut want: Vec<_> = [
+                    ".git/config.worktree",
+                    ".git/commondir",
+                    ".git/info",
+                    ".git/modules",
+                    ".git/worktrees",
+                ]
+                .iter()
+                .map(|p| ws.join(p))
+                .collect();
+                want.sort();
+                assert_eq!(placeholders, want);
             }
             "absent" => {
                 assert_eq!(mp.host_placeholders, [ws.join(".git")]);

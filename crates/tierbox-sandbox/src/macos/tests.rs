@@ -74,7 +74,14 @@ fn writes_are_the_workspace_writable_paths_and_tmp_only() {
 fn protected_paths_are_denied_with_their_ancestors() {
     let profile = sbpl_profile(&golden_plan("strict.toml"), &opts()).unwrap();
     let hooks = format!("{GOLDEN_WORKSPACE}/.git/hooks");
-    assert!(profile.contains(&format!("(deny file-write*\n    (subpath \"{hooks}\")\n    (subpath \"{GOLDEN_WORKSPACE}/.git/config\"))")), "{profile}");
+    let denied: Vec<String> = tierbox_policy::validate::GIT_REDIRECT_ENTRIES
+        .iter()
+        .map(|e| format!("    (subpath \"{GOLDEN_WORKSPACE}/{e}\")"))
+        .collect();
+    assert!(
+        profile.contains(&format!("(deny file-write*\n{})", denied.join("\n"))),
+        "{profile}"
+    );
     let unlink = profile.split("(deny file-write-unlink").nth(1).unwrap();
     let unlink = unlink.split("))\n").next().unwrap();
     for p in [

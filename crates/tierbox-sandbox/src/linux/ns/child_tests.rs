@@ -482,6 +482,7 @@ fn ns_bench_spawn_to_exit_p50() {
         let l = launch_native(&plan, opts).unwrap();
         let e = wait_native(&l).unwrap();
         let d = t.elapsed();
+        crate::placeholders::release(&l.host_placeholders);
         assert_eq!(e.code, Some(0));
         d
     };
