@@ -116,9 +116,11 @@ pub(crate) fn workspace_root(policy: &Policy, ctx: &ValidateContext) -> Result<P
             )
         }));
     }
-    let homes = ctx.home().into_iter().chain(passwd_homes());
     let is_home_under_home = canon.parent() == Some(Path::new("/home"));
-    if is_home_under_home || homes.into_iter().any(|h| same_dir(&h, &canon)) {
+    let is_home = is_home_under_home
+        || ctx.home().is_some_and(|h| same_dir(&h, &canon))
+        || passwd_homes().contains(&canon);
+    if is_home {
         return Err(refused(
             "it is a home directory itself (its dotfiles configure the user's shell, git and ssh); use a project directory inside it".to_owned(),
         ));
@@ -158,7 +160,7 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     std::fs::canonicalize(a).is_ok_and(|a| a == b)
 }
 
-/// Home directories listed in `/etc/passwd`, read at most once per
+/// Home directories listed in `/etc/passwd` that exist, canonical, read at most once per
 /// [`crate::validate::SYSTEM_PATHS_RECHECK`] (a user added meanwhile is seen after it).
 fn passwd_homes() -> Vec<PathBuf> {
     use std::sync::Mutex;
@@ -177,7 +179,7 @@ fn passwd_homes() -> Vec<PathBuf> {
         .lines()
         .filter_map(|line| line.split(':').nth(5))
         .filter(|home| home.starts_with('/') && *home != "/" && *home != "/nonexistent")
-        .map(PathBuf::from)
+        .filter_map(|home| std::fs::canonicalize(home).ok())
         .collect();
     *cache = Some((Instant::now(), homes.clone()));
     homes

@@ -730,6 +730,7 @@ pub struct OwnedOp {
     mode: u32,
     expect: Expect,
     if_present: bool,
+    plain_bind: bool,
     /// The planner's op (or the staging step) this came from.
     pub describe: String,
 }
@@ -748,6 +749,7 @@ impl OwnedOp {
             mode: 0,
             expect: Expect::Any,
             if_present: false,
+            plain_bind: false,
             describe,
         }
     }
@@ -766,6 +768,7 @@ impl OwnedOp {
             mode: self.mode,
             expect: self.expect,
             if_present: self.if_present,
+            plain_bind: self.plain_bind,
         }
     }
 
@@ -847,6 +850,15 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
     out.push(pivot);
 
     let new_root = cstring("staging path", NEW_ROOT.as_bytes())?;
+    // Writable host binds so far: a destination below one lies in a tree other sandboxes
+    // (runs on the same workspace) can change under us, so binds there keep the
+    // symlink-proof `open_tree` + `move_mount`. Every other bind lands on a mount point
+    // pid 1 made itself in its private tmpfs, and takes a plain `mount(MS_BIND)` (see
+    // `NsOp::plain_bind`).
+    let mut writable_binds: Vec<&Path> = Vec::new();
+    let plain_ok = |dst: &Path, writable: &[&Path]| -> bool {
+        !writable.iter().any(|w| dst.starts_with(w) && dst != *w)
+    };
     for op in &mplan.ops {
         let describe = op.to_string();
         let compiled = match op {
@@ -918,6 +930,7 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
                 let mut o = OwnedOp::new(OpKind::BindTree, under(NEW_ROOT, dst)?, describe);
                 o.src = Some(under(OLD_ROOT, src)?);
                 o.expect = Expect::CharDev;
+                o.plain_bind = plain_ok(dst, &writable_binds);
                 o
             }
             MountOp::DevPts { dst } => {
@@ -940,6 +953,10 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
                 };
                 if matches!(op, MountOp::BindRw { .. }) {
                     o.attr = nsys::MOUNT_ATTR_NOSUID | nsys::MOUNT_ATTR_NODEV;
+                }
+                o.plain_bind = plain_ok(dst, &writable_binds);
+                if matches!(op, MountOp::BindRw { .. }) {
+                    writable_binds.push(dst);
                 }
                 o
             }

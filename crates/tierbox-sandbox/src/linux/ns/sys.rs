@@ -95,6 +95,13 @@ pub struct NsOp<'a> {
     /// A missing source or destination (`ENOENT`) skips the op instead of failing the
     /// run: a kernel knob of `/proc` this kernel does not have.
     pub if_present: bool,
+    /// [`OpKind::BindTree`] by `mount(src, dst, MS_BIND | MS_REC)` and a check that `dst`
+    /// is now the very object opened at `src` (same device and inode), instead of
+    /// `open_tree` + `move_mount`: for a destination pid 1 made itself in its private
+    /// tmpfs, which nothing can turn into a symlink. Cloning a tree with `open_tree`
+    /// creates and frees an anonymous mount namespace each time, which costs more than
+    /// the bind itself.
+    pub plain_bind: bool,
 }
 
 /// The kinds of [`NsOp`].
@@ -785,6 +792,9 @@ fn bind_from_fd(fd: RawFd, op: &NsOp<'_>) -> Result<(), (u32, i32)> {
     if !ok {
         return Err((SUB_KIND, libc::ENOTDIR));
     }
+    if op.plain_bind {
+        return plain_bind(op, &st);
+    }
     // SAFETY: open_tree with a valid fd, an empty NUL-terminated path and integer flags;
     // returns a new fd for a detached copy of the mount tree at `fd`.
     let tree = check(unsafe {
@@ -824,6 +834,53 @@ fn bind_from_fd(fd: RawFd, op: &NsOp<'_>) -> Result<(), (u32, i32)> {
     })();
     close(tree);
     result
+}
+
+/// [`NsOp::plain_bind`]: `src` is bound onto `dst` with `mount(2)`, then `dst` must be the
+/// object `st` (the `fstat` of the `O_PATH` fd opened at `src` without following
+/// symlinks) — else the source changed between the check and the bind, and the run fails.
+fn plain_bind(op: &NsOp<'_>, st: &libc::stat) -> Result<(), (u32, i32)> {
+    let Some(src) = op.src else {
+        return Err((SUB_MOUNT, libc::EINVAL));
+    };
+    // SAFETY: NUL-terminated paths owned by the spec, NULL filesystem type and data.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount,
+            src.as_ptr(),
+            op.dst.as_ptr(),
+            std::ptr::null::<c_char>(),
+            (libc::MS_BIND | libc::MS_REC) as libc::c_ulong,
+            std::ptr::null::<c_char>(),
+        )
+    })
+    .map_err(|e| (SUB_MOUNT, e))?;
+    // SAFETY: a zeroed `stat` is a valid out-parameter.
+    let mut now: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and one `stat` to write.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_newfstatat,
+            libc::AT_FDCWD,
+            op.dst.as_ptr(),
+            &mut now as *mut libc::stat,
+            libc::AT_SYMLINK_NOFOLLOW as libc::c_long,
+        )
+    })
+    .map_err(|e| (SUB_FSTAT, e))?;
+    if now.st_dev != st.st_dev || now.st_ino != st.st_ino {
+        return Err((SUB_KIND, libc::ESTALE));
+    }
+    if op.attr != 0 {
+        mount_setattr(
+            libc::AT_FDCWD,
+            op.dst,
+            AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW as u32,
+            op.attr,
+        )
+        .map_err(|e| (SUB_SETATTR, e))?;
+    }
+    Ok(())
 }
 
 // ---- the program ----------------------------------------------------------------------
