@@ -192,14 +192,22 @@ pub struct Outcome {
 
 /// The repositories found in `workspace` now that were not among `at_launch`: those a run
 /// created ([`Outcome::created_git_dirs`]). A `.git` that is a Tier C placeholder (the
-/// empty mount point a sandbox covers a missing `.git` with, this run's or a concurrent
-/// one's, removed after the run) is not a repository.
-pub fn created_git_dirs(workspace: &std::path::Path, at_launch: &[PathBuf]) -> Vec<PathBuf> {
+/// empty mount point a sandbox covers a missing `.git` with: `own_placeholders` of this
+/// run, or a concurrent run's, removed after the run) is not a repository.
+pub fn created_git_dirs(
+    workspace: &std::path::Path,
+    at_launch: &[PathBuf],
+    own_placeholders: &[PathBuf],
+) -> Vec<PathBuf> {
     tierbox_policy::validate::git_dirs(workspace)
         .repos
         .into_iter()
         .filter(|r| !at_launch.contains(r))
-        .filter(|r| tierbox_sandbox::placeholders::observe(&r.join(".git"), || ()).is_some())
+        .filter(|r| {
+            let git = r.join(".git");
+            !own_placeholders.contains(&git)
+                && tierbox_sandbox::placeholders::observe(&git, || ()).is_some()
+        })
         .collect()
 }
 

@@ -601,6 +601,7 @@ async fn supervise(
         created_git_dirs: crate::outcome::created_git_dirs(
             &plan.workspace,
             &plan.filesystem.git_repos,
+            &l.host_placeholders,
         ),
     })
 }

@@ -156,7 +156,7 @@ async fn run_wasm_tapped(
         attestation: None,
         audit_error: None,
         sandbox_failure: None,
-        created_git_dirs: crate::outcome::created_git_dirs(&plan.workspace, &repos_at_launch),
+        created_git_dirs: crate::outcome::created_git_dirs(&plan.workspace, &repos_at_launch, &[]),
     })
 }
 
