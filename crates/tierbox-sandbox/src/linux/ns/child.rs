@@ -451,7 +451,7 @@ const SANDBOX_LANDLOCK_RULES: &[(&CStr, u64)] = &[
 /// The landlock grants on host objects (the same inodes the mount plan binds): the
 /// system roots and read-only grants readable, the workspace, writable grants and the
 /// bound device nodes writable.
-pub(crate) fn landlock_spec(plan: &Plan, mplan: &MountPlan) -> LandlockSpec {
+fn landlock_spec(plan: &Plan, mplan: &MountPlan) -> LandlockSpec {
     let fs = &plan.filesystem;
     let devices = mplan.ops.iter().filter_map(|op| match op {
         MountOp::DevNode { src, .. } => Some(src.clone()),

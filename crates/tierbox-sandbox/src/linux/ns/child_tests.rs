@@ -840,29 +840,3 @@ fn report_records_round_trip_with_their_usage() {
     };
     assert_eq!(crate::tier_c::program_exit_from(&started.encode()), None);
 }
-
-#[test]
-#[ignore = "temporary measurement"]
-fn xx_measure_prep() {
-    let sc = scratch();
-    let plan = strict_plan(&sc.ws, "true", &[]);
-    let n = 1000;
-    let pm = prepared_mounts(&plan).unwrap();
-    let t = Instant::now();
-    for _ in 0..n {
-        let _ = prepared_mounts(&plan).unwrap();
-    }
-    println!("prepared_mounts: {:.1} us", t.elapsed().as_secs_f64() * 1e6 / n as f64);
-    let spec = super::child::landlock_spec(&plan, &pm.mplan);
-    println!("landlock ro {} rw {}", spec.read_only.len(), spec.read_write.len());
-    let t = Instant::now();
-    for _ in 0..n {
-        let _ = crate::linux::landlock::PreparedLandlock::prepare(&spec).unwrap();
-    }
-    println!("landlock prepare: {:.1} us", t.elapsed().as_secs_f64() * 1e6 / n as f64);
-    let t = Instant::now();
-    for _ in 0..n {
-        let _ = super::init::image_fd();
-    }
-    println!("image_fd: {:.2} us", t.elapsed().as_secs_f64() * 1e6 / n as f64);
-}
