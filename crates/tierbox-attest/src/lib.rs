@@ -144,10 +144,11 @@ pub const PLAN_DIGEST_MEMO_ENTRIES: usize = 8;
 /// ```
 /// use tierbox_policy::{Policy, ProcessRunRequest, ValidateContext, validate};
 ///
-/// let ws = std::env::temp_dir();
+/// let ws = tempfile::tempdir().unwrap();
+/// let ws = ws.path();
 /// let mut policy = Policy::default();
 /// policy.exec.allowed_executables = vec!["ls".to_owned()];
-/// let mut plan = validate(&policy, &ProcessRunRequest::new("ls"), &ValidateContext::new(&ws))?;
+/// let mut plan = validate(&policy, &ProcessRunRequest::new("ls"), &ValidateContext::new(ws))?;
 /// let first = tierbox_attest::plan_digest(&plan);
 /// assert_eq!(first.len(), 64);
 /// assert_eq!(tierbox_attest::plan_digest(&plan), first);
@@ -243,7 +244,10 @@ mod tests {
     use super::*;
 
     fn plan() -> Plan {
-        let ws = std::env::temp_dir();
+        // A fixed directory (the digests below depend on the workspace path), not the
+        // shared temporary directory itself, which no run may have as its workspace.
+        let ws = std::env::temp_dir().join("tierbox-attest-tests-workspace");
+        std::fs::create_dir_all(&ws).unwrap_or_else(|e| panic!("{e}"));
         let mut policy = tierbox_policy::Policy::default();
         policy.exec.allowed_executables = vec!["ls".to_owned()];
         let ctx = tierbox_policy::ValidateContext::new(&ws).with_env(

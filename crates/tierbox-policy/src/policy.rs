@@ -152,7 +152,8 @@ pub enum QuotaMode {
 /// - environment rebuilt from `HOME USER LANG LC_ALL TERM TZ` and a fixed PATH;
 /// - 60 s wall timeout (max 10 min), CPU time = wall timeout, 1 GiB memory, 128 processes,
 ///   256 open files, 1 GiB file size, 1 MiB output (truncate mode);
-/// - no extra filesystem access; the git redirect surface protected ([`crate::validate::GIT_REDIRECT_ENTRIES`]: `.git/config`, `hooks`, `commondir`, `worktrees`, `modules`, …);
+/// - no extra filesystem access; the git directory (`.git`) read-only, in nested repositories too
+///   ([`crate::validate::DEFAULT_PROTECTED`]);
 /// - egress `block_all`; redaction on; no audit log.
 ///
 /// ```
@@ -560,7 +561,7 @@ impl Default for FilesystemPolicy {
             read_only: Vec::new(),
             writable: Vec::new(),
             deny_read: Vec::new(),
-            protected: crate::validate::GIT_REDIRECT_ENTRIES
+            protected: crate::validate::DEFAULT_PROTECTED
                 .iter()
                 .map(|p| (*p).to_owned())
                 .collect(),

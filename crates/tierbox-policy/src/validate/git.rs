@@ -3,16 +3,28 @@
 //! workspace are.
 //!
 //! A run may write its workspace, and the host user later runs `git status` there — with
-//! the host user's rights, often root's. Everything git reads configuration, hooks or
-//! another git directory from must therefore stay as it was: [`GIT_REDIRECT_ENTRIES`]
-//! under every `.git` directory Tierbox can find at launch (the workspace's own, and
-//! nested repositories, e.g. `vendor/lib/.git`, up to [`NESTED_REPO_MAX_DEPTH`]), and a
-//! `.git` *file* (a worktree or submodule checkout pointing to its git directory) itself.
-//! Ordinary commands keep working: objects, refs, logs, the index, `HEAD` and the lock
-//! files git renames into place all stay writable, so `git add`, `commit`, `fetch`,
-//! `checkout`, `rebase` and `gc` work; `git config --local`, `git worktree add`,
-//! `git submodule update` and anything else that writes the entries below fail with
-//! `EROFS`.
+//! the host user's rights, often root's. Git reads configuration, hooks and the location
+//! of other git directories from its git directory: `config` (aliases, `core.fsmonitor`,
+//! `core.hooksPath`, `core.sshCommand`, pagers, editors, filters, credential helpers,
+//! `include.path`), `config.worktree`, `hooks/`, `commondir` (moves the common git
+//! directory, configuration included, elsewhere), `worktrees/`, `modules/` (submodules'
+//! git directories, entered by `git status`) and `info/`; and a `.git` *file* (a worktree
+//! or submodule checkout) names the git directory itself.
+//!
+//! So the default protects the whole git directory ([`DEFAULT_PROTECTED`]: `.git`), in
+//! the workspace and in every repository nested in it at launch (up to
+//! [`NESTED_REPO_MAX_DEPTH`] levels down). Protecting only the entries above while
+//! leaving the rest writable cannot be done right with mounts: a missing `commondir`
+//! must be covered to stop a run creating one, but git treats an existing `commondir`
+//! that is empty or unreadable as fatal — every git command in the repository, the
+//! host's included, would fail while the run lasts — and git creates its lock files
+//! (`index.lock`, `HEAD.lock`) in the git directory's top level, so a read-only top level
+//! refuses every commit anyway. Hence the decision: **inside Tier C the git directory is
+//! read-only.** Read-only commands work (`status`, `diff`, `log`, `show`, `blame`,
+//! `grep`; `status` refreshes the index only when it can); `add`, `commit`, `fetch`,
+//! `checkout` of another branch and `gc` fail with `EROFS`, and the host commits what a
+//! run changed — after reviewing it. A policy that lets runs commit lists the entries
+//! above instead of `.git`, and accepts that a missing `commondir` is not covered.
 //!
 //! Repositories a run *creates* cannot be protected in advance: [`git_dirs`] after the run
 //! lists them, and the outcome names them as untrusted content for the host.
@@ -21,15 +33,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Entries of a git directory that redirect git or make it run programs, relative to the
-/// directory holding `.git`: `config` (aliases, `core.fsmonitor`, `core.hooksPath`,
-/// `core.sshCommand`, pagers, editors, filters, credential helpers, `include.path`),
-/// `config.worktree` (per-worktree configuration), `hooks/`, `commondir` (moves the common
-/// git directory, configuration included, elsewhere), `worktrees/` (linked worktrees'
-/// git directories), `modules/` (submodules' git directories, each with its own
-/// configuration and hooks, entered by `git status`) and `info/` (attributes and
-/// excludes that apply on top of the tree's).
-pub const GIT_REDIRECT_ENTRIES: &[&str] = &[
+/// The protected paths of the default policy: the git directory, read-only as a whole
+/// (see the module docs), and each entry git reads configuration, hooks or another git
+/// directory from, so that one that is a symlink leading out of `.git` into the writable
+/// workspace has its target kept read-only too (git follows it).
+pub const DEFAULT_PROTECTED: &[&str] = &[
+    ".git",
     ".git/config",
     ".git/config.worktree",
     ".git/hooks",
@@ -196,13 +205,18 @@ mod tests {
 
         let protected = protected_paths(
             &ws,
-            &[".git/config".to_owned(), "Makefile".to_owned()],
+            &[
+                ".git".to_owned(),
+                ".git/config".to_owned(),
+                "Makefile".to_owned(),
+            ],
             &scan.repos,
         );
-        assert!(protected.contains(&ws.join(".git/config")));
+        assert!(protected.contains(&ws.join(".git")));
         assert!(protected.contains(&ws.join("Makefile")));
+        assert!(protected.contains(&ws.join("vendor/lib/.git")));
         assert!(protected.contains(&ws.join("vendor/lib/.git/config")));
-        assert!(protected.contains(&ws.join("sub/.git/config")));
+        assert!(protected.contains(&ws.join("sub/.git")));
         assert!(!protected.contains(&ws.join("vendor/lib/Makefile")));
     }
 }

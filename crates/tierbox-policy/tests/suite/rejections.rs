@@ -174,6 +174,9 @@ fn every_rejection_code_has_a_table_case() {
     let ctx_missing = tierbox_policy::ValidateContext::new(gone.ws.join("missing"));
     let err = tierbox_policy::validate(&gone.policy, &req("ls", &[]), &ctx_missing).unwrap_err();
     check("workspace", err.code(), "scope.workspace_invalid");
+    let ctx_root = tierbox_policy::ValidateContext::new("/");
+    let err = tierbox_policy::validate(&gone.policy, &req("ls", &[]), &ctx_root).unwrap_err();
+    check("workspace refused", err.code(), "scope.workspace_refused");
     check(
         "path outside",
         code_of(&fx, &req("cat", &["../secret"])),

@@ -244,12 +244,30 @@ pub fn tmp_size_bytes(plan: &Plan) -> u64 {
     plan.limits.memory_bytes.min(MAX_TMP_BYTES)
 }
 
-/// Each protected path of `plan` with its state on this host (see [`ProtectedState`]).
+/// Each protected path of `plan` with its state on this host (see [`ProtectedState`]),
+/// except those inside another protected path that exists (bound read-only as a whole:
+/// covering a missing entry there would need a mount point the engine cannot create).
 pub fn probe_protected(plan: &Plan) -> Vec<(PathBuf, ProtectedState)> {
-    plan.filesystem
-        .protected
+    outermost(
+        plan.filesystem
+            .protected
+            .iter()
+            .map(|p| (p.clone(), protected_state(&plan.workspace, p)))
+            .collect(),
+    )
+}
+
+/// `states` without the paths inside another one that exists.
+pub(crate) fn outermost(states: Vec<(PathBuf, ProtectedState)>) -> Vec<(PathBuf, ProtectedState)> {
+    let inside_existing = |p: &Path| {
+        states
+            .iter()
+            .any(|(q, s)| p != q && p.starts_with(q) && *s == ProtectedState::Exists)
+    };
+    states
         .iter()
-        .map(|p| (p.clone(), protected_state(&plan.workspace, p)))
+        .filter(|(p, _)| !inside_existing(p))
+        .cloned()
         .collect()
 }
 

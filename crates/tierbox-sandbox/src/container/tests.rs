@@ -19,23 +19,15 @@ fn container_plan(policy: &str, backend: TierCBackend) -> Plan {
 }
 
 /// Options as on a host where `.git/hooks` exists and `.git/config` does not.
+/// Options with every protected path existing on the (fixed) host.
 fn options(engine: Engine, plan: &Plan) -> ContainerOptions {
-    let ws = PathBuf::from(GOLDEN_WORKSPACE);
-    let protected = plan
-        .filesystem
-        .protected
-        .iter()
-        .map(|p| {
-            let state = if p.ends_with("config") {
-                ProtectedState::Missing {
-                    cover: ws.join(".git/config"),
-                }
-            } else {
-                ProtectedState::Exists
-            };
-            (p.clone(), state)
-        })
-        .collect();
+    let protected = super::outermost(
+        plan.filesystem
+            .protected
+            .iter()
+            .map(|p| (p.clone(), ProtectedState::Exists))
+            .collect(),
+    );
     ContainerOptions {
         engine,
         run_id: "0123abcd".to_owned(),
@@ -133,33 +125,44 @@ fn env_is_exactly_the_plans_with_a_private_home_and_tmp() {
 #[test]
 fn protected_paths_are_read_only_mounts_over_the_workspace() {
     let plan = container_plan("strict.toml", TierCBackend::Docker);
-    let argv = run_argv(&plan, &options(Engine::Docker, &plan)).unwrap();
-    let mounts: Vec<&str> = argv
-        .windows(2)
-        .filter(|w| w[0] == "--mount")
-        .map(|w| w[1].as_str())
-        .collect();
+    let mounts = |opts: &ContainerOptions| -> Vec<String> {
+        let argv = run_argv(&plan, opts).unwrap();
+        argv.windows(2)
+            .filter(|w| w[0] == "--mount")
+            .map(|w| w[1].clone())
+            .collect()
+    };
     let ws = format!("type=bind,source={GOLDEN_WORKSPACE},target={GOLDEN_WORKSPACE}");
-    let hooks = format!(
-        "type=bind,source={GOLDEN_WORKSPACE}/.git/hooks,target={GOLDEN_WORKSPACE}/.git/hooks,readonly"
-    );
-    let config = format!("type=tmpfs,target={GOLDEN_WORKSPACE}/.git/config,ro,tmpfs-size=4096");
-    let pos = |m: &str| mounts.iter().position(|x| *x == m).unwrap();
-    assert!(
-        pos(&ws) < pos(&hooks),
-        "protected paths after the workspace"
-    );
-    assert!(pos(&ws) < pos(&config));
-    assert_eq!(
-        mounts.len(),
-        1 + tierbox_policy::validate::GIT_REDIRECT_ENTRIES.len(),
-        "only the workspace and protected paths: {mounts:?}"
-    );
+    let git =
+        format!("type=bind,source={GOLDEN_WORKSPACE}/.git,target={GOLDEN_WORKSPACE}/.git,readonly");
+    // The git directory exists: bound read-only over itself, after the workspace.
     let opts = options(Engine::Docker, &plan);
     assert_eq!(
-        host_mount_points(&opts),
-        [PathBuf::from(GOLDEN_WORKSPACE).join(".git/config")]
+        mounts(&opts),
+        [ws.clone(), git],
+        "only the workspace and .git"
     );
+    assert!(host_mount_points(&opts).is_empty());
+    // It does not: covered by an empty read-only tmpfs, whose mount point the engine
+    // creates on the host.
+    let cover = PathBuf::from(GOLDEN_WORKSPACE).join(".git");
+    let missing = ContainerOptions {
+        protected: vec![(
+            cover.clone(),
+            ProtectedState::Missing {
+                cover: cover.clone(),
+            },
+        )],
+        ..options(Engine::Docker, &plan)
+    };
+    assert_eq!(
+        mounts(&missing),
+        [
+            ws,
+            format!("type=tmpfs,target={GOLDEN_WORKSPACE}/.git,ro,tmpfs-size=4096")
+        ]
+    );
+    assert_eq!(host_mount_points(&missing), [cover]);
 }
 
 #[test]

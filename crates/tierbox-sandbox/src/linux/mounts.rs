@@ -1548,7 +1548,10 @@ impl Planner<'_, '_> {
                     if self.visible(&q).map(|m| m.backing) != Some(Backing::HostRw) {
                         return Ok(());
                     }
-                    Protect::CoverMissing(if last {
+                    // A missing last component is covered as a file, except a git
+                    // directory: an empty `.git` directory is no repository to git, which
+                    // goes on searching above, where an empty `.git` file is fatal.
+                    Protect::CoverMissing(if last && c.as_os_str() != ".git" {
                         EntryKind::File
                     } else {
                         EntryKind::Dir
@@ -1659,9 +1662,8 @@ impl Planner<'_, '_> {
                         writable: false,
                     })?;
                 }
-                Protect::CoverSymlink | Protect::CoverMissing(EntryKind::File) => {
-                    self.cover_dev_null(&q);
-                }
+                Protect::CoverSymlink => self.cover_dev_null(&q),
+                Protect::CoverMissing(EntryKind::File) => self.cover_empty_file(&q),
                 Protect::CoverMissing(EntryKind::Dir) => self.cover_empty_dir(&q),
             }
         }
@@ -1674,6 +1676,21 @@ impl Planner<'_, '_> {
         });
         self.mounts
             .push(Mounted::new(dst, Backing::Cover, EntryKind::File));
+        self.remount_ro(dst, false);
+    }
+
+    /// A missing protected file: its empty host placeholder (created by the op just
+    /// before) bound onto itself read-only, so it reads as an empty regular file — what
+    /// git takes for "absent" (an empty `commondir` is ignored, where an unreadable one
+    /// is fatal) — and cannot be written, replaced or removed.
+    fn cover_empty_file(&mut self, dst: &Path) {
+        self.ops.push(MountOp::BindRo {
+            src: dst.to_path_buf(),
+            dst: dst.to_path_buf(),
+            kind: EntryKind::File,
+        });
+        self.mounts
+            .push(Mounted::new(dst, Backing::HostRo, EntryKind::File));
         self.remount_ro(dst, false);
     }
 

@@ -282,16 +282,26 @@ fn missing_git_is_covered_with_one_empty_directory() {
 }
 
 #[test]
-fn missing_last_component_gets_dev_null_and_intermediate_wins_over_last() {
+fn missing_last_component_is_an_empty_read_only_file_and_intermediate_wins_over_last() {
     let mut plan = fixed_plan();
     let ws = plan.workspace.clone();
-    // `.git` exists, `hooks` does not: the last component is covered with /dev/null.
+    // `.git` exists, `hooks` does not: the last component is covered with its own empty
+    // placeholder, bound onto itself read-only (readable and empty, as git needs a missing
+    // `commondir` to be; an unreadable /dev/null cover made `git status` fail).
     let host = fixed_host().with_file(ws.join(".git/config"));
     let mp = mount_plan(&plan, &host).unwrap();
     assert_invariants(&plan, &mp);
     let l = lines(&mp);
     assert!(l.contains(&"host-placeholder /home/u/proj/.git/hooks (File)".to_owned()));
-    assert!(l.contains(&"cover-dev-null /home/u/proj/.git/hooks".to_owned()));
+    assert!(
+        l.contains(&"bind-ro /home/u/proj/.git/hooks -> /home/u/proj/.git/hooks (File)".to_owned()),
+        "{l:?}"
+    );
+    assert!(l.contains(&"remount-ro /home/u/proj/.git/hooks".to_owned()));
+    assert!(
+        !l.iter().any(|op| op.starts_with("cover-dev-null")),
+        "{l:?}"
+    );
     // `.git` protected as a whole and `.git/hooks` too: one cover, as a directory.
     plan.filesystem.protected = vec![ws.join(".git"), ws.join(".git/hooks")];
     let mp = mount_plan(&plan, &fixed_host()).unwrap();
@@ -375,31 +385,17 @@ fn strict_policy_on_real_workspaces() {
         let host = HostView::probe(&plan);
         let mp = mount_plan(&plan, &host).unwrap_or_else(|e| panic!("{case}: {e}"));
         assert_invariants(&plan, &mp);
-        let hooks = ws.join(".git/hooks");
         let has = |want: &MountOp| mp.ops.contains(want);
         match case {
             "present" => {
+                // The whole git directory is bound read-only, so the entries it lacks
+                // need no placeholder.
                 assert!(has(&MountOp::BindRo {
-                    src: hooks.clone(),
-                    dst: hooks.clone(),
+                    src: ws.join(".git"),
+                    dst: ws.join(".git"),
                     kind: EntryKind::Dir
                 }));
-                // The redirect entries this repository lacks are covered through
-                // placeholders, so they cannot be created.
-                let mut placeholders = mp.host_placeholders.clone();
-                placeholders.sort();
-                let mut want: Vec<_> = [
-                    ".git/config.worktree",
-                    ".git/commondir",
-                    ".git/info",
-                    ".git/modules",
-                    ".git/worktrees",
-                ]
-                .iter()
-                .map(|p| ws.join(p))
-                .collect();
-                want.sort();
-                assert_eq!(placeholders, want);
+                assert!(mp.host_placeholders.is_empty());
             }
             "absent" => {
                 assert_eq!(mp.host_placeholders, [ws.join(".git")]);
@@ -410,7 +406,13 @@ fn strict_policy_on_real_workspaces() {
                 assert!(!ws.join(".git").exists());
             }
             _ => {
-                assert!(has(&MountOp::CoverWithDevNull { dst: hooks.clone() }));
+                // `.git` is read-only as a whole, the symlinked hooks in it included; their
+                // target lies outside every grant, so nothing is mounted there.
+                assert!(has(&MountOp::BindRo {
+                    src: ws.join(".git"),
+                    dst: ws.join(".git"),
+                    kind: EntryKind::Dir
+                }));
                 let out = outside.path().canonicalize().unwrap();
                 assert!(
                     !mp.ops

@@ -73,8 +73,7 @@ fn writes_are_the_workspace_writable_paths_and_tmp_only() {
 #[test]
 fn protected_paths_are_denied_with_their_ancestors() {
     let profile = sbpl_profile(&golden_plan("strict.toml"), &opts()).unwrap();
-    let hooks = format!("{GOLDEN_WORKSPACE}/.git/hooks");
-    let denied: Vec<String> = tierbox_policy::validate::GIT_REDIRECT_ENTRIES
+    let denied: Vec<String> = tierbox_policy::validate::DEFAULT_PROTECTED
         .iter()
         .map(|e| format!("    (subpath \"{GOLDEN_WORKSPACE}/{e}\")"))
         .collect();
@@ -87,16 +86,15 @@ fn protected_paths_are_denied_with_their_ancestors() {
     for p in [
         GOLDEN_WORKSPACE.to_owned(),
         format!("{GOLDEN_WORKSPACE}/.git"),
-        hooks,
     ] {
         assert!(
             unlink.contains(&format!("(literal \"{p}\"")),
             "{p}: {unlink}"
         );
     }
-    // `.git` itself cannot be written (renamed, replaced) either.
+    // `.git` itself cannot be written (renamed, replaced) either: `subpath` includes it.
     assert!(profile.contains(&format!(
-        "(deny file-write*\n    (literal \"{GOLDEN_WORKSPACE}/.git\"))"
+        "(deny file-write*\n    (subpath \"{GOLDEN_WORKSPACE}/.git\")"
     )));
     // Denials come after the allows (the later rule wins).
     let allow = profile.find("(allow file-write*").unwrap();

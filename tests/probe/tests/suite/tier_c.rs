@@ -461,11 +461,12 @@ async fn missing_protected_paths_cannot_be_created(test: &str, backend: TierCBac
 on_both_backends!(missing_protected_paths_cannot_be_created => missing_protected_paths_cannot_be_created_native, missing_protected_paths_cannot_be_created_bwrap);
 
 /// Everything git reads configuration, hooks or another git directory from stays as it
-/// was, in the workspace's repository and in repositories nested in it at launch: none
-/// of `commondir`, `config.worktree`, `worktrees/`, `modules/`, `info/` can be created
-/// or written, a nested repository's `config` and hooks neither, and a `.git` file (a
-/// worktree checkout's pointer to its git directory) cannot be rewritten. Ordinary git
-/// writes still work (an object file). The host's trees are unchanged.
+/// was, in the workspace's repository and in repositories nested in it at launch: the
+/// git directory is read-only as a whole, so none of `commondir`, `config.worktree`,
+/// `worktrees/`, `modules/`, `info/` can be created or written, a nested repository's
+/// `config` and hooks neither, and a `.git` file (a worktree checkout's pointer to its git
+/// directory) cannot be rewritten. Ordinary git writes fail too (an object file), as
+/// documented: the host commits what a run changed. The host's trees are unchanged.
 ///
 /// Regression: only `.git/hooks` and `.git/config` were protected; writing `.git/commondir`
 /// (pointing at a directory whose `config` set `core.fsmonitor`) made the host's next
@@ -476,7 +477,7 @@ async fn git_redirect_surface_cannot_be_planted(test: &str, backend: TierCBacken
     let Some(mut fx) = Fixture::tier_c(test, &[], backend) else {
         return;
     };
-    fx.policy.filesystem.protected = tierbox_policy::validate::GIT_REDIRECT_ENTRIES
+    fx.policy.filesystem.protected = tierbox_policy::validate::DEFAULT_PROTECTED
         .iter()
         .map(|p| (*p).to_owned())
         .collect();
@@ -510,18 +511,17 @@ async fn git_redirect_surface_cannot_be_planted(test: &str, backend: TierCBacken
 
     let mut broken = Vec::new();
     let attempts: [(&str, &str); 11] = [
-        // Missing files are covered for the run: they show as empty, unchangeable files.
-        ("replace-denied", ".git/commondir"),
-        ("replace-denied", ".git/config.worktree"),
+        ("create-denied", ".git/commondir"),
+        ("create-denied", ".git/config.worktree"),
         ("create-denied", ".git/worktrees/sub"),
         ("create-denied", ".git/modules/m"),
         ("create-denied", ".git/info/attributes"),
         ("replace-denied", ".git/config"),
         ("replace-denied", "vendor/lib/.git/config"),
-        ("replace-denied", "vendor/lib/.git/commondir"),
+        ("create-denied", "vendor/lib/.git/commondir"),
         ("create-denied", "vendor/lib/.git/hooks/post-checkout"),
         ("replace-denied", "sub/.git"),
-        ("create-denied", "vendor/lib/.git/modules/m"),
+        ("create-denied", ".git/objects/ab/cdef"),
     ];
     for (probe, target) in attempts {
         let o = probe_c(&fx, &[probe, target]).await;
@@ -544,9 +544,6 @@ async fn git_redirect_surface_cannot_be_planted(test: &str, backend: TierCBacken
         before,
         "the host's repositories changed"
     );
-    // Ordinary git writes stay possible: a new object file.
-    let o = probe_c(&fx, &["leave-file", ".git/objects/ab/cdef"]).await;
-    assert!(report(&o).contains("created"), "{}", describe(&o));
     // Negative controls.
     assert_direct_broken(&fx.direct(&["create-denied", ".git/commondir"]));
     assert_direct_broken(&fx.direct(&["replace-denied", "vendor/lib/.git/config"]));
@@ -1147,9 +1144,12 @@ on_both_backends!(hostname_is_private_and_fixed => hostname_is_private_and_fixed
 
 // ---- 11. landlock --------------------------------------------------------------------------
 
-/// Landlock is really on in Tier C: it grants `/proc` read-only, so writing
-/// `/proc/self/comm` (which the kernel allows any process on itself) fails with
-/// `EACCES`. Negative control: without the sandbox the write works.
+/// Landlock is really on in Tier C: its signal scoping is the only layer between the
+/// program and the sandbox's pid 1, which runs as the same uid in the same pid namespace
+/// but outside the program's landlock domain, so `kill(1, 0)` fails with `EPERM`.
+/// Negative control: on the bwrap backend, which applies no landlock, the same signal
+/// goes through. (Writing `/proc/self/comm` used to be the check; the sandbox's `/proc`
+/// is now read-only as a mount, which refuses it before landlock is asked.)
 ///
 /// The bwrap backend applies no landlock layer (by design; see `tier.backend`). What it
 /// must do instead is never pretend: a policy that requires landlock is refused, and a
@@ -1180,13 +1180,19 @@ async fn landlock_applies(test: &str, backend: TierCBackend) {
             "the outcome does not report landlock missing:\n{}",
             describe(&o)
         );
+        // Negative control of the native check below: without landlock's signal
+        // scoping, the program signals its sandbox's pid 1 (same uid, same pid
+        // namespace).
+        assert_broken(&probe_c(&fx, &["no-signal-outside", "1"]).await);
         return;
     }
-    let o = probe_c(&fx, &["comm-write-denied"]).await;
+    // Landlock's signal scoping is the only layer between the program and the sandbox's
+    // pid 1 (same uid, same pid namespace; pid 1 is outside the program's landlock
+    // domain): kill(1, 0) is refused by landlock alone.
+    let o = probe_c(&fx, &["no-signal-outside", "1"]).await;
     assert_holds(&o);
-    assert!(report(&o).contains("EACCES"), "{}", describe(&o));
+    assert!(report(&o).contains("EPERM"), "{}", describe(&o));
     assert!(o.enforcement.landlock.applied, "{}", describe(&o));
-    assert_direct_broken(&fx.direct(&["comm-write-denied"]));
 }
 
 on_both_backends!(landlock_applies => landlock_applies_native, landlock_applies_bwrap);
