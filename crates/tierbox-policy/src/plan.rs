@@ -187,6 +187,32 @@ pub struct TierPlan {
     /// `docker` or `podman`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<ContainerPlan>,
+    /// Tier C (Linux): the host identity the sandbox runs as, from the policy
+    /// (`tier.sandbox_uid`, `sandbox_gid`, `danger_sandbox_as_supervisor`); the backend
+    /// resolves the defaults.
+    #[serde(default, skip_serializing_if = "SandboxIdentityPlan::is_default")]
+    pub identity: SandboxIdentityPlan,
+}
+
+/// The policy's choice of the host identity a Tier C sandbox runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct SandboxIdentityPlan {
+    /// `tier.sandbox_uid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// `tier.sandbox_gid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// `tier.danger_sandbox_as_supervisor`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub as_supervisor: bool,
+}
+
+impl SandboxIdentityPlan {
+    /// Nothing chosen: the backend's defaults.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// What a container backend runs, from `[tier.container]`.

@@ -259,7 +259,30 @@ pub struct TierPolicy {
     pub backend: TierCBackend,
     /// The container backends (`backend = "docker"` or `"podman"`): image and user.
     pub container: ContainerPolicy,
+    /// Tier C on Linux (native and bwrap backends) under a root supervisor: the host uid
+    /// the sandbox's user (uid 1000 inside) is. Default: the workspace owner when that is
+    /// not root, else [`DEFAULT_SANDBOX_ID`]. The workspace (and any writable grant owned
+    /// by someone else) is reached through an idmapped mount, so files the sandbox creates
+    /// belong to their owner on the host and files it reads keep theirs. 0 is refused
+    /// (see `danger_sandbox_as_supervisor`). An unprivileged supervisor can only map its
+    /// own uid, and refuses any other value.
+    pub sandbox_uid: Option<u32>,
+    /// The host gid of the sandbox's group (gid 1000 inside); as `sandbox_uid`, defaulting
+    /// to the workspace owner's group when the owner is not root.
+    pub sandbox_gid: Option<u32>,
+    /// Map the sandbox's user to the supervisor's own uid, as Tierbox once did: host uid 0
+    /// under a root supervisor, which passes every check that looks only at the uid
+    /// (global sysctls, root-owned files), whatever the other layers do. For hosts where
+    /// idmapped mounts do not work (old kernels, filesystems without support).
+    pub danger_sandbox_as_supervisor: bool,
 }
+
+/// The host uid and gid a Tier C sandbox runs as under a root supervisor when the
+/// workspace belongs to root and the policy names none ([`TierPolicy::sandbox_uid`]): an
+/// id no account or service uses (above the ranges systemd allocates to containers,
+/// `0x80000`–`0x6fffffff`), so the sandbox owns nothing on the host and passes only the
+/// permission checks for "others".
+pub const DEFAULT_SANDBOX_ID: u32 = 0x7000_0000;
 
 impl Default for TierPolicy {
     fn default() -> Self {
@@ -269,6 +292,9 @@ impl Default for TierPolicy {
             optional_layers: vec![Layer::Cgroup, Layer::ProtectedPaths],
             backend: TierCBackend::Native,
             container: ContainerPolicy::default(),
+            sandbox_uid: None,
+            sandbox_gid: None,
+            danger_sandbox_as_supervisor: false,
         }
     }
 }
@@ -787,6 +813,21 @@ impl Policy {
         }
         if let Some((field, reason)) = container_problem(&self.tier) {
             return invalid(field, reason);
+        }
+        for (field, id) in [
+            ("tier.sandbox_uid", self.tier.sandbox_uid),
+            ("tier.sandbox_gid", self.tier.sandbox_gid),
+        ] {
+            match id {
+                Some(0) => {
+                    return invalid(
+                        field,
+                        "0 is host root: a sandbox never runs as it (danger_sandbox_as_supervisor maps the sandbox to the supervisor's own uid, if that is really meant)".to_owned(),
+                    );
+                }
+                Some(u32::MAX) => return invalid(field, "4294967295 is not an id".to_owned()),
+                _ => {}
+            }
         }
         if l.cpu_time_ms == Some(0) {
             return invalid("limits.cpu_time_ms", "must be at least 1".to_owned());

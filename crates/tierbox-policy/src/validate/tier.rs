@@ -40,5 +40,10 @@ pub(crate) fn check(policy: &TierPolicy, req: &ProcessRunRequest) -> Result<Tier
             }),
             _ => None,
         },
+        identity: crate::plan::SandboxIdentityPlan {
+            uid: policy.sandbox_uid,
+            gid: policy.sandbox_gid,
+            as_supervisor: policy.danger_sandbox_as_supervisor,
+        },
     })
 }

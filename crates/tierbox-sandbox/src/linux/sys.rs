@@ -634,6 +634,123 @@ pub(crate) fn reset_signal_handlers() {
 
 /// Test support: fork, run async-signal-safe code in the child, collect exit statuses,
 /// and a few raw probe syscalls the tests issue from inside a filtered child.
+/// Waits, blocked in `ppoll` with no descriptor, until killed: the whole life of the
+/// child that holds a new user namespace open for [`new_user_namespace`].
+extern "C" fn userns_holder(_: *mut libc::c_void) -> libc::c_int {
+    loop {
+        // SAFETY: ppoll with no descriptors, no timeout and no mask only sleeps; every
+        // signal but SIGKILL is blocked (inherited from the cloning thread).
+        unsafe {
+            libc::syscall(
+                libc::SYS_ppoll,
+                std::ptr::null_mut::<libc::pollfd>(),
+                0 as libc::c_ulong,
+                std::ptr::null::<libc::timespec>(),
+                std::ptr::null::<libc::sigset_t>(),
+                0 as libc::c_ulong,
+            )
+        };
+    }
+}
+
+/// A new user namespace, owned by this process's, whose uid and gid maps are `uid_map`
+/// and `gid_map` (`/proc/<pid>/uid_map` lines; mapping ids other than our own needs
+/// `CAP_SETUID`/`CAP_SETGID`), as an fd of its `ns/user` file. A child is cloned into the
+/// namespace (every signal blocked, waiting), its maps are written, its namespace opened,
+/// and it is killed and reaped: the fd keeps the namespace alive.
+pub fn new_user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
+    let stack = crate::linux::ns::sys::NsStack::new();
+    let pid = crate::spawn::sys::with_all_signals_blocked(|| {
+        // SAFETY: `userns_holder` touches no memory; `stack.top()` is the aligned end of a
+        // live mapping (the child runs on its copy-on-write copy: no CLONE_VM).
+        unsafe {
+            libc::clone(
+                userns_holder,
+                stack.top(),
+                libc::CLONE_NEWUSER | libc::SIGCHLD,
+                std::ptr::null_mut(),
+            )
+        }
+    });
+    if pid == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    let result = (|| {
+        std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)?;
+        let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
+        Ok(OwnedFd::from(ns))
+    })();
+    // SAFETY: integer arguments; `pid` is our child, not yet reaped, so not reused.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    result
+}
+
+/// `open_tree(path, OPEN_TREE_CLONE | AT_RECURSIVE)` made idmapped through `userns`, with
+/// `nosuid` and `nodev`: a detached mount tree of `path` in which the ids of `userns`'s
+/// maps are translated (a file owned by a mapped id shows as the id it maps to, and a file
+/// made by that id is stored as the mapped one). Needs `CAP_SYS_ADMIN` over the
+/// filesystem and a filesystem that supports idmapped mounts.
+pub fn idmapped_tree(path: &std::path::Path, userns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    /// `OPEN_TREE_CLONE`.
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    /// `AT_RECURSIVE`.
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    /// `MOUNT_ATTR_IDMAP`.
+    const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a NUL-terminated path and integer flags; returns a new fd we own.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            (OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE) as libc::c_ulong,
+        )
+    };
+    if tree < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd returned by the kernel, now ours.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as RawFd) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP
+            | crate::linux::ns::sys::MOUNT_ATTR_NOSUID
+            | crate::linux::ns::sys::MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: a valid tree fd, an empty path with AT_EMPTY_PATH, and a mount_attr of the
+    // size passed, borrowed for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE) as libc::c_ulong,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(tree)
+}
+
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::{check, errno, prctl};

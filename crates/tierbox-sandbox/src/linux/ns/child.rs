@@ -35,6 +35,7 @@ use super::netns_pool;
 use super::sys::{self as nsys, Expect, NsOp, NsSpec, NsStep, OpKind, Report, ReportTag};
 use crate::egress::SANDBOX_PROXY_PORT;
 use crate::linux::caps;
+use crate::linux::identity::{self, SandboxIdentity};
 use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock, access_fs};
 use crate::linux::mounts::{
     COVER_DIR_MODE, COVER_TMPFS_BYTES, EntryKind, HostView, MOUNTPOINT_DIR_MODE,
@@ -42,16 +43,13 @@ use crate::linux::mounts::{
     mount_plan,
 };
 use crate::linux::seccomp::{SeccompError, SeccompProgram};
-use crate::linux::userns::{TIER_C_NAMESPACES, id_map_lines, probe_userns_cached};
+use crate::linux::userns::{TIER_C_NAMESPACES, probe_userns_cached};
 use crate::probe::host_facts;
 
 /// Name of this backend in outcomes and attestations.
 pub const BACKEND_NAME: &str = "tier_c_linux_native";
 
-/// The uid the program has inside the sandbox (mapped to the supervisor's euid).
-pub const SANDBOX_UID: u32 = 1000;
-/// The gid the program has inside the sandbox (mapped to the supervisor's egid).
-pub const SANDBOX_GID: u32 = 1000;
+pub use crate::linux::identity::{SANDBOX_GID, SANDBOX_UID};
 
 /// The default hostname inside the sandbox's UTS namespace.
 pub const DEFAULT_HOSTNAME: &str = "tierbox";
@@ -237,9 +235,36 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let claim = crate::placeholders::claim(&mplan.host_placeholders);
     let ops: Vec<NsOp<'_>> = owned.iter().map(OwnedOp::borrow).collect();
 
-    let (euid, egid) = crate::spawn::sys::current_ids();
-    let uid_map = id_map_lines(SANDBOX_UID, euid);
-    let gid_map = id_map_lines(SANDBOX_GID, egid);
+    // Who the sandbox is on the host (never host root but by the policy's danger flag),
+    // and the idmapped trees that keep host ownership right for writable binds.
+    let identity = identity::resolve(plan).map_err(|reason| NativeError::Unavailable { reason })?;
+    let (uid_map, gid_map) = identity.maps();
+    let maps_by_supervisor = matches!(identity, SandboxIdentity::Host { .. });
+    let idmapped = match identity {
+        SandboxIdentity::Host { uid, gid } => identity::idmapped_binds(mplan, (uid, gid))
+            .map_err(|reason| NativeError::Unavailable { reason })?,
+        SandboxIdentity::Supervisor { .. } => Vec::new(),
+    };
+    // The compiled list is the staging prologue, then one op per planner op.
+    let prologue = owned.len() - mplan.ops.len();
+    let moved_trees: Vec<(usize, RawFd)> = idmapped
+        .iter()
+        .filter_map(|b| {
+            let at = mplan
+                .ops
+                .iter()
+                .position(|op| matches!(op, MountOp::BindRw { dst, .. } if *dst == b.dst))?;
+            Some((prologue + at, b.tree.as_raw_fd()))
+        })
+        .collect();
+    let maps_ready = if maps_by_supervisor {
+        Some(
+            crate::spawn::sys::pipe_cloexec()
+                .map_err(sys_err("pipe2(O_CLOEXEC) for the id maps"))?,
+        )
+    } else {
+        None
+    };
 
     let program = cstring("program", plan.program.as_os_str().as_bytes())?;
     let argv: Vec<CString> = plan
@@ -346,6 +371,9 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         },
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
+        maps_ready_fd: maps_ready.as_ref().map_or(-1, |(r, _)| r.as_raw_fd()),
+        switch_ids: maps_by_supervisor,
+        moved_trees: &moved_trees,
     };
     let (mut flags, mut pooled) = match &pooled_netns {
         Some((ns, own)) => (TIER_C_NAMESPACES & !libc::CLONE_NEWNET, Some((ns, own))),
@@ -367,6 +395,25 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let (pid, pidfd) = cloned.map_err(sys_err(format!(
         "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={flags:#x})"
     )))?;
+    // A root supervisor maps the sandbox's ids (pid 1 waits for the word).
+    if let Some((ready_r, ready_w)) = maps_ready {
+        drop(ready_r);
+        let written = std::fs::write(format!("/proc/{pid}/uid_map"), &uid_map)
+            .and_then(|()| std::fs::write(format!("/proc/{pid}/gid_map"), &gid_map))
+            .and_then(|()| {
+                rustix::io::write(&ready_w, b"1")
+                    .map(drop)
+                    .map_err(std::io::Error::from)
+            });
+        if let Err(source) = written {
+            let _ = ssys::pidfd_signal(&pidfd, libc::SIGKILL);
+            let _ = ssys::wait_pidfd(&pidfd, false);
+            return Err(NativeError::Sys {
+                call: format!("write the id maps of the sandbox's pid 1 ({pid})"),
+                source,
+            });
+        }
+    }
     // Blocks until pid 1 has exec'd the program or failed (a few hundred microseconds).
     let first = nsys::read_report(&report_r);
     let first = match first {
@@ -414,7 +461,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     };
     let enforcement = enforcement_report(
         plan,
-        (euid, egid),
+        (identity, idmapped.len()),
         seccomp.as_deref(),
         landlock.as_ref(),
         !opts.cgroup_fds.is_empty(),
@@ -614,7 +661,7 @@ fn child_env(plan: &Plan, mplan: &MountPlan) -> Vec<(String, String)> {
 
 fn enforcement_report(
     plan: &Plan,
-    (euid, egid): (u32, u32),
+    (identity, idmapped): (SandboxIdentity, usize),
     seccomp: Option<&SeccompProgram>,
     landlock: Option<&PreparedLandlock>,
     cgroup: bool,
@@ -651,6 +698,7 @@ fn enforcement_report(
         missing.push(Layer::Cgroup);
         LayerReport::missing("no usable cgroup; the pid namespace is the kill boundary")
     };
+    let (euid, egid) = identity.ids();
     Enforcement {
         tier: Some(Tier::C),
         backend: BACKEND_NAME.to_owned(),
@@ -669,9 +717,14 @@ fn enforcement_report(
         },
         cgroup,
         namespaces: vec![
-            format!(
-                "user (uid {SANDBOX_UID} -> {euid}, gid {SANDBOX_GID} -> {egid}, setgroups deny)"
-            ),
+            match identity {
+                SandboxIdentity::Supervisor { .. } => format!(
+                    "user (uid {SANDBOX_UID} -> {euid}, gid {SANDBOX_GID} -> {egid}, the supervisor's own ids; setgroups deny)"
+                ),
+                SandboxIdentity::Host { .. } => format!(
+                    "user (uid {SANDBOX_UID} -> host uid {euid}, gid {SANDBOX_GID} -> host gid {egid}, no supplementary groups; {idmapped} writable bind(s) idmapped so host ownership stays; pid 1's setup as ns uid 0 until the program runs)"
+                ),
+            },
             "pid (pid 1 is tierbox-init, the reaper)".to_owned(),
             "mount (tmpfs root, pivot_root)".to_owned(),
             format!(
@@ -731,6 +784,7 @@ pub struct OwnedOp {
     expect: Expect,
     if_present: bool,
     plain_bind: bool,
+    chown_to_sandbox: bool,
     /// The planner's op (or the staging step) this came from.
     pub describe: String,
 }
@@ -750,6 +804,7 @@ impl OwnedOp {
             expect: Expect::Any,
             if_present: false,
             plain_bind: false,
+            chown_to_sandbox: false,
             describe,
         }
     }
@@ -769,6 +824,7 @@ impl OwnedOp {
             expect: self.expect,
             if_present: self.if_present,
             plain_bind: self.plain_bind,
+            chown_to_sandbox: self.chown_to_sandbox,
         }
     }
 
@@ -873,6 +929,9 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
             MountOp::Dir { path, mode } => {
                 let mut o = OwnedOp::new(OpKind::Mkdir, under(NEW_ROOT, path)?, describe);
                 o.mode = *mode;
+                // The private HOME is the program's: pid 1 makes it during setup, as ns
+                // uid 0 under a root supervisor.
+                o.chown_to_sandbox = path == Path::new(crate::linux::mounts::PRIVATE_HOME);
                 o
             }
             MountOp::File { path, mode } => {
@@ -946,7 +1005,16 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
             }
             MountOp::BindRo { src, dst, kind } | MountOp::BindRw { src, dst, kind } => {
                 let mut o = OwnedOp::new(OpKind::BindTree, under(NEW_ROOT, dst)?, describe);
-                o.src = Some(under(OLD_ROOT, src)?);
+                // Inside a writable bind (a protected path in the workspace, a pin) the
+                // source is the sandbox's own view of it, which an idmapped workspace
+                // shows with the sandbox's ids (git refuses a repository whose `.git` it
+                // does not own); elsewhere the host's.
+                let inside_writable = writable_binds.iter().any(|w| src.starts_with(w));
+                o.src = Some(if inside_writable {
+                    under(NEW_ROOT, src)?
+                } else {
+                    under(OLD_ROOT, src)?
+                });
                 o.expect = match kind {
                     EntryKind::Dir => Expect::Dir,
                     EntryKind::File => Expect::NotDir,
@@ -973,7 +1041,10 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
                     EntryKind::File => (OpKind::PlaceholderFile, MOUNTPOINT_FILE_MODE),
                 };
                 let mut o = OwnedOp::new(k, cstring("placeholder", name.as_bytes())?, describe);
-                o.src = Some(under(NEW_ROOT, parent)?);
+                // Through the host's path, not the sandbox's view of it: an idmapped
+                // workspace has no id for pid 1's setup identity (host root) to create
+                // as; on the host the placeholder belongs to root, as before.
+                o.src = Some(under(OLD_ROOT, parent)?);
                 o.mode = mode;
                 o
             }

@@ -134,14 +134,20 @@ fn ns_compile_prefixes_paths_and_starts_with_the_staging_prologue() {
     for o in ops.get(5..final_pivot).unwrap() {
         let dst = o.dst().to_str().unwrap();
         match o.kind() {
+            // Placeholders are made through the host's path.
             OpKind::PlaceholderDir | OpKind::PlaceholderFile => {
-                assert!(o.src().unwrap().to_str().unwrap().starts_with(NEW_ROOT));
+                assert!(o.src().unwrap().to_str().unwrap().starts_with(OLD_ROOT));
             }
             _ => assert!(dst.starts_with(NEW_ROOT), "{dst}"),
         }
         if o.kind() == OpKind::BindTree {
+            // Binds come from the host, or from the sandbox's own view of a writable
+            // bind they lie in (the workspace, maybe idmapped).
             let src = o.src().unwrap().to_str().unwrap();
-            assert!(src.starts_with(OLD_ROOT), "{src}");
+            let in_workspace = src
+                .strip_prefix(NEW_ROOT)
+                .is_some_and(|rest| rest.starts_with(sc.ws.to_str().unwrap()));
+            assert!(src.starts_with(OLD_ROOT) || in_workspace, "{src}");
         }
     }
     assert_eq!(ops.last().unwrap().kind(), OpKind::Setattr);
@@ -839,4 +845,84 @@ fn report_records_round_trip_with_their_usage() {
         ..r
     };
     assert_eq!(crate::tier_c::program_exit_from(&started.encode()), None);
+}
+
+/// Under a root supervisor the sandbox is never host root: the program and, once it runs,
+/// pid 1 are an unprivileged host uid — the workspace owner, or the default sandbox id
+/// for a root-owned workspace — while files the sandbox creates in the workspace belong
+/// to the workspace owner on the host, and the workspace shows as the sandbox's own
+/// inside (an idmapped mount).
+///
+/// Regression: the sandbox's uid 1000 was the supervisor's own uid — host uid 0 under a
+/// root supervisor — so every check that looks at the host uid alone (global sysctls,
+/// root-owned files, `core_pattern`) passed.
+#[test]
+fn ns_real_the_sandbox_is_never_host_root_and_host_ownership_stays() {
+    if !usable("ns_real_the_sandbox_is_never_host_root_and_host_ownership_stays") {
+        return;
+    }
+    if !rustix::process::geteuid().is_root() {
+        println!(
+            "SKIP ns_real_the_sandbox_is_never_host_root: not root (the sandbox is the supervisor's own uid)"
+        );
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let host_uid_of = |pid: i32| -> u32 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status_field(&status, "Uid")
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    for owner in [0u32, 4321] {
+        let sc = scratch();
+        std::os::unix::fs::chown(&sc.ws, Some(owner), Some(owner)).unwrap();
+        let want = if owner == 0 {
+            tierbox_policy::DEFAULT_SANDBOX_ID
+        } else {
+            owner
+        };
+        // The program's host uid, seen from the host while it runs.
+        let launched = launch_native(
+            &strict_plan(&sc.ws, "sleep", &["5"]),
+            &NativeOptions::default(),
+        )
+        .unwrap();
+        let children =
+            std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", launched.pid)).unwrap();
+        let program: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+        let program_uid = host_uid_of(program);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut init_uid = host_uid_of(launched.pid);
+        while init_uid != want && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            init_uid = host_uid_of(launched.pid);
+        }
+        assert_eq!(launched.enforcement.uid, Some(want));
+        let _ = crate::spawn::sys::pidfd_signal(&launched.pidfd, libc::SIGKILL);
+        let _ = wait_native(&launched);
+        crate::placeholders::release(&launched.host_placeholders);
+        assert_eq!(
+            program_uid, want,
+            "the program's host uid (workspace owner {owner})"
+        );
+        assert_eq!(init_uid, want, "pid 1's host uid once the program runs");
+
+        // Inside, the workspace is the sandbox's own (uid 1000); a file it makes there
+        // belongs to the workspace owner on the host.
+        let r = run(&strict_plan(&sc.ws, "stat", &["-c", "%u", "."]));
+        ok(&r);
+        assert_eq!(r.stdout.trim(), SANDBOX_UID.to_string(), "{}", r.stderr);
+        let r = run(&strict_plan(&sc.ws, "touch", &["made-inside"]));
+        ok(&r);
+        let meta = std::fs::metadata(sc.ws.join("made-inside")).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (owner, owner),
+            "host owner of a new file"
+        );
+    }
 }

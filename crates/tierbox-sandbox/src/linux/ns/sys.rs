@@ -31,6 +31,7 @@ pub use super::init::reaper::FORWARDED_SIGNALS;
 pub use super::init::report::{REPORT_BYTES, ReapedUsage, Report, ReportTag};
 use super::init::{reaper, sys as init_sys};
 
+use crate::linux::identity::{SANDBOX_GID, SANDBOX_UID};
 use crate::linux::sys as lsys;
 use crate::linux::sys::{check, errno, reset_signal_handlers};
 
@@ -102,6 +103,9 @@ pub struct NsOp<'a> {
     /// creates and frees an anonymous mount namespace each time, which costs more than
     /// the bind itself.
     pub plain_bind: bool,
+    /// [`OpKind::Mkdir`]: give the new directory to the sandbox's user
+    /// ([`SANDBOX_UID`]/[`SANDBOX_GID`]): the private `HOME`.
+    pub chown_to_sandbox: bool,
 }
 
 /// The kinds of [`NsOp`].
@@ -372,6 +376,17 @@ pub struct NsSpec<'a> {
     /// The sealed memfd holding `tierbox-init` ([`super::init::image_fd`]), which pid 1
     /// execs once the program runs; -1: pid 1 reaps in process.
     pub reaper_fd: RawFd,
+    /// When >= 0: the supervisor writes pid 1's id maps (a root supervisor mapping the
+    /// sandbox to another host uid, which only a privileged process may do) and then one
+    /// byte to this pipe, which pid 1 reads instead of writing `uid_map`/`gid_map` itself.
+    pub maps_ready_fd: RawFd,
+    /// The program, and pid 1 once the program runs, switch to uid and gid
+    /// [`crate::linux::identity::SANDBOX_UID`] (pid 1's setup runs as ns uid 0); set with
+    /// [`NsSpec::maps_ready_fd`].
+    pub switch_ids: bool,
+    /// Detached idmapped mount trees moved into place instead of running the op at that
+    /// index of [`NsSpec::ops`] (a writable bind whose owner is not the sandbox's uid).
+    pub moved_trees: &'a [(usize, RawFd)],
     /// Failure cells the program writes (shared with pid 1 through CLONE_VM).
     pub fail_step: AtomicU32,
     /// errno of the failure.
@@ -471,9 +486,16 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
     }
     // 3. Our own id maps, before anything else needs an id: a process may map its own
     //    outside euid/egid with one line; `setgroups` must be denied before `gid_map`.
-    write_proc_self(c"/proc/self/uid_map", spec.uid_map).map_err(fail(S::UidMap))?;
-    write_proc_self(c"/proc/self/setgroups", b"deny").map_err(fail(S::Setgroups))?;
-    write_proc_self(c"/proc/self/gid_map", spec.gid_map).map_err(fail(S::GidMap))?;
+    //    A root supervisor mapping another host uid writes them for us (only a
+    //    privileged process may): wait for its word.
+    if spec.maps_ready_fd >= 0 {
+        wait_for_byte(spec.maps_ready_fd).map_err(fail(S::UidMap))?;
+        close(spec.maps_ready_fd);
+    } else {
+        write_proc_self(c"/proc/self/uid_map", spec.uid_map).map_err(fail(S::UidMap))?;
+        write_proc_self(c"/proc/self/setgroups", b"deny").map_err(fail(S::Setgroups))?;
+        write_proc_self(c"/proc/self/gid_map", spec.gid_map).map_err(fail(S::GidMap))?;
+    }
     // 4. A session of our own: no controlling terminal of the supervisor's.
     // SAFETY: setsid takes no arguments.
     check(unsafe { libc::syscall(libc::SYS_setsid) }).map_err(fail(S::Setsid))?;
@@ -495,7 +517,12 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
     umask(0);
     // 8. The filesystem, op by op, in the planner's order.
     for (i, op) in spec.ops.iter().enumerate() {
-        run_op(op).map_err(|(sub, e)| (S::MountOp, e, i as u32, sub))?;
+        let moved = spec.moved_trees.iter().find(|(at, _)| *at == i);
+        let result = match moved {
+            Some((_, tree)) => move_tree(*tree, op.dst),
+            None => run_op(op),
+        };
+        result.map_err(|(sub, e)| (S::MountOp, e, i as u32, sub))?;
     }
     // 8b. Landlock rules for the mounts that exist only in here; the program restricts
     //     itself with the ruleset just before seccomp.
@@ -535,7 +562,12 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
     // 11. Hold nothing of the run: only the report pipe and the reaper's image stay open.
     close_all_but(&[spec.report_fd, spec.reaper_fd]);
     // 12. Drop what pid 1 no longer needs: it only waits and forwards signals (and the
-    //     reaper's exec, with no_new_privs and no capabilities, can gain none).
+    //     reaper's exec, with no_new_privs and no capabilities, can gain none). Under a
+    //     root supervisor it leaves ns uid 0 (host root) for the sandbox's uid first; the
+    //     death signal this clears is armed again by the reaper.
+    if spec.switch_ids {
+        lsys::set_ids(SANDBOX_UID, SANDBOX_GID).map_err(fail(S::InitIdentity))?;
+    }
     let _ = lsys::capset_zero();
     let _ = lsys::set_no_new_privs();
     let started = Report {
@@ -556,6 +588,8 @@ fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Fail> {
 /// is on now, for the in-process reaper.
 fn exec_reaper(spec: &NsSpec<'_>, program: libc::pid_t) -> RawFd {
     if spec.reaper_fd < 0 {
+        // What tierbox-init does first (an id switch cleared the death signal).
+        reaper::rearm(spec.report_fd);
         return spec.report_fd;
     }
     let target = reaper::REPORT_FD;
@@ -658,6 +692,21 @@ fn run_op_once(op: &NsOp<'_>) -> Result<(), (u32, i32)> {
                 )
             })
             .map_err(|e| (SUB_MKDIR, e))?;
+            if op.chown_to_sandbox {
+                // SAFETY: a NUL-terminated path and integer ids; the directory was just
+                // made in our private tmpfs.
+                check(unsafe {
+                    libc::syscall(
+                        libc::SYS_fchownat,
+                        libc::AT_FDCWD,
+                        dst,
+                        SANDBOX_UID,
+                        SANDBOX_GID,
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    )
+                })
+                .map_err(|e| (SUB_MKDIR, e))?;
+            }
         }
         OpKind::MkFile => {
             let fd = open_raw(libc::AT_FDCWD, op.dst, create_flags(), op.mode)
@@ -940,6 +989,11 @@ fn program_setup(spec: &NsSpec<'_>) -> Result<(), Fail> {
     lsys::set_securebits_noroot().map_err(fail(S::DropCaps))?;
     lsys::drop_bounding_set(spec.last_cap).map_err(fail(S::DropCaps))?;
     lsys::clear_ambient().map_err(fail(S::DropCaps))?;
+    // 5b. Out of ns uid 0 (pid 1's setup identity) into the sandbox's user, with no
+    //     supplementary groups, before the capabilities go (CAP_SETUID is needed).
+    if spec.switch_ids {
+        lsys::set_ids(SANDBOX_UID, SANDBOX_GID).map_err(fail(S::DropCaps))?;
+    }
     lsys::capset_zero().map_err(fail(S::DropCaps))?;
     // 6. no_new_privs (required for the unprivileged seccomp filter below).
     lsys::set_no_new_privs().map_err(fail(S::NoNewPrivs))?;
@@ -1271,6 +1325,41 @@ fn wipe_arg_area((start, end): (usize, usize)) {
     // (read by the supervisor from /proc/self/stat), mapped and writable in our private
     // copy-on-write copy; nothing in this process reads the arguments afterwards.
     unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+}
+
+/// Blocks until one byte can be read from `fd` (a pipe); `EPIPE` if its writer went away
+/// without writing.
+fn wait_for_byte(fd: RawFd) -> Result<(), i32> {
+    let mut b = 0u8;
+    loop {
+        // SAFETY: reads at most one byte into `b`, on our stack.
+        let n = unsafe { libc::syscall(libc::SYS_read, fd, &mut b as *mut u8, 1usize) };
+        match check(n) {
+            Ok(1) => return Ok(()),
+            Ok(_) => return Err(libc::EPIPE),
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `move_mount(tree, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH)`: a detached tree the
+/// supervisor made (an idmapped mount) into place.
+fn move_tree(tree: RawFd, dst: &CStr) -> Result<(), (u32, i32)> {
+    // SAFETY: a tree fd inherited from the supervisor, an empty source path and a
+    // NUL-terminated destination.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH as libc::c_ulong,
+        )
+    })
+    .map(drop)
+    .map_err(|e| (SUB_MOVE_MOUNT, e))
 }
 
 /// Closes every fd but those in `keep` (negative entries are ignored).

@@ -1,0 +1,223 @@
+//! The host identity a Tier C sandbox runs as (native and bwrap backends).
+//!
+//! Inside, the sandbox's user is uid and gid [`SANDBOX_UID`]/[`SANDBOX_GID`] (1000). What
+//! that is on the host decides what the kernel lets the sandbox do wherever a check looks
+//! at the host uid alone — global sysctls, files owned by root, SysV IPC, signals — so it
+//! is never host root ([`SandboxIdentity`]):
+//!
+//! - **an unprivileged supervisor** can only map its own uid: the sandbox is the
+//!   supervisor's user, as every process that user starts is;
+//! - **a root supervisor** maps the sandbox to an unprivileged host uid: the policy's
+//!   `tier.sandbox_uid`/`sandbox_gid`, else the workspace owner when that is not root,
+//!   else [`tierbox_policy::DEFAULT_SANDBOX_ID`]. Only a privileged process may write such
+//!   a map, so the supervisor writes pid 1's maps itself while pid 1 waits. The workspace,
+//!   and every writable grant owned by another uid, is reached through an **idmapped
+//!   mount** that shows its owner as the sandbox's uid and stores the sandbox's new files
+//!   as that owner's ([`idmapped_binds`]): ownership on the host stays what it was. The
+//!   sandbox's pid 1 itself is ns uid 0 mapped to host uid 0 during setup (it reads the
+//!   grants the way the supervisor can) and drops to the sandbox's uid once the program
+//!   runs; the program never has uid 0: it changes to 1000 before it drops its
+//!   capabilities, with `no_new_privs` and `nosuid` mounts (setuid files gain nothing).
+//! - `tier.danger_sandbox_as_supervisor` keeps the supervisor's own uid — host root
+//!   under a root supervisor — for hosts without idmapped mounts.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tierbox_policy::plan::Plan;
+
+use super::mounts::{MountOp, MountPlan};
+use super::sys;
+
+/// The sandbox's uid inside its user namespace (non-root).
+pub const SANDBOX_UID: u32 = 1000;
+/// The sandbox's gid inside its user namespace.
+pub const SANDBOX_GID: u32 = 1000;
+
+/// Who a Tier C sandbox's user is on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxIdentity {
+    /// The supervisor's own uid and gid (an unprivileged supervisor, or the policy's
+    /// `danger_sandbox_as_supervisor`); pid 1 maps itself.
+    Supervisor {
+        /// Host uid.
+        uid: u32,
+        /// Host gid.
+        gid: u32,
+    },
+    /// A root supervisor's unprivileged host identity for the sandbox; the supervisor
+    /// writes the maps and idmaps writable binds owned by anyone else.
+    Host {
+        /// Host uid.
+        uid: u32,
+        /// Host gid.
+        gid: u32,
+    },
+}
+
+impl SandboxIdentity {
+    /// The host uid and gid.
+    pub fn ids(self) -> (u32, u32) {
+        match self {
+            Self::Supervisor { uid, gid } | Self::Host { uid, gid } => (uid, gid),
+        }
+    }
+
+    /// The `/proc/<pid>/uid_map` and `gid_map` contents of the sandbox's user namespace.
+    /// [`SandboxIdentity::Host`] also maps ns id 0 to host id 0: pid 1's own identity
+    /// during setup, which no sandboxed process can take (see the module docs).
+    pub fn maps(self) -> (String, String) {
+        match self {
+            Self::Supervisor { uid, gid } => (
+                format!("{SANDBOX_UID} {uid} 1\n"),
+                format!("{SANDBOX_GID} {gid} 1\n"),
+            ),
+            Self::Host { uid, gid } => (
+                format!("0 0 1\n{SANDBOX_UID} {uid} 1\n"),
+                format!("0 0 1\n{SANDBOX_GID} {gid} 1\n"),
+            ),
+        }
+    }
+}
+
+/// The identity `plan`'s sandbox runs as on this host, or why it cannot run.
+pub fn resolve(plan: &Plan) -> Result<SandboxIdentity, String> {
+    let choice = plan.tier.identity;
+    let (euid, egid) = crate::spawn::sys::current_ids();
+    if euid != 0 {
+        if choice.uid.is_some_and(|u| u != euid) || choice.gid.is_some_and(|g| g != egid) {
+            return Err(format!(
+                "tier.sandbox_uid/sandbox_gid name an id other than the supervisor's ({euid}:{egid}); only a root supervisor can map another"
+            ));
+        }
+        return Ok(SandboxIdentity::Supervisor {
+            uid: euid,
+            gid: egid,
+        });
+    }
+    if choice.as_supervisor {
+        return Ok(SandboxIdentity::Supervisor {
+            uid: euid,
+            gid: egid,
+        });
+    }
+    let owner = std::fs::metadata(&plan.workspace)
+        .map(|m| (m.uid(), m.gid()))
+        .map_err(|e| format!("stat of the workspace {}: {e}", plan.workspace.display()))?;
+    let default = if owner.0 != 0 {
+        owner
+    } else {
+        (
+            tierbox_policy::DEFAULT_SANDBOX_ID,
+            tierbox_policy::DEFAULT_SANDBOX_ID,
+        )
+    };
+    Ok(SandboxIdentity::Host {
+        uid: choice.uid.unwrap_or(default.0),
+        gid: choice.gid.unwrap_or(default.1),
+    })
+}
+
+/// Most idmapping user namespaces kept (one per owner and sandbox identity pair); the
+/// oldest is dropped. Each holds only a user namespace.
+pub const IDMAP_NAMESPACES_KEPT: usize = 32;
+
+/// A user namespace that maps `owner` (host uid, gid) to `sandbox` (host uid, gid), for
+/// an idmapped mount that shows `owner`'s files as `sandbox`'s; made once per pair.
+pub fn idmap_namespace(owner: (u32, u32), sandbox: (u32, u32)) -> std::io::Result<Arc<OwnedFd>> {
+    type Entry = ((u32, u32), (u32, u32), Arc<OwnedFd>);
+    static CACHE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, _, fd)) = cache.iter().find(|(o, s, _)| *o == owner && *s == sandbox) {
+        return Ok(fd.clone());
+    }
+    let fd = Arc::new(sys::new_user_namespace(
+        &format!("{} {} 1\n", owner.0, sandbox.0),
+        &format!("{} {} 1\n", owner.1, sandbox.1),
+    )?);
+    cache.insert(0, (owner, sandbox, fd.clone()));
+    cache.truncate(IDMAP_NAMESPACES_KEPT);
+    Ok(fd)
+}
+
+/// A writable bind of a run made idmapped: the bind's destination, and the detached
+/// idmapped tree of its source that pid 1 moves there instead of binding the source.
+#[derive(Debug)]
+pub struct IdmappedBind {
+    /// The bind's destination (the same path as its source).
+    pub dst: PathBuf,
+    /// The detached tree (`open_tree` + `MOUNT_ATTR_IDMAP`).
+    pub tree: OwnedFd,
+}
+
+/// The writable binds of `mplan` whose host owner is not the sandbox's uid, each as an
+/// idmapped tree mapping that owner to `sandbox`. An error names the path and why
+/// (idmapped mounts unsupported by the kernel or the filesystem).
+pub fn idmapped_binds(mplan: &MountPlan, sandbox: (u32, u32)) -> Result<Vec<IdmappedBind>, String> {
+    let mut out = Vec::new();
+    for op in &mplan.ops {
+        let MountOp::BindRw { src, dst, .. } = op else {
+            continue;
+        };
+        let meta = std::fs::metadata(src).map_err(|e| format!("stat of {}: {e}", src.display()))?;
+        let owner = (meta.uid(), meta.gid());
+        if owner.0 == sandbox.0 {
+            continue;
+        }
+        let tree = idmapped_tree_of(src, owner, sandbox)?;
+        out.push(IdmappedBind {
+            dst: dst.clone(),
+            tree,
+        });
+    }
+    Ok(out)
+}
+
+fn idmapped_tree_of(
+    path: &Path,
+    owner: (u32, u32),
+    sandbox: (u32, u32),
+) -> Result<OwnedFd, String> {
+    let ns = idmap_namespace(owner, sandbox).map_err(|e| {
+        format!(
+            "a user namespace mapping {}:{} to {}:{}: {e}",
+            owner.0, owner.1, sandbox.0, sandbox.1
+        )
+    })?;
+    sys::idmapped_tree(path, ns.as_fd()).map_err(|e| {
+        format!(
+            "an idmapped mount of {} (owner {}) for the sandbox's host uid {}: {e}; set tier.danger_sandbox_as_supervisor = true to run the sandbox as the supervisor's own uid instead",
+            path.display(),
+            owner.0,
+            sandbox.0
+        )
+    })
+}
+
+/// Whether idmapped mounts work on this host, tried once on a fresh directory in the
+/// temporary directory: `Ok` or why not (for `doctor`). A workspace on another
+/// filesystem may still refuse them; a run says so.
+pub fn probe_idmapped_mounts() -> Result<(), String> {
+    static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            if crate::spawn::sys::current_ids().0 != 0 {
+                return Err("needs a root supervisor".to_owned());
+            }
+            let dir =
+                std::env::temp_dir().join(format!("tierbox-idmap-probe-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let sandbox = (
+                tierbox_policy::DEFAULT_SANDBOX_ID,
+                tierbox_policy::DEFAULT_SANDBOX_ID,
+            );
+            let result = idmapped_tree_of(&dir, (0, 0), sandbox).map(drop);
+            let _ = std::fs::remove_dir(&dir);
+            result
+        })
+        .clone()
+}
