@@ -136,6 +136,7 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
     let engines = engines();
     let canaries = canaries(policy, &engines);
     let canary_of = |b: TierCBackend| canaries.iter().find(|(x, _)| *x == b).map(|(_, c)| c);
+    let (identity_text, identity_json) = sandbox_identity(policy);
     let tiers: Vec<serde_json::Value> = [Tier::C, Tier::B, Tier::A]
         .into_iter()
         .map(|t| {
@@ -205,6 +206,12 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
         Some(abi) if abi < 6 => hints.push(format!("landlock ABI {abi}: signal and abstract-socket scoping need ABI 6 (Linux 6.12); add \"landlock_scopes\" to tier.optional_layers to accept this host")),
         Some(_) => {}
     }
+    if identity_json["idmapped_mounts"]["work"] == false {
+        hints.push(format!(
+            "idmapped mounts: {}; a root supervisor runs tier c as an unprivileged host uid and needs them for a workspace that uid does not own (Linux 5.12+ for ext4 and xfs, 5.15+ for btrfs, 6.3+ for tmpfs); otherwise give the workspace an unprivileged owner, whose uid the sandbox then runs as",
+            identity_json["idmapped_mounts"]["reason"].as_str().unwrap_or("unavailable")
+        ));
+    }
     if !summary.seccomp {
         hints.push("seccomp: the kernel refuses seccomp filters (CONFIG_SECCOMP_FILTER, or a container profile blocks seccomp(2))".to_owned());
     }
@@ -257,6 +264,7 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "host": summary, "tiers": tiers, "egress": egress,
+                "sandbox_identity": identity_json,
                 "containers": containers, "selected_backend": selected, "hints": hints
             }))?
         );
@@ -286,6 +294,7 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
         }
     );
     println!("cgroup      {}", summary.cgroup_detail);
+    println!("identity    tier c: {identity_text}");
     println!(
         "userns      {}",
         userns
@@ -349,6 +358,71 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
+/// Who a Tier C sandbox of `policy` is on this host, and whether idmapped mounts work
+/// here: one line of text and its JSON form.
+fn sandbox_identity(policy: &Policy) -> (String, serde_json::Value) {
+    use tierbox_sandbox::linux::identity::{SANDBOX_UID, probe_idmapped_mounts};
+    let facts = host_facts();
+    let tier = &policy.tier;
+    if facts.euid != 0 {
+        let text = format!(
+            "uid {SANDBOX_UID} inside is the supervisor's own host uid {} (an unprivileged supervisor can map no other)",
+            facts.euid
+        );
+        let v = serde_json::json!({
+            "host_uid": facts.euid, "host_gid": facts.egid, "source": "supervisor",
+            "idmapped_mounts": serde_json::Value::Null,
+        });
+        return (text, v);
+    }
+    if tier.danger_sandbox_as_supervisor {
+        let text = format!(
+            "uid {SANDBOX_UID} inside is HOST ROOT (tier.danger_sandbox_as_supervisor = true): every check on the host uid alone (global sysctls, root-owned files, SysV IPC, signals) treats the sandbox as root"
+        );
+        let v = serde_json::json!({
+            "host_uid": 0, "host_gid": 0, "source": "tier.danger_sandbox_as_supervisor",
+            "idmapped_mounts": serde_json::Value::Null,
+        });
+        return (text, v);
+    }
+    let ((default, default_gid), default_source) =
+        tierbox_sandbox::linux::identity::root_workspace_ids();
+    let (uid, uid_source) = match tier.sandbox_uid {
+        Some(u) => (u.to_string(), "tier.sandbox_uid".to_owned()),
+        None => (
+            format!(
+                "the workspace owner's, or {default} ({default_source}) when root owns the workspace"
+            ),
+            "workspace owner".to_owned(),
+        ),
+    };
+    let idmap = probe_idmapped_mounts();
+    let text = format!(
+        "uid {SANDBOX_UID} inside runs as an unprivileged host uid: {uid}{}; writable grants owned by another uid are reached through idmapped mounts, which {}",
+        tier.sandbox_gid
+            .map_or(String::new(), |g| format!(" (gid {g})")),
+        match &idmap {
+            Ok(()) => format!("work here (tried in {})", std::env::temp_dir().display()),
+            Err(reason) => format!(
+                "do NOT work here ({reason}): tier c refuses a workspace or writable grant the sandbox's uid does not own, unless the policy sets tier.danger_sandbox_as_supervisor"
+            ),
+        }
+    );
+    let v = serde_json::json!({
+        "host_uid": tier.sandbox_uid,
+        "host_gid": tier.sandbox_gid,
+        "default_host_id": default,
+        "default_host_gid": default_gid,
+        "default_source": default_source,
+        "source": uid_source,
+        "idmapped_mounts": match &idmap {
+            Ok(()) => serde_json::json!({ "work": true }),
+            Err(reason) => serde_json::json!({ "work": false, "reason": reason }),
+        },
+    });
+    (text, v)
+}
+
 /// The backends of `tier` on this host and the layers each applies.
 fn backends(
     tier: Tier,
@@ -396,7 +470,7 @@ fn backends(
             format!("cgroup {v} (memory, pids)")
         });
     let ids = if summary.root {
-        "uid 1000 inside mapped to host uid 0, no capabilities"
+        "uid 1000 inside on an unprivileged host uid (see identity), no capabilities"
     } else {
         "uid 1000 inside mapped to the supervisor's uid"
     };

@@ -728,6 +728,61 @@ fn doctor_reports_the_backend_a_policy_selects() {
     }
 }
 
+/// `doctor` says who a Tier C sandbox is on the host and whether idmapped mounts work:
+/// under a root supervisor an unprivileged uid (the workspace owner's, or the default
+/// sandbox id), under `tier.danger_sandbox_as_supervisor` host root, said loudly.
+#[test]
+fn doctor_names_the_sandbox_s_host_identity_and_whether_idmapped_mounts_work() {
+    let out = tierbox(&["doctor", "--json"], None);
+    let v = succeeded_json(&out);
+    let id = &v["sandbox_identity"];
+    let root = v["host"]["root"] == true;
+    if root {
+        assert_eq!(id["source"], "workspace owner", "{id}");
+        let from_subuid = std::fs::read_to_string("/etc/subuid").is_ok_and(|t| {
+            t.lines()
+                .any(|l| l.starts_with("root:") || l.starts_with("0:"))
+        });
+        if !from_subuid {
+            assert_eq!(
+                id["default_host_id"],
+                tierbox_policy::DEFAULT_SANDBOX_ID,
+                "{id}"
+            );
+        }
+        assert_ne!(id["default_host_id"], 0, "{id}");
+        assert!(id["idmapped_mounts"]["work"].is_boolean(), "{id}");
+        if std::env::var("CI").as_deref() == Ok("true") {
+            assert_eq!(id["idmapped_mounts"]["work"], true, "{id}");
+        }
+    } else {
+        assert_eq!(id["source"], "supervisor", "{id}");
+        assert_ne!(id["host_uid"], 0, "{id}");
+    }
+    let text = tierbox(&["doctor"], None);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("identity    tier c: uid 1000 inside")),
+        "{text}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("as-root.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[tier]\ndanger_sandbox_as_supervisor = true\n",
+    )
+    .unwrap();
+    let out = tierbox(&["doctor", "--policy", policy.to_str().unwrap()], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    if root {
+        assert!(text.contains("uid 1000 inside is HOST ROOT"), "{text}");
+    } else {
+        assert!(text.contains("the supervisor's own host uid"), "{text}");
+    }
+}
+
 /// `doctor` calls a Tier C backend available only after a real run of `true` through it
 /// exited 0 (its canary), and names what went wrong otherwise: here a policy whose memory
 /// limit (64 KiB) is too small for any sandbox to start.

@@ -261,7 +261,8 @@ pub struct TierPolicy {
     pub container: ContainerPolicy,
     /// Tier C on Linux (native and bwrap backends) under a root supervisor: the host uid
     /// the sandbox's user (uid 1000 inside) is. Default: the workspace owner when that is
-    /// not root, else [`DEFAULT_SANDBOX_ID`]. The workspace (and any writable grant owned
+    /// not root, else the first id of root's range in `/etc/subuid` (and `/etc/subgid`)
+    /// when the host sets one aside, else [`DEFAULT_SANDBOX_ID`]. The workspace (and any writable grant owned
     /// by someone else) is reached through an idmapped mount, so files the sandbox creates
     /// belong to their owner on the host and files it reads keep theirs. 0 is refused
     /// (see `danger_sandbox_as_supervisor`). An unprivileged supervisor can only map its

@@ -11,7 +11,10 @@
 //!   mount, net, ipc, uts and, where possible, cgroup namespaces), `--die-with-parent`,
 //!   `--new-session`, `--cap-drop ALL`, a non-root `--uid`/`--gid`, and
 //!   `--disable-userns` whenever the probed version has it (0.8.0+). bwrap always sets
-//!   `no_new_privs`.
+//!   `no_new_privs`. Under a root supervisor the user namespace is the supervisor's
+//!   (`--userns`, [`BwrapOptions::userns_fd`]) so the sandbox's uid is an unprivileged
+//!   host uid rather than the caller's (root); the other namespaces are then listed one
+//!   by one.
 //! - **Nothing of the host by default.** The root is bwrap's fresh tmpfs, made read-only
 //!   (`--remount-ro /`) once every mount point exists. It holds only the Plan's system
 //!   paths (read-only), its read-only and writable grants, the workspace (read-write, at
@@ -431,6 +434,13 @@ pub struct BwrapOptions {
     /// it (`--share-net`) instead of making an empty one; the proxy variables point
     /// there. Required when the plan needs the proxy, refused otherwise.
     pub egress_proxy_port: Option<u16>,
+    /// An fd, inherited by `bwrap`, of a user namespace the (root) supervisor made for the
+    /// run, joined with `--userns` instead of `--unshare-user`: its maps put the sandbox's
+    /// uid and gid on an unprivileged host identity (see
+    /// [`crate::linux::identity::SandboxIdentity::bwrap_maps`]). The caller also clears
+    /// bwrap's supplementary groups. `None`: bwrap makes its own user namespace, mapping
+    /// the sandbox's uid to the caller's.
+    pub userns_fd: Option<i32>,
 }
 
 impl BwrapOptions {
@@ -446,6 +456,7 @@ impl BwrapOptions {
             features,
             host,
             egress_proxy_port: None,
+            userns_fd: None,
         }
     }
 
@@ -483,6 +494,9 @@ impl BwrapOptions {
         }
         if self.seccomp_fd.is_some_and(|fd| fd < 0) {
             return invalid("seccomp_fd", format!("{:?} is negative", self.seccomp_fd));
+        }
+        if self.userns_fd.is_some_and(|fd| fd < 0) {
+            return invalid("userns_fd", format!("{:?} is negative", self.userns_fd));
         }
         Ok(())
     }
@@ -526,8 +540,22 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     let mut argv = Argv::default();
     // Namespaces and privileges. `--unshare-user` explicitly: bwrap skips the automatic
     // user namespace when run by uid 0, and without it a root caller keeps every
-    // capability inside (observed with Palyra's argv).
-    argv.flags(&["--unshare-all", "--unshare-user"]);
+    // capability inside (observed with Palyra's argv). A prepared user namespace
+    // (`--userns`) excludes `--unshare-all`, which implies `--unshare-user-try`: every
+    // other namespace is then named.
+    match opts.userns_fd {
+        None => argv.flags(&["--unshare-all", "--unshare-user"]),
+        Some(fd) => {
+            argv.flag_value("--userns", fd.to_string());
+            argv.flags(&[
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-net",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+            ]);
+        }
+    }
     match (plan.network.needs_proxy(), opts.egress_proxy_port) {
         // The namespace bwrap starts in is the supervisor's loopback-only one.
         (true, Some(_)) => argv.flags(&["--share-net"]),
@@ -544,7 +572,9 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
             });
         }
     }
-    if opts.features.disable_userns {
+    // bwrap refuses `--disable-userns` with `--userns`; the seccomp filter's namespace
+    // rules still deny nested user namespaces.
+    if opts.features.disable_userns && opts.userns_fd.is_none() {
         argv.flags(&["--disable-userns"]);
     }
     argv.flags(&["--die-with-parent", "--new-session", "--cap-drop", "ALL"]);
@@ -814,7 +844,8 @@ fn protected_mounts(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step
     Ok(steps)
 }
 
-fn writable_roots(plan: &Plan) -> impl Iterator<Item = &PathBuf> {
+/// The paths a run may write: the workspace and the writable grants.
+pub(crate) fn writable_roots(plan: &Plan) -> impl Iterator<Item = &PathBuf> {
     std::iter::once(&plan.workspace).chain(&plan.filesystem.writable)
 }
 

@@ -25,6 +25,7 @@ use tierbox_policy::{Enforcement, Layer, LayerReport, Rejection, Tier};
 
 use crate::bwrap::{self, BwrapError, BwrapOptions, HostLayout};
 use crate::egress::SANDBOX_PROXY_PORT;
+use crate::linux::identity::{self, SandboxIdentity};
 use crate::linux::ns::{self, NativeError, NativeOptions};
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use crate::probe::host_facts;
@@ -36,6 +37,9 @@ pub const NATIVE_BACKEND: &str = ns::child::BACKEND_NAME;
 
 /// The fd number at which `bwrap` receives the seccomp program (`--seccomp 3`).
 pub const BWRAP_SECCOMP_FD: i32 = 3;
+/// The fd number at which `bwrap` receives the user namespace a root supervisor made for
+/// the run (`--userns 4`).
+pub const BWRAP_USERNS_FD: i32 = 4;
 
 /// The seccomp filter of Tier C (both backends): the shared deny list with nested
 /// namespaces denied; inet and unix sockets allowed, since the network namespace has only
@@ -209,8 +213,29 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
     } else {
         None
     };
+    // Who the sandbox is on the host: under a root supervisor an unprivileged uid, through
+    // a user namespace made here, with writable roots owned by anyone else idmapped.
+    let unavailable = |reason: String| {
+        LaunchError::Rejected(Rejection::TierUnavailable {
+            tier: Tier::C.to_string(),
+            reason,
+        })
+    };
+    let identity = identity::resolve(plan).map_err(unavailable)?;
+    let userns = identity::bwrap_user_namespace(identity).map_err(|source| LaunchError::Setup {
+        what: "user namespace for the sandbox's host identity".to_owned(),
+        source,
+    })?;
+    let idmapped = match identity {
+        SandboxIdentity::Host { uid, gid } => {
+            identity::idmapped_roots(bwrap::writable_roots(plan), (uid, gid))
+                .map_err(unavailable)?
+        }
+        SandboxIdentity::Supervisor { .. } => Vec::new(),
+    };
     let mut bopts = BwrapOptions::new(info.features, HostLayout::probe(plan));
     bopts.seccomp_fd = seccomp.as_ref().map(|_| BWRAP_SECCOMP_FD);
+    bopts.userns_fd = userns.as_ref().map(|_| BWRAP_USERNS_FD);
     bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
     bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
     let argv = bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?;
@@ -230,12 +255,21 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
     )?;
     let mut full_argv = vec![info.path.clone().into_os_string()];
     full_argv.extend(argv);
+    let inherit: Vec<(&OwnedFd, i32)> = seccomp_fd
+        .iter()
+        .map(|fd| (fd, BWRAP_SECCOMP_FD))
+        .chain(userns.iter().map(|fd| (fd, BWRAP_USERNS_FD)))
+        .collect();
+    let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = idmapped
+        .iter()
+        .map(|b| (&b.tree, b.dst.as_path()))
+        .collect();
     let helper = HelperSpawn {
-        program: &info.path,
-        argv: &full_argv,
-        env: &[],
-        inherit: seccomp_fd.as_ref().map(|fd| (fd, BWRAP_SECCOMP_FD)),
+        inherit: &inherit,
         netns: egress.as_ref().map(|(netns, _)| netns),
+        mount_moves: &mount_moves,
+        clear_groups: userns.is_some(),
+        ..HelperSpawn::plain(&info.path, &full_argv, &[])
     };
     let child = match spawn::spawn_helper(plan, opts, &slot, &helper) {
         Ok(c) => c,
@@ -246,7 +280,15 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
     };
     missing.sort();
     missing.dedup();
-    let enforcement = bwrap_enforcement(plan, &info, seccomp.as_deref(), &slot, missing);
+    let enforcement = bwrap_enforcement(
+        plan,
+        &info,
+        (identity, idmapped.len()),
+        seccomp.as_deref(),
+        &slot,
+        missing,
+    );
+    let (child_uid, child_gid) = identity.ids();
     Ok(Launched {
         pid: child.pid,
         pidfd: child.pidfd,
@@ -255,8 +297,8 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
         stderr: child.stderr,
         slot: Some(slot),
         chmod_listener: None,
-        child_uid: facts.euid,
-        child_gid: facts.egid,
+        child_uid,
+        child_gid,
         enforcement,
         tier: Tier::C,
         report: None,
@@ -338,18 +380,20 @@ fn filter_pipe(bytes: &[u8]) -> Result<OwnedFd, LaunchError> {
 fn bwrap_enforcement(
     plan: &Plan,
     info: &bwrap::BwrapInfo,
+    (identity, idmapped): (SandboxIdentity, usize),
     seccomp: Option<&SeccompProgram>,
     slot: &Slot,
     missing: Vec<Layer>,
 ) -> Enforcement {
     let facts = host_facts();
     let limits = &plan.limits;
+    let (uid, gid) = identity.ids();
     Enforcement {
         tier: Some(Tier::C),
         backend: bwrap::BACKEND_NAME.to_owned(),
         kernel: facts.kernel.clone(),
-        uid: Some(facts.euid),
-        gid: Some(facts.egid),
+        uid: Some(uid),
+        gid: Some(gid),
         capabilities: format!(
             "none: bwrap {} --cap-drop ALL in its user namespace, no_new_privs",
             info.version
@@ -372,7 +416,19 @@ fn bwrap_enforcement(
             None => LayerReport::missing(facts.cgroup.describe()),
         },
         namespaces: vec![
-            "user (uid 1000 inside, mapped to the supervisor's uid)".to_owned(),
+            match identity {
+                SandboxIdentity::Supervisor { .. } => format!(
+                    "user (uid {} -> {uid}, gid {} -> {gid}, the supervisor's own ids; made by bwrap --unshare-user)",
+                    ns::child::SANDBOX_UID,
+                    ns::child::SANDBOX_GID
+                ),
+                SandboxIdentity::Host { .. } => format!(
+                    "user (uid {} -> host uid {uid}, gid {} -> host gid {gid}, host root as {}, no supplementary groups; made by the supervisor and joined with bwrap --userns; {idmapped} writable root(s) idmapped so host ownership stays)",
+                    ns::child::SANDBOX_UID,
+                    ns::child::SANDBOX_GID,
+                    identity::BWRAP_HOST_ROOT_NS_ID
+                ),
+            },
             "pid (bwrap as pid 1)".to_owned(),
             "mount (tmpfs root)".to_owned(),
             if plan.network.needs_proxy() {
@@ -386,7 +442,14 @@ fn bwrap_enforcement(
             "uts".to_owned(),
             "cgroup".to_owned(),
         ],
-        rlimits: crate::spawn::rlimit_report(limits, ""),
+        rlimits: crate::spawn::rlimit_report(
+            limits,
+            if uid == 0 {
+                " (not enforced by the kernel: the program's real uid is host uid 0)"
+            } else {
+                ""
+            },
+        ),
         network: "own network namespace with only lo: no route off the host".to_owned(),
         protected_paths: LayerReport::applied(format!(
             "{} protected path(s) bound read-only or covered",

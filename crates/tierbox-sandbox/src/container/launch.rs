@@ -124,13 +124,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    let helper = HelperSpawn {
-        program: &info.path,
-        argv: &full_argv,
-        env: &env,
-        inherit: None,
-        netns: None,
-    };
+    let helper = HelperSpawn::plain(&info.path, &full_argv, &env);
     // The guard exists before the CLI starts, so a failed start still cleans up.
     let guard = ContainerGuard {
         engine: info.path.clone(),

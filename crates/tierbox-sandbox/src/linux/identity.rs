@@ -9,7 +9,8 @@
 //!   supervisor's user, as every process that user starts is;
 //! - **a root supervisor** maps the sandbox to an unprivileged host uid: the policy's
 //!   `tier.sandbox_uid`/`sandbox_gid`, else the workspace owner when that is not root,
-//!   else [`tierbox_policy::DEFAULT_SANDBOX_ID`]. Only a privileged process may write such
+//!   else the start of root's `/etc/subuid` range, else
+//!   [`tierbox_policy::DEFAULT_SANDBOX_ID`] ([`root_workspace_ids`]). Only a privileged process may write such
 //!   a map, so the supervisor writes pid 1's maps itself while pid 1 waits. The workspace,
 //!   and every writable grant owned by another uid, is reached through an **idmapped
 //!   mount** that shows its owner as the sandbox's uid and stores the sandbox's new files
@@ -18,6 +19,10 @@
 //!   grants the way the supervisor can) and drops to the sandbox's uid once the program
 //!   runs; the program never has uid 0: it changes to 1000 before it drops its
 //!   capabilities, with `no_new_privs` and `nosuid` mounts (setuid files gain nothing).
+//!   The bwrap backend joins a user namespace the supervisor made for the run
+//!   ([`bwrap_user_namespace`], maps [`SandboxIdentity::bwrap_maps`]) and starts in a
+//!   private mount namespace where the idmapped trees ([`idmapped_roots`]) already cover
+//!   the writable roots.
 //! - `tier.danger_sandbox_as_supervisor` keeps the supervisor's own uid — host root
 //!   under a root supervisor — for hosts without idmapped mounts.
 
@@ -82,6 +87,43 @@ impl SandboxIdentity {
     }
 }
 
+/// The ns id host root (uid and gid 0) has in the user namespace a root supervisor makes
+/// for a bwrap sandbox: the overflow id, so root's files look as they do in any
+/// unprivileged user namespace (`nobody`). Host root is mapped at all so bwrap's setup,
+/// which runs as the sandbox's uid with every capability in that namespace, may reach
+/// root-owned paths the grants name (capabilities only cover inodes whose owner is
+/// mapped); it is not ns id 0, because bwrap's switch from its starting uid (host 0) to
+/// the sandbox's uid would then drop those capabilities before the setup. No process of
+/// the sandbox can take this id: none has `CAP_SETUID`, every mount is `nosuid` and
+/// `no_new_privs` is set.
+pub const BWRAP_HOST_ROOT_NS_ID: u32 = 65534;
+
+impl SandboxIdentity {
+    /// The maps of the user namespace bwrap joins (`--userns`) for a
+    /// [`SandboxIdentity::Host`] sandbox: the sandbox's uid and gid, and host root as
+    /// [`BWRAP_HOST_ROOT_NS_ID`]. `None` for [`SandboxIdentity::Supervisor`], where bwrap
+    /// makes its own (`--unshare-user`).
+    pub fn bwrap_maps(self) -> Option<(String, String)> {
+        match self {
+            Self::Supervisor { .. } => None,
+            Self::Host { uid, gid } => Some((
+                format!("{SANDBOX_UID} {uid} 1\n{BWRAP_HOST_ROOT_NS_ID} 0 1\n"),
+                format!("{SANDBOX_GID} {gid} 1\n{BWRAP_HOST_ROOT_NS_ID} 0 1\n"),
+            )),
+        }
+    }
+}
+
+/// The user namespace a bwrap sandbox of `identity` joins, made for one run (owned by
+/// the root supervisor, so no process outside can join it); `None` when bwrap makes its
+/// own.
+pub fn bwrap_user_namespace(identity: SandboxIdentity) -> std::io::Result<Option<OwnedFd>> {
+    identity
+        .bwrap_maps()
+        .map(|(uid_map, gid_map)| sys::new_user_namespace(&uid_map, &gid_map))
+        .transpose()
+}
+
 /// The identity `plan`'s sandbox runs as on this host, or why it cannot run.
 pub fn resolve(plan: &Plan) -> Result<SandboxIdentity, String> {
     let choice = plan.tier.identity;
@@ -109,15 +151,63 @@ pub fn resolve(plan: &Plan) -> Result<SandboxIdentity, String> {
     let default = if owner.0 != 0 {
         owner
     } else {
-        (
-            tierbox_policy::DEFAULT_SANDBOX_ID,
-            tierbox_policy::DEFAULT_SANDBOX_ID,
-        )
+        root_workspace_ids().0
     };
     Ok(SandboxIdentity::Host {
         uid: choice.uid.unwrap_or(default.0),
         gid: choice.gid.unwrap_or(default.1),
     })
+}
+
+/// Where the administrator sets aside subordinate uids and gids for each user's user
+/// namespaces (`shadow`'s `newuidmap` reads the same files).
+pub const SUBUID_FILE: &str = "/etc/subuid";
+/// See [`SUBUID_FILE`].
+pub const SUBGID_FILE: &str = "/etc/subgid";
+
+/// The host uid and gid a root supervisor's sandbox runs as when root owns the workspace
+/// and the policy names none, and where they come from: the first id of root's range in
+/// [`SUBUID_FILE`] and [`SUBGID_FILE`] when both list one (ids set aside for root's user
+/// namespaces, so no account uses them), else [`tierbox_policy::DEFAULT_SANDBOX_ID`].
+/// Read once per process.
+pub fn root_workspace_ids() -> ((u32, u32), &'static str) {
+    static IDS: std::sync::OnceLock<((u32, u32), &'static str)> = std::sync::OnceLock::new();
+    *IDS.get_or_init(|| {
+        let read = |path: &str| {
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| subordinate_start(&text, &["root", "0"]))
+        };
+        match (read(SUBUID_FILE), read(SUBGID_FILE)) {
+            (Some(uid), Some(gid)) => ((uid, gid), "root's range in /etc/subuid and /etc/subgid"),
+            _ => (
+                (
+                    tierbox_policy::DEFAULT_SANDBOX_ID,
+                    tierbox_policy::DEFAULT_SANDBOX_ID,
+                ),
+                "tierbox_policy::DEFAULT_SANDBOX_ID",
+            ),
+        }
+    })
+}
+
+/// The first id of the first range in a `/etc/subuid`-format text (`name:start:count` per
+/// line) that belongs to one of `names`; `None` when there is none, or it is malformed,
+/// empty, starts at 0 or runs past the last id. Pure.
+pub fn subordinate_start(text: &str, names: &[&str]) -> Option<u32> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .find_map(|line| {
+            let mut fields = line.split(':');
+            let (name, start, count) = (fields.next()?, fields.next()?, fields.next()?);
+            if fields.next().is_some() || !names.contains(&name) {
+                return None;
+            }
+            let (start, count) = (start.parse::<u32>().ok()?, count.parse::<u32>().ok()?);
+            (start != 0 && count != 0 && start.checked_add(count - 1).is_some_and(|l| l < u32::MAX))
+                .then_some(start)
+        })
 }
 
 /// Most idmapping user namespaces kept (one per owner and sandbox identity pair); the
@@ -164,17 +254,51 @@ pub fn idmapped_binds(mplan: &MountPlan, sandbox: (u32, u32)) -> Result<Vec<Idma
             continue;
         };
         let meta = std::fs::metadata(src).map_err(|e| format!("stat of {}: {e}", src.display()))?;
-        let owner = (meta.uid(), meta.gid());
-        if owner.0 == sandbox.0 {
-            continue;
+        if let Some(tree) = idmapped_if_foreign(src, &meta, sandbox)? {
+            out.push(IdmappedBind {
+                dst: dst.clone(),
+                tree,
+            });
         }
-        let tree = idmapped_tree_of(src, owner, sandbox)?;
-        out.push(IdmappedBind {
-            dst: dst.clone(),
-            tree,
-        });
     }
     Ok(out)
+}
+
+/// The writable roots of a bwrap run (each bound at its own path) whose host owner is not
+/// the sandbox's uid, as idmapped trees, ancestors first; roots that do not exist are
+/// skipped (bwrap skips them too).
+pub fn idmapped_roots<'a>(
+    roots: impl IntoIterator<Item = &'a PathBuf>,
+    sandbox: (u32, u32),
+) -> Result<Vec<IdmappedBind>, String> {
+    let mut roots: Vec<&PathBuf> = roots.into_iter().collect();
+    roots.sort();
+    roots.dedup();
+    let mut out = Vec::new();
+    for root in roots {
+        let Ok(meta) = std::fs::metadata(root) else {
+            continue;
+        };
+        if let Some(tree) = idmapped_if_foreign(root, &meta, sandbox)? {
+            out.push(IdmappedBind {
+                dst: root.clone(),
+                tree,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn idmapped_if_foreign(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    sandbox: (u32, u32),
+) -> Result<Option<OwnedFd>, String> {
+    let owner = (meta.uid(), meta.gid());
+    if owner.0 == sandbox.0 {
+        return Ok(None);
+    }
+    idmapped_tree_of(path, owner, sandbox).map(Some)
 }
 
 fn idmapped_tree_of(
@@ -211,13 +335,41 @@ pub fn probe_idmapped_mounts() -> Result<(), String> {
             let dir =
                 std::env::temp_dir().join(format!("tierbox-idmap-probe-{}", std::process::id()));
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let sandbox = (
-                tierbox_policy::DEFAULT_SANDBOX_ID,
-                tierbox_policy::DEFAULT_SANDBOX_ID,
-            );
+            let sandbox = root_workspace_ids().0;
             let result = idmapped_tree_of(&dir, (0, 0), sandbox).map(drop);
             let _ = std::fs::remove_dir(&dir);
             result
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_s_subordinate_range_is_read_and_anything_malformed_is_ignored() {
+        let root = ["root", "0"];
+        assert_eq!(
+            subordinate_start("root:100000:65536\n", &root),
+            Some(100_000)
+        );
+        assert_eq!(
+            subordinate_start("# admins\nalice:165536:65536\n0:231072:65536\n", &root),
+            Some(231_072)
+        );
+        for text in [
+            "",
+            "alice:100000:65536",
+            "root:0:65536",
+            "root:100000:0",
+            "root:100000",
+            "root:100000:65536:extra",
+            "root:x:65536",
+            "root:4294967295:1",
+            "root:4294901760:65536",
+        ] {
+            assert_eq!(subordinate_start(text, &root), None, "{text:?}");
+        }
+    }
 }

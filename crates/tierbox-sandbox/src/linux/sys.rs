@@ -427,14 +427,20 @@ pub fn capset_zero() -> Result<(), i32> {
 /// thread of the process to keep credentials uniform (unsafe in a `CLONE_VM` child).
 /// Async-signal-safe.
 pub fn set_ids(uid: u32, gid: u32) -> Result<(), i32> {
-    // SAFETY: a zero-length list with a NULL pointer; the kernel reads nothing.
-    let ret = unsafe { libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<u32>()) };
-    check(ret)?;
+    clear_groups()?;
     // SAFETY: integer arguments only.
     let ret = unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) };
     check(ret)?;
     // SAFETY: integer arguments only.
     let ret = unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) };
+    check(ret).map(drop)
+}
+
+/// `setgroups(0, NULL)`: no supplementary groups. The raw per-thread system call (see
+/// [`set_ids`]). Async-signal-safe.
+pub fn clear_groups() -> Result<(), i32> {
+    // SAFETY: a zero-length list with a NULL pointer; the kernel reads nothing.
+    let ret = unsafe { libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<u32>()) };
     check(ret).map(drop)
 }
 

@@ -610,7 +610,7 @@ fn spawn_in_slot(
             .as_ref()
             .map_or(-1, |(_, child_end)| child_end.as_raw_fd()),
         parent_pid: sys::getpid(),
-        inherit_fd: (-1, -1),
+        helper: sys::HelperSetup::NONE,
         keep_caps: false,
         netns_fd: -1,
         fail_step: AtomicU32::new(0),
@@ -901,15 +901,40 @@ fn cgroup_fd_array(slot: &Slot) -> ([libc::c_int; sys::MAX_CGROUP_FDS], usize) {
 /// A trusted helper program (`bwrap`) started like a Tier B child — new session,
 /// `PR_SET_PDEATHSIG`, the run's cgroup joined before exec, rlimits, stdio pipes, every
 /// other fd closed, `no_new_privs` — but without landlock, seccomp or a capability drop,
-/// which the helper applies itself inside the sandbox it builds. `inherit` is an fd the
-/// helper receives at a fixed number.
+/// which the helper applies itself inside the sandbox it builds.
 pub(crate) struct HelperSpawn<'a> {
     pub program: &'a Path,
     pub argv: &'a [std::ffi::OsString],
     pub env: &'a [(String, String)],
-    pub inherit: Option<(&'a OwnedFd, i32)>,
+    /// Fds the helper receives at fixed numbers (3 and up; at most
+    /// [`sys::MAX_INHERITED_FDS`]).
+    pub inherit: &'a [(&'a OwnedFd, i32)],
     /// A network namespace the helper starts in.
     pub netns: Option<&'a OwnedFd>,
+    /// Detached trees moved over these paths in a private mount namespace of the
+    /// helper's (a root supervisor's idmapped writable grants for bwrap).
+    pub mount_moves: &'a [(&'a OwnedFd, &'a Path)],
+    /// Drop the supervisor's supplementary groups before exec.
+    pub clear_groups: bool,
+}
+
+impl HelperSpawn<'_> {
+    /// The fields every helper without extras has.
+    pub(crate) fn plain<'a>(
+        program: &'a Path,
+        argv: &'a [std::ffi::OsString],
+        env: &'a [(String, String)],
+    ) -> HelperSpawn<'a> {
+        HelperSpawn {
+            program,
+            argv,
+            env,
+            inherit: &[],
+            netns: None,
+            mount_moves: &[],
+            clear_groups: false,
+        }
+    }
 }
 
 /// Starts `helper` in `slot`'s cgroup with the Plan's stdin and rlimits; see
@@ -934,6 +959,47 @@ pub(crate) fn spawn_helper(
     let cwd = cstring(b"/", "cwd")?;
     let argv_ptrs = null_terminated(&argv);
     let envp_ptrs = null_terminated(&envp);
+    if helper.inherit.len() > sys::MAX_INHERITED_FDS {
+        return Err(LaunchError::Setup {
+            what: "helper fds".to_owned(),
+            source: std::io::Error::other(format!(
+                "{} fds to inherit, at most {}",
+                helper.inherit.len(),
+                sys::MAX_INHERITED_FDS
+            )),
+        });
+    }
+    // Sources at INHERIT_SOURCE_MIN_FD or above (see `HelperSetup::inherit`).
+    let inherit_sources: Vec<(OwnedFd, i32)> = helper
+        .inherit
+        .iter()
+        .map(|(fd, at)| {
+            sys::dup_at_least(fd, sys::INHERIT_SOURCE_MIN_FD)
+                .map(|d| (d, *at))
+                .map_err(|source| LaunchError::Setup {
+                    what: "dup of an fd for the helper".to_owned(),
+                    source,
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    let mut inherit = [(-1, -1); sys::MAX_INHERITED_FDS];
+    for (slot, (fd, at)) in inherit.iter_mut().zip(&inherit_sources) {
+        *slot = (fd.as_raw_fd(), *at);
+    }
+    let move_paths: Vec<CString> = helper
+        .mount_moves
+        .iter()
+        .map(|(_, path)| cstring(path.as_os_str().as_bytes(), "mount point"))
+        .collect::<Result<_, _>>()?;
+    let mount_moves: Vec<sys::MountMove> = helper
+        .mount_moves
+        .iter()
+        .zip(&move_paths)
+        .map(|((tree, _), path)| sys::MountMove {
+            tree: tree.as_raw_fd(),
+            path: path.as_ptr(),
+        })
+        .collect();
     let StdioPipes {
         stdin_child,
         stdin_parent,
@@ -964,9 +1030,16 @@ pub(crate) fn spawn_helper(
         seccomp: std::ptr::null(),
         seccomp_listener_sock: -1,
         parent_pid: sys::getpid(),
-        inherit_fd: helper
-            .inherit
-            .map_or((-1, -1), |(fd, at)| (fd.as_raw_fd(), at)),
+        helper: sys::HelperSetup {
+            inherit,
+            mount_moves: if mount_moves.is_empty() {
+                std::ptr::null()
+            } else {
+                mount_moves.as_ptr()
+            },
+            n_mount_moves: mount_moves.len(),
+            clear_groups: helper.clear_groups,
+        },
         keep_caps: true,
         netns_fd: helper.netns.map_or(-1, |fd| fd.as_raw_fd()),
         fail_step: AtomicU32::new(0),

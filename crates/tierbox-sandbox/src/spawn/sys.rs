@@ -50,6 +50,9 @@ pub enum ChildStep {
     CgroupAttach,
     /// `setns(CLONE_NEWNET)` into the prepared network namespace.
     JoinNetns,
+    /// `unshare(CLONE_NEWNS)`, `mount(/, MS_REC | MS_PRIVATE)` or `move_mount` of a
+    /// prepared tree (a helper's private mount namespace).
+    HelperMounts,
     /// `dup2` of stdin/stdout/stderr.
     Stdio,
     /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`.
@@ -78,7 +81,7 @@ pub enum ChildStep {
 
 /// Every step with the system call or action it names, in discriminant order (a test
 /// checks the order).
-const CHILD_STEPS: [(ChildStep, &str); 17] = [
+const CHILD_STEPS: [(ChildStep, &str); 18] = [
     (ChildStep::None, "none"),
     (ChildStep::Setsid, "setsid()"),
     (ChildStep::Pdeathsig, "prctl(PR_SET_PDEATHSIG, SIGKILL)"),
@@ -86,6 +89,10 @@ const CHILD_STEPS: [(ChildStep, &str); 17] = [
     (
         ChildStep::JoinNetns,
         "setns(network namespace, CLONE_NEWNET)",
+    ),
+    (
+        ChildStep::HelperMounts,
+        "unshare(CLONE_NEWNS) / mount(MS_REC | MS_PRIVATE) / move_mount(prepared tree)",
     ),
     (ChildStep::Stdio, "dup3(stdio)"),
     (
@@ -165,9 +172,9 @@ pub(crate) struct ChildSpec {
     pub seccomp_listener_sock: c_int,
     /// The supervisor's pid, to detect that it died before `PR_SET_PDEATHSIG` took hold.
     pub parent_pid: libc::pid_t,
-    /// `(src, dst)`: an fd the program inherits at number `dst` (>= 3), or `(-1, -1)`.
-    /// Used to hand `bwrap` its seccomp program (`--seccomp dst`).
-    pub inherit_fd: (c_int, c_int),
+    /// What only a trusted helper (`bwrap`, a container CLI) gets; [`HelperSetup::NONE`]
+    /// for every program.
+    pub helper: HelperSetup,
     /// Leave the capability sets alone: only for a trusted helper (`bwrap`) that drops
     /// them itself after building the sandbox. Tier B programs never set it.
     pub keep_caps: bool,
@@ -177,6 +184,46 @@ pub(crate) struct ChildSpec {
     pub netns_fd: c_int,
     pub fail_step: AtomicU32,
     pub fail_errno: AtomicI32,
+}
+
+/// Most fds a helper inherits ([`HelperSetup::inherit`]).
+pub(crate) const MAX_INHERITED_FDS: usize = 2;
+/// Inherited fds are passed to the child at this number or above, over every destination
+/// number (3 and 4), so moving one into place never overwrites another's source.
+pub(crate) const INHERIT_SOURCE_MIN_FD: c_int = 16;
+
+/// A detached mount tree the helper moves over `path` in its private mount namespace.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct MountMove {
+    pub tree: c_int,
+    pub path: *const c_char,
+}
+
+/// The setup steps only a trusted helper gets (see [`ChildSpec::helper`]).
+#[repr(C)]
+pub(crate) struct HelperSetup {
+    /// `(src, dst)` pairs: fds the helper inherits at number `dst` (>= 3); unused entries
+    /// are `(-1, -1)`. Every `src` is at least [`INHERIT_SOURCE_MIN_FD`]. Used to hand
+    /// `bwrap` its seccomp program (`--seccomp 3`) and user namespace (`--userns 4`).
+    pub inherit: [(c_int, c_int); MAX_INHERITED_FDS],
+    /// Trees moved over their paths in a private mount namespace made for the helper
+    /// (null with 0 entries: the helper stays in the supervisor's mount namespace).
+    pub mount_moves: *const MountMove,
+    pub n_mount_moves: usize,
+    /// `setgroups(0, NULL)` before exec: the helper keeps no supplementary group of the
+    /// supervisor (bwrap does not drop them itself when it joins a prepared user namespace).
+    pub clear_groups: bool,
+}
+
+impl HelperSetup {
+    /// Nothing beyond what every program gets.
+    pub const NONE: Self = Self {
+        inherit: [(-1, -1); MAX_INHERITED_FDS],
+        mount_moves: std::ptr::null(),
+        n_mount_moves: 0,
+        clear_groups: false,
+    };
 }
 
 /// Records a failed step and exits the child. Never returns.
@@ -223,6 +270,59 @@ fn die_with_parent(parent_pid: libc::pid_t) -> Result<(), i32> {
     Ok(())
 }
 
+/// `dup3(src, dst, 0)`: `dst` becomes a copy of `src` that stays open across exec (`dup2`
+/// does not exist on every architecture). Async-signal-safe.
+fn dup_to(src: c_int, dst: c_int) -> Result<(), i32> {
+    // SAFETY: dup3 without flags on integer fds; the caller opened `src` for the child.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_dup3,
+            src as libc::c_ulong,
+            dst as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+    .map(drop)
+}
+
+/// Step 4c: `unshare(CLONE_NEWNS)`, everything made private, then each prepared tree
+/// moved over its path (in order: an ancestor before anything inside it).
+fn helper_mounts(helper: &HelperSetup) -> Result<(), i32> {
+    /// `MOVE_MOUNT_F_EMPTY_PATH`.
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_ulong = 0x4;
+    // SAFETY: unshare with a constant flag; this child shares no fs struct (no CLONE_FS).
+    check(unsafe { libc::syscall(libc::SYS_unshare, libc::CLONE_NEWNS as libc::c_ulong) })?;
+    // SAFETY: a NUL-terminated literal target, null source, type and data.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount,
+            std::ptr::null::<c_char>(),
+            c"/".as_ptr(),
+            std::ptr::null::<c_char>(),
+            (libc::MS_REC | libc::MS_PRIVATE) as libc::c_ulong,
+            std::ptr::null::<c_void>(),
+        )
+    })?;
+    for i in 0..helper.n_mount_moves {
+        // SAFETY: the parent keeps `n_mount_moves` entries alive at `mount_moves` until
+        // clone returns.
+        let m = unsafe { *helper.mount_moves.add(i) };
+        // SAFETY: a tree fd the parent holds open, an empty source path with
+        // MOVE_MOUNT_F_EMPTY_PATH, and a NUL-terminated destination owned by the parent.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                m.tree as libc::c_ulong,
+                c"".as_ptr(),
+                libc::AT_FDCWD as libc::c_ulong,
+                m.path,
+                MOVE_MOUNT_F_EMPTY_PATH,
+            )
+        })?;
+    }
+    Ok(())
+}
+
 fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     use ChildStep as S;
     let step = |s: ChildStep| move |e: i32| (s, e);
@@ -254,20 +354,17 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
         })
         .map_err(step(S::JoinNetns))?;
     }
+    // 4c. A helper's private mount namespace with prepared trees (idmapped writable
+    //     grants) moved over their paths, so the helper reaches them there and the
+    //     supervisor's namespace is untouched. Private first: nothing moved here may
+    //     propagate back to the host.
+    if spec.helper.n_mount_moves > 0 {
+        helper_mounts(&spec.helper).map_err(step(S::HelperMounts))?;
+    }
     // 5. stdio. The parent guarantees every source fd is >= 3, so no source is also a
     //    destination (`dup3` would refuse that) and none is clobbered before it is copied.
     for (src, dst) in [(spec.stdin_fd, 0), (spec.stdout_fd, 1), (spec.stderr_fd, 2)] {
-        // SAFETY: dup3 without flags on fds the parent opened for us (`dup2` does not exist
-        // on every architecture).
-        check(unsafe {
-            libc::syscall(
-                libc::SYS_dup3,
-                src as libc::c_ulong,
-                dst as libc::c_ulong,
-                0 as libc::c_ulong,
-            )
-        })
-        .map_err(step(S::Stdio))?;
+        dup_to(src, dst).map_err(step(S::Stdio))?;
     }
     // 6. Every other fd (inherited from the supervisor, including ones it leaked without
     //    O_CLOEXEC) is closed at exec. CLOEXEC rather than close: the landlock and cgroup
@@ -282,33 +379,14 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
         )
     })
     .map_err(step(S::CloseFds))?;
-    // 6b. The one fd a helper inherits (dup3 without O_CLOEXEC keeps it across exec).
-    if spec.inherit_fd.0 >= 0 && spec.inherit_fd.1 >= 3 {
-        if spec.inherit_fd.0 == spec.inherit_fd.1 {
-            // Already at the right number (dup3 would fail with EINVAL): only clear the
-            // close-on-exec flag set above.
-            // SAFETY: fcntl(F_SETFD, 0) on an fd the parent opened for us.
-            check(unsafe {
-                libc::syscall(
-                    libc::SYS_fcntl,
-                    spec.inherit_fd.0,
-                    libc::F_SETFD as libc::c_ulong,
-                    0 as libc::c_ulong,
-                )
-            })
-            .map_err(step(S::CloseFds))?;
-        } else {
-            // SAFETY: dup3 on an fd the parent opened for us, to a number >= 3.
-            check(unsafe {
-                libc::syscall(
-                    libc::SYS_dup3,
-                    spec.inherit_fd.0,
-                    spec.inherit_fd.1,
-                    0 as libc::c_ulong,
-                )
-            })
-            .map_err(step(S::CloseFds))?;
+    // 6b. The fds a helper inherits (dup3 without O_CLOEXEC keeps them across exec).
+    //     Every source is >= INHERIT_SOURCE_MIN_FD, above every destination, so no dup3
+    //     overwrites a source still to be copied.
+    for &(src, dst) in &spec.helper.inherit {
+        if src < INHERIT_SOURCE_MIN_FD || !(3..INHERIT_SOURCE_MIN_FD).contains(&dst) {
+            continue;
         }
+        dup_to(src, dst).map_err(step(S::CloseFds))?;
     }
     // 7. Working directory, while we still have every right to reach it.
     // SAFETY: `cwd` is a NUL-terminated string owned by the parent.
@@ -344,6 +422,8 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     }
     if spec.change_ids {
         lsys::set_ids(spec.uid, spec.gid).map_err(step(S::SetIds))?;
+    } else if spec.helper.clear_groups {
+        lsys::clear_groups().map_err(step(S::SetIds))?;
     }
     if !spec.keep_caps {
         lsys::capset_zero().map_err(step(S::Capset))?;
@@ -630,6 +710,18 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: fresh fd owned by us; the old one is closed when `fd` drops.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// A close-on-exec duplicate of `fd` at number `min` or above.
+pub(crate) fn dup_at_least(fd: &OwnedFd, min: c_int) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_DUPFD_CLOEXEC on an fd the caller owns; it is only read.
+    let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+    if new == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fd returned by the kernel, now ours.
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 

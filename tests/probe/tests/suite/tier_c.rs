@@ -723,6 +723,123 @@ async fn host_sysv_ipc_is_out_of_reach(test: &str, backend: TierCBackend) {
 
 on_both_backends!(host_sysv_ipc_is_out_of_reach => host_sysv_ipc_is_out_of_reach_native, host_sysv_ipc_is_out_of_reach_bwrap);
 
+/// The host credentials of every process in another pid namespace than this one (inside a
+/// sandbox: bwrap's monitor outside it shares the argv) whose command line has `marker` as
+/// an argument: `(pid, Uid line, Gid line, Groups line)` of `/proc/<pid>/status`.
+fn host_credentials_of(marker: &str) -> Vec<(u32, String, String, String)> {
+    let mut found = Vec::new();
+    let ours = std::fs::read_link("/proc/self/ns/pid").expect("own pid namespace");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        if !cmdline.split(|b| *b == 0).any(|a| a == marker.as_bytes())
+            || std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|ns| ns == ours)
+        {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}:")))
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        };
+        found.push((pid, field("Uid"), field("Gid"), field("Groups")));
+    }
+    found
+}
+
+/// Seen from the host, no process of the sandbox runs as host root: real, effective,
+/// saved and filesystem uid and gid, and every supplementary group, are unprivileged
+/// host ids (the workspace owner's, or the default sandbox id when root owns it), the
+/// enforcement report names that uid, and what the sandbox writes in the workspace
+/// belongs to the workspace owner on the host.
+///
+/// Regression: on the bwrap backend a root supervisor's `--unshare-user --uid 1000`
+/// mapped the sandbox's uid to host uid 0, which every check that looks at the host uid
+/// alone (global sysctls, root-owned files, SysV IPC, signals) treats as root. Observed
+/// from the host while the probe holds (`hold`, ended by the run's timeout).
+async fn the_sandbox_is_never_host_root(test: &str, backend: TierCBackend) {
+    let Some(mut fx) = Fixture::tier_c(test, &[], backend) else {
+        return;
+    };
+    if !is_root() {
+        println!(
+            "note: not root: the sandbox is the supervisor's own uid; checking only that it is not 0"
+        );
+    }
+    fx.policy.limits.timeout_ms = 3_000;
+    for owner in [0u32, 4321] {
+        if !is_root() && owner != 0 {
+            break;
+        }
+        if is_root() {
+            fx.chown_workspace(owner);
+        }
+        let pidfile = fx.workspace.join(format!("held-{owner}.pid"));
+        let marker = pidfile.display().to_string();
+        let watch = async {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while !pidfile.exists() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            host_credentials_of(&marker)
+        };
+        let args = ["hold", marker.as_str()];
+        let (o, seen) = tokio::join!(probe_c(&fx, &args), watch);
+        assert!(
+            seen.len() >= 2,
+            "the probe and its child were not found on the host: {seen:?}\n{}",
+            describe(&o)
+        );
+        let want = if !is_root() {
+            rustix::process::geteuid().as_raw()
+        } else if owner == 0 {
+            tierbox_sandbox::linux::identity::root_workspace_ids().0.0
+        } else {
+            owner
+        };
+        for (pid, uid, gid, groups) in &seen {
+            let want_id = want.to_string();
+            let ids: Vec<&str> = uid
+                .split_whitespace()
+                .chain(gid.split_whitespace())
+                .collect();
+            assert!(
+                ids.iter().all(|id| *id == want_id),
+                "pid {pid} (workspace owner {owner}): Uid {uid:?} Gid {gid:?}, want every id {want}"
+            );
+            assert!(
+                groups.split_whitespace().all(|g| g != "0"),
+                "pid {pid} keeps host group 0: {groups:?}"
+            );
+        }
+        assert_eq!(o.enforcement.uid, Some(want), "{}", describe(&o));
+        let meta = std::fs::metadata(&pidfile).expect("the probe's pid file");
+        if is_root() {
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!(
+                (meta.uid(), meta.gid()),
+                (owner, owner),
+                "host owner of the file the sandbox wrote"
+            );
+        }
+    }
+}
+
+on_both_backends!(the_sandbox_is_never_host_root => the_sandbox_is_never_host_root_native, the_sandbox_is_never_host_root_bwrap);
+
 // ---- 6. terminal injection ------------------------------------------------------------------
 
 /// The probe run directly with a pty the test owns as stdin.

@@ -881,7 +881,7 @@ fn ns_real_the_sandbox_is_never_host_root_and_host_ownership_stays() {
         let sc = scratch();
         std::os::unix::fs::chown(&sc.ws, Some(owner), Some(owner)).unwrap();
         let want = if owner == 0 {
-            tierbox_policy::DEFAULT_SANDBOX_ID
+            crate::linux::identity::root_workspace_ids().0.0
         } else {
             owner
         };

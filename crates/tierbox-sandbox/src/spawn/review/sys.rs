@@ -60,7 +60,7 @@ pub(super) fn sleep_child_from_exiting_thread(change_ids: bool) -> OwnedFd {
             seccomp: std::ptr::null(),
             seccomp_listener_sock: -1,
             parent_pid: sys::getpid(),
-            inherit_fd: (-1, -1),
+            helper: sys::HelperSetup::NONE,
             keep_caps: false,
             netns_fd: -1,
             fail_step: AtomicU32::new(0),
