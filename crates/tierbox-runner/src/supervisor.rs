@@ -878,20 +878,29 @@ pub(crate) fn cleanup(l: &mut Launched) {
     if SUBREAPER.get().copied().unwrap_or(false) {
         reap_exited_orphans();
     }
-    // Mount points a Tier C sandbox created in the workspace, if still empty (the
-    // sandbox's mount namespace, if still there, does not keep them busy for us).
-    let _ =
-        tierbox_sandbox::bwrap::remove_host_mount_points(&std::mem::take(&mut l.host_placeholders));
+    // Tier C native (a report pipe) in a long-lived supervisor: always on the reaper.
+    let deferred = l.report.is_some() && spawn::slots::pooling();
+    // Mount points a Tier C sandbox created in the workspace are removed if still empty.
+    // On the reaper, after pid 1 is reaped: with the sandbox's mount namespace gone the
+    // removal detaches nothing (removing a mount point another namespace still uses
+    // unmounts it there, ~0.14 ms on the run's path), and a long-lived supervisor settles
+    // the reaper before it exits (`slots::drain`). Otherwise here, as the one-shot CLI
+    // has already reaped pid 1.
+    let placeholders = std::mem::take(&mut l.host_placeholders);
+    if !deferred {
+        let _ = tierbox_sandbox::bwrap::remove_host_mount_points(&placeholders);
+    }
     let pid = l.pid;
     let slot = l.slot.take();
     let release = move || {
+        if deferred {
+            let _ = tierbox_sandbox::bwrap::remove_host_mount_points(&placeholders);
+        }
         register_root(pid, false);
         if let Some(slot) = slot {
             spawn::slots::release(slot);
         }
     };
-    // Tier C native (a report pipe) in a long-lived supervisor: always on the reaper.
-    let deferred = l.report.is_some() && spawn::slots::pooling();
     if !deferred && !matches!(spawn::sys::wait_pidfd(&l.pidfd, true), Ok(None)) {
         // Reaped now, or before (ECHILD).
         release();

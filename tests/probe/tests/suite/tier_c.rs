@@ -443,6 +443,9 @@ async fn missing_protected_paths_cannot_be_created(test: &str, backend: TierCBac
     for target in [".git/hooks", ".git/config", ".git/hooks/post-checkout"] {
         let o = probe_c(&fx, &["create-denied", target]).await;
         assert_holds(&o);
+        // A long-lived supervisor (the pooled suite) removes placeholders once pid 1 is
+        // reaped, just after the outcome.
+        tierbox_sandbox::spawn::reaper::settle(Duration::from_secs(2));
         assert!(
             std::fs::symlink_metadata(&git).is_err(),
             "{} exists on the host after the run:\n{}",
