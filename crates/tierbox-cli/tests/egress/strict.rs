@@ -206,6 +206,33 @@ except OSError as e:
 "#,
     ),
     (
+        "mptcp.py",
+        r#"import os, socket, sys
+IPPROTO_MPTCP = 262
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP)
+    s.settimeout(5)
+    s.connect((os.environ["TARGET"], 80))
+    s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    print("mptcp connected:", s.recv(100))
+except OSError as e:
+    print("mptcp failed:", e)
+    sys.exit(3)
+"#,
+    ),
+    (
+        "listen.py",
+        r#"import socket, sys
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.listen(1)
+    print("listening on", s.getsockname())
+except OSError as e:
+    print("listen failed:", e)
+    sys.exit(3)
+"#,
+    ),
+    (
         "relay.py",
         r#"import os, socket, sys
 proxy = os.environ["HTTP_PROXY"].rsplit("/", 1)[-1].split(":")
@@ -529,6 +556,31 @@ pub fn bypasses_fail(test: &str, tier: Tier) {
     );
     assert_ne!(r.status, 0, "{}", r.describe());
     assert!(r.stdout.contains("fastopen failed"), "{}", r.describe());
+
+    // MPTCP: a stream socket that landlock's TCP rules do not cover (it falls back to
+    // plain TCP on the wire, so the lab would see it).
+    let r = run_env(
+        lab,
+        tier,
+        &p,
+        &["python3", "mptcp.py"],
+        &[("TARGET", &blocked_s)],
+    );
+    assert_ne!(r.status, 0, "{}", r.describe());
+    assert!(r.stdout.contains("mptcp failed"), "{}", r.describe());
+
+    // listen() without bind(): the kernel binds an ephemeral port on every address, which
+    // landlock's bind rule never sees — an inbound channel past the proxy. Tier B refuses
+    // to listen at all; Tier C listens in its own network namespace, which has only `lo`.
+    let r = run(lab, tier, &p, &["python3", "listen.py"]);
+    if tier == Tier::B {
+        assert_ne!(r.status, 0, "{}", r.describe());
+        assert!(
+            r.stdout.contains("listen failed: [Errno 1]"),
+            "{}",
+            r.describe()
+        );
+    }
 
     // An allowed name that resolves to loopback (DNS rebinding), and one that resolves
     // to the cloud metadata address.

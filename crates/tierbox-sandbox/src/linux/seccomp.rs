@@ -46,13 +46,18 @@ pub struct SeccompSpec {
     pub deny_namespaces: bool,
     /// Allow `socket(AF_INET | AF_INET6, ...)`; otherwise `EPERM`.
     pub allow_inet_sockets: bool,
-    /// Allow `socket(AF_UNIX, ...)`; otherwise `EPERM`. `socketpair` is always allowed.
+    /// Allow `socket(AF_UNIX, ...)`; otherwise `EPERM`. `socketpair(AF_UNIX, ...)` is
+    /// always allowed, `socketpair` of any other family never (`EAFNOSUPPORT`).
     pub allow_unix_sockets: bool,
-    /// With [`SeccompSpec::allow_inet_sockets`]: only TCP. Inet sockets of any type but
-    /// `SOCK_STREAM` (UDP, raw, SCTP, …) get `EPERM`, and so do `sendto`, `sendmsg` and
-    /// `sendmmsg` with `MSG_FASTOPEN`, which connects without `connect(2)` and so without
-    /// landlock's TCP connect check. For Tier B runs whose only way out is the egress
-    /// proxy's TCP port.
+    /// With [`SeccompSpec::allow_inet_sockets`]: only TCP, and no listening. Inet sockets
+    /// of any type but `SOCK_STREAM` (UDP, raw, …) or any protocol but TCP (`0` or
+    /// `IPPROTO_TCP`: not MPTCP, not SCTP) get `EPERM`: landlock's TCP rules cover
+    /// `IPPROTO_TCP` sockets only. `listen` gets `EPERM`: `listen` without `bind` binds an
+    /// ephemeral port on every address that landlock's bind rule never sees, and unix
+    /// sockets (the other thing one listens on) are refused in this mode anyway. So do
+    /// `sendto`, `sendmsg` and `sendmmsg` with `MSG_FASTOPEN`, which connects without
+    /// `connect(2)` and so without landlock's TCP connect check. For Tier B runs whose only
+    /// way out is the egress proxy's TCP port.
     pub inet_stream_only: bool,
     /// Deny changing file modes, owners and extended attributes (`EPERM`). For a child that
     /// keeps uid 0 without capabilities: it still *owns* every root-owned file, landlock
@@ -168,6 +173,11 @@ const fn off_arg_lo(i: u32) -> u32 {
     16 + 8 * i
 }
 
+/// Offset of the high 32 bits of `args[i]` (little-endian targets only).
+const fn off_arg_hi(i: u32) -> u32 {
+    off_arg_lo(i) + 4
+}
+
 /// `SECCOMP_RET_ERRNO | errno`.
 const fn ret_errno(errno: i32) -> u32 {
     libc::SECCOMP_RET_ERRNO | (errno as u32 & libc::SECCOMP_RET_DATA)
@@ -273,6 +283,18 @@ mod extra_nr {
     /// `query_module` (x86-64 only; removed).
     #[cfg(target_arch = "x86_64")]
     pub const QUERY_MODULE: libc::c_long = 178;
+    /// `cachestat` (6.5), one number on every architecture.
+    pub const CACHESTAT: libc::c_long = 451;
+    /// `statmount` (6.8), one number on every architecture.
+    pub const STATMOUNT: libc::c_long = 457;
+    /// `listmount` (6.8), one number on every architecture.
+    pub const LISTMOUNT: libc::c_long = 458;
+    /// `lsm_get_self_attr` (6.8), one number on every architecture.
+    pub const LSM_GET_SELF_ATTR: libc::c_long = 459;
+    /// `lsm_set_self_attr` (6.8), one number on every architecture.
+    pub const LSM_SET_SELF_ATTR: libc::c_long = 460;
+    /// `lsm_list_modules` (6.8), one number on every architecture.
+    pub const LSM_LIST_MODULES: libc::c_long = 461;
 }
 
 /// The plain deny list, one line per syscall with its reason (STYLE rule 12).
@@ -289,6 +311,9 @@ pub const DENY_TABLE: &[Denial] = &[
     deny("process_vm_writev", libc::SYS_process_vm_writev, "writes another process's memory"),
     deny("kcmp", libc::SYS_kcmp, "compares kernel objects of other processes (ptrace-class; Docker denies it too)"),
     deny("pidfd_getfd", libc::SYS_pidfd_getfd, "copies a file descriptor out of another process"),
+    deny("process_madvise", libc::SYS_process_madvise, "advises on (reclaims) another process's memory (ptrace-class)"),
+    deny("migrate_pages", libc::SYS_migrate_pages, "moves another process's pages between NUMA nodes"),
+    deny("move_pages", libc::SYS_move_pages, "moves (or inspects) another process's pages between NUMA nodes"),
     // The mount table and the root.
     deny("mount", libc::SYS_mount, "changes the mount table"),
     deny("umount2", libc::SYS_umount2, "removes mounts that hide host paths"),
@@ -302,6 +327,8 @@ pub const DENY_TABLE: &[Denial] = &[
     deny("fsmount", libc::SYS_fsmount, "new mount API: creates mounts"),
     deny("fspick", libc::SYS_fspick, "new mount API: reconfigures existing mounts"),
     deny("mount_setattr", libc::SYS_mount_setattr, "changes mount flags (e.g. drops read-only)"),
+    deny("statmount", extra_nr::STATMOUNT, "the mount table by id (Tier B: the host's), beyond what /proc/self/mountinfo shows"),
+    deny("listmount", extra_nr::LISTMOUNT, "enumerates mounts by id, of other mount namespaces too"),
     deny("open_by_handle_at", libc::SYS_open_by_handle_at, "opens any file by handle, bypassing path checks (the shocker escape)"),
     deny("name_to_handle_at", libc::SYS_name_to_handle_at, "produces the handles open_by_handle_at consumes"),
     // Kernel attack surface not needed by ordinary programs.
@@ -319,6 +346,18 @@ pub const DENY_TABLE: &[Denial] = &[
     deny("quotactl_fd", libc::SYS_quotactl_fd, "filesystem quota administration"),
     deny("nfsservctl", libc::SYS_nfsservctl, "removed NFS server control"),
     deny("vhangup", libc::SYS_vhangup, "hangs up the controlling terminal"),
+    deny("fanotify_init", libc::SYS_fanotify_init, "file access notification groups: unprivileged since 5.13, they watch what landlock does not mediate"),
+    // Memory placement and pinning.
+    deny("mbind", libc::SYS_mbind, "NUMA memory policy of a range: a host-wide placement knob (the container default wants CAP_SYS_NICE)"),
+    deny("set_mempolicy", libc::SYS_set_mempolicy, "NUMA memory policy of the process (the container default wants CAP_SYS_NICE)"),
+    deny("get_mempolicy", libc::SYS_get_mempolicy, "NUMA memory policy and node of an address (the container default wants CAP_SYS_NICE)"),
+    deny("set_mempolicy_home_node", libc::SYS_set_mempolicy_home_node, "NUMA home node of a range (the container default wants CAP_SYS_NICE)"),
+    deny("mlockall", libc::SYS_mlockall, "pins every page of the process, present and future, out of reclaim (mlock of a range stays allowed, bounded by RLIMIT_MEMLOCK)"),
+    deny("cachestat", extra_nr::CACHESTAT, "page-cache residency of any file it can open: a side channel on what the host reads"),
+    // Security modules' own interface (/proc/self/attr stays readable).
+    deny("lsm_get_self_attr", extra_nr::LSM_GET_SELF_ATTR, "security-module attributes of the caller; no developer tool uses them"),
+    deny("lsm_set_self_attr", extra_nr::LSM_SET_SELF_ATTR, "changes the caller's security-module attributes"),
+    deny("lsm_list_modules", extra_nr::LSM_LIST_MODULES, "lists the host's security modules"),
     deny("file_setattr", extra_nr::FILE_SETATTR, "sets inode attribute flags (nodump, append-only, …), as the FS_IOC_SETFLAGS ioctl it stands for, which every run is denied"),
     // Host-wide state.
     deny("kexec_load", libc::SYS_kexec_load, "replaces the running kernel"),
@@ -355,6 +394,22 @@ pub const DENY_TABLE: &[Denial] = &[
     deny("get_kernel_syms", extra_nr::GET_KERNEL_SYMS, "removed module interface"),
     #[cfg(target_arch = "x86_64")]
     deny("query_module", extra_nr::QUERY_MODULE, "removed module interface"),
+    #[cfg(target_arch = "x86_64")]
+    deny("ustat", libc::SYS_ustat, "obsolete filesystem statistics by device number"),
+    #[cfg(target_arch = "x86_64")]
+    deny("sysfs", libc::SYS_sysfs, "obsolete filesystem type enumeration"),
+    #[cfg(target_arch = "x86_64")]
+    deny("getpmsg", libc::SYS_getpmsg, "not implemented by Linux (STREAMS)"),
+    #[cfg(target_arch = "x86_64")]
+    deny("putpmsg", libc::SYS_putpmsg, "not implemented by Linux (STREAMS)"),
+    #[cfg(target_arch = "x86_64")]
+    deny("afs_syscall", libc::SYS_afs_syscall, "not implemented by Linux"),
+    #[cfg(target_arch = "x86_64")]
+    deny("tuxcall", libc::SYS_tuxcall, "not implemented by Linux"),
+    #[cfg(target_arch = "x86_64")]
+    deny("security", libc::SYS_security, "not implemented by Linux"),
+    #[cfg(target_arch = "x86_64")]
+    deny("vserver", libc::SYS_vserver, "not implemented by Linux"),
     // File metadata (only with `deny_file_metadata`; the chmod family is in CHMOD_FAMILY).
     #[cfg(target_arch = "x86_64")]
     deny_meta("chown", libc::SYS_chown),
@@ -471,6 +526,8 @@ enum Action {
     Errno(i32),
     /// `socket`: inspect the address family in `args[0]`.
     InspectSocket,
+    /// `socketpair`: only `AF_UNIX` in `args[0]`.
+    InspectSocketpair,
     /// `ioctl`: inspect the request in `args[1]`.
     InspectIoctl,
     /// `personality`: inspect the persona in `args[0]`.
@@ -605,6 +662,11 @@ impl SeccompProgram {
             }
         }
         add(libc::SYS_socket as u32, "socket", Action::InspectSocket)?;
+        add(
+            libc::SYS_socketpair as u32,
+            "socketpair",
+            Action::InspectSocketpair,
+        )?;
         add(libc::SYS_ioctl as u32, "ioctl", Action::InspectIoctl)?;
         add(
             libc::SYS_personality as u32,
@@ -618,6 +680,11 @@ impl SeccompProgram {
             for &(name, nr, flags_arg) in SEND_FLAG_CALLS {
                 add(nr as u32, name, Action::InspectSendFlags(flags_arg))?;
             }
+            add(
+                libc::SYS_listen as u32,
+                "listen",
+                Action::Errno(libc::EPERM),
+            )?;
         }
 
         // 2. Partition all of u32 into maximal intervals of equal action. On x86-64 the
@@ -652,6 +719,7 @@ impl SeccompProgram {
         asm.load(OFF_NR);
 
         let socket_block = asm.label();
+        let socketpair_block = asm.label();
         let ioctl_block = asm.label();
         let personality_block = asm.label();
         let clone_block = asm.label();
@@ -661,6 +729,7 @@ impl SeccompProgram {
             Action::Allow => allow,
             Action::Errno(e) => *errno_labels.entry(e).or_insert_with(|| asm.label()),
             Action::InspectSocket => socket_block,
+            Action::InspectSocketpair => socketpair_block,
             Action::InspectIoctl => ioctl_block,
             Action::InspectPersonality => personality_block,
             Action::InspectClone => clone_block,
@@ -698,12 +767,29 @@ impl SeccompProgram {
         asm.bind(n2);
         asm.jump(JEQ, libc::AF_INET6 as u32, inet, eafnosupport);
         if inet == inet_type {
-            // socket(AF_INET*, type, ...): the type without SOCK_NONBLOCK / SOCK_CLOEXEC.
+            // socket(AF_INET*, type, protocol): the type without SOCK_NONBLOCK /
+            // SOCK_CLOEXEC must be SOCK_STREAM, the protocol 0 or IPPROTO_TCP (all 64 bits:
+            // the kernel reads an int, but a protocol with high bits set is refused too).
             asm.bind(inet_type);
             asm.load(off_arg_lo(1));
             asm.and(SOCK_TYPE_MASK);
-            asm.jump(JEQ, libc::SOCK_STREAM as u32, allow, eperm);
+            let (stream, protocol_lo, not_zero) = (asm.label(), asm.label(), asm.label());
+            asm.jump(JEQ, libc::SOCK_STREAM as u32, stream, eperm);
+            asm.bind(stream);
+            asm.load(off_arg_hi(2));
+            asm.jump(JEQ, 0, protocol_lo, eperm);
+            asm.bind(protocol_lo);
+            asm.load(off_arg_lo(2));
+            asm.jump(JEQ, 0, allow, not_zero);
+            asm.bind(not_zero);
+            asm.jump(JEQ, libc::IPPROTO_TCP as u32, allow, eperm);
         }
+
+        // socketpair(domain, ...): AF_UNIX only, as the kernel has no other family a
+        // sandboxed program needs (AF_TIPC and friends would load kernel modules).
+        asm.bind(socketpair_block);
+        asm.load(off_arg_lo(0));
+        asm.jump(JEQ, libc::AF_UNIX as u32, allow, eafnosupport);
 
         // sendto / sendmsg / sendmmsg: no MSG_FASTOPEN (an implicit connect).
         for (&arg, &label) in &send_blocks {

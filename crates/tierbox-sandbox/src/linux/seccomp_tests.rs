@@ -237,6 +237,8 @@ fn ordinary() -> Vec<(&'static str, libc::c_long, Vec<u64>)> {
         ("sysinfo", libc::SYS_sysinfo, vec![]),
         ("io_setup (legacy aio)", libc::SYS_io_setup, vec![]),
         ("process_mrelease", libc::SYS_process_mrelease, vec![]),
+        ("mlock", libc::SYS_mlock, vec![]),
+        ("mseal", libc::SYS_mseal, vec![]),
     ];
     #[cfg(target_arch = "x86_64")]
     v.extend([
@@ -247,7 +249,7 @@ fn ordinary() -> Vec<(&'static str, libc::c_long, Vec<u64>)> {
         ("vfork", libc::SYS_vfork, vec![]),
         ("poll", libc::SYS_poll, vec![]),
         ("getdents", libc::SYS_getdents, vec![]),
-        ("sysfs", libc::SYS_sysfs, vec![]),
+        ("getrlimit", libc::SYS_getrlimit, vec![]),
     ]);
     v
 }
@@ -367,11 +369,23 @@ fn socket_families() {
             ),
             ret_errno(libc::EAFNOSUPPORT)
         );
-        // socketpair is not inspected.
+        // socketpair: AF_UNIX only, whatever the spec.
         assert_eq!(
             eval(&prog, libc::SYS_socketpair, &[libc::AF_UNIX as u64]),
             ALLOW
         );
+        for other in [
+            libc::AF_TIPC,
+            libc::AF_INET,
+            libc::AF_NETLINK,
+            libc::AF_VSOCK,
+        ] {
+            assert_eq!(
+                eval(&prog, libc::SYS_socketpair, &[other as u64]),
+                ret_errno(libc::EAFNOSUPPORT),
+                "socketpair family {other}"
+            );
+        }
     }
 }
 
@@ -444,6 +458,7 @@ fn allowed_syscalls_are_cache_constant_and_shallow() {
     let prog = SeccompProgram::build(&locked_down()).unwrap();
     let inspected = [
         libc::SYS_socket,
+        libc::SYS_socketpair,
         libc::SYS_ioctl,
         libc::SYS_personality,
         libc::SYS_clone,
@@ -998,7 +1013,32 @@ fn inet_stream_only_allows_tcp_and_nothing_else_of_inet() {
             assert_eq!(sock(ty, 0), eperm(), "domain {domain} type {ty}");
             assert_eq!(sock(ty, flags), eperm(), "domain {domain} type {ty}");
         }
+        // The protocol: TCP (0 or IPPROTO_TCP) only. MPTCP and SCTP are stream sockets
+        // too, and landlock's TCP rules do not apply to them.
+        let proto = |protocol: u64| {
+            eval(
+                &prog,
+                libc::SYS_socket,
+                &[domain as u64, libc::SOCK_STREAM as u64 | flags, protocol],
+            )
+        };
+        assert_eq!(proto(libc::IPPROTO_TCP as u64), ALLOW);
+        for protocol in [
+            libc::IPPROTO_MPTCP as u64,
+            libc::IPPROTO_SCTP as u64,
+            libc::IPPROTO_UDP as u64,
+            1 << 32,
+            (1 << 32) | libc::IPPROTO_TCP as u64,
+        ] {
+            assert_eq!(
+                proto(protocol),
+                eperm(),
+                "domain {domain} protocol {protocol:#x}"
+            );
+        }
     }
+    // No listening: listen() without bind() binds an ephemeral port landlock never sees.
+    assert_eq!(eval(&prog, libc::SYS_listen, &[3, 128]), eperm());
     assert_eq!(
         eval(&prog, libc::SYS_socket, &[libc::AF_UNIX as u64, 1, 0]),
         eperm()
@@ -1022,6 +1062,19 @@ fn inet_stream_only_allows_tcp_and_nothing_else_of_inet() {
     })
     .unwrap();
     assert_eq!(eval(&open, libc::SYS_sendto, &[0, 0, 0, fastopen]), ALLOW);
+    assert_eq!(eval(&open, libc::SYS_listen, &[3, 128]), ALLOW);
+    assert_eq!(
+        eval(
+            &open,
+            libc::SYS_socket,
+            &[
+                libc::AF_INET as u64,
+                libc::SOCK_STREAM as u64,
+                libc::IPPROTO_MPTCP as u64
+            ]
+        ),
+        ALLOW
+    );
     assert_eq!(
         eval(
             &open,
@@ -1061,6 +1114,169 @@ fn cached_programs_are_the_built_ones_per_spec() {
             }
             (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
             (a, b) => panic!("{spec:?}: build {a:?}, cached {b:?}"),
+        }
+    }
+}
+
+/// SECURITY.md's table of system calls says, for each call either side restricts, what
+/// the filter does and what the container runtimes' default profile does. Every row is
+/// checked against the built filters (Tier B with every option that adds a rule, Tier C)
+/// and against the reference copy of that profile; every x86-64 call either side
+/// restricts must have a row.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_security_md_seccomp_table_matches_the_filter() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let syscalls: BTreeMap<String, u32> = include_str!("seccomp_reference/syscalls-x86_64.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (nr, name) = l.split_once(' ').unwrap();
+            (name.to_owned(), nr.parse().unwrap())
+        })
+        .collect();
+    let container: BTreeMap<String, String> =
+        include_str!("seccomp_reference/container-default.txt")
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| {
+                let (verdict, name) = l.split_once(' ').unwrap();
+                (name.to_owned(), verdict.to_owned())
+            })
+            .collect();
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../SECURITY.md")).unwrap();
+    let table = doc
+        .split("<!-- seccomp-table:start -->")
+        .nth(1)
+        .and_then(|t| t.split("<!-- seccomp-table:end -->").next())
+        .expect("SECURITY.md has the seccomp table markers");
+
+    let tier_b = SeccompSpec {
+        deny_namespaces: true,
+        deny_file_metadata: false,
+        mediate_chmod: false,
+        deny_ipc: true,
+        allow_inet_sockets: true,
+        allow_unix_sockets: false,
+        inet_stream_only: true,
+    };
+    let uid0 = SeccompSpec {
+        deny_file_metadata: true,
+        ..tier_b
+    };
+    let mediated = SeccompSpec {
+        mediate_chmod: true,
+        ..uid0
+    };
+    let tier_c = crate::tier_c::tier_c_seccomp_spec();
+    let progs: Vec<(&str, SeccompProgram)> = [
+        ("tier b", tier_b),
+        ("tier b, uid 0", uid0),
+        ("tier b, uid 0 mediated", mediated),
+        ("tier c", tier_c),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n, SeccompProgram::build(&s).unwrap()))
+    .collect();
+    let decide =
+        |prog: &SeccompProgram, nr: u32| run(prog.instructions(), &Data::call(nr.into(), &[]));
+
+    let mut rows = BTreeSet::new();
+    for line in table.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+        assert_eq!(cells.len(), 4, "row {line}");
+        let (tierbox, theirs) = (cells[1], cells[2]);
+        for name in cells[0].split(", ") {
+            let name = name.trim_matches('`');
+            let nr = *syscalls
+                .get(name)
+                .unwrap_or_else(|| panic!("{name}: not an x86-64 system call"));
+            assert!(rows.insert(name.to_owned()), "{name}: two rows");
+            let t: Vec<(&str, Trace)> = progs.iter().map(|(n, p)| (*n, decide(p, nr))).collect();
+            let result = |spec: &str| t.iter().find(|(n, _)| *n == spec).unwrap().1.result;
+            let enosys = ret_errno(libc::ENOSYS);
+            match tierbox {
+                "denied" => {
+                    for (spec, tr) in &t {
+                        assert!(
+                            tr.constant && tr.result == eperm(),
+                            "{name} under {spec}: {:#x}",
+                            tr.result
+                        );
+                    }
+                }
+                "allowed" => {
+                    for (spec, tr) in &t {
+                        assert!(
+                            tr.constant && tr.result == ALLOW,
+                            "{name} under {spec}: {:#x}",
+                            tr.result
+                        );
+                    }
+                }
+                "`ENOSYS`" => {
+                    for (spec, tr) in &t {
+                        assert_eq!(tr.result, enosys, "{name} under {spec}");
+                    }
+                }
+                "denied with strict egress in Tier B" => {
+                    assert_eq!(result("tier b"), eperm(), "{name}");
+                    assert_eq!(result("tier c"), ALLOW, "{name}");
+                }
+                "denied in Tier B" => {
+                    assert_eq!(result("tier b"), eperm(), "{name}");
+                    assert_eq!(result("tier c"), ALLOW, "{name}");
+                }
+                "denied to runs that keep uid 0" => {
+                    assert_eq!(result("tier b, uid 0"), eperm(), "{name}");
+                    assert_eq!(result("tier b"), ALLOW, "{name}");
+                    assert_eq!(result("tier c"), ALLOW, "{name}");
+                }
+                "handed to the supervisor for runs that keep uid 0" => {
+                    assert_eq!(
+                        result("tier b, uid 0 mediated"),
+                        libc::SECCOMP_RET_USER_NOTIF,
+                        "{name}"
+                    );
+                    assert_eq!(result("tier b"), ALLOW, "{name}");
+                }
+                other if other.starts_with("by argument") => {
+                    assert!(
+                        t.iter().any(|(_, tr)| !tr.constant),
+                        "{name}: the filter never reads its arguments"
+                    );
+                }
+                other => panic!("{name}: unknown Tierbox verdict {other:?}"),
+            }
+            let reference = container.get(name).map(String::as_str);
+            let expected = match theirs {
+                "allowed" => Some("allow"),
+                "denied" => None,
+                "`ENOSYS`" => Some("enosys"),
+                other if other.starts_with("by argument") => Some("argument"),
+                other => panic!("{name}: unknown container verdict {other:?}"),
+            };
+            assert_eq!(reference, expected, "{name}: the container column");
+        }
+    }
+    // Completeness: every call either side restricts has a row.
+    for (name, &nr) in &syscalls {
+        let ours = progs.iter().any(|(_, p)| {
+            let tr = decide(p, nr);
+            !tr.constant || tr.result != ALLOW
+        });
+        let theirs = container.get(name).map(String::as_str) != Some("allow");
+        if ours || theirs {
+            assert!(
+                rows.contains(name),
+                "{name} ({nr}) is restricted by {} but has no row in SECURITY.md's table",
+                if ours {
+                    "Tierbox"
+                } else {
+                    "the container default"
+                }
+            );
         }
     }
 }
