@@ -119,6 +119,20 @@ pub enum Rejection {
     /// A wrapper program (`env`, `xargs`, `find -exec`, …) names no program we can check.
     #[error("{wrapper:?} runs a program that cannot be determined from its arguments: {reason}")]
     WrapperUnresolvable { wrapper: String, reason: String },
+    /// A program that is not an interpreter is given an option or configuration that makes
+    /// it run code the request supplies (a git `-c core.fsmonitor=…` value, tar's
+    /// `--to-command`, make's `--eval`), and the policy allows no interpreters or no
+    /// inline code.
+    #[error(
+        "{program:?}{via} is given {route} at args[{arg_index}], which makes it run code the request supplies; the policy allows {allowed}"
+    )]
+    CodeRoute {
+        program: String,
+        via: String,
+        route: String,
+        arg_index: usize,
+        allowed: String,
+    },
 
     // ---- workspace scope ---------------------------------------------------------------
     /// The workspace root is missing or not a directory.
@@ -254,6 +268,7 @@ impl Rejection {
             Self::EvalFlag { .. } => "exec.eval_flag",
             Self::EvalFromStdin { .. } => "exec.eval_stdin",
             Self::WrapperUnresolvable { .. } => "exec.wrapper_unresolvable",
+            Self::CodeRoute { .. } => "exec.code_route",
             Self::WorkspaceInvalid { .. } => "scope.workspace_invalid",
             Self::WorkspaceRefused { .. } => "scope.workspace_refused",
             Self::PathOutsideWorkspace { .. } => "scope.path_outside_workspace",
@@ -307,6 +322,7 @@ impl Rejection {
         "exec.eval_flag",
         "exec.eval_stdin",
         "exec.wrapper_unresolvable",
+        "exec.code_route",
         "scope.workspace_invalid",
         "scope.workspace_refused",
         "scope.path_outside_workspace",

@@ -7,11 +7,19 @@ use crate::rejection::Rejection;
 use crate::request::ProcessRunRequest;
 use crate::validate::ValidateContext;
 
-/// Denied name prefixes: dynamic loaders (glibc, macOS) and git's hook/ssh/config knobs.
+/// Denied name prefixes: dynamic loaders (glibc, macOS), git's configuration knobs, and
+/// the functions bash imports from its environment.
 pub const DENIED_ENV_PREFIXES: &[(&str, &str)] = &[
     ("LD_", "dynamic loader injection"),
     ("DYLD_", "dynamic loader injection"),
     ("GIT_CONFIG", "git configuration injection"),
+    ("BASH_FUNC_", "bash imports it as a function"),
+];
+
+/// Denied names of the form `PREFIX…SUFFIX` (a target triple in the middle).
+pub const DENIED_ENV_PATTERNS: &[(&str, &str, &str)] = &[
+    ("CARGO_TARGET_", "_RUNNER", "cargo runs this program"),
+    ("CARGO_TARGET_", "_LINKER", "cargo runs this program"),
 ];
 
 /// Denied exact names, each with the reason shown in the rejection.
@@ -24,10 +32,15 @@ pub const DENIED_ENV_EXACT: &[(&str, &str)] = &[
     ("SHELLOPTS", "shell option injection"),
     ("BASHOPTS", "shell option injection"),
     ("NODE_OPTIONS", "interpreter injection"),
+    ("NODE_PATH", "Node.js resolves modules from here"),
     ("PYTHONSTARTUP", "interpreter injection"),
     ("PYTHONPATH", "interpreter injection"),
     ("PYTHONHOME", "interpreter injection"),
     ("PYTHONINSPECT", "interpreter injection"),
+    (
+        "PYTHONUSERBASE",
+        "Python imports from here (user site-packages)",
+    ),
     ("PERL5OPT", "interpreter injection"),
     ("PERL5LIB", "interpreter injection"),
     ("PERLLIB", "interpreter injection"),
@@ -36,12 +49,54 @@ pub const DENIED_ENV_EXACT: &[(&str, &str)] = &[
     ("JAVA_TOOL_OPTIONS", "interpreter injection"),
     ("_JAVA_OPTIONS", "interpreter injection"),
     ("JDK_JAVA_OPTIONS", "interpreter injection"),
+    (
+        "GCONV_PATH",
+        "glibc loads character-conversion modules from here",
+    ),
+    (
+        "GLIBC_TUNABLES",
+        "glibc loader tunables (a history of loader bugs)",
+    ),
+    (
+        "OPENSSL_CONF",
+        "OpenSSL loads the engines and providers this file names",
+    ),
+    (
+        "SSLKEYLOGFILE",
+        "TLS libraries write their session keys here",
+    ),
+    (
+        "HOME",
+        "redirects every program's dotfiles (git, ssh, npm and cargo configuration)",
+    ),
+    ("XDG_CONFIG_HOME", "redirects programs' configuration files"),
+    ("XDG_CONFIG_DIRS", "redirects programs' configuration files"),
+    (
+        "GIT_DIR",
+        "points git at another repository, with its configuration and hooks",
+    ),
+    ("GIT_WORK_TREE", "points git at another work tree"),
+    (
+        "GIT_COMMON_DIR",
+        "points git at another repository's configuration and hooks",
+    ),
+    ("GIT_OBJECT_DIRECTORY", "points git at another object store"),
+    (
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "adds object stores git reads from",
+    ),
+    ("GIT_INDEX_FILE", "points git at another index"),
+    (
+        "GIT_ALLOW_PROTOCOL",
+        "enables git transports that run programs (ext::)",
+    ),
     ("GIT_SSH", "git runs this program"),
     ("GIT_SSH_COMMAND", "git runs this program"),
     ("GIT_EXEC_PATH", "git runs programs from this directory"),
     ("GIT_TEMPLATE_DIR", "git copies hooks from this directory"),
     ("GIT_ASKPASS", "git runs this program"),
     ("GIT_EDITOR", "git runs this program"),
+    ("GIT_SEQUENCE_EDITOR", "git runs this program"),
     ("GIT_PAGER", "git runs this program"),
     ("GIT_PROXY_COMMAND", "git runs this program"),
     ("GIT_EXTERNAL_DIFF", "git runs this program"),
@@ -49,6 +104,42 @@ pub const DENIED_ENV_EXACT: &[(&str, &str)] = &[
     ("EDITOR", "runs a program"),
     ("VISUAL", "runs a program"),
     ("PAGER", "runs a program"),
+    ("LESSOPEN", "less runs this program"),
+    ("LESSCLOSE", "less runs this program"),
+    ("MAKEFLAGS", "make takes options from it (--eval, SHELL=)"),
+    ("MFLAGS", "make takes options from it (--eval, SHELL=)"),
+    (
+        "GNUMAKEFLAGS",
+        "make takes options from it (--eval, SHELL=)",
+    ),
+    ("MAKEFILES", "make reads these makefiles first"),
+    ("CC", "build tools run this program"),
+    ("CXX", "build tools run this program"),
+    ("RUSTC", "cargo runs this program"),
+    ("RUSTDOC", "cargo runs this program"),
+    ("RUSTC_WRAPPER", "cargo runs this program"),
+    ("RUSTC_WORKSPACE_WRAPPER", "cargo runs this program"),
+    ("CARGO_BUILD_RUSTC", "cargo runs this program"),
+    ("CARGO_BUILD_RUSTDOC", "cargo runs this program"),
+    ("CARGO_BUILD_RUSTC_WRAPPER", "cargo runs this program"),
+    (
+        "CARGO_BUILD_RUSTC_WORKSPACE_WRAPPER",
+        "cargo runs this program",
+    ),
+    (
+        "CARGO_HOME",
+        "redirects cargo's configuration (wrappers, target runners)",
+    ),
+    (
+        "GOFLAGS",
+        "go takes flags from it (-toolexec runs a program)",
+    ),
+    (
+        "NPM_CONFIG_SCRIPT_SHELL",
+        "npm runs scripts with this program",
+    ),
+    ("NPM_CONFIG_USERCONFIG", "redirects npm's configuration"),
+    ("NPM_CONFIG_GLOBALCONFIG", "redirects npm's configuration"),
     ("PATH", "the sandbox PATH is fixed by the policy"),
     ("HTTP_PROXY", "the runner owns proxy settings"),
     ("HTTPS_PROXY", "the runner owns proxy settings"),
@@ -70,15 +161,30 @@ pub const DENIED_ENV_EXACT: &[(&str, &str)] = &[
 /// use tierbox_policy::validate::is_denied_env_name;
 /// assert!(is_denied_env_name("LD_PRELOAD").is_some());
 /// assert!(is_denied_env_name("https_proxy").is_some());
+/// assert!(is_denied_env_name("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER").is_some());
 /// assert!(is_denied_env_name("RUST_LOG").is_none());
+/// assert!(is_denied_env_name("CARGO_TARGET_DIR").is_none());
 /// ```
 pub fn is_denied_env_name(name: &str) -> Option<&'static str> {
     let upper = name.to_ascii_uppercase();
     DENIED_ENV_PREFIXES
         .iter()
         .find(|(p, _)| upper.starts_with(p))
-        .or_else(|| DENIED_ENV_EXACT.iter().find(|(n, _)| *n == upper))
         .map(|(_, reason)| *reason)
+        .or_else(|| {
+            DENIED_ENV_PATTERNS
+                .iter()
+                .find(|(p, s, _)| {
+                    upper.len() > p.len() + s.len() && upper.starts_with(p) && upper.ends_with(s)
+                })
+                .map(|(_, _, reason)| *reason)
+        })
+        .or_else(|| {
+            DENIED_ENV_EXACT
+                .iter()
+                .find(|(n, _)| *n == upper)
+                .map(|(_, reason)| *reason)
+        })
 }
 
 /// Builds the child's complete environment: policy `pass` (from the supervisor), policy

@@ -18,11 +18,18 @@
 //!   (`exec.wrapper_unresolvable`), never allowed;
 //! - with interpreters allowed but not eval, inline code is refused: flags per
 //!   interpreter family (see `eval.rs`), and program text on the request's stdin;
+//! - programs that are not interpreters but run code from their arguments (`git -c
+//!   core.fsmonitor=…`, `tar --to-command`, `make --eval`, see `routes.rs`) are refused
+//!   unless the policy allows both interpreters and inline code, and programs they run
+//!   directly (`rg --pre`, `tar -I`) are checked like the command;
 //! - argv is only read, never changed.
 
 mod eval;
 mod getopt;
+mod routes;
 mod wrappers;
+
+pub use routes::{GIT_CODE_KEYS, git_key_runs_code};
 
 use std::path::{Path, PathBuf};
 
@@ -291,6 +298,9 @@ impl Checker<'_> {
         if let Some((family, through)) = names.interpreter() {
             return self.check_interpreter(inv, family, through, depth);
         }
+        if let Some(kind) = names.route_program() {
+            self.check_routes(inv, kind, depth)?;
+        }
         match names.wrapper() {
             Some(kind) => self.check_wrapper(inv, kind, depth),
             None => Ok(()),
@@ -375,6 +385,36 @@ impl Checker<'_> {
         }
     }
 
+    /// A route program: code it would run is refused unless the policy allows both
+    /// interpreters and inline code; programs it would run are checked like the command.
+    fn check_routes(
+        &self,
+        inv: &Invocation,
+        kind: routes::RouteProgram,
+        depth: usize,
+    ) -> Result<(), Rejection> {
+        let found = routes::scan(kind, inv);
+        if let Some(route) = found.code.first()
+            && !(self.policy.allow_interpreters && self.policy.allow_eval)
+        {
+            return Err(Rejection::CodeRoute {
+                program: inv.name.clone(),
+                via: inv.via.clone(),
+                route: route.route.clone(),
+                arg_index: route.index,
+                allowed: if self.policy.allow_interpreters {
+                    "interpreters but no inline code (allow_eval = false)".to_owned()
+                } else {
+                    "no interpreters (allow_interpreters = false)".to_owned()
+                },
+            });
+        }
+        for program in &found.programs {
+            self.check_wrapped(program, depth + 1)?;
+        }
+        Ok(())
+    }
+
     fn check_wrapper(
         &self,
         inv: &Invocation,
@@ -446,6 +486,11 @@ impl<'a> Names<'a> {
         }
         let base = interpreter_base_name(&self.canonical_name()?)?;
         Some((base, self.canonical))
+    }
+
+    fn route_program(&self) -> Option<routes::RouteProgram> {
+        routes::route_program(&normalized(self.requested))
+            .or_else(|| routes::route_program(&self.canonical_name()?))
     }
 
     fn wrapper(&self) -> Option<WrapperKind> {

@@ -31,12 +31,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PREFIXES, is_denied_env_name};
+pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PATTERNS, DENIED_ENV_PREFIXES, is_denied_env_name};
 pub use git::{
     DEFAULT_PROTECTED, NESTED_REPO_MAX_DEPTH, NESTED_REPO_MAX_ENTRIES, NESTED_REPO_MAX_REPOS,
     NESTED_REPO_RESCAN, RepoScan, git_dirs,
 };
-pub use interpreter::{INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, interpreter_base_name};
+pub use interpreter::{
+    GIT_CODE_KEYS, INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, git_key_runs_code,
+    interpreter_base_name,
+};
 pub use scope::{
     ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS, REFUSED_WORKSPACE_DIRS, REFUSED_WORKSPACE_TREES,
 };

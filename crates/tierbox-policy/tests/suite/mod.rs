@@ -2,4 +2,5 @@ mod egress;
 mod redact;
 mod rejections;
 mod validate_exec;
+mod validate_routes;
 mod validate_scope;

@@ -167,6 +167,12 @@ fn every_rejection_code_has_a_table_case() {
         code_of(&fx, &req("env", &["--bogus-option", "ls"])),
         "exec.wrapper_unresolvable",
     );
+    let git = Fixture::new(&["git"]);
+    check(
+        "code route",
+        code_of(&git, &req("git", &["-c", "core.fsmonitor=./x", "status"])),
+        "exec.code_route",
+    );
 
     // ---- scope
     let mut gone = Fixture::new(&["ls"]);
@@ -311,4 +317,41 @@ fn the_policy_reference_lists_every_code() {
     for code in Rejection::ALL_CODES {
         assert!(doc.contains(code), "docs/policy.md does not list {code}");
     }
+}
+
+/// docs/policy.md's table of variables a request may not set is exactly the code's lists,
+/// row for row, with the same reasons.
+#[test]
+fn the_policy_reference_lists_every_denied_variable() {
+    use tierbox_policy::validate::{DENIED_ENV_EXACT, DENIED_ENV_PATTERNS, DENIED_ENV_PREFIXES};
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/policy.md"))
+        .unwrap();
+    let table = doc
+        .split("<!-- env-deny:start -->")
+        .nth(1)
+        .and_then(|t| t.split("<!-- env-deny:end -->").next())
+        .expect("docs/policy.md has the env-deny table markers");
+    let documented: Vec<(String, String)> = table
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            (cells[0].trim_matches('`').to_owned(), cells[1].to_owned())
+        })
+        .collect();
+    let code: Vec<(String, String)> = DENIED_ENV_PREFIXES
+        .iter()
+        .map(|(p, r)| (format!("{p}*"), (*r).to_owned()))
+        .chain(
+            DENIED_ENV_PATTERNS
+                .iter()
+                .map(|(p, s, r)| (format!("{p}*{s}"), (*r).to_owned())),
+        )
+        .chain(
+            DENIED_ENV_EXACT
+                .iter()
+                .map(|(n, r)| ((*n).to_owned(), (*r).to_owned())),
+        )
+        .collect();
+    assert_eq!(documented, code);
 }

@@ -55,6 +55,9 @@ pub(super) mod fixture {
         "gcc",
         "tar",
         "make",
+        "rg",
+        "gzip",
+        "zstd",
     ];
 
     /// `tmp/` (holding `secret`) with the workspace `tmp/ws/` and the PATH `tmp/bin/`.

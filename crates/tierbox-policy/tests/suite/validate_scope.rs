@@ -172,7 +172,7 @@ fn file_urls_are_checked() {
     outside(&f, "git", &["clone", "file:///etc/passwd"]);
     outside(&f, "git", &["clone", "FILE:///%65tc/passwd"]);
     outside(&f, "git", &["clone", "file://remote.example/repo"]);
-    outside(&f, "git", &["clone", "--template=file:///etc"]);
+    outside(&f, "git", &["clone", "--reference=file:///etc", "x"]);
     let inside = format!("file://{}", f.ws.join("repo").display());
     f.passes_untouched("git", &["clone", &inside]);
 }
