@@ -71,9 +71,17 @@ struct RequestArgs {
     /// Working directory relative to the workspace.
     #[arg(long)]
     cwd: Option<String>,
-    /// Extra environment variable for the child (repeatable).
-    #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
+    /// Environment variable for the child (repeatable): NAME=VALUE, or NAME alone to pass
+    /// the value tierbox itself has. For secrets use NAME alone or --env-file: a value
+    /// given as NAME=VALUE is in tierbox's command line, which other processes of the
+    /// host (and Tier B runs) can read.
+    #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
     env: Vec<String>,
+    /// Environment variables for the child from FILE (repeatable): NAME=VALUE lines, taken
+    /// verbatim to the end of the line; blank lines and lines starting with # are skipped.
+    /// Keeps the values off the command line.
+    #[arg(long = "env-file", value_name = "FILE")]
+    env_files: Vec<PathBuf>,
     /// Host the command intends to reach (repeatable; checked in preflight/strict).
     #[arg(long = "egress-host", value_name = "HOST")]
     egress_hosts: Vec<String>,
@@ -417,24 +425,75 @@ fn build_request(args: RequestArgs) -> std::result::Result<ProcessRunRequest, Re
     req.timeout_ms = args.timeout_ms;
     req.tier = args.tier.into();
     req.requested_egress_hosts = args.egress_hosts;
+    for file in &args.env_files {
+        insert_env_file(file, &mut req.env)?;
+    }
     insert_env_pairs(args.env, &mut req.env)?;
     Ok(req)
 }
 
-/// Adds `--env NAME=VALUE` flags to a request's environment; a flag without `=` is
-/// rejected (the request's own validation judges names and values).
+/// Adds `--env` flags to a request's environment: `NAME=VALUE`, or `NAME` for the value
+/// this process has (rejected when it has none). The request's own validation judges
+/// names and values.
 fn insert_env_pairs(
     pairs: Vec<String>,
     env: &mut std::collections::BTreeMap<String, String>,
 ) -> std::result::Result<(), Rejection> {
     for kv in pairs {
-        let (k, v) = kv
+        match kv.split_once('=') {
+            Some((k, v)) => {
+                env.insert(k.to_owned(), v.to_owned());
+            }
+            None => {
+                let value = std::env::var(&kv).map_err(|_| Rejection::EnvNameInvalid {
+                    name: kv.clone(),
+                    reason: "not set (or not UTF-8) in tierbox's own environment, which `-e NAME` passes on; give NAME=VALUE or use --env-file".to_owned(),
+                })?;
+                env.insert(kv, value);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Largest `--env-file` read, in bytes: far above what the request's own limits accept,
+/// so those limits, not this one, reject a large environment.
+const ENV_FILE_MAX_BYTES: u64 = 1 << 20;
+
+/// Adds the `NAME=VALUE` lines of `file` to a request's environment.
+fn insert_env_file(
+    file: &Path,
+    env: &mut std::collections::BTreeMap<String, String>,
+) -> std::result::Result<(), Rejection> {
+    let mut text = String::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(ENV_FILE_MAX_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| Rejection::Malformed {
+            detail: format!("--env-file {}: {e}", file.display()),
+        })?;
+    if text.len() as u64 > ENV_FILE_MAX_BYTES {
+        return Err(Rejection::Malformed {
+            detail: format!(
+                "--env-file {}: larger than {ENV_FILE_MAX_BYTES} bytes",
+                file.display()
+            ),
+        });
+    }
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let (k, v) = line
             .split_once('=')
             .ok_or_else(|| Rejection::EnvNameInvalid {
-                name: kv.clone(),
-                reason: "expected NAME=VALUE".to_owned(),
+                name: line.chars().take(64).collect(),
+                reason: format!(
+                    "--env-file {} line {}: expected NAME=VALUE",
+                    file.display(),
+                    n + 1
+                ),
             })?;
-        env.insert(k.to_owned(), v.to_owned());
+        env.insert(k.trim_start().to_owned(), v.to_owned());
     }
     Ok(())
 }

@@ -47,8 +47,9 @@ pub struct WasmRequestArgs {
     /// Pass a supervisor environment variable (repeatable; must be in `wasm.allow_env`).
     #[arg(long = "pass-env", value_name = "NAME")]
     pass_env: Vec<String>,
-    /// Set an environment variable (repeatable; the name must be in `wasm.allow_env`).
-    #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
+    /// Set an environment variable (repeatable; NAME=VALUE, or NAME for the value tierbox
+    /// has; the name must be in `wasm.allow_env`).
+    #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
     env: Vec<String>,
     /// Narrow the workspace grant.
     #[arg(long, value_enum)]

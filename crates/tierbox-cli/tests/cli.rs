@@ -909,3 +909,83 @@ fn the_proxy_warns_when_it_listens_beyond_loopback() {
         let _ = child.wait();
     }
 }
+
+/// `-e NAME` passes the value tierbox itself has and `--env-file FILE` reads `NAME=VALUE`
+/// lines, so a secret never has to be in tierbox's command line (which every process of
+/// the host can read); `-e NAME=VALUE` still works, and `-e NAME` of an unset variable,
+/// or a malformed file line, is a rejection naming it.
+#[test]
+fn env_values_come_from_the_environment_or_a_file_instead_of_argv() {
+    let ws = tempfile::tempdir().unwrap();
+    let file = ws.path().join("vars.env");
+    std::fs::write(&file, "# a comment\n\nFROM_FILE=a b=c\nOTHER=2\r\n").unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+        .args([
+            "check",
+            "--json",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "-e",
+            "FROM_ENV",
+            "-e",
+            "INLINE=x",
+            "--env-file",
+            file.to_str().unwrap(),
+            "--",
+            "ls",
+        ])
+        .env("XDG_STATE_HOME", state.path())
+        .env("FROM_ENV", "the-secret")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let v = succeeded_json(&out);
+    let env: Vec<(String, String)> = serde_json::from_value(v["plan"]["env"].clone()).unwrap();
+    for (name, value) in [
+        ("FROM_ENV", "the-secret"),
+        ("INLINE", "x"),
+        ("FROM_FILE", "a b=c"),
+        ("OTHER", "2"),
+    ] {
+        assert!(
+            env.contains(&(name.to_owned(), value.to_owned())),
+            "{name}={value} missing: {env:?}"
+        );
+    }
+
+    let out = tierbox(
+        &[
+            "check",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "-e",
+            "TIERBOX_SURELY_UNSET_VAR",
+            "--",
+            "ls",
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("TIERBOX_SURELY_UNSET_VAR") && err.contains("not set"),
+        "{err}"
+    );
+    std::fs::write(&file, "GOOD=1\nno equals sign here\n").unwrap();
+    let out = tierbox(
+        &[
+            "check",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--env-file",
+            file.to_str().unwrap(),
+            "--",
+            "ls",
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+}

@@ -441,6 +441,11 @@ pub struct BwrapOptions {
     /// bwrap's supplementary groups. `None`: bwrap makes its own user namespace, mapping
     /// the sandbox's uid to the caller's.
     pub userns_fd: Option<i32>,
+    /// An fd, inherited by `bwrap`, holding [`bwrap_env_args`] (read with `--args`), so the
+    /// environment's values stay out of bwrap's command line (`/proc/<pid>/cmdline` is
+    /// readable by every process of the host, a Tier B run included). `None` puts the
+    /// `--setenv` arguments in the argv itself.
+    pub env_args_fd: Option<i32>,
 }
 
 impl BwrapOptions {
@@ -457,6 +462,7 @@ impl BwrapOptions {
             host,
             egress_proxy_port: None,
             userns_fd: None,
+            env_args_fd: None,
         }
     }
 
@@ -494,6 +500,9 @@ impl BwrapOptions {
         }
         if self.seccomp_fd.is_some_and(|fd| fd < 0) {
             return invalid("seccomp_fd", format!("{:?} is negative", self.seccomp_fd));
+        }
+        if self.env_args_fd.is_some_and(|fd| fd < 0) {
+            return invalid("env_args_fd", format!("{:?} is negative", self.env_args_fd));
         }
         if self.userns_fd.is_some_and(|fd| fd < 0) {
             return invalid("userns_fd", format!("{:?} is negative", self.userns_fd));
@@ -583,11 +592,18 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     argv.flag_value("--hostname", &opts.hostname);
 
     // Environment: bwrap applies these while parsing, so `--clearenv` must come first.
+    // With `env_args_fd` the `--setenv` triples are read from that fd (`--args`), so the
+    // values never appear in bwrap's command line, which any process may read.
     argv.flags(&["--clearenv"]);
-    for (name, value) in &env {
-        argv.flags(&["--setenv"]);
-        argv.push(name);
-        argv.push(value);
+    match opts.env_args_fd {
+        Some(fd) => argv.flag_value("--args", fd.to_string()),
+        None => {
+            for (name, value) in &env {
+                argv.flags(&["--setenv"]);
+                argv.push(name);
+                argv.push(value);
+            }
+        }
     }
 
     // Fixed mounts before any bind, so a grant below them (e.g. a workspace under the
@@ -903,6 +919,24 @@ fn deny_steps(plan: &Plan, host: &HostLayout, mounts: &[(PathBuf, Step)]) -> Vec
         }
     }
     out
+}
+
+/// The `--setenv NAME VALUE` arguments of `plan`'s environment, NUL-separated as bwrap's
+/// `--args FD` reads them ([`BwrapOptions::env_args_fd`]). Pure.
+pub fn bwrap_env_args(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<u8>, BwrapError> {
+    let mut out = Vec::new();
+    for (name, value) in sandbox_env(plan, opts.egress_proxy_port)? {
+        for word in ["--setenv", name.as_str(), value.as_str()] {
+            if word.as_bytes().contains(&0) {
+                return Err(BwrapError::PlanNotExpressible {
+                    what: format!("environment variable {name:?} contains a NUL byte"),
+                });
+            }
+            out.extend_from_slice(word.as_bytes());
+            out.push(0);
+        }
+    }
+    Ok(out)
 }
 
 /// The sandbox's environment: the Plan's, plus `HOME` for a private home and the

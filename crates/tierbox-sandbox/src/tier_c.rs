@@ -40,6 +40,9 @@ pub const BWRAP_SECCOMP_FD: i32 = 3;
 /// The fd number at which `bwrap` receives the user namespace a root supervisor made for
 /// the run (`--userns 4`).
 pub const BWRAP_USERNS_FD: i32 = 4;
+/// The fd number at which `bwrap` receives the environment's `--setenv` arguments
+/// (`--args 5`), so their values are not in its command line.
+pub const BWRAP_ENV_ARGS_FD: i32 = 5;
 
 /// The seccomp filter of Tier C (both backends): the shared deny list with nested
 /// namespaces denied; inet and unix sockets allowed, since the network namespace has only
@@ -236,9 +239,15 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
     let mut bopts = BwrapOptions::new(info.features, HostLayout::probe(plan));
     bopts.seccomp_fd = seccomp.as_ref().map(|_| BWRAP_SECCOMP_FD);
     bopts.userns_fd = userns.as_ref().map(|_| BWRAP_USERNS_FD);
+    bopts.env_args_fd = Some(BWRAP_ENV_ARGS_FD);
     bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
     bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
     let argv = bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?;
+    let env_args = spawn::data_fd(
+        c"tierbox-bwrap-env",
+        &bwrap::bwrap_env_args(plan, &bopts).map_err(bwrap_error)?,
+        "bwrap's environment arguments",
+    )?;
     let placeholders = bwrap::host_mount_points(plan, &bopts).map_err(bwrap_error)?;
     // Claimed before bwrap creates them; released after the run (or here on failure).
     let claim = crate::placeholders::claim(&placeholders);
@@ -259,6 +268,7 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
         .iter()
         .map(|fd| (fd, BWRAP_SECCOMP_FD))
         .chain(userns.iter().map(|fd| (fd, BWRAP_USERNS_FD)))
+        .chain(std::iter::once((&env_args, BWRAP_ENV_ARGS_FD)))
         .collect();
     let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = idmapped
         .iter()

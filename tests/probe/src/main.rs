@@ -107,6 +107,8 @@ usage: tierbox-probe PROBE [ARGS]
                                 KEY cannot be found
   proc-masked                   /proc/kcore, keys, timer_list, sched_debug and interrupts must read
                                 as empty or not at all
+  no-secret-in-cmdlines         no /proc/PID/cmdline this process can read may hold the value of
+                                the variable TIERBOX_PROBE_NEEDLE (the needle is never in argv)
   no-signal-outside PID         kill(PID, 0) must fail with EPERM
   no-tiocsti                    TIOCSTI on fds 0-2 and /dev/tty must fail
   proc-environ PID              /proc/PID/environ, mem, fd/N links, cwd and root must be unreachable
@@ -202,6 +204,7 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
         "kernel-knobs" => knobs::kernel_knobs(),
         "proc-masked" => knobs::proc_masked(),
         "no-host-ipc" => knobs::no_host_ipc(number(arg(0)?)?),
+        "no-secret-in-cmdlines" => process::no_secret_in_cmdlines(),
         "memory" => process::memory(number(arg(0)?)?),
         "cpu" => process::cpu(number(arg(0)?)?),
         "hold" => process::hold(

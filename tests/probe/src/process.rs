@@ -299,3 +299,49 @@ pub fn hold(pidfile: &Path, ignore_term: bool) -> ProbeResult {
         HOLD_SLEEP.as_secs()
     )))
 }
+
+/// The variable holding what `no-secret-in-cmdlines` looks for (in the environment, so the
+/// probe's own command line does not hold it).
+pub const NEEDLE_VAR: &str = "TIERBOX_PROBE_NEEDLE";
+
+/// `no-secret-in-cmdlines`: no command line this process can read (`/proc/*/cmdline`:
+/// every process of its pid namespace, the host's for Tier B) may hold the value of
+/// [`NEEDLE_VAR`]. Reports how many it read, and every one that holds it.
+pub fn no_secret_in_cmdlines() -> ProbeResult {
+    let needle =
+        std::env::var(NEEDLE_VAR).map_err(|_| ProbeError(format!("{NEEDLE_VAR} is not set")))?;
+    if needle.len() < 8 {
+        return Err(ProbeError(format!(
+            "{NEEDLE_VAR} is too short to mean anything"
+        )));
+    }
+    let entries = std::fs::read_dir("/proc")
+        .map_err(|e| ProbeError(format!("cannot list /proc ({})", io_errno_name(&e))))?;
+    let mut read = 0;
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        read += 1;
+        if cmdline
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+        {
+            let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+            found.push(format!("pid {pid} ({})", String::from_utf8_lossy(argv0)));
+        }
+    }
+    Ok(if found.is_empty() {
+        Report::Holds(format!("{read} command lines read, none holds the value"))
+    } else {
+        Report::Broken(format!(
+            "{read} command lines read; the value is in: {}",
+            found.join(", ")
+        ))
+    })
+}

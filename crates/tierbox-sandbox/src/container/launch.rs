@@ -63,6 +63,10 @@ impl Drop for ContainerGuard {
     }
 }
 
+/// The fd number at which the engine CLI reads the container's environment
+/// (`--env-file /dev/fd/3`).
+pub const ENV_FILE_FD: i32 = 3;
+
 fn unavailable(reason: String) -> LaunchError {
     LaunchError::Rejected(Rejection::TierUnavailable {
         tier: Tier::C.to_string(),
@@ -105,8 +109,16 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         "the container backends apply no landlock layer (tier.backend = \"native\" does)",
         &mut missing,
     )?;
-    let copts = ContainerOptions::probe(engine, &opts.run_id, plan);
+    let mut copts = ContainerOptions::probe(engine, &opts.run_id, plan);
+    copts.env_file = Some(format!("/dev/fd/{ENV_FILE_FD}"));
     let argv = run_argv(plan, &copts).map_err(argv_error)?;
+    let env_file = spawn::data_fd(
+        c"tierbox-container-env",
+        super::env_file_contents(plan)
+            .map_err(argv_error)?
+            .as_bytes(),
+        "the container's environment",
+    )?;
     let name = container_name(&opts.run_id).map_err(argv_error)?;
     let claim = crate::placeholders::claim(&host_mount_points(&copts));
     // The CLI's own cgroup: optional (the container's limits are the engine's).
@@ -124,7 +136,11 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    let helper = HelperSpawn::plain(&info.path, &full_argv, &env);
+    let inherit = [(&env_file, ENV_FILE_FD)];
+    let helper = HelperSpawn {
+        inherit: &inherit,
+        ..HelperSpawn::plain(&info.path, &full_argv, &env)
+    };
     // The guard exists before the CLI starts, so a failed start still cleans up.
     let guard = ContainerGuard {
         engine: info.path.clone(),

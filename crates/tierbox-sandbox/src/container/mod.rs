@@ -17,8 +17,10 @@
 //!   with an empty read-only tmpfs when missing; a symlink among them is refused;
 //! - no mount may reach an engine socket ([`ENGINE_SOCKETS`]): the container would
 //!   control the engine, which is root on the host;
-//! - the environment is exactly the Plan's (`--env NAME=VALUE`, never inherited by
-//!   name), the working directory the Plan's, and the program the Plan's absolute path
+//! - the environment is exactly the Plan's, never inherited by name: read from an fd
+//!   the engine CLI inherits (`--env-file /dev/fd/3`, [`ContainerOptions::env_file`]), so
+//!   no value is in the CLI's command line, which every process of the host may read (or
+//!   `--env NAME=VALUE` without one); the working directory the Plan's, and the program the Plan's absolute path
 //!   (`--entrypoint`, so the image's own entrypoint never runs);
 //! - never `--privileged`, never a host namespace.
 //!
@@ -160,6 +162,11 @@ pub struct ContainerOptions {
     /// default: podman needs `catatonit` for it, and teardown removes the container by
     /// name whatever its init does.
     pub init: bool,
+    /// Where the engine CLI reads the environment ([`env_file_contents`]), typically
+    /// `/dev/fd/N` of an fd it inherits: `--env-file PATH`. `None`: `--env NAME=VALUE`
+    /// arguments, whose values every process of the host can read in the CLI's command
+    /// line.
+    pub env_file: Option<String>,
 }
 
 impl ContainerOptions {
@@ -172,6 +179,7 @@ impl ContainerOptions {
             protected: probe_protected(plan),
             tmp_size_bytes: tmp_size_bytes(plan),
             init: false,
+            env_file: None,
         }
     }
 }
@@ -224,11 +232,13 @@ pub enum ContainerError {
     /// The run id has characters a container name cannot hold.
     #[error("run id {0:?} is not a valid container name suffix")]
     BadRunId(String),
-    /// A variable cannot be passed as `--env NAME=VALUE`.
-    #[error("environment entry {name:?} cannot be passed to the container engine")]
+    /// A variable cannot be passed to the engine.
+    #[error("environment entry {name:?} cannot be passed to the container engine: {reason}")]
     BadEnv {
         /// The variable's name.
         name: String,
+        /// Why.
+        reason: &'static str,
     },
     /// The Plan's stdin is data, and argv/program hold a NUL byte or similar.
     #[error("argument {index} holds a NUL byte")]
@@ -394,6 +404,46 @@ fn network(plan: &Plan) -> Result<&'static str, ContainerError> {
 /// assert!(!argv.iter().any(|a| a == "--privileged"));
 /// # Ok(()) }
 /// ```
+/// The container's environment: the Plan's, plus a private `HOME` and `TMPDIR` in `/tmp`;
+/// every name and value checked to pass through an env file (no `=` or NUL in a name, no
+/// NUL or line break in a value: the engines' `--env-file` is line-based). Pure.
+fn container_env(plan: &Plan) -> Result<Vec<(String, String)>, ContainerError> {
+    let mut env: Vec<(String, String)> = plan.env.clone();
+    env.retain(|(k, _)| k != "TMPDIR");
+    env.push(("TMPDIR".to_owned(), "/tmp".to_owned()));
+    if plan.filesystem.private_home {
+        env.retain(|(k, _)| k != "HOME");
+        env.push(("HOME".to_owned(), "/tmp".to_owned()));
+    }
+    for (k, v) in &env {
+        let bad = |reason| ContainerError::BadEnv {
+            name: k.clone(),
+            reason,
+        };
+        if k.is_empty() || k.contains(['=', '\0']) || k.contains(char::is_whitespace) {
+            return Err(bad("not a variable name the engine accepts"));
+        }
+        if v.contains('\0') {
+            return Err(bad("its value holds a NUL byte"));
+        }
+        if v.contains(['\n', '\r']) {
+            return Err(bad(
+                "its value holds a line break, which the engine's line-based --env-file cannot carry",
+            ));
+        }
+    }
+    Ok(env)
+}
+
+/// The `NAME=VALUE` lines the engine reads with `--env-file` ([`ContainerOptions::env_file`]).
+/// Pure.
+pub fn env_file_contents(plan: &Plan) -> Result<String, ContainerError> {
+    Ok(container_env(plan)?
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect())
+}
+
 pub fn run_argv(plan: &Plan, opts: &ContainerOptions) -> Result<Vec<String>, ContainerError> {
     let container = plan
         .tier
@@ -474,18 +524,14 @@ pub fn run_argv(plan: &Plan, opts: &ContainerOptions) -> Result<Vec<String>, Con
         push(&["--mount", m]);
     }
     // The environment, exactly: the Plan's, plus a private HOME and TMPDIR in /tmp.
-    let mut env: Vec<(String, String)> = plan.env.clone();
-    env.retain(|(k, _)| k != "TMPDIR");
-    env.push(("TMPDIR".to_owned(), "/tmp".to_owned()));
-    if plan.filesystem.private_home {
-        env.retain(|(k, _)| k != "HOME");
-        env.push(("HOME".to_owned(), "/tmp".to_owned()));
-    }
-    for (k, v) in &env {
-        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
-            return Err(ContainerError::BadEnv { name: k.clone() });
+    let env = container_env(plan)?;
+    match &opts.env_file {
+        Some(path) => push(&["--env-file", path]),
+        None => {
+            for (k, v) in &env {
+                push(&["--env", &format!("{k}={v}")]);
+            }
         }
-        push(&["--env", &format!("{k}={v}")]);
     }
     let cwd = mount_path(&plan.cwd)?;
     push(&["--workdir", cwd]);

@@ -34,6 +34,7 @@ fn options(engine: Engine, plan: &Plan) -> ContainerOptions {
         protected,
         tmp_size_bytes: tmp_size_bytes(plan),
         init: false,
+        env_file: Some("/dev/fd/3".to_owned()),
     }
 }
 
@@ -103,12 +104,6 @@ fn the_argv_is_locked_down() {
 #[test]
 fn env_is_exactly_the_plans_with_a_private_home_and_tmp() {
     let plan = container_plan("build-with-caches.toml", TierCBackend::Podman);
-    let argv = run_argv(&plan, &options(Engine::Podman, &plan)).unwrap();
-    let env: Vec<&str> = argv
-        .windows(2)
-        .filter(|w| w[0] == "--env")
-        .map(|w| w[1].as_str())
-        .collect();
     let mut expected: Vec<String> = plan
         .env
         .iter()
@@ -118,8 +113,39 @@ fn env_is_exactly_the_plans_with_a_private_home_and_tmp() {
     expected.push("TMPDIR=/tmp".to_owned());
     assert!(plan.filesystem.private_home);
     expected.push("HOME=/tmp".to_owned());
+    // From the inherited fd: no value in the engine CLI's command line.
+    let argv = run_argv(&plan, &options(Engine::Podman, &plan)).unwrap();
+    assert!(!argv.iter().any(|a| a == "--env"), "{argv:?}");
+    let at = argv.iter().position(|a| a == "--env-file").unwrap();
+    assert_eq!(argv[at + 1], "/dev/fd/3");
+    let file = super::env_file_contents(&plan).unwrap();
+    assert_eq!(file.lines().collect::<Vec<_>>(), expected);
+    assert!(file.contains("CARGO_HOME=/home/agent/.cargo\n"));
+    for entry in &expected {
+        assert!(
+            !argv.iter().any(|a| a.ends_with(entry.as_str())),
+            "{entry} in argv"
+        );
+    }
+    // Without an env file: one `--env NAME=VALUE` each.
+    let mut inline = options(Engine::Podman, &plan);
+    inline.env_file = None;
+    let argv = run_argv(&plan, &inline).unwrap();
+    let env: Vec<&str> = argv
+        .windows(2)
+        .filter(|w| w[0] == "--env")
+        .map(|w| w[1].as_str())
+        .collect();
     assert_eq!(env, expected);
-    assert!(env.contains(&"CARGO_HOME=/home/agent/.cargo"));
+    // A value the line-based env file cannot carry is refused, not split.
+    let mut broken = plan.clone();
+    broken
+        .env
+        .push(("TOKEN".to_owned(), "a\nEVIL=1".to_owned()));
+    assert!(matches!(
+        super::env_file_contents(&broken),
+        Err(ContainerError::BadEnv { ref name, .. }) if name == "TOKEN"
+    ));
 }
 
 #[test]

@@ -937,6 +937,28 @@ impl HelperSpawn<'_> {
     }
 }
 
+/// A memory file (`memfd`, close-on-exec) holding `bytes`, positioned at its start: data a
+/// helper reads from an inherited fd to its end (bwrap's `--args`, a container engine's
+/// `--env-file /dev/fd/N`), kept out of its command line. Not a pipe: the data may exceed
+/// a pipe's buffer, and nothing has to write while the helper reads.
+pub(crate) fn data_fd(
+    name: &std::ffi::CStr,
+    bytes: &[u8],
+    what: &str,
+) -> Result<OwnedFd, LaunchError> {
+    use std::io::{Seek, SeekFrom, Write};
+    let setup = |source: std::io::Error| LaunchError::Setup {
+        what: format!("memory file for {what}"),
+        source,
+    };
+    let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| setup(e.into()))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes).map_err(setup)?;
+    file.seek(SeekFrom::Start(0)).map_err(setup)?;
+    Ok(file.into())
+}
+
 /// Starts `helper` in `slot`'s cgroup with the Plan's stdin and rlimits; see
 /// [`HelperSpawn`].
 pub(crate) fn spawn_helper(

@@ -187,9 +187,9 @@ pub(crate) struct ChildSpec {
 }
 
 /// Most fds a helper inherits ([`HelperSetup::inherit`]).
-pub(crate) const MAX_INHERITED_FDS: usize = 2;
+pub(crate) const MAX_INHERITED_FDS: usize = 3;
 /// Inherited fds are passed to the child at this number or above, over every destination
-/// number (3 and 4), so moving one into place never overwrites another's source.
+/// number (3 to 5), so moving one into place never overwrites another's source.
 pub(crate) const INHERIT_SOURCE_MIN_FD: c_int = 16;
 
 /// A detached mount tree the helper moves over `path` in its private mount namespace.
@@ -205,7 +205,8 @@ pub(crate) struct MountMove {
 pub(crate) struct HelperSetup {
     /// `(src, dst)` pairs: fds the helper inherits at number `dst` (>= 3); unused entries
     /// are `(-1, -1)`. Every `src` is at least [`INHERIT_SOURCE_MIN_FD`]. Used to hand
-    /// `bwrap` its seccomp program (`--seccomp 3`) and user namespace (`--userns 4`).
+    /// `bwrap` its seccomp program (`--seccomp 3`), user namespace (`--userns 4`) and
+    /// environment (`--args 5`).
     pub inherit: [(c_int, c_int); MAX_INHERITED_FDS],
     /// Trees moved over their paths in a private mount namespace made for the helper
     /// (null with 0 entries: the helper stays in the supervisor's mount namespace).

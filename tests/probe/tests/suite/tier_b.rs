@@ -867,3 +867,61 @@ async fn paths_outside_the_workspace_are_refused_as_arguments() {
     );
     assert_eq!(PATH_ARG, format!("env:{PATH_VAR}"));
 }
+
+/// A request's environment values appear in no command line a Tier B run can read —
+/// every process of the host — while another run holds them: here a Tier C run on the
+/// bwrap backend, whose helper took its environment as `--setenv NAME VALUE` arguments.
+/// Negative control: a host process with the value among its arguments is found.
+///
+/// Regression: the bwrap backend passed the environment in bwrap's argv, and the
+/// container backends as `--env NAME=VALUE`; `/proc/<pid>/cmdline` is world-readable.
+#[tokio::test]
+async fn request_env_values_are_in_no_command_line() {
+    let test = "request_env_values_are_in_no_command_line";
+    let Some(scan) = Fixture::new(test, &[]) else {
+        return;
+    };
+    let Some(mut held) = Fixture::tier_c(test, &[], tierbox_policy::TierCBackend::Bwrap) else {
+        return;
+    };
+    held.policy.limits.timeout_ms = 3_000;
+    let secret = format!(
+        "tbx-secret-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let scan_request = || {
+        let mut r = scan.request(&["no-secret-in-cmdlines"]);
+        r.env
+            .insert("TIERBOX_PROBE_NEEDLE".to_owned(), secret.clone());
+        r
+    };
+
+    let pidfile = held.workspace.join("held.pid");
+    let marker = pidfile.display().to_string();
+    let mut hold = held.request(&["hold", &marker]);
+    hold.env.insert("SECRET_TOKEN".to_owned(), secret.clone());
+    let scan_while_held = async {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !pidfile.exists() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(pidfile.exists(), "the held run did not start");
+        scan.run(&scan_request()).await
+    };
+    let (_, o) = tokio::join!(held.run(&hold), scan_while_held);
+    assert_eq!(o.tier, "b", "{}", describe(&o));
+    assert_holds(&o);
+
+    // Negative control: the value in a host process's arguments is seen.
+    let mut control = std::process::Command::new("sh")
+        .args(["-c", "sleep 3", &secret])
+        .spawn()
+        .unwrap();
+    let o = scan.run(&scan_request()).await;
+    let _ = control.kill();
+    let _ = control.wait();
+    assert_broken(&o);
+}
