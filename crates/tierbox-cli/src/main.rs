@@ -644,8 +644,11 @@ fn run_and_print(
             if json {
                 println!("{}", serde_json::to_string_pretty(&outcome)?);
             } else {
-                let tty = std::io::stdout().is_terminal();
-                render::print_outcome(&outcome, tty);
+                render::print_outcome(
+                    &outcome,
+                    std::io::stdout().is_terminal(),
+                    std::io::stderr().is_terminal(),
+                );
             }
             if let Some(e) = &outcome.audit_error {
                 eprintln!("tierbox: the run is not attested: {e}");

@@ -1,25 +1,31 @@
 //! Human-readable rendering. Guest output is hostile: when printing to a terminal, escape
 //! sequences and other control characters are made visible instead of interpreted.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 
 use tierbox_policy::Plan;
 use tierbox_runner::Outcome;
 
-/// Replaces control characters other than newline, tab and carriage return with visible
-/// stand-ins (`ESC` becomes `␛`, other C0 characters `^X`), so guest output cannot move
-/// the cursor, retitle the window or inject keystrokes into the terminal.
+/// Replaces control characters other than newline and tab with visible stand-ins (`ESC`
+/// becomes `␛`, BEL `^G`, a carriage return not ending a line `^M`, other C0 characters
+/// `^X`, C1 characters `�`), so guest output cannot move the cursor, overwrite what was
+/// printed (`\r`), retitle the window, ring the bell or inject keystrokes into the
+/// terminal. A `\r\n` line ending stays: `"ok\rFAKE\r\n"` prints as `ok^MFAKE` and a
+/// line break.
 pub fn neutralize(text: &str) -> std::borrow::Cow<'_, str> {
+    let bare_cr = |i: usize| text.as_bytes().get(i + 1) != Some(&b'\n');
+    // Shown as it is: newline, tab, and a carriage return ending a line.
+    let kept = |i: usize, c: char| matches!(c, '\n' | '\t') || (c == '\r' && !bare_cr(i));
     if !text
-        .chars()
-        .any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
+        .char_indices()
+        .any(|(i, c)| c.is_control() && !kept(i, c))
     {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
+    for (i, c) in text.char_indices() {
         match c {
-            '\n' | '\t' | '\r' => out.push(c),
+            c if kept(i, c) => out.push(c),
             '\u{1b}' => out.push('␛'),
             c if (c as u32) < 0x20 => {
                 out.push('^');
@@ -32,8 +38,12 @@ pub fn neutralize(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-pub fn print_outcome(o: &Outcome, tty: bool) {
-    let show = |s: &str| {
+/// Prints the program's output and the notes about the run. Each stream is neutralised
+/// ([`neutralize`]) only when it goes to a terminal: output piped or redirected stays
+/// byte-exact. The notes go to stderr and carry text the program chose (hosts it asked
+/// for, directories it created), so they follow stderr's rule.
+pub fn print_outcome(o: &Outcome, stdout_tty: bool, stderr_tty: bool) {
+    let show = |s: &str, tty: bool| {
         if tty {
             neutralize(s).into_owned()
         } else {
@@ -41,10 +51,10 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
         }
     };
     let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(show(&o.stdout.text).as_bytes());
+    let _ = stdout.write_all(show(&o.stdout.text, stdout_tty).as_bytes());
     let _ = stdout.flush();
     let mut stderr = std::io::stderr().lock();
-    let _ = stderr.write_all(show(&o.stderr.text).as_bytes());
+    let _ = stderr.write_all(show(&o.stderr.text, stderr_tty).as_bytes());
     let mut notes = Vec::new();
     let stopped = if o.tier == "a" {
         "the guest was stopped"
@@ -105,7 +115,7 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
             log.dropped
         ));
     }
-    if !o.enforcement.missing_layers.is_empty() && std::io::stderr().is_terminal() {
+    if !o.enforcement.missing_layers.is_empty() && stderr_tty {
         let missing: Vec<String> = o
             .enforcement
             .missing_layers
@@ -115,7 +125,7 @@ pub fn print_outcome(o: &Outcome, tty: bool) {
         notes.push(format!("not enforced on this host: {}", missing.join(", ")));
     }
     for note in notes {
-        let _ = writeln!(stderr, "tierbox: {note}");
+        let _ = writeln!(stderr, "tierbox: {}", show(&note, stderr_tty));
     }
 }
 
@@ -198,5 +208,23 @@ mod tests {
     fn escapes_are_made_visible() {
         assert_eq!(neutralize("a\u{1b}]0;pwned\u{7}b"), "a␛]0;pwned^Gb");
         assert_eq!(neutralize("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(neutralize("bell\u{7}"), "bell^G");
+        assert_eq!(neutralize("\u{9b}31m"), "�31m");
+    }
+
+    /// Regression: `\r` reached the terminal raw, so output could overwrite what it had
+    /// printed (`PASS\rFAIL` shows `FAIL`). A `\r\n` line ending stays as it is.
+    #[test]
+    fn carriage_returns_cannot_overwrite_a_line() {
+        assert_eq!(
+            neutralize("tests: FAIL\rtests: ok  \n"),
+            "tests: FAIL^Mtests: ok  \n"
+        );
+        assert_eq!(
+            neutralize("line one\r\nline two\r\n"),
+            "line one\r\nline two\r\n"
+        );
+        assert_eq!(neutralize("end\r"), "end^M");
+        assert_eq!(neutralize("\r\r\n"), "^M\r\n");
     }
 }

@@ -989,3 +989,66 @@ fn env_values_come_from_the_environment_or_a_file_instead_of_argv() {
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("line 2"), "{err}");
 }
+
+/// The program's output reaches a terminal with its control characters made visible —
+/// escape sequences, BEL, a carriage return that would overwrite the line — on stdout
+/// and stderr alike, while output that is piped stays byte-exact.
+///
+/// Regression: `\r` and BEL reached the terminal raw, and stderr was treated by stdout's
+/// rule (raw when stdout was piped, whatever stderr was).
+#[test]
+fn output_to_a_terminal_is_inert_and_piped_output_is_exact() {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    use std::io::Read;
+    let ws = tempfile::tempdir().unwrap();
+    let w = ws.path().to_str().unwrap();
+    let script = [
+        "run",
+        "--workspace",
+        w,
+        "--",
+        "printf",
+        r"ok\rFAIL\033]0;t\007 end\r\n",
+    ];
+    let piped = tierbox(&script, None);
+    assert_eq!(piped.status.code(), Some(0), "{piped:?}");
+    assert_eq!(piped.stdout, b"ok\rFAIL\x1b]0;t\x07 end\r\n");
+
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let name = ptsname(&master, Vec::new()).unwrap();
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(name.to_str().unwrap())
+        .unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+        .args(script)
+        .env("XDG_STATE_HOME", state.path())
+        .stdin(Stdio::null())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let mut shown = Vec::new();
+    let mut master = std::fs::File::from(master);
+    let mut buf = [0u8; 4096];
+    // Everything is written before the process exits; read what the pty holds.
+    rustix::io::ioctl_fionbio(&master, true).unwrap();
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        shown.extend_from_slice(&buf[..n]);
+    }
+    let shown = String::from_utf8_lossy(&shown);
+    // The pty's own output processing turns "\n" into "\r\n".
+    assert!(shown.contains("ok^MFAIL␛]0;t^G end\r"), "{shown:?}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
+}
