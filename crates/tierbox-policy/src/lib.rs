@@ -23,6 +23,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod enforcement;
 pub mod handle;
 pub mod hosts;

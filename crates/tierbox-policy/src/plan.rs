@@ -64,10 +64,24 @@ pub struct FsPlan {
     /// `system_read_only` grants (before `deny_read` is carved out).
     #[serde(default)]
     pub system_hidden: Vec<PathBuf>,
-    /// The policy's extra read-only paths that exist.
+    /// The policy's extra read-only paths that exist, with `deny_read` carved out (each
+    /// grant that contains a denied path replaced by its entries, recursively): what a
+    /// tier that can only grant (landlock, Tier B) allows.
     pub read_only: Vec<PathBuf>,
-    /// The policy's extra writable paths that exist.
+    /// The policy's extra writable paths that exist, `deny_read` carved out as in
+    /// [`FsPlan::read_only`].
     pub writable: Vec<PathBuf>,
+    /// The policy's read-only grants whole (canonical, existing): what a mount-based tier
+    /// binds, covering the `deny_read` paths inside afterwards. Empty means "the same as
+    /// [`FsPlan::read_only`]" (hand-built Plans); see [`FsPlan::read_only_binds`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only_roots: Vec<PathBuf>,
+    /// The policy's writable grants whole; see [`FsPlan::writable_binds`]. Binding these
+    /// whole is what keeps a new file at the top of a grant that contains a denied path on
+    /// the host: carved into its entries, the grant's own directory would be the
+    /// sandbox's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable_roots: Vec<PathBuf>,
     /// Paths hidden from the run (Tier C).
     pub deny_read: Vec<PathBuf>,
     /// Absolute paths inside the workspace kept read-only (Tier C); they need not exist.
@@ -83,6 +97,35 @@ pub struct FsPlan {
 }
 
 impl FsPlan {
+    /// The read-only grants a mount-based tier binds: [`FsPlan::read_only_roots`] whole,
+    /// else [`FsPlan::read_only`]; `deny_read` paths inside are covered afterwards.
+    pub fn read_only_binds(&self) -> &[PathBuf] {
+        if self.read_only_roots.is_empty() {
+            &self.read_only
+        } else {
+            &self.read_only_roots
+        }
+    }
+
+    /// The writable grants a mount-based tier binds: [`FsPlan::writable_roots`] whole,
+    /// else [`FsPlan::writable`]; `deny_read` paths inside are covered afterwards.
+    ///
+    /// ```
+    /// use std::path::PathBuf;
+    /// let mut fs = tierbox_policy::plan::FsPlan::default();
+    /// fs.writable = vec![PathBuf::from("/cache/a"), PathBuf::from("/cache/b")];
+    /// assert_eq!(fs.writable_binds(), fs.writable.as_slice());
+    /// fs.writable_roots = vec![PathBuf::from("/cache")];
+    /// assert_eq!(fs.writable_binds(), [PathBuf::from("/cache")]);
+    /// ```
+    pub fn writable_binds(&self) -> &[PathBuf] {
+        if self.writable_roots.is_empty() {
+            &self.writable
+        } else {
+            &self.writable_roots
+        }
+    }
+
     /// The system entries a mount-based tier binds: [`FsPlan::system_roots`] whole when
     /// present (their secrets then covered, see [`FsPlan::system_covers`]), else
     /// [`FsPlan::system_read_only`] entry by entry.

@@ -335,8 +335,8 @@ impl HostLayout {
                 .system_binds()
                 .iter()
                 .chain(fs.system_covers())
-                .chain(&fs.read_only)
-                .chain(&fs.writable)
+                .chain(fs.read_only_binds())
+                .chain(fs.writable_binds())
                 .chain(std::iter::once(&plan.workspace))
                 .chain(&fs.deny_read);
             for path in direct {
@@ -631,6 +631,13 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     if plan.filesystem.private_home {
         argv.flag_value("--dir", SANDBOX_HOME);
     }
+    // A grant's ancestors under /tmp would be directories of the run's writable scratch,
+    // where a write beside the grant would look as if it reached the host: each gets a
+    // small tmpfs of its own, read-only once the grants are mounted in it.
+    let skeletons = skeleton_tops(&mounts);
+    for top in &skeletons {
+        argv.flag_value("--tmpfs", top);
+    }
 
     for (path, step) in &mounts {
         match step {
@@ -645,6 +652,9 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
             Deny::Dir(path) => argv.empty_ro(path),
             Deny::File(path) => argv.flag_pair("--ro-bind", "/dev/null", path),
         }
+    }
+    for top in &skeletons {
+        argv.flag_value("--remount-ro", top);
     }
     // Every mount point now exists: freeze the root tmpfs (not recursive, so /tmp,
     // /dev/shm and the writable binds stay writable).
@@ -665,6 +675,28 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
         argv.push(arg);
     }
     argv.finish()
+}
+
+/// The first directory below [`SANDBOX_TMP`] on the way to each mount under it that is
+/// not itself mounted: where the mounts' ancestors would be created in the scratch tmpfs.
+/// Sorted, outermost only.
+fn skeleton_tops(mounts: &[(PathBuf, Step)]) -> Vec<PathBuf> {
+    let tmp = Path::new(SANDBOX_TMP);
+    let mut tops: BTreeSet<PathBuf> = BTreeSet::new();
+    for (path, _) in mounts {
+        let Ok(rel) = path.strip_prefix(tmp) else {
+            continue;
+        };
+        let mut parts = rel.components();
+        let (Some(first), Some(_)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let top = tmp.join(first);
+        if !mounts.iter().any(|(p, _)| *p == top) {
+            tops.insert(top);
+        }
+    }
+    tops.into_iter().collect()
 }
 
 /// The directories bwrap will create in the host's filesystem for `plan`: the covers of
@@ -712,11 +744,11 @@ fn mount_steps(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step)>, B
         }
     }
     let grants = fs
-        .read_only
+        .read_only_binds()
         .iter()
         .map(|p| (p, Step::BindRo, "read-only path"))
         .chain(
-            fs.writable
+            fs.writable_binds()
                 .iter()
                 .map(|p| (p, Step::BindRw, "writable path")),
         )
@@ -862,7 +894,7 @@ fn protected_mounts(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step
 
 /// The paths a run may write: the workspace and the writable grants.
 pub(crate) fn writable_roots(plan: &Plan) -> impl Iterator<Item = &PathBuf> {
-    std::iter::once(&plan.workspace).chain(&plan.filesystem.writable)
+    std::iter::once(&plan.workspace).chain(plan.filesystem.writable_binds())
 }
 
 /// Covers for `deny_read` paths that are visible in the sandbox: resolved through a

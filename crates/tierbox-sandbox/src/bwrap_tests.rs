@@ -208,10 +208,10 @@ fn strict_policy_golden_argv() {
 --setenv PATH /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 --setenv TEMP /tmp --setenv TMP /tmp --setenv TMPDIR /tmp --setenv USER agent \
 --proc /proc --remount-ro /proc --dev /dev --size 268435456 --tmpfs /tmp --dir /tmp/home \
---symlink usr/bin /bin --ro-bind /etc/passwd /etc/passwd --ro-bind /etc/ssl /etc/ssl \
+--tmpfs $T --symlink usr/bin /bin --ro-bind /etc/passwd /etc/passwd --ro-bind /etc/ssl /etc/ssl \
 --symlink usr/lib /lib --symlink usr/lib64 /lib64 \
 --bind $T/ws $T/ws --tmpfs $T/ws/.git --remount-ro $T/ws/.git --ro-bind /usr /usr \
---remount-ro / --chdir $T/ws --seccomp 3 -- /usr/bin/ls -la";
+--remount-ro $T --remount-ro / --chdir $T/ws --seccomp 3 -- /usr/bin/ls -la";
     assert_eq!(normalized(&argv, &sc.root), expected);
     assert_locked_down(&strings(&argv));
 }

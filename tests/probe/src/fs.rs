@@ -770,3 +770,53 @@ pub fn create_denied(path: &Path) -> ProbeResult {
     }
     verdict(&attempts, &tail)
 }
+
+/// `fs-ops TAG (d:DIR | f:FILE)...`: tries, and reports one line each as
+/// `OP PATH ok|ERRNO`, every operation the grant model speaks of: for a directory, list
+/// it, create `TAG.new` in it (then leave it), create `TAG.del` and delete it, create
+/// `TAG.a` and rename it to `TAG.b`; for a file, read it and append `TAG` to it. Always
+/// reports (a failed operation is data, not a probe failure); the caller checks the host.
+pub fn fs_ops(tag: &str, targets: &[String]) -> ProbeResult {
+    let mut lines = Vec::new();
+    let result = |r: std::io::Result<()>| match r {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => io_errno_name(&e),
+    };
+    for target in targets {
+        if let Some(dir) = target.strip_prefix("d:") {
+            let dir = Path::new(dir);
+            lines.push(format!(
+                "list {} {}",
+                dir.display(),
+                result(std::fs::read_dir(dir).map(drop))
+            ));
+            let new = dir.join(format!("{tag}.new"));
+            lines.push(format!(
+                "create {} {}",
+                dir.display(),
+                result(std::fs::write(&new, tag))
+            ));
+            let del = dir.join(format!("{tag}.del"));
+            let deleted = std::fs::write(&del, tag).and_then(|()| std::fs::remove_file(&del));
+            lines.push(format!("delete {} {}", dir.display(), result(deleted)));
+            let (a, b) = (dir.join(format!("{tag}.a")), dir.join(format!("{tag}.b")));
+            let renamed = std::fs::write(&a, tag).and_then(|()| std::fs::rename(&a, &b));
+            lines.push(format!("rename {} {}", dir.display(), result(renamed)));
+        } else if let Some(file) = target.strip_prefix("f:") {
+            let file = Path::new(file);
+            let read = File::open(file).and_then(|mut f| {
+                let mut buf = Vec::new();
+                f.read_to_end(&mut buf).map(drop)
+            });
+            lines.push(format!("read {} {}", file.display(), result(read)));
+            let appended = OpenOptions::new()
+                .append(true)
+                .open(file)
+                .and_then(|mut f| f.write_all(tag.as_bytes()));
+            lines.push(format!("write {} {}", file.display(), result(appended)));
+        } else {
+            return Err(ProbeError(format!("{target:?}: expected d:DIR or f:FILE")));
+        }
+    }
+    Ok(Report::Done(lines.join("\n")))
+}

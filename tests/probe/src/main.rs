@@ -107,6 +107,8 @@ usage: tierbox-probe PROBE [ARGS]
                                 KEY cannot be found
   proc-masked                   /proc/kcore, keys, timer_list, sched_debug and interrupts must read
                                 as empty or not at all
+  fs-ops TAG (d:DIR|f:FILE)...  tries list, create, delete and rename in each DIR and read and write
+                                of each FILE, and reports each result (the caller checks the host)
   no-secret-in-cmdlines         no /proc/PID/cmdline this process can read may hold the value of
                                 the variable TIERBOX_PROBE_NEEDLE (the needle is never in argv)
   no-signal-outside PID         kill(PID, 0) must fail with EPERM
@@ -205,6 +207,7 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
         "proc-masked" => knobs::proc_masked(),
         "no-host-ipc" => knobs::no_host_ipc(number(arg(0)?)?),
         "no-secret-in-cmdlines" => process::no_secret_in_cmdlines(),
+        "fs-ops" => fs::fs_ops(arg(0)?, args.get(1..).unwrap_or_default()),
         "memory" => process::memory(number(arg(0)?)?),
         "cpu" => process::cpu(number(arg(0)?)?),
         "hold" => process::hold(

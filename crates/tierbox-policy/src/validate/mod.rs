@@ -330,7 +330,7 @@ pub fn system_paths() -> SystemPaths {
         let path = Path::new(root);
         if std::fs::symlink_metadata(path).is_ok() {
             roots.push(path.to_path_buf());
-            expand_without(path, &hidden, &mut grants);
+            grants.extend(crate::access::carve(&[path.to_path_buf()], &hidden));
         }
     }
     grants.sort();
@@ -438,29 +438,6 @@ fn permission_bits(_meta: &std::fs::Metadata) -> u32 {
     0o755
 }
 
-fn expand_without(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
-    if hidden.iter().any(|h| h == path) {
-        return;
-    }
-    if !hidden.iter().any(|h| h.starts_with(path)) {
-        out.push(path.to_path_buf());
-        return;
-    }
-    let is_dir = std::fs::symlink_metadata(path)
-        .map(|m| m.is_dir())
-        .unwrap_or(false);
-    if !is_dir {
-        out.push(path.to_path_buf());
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(path) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        expand_without(&entry.path(), hidden, out);
-    }
-}
-
 fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> FsPlan {
     let home = ctx.home();
     let fs = &policy.filesystem;
@@ -474,25 +451,45 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
         .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
         .collect();
     // Denied paths are carved out of every grant (as host secrets are out of /etc), so a
-    // tier that can only grant — landlock — enforces them too.
+    // tier that can only grant — landlock — enforces them too; see `crate::access`.
     let carve = |grants: Vec<PathBuf>| -> Vec<PathBuf> {
         if deny_read.is_empty() {
             return grants;
         }
-        let mut out = Vec::new();
-        for g in &grants {
-            expand_without(g, &deny_read, &mut out);
-        }
-        out
+        crate::access::carve(&grants, &deny_read)
     };
     let system = system_paths();
     let repos = git::git_dirs_cached(workspace).repos;
+    // Denial wins (`crate::access`): a grant inside a denied path grants nothing.
+    let outside_denials = |mut grants: Vec<PathBuf>| {
+        grants.retain(|g| !deny_read.iter().any(|d| g.starts_with(d)));
+        grants
+    };
+    let read_only_roots = outside_denials(existing_paths(&fs.read_only, home.as_deref()));
+    let writable_roots = outside_denials(existing_paths(&fs.writable, home.as_deref()));
     FsPlan {
         system_read_only: carve(system.grants),
         system_roots: system.roots,
         system_hidden: system.hidden,
-        read_only: carve(existing_paths(&fs.read_only, home.as_deref())),
-        writable: carve(existing_paths(&fs.writable, home.as_deref())),
+        read_only: carve(read_only_roots.clone()),
+        // Writable grants are carved around the read-only grants inside them too: landlock
+        // would otherwise let the writable rule reach into them.
+        writable: {
+            let mut narrower = deny_read.clone();
+            narrower.extend(
+                read_only_roots
+                    .iter()
+                    .filter(|r| writable_roots.iter().any(|w| r.starts_with(w) && *r != w))
+                    .cloned(),
+            );
+            if narrower.is_empty() {
+                writable_roots.clone()
+            } else {
+                crate::access::carve(&writable_roots, &narrower)
+            }
+        },
+        read_only_roots,
+        writable_roots,
         deny_read,
         protected: git::protected_paths(workspace, &fs.protected, &repos),
         git_repos: repos,
@@ -555,8 +552,7 @@ mod system_paths_tests {
         let (mut hidden, mut walked, mut budget) = (Vec::new(), Vec::new(), 100);
         find_unreadable(dir.path(), 0, &mut budget, &mut hidden, &mut walked);
         assert_eq!(hidden, std::slice::from_ref(&closed));
-        let mut out = Vec::new();
-        expand_without(dir.path(), &hidden, &mut out);
+        let out = crate::access::carve(&[dir.path().to_path_buf()], &hidden);
         assert_eq!(out, [open]);
     }
 }

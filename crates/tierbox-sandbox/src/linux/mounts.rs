@@ -122,6 +122,11 @@ use tierbox_policy::Plan;
 /// memory a pathological Plan could make the setup use.
 pub const ROOT_TMPFS_BYTES: u64 = 1 << 20;
 
+/// Size cap of a skeleton tmpfs, in bytes: the read-only tmpfs put where a grant's
+/// ancestors would otherwise be directories of the sandbox's writable scratch (`/tmp`),
+/// holding only those directories and mount points.
+pub const SKELETON_TMPFS_BYTES: u64 = 64 << 10;
+
 /// Mode of the root tmpfs's top directory.
 pub const ROOT_DIR_MODE: u32 = 0o755;
 
@@ -417,6 +422,13 @@ pub enum MountOp {
         /// Keep device nodes usable (no `MS_NODEV`): only for `/dev`.
         allow_devices: bool,
     },
+    /// Make the skeleton tmpfs at `dst` read-only, not the mounts inside it (the grants
+    /// it holds keep their own flags): `mount_setattr(dst, 0, MOUNT_ATTR_RDONLY |
+    /// MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)`. After everything is mounted in it.
+    SealSkeleton {
+        /// The skeleton tmpfs.
+        dst: PathBuf,
+    },
     /// Make the staging directory `/`: `chdir(staging)`, `pivot_root(".", ".")`,
     /// `umount2(".", MNT_DETACH)` (the old root, stacked under the new one), `chdir("/")`.
     PivotRoot,
@@ -442,7 +454,8 @@ impl MountOp {
             | Self::BindRw { dst, .. }
             | Self::CoverWithDevNull { dst }
             | Self::CoverWithEmptyDir { dst }
-            | Self::RemountRo { dst, .. } => Some(dst),
+            | Self::RemountRo { dst, .. }
+            | Self::SealSkeleton { dst } => Some(dst),
         }
     }
 
@@ -545,6 +558,7 @@ impl fmt::Display for MountOp {
                 dst.display(),
                 if *allow_devices { " (devices)" } else { "" }
             ),
+            Self::SealSkeleton { dst } => write!(f, "seal-skeleton {}", dst.display()),
             Self::PivotRoot => f.write_str("pivot-root"),
             Self::RemountRootRo => f.write_str("remount-root-ro"),
         }
@@ -902,8 +916,8 @@ fn build(plan: &Plan, lookup: &mut Lookup<'_>) -> Result<MountPlan, MountPlanErr
     let count = fs.system_read_only.len()
         + fs.system_roots.len()
         + fs.system_hidden.len()
-        + fs.read_only.len()
-        + fs.writable.len()
+        + fs.read_only_binds().len()
+        + fs.writable_binds().len()
         + fs.deny_read.len()
         + fs.protected.len()
         + 1;
@@ -916,6 +930,7 @@ fn build(plan: &Plan, lookup: &mut Lookup<'_>) -> Result<MountPlan, MountPlanErr
         mounts: Vec::new(),
         created: BTreeMap::new(),
         placeholders: Vec::new(),
+        skeletons: Vec::new(),
     };
     let workspace = normalize("workspace", &plan.workspace)?;
     let home = fs.private_home.then(|| PathBuf::from(PRIVATE_HOME));
@@ -955,6 +970,10 @@ fn build(plan: &Plan, lookup: &mut Lookup<'_>) -> Result<MountPlan, MountPlanErr
     //    whatever grant contains them.
     p.deny("filesystem.system_hidden", fs.system_covers(), &workspace)?;
     p.deny("filesystem.deny_read", &fs.deny_read, &workspace)?;
+    // Skeletons in scratch, once everything inside them is mounted.
+    for skeleton in std::mem::take(&mut p.skeletons) {
+        p.ops.push(MountOp::SealSkeleton { dst: skeleton });
+    }
 
     // 6. Switch roots, then seal the root tmpfs.
     p.ops.push(MountOp::PivotRoot);
@@ -1011,8 +1030,8 @@ fn classify_binds(
     let mut by_dst: BTreeMap<PathBuf, (Bind, &'static str)> = BTreeMap::new();
     let lists: [(&'static str, &[PathBuf], bool); 3] = [
         ("filesystem.system_read_only", fs.system_binds(), false),
-        ("filesystem.read_only", &fs.read_only, false),
-        ("filesystem.writable", &fs.writable, true),
+        ("filesystem.read_only", fs.read_only_binds(), false),
+        ("filesystem.writable", fs.writable_binds(), true),
     ];
     for (field, list, writable) in lists {
         let system = field == "filesystem.system_read_only";
@@ -1146,6 +1165,11 @@ fn normalize(field: &'static str, path: &Path) -> Result<PathBuf, MountPlanError
 enum Backing {
     /// A tmpfs the plan populates (writable during setup).
     Tmpfs,
+    /// The sandbox's scratch tmpfs (`/tmp`, `/dev/shm`): writable by the program for good.
+    /// A directory the plan needs there for a grant's ancestors becomes a skeleton tmpfs,
+    /// sealed read-only before the pivot, so nothing the program writes beside a grant
+    /// lands in scratch as if it were on the host.
+    Scratch,
     /// A tmpfs already sealed read-only (`/dev` after its remount).
     SealedTmpfs,
     /// procfs or devpts: nothing is created in them.
@@ -1202,6 +1226,8 @@ struct Planner<'l, 'a> {
     /// Entries created in tmpfs mounts.
     created: BTreeMap<PathBuf, Created>,
     placeholders: Vec<PathBuf>,
+    /// Skeleton tmpfs mounts made in scratch, sealed read-only before the pivot.
+    skeletons: Vec<PathBuf>,
 }
 
 impl Planner<'_, '_> {
@@ -1223,7 +1249,7 @@ impl Planner<'_, '_> {
         let mut prefix = PathBuf::from("/");
         for c in path.components().skip(1) {
             prefix.push(c);
-            self.ensure_entry(&prefix, EntryKind::Dir, MOUNTPOINT_DIR_MODE)?;
+            self.ensure_entry_as(&prefix, EntryKind::Dir, MOUNTPOINT_DIR_MODE, true)?;
         }
         Ok(())
     }
@@ -1234,6 +1260,18 @@ impl Planner<'_, '_> {
         path: &Path,
         kind: EntryKind,
         mode: u32,
+    ) -> Result<(), MountPlanError> {
+        self.ensure_entry_as(path, kind, mode, false)
+    }
+
+    /// [`Planner::ensure_entry`]; `ancestor` says `path` is only on the way to a mount
+    /// point (in scratch it then becomes a skeleton tmpfs, see [`Backing::Scratch`]).
+    fn ensure_entry_as(
+        &mut self,
+        path: &Path,
+        kind: EntryKind,
+        mode: u32,
+        ancestor: bool,
     ) -> Result<(), MountPlanError> {
         let Some(m) = self.visible(path).cloned() else {
             return Err(not_a_dir(path, "outside every mount"));
@@ -1246,32 +1284,52 @@ impl Planner<'_, '_> {
             };
         }
         match m.backing {
-            Backing::Tmpfs | Backing::SealedTmpfs => match (self.created.get(path), kind) {
-                (Some(Created::Dir), EntryKind::Dir) | (Some(Created::File), EntryKind::File) => {
-                    Ok(())
+            Backing::Scratch
+                if ancestor && kind == EntryKind::Dir && !self.created.contains_key(path) =>
+            {
+                // A grant's ancestor in scratch: its own small tmpfs, sealed later.
+                self.created.insert(path.to_path_buf(), Created::Dir);
+                self.ops.push(MountOp::Dir {
+                    path: path.to_path_buf(),
+                    mode,
+                });
+                self.ops.push(MountOp::Tmpfs {
+                    dst: path.to_path_buf(),
+                    size_bytes: SKELETON_TMPFS_BYTES,
+                    mode: MOUNTPOINT_DIR_MODE,
+                });
+                self.mounts
+                    .push(Mounted::new(path, Backing::Tmpfs, EntryKind::Dir));
+                self.skeletons.push(path.to_path_buf());
+                Ok(())
+            }
+            Backing::Tmpfs | Backing::SealedTmpfs | Backing::Scratch => {
+                match (self.created.get(path), kind) {
+                    (Some(Created::Dir), EntryKind::Dir)
+                    | (Some(Created::File), EntryKind::File) => Ok(()),
+                    (Some(Created::Symlink), _) => Err(not_a_dir(path, "a symlink")),
+                    (Some(_), _) => Err(not_a_dir(path, "of another kind")),
+                    (None, _) if m.backing == Backing::SealedTmpfs => {
+                        Err(not_a_dir(path, "inside a tmpfs already sealed read-only"))
+                    }
+                    (None, EntryKind::Dir) => {
+                        self.created.insert(path.to_path_buf(), Created::Dir);
+                        self.ops.push(MountOp::Dir {
+                            path: path.to_path_buf(),
+                            mode,
+                        });
+                        Ok(())
+                    }
+                    (None, EntryKind::File) => {
+                        self.created.insert(path.to_path_buf(), Created::File);
+                        self.ops.push(MountOp::File {
+                            path: path.to_path_buf(),
+                            mode,
+                        });
+                        Ok(())
+                    }
                 }
-                (Some(Created::Symlink), _) => Err(not_a_dir(path, "a symlink")),
-                (Some(_), _) => Err(not_a_dir(path, "of another kind")),
-                (None, _) if m.backing == Backing::SealedTmpfs => {
-                    Err(not_a_dir(path, "inside a tmpfs already sealed read-only"))
-                }
-                (None, EntryKind::Dir) => {
-                    self.created.insert(path.to_path_buf(), Created::Dir);
-                    self.ops.push(MountOp::Dir {
-                        path: path.to_path_buf(),
-                        mode,
-                    });
-                    Ok(())
-                }
-                (None, EntryKind::File) => {
-                    self.created.insert(path.to_path_buf(), Created::File);
-                    self.ops.push(MountOp::File {
-                        path: path.to_path_buf(),
-                        mode,
-                    });
-                    Ok(())
-                }
-            },
+            }
             Backing::HostRo | Backing::HostRw => match (self.lookup(path)?, kind) {
                 (HostNode::Dir, EntryKind::Dir) => Ok(()),
                 (HostNode::File | HostNode::Device, EntryKind::File) => Ok(()),
@@ -1407,7 +1465,7 @@ impl Planner<'_, '_> {
                 size_bytes: DEV_SHM_BYTES,
                 mode: SCRATCH_DIR_MODE,
             },
-            Backing::Tmpfs,
+            Backing::Scratch,
         )?;
         self.mount(MountOp::DevPts { dst: pts }, Backing::Kernel)
     }
@@ -1419,10 +1477,15 @@ impl Planner<'_, '_> {
                 size_bytes: tmp_size_bytes(plan),
                 mode: SCRATCH_DIR_MODE,
             },
-            Backing::Tmpfs,
+            Backing::Scratch,
         )?;
         if let Some(home) = home {
-            self.ensure_entry(home, EntryKind::Dir, PRIVATE_HOME_MODE)?;
+            // The private home is the program's own scratch, not a skeleton.
+            self.created.insert(home.to_path_buf(), Created::Dir);
+            self.ops.push(MountOp::Dir {
+                path: home.to_path_buf(),
+                mode: PRIVATE_HOME_MODE,
+            });
         }
         Ok(())
     }
@@ -1863,6 +1926,15 @@ pub(crate) fn check_ops(ops: &[MountOp], lookup: &mut Lookup<'_>) -> Result<(), 
                     return Err(fail(i, "a proc mask outside the sandbox's /proc"));
                 }
             }
+            MountOp::SealSkeleton { .. } => {
+                let Some(m) = model.mounts.iter_mut().rev().find(|m| m.dst == dst) else {
+                    return Err(fail(i, "seal of something that is not a mount"));
+                };
+                if m.backing != Backing::Tmpfs {
+                    return Err(fail(i, "seal of a mount that is not a tmpfs"));
+                }
+                m.backing = Backing::SealedTmpfs;
+            }
             MountOp::RemountRo { allow_devices, .. } => {
                 let Some(m) = model.mounts.iter_mut().rev().find(|m| m.dst == dst) else {
                     return Err(fail(i, "remount of something that is not a mount"));
@@ -1965,12 +2037,14 @@ impl Model {
             return Ok(Some((m.kind, false)));
         }
         Ok(match m.backing {
-            Backing::Tmpfs | Backing::SealedTmpfs => match self.created.get(path) {
-                Some(Created::Dir) => Some((EntryKind::Dir, false)),
-                Some(Created::File) => Some((EntryKind::File, false)),
-                Some(Created::Symlink) => Some((EntryKind::File, true)),
-                None => None,
-            },
+            Backing::Tmpfs | Backing::SealedTmpfs | Backing::Scratch => {
+                match self.created.get(path) {
+                    Some(Created::Dir) => Some((EntryKind::Dir, false)),
+                    Some(Created::File) => Some((EntryKind::File, false)),
+                    Some(Created::Symlink) => Some((EntryKind::File, true)),
+                    None => None,
+                }
+            }
             Backing::HostRo | Backing::HostRw => {
                 if let Some(kind) = self.host_created.get(path) {
                     return Ok(Some((*kind, false)));

@@ -246,8 +246,8 @@ pub fn sbpl_profile(plan: &Plan, opts: &SbplOptions) -> Result<String, SbplError
 
     // Reads.
     let mut readable = paths(MACOS_SYSTEM_READ_PATHS);
-    readable.extend(fs.read_only.iter().cloned());
-    readable.extend(fs.writable.iter().cloned());
+    readable.extend(fs.read_only_binds().iter().cloned());
+    readable.extend(fs.writable_binds().iter().cloned());
     readable.push(plan.workspace.clone());
     readable.extend(opts.tmp_dir.iter().cloned());
     p.push_str("\n; Reads: system paths, the workspace, declared paths, the private tmp.\n");
@@ -278,7 +278,7 @@ pub fn sbpl_profile(plan: &Plan, opts: &SbplOptions) -> Result<String, SbplError
 
     // Writes.
     let mut writable = vec![plan.workspace.clone()];
-    writable.extend(fs.writable.iter().cloned());
+    writable.extend(fs.writable_binds().iter().cloned());
     writable.extend(opts.tmp_dir.iter().cloned());
     p.push_str("\n; Writes: the workspace, declared writable paths, the private tmp.\n");
     let _ = writeln!(p, "(allow file-write*{})", filters("subpath", &writable)?);

@@ -82,12 +82,18 @@ impl ChmodMediator {
     }
 
     /// Also performs changes beneath `root`: the run's other writable grants
-    /// (declared writable paths, its private temporary directory).
+    /// (declared writable paths, its private temporary directory). A grant that is a file
+    /// (a writable grant carved around a denied path is a list of entries) covers that
+    /// file alone.
     pub fn also_beneath(mut self, root: &Path) -> std::io::Result<Self> {
         // Paths read from the child's /proc entries are canonical; so must the roots be.
         let root = std::fs::canonicalize(root)?;
         let c = CString::new(root.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        let fd = sys::open_dir_path(&c)?;
+        let fd = if std::fs::metadata(&root)?.is_dir() {
+            sys::open_dir_path(&c)?
+        } else {
+            sys::open_file_path(&c)?
+        };
         self.roots.push((root, fd));
         Ok(self)
     }
@@ -162,7 +168,13 @@ impl Rules {
             .ok_or(Verdict::Errno(libc::EPERM))?;
         let rel =
             CString::new(rel.as_os_str().as_bytes()).map_err(|_| Verdict::Errno(libc::EINVAL))?;
-        let fd = sys::openat2_beneath(root_fd, &rel, nofollow).map_err(|e| {
+        let fd = if rel.as_bytes() == b"." {
+            // The grant itself (a file grant is only ever reached this way).
+            root_fd.try_clone()
+        } else {
+            sys::openat2_beneath(root_fd, &rel, nofollow)
+        }
+        .map_err(|e| {
             Verdict::Errno(match e.raw_os_error() {
                 Some(libc::ENOENT) => libc::ENOENT,
                 Some(libc::ENOTDIR) => libc::ENOTDIR,

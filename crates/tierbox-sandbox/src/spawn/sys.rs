@@ -1148,6 +1148,23 @@ pub(crate) fn chmod_path_fd(fd: &OwnedFd, mode: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// `open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC)`: a handle on a file (not a directory) that
+/// is only ever used as a whole, never as a base for lookups.
+pub(crate) fn open_file_path(path: &std::ffi::CStr) -> io::Result<OwnedFd> {
+    // SAFETY: open with a NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd owned by us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Opens a directory `O_PATH | O_DIRECTORY | O_CLOEXEC` (the workspace root for
 /// `openat2_beneath`).
 pub(crate) fn open_dir_path(path: &std::ffi::CStr) -> io::Result<OwnedFd> {

@@ -1,3 +1,4 @@
+mod grants;
 mod harness;
 mod sys;
 mod tier_b;

@@ -508,11 +508,11 @@ fn landlock_spec(plan: &Plan, mplan: &MountPlan) -> LandlockSpec {
         read_only: fs
             .system_binds()
             .iter()
-            .chain(&fs.read_only)
+            .chain(fs.read_only_binds())
             .cloned()
             .collect(),
         read_write: std::iter::once(plan.workspace.clone())
-            .chain(fs.writable.iter().cloned())
+            .chain(fs.writable_binds().iter().cloned())
             .chain(devices)
             .collect(),
         scope_signals: true,
@@ -1072,6 +1072,12 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
                     } else {
                         nsys::MOUNT_ATTR_NODEV
                     };
+                o
+            }
+            MountOp::SealSkeleton { dst } => {
+                let mut o = OwnedOp::new(OpKind::Setattr, under(NEW_ROOT, dst)?, describe);
+                o.recursive = false;
+                o.attr = nsys::MOUNT_ATTR_RDONLY | nsys::MOUNT_ATTR_NOSUID | nsys::MOUNT_ATTR_NODEV;
                 o
             }
             MountOp::PivotRoot => OwnedOp::new(OpKind::PivotFinal, new_root.clone(), describe),
