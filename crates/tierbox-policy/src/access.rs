@@ -179,29 +179,51 @@ impl AccessModel {
     }
 }
 
+/// Which symlinks found while carving become grants of their own. A landlock rule on a
+/// symlink is a rule on its target, wherever that is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Links {
+    /// None (a policy's grants): reading through a link works where its target is
+    /// granted anyway, and a link must not grant what it points at (a denied file, or
+    /// `/etc/shadow`).
+    Never,
+    /// Those whose target is not hidden (the system paths, root's own: `/etc/localtime`,
+    /// `/etc/alternatives/*`, a `resolv.conf` in `/run`).
+    UnlessHidden,
+}
+
 /// Carves `narrower` paths out of `grants` for a tier that can only grant: each grant that
 /// contains one is replaced by its entries (recursively), except the narrower paths
-/// themselves and what is below them. Reads the host (directory listings).
-pub(crate) fn carve(grants: &[PathBuf], narrower: &[PathBuf]) -> Vec<PathBuf> {
+/// themselves and what is below them, and symlinks as `links` says. Reads the host
+/// (directory listings).
+pub(crate) fn carve(grants: &[PathBuf], narrower: &[PathBuf], links: Links) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for g in grants {
-        expand_without(g, narrower, &mut out);
+        expand_without(g, narrower, links, &mut out);
     }
     out
 }
 
-fn expand_without(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
+fn expand_without(path: &Path, hidden: &[PathBuf], links: Links, out: &mut Vec<PathBuf>) {
     if hidden.iter().any(|h| h == path) {
+        return;
+    }
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return;
+    };
+    if meta.file_type().is_symlink() {
+        let keep = links == Links::UnlessHidden
+            && std::fs::canonicalize(path).is_ok_and(|t| !hidden.iter().any(|h| t.starts_with(h)));
+        if keep {
+            out.push(path.to_path_buf());
+        }
         return;
     }
     if !hidden.iter().any(|h| h.starts_with(path)) {
         out.push(path.to_path_buf());
         return;
     }
-    let is_dir = std::fs::symlink_metadata(path)
-        .map(|m| m.is_dir())
-        .unwrap_or(false);
-    if !is_dir {
+    if !meta.is_dir() {
         out.push(path.to_path_buf());
         return;
     }
@@ -209,7 +231,7 @@ fn expand_without(path: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
         return;
     };
     for entry in entries.flatten() {
-        expand_without(&entry.path(), hidden, out);
+        expand_without(&entry.path(), hidden, links, out);
     }
 }
 
@@ -230,6 +252,32 @@ mod tests {
 
     fn model(fs: &FsPlan) -> AccessModel {
         AccessModel::new(Path::new("/w"), fs)
+    }
+
+    /// Carving never turns a symlink into a grant: a rule on it would grant its target.
+    /// Regression: with `~/.cargo` read-only and its `credentials.toml` (a symlink to
+    /// `real/creds`) denied, Tier B granted the link, and so the secret behind it.
+    #[test]
+    fn carving_never_grants_a_symlink() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let tools = dir.path().join("tools");
+        std::fs::create_dir_all(tools.join("real")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(tools.join("real/creds"), "secret").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(tools.join("README"), "x").unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("real/creds", tools.join("credentials.toml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let carved = carve(&[tools.clone()], &[tools.join("real/creds")], Links::Never);
+        assert_eq!(carved, [tools.join("README")]);
+        let system = carve(
+            &[tools.clone()],
+            &[tools.join("real/creds")],
+            Links::UnlessHidden,
+        );
+        assert_eq!(
+            system,
+            [tools.join("README")],
+            "a link to a hidden file is not kept"
+        );
     }
 
     #[test]

@@ -330,7 +330,11 @@ pub fn system_paths() -> SystemPaths {
         let path = Path::new(root);
         if std::fs::symlink_metadata(path).is_ok() {
             roots.push(path.to_path_buf());
-            grants.extend(crate::access::carve(&[path.to_path_buf()], &hidden));
+            grants.extend(crate::access::carve(
+                &[path.to_path_buf()],
+                &hidden,
+                crate::access::Links::UnlessHidden,
+            ));
         }
     }
     grants.sort();
@@ -456,7 +460,7 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
         if deny_read.is_empty() {
             return grants;
         }
-        crate::access::carve(&grants, &deny_read)
+        crate::access::carve(&grants, &deny_read, crate::access::Links::Never)
     };
     let system = system_paths();
     let repos = git::git_dirs_cached(workspace).repos;
@@ -485,7 +489,7 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
             if narrower.is_empty() {
                 writable_roots.clone()
             } else {
-                crate::access::carve(&writable_roots, &narrower)
+                crate::access::carve(&writable_roots, &narrower, crate::access::Links::Never)
             }
         },
         read_only_roots,
@@ -552,7 +556,11 @@ mod system_paths_tests {
         let (mut hidden, mut walked, mut budget) = (Vec::new(), Vec::new(), 100);
         find_unreadable(dir.path(), 0, &mut budget, &mut hidden, &mut walked);
         assert_eq!(hidden, std::slice::from_ref(&closed));
-        let out = crate::access::carve(&[dir.path().to_path_buf()], &hidden);
+        let out = crate::access::carve(
+            &[dir.path().to_path_buf()],
+            &hidden,
+            crate::access::Links::UnlessHidden,
+        );
         assert_eq!(out, [open]);
     }
 }

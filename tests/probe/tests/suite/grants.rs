@@ -300,3 +300,60 @@ async fn a_writable_cache_with_denied_credentials_inside() {
         );
     }
 }
+
+/// A `deny_read` entry that is a symlink hides what it points at, through the link and
+/// directly, in every tier, and the run starts (the same answer in B and C).
+///
+/// Regression: Tier B granted the link (a landlock rule on a symlink is a rule on its
+/// target), so the secret was readable both ways; Tier C refused the policy at launch,
+/// calling the entry a `filesystem.read_only` path.
+#[tokio::test]
+async fn a_denied_symlink_hides_its_target_in_every_tier() {
+    for backend in [Backend::TierB, Backend::Native, Backend::Bwrap] {
+        let test = format!("a_denied_symlink_hides_its_target_in_every_tier_{backend:?}");
+        let Some(mut fx) = (match backend {
+            Backend::TierB => Fixture::new(&test, &[]),
+            Backend::Native => Fixture::tier_c(&test, &[], TierCBackend::Native),
+            Backend::Bwrap => Fixture::tier_c(&test, &[], TierCBackend::Bwrap),
+        }) else {
+            continue;
+        };
+        let tools = fx.parent.join("tools");
+        std::fs::create_dir_all(tools.join("real")).unwrap();
+        std::fs::write(tools.join("real/creds"), "secret").unwrap();
+        std::fs::write(tools.join("README"), "readable").unwrap();
+        std::os::unix::fs::symlink("real/creds", tools.join("credentials.toml")).unwrap();
+        fx.policy
+            .filesystem
+            .read_only
+            .push(tools.display().to_string());
+        fx.policy.filesystem.deny_read = vec![tools.join("credentials.toml").display().to_string()];
+        let args = [
+            "fs-ops".to_owned(),
+            "x".to_owned(),
+            format!("f:{}", tools.join("credentials.toml").display()),
+            format!("f:{}", tools.join("real/creds").display()),
+            format!("f:{}", tools.join("README").display()),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut req = fx.request(&args);
+        if backend == Backend::TierB {
+            req.tier = TierRequest::B;
+        }
+        let o = fx.run(&req).await;
+        assert_eq!(o.exit_code, Some(0), "{test}: {}", describe(&o));
+        let out = o.stdout.text.replace("DONE fs-ops: ", "");
+        for (path, readable) in [
+            (tools.join("credentials.toml"), false),
+            (tools.join("real/creds"), false),
+            (tools.join("README"), true),
+        ] {
+            let line = format!("read {} ", path.display());
+            let result = out
+                .lines()
+                .find(|l| l.starts_with(&line))
+                .unwrap_or_else(|| panic!("{test}: no read of {}:\n{out}", path.display()));
+            assert_eq!(result.ends_with(" ok"), readable, "{test}: {result}");
+        }
+    }
+}
