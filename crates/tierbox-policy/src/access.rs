@@ -266,10 +266,14 @@ mod tests {
         std::fs::write(tools.join("README"), "x").unwrap_or_else(|e| panic!("{e}"));
         std::os::unix::fs::symlink("real/creds", tools.join("credentials.toml"))
             .unwrap_or_else(|e| panic!("{e}"));
-        let carved = carve(&[tools.clone()], &[tools.join("real/creds")], Links::Never);
+        let carved = carve(
+            std::slice::from_ref(&tools),
+            &[tools.join("real/creds")],
+            Links::Never,
+        );
         assert_eq!(carved, [tools.join("README")]);
         let system = carve(
-            &[tools.clone()],
+            std::slice::from_ref(&tools),
             &[tools.join("real/creds")],
             Links::UnlessHidden,
         );

@@ -39,8 +39,8 @@ pub mod wasm;
 pub use enforcement::{Enforcement, LayerReport};
 pub use plan::Plan;
 pub use policy::{
-    ContainerPolicy, DEFAULT_SANDBOX_ID, EgressMode, Layer, Policy, PolicyError, QuotaMode, Tier,
-    TierCBackend,
+    ContainerPolicy, DEFAULT_SANDBOX_ID, DevShm, EgressMode, Layer, Policy, PolicyError, QuotaMode,
+    Tier, TierCBackend,
 };
 pub use rejection::Rejection;
 pub use request::{Lifetime, ProcessRunRequest, TierRequest};

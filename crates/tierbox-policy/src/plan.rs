@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +86,9 @@ pub struct FsPlan {
     pub deny_read: Vec<PathBuf>,
     /// Absolute paths inside the workspace kept read-only (Tier C); they need not exist.
     pub protected: Vec<PathBuf>,
+    /// The sandbox's `/dev/shm` (Tier C): a private tmpfs, or none.
+    #[serde(default, skip_serializing_if = "crate::policy::DevShm::is_default")]
+    pub dev_shm: crate::policy::DevShm,
     /// The run gets a private, empty, writable `HOME` (the supervisor's home is not
     /// granted by the policy, so passing it would only make tools fail on it).
     pub private_home: bool,
@@ -96,7 +99,24 @@ pub struct FsPlan {
     pub git_repos: Vec<PathBuf>,
 }
 
+/// The sandbox's shared-memory directory. A grant of exactly this path is served by the
+/// sandbox's own (see [`FsPlan::dev_shm`]) in a mount-based tier, never by the host's.
+pub const DEV_SHM: &str = "/dev/shm";
+
 impl FsPlan {
+    /// Whether a mount-based tier serves `grant` itself rather than binding the host's:
+    /// `/dev/shm`, which it provides privately per run.
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use tierbox_policy::plan::FsPlan;
+    /// assert!(FsPlan::sandbox_provides(Path::new("/dev/shm")));
+    /// assert!(!FsPlan::sandbox_provides(Path::new("/dev/shm/x")));
+    /// ```
+    pub fn sandbox_provides(grant: &Path) -> bool {
+        grant == Path::new(DEV_SHM)
+    }
+
     /// The read-only grants a mount-based tier binds: [`FsPlan::read_only_roots`] whole,
     /// else [`FsPlan::read_only`]; `deny_read` paths inside are covered afterwards.
     pub fn read_only_binds(&self) -> &[PathBuf] {

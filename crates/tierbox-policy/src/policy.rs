@@ -580,11 +580,36 @@ pub struct FilesystemPolicy {
     /// Paths inside the workspace kept read-only, relative to the workspace root
     /// (enforced in Tier C, including symlinks and paths that do not exist yet).
     pub protected: Vec<String>,
+    /// The sandbox's `/dev/shm` (POSIX shared memory and semaphores: Python's
+    /// `multiprocessing`, Chromium): `private`, a tmpfs of the run's own in Tier C; `none`.
+    /// Tier B has no private one: listing `/dev/shm` in `writable` grants the host's
+    /// there (shared with every process of the run's uid), and in Tier C that grant is
+    /// the private one, so one policy runs `multiprocessing` in both tiers.
+    pub dev_shm: DevShm,
+}
+
+/// The sandbox's `/dev/shm` ([`FilesystemPolicy::dev_shm`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DevShm {
+    /// A tmpfs of the run's own (Tier C), sized by the memory limit.
+    #[default]
+    Private,
+    /// None: `/dev/shm` is read-only and empty.
+    None,
+}
+
+impl DevShm {
+    /// Whether this is the default, for `skip_serializing_if`.
+    pub fn is_default(&self) -> bool {
+        *self == Self::Private
+    }
 }
 
 impl Default for FilesystemPolicy {
     fn default() -> Self {
         Self {
+            dev_shm: DevShm::Private,
             read_only: Vec::new(),
             writable: Vec::new(),
             deny_read: Vec::new(),
@@ -747,6 +772,18 @@ impl Policy {
         }
         if let Err((field, reason)) = self.wasm.check() {
             return invalid(&field, reason);
+        }
+        if self.filesystem.dev_shm == DevShm::None
+            && self
+                .filesystem
+                .writable
+                .iter()
+                .any(|w| w.trim_end_matches('/') == "/dev/shm")
+        {
+            return invalid(
+                "filesystem.dev_shm",
+                "\"none\" while filesystem.writable lists /dev/shm: choose one".to_owned(),
+            );
         }
         let exec = &self.exec;
         if exec.allowed_executables.len() > MAX_ALLOWED_EXECUTABLES {

@@ -49,7 +49,7 @@
 //! e.g. `.git`); [`host_mount_points`] lists them and [`remove_host_mount_points`] removes
 //! them after the run when they are still empty.
 
-use crate::linux::mounts::PROC_MASKED;
+use crate::linux::mounts::{PROC_MASKED, dev_shm_size_bytes};
 use crate::placeholders::Observer;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
@@ -61,7 +61,8 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use tierbox_policy::plan::Plan;
+use tierbox_policy::DevShm;
+use tierbox_policy::plan::{FsPlan, Plan};
 
 /// Name of this backend in outcomes and attestations.
 pub const BACKEND_NAME: &str = "tier_c_bwrap";
@@ -100,8 +101,8 @@ pub const DEFAULT_SANDBOX_ID: u32 = 1000;
 pub const DEFAULT_HOSTNAME: &str = "tierbox";
 /// Default size cap of the sandbox's `/tmp` tmpfs, in bytes (256 MiB). Bounds how much
 /// memory a run can pin in `/tmp`; pages written there are also charged to the run's
-/// memory cgroup. It does not bound `/dev/shm` (part of bwrap's `/dev` tmpfs), which
-/// only the memory cgroup limits.
+/// memory cgroup. `/dev/shm` is a tmpfs of its own, sized as the native backend's
+/// ([`dev_shm_size_bytes`]).
 pub const DEFAULT_TMP_SIZE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// The sandbox's private temporary directory (a fresh tmpfs).
@@ -624,6 +625,18 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     // not, though the root-owned files under it are.
     argv.flag_value("--remount-ro", "/proc");
     argv.flag_value("--dev", "/dev");
+    // The run's own /dev/shm, sized as the native backend's; `dev_shm = "none"`: an empty,
+    // read-only one (a grant of the host's is never bound, see `mount_steps`).
+    let shm = Path::new(tierbox_policy::plan::DEV_SHM);
+    match plan.filesystem.dev_shm {
+        DevShm::Private => {
+            if opts.features.tmpfs_size {
+                argv.flag_value("--size", dev_shm_size_bytes(plan).to_string());
+            }
+            argv.flag_value("--tmpfs", shm);
+        }
+        DevShm::None => argv.empty_ro(shm),
+    }
     if opts.features.tmpfs_size {
         argv.flag_value("--size", opts.tmp_size_bytes.to_string());
     }
@@ -759,6 +772,10 @@ fn mount_steps(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step)>, B
         )));
     for (path, step, what) in grants {
         let path = absolute(path, what)?;
+        // The sandbox's own /dev/shm serves this grant; the host's is never bound.
+        if FsPlan::sandbox_provides(path) {
+            continue;
+        }
         match host.kind(path) {
             // Validation keeps only existing, canonical grants; a vanished one is skipped.
             PathKind::Missing => {}
@@ -894,7 +911,12 @@ fn protected_mounts(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step
 
 /// The paths a run may write: the workspace and the writable grants.
 pub(crate) fn writable_roots(plan: &Plan) -> impl Iterator<Item = &PathBuf> {
-    std::iter::once(&plan.workspace).chain(plan.filesystem.writable_binds())
+    std::iter::once(&plan.workspace).chain(
+        plan.filesystem
+            .writable_binds()
+            .iter()
+            .filter(|p| !FsPlan::sandbox_provides(p)),
+    )
 }
 
 /// Covers for `deny_read` paths that are visible in the sandbox: resolved through a

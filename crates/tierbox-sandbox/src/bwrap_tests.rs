@@ -207,7 +207,8 @@ fn strict_policy_golden_argv() {
 --clearenv --setenv HOME /tmp/home --setenv LANG C.UTF-8 \
 --setenv PATH /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 --setenv TEMP /tmp --setenv TMP /tmp --setenv TMPDIR /tmp --setenv USER agent \
---proc /proc --remount-ro /proc --dev /dev --size 268435456 --tmpfs /tmp --dir /tmp/home \
+--proc /proc --remount-ro /proc --dev /dev --size 67108864 --tmpfs /dev/shm \
+--size 268435456 --tmpfs /tmp --dir /tmp/home \
 --tmpfs $T --symlink usr/bin /bin --ro-bind /etc/passwd /etc/passwd --ro-bind /etc/ssl /etc/ssl \
 --symlink usr/lib /lib --symlink usr/lib64 /lib64 \
 --bind $T/ws $T/ws --tmpfs $T/ws/.git --remount-ro $T/ws/.git --ro-bind /usr /usr \
@@ -1052,4 +1053,34 @@ fn system_roots_are_bound_whole_and_their_secrets_covered_after() {
     assert!(!argv.iter().any(|a| a == "/etc/passwd"), "{argv:?}");
     assert!(pos(&argv, &["--ro-bind", "/dev/null", "/etc/shadow"]) > etc);
     assert!(pos(&argv, &["--tmpfs", "/etc/ssh", "--remount-ro", "/etc/ssh"]) > etc);
+}
+
+/// A writable `/dev/shm` grant is the run's own tmpfs, never a bind of the host's;
+/// `dev_shm = "none"` makes it an empty read-only one.
+#[test]
+fn dev_shm_is_the_runs_own_or_none() {
+    let sc = scratch();
+    let mut p = policy("strict.toml");
+    p.filesystem.writable = vec!["/dev/shm".to_owned()];
+    let mut plan = plan_for(&p, &sc.ws, "/nonexistent-home", "ls", &[]);
+    let host = fake_system(&mut plan).with("/dev/shm", PathKind::Dir);
+    let argv = strings(&bwrap_argv(&plan, &opts(V0_8, host.clone())).unwrap());
+    assert!(find(&argv, &["--tmpfs", "/dev/shm"]).is_some(), "{argv:?}");
+    assert!(
+        find(&argv, &["--bind", "/dev/shm", "/dev/shm"]).is_none(),
+        "{argv:?}"
+    );
+    assert!(
+        find(&argv, &["--remount-ro", "/dev/shm"]).is_none(),
+        "{argv:?}"
+    );
+
+    plan.filesystem.dev_shm = tierbox_policy::DevShm::None;
+    plan.filesystem.writable.clear();
+    plan.filesystem.writable_roots.clear();
+    let argv = strings(&bwrap_argv(&plan, &opts(V0_8, host)).unwrap());
+    assert!(
+        pos(&argv, &["--remount-ro", "/dev/shm"]) > pos(&argv, &["--tmpfs", "/dev/shm"]),
+        "{argv:?}"
+    );
 }

@@ -20,6 +20,7 @@
 //! The binary is single-threaded on purpose: the process probes fork (see `sys.rs`).
 
 mod cgroup;
+mod devices;
 mod fs;
 mod knobs;
 mod net;
@@ -109,6 +110,9 @@ usage: tierbox-probe PROBE [ARGS]
                                 as empty or not at all
   fs-ops TAG (d:DIR|f:FILE)...  tries list, create, delete and rename in each DIR and read and write
                                 of each FILE, and reports each result (the caller checks the host)
+  shm-pty TAG                   creates, maps and removes a file TAG in /dev/shm, and opens a
+                                pseudo-terminal pair and sends a line through it; reports each
+                                step (the caller checks the host)
   no-secret-in-cmdlines         no /proc/PID/cmdline this process can read may hold the value of
                                 the variable TIERBOX_PROBE_NEEDLE (the needle is never in argv)
   no-signal-outside PID         kill(PID, 0) must fail with EPERM
@@ -208,6 +212,7 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
         "no-host-ipc" => knobs::no_host_ipc(number(arg(0)?)?),
         "no-secret-in-cmdlines" => process::no_secret_in_cmdlines(),
         "fs-ops" => fs::fs_ops(arg(0)?, args.get(1..).unwrap_or_default()),
+        "shm-pty" => devices::shm_pty(arg(0)?),
         "memory" => process::memory(number(arg(0)?)?),
         "cpu" => process::cpu(number(arg(0)?)?),
         "hold" => process::hold(

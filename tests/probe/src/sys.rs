@@ -281,6 +281,25 @@ pub fn ioctl_tiocsti(fd: RawFd, byte: u8) -> SysResult<()> {
     check(ret.into(), || format!("ioctl({fd}, TIOCSTI)")).map(drop)
 }
 
+/// `ioctl(fd, TIOCSPTLCK, &0)`: unlocks the pseudo-terminal whose multiplexer is `fd`
+/// (`unlockpt`).
+pub fn ioctl_unlock_pty(fd: RawFd) -> SysResult<()> {
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK reads one int through the pointer, which points to a live local.
+    let ret = unsafe { libc::ioctl(fd, libc::TIOCSPTLCK, &unlock as *const libc::c_int) };
+    check(ret.into(), || format!("ioctl({fd}, TIOCSPTLCK)")).map(drop)
+}
+
+/// `ioctl(fd, TIOCGPTN, &n)`: the number of the pseudo-terminal whose multiplexer is `fd`
+/// (`ptsname`).
+pub fn ioctl_pty_number(fd: RawFd) -> SysResult<u32> {
+    let mut n: libc::c_uint = 0;
+    // SAFETY: TIOCGPTN writes one unsigned int through the pointer, to a live local.
+    let ret = unsafe { libc::ioctl(fd, libc::TIOCGPTN, &mut n as *mut libc::c_uint) };
+    check(ret.into(), || format!("ioctl({fd}, TIOCGPTN)"))?;
+    Ok(n)
+}
+
 /// `signal(sig, SIG_IGN)`.
 pub fn ignore_signal(sig: i32) -> SysResult<()> {
     // SAFETY: installing SIG_IGN runs no code of ours in signal context.

@@ -496,6 +496,7 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
         writable_roots,
         deny_read,
         protected: git::protected_paths(workspace, &fs.protected, &repos),
+        dev_shm: fs.dev_shm,
         git_repos: repos,
         private_home: false,
     }

@@ -395,3 +395,25 @@ proptest! {
         prop_assert!(f.request(&req).is_ok());
     }
 }
+
+/// `filesystem.dev_shm`: `private` by default and carried into the plan; `none` together
+/// with a writable `/dev/shm` grant is refused at load, naming the key.
+#[test]
+fn dev_shm_parses_defaults_and_refuses_a_contradiction() {
+    use tierbox_policy::{DevShm, Policy, PolicyError};
+
+    let parsed = Policy::from_toml("version = 1\n").unwrap();
+    assert_eq!(parsed.filesystem.dev_shm, DevShm::Private);
+    let parsed = Policy::from_toml("version = 1\n[filesystem]\ndev_shm = \"none\"\n").unwrap();
+    assert_eq!(parsed.filesystem.dev_shm, DevShm::None);
+    match Policy::from_toml(
+        "version = 1\n[filesystem]\ndev_shm = \"none\"\nwritable = [\"/dev/shm/\"]\n",
+    ) {
+        Err(PolicyError::Invalid { field, reason }) => {
+            assert_eq!(field, "filesystem.dev_shm");
+            assert!(reason.contains("/dev/shm"), "{reason}");
+        }
+        other => panic!("the contradiction was not refused: {other:?}"),
+    }
+    assert!(Policy::from_toml("version = 1\n[filesystem]\ndev_shm = \"host\"\n").is_err());
+}

@@ -115,7 +115,8 @@ use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use tierbox_policy::Plan;
+use tierbox_policy::plan::FsPlan;
+use tierbox_policy::{DevShm, Plan};
 
 /// Size cap of the root tmpfs, in bytes. It holds only mountpoints (empty directories
 /// and files) and symlinks, and is read-only once set up; the cap bounds the kernel
@@ -145,10 +146,16 @@ pub const DEV_TMPFS_BYTES: u64 = 64 << 10;
 /// Mode of `/dev`.
 pub const DEV_DIR_MODE: u32 = 0o755;
 
-/// Size cap of the `/dev/shm` tmpfs, in bytes (POSIX shared memory, semaphores). Its pages
-/// are charged to the run's memory cgroup as well; this cap makes a full `/dev/shm` an
-/// `ENOSPC` rather than an OOM kill.
-pub const DEV_SHM_BYTES: u64 = 64 << 20;
+/// Most bytes the `/dev/shm` tmpfs may hold (POSIX shared memory, semaphores; the size
+/// container runtimes give it). The size used is the smaller of this and the Plan's memory
+/// limit ([`dev_shm_size_bytes`]): its pages are charged to the run's memory cgroup as
+/// well, and the cap makes a full `/dev/shm` an `ENOSPC` rather than an OOM kill.
+pub const DEV_SHM_MAX_BYTES: u64 = 64 << 20;
+
+/// The size of the sandbox's `/dev/shm` for `plan`, in bytes.
+pub fn dev_shm_size_bytes(plan: &Plan) -> u64 {
+    DEV_SHM_MAX_BYTES.min(plan.limits.memory_bytes)
+}
 
 /// Mode of the shared scratch directories `/tmp` and `/dev/shm`: world-writable with the
 /// sticky bit, as on every Linux host.
@@ -946,7 +953,7 @@ fn build(plan: &Plan, lookup: &mut Lookup<'_>) -> Result<MountPlan, MountPlanErr
     // 2. The sandbox's own kernel and scratch filesystems, before any bind: a policy path
     //    under /tmp needs the /tmp tmpfs below it.
     p.proc()?;
-    p.dev()?;
+    p.dev(plan)?;
     p.tmp(plan, home.as_deref())?;
 
     // 3. Binds: outside the workspace (sorted: ancestors first), the workspace, inside it.
@@ -1037,6 +1044,10 @@ fn classify_binds(
         let system = field == "filesystem.system_read_only";
         for raw in list {
             let path = normalize(field, raw)?;
+            // The sandbox's own /dev/shm serves this grant (see `Planner::dev`).
+            if !system && FsPlan::sandbox_provides(&path) {
+                continue;
+            }
             check_destination(field, &path, home)?;
             if path == workspace {
                 return Err(MountPlanError::ConflictingGrant {
@@ -1420,8 +1431,8 @@ impl Planner<'_, '_> {
     }
 
     /// `/dev`: tmpfs, device binds, directories and symlinks, sealed read-only (devices
-    /// allowed), then the writable `/dev/shm` and the private `/dev/pts` on top.
-    fn dev(&mut self) -> Result<(), MountPlanError> {
+    /// allowed), then the writable `/dev/shm` (unless `dev_shm = "none"`) and the private `/dev/pts` on top.
+    fn dev(&mut self, plan: &Plan) -> Result<(), MountPlanError> {
         let dev = PathBuf::from("/dev");
         self.mount(
             MountOp::Tmpfs {
@@ -1459,14 +1470,17 @@ impl Planner<'_, '_> {
         if let Some(m) = self.mounts.iter_mut().find(|m| m.dst == dev) {
             m.backing = Backing::SealedTmpfs;
         }
-        self.mount(
-            MountOp::Tmpfs {
-                dst: shm,
-                size_bytes: DEV_SHM_BYTES,
-                mode: SCRATCH_DIR_MODE,
-            },
-            Backing::Scratch,
-        )?;
+        // `dev_shm = "none"`: the empty directory of the sealed /dev.
+        if plan.filesystem.dev_shm == DevShm::Private {
+            self.mount(
+                MountOp::Tmpfs {
+                    dst: shm,
+                    size_bytes: dev_shm_size_bytes(plan),
+                    mode: SCRATCH_DIR_MODE,
+                },
+                Backing::Scratch,
+            )?;
+        }
         self.mount(MountOp::DevPts { dst: pts }, Backing::Kernel)
     }
 

@@ -576,7 +576,7 @@ fn bad_plan_paths_are_rejected() {
     p.filesystem.read_only = vec![PathBuf::from(std::ffi::OsStr::from_bytes(b"/opt/\0x"))];
     assert!(matches!(err(&p, &host), MountPlanError::NulByte { .. }));
 
-    for reserved in ["/proc", "/proc/1/root", "/dev/shm"] {
+    for reserved in ["/proc", "/proc/1/root", "/dev/shm/x", "/dev"] {
         let mut p = fixed_plan();
         p.filesystem.writable = vec![PathBuf::from(reserved)];
         assert!(
@@ -801,4 +801,39 @@ fn byte_prefix_check_agrees_with_path_starts_with_on_normalised_paths() {
             );
         }
     }
+}
+
+/// A writable `/dev/shm` grant (what a Tier B policy needs for `multiprocessing`) is the
+/// sandbox's own tmpfs, never a bind of the host's, sized by the memory limit;
+/// `dev_shm = "none"` leaves the empty directory of the sealed `/dev`.
+#[test]
+fn dev_shm_is_the_sandboxs_own_or_none() {
+    let host = fixed_host().with_dir("/dev/shm");
+    let mut plan = fixed_plan();
+    plan.filesystem.writable = vec![PathBuf::from("/dev/shm")];
+    plan.limits.memory_bytes = 16 << 20;
+    let mp = mount_plan(&plan, &host).unwrap();
+    assert_invariants(&plan, &mp);
+    let all = lines(&mp);
+    assert!(
+        all.iter()
+            .any(|l| l == "tmpfs /dev/shm size=16777216 mode=1777"),
+        "{all:#?}"
+    );
+    assert!(
+        !all.iter()
+            .any(|l| l.starts_with("bind") && l.contains("/dev/shm")),
+        "{all:#?}"
+    );
+
+    plan.filesystem.writable.clear();
+    plan.filesystem.dev_shm = tierbox_policy::DevShm::None;
+    let mp = mount_plan(&plan, &host).unwrap();
+    assert_invariants(&plan, &mp);
+    let all = lines(&mp);
+    assert!(all.iter().any(|l| l == "dir /dev/shm mode=755"), "{all:#?}");
+    assert!(
+        !all.iter().any(|l| l.starts_with("tmpfs /dev/shm")),
+        "{all:#?}"
+    );
 }

@@ -57,6 +57,12 @@ pub const BACKEND_NAME: &str = "tier_b_linux";
 const READABLE_DEVICES: &[&str] = &["/dev/zero", "/dev/random", "/dev/urandom"];
 /// Device nodes every run may write.
 const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/full"];
+/// Pseudo-terminals (`openpty`, `pty.fork`): the multiplexer and the host's devpts, which
+/// a run may open when it does not keep uid 0. Tier B has no devpts of its own, so a run
+/// could write output to every terminal its uid owns (input injection, `TIOCSTI` and
+/// `TIOCLINUX`, stays denied by seccomp); for a uid-0 run that is every terminal on the
+/// host, so it gets none.
+const PTY_DEVICES: &[&str] = &["/dev/ptmx", "/dev/pts"];
 /// Pseudo filesystems every run may read: its own process information and CPU topology
 /// (nproc, runtimes sizing thread pools). Other processes' entries stay protected by
 /// landlock's ptrace scoping.
@@ -306,7 +312,7 @@ fn acquire_slot(
     let abi = facts.landlock_abi.unwrap_or(0);
     let landlock_base = facts
         .landlock_abi
-        .map(|_| landlock_spec(plan, abi, network.tcp_ports.clone()));
+        .map(|_| landlock_spec(plan, abi, network.tcp_ports.clone(), uid));
     let cgroup_limits = cgroup_limits(plan);
     let key = SlotKey {
         backend: BACKEND_NAME,
@@ -360,9 +366,15 @@ fn enforcement_report(
         no_new_privs: true,
         landlock: match &slot.landlock {
             Some(prepared) => match &prepared.status {
-                LandlockStatus::FullyEnforced => {
-                    LayerReport::applied(format!("abi {}, fully enforced", prepared.abi))
-                }
+                LandlockStatus::FullyEnforced => LayerReport::applied(format!(
+                    "abi {}, fully enforced{}",
+                    prepared.abi,
+                    if uid == 0 {
+                        "; no pseudo-terminals (a uid-0 run could write to every terminal on the host)"
+                    } else {
+                        ""
+                    }
+                )),
                 LandlockStatus::PartiallyEnforced { missing } => LayerReport::applied(format!(
                     "abi {}, partially enforced (missing: {})",
                     prepared.abi,
@@ -777,7 +789,12 @@ fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> Secc
     }
 }
 
-fn landlock_spec(plan: &Plan, abi: u32, tcp_ports: Option<Vec<u16>>) -> LandlockSpec {
+fn landlock_spec(
+    plan: &Plan,
+    abi: u32,
+    tcp_ports: Option<Vec<u16>>,
+    child_uid: u32,
+) -> LandlockSpec {
     let fs = &plan.filesystem;
     let mut read_only: Vec<PathBuf> = fs
         .system_read_only
@@ -794,6 +811,9 @@ fn landlock_spec(plan: &Plan, abi: u32, tcp_ports: Option<Vec<u16>>) -> Landlock
     let mut read_write: Vec<PathBuf> = vec![plan.workspace.clone()];
     read_write.extend(fs.writable.iter().cloned());
     read_write.extend(WRITABLE_DEVICES.iter().map(PathBuf::from));
+    if child_uid != 0 {
+        read_write.extend(PTY_DEVICES.iter().map(PathBuf::from));
+    }
     LandlockSpec {
         read_only,
         read_write,

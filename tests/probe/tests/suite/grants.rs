@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use tierbox_policy::access::{Access, AccessModel};
-use tierbox_policy::{TierCBackend, TierRequest, ValidateContext, validate};
+use tierbox_policy::{ValidateContext, validate};
 
-use super::harness::{Fixture, describe};
+use super::harness::{BACKENDS, Backend, Fixture, describe};
 
 const DIRS: &[&str] = &["a", "a/b", "a/b/c", "a/d", "e"];
 const FILES: &[&str] = &["a/f1", "a/b/f2", "a/b/c/f3", "a/d/f4", "e/f5"];
@@ -77,13 +77,6 @@ fn make_tree(root: &Path) {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    TierB,
-    Native,
-    Bwrap,
-}
-
 /// The model's answer for one reported operation, `None` when it does not say (a listing
 /// of a path no grant covers: Tier C shows its own mount points there).
 fn expected(
@@ -112,11 +105,7 @@ fn expected(
 
 async fn check_case(index: u64, backend: Backend) -> Option<Vec<String>> {
     let test = format!("grants_compose_as_the_model_says_case_{index}_{backend:?}");
-    let mut fx = match backend {
-        Backend::TierB => Fixture::new(&test, &[])?,
-        Backend::Native => Fixture::tier_c(&test, &[], TierCBackend::Native)?,
-        Backend::Bwrap => Fixture::tier_c(&test, &[], TierCBackend::Bwrap)?,
-    };
+    let mut fx = Fixture::on(&test, &[], backend)?;
     let grants = case(index);
     let root = fx.parent.join("tree");
     make_tree(&root);
@@ -137,10 +126,7 @@ async fn check_case(index: u64, backend: Backend) -> Option<Vec<String>> {
             .map(|f| format!("f:{}", root.join(f).display())),
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut req = fx.request(&args);
-    if backend == Backend::TierB {
-        req.tier = TierRequest::B;
-    }
+    let req = fx.request(&args);
     let ctx = ValidateContext::new(&fx.workspace).with_env(fx.env.clone());
     let plan = validate(&fx.policy, &req, &ctx).unwrap_or_else(|r| panic!("{test}: {r}"));
     let model = AccessModel::of(&plan);
@@ -218,7 +204,7 @@ async fn grants_compose_as_the_model_says() {
         .unwrap_or(24);
     let mut problems = Vec::new();
     for index in 0..cases {
-        for backend in [Backend::TierB, Backend::Native, Backend::Bwrap] {
+        for backend in BACKENDS {
             problems.extend(check_case(index, backend).await.unwrap_or_default());
         }
     }
@@ -235,13 +221,9 @@ async fn grants_compose_as_the_model_says() {
 /// when a file sat beside the denied directory.
 #[tokio::test]
 async fn a_writable_cache_with_denied_credentials_inside() {
-    for backend in [Backend::TierB, Backend::Native, Backend::Bwrap] {
+    for backend in BACKENDS {
         let test = format!("a_writable_cache_with_denied_credentials_inside_{backend:?}");
-        let Some(mut fx) = (match backend {
-            Backend::TierB => Fixture::new(&test, &[]),
-            Backend::Native => Fixture::tier_c(&test, &[], TierCBackend::Native),
-            Backend::Bwrap => Fixture::tier_c(&test, &[], TierCBackend::Bwrap),
-        }) else {
+        let Some(mut fx) = Fixture::on(&test, &[], backend) else {
             continue;
         };
         let cache = fx.parent.join("cache");
@@ -258,10 +240,7 @@ async fn a_writable_cache_with_denied_credentials_inside() {
             format!("f:{}", cache.join("credentials/token").display()),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut req = fx.request(&args);
-        if backend == Backend::TierB {
-            req.tier = TierRequest::B;
-        }
+        let req = fx.request(&args);
         let o = fx.run(&req).await;
         let out = &o.stdout.text;
         assert_eq!(o.exit_code, Some(0), "{test}: {}", describe(&o));
@@ -309,13 +288,9 @@ async fn a_writable_cache_with_denied_credentials_inside() {
 /// calling the entry a `filesystem.read_only` path.
 #[tokio::test]
 async fn a_denied_symlink_hides_its_target_in_every_tier() {
-    for backend in [Backend::TierB, Backend::Native, Backend::Bwrap] {
+    for backend in BACKENDS {
         let test = format!("a_denied_symlink_hides_its_target_in_every_tier_{backend:?}");
-        let Some(mut fx) = (match backend {
-            Backend::TierB => Fixture::new(&test, &[]),
-            Backend::Native => Fixture::tier_c(&test, &[], TierCBackend::Native),
-            Backend::Bwrap => Fixture::tier_c(&test, &[], TierCBackend::Bwrap),
-        }) else {
+        let Some(mut fx) = Fixture::on(&test, &[], backend) else {
             continue;
         };
         let tools = fx.parent.join("tools");
@@ -336,10 +311,7 @@ async fn a_denied_symlink_hides_its_target_in_every_tier() {
             format!("f:{}", tools.join("README").display()),
         ];
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut req = fx.request(&args);
-        if backend == Backend::TierB {
-            req.tier = TierRequest::B;
-        }
+        let req = fx.request(&args);
         let o = fx.run(&req).await;
         assert_eq!(o.exit_code, Some(0), "{test}: {}", describe(&o));
         let out = o.stdout.text.replace("DONE fs-ops: ", "");

@@ -99,6 +99,20 @@ impl Need {
     }
 }
 
+/// The Linux backends a guarantee is checked in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// Tier B: direct spawn.
+    TierB,
+    /// Tier C, the native namespace backend.
+    Native,
+    /// Tier C, the bubblewrap backend.
+    Bwrap,
+}
+
+/// Every [`Backend`], in the order tests run them.
+pub const BACKENDS: [Backend; 3] = [Backend::TierB, Backend::Native, Backend::Bwrap];
+
 /// Every layer a host may lack; a fixture makes optional the ones its test does not need.
 const ALL_LAYERS: [Layer; 5] = [
     Layer::Landlock,
@@ -182,6 +196,16 @@ impl Fixture {
         fx.tier = TierRequest::C;
         fx.policy.tier.backend = backend;
         Some(fx)
+    }
+
+    /// A fixture whose requests run on `backend` (see [`Fixture::new`] and
+    /// [`Fixture::tier_c`]).
+    pub fn on(test: &str, needs: &[Need], backend: Backend) -> Option<Self> {
+        match backend {
+            Backend::TierB => Self::new(test, needs),
+            Backend::Native => Self::tier_c(test, needs, TierCBackend::Native),
+            Backend::Bwrap => Self::tier_c(test, needs, TierCBackend::Bwrap),
+        }
     }
 
     /// Like [`Fixture::new`], with an existing directory as the workspace.

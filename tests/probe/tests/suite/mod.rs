@@ -1,3 +1,4 @@
+mod devices;
 mod grants;
 mod harness;
 mod sys;

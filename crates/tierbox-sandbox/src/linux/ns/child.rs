@@ -28,7 +28,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32};
 
-use tierbox_policy::plan::Plan;
+use tierbox_policy::plan::{FsPlan, Plan};
 use tierbox_policy::{Enforcement, Layer, LayerReport, Tier};
 
 use super::netns_pool;
@@ -509,10 +509,16 @@ fn landlock_spec(plan: &Plan, mplan: &MountPlan) -> LandlockSpec {
             .system_binds()
             .iter()
             .chain(fs.read_only_binds())
+            .filter(|p| !FsPlan::sandbox_provides(p))
             .cloned()
             .collect(),
         read_write: std::iter::once(plan.workspace.clone())
-            .chain(fs.writable_binds().iter().cloned())
+            .chain(
+                fs.writable_binds()
+                    .iter()
+                    .filter(|p| !FsPlan::sandbox_provides(p))
+                    .cloned(),
+            )
             .chain(devices)
             .collect(),
         scope_signals: true,

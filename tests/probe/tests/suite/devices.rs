@@ -1,0 +1,134 @@
+//! Shared memory and pseudo-terminals: one policy runs Python's `multiprocessing` and
+//! `openpty` in every tier.
+//!
+//! The policy a user writes for Tier B — `/dev/shm` writable — is what Tier C serves with
+//! its own private `/dev/shm`, never the host's; `filesystem.dev_shm = "none"` leaves a run
+//! without one; a pseudo-terminal pair opens and carries a line everywhere, except for a
+//! Tier B run that keeps uid 0 (it could write to every terminal on the host), and
+//! `TIOCSTI` stays denied on it.
+
+use tierbox_policy::DevShm;
+
+use super::harness::{BACKENDS, Backend, Fixture, NOBODY, Need, describe};
+
+/// The lines of a `shm-pty` run, without the report prefix.
+async fn shm_pty(fx: &Fixture, test: &str, tag: &str) -> Vec<String> {
+    let o = fx.run(&fx.request(&["shm-pty", tag])).await;
+    assert_eq!(o.exit_code, Some(0), "{test}: {}", describe(&o));
+    o.stdout
+        .text
+        .lines()
+        .map(|l| l.trim_start_matches("DONE shm-pty: ").to_owned())
+        .collect()
+}
+
+/// The result of `what` (`shm`, `pty`, `tiocsti`) in `lines`.
+fn step<'a>(test: &str, lines: &'a [String], what: &str) -> &'a str {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("{what} ")))
+        .unwrap_or_else(|| panic!("{test}: no {what} line in {lines:?}"))
+}
+
+/// Regression: Tier C native refused the `/dev/shm` grant at launch ("lies in /dev, which
+/// the sandbox provides itself") though `policy check` accepted it, and Tier B had no
+/// pseudo-terminal (`openpty` failed with `EACCES`).
+#[tokio::test]
+async fn one_policy_runs_shared_memory_and_a_pty_in_every_tier() {
+    for backend in BACKENDS {
+        let test = format!("one_policy_runs_shared_memory_and_a_pty_in_every_tier_{backend:?}");
+        let Some(mut fx) = Fixture::on(&test, &[Need::Root], backend) else {
+            continue;
+        };
+        // A non-root run: a Tier B run that keeps uid 0 gets no pseudo-terminal.
+        fx.chown_workspace(NOBODY);
+        fx.policy.filesystem.writable.push("/dev/shm".to_owned());
+        let tag = format!("tierbox-test-{}-{backend:?}", std::process::id());
+        let lines = shm_pty(&fx, &test, &tag).await;
+        assert_eq!(step(&test, &lines, "shm"), "ok", "{test}");
+        assert!(
+            step(&test, &lines, "pty").starts_with("ok /dev/pts/"),
+            "{test}: {lines:?}"
+        );
+        assert_eq!(step(&test, &lines, "tiocsti"), "EPERM", "{test}");
+
+        // Whose /dev/shm: the host's in Tier B (the grant), the run's own in Tier C.
+        let host_file = std::path::PathBuf::from(format!("/dev/shm/{tag}.host"));
+        std::fs::write(&host_file, "host").unwrap();
+        let host_read = format!("f:{}", host_file.display());
+        let o = fx
+            .run(&fx.request(&["fs-ops", &tag, "d:/dev/shm", &host_read]))
+            .await;
+        let created_on_host = std::path::Path::new(&format!("/dev/shm/{tag}.new")).exists();
+        let _ = std::fs::remove_file(format!("/dev/shm/{tag}.new"));
+        let _ = std::fs::remove_file(format!("/dev/shm/{tag}.b"));
+        let _ = std::fs::remove_file(&host_file);
+        let out = o.stdout.text.replace("DONE fs-ops: ", "");
+        assert!(
+            out.lines().any(|l| l == "create /dev/shm ok"),
+            "{test}: {out}"
+        );
+        let host_readable = out
+            .lines()
+            .any(|l| l == format!("read {} ok", host_file.display()));
+        let tier_b = backend == Backend::TierB;
+        assert_eq!(created_on_host, tier_b, "{test}: {out}");
+        assert_eq!(host_readable, tier_b, "{test}: {out}");
+    }
+}
+
+/// `filesystem.dev_shm = "none"`: no shared memory, in any tier; pseudo-terminals stay.
+#[tokio::test]
+async fn dev_shm_none_leaves_a_run_without_shared_memory() {
+    for backend in BACKENDS {
+        let test = format!("dev_shm_none_leaves_a_run_without_shared_memory_{backend:?}");
+        let Some(mut fx) = Fixture::on(&test, &[Need::Root], backend) else {
+            continue;
+        };
+        fx.chown_workspace(NOBODY);
+        fx.policy.filesystem.dev_shm = DevShm::None;
+        let tag = format!("tierbox-test-none-{}-{backend:?}", std::process::id());
+        let lines = shm_pty(&fx, &test, &tag).await;
+        let shm = step(&test, &lines, "shm");
+        let expected = if backend == Backend::TierB {
+            "create EACCES"
+        } else {
+            "create EROFS"
+        };
+        assert_eq!(shm, expected, "{test}");
+        assert!(
+            !std::path::Path::new(&format!("/dev/shm/{tag}")).exists(),
+            "{test}"
+        );
+        assert!(
+            step(&test, &lines, "pty").starts_with("ok /dev/pts/"),
+            "{test}: {lines:?}"
+        );
+    }
+}
+
+/// A Tier B run that keeps uid 0 (root supervisor, root-owned workspace) gets no
+/// pseudo-terminal: through the host's devpts it could write to every terminal on the
+/// host. The enforcement report says so; Tier C, with a devpts of its own, gives one.
+#[tokio::test]
+async fn a_uid0_tier_b_run_has_no_pty_and_says_so() {
+    let test = "a_uid0_tier_b_run_has_no_pty_and_says_so";
+    let Some(fx) = Fixture::new(test, &[Need::Root, Need::Landlock]) else {
+        return;
+    };
+    let o = fx.run(&fx.request(&["shm-pty", "tierbox-test-uid0"])).await;
+    assert_eq!(o.enforcement.uid, Some(0), "{}", describe(&o));
+    assert!(
+        o.stdout.text.contains("pty open /dev/ptmx EACCES"),
+        "{test}: {}",
+        describe(&o)
+    );
+    assert!(
+        o.enforcement
+            .landlock
+            .detail
+            .contains("no pseudo-terminals"),
+        "{test}: {}",
+        describe(&o)
+    );
+}
