@@ -105,6 +105,9 @@ pub const DEFAULT_HOSTNAME: &str = "tierbox";
 /// ([`dev_shm_size_bytes`]).
 pub const DEFAULT_TMP_SIZE_BYTES: u64 = 256 * 1024 * 1024;
 
+/// `tierbox-init`'s program mode: `tierbox-init --run PROGRAM ARGV0 [ARGS...]`.
+const INIT_RUN_FLAG: &str = "--run";
+
 /// The sandbox's private temporary directory (a fresh tmpfs).
 const SANDBOX_TMP: &str = "/tmp";
 /// The private `HOME` when the Plan asks for one: inside the tmpfs `/tmp`, so it is empty,
@@ -447,6 +450,12 @@ pub struct BwrapOptions {
     /// readable by every process of the host, a Tier B run included). `None` puts the
     /// `--setenv` arguments in the argv itself.
     pub env_args_fd: Option<i32>,
+    /// An fd, inherited by `bwrap` and the sandbox, holding the `tierbox-init` image
+    /// ([`crate::linux::ns::init::image_fd`]): the sandbox's pid 1 is then `tierbox-init
+    /// --run PROGRAM ARGV...` (bwrap `--as-pid-1`), which makes itself non-dumpable before
+    /// it starts the program, instead of bwrap's own init, which stays dumpable (a
+    /// program could write its memory through `/proc/1/mem`). `None` keeps bwrap's init.
+    pub init_fd: Option<i32>,
 }
 
 impl BwrapOptions {
@@ -464,6 +473,7 @@ impl BwrapOptions {
             egress_proxy_port: None,
             userns_fd: None,
             env_args_fd: None,
+            init_fd: None,
         }
     }
 
@@ -507,6 +517,9 @@ impl BwrapOptions {
         }
         if self.userns_fd.is_some_and(|fd| fd < 0) {
             return invalid("userns_fd", format!("{:?} is negative", self.userns_fd));
+        }
+        if self.init_fd.is_some_and(|fd| fd < 0) {
+            return invalid("init_fd", format!("{:?} is negative", self.init_fd));
         }
         Ok(())
     }
@@ -677,15 +690,31 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     if let Some(fd) = opts.seccomp_fd {
         argv.flag_value("--seccomp", fd.to_string());
     }
-    if opts.features.argv0
-        && let Some(arg0) = plan.argv.first()
-    {
-        argv.flag_value("--argv0", arg0);
-    }
-    argv.flags(&["--"]);
-    argv.push(absolute(&plan.program, "program")?);
-    for arg in plan.argv.iter().skip(1) {
-        argv.push(arg);
+    let program = absolute(&plan.program, "program")?;
+    match opts.init_fd {
+        // pid 1 is tierbox-init, which execs the program with the Plan's argv whole.
+        Some(fd) => {
+            argv.flags(&["--as-pid-1", "--"]);
+            argv.push(format!("/proc/self/fd/{fd}"));
+            argv.flags(&[INIT_RUN_FLAG]);
+            argv.push(program);
+            match plan.argv.first() {
+                Some(_) => plan.argv.iter().for_each(|a| argv.push(a)),
+                None => argv.push(program),
+            }
+        }
+        None => {
+            if opts.features.argv0
+                && let Some(arg0) = plan.argv.first()
+            {
+                argv.flag_value("--argv0", arg0);
+            }
+            argv.flags(&["--"]);
+            argv.push(program);
+            for arg in plan.argv.iter().skip(1) {
+                argv.push(arg);
+            }
+        }
     }
     argv.finish()
 }

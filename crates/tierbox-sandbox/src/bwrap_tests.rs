@@ -188,12 +188,11 @@ fn strict_allowlist_shares_the_proxy_namespace_and_nothing_else_does() {
     ));
 }
 
-#[test]
-fn strict_policy_golden_argv() {
-    let sc = scratch();
+/// `ls -la` under the strict policy in workspace `ws`, on the fake host layout.
+fn strict_ls(ws: &Path) -> (Plan, HostLayout) {
     let mut plan = plan_for(
         &policy("strict.toml"),
-        &sc.ws,
+        ws,
         "/nonexistent-home",
         "ls",
         &["-la"],
@@ -201,6 +200,13 @@ fn strict_policy_golden_argv() {
     // The resolved program depends on this host's PATH; pin it for the snapshot.
     plan.program = PathBuf::from("/usr/bin/ls");
     let host = fake_system(&mut plan);
+    (plan, host)
+}
+
+#[test]
+fn strict_policy_golden_argv() {
+    let sc = scratch();
+    let (plan, host) = strict_ls(&sc.ws);
     let argv = bwrap_argv(&plan, &opts(V0_8, host)).unwrap();
     let expected = "--unshare-all --unshare-user --disable-userns --die-with-parent --new-session \
 --cap-drop ALL --uid 1000 --gid 1000 --hostname tierbox \
@@ -1083,4 +1089,37 @@ fn dev_shm_is_the_runs_own_or_none() {
         pos(&argv, &["--remount-ro", "/dev/shm"]) > pos(&argv, &["--tmpfs", "/dev/shm"]),
         "{argv:?}"
     );
+}
+
+/// With the `tierbox-init` image on an fd, pid 1 is `tierbox-init --run` (bwrap
+/// `--as-pid-1`) and the program keeps the Plan's `argv[0]` without `--argv0`.
+#[test]
+fn init_fd_makes_tierbox_init_pid_1() {
+    let sc = scratch();
+    let (plan, host) = strict_ls(&sc.ws);
+    let mut o = opts(V0_8, host);
+    o.init_fd = Some(6);
+    let argv = strings(&bwrap_argv(&plan, &o).unwrap());
+    let tail = pos(&argv, &["--as-pid-1", "--"]);
+    assert_eq!(
+        argv[tail..],
+        [
+            "--as-pid-1",
+            "--",
+            "/proc/self/fd/6",
+            "--run",
+            "/usr/bin/ls",
+            "ls",
+            "-la"
+        ]
+    );
+    assert!(find(&argv, &["--argv0"]).is_none(), "{argv:?}");
+    o.init_fd = Some(-1);
+    assert!(matches!(
+        bwrap_argv(&plan, &o),
+        Err(BwrapError::InvalidOption {
+            option: "init_fd",
+            ..
+        })
+    ));
 }

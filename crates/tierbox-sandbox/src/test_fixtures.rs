@@ -17,6 +17,13 @@ pub(crate) fn policy(name: &str) -> Policy {
 /// A canonical temporary directory holding `ws/` (the workspace) and room beside it.
 pub(crate) struct Scratch {
     _dir: tempfile::TempDir,
+    #[cfg_attr(
+        not(target_os = "linux"),
+        expect(
+            dead_code,
+            reason = "room beside the workspace: the Linux backends' tests"
+        )
+    )]
     pub(crate) root: PathBuf,
     pub(crate) ws: PathBuf,
 }

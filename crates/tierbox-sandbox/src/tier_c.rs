@@ -18,7 +18,7 @@
 //! without them tier selection has already refused Tier C.
 
 use std::io::Write;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{Enforcement, Layer, LayerReport, Rejection, Tier};
@@ -43,6 +43,9 @@ pub const BWRAP_USERNS_FD: i32 = 4;
 /// The fd number at which `bwrap` receives the environment's `--setenv` arguments
 /// (`--args 5`), so their values are not in its command line.
 pub const BWRAP_ENV_ARGS_FD: i32 = 5;
+/// The fd number at which `bwrap`, and the sandbox's pid 1, receive the `tierbox-init`
+/// image (`/proc/self/fd/6 --run …`).
+pub const BWRAP_INIT_FD: i32 = 6;
 
 /// The seccomp filter of Tier C (both backends): the shared deny list with nested
 /// namespaces denied; inet and unix sockets allowed, since the network namespace has only
@@ -240,6 +243,9 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
     bopts.seccomp_fd = seccomp.as_ref().map(|_| BWRAP_SECCOMP_FD);
     bopts.userns_fd = userns.as_ref().map(|_| BWRAP_USERNS_FD);
     bopts.env_args_fd = Some(BWRAP_ENV_ARGS_FD);
+    // pid 1: tierbox-init, non-dumpable, where its image can be exec'd; else bwrap's own.
+    let init_image = ns::init::image_fd().ok();
+    bopts.init_fd = init_image.map(|_| BWRAP_INIT_FD);
     bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
     bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
     let argv = bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?;
@@ -264,11 +270,12 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
     )?;
     let mut full_argv = vec![info.path.clone().into_os_string()];
     full_argv.extend(argv);
-    let inherit: Vec<(&OwnedFd, i32)> = seccomp_fd
+    let inherit: Vec<(BorrowedFd<'_>, i32)> = seccomp_fd
         .iter()
-        .map(|fd| (fd, BWRAP_SECCOMP_FD))
-        .chain(userns.iter().map(|fd| (fd, BWRAP_USERNS_FD)))
-        .chain(std::iter::once((&env_args, BWRAP_ENV_ARGS_FD)))
+        .map(|fd| (fd.as_fd(), BWRAP_SECCOMP_FD))
+        .chain(userns.iter().map(|fd| (fd.as_fd(), BWRAP_USERNS_FD)))
+        .chain(std::iter::once((env_args.as_fd(), BWRAP_ENV_ARGS_FD)))
+        .chain(init_image.map(|fd| (fd, BWRAP_INIT_FD)))
         .collect();
     let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = idmapped
         .iter()
@@ -294,6 +301,7 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
         plan,
         &info,
         (identity, idmapped.len()),
+        init_image.is_some(),
         seccomp.as_deref(),
         &slot,
         missing,
@@ -391,6 +399,7 @@ fn bwrap_enforcement(
     plan: &Plan,
     info: &bwrap::BwrapInfo,
     (identity, idmapped): (SandboxIdentity, usize),
+    init: bool,
     seccomp: Option<&SeccompProgram>,
     slot: &Slot,
     missing: Vec<Layer>,
@@ -439,7 +448,16 @@ fn bwrap_enforcement(
                     identity::BWRAP_HOST_ROOT_NS_ID
                 ),
             },
-            "pid (bwrap as pid 1)".to_owned(),
+            if init {
+                "pid (tierbox-init as pid 1, non-dumpable before the program starts; bwrap --as-pid-1)".to_owned()
+            } else {
+                format!(
+                    "pid (bwrap's own init as pid 1, dumpable: {}; the program can write its memory through /proc/1/mem)",
+                    ns::init::image_fd()
+                        .err()
+                        .unwrap_or("no tierbox-init image")
+                )
+            },
             "mount (tmpfs root)".to_owned(),
             if plan.network.needs_proxy() {
                 format!(

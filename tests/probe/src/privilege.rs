@@ -220,10 +220,15 @@ pub fn proc_environ(pid: i32) -> ProbeResult {
         "environ".to_owned(),
         try_read(&dir.join("environ")).map(|n| format!("read {n} bytes")),
     ));
+    // Read-write first (taking the process over), then read-only (reading its secrets).
     routes.push((
         "mem".to_owned(),
-        File::open(dir.join("mem"))
-            .map(|_| "opened".to_owned())
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.join("mem"))
+            .map(|_| "opened read-write".to_owned())
+            .or_else(|_| File::open(dir.join("mem")).map(|_| "opened read-only".to_owned()))
             .map_err(|e| format!("open {}", io_errno_name(&e))),
     ));
     for entry in ["cwd", "root"] {

@@ -7,6 +7,7 @@
 //! and removes it, whether the run ended by itself (then the container is already gone
 //! with `--rm` and the command only finds nothing) or was killed at its deadline.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -136,7 +137,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    let inherit = [(&env_file, ENV_FILE_FD)];
+    let inherit = [(env_file.as_fd(), ENV_FILE_FD)];
     let helper = HelperSpawn {
         inherit: &inherit,
         ..HelperSpawn::plain(&info.path, &full_argv, &env)

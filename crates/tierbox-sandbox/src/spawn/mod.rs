@@ -31,7 +31,7 @@ pub mod slots;
 pub mod sys;
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, AtomicU32};
@@ -928,7 +928,7 @@ pub(crate) struct HelperSpawn<'a> {
     pub env: &'a [(String, String)],
     /// Fds the helper receives at fixed numbers (3 and up; at most
     /// [`sys::MAX_INHERITED_FDS`]).
-    pub inherit: &'a [(&'a OwnedFd, i32)],
+    pub inherit: &'a [(BorrowedFd<'a>, i32)],
     /// A network namespace the helper starts in.
     pub netns: Option<&'a OwnedFd>,
     /// Detached trees moved over these paths in a private mount namespace of the
@@ -1016,7 +1016,7 @@ pub(crate) fn spawn_helper(
         .inherit
         .iter()
         .map(|(fd, at)| {
-            sys::dup_at_least(fd, sys::INHERIT_SOURCE_MIN_FD)
+            sys::dup_at_least(*fd, sys::INHERIT_SOURCE_MIN_FD)
                 .map(|d| (d, *at))
                 .map_err(|source| LaunchError::Setup {
                     what: "dup of an fd for the helper".to_owned(),

@@ -20,7 +20,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::linux::sys as lsys;
@@ -187,9 +187,9 @@ pub(crate) struct ChildSpec {
 }
 
 /// Most fds a helper inherits ([`HelperSetup::inherit`]).
-pub(crate) const MAX_INHERITED_FDS: usize = 3;
+pub(crate) const MAX_INHERITED_FDS: usize = 4;
 /// Inherited fds are passed to the child at this number or above, over every destination
-/// number (3 to 5), so moving one into place never overwrites another's source.
+/// number (3 to 6), so moving one into place never overwrites another's source.
 pub(crate) const INHERIT_SOURCE_MIN_FD: c_int = 16;
 
 /// A detached mount tree the helper moves over `path` in its private mount namespace.
@@ -715,9 +715,9 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
 }
 
 /// A close-on-exec duplicate of `fd` at number `min` or above.
-pub(crate) fn dup_at_least(fd: &OwnedFd, min: c_int) -> io::Result<OwnedFd> {
+pub(crate) fn dup_at_least(fd: BorrowedFd<'_>, min: c_int) -> io::Result<OwnedFd> {
     use std::os::fd::AsRawFd;
-    // SAFETY: F_DUPFD_CLOEXEC on an fd the caller owns; it is only read.
+    // SAFETY: F_DUPFD_CLOEXEC on an fd the caller borrows for the call; it is only read.
     let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
     if new == -1 {
         return Err(io::Error::last_os_error());

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use tierbox_policy::access::{Access, AccessModel};
-use tierbox_policy::{ValidateContext, validate};
+use tierbox_policy::{Policy, ValidateContext, validate};
 
 use super::harness::{BACKENDS, Backend, Fixture, describe};
 
@@ -326,6 +326,122 @@ async fn a_denied_symlink_hides_its_target_in_every_tier() {
                 .find(|l| l.starts_with(&line))
                 .unwrap_or_else(|| panic!("{test}: no read of {}:\n{out}", path.display()));
             assert_eq!(result.ends_with(" ok"), readable, "{test}: {result}");
+        }
+    }
+}
+
+/// `chown -R` for a test tree.
+fn chown_tree(path: &Path, id: u32) {
+    std::os::unix::fs::lchown(path, Some(id), Some(id)).unwrap();
+    if std::fs::symlink_metadata(path).unwrap().is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            chown_tree(&entry.unwrap().path(), id);
+        }
+    }
+}
+
+/// A workspace that belongs to another user (private directories, mode 0700) works in
+/// every tier under a root supervisor, with the default `protected` list: first without a
+/// `.git` (the protected entries are covered by placeholders), then with one. New files
+/// reach the host and belong to the workspace's owner there; Tier C keeps `.git` read-only.
+///
+/// Regression: the native backend could not start (`mount op … host-placeholder …/.git …
+/// mkdir failed: Permission denied`), while Tier B ran the same workspace as its owner.
+#[tokio::test]
+async fn a_workspace_owned_by_another_user_works_in_every_tier() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const OWNER: u32 = 4321;
+    for backend in BACKENDS {
+        let test = format!("a_workspace_owned_by_another_user_works_in_every_tier_{backend:?}");
+        let Some(mut fx) = Fixture::on(&test, &[super::harness::Need::Root], backend) else {
+            continue;
+        };
+        fx.policy.filesystem.protected = Policy::default().filesystem.protected;
+        let ws = fx.workspace.clone();
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::write(ws.join("src/lib.rs"), "fn main() {}\n").unwrap();
+        for dir in [&ws, &ws.join("src")] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        chown_tree(&ws, OWNER);
+        for with_git in [false, true] {
+            if with_git {
+                std::fs::create_dir_all(ws.join(".git")).unwrap();
+                std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+                std::fs::set_permissions(ws.join(".git"), std::fs::Permissions::from_mode(0o700))
+                    .unwrap();
+                chown_tree(&ws, OWNER);
+            }
+            let tag = if with_git { "git" } else { "nogit" };
+            let mut args = vec![
+                "fs-ops".to_owned(),
+                tag.to_owned(),
+                format!("d:{}", ws.display()),
+                format!("d:{}", ws.join("src").display()),
+                format!("f:{}", ws.join("src/lib.rs").display()),
+            ];
+            if with_git {
+                args.push(format!("f:{}", ws.join(".git/config").display()));
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = fx.run(&fx.request(&args)).await;
+            assert_eq!(o.exit_code, Some(0), "{test} ({tag}): {}", describe(&o));
+            let out = o.stdout.text.replace("DONE fs-ops: ", "");
+            let result = |op: &str, p: &Path| {
+                let prefix = format!("{op} {} ", p.display());
+                out.lines()
+                    .find_map(|l| l.strip_prefix(&prefix))
+                    .unwrap_or_else(|| panic!("{test} ({tag}): no {prefix}:\n{out}"))
+                    .to_owned()
+            };
+            for dir in [ws.clone(), ws.join("src")] {
+                for op in ["list", "create", "delete", "rename"] {
+                    assert_eq!(
+                        result(op, &dir),
+                        "ok",
+                        "{test} ({tag}): {op} {dir:?}\n{out}"
+                    );
+                }
+                // On the host, and its owner's.
+                let new = dir.join(format!("{tag}.new"));
+                let meta = std::fs::metadata(&new)
+                    .unwrap_or_else(|e| panic!("{test} ({tag}): {new:?} not on the host: {e}"));
+                assert_eq!((meta.uid(), meta.gid()), (OWNER, OWNER), "{test}: {new:?}");
+                assert_eq!(std::fs::read_to_string(&new).unwrap(), tag, "{test}");
+                assert!(dir.join(format!("{tag}.b")).exists(), "{test}: rename");
+            }
+            assert_eq!(
+                result("write", &ws.join("src/lib.rs")),
+                "ok",
+                "{test}: {out}"
+            );
+            assert!(
+                std::fs::read_to_string(ws.join("src/lib.rs"))
+                    .unwrap()
+                    .ends_with(&format!("\n{tag}"))
+                    || std::fs::read_to_string(ws.join("src/lib.rs"))
+                        .unwrap()
+                        .ends_with(tag),
+                "{test}: the append is not on the host"
+            );
+            if with_git {
+                let config = ws.join(".git/config");
+                assert_eq!(result("read", &config), "ok", "{test}: {out}");
+                let written = std::fs::read_to_string(&config).unwrap() != "[core]\n";
+                assert_eq!(
+                    result("write", &config) == "ok",
+                    written,
+                    "{test}: the sandbox's word and the host disagree\n{out}"
+                );
+                if backend != Backend::TierB {
+                    assert_eq!(result("write", &config), "EROFS", "{test}: {out}");
+                }
+            } else {
+                assert!(
+                    !ws.join(".git").exists(),
+                    "{test}: a placeholder was left on the host"
+                );
+            }
         }
     }
 }

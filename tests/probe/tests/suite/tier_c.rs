@@ -603,32 +603,34 @@ async fn host_processes_are_invisible(test: &str, backend: TierCBackend) {
 
 on_both_backends!(host_processes_are_invisible => host_processes_are_invisible_native, host_processes_are_invisible_bwrap);
 
-/// The sandbox's pid 1 (the native backend's init, a clone of the supervisor; bwrap's
-/// init) is out of the program's reach: its environment, memory, descriptors and
+/// The sandbox's pid 1 (the native backend's init; `tierbox-init --run` under bwrap
+/// `--as-pid-1`) is out of the program's reach: its environment, memory, descriptors and
 /// directories cannot be read through `/proc/1` (it is not dumpable). Negative control:
 /// without the sandbox, the supervisor's are reachable the same way.
+///
+/// Regression (bwrap): bwrap's own init stayed dumpable, so the program could open its
+/// `/proc/1/mem` read-write and take over the namespace's init.
 async fn sandbox_init_is_unreachable(test: &str, backend: TierCBackend) {
     let Some(fx) = Fixture::tier_c(test, &[], backend) else {
         return;
     };
-    assert_holds(&probe_c(&fx, &["proc-environ", "1"]).await);
+    let o = probe_c(&fx, &["proc-environ", "1"]).await;
+    assert_holds(&o);
+    let pid1 = o
+        .enforcement
+        .namespaces
+        .iter()
+        .find(|n| n.starts_with("pid"))
+        .cloned()
+        .unwrap_or_default();
+    if backend == TierCBackend::Bwrap {
+        assert!(pid1.contains("tierbox-init"), "{test}: {pid1}");
+    }
     let supervisor = std::process::id().to_string();
     assert_direct_broken(&fx.direct(&["proc-environ", &supervisor]));
 }
 
-#[tokio::test]
-async fn sandbox_init_is_unreachable_native() {
-    sandbox_init_is_unreachable("sandbox_init_is_unreachable_native", TierCBackend::Native).await;
-}
-
-/// Known limit of the bwrap backend (SECURITY.md): bwrap's own pid 1 stays dumpable, so
-/// the program can open its `/proc/1/mem` and fds (it holds no secrets: empty
-/// environment, no capabilities, seccomp applied). The native backend's init is not.
-#[tokio::test]
-#[ignore = "known bwrap backend limit: its pid 1 is dumpable (documented in SECURITY.md)"]
-async fn sandbox_init_is_unreachable_bwrap() {
-    sandbox_init_is_unreachable("sandbox_init_is_unreachable_bwrap", TierCBackend::Bwrap).await;
-}
+on_both_backends!(sandbox_init_is_unreachable => sandbox_init_is_unreachable_native, sandbox_init_is_unreachable_bwrap);
 
 // ---- 5. privileges and the kernel's attack surface ----------------------------------------
 

@@ -26,3 +26,49 @@ fn run(program: i32) -> ! {
     reaper::rearm(reaper::REPORT_FD);
     reaper::reap(reaper::REPORT_FD, program)
 }
+
+/// Called by `_start` for `tierbox-init --run PATH ARGV0 [ARGS...]`: pid 1 of a bwrap
+/// sandbox (bwrap `--as-pid-1`, in place of bwrap's own init). Makes itself non-dumpable
+/// first — before the program exists, so the program can never open `/proc/1/mem` —
+/// then forks the program with an empty signal mask and reaps as the native sandbox's
+/// pid 1 does ([`reaper::reap`]), exiting with the program's code or 128 + its signal.
+/// There is no report pipe: bwrap passes that exit code on.
+fn run_program(target: sys::ExecTarget) -> ! {
+    // Only as a pid namespace's init: anywhere else the reaper's `kill(-1, SIGKILL)` would
+    // reach every process this one may signal.
+    if sys::getpid() != 1 {
+        sys::exit_group(reaper::BAD_ARGUMENTS_EXIT);
+    }
+    if sys::prctl(sys::abi::PR_SET_DUMPABLE, 0) < 0 {
+        sys::exit_group(reaper::SETUP_FAILED_EXIT);
+    }
+    let _ = sys::set_name(reaper::NAME.to_bytes_with_nul());
+    // Every signal blocked: `reap` waits for them synchronously.
+    if sys::set_signal_mask(!0) < 0 {
+        sys::exit_group(reaper::SETUP_FAILED_EXIT);
+    }
+    let pid = sys::fork();
+    if pid == 0 {
+        let _ = sys::set_signal_mask(0);
+        let err = sys::execve(&target);
+        let _ = sys::write(2, b"tierbox-init: cannot execute ");
+        let _ = sys::write(2, target.path);
+        let _ = sys::write(
+            2,
+            if err == -(sys::abi::ENOENT as isize) {
+                b": no such file\n".as_slice()
+            } else {
+                b": execve failed\n".as_slice()
+            },
+        );
+        sys::exit_group(if err == -(sys::abi::ENOENT as isize) {
+            reaper::NOT_FOUND_EXIT
+        } else {
+            reaper::NOT_EXECUTABLE_EXIT
+        });
+    }
+    if pid < 0 {
+        sys::exit_group(reaper::SETUP_FAILED_EXIT);
+    }
+    reaper::reap(reaper::NO_REPORT_FD, pid as i32)
+}

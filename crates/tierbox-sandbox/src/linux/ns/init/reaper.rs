@@ -15,6 +15,18 @@ pub const REPORT_FD: i32 = 3;
 /// it ran: for `execveat(fd, "")`, the fd's number).
 pub const NAME: &CStr = c"tierbox-init";
 
+/// The report fd of `tierbox-init --run` (bwrap's pid 1): none; a write to it fails
+/// with `EBADF` and the exit code alone carries the program's end.
+pub const NO_REPORT_FD: i32 = -1;
+
+/// Exit code of `tierbox-init --run` when it cannot set itself up (non-dumpable, signal
+/// mask) or fork the program: nothing of the program ran.
+pub const SETUP_FAILED_EXIT: i32 = 123;
+/// Exit code of `tierbox-init --run` when the program's path does not exist (as a shell's).
+pub const NOT_FOUND_EXIT: i32 = 127;
+/// Exit code of `tierbox-init --run` when the program cannot be executed (as a shell's).
+pub const NOT_EXECUTABLE_EXIT: i32 = 126;
+
 /// Exit code of `tierbox-init` started without a valid program pid in `argv[1]`.
 pub const BAD_ARGUMENTS_EXIT: i32 = 120;
 /// Exit code of `tierbox-init` after a panic (a bug: nothing in it should panic).

@@ -30,6 +30,14 @@ pub mod nr {
     pub const PPOLL: i64 = 271;
     /// `exit_group`.
     pub const EXIT_GROUP: i64 = 231;
+    /// `rt_sigprocmask`.
+    pub const RT_SIGPROCMASK: i64 = 14;
+    /// `clone`.
+    pub const CLONE: i64 = 56;
+    /// `execve`.
+    pub const EXECVE: i64 = 59;
+    /// `getpid`.
+    pub const GETPID: i64 = 39;
 }
 
 /// System call numbers (the generic uapi `unistd.h`; a test checks them against the
@@ -50,6 +58,14 @@ pub mod nr {
     pub const PPOLL: i64 = 73;
     /// `exit_group`.
     pub const EXIT_GROUP: i64 = 94;
+    /// `rt_sigprocmask`.
+    pub const RT_SIGPROCMASK: i64 = 135;
+    /// `clone`.
+    pub const CLONE: i64 = 220;
+    /// `execve`.
+    pub const EXECVE: i64 = 221;
+    /// `getpid`.
+    pub const GETPID: i64 = 172;
 }
 
 /// System call numbers: the `libc` crate's, on CPUs the freestanding image is not built
@@ -70,6 +86,14 @@ pub mod nr {
     pub const PPOLL: i64 = libc::SYS_ppoll as i64;
     /// `exit_group`.
     pub const EXIT_GROUP: i64 = libc::SYS_exit_group as i64;
+    /// `rt_sigprocmask`.
+    pub const RT_SIGPROCMASK: i64 = libc::SYS_rt_sigprocmask as i64;
+    /// `clone`.
+    pub const CLONE: i64 = libc::SYS_clone as i64;
+    /// `execve`.
+    pub const EXECVE: i64 = libc::SYS_execve as i64;
+    /// `getpid`.
+    pub const GETPID: i64 = libc::SYS_getpid as i64;
 }
 
 /// Constants of the Linux ABI that are the same on every architecture the reaper runs on
@@ -95,6 +119,10 @@ pub mod abi {
     pub const SIGWINCH: i32 = 28;
     /// `EINTR`.
     pub const EINTR: i32 = 4;
+    /// `ENOENT`.
+    pub const ENOENT: i32 = 2;
+    /// `SIG_SETMASK`.
+    pub const SIG_SETMASK: i32 = 2;
     /// `WNOHANG`.
     pub const WNOHANG: i32 = 1;
     /// `__WALL`: wait for every kind of child (clone children included).
@@ -271,6 +299,62 @@ pub fn set_name(name: &[u8]) -> isize {
     }
 }
 
+/// `rt_sigprocmask(SIG_SETMASK, &mask, NULL)`: blocks exactly the signals in `mask` (a
+/// kernel sigset; the kernel never blocks `SIGKILL` and `SIGSTOP`).
+pub fn set_signal_mask(mask: u64) -> isize {
+    // SAFETY: the kernel reads one 8-byte sigset from a local; no old set is written.
+    unsafe {
+        syscall4(
+            nr::RT_SIGPROCMASK as c_long,
+            abi::SIG_SETMASK as usize,
+            core::ptr::from_ref(&mask) as usize,
+            0,
+            8,
+        )
+    }
+}
+
+/// `getpid()`.
+pub fn getpid() -> isize {
+    // SAFETY: no arguments.
+    unsafe { syscall4(nr::GETPID as c_long, 0, 0, 0, 0) }
+}
+
+/// `fork()`, as `clone(SIGCHLD)`: the child's pid in the parent, 0 in the child, or
+/// `-errno`. Sound only in a single-threaded process (the image is).
+pub fn fork() -> isize {
+    // SAFETY: no CLONE_VM, no stack, no tid pointers: the child runs on a copy of this
+    // process's memory, exactly as after fork(2).
+    unsafe { syscall4(nr::CLONE as c_long, abi::SIGCHLD as usize, 0, 0, 0) }
+}
+
+/// A program to `execve`, as found on `tierbox-init`'s initial stack: its path and the
+/// NULL-terminated `argv` and `envp` arrays (addresses; they stay mapped for the life of
+/// the process).
+#[derive(Debug, Clone, Copy)]
+pub struct ExecTarget {
+    /// The program's path, without its NUL.
+    pub path: &'static [u8],
+    path_ptr: usize,
+    argv: usize,
+    envp: usize,
+}
+
+/// `execve(target)`: returns only on failure, with `-errno`.
+pub fn execve(target: &ExecTarget) -> isize {
+    // SAFETY: the three addresses are the kernel's own initial-stack strings and arrays
+    // ([`ExecTarget`]), NUL- and NULL-terminated, mapped until this process execs or exits.
+    unsafe {
+        syscall4(
+            nr::EXECVE as c_long,
+            target.path_ptr,
+            target.argv,
+            target.envp,
+            0,
+        )
+    }
+}
+
 /// Whether `fd` (the write end of a pipe) has lost its last reader: `ppoll` reports
 /// `POLLERR` on it.
 pub fn pipe_has_no_reader(fd: i32) -> bool {
@@ -342,14 +426,19 @@ core::arch::global_asm!(
 #[cfg(tierbox_init)]
 const PID_DIGITS_MAX: usize = 10;
 
-/// Reads `argv[1]` (the program's pid, in decimal) off the initial stack and runs the
-/// program.
+/// Reads the arguments off the initial stack and runs the program: `--run PATH ARGV0
+/// [ARGS...]` starts `PATH` and reaps as pid 1 of a bwrap sandbox (`super::run_program`);
+/// otherwise `argv[1]` is the pid of the program the native sandbox's pid 1 started.
 ///
 /// # Safety
 ///
 /// `sp` is the initial stack pointer the kernel gave `_start`.
 #[cfg(tierbox_init)]
 unsafe extern "C" fn start(sp: *const usize) -> ! {
+    // SAFETY: `sp` is the kernel's initial stack pointer (this function's contract).
+    if let Some(target) = unsafe { run_target(sp) } {
+        super::run_program(target);
+    }
     // SAFETY: the kernel's initial stack: argc, then argc argv pointers and a NULL, each
     // argument a NUL-terminated string in the same (mapped, never freed) stack area.
     let pid = unsafe {
@@ -374,6 +463,57 @@ unsafe extern "C" fn start(sp: *const usize) -> ! {
     match pid {
         Some(pid) => super::run(pid),
         None => exit_group(super::reaper::BAD_ARGUMENTS_EXIT),
+    }
+}
+
+/// `argv[1]` of the program mode: `tierbox-init --run PATH ARGV0 [ARGS...]`.
+#[cfg(tierbox_init)]
+const RUN_FLAG: &[u8] = b"--run";
+
+/// The program of `tierbox-init --run PATH ARGV0 [ARGS...]`, read off the initial stack:
+/// `PATH` to exec with `argv` from `ARGV0` on and this process's environment.
+///
+/// # Safety
+///
+/// `sp` is the initial stack pointer the kernel gave `_start`.
+#[cfg(tierbox_init)]
+unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
+    // SAFETY: the kernel's initial stack (see `start`): argc, argc argv pointers, a NULL,
+    // the envp pointers and a NULL; every string NUL-terminated in the same area.
+    unsafe {
+        let argc = *sp;
+        if argc < 4 {
+            return None;
+        }
+        let argv = sp.add(1);
+        if c_str(*argv.add(1) as *const u8) != RUN_FLAG {
+            return None;
+        }
+        let path_ptr = *argv.add(2);
+        Some(ExecTarget {
+            path: c_str(path_ptr as *const u8),
+            path_ptr,
+            argv: argv.add(3) as usize,
+            envp: argv.add(argc + 1) as usize,
+        })
+    }
+}
+
+/// The bytes of a NUL-terminated string, without the NUL.
+///
+/// # Safety
+///
+/// `p` points to a NUL-terminated string that stays mapped for the life of the process.
+#[cfg(tierbox_init)]
+unsafe fn c_str(p: *const u8) -> &'static [u8] {
+    let mut len = 0;
+    // SAFETY: the caller's contract: every byte up to the NUL is readable. Volatile reads,
+    // so the loop is not turned into a call to `strlen` (which this program does not have).
+    unsafe {
+        while p.add(len).read_volatile() != 0 {
+            len += 1;
+        }
+        core::slice::from_raw_parts(p, len)
     }
 }
 
@@ -516,6 +656,10 @@ mod tests {
         assert_eq!(nr::PRCTL, libc::SYS_prctl);
         assert_eq!(nr::PPOLL, libc::SYS_ppoll);
         assert_eq!(nr::EXIT_GROUP, libc::SYS_exit_group);
+        assert_eq!(nr::RT_SIGPROCMASK, libc::SYS_rt_sigprocmask);
+        assert_eq!(nr::CLONE, libc::SYS_clone);
+        assert_eq!(nr::EXECVE, libc::SYS_execve);
+        assert_eq!(nr::GETPID, libc::SYS_getpid);
     }
 
     #[test]
@@ -535,6 +679,8 @@ mod tests {
             assert_eq!(ours, theirs);
         }
         assert_eq!(abi::EINTR, libc::EINTR);
+        assert_eq!(abi::ENOENT, libc::ENOENT);
+        assert_eq!(abi::SIG_SETMASK, libc::SIG_SETMASK);
         assert_eq!(abi::WNOHANG, libc::WNOHANG);
         assert_eq!(abi::WALL, libc::__WALL);
         assert_eq!(abi::PR_SET_PDEATHSIG, libc::PR_SET_PDEATHSIG);
