@@ -3,6 +3,7 @@
 
 mod attest;
 mod doctor;
+mod preflight;
 mod render;
 mod wasm;
 
@@ -245,10 +246,15 @@ enum WasmAction {
 enum PolicyAction {
     /// Print the built-in strict policy (a starting point).
     Init,
-    /// Check a policy file.
+    /// Check a policy file, and what each backend would refuse or narrow of its
+    /// filesystem grants in a workspace on this host.
     Check {
         /// The policy file.
         file: PathBuf,
+        /// The workspace to check the grants in (default: the policy's workspace_root,
+        /// else the current directory).
+        #[arg(long, short = 'w')]
+        workspace: Option<PathBuf>,
     },
 }
 
@@ -368,12 +374,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Policy {
-            action: PolicyAction::Check { file },
+            action: PolicyAction::Check { file, workspace },
         } => match load_policy(Some(&file)) {
-            Ok(p) => {
-                println!("ok: {} (version {})", file.display(), p.version);
-                Ok(ExitCode::SUCCESS)
-            }
+            Ok(p) => Ok(check_policy_grants(&file, p, workspace)),
             Err(e) => {
                 eprintln!("tierbox: {e:#}");
                 eprintln!(
@@ -383,6 +386,49 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             }
         },
     }
+}
+
+/// `policy check`: the policy loaded; its grants resolved in the workspace and put to
+/// every backend. Exit 1 when the grants are refused outright, or when the backend the
+/// policy names for Tier C would refuse them at launch.
+fn check_policy_grants(file: &Path, policy: Policy, workspace: Option<PathBuf>) -> ExitCode {
+    let version = policy.version;
+    let tier_c_backend = policy.tier.backend.to_string();
+    let mut runner = Runner::new(policy);
+    if let Some(ws) = workspace {
+        runner = runner.with_workspace(ws);
+    }
+    let plan = match runner.check_grants() {
+        Ok(plan) => plan,
+        Err(rej @ Rejection::GrantRefused { .. }) => {
+            eprintln!("tierbox: policy {}: [{}] {rej}", file.display(), rej.code());
+            eprintln!("hint: docs/policy.md lists what each filesystem key may name");
+            return ExitCode::from(1);
+        }
+        Err(rej) => {
+            println!("ok: {} (version {version})", file.display());
+            println!(
+                "note: the grants were not checked in {}: [{}] {rej}; pass --workspace",
+                runner.workspace().display(),
+                rej.code()
+            );
+            return ExitCode::SUCCESS;
+        }
+    };
+    let findings = tierbox_sandbox::preflight::grant_findings(&plan);
+    let refused = findings
+        .iter()
+        .any(|f| f.refuses && f.backend == tier_c_backend);
+    if refused {
+        println!("refused: {} (version {version})", file.display());
+    } else {
+        println!("ok: {} (version {version})", file.display());
+    }
+    println!("grants    checked in {}", plan.workspace.display());
+    for f in &findings {
+        preflight::print_finding(f);
+    }
+    ExitCode::from(u8::from(refused))
 }
 
 fn load_policy(path: Option<&Path>) -> Result<Policy> {
@@ -552,15 +598,23 @@ fn cmd_check(policy: &PolicyArgs, request: RequestArgs, json: bool) -> Result<Ex
     }
     match runner.check(&req) {
         Ok(plan) => {
+            let pre = preflight::Preflight::of(&plan);
             if json {
                 println!(
                     "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({ "plan": plan }))?
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "plan": plan, "preflight": pre.to_json() })
+                    )?
                 );
             } else {
                 render::print_plan(&plan);
+                pre.print();
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(if pre.refusal().is_some() || pre.tier.is_err() {
+                ExitCode::from(EXIT_REJECTED)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Err(rej) => Ok(print_rejection(&rej, json)),
     }

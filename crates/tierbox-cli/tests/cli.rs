@@ -423,6 +423,168 @@ fn bad_policy_is_one_clear_line() {
     );
 }
 
+/// `policy check` and `check` tell the truth for this host: a grant no tier carries is
+/// refused by both with its code and key (it used to be "ok" from both, then `run` failed
+/// at launch with exit 126 in Tier C and ran in Tier B); a deny_read that hides the
+/// workspace is refused by the native backend's planner, which `policy check` reports
+/// with the backend; what Tier B narrows of a grant is a note naming the key, and `check`
+/// says which tier and backend would run.
+#[test]
+fn policy_check_and_check_report_what_a_backend_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let cache = dir.path().join("cache");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(cache.join("credentials")).unwrap();
+    let policy = |name: &str, body: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, format!("version = 1\n{body}")).unwrap();
+        p
+    };
+    let ws_arg = ws.to_str().unwrap();
+
+    let device = policy(
+        "device.toml",
+        "[exec]\nallowed_executables = [\"ls\"]\n[filesystem]\nwritable = [\"/dev\"]\n",
+    );
+    let out = tierbox(
+        &["policy", "check", device.to_str().unwrap(), "-w", ws_arg],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[scope.grant_refused] filesystem.writable entry \"/dev\""),
+        "{stderr}"
+    );
+    let out = tierbox(
+        &[
+            "check",
+            "--json",
+            "-p",
+            device.to_str().unwrap(),
+            "-w",
+            ws_arg,
+            "--",
+            "ls",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(125));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["rejected"]["code"], "scope.grant_refused", "{v}");
+
+    let hides = policy(
+        "hides.toml",
+        &format!(
+            "[filesystem]\ndeny_read = [{:?}]\n",
+            dir.path().display().to_string()
+        ),
+    );
+    let out = tierbox(
+        &["policy", "check", hides.to_str().unwrap(), "-w", ws_arg],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[scope.grant_refused] filesystem.deny_read"),
+        "{stderr}"
+    );
+
+    // The sandbox's own /tmp: both Tier C backends refuse a grant of the host's.
+    let tmp = policy(
+        "tmp.toml",
+        "[exec]\nallowed_executables = [\"ls\"]\n[filesystem]\nwritable = [\"/tmp\"]\n",
+    );
+    let out = tierbox(
+        &["policy", "check", tmp.to_str().unwrap(), "-w", ws_arg],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("refused: "), "{stdout}");
+    for backend in ["native    refuses: ", "bwrap     refuses: "] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(backend) && l.contains("/tmp")),
+            "{backend}\n{stdout}"
+        );
+    }
+    let out = tierbox(
+        &[
+            "check",
+            "--json",
+            "--tier",
+            "c",
+            "-p",
+            tmp.to_str().unwrap(),
+            "-w",
+            ws_arg,
+            "--",
+            "ls",
+        ],
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    if v["preflight"]["tier"] == "c" {
+        assert_eq!(out.status.code(), Some(125), "{v}");
+        assert_eq!(v["preflight"]["refused_at_launch"], true, "{v}");
+    }
+
+    let narrowed = policy(
+        "cache.toml",
+        &format!(
+            "[exec]\nallowed_executables = [\"ls\"]\n[filesystem]\nwritable = [{:?}]\ndeny_read = [{:?}]\n",
+            cache.display().to_string(),
+            cache.join("credentials").display().to_string()
+        ),
+    );
+    let out = tierbox(
+        &["policy", "check", narrowed.to_str().unwrap(), "-w", ws_arg],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let note = stdout
+        .lines()
+        .find(|l| l.starts_with("tier_b    narrows: filesystem.writable: "))
+        .unwrap_or_else(|| panic!("no Tier B note:\n{stdout}"));
+    assert!(note.contains(&cache.display().to_string()), "{note}");
+    assert!(!stdout.contains("refuses"), "{stdout}");
+    let out = tierbox(
+        &[
+            "check",
+            "--json",
+            "-p",
+            narrowed.to_str().unwrap(),
+            "-w",
+            ws_arg,
+            "--",
+            "ls",
+        ],
+        None,
+    );
+    let v = succeeded_json(&out);
+    let pre = &v["preflight"];
+    assert_eq!(pre["refused_at_launch"], false, "{v}");
+    let findings = pre["grant_findings"].as_array().unwrap();
+    assert!(
+        findings.iter().any(|f| f["backend"] == "tier_b"
+            && f["key"] == "filesystem.writable"
+            && f["refuses"] == false),
+        "{pre}"
+    );
+    let tier = pre["tier"].as_str().unwrap_or_default();
+    let backend = pre["backend"].as_str().unwrap();
+    match tier {
+        "c" => assert_eq!(backend, "native", "{pre}"),
+        "b" => assert_eq!(backend, "tier_b", "{pre}"),
+        other => panic!("no tier selected: {other:?} {pre}"),
+    }
+}
+
 /// Regression: a run that keeps uid 0 (root supervisor, root-owned workspace) must still
 /// be able to `git init` and commit — git chmods its lock files, which the supervisor
 /// performs for it beneath the workspace.

@@ -63,6 +63,17 @@ pub enum Rule {
 }
 
 impl Rule {
+    /// The policy key a rule comes from, for a rule that comes from one.
+    pub fn policy_key(self) -> Option<&'static str> {
+        match self {
+            Rule::Writable => Some("filesystem.writable"),
+            Rule::ReadOnly => Some("filesystem.read_only"),
+            Rule::Protected => Some("filesystem.protected"),
+            Rule::Deny => Some("filesystem.deny_read"),
+            Rule::System | Rule::Workspace => None,
+        }
+    }
+
     fn access(self) -> Access {
         match self {
             Rule::System | Rule::ReadOnly | Rule::Protected => Access::Read,

@@ -103,6 +103,22 @@ pub struct FsPlan {
 /// sandbox's own (see [`FsPlan::dev_shm`]) in a mount-based tier, never by the host's.
 pub const DEV_SHM: &str = "/dev/shm";
 
+/// Device files every run has without a grant: Tier C makes them in its own `/dev`, Tier
+/// B's landlock rules always allow them (pseudo-terminals only to a run that does not
+/// keep uid 0). A `filesystem` grant of one is satisfied as it is and dropped from the
+/// plan; every other path in `/dev` is refused (`scope.grant_refused`).
+pub const PROVIDED_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/ptmx",
+    "/dev/pts",
+    // Where `/dev/ptmx` is a symlink (containers), it canonicalises to this.
+    "/dev/pts/ptmx",
+];
+
 impl FsPlan {
     /// Whether a mount-based tier serves `grant` itself rather than binding the host's:
     /// `/dev/shm`, which it provides privately per run.

@@ -144,6 +144,15 @@ pub enum Rejection {
         "workspace root {path:?} is refused: {rule} (choose a project directory; a policy may lift this with danger_any_workspace_root = true)"
     )]
     WorkspaceRefused { path: PathBuf, rule: String },
+    /// A `filesystem.read_only` or `filesystem.writable` entry no tier grants, or a
+    /// `filesystem.deny_read` entry that would hide the workspace: the same answer in
+    /// every tier, before anything runs.
+    #[error("{key} entry {path:?} is refused: {rule}")]
+    GrantRefused {
+        key: String,
+        path: PathBuf,
+        rule: String,
+    },
     /// An argument names a path that resolves outside the workspace.
     #[error(
         "args[{arg_index}] {arg:?} resolves to {resolved:?}, outside the workspace {workspace:?}"
@@ -271,6 +280,7 @@ impl Rejection {
             Self::CodeRoute { .. } => "exec.code_route",
             Self::WorkspaceInvalid { .. } => "scope.workspace_invalid",
             Self::WorkspaceRefused { .. } => "scope.workspace_refused",
+            Self::GrantRefused { .. } => "scope.grant_refused",
             Self::PathOutsideWorkspace { .. } => "scope.path_outside_workspace",
             Self::CwdOutsideWorkspace { .. } => "scope.cwd_outside_workspace",
             Self::CwdNotDirectory { .. } => "scope.cwd_not_directory",
@@ -325,6 +335,7 @@ impl Rejection {
         "exec.code_route",
         "scope.workspace_invalid",
         "scope.workspace_refused",
+        "scope.grant_refused",
         "scope.path_outside_workspace",
         "scope.cwd_outside_workspace",
         "scope.cwd_not_directory",

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tierbox_policy::validate::{validate_tier_a, validate_wasm};
+use tierbox_policy::validate::{grants_plan, validate_tier_a, validate_wasm};
 use tierbox_policy::wasm::{WasmPlan, WasmRunRequest};
 use tierbox_policy::{
     Plan, Policy, ProcessRunRequest, Rejection, Tier, TierRequest, ValidateContext, validate,
@@ -394,6 +394,12 @@ impl Runner {
     /// Validates a request without running it.
     pub fn check(&self, request: &ProcessRunRequest) -> Result<Plan, Rejection> {
         validate(&self.policy, request, &self.context())
+    }
+
+    /// What the policy's filesystem grants resolve to in this runner's workspace, as a
+    /// plan of no program ([`grants_plan`]): for checking a policy without a request.
+    pub fn check_grants(&self) -> Result<Plan, Rejection> {
+        grants_plan(&self.policy, &self.context())
     }
 
     /// Validates and runs a request. A request for tier `a` (or any request when the

@@ -763,6 +763,15 @@ pub fn remove_host_mount_points(points: &[PathBuf]) -> Vec<(PathBuf, String)> {
     crate::placeholders::release(points)
 }
 
+/// Whether the bwrap backend can carry out `plan`'s filesystem (its binds, system
+/// symlinks, protected covers and denied paths) on this host, without launching
+/// anything: the part of [`bwrap_argv`] that depends on the grants.
+pub fn check_filesystem(plan: &Plan, host: &HostLayout) -> Result<(), BwrapError> {
+    let mounts = mount_steps(plan, host)?;
+    deny_steps(plan, host, &mounts);
+    Ok(())
+}
+
 /// Every bind, system symlink and protected cover, keyed by destination path so they
 /// render ancestor-first; on the same path the more restrictive step renders last.
 fn mount_steps(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step)>, BwrapError> {

@@ -29,6 +29,8 @@ pub mod macos;
 #[cfg(target_os = "linux")]
 pub mod placeholders;
 #[cfg(target_os = "linux")]
+pub mod preflight;
+#[cfg(target_os = "linux")]
 pub mod probe;
 #[cfg(target_os = "linux")]
 pub mod select;

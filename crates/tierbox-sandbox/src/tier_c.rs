@@ -26,6 +26,7 @@ use tierbox_policy::{Enforcement, Layer, LayerReport, Rejection, Tier};
 use crate::bwrap::{self, BwrapError, BwrapOptions, HostLayout};
 use crate::egress::SANDBOX_PROXY_PORT;
 use crate::linux::identity::{self, SandboxIdentity};
+use crate::linux::mounts::MountPlanError;
 use crate::linux::ns::{self, NativeError, NativeOptions};
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use crate::probe::host_facts;
@@ -156,6 +157,11 @@ pub(crate) fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launche
                         tier: Tier::C.to_string(),
                         reason,
                     })
+                }
+                // The grants on this host, not a fault: a typed rejection, as `tierbox
+                // check` reports it (`preflight`). A broken invariant stays an error.
+                NativeError::MountPlan(e) if !matches!(e, MountPlanError::Invariant { .. }) => {
+                    LaunchError::Rejected(grants_unsupported("native", &e))
                 }
                 other => LaunchError::Native(other),
             })
@@ -372,10 +378,24 @@ fn bwrap_error(e: BwrapError) -> LaunchError {
                 reason: e.to_string(),
             })
         }
+        BwrapError::PlanNotExpressible { .. } | BwrapError::ProtectedPathNotCoverable { .. } => {
+            LaunchError::Rejected(grants_unsupported("bwrap", &e))
+        }
         other => LaunchError::Setup {
             what: "bwrap argv".to_owned(),
             source: std::io::Error::other(other.to_string()),
         },
+    }
+}
+
+/// A Tier C backend cannot carry out the plan's filesystem on this host.
+fn grants_unsupported(backend: &str, e: &dyn std::fmt::Display) -> Rejection {
+    Rejection::TierUnsupported {
+        tier: Tier::C.to_string(),
+        feature: "this filesystem grant".to_owned(),
+        reason: format!(
+            "the {backend} backend refuses it: {e}; `tierbox policy check FILE` lists what each backend refuses"
+        ),
     }
 }
 

@@ -45,7 +45,7 @@ pub use scope::{
 };
 pub use wasm::{default_runtimes_dir, validate_tier_a, validate_wasm};
 
-use crate::plan::{FsPlan, OutputPlan, Plan, RedactionPlan};
+use crate::plan::{FsPlan, LimitsPlan, NetworkPlan, OutputPlan, Plan, RedactionPlan, TierPlan};
 use crate::policy::Policy;
 use crate::rejection::Rejection;
 use crate::request::ProcessRunRequest;
@@ -204,7 +204,7 @@ pub fn validate(
         .cloned()
         .collect();
 
-    let mut filesystem = filesystem_plan(policy, ctx, &workspace);
+    let mut filesystem = filesystem_plan(policy, ctx, &workspace)?;
     filesystem.private_home = !home_is_granted(&env, &filesystem, &workspace);
     if filesystem.private_home {
         env.retain(|(k, _)| k != "HOME");
@@ -216,7 +216,62 @@ pub fn validate(
         env,
         cwd,
         filesystem,
+        stdin: req.stdin.as_ref().map(|s| s.as_bytes().to_vec()),
+        redaction: RedactionPlan {
+            enabled: policy.redaction.enabled,
+            sensitive_names: policy.env.sensitive.clone(),
+            sensitive_values,
+        },
+        background,
+        ..grantless_plan(policy, workspace, network, limits, tier)
+    })
+}
+
+/// What `policy`'s filesystem grants resolve to in `ctx`'s workspace, as a [`Plan`] of
+/// no program (empty `program` and `argv`, no environment, the policy's default limits
+/// and tier, a private home): for checks that look only at the filesystem, such as
+/// `tierbox policy check`, which asks each backend what it would refuse at launch.
+///
+/// ```
+/// use tierbox_policy::{Policy, ValidateContext, validate::grants_plan};
+///
+/// let ws = tempfile::tempdir().unwrap();
+/// let mut policy = Policy::builtin_default();
+/// policy.filesystem.writable = vec!["/dev".to_owned()];
+/// let err = grants_plan(&policy, &ValidateContext::new(ws.path())).unwrap_err();
+/// assert_eq!(err.code(), "scope.grant_refused");
+/// ```
+pub fn grants_plan(policy: &Policy, ctx: &ValidateContext) -> Result<Plan, Rejection> {
+    let req = ProcessRunRequest::default();
+    let workspace = scope::workspace_root(policy, ctx)?;
+    let network = egress::check(&policy.egress, &req, &req.command)?;
+    let (limits, _) = limits::resolve(policy, &req)?;
+    let tier = tier::check(&policy.tier, &req)?;
+    let mut filesystem = filesystem_plan(policy, ctx, &workspace)?;
+    filesystem.private_home = true;
+    Ok(Plan {
+        filesystem,
+        ..grantless_plan(policy, workspace, network, limits, tier)
+    })
+}
+
+/// A [`Plan`] of the policy's output rules, in `workspace`, with the given network,
+/// limits and tier; the rest is empty (no program, environment, grants or stdin) for the
+/// caller to fill in.
+fn grantless_plan(
+    policy: &Policy,
+    workspace: PathBuf,
+    network: NetworkPlan,
+    limits: LimitsPlan,
+    tier: TierPlan,
+) -> Plan {
+    Plan {
+        program: PathBuf::new(),
+        argv: Vec::new(),
+        env: Vec::new(),
+        cwd: workspace.clone(),
         workspace,
+        filesystem: FsPlan::default(),
         network,
         limits,
         output: OutputPlan {
@@ -224,15 +279,11 @@ pub fn validate(
             mode: policy.output.mode,
             spill: policy.output.spill,
         },
-        stdin: req.stdin.as_ref().map(|s| s.as_bytes().to_vec()),
+        stdin: None,
         tier,
-        redaction: RedactionPlan {
-            enabled: policy.redaction.enabled,
-            sensitive_names: policy.env.sensitive.clone(),
-            sensitive_values,
-        },
-        background,
-    })
+        redaction: RedactionPlan::default(),
+        background: None,
+    }
 }
 
 /// Whether the `HOME` the child would get is inside a path the run may use (the
@@ -251,19 +302,33 @@ fn home_is_granted(env: &[(String, String)], fs: &FsPlan, workspace: &Path) -> b
 }
 
 /// Expands `~/` and keeps the paths that exist, canonicalised (a policy may list a
-/// toolchain that is not installed on every host).
-fn existing_paths(list: &[String], home: Option<&Path>) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = list
-        .iter()
-        .filter_map(|p| match p.strip_prefix("~/") {
-            Some(rest) => home.map(|h| h.join(rest)),
-            None => Some(PathBuf::from(p)),
-        })
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .collect();
+/// toolchain that is not installed on every host), checked by [`scope::check_grant`]:
+/// a device every tier provides is dropped, a path no tier grants refuses the run.
+fn existing_paths(
+    key: &str,
+    list: &[String],
+    home: Option<&Path>,
+    workspace: &Path,
+) -> Result<Vec<PathBuf>, Rejection> {
+    let mut out = Vec::new();
+    for p in list {
+        let path = match p.strip_prefix("~/") {
+            Some(rest) => match home {
+                Some(h) => h.join(rest),
+                None => continue,
+            },
+            None => PathBuf::from(p),
+        };
+        let Ok(path) = std::fs::canonicalize(path) else {
+            continue;
+        };
+        if scope::check_grant(key, &path, workspace)? {
+            out.push(path);
+        }
+    }
     out.sort();
     out.dedup();
-    out
+    Ok(out)
 }
 
 /// The system read-only paths as grantable entries, with host secrets carved out
@@ -442,7 +507,11 @@ fn permission_bits(_meta: &std::fs::Metadata) -> u32 {
     0o755
 }
 
-fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> FsPlan {
+fn filesystem_plan(
+    policy: &Policy,
+    ctx: &ValidateContext,
+    workspace: &Path,
+) -> Result<FsPlan, Rejection> {
     let home = ctx.home();
     let fs = &policy.filesystem;
     let deny_read: Vec<PathBuf> = fs
@@ -454,6 +523,16 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
         })
         .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
         .collect();
+    if let Some(d) = deny_read.iter().find(|d| workspace.starts_with(d)) {
+        return Err(Rejection::GrantRefused {
+            key: "filesystem.deny_read".to_owned(),
+            path: d.clone(),
+            rule: format!(
+                "it would hide the workspace {} (a denied path hides everything below it)",
+                workspace.display()
+            ),
+        });
+    }
     // Denied paths are carved out of every grant (as host secrets are out of /etc), so a
     // tier that can only grant — landlock — enforces them too; see `crate::access`.
     let carve = |grants: Vec<PathBuf>| -> Vec<PathBuf> {
@@ -469,9 +548,19 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
         grants.retain(|g| !deny_read.iter().any(|d| g.starts_with(d)));
         grants
     };
-    let read_only_roots = outside_denials(existing_paths(&fs.read_only, home.as_deref()));
-    let writable_roots = outside_denials(existing_paths(&fs.writable, home.as_deref()));
-    FsPlan {
+    let read_only_roots = outside_denials(existing_paths(
+        "filesystem.read_only",
+        &fs.read_only,
+        home.as_deref(),
+        workspace,
+    )?);
+    let writable_roots = outside_denials(existing_paths(
+        "filesystem.writable",
+        &fs.writable,
+        home.as_deref(),
+        workspace,
+    )?);
+    Ok(FsPlan {
         system_read_only: carve(system.grants),
         system_roots: system.roots,
         system_hidden: system.hidden,
@@ -499,7 +588,7 @@ fn filesystem_plan(policy: &Policy, ctx: &ValidateContext, workspace: &Path) -> 
         dev_shm: fs.dev_shm,
         git_repos: repos,
         private_home: false,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -520,7 +609,7 @@ mod system_paths_tests {
         policy.filesystem.read_only = vec![tools.display().to_string()];
         policy.filesystem.deny_read = vec![tools.join("secret.key").display().to_string()];
         let ctx = ValidateContext::new(&ws).with_env(BTreeMap::new());
-        let fs = filesystem_plan(&policy, &ctx, &ws);
+        let fs = filesystem_plan(&policy, &ctx, &ws).unwrap();
         let granted = |p: &Path| fs.read_only.iter().any(|g| p.starts_with(g));
         assert!(!granted(&tools.join("secret.key")), "{:?}", fs.read_only);
         assert!(granted(&tools.join("bin")), "{:?}", fs.read_only);

@@ -155,6 +155,53 @@ pub(crate) fn workspace_root(policy: &Policy, ctx: &ValidateContext) -> Result<P
     Ok(canon)
 }
 
+/// Checks one canonical `filesystem.read_only` or `filesystem.writable` entry (`key`)
+/// against the rules every tier shares, so that a policy gets the same answer in Tier B
+/// and Tier C. Returns whether to keep it: a device every run has anyway
+/// ([`PROVIDED_DEVICES`](crate::plan::PROVIDED_DEVICES)) is dropped. Refused with
+/// [`Rejection::GrantRefused`]: the workspace itself (a read-only grant of it contradicts
+/// the workspace; a writable one says nothing), anything in `/proc` (a host `/proc` path
+/// names the supervisor's processes, never the run's: canonicalising `/proc/self` gives
+/// the supervisor's pid), and any other device, `/dev` itself, or a path inside
+/// `/dev/shm` (Tier C's `/dev/shm` is the run's own).
+pub(crate) fn check_grant(key: &str, path: &Path, workspace: &Path) -> Result<bool, Rejection> {
+    let refused = |rule: &str| Rejection::GrantRefused {
+        key: key.to_owned(),
+        path: path.to_path_buf(),
+        rule: rule.to_owned(),
+    };
+    if path == workspace {
+        return Err(refused(
+            "it is the workspace itself, which every run may read and write already; remove the entry",
+        ));
+    }
+    if path.starts_with("/proc") {
+        return Err(refused(
+            "it lies in /proc: a host /proc path names the supervisor's processes, not the run's (/proc/self resolves to the supervisor's pid); every tier gives the run the /proc entries of its own processes",
+        ));
+    }
+    if !path.starts_with("/dev") {
+        return Ok(true);
+    }
+    if crate::plan::PROVIDED_DEVICES
+        .iter()
+        .any(|d| path == Path::new(d))
+    {
+        return Ok(false);
+    }
+    if path == Path::new(crate::plan::DEV_SHM) {
+        return Ok(true);
+    }
+    if path.starts_with(crate::plan::DEV_SHM) {
+        return Err(refused(
+            "it lies inside /dev/shm, which in Tier C is the run's own (filesystem.dev_shm); grant /dev/shm itself",
+        ));
+    }
+    Err(refused(
+        "it is a host device or /dev itself, which no tier passes through; every run has /dev/null, /dev/zero, /dev/full, /dev/random, /dev/urandom and pseudo-terminals, and /dev/shm as filesystem.dev_shm says",
+    ))
+}
+
 /// Whether `a` names the directory `b` (canonical) is.
 fn same_dir(a: &Path, b: &Path) -> bool {
     std::fs::canonicalize(a).is_ok_and(|a| a == b)

@@ -183,6 +183,13 @@ fn every_rejection_code_has_a_table_case() {
     let ctx_root = tierbox_policy::ValidateContext::new("/");
     let err = tierbox_policy::validate(&gone.policy, &req("ls", &[]), &ctx_root).unwrap_err();
     check("workspace refused", err.code(), "scope.workspace_refused");
+    let mut dev = Fixture::new(&["ls"]);
+    dev.policy.filesystem.writable = vec!["/dev".to_owned()];
+    check(
+        "grant refused",
+        code_of(&dev, &req("ls", &[])),
+        "scope.grant_refused",
+    );
     check(
         "path outside",
         code_of(&fx, &req("cat", &["../secret"])),

@@ -417,3 +417,88 @@ fn dev_shm_parses_defaults_and_refuses_a_contradiction() {
     }
     assert!(Policy::from_toml("version = 1\n[filesystem]\ndev_shm = \"host\"\n").is_err());
 }
+
+/// Grants every tier answers the same way, before anything runs: the workspace itself,
+/// anything in `/proc` (`/proc/self` would name the supervisor), host devices and `/dev`
+/// itself, and paths inside `/dev/shm` are refused naming the key and the path; a device
+/// every run has anyway is dropped from the plan; `/dev/shm` itself is kept.
+///
+/// Regression: `policy check` and Tier B accepted these, and Tier C failed at launch
+/// ("sandbox launch failed: mount plan: … lies in /dev, which the sandbox provides
+/// itself", exit 126, or `tier.unavailable` from an idmapped mount of `/dev/kvm`).
+#[test]
+fn grants_no_tier_can_carry_are_refused_the_same_everywhere() {
+    let f = fixture();
+    let ws = f.ws.display().to_string();
+    for (key, entry) in [
+        ("filesystem.writable", ws.as_str()),
+        ("filesystem.read_only", ws.as_str()),
+        ("filesystem.read_only", "/proc/self"),
+        ("filesystem.writable", "/proc/sys"),
+        ("filesystem.writable", "/dev"),
+        ("filesystem.read_only", "/dev/kvm"),
+        ("filesystem.writable", "/dev/shm/../vda"),
+    ] {
+        let mut g = fixture();
+        let entry = entry.replace(&ws, &g.ws.display().to_string());
+        if !std::path::Path::new(&entry).exists() {
+            continue;
+        }
+        match key {
+            "filesystem.writable" => g.policy.filesystem.writable = vec![entry.clone()],
+            _ => g.policy.filesystem.read_only = vec![entry.clone()],
+        }
+        let err = g.run("ls", &[]).unwrap_err();
+        assert_eq!(err.code(), "scope.grant_refused", "{key} {entry}: {err}");
+        let msg = err.to_string();
+        assert!(msg.contains(key), "{msg}");
+        match err {
+            Rejection::GrantRefused { key: k, path, .. } => {
+                assert_eq!(k, key);
+                assert_eq!(path, std::fs::canonicalize(&entry).unwrap());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // A denied workspace, or a denied parent of it.
+    for parent in [false, true] {
+        let mut g = fixture();
+        let deny = if parent {
+            g.ws.parent().unwrap().display().to_string()
+        } else {
+            g.ws.display().to_string()
+        };
+        g.policy.filesystem.deny_read = vec![deny];
+        let err = g.run("ls", &[]).unwrap_err();
+        assert_eq!(err.code(), "scope.grant_refused", "{err}");
+        assert!(err.to_string().contains("filesystem.deny_read"), "{err}");
+    }
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let mut g = fixture();
+        g.policy.filesystem.writable = vec![dir.path().display().to_string()];
+        let err = g.run("ls", &[]).unwrap_err();
+        assert!(err.to_string().contains("/dev/shm itself"), "{err}");
+    }
+
+    let mut g = fixture();
+    g.policy.filesystem.writable = vec!["/dev/null".to_owned(), "/dev/shm".to_owned()];
+    g.policy.filesystem.read_only = vec!["/dev/urandom".to_owned()];
+    let plan = g.run("ls", &[]).unwrap();
+    assert!(
+        plan.filesystem
+            .read_only
+            .iter()
+            .all(|p| !p.starts_with("/dev"))
+    );
+    let writable: Vec<_> = plan
+        .filesystem
+        .writable
+        .iter()
+        .filter(|p| p.starts_with("/dev"))
+        .collect();
+    if shm.is_dir() {
+        assert_eq!(writable, [shm], "{:?}", plan.filesystem.writable);
+    }
+}
