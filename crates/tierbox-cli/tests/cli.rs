@@ -7,9 +7,14 @@ use std::process::{Command, Output, Stdio};
 
 fn tierbox(args: &[&str], stdin: Option<&str>) -> Output {
     let state = tempfile::tempdir().unwrap();
+    tierbox_with_state(state.path(), args, stdin)
+}
+
+/// [`tierbox`] with `XDG_STATE_HOME` = `state`.
+fn tierbox_with_state(state: &std::path::Path, args: &[&str], stdin: Option<&str>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tierbox"));
     cmd.args(args)
-        .env("XDG_STATE_HOME", state.path())
+        .env("XDG_STATE_HOME", state)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -492,12 +497,25 @@ fn policy_check_and_check_report_what_a_backend_refuses() {
         "{stderr}"
     );
 
-    // The sandbox's own /tmp: both Tier C backends refuse a grant of the host's.
+    // The sandbox's own /tmp: both Tier C backends refuse a grant of the host's. (With
+    // Tierbox's state directory outside /tmp: a grant holding it is refused outright.)
     let tmp = policy(
         "tmp.toml",
         "[exec]\nallowed_executables = [\"ls\"]\n[filesystem]\nwritable = [\"/tmp\"]\n",
     );
     let out = tierbox(
+        &["policy", "check", tmp.to_str().unwrap(), "-w", ws_arg],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[scope.grant_refused]") && stderr.contains("Tierbox's own state"),
+        "{stderr}"
+    );
+    let state = tempfile::tempdir_in("/var/tmp").unwrap();
+    let out = tierbox_with_state(
+        state.path(),
         &["policy", "check", tmp.to_str().unwrap(), "-w", ws_arg],
         None,
     );
@@ -512,7 +530,8 @@ fn policy_check_and_check_report_what_a_backend_refuses() {
             "{backend}\n{stdout}"
         );
     }
-    let out = tierbox(
+    let out = tierbox_with_state(
+        state.path(),
         &[
             "check",
             "--json",

@@ -3,7 +3,6 @@
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
-use std::io::Read;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -14,7 +13,8 @@ use wasmtime::component::{Component, Linker as ComponentLinker};
 use wasmtime::{Config, Engine, InstancePre, Linker, Module};
 use wasmtime_wasi::p2::bindings::CommandPre;
 
-use crate::cache::{DiskCache, sha256_hex};
+use crate::cache::{DiskCache, Lookup, sha256_hex};
+use crate::module_file::{FileIdentity, ModuleFile};
 use crate::run::{CacheSource, P1Host, P2Host};
 
 /// Period of the epoch ticker. The wall-clock deadline is checked at every tick, so a
@@ -45,6 +45,8 @@ pub(crate) struct Loaded {
     pub(crate) digest: String,
     pub(crate) source: CacheSource,
     pub(crate) compile_ms: u64,
+    /// A disk cache entry for the module that failed its checks and was not loaded.
+    pub(crate) cache_refused: Option<String>,
 }
 
 impl Loaded {
@@ -54,6 +56,7 @@ impl Loaded {
             digest,
             source: CacheSource::Memory,
             compile_ms,
+            cache_refused: None,
         }
     }
 }
@@ -160,19 +163,25 @@ impl WasmEngine {
         // A module file unchanged since it was last loaded (same device, inode, size,
         // mtime and ctime — ctime cannot be set back by the file's owner) is not read and
         // hashed again: for CPython that is 26 MB per run.
-        let identity = match &plan.module {
-            ModuleSource::File(path) => FileIdentity::of(path),
-            ModuleSource::Inline(_) => None,
+        let max = plan.limits.max_module_bytes;
+        let (file, inline) = match &plan.module {
+            ModuleSource::File(path) => (Some(ModuleFile::open(path, &plan.workspace, max)?), None),
+            ModuleSource::Inline(bytes) => (None, Some(bytes)),
         };
+        let identity = file.as_ref().map(|f| f.identity.clone());
         if let Some(id) = &identity
             && let Some(digest) = self.memory.digest_of(id)
             && let Some(compiled) = self.memory.get(&digest)
         {
             return Ok(Loaded::from_memory(compiled, digest, 0));
         }
-        // The identity was taken before reading: a change during the read gives a new
-        // ctime, so a digest is never remembered for content it does not match.
-        let (name, bytes) = read_module(plan)?;
+        // The identity was taken from the descriptor the content is read from: a change
+        // during the read gives a new ctime, so a digest is never remembered for content
+        // it does not match.
+        let (name, bytes) = match file {
+            Some(file) => file.read(max)?,
+            None => ("(inline)".to_owned(), inline.cloned().unwrap_or_default()),
+        };
         let invalid = |reason: String| Rejection::WasmModuleInvalid {
             module: name.clone(),
             reason,
@@ -206,7 +215,11 @@ impl WasmEngine {
         // threads. The task finishes and fills the caches even when this run's deadline
         // passes first, so the next run does not start over.
         let task = tokio::task::spawn_blocking(move || {
-            let cached = disk.as_ref().and_then(|disk| disk.get(&d));
+            let (cached, refused) = match disk.as_ref().map(|disk| disk.get(&d)) {
+                Some(Lookup::Hit(bytes)) => (Some(bytes), None),
+                Some(Lookup::Refused(why)) => (None, Some(why)),
+                Some(Lookup::Miss) | None => (None, None),
+            };
             let (built, source) = match cached.and_then(|b| from_cache(&engine, &b, component)) {
                 Some(built) => (built, CacheSource::Disk),
                 None => (
@@ -217,9 +230,9 @@ impl WasmEngine {
             };
             let compiled = linkers.link(built).map_err(|e| format!("{e:#}"))?;
             memory.put(&d, compiled.clone());
-            Ok::<_, String>((compiled, source))
+            Ok::<_, String>((compiled, source, refused))
         });
-        let (compiled, source) = task
+        let (compiled, source, cache_refused) = task
             .await
             .map_err(|e| invalid(format!("compilation aborted: {e}")))?
             .map_err(invalid)?;
@@ -228,6 +241,7 @@ impl WasmEngine {
             digest,
             source,
             compile_ms: elapsed_ms(started),
+            cache_refused,
         })
     }
 }
@@ -253,32 +267,6 @@ impl Linkers {
                     e.context("it is not a WASI command component (no wasi:cli/run export)")
                 })?)
             }
-        })
-    }
-}
-
-/// What identifies a module file's content without reading it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FileIdentity {
-    path: PathBuf,
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime_ns: i128,
-    ctime_ns: i128,
-}
-
-impl FileIdentity {
-    fn of(path: &std::path::Path) -> Option<Self> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path).ok()?;
-        Some(Self {
-            path: path.to_path_buf(),
-            dev: m.dev(),
-            ino: m.ino(),
-            len: m.len(),
-            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
-            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
         })
     }
 }
@@ -369,34 +357,6 @@ fn compile(
 /// A component's preamble: `\0asm`, then layer 1 (version `0x0d 0x00`, layer `0x01 0x00`).
 fn is_component(binary: &[u8]) -> bool {
     binary.get(4..8) == Some(&[0x0d, 0x00, 0x01, 0x00])
-}
-
-/// The module bytes, read with the size cap enforced while reading (the file may have
-/// grown since validation).
-fn read_module(plan: &WasmPlan) -> Result<(String, Vec<u8>), Rejection> {
-    let max = plan.limits.max_module_bytes;
-    match &plan.module {
-        ModuleSource::Inline(bytes) => Ok(("(inline)".to_owned(), bytes.clone())),
-        ModuleSource::File(path) => {
-            let name = path.display().to_string();
-            let invalid = |reason: String| Rejection::WasmModuleInvalid {
-                module: name.clone(),
-                reason,
-            };
-            let file = std::fs::File::open(path)
-                .map_err(|e| invalid(format!("it cannot be read: {e}")))?;
-            let mut bytes = Vec::new();
-            file.take(max.saturating_add(1))
-                .read_to_end(&mut bytes)
-                .map_err(|e| invalid(format!("it cannot be read: {e}")))?;
-            if bytes.len() as u64 > max {
-                return Err(invalid(format!(
-                    "it is more than the policy's wasm.max_module_bytes of {max}"
-                )));
-            }
-            Ok((name, bytes))
-        }
-    }
 }
 
 /// Increments the engine's epoch every [`EPOCH_TICK`] while a run is active; sleeps on

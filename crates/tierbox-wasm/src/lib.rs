@@ -55,6 +55,7 @@ mod cache;
 mod engine;
 mod io;
 mod limits;
+mod module_file;
 mod run;
 #[allow(unsafe_code)]
 mod sys;

@@ -38,7 +38,8 @@ pub enum WasmLimit {
     WallTime,
     /// The fuel budget.
     Fuel,
-    /// A linear memory would have grown past `wasm.memory_bytes`.
+    /// The run's linear memories and tables together would have grown past
+    /// `wasm.memory_bytes`.
     Memory,
     /// A table would have grown past `wasm.table_elements`.
     Table,
@@ -70,11 +71,18 @@ pub struct RunReport {
     pub module_sha256: String,
     /// Where the compiled code came from.
     pub cache: CacheSource,
+    /// An entry of the on-disk cache for this module that failed its integrity check
+    /// (changed since Tierbox stored it, or not private to Tierbox's user): it was not
+    /// loaded, the module was compiled again, and this says which entry and why. Recorded
+    /// in the audit log with the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_refused: Option<String>,
     /// Time spent compiling or loading compiled code, in milliseconds.
     pub compile_ms: u64,
     /// Fuel consumed by the guest.
     pub fuel_consumed: u64,
-    /// Largest linear memory the guest was granted, in bytes.
+    /// Largest total of the run's linear memories and tables at any time, in bytes (what
+    /// `wasm.memory_bytes` bounds).
     pub peak_memory_bytes: u64,
     /// Wall-clock duration, compilation included, in milliseconds.
     pub duration_ms: u64,
@@ -159,6 +167,7 @@ impl WasmEngine {
                     kind: "unknown".to_owned(),
                     module_sha256: String::new(),
                     cache: CacheSource::Compiled,
+                    cache_refused: None,
                     compile_ms: elapsed_ms(started),
                     fuel_consumed: 0,
                     peak_memory_bytes: 0,
@@ -240,6 +249,7 @@ impl WasmEngine {
             kind: kind.to_owned(),
             module_sha256: loaded.digest,
             cache: loaded.source,
+            cache_refused: loaded.cache_refused,
             compile_ms: loaded.compile_ms,
             fuel_consumed,
             peak_memory_bytes,

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use sha2::Digest as _;
 use tierbox_policy::validate::validate_wasm;
 use tierbox_policy::wasm::{DirAccess, FsGrant, ModuleSource, WasmPlan, WasmRunRequest};
 use tierbox_policy::{Policy, Rejection, ValidateContext};
@@ -568,7 +569,7 @@ fn compiled_code_is_cached_on_disk_and_in_memory() {
         .collect();
     assert_eq!(entries.len(), 2, "{entries:?}");
     assert!(entries.iter().any(|e| e.ends_with(".cwasm")));
-    assert!(entries.iter().any(|e| e.ends_with(".sha256")));
+    assert!(entries.iter().any(|e| e.ends_with(".mac")));
 
     let second = WasmEngine::new(Some(cache.clone())).unwrap();
     let c = run(&second, &plan);
@@ -581,6 +582,71 @@ fn compiled_code_is_cached_on_disk_and_in_memory() {
 
     // Control: an engine without a disk cache compiles.
     assert_eq!(run(&engine(), &plan).report.cache, CacheSource::Compiled);
+}
+
+/// A guest that prints the four bytes of an immediate: `abcd`.
+const IMMEDIATE_WAT: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write"
+    (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (i32.store (i32.const 64) (i32.const 0x64636261))
+    (i32.store (i32.const 0) (i32.const 64))
+    (i32.store (i32.const 4) (i32.const 4))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+
+/// A cached compiled module patched on disk — its machine code changed and the digest
+/// beside it rewritten to match, as a process that could write the cache would — is
+/// refused: the next run compiles again, prints what the module says, reports which
+/// entry failed its check, and stores a good entry again.
+///
+/// Regression: the cache trusted a plain SHA-256 sidecar, so the next run executed the
+/// patched native code (printing the patched value) and still reported the original
+/// `module_sha256`.
+#[test]
+fn a_patched_cache_entry_is_refused_and_never_runs() {
+    let w = workspace(&[]);
+    std::fs::write(w.ws.join("imm.wat"), IMMEDIATE_WAT).unwrap();
+    let cache = w.root.join("cache");
+    let plan = plan(&policy(""), &WasmRunRequest::module("imm.wat"), &w.ws);
+    let first = run(&WasmEngine::new(Some(cache.clone())).unwrap(), &plan);
+    assert_eq!(first.stdout, "abcd");
+    assert_eq!(first.report.cache, CacheSource::Compiled);
+
+    let entry = |ext: &str| {
+        std::fs::read_dir(&cache)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == ext))
+            .unwrap_or_else(|| panic!("no .{ext} entry"))
+    };
+    let code = entry("cwasm");
+    let mut bytes = std::fs::read(&code).unwrap();
+    let at = bytes
+        .windows(4)
+        .position(|w| w == b"abcd")
+        .expect("the immediate in the compiled code");
+    bytes[at..at + 4].copy_from_slice(b"PWND");
+    std::fs::write(&code, &bytes).unwrap();
+    let digest: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::write(entry("mac"), digest).unwrap();
+
+    let second = run(&WasmEngine::new(Some(cache.clone())).unwrap(), &plan);
+    assert_eq!(second.stdout, "abcd", "the patched code ran");
+    assert_eq!(second.report.cache, CacheSource::Compiled);
+    let why = second.report.cache_refused.as_deref().unwrap_or_default();
+    assert!(why.contains(".cwasm") && why.contains("MAC"), "{why:?}");
+    assert_eq!(second.report.module_sha256, first.report.module_sha256);
+    // The entry was stored again, good: the next process loads it.
+    let third = run(&WasmEngine::new(Some(cache)).unwrap(), &plan);
+    assert_eq!(
+        (third.report.cache, third.report.cache_refused),
+        (CacheSource::Disk, None)
+    );
+    assert_eq!(third.stdout, "abcd");
 }
 
 // ---- validation --------------------------------------------------------------------------
@@ -698,7 +764,117 @@ fn network_grant_is_unsupported() {
     );
 }
 
-/// A module path that resolves outside the workspace is `wasm.module_invalid`.
+/// What a run of `plan` does with a module file that may be swapped: the guest's output,
+/// or the rejection's text.
+fn run_or_rejection(engine: &WasmEngine, plan: &WasmPlan) -> Result<String, String> {
+    let out = Arc::new(Collect::default());
+    let err = Arc::new(Collect::default());
+    match runtime().block_on(engine.run(plan, out.clone(), err.clone())) {
+        Ok(_) => Ok(out.text()),
+        Err(WasmError::Rejected(r)) => Err(format!("[{}] {r}", r.code())),
+        Err(e) => panic!("the run did not start: {e}"),
+    }
+}
+
+/// The module a run loads is the file validation resolved: a symlink swapped in after
+/// validation — to a file outside the workspace, or for a parent directory — is refused
+/// without saying anything of what it points at; and with a thread swapping the module
+/// and a symlink to an outside file back and forth while requests are validated and run
+/// (bounded: 300 rounds, or up to 3000 until one run gets through), every run either prints the module's output or is refused,
+/// and no message ever quotes the outside file.
+///
+/// Regression: validation checked the path, the engine opened it again following
+/// symlinks; a guest renaming a relative symlink over the module won the race 8 times in
+/// 150, and the WAT parse error quoted the outside file (`1 | SECRET-OUT`).
+#[test]
+fn the_module_loaded_is_the_file_validated() {
+    const SECRET: &str = "SECRET-OUT";
+    let w = workspace(&[]);
+    std::fs::write(w.root.join("secret.txt"), format!("{SECRET}\n")).unwrap();
+    std::fs::create_dir(w.ws.join("sub")).unwrap();
+    std::fs::write(w.ws.join("sub/m.wat"), IMMEDIATE_WAT).unwrap();
+    let policy = policy("");
+    let engine = engine();
+    let plan = plan(&policy, &WasmRunRequest::module("sub/m.wat"), &w.ws);
+    assert_eq!(run_or_rejection(&engine, &plan), Ok("abcd".to_owned()));
+
+    // Swapped after validation: the file, then a parent directory.
+    let module = w.ws.join("sub/m.wat");
+    std::fs::rename(&module, w.ws.join("real.wat")).unwrap();
+    std::os::unix::fs::symlink("../../secret.txt", &module).unwrap();
+    let refused = run_or_rejection(&WasmEngine::new(None).unwrap(), &plan).unwrap_err();
+    assert!(
+        refused.contains("changed since it was validated"),
+        "{refused}"
+    );
+    assert!(!refused.contains(SECRET), "{refused}");
+    std::fs::remove_file(&module).unwrap();
+    std::fs::rename(w.ws.join("sub"), w.ws.join("sub.real")).unwrap();
+    std::fs::create_dir(w.root.join("outside")).unwrap();
+    std::fs::copy(w.root.join("secret.txt"), w.root.join("outside/m.wat")).unwrap();
+    std::os::unix::fs::symlink(w.root.join("outside"), w.ws.join("sub")).unwrap();
+    let refused = run_or_rejection(&WasmEngine::new(None).unwrap(), &plan).unwrap_err();
+    assert!(
+        refused.contains("changed since it was validated"),
+        "{refused}"
+    );
+    assert!(!refused.contains(SECRET), "{refused}");
+    std::fs::remove_file(w.ws.join("sub")).unwrap();
+    std::fs::rename(w.ws.join("sub.real"), w.ws.join("sub")).unwrap();
+    std::fs::rename(w.ws.join("real.wat"), &module).unwrap();
+
+    // The race, as a guest would run it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (stop, sub) = (stop.clone(), w.ws.join("sub"));
+        std::thread::spawn(move || {
+            let (link, real, spare) = (sub.join("link"), sub.join("m.wat"), sub.join("spare"));
+            while !stop.load(Ordering::Relaxed) {
+                let _ = std::os::unix::fs::symlink("../../secret.txt", &link);
+                let _ = std::fs::rename(&real, &spare);
+                let _ = std::fs::rename(&link, &real);
+                let _ = std::fs::rename(&real, &link);
+                let _ = std::fs::rename(&spare, &real);
+            }
+        })
+    };
+    let (mut ran, mut refused) = (0, 0);
+    // 300 rounds, more (up to 3000) until one run got through.
+    for round in 0..3000 {
+        if round >= 300 && ran > 0 {
+            break;
+        }
+        // Each round a new engine: no memory cache between rounds.
+        let Ok(plan) = validate_wasm(
+            &policy,
+            &WasmRunRequest::module("sub/m.wat"),
+            &ctx(&w.ws, &[]),
+        ) else {
+            refused += 1;
+            continue;
+        };
+        match run_or_rejection(&WasmEngine::new(None).unwrap(), &plan) {
+            Ok(out) => {
+                assert_eq!(out, "abcd");
+                ran += 1;
+            }
+            Err(message) => {
+                assert!(!message.contains(SECRET), "{message}");
+                refused += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    println!("race: {ran} runs printed the module's output, {refused} were refused");
+    assert!(ran > 0, "no run got through: the race test tested nothing");
+}
+
+/// A module path that resolves outside the workspace is `wasm.module_invalid`, with the
+/// same reason whether or not the outside file exists.
+///
+/// Regression: "resolves to /root/.bashrc, outside the workspace" for an existing file
+/// against "cannot be resolved" for a missing one told a caller what exists on the host.
 #[test]
 fn module_path_outside_the_workspace_is_invalid() {
     let w = workspace(&[]);
@@ -719,23 +895,31 @@ fn module_path_outside_the_workspace_is_invalid() {
         plan.unwrap().module,
         ModuleSource::File(w.ws.join("ok.wasm"))
     );
+    std::os::unix::fs::symlink(w.root.join("missing.wasm"), w.ws.join("dangling.wasm")).unwrap();
+    let mut reasons = std::collections::BTreeSet::new();
     for path in [
         "../x.wasm",
         "link.wasm",
         "up/x.wasm",
         &outside,
         "/etc/passwd",
+        "../missing.wasm",
+        "dangling.wasm",
+        "/etc/no-such-file",
+        "missing.wasm",
     ] {
         let r = rejection(&policy, &WasmRunRequest::module(path), &w.ws);
         assert_eq!(r.code(), "wasm.module_invalid", "{path}: {r}");
         match &r {
             Rejection::WasmModuleInvalid { module, reason } => {
                 assert_eq!(module, path);
-                assert!(reason.contains("outside the workspace"), "{path}: {reason}");
+                assert!(reason.contains("inside the workspace"), "{path}: {reason}");
+                reasons.insert(reason.clone());
             }
             other => panic!("{path}: {other:?}"),
         }
     }
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
 }
 
 /// A module that is not valid WASM or WAT, or that imports something other than WASI
@@ -922,6 +1106,38 @@ fn a_module_above_the_size_cap_is_rejected() {
         &WasmRunRequest::module("big.wat"),
         &w.ws,
     );
+}
+
+/// `wasm.memory_bytes` bounds the run, not each memory: with 32 MiB, two memories of
+/// 16 MiB fit and a third cannot grow (`memory.grow` returns -1, `limit_hit: "memory"`);
+/// the peak reported is the total.
+///
+/// Regression: the limit applied to each memory, so a module with 31 memories used 2 GB
+/// against a 64 MiB limit and reported no limit hit.
+#[test]
+fn memory_limit_is_for_the_whole_run() {
+    let w = workspace(&[]);
+    std::fs::write(
+        w.ws.join("mems.wat"),
+        r#"(module
+          (memory $a 0) (memory $b 0) (memory $c 0)
+          (func (export "_start")
+            (if (i32.eq (memory.grow $a (i32.const 256)) (i32.const -1)) (then unreachable))
+            (if (i32.eq (memory.grow $b (i32.const 256)) (i32.const -1)) (then unreachable))
+            (if (i32.ne (memory.grow $c (i32.const 1)) (i32.const -1)) (then unreachable))))"#,
+    )
+    .unwrap();
+    let plan = plan(
+        &policy("memory_bytes = 33554432"),
+        &WasmRunRequest::module("mems.wat"),
+        &w.ws,
+    );
+    let ran = run(&engine(), &plan);
+    let r = &ran.report;
+    assert_eq!(r.trap, None, "the third memory grew");
+    assert_eq!(r.exit_code, Some(0));
+    assert_eq!(r.limit, Some(WasmLimit::Memory));
+    assert_eq!(r.peak_memory_bytes, 32 << 20);
 }
 
 #[test]

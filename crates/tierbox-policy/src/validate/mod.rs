@@ -309,6 +309,7 @@ fn existing_paths(
     list: &[String],
     home: Option<&Path>,
     workspace: &Path,
+    own: &[scope::OwnPath],
 ) -> Result<Vec<PathBuf>, Rejection> {
     let mut out = Vec::new();
     for p in list {
@@ -322,7 +323,7 @@ fn existing_paths(
         let Ok(path) = std::fs::canonicalize(path) else {
             continue;
         };
-        if scope::check_grant(key, &path, workspace)? {
+        if scope::check_grant(key, &path, workspace, own)? {
             out.push(path);
         }
     }
@@ -514,7 +515,7 @@ fn filesystem_plan(
 ) -> Result<FsPlan, Rejection> {
     let home = ctx.home();
     let fs = &policy.filesystem;
-    let deny_read: Vec<PathBuf> = fs
+    let mut deny_read: Vec<PathBuf> = fs
         .deny_read
         .iter()
         .filter_map(|p| match p.strip_prefix("~/") {
@@ -533,6 +534,16 @@ fn filesystem_plan(
             ),
         });
     }
+    let system = system_paths();
+    // Tierbox's own secret files under a system path (a state directory in /etc) are
+    // hidden there like the host's secrets; every other grant of them is refused.
+    let own = scope::own_paths(policy, ctx);
+    deny_read.extend(
+        own.iter()
+            .filter_map(scope::OwnPath::secret_path)
+            .filter(|p| system.roots.iter().any(|r| p.starts_with(r)))
+            .map(Path::to_path_buf),
+    );
     // Denied paths are carved out of every grant (as host secrets are out of /etc), so a
     // tier that can only grant — landlock — enforces them too; see `crate::access`.
     let carve = |grants: Vec<PathBuf>| -> Vec<PathBuf> {
@@ -541,7 +552,6 @@ fn filesystem_plan(
         }
         crate::access::carve(&grants, &deny_read, crate::access::Links::Never)
     };
-    let system = system_paths();
     let repos = git::git_dirs_cached(workspace).repos;
     // Denial wins (`crate::access`): a grant inside a denied path grants nothing.
     let outside_denials = |mut grants: Vec<PathBuf>| {
@@ -553,12 +563,14 @@ fn filesystem_plan(
         &fs.read_only,
         home.as_deref(),
         workspace,
+        &own,
     )?);
     let writable_roots = outside_denials(existing_paths(
         "filesystem.writable",
         &fs.writable,
         home.as_deref(),
         workspace,
+        &own,
     )?);
     Ok(FsPlan {
         system_read_only: carve(system.grants),

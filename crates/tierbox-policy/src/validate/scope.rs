@@ -85,91 +85,165 @@ pub const REFUSED_WORKSPACE_DIRS: &[&str] =
 /// The canonical workspace root of a run, after the rules on what may be one: not `/` nor
 /// a system directory ([`REFUSED_WORKSPACE_TREES`], [`REFUSED_WORKSPACE_DIRS`]), not a home
 /// directory itself (the supervisor's `$HOME`, `/root`, `/home/<user>`, or a home in
-/// `/etc/passwd`: dotfiles there configure the host user's shell, git and ssh), and not a
-/// directory that holds Tierbox's own state (the state directory with its signing key and
-/// compiled-module cache, the audit log, the signing key). The policy may lift the rules
-/// with `danger_any_workspace_root = true`.
+/// `/etc/passwd`: dotfiles there configure the host user's shell, git and ssh); the policy
+/// may lift these with `danger_any_workspace_root = true`. Never, whatever the policy: a
+/// directory that holds, or lies inside, one of Tierbox's own files ([`own_paths`]).
 pub(crate) fn workspace_root(policy: &Policy, ctx: &ValidateContext) -> Result<PathBuf, Rejection> {
     let canon = canonical_workspace(&ctx.workspace)?;
-    if policy.danger_any_workspace_root {
-        return Ok(canon);
-    }
     let refused = |rule: String| Rejection::WorkspaceRefused {
         path: canon.clone(),
         rule,
     };
+    if !policy.danger_any_workspace_root {
+        host_rules(ctx, &canon).map_err(refused)?;
+    }
+    if let Some(own) = reaches_own(&own_paths(policy, ctx), &canon, true) {
+        return Err(refused(own.rule(&canon)));
+    }
+    Ok(canon)
+}
+
+/// The rules `danger_any_workspace_root` lifts: `Err(rule)` when `canon` is the root, a
+/// system directory, a directory that holds every user's files, or a home itself.
+fn host_rules(ctx: &ValidateContext, canon: &Path) -> Result<(), String> {
     if let Some(tree) = REFUSED_WORKSPACE_TREES
         .iter()
         .find(|t| canon.starts_with(t))
     {
-        return Err(refused(format!(
+        return Err(format!(
             "it is the system directory {tree} or lies below it"
-        )));
+        ));
     }
     if REFUSED_WORKSPACE_DIRS.iter().any(|d| canon == Path::new(d)) {
-        return Err(refused(if canon == Path::new("/") {
+        return Err(if canon == Path::new("/") {
             "it is the filesystem root".to_owned()
         } else {
             format!(
                 "it is {}, which holds every user's or service's files",
                 canon.display()
             )
-        }));
+        });
     }
     let is_home_under_home = canon.parent() == Some(Path::new("/home"));
     let is_home = is_home_under_home
-        || ctx.home().is_some_and(|h| same_dir(&h, &canon))
-        || passwd_homes().contains(&canon);
+        || ctx.home().is_some_and(|h| same_dir(&h, canon))
+        || passwd_homes().iter().any(|h| h == canon);
     if is_home {
-        return Err(refused(
+        return Err(
             "it is a home directory itself (its dotfiles configure the user's shell, git and ssh); use a project directory inside it".to_owned(),
-        ));
+        );
     }
-    let own_state = ctx
+    Ok(())
+}
+
+/// One of Tierbox's own files or directories, which no run may reach.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnPath {
+    /// What it is, for messages.
+    what: &'static str,
+    /// Canonical where it exists.
+    path: PathBuf,
+    /// Reading it is harmful too (keys, the cache, the audit trail); else only writing
+    /// (the Tier A runtimes, which are public builds).
+    secret: bool,
+}
+
+impl OwnPath {
+    /// The path, when reading it is harmful too.
+    pub(crate) fn secret_path(&self) -> Option<&Path> {
+        self.secret.then_some(self.path.as_path())
+    }
+
+    /// Why `grant` may not be granted.
+    pub(crate) fn rule(&self, grant: &Path) -> String {
+        let (what, path) = (self.what, self.path.display());
+        if self.path.starts_with(grant) {
+            format!("it contains {what} {path}, which no run may reach (Tierbox's own state)")
+        } else {
+            format!("it lies inside {what} {path}, which no run may reach (Tierbox's own state)")
+        }
+    }
+}
+
+/// Tierbox's own files for a run of `policy` in `ctx`: the state directory (signing key,
+/// compiled-module cache, spill files), the audit log, the signing key, and the Tier A
+/// runtimes directory. A sandbox that could write the cache would run code in the
+/// supervisor (a compiled module is native code); one that could read the key could forge
+/// attestations.
+pub(crate) fn own_paths(policy: &Policy, ctx: &ValidateContext) -> Vec<OwnPath> {
+    let secret = ctx
         .state_dir
         .iter()
-        .map(|d| ("the state directory", d.as_path()))
+        .map(|d| ("the state directory", d.clone()))
         .chain(
             policy
                 .audit
                 .log
                 .iter()
-                .map(|p| ("the audit log", p.as_path())),
+                .map(|p| ("the audit log", p.clone())),
         )
         .chain(
             policy
                 .audit
                 .signing_key
                 .iter()
-                .map(|p| ("the attestation signing key", p.as_path())),
-        );
-    for (what, path) in own_state {
-        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        if path.starts_with(&canon) {
-            return Err(refused(format!(
-                "it contains {what} {} (a run could rewrite Tierbox's own state)",
-                path.display()
-            )));
-        }
-    }
-    Ok(canon)
+                .map(|p| ("the attestation signing key", p.clone())),
+        )
+        .map(|(what, path)| (what, path, true));
+    let runtimes = std::iter::once((
+        "the Tier A runtimes directory",
+        ctx.runtimes_dir.clone(),
+        false,
+    ));
+    secret
+        .chain(runtimes)
+        .map(|(what, path, secret)| OwnPath {
+            what,
+            path: std::fs::canonicalize(&path).unwrap_or(path),
+            secret,
+        })
+        .collect()
+}
+
+/// The own path a grant of canonical `path` would reach — one inside it, or one it lies
+/// in — writable or (for a secret one) readable.
+pub(crate) fn reaches_own<'a>(
+    own: &'a [OwnPath],
+    path: &Path,
+    writable: bool,
+) -> Option<&'a OwnPath> {
+    own.iter().find(|o| {
+        (writable || o.secret)
+            && !o.path.as_os_str().is_empty()
+            && (o.path.starts_with(path) || path.starts_with(&o.path))
+    })
 }
 
 /// Checks one canonical `filesystem.read_only` or `filesystem.writable` entry (`key`)
 /// against the rules every tier shares, so that a policy gets the same answer in Tier B
 /// and Tier C. Returns whether to keep it: a device every run has anyway
 /// ([`PROVIDED_DEVICES`](crate::plan::PROVIDED_DEVICES)) is dropped. Refused with
-/// [`Rejection::GrantRefused`]: the workspace itself (a read-only grant of it contradicts
+/// [`Rejection::GrantRefused`]: one of Tierbox's own files or a directory holding one
+/// ([`own_paths`]; read-only grants only of the secret ones), the workspace itself (a
+/// read-only grant of it contradicts
 /// the workspace; a writable one says nothing), anything in `/proc` (a host `/proc` path
 /// names the supervisor's processes, never the run's: canonicalising `/proc/self` gives
 /// the supervisor's pid), and any other device, `/dev` itself, or a path inside
 /// `/dev/shm` (Tier C's `/dev/shm` is the run's own).
-pub(crate) fn check_grant(key: &str, path: &Path, workspace: &Path) -> Result<bool, Rejection> {
+pub(crate) fn check_grant(
+    key: &str,
+    path: &Path,
+    workspace: &Path,
+    own: &[OwnPath],
+) -> Result<bool, Rejection> {
     let refused = |rule: &str| Rejection::GrantRefused {
         key: key.to_owned(),
         path: path.to_path_buf(),
         rule: rule.to_owned(),
     };
+    if let Some(o) = reaches_own(own, path, key == "filesystem.writable") {
+        return Err(refused(&o.rule(path)));
+    }
     if path == workspace {
         return Err(refused(
             "it is the workspace itself, which every run may read and write already; remove the entry",

@@ -320,15 +320,17 @@ fn module_source(
             "the path is empty, longer than {MAX_MODULE_PATH_BYTES} bytes or contains NUL"
         )));
     }
-    let joined = workspace.join(path);
-    let resolved = std::fs::canonicalize(&joined)
-        .map_err(|e| invalid(format!("it cannot be resolved in the workspace ({e})")))?;
-    if !resolved.starts_with(workspace) {
-        return Err(invalid(format!(
-            "it resolves to {}, outside the workspace {}",
-            resolved.display(),
+    // One answer for a path that does not resolve and one that resolves outside: the
+    // rejection must not tell the caller whether a file outside the workspace exists.
+    let not_inside = || {
+        invalid(format!(
+            "it does not name an existing file inside the workspace {}",
             workspace.display()
-        )));
+        ))
+    };
+    let resolved = std::fs::canonicalize(workspace.join(path)).map_err(|_| not_inside())?;
+    if !resolved.starts_with(workspace) {
+        return Err(not_inside());
     }
     let meta = std::fs::metadata(&resolved).map_err(|e| invalid(e.to_string()))?;
     if !meta.is_file() {
@@ -503,6 +505,13 @@ fn fs_grant(
             name,
             "the workspace itself is granted through grants.workspace".to_owned(),
         ));
+    }
+    if let Some(own) = super::scope::reaches_own(
+        &super::scope::own_paths(policy, ctx),
+        &resolved,
+        grant.write,
+    ) {
+        return Err(grant_denied(name, own.rule(&resolved)));
     }
     let covers = |entries: &[String]| {
         entries.iter().any(|entry| {

@@ -238,7 +238,7 @@ fn every_rejection_code_has_a_table_case() {
     let ws = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("m.wat"), "(module)").unwrap();
     let ctx = tierbox_policy::ValidateContext::new(ws.path())
-        .with_runtimes_dir(ws.path().join("no-runtimes"));
+        .with_runtimes_dir("/nonexistent/tierbox-runtimes");
     let wasm_code = |policy: &tierbox_policy::Policy, r: &WasmRunRequest| {
         tierbox_policy::validate::validate_wasm(policy, r, &ctx)
             .unwrap_err()

@@ -276,7 +276,7 @@ fn workspace_must_exist() {
 /// The workspace roots no run may have, each refused with the rule it breaks: the
 /// filesystem root, system directories and anything below the system trees, the shared
 /// top-level directories themselves, a home directory itself, and a directory holding
-/// Tierbox's own state. `danger_any_workspace_root` lifts every rule.
+/// Tierbox's own state. `danger_any_workspace_root` lifts every rule but the last.
 ///
 /// Regression: `check -w /`, `-w /root`, `-w /etc` and `-w /proc` said "ok", a Tier B run
 /// started from `/` created `/etc/<file>`, and one started in the state directory read
@@ -310,11 +310,19 @@ fn workspace_roots_that_would_hand_over_the_host_are_refused() {
         assert!(message.contains(rule), "{root}: {message}");
         let mut danger = f.policy.clone();
         danger.danger_any_workspace_root = true;
-        assert_eq!(
-            refused(&at(root), &danger),
-            None,
-            "{root} with the override"
-        );
+        match refused(&at(root), &danger) {
+            None => {}
+            // What the override never lifts: this root holds Tierbox's own files (the
+            // default runtimes directory under /usr/local, without a HOME).
+            Some((code, message)) if message.contains("Tierbox's own state") => {
+                assert_eq!(code, "scope.workspace_refused", "{message}");
+                assert!(
+                    ["/", "/proc/self/root", "/usr/share"].contains(&root),
+                    "{root}"
+                );
+            }
+            Some(other) => panic!("{root} with the override: {other:?}"),
+        }
     }
     // A home directory itself (the supervisor's HOME); a project inside it is fine.
     let home_ctx = |ws: &std::path::Path| {
@@ -500,5 +508,105 @@ fn grants_no_tier_can_carry_are_refused_the_same_everywhere() {
         .collect();
     if shm.is_dir() {
         assert_eq!(writable, [shm], "{:?}", plan.filesystem.writable);
+    }
+}
+
+/// Tierbox's own files — the state directory (signing key, compiled-module cache), the
+/// audit log, the signing key, the Tier A runtimes — are never reachable from a run: not
+/// as (or inside) the workspace, even with `danger_any_workspace_root`; not through a
+/// writable grant, a read-only grant of a secret one, or a Tier A preopen.
+///
+/// Regression: a writable grant holding the state directory let a sandboxed process
+/// patch a cached compiled module (native code the supervisor loads) and read the
+/// attestation signing key.
+#[test]
+fn tierbox_own_files_are_never_granted() {
+    use tierbox_policy::ValidateContext;
+    use tierbox_policy::wasm::{FsGrant, WasmRunRequest};
+
+    let f = fixture();
+    let home = f.tmp.join("home");
+    let state = home.join(".local/state/tierbox");
+    let runtimes = home.join(".local/share/tierbox/runtimes");
+    for d in [&state, &runtimes] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(f.ws.join("m.wat"), "(module (func (export \"_start\")))").unwrap();
+    let env: std::collections::BTreeMap<String, String> =
+        [("HOME".to_owned(), home.display().to_string())].into();
+    let ctx = |ws: &std::path::Path| {
+        ValidateContext::new(ws)
+            .with_env(env.clone())
+            .with_state_dir(&state)
+    };
+    let grant_code = |policy: &tierbox_policy::Policy| {
+        tierbox_policy::validate(policy, &ProcessRunRequest::new("ls"), &ctx(&f.ws))
+            .err()
+            .map(|e| (e.code(), e.to_string()))
+    };
+
+    // Grants: writable of anything holding or inside an own path; read-only of a secret one.
+    for (writable, entry, refused) in [
+        (true, home.join(".local"), true),
+        (true, state.join("wasm-cache"), false), // missing: skipped
+        (true, state.clone(), true),
+        (true, runtimes.clone(), true),
+        (false, home.clone(), true),
+        (false, state.clone(), true),
+        (false, runtimes.clone(), false),
+        (false, home.join(".local/share"), false),
+    ] {
+        let mut p = f.policy.clone();
+        let list = if writable {
+            &mut p.filesystem.writable
+        } else {
+            &mut p.filesystem.read_only
+        };
+        list.push(entry.display().to_string());
+        let got = grant_code(&p);
+        if refused {
+            let (code, message) = got.unwrap_or_else(|| panic!("{entry:?} accepted"));
+            assert_eq!(code, "scope.grant_refused", "{entry:?}: {message}");
+            assert!(message.contains("Tierbox's own state"), "{message}");
+        } else {
+            assert_eq!(got, None, "{entry:?} (writable {writable})");
+        }
+    }
+
+    // The workspace: holding the state directory or lying inside it, whatever the policy.
+    let mut danger = f.policy.clone();
+    danger.danger_any_workspace_root = true;
+    std::fs::create_dir_all(state.join("project")).unwrap();
+    for ws in [home.join(".local"), state.join("project"), runtimes.clone()] {
+        for policy in [&f.policy, &danger] {
+            let err = tierbox_policy::validate(policy, &ProcessRunRequest::new("ls"), &ctx(&ws))
+                .unwrap_err();
+            assert_eq!(err.code(), "scope.workspace_refused", "{ws:?}: {err}");
+            assert!(err.to_string().contains("Tierbox's own state"), "{err}");
+        }
+    }
+
+    // A Tier A preopen of the state directory, even where the policy lists its parent.
+    let mut wasm = f.policy.clone();
+    wasm.wasm.writable = vec![home.display().to_string()];
+    for (path, write) in [
+        (state.clone(), false),
+        (runtimes.clone(), true),
+        (home.join(".local"), true),
+    ] {
+        let req = WasmRunRequest {
+            module: Some("m.wat".to_owned()),
+            grants: tierbox_policy::wasm::WasmGrants {
+                fs: vec![FsGrant {
+                    path: path.display().to_string(),
+                    write,
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let err = tierbox_policy::validate::validate_wasm(&wasm, &req, &ctx(&f.ws)).unwrap_err();
+        assert_eq!(err.code(), "wasm.grant_denied", "{path:?}: {err}");
+        assert!(err.to_string().contains("Tierbox's own state"), "{err}");
     }
 }
