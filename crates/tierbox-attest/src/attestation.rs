@@ -113,6 +113,24 @@ pub struct Outcome {
     /// The program's own exit status is then unknown. Absent for every other run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_failure: Option<String>,
+    /// The outcome's `run_id` (a background process: its handle). Binds the attestation
+    /// to one outcome: another run's envelope does not verify against it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub run_id: String,
+    /// The run was stopped at its deadline. Absent when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub timed_out: bool,
+    /// The output quota (`kill` mode) stopped the run. Absent when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub quota_exceeded: bool,
+    /// A Tier A run's report (the outcome's `wasm`, integers beyond ±2^53 as strings):
+    /// the module's content digest, where its compiled code came from, fuel, memory, trap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm: Option<Value>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Outcome {
@@ -353,6 +371,10 @@ pub fn example_attestation() -> Attestation {
         redacted_stdout_sha256: sha256_hex(b"hello\n"),
         redacted_stderr_sha256: sha256_hex(b""),
         sandbox_failure: None,
+        run_id: String::new(),
+        timed_out: false,
+        quota_exceeded: false,
+        wasm: None,
     };
     Attestation {
         version: ATTESTATION_VERSION,

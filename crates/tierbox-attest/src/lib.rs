@@ -43,6 +43,7 @@ pub mod attestation;
 pub mod jcs;
 pub mod keys;
 pub mod log;
+pub mod verify_outcome;
 
 pub use attestation::{
     ATTESTATION_DOMAIN, ATTESTATION_VERSION, Attestation, Body, Outcome, RunFacts,
@@ -61,6 +62,7 @@ pub use log::{
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tierbox_policy::Plan;
+pub use verify_outcome::{example_outcome, verify_outcome};
 
 /// Domain-separation prefix of plan digests (a version bump changes every digest).
 pub const PLAN_DIGEST_DOMAIN: &str = "tierbox.plan.v1\n";

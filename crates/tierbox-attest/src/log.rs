@@ -342,7 +342,8 @@ fn verify_reader(
         buf.pop();
         let malformed = |reason: String| LogError::Malformed { line, reason };
         let text = std::str::from_utf8(&buf).map_err(|e| malformed(e.to_string()))?;
-        let value: Value = serde_json::from_str(text).map_err(|e| malformed(e.to_string()))?;
+        let value: Value =
+            tierbox_policy::json::value(text).map_err(|e| malformed(e.to_string()))?;
         if jcs(&value).ok().as_deref() != Some(text) {
             return Err(LogError::NotCanonical { line });
         }

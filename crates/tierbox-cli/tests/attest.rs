@@ -438,7 +438,7 @@ fn tierbox_run_attests_into_the_outcome_and_the_audit_log() {
     let key = pubkey_hex(dir.path());
     let v = tierbox(&["attest", "verify", s(&outcome_path), "--pubkey", &key]);
     assert!(v.status.success(), "{} {}", stdout(&v), stderr(&v));
-    assert!(stdout(&v).contains("output match"), "{}", stdout(&v));
+    assert!(stdout(&v).contains("every field"), "{}", stdout(&v));
 
     // Edited output no longer matches the signed digests.
     let mut outcome: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -468,4 +468,50 @@ fn tierbox_run_attests_into_the_outcome_and_the_audit_log() {
         .map(|(kind, line)| line.contains(kind))
         .collect();
     assert_eq!(kinds, [true, true], "{text}");
+
+    // Forgeries of a real outcome (each must fail, naming what differs).
+    let genuine: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let verify = |text: &str| {
+        std::fs::write(&outcome_path, text).unwrap();
+        tierbox(&["attest", "verify", s(&outcome_path), "--pubkey", &key])
+    };
+    let forged = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut v = genuine.clone();
+        edit(&mut v);
+        v.to_string()
+    };
+    for (field, edit) in [
+        (
+            "exit_code",
+            &(|v: &mut serde_json::Value| v["exit_code"] = 1.into())
+                as &dyn Fn(&mut serde_json::Value),
+        ),
+        ("timed_out", &|v| v["timed_out"] = true.into()),
+        ("tier", &|v| v["tier"] = "z".into()),
+        ("backend", &|v| v["backend"] = "forged-backend".into()),
+        ("enforcement", &|v| v["enforcement"]["forged"] = true.into()),
+        ("duration_ms", &|v| {
+            v["duration_ms"] = (v["duration_ms"].as_u64().unwrap() + 1000).into()
+        }),
+        ("limit_hit", &|v| v["limit_hit"] = "memory".into()),
+        ("run_id", &|v| v["run_id"] = "another-run".into()),
+    ] {
+        assert_fails_with(&verify(&forged(edit)), field);
+    }
+    // "All tests passed", exit 0, with a rejection's envelope from the audit log.
+    let rejection_line = text.lines().nth(1).unwrap();
+    let record: serde_json::Value = serde_json::from_str(rejection_line).unwrap();
+    let envelope = &record["record"]["envelope"];
+    assert!(envelope.is_object(), "{record}");
+    let fabricated = forged(&|v| {
+        v["attestation"] = envelope.clone();
+        v["stdout"]["text"] = "all tests passed\n".into();
+    });
+    assert_fails_with(&verify(&fabricated), "rejection");
+    // A duplicate key: the last one would win elsewhere.
+    let genuine_text = genuine.to_string();
+    let duplicated = genuine_text.replacen('{', "{\"exit_code\":1,", 1);
+    assert_fails_with(&verify(&duplicated), "duplicate key");
+    // And the genuine text still verifies.
+    assert!(verify(&genuine_text).status.success());
 }

@@ -27,6 +27,7 @@ pub mod access;
 pub mod enforcement;
 pub mod handle;
 pub mod hosts;
+pub mod json;
 pub mod plan;
 pub mod policy;
 pub mod redact;

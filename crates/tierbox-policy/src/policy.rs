@@ -750,9 +750,10 @@ impl Policy {
                 max: MAX_POLICY_BYTES,
             });
         }
-        let policy: Policy = serde_json::from_str(text).map_err(|e| PolicyError::Parse {
-            detail: e.to_string(),
-        })?;
+        let policy: Policy =
+            crate::json::from_slice(text.as_bytes()).map_err(|e| PolicyError::Parse {
+                detail: e.to_string(),
+            })?;
         policy.check()?;
         Ok(policy)
     }

@@ -153,7 +153,7 @@ pub(crate) fn parse_request<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Res
             max: MAX_REQUEST_BYTES,
         });
     }
-    serde_json::from_slice(bytes).map_err(|e| Rejection::Malformed {
+    crate::json::from_slice(bytes).map_err(|e| Rejection::Malformed {
         detail: e.to_string(),
     })
 }

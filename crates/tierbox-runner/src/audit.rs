@@ -120,6 +120,17 @@ impl Auditor {
             redacted_stdout_sha256: tierbox_attest::sha256_hex(outcome.stdout.text.as_bytes()),
             redacted_stderr_sha256: tierbox_attest::sha256_hex(outcome.stderr.text.as_bytes()),
             sandbox_failure: outcome.sandbox_failure.clone(),
+            run_id: outcome.run_id.clone(),
+            timed_out: outcome.timed_out,
+            quota_exceeded: outcome.quota_exceeded,
+            wasm: match &outcome.wasm {
+                Some(report) => {
+                    let mut v = serde_json::to_value(report).map_err(|e| encode(&e))?;
+                    large_integers_as_strings(&mut v);
+                    Some(v)
+                }
+                None => None,
+            },
         };
         let egress = match &outcome.egress {
             Some(log) => Some(serde_json::to_value(log).map_err(|e| encode(&e))?),

@@ -316,6 +316,10 @@ impl Entry {
             redacted_stdout_sha256,
             redacted_stderr_sha256,
             sandbox_failure,
+            run_id: self.id.clone(),
+            timed_out: false,
+            quota_exceeded: false,
+            wasm: None,
         };
         let run = RunDescription {
             plan_sha256: &facts.plan_sha256,

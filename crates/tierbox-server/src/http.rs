@@ -468,7 +468,7 @@ async fn process_stdin(
     let owner = owner(&headers)?;
     check_json(&headers)?;
     let body = read_body(body).await?;
-    let b: StdinBody = serde_json::from_slice(&body).map_err(|e| {
+    let b: StdinBody = tierbox_policy::json::from_slice(&body).map_err(|e| {
         ApiError::from(tierbox_policy::Rejection::Malformed {
             detail: e.to_string(),
         })
