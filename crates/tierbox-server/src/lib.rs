@@ -15,6 +15,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod conns;
 pub mod http;
 pub mod mcp;
 pub mod openapi;

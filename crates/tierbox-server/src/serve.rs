@@ -1,7 +1,7 @@
 //! Running the servers: the bearer token, binding (loopback or a private unix socket),
 //! and graceful shutdown.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -190,30 +190,18 @@ pub async fn serve_http(
     check_bind(&bind)?;
     let app = router(service.clone(), config);
     let stop = Arc::new(Notify::new());
-    let stopped = {
-        let stop = stop.clone();
-        async move { stop.notified().await }
-    };
     let server = match &bind {
         Bind::Tcp { addr, .. } => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding {addr}"))?;
             on_ready(format!("http://{}", listener.local_addr()?));
-            tokio::spawn(
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped)
-                    .into_future(),
-            )
+            tokio::spawn(crate::conns::serve(listener, app, stop.clone()))
         }
         Bind::Unix(path) => {
             let listener = bind_unix(path)?;
             on_ready(format!("unix:{}", path.display()));
-            tokio::spawn(
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped)
-                    .into_future(),
-            )
+            tokio::spawn(crate::conns::serve(listener, app, stop.clone()))
         }
     };
     shutdown.await;

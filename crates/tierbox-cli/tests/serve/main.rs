@@ -276,6 +276,74 @@ fn a_full_server_answers_429_at_once() {
     );
 }
 
+/// Idle and slow-header connections cannot starve the server: with 256 descriptors
+/// allowed, 300 idle keep-alive connections and 20 that never finish their request head
+/// are held open while `/v1/health` is still answered (the longest-idle connections are
+/// closed to make room), and a slow-header connection is closed after the header-read
+/// timeout.
+///
+/// Regression: no header or idle timeout and no connection cap; 300 idle connections
+/// (no token needed) made `/v1/health` time out.
+#[test]
+fn idle_and_slow_connections_cannot_starve_the_server() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    if !std::path::Path::new("/usr/bin/prlimit").exists()
+        && support::skip(
+            "idle_and_slow_connections_cannot_starve_the_server",
+            "no prlimit(1)",
+        )
+    {
+        return;
+    }
+    let s = Server::start_via(&["/usr/bin/prlimit", "--nofile=256:256"], &[], None);
+    let health = || {
+        let (status, body) = s.call("GET", "/v1/health", None);
+        (status, body)
+    };
+    assert_eq!(health().0, 200);
+    let mut held = Vec::new();
+    for i in 0..320 {
+        let Ok(mut c) = TcpStream::connect(&s.addr) else {
+            continue;
+        };
+        if i < 300 {
+            // A keep-alive connection that got its answer and then says nothing.
+            let req = format!("GET /v1/health HTTP/1.1\r\nHost: {}\r\n\r\n", s.addr);
+            let _ = c.write_all(req.as_bytes());
+        } else {
+            // A request head that never ends.
+            let _ = c.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+        }
+        held.push(c);
+    }
+    let started = std::time::Instant::now();
+    let (status, body) = health();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "/v1/health took {:?} with 320 connections held",
+        started.elapsed()
+    );
+    // A slow header is cut off at the header-read timeout (10 s), not held for ever.
+    let mut slow = TcpStream::connect(&s.addr).unwrap();
+    slow.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let opened = std::time::Instant::now();
+    let mut buf = Vec::new();
+    let _ = slow.read_to_end(&mut buf);
+    let held_for = opened.elapsed();
+    assert!(
+        held_for >= Duration::from_secs(9) && held_for < Duration::from_secs(25),
+        "a slow header was held for {held_for:?}"
+    );
+    assert_eq!(health().0, 200);
+    drop(held);
+}
+
 #[test]
 fn detached_processes_end_at_their_lifetime_and_sessions_end_their_own() {
     if !tier_c_available("http_lifetimes") {

@@ -67,11 +67,23 @@ impl Server {
     /// Starts a server with `extra` arguments and a policy file with `policy` appended to
     /// the built-in default, if given.
     pub fn start(extra: &[&str], policy: Option<&str>) -> Self {
+        Self::start_via(&[], extra, policy)
+    }
+
+    /// [`Server::start`] through a wrapper command (e.g. `prlimit --nofile=256:256`).
+    pub fn start_via(wrapper: &[&str], extra: &[&str], policy: Option<&str>) -> Self {
         let ws = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
         let mut token = tempfile::NamedTempFile::new().unwrap();
         writeln!(token, "{TOKEN}").unwrap();
-        let mut cmd = Command::new(tierbox());
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(tierbox());
+                c
+            }
+            None => Command::new(tierbox()),
+        };
         cmd.args(["serve", "--http", "127.0.0.1:0", "--workspace"])
             .arg(ws.path())
             .arg("--state-dir")
