@@ -13,7 +13,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::{SigningKey, VerifyingKey};
@@ -120,7 +120,12 @@ pub fn parse_signing_key(text: &str, what: &str) -> Result<SigningKey, KeyError>
     Ok(SigningKey::from_bytes(&seed))
 }
 
-/// Loads `<state_dir>/attest-key`, creating it (and `state_dir`) on first use.
+/// Mode a state directory is created with when the key is its first content: the owner
+/// has everything, others may only traverse (the runner's `STATE_DIR_MODE`).
+pub const STATE_DIR_MODE: u32 = 0o711;
+
+/// Loads `<state_dir>/attest-key`, creating it (and `state_dir`, mode
+/// [`STATE_DIR_MODE`]) on first use.
 /// Returns the key and, if it was just created, its path.
 pub fn load_or_create_signing_key(
     state_dir: &Path,
@@ -135,7 +140,11 @@ pub fn load_or_create_signing_key(
         path: p.to_owned(),
         source,
     };
-    std::fs::create_dir_all(state_dir).map_err(|e| io("creating", state_dir, e))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(STATE_DIR_MODE)
+        .create(state_dir)
+        .map_err(|e| io("creating", state_dir, e))?;
     let mut seed = [0u8; 32];
     os_random(&mut seed).map_err(|e| io("reading", Path::new("/dev/urandom"), e))?;
     let key = SigningKey::from_bytes(&seed);

@@ -653,8 +653,14 @@ impl AuditLog {
             path: p.to_owned(),
             source,
         };
-        // A hard link fails if `rotated` exists, unlike rename.
-        std::fs::hard_link(&self.path, &rotated).map_err(|e| io("linking", &rotated, e))?;
+        // The new file first, with its rotation record, under the write lock: a `.new`
+        // left by a rotation that died is ours to replace (no other rotation can run).
+        match std::fs::remove_file(&fresh) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io("removing", &fresh, e));
+            }
+            _ => {}
+        }
         let file = open_append(&fresh, true)?;
         let mut next = Self {
             path: fresh.clone(),
@@ -662,12 +668,37 @@ impl AuditLog {
             head: self.head.clone(),
             known_len: 0,
         };
-        next.append_entry(&Entry::Rotation {
+        let written = next.append_entry(&Entry::Rotation {
             previous_file: format!("{name}.{}", self.head.seq),
             previous_seq: self.head.seq,
             previous_digest: self.head.digest.clone(),
-        })?;
-        std::fs::rename(&fresh, &self.path).map_err(|e| io("renaming", &fresh, e))?;
+        });
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&fresh);
+            return Err(e);
+        }
+        // Then the old records under their new name. A hard link fails if `rotated`
+        // exists, unlike rename — except when it already is this very file: the link of a
+        // rotation that died before its rename, which this one completes.
+        if let Err(e) = std::fs::hard_link(&self.path, &rotated) {
+            let same_file = |a: &Path, b: &Path| {
+                use std::os::unix::fs::MetadataExt;
+                match (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) {
+                    (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+                    _ => false,
+                }
+            };
+            if !same_file(&self.path, &rotated) {
+                let _ = std::fs::remove_file(&fresh);
+                return Err(io("linking", &rotated, e));
+            }
+        }
+        if let Err(e) = std::fs::rename(&fresh, &self.path) {
+            // Undone: the live log keeps its name and its records, the link goes.
+            let _ = std::fs::remove_file(&rotated);
+            let _ = std::fs::remove_file(&fresh);
+            return Err(io("renaming", &fresh, e));
+        }
         sync_parent(&self.path)?;
         next.path = self.path.clone();
         drop(lock);

@@ -339,6 +339,44 @@ fn rotation_keeps_the_chain() {
     assert!(matches!(rotate(&empty), Err(LogError::Empty(_))));
 }
 
+/// A rotation that died part way — leaving `audit.jsonl.new`, or the rotated name
+/// already linked to the live log — is completed by the next one, and the rotated set
+/// verifies. Regression: a leftover `.new` made `audit rotate` fail after linking the
+/// rotated name to the live log, after which every rotation and the verification of the
+/// rotated set failed.
+#[test]
+fn rotation_recovers_from_one_that_died() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = log_of(dir.path(), 3);
+    std::fs::write(dir.path().join("audit.jsonl.new"), "half a record").unwrap();
+    let rotated = rotate(&path).unwrap();
+    let mut log = AuditLog::open(&path).unwrap();
+    log.append(signed(5)).unwrap();
+    drop(log);
+    verify_log_files(&[rotated.clone(), path.clone()], &VerifyOptions::default()).unwrap();
+    assert!(!dir.path().join("audit.jsonl.new").exists());
+
+    // Died between its link and its rename: the rotated name is the live file.
+    std::fs::hard_link(&path, dir.path().join("audit.jsonl.5")).unwrap();
+    std::fs::write(dir.path().join("audit.jsonl.new"), "").unwrap();
+    let second = rotate(&path).unwrap();
+    assert_eq!(second, dir.path().join("audit.jsonl.5"));
+    let all =
+        verify_log_files(&[rotated, second, path.clone()], &VerifyOptions::default()).unwrap();
+    assert_eq!(all.records, 6);
+    // A rotated name that is another file is never overwritten.
+    let mut log = AuditLog::open(&path).unwrap();
+    log.append(signed(7)).unwrap();
+    drop(log);
+    std::fs::write(dir.path().join("audit.jsonl.7"), "someone else's").unwrap();
+    assert!(matches!(
+        rotate(&path),
+        Err(LogError::Io { op: "linking", .. })
+    ));
+    assert!(!dir.path().join("audit.jsonl.new").exists());
+    verify_log(&path).unwrap();
+}
+
 #[test]
 fn rotation_record_mid_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -1233,3 +1233,33 @@ fn output_to_a_terminal_is_inert_and_piped_output_is_exact() {
         "{shown:?}"
     );
 }
+
+/// The state directory is created 0711 (owner everything, others only traverse), as
+/// documented, whichever command creates it first: a run, or `attest pubkey`.
+///
+/// Regression: the signing key's creation made it with the umask's 0755, so anyone could
+/// list what Tierbox keeps there.
+#[test]
+fn the_state_directory_is_created_0711() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let xdg = dir.path().join("xdg");
+    let out = tierbox_with_state(
+        &xdg,
+        &["run", "--workspace", ws.to_str().unwrap(), "--", "true"],
+        None,
+    );
+    assert!(xdg.join("tierbox").is_dir(), "{out:?}");
+    assert_eq!(mode(&xdg.join("tierbox")), 0o711);
+    let fresh = dir.path().join("keys/state");
+    let out = tierbox(
+        &["attest", "pubkey", "--state-dir", fresh.to_str().unwrap()],
+        None,
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(mode(&fresh), 0o711);
+    assert_eq!(mode(&fresh.join("attest-key")), 0o600);
+}

@@ -106,8 +106,14 @@ pub fn load_token(token_file: Option<&Path>, state_dir: &Path) -> Result<Token> 
             })
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(state_dir)
-                .with_context(|| format!("creating {}", state_dir.display()))?;
+            {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(tierbox_runner::supervisor::STATE_DIR_MODE)
+                    .create(state_dir)
+                    .with_context(|| format!("creating {}", state_dir.display()))?;
+            }
             let value = random_hex(32)?;
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
