@@ -18,6 +18,7 @@
 pub mod conns;
 pub mod http;
 pub mod mcp;
+pub mod mcp_stdio;
 pub mod openapi;
 pub mod serve;
 pub mod service;

@@ -227,7 +227,9 @@ pub async fn serve_http(
 /// Serves one MCP session over stdio until the client closes it or `shutdown` resolves;
 /// then every background process is killed and awaited.
 pub async fn serve_mcp_stdio(service: Service, shutdown: impl Future<Output = ()>) -> Result<()> {
-    let session = crate::mcp::serve_session(service.clone(), rmcp::transport::stdio());
+    // Lines that are not JSON-RPC get a JSON-RPC error before the library sees them.
+    let transport = crate::mcp_stdio::guard(tokio::io::stdin(), tokio::io::stdout());
+    let session = crate::mcp::serve_session(service.clone(), transport);
     let result = tokio::select! {
         r = session => r,
         () = shutdown => Ok(()),

@@ -562,6 +562,78 @@ fn response(lines: &mut impl Iterator<Item = String>, id: u64) -> Value {
     panic!("no response {id}");
 }
 
+/// Every line an MCP client sends gets an answer: not JSON (or a duplicate key) is a
+/// `-32700` parse error, a line over the size limit and a non-JSON-RPC object are
+/// `-32600`, and the session goes on (a `ping` after them is answered).
+///
+/// Regression: malformed and oversized messages were dropped without a JSON-RPC error,
+/// so the client waited for ever.
+#[test]
+fn malformed_and_oversized_mcp_messages_get_json_rpc_errors() {
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(tierbox())
+        .args(["serve", "--mcp", "--workspace"])
+        .arg(ws.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let big = "x".repeat(tierbox_server::mcp_stdio::MAX_MCP_MESSAGE_BYTES + 1);
+    for line in [
+        "this is not json",
+        r#"{"jsonrpc":"2.0","id":7,"id":8,"method":"ping"}"#,
+        big.as_str(),
+        r#"{"id":5,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#,
+    ] {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let mut replies = Vec::new();
+    while replies.len() < 5 {
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("only {} replies: {replies:?}", replies.len()));
+        replies.push(serde_json::from_str::<Value>(&line).unwrap());
+    }
+    let codes: Vec<(Value, Value)> = replies
+        .iter()
+        .map(|r| (r["id"].clone(), r["error"]["code"].clone()))
+        .collect();
+    for expected in [
+        (Value::Null, json!(-32700)),
+        (Value::Null, json!(-32600)),
+        (json!(5), json!(-32600)),
+        (json!(9), Value::Null),
+    ] {
+        assert!(
+            codes.contains(&expected),
+            "{expected:?} missing from {codes:?}"
+        );
+    }
+    assert_eq!(
+        codes
+            .iter()
+            .filter(|c| **c == (Value::Null, json!(-32700)))
+            .count(),
+        2,
+        "{codes:?}"
+    );
+    drop(stdin);
+    let _ = child.wait();
+}
+
 #[test]
 fn closing_an_mcp_session_ends_its_run_owned_processes() {
     if !tier_c_available("mcp_session_end") {
