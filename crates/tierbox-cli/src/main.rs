@@ -686,6 +686,10 @@ fn run_and_print(
             sig = termination_signal() => Err(sig),
         }
     });
+    // The run is over (its outcome, attestation and audit record are done). A Tier A
+    // compilation still going after the run's deadline is abandoned, not waited for:
+    // dropping the runtime would wait for it.
+    rt.shutdown_background();
     let result = match result {
         Ok(r) => r,
         Err(sig) => {

@@ -96,7 +96,14 @@ pub struct WasmEngine {
     loading: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     disk: Option<DiskCache>,
     ticker: Arc<Ticker>,
+    /// [`MAX_CONCURRENT_COMPILATIONS`] permits.
+    compiling: Arc<tokio::sync::Semaphore>,
 }
+
+/// Modules compiled (or loaded from the disk cache) at once by one engine. Compiling
+/// uses every core already (cranelift compiles functions in parallel); more at once only
+/// adds memory — three large modules compiling together peaked at 3.2 GiB.
+pub const MAX_CONCURRENT_COMPILATIONS: usize = 1;
 
 impl std::fmt::Debug for WasmEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -137,6 +144,7 @@ impl WasmEngine {
             loading: Mutex::new(std::collections::HashMap::new()),
             disk,
             ticker,
+            compiling: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_COMPILATIONS)),
         })
     }
 
@@ -214,6 +222,15 @@ impl WasmEngine {
         // Loading is CPU-bound (seconds to compile CPython): keep it off the async worker
         // threads. The task finishes and fills the caches even when this run's deadline
         // passes first, so the next run does not start over.
+        // One compilation at a time in this engine, counted against the run's deadline
+        // (the caller's timeout covers this wait); the slot is held until the compiler
+        // is done, even when the run has already ended at its deadline.
+        let compiling = self
+            .compiling
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| invalid(format!("the compiler is shut down: {e}")))?;
         let task = tokio::task::spawn_blocking(move || {
             let (cached, refused) = match disk.as_ref().map(|disk| disk.get(&d)) {
                 Some(Lookup::Hit(bytes)) => (Some(bytes), None),
@@ -222,12 +239,17 @@ impl WasmEngine {
             };
             let (built, source) = match cached.and_then(|b| from_cache(&engine, &b, component)) {
                 Some(built) => (built, CacheSource::Disk),
-                None => (
-                    compile(&engine, &binary, component, disk.as_ref(), &d)
-                        .map_err(|e| format!("it does not compile: {e:#}"))?,
-                    CacheSource::Compiled,
-                ),
+                None => {
+                    crate::complexity::check(&binary)
+                        .map_err(|e| format!("it is too costly to compile: {e}"))?;
+                    (
+                        compile(&engine, &binary, component, disk.as_ref(), &d)
+                            .map_err(|e| format!("it does not compile: {e:#}"))?,
+                        CacheSource::Compiled,
+                    )
+                }
             };
+            drop(compiling);
             let compiled = linkers.link(built).map_err(|e| format!("{e:#}"))?;
             memory.put(&d, compiled.clone());
             Ok::<_, String>((compiled, source, refused))

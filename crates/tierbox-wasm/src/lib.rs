@@ -52,6 +52,7 @@
 #![deny(unsafe_code)]
 
 mod cache;
+pub mod complexity;
 mod engine;
 mod io;
 mod limits;
@@ -60,7 +61,7 @@ mod run;
 #[allow(unsafe_code)]
 mod sys;
 
-pub use engine::{EPOCH_TICK, MAX_MEMORY_CACHED_MODULES, WasmEngine};
+pub use engine::{EPOCH_TICK, MAX_CONCURRENT_COMPILATIONS, MAX_MEMORY_CACHED_MODULES, WasmEngine};
 pub use io::OutputSink;
 pub use run::{CacheSource, RunReport, WasmError, WasmLimit};
 

@@ -1108,6 +1108,83 @@ fn a_module_above_the_size_cap_is_rejected() {
     );
 }
 
+/// A module with `functions` functions of `ops` `i32.const 1; drop` pairs each, built
+/// as a binary (WAT text of this size would take long to parse).
+fn module_of(functions: u32, ops: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = u8::try_from(n & 0x7f).unwrap();
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let section = |id: u8, content: &[u8], out: &mut Vec<u8>| {
+        out.push(id);
+        leb(content.len(), out);
+        out.extend_from_slice(content);
+    };
+    let n = functions as usize;
+    let mut body = vec![0u8]; // no locals
+    for _ in 0..ops {
+        body.extend_from_slice(&[0x41, 0x01, 0x1a]);
+    }
+    body.push(0x0b);
+    let mut code = Vec::new();
+    leb(n, &mut code);
+    for _ in 0..n {
+        leb(body.len(), &mut code);
+        code.extend_from_slice(&body);
+    }
+    let mut funcs = Vec::new();
+    leb(n, &mut funcs);
+    funcs.extend(std::iter::repeat_n(0u8, n));
+    let mut out = b"\0asm\x01\0\0\0".to_vec();
+    section(1, &[1, 0x60, 0, 0], &mut out);
+    section(3, &funcs, &mut out);
+    section(7, b"\x01\x06_start\x00\x00", &mut out);
+    section(10, &code, &mut out);
+    out
+}
+
+/// What the compiler is asked to do is capped before it starts: a function body over
+/// `MAX_FUNCTION_BODY_BYTES` is refused at once (`wasm.module_invalid`, naming the cap)
+/// instead of being compiled; one just under it compiles and runs.
+///
+/// Regression: compilation was unbounded — a 45 MB module under the 64 MB cap with a 2 s
+/// deadline took 36 s and 3.4 GB.
+#[test]
+fn what_the_compiler_is_asked_to_do_is_capped() {
+    use tierbox_wasm::complexity::MAX_FUNCTION_BODY_BYTES;
+    let w = workspace(&[]);
+    let ok = module_of(2, MAX_FUNCTION_BODY_BYTES / 3 - 2);
+    let too_big = module_of(2, MAX_FUNCTION_BODY_BYTES / 3 + 1);
+    std::fs::write(w.ws.join("ok.wasm"), &ok).unwrap();
+    std::fs::write(w.ws.join("big.wasm"), &too_big).unwrap();
+    let policy = policy("");
+    let ran = run(
+        &engine(),
+        &plan(&policy, &WasmRunRequest::module("ok.wasm"), &w.ws),
+    );
+    assert_exited(&ran, 0);
+    let out = Arc::new(Collect::default());
+    let err = runtime()
+        .block_on(engine().run(
+            &plan(&policy, &WasmRunRequest::module("big.wasm"), &w.ws),
+            out.clone(),
+            out,
+        ))
+        .unwrap_err();
+    let WasmError::Rejected(r) = err else {
+        panic!("not a rejection: {err}")
+    };
+    assert_eq!(r.code(), "wasm.module_invalid");
+    assert!(r.to_string().contains("too costly to compile"), "{r}");
+}
+
 /// `wasm.memory_bytes` bounds the run, not each memory: with 32 MiB, two memories of
 /// 16 MiB fit and a third cannot grow (`memory.grow` returns -1, `limit_hit: "memory"`);
 /// the peak reported is the total.
