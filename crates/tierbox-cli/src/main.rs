@@ -742,6 +742,11 @@ fn cmd_serve(
 ) -> Result<ExitCode> {
     use tierbox_server::serve;
     harden_supervisor();
+    // Before any thread starts: a process that kills what this server's runs leave in
+    // their cgroups if the server is killed outright (SIGKILL).
+    if let Err(e) = tierbox_sandbox::watchdog::start() {
+        eprintln!("tierbox: warning: no watchdog: {e}");
+    }
     // A long-lived supervisor keeps per-run resources (cgroups, directories) warm between
     // runs; they are destroyed when it exits.
     tierbox_sandbox::spawn::slots::set_pooling(true);

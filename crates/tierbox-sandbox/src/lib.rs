@@ -38,6 +38,8 @@ pub mod select;
 pub mod spawn;
 #[cfg(target_os = "linux")]
 pub mod tier_c;
+#[cfg(target_os = "linux")]
+pub mod watchdog;
 pub mod windows;
 
 #[cfg(test)]

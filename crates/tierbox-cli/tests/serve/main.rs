@@ -495,6 +495,47 @@ fn sigkill_of_the_server_leaves_no_sandbox_alive() {
     }
 }
 
+/// A Tier B background process's daemon (a descendant in a session of its own) dies
+/// with a SIGKILLed server too: the server's watchdog kills what its runs leave in their
+/// cgroups once the server is gone.
+///
+/// Regression: the daemon kept running past its lifetime until a later run swept it.
+#[test]
+fn sigkill_of_the_server_leaves_no_tier_b_daemon_alive() {
+    let test = "sigkill_of_the_server_leaves_no_tier_b_daemon_alive";
+    let policy = "version = 1\n[exec]\nallowed_executables = [\"sh\", \"setsid\", \"sleep\"]\nallow_interpreters = true\nallow_eval = true\n";
+    let mut s = Server::start(&[], Some(policy));
+    let (status, health) = s.call("GET", "/v1/health", None);
+    assert_eq!(status, 200, "{health}");
+    let h = bg(
+        "w",
+        &s,
+        &["sh", "-c", "setsid -f sleep 3597.125; exec sleep 3597.375"],
+        json!({ "tier": "b" }),
+    );
+    let enforcement = &h["status"];
+    let daemon = ["sleep", "3597.125"];
+    let main = ["sleep", "3597.375"];
+    if !wait_for(Duration::from_secs(5), || {
+        pids_with_argv(&daemon).len() == 1 && pids_with_argv(&main).len() == 1
+    }) {
+        panic!("{test}: the background process did not start: {enforcement}");
+    }
+    let cgroup = std::fs::read_to_string(format!("/proc/{}/cgroup", pids_with_argv(&daemon)[0]))
+        .unwrap_or_default();
+    if !cgroup.contains("tierbox") && skip(test, "Tier B runs get no cgroup on this host") {
+        return;
+    }
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || pids_with_argv(&daemon)
+            .is_empty()
+            && pids_with_argv(&main).is_empty()),
+        "{test}: a process of the background run survived the server's SIGKILL"
+    );
+}
+
 #[test]
 fn a_unix_socket_is_private_and_remote_addresses_need_consent() {
     let dir = tempfile::tempdir().unwrap();

@@ -800,6 +800,35 @@ pub fn set_child_subreaper() -> io::Result<()> {
     }
 }
 
+/// `fork()`: `Ok(None)` in the child, `Ok(Some(pid))` in the parent.
+///
+/// Only for a process with a single thread (the caller checks, see
+/// `crate::watchdog::start`): the child is then a whole copy and may run any code.
+pub(crate) fn fork_single_threaded() -> io::Result<Option<i32>> {
+    // SAFETY: the caller has checked this process has one thread, so no lock, allocator
+    // arena or other state can be held by a thread that will not exist in the child.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(None),
+        pid => Ok(Some(pid)),
+    }
+}
+
+/// Ignores SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGPIPE in this process (a terminal's
+/// Ctrl-C or a `kill` of the process group must not stop the watchdog).
+pub(crate) fn ignore_termination_signals() {
+    for sig in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGPIPE,
+    ] {
+        // SAFETY: installs SIG_IGN, which runs no code of ours.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+}
+
 /// `prctl(PR_SET_DUMPABLE, 0)`: other processes of the same uid (including sandboxed ones
 /// running as the supervisor's uid) cannot read our memory or `/proc/<pid>/environ`.
 pub fn set_not_dumpable() -> io::Result<()> {
