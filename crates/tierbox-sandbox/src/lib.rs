@@ -16,7 +16,10 @@
 //! - [`windows`]: Tier C on Windows — Job Object limits, command line and environment
 //!   block (built and tested everywhere, run on Windows only).
 //!
-//! Unsafe code lives only in `sys.rs` files, each block with a `// SAFETY:` comment.
+//! Unsafe code lives only in `sys.rs` files, each block with a `// SAFETY:` comment; the
+//! compiler holds the rule (`deny(unsafe_code)` here, allowed on the `sys` modules only).
+
+#![deny(unsafe_code)]
 
 pub mod backend;
 #[cfg(target_os = "linux")]

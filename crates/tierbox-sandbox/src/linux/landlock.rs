@@ -17,6 +17,13 @@
 //!   `no_new_privs` (about 5 µs). The fd is close-on-exec, so it never reaches the
 //!   sandboxed program; one prepared ruleset can serve many launches.
 //!
+//! Why not the field's crate (`landlock`, as Codex's sandbox uses): the ruleset here is
+//! built once with raw system calls in the supervisor and its fd shared by many launches
+//! (the child only calls `landlock_restrict_self`, ~5 µs), it reports exactly which
+//! feature a kernel lacks for [`LandlockStatus::PartiallyEnforced`], and it covers the
+//! ABI 6 scopes (signals, abstract unix sockets) and ABI 7 the crate did not expose when
+//! this was written.
+//!
 //! What landlock does not cover: it restricts path-based access and TCP bind/connect, not
 //! UDP or raw sockets (seccomp's socket-family rules and network namespaces do that), and
 //! rules apply to the file a path resolves to when the ruleset is prepared.

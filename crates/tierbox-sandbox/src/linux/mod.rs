@@ -22,5 +22,6 @@ pub mod landlock;
 pub mod mounts;
 pub mod ns;
 pub mod seccomp;
+#[allow(unsafe_code)]
 pub mod sys;
 pub mod userns;

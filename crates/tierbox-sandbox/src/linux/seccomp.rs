@@ -25,6 +25,12 @@
 //!   run time except for a builder bug; the child only calls
 //!   [`super::sys::set_no_new_privs`] and [`super::sys::seccomp_set_filter`].
 //!
+//! Why not the field's crate (`seccompiler`, as Codex's and birdcage's sandboxes use): it
+//! emits a linear list of checks (157 µs to attach a filter of this coverage, against
+//! ~45 µs for the interval tree here), it cannot prebuild one program and share it
+//! across runs, and the argument rules here (socket family *and* protocol, `clone` flags,
+//! `personality`) are expressed as one tree with the deny table.
+//!
 //! What the filter does not do: it is a deny list, not an allow list, so new kernel
 //! system calls are allowed until added here; it cannot read memory, so `clone3`'s flags
 //! are unreachable (hence `ENOSYS` for `clone3` when namespaces are denied) and path

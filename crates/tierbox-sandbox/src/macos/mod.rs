@@ -36,6 +36,7 @@
 #[cfg(target_os = "macos")]
 mod launch;
 #[cfg(target_os = "macos")]
+#[allow(unsafe_code)]
 mod sys;
 #[cfg(target_os = "macos")]
 pub use launch::{MacLaunchError, MacLaunched, launch};

@@ -28,6 +28,7 @@
 pub mod mediate;
 pub mod reaper;
 pub mod slots;
+#[allow(unsafe_code)]
 pub mod sys;
 
 use std::ffi::CString;

@@ -27,6 +27,7 @@
 //! killed with `TerminateJobObject`.
 
 #[cfg(windows)]
+#[allow(unsafe_code)]
 mod sys;
 #[cfg(windows)]
 pub use sys::{JobObject, KILLED_EXIT_CODE, WindowsLaunchError, WindowsLaunched, launch};

@@ -83,6 +83,7 @@
 pub mod child;
 pub mod init;
 pub mod netns_pool;
+#[allow(unsafe_code)]
 pub mod sys;
 
 pub use child::{

@@ -1,8 +1,9 @@
 //! Security review tests (Tier B child setup and chmod mediation).
 //!
-//! Tests named `bug_*` demonstrate a finding and FAIL on the current code; tests named
-//! `sound_*` check a property the review found to hold (they pass). All need root and
-//! skip (pass with a message) otherwise.
+//! Tests named `regression_*` hold a property a security review found broken (each doc
+//! says what was wrong); tests named `sound_*` hold a property the review found to hold.
+//! All need root: without it each prints why it skipped, and under CI (`CI=true`, where
+//! the machine is root) a skip is a failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::ffi::CString;
@@ -11,12 +12,39 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
+#[allow(unsafe_code)]
 mod sys;
 use sys::*;
 
+/// Whether `test` can run here: it needs root (and `landlock` when asked). Otherwise it
+/// says why it skipped; under CI (`CI=true`, a root machine with landlock) a skip fails.
+#[track_caller]
+fn runs_here(test: &str, needs_landlock: bool) -> bool {
+    let missing = if !is_root() {
+        Some("needs root")
+    } else if needs_landlock && crate::linux::landlock::probe_abi().is_none() {
+        Some("needs landlock")
+    } else {
+        None
+    };
+    let Some(why) = missing else {
+        return true;
+    };
+    assert_ne!(
+        std::env::var("CI").as_deref(),
+        Ok("true"),
+        "{test} {why}, and CI must run it"
+    );
+    println!("skip: {test}: {why}");
+    false
+}
+
 #[test]
 fn sound_pdeathsig_kills_a_uid0_child_when_the_cloning_thread_exits() {
-    if !is_root() {
+    if !runs_here(
+        "sound_pdeathsig_kills_a_uid0_child_when_the_cloning_thread_exits",
+        false,
+    ) {
         return;
     }
     let pidfd = sleep_child_from_exiting_thread(false);
@@ -26,14 +54,15 @@ fn sound_pdeathsig_kills_a_uid0_child_when_the_cloning_thread_exits() {
     );
 }
 
-/// FINDING: `child_setup` sets `PR_SET_PDEATHSIG` at step 3, then switches uid/gid at
-/// step 9. The kernel clears the parent-death signal on any change of euid/egid/fsuid/
-/// fsgid (`commit_creds`), so for the configuration SECURITY.md recommends (root
-/// supervisor, non-root workspace owner) the direct child does NOT die with the
-/// supervisor, contrary to SECURITY.md ("The direct child dies with it").
+/// A Tier B child switched to another uid still dies with the thread that cloned it.
+///
+/// Regression: `child_setup` set `PR_SET_PDEATHSIG` before switching uid/gid, and the
+/// kernel clears the parent-death signal on any change of credentials (`commit_creds`),
+/// so with a root supervisor and a non-root workspace owner the child outlived the
+/// supervisor.
 #[test]
 fn regression_pdeathsig_survives_the_uid_switch() {
-    if !is_root() {
+    if !runs_here("regression_pdeathsig_survives_the_uid_switch", false) {
         return;
     }
     let pidfd = sleep_child_from_exiting_thread(true);
@@ -77,7 +106,7 @@ fn workspace() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
 /// Control: the harness works — inside allowed, outside refused.
 #[test]
 fn sound_mediator_allows_inside_and_refuses_outside() {
-    if !is_root() {
+    if !runs_here("sound_mediator_allows_inside_and_refuses_outside", false) {
         return;
     }
     let (_t, parent, ws) = workspace();
@@ -105,14 +134,18 @@ fn sound_mediator_allows_inside_and_refuses_outside() {
     assert_eq!(std::fs::metadata(&outside).unwrap().mode() & 0o7777, 0o600);
 }
 
-/// FINDING (low): the mediator mirrors the kernel's "drop S_ISGID when the caller is not
-/// in the file's group" only for non-directories. The kernel (`setattr_prepare`) drops it
-/// for directories too (checked on this host: `setpriv --bounding-set=-fsetid chmod 2755
-/// d` leaves 0755). The supervisor acts with CAP_FSETID, so a uid-0 run can set setgid on
-/// a directory of a group it is not in (files created below then inherit that group).
+/// The chmod mediator drops S_ISGID on a directory of a group the caller is not in, as
+/// the kernel does (`setattr_prepare`: `chmod 2755 d` without CAP_FSETID leaves 0755).
+///
+/// Regression: the mediator, which acts with CAP_FSETID, dropped it only for
+/// non-directories, so a uid-0 run could make files created below inherit a foreign
+/// group.
 #[test]
 fn regression_mediator_sets_setgid_on_a_directory_of_a_foreign_group() {
-    if !is_root() {
+    if !runs_here(
+        "regression_mediator_sets_setgid_on_a_directory_of_a_foreign_group",
+        false,
+    ) {
         return;
     }
     let (_t, _parent, ws) = workspace();
@@ -131,16 +164,20 @@ fn regression_mediator_sets_setgid_on_a_directory_of_a_foreign_group() {
     );
 }
 
-/// FINDING (low/medium, needs a pre-existing hard link): "beneath the workspace" is
-/// checked on the path, not the inode. A hard link inside the workspace to a root-owned
-/// file elsewhere on the same filesystem lets a uid-0 run change that file's mode (e.g.
-/// `chmod 0644` of a secret, `chmod u+s` of a binary). The run cannot create such a link
-/// itself (see `sound_landlock_refer_blocks_hardlinks_from_read_only_paths`), but one left
-/// by earlier tooling (`cp -al`, package stores, backup trees) is enough; the mediator
-/// does not refuse `st_nlink > 1` non-directories.
+/// The chmod mediator refuses a file with more than one hard link: "beneath the
+/// workspace" is a property of the path, and a link left in the workspace by earlier
+/// tooling (`cp -al`, package stores, backup trees) to a root-owned file elsewhere would
+/// let a uid-0 run change that file's mode (`chmod 0644` of a secret, `chmod u+s` of a
+/// binary). The run cannot create such a link itself (see
+/// `sound_landlock_refer_blocks_hardlinks_from_read_only_paths`).
+///
+/// Regression: the mediator checked only the path.
 #[test]
 fn regression_mediator_chmods_an_outside_file_through_a_hardlink() {
-    if !is_root() {
+    if !runs_here(
+        "regression_mediator_chmods_an_outside_file_through_a_hardlink",
+        false,
+    ) {
         return;
     }
     let (_t, parent, ws) = workspace();
@@ -169,7 +206,10 @@ fn regression_mediator_chmods_an_outside_file_through_a_hardlink() {
 #[test]
 fn sound_landlock_refer_blocks_hardlinks_from_read_only_paths() {
     use crate::linux::landlock::{LandlockSpec, PreparedLandlock};
-    if !is_root() || crate::linux::landlock::probe_abi().is_none() {
+    if !runs_here(
+        "sound_landlock_refer_blocks_hardlinks_from_read_only_paths",
+        true,
+    ) {
         return;
     }
     let (_t, parent, ws) = workspace();
@@ -202,18 +242,20 @@ fn sound_landlock_refer_blocks_hardlinks_from_read_only_paths() {
     assert!(std::fs::read_dir(&ws).unwrap().next().is_none());
 }
 
-/// FINDING (low): the seccomp deny list predates `file_setattr` (Linux 6.17, nr 469),
-/// which changes a file's fsxattr flags *by path* without opening it. Landlock does not
-/// mediate it and the kernel only requires ownership, so a uid-0 run changes attributes
-/// of root-owned files landlock hides from it (here: `FS_XFLAG_NODUMP` on a file outside
-/// every grant; also `NOATIME`, `SYNC`, `DAX`, extent-size hints and — in the initial
-/// user namespace — the project id; `IMMUTABLE`/`APPEND` still need CAP_LINUX_IMMUTABLE).
-/// `FS_IOC_SETFLAGS`/`FS_IOC_FSSETXATTR` on a read-only fd of a readable system file are
-/// the same class. SECURITY.md says the xattr family is denied for uid-0 runs.
+/// `file_setattr` (Linux 6.17) is denied: it changes a file's fsxattr flags *by path*
+/// without opening it, landlock does not mediate it and the kernel only requires
+/// ownership, so a uid-0 run could change attributes (`FS_XFLAG_NODUMP`, `NOATIME`,
+/// `SYNC`, `DAX`, extent-size hints, the project id) of root-owned files landlock hides
+/// from it.
+///
+/// Regression: the seccomp deny list predated the call.
 #[test]
 fn regression_file_setattr_changes_attributes_of_a_hidden_host_file() {
     use crate::linux::landlock::{LandlockSpec, PreparedLandlock};
-    if !is_root() || crate::linux::landlock::probe_abi().is_none() {
+    if !runs_here(
+        "regression_file_setattr_changes_attributes_of_a_hidden_host_file",
+        true,
+    ) {
         return;
     }
     let (_t, parent, ws) = workspace();

@@ -38,6 +38,7 @@
 
 pub mod reaper;
 pub mod report;
+#[allow(unsafe_code)]
 pub mod sys;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
