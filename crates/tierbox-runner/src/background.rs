@@ -33,8 +33,9 @@ use crate::audit::{Auditor, RunDescription};
 use crate::outcome::{LimitHit, signal_name};
 use crate::ring::{OutputChunk, OutputRing, RING_BYTES};
 use crate::supervisor::{
-    self, DRAIN_TIMEOUT_MS, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, ensure_private_dir,
-    ensure_state_dir, exited, kill_tree, launch_in, new_run_id, read_stream, signal_tree,
+    self, DRAIN_TIMEOUT_MS, EndCause, RunError, RunGuard, RunOptions, TERM_GRACE_MS, TreeEnd, dup,
+    end_tree, ensure_private_dir, ensure_state_dir, exited, kill_tree, launch_in, new_run_id,
+    read_stream,
 };
 
 /// How long `start` watches a new background process before returning its handle, in
@@ -764,6 +765,8 @@ impl BackgroundManager {
 async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
     let started = Instant::now();
     let l = &mut guard.launched;
+    // The readers fill rings, which keep the newest output and never stop a stream: the
+    // quota signal `read_stream` takes is never raised for a background process.
     let quota = Arc::new(Notify::new());
     let readers = [
         dup(&l.stdout).map(|fd| tokio::spawn(read_stream(fd, entry.stdout.clone(), quota.clone()))),
@@ -788,40 +791,43 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
     entry
         .ending
         .store(true, std::sync::atomic::Ordering::Release);
-    if state == BackgroundState::Expired {
-        signal_tree(l, libc::SIGTERM);
-        if let Some(p) = &pidfd {
-            let _ = tokio::time::timeout(Duration::from_millis(TERM_GRACE_MS), exited(p)).await;
-        }
+    let cause = match state {
+        BackgroundState::Exited => EndCause::Exited,
+        BackgroundState::Expired => EndCause::Deadline,
+        _ => EndCause::Stopped,
+    };
+    let ended = match &pidfd {
+        Some(p) => end_tree(l, p, cause).await.ok(),
+        None => None,
+    };
+    if ended.is_none() {
+        // No exit to collect (the pidfd could not be polled): the tree dies regardless.
+        kill_tree(l);
     }
-    kill_tree(l);
-    if let Some(p) = &pidfd {
-        let _ = exited(p).await;
-    }
-    let exit = spawn::sys::wait_pidfd(&l.pidfd, false).ok().flatten();
-    // Tier C: the program's own exit, when pid 1 lived to report it.
+    let oom = l
+        .slot
+        .as_ref()
+        .and_then(|s| s.stats())
+        .is_some_and(|s| s.oom_kills > 0);
+    let limit = oom.then_some(LimitHit::Memory);
     let mut sandbox_failure = None;
-    let exit = match (
-        l.report.as_ref().map(tierbox_sandbox::tier_c::program_exit),
-        exit,
-    ) {
-        (Some(Some(reported)), Some(_)) => Some(reported),
-        (Some(None), Some(pid1)) => {
-            let oom = l
-                .slot
-                .as_ref()
-                .and_then(|s| s.stats())
-                .is_some_and(|s| s.oom_kills > 0);
-            let limit = oom.then_some(LimitHit::Memory);
+    let exit = match ended {
+        Some(TreeEnd {
+            exit,
+            pid1_unreported: Some(pid1),
+        }) => {
             sandbox_failure =
                 supervisor::sandbox_failure(&pid1, state == BackgroundState::Exited, limit);
-            if sandbox_failure.is_some() {
-                None
-            } else {
-                Some(pid1)
-            }
+            sandbox_failure.is_none().then_some(exit)
         }
-        (_, exit) => exit,
+        Some(TreeEnd {
+            mut exit,
+            pid1_unreported: None,
+        }) => {
+            supervisor::oom_kill_as_signal(l, limit, &mut exit);
+            Some(exit)
+        }
+        None => None,
     };
     if l.slot.as_ref().and_then(|s| s.cgroup()).is_none() {
         kill_tree(l);

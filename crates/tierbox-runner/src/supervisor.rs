@@ -471,51 +471,28 @@ async fn supervise(
     };
 
     let mut reported = None;
-    // Tier C: how pid 1 ended when it did so without reporting the program's exit.
-    let mut pid1_unreported = None;
     let ended = tokio::select! {
         r = exited(&pidfd) => { r?; Ended::Exited }
         Some(exit) = reported_exit(report) => { reported = Some(exit); Ended::Exited }
         _ = tokio::time::sleep_until(deadline.into()) => Ended::Timeout,
         _ = quota.notified() => Ended::Quota,
     };
-    let mut exit = match reported {
+    let TreeEnd {
+        mut exit,
+        pid1_unreported,
+    } = match reported {
         // pid 1 is exiting (the reaper kills it for good measure when it takes it over).
-        Some(exit) => exit,
+        Some(exit) => TreeEnd {
+            exit,
+            pid1_unreported: None,
+        },
         None => {
-            if let Ended::Timeout = ended {
-                signal_tree(l, libc::SIGTERM);
-                let grace = tokio::time::sleep(Duration::from_millis(TERM_GRACE_MS));
-                tokio::select! {
-                    r = exited(&pidfd) => r?,
-                    _ = grace => {}
-                }
-            }
-            // The direct child is dead or about to be killed; it is not reaped yet, so
-            // its pid (the process group id) cannot have been reused.
-            if !(matches!(ended, Ended::Exited) && only_root_left(l)) {
-                kill_tree(l);
-            }
-            exited(&pidfd).await?;
-            let exit = spawn::sys::wait_pidfd(&l.pidfd, false)
-                .map_err(|source| RunError::Io {
-                    what: "waitid(P_PIDFD)",
-                    source,
-                })?
-                .ok_or_else(|| RunError::Io {
-                    what: "waitid(P_PIDFD)",
-                    source: std::io::Error::other("child not exited"),
-                })?;
-            // Tier C: the pidfd is the sandbox's pid 1; the program's own exit is
-            // reported (when pid 1 lived to see it).
-            match l.report.as_ref().map(tierbox_sandbox::tier_c::program_exit) {
-                Some(Some(program)) => program,
-                Some(None) => {
-                    pid1_unreported = Some(exit);
-                    exit
-                }
-                None => exit,
-            }
+            let cause = match ended {
+                Ended::Exited => EndCause::Exited,
+                Ended::Timeout => EndCause::Deadline,
+                Ended::Quota => EndCause::Stopped,
+            };
+            end_tree(l, &pidfd, cause).await?
         }
     };
     // Anything that survived the group kill (only possible without a cgroup: a daemon
@@ -546,15 +523,7 @@ async fn supervise(
         // pid 1's status is not the program's, which is unknown.
         (exit.code, exit.signal) = (None, None);
     }
-    // bwrap exits with 128 + the signal that killed the program. When the cgroup proves
-    // the kernel's OOM killer acted, a 137 is that SIGKILL, not a code the program chose.
-    if l.enforcement.backend == tierbox_sandbox::bwrap::BACKEND_NAME
-        && limit_hit == Some(LimitHit::Memory)
-        && exit.code == Some(128 + libc::SIGKILL)
-    {
-        exit.code = None;
-        exit.signal = Some(libc::SIGKILL);
-    }
+    oom_kill_as_signal(l, limit_hit, &mut exit);
     let redactor = plan
         .redaction
         .enabled
@@ -604,6 +573,90 @@ async fn supervise(
             &l.host_placeholders,
         ),
     })
+}
+
+/// Why a run's process tree is being ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EndCause {
+    /// Its root exited by itself.
+    Exited,
+    /// Its deadline (or a background process's lifetime) passed: SIGTERM first.
+    Deadline,
+    /// It is being stopped at once (output quota, a kill request).
+    Stopped,
+}
+
+/// How a run's tree ended.
+pub(crate) struct TreeEnd {
+    /// The program's exit: the root's, or for Tier C the one pid 1 reported.
+    pub(crate) exit: ExitInfo,
+    /// Tier C: how pid 1 ended when it did so without reporting the program's exit.
+    pub(crate) pid1_unreported: Option<ExitInfo>,
+}
+
+/// Ends a run's process tree and collects its exit — the one end-of-run sequence of
+/// foreground and background runs: on the deadline SIGTERM to the tree and up to
+/// [`TERM_GRACE_MS`] for the root to exit; then the whole tree killed (unless the root
+/// exited by itself and nothing else is left), the root awaited and reaped; for Tier C
+/// the program's own exit from pid 1's record.
+pub(crate) async fn end_tree(
+    l: &mut Launched,
+    pidfd: &AsyncFd<OwnedFd>,
+    cause: EndCause,
+) -> Result<TreeEnd, RunError> {
+    if cause == EndCause::Deadline {
+        signal_tree(l, libc::SIGTERM);
+        let grace = tokio::time::sleep(Duration::from_millis(TERM_GRACE_MS));
+        tokio::select! {
+            r = exited(pidfd) => r?,
+            _ = grace => {}
+        }
+    }
+    // The direct child is dead or about to be killed; it is not reaped yet, so its pid
+    // (the process group id) cannot have been reused.
+    if !(cause == EndCause::Exited && only_root_left(l)) {
+        kill_tree(l);
+    }
+    exited(pidfd).await?;
+    let exit = spawn::sys::wait_pidfd(&l.pidfd, false)
+        .map_err(|source| RunError::Io {
+            what: "waitid(P_PIDFD)",
+            source,
+        })?
+        .ok_or_else(|| RunError::Io {
+            what: "waitid(P_PIDFD)",
+            source: std::io::Error::other("child not exited"),
+        })?;
+    // Tier C: the pidfd is the sandbox's pid 1; the program's own exit is reported (when
+    // pid 1 lived to see it).
+    Ok(
+        match l.report.as_ref().map(tierbox_sandbox::tier_c::program_exit) {
+            Some(Some(program)) => TreeEnd {
+                exit: program,
+                pid1_unreported: None,
+            },
+            Some(None) => TreeEnd {
+                exit,
+                pid1_unreported: Some(exit),
+            },
+            None => TreeEnd {
+                exit,
+                pid1_unreported: None,
+            },
+        },
+    )
+}
+
+/// bwrap exits with 128 + the signal that killed the program. When the cgroup proves
+/// the kernel's OOM killer acted, a 137 is that SIGKILL, not a code the program chose.
+pub(crate) fn oom_kill_as_signal(l: &Launched, limit_hit: Option<LimitHit>, exit: &mut ExitInfo) {
+    if l.enforcement.backend == tierbox_sandbox::bwrap::BACKEND_NAME
+        && limit_hit == Some(LimitHit::Memory)
+        && exit.code == Some(128 + libc::SIGKILL)
+    {
+        exit.code = None;
+        exit.signal = Some(libc::SIGKILL);
+    }
 }
 
 fn new_capture(

@@ -418,3 +418,62 @@ fn the_spill_file_keeps_the_head_that_left_the_ring() {
         assert!(!spill.exists(), "spill file removed with the record");
     });
 }
+
+/// A background process the kernel's OOM killer ends on the bwrap backend is reported as
+/// killed by SIGKILL, as a foreground run is — not as exit code 137, which bwrap passes
+/// on for a program killed by a signal. Foreground and background runs end through one
+/// routine.
+///
+/// Regression: the background watcher had its own copy of the end of a run, without the
+/// foreground's correction, and reported `exit_code: 137`.
+#[test]
+fn a_background_run_killed_for_memory_on_bwrap_reports_the_signal() {
+    let test = "a_background_run_killed_for_memory_on_bwrap_reports_the_signal";
+    if tierbox_sandbox::bwrap::probe_bwrap_cached().is_err() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "{test}: no bwrap under CI"
+        );
+        println!("skip: {test}: no usable bwrap");
+        return;
+    }
+    let Some(e) = env_with(test, &["python3"], |p| {
+        p.exec.allow_interpreters = true;
+        p.exec.allow_eval = true;
+        p.limits.memory_bytes = 64 * 1024 * 1024;
+        p.tier.backend = tierbox_policy::TierCBackend::Bwrap;
+        p.tier.optional_layers.push(tierbox_policy::Layer::Landlock);
+    }) else {
+        return;
+    };
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        let mut req = bg(
+            "python3",
+            &["-c", "import time; time.sleep(0.3); b = bytearray(512 * 1024 * 1024); b[::4096] = b'x' * (len(b) // 4096)"],
+        );
+        req.tier = tierbox_policy::TierRequest::C;
+        let h = match e.runner.start_background("alice", &req).await {
+            Ok(h) => h,
+            Err(err) => {
+                assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "{test}: {err}");
+                println!("skip: {test}: {err}");
+                return;
+            }
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let s = loop {
+            let s = bgm.status("alice", &h.status.id).await.unwrap();
+            if s.state != BackgroundState::Running || Instant::now() > deadline {
+                break s;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(
+            (s.state, s.exit_code, s.signal),
+            (BackgroundState::Exited, None, Some(libc::SIGKILL)),
+            "{s:?}"
+        );
+    });
+}
