@@ -384,7 +384,7 @@ mod tests {
             .output()
             .is_err()
         {
-            eprintln!("skipped: openssl not installed");
+            tierbox_test_support::skip_here("openssl not installed");
             return;
         }
         let dir = tempfile::tempdir().unwrap();

@@ -48,12 +48,7 @@ fn tier_b_available() -> bool {
         .iter()
         .any(|t| t["tier"] == "b" && t["available"] == true);
     if !ok {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "tier b unavailable under CI: {v}"
-        );
-        eprintln!("SKIP: tier b unavailable on this host");
+        tierbox_test_support::skip_here("tier b unavailable on this host");
     }
     ok
 }
@@ -74,12 +69,9 @@ fn tier_c_native_available() -> bool {
         .unwrap();
     let ok = native["available"] == true;
     if !ok {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "native tier c unavailable under CI: {native}"
-        );
-        eprintln!("SKIP: native tier c unavailable on this host: {native}");
+        tierbox_test_support::skip_here(&format!(
+            "native tier c unavailable on this host: {native}"
+        ));
     }
     ok
 }
@@ -193,7 +185,7 @@ fn git_status_matches_git_status_without_tierbox() {
             .unwrap()
     };
     if !git(&["init", "-q"]).status.success() {
-        eprintln!("SKIP: git unavailable");
+        tierbox_test_support::skip_here("git unavailable");
         return;
     }
     std::fs::write(ws.path().join("tracked.txt"), "a\n").unwrap();
@@ -665,15 +657,10 @@ fn tier_c_available() -> bool {
         .unwrap();
     let ok = tier_c["available"] == true;
     if !ok {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "tier c unavailable under CI: {tier_c}"
-        );
-        eprintln!(
-            "SKIP: tier c unavailable on this host: {}",
+        tierbox_test_support::skip_here(&format!(
+            "tier c unavailable on this host: {}",
             tier_c["reason"]
-        );
+        ));
     }
     ok
 }
@@ -735,12 +722,7 @@ fn tier_c_is_rejected_not_downgraded_when_user_namespaces_are_off() {
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
     else {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "util-linux unshare is required under CI"
-        );
-        eprintln!("SKIP: util-linux unshare not installed");
+        tierbox_test_support::skip_here("util-linux unshare not installed");
         return;
     };
     let ws = tempfile::tempdir().unwrap();
@@ -772,7 +754,7 @@ fn tier_c_runs_cargo_from_a_read_only_toolchain() {
         return;
     }
     if !std::path::Path::new("/root/.cargo/bin/cargo").exists() {
-        eprintln!("SKIP: no /root/.cargo/bin/cargo (the policy's PATH names it)");
+        tierbox_test_support::skip_here("no /root/.cargo/bin/cargo (the policy's PATH names it)");
         return;
     }
     let policy = concat!(
@@ -933,7 +915,7 @@ fn doctor_names_the_sandbox_s_host_identity_and_whether_idmapped_mounts_work() {
         }
         assert_ne!(id["default_host_id"], 0, "{id}");
         assert!(id["idmapped_mounts"]["work"].is_boolean(), "{id}");
-        if std::env::var("CI").as_deref() == Ok("true") {
+        if tierbox_test_support::in_ci() {
             assert_eq!(id["idmapped_mounts"]["work"], true, "{id}");
         }
     } else {

@@ -45,13 +45,7 @@ pub fn bwrap_installed(test: &str) -> bool {
 /// Skips `test` for `reason` (printed), or fails it under CI=true, where every feature a
 /// test needs must be present. Returns `false` (the test should return).
 pub fn skip(test: &str, reason: &str) -> bool {
-    assert_ne!(
-        std::env::var("CI").as_deref(),
-        Ok("true"),
-        "{test}: required under CI: {reason}"
-    );
-    eprintln!("SKIP {test}: {reason}");
-    false
+    !tierbox_test_support::skip(test, reason)
 }
 
 /// A running `tierbox serve --http 127.0.0.1:0`.

@@ -430,12 +430,7 @@ fn the_spill_file_keeps_the_head_that_left_the_ring() {
 fn a_background_run_killed_for_memory_on_bwrap_reports_the_signal() {
     let test = "a_background_run_killed_for_memory_on_bwrap_reports_the_signal";
     if tierbox_sandbox::bwrap::probe_bwrap_cached().is_err() {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "{test}: no bwrap under CI"
-        );
-        println!("skip: {test}: no usable bwrap");
+        tierbox_test_support::skip_here(&format!("skip: {test}: no usable bwrap"));
         return;
     }
     let Some(e) = env_with(test, &["python3"], |p| {
@@ -457,8 +452,7 @@ fn a_background_run_killed_for_memory_on_bwrap_reports_the_signal() {
         let h = match e.runner.start_background("alice", &req).await {
             Ok(h) => h,
             Err(err) => {
-                assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "{test}: {err}");
-                println!("skip: {test}: {err}");
+                tierbox_test_support::skip_here(&format!("skip: {test}: {err}"));
                 return;
             }
         };

@@ -33,8 +33,10 @@ const BUSYBOX_CANDIDATES: &[&str] = &["/bin/busybox", "/usr/bin/busybox"];
 const APPLETS: &[&str] = &["sh", "ls", "touch", "cat", "id", "sleep", "mkdir", "true"];
 
 fn skip(test: &str, reason: &str) -> bool {
-    println!("SKIP {test}: {reason} (this host has no usable container engine)");
-    false
+    !tierbox_test_support::skip_optional(
+        test,
+        &format!("{reason} (this host has no usable container engine)"),
+    )
 }
 
 /// A 64-bit little-endian ELF executable without a `PT_INTERP` program header (no dynamic
@@ -89,7 +91,7 @@ fn usable(test: &str) -> bool {
                 .iter()
                 .any(|p| Path::new(p).exists());
             assert!(
-                !(installed && std::env::var("CI").as_deref() == Ok("true")),
+                !(installed && tierbox_test_support::in_ci()),
                 "{test}: podman is installed but unusable under CI: {e}"
             );
             return skip(test, &e.to_string());

@@ -207,7 +207,9 @@ mod tests {
     fn an_unreachable_docker_engine_is_reported_with_its_reason() {
         match probe_engine(Engine::Docker) {
             Ok(info) => println!("docker engine reachable: {}", info.detail),
-            Err(EngineError::NotFound { .. }) => println!("SKIP: no docker CLI on this host"),
+            Err(EngineError::NotFound { .. }) => {
+                tierbox_test_support::skip_optional_here("no docker CLI on this host");
+            }
             Err(e @ EngineError::Unreachable { .. }) => {
                 let msg = e.to_string();
                 assert!(msg.starts_with("docker engine unreachable: "), "{msg}");

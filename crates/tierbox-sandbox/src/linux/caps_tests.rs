@@ -43,7 +43,7 @@ fn is_root() -> bool {
 #[test]
 fn full_drop_sequence_in_a_forked_child() {
     if !is_root() {
-        println!("skipped: needs root (CAP_SETPCAP, CAP_SETUID)");
+        tierbox_test_support::skip_here("needs root (CAP_SETPCAP, CAP_SETUID)");
         return;
     }
     let last = last_cap();
@@ -117,7 +117,7 @@ fn full_drop_sequence_in_a_forked_child() {
 #[test]
 fn unprivileged_child_gets_eperm_from_privileged_steps() {
     if !is_root() {
-        println!("skipped: needs root to become unprivileged first");
+        tierbox_test_support::skip_here("needs root to become unprivileged first");
         return;
     }
     let last = last_cap();
@@ -147,7 +147,7 @@ fn unprivileged_child_gets_eperm_from_privileged_steps() {
 #[test]
 fn capset_zero_also_empties_an_ambient_set() {
     if !is_root() {
-        println!("skipped: needs root (CAP_SETPCAP, CAP_NET_BIND_SERVICE)");
+        tierbox_test_support::skip_here("needs root (CAP_SETPCAP, CAP_NET_BIND_SERVICE)");
         return;
     }
     let last = last_cap();

@@ -475,12 +475,11 @@ fn no_cgroups_at_all() {
 /// Under `CI=true` a missing v1 memory hierarchy fails instead.
 fn real_v1() -> Option<CgroupSupport> {
     let support = probe();
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let ok = support.version == Some(CgroupVersion::V1) && support.is_usable();
     if !ok {
-        let why = format!("no writable cgroup v1 memory+pids here: {support:?}");
-        assert!(!ci, "CI=true: {why}");
-        println!("skipped: {why}");
+        tierbox_test_support::skip_here(&format!(
+            "no writable cgroup v1 memory+pids here: {support:?}"
+        ));
         return None;
     }
     Some(support)

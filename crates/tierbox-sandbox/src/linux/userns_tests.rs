@@ -126,7 +126,7 @@ fn explanations_name_the_sysctl_and_its_value() {
 fn parent_maps_a_child_to_uid_1000() {
     let _g = lock();
     if !probe_userns().is_available() {
-        println!("SKIP: user namespaces unavailable here");
+        tierbox_test_support::skip_here("user namespaces unavailable here");
         return;
     }
     let (ready_r, ready_w) = ts::pipe();
@@ -244,11 +244,13 @@ impl Drop for RestoreSysctl {
 fn probe_names_max_user_namespaces_when_it_is_zero() {
     let _g = lock();
     if std::env::var("TIERBOX_TEST_SYSCTL").as_deref() != Ok("1") {
-        println!("SKIP: set TIERBOX_TEST_SYSCTL=1 (as root) to let this test change a sysctl");
+        tierbox_test_support::skip_optional_here(
+            "opt-in: set TIERBOX_TEST_SYSCTL=1 (as root) to let this test change a sysctl",
+        );
         return;
     }
     if rustix::process::geteuid().as_raw() != 0 {
-        println!("SKIP: needs root to change user.max_user_namespaces");
+        tierbox_test_support::skip_optional_here("needs root to change user.max_user_namespaces");
         return;
     }
     let path = "/proc/sys/user/max_user_namespaces";
@@ -256,7 +258,9 @@ fn probe_names_max_user_namespaces_when_it_is_zero() {
     if let Err(e) = std::fs::write(path, old.trim()) {
         // Writing the user.* limits needs CAP_SYS_RESOURCE in the initial user namespace,
         // which some VMs and containers drop even for root.
-        println!("SKIP: cannot write {path} ({e}); see the nested-namespace variant");
+        tierbox_test_support::skip_optional_here(&format!(
+            "cannot write {path} ({e}); see the nested-namespace variant"
+        ));
         return;
     }
     let guard = RestoreSysctl {
@@ -294,14 +298,14 @@ fn probe_names_max_user_namespaces_when_it_is_zero() {
 fn probe_names_max_user_namespaces_zero_in_a_nested_namespace() {
     let _g = lock();
     if !probe_userns().is_available() {
-        println!("SKIP: user namespaces unavailable here");
+        tierbox_test_support::skip_here("user namespaces unavailable here");
         return;
     }
     let Some(unshare) = ["/usr/bin/unshare", "/bin/unshare"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
     else {
-        println!("SKIP: util-linux unshare not installed");
+        tierbox_test_support::skip_here("util-linux unshare not installed");
         return;
     };
     let exe = std::env::current_exe().unwrap();

@@ -17,7 +17,7 @@ pub(super) fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
-        println!("SKIP: review tests need root");
+        tierbox_test_support::skip_here("review tests need root");
     }
     root
 }

@@ -37,7 +37,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 fn the_image_is_a_static_executable_for_this_cpu_with_no_dynamic_linking() {
     let Some(machine) = this_machine() else {
         assert!(IMAGE.is_empty(), "an image for a CPU it is not built for");
-        println!("SKIP the_image_is_a_static_executable: no image for this CPU");
+        tierbox_test_support::skip_here("no tierbox-init image for this CPU");
         return;
     };
     let b = IMAGE;

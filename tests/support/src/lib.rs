@@ -1,0 +1,62 @@
+//! The one way a Tierbox test says it cannot run on this host.
+//!
+//! A test that needs something a host may lack (root, user namespaces, landlock, a cgroup
+//! controller, bubblewrap, a container engine, a tool) calls [`skip`] with its name and
+//! the reason, and returns when it answers `true`: it prints `SKIP <test>: <reason>` and
+//! passes. Under CI (`CI=true`), whose machine has everything the suite needs, [`skip`]
+//! fails the test instead: nothing that must run there can pass by not running.
+//! [`skip_optional`] is for what even the CI machine may lack by design (an IPv6
+//! loopback, an opt-in destructive test): it prints and passes everywhere.
+//!
+//! ```
+//! fn needs_a_tool(test: &str) -> bool {
+//!     if std::path::Path::new("/no/such/tool").exists() {
+//!         return true;
+//!     }
+//!     !tierbox_test_support::skip_optional(test, "the tool is not installed")
+//! }
+//! assert!(!needs_a_tool("example"));
+//! ```
+
+/// Whether this run is CI's (`CI=true`).
+pub fn in_ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+/// `test` cannot run here because of `reason`: prints `SKIP <test>: <reason>` and returns
+/// `true` (the caller returns). Under CI it panics instead, naming both.
+#[track_caller]
+pub fn skip(test: &str, reason: &str) -> bool {
+    assert!(
+        !in_ci(),
+        "{test}: cannot run on this host ({reason}), and CI=true forbids skipping"
+    );
+    println!("SKIP {test}: {reason}");
+    true
+}
+
+/// The running test's name (libtest names each test's thread after it).
+pub fn current_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_owned()
+}
+
+/// [`skip`] for the running test.
+#[track_caller]
+pub fn skip_here(reason: &str) -> bool {
+    skip(&current_test(), reason)
+}
+
+/// [`skip_optional`] for the running test.
+pub fn skip_optional_here(reason: &str) -> bool {
+    skip_optional(&current_test(), reason)
+}
+
+/// `test` cannot run here for a reason CI may have too (see the crate docs): prints
+/// `SKIP <test>: <reason>` and returns `true`, under CI as well.
+pub fn skip_optional(test: &str, reason: &str) -> bool {
+    println!("SKIP {test}: {reason} (optional)");
+    true
+}
