@@ -8,13 +8,78 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::{Layer, Tier};
 
+/// Which backend carried a run out. Serialised as its name — `tier_b_linux`,
+/// `tier_c_linux_native`, `tier_a_wasmtime`, … — the strings outcomes, attestations and
+/// audit records carry.
+///
+/// ```
+/// use tierbox_policy::enforcement::BackendId;
+/// assert_eq!(BackendId::TierCBwrap.name(), "tier_c_bwrap");
+/// assert_eq!(serde_json::to_string(&BackendId::TierBLinux).unwrap(), "\"tier_b_linux\"");
+/// assert_eq!(BackendId::TierAWasmtime, "tier_a_wasmtime");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendId {
+    /// Tier A: WASM on wasmtime.
+    TierAWasmtime,
+    /// Tier B: a direct spawn with landlock, seccomp, rlimits and a cgroup (Linux).
+    TierBLinux,
+    /// Tier C: Tierbox's own namespace sandbox (Linux).
+    TierCLinuxNative,
+    /// Tier C: bubblewrap (Linux).
+    TierCBwrap,
+    /// Tier C: a Docker container.
+    TierCDocker,
+    /// Tier C: a Podman container.
+    TierCPodman,
+    /// Tier C: `sandbox-exec` (macOS).
+    TierCMacosSandboxExec,
+    /// Tier C: a Job Object (Windows).
+    TierCWindowsJobObject,
+}
+
+impl BackendId {
+    /// The name it is serialised as.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::TierAWasmtime => "tier_a_wasmtime",
+            Self::TierBLinux => "tier_b_linux",
+            Self::TierCLinuxNative => "tier_c_linux_native",
+            Self::TierCBwrap => "tier_c_bwrap",
+            Self::TierCDocker => "tier_c_docker",
+            Self::TierCPodman => "tier_c_podman",
+            Self::TierCMacosSandboxExec => "tier_c_macos_sandbox_exec",
+            Self::TierCWindowsJobObject => "tier_c_windows_job_object",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl PartialEq<str> for BackendId {
+    fn eq(&self, other: &str) -> bool {
+        self.name() == other
+    }
+}
+
+impl PartialEq<&str> for BackendId {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
 /// The enforcement report of one run.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enforcement {
     /// The tier that ran (`b`, `c`, `a`).
     pub tier: Option<Tier>,
-    /// The backend, e.g. `tier_b_linux`, `tier_c_linux_native`, `tier_a_wasmtime`.
-    pub backend: String,
+    /// The backend.
+    pub backend: BackendId,
     /// Kernel release of the host (`uname -r`).
     pub kernel: String,
     /// uid and gid the program ran as (as seen by the host).

@@ -142,7 +142,7 @@ impl Auditor {
             RunDescription {
                 plan_sha256: &outcome.plan_sha256,
                 tier: &outcome.tier,
-                backend: &outcome.backend,
+                backend: outcome.backend.name(),
                 enforcement: &outcome.enforcement,
                 egress: egress.as_ref(),
             },

@@ -100,7 +100,7 @@ pub struct BackgroundStatus {
     /// Tier and backend.
     pub tier: String,
     /// Backend.
-    pub backend: String,
+    pub backend: tierbox_policy::enforcement::BackendId,
     /// Bytes written to stdout so far.
     pub stdout_bytes: u64,
     /// Bytes written to stderr so far.
@@ -215,7 +215,7 @@ struct Entry {
     lifetime_ms: u64,
     started_unix_ms: u64,
     tier: String,
-    backend: String,
+    backend: tierbox_policy::enforcement::BackendId,
     stdout: Arc<Mutex<OutputRing>>,
     stderr: Arc<Mutex<OutputRing>>,
     stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
@@ -268,7 +268,7 @@ impl Entry {
             lifetime_ms: self.lifetime_ms,
             started_unix_ms: self.started_unix_ms,
             tier: self.tier.clone(),
-            backend: self.backend.clone(),
+            backend: self.backend,
             stdout_bytes: total(&self.stdout),
             stderr_bytes: total(&self.stderr),
             attestation: self.attestation_field(|a| a.as_ref().ok().cloned()),
@@ -325,7 +325,7 @@ impl Entry {
         let run = RunDescription {
             plan_sha256: &facts.plan_sha256,
             tier: &self.tier,
-            backend: &self.backend,
+            backend: self.backend.name(),
             enforcement: &facts.enforcement,
             egress: None,
         };
@@ -565,7 +565,7 @@ impl BackgroundManager {
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(0),
             tier: guard.launched.tier.to_string(),
-            backend: guard.launched.enforcement.backend.clone(),
+            backend: guard.launched.enforcement.backend,
             stdout: Arc::new(Mutex::new(self.ring(
                 &id,
                 Stream::Stdout,

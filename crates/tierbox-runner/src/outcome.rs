@@ -148,8 +148,8 @@ pub struct Outcome {
     pub usage: Usage,
     /// Tier that ran.
     pub tier: String,
-    /// Backend that ran (`tier_b_linux`, …).
-    pub backend: String,
+    /// Backend that ran (serialised as `tier_b_linux`, …).
+    pub backend: tierbox_policy::enforcement::BackendId,
     /// What was enforced.
     pub enforcement: Enforcement,
     /// Hosts checked by egress preflight.

@@ -557,7 +557,7 @@ async fn supervise(
             peak_memory_bytes: stats.as_ref().and_then(|s| s.memory_peak_bytes),
         },
         tier: l.tier.to_string(),
-        backend: l.enforcement.backend.clone(),
+        backend: l.enforcement.backend,
         enforcement: l.enforcement.clone(),
         egress_preflight_hosts: plan.network.preflight_hosts.clone(),
         egress,
@@ -650,7 +650,7 @@ pub(crate) async fn end_tree(
 /// bwrap exits with 128 + the signal that killed the program. When the cgroup proves
 /// the kernel's OOM killer acted, a 137 is that SIGKILL, not a code the program chose.
 pub(crate) fn oom_kill_as_signal(l: &Launched, limit_hit: Option<LimitHit>, exit: &mut ExitInfo) {
-    if l.enforcement.backend == tierbox_sandbox::bwrap::BACKEND_NAME
+    if l.enforcement.backend == tierbox_sandbox::bwrap::BACKEND
         && limit_hit == Some(LimitHit::Memory)
         && exit.code == Some(128 + libc::SIGKILL)
     {

@@ -146,7 +146,7 @@ async fn run_wasm_tapped(
             ..Usage::default()
         },
         tier: Tier::A.to_string(),
-        backend: tierbox_wasm::BACKEND_NAME.to_owned(),
+        backend: tierbox_wasm::BACKEND,
         enforcement: enforcement(plan),
         egress_preflight_hosts: Vec::new(),
         egress: None,
@@ -189,7 +189,7 @@ fn enforcement(plan: &WasmPlan) -> Enforcement {
     grants.push(format!("wall_timeout_ms {}", l.wall_timeout_ms));
     Enforcement {
         tier: Some(Tier::A),
-        backend: tierbox_wasm::BACKEND_NAME.to_owned(),
+        backend: tierbox_wasm::BACKEND,
         kernel: String::new(),
         uid: None,
         gid: None,

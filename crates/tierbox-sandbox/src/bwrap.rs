@@ -65,7 +65,10 @@ use tierbox_policy::DevShm;
 use tierbox_policy::plan::{FsPlan, Plan};
 
 /// Name of this backend in outcomes and attestations.
-pub const BACKEND_NAME: &str = "tier_c_bwrap";
+pub const BACKEND: tierbox_policy::enforcement::BackendId =
+    tierbox_policy::enforcement::BackendId::TierCBwrap;
+/// [`BACKEND`]'s name.
+pub const BACKEND_NAME: &str = BACKEND.name();
 
 /// The oldest bubblewrap this backend accepts: 0.5.0 added `--clearenv`, the newest flag
 /// in the fixed part of the argv (`--unshare-all`, `--die-with-parent`, `--new-session`,

@@ -110,7 +110,7 @@ pub(crate) fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launche
         &mut missing,
     )?;
     let slot = spawn::cgroup_slot(
-        NATIVE_BACKEND,
+        ns::child::BACKEND,
         plan,
         opts,
         (facts.euid, facts.egid),
@@ -268,7 +268,7 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
         None => None,
     };
     let slot = spawn::cgroup_slot(
-        bwrap::BACKEND_NAME,
+        bwrap::BACKEND,
         plan,
         opts,
         (facts.euid, facts.egid),
@@ -429,7 +429,7 @@ fn bwrap_enforcement(
     let (uid, gid) = identity.ids();
     Enforcement {
         tier: Some(Tier::C),
-        backend: bwrap::BACKEND_NAME.to_owned(),
+        backend: bwrap::BACKEND,
         kernel: facts.kernel.clone(),
         uid: Some(uid),
         gid: Some(gid),

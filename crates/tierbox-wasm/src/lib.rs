@@ -65,5 +65,8 @@ pub use engine::{EPOCH_TICK, MAX_CONCURRENT_COMPILATIONS, MAX_MEMORY_CACHED_MODU
 pub use io::OutputSink;
 pub use run::{CacheSource, RunReport, WasmError, WasmLimit};
 
-/// Name of the Tier A backend in outcomes and attestations.
-pub const BACKEND_NAME: &str = "tier_a_wasmtime";
+/// The Tier A backend in outcomes and attestations.
+pub const BACKEND: tierbox_policy::enforcement::BackendId =
+    tierbox_policy::enforcement::BackendId::TierAWasmtime;
+/// [`BACKEND`]'s name.
+pub const BACKEND_NAME: &str = BACKEND.name();

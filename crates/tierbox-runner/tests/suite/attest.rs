@@ -180,7 +180,7 @@ fn a_run_is_signed_logged_and_digests_what_it_printed() {
     );
     assert_eq!(
         run.enforcement["backend"].as_str(),
-        Some(outcome.backend.as_str())
+        Some(outcome.backend.name())
     );
     let json = serde_json::to_value(&req).unwrap();
     assert_eq!(

@@ -125,7 +125,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     // The CLI's own cgroup: optional (the container's limits are the engine's).
     let mut cli_missing = Vec::new();
     let slot = spawn::cgroup_slot(
-        info.engine.backend_name(),
+        info.engine.backend_id(),
         plan,
         opts,
         (facts.euid, facts.egid),
@@ -185,7 +185,7 @@ fn enforcement(plan: &Plan, info: &EngineInfo, missing: Vec<Layer>) -> Enforceme
         .map_or("?", |c| c.user.as_str());
     Enforcement {
         tier: Some(Tier::C),
-        backend: info.engine.backend_name().to_owned(),
+        backend: info.engine.backend_id(),
         kernel: facts.kernel.clone(),
         uid: None,
         gid: None,

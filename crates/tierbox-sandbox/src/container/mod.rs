@@ -114,9 +114,14 @@ impl Engine {
 
     /// The backend's name in outcomes.
     pub fn backend_name(self) -> &'static str {
+        self.backend_id().name()
+    }
+
+    /// The backend this engine is.
+    pub fn backend_id(self) -> tierbox_policy::enforcement::BackendId {
         match self {
-            Self::Docker => DOCKER_BACKEND_NAME,
-            Self::Podman => PODMAN_BACKEND_NAME,
+            Self::Docker => tierbox_policy::enforcement::BackendId::TierCDocker,
+            Self::Podman => tierbox_policy::enforcement::BackendId::TierCPodman,
         }
     }
 }

@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 
+use tierbox_policy::enforcement::BackendId;
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{EgressMode, Enforcement, Layer, LayerReport, Rejection, Tier};
 
@@ -52,7 +53,9 @@ use slots::SlotKey;
 pub use sys::{ChildStep, ExitInfo};
 
 /// Name of this backend in outcomes and attestations.
-pub const BACKEND_NAME: &str = "tier_b_linux";
+pub const BACKEND: BackendId = BackendId::TierBLinux;
+/// [`BACKEND`]'s name.
+pub const BACKEND_NAME: &str = BACKEND.name();
 
 /// Device nodes every run may read.
 const READABLE_DEVICES: &[&str] = &["/dev/zero", "/dev/random", "/dev/urandom"];
@@ -316,7 +319,7 @@ fn acquire_slot(
         .map(|_| landlock_spec(plan, abi, network.tcp_ports.clone(), uid));
     let cgroup_limits = cgroup_limits(plan);
     let key = SlotKey {
-        backend: BACKEND_NAME,
+        backend: BACKEND,
         tmp_base: opts.tmp_base.clone(),
         uid,
         gid,
@@ -355,7 +358,7 @@ fn enforcement_report(
     let limits = &plan.limits;
     Enforcement {
         tier: Some(Tier::B),
-        backend: BACKEND_NAME.to_owned(),
+        backend: BACKEND,
         kernel: facts.kernel.clone(),
         uid: Some(uid),
         gid: Some(gid),
@@ -1106,7 +1109,7 @@ pub(crate) fn spawn_helper(
 /// whose filesystem, tmp and landlock domain are built inside the sandbox. Reused from the
 /// pool like Tier B's slots.
 pub(crate) fn cgroup_slot(
-    backend: &'static str,
+    backend: BackendId,
     plan: &Plan,
     opts: &LaunchOptions,
     (uid, gid): (u32, u32),
@@ -1169,7 +1172,7 @@ fn new_slot(
             Err(e) => {
                 // An optional cgroup: the run goes ahead in its tmp, without the group.
                 // Tier C runs take their slots here too (`cgroup_slot`).
-                let tier = if key.backend == BACKEND_NAME {
+                let tier = if key.backend == BACKEND {
                     Tier::B
                 } else {
                     Tier::C

@@ -41,7 +41,7 @@ pub(crate) struct SlotKey {
     /// The backend whose runs use the slot ([`super::BACKEND_NAME`] and the Tier C ones). A bubblewrap run's slot cannot always be recycled (bwrap's own pid 1 may
     /// outlive the monitor the supervisor reaps, still charged to the group), so it must
     /// never take, and then destroy, the warm slot of another backend's runs.
-    pub backend: &'static str,
+    pub backend: tierbox_policy::enforcement::BackendId,
     pub tmp_base: PathBuf,
     pub uid: u32,
     pub gid: u32,

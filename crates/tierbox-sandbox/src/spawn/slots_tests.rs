@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn key(backend: &'static str, tmp_base: &Path) -> SlotKey {
+fn key(backend: tierbox_policy::enforcement::BackendId, tmp_base: &Path) -> SlotKey {
     SlotKey {
         backend,
         tmp_base: tmp_base.to_path_buf(),
@@ -29,8 +29,8 @@ fn idle_slots_are_taken_only_by_runs_of_the_same_backend() {
     let dir = tempfile::tempdir().unwrap();
     // A base of this test's own, so no other test's runs can match these keys.
     let base = dir.path().join("tmp");
-    let native = key(crate::tier_c::NATIVE_BACKEND, &base);
-    let via_bwrap = key(crate::bwrap::BACKEND_NAME, &base);
+    let native = key(crate::linux::ns::child::BACKEND, &base);
+    let via_bwrap = key(crate::bwrap::BACKEND, &base);
     assert_ne!(native, via_bwrap);
     pool()
         .lock()
@@ -49,9 +49,9 @@ fn idle_slots_are_taken_only_by_runs_of_the_same_backend() {
 fn idle_slots_are_taken_only_by_runs_of_the_same_cpu_quota() {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("tmp");
-    let mut one_cpu = key(crate::tier_c::NATIVE_BACKEND, &base);
+    let mut one_cpu = key(crate::linux::ns::child::BACKEND, &base);
     one_cpu.cgroup_limits.cpu_quota_percent = Some(100);
-    let unlimited = key(crate::tier_c::NATIVE_BACKEND, &base);
+    let unlimited = key(crate::linux::ns::child::BACKEND, &base);
     let mut two_cpus = one_cpu.clone();
     two_cpus.cgroup_limits.cpu_quota_percent = Some(200);
     pool()

@@ -47,7 +47,10 @@ use crate::linux::userns::{TIER_C_NAMESPACES, probe_userns_cached};
 use crate::probe::host_facts;
 
 /// Name of this backend in outcomes and attestations.
-pub const BACKEND_NAME: &str = "tier_c_linux_native";
+pub const BACKEND: tierbox_policy::enforcement::BackendId =
+    tierbox_policy::enforcement::BackendId::TierCLinuxNative;
+/// [`BACKEND`]'s name.
+pub const BACKEND_NAME: &str = BACKEND.name();
 
 pub use crate::linux::identity::{SANDBOX_GID, SANDBOX_UID};
 
@@ -707,7 +710,7 @@ fn enforcement_report(
     let (euid, egid) = identity.ids();
     Enforcement {
         tier: Some(Tier::C),
-        backend: BACKEND_NAME.to_owned(),
+        backend: BACKEND,
         kernel: crate::spawn::sys::kernel_release(),
         uid: Some(euid),
         gid: Some(egid),
