@@ -1161,7 +1161,6 @@ fn env_values_come_from_the_environment_or_a_file_instead_of_argv() {
 /// rule (raw when stdout was piped, whatever stderr was).
 #[test]
 fn output_to_a_terminal_is_inert_and_piped_output_is_exact() {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
     use std::io::Read;
     let ws = tempfile::tempdir().unwrap();
     let w = ws.path().to_str().unwrap();
@@ -1177,15 +1176,7 @@ fn output_to_a_terminal_is_inert_and_piped_output_is_exact() {
     assert_eq!(piped.status.code(), Some(0), "{piped:?}");
     assert_eq!(piped.stdout, b"ok\rFAIL\x1b]0;t\x07 end\r\n");
 
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(name.to_str().unwrap())
-        .unwrap();
+    let (master, slave) = tierbox_test_support::open_pty();
     let state = tempfile::tempdir().unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_tierbox"))
         .args(script)

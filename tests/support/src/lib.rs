@@ -18,6 +18,9 @@
 //! assert!(!needs_a_tool("example"));
 //! ```
 
+// Test support: a failed setup step panics, which fails the test that asked for it.
+#![allow(clippy::expect_used)]
+
 /// Whether this run is CI's (`CI=true`).
 pub fn in_ci() -> bool {
     std::env::var("CI").as_deref() == Ok("true")
@@ -59,4 +62,20 @@ pub fn skip_optional_here(reason: &str) -> bool {
 pub fn skip_optional(test: &str, reason: &str) -> bool {
     println!("SKIP {test}: {reason} (optional)");
     true
+}
+
+/// A new pseudo-terminal pair: the master (kept by the test) and the slave opened
+/// read-write (to hand to a child as its terminal).
+pub fn open_pty() -> (std::os::fd::OwnedFd, std::fs::File) {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
+    grantpt(&master).expect("grantpt");
+    unlockpt(&master).expect("unlockpt");
+    let name = ptsname(&master, Vec::new()).expect("ptsname");
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(name.to_str().expect("a UTF-8 pts path"))
+        .expect("open the pty's slave");
+    (master, slave)
 }

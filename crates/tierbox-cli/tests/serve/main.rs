@@ -611,17 +611,7 @@ fn response(lines: &mut impl Iterator<Item = String>, id: u64) -> Value {
 /// so the client waited for ever.
 #[test]
 fn malformed_and_oversized_mcp_messages_get_json_rpc_errors() {
-    let ws = tempfile::tempdir().unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let mut child = Command::new(tierbox())
-        .args(["serve", "--mcp", "--workspace"])
-        .arg(ws.path())
-        .arg("--state-dir")
-        .arg(state.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut child, _ws, _state) = mcp_server();
     let mut stdin = child.stdin.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let stdout = child.stdout.take().unwrap();
@@ -680,17 +670,7 @@ fn closing_an_mcp_session_ends_its_run_owned_processes() {
     if !tier_c_available("mcp_session_end") {
         return;
     }
-    let ws = tempfile::tempdir().unwrap();
-    let state = tempfile::tempdir().unwrap();
-    let mut child = Command::new(tierbox())
-        .args(["serve", "--mcp", "--workspace"])
-        .arg(ws.path())
-        .arg("--state-dir")
-        .arg(state.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut child, _ws, _state) = mcp_server();
     let mut stdin = child.stdin.take().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap())
         .lines()

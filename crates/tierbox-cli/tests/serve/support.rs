@@ -48,6 +48,23 @@ pub fn skip(test: &str, reason: &str) -> bool {
     !tierbox_test_support::skip(test, reason)
 }
 
+/// A `tierbox serve --mcp` with its stdin and stdout piped, in a workspace and state
+/// directory of its own (kept alive by the returned guards).
+pub fn mcp_server() -> (Child, tempfile::TempDir, tempfile::TempDir) {
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let child = Command::new(tierbox())
+        .args(["serve", "--mcp", "--workspace"])
+        .arg(ws.path())
+        .arg("--state-dir")
+        .arg(state.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (child, ws, state)
+}
+
 /// A running `tierbox serve --http 127.0.0.1:0`.
 pub struct Server {
     pub child: Child,

@@ -757,16 +757,7 @@ async fn tiocsti_probe_reports_a_terminal_outside_the_sandbox() {
         );
         return;
     }
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(name.to_str().unwrap())
-        .unwrap();
+    let (master, slave) = tierbox_test_support::open_pty();
     let out = std::process::Command::new(PROBE)
         .arg("no-tiocsti")
         .current_dir(&fx.workspace)

@@ -849,16 +849,7 @@ on_both_backends!(the_sandbox_is_never_host_root => the_sandbox_is_never_host_ro
 
 /// The probe run directly with a pty the test owns as stdin.
 fn tiocsti_on_a_pty(fx: &Fixture) -> Output {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(name.to_str().unwrap())
-        .unwrap();
+    let (master, slave) = tierbox_test_support::open_pty();
     let out = Command::new(PROBE)
         .arg("no-tiocsti")
         .current_dir(&fx.workspace)
