@@ -261,7 +261,7 @@ enum PolicyAction {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Serve { .. } | Command::Proxy { .. }) {
-        tierbox_sandbox::spawn::sys::default_sigpipe();
+        tierbox_runner::host::default_sigpipe();
     }
     match dispatch(cli) {
         Ok(code) => code,
@@ -415,7 +415,7 @@ fn check_policy_grants(file: &Path, policy: Policy, workspace: Option<PathBuf>) 
             return ExitCode::SUCCESS;
         }
     };
-    let findings = tierbox_sandbox::preflight::grant_findings(&plan);
+    let findings = tierbox_runner::host::grant_findings(&plan);
     let refused = findings
         .iter()
         .any(|f| f.refuses && f.backend == tier_c_backend);
@@ -629,7 +629,7 @@ fn cmd_run(
 ) -> Result<ExitCode> {
     harden_supervisor();
     // One run, then exit: network namespaces made ahead of time would only cost CPU.
-    tierbox_sandbox::linux::ns::netns_pool::set_enabled(false);
+    tierbox_runner::host::set_network_namespace_pool(false);
     let runner = build_runner(policy, state_dir)?;
     let mut req = match build_request(request) {
         Ok(r) => r,
@@ -744,12 +744,12 @@ fn cmd_serve(
     harden_supervisor();
     // Before any thread starts: a process that kills what this server's runs leave in
     // their cgroups if the server is killed outright (SIGKILL).
-    if let Err(e) = tierbox_sandbox::watchdog::start() {
+    if let Err(e) = tierbox_runner::host::start_watchdog() {
         eprintln!("tierbox: warning: no watchdog: {e}");
     }
     // A long-lived supervisor keeps per-run resources (cgroups, directories) warm between
     // runs; they are destroyed when it exits.
-    tierbox_sandbox::spawn::slots::set_pooling(true);
+    tierbox_runner::host::set_pooling(true);
     let state_dir = runner.options().state_dir.clone();
     let service = tierbox_server::service::Service::new(runner);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -794,7 +794,7 @@ fn cmd_serve(
         })(),
     };
     // Every sandbox has ended: destroy the idle slots (their cgroups and directories).
-    tierbox_sandbox::spawn::slots::set_pooling(false);
+    tierbox_runner::host::set_pooling(false);
     result?;
     Ok(ExitCode::SUCCESS)
 }
@@ -854,10 +854,7 @@ async fn termination_signal() -> i32 {
     }
 }
 
-/// The supervisor is not dumpable (sandboxed processes of the same uid cannot read its
-/// memory or environment) and is a child subreaper (daemons that leave the process group
-/// are re-parented here and killed with their run).
+/// See [`tierbox_runner::host::harden_supervisor`].
 fn harden_supervisor() {
-    let _ = tierbox_sandbox::spawn::sys::set_not_dumpable();
-    let _ = tierbox_runner::enable_subreaper();
+    tierbox_runner::host::harden_supervisor();
 }

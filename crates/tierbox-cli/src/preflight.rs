@@ -1,9 +1,10 @@
 //! What `check` and `policy check` add to a valid plan: the tier and backend this host
 //! would pick, and what each Linux backend would refuse or narrow of the filesystem
-//! grants (`tierbox_sandbox::preflight`) — so neither approves what `run` refuses.
+//! grants (`tierbox_runner::host::grant_findings`) — so neither approves what `run`
+//! refuses.
 
 use tierbox_policy::{Plan, Rejection, Tier};
-use tierbox_sandbox::preflight::{GrantFinding, grant_findings};
+use tierbox_runner::host::{GrantFinding, grant_findings};
 
 /// The preflight of one plan.
 pub struct Preflight {
@@ -18,7 +19,7 @@ pub struct Preflight {
 impl Preflight {
     /// Selects the tier as a run would and asks every backend's planner about the grants.
     pub fn of(plan: &Plan) -> Self {
-        let tier = tierbox_sandbox::select::select_tier(plan, tierbox_sandbox::probe::host_facts());
+        let tier = tierbox_runner::host::select_tier(plan);
         let backend = match tier {
             Ok(Tier::C) => plan.tier.backend.to_string(),
             _ => "tier_b".to_owned(),

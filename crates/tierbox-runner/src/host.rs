@@ -1,0 +1,60 @@
+//! The process-level switches a program embedding Tierbox sets once, and the checks that
+//! look at this host — so a front end (the CLI, a server) needs the runner only, not the
+//! sandbox crate's internals.
+//!
+//! ```no_run
+//! // A long-lived server: hardened, watched, with warm per-run resources.
+//! tierbox_runner::host::harden_supervisor();
+//! tierbox_runner::host::start_watchdog().ok();
+//! tierbox_runner::host::set_pooling(true);
+//! ```
+
+use tierbox_policy::plan::Plan;
+use tierbox_policy::{Rejection, Tier};
+
+pub use tierbox_sandbox::preflight::GrantFinding;
+
+/// The supervisor is not dumpable (sandboxed processes of the same uid cannot read its
+/// memory or environment) and is a child subreaper (daemons that leave the process group
+/// are re-parented here and killed with their run). Best effort: a host that refuses
+/// either leaves the process as it was.
+pub fn harden_supervisor() {
+    let _ = tierbox_sandbox::spawn::sys::set_not_dumpable();
+    let _ = crate::enable_subreaper();
+}
+
+/// Starts the watchdog that kills what this process's runs leave in their cgroups if the
+/// process is killed outright (see `tierbox_sandbox::watchdog`). Call it while the
+/// process has one thread, before any async runtime starts.
+pub fn start_watchdog() -> std::io::Result<()> {
+    tierbox_sandbox::watchdog::start()
+}
+
+/// Keeps per-run resources (cgroups, landlock rulesets, private directories) warm between
+/// runs — for a long-lived process — or, with `false`, destroys the idle ones.
+pub fn set_pooling(on: bool) {
+    tierbox_sandbox::spawn::slots::set_pooling(on);
+}
+
+/// Makes network namespaces ahead of time for Tier C runs (a long-lived process), or not
+/// (a process that makes one run, where they would only cost CPU).
+pub fn set_network_namespace_pool(on: bool) {
+    tierbox_sandbox::linux::ns::netns_pool::set_enabled(on);
+}
+
+/// Restores the default SIGPIPE disposition (Rust ignores it), so a CLI whose output pipe
+/// closes ends as command-line programs do.
+pub fn default_sigpipe() {
+    tierbox_sandbox::spawn::sys::default_sigpipe();
+}
+
+/// The tier a run of `plan` gets on this host, as a run would select it, or why none.
+pub fn select_tier(plan: &Plan) -> Result<Tier, Rejection> {
+    tierbox_sandbox::select::select_tier(plan, tierbox_sandbox::probe::host_facts())
+}
+
+/// What each Linux backend would refuse or narrow of `plan`'s filesystem grants here
+/// (`tierbox_sandbox::preflight::grant_findings`).
+pub fn grant_findings(plan: &Plan) -> Vec<GrantFinding> {
+    tierbox_sandbox::preflight::grant_findings(plan)
+}
