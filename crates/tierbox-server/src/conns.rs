@@ -169,13 +169,13 @@ impl Tracker {
     pub fn admit(self: &Arc<Self>, peer: Option<IpAddr>) -> Option<Admitted> {
         let mut open = self.open.lock().ok()?;
         let from_peer = |c: &Arc<Conn>| peer.is_some() && c.peer == peer;
-        for (full, same_peer) in [
-            (open.len() >= self.limits.total, false),
-            (
-                open.iter().filter(|c| from_peer(c)).count() >= self.limits.per_peer,
-                true,
-            ),
-        ] {
+        // The total cap first, then the peer's, each counted after the previous eviction.
+        for same_peer in [false, true] {
+            let full = if same_peer {
+                open.iter().filter(|c| from_peer(c)).count() >= self.limits.per_peer
+            } else {
+                open.len() >= self.limits.total
+            };
             if !full {
                 continue;
             }
@@ -377,6 +377,21 @@ mod tests {
         assert!(t.admit(None).is_none());
         drop(other);
         assert!(t.admit(None).is_some());
+    }
+
+    /// One eviction makes room under both caps at once: a connection that fills the
+    /// total and its peer's share pushes out one idle connection, not two.
+    #[test]
+    fn one_eviction_serves_both_caps() {
+        let t = Tracker::new(Limits {
+            total: 2,
+            per_peer: 2,
+        });
+        let a: IpAddr = "127.0.0.1".parse().unwrap();
+        let _first = t.admit(Some(a)).unwrap();
+        let _second = t.admit(Some(a)).unwrap();
+        let _third = t.admit(Some(a)).unwrap();
+        assert_eq!(t.open(), 2);
     }
 
     #[test]
