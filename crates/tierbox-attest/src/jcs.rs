@@ -167,6 +167,12 @@ fn es_number(f: f64) -> String {
 
 fn write_string(out: &mut String, s: &str) {
     out.push('"');
+    // Most strings (digests, names, paths) need no escape: copied whole.
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -189,10 +195,11 @@ fn write_string(out: &mut String, s: &str) {
 /// assert_eq!(tierbox_attest::jcs::hex(&[0, 0xab]), "00ab");
 /// ```
 pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        let _ = write!(s, "{b:02x}");
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
     s
 }

@@ -227,9 +227,18 @@ pub fn parse_public_key(text: &str, what: &str) -> Result<VerifyingKey, KeyError
     VerifyingKey::from_bytes(&bytes).map_err(|_| err())
 }
 
-/// Fills `buf` from `/dev/urandom`.
+/// Fills `buf` from `/dev/urandom`, opened once per process (every attestation draws
+/// its id from it).
 pub(crate) fn os_random(buf: &mut [u8]) -> std::io::Result<()> {
-    File::open("/dev/urandom").and_then(|mut f| f.read_exact(buf))
+    static URANDOM: std::sync::OnceLock<File> = std::sync::OnceLock::new();
+    let file = match URANDOM.get() {
+        Some(f) => f,
+        None => {
+            let opened = File::open("/dev/urandom")?;
+            URANDOM.get_or_init(|| opened)
+        }
+    };
+    (&*file).read_exact(buf)
 }
 
 /// Lowercase hex.

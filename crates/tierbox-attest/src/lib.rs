@@ -164,10 +164,10 @@ pub fn plan_digest(plan: &Plan) -> String {
     if plan.stdin.is_some() {
         return compute_plan_digest(plan);
     }
-    let key = memo_key(plan);
+    let env = hashed_env(plan);
     {
         let mut memo = MEMO.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = memo.iter().position(|(k, _)| *k == key) {
+        if let Some(i) = memo.iter().position(|(k, _)| is_key_of(k, plan, &env)) {
             let hit = memo.remove(i);
             let digest = hit.1.clone();
             memo.insert(0, hit);
@@ -176,24 +176,71 @@ pub fn plan_digest(plan: &Plan) -> String {
     }
     let digest = compute_plan_digest(plan);
     let mut memo = MEMO.lock().unwrap_or_else(PoisonError::into_inner);
-    if !memo.iter().any(|(k, _)| *k == key) {
-        memo.insert(0, (key, digest.clone()));
+    if !memo.iter().any(|(k, _)| is_key_of(k, plan, &env)) {
+        memo.insert(0, (memo_key(plan, env), digest.clone()));
         memo.truncate(PLAN_DIGEST_MEMO_ENTRIES);
     }
     digest
 }
 
+/// The plan's environment with each value replaced by its SHA-256 (as the digest itself
+/// sees them): what [`plan_digest`] remembers instead of the values.
+fn hashed_env(plan: &Plan) -> Vec<(String, String)> {
+    plan.env
+        .iter()
+        .map(|(name, value)| (name.clone(), sha256_hex(value.as_bytes())))
+        .collect()
+}
+
 /// The plan as [`plan_digest`] remembers it: environment values replaced by their
-/// SHA-256 (as the digest itself sees them) and the redaction's secret values dropped
-/// (never part of the digest). Two plans have equal keys exactly when they have equal
-/// digests, short of a SHA-256 collision.
-fn memo_key(plan: &Plan) -> Plan {
+/// SHA-256 (`env`, from [`hashed_env`]) and the redaction's secret values dropped (never
+/// part of the digest). Two plans have equal keys exactly when they have equal digests,
+/// short of a SHA-256 collision.
+fn memo_key(plan: &Plan, env: Vec<(String, String)>) -> Plan {
     let mut key = plan.clone();
-    for (_, value) in &mut key.env {
-        *value = sha256_hex(value.as_bytes());
-    }
+    key.env = env;
     key.redaction.sensitive_values.clear();
     key
+}
+
+/// Whether `key` is [`memo_key`] of `plan` (whose hashed environment is `env`), compared
+/// field by field in place: no copy of the plan per lookup. The destructuring names every
+/// field, so a field added to [`Plan`] cannot be left out of the comparison.
+fn is_key_of(key: &Plan, plan: &Plan, env: &[(String, String)]) -> bool {
+    let Plan {
+        program,
+        argv,
+        env: _,
+        cwd,
+        workspace,
+        filesystem,
+        network,
+        limits,
+        output,
+        stdin,
+        tier,
+        redaction:
+            tierbox_policy::plan::RedactionPlan {
+                enabled,
+                sensitive_names,
+                sensitive_values: _,
+            },
+        background,
+    } = plan;
+    key.env == env
+        && key.program == *program
+        && key.argv == *argv
+        && key.cwd == *cwd
+        && key.workspace == *workspace
+        && key.filesystem == *filesystem
+        && key.network == *network
+        && key.limits == *limits
+        && key.output == *output
+        && key.stdin == *stdin
+        && key.tier == *tier
+        && key.redaction.enabled == *enabled
+        && key.redaction.sensitive_names == *sensitive_names
+        && key.background == *background
 }
 
 fn compute_plan_digest(plan: &Plan) -> String {
@@ -313,7 +360,21 @@ mod tests {
             .push(("TOKEN".to_owned(), "s3cret-value".to_owned()));
         let with_secret = plan_digest(&secret);
         assert_eq!(with_secret, compute_plan_digest(&secret));
-        assert!(!format!("{:?}", memo_key(&secret)).contains("s3cret-value"));
+        let key = memo_key(&secret, hashed_env(&secret));
+        assert!(!format!("{key:?}").contains("s3cret-value"));
+        assert!(is_key_of(&key, &secret, &hashed_env(&secret)));
+        // Redacted values are not part of the digest; every other field is.
+        let mut redacted = secret.clone();
+        redacted
+            .redaction
+            .sensitive_values
+            .push("s3cret-value".to_owned());
+        assert!(is_key_of(&key, &redacted, &hashed_env(&redacted)));
+        let mut narrower = secret.clone();
+        let fewer = narrower.filesystem.system_read_only.len().saturating_sub(1);
+        narrower.filesystem.system_read_only = narrower.filesystem.system_read_only[..fewer].into();
+        assert!(!is_key_of(&key, &narrower, &hashed_env(&narrower)));
+        assert_ne!(plan_digest(&narrower), with_secret);
         let mut other = secret.clone();
         other.env.last_mut().unwrap().1 = "another-value".to_owned();
         assert_ne!(plan_digest(&other), with_secret);

@@ -252,7 +252,7 @@ mod tests {
 
     fn fs() -> FsPlan {
         FsPlan {
-            system_roots: vec![PathBuf::from("/usr")],
+            system_roots: vec![PathBuf::from("/usr")].into(),
             writable_roots: vec![PathBuf::from("/c"), PathBuf::from("/r/w")],
             read_only_roots: vec![PathBuf::from("/r"), PathBuf::from("/c/ro")],
             deny_read: vec![PathBuf::from("/c/d"), PathBuf::from("/w/secret")],

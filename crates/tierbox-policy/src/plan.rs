@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -53,17 +54,19 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct FsPlan {
     /// System paths readable by every run (`/usr`, `/bin`, `/lib*`, `/etc`, …) that exist.
-    pub system_read_only: Vec<PathBuf>,
+    /// The three system lists are shared with the host's cached walk
+    /// ([`crate::validate::system_paths`]): a plan does not copy them.
+    pub system_read_only: Arc<[PathBuf]>,
     /// The system roots `system_read_only` was expanded from. Mount-based tiers bind each
     /// whole and cover [`FsPlan::system_hidden`] (a handful of mounts instead of one per
     /// entry); empty means "bind `system_read_only` entry by entry".
     #[serde(default)]
-    pub system_roots: Vec<PathBuf>,
+    pub system_roots: Arc<[PathBuf]>,
     /// Host secrets under `system_roots` (outermost entries only) that `system_read_only`
     /// leaves out. Invariant: the entries under `system_roots` minus these are exactly what
     /// `system_read_only` grants (before `deny_read` is carved out).
     #[serde(default)]
-    pub system_hidden: Vec<PathBuf>,
+    pub system_hidden: Arc<[PathBuf]>,
     /// The policy's extra read-only paths that exist, with `deny_read` carved out (each
     /// grant that contains a denied path replaced by its entries, recursively): what a
     /// tier that can only grant (landlock, Tier B) allows.
@@ -169,12 +172,12 @@ impl FsPlan {
     /// ```
     /// use std::path::PathBuf;
     /// let mut fs = tierbox_policy::plan::FsPlan::default();
-    /// fs.system_read_only = vec![PathBuf::from("/etc/passwd"), PathBuf::from("/usr")];
-    /// assert_eq!(fs.system_binds(), fs.system_read_only.as_slice());
-    /// fs.system_roots = vec![PathBuf::from("/etc"), PathBuf::from("/usr")];
-    /// fs.system_hidden = vec![PathBuf::from("/etc/shadow")];
-    /// assert_eq!(fs.system_binds(), fs.system_roots.as_slice());
-    /// assert_eq!(fs.system_covers(), fs.system_hidden.as_slice());
+    /// fs.system_read_only = [PathBuf::from("/etc/passwd"), PathBuf::from("/usr")].into();
+    /// assert_eq!(fs.system_binds(), &*fs.system_read_only);
+    /// fs.system_roots = [PathBuf::from("/etc"), PathBuf::from("/usr")].into();
+    /// fs.system_hidden = [PathBuf::from("/etc/shadow")].into();
+    /// assert_eq!(fs.system_binds(), &*fs.system_roots);
+    /// assert_eq!(fs.system_covers(), &*fs.system_hidden);
     /// ```
     pub fn system_binds(&self) -> &[PathBuf] {
         if self.system_roots.is_empty() {

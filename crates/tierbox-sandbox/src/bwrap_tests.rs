@@ -44,8 +44,8 @@ fn fake_system(plan: &mut Plan) -> HostLayout {
             .iter()
             .map(PathBuf::from)
             .collect();
-    plan.filesystem.system_roots.clear();
-    plan.filesystem.system_hidden.clear();
+    plan.filesystem.system_roots = Default::default();
+    plan.filesystem.system_hidden = Default::default();
     HostLayout::new()
         .with("/usr", PathKind::Dir)
         .with("/etc/ssl", PathKind::Dir)
@@ -1047,8 +1047,11 @@ fn system_roots_are_bound_whole_and_their_secrets_covered_after() {
         .with("/etc", PathKind::Dir)
         .with("/etc/shadow", PathKind::File)
         .with("/etc/ssh", PathKind::Dir);
-    plan.filesystem.system_roots = ["/bin", "/etc", "/usr"].map(PathBuf::from).to_vec();
-    plan.filesystem.system_hidden = ["/etc/shadow", "/etc/ssh"].map(PathBuf::from).to_vec();
+    plan.filesystem.system_roots = ["/bin", "/etc", "/usr"].map(PathBuf::from).to_vec().into();
+    plan.filesystem.system_hidden = ["/etc/shadow", "/etc/ssh"]
+        .map(PathBuf::from)
+        .to_vec()
+        .into();
     let argv = strings(&bwrap_argv(&plan, &opts(V0_8, host)).unwrap());
     let etc = pos(&argv, &["--ro-bind", "/etc", "/etc"]);
     assert!(pos(&argv, &["--ro-bind", "/usr", "/usr"]) > 0);

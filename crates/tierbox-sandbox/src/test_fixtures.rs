@@ -95,9 +95,9 @@ pub(crate) fn golden_plan(name: &str) -> tierbox_policy::Plan {
         .into_iter()
         .map(PathBuf::from)
         .collect();
-    plan.filesystem.system_read_only = system.clone();
-    plan.filesystem.system_roots = system;
-    plan.filesystem.system_hidden = vec![PathBuf::from("/etc/shadow")];
+    plan.filesystem.system_read_only = system.clone().into();
+    plan.filesystem.system_roots = system.into();
+    plan.filesystem.system_hidden = vec![PathBuf::from("/etc/shadow")].into();
     plan
 }
 

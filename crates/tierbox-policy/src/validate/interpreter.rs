@@ -146,7 +146,7 @@ pub fn interpreter_base_name(name: &str) -> Option<&'static str> {
     INTERPRETERS
         .iter()
         .copied()
-        .filter(|base| matches_versioned(&name, &base.to_ascii_lowercase()))
+        .filter(|base| matches_versioned(&name, base))
         .max_by_key(|base| base.len())
 }
 
@@ -163,12 +163,14 @@ fn normalized(name: &str) -> String {
     }
 }
 
+/// Whether `name` is `base` (compared without regard to ASCII case), optionally followed
+/// by a version suffix.
 fn matches_versioned(name: &str, base: &str) -> bool {
-    match name.strip_prefix(base) {
-        Some("") => true,
-        Some(rest) => is_version_suffix(rest),
-        None => false,
-    }
+    let rest = match name.get(..base.len()) {
+        Some(head) if head.eq_ignore_ascii_case(base) => &name[base.len()..],
+        _ => return false,
+    };
+    rest.is_empty() || is_version_suffix(rest)
 }
 
 /// `3`, `3.11`, `.11`, `-5.9`, `_2`, `3.13t`, `3.7m`, `-2.1.0-beta3`.

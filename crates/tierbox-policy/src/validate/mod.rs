@@ -29,7 +29,7 @@ mod wasm;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PATTERNS, DENIED_ENV_PREFIXES, is_denied_env_name};
 pub use git::{
@@ -183,7 +183,8 @@ pub fn validate(
         &policy.env.path,
         req.stdin.as_deref(),
     )?;
-    let workspace = scope::workspace_root(policy, ctx)?;
+    let own = scope::own_paths(policy, ctx);
+    let workspace = scope::workspace_root(policy, ctx, &own)?;
     let cwd = scope::resolve_cwd(&workspace, req.cwd.as_deref())?;
     scope::check_args(&workspace, &cwd, &req.args)?;
     let mut env = env::build(&policy.env, req, ctx)?;
@@ -204,7 +205,7 @@ pub fn validate(
         .cloned()
         .collect();
 
-    let mut filesystem = filesystem_plan(policy, ctx, &workspace)?;
+    let mut filesystem = filesystem_plan(policy, ctx, &workspace, &own)?;
     filesystem.private_home = !home_is_granted(&env, &filesystem, &workspace);
     if filesystem.private_home {
         env.retain(|(k, _)| k != "HOME");
@@ -243,11 +244,12 @@ pub fn validate(
 /// ```
 pub fn grants_plan(policy: &Policy, ctx: &ValidateContext) -> Result<Plan, Rejection> {
     let req = ProcessRunRequest::default();
-    let workspace = scope::workspace_root(policy, ctx)?;
+    let own = scope::own_paths(policy, ctx);
+    let workspace = scope::workspace_root(policy, ctx, &own)?;
     let network = egress::check(&policy.egress, &req, &req.command)?;
     let (limits, _) = limits::resolve(policy, &req)?;
     let tier = tier::check(&policy.tier, &req)?;
-    let mut filesystem = filesystem_plan(policy, ctx, &workspace)?;
+    let mut filesystem = filesystem_plan(policy, ctx, &workspace, &own)?;
     filesystem.private_home = true;
     Ok(Plan {
         filesystem,
@@ -335,20 +337,20 @@ fn existing_paths(
 /// The system read-only paths as grantable entries, with host secrets carved out
 /// ([`SystemPaths::grants`]).
 pub fn system_read_only_paths() -> Vec<PathBuf> {
-    system_paths().grants
+    system_paths().grants.to_vec()
 }
 
 /// The system paths of this host in both of the forms the tiers need.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SystemPaths {
     /// The [`SYSTEM_READ_ONLY_PATHS`] that exist (mount-based tiers bind each whole).
-    pub roots: Vec<PathBuf>,
+    pub roots: Arc<[PathBuf]>,
     /// The host secrets under them that exist, outermost only (mount-based tiers cover
     /// each; `grants` leaves them out).
-    pub hidden: Vec<PathBuf>,
+    pub hidden: Arc<[PathBuf]>,
     /// `roots` minus `hidden`, as the smallest list of grantable entries (landlock, which
     /// can only grant, uses this).
-    pub grants: Vec<PathBuf>,
+    pub grants: Arc<[PathBuf]>,
 }
 
 /// The system paths, with host secrets carved out.
@@ -365,7 +367,7 @@ pub struct SystemPaths {
 ///
 /// ```
 /// let sys = tierbox_policy::validate::system_paths();
-/// for h in &sys.hidden {
+/// for h in sys.hidden.iter() {
 ///     assert!(!sys.grants.iter().any(|g| h.starts_with(g)), "{h:?} is granted");
 /// }
 /// ```
@@ -414,9 +416,9 @@ pub fn system_paths() -> SystemPaths {
         .cloned()
         .collect();
     let paths = SystemPaths {
-        roots,
-        hidden: outer,
-        grants,
+        roots: roots.into(),
+        hidden: outer.into(),
+        grants: grants.into(),
     };
     let stamps = walked.into_iter().map(|d| {
         let stamp = dir_stamp(&d);
@@ -512,6 +514,7 @@ fn filesystem_plan(
     policy: &Policy,
     ctx: &ValidateContext,
     workspace: &Path,
+    own: &[scope::OwnPath],
 ) -> Result<FsPlan, Rejection> {
     let home = ctx.home();
     let fs = &policy.filesystem;
@@ -537,7 +540,6 @@ fn filesystem_plan(
     let system = system_paths();
     // Tierbox's own secret files under a system path (a state directory in /etc) are
     // hidden there like the host's secrets; every other grant of them is refused.
-    let own = scope::own_paths(policy, ctx);
     deny_read.extend(
         own.iter()
             .filter_map(scope::OwnPath::secret_path)
@@ -563,17 +565,21 @@ fn filesystem_plan(
         &fs.read_only,
         home.as_deref(),
         workspace,
-        &own,
+        own,
     )?);
     let writable_roots = outside_denials(existing_paths(
         "filesystem.writable",
         &fs.writable,
         home.as_deref(),
         workspace,
-        &own,
+        own,
     )?);
     Ok(FsPlan {
-        system_read_only: carve(system.grants),
+        system_read_only: if deny_read.is_empty() {
+            system.grants
+        } else {
+            carve(system.grants.to_vec()).into()
+        },
         system_roots: system.roots,
         system_hidden: system.hidden,
         read_only: carve(read_only_roots.clone()),
@@ -621,7 +627,8 @@ mod system_paths_tests {
         policy.filesystem.read_only = vec![tools.display().to_string()];
         policy.filesystem.deny_read = vec![tools.join("secret.key").display().to_string()];
         let ctx = ValidateContext::new(&ws).with_env(BTreeMap::new());
-        let fs = filesystem_plan(&policy, &ctx, &ws).unwrap();
+        let own = scope::own_paths(&policy, &ctx);
+        let fs = filesystem_plan(&policy, &ctx, &ws, &own).unwrap();
         let granted = |p: &Path| fs.read_only.iter().any(|g| p.starts_with(g));
         assert!(!granted(&tools.join("secret.key")), "{:?}", fs.read_only);
         assert!(granted(&tools.join("bin")), "{:?}", fs.read_only);

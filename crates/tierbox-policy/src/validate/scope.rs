@@ -88,7 +88,11 @@ pub const REFUSED_WORKSPACE_DIRS: &[&str] =
 /// `/etc/passwd`: dotfiles there configure the host user's shell, git and ssh); the policy
 /// may lift these with `danger_any_workspace_root = true`. Never, whatever the policy: a
 /// directory that holds, or lies inside, one of Tierbox's own files ([`own_paths`]).
-pub(crate) fn workspace_root(policy: &Policy, ctx: &ValidateContext) -> Result<PathBuf, Rejection> {
+pub(crate) fn workspace_root(
+    policy: &Policy,
+    ctx: &ValidateContext,
+    own: &[OwnPath],
+) -> Result<PathBuf, Rejection> {
     let canon = canonical_workspace(&ctx.workspace)?;
     let refused = |rule: String| Rejection::WorkspaceRefused {
         path: canon.clone(),
@@ -97,7 +101,7 @@ pub(crate) fn workspace_root(policy: &Policy, ctx: &ValidateContext) -> Result<P
     if !policy.danger_any_workspace_root {
         host_rules(ctx, &canon).map_err(refused)?;
     }
-    if let Some(own) = reaches_own(&own_paths(policy, ctx), &canon, true) {
+    if let Some(own) = reaches_own(own, &canon, true) {
         return Err(refused(own.rule(&canon)));
     }
     Ok(canon)

@@ -70,7 +70,7 @@ pub fn validate_wasm(
             reason: format!("entrypoint {entrypoint:?} is empty, too long or contains NUL"),
         });
     }
-    let workspace = scope::workspace_root(policy, ctx)?;
+    let workspace = scope::workspace_root(policy, ctx, &scope::own_paths(policy, ctx))?;
     let (module, name) = module_source(policy, req, &workspace)?;
     if !req.grants.network.is_empty() {
         return Err(network_unsupported(&req.grants.network.join(", ")));
@@ -193,7 +193,7 @@ pub fn validate_tier_a(
         return Err(missing(path));
     }
     module_size(&path.display().to_string(), meta.len(), policy)?;
-    let workspace = scope::workspace_root(policy, ctx)?;
+    let workspace = scope::workspace_root(policy, ctx, &scope::own_paths(policy, ctx))?;
     let mut argv = Vec::with_capacity(req.args.len() + 1);
     argv.push(req.command.clone());
     argv.extend(req.args.iter().cloned());

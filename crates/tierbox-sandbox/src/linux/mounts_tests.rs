@@ -43,8 +43,8 @@ fn fixed_plan() -> Plan {
     .map(PathBuf::from)
     .collect();
     // Entry by entry (the roots form has its own test).
-    plan.filesystem.system_roots.clear();
-    plan.filesystem.system_hidden.clear();
+    plan.filesystem.system_roots = Default::default();
+    plan.filesystem.system_hidden = Default::default();
     plan.filesystem.protected = vec![ws.join(".git/hooks"), ws.join(".git/config")];
     plan.filesystem.private_home = true;
     plan.limits.memory_bytes = 1 << 30;
