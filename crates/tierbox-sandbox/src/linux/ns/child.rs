@@ -1,12 +1,12 @@
 //! Safe orchestration of a native Tier C launch: everything is prepared in the supervisor
 //! (mount plan, compiled ops with their C strings, argv/envp arrays, seccomp program,
-//! pipes, stacks), then [`super::sys::clone_init`] creates the sandbox's pid 1.
+//! pipes, stacks), then `sys::clone_init` creates the sandbox's pid 1.
 //!
 //! Invariants kept here:
 //!
 //! - **Nothing is allocated in a child.** [`launch_native`] builds every string and array
 //!   before `clone`; [`compile_ops`] is pure and turns the planner's [`MountOp`]s into
-//!   [`NsOp`]s whose paths are already prefixed for the staging layout.
+//!   `NsOp`s whose paths are already prefixed for the staging layout.
 //! - **The host filesystem never changes**, except for the planner's
 //!   [`MountPlan::host_placeholders`] (returned in [`NativeLaunched::host_placeholders`]
 //!   for the caller to remove after the run): every mount happens in the child's private
@@ -778,7 +778,7 @@ fn enforcement_report(
 
 // ---- compiling the mount plan ---------------------------------------------------------
 
-/// An [`NsOp`] with owned strings, plus a description for error messages.
+/// An `NsOp` with owned strings, plus a description for error messages.
 #[derive(Debug, Clone)]
 pub struct OwnedOp {
     kind: OpKind,
@@ -872,7 +872,7 @@ fn tmpfs_data(size: u64, mode: u32) -> Result<CString, NativeError> {
 }
 
 /// Turns a mount plan into the child's op list: the staging prologue, then one or more
-/// [`NsOp`]s per [`MountOp`], paths prefixed with [`NEW_ROOT`] (destinations) and
+/// `NsOp`s per [`MountOp`], paths prefixed with [`NEW_ROOT`] (destinations) and
 /// [`OLD_ROOT`] (bind sources) until the final pivot. Pure.
 pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
     const TMPFS: &CStr = c"tmpfs";

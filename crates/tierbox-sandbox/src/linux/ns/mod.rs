@@ -3,7 +3,7 @@
 //!
 //! [`child::launch_native`] prepares everything in the supervisor ([`child`]: safe
 //! code) and clones the sandbox's pid 1, whose setup and the program's are raw system
-//! calls in [`sys`].
+//! calls in `sys` (one file per process role).
 //!
 //! # Design decisions
 //!
@@ -15,7 +15,7 @@
 //! first. It then starts the program with `CLONE_VM | CLONE_VFORK` (posix_spawn-style;
 //! pid 2), reports that, and execs `tierbox-init` ([`init`]): a freestanding static
 //! program of a few KiB, embedded in the supervisor and run from a sealed memfd, that
-//! loops — reap every orphan, forward [`sys::FORWARDED_SIGNALS`] with `kill(-1, sig)`, and
+//! loops — reap every orphan, forward [`init::reaper::FORWARDED_SIGNALS`] with `kill(-1, sig)`, and
 //! when the program ends kill and reap the rest, report its wait status and exit with its
 //! code. pid 1's exit makes the kernel kill whatever is left in the namespace, so the tree
 //! dies with the program (or with pid 1 when the supervisor SIGKILLs it).
@@ -69,7 +69,7 @@
 //! thread, joined by the cloning thread for the `clone` alone (without `CLONE_NEWNET`);
 //! otherwise `CLONE_NEWNET` and pid 1 brings `lo` up.
 //!
-//! Order of pid 1's setup (each step says why in [`sys`]): pdeathsig → join the run
+//! Order of pid 1's setup (each step says why in `sys`): pdeathsig → join the run
 //! cgroup → id maps → setsid → hostname → `lo` up (own namespace only) → the egress
 //! proxy's listener (when the plan needs it; passed to the supervisor) → mount ops (pivot
 //! included) → landlock rules for its own mounts → non-dumpable, name → clone the program
@@ -84,7 +84,7 @@ pub mod child;
 pub mod init;
 pub mod netns_pool;
 #[allow(unsafe_code)]
-pub mod sys;
+pub(crate) mod sys;
 
 pub use child::{
     NativeError, NativeExit, NativeLaunched, NativeOptions, launch_native, wait_native,

@@ -5,7 +5,7 @@
 //! state: ~0.5 ms on the development VM, RCU-bound). A filler thread keeps up to
 //! [`NETNS_POOL_SIZE`] fresh namespaces ready, each with `lo` up and nothing else; a
 //! launch takes one ([`take`]) and its pid 1 is cloned inside it
-//! ([`super::sys::clone_init`]) instead of with `CLONE_NEWNET`.
+//! (`sys::clone_init`) instead of with `CLONE_NEWNET`.
 //!
 //! Isolation is the same as a namespace made by the clone:
 //! - each namespace is handed out **once**: [`take`] removes it from the pool, and the
