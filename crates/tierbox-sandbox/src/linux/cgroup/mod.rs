@@ -41,6 +41,11 @@
 //!
 //! Not covered: I/O bandwidth, network, and (v1) kernel memory beyond what the memory
 //! controller charges.
+//!
+//! Layout: the run group and what both hierarchies share are here; what differs between
+//! them is behind the `Hierarchy` trait, implemented in `v1.rs` and `v2.rs` (file names, the
+//! limit writes, delegation, the freezer, the kill switch), and probing the host reads
+//! `/proc/self/mountinfo` and `/proc/self/cgroup` through `mountinfo.rs`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -49,6 +54,14 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+mod mountinfo;
+mod v1;
+mod v2;
+
+use mountinfo::{
+    CgroupMount, Membership, group_dir, parse_mountinfo, parse_proc_cgroup, writable_dir,
+};
 
 /// Name of the leaf group the supervisor moves itself into on cgroup v2 (see the module
 /// docs); never a valid run-group name.
@@ -96,6 +109,42 @@ pub enum CgroupVersion {
     V1,
     /// The unified hierarchy.
     V2,
+}
+
+impl CgroupVersion {
+    /// What this hierarchy does its own way.
+    fn hierarchy(self) -> &'static dyn Hierarchy {
+        match self {
+            Self::V1 => &v1::V1,
+            Self::V2 => &v2::V2,
+        }
+    }
+}
+
+/// What differs between the two hierarchies for a run group; everything else about a
+/// [`RunCgroup`] is shared.
+trait Hierarchy: Sync {
+    /// The file a process writes `0` to, to join the group (module docs).
+    fn attach_file(&self) -> &'static str;
+    /// The peak-memory figure.
+    fn memory_peak_file(&self) -> &'static str;
+    /// The file that counts OOM kills (`oom_kill`).
+    fn memory_events_file(&self) -> &'static str;
+    /// The control-file writes that apply `limits`, in order.
+    fn limit_writes(&self, limits: &CgroupLimits) -> Vec<LimitWrite>;
+    /// Makes the `wanted` controllers available to new groups under `base`.
+    fn delegate(&self, base: &Path, wanted: &[&str]) -> Result<(), CgroupError>;
+    /// Whether the freezer is a hierarchy of its own, in which the run needs a group
+    /// too (v1); otherwise every group has one built in (v2).
+    fn separate_freezer(&self) -> bool;
+    /// The file and value that freeze (`true`) or thaw the group.
+    fn freeze_write(&self, frozen: bool) -> (&'static str, &'static str);
+    /// Whether the group in `dir` is frozen.
+    fn is_frozen(&self, dir: &Path) -> bool;
+    /// The file that kills every process of the group at once, when the kernel has one.
+    fn kill_file(&self) -> Option<&'static str>;
+    /// Resets the peak-memory figure of the group whose memory directory is `dir`.
+    fn reset_peak(&self, dir: &Path) -> io::Result<()>;
 }
 
 impl std::fmt::Display for CgroupVersion {
@@ -199,14 +248,14 @@ impl CgroupSupport {
         let mounts = parse_mountinfo(mountinfo);
         let membership = parse_proc_cgroup(proc_self_cgroup);
 
-        let v2 = probe_v2(&mounts, &membership, fs_root);
+        let v2 = v2::probe(&mounts, &membership, fs_root);
         if let Some(v2) = &v2
             && v2.memory.usable
             && v2.pids.usable
         {
             return v2.clone();
         }
-        let v1 = probe_v1(&mounts, &membership, fs_root);
+        let v1 = v1::probe(&mounts, &membership, fs_root);
         if let Some(v1) = v1 {
             return v1;
         }
@@ -390,51 +439,29 @@ pub struct LimitWrite {
     pub only_if_present: bool,
 }
 
-/// The control-file writes that apply `limits` on `version`, in order. Pure.
-pub fn limit_plan(version: CgroupVersion, limits: &CgroupLimits) -> Vec<LimitWrite> {
-    let w = |controller, file, value: String, only_if_present| LimitWrite {
-        controller,
-        file,
-        value,
-        only_if_present,
-    };
-    let mem = limits.memory_bytes.to_string();
-    let pids = limits.max_processes.to_string();
-    let quota = limits.cpu_quota_us();
-    let mut plan = Vec::new();
-    match version {
-        CgroupVersion::V1 => {
-            plan.push(w("memory", "memory.limit_in_bytes", mem.clone(), false));
-            // memory+swap = memory: no swap. Must follow limit_in_bytes (memsw ≥ mem).
-            plan.push(w("memory", "memory.memsw.limit_in_bytes", mem, true));
-            plan.push(w("pids", "pids.max", pids, false));
-            if let Some(quota) = quota {
-                plan.push(w(
-                    "cpu",
-                    "cpu.cfs_period_us",
-                    CPU_PERIOD_US.to_string(),
-                    false,
-                ));
-                plan.push(w("cpu", "cpu.cfs_quota_us", quota.to_string(), false));
-            }
-        }
-        CgroupVersion::V2 => {
-            plan.push(w("memory", "memory.max", mem, false));
-            plan.push(w("memory", "memory.swap.max", "0".into(), true));
-            // An OOM kill takes the whole run, not one process of it.
-            plan.push(w("memory", "memory.oom.group", "1".into(), false));
-            plan.push(w("pids", "pids.max", pids, false));
-            if let Some(quota) = quota {
-                plan.push(w(
-                    "cpu",
-                    "cpu.max",
-                    format!("{quota} {CPU_PERIOD_US}"),
-                    false,
-                ));
-            }
+impl LimitWrite {
+    /// A write that fails creation when it fails.
+    fn required(controller: &'static str, file: &'static str, value: String) -> Self {
+        Self {
+            controller,
+            file,
+            value,
+            only_if_present: false,
         }
     }
-    plan
+
+    /// A write made only when the file exists.
+    fn if_present(controller: &'static str, file: &'static str, value: String) -> Self {
+        Self {
+            only_if_present: true,
+            ..Self::required(controller, file, value)
+        }
+    }
+}
+
+/// The control-file writes that apply `limits` on `version`, in order. Pure.
+pub fn limit_plan(version: CgroupVersion, limits: &CgroupLimits) -> Vec<LimitWrite> {
+    version.hierarchy().limit_writes(limits)
 }
 
 /// A per-run cgroup (one directory per v1 controller, or one v2 directory).
@@ -536,13 +563,12 @@ impl RunCgroup {
             None => None,
         };
 
-        if version == CgroupVersion::V2 {
-            let mut wanted = vec!["memory", "pids"];
-            if cpu.is_some() {
-                wanted.push("cpu");
-            }
-            ensure_v2_delegation(memory, &wanted)?;
+        let hierarchy = version.hierarchy();
+        let mut wanted = vec!["memory", "pids"];
+        if cpu.is_some() {
+            wanted.push("cpu");
         }
+        hierarchy.delegate(memory, &wanted)?;
 
         let (memory_dir, pids_dir) = (memory.join(name), pids.join(name));
         let mut run = Self {
@@ -553,14 +579,8 @@ impl RunCgroup {
             procs: Vec::new(),
             procs_raw: Vec::new(),
             pids_current: ControlFile::new(pids_dir.join("pids.current")),
-            memory_peak: ControlFile::new(memory_dir.join(match version {
-                CgroupVersion::V1 => "memory.max_usage_in_bytes",
-                CgroupVersion::V2 => "memory.peak",
-            })),
-            memory_events: ControlFile::new(memory_dir.join(match version {
-                CgroupVersion::V1 => "memory.oom_control",
-                CgroupVersion::V2 => "memory.events",
-            })),
+            memory_peak: ControlFile::new(memory_dir.join(hierarchy.memory_peak_file())),
+            memory_events: ControlFile::new(memory_dir.join(hierarchy.memory_events_file())),
             pids_events: ControlFile::new(pids_dir.join("pids.events")),
             memory_dir,
             pids_dir,
@@ -571,18 +591,15 @@ impl RunCgroup {
         if let Some(dir) = run.cpu_dir.clone() {
             run.mkdir(&dir)?;
         }
-        match version {
-            CgroupVersion::V1 => {
-                if let (true, Some(dir)) = (support.freezer.usable, &support.freezer.dir) {
-                    let dir = dir.join(name);
-                    run.mkdir(&dir)?;
-                    run.freezer_dir = Some(dir);
-                }
-            }
-            CgroupVersion::V2 => run.freezer_dir = Some(run.memory_dir.clone()),
+        if !hierarchy.separate_freezer() {
+            run.freezer_dir = Some(run.memory_dir.clone());
+        } else if let (true, Some(dir)) = (support.freezer.usable, &support.freezer.dir) {
+            let dir = dir.join(name);
+            run.mkdir(&dir)?;
+            run.freezer_dir = Some(dir);
         }
 
-        for write in limit_plan(version, limits) {
+        for write in hierarchy.limit_writes(limits) {
             let dir = match write.controller {
                 "memory" => &run.memory_dir,
                 "pids" => &run.pids_dir,
@@ -598,10 +615,7 @@ impl RunCgroup {
             write_file(&path, &write.value)?;
         }
 
-        let attach_file = match version {
-            CgroupVersion::V1 => V1_ATTACH_FILE,
-            CgroupVersion::V2 => "cgroup.procs",
-        };
+        let attach_file = hierarchy.attach_file();
         for dir in run.dirs.clone() {
             let path = dir.join(attach_file);
             // `create` only matters in fake trees; cgroupfs always has the attach file.
@@ -679,8 +693,8 @@ impl RunCgroup {
     /// list), SIGKILL every listed process, thaw (frozen tasks die only once thawed).
     /// Blocks the calling thread for at most a few hundred milliseconds.
     pub fn kill_all(&self) -> io::Result<()> {
-        if self.version == CgroupVersion::V2 {
-            let kill = self.memory_dir.join("cgroup.kill");
+        if let Some(file) = self.version.hierarchy().kill_file() {
+            let kill = self.memory_dir.join(file);
             if kill.exists() {
                 write_plain(&kill, "1")?;
                 let deadline = Instant::now() + KILL_DRAIN_MAX;
@@ -725,45 +739,24 @@ impl RunCgroup {
         let Some(dir) = &self.freezer_dir else {
             return false;
         };
-        let (file, value) = match (self.version, frozen) {
-            (CgroupVersion::V1, true) => ("freezer.state", "FROZEN"),
-            (CgroupVersion::V1, false) => ("freezer.state", "THAWED"),
-            (CgroupVersion::V2, true) => ("cgroup.freeze", "1"),
-            (CgroupVersion::V2, false) => ("cgroup.freeze", "0"),
-        };
+        let (file, value) = self.version.hierarchy().freeze_write(frozen);
         if write_plain(&dir.join(file), value).is_err() {
             return false;
         }
         if frozen {
             let deadline = Instant::now() + FREEZE_WAIT_MAX;
-            while Instant::now() < deadline && !self.is_frozen(dir) {
+            while Instant::now() < deadline && !self.version.hierarchy().is_frozen(dir) {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
         true
     }
 
-    fn is_frozen(&self, dir: &Path) -> bool {
-        match self.version {
-            CgroupVersion::V1 => {
-                fs::read_to_string(dir.join("freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
-            }
-            CgroupVersion::V2 => fs::read_to_string(dir.join("cgroup.events"))
-                .is_ok_and(|s| keyed_value(&s, "frozen") == Some(1)),
-        }
-    }
-
     /// Resets the peak-memory figure so a reused group reports only the next run's peak
     /// (v1 `memory.max_usage_in_bytes`). On v2 this is an error: `memory.peak` can only be
     /// reset per open file, so v2 groups are not reused.
     pub fn reset_peak(&self) -> io::Result<()> {
-        match self.version {
-            CgroupVersion::V1 => fs::write(self.memory_dir.join("memory.max_usage_in_bytes"), "0"),
-            CgroupVersion::V2 => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "memory.peak cannot be reset for every reader",
-            )),
-        }
+        self.version.hierarchy().reset_peak(&self.memory_dir)
     }
 
     /// Usage figures (missing files count as zero / `None`), read from the group's
@@ -823,326 +816,6 @@ impl Drop for RunCgroup {
     fn drop(&mut self) {
         let _ = self.remove_dirs();
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// Probing.
-// ---------------------------------------------------------------------------------------
-
-/// One cgroup mount from mountinfo.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct CgroupMount {
-    /// `cgroup` (v1) or `cgroup2`.
-    v2: bool,
-    /// v1: controller names from the super options (`memory`, `cpu`, `cpuacct`, ...).
-    controllers: Vec<String>,
-    /// The mount's root within the hierarchy.
-    root: String,
-    /// Where it is mounted.
-    mount_point: String,
-}
-
-/// One line of `/proc/self/cgroup`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Membership {
-    /// Controllers of the hierarchy (empty for v2's `0::`).
-    controllers: Vec<String>,
-    /// Our path in it.
-    path: String,
-}
-
-/// Undo mountinfo's octal escapes (`\040` for a space, ...).
-fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && let Some(oct) = field.get(i + 1..i + 4)
-            && let Ok(b) = u8::from_str_radix(oct, 8)
-        {
-            out.push(b);
-            i += 4;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let sep = fields.iter().position(|f| *f == "-")?;
-            let fstype = *fields.get(sep + 1)?;
-            let v2 = match fstype {
-                "cgroup" => false,
-                "cgroup2" => true,
-                _ => return None,
-            };
-            let super_opts = fields.get(sep + 3).copied().unwrap_or("");
-            Some(CgroupMount {
-                v2,
-                controllers: super_opts.split(',').map(str::to_owned).collect(),
-                root: unescape_mountinfo(fields.get(3)?),
-                mount_point: unescape_mountinfo(fields.get(4)?),
-            })
-        })
-        .collect()
-}
-
-fn parse_proc_cgroup(text: &str) -> Vec<Membership> {
-    text.lines()
-        .filter_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let _id = parts.next()?;
-            let controllers = parts.next()?;
-            let path = parts.next()?;
-            Some(Membership {
-                controllers: controllers
-                    .split(',')
-                    .filter(|c| !c.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-                path: path.to_owned(),
-            })
-        })
-        .collect()
-}
-
-/// Our directory in a hierarchy: `fs_root / mount_point / (path relative to mount root)`,
-/// or why it is not visible.
-fn group_dir(mount: &CgroupMount, path: &str, fs_root: &Path) -> Result<PathBuf, String> {
-    let root = mount.root.trim_end_matches('/');
-    let rel = path
-        .strip_prefix(root)
-        .filter(|r| r.is_empty() || r.starts_with('/'));
-    let Some(rel) = rel else {
-        return Err(format!(
-            "our cgroup {path} is outside the mount at {} (root {})",
-            mount.mount_point, mount.root
-        ));
-    };
-    let mut dir = fs_root.join(mount.mount_point.trim_start_matches('/'));
-    for part in rel.split('/').filter(|p| !p.is_empty()) {
-        if part == ".." {
-            return Err(format!("our cgroup path {path} contains '..'"));
-        }
-        dir.push(part);
-    }
-    Ok(dir)
-}
-
-fn writable_dir(dir: &Path) -> Result<(), String> {
-    if !dir.is_dir() {
-        return Err(format!("{} does not exist", dir.display()));
-    }
-    rustix::fs::access(dir, rustix::fs::Access::WRITE_OK)
-        .map_err(|e| format!("{} is not writable: {e}", dir.display()))
-}
-
-fn probe_v1(
-    mounts: &[CgroupMount],
-    membership: &[Membership],
-    fs_root: &Path,
-) -> Option<CgroupSupport> {
-    let mut any = false;
-    let mut controller = |name: &str| -> ControllerSupport {
-        let Some(member) = membership
-            .iter()
-            .find(|m| m.controllers.iter().any(|c| c == name))
-        else {
-            return ControllerSupport::unusable(
-                None,
-                format!("no v1 {name} hierarchy in /proc/self/cgroup"),
-            );
-        };
-        let Some(mount) = mounts
-            .iter()
-            .filter(|m| !m.v2 && m.controllers.iter().any(|c| c == name))
-            .find(|m| group_dir(m, &member.path, fs_root).is_ok())
-        else {
-            return ControllerSupport::unusable(
-                None,
-                format!(
-                    "v1 {name} hierarchy (our group {}) is not mounted here",
-                    member.path
-                ),
-            );
-        };
-        any = true;
-        match group_dir(mount, &member.path, fs_root) {
-            Ok(dir) => match writable_dir(&dir) {
-                Ok(()) => ControllerSupport::usable(dir),
-                Err(reason) => ControllerSupport::unusable(Some(dir), reason),
-            },
-            Err(reason) => ControllerSupport::unusable(None, reason),
-        }
-    };
-    let memory = controller("memory");
-    let pids = controller("pids");
-    let cpu = controller("cpu");
-    let freezer = controller("freezer");
-    if !any {
-        return None;
-    }
-    let reason = [("memory", &memory), ("pids", &pids)]
-        .iter()
-        .filter(|(_, c)| !c.usable)
-        .map(|(n, c)| format!("{n}: {}", c.reason.as_deref().unwrap_or("unusable")))
-        .reduce(|a, b| format!("{a}; {b}"));
-    Some(CgroupSupport {
-        version: Some(CgroupVersion::V1),
-        memory,
-        pids,
-        cpu,
-        freezer,
-        reason,
-    })
-}
-
-/// A controller list file (`cgroup.controllers`, `cgroup.subtree_control`) as names; a
-/// leading `+` is tolerated so fake trees can record what was written.
-fn controller_set(text: &str) -> BTreeSet<String> {
-    text.split_whitespace()
-        .map(|c| c.trim_start_matches('+').to_owned())
-        .collect()
-}
-
-/// Whether a v2 directory is the hierarchy's real root (it has no `cgroup.type`).
-fn is_v2_root(dir: &Path) -> bool {
-    !dir.join("cgroup.type").exists()
-}
-
-fn probe_v2(
-    mounts: &[CgroupMount],
-    membership: &[Membership],
-    fs_root: &Path,
-) -> Option<CgroupSupport> {
-    let member = membership.iter().find(|m| m.controllers.is_empty())?;
-    let mount = mounts
-        .iter()
-        .filter(|m| m.v2)
-        .find(|m| group_dir(m, &member.path, fs_root).is_ok())?;
-    let mut base = group_dir(mount, &member.path, fs_root).ok()?;
-    if base.file_name().is_some_and(|n| n == SUPERVISOR_LEAF)
-        && let Some(parent) = base.parent()
-    {
-        // We already moved ourselves into the leaf: run groups go next to it.
-        base = parent.to_owned();
-    }
-
-    let available = fs::read_to_string(base.join("cgroup.controllers"))
-        .map(|s| controller_set(&s))
-        .unwrap_or_default();
-    let enabled = fs::read_to_string(base.join("cgroup.subtree_control"))
-        .map(|s| controller_set(&s))
-        .unwrap_or_default();
-    let base_ok = writable_dir(&base);
-    let subtree_writable = rustix::fs::access(
-        base.join("cgroup.subtree_control"),
-        rustix::fs::Access::WRITE_OK,
-    )
-    .is_ok();
-    let root = is_v2_root(&base);
-
-    let controller = |name: &str| -> ControllerSupport {
-        let reason = if !available.contains(name) {
-            Some(format!(
-                "{name} is not delegated to {} (cgroup.controllers: {})",
-                base.display(),
-                available.iter().cloned().collect::<Vec<_>>().join(" ")
-            ))
-        } else if let Err(reason) = &base_ok {
-            Some(reason.clone())
-        } else if enabled.contains(name) {
-            None
-        } else if root {
-            Some(format!(
-                "{name} is not enabled in the cgroup v2 root's subtree_control, and tierbox does not change the root"
-            ))
-        } else if !subtree_writable {
-            Some(format!(
-                "{} is not writable",
-                base.join("cgroup.subtree_control").display()
-            ))
-        } else {
-            None
-        };
-        match reason {
-            None => ControllerSupport::usable(base.clone()),
-            Some(reason) => ControllerSupport::unusable(Some(base.clone()), reason),
-        }
-    };
-    let memory = controller("memory");
-    let pids = controller("pids");
-    let cpu = controller("cpu");
-    let freezer = match &base_ok {
-        Ok(()) => ControllerSupport::usable(base.clone()),
-        Err(reason) => ControllerSupport::unusable(Some(base.clone()), reason.clone()),
-    };
-    let reason = [("memory", &memory), ("pids", &pids)]
-        .iter()
-        .filter(|(_, c)| !c.usable)
-        .map(|(n, c)| format!("{n}: {}", c.reason.as_deref().unwrap_or("unusable")))
-        .reduce(|a, b| format!("{a}; {b}"));
-    Some(CgroupSupport {
-        version: Some(CgroupVersion::V2),
-        memory,
-        pids,
-        cpu,
-        freezer,
-        reason,
-    })
-}
-
-/// cgroup v2: make `wanted` controllers available to children of `base`, moving the
-/// supervisor into [`SUPERVISOR_LEAF`] first if it lives in `base` (module docs).
-/// Idempotent; does nothing when they are already enabled.
-fn ensure_v2_delegation(base: &Path, wanted: &[&str]) -> Result<(), CgroupError> {
-    let subtree_path = base.join("cgroup.subtree_control");
-    let enabled = controller_set(&read_file(&subtree_path)?);
-    let missing: Vec<&str> = wanted
-        .iter()
-        .copied()
-        .filter(|c| !enabled.contains(*c))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    if !is_v2_root(base) {
-        let procs_path = base.join("cgroup.procs");
-        let procs = read_pids(&procs_path).map_err(|source| CgroupError::Read {
-            path: procs_path.clone(),
-            source,
-        })?;
-        let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
-        let others: Vec<i32> = procs.iter().copied().filter(|&p| p != me).collect();
-        if !others.is_empty() {
-            return Err(CgroupError::V2InternalProcesses {
-                path: base.to_owned(),
-                pids: others,
-            });
-        }
-        if procs.contains(&me) {
-            let leaf = base.join(SUPERVISOR_LEAF);
-            match fs::create_dir(&leaf) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(source) => return Err(CgroupError::Mkdir { path: leaf, source }),
-            }
-            // Writing our pid moves the whole process (every thread) into the leaf.
-            write_file(&leaf.join("cgroup.procs"), &me.to_string())?;
-        }
-    }
-    let value = missing
-        .iter()
-        .map(|c| format!("+{c}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    write_file(&subtree_path, &value)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1257,7 +930,6 @@ fn rmdir_retrying(dir: &Path) -> io::Result<()> {
 }
 
 #[cfg(test)]
-#[path = "cgroup_tests.rs"]
 mod tests;
 
 /// Removes run groups left behind by supervisors that died without cleaning up (a
