@@ -4,10 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use tierbox_policy::{Policy, Tier, TierCBackend};
-use tierbox_sandbox::container::Engine;
-use tierbox_sandbox::container::probe::probe_engine_cached;
-use tierbox_sandbox::probe::host_facts;
-use tierbox_sandbox::select::tier_available;
+use tierbox_runner::host::{Engine, host_facts, probe_engine_cached, tier_available};
 
 /// `tierbox doctor` for the built-in policy.
 pub fn run(json: bool) -> Result<ExitCode> {
@@ -107,13 +104,13 @@ fn canaries(
     engines: &[(Engine, Result<String, String>)],
 ) -> Vec<(TierCBackend, Canary)> {
     let mut out = Vec::new();
-    if tierbox_sandbox::linux::userns::probe_userns_cached()
+    if tierbox_runner::host::probe_userns_cached()
         .reason()
         .is_none()
     {
         out.push((TierCBackend::Native, canary(policy, TierCBackend::Native)));
     }
-    if tierbox_sandbox::bwrap::probe_bwrap_cached().is_ok() {
+    if tierbox_runner::host::probe_bwrap_cached().is_ok() {
         out.push((TierCBackend::Bwrap, canary(policy, TierCBackend::Bwrap)));
     }
     if policy.tier.container.image.is_some() {
@@ -132,7 +129,7 @@ fn canaries(
 pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<ExitCode> {
     let facts = host_facts();
     let summary = facts.summary();
-    let userns = tierbox_sandbox::linux::userns::probe_userns_cached();
+    let userns = tierbox_runner::host::probe_userns_cached();
     let engines = engines();
     let canaries = canaries(policy, &engines);
     let canary_of = |b: TierCBackend| canaries.iter().find(|(x, _)| *x == b).map(|(_, c)| c);
@@ -171,7 +168,7 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
             .find(|(e, _)| *e == engine)
             .map_or(Ok(()), |(_, s)| s.clone().map(|_| ())),
         None => match backend {
-            tierbox_policy::TierCBackend::Bwrap => tierbox_sandbox::bwrap::probe_bwrap_cached()
+            tierbox_policy::TierCBackend::Bwrap => tierbox_runner::host::probe_bwrap_cached()
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
             _ => tier_available(Tier::C, facts),
@@ -231,8 +228,8 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
     let strict_tier_c = userns.reason().is_none();
     // bwrap starts in a namespace the supervisor makes, which takes root.
     let strict_tier_c_bwrap = strict_tier_c
-        && tierbox_sandbox::probe::host_facts().euid == 0
-        && tierbox_sandbox::bwrap::probe_bwrap_cached().is_ok();
+        && tierbox_runner::host::host_facts().euid == 0
+        && tierbox_runner::host::probe_bwrap_cached().is_ok();
     if !strict_tier_b && !strict_tier_c {
         hints.push("egress: strict mode with an allowlist needs user namespaces (tier c) or landlock ABI 4 with seccomp (tier b); this host has neither, so such runs are rejected".to_owned());
     }
@@ -361,7 +358,7 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
 /// Who a Tier C sandbox of `policy` is on this host, and whether idmapped mounts work
 /// here: one line of text and its JSON form.
 fn sandbox_identity(policy: &Policy) -> (String, serde_json::Value) {
-    use tierbox_sandbox::linux::identity::{SANDBOX_UID, probe_idmapped_mounts};
+    use tierbox_runner::host::{SANDBOX_UID, probe_idmapped_mounts};
     let facts = host_facts();
     let tier = &policy.tier;
     if facts.euid != 0 {
@@ -385,8 +382,7 @@ fn sandbox_identity(policy: &Policy) -> (String, serde_json::Value) {
         });
         return (text, v);
     }
-    let ((default, default_gid), default_source) =
-        tierbox_sandbox::linux::identity::root_workspace_ids();
+    let ((default, default_gid), default_source) = tierbox_runner::host::root_workspace_ids();
     let (uid, uid_source) = match tier.sandbox_uid {
         Some(u) => (u.to_string(), "tier.sandbox_uid".to_owned()),
         None => (
@@ -426,7 +422,7 @@ fn sandbox_identity(policy: &Policy) -> (String, serde_json::Value) {
 /// The backends of `tier` on this host and the layers each applies.
 fn backends(
     tier: Tier,
-    summary: &tierbox_sandbox::probe::HostSummary,
+    summary: &tierbox_runner::host::HostSummary,
     engines: &[(Engine, Result<String, String>)],
     canaries: &[(TierCBackend, Canary)],
 ) -> Vec<serde_json::Value> {
@@ -477,7 +473,7 @@ fn backends(
     let namespaces = "namespaces user, pid, mount, net (lo only), ipc, uts, cgroup";
     match tier {
         Tier::C => {
-            let userns = tierbox_sandbox::linux::userns::probe_userns_cached();
+            let userns = tierbox_runner::host::probe_userns_cached();
             let native = match userns.reason() {
                 Some(r) => {
                     serde_json::json!({ "backend": "native", "available": false, "reason": r })
@@ -492,11 +488,11 @@ fn backends(
                         seccomp.to_owned(),
                         cgroup.clone(),
                         ids.to_owned(),
-                        format!("pid 1 after setup: {}", tierbox_sandbox::linux::ns::init::reaper_description()),
+                        format!("pid 1 after setup: {}", tierbox_runner::host::reaper_description()),
                     ],
                 }),
             };
-            let bwrap = match tierbox_sandbox::bwrap::probe_bwrap_cached() {
+            let bwrap = match tierbox_runner::host::probe_bwrap_cached() {
                 Err(e) => {
                     serde_json::json!({ "backend": "bwrap", "available": false, "reason": e.to_string() })
                 }

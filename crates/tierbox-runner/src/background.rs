@@ -25,7 +25,9 @@ use serde::{Deserialize, Serialize};
 use tierbox_policy::plan::Plan;
 use tierbox_policy::redact::Redactor;
 use tierbox_policy::{Lifetime, Rejection};
-use tierbox_sandbox::spawn::{self, LaunchOptions};
+use tierbox_sandbox::process;
+use tierbox_sandbox::running::Ending;
+use tierbox_sandbox::spawn::LaunchOptions;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
@@ -33,9 +35,8 @@ use crate::audit::{Auditor, RunDescription};
 use crate::outcome::{LimitHit, signal_name};
 use crate::ring::{OutputChunk, OutputRing, RING_BYTES};
 use crate::supervisor::{
-    self, DRAIN_TIMEOUT_MS, EndCause, RunError, RunGuard, RunOptions, TERM_GRACE_MS, TreeEnd, dup,
-    end_tree, ensure_private_dir, ensure_state_dir, exited, kill_tree, launch_in, new_run_id,
-    read_stream,
+    self, DRAIN_TIMEOUT_MS, EndCause, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, end_tree,
+    ensure_private_dir, ensure_state_dir, exited, kill_tree, launch_in, new_run_id, read_stream,
 };
 
 /// How long `start` watches a new background process before returning its handle, in
@@ -364,7 +365,7 @@ impl Entry {
     }
 
     fn has_exited(&self) -> bool {
-        spawn::sys::pidfd_has_exited(&self.pidfd)
+        process::pidfd_has_exited(&self.pidfd)
     }
 
     fn read(&self, stream: Stream, offset: u64, max: usize) -> OutputChunk {
@@ -772,14 +773,7 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
         dup(&l.stdout).map(|fd| tokio::spawn(read_stream(fd, entry.stdout.clone(), quota.clone()))),
         dup(&l.stderr).map(|fd| tokio::spawn(read_stream(fd, entry.stderr.clone(), quota.clone()))),
     ];
-    let pidfd = dup(&l.pidfd)
-        .and_then(|fd| {
-            spawn::sys::register_readable(fd).map_err(|source| RunError::Io {
-                what: "register pidfd",
-                source,
-            })
-        })
-        .ok();
+    let pidfd = l.watch_exit().ok();
     let state = match &pidfd {
         Some(p) => tokio::select! {
             _ = exited(p) => BackgroundState::Exited,
@@ -804,15 +798,11 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
         // No exit to collect (the pidfd could not be polled): the tree dies regardless.
         kill_tree(l);
     }
-    let oom = l
-        .slot
-        .as_ref()
-        .and_then(|s| s.stats())
-        .is_some_and(|s| s.oom_kills > 0);
+    let oom = l.stats().is_some_and(|s| s.oom_kills > 0);
     let limit = oom.then_some(LimitHit::Memory);
     let mut sandbox_failure = None;
     let exit = match ended {
-        Some(TreeEnd {
+        Some(Ending {
             exit,
             pid1_unreported: Some(pid1),
         }) => {
@@ -820,16 +810,16 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
                 supervisor::sandbox_failure(&pid1, state == BackgroundState::Exited, limit);
             sandbox_failure.is_none().then_some(exit)
         }
-        Some(TreeEnd {
+        Some(Ending {
             mut exit,
             pid1_unreported: None,
         }) => {
-            supervisor::oom_kill_as_signal(l, limit, &mut exit);
+            l.oom_kill_as_signal(oom, &mut exit);
             Some(exit)
         }
         None => None,
     };
-    if l.slot.as_ref().and_then(|s| s.cgroup()).is_none() {
+    if l.cgroup().is_none() {
         kill_tree(l);
     }
     for reader in readers.into_iter().flatten() {

@@ -14,12 +14,26 @@ use tierbox_policy::{Rejection, Tier};
 
 pub use tierbox_sandbox::preflight::GrantFinding;
 
+/// What this host offers, probed once per process: the facts tier selection reads, and
+/// each backend's own probe (for `doctor` and for tests that must know whether a tier can
+/// run here).
+pub use tierbox_sandbox::bwrap::probe_bwrap_cached;
+pub use tierbox_sandbox::container::Engine;
+pub use tierbox_sandbox::container::probe::probe_engine_cached;
+pub use tierbox_sandbox::linux::identity::{
+    SANDBOX_UID, probe_idmapped_mounts, root_workspace_ids,
+};
+pub use tierbox_sandbox::linux::ns::init::reaper_description;
+pub use tierbox_sandbox::linux::userns::probe_userns_cached;
+pub use tierbox_sandbox::probe::{HostFacts, HostSummary, host_facts};
+pub use tierbox_sandbox::select::tier_available;
+
 /// The supervisor is not dumpable (sandboxed processes of the same uid cannot read its
 /// memory or environment) and is a child subreaper (daemons that leave the process group
 /// are re-parented here and killed with their run). Best effort: a host that refuses
 /// either leaves the process as it was.
 pub fn harden_supervisor() {
-    let _ = tierbox_sandbox::spawn::sys::set_not_dumpable();
+    let _ = tierbox_sandbox::process::set_not_dumpable();
     let _ = crate::enable_subreaper();
 }
 
@@ -33,19 +47,19 @@ pub fn start_watchdog() -> std::io::Result<()> {
 /// Keeps per-run resources (cgroups, landlock rulesets, private directories) warm between
 /// runs — for a long-lived process — or, with `false`, destroys the idle ones.
 pub fn set_pooling(on: bool) {
-    tierbox_sandbox::spawn::slots::set_pooling(on);
+    tierbox_sandbox::process::set_pooling(on);
 }
 
 /// Makes network namespaces ahead of time for Tier C runs (a long-lived process), or not
 /// (a process that makes one run, where they would only cost CPU).
 pub fn set_network_namespace_pool(on: bool) {
-    tierbox_sandbox::linux::ns::netns_pool::set_enabled(on);
+    tierbox_sandbox::process::set_network_namespace_pool(on);
 }
 
 /// Restores the default SIGPIPE disposition (Rust ignores it), so a CLI whose output pipe
 /// closes ends as command-line programs do.
 pub fn default_sigpipe() {
-    tierbox_sandbox::spawn::sys::default_sigpipe();
+    tierbox_sandbox::process::default_sigpipe();
 }
 
 /// The tier a run of `plan` gets on this host, as a run would select it, or why none.

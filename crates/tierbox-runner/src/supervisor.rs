@@ -22,8 +22,10 @@ use tierbox_policy::plan::Plan;
 use tierbox_policy::redact::Redactor;
 use tierbox_policy::{Rejection, Tier};
 use tierbox_sandbox::probe::host_facts;
+use tierbox_sandbox::process;
+use tierbox_sandbox::running::{self, Ending, RunningSandbox};
 use tierbox_sandbox::spawn::mediate::ChmodMediator;
-use tierbox_sandbox::spawn::{self, ExitInfo, LaunchError, LaunchOptions, Launched};
+use tierbox_sandbox::spawn::{ExitInfo, LaunchError, LaunchOptions};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
@@ -97,10 +99,7 @@ pub fn default_state_dir() -> PathBuf {
     if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
         return PathBuf::from(h).join(".local/state/tierbox");
     }
-    PathBuf::from(format!(
-        "/tmp/tierbox-{}",
-        tierbox_sandbox::spawn::sys::current_ids().0
-    ))
+    PathBuf::from(format!("/tmp/tierbox-{}", process::current_ids().0))
 }
 
 /// Mode of the state directory: the owner has everything; others may only traverse it,
@@ -183,7 +182,7 @@ static SUBREAPER: OnceLock<bool> = OnceLock::new();
 /// supervisor kills and reaps re-parented children that are not the root of a live run.
 /// The `tierbox` CLI and server call it at startup.
 pub fn enable_subreaper() -> std::io::Result<()> {
-    spawn::sys::set_child_subreaper()?;
+    process::set_child_subreaper()?;
     let _ = SUBREAPER.set(true);
     Ok(())
 }
@@ -299,7 +298,7 @@ pub(crate) fn launch_in(
     tier: Tier,
     plan: &Plan,
     opts: &LaunchOptions,
-) -> Result<Launched, RunError> {
+) -> Result<RunningSandbox, RunError> {
     let _launching = LAUNCHING.read().unwrap_or_else(PoisonError::into_inner);
     let launched = match tier {
         Tier::B | Tier::C => tierbox_sandbox::backend::for_plan(plan, tier).launch(plan, opts)?,
@@ -320,7 +319,7 @@ pub(crate) fn launch_in(
 pub(crate) fn start_proxy(
     plan: &Plan,
     host_listener: Option<std::net::TcpListener>,
-    launched: &mut Launched,
+    launched: &mut RunningSandbox,
 ) -> Result<Option<Proxy>, RunError> {
     if !plan.network.needs_proxy() {
         return Ok(None);
@@ -344,7 +343,7 @@ pub(crate) fn start_proxy(
 
 /// Owns a launched run until it is fully cleaned up.
 pub(crate) struct RunGuard {
-    pub(crate) launched: Launched,
+    pub(crate) launched: RunningSandbox,
     pub(crate) done: bool,
 }
 
@@ -368,7 +367,7 @@ impl Drop for RunGuard {
         let l = &self.launched;
         kill_tree(l);
         for _ in 0..REAP_ON_DROP_TRIES {
-            match spawn::sys::wait_pidfd(&l.pidfd, true) {
+            match l.reap(true) {
                 Ok(None) => std::thread::sleep(Duration::from_millis(1)),
                 _ => break,
             }
@@ -398,7 +397,7 @@ enum Ended {
 
 async fn supervise(
     plan: &Plan,
-    l: &mut Launched,
+    l: &mut RunningSandbox,
     started: Instant,
     state_dir: &std::path::Path,
     run_id: &str,
@@ -454,7 +453,7 @@ async fn supervise(
         None => None,
     };
 
-    let pidfd = spawn::sys::register_readable(dup(&l.pidfd)?).map_err(|source| RunError::Io {
+    let pidfd = l.watch_exit().map_err(|source| RunError::Io {
         what: "register pidfd",
         source,
     })?;
@@ -463,12 +462,10 @@ async fn supervise(
     // else in the sandbox is dead by then), and pid 1 itself is reaped in the background
     // with the run's slot (see `cleanup`). A one-shot process waits for pid 1 instead, so
     // that nothing is left to clean up when it returns.
-    let report = match &l.report {
-        Some(r) if spawn::slots::pooling() => {
-            tokio::net::unix::pipe::Receiver::from_owned_fd(dup(r)?).ok()
-        }
-        _ => None,
-    };
+    let report = l.exit_report().transpose().map_err(|source| RunError::Io {
+        what: "dup",
+        source,
+    })?;
 
     let mut reported = None;
     let ended = tokio::select! {
@@ -477,12 +474,12 @@ async fn supervise(
         _ = tokio::time::sleep_until(deadline.into()) => Ended::Timeout,
         _ = quota.notified() => Ended::Quota,
     };
-    let TreeEnd {
+    let Ending {
         mut exit,
         pid1_unreported,
     } = match reported {
         // pid 1 is exiting (the reaper kills it for good measure when it takes it over).
-        Some(exit) => TreeEnd {
+        Some(exit) => Ending {
             exit,
             pid1_unreported: None,
         },
@@ -497,7 +494,7 @@ async fn supervise(
     };
     // Anything that survived the group kill (only possible without a cgroup: a daemon
     // that left the process group, caught by the subreaper sweep).
-    if l.slot.as_ref().and_then(|s| s.cgroup()).is_none() {
+    if l.cgroup().is_none() {
         kill_tree(l);
     }
 
@@ -515,7 +512,7 @@ async fn supervise(
     drop(mediator);
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
 
-    let stats = l.slot.as_ref().and_then(|slot| slot.stats());
+    let stats = l.stats();
     let limit_hit = classify(plan, &ended, &exit, stats.as_ref());
     let sandbox_failure = pid1_unreported
         .and_then(|pid1| sandbox_failure(&pid1, matches!(ended, Ended::Exited), limit_hit));
@@ -523,7 +520,7 @@ async fn supervise(
         // pid 1's status is not the program's, which is unknown.
         (exit.code, exit.signal) = (None, None);
     }
-    oom_kill_as_signal(l, limit_hit, &mut exit);
+    l.oom_kill_as_signal(limit_hit == Some(LimitHit::Memory), &mut exit);
     let redactor = plan
         .redaction
         .enabled
@@ -586,26 +583,18 @@ pub(crate) enum EndCause {
     Stopped,
 }
 
-/// How a run's tree ended.
-pub(crate) struct TreeEnd {
-    /// The program's exit: the root's, or for Tier C the one pid 1 reported.
-    pub(crate) exit: ExitInfo,
-    /// Tier C: how pid 1 ended when it did so without reporting the program's exit.
-    pub(crate) pid1_unreported: Option<ExitInfo>,
-}
-
 /// Ends a run's process tree and collects its exit — the one end-of-run sequence of
 /// foreground and background runs: on the deadline SIGTERM to the tree and up to
 /// [`TERM_GRACE_MS`] for the root to exit; then the whole tree killed (unless the root
 /// exited by itself and nothing else is left), the root awaited and reaped; for Tier C
 /// the program's own exit from pid 1's record.
 pub(crate) async fn end_tree(
-    l: &mut Launched,
+    l: &mut RunningSandbox,
     pidfd: &AsyncFd<OwnedFd>,
     cause: EndCause,
-) -> Result<TreeEnd, RunError> {
+) -> Result<Ending, RunError> {
     if cause == EndCause::Deadline {
-        signal_tree(l, libc::SIGTERM);
+        l.signal_all(libc::SIGTERM);
         let grace = tokio::time::sleep(Duration::from_millis(TERM_GRACE_MS));
         tokio::select! {
             r = exited(pidfd) => r?,
@@ -614,11 +603,12 @@ pub(crate) async fn end_tree(
     }
     // The direct child is dead or about to be killed; it is not reaped yet, so its pid
     // (the process group id) cannot have been reused.
-    if !(cause == EndCause::Exited && only_root_left(l)) {
+    if !(cause == EndCause::Exited && l.only_root_left()) {
         kill_tree(l);
     }
     exited(pidfd).await?;
-    let exit = spawn::sys::wait_pidfd(&l.pidfd, false)
+    let exit = l
+        .reap(false)
         .map_err(|source| RunError::Io {
             what: "waitid(P_PIDFD)",
             source,
@@ -629,34 +619,7 @@ pub(crate) async fn end_tree(
         })?;
     // Tier C: the pidfd is the sandbox's pid 1; the program's own exit is reported (when
     // pid 1 lived to see it).
-    Ok(
-        match l.report.as_ref().map(tierbox_sandbox::tier_c::program_exit) {
-            Some(Some(program)) => TreeEnd {
-                exit: program,
-                pid1_unreported: None,
-            },
-            Some(None) => TreeEnd {
-                exit,
-                pid1_unreported: Some(exit),
-            },
-            None => TreeEnd {
-                exit,
-                pid1_unreported: None,
-            },
-        },
-    )
-}
-
-/// bwrap exits with 128 + the signal that killed the program. When the cgroup proves
-/// the kernel's OOM killer acted, a 137 is that SIGKILL, not a code the program chose.
-pub(crate) fn oom_kill_as_signal(l: &Launched, limit_hit: Option<LimitHit>, exit: &mut ExitInfo) {
-    if l.enforcement.backend == tierbox_sandbox::bwrap::BACKEND
-        && limit_hit == Some(LimitHit::Memory)
-        && exit.code == Some(128 + libc::SIGKILL)
-    {
-        exit.code = None;
-        exit.signal = Some(libc::SIGKILL);
-    }
+    Ok(l.ending(exit))
 }
 
 fn new_capture(
@@ -706,10 +669,8 @@ pub(crate) fn dup(fd: &OwnedFd) -> Result<OwnedFd, RunError> {
 /// Tier C: the program's exit from pid 1's exit record, as soon as it is written; `None`
 /// without a report pipe to watch, or when pid 1 ended without writing it (killed: then
 /// the pidfd tells).
-async fn reported_exit(report: Option<tokio::net::unix::pipe::Receiver>) -> Option<ExitInfo> {
-    let mut record = [0u8; tierbox_sandbox::tier_c::REPORT_RECORD_BYTES];
-    report?.read_exact(&mut record).await.ok()?;
-    tierbox_sandbox::tier_c::program_exit_from(&record)
+async fn reported_exit(report: Option<OwnedFd>) -> Option<ExitInfo> {
+    running::read_exit_record(report?).await
 }
 
 /// Waits until the pidfd is readable (the child has exited; it is not reaped).
@@ -771,7 +732,7 @@ pub(crate) async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
 pub(crate) fn chmod_mediator(
     listener: OwnedFd,
     plan: &Plan,
-    l: &Launched,
+    l: &RunningSandbox,
 ) -> std::io::Result<ChmodMediator> {
     let mut m = ChmodMediator::new(listener, &plan.workspace, l.child_uid, l.child_gid)?;
     for root in &plan.filesystem.writable {
@@ -804,39 +765,11 @@ pub(crate) async fn drain_task(task: tokio::task::JoinHandle<()>, limit: Duratio
     }
 }
 
-/// Sends `sig` to every process of the run.
-pub(crate) fn signal_tree(l: &Launched, sig: i32) {
-    if let Some(cg) = l.slot.as_ref().and_then(|s| s.cgroup()) {
-        for pid in cg.pids() {
-            let _ = spawn::sys::kill(pid, sig);
-        }
-    }
-    let _ = spawn::sys::kill(-l.pid, sig);
-}
-
-/// After the run's root exited (a zombie not reaped yet): whether its cgroup holds
-/// nothing else. The pids controller charges the zombie until it is reaped, so a count
-/// of one is the root itself, and nothing can join a group whose only member is dead
-/// (only a live member forks, and nothing outside may write the group's attach files).
-/// The usual end of a run then skips [`kill_tree`]'s group kill, which reads every
-/// controller's member list. `false` without a cgroup or a readable count.
-fn only_root_left(l: &Launched) -> bool {
-    l.slot
-        .as_ref()
-        .and_then(|s| s.cgroup())
-        .and_then(|cg| cg.charged_pids())
-        == Some(1)
-}
-
 /// SIGKILLs every process of the run: the cgroup, the process group, and (subreaper
 /// mode) orphans re-parented to the supervisor.
-pub(crate) fn kill_tree(l: &Launched) {
-    let cgroup = l.slot.as_ref().and_then(|s| s.cgroup());
-    if let Some(cg) = cgroup {
-        let _ = cg.kill_all();
-    }
-    let _ = spawn::sys::kill(-l.pid, libc::SIGKILL);
-    if SUBREAPER.get().copied().unwrap_or(false) && cgroup.is_none() {
+pub(crate) fn kill_tree(l: &RunningSandbox) {
+    l.kill_all();
+    if SUBREAPER.get().copied().unwrap_or(false) && l.cgroup().is_none() {
         sweep_orphans();
     }
 }
@@ -845,9 +778,9 @@ pub(crate) fn kill_tree(l: &Launched) {
 /// can only be re-parented orphans of runs (see [`enable_subreaper`]).
 fn sweep_orphans() {
     for pid in orphans() {
-        let _ = spawn::sys::kill(pid, libc::SIGKILL);
+        let _ = process::kill(pid, libc::SIGKILL);
         for _ in 0..50 {
-            if spawn::sys::reap_nohang(pid) {
+            if process::reap_nohang(pid) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -861,7 +794,7 @@ fn sweep_orphans() {
 /// still charged to its run's `pids.max`.
 fn reap_exited_orphans() {
     for pid in orphans() {
-        spawn::sys::reap_nohang(pid);
+        process::reap_nohang(pid);
     }
 }
 
@@ -914,52 +847,15 @@ fn own_children() -> Vec<i32> {
     out
 }
 
-/// Hands the run's resources back: the slot is recycled for the next run when its cgroup
-/// proves the tree is gone, destroyed otherwise.
-///
-/// A native Tier C run in a long-lived supervisor (slot pooling on) does that on
-/// [`spawn::reaper`]'s thread, off the caller's path: the run ended on pid 1's exit record
-/// (every other process of the sandbox dead), pid 1 is still tearing its namespaces down,
-/// and recycling reads and resets the cgroup (about 0.1 ms). pid 1 stays registered as a
-/// live root (so no orphan sweep takes it) until the reaper has reaped it. Other runs
-/// release the slot here, their root already reaped (a root still alive, which only a
-/// broken invariant could leave, is killed and reaped by the reaper first). Tier B and
-/// bubblewrap slots stay on this path on purpose: when their recycling fails, destroying
-/// the group waits for its last tasks, and on the shared reaper thread that would hold up
-/// every Tier C slot queued behind it.
-pub(crate) fn cleanup(l: &mut Launched) {
+/// Hands the run's resources back ([`RunningSandbox::release`]) and, once its root is
+/// reaped, forgets it as a live root; first reaps orphans of earlier runs that have
+/// exited (subreaper mode).
+pub(crate) fn cleanup(l: &mut RunningSandbox) {
     if SUBREAPER.get().copied().unwrap_or(false) {
         reap_exited_orphans();
     }
-    // Tier C native (a report pipe) in a long-lived supervisor: always on the reaper.
-    let deferred = l.report.is_some() && spawn::slots::pooling();
-    // Mount points a Tier C sandbox created in the workspace are removed if still empty.
-    // On the reaper, after pid 1 is reaped: with the sandbox's mount namespace gone the
-    // removal detaches nothing (removing a mount point another namespace still uses
-    // unmounts it there, ~0.14 ms on the run's path), and a long-lived supervisor settles
-    // the reaper before it exits (`slots::drain`). Otherwise here, as the one-shot CLI
-    // has already reaped pid 1.
-    let placeholders = std::mem::take(&mut l.host_placeholders);
-    if !deferred {
-        let _ = tierbox_sandbox::bwrap::remove_host_mount_points(&placeholders);
-    }
     let pid = l.pid;
-    let slot = l.slot.take();
-    let release = move || {
-        if deferred {
-            let _ = tierbox_sandbox::bwrap::remove_host_mount_points(&placeholders);
-        }
-        register_root(pid, false);
-        if let Some(slot) = slot {
-            spawn::slots::release(slot);
-        }
-    };
-    if !deferred && !matches!(spawn::sys::wait_pidfd(&l.pidfd, true), Ok(None)) {
-        // Reaped now, or before (ECHILD).
-        release();
-        return;
-    }
-    spawn::reaper::defer(&l.pidfd, Box::new(release));
+    l.release(Box::new(move || register_root(pid, false)));
 }
 
 /// A Tier C sandbox whose pid 1 ended without reporting the program's exit failed as a

@@ -56,12 +56,13 @@ mod linux_backends {
     use super::Backend;
     use crate::container::Engine;
     use crate::probe::host_facts;
+    use crate::running::RunningSandbox;
     use crate::select::tier_available;
-    use crate::spawn::{LaunchError, LaunchOptions, Launched};
+    use crate::spawn::{LaunchError, LaunchOptions};
 
     /// A backend the Linux supervisor drives: all share its handle and error types.
     pub type LinuxBackend =
-        dyn Backend<Options = LaunchOptions, Launched = Launched, Error = LaunchError> + Sync;
+        dyn Backend<Options = LaunchOptions, Launched = RunningSandbox, Error = LaunchError> + Sync;
 
     /// Tier B: direct spawn with rlimits, landlock, seccomp and a cgroup.
     #[derive(Debug, Clone, Copy)]
@@ -81,7 +82,7 @@ mod linux_backends {
 
     impl Backend for DirectSpawn {
         type Options = LaunchOptions;
-        type Launched = Launched;
+        type Launched = RunningSandbox;
         type Error = LaunchError;
         fn name(&self) -> &'static str {
             "tier_b_linux"
@@ -89,14 +90,14 @@ mod linux_backends {
         fn available(&self) -> Result<(), String> {
             tier_available(Tier::B, host_facts())
         }
-        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::spawn::launch(plan, opts)
         }
     }
 
     impl Backend for Native {
         type Options = LaunchOptions;
-        type Launched = Launched;
+        type Launched = RunningSandbox;
         type Error = LaunchError;
         fn name(&self) -> &'static str {
             "tier_c_linux_native"
@@ -104,14 +105,14 @@ mod linux_backends {
         fn available(&self) -> Result<(), String> {
             tier_available(Tier::C, host_facts())
         }
-        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_c::launch_native(plan, opts)
         }
     }
 
     impl Backend for Bwrap {
         type Options = LaunchOptions;
-        type Launched = Launched;
+        type Launched = RunningSandbox;
         type Error = LaunchError;
         fn name(&self) -> &'static str {
             "tier_c_bwrap"
@@ -122,14 +123,14 @@ mod linux_backends {
                 .map(drop)
                 .map_err(|e| e.to_string())
         }
-        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_c::launch_bwrap(plan, opts)
         }
     }
 
     impl Backend for Container {
         type Options = LaunchOptions;
-        type Launched = Launched;
+        type Launched = RunningSandbox;
         type Error = LaunchError;
         fn name(&self) -> &'static str {
             match self.0 {
@@ -142,7 +143,7 @@ mod linux_backends {
                 .map(drop)
                 .map_err(|e| e.to_string())
         }
-        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+        fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::container::launch(plan, opts)
         }
     }

@@ -36,6 +36,10 @@ pub mod preflight;
 #[cfg(target_os = "linux")]
 pub mod probe;
 #[cfg(target_os = "linux")]
+pub mod process;
+#[cfg(target_os = "linux")]
+pub mod running;
+#[cfg(target_os = "linux")]
 pub mod select;
 #[cfg(target_os = "linux")]
 pub mod spawn;

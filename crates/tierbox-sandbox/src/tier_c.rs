@@ -1,15 +1,15 @@
 //! Tier C on Linux: the run's cgroup plus the native namespace sandbox
-//! ([`crate::linux::ns`]), returned as the same [`Launched`] handle Tier B returns so
+//! ([`crate::linux::ns`]), returned as the same [`RunningSandbox`] handle Tier B returns so
 //! the supervisor treats both alike (deadline, output capture, tree kill, reaping).
 //!
-//! Differences the supervisor must know about, all carried by [`Launched`]:
+//! Differences the supervisor must know about, all carried by [`RunningSandbox`]:
 //! - the pidfd is the sandbox's pid 1 (the reaper): killing it kills every process of
 //!   the pid namespace, and its exit comes right after the program's;
-//! - the program's own wait status and usage arrive on [`Launched::report`]
+//! - the program's own wait status and usage arrive on [`RunningSandbox::report`]
 //!   ([`program_exit`]) once pid 1 has killed and reaped every other process of the
 //!   sandbox, so that record alone ends the run; pid 1 then exits with the program's
 //!   code, or 128 + its signal;
-//! - [`Launched::host_placeholders`] lists the mount points the sandbox created in the
+//! - [`RunningSandbox::host_placeholders`] lists the mount points the sandbox created in the
 //!   workspace, to remove after the run.
 //!
 //! Layer policy, as in Tier B: a layer the host lacks (landlock, seccomp, cgroup) rejects
@@ -30,8 +30,9 @@ use crate::linux::mounts::MountPlanError;
 use crate::linux::ns::{self, NativeError, NativeOptions};
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use crate::probe::host_facts;
+use crate::running::RunningSandbox;
 use crate::spawn::sys::ExitInfo;
-use crate::spawn::{self, HelperSpawn, LaunchError, LaunchOptions, Launched, Slot, slots};
+use crate::spawn::{self, HelperSpawn, LaunchError, LaunchOptions, Slot, slots};
 
 /// Name of the native backend in outcomes and attestations.
 pub const NATIVE_BACKEND: &str = ns::child::BACKEND_NAME;
@@ -78,11 +79,14 @@ pub fn tier_c_seccomp_spec() -> SeccompSpec {
 /// assert_eq!(launched.tier, tierbox_policy::Tier::C);
 /// # Ok(()) }
 /// ```
-pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
     crate::backend::for_plan(plan, Tier::C).launch(plan, opts)
 }
 
-pub(crate) fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+pub(crate) fn launch_native(
+    plan: &Plan,
+    opts: &LaunchOptions,
+) -> Result<RunningSandbox, LaunchError> {
     let facts = host_facts();
     let mut missing = Vec::new();
     spawn::require(
@@ -131,7 +135,7 @@ pub(crate) fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launche
             enforcement.missing_layers.extend(missing);
             enforcement.missing_layers.sort();
             enforcement.missing_layers.dedup();
-            Ok(Launched {
+            Ok(RunningSandbox {
                 pid: n.pid,
                 pidfd: n.pidfd,
                 stdin: n.stdin,
@@ -174,7 +178,10 @@ pub(crate) fn launch_native(plan: &Plan, opts: &LaunchOptions) -> Result<Launche
 /// and `bwrap` itself started in the run's cgroup (everything in the sandbox inherits
 /// it). `bwrap` runs with `--die-with-parent`, and dies with the supervisor's thread
 /// (`PR_SET_PDEATHSIG`).
-pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+pub(crate) fn launch_bwrap(
+    plan: &Plan,
+    opts: &LaunchOptions,
+) -> Result<RunningSandbox, LaunchError> {
     let facts = host_facts();
     let info = bwrap::probe_bwrap_cached().map_err(|e| {
         LaunchError::Rejected(Rejection::TierUnavailable {
@@ -313,7 +320,7 @@ pub(crate) fn launch_bwrap(plan: &Plan, opts: &LaunchOptions) -> Result<Launched
         missing,
     );
     let (child_uid, child_gid) = identity.ids();
-    Ok(Launched {
+    Ok(RunningSandbox {
         pid: child.pid,
         pidfd: child.pidfd,
         stdin: child.stdin,
@@ -523,10 +530,10 @@ pub fn program_exit(report: &OwnedFd) -> Option<ExitInfo> {
     }
 }
 
-/// Size of one record on [`Launched::report`].
+/// Size of one record on [`RunningSandbox::report`].
 pub const REPORT_RECORD_BYTES: usize = ns::sys::REPORT_BYTES;
 
-/// [`program_exit`] of one record the caller read off [`Launched::report`] itself (e.g.
+/// [`program_exit`] of one record the caller read off [`RunningSandbox::report`] itself (e.g.
 /// asynchronously, to end the run as soon as the record comes); `None` unless it is pid
 /// 1's `Exited` record.
 pub fn program_exit_from(record: &[u8; REPORT_RECORD_BYTES]) -> Option<ExitInfo> {

@@ -19,7 +19,8 @@ use tierbox_policy::{Layer, Plan, ProcessRunRequest, TierCBackend, ValidateConte
 
 use super::Engine;
 use super::probe::{ENGINE_ENV, probe_engine};
-use crate::spawn::{LaunchOptions, Launched};
+use crate::running::RunningSandbox;
+use crate::spawn::LaunchOptions;
 use crate::test_fixtures::{Scratch, policy, scratch};
 
 /// The image the tests build.
@@ -176,7 +177,7 @@ fn workspace() -> Scratch {
     s
 }
 
-fn launch(s: &Scratch, plan: &Plan) -> Launched {
+fn launch(s: &Scratch, plan: &Plan) -> RunningSandbox {
     static N: AtomicU32 = AtomicU32::new(0);
     let opts = LaunchOptions {
         run_id: format!(

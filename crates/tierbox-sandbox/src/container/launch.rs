@@ -20,7 +20,8 @@ use super::{
     ContainerError, ContainerOptions, Engine, container_name, host_mount_points, run_argv,
 };
 use crate::probe::host_facts;
-use crate::spawn::{self, HelperSpawn, LaunchError, LaunchOptions, Launched, slots};
+use crate::running::RunningSandbox;
+use crate::spawn::{self, HelperSpawn, LaunchError, LaunchOptions, slots};
 
 /// How long teardown waits for `<engine> rm -f` before giving up (the container then
 /// outlives the run; it is labelled `tierbox=1` for an operator to find).
@@ -96,7 +97,7 @@ fn argv_error(e: ContainerError) -> LaunchError {
 /// Layer policy: landlock and Tierbox's seccomp filter are not applied (the engine's
 /// default seccomp profile is), so `landlock` must be in `tier.optional_layers`, as for
 /// bwrap; the run's memory, pids and CPU limits are the engine's cgroup.
-pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
     let engine = Engine::for_backend(plan.tier.backend)
         .ok_or_else(|| argv_error(ContainerError::NoImage))?;
     let info = probe_engine_cached(engine).map_err(|e| unavailable(e.to_string()))?;
@@ -156,7 +157,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
     };
     missing.sort();
     missing.dedup();
-    Ok(Launched {
+    Ok(RunningSandbox {
         pid: child.pid,
         pidfd: child.pidfd,
         stdin: child.stdin,

@@ -31,6 +31,7 @@ pub mod slots;
 #[allow(unsafe_code)]
 pub mod sys;
 
+use crate::running::RunningSandbox;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -123,54 +124,12 @@ pub struct LaunchOptions {
     /// caller's egress proxy listens. It becomes the only TCP port the child may connect
     /// to, and the proxy variables ([`crate::egress::proxy_env`]) point to it. Tier C ignores it: its
     /// proxy listener is made inside the sandbox's network namespace
-    /// ([`Launched::egress_listener`]).
+    /// ([`RunningSandbox::egress_listener`]).
     pub egress_proxy_port: Option<u16>,
 }
 
-/// A launched Tier B child.
-#[derive(Debug)]
-pub struct Launched {
-    /// Process id (also the process group and session id).
-    pub pid: i32,
-    /// pidfd of the child: signal and wait without pid-reuse races.
-    pub pidfd: OwnedFd,
-    /// Write end of stdin when the Plan carries data.
-    pub stdin: Option<OwnedFd>,
-    /// Read end of stdout.
-    pub stdout: OwnedFd,
-    /// Read end of stderr.
-    pub stderr: OwnedFd,
-    /// The run's resources (private tmp, landlock ruleset, cgroup); hand it back with
-    /// [`slots::release`] once the run's processes are dead.
-    pub slot: Option<Slot>,
-    /// The seccomp listener for chmod mediation: serve it with [`mediate::ChmodMediator`]
-    /// (beneath the workspace, the declared writable paths and the slot's tmp) for the
-    /// life of the run.
-    pub chmod_listener: Option<OwnedFd>,
-    /// uid the program runs as.
-    pub child_uid: u32,
-    /// gid the program runs as.
-    pub child_gid: u32,
-    /// What was enforced.
-    pub enforcement: Enforcement,
-    /// The tier the run is in.
-    pub tier: Tier,
-    /// Tier C: the report pipe of the sandbox's pid 1, which carries the program's own
-    /// wait status and usage once every other process of the sandbox is dead
-    /// ([`crate::tier_c::program_exit`]); the pidfd is pid 1's.
-    pub report: Option<OwnedFd>,
-    /// Entries the sandbox setup created in the host's workspace (mount points of
-    /// protected-path covers); remove them after the run with
-    /// [`crate::bwrap::remove_host_mount_points`].
-    pub host_placeholders: Vec<PathBuf>,
-    /// Tier C with the egress proxy: the listening socket made inside the sandbox's
-    /// network namespace on `127.0.0.1:`[`crate::egress::SANDBOX_PROXY_PORT`]. Serve the
-    /// proxy on it; connections made inside arrive here.
-    pub egress_listener: Option<std::net::TcpListener>,
-    /// Tier C in a container engine: removes the container (by name) when the run's
-    /// handle is dropped, since killing the engine's CLI does not stop it.
-    pub container: Option<crate::container::ContainerGuard>,
-}
+/// What every Linux backend's launch returns: [`crate::running::RunningSandbox`].
+pub type Launched = crate::running::RunningSandbox;
 
 /// Layers this run needs that the host lacks: each is recorded when the policy allows it
 /// to be missing, and rejects the run otherwise.
@@ -198,7 +157,7 @@ pub(crate) fn require(
 }
 
 /// Launches `plan` in Tier B.
-pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError> {
+pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
     let facts = host_facts();
     let mut missing = check_layers(plan, facts)?;
     let network = network_rules(plan, facts, opts.egress_proxy_port)?;
@@ -225,7 +184,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<Launched, LaunchError
                 mediate_chmod,
                 missing,
             );
-            Ok(Launched {
+            Ok(RunningSandbox {
                 pid: child.pid,
                 pidfd: child.pidfd,
                 stdin: child.stdin,

@@ -1,0 +1,15 @@
+//! The supervisor process itself: its identity, process-wide switches, and the raw
+//! process calls a supervisor needs for children that are not a run's root (orphans
+//! re-parented to it as their subreaper).
+//!
+//! ```
+//! let (uid, _gid) = tierbox_sandbox::process::current_ids();
+//! assert_eq!(uid == 0, tierbox_sandbox::process::current_ids().0 == 0);
+//! ```
+
+pub use crate::linux::ns::netns_pool::set_enabled as set_network_namespace_pool;
+pub use crate::spawn::slots::{drain as drain_slots, pooling, set_pooling};
+pub use crate::spawn::sys::{
+    current_ids, default_sigpipe, kill, pidfd_has_exited, reap_nohang, set_child_subreaper,
+    set_not_dumpable,
+};

@@ -1,0 +1,256 @@
+//! A sandbox that is running: what every Linux backend (Tier B, native Tier C,
+//! bubblewrap, a container engine) hands back from its launch, and everything the
+//! supervisor does to it until it is gone — signal the whole tree, kill it, reap its root,
+//! read how the program ended, hand the run's resources back.
+//!
+//! The backend-specific parts of ending a run live here, next to the launch that created
+//! them, so that a supervisor holds one handle and needs no knowledge of the backend:
+//!
+//! | what | Tier B | native Tier C | bubblewrap |
+//! |---|---|---|---|
+//! | the root ([`RunningSandbox::pid`]) | the program | the sandbox's pid 1 | bwrap |
+//! | the program's exit ([`RunningSandbox::ending`]) | the root's | pid 1's exit record ([`RunningSandbox::report`]) | the root's, bwrap's `128 + signal` read back as the signal when the cgroup proves an OOM kill ([`RunningSandbox::oom_kill_as_signal`]) |
+//! | the whole tree ([`RunningSandbox::kill_all`]) | the run's cgroup, then its process group | the same (pid 1's death ends the pid namespace) | the same |
+//! | release ([`RunningSandbox::release`]) | the slot, recycled or destroyed, now | the slot and the workspace's mount points, on the reaper thread once pid 1 is reaped | the slot and the mount points, now |
+//!
+//! ```no_run
+//! # async fn demo(plan: &tierbox_policy::Plan) -> std::io::Result<()> {
+//! use tierbox_sandbox::running::RunningSandbox;
+//! use tierbox_sandbox::spawn::LaunchOptions;
+//!
+//! let opts = LaunchOptions {
+//!     run_id: "r1".into(),
+//!     tmp_base: "/var/lib/tierbox/tmp".into(),
+//!     launcher_thread: false,
+//!     egress_proxy_port: None,
+//! };
+//! let mut sandbox: RunningSandbox = tierbox_sandbox::spawn::launch(plan, &opts)
+//!     .map_err(|e| std::io::Error::other(e.to_string()))?;
+//! let exited = sandbox.watch_exit()?;
+//! exited.readable().await?.retain_ready();
+//! sandbox.kill_all();
+//! let root = sandbox.reap(false)?.expect("the root has exited");
+//! let ending = sandbox.ending(root);
+//! println!("program exit: {:?}", ending.exit.code);
+//! sandbox.release(Box::new(|| {}));
+//! # Ok(()) }
+//! ```
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+use tierbox_policy::enforcement::{BackendId, Enforcement};
+use tierbox_policy::policy::Tier;
+
+use crate::linux::cgroup::{CgroupStats, RunCgroup};
+use crate::spawn::slots::{self, Slot};
+use crate::spawn::{ExitInfo, reaper, sys};
+
+/// A running sandbox, as a Linux backend's launch returns it (see the module docs).
+#[derive(Debug)]
+pub struct RunningSandbox {
+    /// Process id of the run's root (also its process group and session id): the program
+    /// (Tier B), the sandbox's pid 1 (native Tier C), bwrap, or the engine's CLI.
+    pub pid: i32,
+    /// pidfd of the root: signal and wait without pid-reuse races.
+    pub pidfd: OwnedFd,
+    /// Write end of stdin when the Plan carries data.
+    pub stdin: Option<OwnedFd>,
+    /// Read end of stdout.
+    pub stdout: OwnedFd,
+    /// Read end of stderr.
+    pub stderr: OwnedFd,
+    /// The run's resources (private tmp, landlock ruleset, cgroup), handed back by
+    /// [`RunningSandbox::release`].
+    pub slot: Option<Slot>,
+    /// The seccomp listener for chmod mediation: serve it with
+    /// [`crate::spawn::mediate::ChmodMediator`] (beneath the workspace, the declared
+    /// writable paths and the slot's tmp) for the life of the run.
+    pub chmod_listener: Option<OwnedFd>,
+    /// uid the program runs as.
+    pub child_uid: u32,
+    /// gid the program runs as.
+    pub child_gid: u32,
+    /// What was enforced.
+    pub enforcement: Enforcement,
+    /// The tier the run is in.
+    pub tier: Tier,
+    /// Native Tier C: the report pipe of the sandbox's pid 1, which carries the program's
+    /// own wait status and usage once every other process of the sandbox is dead
+    /// ([`crate::tier_c::program_exit`]); the pidfd is pid 1's.
+    pub report: Option<OwnedFd>,
+    /// Entries the sandbox setup created in the host's workspace (mount points of
+    /// protected-path covers), removed by [`RunningSandbox::release`].
+    pub host_placeholders: Vec<PathBuf>,
+    /// Tier C with the egress proxy: the listening socket made inside the sandbox's
+    /// network namespace on `127.0.0.1:`[`crate::egress::SANDBOX_PROXY_PORT`]. Serve the
+    /// proxy on it; connections made inside arrive here.
+    pub egress_listener: Option<std::net::TcpListener>,
+    /// Tier C in a container engine: removes the container (by name) when the run's
+    /// handle is dropped, since killing the engine's CLI does not stop it.
+    pub container: Option<crate::container::ContainerGuard>,
+}
+
+/// How a run ended, as far as the program is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ending {
+    /// The program's exit: the root's, or for native Tier C the one pid 1 reported.
+    pub exit: ExitInfo,
+    /// Native Tier C: how pid 1 ended when it did so without reporting the program's
+    /// exit (then `exit` is pid 1's own too, and the program's is unknown).
+    pub pid1_unreported: Option<ExitInfo>,
+}
+
+impl RunningSandbox {
+    /// The run's cgroup, when it has one.
+    pub fn cgroup(&self) -> Option<&RunCgroup> {
+        self.slot.as_ref().and_then(Slot::cgroup)
+    }
+
+    /// This run's cgroup figures (a reused group's earlier counts subtracted), when it has
+    /// a cgroup.
+    pub fn stats(&self) -> Option<CgroupStats> {
+        self.slot.as_ref().and_then(Slot::stats)
+    }
+
+    /// Sends `sig` to every process of the run: each member of its cgroup, and its
+    /// process group.
+    pub fn signal_all(&self, sig: i32) {
+        if let Some(cg) = self.cgroup() {
+            for pid in cg.pids() {
+                let _ = sys::kill(pid, sig);
+            }
+        }
+        let _ = sys::kill(-self.pid, sig);
+    }
+
+    /// SIGKILLs every process of the run: the cgroup (frozen while listed, or
+    /// `cgroup.kill`), then the process group. A run without a cgroup may have processes
+    /// that left the group; a supervisor that is their subreaper sweeps those itself.
+    pub fn kill_all(&self) {
+        if let Some(cg) = self.cgroup() {
+            let _ = cg.kill_all();
+        }
+        let _ = sys::kill(-self.pid, libc::SIGKILL);
+    }
+
+    /// After the root exited (a zombie not reaped yet): whether its cgroup holds nothing
+    /// else. The pids controller charges the zombie until it is reaped, so a count of one
+    /// is the root itself, and nothing can join a group whose only member is dead (only a
+    /// live member forks, and nothing outside may write the group's attach files). The
+    /// usual end of a run then skips [`RunningSandbox::kill_all`], which reads every
+    /// controller's member list. `false` without a cgroup or a readable count.
+    pub fn only_root_left(&self) -> bool {
+        self.cgroup().and_then(RunCgroup::charged_pids) == Some(1)
+    }
+
+    /// Reaps the root: its exit and usage, or `None` with `nohang` while it runs.
+    pub fn reap(&self, nohang: bool) -> std::io::Result<Option<ExitInfo>> {
+        sys::wait_pidfd(&self.pidfd, nohang)
+    }
+
+    /// Whether the root has exited (it may not be reaped yet).
+    pub fn has_exited(&self) -> bool {
+        sys::pidfd_has_exited(&self.pidfd)
+    }
+
+    /// A pidfd registered with the tokio reactor: readable once the root has exited.
+    pub fn watch_exit(&self) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+        sys::register_readable(self.pidfd.try_clone()?)
+    }
+
+    /// Native Tier C in a long-lived supervisor (slot pooling on): pid 1's report pipe,
+    /// on which [`read_exit_record`] ends the run as soon as pid 1 reports the program's
+    /// exit, with pid 1 itself reaped in the background by [`RunningSandbox::release`].
+    /// `None` otherwise: a one-shot process waits for pid 1, so that nothing is left to
+    /// clean up when it returns.
+    pub fn exit_report(&self) -> Option<std::io::Result<OwnedFd>> {
+        match &self.report {
+            Some(r) if slots::pooling() => Some(r.try_clone()),
+            _ => None,
+        }
+    }
+
+    /// The program's ending, given the root's reaped exit: for native Tier C, the exit
+    /// pid 1 reported (blocking until the record comes or pid 1 is gone), or pid 1's own
+    /// status when it ended without reporting.
+    pub fn ending(&self, root: ExitInfo) -> Ending {
+        match self.report.as_ref().map(crate::tier_c::program_exit) {
+            Some(Some(program)) => Ending {
+                exit: program,
+                pid1_unreported: None,
+            },
+            Some(None) => Ending {
+                exit: root,
+                pid1_unreported: Some(root),
+            },
+            None => Ending {
+                exit: root,
+                pid1_unreported: None,
+            },
+        }
+    }
+
+    /// bwrap exits with 128 + the signal that killed the program. When the run's cgroup
+    /// proves the kernel's OOM killer acted (`oom_killed`), a 137 is that SIGKILL, not a
+    /// code the program chose. Other backends report the signal itself.
+    pub fn oom_kill_as_signal(&self, oom_killed: bool, exit: &mut ExitInfo) {
+        if self.enforcement.backend == BackendId::TierCBwrap
+            && oom_killed
+            && exit.code == Some(128 + libc::SIGKILL)
+        {
+            exit.code = None;
+            exit.signal = Some(libc::SIGKILL);
+        }
+    }
+
+    /// Hands the run's resources back once its root is reaped, then calls `then`: the
+    /// slot is recycled for the next run when its cgroup proves the tree is gone,
+    /// destroyed otherwise, and the mount points the sandbox created in the workspace are
+    /// removed if still empty.
+    ///
+    /// A native Tier C run in a long-lived supervisor (slot pooling on) does that on
+    /// [`reaper`]'s thread, off the caller's path: the run ended on pid 1's exit record
+    /// (every other process of the sandbox dead), pid 1 is still tearing its namespaces
+    /// down, and recycling reads and resets the cgroup (about 0.1 ms); with the sandbox's
+    /// mount namespace gone, removing the mount points detaches nothing. Other runs
+    /// release here, their root already reaped (a root still alive, which only a broken
+    /// invariant could leave, is killed and reaped by the reaper first). Tier B and
+    /// bubblewrap slots stay on this path on purpose: when their recycling fails,
+    /// destroying the group waits for its last tasks, and on the shared reaper thread
+    /// that would hold up every Tier C slot queued behind it.
+    pub fn release(&mut self, then: Box<dyn FnOnce() + Send>) {
+        let deferred = self.report.is_some() && slots::pooling();
+        let placeholders = std::mem::take(&mut self.host_placeholders);
+        if !deferred {
+            let _ = crate::bwrap::remove_host_mount_points(&placeholders);
+        }
+        let slot = self.slot.take();
+        let release = move || {
+            if deferred {
+                let _ = crate::bwrap::remove_host_mount_points(&placeholders);
+            }
+            then();
+            if let Some(slot) = slot {
+                slots::release(slot);
+            }
+        };
+        if !deferred && !matches!(self.reap(true), Ok(None)) {
+            // Reaped now, or before (ECHILD).
+            release();
+            return;
+        }
+        reaper::defer(&self.pidfd, Box::new(release));
+    }
+}
+
+/// Native Tier C: the program's exit from pid 1's exit record on `report` (from
+/// [`RunningSandbox::exit_report`]), as soon as it is written; `None` when pid 1 ended
+/// without writing it (killed: then the root's pidfd tells).
+pub async fn read_exit_record(report: OwnedFd) -> Option<ExitInfo> {
+    use tokio::io::AsyncReadExt;
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(report).ok()?;
+    let mut record = [0u8; crate::tier_c::REPORT_RECORD_BYTES];
+    pipe.read_exact(&mut record).await.ok()?;
+    crate::tier_c::program_exit_from(&record)
+}
