@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use tierbox_policy::{Policy, ProcessRunRequest, Rejection, TierRequest};
-use tierbox_runner::{RunError, RunOptions, Runner};
+use tierbox_runner::{Prepared, RunError, RunOptions, RunRequest, Runner};
 
 /// Exit status when Tierbox refused the request (nothing ran).
 const EXIT_REJECTED: u8 = 125;
@@ -590,14 +590,9 @@ fn cmd_check(policy: &PolicyArgs, request: RequestArgs, json: bool) -> Result<Ex
         Ok(r) => r,
         Err(rej) => return Ok(print_rejection(&rej, json)),
     };
-    if runner.is_tier_a(&req) {
-        return match runner.check_tier_a(&req) {
-            Ok(plan) => print_wasm_plan(&plan, json),
-            Err(rej) => Ok(print_rejection(&rej, json)),
-        };
-    }
-    match runner.check(&req) {
-        Ok(plan) => {
+    match runner.prepare(RunRequest::Process(&req)) {
+        Ok(Prepared::Wasm(plan)) => print_wasm_plan(&plan, json),
+        Ok(Prepared::Native(plan)) => {
             let pre = preflight::Preflight::of(&plan);
             if json {
                 println!(

@@ -406,19 +406,7 @@ impl Runner {
     /// policy's minimum tier is `a`) runs the WASI build the policy maps its command to
     /// (`wasm.interpreters`); see [`Runner::check_tier_a`].
     pub async fn run(&self, request: &ProcessRunRequest) -> Result<Outcome, RunError> {
-        let auditor = self.auditor()?;
-        let started = now_unix_ms();
-        let result = async {
-            if self.is_tier_a(request) {
-                let plan = self.check_tier_a(request)?;
-                return run_wasm_plan(&plan, &self.options).await;
-            }
-            let plan = self.check(request)?;
-            run_plan(&plan, &self.options).await
-        }
-        .await;
-        self.seal(auditor, request_json(request), started, result)
-            .await
+        self.execute(RunRequest::Process(request), None).await
     }
 
     /// [`Runner::run`], sending the output to `events` as it happens (line-buffered,
@@ -447,18 +435,7 @@ impl Runner {
         request: &ProcessRunRequest,
         events: tokio::sync::mpsc::Sender<OutputEvent>,
     ) -> Result<Outcome, RunError> {
-        let auditor = self.auditor()?;
-        let started = now_unix_ms();
-        let result = async {
-            if self.is_tier_a(request) {
-                let plan = self.check_tier_a(request)?;
-                return run_wasm_plan_streaming(&plan, &self.options, events).await;
-            }
-            let plan = self.check(request)?;
-            run_plan_streaming(&plan, &self.options, events).await
-        }
-        .await;
-        self.seal(auditor, request_json(request), started, result)
+        self.execute(RunRequest::Process(request), Some(events))
             .await
     }
 
@@ -468,15 +445,7 @@ impl Runner {
         request: &WasmRunRequest,
         events: tokio::sync::mpsc::Sender<OutputEvent>,
     ) -> Result<Outcome, RunError> {
-        let auditor = self.auditor()?;
-        let started = now_unix_ms();
-        let result = async {
-            let plan = self.check_wasm(request)?;
-            run_wasm_plan_streaming(&plan, &self.options, events).await
-        }
-        .await;
-        self.seal(auditor, request_json(request), started, result)
-            .await
+        self.execute(RunRequest::Wasm(request), Some(events)).await
     }
 
     /// The run options (state directory).
@@ -528,20 +497,90 @@ impl Runner {
     /// # Ok::<(), tierbox_runner::RunError>(())
     /// ```
     pub async fn run_wasm(&self, request: &WasmRunRequest) -> Result<Outcome, RunError> {
+        self.execute(RunRequest::Wasm(request), None).await
+    }
+
+    /// Validates a request of either kind into the plan its tier carries out: a
+    /// `process_run` for Tier A (see [`Runner::is_tier_a`]) or a `wasm_run` becomes a
+    /// [`WasmPlan`], any other `process_run` a [`Plan`] for Tier B or C.
+    pub fn prepare(&self, request: RunRequest<'_>) -> Result<Prepared, Rejection> {
+        match request {
+            RunRequest::Process(r) if self.is_tier_a(r) => self.check_tier_a(r).map(Prepared::Wasm),
+            RunRequest::Process(r) => self.check(r).map(Prepared::Native),
+            RunRequest::Wasm(r) => self.check_wasm(r).map(Prepared::Wasm),
+        }
+    }
+
+    /// The one path every run takes: validate ([`Runner::prepare`]), run in the plan's
+    /// tier — sending the output to `events` as it happens when given — and seal the
+    /// outcome (attestation, audit log; a rejection is recorded too). [`Runner::run`],
+    /// [`Runner::run_streaming`], [`Runner::run_wasm`] and
+    /// [`Runner::run_wasm_streaming`] are this with a fixed request kind.
+    ///
+    /// ```
+    /// use tierbox_policy::{Policy, ProcessRunRequest};
+    /// use tierbox_runner::{Runner, RunOptions, builder::RunRequest};
+    ///
+    /// # let ws = tempfile::tempdir().unwrap();
+    /// # let state = tempfile::tempdir().unwrap();
+    /// let runner = Runner::new(Policy::builtin_default())
+    ///     .with_workspace(ws.path())
+    ///     .with_options(RunOptions { state_dir: state.path().to_path_buf() });
+    /// let request = ProcessRunRequest::new("true");
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// let outcome = rt.block_on(runner.execute(RunRequest::Process(&request), None))?;
+    /// assert_eq!(outcome.exit_code, Some(0));
+    /// assert!(outcome.attestation.is_some());
+    /// # Ok::<(), tierbox_runner::RunError>(())
+    /// ```
+    pub async fn execute(
+        &self,
+        request: RunRequest<'_>,
+        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+    ) -> Result<Outcome, RunError> {
         let auditor = self.auditor()?;
         let started = now_unix_ms();
         let result = async {
-            let plan = self.check_wasm(request)?;
-            run_wasm_plan(&plan, &self.options).await
+            match (self.prepare(request)?, events) {
+                (Prepared::Native(plan), None) => run_plan(&plan, &self.options).await,
+                (Prepared::Native(plan), Some(tx)) => {
+                    run_plan_streaming(&plan, &self.options, tx).await
+                }
+                (Prepared::Wasm(plan), None) => run_wasm_plan(&plan, &self.options).await,
+                (Prepared::Wasm(plan), Some(tx)) => {
+                    run_wasm_plan_streaming(&plan, &self.options, tx).await
+                }
+            }
         }
         .await;
-        self.seal(auditor, request_json(request), started, result)
-            .await
+        let json = match request {
+            RunRequest::Process(r) => request_json(r),
+            RunRequest::Wasm(r) => request_json(r),
+        };
+        self.seal(auditor, json, started, result).await
     }
 
     fn context(&self) -> ValidateContext {
         ValidateContext::new(&self.workspace).with_state_dir(&self.options.state_dir)
     }
+}
+
+/// A request of either kind, for [`Runner::execute`].
+#[derive(Debug, Clone, Copy)]
+pub enum RunRequest<'a> {
+    /// A `process_run` (Tier B or C, or Tier A through `wasm.interpreters`).
+    Process(&'a ProcessRunRequest),
+    /// A `wasm_run` (Tier A).
+    Wasm(&'a WasmRunRequest),
+}
+
+/// A validated request: the plan of the tier that carries it out.
+#[derive(Debug, Clone)]
+pub enum Prepared {
+    /// Tier B or C.
+    Native(Plan),
+    /// Tier A.
+    Wasm(WasmPlan),
 }
 
 /// A request as JSON, for its digest (a request always serializes).

@@ -14,7 +14,7 @@ pub mod stream;
 pub mod supervisor;
 pub mod wasm;
 
-pub use builder::{Runner, Sandbox, SandboxedCommand};
+pub use builder::{Prepared, RunRequest, Runner, Sandbox, SandboxedCommand};
 pub use outcome::{LimitHit, Outcome, SANDBOX_FAILURE_EXIT_STATUS, StreamOutput, Usage};
 pub use stream::OutputEvent;
 pub use supervisor::{RunError, RunOptions, enable_subreaper, run_plan, run_plan_streaming};

@@ -16,7 +16,7 @@ use tierbox_policy::schema::{
 use tierbox_policy::wasm::WasmRunRequest;
 use tierbox_policy::{ProcessRunRequest, Rejection};
 use tierbox_runner::background::{BackgroundError, BackgroundHandle};
-use tierbox_runner::{Outcome, OutputEvent, RunError, Runner};
+use tierbox_runner::{Outcome, OutputEvent, RunError, RunRequest, Runner};
 use tokio::sync::mpsc;
 
 /// Characters of each stream's tail quoted in a run's text summary.
@@ -259,11 +259,7 @@ impl Service {
     /// anything, so a refusal is known before a response starts streaming.
     pub fn check_run(&self, body: &[u8]) -> Result<ProcessRunRequest, ServiceError> {
         let req = ProcessRunRequest::from_json(body)?;
-        let checked = if self.runner.is_tier_a(&req) {
-            self.runner.check_tier_a(&req).map(drop)
-        } else {
-            self.runner.check(&req).map(drop)
-        };
+        let checked = self.runner.prepare(RunRequest::Process(&req)).map(drop);
         self.refused(&req, checked)?;
         Ok(req)
     }
@@ -304,10 +300,10 @@ impl Service {
             let handle = self.runner.start_background(owner, req).await?;
             return Ok(RunReply::Started(Box::new(handle)));
         }
-        let outcome = match events {
-            Some(tx) => self.runner.run_streaming(req, tx).await?,
-            None => self.runner.run(req).await?,
-        };
+        let outcome = self
+            .runner
+            .execute(RunRequest::Process(req), events)
+            .await?;
         Ok(RunReply::Finished(Box::new(outcome)))
     }
 
@@ -317,10 +313,7 @@ impl Service {
         req: &WasmRunRequest,
         events: Option<mpsc::Sender<OutputEvent>>,
     ) -> Result<RunReply, ServiceError> {
-        let outcome = match events {
-            Some(tx) => self.runner.run_wasm_streaming(req, tx).await?,
-            None => self.runner.run_wasm(req).await?,
-        };
+        let outcome = self.runner.execute(RunRequest::Wasm(req), events).await?;
         Ok(RunReply::Finished(Box::new(outcome)))
     }
 
