@@ -505,9 +505,11 @@ impl Runner {
     /// [`WasmPlan`], any other `process_run` a [`Plan`] for Tier B or C.
     pub fn prepare(&self, request: RunRequest<'_>) -> Result<Prepared, Rejection> {
         match request {
-            RunRequest::Process(r) if self.is_tier_a(r) => self.check_tier_a(r).map(Prepared::Wasm),
-            RunRequest::Process(r) => self.check(r).map(Prepared::Native),
-            RunRequest::Wasm(r) => self.check_wasm(r).map(Prepared::Wasm),
+            RunRequest::Process(r) if self.is_tier_a(r) => {
+                self.check_tier_a(r).map(|p| Prepared::Wasm(Box::new(p)))
+            }
+            RunRequest::Process(r) => self.check(r).map(|p| Prepared::Native(Box::new(p))),
+            RunRequest::Wasm(r) => self.check_wasm(r).map(|p| Prepared::Wasm(Box::new(p))),
         }
     }
 
@@ -578,9 +580,9 @@ pub enum RunRequest<'a> {
 #[derive(Debug, Clone)]
 pub enum Prepared {
     /// Tier B or C.
-    Native(Plan),
+    Native(Box<Plan>),
     /// Tier A.
-    Wasm(WasmPlan),
+    Wasm(Box<WasmPlan>),
 }
 
 /// A request as JSON, for its digest (a request always serializes).
