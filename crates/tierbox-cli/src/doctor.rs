@@ -145,7 +145,7 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
                 }),
                 Ok(()) => serde_json::json!({ "tier": t.to_string(), "available": true }),
                 Err(reason) => serde_json::json!({
-                    "tier": t.to_string(), "available": false, "reason": reason
+                    "tier": t.to_string(), "available": false, "reason": reason.to_string()
                 }),
             };
             v["backends"] = serde_json::Value::Array(backends(t, &summary, &engines, &canaries));
@@ -171,7 +171,7 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
             tierbox_policy::TierCBackend::Bwrap => tierbox_runner::host::probe_bwrap_cached()
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
-            _ => tier_available(Tier::C, facts),
+            _ => tier_available(Tier::C, facts).map_err(|e| e.to_string()),
         },
     };
     // A backend that probes well but cannot run `true` is not available either.

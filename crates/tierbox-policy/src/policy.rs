@@ -131,6 +131,27 @@ pub enum EgressMode {
     AllowAll,
 }
 
+impl EgressMode {
+    /// The name the policy and the wire use (`block_all`, `preflight`, `strict`,
+    /// `allow_all`).
+    ///
+    /// ```
+    /// use tierbox_policy::EgressMode;
+    /// assert_eq!(EgressMode::BlockAll.as_str(), "block_all");
+    /// for mode in [EgressMode::BlockAll, EgressMode::Preflight, EgressMode::Strict, EgressMode::AllowAll] {
+    ///     assert_eq!(serde_json::to_value(mode).unwrap(), mode.as_str());
+    /// }
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::BlockAll => "block_all",
+            Self::Preflight => "preflight",
+            Self::Strict => "strict",
+            Self::AllowAll => "allow_all",
+        }
+    }
+}
+
 /// What to do when a run's output passes the quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -15,7 +15,7 @@ fn tier_c_available(test: &str) -> bool {
     let facts = tierbox_sandbox::probe::host_facts();
     match tierbox_sandbox::select::tier_available(tierbox_policy::Tier::C, facts) {
         Ok(()) => true,
-        Err(r) => !tierbox_test_support::skip(test, &r),
+        Err(r) => !tierbox_test_support::skip(test, &r.to_string()),
     }
 }
 

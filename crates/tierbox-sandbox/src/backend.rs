@@ -88,7 +88,7 @@ mod linux_backends {
             "tier_b_linux"
         }
         fn available(&self) -> Result<(), String> {
-            tier_available(Tier::B, host_facts())
+            tier_available(Tier::B, host_facts()).map_err(|e| e.to_string())
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::spawn::launch(plan, opts)
@@ -103,7 +103,7 @@ mod linux_backends {
             "tier_c_linux_native"
         }
         fn available(&self) -> Result<(), String> {
-            tier_available(Tier::C, host_facts())
+            tier_available(Tier::C, host_facts()).map_err(|e| e.to_string())
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_c::launch_native(plan, opts)
@@ -118,7 +118,7 @@ mod linux_backends {
             "tier_c_bwrap"
         }
         fn available(&self) -> Result<(), String> {
-            tier_available(Tier::C, host_facts())?;
+            tier_available(Tier::C, host_facts()).map_err(|e| e.to_string())?;
             crate::bwrap::probe_bwrap_cached()
                 .map(drop)
                 .map_err(|e| e.to_string())

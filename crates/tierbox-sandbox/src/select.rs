@@ -7,41 +7,117 @@ use tierbox_policy::{EgressMode, Rejection, Tier, TierCBackend, TierRequest};
 
 use crate::probe::HostFacts;
 
+/// Why a tier cannot run native programs on this host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    /// Tier B: the kernel offers neither of its layers.
+    #[error("neither landlock nor seccomp is available on this kernel")]
+    NoKernelLayers,
+    /// Tier C: this process cannot create user namespaces (the probe's reason).
+    #[error("{0}")]
+    UserNamespaces(String),
+    /// Tier A runs WASM modules, not host programs.
+    #[error("tier a runs WASM modules; native programs need a WASI build mapped by the policy")]
+    WasmOnly,
+    /// Tier C on a container backend whose engine does not answer.
+    #[error("tier.backend = \"{backend}\": {reason}")]
+    Engine {
+        /// The policy's backend.
+        backend: TierCBackend,
+        /// Why the engine is unusable.
+        reason: String,
+    },
+}
+
+/// What a tier cannot carry out of a plan, though the host runs the tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {}", self.feature(), self.reason())]
+pub enum Unsupported {
+    /// An egress allowlist in a container: it runs with `--network none`.
+    AllowlistInContainer {
+        /// The container backend.
+        backend: TierCBackend,
+    },
+    /// An egress allowlist on bwrap under a supervisor that is not root.
+    AllowlistOnBwrapUnprivileged,
+    /// A mode that promises the host network, which Tier C's network namespace is not.
+    HostNetwork {
+        /// `allow_all` or `preflight`.
+        mode: EgressMode,
+    },
+}
+
+impl Unsupported {
+    /// The plan's feature, as the policy spells it.
+    pub fn feature(&self) -> String {
+        match self {
+            Self::AllowlistInContainer { backend } => format!(
+                "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"{backend}\""
+            ),
+            Self::AllowlistOnBwrapUnprivileged => {
+                "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"bwrap\""
+                    .to_owned()
+            }
+            Self::HostNetwork { mode } => format!("egress.mode = \"{}\"", mode.as_str()),
+        }
+    }
+
+    /// Why the tier cannot, and what would.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::AllowlistInContainer { .. } => {
+                "the container runs with --network none, where the egress proxy cannot be reached; use tier.backend = \"native\" (or tier b)"
+            }
+            Self::AllowlistOnBwrapUnprivileged => {
+                "bwrap must start in a network namespace the supervisor made to hold the egress proxy, which takes a root supervisor; use tier.backend = \"native\" (or tier b)"
+            }
+            Self::HostNetwork {
+                mode: EgressMode::Preflight,
+            } => {
+                "preflight leaves the host network reachable at runtime, and tier c runs in its own network namespace with only loopback; use tier b"
+            }
+            Self::HostNetwork { .. } => {
+                "tier c runs in its own network namespace with only loopback; use tier b for host network access"
+            }
+        }
+    }
+}
+
 /// Whether `tier` can run native programs on this host, and why not.
-pub fn tier_available(tier: Tier, facts: &HostFacts) -> Result<(), String> {
+pub fn tier_available(tier: Tier, facts: &HostFacts) -> Result<(), Unavailable> {
     match tier {
         Tier::B => {
             if facts.seccomp || facts.landlock_abi.is_some() {
                 Ok(())
             } else {
-                Err("neither landlock nor seccomp is available on this kernel".to_owned())
+                Err(Unavailable::NoKernelLayers)
             }
         }
         Tier::C => match crate::linux::userns::probe_userns_cached().reason() {
             None => Ok(()),
-            Some(reason) => Err(reason.to_owned()),
+            Some(reason) => Err(Unavailable::UserNamespaces(reason.to_owned())),
         },
-        Tier::A => Err(
-            "tier a runs WASM modules; native programs need a WASI build mapped by the policy"
-                .to_owned(),
-        ),
+        Tier::A => Err(Unavailable::WasmOnly),
     }
 }
 
 /// Whether `tier` can run `plan` on this host, and why not: [`tier_available`], except
 /// that Tier C on a container backend needs a reachable engine instead of user
 /// namespaces.
-pub fn tier_available_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), String> {
+pub fn tier_available_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), Unavailable> {
     match crate::container::Engine::for_backend(plan.tier.backend) {
         Some(engine) if tier == Tier::C => crate::container::probe::probe_engine_cached(engine)
             .map(|_| ())
-            .map_err(|e| format!("tier.backend = \"{}\": {e}", plan.tier.backend)),
+            .map_err(|e| Unavailable::Engine {
+                backend: plan.tier.backend,
+                reason: e.to_string(),
+            }),
         _ => tier_available(tier, facts),
     }
 }
 
 /// Whether `tier` can carry out what `plan` asks for (beyond the host's kernel features),
-/// and why not: `(feature, reason)`.
+/// and why not.
 ///
 /// Tier C gives every run its own network namespace with only loopback, so it cannot
 /// provide the host network that `allow_all` and `preflight` (advisory: nothing is
@@ -52,35 +128,24 @@ pub fn tier_available_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<
 /// (`--share-net`), which takes a root supervisor (`facts.euid == 0`: creating a
 /// network namespace and starting bwrap in it need `CAP_SYS_ADMIN`). The container
 /// backends run with `--network none` and cannot.
-pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), (String, String)> {
+pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), Unsupported> {
     if tier != Tier::C {
         return Ok(());
     }
-    let unsupported = |feature: &str, reason: &str| Err((feature.to_owned(), reason.to_owned()));
     match plan.network.mode {
         EgressMode::BlockAll => Ok(()),
         EgressMode::Strict if plan.network.allow.is_empty() => Ok(()),
         EgressMode::Strict if plan.tier.backend == TierCBackend::Native => Ok(()),
-        EgressMode::Strict if plan.tier.backend.is_container() => unsupported(
-            &format!(
-                "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"{}\"",
-                plan.tier.backend
-            ),
-            "the container runs with --network none, where the egress proxy cannot be reached; use tier.backend = \"native\" (or tier b)",
-        ),
+        EgressMode::Strict if plan.tier.backend.is_container() => {
+            Err(Unsupported::AllowlistInContainer {
+                backend: plan.tier.backend,
+            })
+        }
         EgressMode::Strict if facts.euid == 0 => Ok(()),
-        EgressMode::Strict => unsupported(
-            "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"bwrap\"",
-            "bwrap must start in a network namespace the supervisor made to hold the egress proxy, which takes a root supervisor; use tier.backend = \"native\" (or tier b)",
-        ),
-        EgressMode::AllowAll => unsupported(
-            "egress.mode = \"allow_all\"",
-            "tier c runs in its own network namespace with only loopback; use tier b for host network access",
-        ),
-        EgressMode::Preflight => unsupported(
-            "egress.mode = \"preflight\"",
-            "preflight leaves the host network reachable at runtime, and tier c runs in its own network namespace with only loopback; use tier b",
-        ),
+        EgressMode::Strict => Err(Unsupported::AllowlistOnBwrapUnprivileged),
+        mode @ (EgressMode::AllowAll | EgressMode::Preflight) => {
+            Err(Unsupported::HostNetwork { mode })
+        }
     }
 }
 
@@ -106,7 +171,10 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
                     continue;
                 }
                 let usable = tier_available_for(tier, plan, facts)
-                    .and_then(|()| tier_supports(tier, plan, facts).map_err(|(_, reason)| reason));
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        tier_supports(tier, plan, facts).map_err(|e| e.reason().to_owned())
+                    });
                 match usable {
                     Ok(()) => return Ok(tier),
                     Err(reason) => last_reason = reason,
@@ -120,13 +188,11 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
                 TierRequest::B => Tier::B,
                 _ => Tier::C,
             };
-            tier_available_for(tier, plan, facts).map_err(|reason| unavailable(tier, reason))?;
-            tier_supports(tier, plan, facts).map_err(|(feature, reason)| {
-                Rejection::TierUnsupported {
-                    tier: tier.to_string(),
-                    feature,
-                    reason,
-                }
+            tier_available_for(tier, plan, facts).map_err(|e| unavailable(tier, e.to_string()))?;
+            tier_supports(tier, plan, facts).map_err(|e| Rejection::TierUnsupported {
+                tier: tier.to_string(),
+                feature: e.feature(),
+                reason: e.reason().to_owned(),
             })?;
             Ok(tier)
         }
@@ -193,12 +259,14 @@ mod tests {
         assert_eq!(tier_supports(Tier::C, &native, &user), Ok(()));
         let bwrap = plan(EgressMode::Strict, &["crates.io"], TierCBackend::Bwrap);
         assert_eq!(tier_supports(Tier::C, &bwrap, &root), Ok(()));
-        let (feature, reason) = tier_supports(Tier::C, &bwrap, &user).unwrap_err();
+        let e = tier_supports(Tier::C, &bwrap, &user).unwrap_err();
+        let (feature, reason) = (e.feature(), e.reason());
         assert!(feature.contains("bwrap"), "{feature}");
         assert!(reason.contains("root supervisor"), "{reason}");
         for backend in [TierCBackend::Docker, TierCBackend::Podman] {
             let p = plan(EgressMode::Strict, &["crates.io"], backend);
-            let (feature, reason) = tier_supports(Tier::C, &p, &root).unwrap_err();
+            let e = tier_supports(Tier::C, &p, &root).unwrap_err();
+            let (feature, reason) = (e.feature(), e.reason());
             assert!(feature.contains(&backend.to_string()), "{feature}");
             assert!(reason.contains("--network none"), "{reason}");
             let p = plan(EgressMode::BlockAll, &[], backend);

@@ -384,7 +384,9 @@ fn spill_keeps_the_full_stream_in_a_private_file() {
 /// Whether Tier C (with `backend`) can run here; prints why not, and panics under CI.
 fn tier_c_available(test: &str, backend: tierbox_policy::TierCBackend) -> bool {
     let facts = tierbox_sandbox::probe::host_facts();
-    let mut reason = tierbox_sandbox::select::tier_available(tierbox_policy::Tier::C, facts).err();
+    let mut reason = tierbox_sandbox::select::tier_available(tierbox_policy::Tier::C, facts)
+        .err()
+        .map(|e| e.to_string());
     if backend == tierbox_policy::TierCBackend::Bwrap
         && !std::path::Path::new("/usr/bin/bwrap").exists()
     {
