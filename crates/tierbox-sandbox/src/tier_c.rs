@@ -59,9 +59,8 @@ pub fn tier_c_seccomp_spec() -> SeccompSpec {
         deny_file_metadata: false,
         mediate_chmod: false,
         deny_ipc: false,
-        allow_inet_sockets: true,
+        inet: crate::linux::seccomp::InetSockets::Any,
         allow_unix_sockets: true,
-        inet_stream_only: false,
     }
 }
 

@@ -43,28 +43,18 @@ use super::sys;
 
 /// What the filter must allow or deny beyond the fixed [`DENY_TABLE`].
 ///
-/// The locked-down setting is `deny_namespaces: true`, `allow_inet_sockets: false`,
-/// `allow_unix_sockets: false`; each `allow_*` widens access.
+/// The locked-down setting is `deny_namespaces: true`, `inet: InetSockets::Deny`,
+/// `allow_unix_sockets: false`; `inet` and each `allow_*` widen access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeccompSpec {
     /// Deny `unshare`, `setns`, `clone` with any `CLONE_NEW*` flag (`EPERM`) and `clone3`
     /// (`ENOSYS`, so libc falls back to `clone`): no nested namespaces.
     pub deny_namespaces: bool,
-    /// Allow `socket(AF_INET | AF_INET6, ...)`; otherwise `EPERM`.
-    pub allow_inet_sockets: bool,
+    /// What `socket(AF_INET | AF_INET6, ...)` may create.
+    pub inet: InetSockets,
     /// Allow `socket(AF_UNIX, ...)`; otherwise `EPERM`. `socketpair(AF_UNIX, ...)` is
     /// always allowed, `socketpair` of any other family never (`EAFNOSUPPORT`).
     pub allow_unix_sockets: bool,
-    /// With [`SeccompSpec::allow_inet_sockets`]: only TCP, and no listening. Inet sockets
-    /// of any type but `SOCK_STREAM` (UDP, raw, …) or any protocol but TCP (`0` or
-    /// `IPPROTO_TCP`: not MPTCP, not SCTP) get `EPERM`: landlock's TCP rules cover
-    /// `IPPROTO_TCP` sockets only. `listen` gets `EPERM`: `listen` without `bind` binds an
-    /// ephemeral port on every address that landlock's bind rule never sees, and unix
-    /// sockets (the other thing one listens on) are refused in this mode anyway. So do
-    /// `sendto`, `sendmsg` and `sendmmsg` with `MSG_FASTOPEN`, which connects without
-    /// `connect(2)` and so without landlock's TCP connect check. For Tier B runs whose only
-    /// way out is the egress proxy's TCP port.
-    pub inet_stream_only: bool,
     /// Deny changing file modes, owners and extended attributes (`EPERM`). For a child that
     /// keeps uid 0 without capabilities: it still *owns* every root-owned file, landlock
     /// does not mediate `chmod`/`chown`/`setxattr`, and without this a run could e.g.
@@ -82,6 +72,24 @@ pub struct SeccompSpec {
     pub deny_ipc: bool,
 }
 
+/// Inet sockets under a [`SeccompSpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InetSockets {
+    /// `socket(AF_INET | AF_INET6, ...)` gets `EPERM`.
+    Deny,
+    /// Only TCP, and no listening. Inet sockets of any type but `SOCK_STREAM` (UDP, raw,
+    /// …) or any protocol but TCP (`0` or `IPPROTO_TCP`: not MPTCP, not SCTP) get `EPERM`:
+    /// landlock's TCP rules cover `IPPROTO_TCP` sockets only. `listen` gets `EPERM`:
+    /// `listen` without `bind` binds an ephemeral port on every address that landlock's
+    /// bind rule never sees, and unix sockets (the other thing one listens on) are refused
+    /// in this mode anyway. So do `sendto`, `sendmsg` and `sendmmsg` with `MSG_FASTOPEN`,
+    /// which connects without `connect(2)` and so without landlock's TCP connect check.
+    /// For Tier B runs whose only way out is the egress proxy's TCP port.
+    TcpOnly,
+    /// Any inet socket.
+    Any,
+}
+
 impl SeccompSpec {
     /// The locked-down filter: no new namespaces, no inet or unix `socket()` (socketpair
     /// still works), other families `EAFNOSUPPORT`, plus everything in [`DENY_TABLE`].
@@ -91,9 +99,8 @@ impl SeccompSpec {
             deny_file_metadata: false,
             mediate_chmod: false,
             deny_ipc: false,
-            allow_inet_sockets: false,
+            inet: InetSockets::Deny,
             allow_unix_sockets: false,
-            inet_stream_only: false,
         }
     }
 }
@@ -682,7 +689,7 @@ impl SeccompProgram {
         if spec.deny_namespaces {
             add(libc::SYS_clone as u32, "clone", Action::InspectClone)?;
         }
-        if spec.allow_inet_sockets && spec.inet_stream_only {
+        if spec.inet == InetSockets::TcpOnly {
             for &(name, nr, flags_arg) in SEND_FLAG_CALLS {
                 add(nr as u32, name, Action::InspectSendFlags(flags_arg))?;
             }
@@ -761,10 +768,10 @@ impl SeccompProgram {
             eperm
         };
         let inet_type = asm.label();
-        let inet = match (spec.allow_inet_sockets, spec.inet_stream_only) {
-            (true, true) => inet_type,
-            (true, false) => allow,
-            (false, _) => eperm,
+        let inet = match spec.inet {
+            InetSockets::TcpOnly => inet_type,
+            InetSockets::Any => allow,
+            InetSockets::Deny => eperm,
         };
         let (n1, n2) = (asm.label(), asm.label());
         asm.jump(JEQ, libc::AF_UNIX as u32, unix, n1);

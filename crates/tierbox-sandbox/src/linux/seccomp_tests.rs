@@ -21,9 +21,8 @@ fn permissive() -> SeccompSpec {
         deny_file_metadata: false,
         mediate_chmod: false,
         deny_ipc: false,
-        allow_inet_sockets: true,
+        inet: InetSockets::Any,
         allow_unix_sockets: true,
-        inet_stream_only: false,
     }
 }
 
@@ -334,9 +333,12 @@ fn socket_families() {
             deny_file_metadata: false,
             mediate_chmod: false,
             deny_ipc: false,
-            allow_inet_sockets: inet,
+            inet: if inet {
+                InetSockets::Any
+            } else {
+                InetSockets::Deny
+            },
             allow_unix_sockets: unix,
-            inet_stream_only: false,
         };
         let prog = SeccompProgram::build(&spec).unwrap();
         let verdict = |allowed: bool| if allowed { ALLOW } else { eperm() };
@@ -939,9 +941,12 @@ fn base_filter_with_stacked_notifier_decides_every_call_as_the_full_filter() {
             deny_namespaces: bits & 1 != 0,
             deny_file_metadata: bits & 2 != 0,
             mediate_chmod: true,
-            allow_inet_sockets: bits & 4 != 0,
+            inet: match (bits & 4 != 0, bits & 16 != 0) {
+                (false, _) => InetSockets::Deny,
+                (true, false) => InetSockets::Any,
+                (true, true) => InetSockets::TcpOnly,
+            },
             allow_unix_sockets: bits & 8 != 0,
-            inet_stream_only: bits & 16 != 0,
             deny_ipc: bits & 32 != 0,
         };
         let full = SeccompProgram::build(&spec).unwrap();
@@ -991,10 +996,9 @@ fn base_filter_with_stacked_notifier_decides_every_call_as_the_full_filter() {
 }
 
 #[test]
-fn inet_stream_only_allows_tcp_and_nothing_else_of_inet() {
+fn inet_tcp_only_allows_tcp_and_nothing_else_of_inet() {
     let spec = SeccompSpec {
-        allow_inet_sockets: true,
-        inet_stream_only: true,
+        inet: InetSockets::TcpOnly,
         ..SeccompSpec::locked_down()
     };
     let prog = SeccompProgram::build(&spec).unwrap();
@@ -1057,7 +1061,7 @@ fn inet_stream_only_allows_tcp_and_nothing_else_of_inet() {
     }
     // Without the stream-only restriction the send calls are not inspected.
     let open = SeccompProgram::build(&SeccompSpec {
-        allow_inet_sockets: true,
+        inet: InetSockets::Any,
         ..SeccompSpec::locked_down()
     })
     .unwrap();
@@ -1099,9 +1103,12 @@ fn cached_programs_are_the_built_ones_per_spec() {
         let on = |i: u8| bits & (1 << i) != 0;
         let spec = SeccompSpec {
             deny_namespaces: on(0),
-            allow_inet_sockets: on(1),
+            inet: match (on(1), on(3)) {
+                (false, _) => InetSockets::Deny,
+                (true, false) => InetSockets::Any,
+                (true, true) => InetSockets::TcpOnly,
+            },
             allow_unix_sockets: on(2),
-            inet_stream_only: on(3),
             deny_file_metadata: on(4),
             mediate_chmod: on(5),
             deny_ipc: on(6),
@@ -1157,9 +1164,8 @@ fn the_security_md_seccomp_table_matches_the_filter() {
         deny_file_metadata: false,
         mediate_chmod: false,
         deny_ipc: true,
-        allow_inet_sockets: true,
+        inet: InetSockets::TcpOnly,
         allow_unix_sockets: false,
-        inet_stream_only: true,
     };
     let uid0 = SeccompSpec {
         deny_file_metadata: true,

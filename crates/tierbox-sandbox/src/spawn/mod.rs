@@ -47,7 +47,7 @@ use tierbox_policy::{EgressMode, Enforcement, Layer, LayerReport, Rejection, Tie
 use crate::linux::caps;
 use crate::linux::cgroup::{CgroupLimits, RunCgroup};
 use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock};
-use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
+use crate::linux::seccomp::{InetSockets, SeccompProgram, SeccompSpec};
 use crate::probe::{HostFacts, host_facts};
 pub use slots::Slot;
 use slots::SlotKey;
@@ -642,10 +642,9 @@ fn cstring(bytes: &[u8], what: &str) -> Result<CString, LaunchError> {
 /// How the network is restricted for this run.
 #[derive(Debug, Clone)]
 struct NetworkRules {
-    allow_inet: bool,
+    /// What inet sockets the run may create (seccomp).
+    inet: InetSockets,
     allow_unix: bool,
-    /// Inet sockets are TCP only, and TCP fast open is denied (seccomp).
-    inet_stream_only: bool,
     tcp_ports: Option<Vec<u16>>,
     /// The egress proxy's port on 127.0.0.1, which the proxy variables point to.
     proxy_port: Option<u16>,
@@ -664,17 +663,15 @@ fn network_rules(
     let landlock_net = facts.landlock_abi.is_some_and(|a| a >= 4);
     match plan.network.mode {
         EgressMode::AllowAll => Ok(NetworkRules {
-            allow_inet: true,
+            inet: InetSockets::Any,
             allow_unix: true,
-            inet_stream_only: false,
             tcp_ports: None,
             proxy_port: None,
             description: "allow_all: unrestricted".to_owned(),
         }),
         EgressMode::Preflight => Ok(NetworkRules {
-            allow_inet: true,
+            inet: InetSockets::Any,
             allow_unix: false,
-            inet_stream_only: false,
             tcp_ports: None,
             proxy_port: None,
             description: "preflight: hosts checked before spawn, network not restricted at runtime"
@@ -700,9 +697,8 @@ fn network_rules(
                 unavailable("strict egress with an allowlist needs the egress proxy, and the caller started none (LaunchOptions::egress_proxy_port)".to_owned())
             })?;
             Ok(NetworkRules {
-                allow_inet: true,
+                inet: InetSockets::TcpOnly,
                 allow_unix: false,
-                inet_stream_only: true,
                 tcp_ports: Some(vec![port]),
                 proxy_port: Some(port),
                 description: format!(
@@ -718,9 +714,8 @@ fn network_rules(
                 ));
             }
             Ok(NetworkRules {
-                allow_inet: false,
+                inet: InetSockets::Deny,
                 allow_unix: false,
-                inet_stream_only: false,
                 tcp_ports: landlock_net.then(Vec::new),
                 proxy_port: None,
                 description: format!(
@@ -746,9 +741,8 @@ fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> Secc
         // Tier B has no IPC namespace: SysV IPC and message queues would reach the host's
         // objects of the run's uid (root's, for a run that keeps uid 0).
         deny_ipc: true,
-        allow_inet_sockets: net.allow_inet,
+        inet: net.inet,
         allow_unix_sockets: net.allow_unix,
-        inet_stream_only: net.inet_stream_only,
     }
 }
 

@@ -114,9 +114,8 @@ pub(super) fn run_mediated(
         deny_file_metadata: true,
         mediate_chmod: true,
         deny_ipc: false,
-        allow_inet_sockets: true,
+        inet: crate::linux::seccomp::InetSockets::Any,
         allow_unix_sockets: true,
-        inet_stream_only: false,
     })
     .unwrap();
     let fprog = prog.as_fprog();
