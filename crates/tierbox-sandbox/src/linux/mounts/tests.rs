@@ -10,7 +10,7 @@ use tierbox_policy::{Plan, Policy, ProcessRunRequest, ValidateContext, validate}
 
 use super::*;
 
-const STRICT_POLICY: &str = include_str!("../../../../policies/strict.toml");
+const STRICT_POLICY: &str = include_str!("../../../../../policies/strict.toml");
 
 /// A real Plan from the strict policy for `ls` in `ws`.
 fn strict_plan(ws: &Path) -> Plan {
@@ -795,7 +795,7 @@ fn byte_prefix_check_agrees_with_path_starts_with_on_normalised_paths() {
     for p in paths {
         for q in paths {
             assert_eq!(
-                super::is_at_or_under(Path::new(p), Path::new(q)),
+                super::model::is_at_or_under(Path::new(p), Path::new(q)),
                 Path::new(p).starts_with(q),
                 "{p} under {q}"
             );
