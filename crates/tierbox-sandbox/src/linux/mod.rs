@@ -17,6 +17,7 @@
 
 pub mod caps;
 pub mod cgroup;
+pub mod exec;
 pub mod identity;
 pub mod landlock;
 pub mod mounts;

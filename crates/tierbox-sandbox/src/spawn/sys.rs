@@ -23,6 +23,7 @@ use std::io;
 use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
+use crate::linux::exec;
 use crate::linux::sys as lsys;
 use crate::linux::sys::{check, errno, reset_signal_handlers};
 
@@ -362,116 +363,179 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
     if spec.helper.n_mount_moves > 0 {
         helper_mounts(&spec.helper).map_err(step(S::HelperMounts))?;
     }
-    // 5. stdio. The parent guarantees every source fd is >= 3, so no source is also a
-    //    destination (`dup3` would refuse that) and none is clobbered before it is copied.
-    for (src, dst) in [(spec.stdin_fd, 0), (spec.stdout_fd, 1), (spec.stderr_fd, 2)] {
-        dup_to(src, dst).map_err(step(S::Stdio))?;
-    }
-    // 6. Every other fd (inherited from the supervisor, including ones it leaked without
-    //    O_CLOEXEC) is closed at exec. CLOEXEC rather than close: the landlock and cgroup
-    //    fds are still needed below.
-    // SAFETY: close_range with integer arguments.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3 as libc::c_ulong,
-            libc::c_ulong::from(u32::MAX),
-            libc::CLOSE_RANGE_CLOEXEC as libc::c_ulong,
-        )
-    })
-    .map_err(step(S::CloseFds))?;
-    // 6b. The fds a helper inherits (dup3 without O_CLOEXEC keeps them across exec).
-    //     Every source is >= INHERIT_SOURCE_MIN_FD, above every destination, so no dup3
-    //     overwrites a source still to be copied.
-    for &(src, dst) in &spec.helper.inherit {
-        if src < INHERIT_SOURCE_MIN_FD || !(3..INHERIT_SOURCE_MIN_FD).contains(&dst) {
-            continue;
+    // 5–14. The program's own steps, shared with native Tier C (`linux::exec`).
+    let seccomp = if spec.seccomp.is_null() {
+        None
+    } else {
+        // SAFETY: the parent keeps the program alive until clone returns.
+        Some(unsafe { &*spec.seccomp })
+    };
+    let exec = exec::ExecSpec {
+        stdio: [spec.stdin_fd, spec.stdout_fd, spec.stderr_fd],
+        inherit: &spec.helper.inherit,
+        inherit_min_src: INHERIT_SOURCE_MIN_FD,
+        cwd: spec.cwd,
+        umask: None,
+        rlimits: &spec.rlimits,
+        privileges: exec::Privileges {
+            drop_privileged: spec.drop_privileged,
+            last_cap: spec.last_cap,
+            ids: spec.change_ids.then_some((spec.uid, spec.gid)),
+            clear_groups: spec.helper.clear_groups,
+            keep_caps: spec.keep_caps,
+            rearm_pdeathsig: Some(spec.parent_pid),
+        },
+        landlock_fd: spec.landlock_fd,
+        seccomp,
+        seccomp_listener_sock: spec.seccomp_listener_sock,
+        program: spec.program,
+        argv: spec.argv,
+        envp: spec.envp,
+    };
+    let (failed, errno) = exec::run(&RawCalls, &exec);
+    Err((failed.into(), errno))
+}
+
+impl From<exec::ExecStep> for ChildStep {
+    fn from(step: exec::ExecStep) -> Self {
+        use exec::ExecStep as E;
+        match step {
+            E::Stdio => Self::Stdio,
+            E::CloseFds => Self::CloseFds,
+            E::Chdir => Self::Chdir,
+            E::Rlimit => Self::Rlimit,
+            E::DropBounding => Self::DropBounding,
+            E::SetIds => Self::SetIds,
+            E::Capset => Self::Capset,
+            E::Pdeathsig => Self::Pdeathsig,
+            E::NoNewPrivs => Self::NoNewPrivs,
+            E::Landlock => Self::Landlock,
+            E::Seccomp => Self::Seccomp,
+            E::SignalMask => Self::SignalMask,
+            E::Execve => Self::Execve,
         }
-        dup_to(src, dst).map_err(step(S::CloseFds))?;
     }
-    // 7. Working directory, while we still have every right to reach it.
-    // SAFETY: `cwd` is a NUL-terminated string owned by the parent.
-    check(unsafe { libc::syscall(libc::SYS_chdir, spec.cwd) }).map_err(step(S::Chdir))?;
-    // 8. rlimits before dropping privileges (raising a hard limit would need them).
-    for (resource, limit) in &spec.rlimits {
+}
+
+/// The real system calls of the program's setup ([`exec::ProgramCalls`]): raw calls
+/// only, for a `CLONE_VM | CLONE_VFORK` child (Tier B's, and native Tier C's program).
+pub(crate) struct RawCalls;
+
+impl exec::ProgramCalls for RawCalls {
+    fn dup_to(&self, src: c_int, dst: c_int) -> Result<(), i32> {
+        dup_to(src, dst)
+    }
+
+    fn cloexec_from(&self, first: c_int) -> Result<(), i32> {
+        // SAFETY: close_range with integer arguments.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                first as libc::c_ulong,
+                libc::c_ulong::from(u32::MAX),
+                libc::CLOSE_RANGE_CLOEXEC as libc::c_ulong,
+            )
+        })
+        .map(drop)
+    }
+
+    fn chdir(&self, path: *const c_char) -> Result<(), i32> {
+        // SAFETY: `path` is a NUL-terminated string the parent owns for the child's life.
+        check(unsafe { libc::syscall(libc::SYS_chdir, path) }).map(drop)
+    }
+
+    fn umask(&self, mask: u32) {
+        // SAFETY: umask with an integer argument; it cannot fail.
+        unsafe { libc::syscall(libc::SYS_umask, mask as libc::c_ulong) };
+    }
+
+    fn prlimit(&self, resource: c_int, limit: &libc::rlimit64) -> Result<(), i32> {
         let limit: *const libc::rlimit64 = limit;
-        // SAFETY: prlimit64 on ourselves (pid 0) with a pointer to a valid rlimit64.
+        // SAFETY: prlimit64 on ourselves (pid 0) with a pointer to a valid rlimit64; the
+        // old limit is not requested.
         check(unsafe {
             libc::syscall(
                 libc::SYS_prlimit64,
                 0 as libc::c_ulong,
-                *resource as libc::c_ulong,
+                resource as libc::c_ulong,
                 limit,
                 std::ptr::null_mut::<c_void>(),
             )
         })
-        .map_err(step(S::Rlimit))?;
+        .map(drop)
     }
-    // 9. Capabilities: securebits and the bounding set need CAP_SETPCAP, so they go
-    //    first (each only read when an armed launcher thread already set it, see
-    //    `spawn`); then the uid switch (which needs CAP_SETUID/CAP_SETGID, still in the
-    //    effective set; with NO_SETUID_FIXUP locked it does NOT clear the sets); then
-    //    capset(0), which empties effective, permitted and inheritable in every case, and
-    //    with them the ambient set (the kernel keeps ambient ⊆ permitted ∩ inheritable),
-    //    so the ambient set is cleared explicitly only when capset is skipped.
-    if spec.drop_privileged {
-        lsys::set_securebits_noroot().map_err(step(S::DropBounding))?;
-        lsys::drop_bounding_set(spec.last_cap).map_err(step(S::DropBounding))?;
-        if spec.keep_caps {
-            lsys::clear_ambient().map_err(step(S::DropBounding))?;
-        }
+
+    fn securebits_noroot(&self) -> Result<(), i32> {
+        lsys::set_securebits_noroot()
     }
-    if spec.change_ids {
-        lsys::set_ids(spec.uid, spec.gid).map_err(step(S::SetIds))?;
-    } else if spec.helper.clear_groups {
-        lsys::clear_groups().map_err(step(S::SetIds))?;
+
+    fn drop_bounding_set(&self, last_cap: u32) -> Result<(), i32> {
+        lsys::drop_bounding_set(last_cap)
     }
-    if !spec.keep_caps {
-        lsys::capset_zero().map_err(step(S::Capset))?;
+
+    fn clear_ambient(&self) -> Result<(), i32> {
+        lsys::clear_ambient()
     }
-    // 9b. A uid or gid change clears the parent-death signal (kernel rule, whatever the
-    //     securebits), so it is set again here, and the parent re-checked.
-    if spec.change_ids {
-        die_with_parent(spec.parent_pid).map_err(step(S::Pdeathsig))?;
+
+    fn set_ids(&self, uid: u32, gid: u32) -> Result<(), i32> {
+        lsys::set_ids(uid, gid)
     }
-    // 10. no_new_privs: required by unprivileged landlock and seccomp, and stops setuid
-    //     binaries from regaining anything.
-    lsys::set_no_new_privs().map_err(step(S::NoNewPrivs))?;
-    // 11. Landlock after chdir and before seccomp (seccomp could deny its syscalls).
-    if spec.landlock_fd >= 0 {
-        lsys::landlock_restrict_self(spec.landlock_fd).map_err(step(S::Landlock))?;
+
+    fn clear_groups(&self) -> Result<(), i32> {
+        lsys::clear_groups()
     }
-    // 12. Seccomp last, so it cannot block any setup call above. With chmod mediation the
-    //     filter comes with a listener fd, sent to the supervisor before exec (it is
-    //     close-on-exec, so the program never holds it).
-    if !spec.seccomp.is_null() {
-        // SAFETY: the parent keeps the program alive until clone returns.
-        let prog = unsafe { &*spec.seccomp };
-        if spec.seccomp_listener_sock >= 0 {
-            seccomp_with_listener(prog, spec.seccomp_listener_sock).map_err(step(S::Seccomp))?;
+
+    fn capset_zero(&self) -> Result<(), i32> {
+        lsys::capset_zero()
+    }
+
+    fn die_with_parent(&self, parent: libc::pid_t) -> Result<(), i32> {
+        die_with_parent(parent)
+    }
+
+    fn no_new_privs(&self) -> Result<(), i32> {
+        lsys::set_no_new_privs()
+    }
+
+    fn landlock_restrict(&self, fd: c_int) -> Result<(), i32> {
+        lsys::landlock_restrict_self(fd)
+    }
+
+    fn seccomp(&self, prog: &libc::sock_fprog, listener_sock: c_int) -> Result<(), i32> {
+        if listener_sock >= 0 {
+            seccomp_with_listener(prog, listener_sock)
         } else {
-            lsys::seccomp_set_filter(prog).map_err(step(S::Seccomp))?;
+            lsys::seccomp_set_filter(prog)
         }
     }
-    // 13. Unblock every signal: the new program starts with an empty mask.
-    let set: u64 = 0;
-    // SAFETY: `set` is a zeroed kernel sigset on our stack; the old mask is not requested.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK as libc::c_ulong,
-            &set as *const u64,
-            std::ptr::null_mut::<u64>(),
-            8 as libc::c_ulong,
-        )
-    })
-    .map_err(step(S::SignalMask))?;
-    // 14. execve; only returns on failure.
-    // SAFETY: program/argv/envp are NUL-terminated strings and NULL-terminated arrays owned
-    // by the parent.
-    let ret = unsafe { libc::syscall(libc::SYS_execve, spec.program, spec.argv, spec.envp) };
-    let _ = ret;
-    Err((S::Execve, errno()))
+
+    fn unblock_signals(&self) -> Result<(), i32> {
+        let set: u64 = 0;
+        // SAFETY: `set` is a zeroed kernel sigset on our stack; the old mask is not
+        // requested.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK as libc::c_ulong,
+                &set as *const u64,
+                std::ptr::null_mut::<u64>(),
+                8 as libc::c_ulong,
+            )
+        })
+        .map(drop)
+    }
+
+    fn execve(
+        &self,
+        program: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    ) -> i32 {
+        // SAFETY: program/argv/envp are NUL-terminated strings and NULL-terminated arrays
+        // owned by the parent; execve returns only on failure.
+        unsafe { libc::syscall(libc::SYS_execve, program, argv, envp) };
+        errno()
+    }
 }
 
 /// A reusable child stack, owned by the launcher thread.

@@ -2,6 +2,8 @@
 
 use super::raw::*;
 use super::*;
+use crate::linux::exec;
+use crate::spawn::sys::RawCalls;
 
 // ---- the program ----------------------------------------------------------------------
 
@@ -19,86 +21,54 @@ pub(super) extern "C" fn program_main(arg: *mut c_void) -> c_int {
     exit_group(127)
 }
 
+/// The program's setup and exec: the steps Tier B's child runs too
+/// ([`crate::linux::exec`]), as ns uid 0 switching to the sandbox's user under a root
+/// supervisor, with [`PROGRAM_UMASK`]. Returns only on failure.
 pub(super) fn program_setup(spec: &NsSpec<'_>) -> Result<(), Failure> {
-    use NsStep as S;
-    // 1. stdio; every source fd is >= 3, so dup3 cannot clobber one (nor refuse src == dst).
-    for (src, dst) in [(spec.stdin_fd, 0), (spec.stdout_fd, 1), (spec.stderr_fd, 2)] {
-        // SAFETY: dup3 on fds the supervisor opened for us.
-        check(unsafe { libc::syscall(libc::SYS_dup3, src, dst, 0) }).map_err(fail(S::Stdio))?;
-    }
-    // 2. Everything else closes at exec (the report pipe included).
-    // SAFETY: integer arguments.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3 as libc::c_ulong,
-            libc::c_ulong::from(u32::MAX),
-            libc::CLOSE_RANGE_CLOEXEC as libc::c_ulong,
-        )
-    })
-    .map_err(fail(S::CloseFds))?;
-    // 3. cwd in the new root, and the program's umask.
-    chdir(spec.cwd).map_err(fail(S::Chdir))?;
-    umask(PROGRAM_UMASK);
-    // 4. rlimits while we still hold CAP_SYS_RESOURCE in the userns.
-    for (resource, limit) in &spec.rlimits {
-        // SAFETY: prlimit64 on ourselves with a pointer to a valid rlimit64.
-        check(unsafe {
-            libc::syscall(
-                libc::SYS_prlimit64,
-                0 as libc::c_ulong,
-                *resource as libc::c_ulong,
-                limit as *const libc::rlimit64,
-                std::ptr::null_mut::<libc::rlimit64>(),
-            )
-        })
-        .map_err(fail(S::Rlimit))?;
-    }
-    // 5. Capabilities (all held in the userns): securebits and the bounding set need
-    //    CAP_SETPCAP, so they go before capset(0). Our uid inside is not 0, so exec would
-    //    clear the effective and permitted sets anyway; this is the belt to that brace.
-    lsys::set_securebits_noroot().map_err(fail(S::DropCaps))?;
-    lsys::drop_bounding_set(spec.last_cap).map_err(fail(S::DropCaps))?;
-    lsys::clear_ambient().map_err(fail(S::DropCaps))?;
-    // 5b. Out of ns uid 0 (pid 1's setup identity) into the sandbox's user, with no
-    //     supplementary groups, before the capabilities go (CAP_SETUID is needed).
-    if spec.switch_ids {
-        lsys::set_ids(SANDBOX_UID, SANDBOX_GID).map_err(fail(S::DropCaps))?;
-    }
-    lsys::capset_zero().map_err(fail(S::DropCaps))?;
-    // 6. no_new_privs (required for the unprivileged seccomp filter below).
-    lsys::set_no_new_privs().map_err(fail(S::NoNewPrivs))?;
-    // 6b. Landlock: the second filesystem layer, under the mount namespace.
-    if spec.landlock_fd >= 0 {
-        lsys::landlock_restrict_self(spec.landlock_fd).map_err(fail(S::Landlock))?;
-    }
-    // 7. Seccomp last, so it cannot block any setup call above.
-    if let Some(prog) = spec.seccomp {
-        lsys::seccomp_set_filter(prog).map_err(fail(S::Seccomp))?;
-    }
-    // 8. The program starts with an empty signal mask.
-    let set: u64 = 0;
-    // SAFETY: a zeroed kernel sigset on our stack; the old mask is not requested.
-    check(unsafe {
-        libc::syscall(
-            libc::SYS_rt_sigprocmask,
-            libc::SIG_SETMASK as libc::c_ulong,
-            &set as *const u64,
-            std::ptr::null_mut::<u64>(),
-            8 as libc::c_ulong,
-        )
-    })
-    .map_err(fail(S::SignalMask))?;
-    // 9. execve; only returns on failure.
-    // SAFETY: program/argv/envp are NUL-terminated strings and NULL-terminated arrays owned
-    // by the supervisor (present in our shared copy).
-    unsafe {
-        libc::syscall(
-            libc::SYS_execve,
-            spec.program.as_ptr(),
-            spec.argv,
-            spec.envp,
-        )
+    let exec = exec::ExecSpec {
+        stdio: [spec.stdin_fd, spec.stdout_fd, spec.stderr_fd],
+        inherit: &[],
+        inherit_min_src: 0,
+        cwd: spec.cwd.as_ptr(),
+        umask: Some(PROGRAM_UMASK),
+        rlimits: &spec.rlimits,
+        // All capabilities are held in the user namespace: every run drops them. Our uid
+        // inside is not 0 after the switch, so exec would clear the effective and
+        // permitted sets anyway; this is the belt to that brace. pid 1 kills the program
+        // when it ends, so no death signal is armed again.
+        privileges: exec::Privileges {
+            drop_privileged: true,
+            last_cap: spec.last_cap,
+            ids: spec.switch_ids.then_some((SANDBOX_UID, SANDBOX_GID)),
+            clear_groups: false,
+            keep_caps: false,
+            rearm_pdeathsig: None,
+        },
+        landlock_fd: spec.landlock_fd,
+        seccomp: spec.seccomp,
+        seccomp_listener_sock: -1,
+        program: spec.program.as_ptr(),
+        argv: spec.argv,
+        envp: spec.envp,
     };
-    Err(Failure::at(S::Execve, errno()))
+    let (step, errno) = exec::run(&RawCalls, &exec);
+    Err(Failure::at(step.into(), errno))
+}
+
+impl From<exec::ExecStep> for NsStep {
+    fn from(step: exec::ExecStep) -> Self {
+        use exec::ExecStep as E;
+        match step {
+            E::Stdio => Self::Stdio,
+            E::CloseFds => Self::CloseFds,
+            E::Chdir => Self::Chdir,
+            E::Rlimit => Self::Rlimit,
+            E::DropBounding | E::SetIds | E::Capset | E::Pdeathsig => Self::DropCaps,
+            E::NoNewPrivs => Self::NoNewPrivs,
+            E::Landlock => Self::Landlock,
+            E::Seccomp => Self::Seccomp,
+            E::SignalMask => Self::SignalMask,
+            E::Execve => Self::Execve,
+        }
+    }
 }

@@ -1,0 +1,238 @@
+//! The program's own setup, from stdio to `execve`: one ordered list of steps that the
+//! Tier B child and the native Tier C program both run (each after the steps of its own:
+//! Tier B's session, cgroup and helper namespaces; Tier C's pid 1 and mounts), in the
+//! manner of nsjail's `containProc`.
+//!
+//! The steps are written once, in [`run`], against [`ProgramCalls`] — the system calls
+//! they make — so that the order is tested without root or a child process (a recorder
+//! stands in for the kernel, as youki's `Syscall` trait does), and the real calls live in
+//! the unsafe `sys` module (`spawn::sys::RawCalls`).
+//!
+//! [`run`] runs in a `CLONE_VM | CLONE_VFORK` child on borrowed memory: it allocates
+//! nothing, takes no lock and never panics; everything it reads was prepared by the
+//! parent ([`ExecSpec`]).
+//!
+//! The order, and why:
+//!
+//! 1. **stdio** (`dup3` of the three prepared fds, each >= 3 so none is clobbered);
+//! 2. **every other fd close-on-exec** (`close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: the
+//!    landlock and listener fds are still needed below), then the fds a trusted helper
+//!    inherits moved into place;
+//! 3. **working directory**, while every path is still reachable, and the umask;
+//! 4. **rlimits**, before privileges go (raising a hard limit needs them);
+//! 5. **capabilities**: securebits and the bounding set first (they need `CAP_SETPCAP`),
+//!    the ambient set, then the uid/gid switch (which needs `CAP_SETUID`/`CAP_SETGID`),
+//!    then `capset(0)`; a uid change clears the parent-death signal, so it is set again;
+//! 6. **`no_new_privs`** (required by unprivileged landlock and seccomp);
+//! 7. **landlock**, after `chdir` and before seccomp (which could deny its calls);
+//! 8. **seccomp** last, so it cannot block any call above;
+//! 9. **an empty signal mask**, then **`execve`**.
+
+use std::ffi::{c_char, c_int};
+use std::os::fd::RawFd;
+
+/// A step of [`run`], named in a failure report; each tier maps it to its own step
+/// names (Tier B's `ChildStep`, native Tier C's `NsStep`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecStep {
+    /// `dup3` of stdin/stdout/stderr, or of an inherited fd into place.
+    Stdio,
+    /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`.
+    CloseFds,
+    /// `chdir` into the working directory.
+    Chdir,
+    /// `prlimit64` for one of the rlimits.
+    Rlimit,
+    /// securebits, the bounding set, the ambient set.
+    DropBounding,
+    /// `setgroups`/`setresgid`/`setresuid`.
+    SetIds,
+    /// `capset` to empty sets.
+    Capset,
+    /// `PR_SET_PDEATHSIG` again after an id change, or the parent was gone.
+    Pdeathsig,
+    /// `prctl(PR_SET_NO_NEW_PRIVS)`.
+    NoNewPrivs,
+    /// `landlock_restrict_self`.
+    Landlock,
+    /// Installing the seccomp filter.
+    Seccomp,
+    /// `rt_sigprocmask` to an empty mask.
+    SignalMask,
+    /// `execve`.
+    Execve,
+}
+
+/// Capabilities and identity of the program ([`run`] step 5).
+#[derive(Debug, Clone, Copy)]
+pub struct Privileges {
+    /// Lock securebits and empty the bounding and ambient sets (a privileged parent: a
+    /// root supervisor, or ns uid 0 in Tier C).
+    pub drop_privileged: bool,
+    /// `cap_last_cap`.
+    pub last_cap: u32,
+    /// Switch to this uid and gid, with no supplementary groups.
+    pub ids: Option<(u32, u32)>,
+    /// Without an id switch: drop the supplementary groups anyway (a trusted helper).
+    pub clear_groups: bool,
+    /// Leave the capability sets alone (a trusted helper, `bwrap`, that drops them itself
+    /// after building its sandbox).
+    pub keep_caps: bool,
+    /// After an id switch, set the parent-death signal again and check that this parent
+    /// (by pid) is still alive: the switch clears it.
+    pub rearm_pdeathsig: Option<libc::pid_t>,
+}
+
+/// Everything [`run`] reads, prepared by the parent.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecSpec<'a> {
+    /// The child's stdin, stdout and stderr, each >= 3.
+    pub stdio: [RawFd; 3],
+    /// `(src, dst)` fds a trusted helper inherits at `dst`; an entry with `src <
+    /// inherit_min_src` or `dst` outside `3..inherit_min_src` is skipped.
+    pub inherit: &'a [(RawFd, RawFd)],
+    /// Lowest source number of an inherited fd (above every destination).
+    pub inherit_min_src: RawFd,
+    /// NUL-terminated working directory.
+    pub cwd: *const c_char,
+    /// The program's umask, when it is set.
+    pub umask: Option<u32>,
+    /// `(resource, limit)` pairs.
+    pub rlimits: &'a [(c_int, libc::rlimit64)],
+    /// Capabilities and identity.
+    pub privileges: Privileges,
+    /// The landlock ruleset, or -1.
+    pub landlock_fd: RawFd,
+    /// The seccomp program, when applied.
+    pub seccomp: Option<&'a libc::sock_fprog>,
+    /// When >= 0: the filter is installed with a user-notification listener, sent over
+    /// this socket (chmod mediation).
+    pub seccomp_listener_sock: RawFd,
+    /// NUL-terminated program path.
+    pub program: *const c_char,
+    /// NULL-terminated argv.
+    pub argv: *const *const c_char,
+    /// NULL-terminated envp.
+    pub envp: *const *const c_char,
+}
+
+/// The system calls [`run`] makes. Each returns the errno of a failure.
+pub trait ProgramCalls {
+    /// `dup3(src, dst, 0)`.
+    fn dup_to(&self, src: RawFd, dst: RawFd) -> Result<(), i32>;
+    /// `close_range(first, ~0, CLOSE_RANGE_CLOEXEC)`.
+    fn cloexec_from(&self, first: RawFd) -> Result<(), i32>;
+    /// `chdir(path)`.
+    fn chdir(&self, path: *const c_char) -> Result<(), i32>;
+    /// `umask(mask)`.
+    fn umask(&self, mask: u32);
+    /// `prlimit64(0, resource, limit, NULL)`.
+    fn prlimit(&self, resource: c_int, limit: &libc::rlimit64) -> Result<(), i32>;
+    /// Lock securebits against regaining root's capabilities.
+    fn securebits_noroot(&self) -> Result<(), i32>;
+    /// Empty the bounding set (capabilities `0..=last_cap`).
+    fn drop_bounding_set(&self, last_cap: u32) -> Result<(), i32>;
+    /// Empty the ambient set.
+    fn clear_ambient(&self) -> Result<(), i32>;
+    /// Switch to `uid`/`gid` with no supplementary groups.
+    fn set_ids(&self, uid: u32, gid: u32) -> Result<(), i32>;
+    /// Drop the supplementary groups.
+    fn clear_groups(&self) -> Result<(), i32>;
+    /// `capset` to empty sets.
+    fn capset_zero(&self) -> Result<(), i32>;
+    /// `PR_SET_PDEATHSIG`, then check that `parent` is still the parent.
+    fn die_with_parent(&self, parent: libc::pid_t) -> Result<(), i32>;
+    /// `PR_SET_NO_NEW_PRIVS`.
+    fn no_new_privs(&self) -> Result<(), i32>;
+    /// `landlock_restrict_self(fd)`.
+    fn landlock_restrict(&self, fd: RawFd) -> Result<(), i32>;
+    /// Install `prog`; with `listener_sock >= 0`, with a user-notification listener sent
+    /// over that socket.
+    fn seccomp(&self, prog: &libc::sock_fprog, listener_sock: RawFd) -> Result<(), i32>;
+    /// `rt_sigprocmask(SIG_SETMASK, {})`.
+    fn unblock_signals(&self) -> Result<(), i32>;
+    /// `execve`; returns only on failure, with its errno.
+    fn execve(
+        &self,
+        program: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    ) -> i32;
+}
+
+/// Runs the program's setup and execs it (see the module docs for the order). Returns
+/// only on failure: the step and its errno.
+pub fn run(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> (ExecStep, i32) {
+    match setup(calls, spec) {
+        Ok(()) => (
+            ExecStep::Execve,
+            calls.execve(spec.program, spec.argv, spec.envp),
+        ),
+        Err(failure) => failure,
+    }
+}
+
+fn setup(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> Result<(), (ExecStep, i32)> {
+    use ExecStep as S;
+    let at = |step: ExecStep| move |errno: i32| (step, errno);
+    // 1. stdio.
+    for (src, dst) in spec.stdio.into_iter().zip(0..) {
+        calls.dup_to(src, dst).map_err(at(S::Stdio))?;
+    }
+    // 2. Everything else closes at exec; a helper's inherited fds are then moved into
+    //    place (dup3 without O_CLOEXEC keeps them across exec).
+    calls.cloexec_from(3).map_err(at(S::CloseFds))?;
+    for &(src, dst) in spec.inherit {
+        if src < spec.inherit_min_src || !(3..spec.inherit_min_src).contains(&dst) {
+            continue;
+        }
+        calls.dup_to(src, dst).map_err(at(S::CloseFds))?;
+    }
+    // 3. Working directory and umask.
+    calls.chdir(spec.cwd).map_err(at(S::Chdir))?;
+    if let Some(mask) = spec.umask {
+        calls.umask(mask);
+    }
+    // 4. rlimits.
+    for (resource, limit) in spec.rlimits {
+        calls.prlimit(*resource, limit).map_err(at(S::Rlimit))?;
+    }
+    // 5. Capabilities and identity.
+    let p = &spec.privileges;
+    if p.drop_privileged {
+        calls.securebits_noroot().map_err(at(S::DropBounding))?;
+        calls
+            .drop_bounding_set(p.last_cap)
+            .map_err(at(S::DropBounding))?;
+        calls.clear_ambient().map_err(at(S::DropBounding))?;
+    }
+    match p.ids {
+        Some((uid, gid)) => calls.set_ids(uid, gid).map_err(at(S::SetIds))?,
+        None if p.clear_groups => calls.clear_groups().map_err(at(S::SetIds))?,
+        None => {}
+    }
+    if !p.keep_caps {
+        calls.capset_zero().map_err(at(S::Capset))?;
+    }
+    if let (Some(_), Some(parent)) = (p.ids, p.rearm_pdeathsig) {
+        calls.die_with_parent(parent).map_err(at(S::Pdeathsig))?;
+    }
+    // 6–8. no_new_privs, landlock, seccomp.
+    calls.no_new_privs().map_err(at(S::NoNewPrivs))?;
+    if spec.landlock_fd >= 0 {
+        calls
+            .landlock_restrict(spec.landlock_fd)
+            .map_err(at(S::Landlock))?;
+    }
+    if let Some(prog) = spec.seccomp {
+        calls
+            .seccomp(prog, spec.seccomp_listener_sock)
+            .map_err(at(S::Seccomp))?;
+    }
+    // 9. The program starts with an empty signal mask.
+    calls.unblock_signals().map_err(at(S::SignalMask))
+}
+
+#[cfg(test)]
+#[path = "exec_tests.rs"]
+mod tests;

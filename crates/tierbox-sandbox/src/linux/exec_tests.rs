@@ -1,0 +1,287 @@
+//! The order of the program's setup, checked against a recorder instead of the kernel:
+//! no root, no child process.
+
+use std::cell::RefCell;
+
+use super::*;
+
+/// Records each call by name; fails the call named `fail_at` with `EPERM`.
+#[derive(Default)]
+struct Recorder {
+    calls: RefCell<Vec<String>>,
+    fail_at: Option<&'static str>,
+}
+
+impl Recorder {
+    fn failing(at: &'static str) -> Self {
+        Self {
+            fail_at: Some(at),
+            ..Self::default()
+        }
+    }
+
+    fn call(&self, name: &str) -> Result<(), i32> {
+        self.calls.borrow_mut().push(name.to_owned());
+        if self.fail_at == Some(name) {
+            Err(libc::EPERM)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.calls.borrow().clone()
+    }
+}
+
+impl ProgramCalls for Recorder {
+    fn dup_to(&self, src: RawFd, dst: RawFd) -> Result<(), i32> {
+        self.call(&format!("dup3({src}, {dst})"))
+    }
+    fn cloexec_from(&self, first: RawFd) -> Result<(), i32> {
+        self.call(&format!("close_range({first}, cloexec)"))
+    }
+    fn chdir(&self, _path: *const c_char) -> Result<(), i32> {
+        self.call("chdir")
+    }
+    fn umask(&self, mask: u32) {
+        let _ = self.call(&format!("umask({mask:o})"));
+    }
+    fn prlimit(&self, resource: c_int, _limit: &libc::rlimit64) -> Result<(), i32> {
+        self.call(&format!("prlimit({resource})"))
+    }
+    fn securebits_noroot(&self) -> Result<(), i32> {
+        self.call("securebits")
+    }
+    fn drop_bounding_set(&self, _last_cap: u32) -> Result<(), i32> {
+        self.call("bounding")
+    }
+    fn clear_ambient(&self) -> Result<(), i32> {
+        self.call("ambient")
+    }
+    fn set_ids(&self, uid: u32, gid: u32) -> Result<(), i32> {
+        self.call(&format!("set_ids({uid}, {gid})"))
+    }
+    fn clear_groups(&self) -> Result<(), i32> {
+        self.call("clear_groups")
+    }
+    fn capset_zero(&self) -> Result<(), i32> {
+        self.call("capset")
+    }
+    fn die_with_parent(&self, parent: libc::pid_t) -> Result<(), i32> {
+        self.call(&format!("pdeathsig({parent})"))
+    }
+    fn no_new_privs(&self) -> Result<(), i32> {
+        self.call("no_new_privs")
+    }
+    fn landlock_restrict(&self, fd: RawFd) -> Result<(), i32> {
+        self.call(&format!("landlock({fd})"))
+    }
+    fn seccomp(&self, _prog: &libc::sock_fprog, listener_sock: RawFd) -> Result<(), i32> {
+        self.call(&format!("seccomp(listener {listener_sock})"))
+    }
+    fn unblock_signals(&self) -> Result<(), i32> {
+        self.call("sigmask")
+    }
+    fn execve(
+        &self,
+        _program: *const c_char,
+        _argv: *const *const c_char,
+        _envp: *const *const c_char,
+    ) -> i32 {
+        let _ = self.call("execve");
+        libc::ENOENT
+    }
+}
+
+const LIMITS: [(c_int, libc::rlimit64); 2] = [
+    (
+        libc::RLIMIT_NOFILE as c_int,
+        libc::rlimit64 {
+            rlim_cur: 64,
+            rlim_max: 64,
+        },
+    ),
+    (
+        libc::RLIMIT_CORE as c_int,
+        libc::rlimit64 {
+            rlim_cur: 0,
+            rlim_max: 0,
+        },
+    ),
+];
+
+const FILTER: libc::sock_fprog = libc::sock_fprog {
+    len: 0,
+    filter: std::ptr::null_mut(),
+};
+
+/// A Tier B program under a root supervisor: ids switched, chmod mediated.
+fn tier_b(inherit: &[(RawFd, RawFd)]) -> ExecSpec<'_> {
+    ExecSpec {
+        stdio: [10, 11, 12],
+        inherit,
+        inherit_min_src: 16,
+        cwd: c"/ws".as_ptr(),
+        umask: None,
+        rlimits: &LIMITS,
+        privileges: Privileges {
+            drop_privileged: true,
+            last_cap: 40,
+            ids: Some((1000, 1000)),
+            clear_groups: false,
+            keep_caps: false,
+            rearm_pdeathsig: Some(77),
+        },
+        landlock_fd: 20,
+        seccomp: Some(&FILTER),
+        seccomp_listener_sock: 21,
+        program: c"/bin/true".as_ptr(),
+        argv: std::ptr::null(),
+        envp: std::ptr::null(),
+    }
+}
+
+/// The native Tier C program: ns uid 0 switching to the sandbox's user, with a umask.
+fn tier_c() -> ExecSpec<'static> {
+    ExecSpec {
+        umask: Some(0o022),
+        privileges: Privileges {
+            ids: Some((1000, 1000)),
+            rearm_pdeathsig: None,
+            ..tier_b(&[]).privileges
+        },
+        seccomp_listener_sock: -1,
+        ..tier_b(&[])
+    }
+}
+
+#[test]
+fn tier_b_runs_every_step_in_order_and_reports_a_failed_execve() {
+    let r = Recorder::default();
+    assert_eq!(run(&r, &tier_b(&[])), (ExecStep::Execve, libc::ENOENT));
+    assert_eq!(
+        r.names(),
+        [
+            "dup3(10, 0)",
+            "dup3(11, 1)",
+            "dup3(12, 2)",
+            "close_range(3, cloexec)",
+            "chdir",
+            "prlimit(7)",
+            "prlimit(4)",
+            "securebits",
+            "bounding",
+            "ambient",
+            "set_ids(1000, 1000)",
+            "capset",
+            "pdeathsig(77)",
+            "no_new_privs",
+            "landlock(20)",
+            "seccomp(listener 21)",
+            "sigmask",
+            "execve",
+        ]
+    );
+}
+
+#[test]
+fn tier_c_sets_its_umask_after_chdir_and_does_not_rearm_a_death_signal() {
+    let r = Recorder::default();
+    run(&r, &tier_c());
+    let names = r.names();
+    let at = |name: &str| names.iter().position(|n| n == name);
+    assert_eq!(at("umask(22)"), at("chdir").map(|i| i + 1), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("pdeathsig")),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"seccomp(listener -1)".to_owned()),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn the_privileged_and_landlock_steps_are_skipped_when_not_asked_for() {
+    let r = Recorder::default();
+    let spec = ExecSpec {
+        privileges: Privileges {
+            drop_privileged: false,
+            ids: None,
+            rearm_pdeathsig: Some(77),
+            ..tier_b(&[]).privileges
+        },
+        landlock_fd: -1,
+        seccomp: None,
+        ..tier_b(&[])
+    };
+    run(&r, &spec);
+    let names = r.names();
+    for absent in [
+        "securebits",
+        "bounding",
+        "ambient",
+        "set_ids",
+        "pdeathsig",
+        "landlock",
+        "seccomp",
+    ] {
+        assert!(
+            !names.iter().any(|n| n.starts_with(absent)),
+            "{absent}: {names:?}"
+        );
+    }
+    // capset(0) is never skipped for a program, with or without an id switch.
+    assert!(names.contains(&"capset".to_owned()), "{names:?}");
+}
+
+#[test]
+fn a_helper_keeps_its_capabilities_and_gets_its_inherited_fds_in_range_only() {
+    let r = Recorder::default();
+    let inherit = [(16, 3), (17, 4), (5, 5), (18, 16), (-1, -1)];
+    let spec = ExecSpec {
+        privileges: Privileges {
+            ids: None,
+            clear_groups: true,
+            keep_caps: true,
+            ..tier_b(&inherit).privileges
+        },
+        ..tier_b(&inherit)
+    };
+    run(&r, &spec);
+    let names = r.names();
+    let close = names
+        .iter()
+        .position(|n| n == "close_range(3, cloexec)")
+        .unwrap_or(usize::MAX);
+    assert_eq!(names[close + 1..close + 3], ["dup3(16, 3)", "dup3(17, 4)"]);
+    assert_eq!(names[close + 3], "chdir", "{names:?}");
+    assert!(names.contains(&"clear_groups".to_owned()), "{names:?}");
+    assert!(!names.contains(&"capset".to_owned()), "{names:?}");
+    // The ambient set is emptied even when the other sets are kept.
+    assert!(names.contains(&"ambient".to_owned()), "{names:?}");
+}
+
+#[test]
+fn a_failing_step_stops_the_sequence_and_is_named() {
+    for (call, step) in [
+        ("dup3(11, 1)", ExecStep::Stdio),
+        ("close_range(3, cloexec)", ExecStep::CloseFds),
+        ("chdir", ExecStep::Chdir),
+        ("prlimit(4)", ExecStep::Rlimit),
+        ("bounding", ExecStep::DropBounding),
+        ("set_ids(1000, 1000)", ExecStep::SetIds),
+        ("capset", ExecStep::Capset),
+        ("pdeathsig(77)", ExecStep::Pdeathsig),
+        ("no_new_privs", ExecStep::NoNewPrivs),
+        ("landlock(20)", ExecStep::Landlock),
+        ("seccomp(listener 21)", ExecStep::Seccomp),
+        ("sigmask", ExecStep::SignalMask),
+    ] {
+        let r = Recorder::failing(call);
+        assert_eq!(run(&r, &tier_b(&[])), (step, libc::EPERM), "{call}");
+        assert_eq!(r.names().last().map(String::as_str), Some(call));
+        assert!(!r.names().contains(&"execve".to_owned()), "{call}");
+    }
+}
