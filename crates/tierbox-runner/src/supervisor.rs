@@ -389,12 +389,16 @@ pub(crate) fn register_root(pid: i32, live: bool) {
     }
 }
 
+#[derive(Debug, Clone, Copy)]
 enum Ended {
     Exited,
     Timeout,
     Quota,
 }
 
+/// Supervises a launched run to its end, in four steps: [`Capture::start`] (readers,
+/// stdin, chmod mediation), [`wait_for_end`] (exit, deadline or quota), [`end_run`]
+/// (the tree killed and reaped, the proxy and readers finished), [`outcome_of`].
 async fn supervise(
     plan: &Plan,
     l: &mut RunningSandbox,
@@ -404,60 +408,107 @@ async fn supervise(
     proxy: Option<Proxy>,
     tap: Option<Arc<Tap>>,
 ) -> Result<Outcome, RunError> {
-    let quota = Arc::new(Notify::new());
-    let spill_dir = state_dir.join("spill");
-    let out_cap = Arc::new(Mutex::new(new_capture(plan, &spill_dir, run_id, "stdout")?));
-    let err_cap = Arc::new(Mutex::new(new_capture(plan, &spill_dir, run_id, "stderr")?));
-    let stdout = dup(&l.stdout)?;
-    let stderr = dup(&l.stderr)?;
-    let (out_task, err_task) = match &tap {
-        None => (
-            tokio::spawn(read_stream(stdout, out_cap.clone(), quota.clone())),
-            tokio::spawn(read_stream(stderr, err_cap.clone(), quota.clone())),
-        ),
-        Some(tap) => {
-            let tee = |inner: &Arc<Mutex<StreamCapture>>, stream| {
-                Arc::new(Tee {
-                    inner: inner.clone(),
-                    tap: tap.clone(),
-                    stream,
-                })
-            };
-            (
-                tokio::spawn(read_stream(
-                    stdout,
-                    tee(&out_cap, Stream::Stdout),
-                    quota.clone(),
-                )),
-                tokio::spawn(read_stream(
-                    stderr,
-                    tee(&err_cap, Stream::Stderr),
-                    quota.clone(),
-                )),
-            )
-        }
-    };
-    if let (Some(fd), Some(data)) = (l.stdin.take(), plan.stdin.clone()) {
-        tokio::spawn(write_stdin(fd, data));
-    }
-    // chmod calls are performed here, beneath the run's writable grants only.
-    let mediator = match l.chmod_listener.take() {
-        Some(listener) => Some(AbortOnDrop(tokio::spawn(
-            chmod_mediator(listener, plan, l)
-                .map_err(|source| RunError::Io {
-                    what: "open the writable grants for chmod mediation",
-                    source,
-                })?
-                .serve(),
-        ))),
-        None => None,
-    };
-
+    let capture = Capture::start(plan, l, &state_dir.join("spill"), run_id, tap)?;
     let pidfd = l.watch_exit().map_err(|source| RunError::Io {
         what: "register pidfd",
         source,
     })?;
     let deadline = started + Duration::from_millis(plan.limits.wall_timeout_ms);
+    let (ended, reported) = wait_for_end(l, &pidfd, deadline, &capture.quota).await?;
+    let (ending, ended_run) = end_run(plan, l, &pidfd, ended, reported, proxy, capture).await?;
+    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(outcome_of(plan, l, ended, ending, ended_run, duration_ms))
+}
+
+/// A run's output capture and the tasks serving it while it runs.
+struct Capture {
+    /// Raised by a reader when the output quota is passed.
+    quota: Arc<Notify>,
+    out_cap: Arc<Mutex<StreamCapture>>,
+    err_cap: Arc<Mutex<StreamCapture>>,
+    out_task: tokio::task::JoinHandle<()>,
+    err_task: tokio::task::JoinHandle<()>,
+    tap: Option<Arc<Tap>>,
+    /// Performs the run's chmod calls, beneath its writable grants only.
+    mediator: Option<AbortOnDrop>,
+}
+
+impl Capture {
+    /// Starts reading stdout and stderr (teed to `tap` when streaming), writes the
+    /// plan's stdin, and serves chmod mediation.
+    fn start(
+        plan: &Plan,
+        l: &mut RunningSandbox,
+        spill_dir: &std::path::Path,
+        run_id: &str,
+        tap: Option<Arc<Tap>>,
+    ) -> Result<Self, RunError> {
+        let quota = Arc::new(Notify::new());
+        let out_cap = Arc::new(Mutex::new(new_capture(plan, spill_dir, run_id, "stdout")?));
+        let err_cap = Arc::new(Mutex::new(new_capture(plan, spill_dir, run_id, "stderr")?));
+        let stdout = dup(&l.stdout)?;
+        let stderr = dup(&l.stderr)?;
+        let (out_task, err_task) = match &tap {
+            None => (
+                tokio::spawn(read_stream(stdout, out_cap.clone(), quota.clone())),
+                tokio::spawn(read_stream(stderr, err_cap.clone(), quota.clone())),
+            ),
+            Some(tap) => {
+                let tee = |inner: &Arc<Mutex<StreamCapture>>, stream| {
+                    Arc::new(Tee {
+                        inner: inner.clone(),
+                        tap: tap.clone(),
+                        stream,
+                    })
+                };
+                (
+                    tokio::spawn(read_stream(
+                        stdout,
+                        tee(&out_cap, Stream::Stdout),
+                        quota.clone(),
+                    )),
+                    tokio::spawn(read_stream(
+                        stderr,
+                        tee(&err_cap, Stream::Stderr),
+                        quota.clone(),
+                    )),
+                )
+            }
+        };
+        if let (Some(fd), Some(data)) = (l.stdin.take(), plan.stdin.clone()) {
+            tokio::spawn(write_stdin(fd, data));
+        }
+        let mediator = match l.chmod_listener.take() {
+            Some(listener) => Some(AbortOnDrop(tokio::spawn(
+                chmod_mediator(listener, plan, l)
+                    .map_err(|source| RunError::Io {
+                        what: "open the writable grants for chmod mediation",
+                        source,
+                    })?
+                    .serve(),
+            ))),
+            None => None,
+        };
+        Ok(Self {
+            quota,
+            out_cap,
+            err_cap,
+            out_task,
+            err_task,
+            tap,
+            mediator,
+        })
+    }
+}
+
+/// Waits until the run's root exits (or, for native Tier C in a long-lived supervisor,
+/// pid 1 reports the program's exit), the deadline passes, or the output quota is hit.
+async fn wait_for_end(
+    l: &RunningSandbox,
+    pidfd: &AsyncFd<OwnedFd>,
+    deadline: Instant,
+    quota: &Notify,
+) -> Result<(Ended, Option<ExitInfo>), RunError> {
     // Tier C in a long-lived supervisor: the run ends on pid 1's exit record (everything
     // else in the sandbox is dead by then), and pid 1 itself is reaped in the background
     // with the run's slot (see `cleanup`). A one-shot process waits for pid 1 instead, so
@@ -466,18 +517,39 @@ async fn supervise(
         what: "dup",
         source,
     })?;
-
     let mut reported = None;
     let ended = tokio::select! {
-        r = exited(&pidfd) => { r?; Ended::Exited }
+        r = exited(pidfd) => { r?; Ended::Exited }
         Some(exit) = reported_exit(report) => { reported = Some(exit); Ended::Exited }
         _ = tokio::time::sleep_until(deadline.into()) => Ended::Timeout,
         _ = quota.notified() => Ended::Quota,
     };
-    let Ending {
-        mut exit,
-        pid1_unreported,
-    } = match reported {
+    Ok((ended, reported))
+}
+
+/// What is left of a run once its tree is gone: the egress decisions and the output,
+/// with whether each stream's reader had to be given up.
+struct EndedRun {
+    egress: Option<tierbox_egress::EgressLog>,
+    stdout: StreamCapture,
+    stderr: StreamCapture,
+    out_incomplete: bool,
+    err_incomplete: bool,
+}
+
+/// Ends the run: the tree killed and reaped (unless pid 1 already reported the
+/// program's exit), anything that escaped the group swept, then the proxy finished and
+/// the readers drained with a bounded wait.
+async fn end_run(
+    plan: &Plan,
+    l: &mut RunningSandbox,
+    pidfd: &AsyncFd<OwnedFd>,
+    ended: Ended,
+    reported: Option<ExitInfo>,
+    proxy: Option<Proxy>,
+    capture: Capture,
+) -> Result<(Ending, EndedRun), RunError> {
+    let ending = match reported {
         // pid 1 is exiting (the reaper kills it for good measure when it takes it over).
         Some(exit) => Ending {
             exit,
@@ -489,7 +561,7 @@ async fn supervise(
                 Ended::Timeout => EndCause::Deadline,
                 Ended::Quota => EndCause::Stopped,
             };
-            end_tree(l, &pidfd, cause).await?
+            end_tree(l, pidfd, cause).await?
         }
     };
     // Anything that survived the group kill (only possible without a cgroup: a daemon
@@ -497,21 +569,53 @@ async fn supervise(
     if l.cgroup().is_none() {
         kill_tree(l);
     }
-
     // Every process of the run is dead: no new connection can reach the proxy.
     let egress = match proxy {
         Some(p) => Some(p.finish().await),
         None => None,
     };
     let drain = Duration::from_millis(DRAIN_TIMEOUT_MS);
+    let Capture {
+        out_cap,
+        err_cap,
+        out_task,
+        err_task,
+        tap,
+        mediator,
+        ..
+    } = capture;
     let out_incomplete = drain_task(out_task, drain).await;
     let err_incomplete = drain_task(err_task, drain).await;
     if let Some(tap) = &tap {
         tap.finish();
     }
     drop(mediator);
-    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok((
+        ending,
+        EndedRun {
+            egress,
+            stdout: take_capture(&out_cap, plan),
+            stderr: take_capture(&err_cap, plan),
+            out_incomplete,
+            err_incomplete,
+        },
+    ))
+}
 
+/// The outcome of an ended run: how it ended and which limit it hit, the program's exit
+/// (pid 1's own status discarded when the sandbox failed), the redacted output, usage.
+fn outcome_of(
+    plan: &Plan,
+    l: &RunningSandbox,
+    ended: Ended,
+    ending: Ending,
+    run: EndedRun,
+    duration_ms: u64,
+) -> Outcome {
+    let Ending {
+        mut exit,
+        pid1_unreported,
+    } = ending;
     let stats = l.stats();
     let limit_hit = classify(plan, &ended, &exit, stats.as_ref());
     let sandbox_failure = pid1_unreported
@@ -525,18 +629,12 @@ async fn supervise(
         .redaction
         .enabled
         .then(|| Redactor::new(&plan.redaction.sensitive_values));
-    let stdout = StreamOutput::from_captured(
-        take_capture(&out_cap, plan).finish(),
-        redactor.as_ref(),
-        out_incomplete,
-    );
-    let stderr = StreamOutput::from_captured(
-        take_capture(&err_cap, plan).finish(),
-        redactor.as_ref(),
-        err_incomplete,
-    );
+    let stdout =
+        StreamOutput::from_captured(run.stdout.finish(), redactor.as_ref(), run.out_incomplete);
+    let stderr =
+        StreamOutput::from_captured(run.stderr.finish(), redactor.as_ref(), run.err_incomplete);
     let redacted = stdout.redacted || stderr.redacted;
-    Ok(Outcome {
+    Outcome {
         run_id: String::new(),
         exit_code: exit.code,
         signal: exit.signal,
@@ -557,7 +655,7 @@ async fn supervise(
         backend: l.enforcement.backend,
         enforcement: l.enforcement.clone(),
         egress_preflight_hosts: plan.network.preflight_hosts.clone(),
-        egress,
+        egress: run.egress,
         redacted,
         plan_sha256: tierbox_attest::plan_digest(plan),
         wasm: None,
@@ -569,7 +667,7 @@ async fn supervise(
             &plan.filesystem.git_repos,
             &l.host_placeholders,
         ),
-    })
+    }
 }
 
 /// Why a run's process tree is being ended.
