@@ -740,6 +740,14 @@ pub enum PolicyError {
     Invalid { field: String, reason: String },
 }
 
+/// A field's value refused by [`Policy::check`].
+fn invalid(field: &str, reason: String) -> Result<(), PolicyError> {
+    Err(PolicyError::Invalid {
+        field: field.to_owned(),
+        reason,
+    })
+}
+
 impl Policy {
     /// The strict default policy (`policies/strict.toml`).
     pub fn builtin_default() -> Self {
@@ -781,12 +789,6 @@ impl Policy {
 
     /// Checks the rules a well-formed document must also satisfy.
     pub fn check(&self) -> Result<(), PolicyError> {
-        let invalid = |field: &str, reason: String| {
-            Err(PolicyError::Invalid {
-                field: field.to_owned(),
-                reason,
-            })
-        };
         if self.version != POLICY_VERSION {
             return Err(PolicyError::Version {
                 found: self.version,
@@ -795,6 +797,20 @@ impl Policy {
         if let Err((field, reason)) = self.wasm.check() {
             return invalid(&field, reason);
         }
+        self.check_dev_shm()?;
+        self.check_exec()?;
+        self.check_limits()?;
+        self.check_tier()?;
+        self.check_cpu_time_and_output()?;
+        self.check_env()?;
+        self.check_filesystem()?;
+        self.check_egress()?;
+        self.check_audit()?;
+        self.check_background()
+    }
+
+    /// `filesystem.dev_shm = "none"` is not contradicted by a writable `/dev/shm`.
+    fn check_dev_shm(&self) -> Result<(), PolicyError> {
         if self.filesystem.dev_shm == DevShm::None
             && self
                 .filesystem
@@ -807,6 +823,11 @@ impl Policy {
                 "\"none\" while filesystem.writable lists /dev/shm: choose one".to_owned(),
             );
         }
+        Ok(())
+    }
+
+    /// The allowlist: bounded, bare names, `*` only with its danger switch.
+    fn check_exec(&self) -> Result<(), PolicyError> {
         let exec = &self.exec;
         if exec.allowed_executables.len() > MAX_ALLOWED_EXECUTABLES {
             return invalid(
@@ -836,6 +857,11 @@ impl Policy {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Limits: none zero, the timeouts ordered and under the hard cap.
+    fn check_limits(&self) -> Result<(), PolicyError> {
         let l = &self.limits;
         for (field, value) in [
             ("limits.timeout_ms", l.timeout_ms),
@@ -868,6 +894,11 @@ impl Policy {
         if l.cpus == Some(0) {
             return invalid("limits.cpus", "must be at least 1".to_owned());
         }
+        Ok(())
+    }
+
+    /// The tier section: preference, container settings, the sandbox's ids.
+    fn check_tier(&self) -> Result<(), PolicyError> {
         if let Some(reason) = self.tier.preferred_problem() {
             return invalid("tier.preferred", reason);
         }
@@ -889,6 +920,12 @@ impl Policy {
                 _ => {}
             }
         }
+        Ok(())
+    }
+
+    /// The CPU-time limit and the output cap.
+    fn check_cpu_time_and_output(&self) -> Result<(), PolicyError> {
+        let l = &self.limits;
         if l.cpu_time_ms == Some(0) {
             return invalid("limits.cpu_time_ms", "must be at least 1".to_owned());
         }
@@ -898,6 +935,11 @@ impl Policy {
                 format!("above the hard cap {HARD_MAX_OUTPUT_BYTES}"),
             );
         }
+        Ok(())
+    }
+
+    /// `env.path` is absolute directories; variable names are names.
+    fn check_env(&self) -> Result<(), PolicyError> {
         if self.env.path.is_empty() || self.env.path.split(':').any(|d| !d.starts_with('/')) {
             return invalid(
                 "env.path",
@@ -909,6 +951,11 @@ impl Policy {
                 return invalid("env", format!("{name:?} is not a variable name"));
             }
         }
+        Ok(())
+    }
+
+    /// Filesystem paths: absolute or `~/`; protected paths stay inside the workspace.
+    fn check_filesystem(&self) -> Result<(), PolicyError> {
         for (field, list) in [
             ("filesystem.read_only", &self.filesystem.read_only),
             ("filesystem.writable", &self.filesystem.writable),
@@ -928,6 +975,11 @@ impl Policy {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// The allowlist's patterns and the pinned resolutions.
+    fn check_egress(&self) -> Result<(), PolicyError> {
         for entry in &self.egress.allow {
             if let Err(reason) = HostPattern::parse(entry) {
                 return invalid("egress.allow", format!("{entry:?}: {reason}"));
@@ -969,6 +1021,11 @@ impl Policy {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Audit paths are absolute.
+    fn check_audit(&self) -> Result<(), PolicyError> {
         for (field, path) in [
             ("audit.log", &self.audit.log),
             ("audit.signing_key", &self.audit.signing_key),
@@ -982,6 +1039,11 @@ impl Policy {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Background lifetimes and spill under their hard maxima.
+    fn check_background(&self) -> Result<(), PolicyError> {
         let b = &self.background;
         if b.default_lifetime_ms > b.max_lifetime_ms {
             return invalid(
