@@ -237,104 +237,11 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     // Claimed before pid 1 creates them; released after the run, or on any failure here.
     let claim = crate::placeholders::claim(&mplan.host_placeholders);
     let ops: Vec<NsOp<'_>> = owned.iter().map(OwnedOp::borrow).collect();
-
-    // Who the sandbox is on the host (never host root but by the policy's danger flag),
-    // and the idmapped trees that keep host ownership right for writable binds.
-    let identity = identity::resolve(plan).map_err(|reason| NativeError::Unavailable { reason })?;
-    let (uid_map, gid_map) = identity.maps();
-    let maps_by_supervisor = matches!(identity, SandboxIdentity::Host { .. });
-    let idmapped = match identity {
-        SandboxIdentity::Host { uid, gid } => identity::idmapped_binds(mplan, (uid, gid))
-            .map_err(|reason| NativeError::Unavailable { reason })?,
-        SandboxIdentity::Supervisor { .. } => Vec::new(),
-    };
-    // The compiled list is the staging prologue, then one op per planner op.
-    let prologue = owned.len() - mplan.ops.len();
-    let moved_trees: Vec<(usize, RawFd)> = idmapped
-        .iter()
-        .filter_map(|b| {
-            let at = mplan
-                .ops
-                .iter()
-                .position(|op| matches!(op, MountOp::BindRw { dst, .. } if *dst == b.dst))?;
-            Some((prologue + at, b.tree.as_raw_fd()))
-        })
-        .collect();
-    let maps_ready = if maps_by_supervisor {
-        Some(
-            crate::spawn::sys::pipe_cloexec()
-                .map_err(sys_err("pipe2(O_CLOEXEC) for the id maps"))?,
-        )
-    } else {
-        None
-    };
-
-    let program = cstring("program", plan.program.as_os_str().as_bytes())?;
-    let argv: Vec<CString> = plan
-        .argv
-        .iter()
-        .map(|a| cstring("argument", a.as_bytes()))
-        .collect::<Result<_, _>>()?;
-    let envp: Vec<CString> = child_env(plan, mplan)
-        .iter()
-        .map(|(k, v)| cstring("environment variable", format!("{k}={v}").as_bytes()))
-        .collect::<Result<_, _>>()?;
-    let argv_ptrs = null_terminated(&argv);
-    let envp_ptrs = null_terminated(&envp);
-    let cwd = cstring("cwd", plan.cwd.as_os_str().as_bytes())?;
-
-    let seccomp = if opts.seccomp {
-        Some(SeccompProgram::cached(
-            &crate::tier_c::tier_c_seccomp_spec(),
-        )?)
-    } else {
-        None
-    };
-    let fprog = seccomp.as_deref().map(SeccompProgram::as_fprog);
-    let landlock = match (opts.landlock, host_facts().landlock_abi) {
-        (true, Some(_)) => Some(
-            PreparedLandlock::prepare(&landlock_spec(plan, mplan)).map_err(|e| {
-                NativeError::Sys {
-                    call: "landlock ruleset".to_owned(),
-                    source: std::io::Error::other(e.to_string()),
-                }
-            })?,
-        ),
-        _ => None,
-    };
-    let landlock_rules: Vec<(&CStr, u64)> = match &landlock {
-        Some(l) => SANDBOX_LANDLOCK_RULES
-            .iter()
-            .map(|(path, access)| (*path, access & l.handled_fs))
-            .collect(),
-        None => Vec::new(),
-    };
-
-    use crate::spawn::sys as ssys;
-    let (stdin_child, stdin_parent) = match &plan.stdin {
-        Some(_) => {
-            let (r, w) = ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stdin"))?;
-            (r, Some(w))
-        }
-        None => (
-            ssys::open_dev_null().map_err(sys_err("open(/dev/null, O_RDONLY)"))?,
-            None,
-        ),
-    };
-    let (stdout_r, stdout_w) =
-        ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stdout"))?;
-    let (stderr_r, stderr_w) =
-        ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stderr"))?;
-    let (report_r, report_w) =
-        ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for the report pipe"))?;
-    // (supervisor's end, pid 1's end) of the socket that carries the egress listener.
-    let proxy_pair = if plan.network.needs_proxy() {
-        Some(nsys::seqpacket_pair().map_err(sys_err(
-            "socketpair(AF_UNIX, SOCK_SEQPACKET) for the egress listener",
-        ))?)
-    } else {
-        None
-    };
+    let mut identity = IdentitySetup::resolve(plan, mplan, owned.len())?;
+    let program = ProgramStrings::new(plan, mplan)?;
+    let layers = Layers::prepare(plan, mplan, opts)?;
+    let fprog = layers.seccomp.as_deref().map(SeccompProgram::as_fprog);
+    let pipes = Pipes::open(plan)?;
 
     // A network namespace made ahead of time, when the pool has one ready; with it, the
     // calling thread's own namespace to return to after the clone.
@@ -342,20 +249,21 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         netns_pool::take().and_then(|ns| nsys::own_netns().ok().map(|own| (ns, own)));
     let stacks = nsys::LaunchStacks::take();
     let mut spec = NsSpec {
-        uid_map: uid_map.as_bytes(),
-        gid_map: gid_map.as_bytes(),
+        uid_map: identity.uid_map.as_bytes(),
+        gid_map: identity.gid_map.as_bytes(),
         hostname: opts.hostname.as_bytes(),
         ops: &ops,
-        program: &program,
-        argv: argv_ptrs.as_ptr(),
-        envp: envp_ptrs.as_ptr(),
-        cwd: &cwd,
+        program: &program.program,
+        argv: program.argv_ptrs.as_ptr(),
+        envp: program.envp_ptrs.as_ptr(),
+        cwd: &program.cwd,
         init_name: INIT_NAME,
-        stdin_fd: stdin_child.as_raw_fd(),
-        stdout_fd: stdout_w.as_raw_fd(),
-        stderr_fd: stderr_w.as_raw_fd(),
-        report_fd: report_w.as_raw_fd(),
-        proxy_fd: proxy_pair
+        stdin_fd: pipes.stdin_child.as_raw_fd(),
+        stdout_fd: pipes.stdout_w.as_raw_fd(),
+        stderr_fd: pipes.stderr_w.as_raw_fd(),
+        report_fd: pipes.report_w.as_raw_fd(),
+        proxy_fd: pipes
+            .proxy_pair
             .as_ref()
             .map_or(-1, |(_, child)| child.as_raw_fd()),
         proxy_port: SANDBOX_PROXY_PORT,
@@ -364,8 +272,11 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         last_cap: caps::last_cap(),
         seccomp: fprog.as_ref(),
         cgroup_fds: &opts.cgroup_fds,
-        landlock_fd: landlock.as_ref().map_or(-1, PreparedLandlock::raw_fd),
-        landlock_rules: &landlock_rules,
+        landlock_fd: layers
+            .landlock
+            .as_ref()
+            .map_or(-1, PreparedLandlock::raw_fd),
+        landlock_rules: &layers.landlock_rules,
         arg_area: nsys::own_arg_area(),
         program_stack_top: stacks.program.top(),
         reaper_fd: match opts.exec_reaper {
@@ -374,9 +285,12 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         },
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
-        maps_ready_fd: maps_ready.as_ref().map_or(-1, |(r, _)| r.as_raw_fd()),
-        switch_ids: maps_by_supervisor,
-        moved_trees: &moved_trees,
+        maps_ready_fd: identity
+            .maps_ready
+            .as_ref()
+            .map_or(-1, |(r, _)| r.as_raw_fd()),
+        switch_ids: identity.maps_by_supervisor,
+        moved_trees: &identity.moved_trees,
     };
     let (mut flags, mut pooled) = match &pooled_netns {
         Some((ns, own)) => (TIER_C_NAMESPACES & !libc::CLONE_NEWNET, Some((ns, own))),
@@ -392,37 +306,289 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     // The sandbox holds its network namespace now; the pool's handle on it goes.
     let netns_pooled = pooled.is_some();
     drop(pooled_netns);
+    let Pipes {
+        stdin_child,
+        stdin_parent,
+        stdout_r,
+        stdout_w,
+        stderr_r,
+        stderr_w,
+        report_r,
+        report_w,
+        proxy_pair,
+    } = pipes;
     // The child's ends are closed here whatever happened; the copies in pid 1 are its own.
     drop((stdin_child, stdout_w, stderr_w, report_w));
     let proxy_sock = proxy_pair.map(|(supervisor, _child)| supervisor);
     let (pid, pidfd) = cloned.map_err(sys_err(format!(
         "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={flags:#x})"
     )))?;
-    // A root supervisor maps the sandbox's ids (pid 1 waits for the word).
-    if let Some((ready_r, ready_w)) = maps_ready {
+    identity.write_maps(pid, &pidfd)?;
+    let (program_pid_in_ns, egress_listener) =
+        await_start(&report_r, &pidfd, owned, proxy_sock.as_ref())?;
+    let enforcement = enforcement_report(
+        plan,
+        (identity.identity, identity.idmapped.len()),
+        layers.seccomp.as_deref(),
+        layers.landlock.as_ref(),
+        !opts.cgroup_fds.is_empty(),
+        mplan,
+        netns_pooled,
+    );
+    Ok(NativeLaunched {
+        pid,
+        pidfd,
+        program_pid_in_ns,
+        stdin: stdin_parent,
+        stdout: stdout_r,
+        stderr: stderr_r,
+        report: report_r,
+        host_placeholders: claim.keep(),
+        enforcement,
+        egress_listener,
+    })
+}
+
+/// Who the sandbox is on the host (never host root but by the policy's danger flag), the
+/// idmapped trees that keep host ownership right for writable binds, and — under a root
+/// supervisor, which writes pid 1's id maps — the pipe on which pid 1 waits for them.
+struct IdentitySetup {
+    identity: SandboxIdentity,
+    uid_map: String,
+    gid_map: String,
+    maps_by_supervisor: bool,
+    idmapped: Vec<identity::IdmappedBind>,
+    /// `(index in the compiled ops, tree fd)`: trees moved into place instead of the op.
+    moved_trees: Vec<(usize, RawFd)>,
+    maps_ready: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl IdentitySetup {
+    /// `compiled_ops`: how many ops the compiled list has (the staging prologue, then one
+    /// per planner op).
+    fn resolve(plan: &Plan, mplan: &MountPlan, compiled_ops: usize) -> Result<Self, NativeError> {
+        let identity =
+            identity::resolve(plan).map_err(|reason| NativeError::Unavailable { reason })?;
+        let (uid_map, gid_map) = identity.maps();
+        let maps_by_supervisor = matches!(identity, SandboxIdentity::Host { .. });
+        let idmapped = match identity {
+            SandboxIdentity::Host { uid, gid } => identity::idmapped_binds(mplan, (uid, gid))
+                .map_err(|reason| NativeError::Unavailable { reason })?,
+            SandboxIdentity::Supervisor { .. } => Vec::new(),
+        };
+        let prologue = compiled_ops - mplan.ops.len();
+        let moved_trees: Vec<(usize, RawFd)> = idmapped
+            .iter()
+            .filter_map(|b| {
+                let at = mplan
+                    .ops
+                    .iter()
+                    .position(|op| matches!(op, MountOp::BindRw { dst, .. } if *dst == b.dst))?;
+                Some((prologue + at, b.tree.as_raw_fd()))
+            })
+            .collect();
+        let maps_ready = if maps_by_supervisor {
+            Some(
+                crate::spawn::sys::pipe_cloexec()
+                    .map_err(sys_err("pipe2(O_CLOEXEC) for the id maps"))?,
+            )
+        } else {
+            None
+        };
+        Ok(Self {
+            identity,
+            uid_map,
+            gid_map,
+            maps_by_supervisor,
+            idmapped,
+            moved_trees,
+            maps_ready,
+        })
+    }
+
+    /// A root supervisor maps the sandbox's ids (pid 1 waits for the word); on failure
+    /// pid 1 is killed and reaped.
+    fn write_maps(&mut self, pid: libc::pid_t, pidfd: &OwnedFd) -> Result<(), NativeError> {
+        let Some((ready_r, ready_w)) = self.maps_ready.take() else {
+            return Ok(());
+        };
+        // pid 1 holds its own copy of the read end.
         drop(ready_r);
-        let written = std::fs::write(format!("/proc/{pid}/uid_map"), &uid_map)
-            .and_then(|()| std::fs::write(format!("/proc/{pid}/gid_map"), &gid_map))
+        let written = std::fs::write(format!("/proc/{pid}/uid_map"), &self.uid_map)
+            .and_then(|()| std::fs::write(format!("/proc/{pid}/gid_map"), &self.gid_map))
             .and_then(|()| {
                 rustix::io::write(&ready_w, b"1")
                     .map(drop)
                     .map_err(std::io::Error::from)
             });
-        if let Err(source) = written {
-            let _ = ssys::pidfd_signal(&pidfd, libc::SIGKILL);
-            let _ = ssys::wait_pidfd(&pidfd, false);
-            return Err(NativeError::Sys {
-                call: format!("write the id maps of the sandbox's pid 1 ({pid})"),
-                source,
-            });
+        match written {
+            Ok(()) => Ok(()),
+            Err(source) => {
+                kill_pid1(pidfd);
+                Err(NativeError::Sys {
+                    call: format!("write the id maps of the sandbox's pid 1 ({pid})"),
+                    source,
+                })
+            }
         }
     }
-    // Blocks until pid 1 has exec'd the program or failed (a few hundred microseconds).
-    let first = nsys::read_report(&report_r);
-    let first = match first {
+}
+
+/// The program's path, argv, environment and working directory as C strings, with the
+/// NULL-terminated pointer arrays `execve` takes (pointing into the strings).
+struct ProgramStrings {
+    program: CString,
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    envp_ptrs: Vec<*const libc::c_char>,
+    cwd: CString,
+}
+
+impl ProgramStrings {
+    fn new(plan: &Plan, mplan: &MountPlan) -> Result<Self, NativeError> {
+        let program = cstring("program", plan.program.as_os_str().as_bytes())?;
+        let argv: Vec<CString> = plan
+            .argv
+            .iter()
+            .map(|a| cstring("argument", a.as_bytes()))
+            .collect::<Result<_, _>>()?;
+        let envp: Vec<CString> = child_env(plan, mplan)
+            .iter()
+            .map(|(k, v)| cstring("environment variable", format!("{k}={v}").as_bytes()))
+            .collect::<Result<_, _>>()?;
+        let argv_ptrs = null_terminated(&argv);
+        let envp_ptrs = null_terminated(&envp);
+        let cwd = cstring("cwd", plan.cwd.as_os_str().as_bytes())?;
+        Ok(Self {
+            program,
+            _argv: argv,
+            _envp: envp,
+            argv_ptrs,
+            envp_ptrs,
+            cwd,
+        })
+    }
+}
+
+/// The kernel layers the program restricts itself with: the seccomp program, the
+/// landlock ruleset with the host grants, and the rules pid 1 adds for its own mounts.
+struct Layers {
+    seccomp: Option<std::sync::Arc<SeccompProgram>>,
+    landlock: Option<PreparedLandlock>,
+    landlock_rules: Vec<(&'static CStr, u64)>,
+}
+
+impl Layers {
+    fn prepare(plan: &Plan, mplan: &MountPlan, opts: &NativeOptions) -> Result<Self, NativeError> {
+        let seccomp = if opts.seccomp {
+            Some(SeccompProgram::cached(
+                &crate::tier_c::tier_c_seccomp_spec(),
+            )?)
+        } else {
+            None
+        };
+        let landlock = match (opts.landlock, host_facts().landlock_abi) {
+            (true, Some(_)) => Some(
+                PreparedLandlock::prepare(&landlock_spec(plan, mplan)).map_err(|e| {
+                    NativeError::Sys {
+                        call: "landlock ruleset".to_owned(),
+                        source: std::io::Error::other(e.to_string()),
+                    }
+                })?,
+            ),
+            _ => None,
+        };
+        let landlock_rules = match &landlock {
+            Some(l) => SANDBOX_LANDLOCK_RULES
+                .iter()
+                .map(|(path, access)| (*path, access & l.handled_fs))
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(Self {
+            seccomp,
+            landlock,
+            landlock_rules,
+        })
+    }
+}
+
+/// The pipes of a launch (each end close-on-exec) and, with the egress proxy, the
+/// socket pair that carries its listener out of the sandbox.
+struct Pipes {
+    stdin_child: OwnedFd,
+    stdin_parent: Option<OwnedFd>,
+    stdout_r: OwnedFd,
+    stdout_w: OwnedFd,
+    stderr_r: OwnedFd,
+    stderr_w: OwnedFd,
+    report_r: OwnedFd,
+    report_w: OwnedFd,
+    /// (supervisor's end, pid 1's end).
+    proxy_pair: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl Pipes {
+    fn open(plan: &Plan) -> Result<Self, NativeError> {
+        use crate::spawn::sys as ssys;
+        let (stdin_child, stdin_parent) = match &plan.stdin {
+            Some(_) => {
+                let (r, w) = ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stdin"))?;
+                (r, Some(w))
+            }
+            None => (
+                ssys::open_dev_null().map_err(sys_err("open(/dev/null, O_RDONLY)"))?,
+                None,
+            ),
+        };
+        let (stdout_r, stdout_w) =
+            ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stdout"))?;
+        let (stderr_r, stderr_w) =
+            ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stderr"))?;
+        let (report_r, report_w) =
+            ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for the report pipe"))?;
+        let proxy_pair = if plan.network.needs_proxy() {
+            Some(nsys::seqpacket_pair().map_err(sys_err(
+                "socketpair(AF_UNIX, SOCK_SEQPACKET) for the egress listener",
+            ))?)
+        } else {
+            None
+        };
+        Ok(Self {
+            stdin_child,
+            stdin_parent,
+            stdout_r,
+            stdout_w,
+            stderr_r,
+            stderr_w,
+            report_r,
+            report_w,
+            proxy_pair,
+        })
+    }
+}
+
+/// SIGKILLs the sandbox's pid 1 and reaps it (a launch that cannot go on).
+fn kill_pid1(pidfd: &OwnedFd) {
+    let _ = crate::spawn::sys::pidfd_signal(pidfd, libc::SIGKILL);
+    let _ = crate::spawn::sys::wait_pidfd(pidfd, false);
+}
+
+/// Waits for pid 1's first record (a few hundred microseconds): the program's pid in
+/// the namespace once it runs, and the egress listener pid 1 sent before it; a failure
+/// record, no record or a bad one is the launch's error (pid 1 reaped).
+fn await_start(
+    report: &OwnedFd,
+    pidfd: &OwnedFd,
+    owned: &[OwnedOp],
+    proxy_sock: Option<&OwnedFd>,
+) -> Result<(libc::pid_t, Option<std::net::TcpListener>), NativeError> {
+    use crate::spawn::sys as ssys;
+    let first = match nsys::read_report(report) {
         Ok(Some(r)) => r,
         Ok(None) | Err(_) => {
-            let how = match ssys::wait_pidfd(&pidfd, false) {
+            let how = match ssys::wait_pidfd(pidfd, false) {
                 Ok(Some(e)) => match (e.code, e.signal) {
                     (_, Some(sig)) => format!(
                         "was killed by signal {sig}{}",
@@ -441,48 +607,26 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         }
     };
     if first.tag == ReportTag::Failed as u32 {
-        let _ = ssys::wait_pidfd(&pidfd, false);
+        let _ = ssys::wait_pidfd(pidfd, false);
         return Err(child_error(&first, owned));
     }
     if first.tag != ReportTag::Started as u32 {
-        let _ = ssys::pidfd_signal(&pidfd, libc::SIGKILL);
-        let _ = ssys::wait_pidfd(&pidfd, false);
+        kill_pid1(pidfd);
         return Err(NativeError::BadReport { tag: first.tag });
     }
     // pid 1 sent the listener before its Started record, so it is already queued.
-    let egress_listener = match proxy_sock.as_ref().map(nsys::recv_fd) {
+    let egress_listener = match proxy_sock.map(nsys::recv_fd) {
         None => None,
         Some(Ok(fd)) => Some(std::net::TcpListener::from(fd)),
         Some(Err(source)) => {
-            let _ = ssys::pidfd_signal(&pidfd, libc::SIGKILL);
-            let _ = ssys::wait_pidfd(&pidfd, false);
+            kill_pid1(pidfd);
             return Err(NativeError::Sys {
                 call: "recvmsg(SCM_RIGHTS) of the egress listener".to_owned(),
                 source,
             });
         }
     };
-    let enforcement = enforcement_report(
-        plan,
-        (identity, idmapped.len()),
-        seccomp.as_deref(),
-        landlock.as_ref(),
-        !opts.cgroup_fds.is_empty(),
-        mplan,
-        netns_pooled,
-    );
-    Ok(NativeLaunched {
-        pid,
-        pidfd,
-        program_pid_in_ns: first.value,
-        stdin: stdin_parent,
-        stdout: stdout_r,
-        stderr: stderr_r,
-        report: report_r,
-        host_placeholders: claim.keep(),
-        enforcement,
-        egress_listener,
-    })
+    Ok((first.value, egress_listener))
 }
 
 /// Landlock rules pid 1 adds for the mounts it creates itself, as `(path in the new root,
