@@ -127,113 +127,140 @@ fn canaries(
 /// `tierbox doctor`, also saying which Tier C backend `policy` (described by `source`)
 /// selects and whether this host can run it.
 pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<ExitCode> {
-    let facts = host_facts();
-    let summary = facts.summary();
-    let userns = tierbox_runner::host::probe_userns_cached();
-    let engines = engines();
-    let canaries = canaries(policy, &engines);
-    let canary_of = |b: TierCBackend| canaries.iter().find(|(x, _)| *x == b).map(|(_, c)| c);
-    let (identity_text, identity_json) = sandbox_identity(policy);
-    let tiers: Vec<serde_json::Value> = [Tier::C, Tier::B, Tier::A]
-        .into_iter()
-        .map(|t| {
-            let mut v = match tier_available(t, facts) {
-                // Tier A needs nothing from the kernel: it runs WASM, not host programs.
-                _ if t == Tier::A => serde_json::json!({
-                    "tier": "a", "available": true,
-                    "note": "runs WASM modules and the interpreters the policy maps to WASI builds; native programs are refused"
-                }),
-                Ok(()) => serde_json::json!({ "tier": t.to_string(), "available": true }),
-                Err(reason) => serde_json::json!({
-                    "tier": t.to_string(), "available": false, "reason": reason.to_string()
-                }),
-            };
-            v["backends"] = serde_json::Value::Array(backends(t, &summary, &engines, &canaries));
-            if t == Tier::C
-                && v["available"] == true
-                && !canaries.iter().any(|(_, c)| c.is_ok())
-            {
-                v["available"] = serde_json::Value::Bool(false);
-                v["reason"] = serde_json::Value::String(
-                    "no tier c backend passed its canary run (see backends)".to_owned(),
-                );
-            }
-            v
-        })
-        .collect();
-    let backend = policy.tier.backend;
-    let backend_status: Result<(), String> = match Engine::for_backend(backend) {
-        Some(engine) => engines
-            .iter()
-            .find(|(e, _)| *e == engine)
-            .map_or(Ok(()), |(_, s)| s.clone().map(|_| ())),
-        None => match backend {
-            tierbox_policy::TierCBackend::Bwrap => tierbox_runner::host::probe_bwrap_cached()
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
-            _ => tier_available(Tier::C, facts).map_err(|e| e.to_string()),
-        },
-    };
-    // A backend that probes well but cannot run `true` is not available either.
-    let backend_status = backend_status.and_then(|()| match canary_of(backend) {
-        Some(Err(reason)) => Err(reason.clone()),
-        _ => Ok(()),
-    });
-    let mut hints = Vec::new();
-    if let Err(reason) = &backend_status {
-        hints.push(format!(
-            "tier c: {source} selects tier.backend = \"{backend}\", which this host cannot run ({reason}); tier c runs are rejected with tier.unavailable"
-        ));
+    let report = Report::gather(policy, source);
+    if json {
+        report.print_json()?;
+    } else {
+        report.print_text();
     }
-    let runtimes = crate::wasm::runtimes_dir();
-    let missing: Vec<&str> = crate::wasm::RUNTIMES
-        .iter()
-        .map(|(name, _)| *name)
-        .filter(|name| !runtimes.join(name).is_file())
-        .collect();
-    if !missing.is_empty() {
-        hints.push(format!(
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where `egress.mode = "strict"` with an allowlist can be enforced.
+struct StrictEgress {
+    tier_b: bool,
+    tier_c: bool,
+    /// bwrap starts in a namespace the supervisor makes, which takes root.
+    tier_c_bwrap: bool,
+}
+
+/// Everything `doctor` found, before it is printed.
+struct Report<'a> {
+    source: &'a str,
+    summary: tierbox_runner::host::HostSummary,
+    userns_reason: Option<String>,
+    engines: Vec<(Engine, Result<String, String>)>,
+    tiers: Vec<serde_json::Value>,
+    identity_text: String,
+    identity_json: serde_json::Value,
+    backend: TierCBackend,
+    /// Whether this host can run the policy's Tier C backend (its canary included).
+    backend_status: Result<(), String>,
+    strict: StrictEgress,
+    hints: Vec<String>,
+}
+
+impl<'a> Report<'a> {
+    fn gather(policy: &Policy, source: &'a str) -> Self {
+        let facts = host_facts();
+        let summary = facts.summary();
+        let userns = tierbox_runner::host::probe_userns_cached();
+        let engines = engines();
+        let canaries = canaries(policy, &engines);
+        let (identity_text, identity_json) = sandbox_identity(policy);
+        let tiers = tier_reports(&summary, &engines, &canaries);
+        let backend = policy.tier.backend;
+        let backend_status = backend_status(backend, &engines, &canaries);
+        let strict_tier_b = summary.seccomp && summary.landlock_abi.is_some_and(|a| a >= 4);
+        let strict_tier_c = userns.reason().is_none();
+        let strict = StrictEgress {
+            tier_b: strict_tier_b,
+            tier_c: strict_tier_c,
+            tier_c_bwrap: strict_tier_c
+                && tierbox_runner::host::host_facts().euid == 0
+                && tierbox_runner::host::probe_bwrap_cached().is_ok(),
+        };
+        let mut report = Self {
+            source,
+            summary,
+            userns_reason: userns.reason().map(str::to_owned),
+            engines,
+            tiers,
+            identity_text,
+            identity_json,
+            backend,
+            backend_status,
+            strict,
+            hints: Vec::new(),
+        };
+        report.hints = report.hints();
+        report
+    }
+
+    /// What to do about each thing this host lacks.
+    fn hints(&self) -> Vec<String> {
+        let (summary, identity_json) = (&self.summary, &self.identity_json);
+        let (source, backend) = (self.source, self.backend);
+        let mut hints = Vec::new();
+        if let Err(reason) = &self.backend_status {
+            hints.push(format!(
+                "tier c: {source} selects tier.backend = \"{backend}\", which this host cannot run ({reason}); tier c runs are rejected with tier.unavailable"
+            ));
+        }
+        let runtimes = crate::wasm::runtimes_dir();
+        let missing: Vec<&str> = crate::wasm::RUNTIMES
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| !runtimes.join(name).is_file())
+            .collect();
+        if !missing.is_empty() {
+            hints.push(format!(
             "tier a: {} not in {}; run `tierbox wasm fetch-runtimes` to run python3 and qjs in tier a",
             missing.join(" and "),
             runtimes.display()
         ));
-    }
-    match summary.landlock_abi {
+        }
+        match summary.landlock_abi {
         None => hints.push("landlock: enable it (CONFIG_SECURITY_LANDLOCK=y and `landlock` in the lsm= boot parameter); without it tier b rejects runs".to_owned()),
         Some(abi) if abi < 6 => hints.push(format!("landlock ABI {abi}: signal and abstract-socket scoping need ABI 6 (Linux 6.12); add \"landlock_scopes\" to tier.optional_layers to accept this host")),
         Some(_) => {}
     }
-    if identity_json["idmapped_mounts"]["work"] == false {
-        hints.push(format!(
+        if identity_json["idmapped_mounts"]["work"] == false {
+            hints.push(format!(
             "idmapped mounts: {}; a root supervisor runs tier c as an unprivileged host uid and needs them for a workspace that uid does not own (Linux 5.12+ for ext4 and xfs, 5.15+ for btrfs, 6.3+ for tmpfs); otherwise give the workspace an unprivileged owner, whose uid the sandbox then runs as",
             identity_json["idmapped_mounts"]["reason"].as_str().unwrap_or("unavailable")
         ));
-    }
-    if !summary.seccomp {
-        hints.push("seccomp: the kernel refuses seccomp filters (CONFIG_SECCOMP_FILTER, or a container profile blocks seccomp(2))".to_owned());
-    }
-    if summary.cgroup_version.is_none() {
-        hints.push(format!(
+        }
+        if !summary.seccomp {
+            hints.push("seccomp: the kernel refuses seccomp filters (CONFIG_SECCOMP_FILTER, or a container profile blocks seccomp(2))".to_owned());
+        }
+        if summary.cgroup_version.is_none() {
+            hints.push(format!(
             "cgroups: {} — run the supervisor in a delegated cgroup v2 subtree (e.g. `systemd-run --user -p Delegate=yes --scope tierbox …`) or as root with cgroup v1; without it memory and process limits fall back to rlimits",
             summary.cgroup_detail
         ));
+        }
+        if let Some(reason) = &self.userns_reason {
+            hints.push(format!(
+                "user namespaces: {reason}; tier c needs them (tier b does not)"
+            ));
+        }
+        if !self.strict.tier_b && !self.strict.tier_c {
+            hints.push("egress: strict mode with an allowlist needs user namespaces (tier c) or landlock ABI 4 with seccomp (tier b); this host has neither, so such runs are rejected".to_owned());
+        }
+        hints
     }
-    if let Some(reason) = userns.reason() {
-        hints.push(format!(
-            "user namespaces: {reason}; tier c needs them (tier b does not)"
-        ));
-    }
-    // Where `egress.mode = "strict"` with an allowlist can be enforced.
-    let strict_tier_b = summary.seccomp && summary.landlock_abi.is_some_and(|a| a >= 4);
-    let strict_tier_c = userns.reason().is_none();
-    // bwrap starts in a namespace the supervisor makes, which takes root.
-    let strict_tier_c_bwrap = strict_tier_c
-        && tierbox_runner::host::host_facts().euid == 0
-        && tierbox_runner::host::probe_bwrap_cached().is_ok();
-    if !strict_tier_b && !strict_tier_c {
-        hints.push("egress: strict mode with an allowlist needs user namespaces (tier c) or landlock ABI 4 with seccomp (tier b); this host has neither, so such runs are rejected".to_owned());
-    }
-    if json {
+
+    fn print_json(&self) -> Result<()> {
+        let (summary, tiers, identity_json, hints) =
+            (&self.summary, &self.tiers, &self.identity_json, &self.hints);
+        let (source, backend, backend_status) = (self.source, self.backend, &self.backend_status);
+        let (strict_tier_b, strict_tier_c, strict_tier_c_bwrap) = (
+            self.strict.tier_b,
+            self.strict.tier_c,
+            self.strict.tier_c_bwrap,
+        );
+        let engines = &self.engines;
         let egress = serde_json::json!({
             "strict_allowlist": {
                 "tier_c_native": strict_tier_c,
@@ -265,94 +292,167 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
                 "containers": containers, "selected_backend": selected, "hints": hints
             }))?
         );
-        return Ok(ExitCode::SUCCESS);
+        Ok(())
     }
-    println!("kernel      {}", summary.kernel);
-    println!(
-        "supervisor  {}",
-        if summary.root {
-            "root (children drop every capability)"
-        } else {
-            "unprivileged"
+
+    fn print_text(&self) {
+        let (summary, tiers, identity_text, hints) =
+            (&self.summary, &self.tiers, &self.identity_text, &self.hints);
+        let (source, backend, backend_status) = (self.source, self.backend, &self.backend_status);
+        let (strict_tier_b, strict_tier_c, strict_tier_c_bwrap) = (
+            self.strict.tier_b,
+            self.strict.tier_c,
+            self.strict.tier_c_bwrap,
+        );
+        let engines = &self.engines;
+        let userns_reason = &self.userns_reason;
+        println!("kernel      {}", summary.kernel);
+        println!(
+            "supervisor  {}",
+            if summary.root {
+                "root (children drop every capability)"
+            } else {
+                "unprivileged"
+            }
+        );
+        println!(
+            "landlock    {}",
+            summary
+                .landlock_abi
+                .map_or("unavailable".to_owned(), |a| format!("ABI {a}"))
+        );
+        println!(
+            "seccomp     {}",
+            if summary.seccomp {
+                "available"
+            } else {
+                "unavailable"
+            }
+        );
+        println!("cgroup      {}", summary.cgroup_detail);
+        println!("identity    tier c: {identity_text}");
+        println!(
+            "userns      {}",
+            userns_reason
+                .as_deref()
+                .map_or("available".to_owned(), |r| format!("unavailable: {r}"))
+        );
+        let yes_no = |b: bool| if b { "yes" } else { "no" };
+        println!(
+            "egress      strict with an allowlist (through the proxy): tier c native {}, tier c bwrap {}, tier b {}",
+            yes_no(strict_tier_c),
+            yes_no(strict_tier_c_bwrap),
+            yes_no(strict_tier_b)
+        );
+        for (e, status) in engines {
+            match status {
+                Ok(detail) => println!("{:<11} reachable: {detail}", e.to_string()),
+                Err(reason) => println!("{:<11} {reason}", e.to_string()),
+            }
         }
-    );
-    println!(
-        "landlock    {}",
-        summary
-            .landlock_abi
-            .map_or("unavailable".to_owned(), |a| format!("ABI {a}"))
-    );
-    println!(
-        "seccomp     {}",
-        if summary.seccomp {
-            "available"
-        } else {
-            "unavailable"
+        println!(
+            "backend     {source}: tier c backend \"{backend}\" — {}",
+            match &backend_status {
+                Ok(()) => "available".to_owned(),
+                Err(reason) => format!("unavailable: {reason}"),
+            }
+        );
+        println!();
+        for t in tiers {
+            let tier = t["tier"].as_str().unwrap_or("?");
+            if t["available"].as_bool().unwrap_or(false) {
+                println!("tier {tier}      available");
+            } else {
+                println!(
+                    "tier {tier}      unavailable: {}",
+                    t["reason"].as_str().unwrap_or("")
+                );
+            }
+            for b in t["backends"].as_array().into_iter().flatten() {
+                let name = b["backend"].as_str().unwrap_or("?");
+                match b["reason"].as_str() {
+                    Some(reason) => println!("  {name:<22} unavailable: {reason}"),
+                    None => println!(
+                        "  {name:<22} {}",
+                        b["layers"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|l| l.as_str())
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                }
+            }
         }
-    );
-    println!("cgroup      {}", summary.cgroup_detail);
-    println!("identity    tier c: {identity_text}");
-    println!(
-        "userns      {}",
-        userns
-            .reason()
-            .map_or("available".to_owned(), |r| format!("unavailable: {r}"))
-    );
-    let yes_no = |b: bool| if b { "yes" } else { "no" };
-    println!(
-        "egress      strict with an allowlist (through the proxy): tier c native {}, tier c bwrap {}, tier b {}",
-        yes_no(strict_tier_c),
-        yes_no(strict_tier_c_bwrap),
-        yes_no(strict_tier_b)
-    );
-    for (e, status) in &engines {
-        match status {
-            Ok(detail) => println!("{:<11} reachable: {detail}", e.to_string()),
-            Err(reason) => println!("{:<11} {reason}", e.to_string()),
-        }
-    }
-    println!(
-        "backend     {source}: tier c backend \"{backend}\" — {}",
-        match &backend_status {
-            Ok(()) => "available".to_owned(),
-            Err(reason) => format!("unavailable: {reason}"),
-        }
-    );
-    println!();
-    for t in &tiers {
-        let tier = t["tier"].as_str().unwrap_or("?");
-        if t["available"].as_bool().unwrap_or(false) {
-            println!("tier {tier}      available");
-        } else {
-            println!(
-                "tier {tier}      unavailable: {}",
-                t["reason"].as_str().unwrap_or("")
-            );
-        }
-        for b in t["backends"].as_array().into_iter().flatten() {
-            let name = b["backend"].as_str().unwrap_or("?");
-            match b["reason"].as_str() {
-                Some(reason) => println!("  {name:<22} unavailable: {reason}"),
-                None => println!(
-                    "  {name:<22} {}",
-                    b["layers"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|l| l.as_str())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
+        if !hints.is_empty() {
+            println!();
+            for h in hints {
+                println!("hint: {h}");
             }
         }
     }
-    if !hints.is_empty() {
-        println!();
-        for h in hints {
-            println!("hint: {h}");
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// Each tier's availability on this host, with its backends (and their canary runs).
+fn tier_reports(
+    summary: &tierbox_runner::host::HostSummary,
+    engines: &[(Engine, Result<String, String>)],
+    canaries: &[(TierCBackend, Canary)],
+) -> Vec<serde_json::Value> {
+    let facts = host_facts();
+    [Tier::C, Tier::B, Tier::A]
+        .into_iter()
+        .map(|t| {
+            let mut v = match tier_available(t, facts) {
+                // Tier A needs nothing from the kernel: it runs WASM, not host programs.
+                _ if t == Tier::A => serde_json::json!({
+                    "tier": "a", "available": true,
+                    "note": "runs WASM modules and the interpreters the policy maps to WASI builds; native programs are refused"
+                }),
+                Ok(()) => serde_json::json!({ "tier": t.to_string(), "available": true }),
+                Err(reason) => serde_json::json!({
+                    "tier": t.to_string(), "available": false, "reason": reason.to_string()
+                }),
+            };
+            v["backends"] = serde_json::Value::Array(backends(t, summary, engines, canaries));
+            if t == Tier::C
+                && v["available"] == true
+                && !canaries.iter().any(|(_, c)| c.is_ok())
+            {
+                v["available"] = serde_json::Value::Bool(false);
+                v["reason"] = serde_json::Value::String(
+                    "no tier c backend passed its canary run (see backends)".to_owned(),
+                );
+            }
+            v
+        })
+        .collect()
+}
+
+/// Whether this host can run `backend`: its probe, then its canary run (a backend that
+/// probes well but cannot run `true` is not available either).
+fn backend_status(
+    backend: TierCBackend,
+    engines: &[(Engine, Result<String, String>)],
+    canaries: &[(TierCBackend, Canary)],
+) -> Result<(), String> {
+    let probed = match Engine::for_backend(backend) {
+        Some(engine) => engines
+            .iter()
+            .find(|(e, _)| *e == engine)
+            .map_or(Ok(()), |(_, s)| s.clone().map(|_| ())),
+        None => match backend {
+            TierCBackend::Bwrap => tierbox_runner::host::probe_bwrap_cached()
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            _ => tier_available(Tier::C, host_facts()).map_err(|e| e.to_string()),
+        },
+    };
+    probed.and_then(|()| match canaries.iter().find(|(x, _)| *x == backend) {
+        Some((_, Err(reason))) => Err(reason.clone()),
+        _ => Ok(()),
+    })
 }
 
 /// Who a Tier C sandbox of `policy` is on this host, and whether idmapped mounts work
