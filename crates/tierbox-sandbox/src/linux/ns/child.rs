@@ -1019,11 +1019,26 @@ fn tmpfs_data(size: u64, mode: u32) -> Result<CString, NativeError> {
 /// `NsOp`s per [`MountOp`], paths prefixed with [`NEW_ROOT`] (destinations) and
 /// [`OLD_ROOT`] (bind sources) until the final pivot. Pure.
 pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
-    const TMPFS: &CStr = c"tmpfs";
-    let stage = |p: &str| cstring("staging path", format!("{STAGE_BASE}{p}").as_bytes());
-    let mut out = Vec::with_capacity(mplan.ops.len() + 5);
+    let mut out = staging_prologue()?;
+    out.reserve(mplan.ops.len());
+    let mut compiler = OpCompiler {
+        new_root: cstring("staging path", NEW_ROOT.as_bytes())?,
+        writable_binds: Vec::new(),
+    };
+    for op in &mplan.ops {
+        let compiled = compiler.compile(op, out.len())?;
+        out.push(compiled);
+    }
+    Ok(out)
+}
 
-    // Prologue: private propagation, the staging tmpfs, the first pivot.
+const TMPFS: &CStr = c"tmpfs";
+
+/// The prologue: private propagation, the staging tmpfs, its two directories, the first
+/// pivot.
+fn staging_prologue() -> Result<Vec<OwnedOp>, NativeError> {
+    let stage = |p: &str| cstring("staging path", format!("{STAGE_BASE}{p}").as_bytes());
+    let mut out = Vec::with_capacity(5);
     let mut private = OwnedOp::new(
         OpKind::Mount,
         c"/".to_owned(),
@@ -1031,16 +1046,13 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
     );
     private.flags = libc::MS_REC | libc::MS_PRIVATE;
     out.push(private);
-    let mut base = OwnedOp::new(
-        OpKind::Mount,
+    out.push(tmpfs(
         cstring("staging path", STAGE_BASE.as_bytes())?,
         format!("staging tmpfs on {STAGE_BASE}"),
-    );
-    base.src = Some(TMPFS.to_owned());
-    base.fstype = Some(TMPFS);
-    base.flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-    base.data = Some(tmpfs_data(STAGE_TMPFS_BYTES, STAGE_DIR_MODE)?);
-    out.push(base);
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        STAGE_TMPFS_BYTES,
+        STAGE_DIR_MODE,
+    )?);
     for dir in [NEW_ROOT, OLD_ROOT] {
         let mut d = OwnedOp::new(
             OpKind::Mkdir,
@@ -1057,30 +1069,68 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
     );
     pivot.src = Some(stage(OLD_ROOT)?);
     out.push(pivot);
+    Ok(out)
+}
 
-    let new_root = cstring("staging path", NEW_ROOT.as_bytes())?;
-    // Writable host binds so far: a destination below one lies in a tree other sandboxes
-    // (runs on the same workspace) can change under us, so binds there keep the
-    // symlink-proof `open_tree` + `move_mount`. Every other bind lands on a mount point
-    // pid 1 made itself in its private tmpfs, and takes a plain `mount(MS_BIND)` (see
-    // `NsOp::plain_bind`).
-    let mut writable_binds: Vec<&Path> = Vec::new();
-    let plain_ok = |dst: &Path, writable: &[&Path]| -> bool {
-        !writable.iter().any(|w| dst.starts_with(w) && dst != *w)
-    };
-    for op in &mplan.ops {
+/// A tmpfs of `size` bytes and root `mode` mounted on `dst` with `flags`.
+fn tmpfs(
+    dst: CString,
+    describe: String,
+    flags: libc::c_ulong,
+    size: u64,
+    mode: u32,
+) -> Result<OwnedOp, NativeError> {
+    let mut o = OwnedOp::new(OpKind::Mount, dst, describe);
+    o.src = Some(TMPFS.to_owned());
+    o.fstype = Some(TMPFS);
+    o.flags = flags;
+    o.data = Some(tmpfs_data(size, mode)?);
+    Ok(o)
+}
+
+/// `mount_setattr` of `dst` (recursively or not) setting `attr`.
+fn setattr(dst: CString, describe: String, recursive: bool, attr: u64) -> OwnedOp {
+    let mut o = OwnedOp::new(OpKind::Setattr, dst, describe);
+    o.recursive = recursive;
+    o.attr = attr;
+    o
+}
+
+/// Compiles the planner's ops one by one, remembering the writable binds made so far.
+struct OpCompiler<'p> {
+    new_root: CString,
+    /// Writable host binds so far: a destination below one lies in a tree other
+    /// sandboxes (runs on the same workspace) can change under us, so binds there keep
+    /// the symlink-proof `open_tree` + `move_mount`. Every other bind lands on a mount
+    /// point pid 1 made itself in its private tmpfs, and takes a plain `mount(MS_BIND)`
+    /// (see `NsOp::plain_bind`).
+    writable_binds: Vec<&'p Path>,
+}
+
+impl<'p> OpCompiler<'p> {
+    fn plain_ok(&self, dst: &Path) -> bool {
+        !self
+            .writable_binds
+            .iter()
+            .any(|w| dst.starts_with(w) && dst != *w)
+    }
+
+    /// The `NsOp` for `op`, the `index`th of the compiled list.
+    fn compile(&mut self, op: &'p MountOp, index: usize) -> Result<OwnedOp, NativeError> {
+        const RO_NOSUID_NODEV: u64 =
+            nsys::MOUNT_ATTR_RDONLY | nsys::MOUNT_ATTR_NOSUID | nsys::MOUNT_ATTR_NODEV;
         let describe = op.to_string();
-        let compiled = match op {
-            MountOp::TmpfsRoot { size_bytes, mode } => {
-                let mut o = OwnedOp::new(OpKind::Mount, new_root.clone(), describe);
-                o.src = Some(TMPFS.to_owned());
-                o.fstype = Some(TMPFS);
-                o.flags = libc::MS_NOSUID | libc::MS_NODEV;
-                o.data = Some(tmpfs_data(*size_bytes, *mode)?);
-                o
-            }
+        let new = |p: &Path| under(NEW_ROOT, p);
+        Ok(match op {
+            MountOp::TmpfsRoot { size_bytes, mode } => tmpfs(
+                self.new_root.clone(),
+                describe,
+                libc::MS_NOSUID | libc::MS_NODEV,
+                *size_bytes,
+                *mode,
+            )?,
             MountOp::Dir { path, mode } => {
-                let mut o = OwnedOp::new(OpKind::Mkdir, under(NEW_ROOT, path)?, describe);
+                let mut o = OwnedOp::new(OpKind::Mkdir, new(path)?, describe);
                 o.mode = *mode;
                 // The private HOME is the program's: pid 1 makes it during setup, as ns
                 // uid 0 under a root supervisor.
@@ -1088,41 +1138,42 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
                 o
             }
             MountOp::File { path, mode } => {
-                let mut o = OwnedOp::new(OpKind::MkFile, under(NEW_ROOT, path)?, describe);
+                let mut o = OwnedOp::new(OpKind::MkFile, new(path)?, describe);
                 o.mode = *mode;
                 o
             }
             MountOp::Symlink { target, link } => {
-                let mut o = OwnedOp::new(OpKind::Symlink, under(NEW_ROOT, link)?, describe);
+                let mut o = OwnedOp::new(OpKind::Symlink, new(link)?, describe);
                 o.src = Some(path_c("symlink target", target)?);
                 o
             }
             MountOp::Proc { dst } => {
-                let mut o = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, describe);
+                let mut o = OwnedOp::new(OpKind::Mount, new(dst)?, describe);
                 o.src = Some(c"proc".to_owned());
                 o.fstype = Some(c"proc");
                 o.flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
                 o
             }
             MountOp::ProcKnob { dst, cover } => {
-                let mut o = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, describe);
-                match cover {
+                let mut o = match cover {
                     // A plain bind of the host's /dev/null (no clone of a mount tree: a
                     // bind through `open_tree` onto a proc entry costs ~50 µs, this ~5).
                     // Nothing can race it: the host root is trusted, and no sandboxed
                     // process exists yet.
                     ProcCover::MaskFile => {
+                        let mut o = OwnedOp::new(OpKind::Mount, new(dst)?, describe);
                         o.src = Some(under(OLD_ROOT, Path::new("/dev/null"))?);
                         o.flags = libc::MS_BIND;
+                        o
                     }
-                    ProcCover::MaskDir => {
-                        o.src = Some(TMPFS.to_owned());
-                        o.fstype = Some(TMPFS);
-                        o.flags =
-                            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-                        o.data = Some(tmpfs_data(COVER_TMPFS_BYTES, COVER_DIR_MODE)?);
-                    }
-                }
+                    ProcCover::MaskDir => tmpfs(
+                        new(dst)?,
+                        describe,
+                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                        COVER_TMPFS_BYTES,
+                        COVER_DIR_MODE,
+                    )?,
+                };
                 o.if_present = true;
                 o
             }
@@ -1130,23 +1181,22 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
                 dst,
                 size_bytes,
                 mode,
-            } => {
-                let mut o = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, describe);
-                o.src = Some(TMPFS.to_owned());
-                o.fstype = Some(TMPFS);
-                o.flags = libc::MS_NOSUID | libc::MS_NODEV;
-                o.data = Some(tmpfs_data(*size_bytes, *mode)?);
-                o
-            }
+            } => tmpfs(
+                new(dst)?,
+                describe,
+                libc::MS_NOSUID | libc::MS_NODEV,
+                *size_bytes,
+                *mode,
+            )?,
             MountOp::DevNode { src, dst } => {
-                let mut o = OwnedOp::new(OpKind::BindTree, under(NEW_ROOT, dst)?, describe);
+                let mut o = OwnedOp::new(OpKind::BindTree, new(dst)?, describe);
                 o.src = Some(under(OLD_ROOT, src)?);
                 o.expect = Expect::CharDev;
-                o.plain_bind = plain_ok(dst, &writable_binds);
+                o.plain_bind = self.plain_ok(dst);
                 o
             }
             MountOp::DevPts { dst } => {
-                let mut o = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, describe);
+                let mut o = OwnedOp::new(OpKind::Mount, new(dst)?, describe);
                 o.src = Some(c"devpts".to_owned());
                 o.fstype = Some(c"devpts");
                 o.flags = libc::MS_NOSUID | libc::MS_NOEXEC;
@@ -1156,91 +1206,101 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
                 )?);
                 o
             }
-            MountOp::BindRo { src, dst, kind } | MountOp::BindRw { src, dst, kind } => {
-                let mut o = OwnedOp::new(OpKind::BindTree, under(NEW_ROOT, dst)?, describe);
-                // Inside a writable bind (a protected path in the workspace, a pin) the
-                // source is the sandbox's own view of it, which an idmapped workspace
-                // shows with the sandbox's ids (git refuses a repository whose `.git` it
-                // does not own); elsewhere the host's.
-                let inside_writable = writable_binds.iter().any(|w| src.starts_with(w));
-                o.src = Some(if inside_writable {
-                    under(NEW_ROOT, src)?
-                } else {
-                    under(OLD_ROOT, src)?
-                });
-                o.expect = match kind {
-                    EntryKind::Dir => Expect::Dir,
-                    EntryKind::File => Expect::NotDir,
-                };
-                if matches!(op, MountOp::BindRw { .. }) {
-                    o.attr = nsys::MOUNT_ATTR_NOSUID | nsys::MOUNT_ATTR_NODEV;
-                }
-                o.plain_bind = plain_ok(dst, &writable_binds);
-                if matches!(op, MountOp::BindRw { .. }) {
-                    writable_binds.push(dst);
-                }
-                o
-            }
-            MountOp::HostPlaceholder { path, kind } => {
-                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-                    return Err(NativeError::MountPlan(MountPlanError::Invariant {
-                        index: out.len(),
-                        op: describe,
-                        rule: "placeholder without a parent",
-                    }));
-                };
-                let (k, mode) = match kind {
-                    EntryKind::Dir => (OpKind::PlaceholderDir, MOUNTPOINT_DIR_MODE),
-                    EntryKind::File => (OpKind::PlaceholderFile, MOUNTPOINT_FILE_MODE),
-                };
-                let mut o = OwnedOp::new(k, cstring("placeholder", name.as_bytes())?, describe);
-                // Through the host's path, not the sandbox's view of it: an idmapped
-                // workspace has no id for pid 1's setup identity (host root) to create
-                // as; on the host the placeholder belongs to root, as before.
-                o.src = Some(under(OLD_ROOT, parent)?);
-                o.mode = mode;
-                o
-            }
+            MountOp::BindRo { src, dst, kind } | MountOp::BindRw { src, dst, kind } => self.bind(
+                src,
+                dst,
+                *kind,
+                matches!(op, MountOp::BindRw { .. }),
+                describe,
+            )?,
+            MountOp::HostPlaceholder { path, kind } => placeholder(path, *kind, index, describe)?,
             MountOp::CoverWithDevNull { dst } => {
-                let mut o = OwnedOp::new(OpKind::BindTree, under(NEW_ROOT, dst)?, describe);
+                let mut o = OwnedOp::new(OpKind::BindTree, new(dst)?, describe);
                 o.src = Some(under(OLD_ROOT, Path::new("/dev/null"))?);
                 o.expect = Expect::CharDev;
                 o
             }
-            MountOp::CoverWithEmptyDir { dst } => {
-                let mut o = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, describe);
-                o.src = Some(TMPFS.to_owned());
-                o.fstype = Some(TMPFS);
-                o.flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-                o.data = Some(tmpfs_data(COVER_TMPFS_BYTES, COVER_DIR_MODE)?);
-                o
-            }
+            MountOp::CoverWithEmptyDir { dst } => tmpfs(
+                new(dst)?,
+                describe,
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                COVER_TMPFS_BYTES,
+                COVER_DIR_MODE,
+            )?,
             MountOp::RemountRo { dst, allow_devices } => {
-                let mut o = OwnedOp::new(OpKind::Setattr, under(NEW_ROOT, dst)?, describe);
-                o.recursive = true;
-                o.attr = nsys::MOUNT_ATTR_RDONLY
+                let attr = nsys::MOUNT_ATTR_RDONLY
                     | nsys::MOUNT_ATTR_NOSUID
                     | if *allow_devices {
                         0
                     } else {
                         nsys::MOUNT_ATTR_NODEV
                     };
-                o
+                setattr(new(dst)?, describe, true, attr)
             }
-            MountOp::SealSkeleton { dst } => {
-                let mut o = OwnedOp::new(OpKind::Setattr, under(NEW_ROOT, dst)?, describe);
-                o.recursive = false;
-                o.attr = nsys::MOUNT_ATTR_RDONLY | nsys::MOUNT_ATTR_NOSUID | nsys::MOUNT_ATTR_NODEV;
-                o
-            }
-            MountOp::PivotRoot => OwnedOp::new(OpKind::PivotFinal, new_root.clone(), describe),
-            MountOp::RemountRootRo => {
-                let mut o = OwnedOp::new(OpKind::Setattr, c"/".to_owned(), describe);
-                o.attr = nsys::MOUNT_ATTR_RDONLY | nsys::MOUNT_ATTR_NOSUID | nsys::MOUNT_ATTR_NODEV;
-                o
-            }
-        };
-        out.push(compiled);
+            MountOp::SealSkeleton { dst } => setattr(new(dst)?, describe, false, RO_NOSUID_NODEV),
+            MountOp::PivotRoot => OwnedOp::new(OpKind::PivotFinal, self.new_root.clone(), describe),
+            MountOp::RemountRootRo => setattr(c"/".to_owned(), describe, false, RO_NOSUID_NODEV),
+        })
     }
-    Ok(out)
+
+    /// A bind of `src` onto `dst` (writable or not).
+    fn bind(
+        &mut self,
+        src: &'p Path,
+        dst: &'p Path,
+        kind: EntryKind,
+        writable: bool,
+        describe: String,
+    ) -> Result<OwnedOp, NativeError> {
+        let mut o = OwnedOp::new(OpKind::BindTree, under(NEW_ROOT, dst)?, describe);
+        // Inside a writable bind (a protected path in the workspace, a pin) the source is
+        // the sandbox's own view of it, which an idmapped workspace shows with the
+        // sandbox's ids (git refuses a repository whose `.git` it does not own);
+        // elsewhere the host's.
+        let inside_writable = self.writable_binds.iter().any(|w| src.starts_with(w));
+        o.src = Some(if inside_writable {
+            under(NEW_ROOT, src)?
+        } else {
+            under(OLD_ROOT, src)?
+        });
+        o.expect = match kind {
+            EntryKind::Dir => Expect::Dir,
+            EntryKind::File => Expect::NotDir,
+        };
+        if writable {
+            o.attr = nsys::MOUNT_ATTR_NOSUID | nsys::MOUNT_ATTR_NODEV;
+        }
+        o.plain_bind = self.plain_ok(dst);
+        if writable {
+            self.writable_binds.push(dst);
+        }
+        Ok(o)
+    }
+}
+
+/// A mount point created in the host's workspace (the `index`th compiled op).
+fn placeholder(
+    path: &Path,
+    kind: EntryKind,
+    index: usize,
+    describe: String,
+) -> Result<OwnedOp, NativeError> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(NativeError::MountPlan(MountPlanError::Invariant {
+            index,
+            op: describe,
+            rule: "placeholder without a parent",
+        }));
+    };
+    let (k, mode) = match kind {
+        EntryKind::Dir => (OpKind::PlaceholderDir, MOUNTPOINT_DIR_MODE),
+        EntryKind::File => (OpKind::PlaceholderFile, MOUNTPOINT_FILE_MODE),
+    };
+    let mut o = OwnedOp::new(k, cstring("placeholder", name.as_bytes())?, describe);
+    // Through the host's path, not the sandbox's view of it: an idmapped workspace has no
+    // id for pid 1's setup identity (host root) to create as; on the host the placeholder
+    // belongs to root, as before.
+    o.src = Some(under(OLD_ROOT, parent)?);
+    o.mode = mode;
+    Ok(o)
 }
