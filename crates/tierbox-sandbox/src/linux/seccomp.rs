@@ -637,72 +637,21 @@ impl SeccompProgram {
     /// `notify_chmod`: the chmod family returns `SECCOMP_RET_USER_NOTIF` (else it is
     /// denied with `deny_file_metadata` unless `spec.mediate_chmod` leaves it to a stacked
     /// notifier, and allowed otherwise).
+    ///
+    /// Three steps: [`rules`] (one action per syscall number that is not plainly
+    /// allowed), [`partition`] of all of `u32` into intervals of equal action, and the
+    /// layout ([`Layout`]): the architecture check, a binary search over the intervals,
+    /// one block per inspected call, the shared returns.
     fn assemble(spec: &SeccompSpec, notify_chmod: bool) -> Result<Self, SeccompError> {
         let Some(arch) = NATIVE_AUDIT_ARCH else {
             return Err(SeccompError::UnsupportedArch {
                 arch: std::env::consts::ARCH,
             });
         };
-
-        // 1. One action per syscall number that is not plainly allowed.
-        let mut rules: BTreeMap<u32, (&'static str, Action)> = BTreeMap::new();
-        let mut add = |nr: u32, name: &'static str, action: Action| match rules.get(&nr) {
-            Some(&(first, _)) => Err(SeccompError::DuplicateSyscall {
-                nr,
-                first,
-                second: name,
-            }),
-            None => {
-                rules.insert(nr, (name, action));
-                Ok(())
-            }
-        };
-        for d in DENY_TABLE {
-            if d.when.applies(spec) {
-                add(d.nr, d.name, Action::Errno(d.errno))?;
-            }
-        }
-        let chmod_action = match (notify_chmod, spec.mediate_chmod, spec.deny_file_metadata) {
-            (true, _, _) => Some(Action::Notify),
-            // Handed off by the notifier stacked on this base filter.
-            (false, true, _) => None,
-            (false, false, true) => Some(Action::Errno(libc::EPERM)),
-            (false, false, false) => None,
-        };
-        if let Some(action) = chmod_action {
-            for &(name, nr) in CHMOD_FAMILY {
-                add(nr as u32, name, action)?;
-            }
-        }
-        add(libc::SYS_socket as u32, "socket", Action::InspectSocket)?;
-        add(
-            libc::SYS_socketpair as u32,
-            "socketpair",
-            Action::InspectSocketpair,
-        )?;
-        add(libc::SYS_ioctl as u32, "ioctl", Action::InspectIoctl)?;
-        add(
-            libc::SYS_personality as u32,
-            "personality",
-            Action::InspectPersonality,
-        )?;
-        if spec.deny_namespaces {
-            add(libc::SYS_clone as u32, "clone", Action::InspectClone)?;
-        }
-        if spec.inet == InetSockets::TcpOnly {
-            for &(name, nr, flags_arg) in SEND_FLAG_CALLS {
-                add(nr as u32, name, Action::InspectSendFlags(flags_arg))?;
-            }
-            add(
-                libc::SYS_listen as u32,
-                "listen",
-                Action::Errno(libc::EPERM),
-            )?;
-        }
-
-        // 2. Partition all of u32 into maximal intervals of equal action. On x86-64 the
-        //    x32 ABI (and any number past every table, e.g. -1) is one more interval, so
-        //    rejecting it costs no extra instruction on the path of ordinary calls.
+        let rules = rules(spec, notify_chmod)?;
+        // On x86-64 the x32 ABI (and any number past every table, e.g. -1) is one more
+        // interval, so rejecting it costs no extra instruction on the path of ordinary
+        // calls.
         let mut items: Vec<(u32, u32, Action)> = rules
             .iter()
             .map(|(&nr, &(_, action))| (nr, nr, action))
@@ -712,144 +661,31 @@ impl SeccompProgram {
         }
         let intervals = partition(items.into_iter());
 
-        // 3. Lay out the program.
-        let mut asm = Asm::default();
-        let kill = asm.label();
-        let allow = asm.label();
-        let eperm = asm.label();
-        let enosys = asm.label();
-        let eafnosupport = asm.label();
-        let mut errno_labels: BTreeMap<i32, Label> = BTreeMap::from([
-            (libc::EPERM, eperm),
-            (libc::ENOSYS, enosys),
-            (libc::EAFNOSUPPORT, eafnosupport),
-        ]);
-
-        asm.load(OFF_ARCH);
-        let next = asm.label();
-        asm.jump(JEQ, arch, next, kill);
-        asm.bind(next);
-        asm.load(OFF_NR);
-
-        let socket_block = asm.label();
-        let socketpair_block = asm.label();
-        let ioctl_block = asm.label();
-        let personality_block = asm.label();
-        let clone_block = asm.label();
-        let notify = asm.label();
-        let mut send_blocks: BTreeMap<u32, Label> = BTreeMap::new();
-        let mut target_of = |action: Action, asm: &mut Asm| match action {
-            Action::Allow => allow,
-            Action::Errno(e) => *errno_labels.entry(e).or_insert_with(|| asm.label()),
-            Action::InspectSocket => socket_block,
-            Action::InspectSocketpair => socketpair_block,
-            Action::InspectIoctl => ioctl_block,
-            Action::InspectPersonality => personality_block,
-            Action::InspectClone => clone_block,
-            Action::InspectSendFlags(arg) => *send_blocks.entry(arg).or_insert_with(|| asm.label()),
-            Action::Notify => notify,
-        };
+        let mut l = Layout::new();
+        l.asm.load(OFF_ARCH);
+        let next = l.asm.label();
+        l.asm.jump(JEQ, arch, next, l.kill);
+        l.asm.bind(next);
+        l.asm.load(OFF_NR);
         let mut targets = Vec::with_capacity(intervals.len());
         for &(lo, hi, action) in &intervals {
-            targets.push((lo, hi, target_of(action, &mut asm)));
+            targets.push((lo, hi, l.target_of(action)));
         }
-        let root = emit_tree(&mut asm, &targets);
+        let root = emit_tree(&mut l.asm, &targets);
         if targets.len() < 2 {
             // A single interval emits no tree (never, with a non-empty table): jump to it.
-            asm.jump(JEQ, 0, root, root);
+            l.asm.jump(JEQ, 0, root, root);
         }
-
-        // socket(domain, ...): unix and inet families per spec, anything else unsupported.
-        asm.bind(socket_block);
-        asm.load(off_arg_lo(0));
-        let unix = if spec.allow_unix_sockets {
-            allow
-        } else {
-            eperm
-        };
-        let inet_type = asm.label();
-        let inet = match spec.inet {
-            InetSockets::TcpOnly => inet_type,
-            InetSockets::Any => allow,
-            InetSockets::Deny => eperm,
-        };
-        let (n1, n2) = (asm.label(), asm.label());
-        asm.jump(JEQ, libc::AF_UNIX as u32, unix, n1);
-        asm.bind(n1);
-        asm.jump(JEQ, libc::AF_INET as u32, inet, n2);
-        asm.bind(n2);
-        asm.jump(JEQ, libc::AF_INET6 as u32, inet, eafnosupport);
-        if inet == inet_type {
-            // socket(AF_INET*, type, protocol): the type without SOCK_NONBLOCK /
-            // SOCK_CLOEXEC must be SOCK_STREAM, the protocol 0 or IPPROTO_TCP (all 64 bits:
-            // the kernel reads an int, but a protocol with high bits set is refused too).
-            asm.bind(inet_type);
-            asm.load(off_arg_lo(1));
-            asm.and(SOCK_TYPE_MASK);
-            let (stream, protocol_lo, not_zero) = (asm.label(), asm.label(), asm.label());
-            asm.jump(JEQ, libc::SOCK_STREAM as u32, stream, eperm);
-            asm.bind(stream);
-            asm.load(off_arg_hi(2));
-            asm.jump(JEQ, 0, protocol_lo, eperm);
-            asm.bind(protocol_lo);
-            asm.load(off_arg_lo(2));
-            asm.jump(JEQ, 0, allow, not_zero);
-            asm.bind(not_zero);
-            asm.jump(JEQ, libc::IPPROTO_TCP as u32, allow, eperm);
-        }
-
-        // socketpair(domain, ...): AF_UNIX only, as the kernel has no other family a
-        // sandboxed program needs (AF_TIPC and friends would load kernel modules).
-        asm.bind(socketpair_block);
-        asm.load(off_arg_lo(0));
-        asm.jump(JEQ, libc::AF_UNIX as u32, allow, eafnosupport);
-
-        // sendto / sendmsg / sendmmsg: no MSG_FASTOPEN (an implicit connect).
-        for (&arg, &label) in &send_blocks {
-            asm.bind(label);
-            asm.load(off_arg_lo(arg));
-            asm.jump(JSET, libc::MSG_FASTOPEN as u32, eperm, allow);
-        }
-
-        // ioctl(fd, request, ...): the terminal-injection requests.
-        asm.bind(ioctl_block);
-        asm.load(off_arg_lo(1));
-        for (i, &(_, request, _)) in DENIED_IOCTLS.iter().enumerate() {
-            let otherwise = if i + 1 == DENIED_IOCTLS.len() {
-                allow
-            } else {
-                asm.label()
-            };
-            asm.jump(JEQ, request, eperm, otherwise);
-            if otherwise != allow {
-                asm.bind(otherwise);
-            }
-        }
-
-        // personality(persona): only PER_LINUX and the query.
-        asm.bind(personality_block);
-        asm.load(off_arg_lo(0));
-        let n = asm.label();
-        asm.jump(JEQ, PER_LINUX, allow, n);
-        asm.bind(n);
-        asm.jump(JEQ, PERSONALITY_QUERY, allow, eperm);
-
-        // clone(flags, ...): no new namespaces.
+        l.socket(spec);
+        l.socketpair();
+        l.send_flags();
+        l.ioctl();
+        l.personality();
         if spec.deny_namespaces {
-            asm.bind(clone_block);
-            asm.load(off_arg_lo(0));
-            asm.jump(JSET, CLONE_NEW_FLAGS, eperm, allow);
+            l.clone_flags();
         }
-
-        // Shared returns; only the referenced ones are emitted.
-        asm.ret_if_used(allow, libc::SECCOMP_RET_ALLOW);
-        for (&errno, &label) in &errno_labels {
-            asm.ret_if_used(label, ret_errno(errno));
-        }
-        asm.ret_if_used(kill, libc::SECCOMP_RET_KILL_PROCESS);
-        asm.ret_if_used(notify, libc::SECCOMP_RET_USER_NOTIF);
-
-        let filter = asm.finish()?;
+        l.returns();
+        let filter = l.asm.finish()?;
         Ok(Self { filter })
     }
 
@@ -941,6 +777,254 @@ impl SeccompProgram {
             len: u16::try_from(self.filter.len()).unwrap_or(0),
             filter: self.filter.as_ptr().cast_mut(),
         }
+    }
+}
+
+/// Step 1 of [`SeccompProgram::assemble`]: one action per syscall number that is not
+/// plainly allowed (a number named twice is an error).
+fn rules(
+    spec: &SeccompSpec,
+    notify_chmod: bool,
+) -> Result<BTreeMap<u32, (&'static str, Action)>, SeccompError> {
+    let mut rules: BTreeMap<u32, (&'static str, Action)> = BTreeMap::new();
+    let mut add = |nr: u32, name: &'static str, action: Action| match rules.get(&nr) {
+        Some(&(first, _)) => Err(SeccompError::DuplicateSyscall {
+            nr,
+            first,
+            second: name,
+        }),
+        None => {
+            rules.insert(nr, (name, action));
+            Ok(())
+        }
+    };
+    for d in DENY_TABLE {
+        if d.when.applies(spec) {
+            add(d.nr, d.name, Action::Errno(d.errno))?;
+        }
+    }
+    let chmod_action = match (notify_chmod, spec.mediate_chmod, spec.deny_file_metadata) {
+        (true, _, _) => Some(Action::Notify),
+        // Handed off by the notifier stacked on this base filter.
+        (false, true, _) => None,
+        (false, false, true) => Some(Action::Errno(libc::EPERM)),
+        (false, false, false) => None,
+    };
+    if let Some(action) = chmod_action {
+        for &(name, nr) in CHMOD_FAMILY {
+            add(nr as u32, name, action)?;
+        }
+    }
+    add(libc::SYS_socket as u32, "socket", Action::InspectSocket)?;
+    add(
+        libc::SYS_socketpair as u32,
+        "socketpair",
+        Action::InspectSocketpair,
+    )?;
+    add(libc::SYS_ioctl as u32, "ioctl", Action::InspectIoctl)?;
+    add(
+        libc::SYS_personality as u32,
+        "personality",
+        Action::InspectPersonality,
+    )?;
+    if spec.deny_namespaces {
+        add(libc::SYS_clone as u32, "clone", Action::InspectClone)?;
+    }
+    if spec.inet == InetSockets::TcpOnly {
+        for &(name, nr, flags_arg) in SEND_FLAG_CALLS {
+            add(nr as u32, name, Action::InspectSendFlags(flags_arg))?;
+        }
+        add(
+            libc::SYS_listen as u32,
+            "listen",
+            Action::Errno(libc::EPERM),
+        )?;
+    }
+    Ok(rules)
+}
+
+/// The program being laid out: the shared return labels, and one label per inspected
+/// call's block.
+struct Layout {
+    asm: Asm,
+    kill: Label,
+    allow: Label,
+    eperm: Label,
+    eafnosupport: Label,
+    errno_labels: BTreeMap<i32, Label>,
+    socket_block: Label,
+    socketpair_block: Label,
+    ioctl_block: Label,
+    personality_block: Label,
+    clone_block: Label,
+    notify: Label,
+    send_blocks: BTreeMap<u32, Label>,
+}
+
+impl Layout {
+    fn new() -> Self {
+        let mut asm = Asm::default();
+        let kill = asm.label();
+        let allow = asm.label();
+        let eperm = asm.label();
+        let enosys = asm.label();
+        let eafnosupport = asm.label();
+        let errno_labels = BTreeMap::from([
+            (libc::EPERM, eperm),
+            (libc::ENOSYS, enosys),
+            (libc::EAFNOSUPPORT, eafnosupport),
+        ]);
+        let socket_block = asm.label();
+        let socketpair_block = asm.label();
+        let ioctl_block = asm.label();
+        let personality_block = asm.label();
+        let clone_block = asm.label();
+        let notify = asm.label();
+        Self {
+            asm,
+            kill,
+            allow,
+            eperm,
+            eafnosupport,
+            errno_labels,
+            socket_block,
+            socketpair_block,
+            ioctl_block,
+            personality_block,
+            clone_block,
+            notify,
+            send_blocks: BTreeMap::new(),
+        }
+    }
+
+    /// Where the search tree sends a call with `action`.
+    fn target_of(&mut self, action: Action) -> Label {
+        match action {
+            Action::Allow => self.allow,
+            Action::Errno(e) => {
+                let asm = &mut self.asm;
+                *self.errno_labels.entry(e).or_insert_with(|| asm.label())
+            }
+            Action::InspectSocket => self.socket_block,
+            Action::InspectSocketpair => self.socketpair_block,
+            Action::InspectIoctl => self.ioctl_block,
+            Action::InspectPersonality => self.personality_block,
+            Action::InspectClone => self.clone_block,
+            Action::InspectSendFlags(arg) => {
+                let asm = &mut self.asm;
+                *self.send_blocks.entry(arg).or_insert_with(|| asm.label())
+            }
+            Action::Notify => self.notify,
+        }
+    }
+
+    /// socket(domain, ...): unix and inet families per spec, anything else unsupported.
+    fn socket(&mut self, spec: &SeccompSpec) {
+        let (asm, allow, eperm) = (&mut self.asm, self.allow, self.eperm);
+        asm.bind(self.socket_block);
+        asm.load(off_arg_lo(0));
+        let unix = if spec.allow_unix_sockets {
+            allow
+        } else {
+            eperm
+        };
+        let inet_type = asm.label();
+        let inet = match spec.inet {
+            InetSockets::TcpOnly => inet_type,
+            InetSockets::Any => allow,
+            InetSockets::Deny => eperm,
+        };
+        let (n1, n2) = (asm.label(), asm.label());
+        asm.jump(JEQ, libc::AF_UNIX as u32, unix, n1);
+        asm.bind(n1);
+        asm.jump(JEQ, libc::AF_INET as u32, inet, n2);
+        asm.bind(n2);
+        asm.jump(JEQ, libc::AF_INET6 as u32, inet, self.eafnosupport);
+        if inet == inet_type {
+            // socket(AF_INET*, type, protocol): the type without SOCK_NONBLOCK /
+            // SOCK_CLOEXEC must be SOCK_STREAM, the protocol 0 or IPPROTO_TCP (all 64 bits:
+            // the kernel reads an int, but a protocol with high bits set is refused too).
+            asm.bind(inet_type);
+            asm.load(off_arg_lo(1));
+            asm.and(SOCK_TYPE_MASK);
+            let (stream, protocol_lo, not_zero) = (asm.label(), asm.label(), asm.label());
+            asm.jump(JEQ, libc::SOCK_STREAM as u32, stream, eperm);
+            asm.bind(stream);
+            asm.load(off_arg_hi(2));
+            asm.jump(JEQ, 0, protocol_lo, eperm);
+            asm.bind(protocol_lo);
+            asm.load(off_arg_lo(2));
+            asm.jump(JEQ, 0, allow, not_zero);
+            asm.bind(not_zero);
+            asm.jump(JEQ, libc::IPPROTO_TCP as u32, allow, eperm);
+        }
+    }
+
+    /// socketpair(domain, ...): AF_UNIX only, as the kernel has no other family a
+    /// sandboxed program needs (AF_TIPC and friends would load kernel modules).
+    fn socketpair(&mut self) {
+        self.asm.bind(self.socketpair_block);
+        self.asm.load(off_arg_lo(0));
+        self.asm
+            .jump(JEQ, libc::AF_UNIX as u32, self.allow, self.eafnosupport);
+    }
+
+    /// sendto / sendmsg / sendmmsg: no MSG_FASTOPEN (an implicit connect).
+    fn send_flags(&mut self) {
+        for (&arg, &label) in &self.send_blocks {
+            self.asm.bind(label);
+            self.asm.load(off_arg_lo(arg));
+            self.asm
+                .jump(JSET, libc::MSG_FASTOPEN as u32, self.eperm, self.allow);
+        }
+    }
+
+    /// ioctl(fd, request, ...): the terminal-injection requests.
+    fn ioctl(&mut self) {
+        let (asm, allow, eperm) = (&mut self.asm, self.allow, self.eperm);
+        asm.bind(self.ioctl_block);
+        asm.load(off_arg_lo(1));
+        for (i, &(_, request, _)) in DENIED_IOCTLS.iter().enumerate() {
+            let otherwise = if i + 1 == DENIED_IOCTLS.len() {
+                allow
+            } else {
+                asm.label()
+            };
+            asm.jump(JEQ, request, eperm, otherwise);
+            if otherwise != allow {
+                asm.bind(otherwise);
+            }
+        }
+    }
+
+    /// personality(persona): only PER_LINUX and the query.
+    fn personality(&mut self) {
+        let asm = &mut self.asm;
+        asm.bind(self.personality_block);
+        asm.load(off_arg_lo(0));
+        let n = asm.label();
+        asm.jump(JEQ, PER_LINUX, self.allow, n);
+        asm.bind(n);
+        asm.jump(JEQ, PERSONALITY_QUERY, self.allow, self.eperm);
+    }
+
+    /// clone(flags, ...): no new namespaces.
+    fn clone_flags(&mut self) {
+        self.asm.bind(self.clone_block);
+        self.asm.load(off_arg_lo(0));
+        self.asm.jump(JSET, CLONE_NEW_FLAGS, self.eperm, self.allow);
+    }
+
+    /// Shared returns; only the referenced ones are emitted.
+    fn returns(&mut self) {
+        self.asm.ret_if_used(self.allow, libc::SECCOMP_RET_ALLOW);
+        for (&errno, &label) in &self.errno_labels {
+            self.asm.ret_if_used(label, ret_errno(errno));
+        }
+        self.asm
+            .ret_if_used(self.kill, libc::SECCOMP_RET_KILL_PROCESS);
+        self.asm
+            .ret_if_used(self.notify, libc::SECCOMP_RET_USER_NOTIF);
     }
 }
 
