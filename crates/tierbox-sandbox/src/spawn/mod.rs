@@ -477,69 +477,8 @@ fn spawn_in_slot(
     (uid, gid, change_ids): (u32, u32, bool),
     mediate_chmod: bool,
 ) -> Result<(SpawnedChild, Option<SeccompLayout>), LaunchError> {
-    // The launcher thread armed for this run (module docs), and the seccomp filter the
-    // child attaches itself: all of it without an armed thread; with one, only the chmod
-    // hand-off stacked on the base filter it inherits, or nothing.
-    let seccomp_spec = seccomp_spec(network, uid, mediate_chmod);
-    let arming = Arming {
-        drop_privileges: facts.euid == 0,
-        seccomp: facts.seccomp.then_some(seccomp_spec),
-    };
-    // A pooled slot has a thread that also holds its landlock domain; otherwise a
-    // process-wide one per arming, and the child restricts itself.
-    let slot_armed = if slots::pooling() {
-        slot_launcher(slot, arming)
-    } else {
-        None
-    };
-    let landlock_inherited = slot_armed.is_some();
-    let (armed, slot_listener) = match slot_armed {
-        Some(a) => (Some(a.tx), a.listener),
-        None if arming.is_empty() => (None, None),
-        None => (armed_launcher(arming), None),
-    };
-    // The child's own filter: none when everything is inherited (the hand-off too, with
-    // its listener on the slot); else the hand-off alone on an inherited base; else all.
-    let hand_off_inherited = slot_listener.is_some();
-    let seccomp = match (facts.seccomp, armed.is_some(), mediate_chmod) {
-        (false, _, _) | (true, true, false) => None,
-        (true, true, true) if hand_off_inherited => None,
-        (true, false, _) => Some(SeccompProgram::cached(&seccomp_spec)),
-        (true, true, true) => Some(SeccompProgram::cached_chmod_notifier()),
-    }
-    .transpose()
-    .map_err(|e| LaunchError::Setup {
-        what: "seccomp program".to_owned(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    // What the child inherits is the base filter, and the hand-off too when the slot's
-    // thread holds it; what it attaches is `seccomp`.
-    let len = |p: Result<std::sync::Arc<SeccompProgram>, _>| p.map_or(0, |p| p.len());
-    let seccomp_layout = facts.seccomp.then(|| SeccompLayout {
-        inherited: armed.is_some().then(|| {
-            len(SeccompProgram::cached_base(&seccomp_spec))
-                + if hand_off_inherited {
-                    len(SeccompProgram::cached_chmod_notifier())
-                } else {
-                    0
-                }
-        }),
-        attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
-    });
-    let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
-    let argv: Vec<CString> = plan
-        .argv
-        .iter()
-        .map(|a| cstring(a.as_bytes(), "argument"))
-        .collect::<Result<_, _>>()?;
-    let envp: Vec<CString> = child_env(plan, slot, network)
-        .iter()
-        .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry"))
-        .collect::<Result<_, _>>()?;
-    let cwd = cstring(plan.cwd.as_os_str().as_bytes(), "cwd")?;
-    let argv_ptrs = null_terminated(&argv);
-    let envp_ptrs = null_terminated(&envp);
-
+    let launcher = Launcher::choose(facts, network, slot, uid, mediate_chmod)?;
+    let strings = ChildStrings::new(plan, slot, network)?;
     let StdioPipes {
         stdin_child,
         stdin_parent,
@@ -549,9 +488,9 @@ fn spawn_in_slot(
         stderr_w,
     } = stdio_pipes(plan)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
-    let fprog = seccomp.as_deref().map(SeccompProgram::as_fprog);
+    let fprog = launcher.seccomp.as_deref().map(SeccompProgram::as_fprog);
     // chmod mediation: the child sends its seccomp listener fd over this pair.
-    let listener_pair = match (mediate_chmod, &seccomp) {
+    let listener_pair = match (mediate_chmod, &launcher.seccomp) {
         (true, Some(_)) => Some(
             sys::socketpair_seqpacket()
                 .map_err(LaunchError::setup("socketpair for the seccomp listener"))?,
@@ -559,10 +498,10 @@ fn spawn_in_slot(
         _ => None,
     };
     let mut spec = sys::ChildSpec {
-        program: program.as_ptr(),
-        argv: argv_ptrs.as_ptr(),
-        envp: envp_ptrs.as_ptr(),
-        cwd: cwd.as_ptr(),
+        program: strings.program.as_ptr(),
+        argv: strings.argv_ptrs.as_ptr(),
+        envp: strings.envp_ptrs.as_ptr(),
+        cwd: strings.cwd.as_ptr(),
         stdin_fd: stdin_child.as_raw_fd(),
         stdout_fd: stdout_w.as_raw_fd(),
         stderr_fd: stderr_w.as_raw_fd(),
@@ -574,7 +513,7 @@ fn spawn_in_slot(
         uid,
         gid,
         last_cap: caps::last_cap(),
-        landlock_fd: match (landlock_inherited, &slot.landlock) {
+        landlock_fd: match (launcher.landlock_inherited, &slot.landlock) {
             (false, Some(prepared)) => prepared.raw_fd(),
             _ => -1,
         },
@@ -592,12 +531,12 @@ fn spawn_in_slot(
         fail_errno: AtomicI32::new(0),
     };
 
-    let cloned = clone_on(opts, armed.as_ref(), &mut spec);
+    let cloned = clone_on(opts, launcher.armed.as_ref(), &mut spec);
     // The child's ends are closed in the parent whatever happened.
     drop((stdin_child, stdout_w, stderr_w));
     let cloned = cloned?;
     let chmod_listener = match &listener_pair {
-        None => slot_listener,
+        None => launcher.slot_listener,
         Some((parent_end, _)) => match sys::recv_fd(parent_end) {
             Ok(fd) => Some(fd),
             Err(source) => {
@@ -619,7 +558,125 @@ fn spawn_in_slot(
         stderr: stderr_r,
         chmod_listener,
     };
-    Ok((child, seccomp_layout))
+    Ok((child, launcher.layout))
+}
+
+/// The launcher thread armed for a run (module docs), and the seccomp filter the child
+/// attaches itself: all of it without an armed thread; with one, only the chmod hand-off
+/// stacked on the base filter it inherits, or nothing.
+struct Launcher {
+    /// The armed thread to clone on, if any.
+    armed: Option<mpsc::Sender<Job>>,
+    /// The chmod hand-off's listener, when the slot's thread holds the hand-off.
+    slot_listener: Option<OwnedFd>,
+    /// The slot's thread holds the run's landlock domain (the child inherits it).
+    landlock_inherited: bool,
+    /// The filter the child attaches itself.
+    seccomp: Option<std::sync::Arc<SeccompProgram>>,
+    /// What is inherited and what is attached, for the enforcement report.
+    layout: Option<SeccompLayout>,
+}
+
+impl Launcher {
+    fn choose(
+        facts: &HostFacts,
+        network: &NetworkRules,
+        slot: &Slot,
+        uid: u32,
+        mediate_chmod: bool,
+    ) -> Result<Self, LaunchError> {
+        let seccomp_spec = seccomp_spec(network, uid, mediate_chmod);
+        let arming = Arming {
+            drop_privileges: facts.euid == 0,
+            seccomp: facts.seccomp.then_some(seccomp_spec),
+        };
+        // A pooled slot has a thread that also holds its landlock domain; otherwise a
+        // process-wide one per arming, and the child restricts itself.
+        let slot_armed = if slots::pooling() {
+            slot_launcher(slot, arming)
+        } else {
+            None
+        };
+        let landlock_inherited = slot_armed.is_some();
+        let (armed, slot_listener) = match slot_armed {
+            Some(a) => (Some(a.tx), a.listener),
+            None if arming.is_empty() => (None, None),
+            None => (armed_launcher(arming), None),
+        };
+        // The child's own filter: none when everything is inherited (the hand-off too,
+        // with its listener on the slot); else the hand-off alone on an inherited base;
+        // else all.
+        let hand_off_inherited = slot_listener.is_some();
+        let seccomp = match (facts.seccomp, armed.is_some(), mediate_chmod) {
+            (false, _, _) | (true, true, false) => None,
+            (true, true, true) if hand_off_inherited => None,
+            (true, false, _) => Some(SeccompProgram::cached(&seccomp_spec)),
+            (true, true, true) => Some(SeccompProgram::cached_chmod_notifier()),
+        }
+        .transpose()
+        .map_err(|e| LaunchError::Setup {
+            what: "seccomp program".to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        // What the child inherits is the base filter, and the hand-off too when the
+        // slot's thread holds it; what it attaches is `seccomp`.
+        let len = |p: Result<std::sync::Arc<SeccompProgram>, _>| p.map_or(0, |p| p.len());
+        let layout = facts.seccomp.then(|| SeccompLayout {
+            inherited: armed.is_some().then(|| {
+                len(SeccompProgram::cached_base(&seccomp_spec))
+                    + if hand_off_inherited {
+                        len(SeccompProgram::cached_chmod_notifier())
+                    } else {
+                        0
+                    }
+            }),
+            attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
+        });
+        Ok(Self {
+            armed,
+            slot_listener,
+            landlock_inherited,
+            seccomp,
+            layout,
+        })
+    }
+}
+
+/// The program's path, argv, environment and working directory as C strings, with the
+/// NULL-terminated pointer arrays `execve` takes (pointing into the strings).
+struct ChildStrings {
+    program: CString,
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    argv_ptrs: Vec<*const libc::c_char>,
+    envp_ptrs: Vec<*const libc::c_char>,
+    cwd: CString,
+}
+
+impl ChildStrings {
+    fn new(plan: &Plan, slot: &Slot, network: &NetworkRules) -> Result<Self, LaunchError> {
+        let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
+        let argv: Vec<CString> = plan
+            .argv
+            .iter()
+            .map(|a| cstring(a.as_bytes(), "argument"))
+            .collect::<Result<_, _>>()?;
+        let envp: Vec<CString> = child_env(plan, slot, network)
+            .iter()
+            .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry"))
+            .collect::<Result<_, _>>()?;
+        let cwd = cstring(plan.cwd.as_os_str().as_bytes(), "cwd")?;
+        let argv_ptrs = null_terminated(&argv);
+        let envp_ptrs = null_terminated(&envp);
+        Ok(Self {
+            program,
+            _argv: argv,
+            _envp: envp,
+            argv_ptrs,
+            envp_ptrs,
+            cwd,
+        })
+    }
 }
 
 /// Where a Tier B run's seccomp instructions come from, for the enforcement report.
