@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use crate::policy::Tier;
+
 /// Why a request was refused before anything ran.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -232,11 +234,11 @@ pub enum Rejection {
     TierBelowMinimum { requested: String, minimum: String },
     /// No tier at or above the minimum can be enforced on this host.
     #[error("tier {tier} cannot be enforced on this host: {reason}")]
-    TierUnavailable { tier: String, reason: String },
+    TierUnavailable { tier: Tier, reason: String },
     /// The request needs a feature the selected tier does not offer.
     #[error("{feature} is not supported in tier {tier}: {reason}")]
     TierUnsupported {
-        tier: String,
+        tier: Tier,
         feature: String,
         reason: String,
     },

@@ -497,14 +497,6 @@ impl BackgroundManager {
         let bg = plan.background.ok_or_else(|| {
             RunError::Launch("the plan was not validated with background: true".to_owned())
         })?;
-        if plan.network.needs_proxy() {
-            return Err(RunError::Rejected(Rejection::TierUnsupported {
-                tier: "b/c".to_owned(),
-                feature: "background processes with strict egress and an allowlist".to_owned(),
-                reason: "the egress proxy is per foreground run in this build".to_owned(),
-            })
-            .into());
-        }
         self.prune();
         {
             let live: Vec<Arc<Entry>> = self
@@ -533,6 +525,14 @@ impl BackgroundManager {
         let initial_stdin = plan.stdin.replace(Vec::new()).unwrap_or_default();
         let facts = tierbox_sandbox::probe::host_facts();
         let tier = tierbox_sandbox::select::select_tier(&plan, facts).map_err(RunError::from)?;
+        if plan.network.needs_proxy() {
+            return Err(RunError::Rejected(Rejection::TierUnsupported {
+                tier,
+                feature: "background processes with strict egress and an allowlist".to_owned(),
+                reason: "the egress proxy is per foreground run in this build".to_owned(),
+            })
+            .into());
+        }
         let id = new_run_id();
         ensure_state_dir(&self.options.state_dir)?;
         let launch_opts = LaunchOptions {

@@ -215,9 +215,11 @@ async fn run_plan_tapped(
     opts: &RunOptions,
     tap: Option<Arc<Tap>>,
 ) -> Result<Outcome, RunError> {
+    let facts = host_facts();
+    let tier = tierbox_sandbox::select::select_tier(plan, facts)?;
     if plan.background.is_some() {
         return Err(Rejection::TierUnsupported {
-            tier: "b".to_owned(),
+            tier,
             feature: "background".to_owned(),
             reason: "a background run returns a handle, not an outcome: start it with \
                      Runner::start_background"
@@ -225,8 +227,6 @@ async fn run_plan_tapped(
         }
         .into());
     }
-    let facts = host_facts();
-    let tier = tierbox_sandbox::select::select_tier(plan, facts)?;
     let run_id = new_run_id();
     ensure_state_dir(&opts.state_dir)?;
     // Tier B with the egress proxy: it listens on a fresh host loopback port before the
@@ -304,7 +304,7 @@ pub(crate) fn launch_in(
         Tier::B | Tier::C => tierbox_sandbox::backend::for_plan(plan, tier).launch(plan, opts)?,
         Tier::A => {
             return Err(Rejection::TierUnavailable {
-                tier: tier.to_string(),
+                tier,
                 reason: "tier a runs WASM modules, not native programs".to_owned(),
             }
             .into());

@@ -158,10 +158,7 @@ pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), U
 /// # }
 /// ```
 pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
-    let unavailable = |tier: Tier, reason: String| Rejection::TierUnavailable {
-        tier: tier.to_string(),
-        reason,
-    };
+    let unavailable = |tier: Tier, reason: String| Rejection::TierUnavailable { tier, reason };
     match plan.tier.requested {
         TierRequest::Auto => {
             // Strongest first among native-program tiers, never below the minimum.
@@ -190,7 +187,7 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
             };
             tier_available_for(tier, plan, facts).map_err(|e| unavailable(tier, e.to_string()))?;
             tier_supports(tier, plan, facts).map_err(|e| Rejection::TierUnsupported {
-                tier: tier.to_string(),
+                tier,
                 feature: e.feature(),
                 reason: e.reason().to_owned(),
             })?;

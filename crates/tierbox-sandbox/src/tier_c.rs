@@ -157,7 +157,7 @@ pub(crate) fn launch_native(
             Err(match e {
                 NativeError::Unavailable { reason } => {
                     LaunchError::Rejected(Rejection::TierUnavailable {
-                        tier: Tier::C.to_string(),
+                        tier: Tier::C,
                         reason,
                     })
                 }
@@ -184,7 +184,7 @@ pub(crate) fn launch_bwrap(
     let facts = host_facts();
     let info = bwrap::probe_bwrap_cached().map_err(|e| {
         LaunchError::Rejected(Rejection::TierUnavailable {
-            tier: Tier::C.to_string(),
+            tier: Tier::C,
             reason: format!("tier.backend = \"bwrap\": {e}"),
         })
     })?;
@@ -235,7 +235,7 @@ pub(crate) fn launch_bwrap(
     // a user namespace made here, with writable roots owned by anyone else idmapped.
     let unavailable = |reason: String| {
         LaunchError::Rejected(Rejection::TierUnavailable {
-            tier: Tier::C.to_string(),
+            tier: Tier::C,
             reason,
         })
     };
@@ -380,7 +380,7 @@ fn bwrap_error(e: BwrapError) -> LaunchError {
     match e {
         BwrapError::NotFound { .. } | BwrapError::TooOld { .. } | BwrapError::Unusable { .. } => {
             LaunchError::Rejected(Rejection::TierUnavailable {
-                tier: Tier::C.to_string(),
+                tier: Tier::C,
                 reason: e.to_string(),
             })
         }
@@ -397,7 +397,7 @@ fn bwrap_error(e: BwrapError) -> LaunchError {
 /// A Tier C backend cannot carry out the plan's filesystem on this host.
 fn grants_unsupported(backend: &str, e: &dyn std::fmt::Display) -> Rejection {
     Rejection::TierUnsupported {
-        tier: Tier::C.to_string(),
+        tier: Tier::C,
         feature: "this filesystem grant".to_owned(),
         reason: format!(
             "the {backend} backend refuses it: {e}; `tierbox policy check FILE` lists what each backend refuses"

@@ -759,7 +759,7 @@ fn network_grant_is_unsupported() {
     assert_eq!(r.code(), "tier.unsupported", "{r}");
     assert!(
         matches!(&r, Rejection::TierUnsupported { tier, feature, .. }
-            if tier == "a" && feature.contains("example.com")),
+            if *tier == tierbox_policy::Tier::A && feature.contains("example.com")),
         "{r:?}"
     );
 }

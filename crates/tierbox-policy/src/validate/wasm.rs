@@ -124,7 +124,7 @@ pub fn validate_tier_a(
 ) -> Result<WasmPlan, Rejection> {
     super::shape::check(req)?;
     let unsupported = |feature: &str, reason: &str| Rejection::TierUnsupported {
-        tier: "a".to_owned(),
+        tier: crate::policy::Tier::A,
         feature: feature.to_owned(),
         reason: reason.to_owned(),
     };
@@ -229,7 +229,7 @@ fn grant_denied(grant: impl Into<String>, reason: String) -> Rejection {
 
 fn network_unsupported(hosts: &str) -> Rejection {
     Rejection::TierUnsupported {
-        tier: "a".to_owned(),
+        tier: crate::policy::Tier::A,
         feature: format!("network access ({hosts})"),
         reason: "WASI preview 1 has no sockets and this build grants no preview 2 sockets; \
                  run networked tools in tier b or c with egress.mode = \"strict\""

@@ -71,7 +71,7 @@ pub const ENV_FILE_FD: i32 = 3;
 
 fn unavailable(reason: String) -> LaunchError {
     LaunchError::Rejected(Rejection::TierUnavailable {
-        tier: Tier::C.to_string(),
+        tier: Tier::C,
         reason,
     })
 }
@@ -80,13 +80,13 @@ fn argv_error(e: ContainerError) -> LaunchError {
     LaunchError::Rejected(match e {
         ContainerError::EgressProxyUnsupported | ContainerError::HostNetwork { .. } => {
             Rejection::TierUnsupported {
-                tier: Tier::C.to_string(),
+                tier: Tier::C,
                 feature: "egress through the container backends".to_owned(),
                 reason: e.to_string(),
             }
         }
         other => Rejection::TierUnavailable {
-            tier: Tier::C.to_string(),
+            tier: Tier::C,
             reason: other.to_string(),
         },
     })

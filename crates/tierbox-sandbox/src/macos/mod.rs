@@ -374,7 +374,7 @@ pub fn sbpl_profile(plan: &Plan, opts: &SbplOptions) -> Result<String, SbplError
 pub fn check_layers(plan: &Plan) -> Result<Vec<Layer>, Rejection> {
     if plan.tier.backend != TierCBackend::Native {
         return Err(Rejection::TierUnavailable {
-            tier: Tier::C.to_string(),
+            tier: Tier::C,
             reason: format!(
                 "tier.backend = \"{}\" is not available on macOS; \"native\" runs sandbox-exec",
                 plan.tier.backend
@@ -386,7 +386,7 @@ pub fn check_layers(plan: &Plan) -> Result<Vec<Layer>, Rejection> {
     let layer = Layer::Cgroup;
     if !plan.tier.optional_layers.contains(&layer) {
         return Err(Rejection::TierUnavailable {
-            tier: Tier::C.to_string(),
+            tier: Tier::C,
             reason: format!(
                 "{layer} cannot be enforced: macOS has no cgroups, so memory and process-count limits are not enforced (a policy that accepts running without it lists \"{layer}\" in tier.optional_layers)"
             ),

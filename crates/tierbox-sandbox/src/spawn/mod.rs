@@ -149,7 +149,7 @@ pub(crate) fn require(
         return Ok(());
     }
     Err(Rejection::TierUnavailable {
-        tier: tier.to_string(),
+        tier,
         reason: format!(
             "{layer} cannot be enforced: {reason} (a policy that accepts running without it lists \"{layer}\" in tier.optional_layers)"
         ),
@@ -714,7 +714,7 @@ fn network_rules(
     proxy_port: Option<u16>,
 ) -> Result<NetworkRules, Rejection> {
     let unavailable = |reason: String| Rejection::TierUnavailable {
-        tier: "b".to_owned(),
+        tier: Tier::B,
         reason,
     };
     let landlock_net = facts.landlock_abi.is_some_and(|a| a >= 4);

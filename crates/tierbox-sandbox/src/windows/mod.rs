@@ -235,7 +235,7 @@ pub fn job_limits(plan: &Plan, logical_cpus: u32) -> JobLimits {
 /// available on Windows in this build.
 pub fn check_layers(plan: &Plan) -> Result<Vec<Layer>, Rejection> {
     let unavailable = |reason: String| Rejection::TierUnavailable {
-        tier: Tier::C.to_string(),
+        tier: Tier::C,
         reason,
     };
     if plan.tier.backend != TierCBackend::Native {
