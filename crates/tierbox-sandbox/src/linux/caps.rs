@@ -1,5 +1,5 @@
 //! Capabilities: the supervisor-side facts the child needs to drop every capability, and
-//! the order in which the child-side calls of [`super::sys`] must run.
+//! the order in which the child-side calls of `super::sys` must run.
 //!
 //! Invariants kept here:
 //!
@@ -12,16 +12,16 @@
 //!
 //! Order in the child (each step needs what the previous one leaves):
 //!
-//! 1. [`super::sys::set_securebits_noroot`]: needs `CAP_SETPCAP`, so first. `EPERM` when
+//! 1. `super::sys::set_securebits_noroot`: needs `CAP_SETPCAP`, so first. `EPERM` when
 //!    the launcher is unprivileged (then there is nothing to lock). Only a read when the
 //!    bits are already locked (inherited from an armed launcher thread).
-//! 2. [`super::sys::drop_bounding_set`]`(last_cap())`: also needs `CAP_SETPCAP`; reads
+//! 2. `super::sys::drop_bounding_set``(last_cap())`: also needs `CAP_SETPCAP`; reads
 //!    each capability first and drops only those present.
-//! 3. [`super::sys::clear_ambient`], needed only when step 5 is skipped (a helper that
+//! 3. `super::sys::clear_ambient`, needed only when step 5 is skipped (a helper that
 //!    keeps its capabilities): `capset` empties the ambient set with the others.
-//! 4. [`super::sys::set_ids`]: needs `CAP_SETUID`/`CAP_SETGID`; with `NO_SETUID_FIXUP`
+//! 4. `super::sys::set_ids`: needs `CAP_SETUID`/`CAP_SETGID`; with `NO_SETUID_FIXUP`
 //!    locked the uid change does *not* clear capabilities, hence step 5.
-//! 5. [`super::sys::capset_zero`]: empties effective, permitted and inheritable, and
+//! 5. `super::sys::capset_zero`: empties effective, permitted and inheritable, and
 //!    with them ambient (the kernel keeps ambient ⊆ permitted ∩ inheritable).
 //! 6. `no_new_privs`, landlock, seccomp (see `spawn/sys.rs`).
 

@@ -13,7 +13,7 @@
 //!   landlock at all is [`LandlockError::Unsupported`].
 //! - **Prepare in the supervisor, apply in the child.** [`PreparedLandlock::prepare`]
 //!   builds the ruleset fd with raw system calls once; the child only calls
-//!   [`super::sys::landlock_restrict_self`] on [`PreparedLandlock::raw_fd`] after
+//!   `super::sys::landlock_restrict_self` on [`PreparedLandlock::raw_fd`] after
 //!   `no_new_privs` (about 5 µs). The fd is close-on-exec, so it never reaches the
 //!   sandboxed program; one prepared ruleset can serve many launches.
 //!
@@ -221,7 +221,7 @@ pub enum LandlockError {
 }
 
 /// A landlock ruleset built in the supervisor, ready for
-/// [`super::sys::landlock_restrict_self`] in a child.
+/// `super::sys::landlock_restrict_self` in a child.
 #[derive(Debug)]
 pub struct PreparedLandlock {
     ruleset: OwnedFd,
@@ -296,7 +296,7 @@ impl PreparedLandlock {
         })
     }
 
-    /// The ruleset fd, for [`super::sys::landlock_restrict_self`] in the child. It stays
+    /// The ruleset fd, for `super::sys::landlock_restrict_self` in the child. It stays
     /// owned (and open) by `self`: keep `self` alive until the child has exec'd.
     pub fn raw_fd(&self) -> RawFd {
         self.ruleset.as_raw_fd()

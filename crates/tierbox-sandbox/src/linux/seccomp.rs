@@ -23,7 +23,7 @@
 //! 64 instructions of linear checks.
 //! - **Pure build, raw apply.** [`SeccompProgram::build`] allocates and cannot fail at
 //!   run time except for a builder bug; the child only calls
-//!   [`super::sys::set_no_new_privs`] and [`super::sys::seccomp_set_filter`].
+//!   `super::sys::set_no_new_privs` and `super::sys::seccomp_set_filter`.
 //!
 //! Why not the field's crate (`seccompiler`, as Codex's and birdcage's sandboxes use): it
 //! emits a linear list of checks (157 µs to attach a filter of this coverage, against
@@ -554,7 +554,7 @@ enum Action {
 }
 
 /// A compiled seccomp filter: classic BPF instructions, ready for
-/// [`super::sys::seccomp_set_filter`].
+/// `super::sys::seccomp_set_filter`.
 #[derive(Debug, Clone)]
 pub struct SeccompProgram {
     filter: Vec<libc::sock_filter>,
@@ -764,7 +764,7 @@ impl SeccompProgram {
         Ok(built)
     }
 
-    /// The `sock_fprog` for [`super::sys::seccomp_set_filter`].
+    /// The `sock_fprog` for `super::sys::seccomp_set_filter`.
     ///
     /// Lifetime: the returned struct holds a raw pointer into `self`'s instruction buffer;
     /// it is valid only while `self` is alive and not mutated (nothing mutates a built

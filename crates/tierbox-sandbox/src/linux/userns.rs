@@ -4,7 +4,7 @@
 //! Invariants kept here:
 //!
 //! - **The probe never changes the calling process.** [`probe_userns`] forks a
-//!   short-lived child ([`sys::probe_namespaces_in_child`]) that unshares every namespace
+//!   short-lived child (`sys::probe_namespaces_in_child`) that unshares every namespace
 //!   Tier C uses ([`TIER_C_NAMESPACES`]), makes its mounts private and mounts a tiny tmpfs
 //!   in its own mount namespace, then exits. (`unshare(CLONE_NEWUSER)` also fails with
 //!   `EINVAL` in a multi-threaded process such as the supervisor, another reason for the

@@ -29,7 +29,7 @@ pub mod mediate;
 pub mod reaper;
 pub mod slots;
 #[allow(unsafe_code)]
-pub mod sys;
+pub(crate) mod sys;
 
 use crate::running::RunningSandbox;
 use std::ffi::CString;

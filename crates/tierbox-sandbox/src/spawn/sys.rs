@@ -20,7 +20,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::io;
-use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::linux::exec;
@@ -713,6 +713,7 @@ pub fn pidfd_signal(pidfd: &OwnedFd, sig: i32) -> io::Result<()> {
 }
 
 /// `pidfd_open(pid, 0)`: a pidfd (close-on-exec) for the process `pid`.
+#[cfg(test)]
 pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open with integer arguments; it returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -720,7 +721,7 @@ pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` is a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) })
 }
 
 /// `kill(pid, sig)`; `pid < 0` signals a process group.

@@ -9,7 +9,7 @@
 //!   our own group except, on cgroup v2, `cgroup.subtree_control` (see below).
 //! - **The child attaches itself before exec.** [`RunCgroup::procs_fds`] are the
 //!   attach files of every group, opened `O_WRONLY | O_CLOEXEC` in the supervisor; the
-//!   child writes `"0"` to each with [`super::sys::write_all_raw`], so no process of the
+//!   child writes `"0"` to each with `super::sys::write_all_raw`, so no process of the
 //!   run ever runs outside its limits. On v1 the attach file is `tasks`, not
 //!   `cgroup.procs`: moving a whole thread group takes the global
 //!   `cgroup_threadgroup_rwsem` for writing, which waits for an RCU grace period
@@ -655,7 +655,7 @@ impl RunCgroup {
     }
 
     /// `cgroup.procs` of every group, open `O_WRONLY | O_CLOEXEC`: the child writes `"0"`
-    /// to each (with [`super::sys::write_all_raw`]) to join the run before exec. Valid
+    /// to each (with `super::sys::write_all_raw`) to join the run before exec. Valid
     /// while `self` lives.
     pub fn procs_fds(&self) -> &[RawFd] {
         &self.procs_raw
