@@ -15,7 +15,7 @@
 //! 1. `super::sys::set_securebits_noroot`: needs `CAP_SETPCAP`, so first. `EPERM` when
 //!    the launcher is unprivileged (then there is nothing to lock). Only a read when the
 //!    bits are already locked (inherited from an armed launcher thread).
-//! 2. `super::sys::drop_bounding_set``(last_cap())`: also needs `CAP_SETPCAP`; reads
+//! 2. `super::sys::drop_bounding_set(last_cap())`: also needs `CAP_SETPCAP`; reads
 //!    each capability first and drops only those present.
 //! 3. `super::sys::clear_ambient`, needed only when step 5 is skipped (a helper that
 //!    keeps its capabilities): `capset` empties the ambient set with the others.
