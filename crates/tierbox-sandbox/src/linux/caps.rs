@@ -17,8 +17,10 @@
 //!    bits are already locked (inherited from an armed launcher thread).
 //! 2. `super::sys::drop_bounding_set(last_cap())`: also needs `CAP_SETPCAP`; reads
 //!    each capability first and drops only those present.
-//! 3. `super::sys::clear_ambient`, needed only when step 5 is skipped (a helper that
-//!    keeps its capabilities): `capset` empties the ambient set with the others.
+//! 3. `super::sys::clear_ambient`: `capset` in step 5 empties the ambient set with the
+//!    others, so this matters only for a helper that keeps its capabilities (step 5
+//!    skipped); the program sequence (`linux::exec`) makes it whenever it drops
+//!    privileges, one rule for both tiers.
 //! 4. `super::sys::set_ids`: needs `CAP_SETUID`/`CAP_SETGID`; with `NO_SETUID_FIXUP`
 //!    locked the uid change does *not* clear capabilities, hence step 5.
 //! 5. `super::sys::capset_zero`: empties effective, permitted and inheritable, and
