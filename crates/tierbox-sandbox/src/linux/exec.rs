@@ -28,8 +28,10 @@
 //! 8. **seccomp** last, so it cannot block any call above;
 //! 9. **an empty signal mask**, then **`execve`**.
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{CString, c_char, c_int};
 use std::os::fd::RawFd;
+
+use tierbox_policy::plan::Plan;
 
 /// A step of [`run`], named in a failure report; each tier maps it to its own step
 /// names (Tier B's `ChildStep`, native Tier C's `NsStep`).
@@ -231,6 +233,75 @@ fn setup(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> Result<(), (ExecStep
     }
     // 9. The program starts with an empty signal mask.
     calls.unblock_signals().map_err(at(S::SignalMask))
+}
+
+/// The program's path, argv, environment and working directory as C strings, with the
+/// NULL-terminated pointer arrays `execve` takes (pointing into the strings): what
+/// [`ExecSpec`] points at, prepared by the parent.
+#[derive(Debug)]
+pub struct ExecStrings {
+    /// The program's absolute path.
+    pub program: CString,
+    /// The working directory.
+    pub cwd: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    argv_ptrs: Vec<*const c_char>,
+    envp_ptrs: Vec<*const c_char>,
+}
+
+impl ExecStrings {
+    /// The strings of `plan` with the environment `env`; `cstring(what, bytes)` makes
+    /// each C string, or the caller's error for one with a NUL byte.
+    pub fn new<E>(
+        plan: &Plan,
+        env: &[(String, String)],
+        cstring: impl Fn(&'static str, &[u8]) -> Result<CString, E>,
+    ) -> Result<Self, E> {
+        use std::os::unix::ffi::OsStrExt;
+        let program = cstring("program path", plan.program.as_os_str().as_bytes())?;
+        let argv: Vec<CString> = plan
+            .argv
+            .iter()
+            .map(|a| cstring("argument", a.as_bytes()))
+            .collect::<Result<_, _>>()?;
+        let envp: Vec<CString> = env
+            .iter()
+            .map(|(k, v)| cstring("environment variable", format!("{k}={v}").as_bytes()))
+            .collect::<Result<_, _>>()?;
+        let cwd = cstring("cwd", plan.cwd.as_os_str().as_bytes())?;
+        let argv_ptrs = null_terminated(&argv);
+        let envp_ptrs = null_terminated(&envp);
+        Ok(Self {
+            program,
+            cwd,
+            argv,
+            envp,
+            argv_ptrs,
+            envp_ptrs,
+        })
+    }
+
+    /// The NULL-terminated argv (valid while `self` lives).
+    pub fn argv(&self) -> *const *const c_char {
+        debug_assert_eq!(self.argv_ptrs.len(), self.argv.len() + 1);
+        self.argv_ptrs.as_ptr()
+    }
+
+    /// The NULL-terminated environment (valid while `self` lives).
+    pub fn envp(&self) -> *const *const c_char {
+        debug_assert_eq!(self.envp_ptrs.len(), self.envp.len() + 1);
+        self.envp_ptrs.as_ptr()
+    }
+}
+
+/// `strings`' pointers followed by a NULL, for `execve`.
+pub fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
 }
 
 #[cfg(test)]

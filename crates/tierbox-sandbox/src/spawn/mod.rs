@@ -46,6 +46,7 @@ use tierbox_policy::{EgressMode, Enforcement, Layer, LayerReport, Rejection, Tie
 
 use crate::linux::caps;
 use crate::linux::cgroup::{CgroupLimits, RunCgroup};
+use crate::linux::exec::{ExecStrings, null_terminated};
 use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock};
 use crate::linux::seccomp::{InetSockets, SeccompProgram, SeccompSpec};
 use crate::probe::{HostFacts, host_facts};
@@ -478,7 +479,9 @@ fn spawn_in_slot(
     mediate_chmod: bool,
 ) -> Result<(SpawnedChild, Option<SeccompLayout>), LaunchError> {
     let launcher = Launcher::choose(facts, network, slot, uid, mediate_chmod)?;
-    let strings = ChildStrings::new(plan, slot, network)?;
+    let strings = ExecStrings::new(plan, &child_env(plan, slot, network), |what, bytes| {
+        cstring(bytes, what)
+    })?;
     let StdioPipes {
         stdin_child,
         stdin_parent,
@@ -499,8 +502,8 @@ fn spawn_in_slot(
     };
     let mut spec = sys::ChildSpec {
         program: strings.program.as_ptr(),
-        argv: strings.argv_ptrs.as_ptr(),
-        envp: strings.envp_ptrs.as_ptr(),
+        argv: strings.argv(),
+        envp: strings.envp(),
         cwd: strings.cwd.as_ptr(),
         stdin_fd: stdin_child.as_raw_fd(),
         stdout_fd: stdout_w.as_raw_fd(),
@@ -638,43 +641,6 @@ impl Launcher {
             landlock_inherited,
             seccomp,
             layout,
-        })
-    }
-}
-
-/// The program's path, argv, environment and working directory as C strings, with the
-/// NULL-terminated pointer arrays `execve` takes (pointing into the strings).
-struct ChildStrings {
-    program: CString,
-    _argv: Vec<CString>,
-    _envp: Vec<CString>,
-    argv_ptrs: Vec<*const libc::c_char>,
-    envp_ptrs: Vec<*const libc::c_char>,
-    cwd: CString,
-}
-
-impl ChildStrings {
-    fn new(plan: &Plan, slot: &Slot, network: &NetworkRules) -> Result<Self, LaunchError> {
-        let program = cstring(plan.program.as_os_str().as_bytes(), "program path")?;
-        let argv: Vec<CString> = plan
-            .argv
-            .iter()
-            .map(|a| cstring(a.as_bytes(), "argument"))
-            .collect::<Result<_, _>>()?;
-        let envp: Vec<CString> = child_env(plan, slot, network)
-            .iter()
-            .map(|(k, v)| cstring(format!("{k}={v}").as_bytes(), "environment entry"))
-            .collect::<Result<_, _>>()?;
-        let cwd = cstring(plan.cwd.as_os_str().as_bytes(), "cwd")?;
-        let argv_ptrs = null_terminated(&argv);
-        let envp_ptrs = null_terminated(&envp);
-        Ok(Self {
-            program,
-            _argv: argv,
-            _envp: envp,
-            argv_ptrs,
-            envp_ptrs,
-            cwd,
         })
     }
 }
@@ -873,14 +839,6 @@ fn clone_on(
         },
         step => LaunchError::Child { step, errno },
     })
-}
-
-/// `v`'s pointers followed by a NULL, for `execve`.
-fn null_terminated(v: &[CString]) -> Vec<*const libc::c_char> {
-    v.iter()
-        .map(|c| c.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect()
 }
 
 /// The pipes of a launch: the child's ends (stdin from `/dev/null` unless the Plan has

@@ -241,6 +241,24 @@ impl CgroupSupport {
         format!("cgroup {version}: {controllers}")
     }
 
+    /// What was found on `version`: the memory, pids, cpu and freezer controllers, and
+    /// why run groups cannot be made when memory or pids is unusable.
+    fn found(version: CgroupVersion, [memory, pids, cpu, freezer]: [ControllerSupport; 4]) -> Self {
+        let reason = [("memory", &memory), ("pids", &pids)]
+            .iter()
+            .filter(|(_, c)| !c.usable)
+            .map(|(n, c)| format!("{n}: {}", c.reason.as_deref().unwrap_or("unusable")))
+            .reduce(|a, b| format!("{a}; {b}"));
+        Self {
+            version: Some(version),
+            memory,
+            pids,
+            cpu,
+            freezer,
+            reason,
+        }
+    }
+
     /// Probe from explicit inputs: the text of `/proc/self/mountinfo` and of
     /// `/proc/self/cgroup`, and the directory the mount points are relative to (`/` on a
     /// real host, a tempdir holding a fake `sys/fs/cgroup/...` tree in tests). Reads only.

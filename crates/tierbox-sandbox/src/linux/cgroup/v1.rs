@@ -112,17 +112,8 @@ pub(super) fn probe(
     if !any {
         return None;
     }
-    let reason = [("memory", &memory), ("pids", &pids)]
-        .iter()
-        .filter(|(_, c)| !c.usable)
-        .map(|(n, c)| format!("{n}: {}", c.reason.as_deref().unwrap_or("unusable")))
-        .reduce(|a, b| format!("{a}; {b}"));
-    Some(CgroupSupport {
-        version: Some(CgroupVersion::V1),
-        memory,
-        pids,
-        cpu,
-        freezer,
-        reason,
-    })
+    Some(CgroupSupport::found(
+        CgroupVersion::V1,
+        [memory, pids, cpu, freezer],
+    ))
 }

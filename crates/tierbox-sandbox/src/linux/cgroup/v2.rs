@@ -148,19 +148,10 @@ pub(super) fn probe(
         Ok(()) => ControllerSupport::usable(base.clone()),
         Err(reason) => ControllerSupport::unusable(Some(base.clone()), reason.clone()),
     };
-    let reason = [("memory", &memory), ("pids", &pids)]
-        .iter()
-        .filter(|(_, c)| !c.usable)
-        .map(|(n, c)| format!("{n}: {}", c.reason.as_deref().unwrap_or("unusable")))
-        .reduce(|a, b| format!("{a}; {b}"));
-    Some(CgroupSupport {
-        version: Some(CgroupVersion::V2),
-        memory,
-        pids,
-        cpu,
-        freezer,
-        reason,
-    })
+    Some(CgroupSupport::found(
+        CgroupVersion::V2,
+        [memory, pids, cpu, freezer],
+    ))
 }
 
 /// cgroup v2: make `wanted` controllers available to children of `base`, moving the

@@ -22,7 +22,7 @@
 //! destinations written under [`NEW_ROOT`]. The planner's `PivotRoot` then makes
 //! [`NEW_ROOT`] `/` and detaches the staging tmpfs together with the host tree.
 
-use std::ffi::{CStr, CString, c_char};
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -35,6 +35,7 @@ use super::netns_pool;
 use super::sys::{self as nsys, Expect, NsOp, NsSpec, NsStep, OpKind, Report, ReportTag};
 use crate::egress::SANDBOX_PROXY_PORT;
 use crate::linux::caps;
+use crate::linux::exec::ExecStrings;
 use crate::linux::identity::{self, SandboxIdentity};
 use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock, access_fs};
 use crate::linux::mounts::{
@@ -238,7 +239,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let claim = crate::placeholders::claim(&mplan.host_placeholders);
     let ops: Vec<NsOp<'_>> = owned.iter().map(OwnedOp::borrow).collect();
     let mut identity = IdentitySetup::resolve(plan, mplan, owned.len())?;
-    let program = ProgramStrings::new(plan, mplan)?;
+    let program = ExecStrings::new(plan, &child_env(plan, mplan), cstring)?;
     let layers = Layers::prepare(plan, mplan, opts)?;
     let fprog = layers.seccomp.as_deref().map(SeccompProgram::as_fprog);
     let pipes = Pipes::open(plan)?;
@@ -254,8 +255,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         hostname: opts.hostname.as_bytes(),
         ops: &ops,
         program: &program.program,
-        argv: program.argv_ptrs.as_ptr(),
-        envp: program.envp_ptrs.as_ptr(),
+        argv: program.argv(),
+        envp: program.envp(),
         cwd: &program.cwd,
         init_name: INIT_NAME,
         stdin_fd: pipes.stdin_child.as_raw_fd(),
@@ -431,43 +432,6 @@ impl IdentitySetup {
                 })
             }
         }
-    }
-}
-
-/// The program's path, argv, environment and working directory as C strings, with the
-/// NULL-terminated pointer arrays `execve` takes (pointing into the strings).
-struct ProgramStrings {
-    program: CString,
-    _argv: Vec<CString>,
-    _envp: Vec<CString>,
-    argv_ptrs: Vec<*const libc::c_char>,
-    envp_ptrs: Vec<*const libc::c_char>,
-    cwd: CString,
-}
-
-impl ProgramStrings {
-    fn new(plan: &Plan, mplan: &MountPlan) -> Result<Self, NativeError> {
-        let program = cstring("program", plan.program.as_os_str().as_bytes())?;
-        let argv: Vec<CString> = plan
-            .argv
-            .iter()
-            .map(|a| cstring("argument", a.as_bytes()))
-            .collect::<Result<_, _>>()?;
-        let envp: Vec<CString> = child_env(plan, mplan)
-            .iter()
-            .map(|(k, v)| cstring("environment variable", format!("{k}={v}").as_bytes()))
-            .collect::<Result<_, _>>()?;
-        let argv_ptrs = null_terminated(&argv);
-        let envp_ptrs = null_terminated(&envp);
-        let cwd = cstring("cwd", plan.cwd.as_os_str().as_bytes())?;
-        Ok(Self {
-            program,
-            _argv: argv,
-            _envp: envp,
-            argv_ptrs,
-            envp_ptrs,
-            cwd,
-        })
     }
 }
 
@@ -785,14 +749,6 @@ fn cstring(what: &'static str, bytes: &[u8]) -> Result<CString, NativeError> {
         what,
         value: String::from_utf8_lossy(bytes).into_owned(),
     })
-}
-
-fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
-    strings
-        .iter()
-        .map(|s| s.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect()
 }
 
 /// The child's complete environment: the Plan's, with `HOME` pointing at the private home
