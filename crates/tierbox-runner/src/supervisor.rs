@@ -50,9 +50,15 @@ pub enum RunError {
     /// The request was refused before anything ran.
     #[error(transparent)]
     Rejected(#[from] Rejection),
-    /// The sandbox could not be set up.
+    /// The run could not be started for a reason outside the sandbox's setup (the Tier A
+    /// engine, a plan this call does not take).
     #[error("sandbox launch failed: {0}")]
     Launch(String),
+    /// The sandbox could not be set up: the backend's own error, with what failed (the
+    /// step in the child and its errno, what the supervisor was preparing, the native
+    /// Tier C setup), for callers that act on it rather than print it.
+    #[error("sandbox launch failed: {0}")]
+    Sandbox(LaunchError),
     /// The attestation signer or the audit log the policy requires is unavailable, so
     /// nothing ran (or a rejection could not be recorded).
     #[error("audit: {0}")]
@@ -71,7 +77,7 @@ impl From<LaunchError> for RunError {
     fn from(e: LaunchError) -> Self {
         match e {
             LaunchError::Rejected(r) => RunError::Rejected(r),
-            other => RunError::Launch(other.to_string()),
+            other => RunError::Sandbox(other),
         }
     }
 }

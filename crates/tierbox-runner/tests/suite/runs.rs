@@ -252,6 +252,30 @@ fn sensitive_values_and_tokens_are_redacted() {
     );
 }
 
+/// A launch that fails inside the sandbox comes back typed: which step of the child
+/// failed, with its errno (here the program vanished between validation and exec).
+#[test]
+fn a_failed_launch_names_the_step_in_the_child() {
+    if !tier_b_available("a_failed_launch_names_the_step_in_the_child") {
+        return;
+    }
+    let env = Env::new(&["true"]);
+    let mut r = req("true", &[]);
+    r.tier = TierRequest::B;
+    let mut plan = env.runner().check(&r).unwrap();
+    plan.program = env.ws.path().join("gone");
+    let opts = RunOptions {
+        state_dir: env.state.path().to_path_buf(),
+    };
+    match rt().block_on(run_plan(&plan, &opts)) {
+        Err(RunError::Sandbox(tierbox_sandbox::spawn::LaunchError::Child { step, errno })) => {
+            assert_eq!(step, tierbox_sandbox::spawn::ChildStep::Execve, "{step:?}");
+            assert_eq!(errno, libc::ENOENT);
+        }
+        other => panic!("expected a typed launch failure, got {other:?}"),
+    }
+}
+
 #[test]
 fn unavailable_tier_is_rejected_not_downgraded() {
     let env = Env::new(&["true"]);
