@@ -23,7 +23,39 @@
 //! # }
 //! ```
 
+use tierbox_policy::TierCBackend;
 use tierbox_policy::plan::Plan;
+
+/// Why a tier or a backend cannot run on this host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    /// Tier B: the kernel offers neither of its layers.
+    #[error("neither landlock nor seccomp is available on this kernel")]
+    NoKernelLayers,
+    /// Tier C: this process cannot create user namespaces (the probe's reason).
+    #[error("{0}")]
+    UserNamespaces(String),
+    /// Tier A runs WASM modules, not host programs.
+    #[error("tier a runs WASM modules; native programs need a WASI build mapped by the policy")]
+    WasmOnly,
+    /// bubblewrap is missing or unusable (the probe's reason).
+    #[error("{0}")]
+    Bwrap(String),
+    /// A tool the backend runs is missing.
+    #[error("{path} is missing")]
+    MissingTool {
+        /// Its path.
+        path: &'static str,
+    },
+    /// Tier C on a container backend whose engine does not answer.
+    #[error("tier.backend = \"{backend}\": {reason}")]
+    Engine {
+        /// The policy's backend.
+        backend: TierCBackend,
+        /// Why the engine is unusable.
+        reason: String,
+    },
+}
 
 /// An isolation backend.
 pub trait Backend {
@@ -39,7 +71,7 @@ pub trait Backend {
 
     /// Whether this host can run this backend, and the concrete reason when it cannot
     /// (probed once and cached where probing is costly).
-    fn available(&self) -> Result<(), String>;
+    fn available(&self) -> Result<(), Unavailable>;
 
     /// Launches `plan`; the process runs until the supervisor reaps or kills it.
     fn launch(&self, plan: &Plan, opts: &Self::Options) -> Result<Self::Launched, Self::Error>;
@@ -53,7 +85,7 @@ mod linux_backends {
     use tierbox_policy::plan::Plan;
     use tierbox_policy::{Tier, TierCBackend};
 
-    use super::Backend;
+    use super::{Backend, Unavailable};
     use crate::container::Engine;
     use crate::probe::host_facts;
     use crate::running::RunningSandbox;
@@ -87,8 +119,8 @@ mod linux_backends {
         fn name(&self) -> &'static str {
             "tier_b_linux"
         }
-        fn available(&self) -> Result<(), String> {
-            tier_available(Tier::B, host_facts()).map_err(|e| e.to_string())
+        fn available(&self) -> Result<(), Unavailable> {
+            tier_available(Tier::B, host_facts())
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::spawn::launch(plan, opts)
@@ -102,8 +134,8 @@ mod linux_backends {
         fn name(&self) -> &'static str {
             "tier_c_linux_native"
         }
-        fn available(&self) -> Result<(), String> {
-            tier_available(Tier::C, host_facts()).map_err(|e| e.to_string())
+        fn available(&self) -> Result<(), Unavailable> {
+            tier_available(Tier::C, host_facts())
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_c::launch_native(plan, opts)
@@ -117,11 +149,11 @@ mod linux_backends {
         fn name(&self) -> &'static str {
             "tier_c_bwrap"
         }
-        fn available(&self) -> Result<(), String> {
-            tier_available(Tier::C, host_facts()).map_err(|e| e.to_string())?;
+        fn available(&self) -> Result<(), Unavailable> {
+            tier_available(Tier::C, host_facts())?;
             crate::bwrap::probe_bwrap_cached()
                 .map(drop)
-                .map_err(|e| e.to_string())
+                .map_err(|e| Unavailable::Bwrap(e.to_string()))
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_c::launch_bwrap(plan, opts)
@@ -138,10 +170,16 @@ mod linux_backends {
                 Engine::Podman => "tier_c_podman",
             }
         }
-        fn available(&self) -> Result<(), String> {
+        fn available(&self) -> Result<(), Unavailable> {
             crate::container::probe::probe_engine_cached(self.0)
                 .map(drop)
-                .map_err(|e| e.to_string())
+                .map_err(|e| Unavailable::Engine {
+                    backend: match self.0 {
+                        Engine::Docker => TierCBackend::Docker,
+                        Engine::Podman => TierCBackend::Podman,
+                    },
+                    reason: e.to_string(),
+                })
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::container::launch(plan, opts)
@@ -180,11 +218,12 @@ mod macos_backend {
         fn name(&self) -> &'static str {
             crate::macos::BACKEND_NAME
         }
-        fn available(&self) -> Result<(), String> {
-            if std::path::Path::new("/usr/bin/sandbox-exec").exists() {
+        fn available(&self) -> Result<(), super::Unavailable> {
+            const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
+            if std::path::Path::new(SANDBOX_EXEC).exists() {
                 Ok(())
             } else {
-                Err("/usr/bin/sandbox-exec is missing".to_owned())
+                Err(super::Unavailable::MissingTool { path: SANDBOX_EXEC })
             }
         }
         fn launch(&self, plan: &Plan, opts: &SbplOptions) -> Result<MacLaunched, MacLaunchError> {
@@ -214,7 +253,7 @@ mod windows_backend {
         fn name(&self) -> &'static str {
             crate::windows::BACKEND_NAME
         }
-        fn available(&self) -> Result<(), String> {
+        fn available(&self) -> Result<(), super::Unavailable> {
             Ok(())
         }
         fn launch(&self, plan: &Plan, _: &()) -> Result<WindowsLaunched, WindowsLaunchError> {
@@ -256,7 +295,7 @@ mod tests {
             assert_eq!(for_plan(&plan, Tier::B).name(), "tier_b_linux");
             // Availability is a reason, never a panic.
             if let Err(reason) = for_plan(&plan, Tier::C).available() {
-                assert!(!reason.is_empty());
+                assert!(!reason.to_string().is_empty(), "{reason:?}");
             }
         }
     }

@@ -5,29 +5,8 @@
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{EgressMode, Rejection, Tier, TierCBackend, TierRequest};
 
+pub use crate::backend::Unavailable;
 use crate::probe::HostFacts;
-
-/// Why a tier cannot run native programs on this host.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Unavailable {
-    /// Tier B: the kernel offers neither of its layers.
-    #[error("neither landlock nor seccomp is available on this kernel")]
-    NoKernelLayers,
-    /// Tier C: this process cannot create user namespaces (the probe's reason).
-    #[error("{0}")]
-    UserNamespaces(String),
-    /// Tier A runs WASM modules, not host programs.
-    #[error("tier a runs WASM modules; native programs need a WASI build mapped by the policy")]
-    WasmOnly,
-    /// Tier C on a container backend whose engine does not answer.
-    #[error("tier.backend = \"{backend}\": {reason}")]
-    Engine {
-        /// The policy's backend.
-        backend: TierCBackend,
-        /// Why the engine is unusable.
-        reason: String,
-    },
-}
 
 /// What a tier cannot carry out of a plan, though the host runs the tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
