@@ -695,6 +695,22 @@ pub fn new_user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
     result
 }
 
+/// `open_tree(2)` flag: clone the mount instead of opening it in place.
+pub(crate) const OPEN_TREE_CLONE: u32 = 1;
+/// `AT_RECURSIVE`: clone / set attributes on the whole subtree.
+pub(crate) const AT_RECURSIVE: u32 = 0x8000;
+/// `move_mount(2)` flag: the source is the fd itself (empty path).
+pub(crate) const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
+
+/// `struct mount_attr` (uapi `linux/mount.h`, `MOUNT_ATTR_SIZE_VER0` = 32 bytes).
+#[repr(C)]
+pub(crate) struct MountAttr {
+    pub(crate) attr_set: u64,
+    pub(crate) attr_clr: u64,
+    pub(crate) propagation: u64,
+    pub(crate) userns_fd: u64,
+}
+
 /// `open_tree(path, OPEN_TREE_CLONE | AT_RECURSIVE)` made idmapped through `userns`, with
 /// `nosuid` and `nodev`: a detached mount tree of `path` in which the ids of `userns`'s
 /// maps are translated (a file owned by a mapped id shows as the id it maps to, and a file
@@ -702,19 +718,8 @@ pub fn new_user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
 /// filesystem and a filesystem that supports idmapped mounts.
 pub fn idmapped_tree(path: &std::path::Path, userns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     use std::os::unix::ffi::OsStrExt;
-    /// `OPEN_TREE_CLONE`.
-    const OPEN_TREE_CLONE: libc::c_uint = 1;
-    /// `AT_RECURSIVE`.
-    const AT_RECURSIVE: libc::c_uint = 0x8000;
     /// `MOUNT_ATTR_IDMAP`.
     const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
-    }
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: a NUL-terminated path and integer flags; returns a new fd we own.

@@ -842,38 +842,68 @@ fn clone_on(
 }
 
 /// The pipes of a launch: the child's ends (stdin from `/dev/null` unless the Plan has
-/// data) and the supervisor's.
-struct StdioPipes {
-    stdin_child: OwnedFd,
-    stdin_parent: Option<OwnedFd>,
-    stdout_r: OwnedFd,
-    stdout_w: OwnedFd,
-    stderr_r: OwnedFd,
-    stderr_w: OwnedFd,
+/// data) and the supervisor's, each close-on-exec. Shared by Tier B and native Tier C.
+pub(crate) struct StdioPipes {
+    pub(crate) stdin_child: OwnedFd,
+    pub(crate) stdin_parent: Option<OwnedFd>,
+    pub(crate) stdout_r: OwnedFd,
+    pub(crate) stdout_w: OwnedFd,
+    pub(crate) stderr_r: OwnedFd,
+    pub(crate) stderr_w: OwnedFd,
+}
+
+/// Which of [`StdioPipes`] could not be made, for the caller's error.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum StdioPart {
+    /// The stdin pipe.
+    Stdin,
+    /// `/dev/null` for stdin.
+    DevNull,
+    /// The stdout pipe.
+    Stdout,
+    /// The stderr pipe.
+    Stderr,
+}
+
+impl StdioPipes {
+    /// Opens the pipes of `plan`; `err` names a failure in the caller's terms.
+    pub(crate) fn open<E>(
+        plan: &Plan,
+        err: impl Fn(StdioPart, std::io::Error) -> E,
+    ) -> Result<Self, E> {
+        let (stdout_r, stdout_w) = sys::pipe_cloexec().map_err(|e| err(StdioPart::Stdout, e))?;
+        let (stderr_r, stderr_w) = sys::pipe_cloexec().map_err(|e| err(StdioPart::Stderr, e))?;
+        let (stdin_child, stdin_parent) = match &plan.stdin {
+            Some(_) => {
+                let (r, w) = sys::pipe_cloexec().map_err(|e| err(StdioPart::Stdin, e))?;
+                (r, Some(w))
+            }
+            None => (
+                sys::open_dev_null().map_err(|e| err(StdioPart::DevNull, e))?,
+                None,
+            ),
+        };
+        Ok(Self {
+            stdin_child,
+            stdin_parent,
+            stdout_r,
+            stdout_w,
+            stderr_r,
+            stderr_w,
+        })
+    }
 }
 
 fn stdio_pipes(plan: &Plan) -> Result<StdioPipes, LaunchError> {
-    let (stdout_r, stdout_w) =
-        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdout"))?;
-    let (stderr_r, stderr_w) =
-        sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stderr"))?;
-    let (stdin_child, stdin_parent) = match &plan.stdin {
-        Some(_) => {
-            let (r, w) = sys::pipe_cloexec().map_err(LaunchError::setup("pipe for stdin"))?;
-            (r, Some(w))
+    StdioPipes::open(plan, |part, source| LaunchError::Setup {
+        what: match part {
+            StdioPart::Stdin => "pipe for stdin",
+            StdioPart::DevNull => "open /dev/null",
+            StdioPart::Stdout => "pipe for stdout",
+            StdioPart::Stderr => "pipe for stderr",
         }
-        None => (
-            sys::open_dev_null().map_err(LaunchError::setup("open /dev/null"))?,
-            None,
-        ),
-    };
-    Ok(StdioPipes {
-        stdin_child,
-        stdin_parent,
-        stdout_r,
-        stdout_w,
-        stderr_r,
-        stderr_w,
+        .to_owned(),
+        source,
     })
 }
 

@@ -290,8 +290,6 @@ fn dup_to(src: c_int, dst: c_int) -> Result<(), i32> {
 /// Step 4c: `unshare(CLONE_NEWNS)`, everything made private, then each prepared tree
 /// moved over its path (in order: an ancestor before anything inside it).
 fn helper_mounts(helper: &HelperSetup) -> Result<(), i32> {
-    /// `MOVE_MOUNT_F_EMPTY_PATH`.
-    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_ulong = 0x4;
     // SAFETY: unshare with a constant flag; this child shares no fs struct (no CLONE_FS).
     check(unsafe { libc::syscall(libc::SYS_unshare, libc::CLONE_NEWNS as libc::c_ulong) })?;
     // SAFETY: a NUL-terminated literal target, null source, type and data.
@@ -318,7 +316,7 @@ fn helper_mounts(helper: &HelperSetup) -> Result<(), i32> {
                 c"".as_ptr(),
                 libc::AT_FDCWD as libc::c_ulong,
                 m.path,
-                MOVE_MOUNT_F_EMPTY_PATH,
+                libc::c_ulong::from(lsys::MOVE_MOUNT_F_EMPTY_PATH),
             )
         })?;
     }

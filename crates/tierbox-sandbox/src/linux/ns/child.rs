@@ -259,9 +259,9 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         envp: program.envp(),
         cwd: &program.cwd,
         init_name: INIT_NAME,
-        stdin_fd: pipes.stdin_child.as_raw_fd(),
-        stdout_fd: pipes.stdout_w.as_raw_fd(),
-        stderr_fd: pipes.stderr_w.as_raw_fd(),
+        stdin_fd: pipes.stdio.stdin_child.as_raw_fd(),
+        stdout_fd: pipes.stdio.stdout_w.as_raw_fd(),
+        stderr_fd: pipes.stdio.stderr_w.as_raw_fd(),
         report_fd: pipes.report_w.as_raw_fd(),
         proxy_fd: pipes
             .proxy_pair
@@ -308,12 +308,15 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let netns_pooled = pooled.is_some();
     drop(pooled_netns);
     let Pipes {
-        stdin_child,
-        stdin_parent,
-        stdout_r,
-        stdout_w,
-        stderr_r,
-        stderr_w,
+        stdio:
+            crate::spawn::StdioPipes {
+                stdin_child,
+                stdin_parent,
+                stdout_r,
+                stdout_w,
+                stderr_r,
+                stderr_w,
+            },
         report_r,
         report_w,
         proxy_pair,
@@ -478,15 +481,11 @@ impl Layers {
     }
 }
 
-/// The pipes of a launch (each end close-on-exec) and, with the egress proxy, the
-/// socket pair that carries its listener out of the sandbox.
+/// The pipes of a launch (each end close-on-exec): stdio (Tier B's), pid 1's report pipe
+/// and, with the egress proxy, the socket pair that carries its listener out of the
+/// sandbox.
 struct Pipes {
-    stdin_child: OwnedFd,
-    stdin_parent: Option<OwnedFd>,
-    stdout_r: OwnedFd,
-    stdout_w: OwnedFd,
-    stderr_r: OwnedFd,
-    stderr_w: OwnedFd,
+    stdio: crate::spawn::StdioPipes,
     report_r: OwnedFd,
     report_w: OwnedFd,
     /// (supervisor's end, pid 1's end).
@@ -495,23 +494,19 @@ struct Pipes {
 
 impl Pipes {
     fn open(plan: &Plan) -> Result<Self, NativeError> {
-        use crate::spawn::sys as ssys;
-        let (stdin_child, stdin_parent) = match &plan.stdin {
-            Some(_) => {
-                let (r, w) = ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stdin"))?;
-                (r, Some(w))
+        use crate::spawn::StdioPart;
+        let stdio = crate::spawn::StdioPipes::open(plan, |part, source| NativeError::Sys {
+            call: match part {
+                StdioPart::Stdin => "pipe2(O_CLOEXEC) for stdin",
+                StdioPart::DevNull => "open(/dev/null, O_RDONLY)",
+                StdioPart::Stdout => "pipe2(O_CLOEXEC) for stdout",
+                StdioPart::Stderr => "pipe2(O_CLOEXEC) for stderr",
             }
-            None => (
-                ssys::open_dev_null().map_err(sys_err("open(/dev/null, O_RDONLY)"))?,
-                None,
-            ),
-        };
-        let (stdout_r, stdout_w) =
-            ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stdout"))?;
-        let (stderr_r, stderr_w) =
-            ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for stderr"))?;
-        let (report_r, report_w) =
-            ssys::pipe_cloexec().map_err(sys_err("pipe2(O_CLOEXEC) for the report pipe"))?;
+            .to_owned(),
+            source,
+        })?;
+        let (report_r, report_w) = crate::spawn::sys::pipe_cloexec()
+            .map_err(sys_err("pipe2(O_CLOEXEC) for the report pipe"))?;
         let proxy_pair = if plan.network.needs_proxy() {
             Some(nsys::seqpacket_pair().map_err(sys_err(
                 "socketpair(AF_UNIX, SOCK_SEQPACKET) for the egress listener",
@@ -520,12 +515,7 @@ impl Pipes {
             None
         };
         Ok(Self {
-            stdin_child,
-            stdin_parent,
-            stdout_r,
-            stdout_w,
-            stderr_r,
-            stderr_w,
+            stdio,
             report_r,
             report_w,
             proxy_pair,

@@ -3,28 +3,14 @@
 
 use super::raw::*;
 use super::*;
+use crate::linux::sys::{AT_RECURSIVE, MOVE_MOUNT_F_EMPTY_PATH, MountAttr, OPEN_TREE_CLONE};
 
-/// `open_tree(2)` flag: clone the mount instead of opening it in place.
-const OPEN_TREE_CLONE: u32 = 1;
-/// `AT_RECURSIVE`: clone / set attributes on the whole subtree.
-const AT_RECURSIVE: u32 = 0x8000;
-/// `move_mount(2)` flag: the source is the fd itself (empty path).
-const MOVE_MOUNT_F_EMPTY_PATH: u32 = 0x4;
 /// `mount_setattr(2)` attributes (uapi `linux/mount.h`).
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 /// No setuid/setgid on exec.
 pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 /// No device access.
 pub const MOUNT_ATTR_NODEV: u64 = 0x4;
-
-/// `struct mount_attr` (uapi `linux/mount.h`, `MOUNT_ATTR_SIZE_VER0` = 32 bytes).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 /// One compiled filesystem step, executed by pid 1 in order. Built by the supervisor
 /// (`child::compile_ops`); every string is a NUL-terminated C string it owns.
