@@ -1034,6 +1034,17 @@ fn tmpfs(
     Ok(o)
 }
 
+/// An empty read-only directory over `dst` (a tiny tmpfs): what hides a directory.
+fn empty_cover(dst: CString, describe: String) -> Result<OwnedOp, NativeError> {
+    tmpfs(
+        dst,
+        describe,
+        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        COVER_TMPFS_BYTES,
+        COVER_DIR_MODE,
+    )
+}
+
 /// `mount_setattr` of `dst` (recursively or not) setting `attr`.
 fn setattr(dst: CString, describe: String, recursive: bool, attr: u64) -> OwnedOp {
     let mut o = OwnedOp::new(OpKind::Setattr, dst, describe);
@@ -1112,13 +1123,7 @@ impl<'p> OpCompiler<'p> {
                         o.flags = libc::MS_BIND;
                         o
                     }
-                    ProcCover::MaskDir => tmpfs(
-                        new(dst)?,
-                        describe,
-                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                        COVER_TMPFS_BYTES,
-                        COVER_DIR_MODE,
-                    )?,
+                    ProcCover::MaskDir => empty_cover(new(dst)?, describe)?,
                 };
                 o.if_present = true;
                 o
@@ -1166,13 +1171,7 @@ impl<'p> OpCompiler<'p> {
                 o.expect = Expect::CharDev;
                 o
             }
-            MountOp::CoverWithEmptyDir { dst } => tmpfs(
-                new(dst)?,
-                describe,
-                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                COVER_TMPFS_BYTES,
-                COVER_DIR_MODE,
-            )?,
+            MountOp::CoverWithEmptyDir { dst } => empty_cover(new(dst)?, describe)?,
             MountOp::RemountRo { dst, allow_devices } => {
                 let attr = nsys::MOUNT_ATTR_RDONLY
                     | nsys::MOUNT_ATTR_NOSUID
