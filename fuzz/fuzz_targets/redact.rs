@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use libfuzzer_sys::fuzz_target;
-use tierbox_policy::redact::Redactor;
+use tierbox_redact::Redactor;
 
 fuzz_target!(|data: &[u8]| {
     // Input: a secret (up to the first NUL, when it is at least 8 bytes of printable
@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         .ok()
         .filter(|s| s.len() >= 8 && s.bytes().all(|b| b.is_ascii_graphic() && b != b'[' && b != b']'))
         // A secret inside the marker itself cannot be hidden by it (documented).
-        .filter(|s| !tierbox_policy::redact::REDACTED.contains(&s[..]))
+        .filter(|s| !tierbox_redact::REDACTED.contains(&s[..]))
         .map(str::to_owned);
     let redactor = match &secret {
         Some(s) => Redactor::new(std::slice::from_ref(s)),

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use tierbox_policy::plan::Plan;
-use tierbox_policy::redact::Redactor;
 use tierbox_policy::{Lifetime, Rejection};
+use tierbox_redact::Redactor;
 use tierbox_sandbox::process;
 use tierbox_sandbox::running::Ending;
 use tierbox_sandbox::spawn::LaunchOptions;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tierbox_egress::EgressLog;
 use tierbox_policy::Enforcement;
-use tierbox_policy::redact::Redactor;
+use tierbox_redact::Redactor;
 
 use crate::capture::Captured;
 

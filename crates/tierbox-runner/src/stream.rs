@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 use tierbox_policy::handle::Stream;
 use tierbox_policy::plan::{OutputPlan, RedactionPlan};
-use tierbox_policy::redact::Redactor;
+use tierbox_redact::Redactor;
 use tokio::sync::mpsc;
 
 use crate::capture::Push;

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use tierbox_egress::{Proxy, ProxyConfig};
 use tierbox_policy::plan::Plan;
-use tierbox_policy::redact::Redactor;
 use tierbox_policy::{Rejection, Tier};
+use tierbox_redact::Redactor;
 use tierbox_sandbox::probe::host_facts;
 use tierbox_sandbox::process;
 use tierbox_sandbox::running::{self, Ending, RunningSandbox};

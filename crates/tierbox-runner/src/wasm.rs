@@ -5,9 +5,9 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use tierbox_policy::redact::Redactor;
 use tierbox_policy::wasm::WasmPlan;
 use tierbox_policy::{Enforcement, QuotaMode, Tier};
+use tierbox_redact::Redactor;
 use tierbox_wasm::{OutputSink, WasmEngine, WasmError, WasmLimit};
 
 use tierbox_policy::handle::Stream;

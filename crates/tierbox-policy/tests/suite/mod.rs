@@ -1,5 +1,4 @@
 mod egress;
-mod redact;
 mod rejections;
 mod validate_exec;
 mod validate_routes;

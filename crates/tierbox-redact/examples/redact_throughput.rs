@@ -1,6 +1,6 @@
 //! Redaction throughput on 8 MiB of realistic mixed output.
 //!
-//! `cargo run --release -p tierbox-policy --example redact_throughput`
+//! `cargo run --release -p tierbox-redact --example redact_throughput`
 //!
 //! Builds two texts from the test corpora: one made only of ordinary developer output
 //! (`tests/redaction/negatives.txt`, nothing to redact — the common case) and one where
@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use tierbox_policy::redact::Redactor;
+use tierbox_redact::Redactor;
 
 const NEGATIVES: &str = include_str!("../tests/redaction/negatives.txt");
 const POSITIVES: &str = include_str!("../tests/redaction/positives.txt");

@@ -124,6 +124,8 @@
 //! listed above pass through. A line such as `passwd: files systemd`
 //! (`/etc/nsswitch.conf`) is a known false positive of the YAML form.
 
+#![forbid(unsafe_code)]
+
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
@@ -631,7 +633,7 @@ static RULES: LazyLock<Option<Rules>> = LazyLock::new(|| Rules::build().ok());
 /// ```
 /// use std::borrow::Cow;
 ///
-/// use tierbox_policy::redact::{REDACTED, Redactor};
+/// use tierbox_redact::{REDACTED, Redactor};
 ///
 /// let redactor = Redactor::new(&["db-pass-4f9a".to_string()]);
 ///
@@ -1629,5 +1631,4 @@ fn ends_with_ignore_case(hay: &str, suffix: &str) -> bool {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-#[path = "redact_tests.rs"]
 mod tests;

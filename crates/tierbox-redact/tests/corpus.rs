@@ -1,4 +1,4 @@
-//! Output redaction (`tierbox_policy::redact`): the positive and negative corpora under
+//! Output redaction (`tierbox_redact`): the positive and negative corpora under
 //! `tests/redaction/`, and properties of exact-secret redaction and idempotence.
 //!
 //! Corpus format: one case per line; lines starting with `## ` are comments; `\n` and
@@ -11,10 +11,10 @@
 use std::borrow::Cow;
 
 use proptest::prelude::*;
-use tierbox_policy::redact::{MIN_SECRET_LEN, REDACTED, Redactor};
+use tierbox_redact::{MIN_SECRET_LEN, REDACTED, Redactor};
 
-const POSITIVES: &str = include_str!("../redaction/positives.txt");
-const NEGATIVES: &str = include_str!("../redaction/negatives.txt");
+const POSITIVES: &str = include_str!("redaction/positives.txt");
+const NEGATIVES: &str = include_str!("redaction/negatives.txt");
 
 /// The secrets the corpus redactor is built with (as a policy's sensitive values).
 const CORPUS_SECRETS: [&str; 2] = ["s3cr3t-env-value-Q7", "hunter2-policy-pw"];
