@@ -4,8 +4,10 @@
 //! and the two container engines; `sandbox-exec` on macOS; a Job Object on Windows — and
 //! Tier B's direct spawn does too. A backend makes no policy decision: validation chose
 //! the Plan, tier selection chose the backend; the backend says whether this host can run
-//! it ([`Backend::available`]) and launches it, reporting what it enforced in what it
-//! returns. [`for_plan`] is the dispatch the supervisor uses on Linux.
+//! it ([`Backend::available`]), whether it carries out everything the Plan asks for
+//! ([`Backend::supports`]: what tier selection asks of each backend), and launches it,
+//! reporting what it enforced in what it returns. [`for_plan`] is the dispatch the
+//! supervisor uses on Linux.
 //!
 //! ```
 //! # #[cfg(target_os = "linux")] {
@@ -23,8 +25,8 @@
 //! # }
 //! ```
 
-use tierbox_policy::TierCBackend;
 use tierbox_policy::plan::Plan;
+use tierbox_policy::{EgressMode, TierCBackend};
 
 /// Why a tier or a backend cannot run on this host.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,6 +59,60 @@ pub enum Unavailable {
     },
 }
 
+/// What a tier cannot carry out of a plan, though the host runs the tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {}", self.feature(), self.reason())]
+pub enum Unsupported {
+    /// An egress allowlist in a container: it runs with `--network none`.
+    AllowlistInContainer {
+        /// The container backend.
+        backend: TierCBackend,
+    },
+    /// An egress allowlist on bwrap under a supervisor that is not root.
+    AllowlistOnBwrapUnprivileged,
+    /// A mode that promises the host network, which Tier C's network namespace is not.
+    HostNetwork {
+        /// `allow_all` or `preflight`.
+        mode: EgressMode,
+    },
+}
+
+impl Unsupported {
+    /// The plan's feature, as the policy spells it.
+    pub fn feature(&self) -> String {
+        match self {
+            Self::AllowlistInContainer { backend } => format!(
+                "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"{backend}\""
+            ),
+            Self::AllowlistOnBwrapUnprivileged => {
+                "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"bwrap\""
+                    .to_owned()
+            }
+            Self::HostNetwork { mode } => format!("egress.mode = \"{}\"", mode.as_str()),
+        }
+    }
+
+    /// Why the tier cannot, and what would.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::AllowlistInContainer { .. } => {
+                "the container runs with --network none, where the egress proxy cannot be reached; use tier.backend = \"native\" (or tier b)"
+            }
+            Self::AllowlistOnBwrapUnprivileged => {
+                "bwrap must start in a network namespace the supervisor made to hold the egress proxy, which takes a root supervisor; use tier.backend = \"native\" (or tier b)"
+            }
+            Self::HostNetwork {
+                mode: EgressMode::Preflight,
+            } => {
+                "preflight leaves the host network reachable at runtime, and tier c runs in its own network namespace with only loopback; use tier b"
+            }
+            Self::HostNetwork { .. } => {
+                "tier c runs in its own network namespace with only loopback; use tier b for host network access"
+            }
+        }
+    }
+}
+
 /// An isolation backend.
 pub trait Backend {
     /// Launch options (run id, state paths, egress port) the supervisor supplies.
@@ -65,6 +121,9 @@ pub trait Backend {
     type Launched;
     /// Why a launch failed (a typed rejection when the backend refuses the Plan).
     type Error;
+    /// What the backend must know of the host to say whether it carries out a Plan
+    /// (`HostFacts` on Linux).
+    type Host;
 
     /// The backend's name in outcomes and attestations (`tier_c_linux_native`, …).
     fn name(&self) -> &'static str;
@@ -72,6 +131,14 @@ pub trait Backend {
     /// Whether this host can run this backend, and the concrete reason when it cannot
     /// (probed once and cached where probing is costly).
     fn available(&self) -> Result<(), Unavailable>;
+
+    /// Whether this backend carries out everything `plan` asks for on this host (beyond
+    /// running at all), and what it cannot: the capability knowledge tier selection asks
+    /// each backend for. Most backends carry out every Plan.
+    fn supports(&self, plan: &Plan, host: &Self::Host) -> Result<(), Unsupported> {
+        let _ = (plan, host);
+        Ok(())
+    }
 
     /// Launches `plan`; the process runs until the supervisor reaps or kills it.
     fn launch(&self, plan: &Plan, opts: &Self::Options) -> Result<Self::Launched, Self::Error>;
@@ -85,16 +152,41 @@ mod linux_backends {
     use tierbox_policy::plan::Plan;
     use tierbox_policy::{Tier, TierCBackend};
 
-    use super::{Backend, Unavailable};
+    use tierbox_policy::EgressMode;
+
+    use super::{Backend, Unavailable, Unsupported};
     use crate::container::Engine;
-    use crate::probe::host_facts;
+    use crate::probe::{HostFacts, host_facts};
     use crate::running::RunningSandbox;
     use crate::select::tier_available;
     use crate::spawn::{LaunchError, LaunchOptions};
 
     /// A backend the Linux supervisor drives: all share its handle and error types.
-    pub type LinuxBackend =
-        dyn Backend<Options = LaunchOptions, Launched = RunningSandbox, Error = LaunchError> + Sync;
+    pub type LinuxBackend = dyn Backend<
+            Options = LaunchOptions,
+            Launched = RunningSandbox,
+            Error = LaunchError,
+            Host = HostFacts,
+        > + Sync;
+
+    /// What every Tier C backend on Linux shares: each run gets its own network
+    /// namespace with only loopback, so none provides the host network that `allow_all`
+    /// and `preflight` (advisory: nothing is enforced at runtime) promise. `block_all`
+    /// and `strict` with an empty allowlist (no network at all) they all provide; a
+    /// `strict` allowlist is each backend's own answer.
+    fn tier_c_network(plan: &Plan) -> Result<(), Unsupported> {
+        match plan.network.mode {
+            mode @ (EgressMode::AllowAll | EgressMode::Preflight) => {
+                Err(Unsupported::HostNetwork { mode })
+            }
+            EgressMode::BlockAll | EgressMode::Strict => Ok(()),
+        }
+    }
+
+    /// A `strict` allowlist: the proxy's listener must be reachable from the sandbox.
+    fn has_allowlist(plan: &Plan) -> bool {
+        plan.network.mode == EgressMode::Strict && !plan.network.allow.is_empty()
+    }
 
     /// Tier B: direct spawn with rlimits, landlock, seccomp and a cgroup.
     #[derive(Debug, Clone, Copy)]
@@ -116,6 +208,7 @@ mod linux_backends {
         type Options = LaunchOptions;
         type Launched = RunningSandbox;
         type Error = LaunchError;
+        type Host = HostFacts;
         fn name(&self) -> &'static str {
             "tier_b_linux"
         }
@@ -131,11 +224,16 @@ mod linux_backends {
         type Options = LaunchOptions;
         type Launched = RunningSandbox;
         type Error = LaunchError;
+        type Host = HostFacts;
         fn name(&self) -> &'static str {
             "tier_c_linux_native"
         }
         fn available(&self) -> Result<(), Unavailable> {
             tier_available(Tier::C, host_facts())
+        }
+        /// An allowlist too: the proxy's listener is made inside the namespace it creates.
+        fn supports(&self, plan: &Plan, _: &HostFacts) -> Result<(), Unsupported> {
+            tier_c_network(plan)
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_c::launch_native(plan, opts)
@@ -146,6 +244,7 @@ mod linux_backends {
         type Options = LaunchOptions;
         type Launched = RunningSandbox;
         type Error = LaunchError;
+        type Host = HostFacts;
         fn name(&self) -> &'static str {
             "tier_c_bwrap"
         }
@@ -154,6 +253,16 @@ mod linux_backends {
             crate::bwrap::probe_bwrap_cached()
                 .map(drop)
                 .map_err(|e| Unavailable::Bwrap(e.to_string()))
+        }
+        /// An allowlist only under a root supervisor: bwrap must start in a network
+        /// namespace the supervisor made to hold the proxy's listener (`--share-net`), and
+        /// creating it and starting bwrap in it need `CAP_SYS_ADMIN`.
+        fn supports(&self, plan: &Plan, host: &HostFacts) -> Result<(), Unsupported> {
+            tier_c_network(plan)?;
+            if has_allowlist(plan) && host.euid != 0 {
+                return Err(Unsupported::AllowlistOnBwrapUnprivileged);
+            }
+            Ok(())
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_c::launch_bwrap(plan, opts)
@@ -164,6 +273,7 @@ mod linux_backends {
         type Options = LaunchOptions;
         type Launched = RunningSandbox;
         type Error = LaunchError;
+        type Host = HostFacts;
         fn name(&self) -> &'static str {
             match self.0 {
                 Engine::Docker => "tier_c_docker",
@@ -180,6 +290,16 @@ mod linux_backends {
                     },
                     reason: e.to_string(),
                 })
+        }
+        /// No allowlist: the container runs with `--network none`.
+        fn supports(&self, plan: &Plan, _: &HostFacts) -> Result<(), Unsupported> {
+            tier_c_network(plan)?;
+            if has_allowlist(plan) {
+                return Err(Unsupported::AllowlistInContainer {
+                    backend: plan.tier.backend,
+                });
+            }
+            Ok(())
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::container::launch(plan, opts)
@@ -215,6 +335,7 @@ mod macos_backend {
         type Options = SbplOptions;
         type Launched = MacLaunched;
         type Error = MacLaunchError;
+        type Host = ();
         fn name(&self) -> &'static str {
             crate::macos::BACKEND_NAME
         }
@@ -250,6 +371,7 @@ mod windows_backend {
         type Options = ();
         type Launched = WindowsLaunched;
         type Error = WindowsLaunchError;
+        type Host = ();
         fn name(&self) -> &'static str {
             crate::windows::BACKEND_NAME
         }

@@ -3,64 +3,10 @@
 //! is a [`Rejection::TierUnavailable`] with the concrete reason — never a silent downgrade.
 
 use tierbox_policy::plan::Plan;
-use tierbox_policy::{EgressMode, Rejection, Tier, TierCBackend, TierRequest};
+use tierbox_policy::{Rejection, Tier, TierRequest};
 
-pub use crate::backend::Unavailable;
+pub use crate::backend::{Unavailable, Unsupported};
 use crate::probe::HostFacts;
-
-/// What a tier cannot carry out of a plan, though the host runs the tier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("{}: {}", self.feature(), self.reason())]
-pub enum Unsupported {
-    /// An egress allowlist in a container: it runs with `--network none`.
-    AllowlistInContainer {
-        /// The container backend.
-        backend: TierCBackend,
-    },
-    /// An egress allowlist on bwrap under a supervisor that is not root.
-    AllowlistOnBwrapUnprivileged,
-    /// A mode that promises the host network, which Tier C's network namespace is not.
-    HostNetwork {
-        /// `allow_all` or `preflight`.
-        mode: EgressMode,
-    },
-}
-
-impl Unsupported {
-    /// The plan's feature, as the policy spells it.
-    pub fn feature(&self) -> String {
-        match self {
-            Self::AllowlistInContainer { backend } => format!(
-                "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"{backend}\""
-            ),
-            Self::AllowlistOnBwrapUnprivileged => {
-                "egress.mode = \"strict\" with a non-empty allowlist on tier.backend = \"bwrap\""
-                    .to_owned()
-            }
-            Self::HostNetwork { mode } => format!("egress.mode = \"{}\"", mode.as_str()),
-        }
-    }
-
-    /// Why the tier cannot, and what would.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::AllowlistInContainer { .. } => {
-                "the container runs with --network none, where the egress proxy cannot be reached; use tier.backend = \"native\" (or tier b)"
-            }
-            Self::AllowlistOnBwrapUnprivileged => {
-                "bwrap must start in a network namespace the supervisor made to hold the egress proxy, which takes a root supervisor; use tier.backend = \"native\" (or tier b)"
-            }
-            Self::HostNetwork {
-                mode: EgressMode::Preflight,
-            } => {
-                "preflight leaves the host network reachable at runtime, and tier c runs in its own network namespace with only loopback; use tier b"
-            }
-            Self::HostNetwork { .. } => {
-                "tier c runs in its own network namespace with only loopback; use tier b for host network access"
-            }
-        }
-    }
-}
 
 /// Whether `tier` can run native programs on this host, and why not.
 pub fn tier_available(tier: Tier, facts: &HostFacts) -> Result<(), Unavailable> {
@@ -96,36 +42,16 @@ pub fn tier_available_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<
 }
 
 /// Whether `tier` can carry out what `plan` asks for (beyond the host's kernel features),
-/// and why not.
+/// and why not: the answer of the backend that would run it ([`Backend::supports`]).
 ///
-/// Tier C gives every run its own network namespace with only loopback, so it cannot
-/// provide the host network that `allow_all` and `preflight` (advisory: nothing is
-/// enforced at runtime) promise. It provides `block_all`, `strict` with an empty
-/// allowlist (no network at all), and `strict` with an allowlist: the native backend
-/// makes the egress proxy's listener inside the namespace it creates; for bwrap the
-/// supervisor makes a loopback-only namespace holding the listener and bwrap keeps it
-/// (`--share-net`), which takes a root supervisor (`facts.euid == 0`: creating a
-/// network namespace and starting bwrap in it need `CAP_SYS_ADMIN`). The container
-/// backends run with `--network none` and cannot.
+/// Tier C gives every run its own network namespace with only loopback, so no Tier C
+/// backend provides the host network that `allow_all` and `preflight` promise; a `strict`
+/// allowlist is carried out by the native backend, by bwrap under a root supervisor, and
+/// not by the container backends (`--network none`). Tier B carries out every Plan.
+///
+/// [`Backend::supports`]: crate::backend::Backend::supports
 pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), Unsupported> {
-    if tier != Tier::C {
-        return Ok(());
-    }
-    match plan.network.mode {
-        EgressMode::BlockAll => Ok(()),
-        EgressMode::Strict if plan.network.allow.is_empty() => Ok(()),
-        EgressMode::Strict if plan.tier.backend == TierCBackend::Native => Ok(()),
-        EgressMode::Strict if plan.tier.backend.is_container() => {
-            Err(Unsupported::AllowlistInContainer {
-                backend: plan.tier.backend,
-            })
-        }
-        EgressMode::Strict if facts.euid == 0 => Ok(()),
-        EgressMode::Strict => Err(Unsupported::AllowlistOnBwrapUnprivileged),
-        mode @ (EgressMode::AllowAll | EgressMode::Preflight) => {
-            Err(Unsupported::HostNetwork { mode })
-        }
-    }
+    crate::backend::for_plan(plan, tier).supports(plan, facts)
 }
 
 /// Picks the tier for `plan` on this host.
@@ -181,7 +107,7 @@ mod tests {
 
     use std::collections::BTreeMap;
 
-    use tierbox_policy::{ProcessRunRequest, ValidateContext, validate};
+    use tierbox_policy::{EgressMode, ProcessRunRequest, TierCBackend, ValidateContext, validate};
 
     use super::*;
     use crate::test_fixtures::{policy, scratch};
