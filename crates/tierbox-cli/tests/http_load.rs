@@ -147,7 +147,7 @@ fn a_thousand_runs_from_sixteen_clients_leave_nothing_behind() {
     );
     let grown_slots = grown / CGROUPS_PER_SLOT;
     assert!(
-        grown_slots <= tierbox_sandbox::spawn::slots::MAX_IDLE_SLOTS,
+        grown_slots <= tierbox_sandbox::launch::slots::MAX_IDLE_SLOTS,
         "cgroup leak: {before:?} -> {after:?}"
     );
     assert!(

@@ -41,7 +41,7 @@ fn main() {
     let mut request = ProcessRunRequest::new("true");
     request.tier = TierRequest::B;
     let pooled = !std::env::args().any(|a| a == "--no-pool");
-    tierbox_sandbox::spawn::slots::set_pooling(pooled);
+    tierbox_sandbox::launch::slots::set_pooling(pooled);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -96,7 +96,7 @@ fn main() {
     b.sort();
     v.sort();
     ratios.sort_by(f64::total_cmp);
-    tierbox_sandbox::spawn::slots::drain();
+    tierbox_sandbox::launch::slots::drain();
     println!(
         "spawn of /bin/true, {iterations} interleaved pairs, warm slots {}",
         if pooled { "on" } else { "off (--no-pool)" }

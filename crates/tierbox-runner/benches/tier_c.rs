@@ -64,7 +64,7 @@ fn main() {
     request.tier = TierRequest::C;
     let native = runner(TierCBackend::Native, &ws_path, state.path());
     let via_bwrap = runner(TierCBackend::Bwrap, &ws_path, state.path());
-    tierbox_sandbox::spawn::slots::set_pooling(true);
+    tierbox_sandbox::launch::slots::set_pooling(true);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -217,5 +217,5 @@ fn main() {
             secs
         );
     }
-    tierbox_sandbox::spawn::slots::drain();
+    tierbox_sandbox::launch::slots::drain();
 }

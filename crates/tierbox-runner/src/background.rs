@@ -25,9 +25,9 @@ use serde::{Deserialize, Serialize};
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{Lifetime, Rejection};
 use tierbox_redact::Redactor;
+use tierbox_sandbox::launch::LaunchOptions;
 use tierbox_sandbox::process;
 use tierbox_sandbox::running::Ending;
-use tierbox_sandbox::spawn::LaunchOptions;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 

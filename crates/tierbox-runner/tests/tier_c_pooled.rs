@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tierbox_policy::{Policy, ProcessRunRequest, TierCBackend, TierRequest};
 use tierbox_runner::{RunOptions, Runner};
-use tierbox_sandbox::spawn::{reaper, slots};
+use tierbox_sandbox::launch::{reaper, slots};
 
 /// Whether native Tier C can run here; prints why not, and panics under CI.
 fn tier_c_available(test: &str) -> bool {

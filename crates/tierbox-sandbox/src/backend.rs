@@ -156,10 +156,10 @@ mod linux_backends {
 
     use super::{Backend, Unavailable, Unsupported};
     use crate::container::Engine;
+    use crate::launch::{LaunchError, LaunchOptions};
     use crate::probe::{HostFacts, host_facts};
     use crate::running::RunningSandbox;
     use crate::select::tier_available;
-    use crate::spawn::{LaunchError, LaunchOptions};
 
     /// A backend the Linux supervisor drives: all share its handle and error types.
     pub type LinuxBackend = dyn Backend<
@@ -216,7 +216,7 @@ mod linux_backends {
             tier_available(Tier::B, host_facts())
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
-            crate::spawn::launch(plan, opts)
+            crate::tier_b::launch(plan, opts)
         }
     }
 

@@ -8,9 +8,9 @@ use std::sync::OnceLock;
 
 use serde::Serialize;
 
+use crate::launch::sys;
 use crate::linux::cgroup::{self, CgroupSupport};
 use crate::linux::{landlock, seccomp};
-use crate::spawn::sys;
 
 /// What the host can enforce.
 #[derive(Debug, Clone)]

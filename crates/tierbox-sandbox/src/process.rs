@@ -7,9 +7,9 @@
 //! assert_eq!(uid == 0, tierbox_sandbox::process::current_ids().0 == 0);
 //! ```
 
-pub use crate::linux::ns::netns_pool::set_enabled as set_network_namespace_pool;
-pub use crate::spawn::slots::{drain as drain_slots, pooling, set_pooling};
-pub use crate::spawn::sys::{
+pub use crate::launch::slots::{drain as drain_slots, pooling, set_pooling};
+pub use crate::launch::sys::{
     current_ids, default_sigpipe, kill, pidfd_has_exited, reap_nohang, set_child_subreaper,
     set_not_dumpable,
 };
+pub use crate::linux::ns::netns_pool::set_enabled as set_network_namespace_pool;

@@ -16,7 +16,7 @@
 //! ```no_run
 //! # async fn demo(plan: &tierbox_policy::Plan) -> std::io::Result<()> {
 //! use tierbox_sandbox::running::RunningSandbox;
-//! use tierbox_sandbox::spawn::LaunchOptions;
+//! use tierbox_sandbox::launch::LaunchOptions;
 //!
 //! let opts = LaunchOptions {
 //!     run_id: "r1".into(),
@@ -24,7 +24,7 @@
 //!     launcher_thread: false,
 //!     egress_proxy_port: None,
 //! };
-//! let mut sandbox: RunningSandbox = tierbox_sandbox::spawn::launch(plan, &opts)
+//! let mut sandbox: RunningSandbox = tierbox_sandbox::tier_b::launch(plan, &opts)
 //!     .map_err(|e| std::io::Error::other(e.to_string()))?;
 //! let exited = sandbox.watch_exit()?;
 //! exited.readable().await?.retain_ready();
@@ -42,9 +42,9 @@ use std::path::PathBuf;
 use tierbox_policy::enforcement::{BackendId, Enforcement};
 use tierbox_policy::policy::Tier;
 
+use crate::launch::slots::{self, Slot};
+use crate::launch::{ExitInfo, reaper, sys};
 use crate::linux::cgroup::{CgroupStats, RunCgroup};
-use crate::spawn::slots::{self, Slot};
-use crate::spawn::{ExitInfo, reaper, sys};
 
 /// A running sandbox, as a Linux backend's launch returns it (see the module docs).
 #[derive(Debug)]
@@ -64,7 +64,7 @@ pub struct RunningSandbox {
     /// [`RunningSandbox::release`].
     pub slot: Option<Slot>,
     /// The seccomp listener for chmod mediation: serve it with
-    /// [`crate::spawn::mediate::ChmodMediator`] (beneath the workspace, the declared
+    /// [`crate::launch::mediate::ChmodMediator`] (beneath the workspace, the declared
     /// writable paths and the slot's tmp) for the life of the run.
     pub chmod_listener: Option<OwnedFd>,
     /// uid the program runs as.

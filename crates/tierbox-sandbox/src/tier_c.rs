@@ -25,14 +25,14 @@ use tierbox_policy::{Enforcement, Layer, LayerReport, Rejection, Tier};
 
 use crate::bwrap::{self, BwrapError, BwrapOptions, HostLayout};
 use crate::egress::SANDBOX_PROXY_PORT;
+use crate::launch::sys::ExitInfo;
+use crate::launch::{self, HelperSpawn, LaunchError, LaunchOptions, Slot, slots};
 use crate::linux::identity::{self, SandboxIdentity};
 use crate::linux::mounts::MountPlanError;
 use crate::linux::ns::{self, NativeError, NativeOptions};
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use crate::probe::host_facts;
 use crate::running::RunningSandbox;
-use crate::spawn::sys::ExitInfo;
-use crate::spawn::{self, HelperSpawn, LaunchError, LaunchOptions, Slot, slots};
 
 /// Name of the native backend in outcomes and attestations.
 pub const NATIVE_BACKEND: &str = ns::child::BACKEND_NAME;
@@ -67,8 +67,8 @@ pub fn tier_c_seccomp_spec() -> SeccompSpec {
 /// Launches `plan` in a native Tier C sandbox inside the run's cgroup.
 ///
 /// ```no_run
-/// # fn demo(plan: &tierbox_policy::Plan) -> Result<(), tierbox_sandbox::spawn::LaunchError> {
-/// let opts = tierbox_sandbox::spawn::LaunchOptions {
+/// # fn demo(plan: &tierbox_policy::Plan) -> Result<(), tierbox_sandbox::launch::LaunchError> {
+/// let opts = tierbox_sandbox::launch::LaunchOptions {
 ///     run_id: "0123abcd".to_owned(),
 ///     tmp_base: "/tmp/tierbox-state/tmp".into(),
 ///     launcher_thread: false,
@@ -88,7 +88,7 @@ pub(crate) fn launch_native(
 ) -> Result<RunningSandbox, LaunchError> {
     let facts = host_facts();
     let mut missing = Vec::new();
-    spawn::require(
+    launch::require(
         plan,
         Tier::C,
         Layer::Seccomp,
@@ -96,7 +96,7 @@ pub(crate) fn launch_native(
         "seccomp filters are not available",
         &mut missing,
     )?;
-    spawn::require(
+    launch::require(
         plan,
         Tier::C,
         Layer::Landlock,
@@ -104,7 +104,7 @@ pub(crate) fn launch_native(
         "landlock is not available (kernel < 5.13 or not in the lsm= list)",
         &mut missing,
     )?;
-    spawn::require(
+    launch::require(
         plan,
         Tier::C,
         Layer::Cgroup,
@@ -112,7 +112,7 @@ pub(crate) fn launch_native(
         &facts.cgroup.describe(),
         &mut missing,
     )?;
-    let slot = spawn::cgroup_slot(
+    let slot = launch::cgroup_slot(
         ns::child::BACKEND,
         plan,
         opts,
@@ -189,7 +189,7 @@ pub(crate) fn launch_bwrap(
         })
     })?;
     let mut missing = Vec::new();
-    spawn::require(
+    launch::require(
         plan,
         Tier::C,
         Layer::Seccomp,
@@ -197,7 +197,7 @@ pub(crate) fn launch_bwrap(
         "seccomp filters are not available",
         &mut missing,
     )?;
-    spawn::require(
+    launch::require(
         plan,
         Tier::C,
         Layer::Cgroup,
@@ -206,7 +206,7 @@ pub(crate) fn launch_bwrap(
         &mut missing,
     )?;
     // bwrap has no landlock layer: the mount namespace is its only filesystem boundary.
-    spawn::require(
+    launch::require(
         plan,
         Tier::C,
         Layer::Landlock,
@@ -261,7 +261,7 @@ pub(crate) fn launch_bwrap(
     bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
     bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
     let argv = bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?;
-    let env_args = spawn::data_fd(
+    let env_args = launch::data_fd(
         c"tierbox-bwrap-env",
         &bwrap::bwrap_env_args(plan, &bopts).map_err(bwrap_error)?,
         "bwrap's environment arguments",
@@ -273,7 +273,7 @@ pub(crate) fn launch_bwrap(
         Some(p) => Some(filter_pipe(&p.to_bytes())?),
         None => None,
     };
-    let slot = spawn::cgroup_slot(
+    let slot = launch::cgroup_slot(
         bwrap::BACKEND,
         plan,
         opts,
@@ -300,7 +300,7 @@ pub(crate) fn launch_bwrap(
         clear_groups: userns.is_some(),
         ..HelperSpawn::plain(&info.path, &full_argv, &[])
     };
-    let child = match spawn::spawn_helper(plan, opts, &slot, &helper) {
+    let child = match launch::spawn_helper(plan, opts, &slot, &helper) {
         Ok(c) => c,
         Err(e) => {
             slots::release(slot);
@@ -408,7 +408,7 @@ fn grants_unsupported(backend: &str, e: &dyn std::fmt::Display) -> Rejection {
 /// A pipe holding `bytes` (the compiled filter, under a pipe's 64 KiB buffer), its write
 /// end closed: bwrap reads it to EOF.
 fn filter_pipe(bytes: &[u8]) -> Result<OwnedFd, LaunchError> {
-    let (r, w) = spawn::sys::pipe_cloexec().map_err(|source| LaunchError::Setup {
+    let (r, w) = launch::sys::pipe_cloexec().map_err(|source| LaunchError::Setup {
         what: "pipe for the seccomp program".to_owned(),
         source,
     })?;
@@ -496,7 +496,7 @@ fn bwrap_enforcement(
             "uts".to_owned(),
             "cgroup".to_owned(),
         ],
-        rlimits: crate::spawn::rlimit_report(
+        rlimits: crate::launch::rlimit_report(
             limits,
             if uid == 0 {
                 " (not enforced by the kernel: the program's real uid is host uid 0)"

@@ -8,7 +8,7 @@
 //! while it is still single-threaded: it holds the read end of a pipe whose write end only
 //! the supervisor holds, so the pipe ends when the supervisor does, however it dies. It
 //! then kills everything left in the dead supervisor's run cgroups and removes them
-//! ([`crate::spawn::sweep_orphaned_groups`]), and exits.
+//! ([`crate::launch::sweep_orphaned_groups`]), and exits.
 //!
 //! It stays in the supervisor's session (so the supervisor's orphan sweep, which only
 //! takes children in other sessions, leaves it alone) and ignores the signals a terminal
@@ -18,7 +18,7 @@
 use std::io::Read;
 use std::time::Duration;
 
-use crate::spawn::sys;
+use crate::launch::sys;
 
 /// Sweeps after the supervisor's death: the first finds the groups; more catch a process
 /// that was forking while the first ran.
@@ -59,7 +59,7 @@ fn watch(read: std::os::fd::OwnedFd) -> ! {
     // Nothing is ever written: this returns at EOF, when the supervisor is gone.
     while matches!(pipe.read(&mut buf), Ok(n) if n > 0) {}
     for _ in 0..SWEEP_ROUNDS {
-        crate::spawn::sweep_orphaned_groups();
+        crate::launch::sweep_orphaned_groups();
         std::thread::sleep(SWEEP_PAUSE);
     }
     std::process::exit(0)

@@ -268,8 +268,8 @@ fn a_failed_launch_names_the_step_in_the_child() {
         state_dir: env.state.path().to_path_buf(),
     };
     match rt().block_on(run_plan(&plan, &opts)) {
-        Err(RunError::Sandbox(tierbox_sandbox::spawn::LaunchError::Child { step, errno })) => {
-            assert_eq!(step, tierbox_sandbox::spawn::ChildStep::Execve, "{step:?}");
+        Err(RunError::Sandbox(tierbox_sandbox::launch::LaunchError::Child { step, errno })) => {
+            assert_eq!(step, tierbox_sandbox::launch::ChildStep::Execve, "{step:?}");
             assert_eq!(errno, libc::ENOENT);
         }
         other => panic!("expected a typed launch failure, got {other:?}"),

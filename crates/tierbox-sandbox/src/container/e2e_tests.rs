@@ -19,8 +19,8 @@ use tierbox_policy::{Layer, Plan, ProcessRunRequest, TierCBackend, ValidateConte
 
 use super::Engine;
 use super::probe::{ENGINE_ENV, probe_engine};
+use crate::launch::LaunchOptions;
 use crate::running::RunningSandbox;
-use crate::spawn::LaunchOptions;
 use crate::test_fixtures::{Scratch, policy, scratch};
 
 /// The image the tests build.
@@ -211,11 +211,11 @@ fn run(s: &Scratch, plan: &Plan) -> Ran {
     let mut l = launch(s, plan);
     let stdout = read_all(&l.stdout);
     let stderr = read_all(&l.stderr);
-    let exit = crate::spawn::sys::wait_pidfd(&l.pidfd, false)
+    let exit = crate::launch::sys::wait_pidfd(&l.pidfd, false)
         .unwrap()
         .unwrap();
     if let Some(slot) = l.slot.take() {
-        crate::spawn::slots::release(slot);
+        crate::launch::slots::release(slot);
     }
     crate::placeholders::release(&std::mem::take(&mut l.host_placeholders));
     Ran {
@@ -310,10 +310,10 @@ fn killing_a_run_removes_its_container() {
     }
     assert!(running(&name), "{name} never started");
     // What the supervisor does at a deadline: SIGKILL the CLI's process group.
-    crate::spawn::sys::kill(-l.pid, libc::SIGKILL).unwrap();
-    let _ = crate::spawn::sys::wait_pidfd(&l.pidfd, false);
+    crate::launch::sys::kill(-l.pid, libc::SIGKILL).unwrap();
+    let _ = crate::launch::sys::wait_pidfd(&l.pidfd, false);
     if let Some(slot) = l.slot.take() {
-        crate::spawn::slots::release(slot);
+        crate::launch::slots::release(slot);
     }
     drop(l);
     assert!(!running(&name), "{name} outlived its run");

@@ -19,9 +19,9 @@ use super::probe::{ENGINE_ENV, EngineInfo, probe_engine_cached};
 use super::{
     ContainerError, ContainerOptions, Engine, container_name, host_mount_points, run_argv,
 };
+use crate::launch::{self, HelperSpawn, LaunchError, LaunchOptions, slots};
 use crate::probe::host_facts;
 use crate::running::RunningSandbox;
-use crate::spawn::{self, HelperSpawn, LaunchError, LaunchOptions, slots};
 
 /// How long teardown waits for `<engine> rm -f` before giving up (the container then
 /// outlives the run; it is labelled `tierbox=1` for an operator to find).
@@ -103,7 +103,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let info = probe_engine_cached(engine).map_err(|e| unavailable(e.to_string()))?;
     let facts = host_facts();
     let mut missing = Vec::new();
-    spawn::require(
+    launch::require(
         plan,
         Tier::C,
         Layer::Landlock,
@@ -114,7 +114,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let mut copts = ContainerOptions::probe(engine, &opts.run_id, plan);
     copts.env_file = Some(format!("/dev/fd/{ENV_FILE_FD}"));
     let argv = run_argv(plan, &copts).map_err(argv_error)?;
-    let env_file = spawn::data_fd(
+    let env_file = launch::data_fd(
         c"tierbox-container-env",
         super::env_file_contents(plan)
             .map_err(argv_error)?
@@ -125,7 +125,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let claim = crate::placeholders::claim(&host_mount_points(&copts));
     // The CLI's own cgroup: optional (the container's limits are the engine's).
     let mut cli_missing = Vec::new();
-    let slot = spawn::cgroup_slot(
+    let slot = launch::cgroup_slot(
         info.engine.backend_id(),
         plan,
         opts,
@@ -148,7 +148,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         engine: info.path.clone(),
         name,
     };
-    let child = match spawn::spawn_helper(plan, opts, &slot, &helper) {
+    let child = match launch::spawn_helper(plan, opts, &slot, &helper) {
         Ok(c) => c,
         Err(e) => {
             slots::release(slot);
@@ -210,7 +210,7 @@ fn enforcement(plan: &Plan, info: &EngineInfo, missing: Vec<Layer>) -> Enforceme
             "the engine's: mount (read-only image root), pid, net (none), ipc (private), uts"
                 .to_owned(),
         ],
-        rlimits: crate::spawn::rlimit_report(limits, ""),
+        rlimits: crate::launch::rlimit_report(limits, ""),
         network: "--network none: only the container's own loopback".to_owned(),
         protected_paths: LayerReport::applied(format!(
             "{} protected path(s) mounted read-only or covered",

@@ -25,7 +25,7 @@
 //!    locked the uid change does *not* clear capabilities, hence step 5.
 //! 5. `super::sys::capset_zero`: empties effective, permitted and inheritable, and
 //!    with them ambient (the kernel keeps ambient ⊆ permitted ∩ inheritable).
-//! 6. `no_new_privs`, landlock, seccomp (see `spawn/sys.rs`).
+//! 6. `no_new_privs`, landlock, seccomp (see `linux/exec.rs`).
 
 use std::sync::OnceLock;
 

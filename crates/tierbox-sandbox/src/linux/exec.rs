@@ -6,7 +6,7 @@
 //! The steps are written once, in [`run`], against [`ProgramCalls`] — the system calls
 //! they make — so that the order is tested without root or a child process (a recorder
 //! stands in for the kernel, as youki's `Syscall` trait does), and the real calls live in
-//! the unsafe `sys` module (`spawn::sys::RawCalls`).
+//! the unsafe `sys` module (`launch::sys::RawCalls`).
 //!
 //! [`run`] runs in a `CLONE_VM | CLONE_VFORK` child on borrowed memory: it allocates
 //! nothing, takes no lock and never panics; everything it reads was prepared by the

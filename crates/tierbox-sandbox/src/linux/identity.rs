@@ -127,7 +127,7 @@ pub fn bwrap_user_namespace(identity: SandboxIdentity) -> std::io::Result<Option
 /// The identity `plan`'s sandbox runs as on this host, or why it cannot run.
 pub fn resolve(plan: &Plan) -> Result<SandboxIdentity, String> {
     let choice = plan.tier.identity;
-    let (euid, egid) = crate::spawn::sys::current_ids();
+    let (euid, egid) = crate::launch::sys::current_ids();
     if euid != 0 {
         if choice.uid.is_some_and(|u| u != euid) || choice.gid.is_some_and(|g| g != egid) {
             return Err(format!(
@@ -329,7 +329,7 @@ pub fn probe_idmapped_mounts() -> Result<(), String> {
     static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     PROBE
         .get_or_init(|| {
-            if crate::spawn::sys::current_ids().0 != 0 {
+            if crate::launch::sys::current_ids().0 != 0 {
                 return Err("needs a root supervisor".to_owned());
             }
             let dir =

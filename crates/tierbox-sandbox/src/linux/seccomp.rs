@@ -61,7 +61,7 @@ pub struct SeccompSpec {
     /// `chmod u+s` a root binary or `chmod 644 /etc/shadow` outside its workspace.
     pub deny_file_metadata: bool,
     /// Hand the `chmod` family to the supervisor (`SECCOMP_RET_USER_NOTIF`), which performs
-    /// the change itself, beneath the run's writable grants only (see `spawn::mediate`);
+    /// the change itself, beneath the run's writable grants only (see `launch::mediate`);
     /// takes precedence over `deny_file_metadata` for that family. The filter must then be
     /// installed with `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
     pub mediate_chmod: bool,
@@ -579,7 +579,7 @@ impl SeccompProgram {
     /// `spec.mediate_chmod` it is `build(spec)`.
     ///
     /// A Tier B launcher thread attaches this base filter to itself once, so each child
-    /// inherits it at `clone` and attaches only the short notifier (see `spawn`).
+    /// inherits it at `clone` and attaches only the short notifier (see `launch`).
     pub fn build_base(spec: &SeccompSpec) -> Result<Self, SeccompError> {
         Self::assemble(spec, false)
     }

@@ -327,7 +327,7 @@ pub fn seccomp_set_filter(prog: &libc::sock_fprog) -> Result<(), i32> {
 /// Each capability is read first (`PR_CAPBSET_READ`) and dropped only when present:
 /// every drop commits a new set of credentials (a few µs each, 41 of them), a read
 /// commits nothing, so a thread whose bounding set is already empty (a child of a
-/// launcher thread that emptied its own, see `spawn`) pays 41 reads and still proves the
+/// launcher thread that emptied its own, see `launch`) pays 41 reads and still proves the
 /// set empty. `EINVAL` (a capability this kernel does not know) is ignored. `EPERM` (no
 /// `CAP_SETPCAP`) is returned when a capability is present and cannot be dropped.
 /// Async-signal-safe.
@@ -666,7 +666,7 @@ extern "C" fn userns_holder(_: *mut libc::c_void) -> libc::c_int {
 /// and it is killed and reaped: the fd keeps the namespace alive.
 pub fn new_user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
     let stack = crate::linux::ns::sys::NsStack::new();
-    let pid = crate::spawn::sys::with_all_signals_blocked(|| {
+    let pid = crate::launch::sys::with_all_signals_blocked(|| {
         // SAFETY: `userns_holder` touches no memory; `stack.top()` is the aligned end of a
         // live mapping (the child runs on its copy-on-write copy: no CLONE_VM).
         unsafe {

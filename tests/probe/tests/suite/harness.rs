@@ -212,7 +212,7 @@ impl Fixture {
 
     fn build(test: &str, needs: &[Need], existing_workspace: Option<&Path>) -> Option<Self> {
         if crate::POOLED {
-            tierbox_sandbox::spawn::slots::set_pooling(true);
+            tierbox_sandbox::launch::slots::set_pooling(true);
         }
         let mut needs = needs.to_vec();
         needs.push(Need::Seccomp);

@@ -825,7 +825,7 @@ async fn orphans_of_a_killed_supervisor_are_swept_by_the_next_one() {
         !orphans.cgroups.is_empty(),
         "the run had no cgroup to sweep"
     );
-    let removed = tierbox_sandbox::spawn::sweep_orphaned_groups();
+    let removed = tierbox_sandbox::launch::sweep_orphaned_groups();
     let forked_dead = orphans.forked.dead_within(DEATH_GRACE);
     let left: Vec<String> = orphans
         .cgroups

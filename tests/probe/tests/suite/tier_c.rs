@@ -445,7 +445,7 @@ async fn missing_protected_paths_cannot_be_created(test: &str, backend: TierCBac
         assert_holds(&o);
         // A long-lived supervisor (the pooled suite) removes placeholders once pid 1 is
         // reaped, just after the outcome.
-        tierbox_sandbox::spawn::reaper::settle(Duration::from_secs(2));
+        tierbox_sandbox::launch::reaper::settle(Duration::from_secs(2));
         assert!(
             std::fs::symlink_metadata(&git).is_err(),
             "{} exists on the host after the run:\n{}",

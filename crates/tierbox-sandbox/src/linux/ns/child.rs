@@ -269,7 +269,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
             .map_or(-1, |(_, child)| child.as_raw_fd()),
         proxy_port: SANDBOX_PROXY_PORT,
         loopback_up: pooled_netns.is_none(),
-        rlimits: crate::spawn::rlimit64_table(plan),
+        rlimits: crate::launch::rlimit64_table(plan),
         last_cap: caps::last_cap(),
         seccomp: fprog.as_ref(),
         cgroup_fds: &opts.cgroup_fds,
@@ -309,7 +309,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     drop(pooled_netns);
     let Pipes {
         stdio:
-            crate::spawn::StdioPipes {
+            crate::launch::StdioPipes {
                 stdin_child,
                 stdin_parent,
                 stdout_r,
@@ -393,7 +393,7 @@ impl IdentitySetup {
             .collect();
         let maps_ready = if maps_by_supervisor {
             Some(
-                crate::spawn::sys::pipe_cloexec()
+                crate::launch::sys::pipe_cloexec()
                     .map_err(sys_err("pipe2(O_CLOEXEC) for the id maps"))?,
             )
         } else {
@@ -485,7 +485,7 @@ impl Layers {
 /// and, with the egress proxy, the socket pair that carries its listener out of the
 /// sandbox.
 struct Pipes {
-    stdio: crate::spawn::StdioPipes,
+    stdio: crate::launch::StdioPipes,
     report_r: OwnedFd,
     report_w: OwnedFd,
     /// (supervisor's end, pid 1's end).
@@ -494,8 +494,8 @@ struct Pipes {
 
 impl Pipes {
     fn open(plan: &Plan) -> Result<Self, NativeError> {
-        use crate::spawn::StdioPart;
-        let stdio = crate::spawn::StdioPipes::open(plan, |part, source| NativeError::Sys {
+        use crate::launch::StdioPart;
+        let stdio = crate::launch::StdioPipes::open(plan, |part, source| NativeError::Sys {
             call: match part {
                 StdioPart::Stdin => "pipe2(O_CLOEXEC) for stdin",
                 StdioPart::DevNull => "open(/dev/null, O_RDONLY)",
@@ -505,7 +505,7 @@ impl Pipes {
             .to_owned(),
             source,
         })?;
-        let (report_r, report_w) = crate::spawn::sys::pipe_cloexec()
+        let (report_r, report_w) = crate::launch::sys::pipe_cloexec()
             .map_err(sys_err("pipe2(O_CLOEXEC) for the report pipe"))?;
         let proxy_pair = if plan.network.needs_proxy() {
             Some(nsys::seqpacket_pair().map_err(sys_err(
@@ -525,8 +525,8 @@ impl Pipes {
 
 /// SIGKILLs the sandbox's pid 1 and reaps it (a launch that cannot go on).
 fn kill_pid1(pidfd: &OwnedFd) {
-    let _ = crate::spawn::sys::pidfd_signal(pidfd, libc::SIGKILL);
-    let _ = crate::spawn::sys::wait_pidfd(pidfd, false);
+    let _ = crate::launch::sys::pidfd_signal(pidfd, libc::SIGKILL);
+    let _ = crate::launch::sys::wait_pidfd(pidfd, false);
 }
 
 /// Waits for pid 1's first record (a few hundred microseconds): the program's pid in
@@ -538,7 +538,7 @@ fn await_start(
     owned: &[OwnedOp],
     proxy_sock: Option<&OwnedFd>,
 ) -> Result<(libc::pid_t, Option<std::net::TcpListener>), NativeError> {
-    use crate::spawn::sys as ssys;
+    use crate::launch::sys as ssys;
     let first = match nsys::read_report(report) {
         Ok(Some(r)) => r,
         Ok(None) | Err(_) => {
@@ -699,7 +699,7 @@ pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, Na
 /// pid 1 has killed and reaped the rest of the namespace) and returns how the program
 /// ended.
 pub fn wait_native(launched: &NativeLaunched) -> Result<NativeExit, NativeError> {
-    let info = crate::spawn::sys::wait_pidfd(&launched.pidfd, false)
+    let info = crate::launch::sys::wait_pidfd(&launched.pidfd, false)
         .map_err(sys_err("waitid(P_PIDFD, pid 1)"))?;
     match nsys::read_report(&launched.report) {
         Ok(Some(r)) => match r.exited() {
@@ -791,7 +791,7 @@ fn enforcement_report(
     let cgroup = if cgroup {
         LayerReport::applied(format!(
             "run cgroup joined by pid 1: {}",
-            crate::spawn::cgroup_limits(plan).describe()
+            crate::launch::cgroup_limits(plan).describe()
         ))
     } else {
         missing.push(Layer::Cgroup);
@@ -801,7 +801,7 @@ fn enforcement_report(
     Enforcement {
         tier: Some(Tier::C),
         backend: BACKEND,
-        kernel: crate::spawn::sys::kernel_release(),
+        kernel: crate::launch::sys::kernel_release(),
         uid: Some(euid),
         gid: Some(egid),
         capabilities: "none: bounding, ambient, effective, permitted and inheritable sets cleared in the user namespace; securebits NOROOT locked; no capability in the host namespace at any time".to_owned(),
@@ -843,7 +843,7 @@ fn enforcement_report(
             "uts".to_owned(),
             "cgroup".to_owned(),
         ],
-        rlimits: crate::spawn::rlimit_report(
+        rlimits: crate::launch::rlimit_report(
             limits,
             if euid == 0 {
                 " (not enforced by the kernel: the program's real uid is host uid 0)"

@@ -230,8 +230,8 @@ fn ns_real_workspace_is_writable_and_its_parent_is_not_there() {
         inside.exists(),
         "workspace write is not visible on the host"
     );
-    let (euid, _) = crate::spawn::sys::current_ids();
-    let owner = crate::spawn::sys::owner_of(&inside).unwrap();
+    let (euid, _) = crate::launch::sys::current_ids();
+    let owner = crate::launch::sys::owner_of(&inside).unwrap();
     assert_eq!(owner.0, euid, "files are owned by the supervisor's euid");
 
     let secret = sc.root.join("secret.txt");
@@ -442,7 +442,7 @@ fn ns_real_killing_pid_1_ends_the_run() {
     )
     .unwrap();
     let start = Instant::now();
-    crate::spawn::sys::pidfd_signal(&launched.pidfd, libc::SIGTERM).unwrap();
+    crate::launch::sys::pidfd_signal(&launched.pidfd, libc::SIGTERM).unwrap();
     let exit = wait_native(&launched).unwrap();
     assert!(start.elapsed() < Duration::from_secs(5));
     // SIGTERM is forwarded to the program, which dies of it; pid 1 reports that.
@@ -674,7 +674,7 @@ fn ns_pid_1_runs_tierbox_init_and_holds_nothing_of_the_supervisor() {
     }
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", launched.pid)).unwrap();
     let pid1_rss = rss_anon_kib(launched.pid);
-    let _ = crate::spawn::sys::pidfd_signal(&launched.pidfd, libc::SIGKILL);
+    let _ = crate::launch::sys::pidfd_signal(&launched.pidfd, libc::SIGKILL);
     let _ = wait_native(&launched);
     crate::placeholders::release(&launched.host_placeholders);
     assert!(ballast.iter().step_by(4096).all(|b| *b == 1));
@@ -771,7 +771,7 @@ fn ns_real_exit_record_comes_after_every_other_process_is_gone() {
         assert_eq!((exit.code, exit.signal), (Some(3), None));
         assert!(exit.user_us + exit.sys_us > 0, "{exit:?}");
         assert!(exit.max_rss_bytes > 0, "{exit:?}");
-        let _ = crate::spawn::sys::wait_pidfd(&launched.pidfd, false);
+        let _ = crate::launch::sys::wait_pidfd(&launched.pidfd, false);
         crate::placeholders::release(&launched.host_placeholders);
     }
 }
@@ -800,7 +800,7 @@ fn ns_real_the_in_process_reaper_reports_as_the_exec_d_one_does() {
         exe.is_empty() || !exe.contains("memfd:"),
         "pid 1 exec'd {exe} with exec_reaper off"
     );
-    let _ = crate::spawn::sys::wait_pidfd(&launched.pidfd, false);
+    let _ = crate::launch::sys::wait_pidfd(&launched.pidfd, false);
     assert_eq!(read_all(launched.stdout.try_clone().unwrap()), "out\n");
     crate::placeholders::release(&launched.host_placeholders);
 }
@@ -889,7 +889,7 @@ fn ns_real_the_sandbox_is_never_host_root_and_host_ownership_stays() {
             init_uid = host_uid_of(launched.pid);
         }
         assert_eq!(launched.enforcement.uid, Some(want));
-        let _ = crate::spawn::sys::pidfd_signal(&launched.pidfd, libc::SIGKILL);
+        let _ = crate::launch::sys::pidfd_signal(&launched.pidfd, libc::SIGKILL);
         let _ = wait_native(&launched);
         crate::placeholders::release(&launched.host_placeholders);
         assert_eq!(

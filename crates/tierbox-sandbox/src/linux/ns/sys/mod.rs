@@ -60,7 +60,7 @@ pub use steps::NsStep;
 pub const NS_STACK_BYTES: usize = 64 * 1024;
 
 /// Number of rlimits the program gets (CPU, NPROC, NOFILE, FSIZE, CORE): Tier B's.
-pub const NS_RLIMIT_COUNT: usize = crate::spawn::sys::RLIMIT_COUNT;
+pub const NS_RLIMIT_COUNT: usize = crate::launch::sys::RLIMIT_COUNT;
 
 /// The umask the program starts with (mount setup runs with 0 so modes are exact).
 pub const PROGRAM_UMASK: u32 = 0o022;
@@ -151,7 +151,7 @@ const _: () = assert!(REPORT_BYTES <= libc::PIPE_BUF);
 impl Report {
     /// How the program ended, for a [`ReportTag::Exited`] record (`None` for any other):
     /// its code or signal, and what pid 1 reaped used.
-    pub fn exited(&self) -> Option<crate::spawn::sys::ExitInfo> {
+    pub fn exited(&self) -> Option<crate::launch::sys::ExitInfo> {
         if self.tag != ReportTag::Exited as u32 {
             return None;
         }
@@ -161,7 +161,7 @@ impl Report {
         } else {
             (None, Some(libc::WTERMSIG(status)))
         };
-        Some(crate::spawn::sys::ExitInfo {
+        Some(crate::launch::sys::ExitInfo {
             code,
             signal,
             user_us: self.usage.user_us,
@@ -351,7 +351,7 @@ pub fn clone_init(
     if let Some((pooled, _)) = netns {
         setns_net(pooled)?;
     }
-    let pid = crate::spawn::sys::with_all_signals_blocked(|| {
+    let pid = crate::launch::sys::with_all_signals_blocked(|| {
         // SAFETY: `init_main` only makes raw system calls on its copy of `spec`; `top` is
         // the aligned end of a live stack buffer (copied into the child with the rest of
         // our memory); CLONE_PIDFD stores the pidfd in `pidfd` (the parent_tid slot).

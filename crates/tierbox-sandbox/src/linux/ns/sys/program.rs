@@ -2,8 +2,8 @@
 
 use super::raw::*;
 use super::*;
+use crate::launch::sys::RawCalls;
 use crate::linux::exec;
-use crate::spawn::sys::RawCalls;
 
 // ---- the program ----------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 //! system calls under a seccomp filter, and pidfd waits. Test-only.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::super::mediate::ChmodMediator;
-use super::super::sys;
+use crate::launch::mediate::ChmodMediator;
+use crate::launch::sys;
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use std::ffi::c_char;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

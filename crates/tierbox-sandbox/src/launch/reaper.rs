@@ -15,7 +15,7 @@
 //!
 //! ```
 //! // Nothing handed over: settled at once.
-//! assert!(tierbox_sandbox::spawn::reaper::settle(std::time::Duration::from_millis(10)));
+//! assert!(tierbox_sandbox::launch::reaper::settle(std::time::Duration::from_millis(10)));
 //! ```
 
 use std::os::fd::OwnedFd;

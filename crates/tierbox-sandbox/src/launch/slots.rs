@@ -38,7 +38,7 @@ pub const MAX_IDLE_SLOTS: usize = 8;
 /// Everything a slot's resources encode; two runs with equal keys can share a slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SlotKey {
-    /// The backend whose runs use the slot ([`super::BACKEND_NAME`] and the Tier C ones). A bubblewrap run's slot cannot always be recycled (bwrap's own pid 1 may
+    /// The backend whose runs use the slot ([`crate::tier_b::BACKEND_NAME`] and the Tier C ones). A bubblewrap run's slot cannot always be recycled (bwrap's own pid 1 may
     /// outlive the monitor the supervisor reaps, still charged to the group), so it must
     /// never take, and then destroy, the warm slot of another backend's runs.
     pub backend: tierbox_policy::enforcement::BackendId,

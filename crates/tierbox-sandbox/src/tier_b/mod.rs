@@ -1,0 +1,657 @@
+//! Tier B: direct spawn with a new session, rlimits, a rebuilt environment, no
+//! capabilities, `no_new_privs`, landlock, seccomp and a per-run cgroup.
+//!
+//! Invariants:
+//! - nothing is inherited implicitly: the environment is exactly the Plan's (plus the
+//!   run's private `TMPDIR`), every fd other than 0/1/2 is closed at exec, stdin is
+//!   `/dev/null` unless the Plan carries data;
+//! - a layer that cannot be applied is either a [`Rejection`] or, when the policy lists
+//!   it in `tier.optional_layers`, recorded in [`Enforcement::missing_layers`] — never
+//!   silently skipped.
+//!
+//! This module turns a Plan into the child's setup (the landlock ruleset, the seccomp
+//! program, the rlimits, the environment, the network rules) and reports what it
+//! enforced; cloning the child, its launcher threads and its warm slots are
+//! [`crate::launch`]'s, shared with Tier C.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, AtomicU32};
+use std::sync::mpsc;
+
+use tierbox_policy::enforcement::BackendId;
+use tierbox_policy::plan::Plan;
+use tierbox_policy::{EgressMode, Enforcement, Layer, LayerReport, Rejection, Tier};
+
+use crate::linux::caps;
+use crate::linux::exec::ExecStrings;
+use crate::linux::landlock::{LandlockSpec, LandlockStatus};
+use crate::linux::seccomp::{InetSockets, SeccompProgram, SeccompSpec};
+use crate::probe::{HostFacts, host_facts};
+use crate::running::RunningSandbox;
+
+use crate::launch::slots::{self, Slot, SlotKey};
+use crate::launch::sys::{self};
+use crate::launch::{
+    Arming, Job, LaunchError, LaunchOptions, SpawnedChild, StdioPipes, armed_launcher,
+    cgroup_fd_array, cgroup_limits, clone_on, cstring, new_slot, require, rlimit_report,
+    rlimit64_table, slot_launcher, stdio_pipes, user_notif_available,
+};
+
+/// Name of this backend in outcomes and attestations.
+pub const BACKEND: BackendId = BackendId::TierBLinux;
+/// [`BACKEND`]'s name.
+pub const BACKEND_NAME: &str = BACKEND.name();
+
+/// Device nodes every run may read.
+const READABLE_DEVICES: &[&str] = &["/dev/zero", "/dev/random", "/dev/urandom"];
+/// Device nodes every run may write.
+const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/full"];
+/// Pseudo-terminals (`openpty`, `pty.fork`): the multiplexer and the host's devpts, which
+/// a run may open when it does not keep uid 0. Tier B has no devpts of its own, so a run
+/// could write output to every terminal its uid owns (input injection, `TIOCSTI` and
+/// `TIOCLINUX`, stays denied by seccomp); for a uid-0 run that is every terminal on the
+/// host, so it gets none.
+const PTY_DEVICES: &[&str] = &["/dev/ptmx", "/dev/pts"];
+/// Pseudo filesystems every run may read: its own process information and CPU topology
+/// (nproc, runtimes sizing thread pools). Other processes' entries stay protected by
+/// landlock's ptrace scoping.
+const READABLE_PSEUDO: &[&str] = &["/proc", "/sys/devices/system/cpu"];
+
+/// Launches `plan` in Tier B.
+pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
+    let facts = host_facts();
+    let mut missing = check_layers(plan, facts)?;
+    let network = network_rules(plan, facts, opts.egress_proxy_port)?;
+    // Identity: a root supervisor runs the child as the workspace owner when that is not
+    // root, so ordinary file permissions apply on top of landlock.
+    let ids = child_ids(facts, &plan.workspace);
+    // Landlock does not mediate chmod: every run has its chmod calls performed by the
+    // supervisor, beneath its writable grants only. Without seccomp user notification, a
+    // run that keeps uid 0 gets them denied instead.
+    let mediate_chmod = facts.seccomp && user_notif_available();
+    let slot = acquire_slot(plan, opts, facts, &network, ids, &mut missing)?;
+    // From here on every failure hands the slot back.
+    match spawn_in_slot(plan, opts, facts, &network, &slot, ids, mediate_chmod) {
+        Ok((child, seccomp_layout)) => {
+            missing.sort();
+            missing.dedup();
+            let enforcement = enforcement_report(
+                plan,
+                facts,
+                &network,
+                &slot,
+                seccomp_layout,
+                ids,
+                mediate_chmod,
+                missing,
+            );
+            Ok(RunningSandbox {
+                pid: child.pid,
+                pidfd: child.pidfd,
+                stdin: child.stdin,
+                stdout: child.stdout,
+                stderr: child.stderr,
+                slot: Some(slot),
+                chmod_listener: child.chmod_listener,
+                child_uid: ids.0,
+                child_gid: ids.1,
+                enforcement,
+                tier: Tier::B,
+                report: None,
+                host_placeholders: Vec::new(),
+                egress_listener: None,
+                container: None,
+            })
+        }
+        Err(e) => {
+            slots::release(slot);
+            Err(e)
+        }
+    }
+}
+
+/// Checks the layers this run needs against the host: each missing one is a rejection, or
+/// recorded when the policy lists it in `tier.optional_layers`.
+fn check_layers(plan: &Plan, facts: &HostFacts) -> Result<Vec<Layer>, Rejection> {
+    let mut missing = Vec::new();
+    let abi = facts.landlock_abi.unwrap_or(0);
+    let checks: [(Layer, bool, String); 5] = [
+        (
+            Layer::Landlock,
+            facts.landlock_abi.is_some(),
+            "landlock is not available (kernel < 5.13 or not in the lsm= list)".to_owned(),
+        ),
+        (
+            Layer::LandlockScopes,
+            abi >= 6,
+            format!("landlock ABI {abi} < 6 has no signal or abstract-socket scoping"),
+        ),
+        (
+            Layer::Seccomp,
+            facts.seccomp,
+            "seccomp filters are not available".to_owned(),
+        ),
+        (
+            Layer::Cgroup,
+            facts.cgroup.is_usable(),
+            facts.cgroup.describe(),
+        ),
+        (
+            Layer::ProtectedPaths,
+            plan.filesystem.protected.is_empty()
+                && !plan
+                    .filesystem
+                    .deny_read
+                    .iter()
+                    .any(|d| d.starts_with(&plan.workspace)),
+            "tier b cannot keep paths inside the writable workspace read-only or hidden (tier c can)"
+                .to_owned(),
+        ),
+    ];
+    for (layer, available, reason) in checks {
+        require(plan, Tier::B, layer, available, &reason, &mut missing)?;
+    }
+    Ok(missing)
+}
+
+/// A warm slot with the shape of this run, or fresh resources.
+fn acquire_slot(
+    plan: &Plan,
+    opts: &LaunchOptions,
+    facts: &HostFacts,
+    network: &NetworkRules,
+    (uid, gid, _): (u32, u32, bool),
+    missing: &mut Vec<Layer>,
+) -> Result<Slot, LaunchError> {
+    let abi = facts.landlock_abi.unwrap_or(0);
+    let landlock_base = facts
+        .landlock_abi
+        .map(|_| landlock_spec(plan, abi, network.tcp_ports.clone(), uid));
+    let cgroup_limits = cgroup_limits(plan);
+    let key = SlotKey {
+        backend: BACKEND,
+        tmp_base: opts.tmp_base.clone(),
+        uid,
+        gid,
+        read_only: landlock_base
+            .as_ref()
+            .map(|s| s.read_only.clone())
+            .unwrap_or_default(),
+        read_write: landlock_base
+            .as_ref()
+            .map(|s| s.read_write.clone())
+            .unwrap_or_default(),
+        scopes: landlock_base.as_ref().is_some_and(|s| s.scope_signals),
+        tcp_connect_ports: network.tcp_ports.clone(),
+        landlock: landlock_base.is_some(),
+        cgroup_limits,
+        cgroup: facts.cgroup.is_usable(),
+    };
+    match slots::take(&key) {
+        Some(slot) => Ok(slot),
+        None => new_slot(plan, opts, key, landlock_base, &cgroup_limits, missing),
+    }
+}
+
+/// What this run's launch enforced, in words.
+#[allow(clippy::too_many_arguments)]
+fn enforcement_report(
+    plan: &Plan,
+    facts: &HostFacts,
+    network: &NetworkRules,
+    slot: &Slot,
+    seccomp: Option<SeccompLayout>,
+    (uid, gid, _): (u32, u32, bool),
+    mediate_chmod: bool,
+    missing: Vec<Layer>,
+) -> Enforcement {
+    let limits = &plan.limits;
+    Enforcement {
+        tier: Some(Tier::B),
+        backend: BACKEND,
+        kernel: facts.kernel.clone(),
+        uid: Some(uid),
+        gid: Some(gid),
+        capabilities: if facts.euid == 0 {
+            "none: bounding, ambient, effective, permitted and inheritable sets cleared; securebits NOROOT locked".to_owned()
+        } else {
+            "none effective, permitted, inheritable or ambient; the bounding set is left as inherited (an unprivileged supervisor cannot drop it) and no_new_privs stops execve from granting any".to_owned()
+        },
+        no_new_privs: true,
+        landlock: match &slot.landlock {
+            Some(prepared) => match &prepared.status {
+                LandlockStatus::FullyEnforced => LayerReport::applied(format!(
+                    "abi {}, fully enforced{}",
+                    prepared.abi,
+                    if uid == 0 {
+                        "; no pseudo-terminals (a uid-0 run could write to every terminal on the host)"
+                    } else {
+                        ""
+                    }
+                )),
+                LandlockStatus::PartiallyEnforced { missing } => LayerReport::applied(format!(
+                    "abi {}, partially enforced (missing: {})",
+                    prepared.abi,
+                    missing.join(", ")
+                )),
+            },
+            None => LayerReport::missing("landlock unavailable on this host"),
+        },
+        seccomp: match seccomp {
+            Some(layout) => LayerReport::applied(format!(
+                "deny-list filter, {}{}{}",
+                match layout.inherited {
+                    None => format!("{} instructions", layout.attached),
+                    Some(base) if layout.attached == 0 => {
+                        format!("{base} instructions inherited from the launcher thread")
+                    }
+                    Some(base) => format!(
+                        "{base} instructions inherited from the launcher thread, plus a {}-instruction chmod hand-off filter",
+                        layout.attached
+                    ),
+                },
+                "; SysV IPC and POSIX message queues denied (no IPC namespace)",
+                match (uid, mediate_chmod) {
+                    (0, true) =>
+                        "; chmod performed by the supervisor beneath the writable grants only; the run keeps uid 0: chown/xattr changes denied",
+                    (0, false) => "; the run keeps uid 0: chmod/chown/xattr changes denied",
+                    (_, true) =>
+                        "; chmod performed by the supervisor beneath the writable grants only",
+                    (_, false) =>
+                        "; chmod not mediated (no seccomp user notification on this kernel)",
+                }
+            )),
+            None => LayerReport::missing("seccomp unavailable on this host"),
+        },
+        cgroup: match slot.cgroup() {
+            Some(_) => LayerReport::applied(format!(
+                "{}: {}",
+                facts.cgroup.describe(),
+                slot.key.cgroup_limits.describe()
+            )),
+            None => LayerReport::missing(facts.cgroup.describe()),
+        },
+        namespaces: Vec::new(),
+        rlimits: rlimit_report(
+            limits,
+            if uid == 0 {
+                " (not enforced by the kernel for uid 0)"
+            } else {
+                ""
+            },
+        ),
+        network: network.description.clone(),
+        protected_paths: if plan.filesystem.protected.is_empty() {
+            LayerReport::applied("none requested")
+        } else {
+            LayerReport::missing("tier b cannot keep paths inside the writable workspace read-only")
+        },
+        missing_layers: missing,
+        grants: Vec::new(),
+    }
+}
+
+/// The child's complete environment: the Plan's, plus the private `HOME` and `TMPDIR`.
+fn child_env(plan: &Plan, slot: &Slot, network: &NetworkRules) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = plan.env.clone();
+    if let Some(port) = network.proxy_port {
+        crate::egress::set_proxy_env(&mut env, port);
+    }
+    if plan.filesystem.private_home {
+        env.push((
+            "HOME".to_owned(),
+            slot.tmp.join("home").to_string_lossy().into_owned(),
+        ));
+    }
+    for key in ["TMPDIR", "TMP", "TEMP"] {
+        if !env.iter().any(|(k, _)| k == key) {
+            env.push((key.to_owned(), slot.tmp.to_string_lossy().into_owned()));
+        }
+    }
+    env.sort();
+    env
+}
+
+/// Prepares everything the child needs (strings, pipes, the seccomp program, the
+/// listener socket), clones it, and collects the seccomp listener. Returns the child and
+/// the seccomp program's length.
+fn spawn_in_slot(
+    plan: &Plan,
+    opts: &LaunchOptions,
+    facts: &HostFacts,
+    network: &NetworkRules,
+    slot: &Slot,
+    (uid, gid, change_ids): (u32, u32, bool),
+    mediate_chmod: bool,
+) -> Result<(SpawnedChild, Option<SeccompLayout>), LaunchError> {
+    let launcher = Launcher::choose(facts, network, slot, uid, mediate_chmod)?;
+    let strings = ExecStrings::new(plan, &child_env(plan, slot, network), |what, bytes| {
+        cstring(bytes, what)
+    })?;
+    let StdioPipes {
+        stdin_child,
+        stdin_parent,
+        stdout_r,
+        stdout_w,
+        stderr_r,
+        stderr_w,
+    } = stdio_pipes(plan)?;
+    let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
+    let fprog = launcher.seccomp.as_deref().map(SeccompProgram::as_fprog);
+    // chmod mediation: the child sends its seccomp listener fd over this pair.
+    let listener_pair = match (mediate_chmod, &launcher.seccomp) {
+        (true, Some(_)) => Some(
+            sys::socketpair_seqpacket()
+                .map_err(LaunchError::setup("socketpair for the seccomp listener"))?,
+        ),
+        _ => None,
+    };
+    let mut spec = sys::ChildSpec {
+        program: strings.program.as_ptr(),
+        argv: strings.argv(),
+        envp: strings.envp(),
+        cwd: strings.cwd.as_ptr(),
+        stdin_fd: stdin_child.as_raw_fd(),
+        stdout_fd: stdout_w.as_raw_fd(),
+        stderr_fd: stderr_w.as_raw_fd(),
+        cgroup_fds,
+        n_cgroup_fds,
+        rlimits: rlimit64_table(plan),
+        drop_privileged: facts.euid == 0,
+        change_ids,
+        uid,
+        gid,
+        last_cap: caps::last_cap(),
+        landlock_fd: match (launcher.landlock_inherited, &slot.landlock) {
+            (false, Some(prepared)) => prepared.raw_fd(),
+            _ => -1,
+        },
+        seccomp: fprog
+            .as_ref()
+            .map_or(std::ptr::null(), |p| p as *const libc::sock_fprog),
+        seccomp_listener_sock: listener_pair
+            .as_ref()
+            .map_or(-1, |(_, child_end)| child_end.as_raw_fd()),
+        parent_pid: sys::getpid(),
+        helper: sys::HelperSetup::NONE,
+        keep_caps: false,
+        netns_fd: -1,
+        fail_step: AtomicU32::new(0),
+        fail_errno: AtomicI32::new(0),
+    };
+
+    let cloned = clone_on(opts, launcher.armed.as_ref(), &mut spec);
+    // The child's ends are closed in the parent whatever happened.
+    drop((stdin_child, stdout_w, stderr_w));
+    let cloned = cloned?;
+    let chmod_listener = match &listener_pair {
+        None => launcher.slot_listener,
+        Some((parent_end, _)) => match sys::recv_fd(parent_end) {
+            Ok(fd) => Some(fd),
+            Err(source) => {
+                // The program runs with a filter nobody answers; do not let it run.
+                let _ = sys::pidfd_signal(&cloned.pidfd, libc::SIGKILL);
+                let _ = sys::wait_pidfd(&cloned.pidfd, false);
+                return Err(LaunchError::Setup {
+                    what: "receive the seccomp listener".to_owned(),
+                    source,
+                });
+            }
+        },
+    };
+    let child = SpawnedChild {
+        pid: cloned.pid,
+        pidfd: cloned.pidfd,
+        stdin: stdin_parent,
+        stdout: stdout_r,
+        stderr: stderr_r,
+        chmod_listener,
+    };
+    Ok((child, launcher.layout))
+}
+
+/// The launcher thread armed for a run (module docs), and the seccomp filter the child
+/// attaches itself: all of it without an armed thread; with one, only the chmod hand-off
+/// stacked on the base filter it inherits, or nothing.
+struct Launcher {
+    /// The armed thread to clone on, if any.
+    armed: Option<mpsc::Sender<Job>>,
+    /// The chmod hand-off's listener, when the slot's thread holds the hand-off.
+    slot_listener: Option<OwnedFd>,
+    /// The slot's thread holds the run's landlock domain (the child inherits it).
+    landlock_inherited: bool,
+    /// The filter the child attaches itself.
+    seccomp: Option<std::sync::Arc<SeccompProgram>>,
+    /// What is inherited and what is attached, for the enforcement report.
+    layout: Option<SeccompLayout>,
+}
+
+impl Launcher {
+    fn choose(
+        facts: &HostFacts,
+        network: &NetworkRules,
+        slot: &Slot,
+        uid: u32,
+        mediate_chmod: bool,
+    ) -> Result<Self, LaunchError> {
+        let seccomp_spec = seccomp_spec(network, uid, mediate_chmod);
+        let arming = Arming {
+            drop_privileges: facts.euid == 0,
+            seccomp: facts.seccomp.then_some(seccomp_spec),
+        };
+        // A pooled slot has a thread that also holds its landlock domain; otherwise a
+        // process-wide one per arming, and the child restricts itself.
+        let slot_armed = if slots::pooling() {
+            slot_launcher(slot, arming)
+        } else {
+            None
+        };
+        let landlock_inherited = slot_armed.is_some();
+        let (armed, slot_listener) = match slot_armed {
+            Some(a) => (Some(a.tx), a.listener),
+            None if arming.is_empty() => (None, None),
+            None => (armed_launcher(arming), None),
+        };
+        // The child's own filter: none when everything is inherited (the hand-off too,
+        // with its listener on the slot); else the hand-off alone on an inherited base;
+        // else all.
+        let hand_off_inherited = slot_listener.is_some();
+        let seccomp = match (facts.seccomp, armed.is_some(), mediate_chmod) {
+            (false, _, _) | (true, true, false) => None,
+            (true, true, true) if hand_off_inherited => None,
+            (true, false, _) => Some(SeccompProgram::cached(&seccomp_spec)),
+            (true, true, true) => Some(SeccompProgram::cached_chmod_notifier()),
+        }
+        .transpose()
+        .map_err(|e| LaunchError::Setup {
+            what: "seccomp program".to_owned(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        // What the child inherits is the base filter, and the hand-off too when the
+        // slot's thread holds it; what it attaches is `seccomp`.
+        let len = |p: Result<std::sync::Arc<SeccompProgram>, _>| p.map_or(0, |p| p.len());
+        let layout = facts.seccomp.then(|| SeccompLayout {
+            inherited: armed.is_some().then(|| {
+                len(SeccompProgram::cached_base(&seccomp_spec))
+                    + if hand_off_inherited {
+                        len(SeccompProgram::cached_chmod_notifier())
+                    } else {
+                        0
+                    }
+            }),
+            attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
+        });
+        Ok(Self {
+            armed,
+            slot_listener,
+            landlock_inherited,
+            seccomp,
+            layout,
+        })
+    }
+}
+
+/// Where a Tier B run's seccomp instructions come from, for the enforcement report.
+#[derive(Debug, Clone, Copy)]
+struct SeccompLayout {
+    /// The filters inherited from an armed launcher thread (the base, and the chmod
+    /// hand-off when the slot's thread holds it), in instructions.
+    inherited: Option<usize>,
+    /// The filter the child attached itself (the whole filter, or the chmod hand-off).
+    attached: usize,
+}
+
+/// How the network is restricted for this run.
+#[derive(Debug, Clone)]
+struct NetworkRules {
+    /// What inet sockets the run may create (seccomp).
+    inet: InetSockets,
+    allow_unix: bool,
+    tcp_ports: Option<Vec<u16>>,
+    /// The egress proxy's port on 127.0.0.1, which the proxy variables point to.
+    proxy_port: Option<u16>,
+    description: String,
+}
+
+fn network_rules(
+    plan: &Plan,
+    facts: &HostFacts,
+    proxy_port: Option<u16>,
+) -> Result<NetworkRules, Rejection> {
+    let unavailable = |reason: String| Rejection::TierUnavailable {
+        tier: Tier::B,
+        reason,
+    };
+    let landlock_net = facts.landlock_abi.is_some_and(|a| a >= 4);
+    match plan.network.mode {
+        EgressMode::AllowAll => Ok(NetworkRules {
+            inet: InetSockets::Any,
+            allow_unix: true,
+            tcp_ports: None,
+            proxy_port: None,
+            description: "allow_all: unrestricted".to_owned(),
+        }),
+        EgressMode::Preflight => Ok(NetworkRules {
+            inet: InetSockets::Any,
+            allow_unix: false,
+            tcp_ports: None,
+            proxy_port: None,
+            description: "preflight: hosts checked before spawn, network not restricted at runtime"
+                .to_owned(),
+        }),
+        EgressMode::Strict if plan.network.needs_proxy() => {
+            // Both layers are required whatever `tier.optional_layers` says: without
+            // either one the allowlist would not be enforced at all.
+            if !facts.seccomp {
+                return Err(unavailable(
+                    "strict egress in tier b needs seccomp (to deny udp and raw sockets), which this host lacks".to_owned(),
+                ));
+            }
+            if !landlock_net {
+                return Err(unavailable(format!(
+                    "strict egress in tier b needs landlock tcp rules (abi 4), and this host has {}",
+                    facts
+                        .landlock_abi
+                        .map_or_else(|| "no landlock".to_owned(), |a| format!("abi {a}"))
+                )));
+            }
+            let port = proxy_port.ok_or_else(|| {
+                unavailable("strict egress with an allowlist needs the egress proxy, and the caller started none (LaunchOptions::egress_proxy_port)".to_owned())
+            })?;
+            Ok(NetworkRules {
+                inet: InetSockets::TcpOnly,
+                allow_unix: false,
+                tcp_ports: Some(vec![port]),
+                proxy_port: Some(port),
+                description: format!(
+                    "strict: tcp connect only to port {port}, the egress proxy's (landlock; on any address), tcp bind denied (landlock), udp, raw, unix sockets and tcp fast open denied (seccomp)"
+                ),
+            })
+        }
+        EgressMode::BlockAll | EgressMode::Strict => {
+            if !facts.seccomp {
+                return Err(unavailable(
+                    "blocking the network in tier b needs seccomp, which this host lacks"
+                        .to_owned(),
+                ));
+            }
+            Ok(NetworkRules {
+                inet: InetSockets::Deny,
+                allow_unix: false,
+                tcp_ports: landlock_net.then(Vec::new),
+                proxy_port: None,
+                description: format!(
+                    "no network: inet, unix and raw sockets denied (seccomp){}",
+                    if landlock_net {
+                        ", tcp bind/connect denied (landlock)"
+                    } else {
+                        ""
+                    }
+                ),
+            })
+        }
+    }
+}
+
+fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> SeccompSpec {
+    SeccompSpec {
+        deny_namespaces: true,
+        // A child that keeps uid 0 owns every root-owned file; landlock cannot stop it from
+        // changing their modes, owners or attributes, so seccomp does.
+        deny_file_metadata: child_uid == 0,
+        mediate_chmod,
+        // Tier B has no IPC namespace: SysV IPC and message queues would reach the host's
+        // objects of the run's uid (root's, for a run that keeps uid 0).
+        deny_ipc: true,
+        inet: net.inet,
+        allow_unix_sockets: net.allow_unix,
+    }
+}
+
+fn landlock_spec(
+    plan: &Plan,
+    abi: u32,
+    tcp_ports: Option<Vec<u16>>,
+    child_uid: u32,
+) -> LandlockSpec {
+    let fs = &plan.filesystem;
+    let mut read_only: Vec<PathBuf> = fs
+        .system_read_only
+        .iter()
+        .chain(&fs.read_only)
+        .cloned()
+        .collect();
+    read_only.extend(
+        READABLE_DEVICES
+            .iter()
+            .chain(READABLE_PSEUDO)
+            .map(PathBuf::from),
+    );
+    let mut read_write: Vec<PathBuf> = vec![plan.workspace.clone()];
+    read_write.extend(fs.writable.iter().cloned());
+    read_write.extend(WRITABLE_DEVICES.iter().map(PathBuf::from));
+    if child_uid != 0 {
+        read_write.extend(PTY_DEVICES.iter().map(PathBuf::from));
+    }
+    LandlockSpec {
+        read_only,
+        read_write,
+        scope_signals: abi >= 6,
+        scope_abstract_unix: abi >= 6,
+        tcp_connect_ports: tcp_ports,
+    }
+}
+
+fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
+    if facts.euid != 0 {
+        return (facts.euid, facts.egid, false);
+    }
+    match sys::owner_of(workspace) {
+        Ok((uid, gid)) if uid != 0 => (uid, gid, true),
+        _ => (0, 0, false),
+    }
+}
+
+#[cfg(test)]
+mod review;
