@@ -24,12 +24,12 @@ mod interpreter;
 mod limits;
 mod scope;
 mod shape;
+mod system;
 mod tier;
 mod wasm;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PATTERNS, DENIED_ENV_PREFIXES, is_denied_env_name};
 pub use git::{
@@ -42,6 +42,9 @@ pub use interpreter::{
 };
 pub use scope::{
     ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS, REFUSED_WORKSPACE_DIRS, REFUSED_WORKSPACE_TREES,
+};
+pub use system::{
+    MAX_CACHE_BYTES, SYSTEM_PATHS_CACHE_FILE, SystemPaths, system_paths, system_paths_in,
 };
 pub use wasm::{default_runtimes_dir, validate_tier_a, validate_wasm};
 
@@ -340,176 +343,6 @@ pub fn system_read_only_paths() -> Vec<PathBuf> {
     system_paths().grants.to_vec()
 }
 
-/// The system paths of this host in both of the forms the tiers need.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SystemPaths {
-    /// The [`SYSTEM_READ_ONLY_PATHS`] that exist (mount-based tiers bind each whole).
-    pub roots: Arc<[PathBuf]>,
-    /// The host secrets under them that exist, outermost only (mount-based tiers cover
-    /// each; `grants` leaves them out).
-    pub hidden: Arc<[PathBuf]>,
-    /// `roots` minus `hidden`, as the smallest list of grantable entries (landlock, which
-    /// can only grant, uses this).
-    pub grants: Arc<[PathBuf]>,
-}
-
-/// The system paths, with host secrets carved out.
-///
-/// Hidden: every [`SYSTEM_SECRET_PATHS`] entry, and every entry under `/etc` that an
-/// unprivileged user could not read (a file without `o+r`, a directory without `o+rx`) —
-/// a process that keeps uid 0 (Tier B under a root supervisor), or that is mapped to the
-/// supervisor's uid (Tier C), would otherwise read them through plain file permissions.
-/// In `grants` a directory that contains a hidden entry is replaced by its children,
-/// recursively. Symlinks are kept (the kernel layers check their targets).
-///
-/// The walk is cached; at most every [`SYSTEM_PATHS_RECHECK`] the modification times of
-/// the walked directories are compared and the walk redone if any changed.
-///
-/// ```
-/// let sys = tierbox_policy::validate::system_paths();
-/// for h in sys.hidden.iter() {
-///     assert!(!sys.grants.iter().any(|g| h.starts_with(g)), "{h:?} is granted");
-/// }
-/// ```
-pub fn system_paths() -> SystemPaths {
-    static CACHE: Mutex<Option<SystemPathsCache>> = Mutex::new(None);
-    let mut guard = match CACHE.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    };
-    if let Some(cache) = guard.as_mut()
-        && cache.is_fresh()
-    {
-        return cache.paths.clone();
-    }
-    let mut walked = Vec::new();
-    let mut hidden: Vec<PathBuf> = SYSTEM_SECRET_PATHS.iter().map(PathBuf::from).collect();
-    let mut budget = MAX_SYSTEM_ENTRIES;
-    find_unreadable(
-        Path::new(SECRETS_ROOT),
-        0,
-        &mut budget,
-        &mut hidden,
-        &mut walked,
-    );
-    let mut roots = Vec::new();
-    let mut grants = Vec::new();
-    for root in SYSTEM_READ_ONLY_PATHS {
-        let path = Path::new(root);
-        if std::fs::symlink_metadata(path).is_ok() {
-            roots.push(path.to_path_buf());
-            grants.extend(crate::access::carve(
-                &[path.to_path_buf()],
-                &hidden,
-                crate::access::Links::UnlessHidden,
-            ));
-        }
-    }
-    grants.sort();
-    grants.dedup();
-    hidden.retain(|h| std::fs::symlink_metadata(h).is_ok());
-    hidden.sort();
-    hidden.dedup();
-    let outer: Vec<PathBuf> = hidden
-        .iter()
-        .filter(|h| !hidden.iter().any(|o| o != *h && h.starts_with(o)))
-        .cloned()
-        .collect();
-    let paths = SystemPaths {
-        roots: roots.into(),
-        hidden: outer.into(),
-        grants: grants.into(),
-    };
-    let stamps = walked.into_iter().map(|d| {
-        let stamp = dir_stamp(&d);
-        (d, stamp)
-    });
-    *guard = Some(SystemPathsCache {
-        paths: paths.clone(),
-        stamps: stamps.collect(),
-        checked: std::time::Instant::now(),
-    });
-    paths
-}
-
-struct SystemPathsCache {
-    paths: SystemPaths,
-    /// Each walked directory and its modification time when it was read.
-    stamps: Vec<(PathBuf, Option<std::time::SystemTime>)>,
-    checked: std::time::Instant,
-}
-
-impl SystemPathsCache {
-    fn is_fresh(&mut self) -> bool {
-        if self.checked.elapsed() < SYSTEM_PATHS_RECHECK {
-            return true;
-        }
-        let fresh = self
-            .stamps
-            .iter()
-            .all(|(dir, stamp)| dir_stamp(dir) == *stamp);
-        self.checked = std::time::Instant::now();
-        fresh
-    }
-}
-
-fn dir_stamp(dir: &Path) -> Option<std::time::SystemTime> {
-    std::fs::symlink_metadata(dir)
-        .and_then(|m| m.modified())
-        .ok()
-}
-
-/// Adds to `hidden` every entry under `dir` that others cannot read; records walked dirs.
-fn find_unreadable(
-    dir: &Path,
-    depth: usize,
-    budget: &mut usize,
-    hidden: &mut Vec<PathBuf>,
-    walked: &mut Vec<PathBuf>,
-) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    walked.push(dir.to_path_buf());
-    for entry in entries.flatten() {
-        if *budget == 0 {
-            return;
-        }
-        *budget -= 1;
-        let path = entry.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        let mode = permission_bits(&meta);
-        if meta.file_type().is_symlink() {
-            continue;
-        }
-        if meta.is_dir() {
-            if mode & 0o005 != 0o005 {
-                hidden.push(path);
-            } else if depth < MAX_SYSTEM_DEPTH {
-                find_unreadable(&path, depth + 1, budget, hidden, walked);
-            }
-        } else if mode & 0o004 == 0 {
-            hidden.push(path);
-        }
-    }
-}
-
-/// The file's Unix permission bits.
-#[cfg(unix)]
-fn permission_bits(meta: &std::fs::Metadata) -> u32 {
-    use std::os::unix::fs::PermissionsExt;
-    meta.permissions().mode()
-}
-
-/// No Unix permission bits here (Windows has ACLs, and no `/etc` to walk): everything
-/// reads as world-readable, so only [`SYSTEM_SECRET_PATHS`] are hidden.
-#[cfg(not(unix))]
-fn permission_bits(_meta: &std::fs::Metadata) -> u32 {
-    0o755
-}
-
 fn filesystem_plan(
     policy: &Policy,
     ctx: &ValidateContext,
@@ -537,7 +370,7 @@ fn filesystem_plan(
             ),
         });
     }
-    let system = system_paths();
+    let system = system_paths_in(ctx.state_dir.as_deref());
     // Tierbox's own secret files under a system path (a state directory in /etc) are
     // hidden there like the host's secrets; every other grant of them is refused.
     deny_read.extend(
@@ -663,7 +496,7 @@ mod system_paths_tests {
         std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o600))
             .unwrap_or_else(|e| panic!("{e}"));
         let (mut hidden, mut walked, mut budget) = (Vec::new(), Vec::new(), 100);
-        find_unreadable(dir.path(), 0, &mut budget, &mut hidden, &mut walked);
+        system::find_unreadable(dir.path(), 0, &mut budget, &mut hidden, &mut walked);
         assert_eq!(hidden, std::slice::from_ref(&closed));
         let out = crate::access::carve(
             &[dir.path().to_path_buf()],
