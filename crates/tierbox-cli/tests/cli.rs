@@ -1236,3 +1236,49 @@ fn the_state_directory_is_created_0711() {
     assert_eq!(mode(&fresh), 0o711);
     assert_eq!(mode(&fresh.join("attest-key")), 0o600);
 }
+
+/// The `/etc` walk kept in the state directory changes nothing a run enforces: a second
+/// process that reads it (the file is not rewritten) reports the same plan digest and
+/// enforcement as the first, which walked and wrote it — for Tier B, and Tier C where it
+/// runs.
+#[test]
+fn a_run_from_the_cached_system_walk_enforces_what_a_fresh_walk_does() {
+    use std::os::unix::fs::MetadataExt;
+    if !tier_b_available() {
+        return;
+    }
+    let mut tiers = vec!["b"];
+    if tier_c_native_available() {
+        tiers.push("c");
+    }
+    for tier in tiers {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let xdg = dir.path().join("xdg");
+        let args = [
+            "run",
+            "--json",
+            "--tier",
+            tier,
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--",
+            "true",
+        ];
+        let cache = xdg.join("tierbox/cache/system-paths.json");
+        let first = succeeded_json(&tierbox_with_state(&xdg, &args, None));
+        let written = std::fs::metadata(&cache).unwrap();
+        let second = succeeded_json(&tierbox_with_state(&xdg, &args, None));
+        let kept = std::fs::metadata(&cache).unwrap();
+        assert_eq!(
+            (written.ino(), written.mtime_nsec()),
+            (kept.ino(), kept.mtime_nsec()),
+            "tier {tier}: the second run walked again instead of reading the cache"
+        );
+        assert_eq!(first["plan_sha256"], second["plan_sha256"], "tier {tier}");
+        assert_eq!(first["enforcement"], second["enforcement"], "tier {tier}");
+        assert!(first["enforcement"].is_object(), "{first}");
+        assert!(first["plan_sha256"].is_string(), "{first}");
+    }
+}
