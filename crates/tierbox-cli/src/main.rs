@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod attest;
+mod daemon;
 mod doctor;
 mod preflight;
 mod render;
@@ -61,6 +62,35 @@ struct PolicyArgs {
     workspace: Option<PathBuf>,
 }
 
+#[derive(Debug, Subcommand)]
+enum DaemonAction {
+    /// Start `tierbox serve --unix` in the background on the per-user socket
+    /// (<state dir>/daemon.sock, or $TIERBOX_SOCKET). `tierbox run` with the same policy,
+    /// workspace and state directory then goes through it; anything else runs in process.
+    Start {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Stop the daemon (running requests get the shutdown grace).
+    Stop {
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Whether a daemon answers, and with which policy and workspace; exit 1 if none.
+    Status {
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 #[derive(Debug, clap::Args)]
 struct RequestArgs {
     /// Isolation tier.
@@ -111,6 +141,11 @@ enum Command {
         /// State directory (default: $XDG_STATE_HOME/tierbox).
         #[arg(long)]
         state_dir: Option<PathBuf>,
+    },
+    /// A local daemon that `run` hands its requests to (the warm path): start, stop, status.
+    Daemon {
+        #[command(subcommand)]
+        action: DaemonAction,
     },
     /// Validate a request: print the plan, or the rejection. Runs nothing.
     Check {
@@ -299,6 +334,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             stdin,
             state_dir,
         } => cmd_run(&policy, request, json, stdin, state_dir),
+        Command::Daemon { action } => cmd_daemon(action),
         Command::Check {
             policy,
             request,
@@ -633,7 +669,150 @@ fn cmd_run(
     if pass_stdin {
         req.stdin = Some(read_stdin()?);
     }
-    run_and_print(runner.run(&req), json)
+    let mut via = Via::InProcess(None);
+    if daemon::enabled() {
+        let socket = daemon::socket_path(&runner.options().state_dir);
+        match daemon::hand_off(&runner, &req, &socket) {
+            daemon::Handoff::Ran(reply) => return print_daemon_reply(reply, json),
+            daemon::Handoff::Interrupted(sig) => {
+                eprintln!("tierbox: received signal {sig}; the run was killed");
+                return Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)));
+            }
+            daemon::Handoff::NotUsed(why) => via = Via::InProcess(Some(why)),
+        }
+    }
+    run_and_print_via(runner.run(&req), json, &via)
+}
+
+/// Which process ran a request, for `--json` (`via`, and why a daemon found was not used).
+enum Via {
+    Daemon,
+    InProcess(Option<String>),
+}
+
+impl Via {
+    fn annotate(&self, outcome: &mut serde_json::Value) {
+        match self {
+            Self::Daemon => outcome["via"] = "daemon".into(),
+            Self::InProcess(why) => {
+                outcome["via"] = "in_process".into();
+                if let Some(why) = why {
+                    outcome["daemon"] = why.as_str().into();
+                }
+            }
+        }
+    }
+}
+
+/// Prints what the daemon answered as a run in process would have been printed.
+fn print_daemon_reply(
+    reply: std::result::Result<Box<tierbox_runner::Outcome>, daemon::ApiError>,
+    json: bool,
+) -> Result<ExitCode> {
+    match reply {
+        Ok(outcome) => print_outcome(&outcome, json, &Via::Daemon),
+        Err(e) if Rejection::ALL_CODES.contains(&e.code.as_str()) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "rejected": { "code": e.code, "message": e.message } })
+                );
+            } else {
+                eprintln!("tierbox: rejected [{}]: {}", e.code, e.message);
+                eprintln!(
+                    "hint: nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule"
+                );
+            }
+            Ok(ExitCode::from(EXIT_REJECTED))
+        }
+        Err(e) => {
+            if json {
+                println!("{}", serde_json::json!({ "error": e.message }));
+            } else {
+                eprintln!("tierbox: {}", e.message);
+                eprintln!("hint: `tierbox doctor` shows what this host can enforce");
+            }
+            Ok(ExitCode::from(EXIT_INTERNAL))
+        }
+    }
+}
+
+fn cmd_daemon(action: DaemonAction) -> Result<ExitCode> {
+    let state =
+        |dir: Option<PathBuf>| dir.unwrap_or_else(tierbox_runner::supervisor::default_state_dir);
+    match action {
+        DaemonAction::Start { policy, state_dir } => {
+            let mut args: Vec<std::ffi::OsString> = Vec::new();
+            if let Some(p) = &policy.policy {
+                args.push("--policy".into());
+                args.push(
+                    std::fs::canonicalize(p)
+                        .unwrap_or_else(|_| p.clone())
+                        .into(),
+                );
+            }
+            if let Some(w) = &policy.workspace {
+                args.push("--workspace".into());
+                args.push(
+                    std::fs::canonicalize(w)
+                        .unwrap_or_else(|_| w.clone())
+                        .into(),
+                );
+            }
+            if let Some(d) = &state_dir {
+                args.push("--state-dir".into());
+                args.push(d.into());
+            }
+            // The policy must load here, with the error a run would give.
+            load_policy(policy.policy.as_deref())?;
+            let (pid, socket) = daemon::start(&args, &state(state_dir))?;
+            println!(
+                "tierbox: daemon started (pid {pid}) on {}",
+                socket.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        DaemonAction::Stop { state_dir } => {
+            let pid = daemon::stop(&state(state_dir))?;
+            println!("tierbox: daemon (pid {pid}) stopped");
+            Ok(ExitCode::SUCCESS)
+        }
+        DaemonAction::Status { state_dir, json } => {
+            let dir = state(state_dir);
+            let socket = daemon::socket_path(&dir);
+            match daemon::identity(&socket, &dir) {
+                Ok((pid, id)) => {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({ "running": true, "pid": pid, "socket": socket, "identity": id })
+                        );
+                    } else {
+                        println!(
+                            "tierbox: daemon running (pid {pid}) on {}",
+                            socket.display()
+                        );
+                        println!("  workspace  {}", id.workspace.display());
+                        println!("  state dir  {}", id.state_dir.display());
+                        println!("  policy     sha256:{}", id.policy_digest);
+                        println!("  version    {}", id.version);
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({ "running": false, "socket": socket, "reason": format!("{e:#}") })
+                        );
+                    } else {
+                        println!("tierbox: no daemon on {}: {e:#}", socket.display());
+                    }
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+    }
 }
 
 fn cmd_wasm_run(
@@ -669,6 +848,14 @@ fn run_and_print(
     run: impl std::future::Future<Output = std::result::Result<tierbox_runner::Outcome, RunError>>,
     json: bool,
 ) -> Result<ExitCode> {
+    run_and_print_via(run, json, &Via::InProcess(None))
+}
+
+fn run_and_print_via(
+    run: impl std::future::Future<Output = std::result::Result<tierbox_runner::Outcome, RunError>>,
+    json: bool,
+    via: &Via,
+) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -693,23 +880,7 @@ fn run_and_print(
         }
     };
     match result {
-        Ok(outcome) => {
-            if json {
-                println!("{}", serde_json::to_string_pretty(&outcome)?);
-            } else {
-                render::print_outcome(
-                    &outcome,
-                    std::io::stdout().is_terminal(),
-                    std::io::stderr().is_terminal(),
-                );
-            }
-            if let Some(e) = &outcome.audit_error {
-                eprintln!("tierbox: the run is not attested: {e}");
-            }
-            Ok(ExitCode::from(
-                u8::try_from(outcome.exit_status()).unwrap_or(1),
-            ))
-        }
+        Ok(outcome) => print_outcome(&outcome, json, via),
         Err(RunError::Rejected(rej)) => Ok(print_rejection(&rej, json)),
         Err(e) => {
             if json {
@@ -721,6 +892,27 @@ fn run_and_print(
             Ok(ExitCode::from(EXIT_INTERNAL))
         }
     }
+}
+
+/// Prints an outcome (JSON with `via`, or rendered) and returns the exit status it mirrors.
+fn print_outcome(outcome: &tierbox_runner::Outcome, json: bool, via: &Via) -> Result<ExitCode> {
+    if json {
+        let mut v = serde_json::to_value(outcome)?;
+        via.annotate(&mut v);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        render::print_outcome(
+            outcome,
+            std::io::stdout().is_terminal(),
+            std::io::stderr().is_terminal(),
+        );
+    }
+    if let Some(e) = &outcome.audit_error {
+        eprintln!("tierbox: the run is not attested: {e}");
+    }
+    Ok(ExitCode::from(
+        u8::try_from(outcome.exit_status()).unwrap_or(1),
+    ))
 }
 
 enum Transport {

@@ -8,6 +8,7 @@ pub mod background;
 pub mod builder;
 pub mod capture;
 pub mod host;
+pub mod identity;
 pub mod outcome;
 pub mod ring;
 pub mod stream;
@@ -15,6 +16,7 @@ pub mod supervisor;
 pub mod wasm;
 
 pub use builder::{Prepared, RunRequest, Runner, Sandbox, SandboxedCommand};
+pub use identity::RunnerIdentity;
 pub use outcome::{LimitHit, Outcome, SANDBOX_FAILURE_EXIT_STATUS, StreamOutput, Usage};
 pub use stream::OutputEvent;
 pub use supervisor::{RunError, RunOptions, enable_subreaper, run_plan, run_plan_streaming};

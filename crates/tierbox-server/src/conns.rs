@@ -260,11 +260,21 @@ impl Accept for tokio::net::TcpListener {
     }
 }
 
+/// A unix socket accepts only connections of processes running as the server's own
+/// effective uid (`SO_PEERCRED`); any other is closed unanswered. The socket's mode (0600)
+/// keeps other users out already; this holds even if the mode is loosened, and against
+/// root's processes of another uid.
 impl Accept for tokio::net::UnixListener {
     type Io = tokio::net::UnixStream;
     async fn accept(&mut self) -> std::io::Result<(Self::Io, Option<IpAddr>)> {
-        let (io, _) = tokio::net::UnixListener::accept(self).await?;
-        Ok((io, None))
+        let own = rustix::process::geteuid().as_raw();
+        loop {
+            let (io, _) = tokio::net::UnixListener::accept(self).await?;
+            match io.peer_cred() {
+                Ok(cred) if cred.uid() == own => return Ok((io, None)),
+                _ => drop(io),
+            }
+        }
     }
 }
 

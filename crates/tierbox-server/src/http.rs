@@ -293,6 +293,12 @@ async fn health() -> ApiResult {
     ok(json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
 
+/// The server's pid and its runner's identity, for a local client deciding whether this
+/// server runs a request as the client itself would (`tierbox run` through a daemon).
+async fn daemon_identity(State(st): State<Arc<AppState>>) -> ApiResult {
+    ok(json!({ "pid": std::process::id(), "identity": st.service.runner().identity() }))
+}
+
 async fn openapi() -> ApiResult {
     ok(crate::openapi::document())
 }
@@ -330,6 +336,8 @@ async fn run_reply(
         let result = loop {
             tokio::select! {
                 r = &mut run => break r,
+                // The client went away while the run is silent: dropping it kills it.
+                () = lines_tx.closed() => return,
                 Some(ev) = ev_rx.recv() => {
                     let v = json!({ "event": "output", "stream": ev.stream, "text": ev.text });
                     if lines_tx.send(line(v)).await.is_err() {
@@ -543,6 +551,7 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
         .route("/v1/process/{id}/stdin", post(process_stdin))
         .route("/v1/process/{id}/kill", post(process_kill))
         .route("/v1/wasm/run", post(wasm_run))
+        .route("/v1/daemon", get(daemon_identity))
         .route("/v1/session", delete(end_session))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

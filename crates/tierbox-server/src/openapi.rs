@@ -269,6 +269,25 @@ pub fn document() -> Value {
                                     "closed": { "type": "boolean" } }
                 })))
             } },
+            "/v1/daemon": { "get": {
+                "operationId": "daemon_identity",
+                "responses": with(errors(&[]), "200", json_response("the server's process and the identity of its runner: a local client hands it a run only when the client's own identity is equal", json!({
+                    "type": "object", "required": ["pid", "identity"],
+                    "properties": {
+                        "pid": { "type": "integer", "minimum": 1 },
+                        "identity": { "type": "object",
+                            "required": ["version", "uid", "policy_digest", "workspace", "state_dir", "environment"],
+                            "properties": {
+                                "version": { "type": "string" },
+                                "uid": { "type": "integer", "minimum": 0 },
+                                "policy_digest": { "type": "string" },
+                                "workspace": { "type": "string" },
+                                "state_dir": { "type": "string" },
+                                "environment": { "type": "string", "description": "hex SHA-256 of the supervisor variables validation reads" }
+                            } }
+                    }
+                })))
+            } },
             "/v1/session": { "delete": {
                 "operationId": "end_session",
                 "parameters": [session],

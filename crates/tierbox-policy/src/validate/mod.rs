@@ -157,6 +157,27 @@ impl ValidateContext {
     }
 }
 
+/// Every variable of the supervisor's environment that validation may read under
+/// `policy`: `HOME` (`~` in paths), `TIERBOX_RUNTIMES_DIR` and `XDG_DATA_HOME` (where
+/// Tier A runtimes are found), and the names in `env.pass`, `env.sensitive` and
+/// `wasm.allow_env`. Two supervisors whose values of these agree validate a request alike
+/// (with the same policy, workspace and state directory).
+///
+/// ```
+/// let policy = tierbox_policy::Policy::builtin_default();
+/// let names = tierbox_policy::validate::supervisor_env_names(&policy);
+/// assert!(names.contains("HOME"));
+/// ```
+pub fn supervisor_env_names(policy: &Policy) -> std::collections::BTreeSet<String> {
+    ["HOME", "TIERBOX_RUNTIMES_DIR", "XDG_DATA_HOME"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(policy.env.pass.iter().cloned())
+        .chain(policy.env.sensitive.iter().cloned())
+        .chain(policy.wasm.allow_env.iter().cloned())
+        .collect()
+}
+
 /// Validates `req` against `policy` and resolves it into a [`Plan`].
 ///
 /// See the module documentation for the order of checks.

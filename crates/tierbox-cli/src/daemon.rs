@@ -1,0 +1,471 @@
+//! `tierbox run` through a local daemon: `tierbox serve --unix` on the per-user socket
+//! `<state dir>/daemon.sock` (or `$TIERBOX_SOCKET`), started with `tierbox daemon start`.
+//!
+//! A run goes to the daemon only when the daemon's runner is the one the CLI would use
+//! itself ([`RunnerIdentity`]: the same policy, workspace, state directory, uid and values
+//! of every supervisor variable validation reads); otherwise — no daemon, another
+//! identity, a busy or unreachable daemon, `TIERBOX_DAEMON=off` — the CLI runs in process.
+//! Either way the output, the exit status and the JSON are the same, and `--json` says
+//! which one ran it (`"via"`). The socket is created 0600 and the daemon answers only its
+//! own uid (`SO_PEERCRED`); the bearer token is read from the state directory (owner-only)
+//! or `$TIERBOX_HTTP_TOKEN`.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use tierbox_policy::ProcessRunRequest;
+use tierbox_runner::{Outcome, Runner, RunnerIdentity};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+/// Environment variable naming the daemon's socket.
+pub const SOCKET_ENV: &str = "TIERBOX_SOCKET";
+
+/// Environment variable that turns the daemon off for a call (`off`).
+pub const MODE_ENV: &str = "TIERBOX_DAEMON";
+
+/// The socket's file name in the state directory.
+pub const SOCKET_FILE: &str = "daemon.sock";
+
+/// The daemon's log (its stdout and stderr) in the state directory.
+pub const LOG_FILE: &str = "daemon.log";
+
+/// How long `daemon start` waits for the daemon to answer.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long `daemon stop` waits for the daemon to exit (its shutdown grace, and a margin).
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long the identity exchange may take before the CLI runs in process instead.
+pub const IDENTITY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Longest response head read from the daemon, in bytes.
+pub const MAX_HEAD_BYTES: usize = 64 << 10;
+
+/// Longest line of a streamed reply read from the daemon, in bytes (an outcome holds at
+/// most twice the output cap, escaped).
+pub const MAX_LINE_BYTES: usize = 256 << 20;
+
+/// The daemon's socket for the state directory `state_dir`.
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    match std::env::var_os(SOCKET_ENV).filter(|v| !v.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => state_dir.join(SOCKET_FILE),
+    }
+}
+
+/// Whether this call may use a daemon (`TIERBOX_DAEMON` is not `off`).
+pub fn enabled() -> bool {
+    std::env::var(MODE_ENV).map_or(true, |v| v != "off")
+}
+
+/// What became of a hand-off.
+pub enum Handoff {
+    /// The daemon ran the request: its outcome, or the error it answered with (a
+    /// rejection's or the run's `{code, message}`).
+    Ran(std::result::Result<Box<Outcome>, ApiError>),
+    /// The daemon did not run it, and why (the CLI runs it in process).
+    NotUsed(String),
+    /// A termination signal arrived while the daemon ran it: the connection was closed,
+    /// which kills the run.
+    Interrupted(i32),
+}
+
+/// An error the daemon answered with.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// Its stable code (a rejection's code, `run.failed`, …).
+    pub code: String,
+    /// Its message.
+    pub message: String,
+}
+
+/// Hands `req` to the daemon on `socket` if there is one whose identity is `runner`'s.
+pub fn hand_off(runner: &Runner, req: &ProcessRunRequest, socket: &Path) -> Handoff {
+    if !socket.exists() {
+        return Handoff::NotUsed(format!("no daemon at {}", socket.display()));
+    }
+    let token = match token(&runner.options().state_dir) {
+        Ok(t) => t,
+        Err(e) => return Handoff::NotUsed(format!("{e:#}")),
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return Handoff::NotUsed(format!("starting the async runtime: {e}")),
+    };
+    let own = runner.identity();
+    let body = match serde_json::to_vec(req) {
+        Ok(b) => b,
+        Err(e) => return Handoff::NotUsed(format!("encoding the request: {e}")),
+    };
+    let result = rt.block_on(async {
+        let mut conn = match tokio::time::timeout(IDENTITY_TIMEOUT, async {
+            let mut conn = Connection::open(socket, &token).await?;
+            let (status, reply) = conn.request("GET", "/v1/daemon", None, false).await?;
+            if status != 200 {
+                bail!(
+                    "the daemon answered {status} to its identity: {}",
+                    error_of(&reply).message
+                );
+            }
+            let theirs: RunnerIdentity =
+                serde_json::from_value(reply["identity"].clone()).context("its identity")?;
+            Ok((conn, theirs))
+        })
+        .await
+        {
+            Ok(Ok((conn, theirs))) => {
+                let differ = own.differences(&theirs);
+                if !differ.is_empty() {
+                    return Handoff::NotUsed(format!(
+                        "the daemon at {} runs with another {}",
+                        socket.display(),
+                        differ.join(", ")
+                    ));
+                }
+                conn
+            }
+            Ok(Err(e)) => {
+                return Handoff::NotUsed(format!("the daemon at {}: {e:#}", socket.display()));
+            }
+            Err(_) => {
+                return Handoff::NotUsed(format!(
+                    "the daemon at {} did not answer within {} ms",
+                    socket.display(),
+                    IDENTITY_TIMEOUT.as_millis()
+                ));
+            }
+        };
+        tokio::select! {
+            r = conn.run(&body) => r,
+            sig = crate::termination_signal() => Handoff::Interrupted(sig),
+        }
+    });
+    // Nothing of the run is left on this side: no task to wait for.
+    rt.shutdown_background();
+    result
+}
+
+/// The daemon's identity and pid on `socket`.
+pub fn identity(socket: &Path, state_dir: &Path) -> Result<(u32, RunnerIdentity)> {
+    let token = token(state_dir)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let reply = rt.block_on(async {
+        tokio::time::timeout(IDENTITY_TIMEOUT, async {
+            let mut conn = Connection::open(socket, &token).await?;
+            let (status, reply) = conn.request("GET", "/v1/daemon", None, false).await?;
+            if status != 200 {
+                bail!("the daemon answered {status}: {}", error_of(&reply).message);
+            }
+            Ok(reply)
+        })
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer within {} ms", IDENTITY_TIMEOUT.as_millis()))?
+    })?;
+    let pid = reply["pid"]
+        .as_u64()
+        .and_then(|p| u32::try_from(p).ok())
+        .context("the daemon's pid")?;
+    let id = serde_json::from_value(reply["identity"].clone()).context("its identity")?;
+    Ok((pid, id))
+}
+
+/// The bearer token: `$TIERBOX_HTTP_TOKEN`, else the state directory's token file, which
+/// must be readable by its owner only.
+fn token(state_dir: &Path) -> Result<String> {
+    if let Ok(t) = std::env::var(tierbox_server::serve::TOKEN_ENV)
+        && !t.trim().is_empty()
+    {
+        return Ok(t.trim().to_owned());
+    }
+    use std::os::unix::fs::MetadataExt;
+    let path = state_dir.join(tierbox_server::serve::TOKEN_FILE);
+    let meta = std::fs::symlink_metadata(&path)
+        .with_context(|| format!("no token at {}", path.display()))?;
+    if !meta.is_file() || meta.mode() & 0o077 != 0 {
+        bail!("{} is not a private file (chmod 600)", path.display());
+    }
+    let mut t = String::new();
+    std::fs::File::open(&path)
+        .and_then(|f| f.take(4096).read_to_string(&mut t))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(t.trim().to_owned())
+}
+
+fn error_of(reply: &Value) -> ApiError {
+    ApiError {
+        code: reply["error"]["code"]
+            .as_str()
+            .unwrap_or("http.error")
+            .to_owned(),
+        message: reply["error"]["message"]
+            .as_str()
+            .unwrap_or("the daemon's reply was not a Tierbox error")
+            .to_owned(),
+    }
+}
+
+/// One keep-alive HTTP/1.1 connection to the daemon.
+struct Connection {
+    io: BufReader<UnixStream>,
+    token: String,
+}
+
+impl Connection {
+    async fn open(socket: &Path, token: &str) -> Result<Self> {
+        let io = UnixStream::connect(socket)
+            .await
+            .with_context(|| format!("connecting to {}", socket.display()))?;
+        Ok(Self {
+            io: BufReader::new(io),
+            token: token.to_owned(),
+        })
+    }
+
+    /// Sends a request and reads the response head; returns the status and, unless
+    /// `streamed`, the whole JSON body (a streamed body is read by the caller).
+    async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        streamed: bool,
+    ) -> Result<(u16, Value)> {
+        let body = body.unwrap_or_default();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: tierbox\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            self.token,
+            body.len()
+        );
+        let io = self.io.get_mut();
+        io.write_all(head.as_bytes()).await?;
+        io.write_all(body).await?;
+        let (status, headers) = self.read_head().await?;
+        let chunked = headers
+            .iter()
+            .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+        if streamed && status == 200 {
+            if !chunked {
+                bail!("the daemon's stream is not chunked");
+            }
+            return Ok((status, Value::Null));
+        }
+        let bytes = if chunked {
+            let mut all = Vec::new();
+            while let Some(chunk) = self.read_chunk().await? {
+                all.extend_from_slice(&chunk);
+                if all.len() > MAX_LINE_BYTES {
+                    bail!("the daemon's reply is longer than {MAX_LINE_BYTES} bytes");
+                }
+            }
+            all
+        } else {
+            let len: usize = headers
+                .iter()
+                .find(|(k, _)| k == "content-length")
+                .and_then(|(_, v)| v.parse().ok())
+                .context("a reply without a length")?;
+            if len > MAX_LINE_BYTES {
+                bail!("the daemon's reply is longer than {MAX_LINE_BYTES} bytes");
+            }
+            let mut buf = vec![0; len];
+            self.io.read_exact(&mut buf).await?;
+            buf
+        };
+        let value = serde_json::from_slice(&bytes).context("the daemon's reply is not JSON")?;
+        Ok((status, value))
+    }
+
+    /// The status line and headers (names lowercased).
+    async fn read_head(&mut self) -> Result<(u16, Vec<(String, String)>)> {
+        let mut headers = Vec::new();
+        let mut status = 0;
+        let mut read = 0;
+        loop {
+            let mut line = String::new();
+            let n = self.io.read_line(&mut line).await?;
+            read += n;
+            if n == 0 || read > MAX_HEAD_BYTES {
+                bail!("the daemon closed the connection or sent an oversized head");
+            }
+            let line = line.trim_end();
+            if status == 0 {
+                status = line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .context("a malformed status line")?;
+                continue;
+            }
+            if line.is_empty() {
+                return Ok((status, headers));
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+            }
+        }
+    }
+
+    /// The next chunk of a chunked body, `None` at its end.
+    async fn read_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        let mut size_line = String::new();
+        if self.io.read_line(&mut size_line).await? == 0 {
+            bail!("the daemon closed the connection mid-reply");
+        }
+        let size_hex = size_line.trim().split(';').next().unwrap_or("");
+        let size = usize::from_str_radix(size_hex, 16).context("a malformed chunk size")?;
+        if size > MAX_LINE_BYTES {
+            bail!("a chunk longer than {MAX_LINE_BYTES} bytes");
+        }
+        let mut chunk = vec![0; size];
+        self.io.read_exact(&mut chunk).await?;
+        let mut crlf = [0u8; 2];
+        self.io.read_exact(&mut crlf).await?;
+        if size == 0 {
+            return Ok(None);
+        }
+        Ok(Some(chunk))
+    }
+
+    /// Runs `body` (a `process_run` request) streamed, and returns its result line.
+    /// Streaming keeps the run tied to this connection: when it closes (this process is
+    /// interrupted or killed), the daemon kills the run.
+    async fn run(&mut self, body: &[u8]) -> Handoff {
+        match self.run_streamed(body).await {
+            Ok(Some(result)) => Handoff::Ran(result),
+            Ok(None) => Handoff::NotUsed("the daemon is busy".to_owned()),
+            Err(e) => Handoff::Ran(Err(ApiError {
+                code: "daemon.failed".to_owned(),
+                message: format!("the daemon did not finish the run: {e:#}"),
+            })),
+        }
+    }
+
+    async fn run_streamed(
+        &mut self,
+        body: &[u8],
+    ) -> Result<Option<std::result::Result<Box<Outcome>, ApiError>>> {
+        let (status, reply) = self
+            .request("POST", "/v1/process/run?stream=true", Some(body), true)
+            .await?;
+        if status == 429 {
+            return Ok(None);
+        }
+        if status != 200 {
+            return Ok(Some(Err(error_of(&reply))));
+        }
+        let mut pending = Vec::new();
+        while let Some(chunk) = self.read_chunk().await? {
+            pending.extend_from_slice(&chunk);
+            if pending.len() > MAX_LINE_BYTES {
+                bail!("a reply line longer than {MAX_LINE_BYTES} bytes");
+            }
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let event: Value =
+                    serde_json::from_slice(&line).context("a reply line is not JSON")?;
+                match event["event"].as_str() {
+                    Some("result") => {
+                        let outcome: Outcome = serde_json::from_value(event["outcome"].clone())
+                            .context("the outcome")?;
+                        return Ok(Some(Ok(Box::new(outcome))));
+                    }
+                    Some("error") => {
+                        return Ok(Some(Err(error_of(&serde_json::json!({
+                            "error": event["error"].clone()
+                        })))));
+                    }
+                    // Output as it happens: the CLI prints the outcome at the end, as
+                    // a run in process does.
+                    _ => {}
+                }
+            }
+        }
+        bail!("the daemon ended the reply without a result")
+    }
+}
+
+/// `tierbox daemon start`: starts `tierbox serve --unix` in the background on the socket
+/// for `state_dir`, logging to `<state dir>/daemon.log`, and waits until it answers.
+pub fn start(serve_args: &[std::ffi::OsString], state_dir: &Path) -> Result<(u32, PathBuf)> {
+    let socket = socket_path(state_dir);
+    if identity(&socket, state_dir).is_ok() {
+        bail!("a daemon already answers on {}", socket.display());
+    }
+    std::fs::create_dir_all(state_dir)
+        .with_context(|| format!("creating {}", state_dir.display()))?;
+    let log_path = state_dir.join(LOG_FILE);
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("opening {}", log_path.display()))?;
+    let exe = std::env::current_exe().context("finding the tierbox binary")?;
+    let mut child = std::process::Command::new(exe)
+        .arg("serve")
+        .arg("--unix")
+        .arg(&socket)
+        .args(serve_args)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in the terminal that started it does not stop it.
+        .process_group(0)
+        .spawn()
+        .context("starting tierbox serve")?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok((pid, _)) = identity(&socket, state_dir) {
+            return Ok((pid, socket));
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "the daemon exited at start ({status}); see {}",
+                log_path.display()
+            );
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!(
+                "the daemon did not answer within {} s; see {}",
+                START_TIMEOUT.as_secs(),
+                log_path.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `tierbox daemon stop`: asks the daemon on the socket for `state_dir` to shut down
+/// (SIGTERM: running requests get its grace, background processes are killed) and waits
+/// until it is gone. Returns its pid.
+pub fn stop(state_dir: &Path) -> Result<u32> {
+    let socket = socket_path(state_dir);
+    let (pid, _) = identity(&socket, state_dir)
+        .with_context(|| format!("no daemon answers on {}", socket.display()))?;
+    let target = rustix::process::Pid::from_raw(i32::try_from(pid)?)
+        .context("the daemon's pid is not a process id")?;
+    rustix::process::kill_process(target, rustix::process::Signal::TERM)
+        .with_context(|| format!("signalling the daemon (pid {pid})"))?;
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while socket.exists() || rustix::process::test_kill_process(target).is_ok() {
+        if Instant::now() > deadline {
+            bail!(
+                "the daemon (pid {pid}) did not exit within {} s",
+                STOP_TIMEOUT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(pid)
+}

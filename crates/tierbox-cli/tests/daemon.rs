@@ -1,0 +1,346 @@
+//! `tierbox daemon` and `tierbox run` through it: the same output, status and JSON as a
+//! run in process; used only when its identity is the CLI's; its own uid only; a run
+//! whose client goes away is killed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A state directory and a workspace of their own, and the daemon started on them (it is
+/// stopped when this is dropped).
+struct Daemon {
+    _dir: tempfile::TempDir,
+    xdg: PathBuf,
+    ws: PathBuf,
+}
+
+impl Daemon {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let xdg = dir.path().join("xdg");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let d = Self { _dir: dir, xdg, ws };
+        let out = d.tierbox(&["daemon", "start", "--workspace", d.ws_str()]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        d
+    }
+
+    fn ws_str(&self) -> &str {
+        self.ws.to_str().unwrap()
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.xdg.join("tierbox/daemon.sock")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tierbox"));
+        cmd.args(args)
+            .env("XDG_STATE_HOME", &self.xdg)
+            .env_remove("TIERBOX_SOCKET")
+            .env_remove("TIERBOX_DAEMON")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    fn tierbox(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// `tierbox run` in this workspace, through the daemon or (`in_process`) not.
+    fn run(&self, extra: &[&str], cmd: &[&str], in_process: bool) -> Output {
+        let mut args = vec!["run", "--workspace", self.ws_str()];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(cmd);
+        let mut c = self.command(&args);
+        if in_process {
+            c.env("TIERBOX_DAEMON", "off");
+        }
+        c.output().unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.tierbox(&["daemon", "stop"]);
+    }
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {:?}\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// `text` with every run of digits replaced by `#` (a duration in a message).
+fn without_numbers(text: &[u8]) -> String {
+    let mut out = String::new();
+    for c in String::from_utf8_lossy(text).chars() {
+        if c.is_ascii_digit() {
+            if !out.ends_with('#') {
+                out.push('#');
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn tier_b_available() -> bool {
+    let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ok = v["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["tier"] == "b" && t["available"] == true);
+    ok || !tierbox_test_support::skip_here("tier b unavailable on this host")
+}
+
+#[test]
+fn a_run_through_the_daemon_prints_and_exits_as_a_run_in_process() {
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start();
+    let status = d.tierbox(&["daemon", "status", "--json"]);
+    assert_eq!(status.status.code(), Some(0), "{status:?}");
+    assert_eq!(json(&status)["running"], true);
+    let cases: [(&[&str], &[&str]); 5] = [
+        (&["--tier", "b"], &["printf", "hello %s\\n", "daemon"]),
+        (&["--tier", "b"], &["false"]),
+        (&["--tier", "b", "--timeout-ms", "200"], &["sleep", "5"]),
+        // Rejected: nothing runs, on either side.
+        (&["--tier", "b"], &["bash", "-c", "echo x"]),
+        (&["--tier", "b"], &["ls", "/nonexistent-tierbox-path"]),
+    ];
+    for (extra, cmd) in cases {
+        let via_daemon = d.run(extra, cmd, false);
+        let in_process = d.run(extra, cmd, true);
+        assert_eq!(
+            (
+                via_daemon.status.code(),
+                &via_daemon.stdout,
+                without_numbers(&via_daemon.stderr)
+            ),
+            (
+                in_process.status.code(),
+                &in_process.stdout,
+                without_numbers(&in_process.stderr)
+            ),
+            "{cmd:?}: daemon {via_daemon:?} vs in process {in_process:?}"
+        );
+        let mut jextra = extra.to_vec();
+        jextra.push("--json");
+        let (a, b) = (
+            json(&d.run(&jextra, cmd, false)),
+            json(&d.run(&jextra, cmd, true)),
+        );
+        if a.get("rejected").is_some() {
+            assert_eq!(a, b, "{cmd:?}");
+            continue;
+        }
+        assert_eq!(a["via"], "daemon", "{cmd:?}: {a}");
+        assert_eq!(b["via"], "in_process", "{cmd:?}: {b}");
+        for key in [
+            "exit_code",
+            "signal",
+            "timed_out",
+            "limit_hit",
+            "tier",
+            "backend",
+            "plan_sha256",
+        ] {
+            assert_eq!(a[key], b[key], "{cmd:?}: {key}");
+        }
+        // The same layers; only the wording of how the seccomp filter was attached may
+        // differ (a long-lived supervisor's launcher thread carries the chmod hand-off in
+        // its inherited filter, a one-shot process stacks it in the child).
+        let (mut ea, mut eb) = (a["enforcement"].clone(), b["enforcement"].clone());
+        for e in [&mut ea, &mut eb] {
+            assert_eq!(e["seccomp"]["applied"], true, "{cmd:?}: {e}");
+            e["seccomp"]["detail"] = serde_json::Value::Null;
+        }
+        assert_eq!(ea, eb, "{cmd:?}: enforcement");
+        assert_eq!(a["stdout"]["text"], b["stdout"]["text"], "{cmd:?}");
+        assert!(a["attestation"].is_object(), "{a}");
+    }
+    let stop = d.tierbox(&["daemon", "stop"]);
+    assert_eq!(stop.status.code(), Some(0), "{stop:?}");
+    assert!(!d.socket().exists());
+    let status = d.tierbox(&["daemon", "status"]);
+    assert_eq!(status.status.code(), Some(1), "{status:?}");
+    // No daemon: in process, and said so.
+    let v = json(&d.run(&["--tier", "b", "--json"], &["true"], false));
+    assert_eq!(v["via"], "in_process");
+    assert!(
+        v["daemon"].as_str().unwrap().contains("no daemon"),
+        "{}",
+        v["daemon"]
+    );
+}
+
+#[test]
+fn a_daemon_with_another_workspace_or_policy_is_not_used() {
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start();
+    let other = tempfile::tempdir().unwrap();
+    let out = d
+        .command(&[
+            "run",
+            "--json",
+            "--tier",
+            "b",
+            "--workspace",
+            other.path().to_str().unwrap(),
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let v = json(&out);
+    assert_eq!(v["via"], "in_process", "{v}");
+    assert!(v["daemon"].as_str().unwrap().contains("workspace"), "{v}");
+    let policy = other.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[exec]\nallowed_executables = [\"true\"]\n",
+    )
+    .unwrap();
+    let v = json(&d.run(
+        &[
+            "--tier",
+            "b",
+            "--json",
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+        &["true"],
+        false,
+    ));
+    assert_eq!(v["via"], "in_process", "{v}");
+    assert!(v["daemon"].as_str().unwrap().contains("policy"), "{v}");
+    // The same workspace named through a symlink is the same workspace.
+    let link = other.path().join("link");
+    std::os::unix::fs::symlink(&d.ws, &link).unwrap();
+    let out = d
+        .command(&[
+            "run",
+            "--json",
+            "--tier",
+            "b",
+            "--workspace",
+            link.to_str().unwrap(),
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(json(&out)["via"], "daemon");
+}
+
+/// The socket is 0600; loosened to 0666 here, a process of another uid still gets no
+/// answer (`SO_PEERCRED`), while the owner's does.
+#[test]
+fn the_daemon_answers_only_its_own_uid() {
+    if rustix::process::geteuid().as_raw() != 0 {
+        tierbox_test_support::skip_here("needs root to run a client as another uid");
+        return;
+    }
+    let d = Daemon::start();
+    let socket = d.socket();
+    let token = std::fs::read_to_string(d.xdg.join("tierbox/http-token")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    let status_as = |uid: Option<u32>| {
+        let mut c = d.command(&["daemon", "status", "--json"]);
+        c.env("TIERBOX_SOCKET", &socket)
+            .env("TIERBOX_HTTP_TOKEN", token.trim());
+        if let Some(uid) = uid {
+            c.uid(uid).gid(uid);
+        }
+        c.output().unwrap()
+    };
+    let own = status_as(None);
+    assert_eq!(own.status.code(), Some(0), "{own:?}");
+    let foreign = status_as(Some(65534));
+    assert_eq!(foreign.status.code(), Some(1), "{foreign:?}");
+    let v = json(&foreign);
+    assert_eq!(v["running"], false, "{v}");
+}
+
+fn processes_named(argv0: &str, arg: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            args.first()
+                .is_some_and(|a0| Path::new(std::str::from_utf8(a0).unwrap_or("")).ends_with(argv0))
+                && args.get(1) == Some(&arg.as_bytes())
+        })
+        .collect()
+}
+
+/// A client that goes away (killed) takes its run with it, as a run in process would.
+#[test]
+fn a_run_whose_client_is_killed_is_killed_in_the_daemon() {
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start();
+    // A duration no other test uses, to find this run's process.
+    let marker = "3127";
+    let mut client = d
+        .command(&[
+            "run",
+            "--tier",
+            "b",
+            "--workspace",
+            d.ws_str(),
+            "--",
+            "sleep",
+            marker,
+        ])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while processes_named("sleep", marker).is_empty() {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    client.kill().unwrap();
+    client.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_named("sleep", marker).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the run outlived its client by 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
