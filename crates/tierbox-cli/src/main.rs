@@ -65,7 +65,7 @@ struct PolicyArgs {
 #[derive(Debug, Subcommand)]
 enum DaemonAction {
     /// Start `tierbox serve --unix` in the background on the per-user socket
-    /// (<state dir>/daemon.sock, or $TIERBOX_SOCKET). `tierbox run` with the same policy,
+    /// (STATE_DIR/daemon.sock, or $TIERBOX_SOCKET). `tierbox run` with the same policy,
     /// workspace and state directory then goes through it; anything else runs in process.
     Start {
         #[command(flatten)]
