@@ -108,16 +108,8 @@ pub fn hand_off(runner: &Runner, req: &ProcessRunRequest, socket: &Path) -> Hand
     let result = rt.block_on(async {
         let mut conn = match tokio::time::timeout(IDENTITY_TIMEOUT, async {
             let mut conn = Connection::open(socket, &token).await?;
-            let (status, reply) = conn.request("GET", "/v1/daemon", None, false).await?;
-            if status != 200 {
-                bail!(
-                    "the daemon answered {status} to its identity: {}",
-                    error_of(&reply).message
-                );
-            }
-            let theirs: RunnerIdentity =
-                serde_json::from_value(reply["identity"].clone()).context("its identity")?;
-            Ok((conn, theirs))
+            let (_, theirs) = conn.identity().await?;
+            Ok::<_, anyhow::Error>((conn, theirs))
         })
         .await
         {
@@ -159,24 +151,13 @@ pub fn identity(socket: &Path, state_dir: &Path) -> Result<(u32, RunnerIdentity)
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let reply = rt.block_on(async {
+    rt.block_on(async {
         tokio::time::timeout(IDENTITY_TIMEOUT, async {
-            let mut conn = Connection::open(socket, &token).await?;
-            let (status, reply) = conn.request("GET", "/v1/daemon", None, false).await?;
-            if status != 200 {
-                bail!("the daemon answered {status}: {}", error_of(&reply).message);
-            }
-            Ok(reply)
+            Connection::open(socket, &token).await?.identity().await
         })
         .await
         .map_err(|_| anyhow::anyhow!("no answer within {} ms", IDENTITY_TIMEOUT.as_millis()))?
-    })?;
-    let pid = reply["pid"]
-        .as_u64()
-        .and_then(|p| u32::try_from(p).ok())
-        .context("the daemon's pid")?;
-    let id = serde_json::from_value(reply["identity"].clone()).context("its identity")?;
-    Ok((pid, id))
+    })
 }
 
 /// The bearer token: `$TIERBOX_HTTP_TOKEN`, else the state directory's token file, which
@@ -229,6 +210,23 @@ impl Connection {
             io: BufReader::new(io),
             token: token.to_owned(),
         })
+    }
+
+    /// `GET /v1/daemon`: the daemon's pid and its runner's identity.
+    async fn identity(&mut self) -> Result<(u32, RunnerIdentity)> {
+        let (status, reply) = self.request("GET", "/v1/daemon", None, false).await?;
+        if status != 200 {
+            bail!(
+                "the daemon answered {status} to its identity: {}",
+                error_of(&reply).message
+            );
+        }
+        let pid = reply["pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .context("the daemon's pid")?;
+        let id = serde_json::from_value(reply["identity"].clone()).context("its identity")?;
+        Ok((pid, id))
     }
 
     /// Sends a request and reads the response head; returns the status and, unless

@@ -53,6 +53,21 @@ impl Daemon {
         self.command(args).output().unwrap()
     }
 
+    /// `tierbox run --json --tier b -- true` in workspace `ws`.
+    fn run_json_in(&self, ws: &Path) -> Output {
+        let ws = ws.to_str().unwrap();
+        self.tierbox(&[
+            "run",
+            "--json",
+            "--tier",
+            "b",
+            "--workspace",
+            ws,
+            "--",
+            "true",
+        ])
+    }
+
     /// `tierbox run` in this workspace, through the daemon or (`in_process`) not.
     fn run(&self, extra: &[&str], cmd: &[&str], in_process: bool) -> Output {
         let mut args = vec!["run", "--workspace", self.ws_str()];
@@ -203,19 +218,7 @@ fn a_daemon_with_another_workspace_or_policy_is_not_used() {
     }
     let d = Daemon::start();
     let other = tempfile::tempdir().unwrap();
-    let out = d
-        .command(&[
-            "run",
-            "--json",
-            "--tier",
-            "b",
-            "--workspace",
-            other.path().to_str().unwrap(),
-            "--",
-            "true",
-        ])
-        .output()
-        .unwrap();
+    let out = d.run_json_in(other.path());
     let v = json(&out);
     assert_eq!(v["via"], "in_process", "{v}");
     assert!(v["daemon"].as_str().unwrap().contains("workspace"), "{v}");
@@ -241,19 +244,7 @@ fn a_daemon_with_another_workspace_or_policy_is_not_used() {
     // The same workspace named through a symlink is the same workspace.
     let link = other.path().join("link");
     std::os::unix::fs::symlink(&d.ws, &link).unwrap();
-    let out = d
-        .command(&[
-            "run",
-            "--json",
-            "--tier",
-            "b",
-            "--workspace",
-            link.to_str().unwrap(),
-            "--",
-            "true",
-        ])
-        .output()
-        .unwrap();
+    let out = d.run_json_in(&link);
     assert_eq!(json(&out)["via"], "daemon");
 }
 
