@@ -12,13 +12,16 @@
 #   cli-c-daemon   (the CLI hands the request to the daemon)
 #   http-b         POST /v1/process/run {"command":"true","tier":"b"} on the daemon's
 #   http-c         unix socket, sequential, one keep-alive connection (stdlib client)
+#   mcp-b          tools/call process_run {"command":"true","tier":"b"} to one
+#   mcp-c          `tierbox serve --mcp` over stdio, sequential (JSON-RPC lines)
 #   codex / srt    the peers' CLIs (`codex sandbox -- /bin/true`, `srt /bin/true`) when
 #                  installed
 #
 # Configurations run in ROUNDS chunks each, in rotating order, so all see the same load.
 # Prints p50/p90 per configuration and the ratios the targets are written against:
 # cli-c-cold/bwrap, cli-b-cold/plain, cli-c-daemon/bwrap, cli-b-daemon/plain,
-# http-c/bwrap, http-b/plain.
+# http-c/bwrap, http-b/plain (and mcp-c/bwrap, mcp-b/plain, against the same targets as
+# HTTP).
 #
 #   bench/entrypoints.sh [CALLS]    # CALLS per configuration, default 200
 #
@@ -102,6 +105,49 @@ class Http:
         if json.loads(rest).get("exit_code") != 0:
             raise SystemExit(rest[:200])
 
+class Mcp:
+    """One `tierbox serve --mcp` session shared by both tiers' calls."""
+    proc = None
+    next_id = 1
+
+    def __init__(self, tier):
+        self.tier = tier
+
+    @classmethod
+    def rpc(cls, method, params, notify=False):
+        msg = {"jsonrpc": "2.0", "method": method, "params": params}
+        if not notify:
+            msg["id"] = cls.next_id
+            cls.next_id += 1
+        cls.proc.stdin.write(json.dumps(msg) + "\n")
+        cls.proc.stdin.flush()
+        if notify:
+            return None
+        while True:
+            line = cls.proc.stdout.readline()
+            if not line:
+                raise SystemExit("the MCP server closed its stdout")
+            reply = json.loads(line)
+            if reply.get("id") == msg["id"]:
+                return reply
+
+    @classmethod
+    def start(cls):
+        cls.proc = subprocess.Popen([tierbox, "serve", "--mcp", "--workspace", ws],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=devnull, text=True, env=warm)
+        cls.rpc("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                               "clientInfo": {"name": "bench", "version": "1"}})
+        cls.rpc("notifications/initialized", {}, notify=True)
+
+    def __call__(self):
+        if Mcp.proc is None:
+            Mcp.start()
+        r = Mcp.rpc("tools/call", {"name": "process_run",
+                                   "arguments": {"command": "true", "tier": self.tier}})
+        if r["result"].get("isError") or r["result"]["structuredContent"].get("exit_code") != 0:
+            raise SystemExit(json.dumps(r)[:300])
+
 configs = {
     "plain": spawn(["/bin/true"]),
     "bwrap": spawn(bwrap),
@@ -111,6 +157,8 @@ configs = {
     "cli-c-daemon": spawn(run("c"), warm),
     "http-b": Http("b"),
     "http-c": Http("c"),
+    "mcp-b": Mcp("b"),
+    "mcp-c": Mcp("c"),
 }
 if shutil.which("codex"):
     configs["codex"] = spawn(["codex", "sandbox", "--", "/bin/true"])
@@ -151,6 +199,7 @@ for name, ref, target in [
     ("cli-c-cold", "bwrap", 1.0), ("cli-b-cold", "plain", 4.0),
     ("cli-c-daemon", "bwrap", 0.5), ("cli-b-daemon", "plain", 2.0),
     ("http-c", "bwrap", 0.5), ("http-b", "plain", 1.5),
+    ("mcp-c", "bwrap", 0.5), ("mcp-b", "plain", 1.5),
     ("codex", "bwrap", None), ("srt", "bwrap", None),
 ]:
     if name in p50:
