@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use tierbox_policy::ProcessRunRequest;
-use tierbox_runner::{Outcome, Runner, RunnerIdentity};
+use tierbox_runner::{Outcome, RunRequest, Runner, RunnerIdentity};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
@@ -84,8 +83,9 @@ pub struct ApiError {
     pub message: String,
 }
 
-/// Hands `req` to the daemon on `socket` if there is one whose identity is `runner`'s.
-pub fn hand_off(runner: &Runner, req: &ProcessRunRequest, socket: &Path) -> Handoff {
+/// Hands `req` (a `process_run` or a `wasm_run`) to the daemon on `socket` if there is one
+/// whose identity is `runner`'s.
+pub fn hand_off(runner: &Runner, req: RunRequest<'_>, socket: &Path) -> Handoff {
     if !socket.exists() {
         return Handoff::NotUsed(format!("no daemon at {}", socket.display()));
     }
@@ -101,7 +101,11 @@ pub fn hand_off(runner: &Runner, req: &ProcessRunRequest, socket: &Path) -> Hand
         Err(e) => return Handoff::NotUsed(format!("starting the async runtime: {e}")),
     };
     let own = runner.identity();
-    let body = match serde_json::to_vec(req) {
+    let (route, body) = match req {
+        RunRequest::Process(r) => ("/v1/process/run?stream=true", serde_json::to_vec(r)),
+        RunRequest::Wasm(r) => ("/v1/wasm/run?stream=true", serde_json::to_vec(r)),
+    };
+    let body = match body {
         Ok(b) => b,
         Err(e) => return Handoff::NotUsed(format!("encoding the request: {e}")),
     };
@@ -136,7 +140,7 @@ pub fn hand_off(runner: &Runner, req: &ProcessRunRequest, socket: &Path) -> Hand
             }
         };
         tokio::select! {
-            r = conn.run(&body) => r,
+            r = conn.run(route, &body) => r,
             sig = crate::termination_signal() => Handoff::Interrupted(sig),
         }
     });
@@ -335,11 +339,12 @@ impl Connection {
         Ok(Some(chunk))
     }
 
-    /// Runs `body` (a `process_run` request) streamed, and returns its result line.
+    /// Runs `body` (a `process_run` or `wasm_run` request for `route`) streamed, and returns
+    /// its result line.
     /// Streaming keeps the run tied to this connection: when it closes (this process is
     /// interrupted or killed), the daemon kills the run.
-    async fn run(&mut self, body: &[u8]) -> Handoff {
-        match self.run_streamed(body).await {
+    async fn run(&mut self, route: &str, body: &[u8]) -> Handoff {
+        match self.run_streamed(route, body).await {
             Ok(Some(result)) => Handoff::Ran(result),
             Ok(None) => Handoff::NotUsed("the daemon is busy".to_owned()),
             Err(e) => Handoff::Ran(Err(ApiError {
@@ -351,11 +356,10 @@ impl Connection {
 
     async fn run_streamed(
         &mut self,
+        route: &str,
         body: &[u8],
     ) -> Result<Option<std::result::Result<Box<Outcome>, ApiError>>> {
-        let (status, reply) = self
-            .request("POST", "/v1/process/run?stream=true", Some(body), true)
-            .await?;
+        let (status, reply) = self.request("POST", route, Some(body), true).await?;
         if status == 429 {
             return Ok(None);
         }

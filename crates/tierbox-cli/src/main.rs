@@ -669,19 +669,32 @@ fn cmd_run(
     if pass_stdin {
         req.stdin = Some(read_stdin()?);
     }
-    let mut via = Via::InProcess(None);
-    if daemon::enabled() {
-        let socket = daemon::socket_path(&runner.options().state_dir);
-        match daemon::hand_off(&runner, &req, &socket) {
-            daemon::Handoff::Ran(reply) => return print_daemon_reply(reply, json),
-            daemon::Handoff::Interrupted(sig) => {
-                eprintln!("tierbox: received signal {sig}; the run was killed");
-                return Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)));
-            }
-            daemon::Handoff::NotUsed(why) => via = Via::InProcess(Some(why)),
-        }
+    match through_daemon(&runner, RunRequest::Process(&req), json) {
+        Ok(done) => done,
+        Err(via) => run_and_print_via(runner.run(&req), json, &via),
     }
-    run_and_print_via(runner.run(&req), json, &via)
+}
+
+/// Hands the request to a local daemon whose runner is `runner` (see `daemon`): the
+/// printed result and exit status, or — when no such daemon ran it — how the caller must
+/// run it in process (`Err`, with why a daemon found was not used).
+fn through_daemon(
+    runner: &Runner,
+    req: RunRequest<'_>,
+    json: bool,
+) -> std::result::Result<Result<ExitCode>, Via> {
+    if !daemon::enabled() {
+        return Err(Via::InProcess(None));
+    }
+    let socket = daemon::socket_path(&runner.options().state_dir);
+    match daemon::hand_off(runner, req, &socket) {
+        daemon::Handoff::Ran(reply) => Ok(print_daemon_reply(reply, json)),
+        daemon::Handoff::Interrupted(sig) => {
+            eprintln!("tierbox: received signal {sig}; the run was killed");
+            Ok(Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))))
+        }
+        daemon::Handoff::NotUsed(why) => Err(Via::InProcess(Some(why))),
+    }
 }
 
 /// Which process ran a request, for `--json` (`via`, and why a daemon found was not used).
@@ -830,7 +843,10 @@ fn cmd_wasm_run(
     if pass_stdin {
         req.stdin = Some(read_stdin()?);
     }
-    run_and_print(runner.run_wasm(&req), json)
+    match through_daemon(&runner, RunRequest::Wasm(&req), json) {
+        Ok(done) => done,
+        Err(via) => run_and_print_via(runner.run_wasm(&req), json, &via),
+    }
 }
 
 fn read_stdin() -> Result<String> {
@@ -844,13 +860,6 @@ fn read_stdin() -> Result<String> {
 
 /// Drives a run to its outcome (or a termination signal), prints it, and returns the exit
 /// status that mirrors the child.
-fn run_and_print(
-    run: impl std::future::Future<Output = std::result::Result<tierbox_runner::Outcome, RunError>>,
-    json: bool,
-) -> Result<ExitCode> {
-    run_and_print_via(run, json, &Via::InProcess(None))
-}
-
 fn run_and_print_via(
     run: impl std::future::Future<Output = std::result::Result<tierbox_runner::Outcome, RunError>>,
     json: bool,

@@ -335,3 +335,40 @@ fn a_run_whose_client_is_killed_is_killed_in_the_daemon() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `tierbox wasm run` goes through the daemon as `run` does: the same status and JSON.
+#[test]
+fn a_wasm_run_through_the_daemon_is_the_run_in_process() {
+    let d = Daemon::start();
+    std::fs::write(
+        d.ws.join("exit7.wat"),
+        r#"(module
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (func (export "_start") (call $exit (i32.const 7))))"#,
+    )
+    .unwrap();
+    let wasm_run = |in_process: bool| {
+        let mut c = d.command(&[
+            "wasm",
+            "run",
+            "--json",
+            "--workspace",
+            d.ws_str(),
+            "exit7.wat",
+        ]);
+        if in_process {
+            c.env("TIERBOX_DAEMON", "off");
+        }
+        c.output().unwrap()
+    };
+    let (a, b) = (wasm_run(false), wasm_run(true));
+    assert_eq!(a.status.code(), Some(7), "{a:?}");
+    assert_eq!(b.status.code(), Some(7), "{b:?}");
+    let (a, b) = (json(&a), json(&b));
+    assert_eq!(a["via"], "daemon", "{a}");
+    assert_eq!(b["via"], "in_process", "{b}");
+    for key in ["exit_code", "backend", "tier", "enforcement", "plan_sha256"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+}
