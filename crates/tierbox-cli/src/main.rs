@@ -491,6 +491,8 @@ fn build_runner(args: &PolicyArgs, state_dir: Option<PathBuf>) -> Result<Runner>
     if let Some(dir) = state_dir {
         options.state_dir = dir;
     }
+    // A one-shot process reuses the last positive user-namespace probe kept there.
+    tierbox_runner::host::set_probe_state_dir(&options.state_dir);
     Ok(runner.with_options(options))
 }
 

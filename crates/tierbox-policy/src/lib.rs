@@ -36,6 +36,7 @@ pub use tierbox_redact as redact;
 pub mod rejection;
 pub mod request;
 pub mod schema;
+pub mod state_file;
 pub mod validate;
 pub mod wasm;
 

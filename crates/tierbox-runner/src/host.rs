@@ -24,7 +24,7 @@ pub use tierbox_sandbox::linux::identity::{
     SANDBOX_UID, probe_idmapped_mounts, root_workspace_ids,
 };
 pub use tierbox_sandbox::linux::ns::init::reaper_description;
-pub use tierbox_sandbox::linux::userns::probe_userns_cached;
+pub use tierbox_sandbox::linux::userns::{probe_userns_cached, set_probe_state_dir};
 pub use tierbox_sandbox::probe::{HostFacts, HostSummary, host_facts};
 pub use tierbox_sandbox::select::tier_available;
 

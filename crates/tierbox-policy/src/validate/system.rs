@@ -289,7 +289,8 @@ struct CacheFile {
 
 /// The walk kept in `file`, when it may be trusted (module docs); `None` otherwise.
 pub(crate) fn load(file: &Path, spec: &Spec) -> Option<Walk> {
-    let text = read_private(file)?;
+    let state_dir = file.parent()?.parent()?;
+    let text = crate::state_file::read_private(file, state_dir, MAX_CACHE_BYTES)?;
     let cached: CacheFile = serde_json::from_str(&text).ok()?;
     if cached.format != CACHE_FORMAT || cached.key != spec.key() {
         return None;
@@ -323,63 +324,9 @@ pub(crate) fn load(file: &Path, spec: &Spec) -> Option<Walk> {
     })
 }
 
-/// `file`'s text if it is a regular file, not a symlink, owned by the owner of the
-/// directory two levels up (the state directory), writable by nobody else, and at most
-/// [`MAX_CACHE_BYTES`] long.
-fn read_private(file: &Path) -> Option<String> {
-    use std::io::Read;
-    let meta = std::fs::symlink_metadata(file).ok()?;
-    let state_dir = file.parent()?.parent()?;
-    if !meta.file_type().is_file() || meta.len() > MAX_CACHE_BYTES || !private_to(&meta, state_dir)
-    {
-        return None;
-    }
-    let mut f = std::fs::File::open(file).ok()?;
-    // The file opened is the one checked (not swapped for a link since).
-    if !same_file(&f.metadata().ok()?, &meta) {
-        return None;
-    }
-    let mut text = String::new();
-    f.by_ref()
-        .take(MAX_CACHE_BYTES)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
-}
-
-#[cfg(unix)]
-fn private_to(meta: &std::fs::Metadata, state_dir: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(dir) = std::fs::metadata(state_dir) else {
-        return false;
-    };
-    meta.uid() == dir.uid() && meta.mode() & 0o022 == 0
-}
-
-#[cfg(not(unix))]
-fn private_to(_meta: &std::fs::Metadata, _state_dir: &Path) -> bool {
-    false
-}
-
-#[cfg(unix)]
-fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    a.dev() == b.dev() && a.ino() == b.ino()
-}
-
-#[cfg(not(unix))]
-fn same_file(_a: &std::fs::Metadata, _b: &std::fs::Metadata) -> bool {
-    false
-}
-
-/// Writes `walk` to `file` (mode 0600, its directory 0700): a new file renamed over the
-/// old, so a reader sees one whole walk or the previous one.
+/// Writes `walk` to `file` (mode 0600, its directory 0700), whole
+/// ([`crate::state_file::write_private`]).
 pub(crate) fn store(file: &Path, spec: &Spec, walk: &Walk) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = file
-        .parent()
-        .ok_or_else(|| std::io::Error::other("no directory"))?;
-    create_private_dir(dir)?;
     let cached = CacheFile {
         format: CACHE_FORMAT,
         key: spec.key(),
@@ -389,55 +336,7 @@ pub(crate) fn store(file: &Path, spec: &Spec, walk: &Walk) -> std::io::Result<()
         stamps: walk.stamps.clone(),
     };
     let text = serde_json::to_string(&cached).map_err(std::io::Error::other)?;
-    let tmp = dir.join(format!(
-        ".system-paths.{}.{}.tmp",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos())
-    ));
-    let mut f = new_private_file(&tmp)?;
-    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_data());
-    drop(f);
-    match written.and_then(|()| std::fs::rename(&tmp, file)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
-}
-
-#[cfg(unix)]
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
-#[cfg(not(unix))]
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)
-}
-
-#[cfg(unix)]
-fn new_private_file(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-}
-
-#[cfg(not(unix))]
-fn new_private_file(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
+    crate::state_file::write_private(file, &text)
 }
 
 /// Adds to `hidden` every entry under `dir` that others cannot read; records walked dirs.

@@ -120,7 +120,61 @@ pub fn probe_userns() -> UsernsSupport {
 /// `tierbox doctor` calls [`probe_userns`] for a fresh answer).
 pub fn probe_userns_cached() -> &'static UsernsSupport {
     static CACHE: OnceLock<UsernsSupport> = OnceLock::new();
-    CACHE.get_or_init(probe_userns)
+    CACHE.get_or_init(|| match PROBE_STATE_DIR.get() {
+        Some(dir) => probe_through_state_dir(dir),
+        None => probe_userns(),
+    })
+}
+
+/// Where, under the state directory, a positive probe is kept for the next process.
+pub const USERNS_PROBE_FILE: &str = "cache/userns-probe";
+
+/// Largest probe file read, in bytes.
+const MAX_PROBE_FILE_BYTES: u64 = 16 << 10;
+
+static PROBE_STATE_DIR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Lets [`probe_userns_cached`] keep a positive probe in `state_dir`
+/// ([`USERNS_PROBE_FILE`]) for the next process, and use the last one instead of forking a
+/// probe child (about a millisecond of a one-shot CLI's run). It is used only while every
+/// fact the probe depends on is unchanged ([`probe_key`]: the Tierbox version, kernel
+/// release, boot, this process's user namespace and ids, and the sysctls and seccomp mode
+/// [`explain`] reads); a negative result is never kept. Takes effect only before the first
+/// probe of the process; later calls do nothing.
+pub fn set_probe_state_dir(state_dir: &Path) {
+    let _ = PROBE_STATE_DIR.set(state_dir.to_path_buf());
+}
+
+/// Everything a kept probe must have been made under.
+fn probe_key() -> String {
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let userns = fs::read_link("/proc/self/ns/user")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let (uid, gid) = crate::launch::sys::current_ids();
+    format!(
+        "tierbox-sandbox {} | kernel {} | boot {} | {userns} | ids {uid}:{gid} | {:?}",
+        env!("CARGO_PKG_VERSION"),
+        crate::launch::sys::kernel_release(),
+        boot.trim(),
+        SysctlFacts::read()
+    )
+}
+
+fn probe_through_state_dir(state_dir: &Path) -> UsernsSupport {
+    let file = state_dir.join(USERNS_PROBE_FILE);
+    let kept = format!("{}\navailable\n", probe_key());
+    if tierbox_policy::state_file::read_private(&file, state_dir, MAX_PROBE_FILE_BYTES)
+        .is_some_and(|text| text == kept)
+    {
+        return UsernsSupport::Available;
+    }
+    let found = probe_userns();
+    if matches!(found, UsernsSupport::Available) {
+        // Best effort: without it the next process probes again.
+        let _ = tierbox_policy::state_file::write_private(&file, &kept);
+    }
+    found
 }
 
 /// The host facts [`explain`] reasons from.

@@ -353,3 +353,41 @@ fn nested_probe_helper() {
     );
     println!("NESTED-OK {reason}");
 }
+
+/// A positive probe kept in the state directory is reused only under the same facts, and
+/// only from a private file: a stale or foreign one is probed over and rewritten.
+#[test]
+fn a_kept_probe_is_reused_only_when_its_facts_hold() {
+    if !matches!(probe_userns(), UsernsSupport::Available) {
+        tierbox_test_support::skip_here("user namespaces are not available to this process");
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let file = state.path().join(USERNS_PROBE_FILE);
+    assert!(matches!(
+        probe_through_state_dir(state.path()),
+        UsernsSupport::Available
+    ));
+    let kept = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(kept, format!("{}\navailable\n", probe_key()));
+    // Reused: the file is not rewritten.
+    let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let before = ino(&file);
+    assert!(matches!(
+        probe_through_state_dir(state.path()),
+        UsernsSupport::Available
+    ));
+    assert_eq!(ino(&file), before, "a valid kept probe was not reused");
+    // Another kernel, boot or sysctl: probed again, and the file replaced.
+    std::fs::write(&file, "tierbox-sandbox 0 | kernel other\navailable\n").unwrap();
+    probe_through_state_dir(state.path());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), kept);
+    // Writable by others: not used (probed again and replaced by a private file).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    let before = ino(&file);
+    probe_through_state_dir(state.path());
+    assert_ne!(ino(&file), before, "a world-writable kept probe was used");
+}
