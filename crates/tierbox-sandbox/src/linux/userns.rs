@@ -137,7 +137,7 @@ static PROBE_STATE_DIR: OnceLock<PathBuf> = OnceLock::new();
 /// Lets [`probe_userns_cached`] keep a positive probe in `state_dir`
 /// ([`USERNS_PROBE_FILE`]) for the next process, and use the last one instead of forking a
 /// probe child (about a millisecond of a one-shot CLI's run). It is used only while every
-/// fact the probe depends on is unchanged ([`probe_key`]: the Tierbox version, kernel
+/// fact the probe depends on is unchanged (the Tierbox version, kernel
 /// release, boot, this process's user namespace and ids, and the sysctls and seccomp mode
 /// [`explain`] reads); a negative result is never kept. Takes effect only before the first
 /// probe of the process; later calls do nothing.
