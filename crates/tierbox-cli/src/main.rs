@@ -611,15 +611,36 @@ fn print_wasm_plan(plan: &tierbox_policy::wasm::WasmPlan, json: bool) -> Result<
 }
 
 fn print_rejection(r: &Rejection, json: bool) -> ExitCode {
+    print_refusal(r.code(), &r.to_string(), json)
+}
+
+/// A rejection by its code and message (one from a daemon arrives as just these): one
+/// JSON object, or a line and a hint; exit 125.
+fn print_refusal(code: &str, message: &str, json: bool) -> ExitCode {
     if json {
-        println!("{}", serde_json::json!({ "rejected": r.to_json() }));
+        println!(
+            "{}",
+            serde_json::json!({ "rejected": { "code": code, "message": message } })
+        );
     } else {
-        eprintln!("tierbox: rejected [{}]: {r}", r.code());
+        eprintln!("tierbox: rejected [{code}]: {message}");
         eprintln!(
             "hint: nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule"
         );
     }
     ExitCode::from(EXIT_REJECTED)
+}
+
+/// A run that could not be carried out (the sandbox could not be set up, the
+/// attestation could not be made): one JSON object, or a line and a hint; exit 126.
+fn print_run_failure(message: &str, json: bool) -> ExitCode {
+    if json {
+        println!("{}", serde_json::json!({ "error": message }));
+    } else {
+        eprintln!("tierbox: {message}");
+        eprintln!("hint: `tierbox doctor` shows what this host can enforce");
+    }
+    ExitCode::from(EXIT_INTERNAL)
 }
 
 fn cmd_check(policy: &PolicyArgs, request: RequestArgs, json: bool) -> Result<ExitCode> {
@@ -727,28 +748,9 @@ fn print_daemon_reply(
     match reply {
         Ok(outcome) => print_outcome(&outcome, json, &Via::Daemon),
         Err(e) if Rejection::ALL_CODES.contains(&e.code.as_str()) => {
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "rejected": { "code": e.code, "message": e.message } })
-                );
-            } else {
-                eprintln!("tierbox: rejected [{}]: {}", e.code, e.message);
-                eprintln!(
-                    "hint: nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule"
-                );
-            }
-            Ok(ExitCode::from(EXIT_REJECTED))
+            Ok(print_refusal(&e.code, &e.message, json))
         }
-        Err(e) => {
-            if json {
-                println!("{}", serde_json::json!({ "error": e.message }));
-            } else {
-                eprintln!("tierbox: {}", e.message);
-                eprintln!("hint: `tierbox doctor` shows what this host can enforce");
-            }
-            Ok(ExitCode::from(EXIT_INTERNAL))
-        }
+        Err(e) => Ok(print_run_failure(&e.message, json)),
     }
 }
 
@@ -893,15 +895,7 @@ fn run_and_print_via(
     match result {
         Ok(outcome) => print_outcome(&outcome, json, via),
         Err(RunError::Rejected(rej)) => Ok(print_rejection(&rej, json)),
-        Err(e) => {
-            if json {
-                println!("{}", serde_json::json!({ "error": e.to_string() }));
-            } else {
-                eprintln!("tierbox: {e}");
-                eprintln!("hint: `tierbox doctor` shows what this host can enforce");
-            }
-            Ok(ExitCode::from(EXIT_INTERNAL))
-        }
+        Err(e) => Ok(print_run_failure(&e.to_string(), json)),
     }
 }
 
