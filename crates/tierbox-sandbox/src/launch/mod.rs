@@ -49,6 +49,8 @@ use tierbox_policy::enforcement::BackendId;
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{Layer, Rejection, Tier};
 
+use crate::linux::step::Step;
+
 use crate::linux::caps;
 use crate::linux::cgroup::{CgroupLimits, RunCgroup};
 use crate::linux::exec::null_terminated;
@@ -627,7 +629,7 @@ fn make_owned_dir(dir: &Path, uid: u32, gid: u32) -> Result<(), LaunchError> {
 
 pub(crate) struct Job {
     spec: sys::SendSpec,
-    reply: mpsc::SyncSender<Result<sys::Cloned, (ChildStep, i32)>>,
+    reply: mpsc::SyncSender<Result<sys::Cloned, (Step, i32)>>,
 }
 
 fn launcher() -> &'static Mutex<mpsc::Sender<Job>> {
@@ -653,46 +655,43 @@ fn launcher() -> &'static Mutex<mpsc::Sender<Job>> {
 }
 
 /// Clones on the calling thread, with every signal blocked around the clone.
-fn caller_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, i32)> {
+fn caller_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (Step, i32)> {
     thread_local! {
         static STACK: std::cell::RefCell<Option<sys::ChildStack>> = const { std::cell::RefCell::new(None) };
     }
     STACK.with(|cell| {
         let mut guard = cell
             .try_borrow_mut()
-            .map_err(|_| (ChildStep::None, libc::EBUSY))?;
+            .map_err(|_| (Step::None, libc::EBUSY))?;
         let stack = guard.get_or_insert_with(sys::ChildStack::new);
         sys::with_all_signals_blocked(|| sys::clone_and_exec(spec, stack))
     })
 }
 
 /// Clones on the launcher thread and waits for the result.
-pub(crate) fn launcher_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (ChildStep, i32)> {
+pub(crate) fn launcher_clone(spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (Step, i32)> {
     submit(&tx_of(launcher())?, spec)
 }
 
-fn tx_of(launcher: &Mutex<mpsc::Sender<Job>>) -> Result<mpsc::Sender<Job>, (ChildStep, i32)> {
+fn tx_of(launcher: &Mutex<mpsc::Sender<Job>>) -> Result<mpsc::Sender<Job>, (Step, i32)> {
     launcher
         .lock()
         .map(|tx| tx.clone())
-        .map_err(|_| (ChildStep::None, libc::EIO))
+        .map_err(|_| (Step::None, libc::EIO))
 }
 
 /// Hands `spec` to a launcher thread and waits until it has cloned (the child has
 /// exec'd or failed).
-fn submit(
-    tx: &mpsc::Sender<Job>,
-    spec: &mut sys::ChildSpec,
-) -> Result<sys::Cloned, (ChildStep, i32)> {
+fn submit(tx: &mpsc::Sender<Job>, spec: &mut sys::ChildSpec) -> Result<sys::Cloned, (Step, i32)> {
     let (reply_tx, reply_rx) = mpsc::sync_channel(1);
     let job = Job {
         spec: sys::SendSpec::new(spec),
         reply: reply_tx,
     };
-    tx.send(job).map_err(|_| (ChildStep::None, libc::EIO))?;
+    tx.send(job).map_err(|_| (Step::None, libc::EIO))?;
     // `spec` stays borrowed until the launcher replies, which it does only after the
     // child has exec'd or exited.
-    reply_rx.recv().map_err(|_| (ChildStep::None, libc::EIO))?
+    reply_rx.recv().map_err(|_| (Step::None, libc::EIO))?
 }
 
 /// Most armed launcher threads one process starts (see the module docs). The arming
@@ -902,12 +901,16 @@ pub(crate) fn clone_on(
         None if opts.launcher_thread => launcher_clone(spec),
         None => caller_clone(spec),
     };
-    cloned.map_err(|(step, errno)| match step {
-        ChildStep::None => LaunchError::Setup {
+    cloned.map_err(|(step, errno)| match ChildStep::of(step) {
+        Some(ChildStep::None) => LaunchError::Setup {
             what: "clone".to_owned(),
             source: std::io::Error::from_raw_os_error(errno),
         },
-        step => LaunchError::Child { step, errno },
+        Some(step) => LaunchError::Child { step, errno },
+        None => LaunchError::Setup {
+            what: format!("the child's setup at {}", step.describe()),
+            source: std::io::Error::from_raw_os_error(errno),
+        },
     })
 }
 

@@ -24,6 +24,7 @@ use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::linux::exec;
+use crate::linux::step::Step;
 use crate::linux::sys as lsys;
 use crate::linux::sys::{check, errno, reset_signal_handlers};
 
@@ -37,7 +38,11 @@ pub(crate) const MAX_CGROUP_FDS: usize = 6;
 /// Number of rlimits the child sets.
 pub(crate) const RLIMIT_COUNT: usize = 5;
 
-/// The setup step that failed in the child; reported with its errno.
+/// The setup step that failed in a launched child ([`LaunchError::Child`]), with its errno:
+/// the steps of the one list ([`Step`]) that a Tier B child or a trusted helper runs
+/// ([`ChildStep::step`] maps it back).
+///
+/// [`LaunchError::Child`]: crate::launch::LaunchError::Child
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum ChildStep {
@@ -80,53 +85,71 @@ pub enum ChildStep {
     Execve,
 }
 
-/// Every step with the system call or action it names, in discriminant order (a test
-/// checks the order).
-const CHILD_STEPS: [(ChildStep, &str); 18] = [
-    (ChildStep::None, "none"),
-    (ChildStep::Setsid, "setsid()"),
-    (ChildStep::Pdeathsig, "prctl(PR_SET_PDEATHSIG, SIGKILL)"),
-    (ChildStep::CgroupAttach, "write(cgroup attach file, \"0\")"),
-    (
-        ChildStep::JoinNetns,
-        "setns(network namespace, CLONE_NEWNET)",
-    ),
-    (
-        ChildStep::HelperMounts,
-        "unshare(CLONE_NEWNS) / mount(MS_REC | MS_PRIVATE) / move_mount(prepared tree)",
-    ),
-    (ChildStep::Stdio, "dup3(stdio)"),
-    (
-        ChildStep::CloseFds,
-        "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)",
-    ),
-    (ChildStep::Chdir, "chdir(cwd)"),
-    (ChildStep::Rlimit, "prlimit64"),
-    (
-        ChildStep::DropBounding,
-        "prctl(PR_CAPBSET_DROP / PR_CAP_AMBIENT_CLEAR_ALL)",
-    ),
-    (ChildStep::SetIds, "setgroups/setresgid/setresuid"),
-    (ChildStep::Capset, "capset(0)"),
-    (ChildStep::NoNewPrivs, "prctl(PR_SET_NO_NEW_PRIVS, 1)"),
-    (ChildStep::Landlock, "landlock_restrict_self"),
-    (ChildStep::Seccomp, "seccomp(SECCOMP_SET_MODE_FILTER)"),
-    (ChildStep::SignalMask, "rt_sigprocmask(SIG_SETMASK, {})"),
-    (ChildStep::Execve, "execve"),
-];
-
 impl ChildStep {
-    fn from_u32(v: u32) -> Self {
-        CHILD_STEPS
-            .get(v as usize)
-            .map_or(ChildStep::Execve, |(step, _)| *step)
+    /// `step` as a Tier B child reports it; `None` for the steps only native Tier C's
+    /// pid 1 runs, which this child never reaches.
+    pub(crate) fn of(step: Step) -> Option<Self> {
+        use Step as S;
+        Some(match step {
+            S::None => Self::None,
+            S::Setsid => Self::Setsid,
+            S::Pdeathsig => Self::Pdeathsig,
+            S::CgroupAttach => Self::CgroupAttach,
+            S::JoinNetns => Self::JoinNetns,
+            S::HelperMounts => Self::HelperMounts,
+            S::Stdio => Self::Stdio,
+            S::CloseFds => Self::CloseFds,
+            S::Chdir => Self::Chdir,
+            S::Rlimit => Self::Rlimit,
+            S::DropBounding => Self::DropBounding,
+            S::SetIds => Self::SetIds,
+            S::Capset => Self::Capset,
+            S::NoNewPrivs => Self::NoNewPrivs,
+            S::Landlock => Self::Landlock,
+            S::Seccomp => Self::Seccomp,
+            S::SignalMask => Self::SignalMask,
+            S::Execve => Self::Execve,
+            S::UidMap
+            | S::Setgroups
+            | S::GidMap
+            | S::Hostname
+            | S::Loopback
+            | S::EgressListener
+            | S::MountOp
+            | S::LandlockRules
+            | S::InitIdentity
+            | S::CloneProgram => return None,
+        })
+    }
+
+    /// The same step in the one list every Linux sandbox's setup uses.
+    pub fn step(self) -> Step {
+        use Step as S;
+        match self {
+            Self::None => S::None,
+            Self::Setsid => S::Setsid,
+            Self::Pdeathsig => S::Pdeathsig,
+            Self::CgroupAttach => S::CgroupAttach,
+            Self::JoinNetns => S::JoinNetns,
+            Self::HelperMounts => S::HelperMounts,
+            Self::Stdio => S::Stdio,
+            Self::CloseFds => S::CloseFds,
+            Self::Chdir => S::Chdir,
+            Self::Rlimit => S::Rlimit,
+            Self::DropBounding => S::DropBounding,
+            Self::SetIds => S::SetIds,
+            Self::Capset => S::Capset,
+            Self::NoNewPrivs => S::NoNewPrivs,
+            Self::Landlock => S::Landlock,
+            Self::Seccomp => S::Seccomp,
+            Self::SignalMask => S::SignalMask,
+            Self::Execve => S::Execve,
+        }
     }
 
     /// The system call or action, for error messages.
     pub fn describe(self) -> &'static str {
-        CHILD_STEPS
-            .get(self as usize)
-            .map_or("execve", |(_, what)| what)
+        self.step().describe()
     }
 }
 
@@ -135,11 +158,15 @@ mod child_step_tests {
     use super::*;
 
     #[test]
-    fn the_step_table_is_in_discriminant_order() {
-        for (i, (step, _)) in CHILD_STEPS.iter().enumerate() {
-            assert_eq!(*step as usize, i, "{step:?}");
-            assert_eq!(ChildStep::from_u32(i as u32), *step);
+    fn each_reported_step_is_a_step_of_the_one_list() {
+        for n in 0..64 {
+            let step = Step::from_u32(n);
+            if let Some(child) = ChildStep::of(step) {
+                assert_eq!(child.step(), step, "{child:?}");
+                assert_eq!(child.describe(), step.describe());
+            }
         }
+        assert_eq!(ChildStep::of(Step::MountOp), None);
     }
 }
 
@@ -229,7 +256,7 @@ impl HelperSetup {
 }
 
 /// Records a failed step and exits the child. Never returns.
-fn child_fail(spec: &ChildSpec, step: ChildStep, err: i32) -> c_int {
+fn child_fail(spec: &ChildSpec, step: Step, err: i32) -> c_int {
     spec.fail_errno.store(err, Ordering::SeqCst);
     spec.fail_step.store(step as u32, Ordering::SeqCst);
     // SAFETY: exit_group only ends this child (it is its own thread group: no CLONE_THREAD);
@@ -246,7 +273,7 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
     // suspended (CLONE_VFORK) until we exec or exit, so the reference stays valid.
     let spec: &ChildSpec = unsafe { &*(arg as *const ChildSpec) };
     match child_setup(spec) {
-        Ok(()) => child_fail(spec, ChildStep::Execve, libc::EIO),
+        Ok(()) => child_fail(spec, Step::Execve, libc::EIO),
         Err((step, err)) => child_fail(spec, step, err),
     }
 }
@@ -323,9 +350,9 @@ fn helper_mounts(helper: &HelperSetup) -> Result<(), i32> {
     Ok(())
 }
 
-fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
-    use ChildStep as S;
-    let step = |s: ChildStep| move |e: i32| (s, e);
+fn child_setup(spec: &ChildSpec) -> Result<(), (Step, i32)> {
+    use Step as S;
+    let step = |s: Step| move |e: i32| (s, e);
 
     // 1. Default signal dispositions first: all signals are still blocked (inherited from
     //    the launcher thread), and no supervisor handler may ever run on this shared memory.
@@ -391,28 +418,7 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (ChildStep, i32)> {
         envp: spec.envp,
     };
     let (failed, errno) = exec::run(&RawCalls, &exec);
-    Err((failed.into(), errno))
-}
-
-impl From<exec::ExecStep> for ChildStep {
-    fn from(step: exec::ExecStep) -> Self {
-        use exec::ExecStep as E;
-        match step {
-            E::Stdio => Self::Stdio,
-            E::CloseFds => Self::CloseFds,
-            E::Chdir => Self::Chdir,
-            E::Rlimit => Self::Rlimit,
-            E::DropBounding => Self::DropBounding,
-            E::SetIds => Self::SetIds,
-            E::Capset => Self::Capset,
-            E::Pdeathsig => Self::Pdeathsig,
-            E::NoNewPrivs => Self::NoNewPrivs,
-            E::Landlock => Self::Landlock,
-            E::Seccomp => Self::Seccomp,
-            E::SignalMask => Self::SignalMask,
-            E::Execve => Self::Execve,
-        }
-    }
+    Err((failed, errno))
 }
 
 /// The real system calls of the program's setup ([`exec::ProgramCalls`]): raw calls
@@ -563,7 +569,7 @@ pub(crate) struct Cloned {
 pub(crate) fn clone_and_exec(
     spec: &mut ChildSpec,
     stack: &mut ChildStack,
-) -> Result<Cloned, (ChildStep, i32)> {
+) -> Result<Cloned, (Step, i32)> {
     spec.fail_step.store(0, Ordering::SeqCst);
     spec.fail_errno.store(0, Ordering::SeqCst);
     let mut pidfd: c_int = -1;
@@ -583,12 +589,12 @@ pub(crate) fn clone_and_exec(
         )
     };
     if pid == -1 {
-        return Err((ChildStep::None, errno()));
+        return Err((Step::None, errno()));
     }
     // SAFETY: on success the kernel returned a fresh pidfd that we now own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    let failed = ChildStep::from_u32(spec.fail_step.load(Ordering::SeqCst));
-    if failed != ChildStep::None {
+    let failed = Step::from_u32(spec.fail_step.load(Ordering::SeqCst));
+    if failed != Step::None {
         let err = spec.fail_errno.load(Ordering::SeqCst);
         // Reap the failed child now; it has already exited.
         let _ = wait_pidfd(&pidfd, false);
@@ -926,10 +932,7 @@ impl SendSpec {
 }
 
 /// Runs [`clone_and_exec`] for a submitted job (on the launcher thread).
-pub(crate) fn clone_job(
-    spec: &SendSpec,
-    stack: &mut ChildStack,
-) -> Result<Cloned, (ChildStep, i32)> {
+pub(crate) fn clone_job(spec: &SendSpec, stack: &mut ChildStack) -> Result<Cloned, (Step, i32)> {
     // SAFETY: see `SendSpec`: the submitter is blocked until we reply, so this is the only
     // live reference to the spec.
     let spec = unsafe { &mut *spec.0 };

@@ -10,7 +10,8 @@
 //!
 //! [`run`] runs in a `CLONE_VM | CLONE_VFORK` child on borrowed memory: it allocates
 //! nothing, takes no lock and never panics; everything it reads was prepared by the
-//! parent ([`ExecSpec`]).
+//! parent ([`ExecSpec`]). A failure names its [`Step`], from the one list of every Linux
+//! sandbox's setup steps ([`crate::linux::step`]).
 //!
 //! The order, and why:
 //!
@@ -33,37 +34,7 @@ use std::os::fd::RawFd;
 
 use tierbox_policy::plan::Plan;
 
-/// A step of [`run`], named in a failure report; each tier maps it to its own step
-/// names (Tier B's `ChildStep`, native Tier C's `NsStep`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExecStep {
-    /// `dup3` of stdin/stdout/stderr, or of an inherited fd into place.
-    Stdio,
-    /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`.
-    CloseFds,
-    /// `chdir` into the working directory.
-    Chdir,
-    /// `prlimit64` for one of the rlimits.
-    Rlimit,
-    /// securebits, the bounding set, the ambient set.
-    DropBounding,
-    /// `setgroups`/`setresgid`/`setresuid`.
-    SetIds,
-    /// `capset` to empty sets.
-    Capset,
-    /// `PR_SET_PDEATHSIG` again after an id change, or the parent was gone.
-    Pdeathsig,
-    /// `prctl(PR_SET_NO_NEW_PRIVS)`.
-    NoNewPrivs,
-    /// `landlock_restrict_self`.
-    Landlock,
-    /// Installing the seccomp filter.
-    Seccomp,
-    /// `rt_sigprocmask` to an empty mask.
-    SignalMask,
-    /// `execve`.
-    Execve,
-}
+use super::step::Step;
 
 /// Capabilities and identity of the program ([`run`] step 5).
 #[derive(Debug, Clone, Copy)]
@@ -164,19 +135,19 @@ pub trait ProgramCalls {
 
 /// Runs the program's setup and execs it (see the module docs for the order). Returns
 /// only on failure: the step and its errno.
-pub fn run(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> (ExecStep, i32) {
+pub fn run(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> (Step, i32) {
     match setup(calls, spec) {
         Ok(()) => (
-            ExecStep::Execve,
+            Step::Execve,
             calls.execve(spec.program, spec.argv, spec.envp),
         ),
         Err(failure) => failure,
     }
 }
 
-fn setup(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> Result<(), (ExecStep, i32)> {
-    use ExecStep as S;
-    let at = |step: ExecStep| move |errno: i32| (step, errno);
+fn setup(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> Result<(), (Step, i32)> {
+    use Step as S;
+    let at = |step: Step| move |errno: i32| (step, errno);
     // 1. stdio.
     for (src, dst) in spec.stdio.into_iter().zip(0..) {
         calls.dup_to(src, dst).map_err(at(S::Stdio))?;

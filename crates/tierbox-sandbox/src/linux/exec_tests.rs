@@ -159,7 +159,7 @@ fn tier_c() -> ExecSpec<'static> {
 #[test]
 fn tier_b_runs_every_step_in_order_and_reports_a_failed_execve() {
     let r = Recorder::default();
-    assert_eq!(run(&r, &tier_b(&[])), (ExecStep::Execve, libc::ENOENT));
+    assert_eq!(run(&r, &tier_b(&[])), (Step::Execve, libc::ENOENT));
     assert_eq!(
         r.names(),
         [
@@ -266,18 +266,18 @@ fn a_helper_keeps_its_capabilities_and_gets_its_inherited_fds_in_range_only() {
 #[test]
 fn a_failing_step_stops_the_sequence_and_is_named() {
     for (call, step) in [
-        ("dup3(11, 1)", ExecStep::Stdio),
-        ("close_range(3, cloexec)", ExecStep::CloseFds),
-        ("chdir", ExecStep::Chdir),
-        ("prlimit(4)", ExecStep::Rlimit),
-        ("bounding", ExecStep::DropBounding),
-        ("set_ids(1000, 1000)", ExecStep::SetIds),
-        ("capset", ExecStep::Capset),
-        ("pdeathsig(77)", ExecStep::Pdeathsig),
-        ("no_new_privs", ExecStep::NoNewPrivs),
-        ("landlock(20)", ExecStep::Landlock),
-        ("seccomp(listener 21)", ExecStep::Seccomp),
-        ("sigmask", ExecStep::SignalMask),
+        ("dup3(11, 1)", Step::Stdio),
+        ("close_range(3, cloexec)", Step::CloseFds),
+        ("chdir", Step::Chdir),
+        ("prlimit(4)", Step::Rlimit),
+        ("bounding", Step::DropBounding),
+        ("set_ids(1000, 1000)", Step::SetIds),
+        ("capset", Step::Capset),
+        ("pdeathsig(77)", Step::Pdeathsig),
+        ("no_new_privs", Step::NoNewPrivs),
+        ("landlock(20)", Step::Landlock),
+        ("seccomp(listener 21)", Step::Seccomp),
+        ("sigmask", Step::SignalMask),
     ] {
         let r = Recorder::failing(call);
         assert_eq!(run(&r, &tier_b(&[])), (step, libc::EPERM), "{call}");

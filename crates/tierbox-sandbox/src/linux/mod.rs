@@ -23,6 +23,7 @@ pub mod landlock;
 pub mod mounts;
 pub mod ns;
 pub mod seccomp;
+pub mod step;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 pub mod userns;

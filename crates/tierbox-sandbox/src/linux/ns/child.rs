@@ -32,7 +32,7 @@ use tierbox_policy::plan::{FsPlan, Plan};
 use tierbox_policy::{Enforcement, Layer, LayerReport, Tier};
 
 use super::netns_pool;
-use super::sys::{self as nsys, Expect, NsOp, NsSpec, NsStep, OpKind, Report, ReportTag};
+use super::sys::{self as nsys, Expect, NsOp, NsSpec, OpKind, Report, ReportTag, Step};
 use crate::egress::SANDBOX_PROXY_PORT;
 use crate::linux::caps;
 use crate::linux::exec::ExecStrings;
@@ -119,7 +119,7 @@ pub enum NativeError {
     #[error("sandbox setup failed at {}{}: {}", step.describe(), op.as_deref().map(|o| format!(" ({o})")).unwrap_or_default(), std::io::Error::from_raw_os_error(*errno))]
     Child {
         /// The step.
-        step: NsStep,
+        step: Step,
         /// For a mount op: the op and its failing sub-call.
         op: Option<String>,
         /// Its errno.
@@ -719,7 +719,7 @@ pub fn wait_native(launched: &NativeLaunched) -> Result<NativeExit, NativeError>
 
 fn child_error(r: &Report, owned: &[OwnedOp]) -> NativeError {
     let step = r.ns_step();
-    let op = (step == NsStep::MountOp).then(|| {
+    let op = (step == Step::MountOp).then(|| {
         let idx = r.op_index as usize;
         let what = owned
             .get(idx)

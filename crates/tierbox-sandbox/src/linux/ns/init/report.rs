@@ -25,7 +25,7 @@ pub enum ReportTag {
 pub struct Report {
     /// [`ReportTag`] as u32.
     pub tag: u32,
-    /// The failed setup step (the supervisor's `NsStep`) as u32.
+    /// The failed setup step (the supervisor's `Step`) as u32.
     pub step: u32,
     /// errno, pid or wait status (see [`ReportTag`]).
     pub value: i32,

@@ -25,7 +25,7 @@
 //! One file per role: [`pid1`] (setup, then the reaper), [`program`] (the program's own
 //! steps), [`mount_ops`] (the filesystem ops pid 1 carries out), [`net`] (hostname,
 //! loopback, the egress listener and fd passing), [`raw`] (the small system-call
-//! wrappers they share), [`steps`] (the step table of failure reports); the supervisor
+//! wrappers they share; failures name a [`Step`] of the one list); the supervisor
 //! side (stacks, `clone` of pid 1, network namespaces, reading reports) is here.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -45,15 +45,14 @@ mod net;
 mod pid1;
 mod program;
 mod raw;
-mod steps;
 
+pub use crate::linux::step::Step;
 pub use mount_ops::{
     Expect, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, NsOp, OpKind, describe_sub,
 };
 use net::loopback_up;
 pub use net::{recv_fd, seqpacket_pair};
 use pid1::init_main;
-pub use steps::NsStep;
 
 /// Stack for each of the two cloned children, in bytes. Each runs one small function with
 /// no recursion; 64 KiB leaves ample room for the glibc `clone` trampoline and the frames.
@@ -171,8 +170,8 @@ impl Report {
     }
 
     /// The failed step.
-    pub fn ns_step(&self) -> NsStep {
-        NsStep::from_u32(self.step)
+    pub fn ns_step(&self) -> Step {
+        Step::from_u32(self.step)
     }
 }
 
@@ -180,18 +179,18 @@ impl Report {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Failure {
     /// The step.
-    step: NsStep,
+    step: Step,
     /// Its errno.
     errno: i32,
-    /// For [`NsStep::MountOp`]: the op's index in [`NsSpec::ops`].
+    /// For [`Step::MountOp`]: the op's index in [`NsSpec::ops`].
     op_index: u32,
-    /// For [`NsStep::MountOp`]: the [`SubCall`] that failed (its discriminant).
+    /// For [`Step::MountOp`]: the [`SubCall`] that failed (its discriminant).
     sub: u32,
 }
 
 impl Failure {
     /// `step` failed with `errno` (not a mount op).
-    fn at(step: NsStep, errno: i32) -> Self {
+    fn at(step: Step, errno: i32) -> Self {
         Self {
             step,
             errno,
@@ -201,7 +200,7 @@ impl Failure {
     }
 }
 
-fn fail(step: NsStep) -> impl Fn(i32) -> Failure {
+fn fail(step: Step) -> impl Fn(i32) -> Failure {
     move |e| Failure::at(step, e)
 }
 

@@ -47,7 +47,7 @@ pub(super) extern "C" fn init_main(arg: *mut c_void) -> c_int {
 /// The ordered setup of pid 1. Returns the program's pid (in the namespace) once it runs
 /// and the supervisor has been told.
 pub(super) fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Failure> {
-    use NsStep as S;
+    use Step as S;
     // 1. Default dispositions: signals stay blocked (inherited from the cloning thread)
     //    until the program's exec, and pid 1 only ever waits for them synchronously.
     reset_signal_handlers();
@@ -63,7 +63,7 @@ pub(super) fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Failure> {
     //    lock). The fds were opened by the supervisor, whose credentials the kernel
     //    checks.
     for fd in spec.cgroup_fds {
-        lsys::write_all_raw(*fd, b"0").map_err(fail(S::Cgroup))?;
+        lsys::write_all_raw(*fd, b"0").map_err(fail(S::CgroupAttach))?;
     }
     // 3. Our own id maps, before anything else needs an id: a process may map its own
     //    outside euid/egid with one line; `setgroups` must be denied before `gid_map`.
@@ -141,8 +141,8 @@ pub(super) fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Failure> {
     if pid < 0 {
         return Err(Failure::at(S::CloneProgram, errno()));
     }
-    let failed = NsStep::from_u32(spec.fail_step.load(Ordering::SeqCst));
-    if failed != NsStep::None {
+    let failed = Step::from_u32(spec.fail_step.load(Ordering::SeqCst));
+    if failed != Step::None {
         return Err(Failure::at(failed, spec.fail_errno.load(Ordering::SeqCst)));
     }
     // 11. Hold nothing of the run: only the report pipe and the reaper's image stay open.

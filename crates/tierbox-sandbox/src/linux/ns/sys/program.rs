@@ -13,7 +13,7 @@ pub(super) extern "C" fn program_main(arg: *mut c_void) -> c_int {
     // exit, and we share its memory (CLONE_VM), so the reference stays valid.
     let spec: &NsSpec<'_> = unsafe { &*(arg as *const NsSpec<'_>) };
     let (step, err) = match program_setup(spec) {
-        Ok(()) => (NsStep::Execve, libc::EIO),
+        Ok(()) => (Step::Execve, libc::EIO),
         Err(Failure { step, errno, .. }) => (step, errno),
     };
     spec.fail_errno.store(err, Ordering::SeqCst);
@@ -52,23 +52,5 @@ pub(super) fn program_setup(spec: &NsSpec<'_>) -> Result<(), Failure> {
         envp: spec.envp,
     };
     let (step, errno) = exec::run(&RawCalls, &exec);
-    Err(Failure::at(step.into(), errno))
-}
-
-impl From<exec::ExecStep> for NsStep {
-    fn from(step: exec::ExecStep) -> Self {
-        use exec::ExecStep as E;
-        match step {
-            E::Stdio => Self::Stdio,
-            E::CloseFds => Self::CloseFds,
-            E::Chdir => Self::Chdir,
-            E::Rlimit => Self::Rlimit,
-            E::DropBounding | E::SetIds | E::Capset | E::Pdeathsig => Self::DropCaps,
-            E::NoNewPrivs => Self::NoNewPrivs,
-            E::Landlock => Self::Landlock,
-            E::Seccomp => Self::Seccomp,
-            E::SignalMask => Self::SignalMask,
-            E::Execve => Self::Execve,
-        }
-    }
+    Err(Failure::at(step, errno))
 }
