@@ -743,6 +743,47 @@ impl Redactor {
         (Cow::Owned(out), true)
     }
 
+    /// Redacts one piece of a stream that is shown piece by piece (a line or a batch of
+    /// lines at a time), where a private key block can span pieces: `in_key` says that an
+    /// earlier piece ended inside a key block, so this piece is hidden up to the block's
+    /// `-----END …` line as if the `-----BEGIN …` line were in it. Returns the redacted
+    /// piece, whether anything was redacted, and whether the piece ends inside a key block
+    /// (the next piece's `in_key`).
+    ///
+    /// ```
+    /// use tierbox_redact::{Redactor, REDACTED};
+    ///
+    /// let r = Redactor::default();
+    /// let (first, _, open) = r.redact_piece("-----BEGIN PRIVATE KEY-----\n", false);
+    /// assert_eq!(first, "-----BEGIN PRIVATE KEY-----\n");
+    /// assert!(open);
+    /// let (body, redacted, open) = r.redact_piece("MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n", open);
+    /// assert!(redacted && open && !body.contains("MIIEvQ"), "{body}");
+    /// let (end, _, open) = r.redact_piece("-----END PRIVATE KEY-----\nok\n", open);
+    /// assert_eq!(end, "-----END PRIVATE KEY-----\nok\n");
+    /// assert!(!open);
+    /// # let _ = REDACTED;
+    /// ```
+    pub fn redact_piece<'a>(&self, text: &'a str, in_key: bool) -> (Cow<'a, str>, bool, bool) {
+        let Some(rules) = RULES.as_ref() else {
+            return (Cow::Owned(REDACTED.to_owned()), true, in_key);
+        };
+        let open = ends_in_key_block(rules, text, in_key);
+        if !in_key {
+            let (out, redacted) = self.redact(text);
+            return (out, redacted, open);
+        }
+        let mut joined = String::with_capacity(PIECE_KEY_BEGIN.len() + text.len());
+        joined.push_str(PIECE_KEY_BEGIN);
+        joined.push_str(text);
+        let (out, _) = self.redact(&joined);
+        match out.strip_prefix(PIECE_KEY_BEGIN) {
+            Some(rest) => (Cow::Owned(rest.to_owned()), true, open),
+            // The stand-in BEGIN line did not survive: fail closed.
+            None => (Cow::Owned(REDACTED.to_owned()), true, open),
+        }
+    }
+
     /// Pushes the byte ranges (plus `offset`) to replace in `text` onto `spans`. Key
     /// blocks are looked for only in a `first_pass` over the whole text.
     fn collect(
@@ -916,6 +957,28 @@ fn trim_range(text: &str, mut start: usize, mut end: usize) -> (usize, usize) {
 
 // ---------------------------------------------------------------------------------------
 // Rule 1: private key blocks.
+
+/// The `-----BEGIN …` line [`Redactor::redact_piece`] puts before a piece that continues
+/// a key block (it stays in the redacted text, and is taken off again).
+const PIECE_KEY_BEGIN: &str = "-----BEGIN PRIVATE KEY-----\n";
+
+/// Whether `text` ends inside a private key block, given whether it starts inside one.
+fn ends_in_key_block(rules: &Rules, text: &str, starts_inside: bool) -> bool {
+    let mut at = 0;
+    if starts_inside {
+        match rules.pem_end.find_at(text, 0) {
+            Some(end) => at = end.end(),
+            None => return true,
+        }
+    }
+    while let Some(begin) = rules.pem_begin.find_at(text, at) {
+        match rules.pem_end.find_at(text, begin.end()) {
+            Some(end) => at = end.end(),
+            None => return true,
+        }
+    }
+    false
+}
 
 fn pem_blocks(rules: &Rules, sink: &mut Sink<'_, '_>) {
     let text = sink.text;

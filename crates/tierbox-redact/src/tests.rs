@@ -593,3 +593,46 @@ fn regression_fuzz_cookie_values_after_replacement_characters_stay_idempotent() 
     let once = r(text);
     assert_eq!(r(&once), once, "from {text:?}");
 }
+
+/// A key block shown piece by piece is hidden from its BEGIN line to its END line
+/// whichever pieces they are in; what follows the END line is redacted as usual.
+#[test]
+fn a_key_block_split_across_pieces_is_hidden_to_its_end() {
+    let r = Redactor::default();
+    let pieces = [
+        "log line\n-----BEGIN RSA PRIVATE KEY-----\n",
+        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n",
+        "BKcwggSjAgEAAoIBAQC7\n",
+        "-----END RSA PRIVATE KEY-----\nafter sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789\n",
+        "MIIEvQ is just text again\n",
+    ];
+    let mut open = false;
+    let mut shown = String::new();
+    for piece in pieces {
+        let (out, _, now_open) = r.redact_piece(piece, open);
+        shown.push_str(&out);
+        open = now_open;
+    }
+    assert!(!open);
+    assert!(
+        shown.starts_with("log line\n-----BEGIN RSA PRIVATE KEY-----\n"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("MIIEvQIBAD") && !shown.contains("BKcwgg"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("-----END RSA PRIVATE KEY-----\nafter "),
+        "{shown}"
+    );
+    assert!(!shown.contains("abcdefghijklmnop"), "{shown}");
+    assert!(shown.ends_with("MIIEvQ is just text again\n"), "{shown}");
+    // A piece that opens and closes a block leaves nothing open; one that only opens does.
+    let whole = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+    assert!(!r.redact_piece(whole, false).2);
+    assert!(
+        r.redact_piece("x -----BEGIN PRIVATE KEY-----\nAAAA", false)
+            .2
+    );
+}

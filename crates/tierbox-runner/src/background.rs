@@ -33,7 +33,7 @@ use tokio::sync::Notify;
 
 use crate::audit::{Auditor, RunDescription};
 use crate::outcome::{LimitHit, signal_name};
-use crate::ring::{OutputChunk, OutputRing, RING_BYTES};
+use crate::ring::{OutputChunk, OutputRing, RING_BYTES, ShownRing};
 use crate::supervisor::{
     self, DRAIN_TIMEOUT_MS, EndCause, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, end_tree,
     ensure_private_dir, ensure_state_dir, exited, kill_tree, launch_in, new_run_id, read_stream,
@@ -102,9 +102,10 @@ pub struct BackgroundStatus {
     pub tier: String,
     /// Backend.
     pub backend: tierbox_policy::enforcement::BackendId,
-    /// Bytes written to stdout so far.
+    /// Bytes of stdout so far, as reads count them (after redaction, when the run
+    /// redacts).
     pub stdout_bytes: u64,
-    /// Bytes written to stderr so far.
+    /// Bytes of stderr so far, as reads count them.
     pub stderr_bytes: u64,
     /// The signed attestation, once the process has ended (see `docs/attestation.md`;
     /// its redacted-output digests cover the bytes still in the ring at the end).
@@ -297,11 +298,8 @@ impl Entry {
         let ring = |r: &Arc<Mutex<OutputRing>>| {
             r.lock()
                 .map(|r| {
+                    // Kept redacted already (`ShownRing`).
                     let text = r.retained_text();
-                    let text = match &self.redactor {
-                        Some(red) => red.redact(&text).0.into_owned(),
-                        None => text,
-                    };
                     (r.sha256(), tierbox_attest::sha256_hex(text.as_bytes()))
                 })
                 .unwrap_or_default()
@@ -373,14 +371,12 @@ impl Entry {
             Stream::Stdout => &self.stdout,
             Stream::Stderr => &self.stderr,
         };
-        let mut chunk = match ring.lock() {
+        // The ring holds the stream already redacted (`ShownRing`): any offset and size
+        // returns only what may be shown.
+        match ring.lock() {
             Ok(r) => r.read(offset, max.min(MAX_OUTPUT_READ_BYTES)),
             Err(_) => OutputRing::new(0).read(offset, 0),
-        };
-        if let Some(r) = &self.redactor {
-            chunk.text = r.redact(&chunk.text).0.into_owned();
         }
-        chunk
     }
 }
 
@@ -627,7 +623,10 @@ impl BackgroundManager {
     }
 
     /// Up to `max` bytes of `stream` from absolute `offset` on (at most
-    /// [`MAX_OUTPUT_READ_BYTES`]), redacted like run output.
+    /// [`MAX_OUTPUT_READ_BYTES`]). When the run redacts, the stream is kept redacted as it
+    /// arrives, a line at a time, so every read — at any offset, of any size — shows only
+    /// redacted text; offsets count the bytes of that stream, and a line is readable once
+    /// it is complete (its newline, 16 KiB without one, or the end of the process).
     pub fn output(
         &self,
         owner: &str,
@@ -769,9 +768,18 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
     // The readers fill rings, which keep the newest output and never stop a stream: the
     // quota signal `read_stream` takes is never raised for a background process.
     let quota = Arc::new(Notify::new());
+    // Each ring keeps the stream as reads show it: redacted piece by piece at arrival.
+    let reader = |fd, ring: &Arc<Mutex<OutputRing>>| {
+        let sink = Arc::new(ShownRing::new(ring.clone(), entry.redactor.clone()));
+        let quota = quota.clone();
+        tokio::spawn(async move {
+            read_stream(fd, sink.clone(), quota).await;
+            sink.finish();
+        })
+    };
     let readers = [
-        dup(&l.stdout).map(|fd| tokio::spawn(read_stream(fd, entry.stdout.clone(), quota.clone()))),
-        dup(&l.stderr).map(|fd| tokio::spawn(read_stream(fd, entry.stderr.clone(), quota.clone()))),
+        dup(&l.stdout).map(|fd| reader(fd, &entry.stdout)),
+        dup(&l.stderr).map(|fd| reader(fd, &entry.stderr)),
     ];
     let pidfd = l.watch_exit().ok();
     let state = match &pidfd {

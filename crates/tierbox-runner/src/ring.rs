@@ -5,7 +5,12 @@
 
 use std::collections::VecDeque;
 
+use std::sync::{Arc, Mutex};
+
+use tierbox_redact::Redactor;
+
 use crate::capture::Push;
+use crate::stream::Pieces;
 use crate::supervisor::ChunkSink;
 
 /// Bytes kept per stream of a background process (1 MiB). A chatty server never blocks
@@ -91,7 +96,19 @@ impl OutputRing {
 
     /// Appends a chunk, dropping the oldest bytes past the capacity.
     pub fn push(&mut self, chunk: &[u8]) {
-        sha2::Digest::update(&mut self.hasher, chunk);
+        self.hash(chunk);
+        self.store(chunk);
+    }
+
+    /// Adds the stream's raw bytes to its digest ([`OutputRing::sha256`]) without keeping
+    /// them: with [`OutputRing::store`], for a stream whose reads show it redacted.
+    pub fn hash(&mut self, raw: &[u8]) {
+        sha2::Digest::update(&mut self.hasher, raw);
+    }
+
+    /// Keeps `shown` (the spilled head and the ring), dropping the oldest bytes past the
+    /// capacity; offsets count these bytes.
+    pub fn store(&mut self, chunk: &[u8]) {
         if let Some(sp) = &mut self.spill {
             let room = usize::try_from(sp.max.saturating_sub(sp.written)).unwrap_or(usize::MAX);
             let head = &chunk[..chunk.len().min(room)];
@@ -124,7 +141,7 @@ impl OutputRing {
         self.spill = None;
     }
 
-    /// Lowercase hex SHA-256 of every byte pushed so far.
+    /// Lowercase hex SHA-256 of every byte pushed (or hashed) so far.
     pub fn sha256(&self) -> String {
         tierbox_attest::jcs::hex(&sha2::Digest::finalize(self.hasher.clone()))
     }
@@ -174,6 +191,57 @@ impl OutputRing {
             next_offset: next,
             missed_bytes: from.saturating_sub(offset.min(total)),
             total_bytes: total,
+        }
+    }
+}
+
+/// A background stream as its reads show it: every byte goes into the ring's digest, and
+/// the output — redacted piece by piece with the run's rules ([`Pieces`]) when the run
+/// redacts — into the ring. A read at any offset, of any size, then returns only redacted
+/// text, and the spill file on disk holds no secret. Without redaction the bytes are kept
+/// as they come.
+pub(crate) struct ShownRing {
+    ring: Arc<Mutex<OutputRing>>,
+    redaction: Option<(Redactor, Mutex<Pieces>)>,
+}
+
+impl ShownRing {
+    pub(crate) fn new(ring: Arc<Mutex<OutputRing>>, redactor: Option<Redactor>) -> Self {
+        Self {
+            ring,
+            redaction: redactor.map(|r| (r, Mutex::new(Pieces::default()))),
+        }
+    }
+
+    /// The stream has ended: keeps what is left of its last piece.
+    pub(crate) fn finish(&self) {
+        if let Some((redactor, pieces)) = &self.redaction
+            && let Ok(mut pieces) = pieces.lock()
+            && let Some(text) = pieces.finish(Some(redactor))
+            && let Ok(mut ring) = self.ring.lock()
+        {
+            ring.store(text.as_bytes());
+        }
+    }
+}
+
+impl ChunkSink for ShownRing {
+    fn push_chunk(&self, chunk: &[u8]) -> Push {
+        match &self.redaction {
+            None => self.ring.push_chunk(chunk),
+            Some((redactor, pieces)) => {
+                let Ok(mut pieces) = pieces.lock() else {
+                    return Push::Continue;
+                };
+                let piece = pieces.push(chunk, false, Some(redactor));
+                if let Ok(mut ring) = self.ring.lock() {
+                    ring.hash(chunk);
+                    if let Some(text) = piece {
+                        ring.store(text.as_bytes());
+                    }
+                }
+                Push::Continue
+            }
         }
     }
 }

@@ -4,7 +4,8 @@
 //! - Events are **line-buffered and redacted** with the run's redactor before they leave:
 //!   a batch ends at the last newline, or, when a line grows past [`STREAM_FLUSH_BYTES`],
 //!   at its last whitespace (credentials contain none), so a token is never split across
-//!   two events and always reaches the redactor whole.
+//!   two events and always reaches the redactor whole; a private key block printed over
+//!   several batches stays hidden up to its END line ([`Pieces`]).
 //! - The run never waits for the consumer: events go through a bounded channel with
 //!   `try_send`, and when it is full the batch is dropped and counted
 //!   ([`StreamSummary::dropped_bytes`]). The final [`crate::Outcome`] still has all the
@@ -45,9 +46,60 @@ pub struct StreamSummary {
 }
 
 struct Pending {
-    buf: Vec<u8>,
+    pieces: Pieces,
     /// Bytes of this stream accepted for streaming so far (bounded by the quota).
     seen: u64,
+}
+
+/// One output stream cut into pieces at line ends and redacted piece by piece, with what
+/// came before in mind: a token is never split across two pieces (a piece ends at a
+/// newline, or for a line longer than [`STREAM_FLUSH_BYTES`] at its last whitespace, and
+/// credentials contain none), and a private key block that spans pieces stays hidden up
+/// to its END line ([`Redactor::redact_piece`]). Used for the live stream of a
+/// foreground run ([`Tap`]) and for what a background process's output reads return.
+#[derive(Debug, Default)]
+pub(crate) struct Pieces {
+    buf: Vec<u8>,
+    /// The last piece ended inside a private key block.
+    in_key: bool,
+}
+
+impl Pieces {
+    /// Adds `chunk`; returns the redacted text of the piece it completes, if any. `force`
+    /// ends a piece even without a newline (the stream's quota is reached).
+    pub(crate) fn push(
+        &mut self,
+        chunk: &[u8],
+        force: bool,
+        redactor: Option<&Redactor>,
+    ) -> Option<String> {
+        self.buf.extend_from_slice(chunk);
+        let force = force || self.buf.len() >= STREAM_FLUSH_BYTES;
+        let cut = cut_point(&self.buf, force)?;
+        let piece: Vec<u8> = self.buf.drain(..cut).collect();
+        Some(self.redact(&piece, redactor))
+    }
+
+    /// What is left once the stream has ended, redacted.
+    pub(crate) fn finish(&mut self, redactor: Option<&Redactor>) -> Option<String> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        let rest = std::mem::take(&mut self.buf);
+        Some(self.redact(&rest, redactor))
+    }
+
+    fn redact(&mut self, bytes: &[u8], redactor: Option<&Redactor>) -> String {
+        let raw = String::from_utf8_lossy(bytes);
+        match redactor {
+            Some(r) => {
+                let (text, _, open) = r.redact_piece(&raw, self.in_key);
+                self.in_key = open;
+                text.into_owned()
+            }
+            None => raw.into_owned(),
+        }
+    }
 }
 
 /// The tap a run's readers feed.
@@ -93,7 +145,7 @@ impl Tap {
     ) -> Self {
         let pending = || {
             Mutex::new(Pending {
-                buf: Vec::new(),
+                pieces: Pieces::default(),
                 seen: 0,
             })
         };
@@ -129,12 +181,9 @@ impl Tap {
             return;
         }
         p.seen += take.len() as u64;
-        p.buf.extend_from_slice(take);
-        let force = p.buf.len() >= STREAM_FLUSH_BYTES || p.seen >= self.budget;
-        if let Some(cut) = cut_point(&p.buf, force) {
-            let batch: Vec<u8> = p.buf.drain(..cut).collect();
-            drop(p);
-            self.emit(stream, &batch);
+        let force = p.seen >= self.budget;
+        if let Some(text) = p.pieces.push(take, force, self.redactor.as_ref()) {
+            self.send(stream, text);
         }
     }
 
@@ -142,12 +191,10 @@ impl Tap {
     /// dropped.
     pub(crate) fn finish(&self) -> StreamSummary {
         for stream in [Stream::Stdout, Stream::Stderr] {
-            let rest = match self.pending[index(stream)].lock() {
-                Ok(mut p) => std::mem::take(&mut p.buf),
-                Err(_) => Vec::new(),
-            };
-            if !rest.is_empty() {
-                self.emit(stream, &rest);
+            if let Ok(mut p) = self.pending[index(stream)].lock()
+                && let Some(text) = p.pieces.finish(self.redactor.as_ref())
+            {
+                self.send(stream, text);
             }
         }
         StreamSummary {
@@ -155,15 +202,13 @@ impl Tap {
         }
     }
 
-    fn emit(&self, stream: Stream, bytes: &[u8]) {
-        let raw = String::from_utf8_lossy(bytes);
-        let text = match &self.redactor {
-            Some(r) => r.redact(&raw).0.into_owned(),
-            None => raw.into_owned(),
-        };
+    /// Sends one redacted piece. Called with the stream's pending lock held, so a
+    /// stream's pieces are sent in order; `try_send` never waits: a full channel drops
+    /// the piece and counts it.
+    fn send(&self, stream: Stream, text: String) {
+        let len = text.len() as u64;
         if self.tx.try_send(OutputEvent { stream, text }).is_err() {
-            self.dropped
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            self.dropped.fetch_add(len, Ordering::Relaxed);
         }
     }
 }
@@ -215,6 +260,27 @@ mod tests {
         let text = drain(&mut rx).concat();
         assert!(!text.contains("0123456789abcdef"), "{text}");
         assert!(text.starts_with("token "), "{text}");
+    }
+
+    /// Regression: each batch was redacted on its own, so the body of a private key that
+    /// a program printed line by line reached the stream (only a block's BEGIN and END in
+    /// one batch hid it).
+    #[test]
+    fn a_private_key_printed_line_by_line_stays_hidden() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let tap = Tap::new(tx, Some(Redactor::new(&[])), u64::MAX);
+        tap.push(Stream::Stdout, b"-----BEGIN PRIVATE KEY-----\n");
+        tap.push(Stream::Stderr, b"unrelated MIIEvQ on stderr\n");
+        tap.push(Stream::Stdout, b"MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n");
+        tap.push(Stream::Stdout, b"-----END PRIVATE KEY-----\ndone\n");
+        tap.finish();
+        let text = drain(&mut rx).concat();
+        assert!(!text.contains("MIIEvQIBAD"), "{text}");
+        assert!(text.contains("unrelated MIIEvQ on stderr"), "{text}");
+        assert!(
+            text.ends_with("-----END PRIVATE KEY-----\ndone\n"),
+            "{text}"
+        );
     }
 
     #[test]

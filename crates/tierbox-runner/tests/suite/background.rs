@@ -471,3 +471,76 @@ fn a_background_run_killed_for_memory_on_bwrap_reports_the_signal() {
         );
     });
 }
+
+/// A background process's output is redacted as a stream, not read by read: a token is
+/// hidden even when a read ends inside it, and a private key's body even when a read
+/// starts after the key's BEGIN line.
+///
+/// Regression: each read was redacted on its own, so reading in small pieces (or from an
+/// offset inside a key block) returned the secret in the clear.
+#[test]
+fn background_output_read_in_pieces_shows_no_secret() {
+    let Some(e) = env("background_redaction_in_pieces", &["cat"], 4) else {
+        return;
+    };
+    let token = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+    let body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7";
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        let h = e
+            .runner
+            .start_background("alice", &bg("cat", &[]))
+            .await
+            .unwrap();
+        let id = h.status.id.clone();
+        for line in [
+            format!("token {token}\n"),
+            "-----BEGIN PRIVATE KEY-----\n".to_owned(),
+            format!("{body}\n"),
+            "-----END PRIVATE KEY-----\n".to_owned(),
+            "done\n".to_owned(),
+        ] {
+            bgm.write_stdin("alice", &id, line.as_bytes(), false)
+                .await
+                .unwrap();
+            // Separate reads by the reader: each line its own chunk.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let start = Instant::now();
+        let whole = loop {
+            let c = bgm.output("alice", &id, Stream::Stdout, 0, 4096).unwrap();
+            if c.text.ends_with("done\n") || start.elapsed() > Duration::from_secs(5) {
+                break c.text;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(whole.ends_with("done\n"), "{whole:?}");
+        // Read in 7-byte pieces, and from every offset.
+        let mut pieces = String::new();
+        let mut at = 0;
+        loop {
+            let c = bgm.output("alice", &id, Stream::Stdout, at, 7).unwrap();
+            if c.text.is_empty() {
+                break;
+            }
+            pieces.push_str(&c.text);
+            at = c.next_offset;
+        }
+        for from in 0..whole.len() as u64 {
+            let c = bgm
+                .output("alice", &id, Stream::Stdout, from, 4096)
+                .unwrap();
+            assert!(
+                !c.text.contains(body) && !c.text.contains(&token[4..]),
+                "a read from {from} shows a secret: {:?}",
+                c.text
+            );
+        }
+        for shown in [&whole, &pieces] {
+            assert!(!shown.contains(&token[..12]), "{shown:?}");
+            assert!(!shown.contains(&body[..12]), "{shown:?}");
+        }
+        assert_eq!(pieces, whole);
+        bgm.kill("alice", &id).await.unwrap();
+    });
+}
