@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use tierbox_runner::{Outcome, RunRequest, Runner, RunnerIdentity};
+use tierbox_runner::{Outcome, OutputEvent, RunRequest, Runner, RunnerIdentity};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
@@ -85,7 +85,12 @@ pub struct ApiError {
 
 /// Hands `req` (a `process_run` or a `wasm_run`) to the daemon on `socket` if there is one
 /// whose identity is `runner`'s.
-pub fn hand_off(runner: &Runner, req: RunRequest<'_>, socket: &Path) -> Handoff {
+pub fn hand_off(
+    runner: &Runner,
+    req: RunRequest<'_>,
+    socket: &Path,
+    events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+) -> Handoff {
     if !socket.exists() {
         return Handoff::NotUsed(format!("no daemon at {}", socket.display()));
     }
@@ -140,7 +145,7 @@ pub fn hand_off(runner: &Runner, req: RunRequest<'_>, socket: &Path) -> Handoff 
             }
         };
         tokio::select! {
-            r = conn.run(route, &body) => r,
+            r = conn.run(route, &body, events) => r,
             sig = crate::termination_signal() => Handoff::Interrupted(sig),
         }
     });
@@ -343,8 +348,13 @@ impl Connection {
     /// its result line.
     /// Streaming keeps the run tied to this connection: when it closes (this process is
     /// interrupted or killed), the daemon kills the run.
-    async fn run(&mut self, route: &str, body: &[u8]) -> Handoff {
-        match self.run_streamed(route, body).await {
+    async fn run(
+        &mut self,
+        route: &str,
+        body: &[u8],
+        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+    ) -> Handoff {
+        match self.run_streamed(route, body, events).await {
             Ok(Some(result)) => Handoff::Ran(result),
             Ok(None) => Handoff::NotUsed("the daemon is busy".to_owned()),
             Err(e) => Handoff::Ran(Err(ApiError {
@@ -358,6 +368,7 @@ impl Connection {
         &mut self,
         route: &str,
         body: &[u8],
+        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
     ) -> Result<Option<std::result::Result<Box<Outcome>, ApiError>>> {
         let (status, reply) = self.request("POST", route, Some(body), true).await?;
         if status == 429 {
@@ -387,8 +398,19 @@ impl Connection {
                             "error": event["error"].clone()
                         })))));
                     }
-                    // Output as it happens: the CLI prints the outcome at the end, as
-                    // a run in process does.
+                    // Output as it happens, to the live printer (`--json` has none).
+                    Some("output") => {
+                        if let (Some(tx), Some(text)) = (&events, event["text"].as_str())
+                            && !text.is_empty()
+                        {
+                            let stream = serde_json::from_value(event["stream"].clone())
+                                .context("an output event's stream")?;
+                            let _ = tx.try_send(OutputEvent {
+                                stream,
+                                text: text.to_owned(),
+                            });
+                        }
+                    }
                     _ => {}
                 }
             }

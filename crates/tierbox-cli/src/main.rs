@@ -4,6 +4,7 @@
 mod attest;
 mod daemon;
 mod doctor;
+mod live;
 mod preflight;
 mod render;
 mod wasm;
@@ -692,32 +693,53 @@ fn cmd_run(
     if pass_stdin {
         req.stdin = Some(read_stdin()?);
     }
-    match through_daemon(&runner, RunRequest::Process(&req), json) {
-        Ok(done) => done,
-        Err(via) => run_and_print_via(runner.run(&req), json, &via),
+    run_request(&runner, RunRequest::Process(&req), json)
+}
+
+/// Runs `req` through the local daemon when one with this runner's identity answers (see
+/// `daemon`), else in process; prints the program's output as it arrives (unless
+/// `--json`, which prints the outcome at the end) and then the outcome's notes, and
+/// returns the exit status that mirrors the program.
+fn run_request(runner: &Runner, req: RunRequest<'_>, json: bool) -> Result<ExitCode> {
+    let (live, events) = if json {
+        (None, None)
+    } else {
+        let (live, tx) = live::Live::start(
+            std::io::stdout().is_terminal(),
+            std::io::stderr().is_terminal(),
+        );
+        (Some(live), Some(tx))
+    };
+    let via = if daemon::enabled() {
+        let socket = daemon::socket_path(&runner.options().state_dir);
+        match daemon::hand_off(runner, req, &socket, events.clone()) {
+            daemon::Handoff::Ran(reply) => {
+                finish(live);
+                return print_daemon_reply(reply, json);
+            }
+            daemon::Handoff::Interrupted(sig) => {
+                finish(live);
+                return Ok(interrupted(sig));
+            }
+            daemon::Handoff::NotUsed(why) => Via::InProcess(Some(why)),
+        }
+    } else {
+        Via::InProcess(None)
+    };
+    run_and_print_via(runner.execute(req, events), json, &via, live)
+}
+
+/// Waits until the live output printed so far is out, when there is any.
+fn finish(live: Option<live::Live>) {
+    if let Some(live) = live {
+        live.finish();
     }
 }
 
-/// Hands the request to a local daemon whose runner is `runner` (see `daemon`): the
-/// printed result and exit status, or — when no such daemon ran it — how the caller must
-/// run it in process (`Err`, with why a daemon found was not used).
-fn through_daemon(
-    runner: &Runner,
-    req: RunRequest<'_>,
-    json: bool,
-) -> std::result::Result<Result<ExitCode>, Via> {
-    if !daemon::enabled() {
-        return Err(Via::InProcess(None));
-    }
-    let socket = daemon::socket_path(&runner.options().state_dir);
-    match daemon::hand_off(runner, req, &socket) {
-        daemon::Handoff::Ran(reply) => Ok(print_daemon_reply(reply, json)),
-        daemon::Handoff::Interrupted(sig) => {
-            eprintln!("tierbox: received signal {sig}; the run was killed");
-            Ok(Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))))
-        }
-        daemon::Handoff::NotUsed(why) => Err(Via::InProcess(Some(why))),
-    }
+/// The exit status of a run ended by a termination signal to the CLI, after saying so.
+fn interrupted(sig: i32) -> ExitCode {
+    eprintln!("tierbox: received signal {sig}; the run was killed");
+    ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))
 }
 
 /// Which process ran a request, for `--json` (`via`, and why a daemon found was not used).
@@ -847,10 +869,7 @@ fn cmd_wasm_run(
     if pass_stdin {
         req.stdin = Some(read_stdin()?);
     }
-    match through_daemon(&runner, RunRequest::Wasm(&req), json) {
-        Ok(done) => done,
-        Err(via) => run_and_print_via(runner.run_wasm(&req), json, &via),
-    }
+    run_request(&runner, RunRequest::Wasm(&req), json)
 }
 
 fn read_stdin() -> Result<String> {
@@ -868,6 +887,7 @@ fn run_and_print_via(
     run: impl std::future::Future<Output = std::result::Result<tierbox_runner::Outcome, RunError>>,
     json: bool,
     via: &Via,
+    live: Option<live::Live>,
 ) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -885,12 +905,10 @@ fn run_and_print_via(
     // compilation still going after the run's deadline is abandoned, not waited for:
     // dropping the runtime would wait for it.
     rt.shutdown_background();
+    finish(live);
     let result = match result {
         Ok(r) => r,
-        Err(sig) => {
-            eprintln!("tierbox: received signal {sig}; the run was killed");
-            return Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)));
-        }
+        Err(sig) => return Ok(interrupted(sig)),
     };
     match result {
         Ok(outcome) => print_outcome(&outcome, json, via),
@@ -906,11 +924,9 @@ fn print_outcome(outcome: &tierbox_runner::Outcome, json: bool, via: &Via) -> Re
         via.annotate(&mut v);
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        render::print_outcome(
-            outcome,
-            std::io::stdout().is_terminal(),
-            std::io::stderr().is_terminal(),
-        );
+        // The output was printed as it arrived (`live`): what is left is what the run's
+        // end says about it.
+        render::print_notes(outcome, std::io::stderr().is_terminal());
     }
     if let Some(e) = &outcome.audit_error {
         eprintln!("tierbox: the run is not attested: {e}");

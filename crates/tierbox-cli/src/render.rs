@@ -38,11 +38,13 @@ pub fn neutralize(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// Prints the program's output and the notes about the run. Each stream is neutralised
-/// ([`neutralize`]) only when it goes to a terminal: output piped or redirected stays
-/// byte-exact. The notes go to stderr and carry text the program chose (hosts it asked
-/// for, directories it created), so they follow stderr's rule.
-pub fn print_outcome(o: &Outcome, stdout_tty: bool, stderr_tty: bool) {
+/// Prints the notes about an ended run to stderr: a sandbox failure, the timeout, the
+/// quota, a limit, truncation and redaction, git repositories the run created, egress
+/// denials, layers this host did not enforce. The program's own output was already
+/// printed as it arrived (`crate::live`). The notes carry text the program chose (hosts
+/// it asked for, directories it created), so they are neutralised ([`neutralize`]) when
+/// stderr is a terminal.
+pub fn print_notes(o: &Outcome, stderr_tty: bool) {
     let show = |s: &str, tty: bool| {
         if tty {
             neutralize(s).into_owned()
@@ -50,11 +52,7 @@ pub fn print_outcome(o: &Outcome, stdout_tty: bool, stderr_tty: bool) {
             s.to_owned()
         }
     };
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(show(&o.stdout.text, stdout_tty).as_bytes());
-    let _ = stdout.flush();
     let mut stderr = std::io::stderr().lock();
-    let _ = stderr.write_all(show(&o.stderr.text, stderr_tty).as_bytes());
     let mut notes = Vec::new();
     let stopped = if o.tier == "a" {
         "the guest was stopped"

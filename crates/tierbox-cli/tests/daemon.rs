@@ -19,12 +19,19 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// The daemon started with `extra` arguments (e.g. `--policy FILE`).
+    fn start_with(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let xdg = dir.path().join("xdg");
         let ws = dir.path().join("ws");
         std::fs::create_dir(&ws).unwrap();
         let d = Self { _dir: dir, xdg, ws };
-        let out = d.tierbox(&["daemon", "start", "--workspace", d.ws_str()]);
+        let mut args = vec!["daemon", "start", "--workspace", d.ws_str()];
+        args.extend_from_slice(extra);
+        let out = d.tierbox(&args);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         d
     }
@@ -370,5 +377,105 @@ fn a_wasm_run_through_the_daemon_is_the_run_in_process() {
     assert_eq!(b["via"], "in_process", "{b}");
     for key in ["exit_code", "backend", "tier", "enforcement", "plan_sha256"] {
         assert_eq!(a[key], b[key], "{key}");
+    }
+}
+
+/// The program's output reaches the CLI's stdout and stderr while it runs, each on its own
+/// stream, both in process and through the daemon: the program prints a line on each
+/// stream and then waits for a file the test creates only once it has read both lines.
+/// A CLI that prints at the end never shows them, and the run times out.
+#[test]
+fn output_is_printed_while_the_program_runs_in_process_and_through_the_daemon() {
+    if !tier_b_available() {
+        return;
+    }
+    let policy_dir = tempfile::tempdir().unwrap();
+    let policy = policy_dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[exec]\nallowed_executables = [\"sh\", \"sleep\"]\n\
+         allow_interpreters = true\nallow_eval = true\n",
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap();
+    let d = Daemon::start_with(&["--policy", policy]);
+    for in_process in [true, false] {
+        let via = if in_process { "in process" } else { "daemon" };
+        let go = d.ws.join("go");
+        let _ = std::fs::remove_file(&go);
+        let script = "echo one; echo err-one >&2; \
+                      while [ ! -e go ]; do sleep 0.05; done; echo two; echo err-two >&2";
+        let mut cmd = d.command(&[
+            "run",
+            "--tier",
+            "b",
+            "--policy",
+            policy,
+            "--workspace",
+            d.ws_str(),
+            "--timeout-ms",
+            "30000",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]);
+        if in_process {
+            cmd.env("TIERBOX_DAEMON", "off");
+        }
+        let mut child = cmd.spawn().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<(&str, String)>();
+        let readers = [
+            (
+                "stdout",
+                Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            ),
+            ("stderr", Box::new(child.stderr.take().unwrap())),
+        ]
+        .map(|(name, pipe)| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(pipe).lines() {
+                    let _ = tx.send((name, line.unwrap()));
+                }
+            })
+        });
+        drop(tx);
+        let mut seen: Vec<(&str, String)> = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !(seen.contains(&("stdout", "one".into()))
+            && seen.contains(&("stderr", "err-one".into())))
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(e) => {
+                    let _ = child.kill();
+                    panic!(
+                        "{via}: the first lines did not arrive while the program ran ({e}); got {seen:?}"
+                    );
+                }
+            }
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "{via}: the run ended before it was told to"
+        );
+        std::fs::write(&go, "").unwrap();
+        let status = child.wait().unwrap();
+        for r in readers {
+            r.join().unwrap();
+        }
+        seen.extend(rx.try_iter());
+        assert_eq!(status.code(), Some(0), "{via}: {seen:?}");
+        let lines = |stream: &str| -> Vec<String> {
+            seen.iter()
+                .filter(|(s, _)| *s == stream)
+                .map(|(_, l)| l.clone())
+                .collect()
+        };
+        assert_eq!(lines("stdout"), ["one", "two"], "{via}");
+        assert_eq!(lines("stderr"), ["err-one", "err-two"], "{via}");
     }
 }
