@@ -382,10 +382,14 @@ def memory(argv):
                 errors.append(f"end {s}: {code} {resp[:300]!r}")
         sessions.clear()
 
+    # The server's own helper processes (its watchdog, forked at start) are there from
+    # the start and are not sandboxes: they are left out of every count.
+    own = set(descendants(pid))
+
     def settle():
         time.sleep(1.0)
         m = status_kib(pid)
-        m["procs"] = descendants(pid)
+        m["procs"] = [p for p in descendants(pid) if p not in own]
         m["all_pss"], m["uss"] = mem_of([pid] + m["procs"])
         m["box_uss"] = mem_of(m["procs"])[1]
         return m
@@ -424,7 +428,7 @@ def memory(argv):
         if after["procs"]:
             errors.append(f"{len(after['procs'])} processes still under the server after "
                           f"ending every session: {after['procs'][:8]}")
-    print("(VmRSS, Pss: the supervisor's; tree Pss: supervisor + every process under it; "
+    print("(VmRSS, Pss: the supervisor's; tree Pss: supervisor + every sandbox process under it (not its watchdog); "
           "box USS: the sandboxes' private memory; d…/K: change from the baseline per live "
           "sandbox)")
     for e in errors:
