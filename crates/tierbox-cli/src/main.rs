@@ -120,8 +120,13 @@ struct RequestArgs {
     /// Read the request as JSON from FILE ("-" for stdin) instead of COMMAND ARGS.
     #[arg(long, value_name = "FILE", conflicts_with = "cmd")]
     request: Option<PathBuf>,
-    /// The command and its arguments.
-    #[arg(last = true, value_name = "COMMAND")]
+    /// The command and its arguments: everything from the first word that is not one
+    /// of tierbox's own options on (`--` before it is optional).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     cmd: Vec<String>,
 }
 

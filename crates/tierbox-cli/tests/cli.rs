@@ -1282,3 +1282,25 @@ fn a_run_from_the_cached_system_walk_enforces_what_a_fresh_walk_does() {
         assert!(first["plan_sha256"].is_string(), "{first}");
     }
 }
+
+/// The command may follow tierbox's options without `--`, as with `timeout` or `env`:
+/// everything from the first word that is not a tierbox option on is the command, its
+/// dashes included; `--` still works, and a second `--` reaches the program.
+///
+/// Regression: `tierbox run ls -la` failed with "unexpected argument 'ls'".
+#[test]
+fn the_command_needs_no_double_dash() {
+    let ws = tempfile::tempdir().unwrap();
+    let w = ws.path().to_str().unwrap();
+    let out = tierbox(&["run", "--workspace", w, "printf", "%s|", "-la", "x"], None);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(out.stdout, b"-la|x|");
+    let out = tierbox(&["run", "--workspace", w, "--", "printf", "%s|", "--", "-v"], None);
+    assert_eq!(out.stdout, b"--|-v|", "{out:?}");
+    // An option after the command belongs to the command.
+    let out = tierbox(&["run", "--workspace", w, "printf", "%s|", "--json"], None);
+    assert_eq!(out.stdout, b"--json|", "{out:?}");
+    let out = tierbox(&["check", "--workspace", w, "ls", "-la"], None);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(r#"["ls", "-la"]"#));
+}

@@ -65,6 +65,11 @@ pub(crate) fn check(req: &ProcessRunRequest) -> Result<(), Rejection> {
         if name.contains('=') {
             return Err(invalid("contains '='"));
         }
+        if !is_portable_env_name(name) {
+            return Err(invalid(
+                "not a portable variable name: a letter or '_' first, then only letters, digits and '_'",
+            ));
+        }
         nul_free(&format!("env name {name:?}"), name)?;
         if value.len() > MAX_ENV_VALUE_BYTES {
             return Err(Rejection::EnvValueTooLong {
@@ -121,4 +126,15 @@ fn nul_free(field: &str, value: &str) -> Result<(), Rejection> {
         });
     }
     Ok(())
+}
+
+/// Whether `name` is a variable name every shell can export (POSIX's portable set:
+/// `[A-Za-z_][A-Za-z0-9_]*`). Others — a blank, a leading digit, punctuation — cannot be
+/// set or read by the program's own shell, so they are a mistake at best.
+pub(crate) fn is_portable_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }

@@ -95,6 +95,15 @@ fn every_rejection_code_has_a_table_case() {
     let mut r = req("ls", &[]);
     r.env.insert("A=B".to_owned(), "1".to_owned());
     check("env name", code_of(&fx, &r), "input.env_name_invalid");
+    // Names a shell could not export: a blank, a leading digit, punctuation.
+    for bad in ["A B", "1BAD", "X-Y", "É"] {
+        let mut r = req("ls", &[]);
+        r.env.insert(bad.to_owned(), "1".to_owned());
+        check(bad, code_of(&fx, &r), "input.env_name_invalid");
+    }
+    let mut r = req("ls", &[]);
+    r.env.insert("_ok_Name9".to_owned(), "1".to_owned());
+    assert!(fx.request(&r).is_ok(), "a portable name is accepted");
     let mut r = req("ls", &[]);
     r.env
         .insert("V".to_owned(), "x".repeat(MAX_ENV_VALUE_BYTES + 1));
