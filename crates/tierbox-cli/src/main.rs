@@ -195,7 +195,7 @@ enum Command {
         #[arg(long, group = "transport")]
         mcp: bool,
         /// Serve the HTTP API on this address (loopback unless --dangerously-allow-remote).
-        #[arg(long, group = "transport", value_name = "ADDR")]
+        #[arg(long, group = "transport", value_name = "ADDR", value_parser = parse_http_addr)]
         http: Option<std::net::SocketAddr>,
         /// Serve the HTTP API on this unix socket (created with mode 0600).
         #[arg(long, group = "transport", value_name = "PATH")]
@@ -500,6 +500,30 @@ fn build_runner(args: &PolicyArgs, state_dir: Option<PathBuf>) -> Result<Runner>
     // A one-shot process reuses the last positive user-namespace probe kept there.
     tierbox_runner::host::set_probe_state_dir(&options.state_dir);
     Ok(runner.with_options(options))
+}
+
+/// `--http ADDR`: an IP address and port (`127.0.0.1:8700`, `[::1]:8700`), or a host
+/// name and port: `localhost:8700` is 127.0.0.1, another name is resolved (its first
+/// address; a non-loopback one still needs `--dangerously-allow-remote`).
+fn parse_http_addr(text: &str) -> std::result::Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("{text:?} is not HOST:PORT"));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{port:?} in {text:?} is not a port number"))?;
+    if host.eq_ignore_ascii_case("localhost") {
+        return Ok((std::net::Ipv4Addr::LOCALHOST, port).into());
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{host:?} does not resolve: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host:?} has no address"))
 }
 
 /// The request from `--request FILE` or from `-- COMMAND ARGS` plus flags.
@@ -955,6 +979,19 @@ fn cmd_serve(
 ) -> Result<ExitCode> {
     use tierbox_server::serve;
     harden_supervisor();
+    // Fail at start, not at the first call: the workspace and the policy's grants as a run
+    // resolves them, then the state directory, the signing key and the audit log.
+    if let Err(rej) = runner.check_grants() {
+        anyhow::bail!(
+            "cannot serve workspace {}: {} [{}]",
+            runner.workspace().display(),
+            rej,
+            rej.code()
+        );
+    }
+    runner
+        .auditor()
+        .map_err(|e| anyhow::anyhow!("cannot serve: {e}"))?;
     // Before any thread starts: a process that kills what this server's runs leave in
     // their cgroups if the server is killed outright (SIGKILL).
     if let Err(e) = tierbox_runner::host::start_watchdog() {

@@ -1292,10 +1292,16 @@ fn a_run_from_the_cached_system_walk_enforces_what_a_fresh_walk_does() {
 fn the_command_needs_no_double_dash() {
     let ws = tempfile::tempdir().unwrap();
     let w = ws.path().to_str().unwrap();
-    let out = tierbox(&["run", "--workspace", w, "printf", "%s|", "-la", "x"], None);
+    let out = tierbox(
+        &["run", "--workspace", w, "printf", "%s|", "-la", "x"],
+        None,
+    );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(out.stdout, b"-la|x|");
-    let out = tierbox(&["run", "--workspace", w, "--", "printf", "%s|", "--", "-v"], None);
+    let out = tierbox(
+        &["run", "--workspace", w, "--", "printf", "%s|", "--", "-v"],
+        None,
+    );
     assert_eq!(out.stdout, b"--|-v|", "{out:?}");
     // An option after the command belongs to the command.
     let out = tierbox(&["run", "--workspace", w, "printf", "%s|", "--json"], None);
@@ -1303,4 +1309,67 @@ fn the_command_needs_no_double_dash() {
     let out = tierbox(&["check", "--workspace", w, "ls", "-la"], None);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains(r#"["ls", "-la"]"#));
+}
+
+/// `serve` checks what every call would need before it accepts one: a workspace that
+/// does not exist (or is refused) stops it at start, with the rule's code, for MCP and
+/// HTTP alike.
+///
+/// Regression: the MCP `initialize` succeeded and the error came at the first tool call.
+#[test]
+fn serve_refuses_to_start_without_a_usable_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let missing = missing.to_str().unwrap();
+    for (transport, code) in [
+        (vec!["--mcp"], "scope.workspace_invalid"),
+        (vec!["--http", "127.0.0.1:0"], "scope.workspace_invalid"),
+    ] {
+        let mut args = vec!["serve", "--workspace", missing];
+        args.extend(transport.iter().copied());
+        let out = tierbox(&args, Some(""));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(126), "{transport:?}: {err}");
+        assert!(err.contains(code) && err.contains(missing), "{err}");
+    }
+    let out = tierbox(&["serve", "--workspace", "/", "--mcp"], Some(""));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{err}");
+    assert!(err.contains("scope.workspace_refused"), "{err}");
+}
+
+/// `serve --http localhost:PORT` binds 127.0.0.1; a port that is not a number is refused
+/// with what is wrong.
+#[test]
+fn serve_http_takes_localhost() {
+    let out = tierbox(&["serve", "--http", "localhost:x"], None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("is not a port number"), "{err}");
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+        .args(["serve", "--http", "localhost:0", "--workspace"])
+        .arg(ws.path())
+        .env("XDG_STATE_HOME", state.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    loop {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut err, &mut line).unwrap() > 0,
+            "serve ended before it listened"
+        );
+        if line.contains("serving the HTTP API") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.contains("http://127.0.0.1:"), "{line}");
 }
