@@ -747,7 +747,7 @@ fn tier_c_is_rejected_not_downgraded_when_user_namespaces_are_off() {
 }
 
 /// `cargo --version` in Tier C with the toolchain granted read-only by the shipped
-/// "build with caches" policy (its PATH names `/root/.cargo/bin`).
+/// "build with caches" policy (its PATH names `~/.cargo/bin`), as root.
 #[test]
 fn tier_c_runs_cargo_from_a_read_only_toolchain() {
     if !tier_c_available() {
@@ -1372,4 +1372,63 @@ fn serve_http_takes_localhost() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(line.contains("http://127.0.0.1:"), "{line}");
+}
+
+/// The shipped build policies follow the caller's home: with another `HOME`, the
+/// `~/.cargo/bin` of their `env.path` and of their read-only grants is that home's, in
+/// Tier B and Tier C alike, and no shipped policy names a user's own directory.
+///
+/// Regression: `env.path` refused `~`, so the policies hard-coded `/root/.cargo/bin`;
+/// with another `HOME` the run failed at execve, naming no path and no policy key.
+#[test]
+fn shipped_build_policies_follow_the_callers_home() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../policies");
+    for entry in std::fs::read_dir(root).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for user_path in ["/root", "/home/"] {
+            assert!(
+                !text.contains(user_path),
+                "{} names {user_path}",
+                path.display()
+            );
+        }
+    }
+    let home = tempfile::tempdir().unwrap();
+    let bin = home.path().join(".cargo/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let cargo = bin.join("cargo");
+    std::fs::write(&cargo, "#!/bin/sh\necho \"cargo 0.0.0-from-$0\"\n").unwrap();
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let policy = format!("{root}/build-with-caches.toml");
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    for (tier, available) in [("b", true), ("c", tier_c_available())] {
+        if !available {
+            continue;
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(["run", "--policy", &policy, "--tier", tier, "--workspace"])
+            .arg(ws.path())
+            .args(["--", "cargo", "--version"])
+            .env("HOME", home.path())
+            .env("XDG_STATE_HOME", state.path())
+            .env("TIERBOX_DAEMON", "off")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "tier {tier}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout.trim(),
+            format!("cargo 0.0.0-from-{}", cargo.display()),
+            "tier {tier}"
+        );
+    }
 }

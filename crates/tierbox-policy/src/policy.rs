@@ -938,12 +938,18 @@ impl Policy {
         Ok(())
     }
 
-    /// `env.path` is absolute directories; variable names are names.
+    /// `env.path` is absolute directories or directories under the supervisor's home
+    /// (`~/…` or `$HOME/…`, expanded when a request is validated, as the filesystem grants'
+    /// `~/` is); variable names are names.
     fn check_env(&self) -> Result<(), PolicyError> {
-        if self.env.path.is_empty() || self.env.path.split(':').any(|d| !d.starts_with('/')) {
+        let portable = |d: &str| d.starts_with('/') || crate::validate::home_relative(d).is_some();
+        if self.env.path.is_empty() || !self.env.path.split(':').all(portable) {
             return invalid(
                 "env.path",
-                format!("{:?} must be a list of absolute directories", self.env.path),
+                format!(
+                    "{:?} must be a list of absolute directories or directories under ~/ ($HOME/)",
+                    self.env.path
+                ),
             );
         }
         for name in self.env.pass.iter().chain(self.env.set.keys()) {

@@ -187,6 +187,23 @@ pub fn is_denied_env_name(name: &str) -> Option<&'static str> {
         })
 }
 
+/// The policy's `env.path` with each `~/…` or `$HOME/…` entry under the supervisor's
+/// home (the directories a policy grants read-only, such as `~/.cargo/bin`); without a
+/// known home such an entry is left out, never kept relative.
+pub(crate) fn expanded_path(path: &str, ctx: &ValidateContext) -> String {
+    let home = ctx.home();
+    let mut out: Vec<String> = Vec::new();
+    for dir in path.split(':') {
+        match (super::home_relative(dir), &home) {
+            (None, _) => out.push(dir.to_owned()),
+            (Some(""), Some(home)) => out.push(home.to_string_lossy().into_owned()),
+            (Some(rest), Some(home)) => out.push(home.join(rest).to_string_lossy().into_owned()),
+            (Some(_), None) => {}
+        }
+    }
+    out.join(":")
+}
+
 /// Builds the child's complete environment: policy `pass` (from the supervisor), policy
 /// `set`, the fixed PATH, then the request's own variables (each checked).
 pub(crate) fn build(
@@ -212,7 +229,7 @@ pub(crate) fn build(
         };
         env.insert(k.clone(), value);
     }
-    env.insert("PATH".to_owned(), policy.path.clone());
+    env.insert("PATH".to_owned(), expanded_path(&policy.path, ctx));
     for (name, value) in &req.env {
         if let Some(reason) = is_denied_env_name(name) {
             return Err(Rejection::EnvDenied {
@@ -223,4 +240,29 @@ pub(crate) fn build(
         env.insert(name.clone(), value.clone());
     }
     Ok(env.into_iter().collect())
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+
+    fn ctx(home: Option<&str>) -> ValidateContext {
+        let env = home
+            .map(|h| ("HOME".to_owned(), h.to_owned()))
+            .into_iter()
+            .collect();
+        ValidateContext::new("/tmp").with_env(env)
+    }
+
+    #[test]
+    fn home_entries_of_env_path_follow_the_supervisor_s_home() {
+        let path = "~/.cargo/bin:$HOME/go/bin:~:/usr/bin:/home/~x";
+        assert_eq!(
+            expanded_path(path, &ctx(Some("/home/ada"))),
+            "/home/ada/.cargo/bin:/home/ada/go/bin:/home/ada:/usr/bin:/home/~x"
+        );
+        // No home (or a relative one): those entries are left out, never kept relative.
+        assert_eq!(expanded_path(path, &ctx(None)), "/usr/bin:/home/~x");
+        assert_eq!(expanded_path(path, &ctx(Some("rel"))), "/usr/bin:/home/~x");
+    }
 }

@@ -157,6 +157,22 @@ impl ValidateContext {
     }
 }
 
+/// The part after the home of a `~`, `~/…`, `$HOME` or `$HOME/…` path (`""` for the home
+/// itself); `None` for any other path.
+pub(crate) fn home_relative(path: &str) -> Option<&str> {
+    for home in ["~", "$HOME"] {
+        if let Some(rest) = path.strip_prefix(home) {
+            if rest.is_empty() {
+                return Some("");
+            }
+            if let Some(rest) = rest.strip_prefix('/') {
+                return Some(rest);
+            }
+        }
+    }
+    None
+}
+
 /// Every variable of the supervisor's environment that validation may read under
 /// `policy`: `HOME` (`~` in paths), `TIERBOX_RUNTIMES_DIR` and `XDG_DATA_HOME` (where
 /// Tier A runtimes are found), and the names in `env.pass`, `env.sensitive` and
@@ -198,13 +214,14 @@ pub fn validate(
             via: String::new(),
         });
     }
-    let program = exec::resolve_program(&policy.exec, &req.command, &policy.env.path)?;
+    let path = env::expanded_path(&policy.env.path, ctx);
+    let program = exec::resolve_program(&policy.exec, &req.command, &path)?;
     interpreter::check(
         &policy.exec,
         &req.command,
         &program,
         &req.args,
-        &policy.env.path,
+        &path,
         req.stdin.as_deref(),
     )?;
     let own = scope::own_paths(policy, ctx);
