@@ -253,7 +253,8 @@ fn sensitive_values_and_tokens_are_redacted() {
 }
 
 /// A launch that fails inside the sandbox comes back typed: which step of the child
-/// failed, with its errno (here the program vanished between validation and exec).
+/// failed, with its errno (here the program vanished between validation and exec), and
+/// its message says which policy keys would fix an exec failure.
 #[test]
 fn a_failed_launch_names_the_step_in_the_child() {
     if !tier_b_available("a_failed_launch_names_the_step_in_the_child") {
@@ -267,13 +268,24 @@ fn a_failed_launch_names_the_step_in_the_child() {
     let opts = RunOptions {
         state_dir: env.state.path().to_path_buf(),
     };
-    match rt().block_on(run_plan(&plan, &opts)) {
+    let result = rt().block_on(run_plan(&plan, &opts));
+    match &result {
         Err(RunError::Sandbox(tierbox_sandbox::launch::LaunchError::Child { step, errno })) => {
-            assert_eq!(step, tierbox_sandbox::launch::ChildStep::Execve, "{step:?}");
-            assert_eq!(errno, libc::ENOENT);
+            assert_eq!(
+                *step,
+                tierbox_sandbox::launch::ChildStep::Execve,
+                "{step:?}"
+            );
+            assert_eq!(*errno, libc::ENOENT);
         }
         other => panic!("expected a typed launch failure, got {other:?}"),
     }
+    // The message names the policy keys that make a program exec'able in the sandbox.
+    let message = result.unwrap_err().to_string();
+    assert!(
+        message.contains("at execve") && message.contains("filesystem.read_only"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -80,7 +80,7 @@ pub enum LaunchError {
     #[error(transparent)]
     Native(#[from] crate::linux::ns::NativeError),
     /// A setup step failed in the child before exec.
-    #[error("sandbox setup failed in the child at {}: {}", step.describe(), std::io::Error::from_raw_os_error(*errno))]
+    #[error("sandbox setup failed in the child at {}: {}{}", step.describe(), std::io::Error::from_raw_os_error(*errno), crate::linux::step::hint(step.step(), *errno))]
     Child {
         /// The step.
         step: ChildStep,

@@ -150,6 +150,28 @@ impl Step {
     }
 }
 
+/// What a failure at `step` with `errno` most likely means, and the policy keys that fix
+/// it, for the error message: `""` when there is nothing to add. A program that cannot be
+/// exec'd inside the sandbox (missing, or not readable and executable there) is the one
+/// case a policy causes and a policy fixes.
+///
+/// ```
+/// use tierbox_sandbox::linux::step::{Step, hint};
+///
+/// assert!(hint(Step::Execve, libc::EACCES).contains("filesystem.read_only"));
+/// assert_eq!(hint(Step::Landlock, libc::EPERM), "");
+/// ```
+pub fn hint(step: Step, errno: i32) -> &'static str {
+    match (step, errno) {
+        (Step::Execve, libc::EACCES | libc::ENOENT | libc::ENOEXEC | libc::ELIBBAD) => {
+            " (the program, its #! interpreter or a library it loads is missing or not \
+             readable and executable inside the sandbox: the directory that holds it needs a \
+             filesystem.read_only grant, and env.path must list the program's directory)"
+        }
+        _ => "",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

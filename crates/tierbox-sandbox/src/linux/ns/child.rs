@@ -116,7 +116,7 @@ pub enum NativeError {
         source: std::io::Error,
     },
     /// A setup step failed inside the sandbox before the program was exec'd.
-    #[error("sandbox setup failed at {}{}: {}", step.describe(), op.as_deref().map(|o| format!(" ({o})")).unwrap_or_default(), std::io::Error::from_raw_os_error(*errno))]
+    #[error("sandbox setup failed at {}{}: {}{}", step.describe(), op.as_deref().map(|o| format!(" ({o})")).unwrap_or_default(), std::io::Error::from_raw_os_error(*errno), crate::linux::step::hint(*step, *errno))]
     Child {
         /// The step.
         step: Step,
