@@ -744,7 +744,7 @@ fn run_request(runner: &Runner, req: RunRequest<'_>, json: bool) -> Result<ExitC
         match daemon::hand_off(runner, req, &socket, events.clone()) {
             daemon::Handoff::Ran(reply) => {
                 finish(live);
-                return print_daemon_reply(reply, json);
+                return print_daemon_reply(reply, json, runner.policy());
             }
             daemon::Handoff::Interrupted(sig) => {
                 finish(live);
@@ -755,7 +755,13 @@ fn run_request(runner: &Runner, req: RunRequest<'_>, json: bool) -> Result<ExitC
     } else {
         Via::InProcess(None)
     };
-    run_and_print_via(runner.execute(req, events), json, &via, live)
+    run_and_print_via(
+        runner.execute(req, events),
+        json,
+        &via,
+        live,
+        runner.policy(),
+    )
 }
 
 /// Waits until the live output printed so far is out, when there is any.
@@ -795,9 +801,10 @@ impl Via {
 fn print_daemon_reply(
     reply: std::result::Result<Box<tierbox_runner::Outcome>, daemon::ApiError>,
     json: bool,
+    policy: &Policy,
 ) -> Result<ExitCode> {
     match reply {
-        Ok(outcome) => print_outcome(&outcome, json, &Via::Daemon),
+        Ok(outcome) => print_outcome(&outcome, json, &Via::Daemon, policy),
         Err(e) if Rejection::ALL_CODES.contains(&e.code.as_str()) => {
             Ok(print_refusal(&e.code, &e.message, json))
         }
@@ -917,6 +924,7 @@ fn run_and_print_via(
     json: bool,
     via: &Via,
     live: Option<live::Live>,
+    policy: &Policy,
 ) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -940,14 +948,19 @@ fn run_and_print_via(
         Err(sig) => return Ok(interrupted(sig)),
     };
     match result {
-        Ok(outcome) => print_outcome(&outcome, json, via),
+        Ok(outcome) => print_outcome(&outcome, json, via, policy),
         Err(RunError::Rejected(rej)) => Ok(print_rejection(&rej, json)),
         Err(e) => Ok(print_run_failure(&e.to_string(), json)),
     }
 }
 
 /// Prints an outcome (JSON with `via`, or rendered) and returns the exit status it mirrors.
-fn print_outcome(outcome: &tierbox_runner::Outcome, json: bool, via: &Via) -> Result<ExitCode> {
+fn print_outcome(
+    outcome: &tierbox_runner::Outcome,
+    json: bool,
+    via: &Via,
+    policy: &Policy,
+) -> Result<ExitCode> {
     if json {
         let mut v = serde_json::to_value(outcome)?;
         via.annotate(&mut v);
@@ -955,7 +968,7 @@ fn print_outcome(outcome: &tierbox_runner::Outcome, json: bool, via: &Via) -> Re
     } else {
         // The output was printed as it arrived (`live`): what is left is what the run's
         // end says about it.
-        render::print_notes(outcome, std::io::stderr().is_terminal());
+        render::print_notes(outcome, std::io::stderr().is_terminal(), policy);
     }
     if let Some(e) = &outcome.audit_error {
         eprintln!("tierbox: the run is not attested: {e}");

@@ -3,8 +3,8 @@
 
 use std::io::Write;
 
-use tierbox_policy::Plan;
-use tierbox_runner::Outcome;
+use tierbox_policy::{Plan, Policy};
+use tierbox_runner::{LimitHit, Outcome};
 
 /// Replaces control characters other than newline and tab with visible stand-ins (`ESC`
 /// becomes `␛`, BEL `^G`, a carriage return not ending a line `^M`, other C0 characters
@@ -44,7 +44,7 @@ pub fn neutralize(text: &str) -> std::borrow::Cow<'_, str> {
 /// printed as it arrived (`crate::live`). The notes carry text the program chose (hosts
 /// it asked for, directories it created), so they are neutralised ([`neutralize`]) when
 /// stderr is a terminal.
-pub fn print_notes(o: &Outcome, stderr_tty: bool) {
+pub fn print_notes(o: &Outcome, stderr_tty: bool, policy: &Policy) {
     let show = |s: &str, tty: bool| {
         if tty {
             neutralize(s).into_owned()
@@ -69,17 +69,35 @@ pub fn print_notes(o: &Outcome, stderr_tty: bool) {
         notes.push(format!("timed out after {} ms; {stopped}", o.duration_ms));
     }
     if o.quota_exceeded {
-        notes.push(format!("output quota exceeded; {stopped}"));
+        notes.push(format!(
+            "output quota exceeded (output.max_bytes = {} bytes per stream); {stopped}",
+            policy.output.max_bytes
+        ));
     }
     if let Some(limit) = o.limit_hit
         && !o.timed_out
         && !o.quota_exceeded
     {
+        let tier_a = o.tier == "a";
+        let key = limit.policy_key(tier_a);
+        let value = match limit_value(policy, limit, tier_a) {
+            Some(v) => format!(" = {v}"),
+            None => String::new(),
+        };
+        notes.push(format!("limit hit: {} ({key}{value})", limit.name()));
+    }
+    if let Some(sig) = o.signal
+        && o.sandbox_failure.is_none()
+        && !o.timed_out
+        && !o.quota_exceeded
+    {
+        let name = o
+            .signal_name
+            .clone()
+            .unwrap_or_else(|| format!("signal {sig}"));
         notes.push(format!(
-            "limit hit: {}",
-            serde_json::to_string(&limit)
-                .unwrap_or_default()
-                .trim_matches('"')
+            "the program was killed by {name} (exit status {})",
+            o.exit_status()
         ));
     }
     for (name, s) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
@@ -125,6 +143,25 @@ pub fn print_notes(o: &Outcome, stderr_tty: bool) {
     for note in notes {
         let _ = writeln!(stderr, "tierbox: {}", show(&note, stderr_tty));
     }
+}
+
+/// The policy's value of `limit`, as a message shows it; `None` when it is not set
+/// there (a request's own timeout, no CPU limit).
+fn limit_value(policy: &Policy, limit: LimitHit, tier_a: bool) -> Option<String> {
+    let l = &policy.limits;
+    let w = &policy.wasm;
+    Some(match limit {
+        LimitHit::WallTime => return None,
+        LimitHit::CpuTime => format!("{} ms", l.cpu_time_ms?),
+        LimitHit::Memory if tier_a => format!("{} bytes", w.memory_bytes),
+        LimitHit::Memory => format!("{} bytes", l.memory_bytes),
+        LimitHit::Processes => l.max_processes.to_string(),
+        LimitHit::FileSize => format!("{} bytes", l.file_size_bytes),
+        LimitHit::Output => format!("{} bytes per stream", policy.output.max_bytes),
+        LimitHit::Fuel => w.fuel.to_string(),
+        LimitHit::Table => w.table_elements.to_string(),
+        LimitHit::Instances => w.instances.to_string(),
+    })
 }
 
 pub fn print_plan(plan: &Plan) {

@@ -1432,3 +1432,54 @@ fn shipped_build_policies_follow_the_callers_home() {
         );
     }
 }
+
+/// The end of a run is said plainly: a program killed by a signal is named with its
+/// signal and exit status, and a limit with its policy key and value.
+///
+/// Regression: a signal printed nothing, and a limit printed only its name.
+#[test]
+fn a_signal_and_a_limit_are_said_with_the_key_to_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[exec]\nallowed_executables = [\"sh\", \"dd\"]\n\
+         allow_interpreters = true\nallow_eval = true\n\
+         [limits]\nfile_size_bytes = 1048576\n",
+    )
+    .unwrap();
+    let run = |cmd: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--tier",
+            "b",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--workspace",
+            ws.to_str().unwrap(),
+            "--",
+        ];
+        args.extend_from_slice(cmd);
+        tierbox(&args, None)
+    };
+    let out = run(&["sh", "-c", "kill -TERM $$"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    assert!(
+        err.contains("the program was killed by SIGTERM (exit status 143)"),
+        "{err}"
+    );
+    let out = run(&["dd", "if=/dev/zero", "of=big", "bs=1M", "count=3"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 25 /* SIGXFSZ on Linux */),
+        "{err}"
+    );
+    assert!(
+        err.contains("limit hit: file_size (limits.file_size_bytes = 1048576 bytes)"),
+        "{err}"
+    );
+}

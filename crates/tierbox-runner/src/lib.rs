@@ -17,7 +17,9 @@ pub mod wasm;
 
 pub use builder::{Prepared, RunRequest, Runner, Sandbox, SandboxedCommand};
 pub use identity::RunnerIdentity;
-pub use outcome::{LimitHit, Outcome, SANDBOX_FAILURE_EXIT_STATUS, StreamOutput, Usage};
+pub use outcome::{
+    LIMIT_EXIT_STATUS, LimitHit, Outcome, SANDBOX_FAILURE_EXIT_STATUS, StreamOutput, Usage,
+};
 pub use stream::OutputEvent;
 pub use supervisor::{RunError, RunOptions, enable_subreaper, run_plan, run_plan_streaming};
 pub use wasm::{run_wasm_plan, run_wasm_plan_streaming};

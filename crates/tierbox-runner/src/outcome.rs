@@ -34,6 +34,47 @@ pub enum LimitHit {
     Instances,
 }
 
+impl LimitHit {
+    /// The policy key that sets this limit, for messages that say what to change: Tier A
+    /// (`tier_a`) has its own memory key.
+    ///
+    /// ```
+    /// use tierbox_runner::LimitHit;
+    ///
+    /// assert_eq!(LimitHit::Memory.policy_key(false), "limits.memory_bytes");
+    /// assert_eq!(LimitHit::Memory.policy_key(true), "wasm.memory_bytes");
+    /// ```
+    pub fn policy_key(self, tier_a: bool) -> &'static str {
+        match self {
+            Self::WallTime => "limits.timeout_ms",
+            Self::CpuTime => "limits.cpu_time_ms",
+            Self::Memory if tier_a => "wasm.memory_bytes",
+            Self::Memory => "limits.memory_bytes",
+            Self::Processes => "limits.max_processes",
+            Self::FileSize => "limits.file_size_bytes",
+            Self::Output => "output.max_bytes",
+            Self::Fuel => "wasm.fuel",
+            Self::Table => "wasm.table_elements",
+            Self::Instances => "wasm.instances",
+        }
+    }
+
+    /// Its name as serialised (`"memory"`, `"file_size"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::WallTime => "wall_time",
+            Self::CpuTime => "cpu_time",
+            Self::Memory => "memory",
+            Self::Processes => "processes",
+            Self::FileSize => "file_size",
+            Self::Output => "output",
+            Self::Fuel => "fuel",
+            Self::Table => "table",
+            Self::Instances => "instances",
+        }
+    }
+}
+
 /// One output stream as returned to the caller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamOutput {
@@ -216,10 +257,16 @@ pub fn created_git_dirs(
 /// 125 (rejected) and 126 (could not run).
 pub const SANDBOX_FAILURE_EXIT_STATUS: i32 = 123;
 
+/// The exit status a CLI gives a run that a limit stopped without a status of its own —
+/// a Tier A guest out of fuel, memory, table room or instances (a native program stopped
+/// by a limit has its signal's `128 + n`): distinct from a guest's own failure (1).
+pub const LIMIT_EXIT_STATUS: i32 = 122;
+
 impl Outcome {
     /// The exit status a CLI should mirror: the child's code, `128 + signal` when killed,
-    /// 124 on timeout (like `timeout(1)`), and [`SANDBOX_FAILURE_EXIT_STATUS`] when the
-    /// sandbox failed.
+    /// 124 on timeout (like `timeout(1)`), [`SANDBOX_FAILURE_EXIT_STATUS`] when the
+    /// sandbox failed, [`LIMIT_EXIT_STATUS`] when a limit stopped a guest that has no
+    /// status of its own.
     pub fn exit_status(&self) -> i32 {
         if self.sandbox_failure.is_some() {
             return SANDBOX_FAILURE_EXIT_STATUS;
@@ -230,6 +277,7 @@ impl Outcome {
         match (self.exit_code, self.signal) {
             (Some(c), _) => c,
             (None, Some(s)) => 128 + s,
+            (None, None) if self.limit_hit.is_some() => LIMIT_EXIT_STATUS,
             (None, None) => 1,
         }
     }
@@ -276,4 +324,24 @@ pub fn signal_name(sig: i32) -> String {
         _ => return format!("SIG{sig}"),
     };
     name.to_owned()
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn each_limit_s_name_is_its_serialised_form_and_each_has_a_policy_key() {
+        use LimitHit::*;
+        for l in [
+            WallTime, CpuTime, Memory, Processes, FileSize, Output, Fuel, Table, Instances,
+        ] {
+            assert_eq!(
+                serde_json::to_value(l).ok(),
+                Some(serde_json::Value::from(l.name()))
+            );
+            let key = l.policy_key(false);
+            assert!(key.contains('.'), "{key}");
+        }
+    }
 }
