@@ -443,7 +443,11 @@ fn check_policy_grants(file: &Path, policy: Policy, workspace: Option<PathBuf>) 
     let plan = match runner.check_grants() {
         Ok(plan) => plan,
         Err(rej @ Rejection::GrantRefused { .. }) => {
-            eprintln!("tierbox: policy {}: [{}] {rej}", file.display(), rej.code());
+            eprintln!(
+                "tierbox: rejected [{}]: policy {}: {rej}",
+                rej.code(),
+                file.display()
+            );
             eprintln!("hint: docs/policy.md lists what each filesystem key may name");
             return ExitCode::from(1);
         }
@@ -654,9 +658,12 @@ fn print_refusal(code: &str, message: &str, json: bool) -> ExitCode {
         );
     } else {
         eprintln!("tierbox: rejected [{code}]: {message}");
-        eprintln!(
-            "hint: nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule"
-        );
+        match Rejection::fix_for(code) {
+            Some(fix) => eprintln!("hint: nothing was run; {fix}"),
+            None => eprintln!(
+                "hint: nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule"
+            ),
+        }
     }
     ExitCode::from(EXIT_REJECTED)
 }

@@ -450,8 +450,10 @@ fn policy_check_and_check_report_what_a_backend_refuses() {
     );
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // The same form as every other rejection: `tierbox: rejected [code]: …`.
     assert!(
-        stderr.contains("[scope.grant_refused] filesystem.writable entry \"/dev\""),
+        stderr.starts_with("tierbox: rejected [scope.grant_refused]: policy ")
+            && stderr.contains("filesystem.writable entry \"/dev\""),
         "{stderr}"
     );
     let out = tierbox(
@@ -485,7 +487,8 @@ fn policy_check_and_check_report_what_a_backend_refuses() {
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("[scope.grant_refused] filesystem.deny_read"),
+        stderr.contains("[scope.grant_refused]: policy ")
+            && stderr.contains("filesystem.deny_read"),
         "{stderr}"
     );
 

@@ -306,6 +306,61 @@ impl Rejection {
         serde_json::json!({ "code": self.code(), "message": self.to_string() })
     }
 
+    /// What would let a rejected request through, for the rejection code `code`: the
+    /// policy key to change, or the command that fixes the host; `None` when only the
+    /// request itself can change (a malformed or oversized request). Takes the code, so a
+    /// client holding only a code and a message (the CLI talking to its daemon) can say it
+    /// too.
+    ///
+    /// ```
+    /// use tierbox_policy::Rejection;
+    ///
+    /// let fix = Rejection::fix_for("exec.not_allowed").unwrap();
+    /// assert!(fix.contains("exec.allowed_executables"));
+    /// assert_eq!(Rejection::fix_for("input.malformed"), None);
+    /// ```
+    pub fn fix_for(code: &str) -> Option<&'static str> {
+        Some(match code {
+            "exec.not_allowed" => {
+                "to allow it, add the program's name to exec.allowed_executables in the policy"
+            }
+            "exec.not_found" => {
+                "the program is not in the policy's env.path: list its directory there (and grant it with filesystem.read_only)"
+            }
+            "exec.interpreter_denied" | "exec.code_route" => {
+                "this runs code the allowlist cannot see: a policy allows it with exec.allow_interpreters = true (and inline code with exec.allow_eval = true)"
+            }
+            "exec.eval_flag" | "exec.eval_stdin" => {
+                "inline code needs exec.allow_eval = true in the policy"
+            }
+            "scope.path_outside_workspace" => {
+                "a path outside the workspace must be granted by the policy: filesystem.read_only or filesystem.writable"
+            }
+            "scope.grant_refused" => "docs/policy.md lists what each filesystem key may name",
+            "scope.workspace_invalid" | "scope.workspace_refused" => {
+                "give a project directory with --workspace (or the policy's workspace_root)"
+            }
+            "env.denied" => {
+                "no request may set this variable; the policy's own env.set may, if it must"
+            }
+            "egress.host_not_allowed" => "add the host to egress.allow in the policy",
+            "limits.above_policy" => {
+                "the policy's limits are the most a request may ask for: raise the limits.* key in the policy"
+            }
+            "wasm.inline_denied" => "the policy allows it with wasm.allow_inline_modules = true",
+            "wasm.grant_denied" => {
+                "the policy's wasm.read_only, wasm.writable and wasm.allow_env bound what a request may grant"
+            }
+            "wasm.not_mapped" => "map the interpreter to a WASI build in wasm.interpreters",
+            "wasm.runtime_missing" => "`tierbox wasm fetch-runtimes` installs the WASI builds",
+            "tier.below_minimum" => "the policy's tier.minimum is the weakest tier it accepts",
+            "tier.unavailable" | "tier.unsupported" => {
+                "`tierbox doctor` shows what this host can enforce"
+            }
+            _ => return None,
+        })
+    }
+
     /// Every code, for documentation and for tests that prove each rule is reachable.
     pub const ALL_CODES: &'static [&'static str] = &[
         "input.too_large",
@@ -354,4 +409,34 @@ impl Rejection {
         "tier.unavailable",
         "tier.unsupported",
     ];
+}
+
+#[cfg(test)]
+mod fix_tests {
+    use super::Rejection;
+
+    /// What a policy decides has a fix that names the policy key; what only the request
+    /// can change has none.
+    #[test]
+    fn policy_decisions_name_the_key_that_changes_them() {
+        for (code, key) in [
+            ("exec.not_allowed", "exec.allowed_executables"),
+            ("exec.interpreter_denied", "exec.allow_interpreters"),
+            ("exec.eval_flag", "exec.allow_eval"),
+            ("scope.path_outside_workspace", "filesystem.read_only"),
+            ("egress.host_not_allowed", "egress.allow"),
+            ("limits.above_policy", "limits."),
+            ("tier.below_minimum", "tier.minimum"),
+            ("wasm.not_mapped", "wasm.interpreters"),
+        ] {
+            let fix = Rejection::fix_for(code).unwrap_or_default();
+            assert!(fix.contains(key), "{code}: {fix:?}");
+        }
+        for code in Rejection::ALL_CODES
+            .iter()
+            .filter(|c| c.starts_with("input."))
+        {
+            assert_eq!(Rejection::fix_for(code), None, "{code}");
+        }
+    }
 }

@@ -153,7 +153,10 @@ async fn authenticate(State(st): State<Arc<AppState>>, req: Request, next: Next)
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        // The scheme is case-insensitive (RFC 9110 §11.1).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token);
     match given {
         None => err(
             "auth.missing",
@@ -237,7 +240,10 @@ fn check_json(headers: &HeaderMap) -> Result<(), ApiError> {
     }
     Err(err(
         "http.unsupported_media_type",
-        format!("Content-Type {ct:?} is not JSON: send application/json"),
+        format!(
+            "Content-Type {ct:?} is not JSON: send application/json (curl's -d sends a form \
+             type: use --json, or -d with -H 'Content-Type: application/json')"
+        ),
     ))
 }
 

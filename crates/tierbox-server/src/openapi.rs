@@ -113,6 +113,10 @@ pub fn document() -> Value {
                     "properties": {
                         "code": { "type": "string" },
                         "message": { "type": "string" },
+                        "fix": {
+                            "type": "string",
+                            "description": "What would let a rejected request through: the policy key to change, or the command that fixes the host"
+                        },
                         "handle": { "type": "object" }
                     }
                 }

@@ -45,9 +45,13 @@ impl ServiceError {
         }
     }
 
-    /// `{"code", "message"}` plus `"handle"` when there is one.
+    /// `{"code", "message"}` plus `"fix"` — what would let a rejected request through
+    /// ([`tierbox_policy::Rejection::fix_for`]) — and `"handle"` when there are.
     pub fn to_json(&self) -> Value {
         let mut v = json!({ "code": self.code, "message": self.message });
+        if let Some(fix) = tierbox_policy::Rejection::fix_for(&self.code) {
+            v["fix"] = fix.into();
+        }
         if let Some(d) = &self.details {
             v["handle"] = d.clone();
         }

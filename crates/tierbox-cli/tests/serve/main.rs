@@ -47,6 +47,16 @@ fn the_http_api_answers_every_operation_and_every_error_as_documented() {
         (status, v["error"]["code"].as_str()),
         (401, Some("auth.invalid"))
     );
+    // The scheme is case-insensitive (RFC 9110): `bearer` and `BEARER` are `Bearer`.
+    for scheme in ["bearer", "BEARER"] {
+        let (status, v) = s.call_with(
+            "GET",
+            "/v1/process",
+            None,
+            &[("Authorization", &format!("{scheme} {TOKEN}"))],
+        );
+        assert_eq!(status, 200, "{scheme}: {v}");
+    }
 
     // Malformed and refused requests: 4xx with the rule's code, nothing runs.
     for (body, status, code) in [
