@@ -136,6 +136,25 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
+/// What a run of `policy` gets on this host: the tier (and Tier C backend) `run` would
+/// select for its grants in its workspace (the policy's `workspace_root`, else the current
+/// directory), or the rejection it would give.
+fn runs_in(policy: &Policy) -> Result<String, String> {
+    let runner = tierbox_runner::Runner::new(policy.clone());
+    let plan = runner.check_grants().map_err(|rej| {
+        format!(
+            "not checked in {}: [{}] {rej}",
+            runner.workspace().display(),
+            rej.code()
+        )
+    })?;
+    match tierbox_runner::host::select_tier(&plan) {
+        Ok(tierbox_policy::Tier::C) => Ok(format!("tier c, backend {}", policy.tier.backend)),
+        Ok(tier) => Ok(format!("tier {tier}")),
+        Err(rej) => Err(format!("[{}] {rej}", rej.code())),
+    }
+}
+
 /// Where `egress.mode = "strict"` with an allowlist can be enforced.
 struct StrictEgress {
     tier_b: bool,
@@ -156,6 +175,9 @@ struct Report<'a> {
     backend: TierCBackend,
     /// Whether this host can run the policy's Tier C backend (its canary included).
     backend_status: Result<(), String>,
+    /// What a run of this policy gets here, as `run` selects it (`auto`'s fallback
+    /// included): the tier and backend, or the rejection.
+    runs_in: Result<String, String>,
     strict: StrictEgress,
     hints: Vec<String>,
 }
@@ -180,6 +202,7 @@ impl<'a> Report<'a> {
                 && tierbox_runner::host::host_facts().euid == 0
                 && tierbox_runner::host::probe_bwrap_cached().is_ok(),
         };
+        let runs_in = runs_in(policy);
         let mut report = Self {
             source,
             summary,
@@ -190,6 +213,7 @@ impl<'a> Report<'a> {
             identity_json,
             backend,
             backend_status,
+            runs_in,
             strict,
             hints: Vec::new(),
         };
@@ -283,6 +307,8 @@ impl<'a> Report<'a> {
             "tier_c_backend": backend.to_string(),
             "available": backend_status.is_ok(),
             "reason": backend_status.as_ref().err(),
+            "runs_in": self.runs_in.as_ref().ok(),
+            "runs_in_refused": self.runs_in.as_ref().err(),
         });
         println!(
             "{}",
@@ -357,6 +383,12 @@ impl<'a> Report<'a> {
                 Err(reason) => format!("unavailable: {reason}"),
             }
         );
+        match &self.runs_in {
+            Ok(runs) => {
+                println!("runs in     {runs} (a run of this policy here, as `run` selects it)")
+            }
+            Err(why) => println!("runs in     nothing: {why}"),
+        }
         println!();
         for t in tiers {
             let tier = t["tier"].as_str().unwrap_or("?");

@@ -164,6 +164,15 @@ fn limit_value(policy: &Policy, limit: LimitHit, tier_a: bool) -> Option<String>
     })
 }
 
+/// A setting as the policy and the JSON spell it (`truncate`, `block_all`, `auto`), not
+/// as the Rust type is named.
+fn policy_word<T: serde::Serialize + std::fmt::Debug>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{value:?}"),
+    }
+}
+
 pub fn print_plan(plan: &Plan) {
     println!("ok: the request is valid; nothing was run");
     println!("program   {}", plan.program.display());
@@ -173,8 +182,9 @@ pub fn print_plan(plan: &Plan) {
     let names: Vec<&str> = plan.env.iter().map(|(k, _)| k.as_str()).collect();
     println!("env       {}", names.join(" "));
     println!(
-        "tier      minimum {}, requested {:?}",
-        plan.tier.minimum, plan.tier.requested
+        "tier      minimum {}, requested {}",
+        plan.tier.minimum,
+        policy_word(&plan.tier.requested)
     );
     println!(
         "limits    timeout {} ms, cpu {} s, memory {} B, processes {}, open files {}, file size {} B",
@@ -186,10 +196,11 @@ pub fn print_plan(plan: &Plan) {
         plan.limits.file_size_bytes
     );
     println!(
-        "output    {} B per stream, {:?}",
-        plan.output.max_bytes, plan.output.mode
+        "output    {} B per stream, {}",
+        plan.output.max_bytes,
+        policy_word(&plan.output.mode)
     );
-    println!("network   {:?}", plan.network.mode);
+    println!("network   {}", policy_word(&plan.network.mode));
     if !plan.network.preflight_hosts.is_empty() {
         println!("hosts     {}", plan.network.preflight_hosts.join(" "));
     }

@@ -1486,3 +1486,91 @@ fn a_signal_and_a_limit_are_said_with_the_key_to_change() {
         "{err}"
     );
 }
+
+/// `check`, `doctor --policy` and `run` give one answer: a policy whose Tier C backend
+/// cannot apply a layer the policy requires (bwrap has no landlock) runs in Tier B under
+/// `auto`, and all three say so; naming Tier C gets the same rejection from `check` and
+/// `run`. Text output uses the policy's words.
+///
+/// Regression: `check` and `doctor` said ok (Tier C, bwrap), then `run` refused with
+/// `tier.unavailable`, and `check` printed `Truncate`, `BlockAll`, `requested Auto`.
+#[test]
+fn check_doctor_and_run_agree_on_what_will_run() {
+    if !tier_c_available() || tierbox_runner::host::probe_bwrap_cached().is_err() {
+        tierbox_test_support::skip_here("needs Tier C and bwrap");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let policy = dir.path().join("bwrap.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[exec]\nallowed_executables = [\"true\"]\n[tier]\nbackend = \"bwrap\"\n",
+    )
+    .unwrap();
+    let (p, w) = (policy.to_str().unwrap(), ws.to_str().unwrap());
+    let check = tierbox(&["check", "--policy", p, "--workspace", w, "true"], None);
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(0), "{text}");
+    assert!(text.contains("runs in   tier b"), "{text}");
+    for word in ["requested auto", "truncate", "network   block_all"] {
+        assert!(text.contains(word), "{word}: {text}");
+    }
+    let run = tierbox(
+        &["run", "--json", "--policy", p, "--workspace", w, "true"],
+        None,
+    );
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(
+        (v["tier"].as_str(), v["exit_code"].as_i64()),
+        (Some("b"), Some(0)),
+        "{v}"
+    );
+    let doctor = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+        .args(["doctor", "--policy", p])
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(text.contains("runs in     tier b"), "{text}");
+    // Tier C named: the same rejection before and at the run.
+    let check = tierbox(
+        &[
+            "check",
+            "--tier",
+            "c",
+            "--policy",
+            p,
+            "--workspace",
+            w,
+            "true",
+        ],
+        None,
+    );
+    let run = tierbox(
+        &[
+            "run",
+            "--tier",
+            "c",
+            "--policy",
+            p,
+            "--workspace",
+            w,
+            "true",
+        ],
+        None,
+    );
+    assert_eq!(check.status.code(), Some(125));
+    assert_eq!(run.status.code(), Some(125));
+    let said = String::from_utf8_lossy(&check.stdout);
+    let refused = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        said.contains("tier.unavailable") && said.contains("landlock"),
+        "{said}"
+    );
+    assert!(
+        refused.contains("tier.unavailable") && refused.contains("landlock"),
+        "{refused}"
+    );
+}

@@ -236,6 +236,13 @@ fn build_with_caches_binds_grants_and_protects_git() {
     ] {
         std::fs::create_dir_all(home.join(d)).unwrap();
     }
+    // The policy's PATH starts with ~/.cargo/bin: cargo is found in this home's.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let cargo = home.join(".cargo/bin/cargo");
+        std::fs::write(&cargo, "").unwrap();
+        std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     std::fs::create_dir_all(sc.ws.join(".git/hooks")).unwrap();
     std::fs::write(sc.ws.join(".git/config"), "[core]\n").unwrap();
     let mut plan = plan_for(

@@ -54,7 +54,10 @@ pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), U
     crate::backend::for_plan(plan, tier).supports(plan, facts)
 }
 
-/// Picks the tier for `plan` on this host.
+/// Picks the tier for `plan` on this host: for `auto` the strongest tier whose backend
+/// is available, carries out the plan, and applies every layer the policy requires here
+/// ([`crate::launch::layers_for`], the check each launch makes too), never below
+/// `tier.minimum`; for a named tier that tier, or the rejection its launch would give.
 ///
 /// ```no_run
 /// # fn demo(plan: &tierbox_policy::Plan) {
@@ -76,6 +79,13 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
                     .map_err(|e| e.to_string())
                     .and_then(|()| {
                         tier_supports(tier, plan, facts).map_err(|e| e.reason().to_owned())
+                    })
+                    // A layer the policy requires and this backend cannot apply here
+                    // (bwrap's landlock, say): the next tier may.
+                    .and_then(|()| {
+                        crate::launch::layers_for(tier, plan, facts)
+                            .map(drop)
+                            .map_err(|e| e.to_string())
                     });
                 match usable {
                     Ok(()) => return Ok(tier),
@@ -96,6 +106,9 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
                 feature: e.feature(),
                 reason: e.reason().to_owned(),
             })?;
+            if tier != Tier::A {
+                crate::launch::layers_for(tier, plan, facts)?;
+            }
             Ok(tier)
         }
     }

@@ -87,31 +87,7 @@ pub(crate) fn launch_native(
     opts: &LaunchOptions,
 ) -> Result<RunningSandbox, LaunchError> {
     let facts = host_facts();
-    let mut missing = Vec::new();
-    launch::require(
-        plan,
-        Tier::C,
-        Layer::Seccomp,
-        facts.seccomp,
-        "seccomp filters are not available",
-        &mut missing,
-    )?;
-    launch::require(
-        plan,
-        Tier::C,
-        Layer::Landlock,
-        facts.landlock_abi.is_some(),
-        "landlock is not available (kernel < 5.13 or not in the lsm= list)",
-        &mut missing,
-    )?;
-    launch::require(
-        plan,
-        Tier::C,
-        Layer::Cgroup,
-        facts.cgroup.is_usable(),
-        &facts.cgroup.describe(),
-        &mut missing,
-    )?;
+    let mut missing = launch::layers_for(Tier::C, plan, facts)?;
     let slot = launch::cgroup_slot(
         ns::child::BACKEND,
         plan,
@@ -188,32 +164,7 @@ pub(crate) fn launch_bwrap(
             reason: format!("tier.backend = \"bwrap\": {e}"),
         })
     })?;
-    let mut missing = Vec::new();
-    launch::require(
-        plan,
-        Tier::C,
-        Layer::Seccomp,
-        facts.seccomp,
-        "seccomp filters are not available",
-        &mut missing,
-    )?;
-    launch::require(
-        plan,
-        Tier::C,
-        Layer::Cgroup,
-        facts.cgroup.is_usable(),
-        &facts.cgroup.describe(),
-        &mut missing,
-    )?;
-    // bwrap has no landlock layer: the mount namespace is its only filesystem boundary.
-    launch::require(
-        plan,
-        Tier::C,
-        Layer::Landlock,
-        false,
-        "the bwrap backend applies no landlock layer (tier.backend = \"native\" does)",
-        &mut missing,
-    )?;
+    let mut missing = launch::layers_for(Tier::C, plan, facts)?;
     let seccomp = if facts.seccomp {
         Some(
             SeccompProgram::cached(&tier_c_seccomp_spec()).map_err(|e| LaunchError::Setup {

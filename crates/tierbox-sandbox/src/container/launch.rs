@@ -102,15 +102,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         .ok_or_else(|| argv_error(ContainerError::NoImage))?;
     let info = probe_engine_cached(engine).map_err(|e| unavailable(e.to_string()))?;
     let facts = host_facts();
-    let mut missing = Vec::new();
-    launch::require(
-        plan,
-        Tier::C,
-        Layer::Landlock,
-        false,
-        "the container backends apply no landlock layer (tier.backend = \"native\" does)",
-        &mut missing,
-    )?;
+    let mut missing = launch::layers_for(Tier::C, plan, facts)?;
     let mut copts = ContainerOptions::probe(engine, &opts.run_id, plan);
     copts.env_file = Some(format!("/dev/fd/{ENV_FILE_FD}"));
     let argv = run_argv(plan, &copts).map_err(argv_error)?;

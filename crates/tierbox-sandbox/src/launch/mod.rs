@@ -47,7 +47,9 @@ use std::sync::{Mutex, OnceLock};
 
 use tierbox_policy::enforcement::BackendId;
 use tierbox_policy::plan::Plan;
-use tierbox_policy::{Layer, Rejection, Tier};
+use tierbox_policy::{Layer, Rejection, Tier, TierCBackend};
+
+use crate::probe::HostFacts;
 
 use crate::linux::step::Step;
 
@@ -143,6 +145,78 @@ pub(crate) fn require(
             "{layer} cannot be enforced: {reason} (a policy that accepts running without it lists \"{layer}\" in tier.optional_layers)"
         ),
     })
+}
+
+/// The layers the backend that runs `plan` in `tier` applies, checked against this host:
+/// the layers missing and accepted by `tier.optional_layers`, or the rejection for the
+/// first missing one the policy requires. The one answer tier selection (so `check`, and
+/// `auto`'s fallback) and every Linux launch use, so what `check` reports is what `run`
+/// does. (A cgroup that cannot be made at launch is found there.)
+pub fn layers_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<Vec<Layer>, Rejection> {
+    let landlock = (
+        Layer::Landlock,
+        facts.landlock_abi.is_some(),
+        "landlock is not available (kernel < 5.13 or not in the lsm= list)".to_owned(),
+    );
+    let seccomp = (
+        Layer::Seccomp,
+        facts.seccomp,
+        "seccomp filters are not available".to_owned(),
+    );
+    let cgroup = (
+        Layer::Cgroup,
+        facts.cgroup.is_usable(),
+        facts.cgroup.describe(),
+    );
+    let checks: Vec<(Layer, bool, String)> = match (tier, plan.tier.backend) {
+        (Tier::C, TierCBackend::Native) => vec![seccomp, landlock, cgroup],
+        // bwrap has no landlock layer: the mount namespace is its only filesystem boundary.
+        (Tier::C, TierCBackend::Bwrap) => vec![
+            seccomp,
+            cgroup,
+            (
+                Layer::Landlock,
+                false,
+                "the bwrap backend applies no landlock layer (tier.backend = \"native\" does)"
+                    .to_owned(),
+            ),
+        ],
+        (Tier::C, TierCBackend::Docker | TierCBackend::Podman) => vec![(
+            Layer::Landlock,
+            false,
+            "the container backends apply no landlock layer (tier.backend = \"native\" does)"
+                .to_owned(),
+        )],
+        _ => {
+            let abi = facts.landlock_abi.unwrap_or(0);
+            vec![
+                landlock,
+                (
+                    Layer::LandlockScopes,
+                    abi >= 6,
+                    format!("landlock ABI {abi} < 6 has no signal or abstract-socket scoping"),
+                ),
+                seccomp,
+                cgroup,
+                (
+                    Layer::ProtectedPaths,
+                    plan.filesystem.protected.is_empty()
+                        && !plan
+                            .filesystem
+                            .deny_read
+                            .iter()
+                            .any(|d| d.starts_with(&plan.workspace)),
+                    "tier b cannot keep paths inside the writable workspace read-only or hidden (tier c can)"
+                        .to_owned(),
+                ),
+            ]
+        }
+    };
+    let mut missing = Vec::new();
+    for (layer, available, reason) in checks {
+        require(plan, tier, layer, available, &reason, &mut missing)?;
+    }
+    Ok(missing)
 }
 
 /// The run cgroup's limits: the plan's memory and process limits, and `limits.cpus` as a

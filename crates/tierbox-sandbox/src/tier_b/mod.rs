@@ -34,8 +34,8 @@ use crate::launch::slots::{self, Slot, SlotKey};
 use crate::launch::sys::{self};
 use crate::launch::{
     Arming, Job, LaunchError, LaunchOptions, SpawnedChild, StdioPipes, armed_launcher,
-    cgroup_fd_array, cgroup_limits, clone_on, cstring, new_slot, require, rlimit_report,
-    rlimit64_table, slot_launcher, stdio_pipes, user_notif_available,
+    cgroup_fd_array, cgroup_limits, clone_on, cstring, new_slot, rlimit_report, rlimit64_table,
+    slot_launcher, stdio_pipes, user_notif_available,
 };
 
 /// Name of this backend in outcomes and attestations.
@@ -61,7 +61,7 @@ const READABLE_PSEUDO: &[&str] = &["/proc", "/sys/devices/system/cpu"];
 /// Launches `plan` in Tier B.
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
     let facts = host_facts();
-    let mut missing = check_layers(plan, facts)?;
+    let mut missing = crate::launch::layers_for(Tier::B, plan, facts)?;
     let network = network_rules(plan, facts, opts.egress_proxy_port)?;
     // Identity: a root supervisor runs the child as the workspace owner when that is not
     // root, so ordinary file permissions apply on top of landlock.
@@ -109,50 +109,6 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
             Err(e)
         }
     }
-}
-
-/// Checks the layers this run needs against the host: each missing one is a rejection, or
-/// recorded when the policy lists it in `tier.optional_layers`.
-fn check_layers(plan: &Plan, facts: &HostFacts) -> Result<Vec<Layer>, Rejection> {
-    let mut missing = Vec::new();
-    let abi = facts.landlock_abi.unwrap_or(0);
-    let checks: [(Layer, bool, String); 5] = [
-        (
-            Layer::Landlock,
-            facts.landlock_abi.is_some(),
-            "landlock is not available (kernel < 5.13 or not in the lsm= list)".to_owned(),
-        ),
-        (
-            Layer::LandlockScopes,
-            abi >= 6,
-            format!("landlock ABI {abi} < 6 has no signal or abstract-socket scoping"),
-        ),
-        (
-            Layer::Seccomp,
-            facts.seccomp,
-            "seccomp filters are not available".to_owned(),
-        ),
-        (
-            Layer::Cgroup,
-            facts.cgroup.is_usable(),
-            facts.cgroup.describe(),
-        ),
-        (
-            Layer::ProtectedPaths,
-            plan.filesystem.protected.is_empty()
-                && !plan
-                    .filesystem
-                    .deny_read
-                    .iter()
-                    .any(|d| d.starts_with(&plan.workspace)),
-            "tier b cannot keep paths inside the writable workspace read-only or hidden (tier c can)"
-                .to_owned(),
-        ),
-    ];
-    for (layer, available, reason) in checks {
-        require(plan, Tier::B, layer, available, &reason, &mut missing)?;
-    }
-    Ok(missing)
 }
 
 /// A warm slot with the shape of this run, or fresh resources.
