@@ -5,7 +5,7 @@
 //!   a batch ends at the last newline, or, when a line grows past [`STREAM_FLUSH_BYTES`],
 //!   at its last whitespace (credentials contain none), so a token is never split across
 //!   two events and always reaches the redactor whole; a private key block printed over
-//!   several batches stays hidden up to its END line ([`Pieces`]).
+//!   several batches stays hidden up to its END line (`Pieces`).
 //! - The run never waits for the consumer: events go through a bounded channel with
 //!   `try_send`, and when it is full the batch is dropped and counted
 //!   ([`StreamSummary::dropped_bytes`]). The final [`crate::Outcome`] still has all the
