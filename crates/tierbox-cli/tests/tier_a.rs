@@ -394,3 +394,27 @@ fn tier_a_rejects_what_it_cannot_grant() {
         assert_eq!(v["rejected"]["code"], *code, "{args:?}: {v}");
     }
 }
+
+/// What the README says of a guest's working directory: relative paths resolve in the
+/// workspace; `os.getcwd()` reports `/` (WASI has no process working directory) until the
+/// guest changes to `/workspace`.
+#[test]
+fn relative_paths_resolve_in_the_workspace_and_getcwd_is_as_documented() {
+    if !runtimes_installed() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("f.txt"), "hi").unwrap();
+    let out = python(
+        ws.path(),
+        "import os; print(os.getcwd()); print(open('f.txt').read()); \
+         os.chdir('/workspace'); print(os.getcwd()); print(open('f.txt').read())",
+        &[],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "/\nhi\n/workspace\nhi\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
