@@ -23,7 +23,8 @@ pub enum LimitHit {
     Processes,
     /// `RLIMIT_FSIZE` (the process got SIGXFSZ).
     FileSize,
-    /// The output quota in `kill` mode.
+    /// The output quota: in `kill` mode the tree was stopped (`quota_exceeded`); in
+    /// `truncate` mode the output was cut (`truncated` on the stream) and the run went on.
     Output,
     /// Tier A: the fuel budget (CPU work).
     Fuel,
@@ -277,7 +278,14 @@ impl Outcome {
         match (self.exit_code, self.signal) {
             (Some(c), _) => c,
             (None, Some(s)) => 128 + s,
-            (None, None) if self.limit_hit.is_some() => LIMIT_EXIT_STATUS,
+            // A limit that stopped the guest (output cut in truncate mode stops nothing).
+            (None, None)
+                if self
+                    .limit_hit
+                    .is_some_and(|l| l != LimitHit::Output || self.quota_exceeded) =>
+            {
+                LIMIT_EXIT_STATUS
+            }
             (None, None) => 1,
         }
     }

@@ -640,6 +640,9 @@ fn outcome_of(
     let stderr =
         StreamOutput::from_captured(run.stderr.finish(), redactor.as_ref(), run.err_incomplete);
     let redacted = stdout.redacted || stderr.redacted;
+    // Output cut in truncate mode constrained the run without ending it.
+    let limit_hit =
+        limit_hit.or_else(|| (stdout.truncated || stderr.truncated).then_some(LimitHit::Output));
     Outcome {
         run_id: String::new(),
         exit_code: exit.code,

@@ -130,6 +130,9 @@ async fn run_wasm_tapped(
         WasmLimit::Instances => LimitHit::Instances,
         WasmLimit::Output => LimitHit::Output,
     });
+    // Output cut in truncate mode constrained the run without ending it.
+    let limit_hit =
+        limit_hit.or_else(|| (stdout.truncated || stderr.truncated).then_some(LimitHit::Output));
     Ok(Outcome {
         run_id: new_run_id(),
         exit_code: report.exit_code,

@@ -160,6 +160,10 @@ fn truncate_mode_keeps_head_and_tail_and_counts() {
         .block_on(env.runner().run(&req("seq", &["1", "100000"])))
         .unwrap();
     assert_eq!(out.exit_code, Some(0));
+    // The quota constrained the run without ending it: the limit is named, the run was not
+    // stopped (regression: nothing but the per-stream flag said so).
+    assert_eq!(out.limit_hit, Some(LimitHit::Output));
+    assert!(!out.quota_exceeded);
     let s = &out.stdout;
     assert!(s.truncated);
     assert_eq!(s.total_bytes, 588_895, "seq 1 100000 writes 588895 bytes");
