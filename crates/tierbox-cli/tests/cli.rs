@@ -1574,3 +1574,40 @@ fn check_doctor_and_run_agree_on_what_will_run() {
         "{refused}"
     );
 }
+
+/// The outcome leads with how the run ended: `exit_code`, `signal`, `timed_out`,
+/// `quota_exceeded` and `limit_hit` come before the output and the attestation, in the
+/// CLI's `--json` (and in every rendering built from the same type).
+///
+/// Regression: keys came in alphabetical order, ~3 KB of attestation first.
+#[test]
+fn the_outcome_json_leads_with_how_the_run_ended() {
+    let ws = tempfile::tempdir().unwrap();
+    let out = tierbox(
+        &[
+            "run",
+            "--json",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "true",
+        ],
+        None,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let at = |key: &str| {
+        text.find(&format!("\"{key}\""))
+            .unwrap_or_else(|| panic!("no {key}: {text}"))
+    };
+    let ends = [
+        "exit_code",
+        "signal",
+        "timed_out",
+        "quota_exceeded",
+        "limit_hit",
+    ];
+    for pair in ends.windows(2) {
+        assert!(at(pair[0]) < at(pair[1]), "{pair:?}: {text}");
+    }
+    assert!(at("limit_hit") < at("stdout") && at("stdout") < at("attestation"));
+    assert!(at("exit_code") < 100, "{text}");
+}
