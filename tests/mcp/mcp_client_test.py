@@ -235,6 +235,20 @@ async def section_tools(client) -> None:
           {"additionalProperties": run_schema.get("additionalProperties")})
     check("process_run inputSchema requires command", "command" in (run_schema.get("required") or []),
           {"required": run_schema.get("required")})
+    # Annotations say what each tool does to the world (docs/api.md).
+    expect = {
+        "process_run": {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
+        "wasm_run": {"readOnlyHint": False, "destructiveHint": True, "openWorldHint": False},
+        "process_status": {"readOnlyHint": True},
+        "process_output": {"readOnlyHint": True},
+        "process_list": {"readOnlyHint": True},
+        "process_write_stdin": {"readOnlyHint": False, "destructiveHint": False},
+        "process_kill": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
+    }
+    for name, hints in expect.items():
+        annotations = getattr(tools.get(name), "annotations", None)
+        got = annotations.model_dump(by_alias=True) if annotations is not None else {}
+        check(f"tool {name} annotations {hints}", all(got.get(k) == v for k, v in hints.items()), got)
 
 
 async def section_foreground(client) -> None:

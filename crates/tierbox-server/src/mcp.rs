@@ -18,7 +18,7 @@ use std::sync::Arc;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ServerCapabilities,
-    ServerConfig, Tool,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -57,9 +57,47 @@ fn tools() -> Vec<Tool> {
             let Value::Object(map) = schema else {
                 return None;
             };
-            Some(Tool::new(*name, description, Arc::new(map)))
+            Some(Tool::new(*name, description, Arc::new(map)).annotate(annotations(name)))
         })
         .collect()
+}
+
+/// What each tool does to the world, for clients that ask before calling (MCP tool
+/// annotations): the runs change the workspace (and `process_run` may reach the network
+/// where the policy allows egress); reads change nothing; a kill ends a process, and
+/// killing it again changes nothing more.
+fn annotations(name: &str) -> ToolAnnotations {
+    use tierbox_policy::schema::{
+        PROCESS_KILL_TOOL, PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_STATUS_TOOL,
+        PROCESS_WRITE_STDIN_TOOL,
+    };
+    let a = ToolAnnotations::new();
+    match name {
+        PROCESS_RUN_TOOL => a
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
+            .open_world(true),
+        WASM_RUN_TOOL => a
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
+            .open_world(false),
+        PROCESS_STATUS_TOOL | PROCESS_OUTPUT_TOOL | PROCESS_LIST_TOOL => {
+            a.read_only(true).open_world(false)
+        }
+        PROCESS_WRITE_STDIN_TOOL => a
+            .read_only(false)
+            .destructive(false)
+            .idempotent(false)
+            .open_world(false),
+        PROCESS_KILL_TOOL => a
+            .read_only(false)
+            .destructive(true)
+            .idempotent(true)
+            .open_world(false),
+        _ => a,
+    }
 }
 
 impl McpSession {
