@@ -107,7 +107,8 @@ pub struct ProcessRunRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_STDIN_BYTES))]
     pub stdin: Option<String>,
-    /// Wall-clock timeout in milliseconds; capped by the policy maximum.
+    /// Wall-clock timeout in milliseconds: at most the policy's `limits.max_timeout_ms` (a
+    /// larger value is rejected with `limits.above_policy`, never silently lowered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,

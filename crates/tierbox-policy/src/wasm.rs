@@ -153,7 +153,8 @@ pub struct WasmRunRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_STDIN_BYTES))]
     pub stdin: Option<String>,
-    /// Wall-clock timeout in milliseconds, compilation included; capped by the policy.
+    /// Wall-clock timeout in milliseconds, compilation included: at most the policy's
+    /// `limits.max_timeout_ms` (a larger value is rejected with `limits.above_policy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,
