@@ -400,7 +400,7 @@ impl Service {
         args: &[u8],
         events: Option<mpsc::Sender<OutputEvent>>,
     ) -> Option<Result<(Value, String), ServiceError>> {
-        let text = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
+        let text = |v: &Value| status_line(v);
         let result = match tool {
             PROCESS_RUN_TOOL => {
                 async {
@@ -459,7 +459,17 @@ impl Service {
                     let v = self
                         .write_stdin(owner, &ProcessWriteStdinRequest::from_json(args)?)
                         .await?;
-                    Ok((v.clone(), text(&v)))
+                    let summary = format!(
+                        "wrote {} bytes to {}{}",
+                        v["bytes_written"],
+                        v["id"].as_str().unwrap_or(""),
+                        if v["closed"] == true {
+                            "; stdin closed"
+                        } else {
+                            ""
+                        }
+                    );
+                    Ok((v, summary))
                 }
                 .await
             }
@@ -467,7 +477,16 @@ impl Service {
                 async {
                     ProcessListRequest::from_json(args)?;
                     let v = self.list(owner).await;
-                    Ok((v.clone(), text(&v)))
+                    let lines: Vec<String> = v["processes"]
+                        .as_array()
+                        .map(|ps| ps.iter().map(status_line).collect())
+                        .unwrap_or_default();
+                    let summary = if lines.is_empty() {
+                        "no background processes".to_owned()
+                    } else {
+                        lines.join("\n")
+                    };
+                    Ok((v, summary))
                 }
                 .await
             }
@@ -477,9 +496,58 @@ impl Service {
     }
 }
 
+/// One line on a background process for a tool's text content: id, state and how it
+/// ended, the command, output sizes, tier; the structured content has the rest (the
+/// attestation included), so the text stays short for a model to read.
+fn status_line(v: &Value) -> String {
+    let str_of = |k: &str| v[k].as_str().unwrap_or("").to_owned();
+    let ended = match (&v["exit_code"], v["signal_name"].as_str()) {
+        (Value::Number(code), _) => format!(", exit {code}"),
+        (_, Some(name)) => format!(", {name}"),
+        _ => String::new(),
+    };
+    let argv: Vec<&str> = v["argv"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let failure = v["sandbox_failure"]
+        .as_str()
+        .map(|f| format!("; sandbox failure: {f}"))
+        .unwrap_or_default();
+    format!(
+        "{} {}{ended}: {} · stdout {} bytes, stderr {} bytes · tier {} ({}){}{failure}",
+        str_of("id"),
+        str_of("state"),
+        argv.join(" "),
+        v["stdout_bytes"],
+        v["stderr_bytes"],
+        str_of("tier"),
+        str_of("backend"),
+        if v["attestation"].is_object() {
+            " · attested"
+        } else {
+            ""
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_line_is_short_and_leaves_the_attestation_to_the_structured_content() {
+        let v = json!({
+            "id": "0123abcd", "state": "exited", "exit_code": 0, "argv": ["sleep", "1"],
+            "stdout_bytes": 5, "stderr_bytes": 0, "tier": "c", "backend": "tier_c_linux_native",
+            "attestation": { "signature": "x".repeat(3000) },
+        });
+        let line = status_line(&v);
+        assert_eq!(
+            line,
+            "0123abcd exited, exit 0: sleep 1 · stdout 5 bytes, stderr 0 bytes · tier c (tier_c_linux_native) · attested"
+        );
+    }
 
     #[test]
     fn statuses_follow_the_documented_table() {
