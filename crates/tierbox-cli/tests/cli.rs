@@ -1611,3 +1611,100 @@ fn the_outcome_json_leads_with_how_the_run_ended() {
     assert!(at("limit_hit") < at("stdout") && at("stdout") < at("attestation"));
     assert!(at("exit_code") < 100, "{text}");
 }
+
+/// The fenced blocks of a Markdown file with their info string (`text`, `toml`, `json`).
+fn fenced_blocks(markdown: &str) -> Vec<(String, String)> {
+    let mut blocks = Vec::new();
+    let mut open: Option<(String, String)> = None;
+    for line in markdown.lines() {
+        let trimmed = line.trim_start();
+        match (&mut open, trimmed.strip_prefix("```")) {
+            (None, Some(info)) => open = Some((info.trim().to_owned(), String::new())),
+            (Some(_), Some(_)) => blocks.extend(open.take()),
+            (Some((_, body)), None) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            (None, None) => {}
+        }
+    }
+    blocks
+}
+
+/// The README cannot drift from the binary: every option its CLI synopsis shows is one
+/// the subcommand's `--help` lists, its policy example is a valid policy, and its request
+/// examples are valid requests.
+#[test]
+fn the_readme_s_synopsis_policy_and_requests_match_the_binary() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let blocks = fenced_blocks(&readme);
+    // The CLI synopsis: the text block whose lines start with `tierbox `.
+    let synopsis = blocks
+        .iter()
+        .find(|(info, body)| info == "text" && body.starts_with("tierbox run"))
+        .map(|(_, body)| body.clone())
+        .expect("the README's CLI synopsis");
+    let mut checked = 0;
+    let mut command: Vec<String> = Vec::new();
+    for line in synopsis.lines() {
+        let line = line.split("  #").next().unwrap_or("");
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.first() == Some(&"tierbox") {
+            // `tierbox wasm run`, `tierbox policy check FILE`: the subcommand words.
+            command = words[1..]
+                .iter()
+                .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                .map(|w| (*w).to_owned())
+                .collect();
+        }
+        if command.is_empty() {
+            continue;
+        }
+        let mut args: Vec<String> = command.clone();
+        args.push("--help".to_owned());
+        let help = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&help.stdout);
+        for flag in line
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .filter(|w| w.starts_with("--") && w.len() > 2)
+        {
+            assert!(
+                help.contains(flag),
+                "README shows `tierbox {} {flag}`, which `--help` does not list:\n{help}",
+                command.join(" ")
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 30, "only {checked} options checked");
+    // The policy example.
+    let policy = blocks
+        .iter()
+        .find(|(info, body)| info == "toml" && body.starts_with("version = 1"))
+        .expect("the README's policy example");
+    tierbox_policy::Policy::from_toml(&policy.1).unwrap_or_else(|e| panic!("{e}\n{}", policy.1));
+    // The request examples.
+    let requests: Vec<&String> = blocks
+        .iter()
+        .filter(|(info, body)| info == "json" && body.trim_start().starts_with('{'))
+        .map(|(_, body)| body)
+        .filter(|b| {
+            let b = b.trim_start();
+            b.starts_with("{\"command\"") || b.starts_with("{\"module\"")
+        })
+        .collect();
+    assert!(requests.len() >= 2, "{requests:?}");
+    for r in requests {
+        if r.contains("\"module\"") {
+            tierbox_policy::wasm::WasmRunRequest::from_json(r.as_bytes())
+                .unwrap_or_else(|e| panic!("{e}: {r}"));
+        } else {
+            tierbox_policy::ProcessRunRequest::from_json(r.as_bytes())
+                .unwrap_or_else(|e| panic!("{e}: {r}"));
+        }
+    }
+}
