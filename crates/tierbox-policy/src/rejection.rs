@@ -96,6 +96,13 @@ pub enum Rejection {
     /// The executable was not found in the sandbox PATH.
     #[error("executable {name:?} was not found in the sandbox PATH {path:?}")]
     ExecutableNotFound { name: String, path: String },
+    /// The program was found, but no grant of the policy makes it readable in the
+    /// sandbox, so it could not be executed there.
+    #[error(
+        "{program:?} would not be readable in the sandbox: no system path or grant of the \
+         policy covers it (grant {dir:?} with filesystem.read_only)"
+    )]
+    ProgramNotGranted { program: PathBuf, dir: PathBuf },
     /// The executable (or a program it wraps) is an interpreter and the policy denies them.
     #[error(
         "{name:?} is an interpreter or shell{via}; the policy denies interpreters \
@@ -275,6 +282,7 @@ impl Rejection {
             Self::ExecutableNotAllowed { .. } => "exec.not_allowed",
             Self::CommandPathInvalid { .. } => "exec.command_path_invalid",
             Self::ExecutableNotFound { .. } => "exec.not_found",
+            Self::ProgramNotGranted { .. } => "exec.not_granted",
             Self::InterpreterDenied { .. } => "exec.interpreter_denied",
             Self::EvalFlag { .. } => "exec.eval_flag",
             Self::EvalFromStdin { .. } => "exec.eval_stdin",
@@ -326,6 +334,9 @@ impl Rejection {
             }
             "exec.not_found" => {
                 "the program is not in the policy's env.path: list its directory there (and grant it with filesystem.read_only)"
+            }
+            "exec.not_granted" => {
+                "grant the program's directory with filesystem.read_only in the policy"
             }
             "exec.interpreter_denied" | "exec.code_route" => {
                 "this runs code the allowlist cannot see: a policy allows it with exec.allow_interpreters = true (and inline code with exec.allow_eval = true)"
@@ -385,6 +396,7 @@ impl Rejection {
         "exec.not_allowed",
         "exec.command_path_invalid",
         "exec.not_found",
+        "exec.not_granted",
         "exec.interpreter_denied",
         "exec.eval_flag",
         "exec.eval_stdin",

@@ -247,6 +247,7 @@ pub fn validate(
         .collect();
 
     let mut filesystem = filesystem_plan(policy, ctx, &workspace, &own)?;
+    program_is_granted(&program, &workspace, &filesystem)?;
     filesystem.private_home = !home_is_granted(&env, &filesystem, &workspace);
     if filesystem.private_home {
         env.retain(|(k, _)| k != "HOME");
@@ -266,6 +267,25 @@ pub fn validate(
         },
         background,
         ..grantless_plan(policy, workspace, network, limits, tier)
+    })
+}
+
+/// The program must be readable in the sandbox (a system path, the workspace or a grant,
+/// not hidden), or its exec would fail there with nothing but `EACCES`/`ENOENT`: refused
+/// here instead, naming the path and the key that grants it. Most programs are under a
+/// system root, checked first without building the whole model.
+fn program_is_granted(program: &Path, workspace: &Path, fs: &FsPlan) -> Result<(), Rejection> {
+    let under = |roots: &[PathBuf]| roots.iter().any(|r| program.starts_with(r));
+    if under(&fs.system_roots) && !under(&fs.system_hidden) && !under(&fs.deny_read) {
+        return Ok(());
+    }
+    if crate::access::AccessModel::new(workspace, fs).access(program) != crate::access::Access::None
+    {
+        return Ok(());
+    }
+    Err(Rejection::ProgramNotGranted {
+        program: program.to_path_buf(),
+        dir: program.parent().unwrap_or(program).to_path_buf(),
     })
 }
 

@@ -38,6 +38,7 @@ impl Fixture {
             "version = 1\n\
              [exec]\nallowed_executables = {programs:?}\n\
              [env]\npath = {path:?}\n\
+             [filesystem]\nread_only = [{path:?}]\n\
              [egress]\nmode = {mode:?}\nallow = {allow:?}\n",
             programs = PROGRAMS,
             path = self.bin.path().to_str().unwrap(),

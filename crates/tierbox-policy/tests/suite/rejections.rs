@@ -157,6 +157,17 @@ fn every_rejection_code_has_a_table_case() {
         code_of(&fx, &req("curl", &[])),
         "exec.not_found",
     );
+    // Found in the PATH, but in a directory the policy does not grant: the exec would fail
+    // in the sandbox (regression: it did, with only "Permission denied").
+    let mut ungranted = Fixture::new(&["ls"]);
+    ungranted.policy.filesystem.read_only.clear();
+    let r = ungranted.run("ls", &[]).unwrap_err();
+    assert!(
+        r.to_string().contains(&*ungranted.bin.to_string_lossy())
+            && r.to_string().contains("filesystem.read_only"),
+        "{r}"
+    );
+    check("not granted", r.code(), "exec.not_granted");
     check(
         "interpreter",
         code_of(&fx, &req("bash", &["-c", "id"])),

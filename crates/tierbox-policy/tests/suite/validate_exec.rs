@@ -94,6 +94,9 @@ pub(super) mod fixture {
             let mut policy = Policy::default();
             policy.exec.allowed_executables = allowed.iter().map(|s| (*s).to_owned()).collect();
             policy.env.path = bin.display().to_string();
+            // The PATH directory is no system path: the policy grants it, as a policy
+            // must for a toolchain outside the system paths.
+            policy.filesystem.read_only = vec![bin.display().to_string()];
             Self {
                 _tmp: tmp_dir,
                 tmp,

@@ -454,7 +454,7 @@ fn grants_no_tier_can_carry_are_refused_the_same_everywhere() {
         }
         match key {
             "filesystem.writable" => g.policy.filesystem.writable = vec![entry.clone()],
-            _ => g.policy.filesystem.read_only = vec![entry.clone()],
+            _ => g.policy.filesystem.read_only.push(entry.clone()),
         }
         let err = g.run("ls", &[]).unwrap_err();
         assert_eq!(err.code(), "scope.grant_refused", "{key} {entry}: {err}");
@@ -492,7 +492,10 @@ fn grants_no_tier_can_carry_are_refused_the_same_everywhere() {
 
     let mut g = fixture();
     g.policy.filesystem.writable = vec!["/dev/null".to_owned(), "/dev/shm".to_owned()];
-    g.policy.filesystem.read_only = vec!["/dev/urandom".to_owned()];
+    g.policy
+        .filesystem
+        .read_only
+        .push("/dev/urandom".to_owned());
     let plan = g.run("ls", &[]).unwrap();
     assert!(
         plan.filesystem
