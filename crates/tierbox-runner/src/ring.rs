@@ -108,10 +108,10 @@ impl OutputRing {
 
     /// Keeps `shown` (the spilled head and the ring), dropping the oldest bytes past the
     /// capacity; offsets count these bytes.
-    pub fn store(&mut self, chunk: &[u8]) {
+    pub fn store(&mut self, shown: &[u8]) {
         if let Some(sp) = &mut self.spill {
             let room = usize::try_from(sp.max.saturating_sub(sp.written)).unwrap_or(usize::MAX);
-            let head = &chunk[..chunk.len().min(room)];
+            let head = &shown[..shown.len().min(room)];
             if !head.is_empty() {
                 use std::io::Write;
                 match sp.file.write_all(head) {
@@ -121,15 +121,15 @@ impl OutputRing {
                 }
             }
         }
-        let keep = if chunk.len() > self.cap {
-            self.start += (self.buf.len() + chunk.len() - self.cap) as u64;
+        let keep = if shown.len() > self.cap {
+            self.start += (self.buf.len() + shown.len() - self.cap) as u64;
             self.buf.clear();
-            &chunk[chunk.len() - self.cap..]
+            &shown[shown.len() - self.cap..]
         } else {
-            let overflow = (self.buf.len() + chunk.len()).saturating_sub(self.cap);
+            let overflow = (self.buf.len() + shown.len()).saturating_sub(self.cap);
             self.buf.drain(..overflow);
             self.start += overflow as u64;
-            chunk
+            shown
         };
         self.buf.extend(keep);
     }

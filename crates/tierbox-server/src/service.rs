@@ -400,7 +400,6 @@ impl Service {
         args: &[u8],
         events: Option<mpsc::Sender<OutputEvent>>,
     ) -> Option<Result<(Value, String), ServiceError>> {
-        let text = |v: &Value| status_line(v);
         let result = match tool {
             PROCESS_RUN_TOOL => {
                 async {
@@ -423,7 +422,7 @@ impl Service {
                     let v = self
                         .status(owner, &ProcessHandleRequest::from_json(args)?)
                         .await?;
-                    Ok((v.clone(), text(&v)))
+                    Ok((v.clone(), status_line(&v)))
                 }
                 .await
             }
@@ -432,7 +431,7 @@ impl Service {
                     let v = self
                         .kill(owner, &ProcessHandleRequest::from_json(args)?)
                         .await?;
-                    Ok((v.clone(), text(&v)))
+                    Ok((v.clone(), status_line(&v)))
                 }
                 .await
             }

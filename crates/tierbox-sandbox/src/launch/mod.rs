@@ -153,67 +153,64 @@ pub(crate) fn require(
 /// `auto`'s fallback) and every Linux launch use, so what `check` reports is what `run`
 /// does. (A cgroup that cannot be made at launch is found there.)
 pub fn layers_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<Vec<Layer>, Rejection> {
-    let landlock = (
-        Layer::Landlock,
-        facts.landlock_abi.is_some(),
-        "landlock is not available (kernel < 5.13 or not in the lsm= list)".to_owned(),
-    );
-    let seccomp = (
-        Layer::Seccomp,
-        facts.seccomp,
-        "seccomp filters are not available".to_owned(),
-    );
-    let cgroup = (
-        Layer::Cgroup,
-        facts.cgroup.is_usable(),
-        facts.cgroup.describe(),
-    );
-    let checks: Vec<(Layer, bool, String)> = match (tier, plan.tier.backend) {
-        (Tier::C, TierCBackend::Native) => vec![seccomp, landlock, cgroup],
+    let backend = plan.tier.backend;
+    let abi = facts.landlock_abi.unwrap_or(0);
+    // Whether each layer the backend applies is available here. The reasons are written
+    // only for a missing layer: this runs on every launch (and at selection).
+    let checks: &[(Layer, bool)] = match (tier, backend) {
+        (Tier::C, TierCBackend::Native) => &[
+            (Layer::Seccomp, facts.seccomp),
+            (Layer::Landlock, facts.landlock_abi.is_some()),
+            (Layer::Cgroup, facts.cgroup.is_usable()),
+        ],
         // bwrap has no landlock layer: the mount namespace is its only filesystem boundary.
-        (Tier::C, TierCBackend::Bwrap) => vec![
-            seccomp,
-            cgroup,
+        (Tier::C, TierCBackend::Bwrap) => &[
+            (Layer::Seccomp, facts.seccomp),
+            (Layer::Cgroup, facts.cgroup.is_usable()),
+            (Layer::Landlock, false),
+        ],
+        (Tier::C, TierCBackend::Docker | TierCBackend::Podman) => &[(Layer::Landlock, false)],
+        _ => &[
+            (Layer::Landlock, facts.landlock_abi.is_some()),
+            (Layer::LandlockScopes, abi >= 6),
+            (Layer::Seccomp, facts.seccomp),
+            (Layer::Cgroup, facts.cgroup.is_usable()),
             (
-                Layer::Landlock,
-                false,
-                "the bwrap backend applies no landlock layer (tier.backend = \"native\" does)"
-                    .to_owned(),
+                Layer::ProtectedPaths,
+                plan.filesystem.protected.is_empty()
+                    && !plan
+                        .filesystem
+                        .deny_read
+                        .iter()
+                        .any(|d| d.starts_with(&plan.workspace)),
             ),
         ],
-        (Tier::C, TierCBackend::Docker | TierCBackend::Podman) => vec![(
-            Layer::Landlock,
-            false,
-            "the container backends apply no landlock layer (tier.backend = \"native\" does)"
-                .to_owned(),
-        )],
-        _ => {
-            let abi = facts.landlock_abi.unwrap_or(0);
-            vec![
-                landlock,
-                (
-                    Layer::LandlockScopes,
-                    abi >= 6,
-                    format!("landlock ABI {abi} < 6 has no signal or abstract-socket scoping"),
-                ),
-                seccomp,
-                cgroup,
-                (
-                    Layer::ProtectedPaths,
-                    plan.filesystem.protected.is_empty()
-                        && !plan
-                            .filesystem
-                            .deny_read
-                            .iter()
-                            .any(|d| d.starts_with(&plan.workspace)),
-                    "tier b cannot keep paths inside the writable workspace read-only or hidden (tier c can)"
-                        .to_owned(),
-                ),
-            ]
+    };
+    let why = |layer: Layer| -> String {
+        match (layer, backend) {
+            (Layer::Landlock, TierCBackend::Bwrap) if tier == Tier::C => {
+                "the bwrap backend applies no landlock layer (tier.backend = \"native\" does)"
+                    .to_owned()
+            }
+            (Layer::Landlock, TierCBackend::Docker | TierCBackend::Podman) if tier == Tier::C => {
+                "the container backends apply no landlock layer (tier.backend = \"native\" does)"
+                    .to_owned()
+            }
+            (Layer::Landlock, _) => {
+                "landlock is not available (kernel < 5.13 or not in the lsm= list)".to_owned()
+            }
+            (Layer::LandlockScopes, _) => {
+                format!("landlock ABI {abi} < 6 has no signal or abstract-socket scoping")
+            }
+            (Layer::Seccomp, _) => "seccomp filters are not available".to_owned(),
+            (Layer::Cgroup, _) => facts.cgroup.describe(),
+            (Layer::ProtectedPaths, _) => "tier b cannot keep paths inside the writable workspace read-only or hidden (tier c can)".to_owned(),
+            (other, _) => format!("{other} is not available"),
         }
     };
     let mut missing = Vec::new();
-    for (layer, available, reason) in checks {
+    for &(layer, available) in checks {
+        let reason = if available { String::new() } else { why(layer) };
         require(plan, tier, layer, available, &reason, &mut missing)?;
     }
     Ok(missing)
