@@ -1,7 +1,7 @@
 //! Paired benchmark: a Tier B run of `/bin/true` through the library API against a plain
-//! `std::process::Command` spawn of the same program, interleaved (A B A B …) in one
-//! process so both see the same machine load. Prints p50/p90 of each and the median of
-//! the per-pair ratios.
+//! `std::process::Command` spawn of the same program with the same environment,
+//! interleaved (A B A B …) in one process so both see the same machine load. Prints
+//! p50/p90 of each and the median of the per-pair ratios.
 //!
 //! `cargo bench -p tierbox-runner --bench spawn [-- ITERATIONS] [--no-pool]`
 
@@ -47,9 +47,21 @@ fn main() {
         .build()
         .expect("runtime");
 
+    // The plain spawn gets the environment the sandboxed program gets: an inherited one
+    // (a shell's, or `cargo bench`'s with its `LD_LIBRARY_PATH`, which sends the dynamic
+    // loader through extra directories) would make the reference slower than it is.
+    let env = match runner
+        .prepare(tierbox_runner::builder::RunRequest::Process(&request))
+        .expect("valid")
+    {
+        tierbox_runner::builder::Prepared::Native(plan) => plan.env,
+        tierbox_runner::builder::Prepared::Wasm(_) => panic!("tier b expected"),
+    };
     let plain = || {
         let t = Instant::now();
         let out = Command::new("/bin/true")
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .output()
             .expect("spawn /bin/true");

@@ -197,7 +197,8 @@ impl SandboxedCommand {
         validate(
             &self.policy,
             &self.request,
-            &ValidateContext::new(&self.workspace).with_state_dir(&self.options.state_dir),
+            &ValidateContext::for_policy(&self.workspace, &self.policy)
+                .with_state_dir(&self.options.state_dir),
         )
     }
 
@@ -563,7 +564,8 @@ impl Runner {
     }
 
     fn context(&self) -> ValidateContext {
-        ValidateContext::new(&self.workspace).with_state_dir(&self.options.state_dir)
+        ValidateContext::for_policy(&self.workspace, &self.policy)
+            .with_state_dir(&self.options.state_dir)
     }
 }
 

@@ -129,6 +129,38 @@ impl ValidateContext {
         }
     }
 
+    /// A context for `workspace` with the variables of the current process's (UTF-8)
+    /// environment that validating under `policy` reads ([`supervisor_env_names`]), and
+    /// no others: validation behaves as with [`ValidateContext::new`] and skips copying
+    /// the rest of the environment (a supervisor started from a build tool or a shell
+    /// carries hundreds of variables).
+    ///
+    /// ```
+    /// use tierbox_policy::{Policy, ValidateContext};
+    ///
+    /// let policy = Policy::builtin_default();
+    /// let ctx = ValidateContext::for_policy("/tmp", &policy);
+    /// assert!(ctx.supervisor_env.keys().all(|k| {
+    ///     tierbox_policy::validate::supervisor_env_names(&policy).contains(k)
+    /// }));
+    /// ```
+    pub fn for_policy(workspace: impl Into<PathBuf>, policy: &Policy) -> Self {
+        let supervisor_env = supervisor_env_names(policy)
+            .into_iter()
+            .filter_map(|name| {
+                let value = std::env::var_os(&name)?.into_string().ok()?;
+                Some((name, value))
+            })
+            .collect();
+        let runtimes_dir = default_runtimes_dir(&supervisor_env);
+        Self {
+            workspace: workspace.into(),
+            supervisor_env,
+            runtimes_dir,
+            state_dir: None,
+        }
+    }
+
     /// The same context with the supervisor's state directory, which the workspace may
     /// not contain.
     pub fn with_state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
@@ -562,5 +594,25 @@ mod system_paths_tests {
             crate::access::Links::UnlessHidden,
         );
         assert_eq!(out, [open]);
+    }
+
+    #[test]
+    fn a_context_of_the_policy_names_validates_like_the_whole_environment() {
+        let ws = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut policy = Policy::builtin_default();
+        policy.exec.allowed_executables = vec!["true".to_owned()];
+        // Variables every test process has, passed and marked sensitive.
+        policy.env.pass = vec!["PATH".to_owned(), "HOME".to_owned()];
+        policy.env.sensitive = vec!["HOME".to_owned()];
+        let req = ProcessRunRequest::new("true");
+        let whole = ValidateContext::new(ws.path());
+        let narrow = ValidateContext::for_policy(ws.path(), &policy);
+        let names = supervisor_env_names(&policy);
+        assert!(narrow.supervisor_env.keys().all(|k| names.contains(k)));
+        assert!(narrow.supervisor_env.contains_key("HOME"));
+        assert_eq!(narrow.runtimes_dir, whole.runtimes_dir);
+        let a = validate(&policy, &req, &whole).unwrap_or_else(|e| panic!("{e}"));
+        let b = validate(&policy, &req, &narrow).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
     }
 }
