@@ -29,6 +29,10 @@ pub enum Push {
     QuotaExceeded,
 }
 
+/// Bytes reserved for a stream's head at its first chunk (it grows beyond as needed, up
+/// to the quota): one allocation for most outputs, without reserving a quota's worth.
+const HEAD_RESERVE_BYTES: usize = 64 * 1024;
+
 /// One stream's capture.
 #[derive(Debug)]
 pub struct StreamCapture {
@@ -87,7 +91,8 @@ impl StreamCapture {
             mode,
             head_cap,
             tail_cap,
-            head: Vec::with_capacity(head_cap.min(64 * 1024)),
+            // Reserved at the first chunk: most runs print nothing on one stream or both.
+            head: Vec::new(),
             tail: VecDeque::new(),
             total: 0,
             exceeded: false,
@@ -123,6 +128,10 @@ impl StreamCapture {
         }
         let room = self.head_cap - self.head.len();
         let (to_head, rest) = chunk.split_at(room.min(chunk.len()));
+        if self.head.capacity() == 0 && !to_head.is_empty() {
+            self.head
+                .reserve(self.head_cap.min(HEAD_RESERVE_BYTES).max(to_head.len()));
+        }
         self.head.extend_from_slice(to_head);
         match self.mode {
             QuotaMode::Truncate => {

@@ -151,20 +151,14 @@ pub(crate) fn ensure_private_dir(dir: &std::path::Path) -> Result<(), RunError> 
 
 /// A fresh 128-bit run id, hex encoded.
 pub fn new_run_id() -> String {
-    use std::io::Read;
-    let mut b = [0u8; 16];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok();
-    if !ok {
+    tierbox_attest::new_id().unwrap_or_else(|_| {
         // Not security relevant (the id names a cgroup and a directory); keep it unique.
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        b = (t ^ u128::from(std::process::id())).to_le_bytes();
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+        tierbox_attest::jcs::hex(&(t ^ u128::from(std::process::id())).to_le_bytes())
+    })
 }
 
 /// Pids of the direct children of live runs, so the orphan sweep never touches them.

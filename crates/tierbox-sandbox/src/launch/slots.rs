@@ -146,11 +146,59 @@ fn pool() -> &'static Mutex<Vec<Slot>> {
 
 /// Takes an idle slot with `key`, if any.
 pub(crate) fn take(key: &SlotKey) -> Option<Slot> {
+    take_where(|k| k == key)
+}
+
+/// Takes an idle slot whose key is `key` with `read_only` and `read_write` as its
+/// landlock paths (`key`'s own path lists are not looked at): a run compares its grants,
+/// borrowed from its plan, with the pooled keys, and clones them only for a new slot.
+pub(crate) fn take_with_paths(
+    key: &SlotKey,
+    read_only: &[&Path],
+    read_write: &[&Path],
+) -> Option<Slot> {
+    let same = |owned: &[PathBuf], borrowed: &[&Path]| {
+        owned.len() == borrowed.len() && owned.iter().zip(borrowed).all(|(a, b)| a == b)
+    };
+    take_where(|k| {
+        k.same_but_paths(key) && same(&k.read_only, read_only) && same(&k.read_write, read_write)
+    })
+}
+
+fn take_where(matches: impl Fn(&SlotKey) -> bool) -> Option<Slot> {
     let mut pool = pool().lock().ok()?;
-    let idx = pool.iter().position(|s| &s.key == key)?;
+    let idx = pool.iter().position(|s| matches(&s.key))?;
     let mut slot = pool.swap_remove(idx);
     slot.reused = true;
     Some(slot)
+}
+
+impl SlotKey {
+    /// Equal in every field but the landlock path lists.
+    fn same_but_paths(&self, other: &SlotKey) -> bool {
+        let SlotKey {
+            backend,
+            tmp_base,
+            uid,
+            gid,
+            read_only: _,
+            read_write: _,
+            scopes,
+            tcp_connect_ports,
+            landlock,
+            cgroup_limits,
+            cgroup,
+        } = self;
+        *backend == other.backend
+            && *tmp_base == other.tmp_base
+            && *uid == other.uid
+            && *gid == other.gid
+            && *scopes == other.scopes
+            && *tcp_connect_ports == other.tcp_connect_ports
+            && *landlock == other.landlock
+            && *cgroup_limits == other.cgroup_limits
+            && *cgroup == other.cgroup
+    }
 }
 
 /// Ends a run's use of `slot`: recycles it into the pool when that is provably clean,

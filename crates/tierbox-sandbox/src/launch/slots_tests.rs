@@ -65,3 +65,44 @@ fn idle_slots_are_taken_only_by_runs_of_the_same_cpu_quota() {
     assert!(take(&two_cpus).is_none(), "a 2-CPU run took a 1-CPU slot");
     assert!(take(&one_cpu).is_some(), "a 1-CPU run gets the 1-CPU slot");
 }
+
+/// A slot's landlock ruleset carries its grants: a run whose grants differ in any path,
+/// in order, or by one path more or less never takes it, and one with the same grants
+/// (compared borrowed from its plan) does.
+#[test]
+fn idle_slots_are_taken_only_by_runs_of_the_same_grants() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("tmp");
+    let mut owned = key(crate::tier_b::BACKEND, &base);
+    owned.landlock = true;
+    owned.read_only = vec![PathBuf::from("/usr"), PathBuf::from("/etc/hosts")];
+    owned.read_write = vec![PathBuf::from("/work/ws")];
+    let mut probe = owned.clone();
+    probe.read_only.clear();
+    probe.read_write.clear();
+    pool()
+        .lock()
+        .unwrap()
+        .push(Slot::new(owned.clone(), base.join("slot"), None, None));
+    let p = Path::new;
+    let rw = [p("/work/ws")];
+    for (read_only, read_write) in [
+        (&[p("/usr")][..], &rw[..]),
+        (&[p("/usr"), p("/etc/hosts"), p("/opt")][..], &rw[..]),
+        (&[p("/etc/hosts"), p("/usr")][..], &rw[..]),
+        (&[p("/usr"), p("/etc/host")][..], &rw[..]),
+        (&[p("/usr"), p("/etc/hosts")][..], &[p("/work/other")][..]),
+        (&[p("/usr"), p("/etc/hosts")][..], &[][..]),
+    ] {
+        assert!(
+            take_with_paths(&probe, read_only, read_write).is_none(),
+            "took a slot with other grants: {read_only:?} {read_write:?}"
+        );
+    }
+    let mut other_uid = probe.clone();
+    other_uid.uid += 1;
+    assert!(take_with_paths(&other_uid, &[p("/usr"), p("/etc/hosts")], &rw).is_none());
+    let slot = take_with_paths(&probe, &[p("/usr"), p("/etc/hosts")], &rw)
+        .expect("the same grants get the slot");
+    assert_eq!(slot.key, owned);
+}

@@ -121,33 +121,41 @@ fn acquire_slot(
     missing: &mut Vec<Layer>,
 ) -> Result<Slot, LaunchError> {
     let abi = facts.landlock_abi.unwrap_or(0);
-    let landlock_base = facts
-        .landlock_abi
-        .map(|_| landlock_spec(plan, abi, network.tcp_ports.clone(), uid));
+    let landlock = facts.landlock_abi.is_some();
+    let (read_only, read_write) = if landlock {
+        landlock_paths(plan, uid)
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let cgroup_limits = cgroup_limits(plan);
-    let key = SlotKey {
+    let mut key = SlotKey {
         backend: BACKEND,
         tmp_base: opts.tmp_base.clone(),
         uid,
         gid,
-        read_only: landlock_base
-            .as_ref()
-            .map(|s| s.read_only.clone())
-            .unwrap_or_default(),
-        read_write: landlock_base
-            .as_ref()
-            .map(|s| s.read_write.clone())
-            .unwrap_or_default(),
-        scopes: landlock_base.as_ref().is_some_and(|s| s.scope_signals),
+        read_only: Vec::new(),
+        read_write: Vec::new(),
+        scopes: landlock && abi >= 6,
         tcp_connect_ports: network.tcp_ports.clone(),
-        landlock: landlock_base.is_some(),
+        landlock,
         cgroup_limits,
         cgroup: facts.cgroup.is_usable(),
     };
-    match slots::take(&key) {
-        Some(slot) => Ok(slot),
-        None => new_slot(plan, opts, key, landlock_base, &cgroup_limits, missing),
+    if let Some(slot) = slots::take_with_paths(&key, &read_only, &read_write) {
+        return Ok(slot);
     }
+    // A new slot: only now are the paths copied.
+    let owned = |paths: Vec<&Path>| paths.into_iter().map(Path::to_path_buf).collect::<Vec<_>>();
+    key.read_only = owned(read_only);
+    key.read_write = owned(read_write);
+    let spec = landlock.then(|| LandlockSpec {
+        read_only: key.read_only.clone(),
+        read_write: key.read_write.clone(),
+        scope_signals: abi >= 6,
+        scope_abstract_unix: abi >= 6,
+        tcp_connect_ports: network.tcp_ports.clone(),
+    });
+    new_slot(plan, opts, key, spec, &cgroup_limits, missing)
 }
 
 /// What this run's launch enforced, in words.
@@ -565,38 +573,32 @@ fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> Secc
     }
 }
 
-fn landlock_spec(
-    plan: &Plan,
-    abi: u32,
-    tcp_ports: Option<Vec<u16>>,
-    child_uid: u32,
-) -> LandlockSpec {
+/// The paths a Tier B run's landlock ruleset grants, borrowed from `plan`: read-only
+/// (the system roots, the policy's grants, a few devices and pseudo-files) and
+/// read-write (the workspace, the writable grants, the null devices, and the terminal
+/// devices unless the run keeps uid 0).
+fn landlock_paths(plan: &Plan, child_uid: u32) -> (Vec<&Path>, Vec<&Path>) {
     let fs = &plan.filesystem;
-    let mut read_only: Vec<PathBuf> = fs
+    let read_only = fs
         .system_read_only
         .iter()
         .chain(&fs.read_only)
-        .cloned()
+        .map(PathBuf::as_path)
+        .chain(
+            READABLE_DEVICES
+                .iter()
+                .chain(READABLE_PSEUDO)
+                .map(Path::new),
+        )
         .collect();
-    read_only.extend(
-        READABLE_DEVICES
-            .iter()
-            .chain(READABLE_PSEUDO)
-            .map(PathBuf::from),
-    );
-    let mut read_write: Vec<PathBuf> = vec![plan.workspace.clone()];
-    read_write.extend(fs.writable.iter().cloned());
-    read_write.extend(WRITABLE_DEVICES.iter().map(PathBuf::from));
+    let mut read_write: Vec<&Path> = std::iter::once(plan.workspace.as_path())
+        .chain(fs.writable.iter().map(PathBuf::as_path))
+        .chain(WRITABLE_DEVICES.iter().map(Path::new))
+        .collect();
     if child_uid != 0 {
-        read_write.extend(PTY_DEVICES.iter().map(PathBuf::from));
+        read_write.extend(PTY_DEVICES.iter().map(Path::new));
     }
-    LandlockSpec {
-        read_only,
-        read_write,
-        scope_signals: abi >= 6,
-        scope_abstract_unix: abi >= 6,
-        tcp_connect_ports: tcp_ports,
-    }
+    (read_only, read_write)
 }
 
 fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {

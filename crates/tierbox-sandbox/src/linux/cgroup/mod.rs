@@ -548,6 +548,11 @@ impl ControlFile {
                 break;
             }
             out.extend_from_slice(&buf[..n]);
+            if n < buf.len() {
+                // A control file is a seq_file: a read fills the buffer as far as the
+                // content goes, so a short one reached the end (no second read for 0).
+                break;
+            }
         }
         String::from_utf8(out).ok()
     }
