@@ -543,24 +543,80 @@ impl Runner {
     ) -> Result<Outcome, RunError> {
         let auditor = self.auditor()?;
         let started = now_unix_ms();
-        let result = async {
-            match (self.prepare(request)?, events) {
-                (Prepared::Native(plan), None) => run_plan(&plan, &self.options).await,
-                (Prepared::Native(plan), Some(tx)) => {
-                    run_plan_streaming(&plan, &self.options, tx).await
-                }
-                (Prepared::Wasm(plan), None) => run_wasm_plan(&plan, &self.options).await,
-                (Prepared::Wasm(plan), Some(tx)) => {
-                    run_wasm_plan_streaming(&plan, &self.options, tx).await
-                }
-            }
-        }
-        .await;
+        let result = match self.prepare(request) {
+            Ok(prepared) => self.run_prepared(prepared, events).await,
+            Err(rejection) => Err(rejection.into()),
+        };
         let json = match request {
             RunRequest::Process(r) => request_json(r),
             RunRequest::Wasm(r) => request_json(r),
         };
         self.seal(auditor, json, started, result).await
+    }
+
+    /// Validates `request` as [`Runner::execute`] would, and keeps the plan for
+    /// [`Runner::execute_checked`]: for a caller that must know a refusal before it
+    /// answers (a server starting a streamed response), without validating twice.
+    ///
+    /// ```
+    /// use tierbox_policy::{Policy, ProcessRunRequest};
+    /// use tierbox_runner::{Runner, RunOptions, builder::RunRequest};
+    ///
+    /// # let ws = tempfile::tempdir().unwrap();
+    /// # let state = tempfile::tempdir().unwrap();
+    /// let runner = Runner::new(Policy::builtin_default())
+    ///     .with_workspace(ws.path())
+    ///     .with_options(RunOptions { state_dir: state.path().to_path_buf() });
+    /// let refused = runner.check_request(RunRequest::Process(&ProcessRunRequest::new("bash")));
+    /// assert_eq!(refused.unwrap_err().code(), "exec.interpreter_denied");
+    /// let checked = runner.check_request(RunRequest::Process(&ProcessRunRequest::new("true")))?;
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// let outcome = rt.block_on(runner.execute_checked(checked, None))?;
+    /// assert_eq!(outcome.exit_code, Some(0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_request(&self, request: RunRequest<'_>) -> Result<Checked, Rejection> {
+        let prepared = self.prepare(request)?;
+        let request_json = match request {
+            RunRequest::Process(r) => request_json(r),
+            RunRequest::Wasm(r) => request_json(r),
+        };
+        Ok(Checked {
+            prepared,
+            request_json,
+        })
+    }
+
+    /// Runs a request [`Runner::check_request`] accepted, and seals its outcome as
+    /// [`Runner::execute`] does (the attestation names the request that was checked).
+    pub async fn execute_checked(
+        &self,
+        checked: Checked,
+        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+    ) -> Result<Outcome, RunError> {
+        let auditor = self.auditor()?;
+        let started = now_unix_ms();
+        let result = self.run_prepared(checked.prepared, events).await;
+        self.seal(auditor, checked.request_json, started, result)
+            .await
+    }
+
+    /// Runs a plan in its tier, sending the output to `events` as it happens when given.
+    async fn run_prepared(
+        &self,
+        prepared: Prepared,
+        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+    ) -> Result<Outcome, RunError> {
+        match (prepared, events) {
+            (Prepared::Native(plan), None) => run_plan(&plan, &self.options).await,
+            (Prepared::Native(plan), Some(tx)) => {
+                run_plan_streaming(&plan, &self.options, tx).await
+            }
+            (Prepared::Wasm(plan), None) => run_wasm_plan(&plan, &self.options).await,
+            (Prepared::Wasm(plan), Some(tx)) => {
+                run_wasm_plan_streaming(&plan, &self.options, tx).await
+            }
+        }
     }
 
     fn context(&self) -> ValidateContext {
@@ -576,6 +632,22 @@ pub enum RunRequest<'a> {
     Process(&'a ProcessRunRequest),
     /// A `wasm_run` (Tier A).
     Wasm(&'a WasmRunRequest),
+}
+
+/// A request [`Runner::check_request`] accepted: its plan, and the request as the
+/// attestation will name it. Only the runner that checked it makes one, so a plan run by
+/// [`Runner::execute_checked`] is always one its policy produced.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    prepared: Prepared,
+    request_json: serde_json::Value,
+}
+
+impl Checked {
+    /// The plan the run will carry out.
+    pub fn prepared(&self) -> &Prepared {
+        &self.prepared
+    }
 }
 
 /// A validated request: the plan of the tier that carries it out.

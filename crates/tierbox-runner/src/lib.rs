@@ -15,7 +15,7 @@ pub mod stream;
 pub mod supervisor;
 pub mod wasm;
 
-pub use builder::{Prepared, RunRequest, Runner, Sandbox, SandboxedCommand};
+pub use builder::{Checked, Prepared, RunRequest, Runner, Sandbox, SandboxedCommand};
 pub use identity::RunnerIdentity;
 pub use outcome::{
     LIMIT_EXIT_STATUS, LimitHit, Outcome, SANDBOX_FAILURE_EXIT_STATUS, StreamOutput, Usage,

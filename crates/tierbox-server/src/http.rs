@@ -388,10 +388,10 @@ async fn process_run(
     let owner = owner(&headers)?;
     check_json(&headers)?;
     let body = read_body(body).await?;
-    let req = st.service.check_run(&body)?;
-    let stream = q.stream && !req.background;
+    let run = st.service.check_run(&body)?;
+    let stream = q.stream && !run.request.background;
     run_reply(st, admission, stream, move |service, events| {
-        Box::pin(async move { service.process_run(&owner, &req, events).await })
+        Box::pin(async move { service.process_run(&owner, run, events).await })
     })
     .await
 }
@@ -406,9 +406,9 @@ async fn wasm_run(
     let Query(q) = query.map_err(|e| query_error(&e))?;
     check_json(&headers)?;
     let body = read_body(body).await?;
-    let req = st.service.check_wasm(&body)?;
+    let run = st.service.check_wasm(&body)?;
     run_reply(st, admission, q.stream, move |service, events| {
-        Box::pin(async move { service.wasm_run(&req, events).await })
+        Box::pin(async move { service.wasm_run(run, events).await })
     })
     .await
 }

@@ -16,7 +16,7 @@ use tierbox_policy::schema::{
 use tierbox_policy::wasm::WasmRunRequest;
 use tierbox_policy::{ProcessRunRequest, Rejection};
 use tierbox_runner::background::{BackgroundError, BackgroundHandle};
-use tierbox_runner::{Outcome, OutputEvent, RunError, RunRequest, Runner};
+use tierbox_runner::{Checked, Outcome, OutputEvent, RunError, RunRequest, Runner};
 use tokio::sync::mpsc;
 
 /// Characters of each stream's tail quoted in a run's text summary.
@@ -129,6 +129,14 @@ fn exit_text(code: Option<i32>, signal: Option<&str>) -> String {
         (None, Some(s)) => format!("killed by {s}"),
         (None, None) => "no exit status".to_owned(),
     }
+}
+
+/// A run request that passed the policy: the request, and its plan kept for the run.
+#[derive(Debug, Clone)]
+pub struct CheckedRun<T> {
+    /// The request as parsed.
+    pub request: T,
+    checked: Checked,
 }
 
 /// What a `process_run` returned.
@@ -260,22 +268,23 @@ impl Service {
     }
 
     /// Parses a `process_run` document and checks it against the policy without running
-    /// anything, so a refusal is known before a response starts streaming.
-    pub fn check_run(&self, body: &[u8]) -> Result<ProcessRunRequest, ServiceError> {
-        let req = ProcessRunRequest::from_json(body)?;
-        let checked = self.runner.prepare(RunRequest::Process(&req)).map(drop);
-        self.refused(&req, checked)?;
-        Ok(req)
+    /// anything, so a refusal is known before a response starts streaming. The plan is
+    /// kept for [`Service::process_run`], which does not validate again.
+    pub fn check_run(&self, body: &[u8]) -> Result<CheckedRun<ProcessRunRequest>, ServiceError> {
+        let request = ProcessRunRequest::from_json(body)?;
+        let checked = self.runner.check_request(RunRequest::Process(&request));
+        let checked = self.refused(&request, checked)?;
+        Ok(CheckedRun { request, checked })
     }
 
     /// A policy refusal of a parsed request, recorded in the audit log first.
     fn refused<T: serde::Serialize>(
         &self,
         req: &T,
-        checked: Result<(), Rejection>,
-    ) -> Result<(), ServiceError> {
+        checked: Result<Checked, Rejection>,
+    ) -> Result<Checked, ServiceError> {
         match checked {
-            Ok(()) => Ok(()),
+            Ok(checked) => Ok(checked),
             Err(rejection) => {
                 self.runner.audit_rejection(req, &rejection)?;
                 Err(rejection.into())
@@ -284,11 +293,11 @@ impl Service {
     }
 
     /// Parses and checks a `wasm_run` document.
-    pub fn check_wasm(&self, body: &[u8]) -> Result<WasmRunRequest, ServiceError> {
-        let req = WasmRunRequest::from_json(body)?;
-        let checked = self.runner.check_wasm(&req).map(drop);
-        self.refused(&req, checked)?;
-        Ok(req)
+    pub fn check_wasm(&self, body: &[u8]) -> Result<CheckedRun<WasmRunRequest>, ServiceError> {
+        let request = WasmRunRequest::from_json(body)?;
+        let checked = self.runner.check_request(RunRequest::Wasm(&request));
+        let checked = self.refused(&request, checked)?;
+        Ok(CheckedRun { request, checked })
     }
 
     /// Runs a checked `process_run` request for `owner`: to the end, or, with
@@ -297,27 +306,24 @@ impl Service {
     pub async fn process_run(
         &self,
         owner: &str,
-        req: &ProcessRunRequest,
+        run: CheckedRun<ProcessRunRequest>,
         events: Option<mpsc::Sender<OutputEvent>>,
     ) -> Result<RunReply, ServiceError> {
-        if req.background {
-            let handle = self.runner.start_background(owner, req).await?;
+        if run.request.background {
+            let handle = self.runner.start_background(owner, &run.request).await?;
             return Ok(RunReply::Started(Box::new(handle)));
         }
-        let outcome = self
-            .runner
-            .execute(RunRequest::Process(req), events)
-            .await?;
+        let outcome = self.runner.execute_checked(run.checked, events).await?;
         Ok(RunReply::Finished(Box::new(outcome)))
     }
 
     /// Runs a checked `wasm_run` request.
     pub async fn wasm_run(
         &self,
-        req: &WasmRunRequest,
+        run: CheckedRun<WasmRunRequest>,
         events: Option<mpsc::Sender<OutputEvent>>,
     ) -> Result<RunReply, ServiceError> {
-        let outcome = self.runner.execute(RunRequest::Wasm(req), events).await?;
+        let outcome = self.runner.execute_checked(run.checked, events).await?;
         Ok(RunReply::Finished(Box::new(outcome)))
     }
 
@@ -403,16 +409,16 @@ impl Service {
         let result = match tool {
             PROCESS_RUN_TOOL => {
                 async {
-                    let req = self.check_run(args)?;
-                    let reply = self.process_run(owner, &req, events).await?;
+                    let run = self.check_run(args)?;
+                    let reply = self.process_run(owner, run, events).await?;
                     Ok((reply.to_json(), reply.summary()))
                 }
                 .await
             }
             WASM_RUN_TOOL => {
                 async {
-                    let req = self.check_wasm(args)?;
-                    let reply = self.wasm_run(&req, events).await?;
+                    let run = self.check_wasm(args)?;
+                    let reply = self.wasm_run(run, events).await?;
                     Ok((reply.to_json(), reply.summary()))
                 }
                 .await

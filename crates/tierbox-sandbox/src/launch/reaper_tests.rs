@@ -87,3 +87,29 @@ fn a_panicking_follow_up_does_not_stop_the_reaper() {
     assert_eq!(follow_ups_run(fd), 1);
     assert!(is_reaped(pid));
 }
+
+/// The check that lets a subreaper skip its orphan scan sees an exited, unreaped child,
+/// and leaves it for whoever reaps it.
+#[test]
+fn an_exited_child_is_seen_waiting_and_left_unreaped() {
+    let (pid, _fd) = sleeper();
+    sys::kill(pid, libc::SIGKILL).unwrap();
+    let zombie = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|t| t.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !zombie() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never exited"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(sys::exited_child_waiting(), "a zombie child was not seen");
+    // Still there to reap: the check did not take it.
+    assert!(sys::reap_nohang(pid), "the check reaped the child");
+}

@@ -745,6 +745,25 @@ pub fn reap_nohang(pid: libc::pid_t) -> bool {
     unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == pid }
 }
 
+/// Whether some child of this process has exited and waits to be reaped
+/// (`waitid(P_ALL, WEXITED | WNOHANG | WNOWAIT)`). Reaps nothing.
+pub fn exited_child_waiting() -> bool {
+    // SAFETY: an all-zero siginfo_t is a valid value (waitid leaves `si_pid` zero when no
+    // child is waitable, which is why it starts zeroed).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes into the siginfo_t we own; WNOWAIT leaves the child waitable.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: after a successful waitid the pid field of the SIGCHLD layout is set.
+    r == 0 && unsafe { info.si_pid() } != 0
+}
+
 /// `pipe2(O_CLOEXEC)` with both ends moved to fds >= 3, returning (read, write).
 pub(crate) fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as c_int; 2];
