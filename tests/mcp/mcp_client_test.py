@@ -150,10 +150,29 @@ class Tierbox:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+# Each tool's declared outputSchema (from tools/list), and how many successful results were
+# checked against it here — on top of the SDK's own check, so that a client that does not
+# validate would still be covered.
+OUTPUT_SCHEMAS: dict[str, dict] = {}
+VALIDATED: dict[str, int] = {}
+
+
 async def call(client, tool: str, arguments: dict, **kwargs) -> tuple[Any, Any]:
-    """Calls a tool; returns (result, structuredContent)."""
+    """Calls a tool; returns (result, structuredContent). A successful result's structured
+    content must validate against the tool's outputSchema."""
     result = await client.call_tool(tool, arguments, **kwargs)
-    return result, result.structured_content
+    sc = result.structured_content
+    schema = OUTPUT_SCHEMAS.get(tool)
+    if not result.is_error and schema is not None:
+        import jsonschema
+
+        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(sc), key=str)
+        if errors:
+            check(f"{tool}: structuredContent validates against its outputSchema", False,
+                  {"error": str(errors[0])[:400]})
+        else:
+            VALIDATED[tool] = VALIDATED.get(tool, 0) + 1
+    return result, sc
 
 
 def expect_rejection(name: str, result: Any, sc: Any, code: str, mentions: str | None = None) -> None:
@@ -230,6 +249,19 @@ async def section_tools(client) -> None:
         tool = tools.get(name)
         schema = getattr(tool, "input_schema", None)
         check(f"tool {name} has an inputSchema object", isinstance(schema, dict) and schema.get("type") == "object", schema)
+    for name in sorted(TOOLS):
+        out = getattr(tools.get(name), "output_schema", None)
+        ok = isinstance(out, dict) and out.get("type") == "object"
+        check(f"tool {name} declares an outputSchema object", ok, out if not ok else None)
+        if ok:
+            import jsonschema
+
+            jsonschema.Draft202012Validator.check_schema(out)
+            OUTPUT_SCHEMAS[name] = out
+    outcome = (OUTPUT_SCHEMAS.get("process_run") or {}).get("$defs", {}).get("Outcome", {})
+    check("process_run's outputSchema types the outcome (exit_code, stdout, attestation)",
+          all(k in outcome.get("properties", {}) for k in ("exit_code", "stdout", "attestation")),
+          sorted(outcome.get("properties", {})))
     run_schema = getattr(tools.get("process_run"), "input_schema", None) or {}
     check("process_run inputSchema has additionalProperties: false", run_schema.get("additionalProperties") is False,
           {"additionalProperties": run_schema.get("additionalProperties")})
@@ -249,6 +281,28 @@ async def section_tools(client) -> None:
         annotations = getattr(tools.get(name), "annotations", None)
         got = annotations.model_dump(by_alias=True) if annotations is not None else {}
         check(f"tool {name} annotations {hints}", all(got.get(k) == v for k, v in hints.items()), got)
+
+
+async def section_bounded(client) -> None:
+    # 588,895 bytes of output: over the 64 KiB a tool result keeps of a stream's text.
+    result, sc = await call(client, "process_run", {"command": "seq", "args": ["1", "100000"]})
+    sc = sc if isinstance(sc, dict) else {}
+    out = sc.get("stdout") if isinstance(sc.get("stdout"), dict) else {}
+    text = out.get("text", "")
+    check("a large output: the run succeeded", result.is_error is False and sc.get("exit_code") == 0,
+          {"isError": result.is_error, "exit_code": sc.get("exit_code")})
+    check("a large output: all of it was captured (total_bytes 588895)", out.get("total_bytes") == 588895,
+          {"total_bytes": out.get("total_bytes")})
+    check("structuredContent keeps at most 64 KiB of the text (plus the marker line)",
+          len(text.encode()) <= 64 * 1024 + 100, {"len": len(text.encode())})
+    check("the view says how much it left out (view_omitted_bytes)",
+          isinstance(out.get("view_omitted_bytes"), int) and out["view_omitted_bytes"] > 500_000
+          and "bytes of this stream's text left out of this view" in text,
+          {"view_omitted_bytes": out.get("view_omitted_bytes")})
+    check("the view keeps the first and the last lines", text.startswith("1\n2\n3\n") and text.endswith("99999\n100000\n"),
+          {"head": text[:20], "tail": text[-20:]})
+    check("the whole tool result stays small (< 96 KiB of JSON)", len(json.dumps(sc)) < 96 * 1024,
+          {"json_bytes": len(json.dumps(sc))})
 
 
 async def section_foreground(client) -> None:
@@ -557,6 +611,7 @@ async def main_async(ctx: Tierbox) -> None:
             for title, coro in (
                 ("tools", lambda: section_tools(client1)),
                 ("foreground", lambda: section_foreground(client1)),
+                ("bounded", lambda: section_bounded(client1)),
                 ("rejections", lambda: section_rejections(client1)),
                 ("wasm", lambda: section_wasm(ctx, client1)),
                 ("stdin", lambda: section_stdin(client1)),
@@ -570,6 +625,10 @@ async def main_async(ctx: Tierbox) -> None:
         await run_section("lifetime", lambda: section_lifetime(ctx))
         await run_section("legacy handshake", lambda: section_legacy(ctx))
         await run_section("audit log", lambda: section_audit(ctx))
+    # Every tool's successful result was checked against its outputSchema at least once.
+    unchecked = sorted(t for t in TOOLS if VALIDATED.get(t, 0) == 0)
+    check("every tool's structured content was validated against its outputSchema",
+          not unchecked, {"validated": VALIDATED, "never": unchecked})
 
 
 async def run_section(title: str, make) -> Any:

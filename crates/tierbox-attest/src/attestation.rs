@@ -32,7 +32,7 @@ pub const REQUEST_DOMAIN: &str = "tierbox.request.v1\n";
 ///
 /// Serialized with the fields below plus a `body` object tagged by `kind`
 /// (`"run"` or `"rejection"`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Attestation {
     /// Format version, [`ATTESTATION_VERSION`].
@@ -52,7 +52,7 @@ pub struct Attestation {
 }
 
 /// The part of an [`Attestation`] that depends on whether anything ran.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Body {
     /// The request was validated and ran.
@@ -67,7 +67,7 @@ pub enum Body {
 }
 
 /// What a run enforced and produced.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunFacts {
     /// [`crate::plan_digest`] or [`crate::wasm_plan_digest`] of what ran.
@@ -90,7 +90,7 @@ pub struct RunFacts {
 
 /// How a run ended. Output digests are of the bytes as captured (raw) and as returned to
 /// the caller after secret redaction.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Outcome {
     /// Exit code, if the process exited.
@@ -214,7 +214,7 @@ pub fn attestation_digest(attestation: &Attestation) -> Result<String, JcsError>
 }
 
 /// A signed attestation, the unit written to files and to the audit log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SignedAttestation {
     /// What is attested.

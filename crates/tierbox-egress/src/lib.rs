@@ -207,7 +207,7 @@ impl ProxyConfig {
 }
 
 /// How a client asked for a destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
     /// HTTP `CONNECT host:port` (a tunnel, typically for TLS).
@@ -219,7 +219,7 @@ pub enum Protocol {
 }
 
 /// The outcome of one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Connected; bytes flowed (or could flow) to the destination.
@@ -253,7 +253,7 @@ impl Verdict {
 }
 
 /// One allow or deny, as recorded in the run's outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Decision {
     /// How the client asked.
     pub protocol: Protocol,
@@ -283,7 +283,7 @@ pub struct Decision {
 }
 
 /// The decisions of one run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct EgressLog {
     /// The first [`MAX_DECISIONS`] decisions, in the order they were made.
     pub decisions: Vec<Decision>,

@@ -18,7 +18,7 @@ use crate::policy::{Layer, Tier};
 /// assert_eq!(serde_json::to_string(&BackendId::TierBLinux).unwrap(), "\"tier_b_linux\"");
 /// assert_eq!(BackendId::TierAWasmtime, "tier_a_wasmtime");
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendId {
     /// Tier A: WASM on wasmtime.
@@ -74,7 +74,7 @@ impl PartialEq<&str> for BackendId {
 }
 
 /// The enforcement report of one run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Enforcement {
     /// The tier that ran (`b`, `c`, `a`).
     pub tier: Option<Tier>,
@@ -114,7 +114,7 @@ pub struct Enforcement {
 }
 
 /// Status of one protection layer.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LayerReport {
     /// The layer was applied.
     pub applied: bool,

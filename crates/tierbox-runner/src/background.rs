@@ -63,7 +63,7 @@ pub const END_RECORD_MARGIN_MS: u64 = 1000;
 pub const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where a background process is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackgroundState {
     /// Running.
@@ -77,7 +77,7 @@ pub enum BackgroundState {
 }
 
 /// What a caller sees of a background process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BackgroundStatus {
     /// The handle.
     pub id: String,
@@ -140,7 +140,7 @@ struct SealFacts {
 
 /// A started background process: its status and what it printed during the startup
 /// window.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BackgroundHandle {
     /// Status at the end of the startup window.
     pub status: BackgroundStatus,

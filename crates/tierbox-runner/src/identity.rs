@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::builder::Runner;
 
 /// A runner's identity (see the module docs).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunnerIdentity {
     /// The Tierbox version.
     pub version: String,

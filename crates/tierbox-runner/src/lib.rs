@@ -19,6 +19,7 @@ pub use builder::{Checked, Prepared, RunRequest, Runner, Sandbox, SandboxedComma
 pub use identity::RunnerIdentity;
 pub use outcome::{
     LIMIT_EXIT_STATUS, LimitHit, Outcome, SANDBOX_FAILURE_EXIT_STATUS, StreamOutput, Usage,
+    VIEW_TEXT_BYTES,
 };
 pub use stream::OutputEvent;
 pub use supervisor::{RunError, RunOptions, enable_subreaper, run_plan, run_plan_streaming};

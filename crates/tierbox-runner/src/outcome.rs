@@ -10,7 +10,7 @@ use tierbox_redact::Redactor;
 use crate::capture::Captured;
 
 /// Which limit ended (or constrained) the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LimitHit {
     /// The wall-clock timeout.
@@ -77,7 +77,7 @@ impl LimitHit {
 }
 
 /// One output stream as returned to the caller.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StreamOutput {
     /// The kept text (lossy UTF-8, redacted). When bytes were omitted, the head and the
     /// tail are joined by a marker line naming how many bytes were omitted.
@@ -105,9 +105,74 @@ pub struct StreamOutput {
     /// Lowercase hex SHA-256 of every byte the process wrote to the stream, before
     /// truncation and redaction (attested; compare with a spill file).
     pub sha256: String,
+    /// Bytes of the kept text left out of this view of it. A view with a size bound
+    /// ([`Outcome::bounded`]: an MCP tool result) keeps the first and last
+    /// [`VIEW_TEXT_BYTES`]` / 2` of `text` and joins them with a marker line; the whole
+    /// text is in the full result (the HTTP API, the library) and, when spill is on, in
+    /// the file at `spill_path`. Absent from a full view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view_omitted_bytes: Option<u64>,
 }
 
+/// Most bytes of each stream's text a bounded view of an outcome keeps
+/// ([`Outcome::bounded`]): it keeps an MCP tool result, which a client hands to a model
+/// whole, at a size a model can take (the output quota allows 1 MiB per stream).
+pub const VIEW_TEXT_BYTES: usize = 64 * 1024;
+
 impl StreamOutput {
+    /// This stream with its text cut to at most `max_bytes` (plus a marker line): the
+    /// first and last halves, on character boundaries, and `view_omitted_bytes` set. Text
+    /// within the bound is kept as it is.
+    ///
+    /// ```
+    /// let s = tierbox_runner::StreamOutput {
+    ///     text: "a".repeat(100),
+    ///     lossy_utf8: false,
+    ///     total_bytes: 100,
+    ///     omitted_bytes: 0,
+    ///     truncated: false,
+    ///     redacted: false,
+    ///     spill_path: None,
+    ///     spill_error: None,
+    ///     drain_incomplete: false,
+    ///     sha256: String::new(),
+    ///     view_omitted_bytes: None,
+    /// };
+    /// let v = s.bounded(10);
+    /// assert_eq!(v.view_omitted_bytes, Some(90));
+    /// assert!(v.text.starts_with("aaaaa\n") && v.text.ends_with("\naaaaa"));
+    /// ```
+    pub fn bounded(&self, max_bytes: usize) -> Self {
+        let text = &self.text;
+        if text.len() <= max_bytes {
+            return self.clone();
+        }
+        let floor = |mut i: usize| {
+            while !text.is_char_boundary(i) {
+                i -= 1;
+            }
+            i
+        };
+        let ceil = |mut i: usize| {
+            while !text.is_char_boundary(i) {
+                i += 1;
+            }
+            i
+        };
+        let head_end = floor(max_bytes / 2);
+        let tail_start = ceil(text.len() - max_bytes / 2);
+        let omitted = (tail_start - head_end) as u64;
+        Self {
+            text: format!(
+                "{}\n[tierbox: {omitted} bytes of this stream's text left out of this view]\n{}",
+                &text[..head_end],
+                &text[tail_start..]
+            ),
+            view_omitted_bytes: Some(omitted),
+            ..self.clone()
+        }
+    }
+
     /// Renders a capture: lossy UTF-8, redaction, and the omission marker.
     pub fn from_captured(c: Captured, redactor: Option<&Redactor>, drain_incomplete: bool) -> Self {
         let head = String::from_utf8_lossy(&c.head);
@@ -139,12 +204,15 @@ impl StreamOutput {
             spill_error: c.spill_error,
             drain_incomplete,
             sha256: c.sha256,
+            view_omitted_bytes: None,
         }
     }
 }
 
 /// Resource usage of the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Usage {
     /// User CPU time of the direct child and its reaped descendants, in milliseconds (Tier
     /// C native: of every process the sandbox's pid 1 reaped — the program, its
@@ -163,7 +231,7 @@ pub struct Usage {
 }
 
 /// The result of a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Outcome {
     /// Unique id of the run.
     pub run_id: String,
@@ -264,6 +332,18 @@ pub const SANDBOX_FAILURE_EXIT_STATUS: i32 = 123;
 pub const LIMIT_EXIT_STATUS: i32 = 122;
 
 impl Outcome {
+    /// This outcome with each stream's text cut to [`VIEW_TEXT_BYTES`]
+    /// ([`StreamOutput::bounded`]): the structured content of an MCP tool result. The
+    /// attestation still names the whole output (its digests), which the full result
+    /// carries.
+    pub fn bounded(&self) -> Self {
+        Self {
+            stdout: self.stdout.bounded(VIEW_TEXT_BYTES),
+            stderr: self.stderr.bounded(VIEW_TEXT_BYTES),
+            ..self.clone()
+        }
+    }
+
     /// The exit status a CLI should mirror: the child's code, `128 + signal` when killed,
     /// 124 on timeout (like `timeout(1)`), [`SANDBOX_FAILURE_EXIT_STATUS`] when the
     /// sandbox failed, [`LIMIT_EXIT_STATUS`] when a limit stopped a guest that has no

@@ -114,7 +114,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut resp = (status, axum::Json(json!({ "error": self.0.to_json() }))).into_response();
+        let body = crate::results::ErrorBody {
+            error: self.0.detail(),
+        };
+        let mut resp = (status, axum::Json(body)).into_response();
         if status == StatusCode::TOO_MANY_REQUESTS {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -296,13 +299,19 @@ struct OutputQuery {
 }
 
 async fn health() -> ApiResult {
-    ok(json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+    ok(crate::results::to_json(&crate::results::Health {
+        status: crate::results::HealthStatus::Ok,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    }))
 }
 
 /// The server's pid and its runner's identity, for a local client deciding whether this
 /// server runs a request as the client itself would (`tierbox run` through a daemon).
 async fn daemon_identity(State(st): State<Arc<AppState>>) -> ApiResult {
-    ok(json!({ "pid": std::process::id(), "identity": st.service.runner().identity() }))
+    ok(crate::results::to_json(&crate::results::DaemonIdentity {
+        pid: std::process::id(),
+        identity: st.service.runner().identity(),
+    }))
 }
 
 async fn openapi() -> ApiResult {
@@ -500,7 +509,10 @@ async fn end_session(State(st): State<Arc<AppState>>, headers: HeaderMap) -> Api
     let owner = owner(&headers)?;
     st.service.end_owner(&owner).await;
     let session = owner.strip_prefix("http:").unwrap_or(&owner).to_owned();
-    ok(json!({ "session": session, "ended": true }))
+    ok(crate::results::to_json(&crate::results::SessionEnded {
+        session,
+        ended: true,
+    }))
 }
 
 async fn not_found(req: Request) -> ApiError {

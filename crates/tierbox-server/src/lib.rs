@@ -20,5 +20,6 @@ pub mod http;
 pub mod mcp;
 pub mod mcp_stdio;
 pub mod openapi;
+pub mod results;
 pub mod serve;
 pub mod service;

@@ -57,9 +57,36 @@ fn tools() -> Vec<Tool> {
             let Value::Object(map) = schema else {
                 return None;
             };
-            Some(Tool::new(*name, description, Arc::new(map)).annotate(annotations(name)))
+            let Value::Object(output) = output_schema(name) else {
+                return None;
+            };
+            Some(
+                Tool::new(*name, description, Arc::new(map))
+                    .with_raw_output_schema(Arc::new(output))
+                    .annotate(annotations(name)),
+            )
         })
         .collect()
+}
+
+/// The schema of each tool's structured content (a successful call's; a refusal's is the
+/// error body), generated from the type the server serializes it from.
+fn output_schema(name: &str) -> Value {
+    use crate::results::{self, OutputChunk, ProcessList, RunResult, StdinWritten};
+    use tierbox_policy::schema::{
+        PROCESS_KILL_TOOL, PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_STATUS_TOOL,
+        PROCESS_WRITE_STDIN_TOOL,
+    };
+    use tierbox_runner::background::BackgroundStatus;
+    match name {
+        PROCESS_RUN_TOOL => results::output_schema::<RunResult>(),
+        WASM_RUN_TOOL => results::output_schema::<tierbox_runner::Outcome>(),
+        PROCESS_STATUS_TOOL | PROCESS_KILL_TOOL => results::output_schema::<BackgroundStatus>(),
+        PROCESS_OUTPUT_TOOL => results::output_schema::<OutputChunk>(),
+        PROCESS_WRITE_STDIN_TOOL => results::output_schema::<StdinWritten>(),
+        PROCESS_LIST_TOOL => results::output_schema::<ProcessList>(),
+        _ => Value::Null,
+    }
 }
 
 /// What each tool does to the world, for clients that ask before calling (MCP tool

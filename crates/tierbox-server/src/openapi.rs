@@ -6,7 +6,10 @@ use tierbox_policy::handle::{DEFAULT_OUTPUT_READ_BYTES, HANDLE_HEX_LEN, MAX_OUTP
 use tierbox_policy::request::MAX_STDIN_BYTES;
 use tierbox_policy::schema::{PROCESS_RUN_TOOL, WASM_RUN_TOOL, tool_schema};
 
+use tierbox_runner::background::BackgroundStatus;
+
 use crate::http::MAX_SESSION_BYTES;
+use crate::results;
 
 /// Moves a schemars document's `$defs` into `components`, rewriting its references, and
 /// returns the top-level schema.
@@ -36,10 +39,54 @@ fn component(schema: Value, components: &mut Map<String, Value>) -> Value {
     schema
 }
 
+/// Response bodies, generated from their types ([`crate::results`]) in one generator, so
+/// that every definition keeps one name across the document.
+struct Responses {
+    generator: schemars::SchemaGenerator,
+}
+
+impl Responses {
+    fn new() -> Self {
+        Self {
+            generator: schemars::generate::SchemaSettings::draft2020_12().into_generator(),
+        }
+    }
+
+    /// A `$ref` to `T`'s definition (generated on first use).
+    fn of<T: schemars::JsonSchema>(&mut self) -> Value {
+        let mut r =
+            serde_json::to_value(self.generator.subschema_for::<T>()).unwrap_or(Value::Null);
+        if let Some(Value::String(s)) = r.get_mut("$ref")
+            && let Some(name) = s.strip_prefix("#/$defs/")
+        {
+            *s = format!("#/components/schemas/{name}");
+        }
+        r
+    }
+
+    /// Moves the definitions into `components`; returns the conflicting names.
+    fn finish(mut self, components: &mut Map<String, Value>) -> Vec<String> {
+        let defs = self.generator.take_definitions(true);
+        let mut moved = Map::new();
+        let _ = component(json!({ "$defs": Value::Object(defs) }), &mut moved);
+        let mut conflicts = Vec::new();
+        for (name, schema) in moved {
+            match components.get(&name) {
+                Some(existing) if *existing != schema => conflicts.push(name),
+                Some(_) => {}
+                None => {
+                    components.insert(name, schema);
+                }
+            }
+        }
+        conflicts
+    }
+}
+
 fn error_response(description: &str) -> Value {
     json!({
         "description": description,
-        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
+        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ErrorBody" } } }
     })
 }
 
@@ -101,54 +148,22 @@ pub fn document() -> Value {
             }
         }),
     );
-    schemas.insert(
-        "Error".to_owned(),
-        json!({
-            "type": "object",
-            "required": ["error"],
-            "properties": {
-                "error": {
-                    "type": "object",
-                    "required": ["code", "message"],
-                    "properties": {
-                        "code": { "type": "string" },
-                        "message": { "type": "string" },
-                        "fix": {
-                            "type": "string",
-                            "description": "What would let a rejected request through: the policy key to change, or the command that fixes the host"
-                        },
-                        "handle": { "type": "object" }
-                    }
-                }
-            }
-        }),
+    let mut responses = Responses::new();
+    let error = responses.of::<results::ErrorBody>();
+    let run_result_schema = responses.of::<results::RunResult>();
+    let status_schema = responses.of::<BackgroundStatus>();
+    let list_schema = responses.of::<results::ProcessList>();
+    let output_schema = responses.of::<results::OutputChunk>();
+    let stdin_schema = responses.of::<results::StdinWritten>();
+    let health_schema = responses.of::<results::Health>();
+    let daemon_schema = responses.of::<results::DaemonIdentity>();
+    let session_schema = responses.of::<results::SessionEnded>();
+    let conflicts = responses.finish(&mut schemas);
+    debug_assert!(
+        conflicts.is_empty(),
+        "conflicting definitions: {conflicts:?}"
     );
-    schemas.insert(
-        "ProcessStatus".to_owned(),
-        json!({
-            "type": "object",
-            "required": ["id", "state", "argv", "lifetime", "lifetime_ms", "tier", "backend"],
-            "properties": {
-                "id": { "type": "string" },
-                "state": { "enum": ["running", "exited", "killed", "expired"] },
-                "exit_code": { "type": ["integer", "null"] },
-                "signal": { "type": ["integer", "null"] },
-                "argv": { "type": "array", "items": { "type": "string" } },
-                "lifetime": { "enum": ["run_owned", "detached"] },
-                "lifetime_ms": { "type": "integer" },
-                "tier": { "type": "string" },
-                "backend": { "type": "string" }
-            }
-        }),
-    );
-    schemas.insert(
-        "RunResult".to_owned(),
-        json!({
-            "description": "The outcome of a foreground run, or the handle of a background \
-                            process ({status, startup_stdout, startup_stderr}).",
-            "type": "object"
-        }),
-    );
+    debug_assert_eq!(error["$ref"], "#/components/schemas/ErrorBody");
 
     let id = json!({
         "name": "id", "in": "path", "required": true,
@@ -167,17 +182,12 @@ pub fn document() -> Value {
         "description": "Answer application/x-ndjson: output events, then the result.",
         "schema": { "type": "boolean", "default": false }
     });
-    let run_result = json_response(
-        "the outcome, or the background handle",
-        json!({ "$ref": "#/components/schemas/RunResult" }),
-    );
-    let status = json_response(
-        "the process status",
-        json!({ "$ref": "#/components/schemas/ProcessStatus" }),
-    );
-    let body = |schema: &str| {
+    let run_result = json_response("the outcome, or the background handle", run_result_schema);
+    let status = json_response("the process status", status_schema);
+    let body = |schema: &str, examples: Value| {
         json!({ "required": true, "content": { "application/json": {
-            "schema": { "$ref": format!("#/components/schemas/{schema}") } } } })
+            "schema": { "$ref": format!("#/components/schemas/{schema}") },
+            "examples": examples } } })
     };
     let policy = [
         ("413", "body larger than the request cap"),
@@ -203,45 +213,46 @@ pub fn document() -> Value {
         "security": [ { "bearer": [] } ],
         "paths": {
             "/v1/health": { "get": {
-                "operationId": "health", "security": [],
-                "responses": { "200": json_response("the server is up", json!({
-                    "type": "object", "required": ["status"],
-                    "properties": { "status": { "const": "ok" }, "version": { "type": "string" } }
-                })) }
+                "operationId": "health", "summary": "Whether the server is up (no token needed)", "security": [],
+                "responses": { "200": json_response("the server is up", health_schema) }
             } },
             "/v1/process/run": { "post": {
-                "operationId": "process_run",
+                "operationId": "process_run", "summary": "Run a command in the sandbox the policy picks; foreground to the end, or start it in the background",
                 "parameters": [session.clone(), stream.clone()],
-                "requestBody": body("ProcessRunRequest"),
+                "requestBody": body("ProcessRunRequest", json!({
+                    "tests": { "summary": "run the test suite for at most five minutes",
+                               "value": { "command": "cargo", "args": ["test", "--offline"], "timeout_ms": 300_000 } },
+                    "server": { "summary": "start a server in the background",
+                                "value": { "command": "python3", "args": ["-m", "http.server", "8000"], "background": true } }
+                })),
                 "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", "background process cap reached"), ("500", "the host could not launch a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result.clone())
             } },
             "/v1/wasm/run": { "post": {
-                "operationId": "wasm_run",
+                "operationId": "wasm_run", "summary": "Run a WebAssembly module in Tier A",
                 "parameters": [stream],
-                "requestBody": body("WasmRunRequest"),
+                "requestBody": body("WasmRunRequest", json!({
+                    "module": { "summary": "run a module from the workspace",
+                                "value": { "module": "build/tool.wasm", "args": ["--check"] } }
+                })),
                 "responses": with(errors(&[policy[0], policy[1], policy[2], ("500", "the host could not run a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result)
             } },
             "/v1/process": { "get": {
-                "operationId": "process_list",
+                "operationId": "process_list", "summary": "List your session's background processes",
                 "parameters": [session.clone()],
-                "responses": with(errors(&[]), "200", json_response("the session's processes", json!({
-                    "type": "object", "required": ["processes"],
-                    "properties": { "processes": { "type": "array",
-                        "items": { "$ref": "#/components/schemas/ProcessStatus" } } }
-                })))
+                "responses": with(errors(&[]), "200", json_response("the session's processes", list_schema))
             } },
             "/v1/process/{id}": { "get": {
-                "operationId": "process_status",
+                "operationId": "process_status", "summary": "Status of one background process",
                 "parameters": [id.clone(), session.clone()],
                 "responses": with(errors(&handle_errors), "200", status.clone())
             } },
             "/v1/process/{id}/kill": { "post": {
-                "operationId": "process_kill",
+                "operationId": "process_kill", "summary": "Kill a background process and its whole tree",
                 "parameters": [id.clone(), session.clone()],
                 "responses": with(errors(&handle_errors), "200", status)
             } },
             "/v1/process/{id}/output": { "get": {
-                "operationId": "process_output",
+                "operationId": "process_output", "summary": "Read a background process's output from an offset on",
                 "parameters": [id.clone(), session.clone(),
                     { "name": "stream", "in": "query", "required": false,
                       "schema": { "enum": ["stdout", "stderr"], "default": "stdout" } },
@@ -251,54 +262,25 @@ pub fn document() -> Value {
                       "schema": { "type": "integer", "minimum": 1,
                                   "maximum": MAX_OUTPUT_READ_BYTES,
                                   "default": DEFAULT_OUTPUT_READ_BYTES } }],
-                "responses": with(errors(&handle_errors), "200", json_response("output from the offset on", json!({
-                    "type": "object",
-                    "required": ["id", "stream", "state", "offset", "text", "next_offset", "missed_bytes", "total_bytes"],
-                    "properties": {
-                        "id": { "type": "string" }, "stream": { "enum": ["stdout", "stderr"] },
-                        "state": { "enum": ["running", "exited", "killed", "expired"] },
-                        "offset": { "type": "integer" }, "text": { "type": "string" },
-                        "next_offset": { "type": "integer" }, "missed_bytes": { "type": "integer" },
-                        "total_bytes": { "type": "integer" }
-                    }
-                })))
+                "responses": with(errors(&handle_errors), "200", json_response("output from the offset on", output_schema))
             } },
             "/v1/process/{id}/stdin": { "post": {
-                "operationId": "process_write_stdin",
+                "operationId": "process_write_stdin", "summary": "Write to a background process's stdin, or close it",
                 "parameters": [id, session.clone()],
-                "requestBody": body("WriteStdinRequest"),
-                "responses": with(errors(&[handle_errors[0], ("409", "stdin closed or the process ended"), policy[0], policy[1]]), "200", json_response("bytes written", json!({
-                    "type": "object", "required": ["id", "bytes_written", "closed"],
-                    "properties": { "id": { "type": "string" }, "bytes_written": { "type": "integer" },
-                                    "closed": { "type": "boolean" } }
-                })))
+                "requestBody": body("WriteStdinRequest", json!({
+                    "line": { "summary": "send a line and keep stdin open", "value": { "data": "status\n" } },
+                    "close": { "summary": "close stdin (end of input)", "value": { "close": true } }
+                })),
+                "responses": with(errors(&[handle_errors[0], ("409", "stdin closed or the process ended"), policy[0], policy[1]]), "200", json_response("bytes written", stdin_schema))
             } },
             "/v1/daemon": { "get": {
-                "operationId": "daemon_identity",
-                "responses": with(errors(&[]), "200", json_response("the server's process and the identity of its runner: a local client hands it a run only when the client's own identity is equal", json!({
-                    "type": "object", "required": ["pid", "identity"],
-                    "properties": {
-                        "pid": { "type": "integer", "minimum": 1 },
-                        "identity": { "type": "object",
-                            "required": ["version", "uid", "policy_digest", "workspace", "state_dir", "environment"],
-                            "properties": {
-                                "version": { "type": "string" },
-                                "uid": { "type": "integer", "minimum": 0 },
-                                "policy_digest": { "type": "string" },
-                                "workspace": { "type": "string" },
-                                "state_dir": { "type": "string" },
-                                "environment": { "type": "string", "description": "hex SHA-256 of the supervisor variables validation reads" }
-                            } }
-                    }
-                })))
+                "operationId": "daemon_identity", "summary": "The server's pid and its runner's identity (for a local CLI hand-off)",
+                "responses": with(errors(&[]), "200", json_response("the server's process and the identity of its runner: a local client hands it a run only when the client's own identity is equal", daemon_schema))
             } },
             "/v1/session": { "delete": {
-                "operationId": "end_session",
+                "operationId": "end_session", "summary": "End your session: kill its run_owned background processes",
                 "parameters": [session],
-                "responses": with(errors(&[]), "200", json_response("the session's run_owned processes were killed", json!({
-                    "type": "object", "required": ["session", "ended"],
-                    "properties": { "session": { "type": "string" }, "ended": { "const": true } }
-                })))
+                "responses": with(errors(&[]), "200", json_response("the session's run_owned processes were killed", session_schema))
             } }
         }
     })
@@ -345,5 +327,85 @@ mod tests {
         assert_eq!(run["additionalProperties"], Value::Bool(false));
         assert_eq!(run["required"], json!(["command"]));
         assert!(run.get("$schema").is_none());
+    }
+
+    /// The examples of the request bodies are requests the server accepts.
+    #[test]
+    fn request_examples_parse_as_requests() {
+        let doc = document();
+        let examples = |path: &str| {
+            let e = &doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["examples"];
+            let Value::Object(m) = e else {
+                panic!("{path}: no examples");
+            };
+            m.values()
+                .map(|v| serde_json::to_vec(&v["value"]).unwrap_or_default())
+                .collect::<Vec<_>>()
+        };
+        for body in examples("/v1/process/run") {
+            tierbox_policy::ProcessRunRequest::from_json(&body)
+                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&body)));
+        }
+        for body in examples("/v1/wasm/run") {
+            tierbox_policy::wasm::WasmRunRequest::from_json(&body)
+                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&body)));
+        }
+        for body in examples("/v1/process/{id}/stdin") {
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let keys: Vec<&String> = v
+                .as_object()
+                .map(|m| m.keys().collect())
+                .unwrap_or_default();
+            assert!(keys.iter().all(|k| *k == "data" || *k == "close"), "{v}");
+        }
+    }
+
+    /// Response bodies are the generated schemas of the types the server serializes, one
+    /// definition per name, and every operation has a summary.
+    #[test]
+    fn response_bodies_are_generated_from_the_types() {
+        let doc = document();
+        let schemas = &doc["components"]["schemas"];
+        let outcome = &schemas["Outcome"]["properties"];
+        for field in [
+            "exit_code",
+            "signal",
+            "timed_out",
+            "limit_hit",
+            "stdout",
+            "attestation",
+        ] {
+            assert!(outcome[field].is_object(), "Outcome.{field}: {outcome}");
+        }
+        assert!(
+            schemas["RunResult"]["anyOf"].is_array(),
+            "{}",
+            schemas["RunResult"]
+        );
+        for name in [
+            "BackgroundStatus",
+            "OutputChunk",
+            "StdinWritten",
+            "ProcessList",
+            "ErrorBody",
+        ] {
+            assert!(schemas[name]["properties"].is_object(), "{name}");
+        }
+        let run = &doc["paths"]["/v1/process/run"]["post"]["responses"]["200"]["content"]["application/json"]
+            ["schema"]["$ref"];
+        assert_eq!(run, "#/components/schemas/RunResult");
+        let mut responses = Responses::new();
+        let _ = responses.of::<results::RunResult>();
+        let _ = responses.of::<BackgroundStatus>();
+        let mut components = doc["components"]["schemas"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(responses.finish(&mut components), Vec::<String>::new());
+        for (path, ops) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, op) in ops.as_object().into_iter().flatten() {
+                assert!(op["summary"].is_string(), "{method} {path} has no summary");
+            }
+        }
     }
 }

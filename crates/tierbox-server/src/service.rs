@@ -5,7 +5,7 @@
 //! Every background operation is scoped to an owner: an MCP session, or an HTTP
 //! `Tierbox-Session`. A handle of another owner is `background.not_found`.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tierbox_policy::handle::{
     ProcessHandleRequest, ProcessListRequest, ProcessOutputRequest, ProcessWriteStdinRequest,
 };
@@ -17,6 +17,8 @@ use tierbox_policy::wasm::WasmRunRequest;
 use tierbox_policy::{ProcessRunRequest, Rejection};
 use tierbox_runner::background::{BackgroundError, BackgroundHandle};
 use tierbox_runner::{Checked, Outcome, OutputEvent, RunError, RunRequest, Runner};
+
+use crate::results::{OutputChunk, ProcessList, StdinWritten};
 use tokio::sync::mpsc;
 
 /// Characters of each stream's tail quoted in a run's text summary.
@@ -48,14 +50,17 @@ impl ServiceError {
     /// `{"code", "message"}` plus `"fix"` — what would let a rejected request through
     /// ([`tierbox_policy::Rejection::fix_for`]) — and `"handle"` when there are.
     pub fn to_json(&self) -> Value {
-        let mut v = json!({ "code": self.code, "message": self.message });
-        if let Some(fix) = tierbox_policy::Rejection::fix_for(&self.code) {
-            v["fix"] = fix.into();
+        crate::results::to_json(&self.detail())
+    }
+
+    /// The error as the body's typed `error` ([`crate::results::ErrorDetail`]).
+    pub fn detail(&self) -> crate::results::ErrorDetail {
+        crate::results::ErrorDetail {
+            code: self.code.clone(),
+            message: self.message.clone(),
+            fix: tierbox_policy::Rejection::fix_for(&self.code).map(str::to_owned),
+            handle: self.details.clone(),
         }
-        if let Some(d) = &self.details {
-            v["handle"] = d.clone();
-        }
-        v
     }
 
     /// The HTTP status for this code (see `docs/api.md`).
@@ -150,12 +155,22 @@ pub enum RunReply {
 
 impl RunReply {
     /// The structured result.
+    /// (The body [`crate::results::RunResult`] describes: untagged, so each variant
+    /// serializes as itself.)
     pub fn to_json(&self) -> Value {
         match self {
-            Self::Finished(o) => serde_json::to_value(o),
-            Self::Started(h) => serde_json::to_value(h),
+            Self::Finished(o) => crate::results::to_json(o),
+            Self::Started(h) => crate::results::to_json(h),
         }
-        .unwrap_or(Value::Null)
+    }
+
+    /// The structured result with each stream's text bounded ([`Outcome::bounded`]): a
+    /// tool result a client hands to a model whole.
+    pub fn to_bounded_json(&self) -> Value {
+        match self {
+            Self::Finished(o) => crate::results::to_json(&o.bounded()),
+            Self::Started(h) => crate::results::to_json(h),
+        }
     }
 
     /// A short text a model can read: how it ended, truncation, the tail of the output.
@@ -346,15 +361,15 @@ impl Service {
         let bg = self.runner.background();
         let chunk = bg.output(owner, &req.id, req.stream, req.offset, req.max_bytes)?;
         let status = bg.status(owner, &req.id).await?;
-        Ok(json!({
-            "id": req.id,
-            "stream": req.stream,
-            "state": status.state,
-            "offset": chunk.offset,
-            "text": chunk.text,
-            "next_offset": chunk.next_offset,
-            "missed_bytes": chunk.missed_bytes,
-            "total_bytes": chunk.total_bytes,
+        Ok(crate::results::to_json(&OutputChunk {
+            id: req.id.clone(),
+            stream: req.stream,
+            state: status.state,
+            offset: chunk.offset,
+            text: chunk.text,
+            next_offset: chunk.next_offset,
+            missed_bytes: chunk.missed_bytes,
+            total_bytes: chunk.total_bytes,
         }))
     }
 
@@ -369,7 +384,11 @@ impl Service {
             .background()
             .write_stdin(owner, &req.id, req.data.as_bytes(), req.close)
             .await?;
-        Ok(json!({ "id": req.id, "bytes_written": n, "closed": req.close }))
+        Ok(crate::results::to_json(&StdinWritten {
+            id: req.id.clone(),
+            bytes_written: n as u64,
+            closed: req.close,
+        }))
     }
 
     /// Kills one of `owner`'s background processes (its whole tree).
@@ -384,7 +403,9 @@ impl Service {
 
     /// `owner`'s background processes.
     pub async fn list(&self, owner: &str) -> Value {
-        json!({ "processes": self.runner.background().list(owner).await })
+        crate::results::to_json(&ProcessList {
+            processes: self.runner.background().list(owner).await,
+        })
     }
 
     /// `owner`'s session has ended: its `run_owned` processes are killed and awaited.
@@ -411,7 +432,7 @@ impl Service {
                 async {
                     let run = self.check_run(args)?;
                     let reply = self.process_run(owner, run, events).await?;
-                    Ok((reply.to_json(), reply.summary()))
+                    Ok((reply.to_bounded_json(), reply.summary()))
                 }
                 .await
             }
@@ -419,7 +440,7 @@ impl Service {
                 async {
                     let run = self.check_wasm(args)?;
                     let reply = self.wasm_run(run, events).await?;
-                    Ok((reply.to_json(), reply.summary()))
+                    Ok((reply.to_bounded_json(), reply.summary()))
                 }
                 .await
             }
@@ -539,6 +560,7 @@ fn status_line(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_status_line_is_short_and_leaves_the_attestation_to_the_structured_content() {

@@ -19,7 +19,7 @@ use crate::io::{GuestOutput, OutputSink};
 use crate::limits::Limiter;
 
 /// Where the compiled code of a run came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CacheSource {
     /// Compiled for this run (and stored in the caches).
@@ -31,7 +31,7 @@ pub enum CacheSource {
 }
 
 /// A Tier A limit that ended or constrained a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WasmLimit {
     /// The wall-clock deadline (compilation included).
@@ -51,7 +51,7 @@ pub enum WasmLimit {
 }
 
 /// How a Tier A run ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunReport {
     /// Exit code: `proc_exit`'s, 0 when `_start` returned, 1 when a component's `run`
     /// returned an error. `None` when the guest trapped or was stopped.

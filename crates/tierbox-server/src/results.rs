@@ -1,0 +1,142 @@
+//! The bodies the HTTP API answers with and the structured content of the MCP tools, as
+//! types: what the server sends is serialized from them, and the OpenAPI document and
+//! the tools' `outputSchema` are generated from them, so the two cannot drift apart.
+//!
+//! ```
+//! let schema = tierbox_server::results::output_schema::<tierbox_server::results::RunResult>();
+//! assert_eq!(schema["type"], "object");
+//! assert!(schema["$defs"]["Outcome"]["properties"]["exit_code"].is_object());
+//! ```
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+use tierbox_policy::handle::Stream;
+use tierbox_runner::background::{BackgroundHandle, BackgroundState, BackgroundStatus};
+use tierbox_runner::{Outcome, RunnerIdentity};
+
+/// What a `process_run` or `wasm_run` answers: the outcome of a foreground run, or the
+/// handle of a background process.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RunResult {
+    /// A foreground run, finished.
+    Finished(Box<Outcome>),
+    /// A background process, started (`background: true`).
+    Started(Box<BackgroundHandle>),
+}
+
+/// A session's background processes.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ProcessList {
+    /// Each process's status, oldest first.
+    pub processes: Vec<BackgroundStatus>,
+}
+
+/// Output of a background process from an offset on.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct OutputChunk {
+    /// The handle.
+    pub id: String,
+    /// Which stream was read.
+    pub stream: Stream,
+    /// The process's state when the output was read.
+    pub state: BackgroundState,
+    /// The offset the text starts at (later than the one asked for when bytes before it
+    /// were dropped from the ring: see `missed_bytes`).
+    pub offset: u64,
+    /// The output (redacted), lossily decoded as UTF-8.
+    pub text: String,
+    /// The offset to read from next.
+    pub next_offset: u64,
+    /// Bytes between the offset asked for and `offset` that are no longer kept.
+    pub missed_bytes: u64,
+    /// Bytes the stream has produced so far.
+    pub total_bytes: u64,
+}
+
+/// What a write to a background process's stdin did.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StdinWritten {
+    /// The handle.
+    pub id: String,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Whether stdin was closed after the write.
+    pub closed: bool,
+}
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Health {
+    /// Always `ok` when the server answers.
+    pub status: HealthStatus,
+    /// The server's version.
+    pub version: String,
+}
+
+/// The one state a health answer reports.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    /// The server is up.
+    Ok,
+}
+
+/// `GET /v1/daemon`: the server's process and its runner's identity. A local client hands
+/// a run to the server only when its own identity is equal.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct DaemonIdentity {
+    /// The server's process id.
+    pub pid: u32,
+    /// Its runner's identity.
+    pub identity: RunnerIdentity,
+}
+
+/// `DELETE /v1/session`: the session's `run_owned` processes were killed.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SessionEnded {
+    /// The session.
+    pub session: String,
+    /// Always true.
+    pub ended: bool,
+}
+
+/// An error answer: a stable code, a message, and for a refused request what would let it
+/// through.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ErrorBody {
+    /// The error.
+    pub error: ErrorDetail,
+}
+
+/// The error of an [`ErrorBody`].
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ErrorDetail {
+    /// Stable code (`exec.not_allowed`, `auth.missing`, `http.not_found`, …).
+    pub code: String,
+    /// What happened, naming the rule and the offending value.
+    pub message: String,
+    /// What would let a rejected request through: the policy key to change, or the
+    /// command that fixes the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+    /// The handle the error is about, when it is about one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle: Option<Value>,
+}
+
+/// The JSON Schema (2020-12) of `T`, with its definitions under `$defs`, and `"type":
+/// "object"` at the top as MCP requires of an `outputSchema`.
+pub fn output_schema<T: JsonSchema>() -> Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
+    if let Value::Object(m) = &mut schema {
+        m.entry("type").or_insert_with(|| Value::from("object"));
+    }
+    schema
+}
+
+/// The JSON value of a body (a body always serializes).
+pub fn to_json<T: Serialize>(body: &T) -> Value {
+    serde_json::to_value(body).unwrap_or(Value::Null)
+}
