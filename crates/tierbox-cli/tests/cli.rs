@@ -1708,3 +1708,139 @@ fn the_readme_s_synopsis_policy_and_requests_match_the_binary() {
         }
     }
 }
+
+/// Every `tierbox …` command in a shell block of the README and of `docs/` names a
+/// subcommand that exists and options its `--help` lists, and every TOML block of `docs/`
+/// is a valid policy (a snippet, given `version = 1` when it has none, parses as a policy
+/// on its own: unset keys keep their defaults).
+#[test]
+fn the_docs_commands_and_policy_snippets_match_the_binary() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut pages = vec![std::path::PathBuf::from(format!("{root}/README.md"))];
+    for entry in std::fs::read_dir(format!("{root}/docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let mut help_of = std::collections::BTreeMap::<Vec<String>, String>::new();
+    let (mut commands, mut options, mut policies, mut curls) = (0, 0, 0, 0);
+    let api = tierbox_server::openapi::document();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let name = page.file_name().unwrap().to_string_lossy().into_owned();
+        for (info, body) in fenced_blocks(&text) {
+            if info == "toml" {
+                let body = if body.contains("version = ") {
+                    body
+                } else {
+                    format!("version = 1\n{body}")
+                };
+                tierbox_policy::Policy::from_toml(&body)
+                    .unwrap_or_else(|e| panic!("{name}: a TOML block is no policy: {e}\n{body}"));
+                policies += 1;
+                continue;
+            }
+            if info != "sh" {
+                continue;
+            }
+            // Join continued lines, then look at each command of the block.
+            let joined = body.replace("\\\n", " ");
+            for line in joined.lines() {
+                let line = line.split(" #").next().unwrap_or("").trim();
+                let line = line.strip_prefix("$ ").unwrap_or(line);
+                let line = line.rsplit("| ").next().unwrap_or(line);
+                if line.starts_with("curl ") {
+                    check_curl(&name, line, &api);
+                    curls += 1;
+                    continue;
+                }
+                let Some(rest) = line
+                    .strip_prefix("tierbox ")
+                    .or_else(|| line.strip_prefix("cargo run -q -p tierbox-cli -- "))
+                else {
+                    continue;
+                };
+                // Options up to `--` are Tierbox's; after it, the program's.
+                let own = rest.split(" -- ").next().unwrap_or("");
+                let words: Vec<&str> = own.split_whitespace().collect();
+                let sub: Vec<String> = words
+                    .iter()
+                    .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                    .take_while(|w| !w.starts_with('-'))
+                    .map(|w| (*w).to_owned())
+                    .collect();
+                let help = help_of.entry(sub.clone()).or_insert_with(|| {
+                    let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+                        .args(&sub)
+                        .arg("--help")
+                        .output()
+                        .unwrap();
+                    assert!(
+                        out.status.success(),
+                        "{name}: `tierbox {}` is no subcommand: {}",
+                        sub.join(" "),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    String::from_utf8_lossy(&out.stdout).into_owned()
+                });
+                for flag in words.iter().filter(|w| w.starts_with("--") && w.len() > 2) {
+                    let flag = flag.split('=').next().unwrap_or(flag);
+                    assert!(
+                        help.contains(flag),
+                        "{name} shows `tierbox {} {flag}`, which `--help` does not list",
+                        sub.join(" ")
+                    );
+                    options += 1;
+                }
+                commands += 1;
+            }
+        }
+    }
+    assert!(commands >= 12, "only {commands} commands found");
+    assert!(curls >= 5, "only {curls} curl calls found");
+    assert!(options >= 15, "only {options} options checked");
+    assert!(policies >= 3, "only {policies} policy snippets found");
+}
+
+/// A documented `curl` call of the HTTP API: its path is an operation of the OpenAPI
+/// document (`<id>` standing for `{id}`) with the method it uses, and a JSON body it sends
+/// to a run operation is a valid request.
+fn check_curl(page: &str, line: &str, api: &serde_json::Value) {
+    let Some(at) = line.find("/v1/") else {
+        return;
+    };
+    let path: String = line[at..]
+        .chars()
+        .take_while(|c| !matches!(c, '\'' | '"' | ' ' | '?'))
+        .collect();
+    let path = path.replace("<id>", "{id}");
+    let method = if line.contains("-X POST") || line.contains(" -d ") {
+        "post"
+    } else if line.contains("-X DELETE") {
+        "delete"
+    } else {
+        "get"
+    };
+    assert!(
+        api["paths"][&path][method].is_object(),
+        "{page}: `{line}` calls {method} {path}, which the API does not have"
+    );
+    if let Some(body) = line
+        .split(" -d '")
+        .nth(1)
+        .and_then(|b| b.split('\'').next())
+    {
+        match path.as_str() {
+            "/v1/process/run" => {
+                tierbox_policy::ProcessRunRequest::from_json(body.as_bytes())
+                    .unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+            }
+            "/v1/wasm/run" => {
+                tierbox_policy::wasm::WasmRunRequest::from_json(body.as_bytes())
+                    .unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+            }
+            _ => {}
+        }
+    }
+}
