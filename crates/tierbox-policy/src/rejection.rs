@@ -103,6 +103,21 @@ pub enum Rejection {
          policy covers it (grant {dir:?} with filesystem.read_only)"
     )]
     ProgramNotGranted { program: PathBuf, dir: PathBuf },
+    /// The program is readable, but what the kernel starts it with — its `#!` interpreter
+    /// or its ELF dynamic loader — is not, so its exec would fail in the sandbox.
+    #[error(
+        "{program:?} is started by {loader:?}, which would not be readable in the sandbox: \
+         no system path or grant of the policy covers it (grant {dir:?} with \
+         filesystem.read_only)"
+    )]
+    LoaderNotGranted {
+        program: PathBuf,
+        loader: PathBuf,
+        dir: PathBuf,
+    },
+    /// The program's `#!` interpreter or ELF dynamic loader does not exist.
+    #[error("{program:?} is started by {loader:?}, which does not exist")]
+    LoaderMissing { program: PathBuf, loader: PathBuf },
     /// The executable (or a program it wraps) is an interpreter and the policy denies them.
     #[error(
         "{name:?} is an interpreter or shell{via}; the policy denies interpreters \
@@ -282,7 +297,8 @@ impl Rejection {
             Self::ExecutableNotAllowed { .. } => "exec.not_allowed",
             Self::CommandPathInvalid { .. } => "exec.command_path_invalid",
             Self::ExecutableNotFound { .. } => "exec.not_found",
-            Self::ProgramNotGranted { .. } => "exec.not_granted",
+            Self::ProgramNotGranted { .. } | Self::LoaderNotGranted { .. } => "exec.not_granted",
+            Self::LoaderMissing { .. } => "exec.loader_missing",
             Self::InterpreterDenied { .. } => "exec.interpreter_denied",
             Self::EvalFlag { .. } => "exec.eval_flag",
             Self::EvalFromStdin { .. } => "exec.eval_stdin",
@@ -335,8 +351,11 @@ impl Rejection {
             "exec.not_found" => {
                 "the program is not in the policy's env.path: list its directory there (and grant it with filesystem.read_only)"
             }
+            "exec.loader_missing" => {
+                "install the interpreter the program's #! line names (or correct that line); no policy can grant a file that does not exist"
+            }
             "exec.not_granted" => {
-                "grant the program's directory with filesystem.read_only in the policy"
+                "grant the directory the message names with filesystem.read_only in the policy"
             }
             "exec.interpreter_denied" | "exec.code_route" => {
                 "this runs code the allowlist cannot see: a policy allows it with exec.allow_interpreters = true (and inline code with exec.allow_eval = true)"
@@ -397,6 +416,7 @@ impl Rejection {
         "exec.command_path_invalid",
         "exec.not_found",
         "exec.not_granted",
+        "exec.loader_missing",
         "exec.interpreter_denied",
         "exec.eval_flag",
         "exec.eval_stdin",

@@ -22,6 +22,7 @@ mod exec;
 mod git;
 mod interpreter;
 mod limits;
+mod loader;
 mod scope;
 mod shape;
 mod system;
@@ -40,6 +41,7 @@ pub use interpreter::{
     GIT_CODE_KEYS, INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, git_key_runs_code,
     interpreter_base_name,
 };
+pub use loader::loader_of;
 pub use scope::{
     ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS, REFUSED_WORKSPACE_DIRS, REFUSED_WORKSPACE_TREES,
 };
@@ -306,19 +308,40 @@ pub fn validate(
 /// not hidden), or its exec would fail there with nothing but `EACCES`/`ENOENT`: refused
 /// here instead, naming the path and the key that grants it. Most programs are under a
 /// system root, checked first without building the whole model.
+///
+/// The same holds for what starts a program outside the system roots: its `#!`
+/// interpreter or ELF dynamic loader ([`loader_of`]), which the kernel opens at `execve`.
 fn program_is_granted(program: &Path, workspace: &Path, fs: &FsPlan) -> Result<(), Rejection> {
-    let under = |roots: &[PathBuf]| roots.iter().any(|r| program.starts_with(r));
-    if under(&fs.system_roots) && !under(&fs.system_hidden) && !under(&fs.deny_read) {
+    let system = |path: &Path| {
+        let under = |roots: &[PathBuf]| roots.iter().any(|r| path.starts_with(r));
+        under(&fs.system_roots) && !under(&fs.system_hidden) && !under(&fs.deny_read)
+    };
+    if system(program) {
         return Ok(());
     }
-    if crate::access::AccessModel::new(workspace, fs).access(program) != crate::access::Access::None
-    {
-        return Ok(());
+    let model = crate::access::AccessModel::new(workspace, fs);
+    let readable = |path: &Path| model.access(path) != crate::access::Access::None;
+    let dir = |path: &Path| path.parent().unwrap_or(path).to_path_buf();
+    if !readable(program) {
+        return Err(Rejection::ProgramNotGranted {
+            program: program.to_path_buf(),
+            dir: dir(program),
+        });
     }
-    Err(Rejection::ProgramNotGranted {
-        program: program.to_path_buf(),
-        dir: program.parent().unwrap_or(program).to_path_buf(),
-    })
+    match loader_of(program) {
+        Some(loader) if !loader.exists() => Err(Rejection::LoaderMissing {
+            program: program.to_path_buf(),
+            loader,
+        }),
+        Some(loader) if !system(&loader) && !readable(&loader) => {
+            Err(Rejection::LoaderNotGranted {
+                program: program.to_path_buf(),
+                dir: dir(&loader),
+                loader,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// What `policy`'s filesystem grants resolve to in `ctx`'s workspace, as a [`Plan`] of

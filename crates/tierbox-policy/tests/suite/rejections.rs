@@ -168,6 +168,37 @@ fn every_rejection_code_has_a_table_case() {
         "{r}"
     );
     check("not granted", r.code(), "exec.not_granted");
+    // Readable, but started by a `#!` interpreter no grant covers: refused by that name
+    // (the exec would fail in the sandbox with ENOENT).
+    let mut loader = Fixture::new(&["ls"]);
+    let python = loader.tmp.join("venv/bin/python3");
+    std::fs::write(
+        loader.bin.join("ls"),
+        format!("#!{} -u\n", python.display()),
+    )
+    .unwrap();
+    // Not there at all: the exec could never work.
+    let r = loader.run("ls", &[]).unwrap_err();
+    check("loader missing", r.code(), "exec.loader_missing");
+    assert!(r.to_string().contains("does not exist"), "{r}");
+    std::fs::create_dir_all(python.parent().unwrap()).unwrap();
+    std::fs::write(&python, "").unwrap();
+    let r = loader.run("ls", &[]).unwrap_err();
+    check("loader not granted", r.code(), "exec.not_granted");
+    assert!(
+        r.to_string().contains(&*python.to_string_lossy())
+            && r.to_string().contains("started by")
+            && r.to_string().contains("filesystem.read_only"),
+        "{r}"
+    );
+    loader
+        .policy
+        .filesystem
+        .read_only
+        .push(loader.tmp.join("venv").display().to_string());
+    if let Err(e) = loader.run("ls", &[]) {
+        panic!("with the interpreter granted: {e}");
+    }
     check(
         "interpreter",
         code_of(&fx, &req("bash", &["-c", "id"])),
