@@ -6,6 +6,7 @@ mod daemon;
 mod doctor;
 mod live;
 mod preflight;
+mod progress;
 mod render;
 mod wasm;
 
@@ -737,6 +738,7 @@ fn cmd_run(
 /// `--json`, which prints the outcome at the end) and then the outcome's notes, and
 /// returns the exit status that mirrors the program.
 fn run_request(runner: &Runner, req: RunRequest<'_>, json: bool) -> Result<ExitCode> {
+    progress::install();
     let (live, events) = if json {
         (None, None)
     } else {

@@ -280,6 +280,66 @@ fn a_second_run_of_a_module_loads_it_from_the_disk_cache() {
     );
 }
 
+/// Compiling a module the caches do not have is shown on stderr when it is a terminal
+/// (a spinner, then how long it took), never when stderr is a pipe, and not again once
+/// the module comes from the cache.
+#[test]
+fn a_first_compilation_shows_progress_on_a_terminal_only() {
+    use std::io::Read;
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("hello.wat"), HELLO_WAT).unwrap();
+    let args = [
+        "run",
+        "--tier",
+        "a",
+        "-w",
+        ws.path().to_str().unwrap(),
+        "--",
+        "hello.wat",
+    ];
+    let on_terminal = |state: &Path| {
+        let (master, slave) = tierbox_test_support::open_pty();
+        let status = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(args)
+            .env("XDG_STATE_HOME", state)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(slave)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(0));
+        let mut master = std::fs::File::from(master);
+        rustix::io::ioctl_fionbio(&master, true).unwrap();
+        let (mut shown, mut buf) = (Vec::new(), [0u8; 4096]);
+        while let Ok(n) = master.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            shown.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&shown).into_owned()
+    };
+    let state = tempfile::tempdir().unwrap();
+    let first = on_terminal(state.path());
+    assert!(
+        first.contains("tierbox: compiled the module in"),
+        "{first:?}"
+    );
+    let again = on_terminal(state.path());
+    assert!(
+        !again.contains("compil"),
+        "a cached module is not compiled: {again:?}"
+    );
+    let piped_state = tempfile::tempdir().unwrap();
+    let piped = tierbox_in(piped_state.path(), &args);
+    assert_eq!(piped.status.code(), Some(0));
+    assert!(
+        !String::from_utf8_lossy(&piped.stderr).contains("compil"),
+        "{:?}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+}
+
 #[test]
 fn a_stdout_flood_is_capped_to_the_quota() {
     // 16384 writes of 64 KiB: 1 GiB of output.

@@ -242,9 +242,16 @@ impl WasmEngine {
                 None => {
                     crate::complexity::check(&binary)
                         .map_err(|e| format!("it is too costly to compile: {e}"))?;
+                    let began = Instant::now();
+                    crate::progress::report(crate::progress::Compile::Started {
+                        module_bytes: binary.len(),
+                    });
+                    let built = compile(&engine, &binary, component, disk.as_ref(), &d);
+                    crate::progress::report(crate::progress::Compile::Finished {
+                        millis: elapsed_ms(began),
+                    });
                     (
-                        compile(&engine, &binary, component, disk.as_ref(), &d)
-                            .map_err(|e| format!("it does not compile: {e:#}"))?,
+                        built.map_err(|e| format!("it does not compile: {e:#}"))?,
                         CacheSource::Compiled,
                     )
                 }

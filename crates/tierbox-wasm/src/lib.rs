@@ -57,6 +57,7 @@ mod engine;
 mod io;
 mod limits;
 mod module_file;
+pub mod progress;
 mod run;
 #[allow(unsafe_code)]
 mod sys;
