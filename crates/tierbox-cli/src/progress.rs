@@ -15,13 +15,15 @@ const FRAME: Duration = Duration::from_millis(120);
 
 const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
+/// A running spinner: how to stop it, and its thread.
+type Spinner = (mpsc::Sender<()>, std::thread::JoinHandle<()>);
+
 /// Shows compilations on stderr from now on, when stderr is a terminal.
 pub fn install() {
     if !std::io::stderr().is_terminal() {
         return;
     }
-    let spinner: Arc<Mutex<Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>>> =
-        Arc::default();
+    let spinner: Arc<Mutex<Option<Spinner>>> = Arc::default();
     tierbox_wasm::progress::set_observer(move |event| {
         let Ok(mut current) = spinner.lock() else {
             return;
