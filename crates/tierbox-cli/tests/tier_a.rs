@@ -478,3 +478,81 @@ fn relative_paths_resolve_in_the_workspace_and_getcwd_is_as_documented() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The README's Tier A examples, executed as written (the `cargo run -q -p tierbox-cli --`
+/// of each line standing for this build's binary, in an empty directory as the
+/// workspace): each prints what the `# …` line under it says, with the exit status it
+/// names (0 when none).
+#[test]
+fn the_readme_s_tier_a_examples_print_what_it_says() {
+    if !runtimes_installed() {
+        return;
+    }
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let bin = env!("CARGO_BIN_EXE_tierbox");
+    let state = shared_state();
+    let mut checked = 0;
+    for block in readme.split("```sh\n").skip(1) {
+        let block = block.split("```").next().unwrap_or("");
+        if !block.contains("--tier a") {
+            continue;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let lines: Vec<&str> = block.lines().collect();
+        let mut last: Option<(String, Output)> = None;
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i];
+            i += 1;
+            if let Some(expected) = line.strip_prefix("# ") {
+                let (cmd, out) = last.as_ref().expect("an expectation follows a command");
+                let (text, code) = match expected.rsplit_once("(exit ") {
+                    Some((text, code)) => (
+                        text.trim(),
+                        code.trim_end_matches(')').parse::<i32>().unwrap(),
+                    ),
+                    None => (expected.trim(), 0),
+                };
+                let shown = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                assert!(
+                    shown.contains(text) && out.status.code() == Some(code),
+                    "README: `{cmd}` should print {text:?} and exit {code}; got {:?}: {shown}",
+                    out.status.code()
+                );
+                checked += 1;
+                continue;
+            }
+            if line.trim().is_empty() || line.contains("fetch-runtimes") {
+                continue;
+            }
+            let mut cmd = line.to_owned();
+            // A here-document runs to its terminator line.
+            if let Some(tag) = line.split("<<'").nth(1).and_then(|t| t.split('\'').next()) {
+                while i < lines.len() {
+                    cmd.push('\n');
+                    cmd.push_str(lines[i]);
+                    i += 1;
+                    if lines[i - 1] == tag {
+                        break;
+                    }
+                }
+            }
+            let cmd = cmd.replace("cargo run -q -p tierbox-cli --", bin);
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(&cmd)
+                .current_dir(ws.path())
+                .env("XDG_STATE_HOME", &state)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            last = Some((cmd, out));
+        }
+    }
+    assert!(checked >= 4, "only {checked} README examples checked");
+}
