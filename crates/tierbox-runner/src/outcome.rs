@@ -233,8 +233,6 @@ pub struct Usage {
 /// The result of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Outcome {
-    /// Unique id of the run.
-    pub run_id: String,
     /// Exit code, when the process exited.
     pub exit_code: Option<i32>,
     /// Signal number, when the process was killed by a signal.
@@ -248,6 +246,8 @@ pub struct Outcome {
     pub quota_exceeded: bool,
     /// The limit that ended or constrained the run.
     pub limit_hit: Option<LimitHit>,
+    /// Unique id of the run.
+    pub run_id: String,
     /// Standard output.
     pub stdout: StreamOutput,
     /// Standard error.
