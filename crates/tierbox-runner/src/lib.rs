@@ -7,6 +7,7 @@ pub mod audit;
 pub mod background;
 pub mod builder;
 pub mod capture;
+pub mod changes;
 pub mod host;
 pub mod identity;
 pub mod outcome;

@@ -1,0 +1,463 @@
+//! What a run changed in its workspace, read from the upper layer of the overlay the
+//! sandbox saw the workspace through (review mode): the real workspace is the overlay's
+//! read-only lower layer, and every write, deletion and rename of the run landed in the
+//! upper layer, in overlayfs's own format:
+//!
+//! - a file or symlink in the upper layer was created or modified (copied up);
+//! - a character device `0:0` is a *whiteout*: the path was deleted;
+//! - a directory with the `overlay.opaque` attribute (`user.` in a user namespace,
+//!   `trusted.` otherwise) hides everything the lower layer had beneath it;
+//! - any other directory merges with the lower one.
+//!
+//! [`scan`] turns that into a [`ChangeSet`]: each added, modified, deleted or renamed path
+//! with its size, mode and SHA-256, and flags on the changes a reviewer must not miss. It
+//! reads only; applying or discarding the changes is for the caller.
+//!
+//! ```
+//! let upper = tempfile::tempdir().unwrap();
+//! let lower = tempfile::tempdir().unwrap();
+//! std::fs::write(upper.path().join("new.txt"), "hello\n").unwrap();
+//! let set = tierbox_runner::changes::scan(upper.path(), lower.path());
+//! assert_eq!(set.changes.len(), 1);
+//! assert_eq!(set.changes[0].kind, tierbox_runner::changes::ChangeKind::Added);
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Most changes listed; the rest are only counted ([`ChangeSet::omitted`]). Bounds the
+/// outcome and the attestation of a run that rewrote a whole tree.
+pub const MAX_CHANGES: usize = 1_000;
+
+/// Most entries of the upper layer looked at; a larger layer is reported incomplete.
+/// Bounds the scan of a run that created millions of files.
+pub const MAX_SCANNED_ENTRIES: usize = 200_000;
+
+/// Deepest directory level scanned below the workspace.
+pub const MAX_SCAN_DEPTH: usize = 64;
+
+/// A file at least this large is flagged [`ChangeFlag::Large`] (bytes).
+pub const LARGE_FILE_BYTES: u64 = 10 << 20;
+
+/// What happened to a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    /// It did not exist and does now.
+    Added,
+    /// Its content, kind or mode changed.
+    Modified,
+    /// It existed and does not now (a directory: with everything beneath it).
+    Deleted,
+    /// A file moved here from `renamed_from`, unchanged.
+    Renamed,
+}
+
+/// What a reviewer should look at twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeFlag {
+    /// Inside a `.git` directory (hooks, config, `commondir`: what git runs or trusts).
+    GitInternal,
+    /// A new `.git` directory: a repository whose config and hooks the run wrote.
+    NewGitDir,
+    /// A file that can be executed and could not before (new, or given an `x` bit).
+    NewExecutable,
+    /// A symlink whose target resolves outside the workspace.
+    SymlinkOutside,
+    /// The setuid or setgid bit (never applied).
+    SetuidSetgid,
+    /// A device node, FIFO or socket (never applied).
+    Special,
+    /// At least [`LARGE_FILE_BYTES`].
+    Large,
+}
+
+/// One changed path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Change {
+    /// The path, relative to the workspace.
+    pub path: PathBuf,
+    /// What happened to it.
+    pub kind: ChangeKind,
+    /// `file`, `dir`, `symlink` or `special`: what is there now (what was there, for a
+    /// deletion).
+    pub file_type: String,
+    /// Size in bytes of a file now there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// Permission bits now (`0o7777` of the mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+    /// Hex SHA-256 of a file's content now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// A symlink's target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<PathBuf>,
+    /// For [`ChangeKind::Renamed`]: where the file was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renamed_from: Option<PathBuf>,
+    /// What a reviewer should look at twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<ChangeFlag>,
+}
+
+/// Everything a run changed in its workspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ChangeSet {
+    /// The changes, by path (at most [`MAX_CHANGES`]).
+    pub changes: Vec<Change>,
+    /// Changes past [`MAX_CHANGES`], counted but not listed.
+    pub omitted: u64,
+    /// Bytes of file content the changes add or replace.
+    pub bytes_written: u64,
+    /// The upper layer was larger or deeper than a scan reads ([`MAX_SCANNED_ENTRIES`],
+    /// [`MAX_SCAN_DEPTH`]): there may be changes not counted.
+    pub incomplete: bool,
+}
+
+impl ChangeSet {
+    /// Whether the run changed nothing.
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty() && self.omitted == 0
+    }
+
+    /// Changes carrying `flag`.
+    pub fn flagged(&self, flag: ChangeFlag) -> impl Iterator<Item = &Change> {
+        self.changes.iter().filter(move |c| c.flags.contains(&flag))
+    }
+}
+
+/// Reads the changes in `upper` (an overlay's upper layer) against `lower` (the
+/// workspace it was mounted over). Unreadable entries are skipped; nothing is written.
+pub fn scan(upper: &Path, lower: &Path) -> ChangeSet {
+    let mut scan = Scan {
+        upper,
+        lower,
+        found: Vec::new(),
+        entries: 0,
+        incomplete: false,
+    };
+    scan.dir(Path::new(""), 0, false);
+    let mut found = std::mem::take(&mut scan.found);
+    detect_renames(&mut found, lower);
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    let bytes_written = found
+        .iter()
+        .filter(|c| c.kind != ChangeKind::Deleted && c.kind != ChangeKind::Renamed)
+        .filter_map(|c| c.size)
+        .sum();
+    let omitted = found.len().saturating_sub(MAX_CHANGES) as u64;
+    found.truncate(MAX_CHANGES);
+    ChangeSet {
+        changes: found,
+        omitted,
+        bytes_written,
+        incomplete: scan.incomplete,
+    }
+}
+
+struct Scan<'a> {
+    upper: &'a Path,
+    lower: &'a Path,
+    found: Vec<Change>,
+    entries: usize,
+    incomplete: bool,
+}
+
+impl Scan<'_> {
+    /// Scans the upper directory `rel`; `hidden` when an opaque directory at or above it
+    /// hides the lower layer's entries that the upper layer does not list.
+    fn dir(&mut self, rel: &Path, depth: usize, hidden: bool) {
+        if depth > MAX_SCAN_DEPTH {
+            self.incomplete = true;
+            return;
+        }
+        let Ok(read) = std::fs::read_dir(self.upper.join(rel)) else {
+            return;
+        };
+        for entry in read.flatten() {
+            self.entries += 1;
+            if self.entries > MAX_SCANNED_ENTRIES {
+                self.incomplete = true;
+                return;
+            }
+            let rel = rel.join(entry.file_name());
+            let up = self.upper.join(&rel);
+            let Ok(meta) = std::fs::symlink_metadata(&up) else {
+                continue;
+            };
+            // What the workspace had at this path before the run (an opaque directory
+            // above hides it from the sandbox, not from this comparison).
+            let below = std::fs::symlink_metadata(self.lower.join(&rel)).ok();
+            let ft = meta.file_type();
+            if ft.is_char_device() && meta.rdev() == 0 {
+                // A whiteout: deleted (when the lower layer had it at all).
+                if let Some(below) = below {
+                    self.found.push(deleted(&rel, &below));
+                }
+                continue;
+            }
+            if ft.is_dir() {
+                let opaque = is_opaque(&up);
+                match &below {
+                    Some(b) if b.is_dir() => {
+                        if opaque || hidden {
+                            self.hidden_below(&rel, &up);
+                        }
+                        if b.mode() & 0o7777 != meta.mode() & 0o7777 {
+                            let change = self.present(&rel, &meta, ChangeKind::Modified, Some(b));
+                            self.found.push(change);
+                        }
+                    }
+                    Some(b) => {
+                        // A file replaced by a directory.
+                        self.found.push(deleted(&rel, b));
+                        let change = self.present(&rel, &meta, ChangeKind::Added, None);
+                        self.found.push(change);
+                    }
+                    None => {
+                        let change = self.present(&rel, &meta, ChangeKind::Added, None);
+                        self.found.push(change);
+                    }
+                }
+                self.dir(&rel, depth + 1, hidden || opaque);
+                continue;
+            }
+            let kind = match &below {
+                None => ChangeKind::Added,
+                Some(b) if b.is_dir() => {
+                    // A directory replaced by a file or symlink.
+                    self.found.push(deleted(&rel, b));
+                    ChangeKind::Added
+                }
+                Some(b) if unchanged(&up, &meta, &self.lower.join(&rel), b) => continue,
+                Some(_) => ChangeKind::Modified,
+            };
+            let before = below.as_ref().filter(|b| !b.is_dir());
+            let change = self.present(&rel, &meta, kind, before);
+            self.found.push(change);
+        }
+    }
+
+    /// The lower entries of `rel` that an opaque upper directory hides: each is deleted
+    /// unless the upper directory has an entry of that name (reported on its own).
+    fn hidden_below(&mut self, rel: &Path, up: &Path) {
+        let Ok(read) = std::fs::read_dir(self.lower.join(rel)) else {
+            return;
+        };
+        for entry in read.flatten() {
+            if std::fs::symlink_metadata(up.join(entry.file_name())).is_ok() {
+                continue;
+            }
+            if let Ok(meta) = std::fs::symlink_metadata(entry.path()) {
+                self.found
+                    .push(deleted(&rel.join(entry.file_name()), &meta));
+            }
+        }
+    }
+
+    /// A change for a path present in the upper layer; `before` is what the lower layer
+    /// had there, when it had the same kind of entry.
+    fn present(
+        &self,
+        rel: &Path,
+        meta: &std::fs::Metadata,
+        kind: ChangeKind,
+        before: Option<&std::fs::Metadata>,
+    ) -> Change {
+        let up = self.upper.join(rel);
+        let ft = meta.file_type();
+        let mode = meta.mode() & 0o7777;
+        let mut flags = path_flags(rel, kind);
+        let (file_type, size, sha256, target) = if ft.is_file() {
+            let size = meta.len();
+            if size >= LARGE_FILE_BYTES {
+                flags.push(ChangeFlag::Large);
+            }
+            let was_executable = before.is_some_and(|b| b.mode() & 0o111 != 0);
+            if mode & 0o111 != 0 && !was_executable {
+                flags.push(ChangeFlag::NewExecutable);
+            }
+            ("file", Some(size), sha256_of(&up), None)
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(&up).ok();
+            if target.as_deref().is_some_and(|t| escapes(rel, t)) {
+                flags.push(ChangeFlag::SymlinkOutside);
+            }
+            ("symlink", None, None, target)
+        } else if ft.is_dir() {
+            ("dir", None, None, None)
+        } else {
+            flags.push(ChangeFlag::Special);
+            ("special", None, None, None)
+        };
+        if mode & 0o6000 != 0 && !ft.is_symlink() {
+            flags.push(ChangeFlag::SetuidSetgid);
+        }
+        Change {
+            path: rel.to_path_buf(),
+            kind,
+            file_type: file_type.to_owned(),
+            size,
+            mode: (!ft.is_symlink()).then_some(mode),
+            sha256,
+            target,
+            renamed_from: None,
+            flags,
+        }
+    }
+}
+
+fn deleted(rel: &Path, was: &std::fs::Metadata) -> Change {
+    let ft = was.file_type();
+    let file_type = if ft.is_dir() {
+        "dir"
+    } else if ft.is_symlink() {
+        "symlink"
+    } else if ft.is_file() {
+        "file"
+    } else {
+        "special"
+    };
+    Change {
+        path: rel.to_path_buf(),
+        kind: ChangeKind::Deleted,
+        file_type: file_type.to_owned(),
+        size: ft.is_file().then_some(was.len()),
+        mode: None,
+        sha256: None,
+        target: None,
+        renamed_from: None,
+        flags: path_flags(rel, ChangeKind::Deleted),
+    }
+}
+
+/// Flags that follow from where a path is: inside a `.git` directory, or a new one.
+fn path_flags(rel: &Path, kind: ChangeKind) -> Vec<ChangeFlag> {
+    let mut flags = Vec::new();
+    let mut at = PathBuf::new();
+    for part in rel.components() {
+        at.push(part);
+        if part.as_os_str() == ".git" {
+            if at == rel && kind == ChangeKind::Added {
+                flags.push(ChangeFlag::NewGitDir);
+            } else {
+                flags.push(ChangeFlag::GitInternal);
+            }
+            break;
+        }
+    }
+    flags
+}
+
+/// Whether the upper entry is the lower one unchanged (a copy-up without a change: a
+/// file opened for writing and closed, a `chown` to the same owner).
+fn unchanged(up: &Path, meta: &std::fs::Metadata, low: &Path, below: &std::fs::Metadata) -> bool {
+    let (a, b) = (meta.file_type(), below.file_type());
+    if a.is_symlink() && b.is_symlink() {
+        return std::fs::read_link(up).ok() == std::fs::read_link(low).ok();
+    }
+    a.is_file()
+        && b.is_file()
+        && meta.len() == below.len()
+        && meta.mode() & 0o7777 == below.mode() & 0o7777
+        && sha256_of(up) == sha256_of(low)
+}
+
+/// Whether a symlink at `rel` (relative to the workspace) with `target` points outside
+/// the workspace: an absolute target, or one whose `..` climb above the workspace root.
+fn escapes(rel: &Path, target: &Path) -> bool {
+    if target.is_absolute() {
+        return true;
+    }
+    let mut depth: i64 = rel.parent().map_or(0, |p| p.components().count() as i64);
+    for part in target.components() {
+        match part {
+            Component::ParentDir => depth -= 1,
+            Component::Normal(_) => depth += 1,
+            _ => {}
+        }
+        if depth < 0 {
+            return true;
+        }
+    }
+    false
+}
+
+fn is_opaque(dir: &Path) -> bool {
+    ["user.overlay.opaque", "trusted.overlay.opaque"]
+        .iter()
+        .any(|name| {
+            let mut value = [0u8; 4];
+            matches!(rustix::fs::lgetxattr(dir, *name, &mut value), Ok(n) if value[..n] == *b"y")
+        })
+}
+
+fn sha256_of(path: &Path) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(tierbox_attest::jcs::hex(&hasher.finalize()))
+}
+
+/// Pairs a deleted file with an added one of the same content: a rename.
+fn detect_renames(found: &mut Vec<Change>, lower: &Path) {
+    let mut added: BTreeMap<(u64, String), usize> = BTreeMap::new();
+    for (i, c) in found.iter().enumerate() {
+        if c.kind == ChangeKind::Added
+            && let (Some(size), Some(sha)) = (c.size, &c.sha256)
+        {
+            added.insert((size, sha.clone()), i);
+        }
+    }
+    if added.is_empty() {
+        return;
+    }
+    let mut renamed = Vec::new();
+    for (d, c) in found.iter().enumerate() {
+        if c.kind != ChangeKind::Deleted || c.file_type != "file" {
+            continue;
+        }
+        let Some(size) = c.size else { continue };
+        if !added.keys().any(|(s, _)| *s == size) {
+            continue;
+        }
+        let Some(sha) = sha256_of(&lower.join(&c.path)) else {
+            continue;
+        };
+        if let Some(a) = added.remove(&(size, sha)) {
+            renamed.push((d, a));
+        }
+    }
+    let mut drop = Vec::new();
+    for (d, a) in renamed {
+        let from = found[d].path.clone();
+        let to = &mut found[a];
+        to.kind = ChangeKind::Renamed;
+        to.renamed_from = Some(from);
+        drop.push(d);
+    }
+    drop.sort_unstable();
+    for d in drop.into_iter().rev() {
+        found.remove(d);
+    }
+}
+
+#[cfg(test)]
+#[path = "changes_tests.rs"]
+mod tests;
