@@ -25,16 +25,12 @@ impl Layers {
     }
 
     fn lower(&self, rel: &str, content: &str) -> &Self {
-        let p = self.lower.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
+        write(&self.lower.join(rel), content);
         self
     }
 
     fn upper(&self, rel: &str, content: &str) -> &Self {
-        let p = self.upper.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
+        write(&self.upper.join(rel), content);
         self
     }
 
@@ -70,6 +66,11 @@ impl Layers {
     fn scan(&self) -> ChangeSet {
         scan(&self.upper, &self.lower)
     }
+}
+
+fn write(path: &Path, content: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
 }
 
 fn umask() -> u32 {

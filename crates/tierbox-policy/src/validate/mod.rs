@@ -122,9 +122,13 @@ impl ValidateContext {
         let supervisor_env = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .collect();
+        Self::of(workspace.into(), supervisor_env)
+    }
+
+    fn of(workspace: PathBuf, supervisor_env: BTreeMap<String, String>) -> Self {
         let runtimes_dir = default_runtimes_dir(&supervisor_env);
         Self {
-            workspace: workspace.into(),
+            workspace,
             supervisor_env,
             runtimes_dir,
             state_dir: None,
@@ -154,13 +158,7 @@ impl ValidateContext {
                 Some((name, value))
             })
             .collect();
-        let runtimes_dir = default_runtimes_dir(&supervisor_env);
-        Self {
-            workspace: workspace.into(),
-            supervisor_env,
-            runtimes_dir,
-            state_dir: None,
-        }
+        Self::of(workspace.into(), supervisor_env)
     }
 
     /// The same context with the supervisor's state directory, which the workspace may
