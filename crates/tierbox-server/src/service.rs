@@ -15,7 +15,7 @@ use tierbox_policy::schema::{
 };
 use tierbox_policy::wasm::WasmRunRequest;
 use tierbox_policy::{ProcessRunRequest, Rejection};
-use tierbox_runner::background::{BackgroundError, BackgroundHandle};
+use tierbox_runner::background::BackgroundError;
 use tierbox_runner::{Checked, Outcome, OutputEvent, RunError, RunRequest, Runner};
 
 use crate::results::{OutputChunk, ProcessList, StdinWritten};
@@ -144,24 +144,13 @@ pub struct CheckedRun<T> {
     checked: Checked,
 }
 
-/// What a `process_run` returned.
-#[derive(Debug)]
-pub enum RunReply {
-    /// A foreground run's outcome.
-    Finished(Box<Outcome>),
-    /// A background process's handle.
-    Started(Box<BackgroundHandle>),
-}
+/// What a `process_run` returned: the typed body [`crate::results::RunResult`].
+pub type RunReply = crate::results::RunResult;
 
 impl RunReply {
     /// The structured result.
-    /// (The body [`crate::results::RunResult`] describes: untagged, so each variant
-    /// serializes as itself.)
     pub fn to_json(&self) -> Value {
-        match self {
-            Self::Finished(o) => crate::results::to_json(o),
-            Self::Started(h) => crate::results::to_json(h),
-        }
+        crate::results::to_json(self)
     }
 
     /// The structured result with each stream's text bounded ([`Outcome::bounded`]): a
