@@ -91,21 +91,6 @@ pub fn hand_off(
     socket: &Path,
     events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
 ) -> Handoff {
-    if !socket.exists() {
-        return Handoff::NotUsed(format!("no daemon at {}", socket.display()));
-    }
-    let token = match token(&runner.options().state_dir) {
-        Ok(t) => t,
-        Err(e) => return Handoff::NotUsed(format!("{e:#}")),
-    };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return Handoff::NotUsed(format!("starting the async runtime: {e}")),
-    };
-    let own = runner.identity();
     let (route, body) = match req {
         RunRequest::Process(r) => ("/v1/process/run?stream=true", serde_json::to_vec(r)),
         RunRequest::Wasm(r) => ("/v1/wasm/run?stream=true", serde_json::to_vec(r)),
@@ -114,8 +99,70 @@ pub fn hand_off(
         Ok(b) => b,
         Err(e) => return Handoff::NotUsed(format!("encoding the request: {e}")),
     };
+    with_daemon(runner, socket, Handoff::NotUsed, async |mut conn| {
+        tokio::select! {
+            r = conn.run(route, &body, events) => r,
+            sig = crate::termination_signal() => Handoff::Interrupted(sig),
+        }
+    })
+}
+
+/// What became of a check handed to the daemon.
+pub enum Checked {
+    /// The daemon answered: the check's body (`POST /v1/process/check`), or the error
+    /// it answered with (a rejection's `{code, message}`).
+    Answered(std::result::Result<Value, ApiError>),
+    /// The daemon did not answer it, and why (the CLI checks in process).
+    NotUsed(String),
+}
+
+/// Asks the daemon on `socket`, if there is one whose identity is `runner`'s, what a run
+/// of `req` would do.
+pub fn check(runner: &Runner, req: &tierbox_policy::ProcessRunRequest, socket: &Path) -> Checked {
+    let body = match serde_json::to_vec(req) {
+        Ok(b) => b,
+        Err(e) => return Checked::NotUsed(format!("encoding the request: {e}")),
+    };
+    with_daemon(
+        runner,
+        socket,
+        Checked::NotUsed,
+        async |mut conn| match conn
+            .request("POST", "/v1/process/check", Some(&body), false)
+            .await
+        {
+            Ok((200, v)) => Checked::Answered(Ok(v)),
+            Ok((_, v)) => Checked::Answered(Err(error_of(&v))),
+            Err(e) => Checked::NotUsed(format!("the daemon at {}: {e:#}", socket.display())),
+        },
+    )
+}
+
+/// Runs `then` with a connection to the daemon on `socket` when one answers within
+/// [`IDENTITY_TIMEOUT`] with `runner`'s identity; otherwise returns `not_used(why)`.
+fn with_daemon<T>(
+    runner: &Runner,
+    socket: &Path,
+    not_used: impl Fn(String) -> T,
+    then: impl AsyncFnOnce(Connection) -> T,
+) -> T {
+    if !socket.exists() {
+        return not_used(format!("no daemon at {}", socket.display()));
+    }
+    let token = match token(&runner.options().state_dir) {
+        Ok(t) => t,
+        Err(e) => return not_used(format!("{e:#}")),
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return not_used(format!("starting the async runtime: {e}")),
+    };
+    let own = runner.identity();
     let result = rt.block_on(async {
-        let mut conn = match tokio::time::timeout(IDENTITY_TIMEOUT, async {
+        let conn = match tokio::time::timeout(IDENTITY_TIMEOUT, async {
             let mut conn = Connection::open(socket, &token).await?;
             let (_, theirs) = conn.identity().await?;
             Ok::<_, anyhow::Error>((conn, theirs))
@@ -125,7 +172,7 @@ pub fn hand_off(
             Ok(Ok((conn, theirs))) => {
                 let differ = own.differences(&theirs);
                 if !differ.is_empty() {
-                    return Handoff::NotUsed(format!(
+                    return not_used(format!(
                         "the daemon at {} runs with another {}",
                         socket.display(),
                         differ.join(", ")
@@ -134,22 +181,19 @@ pub fn hand_off(
                 conn
             }
             Ok(Err(e)) => {
-                return Handoff::NotUsed(format!("the daemon at {}: {e:#}", socket.display()));
+                return not_used(format!("the daemon at {}: {e:#}", socket.display()));
             }
             Err(_) => {
-                return Handoff::NotUsed(format!(
+                return not_used(format!(
                     "the daemon at {} did not answer within {} ms",
                     socket.display(),
                     IDENTITY_TIMEOUT.as_millis()
                 ));
             }
         };
-        tokio::select! {
-            r = conn.run(route, &body, events) => r,
-            sig = crate::termination_signal() => Handoff::Interrupted(sig),
-        }
+        then(conn).await
     });
-    // Nothing of the run is left on this side: no task to wait for.
+    // Nothing of the request is left on this side: no task to wait for.
     rt.shutdown_background();
     result
 }

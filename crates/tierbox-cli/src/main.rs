@@ -687,29 +687,63 @@ fn cmd_check(policy: &PolicyArgs, request: RequestArgs, json: bool) -> Result<Ex
         Ok(r) => r,
         Err(rej) => return Ok(print_rejection(&rej, json)),
     };
-    match runner.prepare(RunRequest::Process(&req)) {
-        Ok(Prepared::Wasm(plan)) => print_wasm_plan(&plan, json),
-        Ok(Prepared::Native(plan)) => {
-            let pre = preflight::Preflight::of(&plan);
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(
-                        &serde_json::json!({ "plan": plan, "preflight": pre.to_json() })
-                    )?
-                );
-            } else {
-                render::print_plan(&plan);
-                pre.print();
+    // The daemon's answer when one with this runner's identity answers; the same JSON
+    // computed here otherwise.
+    let mut via = Via::InProcess(None);
+    if daemon::enabled() {
+        let socket = daemon::socket_path(&runner.options().state_dir);
+        match daemon::check(&runner, &req, &socket) {
+            daemon::Checked::Answered(Ok(answer)) => {
+                return print_check(answer, &Via::Daemon, json);
             }
-            Ok(if pre.refusal().is_some() || pre.tier.is_err() {
-                ExitCode::from(EXIT_REJECTED)
-            } else {
-                ExitCode::SUCCESS
-            })
+            daemon::Checked::Answered(Err(e))
+                if Rejection::ALL_CODES.contains(&e.code.as_str()) =>
+            {
+                return Ok(print_refusal(&e.code, &e.message, json));
+            }
+            daemon::Checked::Answered(Err(e)) => {
+                via = Via::InProcess(Some(format!(
+                    "the daemon answered [{}] {}",
+                    e.code, e.message
+                )));
+            }
+            daemon::Checked::NotUsed(why) => via = Via::InProcess(Some(why)),
         }
-        Err(rej) => Ok(print_rejection(&rej, json)),
     }
+    let answer = match runner.prepare(RunRequest::Process(&req)) {
+        Ok(Prepared::Wasm(plan)) => serde_json::json!({ "wasm_plan": plan }),
+        Ok(Prepared::Native(plan)) => serde_json::json!({
+            "plan": plan,
+            "preflight": tierbox_runner::host::Preflight::of(&plan).to_json(),
+        }),
+        Err(rej) => return Ok(print_rejection(&rej, json)),
+    };
+    print_check(answer, &via, json)
+}
+
+/// Prints a check's answer (`{plan, preflight}` or `{wasm_plan}`, from the daemon or
+/// computed here: the same JSON either way) as JSON or text; exit 125 when no tier can
+/// run the plan here or the backend that would run it refuses its grants.
+fn print_check(mut answer: serde_json::Value, via: &Via, json: bool) -> Result<ExitCode> {
+    if let Some(plan) = answer.get("wasm_plan") {
+        let plan: tierbox_policy::wasm::WasmPlan = serde_json::from_value(plan.clone())?;
+        return print_wasm_plan(&plan, json);
+    }
+    let pre = &answer["preflight"];
+    let refused = pre["refused_at_launch"] == true || pre["tier"].is_null();
+    if json {
+        via.annotate(&mut answer);
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        let plan: tierbox_policy::Plan = serde_json::from_value(answer["plan"].clone())?;
+        render::print_plan(&plan);
+        preflight::print_json(pre);
+    }
+    Ok(if refused {
+        ExitCode::from(EXIT_REJECTED)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn cmd_run(

@@ -1,75 +1,46 @@
-//! What `check` and `policy check` add to a valid plan: the tier and backend this host
-//! would pick, and what each Linux backend would refuse or narrow of the filesystem
-//! grants (`tierbox_runner::host::grant_findings`) — so neither approves what `run`
-//! refuses.
+//! Printing what `check` and `policy check` add to a valid plan: the tier and backend this
+//! host would pick, and what each Linux backend would refuse or narrow of the filesystem
+//! grants ([`tierbox_runner::host::Preflight`]) — so neither approves what `run` refuses.
 
-use tierbox_policy::{Plan, Rejection, Tier};
-use tierbox_runner::host::{GrantFinding, grant_findings};
+use serde_json::Value;
+use tierbox_runner::host::GrantFinding;
 
-/// The preflight of one plan.
-pub struct Preflight {
-    /// The tier a run of the plan gets on this host, or why none.
-    pub tier: Result<Tier, Rejection>,
-    /// The backend that tier uses: `tier_b`, or the policy's Tier C backend.
-    pub backend: String,
-    /// What each backend refuses or narrows.
-    pub findings: Vec<GrantFinding>,
-}
-
-impl Preflight {
-    /// Selects the tier as a run would and asks every backend's planner about the grants.
-    pub fn of(plan: &Plan) -> Self {
-        let tier = tierbox_runner::host::select_tier(plan);
-        let backend = match tier {
-            Ok(Tier::C) => plan.tier.backend.to_string(),
-            _ => "tier_b".to_owned(),
-        };
-        Self {
-            tier,
-            backend,
-            findings: grant_findings(plan),
-        }
+/// Text lines of a preflight's JSON ([`tierbox_runner::host::Preflight::to_json`], from
+/// this process or a daemon): the tier and backend, then one line per finding, the
+/// selected backend's first.
+pub fn print_json(pre: &Value) {
+    let backend = pre["backend"].as_str().unwrap_or("");
+    match pre["tier"].as_str() {
+        Some(tier) => println!("runs in   tier {tier}, backend {backend}"),
+        None => println!(
+            "runs in   nothing on this host: [{}] {}",
+            pre["tier_rejected"]["code"].as_str().unwrap_or(""),
+            pre["tier_rejected"]["message"].as_str().unwrap_or("")
+        ),
     }
-
-    /// The finding that would stop a run of this plan: a refusal by the backend the
-    /// selected tier uses.
-    pub fn refusal(&self) -> Option<&GrantFinding> {
-        self.tier.as_ref().ok()?;
-        self.findings
-            .iter()
-            .find(|f| f.refuses && f.backend == self.backend)
-    }
-
-    /// `{"tier", "backend", "refused_at_launch", "grant_findings"}`; `tier` is null and
-    /// `tier_rejected` holds the rejection when no tier can run the plan here.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "tier": self.tier.as_ref().ok().map(ToString::to_string),
-            "tier_rejected": self.tier.as_ref().err().map(Rejection::to_json),
-            "backend": self.backend,
-            "refused_at_launch": self.refusal().is_some(),
-            "grant_findings": self.findings,
-        })
-    }
-
-    /// Text lines: the tier and backend, then one line per finding, the selected
-    /// backend's first.
-    pub fn print(&self) {
-        match &self.tier {
-            Ok(tier) => println!("runs in   tier {tier}, backend {}", self.backend),
-            Err(r) => println!("runs in   nothing on this host: [{}] {r}", r.code()),
-        }
-        let mut findings: Vec<&GrantFinding> = self.findings.iter().collect();
-        findings.sort_by_key(|f| (f.backend != self.backend, !f.refuses));
-        for f in findings {
-            print_finding(f);
-        }
+    let mut findings: Vec<&Value> = pre["grant_findings"]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    let refuses = |f: &Value| f["refuses"] == true;
+    findings.sort_by_key(|f| (f["backend"].as_str() != Some(backend), !refuses(f)));
+    for f in findings {
+        print_line(
+            f["backend"].as_str().unwrap_or(""),
+            refuses(f),
+            f["key"].as_str(),
+            f["rule"].as_str().unwrap_or(""),
+        );
     }
 }
 
 /// One finding as a line: backend, `refuses` or `narrows`, the key and the rule.
 pub fn print_finding(f: &GrantFinding) {
-    let what = if f.refuses { "refuses" } else { "narrows" };
-    let key = f.key.map(|k| format!("{k}: ")).unwrap_or_default();
-    println!("{:<9} {what}: {key}{}", f.backend, f.rule);
+    print_line(f.backend, f.refuses, f.key, &f.rule);
+}
+
+fn print_line(backend: &str, refuses: bool, key: Option<&str>, rule: &str) {
+    let what = if refuses { "refuses" } else { "narrows" };
+    let key = key.map(|k| format!("{k}: ")).unwrap_or_default();
+    println!("{backend:<9} {what}: {key}{rule}");
 }

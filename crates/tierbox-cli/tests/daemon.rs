@@ -479,3 +479,49 @@ fn output_is_printed_while_the_program_runs_in_process_and_through_the_daemon() 
         assert_eq!(lines("stderr"), ["err-one", "err-two"], "{via}");
     }
 }
+
+/// `tierbox check` asks the daemon when one with the same identity runs: the same text,
+/// the same JSON (but for `via`) and the same exit status as in process, for a request
+/// the policy accepts and for one it refuses.
+#[test]
+fn a_check_through_the_daemon_is_the_check_in_process() {
+    let d = Daemon::start();
+    let check = |extra: &[&str], cmd: &[&str], in_process: bool| {
+        let mut args = vec!["check", "--workspace", d.ws_str()];
+        args.extend_from_slice(extra);
+        args.push("--");
+        args.extend_from_slice(cmd);
+        let mut c = d.command(&args);
+        if in_process {
+            c.env("TIERBOX_DAEMON", "off");
+        }
+        c.output().unwrap()
+    };
+    let (a, b) = (
+        check(&[], &["git", "status"], false),
+        check(&[], &["git", "status"], true),
+    );
+    assert_eq!(a.status.code(), b.status.code(), "{a:?} {b:?}");
+    assert_eq!(a.stdout, b.stdout, "{a:?}");
+    assert!(
+        String::from_utf8_lossy(&a.stdout).contains("runs in"),
+        "{a:?}"
+    );
+    let (a, b) = (
+        check(&["--json"], &["git", "status"], false),
+        check(&["--json"], &["git", "status"], true),
+    );
+    let (mut a, mut b) = (json(&a), json(&b));
+    assert_eq!(a["via"], "daemon", "{a}");
+    assert_eq!(b["via"], "in_process", "{b}");
+    a.as_object_mut().unwrap().remove("via");
+    b.as_object_mut().unwrap().remove("via");
+    assert_eq!(a, b);
+    let (a, b) = (
+        check(&[], &["bash", "-c", "id"], false),
+        check(&[], &["bash", "-c", "id"], true),
+    );
+    assert_eq!(a.status.code(), Some(125), "{a:?}");
+    assert_eq!(b.status.code(), Some(125), "{b:?}");
+    assert_eq!(a.stderr, b.stderr);
+}

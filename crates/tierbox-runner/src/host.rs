@@ -72,3 +72,66 @@ pub fn select_tier(plan: &Plan) -> Result<Tier, Rejection> {
 pub fn grant_findings(plan: &Plan) -> Vec<GrantFinding> {
     tierbox_sandbox::preflight::grant_findings(plan)
 }
+
+/// What `check` adds to a valid plan: the tier and backend this host would pick, and
+/// what each Linux backend would refuse or narrow of the filesystem grants
+/// ([`grant_findings`]) — so a check never approves what a run refuses.
+///
+/// ```
+/// use tierbox_policy::{Policy, ProcessRunRequest, ValidateContext};
+/// let ws = tempfile::tempdir().unwrap();
+/// let plan = tierbox_policy::validate::validate(
+///     &Policy::builtin_default(),
+///     &ProcessRunRequest::new("true"),
+///     &ValidateContext::new(ws.path()),
+/// )
+/// .unwrap();
+/// let pre = tierbox_runner::host::Preflight::of(&plan);
+/// assert!(pre.to_json()["backend"].is_string());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Preflight {
+    /// The tier a run of the plan gets on this host, or why none.
+    pub tier: Result<Tier, Rejection>,
+    /// The backend that tier uses: `tier_b`, or the policy's Tier C backend.
+    pub backend: String,
+    /// What each backend refuses or narrows.
+    pub findings: Vec<GrantFinding>,
+}
+
+impl Preflight {
+    /// Selects the tier as a run would and asks every backend's planner about the grants.
+    pub fn of(plan: &Plan) -> Self {
+        let tier = select_tier(plan);
+        let backend = match tier {
+            Ok(Tier::C) => plan.tier.backend.to_string(),
+            _ => "tier_b".to_owned(),
+        };
+        Self {
+            tier,
+            backend,
+            findings: grant_findings(plan),
+        }
+    }
+
+    /// The finding that would stop a run of this plan: a refusal by the backend the
+    /// selected tier uses.
+    pub fn refusal(&self) -> Option<&GrantFinding> {
+        self.tier.as_ref().ok()?;
+        self.findings
+            .iter()
+            .find(|f| f.refuses && f.backend == self.backend)
+    }
+
+    /// `{"tier", "backend", "refused_at_launch", "grant_findings"}`; `tier` is null and
+    /// `tier_rejected` holds the rejection when no tier can run the plan here.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "tier": self.tier.as_ref().ok().map(ToString::to_string),
+            "tier_rejected": self.tier.as_ref().err().map(Rejection::to_json),
+            "backend": self.backend,
+            "refused_at_launch": self.refusal().is_some(),
+            "grant_findings": self.findings,
+        })
+    }
+}

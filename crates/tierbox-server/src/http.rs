@@ -405,6 +405,16 @@ async fn process_run(
     .await
 }
 
+async fn process_check(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    check_json(&headers)?;
+    let body = read_body(body).await?;
+    ok(crate::results::to_json(&st.service.check(&body)?))
+}
+
 async fn wasm_run(
     State(st): State<Arc<AppState>>,
     admission: Option<axum::Extension<Arc<Admission>>>,
@@ -563,6 +573,7 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
         .route("/v1/health", get(health))
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/process/run", post(process_run))
+        .route("/v1/process/check", post(process_check))
         .route("/v1/process", get(process_list))
         .route("/v1/process/{id}", get(process_status))
         .route("/v1/process/{id}/output", get(process_output))

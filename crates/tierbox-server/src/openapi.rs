@@ -158,6 +158,7 @@ pub fn document() -> Value {
     let health_schema = responses.of::<results::Health>();
     let daemon_schema = responses.of::<results::DaemonIdentity>();
     let session_schema = responses.of::<results::SessionEnded>();
+    let check_schema = responses.of::<results::CheckResult>();
     let conflicts = responses.finish(&mut schemas);
     debug_assert!(
         conflicts.is_empty(),
@@ -226,6 +227,14 @@ pub fn document() -> Value {
                                 "value": { "command": "python3", "args": ["-m", "http.server", "8000"], "background": true } }
                 })),
                 "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", "background process cap reached"), ("500", "the host could not launch a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result.clone())
+            } },
+            "/v1/process/check": { "post": {
+                "operationId": "process_check", "summary": "What a process_run of the request would do on this host, without running it",
+                "requestBody": body("ProcessRunRequest", json!({
+                    "tests": { "summary": "would the test suite run, and where?",
+                               "value": { "command": "cargo", "args": ["test", "--offline"] } }
+                })),
+                "responses": with(errors(&[policy[0], policy[1], policy[2]]), "200", json_response("the plan and the preflight, or the Tier A plan", check_schema))
             } },
             "/v1/wasm/run": { "post": {
                 "operationId": "wasm_run", "summary": "Run a WebAssembly module in Tier A",

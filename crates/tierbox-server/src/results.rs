@@ -26,6 +26,29 @@ pub enum RunResult {
     Started(Box<BackgroundHandle>),
 }
 
+/// `POST /v1/process/check`: what a `process_run` of the request would do on this host,
+/// without running anything (a refusal is an error answer, as for a run).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum CheckResult {
+    /// A Tier B or C run.
+    Native {
+        /// The validated plan (`tierbox_policy::Plan`): program, argv, environment,
+        /// filesystem grants, network, limits, tier request.
+        plan: Value,
+        /// The tier and backend this host would use (`tier`, `backend`, or `tier: null`
+        /// and `tier_rejected`), whether that backend refuses the grants
+        /// (`refused_at_launch`), and what each backend would refuse or narrow
+        /// (`grant_findings`).
+        preflight: Value,
+    },
+    /// A Tier A run (an interpreter mapped to a WASI build, or a module).
+    Wasm {
+        /// The validated Tier A plan (`tierbox_policy::wasm::WasmPlan`).
+        wasm_plan: Value,
+    },
+}
+
 /// A session's background processes.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct ProcessList {

@@ -296,6 +296,23 @@ impl Service {
         }
     }
 
+    /// What a `process_run` of the document would do on this host, without running it:
+    /// the plan and the preflight (tier, backend, what the backends refuse), or the
+    /// refusal. A check is not a run: nothing is attested or logged.
+    pub fn check(&self, body: &[u8]) -> Result<crate::results::CheckResult, ServiceError> {
+        use crate::results::CheckResult;
+        let request = ProcessRunRequest::from_json(body)?;
+        Ok(match self.runner.prepare(RunRequest::Process(&request))? {
+            tierbox_runner::Prepared::Native(plan) => CheckResult::Native {
+                preflight: tierbox_runner::host::Preflight::of(&plan).to_json(),
+                plan: crate::results::to_json(&plan),
+            },
+            tierbox_runner::Prepared::Wasm(plan) => CheckResult::Wasm {
+                wasm_plan: crate::results::to_json(&plan),
+            },
+        })
+    }
+
     /// Parses and checks a `wasm_run` document.
     pub fn check_wasm(&self, body: &[u8]) -> Result<CheckedRun<WasmRunRequest>, ServiceError> {
         let request = WasmRunRequest::from_json(body)?;
