@@ -24,7 +24,7 @@ const MAX_INTERP_BYTES: u64 = 256;
 /// assert!(ld.is_some_and(|p| p.is_absolute()));
 /// ```
 pub fn loader_of(program: &Path) -> Option<PathBuf> {
-    let mut file = std::fs::File::open(program).ok()?;
+    let mut file = open_regular(program)?;
     let mut head = [0u8; MAX_SHEBANG_BYTES];
     let n = read_up_to(&mut file, &mut head)?;
     let head = &head[..n];
@@ -37,6 +37,29 @@ pub fn loader_of(program: &Path) -> Option<PathBuf> {
         return interp.is_absolute().then_some(interp);
     }
     elf_interp(&mut file, head)
+}
+
+/// `path` opened for reading if it is a regular file. Non-blocking and not following a
+/// final symlink, so a FIFO or a device put where the program was expected makes the
+/// caller find nothing instead of blocking validation.
+#[cfg(unix)]
+fn open_regular(path: &Path) -> Option<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let file = std::fs::File::from(fd);
+    file.metadata().ok()?.is_file().then_some(file)
+}
+
+/// `path` opened for reading if it is a regular file (no FIFOs to block on here).
+#[cfg(not(unix))]
+fn open_regular(path: &Path) -> Option<std::fs::File> {
+    let file = std::fs::File::open(path).ok()?;
+    file.metadata().ok()?.is_file().then_some(file)
 }
 
 fn read_up_to(file: &mut std::fs::File, buf: &mut [u8]) -> Option<usize> {
@@ -172,6 +195,22 @@ mod tests {
             loader_of(&p),
             Some(PathBuf::from("/lib64/ld-linux-x86-64.so.2"))
         );
+    }
+
+    /// A FIFO where a program was expected is not waited on.
+    #[test]
+    fn a_fifo_is_not_opened_for_good() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o755),
+            0,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loader_of(&fifo), None);
     }
 
     #[test]
