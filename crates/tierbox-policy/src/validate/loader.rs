@@ -39,15 +39,16 @@ pub fn loader_of(program: &Path) -> Option<PathBuf> {
     elf_interp(&mut file, head)
 }
 
-/// `path` opened for reading if it is a regular file. Non-blocking and not following a
-/// final symlink, so a FIFO or a device put where the program was expected makes the
-/// caller find nothing instead of blocking validation.
+/// `path` opened for reading if it is a regular file. Non-blocking, so a FIFO or a device
+/// put where the program was expected makes the caller find nothing instead of blocking
+/// validation; a symlink is followed, as `execve` follows it (`~/.cargo/bin/cargo` is
+/// one).
 #[cfg(unix)]
 fn open_regular(path: &Path) -> Option<std::fs::File> {
     use rustix::fs::{Mode, OFlags};
     let fd = rustix::fs::open(
         path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .ok()?;
@@ -197,7 +198,8 @@ mod tests {
         );
     }
 
-    /// A FIFO where a program was expected is not waited on.
+    /// A FIFO where a program was expected is not waited on; a symlink to a script is
+    /// followed to its `#!` line.
     #[test]
     fn a_fifo_is_not_opened_for_good() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -211,6 +213,11 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(loader_of(&fifo), None);
+        let script = dir.path().join("script");
+        std::fs::write(&script, "#!/opt/x/python3\n").unwrap_or_else(|e| panic!("{e}"));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&script, &link).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loader_of(&link), Some(PathBuf::from("/opt/x/python3")));
     }
 
     #[test]
