@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use tierbox_policy::{Plan, Policy};
-use tierbox_runner::{LimitHit, Outcome};
+use tierbox_runner::Outcome;
 
 /// Replaces control characters other than newline and tab with visible stand-ins (`ESC`
 /// becomes `␛`, BEL `^G`, a carriage return not ending a line `^M`, other C0 characters
@@ -80,7 +80,7 @@ pub fn print_notes(o: &Outcome, stderr_tty: bool, policy: &Policy) {
     {
         let tier_a = o.tier == "a";
         let key = limit.policy_key(tier_a);
-        let value = match limit_value(policy, limit, tier_a) {
+        let value = match limit.policy_value(policy, tier_a) {
             Some(v) => format!(" = {v}"),
             None => String::new(),
         };
@@ -143,25 +143,6 @@ pub fn print_notes(o: &Outcome, stderr_tty: bool, policy: &Policy) {
     for note in notes {
         let _ = writeln!(stderr, "tierbox: {}", show(&note, stderr_tty));
     }
-}
-
-/// The policy's value of `limit`, as a message shows it; `None` when it is not set
-/// there (a request's own timeout, no CPU limit).
-fn limit_value(policy: &Policy, limit: LimitHit, tier_a: bool) -> Option<String> {
-    let l = &policy.limits;
-    let w = &policy.wasm;
-    Some(match limit {
-        LimitHit::WallTime => return None,
-        LimitHit::CpuTime => format!("{} ms", l.cpu_time_ms?),
-        LimitHit::Memory if tier_a => format!("{} bytes", w.memory_bytes),
-        LimitHit::Memory => format!("{} bytes", l.memory_bytes),
-        LimitHit::Processes => l.max_processes.to_string(),
-        LimitHit::FileSize => format!("{} bytes", l.file_size_bytes),
-        LimitHit::Output => format!("{} bytes per stream", policy.output.max_bytes),
-        LimitHit::Fuel => w.fuel.to_string(),
-        LimitHit::Table => w.table_elements.to_string(),
-        LimitHit::Instances => w.instances.to_string(),
-    })
 }
 
 /// A setting as the policy and the JSON spell it (`truncate`, `block_all`, `auto`), not

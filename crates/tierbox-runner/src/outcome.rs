@@ -60,6 +60,35 @@ impl LimitHit {
         }
     }
 
+    /// The value `policy` sets at [`LimitHit::policy_key`], with its unit (`"536870912
+    /// bytes"`); `None` for the wall-clock timeout (a request may set its own) and for a
+    /// CPU time the policy leaves unset.
+    ///
+    /// ```
+    /// use tierbox_runner::LimitHit;
+    ///
+    /// let policy = tierbox_policy::Policy::builtin_default();
+    /// let v = LimitHit::Memory.policy_value(&policy, false).unwrap();
+    /// assert!(v.ends_with(" bytes"));
+    /// assert_eq!(LimitHit::WallTime.policy_value(&policy, false), None);
+    /// ```
+    pub fn policy_value(self, policy: &tierbox_policy::Policy, tier_a: bool) -> Option<String> {
+        let l = &policy.limits;
+        let w = &policy.wasm;
+        Some(match self {
+            Self::WallTime => return None,
+            Self::CpuTime => format!("{} ms", l.cpu_time_ms?),
+            Self::Memory if tier_a => format!("{} bytes", w.memory_bytes),
+            Self::Memory => format!("{} bytes", l.memory_bytes),
+            Self::Processes => l.max_processes.to_string(),
+            Self::FileSize => format!("{} bytes", l.file_size_bytes),
+            Self::Output => format!("{} bytes per stream", policy.output.max_bytes),
+            Self::Fuel => w.fuel.to_string(),
+            Self::Table => w.table_elements.to_string(),
+            Self::Instances => w.instances.to_string(),
+        })
+    }
+
     /// Its name as serialised (`"memory"`, `"file_size"`).
     pub fn name(self) -> &'static str {
         match self {
