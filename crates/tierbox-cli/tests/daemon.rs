@@ -77,7 +77,12 @@ impl Daemon {
 
     /// `tierbox run` in this workspace, through the daemon or (`in_process`) not.
     fn run(&self, extra: &[&str], cmd: &[&str], in_process: bool) -> Output {
-        let mut args = vec!["run", "--workspace", self.ws_str()];
+        self.subcommand("run", extra, cmd, in_process)
+    }
+
+    /// `tierbox SUB --workspace W EXTRA -- CMD`, through the daemon or (`in_process`) not.
+    fn subcommand(&self, sub: &str, extra: &[&str], cmd: &[&str], in_process: bool) -> Output {
+        let mut args = vec![sub, "--workspace", self.ws_str()];
         args.extend_from_slice(extra);
         args.push("--");
         args.extend_from_slice(cmd);
@@ -487,15 +492,7 @@ fn output_is_printed_while_the_program_runs_in_process_and_through_the_daemon() 
 fn a_check_through_the_daemon_is_the_check_in_process() {
     let d = Daemon::start();
     let check = |extra: &[&str], cmd: &[&str], in_process: bool| {
-        let mut args = vec!["check", "--workspace", d.ws_str()];
-        args.extend_from_slice(extra);
-        args.push("--");
-        args.extend_from_slice(cmd);
-        let mut c = d.command(&args);
-        if in_process {
-            c.env("TIERBOX_DAEMON", "off");
-        }
-        c.output().unwrap()
+        d.subcommand("check", extra, cmd, in_process)
     };
     let (a, b) = (
         check(&[], &["git", "status"], false),

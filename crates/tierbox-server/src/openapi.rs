@@ -54,14 +54,9 @@ impl Responses {
 
     /// A `$ref` to `T`'s definition (generated on first use).
     fn of<T: schemars::JsonSchema>(&mut self) -> Value {
-        let mut r =
-            serde_json::to_value(self.generator.subschema_for::<T>()).unwrap_or(Value::Null);
-        if let Some(Value::String(s)) = r.get_mut("$ref")
-            && let Some(name) = s.strip_prefix("#/$defs/")
-        {
-            *s = format!("#/components/schemas/{name}");
-        }
-        r
+        let r = serde_json::to_value(self.generator.subschema_for::<T>()).unwrap_or(Value::Null);
+        // The definitions stay in the generator until `finish`: only the reference moves.
+        component(r, &mut Map::new())
     }
 
     /// Moves the definitions into `components`; returns the conflicting names.
