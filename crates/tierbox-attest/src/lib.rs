@@ -213,6 +213,7 @@ fn is_key_of(key: &Plan, plan: &Plan, env: &[(String, String)]) -> bool {
         env: _,
         cwd,
         workspace,
+        workspace_mode,
         filesystem,
         network,
         limits,
@@ -232,6 +233,7 @@ fn is_key_of(key: &Plan, plan: &Plan, env: &[(String, String)]) -> bool {
         && key.argv == *argv
         && key.cwd == *cwd
         && key.workspace == *workspace
+        && key.workspace_mode == *workspace_mode
         && key.filesystem == *filesystem
         && key.network == *network
         && key.limits == *limits

@@ -44,7 +44,7 @@ pub use enforcement::{Enforcement, LayerReport};
 pub use plan::Plan;
 pub use policy::{
     ContainerPolicy, DEFAULT_SANDBOX_ID, DevShm, EgressMode, Layer, Policy, PolicyError, QuotaMode,
-    Tier, TierCBackend,
+    Tier, TierCBackend, WorkspaceMode,
 };
 pub use rejection::Rejection;
 pub use request::{Lifetime, ProcessRunRequest, TierRequest};

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::hosts::HostPattern;
-use crate::policy::{EgressMode, Layer, QuotaMode, Tier};
+use crate::policy::{EgressMode, Layer, QuotaMode, Tier, WorkspaceMode};
 use crate::request::{Lifetime, TierRequest};
 
 /// A validated, resolved run.
@@ -31,6 +31,10 @@ pub struct Plan {
     pub cwd: PathBuf,
     /// Canonical workspace root.
     pub workspace: PathBuf,
+    /// How the sandbox sees the workspace: directly, or through a copy-on-write overlay
+    /// whose upper layer (at most `limits.disk_bytes`) holds the run's changes.
+    #[serde(default, skip_serializing_if = "WorkspaceMode::is_direct")]
+    pub workspace_mode: WorkspaceMode,
     /// Filesystem view beyond the workspace.
     pub filesystem: FsPlan,
     /// Network.
@@ -239,6 +243,14 @@ pub struct LimitsPlan {
     /// CPUs the run may use (`limits.cpus`); `None` leaves it to the backend's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<u32>,
+    /// Size of the overlay's upper layer and of Tier C's private `/tmp`, in bytes
+    /// (`limits.disk_bytes`).
+    #[serde(default = "default_disk_bytes")]
+    pub disk_bytes: u64,
+}
+
+fn default_disk_bytes() -> u64 {
+    crate::policy::DEFAULT_DISK_BYTES
 }
 
 /// Output capture.

@@ -201,6 +201,10 @@ pub struct Policy {
     /// workspace).
     #[serde(default)]
     pub danger_any_workspace_root: bool,
+    /// How a run sees the workspace: directly, or through a copy-on-write overlay whose
+    /// changes are reviewed, then applied or discarded (review mode).
+    #[serde(default)]
+    pub workspace: WorkspacePolicy,
     /// Tier requirements.
     #[serde(default)]
     pub tier: TierPolicy,
@@ -243,6 +247,7 @@ impl Default for Policy {
             description: String::new(),
             workspace_root: None,
             danger_any_workspace_root: false,
+            workspace: WorkspacePolicy::default(),
             tier: TierPolicy::default(),
             exec: ExecPolicy::default(),
             env: EnvPolicy::default(),
@@ -255,6 +260,79 @@ impl Default for Policy {
             audit: AuditPolicy::default(),
             wasm: crate::wasm::WasmPolicy::default(),
         }
+    }
+}
+
+/// How a run sees its workspace ([`Policy::workspace`]).
+///
+/// ```
+/// use tierbox_policy::{Policy, WorkspaceMode};
+///
+/// let p = Policy::from_toml("version = 1\n[workspace]\nmode = \"overlay\"\n").unwrap();
+/// assert_eq!(p.workspace.mode, WorkspaceMode::Overlay);
+/// assert_eq!(p.workspace.keep_changes_for_secs, 3600);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct WorkspacePolicy {
+    /// `direct` (the default): the run writes into the workspace. `overlay` (review
+    /// mode): the run sees the workspace through a copy-on-write overlay, the real
+    /// workspace unchanged until its change set is applied. Tier C only (native backend);
+    /// a request may narrow `direct` to `overlay`, never the reverse.
+    pub mode: WorkspaceMode,
+    /// How long an overlay run's change set is kept for review, in seconds, before it is
+    /// removed unapplied (default one hour, [`DEFAULT_KEEP_CHANGES_SECS`]; at most
+    /// [`MAX_KEEP_CHANGES_SECS`]). Bounds the disk the kept change sets use.
+    pub keep_changes_for_secs: u64,
+}
+
+/// Default of [`WorkspacePolicy::keep_changes_for_secs`]: one hour.
+pub const DEFAULT_KEEP_CHANGES_SECS: u64 = 3_600;
+
+/// Largest [`WorkspacePolicy::keep_changes_for_secs`]: seven days. Change sets are review
+/// material, not storage.
+pub const MAX_KEEP_CHANGES_SECS: u64 = 7 * 24 * 3_600;
+
+impl Default for WorkspacePolicy {
+    fn default() -> Self {
+        Self {
+            mode: WorkspaceMode::Direct,
+            keep_changes_for_secs: DEFAULT_KEEP_CHANGES_SECS,
+        }
+    }
+}
+
+/// How a run sees its workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceMode {
+    /// Writes go straight into the workspace.
+    #[default]
+    Direct,
+    /// The workspace is the read-only lower layer of an overlay; writes, deletions and
+    /// renames land in an upper layer of the run's own (at most `limits.disk_bytes`),
+    /// reported as a change set to apply or discard.
+    Overlay,
+}
+
+impl WorkspaceMode {
+    /// The mode as the policy spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::Overlay => "overlay",
+        }
+    }
+
+    /// Whether this is [`WorkspaceMode::Direct`], for `skip_serializing_if`.
+    pub fn is_direct(&self) -> bool {
+        *self == Self::Direct
+    }
+}
+
+impl std::fmt::Display for WorkspaceMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -547,7 +625,16 @@ pub struct LimitsPolicy {
     /// Windows Job Object CPU-rate hard cap. `None`: no quota on Linux, the backend's
     /// default (`DEFAULT_CPUS`) in containers and on Windows.
     pub cpus: Option<u32>,
+    /// What a run may write outside its memory, in bytes: the size of the overlay's upper
+    /// layer in overlay mode (the workspace's changes) and of the sandbox's private
+    /// `/tmp` in Tier C. Writing past it fails with `ENOSPC` inside the sandbox and the
+    /// outcome says `limit_hit: "disk"`. Both are memory-backed (tmpfs): what is written
+    /// there also counts toward `memory_bytes`. Default [`DEFAULT_DISK_BYTES`].
+    pub disk_bytes: u64,
 }
+
+/// Default of [`LimitsPolicy::disk_bytes`]: 2 GiB.
+pub const DEFAULT_DISK_BYTES: u64 = 2 << 30;
 
 impl Default for LimitsPolicy {
     fn default() -> Self {
@@ -560,6 +647,7 @@ impl Default for LimitsPolicy {
             open_files: 256,
             file_size_bytes: 1 << 30,
             cpus: None,
+            disk_bytes: DEFAULT_DISK_BYTES,
         }
     }
 }
@@ -870,6 +958,7 @@ impl Policy {
             ("limits.max_processes", l.max_processes),
             ("limits.open_files", l.open_files),
             ("limits.file_size_bytes", l.file_size_bytes),
+            ("limits.disk_bytes", l.disk_bytes),
             ("output.max_bytes", self.output.max_bytes),
         ] {
             if value == 0 {
@@ -893,6 +982,21 @@ impl Policy {
         }
         if l.cpus == Some(0) {
             return invalid("limits.cpus", "must be at least 1".to_owned());
+        }
+        let keep = self.workspace.keep_changes_for_secs;
+        if keep == 0 || keep > MAX_KEEP_CHANGES_SECS {
+            return invalid(
+                "workspace.keep_changes_for_secs",
+                format!("{keep} is not between 1 and {MAX_KEEP_CHANGES_SECS} seconds"),
+            );
+        }
+        if self.workspace.mode == WorkspaceMode::Overlay
+            && self.tier.preferred == crate::request::TierRequest::B
+        {
+            return invalid(
+                "workspace.mode",
+                "\"overlay\" needs tier c, and tier.preferred is \"b\": choose one".to_owned(),
+            );
         }
         Ok(())
     }

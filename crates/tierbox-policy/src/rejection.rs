@@ -250,6 +250,17 @@ pub enum Rejection {
     )]
     WasmRuntimeMissing { command: String, path: PathBuf },
 
+    // ---- workspace -----------------------------------------------------------------------
+    /// The request asked for a workspace mode the policy's is stronger than (`direct`
+    /// under an `overlay` policy).
+    #[error(
+        "workspace mode \"{requested}\" is weaker than the policy's workspace.mode \"{policy}\": a request may narrow direct to overlay, never the reverse"
+    )]
+    WorkspaceModeWidened {
+        requested: crate::policy::WorkspaceMode,
+        policy: crate::policy::WorkspaceMode,
+    },
+
     // ---- tier --------------------------------------------------------------------------
     /// The request asked for a tier weaker than the policy's minimum.
     #[error("tier {requested} is weaker than the policy's minimum tier {minimum}")]
@@ -319,6 +330,7 @@ impl Rejection {
             Self::WasmGrantDenied { .. } => "wasm.grant_denied",
             Self::WasmNotMapped { .. } => "wasm.not_mapped",
             Self::WasmRuntimeMissing { .. } => "wasm.runtime_missing",
+            Self::WorkspaceModeWidened { .. } => "workspace.mode_widened",
             Self::TierBelowMinimum { .. } => "tier.below_minimum",
             Self::TierUnavailable { .. } => "tier.unavailable",
             Self::TierUnsupported { .. } => "tier.unsupported",
@@ -383,6 +395,9 @@ impl Rejection {
             }
             "wasm.not_mapped" => "map the interpreter to a WASI build in wasm.interpreters",
             "wasm.runtime_missing" => "`tierbox wasm fetch-runtimes` installs the WASI builds",
+            "workspace.mode_widened" => {
+                "the policy's workspace.mode is the weakest mode it accepts: change workspace.mode in the policy"
+            }
             "tier.below_minimum" => "the policy's tier.minimum is the weakest tier it accepts",
             "tier.unavailable" | "tier.unsupported" => {
                 "`tierbox doctor` shows what this host can enforce"
@@ -437,6 +452,7 @@ impl Rejection {
         "wasm.grant_denied",
         "wasm.not_mapped",
         "wasm.runtime_missing",
+        "workspace.mode_widened",
         "tier.below_minimum",
         "tier.unavailable",
         "tier.unsupported",
@@ -459,6 +475,7 @@ mod fix_tests {
             ("egress.host_not_allowed", "egress.allow"),
             ("limits.above_policy", "limits."),
             ("tier.below_minimum", "tier.minimum"),
+            ("workspace.mode_widened", "workspace.mode"),
             ("wasm.not_mapped", "wasm.interpreters"),
         ] {
             let fix = Rejection::fix_for(code).unwrap_or_default();

@@ -125,6 +125,12 @@ pub struct ProcessRunRequest {
     /// Isolation tier; may ask for a stronger tier than the policy's minimum, never a weaker one.
     #[serde(default)]
     pub tier: TierRequest,
+    /// How the run sees the workspace: `overlay` (review mode: the changes are returned as
+    /// a change set to apply or discard) under a `direct` policy; never `direct` under an
+    /// `overlay` policy (`workspace.mode_widened`). Omitted: the policy's
+    /// `workspace.mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_mode: Option<crate::policy::WorkspaceMode>,
 }
 
 impl ProcessRunRequest {

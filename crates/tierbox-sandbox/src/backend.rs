@@ -75,6 +75,21 @@ pub enum Unsupported {
         /// `allow_all` or `preflight`.
         mode: EgressMode,
     },
+    /// Overlay (review) mode on a backend that does not mount the workspace through a
+    /// size-limited overlay.
+    OverlayWorkspace {
+        /// The backend's name (`tier_b_linux`, `tier_c_bwrap`, …).
+        backend: &'static str,
+    },
+}
+
+/// [`Unsupported::OverlayWorkspace`] for a plan in overlay mode on `backend`, which has
+/// no overlay; `Ok` in direct mode.
+pub fn direct_only(plan: &Plan, backend: &'static str) -> Result<(), Unsupported> {
+    match plan.workspace_mode {
+        tierbox_policy::WorkspaceMode::Direct => Ok(()),
+        tierbox_policy::WorkspaceMode::Overlay => Err(Unsupported::OverlayWorkspace { backend }),
+    }
 }
 
 impl Unsupported {
@@ -89,6 +104,9 @@ impl Unsupported {
                     .to_owned()
             }
             Self::HostNetwork { mode } => format!("egress.mode = \"{}\"", mode.as_str()),
+            Self::OverlayWorkspace { backend } => {
+                format!("workspace mode \"overlay\" on {backend}")
+            }
         }
     }
 
@@ -109,6 +127,14 @@ impl Unsupported {
             Self::HostNetwork { .. } => {
                 "tier c runs in its own network namespace with only loopback; use tier b for host network access"
             }
+            Self::OverlayWorkspace { backend } => match *backend {
+                "tier_b_linux" => {
+                    "tier b has no mount namespace to show the workspace through an overlay; overlay mode needs tier c with tier.backend = \"native\" (it never falls back to writing the workspace directly)"
+                }
+                _ => {
+                    "this backend cannot give the overlay's upper layer a size limit and hand it back for review; overlay mode needs tier.backend = \"native\" on Linux (it never falls back to writing the workspace directly)"
+                }
+            },
         }
     }
 }
@@ -215,6 +241,10 @@ mod linux_backends {
         fn available(&self) -> Result<(), Unavailable> {
             tier_available(Tier::B, host_facts())
         }
+        /// Not overlay mode: there is no mount namespace.
+        fn supports(&self, plan: &Plan, _: &HostFacts) -> Result<(), Unsupported> {
+            super::direct_only(plan, self.name())
+        }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_b::launch(plan, opts)
         }
@@ -259,6 +289,7 @@ mod linux_backends {
         /// creating it and starting bwrap in it need `CAP_SYS_ADMIN`.
         fn supports(&self, plan: &Plan, host: &HostFacts) -> Result<(), Unsupported> {
             tier_c_network(plan)?;
+            super::direct_only(plan, self.name())?;
             if has_allowlist(plan) && host.euid != 0 {
                 return Err(Unsupported::AllowlistOnBwrapUnprivileged);
             }
@@ -294,6 +325,7 @@ mod linux_backends {
         /// No allowlist: the container runs with `--network none`.
         fn supports(&self, plan: &Plan, _: &HostFacts) -> Result<(), Unsupported> {
             tier_c_network(plan)?;
+            super::direct_only(plan, self.name())?;
             if has_allowlist(plan) {
                 return Err(Unsupported::AllowlistInContainer {
                     backend: plan.tier.backend,
@@ -347,6 +379,9 @@ mod macos_backend {
                 Err(super::Unavailable::MissingTool { path: SANDBOX_EXEC })
             }
         }
+        fn supports(&self, plan: &Plan, _: &()) -> Result<(), super::Unsupported> {
+            super::direct_only(plan, self.name())
+        }
         fn launch(&self, plan: &Plan, opts: &SbplOptions) -> Result<MacLaunched, MacLaunchError> {
             crate::macos::launch(plan, opts)
         }
@@ -377,6 +412,9 @@ mod windows_backend {
         }
         fn available(&self) -> Result<(), super::Unavailable> {
             Ok(())
+        }
+        fn supports(&self, plan: &Plan, _: &()) -> Result<(), super::Unsupported> {
+            super::direct_only(plan, self.name())
         }
         fn launch(&self, plan: &Plan, _: &()) -> Result<WindowsLaunched, WindowsLaunchError> {
             crate::windows::launch(plan)

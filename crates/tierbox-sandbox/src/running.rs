@@ -89,6 +89,10 @@ pub struct RunningSandbox {
     /// Tier C in a container engine: removes the container (by name) when the run's
     /// handle is dropped, since killing the engine's CLI does not stop it.
     pub container: Option<crate::container::ContainerGuard>,
+    /// Native Tier C in overlay mode: an `O_PATH` fd of the tmpfs holding the overlay's
+    /// upper layer (`<fd>/upper`: the run's changes to the workspace, in overlayfs's
+    /// format), readable after the sandbox is gone while the fd is open.
+    pub upper_layer: Option<std::os::fd::OwnedFd>,
 }
 
 /// How a run ended, as far as the program is concerned.

@@ -126,6 +126,7 @@ pub(crate) fn launch_native(
                 host_placeholders: n.host_placeholders,
                 egress_listener: n.egress_listener,
                 container: None,
+                upper_layer: n.upper_layer,
             })
         }
         Err(e) => {
@@ -286,6 +287,7 @@ pub(crate) fn launch_bwrap(
         host_placeholders: claim.keep(),
         egress_listener: egress.map(|(_, listener)| listener),
         container: None,
+        upper_layer: None,
     })
 }
 

@@ -50,6 +50,7 @@ pub(crate) fn resolve(
             open_files: l.open_files,
             file_size_bytes: l.file_size_bytes,
             cpus: l.cpus,
+            disk_bytes: l.disk_bytes,
         },
         background,
     ))

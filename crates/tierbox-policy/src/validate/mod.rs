@@ -264,6 +264,7 @@ pub fn validate(
     let network = egress::check(&policy.egress, req, &req.command)?;
     let (limits, background) = limits::resolve(policy, req)?;
     let tier = tier::check(&policy.tier, req)?;
+    let workspace_mode = tier::workspace_mode(policy, req, &tier)?;
 
     let mut argv = Vec::with_capacity(req.args.len() + 1);
     argv.push(req.command.clone());
@@ -298,6 +299,7 @@ pub fn validate(
             sensitive_values,
         },
         background,
+        workspace_mode,
         ..grantless_plan(policy, workspace, network, limits, tier)
     })
 }
@@ -387,6 +389,7 @@ fn grantless_plan(
         env: Vec::new(),
         cwd: workspace.clone(),
         workspace,
+        workspace_mode: policy.workspace.mode,
         filesystem: FsPlan::default(),
         network,
         limits,

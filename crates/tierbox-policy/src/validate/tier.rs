@@ -3,7 +3,7 @@
 //! Whether the host can enforce it is decided later by the sandbox's tier selection.
 
 use crate::plan::TierPlan;
-use crate::policy::{Tier, TierPolicy};
+use crate::policy::{Policy, Tier, TierPolicy, WorkspaceMode};
 use crate::rejection::Rejection;
 use crate::request::{ProcessRunRequest, TierRequest};
 
@@ -46,4 +46,32 @@ pub(crate) fn check(policy: &TierPolicy, req: &ProcessRunRequest) -> Result<Tier
             as_supervisor: policy.danger_sandbox_as_supervisor,
         },
     })
+}
+
+/// The run's workspace mode: the policy's, or `overlay` when the request narrows a
+/// `direct` policy to it; a request may not widen `overlay` to `direct`. Overlay mode
+/// needs a mount namespace: a run that asked for Tier B (by name or through
+/// `tier.preferred`) is refused here, before anything runs, never run direct.
+pub(crate) fn workspace_mode(
+    policy: &Policy,
+    req: &ProcessRunRequest,
+    tier: &TierPlan,
+) -> Result<WorkspaceMode, Rejection> {
+    let mode = match (policy.workspace.mode, req.workspace_mode) {
+        (WorkspaceMode::Overlay, Some(WorkspaceMode::Direct)) => {
+            return Err(Rejection::WorkspaceModeWidened {
+                requested: WorkspaceMode::Direct,
+                policy: WorkspaceMode::Overlay,
+            });
+        }
+        (policy_mode, asked) => asked.unwrap_or(policy_mode),
+    };
+    if mode == WorkspaceMode::Overlay && tier.requested == TierRequest::B {
+        return Err(Rejection::TierUnsupported {
+            tier: Tier::B,
+            feature: "workspace mode \"overlay\"".to_owned(),
+            reason: "tier b has no mount namespace to show the workspace through an overlay; overlay mode needs tier c (native backend). It never falls back to writing the workspace directly".to_owned(),
+        });
+    }
+    Ok(mode)
 }

@@ -250,7 +250,11 @@ pub struct IdmappedBind {
 pub fn idmapped_binds(mplan: &MountPlan, sandbox: (u32, u32)) -> Result<Vec<IdmappedBind>, String> {
     let mut out = Vec::new();
     for op in &mplan.ops {
-        let MountOp::BindRw { src, dst, .. } = op else {
+        let (MountOp::BindRw { src, dst, .. }
+        | MountOp::Overlay {
+            lower: src, dst, ..
+        }) = op
+        else {
             continue;
         };
         let meta = std::fs::metadata(src).map_err(|e| format!("stat of {}: {e}", src.display()))?;

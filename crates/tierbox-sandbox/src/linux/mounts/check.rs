@@ -116,7 +116,7 @@ pub(crate) fn check_ops(ops: &[MountOp], lookup: &mut Lookup<'_>) -> Result<(), 
                 let backing = match op {
                     MountOp::Tmpfs { .. } => Backing::Tmpfs,
                     MountOp::Proc { .. } | MountOp::DevPts { .. } => Backing::Kernel,
-                    MountOp::BindRw { .. } => Backing::HostRw,
+                    MountOp::BindRw { .. } | MountOp::Overlay { .. } => Backing::HostRw,
                     MountOp::CoverWithDevNull { .. } | MountOp::CoverWithEmptyDir { .. } => {
                         Backing::Cover
                     }

@@ -191,10 +191,12 @@ pub const COVER_TMPFS_BYTES: u64 = 4 << 10;
 /// and read-only at the mount level anyway).
 pub const COVER_DIR_MODE: u32 = 0o555;
 
-/// Size of the sandbox's `/tmp` tmpfs for `plan`: its memory limit, at most
-/// [`TMP_TMPFS_MAX_BYTES`].
+/// Size of the sandbox's `/tmp` tmpfs for `plan`: its disk limit (`limits.disk_bytes`),
+/// at most its memory limit and [`TMP_TMPFS_MAX_BYTES`].
 pub fn tmp_size_bytes(plan: &Plan) -> u64 {
-    TMP_TMPFS_MAX_BYTES.min(plan.limits.memory_bytes)
+    TMP_TMPFS_MAX_BYTES
+        .min(plan.limits.memory_bytes)
+        .min(plan.limits.disk_bytes)
 }
 
 /// Where a run with `plan.filesystem.private_home` gets its empty, writable `HOME`: inside
@@ -405,6 +407,25 @@ pub enum MountOp {
         /// What the executor must find at `src`.
         kind: EntryKind,
     },
+    /// The workspace in overlay (review) mode: the host directory `lower` becomes the
+    /// read-only lower layer of an overlayfs mounted on `dst`, with an upper layer of the
+    /// run's own in a tmpfs of `size_bytes` (`limits.disk_bytes`: a write past it fails
+    /// with `ENOSPC`). The executor binds `lower` on a staging directory (idmapped, like a
+    /// writable bind, when its owner is not the sandbox's), mounts the tmpfs on another,
+    /// makes the upper and work directories there (the upper one with the lower root's
+    /// owner and mode, which the overlay's root shows), mounts
+    /// `overlay` on `dst` with `MS_NOSUID | MS_NODEV`, and sends an fd of the tmpfs to the
+    /// supervisor, which reads the run's changes from it once the run ends. Every
+    /// staging mount is detached with the host tree at the final pivot; the overlay keeps
+    /// its own references to its layers.
+    Overlay {
+        /// Host path of the workspace (never a symlink).
+        lower: PathBuf,
+        /// Same path in the new root.
+        dst: PathBuf,
+        /// Size of the upper layer's tmpfs, in bytes.
+        size_bytes: u64,
+    },
     /// Create an empty directory or file at `path` *on the host*, inside a writable bind
     /// (the workspace), as the mountpoint of the cover that follows. The only op that
     /// changes the host; every placeholder is listed in [`MountPlan::host_placeholders`]
@@ -475,6 +496,7 @@ impl MountOp {
             | Self::DevPts { dst }
             | Self::BindRo { dst, .. }
             | Self::BindRw { dst, .. }
+            | Self::Overlay { dst, .. }
             | Self::CoverWithDevNull { dst }
             | Self::CoverWithEmptyDir { dst }
             | Self::RemountRo { dst, .. }
@@ -488,6 +510,7 @@ impl MountOp {
             Self::BindRo { src, .. } | Self::BindRw { src, .. } | Self::DevNode { src, .. } => {
                 Some(src)
             }
+            Self::Overlay { lower, .. } => Some(lower),
             _ => None,
         }
     }
@@ -503,6 +526,7 @@ impl MountOp {
                 | Self::DevPts { .. }
                 | Self::BindRo { .. }
                 | Self::BindRw { .. }
+                | Self::Overlay { .. }
                 | Self::CoverWithDevNull { .. }
                 | Self::CoverWithEmptyDir { .. }
         )
@@ -514,6 +538,7 @@ impl MountOp {
             Self::Proc { .. }
             | Self::Tmpfs { .. }
             | Self::DevPts { .. }
+            | Self::Overlay { .. }
             | Self::CoverWithEmptyDir { .. } => Some(EntryKind::Dir),
             Self::DevNode { .. } | Self::CoverWithDevNull { .. } => Some(EntryKind::File),
             Self::ProcKnob { cover, .. } => Some(match cover {
@@ -573,6 +598,16 @@ impl fmt::Display for MountOp {
             Self::HostPlaceholder { path, kind } => {
                 write!(f, "host-placeholder {} ({kind:?})", path.display())
             }
+            Self::Overlay {
+                lower,
+                dst,
+                size_bytes,
+            } => write!(
+                f,
+                "overlay {} -> {} (upper: tmpfs size={size_bytes})",
+                lower.display(),
+                dst.display()
+            ),
             Self::CoverWithDevNull { dst } => write!(f, "cover-dev-null {}", dst.display()),
             Self::CoverWithEmptyDir { dst } => write!(f, "cover-empty-dir {}", dst.display()),
             Self::RemountRo { dst, allow_devices } => write!(
@@ -599,6 +634,15 @@ pub struct MountPlan {
     pub host_placeholders: Vec<PathBuf>,
     /// The child's `HOME` when the Plan asks for a private one ([`PRIVATE_HOME`]).
     pub home: Option<PathBuf>,
+}
+
+impl MountPlan {
+    /// Whether the plan mounts the workspace through an overlay ([`MountOp::Overlay`]).
+    pub fn has_overlay(&self) -> bool {
+        self.ops
+            .iter()
+            .any(|op| matches!(op, MountOp::Overlay { .. }))
+    }
 }
 
 /// Why no mount plan could be built. Each names the offending path.

@@ -3,6 +3,7 @@
 
 use super::model::*;
 use super::*;
+use tierbox_policy::WorkspaceMode;
 
 pub(super) type Lookup<'a> = dyn FnMut(&Path) -> Result<HostNode, MountPlanError> + 'a;
 
@@ -49,11 +50,23 @@ pub(super) fn build(plan: &Plan, lookup: &mut Lookup<'_>) -> Result<MountPlan, M
     for b in binds.iter().filter(|b| !b.dst().starts_with(&workspace)) {
         p.emit_bind(b)?;
     }
-    p.emit_bind(&Bind::Mount {
-        path: workspace.clone(),
-        kind: EntryKind::Dir,
-        writable: true,
-    })?;
+    match plan.workspace_mode {
+        WorkspaceMode::Direct => p.emit_bind(&Bind::Mount {
+            path: workspace.clone(),
+            kind: EntryKind::Dir,
+            writable: true,
+        })?,
+        // Review mode: the workspace is the lower layer of an overlay; the sandbox
+        // writes into an upper layer of its own.
+        WorkspaceMode::Overlay => p.mount(
+            MountOp::Overlay {
+                lower: workspace.clone(),
+                dst: workspace.clone(),
+                size_bytes: plan.limits.disk_bytes,
+            },
+            Backing::HostRw,
+        )?,
+    }
     for b in binds.iter().filter(|b| b.dst().starts_with(&workspace)) {
         p.emit_bind(b)?;
     }

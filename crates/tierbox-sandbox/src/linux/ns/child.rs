@@ -72,7 +72,23 @@ pub const STAGE_BASE: &str = "/tmp";
 pub const NEW_ROOT: &str = "/newroot";
 /// Where the host's root is, after the first `pivot_root` (bind sources).
 pub const OLD_ROOT: &str = "/oldroot";
-/// Size cap of the staging tmpfs, in bytes: it holds two empty directories.
+/// Where the workspace is bound in the staging tmpfs in overlay mode: the overlay's lower
+/// layer (detached with the staging tmpfs at the final pivot; the overlay keeps its own
+/// reference).
+pub const OVERLAY_LOWER: &str = "/lower";
+/// Where the upper layer's tmpfs is mounted in the staging tmpfs in overlay mode; it
+/// holds [`OVERLAY_UPPER`] and [`OVERLAY_WORK`].
+pub const OVERLAY_LAYER: &str = "/layer";
+/// The overlay's upper directory, in the layer tmpfs: what the supervisor reads the
+/// run's changes from (`<layer fd>/upper`).
+pub const OVERLAY_UPPER: &str = "upper";
+/// The overlay's work directory, in the layer tmpfs.
+pub const OVERLAY_WORK: &str = "work";
+/// Mode of the upper layer's tmpfs root and work directory.
+pub const OVERLAY_LAYER_MODE: u32 = 0o700;
+
+/// Size cap of the staging tmpfs, in bytes: it holds two empty directories (four in
+/// overlay mode).
 pub const STAGE_TMPFS_BYTES: u64 = 16 << 10;
 /// Mode of the staging tmpfs and its two directories.
 pub const STAGE_DIR_MODE: u32 = 0o700;
@@ -205,6 +221,9 @@ pub struct NativeLaunched {
     /// When the plan needs the egress proxy: the listener pid 1 made on
     /// `127.0.0.1:`[`SANDBOX_PROXY_PORT`] inside the sandbox's network namespace.
     pub egress_listener: Option<std::net::TcpListener>,
+    /// Overlay mode: an `O_PATH` fd of the tmpfs holding the overlay's upper layer
+    /// (`<fd>/`[`OVERLAY_UPPER`]), which outlives the sandbox while the fd is open.
+    pub upper_layer: Option<OwnedFd>,
 }
 
 /// How the program ended.
@@ -238,11 +257,16 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     // Claimed before pid 1 creates them; released after the run, or on any failure here.
     let claim = crate::placeholders::claim(&mplan.host_placeholders);
     let ops: Vec<NsOp<'_>> = owned.iter().map(OwnedOp::borrow).collect();
-    let mut identity = IdentitySetup::resolve(plan, mplan, owned.len())?;
+    let mut identity = IdentitySetup::resolve(plan, mplan, &prepared.bind_at)?;
     let program = ExecStrings::new(plan, &child_env(plan, mplan), cstring)?;
     let layers = Layers::prepare(plan, mplan, opts)?;
     let fprog = layers.seccomp.as_deref().map(SeccompProgram::as_fprog);
-    let pipes = Pipes::open(plan)?;
+    let landlock_rules: Vec<(&CStr, u64)> = layers
+        .landlock_rules
+        .iter()
+        .map(|(path, access)| (path.as_c_str(), *access))
+        .collect();
+    let pipes = Pipes::open(plan, mplan)?;
 
     // A network namespace made ahead of time, when the pool has one ready; with it, the
     // calling thread's own namespace to return to after the clone.
@@ -268,6 +292,10 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
             .as_ref()
             .map_or(-1, |(_, child)| child.as_raw_fd()),
         proxy_port: SANDBOX_PROXY_PORT,
+        layer_fd: pipes
+            .layer_pair
+            .as_ref()
+            .map_or(-1, |(_, child)| child.as_raw_fd()),
         loopback_up: pooled_netns.is_none(),
         rlimits: crate::launch::rlimit64_table(plan),
         last_cap: caps::last_cap(),
@@ -277,7 +305,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
             .landlock
             .as_ref()
             .map_or(-1, PreparedLandlock::raw_fd),
-        landlock_rules: &layers.landlock_rules,
+        landlock_rules: &landlock_rules,
         arg_area: nsys::own_arg_area(),
         program_stack_top: stacks.program.top(),
         reaper_fd: match opts.exec_reaper {
@@ -320,16 +348,22 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         report_r,
         report_w,
         proxy_pair,
+        layer_pair,
     } = pipes;
     // The child's ends are closed here whatever happened; the copies in pid 1 are its own.
     drop((stdin_child, stdout_w, stderr_w, report_w));
     let proxy_sock = proxy_pair.map(|(supervisor, _child)| supervisor);
+    let layer_sock = layer_pair.map(|(supervisor, _child)| supervisor);
     let (pid, pidfd) = cloned.map_err(sys_err(format!(
         "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={flags:#x})"
     )))?;
     identity.write_maps(pid, &pidfd)?;
-    let (program_pid_in_ns, egress_listener) =
-        await_start(&report_r, &pidfd, owned, proxy_sock.as_ref())?;
+    let started = await_start(
+        &report_r,
+        &pidfd,
+        owned,
+        (proxy_sock.as_ref(), layer_sock.as_ref()),
+    )?;
     let enforcement = enforcement_report(
         plan,
         (identity.identity, identity.idmapped.len()),
@@ -342,14 +376,15 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     Ok(NativeLaunched {
         pid,
         pidfd,
-        program_pid_in_ns,
+        program_pid_in_ns: started.program_pid_in_ns,
         stdin: stdin_parent,
         stdout: stdout_r,
         stderr: stderr_r,
         report: report_r,
         host_placeholders: claim.keep(),
         enforcement,
-        egress_listener,
+        egress_listener: started.egress_listener,
+        upper_layer: started.upper_layer,
     })
 }
 
@@ -368,9 +403,9 @@ struct IdentitySetup {
 }
 
 impl IdentitySetup {
-    /// `compiled_ops`: how many ops the compiled list has (the staging prologue, then one
-    /// per planner op).
-    fn resolve(plan: &Plan, mplan: &MountPlan, compiled_ops: usize) -> Result<Self, NativeError> {
+    /// `bind_at`: for each planner op, the index of the compiled op that binds its tree
+    /// ([`PreparedMounts::bind_at`]).
+    fn resolve(plan: &Plan, mplan: &MountPlan, bind_at: &[usize]) -> Result<Self, NativeError> {
         let identity =
             identity::resolve(plan).map_err(|reason| NativeError::Unavailable { reason })?;
         let (uid_map, gid_map) = identity.maps();
@@ -380,15 +415,13 @@ impl IdentitySetup {
                 .map_err(|reason| NativeError::Unavailable { reason })?,
             SandboxIdentity::Supervisor { .. } => Vec::new(),
         };
-        let prologue = compiled_ops - mplan.ops.len();
         let moved_trees: Vec<(usize, RawFd)> = idmapped
             .iter()
             .filter_map(|b| {
-                let at = mplan
-                    .ops
-                    .iter()
-                    .position(|op| matches!(op, MountOp::BindRw { dst, .. } if *dst == b.dst))?;
-                Some((prologue + at, b.tree.as_raw_fd()))
+                let at = mplan.ops.iter().position(|op| {
+                    matches!(op, MountOp::BindRw { dst, .. } | MountOp::Overlay { dst, .. } if *dst == b.dst)
+                })?;
+                Some((*bind_at.get(at)?, b.tree.as_raw_fd()))
             })
             .collect();
         let maps_ready = if maps_by_supervisor {
@@ -443,7 +476,10 @@ impl IdentitySetup {
 struct Layers {
     seccomp: Option<std::sync::Arc<SeccompProgram>>,
     landlock: Option<PreparedLandlock>,
-    landlock_rules: Vec<(&'static CStr, u64)>,
+    /// `(path in the new root, access)`: [`SANDBOX_LANDLOCK_RULES`], and in overlay mode
+    /// the overlay mounted on the workspace (its inodes are not the host's, which the
+    /// supervisor's rule names).
+    landlock_rules: Vec<(CString, u64)>,
 }
 
 impl Layers {
@@ -467,10 +503,16 @@ impl Layers {
             _ => None,
         };
         let landlock_rules = match &landlock {
-            Some(l) => SANDBOX_LANDLOCK_RULES
-                .iter()
-                .map(|(path, access)| (*path, access & l.handled_fs))
-                .collect(),
+            Some(l) => {
+                let mut rules: Vec<(CString, u64)> = SANDBOX_LANDLOCK_RULES
+                    .iter()
+                    .map(|(path, access)| ((*path).to_owned(), access & l.handled_fs))
+                    .collect();
+                if mplan.has_overlay() {
+                    rules.push((path_c("workspace", &plan.workspace)?, l.handled_fs));
+                }
+                rules
+            }
             None => Vec::new(),
         };
         Ok(Self {
@@ -490,10 +532,13 @@ struct Pipes {
     report_w: OwnedFd,
     /// (supervisor's end, pid 1's end).
     proxy_pair: Option<(OwnedFd, OwnedFd)>,
+    /// Overlay mode: the socket pair that carries the upper layer's fd out, (supervisor's
+    /// end, pid 1's end).
+    layer_pair: Option<(OwnedFd, OwnedFd)>,
 }
 
 impl Pipes {
-    fn open(plan: &Plan) -> Result<Self, NativeError> {
+    fn open(plan: &Plan, mplan: &MountPlan) -> Result<Self, NativeError> {
         use crate::launch::StdioPart;
         let stdio = crate::launch::StdioPipes::open(plan, |part, source| NativeError::Sys {
             call: match part {
@@ -514,11 +559,19 @@ impl Pipes {
         } else {
             None
         };
+        let layer_pair = if mplan.has_overlay() {
+            Some(nsys::seqpacket_pair().map_err(sys_err(
+                "socketpair(AF_UNIX, SOCK_SEQPACKET) for the overlay's upper layer",
+            ))?)
+        } else {
+            None
+        };
         Ok(Self {
             stdio,
             report_r,
             report_w,
             proxy_pair,
+            layer_pair,
         })
     }
 }
@@ -529,15 +582,23 @@ fn kill_pid1(pidfd: &OwnedFd) {
     let _ = crate::launch::sys::wait_pidfd(pidfd, false);
 }
 
+/// What pid 1 reported and handed over once the program runs.
+struct Started {
+    program_pid_in_ns: libc::pid_t,
+    egress_listener: Option<std::net::TcpListener>,
+    upper_layer: Option<OwnedFd>,
+}
+
 /// Waits for pid 1's first record (a few hundred microseconds): the program's pid in
-/// the namespace once it runs, and the egress listener pid 1 sent before it; a failure
-/// record, no record or a bad one is the launch's error (pid 1 reaped).
+/// the namespace once it runs, and the egress listener and upper layer pid 1 sent before
+/// it (over `(proxy, layer)` sockets); a failure record, no record or a bad one is the
+/// launch's error (pid 1 reaped).
 fn await_start(
     report: &OwnedFd,
     pidfd: &OwnedFd,
     owned: &[OwnedOp],
-    proxy_sock: Option<&OwnedFd>,
-) -> Result<(libc::pid_t, Option<std::net::TcpListener>), NativeError> {
+    (proxy_sock, layer_sock): (Option<&OwnedFd>, Option<&OwnedFd>),
+) -> Result<Started, NativeError> {
     use crate::launch::sys as ssys;
     let first = match nsys::read_report(report) {
         Ok(Some(r)) => r,
@@ -568,19 +629,26 @@ fn await_start(
         kill_pid1(pidfd);
         return Err(NativeError::BadReport { tag: first.tag });
     }
-    // pid 1 sent the listener before its Started record, so it is already queued.
-    let egress_listener = match proxy_sock.map(nsys::recv_fd) {
-        None => None,
-        Some(Ok(fd)) => Some(std::net::TcpListener::from(fd)),
+    // pid 1 sent these before its Started record, so they are already queued.
+    let received = |sock: Option<&OwnedFd>, what: &str| match sock.map(nsys::recv_fd) {
+        None => Ok(None),
+        Some(Ok(fd)) => Ok(Some(fd)),
         Some(Err(source)) => {
             kill_pid1(pidfd);
-            return Err(NativeError::Sys {
-                call: "recvmsg(SCM_RIGHTS) of the egress listener".to_owned(),
+            Err(NativeError::Sys {
+                call: format!("recvmsg(SCM_RIGHTS) of {what}"),
                 source,
-            });
+            })
         }
     };
-    Ok((first.value, egress_listener))
+    let egress_listener =
+        received(proxy_sock, "the egress listener")?.map(std::net::TcpListener::from);
+    let upper_layer = received(layer_sock, "the overlay's upper layer")?;
+    Ok(Started {
+        program_pid_in_ns: first.value,
+        egress_listener,
+        upper_layer,
+    })
 }
 
 /// Landlock rules pid 1 adds for the mounts it creates itself, as `(path in the new root,
@@ -641,21 +709,27 @@ pub struct PreparedMounts {
     pub mplan: MountPlan,
     /// The ops compiled for the child.
     pub ops: Vec<OwnedOp>,
+    /// For each planner op, the index in [`PreparedMounts::ops`] of the compiled op that
+    /// binds its tree (where an idmapped tree is moved in instead): its only op, or for
+    /// [`MountOp::Overlay`] the bind of the lower layer.
+    pub bind_at: Vec<usize>,
 }
 
 /// Everything of a Plan the mount planner reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct MountKey {
     workspace: PathBuf,
+    workspace_mode: tierbox_policy::WorkspaceMode,
     filesystem: tierbox_policy::plan::FsPlan,
     memory_bytes: u64,
+    disk_bytes: u64,
 }
 
 /// The compiled mount plan for `plan`, reused while the host still matches.
 ///
 /// Planning probes the host, builds and checks the op list and compiles it (about 0.5 ms
 /// for a strict plan). The planner is a pure function of the Plan fields in
-/// its key (workspace, filesystem view, memory limit) and of the host facts in its [`HostView`], so an entry is reused only when
+/// its key (workspace and its mode, filesystem view, memory and disk limits) and of the host facts in its [`HostView`], so an entry is reused only when
 /// the key is equal and [`HostView::is_current`] re-reads every recorded path and finds
 /// it unchanged (about 60 `lstat`s); otherwise the plan is rebuilt.
 pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, NativeError> {
@@ -663,8 +737,10 @@ pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, Na
     static CACHE: Mutex<Vec<Arc<PreparedMounts>>> = Mutex::new(Vec::new());
     let key = MountKey {
         workspace: plan.workspace.clone(),
+        workspace_mode: plan.workspace_mode,
         filesystem: plan.filesystem.clone(),
         memory_bytes: plan.limits.memory_bytes,
+        disk_bytes: plan.limits.disk_bytes,
     };
     let cached = {
         let cache = CACHE
@@ -679,12 +755,13 @@ pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, Na
     }
     let host = HostView::probe(plan);
     let mplan = mount_plan(plan, &host)?;
-    let ops = compile_ops(&mplan)?;
+    let (ops, bind_at) = compile_ops(&mplan)?;
     let entry = Arc::new(PreparedMounts {
         key,
         host,
         mplan,
         ops,
+        bind_at,
     });
     let mut cache = CACHE
         .lock()
@@ -963,22 +1040,38 @@ fn tmpfs_data(size: u64, mode: u32) -> Result<CString, NativeError> {
 
 /// Turns a mount plan into the child's op list: the staging prologue, then one or more
 /// `NsOp`s per [`MountOp`], paths prefixed with [`NEW_ROOT`] (destinations) and
-/// [`OLD_ROOT`] (bind sources) until the final pivot. Pure.
-pub fn compile_ops(mplan: &MountPlan) -> Result<Vec<OwnedOp>, NativeError> {
+/// [`OLD_ROOT`] (bind sources) until the final pivot; with, for each planner op, the
+/// index of the compiled op that binds its tree ([`PreparedMounts::bind_at`]). Pure.
+pub fn compile_ops(mplan: &MountPlan) -> Result<(Vec<OwnedOp>, Vec<usize>), NativeError> {
     let mut out = staging_prologue()?;
     out.reserve(mplan.ops.len());
+    let mut bind_at = Vec::with_capacity(mplan.ops.len());
     let mut compiler = OpCompiler {
         new_root: cstring("staging path", NEW_ROOT.as_bytes())?,
         writable_binds: Vec::new(),
     };
     for op in &mplan.ops {
-        let compiled = compiler.compile(op, out.len())?;
-        out.push(compiled);
+        match op {
+            MountOp::Overlay {
+                lower,
+                dst,
+                size_bytes,
+            } => {
+                let at = compiler.overlay(lower, dst, *size_bytes, op.to_string(), &mut out)?;
+                bind_at.push(at);
+            }
+            _ => {
+                bind_at.push(out.len());
+                let compiled = compiler.compile(op, out.len())?;
+                out.push(compiled);
+            }
+        }
     }
-    Ok(out)
+    Ok((out, bind_at))
 }
 
 const TMPFS: &CStr = c"tmpfs";
+const OVERLAY: &CStr = c"overlay";
 
 /// The prologue: private propagation, the staging tmpfs, its two directories, the first
 /// pivot.
@@ -1165,6 +1258,14 @@ impl<'p> OpCompiler<'p> {
                 describe,
             )?,
             MountOp::HostPlaceholder { path, kind } => placeholder(path, *kind, index, describe)?,
+            // Several ops: compiled by `OpCompiler::overlay`.
+            MountOp::Overlay { .. } => {
+                return Err(NativeError::MountPlan(MountPlanError::Invariant {
+                    index,
+                    op: describe,
+                    rule: "an overlay compiles to several ops",
+                }));
+            }
             MountOp::CoverWithDevNull { dst } => {
                 let mut o = OwnedOp::new(OpKind::BindTree, new(dst)?, describe);
                 o.src = Some(under(OLD_ROOT, Path::new("/dev/null"))?);
@@ -1186,6 +1287,80 @@ impl<'p> OpCompiler<'p> {
             MountOp::PivotRoot => OwnedOp::new(OpKind::PivotFinal, self.new_root.clone(), describe),
             MountOp::RemountRootRo => setattr(c"/".to_owned(), describe, false, RO_NOSUID_NODEV),
         })
+    }
+
+    /// The ops of a [`MountOp::Overlay`], appended to `out`: the lower layer bound in the
+    /// staging tmpfs, the upper layer's tmpfs with its two directories, the overlay on
+    /// `dst`, the upper layer sent to the supervisor. Returns the index of the lower
+    /// layer's bind (where an idmapped tree is moved in instead).
+    fn overlay(
+        &mut self,
+        lower: &'p Path,
+        dst: &'p Path,
+        size_bytes: u64,
+        describe: String,
+        out: &mut Vec<OwnedOp>,
+    ) -> Result<usize, NativeError> {
+        let step = |what: &str| format!("{describe}: {what}");
+        let staged = |p: &str| cstring("staging path", p.as_bytes());
+        let in_layer = |name: &str| staged(&format!("{OVERLAY_LAYER}/{name}"));
+        for dir in [OVERLAY_LOWER, OVERLAY_LAYER] {
+            let mut d = OwnedOp::new(OpKind::Mkdir, staged(dir)?, step(&format!("mkdir {dir}")));
+            d.mode = STAGE_DIR_MODE;
+            out.push(d);
+        }
+        // The workspace, symlink-proof (a tree other runs can change), never plain.
+        let bind_at = out.len();
+        let mut bind = OwnedOp::new(
+            OpKind::BindTree,
+            staged(OVERLAY_LOWER)?,
+            step("bind the lower layer"),
+        );
+        bind.src = Some(under(OLD_ROOT, lower)?);
+        bind.expect = Expect::Dir;
+        out.push(bind);
+        out.push(tmpfs(
+            staged(OVERLAY_LAYER)?,
+            step("the upper layer's tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            size_bytes,
+            OVERLAY_LAYER_MODE,
+        )?);
+        for (name, mode) in [(OVERLAY_UPPER, 0o755), (OVERLAY_WORK, OVERLAY_LAYER_MODE)] {
+            let mut d = OwnedOp::new(
+                OpKind::Mkdir,
+                in_layer(name)?,
+                step(&format!("mkdir {name}")),
+            );
+            d.mode = mode;
+            out.push(d);
+        }
+        let mut owner = OwnedOp::new(
+            OpKind::CopyOwner,
+            in_layer(OVERLAY_UPPER)?,
+            step("the upper directory takes the workspace root's owner and mode"),
+        );
+        owner.src = Some(staged(OVERLAY_LOWER)?);
+        out.push(owner);
+        let mut mount = OwnedOp::new(OpKind::Mount, under(NEW_ROOT, dst)?, step("mount"));
+        mount.src = Some(OVERLAY.to_owned());
+        mount.fstype = Some(OVERLAY);
+        mount.flags = libc::MS_NOSUID | libc::MS_NODEV;
+        mount.data = Some(cstring(
+            "overlay options",
+            format!(
+                "lowerdir={OVERLAY_LOWER},upperdir={OVERLAY_LAYER}/{OVERLAY_UPPER},workdir={OVERLAY_LAYER}/{OVERLAY_WORK},redirect_dir=nofollow"
+            )
+            .as_bytes(),
+        )?);
+        out.push(mount);
+        out.push(OwnedOp::new(
+            OpKind::SendLayer,
+            staged(OVERLAY_LAYER)?,
+            step("send the upper layer to the supervisor"),
+        ));
+        self.writable_binds.push(dst);
+        Ok(bind_at)
     }
 
     /// A bind of `src` onto `dst` (writable or not).

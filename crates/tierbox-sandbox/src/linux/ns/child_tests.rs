@@ -109,7 +109,8 @@ fn ns_compile_prefixes_paths_and_starts_with_the_staging_prologue() {
     let sc = scratch();
     let plan = strict_plan(&sc.ws, "true", &[]);
     let mplan = mount_plan(&plan, &HostView::probe(&plan)).unwrap();
-    let ops = compile_ops(&mplan).unwrap();
+    let (ops, bind_at) = compile_ops(&mplan).unwrap();
+    assert_eq!(bind_at, (5..mplan.ops.len() + 5).collect::<Vec<_>>());
     let kinds: Vec<OpKind> = ops.iter().take(5).map(OwnedOp::kind).collect();
     assert_eq!(
         kinds,
@@ -283,6 +284,112 @@ fn ns_real_missing_git_is_covered_and_the_placeholder_removed() {
     ));
     assert_ne!(r.exit.code, Some(0));
     assert!(!git.exists(), "placeholder left behind");
+}
+
+/// Overlay mode compiles the workspace into a staging bind of the lower layer, the
+/// upper layer's tmpfs sized by the disk limit, the overlay, and the hand-over of the
+/// upper layer; the lower bind is where an idmapped tree is moved in.
+#[test]
+fn ns_compile_overlay_stages_both_layers_and_sends_the_upper_one() {
+    let sc = scratch();
+    let mut plan = strict_plan(&sc.ws, "true", &[]);
+    plan.workspace_mode = tierbox_policy::WorkspaceMode::Overlay;
+    plan.limits.disk_bytes = 3 << 20;
+    let mplan = mount_plan(&plan, &HostView::probe(&plan)).unwrap();
+    assert!(mplan.has_overlay());
+    let (ops, bind_at) = compile_ops(&mplan).unwrap();
+    let at = mplan
+        .ops
+        .iter()
+        .position(|op| matches!(op, crate::linux::mounts::MountOp::Overlay { .. }))
+        .unwrap();
+    let bind = &ops[bind_at[at]];
+    assert_eq!(bind.kind(), OpKind::BindTree);
+    assert_eq!(bind.dst(), c"/lower");
+    let ws = format!("/oldroot{}", sc.ws.display());
+    assert_eq!(bind.src().unwrap().to_str().unwrap(), ws);
+    let tmpfs = &ops[bind_at[at] + 1];
+    assert_eq!(tmpfs.dst(), c"/layer");
+    assert!(tmpfs.describe.contains("upper layer"), "{}", tmpfs.describe);
+    let mount = ops
+        .iter()
+        .find(|o| o.kind() == OpKind::Mount && o.src() == Some(c"overlay"))
+        .unwrap();
+    assert_eq!(
+        mount.dst().to_str().unwrap(),
+        format!("/newroot{}", sc.ws.display())
+    );
+    let send = ops
+        .iter()
+        .position(|o| o.kind() == OpKind::SendLayer)
+        .unwrap();
+    let pivot = ops
+        .iter()
+        .position(|o| o.kind() == OpKind::PivotFinal)
+        .unwrap();
+    assert!(
+        send < pivot,
+        "the upper layer is sent before the staging tmpfs goes"
+    );
+    // Every later planner op keeps its own index.
+    assert_eq!(bind_at[at + 1], bind_at[at] + 7);
+}
+
+/// A run in overlay mode writes, deletes and creates through the overlay; the real
+/// workspace is untouched and the supervisor reads the changes from the upper layer it
+/// was handed, after the sandbox is gone. Past the disk limit, writes fail with ENOSPC.
+#[test]
+fn ns_real_overlay_leaves_the_workspace_and_hands_back_the_upper_layer() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileTypeExt;
+    if !usable("ns_real_overlay_leaves_the_workspace_and_hands_back_the_upper_layer") {
+        return;
+    }
+    let sc = scratch();
+    std::fs::write(sc.ws.join("keep.txt"), "old\n").unwrap();
+    std::fs::write(sc.ws.join("gone.txt"), "bye\n").unwrap();
+    let mut plan = sh_plan(
+        &sc.ws,
+        "cd \"$1\" && echo new > keep.txt && rm gone.txt && mkdir d && echo x > d/f && cat keep.txt && ! head -c 2000000 /dev/zero > big 2>/dev/null && echo full",
+    );
+    plan.argv
+        .extend(["sh", sc.ws.to_str().unwrap()].map(str::to_owned));
+    plan.workspace_mode = tierbox_policy::WorkspaceMode::Overlay;
+    plan.limits.disk_bytes = 1 << 20;
+    let launched = launch_native(&plan, &NativeOptions::default()).unwrap();
+    let out = read_all(launched.stdout.try_clone().unwrap());
+    let err = read_all(launched.stderr.try_clone().unwrap());
+    let exit = wait_native(&launched).unwrap();
+    crate::placeholders::release(&launched.host_placeholders);
+    assert_eq!(exit.code, Some(0), "stdout {out:?} stderr {err:?}");
+    assert_eq!(out, "new\nfull\n");
+    // The real workspace: as it was.
+    assert_eq!(
+        std::fs::read_to_string(sc.ws.join("keep.txt")).unwrap(),
+        "old\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sc.ws.join("gone.txt")).unwrap(),
+        "bye\n"
+    );
+    assert!(!sc.ws.join("d").exists());
+    assert!(!sc.ws.join("big").exists());
+    // The upper layer, through the fd the sandbox handed over.
+    let layer = launched.upper_layer.expect("the upper layer's fd");
+    let upper = std::path::PathBuf::from(format!("/proc/self/fd/{}/upper", layer.as_raw_fd()));
+    assert_eq!(
+        std::fs::read_to_string(upper.join("keep.txt")).unwrap(),
+        "new\n"
+    );
+    assert_eq!(std::fs::read_to_string(upper.join("d/f")).unwrap(), "x\n");
+    let whiteout = std::fs::symlink_metadata(upper.join("gone.txt")).unwrap();
+    assert!(
+        whiteout.file_type().is_char_device(),
+        "a whiteout for the deletion"
+    );
+    // The partial write that hit the limit is bounded by it.
+    let big = std::fs::metadata(upper.join("big")).map_or(0, |m| m.len());
+    assert!(big < 1 << 20, "{big} bytes past a 1 MiB upper layer");
 }
 
 #[test]

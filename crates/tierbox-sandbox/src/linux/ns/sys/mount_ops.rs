@@ -77,6 +77,15 @@ pub enum OpKind {
     PivotInto,
     /// `chdir(dst)`, `pivot_root(".", ".")`, `umount2(".", MNT_DETACH)`, `chdir("/")`.
     PivotFinal,
+    /// `fstatat(src, AT_SYMLINK_NOFOLLOW)`, then `fchownat(dst)` and `fchmodat(dst)` to
+    /// its owner and permission bits: the overlay's upper directory takes the workspace
+    /// root's, which the overlay's root shows.
+    CopyOwner,
+    /// `open(dst, O_PATH | O_DIRECTORY)` and send it to the supervisor over
+    /// `NsSpec::layer_fd` (`SCM_RIGHTS`): the overlay's upper-layer tmpfs, which the
+    /// supervisor keeps after the namespace is gone. Carried out by pid 1's op loop,
+    /// which holds the socket.
+    SendLayer,
 }
 
 /// What a bind source must be.
@@ -123,10 +132,14 @@ pub enum SubCall {
     Umount,
     /// `chdir(2)`.
     Chdir,
+    /// `fchownat(2)` / `fchmodat(2)`.
+    Chown,
+    /// `sendmsg(SCM_RIGHTS)`.
+    SendFd,
 }
 
 /// Every sub-call with what it names, in discriminant order from 1 (a test checks it).
-const SUB_CALL_NAMES: [(SubCall, &str); 13] = [
+const SUB_CALL_NAMES: [(SubCall, &str); 15] = [
     (SubCall::Mount, "mount"),
     (SubCall::Mkdir, "mkdir"),
     (SubCall::Open, "open"),
@@ -146,6 +159,8 @@ const SUB_CALL_NAMES: [(SubCall, &str); 13] = [
     (SubCall::Pivot, "pivot_root"),
     (SubCall::Umount, "umount2(MNT_DETACH)"),
     (SubCall::Chdir, "chdir"),
+    (SubCall::Chown, "fchownat / fchmodat"),
+    (SubCall::SendFd, "sendmsg(SCM_RIGHTS)"),
 ];
 
 /// The sub-call of a mount op that failed (`Report::sub`), for error messages.
@@ -281,8 +296,69 @@ pub(super) fn run_op_once(op: &NsOp<'_>) -> Result<(), OpFailure> {
             .map_err(|e| (SubCall::Umount, e))?;
             chdir(c"/").map_err(|e| (SubCall::Chdir, e))?;
         }
+        OpKind::CopyOwner => copy_owner(op)?,
+        // Needs the spec's socket: pid 1's op loop carries it out (`send_layer`).
+        OpKind::SendLayer => return Err((SubCall::SendFd, libc::EINVAL)),
     }
     Ok(())
+}
+
+/// See [`OpKind::CopyOwner`].
+fn copy_owner(op: &NsOp<'_>) -> Result<(), OpFailure> {
+    let Some(src) = op.src else {
+        return Err((SubCall::Fstat, libc::EINVAL));
+    };
+    // SAFETY: `stat` is plain data; all-zero is a valid value, filled in by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a pointer to `st` on our stack.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_newfstatat,
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            &mut st as *mut libc::stat,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map_err(|e| (SubCall::Fstat, e))?;
+    // SAFETY: a NUL-terminated path and integer ids; the directory is in pid 1's own
+    // tmpfs.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fchownat,
+            libc::AT_FDCWD,
+            op.dst.as_ptr(),
+            st.st_uid,
+            st.st_gid,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map_err(|e| (SubCall::Chown, e))?;
+    // SAFETY: a NUL-terminated path and an integer mode.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_fchmodat,
+            libc::AT_FDCWD,
+            op.dst.as_ptr(),
+            (st.st_mode & 0o7777) as libc::c_ulong,
+        )
+    })
+    .map_err(|e| (SubCall::Chown, e))?;
+    Ok(())
+}
+
+/// See [`OpKind::SendLayer`]: an `O_PATH` fd of `op.dst` sent over `sock`.
+pub(super) fn send_layer(op: &NsOp<'_>, sock: RawFd) -> Result<(), OpFailure> {
+    let fd = open_raw(
+        libc::AT_FDCWD,
+        op.dst,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        0,
+    )
+    .map_err(|e| (SubCall::Open, e))?;
+    let sent = super::net::send_fd(sock, fd);
+    close(fd);
+    sent.map(drop).map_err(|e| (SubCall::SendFd, e))
 }
 
 pub(super) fn create_flags() -> c_int {
