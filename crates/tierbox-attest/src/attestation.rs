@@ -27,6 +27,8 @@ pub const OUTCOME_DOMAIN: &str = "tierbox.outcome.v1\n";
 pub const EGRESS_DECISIONS_DOMAIN: &str = "tierbox.egress-decisions.v1\n";
 /// Domain-separation prefix of [`request_digest`].
 pub const REQUEST_DOMAIN: &str = "tierbox.request.v1\n";
+/// Domain prefix of [`changes_digest`].
+pub const CHANGES_DOMAIN: &str = "tierbox.changes.v1\n";
 
 /// What one request produced: a run, or a rejection before anything ran.
 ///
@@ -127,6 +129,11 @@ pub struct Outcome {
     /// the module's content digest, where its compiled code came from, fuel, memory, trap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wasm: Option<Value>,
+    /// Overlay (review) mode: [`changes_digest`] of the outcome's `changes`, the change
+    /// set the run left for review (every path with its kind, size, mode and SHA-256).
+    /// Absent in direct mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes_sha256: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -167,6 +174,11 @@ impl RunFacts {
 /// `sha256(EGRESS_DECISIONS_DOMAIN || jcs(decisions))`, hex.
 pub fn egress_decisions_digest(decisions: &Value) -> Result<String, JcsError> {
     domain_digest(EGRESS_DECISIONS_DOMAIN, decisions)
+}
+
+/// `sha256(CHANGES_DOMAIN || jcs(changes))`, hex: an outcome's change set as JSON.
+pub fn changes_digest(changes: &Value) -> Result<String, JcsError> {
+    domain_digest(CHANGES_DOMAIN, changes)
 }
 
 /// `sha256(REQUEST_DOMAIN || jcs(request))`, hex, for a request serialized to JSON.
@@ -375,6 +387,7 @@ pub fn example_attestation() -> Attestation {
         timed_out: false,
         quota_exceeded: false,
         wasm: None,
+        changes_sha256: None,
     };
     Attestation {
         version: ATTESTATION_VERSION,

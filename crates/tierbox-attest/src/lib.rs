@@ -47,7 +47,7 @@ pub mod verify_outcome;
 
 pub use attestation::{
     ATTESTATION_DOMAIN, ATTESTATION_VERSION, Attestation, Body, Outcome, RunFacts,
-    SignedAttestation, VerifyError, attestation_digest, egress_decisions_digest,
+    SignedAttestation, VerifyError, attestation_digest, changes_digest, egress_decisions_digest,
     example_attestation, new_id, request_digest, sign, signed_bytes, verify_envelope,
 };
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
@@ -214,6 +214,7 @@ fn is_key_of(key: &Plan, plan: &Plan, env: &[(String, String)]) -> bool {
         cwd,
         workspace,
         workspace_mode,
+        keep_changes_for_secs,
         filesystem,
         network,
         limits,
@@ -234,6 +235,7 @@ fn is_key_of(key: &Plan, plan: &Plan, env: &[(String, String)]) -> bool {
         && key.cwd == *cwd
         && key.workspace == *workspace
         && key.workspace_mode == *workspace_mode
+        && key.keep_changes_for_secs == *keep_changes_for_secs
         && key.filesystem == *filesystem
         && key.network == *network
         && key.limits == *limits

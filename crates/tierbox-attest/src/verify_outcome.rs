@@ -7,7 +7,8 @@
 //! `timed_out`, `quota_exceeded`, `limit_hit`, `duration_ms`, `sandbox_failure`, `tier`,
 //! `backend`, `enforcement`, `plan_sha256`, the digests of `egress` (the proxy's
 //! decisions) and of both streams (`stdout.sha256` raw, `stdout.text` redacted), and
-//! `wasm` (Tier A: module digest, cache, fuel, memory, trap). Numbers must be written as
+//! `wasm` (Tier A: module digest, cache, fuel, memory, trap), the digest of `changes`
+//! (overlay mode's change set). Numbers must be written as
 //! they were signed: `0.0` is not `0`. Not covered: `usage`, `signal_name`,
 //! `egress_preflight_hosts`, `redacted`, `created_git_dirs`, `audit_error`, and the
 //! stream fields besides the text and digest (byte counts, truncation); the request and
@@ -15,7 +16,9 @@
 
 use serde_json::{Value, json};
 
-use crate::attestation::{Body, SignedAttestation, VerifyError, egress_decisions_digest};
+use crate::attestation::{
+    Body, SignedAttestation, VerifyError, changes_digest, egress_decisions_digest,
+};
 use crate::jcs::large_integers_as_strings;
 use crate::sha256_hex;
 
@@ -83,7 +86,11 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
         Value::Null => None,
         w => Some(w),
     };
-    let checks: [(&str, bool); 18] = [
+    let changes = match field("changes") {
+        Value::Null => None,
+        set => changes_digest(&set).ok(),
+    };
+    let checks: [(&str, bool); 19] = [
         ("run_id", field("run_id") == json!(a.run_id)),
         ("exit_code", field("exit_code") == json!(a.exit_code)),
         ("signal", field("signal") == json!(a.signal)),
@@ -114,6 +121,7 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
             err_red.as_deref() == Some(a.redacted_stderr_sha256.as_str()),
         ),
         ("wasm", wasm == a.wasm),
+        ("changes", changes == a.changes_sha256),
     ];
     match checks.iter().find(|(_, ok)| !ok) {
         Some((what, _)) => mismatch(what),

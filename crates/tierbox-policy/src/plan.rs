@@ -35,6 +35,10 @@ pub struct Plan {
     /// whose upper layer (at most `limits.disk_bytes`) holds the run's changes.
     #[serde(default, skip_serializing_if = "WorkspaceMode::is_direct")]
     pub workspace_mode: WorkspaceMode,
+    /// Overlay mode: how long the run's change set is kept for review, in seconds
+    /// (`workspace.keep_changes_for_secs`); `None` in direct mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_changes_for_secs: Option<u64>,
     /// Filesystem view beyond the workspace.
     pub filesystem: FsPlan,
     /// Network.

@@ -636,6 +636,10 @@ pub struct LimitsPolicy {
 /// Default of [`LimitsPolicy::disk_bytes`]: 2 GiB.
 pub const DEFAULT_DISK_BYTES: u64 = 2 << 30;
 
+/// Smallest [`LimitsPolicy::disk_bytes`]: 1 MiB (a full scratch filesystem is one with
+/// less than 64 KiB free).
+pub const MIN_DISK_BYTES: u64 = 1 << 20;
+
 impl Default for LimitsPolicy {
     fn default() -> Self {
         Self {
@@ -982,6 +986,12 @@ impl Policy {
         }
         if l.cpus == Some(0) {
             return invalid("limits.cpus", "must be at least 1".to_owned());
+        }
+        if l.disk_bytes < MIN_DISK_BYTES {
+            return invalid(
+                "limits.disk_bytes",
+                format!("{} is below the minimum {MIN_DISK_BYTES}", l.disk_bytes),
+            );
         }
         let keep = self.workspace.keep_changes_for_secs;
         if keep == 0 || keep > MAX_KEEP_CHANGES_SECS {

@@ -176,7 +176,8 @@ mod tests {
                 "requested_egress_hosts",
                 "stdin",
                 "tier",
-                "timeout_ms"
+                "timeout_ms",
+                "workspace_mode"
             ]
         );
     }

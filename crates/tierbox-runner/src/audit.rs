@@ -123,6 +123,15 @@ impl Auditor {
             run_id: outcome.run_id.clone(),
             timed_out: outcome.timed_out,
             quota_exceeded: outcome.quota_exceeded,
+            changes_sha256: match &outcome.changes {
+                Some(set) => Some(
+                    tierbox_attest::changes_digest(
+                        &serde_json::to_value(set).map_err(|e| encode(&e))?,
+                    )
+                    .map_err(|e| encode(&e))?,
+                ),
+                None => None,
+            },
             wasm: match &outcome.wasm {
                 Some(report) => {
                     let mut v = serde_json::to_value(report).map_err(|e| encode(&e))?;

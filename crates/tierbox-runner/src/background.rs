@@ -320,6 +320,7 @@ impl Entry {
             timed_out: false,
             quota_exceeded: false,
             wasm: None,
+            changes_sha256: None,
         };
         let run = RunDescription {
             plan_sha256: &facts.plan_sha256,

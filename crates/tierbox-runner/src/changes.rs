@@ -76,6 +76,10 @@ pub enum ChangeFlag {
     Special,
     /// At least [`LARGE_FILE_BYTES`].
     Large,
+    /// The workspace's own entry at this path changed while the run was going on (after
+    /// it started): the run may have seen either version, and applying would overwrite
+    /// a change nobody reviewed. Never applied.
+    ChangedDuringRun,
 }
 
 /// One changed path.
@@ -103,6 +107,12 @@ pub struct Change {
     /// For [`ChangeKind::Renamed`]: where the file was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub renamed_from: Option<PathBuf>,
+    /// What the workspace had at this path when the change was read (for a rename: at
+    /// `renamed_from`), as a fingerprint: `file:<sha256>`, `symlink:<target>`,
+    /// `dir:<sha256 of the tree's listing>`, `special`; absent when there was nothing.
+    /// Applying refuses a path whose workspace entry no longer matches it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
     /// What a reviewer should look at twice.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flags: Vec<ChangeFlag>,
@@ -135,11 +145,24 @@ impl ChangeSet {
 }
 
 /// Reads the changes in `upper` (an overlay's upper layer) against `lower` (the
-/// workspace it was mounted over). Unreadable entries are skipped; nothing is written.
+/// workspace it was mounted over), at most [`MAX_CHANGES`] of them listed. Unreadable
+/// entries are skipped; nothing is written.
 pub fn scan(upper: &Path, lower: &Path) -> ChangeSet {
+    scan_all(upper, lower, None).bounded(MAX_CHANGES)
+}
+
+/// [`scan`] without the bound on listed changes (what applying needs), flagging
+/// [`ChangeFlag::ChangedDuringRun`] on paths whose workspace entry changed (`ctime`) at
+/// or after `since`, the run's start.
+pub fn scan_all(upper: &Path, lower: &Path, since: Option<std::time::SystemTime>) -> ChangeSet {
+    let since = since.map(|t| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
+    });
     let mut scan = Scan {
         upper,
         lower,
+        since,
         found: Vec::new(),
         entries: 0,
         incomplete: false,
@@ -147,25 +170,49 @@ pub fn scan(upper: &Path, lower: &Path) -> ChangeSet {
     scan.dir(Path::new(""), 0, false);
     let mut found = std::mem::take(&mut scan.found);
     detect_renames(&mut found, lower);
-    found.sort_by(|a, b| a.path.cmp(&b.path));
+    found.sort_by(|a, b| {
+        a.path
+            .cmp(&b.path)
+            .then(a.kind.order().cmp(&b.kind.order()))
+    });
     let bytes_written = found
         .iter()
         .filter(|c| c.kind != ChangeKind::Deleted && c.kind != ChangeKind::Renamed)
         .filter_map(|c| c.size)
         .sum();
-    let omitted = found.len().saturating_sub(MAX_CHANGES) as u64;
-    found.truncate(MAX_CHANGES);
     ChangeSet {
         changes: found,
-        omitted,
+        omitted: 0,
         bytes_written,
         incomplete: scan.incomplete,
+    }
+}
+
+impl ChangeKind {
+    /// Order of two changes at one path: a deletion before what replaces it.
+    fn order(self) -> u8 {
+        match self {
+            Self::Deleted => 0,
+            _ => 1,
+        }
+    }
+}
+
+impl ChangeSet {
+    /// At most `max` changes listed, the rest counted in [`ChangeSet::omitted`].
+    pub fn bounded(mut self, max: usize) -> Self {
+        let over = self.changes.len().saturating_sub(max) as u64;
+        self.changes.truncate(max);
+        self.omitted += over;
+        self
     }
 }
 
 struct Scan<'a> {
     upper: &'a Path,
     lower: &'a Path,
+    /// The run's start, in nanoseconds since the epoch.
+    since: Option<i128>,
     found: Vec<Change>,
     entries: usize,
     incomplete: bool,
@@ -200,7 +247,8 @@ impl Scan<'_> {
             if ft.is_char_device() && meta.rdev() == 0 {
                 // A whiteout: deleted (when the lower layer had it at all).
                 if let Some(below) = below {
-                    self.found.push(deleted(&rel, &below));
+                    let change = self.deleted(&rel, &below);
+                    self.found.push(change);
                 }
                 continue;
             }
@@ -218,7 +266,8 @@ impl Scan<'_> {
                     }
                     Some(b) => {
                         // A file replaced by a directory.
-                        self.found.push(deleted(&rel, b));
+                        let change = self.deleted(&rel, b);
+                        self.found.push(change);
                         let change = self.present(&rel, &meta, ChangeKind::Added, None);
                         self.found.push(change);
                     }
@@ -234,7 +283,8 @@ impl Scan<'_> {
                 None => ChangeKind::Added,
                 Some(b) if b.is_dir() => {
                     // A directory replaced by a file or symlink.
-                    self.found.push(deleted(&rel, b));
+                    let change = self.deleted(&rel, b);
+                    self.found.push(change);
                     ChangeKind::Added
                 }
                 Some(b) if unchanged(&up, &meta, &self.lower.join(&rel), b) => continue,
@@ -257,8 +307,8 @@ impl Scan<'_> {
                 continue;
             }
             if let Ok(meta) = std::fs::symlink_metadata(entry.path()) {
-                self.found
-                    .push(deleted(&rel.join(entry.file_name()), &meta));
+                let change = self.deleted(&rel.join(entry.file_name()), &meta);
+                self.found.push(change);
             }
         }
     }
@@ -301,6 +351,15 @@ impl Scan<'_> {
         if mode & 0o6000 != 0 && !ft.is_symlink() {
             flags.push(ChangeFlag::SetuidSetgid);
         }
+        let before = match kind {
+            ChangeKind::Modified => {
+                if let Some(b) = before {
+                    self.during_run(b, &mut flags);
+                }
+                fingerprint(&self.lower.join(rel))
+            }
+            _ => None,
+        };
         Change {
             path: rel.to_path_buf(),
             kind,
@@ -310,14 +369,41 @@ impl Scan<'_> {
             sha256,
             target,
             renamed_from: None,
+            before,
             flags,
+        }
+    }
+
+    /// A deletion of `rel`, which the workspace had as `was`.
+    fn deleted(&self, rel: &Path, was: &std::fs::Metadata) -> Change {
+        let mut flags = path_flags(rel, ChangeKind::Deleted);
+        self.during_run(was, &mut flags);
+        Change {
+            path: rel.to_path_buf(),
+            kind: ChangeKind::Deleted,
+            file_type: type_name(was.file_type()).to_owned(),
+            size: was.is_file().then_some(was.len()),
+            mode: None,
+            sha256: None,
+            target: None,
+            renamed_from: None,
+            before: fingerprint(&self.lower.join(rel)),
+            flags,
+        }
+    }
+
+    /// Flags [`ChangeFlag::ChangedDuringRun`] when the workspace entry `was` changed at
+    /// or after the run's start.
+    fn during_run(&self, was: &std::fs::Metadata, flags: &mut Vec<ChangeFlag>) {
+        let ctime = i128::from(was.ctime()) * 1_000_000_000 + i128::from(was.ctime_nsec());
+        if self.since.is_some_and(|since| ctime >= since) {
+            flags.push(ChangeFlag::ChangedDuringRun);
         }
     }
 }
 
-fn deleted(rel: &Path, was: &std::fs::Metadata) -> Change {
-    let ft = was.file_type();
-    let file_type = if ft.is_dir() {
+fn type_name(ft: std::fs::FileType) -> &'static str {
+    if ft.is_dir() {
         "dir"
     } else if ft.is_symlink() {
         "symlink"
@@ -325,18 +411,70 @@ fn deleted(rel: &Path, was: &std::fs::Metadata) -> Change {
         "file"
     } else {
         "special"
-    };
-    Change {
-        path: rel.to_path_buf(),
-        kind: ChangeKind::Deleted,
-        file_type: file_type.to_owned(),
-        size: ft.is_file().then_some(was.len()),
-        mode: None,
-        sha256: None,
-        target: None,
-        renamed_from: None,
-        flags: path_flags(rel, ChangeKind::Deleted),
     }
+}
+
+/// Most entries a directory fingerprint lists; a larger tree gets a fingerprint that
+/// matches nothing (`dir:too-large`), so applying its deletion is refused rather than
+/// unchecked.
+pub const MAX_FINGERPRINT_ENTRIES: usize = 100_000;
+
+/// What is at `path` now, without following a final symlink: `file:<sha256>`,
+/// `symlink:<target>`, `dir:<sha256 of every entry's relative path and fingerprint,
+/// sorted>`, `special`; `None` when nothing is there. Compared before applying a change
+/// ([`Change::before`]).
+pub fn fingerprint(path: &Path) -> Option<String> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let ft = meta.file_type();
+    Some(if ft.is_file() {
+        format!("file:{}", sha256_of(path).unwrap_or_default())
+    } else if ft.is_symlink() {
+        let target = std::fs::read_link(path).unwrap_or_default();
+        format!("symlink:{}", target.display())
+    } else if ft.is_dir() {
+        let mut entries = Vec::new();
+        if !tree_listing(path, Path::new(""), &mut entries) {
+            return Some("dir:too-large".to_owned());
+        }
+        entries.sort();
+        let mut hasher = Sha256::new();
+        for (rel, print) in &entries {
+            hasher.update(rel.as_os_str().as_encoded_bytes());
+            hasher.update([0]);
+            hasher.update(print.as_bytes());
+            hasher.update([0]);
+        }
+        format!("dir:{}", tierbox_attest::jcs::hex(&hasher.finalize()))
+    } else {
+        "special".to_owned()
+    })
+}
+
+/// Every entry below `root/rel` with its fingerprint (a directory's as `dir` and its
+/// mode, its entries listed on their own); false past [`MAX_FINGERPRINT_ENTRIES`].
+fn tree_listing(root: &Path, rel: &Path, out: &mut Vec<(PathBuf, String)>) -> bool {
+    let Ok(read) = std::fs::read_dir(root.join(rel)) else {
+        return true;
+    };
+    for entry in read.flatten() {
+        if out.len() >= MAX_FINGERPRINT_ENTRIES {
+            return false;
+        }
+        let rel = rel.join(entry.file_name());
+        let path = root.join(&rel);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            out.push((rel.clone(), format!("dir {:o}", meta.mode() & 0o7777)));
+            if !tree_listing(root, &rel, out) {
+                return false;
+            }
+        } else if let Some(print) = fingerprint(&path) {
+            out.push((rel, format!("{print} {:o}", meta.mode() & 0o7777)));
+        }
+    }
+    true
 }
 
 /// Flags that follow from where a path is: inside a `.git` directory, or a new one.
@@ -447,9 +585,14 @@ fn detect_renames(found: &mut Vec<Change>, lower: &Path) {
     let mut drop = Vec::new();
     for (d, a) in renamed {
         let from = found[d].path.clone();
+        let before = found[d].before.clone();
+        let mut flags = std::mem::take(&mut found[d].flags);
         let to = &mut found[a];
         to.kind = ChangeKind::Renamed;
         to.renamed_from = Some(from);
+        to.before = before;
+        flags.retain(|f| *f == ChangeFlag::ChangedDuringRun);
+        to.flags.extend(flags);
         drop.push(d);
     }
     drop.sort_unstable();

@@ -11,6 +11,7 @@ pub mod changes;
 pub mod host;
 pub mod identity;
 pub mod outcome;
+pub mod review;
 pub mod ring;
 pub mod stream;
 pub mod supervisor;

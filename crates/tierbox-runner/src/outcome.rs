@@ -33,6 +33,10 @@ pub enum LimitHit {
     /// Tier A: instantiation would have made more core instances, memories or tables
     /// than `wasm.instances`.
     Instances,
+    /// A scratch filesystem of the run filled up (`limits.disk_bytes`): the overlay's
+    /// upper layer in overlay mode, or Tier C's private `/tmp`; writes failed with
+    /// `ENOSPC` inside the sandbox.
+    Disk,
 }
 
 impl LimitHit {
@@ -57,6 +61,7 @@ impl LimitHit {
             Self::Fuel => "wasm.fuel",
             Self::Table => "wasm.table_elements",
             Self::Instances => "wasm.instances",
+            Self::Disk => "limits.disk_bytes",
         }
     }
 
@@ -86,6 +91,7 @@ impl LimitHit {
             Self::Fuel => w.fuel.to_string(),
             Self::Table => w.table_elements.to_string(),
             Self::Instances => w.instances.to_string(),
+            Self::Disk => format!("{} bytes", l.disk_bytes),
         })
     }
 
@@ -101,6 +107,7 @@ impl LimitHit {
             Self::Fuel => "fuel",
             Self::Table => "table",
             Self::Instances => "instances",
+            Self::Disk => "disk",
         }
     }
 }
@@ -327,6 +334,15 @@ pub struct Outcome {
     /// for the host: a planted `.git/config` runs code when the host runs `git` there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub created_git_dirs: Vec<PathBuf>,
+    /// Overlay (review) mode: what the run changed in its workspace, which is unchanged
+    /// until the change set is applied (`tierbox changes apply RUN_ID`); at most
+    /// [`crate::changes::MAX_CHANGES`] listed. Absent in direct mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<crate::changes::ChangeSet>,
+    /// Overlay mode: the change set could not be kept for review (the state directory's
+    /// disk is full, say): why. The changes are then lost; the workspace is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes_error: Option<String>,
 }
 
 /// The repositories found in `workspace` now that were not among `at_launch`: those a run

@@ -417,7 +417,11 @@ async fn supervise(
     let (ended, reported) = wait_for_end(l, &pidfd, deadline, &capture.quota).await?;
     let (ending, ended_run) = end_run(plan, l, &pidfd, ended, reported, proxy, capture).await?;
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(outcome_of(plan, l, ended, ending, ended_run, duration_ms))
+    let launched_at = std::time::SystemTime::now() - started.elapsed();
+    let mut outcome = outcome_of(plan, l, ended, ending, ended_run, duration_ms);
+    let scratch = crate::review::settle_scratch(plan, l, state_dir, run_id, launched_at).await;
+    scratch.record(&mut outcome);
+    Ok(outcome)
 }
 
 /// A run's output capture and the tasks serving it while it runs.
@@ -670,6 +674,8 @@ fn outcome_of(
             &plan.filesystem.git_repos,
             &l.host_placeholders,
         ),
+        changes: None,
+        changes_error: None,
     }
 }
 

@@ -160,6 +160,8 @@ async fn run_wasm_tapped(
         audit_error: None,
         sandbox_failure: None,
         created_git_dirs: crate::outcome::created_git_dirs(&plan.workspace, &repos_at_launch, &[]),
+        changes: None,
+        changes_error: None,
     })
 }
 

@@ -89,6 +89,9 @@ pub struct RunningSandbox {
     /// Tier C in a container engine: removes the container (by name) when the run's
     /// handle is dropped, since killing the engine's CLI does not stop it.
     pub container: Option<crate::container::ContainerGuard>,
+    /// Native Tier C: an `O_PATH` fd of the sandbox's `/tmp` tmpfs, to tell once the
+    /// run ends whether it filled up (`limits.disk_bytes`).
+    pub tmp_fs: Option<std::os::fd::OwnedFd>,
     /// Native Tier C in overlay mode: an `O_PATH` fd of the tmpfs holding the overlay's
     /// upper layer (`<fd>/upper`: the run's changes to the workspace, in overlayfs's
     /// format), readable after the sandbox is gone while the fd is open.

@@ -126,6 +126,7 @@ pub(crate) fn launch_native(
                 host_placeholders: n.host_placeholders,
                 egress_listener: n.egress_listener,
                 container: None,
+                tmp_fs: n.tmp_fs,
                 upper_layer: n.upper_layer,
             })
         }
@@ -287,6 +288,7 @@ pub(crate) fn launch_bwrap(
         host_placeholders: claim.keep(),
         egress_listener: egress.map(|(_, listener)| listener),
         container: None,
+        tmp_fs: None,
         upper_layer: None,
     })
 }

@@ -300,6 +300,8 @@ pub fn validate(
         },
         background,
         workspace_mode,
+        keep_changes_for_secs: (workspace_mode == crate::policy::WorkspaceMode::Overlay)
+            .then_some(policy.workspace.keep_changes_for_secs),
         ..grantless_plan(policy, workspace, network, limits, tier)
     })
 }
@@ -390,6 +392,8 @@ fn grantless_plan(
         cwd: workspace.clone(),
         workspace,
         workspace_mode: policy.workspace.mode,
+        keep_changes_for_secs: (policy.workspace.mode == crate::policy::WorkspaceMode::Overlay)
+            .then_some(policy.workspace.keep_changes_for_secs),
         filesystem: FsPlan::default(),
         network,
         limits,

@@ -1,3 +1,4 @@
 mod attest;
 mod background;
+mod review;
 mod runs;

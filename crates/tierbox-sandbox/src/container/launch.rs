@@ -165,6 +165,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         host_placeholders: claim.keep(),
         egress_listener: None,
         container: Some(guard),
+        tmp_fs: None,
         upper_layer: None,
     })
 }

@@ -102,6 +102,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 host_placeholders: Vec::new(),
                 egress_listener: None,
                 container: None,
+                tmp_fs: None,
                 upper_layer: None,
             })
         }

@@ -643,6 +643,22 @@ impl MountPlan {
             .iter()
             .any(|op| matches!(op, MountOp::Overlay { .. }))
     }
+
+    /// Whether the executor hands an fd of what `op` mounts to the supervisor: the
+    /// sandbox's `/tmp` (whose fullness is `limit_hit: "disk"`). The overlay's upper
+    /// layer is handed over too, by the overlay's own ops.
+    pub fn is_sent(op: &MountOp) -> bool {
+        matches!(op, MountOp::Tmpfs { dst, .. } if dst == Path::new("/tmp"))
+    }
+
+    /// How many fds the executor hands to the supervisor: `/tmp`'s and the upper
+    /// layer's.
+    pub fn sent_fds(&self) -> usize {
+        self.ops
+            .iter()
+            .filter(|op| Self::is_sent(op) || matches!(op, MountOp::Overlay { .. }))
+            .count()
+    }
 }
 
 /// Why no mount plan could be built. Each names the offending path.

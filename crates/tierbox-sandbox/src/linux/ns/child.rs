@@ -221,6 +221,8 @@ pub struct NativeLaunched {
     /// When the plan needs the egress proxy: the listener pid 1 made on
     /// `127.0.0.1:`[`SANDBOX_PROXY_PORT`] inside the sandbox's network namespace.
     pub egress_listener: Option<std::net::TcpListener>,
+    /// An `O_PATH` fd of the sandbox's `/tmp` tmpfs (how full it is once the run ends).
+    pub tmp_fs: Option<OwnedFd>,
     /// Overlay mode: an `O_PATH` fd of the tmpfs holding the overlay's upper layer
     /// (`<fd>/`[`OVERLAY_UPPER`]), which outlives the sandbox while the fd is open.
     pub upper_layer: Option<OwnedFd>,
@@ -292,8 +294,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
             .as_ref()
             .map_or(-1, |(_, child)| child.as_raw_fd()),
         proxy_port: SANDBOX_PROXY_PORT,
-        layer_fd: pipes
-            .layer_pair
+        fs_fd: pipes
+            .fs_pair
             .as_ref()
             .map_or(-1, |(_, child)| child.as_raw_fd()),
         loopback_up: pooled_netns.is_none(),
@@ -348,12 +350,12 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         report_r,
         report_w,
         proxy_pair,
-        layer_pair,
+        fs_pair,
     } = pipes;
     // The child's ends are closed here whatever happened; the copies in pid 1 are its own.
     drop((stdin_child, stdout_w, stderr_w, report_w));
     let proxy_sock = proxy_pair.map(|(supervisor, _child)| supervisor);
-    let layer_sock = layer_pair.map(|(supervisor, _child)| supervisor);
+    let fs_sock = fs_pair.map(|(supervisor, _child)| supervisor);
     let (pid, pidfd) = cloned.map_err(sys_err(format!(
         "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={flags:#x})"
     )))?;
@@ -362,7 +364,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         &report_r,
         &pidfd,
         owned,
-        (proxy_sock.as_ref(), layer_sock.as_ref()),
+        (proxy_sock.as_ref(), fs_sock.as_ref()),
+        mplan.has_overlay(),
     )?;
     let enforcement = enforcement_report(
         plan,
@@ -384,6 +387,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         host_placeholders: claim.keep(),
         enforcement,
         egress_listener: started.egress_listener,
+        tmp_fs: started.tmp_fs,
         upper_layer: started.upper_layer,
     })
 }
@@ -532,9 +536,9 @@ struct Pipes {
     report_w: OwnedFd,
     /// (supervisor's end, pid 1's end).
     proxy_pair: Option<(OwnedFd, OwnedFd)>,
-    /// Overlay mode: the socket pair that carries the upper layer's fd out, (supervisor's
-    /// end, pid 1's end).
-    layer_pair: Option<(OwnedFd, OwnedFd)>,
+    /// The socket pair that carries the scratch filesystems' fds out (`/tmp`, the
+    /// overlay's upper layer): (supervisor's end, pid 1's end).
+    fs_pair: Option<(OwnedFd, OwnedFd)>,
 }
 
 impl Pipes {
@@ -559,9 +563,9 @@ impl Pipes {
         } else {
             None
         };
-        let layer_pair = if mplan.has_overlay() {
+        let fs_pair = if mplan.sent_fds() > 0 {
             Some(nsys::seqpacket_pair().map_err(sys_err(
-                "socketpair(AF_UNIX, SOCK_SEQPACKET) for the overlay's upper layer",
+                "socketpair(AF_UNIX, SOCK_SEQPACKET) for the scratch filesystems",
             ))?)
         } else {
             None
@@ -571,7 +575,7 @@ impl Pipes {
             report_r,
             report_w,
             proxy_pair,
-            layer_pair,
+            fs_pair,
         })
     }
 }
@@ -586,6 +590,7 @@ fn kill_pid1(pidfd: &OwnedFd) {
 struct Started {
     program_pid_in_ns: libc::pid_t,
     egress_listener: Option<std::net::TcpListener>,
+    tmp_fs: Option<OwnedFd>,
     upper_layer: Option<OwnedFd>,
 }
 
@@ -597,7 +602,8 @@ fn await_start(
     report: &OwnedFd,
     pidfd: &OwnedFd,
     owned: &[OwnedOp],
-    (proxy_sock, layer_sock): (Option<&OwnedFd>, Option<&OwnedFd>),
+    (proxy_sock, fs_sock): (Option<&OwnedFd>, Option<&OwnedFd>),
+    has_overlay: bool,
 ) -> Result<Started, NativeError> {
     use crate::launch::sys as ssys;
     let first = match nsys::read_report(report) {
@@ -643,10 +649,16 @@ fn await_start(
     };
     let egress_listener =
         received(proxy_sock, "the egress listener")?.map(std::net::TcpListener::from);
-    let upper_layer = received(layer_sock, "the overlay's upper layer")?;
+    // In op order: /tmp first, then the upper layer.
+    let tmp_fs = received(fs_sock, "the sandbox's /tmp")?;
+    let upper_layer = match has_overlay {
+        true => received(fs_sock, "the overlay's upper layer")?,
+        false => None,
+    };
     Ok(Started {
         program_pid_in_ns: first.value,
         egress_listener,
+        tmp_fs,
         upper_layer,
     })
 }
@@ -1064,6 +1076,14 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<(Vec<OwnedOp>, Vec<usize>), Nati
                 bind_at.push(out.len());
                 let compiled = compiler.compile(op, out.len())?;
                 out.push(compiled);
+                if MountPlan::is_sent(op) {
+                    let dst = under(NEW_ROOT, op.dst().unwrap_or(Path::new("/")))?;
+                    let describe = format!(
+                        "send {} to the supervisor",
+                        op.dst().unwrap_or(Path::new("/")).display()
+                    );
+                    out.push(OwnedOp::new(OpKind::SendFd, dst, describe));
+                }
             }
         }
     }
@@ -1355,7 +1375,7 @@ impl<'p> OpCompiler<'p> {
         )?);
         out.push(mount);
         out.push(OwnedOp::new(
-            OpKind::SendLayer,
+            OpKind::SendFd,
             staged(OVERLAY_LAYER)?,
             step("send the upper layer to the supervisor"),
         ));

@@ -110,7 +110,17 @@ fn ns_compile_prefixes_paths_and_starts_with_the_staging_prologue() {
     let plan = strict_plan(&sc.ws, "true", &[]);
     let mplan = mount_plan(&plan, &HostView::probe(&plan)).unwrap();
     let (ops, bind_at) = compile_ops(&mplan).unwrap();
-    assert_eq!(bind_at, (5..mplan.ops.len() + 5).collect::<Vec<_>>());
+    // One op per planner op, and the hand-over of /tmp after its mount.
+    let tmp = mplan
+        .ops
+        .iter()
+        .position(crate::linux::mounts::MountPlan::is_sent)
+        .unwrap();
+    assert_eq!(ops[bind_at[tmp] + 1].kind(), OpKind::SendFd);
+    let expected: Vec<usize> = (0..mplan.ops.len())
+        .map(|i| 5 + i + usize::from(i > tmp))
+        .collect();
+    assert_eq!(bind_at, expected);
     let kinds: Vec<OpKind> = ops.iter().take(5).map(OwnedOp::kind).collect();
     assert_eq!(
         kinds,
@@ -122,7 +132,7 @@ fn ns_compile_prefixes_paths_and_starts_with_the_staging_prologue() {
             OpKind::PivotInto
         ]
     );
-    assert_eq!(ops.len(), mplan.ops.len() + 5);
+    assert_eq!(ops.len(), mplan.ops.len() + 6);
     let final_pivot = ops
         .iter()
         .position(|o| o.kind() == OpKind::PivotFinal)
@@ -319,10 +329,7 @@ fn ns_compile_overlay_stages_both_layers_and_sends_the_upper_one() {
         mount.dst().to_str().unwrap(),
         format!("/newroot{}", sc.ws.display())
     );
-    let send = ops
-        .iter()
-        .position(|o| o.kind() == OpKind::SendLayer)
-        .unwrap();
+    let send = ops.iter().position(|o| o.kind() == OpKind::SendFd).unwrap();
     let pivot = ops
         .iter()
         .position(|o| o.kind() == OpKind::PivotFinal)

@@ -104,9 +104,10 @@ pub struct NsSpec<'a> {
     pub proxy_fd: RawFd,
     /// The egress proxy's port inside the namespace.
     pub proxy_port: u16,
-    /// pid 1's end of a unix socket pair over which the [`OpKind::SendLayer`] op sends
-    /// the overlay's upper-layer tmpfs (overlay mode); -1 otherwise.
-    pub layer_fd: RawFd,
+    /// pid 1's end of a unix socket pair over which the [`OpKind::SendFd`] ops send the
+    /// sandbox's scratch filesystems to the supervisor: `/tmp`, then in overlay mode the
+    /// overlay's upper-layer tmpfs; -1 when the plan has neither.
+    pub fs_fd: RawFd,
     /// The program's rlimits.
     pub rlimits: [(c_int, libc::rlimit64); NS_RLIMIT_COUNT],
     /// `cap_last_cap`.

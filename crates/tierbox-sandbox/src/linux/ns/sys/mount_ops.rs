@@ -82,10 +82,11 @@ pub enum OpKind {
     /// root's, which the overlay's root shows.
     CopyOwner,
     /// `open(dst, O_PATH | O_DIRECTORY)` and send it to the supervisor over
-    /// `NsSpec::layer_fd` (`SCM_RIGHTS`): the overlay's upper-layer tmpfs, which the
-    /// supervisor keeps after the namespace is gone. Carried out by pid 1's op loop,
-    /// which holds the socket.
-    SendLayer,
+    /// `NsSpec::fs_fd` (`SCM_RIGHTS`): the sandbox's `/tmp` tmpfs, and the overlay's
+    /// upper-layer tmpfs, which the supervisor reads (how full they are, the run's
+    /// changes) after the namespace is gone. Carried out by pid 1's op loop, which holds
+    /// the socket.
+    SendFd,
 }
 
 /// What a bind source must be.
@@ -297,8 +298,8 @@ pub(super) fn run_op_once(op: &NsOp<'_>) -> Result<(), OpFailure> {
             chdir(c"/").map_err(|e| (SubCall::Chdir, e))?;
         }
         OpKind::CopyOwner => copy_owner(op)?,
-        // Needs the spec's socket: pid 1's op loop carries it out (`send_layer`).
-        OpKind::SendLayer => return Err((SubCall::SendFd, libc::EINVAL)),
+        // Needs the spec's socket: pid 1's op loop carries it out (`send_dir_fd`).
+        OpKind::SendFd => return Err((SubCall::SendFd, libc::EINVAL)),
     }
     Ok(())
 }
@@ -347,8 +348,8 @@ fn copy_owner(op: &NsOp<'_>) -> Result<(), OpFailure> {
     Ok(())
 }
 
-/// See [`OpKind::SendLayer`]: an `O_PATH` fd of `op.dst` sent over `sock`.
-pub(super) fn send_layer(op: &NsOp<'_>, sock: RawFd) -> Result<(), OpFailure> {
+/// See [`OpKind::SendFd`]: an `O_PATH` fd of `op.dst` sent over `sock`.
+pub(super) fn send_dir_fd(op: &NsOp<'_>, sock: RawFd) -> Result<(), OpFailure> {
     let fd = open_raw(
         libc::AT_FDCWD,
         op.dst,

@@ -101,7 +101,7 @@ pub(super) fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Failure> {
         let moved = spec.moved_trees.iter().find(|(at, _)| *at == i);
         let result = match moved {
             Some((_, tree)) => move_tree(*tree, op.dst),
-            None if op.kind == OpKind::SendLayer => send_layer(op, spec.layer_fd),
+            None if op.kind == OpKind::SendFd => send_dir_fd(op, spec.fs_fd),
             None => run_op(op),
         };
         result.map_err(|(sub, errno)| Failure {

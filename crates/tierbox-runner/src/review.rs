@@ -1,0 +1,1075 @@
+//! Review mode's kept change sets: what an overlay run changed, taken out of its upper
+//! layer into the state directory when the run ends ([`ChangeStore::keep`]), then shown,
+//! applied to the workspace all-or-nothing, or discarded; unapplied ones expire.
+//!
+//! A kept change set is a directory `<state>/changes/<run id>/` (mode 0700) with
+//! `manifest.json` ([`KeptChanges`]: the workspace, the expiry and every change with the
+//! fingerprint of what the workspace had at its path) and `files/`, the new content of
+//! every added, modified or renamed file and symlink at its relative path.
+//!
+//! Applying ([`ChangeStore::apply`]) never trusts the workspace to be as it was:
+//!
+//! - every path is reached from an `O_PATH` fd of the workspace root with
+//!   `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`: no symlink is followed, in the
+//!   workspace or out of it (a symlink the run made is applied as a symlink, never read
+//!   through);
+//! - each path's entry must still match the change's [`Change::before`] fingerprint
+//!   (content hash): otherwise nothing is applied and the error names the path;
+//! - new content is written to a staging directory inside the workspace first, with
+//!   permission bits only (no setuid, setgid or sticky bit); device nodes, FIFOs and
+//!   sockets are never applied;
+//! - the changes are then committed by renames, each replaced or deleted entry moved
+//!   aside into the staging directory; any failure moves everything back (all or
+//!   nothing), and success removes the staging directory.
+//!
+//! ```
+//! # fn demo(state: &std::path::Path) -> Result<(), tierbox_runner::review::ReviewError> {
+//! use tierbox_runner::review::ChangeStore;
+//!
+//! let store = ChangeStore::new(state);
+//! for kept in store.list() {
+//!     println!("{} changed {} path(s) in {}", kept.run_id, kept.changes.changes.len(), kept.workspace.display());
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::changes::{Change, ChangeFlag, ChangeKind, ChangeSet, fingerprint, scan_all};
+
+/// Directory of the kept change sets, in the state directory.
+pub const CHANGES_DIR: &str = "changes";
+
+/// A kept change set's manifest file.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// A kept change set's directory of new content.
+pub const FILES_DIR: &str = "files";
+
+/// Prefix of the staging directory an apply makes in the workspace root (followed by the
+/// run id); removed when the apply ends, whatever its result.
+pub const STAGING_PREFIX: &str = ".tierbox-apply-";
+
+/// Longest run id accepted as a change set's name (the ids Tierbox makes are 32 hex
+/// digits).
+pub const MAX_RUN_ID_BYTES: usize = 64;
+
+/// Default byte budget of [`ChangeStore::diff`]: past it the diff is cut with a marker.
+pub const DEFAULT_DIFF_BYTES: usize = 64 << 10;
+
+/// Largest file [`ChangeStore::diff`] compares as text, in bytes; larger ones are listed
+/// as changed without their lines.
+pub const MAX_DIFF_FILE_BYTES: u64 = 1 << 20;
+
+/// Why a review operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// The run id is not one Tierbox makes (hex digits).
+    #[error("{run_id:?} is not a run id (1 to {MAX_RUN_ID_BYTES} hex digits)")]
+    BadRunId {
+        /// The id given.
+        run_id: String,
+    },
+    /// No change set is kept for the run: never made (a direct-mode run, or one that
+    /// changed nothing), applied, discarded, or expired.
+    #[error(
+        "no change set is kept for run {run_id} (it changed nothing, or it was applied, discarded or expired)"
+    )]
+    NotFound {
+        /// The run id.
+        run_id: String,
+    },
+    /// A path asked for is not in the change set.
+    #[error("{path} is not in the change set of run {run_id}")]
+    NotInChangeSet {
+        /// The run id.
+        run_id: String,
+        /// The path.
+        path: PathBuf,
+    },
+    /// The workspace's entry at a path is no longer what the run started from.
+    #[error(
+        "the workspace changed underneath at {path}: expected {expected}, found {found}; nothing was applied"
+    )]
+    Conflict {
+        /// The path, relative to the workspace.
+        path: PathBuf,
+        /// What the change was made against.
+        expected: String,
+        /// What is there now.
+        found: String,
+    },
+    /// A path's workspace entry changed while the run was going on.
+    #[error(
+        "the workspace changed at {path} while the run was going on; nothing was applied (discard, or apply the other paths by name)"
+    )]
+    ChangedDuringRun {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The change set is incomplete (the upper layer was larger than a scan reads).
+    #[error(
+        "the change set of run {run_id} is incomplete (its upper layer was larger than a scan reads); it cannot be applied whole"
+    )]
+    Incomplete {
+        /// The run id.
+        run_id: String,
+    },
+    /// A path of the workspace goes through a symlink, or leaves the workspace.
+    #[error("{path} is reached through a symlink or leaves the workspace; nothing was applied")]
+    UnsafePath {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A file system call failed (nothing was applied when this comes from `apply`).
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ReviewError {
+    /// A stable code for the CLI, MCP and HTTP: `changes.not_found`, `changes.conflict`, …
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadRunId { .. } => "changes.bad_run_id",
+            Self::NotFound { .. } => "changes.not_found",
+            Self::NotInChangeSet { .. } => "changes.not_in_change_set",
+            Self::Conflict { .. } => "changes.conflict",
+            Self::ChangedDuringRun { .. } => "changes.changed_during_run",
+            Self::Incomplete { .. } => "changes.incomplete",
+            Self::UnsafePath { .. } => "changes.unsafe_path",
+            Self::Io { .. } => "changes.io",
+        }
+    }
+}
+
+fn io(what: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ReviewError {
+    let path = path.into();
+    move |source| ReviewError::Io { what, path, source }
+}
+
+fn rio(
+    what: &'static str,
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(rustix::io::Errno) -> ReviewError {
+    let path = path.into();
+    move |e| ReviewError::Io {
+        what,
+        path,
+        source: e.into(),
+    }
+}
+
+/// A kept change set ([`MANIFEST_FILE`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct KeptChanges {
+    /// The run that made the changes.
+    pub run_id: String,
+    /// The workspace they apply to.
+    pub workspace: PathBuf,
+    /// When the run ended, in milliseconds since the epoch.
+    pub created_unix_ms: u64,
+    /// When the change set is removed unapplied, in milliseconds since the epoch
+    /// (`workspace.keep_changes_for_secs` after the run).
+    pub expires_unix_ms: u64,
+    /// Bytes of new content kept.
+    pub bytes: u64,
+    /// Every change (not bounded).
+    pub changes: ChangeSet,
+}
+
+/// What an apply did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Applied {
+    /// The run whose changes were applied.
+    pub run_id: String,
+    /// Paths written, created, renamed or deleted in the workspace.
+    pub applied: Vec<PathBuf>,
+    /// Changes not applied, with why (device nodes, FIFOs and sockets).
+    pub skipped: Vec<Skipped>,
+    /// Paths with the setuid or setgid bit in the change, applied without it.
+    pub bits_dropped: Vec<PathBuf>,
+    /// Changes of the set still kept (a partial apply); 0 when the set was removed.
+    pub remaining: usize,
+}
+
+/// A change an apply left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Skipped {
+    /// The path.
+    pub path: PathBuf,
+    /// Why.
+    pub reason: String,
+}
+
+/// The kept change sets of one state directory.
+#[derive(Debug, Clone)]
+pub struct ChangeStore {
+    dir: PathBuf,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn check_run_id(run_id: &str) -> Result<(), ReviewError> {
+    let ok = !run_id.is_empty()
+        && run_id.len() <= MAX_RUN_ID_BYTES
+        && run_id.bytes().all(|b| b.is_ascii_hexdigit());
+    match ok {
+        true => Ok(()),
+        false => Err(ReviewError::BadRunId {
+            run_id: run_id.to_owned(),
+        }),
+    }
+}
+
+/// Whether `rel` is a plain relative path (no root, `.` or `..`).
+fn plain(rel: &Path) -> bool {
+    rel.components().next().is_some() && rel.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+impl ChangeStore {
+    /// The change sets kept in `state_dir`.
+    pub fn new(state_dir: &Path) -> Self {
+        Self {
+            dir: state_dir.join(CHANGES_DIR),
+        }
+    }
+
+    fn run_dir(&self, run_id: &str) -> Result<PathBuf, ReviewError> {
+        check_run_id(run_id)?;
+        Ok(self.dir.join(run_id))
+    }
+
+    /// Reads the changes of a run from its overlay's `upper` layer against `workspace`
+    /// (flagging what changed in the workspace since `started`) and, when there are any,
+    /// keeps them for `keep_for`. Returns every change (the caller bounds what it shows).
+    pub fn keep(
+        &self,
+        run_id: &str,
+        upper: &Path,
+        workspace: &Path,
+        started: SystemTime,
+        keep_for: Duration,
+    ) -> Result<ChangeSet, ReviewError> {
+        self.sweep();
+        let set = scan_all(upper, workspace, Some(started));
+        if set.is_empty() {
+            return Ok(set);
+        }
+        let dir = self.run_dir(run_id)?;
+        let files = dir.join(FILES_DIR);
+        std::fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
+        set_mode(&self.dir, 0o700)?;
+        std::fs::create_dir(&dir).map_err(io("create", &dir))?;
+        set_mode(&dir, 0o700)?;
+        std::fs::create_dir(&files).map_err(io("create", &files))?;
+        let mut bytes = 0u64;
+        let kept = (|| {
+            for c in &set.changes {
+                if c.kind == ChangeKind::Deleted
+                    || !matches!(c.file_type.as_str(), "file" | "symlink")
+                {
+                    continue;
+                }
+                let to = files.join(&c.path);
+                if let Some(parent) = to.parent() {
+                    std::fs::create_dir_all(parent).map_err(io("create", parent))?;
+                }
+                let from = upper.join(&c.path);
+                if c.file_type == "symlink" {
+                    let target = std::fs::read_link(&from).map_err(io("read the link", &from))?;
+                    std::os::unix::fs::symlink(&target, &to).map_err(io("keep the link", &to))?;
+                } else {
+                    bytes += copy_file(&from, &to)?;
+                }
+            }
+            let manifest = KeptChanges {
+                run_id: run_id.to_owned(),
+                workspace: workspace.to_path_buf(),
+                created_unix_ms: now_ms(),
+                expires_unix_ms: now_ms()
+                    .saturating_add(u64::try_from(keep_for.as_millis()).unwrap_or(u64::MAX)),
+                bytes,
+                changes: set.clone(),
+            };
+            write_manifest(&dir, &manifest)
+        })();
+        if kept.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        kept.map(|()| set)
+    }
+
+    /// The change set kept for `run_id`.
+    pub fn get(&self, run_id: &str) -> Result<KeptChanges, ReviewError> {
+        let dir = self.run_dir(run_id)?;
+        let path = dir.join(MANIFEST_FILE);
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ReviewError::NotFound {
+                    run_id: run_id.to_owned(),
+                });
+            }
+            Err(e) => return Err(io("read", &path)(e)),
+        };
+        let kept: KeptChanges = serde_json::from_slice(&text)
+            .map_err(|e| io("parse", &path)(std::io::Error::other(e)))?;
+        if kept.expires_unix_ms <= now_ms() {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(ReviewError::NotFound {
+                run_id: run_id.to_owned(),
+            });
+        }
+        Ok(kept)
+    }
+
+    /// Every change set kept (expired ones removed first), oldest first.
+    pub fn list(&self) -> Vec<KeptChanges> {
+        self.sweep();
+        let Ok(read) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<KeptChanges> = read
+            .flatten()
+            .filter_map(|e| self.get(e.file_name().to_str()?).ok())
+            .collect();
+        out.sort_by_key(|k| k.created_unix_ms);
+        out
+    }
+
+    /// Removes the change set of `run_id` unapplied.
+    pub fn discard(&self, run_id: &str) -> Result<(), ReviewError> {
+        let dir = self.run_dir(run_id)?;
+        self.get(run_id)?;
+        std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))
+    }
+
+    /// Removes the expired change sets (and anything in the directory that is not a
+    /// readable change set); returns how many were removed.
+    pub fn sweep(&self) -> usize {
+        let Ok(read) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let now = now_ms();
+        let mut removed = 0;
+        for entry in read.flatten() {
+            let manifest = entry.path().join(MANIFEST_FILE);
+            let expired = std::fs::read(&manifest)
+                .ok()
+                .and_then(|t| serde_json::from_slice::<KeptChanges>(&t).ok())
+                .is_none_or(|k| k.expires_unix_ms <= now);
+            // A set being written has no manifest yet for a moment: spare young ones.
+            let young = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(60));
+            let being_written = young && !manifest.exists();
+            if expired && !being_written && std::fs::remove_dir_all(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// A unified diff of the text files the run changed (added, modified, deleted),
+    /// against the workspace as it is now, cut at `budget` bytes.
+    pub fn diff(&self, run_id: &str, budget: usize) -> Result<String, ReviewError> {
+        let kept = self.get(run_id)?;
+        let files = self.run_dir(run_id)?.join(FILES_DIR);
+        let mut out = String::new();
+        for c in &kept.changes.changes {
+            if c.file_type != "file" || !plain(&c.path) {
+                continue;
+            }
+            let (old_path, new_path) = match c.kind {
+                ChangeKind::Added => (None, Some(files.join(&c.path))),
+                ChangeKind::Modified => (
+                    Some(kept.workspace.join(&c.path)),
+                    Some(files.join(&c.path)),
+                ),
+                ChangeKind::Deleted => (Some(kept.workspace.join(&c.path)), None),
+                ChangeKind::Renamed => {
+                    let from = c.renamed_from.as_deref().unwrap_or(&c.path).display();
+                    out.push_str(&format!(
+                        "rename from {from}\nrename to {}\n",
+                        c.path.display()
+                    ));
+                    continue;
+                }
+            };
+            let text = |p: Option<&PathBuf>| -> Option<String> {
+                match p {
+                    None => Some(String::new()),
+                    Some(p) => {
+                        let meta = std::fs::symlink_metadata(p).ok()?;
+                        if !meta.is_file() || meta.len() > MAX_DIFF_FILE_BYTES {
+                            return None;
+                        }
+                        String::from_utf8(std::fs::read(p).ok()?).ok()
+                    }
+                }
+            };
+            let name = c.path.display().to_string();
+            match (text(old_path.as_ref()), text(new_path.as_ref())) {
+                (Some(old), Some(new)) => {
+                    let diff = similar::TextDiff::from_lines(&old, &new);
+                    let a = if old_path.is_some() {
+                        format!("a/{name}")
+                    } else {
+                        "/dev/null".to_owned()
+                    };
+                    let b = if new_path.is_some() {
+                        format!("b/{name}")
+                    } else {
+                        "/dev/null".to_owned()
+                    };
+                    out.push_str(
+                        &diff
+                            .unified_diff()
+                            .context_radius(3)
+                            .header(&a, &b)
+                            .to_string(),
+                    );
+                }
+                _ => out.push_str(&format!("Binary or large file {name} differs\n")),
+            }
+            if out.len() > budget {
+                let mut cut = budget;
+                while !out.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                out.truncate(cut);
+                out.push_str(&format!("\n… diff cut at {budget} bytes\n"));
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Applies the change set of `run_id` to its workspace — every change, or with
+    /// `paths` those at or below the listed paths (a rename with its source, a new
+    /// directory with the new directories above it) — all or nothing (see the module
+    /// documentation). The applied changes leave the store; the rest stay kept.
+    pub fn apply(&self, run_id: &str, paths: Option<&[PathBuf]>) -> Result<Applied, ReviewError> {
+        let mut kept = self.get(run_id)?;
+        if kept.changes.incomplete && paths.is_none() {
+            return Err(ReviewError::Incomplete {
+                run_id: run_id.to_owned(),
+            });
+        }
+        let selected = select(&kept, paths)?;
+        let dir = self.run_dir(run_id)?;
+        let applied = Apply::new(&kept.workspace, &dir.join(FILES_DIR), run_id)?
+            .run(&kept.changes.changes, &selected)?;
+        let remaining: Vec<Change> = kept
+            .changes
+            .changes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !selected.contains(i))
+            .map(|(_, c)| c.clone())
+            .collect();
+        let remaining_len = remaining.len();
+        if remaining.is_empty() {
+            std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))?;
+        } else {
+            kept.changes.changes = remaining;
+            write_manifest(&dir, &kept)?;
+        }
+        Ok(Applied {
+            run_id: run_id.to_owned(),
+            remaining: remaining_len,
+            ..applied
+        })
+    }
+}
+
+/// Free space below which a scratch filesystem counts as full at the end of a run
+/// (`limit_hit: "disk"`), in bytes: tmpfs hands out whole pages, so a write that failed
+/// with `ENOSPC` leaves less than a few of them.
+pub const DISK_FULL_MARGIN_BYTES: u64 = 64 << 10;
+
+/// Whether the filesystem of `fd` has less than [`DISK_FULL_MARGIN_BYTES`] free.
+pub fn is_full(fd: &impl AsFd) -> bool {
+    rustix::fs::fstatfs(fd).is_ok_and(|st| {
+        let block = u64::try_from(st.f_bsize).unwrap_or(0);
+        let free = st.f_bavail.saturating_mul(block);
+        free < DISK_FULL_MARGIN_BYTES
+    })
+}
+
+/// What a run's scratch filesystems say once its tree is gone.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// `/tmp` or the overlay's upper layer filled up.
+    pub(crate) disk_full: bool,
+    /// Overlay mode: the change set (every change) or why it could not be kept.
+    pub(crate) changes: Option<Result<ChangeSet, String>>,
+}
+
+impl Scratch {
+    /// Records this in `outcome`: `limit_hit: "disk"` unless a limit that ended the run
+    /// is already there, and the change set (bounded).
+    pub(crate) fn record(self, outcome: &mut crate::Outcome) {
+        use crate::LimitHit;
+        if self.disk_full && matches!(outcome.limit_hit, None | Some(LimitHit::Output)) {
+            outcome.limit_hit = Some(LimitHit::Disk);
+        }
+        match self.changes {
+            Some(Ok(set)) => outcome.changes = Some(set.bounded(crate::changes::MAX_CHANGES)),
+            Some(Err(e)) => {
+                outcome.changes = Some(ChangeSet::default());
+                outcome.changes_error = Some(e);
+            }
+            None => {}
+        }
+    }
+}
+
+/// After a run's tree is gone: whether its `/tmp` or upper layer filled up, and in
+/// overlay mode its changes kept for review under `run_id` (on a blocking thread: the
+/// copy is as large as the run wrote). Releases both filesystems.
+pub(crate) async fn settle_scratch(
+    plan: &tierbox_policy::Plan,
+    l: &mut tierbox_sandbox::running::RunningSandbox,
+    state_dir: &Path,
+    run_id: &str,
+    launched_at: SystemTime,
+) -> Scratch {
+    let tmp = l.tmp_fs.take();
+    let layer = l.upper_layer.take();
+    let disk_full = tmp.iter().chain(layer.iter()).any(is_full);
+    drop(tmp);
+    let Some(layer) = layer else {
+        return Scratch {
+            disk_full,
+            changes: None,
+        };
+    };
+    let store = ChangeStore::new(state_dir);
+    let workspace = plan.workspace.clone();
+    let keep_for = Duration::from_secs(
+        plan.keep_changes_for_secs
+            .unwrap_or(tierbox_policy::policy::DEFAULT_KEEP_CHANGES_SECS),
+    );
+    let run_id = run_id.to_owned();
+    let kept = tokio::task::spawn_blocking(move || {
+        let upper = PathBuf::from(format!("/proc/self/fd/{}", fd_num(&layer)))
+            .join(tierbox_sandbox::linux::ns::child::OVERLAY_UPPER);
+        store
+            .keep(&run_id, &upper, &workspace, launched_at, keep_for)
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("keeping the change set failed: {e}")));
+    Scratch {
+        disk_full,
+        changes: Some(kept),
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), ReviewError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io("chmod", path))
+}
+
+fn write_manifest(dir: &Path, kept: &KeptChanges) -> Result<(), ReviewError> {
+    let path = dir.join(MANIFEST_FILE);
+    let tmp = dir.join(format!("{MANIFEST_FILE}.tmp"));
+    let text =
+        serde_json::to_vec(kept).map_err(|e| io("encode", &path)(std::io::Error::other(e)))?;
+    std::fs::write(&tmp, text).map_err(io("write", &tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io("rename", &path))
+}
+
+/// Copies the regular file `from` to a new file `to` (mode 0600); returns its size.
+fn copy_file(from: &Path, to: &Path) -> Result<u64, ReviewError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut src = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(from)
+        .map_err(io("open", from))?;
+    let mut dst = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)
+        .map_err(io("create", to))?;
+    std::io::copy(&mut src, &mut dst).map_err(io("copy", to))
+}
+
+/// The indices of the changes an apply of `paths` covers (all of them without a list).
+fn select(kept: &KeptChanges, paths: Option<&[PathBuf]>) -> Result<BTreeSet<usize>, ReviewError> {
+    let changes = &kept.changes.changes;
+    let Some(paths) = paths else {
+        return Ok((0..changes.len()).collect());
+    };
+    let mut out = BTreeSet::new();
+    for want in paths {
+        let want = want.strip_prefix("./").unwrap_or(want);
+        let mut matched = false;
+        for (i, c) in changes.iter().enumerate() {
+            let from = c.renamed_from.as_deref();
+            if c.path.starts_with(want) || from.is_some_and(|f| f.starts_with(want)) {
+                out.insert(i);
+                matched = true;
+            }
+        }
+        if !matched {
+            return Err(ReviewError::NotInChangeSet {
+                run_id: kept.run_id.clone(),
+                path: want.to_path_buf(),
+            });
+        }
+    }
+    // New directories above a selected change come with it.
+    let mut parents = Vec::new();
+    for &i in &out {
+        for (j, c) in changes.iter().enumerate() {
+            if c.kind == ChangeKind::Added
+                && c.file_type == "dir"
+                && changes[i].path.starts_with(&c.path)
+            {
+                parents.push(j);
+            }
+        }
+    }
+    out.extend(parents);
+    Ok(out)
+}
+
+/// One step of an apply, undone in reverse order on failure.
+enum Done {
+    /// The entry at `rel` was moved to `backup` in the staging directory.
+    MovedAside { rel: PathBuf, backup: String },
+    /// A new entry was renamed into place at `rel` (from `staged`).
+    Placed { rel: PathBuf, staged: String },
+    /// The directory `rel` was made.
+    MadeDir { rel: PathBuf },
+    /// The directory `rel` had its mode changed from `old`.
+    Chmod { rel: PathBuf, old: u32 },
+}
+
+/// An apply in progress: the workspace root, the staging directory in it, the kept
+/// content.
+struct Apply<'a> {
+    workspace: &'a Path,
+    root: OwnedFd,
+    files: &'a Path,
+    staging_name: String,
+    stage: Option<OwnedFd>,
+    owner: (u32, u32),
+    done: Vec<Done>,
+    next: usize,
+}
+
+const BENEATH: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
+
+impl<'a> Apply<'a> {
+    fn new(workspace: &'a Path, files: &'a Path, run_id: &str) -> Result<Self, ReviewError> {
+        let root = rustix::fs::open(
+            workspace,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(rio("open the workspace", workspace))?;
+        let st = rustix::fs::fstat(&root).map_err(rio("stat the workspace", workspace))?;
+        Ok(Self {
+            workspace,
+            root,
+            files,
+            staging_name: format!("{STAGING_PREFIX}{run_id}"),
+            stage: None,
+            owner: (st.st_uid, st.st_gid),
+            done: Vec::new(),
+            next: 0,
+        })
+    }
+
+    /// The directory containing `rel`, reached without following any symlink; `None`
+    /// when it does not exist (yet).
+    fn parent(&self, rel: &Path) -> Result<Option<OwnedFd>, ReviewError> {
+        let parent = rel
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        match rustix::fs::openat2(
+            &self.root,
+            parent,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        ) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV | rustix::io::Errno::NOTDIR) => {
+                Err(ReviewError::UnsafePath {
+                    path: rel.to_path_buf(),
+                })
+            }
+            Err(e) => Err(rio("open the parent of", rel)(e)),
+        }
+    }
+
+    /// The fingerprint of what is at `rel` now (`None`: nothing).
+    fn current(&self, rel: &Path) -> Result<Option<String>, ReviewError> {
+        let Some(parent) = self.parent(rel)? else {
+            return Ok(None);
+        };
+        let Some(name) = rel.file_name() else {
+            return Ok(None);
+        };
+        let proc = PathBuf::from(format!("/proc/self/fd/{}", fd_num(&parent))).join(name);
+        Ok(fingerprint(&proc))
+    }
+
+    /// Checks every selected path against what the change was made from.
+    fn verify(&self, changes: &[Change], selected: &BTreeSet<usize>) -> Result<(), ReviewError> {
+        // What each path must hold now: the first change at a path decides (a deletion
+        // before what replaces it); a rename's target must be free and its source as it was.
+        let mut expected: BTreeMap<&Path, Option<&str>> = BTreeMap::new();
+        for &i in selected {
+            let c = &changes[i];
+            if !plain(&c.path) || c.renamed_from.as_deref().is_some_and(|f| !plain(f)) {
+                return Err(ReviewError::UnsafePath {
+                    path: c.path.clone(),
+                });
+            }
+            if c.flags.contains(&ChangeFlag::ChangedDuringRun) {
+                return Err(ReviewError::ChangedDuringRun {
+                    path: c.path.clone(),
+                });
+            }
+            match (c.kind, &c.renamed_from) {
+                (ChangeKind::Renamed, Some(from)) => {
+                    expected.entry(from).or_insert(c.before.as_deref());
+                    expected.entry(&c.path).or_insert(None);
+                }
+                (ChangeKind::Added, _) => {
+                    expected.entry(&c.path).or_insert(None);
+                }
+                _ => {
+                    expected.entry(&c.path).or_insert(c.before.as_deref());
+                }
+            }
+        }
+        for (path, want) in expected {
+            let found = self.current(path)?;
+            if found.as_deref() != want {
+                return Err(ReviewError::Conflict {
+                    path: path.to_path_buf(),
+                    expected: want.unwrap_or("nothing").to_owned(),
+                    found: found.unwrap_or_else(|| "nothing".to_owned()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn stage(&self) -> &OwnedFd {
+        self.stage.as_ref().unwrap_or(&self.root)
+    }
+
+    fn fresh_name(&mut self, kind: &str) -> String {
+        self.next += 1;
+        format!("{kind}{}", self.next)
+    }
+
+    /// Writes the new content of `c` into the staging directory; returns its name there
+    /// and whether setuid/setgid bits were dropped.
+    fn write_staged(
+        &mut self,
+        c: &Change,
+        owner: (u32, u32),
+    ) -> Result<(String, bool), ReviewError> {
+        let name = self.fresh_name("n");
+        let from = self.files.join(&c.path);
+        let (uid, gid) = (
+            rustix::fs::Uid::from_raw(owner.0),
+            rustix::fs::Gid::from_raw(owner.1),
+        );
+        if c.file_type == "symlink" {
+            let target = std::fs::read_link(&from).map_err(io("read the kept link", &from))?;
+            rustix::fs::symlinkat(&target, self.stage(), name.as_str())
+                .map_err(rio("stage", &c.path))?;
+            rustix::fs::chownat(
+                self.stage(),
+                name.as_str(),
+                Some(uid),
+                Some(gid),
+                AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(rio("chown", &c.path))?;
+            return Ok((name, false));
+        }
+        let mode = c.mode.unwrap_or(0o644);
+        let fd = rustix::fs::openat(
+            self.stage(),
+            name.as_str(),
+            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(rio("stage", &c.path))?;
+        let mut dst = File::from(fd);
+        let mut src = File::open(&from).map_err(io("open the kept file", &from))?;
+        std::io::copy(&mut src, &mut dst).map_err(io("stage", &c.path))?;
+        rustix::fs::fchown(&dst, Some(uid), Some(gid)).map_err(rio("chown", &c.path))?;
+        rustix::fs::fchmod(&dst, Mode::from_raw_mode(mode & 0o777))
+            .map_err(rio("chmod", &c.path))?;
+        dst.sync_all().map_err(io("sync", &c.path))?;
+        Ok((name, mode & 0o6000 != 0))
+    }
+
+    /// The owner a new or replacing entry at `rel` gets: the replaced entry's, else the
+    /// workspace root's.
+    fn owner_for(&self, rel: &Path) -> (u32, u32) {
+        let Ok(Some(parent)) = self.parent(rel) else {
+            return self.owner;
+        };
+        let Some(name) = rel.file_name() else {
+            return self.owner;
+        };
+        match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => (st.st_uid, st.st_gid),
+            Err(_) => self.owner,
+        }
+    }
+
+    fn existing_parent(&self, rel: &Path) -> Result<OwnedFd, ReviewError> {
+        self.parent(rel)?.ok_or_else(|| ReviewError::Io {
+            what: "find the parent directory of",
+            path: rel.to_path_buf(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        })
+    }
+
+    fn name(rel: &Path) -> &std::ffi::OsStr {
+        rel.file_name().unwrap_or(rel.as_os_str())
+    }
+
+    /// Moves the entry at `rel` into the staging directory.
+    fn move_aside(&mut self, rel: &Path) -> Result<(), ReviewError> {
+        let parent = self.existing_parent(rel)?;
+        let backup = self.fresh_name("b");
+        rustix::fs::renameat(&parent, Self::name(rel), self.stage(), backup.as_str())
+            .map_err(rio("move aside", rel))?;
+        self.done.push(Done::MovedAside {
+            rel: rel.to_path_buf(),
+            backup,
+        });
+        Ok(())
+    }
+
+    fn place(&mut self, staged: String, rel: &Path) -> Result<(), ReviewError> {
+        let parent = self.existing_parent(rel)?;
+        rustix::fs::renameat_with(
+            self.stage(),
+            staged.as_str(),
+            &parent,
+            Self::name(rel),
+            rustix::fs::RenameFlags::NOREPLACE,
+        )
+        .map_err(rio("place", rel))?;
+        self.done.push(Done::Placed {
+            rel: rel.to_path_buf(),
+            staged,
+        });
+        Ok(())
+    }
+
+    fn run(
+        mut self,
+        changes: &[Change],
+        selected: &BTreeSet<usize>,
+    ) -> Result<Applied, ReviewError> {
+        self.verify(changes, selected)?;
+        rustix::fs::mkdirat(
+            &self.root,
+            self.staging_name.as_str(),
+            Mode::from_raw_mode(0o700),
+        )
+        .map_err(rio(
+            "create the staging directory",
+            self.workspace.join(&self.staging_name),
+        ))?;
+        let stage = rustix::fs::openat2(
+            &self.root,
+            self.staging_name.as_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            BENEATH,
+        );
+        let result = match stage {
+            Ok(fd) => {
+                self.stage = Some(fd);
+                self.commit(changes, selected)
+            }
+            Err(e) => Err(rio(
+                "open the staging directory",
+                self.workspace.join(&self.staging_name),
+            )(e)),
+        };
+        if result.is_err() {
+            self.roll_back();
+        }
+        let _ = std::fs::remove_dir_all(self.workspace.join(&self.staging_name));
+        result
+    }
+
+    fn commit(
+        &mut self,
+        changes: &[Change],
+        selected: &BTreeSet<usize>,
+    ) -> Result<Applied, ReviewError> {
+        let mut applied = Applied::default();
+        // Content first, so a failure to stage (a full disk) changes nothing.
+        let mut staged: BTreeMap<usize, String> = BTreeMap::new();
+        for &i in selected {
+            let c = &changes[i];
+            if c.kind == ChangeKind::Deleted {
+                continue;
+            }
+            match c.file_type.as_str() {
+                "file" | "symlink" => {
+                    let owner = self.owner_for(&c.path);
+                    let (name, dropped) = self.write_staged(c, owner)?;
+                    if dropped {
+                        applied.bits_dropped.push(c.path.clone());
+                    }
+                    staged.insert(i, name);
+                }
+                "special" => applied.skipped.push(Skipped {
+                    path: c.path.clone(),
+                    reason: "device nodes, FIFOs and sockets are never applied".to_owned(),
+                }),
+                _ => {}
+            }
+        }
+        for &i in selected {
+            let c = &changes[i];
+            match (c.kind, c.file_type.as_str()) {
+                (ChangeKind::Deleted, _) => self.move_aside(&c.path)?,
+                (_, "special") => continue,
+                (ChangeKind::Added, "dir") => {
+                    let parent = self.existing_parent(&c.path)?;
+                    let mode = c.mode.unwrap_or(0o755) & 0o1777;
+                    rustix::fs::mkdirat(&parent, Self::name(&c.path), Mode::from_raw_mode(mode))
+                        .map_err(rio("create", &c.path))?;
+                    self.done.push(Done::MadeDir {
+                        rel: c.path.clone(),
+                    });
+                    let (uid, gid) = self.owner;
+                    rustix::fs::chownat(
+                        &parent,
+                        Self::name(&c.path),
+                        Some(rustix::fs::Uid::from_raw(uid)),
+                        Some(rustix::fs::Gid::from_raw(gid)),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    )
+                    .map_err(rio("chown", &c.path))?;
+                    rustix::fs::chmodat(
+                        &parent,
+                        Self::name(&c.path),
+                        Mode::from_raw_mode(mode),
+                        AtFlags::empty(),
+                    )
+                    .map_err(rio("chmod", &c.path))?;
+                }
+                (ChangeKind::Modified, "dir") => {
+                    let parent = self.existing_parent(&c.path)?;
+                    let st =
+                        rustix::fs::statat(&parent, Self::name(&c.path), AtFlags::SYMLINK_NOFOLLOW)
+                            .map_err(rio("stat", &c.path))?;
+                    let mode = c.mode.unwrap_or(0o755) & 0o1777;
+                    rustix::fs::chmodat(
+                        &parent,
+                        Self::name(&c.path),
+                        Mode::from_raw_mode(mode),
+                        AtFlags::empty(),
+                    )
+                    .map_err(rio("chmod", &c.path))?;
+                    self.done.push(Done::Chmod {
+                        rel: c.path.clone(),
+                        old: st.st_mode & 0o7777,
+                    });
+                }
+                (kind, _) => {
+                    if let (ChangeKind::Renamed, Some(from)) = (kind, &c.renamed_from) {
+                        self.move_aside(from)?;
+                    }
+                    if kind == ChangeKind::Modified {
+                        self.move_aside(&c.path)?;
+                    }
+                    let Some(name) = staged.remove(&i) else {
+                        continue;
+                    };
+                    self.place(name, &c.path)?;
+                }
+            }
+            applied.applied.push(c.path.clone());
+        }
+        Ok(applied)
+    }
+
+    /// Undoes every step taken, newest first (best effort: each undo is a rename back).
+    fn roll_back(&mut self) {
+        while let Some(step) = self.done.pop() {
+            let Ok(Some(parent)) = self.parent(match &step {
+                Done::MovedAside { rel, .. }
+                | Done::Placed { rel, .. }
+                | Done::MadeDir { rel }
+                | Done::Chmod { rel, .. } => rel,
+            }) else {
+                continue;
+            };
+            let _ = match step {
+                Done::MovedAside { rel, backup } => {
+                    rustix::fs::renameat(self.stage(), backup.as_str(), &parent, Self::name(&rel))
+                }
+                Done::Placed { rel, staged } => {
+                    rustix::fs::renameat(&parent, Self::name(&rel), self.stage(), staged.as_str())
+                }
+                Done::MadeDir { rel } => {
+                    rustix::fs::unlinkat(&parent, Self::name(&rel), AtFlags::REMOVEDIR)
+                }
+                Done::Chmod { rel, old } => rustix::fs::chmodat(
+                    &parent,
+                    Self::name(&rel),
+                    Mode::from_raw_mode(old),
+                    AtFlags::empty(),
+                ),
+            };
+        }
+    }
+}
+
+fn fd_num(fd: &impl AsFd) -> i32 {
+    use std::os::fd::AsRawFd;
+    fd.as_fd().as_raw_fd()
+}
+
+#[cfg(test)]
+#[path = "review_tests.rs"]
+mod tests;

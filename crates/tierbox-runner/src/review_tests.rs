@@ -1,0 +1,353 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::time::Duration;
+
+/// A workspace, an overlay upper layer written by hand in overlayfs's format, and a
+/// state directory.
+struct Scene {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    upper: PathBuf,
+    store: ChangeStore,
+    outside: PathBuf,
+}
+
+fn write(path: &Path, content: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+fn whiteout(path: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::empty(),
+        rustix::fs::makedev(0, 0),
+    )
+    .expect("mknod of a whiteout (needs root, as overlayfs itself)");
+}
+
+/// Every entry below `root` with its fingerprint, mode and owner: two equal snapshots are
+/// byte-identical trees.
+fn snapshot(root: &Path) -> Vec<(PathBuf, String, u32, u32)> {
+    fn walk(root: &Path, rel: &Path, out: &mut Vec<(PathBuf, String, u32, u32)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(root.join(rel))
+            .unwrap()
+            .flatten()
+            .collect();
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for e in entries {
+            let rel = rel.join(e.file_name());
+            let meta = std::fs::symlink_metadata(root.join(&rel)).unwrap();
+            let print = if meta.is_dir() {
+                "dir".to_owned()
+            } else {
+                fingerprint(&root.join(&rel)).unwrap()
+            };
+            out.push((rel.clone(), print, meta.mode() & 0o7777, meta.uid()));
+            if meta.is_dir() {
+                walk(root, &rel, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, Path::new(""), &mut out);
+    out
+}
+
+impl Scene {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let upper = dir.path().join("upper");
+        let outside = dir.path().join("outside");
+        for d in [&ws, &upper, &outside] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let store = ChangeStore::new(&dir.path().join("state"));
+        Self {
+            _dir: dir,
+            ws,
+            upper,
+            store,
+            outside,
+        }
+    }
+
+    /// The usual run: an edit, a deletion, a rename, a new directory with a file, a
+    /// symlink out of the workspace and a setuid file.
+    fn typical(&self) -> &Self {
+        write(&self.ws.join("edit.txt"), "one\ntwo\n");
+        write(&self.ws.join("gone.txt"), "bye\n");
+        write(&self.ws.join("old-name.txt"), "moved\n");
+        write(&self.ws.join("keep/same.txt"), "same\n");
+        write(&self.upper.join("edit.txt"), "one\n2\n");
+        whiteout(&self.upper.join("gone.txt"));
+        whiteout(&self.upper.join("old-name.txt"));
+        write(&self.upper.join("new-name.txt"), "moved\n");
+        write(&self.upper.join("src/lib.rs"), "pub fn f() {}\n");
+        std::os::unix::fs::symlink("/etc/passwd", self.upper.join("link")).unwrap();
+        write(&self.upper.join("suid"), "#!/bin/sh\n");
+        std::fs::set_permissions(
+            self.upper.join("suid"),
+            std::fs::Permissions::from_mode(0o4755),
+        )
+        .unwrap();
+        self
+    }
+
+    fn keep(&self, run_id: &str) -> ChangeSet {
+        self.store
+            .keep(
+                run_id,
+                &self.upper,
+                &self.ws,
+                SystemTime::now() + Duration::from_secs(3600),
+                Duration::from_secs(3600),
+            )
+            .unwrap()
+    }
+}
+
+#[test]
+fn apply_makes_the_workspace_what_the_run_saw_and_removes_the_set() {
+    let s = Scene::new();
+    s.typical();
+    let set = s.keep("aa");
+    assert_eq!(set.changes.len(), 7, "{set:#?}");
+    let applied = s.store.apply("aa", None).unwrap();
+    assert_eq!(applied.remaining, 0);
+    assert_eq!(applied.bits_dropped, [PathBuf::from("suid")]);
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("edit.txt")).unwrap(),
+        "one\n2\n"
+    );
+    assert!(!s.ws.join("gone.txt").exists());
+    assert!(!s.ws.join("old-name.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("new-name.txt")).unwrap(),
+        "moved\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("src/lib.rs")).unwrap(),
+        "pub fn f() {}\n"
+    );
+    // The symlink is applied as a symlink, never read through.
+    let link = std::fs::symlink_metadata(s.ws.join("link")).unwrap();
+    assert!(link.file_type().is_symlink());
+    assert_eq!(
+        std::fs::read_link(s.ws.join("link")).unwrap(),
+        Path::new("/etc/passwd")
+    );
+    // The setuid bit is not.
+    let suid = std::fs::metadata(s.ws.join("suid")).unwrap();
+    assert_eq!(suid.mode() & 0o7777, 0o755);
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("keep/same.txt")).unwrap(),
+        "same\n"
+    );
+    // Nothing of the apply is left: no staging directory, no kept set.
+    let names: Vec<_> = std::fs::read_dir(&s.ws)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.to_string_lossy().starts_with(STAGING_PREFIX)),
+        "{names:?}"
+    );
+    assert!(matches!(
+        s.store.get("aa"),
+        Err(ReviewError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn apply_refuses_a_path_changed_underneath_and_changes_nothing() {
+    let s = Scene::new();
+    s.typical();
+    s.keep("ab");
+    write(&s.ws.join("edit.txt"), "someone else's edit\n");
+    let before = snapshot(&s.ws);
+    let err = s.store.apply("ab", None).unwrap_err();
+    match &err {
+        ReviewError::Conflict { path, .. } => assert_eq!(path, Path::new("edit.txt")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(err.code(), "changes.conflict");
+    assert_eq!(snapshot(&s.ws), before);
+    // Still kept: the other paths can be applied by name.
+    let applied = s.store.apply("ab", Some(&[PathBuf::from("src")])).unwrap();
+    assert_eq!(
+        applied.applied,
+        [PathBuf::from("src"), PathBuf::from("src/lib.rs")]
+    );
+    assert!(applied.remaining > 0);
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("edit.txt")).unwrap(),
+        "someone else's edit\n"
+    );
+}
+
+#[test]
+fn a_new_file_where_the_workspace_now_has_one_is_a_conflict() {
+    let s = Scene::new();
+    write(&s.upper.join("new.txt"), "mine\n");
+    s.keep("ac");
+    write(&s.ws.join("new.txt"), "theirs\n");
+    assert!(matches!(
+        s.store.apply("ac", None),
+        Err(ReviewError::Conflict { .. })
+    ));
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("new.txt")).unwrap(),
+        "theirs\n"
+    );
+}
+
+#[test]
+fn apply_never_follows_a_symlink_planted_in_the_workspace() {
+    let s = Scene::new();
+    write(&s.ws.join("dir/file.txt"), "inside\n");
+    write(&s.upper.join("dir/file.txt"), "changed\n");
+    s.keep("ad");
+    // Between the run and the apply, `dir` becomes a symlink to a directory outside with
+    // a file of the same content.
+    write(&s.outside.join("file.txt"), "inside\n");
+    std::fs::remove_dir_all(s.ws.join("dir")).unwrap();
+    std::os::unix::fs::symlink(&s.outside, s.ws.join("dir")).unwrap();
+    let err = s.store.apply("ad", None).unwrap_err();
+    assert!(matches!(err, ReviewError::UnsafePath { .. }), "{err:?}");
+    assert_eq!(
+        std::fs::read_to_string(s.outside.join("file.txt")).unwrap(),
+        "inside\n"
+    );
+}
+
+#[test]
+fn a_failure_half_way_rolls_every_step_back() {
+    let s = Scene::new();
+    write(&s.ws.join("a.txt"), "a\n");
+    write(&s.ws.join("z.txt"), "z\n");
+    write(&s.upper.join("a.txt"), "A\n");
+    write(&s.upper.join("b/new.txt"), "new\n");
+    write(&s.upper.join("z.txt"), "Z\n");
+    s.keep("ae");
+    // z.txt cannot be moved (immutable, even for root): the apply fails after a.txt and
+    // b/ were done.
+    let immutable = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(s.ws.join("z.txt"))
+        .status()
+        .is_ok_and(|st| st.success());
+    if !immutable {
+        tierbox_test_support::skip(
+            "a_failure_half_way_rolls_every_step_back",
+            "chattr +i does not work on this filesystem",
+        );
+        return;
+    }
+    let before = snapshot(&s.ws);
+    let err = s.store.apply("ae", None).unwrap_err();
+    let _ = std::process::Command::new("chattr")
+        .arg("-i")
+        .arg(s.ws.join("z.txt"))
+        .status();
+    assert!(matches!(err, ReviewError::Io { .. }), "{err:?}");
+    assert_eq!(snapshot(&s.ws), before);
+    assert!(
+        s.store.get("ae").is_ok(),
+        "the set stays kept after a failed apply"
+    );
+}
+
+#[test]
+fn discard_removes_the_set_and_leaves_the_workspace() {
+    let s = Scene::new();
+    s.typical();
+    let before = snapshot(&s.ws);
+    s.keep("af");
+    assert!(s.store.get("af").is_ok());
+    s.store.discard("af").unwrap();
+    assert!(matches!(
+        s.store.get("af"),
+        Err(ReviewError::NotFound { .. })
+    ));
+    assert!(matches!(
+        s.store.discard("af"),
+        Err(ReviewError::NotFound { .. })
+    ));
+    assert_eq!(snapshot(&s.ws), before);
+    assert!(s.store.list().is_empty());
+}
+
+#[test]
+fn expired_sets_are_removed_and_nothing_is_kept_for_no_change() {
+    let s = Scene::new();
+    assert!(s.keep("b0").is_empty());
+    assert!(matches!(
+        s.store.get("b0"),
+        Err(ReviewError::NotFound { .. })
+    ));
+    write(&s.upper.join("x"), "x");
+    s.store
+        .keep("b1", &s.upper, &s.ws, SystemTime::now(), Duration::ZERO)
+        .unwrap();
+    assert!(matches!(
+        s.store.get("b1"),
+        Err(ReviewError::NotFound { .. })
+    ));
+    assert!(s.store.list().is_empty());
+}
+
+#[test]
+fn run_ids_are_checked_before_any_path_is_made() {
+    let s = Scene::new();
+    for bad in ["", "../x", "a/b", "zz", &"a".repeat(65)] {
+        let err = s.store.get(bad).unwrap_err();
+        assert_eq!(err.code(), "changes.bad_run_id", "{bad:?}");
+    }
+}
+
+#[test]
+fn a_change_made_in_the_workspace_during_the_run_is_never_applied() {
+    let s = Scene::new();
+    write(&s.ws.join("f.txt"), "v1\n");
+    write(&s.upper.join("f.txt"), "v2\n");
+    // The run started before the workspace's own write.
+    let started = SystemTime::now() - Duration::from_secs(60);
+    let set = s
+        .store
+        .keep("c0", &s.upper, &s.ws, started, Duration::from_secs(60))
+        .unwrap();
+    assert!(set.changes[0].flags.contains(&ChangeFlag::ChangedDuringRun));
+    assert!(matches!(
+        s.store.apply("c0", None),
+        Err(ReviewError::ChangedDuringRun { .. })
+    ));
+    assert_eq!(std::fs::read_to_string(s.ws.join("f.txt")).unwrap(), "v1\n");
+}
+
+#[test]
+fn the_diff_shows_text_changes_within_its_budget() {
+    let s = Scene::new();
+    s.typical();
+    s.keep("d0");
+    let diff = s.store.diff("d0", DEFAULT_DIFF_BYTES).unwrap();
+    assert!(diff.contains("--- a/edit.txt\n+++ b/edit.txt\n"), "{diff}");
+    assert!(diff.contains("-two\n+2\n"), "{diff}");
+    assert!(diff.contains("+++ b/src/lib.rs"), "{diff}");
+    assert!(diff.contains("--- a/gone.txt\n+++ /dev/null"), "{diff}");
+    assert!(
+        diff.contains("rename from old-name.txt\nrename to new-name.txt"),
+        "{diff}"
+    );
+    let cut = s.store.diff("d0", 40).unwrap();
+    assert!(cut.ends_with("… diff cut at 40 bytes\n"), "{cut}");
+}

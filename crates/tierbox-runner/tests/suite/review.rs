@@ -1,0 +1,282 @@
+//! Review mode through the library API: a native Tier C run in overlay mode leaves the
+//! workspace untouched and returns its change set, which applies to exactly what a
+//! direct run produces, or is discarded; the disk limit stops a disk bomb in the upper
+//! layer and in `/tmp`. Each test skips with a printed reason when native Tier C cannot
+//! run here — and fails instead under `CI=true`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use tierbox_policy::{Policy, ProcessRunRequest, TierRequest, WorkspaceMode};
+use tierbox_runner::changes::ChangeKind;
+use tierbox_runner::review::ChangeStore;
+use tierbox_runner::{LimitHit, RunOptions, Runner};
+
+fn usable(test: &str) -> bool {
+    let facts = tierbox_sandbox::probe::host_facts();
+    match tierbox_sandbox::select::tier_available(tierbox_policy::Tier::C, facts) {
+        Ok(()) => true,
+        Err(e) => !tierbox_test_support::skip(test, &e.to_string()),
+    }
+}
+
+struct Env {
+    ws: tempfile::TempDir,
+    state: tempfile::TempDir,
+    policy: Policy,
+}
+
+/// What the tests' runs do to a workspace: an edit, a deletion, a rename, a new
+/// directory with a file, a symlink out of the workspace, a setuid file.
+const SCRIPT: &str = "printf 'one\\n2\\n' > edit.txt && rm gone.txt && mv old.txt new.txt \
+     && mkdir -p src && printf 'fn f() {}\\n' > src/lib.rs && ln -s /etc/passwd link \
+     && printf '#!/bin/sh\\n' > suid && chmod 4755 suid && echo done";
+
+impl Env {
+    fn new() -> Self {
+        let mut policy = Policy::builtin_default();
+        policy.exec.allowed_executables = ["sh", "head", "true"].map(str::to_owned).to_vec();
+        policy.exec.allow_interpreters = true;
+        policy.exec.allow_eval = true;
+        let env = Self {
+            ws: tempfile::tempdir().unwrap(),
+            state: tempfile::tempdir().unwrap(),
+            policy,
+        };
+        env.seed();
+        env
+    }
+
+    fn seed(&self) {
+        let ws = self.ws.path();
+        std::fs::write(ws.join("edit.txt"), "one\ntwo\n").unwrap();
+        std::fs::write(ws.join("gone.txt"), "bye\n").unwrap();
+        std::fs::write(ws.join("old.txt"), "moved\n").unwrap();
+    }
+
+    fn runner(&self) -> Runner {
+        Runner::new(self.policy.clone())
+            .with_workspace(self.ws.path())
+            .with_options(RunOptions {
+                state_dir: self.state.path().to_path_buf(),
+            })
+    }
+
+    fn store(&self) -> ChangeStore {
+        ChangeStore::new(self.state.path())
+    }
+}
+
+fn sh(script: &str, mode: Option<WorkspaceMode>) -> ProcessRunRequest {
+    let mut r = ProcessRunRequest::new("sh");
+    r.args = vec!["-c".to_owned(), script.to_owned()];
+    r.tier = TierRequest::C;
+    r.workspace_mode = mode;
+    r
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Every entry below `root` (its relative path, kind, mode without the setuid bits, and
+/// content or link target), `.git` placeholders aside.
+fn tree(root: &Path) -> Vec<(PathBuf, String)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in std::fs::read_dir(root.join(&rel)).unwrap().flatten() {
+            let rel = rel.join(e.file_name());
+            let meta = std::fs::symlink_metadata(root.join(&rel)).unwrap();
+            let what = if meta.is_dir() {
+                stack.push(rel.clone());
+                format!("dir {:o}", meta.mode() & 0o777)
+            } else if meta.file_type().is_symlink() {
+                format!(
+                    "link {}",
+                    std::fs::read_link(root.join(&rel)).unwrap().display()
+                )
+            } else {
+                format!(
+                    "file {:o} {}",
+                    meta.mode() & 0o777,
+                    String::from_utf8_lossy(&std::fs::read(root.join(&rel)).unwrap())
+                )
+            };
+            out.push((rel, what));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn an_overlay_run_changes_nothing_until_applied_and_then_equals_a_direct_run() {
+    let test = "an_overlay_run_changes_nothing_until_applied_and_then_equals_a_direct_run";
+    if !usable(test) {
+        return;
+    }
+    let rt = rt();
+    // The reference: the same run, direct.
+    let direct = Env::new();
+    let out = rt.block_on(direct.runner().run(&sh(SCRIPT, None))).unwrap();
+    assert_eq!(out.exit_code, Some(0), "{}", out.stderr.text);
+    assert!(out.changes.is_none());
+
+    let env = Env::new();
+    let before = tree(env.ws.path());
+    let out = rt
+        .block_on(env.runner().run(&sh(SCRIPT, Some(WorkspaceMode::Overlay))))
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{}", out.stderr.text);
+    assert_eq!(out.stdout.text, "done\n");
+    assert_eq!(
+        tree(env.ws.path()),
+        before,
+        "the workspace changed before apply"
+    );
+    let set = out.changes.clone().expect("a change set in overlay mode");
+    let kinds: Vec<(String, ChangeKind)> = set
+        .changes
+        .iter()
+        .map(|c| (c.path.display().to_string(), c.kind))
+        .collect();
+    for expected in [
+        ("edit.txt", ChangeKind::Modified),
+        ("gone.txt", ChangeKind::Deleted),
+        ("new.txt", ChangeKind::Renamed),
+        ("src/lib.rs", ChangeKind::Added),
+        ("link", ChangeKind::Added),
+        ("suid", ChangeKind::Added),
+    ] {
+        assert!(
+            kinds.contains(&(expected.0.to_owned(), expected.1)),
+            "{expected:?} not in {kinds:?}"
+        );
+    }
+    let link = set
+        .changes
+        .iter()
+        .find(|c| c.path == Path::new("link"))
+        .unwrap();
+    assert!(
+        link.flags
+            .contains(&tierbox_runner::changes::ChangeFlag::SymlinkOutside)
+    );
+    // The attestation covers the change set.
+    let envelope = out.attestation.clone().unwrap();
+    let json = serde_json::to_value(&out).unwrap();
+    tierbox_attest::verify_outcome(&envelope, &json).unwrap();
+    let mut edited = json.clone();
+    edited["changes"]["changes"][0]["sha256"] = "00".into();
+    assert!(tierbox_attest::verify_outcome(&envelope, &edited).is_err());
+
+    let applied = env.store().apply(&out.run_id, None).unwrap();
+    assert_eq!(applied.bits_dropped, [PathBuf::from("suid")]);
+    // The direct run's setuid bit is stripped by the sandbox's nosuid anyway? Compare
+    // modes without it: apply never sets it.
+    assert_eq!(tree(env.ws.path()), tree(direct.ws.path()));
+}
+
+#[test]
+fn a_discarded_overlay_run_leaves_nothing_behind() {
+    let test = "a_discarded_overlay_run_leaves_nothing_behind";
+    if !usable(test) {
+        return;
+    }
+    let env = Env::new();
+    let before = tree(env.ws.path());
+    let out = rt()
+        .block_on(env.runner().run(&sh(SCRIPT, Some(WorkspaceMode::Overlay))))
+        .unwrap();
+    assert!(!out.changes.as_ref().unwrap().is_empty());
+    env.store().discard(&out.run_id).unwrap();
+    assert_eq!(tree(env.ws.path()), before);
+    let kept = env.state.path().join("changes");
+    let left: Vec<_> = std::fs::read_dir(&kept).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn the_policy_decides_overlay_mode_and_a_request_may_not_widen_it() {
+    let test = "the_policy_decides_overlay_mode_and_a_request_may_not_widen_it";
+    if !usable(test) {
+        return;
+    }
+    let mut env = Env::new();
+    env.policy.workspace.mode = WorkspaceMode::Overlay;
+    let rt = rt();
+    let out = rt
+        .block_on(env.runner().run(&sh("echo x > f", None)))
+        .unwrap();
+    assert_eq!(out.changes.unwrap().changes.len(), 1);
+    assert!(!env.ws.path().join("f").exists());
+    let err = rt
+        .block_on(env.runner().run(&sh("true", Some(WorkspaceMode::Direct))))
+        .unwrap_err();
+    assert!(err.to_string().contains("never the reverse"), "{err}");
+    // Tier B cannot: refused, never run direct.
+    let mut b = sh("echo x > g", None);
+    b.tier = TierRequest::B;
+    let err = rt.block_on(env.runner().run(&b)).unwrap_err();
+    assert!(
+        err.to_string().contains("tier b has no mount namespace"),
+        "{err}"
+    );
+    assert!(!env.ws.path().join("g").exists());
+}
+
+#[test]
+fn a_disk_bomb_stops_at_the_disk_limit_in_the_overlay_and_in_tmp() {
+    let test = "a_disk_bomb_stops_at_the_disk_limit_in_the_overlay_and_in_tmp";
+    if !usable(test) {
+        return;
+    }
+    let mut env = Env::new();
+    env.policy.limits.disk_bytes = 8 << 20;
+    let rt = rt();
+    // 64 MiB into the workspace through the overlay.
+    let bomb = "head -c 67108864 /dev/zero > bomb; echo rc=$?";
+    let out = rt
+        .block_on(env.runner().run(&sh(bomb, Some(WorkspaceMode::Overlay))))
+        .unwrap();
+    assert_eq!(out.limit_hit, Some(LimitHit::Disk), "{out:?}");
+    assert!(
+        out.stderr.text.contains("No space left"),
+        "{}",
+        out.stderr.text
+    );
+    assert!(!env.ws.path().join("bomb").exists());
+    let bomb_change = out
+        .changes
+        .as_ref()
+        .unwrap()
+        .changes
+        .iter()
+        .find(|c| c.path == Path::new("bomb"))
+        .unwrap()
+        .clone();
+    assert!(bomb_change.size.unwrap() <= 8 << 20, "{bomb_change:?}");
+    // The same into /tmp in direct mode.
+    let out = rt
+        .block_on(env.runner().run(&sh(
+            "head -c 67108864 /dev/zero > /tmp/bomb; echo rc=$?",
+            None,
+        )))
+        .unwrap();
+    assert_eq!(out.limit_hit, Some(LimitHit::Disk), "{out:?}");
+    assert!(out.stdout.text.contains("rc=1"), "{}", out.stdout.text);
+    // A run that writes little hits nothing.
+    let out = rt
+        .block_on(
+            env.runner()
+                .run(&sh("head -c 1000 /dev/zero > /tmp/small", None)),
+        )
+        .unwrap();
+    assert_eq!(out.limit_hit, None);
+}
