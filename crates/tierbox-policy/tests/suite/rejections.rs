@@ -284,6 +284,11 @@ fn every_rejection_code_has_a_table_case() {
     let mut r = req("ls", &[]);
     r.tier = TierRequest::B;
     check("tier below", code_of(&strong, &r), "tier.below_minimum");
+    let mut overlay = Fixture::new(&["ls"]);
+    overlay.policy.workspace.mode = tierbox_policy::WorkspaceMode::Overlay;
+    let mut r = req("ls", &[]);
+    r.workspace_mode = Some(tierbox_policy::WorkspaceMode::Direct);
+    check("mode widened", code_of(&overlay, &r), "workspace.mode_widened");
 
     // ---- tier a
     let ws = tempfile::tempdir().unwrap();
@@ -356,7 +361,8 @@ fn codes_are_unique_and_well_formed() {
         let (group, rule) = code.split_once('.').expect("group.rule");
         assert!(
             [
-                "input", "exec", "scope", "env", "egress", "limits", "wasm", "tier"
+                "input", "exec", "scope", "env", "egress", "limits", "wasm", "workspace",
+                "tier"
             ]
             .contains(&group),
             "{code}"
