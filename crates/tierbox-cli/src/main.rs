@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod attest;
+mod changes;
 mod daemon;
 mod doctor;
 mod live;
@@ -118,6 +119,11 @@ struct RequestArgs {
     /// Host the command intends to reach (repeatable; checked in preflight/strict).
     #[arg(long = "egress-host", value_name = "HOST")]
     egress_hosts: Vec<String>,
+    /// Review mode: the run sees the workspace through a copy-on-write overlay and leaves
+    /// it unchanged; its changes are kept for `tierbox changes show|apply|discard`
+    /// (Tier C, native backend).
+    #[arg(long)]
+    overlay: bool,
     /// Read the request as JSON from FILE ("-" for stdin) instead of COMMAND ARGS.
     #[arg(long, value_name = "FILE", conflicts_with = "cmd")]
     request: Option<PathBuf>,
@@ -239,6 +245,11 @@ enum Command {
     Audit {
         #[command(subcommand)]
         action: attest::AuditAction,
+    },
+    /// Review mode: list, show, apply or discard the changes an overlay run kept.
+    Changes {
+        #[command(subcommand)]
+        action: changes::ChangesAction,
     },
 }
 
@@ -410,6 +421,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         }
         Command::Attest { action } => attest::run_attest(action),
         Command::Audit { action } => attest::run_audit(action),
+        Command::Changes { action } => changes::run(action),
         Command::Policy {
             action: PolicyAction::Init,
         } => {
@@ -544,6 +556,9 @@ fn build_request(args: RequestArgs) -> std::result::Result<ProcessRunRequest, Re
     req.timeout_ms = args.timeout_ms;
     req.tier = args.tier.into();
     req.requested_egress_hosts = args.egress_hosts;
+    if args.overlay {
+        req.workspace_mode = Some(tierbox_policy::WorkspaceMode::Overlay);
+    }
     for file in &args.env_files {
         insert_env_file(file, &mut req.env)?;
     }

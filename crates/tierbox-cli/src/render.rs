@@ -122,6 +122,9 @@ pub fn print_notes(o: &Outcome, stderr_tty: bool, policy: &Policy) {
             dirs.join(", ")
         ));
     }
+    if let Some(set) = &o.changes {
+        notes.push(review_note(o, set));
+    }
     for denial in o.egress_denials() {
         notes.push(denial.to_owned());
     }
@@ -225,6 +228,28 @@ pub fn print_wasm_plan(plan: &tierbox_policy::wasm::WasmPlan) {
         plan.output.max_bytes, plan.output.mode
     );
     println!("network   none");
+}
+
+/// The note after an overlay (review mode) run: what it changed, and how to go on.
+fn review_note(o: &Outcome, set: &tierbox_runner::changes::ChangeSet) -> String {
+    if let Some(e) = &o.changes_error {
+        return format!(
+            "review mode: the change set could not be kept ({e}); the workspace is unchanged"
+        );
+    }
+    if set.is_empty() {
+        return "review mode: the run changed nothing in the workspace".to_owned();
+    }
+    let count = set.changes.len() as u64 + set.omitted;
+    let flagged = set.changes.iter().filter(|c| !c.flags.is_empty()).count();
+    let flagged = match flagged {
+        0 => String::new(),
+        n => format!(", {n} flagged"),
+    };
+    format!(
+        "review mode: {count} change(s){flagged} kept, the workspace unchanged; `tierbox changes show {id}` to review, `tierbox changes apply {id}` or `tierbox changes discard {id}`",
+        id = o.run_id
+    )
 }
 
 #[cfg(test)]

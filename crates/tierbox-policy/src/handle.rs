@@ -202,6 +202,132 @@ impl ProcessListRequest {
     }
 }
 
+/// Most paths a `changes_apply` request may name.
+pub const MAX_APPLY_PATHS: usize = 1_000;
+
+/// Longest path a `changes_apply` request may name, in bytes (`PATH_MAX`).
+pub const MAX_APPLY_PATH_BYTES: usize = 4_096;
+
+/// `changes_show`: the change set an overlay (review mode) run kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(
+    title = "changes_show",
+    description = "What a run in overlay (review) mode changed in the workspace, which is \
+                   unchanged until you apply: every added, modified, deleted and renamed \
+                   path with its size, mode, SHA-256 and flags (.git changes, new \
+                   executables, symlinks out of the workspace, setuid bits), and with \
+                   `diff: true` a unified diff of the text files (at most 64 KiB)."
+)]
+pub struct ChangesShowRequest {
+    /// The `run_id` of the overlay run's outcome.
+    #[schemars(length(min = HANDLE_HEX_LEN, max = HANDLE_HEX_LEN), regex(pattern = "^[0-9a-f]{32}$"))]
+    pub run_id: String,
+    /// Include a unified diff of the text files.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub diff: bool,
+}
+
+/// `changes_apply`: apply a kept change set to the workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(
+    title = "changes_apply",
+    description = "Apply the changes of an overlay (review mode) run to the workspace, all \
+                   or nothing; with `paths`, only the changes at or below those paths. \
+                   Refused, naming the path, when the workspace changed there since the \
+                   run; symlinks are applied as symlinks and never followed, setuid bits \
+                   and device nodes are never applied."
+)]
+pub struct ChangesApplyRequest {
+    /// The `run_id` of the overlay run's outcome.
+    #[schemars(length(min = HANDLE_HEX_LEN, max = HANDLE_HEX_LEN), regex(pattern = "^[0-9a-f]{32}$"))]
+    pub run_id: String,
+    /// Apply only these paths (relative to the workspace) and what is below them;
+    /// empty: every change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_APPLY_PATHS), inner(length(min = 1, max = MAX_APPLY_PATH_BYTES)))]
+    pub paths: Vec<String>,
+}
+
+/// `changes_discard`: drop a kept change set unapplied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(
+    title = "changes_discard",
+    description = "Drop the changes of an overlay (review mode) run without applying them; \
+                   the workspace stays as it is."
+)]
+pub struct ChangesDiscardRequest {
+    /// The `run_id` of the overlay run's outcome.
+    #[schemars(length(min = HANDLE_HEX_LEN, max = HANDLE_HEX_LEN), regex(pattern = "^[0-9a-f]{32}$"))]
+    pub run_id: String,
+}
+
+impl ChangesShowRequest {
+    /// Parses and checks a request document.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, Rejection> {
+        let req: Self = parse_request(bytes)?;
+        check_handle(&req.run_id)?;
+        Ok(req)
+    }
+}
+
+impl ChangesDiscardRequest {
+    /// Parses and checks a request document.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, Rejection> {
+        let req: Self = parse_request(bytes)?;
+        check_handle(&req.run_id)?;
+        Ok(req)
+    }
+}
+
+impl ChangesApplyRequest {
+    /// Parses and checks a request document: a run id, and at most [`MAX_APPLY_PATHS`]
+    /// relative paths without `..`.
+    ///
+    /// ```
+    /// use tierbox_policy::handle::ChangesApplyRequest;
+    ///
+    /// let id = "00112233445566778899aabbccddeeff";
+    /// let ok = format!(r#"{{"run_id":"{id}","paths":["src/lib.rs"]}}"#);
+    /// assert!(ChangesApplyRequest::from_json(ok.as_bytes()).is_ok());
+    /// let up = format!(r#"{{"run_id":"{id}","paths":["../x"]}}"#);
+    /// assert_eq!(ChangesApplyRequest::from_json(up.as_bytes()).unwrap_err().code(), "input.malformed");
+    /// ```
+    pub fn from_json(bytes: &[u8]) -> Result<Self, Rejection> {
+        let req: Self = parse_request(bytes)?;
+        check_handle(&req.run_id)?;
+        if req.paths.len() > MAX_APPLY_PATHS {
+            return Err(Rejection::Malformed {
+                detail: format!(
+                    "paths has {} entries, more than {MAX_APPLY_PATHS}",
+                    req.paths.len()
+                ),
+            });
+        }
+        for p in &req.paths {
+            let plain = !p.is_empty()
+                && p.len() <= MAX_APPLY_PATH_BYTES
+                && !p.contains('\0')
+                && std::path::Path::new(p).components().all(|c| {
+                    matches!(
+                        c,
+                        std::path::Component::Normal(_) | std::path::Component::CurDir
+                    )
+                });
+            if !plain {
+                return Err(Rejection::Malformed {
+                    detail: format!(
+                        "paths entry {p:?} is not a relative path inside the workspace (no leading /, no .., at most {MAX_APPLY_PATH_BYTES} bytes)"
+                    ),
+                });
+            }
+        }
+        Ok(req)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

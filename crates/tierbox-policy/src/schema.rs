@@ -37,8 +37,15 @@ pub const PROCESS_KILL_TOOL: &str = "process_kill";
 /// Name of the background-process list tool.
 pub const PROCESS_LIST_TOOL: &str = "process_list";
 
+/// Name of the review-mode tool that shows a kept change set.
+pub const CHANGES_SHOW_TOOL: &str = "changes_show";
+/// Name of the review-mode tool that applies a kept change set.
+pub const CHANGES_APPLY_TOOL: &str = "changes_apply";
+/// Name of the review-mode tool that discards a kept change set.
+pub const CHANGES_DISCARD_TOOL: &str = "changes_discard";
+
 /// Every tool name, in the order tools are listed.
-pub const TOOL_NAMES: [&str; 7] = [
+pub const TOOL_NAMES: [&str; 10] = [
     PROCESS_RUN_TOOL,
     PROCESS_STATUS_TOOL,
     PROCESS_OUTPUT_TOOL,
@@ -46,6 +53,9 @@ pub const TOOL_NAMES: [&str; 7] = [
     PROCESS_KILL_TOOL,
     PROCESS_LIST_TOOL,
     WASM_RUN_TOOL,
+    CHANGES_SHOW_TOOL,
+    CHANGES_APPLY_TOOL,
+    CHANGES_DISCARD_TOOL,
 ];
 
 fn schema_of<T: schemars::JsonSchema>() -> Value {
@@ -68,6 +78,9 @@ pub fn tool_schema(name: &str) -> Option<Value> {
         PROCESS_WRITE_STDIN_TOOL => schema_of::<ProcessWriteStdinRequest>(),
         PROCESS_LIST_TOOL => schema_of::<ProcessListRequest>(),
         PROCESS_STATUS_TOOL | PROCESS_KILL_TOOL => schema_of::<ProcessHandleRequest>(),
+        CHANGES_SHOW_TOOL => schema_of::<ChangesShowRequest>(),
+        CHANGES_APPLY_TOOL => schema_of::<ChangesApplyRequest>(),
+        CHANGES_DISCARD_TOOL => schema_of::<ChangesDiscardRequest>(),
         _ => return None,
     };
     if name == PROCESS_KILL_TOOL {

@@ -222,7 +222,8 @@ pub struct ChangeStore {
     dir: PathBuf,
 }
 
-fn now_ms() -> u64 {
+/// Now, in milliseconds since the epoch (the clock of [`KeptChanges::expires_unix_ms`]).
+pub fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -304,8 +305,8 @@ impl ChangeStore {
             let manifest = KeptChanges {
                 run_id: run_id.to_owned(),
                 workspace: workspace.to_path_buf(),
-                created_unix_ms: now_ms(),
-                expires_unix_ms: now_ms()
+                created_unix_ms: now_unix_ms(),
+                expires_unix_ms: now_unix_ms()
                     .saturating_add(u64::try_from(keep_for.as_millis()).unwrap_or(u64::MAX)),
                 bytes,
                 changes: set.clone(),
@@ -333,7 +334,7 @@ impl ChangeStore {
         };
         let kept: KeptChanges = serde_json::from_slice(&text)
             .map_err(|e| io("parse", &path)(std::io::Error::other(e)))?;
-        if kept.expires_unix_ms <= now_ms() {
+        if kept.expires_unix_ms <= now_unix_ms() {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(ReviewError::NotFound {
                 run_id: run_id.to_owned(),
@@ -369,7 +370,7 @@ impl ChangeStore {
         let Ok(read) = std::fs::read_dir(&self.dir) else {
             return 0;
         };
-        let now = now_ms();
+        let now = now_unix_ms();
         let mut removed = 0;
         for entry in read.flatten() {
             let manifest = entry.path().join(MANIFEST_FILE);

@@ -515,6 +515,72 @@ async fn process_stdin(
     ok(st.service.write_stdin(&owner, &req).await?)
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChangesQuery {
+    #[serde(default)]
+    diff: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApplyBody {
+    #[serde(default)]
+    paths: Vec<String>,
+}
+
+async fn changes_list(State(st): State<Arc<AppState>>) -> ApiResult {
+    ok(st.service.changes_list().await?)
+}
+
+async fn changes_show(
+    State(st): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+    query: Result<Query<ChangesQuery>, QueryRejection>,
+) -> ApiResult {
+    let run_id = path_id(id)?;
+    let Query(q) = query.map_err(|e| query_error(&e))?;
+    let req = tierbox_policy::handle::ChangesShowRequest {
+        run_id,
+        diff: q.diff,
+    };
+    ok(st.service.changes_show(&req).await?)
+}
+
+/// `POST /v1/changes/{run_id}/apply`: an empty body applies everything; `{"paths": […]}`
+/// applies those paths.
+async fn changes_apply(
+    State(st): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let run_id = path_id(id)?;
+    let body = read_body(body).await?;
+    let b = if body.is_empty() {
+        ApplyBody::default()
+    } else {
+        check_json(&headers)?;
+        tierbox_policy::json::from_slice(&body).map_err(|e| {
+            ApiError::from(tierbox_policy::Rejection::Malformed {
+                detail: e.to_string(),
+            })
+        })?
+    };
+    let doc = serde_json::json!({ "run_id": run_id, "paths": b.paths });
+    let req = tierbox_policy::handle::ChangesApplyRequest::from_json(doc.to_string().as_bytes())?;
+    ok(st.service.changes_apply(&req).await?)
+}
+
+async fn changes_discard(
+    State(st): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+) -> ApiResult {
+    let run_id = path_id(id)?;
+    let req = tierbox_policy::handle::ChangesDiscardRequest { run_id };
+    ok(st.service.changes_discard(&req).await?)
+}
+
 async fn end_session(State(st): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
     let owner = owner(&headers)?;
     st.service.end_owner(&owner).await;
@@ -580,6 +646,10 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
         .route("/v1/process/{id}/stdin", post(process_stdin))
         .route("/v1/process/{id}/kill", post(process_kill))
         .route("/v1/wasm/run", post(wasm_run))
+        .route("/v1/changes", get(changes_list))
+        .route("/v1/changes/{id}", get(changes_show))
+        .route("/v1/changes/{id}/apply", post(changes_apply))
+        .route("/v1/changes/{id}/discard", post(changes_discard))
         .route("/v1/daemon", get(daemon_identity))
         .route("/v1/session", delete(end_session))
         .fallback(not_found)

@@ -74,8 +74,8 @@ fn tools() -> Vec<Tool> {
 fn output_schema(name: &str) -> Value {
     use crate::results::{self, OutputChunk, ProcessList, RunResult, StdinWritten};
     use tierbox_policy::schema::{
-        PROCESS_KILL_TOOL, PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_STATUS_TOOL,
-        PROCESS_WRITE_STDIN_TOOL,
+        CHANGES_APPLY_TOOL, CHANGES_DISCARD_TOOL, CHANGES_SHOW_TOOL, PROCESS_KILL_TOOL,
+        PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_STATUS_TOOL, PROCESS_WRITE_STDIN_TOOL,
     };
     use tierbox_runner::background::BackgroundStatus;
     match name {
@@ -85,6 +85,9 @@ fn output_schema(name: &str) -> Value {
         PROCESS_OUTPUT_TOOL => results::output_schema::<OutputChunk>(),
         PROCESS_WRITE_STDIN_TOOL => results::output_schema::<StdinWritten>(),
         PROCESS_LIST_TOOL => results::output_schema::<ProcessList>(),
+        CHANGES_SHOW_TOOL => results::output_schema::<results::ChangesShown>(),
+        CHANGES_APPLY_TOOL => results::output_schema::<tierbox_runner::review::Applied>(),
+        CHANGES_DISCARD_TOOL => results::output_schema::<results::ChangesDiscarded>(),
         _ => Value::Null,
     }
 }
@@ -95,8 +98,8 @@ fn output_schema(name: &str) -> Value {
 /// killing it again changes nothing more.
 fn annotations(name: &str) -> ToolAnnotations {
     use tierbox_policy::schema::{
-        PROCESS_KILL_TOOL, PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_STATUS_TOOL,
-        PROCESS_WRITE_STDIN_TOOL,
+        CHANGES_APPLY_TOOL, CHANGES_DISCARD_TOOL, CHANGES_SHOW_TOOL, PROCESS_KILL_TOOL,
+        PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_STATUS_TOOL, PROCESS_WRITE_STDIN_TOOL,
     };
     let a = ToolAnnotations::new();
     match name {
@@ -119,6 +122,18 @@ fn annotations(name: &str) -> ToolAnnotations {
             .idempotent(false)
             .open_world(false),
         PROCESS_KILL_TOOL => a
+            .read_only(false)
+            .destructive(true)
+            .idempotent(true)
+            .open_world(false),
+        CHANGES_SHOW_TOOL => a.read_only(true).open_world(false),
+        // Writes the workspace; a second apply of the same set finds it gone.
+        CHANGES_APPLY_TOOL => a
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
+            .open_world(false),
+        CHANGES_DISCARD_TOOL => a
             .read_only(false)
             .destructive(true)
             .idempotent(true)

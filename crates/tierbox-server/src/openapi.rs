@@ -133,6 +133,21 @@ pub fn document() -> Value {
     schemas.insert("ProcessRunRequest".to_owned(), run);
     schemas.insert("WasmRunRequest".to_owned(), wasm);
     schemas.insert(
+        "ChangesApplyBody".to_owned(),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "paths": {
+                    "type": "array", "maxItems": tierbox_policy::handle::MAX_APPLY_PATHS,
+                    "description": "Apply only these paths (relative to the workspace) and what is below them; empty or absent: every change.",
+                    "items": { "type": "string", "minLength": 1,
+                               "maxLength": tierbox_policy::handle::MAX_APPLY_PATH_BYTES }
+                }
+            }
+        }),
+    );
+    schemas.insert(
         "WriteStdinRequest".to_owned(),
         json!({
             "type": "object",
@@ -154,6 +169,10 @@ pub fn document() -> Value {
     let daemon_schema = responses.of::<results::DaemonIdentity>();
     let session_schema = responses.of::<results::SessionEnded>();
     let check_schema = responses.of::<results::CheckResult>();
+    let changes_list_schema = responses.of::<results::ChangesList>();
+    let changes_schema = responses.of::<results::ChangesShown>();
+    let applied_schema = responses.of::<tierbox_runner::review::Applied>();
+    let discarded_schema = responses.of::<results::ChangesDiscarded>();
     let conflicts = responses.finish(&mut schemas);
     debug_assert!(
         conflicts.is_empty(),
@@ -194,8 +213,48 @@ pub fn document() -> Value {
         ),
     ];
     let handle_errors = [("404", "no such handle for this session")];
+    let run_id = json!({
+        "name": "id", "in": "path", "required": true,
+        "description": "The run id of an overlay (review mode) run's outcome.",
+        "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$",
+                    "minLength": HANDLE_HEX_LEN, "maxLength": HANDLE_HEX_LEN }
+    });
+    let kept_errors = [(
+        "404",
+        "no change set is kept for this run (none made, applied, discarded or expired)",
+    )];
+    let changes_paths = json!({
+        "/v1/changes": { "get": {
+            "operationId": "changes_list", "summary": "The change sets overlay (review mode) runs kept, oldest first",
+            "responses": with(errors(&[]), "200", json_response("the kept change sets", changes_list_schema))
+        } },
+        "/v1/changes/{id}": { "get": {
+            "operationId": "changes_show", "summary": "What an overlay run changed: every path with its kind, size, mode, SHA-256 and flags, and with diff=true a unified diff",
+            "parameters": [run_id.clone(),
+                { "name": "diff", "in": "query", "required": false,
+                  "description": "Include a unified diff of the text files (at most 64 KiB).",
+                  "schema": { "type": "boolean", "default": false } }],
+            "responses": with(errors(&kept_errors), "200", json_response("the change set", changes_schema))
+        } },
+        "/v1/changes/{id}/apply": { "post": {
+            "operationId": "changes_apply", "summary": "Apply an overlay run's changes to the workspace, all or nothing",
+            "parameters": [run_id.clone()],
+            "requestBody": { "required": false, "content": { "application/json": {
+                "schema": { "$ref": "#/components/schemas/ChangesApplyBody" },
+                "examples": {
+                    "all": { "summary": "apply every change", "value": {} },
+                    "some": { "summary": "apply the changes below src/", "value": { "paths": ["src"] } }
+                } } } },
+            "responses": with(errors(&[kept_errors[0], ("409", "the workspace changed underneath at a path (named), a path goes through a symlink, or the path is not in the change set; nothing was applied"), ("500", "a file system call failed; nothing was applied")]), "200", json_response("what was applied", applied_schema))
+        } },
+        "/v1/changes/{id}/discard": { "post": {
+            "operationId": "changes_discard", "summary": "Drop an overlay run's changes unapplied",
+            "parameters": [run_id],
+            "responses": with(errors(&kept_errors), "200", json_response("the change set was dropped", discarded_schema))
+        } }
+    });
 
-    json!({
+    let mut doc = json!({
         "openapi": "3.1.0",
         "info": {
             "title": "Tierbox",
@@ -287,7 +346,11 @@ pub fn document() -> Value {
                 "responses": with(errors(&[]), "200", json_response("the session's run_owned processes were killed", session_schema))
             } }
         }
-    })
+    });
+    if let (Some(paths), Value::Object(more)) = (doc["paths"].as_object_mut(), changes_paths) {
+        paths.extend(more);
+    }
+    doc
 }
 
 #[cfg(test)]

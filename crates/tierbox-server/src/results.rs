@@ -125,6 +125,34 @@ pub struct SessionEnded {
     pub ended: bool,
 }
 
+/// `changes_show` / `GET /v1/changes/{run_id}`: a kept change set, and its diff when
+/// asked for.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ChangesShown {
+    /// The change set and where it applies.
+    #[serde(flatten)]
+    pub kept: tierbox_runner::review::KeptChanges,
+    /// A unified diff of the text files (`diff: true`), cut at 64 KiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+}
+
+/// `changes_discard` / `POST /v1/changes/{run_id}/discard`: the change set was dropped.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ChangesDiscarded {
+    /// The run whose changes were dropped.
+    pub run_id: String,
+    /// Always true.
+    pub discarded: bool,
+}
+
+/// `GET /v1/changes`: every change set kept for review, oldest first.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ChangesList {
+    /// The kept change sets.
+    pub change_sets: Vec<tierbox_runner::review::KeptChanges>,
+}
+
 /// An error answer: a stable code, a message, and for a refused request what would let it
 /// through.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

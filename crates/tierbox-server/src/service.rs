@@ -1,4 +1,4 @@
-//! The seven operations, shared by the MCP server and the HTTP API: parse the request
+//! The operations, shared by the MCP server and the HTTP API: parse the request
 //! document (closed shape, caps), check it against the policy, run it, and return JSON or
 //! a [`ServiceError`] with a stable code.
 //!
@@ -10,8 +10,9 @@ use tierbox_policy::handle::{
     ProcessHandleRequest, ProcessListRequest, ProcessOutputRequest, ProcessWriteStdinRequest,
 };
 use tierbox_policy::schema::{
-    PROCESS_KILL_TOOL, PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_RUN_TOOL,
-    PROCESS_STATUS_TOOL, PROCESS_WRITE_STDIN_TOOL, WASM_RUN_TOOL,
+    CHANGES_APPLY_TOOL, CHANGES_DISCARD_TOOL, CHANGES_SHOW_TOOL, PROCESS_KILL_TOOL,
+    PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_RUN_TOOL, PROCESS_STATUS_TOOL,
+    PROCESS_WRITE_STDIN_TOOL, WASM_RUN_TOOL,
 };
 use tierbox_policy::wasm::WasmRunRequest;
 use tierbox_policy::{ProcessRunRequest, Rejection};
@@ -69,7 +70,14 @@ impl ServiceError {
             "input.too_large" => 413,
             c if c.starts_with("input.") || c == "http.bad_request" => 400,
             c if c.starts_with("auth.") => 401,
-            "background.not_found" | "http.not_found" => 404,
+            "background.not_found" | "http.not_found" | "changes.not_found" => 404,
+            "changes.bad_run_id" => 400,
+            "changes.conflict"
+            | "changes.changed_during_run"
+            | "changes.unsafe_path"
+            | "changes.incomplete"
+            | "changes.not_in_change_set" => 409,
+            "changes.io" => 500,
             "http.method_not_allowed" => 405,
             "background.limit" | "background.stdin" => 409,
             "http.unsupported_media_type" => 415,
@@ -102,6 +110,12 @@ impl From<RunError> for ServiceError {
             RunError::Audit(m) => Self::new("audit.unavailable", m),
             other => Self::new("run.failed", other.to_string()),
         }
+    }
+}
+
+impl From<tierbox_runner::review::ReviewError> for ServiceError {
+    fn from(e: tierbox_runner::review::ReviewError) -> Self {
+        Self::new(e.code(), e.to_string())
     }
 }
 
@@ -414,6 +428,72 @@ impl Service {
         })
     }
 
+    /// The kept change sets of this runner's state directory.
+    fn change_store(&self) -> tierbox_runner::review::ChangeStore {
+        tierbox_runner::review::ChangeStore::new(&self.runner.options().state_dir)
+    }
+
+    /// Every change set kept for review.
+    pub async fn changes_list(&self) -> Result<Value, ServiceError> {
+        let store = self.change_store();
+        let change_sets = blocking(move || Ok(store.list())).await?;
+        Ok(crate::results::to_json(&crate::results::ChangesList {
+            change_sets,
+        }))
+    }
+
+    /// The change set an overlay run kept, with its diff when asked for. Change sets are
+    /// addressed by their run id (128 random bits), not by owner: whoever was given the
+    /// outcome may review it.
+    pub async fn changes_show(
+        &self,
+        req: &tierbox_policy::handle::ChangesShowRequest,
+    ) -> Result<Value, ServiceError> {
+        let store = self.change_store();
+        let (run_id, diff) = (req.run_id.clone(), req.diff);
+        let shown = blocking(move || {
+            let kept = store.get(&run_id)?;
+            let diff = match diff {
+                true => Some(store.diff(&run_id, tierbox_runner::review::DEFAULT_DIFF_BYTES)?),
+                false => None,
+            };
+            Ok(crate::results::ChangesShown { kept, diff })
+        })
+        .await?;
+        Ok(crate::results::to_json(&shown))
+    }
+
+    /// Applies a kept change set (all of it, or the listed paths), all or nothing.
+    pub async fn changes_apply(
+        &self,
+        req: &tierbox_policy::handle::ChangesApplyRequest,
+    ) -> Result<Value, ServiceError> {
+        let store = self.change_store();
+        let run_id = req.run_id.clone();
+        let paths: Vec<std::path::PathBuf> = req.paths.iter().map(Into::into).collect();
+        let applied = blocking(move || {
+            let paths = (!paths.is_empty()).then_some(paths.as_slice());
+            store.apply(&run_id, paths)
+        })
+        .await?;
+        Ok(crate::results::to_json(&applied))
+    }
+
+    /// Drops a kept change set unapplied.
+    pub async fn changes_discard(
+        &self,
+        req: &tierbox_policy::handle::ChangesDiscardRequest,
+    ) -> Result<Value, ServiceError> {
+        let store = self.change_store();
+        let run_id = req.run_id.clone();
+        let id = run_id.clone();
+        blocking(move || store.discard(&id)).await?;
+        Ok(crate::results::to_json(&crate::results::ChangesDiscarded {
+            run_id,
+            discarded: true,
+        }))
+    }
+
     /// `owner`'s session has ended: its `run_owned` processes are killed and awaited.
     pub async fn end_owner(&self, owner: &str) {
         self.runner.background().end_owner(owner).await;
@@ -522,10 +602,82 @@ impl Service {
                 }
                 .await
             }
+            CHANGES_SHOW_TOOL => {
+                async {
+                    let req = tierbox_policy::handle::ChangesShowRequest::from_json(args)?;
+                    let v = self.changes_show(&req).await?;
+                    Ok((v.clone(), changes_summary(&v)))
+                }
+                .await
+            }
+            CHANGES_APPLY_TOOL => {
+                async {
+                    let req = tierbox_policy::handle::ChangesApplyRequest::from_json(args)?;
+                    let v = self.changes_apply(&req).await?;
+                    let summary = format!(
+                        "applied {} change(s) of run {}; {} still kept",
+                        v["applied"].as_array().map_or(0, Vec::len),
+                        req.run_id,
+                        v["remaining"]
+                    );
+                    Ok((v, summary))
+                }
+                .await
+            }
+            CHANGES_DISCARD_TOOL => {
+                async {
+                    let req = tierbox_policy::handle::ChangesDiscardRequest::from_json(args)?;
+                    let v = self.changes_discard(&req).await?;
+                    Ok((v, format!("discarded the changes of run {}", req.run_id)))
+                }
+                .await
+            }
             _ => return None,
         };
         Some(result)
     }
+}
+
+/// Runs a change-store operation on a blocking thread (it reads and writes files).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, tierbox_runner::review::ReviewError> + Send + 'static,
+) -> Result<T, ServiceError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(Into::into),
+        Err(e) => Err(ServiceError::new(
+            "run.failed",
+            format!("change store: {e}"),
+        )),
+    }
+}
+
+/// A change set for a tool's text content: one line per change, then the diff.
+fn changes_summary(v: &Value) -> String {
+    let mut lines = vec![format!(
+        "run {}: workspace {}",
+        v["run_id"].as_str().unwrap_or(""),
+        v["workspace"].as_str().unwrap_or("")
+    )];
+    for c in v["changes"]["changes"].as_array().into_iter().flatten() {
+        let flags: Vec<&str> = c["flags"]
+            .as_array()
+            .map(|f| f.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        lines.push(format!(
+            "{} {}{}",
+            c["kind"].as_str().unwrap_or(""),
+            c["path"].as_str().unwrap_or(""),
+            if flags.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", flags.join(", "))
+            }
+        ));
+    }
+    if let Some(diff) = v["diff"].as_str() {
+        lines.push(diff.to_owned());
+    }
+    lines.join("\n")
 }
 
 /// One line on a background process for a tool's text content: id, state and how it

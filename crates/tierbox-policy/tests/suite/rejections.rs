@@ -288,7 +288,11 @@ fn every_rejection_code_has_a_table_case() {
     overlay.policy.workspace.mode = tierbox_policy::WorkspaceMode::Overlay;
     let mut r = req("ls", &[]);
     r.workspace_mode = Some(tierbox_policy::WorkspaceMode::Direct);
-    check("mode widened", code_of(&overlay, &r), "workspace.mode_widened");
+    check(
+        "mode widened",
+        code_of(&overlay, &r),
+        "workspace.mode_widened",
+    );
 
     // ---- tier a
     let ws = tempfile::tempdir().unwrap();
@@ -361,7 +365,14 @@ fn codes_are_unique_and_well_formed() {
         let (group, rule) = code.split_once('.').expect("group.rule");
         assert!(
             [
-                "input", "exec", "scope", "env", "egress", "limits", "wasm", "workspace",
+                "input",
+                "exec",
+                "scope",
+                "env",
+                "egress",
+                "limits",
+                "wasm",
+                "workspace",
                 "tier"
             ]
             .contains(&group),
