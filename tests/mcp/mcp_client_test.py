@@ -42,6 +42,9 @@ TOOLS = {
     "process_write_stdin",
     "process_kill",
     "process_list",
+    "changes_show",
+    "changes_apply",
+    "changes_discard",
     "wasm_run",
 }
 HANDLE_FIELDS = {"status", "startup_stdout", "startup_stderr"}
@@ -244,7 +247,7 @@ def status_of(sc: Any) -> dict:
 async def section_tools(client) -> None:
     listing = await client.list_tools()
     tools = {tool.name: tool for tool in listing.tools}
-    check("tools/list has exactly the 7 tools", set(tools) == TOOLS, sorted(tools))
+    check(f"tools/list has exactly the {len(TOOLS)} tools", set(tools) == TOOLS, sorted(tools))
     for name in sorted(TOOLS):
         tool = tools.get(name)
         schema = getattr(tool, "input_schema", None)
@@ -276,6 +279,9 @@ async def section_tools(client) -> None:
         "process_list": {"readOnlyHint": True},
         "process_write_stdin": {"readOnlyHint": False, "destructiveHint": False},
         "process_kill": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
+        "changes_show": {"readOnlyHint": True},
+        "changes_apply": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+        "changes_discard": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
     }
     for name, hints in expect.items():
         annotations = getattr(tools.get(name), "annotations", None)
@@ -600,6 +606,63 @@ async def section_audit(ctx: Tierbox) -> None:
     check("audit: one run record and one rejection record, in order", kinds == ["run", "rejection"], kinds)
 
 
+async def section_review(ctx: Tierbox) -> None:
+    """Review mode: an overlay run leaves the workspace alone and returns its change set;
+    changes_show, changes_apply (partial, then refused on a conflict) and changes_discard."""
+    from mcp import Client, StdioServerParameters
+
+    ws = os.path.join(ctx.root, "review-ws")
+    os.mkdir(ws)
+    for name, text in (("base.txt", "base\n"), ("gone.txt", "bye\n")):
+        with open(os.path.join(ws, name), "w") as f:
+            f.write(text)
+    policy = os.path.join(ctx.root, "review-policy.toml")
+    with open(policy, "w") as f:
+        f.write('version = 1\n[exec]\nallowed_executables = ["sh"]\nallow_interpreters = true\n'
+                'allow_eval = true\n[workspace]\nmode = "overlay"\n')
+    args = ["serve", "--mcp", "--workspace", ws, "--state-dir", ctx.state, "--policy", policy]
+    params = StdioServerParameters(command=ctx.binary, args=args, cwd=ws, env={"RUST_BACKTRACE": "1"})
+    async with Client(params, read_timeout_seconds=CALL_TIMEOUT_S) as client:
+        await section_tools(client)
+        result, sc = await call(client, "process_run", {
+            "command": "sh", "tier": "c",
+            "args": ["-c", "echo new > added.txt; echo changed > base.txt; rm gone.txt"]})
+        sc = sc if isinstance(sc, dict) else {}
+        changes = (sc.get("changes") or {}).get("changes") or []
+        kinds = sorted((c.get("path"), c.get("kind")) for c in changes)
+        check("review: an overlay run returns its change set in the structured result",
+              not result.is_error and kinds == [("added.txt", "added"), ("base.txt", "modified"), ("gone.txt", "deleted")],
+              {"isError": result.is_error, "kinds": kinds})
+        check("review: the workspace is unchanged until applied",
+              open(os.path.join(ws, "base.txt")).read() == "base\n" and os.path.exists(os.path.join(ws, "gone.txt"))
+              and not os.path.exists(os.path.join(ws, "added.txt")), sorted(os.listdir(ws)))
+        run_id = sc.get("run_id", "")
+        result, shown = await call(client, "changes_show", {"run_id": run_id, "diff": True})
+        shown = shown if isinstance(shown, dict) else {}
+        check("review: changes_show lists the changes and diffs the text",
+              not result.is_error and len((shown.get("changes") or {}).get("changes") or []) == 3
+              and "+changed" in (shown.get("diff") or ""), {"isError": result.is_error, "diff": shown.get("diff")})
+        result, applied = await call(client, "changes_apply", {"run_id": run_id, "paths": ["added.txt"]})
+        applied = applied if isinstance(applied, dict) else {}
+        check("review: changes_apply of one path applies it alone",
+              not result.is_error and applied.get("applied") == ["added.txt"] and applied.get("remaining") == 2
+              and open(os.path.join(ws, "added.txt")).read() == "new\n"
+              and open(os.path.join(ws, "base.txt")).read() == "base\n", applied)
+        with open(os.path.join(ws, "base.txt"), "w") as f:
+            f.write("edited by someone else\n")
+        result, sc = await call(client, "changes_apply", {"run_id": run_id})
+        expect_rejection("review: apply after the workspace changed", result, sc, "changes.conflict", "base.txt")
+        check("review: a refused apply changes nothing",
+              os.path.exists(os.path.join(ws, "gone.txt"))
+              and open(os.path.join(ws, "base.txt")).read() == "edited by someone else\n", sorted(os.listdir(ws)))
+        result, sc = await call(client, "changes_discard", {"run_id": run_id})
+        check("review: changes_discard drops the set", not result.is_error and (sc or {}).get("discarded") is True, sc)
+        result, sc = await call(client, "changes_show", {"run_id": run_id})
+        expect_rejection("review: a discarded set is gone", result, sc, "changes.not_found")
+        result, sc = await call(client, "changes_apply", {"run_id": run_id, "paths": ["../etc"]})
+        expect_rejection("review: a path out of the workspace is refused", result, sc, "input.malformed", "../etc")
+
+
 async def main_async(ctx: Tierbox) -> None:
     import anyio
 
@@ -625,6 +688,7 @@ async def main_async(ctx: Tierbox) -> None:
         await run_section("lifetime", lambda: section_lifetime(ctx))
         await run_section("legacy handshake", lambda: section_legacy(ctx))
         await run_section("audit log", lambda: section_audit(ctx))
+        await run_section("review mode", lambda: section_review(ctx))
     # Every tool's successful result was checked against its outputSchema at least once.
     unchecked = sorted(t for t in TOOLS if VALIDATED.get(t, 0) == 0)
     check("every tool's structured content was validated against its outputSchema",

@@ -773,3 +773,80 @@ fn bwrap_runs_on_warm_slots_leave_no_zombie_charged_to_the_next_run() {
     );
     assert!(s.stop().success());
 }
+
+/// Review mode over HTTP: an overlay run's change set in the result, then
+/// `GET /v1/changes`, `GET /v1/changes/{id}?diff=true`, a partial apply, a refused apply
+/// after the workspace changed, a discard.
+#[test]
+fn review_mode_over_http_shows_applies_and_discards_a_change_set() {
+    if !tier_c_available("review_mode_over_http") {
+        return;
+    }
+    let policy = "version = 1\n[exec]\nallowed_executables = [\"sh\"]\nallow_interpreters = true\nallow_eval = true\n";
+    let s = Server::start(&[], Some(policy));
+    let ws = s.ws.path();
+    std::fs::write(ws.join("base.txt"), "base\n").unwrap();
+    let run = json!({
+        "command": "sh", "tier": "c", "workspace_mode": "overlay",
+        "args": ["-c", "echo new > added.txt; echo changed > base.txt"],
+    });
+    let (status, out) = s.call("POST", "/v1/process/run", Some(&run.to_string()));
+    assert_eq!(status, 200, "{out}");
+    let run_id = out["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        out["changes"]["changes"].as_array().map(Vec::len),
+        Some(2),
+        "{out}"
+    );
+    assert!(!ws.join("added.txt").exists());
+
+    let (status, list) = s.call("GET", "/v1/changes", None);
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["change_sets"][0]["run_id"], run_id.as_str());
+    let (status, shown) = s.call("GET", &format!("/v1/changes/{run_id}?diff=true"), None);
+    assert_eq!(status, 200, "{shown}");
+    assert!(
+        shown["diff"].as_str().unwrap().contains("+changed"),
+        "{shown}"
+    );
+
+    let body = json!({ "paths": ["added.txt"] }).to_string();
+    let (status, applied) = s.call("POST", &format!("/v1/changes/{run_id}/apply"), Some(&body));
+    assert_eq!(status, 200, "{applied}");
+    assert_eq!(applied["applied"], json!(["added.txt"]));
+    assert_eq!(
+        std::fs::read_to_string(ws.join("added.txt")).unwrap(),
+        "new\n"
+    );
+
+    std::fs::write(ws.join("base.txt"), "someone else's\n").unwrap();
+    let (status, v) = s.call("POST", &format!("/v1/changes/{run_id}/apply"), None);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (409, Some("changes.conflict")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("base.txt"),
+        "{v}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("base.txt")).unwrap(),
+        "someone else's\n"
+    );
+
+    let (status, v) = s.call("POST", &format!("/v1/changes/{run_id}/discard"), None);
+    assert_eq!((status, v["discarded"].as_bool()), (200, Some(true)), "{v}");
+    let (status, v) = s.call("GET", &format!("/v1/changes/{run_id}"), None);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (404, Some("changes.not_found")),
+        "{v}"
+    );
+    let (status, v) = s.call("GET", "/v1/changes/not-a-run-id", None);
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("input.handle_invalid")),
+        "{v}"
+    );
+}
