@@ -119,6 +119,17 @@ pub struct BackgroundStatus {
     /// [`crate::Outcome::sandbox_failure`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_failure: Option<String>,
+    /// Overlay (review) mode, once the process has ended: what it changed in the
+    /// workspace, kept for review under the process's id ([`crate::Outcome::changes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes: Option<crate::changes::ChangeSet>,
+    /// [`crate::Outcome::changes_error`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes_error: Option<String>,
+    /// A scratch filesystem filled up (`limits.disk_bytes`): `"disk"`; the memory limit's
+    /// kill: `"memory"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_hit: Option<crate::LimitHit>,
 }
 
 /// What a background run is attested with when it ends.
@@ -206,6 +217,12 @@ struct Ended {
     code: Option<i32>,
     signal: Option<i32>,
     sandbox_failure: Option<String>,
+    /// The change set (overlay mode), its error, the limit hit.
+    review: (
+        Option<crate::changes::ChangeSet>,
+        Option<String>,
+        Option<LimitHit>,
+    ),
 }
 
 /// One background process.
@@ -244,6 +261,22 @@ impl Entry {
         end.as_ref().and_then(|e| e.sandbox_failure.clone())
     }
 
+    /// The change set, its error and the limit hit, once ended.
+    #[allow(clippy::type_complexity)]
+    fn review(
+        &self,
+    ) -> (
+        Option<crate::changes::ChangeSet>,
+        Option<String>,
+        Option<LimitHit>,
+    ) {
+        self.end
+            .lock()
+            .ok()
+            .and_then(|end| end.as_ref().map(|e| e.review.clone()))
+            .unwrap_or_default()
+    }
+
     async fn wait_end(&self) {
         loop {
             let notified = self.ended.notified();
@@ -259,6 +292,7 @@ impl Entry {
             self.ended()
                 .unwrap_or((BackgroundState::Running, None, None));
         let total = |r: &Arc<Mutex<OutputRing>>| r.lock().map(|r| r.total()).unwrap_or(0);
+        let (changes, changes_error, limit_hit) = self.review();
         BackgroundStatus {
             id: self.id.clone(),
             state,
@@ -276,6 +310,9 @@ impl Entry {
             attestation: self.attestation_field(|a| a.as_ref().ok().cloned()),
             audit_error: self.attestation_field(|a| a.as_ref().err().cloned()),
             sandbox_failure: self.sandbox_failure(),
+            changes,
+            changes_error,
+            limit_hit,
         }
     }
 
@@ -592,7 +629,11 @@ impl BackgroundManager {
             attestation: Mutex::new(None),
         });
         let deadline = Instant::now() + Duration::from_millis(bg.lifetime_ms);
-        tokio::spawn(watch(entry.clone(), guard, deadline));
+        let review = Review {
+            plan: plan.clone(),
+            state_dir: self.options.state_dir.clone(),
+        };
+        tokio::spawn(watch(entry.clone(), guard, deadline, review));
         if !initial_stdin.is_empty() {
             let _ = self.write_to(&entry, &initial_stdin, false).await;
         }
@@ -762,9 +803,17 @@ impl BackgroundManager {
     }
 }
 
+/// What the end of a background process needs for its scratch filesystems: the plan
+/// (workspace, disk limit, how long changes are kept) and the state directory.
+struct Review {
+    plan: Plan,
+    state_dir: std::path::PathBuf,
+}
+
 /// Supervises one background process to its end: exit, kill request, or lifetime.
-async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
+async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant, review: Review) {
     let started = Instant::now();
+    let launched_at = SystemTime::now();
     let l = &mut guard.launched;
     // The readers fill rings, which keep the newest output and never stop a stream: the
     // quota signal `read_stream` takes is never raised for a background process.
@@ -840,6 +889,15 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
             abort.abort();
         }
     }
+    let scratch = crate::review::settle_scratch(
+        &review.plan,
+        &mut guard.launched,
+        &review.state_dir,
+        &entry.id,
+        launched_at,
+    )
+    .await;
+    let review = scratch.for_status(limit);
     guard.finish();
     let (code, signal) = (
         exit.as_ref().and_then(|e| e.code),
@@ -866,6 +924,7 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant) {
             code,
             signal,
             sandbox_failure,
+            review,
         });
     }
     entry.ended.notify_waiters();

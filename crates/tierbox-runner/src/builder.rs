@@ -174,6 +174,16 @@ impl SandboxedCommand {
         self
     }
 
+    /// Review mode: the command sees the workspace through a copy-on-write overlay and
+    /// leaves it unchanged; the outcome's [`Outcome::changes`] holds what it changed, to
+    /// [`apply`](crate::changes::ChangeSet::apply) or
+    /// [`discard`](crate::changes::ChangeSet::discard). Runs in Tier C (native backend);
+    /// refused where that is not available, never run directly.
+    pub fn overlay(mut self) -> Self {
+        self.request.workspace_mode = Some(tierbox_policy::WorkspaceMode::Overlay);
+        self
+    }
+
     /// The isolation tier to ask for.
     pub fn tier(mut self, tier: TierRequest) -> Self {
         self.request.tier = tier;

@@ -130,6 +130,20 @@ pub struct ChangeSet {
     /// The upper layer was larger or deeper than a scan reads ([`MAX_SCANNED_ENTRIES`],
     /// [`MAX_SCAN_DEPTH`]): there may be changes not counted.
     pub incomplete: bool,
+    /// Where the run kept this change set for review (not serialized): what
+    /// [`ChangeSet::apply`] and [`ChangeSet::discard`] act on.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub kept: Option<KeptAt>,
+}
+
+/// Where a change set is kept: a state directory and the run's id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptAt {
+    /// The state directory of the run.
+    pub state_dir: PathBuf,
+    /// The run's id.
+    pub run_id: String,
 }
 
 impl ChangeSet {
@@ -185,6 +199,7 @@ pub fn scan_all(upper: &Path, lower: &Path, since: Option<std::time::SystemTime>
         omitted: 0,
         bytes_written,
         incomplete: scan.incomplete,
+        kept: None,
     }
 }
 

@@ -504,6 +504,65 @@ impl ChangeStore {
     }
 }
 
+impl ChangeSet {
+    fn store(&self) -> Result<(ChangeStore, &str), ReviewError> {
+        match &self.kept {
+            Some(k) => Ok((ChangeStore::new(&k.state_dir), k.run_id.as_str())),
+            None => Err(ReviewError::NotFound {
+                run_id: String::new(),
+            }),
+        }
+    }
+
+    /// Applies every change of this set to the workspace, all or nothing (see
+    /// [`ChangeStore::apply`]); the set must be one a run kept ([`ChangeSet::kept`]).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tierbox_runner::Sandbox;
+    ///
+    /// // Let the formatter rewrite the tree, then decide.
+    /// let outcome = Sandbox::command("cargo")
+    ///     .args(["fmt"])
+    ///     .overlay()
+    ///     .execute()
+    ///     .await?;
+    /// let changes = outcome.changes.expect("overlay mode returns a change set");
+    /// for c in &changes.changes {
+    ///     println!("{:?} {}", c.kind, c.path.display());
+    /// }
+    /// if changes.changes.iter().all(|c| c.flags.is_empty()) {
+    ///     changes.apply()?;
+    /// } else {
+    ///     changes.discard()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn apply(&self) -> Result<Applied, ReviewError> {
+        let (store, run_id) = self.store()?;
+        store.apply(run_id, None)
+    }
+
+    /// Applies the changes at or below `paths` (relative to the workspace), all or
+    /// nothing; the others stay kept.
+    pub fn apply_paths(&self, paths: &[PathBuf]) -> Result<Applied, ReviewError> {
+        let (store, run_id) = self.store()?;
+        store.apply(run_id, Some(paths))
+    }
+
+    /// Drops this set unapplied.
+    pub fn discard(&self) -> Result<(), ReviewError> {
+        let (store, run_id) = self.store()?;
+        store.discard(run_id)
+    }
+
+    /// A unified diff of the text files of this set, cut at `budget` bytes.
+    pub fn diff(&self, budget: usize) -> Result<String, ReviewError> {
+        let (store, run_id) = self.store()?;
+        store.diff(run_id, budget)
+    }
+}
+
 /// Free space below which a scratch filesystem counts as full at the end of a run
 /// (`limit_hit: "disk"`), in bytes: tmpfs hands out whole pages, so a write that failed
 /// with `ENOSPC` leaves less than a few of them.
@@ -535,14 +594,31 @@ impl Scratch {
         if self.disk_full && matches!(outcome.limit_hit, None | Some(LimitHit::Output)) {
             outcome.limit_hit = Some(LimitHit::Disk);
         }
+        (outcome.changes, outcome.changes_error) = self.shown();
+    }
+
+    /// The change set as shown (at most [`crate::changes::MAX_CHANGES`] listed; an
+    /// empty one with the error when it could not be kept).
+    fn shown(self) -> (Option<ChangeSet>, Option<String>) {
         match self.changes {
-            Some(Ok(set)) => outcome.changes = Some(set.bounded(crate::changes::MAX_CHANGES)),
-            Some(Err(e)) => {
-                outcome.changes = Some(ChangeSet::default());
-                outcome.changes_error = Some(e);
-            }
-            None => {}
+            Some(Ok(set)) => (Some(set.bounded(crate::changes::MAX_CHANGES)), None),
+            Some(Err(e)) => (Some(ChangeSet::default()), Some(e)),
+            None => (None, None),
         }
+    }
+}
+
+impl Scratch {
+    /// For a background process's status: the change set (bounded), its error, and the
+    /// limit hit (`limit`, the memory kill, first; else `"disk"` when full).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn for_status(
+        self,
+        limit: Option<crate::LimitHit>,
+    ) -> (Option<ChangeSet>, Option<String>, Option<crate::LimitHit>) {
+        let limit = limit.or(self.disk_full.then_some(crate::LimitHit::Disk));
+        let (changes, error) = self.shown();
+        (changes, error, limit)
     }
 }
 
@@ -573,12 +649,17 @@ pub(crate) async fn settle_scratch(
             .unwrap_or(tierbox_policy::policy::DEFAULT_KEEP_CHANGES_SECS),
     );
     let run_id = run_id.to_owned();
+    let state_dir = state_dir.to_path_buf();
     let kept = tokio::task::spawn_blocking(move || {
         let upper = PathBuf::from(format!("/proc/self/fd/{}", fd_num(&layer)))
             .join(tierbox_sandbox::linux::ns::child::OVERLAY_UPPER);
-        store
+        let mut set = store
             .keep(&run_id, &upper, &workspace, launched_at, keep_for)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        if !set.is_empty() {
+            set.kept = Some(crate::changes::KeptAt { state_dir, run_id });
+        }
+        Ok(set)
     })
     .await
     .unwrap_or_else(|e| Err(format!("keeping the change set failed: {e}")));

@@ -544,3 +544,47 @@ fn background_output_read_in_pieces_shows_no_secret() {
         bgm.kill("alice", &id).await.unwrap();
     });
 }
+
+/// A background process in overlay mode: the workspace stays as it was while it runs and
+/// after; its status carries the change set once it has ended, kept under its id.
+#[test]
+fn a_background_process_in_overlay_mode_leaves_its_changes_for_review() {
+    let test = "a_background_process_in_overlay_mode_leaves_its_changes_for_review";
+    let Some(e) = env_with(test, &["sh"], |p| {
+        p.exec.allow_interpreters = true;
+        p.exec.allow_eval = true;
+        p.workspace.mode = tierbox_policy::WorkspaceMode::Overlay;
+    }) else {
+        return;
+    };
+    let ws = e.runner.workspace().to_path_buf();
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        let mut req = bg("sh", &["-c", "sleep 0.5; echo from-bg > bg.txt"]);
+        req.tier = tierbox_policy::TierRequest::C;
+        let h = e.runner.start_background("alice", &req).await.unwrap();
+        assert!(h.status.changes.is_none(), "no change set while it runs");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let s = loop {
+            let s = bgm.status("alice", &h.status.id).await.unwrap();
+            if s.state != BackgroundState::Running || Instant::now() > deadline {
+                break s;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(
+            (s.state, s.exit_code),
+            (BackgroundState::Exited, Some(0)),
+            "{s:?}"
+        );
+        assert!(!ws.join("bg.txt").exists());
+        let set = s.changes.expect("the change set once ended");
+        assert_eq!(set.changes.len(), 1, "{set:?}");
+        let store = tierbox_runner::review::ChangeStore::new(&e.runner.options().state_dir);
+        store.apply(&h.status.id, None).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.join("bg.txt")).unwrap(),
+            "from-bg\n"
+        );
+    });
+}

@@ -280,3 +280,48 @@ fn a_disk_bomb_stops_at_the_disk_limit_in_the_overlay_and_in_tmp() {
         .unwrap();
     assert_eq!(out.limit_hit, None);
 }
+
+/// The builder: `.overlay()` returns the outcome with its change set, which applies or
+/// discards itself.
+#[test]
+fn the_builder_s_overlay_returns_a_change_set_that_applies_and_discards_itself() {
+    let test = "the_builder_s_overlay_returns_a_change_set_that_applies_and_discards_itself";
+    if !usable(test) {
+        return;
+    }
+    let env = Env::new();
+    let rt = rt();
+    let command = |script: &str| {
+        tierbox_runner::Sandbox::command("sh")
+            .args(["-c", script])
+            .policy(env.policy.clone())
+            .working_dir(env.ws.path())
+            .state_dir(env.state.path())
+            .tier(TierRequest::C)
+            .overlay()
+    };
+    let out = rt.block_on(command("echo one > a.txt").execute()).unwrap();
+    let set = out.changes.expect("a change set");
+    assert_eq!(set.changes.len(), 1);
+    assert!(!env.ws.path().join("a.txt").exists());
+    assert!(set.diff(1000).unwrap().contains("+one"));
+    let applied = set.apply().unwrap();
+    assert_eq!(applied.applied, [PathBuf::from("a.txt")]);
+    assert_eq!(
+        std::fs::read_to_string(env.ws.path().join("a.txt")).unwrap(),
+        "one\n"
+    );
+    // Applied: the set is gone.
+    assert!(set.apply().is_err());
+
+    let out = rt.block_on(command("echo two > a.txt").execute()).unwrap();
+    let set = out.changes.unwrap();
+    set.discard().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(env.ws.path().join("a.txt")).unwrap(),
+        "one\n"
+    );
+    // A run that changes nothing returns an empty set, which keeps nothing.
+    let out = rt.block_on(command("true").execute()).unwrap();
+    assert!(out.changes.unwrap().is_empty());
+}
