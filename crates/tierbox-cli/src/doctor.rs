@@ -42,7 +42,17 @@ type Canary = Result<u64, String>;
 /// for them. A backend is called available only when this exits 0: the namespaces, mounts,
 /// seccomp filter and the sandbox's pid 1 all worked on this host.
 fn canary(policy: &Policy, backend: TierCBackend) -> Canary {
+    canary_in(policy, backend, tierbox_policy::WorkspaceMode::Direct)
+}
+
+/// [`canary`] with the workspace seen in `mode`.
+fn canary_in(
+    policy: &Policy,
+    backend: TierCBackend,
+    mode: tierbox_policy::WorkspaceMode,
+) -> Canary {
     let mut policy = policy.clone();
+    policy.workspace.mode = mode;
     policy.tier.backend = backend;
     policy.exec.allowed_executables = vec!["true".to_owned()];
     policy.limits.timeout_ms = CANARY_TIMEOUT_MS.min(policy.limits.max_timeout_ms);
@@ -155,6 +165,77 @@ fn runs_in(policy: &Policy) -> Result<String, String> {
     }
 }
 
+/// Review mode on this host: whether the native backend mounts an overlay workspace
+/// (its canary), whether the installed bwrap has overlay options (unused: Tierbox refuses
+/// overlay mode there, see docs/review-mode.md), and the change sets kept.
+struct ReviewReport {
+    native: Canary,
+    bwrap_overlay: Option<bool>,
+    kept: usize,
+    kept_bytes: u64,
+    dir: std::path::PathBuf,
+}
+
+impl ReviewReport {
+    fn gather(policy: &Policy, state_dir: &std::path::Path) -> Self {
+        let native = match tierbox_runner::host::probe_userns_cached().reason() {
+            None => canary_in(
+                policy,
+                TierCBackend::Native,
+                tierbox_policy::WorkspaceMode::Overlay,
+            ),
+            Some(reason) => Err(format!("user namespaces: {reason}")),
+        };
+        let bwrap_overlay = tierbox_runner::host::probe_bwrap_cached().ok().map(|_| {
+            std::process::Command::new("bwrap")
+                .arg("--help")
+                .output()
+                .is_ok_and(|o| {
+                    String::from_utf8_lossy(&o.stdout).contains("--overlay-src")
+                        || String::from_utf8_lossy(&o.stderr).contains("--overlay-src")
+                })
+        });
+        let store = tierbox_runner::review::ChangeStore::new(state_dir);
+        let kept = store.list();
+        Self {
+            native,
+            bwrap_overlay,
+            kept: kept.len(),
+            kept_bytes: kept.iter().map(|k| k.bytes).sum(),
+            dir: state_dir.join(tierbox_runner::review::CHANGES_DIR),
+        }
+    }
+
+    fn text(&self) -> String {
+        let native = match &self.native {
+            Ok(ms) => format!("tier c native yes (canary {ms} ms)"),
+            Err(why) => format!("tier c native no ({why})"),
+        };
+        let bwrap = match self.bwrap_overlay {
+            Some(true) => "; bwrap has --overlay-src, unused (no size limit on its upper layer)",
+            Some(false) => "; bwrap has no --overlay-src (0.10+)",
+            None => "",
+        };
+        format!(
+            "overlay mode: {native}{bwrap}; {} change set(s) kept, {} bytes, in {}",
+            self.kept,
+            self.kept_bytes,
+            self.dir.display()
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "overlay_tier_c_native": self.native.is_ok(),
+            "overlay_reason": self.native.as_ref().err(),
+            "bwrap_overlay_options": self.bwrap_overlay,
+            "kept_change_sets": self.kept,
+            "kept_bytes": self.kept_bytes,
+            "dir": self.dir,
+        })
+    }
+}
+
 /// Where `egress.mode = "strict"` with an allowlist can be enforced.
 struct StrictEgress {
     tier_b: bool,
@@ -179,6 +260,7 @@ struct Report<'a> {
     /// included): the tier and backend, or the rejection.
     runs_in: Result<String, String>,
     strict: StrictEgress,
+    review: ReviewReport,
     hints: Vec<String>,
 }
 
@@ -203,6 +285,7 @@ impl<'a> Report<'a> {
                 && tierbox_runner::host::probe_bwrap_cached().is_ok(),
         };
         let runs_in = runs_in(policy);
+        let review = ReviewReport::gather(policy, &tierbox_runner::RunOptions::default().state_dir);
         let mut report = Self {
             source,
             summary,
@@ -215,6 +298,7 @@ impl<'a> Report<'a> {
             backend_status,
             runs_in,
             strict,
+            review,
             hints: Vec::new(),
         };
         report.hints = report.hints();
@@ -315,7 +399,8 @@ impl<'a> Report<'a> {
             serde_json::to_string_pretty(&serde_json::json!({
                 "host": summary, "tiers": tiers, "egress": egress,
                 "sandbox_identity": identity_json,
-                "containers": containers, "selected_backend": selected, "hints": hints
+                "containers": containers, "selected_backend": selected,
+                "review": self.review.json(), "hints": hints
             }))?
         );
         Ok(())
@@ -370,6 +455,7 @@ impl<'a> Report<'a> {
             yes_no(strict_tier_c_bwrap),
             yes_no(strict_tier_b)
         );
+        println!("review      {}", self.review.text());
         for (e, status) in engines {
             match status {
                 Ok(detail) => println!("{:<11} reachable: {detail}", e.to_string()),
