@@ -1804,7 +1804,7 @@ fn the_docs_commands_and_policy_snippets_match_the_binary() {
 }
 
 /// A documented `curl` call of the HTTP API: its path is an operation of the OpenAPI
-/// document (`<id>` standing for `{id}`) with the method it uses, and a JSON body it sends
+/// document (`<id>` or a `$VARIABLE` standing for `{id}`) with the method it uses, and a JSON body it sends
 /// to a run operation is a valid request.
 fn check_curl(page: &str, line: &str, api: &serde_json::Value) {
     let Some(at) = line.find("/v1/") else {
@@ -1814,7 +1814,15 @@ fn check_curl(page: &str, line: &str, api: &serde_json::Value) {
         .chars()
         .take_while(|c| !matches!(c, '\'' | '"' | ' ' | '?'))
         .collect();
-    let path = path.replace("<id>", "{id}");
+    // `<id>` and a shell variable (`$RUN`) stand for a path parameter.
+    let path = path
+        .split('/')
+        .map(|seg| match seg.starts_with('$') || seg == "<id>" {
+            true => "{id}",
+            false => seg,
+        })
+        .collect::<Vec<_>>()
+        .join("/");
     let method = if line.contains("-X POST") || line.contains(" -d ") {
         "post"
     } else if line.contains("-X DELETE") {
@@ -1843,4 +1851,79 @@ fn check_curl(page: &str, line: &str, api: &serde_json::Value) {
             _ => {}
         }
     }
+}
+
+/// Review mode from the CLI: `run --overlay` leaves the workspace alone and says how to
+/// go on; `changes list|show|apply|discard` act on the kept set, with exit 1 and the
+/// error's code when the store refuses; `--tier b --overlay` is rejected, never run.
+#[test]
+fn run_overlay_and_the_changes_commands_review_a_run() {
+    if !tier_c_available() {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let w = ws.path().to_str().unwrap();
+    let s = state.path().to_str().unwrap();
+    std::fs::write(ws.path().join("a.txt"), "old\n").unwrap();
+    let run = |args: &[&str]| tierbox_with_state(state.path(), args, None);
+    let out = run(&[
+        "run",
+        "--overlay",
+        "--workspace",
+        w,
+        "--",
+        "touch",
+        "new.txt",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(note.contains("review mode: 1 change(s) kept"), "{note}");
+    assert!(!ws.path().join("new.txt").exists());
+    let state_dir = state.path().join("tierbox");
+    let sd = state_dir.to_str().unwrap();
+    let list = succeeded_json(&run(&["changes", "list", "--json", "--state-dir", sd]));
+    let id = list[0]["run_id"].as_str().unwrap().to_owned();
+    let shown = run(&["changes", "show", &id, "--state-dir", sd]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("A new.txt"), "{text}");
+    let applied = run(&["changes", "apply", &id, "--state-dir", sd]);
+    assert_eq!(
+        applied.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert!(ws.path().join("new.txt").exists());
+    let again = run(&["changes", "apply", &id, "--state-dir", sd]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("[changes.not_found]"));
+    let bad = run(&["changes", "discard", "../../etc", "--state-dir", s]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("[changes.bad_run_id]"));
+    // Tier B cannot: rejected (125), nothing written.
+    let out = run(&[
+        "run",
+        "--tier",
+        "b",
+        "--overlay",
+        "--workspace",
+        w,
+        "--",
+        "touch",
+        "b.txt",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tier.unsupported"));
+    assert!(!ws.path().join("b.txt").exists());
 }
