@@ -240,11 +240,27 @@ fn a_disk_bomb_stops_at_the_disk_limit_in_the_overlay_and_in_tmp() {
     let mut env = Env::new();
     env.policy.limits.disk_bytes = 8 << 20;
     let rt = rt();
+    let free = |p: &Path| {
+        let st = rustix::fs::statvfs(p).unwrap();
+        st.f_bavail * st.f_frsize
+    };
+    let (ws_free, state_free) = (free(env.ws.path()), free(env.state.path()));
     // 64 MiB into the workspace through the overlay.
     let bomb = "head -c 67108864 /dev/zero > bomb; echo rc=$?";
     let out = rt
         .block_on(env.runner().run(&sh(bomb, Some(WorkspaceMode::Overlay))))
         .unwrap();
+    // The host's disks lost at most the kept change set (≤ the limit), not 64 MiB; other
+    // tenants write too, so the bound is generous but far below the bomb.
+    let slack = 16 << 20;
+    assert!(
+        free(env.ws.path()) + (8 << 20) + slack >= ws_free,
+        "the workspace's disk filled"
+    );
+    assert!(
+        free(env.state.path()) + (8 << 20) + slack >= state_free,
+        "the state directory's disk filled"
+    );
     assert_eq!(out.limit_hit, Some(LimitHit::Disk), "{out:?}");
     assert!(
         out.stderr.text.contains("No space left"),
@@ -324,4 +340,39 @@ fn the_builder_s_overlay_returns_a_change_set_that_applies_and_discards_itself()
     // A run that changes nothing returns an empty set, which keeps nothing.
     let out = rt.block_on(command("true").execute()).unwrap();
     assert!(out.changes.unwrap().is_empty());
+}
+
+/// A change inside a `.git` directory is flagged, here `.git/commondir` (which points git
+/// at another repository) under a policy that does not protect `.git`.
+#[test]
+fn a_git_commondir_change_is_flagged() {
+    let test = "a_git_commondir_change_is_flagged";
+    if !usable(test) {
+        return;
+    }
+    let mut env = Env::new();
+    env.policy.filesystem.protected.clear();
+    std::fs::create_dir(env.ws.path().join(".git")).unwrap();
+    std::fs::write(env.ws.path().join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let out = rt()
+        .block_on(env.runner().run(&sh(
+            "echo /tmp/elsewhere > .git/commondir && mkdir -p sub/.git && echo x > sub/.git/config",
+            Some(WorkspaceMode::Overlay),
+        )))
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{}", out.stderr.text);
+    let set = out.changes.unwrap();
+    let flags = |p: &str| {
+        set.changes
+            .iter()
+            .find(|c| c.path == Path::new(p))
+            .unwrap_or_else(|| panic!("{p} not in {set:?}"))
+            .flags
+            .clone()
+    };
+    use tierbox_runner::changes::ChangeFlag;
+    assert!(flags(".git/commondir").contains(&ChangeFlag::GitInternal));
+    assert!(flags("sub/.git").contains(&ChangeFlag::NewGitDir));
+    assert!(flags("sub/.git/config").contains(&ChangeFlag::GitInternal));
+    assert!(!env.ws.path().join(".git/commondir").exists());
 }
