@@ -15,20 +15,15 @@
 // A benchmark harness: any setup failure should abort loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::time::{Duration, Instant};
+#[path = "support/mod.rs"]
+mod support;
 
+use std::time::Instant;
+
+use support::{ms, percentile};
 use tierbox_policy::{Policy, ProcessRunRequest, TierRequest, WorkspaceMode};
 use tierbox_runner::review::ChangeStore;
 use tierbox_runner::{RunOptions, Runner};
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 fn main() {
     let iterations: usize = std::env::args()

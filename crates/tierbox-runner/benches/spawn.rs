@@ -8,16 +8,15 @@
 // A benchmark harness: any setup failure should abort loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::percentile;
 use tierbox_policy::{Policy, ProcessRunRequest, TierRequest};
 use tierbox_runner::{RunOptions, Runner};
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
 
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6

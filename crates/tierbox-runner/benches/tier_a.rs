@@ -13,9 +13,13 @@
 // A benchmark harness: any setup failure should abort loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::percentile;
 use tierbox_policy::wasm::WasmRunRequest;
 use tierbox_policy::{Policy, ValidateContext};
 use tierbox_runner::{RunOptions, Runner};
@@ -35,11 +39,6 @@ impl OutputSink for Discard {
     fn push(&self, _: &[u8]) -> bool {
         true
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 fn report(name: &str, mut samples: Vec<Duration>) {

@@ -19,22 +19,17 @@
 // A benchmark harness: any setup failure should abort loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use support::{ms, percentile};
 use tierbox_policy::{Policy, ProcessRunRequest, TierCBackend, TierRequest, ValidateContext};
 use tierbox_runner::{RunOptions, Runner};
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 fn runner(backend: TierCBackend, ws: &std::path::Path, state: &std::path::Path) -> Runner {
     let mut policy = Policy::builtin_default();

@@ -1054,49 +1054,8 @@ impl<'a> Apply<'a> {
             match (c.kind, c.file_type.as_str()) {
                 (ChangeKind::Deleted, _) => self.move_aside(&c.path)?,
                 (_, "special") => continue,
-                (ChangeKind::Added, "dir") => {
-                    let parent = self.existing_parent(&c.path)?;
-                    let mode = c.mode.unwrap_or(0o755) & 0o1777;
-                    rustix::fs::mkdirat(&parent, Self::name(&c.path), Mode::from_raw_mode(mode))
-                        .map_err(rio("create", &c.path))?;
-                    self.done.push(Done::MadeDir {
-                        rel: c.path.clone(),
-                    });
-                    let (uid, gid) = self.owner;
-                    rustix::fs::chownat(
-                        &parent,
-                        Self::name(&c.path),
-                        Some(rustix::fs::Uid::from_raw(uid)),
-                        Some(rustix::fs::Gid::from_raw(gid)),
-                        AtFlags::SYMLINK_NOFOLLOW,
-                    )
-                    .map_err(rio("chown", &c.path))?;
-                    rustix::fs::chmodat(
-                        &parent,
-                        Self::name(&c.path),
-                        Mode::from_raw_mode(mode),
-                        AtFlags::empty(),
-                    )
-                    .map_err(rio("chmod", &c.path))?;
-                }
-                (ChangeKind::Modified, "dir") => {
-                    let parent = self.existing_parent(&c.path)?;
-                    let st =
-                        rustix::fs::statat(&parent, Self::name(&c.path), AtFlags::SYMLINK_NOFOLLOW)
-                            .map_err(rio("stat", &c.path))?;
-                    let mode = c.mode.unwrap_or(0o755) & 0o1777;
-                    rustix::fs::chmodat(
-                        &parent,
-                        Self::name(&c.path),
-                        Mode::from_raw_mode(mode),
-                        AtFlags::empty(),
-                    )
-                    .map_err(rio("chmod", &c.path))?;
-                    self.done.push(Done::Chmod {
-                        rel: c.path.clone(),
-                        old: st.st_mode & 0o7777,
-                    });
-                }
+                (ChangeKind::Added, "dir") => self.make_dir(c)?,
+                (ChangeKind::Modified, "dir") => self.chmod_dir(c)?,
                 (kind, _) => {
                     if let (ChangeKind::Renamed, Some(from)) = (kind, &c.renamed_from) {
                         self.move_aside(from)?;
@@ -1113,6 +1072,40 @@ impl<'a> Apply<'a> {
             applied.applied.push(c.path.clone());
         }
         Ok(applied)
+    }
+
+    /// Makes the new directory of `c` (the workspace root's owner, permission bits only).
+    fn make_dir(&mut self, c: &Change) -> Result<(), ReviewError> {
+        let parent = self.existing_parent(&c.path)?;
+        let mode = c.mode.unwrap_or(0o755) & 0o1777;
+        rustix::fs::mkdirat(&parent, Self::name(&c.path), Mode::from_raw_mode(mode))
+            .map_err(rio("create", &c.path))?;
+        self.done.push(Done::MadeDir {
+            rel: c.path.clone(),
+        });
+        let (uid, gid) = self.owner;
+        rustix::fs::chownat(
+            &parent,
+            Self::name(&c.path),
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(rio("chown", &c.path))?;
+        chmod_at(&parent, &c.path, mode)
+    }
+
+    /// Gives the directory of `c` its new permission bits, remembering the old ones.
+    fn chmod_dir(&mut self, c: &Change) -> Result<(), ReviewError> {
+        let parent = self.existing_parent(&c.path)?;
+        let st = rustix::fs::statat(&parent, Self::name(&c.path), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(rio("stat", &c.path))?;
+        chmod_at(&parent, &c.path, c.mode.unwrap_or(0o755) & 0o1777)?;
+        self.done.push(Done::Chmod {
+            rel: c.path.clone(),
+            old: st.st_mode & 0o7777,
+        });
+        Ok(())
     }
 
     /// Undoes every step taken, newest first (best effort: each undo is a rename back).
@@ -1136,15 +1129,24 @@ impl<'a> Apply<'a> {
                 Done::MadeDir { rel } => {
                     rustix::fs::unlinkat(&parent, Self::name(&rel), AtFlags::REMOVEDIR)
                 }
-                Done::Chmod { rel, old } => rustix::fs::chmodat(
-                    &parent,
-                    Self::name(&rel),
-                    Mode::from_raw_mode(old),
-                    AtFlags::empty(),
-                ),
+                Done::Chmod { rel, old } => {
+                    let _ = chmod_at(&parent, &rel, old);
+                    Ok(())
+                }
             };
         }
     }
+}
+
+/// `chmodat(parent, name of rel, mode)`.
+fn chmod_at(parent: &OwnedFd, rel: &Path, mode: u32) -> Result<(), ReviewError> {
+    rustix::fs::chmodat(
+        parent,
+        Apply::name(rel),
+        Mode::from_raw_mode(mode),
+        AtFlags::empty(),
+    )
+    .map_err(rio("chmod", rel))
 }
 
 fn fd_num(fd: &impl AsFd) -> i32 {

@@ -500,12 +500,7 @@ async fn process_stdin(
     let id = path_id(id)?;
     let owner = owner(&headers)?;
     check_json(&headers)?;
-    let body = read_body(body).await?;
-    let b: StdinBody = tierbox_policy::json::from_slice(&body).map_err(|e| {
-        ApiError::from(tierbox_policy::Rejection::Malformed {
-            detail: e.to_string(),
-        })
-    })?;
+    let b: StdinBody = json_body(&read_body(body).await?)?;
     let req = ProcessWriteStdinRequest {
         id,
         data: b.data,
@@ -513,6 +508,15 @@ async fn process_stdin(
     };
     req.check()?;
     ok(st.service.write_stdin(&owner, &req).await?)
+}
+
+/// A small JSON body of a closed shape; anything else is `input.malformed`.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    tierbox_policy::json::from_slice(body).map_err(|e| {
+        ApiError::from(tierbox_policy::Rejection::Malformed {
+            detail: e.to_string(),
+        })
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -561,11 +565,7 @@ async fn changes_apply(
         ApplyBody::default()
     } else {
         check_json(&headers)?;
-        tierbox_policy::json::from_slice(&body).map_err(|e| {
-            ApiError::from(tierbox_policy::Rejection::Malformed {
-                detail: e.to_string(),
-            })
-        })?
+        json_body(&body)?
     };
     let doc = serde_json::json!({ "run_id": run_id, "paths": b.paths });
     let req = tierbox_policy::handle::ChangesApplyRequest::from_json(doc.to_string().as_bytes())?;

@@ -78,6 +78,22 @@ fn alive_with_args(argv: &[&str]) -> bool {
         })
 }
 
+/// The status of `owner`'s process `id` once it is no longer running (or after 20 s).
+async fn until_ended(
+    bgm: &tierbox_runner::background::BackgroundManager,
+    owner: &str,
+    id: &str,
+) -> tierbox_runner::background::BackgroundStatus {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = bgm.status(owner, id).await.unwrap();
+        if s.state != BackgroundState::Running || Instant::now() > deadline {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn bg(command: &str, args: &[&str]) -> ProcessRunRequest {
     let mut r = ProcessRunRequest::new(command);
     r.args = args.iter().map(|s| (*s).to_owned()).collect();
@@ -456,14 +472,7 @@ fn a_background_run_killed_for_memory_on_bwrap_reports_the_signal() {
                 return;
             }
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let s = loop {
-            let s = bgm.status("alice", &h.status.id).await.unwrap();
-            if s.state != BackgroundState::Running || Instant::now() > deadline {
-                break s;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let s = until_ended(&bgm, "alice", &h.status.id).await;
         assert_eq!(
             (s.state, s.exit_code, s.signal),
             (BackgroundState::Exited, None, Some(libc::SIGKILL)),
@@ -564,14 +573,7 @@ fn a_background_process_in_overlay_mode_leaves_its_changes_for_review() {
         req.tier = tierbox_policy::TierRequest::C;
         let h = e.runner.start_background("alice", &req).await.unwrap();
         assert!(h.status.changes.is_none(), "no change set while it runs");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let s = loop {
-            let s = bgm.status("alice", &h.status.id).await.unwrap();
-            if s.state != BackgroundState::Running || Instant::now() > deadline {
-                break s;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let s = until_ended(&bgm, "alice", &h.status.id).await;
         assert_eq!(
             (s.state, s.exit_code),
             (BackgroundState::Exited, Some(0)),

@@ -1,0 +1,15 @@
+//! What the paired benchmarks share: percentiles of sorted samples and unit conversions.
+
+use std::time::Duration;
+
+/// The `p` quantile (0..=1) of `sorted`, nearest rank.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// `d` in milliseconds.
+#[allow(dead_code)] // not every bench prints milliseconds
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
