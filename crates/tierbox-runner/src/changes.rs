@@ -181,7 +181,7 @@ pub fn scan_all(upper: &Path, lower: &Path, since: Option<std::time::SystemTime>
         entries: 0,
         incomplete: false,
     };
-    scan.dir(Path::new(""), 0, false);
+    scan.dir(Path::new(""), 0, false, true);
     let mut found = std::mem::take(&mut scan.found);
     detect_renames(&mut found, lower);
     found.sort_by(|a, b| {
@@ -236,7 +236,12 @@ struct Scan<'a> {
 impl Scan<'_> {
     /// Scans the upper directory `rel`; `hidden` when an opaque directory at or above it
     /// hides the lower layer's entries that the upper layer does not list.
-    fn dir(&mut self, rel: &Path, depth: usize, hidden: bool) {
+    ///
+    /// `lower_dir`: the workspace has a real directory at `rel` (every component of it a
+    /// directory, none a symlink). Below anything else the workspace has nothing the
+    /// overlay shows, and nothing of it is read: a workspace symlink `x -> /root/.ssh`
+    /// replaced by a directory in the run must not make the scan list or hash host files.
+    fn dir(&mut self, rel: &Path, depth: usize, hidden: bool, lower_dir: bool) {
         if depth > MAX_SCAN_DEPTH {
             self.incomplete = true;
             return;
@@ -257,7 +262,10 @@ impl Scan<'_> {
             };
             // What the workspace had at this path before the run (an opaque directory
             // above hides it from the sandbox, not from this comparison).
-            let below = std::fs::symlink_metadata(self.lower.join(&rel)).ok();
+            let below = match lower_dir {
+                true => std::fs::symlink_metadata(self.lower.join(&rel)).ok(),
+                false => None,
+            };
             let ft = meta.file_type();
             if ft.is_char_device() && meta.rdev() == 0 {
                 // A whiteout: deleted (when the lower layer had it at all).
@@ -291,7 +299,8 @@ impl Scan<'_> {
                         self.found.push(change);
                     }
                 }
-                self.dir(&rel, depth + 1, hidden || opaque);
+                let below_is_dir = below.as_ref().is_some_and(std::fs::Metadata::is_dir);
+                self.dir(&rel, depth + 1, hidden || opaque, below_is_dir);
                 continue;
             }
             let kind = match &below {

@@ -314,3 +314,36 @@ fn the_kernel_s_own_upper_layer_reads_as_the_changes_made() {
     );
     assert!(lower.join("gone.txt").exists() && lower.join("tree/sub/f").exists());
 }
+
+/// A workspace symlink to a host directory, replaced by a directory in the run: the scan
+/// reports the symlink deleted and the new entries added, and reads nothing through the
+/// symlink (no host file listed, hashed or compared).
+#[test]
+fn nothing_is_read_through_a_workspace_symlink() {
+    let l = Layers::new();
+    let host = tempfile::tempdir().unwrap();
+    write(&host.path().join("secret"), "host secret\n");
+    write(&host.path().join("sub/key"), "host key\n");
+    std::os::unix::fs::symlink(host.path(), l.lower.join("x")).unwrap();
+    l.opaque("x").upper("x/secret", "mine\n").opaque("x/sub");
+    let set = l.scan();
+    let kinds: Vec<(&str, ChangeKind)> = set
+        .changes
+        .iter()
+        .map(|c| (c.path.to_str().unwrap(), c.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("x", ChangeKind::Deleted),
+            ("x", ChangeKind::Added),
+            ("x/secret", ChangeKind::Added),
+            ("x/sub", ChangeKind::Added),
+        ]
+    );
+    let secret_hash = tierbox_attest::jcs::hex(&Sha256::digest(b"host secret\n"));
+    let text = serde_json::to_string(&set).unwrap();
+    assert!(!text.contains(&secret_hash), "{text}");
+    assert!(!text.contains("x/sub/key"), "{text}");
+    assert_eq!(find(&set, "x/secret").before, None);
+}

@@ -401,13 +401,14 @@ impl ChangeStore {
             if c.file_type != "file" || !plain(&c.path) {
                 continue;
             }
-            let (old_path, new_path) = match c.kind {
-                ChangeKind::Added => (None, Some(files.join(&c.path))),
-                ChangeKind::Modified => (
-                    Some(kept.workspace.join(&c.path)),
-                    Some(files.join(&c.path)),
-                ),
-                ChangeKind::Deleted => (Some(kept.workspace.join(&c.path)), None),
+            // The workspace's side is read without following any symlink (one planted
+            // since the run must not show a host file in the diff).
+            let old = || read_beneath(&kept.workspace, &c.path);
+            let new = || read_regular(&files.join(&c.path));
+            let (old_text, new_text, has_old, has_new) = match c.kind {
+                ChangeKind::Added => (Some(String::new()), new(), false, true),
+                ChangeKind::Modified => (old(), new(), true, true),
+                ChangeKind::Deleted => (old(), Some(String::new()), true, false),
                 ChangeKind::Renamed => {
                     let from = c.renamed_from.as_deref().unwrap_or(&c.path).display();
                     out.push_str(&format!(
@@ -417,28 +418,16 @@ impl ChangeStore {
                     continue;
                 }
             };
-            let text = |p: Option<&PathBuf>| -> Option<String> {
-                match p {
-                    None => Some(String::new()),
-                    Some(p) => {
-                        let meta = std::fs::symlink_metadata(p).ok()?;
-                        if !meta.is_file() || meta.len() > MAX_DIFF_FILE_BYTES {
-                            return None;
-                        }
-                        String::from_utf8(std::fs::read(p).ok()?).ok()
-                    }
-                }
-            };
             let name = c.path.display().to_string();
-            match (text(old_path.as_ref()), text(new_path.as_ref())) {
+            match (old_text, new_text) {
                 (Some(old), Some(new)) => {
                     let diff = similar::TextDiff::from_lines(&old, &new);
-                    let a = if old_path.is_some() {
+                    let a = if has_old {
                         format!("a/{name}")
                     } else {
                         "/dev/null".to_owned()
                     };
-                    let b = if new_path.is_some() {
+                    let b = if has_new {
                         format!("b/{name}")
                     } else {
                         "/dev/null".to_owned()
@@ -667,6 +656,49 @@ pub(crate) async fn settle_scratch(
         disk_full,
         changes: Some(kept),
     }
+}
+
+/// The text of the regular file `rel` below `workspace`, reached with
+/// `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`; `None` for anything else, a file over
+/// [`MAX_DIFF_FILE_BYTES`] or one that is not UTF-8.
+fn read_beneath(workspace: &Path, rel: &Path) -> Option<String> {
+    let root = rustix::fs::open(
+        workspace,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let fd = rustix::fs::openat2(
+        &root,
+        rel,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+        BENEATH,
+    )
+    .ok()?;
+    text_of(File::from(fd))
+}
+
+/// The text of the kept regular file `path` (see [`read_beneath`]).
+fn read_regular(path: &Path) -> Option<String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    text_of(file)
+}
+
+fn text_of(mut file: File) -> Option<String> {
+    use std::io::Read;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_DIFF_FILE_BYTES {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    String::from_utf8(bytes).ok()
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), ReviewError> {

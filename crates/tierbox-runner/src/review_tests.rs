@@ -351,3 +351,17 @@ fn the_diff_shows_text_changes_within_its_budget() {
     let cut = s.store.diff("d0", 40).unwrap();
     assert!(cut.ends_with("… diff cut at 40 bytes\n"), "{cut}");
 }
+
+#[test]
+fn the_diff_never_reads_through_a_symlink_planted_after_the_run() {
+    let s = Scene::new();
+    write(&s.ws.join("dir/file.txt"), "inside\n");
+    write(&s.upper.join("dir/file.txt"), "changed\n");
+    s.keep("d1");
+    write(&s.outside.join("file.txt"), "host secret\n");
+    std::fs::remove_dir_all(s.ws.join("dir")).unwrap();
+    std::os::unix::fs::symlink(&s.outside, s.ws.join("dir")).unwrap();
+    let diff = s.store.diff("d1", DEFAULT_DIFF_BYTES).unwrap();
+    assert!(!diff.contains("host secret"), "{diff}");
+    assert!(diff.contains("dir/file.txt"), "{diff}");
+}

@@ -365,7 +365,10 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         &pidfd,
         owned,
         (proxy_sock.as_ref(), fs_sock.as_ref()),
-        mplan.has_overlay(),
+        (
+            mplan.ops.iter().any(MountPlan::is_sent),
+            mplan.has_overlay(),
+        ),
     )?;
     let enforcement = enforcement_report(
         plan,
@@ -603,7 +606,7 @@ fn await_start(
     pidfd: &OwnedFd,
     owned: &[OwnedOp],
     (proxy_sock, fs_sock): (Option<&OwnedFd>, Option<&OwnedFd>),
-    has_overlay: bool,
+    (sends_tmp, has_overlay): (bool, bool),
 ) -> Result<Started, NativeError> {
     use crate::launch::sys as ssys;
     let first = match nsys::read_report(report) {
@@ -650,7 +653,10 @@ fn await_start(
     let egress_listener =
         received(proxy_sock, "the egress listener")?.map(std::net::TcpListener::from);
     // In op order: /tmp first, then the upper layer.
-    let tmp_fs = received(fs_sock, "the sandbox's /tmp")?;
+    let tmp_fs = match sends_tmp {
+        true => received(fs_sock, "the sandbox's /tmp")?,
+        false => None,
+    };
     let upper_layer = match has_overlay {
         true => received(fs_sock, "the overlay's upper layer")?,
         false => None,
