@@ -131,6 +131,12 @@ impl Unsupported {
                 "tier_b_linux" => {
                     "tier b has no mount namespace to show the workspace through an overlay; overlay mode needs tier c with tier.backend = \"native\" (it never falls back to writing the workspace directly)"
                 }
+                "tier_c_podman" => {
+                    "podman's overlay volume needs an upper layer the supervisor mounts as a size-limited tmpfs, which takes a root supervisor; use tier.backend = \"native\" (it never falls back to writing the workspace directly)"
+                }
+                "tier_c_docker" => {
+                    "docker has no overlay volume; use tier.backend = \"native\" or \"podman\" (it never falls back to writing the workspace directly)"
+                }
                 _ => {
                     "this backend cannot give the overlay's upper layer a size limit and hand it back for review; overlay mode needs tier.backend = \"native\" on Linux (it never falls back to writing the workspace directly)"
                 }
@@ -323,9 +329,14 @@ mod linux_backends {
                 })
         }
         /// No allowlist: the container runs with `--network none`.
-        fn supports(&self, plan: &Plan, _: &HostFacts) -> Result<(), Unsupported> {
+        /// Overlay mode on podman under a root supervisor only: podman's overlay volume
+        /// writes into an upper layer the supervisor mounts as a size-limited tmpfs.
+        /// Docker has no overlay volume.
+        fn supports(&self, plan: &Plan, host: &HostFacts) -> Result<(), Unsupported> {
             tier_c_network(plan)?;
-            super::direct_only(plan, self.name())?;
+            if self.0 == Engine::Docker || host.euid != 0 {
+                super::direct_only(plan, self.name())?;
+            }
             if has_allowlist(plan) {
                 return Err(Unsupported::AllowlistInContainer {
                     backend: plan.tier.backend,

@@ -318,3 +318,46 @@ fn killing_a_run_removes_its_container() {
     drop(l);
     assert!(!running(&name), "{name} outlived its run");
 }
+
+/// Review mode on podman: the workspace through podman's overlay volume, the run's writes
+/// in the supervisor's size-limited tmpfs (read through the fd the launch hands back),
+/// the real workspace untouched; the tmpfs is unmounted when the run's handle goes.
+#[test]
+fn podman_overlay_mode_keeps_the_workspace_and_hands_back_the_upper_layer() {
+    use std::os::fd::AsRawFd;
+    if !usable("podman_overlay_mode_keeps_the_workspace_and_hands_back_the_upper_layer") {
+        return;
+    }
+    let s = workspace();
+    let mut p = plan(&s, "touch", &["made-in-review"]);
+    p.workspace_mode = tierbox_policy::WorkspaceMode::Overlay;
+    p.limits.disk_bytes = 4 << 20;
+    let mut l = launch(&s, &p);
+    let stderr = read_all(&l.stderr);
+    let exit = crate::launch::sys::wait_pidfd(&l.pidfd, false)
+        .unwrap()
+        .unwrap();
+    assert_eq!(exit.code, Some(0), "stderr: {stderr}");
+    assert!(
+        !s.ws.join("made-in-review").exists(),
+        "written through to the workspace"
+    );
+    let layer = l.upper_layer.take().expect("the upper layer's fd");
+    let upper = std::path::PathBuf::from(format!("/proc/self/fd/{}/upper", layer.as_raw_fd()));
+    assert!(upper.join("made-in-review").is_file());
+    let mount_point = s
+        .root
+        .join("state")
+        .read_dir()
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".layer"));
+    let mount_point = mount_point.expect("the layer's mount point").path();
+    if let Some(slot) = l.slot.take() {
+        crate::launch::slots::release(slot);
+    }
+    drop(l);
+    assert!(!mount_point.exists(), "the layer's tmpfs was not removed");
+    // Still readable through the fd after the unmount.
+    assert!(upper.join("made-in-review").is_file());
+}

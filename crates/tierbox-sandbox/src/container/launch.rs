@@ -27,11 +27,15 @@ use crate::running::RunningSandbox;
 /// outlives the run; it is labelled `tierbox=1` for an operator to find).
 pub const REMOVE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Removes the run's container when dropped (see the module documentation).
+/// Removes the run's container when dropped (see the module documentation), then
+/// unmounts the overlay's upper layer of a review-mode run.
 #[derive(Debug)]
 pub struct ContainerGuard {
     engine: PathBuf,
     name: String,
+    /// Unmounted after the container is removed (fields drop after `Drop::drop`); held
+    /// for that alone.
+    _layer: Option<super::layer::LayerMount>,
 }
 
 impl ContainerGuard {
@@ -105,6 +109,14 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let mut missing = launch::layers_for(Tier::C, plan, facts)?;
     let mut copts = ContainerOptions::probe(engine, &opts.run_id, plan);
     copts.env_file = Some(format!("/dev/fd/{ENV_FILE_FD}"));
+    let (layer, upper_layer) = match plan.workspace_mode {
+        tierbox_policy::WorkspaceMode::Direct => (None, None),
+        tierbox_policy::WorkspaceMode::Overlay => {
+            let (layer, fd) = upper_layer_for(plan, opts)?;
+            copts.overlay_layer = Some(layer.dir().to_path_buf());
+            (Some(layer), Some(fd))
+        }
+    };
     let argv = run_argv(plan, &copts).map_err(argv_error)?;
     let env_file = launch::data_fd(
         c"tierbox-container-env",
@@ -139,6 +151,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let guard = ContainerGuard {
         engine: info.path.clone(),
         name,
+        _layer: layer,
     };
     let child = match launch::spawn_helper(plan, opts, &slot, &helper) {
         Ok(c) => c,
@@ -166,8 +179,29 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         egress_listener: None,
         container: Some(guard),
         tmp_fs: None,
-        upper_layer: None,
+        upper_layer,
     })
+}
+
+/// Review mode: the upper layer's tmpfs (`limits.disk_bytes`) mounted in the run's tmp
+/// directory, its `upper` given the workspace root's owner and mode.
+fn upper_layer_for(
+    plan: &Plan,
+    opts: &LaunchOptions,
+) -> Result<(super::layer::LayerMount, std::os::fd::OwnedFd), LaunchError> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |what: &str, e: std::io::Error| {
+        unavailable(format!("the overlay's upper layer for podman: {what}: {e}"))
+    };
+    let ws = std::fs::metadata(&plan.workspace).map_err(|e| io("stat the workspace", e))?;
+    std::fs::create_dir_all(&opts.tmp_base).map_err(|e| io("create the tmp directory", e))?;
+    let dir = opts.tmp_base.join(format!("{}.layer", opts.run_id));
+    super::layer::LayerMount::create(
+        &dir,
+        plan.limits.disk_bytes,
+        (ws.uid(), ws.gid(), ws.mode()),
+    )
+    .map_err(|e| io(&format!("mount a tmpfs on {}", dir.display()), e))
 }
 
 fn enforcement(plan: &Plan, info: &EngineInfo, missing: Vec<Layer>) -> Enforcement {
@@ -200,10 +234,16 @@ fn enforcement(plan: &Plan, info: &EngineInfo, missing: Vec<Layer>) -> Enforceme
             limits.max_processes,
             limits.cpus.unwrap_or(super::DEFAULT_CPUS)
         )),
-        namespaces: vec![
-            "the engine's: mount (read-only image root), pid, net (none), ipc (private), uts"
-                .to_owned(),
-        ],
+        namespaces: vec![match plan.workspace_mode {
+            tierbox_policy::WorkspaceMode::Direct => {
+                "the engine's: mount (read-only image root), pid, net (none), ipc (private), uts"
+                    .to_owned()
+            }
+            tierbox_policy::WorkspaceMode::Overlay => format!(
+                "the engine's: mount (read-only image root; the workspace through podman's overlay volume, the run's writes in an upper tmpfs of {} bytes kept for review), pid, net (none), ipc (private), uts",
+                limits.disk_bytes
+            ),
+        }],
         rlimits: crate::launch::rlimit_report(limits, ""),
         network: "--network none: only the container's own loopback".to_owned(),
         protected_paths: LayerReport::applied(format!(

@@ -33,6 +33,8 @@ pub mod probe;
 #[cfg(target_os = "linux")]
 mod launch;
 #[cfg(target_os = "linux")]
+pub mod layer;
+#[cfg(target_os = "linux")]
 pub use launch::{ContainerGuard, launch};
 
 use std::path::{Path, PathBuf};
@@ -172,6 +174,10 @@ pub struct ContainerOptions {
     /// arguments, whose values every process of the host can read in the CLI's command
     /// line.
     pub env_file: Option<String>,
+    /// Overlay (review) mode on podman: the host directory holding the upper layer's
+    /// [`LAYER_UPPER`] and [`LAYER_WORK`] (a tmpfs the supervisor mounts); the workspace is then mounted as
+    /// podman's overlay volume over them.
+    pub overlay_layer: Option<PathBuf>,
 }
 
 impl ContainerOptions {
@@ -185,6 +191,7 @@ impl ContainerOptions {
             tmp_size_bytes: tmp_size_bytes(plan),
             init: false,
             env_file: None,
+            overlay_layer: None,
         }
     }
 }
@@ -251,12 +258,22 @@ pub enum ContainerError {
         /// Index in argv.
         index: usize,
     },
+    /// Overlay mode where the engine cannot carry it out (Docker has no overlay volume;
+    /// podman needs the upper layer the supervisor mounts).
+    #[error("{engine} cannot show the workspace through a size-limited overlay here")]
+    OverlayUnsupported {
+        /// The engine.
+        engine: Engine,
+    },
 }
 
-/// The size of a container's private `/tmp`: the smaller of the memory limit and
-/// [`MAX_TMP_BYTES`].
+/// The size of a container's private `/tmp`: the smallest of the memory limit, the disk
+/// limit and [`MAX_TMP_BYTES`].
 pub fn tmp_size_bytes(plan: &Plan) -> u64 {
-    plan.limits.memory_bytes.min(MAX_TMP_BYTES)
+    plan.limits
+        .memory_bytes
+        .min(plan.limits.disk_bytes)
+        .min(MAX_TMP_BYTES)
 }
 
 /// Each protected path of `plan` with its state on this host (see [`ProtectedState`]),
@@ -368,6 +385,24 @@ fn mount_path(path: &Path) -> Result<&str, ContainerError> {
     }
     if s.chars().any(char::is_control) {
         return Err(unsupported("holds a control character"));
+    }
+    Ok(s)
+}
+
+/// The upper directory in the upper layer's tmpfs of a review-mode podman run.
+pub const LAYER_UPPER: &str = "upper";
+/// The overlay's work directory in that tmpfs.
+pub const LAYER_WORK: &str = "work";
+
+/// `path` in a `--volume` value, where `:` separates the fields: [`mount_path`] without
+/// colons either.
+fn volume_path(path: &Path) -> Result<&str, ContainerError> {
+    let s = mount_path(path)?;
+    if s.contains(':') {
+        return Err(ContainerError::UnsupportedPath {
+            path: path.to_path_buf(),
+            reason: "holds a colon (the --volume syntax's separator)",
+        });
     }
     Ok(s)
 }
@@ -508,7 +543,26 @@ pub fn run_argv(plan: &Plan, opts: &ContainerOptions) -> Result<Vec<String>, Con
     for p in &plan.filesystem.writable {
         mounts.push(bind(p, false)?);
     }
-    mounts.push(bind(&plan.workspace, false)?);
+    match (plan.workspace_mode, &opts.overlay_layer) {
+        (tierbox_policy::WorkspaceMode::Direct, _) => mounts.push(bind(&plan.workspace, false)?),
+        (tierbox_policy::WorkspaceMode::Overlay, Some(layer)) if opts.engine == Engine::Podman => {
+            check_not_engine_socket(&plan.workspace)?;
+            let ws = volume_path(&plan.workspace)?;
+            let (upper, work) = (layer.join(LAYER_UPPER), layer.join(LAYER_WORK));
+            let (upper, work) = (volume_path(&upper)?, volume_path(&work)?);
+            // `-v` holds the volume, `--mount` the others: podman orders every mount by
+            // its destination, parents first.
+            push(&[
+                "--volume",
+                &format!("{ws}:{ws}:O,upperdir={upper},workdir={work}"),
+            ]);
+        }
+        (tierbox_policy::WorkspaceMode::Overlay, _) => {
+            return Err(ContainerError::OverlayUnsupported {
+                engine: opts.engine,
+            });
+        }
+    }
     for (protected, state) in &opts.protected {
         match state {
             ProtectedState::Exists => mounts.push(bind(protected, true)?),

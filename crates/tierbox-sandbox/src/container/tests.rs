@@ -35,6 +35,7 @@ fn options(engine: Engine, plan: &Plan) -> ContainerOptions {
         tmp_size_bytes: tmp_size_bytes(plan),
         init: false,
         env_file: Some("/dev/fd/3".to_owned()),
+        overlay_layer: None,
     }
 }
 

@@ -920,7 +920,13 @@ fn enforcement_report(
                 ),
             },
             "pid (pid 1 is tierbox-init, the reaper)".to_owned(),
-            "mount (tmpfs root, pivot_root)".to_owned(),
+            match plan.workspace_mode {
+                tierbox_policy::WorkspaceMode::Direct => "mount (tmpfs root, pivot_root)".to_owned(),
+                tierbox_policy::WorkspaceMode::Overlay => format!(
+                    "mount (tmpfs root, pivot_root; the workspace through an overlay: the host's read-only below, the run's writes in an upper tmpfs of {} bytes kept for review)",
+                    plan.limits.disk_bytes
+                ),
+            },
             format!(
                 "net (loopback only{}{})",
                 if netns_pooled {
