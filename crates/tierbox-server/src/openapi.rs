@@ -245,7 +245,7 @@ pub fn document() -> Value {
                     "all": { "summary": "apply every change", "value": {} },
                     "some": { "summary": "apply the changes below src/", "value": { "paths": ["src"] } }
                 } } } },
-            "responses": with(errors(&[kept_errors[0], ("409", "the workspace changed underneath at a path (named), a path goes through a symlink, or the path is not in the change set; nothing was applied"), ("500", "a file system call failed; nothing was applied")]), "200", json_response("what was applied", applied_schema))
+            "responses": with(errors(&[kept_errors[0], policy[0], policy[1], ("409", "the workspace changed underneath at a path (named), a path goes through a symlink, or the path is not in the change set; nothing was applied"), ("500", "a file system call failed; nothing was applied")]), "200", json_response("what was applied", applied_schema))
         } },
         "/v1/changes/{id}/discard": { "post": {
             "operationId": "changes_discard", "summary": "Drop an overlay run's changes unapplied",
