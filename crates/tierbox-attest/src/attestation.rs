@@ -134,6 +134,11 @@ pub struct Outcome {
     /// Absent in direct mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes_sha256: Option<String>,
+    /// The outcome's `denials` (what the run was refused, with the policy change that
+    /// would allow each), whole: the audit log then says why a run was refused what it
+    /// was (`tierbox explain RUN_ID`). Absent when the list is empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denials: Option<Value>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -388,6 +393,7 @@ pub fn example_attestation() -> Attestation {
         quota_exceeded: false,
         wasm: None,
         changes_sha256: None,
+        denials: None,
     };
     Attestation {
         version: ATTESTATION_VERSION,

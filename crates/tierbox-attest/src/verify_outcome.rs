@@ -8,7 +8,7 @@
 //! `backend`, `enforcement`, `plan_sha256`, the digests of `egress` (the proxy's
 //! decisions) and of both streams (`stdout.sha256` raw, `stdout.text` redacted), and
 //! `wasm` (Tier A: module digest, cache, fuel, memory, trap), the digest of `changes`
-//! (overlay mode's change set). Numbers must be written as
+//! (overlay mode's change set), and `denials`. Numbers must be written as
 //! they were signed: `0.0` is not `0`. Not covered: `usage`, `signal_name`,
 //! `egress_preflight_hosts`, `redacted`, `created_git_dirs`, `audit_error`, and the
 //! stream fields besides the text and digest (byte counts, truncation); the request and
@@ -90,7 +90,12 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
         Value::Null => None,
         set => changes_digest(&set).ok(),
     };
-    let checks: [(&str, bool); 19] = [
+    let denials = match field("denials") {
+        Value::Array(a) if a.is_empty() => None,
+        Value::Null => None,
+        d => Some(d),
+    };
+    let checks: [(&str, bool); 20] = [
         ("run_id", field("run_id") == json!(a.run_id)),
         ("exit_code", field("exit_code") == json!(a.exit_code)),
         ("signal", field("signal") == json!(a.signal)),
@@ -122,6 +127,7 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
         ),
         ("wasm", wasm == a.wasm),
         ("changes", changes == a.changes_sha256),
+        ("denials", denials == a.denials),
     ];
     match checks.iter().find(|(_, ok)| !ok) {
         Some((what, _)) => mismatch(what),

@@ -5,6 +5,7 @@ mod attest;
 mod changes;
 mod daemon;
 mod doctor;
+mod explain;
 mod live;
 mod preflight;
 mod progress;
@@ -246,6 +247,32 @@ enum Command {
         #[command(subcommand)]
         action: attest::AuditAction,
     },
+    /// Why a run was refused what it was (RUN_ID from the audit log, or --outcome FILE),
+    /// or whether the policy allows --path P --op OP or --host HOST[:PORT], and which
+    /// rule decides. Exit 1 when the path or host is denied.
+    #[command(group(clap::ArgGroup::new("what").required(true)))]
+    Explain {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// A run id: its denials as the audit log recorded them.
+        #[arg(group = "what")]
+        run_id: Option<String>,
+        /// The audit log to read RUN_ID from (default: the policy's audit.log).
+        #[arg(long, value_name = "FILE", requires = "run_id")]
+        log: Option<PathBuf>,
+        /// An outcome (`tierbox run --json > FILE`): its denials.
+        #[arg(long, value_name = "FILE", group = "what")]
+        outcome: Option<PathBuf>,
+        /// A path: whether a run may --op it, and which grant decides.
+        #[arg(long, value_name = "PATH", group = "what", requires = "op")]
+        path: Option<PathBuf>,
+        /// What the path is opened for.
+        #[arg(long, value_enum)]
+        op: Option<explain::Op>,
+        /// A host: whether a run may connect to it.
+        #[arg(long, value_name = "HOST[:PORT]", group = "what")]
+        host: Option<String>,
+    },
     /// Review mode: list, show, apply or discard the changes an overlay run kept.
     Changes {
         #[command(subcommand)]
@@ -422,6 +449,31 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Attest { action } => attest::run_attest(action),
         Command::Audit { action } => attest::run_audit(action),
         Command::Changes { action } => changes::run(action),
+        Command::Explain {
+            policy,
+            run_id,
+            log,
+            outcome,
+            path,
+            op,
+            host,
+        } => {
+            let runner = build_runner(&policy, None)?;
+            match (run_id, outcome, path, host) {
+                (Some(id), ..) => match explain::log_path(log, runner.policy()) {
+                    Some(log) => explain::run_id(&log, &id),
+                    None => {
+                        anyhow::bail!("the policy has no audit.log: give the log with --log FILE")
+                    }
+                },
+                (_, Some(file), ..) => explain::outcome(&file),
+                (_, _, Some(path), _) => {
+                    explain::path(&runner, &path, op.unwrap_or(explain::Op::Read))
+                }
+                (_, _, _, Some(host)) => explain::host(runner.policy(), &host),
+                _ => anyhow::bail!("give a RUN_ID, --outcome, --path or --host"),
+            }
+        }
         Command::Policy {
             action: PolicyAction::Init,
         } => {

@@ -125,8 +125,8 @@ pub fn print_notes(o: &Outcome, stderr_tty: bool, policy: &Policy) {
     if let Some(set) = &o.changes {
         notes.push(review_note(o, set));
     }
-    for denial in o.egress_denials() {
-        notes.push(denial.to_owned());
+    if let Some(line) = denials_line(o) {
+        notes.push(line);
     }
     if let Some(log) = o.egress.as_ref().filter(|l| l.dropped > 0) {
         notes.push(format!(
@@ -228,6 +228,52 @@ pub fn print_wasm_plan(plan: &tierbox_policy::wasm::WasmPlan) {
         plan.output.max_bytes, plan.output.mode
     );
     println!("network   none");
+}
+
+/// Most denials the CLI's one-line summary names (the outcome has them all).
+pub const DENIALS_SHOWN: usize = 3;
+
+/// The one-line summary of what the run was refused, with the policy change that would
+/// allow it: `2 denials: connect pypi.org:443 (egress), …; to allow: egress.allow +=
+/// "pypi.org:443"; …; see --json`. Limits have their own note.
+fn denials_line(o: &Outcome) -> Option<String> {
+    use tierbox_runner::denials::DenialLayer;
+    let listed: Vec<_> = o
+        .denials
+        .iter()
+        .filter(|d| d.layer != DenialLayer::Limits)
+        .collect();
+    if listed.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = listed
+        .iter()
+        .take(DENIALS_SHOWN)
+        .map(|d| {
+            let times = match d.count {
+                1 => String::new(),
+                n => format!(", {n} times"),
+            };
+            format!("{} {} ({}{times})", d.operation, d.target, d.layer.name())
+        })
+        .collect();
+    let mut hints: Vec<&str> = listed
+        .iter()
+        .take(DENIALS_SHOWN)
+        .map(|d| d.hint.as_str())
+        .collect();
+    hints.dedup();
+    let more = match listed.len().saturating_sub(DENIALS_SHOWN) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    Some(format!(
+        "{} denial{}: {}{more}; to allow: {}; see --json",
+        listed.len(),
+        if listed.len() == 1 { "" } else { "s" },
+        shown.join(", "),
+        hints.join("; ")
+    ))
 }
 
 /// The note after an overlay (review mode) run: what it changed, and how to go on.

@@ -1927,3 +1927,156 @@ fn run_overlay_and_the_changes_commands_review_a_run() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("tier.unsupported"));
     assert!(!ws.path().join("b.txt").exists());
 }
+
+/// `tierbox explain`: a path and a host against a policy (exit 1 when denied, with the
+/// change that would allow it), an outcome's denials, and a run's from the audit log.
+#[test]
+fn explain_says_which_rule_decides_and_what_a_run_was_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    let w = ws.path().to_str().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| tierbox_with_state(state.path(), args, None);
+    let text = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
+
+    let out = run(&[
+        "explain",
+        "--workspace",
+        w,
+        "--path",
+        "/etc/shadow",
+        "--op",
+        "read",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("host secret under a system path"),
+        "{}",
+        text(&out)
+    );
+    let out = run(&["explain", "--workspace", w, "--path", w, "--op", "write"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("decided by the workspace"),
+        "{}",
+        text(&out)
+    );
+    let out = run(&[
+        "explain",
+        "--workspace",
+        w,
+        "--path",
+        "/opt/toolchain",
+        "--op",
+        "read",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains(r#"to allow: filesystem.read_only += "/opt/toolchain""#),
+        "{}",
+        text(&out)
+    );
+
+    let policy = ws.path().join("egress.toml");
+    let log = state.path().join("audit.jsonl");
+    std::fs::write(
+        &policy,
+        format!(
+            "version = 1\n[exec]\nallowed_executables = [\"sleep\"]\n[egress]\nmode = \"strict\"\nallow = [\"*.pypi.org\"]\n[audit]\nlog = \"{}\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    let p = policy.to_str().unwrap();
+    let out = run(&[
+        "explain",
+        "-p",
+        p,
+        "--workspace",
+        w,
+        "--host",
+        "files.pypi.org:443",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains(r#"egress.allow "*.pypi.org" matches"#),
+        "{}",
+        text(&out)
+    );
+    let out = run(&[
+        "explain",
+        "-p",
+        p,
+        "--workspace",
+        w,
+        "--host",
+        "example.org:443",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains(r#"to allow: egress.allow += "example.org:443""#),
+        "{}",
+        text(&out)
+    );
+
+    // A run stopped by its timeout: a limits denial in the outcome and in the audit log.
+    if !tier_b_available() {
+        return;
+    }
+    let out = run(&[
+        "run",
+        "-p",
+        p,
+        "--workspace",
+        w,
+        "--json",
+        "--timeout-ms",
+        "200",
+        "--",
+        "sleep",
+        "5",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcome["denials"][0]["layer"], "limits", "{outcome}");
+    assert_eq!(outcome["denials"][0]["target"], "200 ms", "{outcome}");
+    let file = state.path().join("outcome.json");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let out = run(&["explain", "--outcome", file.to_str().unwrap()]);
+    assert!(
+        text(&out).contains("wall_time 200 ms (limits, 1 time): to allow: a larger timeout_ms"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains("landlock: not recorded here"),
+        "{}",
+        text(&out)
+    );
+    let id = outcome["run_id"].as_str().unwrap();
+    let out = run(&["explain", "-p", p, "--workspace", w, id]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text(&out).contains("wall_time 200 ms (limits"),
+        "{}",
+        text(&out)
+    );
+    let out = run(&[
+        "explain",
+        "-p",
+        p,
+        "--workspace",
+        w,
+        "00000000000000000000000000000000",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+}

@@ -111,6 +111,12 @@ pub struct Enforcement {
     /// environment names) and its limits, one entry each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub grants: Vec<String>,
+    /// For each layer that can refuse the program something (`egress`, `limits`,
+    /// `landlock`, `seccomp`): whether its refusals reach the outcome's `denials` on this
+    /// host (`applied`), and how, or why not: a layer whose denials cannot be read here is
+    /// said to be so, never reported as having denied nothing.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub denial_reports: std::collections::BTreeMap<String, LayerReport>,
 }
 
 /// Status of one protection layer.

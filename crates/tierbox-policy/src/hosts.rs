@@ -192,7 +192,11 @@ pub(crate) fn parse_port(text: &str) -> Option<u16> {
 }
 
 /// `host` or `host:port`; a host containing `:` (IPv6) is bracketed when a port follows.
-pub(crate) fn host_with_port(host: &str, port: Option<u16>) -> String {
+///
+/// ```
+/// assert_eq!(tierbox_policy::hosts::host_with_port("::1", Some(80)), "[::1]:80");
+/// ```
+pub fn host_with_port(host: &str, port: Option<u16>) -> String {
     match port {
         None => host.to_owned(),
         Some(p) if host.contains(':') => format!("[{host}]:{p}"),

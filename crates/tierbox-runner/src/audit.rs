@@ -123,6 +123,14 @@ impl Auditor {
             run_id: outcome.run_id.clone(),
             timed_out: outcome.timed_out,
             quota_exceeded: outcome.quota_exceeded,
+            denials: match outcome.denials.is_empty() {
+                true => None,
+                false => {
+                    let mut v = serde_json::to_value(&outcome.denials).map_err(|e| encode(&e))?;
+                    large_integers_as_strings(&mut v);
+                    Some(v)
+                }
+            },
             changes_sha256: match &outcome.changes {
                 Some(set) => Some(
                     tierbox_attest::changes_digest(

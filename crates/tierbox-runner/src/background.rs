@@ -358,6 +358,7 @@ impl Entry {
             quota_exceeded: false,
             wasm: None,
             changes_sha256: None,
+            denials: None,
         };
         let run = RunDescription {
             plan_sha256: &facts.plan_sha256,

@@ -8,6 +8,7 @@ pub mod background;
 pub mod builder;
 pub mod capture;
 pub mod changes;
+pub mod denials;
 pub mod host;
 pub mod identity;
 pub mod outcome;

@@ -334,6 +334,11 @@ pub struct Outcome {
     /// for the host: a planted `.git/config` runs code when the host runs `git` there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub created_git_dirs: Vec<PathBuf>,
+    /// What the run was refused, with the policy change that would allow each (see
+    /// [`crate::denials`]): always present, empty when nothing was refused — among the
+    /// layers `enforcement.denial_reports` says are recorded on this host.
+    #[serde(default)]
+    pub denials: Vec<crate::denials::Denial>,
     /// Overlay (review) mode: what the run changed in its workspace, which is unchanged
     /// until the change set is applied (`tierbox changes apply RUN_ID`); at most
     /// [`crate::changes::MAX_CHANGES`] listed. Absent in direct mode.
@@ -413,17 +418,6 @@ impl Outcome {
             }
             (None, None) => 1,
         }
-    }
-
-    /// The messages of the egress proxy's denials, in order (`"egress denied: host
-    /// example.org is not in the allowlist"`).
-    pub fn egress_denials(&self) -> Vec<&str> {
-        self.egress
-            .iter()
-            .flat_map(|log| &log.decisions)
-            .filter(|d| !d.allowed)
-            .map(|d| d.message.as_str())
-            .collect()
     }
 
     /// The run ended normally with exit code 0.

@@ -421,6 +421,13 @@ async fn supervise(
     let mut outcome = outcome_of(plan, l, ended, ending, ended_run, duration_ms);
     let scratch = crate::review::settle_scratch(plan, l, state_dir, run_id, launched_at).await;
     scratch.record(&mut outcome);
+    outcome.denials = crate::denials::of_run(
+        outcome.egress.as_ref(),
+        outcome
+            .limit_hit
+            .map(|l| (l, false, crate::denials::limit_value(plan, l))),
+    );
+    outcome.enforcement.denial_reports = crate::denials::sources(plan, l.tier);
     Ok(outcome)
 }
 
@@ -676,6 +683,7 @@ fn outcome_of(
         ),
         changes: None,
         changes_error: None,
+        denials: Vec::new(),
     }
 }
 

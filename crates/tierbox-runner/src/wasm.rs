@@ -162,6 +162,7 @@ async fn run_wasm_tapped(
         created_git_dirs: crate::outcome::created_git_dirs(&plan.workspace, &repos_at_launch, &[]),
         changes: None,
         changes_error: None,
+        denials: crate::denials::of_run(None, limit_hit.map(|l| (l, true, None))),
     })
 }
 
@@ -209,5 +210,6 @@ fn enforcement(plan: &WasmPlan) -> Enforcement {
         protected_paths: not_applicable(),
         missing_layers: Vec::new(),
         grants,
+        denial_reports: crate::denials::tier_a_sources(),
     }
 }

@@ -466,6 +466,7 @@ fn bwrap_enforcement(
         )),
         missing_layers: missing,
         grants: Vec::new(),
+        denial_reports: std::collections::BTreeMap::new(),
     }
 }
 

@@ -260,8 +260,19 @@ pub fn outcome_summary(o: &Outcome) -> String {
     if o.redacted {
         s.push_str("\n[credentials in the output were redacted]");
     }
-    for denial in o.egress_denials() {
-        s.push_str(&format!("\n[{denial}]"));
+    for d in o
+        .denials
+        .iter()
+        .filter(|d| d.layer != tierbox_runner::denials::DenialLayer::Limits)
+    {
+        s.push_str(&format!(
+            "\n[denied: {} {} ({}, {}×); to allow: {}]",
+            d.operation,
+            d.target,
+            d.layer.name(),
+            d.count,
+            d.hint
+        ));
     }
     push_tail(&mut s, "stdout", &o.stdout.text);
     push_tail(&mut s, "stderr", &o.stderr.text);

@@ -451,6 +451,23 @@ pub fn not_allowlisted_is_refused_and_reported(test: &str, tier: Tier) {
         "{}",
         r.describe()
     );
+    // The outcome lists it as a denial with the change that would allow it, and says
+    // which layers' denials it records on this host.
+    assert_eq!(
+        r.outcome["denials"],
+        serde_json::json!([{
+            "layer": "egress", "operation": "connect", "target": "blocked.test:80",
+            "count": 1, "hint": "egress.allow += \"blocked.test:80\""
+        }]),
+        "{}",
+        r.describe()
+    );
+    assert_eq!(
+        r.outcome["enforcement"]["denial_reports"]["egress"]["applied"],
+        true,
+        "{}",
+        r.describe()
+    );
     let denied = r.decisions()[0]["message"].as_str().unwrap().to_owned();
     assert_eq!(
         denied,
@@ -470,8 +487,10 @@ pub fn not_allowlisted_is_refused_and_reported(test: &str, tier: Tier) {
     );
     assert_ne!(r.status, 0, "{}", r.describe());
     assert!(
-        r.stderr.contains(&format!("tierbox: {denied}")),
-        "the CLI does not print the denial: {}",
+        r.stderr.contains(
+            "tierbox: 1 denial: connect blocked.test:80 (egress); to allow: egress.allow += \"blocked.test:80\"; see --json"
+        ),
+        "the CLI does not print the denial and its fix: {}",
         r.describe()
     );
 

@@ -252,5 +252,6 @@ fn enforcement(plan: &Plan, info: &EngineInfo, missing: Vec<Layer>) -> Enforceme
         )),
         missing_layers: missing,
         grants: Vec::new(),
+        denial_reports: std::collections::BTreeMap::new(),
     }
 }

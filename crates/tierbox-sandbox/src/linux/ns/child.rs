@@ -964,6 +964,7 @@ fn enforcement_report(
         },
         missing_layers: missing,
         grants: Vec::new(),
+        denial_reports: std::collections::BTreeMap::new(),
     }
 }
 

@@ -1,0 +1,240 @@
+//! `tierbox explain`: why a run was refused what it was (its denials, from an outcome or
+//! the audit log), or whether a policy allows a path or a host and which rule decides.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use tierbox_policy::access::{Access, AccessModel, Rule};
+use tierbox_policy::{EgressMode, Policy};
+
+/// What a path is opened for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Op {
+    /// Read a file, list a directory.
+    Read,
+    /// Write, create, delete or rename.
+    Write,
+    /// Execute a file.
+    Exec,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Exec => "exec",
+        }
+    }
+}
+
+/// `explain --path P --op OP`: what the policy's grants (resolved in the runner's
+/// workspace) say of `path`. Exit 0 when allowed, 1 when denied.
+pub fn path(runner: &tierbox_runner::Runner, path: &Path, op: Op) -> Result<ExitCode> {
+    let plan = match runner.check_grants() {
+        Ok(plan) => plan,
+        Err(rej) => {
+            eprintln!("tierbox: [{}] {rej}", rej.code());
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let model = AccessModel::of(&plan);
+    let shown = path.display();
+    let needed = match op {
+        Op::Write => Access::Write,
+        Op::Read | Op::Exec => Access::Read,
+    };
+    let (allowed, why, fix) = match model.rule(&path) {
+        None => (
+            false,
+            "no grant covers it: it is absent for the run".to_owned(),
+            Some(format!(
+                "filesystem.{} += \"{shown}\"",
+                if op == Op::Write {
+                    "writable"
+                } else {
+                    "read_only"
+                }
+            )),
+        ),
+        Some((at, Rule::Deny)) if plan.filesystem.system_covers().iter().any(|c| c == at) => (
+            false,
+            format!(
+                "{} is a host secret under a system path, hidden in every tier",
+                at.display()
+            ),
+            None,
+        ),
+        Some((at, Rule::Deny)) => (
+            false,
+            format!(
+                "{} hides it (a denial wins over every grant)",
+                rule_text(Rule::Deny, at)
+            ),
+            Some(format!(
+                "remove \"{}\" from filesystem.deny_read",
+                at.display()
+            )),
+        ),
+        Some((at, rule)) => {
+            let allowed = model.access(&path) >= needed;
+            let what = rule_text(rule, at);
+            let fix = match (allowed, rule) {
+                (true, _) => None,
+                (false, Rule::System) => None,
+                (false, Rule::Protected) => Some(format!(
+                    "remove \"{}\" from filesystem.protected",
+                    at.display()
+                )),
+                (false, _) => Some(format!("filesystem.writable += \"{shown}\"")),
+            };
+            (allowed, format!("decided by {what}"), fix)
+        }
+    };
+    let verdict = if allowed { "allowed" } else { "denied" };
+    println!("{} {shown}: {verdict}: {why}", op.name());
+    if !allowed {
+        match fix {
+            Some(f) => println!("to allow: {f}"),
+            None => println!("no policy can allow it"),
+        }
+    }
+    if op == Op::Exec && allowed {
+        println!("note: running it as a command also needs its name in exec.allowed_executables");
+    }
+    Ok(ExitCode::from(u8::from(!allowed)))
+}
+
+/// The rule `rule`, attached to `at`, in words.
+fn rule_text(rule: Rule, at: &Path) -> String {
+    let at = at.display();
+    match rule {
+        Rule::System => format!("the system path {at} (read-only)"),
+        Rule::Workspace => format!("the workspace {at} (read-write)"),
+        Rule::Writable => format!("filesystem.writable \"{at}\""),
+        Rule::ReadOnly => format!("filesystem.read_only \"{at}\""),
+        Rule::Protected => format!("filesystem.protected \"{at}\" (read-only in the workspace)"),
+        Rule::Deny => format!("filesystem.deny_read \"{at}\""),
+    }
+}
+
+/// `explain --host HOST[:PORT]`: whether the policy's egress lets a run connect there,
+/// and which entry decides. Exit 0 when allowed, 1 when denied.
+pub fn host(policy: &Policy, raw: &str) -> Result<ExitCode> {
+    let (host, port) = match tierbox_policy::hosts::parse_host_and_port(raw) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("tierbox: {raw:?} is not HOST or HOST:PORT: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let target = host.with_port(port);
+    let e = &policy.egress;
+    let (allowed, why, fix) = match e.mode {
+        EgressMode::AllowAll => (
+            true,
+            "egress.mode = \"allow_all\": any host".to_owned(),
+            None,
+        ),
+        EgressMode::BlockAll => (
+            false,
+            "egress.mode = \"block_all\": no network at all".to_owned(),
+            Some(format!(
+                "egress.mode = \"strict\" and egress.allow += \"{target}\""
+            )),
+        ),
+        EgressMode::Preflight | EgressMode::Strict => {
+            let entry = e.allow.iter().find(|a| {
+                a.parse::<tierbox_policy::hosts::HostPattern>()
+                    .is_ok_and(|p| p.matches_host(&host, port))
+            });
+            match entry {
+                Some(entry) => (true, format!("egress.allow \"{entry}\" matches"), None),
+                None => (
+                    false,
+                    format!(
+                        "no egress.allow entry matches (egress.mode = \"{}\")",
+                        e.mode.as_str()
+                    ),
+                    Some(format!("egress.allow += \"{target}\"")),
+                ),
+            }
+        }
+    };
+    println!(
+        "connect {target}: {}: {why}",
+        if allowed { "allowed" } else { "denied" }
+    );
+    if let Some(f) = fix {
+        println!("to allow: {f}");
+    }
+    if allowed && e.mode == EgressMode::Strict {
+        println!(
+            "note: in strict mode the proxy still refuses a name that resolves to a loopback, private, link-local or metadata address unless an address entry covers it"
+        );
+    }
+    Ok(ExitCode::from(u8::from(!allowed)))
+}
+
+/// `explain --outcome FILE`: the denials of an outcome (`tierbox run --json`), and the
+/// layers whose denials were not recorded.
+pub fn outcome(file: &Path) -> Result<ExitCode> {
+    let text = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&text).with_context(|| format!("parsing {}", file.display()))?;
+    print_denials(&v["denials"]);
+    if let Some(reports) = v["enforcement"]["denial_reports"].as_object() {
+        for (layer, r) in reports {
+            if r["applied"] == false {
+                println!(
+                    "{layer}: not recorded here: {}",
+                    r["detail"].as_str().unwrap_or("")
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `explain RUN_ID`: the denials the audit log `log` recorded for the run.
+pub fn run_id(log: &Path, run_id: &str) -> Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
+    for line in text.lines() {
+        let Ok(record) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let body = &record["record"]["envelope"]["attestation"]["body"];
+        if body["outcome"]["run_id"] == run_id {
+            print_denials(&body["outcome"]["denials"]);
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+    eprintln!("tierbox: run {run_id} is not in {}", log.display());
+    Ok(ExitCode::from(1))
+}
+
+fn print_denials(denials: &serde_json::Value) {
+    let list = denials.as_array().map(Vec::as_slice).unwrap_or_default();
+    if list.is_empty() {
+        println!("no denials recorded");
+    }
+    for d in list {
+        println!(
+            "{} {} ({}, {} time{}): to allow: {}",
+            d["operation"].as_str().unwrap_or(""),
+            d["target"].as_str().unwrap_or(""),
+            d["layer"].as_str().unwrap_or(""),
+            d["count"],
+            if d["count"] == 1 { "" } else { "s" },
+            d["hint"].as_str().unwrap_or("")
+        );
+    }
+}
+
+/// The audit log to read: `--log`, else the policy's `audit.log`.
+pub fn log_path(log: Option<PathBuf>, policy: &Policy) -> Option<PathBuf> {
+    log.or_else(|| policy.audit.log.clone())
+}
