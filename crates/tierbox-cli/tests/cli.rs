@@ -1935,45 +1935,33 @@ fn explain_says_which_rule_decides_and_what_a_run_was_refused() {
     let ws = tempfile::tempdir().unwrap();
     let w = ws.path().to_str().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| tierbox_with_state(state.path(), args, None);
-    let text = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
-
-    let out = run(&[
-        "explain",
-        "--workspace",
-        w,
-        "--path",
-        "/etc/shadow",
-        "--op",
-        "read",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out).contains("host secret under a system path"),
-        "{}",
-        text(&out)
-    );
-    let out = run(&["explain", "--workspace", w, "--path", w, "--op", "write"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(
-        text(&out).contains("decided by the workspace"),
-        "{}",
-        text(&out)
-    );
-    let out = run(&[
-        "explain",
-        "--workspace",
-        w,
-        "--path",
+    // Runs `tierbox ARGS`, checks its exit code and that its stdout holds `needle`.
+    let expect = |args: &[&str], code: i32, needle: &str| {
+        let out = tierbox_with_state(state.path(), args, None);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains(needle), "{args:?}: {stdout}");
+        out
+    };
+    let explain_path = |path: &str, op: &str, code: i32, needle: &str| {
+        expect(
+            &["explain", "--workspace", w, "--path", path, "--op", op],
+            code,
+            needle,
+        );
+    };
+    explain_path("/etc/shadow", "read", 1, "host secret under a system path");
+    explain_path(w, "write", 0, "decided by the workspace");
+    explain_path(
         "/opt/toolchain",
-        "--op",
         "read",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out).contains(r#"to allow: filesystem.read_only += "/opt/toolchain""#),
-        "{}",
-        text(&out)
+        1,
+        r#"to allow: filesystem.read_only += "/opt/toolchain""#,
     );
 
     let policy = ws.path().join("egress.toml");
@@ -1987,96 +1975,63 @@ fn explain_says_which_rule_decides_and_what_a_run_was_refused() {
     )
     .unwrap();
     let p = policy.to_str().unwrap();
-    let out = run(&[
-        "explain",
-        "-p",
-        p,
-        "--workspace",
-        w,
-        "--host",
-        "files.pypi.org:443",
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(
-        text(&out).contains(r#"egress.allow "*.pypi.org" matches"#),
-        "{}",
-        text(&out)
+    let with_policy = |what: &[&str], code: i32, needle: &str| {
+        let mut args = vec!["explain", "-p", p, "--workspace", w];
+        args.extend_from_slice(what);
+        expect(&args, code, needle)
+    };
+    with_policy(
+        &["--host", "files.pypi.org:443"],
+        0,
+        r#"egress.allow "*.pypi.org" matches"#,
     );
-    let out = run(&[
-        "explain",
-        "-p",
-        p,
-        "--workspace",
-        w,
-        "--host",
-        "example.org:443",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out).contains(r#"to allow: egress.allow += "example.org:443""#),
-        "{}",
-        text(&out)
+    with_policy(
+        &["--host", "example.org:443"],
+        1,
+        r#"to allow: egress.allow += "example.org:443""#,
     );
 
     // A run stopped by its timeout: a limits denial in the outcome and in the audit log.
     if !tier_b_available() {
         return;
     }
-    let out = run(&[
-        "run",
-        "-p",
-        p,
-        "--workspace",
-        w,
-        "--json",
-        "--timeout-ms",
-        "200",
-        "--",
-        "sleep",
-        "5",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(124),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = expect(
+        &[
+            "run",
+            "-p",
+            p,
+            "--workspace",
+            w,
+            "--json",
+            "--timeout-ms",
+            "200",
+            "--",
+            "sleep",
+            "5",
+        ],
+        124,
+        "",
     );
     let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(outcome["denials"][0]["layer"], "limits", "{outcome}");
     assert_eq!(outcome["denials"][0]["target"], "200 ms", "{outcome}");
     let file = state.path().join("outcome.json");
     std::fs::write(&file, &out.stdout).unwrap();
-    let out = run(&["explain", "--outcome", file.to_str().unwrap()]);
-    assert!(
-        text(&out).contains("wall_time 200 ms (limits, 1 time): to allow: a larger timeout_ms"),
-        "{}",
-        text(&out)
+    let file = file.to_str().unwrap();
+    expect(
+        &["explain", "--outcome", file],
+        0,
+        "wall_time 200 ms (limits, 1 time): to allow: a larger timeout_ms",
     );
-    assert!(
-        text(&out).contains("landlock: not recorded here"),
-        "{}",
-        text(&out)
+    expect(
+        &["explain", "--outcome", file],
+        0,
+        "landlock: not recorded here",
     );
-    let id = outcome["run_id"].as_str().unwrap();
-    let out = run(&["explain", "-p", p, "--workspace", w, id]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    with_policy(
+        &[outcome["run_id"].as_str().unwrap()],
+        0,
+        "wall_time 200 ms (limits",
     );
-    assert!(
-        text(&out).contains("wall_time 200 ms (limits"),
-        "{}",
-        text(&out)
-    );
-    let out = run(&[
-        "explain",
-        "-p",
-        p,
-        "--workspace",
-        w,
-        "00000000000000000000000000000000",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
+    with_policy(&["00000000000000000000000000000000"], 1, "");
 }
