@@ -130,6 +130,10 @@ pub struct BackgroundStatus {
     /// kill: `"memory"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_hit: Option<crate::LimitHit>,
+    /// Once ended: what it was refused ([`crate::Outcome::denials`]; a background process
+    /// has no egress proxy, so these are its limits).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denials: Vec<crate::denials::Denial>,
 }
 
 /// What a background run is attested with when it ends.
@@ -217,12 +221,8 @@ struct Ended {
     code: Option<i32>,
     signal: Option<i32>,
     sandbox_failure: Option<String>,
-    /// The change set (overlay mode), its error, the limit hit.
-    review: (
-        Option<crate::changes::ChangeSet>,
-        Option<String>,
-        Option<LimitHit>,
-    ),
+    /// The change set (overlay mode), its error, the limit hit, the denials.
+    review: crate::review::EndReport,
 }
 
 /// One background process.
@@ -261,15 +261,8 @@ impl Entry {
         end.as_ref().and_then(|e| e.sandbox_failure.clone())
     }
 
-    /// The change set, its error and the limit hit, once ended.
-    #[allow(clippy::type_complexity)]
-    fn review(
-        &self,
-    ) -> (
-        Option<crate::changes::ChangeSet>,
-        Option<String>,
-        Option<LimitHit>,
-    ) {
+    /// The change set, its error, the limit hit and the denials, once ended.
+    fn review(&self) -> crate::review::EndReport {
         self.end
             .lock()
             .ok()
@@ -292,7 +285,12 @@ impl Entry {
             self.ended()
                 .unwrap_or((BackgroundState::Running, None, None));
         let total = |r: &Arc<Mutex<OutputRing>>| r.lock().map(|r| r.total()).unwrap_or(0);
-        let (changes, changes_error, limit_hit) = self.review();
+        let crate::review::EndReport {
+            changes,
+            changes_error,
+            limit_hit,
+            denials,
+        } = self.review();
         BackgroundStatus {
             id: self.id.clone(),
             state,
@@ -313,6 +311,7 @@ impl Entry {
             changes,
             changes_error,
             limit_hit,
+            denials,
         }
     }
 
@@ -898,7 +897,7 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant, review
         launched_at,
     )
     .await;
-    let review = scratch.for_status(limit);
+    let review = scratch.for_status(limit, &review.plan);
     guard.finish();
     let (code, signal) = (
         exit.as_ref().and_then(|e| e.code),

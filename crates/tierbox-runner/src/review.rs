@@ -598,17 +598,36 @@ impl Scratch {
 }
 
 impl Scratch {
-    /// For a background process's status: the change set (bounded), its error, and the
-    /// limit hit (`limit`, the memory kill, first; else `"disk"` when full).
-    #[allow(clippy::type_complexity)]
+    /// For a background process's status: the change set (bounded), its error, the
+    /// limit hit (`limit`, the memory kill, first; else `"disk"` when full) and its
+    /// denial.
     pub(crate) fn for_status(
         self,
         limit: Option<crate::LimitHit>,
-    ) -> (Option<ChangeSet>, Option<String>, Option<crate::LimitHit>) {
-        let limit = limit.or(self.disk_full.then_some(crate::LimitHit::Disk));
-        let (changes, error) = self.shown();
-        (changes, error, limit)
+        plan: &tierbox_policy::Plan,
+    ) -> EndReport {
+        let limit_hit = limit.or(self.disk_full.then_some(crate::LimitHit::Disk));
+        let (changes, changes_error) = self.shown();
+        EndReport {
+            changes,
+            changes_error,
+            limit_hit,
+            denials: crate::denials::of_run(
+                None,
+                limit_hit.map(|l| (l, false, crate::denials::limit_value(plan, l))),
+            ),
+        }
     }
+}
+
+/// What a background process's status says of its end beyond its exit: the change set
+/// (overlay mode) or why it could not be kept, the limit hit, the denials.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EndReport {
+    pub(crate) changes: Option<ChangeSet>,
+    pub(crate) changes_error: Option<String>,
+    pub(crate) limit_hit: Option<crate::LimitHit>,
+    pub(crate) denials: Vec<crate::denials::Denial>,
 }
 
 /// After a run's tree is gone: whether its `/tmp` or upper layer filled up, and in

@@ -478,6 +478,10 @@ fn a_background_run_killed_for_memory_on_bwrap_reports_the_signal() {
             (BackgroundState::Exited, None, Some(libc::SIGKILL)),
             "{s:?}"
         );
+        // The status names the limit, and the change that would allow the run.
+        assert_eq!(s.limit_hit, Some(tierbox_runner::LimitHit::Memory), "{s:?}");
+        assert_eq!(s.denials.len(), 1, "{s:?}");
+        assert!(s.denials[0].hint.starts_with("limits.memory_bytes above "), "{s:?}");
     });
 }
 
