@@ -248,7 +248,7 @@ enum Command {
         action: attest::AuditAction,
     },
     /// Why a run was refused what it was (RUN_ID from the audit log, or --outcome FILE),
-    /// or whether the policy allows --path P --op OP or --host HOST[:PORT], and which
+    /// or whether the policy allows --path P --op OP or --host HOST:PORT, and which
     /// rule decides. Exit 1 when the path or host is denied.
     #[command(group(clap::ArgGroup::new("what").required(true)))]
     Explain {
