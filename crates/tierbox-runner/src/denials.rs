@@ -195,8 +195,11 @@ pub fn sources(plan: &Plan, tier: Tier) -> BTreeMap<String, LayerReport> {
         EgressMode::AllowAll => {
             LayerReport::applied("nothing is refused: egress.mode = \"allow_all\"")
         }
-        _ => LayerReport::missing(
-            "no proxy runs (no allowlist): a connection fails inside the sandbox (no route, or seccomp refuses the socket) and is not recorded",
+        EgressMode::Preflight => LayerReport::applied(
+            "nothing is refused at run time: preflight checks the hosts a request names before it runs (a refusal there is a rejection)",
+        ),
+        EgressMode::BlockAll | EgressMode::Strict => LayerReport::missing(
+            "no proxy runs (no network, or an empty allowlist): a connection fails inside the sandbox (no route, or seccomp refuses the socket) and is not recorded",
         ),
     };
     out.insert(DenialLayer::Egress.name().to_owned(), egress);
