@@ -80,6 +80,14 @@ fn umask() -> u32 {
     0o666 & !(std::fs::metadata(&f).unwrap().permissions().mode() & 0o777)
 }
 
+/// Each change's path and kind, in order.
+fn kinds(set: &ChangeSet) -> Vec<(&str, ChangeKind)> {
+    set.changes
+        .iter()
+        .map(|c| (c.path.to_str().unwrap(), c.kind))
+        .collect()
+}
+
 fn find<'a>(set: &'a ChangeSet, path: &str) -> &'a Change {
     set.changes
         .iter()
@@ -98,11 +106,7 @@ fn adds_modifications_deletions_and_untouched_copies() {
         .upper("src/new.rs", "fn main() {}\n")
         .whiteout("gone.txt");
     let set = l.scan();
-    let kinds: Vec<(&str, ChangeKind)> = set
-        .changes
-        .iter()
-        .map(|c| (c.path.to_str().unwrap(), c.kind))
-        .collect();
+    let kinds = kinds(&set);
     assert_eq!(
         kinds,
         [
@@ -327,11 +331,7 @@ fn nothing_is_read_through_a_workspace_symlink() {
     std::os::unix::fs::symlink(host.path(), l.lower.join("x")).unwrap();
     l.opaque("x").upper("x/secret", "mine\n").opaque("x/sub");
     let set = l.scan();
-    let kinds: Vec<(&str, ChangeKind)> = set
-        .changes
-        .iter()
-        .map(|c| (c.path.to_str().unwrap(), c.kind))
-        .collect();
+    let kinds = kinds(&set);
     assert_eq!(
         kinds,
         [
