@@ -26,10 +26,7 @@ use tierbox_runner::review::ChangeStore;
 use tierbox_runner::{RunOptions, Runner};
 
 fn main() {
-    let iterations: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(300);
+    let iterations = support::iterations(300);
     let ws = tempfile::tempdir().expect("tempdir");
     let state = tempfile::tempdir().expect("state dir");
     let mut policy = Policy::builtin_default();

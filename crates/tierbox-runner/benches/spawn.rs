@@ -23,10 +23,7 @@ fn us(d: Duration) -> f64 {
 }
 
 fn main() {
-    let iterations: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(400);
+    let iterations = support::iterations(400);
     let ws = tempfile::tempdir().expect("tempdir");
     let state = tempfile::tempdir().expect("state dir");
     let mut policy = Policy::builtin_default();

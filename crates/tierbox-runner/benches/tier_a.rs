@@ -54,10 +54,7 @@ fn report(name: &str, mut samples: Vec<Duration>) {
 }
 
 fn main() {
-    let iterations: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(2000);
+    let iterations = support::iterations(2000);
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     std::fs::write(ws.path().join("hello.wat"), HELLO_WAT).unwrap();

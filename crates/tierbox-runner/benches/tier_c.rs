@@ -48,10 +48,7 @@ fn runner(backend: TierCBackend, ws: &std::path::Path, state: &std::path::Path) 
 }
 
 fn main() {
-    let iterations: usize = std::env::args()
-        .skip(1)
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(300);
+    let iterations = support::iterations(300);
     let ws = tempfile::tempdir().expect("tempdir");
     let state = tempfile::tempdir().expect("state dir");
     let ws_path = ws.path().canonicalize().unwrap();

@@ -345,14 +345,7 @@ impl ChangeStore {
 
     /// Every change set kept (expired ones removed first), oldest first.
     pub fn list(&self) -> Vec<KeptChanges> {
-        self.sweep();
-        let Ok(read) = std::fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        let mut out: Vec<KeptChanges> = read
-            .flatten()
-            .filter_map(|e| self.get(e.file_name().to_str()?).ok())
-            .collect();
+        let mut out = self.sweep_reading().1;
         out.sort_by_key(|k| k.created_unix_ms);
         out
     }
@@ -367,28 +360,38 @@ impl ChangeStore {
     /// Removes the expired change sets (and anything in the directory that is not a
     /// readable change set); returns how many were removed.
     pub fn sweep(&self) -> usize {
+        self.sweep_reading().0
+    }
+
+    /// [`ChangeStore::sweep`], reading each manifest once: how many sets were removed,
+    /// and the ones kept.
+    fn sweep_reading(&self) -> (usize, Vec<KeptChanges>) {
         let Ok(read) = std::fs::read_dir(&self.dir) else {
-            return 0;
+            return (0, Vec::new());
         };
         let now = now_unix_ms();
-        let mut removed = 0;
+        let (mut removed, mut kept) = (0, Vec::new());
         for entry in read.flatten() {
             let manifest = entry.path().join(MANIFEST_FILE);
-            let expired = std::fs::read(&manifest)
+            let live = std::fs::read(&manifest)
                 .ok()
                 .and_then(|t| serde_json::from_slice::<KeptChanges>(&t).ok())
-                .is_none_or(|k| k.expires_unix_ms <= now);
+                .filter(|k| k.expires_unix_ms > now);
+            if let Some(k) = live {
+                kept.push(k);
+                continue;
+            }
             // A set being written has no manifest yet for a moment: spare young ones.
             let young = entry
                 .metadata()
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(60));
             let being_written = young && !manifest.exists();
-            if expired && !being_written && std::fs::remove_dir_all(entry.path()).is_ok() {
+            if !being_written && std::fs::remove_dir_all(entry.path()).is_ok() {
                 removed += 1;
             }
         }
-        removed
+        (removed, kept)
     }
 
     /// A unified diff of the text files the run changed (added, modified, deleted),

@@ -1,4 +1,5 @@
-//! What the paired benchmarks share: percentiles of sorted samples and unit conversions.
+//! What the paired benchmarks share: the iteration count, percentiles of sorted samples
+//! and unit conversions.
 
 use std::time::Duration;
 
@@ -12,4 +13,12 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[allow(dead_code)] // not every bench prints milliseconds
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// The first numeric command-line argument (`cargo bench … -- N`), else `default`.
+pub fn iterations(default: usize) -> usize {
+    std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(default)
 }
