@@ -27,7 +27,9 @@
 //!   its neighbour was replaced (an AWS key id glued to another secret) is caught too.
 //!   Later passes only rescan the lines around the markers the previous pass inserted
 //!   (widened by the longest secret); key blocks, which span lines, are searched in the
-//!   whole text again.
+//!   whole text again. A line still changing after [`MAX_PASSES`] (rules whose values end
+//!   at different characters taking turns, which crafted input can chain) is replaced
+//!   whole by [`REDACTED`]; if the result would still change, the whole text is.
 //! - **Fails closed.** If the built-in patterns could not be compiled (impossible: a test
 //!   compiles them), every non-empty text is replaced by [`REDACTED`] as a whole.
 //!
@@ -147,8 +149,10 @@ pub const MIN_SECRET_LEN: usize = 4;
 /// How many times the rules are applied at most, until the text stops changing.
 ///
 /// The second pass exists for secrets a rule can only see once a neighbour has been
-/// replaced (a word-boundary rule next to a redacted value); nothing has ever needed a
-/// third. The cap bounds the work at `MAX_PASSES` linear scans.
+/// replaced (a word-boundary rule next to a redacted value); ordinary output never needs
+/// a third. Crafted input can chain replacements further (each one ending a value another
+/// rule then reads past); the lines still changing after this many passes are hidden
+/// whole. The cap bounds the work at `MAX_PASSES + 2` linear scans.
 pub const MAX_PASSES: usize = 4;
 
 /// Query and fragment keys that are sensitive in URLs (compared after lower-casing and
@@ -715,7 +719,7 @@ impl Redactor {
         // scanned again. Key blocks span lines (a redacted value may have eaten an END
         // line), so they are searched in the whole text again; their literal prefix
         // makes that nearly free.
-        for _ in 1..MAX_PASSES {
+        for pass in 1..=MAX_PASSES {
             spans.clear();
             pem_blocks(
                 rules,
@@ -738,9 +742,48 @@ impl Redactor {
             if spans.is_empty() {
                 break;
             }
+            if pass == MAX_PASSES {
+                // Still changing: each replacement keeps uncovering a new match (values
+                // of different rules end at different characters, and a marker can join
+                // them). Hide the unsettled lines whole instead of going on.
+                out = self.settle(rules, &out, &spans);
+                break;
+            }
             (out, markers) = replace_spans(&out, &spans);
         }
         (Cow::Owned(out), true)
+    }
+
+    /// Ends a redaction that did not settle within [`MAX_PASSES`]: every line holding one
+    /// of `spans` (the matches the last pass still found) is replaced by one marker, and
+    /// the result is checked the way a later [`Redactor::redact`] would see it (all rules,
+    /// the whole text). If even that finds something, the whole text is hidden: failing
+    /// closed keeps redaction idempotent.
+    fn settle(&self, rules: &Rules, text: &str, spans: &[(usize, usize)]) -> String {
+        let b = text.as_bytes();
+        let mut lines: Vec<(usize, usize)> = spans
+            .iter()
+            .map(|&(s, e)| {
+                let start = b[..s]
+                    .iter()
+                    .rposition(|&c| c == b'\n')
+                    .map_or(0, |p| p + 1);
+                let end = b[e..]
+                    .iter()
+                    .position(|&c| c == b'\n')
+                    .map_or(b.len(), |p| e + p);
+                (start, end)
+            })
+            .collect();
+        merge(text, &mut lines);
+        let (out, _) = replace_spans(text, &lines);
+        let mut check = Vec::new();
+        self.collect(rules, &out, 0, true, &mut check);
+        if check.is_empty() {
+            out
+        } else {
+            REDACTED.to_owned()
+        }
     }
 
     /// Redacts one piece of a stream that is shown piece by piece (a line or a batch of

@@ -150,6 +150,34 @@ fn whole_positive_corpus_as_one_output_hides_every_secret() {
     }
 }
 
+/// A line whose replacements keep uncovering new matches (here the query rule, whose
+/// values end at `#`, and the assignment rule, whose values do not, take turns on
+/// `k-s-key=` pairs) is hidden whole once [`tierbox_redact::MAX_PASSES`] is reached,
+/// rather than left half-settled: a second redaction must change nothing. Found by the
+/// `redact` fuzz target.
+#[test]
+fn a_line_that_does_not_settle_is_hidden_whole() {
+    const UNSETTLED: &[u8] = b"{curl\xff\xff\xff-p\x1cs\x8b^\x8b\x8d\xd2sk_tr-psk_tr-pspskpn_t-s-psk_tr-pspsk--#key=\xde+#e_#k-s-key=\xde_#::\xff\xbcsBl\xff\x01;\xf4\xff\xff\xffk_troslk_trosl\xff\xff:\xf4\xff_tn-ps-psk^tr-psk_tr-pspsk_tn-ps-psk_tr-psps[REDkey=\xde+#e_#k-s-key=\xde_#::\xff\xbcsBl\xff\x01;\xf4\xff\xff\xffk_troslk_tr-ps\xff\xff\xffy=\xde+#e_w:/\xf5";
+    let line = String::from_utf8_lossy(UNSETTLED);
+    let text =
+        format!("password=hunter2\n{line}\nok: token=ghp_abcdefghijklmnopqrstuvwxyz0123456789\n");
+    let redactor = Redactor::default();
+    let (once, redacted) = redactor.redact(&text);
+    assert!(redacted);
+    assert_eq!(
+        once,
+        format!("password={REDACTED}\n{REDACTED}\nok: token={REDACTED}\n"),
+        "only the unsettled line is hidden whole"
+    );
+    let (twice, changed) = redactor.redact(&once);
+    assert_eq!(twice, once);
+    assert!(!changed);
+
+    // Alone, the line is the whole text.
+    let (alone, _) = redactor.redact(&line);
+    assert_eq!(alone, REDACTED);
+}
+
 #[test]
 fn short_secrets_are_ignored() {
     let redactor = Redactor::new(&["abc".to_string(), String::new(), "ACTED".to_string()]);
