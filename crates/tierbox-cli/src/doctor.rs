@@ -261,6 +261,9 @@ struct Report<'a> {
     runs_in: Result<String, String>,
     strict: StrictEgress,
     review: ReviewReport,
+    /// Whether landlock and seccomp denials can be read from the kernel's audit records
+    /// here, or why not.
+    denials: Result<(), String>,
     hints: Vec<String>,
 }
 
@@ -299,6 +302,7 @@ impl<'a> Report<'a> {
             runs_in,
             strict,
             review,
+            denials: tierbox_runner::host::denial_audit(),
             hints: Vec::new(),
         };
         report.hints = report.hints();
@@ -400,7 +404,12 @@ impl<'a> Report<'a> {
                 "host": summary, "tiers": tiers, "egress": egress,
                 "sandbox_identity": identity_json,
                 "containers": containers, "selected_backend": selected,
-                "review": self.review.json(), "hints": hints
+                "review": self.review.json(),
+                "denial_report": match &self.denials {
+                    Ok(()) => serde_json::json!({"landlock_and_seccomp": true}),
+                    Err(why) => serde_json::json!({"landlock_and_seccomp": false, "reason": why}),
+                },
+                "hints": hints
             }))?
         );
         Ok(())
@@ -456,6 +465,13 @@ impl<'a> Report<'a> {
             yes_no(strict_tier_b)
         );
         println!("review      {}", self.review.text());
+        println!(
+            "denials     egress and limits: recorded; landlock and seccomp: {}",
+            match &self.denials {
+                Ok(()) => "recorded (kernel audit records, one audit session per run)".to_owned(),
+                Err(why) => why.clone(),
+            }
+        );
         for (e, status) in engines {
             match status {
                 Ok(detail) => println!("{:<11} reachable: {detail}", e.to_string()),

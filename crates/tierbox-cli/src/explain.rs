@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use tierbox_policy::access::{Access, AccessModel, Rule};
 use tierbox_policy::{EgressMode, Policy};
+use tierbox_runner::denials::{PathVerdict, path_verdict};
 
 /// What a path is opened for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,59 +40,8 @@ pub fn path(runner: &tierbox_runner::Runner, path: &Path, op: Op) -> Result<Exit
         }
     };
     let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let model = AccessModel::of(&plan);
     let shown = path.display();
-    let needed = match op {
-        Op::Write => Access::Write,
-        Op::Read | Op::Exec => Access::Read,
-    };
-    let (allowed, why, fix) = match model.rule(&path) {
-        None => (
-            false,
-            "no grant covers it: it is absent for the run".to_owned(),
-            Some(format!(
-                "filesystem.{} += \"{shown}\"",
-                if op == Op::Write {
-                    "writable"
-                } else {
-                    "read_only"
-                }
-            )),
-        ),
-        Some((at, Rule::Deny)) if plan.filesystem.system_covers().iter().any(|c| c == at) => (
-            false,
-            format!(
-                "{} is a host secret under a system path, hidden in every tier",
-                at.display()
-            ),
-            None,
-        ),
-        Some((at, Rule::Deny)) => (
-            false,
-            format!(
-                "{} hides it (a denial wins over every grant)",
-                rule_text(Rule::Deny, at)
-            ),
-            Some(format!(
-                "remove \"{}\" from filesystem.deny_read",
-                at.display()
-            )),
-        ),
-        Some((at, rule)) => {
-            let allowed = model.access(&path) >= needed;
-            let what = rule_text(rule, at);
-            let fix = match (allowed, rule) {
-                (true, _) => None,
-                (false, Rule::System) => None,
-                (false, Rule::Protected) => Some(format!(
-                    "remove \"{}\" from filesystem.protected",
-                    at.display()
-                )),
-                (false, _) => Some(format!("filesystem.writable += \"{shown}\"")),
-            };
-            (allowed, format!("decided by {what}"), fix)
-        }
-    };
+    let PathVerdict { allowed, why, fix } = path_verdict(&plan, &path, op == Op::Write);
     let verdict = if allowed { "allowed" } else { "denied" };
     println!("{} {shown}: {verdict}: {why}", op.name());
     if !allowed {
@@ -105,19 +54,6 @@ pub fn path(runner: &tierbox_runner::Runner, path: &Path, op: Op) -> Result<Exit
         println!("note: running it as a command also needs its name in exec.allowed_executables");
     }
     Ok(ExitCode::from(u8::from(!allowed)))
-}
-
-/// The rule `rule`, attached to `at`, in words.
-fn rule_text(rule: Rule, at: &Path) -> String {
-    let at = at.display();
-    match rule {
-        Rule::System => format!("the system path {at} (read-only)"),
-        Rule::Workspace => format!("the workspace {at} (read-write)"),
-        Rule::Writable => format!("filesystem.writable \"{at}\""),
-        Rule::ReadOnly => format!("filesystem.read_only \"{at}\""),
-        Rule::Protected => format!("filesystem.protected \"{at}\" (read-only in the workspace)"),
-        Rule::Deny => format!("filesystem.deny_read \"{at}\""),
-    }
 }
 
 /// `explain --host HOST[:PORT]`: whether the policy's egress lets a run connect there,

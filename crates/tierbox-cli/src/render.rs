@@ -254,25 +254,42 @@ fn denials_line(o: &Outcome) -> Option<String> {
                 1 => String::new(),
                 n => format!(", {n} times"),
             };
-            format!("{} {} ({}{times})", d.operation, d.target, d.layer.name())
+            // A seccomp target is the rule's reason: the call's name says enough here.
+            let what = match d.layer {
+                DenialLayer::Seccomp => d.operation.clone(),
+                _ => format!("{} {}", d.operation, d.target),
+            };
+            format!("{what} ({}{times})", d.layer.name())
         })
         .collect();
-    let mut hints: Vec<&str> = listed
+    let no_policy =
+        |d: &&&tierbox_runner::denials::Denial| d.hint.starts_with("not allowed by any policy");
+    let mut fixes: Vec<&str> = listed
         .iter()
         .take(DENIALS_SHOWN)
+        .filter(|d| !no_policy(d))
         .map(|d| d.hint.as_str())
         .collect();
-    hints.dedup();
+    fixes.dedup();
+    let refused_by_all = listed.iter().filter(no_policy).count();
     let more = match listed.len().saturating_sub(DENIALS_SHOWN) {
         0 => String::new(),
         n => format!(" and {n} more"),
     };
+    let mut advice = Vec::new();
+    if !fixes.is_empty() {
+        advice.push(format!("to allow: {}", fixes.join("; ")));
+    }
+    if refused_by_all > 0 {
+        advice.push(format!("{refused_by_all} not allowed by any policy"));
+    }
+    advice.push("see --json".to_owned());
     Some(format!(
-        "{} denial{}: {}{more}; to allow: {}; see --json",
+        "{} denial{}: {}{more}; {}",
         listed.len(),
         if listed.len() == 1 { "" } else { "s" },
         shown.join(", "),
-        hints.join("; ")
+        advice.join("; ")
     ))
 }
 

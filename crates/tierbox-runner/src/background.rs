@@ -897,7 +897,15 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant, review
         launched_at,
     )
     .await;
-    let review = scratch.for_status(limit, &review.plan);
+    let audit = supervisor::finish_audit(&mut guard.launched).await;
+    let mut end_report = scratch.for_status(limit, &review.plan);
+    end_report.denials.extend(crate::denials::of_audit(
+        &review.plan,
+        &audit.report,
+        started,
+    ));
+    end_report.denials.truncate(crate::denials::MAX_DENIALS);
+    let review = end_report;
     guard.finish();
     let (code, signal) = (
         exit.as_ref().and_then(|e| e.code),

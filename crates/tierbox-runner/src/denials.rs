@@ -163,6 +163,186 @@ pub fn of_run(
     out
 }
 
+/// The landlock and seccomp refusals read from the kernel's audit records for a run
+/// that started at `started`, as denials with their hints.
+pub fn of_audit(
+    plan: &Plan,
+    report: &tierbox_sandbox::linux::audit::AuditReport,
+    started: std::time::Instant,
+) -> Vec<Denial> {
+    use tierbox_sandbox::linux::audit::RefusalLayer;
+    report
+        .refusals
+        .iter()
+        .map(|r| {
+            let first_ms = u64::try_from(r.first.saturating_duration_since(started).as_millis())
+                .unwrap_or(u64::MAX);
+            let (layer, operation, hint) = match r.layer {
+                RefusalLayer::Landlock => {
+                    let (operation, hint) = landlock_denial(plan, &r.operation, &r.target);
+                    (DenialLayer::Landlock, operation, hint)
+                }
+                RefusalLayer::Seccomp => (
+                    DenialLayer::Seccomp,
+                    r.operation.clone(),
+                    seccomp_hint(&r.operation, &r.target),
+                ),
+            };
+            Denial {
+                layer,
+                operation,
+                target: r.target.clone(),
+                count: r.count,
+                first_ms: Some(first_ms),
+                hint,
+            }
+        })
+        .collect()
+}
+
+/// The operation (landlock's access rights in words: `read`, `write`, `execute`,
+/// `make-dir`, `truncate`, `ioctl-dev`, `connect-tcp`, …) and the hint for a landlock
+/// denial of `rights` (the kernel's names, `,`-separated) on `target`.
+fn landlock_denial(plan: &Plan, rights: &str, target: &str) -> (String, String) {
+    let words: Vec<String> = rights
+        .split(',')
+        .map(|r| match r {
+            "read_file" => "read".to_owned(),
+            "write_file" => "write".to_owned(),
+            other => other.replace('_', "-"),
+        })
+        .collect();
+    let operation = words.join(",");
+    let is = |w: &str| words.iter().any(|x| x == w);
+    let hint = if is("connect-tcp") {
+        format!(
+            "egress.mode = \"strict\" and egress.allow += the host behind {target}: a run reaches the network only through the egress proxy (HTTP_PROXY/HTTPS_PROXY)"
+        )
+    } else if is("bind-tcp") {
+        "not allowed by any policy: a run cannot listen on TCP ports".to_owned()
+    } else if is("signal") || is("abstract-unix-socket") {
+        "not allowed by any policy: processes and abstract sockets outside the run's own".to_owned()
+    } else {
+        let write = !words
+            .iter()
+            .all(|w| matches!(w.as_str(), "read" | "read-dir" | "execute"));
+        let verdict = path_verdict(plan, std::path::Path::new(target), write);
+        match (verdict.allowed, verdict.fix) {
+            (false, Some(fix)) => fix,
+            (false, None) => format!("not allowed by any policy: {}", verdict.why),
+            (true, _) => format!(
+                "not a missing grant ({}): landlock refuses {operation} here for another reason (a rename or link across grants, a device ioctl)",
+                verdict.why
+            ),
+        }
+    };
+    (operation, hint)
+}
+
+/// The hint for a system call the seccomp filter refused under `rule`.
+fn seccomp_hint(syscall: &str, rule: &str) -> String {
+    match syscall {
+        "socket" | "listen" | "sendto" | "sendmsg" | "sendmmsg" => format!(
+            "egress.mode = \"strict\" with egress.allow += \"HOST:PORT\" opens outbound TCP through the egress proxy; nothing else is allowed by any policy ({rule})"
+        ),
+        _ => format!("not allowed by any policy: {rule}"),
+    }
+}
+
+/// What a policy's grants say of a path: allowed or not, which rule decides, and the
+/// smallest change that would allow it (`None`: no policy can).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathVerdict {
+    /// The access asked for is granted.
+    pub allowed: bool,
+    /// Which rule decides, in words.
+    pub why: String,
+    /// The policy change that would allow it, when one can.
+    pub fix: Option<String>,
+}
+
+/// What `plan`'s grants say of opening `path` to read (or execute), or to write when
+/// `write`.
+///
+/// ```
+/// use std::path::Path;
+///
+/// use tierbox_policy::{Policy, ValidateContext, validate::grants_plan};
+///
+/// let ws = std::env::current_dir().unwrap();
+/// let plan = grants_plan(&Policy::builtin_default(), &ValidateContext::new(&ws)).unwrap();
+/// let v = tierbox_runner::denials::path_verdict(&plan, Path::new("/srv/data/x"), false);
+/// assert!(!v.allowed);
+/// assert_eq!(v.fix.as_deref(), Some(r#"filesystem.read_only += "/srv/data/x""#));
+/// ```
+pub fn path_verdict(plan: &Plan, path: &std::path::Path, write: bool) -> PathVerdict {
+    use tierbox_policy::access::{Access, AccessModel, Rule};
+    let model = AccessModel::of(plan);
+    let shown = path.display();
+    let needed = if write { Access::Write } else { Access::Read };
+    match model.rule(path) {
+        None => PathVerdict {
+            allowed: false,
+            why: "no grant covers it: it is absent for the run".to_owned(),
+            fix: Some(format!(
+                "filesystem.{} += \"{shown}\"",
+                if write { "writable" } else { "read_only" }
+            )),
+        },
+        Some((at, Rule::Deny)) if plan.filesystem.system_covers().iter().any(|c| c == at) => {
+            PathVerdict {
+                allowed: false,
+                why: format!(
+                    "{} is a host secret under a system path, hidden in every tier",
+                    at.display()
+                ),
+                fix: None,
+            }
+        }
+        Some((at, Rule::Deny)) => PathVerdict {
+            allowed: false,
+            why: format!(
+                "{} hides it (a denial wins over every grant)",
+                rule_text(Rule::Deny, at)
+            ),
+            fix: Some(format!(
+                "remove \"{}\" from filesystem.deny_read",
+                at.display()
+            )),
+        },
+        Some((at, rule)) => {
+            let allowed = model.access(path) >= needed;
+            let fix = match (allowed, rule) {
+                (true, _) | (false, Rule::System) => None,
+                (false, Rule::Protected) => Some(format!(
+                    "remove \"{}\" from filesystem.protected",
+                    at.display()
+                )),
+                (false, _) => Some(format!("filesystem.writable += \"{shown}\"")),
+            };
+            PathVerdict {
+                allowed,
+                why: format!("decided by {}", rule_text(rule, at)),
+                fix,
+            }
+        }
+    }
+}
+
+/// The rule `rule`, attached to `at`, in words.
+fn rule_text(rule: tierbox_policy::access::Rule, at: &std::path::Path) -> String {
+    use tierbox_policy::access::Rule;
+    let at = at.display();
+    match rule {
+        Rule::System => format!("the system path {at} (read-only)"),
+        Rule::Workspace => format!("the workspace {at} (read-write)"),
+        Rule::Writable => format!("filesystem.writable \"{at}\""),
+        Rule::ReadOnly => format!("filesystem.read_only \"{at}\""),
+        Rule::Protected => format!("filesystem.protected \"{at}\" (read-only in the workspace)"),
+        Rule::Deny => format!("filesystem.deny_read \"{at}\""),
+    }
+}
+
 /// The value `plan` set for `limit`, with its unit, for [`of_run`].
 pub fn limit_value(plan: &Plan, limit: LimitHit) -> Option<String> {
     let l = &plan.limits;
@@ -179,8 +359,13 @@ pub fn limit_value(plan: &Plan, limit: LimitHit) -> Option<String> {
 }
 
 /// How each layer's denials reach the outcome on this run, or why they cannot (the
-/// outcome's `enforcement.denial_reports`).
-pub fn sources(plan: &Plan, tier: Tier) -> BTreeMap<String, LayerReport> {
+/// outcome's `enforcement.denial_reports`). `audit`: how the run's landlock and seccomp
+/// denials were read (Tier B and C).
+pub fn sources(
+    plan: &Plan,
+    tier: Tier,
+    audit: Option<&tierbox_sandbox::linux::audit::RunAuditReport>,
+) -> BTreeMap<String, LayerReport> {
     let mut out = BTreeMap::new();
     out.insert(
         DenialLayer::Limits.name().to_owned(),
@@ -204,17 +389,37 @@ pub fn sources(plan: &Plan, tier: Tier) -> BTreeMap<String, LayerReport> {
     };
     out.insert(DenialLayer::Egress.name().to_owned(), egress);
     if tier != Tier::A {
+        let layer = |read: Option<&Result<(), String>>| match (read, audit) {
+            (Some(Ok(())), Some(a)) => {
+                let mut detail = format!(
+                    "the kernel's audit records of the run's own audit session{}",
+                    a.session.map(|s| format!(" ({s})")).unwrap_or_default()
+                );
+                if !a.report.complete {
+                    detail.push_str(&format!(
+                        "; incomplete: the kernel dropped records, or they did not arrive within {} ms of the run's end",
+                        tierbox_sandbox::linux::audit::BARRIER_TIMEOUT.as_millis()
+                    ));
+                }
+                if a.report.dropped > 0 {
+                    detail.push_str(&format!(
+                        "; {} more refusals past the first {} were not listed",
+                        a.report.dropped,
+                        tierbox_sandbox::linux::audit::MAX_REFUSALS_PER_RUN
+                    ));
+                }
+                LayerReport::applied(detail)
+            }
+            (Some(Err(why)), _) => LayerReport::missing(why.clone()),
+            _ => LayerReport::missing("not recorded"),
+        };
         out.insert(
             DenialLayer::Landlock.name().to_owned(),
-            LayerReport::missing(
-                "not recorded: landlock refuses with EACCES and logs only to the kernel's audit subsystem, which this build does not read; the program sees the error",
-            ),
+            layer(audit.map(|a| &a.landlock)),
         );
         out.insert(
             DenialLayer::Seccomp.name().to_owned(),
-            LayerReport::missing(
-                "not recorded: the filter answers a denied call with an error code and no record; the program sees the error",
-            ),
+            layer(audit.map(|a| &a.seccomp)),
         );
     }
     out
@@ -281,6 +486,91 @@ mod tests {
         assert!(got[1].2.contains("address entry"), "{}", got[1].2);
         assert_eq!(d.len(), 3);
         assert!(d.iter().all(|d| d.layer == DenialLayer::Egress));
+    }
+
+    fn grants_plan(ws: &std::path::Path) -> Plan {
+        tierbox_policy::validate::grants_plan(
+            &tierbox_policy::Policy::builtin_default(),
+            &tierbox_policy::ValidateContext::new(ws),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn audit_refusals_become_denials_with_the_smallest_fix() {
+        use tierbox_sandbox::linux::audit::{AuditReport, Refusal, RefusalLayer};
+        let ws = tempfile::tempdir().unwrap();
+        let plan = grants_plan(ws.path());
+        let started = std::time::Instant::now();
+        let refusal = |layer, operation: &str, target: &str| Refusal {
+            layer,
+            operation: operation.to_owned(),
+            target: target.to_owned(),
+            count: 2,
+            first: started + std::time::Duration::from_millis(7),
+        };
+        let report = AuditReport {
+            refusals: vec![
+                refusal(RefusalLayer::Landlock, "read_file", "/srv/data/x"),
+                refusal(RefusalLayer::Landlock, "write_file,truncate", "/srv/out"),
+                refusal(RefusalLayer::Landlock, "make_reg", "/etc"),
+                refusal(RefusalLayer::Landlock, "connect_tcp", "10.0.0.1:443"),
+                refusal(RefusalLayer::Landlock, "signal", "pid 1 (init)"),
+                refusal(RefusalLayer::Seccomp, "ptrace", "reads other processes"),
+                refusal(RefusalLayer::Seccomp, "socket", "a family"),
+            ],
+            dropped: 0,
+            complete: true,
+        };
+        let d = of_audit(&plan, &report, started);
+        let got: Vec<(&str, &str)> = d
+            .iter()
+            .map(|d| (d.operation.as_str(), d.hint.as_str()))
+            .collect();
+        assert_eq!(got[0], ("read", r#"filesystem.read_only += "/srv/data/x""#));
+        assert_eq!(
+            got[1],
+            ("write,truncate", r#"filesystem.writable += "/srv/out""#)
+        );
+        assert_eq!(got[2].0, "make-reg");
+        assert!(
+            got[2]
+                .1
+                .starts_with("not allowed by any policy: decided by the system path /etc"),
+            "{}",
+            got[2].1
+        );
+        assert!(got[3].1.contains("egress.allow"), "{}", got[3].1);
+        assert!(
+            got[4].1.starts_with("not allowed by any policy"),
+            "{}",
+            got[4].1
+        );
+        assert_eq!(
+            got[5],
+            ("ptrace", "not allowed by any policy: reads other processes")
+        );
+        assert!(got[6].1.contains("egress.mode"), "{}", got[6].1);
+        assert!(d.iter().all(|d| d.count == 2 && d.first_ms == Some(7)));
+        assert_eq!(d[0].layer, DenialLayer::Landlock);
+        assert_eq!(d[5].layer, DenialLayer::Seccomp);
+    }
+
+    #[test]
+    fn unread_layers_are_said_to_be_so_with_the_reason() {
+        let ws = tempfile::tempdir().unwrap();
+        let plan = grants_plan(ws.path());
+        let audit = tierbox_sandbox::linux::audit::RunAudit::not_recorded(
+            "no landlock here",
+            "no filter here",
+        )
+        .finish();
+        let r = sources(&plan, Tier::B, Some(&audit));
+        assert!(!r["landlock"].applied);
+        assert_eq!(r["landlock"].detail, "not recorded: no landlock here");
+        assert_eq!(r["seccomp"].detail, "not recorded: no filter here");
+        assert!(r["limits"].applied);
+        assert!(!sources(&plan, Tier::A, None).contains_key("landlock"));
     }
 
     #[test]

@@ -62,6 +62,12 @@ pub fn default_sigpipe() {
     tierbox_sandbox::process::default_sigpipe();
 }
 
+/// Whether landlock and seccomp denials can be read from the kernel's audit records on
+/// this host now, or why not (see [`tierbox_sandbox::linux::audit`]).
+pub fn denial_audit() -> Result<(), String> {
+    tierbox_sandbox::linux::audit::availability()
+}
+
 /// The tier a run of `plan` gets on this host, as a run would select it, or why none.
 pub fn select_tier(plan: &Plan) -> Result<Tier, Rejection> {
     tierbox_sandbox::select::select_tier(plan, tierbox_sandbox::probe::host_facts())

@@ -421,14 +421,39 @@ async fn supervise(
     let mut outcome = outcome_of(plan, l, ended, ending, ended_run, duration_ms);
     let scratch = crate::review::settle_scratch(plan, l, state_dir, run_id, launched_at).await;
     scratch.record(&mut outcome);
+    let audit = finish_audit(l).await;
     outcome.denials = crate::denials::of_run(
         outcome.egress.as_ref(),
         outcome
             .limit_hit
             .map(|l| (l, false, crate::denials::limit_value(plan, l))),
     );
-    outcome.enforcement.denial_reports = crate::denials::sources(plan, l.tier);
+    outcome
+        .denials
+        .extend(crate::denials::of_audit(plan, &audit.report, started));
+    outcome.denials.truncate(crate::denials::MAX_DENIALS);
+    outcome.enforcement.denial_reports = crate::denials::sources(plan, l.tier, Some(&audit));
     Ok(outcome)
+}
+
+/// The run's landlock and seccomp refusals, once its processes are gone (waiting up to
+/// [`tierbox_sandbox::linux::audit::BARRIER_TIMEOUT`] for the kernel's queue, off the
+/// async threads).
+pub(crate) async fn finish_audit(
+    l: &mut RunningSandbox,
+) -> tierbox_sandbox::linux::audit::RunAuditReport {
+    let audit = std::mem::replace(
+        &mut l.audit,
+        tierbox_sandbox::linux::audit::RunAudit::not_recorded("already read", "already read"),
+    );
+    match tokio::task::spawn_blocking(move || audit.finish()).await {
+        Ok(report) => report,
+        Err(e) => tierbox_sandbox::linux::audit::RunAudit::not_recorded(
+            &format!("the audit reader failed: {e}"),
+            &format!("the audit reader failed: {e}"),
+        )
+        .finish(),
+    }
 }
 
 /// A run's output capture and the tasks serving it while it runs.

@@ -96,6 +96,9 @@ pub struct RunningSandbox {
     /// upper layer (`<fd>/upper`: the run's changes to the workspace, in overlayfs's
     /// format), readable after the sandbox is gone while the fd is open.
     pub upper_layer: Option<std::os::fd::OwnedFd>,
+    /// How the run's landlock and seccomp denials are read: take them with
+    /// [`crate::linux::audit::RunAudit::finish`] once the run has ended.
+    pub audit: crate::linux::audit::RunAudit,
 }
 
 /// How a run ended, as far as the program is concerned.

@@ -128,6 +128,7 @@ pub(crate) fn launch_native(
                 container: None,
                 tmp_fs: n.tmp_fs,
                 upper_layer: n.upper_layer,
+                audit: n.audit,
             })
         }
         Err(e) => {
@@ -290,6 +291,10 @@ pub(crate) fn launch_bwrap(
         container: None,
         tmp_fs: None,
         upper_layer: None,
+        audit: crate::linux::audit::RunAudit::not_recorded(
+            "the bwrap backend applies no landlock domain (its mount namespace hides what is not bound)",
+            "bwrap loads the filter itself, without SECCOMP_FILTER_FLAG_LOG: a refused call is not logged",
+        ),
     })
 }
 

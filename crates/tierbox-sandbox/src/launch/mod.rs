@@ -489,6 +489,10 @@ pub(crate) fn spawn_helper(
         },
         keep_caps: true,
         netns_fd: helper.netns.map_or(-1, |fd| fd.as_raw_fd()),
+        // A helper builds its own sandbox (bwrap loads its filter without the log flag).
+        log_landlock: false,
+        log_seccomp: false,
+        audit_session: false,
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
@@ -805,13 +809,13 @@ impl Arming {
             lsys::set_no_new_privs()?;
         }
         if let Some(fd) = landlock {
-            lsys::landlock_restrict_self(fd)?;
+            lsys::landlock_restrict_self(fd, 0)?;
         }
         let Some(spec) = &self.seccomp else {
             return Ok(None);
         };
         let base = SeccompProgram::cached_base(spec).map_err(|_| libc::EINVAL)?;
-        lsys::seccomp_set_filter(&base.as_fprog())?;
+        lsys::seccomp_set_filter(&base.as_fprog(), 0)?;
         if !(hand_off && spec.mediate_chmod) {
             return Ok(None);
         }

@@ -198,6 +198,13 @@ pub(crate) struct ChildSpec {
     /// `-1`, or the socket over which the child sends the seccomp listener fd (chmod
     /// mediation).
     pub seccomp_listener_sock: c_int,
+    /// Landlock's denials are audited (ABI 7): see [`crate::linux::audit`].
+    pub log_landlock: bool,
+    /// The seccomp filter's refusals are audited.
+    pub log_seccomp: bool,
+    /// The cloning thread starts a fresh audit session just before the clone, so the
+    /// child's audited denials can be told from every other run's.
+    pub audit_session: bool,
     /// The supervisor's pid, to detect that it died before `PR_SET_PDEATHSIG` took hold.
     pub parent_pid: libc::pid_t,
     /// What only a trusted helper (`bwrap`, a container CLI) gets; [`HelperSetup::NONE`]
@@ -413,6 +420,8 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (Step, i32)> {
         landlock_fd: spec.landlock_fd,
         seccomp,
         seccomp_listener_sock: spec.seccomp_listener_sock,
+        log_landlock: spec.log_landlock,
+        log_seccomp: spec.log_seccomp,
         program: spec.program,
         argv: spec.argv,
         envp: spec.envp,
@@ -501,15 +510,25 @@ impl exec::ProgramCalls for RawCalls {
         lsys::set_no_new_privs()
     }
 
-    fn landlock_restrict(&self, fd: c_int) -> Result<(), i32> {
-        lsys::landlock_restrict_self(fd)
+    fn landlock_restrict(&self, fd: c_int, log: bool) -> Result<(), i32> {
+        let flags = if log {
+            lsys::LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON
+        } else {
+            0
+        };
+        lsys::landlock_restrict_self(fd, flags)
     }
 
-    fn seccomp(&self, prog: &libc::sock_fprog, listener_sock: c_int) -> Result<(), i32> {
-        if listener_sock >= 0 {
-            seccomp_with_listener(prog, listener_sock)
+    fn seccomp(&self, prog: &libc::sock_fprog, listener_sock: c_int, log: bool) -> Result<(), i32> {
+        let flags = if log {
+            libc::SECCOMP_FILTER_FLAG_LOG
         } else {
-            lsys::seccomp_set_filter(prog)
+            0
+        };
+        if listener_sock >= 0 {
+            seccomp_with_listener(prog, listener_sock, flags)
+        } else {
+            lsys::seccomp_set_filter(prog, flags)
         }
     }
 
@@ -560,6 +579,8 @@ impl ChildStack {
 pub(crate) struct Cloned {
     pub pid: libc::pid_t,
     pub pidfd: OwnedFd,
+    /// The child's audit session, when [`ChildSpec::audit_session`] asked for one.
+    pub audit: Option<Result<crate::linux::audit::AuditSession, String>>,
 }
 
 /// Clones the child and waits for it to exec (or fail).
@@ -575,6 +596,8 @@ pub(crate) fn clone_and_exec(
     let mut pidfd: c_int = -1;
     let top = stack.mem.as_mut_ptr_range().end as *mut c_void;
     let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
+    // The child inherits this thread's audit session; the thread leaves it after.
+    let audit = crate::linux::audit::session_for_clone(spec.audit_session);
     // SAFETY: `child_main` only reads `spec` and makes raw syscalls (module docs); `top` is
     // the 16-byte aligned end of a live stack buffer; the parent is suspended until the
     // child execs or exits, so `spec`, the strings it points to and the stack outlive the
@@ -588,8 +611,12 @@ pub(crate) fn clone_and_exec(
             &mut pidfd as *mut c_int,
         )
     };
+    let clone_errno = errno();
+    if audit.is_some() {
+        crate::linux::audit::leave_session();
+    }
     if pid == -1 {
-        return Err((Step::None, errno()));
+        return Err((Step::None, clone_errno));
     }
     // SAFETY: on success the kernel returned a fresh pidfd that we now own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
@@ -600,7 +627,7 @@ pub(crate) fn clone_and_exec(
         let _ = wait_pidfd(&pidfd, false);
         return Err((failed, err));
     }
-    Ok(Cloned { pid, pidfd })
+    Ok(Cloned { pid, pidfd, audit })
 }
 
 /// How a child ended, with its resource usage.
@@ -973,21 +1000,25 @@ pub fn register_readable(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<Own
 /// In the child: installs the filter with `SECCOMP_FILTER_FLAG_NEW_LISTENER` and sends the
 /// listener fd (created close-on-exec) to the supervisor over `sock` with `SCM_RIGHTS`.
 /// Raw syscalls only.
-fn seccomp_with_listener(prog: &libc::sock_fprog, sock: c_int) -> Result<(), i32> {
-    let fd = seccomp_new_listener_raw(prog)?;
+fn seccomp_with_listener(
+    prog: &libc::sock_fprog,
+    sock: c_int,
+    flags: libc::c_ulong,
+) -> Result<(), i32> {
+    let fd = seccomp_new_listener_raw(prog, flags)?;
     send_fd_raw(sock, fd)
 }
 
 /// `seccomp(SET_MODE_FILTER, NEW_LISTENER, prog)` on the calling thread: the listener fd
 /// (close-on-exec). Async-signal-safe.
-fn seccomp_new_listener_raw(prog: &libc::sock_fprog) -> Result<c_int, i32> {
+fn seccomp_new_listener_raw(prog: &libc::sock_fprog, flags: libc::c_ulong) -> Result<c_int, i32> {
     // SAFETY: seccomp(SET_MODE_FILTER) only reads the program, which the caller keeps
     // alive for the call; on success it returns a new fd.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER as libc::c_ulong,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | flags,
             prog as *const libc::sock_fprog,
         )
     };
@@ -998,7 +1029,7 @@ fn seccomp_new_listener_raw(prog: &libc::sock_fprog) -> Result<c_int, i32> {
 /// launcher thread arming itself: its children inherit the filter, and every call they
 /// hand off arrives on this one fd).
 pub(crate) fn seccomp_attach_with_listener(prog: &libc::sock_fprog) -> Result<OwnedFd, i32> {
-    let fd = seccomp_new_listener_raw(prog)?;
+    let fd = seccomp_new_listener_raw(prog, 0)?;
     // SAFETY: a fresh fd the kernel just returned, owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -81,6 +81,11 @@ pub struct ExecSpec<'a> {
     /// When >= 0: the filter is installed with a user-notification listener, sent over
     /// this socket (chmod mediation).
     pub seccomp_listener_sock: RawFd,
+    /// The program's landlock denials are logged to the kernel's audit subsystem
+    /// (landlock ABI 7; read by [`crate::linux::audit`]).
+    pub log_landlock: bool,
+    /// The calls the seccomp filter refuses are logged to the audit subsystem.
+    pub log_seccomp: bool,
     /// NUL-terminated program path.
     pub program: *const c_char,
     /// NULL-terminated argv.
@@ -117,11 +122,13 @@ pub trait ProgramCalls {
     fn die_with_parent(&self, parent: libc::pid_t) -> Result<(), i32>;
     /// `PR_SET_NO_NEW_PRIVS`.
     fn no_new_privs(&self) -> Result<(), i32>;
-    /// `landlock_restrict_self(fd)`.
-    fn landlock_restrict(&self, fd: RawFd) -> Result<(), i32>;
+    /// `landlock_restrict_self(fd)`; with `log`, the exec'd program's denials are
+    /// audited (`LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON`).
+    fn landlock_restrict(&self, fd: RawFd, log: bool) -> Result<(), i32>;
     /// Install `prog`; with `listener_sock >= 0`, with a user-notification listener sent
-    /// over that socket.
-    fn seccomp(&self, prog: &libc::sock_fprog, listener_sock: RawFd) -> Result<(), i32>;
+    /// over that socket; with `log`, every call it does not allow is audited
+    /// (`SECCOMP_FILTER_FLAG_LOG`).
+    fn seccomp(&self, prog: &libc::sock_fprog, listener_sock: RawFd, log: bool) -> Result<(), i32>;
     /// `rt_sigprocmask(SIG_SETMASK, {})`.
     fn unblock_signals(&self) -> Result<(), i32>;
     /// `execve`; returns only on failure, with its errno.
@@ -194,12 +201,12 @@ fn setup(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> Result<(), (Step, i3
     calls.no_new_privs().map_err(at(S::NoNewPrivs))?;
     if spec.landlock_fd >= 0 {
         calls
-            .landlock_restrict(spec.landlock_fd)
+            .landlock_restrict(spec.landlock_fd, spec.log_landlock)
             .map_err(at(S::Landlock))?;
     }
     if let Some(prog) = spec.seccomp {
         calls
-            .seccomp(prog, spec.seccomp_listener_sock)
+            .seccomp(prog, spec.seccomp_listener_sock, spec.log_seccomp)
             .map_err(at(S::Seccomp))?;
     }
     // 9. The program starts with an empty signal mask.

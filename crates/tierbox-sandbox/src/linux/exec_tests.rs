@@ -74,11 +74,19 @@ impl ProgramCalls for Recorder {
     fn no_new_privs(&self) -> Result<(), i32> {
         self.call("no_new_privs")
     }
-    fn landlock_restrict(&self, fd: RawFd) -> Result<(), i32> {
-        self.call(&format!("landlock({fd})"))
+    fn landlock_restrict(&self, fd: RawFd, log: bool) -> Result<(), i32> {
+        self.call(&format!("landlock({fd}{})", if log { ", log" } else { "" }))
     }
-    fn seccomp(&self, _prog: &libc::sock_fprog, listener_sock: RawFd) -> Result<(), i32> {
-        self.call(&format!("seccomp(listener {listener_sock})"))
+    fn seccomp(
+        &self,
+        _prog: &libc::sock_fprog,
+        listener_sock: RawFd,
+        log: bool,
+    ) -> Result<(), i32> {
+        self.call(&format!(
+            "seccomp(listener {listener_sock}{})",
+            if log { ", log" } else { "" }
+        ))
     }
     fn unblock_signals(&self) -> Result<(), i32> {
         self.call("sigmask")
@@ -136,6 +144,8 @@ fn tier_b(inherit: &[(RawFd, RawFd)]) -> ExecSpec<'_> {
         landlock_fd: 20,
         seccomp: Some(&FILTER),
         seccomp_listener_sock: 21,
+        log_landlock: false,
+        log_seccomp: false,
         program: c"/bin/true".as_ptr(),
         argv: std::ptr::null(),
         envp: std::ptr::null(),

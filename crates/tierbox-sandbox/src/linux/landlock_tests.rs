@@ -143,7 +143,7 @@ fn ruleset_enforced_in_a_forked_child() {
         if sys::set_no_new_privs().is_err() {
             return 10;
         }
-        if sys::landlock_restrict_self(fd).is_err() {
+        if sys::landlock_restrict_self(fd, 0).is_err() {
             return 11;
         }
         let wr = libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC;

@@ -15,6 +15,7 @@
 //! Host probes for `doctor` and tier selection: [`landlock::probe_abi`],
 //! [`seccomp::probe_seccomp`], [`cgroup::probe_cached`].
 
+pub mod audit;
 pub mod caps;
 pub mod cgroup;
 pub mod exec;

@@ -484,6 +484,97 @@ pub const CHMOD_FAMILY: &[(&str, libc::c_long)] = &[];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub const DENY_TABLE: &[Denial] = &[];
 
+/// A system call the filter refused, named for a denial report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusedCall {
+    /// The system call's name.
+    pub name: &'static str,
+    /// The rule that refuses it: the deny table's reason, or what the argument rule
+    /// inspects (the audit record does not carry the arguments).
+    pub rule: &'static str,
+}
+
+/// The refusal the filter makes for native system call `nr`, or `None` when its answer
+/// is not a refusal of the program's intent: `ENOSYS` for `clone3` and the x32 ABI makes
+/// libc fall back to the call that is inspected, and the chmod family is handed to the
+/// supervisor when mediated.
+///
+/// ```
+/// use tierbox_sandbox::linux::seccomp::refused_call;
+///
+/// let ptrace = refused_call(libc::SYS_ptrace as u32).unwrap();
+/// assert_eq!(ptrace.name, "ptrace");
+/// assert!(refused_call(libc::SYS_clone3 as u32).is_none());
+/// ```
+pub fn refused_call(nr: u32) -> Option<RefusedCall> {
+    if nr >= X32_SYSCALL_BIT {
+        return None;
+    }
+    if let Some(d) = DENY_TABLE.iter().find(|d| d.nr == nr) {
+        return (d.errno != libc::ENOSYS).then_some(RefusedCall {
+            name: d.name,
+            rule: d.reason,
+        });
+    }
+    if let Some(&(name, _)) = CHMOD_FAMILY.iter().find(|(_, n)| *n as u32 == nr) {
+        return Some(RefusedCall {
+            name,
+            rule: "file mode changes outside the run's writable grants (uid 0 owns every root-owned file; landlock does not mediate metadata)",
+        });
+    }
+    let inspected: &[(libc::c_long, &str, &str)] = &[
+        (
+            libc::SYS_socket,
+            "socket",
+            "a socket family or type the run's network mode does not allow (only AF_UNIX, and AF_INET/AF_INET6 TCP when egress is open)",
+        ),
+        (
+            libc::SYS_socketpair,
+            "socketpair",
+            "a family other than AF_UNIX",
+        ),
+        (
+            libc::SYS_ioctl,
+            "ioctl",
+            "a denied request: TIOCSTI, TIOCLINUX, FS_IOC_SETFLAGS or FS_IOC_FSSETXATTR",
+        ),
+        (
+            libc::SYS_personality,
+            "personality",
+            "a persona other than PER_LINUX",
+        ),
+        (
+            libc::SYS_clone,
+            "clone",
+            "CLONE_NEW* flags: no nested namespaces (a user namespace exposes root-only kernel surface)",
+        ),
+        (
+            libc::SYS_sendto,
+            "sendto",
+            "MSG_FASTOPEN: a connection without connect, past the egress proxy",
+        ),
+        (
+            libc::SYS_sendmsg,
+            "sendmsg",
+            "MSG_FASTOPEN: a connection without connect, past the egress proxy",
+        ),
+        (
+            libc::SYS_sendmmsg,
+            "sendmmsg",
+            "MSG_FASTOPEN: a connection without connect, past the egress proxy",
+        ),
+        (
+            libc::SYS_listen,
+            "listen",
+            "listening sockets: the run's network is outbound TCP through the egress proxy",
+        ),
+    ];
+    inspected
+        .iter()
+        .find(|(n, ..)| *n as u32 == nr)
+        .map(|&(_, name, rule)| RefusedCall { name, rule })
+}
+
 /// `ioctl` requests denied whatever the fd (matched on the low 32 bits of the request, as
 /// the kernel does).
 pub const DENIED_IOCTLS: &[(&str, u32, &str)] = &[

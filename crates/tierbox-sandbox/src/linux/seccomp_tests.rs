@@ -561,7 +561,7 @@ fn filter_enforced_in_a_forked_child() {
         if sys::set_no_new_privs().is_err() {
             return 10;
         }
-        if sys::seccomp_set_filter(&fprog).is_err() {
+        if sys::seccomp_set_filter(&fprog, 0).is_err() {
             return 11;
         }
         if ts::unshare(libc::CLONE_NEWUSER) != Err(libc::EPERM) {
@@ -596,7 +596,7 @@ fn permissive_filter_allows_what_it_should() {
     let prog = SeccompProgram::build(&permissive()).unwrap();
     let fprog = prog.as_fprog();
     let code = ts::fork_with(|| {
-        if sys::set_no_new_privs().is_err() || sys::seccomp_set_filter(&fprog).is_err() {
+        if sys::set_no_new_privs().is_err() || sys::seccomp_set_filter(&fprog, 0).is_err() {
             return 10;
         }
         if ts::socket(libc::AF_INET, libc::SOCK_STREAM).is_err() {
@@ -620,7 +620,7 @@ fn int80_is_killed() {
     let prog = SeccompProgram::build(&locked_down()).unwrap();
     let fprog = prog.as_fprog();
     let code = ts::fork_with(|| {
-        if sys::set_no_new_privs().is_err() || sys::seccomp_set_filter(&fprog).is_err() {
+        if sys::set_no_new_privs().is_err() || sys::seccomp_set_filter(&fprog, 0).is_err() {
             return 10;
         }
         ts::int80_getpid();
@@ -646,7 +646,7 @@ fn attach_p50_ns(prog: &SeccompProgram, runs: usize) -> u64 {
                 return 1;
             }
             let t0 = ts::monotonic_ns();
-            if sys::seccomp_set_filter(&fprog).is_err() {
+            if sys::seccomp_set_filter(&fprog, 0).is_err() {
                 return 2;
             }
             let dt = ts::monotonic_ns() - t0;

@@ -295,19 +295,26 @@ pub fn set_no_new_privs() -> Result<(), i32> {
     prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0).map(drop)
 }
 
-/// `landlock_restrict_self(ruleset_fd, 0)`: confine the calling thread (and its future
-/// children) to the ruleset. The caller must have set `no_new_privs` (or hold
-/// `CAP_SYS_ADMIN`). Async-signal-safe.
-pub fn landlock_restrict_self(ruleset_fd: RawFd) -> Result<(), i32> {
-    // SAFETY: integer arguments only; the kernel validates the fd.
-    let ret = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset_fd, 0u32) };
+/// `landlock_restrict_self` flag (ABI 7): log the denials of the programs the caller
+/// execs to the audit subsystem, not only its own until then.
+pub const LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: u32 = 1 << 1;
+
+/// `landlock_restrict_self(ruleset_fd, flags)`: confine the calling thread (and its
+/// future children) to the ruleset. `flags` is 0, or
+/// [`LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON`] (ABI 7; `EINVAL` before). The caller must
+/// have set `no_new_privs` (or hold `CAP_SYS_ADMIN`). Async-signal-safe.
+pub fn landlock_restrict_self(ruleset_fd: RawFd, flags: u32) -> Result<(), i32> {
+    // SAFETY: integer arguments only; the kernel validates the fd and the flags.
+    let ret = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset_fd, flags) };
     check(ret).map(drop)
 }
 
-/// `seccomp(SECCOMP_SET_MODE_FILTER, 0, prog)`: attach a classic-BPF filter to the
-/// calling thread. Flags are 0 (no TSYNC): the launcher's child is single-threaded. The
-/// caller must have set `no_new_privs` (or hold `CAP_SYS_ADMIN`). Async-signal-safe.
-pub fn seccomp_set_filter(prog: &libc::sock_fprog) -> Result<(), i32> {
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, prog)`: attach a classic-BPF filter to the
+/// calling thread. `flags` is 0 or `SECCOMP_FILTER_FLAG_LOG` (the kernel audits every
+/// call the filter does not allow); never TSYNC: the launcher's child is
+/// single-threaded. The caller must have set `no_new_privs` (or hold `CAP_SYS_ADMIN`).
+/// Async-signal-safe.
+pub fn seccomp_set_filter(prog: &libc::sock_fprog, flags: libc::c_ulong) -> Result<(), i32> {
     // SAFETY: `prog` is a valid reference for the duration of the call; by the contract
     // of `SeccompProgram::as_fprog` its `filter` pointer addresses `len` initialised
     // instructions that outlive this call. The kernel copies the program and only reads.
@@ -315,7 +322,7 @@ pub fn seccomp_set_filter(prog: &libc::sock_fprog) -> Result<(), i32> {
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            0u32,
+            flags,
             std::ptr::from_ref(prog),
         )
     };

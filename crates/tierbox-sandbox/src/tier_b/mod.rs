@@ -23,6 +23,7 @@ use tierbox_policy::enforcement::BackendId;
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{EgressMode, Enforcement, Layer, LayerReport, Rejection, Tier};
 
+use crate::linux::audit::RunAudit;
 use crate::linux::caps;
 use crate::linux::exec::ExecStrings;
 use crate::linux::landlock::{LandlockSpec, LandlockStatus};
@@ -73,7 +74,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let slot = acquire_slot(plan, opts, facts, &network, ids, &mut missing)?;
     // From here on every failure hands the slot back.
     match spawn_in_slot(plan, opts, facts, &network, &slot, ids, mediate_chmod) {
-        Ok((child, seccomp_layout)) => {
+        Ok((child, seccomp_layout, audit)) => {
             missing.sort();
             missing.dedup();
             let enforcement = enforcement_report(
@@ -104,6 +105,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 container: None,
                 tmp_fs: None,
                 upper_layer: None,
+                audit,
             })
         }
         Err(e) => {
@@ -291,8 +293,19 @@ fn spawn_in_slot(
     slot: &Slot,
     (uid, gid, change_ids): (u32, u32, bool),
     mediate_chmod: bool,
-) -> Result<(SpawnedChild, Option<SeccompLayout>), LaunchError> {
-    let launcher = Launcher::choose(facts, network, slot, uid, mediate_chmod)?;
+) -> Result<(SpawnedChild, Option<SeccompLayout>, RunAudit), LaunchError> {
+    // With the kernel's audit records readable, the child applies landlock and seccomp
+    // itself (with their log flags), in an audit session of its own: an armed launcher
+    // thread's domain and filter log nothing and would share one session.
+    let mut audit = RunAudit::plan(slot.landlock.is_some(), facts.landlock_abi, facts.seccomp);
+    let launcher = Launcher::choose(
+        facts,
+        network,
+        slot,
+        uid,
+        mediate_chmod,
+        audit.wants_session(),
+    )?;
     let strings = ExecStrings::new(plan, &child_env(plan, slot, network), |what, bytes| {
         cstring(bytes, what)
     })?;
@@ -344,6 +357,9 @@ fn spawn_in_slot(
         helper: sys::HelperSetup::NONE,
         keep_caps: false,
         netns_fd: -1,
+        log_landlock: audit.landlock.is_ok(),
+        log_seccomp: audit.seccomp.is_ok(),
+        audit_session: audit.wants_session(),
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
@@ -351,7 +367,10 @@ fn spawn_in_slot(
     let cloned = clone_on(opts, launcher.armed.as_ref(), &mut spec);
     // The child's ends are closed in the parent whatever happened.
     drop((stdin_child, stdout_w, stderr_w));
-    let cloned = cloned?;
+    let mut cloned = cloned?;
+    if let Some(session) = cloned.audit.take() {
+        audit.attach(session);
+    }
     let chmod_listener = match &listener_pair {
         None => launcher.slot_listener,
         Some((parent_end, _)) => match sys::recv_fd(parent_end) {
@@ -375,7 +394,7 @@ fn spawn_in_slot(
         stderr: stderr_r,
         chmod_listener,
     };
-    Ok((child, launcher.layout))
+    Ok((child, launcher.layout, audit))
 }
 
 /// The launcher thread armed for a run (module docs), and the seccomp filter the child
@@ -401,6 +420,7 @@ impl Launcher {
         slot: &Slot,
         uid: u32,
         mediate_chmod: bool,
+        unarmed: bool,
     ) -> Result<Self, LaunchError> {
         let seccomp_spec = seccomp_spec(network, uid, mediate_chmod);
         let arming = Arming {
@@ -409,7 +429,7 @@ impl Launcher {
         };
         // A pooled slot has a thread that also holds its landlock domain; otherwise a
         // process-wide one per arming, and the child restricts itself.
-        let slot_armed = if slots::pooling() {
+        let slot_armed = if slots::pooling() && !unarmed {
             slot_launcher(slot, arming)
         } else {
             None
@@ -417,7 +437,7 @@ impl Launcher {
         let landlock_inherited = slot_armed.is_some();
         let (armed, slot_listener) = match slot_armed {
             Some(a) => (Some(a.tx), a.listener),
-            None if arming.is_empty() => (None, None),
+            None if arming.is_empty() || unarmed => (None, None),
             None => (armed_launcher(arming), None),
         };
         // The child's own filter: none when everything is inherited (the hand-off too,

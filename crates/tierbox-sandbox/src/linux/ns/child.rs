@@ -31,6 +31,8 @@ use std::sync::atomic::{AtomicI32, AtomicU32};
 use tierbox_policy::plan::{FsPlan, Plan};
 use tierbox_policy::{Enforcement, Layer, LayerReport, Tier};
 
+use crate::linux::audit::RunAudit;
+
 use super::netns_pool;
 use super::sys::{self as nsys, Expect, NsOp, NsSpec, OpKind, Report, ReportTag, Step};
 use crate::egress::SANDBOX_PROXY_PORT;
@@ -226,6 +228,8 @@ pub struct NativeLaunched {
     /// Overlay mode: an `O_PATH` fd of the tmpfs holding the overlay's upper layer
     /// (`<fd>/`[`OVERLAY_UPPER`]), which outlives the sandbox while the fd is open.
     pub upper_layer: Option<OwnedFd>,
+    /// How the program's landlock and seccomp denials are read.
+    pub audit: RunAudit,
 }
 
 /// How the program ended.
@@ -262,6 +266,11 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let mut identity = IdentitySetup::resolve(plan, mplan, &prepared.bind_at)?;
     let program = ExecStrings::new(plan, &child_env(plan, mplan), cstring)?;
     let layers = Layers::prepare(plan, mplan, opts)?;
+    let mut audit = RunAudit::plan(
+        layers.landlock.is_some(),
+        crate::probe::host_facts().landlock_abi,
+        layers.seccomp.is_some(),
+    );
     let fprog = layers.seccomp.as_deref().map(SeccompProgram::as_fprog);
     let landlock_rules: Vec<(&CStr, u64)> = layers
         .landlock_rules
@@ -307,6 +316,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
             .landlock
             .as_ref()
             .map_or(-1, PreparedLandlock::raw_fd),
+        log_landlock: audit.landlock.is_ok(),
+        log_seccomp: audit.seccomp.is_ok(),
         landlock_rules: &landlock_rules,
         arg_area: nsys::own_arg_area(),
         program_stack_top: stacks.program.top(),
@@ -327,12 +338,19 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         Some((ns, own)) => (TIER_C_NAMESPACES & !libc::CLONE_NEWNET, Some((ns, own))),
         None => (TIER_C_NAMESPACES, None),
     };
+    // pid 1 and everything it starts inherit this thread's audit session; the thread
+    // leaves it right after.
+    let session = crate::linux::audit::session_for_clone(audit.wants_session());
     let mut cloned = nsys::clone_init(&spec, &stacks.init, flags, pooled);
     if cloned.is_err() && pooled.is_some() {
         // Joining the pooled namespace failed (or the clone did): the ordinary way.
         (flags, pooled) = (TIER_C_NAMESPACES, None);
         spec.loopback_up = true;
         cloned = nsys::clone_init(&spec, &stacks.init, flags, pooled);
+    }
+    if let Some(session) = session {
+        crate::linux::audit::leave_session();
+        audit.attach(session);
     }
     // The sandbox holds its network namespace now; the pool's handle on it goes.
     let netns_pooled = pooled.is_some();
@@ -392,6 +410,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         egress_listener: started.egress_listener,
         tmp_fs: started.tmp_fs,
         upper_layer: started.upper_layer,
+        audit,
     })
 }
 

@@ -63,6 +63,9 @@ pub(super) fn sleep_child_from_exiting_thread(change_ids: bool) -> OwnedFd {
             helper: sys::HelperSetup::NONE,
             keep_caps: false,
             netns_fd: -1,
+            log_landlock: false,
+            log_seccomp: false,
+            audit_session: false,
             fail_step: AtomicU32::new(0),
             fail_errno: AtomicI32::new(0),
         };

@@ -120,6 +120,10 @@ pub struct NsSpec<'a> {
     pub cgroup_fds: &'a [RawFd],
     /// The landlock ruleset (host grants already added by the supervisor), or -1.
     pub landlock_fd: RawFd,
+    /// The program's landlock denials are audited (ABI 7).
+    pub log_landlock: bool,
+    /// The calls its seccomp filter refuses are audited.
+    pub log_seccomp: bool,
     /// Rules pid 1 adds for the mounts it creates itself (paths in the new root, after
     /// the final pivot): `(path, allowed access)`.
     pub landlock_rules: &'a [(&'a CStr, u64)],

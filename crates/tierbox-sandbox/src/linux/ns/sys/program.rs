@@ -47,6 +47,8 @@ pub(super) fn program_setup(spec: &NsSpec<'_>) -> Result<(), Failure> {
         landlock_fd: spec.landlock_fd,
         seccomp: spec.seccomp,
         seccomp_listener_sock: -1,
+        log_landlock: spec.log_landlock,
+        log_seccomp: spec.log_seccomp,
         program: spec.program.as_ptr(),
         argv: spec.argv,
         envp: spec.envp,

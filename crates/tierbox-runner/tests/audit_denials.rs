@@ -1,0 +1,337 @@
+//! Runtime denials read from the kernel's audit subsystem: a program that reads a host
+//! secret, writes outside the workspace, calls `ptrace` and `unshare(CLONE_NEWUSER)`, and
+//! connects to a host the allowlist does not name sees each refusal in `denials` with its
+//! layer, target and hint — in Tier B and both Tier C backends, as far as each backend
+//! can say — and two concurrent runs never see each other's.
+//!
+//! Turning audit on is a host-wide switch, so this binary is kept apart from the other
+//! integration tests and does everything in one test, restoring the host's setting when
+//! it ends (also on failure). It needs root (the audit socket), else it skips with the
+//! reason — and fails under `CI=true`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use tierbox_policy::{EgressMode, Policy, ProcessRunRequest, TierCBackend, TierRequest};
+use tierbox_runner::denials::{Denial, DenialLayer};
+use tierbox_runner::{Outcome, RunOptions, Runner};
+use tierbox_sandbox::linux::audit;
+
+/// The probe: each refusal in turn, printing what the program saw.
+const PROBE: &str = r#"
+import ctypes, os, sys, urllib.request
+# The paths outside the workspace are given in a file: arguments may not name them.
+secret, outside = open(sys.argv[1]).read().split("\n")[:2]
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, f):
+    try:
+        f()
+        print(name, "ok")
+    except Exception as e:
+        print(name, type(e).__name__, e)
+attempt("read", lambda: open(secret).read())
+attempt("write", lambda: open(outside, "w").write("x"))
+print("ptrace", libc.ptrace(16, 1, 0, 0), ctypes.get_errno())
+print("unshare", libc.unshare(0x10000000), ctypes.get_errno())
+attempt("connect", lambda: urllib.request.urlopen("http://not-allowed.example/", timeout=10))
+"#;
+
+/// Reads the file whose path is in the workspace file `argv[1]`.
+const READ: &str = r#"
+import sys
+print(open(open(sys.argv[1]).read()).read())
+"#;
+
+/// Restores the host's audit setting when dropped.
+struct AuditSwitch {
+    was_enabled: bool,
+}
+
+impl AuditSwitch {
+    fn set(&self, on: bool) {
+        audit::set_enabled(on).expect("AUDIT_SET");
+    }
+}
+
+impl Drop for AuditSwitch {
+    fn drop(&mut self) {
+        let _ = audit::set_enabled(self.was_enabled);
+    }
+}
+
+struct Env {
+    ws: tempfile::TempDir,
+    state: tempfile::TempDir,
+    /// Outside the workspace and every grant: `secret` (readable by its owner only)
+    /// and where `outside` would be written.
+    host: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Self {
+        let env = Self {
+            ws: tempfile::tempdir().unwrap(),
+            state: tempfile::tempdir().unwrap(),
+            host: tempfile::tempdir().unwrap(),
+        };
+        std::fs::write(env.ws.path().join("probe.py"), PROBE).unwrap();
+        std::fs::write(env.ws.path().join("read.py"), READ).unwrap();
+        std::fs::write(env.host.path().join("secret"), "host secret\n").unwrap();
+        std::fs::write(
+            env.ws.path().join("paths"),
+            format!("{}\n{}\n", env.secret(), env.outside()),
+        )
+        .unwrap();
+        env
+    }
+
+    fn runner(&self, backend: TierCBackend) -> Runner {
+        let mut policy = Policy::builtin_default();
+        policy.exec.allowed_executables = ["python3", "cat", "true"].map(str::to_owned).to_vec();
+        policy.exec.allow_interpreters = true;
+        policy.egress.mode = EgressMode::Strict;
+        policy.egress.allow = vec!["crates.io".to_owned()];
+        policy.tier.backend = backend;
+        if backend == TierCBackend::Bwrap {
+            // The bwrap backend applies no landlock domain (its mount namespace hides
+            // what is not bound).
+            policy
+                .tier
+                .optional_layers
+                .push(tierbox_policy::Layer::Landlock);
+        }
+        Runner::new(policy)
+            .with_workspace(self.ws.path())
+            .with_options(RunOptions {
+                state_dir: self.state.path().to_path_buf(),
+            })
+    }
+
+    fn secret(&self) -> String {
+        self.host.path().join("secret").display().to_string()
+    }
+
+    fn outside(&self) -> String {
+        self.host.path().join("written").display().to_string()
+    }
+
+    fn probe(&self, tier: TierRequest) -> ProcessRunRequest {
+        let mut r = ProcessRunRequest::new("python3");
+        r.args = vec!["probe.py".to_owned(), "paths".to_owned()];
+        r.tier = tier;
+        r
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn run(runner: &Runner, req: &ProcessRunRequest) -> Outcome {
+    rt().block_on(runner.run(req)).unwrap()
+}
+
+fn find<'a>(o: &'a Outcome, layer: DenialLayer, operation: &str) -> Option<&'a Denial> {
+    o.denials
+        .iter()
+        .find(|d| d.layer == layer && d.operation == operation)
+}
+
+fn report<'a>(o: &'a Outcome, layer: &str) -> (bool, &'a str) {
+    let r = &o.enforcement.denial_reports[layer];
+    (r.applied, r.detail.as_str())
+}
+
+#[test]
+fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs() {
+    let test = "denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs";
+    let facts = tierbox_sandbox::probe::host_facts();
+    if facts.euid != 0 {
+        tierbox_test_support::skip(test, "reading the kernel's audit records needs root");
+        return;
+    }
+    let was_enabled = match audit::enabled_now() {
+        Ok(on) => on,
+        Err(e) => {
+            tierbox_test_support::skip(test, &format!("no kernel audit socket: {e}"));
+            return;
+        }
+    };
+    if facts.landlock_abi.unwrap_or(0) < audit::LANDLOCK_LOG_ABI {
+        tierbox_test_support::skip(test, "landlock ABI 7 (kernel 6.15) logs denials");
+        return;
+    }
+    if !Path::new("/usr/bin/python3").exists() && which("python3").is_none() {
+        tierbox_test_support::skip(test, "python3 is not installed");
+        return;
+    }
+    let switch = AuditSwitch { was_enabled };
+    let env = Env::new();
+
+    // 1. Audit off: the layers say so; nothing is made up.
+    switch.set(false);
+    let off = run(
+        &env.runner(TierCBackend::Native),
+        &env.probe(TierRequest::B),
+    );
+    assert!(off.stdout.text.contains("read PermissionError"), "{off:?}");
+    for layer in ["landlock", "seccomp"] {
+        let (applied, detail) = report(&off, layer);
+        assert!(!applied, "{layer}: {detail}");
+        assert!(
+            detail.contains("audit subsystem is disabled"),
+            "{layer}: {detail}"
+        );
+    }
+    assert!(
+        off.denials
+            .iter()
+            .all(|d| !matches!(d.layer, DenialLayer::Landlock | DenialLayer::Seccomp)),
+        "{:?}",
+        off.denials
+    );
+
+    // 2. Audit on, Tier B: every refusal, with its layer, target and hint.
+    switch.set(true);
+    let b = run(
+        &env.runner(TierCBackend::Native),
+        &env.probe(TierRequest::B),
+    );
+    let out = &b.stdout.text;
+    assert!(out.contains("read PermissionError"), "{out}");
+    assert!(out.contains("ptrace -1 1"), "{out}");
+    assert!(out.contains("unshare -1 1"), "{out}");
+    for layer in ["landlock", "seccomp"] {
+        let (applied, detail) = report(&b, layer);
+        assert!(applied, "{layer}: {detail}");
+        assert!(!detail.contains("incomplete"), "{layer}: {detail}");
+    }
+    let read = find(&b, DenialLayer::Landlock, "read").expect("the secret's read");
+    assert_eq!(read.target, env.secret());
+    assert_eq!(
+        read.hint,
+        format!("filesystem.read_only += \"{}\"", env.secret())
+    );
+    assert!(read.first_ms.is_some());
+    let write = b
+        .denials
+        .iter()
+        .find(|d| d.layer == DenialLayer::Landlock && d.operation.starts_with("make-reg"))
+        .expect("the write outside the workspace");
+    assert_eq!(write.target, env.host.path().display().to_string());
+    assert!(
+        write.hint.starts_with("filesystem.writable += "),
+        "{write:?}"
+    );
+    let ptrace = find(&b, DenialLayer::Seccomp, "ptrace").expect("ptrace");
+    assert!(
+        ptrace.hint.starts_with("not allowed by any policy"),
+        "{ptrace:?}"
+    );
+    let unshare = find(&b, DenialLayer::Seccomp, "unshare").expect("unshare");
+    assert!(unshare.target.contains("namespaces"), "{unshare:?}");
+    let connect = find(&b, DenialLayer::Egress, "connect").expect("the proxy's refusal");
+    assert_eq!(connect.target, "not-allowed.example:80");
+    assert_eq!(connect.hint, "egress.allow += \"not-allowed.example:80\"");
+
+    // 3. Native Tier C: the secret is absent there (ENOENT, not a refusal) and the host
+    //    is read-only (EROFS); the system calls are refused and recorded.
+    let c = run(
+        &env.runner(TierCBackend::Native),
+        &env.probe(TierRequest::C),
+    );
+    let out = &c.stdout.text;
+    assert!(out.contains("read FileNotFoundError"), "{out}");
+    assert!(out.contains("ptrace -1 1"), "{out}");
+    for layer in ["landlock", "seccomp"] {
+        let (applied, detail) = report(&c, layer);
+        assert!(applied, "{layer}: {detail}");
+    }
+    let listed: Vec<(DenialLayer, &str)> = c
+        .denials
+        .iter()
+        .map(|d| (d.layer, d.operation.as_str()))
+        .collect();
+    for expected in [
+        (DenialLayer::Seccomp, "ptrace"),
+        (DenialLayer::Seccomp, "unshare"),
+        (DenialLayer::Egress, "connect"),
+    ] {
+        assert!(listed.contains(&expected), "{expected:?} in {listed:?}");
+    }
+    assert!(
+        !listed.contains(&(DenialLayer::Landlock, "read")),
+        "{listed:?}"
+    );
+
+    // 4. bwrap: it loads the seccomp filter itself, without the log flag, and applies no
+    //    landlock domain: both layers are said not to be recorded, and none are listed.
+    if tierbox_sandbox::bwrap::probe_bwrap(None).is_ok() {
+        let w = run(&env.runner(TierCBackend::Bwrap), &env.probe(TierRequest::C));
+        assert!(w.stdout.text.contains("ptrace -1 1"), "{w:?}");
+        let (applied, detail) = report(&w, "seccomp");
+        assert!(!applied && detail.contains("bwrap"), "{detail}");
+        let (applied, detail) = report(&w, "landlock");
+        assert!(!applied && detail.contains("bwrap"), "{detail}");
+        assert!(find(&w, DenialLayer::Seccomp, "ptrace").is_none());
+        assert!(
+            find(&w, DenialLayer::Egress, "connect").is_some(),
+            "{:?}",
+            w.denials
+        );
+    } else {
+        tierbox_test_support::skip(test, "bubblewrap is not installed (the bwrap part)");
+    }
+
+    // 5. A run refused nothing: an empty list, the layers still recorded.
+    let mut t = ProcessRunRequest::new("true");
+    t.tier = TierRequest::B;
+    let clean = run(&env.runner(TierCBackend::Native), &t);
+    assert!(clean.denials.is_empty(), "{:?}", clean.denials);
+    assert!(report(&clean, "landlock").0);
+
+    // 6. Two concurrent runs, each refused its own file: neither sees the other's.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("secret"), "other\n").unwrap();
+    let runner = env.runner(TierCBackend::Native);
+    let read = |path: String, name: &str| {
+        std::fs::write(env.ws.path().join(name), path).unwrap();
+        let mut r = ProcessRunRequest::new("python3");
+        r.args = vec!["read.py".to_owned(), name.to_owned()];
+        r.tier = TierRequest::B;
+        r
+    };
+    let (first, second) = (
+        read(env.secret(), "first"),
+        read(other.path().join("secret").display().to_string(), "second"),
+    );
+    let (x, y) = rt().block_on(async { tokio::join!(runner.run(&first), runner.run(&second)) });
+    let (x, y) = (x.unwrap(), y.unwrap());
+    let targets = |o: &Outcome| -> Vec<String> {
+        o.denials
+            .iter()
+            .filter(|d| d.layer == DenialLayer::Landlock)
+            .map(|d| d.target.clone())
+            .collect()
+    };
+    assert_eq!(targets(&x), vec![env.secret()], "{:?}", x.denials);
+    assert_eq!(
+        targets(&y),
+        vec![other.path().join("secret").display().to_string()],
+        "{:?}",
+        y.denials
+    );
+    drop(switch);
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}

@@ -1,0 +1,591 @@
+//! Landlock and seccomp denials, read from the kernel's audit subsystem and attributed to
+//! the run that was refused.
+//!
+//! Landlock (ABI 7, `LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON`) and seccomp
+//! (`SECCOMP_FILTER_FLAG_LOG`) log what they refuse to the audit subsystem, and only
+//! that: an allowed call costs nothing more. A root supervisor reads the records from the
+//! audit netlink socket's read-only multicast group.
+//!
+//! # Attribution
+//!
+//! Each run gets an **audit session of its own**: just before the clone, the cloning
+//! thread writes `/proc/thread-self/loginuid`, which gives it a fresh session id, and
+//! the child inherits it, as do all its descendants (nothing in the sandbox can change
+//! it: that needs `CAP_AUDIT_CONTROL`). Seccomp records carry `ses=`; a landlock record
+//! is followed, in the same audit event, by the system-call record that carries it. A
+//! record is counted for the run whose session it names, never for another.
+//!
+//! # Completeness
+//!
+//! The kernel queues records and sends them from a kernel thread. When the run has ended
+//! (its processes are gone, so it can be refused nothing more), the supervisor sends a
+//! user record through the same queue and waits, at most [`BARRIER_TIMEOUT`], until it
+//! comes back: everything the run was refused was queued before it. The report says
+//! whether the barrier came back and whether the kernel dropped records meanwhile.
+//!
+//! # Where it is not available
+//!
+//! Without root (the multicast group needs `CAP_AUDIT_READ`), with audit disabled
+//! (`audit_enabled 0`: the records are never produced), or when the loginuid cannot be
+//! set (a host that makes it immutable), the layers are reported as not recorded, with
+//! the reason. Tierbox never turns audit on itself: that is a host-wide choice.
+
+mod parse;
+#[allow(unsafe_code)]
+mod sys;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub use parse::{Record, parse_record};
+
+/// Most distinct refusals kept per run; further ones are counted in
+/// [`AuditReport::dropped`] (a program refused in a loop stays small).
+pub const MAX_REFUSALS_PER_RUN: usize = 64;
+
+/// Most landlock records kept while waiting for the system-call record of their event
+/// (which names the session); older ones are dropped unattributed.
+pub const MAX_PENDING_EVENTS: usize = 1024;
+
+/// How long a run's end waits for its barrier record to come back through the kernel's
+/// audit queue, in milliseconds. Past it the report is marked incomplete.
+pub const BARRIER_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// Receive buffer of the multicast socket, in bytes: room for bursts of records while
+/// the reader thread is not scheduled (an overflow loses records and is reported).
+pub const READLOG_RCVBUF_BYTES: usize = 4 << 20;
+
+/// How long a control request (`AUDIT_GET`, the barrier) may wait for the kernel.
+const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How long a read of the audit status is reused: every run would otherwise pay a
+/// netlink round trip to learn that audit is still off.
+const STATUS_TTL: Duration = Duration::from_secs(1);
+
+/// `AUDIT_TRUSTED_APP`: a free-form user record, used as the barrier.
+const AUDIT_TRUSTED_APP: u16 = 1121;
+
+/// The text a barrier record carries before its number.
+const BARRIER_TAG: &str = "tierbox-barrier=";
+
+/// Which layer refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RefusalLayer {
+    /// A landlock rule set.
+    Landlock,
+    /// The seccomp filter.
+    Seccomp,
+}
+
+/// One thing a run was refused, all the times it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The layer.
+    pub layer: RefusalLayer,
+    /// Landlock: the access rights, as the kernel names them without their prefix
+    /// (`read_file`, `write_file`, `make_dir`, `connect_tcp`, `signal`, …, joined by
+    /// `,`). Seccomp: the system call's name (`syscall N` when unknown).
+    pub operation: String,
+    /// Landlock: the path, `port N`, `ADDR:PORT` or the signalled process. Seccomp: the
+    /// filter rule that refused it.
+    pub target: String,
+    /// How many times.
+    pub count: u64,
+    /// When the first record arrived.
+    pub first: Instant,
+}
+
+/// A run's refusals, once it has ended.
+#[derive(Debug, Clone, Default)]
+pub struct AuditReport {
+    /// Deduplicated by layer, operation and target, in arrival order.
+    pub refusals: Vec<Refusal>,
+    /// Records past [`MAX_REFUSALS_PER_RUN`] distinct refusals.
+    pub dropped: u64,
+    /// The barrier came back and the kernel lost no record during the run.
+    pub complete: bool,
+}
+
+/// Whether this process can read denials from the kernel's audit subsystem now: `Err`
+/// says why not. Cheap: the status is read at most once per second.
+pub fn availability() -> Result<(), String> {
+    if !is_root() {
+        return Err(
+            "not recorded: reading the kernel's audit records needs a root supervisor (CAP_AUDIT_READ)"
+                .to_owned(),
+        );
+    }
+    let enabled = cached_status()?;
+    if !enabled {
+        return Err("not recorded: the kernel's audit subsystem is disabled on this host (audit_enabled 0); enable it (`auditctl -e 1`) to have landlock and seccomp denials reported".to_owned());
+    }
+    watch().map(drop)
+}
+
+/// Turns the kernel's audit subsystem on or off (`CAP_AUDIT_CONTROL`). A host-wide
+/// setting: Tierbox itself never calls this; it exists for tests and administration
+/// tools.
+pub fn set_enabled(enabled: bool) -> std::io::Result<()> {
+    let ctl = control().map_err(std::io::Error::other)?;
+    let ctl = ctl.lock().map_err(|_| std::io::Error::other("poisoned"))?;
+    ctl.set_enabled(enabled)?;
+    if let Ok(mut cached) = STATUS.lock() {
+        *cached = None;
+    }
+    Ok(())
+}
+
+/// Whether the kernel's audit subsystem is enabled, read now (not cached).
+pub fn enabled_now() -> std::io::Result<bool> {
+    let ctl = control().map_err(std::io::Error::other)?;
+    let ctl = ctl.lock().map_err(|_| std::io::Error::other("poisoned"))?;
+    Ok(ctl.status()?.enabled != 0)
+}
+
+/// A run's audit session, registered with the reader: the records naming it are kept
+/// until [`AuditSession::finish`].
+#[derive(Debug)]
+pub struct AuditSession {
+    ses: u32,
+    lost_at_start: u32,
+}
+
+impl AuditSession {
+    /// Gives the calling thread a fresh audit session and registers it. Call it on the
+    /// thread that clones the run's first process, right before the clone: the child
+    /// inherits the session.
+    pub fn begin() -> Result<Self, String> {
+        let w = watch()?;
+        let lost_at_start = w.lost().unwrap_or(0);
+        let ses = fresh_thread_session()?;
+        w.state
+            .lock()
+            .map_err(|_| "the audit reader's state is poisoned".to_owned())?
+            .sessions
+            .insert(ses, SessionLog::default());
+        Ok(Self { ses, lost_at_start })
+    }
+
+    /// The session id.
+    pub fn id(&self) -> u32 {
+        self.ses
+    }
+
+    /// The run has ended: waits for its records (the barrier), then takes them.
+    pub fn finish(self) -> AuditReport {
+        let Ok(w) = watch() else {
+            return AuditReport::default();
+        };
+        let barrier_back = w.barrier();
+        let lost = w.lost().is_none_or(|now| now != self.lost_at_start);
+        let log = w
+            .state
+            .lock()
+            .ok()
+            .and_then(|mut s| s.sessions.remove(&self.ses))
+            .unwrap_or_default();
+        AuditReport {
+            complete: barrier_back && !lost && !log.overflowed,
+            refusals: log.refusals,
+            dropped: log.dropped,
+        }
+    }
+}
+
+impl Drop for AuditSession {
+    fn drop(&mut self) {
+        if let Ok(w) = watch()
+            && let Ok(mut s) = w.state.lock()
+        {
+            s.sessions.remove(&self.ses);
+        }
+    }
+}
+
+/// How a run's landlock and seccomp denials are read: decided before it starts
+/// ([`RunAudit::plan`]), given its session once cloned ([`RunAudit::attach`]), read when
+/// it has ended ([`RunAudit::finish`]).
+#[derive(Debug)]
+pub struct RunAudit {
+    /// `Ok` when the run's landlock denials are logged; else why they are not recorded.
+    pub landlock: Result<(), String>,
+    /// `Ok` when the calls its seccomp filter refuses are logged; else why not.
+    pub seccomp: Result<(), String>,
+    session: Option<AuditSession>,
+}
+
+/// What [`RunAudit::finish`] found.
+#[derive(Debug)]
+pub struct RunAuditReport {
+    /// As [`RunAudit::landlock`], now also `Err` when the session could not be started.
+    pub landlock: Result<(), String>,
+    /// As [`RunAudit::seccomp`].
+    pub seccomp: Result<(), String>,
+    /// The refusals (empty when neither layer was read).
+    pub report: AuditReport,
+    /// The session the records were read from.
+    pub session: Option<u32>,
+}
+
+impl RunAudit {
+    /// For a run whose program gets a landlock domain (`landlock`, on a kernel with
+    /// landlock ABI `abi`) and a seccomp filter it attaches itself (`seccomp`).
+    pub fn plan(landlock: bool, abi: Option<u32>, seccomp: bool) -> Self {
+        let available = availability();
+        let layer = |applied: bool, what: &str| match (&available, applied) {
+            (_, false) => Err(format!("not recorded: {what} is not applied to this run")),
+            (Err(why), true) => Err(why.clone()),
+            (Ok(()), true) => Ok(()),
+        };
+        let mut landlock = layer(landlock, "landlock");
+        if landlock.is_ok() && abi.is_none_or(|abi| abi < LANDLOCK_LOG_ABI) {
+            landlock = Err(format!(
+                "not recorded: landlock logs denials from ABI {LANDLOCK_LOG_ABI} (kernel 6.15); this kernel has ABI {}",
+                abi.unwrap_or(0)
+            ));
+        }
+        Self {
+            landlock,
+            seccomp: layer(seccomp, "a seccomp filter"),
+            session: None,
+        }
+    }
+
+    /// Neither layer is read, for `why` (a backend that applies neither itself).
+    pub fn not_recorded(landlock: &str, seccomp: &str) -> Self {
+        Self {
+            landlock: Err(format!("not recorded: {landlock}")),
+            seccomp: Err(format!("not recorded: {seccomp}")),
+            session: None,
+        }
+    }
+
+    /// Whether the run's first process needs an audit session of its own.
+    pub fn wants_session(&self) -> bool {
+        self.landlock.is_ok() || self.seccomp.is_ok()
+    }
+
+    /// The session the cloning thread started for the run (or why it could not).
+    pub fn attach(&mut self, session: Result<AuditSession, String>) {
+        match session {
+            Ok(s) => self.session = Some(s),
+            Err(why) => {
+                for layer in [&mut self.landlock, &mut self.seccomp] {
+                    if layer.is_ok() {
+                        *layer = Err(why.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The run has ended: its refusals.
+    pub fn finish(self) -> RunAuditReport {
+        let session = self.session.as_ref().map(AuditSession::id);
+        let report = self.session.map(AuditSession::finish).unwrap_or_default();
+        RunAuditReport {
+            landlock: self.landlock,
+            seccomp: self.seccomp,
+            report,
+            session,
+        }
+    }
+}
+
+/// The landlock ABI whose `landlock_restrict_self` can log an exec'd program's denials.
+pub const LANDLOCK_LOG_ABI: u32 = 7;
+
+/// Starts a fresh audit session on the calling thread for the clone about to happen
+/// (`wanted`), returning it registered; see [`AuditSession::begin`].
+pub fn session_for_clone(wanted: bool) -> Option<Result<AuditSession, String>> {
+    wanted.then(AuditSession::begin)
+}
+
+/// After a clone that got a session: moves the calling thread to another, unregistered
+/// session, so nothing it clones later is counted for the run.
+pub fn leave_session() {
+    let _ = fresh_thread_session();
+}
+
+// ---- the reader ------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct SessionLog {
+    refusals: Vec<Refusal>,
+    dropped: u64,
+    /// The multicast socket overflowed while the run was registered.
+    overflowed: bool,
+}
+
+impl SessionLog {
+    fn add(&mut self, layer: RefusalLayer, operation: String, target: String, at: Instant) {
+        if let Some(r) = self
+            .refusals
+            .iter_mut()
+            .find(|r| r.layer == layer && r.operation == operation && r.target == target)
+        {
+            r.count += 1;
+        } else if self.refusals.len() < MAX_REFUSALS_PER_RUN {
+            self.refusals.push(Refusal {
+                layer,
+                operation,
+                target,
+                count: 1,
+                first: at,
+            });
+        } else {
+            self.dropped += 1;
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    sessions: HashMap<u32, SessionLog>,
+    /// Landlock records waiting for their event's system-call record: `(serial, access,
+    /// object, arrival)`.
+    pending: VecDeque<(u64, String, String, Instant)>,
+    /// The highest barrier number seen.
+    barrier: u64,
+}
+
+impl State {
+    fn take(&mut self, record: Record, at: Instant) {
+        match record {
+            Record::Seccomp {
+                ses,
+                syscall,
+                native,
+            } => {
+                let Some(log) = self.sessions.get_mut(&ses) else {
+                    return;
+                };
+                let (name, rule) = if native {
+                    match crate::linux::seccomp::refused_call(syscall) {
+                        Some(c) => (c.name.to_owned(), c.rule.to_owned()),
+                        None => return,
+                    }
+                } else {
+                    (
+                        format!("syscall {syscall}"),
+                        "a call made with another architecture's ABI (the filter kills the process)".to_owned(),
+                    )
+                };
+                log.add(RefusalLayer::Seccomp, name, rule, at);
+            }
+            Record::Landlock {
+                serial,
+                access,
+                object,
+            } => {
+                if self.pending.len() >= MAX_PENDING_EVENTS {
+                    self.pending.pop_front();
+                }
+                self.pending.push_back((serial, access, object, at));
+            }
+            Record::Syscall { serial, ses } => {
+                let mut log = self.sessions.get_mut(&ses);
+                self.pending.retain(|(s, access, object, at)| {
+                    if *s != serial {
+                        return true;
+                    }
+                    if let Some(log) = log.as_deref_mut() {
+                        log.add(RefusalLayer::Landlock, access.clone(), object.clone(), *at);
+                    }
+                    false
+                });
+            }
+            Record::EndOfEvent { serial } => self.pending.retain(|(s, ..)| *s != serial),
+            Record::Barrier { number } => self.barrier = self.barrier.max(number),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Watch {
+    state: Arc<Mutex<State>>,
+    seen: Arc<Condvar>,
+    next_barrier: AtomicU64,
+}
+
+impl Watch {
+    fn start() -> Result<Self, String> {
+        let sock = sys::AuditSocket::readlog(READLOG_RCVBUF_BYTES).map_err(|e| {
+            format!(
+                "not recorded: cannot join the audit netlink multicast group (CAP_AUDIT_READ): {e}"
+            )
+        })?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let seen = Arc::new(Condvar::new());
+        let (st, cv) = (Arc::clone(&state), Arc::clone(&seen));
+        std::thread::Builder::new()
+            .name("tierbox-audit".to_owned())
+            .spawn(move || read_loop(&sock, &st, &cv))
+            .map_err(|e| format!("not recorded: cannot start the audit reader thread: {e}"))?;
+        Ok(Self {
+            state,
+            seen,
+            next_barrier: AtomicU64::new(1),
+        })
+    }
+
+    fn lost(&self) -> Option<u32> {
+        let ctl = control().ok()?;
+        let ctl = ctl.lock().ok()?;
+        ctl.status().ok().map(|s| s.lost)
+    }
+
+    /// Sends a barrier record and waits until the reader has seen it.
+    fn barrier(&self) -> bool {
+        let number = self.next_barrier.fetch_add(1, Ordering::Relaxed);
+        let sent = control().ok().and_then(|ctl| {
+            let ctl = ctl.lock().ok()?;
+            ctl.send(
+                AUDIT_TRUSTED_APP,
+                false,
+                // NUL-terminated: the kernel overwrites the last byte with one.
+                format!("{BARRIER_TAG}{number}\0").as_bytes(),
+            )
+            .ok()
+        });
+        if sent.is_none() {
+            return false;
+        }
+        let deadline = Instant::now() + BARRIER_TIMEOUT;
+        let Ok(mut state) = self.state.lock() else {
+            return false;
+        };
+        while state.barrier < number {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = match self.seen.wait_timeout(state, left) {
+                Ok((s, _)) => s,
+                Err(_) => return false,
+            };
+        }
+        true
+    }
+}
+
+fn read_loop(sock: &sys::AuditSocket, state: &Mutex<State>, seen: &Condvar) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match sock.recv(&mut buf) {
+            Ok(n) => {
+                let at = Instant::now();
+                let Ok(mut s) = state.lock() else { return };
+                for (ty, _, payload) in sys::messages(&buf[..n]) {
+                    if let Some(record) = parse_record(ty, payload) {
+                        let barrier = matches!(record, Record::Barrier { .. });
+                        s.take(record, at);
+                        if barrier {
+                            seen.notify_all();
+                        }
+                    }
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                // The socket overflowed: records were lost for every run in progress.
+                if let Ok(mut s) = state.lock() {
+                    for log in s.sessions.values_mut() {
+                        log.overflowed = true;
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+// ---- process-wide handles --------------------------------------------------------------
+
+static WATCH: OnceLock<Result<Watch, String>> = OnceLock::new();
+static CONTROL: OnceLock<Result<Mutex<sys::AuditSocket>, String>> = OnceLock::new();
+static STATUS: Mutex<Option<(Instant, bool)>> = Mutex::new(None);
+
+fn watch() -> Result<&'static Watch, String> {
+    WATCH
+        .get_or_init(Watch::start)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+fn control() -> Result<&'static Mutex<sys::AuditSocket>, String> {
+    CONTROL
+        .get_or_init(|| {
+            sys::AuditSocket::control(CONTROL_TIMEOUT)
+                .map(Mutex::new)
+                .map_err(|e| format!("not recorded: no kernel audit socket on this host: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+fn cached_status() -> Result<bool, String> {
+    if let Ok(cached) = STATUS.lock()
+        && let Some((at, enabled)) = *cached
+        && at.elapsed() < STATUS_TTL
+    {
+        return Ok(enabled);
+    }
+    let ctl = control()?;
+    let enabled = ctl
+        .lock()
+        .map_err(|_| "the audit control socket is poisoned".to_owned())?
+        .status()
+        .map_err(|e| format!("not recorded: cannot read the kernel's audit status: {e}"))?
+        .enabled
+        != 0;
+    if let Ok(mut cached) = STATUS.lock() {
+        *cached = Some((Instant::now(), enabled));
+    }
+    Ok(enabled)
+}
+
+/// The process runs with effective uid 0 (read once: a supervisor does not change it).
+fn is_root() -> bool {
+    static ROOT: OnceLock<bool> = OnceLock::new();
+    *ROOT.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Uid:"))
+                    .and_then(|l| l.split_whitespace().nth(1).map(|e| e == "0"))
+            })
+            .unwrap_or(false)
+    })
+}
+
+/// Writes the calling thread's loginuid (keeping its value, or the effective uid when it
+/// is unset), which starts a new audit session for it; returns the session id.
+fn fresh_thread_session() -> Result<u32, String> {
+    const UNSET: u32 = u32::MAX;
+    let read = |name: &str| -> Result<u32, String> {
+        std::fs::read_to_string(format!("/proc/thread-self/{name}"))
+            .map_err(|e| format!("not recorded: cannot read /proc/thread-self/{name}: {e}"))?
+            .trim()
+            .parse()
+            .map_err(|e| format!("not recorded: /proc/thread-self/{name}: {e}"))
+    };
+    let loginuid = match read("loginuid")? {
+        UNSET => 0,
+        uid => uid,
+    };
+    std::fs::write("/proc/thread-self/loginuid", loginuid.to_string()).map_err(|e| {
+        format!("not recorded: cannot start an audit session for the run (writing /proc/thread-self/loginuid: {e}; the host may make the login uid immutable)")
+    })?;
+    match read("sessionid")? {
+        UNSET => Err("not recorded: the kernel gave the run no audit session".to_owned()),
+        ses => Ok(ses),
+    }
+}
+
+#[cfg(test)]
+#[path = "audit_tests.rs"]
+mod tests;

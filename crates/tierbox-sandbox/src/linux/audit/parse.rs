@@ -1,0 +1,192 @@
+//! Audit records, as the kernel sends them on the netlink socket: `audit(TIME:SERIAL):
+//! key=value …`. Only the records a denial report needs are read; everything else is
+//! `None`.
+
+/// `AUDIT_SYSCALL`: the system-call record closing an event.
+const AUDIT_SYSCALL: u16 = 1300;
+/// `AUDIT_EOE`: the end of a multi-record event.
+const AUDIT_EOE: u16 = 1320;
+/// `AUDIT_SECCOMP`: a seccomp action other than allow.
+const AUDIT_SECCOMP: u16 = 1326;
+/// `AUDIT_LANDLOCK_ACCESS`: a landlock denial.
+const AUDIT_LANDLOCK_ACCESS: u16 = 1423;
+
+/// `SECCOMP_RET_ACTION_FULL`.
+const SECCOMP_ACTION_MASK: u32 = 0xffff_0000;
+
+/// One record a denial report reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// A system call the seccomp filter refused (error, trap or kill; not the calls it
+    /// hands to the supervisor).
+    Seccomp {
+        /// The audit session of the calling process.
+        ses: u32,
+        /// The system call's number.
+        syscall: u32,
+        /// Made with the native architecture (else the number is another ABI's).
+        native: bool,
+    },
+    /// A landlock denial; its session is in the event's [`Record::Syscall`].
+    Landlock {
+        /// The event it belongs to.
+        serial: u64,
+        /// The refused access rights without their `fs.`/`net.`/`scope.` prefix.
+        access: String,
+        /// The path, port, address or process it was refused on.
+        object: String,
+    },
+    /// The system-call record of an event.
+    Syscall {
+        /// The event.
+        serial: u64,
+        /// The audit session of the calling process.
+        ses: u32,
+    },
+    /// The end of an event.
+    EndOfEvent {
+        /// The event.
+        serial: u64,
+    },
+    /// A barrier record sent by this process.
+    Barrier {
+        /// Its number.
+        number: u64,
+    },
+}
+
+/// Parses one netlink audit message of type `ty`.
+///
+/// ```
+/// use tierbox_sandbox::linux::audit::{Record, parse_record};
+///
+/// let text = br#"audit(1795819326.661:114): domain=13719b2cf blockers=fs.read_file path="/etc/hostname" dev="vda" ino=611"#;
+/// assert_eq!(
+///     parse_record(1423, text),
+///     Some(Record::Landlock {
+///         serial: 114,
+///         access: "read_file".to_owned(),
+///         object: "/etc/hostname".to_owned(),
+///     })
+/// );
+/// ```
+pub fn parse_record(ty: u16, payload: &[u8]) -> Option<Record> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let text = text.trim_end_matches(['\0', '\n']);
+    let (serial, body) = header(text)?;
+    match ty {
+        AUDIT_SECCOMP => {
+            let action = u32::from_str_radix(field(body, "code")?.trim_start_matches("0x"), 16)
+                .ok()?
+                & SECCOMP_ACTION_MASK;
+            let refused = matches!(
+                action,
+                // KILL_THREAD, TRAP, ERRNO, KILL_PROCESS.
+                0 | 0x0003_0000 | 0x0005_0000 | 0x8000_0000
+            );
+            if !refused {
+                return None;
+            }
+            let arch = u32::from_str_radix(field(body, "arch")?, 16).ok()?;
+            Some(Record::Seccomp {
+                ses: field(body, "ses")?.parse().ok()?,
+                syscall: field(body, "syscall")?.parse().ok()?,
+                native: crate::linux::seccomp::NATIVE_AUDIT_ARCH == Some(arch),
+            })
+        }
+        AUDIT_LANDLOCK_ACCESS => {
+            let blockers = field(body, "blockers")?;
+            let access = blockers
+                .split(',')
+                .map(|b| b.split_once('.').map_or(b, |(_, right)| right))
+                .collect::<Vec<_>>()
+                .join(",");
+            Some(Record::Landlock {
+                serial,
+                access,
+                object: object(body),
+            })
+        }
+        AUDIT_SYSCALL => Some(Record::Syscall {
+            serial,
+            ses: field(body, "ses")?.parse().ok()?,
+        }),
+        AUDIT_EOE => Some(Record::EndOfEvent { serial }),
+        super::AUDIT_TRUSTED_APP => {
+            let at = body.find(super::BARRIER_TAG)? + super::BARRIER_TAG.len();
+            let digits: String = body[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            Some(Record::Barrier {
+                number: digits.parse().ok()?,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// `audit(TIME:SERIAL): BODY` → `(SERIAL, BODY)`.
+fn header(text: &str) -> Option<(u64, &str)> {
+    let rest = text.strip_prefix("audit(")?;
+    let (stamp, body) = rest.split_once("): ")?;
+    let serial = stamp.rsplit_once(':')?.1.parse().ok()?;
+    Some((serial, body))
+}
+
+/// The raw value of `key=` in `body` (values never contain blanks: the kernel
+/// hex-encodes strings that would).
+fn field<'a>(body: &'a str, key: &str) -> Option<&'a str> {
+    body.split(' ')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// A string value: quoted as is, or hex-encoded (the kernel's form for strings with
+/// blanks, quotes or control characters).
+fn string_value(raw: &str) -> String {
+    if let Some(quoted) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        return quoted.to_owned();
+    }
+    if raw.len().is_multiple_of(2) && raw.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let bytes: Option<Vec<u8>> = (0..raw.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&raw[i..i + 2], 16).ok())
+            .collect();
+        if let Some(bytes) = bytes {
+            return String::from_utf8_lossy(&bytes).into_owned();
+        }
+    }
+    raw.to_owned()
+}
+
+/// What a landlock record was refused on.
+fn object(body: &str) -> String {
+    if let Some(path) = field(body, "path") {
+        let mut p = string_value(path);
+        if let Some(name) = field(body, "name") {
+            p = format!("{}/{}", p.trim_end_matches('/'), string_value(name));
+        }
+        return p;
+    }
+    if let Some(port) = field(body, "dest") {
+        return match field(body, "daddr") {
+            Some(addr) if addr.contains(':') => format!("[{addr}]:{port}"),
+            Some(addr) => format!("{addr}:{port}"),
+            None => format!("port {port}"),
+        };
+    }
+    if let Some(port) = field(body, "src").or_else(|| field(body, "lport")) {
+        return format!("port {port}");
+    }
+    if let Some(pid) = field(body, "opid") {
+        return match field(body, "ocomm") {
+            Some(comm) => format!("pid {pid} ({})", string_value(comm)),
+            None => format!("pid {pid}"),
+        };
+    }
+    // Whatever else the kernel says after the access rights.
+    body.split(' ')
+        .filter(|kv| !kv.starts_with("domain=") && !kv.starts_with("blockers="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
