@@ -197,6 +197,9 @@ pub enum Rejection {
     /// `cwd` does not exist or is not a directory.
     #[error("cwd {cwd:?} is not an existing directory in the workspace")]
     CwdNotDirectory { cwd: String },
+    /// The request's `workspace` does not name a subdirectory of the runner's workspace.
+    #[error("workspace {workspace:?} is not a subdirectory of the runner's workspace: {reason}")]
+    WorkspaceSubdirInvalid { workspace: String, reason: String },
 
     // ---- environment -------------------------------------------------------------------
     /// A per-call variable is on the deny list (loader, shell and interpreter injection,
@@ -319,6 +322,7 @@ impl Rejection {
             Self::WorkspaceRefused { .. } => "scope.workspace_refused",
             Self::GrantRefused { .. } => "scope.grant_refused",
             Self::PathOutsideWorkspace { .. } => "scope.path_outside_workspace",
+            Self::WorkspaceSubdirInvalid { .. } => "scope.workspace_subdir_invalid",
             Self::CwdOutsideWorkspace { .. } => "scope.cwd_outside_workspace",
             Self::CwdNotDirectory { .. } => "scope.cwd_not_directory",
             Self::EnvDenied { .. } => "env.denied",
@@ -443,6 +447,7 @@ impl Rejection {
         "scope.path_outside_workspace",
         "scope.cwd_outside_workspace",
         "scope.cwd_not_directory",
+        "scope.workspace_subdir_invalid",
         "env.denied",
         "egress.host_not_allowed",
         "egress.host_invalid",

@@ -131,6 +131,14 @@ pub struct ProcessRunRequest {
     /// `workspace.mode`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_mode: Option<crate::policy::WorkspaceMode>,
+    /// Narrows the run's workspace to this subdirectory of the runner's workspace: a
+    /// relative path of plain names (no `.`, `..` or leading `/`), naming an existing
+    /// directory with no symbolic link on the way. The run's grants, `cwd`, arguments
+    /// and review mode then see only it — what gives each of many sandboxes on one server
+    /// a workspace of its own. Omitted: the runner's workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_CWD_BYTES))]
+    pub workspace: Option<String>,
 }
 
 impl ProcessRunRequest {

@@ -190,6 +190,7 @@ mod tests {
                 "stdin",
                 "tier",
                 "timeout_ms",
+                "workspace",
                 "workspace_mode"
             ]
         );

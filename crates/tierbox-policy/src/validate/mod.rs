@@ -258,6 +258,7 @@ pub fn validate(
     )?;
     let own = scope::own_paths(policy, ctx);
     let workspace = scope::workspace_root(policy, ctx, &own)?;
+    let workspace = scope::narrow_workspace(&workspace, req.workspace.as_deref())?;
     let cwd = scope::resolve_cwd(&workspace, req.cwd.as_deref())?;
     scope::check_args(&workspace, &cwd, &req.args)?;
     let mut env = env::build(&policy.env, req, ctx)?;

@@ -312,6 +312,43 @@ fn passwd_homes() -> Vec<PathBuf> {
 
 /// The canonical working directory: `cwd` relative to the workspace (or absolute, if it
 /// resolves inside), which must be an existing directory. `None` is the workspace.
+/// `root` narrowed to the request's `workspace` subdirectory (see
+/// [`crate::ProcessRunRequest::workspace`]): plain names only, each an existing directory
+/// and not a symbolic link, so the result is canonical and inside `root`.
+pub(crate) fn narrow_workspace(root: &Path, sub: Option<&str>) -> Result<PathBuf, Rejection> {
+    let Some(sub) = sub else {
+        return Ok(root.to_path_buf());
+    };
+    let invalid = |reason: String| Rejection::WorkspaceSubdirInvalid {
+        workspace: sub.to_owned(),
+        reason,
+    };
+    if sub.is_empty() || sub.len() > crate::request::MAX_CWD_BYTES {
+        return Err(invalid(format!(
+            "it must be 1 to {} bytes",
+            crate::request::MAX_CWD_BYTES
+        )));
+    }
+    let mut at = root.to_path_buf();
+    for part in Path::new(sub).components() {
+        let std::path::Component::Normal(name) = part else {
+            return Err(invalid(
+                "only plain directory names are allowed (no leading '/', '.' or '..')".to_owned(),
+            ));
+        };
+        at.push(name);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(invalid(format!("{} is a symbolic link", at.display())));
+            }
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(invalid(format!("{} is not a directory", at.display()))),
+            Err(e) => return Err(invalid(format!("{} cannot be used: {e}", at.display()))),
+        }
+    }
+    Ok(at)
+}
+
 pub(crate) fn resolve_cwd(workspace: &Path, cwd: Option<&str>) -> Result<PathBuf, Rejection> {
     let Some(cwd) = cwd else {
         return Ok(workspace.to_path_buf());

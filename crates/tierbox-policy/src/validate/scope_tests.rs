@@ -282,3 +282,39 @@ fn workspace_must_exist_and_be_a_directory() {
         "scope.workspace_invalid"
     );
 }
+
+#[test]
+fn a_request_narrows_the_workspace_to_a_plain_subdirectory_only() {
+    let w = Ws::new();
+    std::fs::create_dir_all(w.ws.join("sub/deeper")).unwrap();
+    symlink(&w.outside, w.ws.join("link")).unwrap();
+    assert_eq!(narrow_workspace(&w.ws, None).unwrap(), w.ws);
+    assert_eq!(
+        narrow_workspace(&w.ws, Some("sub")).unwrap(),
+        w.ws.join("sub")
+    );
+    assert_eq!(
+        narrow_workspace(&w.ws, Some("sub/deeper")).unwrap(),
+        w.ws.join("sub/deeper")
+    );
+    for (bad, why) in [
+        ("", "1 to"),
+        ("/etc", "plain directory names"),
+        ("..", "plain directory names"),
+        ("sub/../..", "plain directory names"),
+        ("./sub", "plain directory names"),
+        ("link", "symbolic link"),
+        ("link/x", "symbolic link"),
+        ("file", "not a directory"),
+        ("missing", "cannot be used"),
+    ] {
+        let err = narrow_workspace(&w.ws, Some(bad)).unwrap_err();
+        assert_eq!(err.code(), "scope.workspace_subdir_invalid", "{bad}");
+        assert!(err.to_string().contains(why), "{bad}: {err}");
+    }
+    // A path argument is then checked against the narrowed workspace: the sibling of the
+    // subdirectory is outside it.
+    let narrowed = narrow_workspace(&w.ws, Some("sub")).unwrap();
+    let err = check_args(&narrowed, &narrowed, &["../file".to_owned()]).unwrap_err();
+    assert_eq!(err.code(), "scope.path_outside_workspace");
+}

@@ -36,6 +36,9 @@ pub(crate) fn check(req: &ProcessRunRequest) -> Result<(), Rejection> {
         }
         nul_free(&format!("args[{index}]"), arg)?;
     }
+    if let Some(sub) = &req.workspace {
+        nul_free("workspace", sub)?;
+    }
     if let Some(cwd) = &req.cwd {
         if cwd.len() > MAX_CWD_BYTES {
             return Err(Rejection::CwdTooLong {

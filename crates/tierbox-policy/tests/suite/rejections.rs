@@ -256,6 +256,13 @@ fn every_rejection_code_has_a_table_case() {
     let mut r = req("ls", &[]);
     r.cwd = Some("no-such-dir".to_owned());
     check("cwd missing", code_of(&fx, &r), "scope.cwd_not_directory");
+    let mut r = req("ls", &[]);
+    r.workspace = Some("../elsewhere".to_owned());
+    check(
+        "workspace subdir",
+        code_of(&fx, &r),
+        "scope.workspace_subdir_invalid",
+    );
 
     // ---- environment
     let mut r = req("ls", &[]);

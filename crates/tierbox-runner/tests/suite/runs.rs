@@ -640,3 +640,56 @@ fn repositories_a_run_creates_are_named_in_the_outcome() {
         );
     }
 }
+
+/// A request narrowed to a subdirectory of the runner's workspace (`"workspace": "a"`)
+/// runs with that subdirectory as its whole workspace: it writes there, and its sibling
+/// `b/` (another sandbox's workspace on the same server) is out of its reach — refused
+/// in Tier B, absent in Tier C. The policy's `protected` paths are resolved in it too.
+#[test]
+fn a_run_narrowed_to_a_subdirectory_reaches_nothing_beside_it() {
+    let test = "a_run_narrowed_to_a_subdirectory_reaches_nothing_beside_it";
+    if !tier_b_available(test) {
+        return;
+    }
+    let mut env = Env::new(&["sh"]);
+    env.policy.exec.allow_interpreters = true;
+    env.policy.exec.allow_eval = true;
+    for dir in ["a", "b"] {
+        std::fs::create_dir(env.ws.path().join(dir)).unwrap();
+    }
+    std::fs::write(env.ws.path().join("b/secret"), "b's\n").unwrap();
+    let rt = rt();
+    let mut tiers = vec![TierRequest::B];
+    if tier_c_available(test, tierbox_policy::TierCBackend::Native) {
+        tiers.push(TierRequest::C);
+    }
+    for tier in tiers {
+        let mut r = req(
+            "sh",
+            &[
+                "-c",
+                "pwd; echo mine > own; cat ../b/secret; echo sibling > ../b/planted; echo end",
+            ],
+        );
+        r.tier = tier;
+        r.workspace = Some("a".to_owned());
+        let out = rt.block_on(env.runner().run(&r)).unwrap();
+        let a = env.ws.path().canonicalize().unwrap().join("a");
+        assert!(
+            out.stdout.text.starts_with(&format!("{}\n", a.display())),
+            "{tier:?}: {out:?}"
+        );
+        assert!(out.stdout.text.ends_with("end\n"), "{tier:?}: {out:?}");
+        assert!(!out.stdout.text.contains("b's"), "{tier:?}: {out:?}");
+        assert_eq!(std::fs::read_to_string(a.join("own")).unwrap(), "mine\n");
+        assert!(!env.ws.path().join("b/planted").exists(), "{tier:?}");
+        std::fs::remove_file(a.join("own")).unwrap();
+    }
+    // Only a plain, existing subdirectory: never a way out of the runner's workspace.
+    let mut r = req("sh", &["-c", "true"]);
+    r.workspace = Some("../".to_owned());
+    match rt.block_on(env.runner().run(&r)) {
+        Err(RunError::Rejected(rej)) => assert_eq!(rej.code(), "scope.workspace_subdir_invalid"),
+        other => panic!("{other:?}"),
+    }
+}

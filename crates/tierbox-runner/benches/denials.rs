@@ -1,0 +1,108 @@
+//! Paired benchmark of the denial report's cost: runs of `/bin/true` (refused nothing)
+//! with the kernel's audit subsystem off and on, interleaved (off on off on …, the order
+//! alternating per pair) in one process, in Tier B and native Tier C. With audit on, each
+//! run gets an audit session, its child applies landlock and seccomp with their log flags
+//! itself (no pooled launcher thread), and its end waits for the barrier record.
+//!
+//! Needs root (it turns audit on and off; the host's setting is restored at the end).
+//!
+//! `cargo bench -p tierbox-runner --bench denials [-- ITERATIONS]`
+
+// A benchmark harness: any setup failure should abort loudly.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{ms, percentile};
+use tierbox_policy::{Policy, ProcessRunRequest, TierCBackend, TierRequest};
+use tierbox_runner::{RunOptions, Runner};
+use tierbox_sandbox::linux::audit;
+
+/// Restores the host's audit setting when dropped.
+struct Restore(bool);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let _ = audit::set_enabled(self.0);
+    }
+}
+
+fn main() {
+    let iterations = support::iterations(200);
+    let was = audit::enabled_now().expect("the kernel's audit socket (run as root)");
+    let _restore = Restore(was);
+    let ws = tempfile::tempdir().expect("tempdir");
+    let state = tempfile::tempdir().expect("state dir");
+    let mut policy = Policy::builtin_default();
+    policy.exec.allowed_executables = vec!["true".to_owned()];
+    policy.tier.backend = TierCBackend::Native;
+    let runner = Runner::new(policy)
+        .with_workspace(ws.path())
+        .with_options(RunOptions {
+            state_dir: state.path().to_path_buf(),
+        });
+    // As in a long-lived supervisor (`tierbox serve`): warm slots.
+    tierbox_sandbox::launch::slots::set_pooling(true);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    for tier in [TierRequest::B, TierRequest::C] {
+        let mut request = ProcessRunRequest::new("true");
+        request.tier = tier;
+        let run = |on: bool| -> Duration {
+            audit::set_enabled(on).expect("AUDIT_SET");
+            let t = Instant::now();
+            let outcome = rt.block_on(runner.run(&request)).expect("run");
+            let elapsed = t.elapsed();
+            assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
+            assert!(outcome.denials.is_empty(), "{:?}", outcome.denials);
+            assert_eq!(
+                outcome.enforcement.denial_reports["seccomp"].applied, on,
+                "{:?}",
+                outcome.enforcement.denial_reports
+            );
+            elapsed
+        };
+        for _ in 0..10 {
+            run(false);
+            run(true);
+        }
+        let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..iterations {
+            let (a, b) = if i % 2 == 0 {
+                let a = run(false);
+                (a, run(true))
+            } else {
+                let b = run(true);
+                (run(false), b)
+            };
+            ratios.push(b.as_secs_f64() / a.as_secs_f64());
+            off.push(a);
+            on.push(b);
+        }
+        off.sort();
+        on.sort();
+        ratios.sort_by(f64::total_cmp);
+        println!("tier {tier:?}: /bin/true, {iterations} interleaved pairs, warm slots on");
+        println!(
+            "  audit off (denials: egress and limits)       p50 {:7.2} ms   p90 {:7.2} ms",
+            ms(percentile(&off, 0.5)),
+            ms(percentile(&off, 0.9))
+        );
+        println!(
+            "  audit on  (landlock and seccomp recorded)    p50 {:7.2} ms   p90 {:7.2} ms",
+            ms(percentile(&on, 0.5)),
+            ms(percentile(&on, 0.9))
+        );
+        println!(
+            "  ratio on / off: median of pairs {:.2}",
+            ratios[ratios.len() / 2]
+        );
+    }
+    tierbox_sandbox::launch::slots::drain();
+}
