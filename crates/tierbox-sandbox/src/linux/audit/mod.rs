@@ -158,7 +158,10 @@ impl AuditSession {
     /// inherits the session.
     pub fn begin() -> Result<Self, String> {
         let w = watch()?;
-        let lost_at_start = w.lost().unwrap_or(0);
+        // The count read with the status (at most STATUS_TTL old): a record lost by
+        // anyone since then marks the report incomplete, which errs on the safe side and
+        // spares every run a netlink round trip.
+        let lost_at_start = cached_lost()?;
         let ses = fresh_thread_session()?;
         w.state
             .lock()
@@ -506,7 +509,8 @@ fn read_loop(sock: &sys::AuditSocket, state: &Mutex<State>, seen: &Condvar) {
 
 static WATCH: OnceLock<Result<Watch, String>> = OnceLock::new();
 static CONTROL: OnceLock<Result<Mutex<sys::AuditSocket>, String>> = OnceLock::new();
-static STATUS: Mutex<Option<(Instant, bool)>> = Mutex::new(None);
+/// The last audit status read: when, whether enabled, the kernel's lost-record count.
+static STATUS: Mutex<Option<(Instant, bool, u32)>> = Mutex::new(None);
 
 fn watch() -> Result<&'static Watch, String> {
     WATCH
@@ -527,24 +531,31 @@ fn control() -> Result<&'static Mutex<sys::AuditSocket>, String> {
 }
 
 fn cached_status() -> Result<bool, String> {
+    status_now_or_cached().map(|(enabled, _)| enabled)
+}
+
+fn cached_lost() -> Result<u32, String> {
+    status_now_or_cached().map(|(_, lost)| lost)
+}
+
+/// `(enabled, lost)`, read at most once per [`STATUS_TTL`].
+fn status_now_or_cached() -> Result<(bool, u32), String> {
     if let Ok(cached) = STATUS.lock()
-        && let Some((at, enabled)) = *cached
+        && let Some((at, enabled, lost)) = *cached
         && at.elapsed() < STATUS_TTL
     {
-        return Ok(enabled);
+        return Ok((enabled, lost));
     }
     let ctl = control()?;
-    let enabled = ctl
+    let status = ctl
         .lock()
         .map_err(|_| "the audit control socket is poisoned".to_owned())?
         .status()
-        .map_err(|e| format!("not recorded: cannot read the kernel's audit status: {e}"))?
-        .enabled
-        != 0;
+        .map_err(|e| format!("not recorded: cannot read the kernel's audit status: {e}"))?;
     if let Ok(mut cached) = STATUS.lock() {
-        *cached = Some((Instant::now(), enabled));
+        *cached = Some((Instant::now(), status.enabled != 0, status.lost));
     }
-    Ok(enabled)
+    Ok((status.enabled != 0, status.lost))
 }
 
 /// The process runs with effective uid 0 (read once: a supervisor does not change it).
