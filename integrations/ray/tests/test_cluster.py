@@ -145,6 +145,33 @@ def test_the_pool_recycles_a_sandbox_with_its_workspace_wiped(cluster):
     assert not os.path.exists(root)
 
 
+def test_a_sandbox_streams_its_output_and_may_have_a_policy_of_its_own(cluster):
+    sb = tierbox_ray.create(tier="b")
+    events = [ray.get(ref) for ref in sb.exec_stream.remote(["sh", "-c", "echo a; sleep 0.3; echo b"])]
+    *output, final = events
+    assert "".join(e["text"] for e in output if e["stream"] == "stdout") == "a\nb\n", events
+    assert final.exit_code == 0 and final.stdout == "a\nb\n", final
+    tierbox_ray.terminate(sb)
+
+    only_true = tierbox_ray.node.DEFAULT_POLICY.replace(
+        'allowed_executables = ["sh",', 'allowed_executables = ["true"] # ["sh",'
+    )
+    assert only_true != tierbox_ray.node.DEFAULT_POLICY
+    strict = tierbox_ray.create(tier="b", policy=only_true)
+    ok = ray.get(strict.exec.remote(["true"]))
+    assert ok.exit_code == 0, ok
+    with pytest.raises(Exception) as refused:
+        ray.get(strict.exec.remote(["sh", "-c", "echo no"]))
+    assert "exec.not_allowed" in str(refused.value)
+    # Its daemon signs with the node's key too.
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "o.json")
+        with open(path, "w") as f:
+            json.dump({k: v for k, v in ok.items() if k != "node_id"}, f)
+        _verify(["attest", "verify", path, "--pubkey", cluster["infos"][ok.node_id]["pubkey"]])
+    tierbox_ray.terminate(strict)
+
+
 def _alive(pid):
     """``pid`` runs (a zombie waiting to be reaped does not)."""
     try:
@@ -174,7 +201,8 @@ def test_a_lost_node_is_a_typed_error_the_retry_lands_elsewhere_and_nothing_surv
     tierbox_ray.wait_for_nodes(3)
     infos = tierbox_ray.init(base_dir=cluster["base"])
     doomed_id = next(n for n in infos if n not in cluster["infos"])
-    daemon_pid = infos[doomed_id]["daemon_pid"]
+    node = ray.get_actor("tierbox-node-" + doomed_id, namespace="tierbox")
+    daemon_pids = list(ray.get(node.daemon_pids.remote()).values())
     sb = tierbox_ray.create(tier="b", node_id=doomed_id)
     ref = sb.exec.remote(["sleep", "31.25"])
     deadline = time.monotonic() + 30
@@ -187,7 +215,9 @@ def test_a_lost_node_is_a_typed_error_the_retry_lands_elsewhere_and_nothing_surv
     retry = tierbox_ray.run(["sh", "-c", "echo survived"], tier="b")
     assert retry.stdout == "survived\n" and retry.node_id != doomed_id
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and (_alive(daemon_pid) or _processes_mentioning("31.25")):
+    while time.monotonic() < deadline and (
+        any(_alive(p) for p in daemon_pids) or _processes_mentioning("31.25")
+    ):
         time.sleep(0.2)
-    assert not _alive(daemon_pid), "the lost node's daemon is gone"
+    assert not any(_alive(p) for p in daemon_pids), "the lost node's daemons are gone"
     assert not _processes_mentioning("31.25"), "the lost node's sandbox is gone"

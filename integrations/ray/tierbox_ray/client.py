@@ -96,6 +96,12 @@ class DaemonClient:
                 raise TierboxError(500, err.get("code", "run.failed"), err.get("message", ""))
         raise TierboxError(502, "stream.ended", "the stream ended without a result")
 
+    def stream(self, request: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
+        """``POST /v1/process/run?stream=true``: its events (``output``, then ``result``
+        or ``error``) as they arrive."""
+        timeout = request.get("timeout_ms", 600_000) / 1000.0 + REQUEST_MARGIN_S
+        return self._stream(request, timeout)
+
     def _stream(self, request: Dict[str, Any], timeout: float) -> Iterator[Dict[str, Any]]:
         conn = _UnixConnection(self.socket_path, timeout)
         try:

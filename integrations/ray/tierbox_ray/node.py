@@ -9,6 +9,7 @@ down with it. So a node that is lost leaves no Tierbox process behind.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import secrets
 import shutil
@@ -50,26 +51,19 @@ def tierbox_binary(explicit: Optional[str] = None) -> str:
     return path
 
 
-@ray.remote(num_cpus=0, max_restarts=0)
-class TierboxNode:
-    """The node's daemon: started on creation, stopped with the actor."""
+class _Daemon:
+    """One ``tierbox serve --unix`` of the node, for one policy."""
 
-    def __init__(
-        self,
-        base_dir: str,
-        policy_toml: Optional[str] = None,
-        tierbox_bin: Optional[str] = None,
-        max_concurrent: int = 16,
-    ):
-        self.node_id = ray.get_runtime_context().get_node_id()
-        self.bin = tierbox_binary(tierbox_bin)
-        self.dir = os.path.join(base_dir, self.node_id)
+    def __init__(self, node: "TierboxNode", policy_toml: str, tag: str):
+        self.dir = os.path.join(node.dir, "daemons", tag)
         self.state_dir = os.path.join(self.dir, "state")
-        self.workspace = os.path.join(self.dir, "sandboxes")
-        self.socket = os.path.join(self.dir, "daemon.sock")
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        # A unix socket's path is limited to 107 bytes: short names, in a directory of
+        # the node's base.
+        sockets = os.path.join(os.path.dirname(node.dir), "s")
+        os.makedirs(sockets, mode=0o700, exist_ok=True)
+        self.socket = os.path.join(sockets, f"{node.node_id[:12]}-{tag[:8]}.sock")
         self.audit_log = os.path.join(self.dir, "audit.jsonl")
-        for d in (self.state_dir, self.workspace):
-            os.makedirs(d, mode=0o700, exist_ok=True)
         self.token = secrets.token_hex(32)
         token_file = os.path.join(self.state_dir, "ray-token")
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -77,21 +71,23 @@ class TierboxNode:
             f.write(self.token)
         policy_file = os.path.join(self.dir, "policy.toml")
         with open(policy_file, "w") as f:
-            f.write(policy_toml or DEFAULT_POLICY)
-            if "[audit]" not in (policy_toml or DEFAULT_POLICY):
-                f.write(f'\n[audit]\nlog = "{self.audit_log}"\n')
+            f.write(policy_toml)
+            if "[audit]" not in policy_toml:
+                # Every daemon of the node signs with the node's key; each keeps its own
+                # hash-chained log.
+                f.write(f'\n[audit]\nlog = "{self.audit_log}"\nsigning_key = "{node.key}"\n')
         if os.path.exists(self.socket):
             os.unlink(self.socket)
         self.log = open(os.path.join(self.dir, "daemon.log"), "ab")
         self.proc = subprocess.Popen(
             [
-                self.bin, "serve",
+                node.bin, "serve",
                 "--unix", self.socket,
                 "--state-dir", self.state_dir,
-                "--workspace", self.workspace,
+                "--workspace", node.workspace,
                 "--policy", policy_file,
                 "--token-file", token_file,
-                "--max-concurrent", str(max_concurrent),
+                "--max-concurrent", str(node.max_concurrent),
             ],
             stdin=subprocess.DEVNULL,
             stdout=self.log,
@@ -104,38 +100,12 @@ class TierboxNode:
         while not client.health():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"the tierbox daemon on node {self.node_id} did not start "
+                    f"the tierbox daemon on node {node.node_id} did not start "
                     f"(see {self.dir}/daemon.log)"
                 )
             time.sleep(0.05)
-        self.pubkey = subprocess.run(
-            [self.bin, "attest", "pubkey", "--state-dir", self.state_dir],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-
-    def info(self) -> Dict[str, Any]:
-        """Where the node's daemon is and how to reach it."""
-        return {
-            "node_id": self.node_id,
-            "socket": self.socket,
-            "token": self.token,
-            "workspace": self.workspace,
-            "pubkey": self.pubkey,
-            "daemon_pid": self.proc.pid,
-        }
-
-    def audit_log_bytes(self) -> bytes:
-        """The node's audit log, as it is now."""
-        try:
-            with open(self.audit_log, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return b""
 
     def stop(self) -> None:
-        """Stops the daemon (SIGTERM: it kills every sandbox and waits for them)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -143,6 +113,74 @@ class TierboxNode:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class TierboxNode:
+    """The node's daemons (one per policy its sandboxes ask for, started on first use),
+    their signing key and workspace root; all stopped with the actor."""
+
+    def __init__(
+        self,
+        base_dir: str,
+        policy_toml: Optional[str] = None,
+        tierbox_bin: Optional[str] = None,
+        max_concurrent: int = 16,
+    ):
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.bin = tierbox_binary(tierbox_bin)
+        self.dir = os.path.join(base_dir, self.node_id)
+        self.workspace = os.path.join(self.dir, "sandboxes")
+        self.max_concurrent = max_concurrent
+        os.makedirs(self.workspace, mode=0o700, exist_ok=True)
+        keys = os.path.join(self.dir, "keys")
+        os.makedirs(keys, mode=0o700, exist_ok=True)
+        self.pubkey = subprocess.run(
+            [self.bin, "attest", "pubkey", "--state-dir", keys],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        self.key = os.path.join(keys, "attest-key")
+        self.default_policy = policy_toml or DEFAULT_POLICY
+        self.daemons: Dict[str, _Daemon] = {}
+        self._daemon(None)
+
+    def _daemon(self, policy_toml: Optional[str]) -> _Daemon:
+        text = policy_toml or self.default_policy
+        tag = "default" if text == self.default_policy else hashlib.sha256(text.encode()).hexdigest()[:16]
+        if tag not in self.daemons:
+            self.daemons[tag] = _Daemon(self, text, tag)
+        return self.daemons[tag]
+
+    def info(self, policy_toml: Optional[str] = None) -> Dict[str, Any]:
+        """Where the daemon for ``policy_toml`` (the node's default when ``None``) is and
+        how to reach it; started on first use."""
+        d = self._daemon(policy_toml)
+        return {
+            "node_id": self.node_id,
+            "socket": d.socket,
+            "token": d.token,
+            "workspace": self.workspace,
+            "pubkey": self.pubkey,
+            "daemon_pid": d.proc.pid,
+        }
+
+    def audit_log_bytes(self, policy_toml: Optional[str] = None) -> bytes:
+        """The audit log of the daemon for ``policy_toml``, as it is now."""
+        try:
+            with open(self._daemon(policy_toml).audit_log, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return b""
+
+    def daemon_pids(self) -> Dict[str, int]:
+        return {tag: d.proc.pid for tag, d in self.daemons.items()}
+
+    def stop(self) -> None:
+        """Stops every daemon (SIGTERM: each kills its sandboxes and waits for them)."""
+        for d in self.daemons.values():
+            d.stop()
 
 
 #: The node policy unless one is given: the built-in defaults with common tools allowed

@@ -93,20 +93,21 @@ def shutdown() -> None:
         ray.kill(actor)
 
 
-#: This worker process's node's daemon, once looked up (a worker never changes node).
-_NODE_INFO: Dict[str, Dict[str, Any]] = {}
+#: This worker process's node's daemons, once looked up, by policy (a worker never
+#: changes node).
+_NODE_INFO: Dict[Optional[str], Dict[str, Any]] = {}
 
 
-def _node_info() -> Dict[str, Any]:
+def _node_info(policy_toml: Optional[str] = None) -> Dict[str, Any]:
+    if policy_toml in _NODE_INFO:
+        return _NODE_INFO[policy_toml]
     node_id = ray.get_runtime_context().get_node_id()
-    if node_id in _NODE_INFO:
-        return _NODE_INFO[node_id]
     try:
         actor = ray.get_actor(NODE_ACTOR_PREFIX + node_id, namespace=NAMESPACE)
     except ValueError:
         raise TierboxNodeLost(f"node {node_id} has no Tierbox daemon (call tierbox_ray.init())")
-    info = ray.get(actor.info.remote())
-    _NODE_INFO[node_id] = info
+    info = ray.get(actor.info.remote(policy_toml))
+    _NODE_INFO[policy_toml] = info
     return info
 
 
@@ -134,8 +135,9 @@ class Sandbox:
     fresh Tierbox sandbox narrowed to it (``"workspace"``), so sandboxes on one node never
     see each other's files."""
 
-    def __init__(self, tier: Optional[str] = None, ttl: Optional[float] = None):
-        info = _node_info()
+    def __init__(self, tier: Optional[str] = None, ttl: Optional[float] = None,
+                 policy: Optional[str] = None):
+        info = _node_info(policy)
         self.node_id = info["node_id"]
         self.tier = tier
         self.name = "sb-" + uuid.uuid4().hex[:16]
@@ -175,6 +177,24 @@ class Sandbox:
         """Runs a command to its end: the outcome (``exit_code``, ``stdout``…)."""
         req = _request(command, tier or self.tier, timeout, cwd, env, self.name)
         return ExecResult(self.client.run(req), node_id=self.node_id)
+
+    def exec_stream(self, command: Union[str, List[str]], timeout: Optional[float] = None,
+                    cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
+                    tier: Optional[str] = None):
+        """:meth:`exec`, streamed: yields ``{"stream", "text"}`` as the output arrives,
+        then the :class:`ExecResult`. ``for ref in sb.exec_stream.remote(…)``."""
+        req = _request(command, tier or self.tier, timeout, cwd, env, self.name)
+        for event in self.client.stream(req):
+            kind = event.get("event")
+            if kind == "output":
+                yield {"stream": event.get("stream", ""), "text": event.get("text", "")}
+            elif kind == "result":
+                yield ExecResult(event["outcome"], node_id=self.node_id)
+                return
+            elif kind == "error":
+                err = event.get("error", {})
+                raise TierboxError(500, err.get("code", "run.failed"), err.get("message", ""))
+        raise TierboxError(502, "stream.ended", "the stream ended without a result")
 
     def start(self, command: Union[str, List[str]], cwd: Optional[str] = None,
               env: Optional[Dict[str, str]] = None, tier: Optional[str] = None) -> str:
@@ -279,13 +299,14 @@ class Sandbox:
         return fd, parts[-1]
 
 
-def create(tier: Optional[str] = None, cpu: float = 0, memory: Optional[int] = None,
-           ttl: Optional[float] = None, node_id: Optional[str] = None,
-           label: Optional[str] = None) -> "ray.actor.ActorHandle":
+def create(tier: Optional[str] = None, policy: Optional[str] = None, cpu: float = 0,
+           memory: Optional[int] = None, ttl: Optional[float] = None,
+           node_id: Optional[str] = None, label: Optional[str] = None) -> "ray.actor.ActorHandle":
     """A sandbox on some node (SPREAD over the nodes offering ``tierbox``, or pinned to
-    ``node_id``, or to nodes with the custom resource ``label``). ``cpu`` and ``memory``
-    (bytes) are reserved from Ray for it; the node's policy bounds what its runs use.
-    ``ttl``: seconds after which it ends itself."""
+    ``node_id``, or to nodes with the custom resource ``label``). ``policy``: a Tierbox
+    policy (TOML text) for its runs, served by a daemon of its own on the node (the node's
+    default policy when omitted). ``cpu`` and ``memory`` (bytes) are reserved from Ray for
+    it; the policy bounds what its runs use. ``ttl``: seconds after which it ends itself."""
     options: Dict[str, Any] = {"num_cpus": cpu}
     if memory:
         options["memory"] = memory
@@ -295,13 +316,14 @@ def create(tier: Optional[str] = None, cpu: float = 0, memory: Optional[int] = N
         options["scheduling_strategy"] = "SPREAD"
     if label:
         options["resources"] = {RESOURCE: 1, label: 0.001}
-    return Sandbox.options(**options).remote(tier, ttl)
+    return Sandbox.options(**options).remote(tier, ttl, policy)
 
 
 @ray.remote(num_cpus=0, resources={RESOURCE: 1}, max_retries=0)
 def _run_once(command: Union[str, List[str]], tier: Optional[str], timeout: Optional[float],
-              env: Optional[Dict[str, str]], files: Optional[Dict[str, bytes]]) -> ExecResult:
-    info = _node_info()
+              env: Optional[Dict[str, str]], files: Optional[Dict[str, bytes]],
+              policy: Optional[str] = None) -> ExecResult:
+    info = _node_info(policy)
     name = "run-" + uuid.uuid4().hex[:16]
     root = os.path.join(info["workspace"], name)
     os.mkdir(root, 0o755)
@@ -320,12 +342,13 @@ def _run_once(command: Union[str, List[str]], tier: Optional[str], timeout: Opti
 
 def run(command: Union[str, List[str]], tier: Optional[str] = None,
         timeout: Optional[float] = None, env: Optional[Dict[str, str]] = None,
-        files: Optional[Dict[str, bytes]] = None, retries: int = 1) -> ExecResult:
+        files: Optional[Dict[str, bytes]] = None, retries: int = 1,
+        policy: Optional[str] = None) -> ExecResult:
     """Runs one command in a fresh workspace on some node (SPREAD), waiting for it. A lost
     node is retried ``retries`` times elsewhere, then raises :class:`TierboxNodeLost`."""
     for attempt in range(retries + 1):
         try:
-            return result(submit(command, tier, timeout, env, files))
+            return result(submit(command, tier, timeout, env, files, policy))
         except TierboxNodeLost:
             if attempt == retries:
                 raise
@@ -334,10 +357,13 @@ def run(command: Union[str, List[str]], tier: Optional[str] = None,
 
 def submit(command: Union[str, List[str]], tier: Optional[str] = None,
            timeout: Optional[float] = None, env: Optional[Dict[str, str]] = None,
-           files: Optional[Dict[str, bytes]] = None) -> "ray.ObjectRef":
+           files: Optional[Dict[str, bytes]] = None,
+           policy: Optional[str] = None) -> "ray.ObjectRef":
     """:func:`run` without waiting (and without retries): an ``ObjectRef`` to the result;
     :func:`result` raises a lost node as :class:`TierboxNodeLost`."""
-    return _run_once.options(scheduling_strategy="SPREAD").remote(command, tier, timeout, env, files)
+    return _run_once.options(scheduling_strategy="SPREAD").remote(
+        command, tier, timeout, env, files, policy
+    )
 
 
 #: Ray's errors for work whose node or worker went away.
