@@ -172,6 +172,57 @@ def test_a_sandbox_streams_its_output_and_may_have_a_policy_of_its_own(cluster):
     tierbox_ray.terminate(strict)
 
 
+def test_a_node_s_own_daemon_can_be_attached_instead_of_started(cluster):
+    # The node's daemon, started outside Ray (as a DaemonSet or `tierbox daemon start`
+    # would): its own state directory, key, token, socket and workspace.
+    root = tempfile.mkdtemp(prefix="tbattach-")
+    state, ws = os.path.join(root, "state"), os.path.join(root, "ws")
+    os.makedirs(state, mode=0o700)
+    os.makedirs(ws)
+    token_file = os.path.join(state, "token")
+    fd = os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"a" * 64)
+    os.close(fd)
+    policy = os.path.join(root, "policy.toml")
+    with open(policy, "w") as f:
+        f.write(tierbox_ray.node.DEFAULT_POLICY)
+    sock = os.path.join(root, "d.sock")
+    daemon = subprocess.Popen(
+        [tierbox_binary(), "serve", "--unix", sock, "--state-dir", state, "--workspace", ws,
+         "--policy", policy, "--token-file", token_file],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = tierbox_ray.DaemonClient(sock, "a" * 64)
+        deadline = time.monotonic() + 15
+        while not client.health() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        c = cluster["cluster"]
+        extra = c.add_node(num_cpus=1, resources={"tierbox": 1})
+        tierbox_ray.wait_for_nodes(3)
+        infos = tierbox_ray.init(
+            base_dir=cluster["base"],
+            attach={"socket": sock, "token_file": token_file, "state_dir": state, "workspace": ws},
+        )
+        node_id = next(n for n in infos if n not in cluster["infos"])
+        key = _verify(["attest", "pubkey", "--state-dir", state]).strip()
+        assert infos[node_id]["pubkey"] == key and infos[node_id]["daemon_pid"] is None
+        sb = tierbox_ray.create(tier="b", node_id=node_id)
+        out = ray.get(sb.exec.remote(["sh", "-c", "echo attached"]))
+        assert out.stdout == "attached\n" and out.node_id == node_id, out
+        assert os.listdir(ws) == [ray.get(sb.get_instance_id.remote())]
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "o.json")
+            with open(path, "w") as f:
+                json.dump({k: v for k, v in out.items() if k != "node_id"}, f)
+            _verify(["attest", "verify", path, "--pubkey", key])
+        tierbox_ray.terminate(sb)
+        c.remove_node(extra)
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=20)
+
+
 def _alive(pid):
     """``pid`` runs (a zombie waiting to be reaped does not)."""
     try:

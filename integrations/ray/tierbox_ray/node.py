@@ -51,6 +51,22 @@ def tierbox_binary(explicit: Optional[str] = None) -> str:
     return path
 
 
+class _Attached:
+    """A daemon the node already runs (not started, not stopped here)."""
+
+    def __init__(self, socket_path: str, token_file: str):
+        self.socket = socket_path
+        with open(token_file) as f:
+            self.token = f.read().strip()
+        self.audit_log = ""
+        if not DaemonClient(self.socket, self.token).health():
+            raise RuntimeError(f"no tierbox daemon answers on {socket_path}")
+        self.proc = None
+
+    def stop(self) -> None:
+        pass
+
+
 class _Daemon:
     """One ``tierbox serve --unix`` of the node, for one policy."""
 
@@ -126,12 +142,27 @@ class TierboxNode:
         policy_toml: Optional[str] = None,
         tierbox_bin: Optional[str] = None,
         max_concurrent: int = 16,
+        attach: Optional[Dict[str, str]] = None,
     ):
         self.node_id = ray.get_runtime_context().get_node_id()
         self.bin = tierbox_binary(tierbox_bin)
         self.dir = os.path.join(base_dir, self.node_id)
-        self.workspace = os.path.join(self.dir, "sandboxes")
         self.max_concurrent = max_concurrent
+        self.daemons: Dict[str, Any] = {}
+        self.attached = attach is not None
+        if attach is not None:
+            # The node's own daemon: its key, its workspace, its policy.
+            self.workspace = attach["workspace"]
+            self.pubkey = subprocess.run(
+                [self.bin, "attest", "pubkey", "--state-dir", attach["state_dir"]],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            self.default_policy = None
+            self.daemons["default"] = _Attached(attach["socket"], attach["token_file"])
+            return
+        self.workspace = os.path.join(self.dir, "sandboxes")
         os.makedirs(self.workspace, mode=0o700, exist_ok=True)
         keys = os.path.join(self.dir, "keys")
         os.makedirs(keys, mode=0o700, exist_ok=True)
@@ -143,10 +174,16 @@ class TierboxNode:
         ).stdout.strip()
         self.key = os.path.join(keys, "attest-key")
         self.default_policy = policy_toml or DEFAULT_POLICY
-        self.daemons: Dict[str, _Daemon] = {}
         self._daemon(None)
 
-    def _daemon(self, policy_toml: Optional[str]) -> _Daemon:
+    def _daemon(self, policy_toml: Optional[str]) -> Any:
+        if self.attached:
+            if policy_toml is not None:
+                raise ValueError(
+                    "this node's daemon was attached: its policy is the daemon's own, "
+                    "a sandbox cannot ask for another"
+                )
+            return self.daemons["default"]
         text = policy_toml or self.default_policy
         tag = "default" if text == self.default_policy else hashlib.sha256(text.encode()).hexdigest()[:16]
         if tag not in self.daemons:
@@ -163,11 +200,14 @@ class TierboxNode:
             "token": d.token,
             "workspace": self.workspace,
             "pubkey": self.pubkey,
-            "daemon_pid": d.proc.pid,
+            "daemon_pid": d.proc.pid if d.proc else None,
         }
 
     def audit_log_bytes(self, policy_toml: Optional[str] = None) -> bytes:
-        """The audit log of the daemon for ``policy_toml``, as it is now."""
+        """The audit log of the daemon for ``policy_toml``, as it is now (an attached
+        daemon's log is wherever its policy puts it: read it there)."""
+        if self.attached:
+            return b""
         try:
             with open(self._daemon(policy_toml).audit_log, "rb") as f:
                 return f.read()
@@ -175,7 +215,7 @@ class TierboxNode:
             return b""
 
     def daemon_pids(self) -> Dict[str, int]:
-        return {tag: d.proc.pid for tag, d in self.daemons.items()}
+        return {tag: d.proc.pid for tag, d in self.daemons.items() if d.proc}
 
     def stop(self) -> None:
         """Stops every daemon (SIGTERM: each kills its sandboxes and waits for them)."""

@@ -58,9 +58,15 @@ def init(
     base_dir: str = "/tmp/tierbox-ray",
     policy_toml: Optional[str] = None,
     tierbox_bin: Optional[str] = None,
+    attach: Optional[Dict[str, str]] = None,
 ) -> Dict[str, Dict[str, Any]]:
     """Starts (or finds) a ``TierboxNode`` on every alive node that offers the
-    ``tierbox`` resource; returns each node's info (socket, public key…) by node id."""
+    ``tierbox`` resource; returns each node's info (socket, public key…) by node id.
+
+    ``attach``: use the daemon already running on each node (a DaemonSet's, or
+    ``tierbox daemon start``) instead of starting one: ``{"socket", "token_file",
+    "state_dir", "workspace"}``, the paths on the nodes (its workspace is where the
+    sandboxes' directories are made)."""
     infos = {}
     for node in ray.nodes():
         if not node.get("Alive") or node.get("Resources", {}).get(RESOURCE, 0) <= 0:
@@ -72,7 +78,7 @@ def init(
             get_if_exists=True,
             lifetime="detached",
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-        ).remote(base_dir, policy_toml, tierbox_bin)
+        ).remote(base_dir, policy_toml, tierbox_bin, attach=attach)
         infos[node_id] = ray.get(actor.info.remote())
     if not infos:
         raise RuntimeError(f"no alive node offers the {RESOURCE!r} resource")
