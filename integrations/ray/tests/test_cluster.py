@@ -223,6 +223,29 @@ def test_a_node_s_own_daemon_can_be_attached_instead_of_started(cluster):
         daemon.wait(timeout=20)
 
 
+def test_a_daemon_that_dies_mid_run_is_a_lost_node_too(cluster):
+    # Whichever goes first when a node is lost — the sandbox's actor or the daemon it
+    # talks to — the caller sees TierboxNodeLost. Here only the daemon dies (a policy of
+    # its own, so no other test's daemon is touched).
+    policy = tierbox_ray.node.DEFAULT_POLICY + "\n# daemon that dies\n"
+    sb = tierbox_ray.create(tier="b", policy=policy)
+    node_id = ray.get(sb.node.remote())
+    node = ray.get_actor("tierbox-node-" + node_id, namespace="tierbox")
+    ref = sb.exec.remote(["sleep", "32.5"])
+    deadline = time.monotonic() + 30
+    while not _processes_mentioning("32.5") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    tags = ray.get(node.daemon_pids.remote())
+    (daemon,) = [pid for tag, pid in tags.items() if tag != "default"]
+    os.kill(daemon, 9)
+    with pytest.raises(tierbox_ray.TierboxNodeLost):
+        tierbox_ray.result(ref)
+    deadline = time.monotonic() + 20
+    while _processes_mentioning("32.5") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _processes_mentioning("32.5"), "the daemon's sandbox died with it"
+
+
 def _alive(pid):
     """``pid`` runs (a zombie waiting to be reaped does not)."""
     try:

@@ -26,6 +26,21 @@ class TierboxError(Exception):
         self.message = message
 
 
+class TierboxNodeLost(Exception):
+    """The node holding a sandbox (or running a command) was lost, or its daemon went
+    away mid-request; the work did not complete. Retry it: it lands on a surviving
+    node."""
+
+
+def _lost(socket_path: str, e: BaseException) -> TierboxNodeLost:
+    return TierboxNodeLost(f"the tierbox daemon at {socket_path} went away ({type(e).__name__}: {e})")
+
+
+#: What a daemon that died (or a node that was lost) looks like to a client. A timeout
+#: is not one of them.
+_GONE = (ConnectionError, FileNotFoundError, http.client.RemoteDisconnected, http.client.IncompleteRead)
+
+
 class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float):
         super().__init__("localhost", timeout=timeout)
@@ -64,6 +79,8 @@ class DaemonClient:
             conn.request(method, path, body=payload, headers=self._headers())
             resp = conn.getresponse()
             data = resp.read()
+        except _GONE as e:
+            raise _lost(self.socket_path, e) from e
         finally:
             conn.close()
         return _decode(resp.status, data)
@@ -118,6 +135,8 @@ class DaemonClient:
                 line = line.strip()
                 if line:
                     yield json.loads(line)
+        except _GONE as e:
+            raise _lost(self.socket_path, e) from e
         finally:
             conn.close()
 

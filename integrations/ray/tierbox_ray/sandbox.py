@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from .client import DaemonClient, TierboxError, split_outcome
+from .client import DaemonClient, TierboxError, TierboxNodeLost, split_outcome
 from .node import NAMESPACE, NODE_ACTOR_PREFIX, TierboxNode
 
 #: The custom resource a node offers per sandbox it may hold at once.
@@ -26,11 +26,6 @@ RESOURCE = "tierbox"
 
 #: Largest file ``read_file`` returns, in bytes.
 MAX_READ_BYTES = 64 << 20
-
-
-class TierboxNodeLost(Exception):
-    """The node holding a sandbox (or running a command) was lost; the work did not
-    complete. Retry it: it lands on a surviving node."""
 
 
 class ExecResult(dict):
@@ -387,6 +382,13 @@ def result(ref: "ray.ObjectRef", timeout: Optional[float] = None) -> Any:
     :class:`TierboxNodeLost`."""
     try:
         return ray.get(ref, timeout=timeout)
+    except TierboxNodeLost:
+        raise
+    except ray.exceptions.RayTaskError as e:
+        # The daemon died before the actor did: the actor raised it as a lost node.
+        if isinstance(e.cause, TierboxNodeLost):
+            raise TierboxNodeLost(str(e.cause)) from e
+        raise
     except _LOST as e:
         raise TierboxNodeLost(f"the node was lost ({type(e).__name__})") from e
 
