@@ -91,6 +91,14 @@ def test_spread_runs_land_on_both_nodes_and_verify_against_each_node_s_key(clust
             assert len(data.splitlines()) - before[node] == per_node[node], (node, per_node)
 
 
+def test_a_one_shot_run_gets_its_files_in_its_own_workspace_only(cluster):
+    given = tierbox_ray.run(["cat", "in/data.txt"], tier="b", files={"in/data.txt": b"given\n"})
+    assert given.stdout == "given\n", given
+    for bad in ["../escape", "/etc/x", "a/../../b"]:
+        with pytest.raises(ValueError):
+            tierbox_ray.run(["true"], tier="b", files={bad: b"x"})
+
+
 def test_a_node_never_holds_more_sandboxes_than_its_tierbox_resource(cluster):
     script = "python3 -c 'import time; print(time.time())'; sleep 1; python3 -c 'import time; print(time.time())'"
     results = ray.get([tierbox_ray.submit(["sh", "-c", script], tier="b") for _ in range(6)])

@@ -330,7 +330,10 @@ def _run_once(command: Union[str, List[str]], tier: Optional[str], timeout: Opti
     os.mkdir(root, 0o755)
     try:
         for rel, data in (files or {}).items():
-            target = os.path.join(root, rel)
+            parts = [p for p in rel.split("/") if p not in ("", ".")]
+            if not parts or ".." in parts or rel.startswith("/"):
+                raise ValueError(f"files: {rel!r} is not a relative path inside the workspace")
+            target = os.path.join(root, *parts)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with open(target, "wb") as f:
                 f.write(data)
