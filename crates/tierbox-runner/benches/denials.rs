@@ -16,7 +16,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{ms, percentile};
+use support::p50_p90_ms;
 use tierbox_policy::{Policy, ProcessRunRequest, TierCBackend, TierRequest};
 use tierbox_runner::{RunOptions, Runner};
 use tierbox_sandbox::linux::audit;
@@ -89,15 +89,15 @@ fn main() {
         on.sort();
         ratios.sort_by(f64::total_cmp);
         println!("tier {tier:?}: /bin/true, {iterations} interleaved pairs, warm slots on");
+        let (p50, p90) = p50_p90_ms(&off);
         println!(
             "  audit off (denials: egress and limits)       p50 {:7.2} ms   p90 {:7.2} ms",
-            ms(percentile(&off, 0.5)),
-            ms(percentile(&off, 0.9))
+            p50, p90
         );
+        let (p50, p90) = p50_p90_ms(&on);
         println!(
             "  audit on  (landlock and seccomp recorded)    p50 {:7.2} ms   p90 {:7.2} ms",
-            ms(percentile(&on, 0.5)),
-            ms(percentile(&on, 0.9))
+            p50, p90
         );
         println!(
             "  ratio on / off: median of pairs {:.2}",

@@ -20,7 +20,7 @@ mod support;
 
 use std::time::Instant;
 
-use support::{ms, percentile};
+use support::{ms, p50_p90_ms, percentile};
 use tierbox_policy::{Policy, ProcessRunRequest, TierRequest, WorkspaceMode};
 use tierbox_runner::review::ChangeStore;
 use tierbox_runner::{RunOptions, Runner};
@@ -99,16 +99,10 @@ fn main() {
         d.sort();
         o.sort();
         diffs.sort_by(f64::total_cmp);
-        println!(
-            "{name:<8} direct  p50 {:7.3} ms  p90 {:7.3} ms",
-            ms(percentile(&d, 0.5)),
-            ms(percentile(&d, 0.9))
-        );
-        println!(
-            "{name:<8} overlay p50 {:7.3} ms  p90 {:7.3} ms",
-            ms(percentile(&o, 0.5)),
-            ms(percentile(&o, 0.9))
-        );
+        let (p50, p90) = p50_p90_ms(&d);
+        println!("{name:<8} direct  p50 {:7.3} ms  p90 {:7.3} ms", p50, p90);
+        let (p50, p90) = p50_p90_ms(&o);
+        println!("{name:<8} overlay p50 {:7.3} ms  p90 {:7.3} ms", p50, p90);
         println!(
             "{name:<8} overlay - direct: median of rounds {:+.3} ms  (p50 - p50 {:+.3} ms)",
             diffs[diffs.len() / 2] * 1e3,

@@ -15,6 +15,12 @@ pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// The p50 and p90 of `sorted`, in milliseconds.
+#[allow(dead_code)] // not every bench prints milliseconds
+pub fn p50_p90_ms(sorted: &[Duration]) -> (f64, f64) {
+    (ms(percentile(sorted, 0.5)), ms(percentile(sorted, 0.9)))
+}
+
 /// The first numeric command-line argument (`cargo bench … -- N`), else `default`.
 pub fn iterations(default: usize) -> usize {
     std::env::args()

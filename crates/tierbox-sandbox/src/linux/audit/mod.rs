@@ -139,9 +139,9 @@ pub fn set_enabled(enabled: bool) -> std::io::Result<()> {
 
 /// Whether the kernel's audit subsystem is enabled, read now (not cached).
 pub fn enabled_now() -> std::io::Result<bool> {
-    let ctl = control().map_err(std::io::Error::other)?;
-    let ctl = ctl.lock().map_err(|_| std::io::Error::other("poisoned"))?;
-    Ok(ctl.status()?.enabled != 0)
+    read_status()
+        .map(|s| s.enabled != 0)
+        .map_err(std::io::Error::other)
 }
 
 /// A run's audit session, registered with the reader: the records naming it are kept
@@ -182,7 +182,7 @@ impl AuditSession {
             return AuditReport::default();
         };
         let barrier_back = w.barrier();
-        let lost = w.lost().is_none_or(|now| now != self.lost_at_start);
+        let lost = read_status().map_or(true, |now| now.lost != self.lost_at_start);
         let log = w
             .state
             .lock()
@@ -434,12 +434,6 @@ impl Watch {
         })
     }
 
-    fn lost(&self) -> Option<u32> {
-        let ctl = control().ok()?;
-        let ctl = ctl.lock().ok()?;
-        ctl.status().ok().map(|s| s.lost)
-    }
-
     /// Sends a barrier record and waits until the reader has seen it.
     fn barrier(&self) -> bool {
         let number = self.next_barrier.fetch_add(1, Ordering::Relaxed);
@@ -546,16 +540,20 @@ fn status_now_or_cached() -> Result<(bool, u32), String> {
     {
         return Ok((enabled, lost));
     }
-    let ctl = control()?;
-    let status = ctl
-        .lock()
-        .map_err(|_| "the audit control socket is poisoned".to_owned())?
-        .status()
-        .map_err(|e| format!("not recorded: cannot read the kernel's audit status: {e}"))?;
+    let status = read_status()?;
     if let Ok(mut cached) = STATUS.lock() {
         *cached = Some((Instant::now(), status.enabled != 0, status.lost));
     }
     Ok((status.enabled != 0, status.lost))
+}
+
+/// `AUDIT_GET` now, on the shared control socket.
+fn read_status() -> Result<sys::AuditStatus, String> {
+    control()?
+        .lock()
+        .map_err(|_| "the audit control socket is poisoned".to_owned())?
+        .status()
+        .map_err(|e| format!("not recorded: cannot read the kernel's audit status: {e}"))
 }
 
 /// The process runs with effective uid 0 (read once: a supervisor does not change it).
