@@ -268,18 +268,33 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
         "{listed:?}"
     );
 
-    // 4. bwrap: it loads the seccomp filter itself, without the log flag, and applies no
-    //    landlock domain: both layers are said not to be recorded, and none are listed.
+    // 4. bwrap: no landlock domain (said so, none listed); bwrap's own filter is never
+    //    logged, so tierbox-init stacks a logged copy: the refused calls are recorded.
     if tierbox_sandbox::bwrap::probe_bwrap(None).is_ok() {
         let w = run(&env.runner(TierCBackend::Bwrap), &env.probe(TierRequest::C));
-        assert!(w.stdout.text.contains("ptrace -1 1"), "{w:?}");
-        let (applied, detail) = report(&w, "seccomp");
-        assert!(!applied && detail.contains("bwrap"), "{detail}");
+        let out = &w.stdout.text;
+        assert!(out.contains("read FileNotFoundError"), "{out}");
+        assert!(out.contains("ptrace -1 1"), "{out}");
+        assert!(out.contains("unshare -1 1"), "{out}");
         let (applied, detail) = report(&w, "landlock");
         assert!(!applied && detail.contains("bwrap"), "{detail}");
-        assert!(find(&w, DenialLayer::Seccomp, "ptrace").is_none());
+        let (applied, detail) = report(&w, "seccomp");
+        assert!(applied, "{detail}");
+        assert!(!detail.contains("incomplete"), "{detail}");
+        let ptrace = find(&w, DenialLayer::Seccomp, "ptrace").expect("ptrace under bwrap");
+        assert!(
+            ptrace.hint.starts_with("not allowed by any policy"),
+            "{ptrace:?}"
+        );
+        let unshare = find(&w, DenialLayer::Seccomp, "unshare").expect("unshare under bwrap");
+        assert!(unshare.target.contains("namespaces"), "{unshare:?}");
         assert!(
             find(&w, DenialLayer::Egress, "connect").is_some(),
+            "{:?}",
+            w.denials
+        );
+        assert!(
+            w.denials.iter().all(|d| d.layer != DenialLayer::Landlock),
             "{:?}",
             w.denials
         );

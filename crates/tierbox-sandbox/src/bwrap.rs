@@ -111,6 +111,10 @@ pub const DEFAULT_TMP_SIZE_BYTES: u64 = 256 * 1024 * 1024;
 /// `tierbox-init`'s program mode: `tierbox-init --run PROGRAM ARGV0 [ARGS...]`.
 const INIT_RUN_FLAG: &str = "--run";
 
+/// `tierbox-init`'s program mode with a logged copy of the seccomp filter stacked on the
+/// program: `tierbox-init --run-logged FD PROGRAM ARGV0 [ARGS...]`.
+const INIT_RUN_LOGGED_FLAG: &str = "--run-logged";
+
 /// The sandbox's private temporary directory (a fresh tmpfs).
 const SANDBOX_TMP: &str = "/tmp";
 /// The private `HOME` when the Plan asks for one: inside the tmpfs `/tmp`, so it is empty,
@@ -459,6 +463,12 @@ pub struct BwrapOptions {
     /// it starts the program, instead of bwrap's own init, which stays dumpable (a
     /// program could write its memory through `/proc/1/mem`). `None` keeps bwrap's init.
     pub init_fd: Option<i32>,
+    /// An fd, inherited by `bwrap` and `tierbox-init`, holding the same compiled seccomp
+    /// program as [`BwrapOptions::seccomp_fd`]: `tierbox-init --run-logged` stacks it on
+    /// the program with `SECCOMP_FILTER_FLAG_LOG` (bwrap attaches its own copy without
+    /// the flag), so the kernel's audit subsystem records what it refuses. Needs
+    /// [`BwrapOptions::init_fd`] and [`BwrapOptions::seccomp_fd`].
+    pub log_filter_fd: Option<i32>,
 }
 
 impl BwrapOptions {
@@ -477,6 +487,7 @@ impl BwrapOptions {
             userns_fd: None,
             env_args_fd: None,
             init_fd: None,
+            log_filter_fd: None,
         }
     }
 
@@ -523,6 +534,18 @@ impl BwrapOptions {
         }
         if self.init_fd.is_some_and(|fd| fd < 0) {
             return invalid("init_fd", format!("{:?} is negative", self.init_fd));
+        }
+        if let Some(fd) = self.log_filter_fd {
+            if fd <= 0 {
+                return invalid("log_filter_fd", format!("{fd} is not a positive fd"));
+            }
+            if self.init_fd.is_none() || self.seccomp_fd.is_none() {
+                return invalid(
+                    "log_filter_fd",
+                    "a logged filter needs tierbox-init (init_fd) and the filter itself (seccomp_fd)"
+                        .to_owned(),
+                );
+            }
         }
         Ok(())
     }
@@ -699,7 +722,13 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
         Some(fd) => {
             argv.flags(&["--as-pid-1", "--"]);
             argv.push(format!("/proc/self/fd/{fd}"));
-            argv.flags(&[INIT_RUN_FLAG]);
+            match opts.log_filter_fd {
+                Some(log_fd) => {
+                    argv.flags(&[INIT_RUN_LOGGED_FLAG]);
+                    argv.push(log_fd.to_string());
+                }
+                None => argv.flags(&[INIT_RUN_FLAG]),
+            }
             argv.push(program);
             match plan.argv.first() {
                 Some(_) => plan.argv.iter().for_each(|a| argv.push(a)),

@@ -1131,3 +1131,49 @@ fn init_fd_makes_tierbox_init_pid_1() {
         })
     ));
 }
+
+/// A logged filter fd makes pid 1 `tierbox-init --run-logged FD`; it needs both the init
+/// image and the filter bwrap attaches, and a positive fd.
+#[test]
+fn log_filter_fd_makes_tierbox_init_stack_a_logged_filter() {
+    let sc = scratch();
+    let (plan, host) = strict_ls(&sc.ws);
+    let mut o = opts(V0_8, host);
+    o.init_fd = Some(6);
+    o.seccomp_fd = Some(3);
+    o.log_filter_fd = Some(7);
+    let argv = strings(&bwrap_argv(&plan, &o).unwrap());
+    let tail = pos(&argv, &["--as-pid-1", "--"]);
+    assert_eq!(
+        argv[tail..],
+        [
+            "--as-pid-1",
+            "--",
+            "/proc/self/fd/6",
+            "--run-logged",
+            "7",
+            "/usr/bin/ls",
+            "ls",
+            "-la"
+        ]
+    );
+    for (init_fd, seccomp_fd, log_fd) in [
+        (None, Some(3), 7),
+        (Some(6), None, 7),
+        (Some(6), Some(3), 0),
+    ] {
+        o.init_fd = init_fd;
+        o.seccomp_fd = seccomp_fd;
+        o.log_filter_fd = Some(log_fd);
+        assert!(
+            matches!(
+                bwrap_argv(&plan, &o),
+                Err(BwrapError::InvalidOption {
+                    option: "log_filter_fd",
+                    ..
+                })
+            ),
+            "{init_fd:?} {seccomp_fd:?} {log_fd}"
+        );
+    }
+}

@@ -48,6 +48,10 @@ pub const BWRAP_ENV_ARGS_FD: i32 = 5;
 /// The fd number at which `bwrap`, and the sandbox's pid 1, receive the `tierbox-init`
 /// image (`/proc/self/fd/6 --run …`).
 pub const BWRAP_INIT_FD: i32 = 6;
+/// The fd number at which `bwrap`, and the sandbox's pid 1, receive the copy of the
+/// seccomp program that `tierbox-init --run-logged 7` stacks on the program with the
+/// audit log flag, when the host records denials.
+pub const BWRAP_LOG_FILTER_FD: i32 = 7;
 
 /// The seccomp filter of Tier C (both backends): the shared deny list with nested
 /// namespaces denied; inet and unix sockets allowed, since the network namespace has only
@@ -212,6 +216,20 @@ pub(crate) fn launch_bwrap(
     // pid 1: tierbox-init, non-dumpable, where its image can be exec'd; else bwrap's own.
     let init_image = ns::init::image_fd().ok();
     bopts.init_fd = init_image.map(|_| BWRAP_INIT_FD);
+    // Refused calls reach the audit log only from a filter attached with the log flag,
+    // which bwrap never sets: tierbox-init stacks a logged copy of the same program.
+    let mut audit = crate::linux::audit::RunAudit::plan(false, None, seccomp.is_some());
+    audit.landlock = Err(
+        "not recorded: the bwrap backend applies no landlock domain (its mount namespace hides what is not bound)"
+            .to_owned(),
+    );
+    if audit.seccomp.is_ok() && init_image.is_none() {
+        audit.seccomp = Err(
+            "not recorded: without tierbox-init as pid 1, bwrap's own filter (attached without SECCOMP_FILTER_FLAG_LOG) is the only one"
+                .to_owned(),
+        );
+    }
+    bopts.log_filter_fd = audit.seccomp.is_ok().then_some(BWRAP_LOG_FILTER_FD);
     bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
     bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
     let argv = bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?;
@@ -226,6 +244,14 @@ pub(crate) fn launch_bwrap(
     let seccomp_fd = match &seccomp {
         Some(p) => Some(filter_pipe(&p.to_bytes())?),
         None => None,
+    };
+    let log_filter = match (&seccomp, bopts.log_filter_fd) {
+        (Some(p), Some(_)) => Some(launch::data_fd(
+            c"tierbox-seccomp-logged",
+            &p.to_bytes(),
+            "the logged seccomp program",
+        )?),
+        _ => None,
     };
     let slot = launch::cgroup_slot(
         bwrap::BACKEND,
@@ -242,6 +268,11 @@ pub(crate) fn launch_bwrap(
         .chain(userns.iter().map(|fd| (fd.as_fd(), BWRAP_USERNS_FD)))
         .chain(std::iter::once((env_args.as_fd(), BWRAP_ENV_ARGS_FD)))
         .chain(init_image.map(|fd| (fd, BWRAP_INIT_FD)))
+        .chain(
+            log_filter
+                .iter()
+                .map(|fd| (fd.as_fd(), BWRAP_LOG_FILTER_FD)),
+        )
         .collect();
     let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = idmapped
         .iter()
@@ -252,10 +283,16 @@ pub(crate) fn launch_bwrap(
         netns: egress.as_ref().map(|(netns, _)| netns),
         mount_moves: &mount_moves,
         clear_groups: userns.is_some(),
+        audit_session: audit.wants_session(),
         ..HelperSpawn::plain(&info.path, &full_argv, &[])
     };
     let child = match launch::spawn_helper(plan, opts, &slot, &helper) {
-        Ok(c) => c,
+        Ok((c, session)) => {
+            if let Some(session) = session {
+                audit.attach(session);
+            }
+            c
+        }
         Err(e) => {
             slots::release(slot);
             return Err(e);
@@ -268,7 +305,7 @@ pub(crate) fn launch_bwrap(
         &info,
         (identity, idmapped.len()),
         init_image.is_some(),
-        seccomp.as_deref(),
+        (seccomp.as_deref(), log_filter.is_some()),
         &slot,
         missing,
     );
@@ -291,10 +328,7 @@ pub(crate) fn launch_bwrap(
         container: None,
         tmp_fs: None,
         upper_layer: None,
-        audit: crate::linux::audit::RunAudit::not_recorded(
-            "the bwrap backend applies no landlock domain (its mount namespace hides what is not bound)",
-            "bwrap loads the filter itself, without SECCOMP_FILTER_FLAG_LOG: a refused call is not logged",
-        ),
+        audit,
     })
 }
 
@@ -386,7 +420,7 @@ fn bwrap_enforcement(
     info: &bwrap::BwrapInfo,
     (identity, idmapped): (SandboxIdentity, usize),
     init: bool,
-    seccomp: Option<&SeccompProgram>,
+    (seccomp, logged): (Option<&SeccompProgram>, bool),
     slot: &Slot,
     missing: Vec<Layer>,
 ) -> Enforcement {
@@ -407,8 +441,13 @@ fn bwrap_enforcement(
         landlock: LayerReport::missing("not applied by the bwrap backend"),
         seccomp: match seccomp {
             Some(p) => LayerReport::applied(format!(
-                "deny-list filter, {} instructions, installed by bwrap --seccomp after its setup",
-                p.len()
+                "deny-list filter, {} instructions, installed by bwrap --seccomp after its setup{}",
+                p.len(),
+                if logged {
+                    "; tierbox-init stacks a copy with SECCOMP_FILTER_FLAG_LOG (refusals audited)"
+                } else {
+                    ""
+                }
             )),
             None => LayerReport::missing("seccomp filters are not available"),
         },

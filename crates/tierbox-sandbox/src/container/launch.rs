@@ -154,7 +154,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         _layer: layer,
     };
     let child = match launch::spawn_helper(plan, opts, &slot, &helper) {
-        Ok(c) => c,
+        Ok((c, _)) => c,
         Err(e) => {
             slots::release(slot);
             return Err(e);

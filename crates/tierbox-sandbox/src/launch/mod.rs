@@ -341,6 +341,9 @@ pub(crate) struct HelperSpawn<'a> {
     pub mount_moves: &'a [(&'a OwnedFd, &'a Path)],
     /// Drop the supervisor's supplementary groups before exec.
     pub clear_groups: bool,
+    /// Start the helper in an audit session of its own (see [`crate::linux::audit`]):
+    /// its refused calls are logged and attributed to the run.
+    pub audit_session: bool,
 }
 
 impl HelperSpawn<'_> {
@@ -358,6 +361,7 @@ impl HelperSpawn<'_> {
             netns: None,
             mount_moves: &[],
             clear_groups: false,
+            audit_session: false,
         }
     }
 }
@@ -384,6 +388,9 @@ pub(crate) fn data_fd(
     Ok(file.into())
 }
 
+/// The audit session a helper was started in, when it asked for one.
+pub(crate) type HelperAudit = Option<Result<crate::linux::audit::AuditSession, String>>;
+
 /// Starts `helper` in `slot`'s cgroup with the Plan's stdin and rlimits; see
 /// [`HelperSpawn`].
 pub(crate) fn spawn_helper(
@@ -391,7 +398,7 @@ pub(crate) fn spawn_helper(
     opts: &LaunchOptions,
     slot: &Slot,
     helper: &HelperSpawn<'_>,
-) -> Result<SpawnedChild, LaunchError> {
+) -> Result<(SpawnedChild, HelperAudit), LaunchError> {
     let program = cstring(helper.program.as_os_str().as_bytes(), "helper path")?;
     let argv: Vec<CString> = helper
         .argv
@@ -489,10 +496,11 @@ pub(crate) fn spawn_helper(
         },
         keep_caps: true,
         netns_fd: helper.netns.map_or(-1, |fd| fd.as_raw_fd()),
-        // A helper builds its own sandbox (bwrap loads its filter without the log flag).
+        // A helper builds its own sandbox: what it applies is logged or not by its own
+        // flags (bwrap's filter is not; tierbox-init stacks a logged copy).
         log_landlock: false,
         log_seccomp: false,
-        audit_session: false,
+        audit_session: helper.audit_session,
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
@@ -500,14 +508,17 @@ pub(crate) fn spawn_helper(
     // The child's ends are closed in the parent whatever happened.
     drop((stdin_child, stdout_w, stderr_w));
     let cloned = cloned?;
-    Ok(SpawnedChild {
-        pid: cloned.pid,
-        pidfd: cloned.pidfd,
-        stdin: stdin_parent,
-        stdout: stdout_r,
-        stderr: stderr_r,
-        chmod_listener: None,
-    })
+    Ok((
+        SpawnedChild {
+            pid: cloned.pid,
+            pidfd: cloned.pidfd,
+            stdin: stdin_parent,
+            stdout: stdout_r,
+            stderr: stderr_r,
+            chmod_listener: None,
+        },
+        cloned.audit,
+    ))
 }
 
 /// Per-run resources holding only a cgroup (and an empty private tmp, unused): Tier C,

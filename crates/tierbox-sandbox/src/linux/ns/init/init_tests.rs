@@ -191,3 +191,105 @@ fn report_bytes_are_the_fields_in_order_native_endian() {
     assert_eq!(b.as_slice(), want.as_slice());
     assert_eq!(Report::decode(&b), r);
 }
+
+/// A classic BPF instruction as the kernel reads it (`struct sock_filter`).
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    b[..2].copy_from_slice(&code.to_ne_bytes());
+    b[2] = jt;
+    b[3] = jf;
+    b[4..].copy_from_slice(&k.to_ne_bytes());
+    b
+}
+
+/// Runs `tierbox-init --run-logged 3 ARGS…` as pid 1 of a new pid namespace (`unshare`,
+/// root only) with `filter` on fd 3: its exit code and stderr.
+fn run_logged_as_pid1(dir: &std::path::Path, filter: &[u8], args: &[&str]) -> (i32, String) {
+    let image = dir.join("tierbox-init");
+    if !image.exists() {
+        std::fs::write(&image, IMAGE).unwrap();
+        std::fs::set_permissions(&image, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let filter_path = dir.join("filter");
+    std::fs::write(&filter_path, filter).unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"exec 3<"$1"; image="$2"; shift 2; exec unshare --pid --fork "$image" "$@""#)
+        .arg("sh")
+        .arg(&filter_path)
+        .arg(&image)
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `--run-logged FD`: pid 1 reads the seccomp program from `FD` and the program runs
+/// under it (a program that refuses `uname` makes `uname` fail); an empty, ragged or
+/// oversized program stops pid 1 before anything runs, and malformed arguments are
+/// refused as bad arguments.
+#[test]
+fn run_logged_stacks_the_filter_it_reads_and_refuses_a_bad_one() {
+    let test = "run_logged_stacks_the_filter_it_reads_and_refuses_a_bad_one";
+    if this_machine().is_none() {
+        return;
+    }
+    if rustix::process::geteuid().as_raw() != 0 {
+        tierbox_test_support::skip(test, "a pid namespace of its own (unshare) needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    const RET: u16 = 0x06; // BPF_RET | BPF_K
+    const LD_NR: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    let allow = insn(RET, 0, 0, libc::SECCOMP_RET_ALLOW);
+    let deny_uname: Vec<u8> = [
+        insn(LD_NR, 0, 0, 0),
+        insn(JEQ, 0, 1, libc::SYS_uname as u32),
+        insn(RET, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        allow,
+    ]
+    .concat();
+
+    let run = |filter: &[u8], args: &[&str]| run_logged_as_pid1(dir.path(), filter, args);
+    assert_eq!(
+        run(&allow, &["--run-logged", "3", "/bin/true", "true"]).0,
+        0
+    );
+    let (code, _) = run(&deny_uname, &["--run-logged", "3", "/bin/uname", "uname"]);
+    assert_ne!(code, 0, "uname must be refused by the stacked filter");
+    assert_eq!(
+        run(&deny_uname, &["--run-logged", "3", "/bin/true", "true"]).0,
+        0
+    );
+
+    let too_long: Vec<u8> = std::iter::repeat_n(allow, super::sys::FILTER_MAX_INSNS + 1)
+        .flatten()
+        .collect();
+    for bad in [
+        &[][..],
+        &allow[..7],
+        &[allow, [0; 8]].concat()[..9],
+        &too_long,
+    ] {
+        let (code, stderr) = run(bad, &["--run-logged", "3", "/bin/true", "true"]);
+        assert_eq!(code, reaper::SETUP_FAILED_EXIT, "{} bytes", bad.len());
+        assert!(stderr.contains("logged seccomp filter"), "{stderr}");
+    }
+    for args in [
+        &["--run-logged"][..],
+        &["--run-logged", "3"],
+        &["--run-logged", "3", "/bin/true"],
+        &["--run-logged", "x", "/bin/true", "true"],
+        &["--run-logged", "12345", "/bin/true", "true"],
+        &["--run-logged", "0", "/bin/true", "true"],
+    ] {
+        assert_eq!(run(&allow, args).0, BAD_ARGUMENTS_EXIT, "{args:?}");
+    }
+}

@@ -33,6 +33,11 @@ fn run(program: i32) -> ! {
 /// then forks the program with an empty signal mask and reaps as the native sandbox's
 /// pid 1 does ([`reaper::reap`]), exiting with the program's code or 128 + its signal.
 /// There is no report pipe: bwrap passes that exit code on.
+///
+/// With `--run-logged FD`, the program also gets the seccomp program read from `FD`
+/// stacked on the one bwrap attached, with `SECCOMP_FILTER_FLAG_LOG`: the same rules, so
+/// nothing more is refused, and as the newest filter its verdict is the one the kernel
+/// reports — to the audit subsystem, which bwrap's own filter never logs to.
 fn run_program(target: sys::ExecTarget) -> ! {
     // Only as a pid namespace's init: anywhere else the reaper's `kill(-1, SIGKILL)` would
     // reach every process this one may signal.
@@ -47,9 +52,23 @@ fn run_program(target: sys::ExecTarget) -> ! {
     if sys::set_signal_mask(!0) < 0 {
         sys::exit_group(reaper::SETUP_FAILED_EXIT);
     }
+    let logged_filter = if target.log_filter_fd >= 0 {
+        let insns = sys::load_filter(target.log_filter_fd);
+        if insns <= 0 {
+            let _ = sys::write(2, b"tierbox-init: cannot read the logged seccomp filter\n");
+            sys::exit_group(reaper::SETUP_FAILED_EXIT);
+        }
+        insns as usize
+    } else {
+        0
+    };
     let pid = sys::fork();
     if pid == 0 {
         let _ = sys::set_signal_mask(0);
+        if logged_filter > 0 && sys::attach_logged_filter(logged_filter) < 0 {
+            let _ = sys::write(2, b"tierbox-init: cannot attach the logged seccomp filter\n");
+            sys::exit_group(reaper::SETUP_FAILED_EXIT);
+        }
         let err = sys::execve(&target);
         let _ = sys::write(2, b"tierbox-init: cannot execute ");
         let _ = sys::write(2, target.path);

@@ -38,6 +38,12 @@ pub mod nr {
     pub const EXECVE: i64 = 59;
     /// `getpid`.
     pub const GETPID: i64 = 39;
+    /// `read`.
+    pub const READ: i64 = 0;
+    /// `close`.
+    pub const CLOSE: i64 = 3;
+    /// `seccomp`.
+    pub const SECCOMP: i64 = 317;
 }
 
 /// System call numbers (the generic uapi `unistd.h`; a test checks them against the
@@ -66,6 +72,12 @@ pub mod nr {
     pub const EXECVE: i64 = 221;
     /// `getpid`.
     pub const GETPID: i64 = 172;
+    /// `read`.
+    pub const READ: i64 = 63;
+    /// `close`.
+    pub const CLOSE: i64 = 57;
+    /// `seccomp`.
+    pub const SECCOMP: i64 = 277;
 }
 
 /// System call numbers: the `libc` crate's, on CPUs the freestanding image is not built
@@ -94,6 +106,12 @@ pub mod nr {
     pub const EXECVE: i64 = libc::SYS_execve as i64;
     /// `getpid`.
     pub const GETPID: i64 = libc::SYS_getpid as i64;
+    /// `read`.
+    pub const READ: i64 = libc::SYS_read as i64;
+    /// `close`.
+    pub const CLOSE: i64 = libc::SYS_close as i64;
+    /// `seccomp`.
+    pub const SECCOMP: i64 = libc::SYS_seccomp as i64;
 }
 
 /// Constants of the Linux ABI that are the same on every architecture the reaper runs on
@@ -137,6 +155,15 @@ pub mod abi {
     pub const POLLOUT: i16 = 4;
     /// `POLLERR`.
     pub const POLLERR: i16 = 8;
+    /// `EINVAL`.
+    pub const EINVAL: i32 = 22;
+    /// `E2BIG`.
+    pub const E2BIG: i32 = 7;
+    /// `SECCOMP_SET_MODE_FILTER`.
+    pub const SECCOMP_SET_MODE_FILTER: u32 = 1;
+    /// `SECCOMP_FILTER_FLAG_LOG`: the kernel's audit subsystem records what the filter
+    /// refuses.
+    pub const SECCOMP_FILTER_FLAG_LOG: u32 = 2;
 }
 
 pub use super::report::Rusage;
@@ -335,6 +362,9 @@ pub fn fork() -> isize {
 pub struct ExecTarget {
     /// The program's path, without its NUL.
     pub path: &'static [u8],
+    /// `--run-logged FD`: the fd holding the seccomp program to stack, logged, on the
+    /// program ([`load_filter`]); -1 for `--run`.
+    pub log_filter_fd: i32,
     path_ptr: usize,
     argv: usize,
     envp: usize,
@@ -389,6 +419,102 @@ pub fn exit_group(code: i32) -> ! {
         // SAFETY: exit_group ends this process; it never returns (the loop is for the
         // type checker).
         unsafe { syscall4(nr::EXIT_GROUP as c_long, code as usize, 0, 0, 0) };
+    }
+}
+
+/// Most instructions of a classic BPF program (the kernel's `BPF_MAXINSNS`): the size of
+/// the buffer [`load_filter`] reads a seccomp program into, 8 bytes each.
+pub const FILTER_MAX_INSNS: usize = 4096;
+
+/// The seccomp program of `--run-logged`, read once by pid 1 before it forks the program.
+struct FilterBuf(core::cell::UnsafeCell<[u64; FILTER_MAX_INSNS]>);
+
+// SAFETY: only `tierbox-init` uses it, a single-threaded process: [`load_filter`] writes
+// it before the fork, [`attach_logged_filter`] reads it in the forked child.
+unsafe impl Sync for FilterBuf {}
+
+static FILTER: FilterBuf = FilterBuf(core::cell::UnsafeCell::new([0; FILTER_MAX_INSNS]));
+
+/// Reads the seccomp program (`struct sock_filter`s, 8 bytes each) from `fd` to its end
+/// into this process's buffer and closes `fd`: the number of instructions, or `-errno`
+/// (`-E2BIG` past [`FILTER_MAX_INSNS`], `-EINVAL` for an empty or ragged program). Call
+/// it once, before [`fork`].
+pub fn load_filter(fd: i32) -> isize {
+    let cap = FILTER_MAX_INSNS * 8;
+    let base = FILTER.0.get().cast::<u8>();
+    let mut got = 0usize;
+    let result = loop {
+        let (at, room) = if got < cap {
+            // SAFETY: `got < cap`: the address is inside the buffer.
+            (unsafe { base.add(got) } as usize, cap - got)
+        } else {
+            // Full: one more byte (into a local) says whether the program is too long.
+            let mut extra = 0u8;
+            // SAFETY: the kernel writes at most one byte to a local.
+            let r = unsafe {
+                syscall4(
+                    nr::READ as c_long,
+                    fd as usize,
+                    core::ptr::from_mut(&mut extra) as usize,
+                    1,
+                    0,
+                )
+            };
+            break if r == 0 {
+                got as isize
+            } else {
+                -(abi::E2BIG as isize)
+            };
+        };
+        // SAFETY: the kernel writes at most `room` bytes at `at`, the unused rest of the
+        // buffer, which nothing else touches (single-threaded, before the fork).
+        let r = unsafe { syscall4(nr::READ as c_long, fd as usize, at, room, 0) };
+        match r {
+            0 => break got as isize,
+            r if r == -(abi::EINTR as isize) => {}
+            r if r < 0 => break r,
+            r => got += r as usize,
+        }
+    };
+    // SAFETY: an integer argument.
+    unsafe { syscall4(nr::CLOSE as c_long, fd as usize, 0, 0, 0) };
+    match result {
+        0 => -(abi::EINVAL as isize),
+        n if n > 0 && n % 8 != 0 => -(abi::EINVAL as isize),
+        n if n > 0 => n / 8,
+        err => err,
+    }
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_LOG, prog)` with the first
+/// `insns` instructions [`load_filter`] read: stacks the program on the calling process
+/// (which must have `no_new_privs`) with the kernel's audit logging of what it refuses.
+pub fn attach_logged_filter(insns: usize) -> isize {
+    #[repr(C)]
+    struct SockFprog {
+        len: u16,
+        filter: *const u64,
+    }
+    let Ok(len) = u16::try_from(insns) else {
+        return -(abi::EINVAL as isize);
+    };
+    if insns == 0 || insns > FILTER_MAX_INSNS {
+        return -(abi::EINVAL as isize);
+    }
+    let prog = SockFprog {
+        len,
+        filter: FILTER.0.get().cast::<u64>().cast_const(),
+    };
+    // SAFETY: the kernel reads one `sock_fprog` from a local and `len` 8-byte instructions
+    // from the buffer, which [`load_filter`] filled and nothing writes any more.
+    unsafe {
+        syscall4(
+            nr::SECCOMP as c_long,
+            abi::SECCOMP_SET_MODE_FILTER as usize,
+            abi::SECCOMP_FILTER_FLAG_LOG as usize,
+            core::ptr::from_ref(&prog) as usize,
+            0,
+        )
     }
 }
 
@@ -470,8 +596,18 @@ unsafe extern "C" fn start(sp: *const usize) -> ! {
 #[cfg(tierbox_init)]
 const RUN_FLAG: &[u8] = b"--run";
 
-/// The program of `tierbox-init --run PATH ARGV0 [ARGS...]`, read off the initial stack:
-/// `PATH` to exec with `argv` from `ARGV0` on and this process's environment.
+/// `argv[1]` of the program mode with a logged seccomp filter: `tierbox-init
+/// --run-logged FD PATH ARGV0 [ARGS...]`.
+#[cfg(tierbox_init)]
+const RUN_LOGGED_FLAG: &[u8] = b"--run-logged";
+
+/// Most decimal digits of `--run-logged`'s fd.
+#[cfg(tierbox_init)]
+const FD_DIGITS_MAX: usize = 4;
+
+/// The program of `tierbox-init --run PATH ARGV0 [ARGS...]` (or `--run-logged FD PATH
+/// ARGV0 [ARGS...]`), read off the initial stack: `PATH` to exec with `argv` from `ARGV0`
+/// on and this process's environment.
 ///
 /// # Safety
 ///
@@ -482,18 +618,31 @@ unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
     // the envp pointers and a NULL; every string NUL-terminated in the same area.
     unsafe {
         let argc = *sp;
-        if argc < 4 {
-            return None;
-        }
         let argv = sp.add(1);
-        if c_str(*argv.add(1) as *const u8) != RUN_FLAG {
+        if argc < 2 {
             return None;
         }
-        let path_ptr = *argv.add(2);
+        let flag = c_str(*argv.add(1) as *const u8);
+        let (first, log_filter_fd) = if flag == RUN_FLAG {
+            (2, -1)
+        } else if flag == RUN_LOGGED_FLAG && argc >= 3 {
+            let digits = c_str(*argv.add(2) as *const u8);
+            if digits.len() > FD_DIGITS_MAX {
+                return None;
+            }
+            (3, parse_pid(digits)?)
+        } else {
+            return None;
+        };
+        if argc < first + 2 {
+            return None;
+        }
+        let path_ptr = *argv.add(first);
         Some(ExecTarget {
             path: c_str(path_ptr as *const u8),
+            log_filter_fd,
             path_ptr,
-            argv: argv.add(3) as usize,
+            argv: argv.add(first + 1) as usize,
             envp: argv.add(argc + 1) as usize,
         })
     }
@@ -645,7 +794,7 @@ unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
 
 #[cfg(all(test, not(tierbox_init)))]
 mod tests {
-    use super::{abi, nr};
+    use super::{FILTER_MAX_INSNS, abi, nr};
 
     #[test]
     fn system_call_numbers_match_libc() {
@@ -660,6 +809,9 @@ mod tests {
         assert_eq!(nr::CLONE, libc::SYS_clone);
         assert_eq!(nr::EXECVE, libc::SYS_execve);
         assert_eq!(nr::GETPID, libc::SYS_getpid);
+        assert_eq!(nr::READ, libc::SYS_read);
+        assert_eq!(nr::CLOSE, libc::SYS_close);
+        assert_eq!(nr::SECCOMP, libc::SYS_seccomp);
     }
 
     #[test]
@@ -688,6 +840,14 @@ mod tests {
         assert_eq!(abi::PR_SET_NAME, libc::PR_SET_NAME);
         assert_eq!(abi::POLLOUT, libc::POLLOUT);
         assert_eq!(abi::POLLERR, libc::POLLERR);
+        assert_eq!(abi::EINVAL, libc::EINVAL);
+        assert_eq!(abi::E2BIG, libc::E2BIG);
+        assert_eq!(abi::SECCOMP_SET_MODE_FILTER, libc::SECCOMP_SET_MODE_FILTER);
+        assert_eq!(
+            abi::SECCOMP_FILTER_FLAG_LOG,
+            libc::SECCOMP_FILTER_FLAG_LOG as u32
+        );
+        assert_eq!(FILTER_MAX_INSNS, usize::from(libc::BPF_MAXINSNS as u16));
         assert_eq!(
             std::mem::size_of::<super::Rusage>(),
             std::mem::size_of::<libc::rusage>()
