@@ -416,6 +416,8 @@ async fn supervise(
     let deadline = started + Duration::from_millis(plan.limits.wall_timeout_ms);
     let (ended, reported) = wait_for_end(l, &pidfd, deadline, &capture.quota).await?;
     let (ending, ended_run) = end_run(plan, l, &pidfd, ended, reported, proxy, capture).await?;
+    // Its processes are gone: the audit barrier travels while the outcome is built.
+    l.audit.processes_gone();
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let launched_at = std::time::SystemTime::now() - started.elapsed();
     let mut outcome = outcome_of(plan, l, ended, ending, ended_run, duration_ms);
@@ -436,24 +438,17 @@ async fn supervise(
     Ok(outcome)
 }
 
-/// The run's landlock and seccomp refusals, once its processes are gone (waiting up to
-/// [`tierbox_sandbox::linux::audit::BARRIER_TIMEOUT`] for the kernel's queue, off the
-/// async threads).
+/// The run's landlock and seccomp refusals, once its processes are gone (awaiting, up to
+/// [`tierbox_sandbox::linux::audit::BARRIER_TIMEOUT`], the kernel's queue).
 pub(crate) async fn finish_audit(
     l: &mut RunningSandbox,
 ) -> tierbox_sandbox::linux::audit::RunAuditReport {
-    let audit = std::mem::replace(
+    std::mem::replace(
         &mut l.audit,
         tierbox_sandbox::linux::audit::RunAudit::not_recorded("already read", "already read"),
-    );
-    match tokio::task::spawn_blocking(move || audit.finish()).await {
-        Ok(report) => report,
-        Err(e) => tierbox_sandbox::linux::audit::RunAudit::not_recorded(
-            &format!("the audit reader failed: {e}"),
-            &format!("the audit reader failed: {e}"),
-        )
-        .finish(),
-    }
+    )
+    .finish_async()
+    .await
 }
 
 /// A run's output capture and the tasks serving it while it runs.

@@ -596,7 +596,7 @@ pub(crate) fn clone_and_exec(
     let mut pidfd: c_int = -1;
     let top = stack.mem.as_mut_ptr_range().end as *mut c_void;
     let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
-    // The child inherits this thread's audit session; the thread leaves it after.
+    // The child inherits this thread's audit session (`audit::session_for_clone`).
     let audit = crate::linux::audit::session_for_clone(spec.audit_session);
     // SAFETY: `child_main` only reads `spec` and makes raw syscalls (module docs); `top` is
     // the 16-byte aligned end of a live stack buffer; the parent is suspended until the
@@ -612,9 +612,6 @@ pub(crate) fn clone_and_exec(
         )
     };
     let clone_errno = errno();
-    if audit.is_some() {
-        crate::linux::audit::leave_session();
-    }
     if pid == -1 {
         return Err((Step::None, clone_errno));
     }

@@ -43,7 +43,7 @@ fn records_are_parsed() {
             1121,
             b"audit(1.2:7): pid=1 uid=0 auid=4294967295 ses=4294967295 msg='tierbox-barrier=42'"
         ),
-        Some(Record::Barrier { number: 42 })
+        Some(Record::Barrier { pid: 1, number: 42 })
     );
 }
 
@@ -140,4 +140,35 @@ fn a_run_keeps_at_most_max_refusals_and_counts_the_rest() {
     }
     assert_eq!(log.refusals.len(), MAX_REFUSALS_PER_RUN);
     assert_eq!(log.dropped, 5);
+}
+
+/// Another supervisor on the host numbers its barriers from 1 too: only this process's
+/// own barrier (the pid the kernel wrote) completes a wait, so a run is never declared
+/// complete before its records have drained.
+#[test]
+fn only_this_processs_barriers_count() {
+    let mut state = State::default();
+    let at = Instant::now();
+    let other = std::process::id().wrapping_add(1);
+    state.take(
+        Record::Barrier {
+            pid: other,
+            number: 5,
+        },
+        at,
+    );
+    assert_eq!(state.barrier, 0);
+    let forged = format!("audit(1.2:7): pid={other} uid=0 auid=0 ses=1 msg='tierbox-barrier=9'");
+    if let Some(record) = parse_record(1121, forged.as_bytes()) {
+        state.take(record, at);
+    }
+    assert_eq!(state.barrier, 0);
+    state.take(
+        Record::Barrier {
+            pid: std::process::id(),
+            number: 3,
+        },
+        at,
+    );
+    assert_eq!(state.barrier, 3);
 }

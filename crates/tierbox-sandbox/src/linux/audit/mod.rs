@@ -176,21 +176,72 @@ impl AuditSession {
         self.ses
     }
 
+    /// The run's processes are all gone (it can be refused nothing more): notes whether
+    /// the kernel lost records since the run began and sends the barrier. Cheap; the
+    /// caller goes on with its own work while the barrier travels through the kernel's
+    /// queue, and collects the records with [`EndingSession::wait`] or
+    /// [`EndingSession::wait_async`].
+    pub fn end(self) -> EndingSession {
+        let lost = read_status().map_or(true, |now| now.lost != self.lost_at_start);
+        let barrier = watch().ok().and_then(Watch::send_barrier);
+        EndingSession {
+            session: self,
+            lost,
+            barrier,
+        }
+    }
+
     /// The run has ended: waits for its records (the barrier), then takes them.
     pub fn finish(self) -> AuditReport {
-        let Ok(w) = watch() else {
-            return AuditReport::default();
+        self.end().wait()
+    }
+}
+
+/// A run's session after [`AuditSession::end`]: its barrier on the way.
+#[derive(Debug)]
+pub struct EndingSession {
+    session: AuditSession,
+    /// The kernel's lost-record count moved during the run.
+    lost: bool,
+    /// The barrier's number, when it was sent.
+    barrier: Option<u64>,
+}
+
+impl EndingSession {
+    /// The session id.
+    pub fn id(&self) -> u32 {
+        self.session.ses
+    }
+
+    /// Waits, blocking, at most [`BARRIER_TIMEOUT`] for the barrier; then the records.
+    pub fn wait(self) -> AuditReport {
+        let back = match (self.barrier, watch()) {
+            (Some(number), Ok(w)) => w.wait_barrier(number, BARRIER_TIMEOUT),
+            _ => false,
         };
-        let barrier_back = w.barrier();
-        let lost = read_status().map_or(true, |now| now.lost != self.lost_at_start);
-        let log = w
-            .state
-            .lock()
+        self.collect(back)
+    }
+
+    /// As [`EndingSession::wait`], without blocking the calling thread (the reader thread
+    /// wakes the task).
+    pub async fn wait_async(self) -> AuditReport {
+        let back = match (self.barrier, watch()) {
+            (Some(number), Ok(w)) => tokio::time::timeout(BARRIER_TIMEOUT, w.barrier_seen(number))
+                .await
+                .is_ok(),
+            _ => false,
+        };
+        self.collect(back)
+    }
+
+    fn collect(self, barrier_back: bool) -> AuditReport {
+        let log = watch()
             .ok()
-            .and_then(|mut s| s.sessions.remove(&self.ses))
+            .and_then(|w| w.state.lock().ok())
+            .and_then(|mut s| s.sessions.remove(&self.session.ses))
             .unwrap_or_default();
         AuditReport {
-            complete: barrier_back && !lost && !log.overflowed,
+            complete: barrier_back && !self.lost && !log.overflowed,
             refusals: log.refusals,
             dropped: log.dropped,
         }
@@ -217,6 +268,7 @@ pub struct RunAudit {
     /// `Ok` when the calls its seccomp filter refuses are logged; else why not.
     pub seccomp: Result<(), String>,
     session: Option<AuditSession>,
+    ending: Option<EndingSession>,
 }
 
 /// What [`RunAudit::finish`] found.
@@ -253,6 +305,7 @@ impl RunAudit {
             landlock,
             seccomp: layer(seccomp, "a seccomp filter"),
             session: None,
+            ending: None,
         }
     }
 
@@ -262,6 +315,7 @@ impl RunAudit {
             landlock: Err(format!("not recorded: {landlock}")),
             seccomp: Err(format!("not recorded: {seccomp}")),
             session: None,
+            ending: None,
         }
     }
 
@@ -284,10 +338,35 @@ impl RunAudit {
         }
     }
 
-    /// The run has ended: its refusals.
-    pub fn finish(self) -> RunAuditReport {
-        let session = self.session.as_ref().map(AuditSession::id);
-        let report = self.session.map(AuditSession::finish).unwrap_or_default();
+    /// The run's processes are all gone: sends its barrier ([`AuditSession::end`]), so
+    /// the kernel's queue drains while the caller builds the outcome. Idempotent.
+    pub fn processes_gone(&mut self) {
+        if let Some(session) = self.session.take() {
+            self.ending = Some(session.end());
+        }
+    }
+
+    /// The run has ended: its refusals (blocking up to [`BARRIER_TIMEOUT`]).
+    pub fn finish(mut self) -> RunAuditReport {
+        self.processes_gone();
+        let session = self.ending.as_ref().map(EndingSession::id);
+        let report = self.ending.map(EndingSession::wait).unwrap_or_default();
+        RunAuditReport {
+            landlock: self.landlock,
+            seccomp: self.seccomp,
+            report,
+            session,
+        }
+    }
+
+    /// As [`RunAudit::finish`], awaiting the barrier instead of blocking.
+    pub async fn finish_async(mut self) -> RunAuditReport {
+        self.processes_gone();
+        let session = self.ending.as_ref().map(EndingSession::id);
+        let report = match self.ending {
+            Some(ending) => ending.wait_async().await,
+            None => AuditReport::default(),
+        };
         RunAuditReport {
             landlock: self.landlock,
             seccomp: self.seccomp,
@@ -301,15 +380,13 @@ impl RunAudit {
 pub const LANDLOCK_LOG_ABI: u32 = 7;
 
 /// Starts a fresh audit session on the calling thread for the clone about to happen
-/// (`wanted`), returning it registered; see [`AuditSession::begin`].
+/// (`wanted`), returning it registered; see [`AuditSession::begin`]. The thread stays in
+/// the session afterwards, which attributes nothing wrongly: records come only from
+/// processes with a logged landlock domain or seccomp filter, each cloned right after a
+/// session of its own began, and a session's records are kept only while its run is
+/// registered.
 pub fn session_for_clone(wanted: bool) -> Option<Result<AuditSession, String>> {
     wanted.then(AuditSession::begin)
-}
-
-/// After a clone that got a session: moves the calling thread to another, unregistered
-/// session, so nothing it clones later is counted for the run.
-pub fn leave_session() {
-    let _ = fresh_thread_session();
 }
 
 // ---- the reader ------------------------------------------------------------------------
@@ -350,8 +427,10 @@ struct State {
     /// Landlock records waiting for their event's system-call record: `(serial, access,
     /// object, arrival)`.
     pending: VecDeque<(u64, String, String, Instant)>,
-    /// The highest barrier number seen.
+    /// The highest barrier number of this process's seen.
     barrier: u64,
+    /// Tasks waiting for a barrier ([`Watch::barrier_seen`]).
+    waiters: Vec<std::task::Waker>,
 }
 
 impl State {
@@ -401,7 +480,11 @@ impl State {
                 });
             }
             Record::EndOfEvent { serial } => self.pending.retain(|(s, ..)| *s != serial),
-            Record::Barrier { number } => self.barrier = self.barrier.max(number),
+            Record::Barrier { pid, number } => {
+                if pid == std::process::id() {
+                    self.barrier = self.barrier.max(number);
+                }
+            }
         }
     }
 }
@@ -434,23 +517,26 @@ impl Watch {
         })
     }
 
-    /// Sends a barrier record and waits until the reader has seen it.
-    fn barrier(&self) -> bool {
+    /// Sends a barrier record through the kernel's queue: its number, or `None` when it
+    /// could not be sent.
+    fn send_barrier(&self) -> Option<u64> {
         let number = self.next_barrier.fetch_add(1, Ordering::Relaxed);
-        let sent = control().ok().and_then(|ctl| {
-            let ctl = ctl.lock().ok()?;
-            ctl.send(
-                AUDIT_TRUSTED_APP,
-                false,
-                // NUL-terminated: the kernel overwrites the last byte with one.
-                format!("{BARRIER_TAG}{number}\0").as_bytes(),
-            )
-            .ok()
-        });
-        if sent.is_none() {
-            return false;
-        }
-        let deadline = Instant::now() + BARRIER_TIMEOUT;
+        let ctl = control().ok()?;
+        let ctl = ctl.lock().ok()?;
+        ctl.send(
+            AUDIT_TRUSTED_APP,
+            false,
+            // NUL-terminated: the kernel overwrites the last byte with one.
+            format!("{BARRIER_TAG}{number}\0").as_bytes(),
+        )
+        .ok()?;
+        Some(number)
+    }
+
+    /// Waits, blocking, until the reader has seen barrier `number` (`false` after
+    /// `timeout`).
+    fn wait_barrier(&self, number: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
         let Ok(mut state) = self.state.lock() else {
             return false;
         };
@@ -465,6 +551,24 @@ impl Watch {
             };
         }
         true
+    }
+
+    /// Resolves once the reader has seen barrier `number` (never, if the state is
+    /// poisoned: the caller bounds the wait).
+    async fn barrier_seen(&self, number: u64) {
+        std::future::poll_fn(|cx| {
+            let Ok(mut state) = self.state.lock() else {
+                return std::task::Poll::Pending;
+            };
+            if state.barrier >= number {
+                return std::task::Poll::Ready(());
+            }
+            if !state.waiters.iter().any(|w| w.will_wake(cx.waker())) {
+                state.waiters.push(cx.waker().clone());
+            }
+            std::task::Poll::Pending
+        })
+        .await;
     }
 }
 
@@ -481,6 +585,9 @@ fn read_loop(sock: &sys::AuditSocket, state: &Mutex<State>, seen: &Condvar) {
                         s.take(record, at);
                         if barrier {
                             seen.notify_all();
+                            for waker in s.waiters.drain(..) {
+                                waker.wake();
+                            }
                         }
                     }
                 }
@@ -571,10 +678,16 @@ fn is_root() -> bool {
     })
 }
 
-/// Writes the calling thread's loginuid (keeping its value, or the effective uid when it
-/// is unset), which starts a new audit session for it; returns the session id.
+/// Writes the calling thread's loginuid (the process's, read once, or 0 when it is
+/// unset), which starts a new audit session for the thread; returns the session id.
+///
+/// The thread stays in that session after the clone: only a process that carries a log
+/// flag (a logged landlock domain or seccomp filter) can produce the records a run
+/// collects, and every such process is cloned right after a session of its own begins;
+/// a session's records are collected only while its run is registered.
 fn fresh_thread_session() -> Result<u32, String> {
     const UNSET: u32 = u32::MAX;
+    static LOGINUID: OnceLock<Result<String, String>> = OnceLock::new();
     let read = |name: &str| -> Result<u32, String> {
         std::fs::read_to_string(format!("/proc/thread-self/{name}"))
             .map_err(|e| format!("not recorded: cannot read /proc/thread-self/{name}: {e}"))?
@@ -582,11 +695,16 @@ fn fresh_thread_session() -> Result<u32, String> {
             .parse()
             .map_err(|e| format!("not recorded: /proc/thread-self/{name}: {e}"))
     };
-    let loginuid = match read("loginuid")? {
-        UNSET => 0,
-        uid => uid,
-    };
-    std::fs::write("/proc/thread-self/loginuid", loginuid.to_string()).map_err(|e| {
+    let loginuid = LOGINUID
+        .get_or_init(|| {
+            read("loginuid").map(|uid| match uid {
+                UNSET => "0".to_owned(),
+                uid => uid.to_string(),
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)?;
+    std::fs::write("/proc/thread-self/loginuid", loginuid).map_err(|e| {
         format!("not recorded: cannot start an audit session for the run (writing /proc/thread-self/loginuid: {e}; the host may make the login uid immutable)")
     })?;
     match read("sessionid")? {

@@ -48,8 +48,11 @@ pub enum Record {
         /// The event.
         serial: u64,
     },
-    /// A barrier record sent by this process.
+    /// A barrier record (`AUDIT_TRUSTED_APP`, `tierbox-barrier=N`).
     Barrier {
+        /// The sender's pid, as the kernel wrote it: only this process's own barriers
+        /// count (other supervisors on the host number theirs from 1 too).
+        pid: u32,
         /// Its number.
         number: u64,
     },
@@ -130,6 +133,7 @@ pub fn parse_record(ty: u16, payload: &[u8]) -> Option<Record> {
                 .take_while(char::is_ascii_digit)
                 .collect();
             Some(Record::Barrier {
+                pid: field(body, "pid")?.parse().ok()?,
                 number: digits.parse().ok()?,
             })
         }

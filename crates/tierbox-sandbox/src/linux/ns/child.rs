@@ -338,8 +338,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         Some((ns, own)) => (TIER_C_NAMESPACES & !libc::CLONE_NEWNET, Some((ns, own))),
         None => (TIER_C_NAMESPACES, None),
     };
-    // pid 1 and everything it starts inherit this thread's audit session; the thread
-    // leaves it right after.
+    // pid 1 and everything it starts inherit this thread's audit session (see
+    // `audit::session_for_clone` for why the thread may stay in it).
     let session = crate::linux::audit::session_for_clone(audit.wants_session());
     let mut cloned = nsys::clone_init(&spec, &stacks.init, flags, pooled);
     if cloned.is_err() && pooled.is_some() {
@@ -349,7 +349,6 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         cloned = nsys::clone_init(&spec, &stacks.init, flags, pooled);
     }
     if let Some(session) = session {
-        crate::linux::audit::leave_session();
         audit.attach(session);
     }
     // The sandbox holds its network namespace now; the pool's handle on it goes.
