@@ -340,6 +340,54 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
         "{:?}",
         y.denials
     );
+
+    // 7. Warm slots (a long-lived supervisor): the slot's launcher thread carries the log
+    //    flags and an audit session each run adopts in turn. The same refusals are
+    //    recorded; a run after a refused one on the same slot inherits none of them; two
+    //    concurrent runs (two slots) see only their own.
+    tierbox_sandbox::launch::slots::set_pooling(true);
+    let pooled = env.runner(TierCBackend::Native);
+    for round in 0..3 {
+        let p = run(&pooled, &env.probe(TierRequest::B));
+        assert!(
+            p.enforcement
+                .seccomp
+                .detail
+                .contains("inherited from the launcher thread"),
+            "round {round}: {}",
+            p.enforcement.seccomp.detail
+        );
+        let read = find(&p, DenialLayer::Landlock, "read").expect("the secret's read, pooled");
+        assert_eq!(read.target, env.secret());
+        assert_eq!(read.count, 1, "round {round}: {read:?}");
+        assert!(
+            find(&p, DenialLayer::Seccomp, "ptrace").is_some(),
+            "{:?}",
+            p.denials
+        );
+        assert!(
+            find(&p, DenialLayer::Seccomp, "unshare").is_some(),
+            "{:?}",
+            p.denials
+        );
+        let after = run(&pooled, &t);
+        assert!(
+            after.denials.is_empty(),
+            "round {round}: {:?}",
+            after.denials
+        );
+        assert!(report(&after, "seccomp").0);
+    }
+    let (x, y) = rt().block_on(async { tokio::join!(pooled.run(&first), pooled.run(&second)) });
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!(targets(&x), vec![env.secret()], "{:?}", x.denials);
+    assert_eq!(
+        targets(&y),
+        vec![other.path().join("secret").display().to_string()],
+        "{:?}",
+        y.denials
+    );
+    tierbox_sandbox::launch::slots::set_pooling(false);
     drop(switch);
 }
 

@@ -786,6 +786,11 @@ fn submit(tx: &mpsc::Sender<Job>, spec: &mut sys::ChildSpec) -> Result<sys::Clon
 /// no thread clones on the unarmed launcher, and its child does everything itself.
 pub const MAX_ARMED_LAUNCHERS: usize = 8;
 
+/// Most launcher threads one pooled slot keeps, one per arming (the egress mode's base
+/// filter, audit on or off): two cover a host switching audit, or a policy alternating
+/// two egress modes, without re-arming a thread per run.
+pub const MAX_SLOT_LAUNCHERS: usize = 2;
+
 /// What an armed launcher thread applied to itself, for its children to inherit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Arming {
@@ -793,6 +798,10 @@ pub(crate) struct Arming {
     pub(crate) drop_privileges: bool,
     /// `no_new_privs` and the base filter of this spec attached.
     pub(crate) seccomp: Option<SeccompSpec>,
+    /// The landlock domain and the base filter log what they refuse to the kernel's
+    /// audit subsystem, and the thread has an audit session of its own, which the runs
+    /// it clones share one at a time (see [`SlotLauncher`]).
+    pub(crate) audit: bool,
 }
 
 impl Arming {
@@ -811,6 +820,15 @@ impl Arming {
         hand_off: bool,
     ) -> Result<Option<OwnedFd>, i32> {
         use crate::linux::sys as lsys;
+        // The same flags the child would use when it restricts itself.
+        let (landlock_flags, seccomp_flags) = if self.audit {
+            (
+                lsys::LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON,
+                libc::SECCOMP_FILTER_FLAG_LOG,
+            )
+        } else {
+            (0, 0)
+        };
         if self.drop_privileges {
             lsys::set_securebits_noroot()?;
             lsys::drop_bounding_set(caps::last_cap())?;
@@ -820,13 +838,13 @@ impl Arming {
             lsys::set_no_new_privs()?;
         }
         if let Some(fd) = landlock {
-            lsys::landlock_restrict_self(fd, 0)?;
+            lsys::landlock_restrict_self(fd, landlock_flags)?;
         }
         let Some(spec) = &self.seccomp else {
             return Ok(None);
         };
         let base = SeccompProgram::cached_base(spec).map_err(|_| libc::EINVAL)?;
-        lsys::seccomp_set_filter(&base.as_fprog(), 0)?;
+        lsys::seccomp_set_filter(&base.as_fprog(), seccomp_flags)?;
         if !(hand_off && spec.mediate_chmod) {
             return Ok(None);
         }
@@ -847,11 +865,19 @@ impl Arming {
 /// so the calls arriving on it are that run's, and the run's mediator serves it with the
 /// run's own grants (a process of an earlier run is dead before its slot is reused, and
 /// a dead process's pending call is withdrawn by the kernel).
+///
+/// Armed for audit ([`Arming::audit`]), the thread also has an audit session of its own,
+/// and the run using the slot registers it for its duration: every process of the run
+/// is cloned by this thread and dead before the run's barrier comes back, so what the
+/// session logs meanwhile is that run's. A run whose barrier did not come back retires
+/// the session ([`crate::linux::audit::session_retired`]): late records could still
+/// arrive, so the slot gets a new thread and session before its next run.
 #[derive(Debug)]
 pub(crate) struct SlotLauncher {
     arming: Arming,
     tx: mpsc::Sender<Job>,
     listener: Option<OwnedFd>,
+    session: Option<u32>,
 }
 
 /// The launcher of a slot, as a run uses it.
@@ -859,6 +885,8 @@ pub(crate) struct SlotArmed {
     pub(crate) tx: mpsc::Sender<Job>,
     /// A duplicate of the slot's chmod listener, for this run's mediator.
     pub(crate) listener: Option<OwnedFd>,
+    /// The thread's audit session, when armed for audit.
+    pub(crate) session: Option<u32>,
 }
 
 /// The launcher thread of `slot` armed with `arming` and the slot's ruleset, started on
@@ -866,25 +894,34 @@ pub(crate) struct SlotArmed {
 /// caller falls back to a process-wide armed launcher and the child restricts itself).
 pub(crate) fn slot_launcher(slot: &Slot, arming: Arming) -> Option<SlotArmed> {
     let landlock = slot.landlock.as_ref()?;
-    let mut current = slot.launcher.lock().ok()?;
-    if current.as_ref().is_none_or(|l| l.arming != arming) {
-        // None yet, or armed with another base filter (a slot key does not cover the
-        // socket rules of the egress mode): a new thread; the old one ends when its
-        // sender drops.
-        *current = None;
-        let (tx, listener) = start_launcher(
-            "tierbox-launcher-slot",
-            arming,
-            Some(landlock.raw_fd()),
-            true,
-        )?;
-        *current = Some(SlotLauncher {
-            arming,
-            tx,
-            listener,
-        });
-    }
-    let l = current.as_ref()?;
+    let mut launchers = slot.launcher.lock().ok()?;
+    // A thread whose audit session is retired is of no use any more.
+    launchers.retain(|l| !l.session.is_some_and(crate::linux::audit::session_retired));
+    let at = match launchers.iter().position(|l| l.arming == arming) {
+        Some(at) => at,
+        None => {
+            // None for this arming yet (the base filter follows the egress mode, which a
+            // slot key does not cover; audit may be turned on or off): a new thread, the
+            // oldest one dropped past the bound (it ends when its sender drops).
+            if launchers.len() >= MAX_SLOT_LAUNCHERS {
+                launchers.remove(0);
+            }
+            let (tx, listener, session) = start_launcher(
+                "tierbox-launcher-slot",
+                arming,
+                Some(landlock.raw_fd()),
+                true,
+            )?;
+            launchers.push(SlotLauncher {
+                arming,
+                tx,
+                listener,
+                session,
+            });
+            launchers.len() - 1
+        }
+    };
+    let l = launchers.get(at)?;
     let listener = match &l.listener {
         Some(fd) => Some(fd.try_clone().ok()?),
         None => None,
@@ -892,25 +929,40 @@ pub(crate) fn slot_launcher(slot: &Slot, arming: Arming) -> Option<SlotArmed> {
     Some(SlotArmed {
         tx: l.tx.clone(),
         listener,
+        session: l.session,
     })
 }
 
 /// Starts a launcher thread, arms it (with `landlock` and the chmod hand-off as well,
 /// when asked) and waits until it is armed; `None` when the thread cannot start or
-/// arming fails. Returns the hand-off filter's listener when one was attached.
+/// arming fails. Returns the hand-off filter's listener when one was attached, and the
+/// thread's audit session when armed for audit.
 fn start_launcher(
     name: &str,
     arming: Arming,
     landlock: Option<std::os::fd::RawFd>,
     hand_off: bool,
-) -> Option<(mpsc::Sender<Job>, Option<OwnedFd>)> {
+) -> Option<(mpsc::Sender<Job>, Option<OwnedFd>, Option<u32>)> {
+    type Armed = Result<(Option<OwnedFd>, Option<u32>), i32>;
     let (tx, rx) = mpsc::channel::<Job>();
-    let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<Option<OwnedFd>, i32>>(1);
+    let (ready_tx, ready_rx) = mpsc::sync_channel::<Armed>(1);
     let spawned = std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
             sys::block_all_signals_on_this_thread();
-            let applied = arming.apply_to_this_thread(landlock, hand_off);
+            // The session first: once landlocked, the thread cannot write its loginuid.
+            let session = if arming.audit {
+                crate::linux::audit::thread_session()
+                    .map(Some)
+                    .map_err(|_| libc::EPERM)
+            } else {
+                Ok(None)
+            };
+            let applied = session.and_then(|session| {
+                arming
+                    .apply_to_this_thread(landlock, hand_off)
+                    .map(|listener| (listener, session))
+            });
             let ok = applied.is_ok();
             let _ = ready_tx.send(applied);
             if !ok {
@@ -924,8 +976,8 @@ fn start_launcher(
         });
     // `landlock` (the slot's ruleset fd) stays open until the thread has applied it.
     spawned.ok()?;
-    let listener = ready_rx.recv().ok()?.ok()?;
-    Some((tx, listener))
+    let (listener, session) = ready_rx.recv().ok()?.ok()?;
+    Some((tx, listener, session))
 }
 
 /// The launcher thread armed with `arming`, started on first use; `None` when there is
@@ -941,7 +993,7 @@ pub(crate) fn armed_launcher(arming: Arming) -> Option<mpsc::Sender<Job>> {
     if armed.len() >= MAX_ARMED_LAUNCHERS {
         return None;
     }
-    let tx = start_launcher("tierbox-launcher-armed", arming, None, false).map(|(tx, _)| tx);
+    let tx = start_launcher("tierbox-launcher-armed", arming, None, false).map(|(tx, ..)| tx);
     armed.push((arming, tx.clone()));
     tx
 }

@@ -66,8 +66,9 @@ pub struct Slot {
     baseline: CgroupStats,
     /// This slot was reused from the pool (for the enforcement report and benchmarks).
     pub reused: bool,
-    /// The launcher thread that holds this slot's landlock domain (Tier B, pooled).
-    pub(crate) launcher: Mutex<Option<super::SlotLauncher>>,
+    /// The launcher threads that hold this slot's landlock domain (Tier B, pooled), one
+    /// per arming in use, at most [`super::MAX_SLOT_LAUNCHERS`], newest last.
+    pub(crate) launcher: Mutex<Vec<super::SlotLauncher>>,
 }
 
 impl Slot {
@@ -84,7 +85,7 @@ impl Slot {
             landlock,
             cgroup,
             baseline,
-            launcher: Mutex::new(None),
+            launcher: Mutex::new(Vec::new()),
             reused: false,
         }
     }

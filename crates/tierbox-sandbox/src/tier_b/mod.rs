@@ -294,18 +294,12 @@ fn spawn_in_slot(
     (uid, gid, change_ids): (u32, u32, bool),
     mediate_chmod: bool,
 ) -> Result<(SpawnedChild, Option<SeccompLayout>, RunAudit), LaunchError> {
-    // With the kernel's audit records readable, the child applies landlock and seccomp
-    // itself (with their log flags), in an audit session of its own: an armed launcher
-    // thread's domain and filter log nothing and would share one session.
+    // With the kernel's audit records readable, a pooled slot's launcher thread is armed
+    // with the log flags and has an audit session the run registers; otherwise the
+    // child applies landlock and seccomp itself, with the log flags, in a session of its
+    // own (see `Launcher::choose`).
     let mut audit = RunAudit::plan(slot.landlock.is_some(), facts.landlock_abi, facts.seccomp);
-    let launcher = Launcher::choose(
-        facts,
-        network,
-        slot,
-        uid,
-        mediate_chmod,
-        audit.wants_session(),
-    )?;
+    let launcher = Launcher::choose(facts, network, slot, uid, mediate_chmod, &mut audit)?;
     let strings = ExecStrings::new(plan, &child_env(plan, slot, network), |what, bytes| {
         cstring(bytes, what)
     })?;
@@ -357,9 +351,11 @@ fn spawn_in_slot(
         helper: sys::HelperSetup::NONE,
         keep_caps: false,
         netns_fd: -1,
-        log_landlock: audit.landlock.is_ok(),
-        log_seccomp: audit.seccomp.is_ok(),
-        audit_session: audit.wants_session(),
+        // Only a child that restricts itself needs the flags (and a session): an armed
+        // slot thread's domain and filter carry them already.
+        log_landlock: launcher.child_session && audit.landlock.is_ok(),
+        log_seccomp: launcher.child_session && audit.seccomp.is_ok(),
+        audit_session: launcher.child_session,
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };
@@ -411,6 +407,9 @@ struct Launcher {
     seccomp: Option<std::sync::Arc<SeccompProgram>>,
     /// What is inherited and what is attached, for the enforcement report.
     layout: Option<SeccompLayout>,
+    /// The child restricts itself with the log flags, in an audit session started for
+    /// it at the clone (audit on, no armed slot thread for it).
+    child_session: bool,
 }
 
 impl Launcher {
@@ -420,20 +419,32 @@ impl Launcher {
         slot: &Slot,
         uid: u32,
         mediate_chmod: bool,
-        unarmed: bool,
+        audit: &mut RunAudit,
     ) -> Result<Self, LaunchError> {
         let seccomp_spec = seccomp_spec(network, uid, mediate_chmod);
+        let audited = audit.wants_session();
         let arming = Arming {
             drop_privileges: facts.euid == 0,
             seccomp: facts.seccomp.then_some(seccomp_spec),
+            audit: audited,
         };
-        // A pooled slot has a thread that also holds its landlock domain; otherwise a
-        // process-wide one per arming, and the child restricts itself.
-        let slot_armed = if slots::pooling() && !unarmed {
-            slot_launcher(slot, arming)
+        // A pooled slot has a thread that also holds its landlock domain (audited: with
+        // the log flags and a session the run adopts); otherwise a process-wide one per
+        // arming, and the child restricts itself — audited: all of it, in a session of
+        // its own (a process-wide thread's session would be shared by concurrent runs).
+        let slot_armed = if slots::pooling() {
+            slot_launcher(slot, arming).and_then(|a| {
+                if !audited {
+                    return Some(a);
+                }
+                let session = crate::linux::audit::AuditSession::adopt(a.session?).ok()?;
+                audit.attach(Ok(session));
+                Some(a)
+            })
         } else {
             None
         };
+        let unarmed = audited && slot_armed.is_none();
         let landlock_inherited = slot_armed.is_some();
         let (armed, slot_listener) = match slot_armed {
             Some(a) => (Some(a.tx), a.listener),
@@ -475,6 +486,7 @@ impl Launcher {
             landlock_inherited,
             seccomp,
             layout,
+            child_session: unarmed,
         })
     }
 }

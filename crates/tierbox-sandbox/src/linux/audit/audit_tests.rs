@@ -172,3 +172,35 @@ fn only_this_processs_barriers_count() {
     );
     assert_eq!(state.barrier, 3);
 }
+
+/// A slot launcher's session is adopted by one run at a time, and never again once a
+/// run ended on it before its barrier came back (late records could still arrive).
+#[test]
+fn a_slot_session_is_adopted_once_at_a_time_and_never_after_a_lost_barrier() {
+    if watch().is_err() {
+        tierbox_test_support::skip(
+            "a_slot_session_is_adopted_once_at_a_time_and_never_after_a_lost_barrier",
+            "no audit multicast socket (needs root)",
+        );
+        return;
+    }
+    // Far above any session id the kernel hands out during the tests.
+    let ses = u32::MAX - 11;
+    let first = AuditSession::adopt(ses).unwrap();
+    assert!(
+        AuditSession::adopt(ses).is_err(),
+        "busy while a run holds it"
+    );
+    drop(first);
+    let second = AuditSession::adopt(ses).unwrap();
+    let report = EndingSession {
+        session: second,
+        lost: false,
+        barrier: None,
+    }
+    .collect(false);
+    assert!(!report.complete);
+    assert!(session_retired(ses));
+    assert!(AuditSession::adopt(ses).is_err(), "retired");
+    assert!(!session_retired(ses - 1));
+}

@@ -8,12 +8,16 @@
 //!
 //! # Attribution
 //!
-//! Each run gets an **audit session of its own**: just before the clone, the cloning
-//! thread writes `/proc/thread-self/loginuid`, which gives it a fresh session id, and
-//! the child inherits it, as do all its descendants (nothing in the sandbox can change
-//! it: that needs `CAP_AUDIT_CONTROL`). Seccomp records carry `ses=`; a landlock record
-//! is followed, in the same audit event, by the system-call record that carries it. A
-//! record is counted for the run whose session it names, never for another.
+//! Each run's processes are in an **audit session** no other run's are in meanwhile:
+//! writing `/proc/thread-self/loginuid` gives the writing thread a fresh session id,
+//! which what it clones inherits, as do all descendants (nothing in the sandbox can
+//! change it: that needs `CAP_AUDIT_CONTROL`). The thread that clones a run's first
+//! process does so right before the clone ([`session_for_clone`]); a warm Tier B slot's
+//! launcher thread does it once, and each run on the slot registers that session for its
+//! duration ([`AuditSession::adopt`]). Seccomp records carry `ses=`; a landlock record is
+//! followed, in the same audit event, by the system-call record that carries it. A record
+//! is counted for the run whose session it names while that run is registered, never for
+//! another.
 //!
 //! # Completeness
 //!
@@ -56,6 +60,10 @@ pub const BARRIER_TIMEOUT: Duration = Duration::from_millis(250);
 /// Receive buffer of the multicast socket, in bytes: room for bursts of records while
 /// the reader thread is not scheduled (an overflow loses records and is reported).
 pub const READLOG_RCVBUF_BYTES: usize = 4 << 20;
+
+/// Most retired sessions remembered ([`session_retired`]); each is a slot launcher's
+/// whose run timed out waiting for its barrier, and there are far fewer slots.
+pub const MAX_RETIRED_SESSIONS: usize = 4096;
 
 /// How long a control request (`AUDIT_GET`, the barrier) may wait for the kernel.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -171,6 +179,24 @@ impl AuditSession {
         Ok(Self { ses, lost_at_start })
     }
 
+    /// Registers `ses`, the audit session of a slot's launcher thread, for the run about
+    /// to use the slot. `Err` when it is registered already (by a run still collecting
+    /// its records) or retired ([`session_retired`]): the run then starts a session of
+    /// its own.
+    pub fn adopt(ses: u32) -> Result<Self, String> {
+        let w = watch()?;
+        let lost_at_start = cached_lost()?;
+        let mut state = w
+            .state
+            .lock()
+            .map_err(|_| "the audit reader's state is poisoned".to_owned())?;
+        if state.retired.contains(&ses) || state.sessions.contains_key(&ses) {
+            return Err(format!("audit session {ses} is not free"));
+        }
+        state.sessions.insert(ses, SessionLog::default());
+        Ok(Self { ses, lost_at_start })
+    }
+
     /// The session id.
     pub fn id(&self) -> u32 {
         self.ses
@@ -238,7 +264,17 @@ impl EndingSession {
         let log = watch()
             .ok()
             .and_then(|w| w.state.lock().ok())
-            .and_then(|mut s| s.sessions.remove(&self.session.ses))
+            .and_then(|mut s| {
+                if !barrier_back {
+                    // Records of this run may still be on their way: the session must
+                    // never be registered again.
+                    if s.retired.len() >= MAX_RETIRED_SESSIONS {
+                        s.retired.pop_front();
+                    }
+                    s.retired.push_back(self.session.ses);
+                }
+                s.sessions.remove(&self.session.ses)
+            })
             .unwrap_or_default();
         AuditReport {
             complete: barrier_back && !self.lost && !log.overflowed,
@@ -379,6 +415,22 @@ impl RunAudit {
 /// The landlock ABI whose `landlock_restrict_self` can log an exec'd program's denials.
 pub const LANDLOCK_LOG_ABI: u32 = 7;
 
+/// Whether session `ses` ended a run before its barrier came back: records may still
+/// arrive for it, so no run may adopt it ([`AuditSession::adopt`]).
+pub fn session_retired(ses: u32) -> bool {
+    watch()
+        .ok()
+        .and_then(|w| w.state.lock().ok().map(|s| s.retired.contains(&ses)))
+        .unwrap_or(false)
+}
+
+/// Gives the calling thread (a slot's launcher, armed for audit) a fresh audit session
+/// of its own: its id.
+pub fn thread_session() -> Result<u32, String> {
+    watch()?;
+    fresh_thread_session()
+}
+
 /// Starts a fresh audit session on the calling thread for the clone about to happen
 /// (`wanted`), returning it registered; see [`AuditSession::begin`]. The thread stays in
 /// the session afterwards, which attributes nothing wrongly: records come only from
@@ -431,6 +483,8 @@ struct State {
     barrier: u64,
     /// Tasks waiting for a barrier ([`Watch::barrier_seen`]).
     waiters: Vec<std::task::Waker>,
+    /// Sessions whose run ended before its barrier came back ([`session_retired`]).
+    retired: VecDeque<u32>,
 }
 
 impl State {
