@@ -1,8 +1,9 @@
 //! Paired benchmark of the denial report's cost: runs of `/bin/true` (refused nothing)
-//! with the kernel's audit subsystem off and on, interleaved (off on off on …, the order
-//! alternating per pair) in one process, in Tier B and native Tier C. With audit on, each
-//! run gets an audit session, its child applies landlock and seccomp with their log flags
-//! itself (no pooled launcher thread), and its end waits for the barrier record.
+//! with the kernel's audit subsystem off and on, interleaved in one process (each round
+//! off, on and off again in rotating order; the second off run against the first is the
+//! noise floor), in Tier B and native Tier C. With audit on, a warm Tier B slot's
+//! launcher thread carries the log flags and an audit session the run adopts; a Tier C
+//! run starts a session at its clone; every run's end waits for the barrier record.
 //!
 //! Needs root (it turns audit on and off; the host's setting is restored at the end).
 //!
@@ -72,22 +73,26 @@ fn main() {
             run(false);
             run(true);
         }
-        let (mut off, mut on, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        // Each round: audit off, audit on, and audit off again (the noise floor: the same
+        // configuration measured twice), in an order that rotates per round.
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        let (mut ratios, mut floor) = (Vec::new(), Vec::new());
         for i in 0..iterations {
-            let (a, b) = if i % 2 == 0 {
-                let a = run(false);
-                (a, run(true))
-            } else {
-                let b = run(true);
-                (run(false), b)
-            };
+            let mut times = [Duration::ZERO; 3];
+            for k in 0..3 {
+                let which = (i + k) % 3;
+                times[which] = run(which == 1);
+            }
+            let [a, b, again] = times;
             ratios.push(b.as_secs_f64() / a.as_secs_f64());
+            floor.push(again.as_secs_f64() / a.as_secs_f64());
             off.push(a);
             on.push(b);
         }
         off.sort();
         on.sort();
         ratios.sort_by(f64::total_cmp);
+        floor.sort_by(f64::total_cmp);
         println!("tier {tier:?}: /bin/true, {iterations} interleaved pairs, warm slots on");
         let (p50, p90) = p50_p90_ms(&off);
         println!(
@@ -100,8 +105,11 @@ fn main() {
             p50, p90
         );
         println!(
-            "  ratio on / off: median of pairs {:.2}",
-            ratios[ratios.len() / 2]
+            "  ratio on / off: median of pairs {:.2}   (noise floor, off / off: {:.2}, p10-p90 {:.2}-{:.2})",
+            ratios[ratios.len() / 2],
+            floor[floor.len() / 2],
+            floor[floor.len() / 10],
+            floor[floor.len() * 9 / 10]
         );
     }
     tierbox_sandbox::launch::slots::drain();

@@ -415,6 +415,11 @@ async fn supervise(
     })?;
     let deadline = started + Duration::from_millis(plan.limits.wall_timeout_ms);
     let (ended, reported) = wait_for_end(l, &pidfd, deadline, &capture.quota).await?;
+    if matches!(ended, Ended::Exited) {
+        // A native Tier C pid 1 is the last of its sandbox: the audit barrier can start
+        // while the run is taken down.
+        l.audit.first_process_exited();
+    }
     let (ending, ended_run) = end_run(plan, l, &pidfd, ended, reported, proxy, capture).await?;
     // Its processes are gone: the audit barrier travels while the outcome is built.
     l.audit.processes_gone();

@@ -305,6 +305,9 @@ pub struct RunAudit {
     pub seccomp: Result<(), String>,
     session: Option<AuditSession>,
     ending: Option<EndingSession>,
+    /// The first process's exit means every process of the run is gone (a pid
+    /// namespace's init whose reaper waits for the rest): [`RunAudit::first_process_exited`].
+    first_process_ends_all: bool,
 }
 
 /// What [`RunAudit::finish`] found.
@@ -342,6 +345,7 @@ impl RunAudit {
             seccomp: layer(seccomp, "a seccomp filter"),
             session: None,
             ending: None,
+            first_process_ends_all: false,
         }
     }
 
@@ -352,6 +356,7 @@ impl RunAudit {
             seccomp: Err(format!("not recorded: {seccomp}")),
             session: None,
             ending: None,
+            first_process_ends_all: false,
         }
     }
 
@@ -371,6 +376,23 @@ impl RunAudit {
                     }
                 }
             }
+        }
+    }
+
+    /// Declares that the run's first process outlives every other one (the native
+    /// sandbox's pid 1: the kernel and its reaper see to that), so its exit can start
+    /// the barrier ([`RunAudit::first_process_exited`]).
+    pub fn set_first_process_ends_all(&mut self) {
+        self.first_process_ends_all = true;
+    }
+
+    /// The run's first process exited (or reported the program's end after reaping
+    /// everything else): starts the barrier now when that means every process is gone
+    /// ([`RunAudit::set_first_process_ends_all`]); otherwise nothing, and the caller calls
+    /// [`RunAudit::processes_gone`] after killing what is left.
+    pub fn first_process_exited(&mut self) {
+        if self.first_process_ends_all {
+            self.processes_gone();
         }
     }
 

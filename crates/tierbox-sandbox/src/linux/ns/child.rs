@@ -351,6 +351,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     if let Some(session) = session {
         audit.attach(session);
     }
+    // pid 1 reaps everything else before it reports, and the kernel before it exits.
+    audit.set_first_process_ends_all();
     // The sandbox holds its network namespace now; the pool's handle on it goes.
     let netns_pooled = pooled.is_some();
     drop(pooled_netns);
