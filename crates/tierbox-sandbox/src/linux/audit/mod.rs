@@ -40,7 +40,7 @@ mod sys;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use parse::{Record, parse_record};
@@ -567,30 +567,83 @@ impl State {
 
 #[derive(Debug)]
 struct Watch {
-    state: Arc<Mutex<State>>,
-    seen: Arc<Condvar>,
+    /// The multicast socket, drained by the reader thread, and by a run awaiting its
+    /// barrier, whichever comes first ([`Watch::drain`]).
+    sock: sys::AuditSocket,
+    /// Held while datagrams are received and taken, so records are taken in the order
+    /// the kernel sent them (a landlock record before its system-call record); holds
+    /// the receive buffer.
+    receiving: Mutex<Vec<u8>>,
+    state: Mutex<State>,
+    seen: Condvar,
     next_barrier: AtomicU64,
 }
 
 impl Watch {
-    fn start() -> Result<Self, String> {
+    fn open() -> Result<Self, String> {
         let sock = sys::AuditSocket::readlog(READLOG_RCVBUF_BYTES).map_err(|e| {
             format!(
                 "not recorded: cannot join the audit netlink multicast group (CAP_AUDIT_READ): {e}"
             )
         })?;
-        let state = Arc::new(Mutex::new(State::default()));
-        let seen = Arc::new(Condvar::new());
-        let (st, cv) = (Arc::clone(&state), Arc::clone(&seen));
-        std::thread::Builder::new()
-            .name("tierbox-audit".to_owned())
-            .spawn(move || read_loop(&sock, &st, &cv))
-            .map_err(|e| format!("not recorded: cannot start the audit reader thread: {e}"))?;
+        // Without the filter every record of the host wakes the reader (the sessions'
+        // LOGIN records among them): slower, not wrong.
+        let _ = sock.keep_types(&parse::RECORD_TYPES);
         Ok(Self {
-            state,
-            seen,
+            sock,
+            receiving: Mutex::new(vec![0u8; 16 * 1024]),
+            state: Mutex::new(State::default()),
+            seen: Condvar::new(),
             next_barrier: AtomicU64::new(1),
         })
+    }
+
+    /// Takes every datagram queued on the socket. `wait_turn`: wait for another drainer
+    /// to finish (the reader thread); otherwise return at once if one is at work (a run
+    /// checking for its barrier). `false` when the socket or the state is unusable.
+    fn drain(&self, wait_turn: bool) -> bool {
+        let mut buf = match if wait_turn {
+            self.receiving.lock().ok()
+        } else {
+            self.receiving.try_lock().ok()
+        } {
+            Some(buf) => buf,
+            None => return !wait_turn,
+        };
+        loop {
+            match self.sock.try_recv(&mut buf) {
+                Ok(n) => {
+                    let at = Instant::now();
+                    let Ok(mut s) = self.state.lock() else {
+                        return false;
+                    };
+                    let mut barrier = false;
+                    for (ty, _, payload) in sys::messages(&buf[..n]) {
+                        if let Some(record) = parse_record(ty, payload) {
+                            barrier |= matches!(record, Record::Barrier { .. });
+                            s.take(record, at);
+                        }
+                    }
+                    if barrier {
+                        self.seen.notify_all();
+                        for waker in s.waiters.drain(..) {
+                            waker.wake();
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    // The socket overflowed: records were lost for every run in progress.
+                    if let Ok(mut s) = self.state.lock() {
+                        for log in s.sessions.values_mut() {
+                            log.overflowed = true;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
     }
 
     /// Sends a barrier record through the kernel's queue: its number, or `None` when it
@@ -633,6 +686,9 @@ impl Watch {
     /// poisoned: the caller bounds the wait).
     async fn barrier_seen(&self, number: u64) {
         std::future::poll_fn(|cx| {
+            // The barrier may be queued already: take it here rather than wait for the
+            // reader thread to be scheduled.
+            self.drain(false);
             let Ok(mut state) = self.state.lock() else {
                 return std::task::Poll::Pending;
             };
@@ -648,32 +704,13 @@ impl Watch {
     }
 }
 
-fn read_loop(sock: &sys::AuditSocket, state: &Mutex<State>, seen: &Condvar) {
-    let mut buf = vec![0u8; 16 * 1024];
+/// The reader thread: whenever records are queued on the socket, drains them.
+fn read_loop(watch: &Watch) {
     loop {
-        match sock.recv(&mut buf) {
-            Ok(n) => {
-                let at = Instant::now();
-                let Ok(mut s) = state.lock() else { return };
-                for (ty, _, payload) in sys::messages(&buf[..n]) {
-                    if let Some(record) = parse_record(ty, payload) {
-                        let barrier = matches!(record, Record::Barrier { .. });
-                        s.take(record, at);
-                        if barrier {
-                            seen.notify_all();
-                            for waker in s.waiters.drain(..) {
-                                waker.wake();
-                            }
-                        }
-                    }
-                }
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                // The socket overflowed: records were lost for every run in progress.
-                if let Ok(mut s) = state.lock() {
-                    for log in s.sessions.values_mut() {
-                        log.overflowed = true;
-                    }
+        match watch.sock.wait_readable() {
+            Ok(()) => {
+                if !watch.drain(true) {
+                    return;
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -685,15 +722,27 @@ fn read_loop(sock: &sys::AuditSocket, state: &Mutex<State>, seen: &Condvar) {
 // ---- process-wide handles --------------------------------------------------------------
 
 static WATCH: OnceLock<Result<Watch, String>> = OnceLock::new();
+/// The reader thread, started once [`WATCH`] exists (it borrows it for the process's life).
+static READER: OnceLock<Result<(), String>> = OnceLock::new();
 static CONTROL: OnceLock<Result<Mutex<sys::AuditSocket>, String>> = OnceLock::new();
 /// The last audit status read: when, whether enabled, the kernel's lost-record count.
 static STATUS: Mutex<Option<(Instant, bool, u32)>> = Mutex::new(None);
 
 fn watch() -> Result<&'static Watch, String> {
-    WATCH
-        .get_or_init(Watch::start)
+    let watch: &'static Watch = WATCH
+        .get_or_init(Watch::open)
         .as_ref()
-        .map_err(Clone::clone)
+        .map_err(Clone::clone)?;
+    READER
+        .get_or_init(|| {
+            std::thread::Builder::new()
+                .name("tierbox-audit".to_owned())
+                .spawn(move || read_loop(watch))
+                .map(drop)
+                .map_err(|e| format!("not recorded: cannot start the audit reader thread: {e}"))
+        })
+        .clone()?;
+    Ok(watch)
 }
 
 fn control() -> Result<&'static Mutex<sys::AuditSocket>, String> {

@@ -11,6 +11,15 @@ const AUDIT_SECCOMP: u16 = 1326;
 /// `AUDIT_LANDLOCK_ACCESS`: a landlock denial.
 const AUDIT_LANDLOCK_ACCESS: u16 = 1423;
 
+/// Every record type [`parse_record`] reads; the reader's socket drops the others.
+pub(super) const RECORD_TYPES: [u16; 5] = [
+    AUDIT_SECCOMP,
+    AUDIT_LANDLOCK_ACCESS,
+    AUDIT_SYSCALL,
+    AUDIT_EOE,
+    super::AUDIT_TRUSTED_APP,
+];
+
 /// `SECCOMP_RET_ACTION_FULL`.
 const SECCOMP_ACTION_MASK: u32 = 0xffff_0000;
 

@@ -161,6 +161,94 @@ impl AuditSocket {
         Ok(seq)
     }
 
+    /// Attaches a socket filter that keeps only the netlink messages of `types` (each
+    /// record the kernel multicasts is a datagram of one message): the others are
+    /// dropped by the kernel before they wake a reader. At most 255 types.
+    pub fn keep_types(&self, types: &[u16]) -> io::Result<()> {
+        let n =
+            u8::try_from(types.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // `ldh [4]`: nlmsg_type, which the kernel writes in host order, read by the
+        // filter in network order.
+        let mut prog = vec![libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_H | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 4,
+        }];
+        for (i, ty) in types.iter().enumerate() {
+            // Equal: jump over the remaining comparisons and the drop to the accept.
+            let to_accept = n - u8::try_from(i).unwrap_or(n);
+            prog.push(libc::sock_filter {
+                code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+                jt: to_accept,
+                jf: 0,
+                k: u32::from(u16::from_be_bytes(ty.to_ne_bytes())),
+            });
+        }
+        prog.push(libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        });
+        prog.push(libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: u32::MAX,
+        });
+        let fprog = libc::sock_fprog {
+            len: u16::try_from(prog.len())
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+            filter: prog.as_mut_ptr(),
+        };
+        // SAFETY: `fprog` points at `prog`, `len` initialised instructions that live until
+        // the call returns; the kernel copies the program.
+        let ret = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_FILTER,
+                std::ptr::from_ref(&fprog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Receives one datagram into `buf` if one is queued (`WouldBlock` otherwise); its
+    /// length.
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is a live, writable buffer of the length passed.
+        let n = unsafe {
+            libc::recv(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    }
+
+    /// Waits until a datagram (or an error, such as an overflow) is queued.
+    pub fn wait_readable(&self) -> io::Result<()> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on our stack, no timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     /// Receives one datagram into `buf`; its length.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         // SAFETY: `buf` is a live, writable buffer of the length passed.
