@@ -324,8 +324,6 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
         read(env.secret(), "first"),
         read(other.path().join("secret").display().to_string(), "second"),
     );
-    let (x, y) = rt().block_on(async { tokio::join!(runner.run(&first), runner.run(&second)) });
-    let (x, y) = (x.unwrap(), y.unwrap());
     let targets = |o: &Outcome| -> Vec<String> {
         o.denials
             .iter()
@@ -333,13 +331,18 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
             .map(|d| d.target.clone())
             .collect()
     };
-    assert_eq!(targets(&x), vec![env.secret()], "{:?}", x.denials);
-    assert_eq!(
-        targets(&y),
-        vec![other.path().join("secret").display().to_string()],
-        "{:?}",
-        y.denials
-    );
+    let each_sees_its_own = |runner: &Runner| {
+        let (x, y) = rt().block_on(async { tokio::join!(runner.run(&first), runner.run(&second)) });
+        let (x, y) = (x.unwrap(), y.unwrap());
+        assert_eq!(targets(&x), vec![env.secret()], "{:?}", x.denials);
+        assert_eq!(
+            targets(&y),
+            vec![other.path().join("secret").display().to_string()],
+            "{:?}",
+            y.denials
+        );
+    };
+    each_sees_its_own(&runner);
 
     // 7. Warm slots (a long-lived supervisor): the slot's launcher thread carries the log
     //    flags and an audit session each run adopts in turn. The same refusals are
@@ -378,15 +381,7 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
         );
         assert!(report(&after, "seccomp").0);
     }
-    let (x, y) = rt().block_on(async { tokio::join!(pooled.run(&first), pooled.run(&second)) });
-    let (x, y) = (x.unwrap(), y.unwrap());
-    assert_eq!(targets(&x), vec![env.secret()], "{:?}", x.denials);
-    assert_eq!(
-        targets(&y),
-        vec![other.path().join("secret").display().to_string()],
-        "{:?}",
-        y.denials
-    );
+    each_sees_its_own(&pooled);
     tierbox_sandbox::launch::slots::set_pooling(false);
     drop(switch);
 }

@@ -1099,6 +1099,12 @@ fn dev_shm_is_the_runs_own_or_none() {
     );
 }
 
+/// What bwrap runs as pid 1: the arguments after `--as-pid-1 --`.
+fn pid1_command(argv: &[String]) -> &[String] {
+    let at = pos(argv, &["--as-pid-1", "--"]);
+    &argv[at + 2..]
+}
+
 /// With the `tierbox-init` image on an fd, pid 1 is `tierbox-init --run` (bwrap
 /// `--as-pid-1`) and the program keeps the Plan's `argv[0]` without `--argv0`.
 #[test]
@@ -1108,18 +1114,9 @@ fn init_fd_makes_tierbox_init_pid_1() {
     let mut o = opts(V0_8, host);
     o.init_fd = Some(6);
     let argv = strings(&bwrap_argv(&plan, &o).unwrap());
-    let tail = pos(&argv, &["--as-pid-1", "--"]);
     assert_eq!(
-        argv[tail..],
-        [
-            "--as-pid-1",
-            "--",
-            "/proc/self/fd/6",
-            "--run",
-            "/usr/bin/ls",
-            "ls",
-            "-la"
-        ]
+        pid1_command(&argv),
+        ["/proc/self/fd/6", "--run", "/usr/bin/ls", "ls", "-la"]
     );
     assert!(find(&argv, &["--argv0"]).is_none(), "{argv:?}");
     o.init_fd = Some(-1);
@@ -1143,12 +1140,9 @@ fn log_filter_fd_makes_tierbox_init_stack_a_logged_filter() {
     o.seccomp_fd = Some(3);
     o.log_filter_fd = Some(7);
     let argv = strings(&bwrap_argv(&plan, &o).unwrap());
-    let tail = pos(&argv, &["--as-pid-1", "--"]);
     assert_eq!(
-        argv[tail..],
+        pid1_command(&argv),
         [
-            "--as-pid-1",
-            "--",
             "/proc/self/fd/6",
             "--run-logged",
             "7",
