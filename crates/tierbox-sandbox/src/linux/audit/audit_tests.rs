@@ -41,9 +41,12 @@ fn records_are_parsed() {
     assert_eq!(
         parse_record(
             1121,
-            b"audit(1.2:7): pid=1 uid=0 auid=4294967295 ses=4294967295 msg='tierbox-barrier=42'"
+            b"audit(1.2:7): pid=1 uid=0 auid=4294967295 ses=4294967295 msg='tierbox-barrier=00000000000000ff-42'"
         ),
-        Some(Record::Barrier { pid: 1, number: 42 })
+        Some(Record::Barrier {
+            origin: 255,
+            number: 42
+        })
     );
 }
 
@@ -143,33 +146,36 @@ fn a_run_keeps_at_most_max_refusals_and_counts_the_rest() {
 }
 
 /// Another supervisor on the host numbers its barriers from 1 too: only this process's
-/// own barrier (the pid the kernel wrote) completes a wait, so a run is never declared
-/// complete before its records have drained.
+/// own barriers (its random tag) complete a wait, so a run is never declared complete
+/// before its records have drained; a tag-less or malformed barrier counts for nobody.
 #[test]
 fn only_this_processs_barriers_count() {
     let mut state = State::default();
     let at = Instant::now();
-    let other = std::process::id().wrapping_add(1);
+    let other = barrier_origin().wrapping_add(1);
     state.take(
         Record::Barrier {
-            pid: other,
+            origin: other,
             number: 5,
         },
         at,
     );
     assert_eq!(state.barrier, 0);
-    let forged = format!("audit(1.2:7): pid={other} uid=0 auid=0 ses=1 msg='tierbox-barrier=9'");
-    if let Some(record) = parse_record(1121, forged.as_bytes()) {
-        state.take(record, at);
+    for text in [
+        format!("audit(1.2:7): pid=1 uid=0 auid=0 ses=1 msg='tierbox-barrier={other:016x}-9'"),
+        "audit(1.2:7): pid=1 uid=0 auid=0 ses=1 msg='tierbox-barrier=9'".to_owned(),
+        "audit(1.2:7): pid=1 uid=0 auid=0 ses=1 msg='tierbox-barrier=zz-9'".to_owned(),
+    ] {
+        if let Some(record) = parse_record(1121, text.as_bytes()) {
+            state.take(record, at);
+        }
     }
     assert_eq!(state.barrier, 0);
-    state.take(
-        Record::Barrier {
-            pid: std::process::id(),
-            number: 3,
-        },
-        at,
+    let own = format!(
+        "audit(1.2:7): pid=1 uid=0 auid=0 ses=1 msg='tierbox-barrier={:016x}-3'",
+        barrier_origin()
     );
+    state.take(parse_record(1121, own.as_bytes()).unwrap(), at);
     assert_eq!(state.barrier, 3);
 }
 

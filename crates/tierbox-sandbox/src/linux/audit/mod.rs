@@ -75,8 +75,21 @@ const STATUS_TTL: Duration = Duration::from_secs(1);
 /// `AUDIT_TRUSTED_APP`: a free-form user record, used as the barrier.
 const AUDIT_TRUSTED_APP: u16 = 1121;
 
-/// The text a barrier record carries before its number.
+/// The text a barrier record carries before this process's tag and its number.
 const BARRIER_TAG: &str = "tierbox-barrier=";
+
+/// This process's barrier tag: random, fixed for the process's life, so barriers of
+/// other supervisors on the host are never mistaken for its own.
+fn barrier_origin() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static ORIGIN: OnceLock<u64> = OnceLock::new();
+    *ORIGIN.get_or_init(|| {
+        // A fresh `RandomState` is keyed from the OS's random source.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish()
+    })
+}
 
 /// Which layer refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -556,8 +569,8 @@ impl State {
                 });
             }
             Record::EndOfEvent { serial } => self.pending.retain(|(s, ..)| *s != serial),
-            Record::Barrier { pid, number } => {
-                if pid == std::process::id() {
+            Record::Barrier { origin, number } => {
+                if origin == barrier_origin() {
                     self.barrier = self.barrier.max(number);
                 }
             }
@@ -656,7 +669,7 @@ impl Watch {
             AUDIT_TRUSTED_APP,
             false,
             // NUL-terminated: the kernel overwrites the last byte with one.
-            format!("{BARRIER_TAG}{number}\0").as_bytes(),
+            format!("{BARRIER_TAG}{:016x}-{number}\0", barrier_origin()).as_bytes(),
         )
         .ok()?;
         Some(number)

@@ -57,11 +57,12 @@ pub enum Record {
         /// The event.
         serial: u64,
     },
-    /// A barrier record (`AUDIT_TRUSTED_APP`, `tierbox-barrier=N`).
+    /// A barrier record (`AUDIT_TRUSTED_APP`, `tierbox-barrier=ORIGIN-N`).
     Barrier {
-        /// The sender's pid, as the kernel wrote it: only this process's own barriers
-        /// count (other supervisors on the host number theirs from 1 too).
-        pid: u32,
+        /// The sending process's random tag: only this process's own barriers count
+        /// (other supervisors on the host number theirs from 1 too; a pid would not do,
+        /// since the kernel writes the sender's pid as the initial pid namespace sees it).
+        origin: u64,
         /// Its number.
         number: u64,
     },
@@ -137,12 +138,11 @@ pub fn parse_record(ty: u16, payload: &[u8]) -> Option<Record> {
         AUDIT_EOE => Some(Record::EndOfEvent { serial }),
         super::AUDIT_TRUSTED_APP => {
             let at = body.find(super::BARRIER_TAG)? + super::BARRIER_TAG.len();
-            let digits: String = body[at..]
-                .chars()
-                .take_while(char::is_ascii_digit)
-                .collect();
+            let rest = body.get(at..)?;
+            let (origin, rest) = rest.split_once('-')?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
             Some(Record::Barrier {
-                pid: field(body, "pid")?.parse().ok()?,
+                origin: u64::from_str_radix(origin, 16).ok()?,
                 number: digits.parse().ok()?,
             })
         }
