@@ -66,7 +66,10 @@ fn run_program(target: sys::ExecTarget) -> ! {
     if pid == 0 {
         let _ = sys::set_signal_mask(0);
         if logged_filter > 0 && sys::attach_logged_filter(logged_filter) < 0 {
-            let _ = sys::write(2, b"tierbox-init: cannot attach the logged seccomp filter\n");
+            let _ = sys::write(
+                2,
+                b"tierbox-init: cannot attach the logged seccomp filter\n",
+            );
             sys::exit_group(reaper::SETUP_FAILED_EXIT);
         }
         let err = sys::execve(&target);
