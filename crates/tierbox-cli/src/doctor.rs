@@ -468,7 +468,7 @@ impl<'a> Report<'a> {
         println!(
             "denials     egress and limits: recorded; landlock and seccomp: {}",
             match &self.denials {
-                Ok(()) => "recorded (kernel audit records, one audit session per run)".to_owned(),
+                Ok(()) => "recorded (kernel audit records, one audit session per run; the bwrap backend records seccomp only: it applies no landlock)".to_owned(),
                 Err(why) => why.clone(),
             }
         );
