@@ -560,11 +560,17 @@ mod tests {
     fn unread_layers_are_said_to_be_so_with_the_reason() {
         let ws = tempfile::tempdir().unwrap();
         let plan = grants_plan(ws.path());
-        let audit = tierbox_sandbox::linux::audit::RunAudit::not_recorded(
-            "no landlock here",
-            "no filter here",
-        )
-        .finish();
+        let audit = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(
+                tierbox_sandbox::linux::audit::RunAudit::not_recorded(
+                    "no landlock here",
+                    "no filter here",
+                )
+                .finish(),
+            );
         let r = sources(&plan, Tier::B, Some(&audit));
         assert!(!r["landlock"].applied);
         assert_eq!(r["landlock"].detail, "not recorded: no landlock here");

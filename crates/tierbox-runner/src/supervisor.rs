@@ -452,7 +452,7 @@ pub(crate) async fn finish_audit(
         &mut l.audit,
         tierbox_sandbox::linux::audit::RunAudit::not_recorded("already read", "already read"),
     )
-    .finish_async()
+    .finish()
     .await
 }
 

@@ -40,7 +40,7 @@ mod sys;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use parse::{Record, parse_record};
@@ -166,7 +166,7 @@ pub fn enabled_now() -> std::io::Result<bool> {
 }
 
 /// A run's audit session, registered with the reader: the records naming it are kept
-/// until [`AuditSession::finish`].
+/// until its run ends ([`AuditSession::end`], then [`EndingSession::wait`]).
 #[derive(Debug)]
 pub struct AuditSession {
     ses: u32,
@@ -218,8 +218,7 @@ impl AuditSession {
     /// The run's processes are all gone (it can be refused nothing more): notes whether
     /// the kernel lost records since the run began and sends the barrier. Cheap; the
     /// caller goes on with its own work while the barrier travels through the kernel's
-    /// queue, and collects the records with [`EndingSession::wait`] or
-    /// [`EndingSession::wait_async`].
+    /// queue, and collects the records with [`EndingSession::wait`].
     pub fn end(self) -> EndingSession {
         let lost = read_status().map_or(true, |now| now.lost != self.lost_at_start);
         let barrier = watch().ok().and_then(Watch::send_barrier);
@@ -228,11 +227,6 @@ impl AuditSession {
             lost,
             barrier,
         }
-    }
-
-    /// The run has ended: waits for its records (the barrier), then takes them.
-    pub fn finish(self) -> AuditReport {
-        self.end().wait()
     }
 }
 
@@ -252,18 +246,10 @@ impl EndingSession {
         self.session.ses
     }
 
-    /// Waits, blocking, at most [`BARRIER_TIMEOUT`] for the barrier; then the records.
-    pub fn wait(self) -> AuditReport {
-        let back = match (self.barrier, watch()) {
-            (Some(number), Ok(w)) => w.wait_barrier(number, BARRIER_TIMEOUT),
-            _ => false,
-        };
-        self.collect(back)
-    }
-
-    /// As [`EndingSession::wait`], without blocking the calling thread (the reader thread
-    /// wakes the task).
-    pub async fn wait_async(self) -> AuditReport {
+    /// Waits, at most [`BARRIER_TIMEOUT`], for the barrier without blocking the calling
+    /// thread (the task takes queued records itself, or the reader thread wakes it);
+    /// then the records.
+    pub async fn wait(self) -> AuditReport {
         let back = match (self.barrier, watch()) {
             (Some(number), Ok(w)) => tokio::time::timeout(BARRIER_TIMEOUT, w.barrier_seen(number))
                 .await
@@ -417,25 +403,12 @@ impl RunAudit {
         }
     }
 
-    /// The run has ended: its refusals (blocking up to [`BARRIER_TIMEOUT`]).
-    pub fn finish(mut self) -> RunAuditReport {
-        self.processes_gone();
-        let session = self.ending.as_ref().map(EndingSession::id);
-        let report = self.ending.map(EndingSession::wait).unwrap_or_default();
-        RunAuditReport {
-            landlock: self.landlock,
-            seccomp: self.seccomp,
-            report,
-            session,
-        }
-    }
-
-    /// As [`RunAudit::finish`], awaiting the barrier instead of blocking.
-    pub async fn finish_async(mut self) -> RunAuditReport {
+    /// The run has ended: its refusals (awaiting the barrier up to [`BARRIER_TIMEOUT`]).
+    pub async fn finish(mut self) -> RunAuditReport {
         self.processes_gone();
         let session = self.ending.as_ref().map(EndingSession::id);
         let report = match self.ending {
-            Some(ending) => ending.wait_async().await,
+            Some(ending) => ending.wait().await,
             None => AuditReport::default(),
         };
         RunAuditReport {
@@ -588,7 +561,6 @@ struct Watch {
     /// the receive buffer.
     receiving: Mutex<Vec<u8>>,
     state: Mutex<State>,
-    seen: Condvar,
     next_barrier: AtomicU64,
 }
 
@@ -606,7 +578,6 @@ impl Watch {
             sock,
             receiving: Mutex::new(vec![0u8; 16 * 1024]),
             state: Mutex::new(State::default()),
-            seen: Condvar::new(),
             next_barrier: AtomicU64::new(1),
         })
     }
@@ -638,7 +609,6 @@ impl Watch {
                         }
                     }
                     if barrier {
-                        self.seen.notify_all();
                         for waker in s.waiters.drain(..) {
                             waker.wake();
                         }
@@ -673,26 +643,6 @@ impl Watch {
         )
         .ok()?;
         Some(number)
-    }
-
-    /// Waits, blocking, until the reader has seen barrier `number` (`false` after
-    /// `timeout`).
-    fn wait_barrier(&self, number: u64, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let Ok(mut state) = self.state.lock() else {
-            return false;
-        };
-        while state.barrier < number {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            state = match self.seen.wait_timeout(state, left) {
-                Ok((s, _)) => s,
-                Err(_) => return false,
-            };
-        }
-        true
     }
 
     /// Resolves once the reader has seen barrier `number` (never, if the state is
