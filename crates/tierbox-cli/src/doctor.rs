@@ -264,6 +264,8 @@ struct Report<'a> {
     /// Whether landlock and seccomp denials can be read from the kernel's audit records
     /// here, or why not.
     denials: Result<(), String>,
+    /// Whether the seccomp argument rules' refusals are recorded with their arguments.
+    seccomp_arguments: bool,
     hints: Vec<String>,
 }
 
@@ -303,6 +305,7 @@ impl<'a> Report<'a> {
             strict,
             review,
             denials: tierbox_runner::host::denial_audit(),
+            seccomp_arguments: tierbox_runner::host::seccomp_arguments_recorded(),
             hints: Vec::new(),
         };
         report.hints = report.hints();
@@ -406,8 +409,15 @@ impl<'a> Report<'a> {
                 "containers": containers, "selected_backend": selected,
                 "review": self.review.json(),
                 "denial_report": match &self.denials {
-                    Ok(()) => serde_json::json!({"landlock_and_seccomp": true}),
-                    Err(why) => serde_json::json!({"landlock_and_seccomp": false, "reason": why}),
+                    Ok(()) => serde_json::json!({
+                        "landlock_and_seccomp": true,
+                        "seccomp_arguments": self.seccomp_arguments,
+                    }),
+                    Err(why) => serde_json::json!({
+                        "landlock_and_seccomp": false,
+                        "reason": why,
+                        "seccomp_arguments": self.seccomp_arguments,
+                    }),
                 },
                 "hints": hints
             }))?
@@ -466,7 +476,12 @@ impl<'a> Report<'a> {
         );
         println!("review      {}", self.review.text());
         println!(
-            "denials     egress and limits: recorded; landlock and seccomp: {}",
+            "denials     egress and limits: recorded; seccomp's argument rules (socket family, ioctl request, namespace flags): {}; landlock and seccomp: {}",
+            if self.seccomp_arguments {
+                "recorded with their arguments in tier b and native tier c (handed to the supervisor)"
+            } else {
+                "not handed off (no seccomp user notification)"
+            },
             match &self.denials {
                 Ok(()) => "recorded (kernel audit records, one audit session per run; the bwrap backend records seccomp only: it applies no landlock)".to_owned(),
                 Err(why) => why.clone(),

@@ -254,12 +254,7 @@ fn denials_line(o: &Outcome) -> Option<String> {
                 1 => String::new(),
                 n => format!(", {n} times"),
             };
-            // A seccomp target is the rule's reason: the call's name says enough here.
-            let what = match d.layer {
-                DenialLayer::Seccomp => d.operation.clone(),
-                _ => format!("{} {}", d.operation, d.target),
-            };
-            format!("{what} ({}{times})", d.layer.name())
+            format!("{} ({}{times})", d.short(), d.layer.name())
         })
         .collect();
     let no_policy =

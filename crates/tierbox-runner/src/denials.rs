@@ -77,6 +77,25 @@ pub struct Denial {
 }
 
 impl Denial {
+    /// The denial in a few words, for a one-line summary: the operation and its target
+    /// (`read /root/.ssh/id_ed25519`, `socket AF_NETLINK, SOCK_RAW`), or the system call
+    /// alone for a seccomp refusal read from the audit records, whose target is the
+    /// rule's reason.
+    ///
+    /// ```
+    /// use tierbox_runner::denials::Denial;
+    ///
+    /// let d = Denial::egress_not_allowlisted("pypi.org", 443, 1);
+    /// assert_eq!(d.short(), "connect pypi.org:443");
+    /// ```
+    pub fn short(&self) -> String {
+        let rule = tierbox_sandbox::linux::seccomp::refusal_rule(&self.operation);
+        match self.layer {
+            DenialLayer::Seccomp if rule.is_none_or(|r| r == self.target) => self.operation.clone(),
+            _ => format!("{} {}", self.operation, self.target),
+        }
+    }
+
     /// A connection to `host:port` that no allowlist entry matched, `count` times.
     pub fn egress_not_allowlisted(host: &str, port: u16, count: u64) -> Self {
         let target = tierbox_policy::hosts::host_with_port(host, Some(port));
@@ -163,16 +182,16 @@ pub fn of_run(
     out
 }
 
-/// The landlock and seccomp refusals read from the kernel's audit records for a run
-/// that started at `started`, as denials with their hints.
-pub fn of_audit(
+/// The landlock and seccomp refusals of a run that started at `started` (read from the
+/// kernel's audit records, or handed to the supervisor by the filter), as denials with
+/// their hints.
+pub fn of_refusals(
     plan: &Plan,
-    report: &tierbox_sandbox::linux::audit::AuditReport,
+    refusals: &[tierbox_sandbox::linux::audit::Refusal],
     started: std::time::Instant,
 ) -> Vec<Denial> {
     use tierbox_sandbox::linux::audit::RefusalLayer;
-    report
-        .refusals
+    refusals
         .iter()
         .map(|r| {
             let first_ms = u64::try_from(r.first.saturating_duration_since(started).as_millis())
@@ -185,7 +204,14 @@ pub fn of_audit(
                 RefusalLayer::Seccomp => (
                     DenialLayer::Seccomp,
                     r.operation.clone(),
-                    seccomp_hint(&r.operation, &r.target),
+                    seccomp_hint(
+                        &r.operation,
+                        // An audited refusal's target is its rule; a handed-off one's is
+                        // its arguments.
+                        tierbox_sandbox::linux::seccomp::refusal_rule(&r.operation)
+                            .unwrap_or(&r.target),
+                        &r.target,
+                    ),
                 ),
             };
             Denial {
@@ -239,12 +265,28 @@ fn landlock_denial(plan: &Plan, rights: &str, target: &str) -> (String, String) 
     (operation, hint)
 }
 
-/// The hint for a system call the seccomp filter refused under `rule`.
-fn seccomp_hint(syscall: &str, rule: &str) -> String {
-    match syscall {
-        "socket" | "listen" | "sendto" | "sendmsg" | "sendmmsg" => format!(
+/// The hint for a system call the seccomp filter refused under `rule`; `target` is the
+/// refused argument when the filter handed the call off (`AF_NETLINK, SOCK_RAW`), else
+/// the rule itself.
+fn seccomp_hint(syscall: &str, rule: &str, target: &str) -> String {
+    let through_proxy = || {
+        format!(
             "egress.mode = \"strict\" with egress.allow += \"HOST:PORT\" opens outbound TCP through the egress proxy; nothing else is allowed by any policy ({rule})"
-        ),
+        )
+    };
+    let other_inet = "egress.mode = \"allow_all\" or \"preflight\": strict egress allows only TCP to the egress proxy";
+    match syscall {
+        "socket" if target != rule => {
+            let (family, kind) = target.split_once(", ").unwrap_or((target, ""));
+            match family {
+                "AF_UNIX" => "egress.mode = \"allow_all\": the only mode in which a Tier B run may open unix sockets (a Tier C run may, in its own namespaces)".to_owned(),
+                "AF_INET" | "AF_INET6" if kind == "SOCK_STREAM" => through_proxy(),
+                "AF_INET" | "AF_INET6" => other_inet.to_owned(),
+                _ => format!("not allowed by any policy: {rule}"),
+            }
+        }
+        "sendto" | "sendmsg" | "sendmmsg" if target != rule => other_inet.to_owned(),
+        "socket" | "listen" | "sendto" | "sendmsg" | "sendmmsg" => through_proxy(),
         _ => format!("not allowed by any policy: {rule}"),
     }
 }
@@ -360,11 +402,13 @@ pub fn limit_value(plan: &Plan, limit: LimitHit) -> Option<String> {
 
 /// How each layer's denials reach the outcome on this run, or why they cannot (the
 /// outcome's `enforcement.denial_reports`). `audit`: how the run's landlock and seccomp
-/// denials were read (Tier B and C).
+/// denials were read (Tier B and C). `handed_off`: the run's filter handed its argument
+/// rules' refusals to the supervisor, with how many were past the bound.
 pub fn sources(
     plan: &Plan,
     tier: Tier,
     audit: Option<&tierbox_sandbox::linux::audit::RunAuditReport>,
+    handed_off: Option<u64>,
 ) -> BTreeMap<String, LayerReport> {
     let mut out = BTreeMap::new();
     out.insert(
@@ -417,10 +461,30 @@ pub fn sources(
             DenialLayer::Landlock.name().to_owned(),
             layer(audit.map(|a| &a.landlock)),
         );
-        out.insert(
-            DenialLayer::Seccomp.name().to_owned(),
-            layer(audit.map(|a| &a.seccomp)),
-        );
+        let mut seccomp = layer(audit.map(|a| &a.seccomp));
+        if let Some(dropped) = handed_off {
+            let mut argued = format!(
+                "the argument rules' refusals (socket families and types, ioctl requests, clone and unshare namespace flags, personality, MSG_FASTOPEN) with their arguments, handed to the supervisor by the filter{}",
+                if dropped > 0 {
+                    format!(
+                        " ({dropped} past the first {} not listed)",
+                        tierbox_sandbox::linux::audit::MAX_REFUSALS_PER_RUN
+                    )
+                } else {
+                    String::new()
+                }
+            );
+            argued.push_str(&if seccomp.applied {
+                format!("; every other refusal from {}", seccomp.detail)
+            } else {
+                format!(
+                    "; other refusals not recorded: {}",
+                    seccomp.detail.trim_start_matches("not recorded: ")
+                )
+            });
+            seccomp = LayerReport::applied(argued);
+        }
+        out.insert(DenialLayer::Seccomp.name().to_owned(), seccomp);
     }
     out
 }
@@ -499,6 +563,7 @@ mod tests {
     #[test]
     fn audit_refusals_become_denials_with_the_smallest_fix() {
         use tierbox_sandbox::linux::audit::{AuditReport, Refusal, RefusalLayer};
+        let rule = |name| tierbox_sandbox::linux::seccomp::refusal_rule(name).unwrap();
         let ws = tempfile::tempdir().unwrap();
         let plan = grants_plan(ws.path());
         let started = std::time::Instant::now();
@@ -516,13 +581,21 @@ mod tests {
                 refusal(RefusalLayer::Landlock, "make_reg", "/etc"),
                 refusal(RefusalLayer::Landlock, "connect_tcp", "10.0.0.1:443"),
                 refusal(RefusalLayer::Landlock, "signal", "pid 1 (init)"),
-                refusal(RefusalLayer::Seccomp, "ptrace", "reads other processes"),
-                refusal(RefusalLayer::Seccomp, "socket", "a family"),
+                // As the audit records give them: the rule is the target.
+                refusal(RefusalLayer::Seccomp, "ptrace", rule("ptrace")),
+                refusal(RefusalLayer::Seccomp, "socket", rule("socket")),
+                // As the filter hands them off: the arguments are.
+                refusal(RefusalLayer::Seccomp, "socket", "AF_UNIX, SOCK_STREAM"),
+                refusal(RefusalLayer::Seccomp, "socket", "AF_INET, SOCK_STREAM"),
+                refusal(RefusalLayer::Seccomp, "socket", "AF_INET6, SOCK_DGRAM"),
+                refusal(RefusalLayer::Seccomp, "socket", "AF_NETLINK, SOCK_RAW"),
+                refusal(RefusalLayer::Seccomp, "unshare", "CLONE_NEWUSER"),
+                refusal(RefusalLayer::Seccomp, "sendto", "MSG_FASTOPEN"),
             ],
             dropped: 0,
             complete: true,
         };
-        let d = of_audit(&plan, &report, started);
+        let d = of_refusals(&plan, &report.refusals, started);
         let got: Vec<(&str, &str)> = d
             .iter()
             .map(|d| (d.operation.as_str(), d.hint.as_str()))
@@ -548,9 +621,32 @@ mod tests {
         );
         assert_eq!(
             got[5],
-            ("ptrace", "not allowed by any policy: reads other processes")
+            (
+                "ptrace",
+                format!("not allowed by any policy: {}", rule("ptrace")).as_str()
+            )
         );
-        assert!(got[6].1.contains("egress.mode"), "{}", got[6].1);
+        let proxy = "egress.mode = \"strict\" with egress.allow += \"HOST:PORT\" opens outbound TCP through the egress proxy";
+        assert!(got[6].1.starts_with(proxy), "{}", got[6].1);
+        assert!(
+            got[7]
+                .1
+                .starts_with("egress.mode = \"allow_all\": the only mode"),
+            "{}",
+            got[7].1
+        );
+        assert!(got[8].1.starts_with(proxy), "{}", got[8].1);
+        let other_inet = "egress.mode = \"allow_all\" or \"preflight\": strict egress allows only TCP to the egress proxy";
+        assert_eq!(got[9].1, other_inet);
+        assert_eq!(
+            got[10].1,
+            format!("not allowed by any policy: {}", rule("socket"))
+        );
+        assert_eq!(
+            got[11].1,
+            format!("not allowed by any policy: {}", rule("unshare"))
+        );
+        assert_eq!(got[12].1, other_inet);
         assert!(d.iter().all(|d| d.count == 2 && d.first_ms == Some(7)));
         assert_eq!(d[0].layer, DenialLayer::Landlock);
         assert_eq!(d[5].layer, DenialLayer::Seccomp);
@@ -571,12 +667,12 @@ mod tests {
                 )
                 .finish(),
             );
-        let r = sources(&plan, Tier::B, Some(&audit));
+        let r = sources(&plan, Tier::B, Some(&audit), None);
         assert!(!r["landlock"].applied);
         assert_eq!(r["landlock"].detail, "not recorded: no landlock here");
         assert_eq!(r["seccomp"].detail, "not recorded: no filter here");
         assert!(r["limits"].applied);
-        assert!(!sources(&plan, Tier::A, None).contains_key("landlock"));
+        assert!(!sources(&plan, Tier::A, None, None).contains_key("landlock"));
     }
 
     #[test]

@@ -68,6 +68,13 @@ pub fn denial_audit() -> Result<(), String> {
     tierbox_sandbox::linux::audit::availability()
 }
 
+/// Whether the seccomp argument rules' refusals (a socket family, an `ioctl` request,
+/// namespace flags) are handed to the supervisor and recorded with their arguments on
+/// this host (Tier B and native Tier C; seccomp user notification).
+pub fn seccomp_arguments_recorded() -> bool {
+    tierbox_sandbox::probe::host_facts().seccomp && tierbox_sandbox::launch::user_notif_available()
+}
+
 /// The tier a run of `plan` gets on this host, as a run would select it, or why none.
 pub fn select_tier(plan: &Plan) -> Result<Tier, Rejection> {
     tierbox_sandbox::select::select_tier(plan, tierbox_sandbox::probe::host_facts())

@@ -21,8 +21,9 @@ use tierbox_egress::{Proxy, ProxyConfig};
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{Rejection, Tier};
 use tierbox_redact::Redactor;
-use tierbox_sandbox::launch::mediate::ChmodMediator;
+use tierbox_sandbox::launch::mediate::{RefusalLog, SeccompMediator};
 use tierbox_sandbox::launch::{ExitInfo, LaunchError, LaunchOptions};
+use tierbox_sandbox::linux::audit::Refusal;
 use tierbox_sandbox::probe::host_facts;
 use tierbox_sandbox::process;
 use tierbox_sandbox::running::{self, Ending, RunningSandbox};
@@ -420,11 +421,12 @@ async fn supervise(
         // while the run is taken down.
         l.audit.first_process_exited();
     }
-    let (ending, ended_run) = end_run(plan, l, &pidfd, ended, reported, proxy, capture).await?;
+    let (ending, mut ended_run) = end_run(plan, l, &pidfd, ended, reported, proxy, capture).await?;
     // Its processes are gone: the audit barrier travels while the outcome is built.
     l.audit.processes_gone();
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let launched_at = std::time::SystemTime::now() - started.elapsed();
+    let handed_off = std::mem::take(&mut ended_run.refusals);
     let mut outcome = outcome_of(plan, l, ended, ending, ended_run, duration_ms);
     let scratch = crate::review::settle_scratch(plan, l, state_dir, run_id, launched_at).await;
     scratch.record(&mut outcome);
@@ -435,11 +437,15 @@ async fn supervise(
             .limit_hit
             .map(|l| (l, false, crate::denials::limit_value(plan, l))),
     );
-    outcome
-        .denials
-        .extend(crate::denials::of_audit(plan, &audit.report, started));
+    for refusals in [&audit.report.refusals, &handed_off.0] {
+        outcome
+            .denials
+            .extend(crate::denials::of_refusals(plan, refusals, started));
+    }
     outcome.denials.truncate(crate::denials::MAX_DENIALS);
-    outcome.enforcement.denial_reports = crate::denials::sources(plan, l.tier, Some(&audit));
+    let handed = l.seccomp_refusals.is_some().then_some(handed_off.1);
+    outcome.enforcement.denial_reports =
+        crate::denials::sources(plan, l.tier, Some(&audit), handed);
     Ok(outcome)
 }
 
@@ -465,8 +471,11 @@ struct Capture {
     out_task: tokio::task::JoinHandle<()>,
     err_task: tokio::task::JoinHandle<()>,
     tap: Option<Arc<Tap>>,
-    /// Performs the run's chmod calls, beneath its writable grants only.
+    /// Performs the run's chmod calls, beneath its writable grants only, and answers the
+    /// refusals its filter hands off.
     mediator: Option<AbortOnDrop>,
+    /// The handed-off refusals, with their arguments.
+    refusals: RefusalLog,
 }
 
 impl Capture {
@@ -514,9 +523,10 @@ impl Capture {
         if let (Some(fd), Some(data)) = (l.stdin.take(), plan.stdin.clone()) {
             tokio::spawn(write_stdin(fd, data));
         }
-        let mediator = match l.chmod_listener.take() {
+        let refusals = RefusalLog::default();
+        let mediator = match l.seccomp_listener.take() {
             Some(listener) => Some(AbortOnDrop(tokio::spawn(
-                chmod_mediator(listener, plan, l)
+                seccomp_mediator(listener, plan, l, &refusals)
                     .map_err(|source| RunError::Io {
                         what: "open the writable grants for chmod mediation",
                         source,
@@ -533,6 +543,7 @@ impl Capture {
             err_task,
             tap,
             mediator,
+            refusals,
         })
     }
 }
@@ -571,6 +582,8 @@ struct EndedRun {
     stderr: StreamCapture,
     out_incomplete: bool,
     err_incomplete: bool,
+    /// The refusals the filter handed off, and how many were past the bound.
+    refusals: (Vec<Refusal>, u64),
 }
 
 /// Ends the run: the tree killed and reaped (unless pid 1 already reported the
@@ -618,6 +631,7 @@ async fn end_run(
         err_task,
         tap,
         mediator,
+        refusals,
         ..
     } = capture;
     let out_incomplete = drain_task(out_task, drain).await;
@@ -626,6 +640,7 @@ async fn end_run(
         tap.finish();
     }
     drop(mediator);
+    let refusals = refusals.take();
     Ok((
         ending,
         EndedRun {
@@ -634,6 +649,7 @@ async fn end_run(
             stderr: take_capture(&err_cap, plan),
             out_incomplete,
             err_incomplete,
+            refusals,
         },
     ))
 }
@@ -867,14 +883,19 @@ pub(crate) async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
     }
 }
 
-/// The chmod mediator of a run: the workspace, the declared writable paths and the run's
-/// private temporary directory.
-pub(crate) fn chmod_mediator(
+/// The seccomp mediator of a run: chmod beneath the workspace, the declared writable
+/// paths and the run's private temporary directory; the handed-off refusals answered and
+/// recorded in `refusals`.
+pub(crate) fn seccomp_mediator(
     listener: OwnedFd,
     plan: &Plan,
     l: &RunningSandbox,
-) -> std::io::Result<ChmodMediator> {
-    let mut m = ChmodMediator::new(listener, &plan.workspace, l.child_uid, l.child_gid)?;
+    refusals: &RefusalLog,
+) -> std::io::Result<SeccompMediator> {
+    let mut m = SeccompMediator::new(listener, &plan.workspace, l.child_uid, l.child_gid)?;
+    if let Some(enforcing) = &l.seccomp_refusals {
+        m = m.refusing(enforcing.clone(), refusals.clone());
+    }
     for root in &plan.filesystem.writable {
         m = m.also_beneath(root)?;
     }
@@ -885,7 +906,7 @@ pub(crate) fn chmod_mediator(
 }
 
 /// Aborts a task when dropped (also when the run's future is dropped mid-run).
-pub(crate) struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

@@ -2,7 +2,9 @@
 //! secret, writes outside the workspace, calls `ptrace` and `unshare(CLONE_NEWUSER)`, and
 //! connects to a host the allowlist does not name sees each refusal in `denials` with its
 //! layer, target and hint — in Tier B and both Tier C backends, as far as each backend
-//! can say — and two concurrent runs never see each other's.
+//! can say — and two concurrent runs never see each other's. In Tier B the argument
+//! rules' refusals (`unshare` flags, a socket family) come with their arguments, audit on
+//! or off: the filter hands them to the supervisor.
 //!
 //! Turning audit on is a host-wide switch, so this binary is kept apart from the other
 //! integration tests and does everything in one test, restoring the host's setting when
@@ -19,7 +21,7 @@ use tierbox_sandbox::linux::audit;
 
 /// The probe: each refusal in turn, printing what the program saw.
 const PROBE: &str = r#"
-import ctypes, os, sys, urllib.request
+import ctypes, os, socket, sys, urllib.request
 # The paths outside the workspace are given in a file: arguments may not name them.
 secret, outside = open(sys.argv[1]).read().split("\n")[:2]
 libc = ctypes.CDLL(None, use_errno=True)
@@ -33,6 +35,7 @@ attempt("read", lambda: open(secret).read())
 attempt("write", lambda: open(outside, "w").write("x"))
 print("ptrace", libc.ptrace(16, 1, 0, 0), ctypes.get_errno())
 print("unshare", libc.unshare(0x10000000), ctypes.get_errno())
+attempt("netlink", lambda: socket.socket(16, socket.SOCK_RAW, 0))
 attempt("connect", lambda: urllib.request.urlopen("http://not-allowed.example/", timeout=10))
 "#;
 
@@ -172,28 +175,45 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
     let switch = AuditSwitch { was_enabled };
     let env = Env::new();
 
-    // 1. Audit off: the layers say so; nothing is made up.
+    // 1. Audit off: the layers say so; nothing is made up. The refusals the filter hands
+    //    to the supervisor (Tier B, native Tier C) are recorded all the same, with their
+    //    arguments.
     switch.set(false);
-    let off = run(
-        &env.runner(TierCBackend::Native),
-        &env.probe(TierRequest::B),
-    );
-    assert!(off.stdout.text.contains("read PermissionError"), "{off:?}");
-    for layer in ["landlock", "seccomp"] {
-        let (applied, detail) = report(&off, layer);
-        assert!(!applied, "{layer}: {detail}");
+    for tier in [TierRequest::B, TierRequest::C] {
+        let off = run(&env.runner(TierCBackend::Native), &env.probe(tier));
+        let out = &off.stdout.text;
+        assert!(out.contains("unshare -1 1"), "{tier:?}: {off:?}");
         assert!(
-            detail.contains("audit subsystem is disabled"),
-            "{layer}: {detail}"
+            out.contains("netlink OSError [Errno 97]"),
+            "{tier:?}: {out}"
+        );
+        let (applied, detail) = report(&off, "landlock");
+        assert!(!applied, "{tier:?}: {detail}");
+        assert!(detail.contains("audit subsystem is disabled"), "{detail}");
+        let (applied, detail) = report(&off, "seccomp");
+        assert!(applied, "{tier:?}: {detail}");
+        assert!(detail.contains("handed to the supervisor"), "{detail}");
+        assert!(
+            detail
+                .contains("other refusals not recorded: the kernel's audit subsystem is disabled"),
+            "{detail}"
+        );
+        let listed: Vec<(DenialLayer, &str, &str)> = off
+            .denials
+            .iter()
+            .filter(|d| d.layer != DenialLayer::Egress)
+            .map(|d| (d.layer, d.operation.as_str(), d.target.as_str()))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                (DenialLayer::Seccomp, "unshare", "CLONE_NEWUSER"),
+                (DenialLayer::Seccomp, "socket", "AF_NETLINK, SOCK_RAW"),
+            ],
+            "{tier:?}: {:?}",
+            off.denials
         );
     }
-    assert!(
-        off.denials
-            .iter()
-            .all(|d| !matches!(d.layer, DenialLayer::Landlock | DenialLayer::Seccomp)),
-        "{:?}",
-        off.denials
-    );
 
     // 2. Audit on, Tier B: every refusal, with its layer, target and hint.
     switch.set(true);
@@ -233,13 +253,41 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
         "{ptrace:?}"
     );
     let unshare = find(&b, DenialLayer::Seccomp, "unshare").expect("unshare");
-    assert!(unshare.target.contains("namespaces"), "{unshare:?}");
+    assert_eq!(unshare.target, "CLONE_NEWUSER", "{unshare:?}");
+    assert!(
+        unshare
+            .hint
+            .starts_with("not allowed by any policy: no nested namespaces"),
+        "{unshare:?}"
+    );
+    let netlink = find(&b, DenialLayer::Seccomp, "socket").expect("the netlink socket");
+    assert_eq!(netlink.target, "AF_NETLINK, SOCK_RAW", "{netlink:?}");
+    assert!(
+        netlink.hint.starts_with("not allowed by any policy"),
+        "{netlink:?}"
+    );
+    assert_eq!(
+        b.denials
+            .iter()
+            .filter(|d| d.layer == DenialLayer::Seccomp)
+            .count(),
+        3,
+        "each refusal once, from one source: {:?}",
+        b.denials
+    );
+    let (_, detail) = report(&b, "seccomp");
+    assert!(
+        detail.contains("handed to the supervisor")
+            && detail.contains("every other refusal from the kernel's audit records"),
+        "{detail}"
+    );
     let connect = find(&b, DenialLayer::Egress, "connect").expect("the proxy's refusal");
     assert_eq!(connect.target, "not-allowed.example:80");
     assert_eq!(connect.hint, "egress.allow += \"not-allowed.example:80\"");
 
     // 3. Native Tier C: the secret is absent there (ENOENT, not a refusal) and the host
-    //    is read-only (EROFS); the system calls are refused and recorded.
+    //    is read-only (EROFS); the system calls are refused and recorded, the argument
+    //    rules' with their arguments.
     let c = run(
         &env.runner(TierCBackend::Native),
         &env.probe(TierRequest::C),
@@ -259,17 +307,23 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
     for expected in [
         (DenialLayer::Seccomp, "ptrace"),
         (DenialLayer::Seccomp, "unshare"),
+        (DenialLayer::Seccomp, "socket"),
         (DenialLayer::Egress, "connect"),
     ] {
         assert!(listed.contains(&expected), "{expected:?} in {listed:?}");
     }
+    let unshare = find(&c, DenialLayer::Seccomp, "unshare").unwrap();
+    assert_eq!(unshare.target, "CLONE_NEWUSER", "{unshare:?}");
+    let netlink = find(&c, DenialLayer::Seccomp, "socket").unwrap();
+    assert_eq!(netlink.target, "AF_NETLINK, SOCK_RAW", "{netlink:?}");
     assert!(
         !listed.contains(&(DenialLayer::Landlock, "read")),
         "{listed:?}"
     );
 
     // 4. bwrap: no landlock domain (said so, none listed); bwrap's own filter is never
-    //    logged, so tierbox-init stacks a logged copy: the refused calls are recorded.
+    //    logged, so tierbox-init stacks a logged copy: the refused calls are recorded (by
+    //    name: bwrap installs no listener, so nothing is handed off).
     if tierbox_sandbox::bwrap::probe_bwrap(None).is_ok() {
         let w = run(&env.runner(TierCBackend::Bwrap), &env.probe(TierRequest::C));
         let out = &w.stdout.text;
@@ -368,8 +422,9 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
             "{:?}",
             p.denials
         );
-        assert!(
-            find(&p, DenialLayer::Seccomp, "unshare").is_some(),
+        assert_eq!(
+            find(&p, DenialLayer::Seccomp, "unshare").map(|d| d.target.as_str()),
+            Some("CLONE_NEWUSER"),
             "{:?}",
             p.denials
         );

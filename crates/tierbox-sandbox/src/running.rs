@@ -63,10 +63,17 @@ pub struct RunningSandbox {
     /// The run's resources (private tmp, landlock ruleset, cgroup), handed back by
     /// [`RunningSandbox::release`].
     pub slot: Option<Slot>,
-    /// The seccomp listener for chmod mediation: serve it with
-    /// [`crate::launch::mediate::ChmodMediator`] (beneath the workspace, the declared
-    /// writable paths and the slot's tmp) for the life of the run.
-    pub chmod_listener: Option<OwnedFd>,
+    /// The seccomp hand-off listener: serve it for the life of the run with
+    /// [`crate::launch::mediate::SeccompMediator`] (chmod beneath the workspace, the
+    /// declared writable paths and the slot's tmp), [`SeccompMediator::refusing`] with
+    /// [`RunningSandbox::seccomp_refusals`] when that is set.
+    ///
+    /// [`SeccompMediator::refusing`]: crate::launch::mediate::SeccompMediator::refusing
+    pub seccomp_listener: Option<OwnedFd>,
+    /// The enforcing seccomp program whose verdicts answer the argument rules' refusals
+    /// arriving on [`RunningSandbox::seccomp_listener`], when the filter hands them off
+    /// ([`crate::linux::seccomp::SeccompSpec::notify_refusals`]).
+    pub seccomp_refusals: Option<std::sync::Arc<crate::linux::seccomp::SeccompProgram>>,
     /// uid the program runs as.
     pub child_uid: u32,
     /// gid the program runs as.

@@ -65,6 +65,17 @@ pub fn tier_c_seccomp_spec() -> SeccompSpec {
         deny_ipc: false,
         inet: crate::linux::seccomp::InetSockets::Any,
         allow_unix_sockets: true,
+        notify_refusals: false,
+    }
+}
+
+/// The native backend's filter: [`tier_c_seccomp_spec`], handing the argument rules'
+/// refusals to the supervisor where the kernel has seccomp user notification (the
+/// program installs it with a listener; bwrap cannot).
+pub fn native_seccomp_spec() -> SeccompSpec {
+    SeccompSpec {
+        notify_refusals: crate::launch::user_notif_available(),
+        ..tier_c_seccomp_spec()
     }
 }
 
@@ -121,7 +132,8 @@ pub(crate) fn launch_native(
                 stdout: n.stdout,
                 stderr: n.stderr,
                 slot: Some(slot),
-                chmod_listener: None,
+                seccomp_listener: n.seccomp_listener,
+                seccomp_refusals: n.seccomp_refusals,
                 child_uid: facts.euid,
                 child_gid: facts.egid,
                 enforcement,
@@ -317,7 +329,8 @@ pub(crate) fn launch_bwrap(
         stdout: child.stdout,
         stderr: child.stderr,
         slot: Some(slot),
-        chmod_listener: None,
+        seccomp_listener: None,
+        seccomp_refusals: None,
         child_uid,
         child_gid,
         enforcement,

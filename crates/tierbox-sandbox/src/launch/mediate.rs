@@ -1,4 +1,17 @@
-//! chmod mediation for runs that keep uid 0.
+//! The supervisor's side of a run's seccomp hand-off: chmod mediation, and the argument
+//! rules' refusals recorded with their arguments.
+//!
+//! **Refusals.** With [`crate::linux::seccomp::SeccompSpec::notify_refusals`] the filter
+//! hands a call its argument rules refuse (`socket` of a denied family, a denied `ioctl`
+//! request, `clone`/`unshare` with namespace flags, …) to the supervisor instead of
+//! refusing it itself, because the kernel's audit record of a refusal carries no
+//! arguments. [`SeccompMediator::refusing`] answers every such call with the errno the
+//! enforcing filter returns for it ([`crate::linux::seccomp::SeccompProgram::evaluate`]
+//! of the spec's [`crate::linux::seccomp::SeccompSpec::enforcing`] program) — never by
+//! letting it run — and records it with its arguments in a [`RefusalLog`]. A call that
+//! program would allow (a builder bug; tested never to happen) gets `EPERM`.
+//!
+//! **chmod**, for runs that keep uid 0.
 //!
 //! Landlock does not mediate mode changes, and a process may `chmod` any file it owns
 //! wherever it can name it. A Tier B child that keeps uid 0 (root supervisor, root-owned
@@ -31,8 +44,12 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::sys;
+use crate::linux::audit::{MAX_REFUSALS_PER_RUN, Refusal, RefusalLayer};
+use crate::linux::seccomp::{SeccompProgram, describe_refusal};
 
 /// Longest path read from the child, in bytes (Linux `PATH_MAX`).
 pub const MAX_MEDIATED_PATH_BYTES: usize = 4096;
@@ -43,13 +60,61 @@ const SYS_FCHMODAT2: i64 = 452;
 /// Mode bits a chmod may set (permissions, setuid, setgid, sticky).
 const MODE_MASK: u32 = 0o7777;
 
-/// Serves chmod requests of one run.
+/// The refusals a run's mediator answered, with their arguments: shared by the mediator
+/// and the supervisor, which takes them once the run is over. Deduplicated by call and
+/// argument; at most [`MAX_REFUSALS_PER_RUN`] distinct ones, the rest counted.
+///
+/// ```
+/// use tierbox_sandbox::launch::mediate::RefusalLog;
+///
+/// let log = RefusalLog::default();
+/// let (refusals, dropped) = log.take();
+/// assert!(refusals.is_empty() && dropped == 0);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct RefusalLog(Arc<Mutex<(Vec<Refusal>, u64)>>);
+
+impl RefusalLog {
+    fn add(&self, operation: &str, target: String, at: Instant) {
+        let Ok(mut log) = self.0.lock() else { return };
+        let (refusals, dropped) = &mut *log;
+        if let Some(r) = refusals
+            .iter_mut()
+            .find(|r| r.operation == operation && r.target == target)
+        {
+            r.count += 1;
+        } else if refusals.len() < MAX_REFUSALS_PER_RUN {
+            refusals.push(Refusal {
+                layer: RefusalLayer::Seccomp,
+                operation: operation.to_owned(),
+                target,
+                count: 1,
+                first: at,
+            });
+        } else {
+            *dropped += 1;
+        }
+    }
+
+    /// The refusals recorded so far, in arrival order, and how many more were past the
+    /// bound; the log is left empty.
+    pub fn take(&self) -> (Vec<Refusal>, u64) {
+        self.0
+            .lock()
+            .map(|mut log| std::mem::take(&mut *log))
+            .unwrap_or_default()
+    }
+}
+
+/// Serves the seccomp hand-off of one run: its chmod calls, and (with
+/// [`SeccompMediator::refusing`]) its argument rules' refusals.
 #[derive(Debug)]
-pub struct ChmodMediator {
+pub struct SeccompMediator {
     listener: OwnedFd,
     roots: Vec<(PathBuf, OwnedFd)>,
     uid: u32,
     gid: u32,
+    refusals: Option<(Arc<SeccompProgram>, RefusalLog)>,
 }
 
 enum Target {
@@ -68,7 +133,7 @@ enum BaseDir {
     Fd(i32),
 }
 
-impl ChmodMediator {
+impl SeccompMediator {
     /// A mediator for the listener fd of a run whose child runs as `uid:gid` in
     /// `workspace` (canonical).
     pub fn new(listener: OwnedFd, workspace: &Path, uid: u32, gid: u32) -> std::io::Result<Self> {
@@ -77,8 +142,17 @@ impl ChmodMediator {
             roots: Vec::new(),
             uid,
             gid,
+            refusals: None,
         }
         .also_beneath(workspace)
+    }
+
+    /// Also answers the argument rules' refusals handed off by a filter of a spec with
+    /// `notify_refusals`: each with the verdict of `enforcing` (that spec's
+    /// [`crate::linux::seccomp::SeccompSpec::enforcing`] program), recorded in `log`.
+    pub fn refusing(mut self, enforcing: Arc<SeccompProgram>, log: RefusalLog) -> Self {
+        self.refusals = Some((enforcing, log));
+        self
     }
 
     /// Also performs changes beneath `root`: the run's other writable grants
@@ -107,6 +181,7 @@ impl ChmodMediator {
             roots,
             uid,
             gid,
+            refusals,
         } = self;
         let Ok(afd) = sys::register_readable(listener) else {
             return;
@@ -128,14 +203,39 @@ impl ChmodMediator {
                 // ENOENT: the caller died between poll and receive.
                 continue;
             };
-            let errno = match rules.handle(afd.get_ref(), &n) {
-                Ok(()) => 0,
-                Err(Verdict::Errno(e)) => e,
-                Err(Verdict::Gone) => continue,
+            let errno = match decode(i64::from(n.data.nr), &n.data.args) {
+                Some(call) => match rules.handle(afd.get_ref(), &n, call) {
+                    Ok(()) => 0,
+                    Err(Verdict::Errno(e)) => e,
+                    Err(Verdict::Gone) => continue,
+                },
+                None => refuse(refusals.as_ref(), &n),
             };
             let _ = sys::notif_send(afd.get_ref(), n.id, 0, errno);
         }
     }
+}
+
+/// The errno for a handed-off call that is not a chmod: the enforcing program's, recorded
+/// with the call's arguments; `EPERM` for anything else.
+fn refuse(refusals: Option<&(Arc<SeccompProgram>, RefusalLog)>, n: &libc::seccomp_notif) -> i32 {
+    let Some((enforcing, log)) = refusals else {
+        return libc::EPERM;
+    };
+    if Some(n.data.arch) != crate::linux::seccomp::NATIVE_AUDIT_ARCH {
+        return libc::EPERM;
+    }
+    let nr = n.data.nr as u32;
+    let errno = match enforcing.evaluate(nr, &n.data.args) {
+        Some(ret) if ret & libc::SECCOMP_RET_ACTION_FULL == libc::SECCOMP_RET_ERRNO => {
+            (ret & libc::SECCOMP_RET_DATA) as i32
+        }
+        _ => libc::EPERM,
+    };
+    if let Some((name, target)) = describe_refusal(nr, &n.data.args) {
+        log.add(name, target, Instant::now());
+    }
+    errno
 }
 
 enum Verdict {
@@ -151,11 +251,13 @@ struct Rules {
 }
 
 impl Rules {
-    fn handle(&self, listener: &OwnedFd, n: &libc::seccomp_notif) -> Result<(), Verdict> {
+    fn handle(
+        &self,
+        listener: &OwnedFd,
+        n: &libc::seccomp_notif,
+        (target, mode): (Target, u32),
+    ) -> Result<(), Verdict> {
         let pid = n.pid as libc::pid_t;
-        let args = n.data.args;
-        let (target, mode) =
-            decode(i64::from(n.data.nr), &args).ok_or(Verdict::Errno(libc::EPERM))?;
         // Gather everything from the child, then confirm the call is still pending before
         // trusting any of it.
         let gathered = self.gather(pid, target);

@@ -24,7 +24,7 @@
 //!   to itself ([`SeccompProgram::build_base`]: the filter copy, JIT and action-cache
 //!   build saved). One such thread exists per distinct arming (at most
 //!   [`MAX_ARMED_LAUNCHERS`]). The child still checks both capability sets itself (41
-//!   reads), and attaches only the short chmod hand-off filter stacked on the inherited
+//!   reads), and attaches only the short hand-off filter stacked on the inherited
 //!   one when chmod is mediated. These threads only ever clone Tier B programs: a helper
 //!   such as `bwrap`, which needs its capabilities after exec, is cloned on the unarmed
 //!   launcher or the calling thread. A thread's capability sets and seccomp filters are
@@ -608,8 +608,15 @@ pub(crate) fn new_slot(
     Ok(Slot::new(key, tmp, landlock, cgroup))
 }
 
-/// Whether the kernel can hand system calls to the supervisor (probed once).
-pub(crate) fn user_notif_available() -> bool {
+/// Whether the kernel can hand system calls to the supervisor (seccomp user
+/// notification, probed once): chmod mediation, and the seccomp argument rules' refusals
+/// recorded with their arguments (Tier B, native Tier C).
+///
+/// ```
+/// // Linux 5.0+.
+/// let _ = tierbox_sandbox::launch::user_notif_available();
+/// ```
+pub fn user_notif_available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(crate::linux::seccomp::probe_user_notif)
 }
@@ -812,8 +819,9 @@ impl Arming {
     /// Applies the arming, and the landlock ruleset `landlock` when given, to the calling
     /// thread (a new launcher thread, before it clones anything), in the child's order:
     /// capabilities, `no_new_privs`, landlock, seccomp. With `hand_off` and a spec that
-    /// mediates chmod, the chmod hand-off filter is attached too, and its listener
-    /// returned. A failure leaves the thread unusable.
+    /// hands calls to the supervisor (chmod, the argument rules' refusals), the hand-off
+    /// filter is attached too, and its listener returned. A failure leaves the thread
+    /// unusable.
     fn apply_to_this_thread(
         &self,
         landlock: Option<std::os::fd::RawFd>,
@@ -845,16 +853,16 @@ impl Arming {
         };
         let base = SeccompProgram::cached_base(spec).map_err(|_| libc::EINVAL)?;
         lsys::seccomp_set_filter(&base.as_fprog(), seccomp_flags)?;
-        if !(hand_off && spec.mediate_chmod) {
+        if !(hand_off && spec.needs_listener()) {
             return Ok(None);
         }
-        let notifier = SeccompProgram::cached_chmod_notifier().map_err(|_| libc::EINVAL)?;
+        let notifier = SeccompProgram::cached_notifier(spec).map_err(|_| libc::EINVAL)?;
         sys::seccomp_attach_with_listener(&notifier.as_fprog()).map(Some)
     }
 }
 
 /// A launcher thread armed for one pooled slot: with [`Arming`], the slot's landlock
-/// ruleset and (when chmod is mediated) the chmod hand-off filter applied to itself, so
+/// ruleset and (when chmod is mediated) the hand-off filter applied to itself, so
 /// its children inherit all of it and restrict nothing themselves. A slot's ruleset
 /// never changes and a landlock domain cannot be left, so the thread lives and dies with
 /// the slot: dropping the slot drops the sender, and the thread ends (it is idle: the

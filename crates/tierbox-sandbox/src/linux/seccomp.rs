@@ -37,7 +37,7 @@
 //! arguments are never inspected (that is landlock's and the mount namespace's job).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use super::sys;
 
@@ -70,6 +70,15 @@ pub struct SeccompSpec {
     /// supervisor), where they would reach the objects of the supervisor's user: landlock
     /// does not mediate IPC.
     pub deny_ipc: bool,
+    /// Hand the argument-inspected refusals (a socket family or type, an `ioctl` request,
+    /// a `personality`, `clone` and `unshare` namespace flags, `MSG_FASTOPEN`) to the
+    /// supervisor (`SECCOMP_RET_USER_NOTIF`) instead of refusing them in the filter: the
+    /// audit record of a refusal carries no arguments, the notification does. The
+    /// supervisor answers each with the errno [`SeccompSpec::enforcing`]'s filter returns
+    /// for it (never lets it run) and records the call with its arguments. The filter must
+    /// then be installed with `SECCOMP_FILTER_FLAG_NEW_LISTENER`; without a listener the
+    /// kernel fails the call with `ENOSYS`, so a lost supervisor still refuses.
+    pub notify_refusals: bool,
 }
 
 /// Inet sockets under a [`SeccompSpec`].
@@ -101,7 +110,24 @@ impl SeccompSpec {
             deny_ipc: false,
             inet: InetSockets::Deny,
             allow_unix_sockets: false,
+            notify_refusals: false,
         }
+    }
+
+    /// The spec whose filter refuses in the kernel what this one hands to the supervisor
+    /// ([`SeccompSpec::notify_refusals`] off): the supervisor's answer to a handed-off
+    /// call is that filter's verdict ([`SeccompProgram::evaluate`]).
+    pub const fn enforcing(&self) -> Self {
+        Self {
+            notify_refusals: false,
+            ..*self
+        }
+    }
+
+    /// Whether a filter of this spec hands calls to the supervisor, so must be installed
+    /// with a listener the supervisor serves.
+    pub const fn needs_listener(&self) -> bool {
+        self.mediate_chmod || self.notify_refusals
     }
 }
 
@@ -522,57 +548,213 @@ pub fn refused_call(nr: u32) -> Option<RefusedCall> {
             rule: "file mode changes outside the run's writable grants (uid 0 owns every root-owned file; landlock does not mediate metadata)",
         });
     }
-    let inspected: &[(libc::c_long, &str, &str)] = &[
-        (
-            libc::SYS_socket,
-            "socket",
-            "a socket family or type the run's network mode does not allow (only AF_UNIX, and AF_INET/AF_INET6 TCP when egress is open)",
-        ),
-        (
-            libc::SYS_socketpair,
-            "socketpair",
-            "a family other than AF_UNIX",
-        ),
-        (
-            libc::SYS_ioctl,
-            "ioctl",
-            "a denied request: TIOCSTI, TIOCLINUX, FS_IOC_SETFLAGS or FS_IOC_FSSETXATTR",
-        ),
-        (
-            libc::SYS_personality,
-            "personality",
-            "a persona other than PER_LINUX",
-        ),
-        (
-            libc::SYS_clone,
-            "clone",
-            "CLONE_NEW* flags: no nested namespaces (a user namespace exposes root-only kernel surface)",
-        ),
-        (
-            libc::SYS_sendto,
-            "sendto",
-            "MSG_FASTOPEN: a connection without connect, past the egress proxy",
-        ),
-        (
-            libc::SYS_sendmsg,
-            "sendmsg",
-            "MSG_FASTOPEN: a connection without connect, past the egress proxy",
-        ),
-        (
-            libc::SYS_sendmmsg,
-            "sendmmsg",
-            "MSG_FASTOPEN: a connection without connect, past the egress proxy",
-        ),
-        (
-            libc::SYS_listen,
-            "listen",
-            "listening sockets: the run's network is outbound TCP through the egress proxy",
-        ),
-    ];
-    inspected
+    INSPECTED
         .iter()
         .find(|(n, ..)| *n as u32 == nr)
         .map(|&(_, name, rule)| RefusedCall { name, rule })
+}
+
+/// The rule that refuses system call `name` (see [`refused_call`]), by name.
+///
+/// ```
+/// use tierbox_sandbox::linux::seccomp::refusal_rule;
+///
+/// assert!(refusal_rule("unshare").unwrap().contains("namespaces"));
+/// assert!(refusal_rule("read").is_none());
+/// ```
+pub fn refusal_rule(name: &str) -> Option<&'static str> {
+    DENY_TABLE
+        .iter()
+        .find(|d| d.name == name)
+        .map(|d| d.reason)
+        .or_else(|| {
+            INSPECTED
+                .iter()
+                .find(|(_, n, _)| *n == name)
+                .map(|&(.., rule)| rule)
+        })
+}
+
+/// The argument-inspected calls: number, name, and what the rule refuses.
+const INSPECTED: &[(libc::c_long, &str, &str)] = &[
+    (
+        libc::SYS_socket,
+        "socket",
+        "a socket family or type the run's network mode does not allow (only AF_UNIX, and AF_INET/AF_INET6 TCP when egress is open)",
+    ),
+    (
+        libc::SYS_socketpair,
+        "socketpair",
+        "a family other than AF_UNIX",
+    ),
+    (
+        libc::SYS_ioctl,
+        "ioctl",
+        "a denied request: TIOCSTI, TIOCLINUX, FS_IOC_SETFLAGS or FS_IOC_FSSETXATTR",
+    ),
+    (
+        libc::SYS_personality,
+        "personality",
+        "a persona other than PER_LINUX",
+    ),
+    (
+        libc::SYS_clone,
+        "clone",
+        "CLONE_NEW* flags: no nested namespaces (a user namespace exposes root-only kernel surface)",
+    ),
+    (
+        libc::SYS_sendto,
+        "sendto",
+        "MSG_FASTOPEN: a connection without connect, past the egress proxy",
+    ),
+    (
+        libc::SYS_sendmsg,
+        "sendmsg",
+        "MSG_FASTOPEN: a connection without connect, past the egress proxy",
+    ),
+    (
+        libc::SYS_sendmmsg,
+        "sendmmsg",
+        "MSG_FASTOPEN: a connection without connect, past the egress proxy",
+    ),
+    (
+        libc::SYS_listen,
+        "listen",
+        "listening sockets: the run's network is outbound TCP through the egress proxy",
+    ),
+];
+
+/// A handed-off refusal ([`SeccompSpec::notify_refusals`]) in words: the system call's
+/// name and its refused argument (`AF_NETLINK, SOCK_RAW`; `TIOCSTI`;
+/// `CLONE_NEWUSER|CLONE_NEWNS`; `MSG_FASTOPEN`; `persona 0x8`), or `None` for a call the
+/// hand-off never carries.
+///
+/// ```
+/// use tierbox_sandbox::linux::seccomp::describe_refusal;
+///
+/// let args = [0x1000_0000 | 0x2_0000, 0, 0, 0, 0, 0];
+/// let (name, target) = describe_refusal(libc::SYS_unshare as u32, &args).unwrap();
+/// assert_eq!((name, target.as_str()), ("unshare", "CLONE_NEWNS|CLONE_NEWUSER"));
+/// ```
+pub fn describe_refusal(nr: u32, args: &[u64; 6]) -> Option<(&'static str, String)> {
+    let nr = libc::c_long::from(nr);
+    let lo = |i: usize| args[i] as u32;
+    Some(match nr {
+        libc::SYS_socket => (
+            "socket",
+            format!(
+                "{}, {}{}",
+                socket_family(lo(0)),
+                socket_type(lo(1)),
+                match args[2] {
+                    0 => String::new(),
+                    p => format!(", protocol {}", protocol_name(p)),
+                }
+            ),
+        ),
+        libc::SYS_socketpair => ("socketpair", socket_family(lo(0))),
+        libc::SYS_ioctl => (
+            "ioctl",
+            DENIED_IOCTLS
+                .iter()
+                .find(|(_, request, _)| *request == lo(1))
+                .map_or_else(
+                    || format!("request {:#x}", lo(1)),
+                    |(name, ..)| (*name).to_owned(),
+                ),
+        ),
+        libc::SYS_personality => ("personality", format!("persona {:#x}", lo(0))),
+        libc::SYS_clone => ("clone", namespace_flags(lo(0) & CLONE_NEW_FLAGS)),
+        libc::SYS_unshare => ("unshare", namespace_flags(lo(0))),
+        _ => {
+            let &(name, _, _) = SEND_FLAG_CALLS.iter().find(|(_, n, _)| *n == nr)?;
+            (name, "MSG_FASTOPEN".to_owned())
+        }
+    })
+}
+
+/// An address family's name (`AF_NETLINK`), or `family N`.
+fn socket_family(family: u32) -> String {
+    const NAMES: &[(u32, &str)] = &[
+        (1, "AF_UNIX"),
+        (2, "AF_INET"),
+        (3, "AF_AX25"),
+        (4, "AF_IPX"),
+        (5, "AF_APPLETALK"),
+        (7, "AF_BRIDGE"),
+        (9, "AF_X25"),
+        (10, "AF_INET6"),
+        (15, "AF_KEY"),
+        (16, "AF_NETLINK"),
+        (17, "AF_PACKET"),
+        (21, "AF_RDS"),
+        (24, "AF_PPPOX"),
+        (26, "AF_LLC"),
+        (29, "AF_CAN"),
+        (30, "AF_TIPC"),
+        (31, "AF_BLUETOOTH"),
+        (33, "AF_RXRPC"),
+        (38, "AF_ALG"),
+        (40, "AF_VSOCK"),
+        (41, "AF_KCM"),
+        (42, "AF_QIPCRTR"),
+        (43, "AF_SMC"),
+        (44, "AF_XDP"),
+        (45, "AF_MCTP"),
+    ];
+    NAMES.iter().find(|(n, _)| *n == family).map_or_else(
+        || format!("family {family}"),
+        |(_, name)| (*name).to_owned(),
+    )
+}
+
+/// A socket type's name without `SOCK_NONBLOCK`/`SOCK_CLOEXEC` (`SOCK_RAW`), or `type N`.
+fn socket_type(ty: u32) -> String {
+    match ty & SOCK_TYPE_MASK {
+        1 => "SOCK_STREAM".to_owned(),
+        2 => "SOCK_DGRAM".to_owned(),
+        3 => "SOCK_RAW".to_owned(),
+        4 => "SOCK_RDM".to_owned(),
+        5 => "SOCK_SEQPACKET".to_owned(),
+        6 => "SOCK_DCCP".to_owned(),
+        10 => "SOCK_PACKET".to_owned(),
+        other => format!("type {other}"),
+    }
+}
+
+/// An inet protocol number with its name where it is one the rules single out.
+fn protocol_name(protocol: u64) -> String {
+    match protocol {
+        6 => "6 (TCP)".to_owned(),
+        17 => "17 (UDP)".to_owned(),
+        132 => "132 (SCTP)".to_owned(),
+        262 => "262 (MPTCP)".to_owned(),
+        p => p.to_string(),
+    }
+}
+
+/// The `CLONE_NEW*` flags set in `flags`, `|`-joined (`none` when there are none).
+fn namespace_flags(flags: u32) -> String {
+    const NAMES: &[(i32, &str)] = &[
+        (0x80, "CLONE_NEWTIME"),
+        (libc::CLONE_NEWNS, "CLONE_NEWNS"),
+        (libc::CLONE_NEWCGROUP, "CLONE_NEWCGROUP"),
+        (libc::CLONE_NEWUTS, "CLONE_NEWUTS"),
+        (libc::CLONE_NEWIPC, "CLONE_NEWIPC"),
+        (libc::CLONE_NEWUSER, "CLONE_NEWUSER"),
+        (libc::CLONE_NEWPID, "CLONE_NEWPID"),
+        (libc::CLONE_NEWNET, "CLONE_NEWNET"),
+    ];
+    let set: Vec<&str> = NAMES
+        .iter()
+        .filter(|&&(bit, _)| flags & bit as u32 != 0)
+        .map(|&(_, name)| name)
+        .collect();
+    if set.is_empty() {
+        "no namespace flag".to_owned()
+    } else {
+        set.join("|")
+    }
 }
 
 /// `ioctl` requests denied whatever the fd (matched on the low 32 bits of the request, as
@@ -651,6 +833,17 @@ pub struct SeccompProgram {
     filter: Vec<libc::sock_filter>,
 }
 
+/// Which of a spec's filters to lay out (see the constructors of [`SeccompProgram`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// Everything in one filter ([`SeccompProgram::build`]).
+    Whole,
+    /// Without what the notifier hands off ([`SeccompProgram::build_base`]).
+    Base,
+    /// Only what is handed off ([`SeccompProgram::notifier`]).
+    Notifier,
+}
+
 impl SeccompProgram {
     /// Compile the filter for `spec`: arch check, x32 rejection, one load of the syscall
     /// number, a binary search over syscall-number intervals to a shared return (or an
@@ -658,88 +851,47 @@ impl SeccompProgram {
     ///
     /// Pure; errors only on a table or builder bug (tested).
     pub fn build(spec: &SeccompSpec) -> Result<Self, SeccompError> {
-        Self::assemble(spec, spec.mediate_chmod)
+        Self::assemble(spec, Variant::Whole)
     }
 
-    /// The filter of `spec` without the chmod hand-off, to be stacked under
-    /// [`SeccompProgram::chmod_notifier`]: with `spec.mediate_chmod` the chmod family is
-    /// allowed here and the notifier, attached after this filter, hands it to the
-    /// supervisor. The kernel runs every attached filter and keeps the most restrictive
-    /// answer (kill, then an error, then the hand-off, then allow), so the pair decides
-    /// every call exactly as [`SeccompProgram::build`]`(spec)` does (tested). Without
-    /// `spec.mediate_chmod` it is `build(spec)`.
+    /// The filter of `spec` without what is handed to the supervisor, to be stacked under
+    /// [`SeccompProgram::notifier`]: with `spec.mediate_chmod` the chmod family, and with
+    /// `spec.notify_refusals` the argument-inspected calls and `unshare`, are allowed here
+    /// and the notifier, attached after this filter, decides them. The kernel runs every
+    /// attached filter and keeps the most restrictive answer (kill, then an error, then
+    /// the hand-off, then allow), so the pair decides every call exactly as
+    /// [`SeccompProgram::build`]`(spec)` does (tested). Without either flag it is
+    /// `build(spec)`.
     ///
     /// A Tier B launcher thread attaches this base filter to itself once, so each child
     /// inherits it at `clone` and attaches only the short notifier (see `launch`).
     pub fn build_base(spec: &SeccompSpec) -> Result<Self, SeccompError> {
-        Self::assemble(spec, false)
+        Self::assemble(spec, Variant::Base)
     }
 
-    /// The chmod hand-off alone: the native architecture's chmod family returns
+    /// The hand-off alone: the chmod family (with `spec.mediate_chmod`) and the refusals
+    /// of the argument-inspecting rules and `unshare` (with `spec.notify_refusals`) return
     /// `SECCOMP_RET_USER_NOTIF`, every other native call is allowed, any other
-    /// architecture is killed (as in the full filter). Only meaningful stacked on
-    /// [`SeccompProgram::build_base`] of a spec with `mediate_chmod`, and installed with
+    /// architecture is killed (as in the whole filter). Only meaningful stacked on
+    /// [`SeccompProgram::build_base`] of the same spec, and installed with
     /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
-    pub fn chmod_notifier() -> Result<Self, SeccompError> {
-        let Some(arch) = NATIVE_AUDIT_ARCH else {
-            return Err(SeccompError::UnsupportedArch {
-                arch: std::env::consts::ARCH,
-            });
-        };
-        let mut asm = Asm::default();
-        let kill = asm.label();
-        let allow = asm.label();
-        let notify = asm.label();
-        asm.load(OFF_ARCH);
-        let next = asm.label();
-        asm.jump(JEQ, arch, next, kill);
-        asm.bind(next);
-        asm.load(OFF_NR);
-        for (i, &(_, nr)) in CHMOD_FAMILY.iter().enumerate() {
-            let otherwise = if i + 1 == CHMOD_FAMILY.len() {
-                allow
-            } else {
-                asm.label()
-            };
-            asm.jump(JEQ, nr as u32, notify, otherwise);
-            if otherwise != allow {
-                asm.bind(otherwise);
-            }
-        }
-        if CHMOD_FAMILY.is_empty() {
-            asm.jump(JEQ, 0, allow, allow);
-        }
-        asm.ret_if_used(allow, libc::SECCOMP_RET_ALLOW);
-        asm.ret_if_used(notify, libc::SECCOMP_RET_USER_NOTIF);
-        asm.ret_if_used(kill, libc::SECCOMP_RET_KILL_PROCESS);
-        Ok(Self {
-            filter: asm.finish()?,
-        })
+    pub fn notifier(spec: &SeccompSpec) -> Result<Self, SeccompError> {
+        Self::assemble(spec, Variant::Notifier)
     }
 
-    /// [`SeccompProgram::chmod_notifier`], built once per process.
-    pub fn cached_chmod_notifier() -> Result<Arc<Self>, SeccompError> {
-        static NOTIFIER: OnceLock<Result<Arc<SeccompProgram>, SeccompError>> = OnceLock::new();
-        NOTIFIER
-            .get_or_init(|| Self::chmod_notifier().map(Arc::new))
-            .clone()
-    }
-
-    /// `notify_chmod`: the chmod family returns `SECCOMP_RET_USER_NOTIF` (else it is
-    /// denied with `deny_file_metadata` unless `spec.mediate_chmod` leaves it to a stacked
-    /// notifier, and allowed otherwise).
+    /// Lays out `variant` of `spec`'s filter.
     ///
     /// Three steps: [`rules`] (one action per syscall number that is not plainly
     /// allowed), [`partition`] of all of `u32` into intervals of equal action, and the
     /// layout ([`Layout`]): the architecture check, a binary search over the intervals,
     /// one block per inspected call, the shared returns.
-    fn assemble(spec: &SeccompSpec, notify_chmod: bool) -> Result<Self, SeccompError> {
+    fn assemble(spec: &SeccompSpec, variant: Variant) -> Result<Self, SeccompError> {
         let Some(arch) = NATIVE_AUDIT_ARCH else {
             return Err(SeccompError::UnsupportedArch {
                 arch: std::env::consts::ARCH,
             });
         };
-        let rules = rules(spec, notify_chmod)?;
+        let rules = rules(spec, variant)?;
         // On x86-64 the x32 ABI (and any number past every table, e.g. -1) is one more
         // interval, so rejecting it costs no extra instruction on the path of ordinary
         // calls.
@@ -752,7 +904,7 @@ impl SeccompProgram {
         }
         let intervals = partition(items.into_iter());
 
-        let mut l = Layout::new();
+        let mut l = Layout::new(spec.notify_refusals && variant != Variant::Base);
         l.asm.load(OFF_ARCH);
         let next = l.asm.label();
         l.asm.jump(JEQ, arch, next, l.kill);
@@ -772,9 +924,7 @@ impl SeccompProgram {
         l.send_flags();
         l.ioctl();
         l.personality();
-        if spec.deny_namespaces {
-            l.clone_flags();
-        }
+        l.clone_flags();
         l.returns();
         let filter = l.asm.finish()?;
         Ok(Self { filter })
@@ -824,18 +974,23 @@ impl SeccompProgram {
     /// # }
     /// ```
     pub fn cached(spec: &SeccompSpec) -> Result<Arc<Self>, SeccompError> {
-        Self::cached_variant(spec, spec.mediate_chmod)
+        Self::cached_variant(spec, Variant::Whole)
     }
 
     /// [`Self::build_base`], once per distinct `spec` in this process (as [`Self::cached`]).
     pub fn cached_base(spec: &SeccompSpec) -> Result<Arc<Self>, SeccompError> {
-        Self::cached_variant(spec, false)
+        Self::cached_variant(spec, Variant::Base)
     }
 
-    fn cached_variant(spec: &SeccompSpec, notify_chmod: bool) -> Result<Arc<Self>, SeccompError> {
-        type Key = (SeccompSpec, bool);
+    /// [`Self::notifier`], once per distinct `spec` in this process (as [`Self::cached`]).
+    pub fn cached_notifier(spec: &SeccompSpec) -> Result<Arc<Self>, SeccompError> {
+        Self::cached_variant(spec, Variant::Notifier)
+    }
+
+    fn cached_variant(spec: &SeccompSpec, variant: Variant) -> Result<Arc<Self>, SeccompError> {
+        type Key = (SeccompSpec, Variant);
         static CACHE: Mutex<Vec<(Key, Arc<SeccompProgram>)>> = Mutex::new(Vec::new());
-        let key = (*spec, notify_chmod);
+        let key = (*spec, variant);
         let find = |cache: &[(Key, Arc<SeccompProgram>)]| {
             cache
                 .iter()
@@ -845,7 +1000,7 @@ impl SeccompProgram {
         if let Some(p) = CACHE.lock().ok().and_then(|c| find(&c)) {
             return Ok(p);
         }
-        let built = Arc::new(Self::assemble(spec, notify_chmod)?);
+        let built = Arc::new(Self::assemble(spec, variant)?);
         if let Ok(mut cache) = CACHE.lock() {
             match find(&cache) {
                 Some(p) => return Ok(p),
@@ -853,6 +1008,62 @@ impl SeccompProgram {
             }
         }
         Ok(built)
+    }
+
+    /// What the program answers for native system call `nr` with `args`, as the kernel
+    /// would (the program's own instruction subset, interpreted: loads of `seccomp_data`,
+    /// `AND`, forward jumps, returns). The supervisor answers a handed-off call with its
+    /// spec's [`SeccompSpec::enforcing`] program's verdict, so the hand-off refuses
+    /// exactly what the kernel would have. `None` for an instruction outside that subset
+    /// or a jump out of the program (a builder bug; the caller refuses).
+    ///
+    /// ```
+    /// use tierbox_sandbox::linux::seccomp::{SeccompProgram, SeccompSpec};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # if cfg!(not(any(target_arch = "x86_64", target_arch = "aarch64"))) { return Ok(()); }
+    /// let p = SeccompProgram::build(&SeccompSpec::locked_down())?;
+    /// let args = [libc::AF_NETLINK as u64, libc::SOCK_RAW as u64, 0, 0, 0, 0];
+    /// let ret = p.evaluate(libc::SYS_socket as u32, &args).unwrap();
+    /// assert_eq!(ret, libc::SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn evaluate(&self, nr: u32, args: &[u64; 6]) -> Option<u32> {
+        let word = |offset: u32| -> Option<u32> {
+            match offset {
+                OFF_NR => Some(nr),
+                OFF_ARCH => NATIVE_AUDIT_ARCH,
+                o if (16..64).contains(&o) && o % 4 == 0 => {
+                    let arg = args[((o - 16) / 8) as usize];
+                    Some(if (o - 16) % 8 == 0 {
+                        arg as u32
+                    } else {
+                        (arg >> 32) as u32
+                    })
+                }
+                _ => None,
+            }
+        };
+        let mut acc = 0u32;
+        let mut pc = 0usize;
+        loop {
+            let insn = self.filter.get(pc)?;
+            match insn.code {
+                LD_W_ABS => acc = word(insn.k)?,
+                ALU_AND_K => acc &= insn.k,
+                RET_K => return Some(insn.k),
+                JEQ | JGE | JSET => {
+                    let taken = match insn.code {
+                        JEQ => acc == insn.k,
+                        JGE => acc >= insn.k,
+                        _ => acc & insn.k != 0,
+                    };
+                    pc += usize::from(if taken { insn.jt } else { insn.jf });
+                }
+                _ => return None,
+            }
+            pc += 1;
+        }
     }
 
     /// The `sock_fprog` for `super::sys::seccomp_set_filter`.
@@ -872,10 +1083,10 @@ impl SeccompProgram {
 }
 
 /// Step 1 of [`SeccompProgram::assemble`]: one action per syscall number that is not
-/// plainly allowed (a number named twice is an error).
+/// plainly allowed (a number named twice is an error), for `variant` of `spec`'s filter.
 fn rules(
     spec: &SeccompSpec,
-    notify_chmod: bool,
+    variant: Variant,
 ) -> Result<BTreeMap<u32, (&'static str, Action)>, SeccompError> {
     let mut rules: BTreeMap<u32, (&'static str, Action)> = BTreeMap::new();
     let mut add = |nr: u32, name: &'static str, action: Action| match rules.get(&nr) {
@@ -889,42 +1100,61 @@ fn rules(
             Ok(())
         }
     };
+    // Where the argument rules (and `unshare`, whose flags are its argument) live: in
+    // the whole filter always; with `notify_refusals` in the notifier, not the base.
+    let argument_rules = match variant {
+        Variant::Whole => true,
+        Variant::Base => !spec.notify_refusals,
+        Variant::Notifier => spec.notify_refusals,
+    };
     for d in DENY_TABLE {
-        if d.when.applies(spec) {
-            add(d.nr, d.name, Action::Errno(d.errno))?;
+        if !d.when.applies(spec) {
+            continue;
+        }
+        let action = if d.nr == libc::SYS_unshare as u32 && spec.notify_refusals {
+            argument_rules.then_some(Action::Notify)
+        } else {
+            (variant != Variant::Notifier).then_some(Action::Errno(d.errno))
+        };
+        if let Some(action) = action {
+            add(d.nr, d.name, action)?;
         }
     }
-    let chmod_action = match (notify_chmod, spec.mediate_chmod, spec.deny_file_metadata) {
-        (true, _, _) => Some(Action::Notify),
+    let chmod_action = match (variant, spec.mediate_chmod, spec.deny_file_metadata) {
+        (Variant::Whole | Variant::Notifier, true, _) => Some(Action::Notify),
         // Handed off by the notifier stacked on this base filter.
-        (false, true, _) => None,
-        (false, false, true) => Some(Action::Errno(libc::EPERM)),
-        (false, false, false) => None,
+        (Variant::Base, true, _) | (Variant::Notifier, false, _) => None,
+        (_, false, true) => Some(Action::Errno(libc::EPERM)),
+        (_, false, false) => None,
     };
     if let Some(action) = chmod_action {
         for &(name, nr) in CHMOD_FAMILY {
             add(nr as u32, name, action)?;
         }
     }
-    add(libc::SYS_socket as u32, "socket", Action::InspectSocket)?;
-    add(
-        libc::SYS_socketpair as u32,
-        "socketpair",
-        Action::InspectSocketpair,
-    )?;
-    add(libc::SYS_ioctl as u32, "ioctl", Action::InspectIoctl)?;
-    add(
-        libc::SYS_personality as u32,
-        "personality",
-        Action::InspectPersonality,
-    )?;
-    if spec.deny_namespaces {
-        add(libc::SYS_clone as u32, "clone", Action::InspectClone)?;
-    }
-    if spec.inet == InetSockets::TcpOnly {
-        for &(name, nr, flags_arg) in SEND_FLAG_CALLS {
-            add(nr as u32, name, Action::InspectSendFlags(flags_arg))?;
+    if argument_rules {
+        add(libc::SYS_socket as u32, "socket", Action::InspectSocket)?;
+        add(
+            libc::SYS_socketpair as u32,
+            "socketpair",
+            Action::InspectSocketpair,
+        )?;
+        add(libc::SYS_ioctl as u32, "ioctl", Action::InspectIoctl)?;
+        add(
+            libc::SYS_personality as u32,
+            "personality",
+            Action::InspectPersonality,
+        )?;
+        if spec.deny_namespaces {
+            add(libc::SYS_clone as u32, "clone", Action::InspectClone)?;
         }
+        if spec.inet == InetSockets::TcpOnly {
+            for &(name, nr, flags_arg) in SEND_FLAG_CALLS {
+                add(nr as u32, name, Action::InspectSendFlags(flags_arg))?;
+            }
+        }
+    }
+    if spec.inet == InetSockets::TcpOnly && variant != Variant::Notifier {
         add(
             libc::SYS_listen as u32,
             "listen",
@@ -940,8 +1170,6 @@ struct Layout {
     asm: Asm,
     kill: Label,
     allow: Label,
-    eperm: Label,
-    eafnosupport: Label,
     errno_labels: BTreeMap<i32, Label>,
     socket_block: Label,
     socketpair_block: Label,
@@ -950,10 +1178,16 @@ struct Layout {
     clone_block: Label,
     notify: Label,
     send_blocks: BTreeMap<u32, Label>,
+    /// Where an argument rule's `EPERM` refusal goes: the `EPERM` return, or `notify` when the
+    /// refusals are handed to the supervisor.
+    refuse_eperm: Label,
+    /// The same for an `EAFNOSUPPORT` refusal.
+    refuse_eafnosupport: Label,
 }
 
 impl Layout {
-    fn new() -> Self {
+    /// `notify_refusals`: the argument rules' refusals return `SECCOMP_RET_USER_NOTIF`.
+    fn new(notify_refusals: bool) -> Self {
         let mut asm = Asm::default();
         let kill = asm.label();
         let allow = asm.label();
@@ -971,12 +1205,15 @@ impl Layout {
         let personality_block = asm.label();
         let clone_block = asm.label();
         let notify = asm.label();
+        let (refuse_eperm, refuse_eafnosupport) = if notify_refusals {
+            (notify, notify)
+        } else {
+            (eperm, eafnosupport)
+        };
         Self {
             asm,
             kill,
             allow,
-            eperm,
-            eafnosupport,
             errno_labels,
             socket_block,
             socketpair_block,
@@ -985,6 +1222,8 @@ impl Layout {
             clone_block,
             notify,
             send_blocks: BTreeMap::new(),
+            refuse_eperm,
+            refuse_eafnosupport,
         }
     }
 
@@ -1011,7 +1250,10 @@ impl Layout {
 
     /// socket(domain, ...): unix and inet families per spec, anything else unsupported.
     fn socket(&mut self, spec: &SeccompSpec) {
-        let (asm, allow, eperm) = (&mut self.asm, self.allow, self.eperm);
+        if !self.asm.is_used(self.socket_block) {
+            return;
+        }
+        let (asm, allow, eperm) = (&mut self.asm, self.allow, self.refuse_eperm);
         asm.bind(self.socket_block);
         asm.load(off_arg_lo(0));
         let unix = if spec.allow_unix_sockets {
@@ -1030,7 +1272,7 @@ impl Layout {
         asm.bind(n1);
         asm.jump(JEQ, libc::AF_INET as u32, inet, n2);
         asm.bind(n2);
-        asm.jump(JEQ, libc::AF_INET6 as u32, inet, self.eafnosupport);
+        asm.jump(JEQ, libc::AF_INET6 as u32, inet, self.refuse_eafnosupport);
         if inet == inet_type {
             // socket(AF_INET*, type, protocol): the type without SOCK_NONBLOCK /
             // SOCK_CLOEXEC must be SOCK_STREAM, the protocol 0 or IPPROTO_TCP (all 64 bits:
@@ -1054,10 +1296,17 @@ impl Layout {
     /// socketpair(domain, ...): AF_UNIX only, as the kernel has no other family a
     /// sandboxed program needs (AF_TIPC and friends would load kernel modules).
     fn socketpair(&mut self) {
+        if !self.asm.is_used(self.socketpair_block) {
+            return;
+        }
         self.asm.bind(self.socketpair_block);
         self.asm.load(off_arg_lo(0));
-        self.asm
-            .jump(JEQ, libc::AF_UNIX as u32, self.allow, self.eafnosupport);
+        self.asm.jump(
+            JEQ,
+            libc::AF_UNIX as u32,
+            self.allow,
+            self.refuse_eafnosupport,
+        );
     }
 
     /// sendto / sendmsg / sendmmsg: no MSG_FASTOPEN (an implicit connect).
@@ -1065,14 +1314,21 @@ impl Layout {
         for (&arg, &label) in &self.send_blocks {
             self.asm.bind(label);
             self.asm.load(off_arg_lo(arg));
-            self.asm
-                .jump(JSET, libc::MSG_FASTOPEN as u32, self.eperm, self.allow);
+            self.asm.jump(
+                JSET,
+                libc::MSG_FASTOPEN as u32,
+                self.refuse_eperm,
+                self.allow,
+            );
         }
     }
 
     /// ioctl(fd, request, ...): the terminal-injection requests.
     fn ioctl(&mut self) {
-        let (asm, allow, eperm) = (&mut self.asm, self.allow, self.eperm);
+        if !self.asm.is_used(self.ioctl_block) {
+            return;
+        }
+        let (asm, allow, eperm) = (&mut self.asm, self.allow, self.refuse_eperm);
         asm.bind(self.ioctl_block);
         asm.load(off_arg_lo(1));
         for (i, &(_, request, _)) in DENIED_IOCTLS.iter().enumerate() {
@@ -1090,20 +1346,27 @@ impl Layout {
 
     /// personality(persona): only PER_LINUX and the query.
     fn personality(&mut self) {
+        if !self.asm.is_used(self.personality_block) {
+            return;
+        }
         let asm = &mut self.asm;
         asm.bind(self.personality_block);
         asm.load(off_arg_lo(0));
         let n = asm.label();
         asm.jump(JEQ, PER_LINUX, self.allow, n);
         asm.bind(n);
-        asm.jump(JEQ, PERSONALITY_QUERY, self.allow, self.eperm);
+        asm.jump(JEQ, PERSONALITY_QUERY, self.allow, self.refuse_eperm);
     }
 
-    /// clone(flags, ...): no new namespaces.
+    /// clone(flags, ...): no new namespaces (inspected only with `deny_namespaces`).
     fn clone_flags(&mut self) {
+        if !self.asm.is_used(self.clone_block) {
+            return;
+        }
         self.asm.bind(self.clone_block);
         self.asm.load(off_arg_lo(0));
-        self.asm.jump(JSET, CLONE_NEW_FLAGS, self.eperm, self.allow);
+        self.asm
+            .jump(JSET, CLONE_NEW_FLAGS, self.refuse_eperm, self.allow);
     }
 
     /// Shared returns; only the referenced ones are emitted.
@@ -1321,9 +1584,14 @@ impl Asm {
         }
     }
 
+    /// Whether a jump references `label`.
+    fn is_used(&self, label: Label) -> bool {
+        self.used.get(label.0).copied().unwrap_or(false)
+    }
+
     /// Emit `RET k` bound to `label` if any jump targets it.
     fn ret_if_used(&mut self, label: Label, k: u32) {
-        if self.used.get(label.0).copied().unwrap_or(false) {
+        if self.is_used(label) {
             self.bind(label);
             self.insns.push(PendingInsn {
                 code: RET_K,

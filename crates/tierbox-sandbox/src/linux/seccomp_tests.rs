@@ -23,6 +23,7 @@ fn permissive() -> SeccompSpec {
         deny_ipc: false,
         inet: InetSockets::Any,
         allow_unix_sockets: true,
+        notify_refusals: false,
     }
 }
 
@@ -339,6 +340,7 @@ fn socket_families() {
                 InetSockets::Deny
             },
             allow_unix_sockets: unix,
+            notify_refusals: false,
         };
         let prog = SeccompProgram::build(&spec).unwrap();
         let verdict = |allowed: bool| if allowed { ALLOW } else { eperm() };
@@ -911,88 +913,263 @@ fn stacked(newest_first: &[&SeccompProgram], data: &Data) -> u32 {
     ret
 }
 
-#[test]
-fn base_filter_with_stacked_notifier_decides_every_call_as_the_full_filter() {
-    let notifier = SeccompProgram::chmod_notifier().unwrap();
-    assert!(notifier.len() <= 12, "{} instructions", notifier.len());
-    // Every argument value an inspecting block of the full filter looks at.
+/// `TIOCSTI`'s request number (the kernel compares the low 32 bits).
+const TIOCSTI_REQUEST: u32 = 0x5412;
+
+/// Every argument value an inspecting block of the whole filter looks at, and some it
+/// does not.
+fn inspected_args() -> Vec<Vec<u64>> {
     let mut args: Vec<Vec<u64>> = vec![vec![]];
     for family in [
         libc::AF_UNIX,
         libc::AF_INET,
         libc::AF_INET6,
         libc::AF_PACKET,
+        libc::AF_NETLINK,
     ] {
         for ty in [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_RAW] {
             args.push(vec![family as u64, (ty | libc::SOCK_CLOEXEC) as u64]);
         }
+        args.push(vec![family as u64, libc::SOCK_STREAM as u64, 262]);
+        args.push(vec![family as u64, libc::SOCK_STREAM as u64, 6]);
     }
     for &(_, request, _) in DENIED_IOCTLS {
         args.push(vec![0, u64::from(request)]);
     }
     args.push(vec![(libc::CLONE_NEWUSER | libc::SIGCHLD) as u64]);
+    args.push(vec![libc::CLONE_NEWNS as u64]);
     args.push(vec![0xffff_ffff]);
+    args.push(vec![8]);
     for flags in [0, libc::MSG_FASTOPEN as u64] {
         args.push(vec![3, 0, flags, flags, 0, 0]);
     }
+    args
+}
+
+/// Every spec the filter can be built for: 2^8 combinations of its options.
+fn every_spec() -> impl Iterator<Item = SeccompSpec> {
+    (0u8..=255).map(|bits| SeccompSpec {
+        deny_namespaces: bits & 1 != 0,
+        deny_file_metadata: bits & 2 != 0,
+        mediate_chmod: bits & 64 != 0,
+        inet: match (bits & 4 != 0, bits & 16 != 0) {
+            (false, _) => InetSockets::Deny,
+            (true, false) => InetSockets::Any,
+            (true, true) => InetSockets::TcpOnly,
+        },
+        allow_unix_sockets: bits & 8 != 0,
+        deny_ipc: bits & 32 != 0,
+        notify_refusals: bits & 128 != 0,
+    })
+}
+
+/// The numbers and architectures compared for every spec and argument list.
+fn compared_calls() -> impl Iterator<Item = (u32, u32)> {
+    (0u32..=600)
+        .chain([X32_SYSCALL_BIT, X32_SYSCALL_BIT | 90, u32::MAX])
+        .flat_map(|nr| [(nr, NATIVE_AUDIT_ARCH.unwrap()), (nr, 0x4000_0003)])
+}
+
+#[test]
+fn base_filter_with_stacked_notifier_decides_every_call_as_the_full_filter() {
+    let args = inspected_args();
     let mut compared = 0usize;
-    for bits in 0u8..64 {
-        let spec = SeccompSpec {
-            deny_namespaces: bits & 1 != 0,
-            deny_file_metadata: bits & 2 != 0,
-            mediate_chmod: true,
-            inet: match (bits & 4 != 0, bits & 16 != 0) {
-                (false, _) => InetSockets::Deny,
-                (true, false) => InetSockets::Any,
-                (true, true) => InetSockets::TcpOnly,
-            },
-            allow_unix_sockets: bits & 8 != 0,
-            deny_ipc: bits & 32 != 0,
-        };
+    for spec in every_spec() {
         let full = SeccompProgram::build(&spec).unwrap();
         let base = SeccompProgram::build_base(&spec).unwrap();
+        let notifier = SeccompProgram::notifier(&spec).unwrap();
         assert!(base.len() <= full.len(), "{spec:?}");
-        let unmediated = SeccompSpec {
-            mediate_chmod: false,
-            ..spec
-        };
-        assert_eq!(
-            SeccompProgram::build_base(&unmediated).unwrap().to_bytes(),
-            SeccompProgram::build(&unmediated).unwrap().to_bytes(),
-            "without mediation the base is the full filter"
+        assert!(
+            notifier.len() <= 64,
+            "{spec:?}: {} instructions",
+            notifier.len()
         );
-        let numbers = (0u32..=600).chain([X32_SYSCALL_BIT, X32_SYSCALL_BIT | 90, u32::MAX]);
-        for nr in numbers {
+        if !spec.needs_listener() {
+            assert_eq!(
+                base.to_bytes(),
+                full.to_bytes(),
+                "without a hand-off the base is the full filter"
+            );
+        }
+        for (nr, arch) in compared_calls() {
             for a in &args {
                 let mut data = Data::call(nr as libc::c_long, a);
-                for arch in [NATIVE_AUDIT_ARCH.unwrap(), 0x4000_0003] {
-                    data.arch = arch;
-                    assert_eq!(
-                        stacked(&[&notifier, &base], &data),
-                        run(full.instructions(), &data).result,
-                        "{spec:?} nr {nr} args {a:?} arch {arch:#x}"
-                    );
-                    compared += 1;
-                }
+                data.arch = arch;
+                assert_eq!(
+                    stacked(&[&notifier, &base], &data),
+                    run(full.instructions(), &data).result,
+                    "{spec:?} nr {nr} args {a:?} arch {arch:#x}"
+                );
+                compared += 1;
             }
         }
     }
-    assert!(compared > 500_000, "{compared}");
+    assert!(compared > 1_000_000, "{compared}");
     // The hand-off really is in the notifier, not in the base.
     let spec = SeccompSpec {
         deny_file_metadata: true,
         mediate_chmod: true,
+        notify_refusals: true,
         ..SeccompSpec::locked_down()
     };
     let base = SeccompProgram::build_base(&spec).unwrap();
-    for &(name, nr) in CHMOD_FAMILY {
-        assert_eq!(eval(&base, nr, &[]), ALLOW, "{name}");
+    let notifier = SeccompProgram::notifier(&spec).unwrap();
+    let netlink = [libc::AF_NETLINK as u64, libc::SOCK_RAW as u64];
+    let tiocsti = [0, u64::from(TIOCSTI_REQUEST)];
+    let handed: Vec<(&str, libc::c_long, &[u64])> = CHMOD_FAMILY
+        .iter()
+        .map(|&(name, nr)| (name, nr, &[][..]))
+        .chain([
+            ("socket", libc::SYS_socket, &netlink[..]),
+            (
+                "unshare",
+                libc::SYS_unshare,
+                &[libc::CLONE_NEWUSER as u64][..],
+            ),
+            ("clone", libc::SYS_clone, &[libc::CLONE_NEWNET as u64][..]),
+            ("ioctl", libc::SYS_ioctl, &tiocsti[..]),
+        ])
+        .collect();
+    for (name, nr, args) in handed {
+        assert_eq!(eval(&base, nr, args), ALLOW, "{name}");
         assert_eq!(
-            eval(&notifier, nr, &[]),
+            eval(&notifier, nr, args),
             libc::SECCOMP_RET_USER_NOTIF,
             "{name}"
         );
     }
+    // What the argument rules allow is allowed by the notifier itself.
+    assert_eq!(eval(&notifier, libc::SYS_clone, &[0x11]), ALLOW);
+    assert_eq!(eval(&notifier, libc::SYS_ioctl, &[0, 0x5401]), ALLOW);
+    assert_eq!(eval(&notifier, libc::SYS_ptrace, &[]), ALLOW);
+}
+
+/// With `notify_refusals`, the filter hands off only calls the enforcing filter refuses
+/// with an errno that is a refusal of the program's intent (so a supervisor answering
+/// with that filter's verdict refuses exactly what the kernel would), and decides every
+/// other call as the enforcing filter does.
+#[test]
+fn handed_off_refusals_are_answered_as_the_enforcing_filter() {
+    let args = inspected_args();
+    let mut handed = 0usize;
+    for spec in every_spec().filter(|s| s.notify_refusals) {
+        let whole = SeccompProgram::build(&spec).unwrap();
+        let enforcing = SeccompProgram::build(&spec.enforcing()).unwrap();
+        for (nr, arch) in compared_calls() {
+            for a in &args {
+                let mut data = Data::call(nr as libc::c_long, a);
+                data.arch = arch;
+                let got = run(whole.instructions(), &data).result;
+                let want = run(enforcing.instructions(), &data).result;
+                let chmod = CHMOD_FAMILY.iter().any(|&(_, n)| n as u32 == nr);
+                if got != libc::SECCOMP_RET_USER_NOTIF || chmod && spec.mediate_chmod {
+                    if !chmod {
+                        assert_eq!(got, want, "{spec:?} nr {nr} args {a:?}");
+                    }
+                    continue;
+                }
+                handed += 1;
+                assert_eq!(arch, NATIVE_AUDIT_ARCH.unwrap());
+                assert_eq!(
+                    want & libc::SECCOMP_RET_ACTION_FULL,
+                    libc::SECCOMP_RET_ERRNO
+                );
+                assert_ne!(want & libc::SECCOMP_RET_DATA, libc::ENOSYS as u32);
+                let full_args: [u64; 6] = data.args;
+                assert_eq!(enforcing.evaluate(nr, &full_args), Some(want));
+                let (name, target) = describe_refusal(nr, &full_args)
+                    .unwrap_or_else(|| panic!("nr {nr} handed off but not described"));
+                assert!(refused_call(nr).is_some_and(|c| c.name == name), "{name}");
+                assert!(refusal_rule(name).is_some(), "{name}");
+                assert!(!target.is_empty());
+            }
+        }
+    }
+    assert!(handed > 1000, "{handed}");
+}
+
+/// The supervisor's interpreter agrees with the tests' reference interpreter on every
+/// spec's whole filter, for every call and argument list compared above.
+#[test]
+fn evaluate_agrees_with_the_reference_interpreter() {
+    let args = inspected_args();
+    for spec in every_spec().step_by(5) {
+        let prog = SeccompProgram::build(&spec).unwrap();
+        for (nr, arch) in compared_calls().filter(|(_, a)| Some(*a) == NATIVE_AUDIT_ARCH) {
+            for a in &args {
+                let data = Data::call(nr as libc::c_long, a);
+                assert_eq!(
+                    prog.evaluate(nr, &data.args),
+                    Some(run(prog.instructions(), &data).result),
+                    "{spec:?} nr {nr} args {a:?} arch {arch:#x}"
+                );
+            }
+        }
+    }
+    // A program running off its end, or loading from outside `seccomp_data`, has no
+    // verdict.
+    for offset in [0, 2] {
+        let bad = SeccompProgram {
+            filter: vec![libc::sock_filter {
+                code: LD_W_ABS,
+                jt: 0,
+                jf: 0,
+                k: offset,
+            }],
+        };
+        assert_eq!(bad.evaluate(0, &[0; 6]), None, "offset {offset}");
+    }
+}
+
+#[test]
+fn describe_refusal_names_the_refused_argument() {
+    let d = |nr: libc::c_long, args: &[u64]| {
+        let mut a = [0u64; 6];
+        a[..args.len()].copy_from_slice(args);
+        describe_refusal(nr as u32, &a).map(|(n, t)| format!("{n}: {t}"))
+    };
+    let cloexec = libc::SOCK_CLOEXEC as u64;
+    assert_eq!(
+        d(libc::SYS_socket, &[16, 3 | cloexec]).unwrap(),
+        "socket: AF_NETLINK, SOCK_RAW"
+    );
+    assert_eq!(
+        d(libc::SYS_socket, &[2, 1, 262]).unwrap(),
+        "socket: AF_INET, SOCK_STREAM, protocol 262 (MPTCP)"
+    );
+    assert_eq!(
+        d(libc::SYS_socket, &[99, 2]).unwrap(),
+        "socket: family 99, SOCK_DGRAM"
+    );
+    assert_eq!(
+        d(libc::SYS_socketpair, &[30]).unwrap(),
+        "socketpair: AF_TIPC"
+    );
+    assert_eq!(
+        d(libc::SYS_ioctl, &[0, u64::from(TIOCSTI_REQUEST)]).unwrap(),
+        "ioctl: TIOCSTI"
+    );
+    assert_eq!(
+        d(
+            libc::SYS_clone,
+            &[(libc::CLONE_NEWPID | libc::SIGCHLD) as u64]
+        )
+        .unwrap(),
+        "clone: CLONE_NEWPID"
+    );
+    assert_eq!(
+        d(libc::SYS_unshare, &[0x80 | libc::CLONE_NEWNET as u64]).unwrap(),
+        "unshare: CLONE_NEWTIME|CLONE_NEWNET"
+    );
+    assert_eq!(
+        d(libc::SYS_personality, &[8]).unwrap(),
+        "personality: persona 0x8"
+    );
+    assert_eq!(
+        d(libc::SYS_sendto, &[3, 0, 0, libc::MSG_FASTOPEN as u64]).unwrap(),
+        "sendto: MSG_FASTOPEN"
+    );
+    assert_eq!(d(libc::SYS_read, &[]), None);
 }
 
 #[test]
@@ -1089,7 +1266,7 @@ fn inet_tcp_only_allows_tcp_and_nothing_else_of_inet() {
     );
 }
 
-/// The cache hands out, for every one of the 128 specs, exactly the program `build` makes
+/// The cache hands out, for every one of the 256 specs, exactly the program `build` makes
 /// for it — never another spec's — and one shared copy per spec.
 #[test]
 fn cached_programs_are_the_built_ones_per_spec() {
@@ -1099,7 +1276,7 @@ fn cached_programs_are_the_built_ones_per_spec() {
             .map(|i| (i.code, i.jt, i.jf, i.k))
             .collect()
     };
-    for bits in 0u8..128 {
+    for bits in 0u16..256 {
         let on = |i: u8| bits & (1 << i) != 0;
         let spec = SeccompSpec {
             deny_namespaces: on(0),
@@ -1112,6 +1289,7 @@ fn cached_programs_are_the_built_ones_per_spec() {
             deny_file_metadata: on(4),
             mediate_chmod: on(5),
             deny_ipc: on(6),
+            notify_refusals: on(7),
         };
         match (SeccompProgram::build(&spec), SeccompProgram::cached(&spec)) {
             (Ok(built), Ok(cached)) => {
@@ -1166,6 +1344,9 @@ fn the_security_md_seccomp_table_matches_the_filter() {
         deny_ipc: true,
         inet: InetSockets::TcpOnly,
         allow_unix_sockets: false,
+        // The table is what the kernel refuses: with the hand-off, the supervisor answers
+        // exactly so (tested in `handed_off_refusals_are_answered_as_the_enforcing_filter`).
+        notify_refusals: false,
     };
     let uid0 = SeccompSpec {
         deny_file_metadata: true,

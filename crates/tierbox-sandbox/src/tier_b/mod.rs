@@ -87,6 +87,15 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 mediate_chmod,
                 missing,
             );
+            // The verdicts that answer the refusals the filter hands off with the chmod
+            // calls (`notify_refusals` follows `mediate_chmod`).
+            let seccomp_refusals = match &child.chmod_listener {
+                Some(_) => {
+                    let spec = seccomp_spec(&network, ids.0, mediate_chmod);
+                    SeccompProgram::cached(&spec.enforcing()).ok()
+                }
+                None => None,
+            };
             Ok(RunningSandbox {
                 pid: child.pid,
                 pidfd: child.pidfd,
@@ -94,7 +103,8 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 stdout: child.stdout,
                 stderr: child.stderr,
                 slot: Some(slot),
-                chmod_listener: child.chmod_listener,
+                seccomp_listener: child.chmod_listener,
+                seccomp_refusals,
                 child_uid: ids.0,
                 child_gid: ids.1,
                 enforcement,
@@ -215,17 +225,17 @@ fn enforcement_report(
                         format!("{base} instructions inherited from the launcher thread")
                     }
                     Some(base) => format!(
-                        "{base} instructions inherited from the launcher thread, plus a {}-instruction chmod hand-off filter",
+                        "{base} instructions inherited from the launcher thread, plus a {}-instruction hand-off filter",
                         layout.attached
                     ),
                 },
                 "; SysV IPC and POSIX message queues denied (no IPC namespace)",
                 match (uid, mediate_chmod) {
                     (0, true) =>
-                        "; chmod performed by the supervisor beneath the writable grants only; the run keeps uid 0: chown/xattr changes denied",
+                        "; chmod performed by the supervisor beneath the writable grants only, the argument rules' refusals answered and recorded by it; the run keeps uid 0: chown/xattr changes denied",
                     (0, false) => "; the run keeps uid 0: chmod/chown/xattr changes denied",
                     (_, true) =>
-                        "; chmod performed by the supervisor beneath the writable grants only",
+                        "; chmod performed by the supervisor beneath the writable grants only, the argument rules' refusals answered and recorded by it",
                     (_, false) =>
                         "; chmod not mediated (no seccomp user notification on this kernel)",
                 }
@@ -459,7 +469,7 @@ impl Launcher {
             (false, _, _) | (true, true, false) => None,
             (true, true, true) if hand_off_inherited => None,
             (true, false, _) => Some(SeccompProgram::cached(&seccomp_spec)),
-            (true, true, true) => Some(SeccompProgram::cached_chmod_notifier()),
+            (true, true, true) => Some(SeccompProgram::cached_notifier(&seccomp_spec)),
         }
         .transpose()
         .map_err(|e| LaunchError::Setup {
@@ -473,7 +483,7 @@ impl Launcher {
             inherited: armed.is_some().then(|| {
                 len(SeccompProgram::cached_base(&seccomp_spec))
                     + if hand_off_inherited {
-                        len(SeccompProgram::cached_chmod_notifier())
+                        len(SeccompProgram::cached_notifier(&seccomp_spec))
                     } else {
                         0
                     }
@@ -600,6 +610,9 @@ fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> Secc
         // changing their modes, owners or attributes, so seccomp does.
         deny_file_metadata: child_uid == 0,
         mediate_chmod,
+        // The same listener carries the argument rules' refusals, recorded with their
+        // arguments for the denial report.
+        notify_refusals: mediate_chmod,
         // Tier B has no IPC namespace: SysV IPC and message queues would reach the host's
         // objects of the run's uid (root's, for a run that keeps uid 0).
         deny_ipc: true,

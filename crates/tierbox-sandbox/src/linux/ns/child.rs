@@ -228,6 +228,13 @@ pub struct NativeLaunched {
     /// Overlay mode: an `O_PATH` fd of the tmpfs holding the overlay's upper layer
     /// (`<fd>/`[`OVERLAY_UPPER`]), which outlives the sandbox while the fd is open.
     pub upper_layer: Option<OwnedFd>,
+    /// The program's seccomp listener, when its filter hands the argument rules'
+    /// refusals to the supervisor: serve it for the life of the run
+    /// ([`crate::launch::mediate::SeccompMediator::refusing`] with
+    /// [`NativeLaunched::seccomp_refusals`]).
+    pub seccomp_listener: Option<OwnedFd>,
+    /// The enforcing program whose verdicts answer those refusals.
+    pub seccomp_refusals: Option<std::sync::Arc<SeccompProgram>>,
     /// How the program's landlock and seccomp denials are read.
     pub audit: RunAudit,
 }
@@ -277,7 +284,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         .iter()
         .map(|(path, access)| (path.as_c_str(), *access))
         .collect();
-    let pipes = Pipes::open(plan, mplan)?;
+    let pipes = Pipes::open(plan, mplan, layers.hands_off())?;
 
     // A network namespace made ahead of time, when the pool has one ready; with it, the
     // calling thread's own namespace to return to after the clone.
@@ -311,6 +318,10 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         rlimits: crate::launch::rlimit64_table(plan),
         last_cap: caps::last_cap(),
         seccomp: fprog.as_ref(),
+        seccomp_listener_fd: pipes
+            .seccomp_pair
+            .as_ref()
+            .map_or(-1, |(_, child)| child.as_raw_fd()),
         cgroup_fds: &opts.cgroup_fds,
         landlock_fd: layers
             .landlock
@@ -370,11 +381,13 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         report_w,
         proxy_pair,
         fs_pair,
+        seccomp_pair,
     } = pipes;
     // The child's ends are closed here whatever happened; the copies in pid 1 are its own.
     drop((stdin_child, stdout_w, stderr_w, report_w));
     let proxy_sock = proxy_pair.map(|(supervisor, _child)| supervisor);
     let fs_sock = fs_pair.map(|(supervisor, _child)| supervisor);
+    let seccomp_sock = seccomp_pair.map(|(supervisor, _child)| supervisor);
     let (pid, pidfd) = cloned.map_err(sys_err(format!(
         "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={flags:#x})"
     )))?;
@@ -383,7 +396,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         &report_r,
         &pidfd,
         owned,
-        (proxy_sock.as_ref(), fs_sock.as_ref()),
+        (proxy_sock.as_ref(), fs_sock.as_ref(), seccomp_sock.as_ref()),
         (
             mplan.ops.iter().any(MountPlan::is_sent),
             mplan.has_overlay(),
@@ -392,7 +405,10 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let enforcement = enforcement_report(
         plan,
         (identity.identity, identity.idmapped.len()),
-        layers.seccomp.as_deref(),
+        (
+            layers.seccomp.as_deref(),
+            started.seccomp_listener.is_some(),
+        ),
         layers.landlock.as_ref(),
         !opts.cgroup_fds.is_empty(),
         mplan,
@@ -411,6 +427,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         egress_listener: started.egress_listener,
         tmp_fs: started.tmp_fs,
         upper_layer: started.upper_layer,
+        seccomp_listener: started.seccomp_listener,
+        seccomp_refusals: layers.enforcing,
         audit,
     })
 }
@@ -502,6 +520,9 @@ impl IdentitySetup {
 /// landlock ruleset with the host grants, and the rules pid 1 adds for its own mounts.
 struct Layers {
     seccomp: Option<std::sync::Arc<SeccompProgram>>,
+    /// When `seccomp` hands the argument rules' refusals off: the enforcing program
+    /// whose verdicts answer them.
+    enforcing: Option<std::sync::Arc<SeccompProgram>>,
     landlock: Option<PreparedLandlock>,
     /// `(path in the new root, access)`: [`SANDBOX_LANDLOCK_RULES`], and in overlay mode
     /// the overlay mounted on the workspace (its inodes are not the host's, which the
@@ -511,12 +532,15 @@ struct Layers {
 
 impl Layers {
     fn prepare(plan: &Plan, mplan: &MountPlan, opts: &NativeOptions) -> Result<Self, NativeError> {
+        let spec = crate::tier_c::native_seccomp_spec();
         let seccomp = if opts.seccomp {
-            Some(SeccompProgram::cached(
-                &crate::tier_c::tier_c_seccomp_spec(),
-            )?)
+            Some(SeccompProgram::cached(&spec)?)
         } else {
             None
+        };
+        let enforcing = match (&seccomp, spec.notify_refusals) {
+            (Some(_), true) => Some(SeccompProgram::cached(&spec.enforcing())?),
+            _ => None,
         };
         let landlock = match (opts.landlock, host_facts().landlock_abi) {
             (true, Some(_)) => Some(
@@ -544,9 +568,15 @@ impl Layers {
         };
         Ok(Self {
             seccomp,
+            enforcing,
             landlock,
             landlock_rules,
         })
+    }
+
+    /// The filter hands calls to the supervisor: the program sends its listener out.
+    fn hands_off(&self) -> bool {
+        self.enforcing.is_some()
     }
 }
 
@@ -562,10 +592,13 @@ struct Pipes {
     /// The socket pair that carries the scratch filesystems' fds out (`/tmp`, the
     /// overlay's upper layer): (supervisor's end, pid 1's end).
     fs_pair: Option<(OwnedFd, OwnedFd)>,
+    /// The socket pair that carries the program's seccomp listener out: (supervisor's
+    /// end, the program's end).
+    seccomp_pair: Option<(OwnedFd, OwnedFd)>,
 }
 
 impl Pipes {
-    fn open(plan: &Plan, mplan: &MountPlan) -> Result<Self, NativeError> {
+    fn open(plan: &Plan, mplan: &MountPlan, hand_off: bool) -> Result<Self, NativeError> {
         use crate::launch::StdioPart;
         let stdio = crate::launch::StdioPipes::open(plan, |part, source| NativeError::Sys {
             call: match part {
@@ -593,12 +626,20 @@ impl Pipes {
         } else {
             None
         };
+        let seccomp_pair = if hand_off {
+            Some(nsys::seqpacket_pair().map_err(sys_err(
+                "socketpair(AF_UNIX, SOCK_SEQPACKET) for the seccomp listener",
+            ))?)
+        } else {
+            None
+        };
         Ok(Self {
             stdio,
             report_r,
             report_w,
             proxy_pair,
             fs_pair,
+            seccomp_pair,
         })
     }
 }
@@ -615,17 +656,19 @@ struct Started {
     egress_listener: Option<std::net::TcpListener>,
     tmp_fs: Option<OwnedFd>,
     upper_layer: Option<OwnedFd>,
+    seccomp_listener: Option<OwnedFd>,
 }
 
 /// Waits for pid 1's first record (a few hundred microseconds): the program's pid in
 /// the namespace once it runs, and the egress listener and upper layer pid 1 sent before
-/// it (over `(proxy, layer)` sockets); a failure record, no record or a bad one is the
+/// it and the program's seccomp listener (over `(proxy, layer, seccomp)` sockets); a
+/// failure record, no record or a bad one is the
 /// launch's error (pid 1 reaped).
 fn await_start(
     report: &OwnedFd,
     pidfd: &OwnedFd,
     owned: &[OwnedOp],
-    (proxy_sock, fs_sock): (Option<&OwnedFd>, Option<&OwnedFd>),
+    (proxy_sock, fs_sock, seccomp_sock): (Option<&OwnedFd>, Option<&OwnedFd>, Option<&OwnedFd>),
     (sends_tmp, has_overlay): (bool, bool),
 ) -> Result<Started, NativeError> {
     use crate::launch::sys as ssys;
@@ -681,11 +724,15 @@ fn await_start(
         true => received(fs_sock, "the overlay's upper layer")?,
         false => None,
     };
+    // The program sent it before its exec, which pid 1 waited for (CLONE_VFORK) before
+    // its Started record. A program whose filter nobody answers does not run.
+    let seccomp_listener = received(seccomp_sock, "the program's seccomp listener")?;
     Ok(Started {
         program_pid_in_ns: first.value,
         egress_listener,
         tmp_fs,
         upper_layer,
+        seccomp_listener,
     })
 }
 
@@ -876,7 +923,7 @@ fn child_env(plan: &Plan, mplan: &MountPlan) -> Vec<(String, String)> {
 fn enforcement_report(
     plan: &Plan,
     (identity, idmapped): (SandboxIdentity, usize),
-    seccomp: Option<&SeccompProgram>,
+    (seccomp, handed_off): (Option<&SeccompProgram>, bool),
     landlock: Option<&PreparedLandlock>,
     cgroup: bool,
     mplan: &MountPlan,
@@ -924,8 +971,13 @@ fn enforcement_report(
         landlock,
         seccomp: match seccomp {
             Some(p) => LayerReport::applied(format!(
-                "deny-list filter, {} instructions, nested namespaces denied",
-                p.len()
+                "deny-list filter, {} instructions, nested namespaces denied{}",
+                p.len(),
+                if handed_off {
+                    "; the argument rules' refusals answered and recorded by the supervisor"
+                } else {
+                    ""
+                }
             )),
             None => LayerReport::missing("disabled by NativeOptions::seccomp = false"),
         },

@@ -2,7 +2,7 @@
 //! system calls under a seccomp filter, and pidfd waits. Test-only.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::launch::mediate::ChmodMediator;
+use crate::launch::mediate::SeccompMediator;
 use crate::launch::sys;
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use std::ffi::c_char;
@@ -103,7 +103,7 @@ pub(super) fn died_within(pidfd: &OwnedFd, limit: Duration) -> Option<Result<i32
 
 /// Control: a child that keeps uid 0 dies when the thread that cloned it exits.
 /// Forks a child (uid 0, every capability dropped) that runs `calls` (raw syscalls only) under the chmod-mediating filter
-/// (and, when `landlock` is given, that ruleset), with a `ChmodMediator` for `workspace`
+/// (and, when `landlock` is given, that ruleset), with a `SeccompMediator` for `workspace`
 /// and `uid:gid` serving it. Returns 0 or the errno of each call.
 pub(super) fn run_mediated(
     workspace: &Path,
@@ -119,6 +119,7 @@ pub(super) fn run_mediated(
         deny_ipc: false,
         inet: crate::linux::seccomp::InetSockets::Any,
         allow_unix_sockets: true,
+        notify_refusals: false,
     })
     .unwrap();
     let fprog = prog.as_fprog();
@@ -276,7 +277,7 @@ pub(super) fn run_mediated(
         libc::close(pidfd);
         OwnedFd::from_raw_fd(fd)
     };
-    let mediator = ChmodMediator::new(listener, workspace, uid, gid).unwrap();
+    let mediator = SeccompMediator::new(listener, workspace, uid, gid).unwrap();
     let serving = std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -114,6 +114,10 @@ pub struct NsSpec<'a> {
     pub last_cap: u32,
     /// The seccomp program, when applied.
     pub seccomp: Option<&'a libc::sock_fprog>,
+    /// When >= 0: the program installs the filter with a user-notification listener and
+    /// sends it to the supervisor over this socket (the filter hands the argument rules'
+    /// refusals off, see [`crate::linux::seccomp::SeccompSpec::notify_refusals`]).
+    pub seccomp_listener_fd: RawFd,
     /// Write-only fds of the run cgroup's `tasks` (v1, per controller) or `cgroup.procs`
     /// (v2) files, opened by the supervisor; pid 1 writes `0` to each before anything
     /// else, so everything in the sandbox is accounted and limited.

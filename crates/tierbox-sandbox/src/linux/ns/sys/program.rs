@@ -46,7 +46,7 @@ pub(super) fn program_setup(spec: &NsSpec<'_>) -> Result<(), Failure> {
         },
         landlock_fd: spec.landlock_fd,
         seccomp: spec.seccomp,
-        seccomp_listener_sock: -1,
+        seccomp_listener_sock: spec.seccomp_listener_fd,
         log_landlock: spec.log_landlock,
         log_seccomp: spec.log_seccomp,
         program: spec.program.as_ptr(),
