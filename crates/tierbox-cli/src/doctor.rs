@@ -478,7 +478,7 @@ impl<'a> Report<'a> {
         println!(
             "denials     egress and limits: recorded; seccomp's argument rules (socket family, ioctl request, namespace flags): {}; landlock and seccomp: {}",
             if self.seccomp_arguments {
-                "recorded with their arguments in tier b and native tier c (handed to the supervisor)"
+                "recorded with their arguments in tier b and tier c (handed to the supervisor)"
             } else {
                 "not handed off (no seccomp user notification)"
             },

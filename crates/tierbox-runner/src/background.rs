@@ -134,7 +134,8 @@ pub struct BackgroundStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_hit: Option<crate::LimitHit>,
     /// Once ended: what it was refused ([`crate::Outcome::denials`]; a background process
-    /// has no egress proxy, so these are its limits).
+    /// has no egress proxy, so these are its limits and its landlock and seccomp
+    /// refusals).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denials: Vec<crate::denials::Denial>,
 }

@@ -70,7 +70,7 @@ pub fn denial_audit() -> Result<(), String> {
 
 /// Whether the seccomp argument rules' refusals (a socket family, an `ioctl` request,
 /// namespace flags) are handed to the supervisor and recorded with their arguments on
-/// this host (Tier B and native Tier C; seccomp user notification).
+/// this host (Tier B, and Tier C with either backend; seccomp user notification).
 pub fn seccomp_arguments_recorded() -> bool {
     tierbox_sandbox::probe::host_facts().seccomp && tierbox_sandbox::launch::user_notif_available()
 }

@@ -896,6 +896,9 @@ pub(crate) fn seccomp_mediator(
     if let Some(enforcing) = &l.seccomp_refusals {
         m = m.refusing(enforcing.clone(), refusals.clone());
     }
+    if l.seccomp_listener_pending {
+        m = m.pending();
+    }
     for root in &plan.filesystem.writable {
         m = m.also_beneath(root)?;
     }

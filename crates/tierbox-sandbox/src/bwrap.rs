@@ -111,9 +111,10 @@ pub const DEFAULT_TMP_SIZE_BYTES: u64 = 256 * 1024 * 1024;
 /// `tierbox-init`'s program mode: `tierbox-init --run PROGRAM ARGV0 [ARGS...]`.
 const INIT_RUN_FLAG: &str = "--run";
 
-/// `tierbox-init`'s program mode with a logged copy of the seccomp filter stacked on the
-/// program: `tierbox-init --run-logged FD PROGRAM ARGV0 [ARGS...]`.
-const INIT_RUN_LOGGED_FLAG: &str = "--run-logged";
+/// `tierbox-init`'s program mode with a seccomp filter stacked on the program:
+/// `tierbox-init --run-stacked FD SOCK LOG PROGRAM ARGV0 [ARGS...]` (see
+/// [`StackedFilter`]).
+const INIT_RUN_STACKED_FLAG: &str = "--run-stacked";
 
 /// The sandbox's private temporary directory (a fresh tmpfs).
 const SANDBOX_TMP: &str = "/tmp";
@@ -463,12 +464,43 @@ pub struct BwrapOptions {
     /// it starts the program, instead of bwrap's own init, which stays dumpable (a
     /// program could write its memory through `/proc/1/mem`). `None` keeps bwrap's init.
     pub init_fd: Option<i32>,
-    /// An fd, inherited by `bwrap` and `tierbox-init`, holding the same compiled seccomp
-    /// program as [`BwrapOptions::seccomp_fd`]: `tierbox-init --run-logged` stacks it on
-    /// the program with `SECCOMP_FILTER_FLAG_LOG` (bwrap attaches its own copy without
-    /// the flag), so the kernel's audit subsystem records what it refuses. Needs
-    /// [`BwrapOptions::init_fd`] and [`BwrapOptions::seccomp_fd`].
-    pub log_filter_fd: Option<i32>,
+    /// A seccomp program `tierbox-init --run-stacked` stacks on the program, on top of
+    /// bwrap's [`BwrapOptions::seccomp_fd`]. Needs [`BwrapOptions::init_fd`] and
+    /// [`BwrapOptions::seccomp_fd`].
+    pub stacked_filter: Option<StackedFilter>,
+}
+
+/// A seccomp program `tierbox-init` stacks on the program ([`BwrapOptions::stacked_filter`]),
+/// which bwrap cannot do: attached with `SECCOMP_FILTER_FLAG_LOG`, so the kernel's audit
+/// subsystem records what it refuses (bwrap attaches its filter without the flag), and
+/// with a user-notification listener, so the calls it hands off reach the supervisor.
+///
+/// ```
+/// use tierbox_sandbox::bwrap::StackedFilter;
+///
+/// let logged = StackedFilter { fd: 7, listener_sock: None, log: true };
+/// assert_eq!(logged.init_args(), ["7", "0", "1"]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StackedFilter {
+    /// An fd, inherited by `bwrap` and `tierbox-init`, holding the compiled program.
+    pub fd: i32,
+    /// An inherited unix socket over which the program sends the filter's listener to
+    /// the supervisor before it is exec'd; `None`: no listener.
+    pub listener_sock: Option<i32>,
+    /// Attach with `SECCOMP_FILTER_FLAG_LOG`.
+    pub log: bool,
+}
+
+impl StackedFilter {
+    /// `FD SOCK LOG` of `tierbox-init --run-stacked` (`SOCK` 0: no listener).
+    pub fn init_args(&self) -> [String; 3] {
+        [
+            self.fd.to_string(),
+            self.listener_sock.unwrap_or(0).to_string(),
+            u8::from(self.log).to_string(),
+        ]
+    }
 }
 
 impl BwrapOptions {
@@ -487,7 +519,7 @@ impl BwrapOptions {
             userns_fd: None,
             env_args_fd: None,
             init_fd: None,
-            log_filter_fd: None,
+            stacked_filter: None,
         }
     }
 
@@ -535,14 +567,20 @@ impl BwrapOptions {
         if self.init_fd.is_some_and(|fd| fd < 0) {
             return invalid("init_fd", format!("{:?} is negative", self.init_fd));
         }
-        if let Some(fd) = self.log_filter_fd {
-            if fd <= 0 {
-                return invalid("log_filter_fd", format!("{fd} is not a positive fd"));
+        if let Some(f) = self.stacked_filter {
+            if f.fd <= 0 || f.listener_sock.is_some_and(|s| s <= 0) {
+                return invalid("stacked_filter", format!("{f:?}: the fds must be positive"));
+            }
+            if !f.log && f.listener_sock.is_none() {
+                return invalid(
+                    "stacked_filter",
+                    "a stacked filter that neither logs nor hands off adds nothing".to_owned(),
+                );
             }
             if self.init_fd.is_none() || self.seccomp_fd.is_none() {
                 return invalid(
-                    "log_filter_fd",
-                    "a logged filter needs tierbox-init (init_fd) and the filter itself (seccomp_fd)"
+                    "stacked_filter",
+                    "a stacked filter needs tierbox-init (init_fd) and bwrap's filter (seccomp_fd)"
                         .to_owned(),
                 );
             }
@@ -722,10 +760,10 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
         Some(fd) => {
             argv.flags(&["--as-pid-1", "--"]);
             argv.push(format!("/proc/self/fd/{fd}"));
-            match opts.log_filter_fd {
-                Some(log_fd) => {
-                    argv.flags(&[INIT_RUN_LOGGED_FLAG]);
-                    argv.push(log_fd.to_string());
+            match opts.stacked_filter {
+                Some(f) => {
+                    argv.flags(&[INIT_RUN_STACKED_FLAG]);
+                    f.init_args().iter().for_each(|a| argv.push(a));
                 }
                 None => argv.flags(&[INIT_RUN_FLAG]),
             }

@@ -1129,45 +1129,82 @@ fn init_fd_makes_tierbox_init_pid_1() {
     ));
 }
 
-/// A logged filter fd makes pid 1 `tierbox-init --run-logged FD`; it needs both the init
-/// image and the filter bwrap attaches, and a positive fd.
+/// A stacked filter makes pid 1 `tierbox-init --run-stacked FD SOCK LOG`; it needs both
+/// the init image and the filter bwrap attaches, positive fds, and a reason to be there
+/// (logging or a listener).
 #[test]
-fn log_filter_fd_makes_tierbox_init_stack_a_logged_filter() {
+fn a_stacked_filter_makes_tierbox_init_stack_it() {
     let sc = scratch();
     let (plan, host) = strict_ls(&sc.ws);
     let mut o = opts(V0_8, host);
     o.init_fd = Some(6);
     o.seccomp_fd = Some(3);
-    o.log_filter_fd = Some(7);
-    let argv = strings(&bwrap_argv(&plan, &o).unwrap());
-    assert_eq!(
-        pid1_command(&argv),
-        [
-            "/proc/self/fd/6",
-            "--run-logged",
-            "7",
-            "/usr/bin/ls",
-            "ls",
-            "-la"
-        ]
-    );
-    for (init_fd, seccomp_fd, log_fd) in [
-        (None, Some(3), 7),
-        (Some(6), None, 7),
-        (Some(6), Some(3), 0),
+    for (f, args) in [
+        (
+            StackedFilter {
+                fd: 7,
+                listener_sock: None,
+                log: true,
+            },
+            ["7", "0", "1"],
+        ),
+        (
+            StackedFilter {
+                fd: 7,
+                listener_sock: Some(8),
+                log: false,
+            },
+            ["7", "8", "0"],
+        ),
+    ] {
+        o.stacked_filter = Some(f);
+        let argv = strings(&bwrap_argv(&plan, &o).unwrap());
+        assert_eq!(
+            pid1_command(&argv),
+            [
+                "/proc/self/fd/6",
+                "--run-stacked",
+                args[0],
+                args[1],
+                args[2],
+                "/usr/bin/ls",
+                "ls",
+                "-la"
+            ]
+        );
+    }
+    let logged = |fd, listener_sock| StackedFilter {
+        fd,
+        listener_sock,
+        log: true,
+    };
+    for (init_fd, seccomp_fd, f) in [
+        (None, Some(3), logged(7, None)),
+        (Some(6), None, logged(7, None)),
+        (Some(6), Some(3), logged(0, None)),
+        (Some(6), Some(3), logged(7, Some(0))),
+        (
+            Some(6),
+            Some(3),
+            StackedFilter {
+                fd: 7,
+                listener_sock: None,
+                log: false,
+            },
+        ),
     ] {
         o.init_fd = init_fd;
         o.seccomp_fd = seccomp_fd;
-        o.log_filter_fd = Some(log_fd);
+        o.stacked_filter = Some(f);
         assert!(
             matches!(
                 bwrap_argv(&plan, &o),
                 Err(BwrapError::InvalidOption {
-                    option: "log_filter_fd",
+                    option: "stacked_filter",
                     ..
                 })
             ),
-            "{init_fd:?} {seccomp_fd:?} {log_fd}"
+            "{init_fd:?} {seccomp_fd:?} {f:?}"
         );
     }
 }

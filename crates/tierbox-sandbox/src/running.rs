@@ -70,6 +70,10 @@ pub struct RunningSandbox {
     ///
     /// [`SeccompMediator::refusing`]: crate::launch::mediate::SeccompMediator::refusing
     pub seccomp_listener: Option<OwnedFd>,
+    /// [`RunningSandbox::seccomp_listener`] is not the listener yet but the unix socket
+    /// it will arrive on (bwrap: `tierbox-init` stacks the filter after the launch
+    /// returns; [`crate::launch::mediate::SeccompMediator::pending`]).
+    pub seccomp_listener_pending: bool,
     /// The enforcing seccomp program whose verdicts answer the argument rules' refusals
     /// arriving on [`RunningSandbox::seccomp_listener`], when the filter hands them off
     /// ([`crate::linux::seccomp::SeccompSpec::notify_refusals`]).

@@ -48,10 +48,14 @@ pub const BWRAP_ENV_ARGS_FD: i32 = 5;
 /// The fd number at which `bwrap`, and the sandbox's pid 1, receive the `tierbox-init`
 /// image (`/proc/self/fd/6 --run …`).
 pub const BWRAP_INIT_FD: i32 = 6;
-/// The fd number at which `bwrap`, and the sandbox's pid 1, receive the copy of the
-/// seccomp program that `tierbox-init --run-logged 7` stacks on the program with the
-/// audit log flag, when the host records denials.
-pub const BWRAP_LOG_FILTER_FD: i32 = 7;
+/// The fd number at which `bwrap`, and the sandbox's pid 1, receive the seccomp program
+/// that `tierbox-init --run-stacked 7 …` stacks on the program ([`bwrap::StackedFilter`]):
+/// a logged copy of bwrap's when the host records denials, and the whole filter, with a
+/// listener, when the argument rules' refusals are handed off.
+pub const BWRAP_STACKED_FILTER_FD: i32 = 7;
+/// The fd number at which the sandbox's pid 1 receives the socket its program sends the
+/// stacked filter's listener over (`tierbox-init --run-stacked 7 8 …`).
+pub const BWRAP_LISTENER_SOCK_FD: i32 = 8;
 
 /// The seccomp filter of Tier C (both backends): the shared deny list with nested
 /// namespaces denied; inet and unix sockets allowed, since the network namespace has only
@@ -71,7 +75,7 @@ pub fn tier_c_seccomp_spec() -> SeccompSpec {
 
 /// The native backend's filter: [`tier_c_seccomp_spec`], handing the argument rules'
 /// refusals to the supervisor where the kernel has seccomp user notification (the
-/// program installs it with a listener; bwrap cannot).
+/// program installs it with a listener).
 pub fn native_seccomp_spec() -> SeccompSpec {
     SeccompSpec {
         notify_refusals: crate::launch::user_notif_available(),
@@ -133,6 +137,7 @@ pub(crate) fn launch_native(
                 stderr: n.stderr,
                 slot: Some(slot),
                 seccomp_listener: n.seccomp_listener,
+                seccomp_listener_pending: false,
                 seccomp_refusals: n.seccomp_refusals,
                 child_uid: facts.euid,
                 child_gid: facts.egid,
@@ -184,16 +189,32 @@ pub(crate) fn launch_bwrap(
         })
     })?;
     let mut missing = launch::layers_for(Tier::C, plan, facts)?;
-    let seccomp = if facts.seccomp {
-        Some(
-            SeccompProgram::cached(&tier_c_seccomp_spec()).map_err(|e| LaunchError::Setup {
+    // pid 1: tierbox-init, non-dumpable, where its image can be exec'd; else bwrap's own.
+    let init_image = ns::init::image_fd().ok();
+    // With tierbox-init, the argument rules' refusals are handed to the supervisor as in
+    // the native backend: bwrap attaches the base filter, which leaves them to the whole
+    // filter tierbox-init stacks with a listener (bwrap cannot install one).
+    let spec = SeccompSpec {
+        notify_refusals: init_image.is_some() && launch::user_notif_available(),
+        ..tier_c_seccomp_spec()
+    };
+    let program = |p: Result<std::sync::Arc<SeccompProgram>, _>| {
+        p.map_err(
+            |e: crate::linux::seccomp::SeccompError| LaunchError::Setup {
                 what: "seccomp program".to_owned(),
                 source: std::io::Error::other(e.to_string()),
-            })?,
+            },
+        )
+    };
+    let (seccomp, whole) = if facts.seccomp {
+        (
+            Some(program(SeccompProgram::cached_base(&spec))?),
+            Some(program(SeccompProgram::cached(&spec))?),
         )
     } else {
-        None
+        (None, None)
     };
+    let hand_off = spec.notify_refusals && seccomp.is_some();
     // strict egress with an allowlist: the loopback-only namespace bwrap keeps, holding
     // the proxy's listener.
     let egress = if plan.network.needs_proxy() {
@@ -225,11 +246,9 @@ pub(crate) fn launch_bwrap(
     bopts.seccomp_fd = seccomp.as_ref().map(|_| BWRAP_SECCOMP_FD);
     bopts.userns_fd = userns.as_ref().map(|_| BWRAP_USERNS_FD);
     bopts.env_args_fd = Some(BWRAP_ENV_ARGS_FD);
-    // pid 1: tierbox-init, non-dumpable, where its image can be exec'd; else bwrap's own.
-    let init_image = ns::init::image_fd().ok();
     bopts.init_fd = init_image.map(|_| BWRAP_INIT_FD);
     // Refused calls reach the audit log only from a filter attached with the log flag,
-    // which bwrap never sets: tierbox-init stacks a logged copy of the same program.
+    // which bwrap never sets: tierbox-init stacks the whole filter with it.
     let mut audit = crate::linux::audit::RunAudit::plan(false, None, seccomp.is_some());
     audit.landlock = Err(
         "not recorded: the bwrap backend applies no landlock domain (its mount namespace hides what is not bound)"
@@ -241,7 +260,12 @@ pub(crate) fn launch_bwrap(
                 .to_owned(),
         );
     }
-    bopts.log_filter_fd = audit.seccomp.is_ok().then_some(BWRAP_LOG_FILTER_FD);
+    let logged = audit.seccomp.is_ok();
+    bopts.stacked_filter = (logged || hand_off).then_some(bwrap::StackedFilter {
+        fd: BWRAP_STACKED_FILTER_FD,
+        listener_sock: hand_off.then_some(BWRAP_LISTENER_SOCK_FD),
+        log: logged,
+    });
     bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
     bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
     let argv = bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?;
@@ -257,13 +281,23 @@ pub(crate) fn launch_bwrap(
         Some(p) => Some(filter_pipe(&p.to_bytes())?),
         None => None,
     };
-    let log_filter = match (&seccomp, bopts.log_filter_fd) {
+    let stacked_filter = match (&whole, bopts.stacked_filter) {
         (Some(p), Some(_)) => Some(launch::data_fd(
-            c"tierbox-seccomp-logged",
+            c"tierbox-seccomp-stacked",
             &p.to_bytes(),
-            "the logged seccomp program",
+            "the stacked seccomp program",
         )?),
         _ => None,
+    };
+    // The program sends its listener over this pair once tierbox-init has stacked the
+    // filter: (the supervisor's end, the sandbox's).
+    let listener_pair = if hand_off {
+        Some(
+            launch::sys::socketpair_seqpacket()
+                .map_err(LaunchError::setup("socketpair for the seccomp listener"))?,
+        )
+    } else {
+        None
     };
     let slot = launch::cgroup_slot(
         bwrap::BACKEND,
@@ -281,9 +315,14 @@ pub(crate) fn launch_bwrap(
         .chain(std::iter::once((env_args.as_fd(), BWRAP_ENV_ARGS_FD)))
         .chain(init_image.map(|fd| (fd, BWRAP_INIT_FD)))
         .chain(
-            log_filter
+            stacked_filter
                 .iter()
-                .map(|fd| (fd.as_fd(), BWRAP_LOG_FILTER_FD)),
+                .map(|fd| (fd.as_fd(), BWRAP_STACKED_FILTER_FD)),
+        )
+        .chain(
+            listener_pair
+                .iter()
+                .map(|(_, theirs)| (theirs.as_fd(), BWRAP_LISTENER_SOCK_FD)),
         )
         .collect();
     let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = idmapped
@@ -317,7 +356,11 @@ pub(crate) fn launch_bwrap(
         &info,
         (identity, idmapped.len()),
         init_image.is_some(),
-        (seccomp.as_deref(), log_filter.is_some()),
+        (
+            seccomp.as_deref(),
+            logged && stacked_filter.is_some(),
+            hand_off,
+        ),
         &slot,
         missing,
     );
@@ -329,8 +372,12 @@ pub(crate) fn launch_bwrap(
         stdout: child.stdout,
         stderr: child.stderr,
         slot: Some(slot),
-        seccomp_listener: None,
-        seccomp_refusals: None,
+        seccomp_refusals: match hand_off {
+            true => Some(program(SeccompProgram::cached(&spec.enforcing()))?),
+            false => None,
+        },
+        seccomp_listener: listener_pair.map(|(ours, _)| ours),
+        seccomp_listener_pending: hand_off,
         child_uid,
         child_gid,
         enforcement,
@@ -433,7 +480,7 @@ fn bwrap_enforcement(
     info: &bwrap::BwrapInfo,
     (identity, idmapped): (SandboxIdentity, usize),
     init: bool,
-    (seccomp, logged): (Option<&SeccompProgram>, bool),
+    (seccomp, logged, hand_off): (Option<&SeccompProgram>, bool, bool),
     slot: &Slot,
     missing: Vec<Layer>,
 ) -> Enforcement {
@@ -456,10 +503,14 @@ fn bwrap_enforcement(
             Some(p) => LayerReport::applied(format!(
                 "deny-list filter, {} instructions, installed by bwrap --seccomp after its setup{}",
                 p.len(),
-                if logged {
-                    "; tierbox-init stacks a copy with SECCOMP_FILTER_FLAG_LOG (refusals audited)"
-                } else {
-                    ""
+                match (logged, hand_off) {
+                    (true, false) =>
+                        "; tierbox-init stacks a copy with SECCOMP_FILTER_FLAG_LOG (refusals audited)",
+                    (false, true) =>
+                        "; tierbox-init stacks the whole filter with a listener: the argument rules' refusals are answered and recorded by the supervisor",
+                    (true, true) =>
+                        "; tierbox-init stacks the whole filter with SECCOMP_FILTER_FLAG_LOG (refusals audited) and a listener: the argument rules' refusals are answered and recorded by the supervisor",
+                    (false, false) => "",
                 }
             )),
             None => LayerReport::missing("seccomp filters are not available"),

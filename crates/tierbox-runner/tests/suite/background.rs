@@ -594,3 +594,57 @@ fn a_background_process_in_overlay_mode_leaves_its_changes_for_review() {
         );
     });
 }
+
+/// A Tier B background process's seccomp hand-off is served for its life: its `chmod`
+/// is performed (not left waiting), and the refusals its filter hands off are answered
+/// and listed, with their arguments, in its ended status.
+///
+/// Regression: a background run's listener had no mediator, so a `chmod` waited until
+/// the process's lifetime ended.
+#[test]
+fn a_background_process_has_its_chmod_performed_and_its_refusals_listed() {
+    let test = "a_background_process_has_its_chmod_performed_and_its_refusals_listed";
+    let Some(e) = env_with(test, &["sh"], |p| p.exec.allow_interpreters = true) else {
+        return;
+    };
+    if !tierbox_runner::host::seccomp_arguments_recorded() {
+        tierbox_test_support::skip(test, "no seccomp user notification on this kernel");
+        return;
+    }
+    let ws = e._ws.path();
+    std::fs::write(ws.join("f"), "x").unwrap();
+    // Past the startup window, then a chmod and a refused unshare.
+    std::fs::write(
+        ws.join("run.sh"),
+        "sleep 0.4\nchmod 600 f && echo chmodded\nunshare -U true 2>/dev/null || echo refused\n",
+    )
+    .unwrap();
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        let mut req = bg("sh", &["run.sh"]);
+        req.tier = tierbox_policy::TierRequest::B;
+        let h = e.runner.start_background("alice", &req).await.unwrap();
+        let s = until_ended(&bgm, "alice", &h.status.id).await;
+        assert_eq!(
+            (s.state, s.exit_code),
+            (BackgroundState::Exited, Some(0)),
+            "{s:?}"
+        );
+        let out = bgm
+            .output("alice", &h.status.id, Stream::Stdout, 0, 4096)
+            .unwrap();
+        assert_eq!(out.text, "chmodded\nrefused\n");
+        let unshare = s
+            .denials
+            .iter()
+            .find(|d| d.operation == "unshare")
+            .unwrap_or_else(|| panic!("{:?}", s.denials));
+        assert_eq!(unshare.target, "CLONE_NEWUSER");
+    });
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(ws.join("f"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}

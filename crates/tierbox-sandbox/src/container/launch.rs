@@ -170,6 +170,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         stderr: child.stderr,
         slot: Some(slot),
         seccomp_listener: None,
+        seccomp_listener_pending: false,
         seccomp_refusals: None,
         child_uid: facts.euid,
         child_gid: facts.egid,

@@ -111,6 +111,8 @@ impl RefusalLog {
 #[derive(Debug)]
 pub struct SeccompMediator {
     listener: OwnedFd,
+    /// `listener` is the unix socket the listener will arrive on ([`Self::pending`]).
+    pending: bool,
     roots: Vec<(PathBuf, OwnedFd)>,
     uid: u32,
     gid: u32,
@@ -139,12 +141,22 @@ impl SeccompMediator {
     pub fn new(listener: OwnedFd, workspace: &Path, uid: u32, gid: u32) -> std::io::Result<Self> {
         Self {
             listener,
+            pending: false,
             roots: Vec::new(),
             uid,
             gid,
             refusals: None,
         }
         .also_beneath(workspace)
+    }
+
+    /// The fd given to [`Self::new`] is not the listener but the unix socket it will
+    /// arrive on (`SCM_RIGHTS`), once the sandbox has stacked the filter: [`Self::serve`]
+    /// receives it first. If the socket closes without one, nothing is served (the
+    /// sandbox stopped its program before it ran).
+    pub fn pending(mut self) -> Self {
+        self.pending = true;
+        self
     }
 
     /// Also answers the argument rules' refusals handed off by a filter of a spec with
@@ -178,11 +190,20 @@ impl SeccompMediator {
     pub async fn serve(self) {
         let Self {
             listener,
+            pending,
             roots,
             uid,
             gid,
             refusals,
         } = self;
+        let listener = if pending {
+            match receive_listener(listener).await {
+                Some(l) => l,
+                None => return,
+            }
+        } else {
+            listener
+        };
         let Ok(afd) = sys::register_readable(listener) else {
             return;
         };
@@ -212,6 +233,19 @@ impl SeccompMediator {
                 None => refuse(refusals.as_ref(), &n),
             };
             let _ = sys::notif_send(afd.get_ref(), n.id, 0, errno);
+        }
+    }
+}
+
+/// The listener sent over `sock`, once it arrives; `None` when the socket closes first.
+async fn receive_listener(sock: OwnedFd) -> Option<OwnedFd> {
+    let sock = sys::register_readable(sock).ok()?;
+    loop {
+        let mut guard = sock.readable().await.ok()?;
+        match sys::recv_fd(sock.get_ref()) {
+            Ok(listener) => return Some(listener),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => guard.clear_ready(),
+            Err(_) => return None,
         }
     }
 }

@@ -497,7 +497,7 @@ pub(crate) fn spawn_helper(
         keep_caps: true,
         netns_fd: helper.netns.map_or(-1, |fd| fd.as_raw_fd()),
         // A helper builds its own sandbox: what it applies is logged or not by its own
-        // flags (bwrap's filter is not; tierbox-init stacks a logged copy).
+        // flags (bwrap's filter is not; tierbox-init stacks a logged one).
         log_landlock: false,
         log_seccomp: false,
         audit_session: helper.audit_session,
@@ -610,7 +610,7 @@ pub(crate) fn new_slot(
 
 /// Whether the kernel can hand system calls to the supervisor (seccomp user
 /// notification, probed once): chmod mediation, and the seccomp argument rules' refusals
-/// recorded with their arguments (Tier B, native Tier C).
+/// recorded with their arguments (Tier B, Tier C).
 ///
 /// ```
 /// // Linux 5.0+.

@@ -222,9 +222,9 @@ pub(crate) struct ChildSpec {
 }
 
 /// Most fds a helper inherits ([`HelperSetup::inherit`]).
-pub(crate) const MAX_INHERITED_FDS: usize = 5;
+pub(crate) const MAX_INHERITED_FDS: usize = 6;
 /// Inherited fds are passed to the child at this number or above, over every destination
-/// number (3 to 7), so moving one into place never overwrites another's source.
+/// number (3 to 8), so moving one into place never overwrites another's source.
 pub(crate) const INHERIT_SOURCE_MIN_FD: c_int = 16;
 
 /// A detached mount tree the helper moves over `path` in its private mount namespace.

@@ -104,6 +104,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 stderr: child.stderr,
                 slot: Some(slot),
                 seccomp_listener: child.chmod_listener,
+                seccomp_listener_pending: false,
                 seccomp_refusals,
                 child_uid: ids.0,
                 child_gid: ids.1,

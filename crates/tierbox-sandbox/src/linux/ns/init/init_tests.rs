@@ -202,9 +202,10 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> [u8; 8] {
     b
 }
 
-/// Runs `tierbox-init --run-logged 3 ARGS…` as pid 1 of a new pid namespace (`unshare`,
-/// root only) with `filter` on fd 3: its exit code and stderr.
-fn run_logged_as_pid1(dir: &std::path::Path, filter: &[u8], args: &[&str]) -> (i32, String) {
+/// Writes the image and `filter` into `dir`, and returns the command running
+/// `tierbox-init ARGS…` as pid 1 of a new pid namespace (`unshare`, root only) with
+/// `filter` on fd 3.
+fn stacked_as_pid1(dir: &std::path::Path, filter: &[u8], args: &[&str]) -> std::process::Command {
     let image = dir.join("tierbox-init");
     if !image.exists() {
         std::fs::write(&image, IMAGE).unwrap();
@@ -213,30 +214,34 @@ fn run_logged_as_pid1(dir: &std::path::Path, filter: &[u8], args: &[&str]) -> (i
     }
     let filter_path = dir.join("filter");
     std::fs::write(&filter_path, filter).unwrap();
-    let out = std::process::Command::new("sh")
-        .arg("-c")
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
         .arg(r#"exec 3<"$1"; image="$2"; shift 2; exec unshare --pid --fork "$image" "$@""#)
         .arg("sh")
         .arg(&filter_path)
         .arg(&image)
         .args(args)
         .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .output()
-        .unwrap();
+        .env("PATH", "/usr/bin:/bin");
+    cmd
+}
+
+/// [`stacked_as_pid1`], run to its end: its exit code and stderr.
+fn run_stacked_as_pid1(dir: &std::path::Path, filter: &[u8], args: &[&str]) -> (i32, String) {
+    let out = stacked_as_pid1(dir, filter, args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
 
-/// `--run-logged FD`: pid 1 reads the seccomp program from `FD` and the program runs
-/// under it (a program that refuses `uname` makes `uname` fail); an empty, ragged or
-/// oversized program stops pid 1 before anything runs, and malformed arguments are
+/// `--run-stacked FD 0 LOG`: pid 1 reads the seccomp program from `FD` and the program
+/// runs under it (a program that refuses `uname` makes `uname` fail); an empty, ragged
+/// or oversized program stops pid 1 before anything runs, and malformed arguments are
 /// refused as bad arguments.
 #[test]
-fn run_logged_stacks_the_filter_it_reads_and_refuses_a_bad_one() {
-    let test = "run_logged_stacks_the_filter_it_reads_and_refuses_a_bad_one";
+fn run_stacked_stacks_the_filter_it_reads_and_refuses_a_bad_one() {
+    let test = "run_stacked_stacks_the_filter_it_reads_and_refuses_a_bad_one";
     if this_machine().is_none() {
         return;
     }
@@ -257,17 +262,16 @@ fn run_logged_stacks_the_filter_it_reads_and_refuses_a_bad_one() {
     ]
     .concat();
 
-    let run = |filter: &[u8], args: &[&str]| run_logged_as_pid1(dir.path(), filter, args);
-    assert_eq!(
-        run(&allow, &["--run-logged", "3", "/bin/true", "true"]).0,
-        0
-    );
-    let (code, _) = run(&deny_uname, &["--run-logged", "3", "/bin/uname", "uname"]);
-    assert_ne!(code, 0, "uname must be refused by the stacked filter");
-    assert_eq!(
-        run(&deny_uname, &["--run-logged", "3", "/bin/true", "true"]).0,
-        0
-    );
+    let run = |filter: &[u8], args: &[&str]| run_stacked_as_pid1(dir.path(), filter, args);
+    let stacked = |log: &'static str, path: &'static str, argv0: &'static str| {
+        ["--run-stacked", "3", "0", log, path, argv0]
+    };
+    for log in ["0", "1"] {
+        assert_eq!(run(&allow, &stacked(log, "/bin/true", "true")).0, 0);
+        let (code, _) = run(&deny_uname, &stacked(log, "/bin/uname", "uname"));
+        assert_ne!(code, 0, "uname must be refused by the stacked filter");
+        assert_eq!(run(&deny_uname, &stacked(log, "/bin/true", "true")).0, 0);
+    }
 
     let too_long: Vec<u8> = std::iter::repeat_n(allow, super::sys::FILTER_MAX_INSNS + 1)
         .flatten()
@@ -278,18 +282,84 @@ fn run_logged_stacks_the_filter_it_reads_and_refuses_a_bad_one() {
         &[allow, [0; 8]].concat()[..9],
         &too_long,
     ] {
-        let (code, stderr) = run(bad, &["--run-logged", "3", "/bin/true", "true"]);
+        let (code, stderr) = run(bad, &stacked("1", "/bin/true", "true"));
         assert_eq!(code, reaper::SETUP_FAILED_EXIT, "{} bytes", bad.len());
-        assert!(stderr.contains("logged seccomp filter"), "{stderr}");
+        assert!(stderr.contains("stacked seccomp filter"), "{stderr}");
     }
     for args in [
-        &["--run-logged"][..],
-        &["--run-logged", "3"],
-        &["--run-logged", "3", "/bin/true"],
-        &["--run-logged", "x", "/bin/true", "true"],
-        &["--run-logged", "12345", "/bin/true", "true"],
-        &["--run-logged", "0", "/bin/true", "true"],
+        &["--run-stacked"][..],
+        &["--run-stacked", "3"],
+        &["--run-stacked", "3", "0", "1"],
+        &["--run-stacked", "3", "0", "1", "/bin/true"],
+        &["--run-stacked", "x", "0", "1", "/bin/true", "true"],
+        &["--run-stacked", "12345", "0", "1", "/bin/true", "true"],
+        &["--run-stacked", "0", "0", "1", "/bin/true", "true"],
+        &["--run-stacked", "3", "y", "1", "/bin/true", "true"],
+        &["--run-stacked", "3", "0", "2", "/bin/true", "true"],
+        &["--run-logged", "3", "/bin/true", "true"],
     ] {
         assert_eq!(run(&allow, args).0, BAD_ARGUMENTS_EXIT, "{args:?}");
     }
+}
+
+/// `--run-stacked FD SOCK 0`: the stacked filter is attached with a user-notification
+/// listener, which the program sends over `SOCK` before it is exec'd; the calls the
+/// filter hands off wait for the holder of the listener, whose answer the program sees.
+#[test]
+fn run_stacked_sends_the_listener_of_the_filter_it_stacks() {
+    let test = "run_stacked_sends_the_listener_of_the_filter_it_stacks";
+    if this_machine().is_none() {
+        return;
+    }
+    if rustix::process::geteuid().as_raw() != 0 {
+        tierbox_test_support::skip(test, "a pid namespace of its own (unshare) needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    const RET: u16 = 0x06;
+    const LD_NR: u16 = 0x20;
+    const JEQ: u16 = 0x15;
+    let notify_uname: Vec<u8> = [
+        insn(LD_NR, 0, 0, 0),
+        insn(JEQ, 0, 1, libc::SYS_uname as u32),
+        insn(RET, 0, 0, libc::SECCOMP_RET_USER_NOTIF),
+        insn(RET, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ]
+    .concat();
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    // The program's end must survive the shell's and unshare's exec.
+    rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty()).unwrap();
+    let sock = theirs.as_raw_fd().to_string();
+    let child = stacked_as_pid1(
+        dir.path(),
+        &notify_uname,
+        &["--run-stacked", "3", &sock, "0", "/bin/uname", "uname"],
+    )
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    drop(theirs);
+    let ours = std::os::fd::OwnedFd::from(ours);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let listener = loop {
+        match crate::launch::sys::recv_fd(&ours) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(std::time::Instant::now() < deadline, "no listener came");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => break other.unwrap(),
+        }
+    };
+    let n = crate::launch::sys::notif_recv(&listener).unwrap();
+    assert_eq!(i64::from(n.data.nr), libc::SYS_uname);
+    crate::launch::sys::notif_send(&listener, n.id, 0, libc::EACCES).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "uname was refused by the answer"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Permission denied"), "{stderr}");
 }

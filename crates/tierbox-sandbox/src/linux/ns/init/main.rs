@@ -34,10 +34,13 @@ fn run(program: i32) -> ! {
 /// pid 1 does ([`reaper::reap`]), exiting with the program's code or 128 + its signal.
 /// There is no report pipe: bwrap passes that exit code on.
 ///
-/// With `--run-logged FD`, the program also gets the seccomp program read from `FD`
-/// stacked on the one bwrap attached, with `SECCOMP_FILTER_FLAG_LOG`: the same rules, so
-/// nothing more is refused, and as the newest filter its verdict is the one the kernel
-/// reports — to the audit subsystem, which bwrap's own filter never logs to.
+/// With `--run-stacked FD SOCK LOG`, the program also gets the seccomp program read from
+/// `FD` stacked on the one bwrap attached: with `LOG` 1 attached with
+/// `SECCOMP_FILTER_FLAG_LOG` (as the newest filter its verdict is the one the kernel
+/// reports — to the audit subsystem, which bwrap's own filter never logs to), and with a
+/// `SOCK` with a user-notification listener, sent to the supervisor over `SOCK` before
+/// the program is exec'd (the calls the program hands off are the supervisor's to
+/// answer). Any failure stops the program before it runs.
 fn run_program(target: sys::ExecTarget) -> ! {
     // Only as a pid namespace's init: anywhere else the reaper's `kill(-1, SIGKILL)` would
     // reach every process this one may signal.
@@ -52,10 +55,10 @@ fn run_program(target: sys::ExecTarget) -> ! {
     if sys::set_signal_mask(!0) < 0 {
         sys::exit_group(reaper::SETUP_FAILED_EXIT);
     }
-    let logged_filter = if target.log_filter_fd >= 0 {
-        let insns = sys::load_filter(target.log_filter_fd);
+    let stacked_filter = if target.filter_fd >= 0 {
+        let insns = sys::load_filter(target.filter_fd);
         if insns <= 0 {
-            let _ = sys::write(2, b"tierbox-init: cannot read the logged seccomp filter\n");
+            let _ = sys::write(2, b"tierbox-init: cannot read the stacked seccomp filter\n");
             sys::exit_group(reaper::SETUP_FAILED_EXIT);
         }
         insns as usize
@@ -65,12 +68,8 @@ fn run_program(target: sys::ExecTarget) -> ! {
     let pid = sys::fork();
     if pid == 0 {
         let _ = sys::set_signal_mask(0);
-        if logged_filter > 0 && sys::attach_logged_filter(logged_filter) < 0 {
-            let _ = sys::write(
-                2,
-                b"tierbox-init: cannot attach the logged seccomp filter\n",
-            );
-            sys::exit_group(reaper::SETUP_FAILED_EXIT);
+        if stacked_filter > 0 {
+            stack_filter(stacked_filter, &target);
         }
         let err = sys::execve(&target);
         let _ = sys::write(2, b"tierbox-init: cannot execute ");
@@ -92,5 +91,38 @@ fn run_program(target: sys::ExecTarget) -> ! {
     if pid < 0 {
         sys::exit_group(reaper::SETUP_FAILED_EXIT);
     }
+    if target.listener_sock >= 0 {
+        sys::close(target.listener_sock);
+    }
     reaper::reap(reaper::NO_REPORT_FD, pid as i32)
+}
+
+/// In the forked program: attaches the `insns` instructions [`sys::load_filter`] read
+/// with `target`'s flags, sends the listener over `target.listener_sock` when it has
+/// one, and closes both; ends the process on any failure.
+fn stack_filter(insns: usize, target: &sys::ExecTarget) {
+    let mut flags = 0;
+    if target.log {
+        flags |= sys::abi::SECCOMP_FILTER_FLAG_LOG;
+    }
+    if target.listener_sock >= 0 {
+        flags |= sys::abi::SECCOMP_FILTER_FLAG_NEW_LISTENER;
+    }
+    let attached = sys::attach_filter(insns, flags);
+    if attached < 0 {
+        let _ = sys::write(
+            2,
+            b"tierbox-init: cannot attach the stacked seccomp filter\n",
+        );
+        sys::exit_group(reaper::SETUP_FAILED_EXIT);
+    }
+    if target.listener_sock >= 0 {
+        let listener = attached as i32;
+        if sys::send_fd(target.listener_sock, listener) < 0 {
+            let _ = sys::write(2, b"tierbox-init: cannot send the seccomp listener\n");
+            sys::exit_group(reaper::SETUP_FAILED_EXIT);
+        }
+        sys::close(listener);
+        sys::close(target.listener_sock);
+    }
 }

@@ -44,6 +44,8 @@ pub mod nr {
     pub const CLOSE: i64 = 3;
     /// `seccomp`.
     pub const SECCOMP: i64 = 317;
+    /// `sendmsg`.
+    pub const SENDMSG: i64 = 46;
 }
 
 /// System call numbers (the generic uapi `unistd.h`; a test checks them against the
@@ -78,6 +80,8 @@ pub mod nr {
     pub const CLOSE: i64 = 57;
     /// `seccomp`.
     pub const SECCOMP: i64 = 277;
+    /// `sendmsg`.
+    pub const SENDMSG: i64 = 211;
 }
 
 /// System call numbers: the `libc` crate's, on CPUs the freestanding image is not built
@@ -112,6 +116,8 @@ pub mod nr {
     pub const CLOSE: i64 = libc::SYS_close as i64;
     /// `seccomp`.
     pub const SECCOMP: i64 = libc::SYS_seccomp as i64;
+    /// `sendmsg`.
+    pub const SENDMSG: i64 = libc::SYS_sendmsg as i64;
 }
 
 /// Constants of the Linux ABI that are the same on every architecture the reaper runs on
@@ -164,6 +170,12 @@ pub mod abi {
     /// `SECCOMP_FILTER_FLAG_LOG`: the kernel's audit subsystem records what the filter
     /// refuses.
     pub const SECCOMP_FILTER_FLAG_LOG: u32 = 2;
+    /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`: the call returns a user-notification fd.
+    pub const SECCOMP_FILTER_FLAG_NEW_LISTENER: u32 = 8;
+    /// `SOL_SOCKET`.
+    pub const SOL_SOCKET: i32 = 1;
+    /// `SCM_RIGHTS`.
+    pub const SCM_RIGHTS: i32 = 1;
 }
 
 pub use super::report::Rusage;
@@ -362,9 +374,14 @@ pub fn fork() -> isize {
 pub struct ExecTarget {
     /// The program's path, without its NUL.
     pub path: &'static [u8],
-    /// `--run-logged FD`: the fd holding the seccomp program to stack, logged, on the
+    /// `--run-stacked FD SOCK LOG`: the fd holding the seccomp program to stack on the
     /// program ([`load_filter`]); -1 for `--run`.
-    pub log_filter_fd: i32,
+    pub filter_fd: i32,
+    /// `SOCK`: the socket the stacked filter's user-notification listener is sent over
+    /// ([`send_fd`]); -1 (`SOCK` 0) for none.
+    pub listener_sock: i32,
+    /// `LOG` 1: the stacked filter logs what it refuses to the audit subsystem.
+    pub log: bool,
     path_ptr: usize,
     argv: usize,
     envp: usize,
@@ -413,6 +430,12 @@ pub fn pipe_has_no_reader(fd: i32) -> bool {
     r > 0 && pfd.revents & abi::POLLERR != 0
 }
 
+/// `close(fd)`.
+pub fn close(fd: i32) {
+    // SAFETY: an integer argument; the caller no longer uses `fd`.
+    unsafe { syscall4(nr::CLOSE as c_long, fd as usize, 0, 0, 0) };
+}
+
 /// `exit_group(code)`: ends this process.
 pub fn exit_group(code: i32) -> ! {
     loop {
@@ -426,11 +449,12 @@ pub fn exit_group(code: i32) -> ! {
 /// the buffer [`load_filter`] reads a seccomp program into, 8 bytes each.
 pub const FILTER_MAX_INSNS: usize = 4096;
 
-/// The seccomp program of `--run-logged`, read once by pid 1 before it forks the program.
+/// The seccomp program of `--run-stacked`, read once by pid 1 before it forks the
+/// program.
 struct FilterBuf(core::cell::UnsafeCell<[u64; FILTER_MAX_INSNS]>);
 
 // SAFETY: only `tierbox-init` uses it, a single-threaded process: [`load_filter`] writes
-// it before the fork, [`attach_logged_filter`] reads it in the forked child.
+// it before the fork, [`attach_filter`] reads it in the forked child.
 unsafe impl Sync for FilterBuf {}
 
 static FILTER: FilterBuf = FilterBuf(core::cell::UnsafeCell::new([0; FILTER_MAX_INSNS]));
@@ -476,8 +500,7 @@ pub fn load_filter(fd: i32) -> isize {
             r => got += r as usize,
         }
     };
-    // SAFETY: an integer argument.
-    unsafe { syscall4(nr::CLOSE as c_long, fd as usize, 0, 0, 0) };
+    close(fd);
     match result {
         0 => -(abi::EINVAL as isize),
         n if n > 0 && n % 8 != 0 => -(abi::EINVAL as isize),
@@ -486,10 +509,12 @@ pub fn load_filter(fd: i32) -> isize {
     }
 }
 
-/// `seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_LOG, prog)` with the first
-/// `insns` instructions [`load_filter`] read: stacks the program on the calling process
-/// (which must have `no_new_privs`) with the kernel's audit logging of what it refuses.
-pub fn attach_logged_filter(insns: usize) -> isize {
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, prog)` with the first `insns` instructions
+/// [`load_filter`] read: stacks the program on the calling process (which must have
+/// `no_new_privs`); with [`abi::SECCOMP_FILTER_FLAG_LOG`] the kernel's audit subsystem
+/// records what it refuses, with [`abi::SECCOMP_FILTER_FLAG_NEW_LISTENER`] the result is
+/// the listener's fd. `-errno` on failure.
+pub fn attach_filter(insns: usize, flags: u32) -> isize {
     #[repr(C)]
     struct SockFprog {
         len: u16,
@@ -511,8 +536,70 @@ pub fn attach_logged_filter(insns: usize) -> isize {
         syscall4(
             nr::SECCOMP as c_long,
             abi::SECCOMP_SET_MODE_FILTER as usize,
-            abi::SECCOMP_FILTER_FLAG_LOG as usize,
+            flags as usize,
             core::ptr::from_ref(&prog) as usize,
+            0,
+        )
+    }
+}
+
+/// Sends `fd` over the unix socket `sock` (`SCM_RIGHTS`, one byte of data): the bytes
+/// sent, or `-errno`.
+pub fn send_fd(sock: i32, fd: i32) -> isize {
+    #[repr(C)]
+    struct IoVec {
+        base: *const u8,
+        len: usize,
+    }
+    #[repr(C)]
+    struct MsgHdr {
+        name: usize,
+        namelen: u32,
+        iov: *const IoVec,
+        iovlen: usize,
+        control: *const u8,
+        controllen: usize,
+        flags: i32,
+    }
+    /// `struct cmsghdr` followed by one int, padded as `CMSG_SPACE(sizeof(int))`.
+    #[repr(C, align(8))]
+    struct Control {
+        len: usize,
+        level: i32,
+        kind: i32,
+        fd: i32,
+        _pad: i32,
+    }
+    let byte = [0u8; 1];
+    let iov = IoVec {
+        base: byte.as_ptr(),
+        len: 1,
+    };
+    let control = Control {
+        // CMSG_LEN(sizeof(int)): the header (16 bytes on 64-bit targets) and the int.
+        len: core::mem::size_of::<usize>() + 8 + 4,
+        level: abi::SOL_SOCKET,
+        kind: abi::SCM_RIGHTS,
+        fd,
+        _pad: 0,
+    };
+    let msg = MsgHdr {
+        name: 0,
+        namelen: 0,
+        iov: core::ptr::from_ref(&iov),
+        iovlen: 1,
+        control: core::ptr::from_ref(&control).cast::<u8>(),
+        controllen: core::mem::size_of::<Control>(),
+        flags: 0,
+    };
+    // SAFETY: the kernel reads one msghdr, the iovec and byte it points to, and the
+    // control buffer, all locals that outlive the call.
+    unsafe {
+        syscall4(
+            nr::SENDMSG as c_long,
+            sock as usize,
+            core::ptr::from_ref(&msg) as usize,
+            0,
             0,
         )
     }
@@ -596,18 +683,19 @@ unsafe extern "C" fn start(sp: *const usize) -> ! {
 #[cfg(tierbox_init)]
 const RUN_FLAG: &[u8] = b"--run";
 
-/// `argv[1]` of the program mode with a logged seccomp filter: `tierbox-init
-/// --run-logged FD PATH ARGV0 [ARGS...]`.
+/// `argv[1]` of the program mode with a stacked seccomp filter: `tierbox-init
+/// --run-stacked FD SOCK LOG PATH ARGV0 [ARGS...]`.
 #[cfg(tierbox_init)]
-const RUN_LOGGED_FLAG: &[u8] = b"--run-logged";
+const RUN_STACKED_FLAG: &[u8] = b"--run-stacked";
 
-/// Most decimal digits of `--run-logged`'s fd.
+/// Most decimal digits of `--run-stacked`'s fds.
 #[cfg(tierbox_init)]
 const FD_DIGITS_MAX: usize = 4;
 
-/// The program of `tierbox-init --run PATH ARGV0 [ARGS...]` (or `--run-logged FD PATH
-/// ARGV0 [ARGS...]`), read off the initial stack: `PATH` to exec with `argv` from `ARGV0`
-/// on and this process's environment.
+/// The program of `tierbox-init --run PATH ARGV0 [ARGS...]` (or `--run-stacked FD SOCK
+/// LOG PATH ARGV0 [ARGS...]`: `SOCK` 0 for no listener, `LOG` 0 or 1), read off the
+/// initial stack: `PATH` to exec with `argv` from `ARGV0` on and this process's
+/// environment.
 ///
 /// # Safety
 ///
@@ -623,14 +711,23 @@ unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
             return None;
         }
         let flag = c_str(*argv.add(1) as *const u8);
-        let (first, log_filter_fd) = if flag == RUN_FLAG {
-            (2, -1)
-        } else if flag == RUN_LOGGED_FLAG && argc >= 3 {
-            let digits = c_str(*argv.add(2) as *const u8);
-            if digits.len() > FD_DIGITS_MAX {
-                return None;
+        let fd_at = |i: usize| {
+            let digits = c_str(*argv.add(i) as *const u8);
+            match digits {
+                b"0" => Some(-1),
+                d if d.len() <= FD_DIGITS_MAX => parse_pid(d),
+                _ => None,
             }
-            (3, parse_pid(digits)?)
+        };
+        let (first, filter_fd, listener_sock, log) = if flag == RUN_FLAG {
+            (2, -1, -1, false)
+        } else if flag == RUN_STACKED_FLAG && argc >= 5 {
+            let log = match c_str(*argv.add(4) as *const u8) {
+                b"0" => false,
+                b"1" => true,
+                _ => return None,
+            };
+            (5, fd_at(2).filter(|fd| *fd > 0)?, fd_at(3)?, log)
         } else {
             return None;
         };
@@ -640,7 +737,9 @@ unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
         let path_ptr = *argv.add(first);
         Some(ExecTarget {
             path: c_str(path_ptr as *const u8),
-            log_filter_fd,
+            filter_fd,
+            listener_sock,
+            log,
             path_ptr,
             argv: argv.add(first + 1) as usize,
             envp: argv.add(argc + 1) as usize,
@@ -812,6 +911,7 @@ mod tests {
         assert_eq!(nr::READ, libc::SYS_read);
         assert_eq!(nr::CLOSE, libc::SYS_close);
         assert_eq!(nr::SECCOMP, libc::SYS_seccomp);
+        assert_eq!(nr::SENDMSG, libc::SYS_sendmsg);
     }
 
     #[test]
@@ -847,6 +947,12 @@ mod tests {
             abi::SECCOMP_FILTER_FLAG_LOG,
             libc::SECCOMP_FILTER_FLAG_LOG as u32
         );
+        assert_eq!(
+            abi::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as u32
+        );
+        assert_eq!(abi::SOL_SOCKET, libc::SOL_SOCKET);
+        assert_eq!(abi::SCM_RIGHTS, libc::SCM_RIGHTS);
         assert_eq!(FILTER_MAX_INSNS, usize::from(libc::BPF_MAXINSNS as u16));
         assert_eq!(
             std::mem::size_of::<super::Rusage>(),
