@@ -235,6 +235,26 @@ fn run_stacked_as_pid1(dir: &std::path::Path, filter: &[u8], args: &[&str]) -> (
     )
 }
 
+/// `BPF_RET | BPF_K`.
+const RET: u16 = 0x06;
+/// `BPF_LD | BPF_W | BPF_ABS`.
+const LD_NR: u16 = 0x20;
+/// `BPF_JMP | BPF_JEQ | BPF_K`.
+const JEQ: u16 = 0x15;
+
+/// Whether the image can run here as pid 1 of a pid namespace of its own (this CPU, and
+/// root for `unshare --pid`); prints the reason when not.
+fn runs_as_pid1_here(test: &str) -> bool {
+    if this_machine().is_none() {
+        return false;
+    }
+    if rustix::process::geteuid().as_raw() != 0 {
+        tierbox_test_support::skip(test, "a pid namespace of its own (unshare) needs root");
+        return false;
+    }
+    true
+}
+
 /// `--run-stacked FD 0 LOG`: pid 1 reads the seccomp program from `FD` and the program
 /// runs under it (a program that refuses `uname` makes `uname` fail); an empty, ragged
 /// or oversized program stops pid 1 before anything runs, and malformed arguments are
@@ -242,17 +262,10 @@ fn run_stacked_as_pid1(dir: &std::path::Path, filter: &[u8], args: &[&str]) -> (
 #[test]
 fn run_stacked_stacks_the_filter_it_reads_and_refuses_a_bad_one() {
     let test = "run_stacked_stacks_the_filter_it_reads_and_refuses_a_bad_one";
-    if this_machine().is_none() {
-        return;
-    }
-    if rustix::process::geteuid().as_raw() != 0 {
-        tierbox_test_support::skip(test, "a pid namespace of its own (unshare) needs root");
+    if !runs_as_pid1_here(test) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    const RET: u16 = 0x06; // BPF_RET | BPF_K
-    const LD_NR: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-    const JEQ: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
     let allow = insn(RET, 0, 0, libc::SECCOMP_RET_ALLOW);
     let deny_uname: Vec<u8> = [
         insn(LD_NR, 0, 0, 0),
@@ -308,17 +321,10 @@ fn run_stacked_stacks_the_filter_it_reads_and_refuses_a_bad_one() {
 #[test]
 fn run_stacked_sends_the_listener_of_the_filter_it_stacks() {
     let test = "run_stacked_sends_the_listener_of_the_filter_it_stacks";
-    if this_machine().is_none() {
-        return;
-    }
-    if rustix::process::geteuid().as_raw() != 0 {
-        tierbox_test_support::skip(test, "a pid namespace of its own (unshare) needs root");
+    if !runs_as_pid1_here(test) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    const RET: u16 = 0x06;
-    const LD_NR: u16 = 0x20;
-    const JEQ: u16 = 0x15;
     let notify_uname: Vec<u8> = [
         insn(LD_NR, 0, 0, 0),
         insn(JEQ, 0, 1, libc::SYS_uname as u32),
