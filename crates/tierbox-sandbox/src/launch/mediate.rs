@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::sys;
-use crate::linux::audit::{MAX_REFUSALS_PER_RUN, Refusal, RefusalLayer};
+use crate::linux::audit::{Refusal, RefusalLayer, RefusalList};
 use crate::linux::seccomp::{SeccompProgram, describe_refusal};
 
 /// Longest path read from the child, in bytes (Linux `PATH_MAX`).
@@ -62,7 +62,8 @@ const MODE_MASK: u32 = 0o7777;
 
 /// The refusals a run's mediator answered, with their arguments: shared by the mediator
 /// and the supervisor, which takes them once the run is over. Deduplicated by call and
-/// argument; at most [`MAX_REFUSALS_PER_RUN`] distinct ones, the rest counted.
+/// argument; at most [`crate::linux::audit::MAX_REFUSALS_PER_RUN`] distinct ones, the
+/// rest counted.
 ///
 /// ```
 /// use tierbox_sandbox::launch::mediate::RefusalLog;
@@ -72,27 +73,12 @@ const MODE_MASK: u32 = 0o7777;
 /// assert!(refusals.is_empty() && dropped == 0);
 /// ```
 #[derive(Debug, Clone, Default)]
-pub struct RefusalLog(Arc<Mutex<(Vec<Refusal>, u64)>>);
+pub struct RefusalLog(Arc<Mutex<RefusalList>>);
 
 impl RefusalLog {
     fn add(&self, operation: &str, target: String, at: Instant) {
-        let Ok(mut log) = self.0.lock() else { return };
-        let (refusals, dropped) = &mut *log;
-        if let Some(r) = refusals
-            .iter_mut()
-            .find(|r| r.operation == operation && r.target == target)
-        {
-            r.count += 1;
-        } else if refusals.len() < MAX_REFUSALS_PER_RUN {
-            refusals.push(Refusal {
-                layer: RefusalLayer::Seccomp,
-                operation: operation.to_owned(),
-                target,
-                count: 1,
-                first: at,
-            });
-        } else {
-            *dropped += 1;
+        if let Ok(mut log) = self.0.lock() {
+            log.add(RefusalLayer::Seccomp, operation.to_owned(), target, at);
         }
     }
 
@@ -101,7 +87,10 @@ impl RefusalLog {
     pub fn take(&self) -> (Vec<Refusal>, u64) {
         self.0
             .lock()
-            .map(|mut log| std::mem::take(&mut *log))
+            .map(|mut log| {
+                let RefusalList { refusals, dropped } = std::mem::take(&mut *log);
+                (refusals, dropped)
+            })
             .unwrap_or_default()
     }
 }

@@ -516,7 +516,8 @@ pub struct RefusedCall {
     /// The system call's name.
     pub name: &'static str,
     /// The rule that refuses it: the deny table's reason, or what the argument rule
-    /// inspects (the audit record does not carry the arguments).
+    /// inspects (an audit record does not carry the arguments; [`describe_refusal`] names
+    /// them for a call handed to the supervisor).
     pub rule: &'static str,
 }
 

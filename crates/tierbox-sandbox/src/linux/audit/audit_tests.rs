@@ -116,7 +116,7 @@ fn records_are_attributed_by_session_and_never_to_another_run() {
         at,
     );
     assert!(state.pending.is_empty());
-    let two = &state.sessions[&2].refusals;
+    let two = &state.sessions[&2].refusals.refusals;
     assert_eq!(two.len(), 1);
     assert_eq!(
         (
@@ -127,7 +127,7 @@ fn records_are_attributed_by_session_and_never_to_another_run() {
         ),
         (RefusalLayer::Landlock, "read_file", "/etc/hostname", 3)
     );
-    assert!(state.sessions[&9].refusals.is_empty());
+    assert!(state.sessions[&9].refusals.refusals.is_empty());
 }
 
 #[test]
@@ -141,8 +141,8 @@ fn a_run_keeps_at_most_max_refusals_and_counts_the_rest() {
             Instant::now(),
         );
     }
-    assert_eq!(log.refusals.len(), MAX_REFUSALS_PER_RUN);
-    assert_eq!(log.dropped, 5);
+    assert_eq!(log.refusals.refusals.len(), MAX_REFUSALS_PER_RUN);
+    assert_eq!(log.refusals.dropped, 5);
 }
 
 /// Another supervisor on the host numbers its barriers from 1 too: only this process's

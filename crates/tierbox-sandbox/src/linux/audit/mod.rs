@@ -277,8 +277,8 @@ impl EndingSession {
             .unwrap_or_default();
         AuditReport {
             complete: barrier_back && !self.lost && !log.overflowed,
-            refusals: log.refusals,
-            dropped: log.dropped,
+            refusals: log.refusals.refusals,
+            dropped: log.refusals.dropped,
         }
     }
 }
@@ -453,14 +453,33 @@ pub fn session_for_clone(wanted: bool) -> Option<Result<AuditSession, String>> {
 
 #[derive(Debug, Default)]
 struct SessionLog {
-    refusals: Vec<Refusal>,
-    dropped: u64,
+    refusals: RefusalList,
     /// The multicast socket overflowed while the run was registered.
     overflowed: bool,
 }
 
 impl SessionLog {
     fn add(&mut self, layer: RefusalLayer, operation: String, target: String, at: Instant) {
+        self.refusals.add(layer, operation, target, at);
+    }
+}
+
+/// A run's refusals, deduplicated by layer, operation and target in arrival order: at
+/// most [`MAX_REFUSALS_PER_RUN`] distinct ones, the rest counted in `dropped`.
+#[derive(Debug, Default)]
+pub(crate) struct RefusalList {
+    pub(crate) refusals: Vec<Refusal>,
+    pub(crate) dropped: u64,
+}
+
+impl RefusalList {
+    pub(crate) fn add(
+        &mut self,
+        layer: RefusalLayer,
+        operation: String,
+        target: String,
+        at: Instant,
+    ) {
         if let Some(r) = self
             .refusals
             .iter_mut()
