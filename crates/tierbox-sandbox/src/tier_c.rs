@@ -215,6 +215,11 @@ pub(crate) fn launch_bwrap(
         (None, None)
     };
     let hand_off = spec.notify_refusals && seccomp.is_some();
+    // The verdicts that answer the handed-off calls.
+    let seccomp_refusals = match hand_off {
+        true => Some(program(SeccompProgram::cached(&spec.enforcing()))?),
+        false => None,
+    };
     // strict egress with an allowlist: the loopback-only namespace bwrap keeps, holding
     // the proxy's listener.
     let egress = if plan.network.needs_proxy() {
@@ -372,10 +377,7 @@ pub(crate) fn launch_bwrap(
         stdout: child.stdout,
         stderr: child.stderr,
         slot: Some(slot),
-        seccomp_refusals: match hand_off {
-            true => Some(program(SeccompProgram::cached(&spec.enforcing()))?),
-            false => None,
-        },
+        seccomp_refusals,
         seccomp_listener: listener_pair.map(|(ours, _)| ours),
         seccomp_listener_pending: hand_off,
         child_uid,
