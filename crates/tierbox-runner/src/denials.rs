@@ -279,7 +279,7 @@ fn seccomp_hint(syscall: &str, rule: &str, target: &str) -> String {
         "socket" if target != rule => {
             let (family, kind) = target.split_once(", ").unwrap_or((target, ""));
             match family {
-                "AF_UNIX" => "egress.mode = \"allow_all\": the only mode in which a Tier B run may open unix sockets (a Tier C run may, in its own namespaces)".to_owned(),
+                "AF_UNIX" => "egress.mode = \"allow_all\": the only mode in which a Tier B run may open unix sockets (a Tier C run may, in its own namespaces); libc's name service tries nscd's socket at every lookup and goes on without it, so that one needs nothing".to_owned(),
                 "AF_INET" | "AF_INET6" if kind == "SOCK_STREAM" => through_proxy(),
                 "AF_INET" | "AF_INET6" => other_inet.to_owned(),
                 _ => format!("not allowed by any policy: {rule}"),
