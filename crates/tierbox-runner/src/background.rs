@@ -37,9 +37,8 @@ use crate::ring::{OutputChunk, OutputRing, RING_BYTES, ShownRing};
 use tierbox_sandbox::launch::mediate::RefusalLog;
 
 use crate::supervisor::{
-    self, AbortOnDrop, DRAIN_TIMEOUT_MS, EndCause, RunError, RunGuard, RunOptions, TERM_GRACE_MS,
-    dup, end_tree, ensure_private_dir, ensure_state_dir, exited, kill_tree, launch_in, new_run_id,
-    read_stream,
+    self, DRAIN_TIMEOUT_MS, EndCause, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, end_tree,
+    ensure_private_dir, ensure_state_dir, exited, kill_tree, launch_in, new_run_id, read_stream,
 };
 
 /// How long `start` watches a new background process before returning its handle, in
@@ -837,12 +836,8 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant, review
     ];
     // chmod calls and the refusals the filter hands off are answered for the process's
     // life (an unserved listener would leave those calls waiting).
-    let refusals = RefusalLog::default();
-    let mediator = l.seccomp_listener.take().and_then(|listener| {
-        supervisor::seccomp_mediator(listener, &review.plan, l, &refusals)
-            .ok()
-            .map(|m| AbortOnDrop(tokio::spawn(m.serve())))
-    });
+    let (mediator, refusals) = supervisor::serve_hand_off(&review.plan, l)
+        .unwrap_or_else(|_| (None, RefusalLog::default()));
     let pidfd = l.watch_exit().ok();
     let state = match &pidfd {
         Some(p) => tokio::select! {
@@ -913,11 +908,11 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant, review
     let (handed_off, _) = refusals.take();
     let audit = supervisor::finish_audit(&mut guard.launched).await;
     let mut end_report = scratch.for_status(limit, &review.plan);
-    for refusals in [&audit.report.refusals, &handed_off] {
-        end_report
-            .denials
-            .extend(crate::denials::of_refusals(&review.plan, refusals, started));
-    }
+    end_report.denials.extend(crate::denials::of_refusals(
+        &review.plan,
+        audit.report.refusals.iter().chain(&handed_off),
+        started,
+    ));
     end_report.denials.truncate(crate::denials::MAX_DENIALS);
     let review = end_report;
     guard.finish();

@@ -185,14 +185,14 @@ pub fn of_run(
 /// The landlock and seccomp refusals of a run that started at `started` (read from the
 /// kernel's audit records, or handed to the supervisor by the filter), as denials with
 /// their hints.
-pub fn of_refusals(
+pub fn of_refusals<'a>(
     plan: &Plan,
-    refusals: &[tierbox_sandbox::linux::audit::Refusal],
+    refusals: impl IntoIterator<Item = &'a tierbox_sandbox::linux::audit::Refusal>,
     started: std::time::Instant,
 ) -> Vec<Denial> {
     use tierbox_sandbox::linux::audit::RefusalLayer;
     refusals
-        .iter()
+        .into_iter()
         .map(|r| {
             let first_ms = u64::try_from(r.first.saturating_duration_since(started).as_millis())
                 .unwrap_or(u64::MAX);

@@ -437,11 +437,11 @@ async fn supervise(
             .limit_hit
             .map(|l| (l, false, crate::denials::limit_value(plan, l))),
     );
-    for refusals in [&audit.report.refusals, &handed_off.0] {
-        outcome
-            .denials
-            .extend(crate::denials::of_refusals(plan, refusals, started));
-    }
+    outcome.denials.extend(crate::denials::of_refusals(
+        plan,
+        audit.report.refusals.iter().chain(&handed_off.0),
+        started,
+    ));
     outcome.denials.truncate(crate::denials::MAX_DENIALS);
     let handed = l.seccomp_refusals.is_some().then_some(handed_off.1);
     outcome.enforcement.denial_reports =
@@ -523,18 +523,10 @@ impl Capture {
         if let (Some(fd), Some(data)) = (l.stdin.take(), plan.stdin.clone()) {
             tokio::spawn(write_stdin(fd, data));
         }
-        let refusals = RefusalLog::default();
-        let mediator = match l.seccomp_listener.take() {
-            Some(listener) => Some(AbortOnDrop(tokio::spawn(
-                seccomp_mediator(listener, plan, l, &refusals)
-                    .map_err(|source| RunError::Io {
-                        what: "open the writable grants for chmod mediation",
-                        source,
-                    })?
-                    .serve(),
-            ))),
-            None => None,
-        };
+        let (mediator, refusals) = serve_hand_off(plan, l).map_err(|source| RunError::Io {
+            what: "open the writable grants for chmod mediation",
+            source,
+        })?;
         Ok(Self {
             quota,
             out_cap,
@@ -883,10 +875,23 @@ pub(crate) async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
     }
 }
 
-/// The seccomp mediator of a run: chmod beneath the workspace, the declared writable
-/// paths and the run's private temporary directory; the handed-off refusals answered and
-/// recorded in `refusals`.
-pub(crate) fn seccomp_mediator(
+/// Serves the run's seccomp hand-off, when it has one, for as long as the returned task
+/// lives: chmod beneath the workspace, the declared writable paths and the run's private
+/// temporary directory; the handed-off refusals answered and recorded in the returned
+/// log.
+pub(crate) fn serve_hand_off(
+    plan: &Plan,
+    l: &mut RunningSandbox,
+) -> std::io::Result<(Option<AbortOnDrop>, RefusalLog)> {
+    let refusals = RefusalLog::default();
+    let Some(listener) = l.seccomp_listener.take() else {
+        return Ok((None, refusals));
+    };
+    let m = seccomp_mediator(listener, plan, l, &refusals)?;
+    Ok((Some(AbortOnDrop(tokio::spawn(m.serve()))), refusals))
+}
+
+fn seccomp_mediator(
     listener: OwnedFd,
     plan: &Plan,
     l: &RunningSandbox,
@@ -909,7 +914,7 @@ pub(crate) fn seccomp_mediator(
 }
 
 /// Aborts a task when dropped (also when the run's future is dropped mid-run).
-pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
+pub(crate) struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
