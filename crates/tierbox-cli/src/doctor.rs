@@ -483,7 +483,7 @@ impl<'a> Report<'a> {
                 "not handed off (no seccomp user notification)"
             },
             match &self.denials {
-                Ok(()) => "recorded (kernel audit records, one audit session per run; the bwrap backend records seccomp only: it applies no landlock)".to_owned(),
+                Ok(()) => "recorded (kernel audit records, one audit session per run; the bwrap backend records seccomp only: it applies no landlock); tier c's hidden and read-only paths: recorded with audit.file_refusals = true (a kernel audit rule per run)".to_owned(),
                 Err(why) => why.clone(),
             }
         );

@@ -343,7 +343,11 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Serve { .. } | Command::Proxy { .. }) {
         tierbox_runner::host::default_sigpipe();
     }
-    match dispatch(cli) {
+    let result = dispatch(cli);
+    // A Tier C run that recorded its file refusals left a kernel audit rule for a
+    // thread to remove: it must be gone before this process is.
+    tierbox_runner::host::flush_audit_rules();
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tierbox: error: {e:#}");

@@ -290,6 +290,9 @@ pub struct TierPlan {
     /// resolves the defaults.
     #[serde(default, skip_serializing_if = "SandboxIdentityPlan::is_default")]
     pub identity: SandboxIdentityPlan,
+    /// Tier C: the run's file refusals are recorded (`audit.file_refusals`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub file_refusals: bool,
 }
 
 /// The policy's choice of the host identity a Tier C sandbox runs as.

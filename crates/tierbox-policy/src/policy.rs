@@ -812,6 +812,14 @@ pub struct AuditPolicy {
     pub log: Option<PathBuf>,
     /// ed25519 signing key; created 0600 in the state directory when absent.
     pub signing_key: Option<PathBuf>,
+    /// Tier C: also report the paths a run could not open because the sandbox does not
+    /// show them (`ENOENT`) or shows them read-only (`EROFS`), with the grant that would
+    /// allow each. Read from kernel audit rules added for the run's audit session while it
+    /// runs (root supervisor, audit enabled); while any such rule exists the kernel
+    /// records the path of every file system call of every process on the host, so it
+    /// is off by default.
+    #[serde(default)]
+    pub file_refusals: bool,
 }
 
 /// A policy document that cannot be used.

@@ -75,42 +75,19 @@ fn main() {
         }
         // Each round: audit off, audit on, and audit off again (the noise floor: the same
         // configuration measured twice), in an order that rotates per round.
-        let (mut off, mut on) = (Vec::new(), Vec::new());
-        let (mut ratios, mut floor) = (Vec::new(), Vec::new());
-        for i in 0..iterations {
-            let mut times = [Duration::ZERO; 3];
-            for k in 0..3 {
-                let which = (i + k) % 3;
-                times[which] = run(which == 1);
-            }
-            let [a, b, again] = times;
-            ratios.push(b.as_secs_f64() / a.as_secs_f64());
-            floor.push(again.as_secs_f64() / a.as_secs_f64());
-            off.push(a);
-            on.push(b);
-        }
-        off.sort();
-        on.sort();
-        ratios.sort_by(f64::total_cmp);
-        floor.sort_by(f64::total_cmp);
+        let r = support::SwitchRounds::measure(iterations, run, || {});
         println!("tier {tier:?}: /bin/true, {iterations} interleaved pairs, warm slots on");
-        let (p50, p90) = p50_p90_ms(&off);
+        let (p50, p90) = p50_p90_ms(&r.off);
         println!(
             "  audit off (denials: egress and limits)       p50 {:7.2} ms   p90 {:7.2} ms",
             p50, p90
         );
-        let (p50, p90) = p50_p90_ms(&on);
+        let (p50, p90) = p50_p90_ms(&r.on);
         println!(
             "  audit on  (landlock and seccomp recorded)    p50 {:7.2} ms   p90 {:7.2} ms",
             p50, p90
         );
-        println!(
-            "  ratio on / off: median of pairs {:.2}   (noise floor, off / off: {:.2}, p10-p90 {:.2}-{:.2})",
-            ratios[ratios.len() / 2],
-            floor[floor.len() / 2],
-            floor[floor.len() / 10],
-            floor[floor.len() * 9 / 10]
-        );
+        println!("  ratio on / off: {}", r.ratio_line());
     }
     tierbox_sandbox::launch::slots::drain();
 }

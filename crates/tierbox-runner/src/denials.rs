@@ -42,6 +42,9 @@ pub enum DenialLayer {
     Egress,
     /// A resource limit.
     Limits,
+    /// A Tier C sandbox's mount namespace: a path it does not show, or shows read-only
+    /// (recorded when the policy sets `audit.file_refusals`).
+    Mounts,
 }
 
 impl DenialLayer {
@@ -52,6 +55,7 @@ impl DenialLayer {
             Self::Seccomp => "seccomp",
             Self::Egress => "egress",
             Self::Limits => "limits",
+            Self::Mounts => "mounts",
         }
     }
 }
@@ -201,6 +205,14 @@ pub fn of_refusals<'a>(
                     let (operation, hint) = landlock_denial(plan, &r.operation, &r.target);
                     (DenialLayer::Landlock, operation, hint)
                 }
+                RefusalLayer::Mount => {
+                    let write = !matches!(r.operation.as_str(), "read" | "execute" | "open");
+                    (
+                        DenialLayer::Mounts,
+                        r.operation.clone(),
+                        path_hint(plan, &r.target, write, &r.operation, "the sandbox"),
+                    )
+                }
                 RefusalLayer::Seccomp => (
                     DenialLayer::Seccomp,
                     r.operation.clone(),
@@ -252,17 +264,23 @@ fn landlock_denial(plan: &Plan, rights: &str, target: &str) -> (String, String) 
         let write = !words
             .iter()
             .all(|w| matches!(w.as_str(), "read" | "read-dir" | "execute"));
-        let verdict = path_verdict(plan, std::path::Path::new(target), write);
-        match (verdict.allowed, verdict.fix) {
-            (false, Some(fix)) => fix,
-            (false, None) => format!("not allowed by any policy: {}", verdict.why),
-            (true, _) => format!(
-                "not a missing grant ({}): landlock refuses {operation} here for another reason (a rename or link across grants, a device ioctl)",
-                verdict.why
-            ),
-        }
+        path_hint(plan, target, write, &operation, "landlock")
     };
     (operation, hint)
+}
+
+/// The hint for a path `target` that `refuser` (landlock, the sandbox's mounts) refused
+/// `operation` on: the grant that would allow it, or why none can.
+fn path_hint(plan: &Plan, target: &str, write: bool, operation: &str, refuser: &str) -> String {
+    let verdict = path_verdict(plan, std::path::Path::new(target), write);
+    match (verdict.allowed, verdict.fix) {
+        (false, Some(fix)) => fix,
+        (false, None) => format!("not allowed by any policy: {}", verdict.why),
+        (true, _) => format!(
+            "not a missing grant ({}): {refuser} refuses {operation} here for another reason (a rename or link across grants, a device ioctl)",
+            verdict.why
+        ),
+    }
 }
 
 /// The hint for a system call the seccomp filter refused under `rule`; `target` is the
@@ -486,6 +504,32 @@ pub fn sources(
         }
         out.insert(DenialLayer::Seccomp.name().to_owned(), seccomp);
     }
+    if tier == Tier::C {
+        let mounts = match audit.map(|a| (&a.files, a)) {
+            Some((Ok(()), a)) => {
+                let mut detail = format!(
+                    "the kernel's audit records of the run's file calls that failed with ENOENT or EROFS (rules for its audit session{}, audit.file_refusals), kept where the path (or the directory it was created in) exists on the host and no grant gives the access",
+                    a.session.map(|s| format!(" {s}")).unwrap_or_default()
+                );
+                if !a.report.complete {
+                    detail.push_str(
+                        "; incomplete: the kernel dropped records, or they did not arrive in time",
+                    );
+                }
+                if a.report.files_dropped > 0 {
+                    detail.push_str(&format!(
+                        "; {} more failed paths past the first {} were not checked",
+                        a.report.files_dropped,
+                        tierbox_sandbox::linux::audit::files::MAX_FILE_FAILURES_PER_RUN
+                    ));
+                }
+                LayerReport::applied(detail)
+            }
+            Some((Err(why), _)) => LayerReport::missing(why.clone()),
+            None => LayerReport::missing("not recorded"),
+        };
+        out.insert(DenialLayer::Mounts.name().to_owned(), mounts);
+    }
     out
 }
 
@@ -591,9 +635,14 @@ mod tests {
                 refusal(RefusalLayer::Seccomp, "socket", "AF_NETLINK, SOCK_RAW"),
                 refusal(RefusalLayer::Seccomp, "unshare", "CLONE_NEWUSER"),
                 refusal(RefusalLayer::Seccomp, "sendto", "MSG_FASTOPEN"),
+                // Tier C's file refusals: a hidden path, a read-only mount.
+                refusal(RefusalLayer::Mount, "read", "/srv/data/y"),
+                refusal(RefusalLayer::Mount, "write", "/srv/out2"),
+                refusal(RefusalLayer::Mount, "create", "/etc"),
             ],
             dropped: 0,
             complete: true,
+            files_dropped: 0,
         };
         let d = of_refusals(&plan, &report.refusals, started);
         let got: Vec<(&str, &str)> = d
@@ -647,6 +696,19 @@ mod tests {
             format!("not allowed by any policy: {}", rule("unshare"))
         );
         assert_eq!(got[12].1, other_inet);
+        assert_eq!(
+            got[13],
+            ("read", r#"filesystem.read_only += "/srv/data/y""#)
+        );
+        assert_eq!(got[14], ("write", r#"filesystem.writable += "/srv/out2""#));
+        assert!(
+            got[15]
+                .1
+                .starts_with("not allowed by any policy: decided by the system path /etc"),
+            "{}",
+            got[15].1
+        );
+        assert!(d[13..].iter().all(|d| d.layer == DenialLayer::Mounts));
         assert!(d.iter().all(|d| d.count == 2 && d.first_ms == Some(7)));
         assert_eq!(d[0].layer, DenialLayer::Landlock);
         assert_eq!(d[5].layer, DenialLayer::Seccomp);
@@ -673,6 +735,15 @@ mod tests {
         assert_eq!(r["seccomp"].detail, "not recorded: no filter here");
         assert!(r["limits"].applied);
         assert!(!sources(&plan, Tier::A, None, None).contains_key("landlock"));
+        // Tier C's file refusals: off unless the policy asks, and said so with the key.
+        assert!(!r.contains_key("mounts"));
+        let c = sources(&plan, Tier::C, Some(&audit), None);
+        assert!(!c["mounts"].applied);
+        assert_eq!(
+            c["mounts"].detail,
+            tierbox_sandbox::linux::audit::FILES_NOT_ASKED
+        );
+        assert!(c["mounts"].detail.contains("audit.file_refusals = true"));
     }
 
     #[test]

@@ -68,6 +68,15 @@ pub fn denial_audit() -> Result<(), String> {
     tierbox_sandbox::linux::audit::availability()
 }
 
+/// Waits, at most [`tierbox_sandbox::linux::audit::files::FLUSH_TIMEOUT`], until the
+/// kernel audit rules that this process's ended Tier C runs added to record their file
+/// refusals (`audit.file_refusals`) are removed; whether they all were. A process about
+/// to exit calls it: a rule left behind costs every process of the host until the next
+/// supervisor removes it.
+pub fn flush_audit_rules() -> bool {
+    tierbox_sandbox::linux::audit::files::flush_rule_removals()
+}
+
 /// Whether the seccomp argument rules' refusals (a socket family, an `ioctl` request,
 /// namespace flags) are handed to the supervisor and recorded with their arguments on
 /// this host (Tier B, and Tier C with either backend; seccomp user notification).

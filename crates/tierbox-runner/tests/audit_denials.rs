@@ -89,6 +89,18 @@ impl Env {
     }
 
     fn runner(&self, backend: TierCBackend) -> Runner {
+        self.runner_of(self.policy(backend))
+    }
+
+    fn runner_of(&self, policy: Policy) -> Runner {
+        Runner::new(policy)
+            .with_workspace(self.ws.path())
+            .with_options(RunOptions {
+                state_dir: self.state.path().to_path_buf(),
+            })
+    }
+
+    fn policy(&self, backend: TierCBackend) -> Policy {
         let mut policy = Policy::builtin_default();
         policy.exec.allowed_executables = ["python3", "cat", "true"].map(str::to_owned).to_vec();
         policy.exec.allow_interpreters = true;
@@ -103,11 +115,47 @@ impl Env {
                 .optional_layers
                 .push(tierbox_policy::Layer::Landlock);
         }
-        Runner::new(policy)
-            .with_workspace(self.ws.path())
-            .with_options(RunOptions {
-                state_dir: self.state.path().to_path_buf(),
-            })
+        policy
+    }
+
+    /// [`Env::runner`] whose policy also records Tier C's file refusals.
+    fn runner_files(&self, backend: TierCBackend) -> Runner {
+        let mut policy = self.policy(backend);
+        policy.audit.file_refusals = true;
+        self.runner_of(policy)
+    }
+
+    /// Checks the file refusals a Tier C probe run lists: the secret's read (hidden) and
+    /// the write outside the workspace, each with the grant that would allow it.
+    fn assert_file_refusals(&self, o: &Outcome, backend: &str) {
+        let (applied, detail) = report(o, "mounts");
+        assert!(applied, "{backend}: {detail}");
+        assert!(detail.contains("audit.file_refusals"), "{detail}");
+        let mounts: Vec<(&str, &str)> = o
+            .denials
+            .iter()
+            .filter(|d| d.layer == DenialLayer::Mounts)
+            .map(|d| (d.operation.as_str(), d.target.as_str()))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                ("read", self.secret().as_str()),
+                ("write", self.outside().as_str())
+            ],
+            "{backend}: {:?}",
+            o.denials
+        );
+        let read = find(o, DenialLayer::Mounts, "read").unwrap();
+        assert_eq!(
+            read.hint,
+            format!("filesystem.read_only += \"{}\"", self.secret())
+        );
+        let write = find(o, DenialLayer::Mounts, "write").unwrap();
+        assert_eq!(
+            write.hint,
+            format!("filesystem.writable += \"{}\"", self.outside())
+        );
     }
 
     fn secret(&self) -> String {
@@ -210,6 +258,21 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
                 .contains("other refusals not recorded: the kernel's audit subsystem is disabled"),
             "{detail}"
         );
+        if tier == TierRequest::C {
+            // Not asked for: said so, with the key that asks.
+            let (applied, detail) = report(&off, "mounts");
+            assert!(
+                !applied && detail.contains("audit.file_refusals = true"),
+                "{detail}"
+            );
+            // Asked for, with audit off: said so.
+            let asked = run(&env.runner_files(backend), &env.probe(tier));
+            let (applied, detail) = report(&asked, "mounts");
+            assert!(
+                !applied && detail.contains("audit subsystem is disabled"),
+                "{detail}"
+            );
+        }
         let listed: Vec<(DenialLayer, &str, &str)> = off
             .denials
             .iter()
@@ -301,7 +364,7 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
     //    is read-only (EROFS); the system calls are refused and recorded, the argument
     //    rules' with their arguments.
     let c = run(
-        &env.runner(TierCBackend::Native),
+        &env.runner_files(TierCBackend::Native),
         &env.probe(TierRequest::C),
     );
     let out = &c.stdout.text;
@@ -332,12 +395,16 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
         !listed.contains(&(DenialLayer::Landlock, "read")),
         "{listed:?}"
     );
+    env.assert_file_refusals(&c, "native");
 
     // 4. bwrap: no landlock domain (said so, none listed); bwrap's own filter is never
     //    logged and has no listener, so tierbox-init stacks the whole filter with both:
     //    the refused calls are recorded, the argument rules' with their arguments.
     if tierbox_sandbox::bwrap::probe_bwrap(None).is_ok() {
-        let w = run(&env.runner(TierCBackend::Bwrap), &env.probe(TierRequest::C));
+        let w = run(
+            &env.runner_files(TierCBackend::Bwrap),
+            &env.probe(TierRequest::C),
+        );
         let out = &w.stdout.text;
         assert!(out.contains("read FileNotFoundError"), "{out}");
         assert!(out.contains("ptrace -1 1"), "{out}");
@@ -371,6 +438,7 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
             "{:?}",
             w.denials
         );
+        env.assert_file_refusals(&w, "bwrap");
     } else {
         tierbox_test_support::skip(test, "bubblewrap is not installed (the bwrap part)");
     }
@@ -416,6 +484,31 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
         );
     };
     each_sees_its_own(&runner);
+    // The same in native Tier C with file refusals recorded: each run lists the hidden
+    // secret it read, never the other's.
+    let files = env.runner_files(TierCBackend::Native);
+    let in_c = |mut r: ProcessRunRequest| {
+        r.tier = TierRequest::C;
+        r
+    };
+    let (first_c, second_c) = (in_c(first.clone()), in_c(second.clone()));
+    let (x, y) = rt().block_on(async { tokio::join!(files.run(&first_c), files.run(&second_c)) });
+    let (x, y) = (x.unwrap(), y.unwrap());
+    let hidden = |o: &Outcome| -> Vec<String> {
+        o.denials
+            .iter()
+            .filter(|d| d.layer == DenialLayer::Mounts)
+            .map(|d| d.target.clone())
+            .collect()
+    };
+    assert_eq!(hidden(&x), vec![env.secret()], "{:?}", x.denials);
+    assert_eq!(
+        hidden(&y),
+        vec![other.path().join("secret").display().to_string()],
+        "{:?}",
+        y.denials
+    );
+    assert!(audit::files::flush_rule_removals());
 
     // 7. Warm slots (a long-lived supervisor): the slot's launcher thread carries the log
     //    flags and an audit session each run adopts in turn. The same refusals are

@@ -255,6 +255,7 @@ pub(crate) fn launch_bwrap(
     // Refused calls reach the audit log only from a filter attached with the log flag,
     // which bwrap never sets: tierbox-init stacks the whole filter with it.
     let mut audit = crate::linux::audit::RunAudit::plan(false, None, seccomp.is_some());
+    audit.record_files(plan);
     audit.landlock = Err(
         "not recorded: the bwrap backend applies no landlock domain (its mount namespace hides what is not bound)"
             .to_owned(),
@@ -339,7 +340,7 @@ pub(crate) fn launch_bwrap(
         netns: egress.as_ref().map(|(netns, _)| netns),
         mount_moves: &mount_moves,
         clear_groups: userns.is_some(),
-        audit_session: audit.wants_session(),
+        audit_session: audit.session_wants(),
         ..HelperSpawn::plain(&info.path, &full_argv, &[])
     };
     let child = match launch::spawn_helper(plan, opts, &slot, &helper) {

@@ -264,7 +264,7 @@ pub fn validate(
     let mut env = env::build(&policy.env, req, ctx)?;
     let network = egress::check(&policy.egress, req, &req.command)?;
     let (limits, background) = limits::resolve(policy, req)?;
-    let tier = tier::check(&policy.tier, req)?;
+    let tier = tier::check(policy, req)?;
     let workspace_mode = tier::workspace_mode(policy, req, &tier)?;
 
     let mut argv = Vec::with_capacity(req.args.len() + 1);
@@ -367,7 +367,7 @@ pub fn grants_plan(policy: &Policy, ctx: &ValidateContext) -> Result<Plan, Rejec
     let workspace = scope::workspace_root(policy, ctx, &own)?;
     let network = egress::check(&policy.egress, &req, &req.command)?;
     let (limits, _) = limits::resolve(policy, &req)?;
-    let tier = tier::check(&policy.tier, &req)?;
+    let tier = tier::check(policy, &req)?;
     let mut filesystem = filesystem_plan(policy, ctx, &workspace, &own)?;
     filesystem.private_home = true;
     Ok(Plan {

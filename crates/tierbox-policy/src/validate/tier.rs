@@ -3,11 +3,12 @@
 //! Whether the host can enforce it is decided later by the sandbox's tier selection.
 
 use crate::plan::TierPlan;
-use crate::policy::{Policy, Tier, TierPolicy, WorkspaceMode};
+use crate::policy::{Policy, Tier, WorkspaceMode};
 use crate::rejection::Rejection;
 use crate::request::{ProcessRunRequest, TierRequest};
 
-pub(crate) fn check(policy: &TierPolicy, req: &ProcessRunRequest) -> Result<TierPlan, Rejection> {
+pub(crate) fn check(whole: &Policy, req: &ProcessRunRequest) -> Result<TierPlan, Rejection> {
+    let policy = &whole.tier;
     // A request that leaves the choice open gets the policy's preference (checked to be
     // at least the minimum when the policy was loaded).
     let asked = match req.tier {
@@ -45,6 +46,7 @@ pub(crate) fn check(policy: &TierPolicy, req: &ProcessRunRequest) -> Result<Tier
             gid: policy.sandbox_gid,
             as_supervisor: policy.danger_sandbox_as_supervisor,
         },
+        file_refusals: whole.audit.file_refusals,
     })
 }
 

@@ -182,10 +182,16 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         container: Some(guard),
         tmp_fs: None,
         upper_layer,
-        audit: crate::linux::audit::RunAudit::not_recorded(
-            "the container engine applies no landlock domain",
-            "the container engine loads its own seccomp profile; its refusals are not read",
-        ),
+        audit: {
+            let mut audit = crate::linux::audit::RunAudit::not_recorded(
+                "the container engine applies no landlock domain",
+                "the container engine loads its own seccomp profile; its refusals are not read",
+            );
+            if plan.tier.file_refusals {
+                audit.files = Err("not recorded: the container engine starts the run's processes, outside the supervisor's audit sessions".to_owned());
+            }
+            audit
+        },
     })
 }
 

@@ -342,8 +342,8 @@ pub(crate) struct HelperSpawn<'a> {
     /// Drop the supervisor's supplementary groups before exec.
     pub clear_groups: bool,
     /// Start the helper in an audit session of its own (see [`crate::linux::audit`]):
-    /// its refused calls are logged and attributed to the run.
-    pub audit_session: bool,
+    /// its refused calls are logged and attributed to the run (`None`: no session).
+    pub audit_session: Option<crate::linux::audit::SessionWants>,
 }
 
 impl HelperSpawn<'_> {
@@ -361,7 +361,7 @@ impl HelperSpawn<'_> {
             netns: None,
             mount_moves: &[],
             clear_groups: false,
-            audit_session: false,
+            audit_session: None,
         }
     }
 }
@@ -500,7 +500,7 @@ pub(crate) fn spawn_helper(
         // flags (bwrap's filter is not; tierbox-init stacks a logged one).
         log_landlock: false,
         log_seccomp: false,
-        audit_session: helper.audit_session,
+        audit_session: helper.audit_session.clone(),
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };

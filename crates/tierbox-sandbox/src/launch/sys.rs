@@ -203,8 +203,8 @@ pub(crate) struct ChildSpec {
     /// The seccomp filter's refusals are audited.
     pub log_seccomp: bool,
     /// The cloning thread starts a fresh audit session just before the clone, so the
-    /// child's audited denials can be told from every other run's.
-    pub audit_session: bool,
+    /// child's audited denials can be told from every other run's (`None`: no session).
+    pub audit_session: Option<crate::linux::audit::SessionWants>,
     /// The supervisor's pid, to detect that it died before `PR_SET_PDEATHSIG` took hold.
     pub parent_pid: libc::pid_t,
     /// What only a trusted helper (`bwrap`, a container CLI) gets; [`HelperSetup::NONE`]
@@ -597,7 +597,7 @@ pub(crate) fn clone_and_exec(
     let top = stack.mem.as_mut_ptr_range().end as *mut c_void;
     let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
     // The child inherits this thread's audit session (`audit::session_for_clone`).
-    let audit = crate::linux::audit::session_for_clone(spec.audit_session);
+    let audit = crate::linux::audit::session_for_clone(spec.audit_session.as_ref());
     // SAFETY: `child_main` only reads `spec` and makes raw syscalls (module docs); `top` is
     // the 16-byte aligned end of a live stack buffer; the parent is suspended until the
     // child execs or exits, so `spec`, the strings it points to and the stack outlive the
@@ -612,6 +612,7 @@ pub(crate) fn clone_and_exec(
         )
     };
     let clone_errno = errno();
+    crate::linux::audit::leave_after_clone(audit.as_ref());
     if pid == -1 {
         return Err((Step::None, clone_errno));
     }

@@ -366,7 +366,9 @@ fn spawn_in_slot(
         // slot thread's domain and filter carry them already.
         log_landlock: launcher.child_session && audit.landlock.is_ok(),
         log_seccomp: launcher.child_session && audit.seccomp.is_ok(),
-        audit_session: launcher.child_session,
+        audit_session: launcher
+            .child_session
+            .then(crate::linux::audit::SessionWants::default),
         fail_step: AtomicU32::new(0),
         fail_errno: AtomicI32::new(0),
     };

@@ -22,9 +22,39 @@ fn records_are_parsed() {
         parse_record(1300, SYSCALL.as_bytes()),
         Some(Record::Syscall {
             serial: 116,
-            ses: 2
+            ses: 2,
+            failed: cfg!(target_arch = "x86_64").then_some(FailedCall {
+                syscall: 257,
+                errno: 13,
+                args: [0xffff_ff9c, 0x7fff_4154_4ae9, 0],
+            }),
         })
     );
+    assert_eq!(
+        parse_record(1307, br#"audit(1.2:116): cwd="/work/a""#),
+        Some(Record::Cwd {
+            serial: 116,
+            cwd: "/work/a".to_owned()
+        })
+    );
+    // A name with a blank is hex-encoded.
+    assert_eq!(
+        parse_record(
+            1302,
+            b"audit(1.2:116): item=0 name=2F746D702F612062 nametype=UNKNOWN cap_fp=0 cap_fi=0"
+        ),
+        Some(Record::Path {
+            serial: 116,
+            name: "/tmp/a b".to_owned(),
+            nametype: "UNKNOWN".to_owned(),
+        })
+    );
+    // A call that succeeded carries no failure.
+    let ok = SYSCALL.replace("success=no exit=-13", "success=yes exit=3");
+    assert!(matches!(
+        parse_record(1300, ok.as_bytes()),
+        Some(Record::Syscall { failed: None, .. })
+    ));
     #[cfg(target_arch = "x86_64")]
     assert_eq!(
         parse_record(1326, SECCOMP.as_bytes()),

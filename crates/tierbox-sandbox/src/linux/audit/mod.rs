@@ -34,16 +34,18 @@
 //! set (a host that makes it immutable), the layers are reported as not recorded, with
 //! the reason. Tierbox never turns audit on itself: that is a host-wide choice.
 
+pub mod files;
 mod parse;
 #[allow(unsafe_code)]
 mod sys;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use parse::{Record, parse_record};
+pub use parse::{FailedCall, Record, parse_record};
+use tierbox_policy::access::AccessModel;
 
 /// Most distinct refusals kept per run; further ones are counted in
 /// [`AuditReport::dropped`] (a program refused in a loop stays small).
@@ -64,6 +66,10 @@ pub const READLOG_RCVBUF_BYTES: usize = 4 << 20;
 /// Most retired sessions remembered ([`session_retired`]); each is a slot launcher's
 /// whose run timed out waiting for its barrier, and there are far fewer slots.
 pub const MAX_RETIRED_SESSIONS: usize = 4096;
+
+/// Most `PATH` records kept per file event (a rename names four paths; a call never
+/// names more than a few).
+const MAX_PATHS_PER_EVENT: usize = 8;
 
 /// How long a control request (`AUDIT_GET`, the barrier) may wait for the kernel.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -98,6 +104,9 @@ pub enum RefusalLayer {
     Landlock,
     /// The seccomp filter.
     Seccomp,
+    /// A Tier C sandbox's mount namespace: the path is not in its view, or its mount is
+    /// read-only ([`files`]).
+    Mount,
 }
 
 /// One thing a run was refused, all the times it was.
@@ -110,7 +119,7 @@ pub struct Refusal {
     /// `,`). Seccomp: the system call's name (`syscall N` when unknown).
     pub operation: String,
     /// Landlock: the path, `port N`, `ADDR:PORT` or the signalled process. Seccomp: the
-    /// filter rule that refused it.
+    /// filter rule that refused it. Mount: the path.
     pub target: String,
     /// How many times.
     pub count: u64,
@@ -127,6 +136,8 @@ pub struct AuditReport {
     pub dropped: u64,
     /// The barrier came back and the kernel lost no record during the run.
     pub complete: bool,
+    /// File failures past [`files::MAX_FILE_FAILURES_PER_RUN`], never checked.
+    pub files_dropped: u64,
 }
 
 /// Whether this process can read denials from the kernel's audit subsystem now: `Err`
@@ -171,25 +182,60 @@ pub fn enabled_now() -> std::io::Result<bool> {
 pub struct AuditSession {
     ses: u32,
     lost_at_start: u32,
+    /// The session's file rules, removed when the run's processes are gone.
+    rules: Option<FileRules>,
+    /// Why the file rules asked for could not be added.
+    files_error: Option<String>,
+}
+
+/// What a run's audit session is for, besides the landlock and seccomp records every
+/// session collects.
+#[derive(Debug, Clone, Default)]
+pub struct SessionWants {
+    /// Also record the run's file refusals ([`files`]), kept when `model`'s grants do
+    /// not explain them.
+    pub files: Option<Arc<AccessModel>>,
 }
 
 impl AuditSession {
     /// Gives the calling thread a fresh audit session and registers it. Call it on the
     /// thread that clones the run's first process, right before the clone: the child
-    /// inherits the session.
-    pub fn begin() -> Result<Self, String> {
+    /// inherits the session. With `wants.files`, the session's file rules are in place
+    /// before this returns (or the session says why not: [`AuditSession::files_error`]).
+    pub fn begin(wants: &SessionWants) -> Result<Self, String> {
         let w = watch()?;
         // The count read with the status (at most STATUS_TTL old): a record lost by
         // anyone since then marks the report incomplete, which errs on the safe side and
         // spares every run a netlink round trip.
         let lost_at_start = cached_lost()?;
         let ses = fresh_thread_session()?;
+        let mut log = SessionLog::default();
+        let (rules, files_error) = match &wants.files {
+            Some(model) => match FileRules::add(ses) {
+                Ok(rules) => {
+                    log.files = Some(files::FileLog::new(Arc::clone(model)));
+                    (Some(rules), None)
+                }
+                Err(why) => (None, Some(why)),
+            },
+            None => (None, None),
+        };
         w.state
             .lock()
             .map_err(|_| "the audit reader's state is poisoned".to_owned())?
             .sessions
-            .insert(ses, SessionLog::default());
-        Ok(Self { ses, lost_at_start })
+            .insert(ses, log);
+        Ok(Self {
+            ses,
+            lost_at_start,
+            rules,
+            files_error,
+        })
+    }
+
+    /// Why the file rules asked for could not be added, when they could not.
+    pub fn files_error(&self) -> Option<&str> {
+        self.files_error.as_deref()
     }
 
     /// Registers `ses`, the audit session of a slot's launcher thread, for the run about
@@ -207,7 +253,12 @@ impl AuditSession {
             return Err(format!("audit session {ses} is not free"));
         }
         state.sessions.insert(ses, SessionLog::default());
-        Ok(Self { ses, lost_at_start })
+        Ok(Self {
+            ses,
+            lost_at_start,
+            rules: None,
+            files_error: None,
+        })
     }
 
     /// The session id.
@@ -219,9 +270,13 @@ impl AuditSession {
     /// the kernel lost records since the run began and sends the barrier. Cheap; the
     /// caller goes on with its own work while the barrier travels through the kernel's
     /// queue, and collects the records with [`EndingSession::wait`].
-    pub fn end(self) -> EndingSession {
+    pub fn end(mut self) -> EndingSession {
         let lost = read_status().map_or(true, |now| now.lost != self.lost_at_start);
         let barrier = watch().ok().and_then(Watch::send_barrier);
+        // Nothing of the run can fail a call any more: the rule's host-wide cost ends
+        // with its removal, handed to the remover thread after the two requests above
+        // (a removal holds the kernel's audit control lock for a grace period).
+        drop(self.rules.take());
         EndingSession {
             session: self,
             lost,
@@ -275,10 +330,25 @@ impl EndingSession {
                 s.sessions.remove(&self.session.ses)
             })
             .unwrap_or_default();
+        let mut refusals = log.refusals;
+        let mut files_dropped = 0;
+        if let Some(files) = log.files {
+            files_dropped = files.dropped;
+            for (f, count, first) in files.refusals() {
+                refusals.add_n(
+                    RefusalLayer::Mount,
+                    f.operation.to_owned(),
+                    f.path.display().to_string(),
+                    first,
+                    count,
+                );
+            }
+        }
         AuditReport {
             complete: barrier_back && !self.lost && !log.overflowed,
-            refusals: log.refusals.refusals,
-            dropped: log.refusals.dropped,
+            refusals: refusals.refusals,
+            dropped: refusals.dropped,
+            files_dropped,
         }
     }
 }
@@ -293,6 +363,60 @@ impl Drop for AuditSession {
     }
 }
 
+/// A session's file rule ([`files`]), handed to the remover thread when dropped.
+#[derive(Debug)]
+struct FileRules {
+    rule: Vec<u8>,
+}
+
+impl FileRules {
+    /// Adds the rule for session `ses` (`CAP_AUDIT_CONTROL`), removing first, once per
+    /// process, those left by supervisors that are gone.
+    fn add(ses: u32) -> Result<Self, String> {
+        static KEY: OnceLock<String> = OnceLock::new();
+        let key = KEY.get_or_init(|| {
+            if let Ok(ctl) = control()
+                && let Ok(ctl) = ctl.lock()
+            {
+                files::remove_stale_rules(&ctl);
+            }
+            files::own_key()
+        });
+        let backlog = files::RuleRemover::get().map_or(0, files::RuleRemover::backlog);
+        if backlog >= files::MAX_RULES_AWAITING_REMOVAL {
+            return Err(format!(
+                "not recorded: the audit rules of {backlog} earlier runs are still being removed (each removal waits for the kernel's RCU grace period); this run adds none rather than more"
+            ));
+        }
+        let rule = files::encode_rule(ses, key)
+            .ok_or_else(|| "not recorded: this architecture has no audit number here".to_owned())?;
+        control()?
+            .lock()
+            .map_err(|_| "the audit control socket is poisoned".to_owned())?
+            .add_rule(&rule)
+            .map_err(|e| {
+                format!("not recorded: cannot add the kernel audit rule for the run's file calls (AUDIT_ADD_RULE: {e}; rules locked with `auditctl -e 2`, or no CAP_AUDIT_CONTROL)")
+            })?;
+        Ok(Self { rule })
+    }
+}
+
+impl Drop for FileRules {
+    fn drop(&mut self) {
+        let rule = std::mem::take(&mut self.rule);
+        let handed = match files::RuleRemover::get() {
+            Some(remover) => remover.remove(rule),
+            None => Err(rule),
+        };
+        if let Err(rule) = handed
+            && let Ok(ctl) = control()
+            && let Ok(ctl) = ctl.lock()
+        {
+            let _ = ctl.del_rule(&rule);
+        }
+    }
+}
+
 /// How a run's landlock and seccomp denials are read: decided before it starts
 /// ([`RunAudit::plan`]), given its session once cloned ([`RunAudit::attach`]), read when
 /// it has ended ([`RunAudit::finish`]).
@@ -302,6 +426,10 @@ pub struct RunAudit {
     pub landlock: Result<(), String>,
     /// `Ok` when the calls its seccomp filter refuses are logged; else why not.
     pub seccomp: Result<(), String>,
+    /// `Ok` when its file refusals are recorded ([`files`]; Tier C); else why not.
+    pub files: Result<(), String>,
+    /// The grants file failures are checked against, when they are recorded.
+    file_model: Option<Arc<AccessModel>>,
     session: Option<AuditSession>,
     ending: Option<EndingSession>,
     /// The first process's exit means every process of the run is gone (a pid
@@ -316,6 +444,8 @@ pub struct RunAuditReport {
     pub landlock: Result<(), String>,
     /// As [`RunAudit::seccomp`].
     pub seccomp: Result<(), String>,
+    /// As [`RunAudit::files`].
+    pub files: Result<(), String>,
     /// The refusals (empty when neither layer was read).
     pub report: AuditReport,
     /// The session the records were read from.
@@ -342,10 +472,37 @@ impl RunAudit {
         Self {
             landlock,
             seccomp: layer(seccomp, "a seccomp filter"),
+            files: Err(FILES_NOT_ASKED.to_owned()),
+            file_model: None,
             session: None,
             ending: None,
             first_process_ends_all: false,
         }
+    }
+
+    /// Also records the run's file refusals when `plan` asks for it
+    /// (`audit.file_refusals`, Tier C backends only: [`files`]).
+    pub fn record_files(&mut self, plan: &tierbox_policy::Plan) {
+        if !plan.tier.file_refusals {
+            return;
+        }
+        self.files = match (availability(), crate::linux::seccomp::NATIVE_AUDIT_ARCH) {
+            (Err(why), _) => Err(why),
+            (Ok(()), None) => {
+                Err("not recorded: this architecture has no audit number here".to_owned())
+            }
+            (Ok(()), Some(_)) => {
+                self.file_model = Some(Arc::new(AccessModel::of(plan)));
+                Ok(())
+            }
+        };
+    }
+
+    /// What the run's first process's audit session is for (`None`: it needs none).
+    pub fn session_wants(&self) -> Option<SessionWants> {
+        self.wants_session().then(|| SessionWants {
+            files: self.file_model.clone().filter(|_| self.files.is_ok()),
+        })
     }
 
     /// Neither layer is read, for `why` (a backend that applies neither itself).
@@ -353,6 +510,8 @@ impl RunAudit {
         Self {
             landlock: Err(format!("not recorded: {landlock}")),
             seccomp: Err(format!("not recorded: {seccomp}")),
+            files: Err(FILES_NOT_ASKED.to_owned()),
+            file_model: None,
             session: None,
             ending: None,
             first_process_ends_all: false,
@@ -361,15 +520,20 @@ impl RunAudit {
 
     /// Whether the run's first process needs an audit session of its own.
     pub fn wants_session(&self) -> bool {
-        self.landlock.is_ok() || self.seccomp.is_ok()
+        self.landlock.is_ok() || self.seccomp.is_ok() || self.files.is_ok()
     }
 
     /// The session the cloning thread started for the run (or why it could not).
     pub fn attach(&mut self, session: Result<AuditSession, String>) {
         match session {
-            Ok(s) => self.session = Some(s),
+            Ok(s) => {
+                if let Some(why) = s.files_error() {
+                    self.files = Err(why.to_owned());
+                }
+                self.session = Some(s);
+            }
             Err(why) => {
-                for layer in [&mut self.landlock, &mut self.seccomp] {
+                for layer in [&mut self.landlock, &mut self.seccomp, &mut self.files] {
                     if layer.is_ok() {
                         *layer = Err(why.clone());
                     }
@@ -414,6 +578,7 @@ impl RunAudit {
         RunAuditReport {
             landlock: self.landlock,
             seccomp: self.seccomp,
+            files: self.files,
             report,
             session,
         }
@@ -445,9 +610,24 @@ pub fn thread_session() -> Result<u32, String> {
 /// processes with a logged landlock domain or seccomp filter, each cloned right after a
 /// session of its own began, and a session's records are kept only while its run is
 /// registered.
-pub fn session_for_clone(wanted: bool) -> Option<Result<AuditSession, String>> {
-    wanted.then(AuditSession::begin)
+pub fn session_for_clone(wants: Option<&SessionWants>) -> Option<Result<AuditSession, String>> {
+    wants.map(AuditSession::begin)
 }
+
+/// Called by the cloning thread right after the clone: when the run's session has file
+/// rules, the thread leaves it for a fresh one. Those rules record the failed calls of
+/// *every* process in the session, the thread itself and whatever it clones later
+/// without a session of its own, which must not count for the run.
+pub fn leave_after_clone(session: Option<&Result<AuditSession, String>>) {
+    if let Some(Ok(s)) = session
+        && s.rules.is_some()
+    {
+        let _ = fresh_thread_session();
+    }
+}
+
+/// Why a run's file refusals are not recorded when its policy does not ask for them.
+pub const FILES_NOT_ASKED: &str = "not recorded: off by default; `audit.file_refusals = true` records the paths a Tier C run could not open because the sandbox does not show them or shows them read-only (kernel audit rules for the run's session, which make every process of the host record its path calls while the run lasts)";
 
 // ---- the reader ------------------------------------------------------------------------
 
@@ -456,6 +636,8 @@ struct SessionLog {
     refusals: RefusalList,
     /// The multicast socket overflowed while the run was registered.
     overflowed: bool,
+    /// The run's file failures, when its session has file rules.
+    files: Option<files::FileLog>,
 }
 
 impl SessionLog {
@@ -480,22 +662,34 @@ impl RefusalList {
         target: String,
         at: Instant,
     ) {
+        self.add_n(layer, operation, target, at, 1);
+    }
+
+    /// [`RefusalList::add`] of a refusal that happened `count` times.
+    pub(crate) fn add_n(
+        &mut self,
+        layer: RefusalLayer,
+        operation: String,
+        target: String,
+        at: Instant,
+        count: u64,
+    ) {
         if let Some(r) = self
             .refusals
             .iter_mut()
             .find(|r| r.layer == layer && r.operation == operation && r.target == target)
         {
-            r.count += 1;
+            r.count += count;
         } else if self.refusals.len() < MAX_REFUSALS_PER_RUN {
             self.refusals.push(Refusal {
                 layer,
                 operation,
                 target,
-                count: 1,
+                count,
                 first: at,
             });
         } else {
-            self.dropped += 1;
+            self.dropped += count;
         }
     }
 }
@@ -512,6 +706,8 @@ struct State {
     waiters: Vec<std::task::Waker>,
     /// Sessions whose run ended before its barrier came back ([`session_retired`]).
     retired: VecDeque<u32>,
+    /// Failed file calls of sessions with file rules, by event, until their end.
+    file_events: VecDeque<(u64, files::FileEvent)>,
 }
 
 impl State {
@@ -548,7 +744,31 @@ impl State {
                 }
                 self.pending.push_back((serial, access, object, at));
             }
-            Record::Syscall { serial, ses } => {
+            Record::Syscall {
+                serial,
+                ses,
+                failed,
+            } => {
+                if let Some(call) = failed
+                    && files::FILE_ERRNOS.contains(&call.errno)
+                    && let Some(kind) = files::file_call(call.syscall)
+                    && self.sessions.get(&ses).is_some_and(|l| l.files.is_some())
+                {
+                    if self.file_events.len() >= files::MAX_PENDING_FILE_EVENTS {
+                        self.file_events.pop_front();
+                    }
+                    self.file_events.push_back((
+                        serial,
+                        files::FileEvent {
+                            ses,
+                            call: kind,
+                            errno: call.errno,
+                            args: call.args,
+                            cwd: None,
+                            names: Vec::new(),
+                        },
+                    ));
+                }
                 let mut log = self.sessions.get_mut(&ses);
                 self.pending.retain(|(s, access, object, at)| {
                     if *s != serial {
@@ -560,7 +780,36 @@ impl State {
                     false
                 });
             }
-            Record::EndOfEvent { serial } => self.pending.retain(|(s, ..)| *s != serial),
+            Record::Cwd { serial, cwd } => {
+                if let Some((_, e)) = self.file_events.iter_mut().find(|(s, _)| *s == serial) {
+                    e.cwd = Some(cwd);
+                }
+            }
+            Record::Path {
+                serial,
+                name,
+                nametype,
+            } => {
+                if let Some((_, e)) = self.file_events.iter_mut().find(|(s, _)| *s == serial)
+                    && e.names.len() < MAX_PATHS_PER_EVENT
+                {
+                    e.names.push((name, nametype));
+                }
+            }
+            Record::EndOfEvent { serial } => {
+                self.pending.retain(|(s, ..)| *s != serial);
+                if let Some(i) = self.file_events.iter().position(|(s, _)| *s == serial)
+                    && let Some((_, event)) = self.file_events.remove(i)
+                {
+                    let ses = event.ses;
+                    if let Some(failure) = event.finish()
+                        && let Some(log) = self.sessions.get_mut(&ses)
+                        && let Some(files) = log.files.as_mut()
+                    {
+                        files.add(failure, at);
+                    }
+                }
+            }
             Record::Barrier { origin, number } => {
                 if origin == barrier_origin() {
                     self.barrier = self.barrier.max(number);

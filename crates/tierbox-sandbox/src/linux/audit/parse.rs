@@ -4,6 +4,10 @@
 
 /// `AUDIT_SYSCALL`: the system-call record closing an event.
 const AUDIT_SYSCALL: u16 = 1300;
+/// `AUDIT_PATH`: a path a system call named (file refusals only).
+const AUDIT_PATH: u16 = 1302;
+/// `AUDIT_CWD`: the working directory of the calling process (file refusals only).
+const AUDIT_CWD: u16 = 1307;
 /// `AUDIT_EOE`: the end of a multi-record event.
 const AUDIT_EOE: u16 = 1320;
 /// `AUDIT_SECCOMP`: a seccomp action other than allow.
@@ -12,10 +16,12 @@ const AUDIT_SECCOMP: u16 = 1326;
 const AUDIT_LANDLOCK_ACCESS: u16 = 1423;
 
 /// Every record type [`parse_record`] reads; the reader's socket drops the others.
-pub(super) const RECORD_TYPES: [u16; 5] = [
+pub(super) const RECORD_TYPES: [u16; 7] = [
     AUDIT_SECCOMP,
     AUDIT_LANDLOCK_ACCESS,
     AUDIT_SYSCALL,
+    AUDIT_PATH,
+    AUDIT_CWD,
     AUDIT_EOE,
     super::AUDIT_TRUSTED_APP,
 ];
@@ -51,6 +57,24 @@ pub enum Record {
         serial: u64,
         /// The audit session of the calling process.
         ses: u32,
+        /// The call, when it failed and was made with the native architecture.
+        failed: Option<FailedCall>,
+    },
+    /// The working directory of an event's process.
+    Cwd {
+        /// The event.
+        serial: u64,
+        /// The directory.
+        cwd: String,
+    },
+    /// A path an event's system call named.
+    Path {
+        /// The event.
+        serial: u64,
+        /// The name as given (or the directory part of it, for a `PARENT` record).
+        name: String,
+        /// `NORMAL`, `PARENT`, `CREATE`, `DELETE`, `UNKNOWN`.
+        nametype: String,
     },
     /// The end of an event.
     EndOfEvent {
@@ -66,6 +90,17 @@ pub enum Record {
         /// Its number.
         number: u64,
     },
+}
+
+/// A failed system call, from its `SYSCALL` record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailedCall {
+    /// The system call's number (native architecture).
+    pub syscall: u32,
+    /// The error it returned, positive (`ENOENT` is 2).
+    pub errno: i32,
+    /// Its first three arguments.
+    pub args: [u64; 3],
 }
 
 /// Parses one netlink audit message of type `ty`.
@@ -90,6 +125,8 @@ pub fn parse_record(ty: u16, payload: &[u8]) -> Option<Record> {
         AUDIT_SECCOMP
             | AUDIT_LANDLOCK_ACCESS
             | AUDIT_SYSCALL
+            | AUDIT_PATH
+            | AUDIT_CWD
             | AUDIT_EOE
             | super::AUDIT_TRUSTED_APP
     ) {
@@ -134,6 +171,16 @@ pub fn parse_record(ty: u16, payload: &[u8]) -> Option<Record> {
         AUDIT_SYSCALL => Some(Record::Syscall {
             serial,
             ses: field(body, "ses")?.parse().ok()?,
+            failed: failed_call(body),
+        }),
+        AUDIT_CWD => Some(Record::Cwd {
+            serial,
+            cwd: string_value(field(body, "cwd")?),
+        }),
+        AUDIT_PATH => Some(Record::Path {
+            serial,
+            name: string_value(field(body, "name")?),
+            nametype: field(body, "nametype").unwrap_or("UNKNOWN").to_owned(),
         }),
         AUDIT_EOE => Some(Record::EndOfEvent { serial }),
         super::AUDIT_TRUSTED_APP => {
@@ -148,6 +195,24 @@ pub fn parse_record(ty: u16, payload: &[u8]) -> Option<Record> {
         }
         _ => None,
     }
+}
+
+/// The failed call a `SYSCALL` record describes (`success=no`, the native architecture).
+fn failed_call(body: &str) -> Option<FailedCall> {
+    if field(body, "success")? != "no" {
+        return None;
+    }
+    let arch = u32::from_str_radix(field(body, "arch")?, 16).ok()?;
+    if crate::linux::seccomp::NATIVE_AUDIT_ARCH != Some(arch) {
+        return None;
+    }
+    let exit: i64 = field(body, "exit")?.parse().ok()?;
+    let arg = |k: &str| u64::from_str_radix(field(body, k)?, 16).ok();
+    Some(FailedCall {
+        syscall: field(body, "syscall")?.parse().ok()?,
+        errno: i32::try_from(exit.checked_neg()?).ok()?,
+        args: [arg("a0")?, arg("a1")?, arg("a2")?],
+    })
 }
 
 /// `audit(TIME:SERIAL): BODY` → `(SERIAL, BODY)`.

@@ -18,8 +18,16 @@ pub(super) const AUDIT_GET: u16 = 1000;
 const AUDIT_SET: u16 = 1001;
 /// `AUDIT_STATUS_ENABLED`: the `mask` bit of `AUDIT_SET` for `enabled`.
 const AUDIT_STATUS_ENABLED: u32 = 1;
+/// `AUDIT_ADD_RULE`: add a filter rule (`struct audit_rule_data`).
+const AUDIT_ADD_RULE: u16 = 1011;
+/// `AUDIT_DEL_RULE`: delete the rule equal to the one given.
+const AUDIT_DEL_RULE: u16 = 1012;
+/// `AUDIT_LIST_RULES`: list the filter rules (one message per rule, then `NLMSG_DONE`).
+const AUDIT_LIST_RULES: u16 = 1013;
 /// `NLMSG_ERROR`: an acknowledgement or an error.
 const NLMSG_ERROR: u16 = 2;
+/// `NLMSG_DONE`: the end of a multi-part answer.
+const NLMSG_DONE: u16 = 3;
 /// Size of `struct nlmsghdr`.
 pub(super) const NLMSG_HDRLEN: usize = 16;
 /// Size of `struct audit_status` as this code reads it (eleven `u32`s, kernel 5.x+).
@@ -292,7 +300,50 @@ impl AuditSocket {
         let mut status = [0u8; AUDIT_STATUS_LEN];
         status[..4].copy_from_slice(&AUDIT_STATUS_ENABLED.to_ne_bytes());
         status[4..8].copy_from_slice(&u32::from(enabled).to_ne_bytes());
-        let seq = self.send(AUDIT_SET, true, &status)?;
+        self.acknowledged(AUDIT_SET, &status)
+    }
+
+    /// `AUDIT_ADD_RULE` of an encoded `struct audit_rule_data` (`CAP_AUDIT_CONTROL`),
+    /// acknowledged.
+    pub fn add_rule(&self, rule: &[u8]) -> io::Result<()> {
+        self.acknowledged(AUDIT_ADD_RULE, rule)
+    }
+
+    /// `AUDIT_DEL_RULE` of a rule, encoded as it was added or as it was listed.
+    pub fn del_rule(&self, rule: &[u8]) -> io::Result<()> {
+        self.acknowledged(AUDIT_DEL_RULE, rule)
+    }
+
+    /// `AUDIT_LIST_RULES`: every rule the kernel holds, each an encoded
+    /// `struct audit_rule_data`.
+    pub fn list_rules(&self) -> io::Result<Vec<Vec<u8>>> {
+        let seq = self.send(AUDIT_LIST_RULES, false, &[])?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut rules = Vec::new();
+        loop {
+            let n = self.recv(&mut buf)?;
+            for (ty, msg_seq, payload) in messages(&buf[..n]) {
+                if msg_seq != seq {
+                    continue;
+                }
+                match ty {
+                    AUDIT_LIST_RULES => rules.push(payload.to_vec()),
+                    NLMSG_DONE => return Ok(rules),
+                    NLMSG_ERROR => {
+                        let e = nl_error(payload);
+                        if e.raw_os_error() != Some(0) {
+                            return Err(e);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Sends a request of type `ty` asking for an acknowledgement and waits for it.
+    fn acknowledged(&self, ty: u16, payload: &[u8]) -> io::Result<()> {
+        let seq = self.send(ty, true, payload)?;
         let mut buf = vec![0u8; 8192];
         loop {
             let n = self.recv(&mut buf)?;

@@ -278,6 +278,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         crate::probe::host_facts().landlock_abi,
         layers.seccomp.is_some(),
     );
+    audit.record_files(plan);
     let fprog = layers.seccomp.as_deref().map(SeccompProgram::as_fprog);
     let landlock_rules: Vec<(&CStr, u64)> = layers
         .landlock_rules
@@ -351,7 +352,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     };
     // pid 1 and everything it starts inherit this thread's audit session (see
     // `audit::session_for_clone` for why the thread may stay in it).
-    let session = crate::linux::audit::session_for_clone(audit.wants_session());
+    let session = crate::linux::audit::session_for_clone(audit.session_wants().as_ref());
     let mut cloned = nsys::clone_init(&spec, &stacks.init, flags, pooled);
     if cloned.is_err() && pooled.is_some() {
         // Joining the pooled namespace failed (or the clone did): the ordinary way.
@@ -359,6 +360,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         spec.loopback_up = true;
         cloned = nsys::clone_init(&spec, &stacks.init, flags, pooled);
     }
+    crate::linux::audit::leave_after_clone(session.as_ref());
     if let Some(session) = session {
         audit.attach(session);
     }

@@ -65,7 +65,7 @@ pub(super) fn sleep_child_from_exiting_thread(change_ids: bool) -> OwnedFd {
             netns_fd: -1,
             log_landlock: false,
             log_seccomp: false,
-            audit_session: false,
+            audit_session: None,
             fail_step: AtomicU32::new(0),
             fail_errno: AtomicI32::new(0),
         };
