@@ -199,7 +199,11 @@ fn a_run_through_the_daemon_prints_and_exits_as_a_run_in_process() {
         // The same layers; only the wording of how the seccomp filter was attached may
         // differ (a long-lived supervisor's launcher thread carries the chmod hand-off in
         // its inherited filter, a one-shot process stacks it in the child).
-        let (mut ea, mut eb) = (a["enforcement"].clone(), b["enforcement"].clone());
+        // Each run has an audit session of its own (on a host with audit enabled).
+        let (mut ea, mut eb) = (
+            tierbox_test_support::enforcement_without_sessions(&a["enforcement"]),
+            tierbox_test_support::enforcement_without_sessions(&b["enforcement"]),
+        );
         for e in [&mut ea, &mut eb] {
             assert_eq!(e["seccomp"]["applied"], true, "{cmd:?}: {e}");
             e["seccomp"]["detail"] = serde_json::Value::Null;

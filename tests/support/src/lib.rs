@@ -79,3 +79,46 @@ pub fn open_pty() -> (std::os::fd::OwnedFd, std::fs::File) {
         .expect("open the pty's slave");
     (master, slave)
 }
+
+/// `text` with each audit session number (`audit session (4095)`, `session 4095`)
+/// replaced by `N`. Every run has a session of its own on a host with audit enabled, so
+/// two runs' enforcement reports differ there and, when they enforced the same, nowhere
+/// else.
+///
+/// ```
+/// assert_eq!(
+///     tierbox_test_support::mask_audit_sessions("records of the run's own audit session (4095); rules for its audit session 17, x"),
+///     "records of the run's own audit session (N); rules for its audit session N, x"
+/// );
+/// ```
+pub fn mask_audit_sessions(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("session") {
+        let (head, tail) = rest.split_at(at + "session".len());
+        out.push_str(head);
+        let gap = tail.len() - tail.trim_start_matches([' ', '(']).len();
+        let digits = tail[gap..].bytes().take_while(u8::is_ascii_digit).count();
+        out.push_str(&tail[..gap]);
+        if digits > 0 {
+            out.push('N');
+        }
+        rest = &tail[gap + digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// An outcome's `enforcement` report (JSON) with [`mask_audit_sessions`] applied to each
+/// of its `denial_reports`: what two runs that enforced the same have in common.
+pub fn enforcement_without_sessions(enforcement: &serde_json::Value) -> serde_json::Value {
+    let mut e = enforcement.clone();
+    if let Some(reports) = e["denial_reports"].as_object_mut() {
+        for r in reports.values_mut() {
+            if let Some(d) = r["detail"].as_str() {
+                r["detail"] = mask_audit_sessions(d).into();
+            }
+        }
+    }
+    e
+}
