@@ -582,6 +582,23 @@ pub fn flush_rule_removals() -> bool {
         .is_none_or(|r| r.backlog() == 0 || r.flush(FLUSH_TIMEOUT))
 }
 
+/// How many audit rules of this process the kernel holds now (listed: root only).
+/// After [`flush_rule_removals`], none outside the runs in progress.
+pub fn rules_held() -> Result<usize, String> {
+    let key = own_key();
+    let ctl = super::control()?;
+    let ctl = ctl
+        .lock()
+        .map_err(|_| "the audit control socket is poisoned".to_owned())?;
+    let rules = ctl
+        .list_rules()
+        .map_err(|e| format!("cannot list the kernel's audit rules: {e}"))?;
+    Ok(rules
+        .iter()
+        .filter(|r| rule_key(r).as_deref() == Some(key.as_str()))
+        .count())
+}
+
 /// Removes the rules of supervisors that died before removing theirs. Called once per
 /// process, before it adds its first rule.
 pub(super) fn remove_stale_rules(ctl: &super::sys::AuditSocket) {
