@@ -586,12 +586,22 @@ impl BackgroundManager {
             .stdin
             .take()
             .and_then(|fd| tokio::net::unix::pipe::Sender::from_owned_fd(fd).ok());
-        let guard = RunGuard {
+        let mut guard = RunGuard {
             launched,
             done: false,
         };
         // From here the guard owns the process: any early return kills it.
         let pidfd = pidfd?;
+        // chmod calls and the refusals the filter hands off are answered for the process's
+        // life (an unserved listener would leave those calls waiting); a mediator that
+        // cannot be set up refuses the start, as it fails a foreground run.
+        let hand_off =
+            supervisor::serve_hand_off(&plan, &mut guard.launched).map_err(|source| {
+                RunError::Io {
+                    what: "open the writable grants for chmod mediation",
+                    source,
+                }
+            })?;
         let entry = Arc::new(Entry {
             id: id.clone(),
             owner: owner.to_owned(),
@@ -636,7 +646,7 @@ impl BackgroundManager {
             plan: plan.clone(),
             state_dir: self.options.state_dir.clone(),
         };
-        tokio::spawn(watch(entry.clone(), guard, deadline, review));
+        tokio::spawn(watch(entry.clone(), guard, deadline, review, hand_off));
         if !initial_stdin.is_empty() {
             let _ = self.write_to(&entry, &initial_stdin, false).await;
         }
@@ -814,7 +824,13 @@ struct Review {
 }
 
 /// Supervises one background process to its end: exit, kill request, or lifetime.
-async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant, review: Review) {
+async fn watch(
+    entry: Arc<Entry>,
+    mut guard: RunGuard,
+    deadline: Instant,
+    review: Review,
+    (mediator, refusals): (Option<supervisor::AbortOnDrop>, RefusalLog),
+) {
     let started = Instant::now();
     let launched_at = SystemTime::now();
     let l = &mut guard.launched;
@@ -834,10 +850,6 @@ async fn watch(entry: Arc<Entry>, mut guard: RunGuard, deadline: Instant, review
         dup(&l.stdout).map(|fd| reader(fd, &entry.stdout)),
         dup(&l.stderr).map(|fd| reader(fd, &entry.stderr)),
     ];
-    // chmod calls and the refusals the filter hands off are answered for the process's
-    // life (an unserved listener would leave those calls waiting).
-    let (mediator, refusals) = supervisor::serve_hand_off(&review.plan, l)
-        .unwrap_or_else(|_| (None, RefusalLog::default()));
     let pidfd = l.watch_exit().ok();
     let state = match &pidfd {
         Some(p) => tokio::select! {

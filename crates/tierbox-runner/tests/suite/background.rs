@@ -648,3 +648,51 @@ fn a_background_process_has_its_chmod_performed_and_its_refusals_listed() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+/// A background process whose chmod mediator cannot be set up (a writable grant that
+/// vanished between validation and start) is refused and killed, as a foreground run
+/// with the same plan fails: it never runs with an unserved hand-off, where chmod and the
+/// handed-off refusals would fail with `ENOSYS`.
+#[test]
+fn a_background_start_without_its_mediator_is_refused_like_a_foreground_run() {
+    let test = "a_background_start_without_its_mediator_is_refused_like_a_foreground_run";
+    let grant = tempfile::tempdir().unwrap();
+    let gone = grant.path().join("cache");
+    std::fs::create_dir(&gone).unwrap();
+    let writable = gone.display().to_string();
+    let Some(e) = env_with(test, &["sleep"], |p| {
+        p.filesystem.writable = vec![writable.clone()];
+    }) else {
+        return;
+    };
+    if !tierbox_runner::host::seccomp_arguments_recorded() {
+        tierbox_test_support::skip(test, "no seccomp user notification on this kernel");
+        return;
+    }
+    let mut req = bg("sleep", &["31"]);
+    req.tier = tierbox_policy::TierRequest::B;
+    let plan = e.runner.check(&req).unwrap();
+    let mut fg_req = req.clone();
+    fg_req.background = false;
+    let fg = e
+        .runner
+        .check_request(tierbox_runner::builder::RunRequest::Process(&fg_req))
+        .unwrap();
+    std::fs::remove_dir(&gone).unwrap();
+    let bgm = e.runner.background().clone();
+    e.rt.block_on(async {
+        let err = bgm.start("alice", &plan).await.unwrap_err().to_string();
+        assert!(err.contains("chmod mediation"), "{err}");
+        assert!(
+            !alive_with_args(&["sleep", "31"]),
+            "the process was left running"
+        );
+        let err = e
+            .runner
+            .execute_checked(fg, None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("chmod mediation"), "{err}");
+    });
+}
