@@ -123,14 +123,7 @@ impl Auditor {
             run_id: outcome.run_id.clone(),
             timed_out: outcome.timed_out,
             quota_exceeded: outcome.quota_exceeded,
-            denials: match outcome.denials.is_empty() {
-                true => None,
-                false => {
-                    let mut v = serde_json::to_value(&outcome.denials).map_err(|e| encode(&e))?;
-                    large_integers_as_strings(&mut v);
-                    Some(v)
-                }
-            },
+            denials: denials_value(&outcome.denials)?,
             changes_sha256: match &outcome.changes {
                 Some(set) => Some(
                     tierbox_attest::changes_digest(
@@ -246,6 +239,18 @@ impl Auditor {
         }
         Ok(signed)
     }
+}
+
+/// A run's denials as the attestation carries them (`None` when it was refused nothing).
+pub(crate) fn denials_value(
+    denials: &[crate::denials::Denial],
+) -> Result<Option<Value>, AuditError> {
+    if denials.is_empty() {
+        return Ok(None);
+    }
+    let mut v = serde_json::to_value(denials).map_err(|e| encode(&e))?;
+    large_integers_as_strings(&mut v);
+    Ok(Some(v))
 }
 
 fn encode(e: &dyn std::fmt::Display) -> AuditError {

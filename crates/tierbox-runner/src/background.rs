@@ -137,6 +137,10 @@ pub struct BackgroundStatus {
     /// refusals).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denials: Vec<crate::denials::Denial>,
+    /// Once ended: for each layer, whether its refusals were recorded for this process,
+    /// and how, or why not ([`tierbox_policy::Enforcement::denial_reports`]).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub denial_reports: std::collections::BTreeMap<String, tierbox_policy::LayerReport>,
 }
 
 /// What a background run is attested with when it ends.
@@ -293,6 +297,7 @@ impl Entry {
             changes_error,
             limit_hit,
             denials,
+            denial_reports,
         } = self.review();
         BackgroundStatus {
             id: self.id.clone(),
@@ -315,6 +320,7 @@ impl Entry {
             changes_error,
             limit_hit,
             denials,
+            denial_reports,
         }
     }
 
@@ -325,15 +331,28 @@ impl Entry {
         self.attestation.lock().ok()?.as_ref().and_then(f)
     }
 
-    /// Signs (and logs) the attestation of the ended run; blocking I/O (fsync).
+    /// Signs (and logs) the attestation of the ended run, with what its end report says
+    /// (the limit it hit, its denials and how each layer's were read); blocking I/O
+    /// (fsync).
     fn seal(
         &self,
         started: Instant,
-        code: Option<i32>,
-        signal: Option<i32>,
+        (code, signal): (Option<i32>, Option<i32>),
         sandbox_failure: Option<String>,
+        end: &crate::review::EndReport,
     ) {
         let Some(facts) = &self.seal else { return };
+        let denials = match crate::audit::denials_value(&end.denials) {
+            Ok(d) => d,
+            Err(e) => {
+                if let Ok(mut slot) = self.attestation.lock() {
+                    *slot = Some(Err(e.to_string()));
+                }
+                return;
+            }
+        };
+        let mut enforcement = facts.enforcement.clone();
+        enforcement.denial_reports = end.denial_reports.clone();
         let ring = |r: &Arc<Mutex<OutputRing>>| {
             r.lock()
                 .map(|r| {
@@ -349,7 +368,7 @@ impl Entry {
             exit_code: code,
             signal,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            limit_hit: None,
+            limit_hit: end.limit_hit.map(|l| l.name().to_owned()),
             stdout_sha256,
             stderr_sha256,
             redacted_stdout_sha256,
@@ -360,13 +379,13 @@ impl Entry {
             quota_exceeded: false,
             wasm: None,
             changes_sha256: None,
-            denials: None,
+            denials,
         };
         let run = RunDescription {
             plan_sha256: &facts.plan_sha256,
             tier: &self.tier,
             backend: self.backend.name(),
-            enforcement: &facts.enforcement,
+            enforcement: &enforcement,
             egress: None,
         };
         let result = facts
@@ -917,7 +936,7 @@ async fn watch(
     )
     .await;
     drop(mediator);
-    let (handed_off, _) = refusals.take();
+    let (handed_off, dropped) = refusals.take();
     let audit = supervisor::finish_audit(&mut guard.launched).await;
     let mut end_report = scratch.for_status(limit, &review.plan);
     end_report.denials.extend(crate::denials::of_refusals(
@@ -926,6 +945,9 @@ async fn watch(
         started,
     ));
     end_report.denials.truncate(crate::denials::MAX_DENIALS);
+    let handed = guard.launched.seccomp_refusals.is_some().then_some(dropped);
+    end_report.denial_reports =
+        crate::denials::sources(&review.plan, guard.launched.tier, Some(&audit), handed);
     let review = end_report;
     guard.finish();
     let (code, signal) = (
@@ -938,12 +960,13 @@ async fn watch(
         Some(facts) if facts.seal.auditor.has_log() => {
             let sealing = entry.clone();
             let failure = sandbox_failure.clone();
+            let end = review.clone();
             let _ = tokio::task::spawn_blocking(move || {
-                sealing.seal(started, code, signal, failure);
+                sealing.seal(started, (code, signal), failure, &end);
             })
             .await;
         }
-        Some(_) => entry.seal(started, code, signal, sandbox_failure.clone()),
+        Some(_) => entry.seal(started, (code, signal), sandbox_failure.clone(), &review),
         None => {}
     }
     if let Ok(mut end) = entry.end.lock() {

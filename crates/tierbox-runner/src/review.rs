@@ -619,6 +619,7 @@ impl Scratch {
                 None,
                 limit_hit.map(|l| (l, false, crate::denials::limit_value(plan, l))),
             ),
+            denial_reports: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -631,6 +632,8 @@ pub(crate) struct EndReport {
     pub(crate) changes_error: Option<String>,
     pub(crate) limit_hit: Option<crate::LimitHit>,
     pub(crate) denials: Vec<crate::denials::Denial>,
+    /// How each layer's refusals were read ([`crate::denials::sources`]).
+    pub(crate) denial_reports: std::collections::BTreeMap<String, tierbox_policy::LayerReport>,
 }
 
 /// After a run's tree is gone: whether its `/tmp` or upper layer filled up, and in

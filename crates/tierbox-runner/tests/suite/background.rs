@@ -640,6 +640,32 @@ fn a_background_process_has_its_chmod_performed_and_its_refusals_listed() {
             .find(|d| d.operation == "unshare")
             .unwrap_or_else(|| panic!("{:?}", s.denials));
         assert_eq!(unshare.target, "CLONE_NEWUSER");
+        // How each layer was read is in the ended status, and the attestation carries the
+        // same denials and reports.
+        let seccomp = &s.denial_reports["seccomp"];
+        assert!(
+            seccomp.applied && seccomp.detail.contains("handed to the supervisor"),
+            "{seccomp:?}"
+        );
+        assert!(
+            s.denial_reports.contains_key("landlock"),
+            "{:?}",
+            s.denial_reports
+        );
+        let signed = s.attestation.as_ref().expect("an attested end");
+        let tierbox_attest::Body::Run(facts) = &signed.attestation.body else {
+            panic!("{signed:?}");
+        };
+        let attested = facts.outcome.denials.as_ref().expect("attested denials");
+        assert_eq!(
+            attested,
+            &serde_json::to_value(&s.denials).unwrap(),
+            "{attested}"
+        );
+        assert_eq!(
+            facts.enforcement["denial_reports"],
+            serde_json::to_value(&s.denial_reports).unwrap()
+        );
     });
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(ws.join("f"))
