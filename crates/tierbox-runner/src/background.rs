@@ -848,7 +848,7 @@ async fn watch(
     mut guard: RunGuard,
     deadline: Instant,
     review: Review,
-    (mediator, refusals): (Option<supervisor::AbortOnDrop>, RefusalLog),
+    (mediator, refusals): (Option<supervisor::AbortOnDrop>, Option<RefusalLog>),
 ) {
     let started = Instant::now();
     let launched_at = SystemTime::now();
@@ -936,16 +936,20 @@ async fn watch(
     )
     .await;
     drop(mediator);
-    let (handed_off, dropped) = refusals.take();
+    let handed_off = refusals.map(|r| r.take());
     let audit = supervisor::finish_audit(&mut guard.launched).await;
     let mut end_report = scratch.for_status(limit, &review.plan);
     end_report.denials.extend(crate::denials::of_refusals(
         &review.plan,
-        audit.report.refusals.iter().chain(&handed_off),
+        audit
+            .report
+            .refusals
+            .iter()
+            .chain(handed_off.iter().flat_map(|(r, _)| r)),
         started,
     ));
     end_report.denials.truncate(crate::denials::MAX_DENIALS);
-    let handed = guard.launched.seccomp_refusals.is_some().then_some(dropped);
+    let handed = handed_off.as_ref().map(|(_, dropped)| *dropped);
     end_report.denial_reports =
         crate::denials::sources(&review.plan, guard.launched.tier, Some(&audit), handed);
     let review = end_report;

@@ -426,7 +426,7 @@ async fn supervise(
     l.audit.processes_gone();
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let launched_at = std::time::SystemTime::now() - started.elapsed();
-    let handed_off = std::mem::take(&mut ended_run.refusals);
+    let handed_off = ended_run.refusals.take();
     let mut outcome = outcome_of(plan, l, ended, ending, ended_run, duration_ms);
     let scratch = crate::review::settle_scratch(plan, l, state_dir, run_id, launched_at).await;
     scratch.record(&mut outcome);
@@ -439,11 +439,15 @@ async fn supervise(
     );
     outcome.denials.extend(crate::denials::of_refusals(
         plan,
-        audit.report.refusals.iter().chain(&handed_off.0),
+        audit
+            .report
+            .refusals
+            .iter()
+            .chain(handed_off.iter().flat_map(|(r, _)| r)),
         started,
     ));
     outcome.denials.truncate(crate::denials::MAX_DENIALS);
-    let handed = l.seccomp_refusals.is_some().then_some(handed_off.1);
+    let handed = handed_off.map(|(_, dropped)| dropped);
     outcome.enforcement.denial_reports =
         crate::denials::sources(plan, l.tier, Some(&audit), handed);
     Ok(outcome)
@@ -474,8 +478,8 @@ struct Capture {
     /// Performs the run's chmod calls, beneath its writable grants only, and answers the
     /// refusals its filter hands off.
     mediator: Option<AbortOnDrop>,
-    /// The handed-off refusals, with their arguments.
-    refusals: RefusalLog,
+    /// The handed-off refusals, with their arguments (when the filter hands them off).
+    refusals: Option<RefusalLog>,
 }
 
 impl Capture {
@@ -574,8 +578,9 @@ struct EndedRun {
     stderr: StreamCapture,
     out_incomplete: bool,
     err_incomplete: bool,
-    /// The refusals the filter handed off, and how many were past the bound.
-    refusals: (Vec<Refusal>, u64),
+    /// The refusals the filter handed off, and how many were past the bound (when it
+    /// hands them off).
+    refusals: Option<(Vec<Refusal>, u64)>,
 }
 
 /// Ends the run: the tree killed and reaped (unless pid 1 already reported the
@@ -632,7 +637,7 @@ async fn end_run(
         tap.finish();
     }
     drop(mediator);
-    let refusals = refusals.take();
+    let refusals = refusals.map(|r| r.take());
     Ok((
         ending,
         EndedRun {
@@ -878,30 +883,30 @@ pub(crate) async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
 /// Serves the run's seccomp hand-off, when it has one, for as long as the returned task
 /// lives: chmod beneath the workspace, the declared writable paths and the run's private
 /// temporary directory; the handed-off refusals answered and recorded in the returned
-/// log.
+/// log (`None` when the filter hands none off).
 pub(crate) fn serve_hand_off(
     plan: &Plan,
     l: &mut RunningSandbox,
-) -> std::io::Result<(Option<AbortOnDrop>, RefusalLog)> {
-    let refusals = RefusalLog::default();
-    let Some(listener) = l.seccomp_listener.take() else {
-        return Ok((None, refusals));
+) -> std::io::Result<(Option<AbortOnDrop>, Option<RefusalLog>)> {
+    let Some(hand_off) = l.seccomp_hand_off.take() else {
+        return Ok((None, None));
     };
-    let m = seccomp_mediator(listener, plan, l, &refusals)?;
+    let refusals = hand_off.refusals.is_some().then(RefusalLog::default);
+    let m = seccomp_mediator(hand_off, plan, l, refusals.as_ref())?;
     Ok((Some(AbortOnDrop(tokio::spawn(m.serve()))), refusals))
 }
 
 fn seccomp_mediator(
-    listener: OwnedFd,
+    hand_off: tierbox_sandbox::running::SeccompHandOff,
     plan: &Plan,
     l: &RunningSandbox,
-    refusals: &RefusalLog,
+    refusals: Option<&RefusalLog>,
 ) -> std::io::Result<SeccompMediator> {
-    let mut m = SeccompMediator::new(listener, &plan.workspace, l.child_uid, l.child_gid)?;
-    if let Some(enforcing) = &l.seccomp_refusals {
-        m = m.refusing(enforcing.clone(), refusals.clone());
+    let mut m = SeccompMediator::new(hand_off.listener, &plan.workspace, l.child_uid, l.child_gid)?;
+    if let (Some(enforcing), Some(log)) = (hand_off.refusals, refusals) {
+        m = m.refusing(enforcing, log.clone());
     }
-    if l.seccomp_listener_pending {
+    if hand_off.pending {
         m = m.pending();
     }
     for root in &plan.filesystem.writable {

@@ -63,21 +63,8 @@ pub struct RunningSandbox {
     /// The run's resources (private tmp, landlock ruleset, cgroup), handed back by
     /// [`RunningSandbox::release`].
     pub slot: Option<Slot>,
-    /// The seccomp hand-off listener: serve it for the life of the run with
-    /// [`crate::launch::mediate::SeccompMediator`] (chmod beneath the workspace, the
-    /// declared writable paths and the slot's tmp), [`SeccompMediator::refusing`] with
-    /// [`RunningSandbox::seccomp_refusals`] when that is set.
-    ///
-    /// [`SeccompMediator::refusing`]: crate::launch::mediate::SeccompMediator::refusing
-    pub seccomp_listener: Option<OwnedFd>,
-    /// [`RunningSandbox::seccomp_listener`] is not the listener yet but the unix socket
-    /// it will arrive on (bwrap: `tierbox-init` stacks the filter after the launch
-    /// returns; [`crate::launch::mediate::SeccompMediator::pending`]).
-    pub seccomp_listener_pending: bool,
-    /// The enforcing seccomp program whose verdicts answer the argument rules' refusals
-    /// arriving on [`RunningSandbox::seccomp_listener`], when the filter hands them off
-    /// ([`crate::linux::seccomp::SeccompSpec::notify_refusals`]).
-    pub seccomp_refusals: Option<std::sync::Arc<crate::linux::seccomp::SeccompProgram>>,
+    /// The run's seccomp hand-off, when its filter hands calls to the supervisor.
+    pub seccomp_hand_off: Option<SeccompHandOff>,
     /// uid the program runs as.
     pub child_uid: u32,
     /// gid the program runs as.
@@ -120,6 +107,26 @@ pub struct Ending {
     /// Native Tier C: how pid 1 ended when it did so without reporting the program's
     /// exit (then `exit` is pid 1's own too, and the program's is unknown).
     pub pid1_unreported: Option<ExitInfo>,
+}
+
+/// A run's seccomp hand-off: serve it for the life of the run with
+/// [`crate::launch::mediate::SeccompMediator`] (chmod beneath the workspace, the declared
+/// writable paths and the slot's tmp), [`SeccompMediator::refusing`] with
+/// [`SeccompHandOff::refusals`] when that is set.
+///
+/// [`SeccompMediator::refusing`]: crate::launch::mediate::SeccompMediator::refusing
+#[derive(Debug)]
+pub struct SeccompHandOff {
+    /// The filter's listener; with [`SeccompHandOff::pending`], the unix socket it will
+    /// arrive on.
+    pub listener: OwnedFd,
+    /// The listener is not there yet (bwrap: `tierbox-init` stacks the filter after the
+    /// launch returns; [`crate::launch::mediate::SeccompMediator::pending`]).
+    pub pending: bool,
+    /// The enforcing seccomp program whose verdicts answer the argument rules' refusals
+    /// arriving on the listener, when the filter hands them off
+    /// ([`crate::linux::seccomp::SeccompSpec::notify_refusals`]).
+    pub refusals: Option<std::sync::Arc<crate::linux::seccomp::SeccompProgram>>,
 }
 
 impl RunningSandbox {

@@ -32,7 +32,7 @@ use crate::linux::mounts::MountPlanError;
 use crate::linux::ns::{self, NativeError, NativeOptions};
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use crate::probe::host_facts;
-use crate::running::RunningSandbox;
+use crate::running::{RunningSandbox, SeccompHandOff};
 
 /// Name of the native backend in outcomes and attestations.
 pub const NATIVE_BACKEND: &str = ns::child::BACKEND_NAME;
@@ -136,9 +136,11 @@ pub(crate) fn launch_native(
                 stdout: n.stdout,
                 stderr: n.stderr,
                 slot: Some(slot),
-                seccomp_listener: n.seccomp_listener,
-                seccomp_listener_pending: false,
-                seccomp_refusals: n.seccomp_refusals,
+                seccomp_hand_off: n.seccomp_listener.map(|listener| SeccompHandOff {
+                    listener,
+                    pending: false,
+                    refusals: n.seccomp_refusals,
+                }),
                 child_uid: facts.euid,
                 child_gid: facts.egid,
                 enforcement,
@@ -378,9 +380,11 @@ pub(crate) fn launch_bwrap(
         stdout: child.stdout,
         stderr: child.stderr,
         slot: Some(slot),
-        seccomp_refusals,
-        seccomp_listener: listener_pair.map(|(ours, _)| ours),
-        seccomp_listener_pending: hand_off,
+        seccomp_hand_off: listener_pair.map(|(ours, _)| SeccompHandOff {
+            listener: ours,
+            pending: true,
+            refusals: seccomp_refusals,
+        }),
         child_uid,
         child_gid,
         enforcement,

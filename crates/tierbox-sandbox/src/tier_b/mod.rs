@@ -29,7 +29,7 @@ use crate::linux::exec::ExecStrings;
 use crate::linux::landlock::{LandlockSpec, LandlockStatus};
 use crate::linux::seccomp::{InetSockets, SeccompProgram, SeccompSpec};
 use crate::probe::{HostFacts, host_facts};
-use crate::running::RunningSandbox;
+use crate::running::{RunningSandbox, SeccompHandOff};
 
 use crate::launch::slots::{self, Slot, SlotKey};
 use crate::launch::sys::{self};
@@ -89,13 +89,14 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
             );
             // The verdicts that answer the refusals the filter hands off with the chmod
             // calls (`notify_refusals` follows `mediate_chmod`).
-            let seccomp_refusals = match &child.chmod_listener {
-                Some(_) => {
-                    let spec = seccomp_spec(&network, ids.0, mediate_chmod);
-                    SeccompProgram::cached(&spec.enforcing()).ok()
-                }
-                None => None,
-            };
+            let seccomp_hand_off = child.chmod_listener.map(|listener| SeccompHandOff {
+                listener,
+                pending: false,
+                refusals: SeccompProgram::cached(
+                    &seccomp_spec(&network, ids.0, mediate_chmod).enforcing(),
+                )
+                .ok(),
+            });
             Ok(RunningSandbox {
                 pid: child.pid,
                 pidfd: child.pidfd,
@@ -103,9 +104,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 stdout: child.stdout,
                 stderr: child.stderr,
                 slot: Some(slot),
-                seccomp_listener: child.chmod_listener,
-                seccomp_listener_pending: false,
-                seccomp_refusals,
+                seccomp_hand_off,
                 child_uid: ids.0,
                 child_gid: ids.1,
                 enforcement,
