@@ -280,10 +280,9 @@ fn rule_session(rule: &[u8]) -> u32 {
 /// The kernel tests change the host's rule list: one at a time.
 static KERNEL_RULES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Adds a rule to the running kernel, finds it listed with its key, and removes it:
-/// root only (CAP_AUDIT_CONTROL).
-#[test]
-fn rules_are_added_listed_and_removed_in_the_kernel() {
+/// Runs `test` with the audit control socket, alone among the kernel tests; root only
+/// (CAP_AUDIT_CONTROL), else skipped (never under CI, which runs as root).
+fn with_kernel_rules(test: impl FnOnce(&super::super::sys::AuditSocket)) {
     if !super::super::is_root() {
         eprintln!("skipped: adding audit rules needs root");
         assert!(std::env::var_os("CI").is_none(), "CI runs as root");
@@ -293,57 +292,59 @@ fn rules_are_added_listed_and_removed_in_the_kernel() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let ctl = super::super::control().unwrap().lock().unwrap();
-    let (key, ses) = (own_key(), u32::MAX - 1);
-    let Some(rule) = encode_rule(ses, &key) else {
-        return;
-    };
-    ctl.add_rule(&rule).unwrap();
-    let ours = |listed: &[Vec<u8>]| -> Vec<Vec<u8>> {
-        listed
-            .iter()
-            .filter(|r| rule_key(r).as_deref() == Some(key.as_str()) && rule_session(r) == ses)
-            .cloned()
-            .collect()
-    };
-    let listed = ours(&ctl.list_rules().unwrap());
-    assert_eq!(listed.len(), 1, "listed once");
-    // Removed by its listed form, as a stale rule would be.
-    ctl.del_rule(&listed[0]).unwrap();
-    assert!(ours(&ctl.list_rules().unwrap()).is_empty());
+    test(&ctl);
+}
+
+/// Adds a rule to the running kernel, finds it listed with its key, and removes it:
+/// root only (CAP_AUDIT_CONTROL).
+#[test]
+fn rules_are_added_listed_and_removed_in_the_kernel() {
+    with_kernel_rules(|ctl| {
+        let (key, ses) = (own_key(), u32::MAX - 1);
+        let Some(rule) = encode_rule(ses, &key) else {
+            return;
+        };
+        ctl.add_rule(&rule).unwrap();
+        let ours = |listed: &[Vec<u8>]| -> Vec<Vec<u8>> {
+            listed
+                .iter()
+                .filter(|r| rule_key(r).as_deref() == Some(key.as_str()) && rule_session(r) == ses)
+                .cloned()
+                .collect()
+        };
+        let listed = ours(&ctl.list_rules().unwrap());
+        assert_eq!(listed.len(), 1, "listed once");
+        // Removed by its listed form, as a stale rule would be.
+        ctl.del_rule(&listed[0]).unwrap();
+        assert!(ours(&ctl.list_rules().unwrap()).is_empty());
+    });
 }
 
 /// A rule left by a supervisor that is gone (its key names pid 1 with another start
 /// time) is removed by the next supervisor; this process's own rule stays: root only.
 #[test]
 fn stale_rules_are_removed_and_live_ones_kept() {
-    if !super::super::is_root() {
-        eprintln!("skipped: adding audit rules needs root");
-        assert!(std::env::var_os("CI").is_none(), "CI runs as root");
-        return;
-    }
-    let _one = KERNEL_RULES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let ctl = super::super::control().unwrap().lock().unwrap();
-    let stale_key = format!("{KEY_PREFIX}1:{}", u64::MAX);
-    let live_key = own_key();
-    let (Some(stale), Some(live)) = (
-        encode_rule(u32::MAX - 2, &stale_key),
-        encode_rule(u32::MAX - 3, &live_key),
-    ) else {
-        return;
-    };
-    ctl.add_rule(&stale).unwrap();
-    ctl.add_rule(&live).unwrap();
-    remove_stale_rules(&ctl);
-    let keys: Vec<String> = ctl
-        .list_rules()
-        .unwrap()
-        .iter()
-        .filter_map(|r| rule_key(r))
-        .collect();
-    let _ = ctl.del_rule(&live);
-    let _ = ctl.del_rule(&stale);
-    assert!(!keys.contains(&stale_key), "{keys:?}");
-    assert!(keys.contains(&live_key), "{keys:?}");
+    with_kernel_rules(|ctl| {
+        let stale_key = format!("{KEY_PREFIX}1:{}", u64::MAX);
+        let live_key = own_key();
+        let (Some(stale), Some(live)) = (
+            encode_rule(u32::MAX - 2, &stale_key),
+            encode_rule(u32::MAX - 3, &live_key),
+        ) else {
+            return;
+        };
+        ctl.add_rule(&stale).unwrap();
+        ctl.add_rule(&live).unwrap();
+        remove_stale_rules(ctl);
+        let keys: Vec<String> = ctl
+            .list_rules()
+            .unwrap()
+            .iter()
+            .filter_map(|r| rule_key(r))
+            .collect();
+        let _ = ctl.del_rule(&live);
+        let _ = ctl.del_rule(&stale);
+        assert!(!keys.contains(&stale_key), "{keys:?}");
+        assert!(keys.contains(&live_key), "{keys:?}");
+    });
 }
