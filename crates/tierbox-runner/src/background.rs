@@ -936,22 +936,15 @@ async fn watch(
     )
     .await;
     drop(mediator);
-    let handed_off = refusals.map(|r| r.take());
-    let audit = supervisor::finish_audit(&mut guard.launched).await;
     let mut end_report = scratch.for_status(limit, &review.plan);
-    end_report.denials.extend(crate::denials::of_refusals(
+    end_report.denial_reports = supervisor::add_refusals(
         &review.plan,
-        audit
-            .report
-            .refusals
-            .iter()
-            .chain(handed_off.iter().flat_map(|(r, _)| r)),
+        &mut guard.launched,
+        refusals.map(|r| r.take()),
         started,
-    ));
-    end_report.denials.truncate(crate::denials::MAX_DENIALS);
-    let handed = handed_off.as_ref().map(|(_, dropped)| *dropped);
-    end_report.denial_reports =
-        crate::denials::sources(&review.plan, guard.launched.tier, Some(&audit), handed);
+        &mut end_report.denials,
+    )
+    .await;
     let review = end_report;
     guard.finish();
     let (code, signal) = (

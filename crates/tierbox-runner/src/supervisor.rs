@@ -430,14 +430,30 @@ async fn supervise(
     let mut outcome = outcome_of(plan, l, ended, ending, ended_run, duration_ms);
     let scratch = crate::review::settle_scratch(plan, l, state_dir, run_id, launched_at).await;
     scratch.record(&mut outcome);
-    let audit = finish_audit(l).await;
     outcome.denials = crate::denials::of_run(
         outcome.egress.as_ref(),
         outcome
             .limit_hit
             .map(|l| (l, false, crate::denials::limit_value(plan, l))),
     );
-    outcome.denials.extend(crate::denials::of_refusals(
+    outcome.enforcement.denial_reports =
+        add_refusals(plan, l, handed_off, started, &mut outcome.denials).await;
+    Ok(outcome)
+}
+
+/// Once the run's processes are gone: appends its landlock, seccomp and mount refusals
+/// (read from the kernel's audit records, and `handed_off` by its filter with how many
+/// were past the bound) to `denials`, within [`crate::denials::MAX_DENIALS`], and
+/// returns how each layer's refusals were read (`enforcement.denial_reports`).
+pub(crate) async fn add_refusals(
+    plan: &Plan,
+    l: &mut RunningSandbox,
+    handed_off: Option<(Vec<Refusal>, u64)>,
+    started: Instant,
+    denials: &mut Vec<crate::denials::Denial>,
+) -> std::collections::BTreeMap<String, tierbox_policy::LayerReport> {
+    let audit = finish_audit(l).await;
+    denials.extend(crate::denials::of_refusals(
         plan,
         audit
             .report
@@ -446,18 +462,14 @@ async fn supervise(
             .chain(handed_off.iter().flat_map(|(r, _)| r)),
         started,
     ));
-    outcome.denials.truncate(crate::denials::MAX_DENIALS);
+    denials.truncate(crate::denials::MAX_DENIALS);
     let handed = handed_off.map(|(_, dropped)| dropped);
-    outcome.enforcement.denial_reports =
-        crate::denials::sources(plan, l.tier, Some(&audit), handed);
-    Ok(outcome)
+    crate::denials::sources(plan, l.tier, Some(&audit), handed)
 }
 
 /// The run's landlock and seccomp refusals, once its processes are gone (awaiting, up to
 /// [`tierbox_sandbox::linux::audit::BARRIER_TIMEOUT`], the kernel's queue).
-pub(crate) async fn finish_audit(
-    l: &mut RunningSandbox,
-) -> tierbox_sandbox::linux::audit::RunAuditReport {
+async fn finish_audit(l: &mut RunningSandbox) -> tierbox_sandbox::linux::audit::RunAuditReport {
     std::mem::replace(
         &mut l.audit,
         tierbox_sandbox::linux::audit::RunAudit::not_recorded("already read", "already read"),

@@ -426,10 +426,9 @@ pub struct RunAudit {
     pub landlock: Result<(), String>,
     /// `Ok` when the calls its seccomp filter refuses are logged; else why not.
     pub seccomp: Result<(), String>,
-    /// `Ok` when its file refusals are recorded ([`files`]; Tier C); else why not.
-    pub files: Result<(), String>,
-    /// The grants file failures are checked against, when they are recorded.
-    file_model: Option<Arc<AccessModel>>,
+    /// `Ok` with the grants file failures are checked against when its file refusals
+    /// are recorded ([`files`]; Tier C); else why not.
+    pub files: Result<Arc<AccessModel>, String>,
     session: Option<AuditSession>,
     ending: Option<EndingSession>,
     /// The first process's exit means every process of the run is gone (a pid
@@ -473,7 +472,6 @@ impl RunAudit {
             landlock,
             seccomp: layer(seccomp, "a seccomp filter"),
             files: Err(FILES_NOT_ASKED.to_owned()),
-            file_model: None,
             session: None,
             ending: None,
             first_process_ends_all: false,
@@ -491,17 +489,14 @@ impl RunAudit {
             (Ok(()), None) => {
                 Err("not recorded: this architecture has no audit number here".to_owned())
             }
-            (Ok(()), Some(_)) => {
-                self.file_model = Some(Arc::new(AccessModel::of(plan)));
-                Ok(())
-            }
+            (Ok(()), Some(_)) => Ok(Arc::new(AccessModel::of(plan))),
         };
     }
 
     /// What the run's first process's audit session is for (`None`: it needs none).
     pub fn session_wants(&self) -> Option<SessionWants> {
         self.wants_session().then(|| SessionWants {
-            files: self.file_model.clone().filter(|_| self.files.is_ok()),
+            files: self.files.as_ref().ok().cloned(),
         })
     }
 
@@ -511,7 +506,6 @@ impl RunAudit {
             landlock: Err(format!("not recorded: {landlock}")),
             seccomp: Err(format!("not recorded: {seccomp}")),
             files: Err(FILES_NOT_ASKED.to_owned()),
-            file_model: None,
             session: None,
             ending: None,
             first_process_ends_all: false,
@@ -533,10 +527,13 @@ impl RunAudit {
                 self.session = Some(s);
             }
             Err(why) => {
-                for layer in [&mut self.landlock, &mut self.seccomp, &mut self.files] {
+                for layer in [&mut self.landlock, &mut self.seccomp] {
                     if layer.is_ok() {
                         *layer = Err(why.clone());
                     }
+                }
+                if self.files.is_ok() {
+                    self.files = Err(why);
                 }
             }
         }
@@ -578,7 +575,7 @@ impl RunAudit {
         RunAuditReport {
             landlock: self.landlock,
             seccomp: self.seccomp,
-            files: self.files,
+            files: self.files.map(drop),
             report,
             session,
         }
