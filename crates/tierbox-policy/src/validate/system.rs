@@ -298,14 +298,22 @@ pub(crate) fn load(file: &Path, spec: &Spec) -> Option<Walk> {
     if !stamps_hold(&cached.stamps) || cached.roots != spec.existing_roots() {
         return None;
     }
-    let coherent = cached
-        .grants
-        .iter()
-        .all(|g| cached.roots.iter().any(|r| g.starts_with(r)))
-        && !cached
+    // No hidden path at or beneath a grant: each hidden path's ancestors looked up in
+    // the grants, which must be strictly sorted for the lookup to be a proof (a walk
+    // stores them sorted and deduplicated; anything else is not trusted).
+    let coherent = cached.grants.windows(2).all(|w| w[0] < w[1])
+        && cached
             .grants
             .iter()
-            .any(|g| cached.hidden.iter().any(|h| h.starts_with(g)))
+            .all(|g| cached.roots.iter().any(|r| g.starts_with(r)))
+        && !cached.hidden.iter().any(|h| {
+            h.ancestors().any(|a| {
+                cached
+                    .grants
+                    .binary_search_by(|g| g.as_path().cmp(a))
+                    .is_ok()
+            })
+        })
         && spec
             .secret_paths
             .iter()

@@ -128,6 +128,25 @@ fn a_tampered_or_foreign_cache_is_not_trusted() {
         None,
         "a grant of a secret was trusted"
     );
+    // The same grant appended out of order (a lookup in sorted grants would miss it),
+    // and the honest grants unsorted: a walk stores them sorted, so neither is trusted.
+    let mut forged = honest.clone();
+    let mut grants = forged.paths.grants.to_vec();
+    grants.push(host.root.join("etc"));
+    forged.paths.grants = grants.into();
+    store(&host.file(), &spec, &forged).unwrap();
+    assert_eq!(
+        load(&host.file(), &spec),
+        None,
+        "an unsorted grant of a secret"
+    );
+    let mut forged = honest.clone();
+    let mut grants = forged.paths.grants.to_vec();
+    assert!(grants.len() > 1, "{grants:?}");
+    grants.reverse();
+    forged.paths.grants = grants.into();
+    store(&host.file(), &spec, &forged).unwrap();
+    assert_eq!(load(&host.file(), &spec), None, "unsorted grants");
     // Hiding nothing: the listed secret is not hidden.
     let mut forged = honest.clone();
     forged.paths.hidden = Vec::new().into();

@@ -23,7 +23,8 @@
 //!   (41 credential commits per run saved), and attaches the run's base seccomp filter
 //!   to itself ([`SeccompProgram::build_base`]: the filter copy, JIT and action-cache
 //!   build saved). One such thread exists per distinct arming (at most
-//!   [`MAX_ARMED_LAUNCHERS`]). The child still checks both capability sets itself (41
+//!   [`MAX_ARMED_LAUNCHERS`]), started at a process's second launch with it: a
+//!   one-shot process's only child restricts itself ([`armed_launcher`]). The child still checks both capability sets itself (41
 //!   reads), and attaches only the short hand-off filter stacked on the inherited
 //!   one when chmod is mediated. These threads only ever clone Tier B programs: a helper
 //!   such as `bwrap`, which needs its capabilities after exec, is cloned on the unarmed
@@ -988,22 +989,32 @@ fn start_launcher(
     Some((tx, listener, session))
 }
 
-/// The launcher thread armed with `arming`, started on first use; `None` when there is
-/// none and cannot be one (arming failed on this host, or [`MAX_ARMED_LAUNCHERS`] are
-/// taken by other armings).
+/// The launcher thread armed with `arming`, started at the process's *second* launch
+/// with that arming; `None` for the first, and when there is none and cannot be one
+/// (arming failed on this host, or [`MAX_ARMED_LAUNCHERS`] are taken by other armings).
+///
+/// Arming a thread does what one child restricting itself does (the bounding-set
+/// drops, the filter's attach) plus the thread's start and two wake-ups to hand it the
+/// clone. A process that launches once, such as the CLI, never gets it back, so its
+/// first launch with an arming has the child restrict itself (cloned as
+/// [`LaunchOptions::launcher_thread`] says); a process that launches again arms the
+/// thread then, and every later child inherits. The layers are the same either way.
 pub(crate) fn armed_launcher(arming: Arming) -> Option<mpsc::Sender<Job>> {
-    type Launchers = Vec<(Arming, Option<mpsc::Sender<Job>>)>;
+    /// Per arming seen: `None` until its second launch, then the thread (if it started).
+    type Launchers = Vec<(Arming, Option<Option<mpsc::Sender<Job>>>)>;
     static ARMED: Mutex<Launchers> = Mutex::new(Vec::new());
     let mut armed = ARMED.lock().ok()?;
-    if let Some((_, tx)) = armed.iter().find(|(a, _)| *a == arming) {
-        return tx.clone();
+    if let Some((_, started)) = armed.iter_mut().find(|(a, _)| *a == arming) {
+        return started
+            .get_or_insert_with(|| {
+                start_launcher("tierbox-launcher-armed", arming, None, false).map(|(tx, ..)| tx)
+            })
+            .clone();
     }
-    if armed.len() >= MAX_ARMED_LAUNCHERS {
-        return None;
+    if armed.len() < MAX_ARMED_LAUNCHERS {
+        armed.push((arming, None));
     }
-    let tx = start_launcher("tierbox-launcher-armed", arming, None, false).map(|(tx, ..)| tx);
-    armed.push((arming, tx.clone()));
-    tx
+    None
 }
 
 /// The enforcement report's rlimit lines for `limits` (the five every native backend
