@@ -70,7 +70,7 @@ fn canary_in(
         .prefix("tierbox-canary-state-")
         .tempdir()
         .map_err(|e| format!("a state directory for the canary: {e}"))?;
-    let runner = tierbox_runner::Runner::new(policy)
+    let runner = crate::new_runner(policy)
         .with_workspace(ws.path())
         .with_options(tierbox_runner::RunOptions {
             state_dir: state.path().to_path_buf(),
@@ -150,7 +150,7 @@ pub fn run_with_policy(json: bool, policy: &Policy, source: &str) -> Result<Exit
 /// select for its grants in its workspace (the policy's `workspace_root`, else the current
 /// directory), or the rejection it would give.
 fn runs_in(policy: &Policy) -> Result<String, String> {
-    let runner = tierbox_runner::Runner::new(policy.clone());
+    let runner = crate::new_runner(policy.clone());
     let plan = runner.check_grants().map_err(|rej| {
         format!(
             "not checked in {}: [{}] {rej}",

@@ -2044,3 +2044,79 @@ fn explain_says_which_rule_decides_and_what_a_run_was_refused() {
     );
     with_policy(&["00000000000000000000000000000000"], 1, "");
 }
+
+/// `tierbox` alone (no `tierbox-full` beside it): `run` and `check` work, every other
+/// command and a Tier A run fail naming the missing program, having run nothing.
+#[test]
+fn tierbox_runs_run_and_check_itself_and_hands_the_rest_to_tierbox_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join("tierbox");
+    std::fs::copy(env!("CARGO_BIN_EXE_tierbox"), &alone).unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("m.wat"), "(module (func (export \"_start\")))").unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&alone)
+            .args(args)
+            .current_dir(&ws)
+            .env("XDG_STATE_HOME", dir.path().join("state"))
+            .env("TIERBOX_DAEMON", "off")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["run", "--tier", "b", "--", "echo", "alone"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "alone\n");
+    let out = run(&["check", "--", "echo", "alone"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for args in [
+        &["doctor"][..],
+        &["schema"],
+        &["run", "--tier", "a", "--", "m.wat"],
+        &["wasm", "run", "m.wat"],
+    ] {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(126), "{args:?}: {out:?}");
+        assert!(
+            err.contains(&format!(
+                "running {}",
+                dir.path().join("tierbox-full").display()
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
+    // Beside it, the same commands are tierbox-full's.
+    std::fs::copy(
+        env!("CARGO_BIN_EXE_tierbox-full"),
+        dir.path().join("tierbox-full"),
+    )
+    .unwrap();
+    let out = run(&["run", "--tier", "a", "--json", "--", "m.wat"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(outcome["backend"], "tier_a_wasmtime", "{outcome}");
+    let out = run(&["schema"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+/// A `tierbox-full` started by a `tierbox` of another build refuses, naming both builds.
+#[test]
+fn tierbox_full_refuses_a_tierbox_of_another_build() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tierbox-full"))
+        .arg("schema")
+        .env("TIERBOX_FRONT_BUILD", "0.0.0-another")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    assert!(
+        err.contains("from another build") && err.contains("0.0.0-another"),
+        "{err}"
+    );
+    assert!(err.contains("cargo build -p tierbox-cli"), "{err}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+}

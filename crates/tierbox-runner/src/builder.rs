@@ -16,7 +16,7 @@ use crate::background::{BackgroundError, BackgroundHandle, BackgroundManager, Se
 use crate::outcome::Outcome;
 use crate::stream::OutputEvent;
 use crate::supervisor::{RunError, RunOptions, run_plan, run_plan_streaming};
-use crate::wasm::{run_wasm_plan, run_wasm_plan_streaming};
+use crate::wasm::TierARun;
 
 /// Builder defaults (from the `SandboxedCommand` API this replaces): wall timeout.
 pub const BUILDER_DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -219,6 +219,9 @@ impl SandboxedCommand {
     }
 }
 
+/// Why a [`Runner::without_tier_a`] fails a Tier A run.
+pub const TIER_A_NOT_BUILT_IN: &str = "tier a (WebAssembly) is not built into this runner (Runner::without_tier_a); Runner::new has it";
+
 /// The tool-call path: a policy, a workspace, and requests from an agent.
 #[derive(Debug, Clone)]
 pub struct Runner {
@@ -229,11 +232,35 @@ pub struct Runner {
     /// Signs attestations and appends to the audit log; opened on first use (shared by
     /// clones), retried after a failure.
     auditor: Arc<std::sync::Mutex<Option<Arc<Auditor>>>>,
+    /// Runs Tier A plans; `None` for [`Runner::without_tier_a`].
+    tier_a: Option<TierARun>,
 }
 
 impl Runner {
     /// A runner for `policy`; the workspace is the policy's `workspace_root` or `.`.
     pub fn new(policy: Policy) -> Self {
+        Self {
+            tier_a: Some(crate::wasm::tier_a_run),
+            ..Self::without_tier_a(policy)
+        }
+    }
+
+    /// A runner for `policy` without Tier A: it runs Tier B and C as [`Runner::new`]'s
+    /// does, and fails a run that would be Tier A (a `wasm_run`, or a `process_run` that
+    /// [`Runner::is_tier_a`]) with [`RunError::Launch`] before anything runs. A program
+    /// that builds its runners only with this never refers to the WebAssembly engine, so
+    /// the linker leaves it out: the `tierbox` command's own binary, which starts for
+    /// every call, does so and hands Tier A to the full one.
+    ///
+    /// ```
+    /// use tierbox_policy::Policy;
+    /// use tierbox_runner::Runner;
+    ///
+    /// let runner = Runner::without_tier_a(Policy::builtin_default());
+    /// assert!(!runner.has_tier_a());
+    /// assert!(Runner::new(Policy::builtin_default()).has_tier_a());
+    /// ```
+    pub fn without_tier_a(policy: Policy) -> Self {
         let workspace = policy
             .workspace_root
             .clone()
@@ -250,7 +277,14 @@ impl Runner {
             options,
             background,
             auditor: Arc::default(),
+            tier_a: None,
         }
+    }
+
+    /// Whether this runner runs Tier A ([`Runner::new`]) or not
+    /// ([`Runner::without_tier_a`]).
+    pub fn has_tier_a(&self) -> bool {
+        self.tier_a.is_some()
     }
 
     /// Overrides the workspace.
@@ -622,10 +656,10 @@ impl Runner {
             (Prepared::Native(plan), Some(tx)) => {
                 run_plan_streaming(&plan, &self.options, tx).await
             }
-            (Prepared::Wasm(plan), None) => run_wasm_plan(&plan, &self.options).await,
-            (Prepared::Wasm(plan), Some(tx)) => {
-                run_wasm_plan_streaming(&plan, &self.options, tx).await
-            }
+            (Prepared::Wasm(plan), events) => match self.tier_a {
+                Some(run) => run(&plan, &self.options, events).await,
+                None => Err(RunError::Launch(TIER_A_NOT_BUILT_IN.to_owned())),
+            },
         }
     }
 

