@@ -2120,3 +2120,23 @@ fn tierbox_full_refuses_a_tierbox_of_another_build() {
     assert!(err.contains("cargo build -p tierbox-cli"), "{err}");
     assert!(out.stdout.is_empty(), "{out:?}");
 }
+
+/// A one-shot `tierbox run` arms no launcher thread for its only child: the child
+/// attaches the whole seccomp filter itself (with a thread, it would inherit the base).
+#[test]
+fn a_one_shot_tier_b_run_has_its_child_attach_the_whole_filter() {
+    if !tier_b_available() {
+        return;
+    }
+    let v = succeeded_json(&tierbox(
+        &["run", "--json", "--tier", "b", "--", "true"],
+        None,
+    ));
+    let seccomp = &v["enforcement"]["seccomp"];
+    assert_eq!(seccomp["applied"], true, "{seccomp}");
+    let detail = seccomp["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("deny-list filter, ") && !detail.contains("inherited"),
+        "{detail}"
+    );
+}

@@ -24,9 +24,9 @@
 //!   to itself ([`SeccompProgram::build_base`]: the filter copy, JIT and action-cache
 //!   build saved). One such thread exists per distinct arming (at most
 //!   [`MAX_ARMED_LAUNCHERS`]), started at a process's second launch with it: a
-//!   one-shot process's only child restricts itself ([`armed_launcher`]). The child still checks both capability sets itself (41
-//!   reads), and attaches only the short hand-off filter stacked on the inherited
-//!   one when chmod is mediated. These threads only ever clone Tier B programs: a helper
+//!   one-shot process's only child restricts itself ([`armed_launcher`]). The child
+//!   still checks both capability sets itself (41 reads), and attaches only the short
+//!   hand-off filter stacked on the inherited one when chmod is mediated. These threads only ever clone Tier B programs: a helper
 //!   such as `bwrap`, which needs its capabilities after exec, is cloned on the unarmed
 //!   launcher or the calling thread. A thread's capability sets and seccomp filters are
 //!   its own (no `SECCOMP_FILTER_FLAG_TSYNC`), so the rest of the supervisor keeps

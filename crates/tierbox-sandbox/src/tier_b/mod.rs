@@ -442,9 +442,10 @@ impl Launcher {
         };
         // A pooled slot has a thread that also holds its landlock domain (audited: with
         // the log flags and a session the run adopts); otherwise a process-wide one per
-        // arming (from the process's second launch with it: the first child restricts
-        // itself), and the child restricts itself — audited: all of it, in a session of
-        // its own (a process-wide thread's session would be shared by concurrent runs).
+        // arming, from the process's second launch with it, and the child applies
+        // landlock itself. The child restricts itself entirely on the first launch, and
+        // when audited: then in a session of its own (a process-wide thread's session
+        // would be shared by concurrent runs).
         let slot_armed = if slots::pooling() {
             slot_launcher(slot, arming).and_then(|a| {
                 if !audited {
