@@ -24,7 +24,7 @@
 //!   to itself ([`SeccompProgram::build_base`]: the filter copy, JIT and action-cache
 //!   build saved). One such thread exists per distinct arming (at most
 //!   [`MAX_ARMED_LAUNCHERS`]), started at a process's second launch with it: a
-//!   one-shot process's only child restricts itself ([`armed_launcher`]). The child
+//!   one-shot process's only child restricts itself (`armed_launcher`). The child
 //!   still checks both capability sets itself (41 reads), and attaches only the short
 //!   hand-off filter stacked on the inherited one when chmod is mediated. These threads only ever clone Tier B programs: a helper
 //!   such as `bwrap`, which needs its capabilities after exec, is cloned on the unarmed
