@@ -422,11 +422,23 @@ fn exec_full() -> Result<ExitCode> {
         .args(std::env::args_os().skip(1))
         .env(FRONT_BUILD_ENV, BUILD_ID)
         .exec();
-    Err(anyhow::Error::new(error).context(format!(
-        "running {} for this command (it is installed beside {})",
-        full.display(),
-        exe.display()
-    )))
+    Err(anyhow::Error::new(error)
+        .context(FullProgramMissing)
+        .context(format!(
+            "running {} for this command (it is installed beside {})",
+            full.display(),
+            exe.display()
+        )))
+}
+
+/// [`exec_full`] failed: the program is not beside this one, or cannot be run.
+#[derive(Debug)]
+struct FullProgramMissing;
+
+impl std::fmt::Display for FullProgramMissing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{FULL_PROGRAM} could not be run")
+    }
 }
 
 fn exit_with(result: Result<ExitCode>) -> ExitCode {
@@ -455,6 +467,8 @@ fn error_hint(e: &anyhow::Error) -> &'static str {
         .any(|cause| cause.to_string().starts_with("reading policy "));
     if policy_at_fault {
         "`tierbox policy check FILE` checks a policy on its own; docs/policy.md describes every field"
+    } else if e.downcast_ref::<FullProgramMissing>().is_some() {
+        "tierbox-full must be installed beside tierbox, from the same build: `cargo build -p tierbox-cli` or `cargo install` puts both there"
     } else {
         "`tierbox help COMMAND` shows what the command expects; `tierbox doctor` shows what this host can enforce"
     }

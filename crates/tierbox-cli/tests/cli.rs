@@ -2083,7 +2083,7 @@ fn tierbox_runs_run_and_check_itself_and_hands_the_rest_to_tierbox_full() {
             err.contains(&format!(
                 "running {}",
                 dir.path().join("tierbox-full").display()
-            )),
+            )) && err.contains("hint: tierbox-full must be installed beside tierbox"),
             "{args:?}: {err}"
         );
         assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
