@@ -3,7 +3,8 @@
 //! Two programs are built from this library. `tierbox`, which starts for every call,
 //! runs `run` and `check` itself and builds its runners with
 //! [`Runner::without_tier_a`], so the WebAssembly engine and the servers are not linked
-//! into it (a third of the size; its start costs less than half). Every other command,
+//! into it (its code a third of the size; its start about a fifth shorter, where page
+//! faults are costly: `docs/benchmarks.md`). Every other command,
 //! and a run that is Tier A, it hands to `tierbox-full` installed beside it, by `exec`
 //! with the same arguments, before reading anything: the output, exit status and
 //! streams are that program's own.
