@@ -119,34 +119,33 @@ fn a_tampered_or_foreign_cache_is_not_trusted() {
     let host = Host::new();
     let spec = host.spec();
     let honest = walk(&spec);
+    // The honest walk with its grants changed by `forge`, stored: not trusted.
+    let refused_with_grants = |forge: &dyn Fn(&mut Vec<PathBuf>), what: &str| {
+        let mut forged = honest.clone();
+        let mut grants = forged.paths.grants.to_vec();
+        forge(&mut grants);
+        forged.paths.grants = grants.into();
+        store(&host.file(), &spec, &forged).unwrap();
+        assert_eq!(load(&host.file(), &spec), None, "{what} was trusted");
+    };
     // Granting a secret (the whole of etc): incoherent.
-    let mut forged = honest.clone();
-    forged.paths.grants = vec![host.root.join("etc"), host.root.join("usr")].into();
-    store(&host.file(), &spec, &forged).unwrap();
-    assert_eq!(
-        load(&host.file(), &spec),
-        None,
-        "a grant of a secret was trusted"
+    refused_with_grants(
+        &|g| *g = vec![host.root.join("etc"), host.root.join("usr")],
+        "a grant of a secret",
     );
     // The same grant appended out of order (a lookup in sorted grants would miss it),
     // and the honest grants unsorted: a walk stores them sorted, so neither is trusted.
-    let mut forged = honest.clone();
-    let mut grants = forged.paths.grants.to_vec();
-    grants.push(host.root.join("etc"));
-    forged.paths.grants = grants.into();
-    store(&host.file(), &spec, &forged).unwrap();
-    assert_eq!(
-        load(&host.file(), &spec),
-        None,
-        "an unsorted grant of a secret"
+    refused_with_grants(
+        &|g| g.push(host.root.join("etc")),
+        "an unsorted grant of a secret",
     );
-    let mut forged = honest.clone();
-    let mut grants = forged.paths.grants.to_vec();
-    assert!(grants.len() > 1, "{grants:?}");
-    grants.reverse();
-    forged.paths.grants = grants.into();
-    store(&host.file(), &spec, &forged).unwrap();
-    assert_eq!(load(&host.file(), &spec), None, "unsorted grants");
+    assert!(honest.paths.grants.len() > 1, "{:?}", honest.paths.grants);
+    refused_with_grants(&|g| g.reverse(), "unsorted grants");
+    // A grant outside every root.
+    refused_with_grants(
+        &|g| g.push(host.root.join("state")),
+        "a grant outside the roots",
+    );
     // Hiding nothing: the listed secret is not hidden.
     let mut forged = honest.clone();
     forged.paths.hidden = Vec::new().into();
@@ -156,13 +155,6 @@ fn a_tampered_or_foreign_cache_is_not_trusted() {
         None,
         "an unhidden secret was trusted"
     );
-    // A grant outside every root.
-    let mut forged = honest.clone();
-    let mut grants = forged.paths.grants.to_vec();
-    grants.push(host.root.join("state"));
-    forged.paths.grants = grants.into();
-    store(&host.file(), &spec, &forged).unwrap();
-    assert_eq!(load(&host.file(), &spec), None, "a grant outside the roots");
     // Writable by others, a symlink, garbage, too long.
     store(&host.file(), &spec, &honest).unwrap();
     std::fs::set_permissions(host.file(), std::fs::Permissions::from_mode(0o666)).unwrap();
