@@ -3,7 +3,8 @@
 //!
 //! A run goes to the daemon only when the daemon's runner is the one the CLI would use
 //! itself ([`RunnerIdentity`]: the same policy, workspace, state directory, uid and values
-//! of every supervisor variable validation reads); otherwise — no daemon, another
+//! of every supervisor variable validation reads; the run request carries its digest and
+//! the daemon refuses it unrun when its own differs); otherwise — no daemon, another
 //! identity, a busy or unreachable daemon, `TIERBOX_DAEMON=off` — the CLI runs in process.
 //! Either way the output, the exit status and the JSON are the same, and `--json` says
 //! which one ran it (`"via"`). The socket is created 0600 and the daemon answers only its
@@ -39,7 +40,8 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `daemon stop` waits for the daemon to exit (its shutdown grace, and a margin).
 pub const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// How long the identity exchange may take before the CLI runs in process instead.
+/// How long connecting to the daemon (and, for a check, asking its identity) may take
+/// before the CLI runs in process instead.
 pub const IDENTITY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Longest response head read from the daemon, in bytes.
@@ -92,19 +94,28 @@ pub fn hand_off(
     events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
 ) -> Handoff {
     let (route, body) = match req {
-        RunRequest::Process(r) => ("/v1/process/run?stream=true", serde_json::to_vec(r)),
-        RunRequest::Wasm(r) => ("/v1/wasm/run?stream=true", serde_json::to_vec(r)),
+        RunRequest::Process(r) => ("/v1/process/run", serde_json::to_vec(r)),
+        RunRequest::Wasm(r) => ("/v1/wasm/run", serde_json::to_vec(r)),
     };
     let body = match body {
         Ok(b) => b,
         Err(e) => return Handoff::NotUsed(format!("encoding the request: {e}")),
     };
-    with_daemon(runner, socket, Handoff::NotUsed, async |mut conn| {
-        tokio::select! {
-            r = conn.run(route, &body, events) => r,
-            sig = crate::termination_signal() => Handoff::Interrupted(sig),
-        }
-    })
+    // The identity goes with the run: the daemon refuses it unrun when its own differs,
+    // which saves asking for its identity first on every call.
+    with_daemon(
+        runner,
+        socket,
+        Exchange::WithRequest,
+        Handoff::NotUsed,
+        async |mut conn, own| {
+            let route = format!("{route}?stream=true&identity={}", own.digest());
+            tokio::select! {
+                r = conn.run(&route, &body, own, events) => r,
+                sig = crate::termination_signal() => Handoff::Interrupted(sig),
+            }
+        },
+    )
 }
 
 /// What became of a check handed to the daemon.
@@ -126,8 +137,9 @@ pub fn check(runner: &Runner, req: &tierbox_policy::ProcessRunRequest, socket: &
     with_daemon(
         runner,
         socket,
+        Exchange::First,
         Checked::NotUsed,
-        async |mut conn| match conn
+        async |mut conn, _| match conn
             .request("POST", "/v1/process/check", Some(&body), false)
             .await
         {
@@ -138,13 +150,26 @@ pub fn check(runner: &Runner, req: &tierbox_policy::ProcessRunRequest, socket: &
     )
 }
 
-/// Runs `then` with a connection to the daemon on `socket` when one answers within
-/// [`IDENTITY_TIMEOUT`] with `runner`'s identity; otherwise returns `not_used(why)`.
+/// How a call makes sure the daemon's identity is its runner's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Exchange {
+    /// Ask for it (`GET /v1/daemon`) before sending anything else.
+    First,
+    /// The request carries it (`?identity=`) and the daemon refuses the request unrun
+    /// when its own differs (a run: one round trip fewer per call).
+    WithRequest,
+}
+
+/// Runs `then` with a connection to the daemon on `socket` and `runner`'s identity.
+/// With [`Exchange::First`], only when the daemon answers within [`IDENTITY_TIMEOUT`]
+/// with that identity; with [`Exchange::WithRequest`], once connected within it (`then`
+/// sends the identity). Otherwise returns `not_used(why)`.
 fn with_daemon<T>(
     runner: &Runner,
     socket: &Path,
+    exchange: Exchange,
     not_used: impl Fn(String) -> T,
-    then: impl AsyncFnOnce(Connection) -> T,
+    then: impl AsyncFnOnce(Connection, &RunnerIdentity) -> T,
 ) -> T {
     if !socket.exists() {
         return not_used(format!("no daemon at {}", socket.display()));
@@ -164,19 +189,19 @@ fn with_daemon<T>(
     let result = rt.block_on(async {
         let conn = match tokio::time::timeout(IDENTITY_TIMEOUT, async {
             let mut conn = Connection::open(socket, &token).await?;
-            let (_, theirs) = conn.identity().await?;
+            let theirs = match exchange {
+                Exchange::First => Some(conn.identity().await?.1),
+                Exchange::WithRequest => None,
+            };
             Ok::<_, anyhow::Error>((conn, theirs))
         })
         .await
         {
             Ok(Ok((conn, theirs))) => {
-                let differ = own.differences(&theirs);
-                if !differ.is_empty() {
-                    return not_used(format!(
-                        "the daemon at {} runs with another {}",
-                        socket.display(),
-                        differ.join(", ")
-                    ));
+                if let Some(theirs) = theirs
+                    && let Some(why) = conn.other_identity(&own, &theirs)
+                {
+                    return not_used(why);
                 }
                 conn
             }
@@ -191,7 +216,7 @@ fn with_daemon<T>(
                 ));
             }
         };
-        then(conn).await
+        then(conn, &own).await
     });
     // Nothing of the request is left on this side: no task to wait for.
     rt.shutdown_background();
@@ -248,10 +273,28 @@ fn error_of(reply: &Value) -> ApiError {
     }
 }
 
+/// The code a daemon answers a run with when its runner identity is not the one the run
+/// expects (`?identity=`); nothing ran.
+const IDENTITY_MISMATCH: &str = "daemon.identity_mismatch";
+
+/// How a streamed run ended on the wire.
+enum Streamed {
+    /// Its outcome, or the error the daemon answered with.
+    Done(std::result::Result<Box<Outcome>, ApiError>),
+    /// The daemon's queue is full (429): nothing ran.
+    Busy,
+    /// The daemon's identity is not the one sent: nothing ran.
+    OtherIdentity,
+    /// The daemon does not know `?identity=` (its message): nothing ran.
+    OlderDaemon(String),
+}
+
 /// One keep-alive HTTP/1.1 connection to the daemon.
 struct Connection {
     io: BufReader<UnixStream>,
     token: String,
+    /// The socket, to name the daemon in messages.
+    socket: PathBuf,
 }
 
 impl Connection {
@@ -262,6 +305,19 @@ impl Connection {
         Ok(Self {
             io: BufReader::new(io),
             token: token.to_owned(),
+            socket: socket.to_owned(),
+        })
+    }
+
+    /// Why the daemon is not used when its identity `theirs` is not `own`.
+    fn other_identity(&self, own: &RunnerIdentity, theirs: &RunnerIdentity) -> Option<String> {
+        let differ = own.differences(theirs);
+        (!differ.is_empty()).then(|| {
+            format!(
+                "the daemon at {} runs with another {}",
+                self.socket.display(),
+                differ.join(", ")
+            )
         })
     }
 
@@ -392,15 +448,35 @@ impl Connection {
     /// its result line.
     /// Streaming keeps the run tied to this connection: when it closes (this process is
     /// interrupted or killed), the daemon kills the run.
+    /// `route` carries `own`'s digest (`?identity=`): a daemon of another identity
+    /// refuses the run unrun, and is then asked for its identity to say how it differs.
     async fn run(
         &mut self,
         route: &str,
         body: &[u8],
+        own: &RunnerIdentity,
         events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
     ) -> Handoff {
         match self.run_streamed(route, body, events).await {
-            Ok(Some(result)) => Handoff::Ran(result),
-            Ok(None) => Handoff::NotUsed("the daemon is busy".to_owned()),
+            Ok(Streamed::Done(result)) => Handoff::Ran(result),
+            Ok(Streamed::Busy) => Handoff::NotUsed("the daemon is busy".to_owned()),
+            Ok(Streamed::OtherIdentity) => Handoff::NotUsed(
+                match self.identity().await {
+                    Ok((_, theirs)) => self.other_identity(own, &theirs),
+                    Err(_) => None,
+                }
+                .unwrap_or_else(|| {
+                    format!(
+                        "the daemon at {} runs with another identity",
+                        self.socket.display()
+                    )
+                }),
+            ),
+            Ok(Streamed::OlderDaemon(message)) => Handoff::NotUsed(format!(
+                "the daemon at {} is of an older build ({message}); restart it: \
+                 `tierbox daemon stop`, then `tierbox daemon start`",
+                self.socket.display()
+            )),
             Err(e) => Handoff::Ran(Err(ApiError {
                 code: "daemon.failed".to_owned(),
                 message: format!("the daemon did not finish the run: {e:#}"),
@@ -413,13 +489,22 @@ impl Connection {
         route: &str,
         body: &[u8],
         events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
-    ) -> Result<Option<std::result::Result<Box<Outcome>, ApiError>>> {
+    ) -> Result<Streamed> {
         let (status, reply) = self.request("POST", route, Some(body), true).await?;
         if status == 429 {
-            return Ok(None);
+            return Ok(Streamed::Busy);
         }
         if status != 200 {
-            return Ok(Some(Err(error_of(&reply))));
+            let error = error_of(&reply);
+            return Ok(match (status, error.code.as_str()) {
+                (409, IDENTITY_MISMATCH) => Streamed::OtherIdentity,
+                // A daemon from before `?identity=` refuses the unknown parameter: it has
+                // run nothing.
+                (400, "input.malformed") if error.message.starts_with("query string:") => {
+                    Streamed::OlderDaemon(error.message)
+                }
+                _ => Streamed::Done(Err(error)),
+            });
         }
         let mut pending = Vec::new();
         while let Some(chunk) = self.read_chunk().await? {
@@ -435,10 +520,10 @@ impl Connection {
                     Some("result") => {
                         let outcome: Outcome = serde_json::from_value(event["outcome"].clone())
                             .context("the outcome")?;
-                        return Ok(Some(Ok(Box::new(outcome))));
+                        return Ok(Streamed::Done(Ok(Box::new(outcome))));
                     }
                     Some("error") => {
-                        return Ok(Some(Err(error_of(&serde_json::json!({
+                        return Ok(Streamed::Done(Err(error_of(&serde_json::json!({
                             "error": event["error"].clone()
                         })))));
                     }

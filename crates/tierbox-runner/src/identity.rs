@@ -73,6 +73,48 @@ impl RunnerIdentity {
         }
         out
     }
+
+    /// Hex SHA-256 over every field (each named and length-prefixed, paths as their
+    /// bytes): what a client sends with a run (`?identity=` on `POST /v1/process/run` and
+    /// `/v1/wasm/run`) so that the server runs it only when its own identity is equal,
+    /// without a separate exchange first. Equal identities have equal digests and any
+    /// differing field changes it.
+    ///
+    /// ```
+    /// # let ws = tempfile::tempdir().unwrap();
+    /// let runner = tierbox_runner::Runner::new(tierbox_policy::Policy::builtin_default())
+    ///     .with_workspace(ws.path());
+    /// let a = runner.identity();
+    /// let mut b = a.clone();
+    /// assert_eq!(a.digest(), b.digest());
+    /// b.uid += 1;
+    /// assert_ne!(a.digest(), b.digest());
+    /// ```
+    pub fn digest(&self) -> String {
+        let Self {
+            version,
+            uid,
+            policy_digest,
+            workspace,
+            state_dir,
+            environment,
+        } = self;
+        let mut hash = Sha256::new();
+        let uid = uid.to_string();
+        for (name, value) in [
+            ("version", version.as_bytes()),
+            ("uid", uid.as_bytes()),
+            ("policy_digest", policy_digest.as_bytes()),
+            ("workspace", workspace.as_os_str().as_encoded_bytes()),
+            ("state_dir", state_dir.as_os_str().as_encoded_bytes()),
+            ("environment", environment.as_bytes()),
+        ] {
+            hash.update(name.as_bytes());
+            hash.update((value.len() as u64).to_le_bytes());
+            hash.update(value);
+        }
+        tierbox_attest::jcs::hex(&hash.finalize())
+    }
 }
 
 impl Runner {
@@ -139,5 +181,29 @@ mod tests {
         let c = Runner::new(reads_path).with_workspace(ws.path()).identity();
         assert_eq!(c.differences(&a), ["policy", "environment"]);
         assert_eq!(a.environment.len(), 64);
+    }
+
+    #[test]
+    fn the_digest_changes_with_every_field() {
+        let ws = tempfile::tempdir().unwrap();
+        let a = Runner::new(tierbox_policy::Policy::builtin_default())
+            .with_workspace(ws.path())
+            .identity();
+        assert_eq!(a.digest(), a.clone().digest());
+        assert_eq!(a.digest().len(), 64);
+        let changes: [fn(&mut RunnerIdentity); 6] = [
+            |i| i.version.push('+'),
+            |i| i.uid ^= 1,
+            |i| i.policy_digest.push('0'),
+            |i| i.workspace.push("x"),
+            |i| i.state_dir.push("x"),
+            |i| i.environment.push('0'),
+        ];
+        for change in changes {
+            let mut b = a.clone();
+            change(&mut b);
+            assert_eq!(b.differences(&a).len(), 1);
+            assert_ne!(b.digest(), a.digest(), "{:?}", b.differences(&a));
+        }
     }
 }

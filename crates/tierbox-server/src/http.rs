@@ -54,6 +54,9 @@ pub const MAX_SESSION_BYTES: usize = 64;
 /// events are dropped (the final result still has everything).
 const STREAM_LINES: usize = 64;
 
+/// Length of `?identity=` on a run: a hex SHA-256 ([`tierbox_runner::RunnerIdentity::digest`]).
+pub const IDENTITY_DIGEST_HEX_LEN: usize = 64;
+
 /// How the API is served.
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
@@ -286,6 +289,47 @@ fn path_id(id: Result<Path<String>, PathRejection>) -> Result<String, ApiError> 
 struct RunQuery {
     #[serde(default)]
     stream: bool,
+    /// The runner identity the client expects ([`tierbox_runner::RunnerIdentity::digest`]);
+    /// a server whose own differs runs nothing (`daemon.identity_mismatch`).
+    identity: Option<String>,
+}
+
+/// Refuses the run with `daemon.identity_mismatch` when the client expects a runner
+/// identity (`?identity=`) other than this server's: a local client hands a run over only
+/// when the server would run it as the client itself would, and learns otherwise from
+/// this answer instead of asking `GET /v1/daemon` before every run.
+fn expect_identity(st: &AppState, expected: Option<&str>) -> Result<(), ApiError> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let hex_digest = expected.len() == IDENTITY_DIGEST_HEX_LEN
+        && expected
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !hex_digest {
+        let shown: String = expected.chars().take(IDENTITY_DIGEST_HEX_LEN).collect();
+        return Err(err(
+            "input.malformed",
+            format!(
+                "query string: identity must be {IDENTITY_DIGEST_HEX_LEN} lowercase hex digits, \
+                 not {shown:?}{}",
+                if shown.len() < expected.len() {
+                    "…"
+                } else {
+                    ""
+                }
+            ),
+        ));
+    }
+    if st.service.runner().identity().digest() != expected {
+        return Err(err(
+            "daemon.identity_mismatch",
+            "this server's runner identity (GET /v1/daemon) is not the one the request \
+             expects: its policy, workspace, state directory, uid, version or supervisor \
+             environment differ; nothing was run",
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Deserialize)]
@@ -397,6 +441,7 @@ async fn process_run(
     let owner = owner(&headers)?;
     check_json(&headers)?;
     let body = read_body(body).await?;
+    expect_identity(&st, q.identity.as_deref())?;
     let run = st.service.check_run(&body)?;
     let stream = q.stream && !run.request.background;
     run_reply(st, admission, stream, move |service, events| {
@@ -425,6 +470,7 @@ async fn wasm_run(
     let Query(q) = query.map_err(|e| query_error(&e))?;
     check_json(&headers)?;
     let body = read_body(body).await?;
+    expect_identity(&st, q.identity.as_deref())?;
     let run = st.service.check_wasm(&body)?;
     run_reply(st, admission, q.stream, move |service, events| {
         Box::pin(async move { service.wasm_run(run, events).await })

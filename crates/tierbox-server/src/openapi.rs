@@ -8,7 +8,7 @@ use tierbox_policy::schema::{PROCESS_RUN_TOOL, WASM_RUN_TOOL, tool_schema};
 
 use tierbox_runner::background::BackgroundStatus;
 
-use crate::http::MAX_SESSION_BYTES;
+use crate::http::{IDENTITY_DIGEST_HEX_LEN, MAX_SESSION_BYTES};
 use crate::results;
 
 /// Moves a schemars document's `$defs` into `components`, rewriting its references, and
@@ -197,6 +197,13 @@ pub fn document() -> Value {
         "description": "Answer application/x-ndjson: output events, then the result.",
         "schema": { "type": "boolean", "default": false }
     });
+    let identity = json!({
+        "name": "identity", "in": "query", "required": false,
+        "description": "The runner identity the caller expects (hex SHA-256, RunnerIdentity::digest; GET /v1/daemon shows this server's): when this server's differs, nothing runs and the answer is 409 daemon.identity_mismatch.",
+        "schema": { "type": "string", "pattern": "^[0-9a-f]{64}$",
+                    "minLength": IDENTITY_DIGEST_HEX_LEN, "maxLength": IDENTITY_DIGEST_HEX_LEN }
+    });
+    let identity_mismatch = "the runner identity given as identity is not this server's (daemon.identity_mismatch); nothing ran";
     let run_result = json_response("the outcome, or the background handle", run_result_schema);
     let status = json_response("the process status", status_schema);
     let body = |schema: &str, examples: Value| {
@@ -273,14 +280,14 @@ pub fn document() -> Value {
             } },
             "/v1/process/run": { "post": {
                 "operationId": "process_run", "summary": "Run a command in the sandbox the policy picks; foreground to the end, or start it in the background",
-                "parameters": [session.clone(), stream.clone()],
+                "parameters": [session.clone(), stream.clone(), identity.clone()],
                 "requestBody": body("ProcessRunRequest", json!({
                     "tests": { "summary": "run the test suite for at most five minutes",
                                "value": { "command": "cargo", "args": ["test", "--offline"], "timeout_ms": 300_000 } },
                     "server": { "summary": "start a server in the background",
                                 "value": { "command": "python3", "args": ["-m", "http.server", "8000"], "background": true } }
                 })),
-                "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", "background process cap reached"), ("500", "the host could not launch a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result.clone())
+                "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", &format!("background process cap reached, or {identity_mismatch}")), ("500", "the host could not launch a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result.clone())
             } },
             "/v1/process/check": { "post": {
                 "operationId": "process_check", "summary": "What a process_run of the request would do on this host, without running it",
@@ -292,12 +299,12 @@ pub fn document() -> Value {
             } },
             "/v1/wasm/run": { "post": {
                 "operationId": "wasm_run", "summary": "Run a WebAssembly module in Tier A",
-                "parameters": [stream],
+                "parameters": [stream, identity],
                 "requestBody": body("WasmRunRequest", json!({
                     "module": { "summary": "run a module from the workspace",
                                 "value": { "module": "build/tool.wasm", "args": ["--check"] } }
                 })),
-                "responses": with(errors(&[policy[0], policy[1], policy[2], ("500", "the host could not run a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result)
+                "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", identity_mismatch), ("500", "the host could not run a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result)
             } },
             "/v1/process": { "get": {
                 "operationId": "process_list", "summary": "List your session's background processes",

@@ -246,6 +246,51 @@ fn the_http_api_answers_every_operation_and_every_error_as_documented() {
     assert!(s.stop().success());
 }
 
+/// A run that names the runner identity it expects (`?identity=`, what `tierbox run` sends
+/// a local daemon) runs only on a server whose identity that is; any other answers 409
+/// and runs nothing, and a malformed one is a 400.
+#[test]
+fn a_run_expecting_another_runner_identity_is_refused_unrun() {
+    if !tier_c_available("http_identity") {
+        return;
+    }
+    let s = Server::start(&[], None);
+    let (status, v) = s.call("GET", "/v1/daemon", None);
+    assert_eq!(status, 200, "{v}");
+    let theirs: tierbox_runner::RunnerIdentity =
+        serde_json::from_value(v["identity"].clone()).unwrap();
+    let mut other = theirs.clone();
+    other.workspace.push("elsewhere");
+    let touch = |name: &str| format!(r#"{{"command":"touch","args":["{name}"]}}"#);
+    for (route, body) in [
+        ("/v1/process/run", touch("refused")),
+        ("/v1/process/run?stream=true", touch("refused")),
+        ("/v1/wasm/run", r#"{"module":"absent.wasm"}"#.to_owned()),
+    ] {
+        let sep = if route.contains('?') { '&' } else { '?' };
+        let path = format!("{route}{sep}identity={}", other.digest());
+        let (status, v) = s.call("POST", &path, Some(&body));
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (409, Some("daemon.identity_mismatch")),
+            "{path}: {v}"
+        );
+        for bad in ["ABC", "0", &"g".repeat(64), &"0".repeat(65)] {
+            let (status, v) = s.call("POST", &format!("{route}{sep}identity={bad}"), Some(&body));
+            assert_eq!(
+                (status, v["error"]["code"].as_str()),
+                (400, Some("input.malformed")),
+                "{bad}: {v}"
+            );
+        }
+    }
+    assert!(!s.ws.path().join("refused").exists(), "a refused run ran");
+    let path = format!("/v1/process/run?identity={}", theirs.digest());
+    let (status, v) = s.call("POST", &path, Some(&touch("made")));
+    assert_eq!(status, 200, "{v}");
+    assert!(s.ws.path().join("made").exists(), "{v}");
+}
+
 #[test]
 fn a_full_server_answers_429_at_once() {
     if !tier_c_available("http_429") {
