@@ -342,7 +342,7 @@ fn spawn_in_slot(
         cgroup_fds,
         n_cgroup_fds,
         rlimits: rlimit64_table(plan),
-        drop_privileged: facts.euid == 0,
+        drop_privileged: facts.euid == 0 && !launcher.privileges_inherited,
         change_ids,
         uid,
         gid,
@@ -422,6 +422,11 @@ struct Launcher {
     /// The child restricts itself with the log flags, in an audit session started for
     /// it at the clone (audit on, no armed slot thread for it).
     child_session: bool,
+    /// The armed thread emptied its bounding and ambient sets and locked securebits, and
+    /// the child inherits all three at `clone` (none of them can grow back): the child
+    /// skips those steps — 43 `prctl`s through the filter, each only confirming what
+    /// the kernel already guarantees — and still empties its capability sets itself.
+    privileges_inherited: bool,
 }
 
 impl Launcher {
@@ -435,8 +440,9 @@ impl Launcher {
     ) -> Result<Self, LaunchError> {
         let seccomp_spec = seccomp_spec(network, uid, mediate_chmod);
         let audited = audit.wants_session();
+        let drops_privileges = facts.euid == 0;
         let arming = Arming {
-            drop_privileges: facts.euid == 0,
+            drop_privileges: drops_privileges,
             seccomp: facts.seccomp.then_some(seccomp_spec),
             audit: audited,
         };
@@ -494,6 +500,7 @@ impl Launcher {
             }),
             attached: seccomp.as_deref().map_or(0, SeccompProgram::len),
         });
+        let privileges_inherited = drops_privileges && armed.is_some();
         Ok(Self {
             armed,
             slot_listener,
@@ -501,6 +508,7 @@ impl Launcher {
             seccomp,
             layout,
             child_session: unarmed,
+            privileges_inherited,
         })
     }
 }
