@@ -4,6 +4,7 @@
 //! made, with the same policy, workspace, state directory (signing key, audit log) and
 //! the same values of every supervisor variable validation reads.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -44,6 +45,18 @@ impl RunnerIdentity {
     /// assert!(a.differences(&a).is_empty());
     /// ```
     pub fn differences(&self, other: &Self) -> Vec<&'static str> {
+        self.fields()
+            .into_iter()
+            .zip(other.fields())
+            .filter(|((_, mine), (_, theirs))| mine != theirs)
+            .map(|((name, _), _)| name)
+            .collect()
+    }
+
+    /// Every field, named as [`Self::differences`] names it, as bytes (paths as theirs).
+    /// The one place that lists them: a field added to the struct and not here fails to
+    /// compile.
+    fn fields(&self) -> [(&'static str, Cow<'_, [u8]>); 6] {
         let Self {
             version,
             uid,
@@ -52,26 +65,20 @@ impl RunnerIdentity {
             state_dir,
             environment,
         } = self;
-        let mut out = Vec::new();
-        if *version != other.version {
-            out.push("version");
-        }
-        if *uid != other.uid {
-            out.push("uid");
-        }
-        if *policy_digest != other.policy_digest {
-            out.push("policy");
-        }
-        if *workspace != other.workspace {
-            out.push("workspace");
-        }
-        if *state_dir != other.state_dir {
-            out.push("state_dir");
-        }
-        if *environment != other.environment {
-            out.push("environment");
-        }
-        out
+        [
+            ("version", Cow::Borrowed(version.as_bytes())),
+            ("uid", Cow::Owned(uid.to_string().into_bytes())),
+            ("policy", Cow::Borrowed(policy_digest.as_bytes())),
+            (
+                "workspace",
+                Cow::Borrowed(workspace.as_os_str().as_encoded_bytes()),
+            ),
+            (
+                "state_dir",
+                Cow::Borrowed(state_dir.as_os_str().as_encoded_bytes()),
+            ),
+            ("environment", Cow::Borrowed(environment.as_bytes())),
+        ]
     }
 
     /// Hex SHA-256 over every field (each named and length-prefixed, paths as their
@@ -91,27 +98,11 @@ impl RunnerIdentity {
     /// assert_ne!(a.digest(), b.digest());
     /// ```
     pub fn digest(&self) -> String {
-        let Self {
-            version,
-            uid,
-            policy_digest,
-            workspace,
-            state_dir,
-            environment,
-        } = self;
         let mut hash = Sha256::new();
-        let uid = uid.to_string();
-        for (name, value) in [
-            ("version", version.as_bytes()),
-            ("uid", uid.as_bytes()),
-            ("policy_digest", policy_digest.as_bytes()),
-            ("workspace", workspace.as_os_str().as_encoded_bytes()),
-            ("state_dir", state_dir.as_os_str().as_encoded_bytes()),
-            ("environment", environment.as_bytes()),
-        ] {
+        for (name, value) in self.fields() {
             hash.update(name.as_bytes());
             hash.update((value.len() as u64).to_le_bytes());
-            hash.update(value);
+            hash.update(&value);
         }
         tierbox_attest::jcs::hex(&hash.finalize())
     }

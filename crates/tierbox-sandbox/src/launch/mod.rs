@@ -1000,21 +1000,34 @@ fn start_launcher(
 /// [`LaunchOptions::launcher_thread`] says); a process that launches again arms the
 /// thread then, and every later child inherits. The layers are the same either way.
 pub(crate) fn armed_launcher(arming: Arming) -> Option<mpsc::Sender<Job>> {
-    /// Per arming seen: `None` until its second launch, then the thread (if it started).
-    type Launchers = Vec<(Arming, Option<Option<mpsc::Sender<Job>>>)>;
-    static ARMED: Mutex<Launchers> = Mutex::new(Vec::new());
+    static ARMED: Mutex<Vec<(Arming, ArmedLauncher)>> = Mutex::new(Vec::new());
     let mut armed = ARMED.lock().ok()?;
-    if let Some((_, started)) = armed.iter_mut().find(|(a, _)| *a == arming) {
-        return started
-            .get_or_insert_with(|| {
-                start_launcher("tierbox-launcher-armed", arming, None, false).map(|(tx, ..)| tx)
-            })
-            .clone();
+    if let Some((_, launcher)) = armed.iter_mut().find(|(a, _)| *a == arming) {
+        if let ArmedLauncher::SeenOnce = launcher {
+            *launcher = match start_launcher("tierbox-launcher-armed", arming, None, false) {
+                Some((tx, ..)) => ArmedLauncher::Started(tx),
+                None => ArmedLauncher::Failed,
+            };
+        }
+        return match launcher {
+            ArmedLauncher::Started(tx) => Some(tx.clone()),
+            ArmedLauncher::SeenOnce | ArmedLauncher::Failed => None,
+        };
     }
     if armed.len() < MAX_ARMED_LAUNCHERS {
-        armed.push((arming, None));
+        armed.push((arming, ArmedLauncher::SeenOnce));
     }
     None
+}
+
+/// What [`armed_launcher`] knows of one arming.
+enum ArmedLauncher {
+    /// Launched with once: its child restricted itself.
+    SeenOnce,
+    /// Its thread, armed.
+    Started(mpsc::Sender<Job>),
+    /// Its thread could not start or be armed on this host (not retried).
+    Failed,
 }
 
 /// The enforcement report's rlimit lines for `limits` (the five every native backend
