@@ -145,6 +145,40 @@ fn ok(v: Value) -> ApiResult {
     Ok((StatusCode::OK, axum::Json(v)).into_response())
 }
 
+/// `200` with `body` serialized straight to bytes: the same JSON as [`ok`] of its
+/// `Value` (objects keep their fields' order), without building that tree first — a
+/// run's outcome is ~7 KiB of nested objects, on every request's path.
+fn ok_serialized<T: serde::Serialize>(body: &T) -> ApiResult {
+    let bytes = serde_json::to_vec(body)
+        .map_err(|e| err("run.failed", format!("encoding the result: {e}")))?;
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response())
+}
+
+/// A streamed run's last line, `{"event": "result", "outcome": …}`, serialized straight
+/// to bytes (see [`ok_serialized`]); an outcome that cannot be encoded ends the stream
+/// with an `error` event instead.
+fn result_line(reply: &RunReply) -> Bytes {
+    let mut b = br#"{"event":"result","outcome":"#.to_vec();
+    match serde_json::to_writer(&mut b, reply) {
+        Ok(()) => b.extend_from_slice(b"}\n"),
+        Err(e) => {
+            let error = err("run.failed", format!("encoding the result: {e}")).0;
+            b = serde_json::to_vec(&json!({ "event": "error", "error": error.to_json() }))
+                .unwrap_or_default();
+            b.push(b'\n');
+        }
+    }
+    Bytes::from(b)
+}
+
 /// Constant-time comparison of two byte strings (the length is not secret).
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -376,7 +410,7 @@ async fn run_reply(
 ) -> ApiResult {
     if !stream {
         let reply = start(st.service.clone(), None).await?;
-        return ok(reply.to_json());
+        return ok_serialized(&reply);
     }
     let (lines_tx, mut lines_rx) = mpsc::channel::<Bytes>(STREAM_LINES);
     let admission = admission.map(|a| a.0);
@@ -413,10 +447,10 @@ async fn run_reply(
             }
         }
         let last = match result {
-            Ok(reply) => json!({ "event": "result", "outcome": reply.to_json() }),
-            Err(e) => json!({ "event": "error", "error": e.to_json() }),
+            Ok(reply) => result_line(&reply),
+            Err(e) => line(json!({ "event": "error", "error": e.to_json() })),
         };
-        let _ = lines_tx.send(line(last)).await;
+        let _ = lines_tx.send(last).await;
     });
     let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| {
         lines_rx
@@ -709,6 +743,34 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A real Tier B outcome (`true`), as the HTTP API answered it.
+    const OUTCOME_SAMPLE: &str = include_str!("outcome_sample.json");
+
+    #[test]
+    fn outcomes_are_encoded_as_their_value_would_be() {
+        let outcome: tierbox_runner::Outcome = serde_json::from_str(OUTCOME_SAMPLE).unwrap();
+        let reply = RunReply::Finished(Box::new(outcome));
+        let value = reply.to_json();
+        let body = |r: Response| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let bytes = rt
+                .block_on(axum::body::to_bytes(r.into_body(), usize::MAX))
+                .unwrap();
+            bytes.to_vec()
+        };
+        let direct = ok_serialized(&reply).unwrap();
+        assert_eq!(
+            direct.headers()[header::CONTENT_TYPE],
+            HeaderValue::from_static("application/json")
+        );
+        assert_eq!(body(direct), body(ok(value.clone()).unwrap()));
+        let mut line = serde_json::to_vec(&json!({ "event": "result", "outcome": value })).unwrap();
+        line.push(b'\n');
+        assert_eq!(result_line(&reply).to_vec(), line);
+    }
 
     #[test]
     fn token_comparison() {
