@@ -228,7 +228,8 @@ pub async fn serve_http(
 /// then every background process is killed and awaited.
 pub async fn serve_mcp_stdio(service: Service, shutdown: impl Future<Output = ()>) -> Result<()> {
     // Lines that are not JSON-RPC get a JSON-RPC error before the library sees them.
-    let transport = crate::mcp_stdio::guard(tokio::io::stdin(), tokio::io::stdout());
+    let (input, output) = stdio();
+    let transport = crate::mcp_stdio::guard(input, output);
     let session = crate::mcp::serve_session(service.clone(), transport);
     let result = tokio::select! {
         r = session => r,
@@ -238,10 +239,79 @@ pub async fn serve_mcp_stdio(service: Service, shutdown: impl Future<Output = ()
     result
 }
 
+type Reader = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+type Writer = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+
+/// This process's stdin and stdout for the MCP transport. Each that is a pipe (what an MCP
+/// client starts the server with) is read or written as a non-blocking pipe on the
+/// runtime's own reactor: tokio's stdio does every read and every write on a blocking
+/// thread, a hand-off and a wake-up per message each way. Anything else (a terminal, a
+/// file, a socket), and a stdout that is the same pipe as stderr — which must stay
+/// blocking, or a full pipe would fail a diagnostic's write — keeps tokio's stdio.
+fn stdio() -> (Reader, Writer) {
+    use std::os::fd::AsFd;
+    let stdin: Reader = match fifo(std::io::stdin().as_fd(), None)
+        .and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok())
+    {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::stdin()),
+    };
+    let stderr = std::io::stderr();
+    let stdout: Writer = match fifo(std::io::stdout().as_fd(), Some(stderr.as_fd()))
+        .and_then(|fd| tokio::net::unix::pipe::Sender::from_owned_fd(fd).ok())
+    {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::stdout()),
+    };
+    (stdin, stdout)
+}
+
+/// A copy of `fd` when it is a pipe and not the pipe `unless` is.
+fn fifo(
+    fd: std::os::fd::BorrowedFd<'_>,
+    unless: Option<std::os::fd::BorrowedFd<'_>>,
+) -> Option<std::os::fd::OwnedFd> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let identity = |fd: std::os::fd::BorrowedFd<'_>| {
+        let meta = std::fs::File::from(fd.try_clone_to_owned().ok()?)
+            .metadata()
+            .ok()?;
+        Some((meta.file_type().is_fifo(), meta.dev(), meta.ino()))
+    };
+    let (is_fifo, dev, ino) = identity(fd)?;
+    let shared = unless
+        .and_then(identity)
+        .is_some_and(|(_, d, i)| (d, i) == (dev, ino));
+    (is_fifo && !shared).then(|| fd.try_clone_to_owned().ok())?
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn only_a_pipe_that_is_not_stderrs_becomes_non_blocking() {
+        use std::os::fd::AsFd;
+        let (r, w) = std::io::pipe().unwrap();
+        let (other_r, _other_w) = std::io::pipe().unwrap();
+        assert!(fifo(r.as_fd(), None).is_some());
+        assert!(fifo(w.as_fd(), Some(other_r.as_fd())).is_some());
+        // The same pipe as `unless` (stdout dup'd onto stderr): left alone.
+        assert!(fifo(w.as_fd(), Some(r.as_fd())).is_none());
+        let file = tempfile::tempfile().unwrap();
+        assert!(fifo(file.as_fd(), None).is_none());
+        // The copy is non-blocking once tokio takes it, and so is the original.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fifo(r.as_fd(), None).unwrap());
+        assert!(pipe.is_ok());
+        let flags = rustix::fs::fcntl_getfl(&r).unwrap();
+        assert!(flags.contains(rustix::fs::OFlags::NONBLOCK));
+    }
 
     #[test]
     fn non_loopback_needs_consent() {
