@@ -39,34 +39,39 @@ where
     let (lib_out, mut from_lib) = tokio::io::duplex(MAX_MCP_MESSAGE_BYTES);
     let (lines_tx, mut lines_rx) = mpsc::channel::<Vec<u8>>(OUTPUT_LINES);
 
-    // The one writer.
+    // The one writer: the library's output a whole line at a time, and the errors for
+    // lines the library never saw, in the order they come.
     tokio::spawn(async move {
         let mut output = output;
-        while let Some(line) = lines_rx.recv().await {
+        let mut pending = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut lib_open = true;
+        loop {
+            let line = tokio::select! {
+                read = from_lib.read(&mut buf), if lib_open => {
+                    match read {
+                        Ok(0) | Err(_) => {
+                            lib_open = false;
+                            std::mem::take(&mut pending)
+                        }
+                        Ok(n) => {
+                            pending.extend_from_slice(buf.get(..n).unwrap_or_default());
+                            match pending.iter().rposition(|b| *b == b'\n') {
+                                Some(end) => pending.drain(..=end).collect(),
+                                None => continue,
+                            }
+                        }
+                    }
+                }
+                Some(line) = lines_rx.recv() => line,
+                else => return,
+            };
+            if line.is_empty() {
+                continue;
+            }
             if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
                 return;
             }
-        }
-    });
-    // The library's output, a whole line at a time.
-    let lib_lines = lines_tx.clone();
-    tokio::spawn(async move {
-        let mut pending = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match from_lib.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => pending.extend_from_slice(buf.get(..n).unwrap_or_default()),
-            }
-            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                if lib_lines.send(line).await.is_err() {
-                    return;
-                }
-            }
-        }
-        if !pending.is_empty() {
-            let _ = lib_lines.send(pending).await;
         }
     });
     // The client's input, checked.
