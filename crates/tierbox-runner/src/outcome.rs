@@ -385,13 +385,17 @@ impl Outcome {
     /// This outcome with each stream's text cut to [`VIEW_TEXT_BYTES`]
     /// ([`StreamOutput::bounded`]): the structured content of an MCP tool result. The
     /// attestation still names the whole output (its digests), which the full result
-    /// carries.
-    pub fn bounded(&self) -> Self {
-        Self {
+    /// carries. Borrowed when both streams already fit (nothing is copied).
+    pub fn bounded(&self) -> std::borrow::Cow<'_, Self> {
+        let fits = |s: &StreamOutput| s.text.len() <= VIEW_TEXT_BYTES;
+        if fits(&self.stdout) && fits(&self.stderr) {
+            return std::borrow::Cow::Borrowed(self);
+        }
+        std::borrow::Cow::Owned(Self {
             stdout: self.stdout.bounded(VIEW_TEXT_BYTES),
             stderr: self.stderr.bounded(VIEW_TEXT_BYTES),
             ..self.clone()
-        }
+        })
     }
 
     /// The exit status a CLI should mirror: the child's code, `128 + signal` when killed,
@@ -470,5 +474,30 @@ mod limit_tests {
             let key = l.policy_key(false);
             assert!(key.contains('.'), "{key}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::borrow::Cow;
+
+    use super::*;
+
+    /// A real Tier B outcome (`true`), as the HTTP API answered it.
+    const SAMPLE: &str = include_str!("outcome_sample.json");
+
+    #[test]
+    fn a_view_copies_nothing_when_both_streams_fit_and_cuts_them_when_not() {
+        let small: Outcome = serde_json::from_str(SAMPLE).unwrap();
+        assert!(matches!(small.bounded(), Cow::Borrowed(o) if *o == small));
+        let mut big = small.clone();
+        big.stderr.text = "e".repeat(VIEW_TEXT_BYTES + 100);
+        let view = big.bounded();
+        assert!(matches!(view, Cow::Owned(_)));
+        assert_eq!(view.stdout, big.stdout);
+        assert_eq!(view.stderr.view_omitted_bytes, Some(100));
+        assert_eq!(view.attestation, big.attestation);
     }
 }

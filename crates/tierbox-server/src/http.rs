@@ -745,7 +745,7 @@ mod tests {
     use super::*;
 
     /// A real Tier B outcome (`true`), as the HTTP API answered it.
-    const OUTCOME_SAMPLE: &str = include_str!("outcome_sample.json");
+    const OUTCOME_SAMPLE: &str = include_str!("../../tierbox-runner/src/outcome_sample.json");
 
     #[test]
     fn outcomes_are_encoded_as_their_value_would_be() {

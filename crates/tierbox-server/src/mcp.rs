@@ -161,8 +161,10 @@ impl McpSession {
 
 /// A refusal as a tool result the model can read.
 pub fn error_result(e: &ServiceError) -> CallToolResult {
-    let mut r = CallToolResult::structured_error(e.to_json());
-    r.content = vec![ContentBlock::text(format!("rejected: {e}"))];
+    // Not `structured_error`: it would also render the whole value as text, only to
+    // have that replaced by the line below.
+    let mut r = CallToolResult::error(vec![ContentBlock::text(format!("rejected: {e}"))]);
+    r.structured_content = Some(e.to_json());
     r
 }
 
@@ -250,8 +252,10 @@ impl ServerHandler for McpSession {
         let result = match result {
             None => return Err(ErrorData::invalid_params("unknown tool", None)),
             Some(Ok((structured, summary))) => {
-                let mut r = CallToolResult::structured(structured);
-                r.content = vec![ContentBlock::text(summary)];
+                // Not `CallToolResult::structured`: it renders the whole outcome (~7 KiB)
+                // as text for `content`, which the summary replaces.
+                let mut r = CallToolResult::success(vec![ContentBlock::text(summary)]);
+                r.structured_content = Some(structured);
                 r
             }
             Some(Err(e)) => error_result(&e),
