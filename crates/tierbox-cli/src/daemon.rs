@@ -287,6 +287,8 @@ enum Streamed {
     OtherIdentity,
     /// The daemon does not know `?identity=` (its message): nothing ran.
     OlderDaemon(String),
+    /// The request could not be written (why), and no answer came: nothing ran.
+    Unsent(String),
 }
 
 /// One keep-alive HTTP/1.1 connection to the daemon.
@@ -347,16 +349,28 @@ impl Connection {
         body: Option<&[u8]>,
         streamed: bool,
     ) -> Result<(u16, Value)> {
+        self.send(method, path, body).await?;
+        self.reply(streamed).await
+    }
+
+    /// Writes a request: head and body in one buffer, so a daemon that answers from the
+    /// head alone (and may close) has the whole request when it reads.
+    async fn send(&mut self, method: &str, path: &str, body: Option<&[u8]>) -> Result<()> {
         let body = body.unwrap_or_default();
-        let head = format!(
+        let mut request = format!(
             "{method} {path} HTTP/1.1\r\nHost: tierbox\r\nAuthorization: Bearer {}\r\n\
              Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             self.token,
             body.len()
-        );
-        let io = self.io.get_mut();
-        io.write_all(head.as_bytes()).await?;
-        io.write_all(body).await?;
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        self.io.get_mut().write_all(&request).await?;
+        Ok(())
+    }
+
+    /// Reads a reply: see [`Self::request`].
+    async fn reply(&mut self, streamed: bool) -> Result<(u16, Value)> {
         let (status, headers) = self.read_head().await?;
         let chunked = headers
             .iter()
@@ -472,6 +486,10 @@ impl Connection {
                     )
                 }),
             ),
+            Ok(Streamed::Unsent(why)) => Handoff::NotUsed(format!(
+                "the daemon at {} closed the connection before it had the request: {why}",
+                self.socket.display()
+            )),
             Ok(Streamed::OlderDaemon(message)) => Handoff::NotUsed(format!(
                 "the daemon at {} is of an older build ({message}); restart it: \
                  `tierbox daemon stop`, then `tierbox daemon start`",
@@ -490,7 +508,16 @@ impl Connection {
         body: &[u8],
         events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
     ) -> Result<Streamed> {
-        let (status, reply) = self.request("POST", route, Some(body), true).await?;
+        let (status, reply) = match self.send("POST", route, Some(body)).await {
+            Ok(()) => self.reply(true).await?,
+            // The daemon closed the connection before it had the whole request, so it
+            // runs nothing; it may have answered first (an older daemon refusing
+            // `?identity=` from the head alone).
+            Err(e) => match self.reply(true).await {
+                Ok(answered) => answered,
+                Err(_) => return Ok(Streamed::Unsent(format!("{e:#}"))),
+            },
+        };
         if status == 429 {
             return Ok(Streamed::Busy);
         }
@@ -621,4 +648,81 @@ pub fn stop(state_dir: &Path) -> Result<u32> {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A connection whose daemon end has already `reply` queued (or nothing) and is closed.
+    async fn answered_and_closed(reply: Option<&str>) -> Connection {
+        let (client, mut daemon) = UnixStream::pair().unwrap();
+        if let Some(reply) = reply {
+            daemon.write_all(reply.as_bytes()).await.unwrap();
+        }
+        drop(daemon);
+        Connection {
+            io: BufReader::new(client),
+            token: "t".to_owned(),
+            socket: PathBuf::from("/run/test.sock"),
+        }
+    }
+
+    fn http(status: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    /// A daemon that answers from the head alone and closes (an older one refusing
+    /// `?identity=`) makes the request's write fail; its answer still decides, and the
+    /// call runs in process instead of failing.
+    #[tokio::test]
+    async fn a_daemon_that_answered_and_closed_before_the_body_is_not_used() {
+        let own = RunnerIdentity {
+            version: "0".to_owned(),
+            uid: 0,
+            policy_digest: String::new(),
+            workspace: PathBuf::from("/w"),
+            state_dir: PathBuf::from("/s"),
+            environment: String::new(),
+        };
+        let older = http(
+            "400 Bad Request",
+            r#"{"error":{"code":"input.malformed","message":"query string: unknown field `identity`, expected `stream`"}}"#,
+        );
+        let mut conn = answered_and_closed(Some(&older)).await;
+        match conn
+            .run("/v1/process/run?stream=true&identity=00", b"{}", &own, None)
+            .await
+        {
+            Handoff::NotUsed(why) => assert!(why.contains("older build"), "{why}"),
+            _ => panic!("an older daemon's refusal must leave the run to the CLI"),
+        }
+        // Closed without an answer: not sent, so not run there either.
+        let mut conn = answered_and_closed(None).await;
+        match conn
+            .run("/v1/process/run?stream=true&identity=00", b"{}", &own, None)
+            .await
+        {
+            Handoff::NotUsed(why) => assert!(why.contains("before it had the request"), "{why}"),
+            _ => panic!("a request that was never sent must leave the run to the CLI"),
+        }
+        // A refusal of the request itself is the run's answer.
+        let refused = http(
+            "422 Unprocessable Entity",
+            r#"{"error":{"code":"exec.not_allowed","message":"no"}}"#,
+        );
+        let mut conn = answered_and_closed(Some(&refused)).await;
+        match conn
+            .run("/v1/process/run?stream=true&identity=00", b"{}", &own, None)
+            .await
+        {
+            Handoff::Ran(Err(e)) => assert_eq!(e.code, "exec.not_allowed"),
+            _ => panic!("the daemon's refusal is the answer"),
+        }
+    }
 }
