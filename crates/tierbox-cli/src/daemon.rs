@@ -460,10 +460,11 @@ impl Connection {
 
     /// Runs `body` (a `process_run` or `wasm_run` request for `route`) streamed, and returns
     /// its result line.
+    ///
     /// Streaming keeps the run tied to this connection: when it closes (this process is
-    /// interrupted or killed), the daemon kills the run.
-    /// `route` carries `own`'s digest (`?identity=`): a daemon of another identity
-    /// refuses the run unrun, and is then asked for its identity to say how it differs.
+    /// interrupted or killed), the daemon kills the run. `route` carries `own`'s digest
+    /// (`?identity=`): a daemon of another identity refuses the run unrun, and is then
+    /// asked for its identity to say how it differs.
     async fn run(
         &mut self,
         route: &str,

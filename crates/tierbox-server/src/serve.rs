@@ -228,7 +228,7 @@ pub async fn serve_http(
 /// then every background process is killed and awaited.
 pub async fn serve_mcp_stdio(service: Service, shutdown: impl Future<Output = ()>) -> Result<()> {
     // Lines that are not JSON-RPC get a JSON-RPC error before the library sees them.
-    let (input, output) = stdio();
+    let (input, output, _blocking_again) = stdio();
     let transport = crate::mcp_stdio::guard(input, output);
     let session = crate::mcp::serve_session(service.clone(), transport);
     let result = tokio::select! {
@@ -247,23 +247,47 @@ type Writer = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
 /// runtime's own reactor: tokio's stdio does every read and every write on a blocking
 /// thread, a hand-off and a wake-up per message each way. Anything else (a terminal, a
 /// file, a socket), and a stdout that is the same pipe as stderr — which must stay
-/// blocking, or a full pipe would fail a diagnostic's write — keeps tokio's stdio.
-fn stdio() -> (Reader, Writer) {
+/// blocking, or a full pipe would fail a diagnostic's write — keeps tokio's stdio. The
+/// third value puts the pipes back in blocking mode when dropped (whoever else holds them,
+/// such as a shell that runs something after the server, gets them as they were).
+fn stdio() -> (Reader, Writer, BlockingAgain) {
     use std::os::fd::AsFd;
+    let mut again = BlockingAgain::default();
     let stdin: Reader = match fifo(std::io::stdin().as_fd(), None)
         .and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok())
     {
-        Some(pipe) => Box::new(pipe),
+        Some(pipe) => {
+            again.0.push(rustix::stdio::stdin());
+            Box::new(pipe)
+        }
         None => Box::new(tokio::io::stdin()),
     };
     let stderr = std::io::stderr();
     let stdout: Writer = match fifo(std::io::stdout().as_fd(), Some(stderr.as_fd()))
         .and_then(|fd| tokio::net::unix::pipe::Sender::from_owned_fd(fd).ok())
     {
-        Some(pipe) => Box::new(pipe),
+        Some(pipe) => {
+            again.0.push(rustix::stdio::stdout());
+            Box::new(pipe)
+        }
         None => Box::new(tokio::io::stdout()),
     };
-    (stdin, stdout)
+    (stdin, stdout, again)
+}
+
+/// The descriptors [`stdio`] made non-blocking; dropping it clears `O_NONBLOCK` on them
+/// again.
+#[derive(Default)]
+struct BlockingAgain(Vec<std::os::fd::BorrowedFd<'static>>);
+
+impl Drop for BlockingAgain {
+    fn drop(&mut self) {
+        for fd in &self.0 {
+            if let Ok(flags) = rustix::fs::fcntl_getfl(fd) {
+                let _ = rustix::fs::fcntl_setfl(fd, flags - rustix::fs::OFlags::NONBLOCK);
+            }
+        }
+    }
 }
 
 /// A copy of `fd` when it is a pipe and not the pipe `unless` is.
@@ -309,8 +333,20 @@ mod tests {
         let _guard = rt.enter();
         let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(fifo(r.as_fd(), None).unwrap());
         assert!(pipe.is_ok());
-        let flags = rustix::fs::fcntl_getfl(&r).unwrap();
-        assert!(flags.contains(rustix::fs::OFlags::NONBLOCK));
+        let nonblocking = || {
+            rustix::fs::fcntl_getfl(&r)
+                .unwrap()
+                .contains(rustix::fs::OFlags::NONBLOCK)
+        };
+        assert!(nonblocking());
+        // Put back in blocking mode when the session is over.
+        let r: &'static std::os::fd::OwnedFd = Box::leak(Box::new(r.into()));
+        drop(BlockingAgain(vec![r.as_fd()]));
+        assert!(
+            !rustix::fs::fcntl_getfl(r)
+                .unwrap()
+                .contains(rustix::fs::OFlags::NONBLOCK)
+        );
     }
 
     #[test]
