@@ -234,6 +234,9 @@ pub struct Runner {
     auditor: Arc<std::sync::Mutex<Option<Arc<Auditor>>>>,
     /// Runs Tier A plans; `None` for [`Runner::without_tier_a`].
     tier_a: Option<TierARun>,
+    /// [`tierbox_attest::policy_digest`] of `policy`, which never changes after
+    /// construction: computed on first use (shared by clones).
+    policy_digest: Arc<std::sync::OnceLock<String>>,
 }
 
 impl Runner {
@@ -278,6 +281,7 @@ impl Runner {
             background,
             auditor: Arc::default(),
             tier_a: None,
+            policy_digest: Arc::default(),
         }
     }
 
@@ -429,6 +433,12 @@ impl Runner {
             started_unix_ms,
         };
         self.background.start_sealed(owner, &plan, Some(seal)).await
+    }
+
+    /// [`tierbox_attest::policy_digest`] of [`Runner::policy`], computed once per runner.
+    pub(crate) fn policy_digest(&self) -> &str {
+        self.policy_digest
+            .get_or_init(|| tierbox_attest::policy_digest(&self.policy))
     }
 
     /// The policy.

@@ -127,7 +127,7 @@ impl Runner {
         RunnerIdentity {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             uid: tierbox_sandbox::process::current_ids().0,
-            policy_digest: tierbox_attest::policy_digest(self.policy()),
+            policy_digest: self.policy_digest().to_owned(),
             workspace: canonical(self.workspace()),
             state_dir: canonical(&self.options().state_dir),
             environment: tierbox_attest::jcs::hex(&hash.finalize()),
