@@ -56,13 +56,23 @@ impl Stream {
     }
 }
 
+/// Whether `s` is exactly `len` lowercase hex digits (a handle, a run id, a digest).
+///
+/// ```
+/// use tierbox_policy::handle::is_lower_hex;
+/// assert!(is_lower_hex("0a9f", 4));
+/// assert!(!is_lower_hex("0A9F", 4));
+/// assert!(!is_lower_hex("0a9", 4));
+/// ```
+pub fn is_lower_hex(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// Checks that `id` has the shape of a handle.
 pub fn check_handle(id: &str) -> Result<(), Rejection> {
-    let ok = id.len() == HANDLE_HEX_LEN
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if ok {
+    if is_lower_hex(id, HANDLE_HEX_LEN) {
         Ok(())
     } else {
         Err(Rejection::HandleInvalid {

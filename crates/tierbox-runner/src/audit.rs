@@ -71,7 +71,13 @@ pub fn now_unix_ms() -> u64 {
 impl Auditor {
     /// Loads the signing key (the policy's, else `<state_dir>/attest-key`, created on
     /// first use) and opens the policy's audit log, if any, verifying its chain.
-    pub fn open(policy: &Policy, state_dir: &Path) -> Result<Self, AuditError> {
+    /// `policy_digest` is [`tierbox_attest::policy_digest`] of `policy` (the runner keeps
+    /// it).
+    pub fn open(
+        policy: &Policy,
+        policy_digest: &str,
+        state_dir: &Path,
+    ) -> Result<Self, AuditError> {
         let key = match &policy.audit.signing_key {
             Some(path) => tierbox_attest::load_signing_key(path)?,
             None => tierbox_attest::load_or_create_signing_key(state_dir)?.0,
@@ -83,7 +89,7 @@ impl Auditor {
         Ok(Self {
             key,
             log,
-            policy_digest: tierbox_attest::policy_digest(policy),
+            policy_digest: policy_digest.to_owned(),
         })
     }
 

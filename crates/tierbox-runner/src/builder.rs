@@ -321,7 +321,7 @@ impl Runner {
             return Ok(a.clone());
         }
         let opened = Arc::new(
-            Auditor::open(&self.policy, &self.options.state_dir)
+            Auditor::open(&self.policy, self.policy_digest(), &self.options.state_dir)
                 .map_err(|e| RunError::Audit(e.to_string()))?,
         );
         *slot = Some(opened.clone());

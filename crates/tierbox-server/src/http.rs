@@ -163,20 +163,13 @@ fn ok_serialized<T: serde::Serialize>(body: &T) -> ApiResult {
 }
 
 /// A streamed run's last line, `{"event": "result", "outcome": …}`, serialized straight
-/// to bytes (see [`ok_serialized`]); an outcome that cannot be encoded ends the stream
-/// with an `error` event instead.
-fn result_line(reply: &RunReply) -> Bytes {
+/// to bytes (see [`ok_serialized`]).
+fn result_line(reply: &RunReply) -> Result<Bytes, ServiceError> {
     let mut b = br#"{"event":"result","outcome":"#.to_vec();
-    match serde_json::to_writer(&mut b, reply) {
-        Ok(()) => b.extend_from_slice(b"}\n"),
-        Err(e) => {
-            let error = err("run.failed", format!("encoding the result: {e}")).0;
-            b = serde_json::to_vec(&json!({ "event": "error", "error": error.to_json() }))
-                .unwrap_or_default();
-            b.push(b'\n');
-        }
-    }
-    Bytes::from(b)
+    serde_json::to_writer(&mut b, reply)
+        .map_err(|e| ServiceError::new("run.failed", format!("encoding the result: {e}")))?;
+    b.extend_from_slice(b"}\n");
+    Ok(Bytes::from(b))
 }
 
 /// Constant-time comparison of two byte strings (the length is not secret).
@@ -336,11 +329,7 @@ fn expect_identity(st: &AppState, expected: Option<&str>) -> Result<(), ApiError
     let Some(expected) = expected else {
         return Ok(());
     };
-    let hex_digest = expected.len() == IDENTITY_DIGEST_HEX_LEN
-        && expected
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if !hex_digest {
+    if !tierbox_policy::handle::is_lower_hex(expected, IDENTITY_DIGEST_HEX_LEN) {
         let shown: String = expected.chars().take(IDENTITY_DIGEST_HEX_LEN).collect();
         return Err(err(
             "input.malformed",
@@ -446,8 +435,9 @@ async fn run_reply(
                 return;
             }
         }
-        let last = match result {
-            Ok(reply) => result_line(&reply),
+        // An outcome that cannot be encoded ends the stream with an `error` event too.
+        let last = match result.and_then(|reply| result_line(&reply)) {
+            Ok(bytes) => bytes,
             Err(e) => line(json!({ "event": "error", "error": e.to_json() })),
         };
         let _ = lines_tx.send(last).await;
@@ -769,7 +759,7 @@ mod tests {
         assert_eq!(body(direct), body(ok(value.clone()).unwrap()));
         let mut line = serde_json::to_vec(&json!({ "event": "result", "outcome": value })).unwrap();
         line.push(b'\n');
-        assert_eq!(result_line(&reply).to_vec(), line);
+        assert_eq!(result_line(&reply).unwrap().to_vec(), line);
     }
 
     #[test]
