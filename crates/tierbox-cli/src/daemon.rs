@@ -91,7 +91,7 @@ pub fn hand_off(
     runner: &Runner,
     req: RunRequest<'_>,
     socket: &Path,
-    events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+    live: Option<&mut crate::live::Live>,
 ) -> Handoff {
     let (route, body) = match req {
         RunRequest::Process(r) => ("/v1/process/run", serde_json::to_vec(r)),
@@ -111,7 +111,7 @@ pub fn hand_off(
         async |mut conn, own| {
             let route = format!("{route}?stream=true&identity={}", own.digest());
             tokio::select! {
-                r = conn.run(&route, &body, own, events) => r,
+                r = conn.run(&route, &body, own, live) => r,
                 sig = crate::termination_signal() => Handoff::Interrupted(sig),
             }
         },
@@ -470,9 +470,9 @@ impl Connection {
         route: &str,
         body: &[u8],
         own: &RunnerIdentity,
-        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+        live: Option<&mut crate::live::Live>,
     ) -> Handoff {
-        match self.run_streamed(route, body, events).await {
+        match self.run_streamed(route, body, live).await {
             Ok(Streamed::Done(result)) => Handoff::Ran(result),
             Ok(Streamed::Busy) => Handoff::NotUsed("the daemon is busy".to_owned()),
             Ok(Streamed::OtherIdentity) => Handoff::NotUsed(
@@ -507,7 +507,7 @@ impl Connection {
         &mut self,
         route: &str,
         body: &[u8],
-        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+        mut live: Option<&mut crate::live::Live>,
     ) -> Result<Streamed> {
         let (status, reply) = match self.send("POST", route, Some(body)).await {
             Ok(()) => self.reply(true).await?,
@@ -557,12 +557,12 @@ impl Connection {
                     }
                     // Output as it happens, to the live printer (`--json` has none).
                     Some("output") => {
-                        if let (Some(tx), Some(text)) = (&events, event["text"].as_str())
+                        if let (Some(live), Some(text)) = (live.as_mut(), event["text"].as_str())
                             && !text.is_empty()
                         {
                             let stream = serde_json::from_value(event["stream"].clone())
                                 .context("an output event's stream")?;
-                            let _ = tx.try_send(OutputEvent {
+                            live.print(OutputEvent {
                                 stream,
                                 text: text.to_owned(),
                             });

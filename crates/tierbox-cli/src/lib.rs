@@ -949,18 +949,15 @@ fn cmd_run(
 /// returns the exit status that mirrors the program.
 fn run_request(runner: &Runner, req: RunRequest<'_>, json: bool) -> Result<ExitCode> {
     progress::install();
-    let (live, events) = if json {
-        (None, None)
-    } else {
-        let (live, tx) = live::Live::start(
+    let mut live = (!json).then(|| {
+        live::Live::new(
             std::io::stdout().is_terminal(),
             std::io::stderr().is_terminal(),
-        );
-        (Some(live), Some(tx))
-    };
+        )
+    });
     let via = if daemon::enabled() {
         let socket = daemon::socket_path(&runner.options().state_dir);
-        match daemon::hand_off(runner, req, &socket, events.clone()) {
+        match daemon::hand_off(runner, req, &socket, live.as_mut()) {
             daemon::Handoff::Ran(reply) => {
                 finish(live);
                 return print_daemon_reply(reply, json, runner.policy());
@@ -974,8 +971,16 @@ fn run_request(runner: &Runner, req: RunRequest<'_>, json: bool) -> Result<ExitC
     } else {
         Via::InProcess(None)
     };
+    let (events, output) = match live {
+        Some(_) => {
+            let (tx, rx) = tokio::sync::mpsc::channel(live::LIVE_EVENTS);
+            (Some(tx), Some(rx))
+        }
+        None => (None, None),
+    };
     run_and_print_via(
         runner.execute(req, events),
+        output,
         json,
         &via,
         live,
@@ -1140,9 +1145,10 @@ fn read_stdin() -> Result<String> {
 /// status that mirrors the child.
 fn run_and_print_via(
     run: impl std::future::Future<Output = std::result::Result<tierbox_runner::Outcome, RunError>>,
+    mut output: Option<tokio::sync::mpsc::Receiver<tierbox_runner::OutputEvent>>,
     json: bool,
     via: &Via,
-    live: Option<live::Live>,
+    mut live: Option<live::Live>,
     policy: &Policy,
 ) -> Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -1150,6 +1156,22 @@ fn run_and_print_via(
         .build()
         .context("starting the async runtime")?;
     let result = rt.block_on(async {
+        // The run's output goes to the printer as it arrives (which never blocks: it
+        // prints on a thread of its own).
+        let run = async {
+            tokio::pin!(run);
+            loop {
+                tokio::select! {
+                    biased;
+                    r = &mut run => break r,
+                    Some(event) = next_event(&mut output) => {
+                        if let Some(live) = live.as_mut() {
+                            live.print(event);
+                        }
+                    }
+                }
+            }
+        };
         // SIGINT, SIGTERM or SIGHUP to the CLI drops the run's future, whose guard kills
         // and reaps the whole sandboxed tree (or stops the WASM guest) before we exit.
         tokio::select! {
@@ -1161,6 +1183,12 @@ fn run_and_print_via(
     // compilation still going after the run's deadline is abandoned, not waited for:
     // dropping the runtime would wait for it.
     rt.shutdown_background();
+    // What the run sent just before it ended is printed too.
+    if let (Some(output), Some(live)) = (output.as_mut(), live.as_mut()) {
+        while let Ok(event) = output.try_recv() {
+            live.print(event);
+        }
+    }
     finish(live);
     let result = match result {
         Ok(r) => r,
@@ -1170,6 +1198,16 @@ fn run_and_print_via(
         Ok(outcome) => print_outcome(&outcome, json, via, policy),
         Err(RunError::Rejected(rej)) => Ok(print_rejection(&rej, json)),
         Err(e) => Ok(print_run_failure(&e.to_string(), json)),
+    }
+}
+
+/// The next event of a run's output, or never when it has none.
+async fn next_event(
+    output: &mut Option<tokio::sync::mpsc::Receiver<tierbox_runner::OutputEvent>>,
+) -> Option<tierbox_runner::OutputEvent> {
+    match output {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 
