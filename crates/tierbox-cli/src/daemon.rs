@@ -277,6 +277,22 @@ fn error_of(reply: &Value) -> ApiError {
 /// expects (`?identity=`); nothing ran.
 const IDENTITY_MISMATCH: &str = "daemon.identity_mismatch";
 
+/// One line of a streamed run's reply (`?stream=true`: `output`, then `result` or
+/// `error`), decoded straight into its parts: the outcome is not built as a JSON tree
+/// first and then converted.
+#[derive(serde::Deserialize)]
+struct StreamLine {
+    event: String,
+    #[serde(default)]
+    outcome: Option<Box<Outcome>>,
+    #[serde(default)]
+    stream: Option<tierbox_policy::handle::Stream>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    error: Value,
+}
+
 /// How a streamed run ended on the wire.
 enum Streamed {
     /// Its outcome, or the error the daemon answered with.
@@ -542,30 +558,25 @@ impl Connection {
             }
             while let Some(end) = pending.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = pending.drain(..=end).collect();
-                let event: Value =
-                    serde_json::from_slice(&line).context("a reply line is not JSON")?;
-                match event["event"].as_str() {
-                    Some("result") => {
-                        let outcome: Outcome = serde_json::from_value(event["outcome"].clone())
-                            .context("the outcome")?;
-                        return Ok(Streamed::Done(Ok(Box::new(outcome))));
+                let event: StreamLine =
+                    serde_json::from_slice(&line).context("a reply line is not a stream event")?;
+                match event.event.as_str() {
+                    "result" => {
+                        let outcome = event.outcome.context("a result line without its outcome")?;
+                        return Ok(Streamed::Done(Ok(outcome)));
                     }
-                    Some("error") => {
+                    "error" => {
                         return Ok(Streamed::Done(Err(error_of(&serde_json::json!({
-                            "error": event["error"].clone()
+                            "error": event.error
                         })))));
                     }
                     // Output as it happens, to the live printer (`--json` has none).
-                    Some("output") => {
-                        if let (Some(live), Some(text)) = (live.as_mut(), event["text"].as_str())
+                    "output" => {
+                        if let (Some(live), Some(text)) = (live.as_mut(), event.text)
                             && !text.is_empty()
                         {
-                            let stream = serde_json::from_value(event["stream"].clone())
-                                .context("an output event's stream")?;
-                            live.print(OutputEvent {
-                                stream,
-                                text: text.to_owned(),
-                            });
+                            let stream = event.stream.context("an output event's stream")?;
+                            live.print(OutputEvent { stream, text });
                         }
                     }
                     _ => {}
