@@ -16,6 +16,10 @@
 #   mcp-c          `tierbox serve --mcp` over stdio, sequential (JSON-RPC lines)
 #   codex / srt    the peers' CLIs (`codex sandbox -- /bin/true`, `srt /bin/true`) when
 #                  installed
+#   floor-b        the least a CLI call through the daemon can cost: a minimal static C
+#   floor-c        client (connect, one POST /v1/process/run, read the reply, exit; built
+#                  here with `cc` when there is one) run per call like the CLI, against
+#                  the same daemon
 #
 # Configurations run in ROUNDS chunks each, in rotating order, so all see the same load.
 # Prints p50/p90 per configuration and the ratios the targets are written against:
@@ -50,12 +54,50 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The floor client: what any client of the daemon has to do, and nothing else.
+floor=""
+if command -v cc >/dev/null; then
+  cat >"$work/floor.c" <<'C'
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+/* floor SOCKET TOKEN TIER: one POST /v1/process/run of `true`; exit 0 when it exited 0. */
+int main(int argc, char **argv) {
+    static char req[1024], reply[1 << 16];
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    char body[64];
+    size_t got = 0;
+    ssize_t n;
+    int fd, len, body_len;
+    if (argc != 4) return 2;
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    strncpy(addr.sun_path, argv[1], sizeof addr.sun_path - 1);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr)) return 3;
+    body_len = snprintf(body, sizeof body, "{\"command\":\"true\",\"tier\":\"%s\"}", argv[3]);
+    len = snprintf(req, sizeof req,
+                   "POST /v1/process/run HTTP/1.1\r\nHost: tierbox\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+                   argv[2], body_len, body);
+    if (write(fd, req, len) != len) return 4;
+    while ((n = read(fd, reply + got, sizeof reply - 1 - got)) > 0) got += n;
+    reply[got] = 0;
+    return strncmp(reply, "HTTP/1.1 200", 12) || !strstr(reply, "\"exit_code\":0") ? 5 : 0;
+}
+C
+  if cc -O2 -static -o "$work/floor" "$work/floor.c" 2>/dev/null || cc -O2 -o "$work/floor" "$work/floor.c"; then
+    floor="$work/floor"
+  fi
+fi
+
 echo "== $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $calls calls x $rounds rounds"
 "$bin" daemon start --workspace "$ws" >/dev/null
-python3 - "$bin" "$ws" "$XDG_STATE_HOME/tierbox" "$calls" "$rounds" <<'EOF'
+python3 - "$bin" "$ws" "$XDG_STATE_HOME/tierbox" "$calls" "$rounds" "$floor" <<'EOF'
 import json, os, shutil, socket, subprocess, sys, time
 
 tierbox, ws, state, calls, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+floor = sys.argv[6]
 sock_path = os.path.join(state, "daemon.sock")
 token = open(os.path.join(state, "http-token")).read().strip()
 devnull = subprocess.DEVNULL
@@ -160,6 +202,9 @@ configs = {
     "mcp-b": Mcp("b"),
     "mcp-c": Mcp("c"),
 }
+if floor:
+    configs["floor-b"] = spawn([floor, sock_path, token, "b"])
+    configs["floor-c"] = spawn([floor, sock_path, token, "c"])
 if shutil.which("codex"):
     configs["codex"] = spawn(["codex", "sandbox", "--", "/bin/true"])
 if shutil.which("srt"):
@@ -201,6 +246,7 @@ for name, ref, target in [
     ("http-c", "bwrap", 0.5), ("http-b", "plain", 1.5),
     ("mcp-c", "bwrap", 0.5), ("mcp-b", "plain", 1.5),
     ("codex", "bwrap", None), ("srt", "bwrap", None),
+    ("floor-b", "plain", None), ("floor-c", "bwrap", None),
 ]:
     if name in p50:
         goal = f"(target <= {target})" if target else ""
