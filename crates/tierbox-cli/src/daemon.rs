@@ -260,13 +260,16 @@ fn token(state_dir: &Path) -> Result<String> {
     Ok(t.trim().to_owned())
 }
 
+/// The error a reply body (`{"error": {code, message}}`) carries.
 fn error_of(reply: &Value) -> ApiError {
+    api_error(&reply["error"])
+}
+
+/// An error object (`{code, message}`) as an [`ApiError`].
+fn api_error(error: &Value) -> ApiError {
     ApiError {
-        code: reply["error"]["code"]
-            .as_str()
-            .unwrap_or("http.error")
-            .to_owned(),
-        message: reply["error"]["message"]
+        code: error["code"].as_str().unwrap_or("http.error").to_owned(),
+        message: error["message"]
             .as_str()
             .unwrap_or("the daemon's reply was not a Tierbox error")
             .to_owned(),
@@ -566,15 +569,11 @@ impl Connection {
                         return Ok(Streamed::Done(Ok(outcome)));
                     }
                     "error" => {
-                        return Ok(Streamed::Done(Err(error_of(&serde_json::json!({
-                            "error": event.error
-                        })))));
+                        return Ok(Streamed::Done(Err(api_error(&event.error))));
                     }
                     // Output as it happens, to the live printer (`--json` has none).
                     "output" => {
-                        if let (Some(live), Some(text)) = (live.as_mut(), event.text)
-                            && !text.is_empty()
-                        {
+                        if let (Some(live), Some(text)) = (live.as_mut(), event.text) {
                             let stream = event.stream.context("an output event's stream")?;
                             live.print(OutputEvent { stream, text });
                         }
