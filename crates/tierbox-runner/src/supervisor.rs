@@ -914,7 +914,10 @@ fn seccomp_mediator(
     l: &RunningSandbox,
     refusals: Option<&RefusalLog>,
 ) -> std::io::Result<SeccompMediator> {
-    let mut m = SeccompMediator::new(hand_off.listener, &plan.workspace, l.child_uid, l.child_gid)?;
+    let mut m = SeccompMediator::new(hand_off.listener, &plan.workspace, l.child_uid)?;
+    if hand_off.mediate_chmod {
+        m = m.mediating_chmod();
+    }
     if let (Some(enforcing), Some(log)) = (hand_off.refusals, refusals) {
         m = m.refusing(enforcing, log.clone());
     }

@@ -127,6 +127,10 @@ pub struct SeccompHandOff {
     /// arriving on the listener, when the filter hands them off
     /// ([`crate::linux::seccomp::SeccompSpec::notify_refusals`]).
     pub refusals: Option<std::sync::Arc<crate::linux::seccomp::SeccompProgram>>,
+    /// The filter hands the `chmod` family to the supervisor to perform (Tier B's
+    /// [`crate::linux::seccomp::SeccompSpec::mediate_chmod`]); otherwise a `chmod`
+    /// arriving on the listener is a refusal to answer, never a change to make.
+    pub mediate_chmod: bool,
 }
 
 impl RunningSandbox {

@@ -23,6 +23,7 @@ mod cgroup;
 mod devices;
 mod fs;
 mod knobs;
+mod leave;
 mod net;
 mod privilege;
 mod process;
@@ -110,6 +111,8 @@ usage: tierbox-probe PROBE [ARGS]
                                 as empty or not at all
   fs-ops TAG (d:DIR|f:FILE)...  tries list, create, delete and rename in each DIR and read and write
                                 of each FILE, and reports each result (the caller checks the host)
+  plant-setid DIR READY RELEASE try every route to a setuid/setgid file or a device node in
+                                DIR, create READY, wait for RELEASE (the caller checks the host)
   shm-pty TAG                   creates, maps and removes a file TAG in /dev/shm, and opens a
                                 pseudo-terminal pair and sends a line through it; reports each
                                 step (the caller checks the host)
@@ -212,6 +215,11 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
         "no-host-ipc" => knobs::no_host_ipc(number(arg(0)?)?),
         "no-secret-in-cmdlines" => process::no_secret_in_cmdlines(),
         "fs-ops" => fs::fs_ops(arg(0)?, args.get(1..).unwrap_or_default()),
+        "plant-setid" => leave::plant_setid(
+            &path_arg(arg(0)?)?,
+            &path_arg(arg(1)?)?,
+            &path_arg(arg(2)?)?,
+        ),
         "shm-pty" => devices::shm_pty(arg(0)?),
         "memory" => process::memory(number(arg(0)?)?),
         "cpu" => process::cpu(number(arg(0)?)?),

@@ -693,3 +693,36 @@ pub fn sethostname(name: &str) -> SysResult<()> {
     let ret = unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) };
     check(ret.into(), || format!("sethostname({name:?})")).map(drop)
 }
+
+/// A system call `name` whose arguments are integers, or at the indexes in `paths` the
+/// given paths (as C strings): for the calls a probe makes with unusual arguments
+/// (`mknodat` of a whiteout, `openat2` with a mode, `renameat2` with a flag).
+pub fn path_call(
+    name: &str,
+    nr: libc::c_long,
+    args: [u64; 5],
+    paths: &[(usize, &std::path::Path)],
+) -> SysResult<libc::c_long> {
+    let mut held = Vec::new();
+    let mut a = args;
+    for &(i, p) in paths {
+        let c = c_path(p, name)?;
+        a[i] = c.as_ptr() as u64;
+        held.push(c);
+    }
+    let call = || {
+        let shown: Vec<String> = (0..5)
+            .map(|i| match paths.iter().find(|(j, _)| *j == i) {
+                Some((_, p)) => p.display().to_string(),
+                None if args[i] as i64 == i64::from(libc::AT_FDCWD) => "AT_FDCWD".to_owned(),
+                None => format!("{:#o}", args[i]),
+            })
+            .collect();
+        format!("{name}({})", shown.join(", "))
+    };
+    // SAFETY: every pointer argument is one of `held`'s NUL-terminated strings, alive
+    // until the call returns; the rest are integers the kernel validates.
+    let ret = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4]) };
+    drop(held);
+    check(ret, call)
+}

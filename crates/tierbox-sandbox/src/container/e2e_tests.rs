@@ -361,3 +361,92 @@ fn podman_overlay_mode_keeps_the_workspace_and_hands_back_the_upper_layer() {
     // Still readable through the fd after the unmount.
     assert!(upper.join("made-in-review").is_file());
 }
+
+/// Nothing a container run leaves in the workspace is setuid, setgid or a device node,
+/// judged on the host while the run lives and after it: the engine's default profile
+/// narrowed by Tierbox's rules refuses `chmod 4755`, `chmod 2755`, `install -m 4755`
+/// and `mknod c 0 0`. Negative control: the same script under the engine's own default
+/// profile leaves a setuid file.
+///
+/// Regression: the container backends ran with the engine's default profile only, under
+/// which the container's user (65534 here) could leave setuid-65534 files on the host.
+#[test]
+fn podman_runs_leave_no_setid_file_or_device() {
+    use std::os::unix::fs::MetadataExt;
+    if !usable("podman_runs_leave_no_setid_file_or_device") {
+        return;
+    }
+    let script = "cd \"$0\" && busybox cp /bin/busybox x && \
+        busybox chmod 4755 x; busybox chmod 2755 x; busybox install -m 4755 x y; \
+        busybox mknod c0 c 0 0; echo planted > ready; busybox sleep 3";
+    let privileged = |ws: &Path| -> Vec<String> {
+        std::fs::read_dir(ws)
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let m = std::fs::symlink_metadata(e.path()).ok()?;
+                let kind = m.mode() & libc::S_IFMT;
+                (m.mode() & (libc::S_ISUID | libc::S_ISGID) != 0
+                    || kind == libc::S_IFCHR
+                    || kind == libc::S_IFBLK)
+                    .then(|| format!("{:?} {:o}", e.file_name(), m.mode()))
+            })
+            .collect()
+    };
+    let s = workspace();
+    let mut p = plan(&s, "touch", &["x"]);
+    let ws = s.ws.display().to_string();
+    p.argv = vec!["/bin/sh".to_owned(), "-c".to_owned(), script.to_owned(), ws];
+    p.program = "/bin/sh".into();
+    let mut l = launch(&s, &p);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !s.ws.join("ready").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(s.ws.join("ready").exists(), "the script never got to wait");
+    let alive = privileged(&s.ws);
+    let stderr = read_all(&l.stderr);
+    let _ = crate::launch::sys::wait_pidfd(&l.pidfd, false);
+    if let Some(slot) = l.slot.take() {
+        crate::launch::slots::release(slot);
+    }
+    crate::placeholders::release(&std::mem::take(&mut l.host_placeholders));
+    assert!(alive.is_empty(), "while the run lived: {alive:?}\n{stderr}");
+    assert!(
+        privileged(&s.ws).is_empty(),
+        "after the run: {:?}",
+        privileged(&s.ws)
+    );
+    assert!(stderr.contains("Operation not permitted"), "{stderr}");
+
+    // The control: the engine's own default profile lets the same user do it.
+    let control = workspace();
+    let podman = super::probe::find_engine(Engine::Podman).unwrap();
+    let volume = format!("{}:{}", control.ws.display(), control.ws.display());
+    let out = engine_cmd(&podman)
+        .args([
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--user",
+            "65534:65534",
+            "--cap-drop",
+            "ALL",
+            // The engine's default rlimits may exceed the test process's own.
+            "--ulimit",
+            "nofile=256:256",
+            "--ulimit",
+            "nproc=128:128",
+        ])
+        .args(["--volume", &volume, IMAGE, "/bin/sh", "-c", script])
+        .arg(control.ws.display().to_string())
+        .output()
+        .unwrap();
+    let left = privileged(&control.ws);
+    assert!(
+        left.iter().any(|l| l.contains("\"x\"")),
+        "the control left no setuid file ({left:?}): the test cannot fail\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -73,6 +73,10 @@ impl Drop for ContainerGuard {
 /// (`--env-file /dev/fd/3`).
 pub const ENV_FILE_FD: i32 = 3;
 
+/// The fd number at which the engine CLI reads the run's seccomp profile
+/// (`--security-opt seccomp=/dev/fd/4`; [`super::seccomp`]).
+pub const SECCOMP_PROFILE_FD: i32 = 4;
+
 fn unavailable(reason: String) -> LaunchError {
     LaunchError::Rejected(Rejection::TierUnavailable {
         tier: Tier::C,
@@ -109,6 +113,9 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let mut missing = launch::layers_for(Tier::C, plan, facts)?;
     let mut copts = ContainerOptions::probe(engine, &opts.run_id, plan);
     copts.env_file = Some(format!("/dev/fd/{ENV_FILE_FD}"));
+    // Never the engine's default alone: it lets the container leave setuid files.
+    let profile = super::seccomp::host_profile().map_err(|e| unavailable(e.to_string()))?;
+    copts.seccomp_profile = Some(format!("/dev/fd/{SECCOMP_PROFILE_FD}"));
     let (layer, upper_layer) = match plan.workspace_mode {
         tierbox_policy::WorkspaceMode::Direct => (None, None),
         tierbox_policy::WorkspaceMode::Overlay => {
@@ -124,6 +131,11 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
             .map_err(argv_error)?
             .as_bytes(),
         "the container's environment",
+    )?;
+    let profile_fd = launch::data_fd(
+        c"tierbox-container-seccomp",
+        profile.as_bytes(),
+        "the container's seccomp profile",
     )?;
     let name = container_name(&opts.run_id).map_err(argv_error)?;
     let claim = crate::placeholders::claim(&host_mount_points(&copts));
@@ -142,7 +154,10 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    let inherit = [(env_file.as_fd(), ENV_FILE_FD)];
+    let inherit = [
+        (env_file.as_fd(), ENV_FILE_FD),
+        (profile_fd.as_fd(), SECCOMP_PROFILE_FD),
+    ];
     let helper = HelperSpawn {
         inherit: &inherit,
         ..HelperSpawn::plain(&info.path, &full_argv, &env)
@@ -235,7 +250,7 @@ fn enforcement(plan: &Plan, info: &EngineInfo, missing: Vec<Layer>) -> Enforceme
         no_new_privs: true,
         landlock: LayerReport::missing("not applied by the container backends"),
         seccomp: LayerReport::applied(format!(
-            "the {} engine's default seccomp profile (Tierbox's own filter is not installed)",
+            "the {} engine's default seccomp profile, narrowed by Tierbox's rules on setuid/setgid modes and device nodes (Tierbox's own filter is not installed)",
             info.engine
         )),
         cgroup: LayerReport::applied(format!(

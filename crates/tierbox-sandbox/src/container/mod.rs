@@ -8,8 +8,9 @@
 //!   ([`ContainerError::EgressProxyUnsupported`]), since the proxy would have to be
 //!   reachable from a network the container can otherwise not leave;
 //! - a read-only root, a size-limited private `/tmp` tmpfs, no capabilities,
-//!   `no-new-privileges`, a private IPC namespace, a non-root user (the engine's
-//!   default seccomp profile stays on: nothing here disables it);
+//!   `no-new-privileges`, a private IPC namespace, a non-root user, and the engine's
+//!   default seccomp profile narrowed by Tierbox's rules on setuid files and device
+//!   nodes ([`seccomp`], `--security-opt seccomp=`[`ContainerOptions::seccomp_profile`]);
 //! - memory (`--memory` with `--memory-swap` equal to it: no swap on top), pids, CPUs
 //!   and the Plan's rlimits as `--ulimit`s;
 //! - only the workspace (read-write) and the Plan's declared paths are mounted, at their
@@ -29,6 +30,8 @@
 //! with `tier.unavailable` and the engine's own message.
 
 pub mod probe;
+#[cfg(target_os = "linux")]
+pub mod seccomp;
 
 #[cfg(target_os = "linux")]
 mod launch;
@@ -178,6 +181,11 @@ pub struct ContainerOptions {
     /// [`LAYER_UPPER`] and [`LAYER_WORK`] (a tmpfs the supervisor mounts); the workspace is then mounted as
     /// podman's overlay volume over them.
     pub overlay_layer: Option<PathBuf>,
+    /// Where the engine CLI reads the run's seccomp profile (`/dev/fd/N` of an fd it
+    /// inherits: the engine's default narrowed by [`seccomp::extend_profile`]):
+    /// `--security-opt seccomp=PATH`. `None`: the engine's built-in default (pure argv
+    /// tests only; a launch always sets it).
+    pub seccomp_profile: Option<String>,
 }
 
 impl ContainerOptions {
@@ -192,6 +200,7 @@ impl ContainerOptions {
             init: false,
             env_file: None,
             overlay_layer: None,
+            seccomp_profile: None,
         }
     }
 }
@@ -518,6 +527,9 @@ pub fn run_argv(plan: &Plan, opts: &ContainerOptions) -> Result<Vec<String>, Con
     );
     push(&["--tmpfs", &tmp]);
     push(&["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]);
+    if let Some(profile) = &opts.seccomp_profile {
+        push(&["--security-opt", &format!("seccomp={profile}")]);
+    }
     push(&["--user", &container.user]);
     let memory = limits.memory_bytes.to_string();
     push(&["--memory", &memory, "--memory-swap", &memory]);

@@ -36,6 +36,7 @@ fn options(engine: Engine, plan: &Plan) -> ContainerOptions {
         init: false,
         env_file: Some("/dev/fd/3".to_owned()),
         overlay_layer: None,
+        seccomp_profile: Some("/dev/fd/4".to_owned()),
     }
 }
 
@@ -71,6 +72,7 @@ fn the_argv_is_locked_down() {
         ("--network", "none"),
         ("--cap-drop", "ALL"),
         ("--security-opt", "no-new-privileges"),
+        ("--security-opt", "seccomp=/dev/fd/4"),
         ("--user", "65534:65534"),
         ("--ipc", "private"),
         ("--pids-limit", "128"),

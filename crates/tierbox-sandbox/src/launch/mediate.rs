@@ -30,14 +30,18 @@
 //! - the child must own the file (it has no `CAP_FOWNER`), as the kernel would require;
 //! - a non-directory with more than one hard link is refused: its other names may lie
 //!   outside the workspace;
-//! - setgid is dropped when the run is not in the file's group, as the kernel does for a
-//!   caller without `CAP_FSETID`;
+//! - a mode with setuid or setgid is refused (`EPERM`, recorded as a refusal): nothing a
+//!   run leaves behind may be setuid or setgid (the filter refuses the same modes in
+//!   every tier, [`crate::linux::seccomp::LEAVE_BEHIND`]);
 //! - `fchmod(fd)` is allowed only when the file the child's fd refers to is the same inode
 //!   that resolves beneath the workspace under that name;
 //! - everything read from the child (the path, its cwd, its fds) is used only after
 //!   `SECCOMP_IOCTL_NOTIF_ID_VALID` confirms the call is still pending.
 //!
 //! Anything else gets `EPERM`. `chown` and the xattr family stay denied in the filter.
+//! A mediator built without [`SeccompMediator::mediating_chmod`] performs no change: a
+//! `chmod` handed to it is a refusal of the filter's (a setuid mode, in Tier C), answered
+//! as every other refusal.
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
@@ -49,7 +53,7 @@ use std::time::Instant;
 
 use super::sys;
 use crate::linux::audit::{Refusal, RefusalLayer, RefusalList};
-use crate::linux::seccomp::{SeccompProgram, describe_refusal};
+use crate::linux::seccomp::{SETID_BITS, SeccompProgram, describe_refusal};
 
 /// Longest path read from the child, in bytes (Linux `PATH_MAX`).
 pub const MAX_MEDIATED_PATH_BYTES: usize = 4096;
@@ -104,8 +108,9 @@ pub struct SeccompMediator {
     pending: bool,
     roots: Vec<(PathBuf, OwnedFd)>,
     uid: u32,
-    gid: u32,
     refusals: Option<(Arc<SeccompProgram>, RefusalLog)>,
+    /// `chmod` calls are changes to perform ([`Self::mediating_chmod`]), not refusals.
+    chmod: bool,
 }
 
 enum Target {
@@ -125,18 +130,26 @@ enum BaseDir {
 }
 
 impl SeccompMediator {
-    /// A mediator for the listener fd of a run whose child runs as `uid:gid` in
-    /// `workspace` (canonical).
-    pub fn new(listener: OwnedFd, workspace: &Path, uid: u32, gid: u32) -> std::io::Result<Self> {
+    /// A mediator for the listener fd of a run whose child runs as `uid` in `workspace`
+    /// (canonical).
+    pub fn new(listener: OwnedFd, workspace: &Path, uid: u32) -> std::io::Result<Self> {
         Self {
             listener,
             pending: false,
             roots: Vec::new(),
             uid,
-            gid,
             refusals: None,
+            chmod: false,
         }
         .also_beneath(workspace)
+    }
+
+    /// Performs the `chmod` calls the filter hands over (its spec's `mediate_chmod`)
+    /// beneath the roots, under the rules of the module docs. Without this every handed
+    /// call is answered as a refusal.
+    pub fn mediating_chmod(mut self) -> Self {
+        self.chmod = true;
+        self
     }
 
     /// The fd given to [`Self::new`] is not the listener but the unix socket it will
@@ -182,8 +195,8 @@ impl SeccompMediator {
             pending,
             roots,
             uid,
-            gid,
             refusals,
+            chmod,
         } = self;
         let listener = if pending {
             match receive_listener(listener).await {
@@ -196,7 +209,7 @@ impl SeccompMediator {
         let Ok(afd) = sys::register_readable(listener) else {
             return;
         };
-        let rules = Rules { roots, uid, gid };
+        let rules = Rules { roots, uid };
         loop {
             let Ok(mut guard) = afd.readable().await else {
                 return;
@@ -213,12 +226,16 @@ impl SeccompMediator {
                 // ENOENT: the caller died between poll and receive.
                 continue;
             };
-            let errno = match decode(i64::from(n.data.nr), &n.data.args) {
+            let call = decode(i64::from(n.data.nr), &n.data.args)
+                .filter(|(_, mode)| chmod && mode & SETID_BITS == 0);
+            let errno = match call {
                 Some(call) => match rules.handle(afd.get_ref(), &n, call) {
                     Ok(()) => 0,
                     Err(Verdict::Errno(e)) => e,
                     Err(Verdict::Gone) => continue,
                 },
+                // A refusal of the filter's, or a setuid/setgid mode, which the enforcing
+                // filter refuses too (`LEAVE_BEHIND`).
                 None => refuse(refusals.as_ref(), &n),
             };
             let _ = sys::notif_send(afd.get_ref(), n.id, 0, errno);
@@ -270,7 +287,6 @@ enum Verdict {
 struct Rules {
     roots: Vec<(PathBuf, OwnedFd)>,
     uid: u32,
-    gid: u32,
 }
 
 impl Rules {
@@ -325,11 +341,11 @@ impl Rules {
         if !meta.is_dir() && meta.nlink() > 1 {
             return Err(Verdict::Errno(libc::EPERM));
         }
-        let mut mode = mode & MODE_MASK;
-        // Without CAP_FSETID the kernel drops setgid when the caller is not in the file's
-        // (or directory's) group; the supervisor has CAP_FSETID, so mirror the rule.
-        if meta.gid() != self.gid {
-            mode &= !libc::S_ISGID;
+        let mode = mode & MODE_MASK;
+        // Never reached with a setid bit (`serve` refuses those first); kept so that this
+        // function alone never makes one.
+        if mode & SETID_BITS != 0 {
+            return Err(Verdict::Errno(libc::EPERM));
         }
         sys::chmod_path_fd(&fd, mode)
             .map_err(|e| Verdict::Errno(e.raw_os_error().unwrap_or(libc::EPERM)))

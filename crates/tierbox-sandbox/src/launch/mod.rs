@@ -209,6 +209,15 @@ pub fn layers_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<Vec<Laye
             (other, _) => format!("{other} is not available"),
         }
     };
+    // The filter is what keeps setuid/setgid files and device nodes out of everything the
+    // run writes (`seccomp::LEAVE_BEHIND`): without it no policy may run, so listing
+    // `seccomp` as optional does not help.
+    if !facts.seccomp && checks.iter().any(|&(layer, _)| layer == Layer::Seccomp) {
+        return Err(Rejection::TierUnavailable {
+            tier,
+            reason: "seccomp cannot be enforced: seccomp filters are not available, and without them a run could leave setuid files and device nodes in its workspace for the host's users; no policy accepts that (a kernel built with CONFIG_SECCOMP_FILTER has them)".to_owned(),
+        });
+    }
     let mut missing = Vec::new();
     for &(layer, available) in checks {
         let reason = if available { String::new() } else { why(layer) };
@@ -1108,4 +1117,48 @@ pub(crate) fn cgroup_fd_array(slot: &Slot) -> ([libc::c_int; sys::MAX_CGROUP_FDS
         }
     }
     (fds, n)
+}
+
+#[cfg(test)]
+mod layer_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use tierbox_policy::{Layer, Rejection, Tier, TierCBackend};
+
+    use super::layers_for;
+    use crate::probe::host_facts;
+
+    /// Without seccomp nothing keeps setuid files and device nodes out of what a run
+    /// writes: every Linux backend that applies the filter refuses, even when the policy
+    /// lists `seccomp` as optional, and the message offers no policy fix.
+    #[test]
+    fn no_seccomp_refuses_even_when_the_policy_makes_it_optional() {
+        let mut plan = crate::test_fixtures::golden_plan("strict.toml");
+        plan.tier.optional_layers = vec![
+            Layer::Seccomp,
+            Layer::Landlock,
+            Layer::LandlockScopes,
+            Layer::Cgroup,
+            Layer::ProtectedPaths,
+        ];
+        let mut facts = host_facts().clone();
+        facts.seccomp = false;
+        for (tier, backend) in [
+            (Tier::B, TierCBackend::Native),
+            (Tier::C, TierCBackend::Native),
+            (Tier::C, TierCBackend::Bwrap),
+        ] {
+            plan.tier.backend = backend;
+            match layers_for(tier, &plan, &facts) {
+                Err(Rejection::TierUnavailable { reason, .. }) => {
+                    assert!(reason.contains("setuid"), "{reason}");
+                    assert!(!reason.contains("optional_layers"), "{reason}");
+                }
+                other => panic!("{tier} {backend:?}: {other:?}"),
+            }
+        }
+        facts.seccomp = true;
+        plan.tier.backend = TierCBackend::Native;
+        assert!(layers_for(Tier::B, &plan, &facts).is_ok());
+    }
 }

@@ -9,6 +9,14 @@
 //! - **Everything in [`DENY_TABLE`] is denied**, each with a stated reason; the
 //!   argument-inspecting rules (socket families, `ioctl` terminal injection,
 //!   `personality`, namespace flags of `clone`) follow in [`SeccompProgram::build`].
+//! - **Nothing a run leaves behind is a privilege** ([`LEAVE_BEHIND`]), in every filter
+//!   whatever the spec: no mode with setuid or setgid ([`SETID_BITS`]) through the
+//!   `chmod` family, the creation modes of `open`/`openat`/`creat`/`mknod`/`mknodat`, and
+//!   no device node (`mknod` of a character or block device, the 0:0 whiteout an
+//!   unprivileged process may create included, and `renameat2(RENAME_WHITEOUT)`).
+//!   `openat2`, whose mode sits in a struct the filter cannot read, is `ENOSYS` (libc
+//!   and runtimes fall back to `openat`), and `io_uring`, whose operations bypass the
+//!   filter, is denied.
 //! - **Short and cacheable.** The filter loads the syscall number once, finds its rule by
 //!   a binary search over number intervals, and only the inspected syscalls ever read an
 //!   argument. So every other syscall is a constant in the kernel's seccomp action cache
@@ -197,6 +205,29 @@ pub const CLONE_NEW_FLAGS: u32 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNET) as u32;
 
+/// Mode bits no run may set on a file: setuid and setgid. A file a run leaves in its
+/// workspace with either bit lets every local user who can execute it take the file
+/// owner's identity (root's, in a root-owned workspace); the filter refuses them
+/// whoever owns the workspace and whatever the policy ([`LEAVE_BEHIND`]).
+pub const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+
+/// The `open` flags that make it create a file with its mode argument: `O_CREAT`, and
+/// `O_TMPFILE`'s own bit (`__O_TMPFILE`, without the `O_DIRECTORY` it includes). Without
+/// either the mode is ignored, so its register may hold anything.
+pub const OPEN_CREATE_FLAGS: u32 = (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
+
+/// `S_IFMT`: the file-type bits of a mode.
+const S_IFMT: u32 = libc::S_IFMT;
+
+/// The file-type bit of `S_IFCHR` (`0o020000`), which `S_IFBLK` (`0o060000`) shares and
+/// no other type `mknod` creates has (`S_IFREG`, `S_IFIFO`, `S_IFSOCK`; `S_IFLNK` has it
+/// but `mknod` refuses it).
+const NODE_DEVICE_BIT: u32 = libc::S_IFCHR;
+
+/// `RENAME_WHITEOUT`: `renameat2` leaves a whiteout (a 0:0 character device) at the
+/// source. Unprivileged since Linux 5.8, as is `mknod` of a whiteout.
+pub const RENAME_WHITEOUT: u32 = 4;
+
 /// `personality(0xffffffff)`: query the current persona without changing it.
 pub const PERSONALITY_QUERY: u32 = 0xffff_ffff;
 /// `PER_LINUX`: the default persona, the only one the sandbox may set.
@@ -266,6 +297,16 @@ const fn deny(name: &'static str, nr: libc::c_long, reason: &'static str) -> Den
         name,
         nr: nr as u32,
         errno: libc::EPERM,
+        when: When::Always,
+        reason,
+    }
+}
+
+const fn enosys(name: &'static str, nr: libc::c_long, reason: &'static str) -> Denial {
+    Denial {
+        name,
+        nr: nr as u32,
+        errno: libc::ENOSYS,
         when: When::Always,
         reason,
     }
@@ -380,6 +421,8 @@ pub const DENY_TABLE: &[Denial] = &[
     deny("io_uring_setup", libc::SYS_io_uring_setup, "io_uring operations bypass this filter; frequent CVEs"),
     deny("io_uring_enter", libc::SYS_io_uring_enter, "io_uring operations bypass this filter"),
     deny("io_uring_register", libc::SYS_io_uring_register, "io_uring operations bypass this filter"),
+    // What a run leaves behind (see LEAVE_BEHIND for the calls inspected instead).
+    enosys("openat2", libc::SYS_openat2, "its creation mode sits in a struct the filter cannot read (a setuid file); ENOSYS makes libc and runtimes fall back to openat"),
     deny("lookup_dcookie", libc::SYS_lookup_dcookie, "obsolete profiling interface (removed in 6.10)"),
     deny("quotactl", libc::SYS_quotactl, "filesystem quota administration"),
     deny("quotactl_fd", libc::SYS_quotactl_fd, "filesystem quota administration"),
@@ -505,6 +548,66 @@ pub const CHMOD_FAMILY: &[(&str, libc::c_long)] = &[
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub const CHMOD_FAMILY: &[(&str, libc::c_long)] = &[];
 
+/// What a [`LEAVE_BEHIND`] rule reads of its call's arguments (each an index into
+/// `seccomp_data.args`, low 32 bits: the kernel reads these arguments as `int`/`umode_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LeaveBehind {
+    /// A mode: refused when it has a [`SETID_BITS`] bit.
+    Mode(u32),
+    /// `open`'s flags and mode: the mode is read, and refused as [`LeaveBehind::Mode`], only
+    /// when the flags create a file ([`OPEN_CREATE_FLAGS`]).
+    CreateMode {
+        /// Index of the flags.
+        flags: u32,
+        /// Index of the mode.
+        mode: u32,
+    },
+    /// `mknod`'s mode: refused with a [`SETID_BITS`] bit, or a character or block device
+    /// type (the whiteout, 0:0, which needs no `CAP_MKNOD`, included).
+    Node(u32),
+    /// `renameat2`'s flags: refused with [`RENAME_WHITEOUT`].
+    RenameFlags(u32),
+}
+
+/// The calls that could leave a setuid or setgid file or a device node in the
+/// workspace, each refused (`EPERM`) in every filter when its arguments ask for one;
+/// with the `chmod` family handed to the supervisor (`mediate_chmod`), the supervisor
+/// refuses such a mode too. Copies that keep modes (`cp -p`, `tar x`, `install -m`,
+/// `rsync -p`) make these calls.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[rustfmt::skip]
+pub const LEAVE_BEHIND: &[(&str, libc::c_long, LeaveBehind)] = &[
+    #[cfg(target_arch = "x86_64")]
+    ("chmod", libc::SYS_chmod, LeaveBehind::Mode(1)),
+    ("fchmod", libc::SYS_fchmod, LeaveBehind::Mode(1)),
+    ("fchmodat", libc::SYS_fchmodat, LeaveBehind::Mode(2)),
+    ("fchmodat2", extra_nr::FCHMODAT2, LeaveBehind::Mode(2)),
+    #[cfg(target_arch = "x86_64")]
+    ("open", libc::SYS_open, LeaveBehind::CreateMode { flags: 1, mode: 2 }),
+    ("openat", libc::SYS_openat, LeaveBehind::CreateMode { flags: 2, mode: 3 }),
+    #[cfg(target_arch = "x86_64")]
+    ("creat", libc::SYS_creat, LeaveBehind::Mode(1)),
+    #[cfg(target_arch = "x86_64")]
+    ("mknod", libc::SYS_mknod, LeaveBehind::Node(1)),
+    ("mknodat", libc::SYS_mknodat, LeaveBehind::Node(2)),
+    ("renameat2", libc::SYS_renameat2, LeaveBehind::RenameFlags(4)),
+];
+
+/// No table for this CPU (no filter is built for it).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const LEAVE_BEHIND: &[(&str, libc::c_long, LeaveBehind)] = &[];
+
+/// The [`LEAVE_BEHIND`] rule of system call `nr`.
+fn leave_behind_rule(nr: u32) -> Option<(&'static str, LeaveBehind)> {
+    LEAVE_BEHIND
+        .iter()
+        .find(|(_, n, _)| *n as u32 == nr)
+        .map(|&(name, _, rule)| (name, rule))
+}
+
+/// What a [`LEAVE_BEHIND`] rule refuses, for denial reports.
+const LEAVE_BEHIND_RULE: &str = "a setuid or setgid mode, or a device node: nothing a run leaves in its workspace may be a privilege for the host's users";
+
 /// No deny table for this CPU: [`SeccompProgram::build`] returns
 /// [`SeccompError::UnsupportedArch`].
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -546,7 +649,13 @@ pub fn refused_call(nr: u32) -> Option<RefusedCall> {
     if let Some(&(name, _)) = CHMOD_FAMILY.iter().find(|(_, n)| *n as u32 == nr) {
         return Some(RefusedCall {
             name,
-            rule: "file mode changes outside the run's writable grants (uid 0 owns every root-owned file; landlock does not mediate metadata)",
+            rule: "a setuid or setgid mode, or a mode change outside the run's writable grants (uid 0 owns every root-owned file; landlock does not mediate metadata)",
+        });
+    }
+    if let Some((name, _)) = leave_behind_rule(nr) {
+        return Some(RefusedCall {
+            name,
+            rule: LEAVE_BEHIND_RULE,
         });
     }
     INSPECTED
@@ -573,6 +682,12 @@ pub fn refusal_rule(name: &str) -> Option<&'static str> {
                 .iter()
                 .find(|(_, n, _)| *n == name)
                 .map(|&(.., rule)| rule)
+        })
+        .or_else(|| {
+            LEAVE_BEHIND
+                .iter()
+                .any(|(n, ..)| *n == name)
+                .then_some(LEAVE_BEHIND_RULE)
         })
 }
 
@@ -668,10 +783,47 @@ pub fn describe_refusal(nr: u32, args: &[u64; 6]) -> Option<(&'static str, Strin
         libc::SYS_clone => ("clone", namespace_flags(lo(0) & CLONE_NEW_FLAGS)),
         libc::SYS_unshare => ("unshare", namespace_flags(lo(0))),
         _ => {
+            if let Some((name, rule)) = leave_behind_rule(nr as u32) {
+                return Some((name, describe_left_behind(rule, args)));
+            }
             let &(name, _, _) = SEND_FLAG_CALLS.iter().find(|(_, n, _)| *n == nr)?;
             (name, "MSG_FASTOPEN".to_owned())
         }
     })
+}
+
+/// The refused argument of a [`LEAVE_BEHIND`] call: `mode 04755 (setuid)`,
+/// `character device 0:0`, `RENAME_WHITEOUT`.
+fn describe_left_behind(rule: LeaveBehind, args: &[u64; 6]) -> String {
+    let lo = |i: u32| args[i as usize] as u32;
+    let mode = |m: u32| {
+        let bits: Vec<&str> = [(libc::S_ISUID, "setuid"), (libc::S_ISGID, "setgid")]
+            .iter()
+            .filter(|&&(bit, _)| m & bit != 0)
+            .map(|&(_, name)| name)
+            .collect();
+        format!("mode 0{:04o} ({})", m & 0o7777, bits.join(", "))
+    };
+    match rule {
+        LeaveBehind::Mode(i) | LeaveBehind::CreateMode { mode: i, .. } => mode(lo(i)),
+        LeaveBehind::Node(i) => match lo(i) & S_IFMT {
+            t if t == libc::S_IFCHR || t == libc::S_IFBLK => {
+                let dev = args[i as usize + 1];
+                format!(
+                    "{} device {}:{}",
+                    if t == libc::S_IFCHR {
+                        "character"
+                    } else {
+                        "block"
+                    },
+                    libc::major(dev),
+                    libc::minor(dev)
+                )
+            }
+            _ => mode(lo(i)),
+        },
+        LeaveBehind::RenameFlags(_) => "RENAME_WHITEOUT".to_owned(),
+    }
 }
 
 /// An address family's name (`AF_NETLINK`), or `family N`.
@@ -823,7 +975,17 @@ enum Action {
     InspectClone,
     /// `sendto`/`sendmsg`/`sendmmsg`: inspect the flags in `args[N]` for `MSG_FASTOPEN`.
     InspectSendFlags(u32),
+    /// A [`LEAVE_BEHIND`] call: refuse what its rule refuses, else `Pass`.
+    InspectLeaveBehind(LeaveBehind, Pass),
     /// Hand the call to the supervisor (`SECCOMP_RET_USER_NOTIF`).
+    Notify,
+}
+
+/// Where a [`LEAVE_BEHIND`] call its rule does not refuse goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Pass {
+    Allow,
+    /// A mediated `chmod`: to the supervisor.
     Notify,
 }
 
@@ -926,6 +1088,7 @@ impl SeccompProgram {
         l.ioctl();
         l.personality();
         l.clone_flags();
+        l.leave_behind();
         l.returns();
         let filter = l.asm.finish()?;
         Ok(Self { filter })
@@ -1121,16 +1284,36 @@ fn rules(
             add(d.nr, d.name, action)?;
         }
     }
-    let chmod_action = match (variant, spec.mediate_chmod, spec.deny_file_metadata) {
-        (Variant::Whole | Variant::Notifier, true, _) => Some(Action::Notify),
-        // Handed off by the notifier stacked on this base filter.
-        (Variant::Base, true, _) | (Variant::Notifier, false, _) => None,
-        (_, false, true) => Some(Action::Errno(libc::EPERM)),
-        (_, false, false) => None,
-    };
-    if let Some(action) = chmod_action {
-        for &(name, nr) in CHMOD_FAMILY {
+    // The chmod family: handed off (mediated), denied (`deny_file_metadata`), or allowed;
+    // in each case a setuid or setgid mode is refused first (the `LEAVE_BEHIND` rule, an
+    // argument rule: in the notifier when refusals are handed off — for a mediated call
+    // the supervisor refuses it, as the notifier hands it every chmod).
+    for &(name, nr) in CHMOD_FAMILY {
+        let inspect = |pass| {
+            leave_behind_rule(nr as u32).map(|(_, rule)| Action::InspectLeaveBehind(rule, pass))
+        };
+        let action = match (variant, spec.mediate_chmod, spec.deny_file_metadata) {
+            (Variant::Whole, true, _) => inspect(Pass::Notify),
+            (Variant::Notifier, true, _) => Some(Action::Notify),
+            (Variant::Base, true, _) => argument_rules.then(|| inspect(Pass::Allow)).flatten(),
+            // Denied in the base filter.
+            (Variant::Notifier, false, true) => None,
+            (_, false, true) => Some(Action::Errno(libc::EPERM)),
+            (_, false, false) => argument_rules.then(|| inspect(Pass::Allow)).flatten(),
+        };
+        if let Some(action) = action {
             add(nr as u32, name, action)?;
+        }
+    }
+    if argument_rules {
+        for &(name, nr, rule) in LEAVE_BEHIND {
+            if !CHMOD_FAMILY.iter().any(|&(_, n)| n == nr) {
+                add(
+                    nr as u32,
+                    name,
+                    Action::InspectLeaveBehind(rule, Pass::Allow),
+                )?;
+            }
         }
     }
     if argument_rules {
@@ -1179,6 +1362,7 @@ struct Layout {
     clone_block: Label,
     notify: Label,
     send_blocks: BTreeMap<u32, Label>,
+    leave_behind_blocks: BTreeMap<(LeaveBehind, Pass), Label>,
     /// Where an argument rule's `EPERM` refusal goes: the `EPERM` return, or `notify` when the
     /// refusals are handed to the supervisor.
     refuse_eperm: Label,
@@ -1223,6 +1407,7 @@ impl Layout {
             clone_block,
             notify,
             send_blocks: BTreeMap::new(),
+            leave_behind_blocks: BTreeMap::new(),
             refuse_eperm,
             refuse_eafnosupport,
         }
@@ -1245,7 +1430,52 @@ impl Layout {
                 let asm = &mut self.asm;
                 *self.send_blocks.entry(arg).or_insert_with(|| asm.label())
             }
+            Action::InspectLeaveBehind(rule, pass) => {
+                let asm = &mut self.asm;
+                *self
+                    .leave_behind_blocks
+                    .entry((rule, pass))
+                    .or_insert_with(|| asm.label())
+            }
             Action::Notify => self.notify,
+        }
+    }
+
+    /// The [`LEAVE_BEHIND`] rules: a setuid/setgid mode, a device node, a whiteout.
+    fn leave_behind(&mut self) {
+        for (&(rule, pass), &label) in &self.leave_behind_blocks {
+            let refuse = self.refuse_eperm;
+            let pass = match pass {
+                Pass::Allow => self.allow,
+                Pass::Notify => self.notify,
+            };
+            let asm = &mut self.asm;
+            asm.bind(label);
+            match rule {
+                LeaveBehind::Mode(arg) => {
+                    asm.load(off_arg_lo(arg));
+                    asm.jump(JSET, SETID_BITS, refuse, pass);
+                }
+                LeaveBehind::CreateMode { flags, mode } => {
+                    let creates = asm.label();
+                    asm.load(off_arg_lo(flags));
+                    asm.jump(JSET, OPEN_CREATE_FLAGS, creates, pass);
+                    asm.bind(creates);
+                    asm.load(off_arg_lo(mode));
+                    asm.jump(JSET, SETID_BITS, refuse, pass);
+                }
+                LeaveBehind::Node(arg) => {
+                    // One test: S_IFCHR's bit is set in S_IFCHR and S_IFBLK (and in
+                    // S_IFLNK and invalid types, which mknod refuses anyway) and in no
+                    // type mknod makes otherwise (regular, FIFO, socket).
+                    asm.load(off_arg_lo(arg));
+                    asm.jump(JSET, SETID_BITS | NODE_DEVICE_BIT, refuse, pass);
+                }
+                LeaveBehind::RenameFlags(arg) => {
+                    asm.load(off_arg_lo(arg));
+                    asm.jump(JSET, RENAME_WHITEOUT, refuse, pass);
+                }
+            }
         }
     }
 

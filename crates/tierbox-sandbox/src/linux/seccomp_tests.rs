@@ -460,14 +460,17 @@ fn wrong_arch_is_killed_and_x32_is_enosys() {
 #[test]
 fn allowed_syscalls_are_cache_constant_and_shallow() {
     let prog = SeccompProgram::build(&locked_down()).unwrap();
-    let inspected = [
+    let inspected: Vec<u32> = [
         libc::SYS_socket,
         libc::SYS_socketpair,
         libc::SYS_ioctl,
         libc::SYS_personality,
         libc::SYS_clone,
     ]
-    .map(|n| n as u32);
+    .into_iter()
+    .chain(LEAVE_BEHIND.iter().map(|&(_, nr, _)| nr))
+    .map(|n| n as u32)
+    .collect();
     let mut max_steps = 0;
     let mut total_steps = 0;
     for nr in 0..600u32 {
@@ -500,8 +503,11 @@ fn program_is_short_and_well_formed() {
     for spec in [locked_down(), permissive()] {
         let prog = SeccompProgram::build(&spec).unwrap();
         println!("seccomp filter for {spec:?}: {} instructions", prog.len());
+        // 130 today: the deny table's intervals, the argument rules, and the ten calls
+        // that could leave a setuid file or a device node behind (two to three
+        // instructions each, plus their places in the search tree).
         assert!(
-            prog.len() <= 96,
+            prog.len() <= 144,
             "filter grew to {} instructions",
             prog.len()
         );
@@ -943,6 +949,28 @@ fn inspected_args() -> Vec<Vec<u64>> {
     for flags in [0, libc::MSG_FASTOPEN as u64] {
         args.push(vec![3, 0, flags, flags, 0, 0]);
     }
+    // What a run could leave behind: setid modes and device types at every argument index
+    // a LEAVE_BEHIND rule reads, with and without the creating open flags.
+    let create = u64::from(OPEN_CREATE_FLAGS);
+    for mode in [0o755, 0o4755, 0o2755, 0o6755] {
+        args.push(vec![mode, mode, mode, mode, mode]);
+        args.push(vec![libc::AT_FDCWD as u64, create, mode, mode]);
+        args.push(vec![libc::AT_FDCWD as u64, 0, libc::O_CREAT as u64, mode]);
+        args.push(vec![0, 0, 0o20_000_000 | libc::O_DIRECTORY as u64, mode]);
+        args.push(vec![0, 0, libc::O_RDONLY as u64, mode]);
+    }
+    for kind in [
+        libc::S_IFCHR,
+        libc::S_IFBLK,
+        libc::S_IFIFO,
+        libc::S_IFREG,
+        libc::S_IFSOCK,
+    ] {
+        let mode = u64::from(kind) | 0o644;
+        args.push(vec![0, mode, mode, 0, 0]);
+    }
+    args.push(vec![0, 0, 0, 0, u64::from(RENAME_WHITEOUT)]);
+    args.push(vec![0, 0, 0, 0, libc::RENAME_NOREPLACE as u64]);
     args
 }
 
@@ -980,7 +1008,7 @@ fn base_filter_with_stacked_notifier_decides_every_call_as_the_full_filter() {
         let notifier = SeccompProgram::notifier(&spec).unwrap();
         assert!(base.len() <= full.len(), "{spec:?}");
         assert!(
-            notifier.len() <= 64,
+            notifier.len() <= 96,
             "{spec:?}: {} instructions",
             notifier.len()
         );
@@ -1169,6 +1197,26 @@ fn describe_refusal_names_the_refused_argument() {
         d(libc::SYS_sendto, &[3, 0, 0, libc::MSG_FASTOPEN as u64]).unwrap(),
         "sendto: MSG_FASTOPEN"
     );
+    assert_eq!(
+        d(libc::SYS_fchmodat, &[0, 0, 0o4755]).unwrap(),
+        "fchmodat: mode 04755 (setuid)"
+    );
+    assert_eq!(
+        d(libc::SYS_openat, &[0, 0, libc::O_CREAT as u64, 0o6711]).unwrap(),
+        "openat: mode 06711 (setuid, setgid)"
+    );
+    assert_eq!(
+        d(
+            libc::SYS_mknodat,
+            &[0, 0, u64::from(libc::S_IFCHR) | 0o644, 0]
+        )
+        .unwrap(),
+        "mknodat: character device 0:0"
+    );
+    assert_eq!(
+        d(libc::SYS_renameat2, &[0, 0, 0, 0, 4]).unwrap(),
+        "renameat2: RENAME_WHITEOUT"
+    );
     assert_eq!(d(libc::SYS_read, &[]), None);
 }
 
@@ -1301,6 +1349,247 @@ fn cached_programs_are_the_built_ones_per_spec() {
             (a, b) => panic!("{spec:?}: build {a:?}, cached {b:?}"),
         }
     }
+}
+
+/// The calls that could leave a setuid or setgid file or a device node behind are refused
+/// in every filter whatever the spec (in the kernel, or by the supervisor they are handed
+/// to), and the same calls without such an argument are not.
+#[test]
+fn what_a_run_would_leave_behind_is_refused_under_every_spec() {
+    let creating = |flags_at: usize, mode: u64| {
+        let mut a = vec![0u64; 6];
+        a[flags_at] = libc::O_CREAT as u64 | libc::O_WRONLY as u64;
+        a[flags_at + 1] = mode;
+        a
+    };
+    let at = |i: usize, v: u64| {
+        let mut a = vec![0u64; 6];
+        a[i] = v;
+        a
+    };
+    let whiteout = u64::from(libc::S_IFCHR) | 0o644;
+    for spec in every_spec() {
+        let prog = SeccompProgram::build(&spec).unwrap();
+        let refused = |r: u32| r == eperm() || r == libc::SECCOMP_RET_USER_NOTIF;
+        for &(name, nr, rule) in LEAVE_BEHIND {
+            let chmod = CHMOD_FAMILY.iter().any(|&(_, n)| n == nr);
+            let (bad, good): (Vec<Vec<u64>>, Vec<Vec<u64>>) = match rule {
+                LeaveBehind::Mode(i) => (
+                    vec![
+                        at(i as usize, 0o4755),
+                        at(i as usize, 0o2775),
+                        at(i as usize, 0o6711),
+                    ],
+                    vec![at(i as usize, 0o755), at(i as usize, 0o1777)],
+                ),
+                LeaveBehind::CreateMode { flags, .. } => (
+                    vec![
+                        creating(flags as usize, 0o4755),
+                        creating(flags as usize, 0o2644),
+                        {
+                            let mut a = at(flags as usize, 0o20_200_000);
+                            a[flags as usize + 1] = 0o4700;
+                            a
+                        },
+                    ],
+                    vec![creating(flags as usize, 0o755), {
+                        // Without O_CREAT the mode register is never read by the kernel.
+                        let mut a = at(flags as usize, libc::O_RDONLY as u64);
+                        a[flags as usize + 1] = 0o4755;
+                        a
+                    }],
+                ),
+                LeaveBehind::Node(i) => (
+                    vec![
+                        at(i as usize, whiteout),
+                        at(i as usize, u64::from(libc::S_IFBLK) | 0o600),
+                        at(i as usize, u64::from(libc::S_IFREG) | 0o4755),
+                        at(i as usize, 0o2644),
+                    ],
+                    vec![
+                        at(i as usize, u64::from(libc::S_IFIFO) | 0o644),
+                        at(i as usize, u64::from(libc::S_IFREG) | 0o755),
+                        at(i as usize, u64::from(libc::S_IFSOCK) | 0o755),
+                    ],
+                ),
+                LeaveBehind::RenameFlags(i) => (
+                    vec![
+                        at(i as usize, u64::from(RENAME_WHITEOUT)),
+                        at(
+                            i as usize,
+                            u64::from(RENAME_WHITEOUT) | libc::RENAME_NOREPLACE as u64,
+                        ),
+                    ],
+                    vec![
+                        at(i as usize, 0),
+                        at(i as usize, libc::RENAME_EXCHANGE as u64),
+                    ],
+                ),
+            };
+            for a in &bad {
+                let r = eval(&prog, nr, a);
+                assert!(refused(r), "{spec:?}: {name} {a:?} -> {r:#x}");
+                if !spec.notify_refusals {
+                    assert_eq!(r, eperm(), "{spec:?}: {name} {a:?}: refused in the kernel");
+                }
+            }
+            for a in &good {
+                let r = eval(&prog, nr, a);
+                let expected = if chmod && spec.mediate_chmod {
+                    libc::SECCOMP_RET_USER_NOTIF
+                } else if chmod && spec.deny_file_metadata {
+                    eperm()
+                } else {
+                    ALLOW
+                };
+                assert_eq!(r, expected, "{spec:?}: {name} {a:?}");
+            }
+        }
+        // openat2's mode is out of the filter's reach: libc falls back to openat.
+        assert_eq!(
+            eval(&prog, libc::SYS_openat2, &[]),
+            ret_errno(libc::ENOSYS),
+            "{spec:?}"
+        );
+    }
+}
+
+/// In a real child under the Tier C filter, every route to a setuid or setgid file or a
+/// device node fails with `EPERM`, the file or node does not exist afterwards, and the
+/// same calls without the bit work.
+#[test]
+fn setid_files_and_device_nodes_cannot_be_made_in_a_filtered_child() {
+    use std::ffi::CString;
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| {
+        CString::new(dir.path().join(name).into_os_string().into_encoded_bytes()).unwrap()
+    };
+    let (plain, target, node, fifo, moved, src, twice) = (
+        path("plain"),
+        path("target"),
+        path("node"),
+        path("fifo"),
+        path("moved"),
+        path("src"),
+        path("twice"),
+    );
+    std::fs::write(dir.path().join("plain"), b"x").unwrap();
+    std::fs::write(dir.path().join("src"), b"x").unwrap();
+    let prog = SeccompProgram::build(&crate::tier_c::tier_c_seccomp_spec()).unwrap();
+    let fprog = prog.as_fprog();
+    let cwd = libc::AT_FDCWD as u64;
+    let code = ts::fork_with(|| {
+        if sys::set_no_new_privs().is_err() || sys::seccomp_set_filter(&fprog, 0).is_err() {
+            return 10;
+        }
+        let call = |nr: libc::c_long, args: [u64; 5], p: &[(usize, &std::ffi::CStr)]| {
+            ts::path_call(nr, args, p)
+        };
+        let eperm = Err(libc::EPERM);
+        type Check = (i32, Result<i64, i32>, Result<i64, i32>);
+        let checks: [Check; 10] = [
+            (
+                20,
+                call(libc::SYS_fchmodat, [cwd, 0, 0o4755, 0, 0], &[(1, &plain)]),
+                eperm,
+            ),
+            (
+                21,
+                call(extra_nr::FCHMODAT2, [cwd, 0, 0o2755, 0, 0], &[(1, &plain)]),
+                eperm,
+            ),
+            (
+                22,
+                call(
+                    libc::SYS_openat,
+                    [cwd, 0, (libc::O_CREAT | libc::O_WRONLY) as u64, 0o4755, 0],
+                    &[(1, &target)],
+                ),
+                eperm,
+            ),
+            (
+                23,
+                call(
+                    libc::SYS_mknodat,
+                    [cwd, 0, u64::from(libc::S_IFCHR) | 0o644, 0, 0],
+                    &[(1, &node)],
+                ),
+                eperm,
+            ),
+            (
+                24,
+                call(
+                    libc::SYS_mknodat,
+                    [cwd, 0, u64::from(libc::S_IFREG) | 0o6755, 0, 0],
+                    &[(1, &node)],
+                ),
+                eperm,
+            ),
+            (
+                25,
+                call(
+                    libc::SYS_renameat2,
+                    [cwd, 0, cwd, 0, u64::from(RENAME_WHITEOUT)],
+                    &[(1, &src), (3, &moved)],
+                ),
+                eperm,
+            ),
+            (
+                26,
+                call(libc::SYS_openat2, [cwd, 0, 0, 0, 0], &[(1, &target)]),
+                Err(libc::ENOSYS),
+            ),
+            (
+                27,
+                call(libc::SYS_fchmodat, [cwd, 0, 0o750, 0, 0], &[(1, &plain)]),
+                Ok(0),
+            ),
+            (
+                28,
+                call(
+                    libc::SYS_mknodat,
+                    [cwd, 0, u64::from(libc::S_IFIFO) | 0o644, 0, 0],
+                    &[(1, &fifo)],
+                ),
+                Ok(0),
+            ),
+            (
+                29,
+                call(
+                    libc::SYS_renameat2,
+                    [cwd, 0, cwd, 0, 0],
+                    &[(1, &src), (3, &moved)],
+                ),
+                Ok(0),
+            ),
+        ];
+        for (code, got, want) in checks {
+            if got != want {
+                return code;
+            }
+        }
+        // Without O_CREAT the mode is ignored, whatever it holds.
+        match call(
+            libc::SYS_openat,
+            [cwd, 0, libc::O_RDONLY as u64, 0o4755, 0],
+            &[(1, &twice)],
+        ) {
+            Err(libc::ENOENT) => 0,
+            _ => 30,
+        }
+    });
+    assert_eq!(code, 0, "child probe failed with code {code}");
+    let mode = std::fs::metadata(dir.path().join("plain")).unwrap().mode();
+    assert_eq!(
+        mode & 0o7777,
+        0o750,
+        "the plain chmod worked, the setid ones did not"
+    );
+    for gone in ["target", "node", "src"] {
+        assert!(!dir.path().join(gone).exists(), "{gone} must not exist");
+    }
+    assert!(dir.path().join("moved").exists());
 }
 
 /// SECURITY.md's table of system calls says, for each call either side restricts, what

@@ -985,6 +985,22 @@ pub(crate) mod test_support {
         Ok(i32::try_from(fd).unwrap_or(-1))
     }
 
+    /// A raw system call whose arguments are integers (fds, flags, modes, devices) or, for
+    /// each index in `paths`, a pointer to the `CStr` given there (all tests' paths).
+    pub(crate) fn path_call(
+        nr: libc::c_long,
+        args: [u64; 5],
+        paths: &[(usize, &std::ffi::CStr)],
+    ) -> Result<i64, i32> {
+        let mut a = args;
+        for &(i, p) in paths {
+            a[i] = p.as_ptr() as u64;
+        }
+        // SAFETY: every pointer argument points at a NUL-terminated string that outlives
+        // the call; the rest are plain integers, which the kernel validates.
+        check(unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4]) })
+    }
+
     /// Raw `kill(pid, sig)`.
     pub(crate) fn kill(pid: i32, sig: i32) -> Result<(), i32> {
         // SAFETY: integer arguments only.

@@ -12,6 +12,9 @@
 //!   directory only; protected paths denied (`file-write*` on the path and beneath it),
 //!   and every directory from the workspace down to a protected path denied unlink and
 //!   write, so the path cannot be moved or deleted away and recreated;
+//! - nothing left behind is a privilege: `file-write-setugid` (setting setuid or setgid
+//!   on any file, by `chmod` or at creation) is denied wherever writes are allowed;
+//!   device nodes need root on macOS, which the run never has;
 //! - network: denied, or — when the Plan needs the egress proxy — only TCP to
 //!   `localhost:<proxy port>`;
 //! - no engine sockets: Docker's and Podman's sockets ([`MACOS_ENGINE_SOCKETS`]) and
@@ -344,6 +347,9 @@ pub fn sbpl_profile(plan: &Plan, opts: &SbplOptions) -> Result<String, SbplError
             let _ = writeln!(p, "(deny file-write*{})", filters("literal", &ancestors)?);
         }
     }
+    p.push_str(
+        "\n; Nothing a run leaves behind is setuid or setgid, wherever it may write.\n(deny file-write-setugid)\n",
+    );
     p.push_str("\n; Container engines: never reachable, whatever is granted above.\n(deny file-read* file-write*");
     for re in MACOS_ENGINE_SOCKETS {
         let _ = write!(p, "\n    (regex #\"{re}\")");

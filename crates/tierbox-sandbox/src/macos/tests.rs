@@ -24,6 +24,23 @@ fn golden_profiles_for_the_shipped_policies() {
     }
 }
 
+/// Setting setuid or setgid is denied after every rule that allows writing (in SBPL the
+/// last matching rule wins), for each shipped policy.
+#[test]
+fn setuid_and_setgid_bits_are_denied_after_every_write_grant() {
+    for policy in ["strict", "build-with-caches"] {
+        let profile = sbpl_profile(&golden_plan(&format!("{policy}.toml")), &opts()).unwrap();
+        let deny = profile
+            .find("(deny file-write-setugid)")
+            .unwrap_or_else(|| panic!("{policy}: no file-write-setugid denial"));
+        let last_allow = profile.rfind("(allow file-write").unwrap();
+        assert!(
+            deny > last_allow,
+            "{policy}: the denial precedes a write grant"
+        );
+    }
+}
+
 #[test]
 fn the_profile_denies_by_default_and_keeps_signals_in_the_sandbox() {
     let profile = sbpl_profile(&golden_plan("strict.toml"), &opts()).unwrap();

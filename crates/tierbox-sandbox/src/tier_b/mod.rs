@@ -96,6 +96,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                     &seccomp_spec(&network, ids.0, mediate_chmod).enforcing(),
                 )
                 .ok(),
+                mediate_chmod,
             });
             Ok(RunningSandbox {
                 pid: child.pid,

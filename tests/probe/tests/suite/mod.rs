@@ -1,6 +1,7 @@
 mod devices;
 mod grants;
 mod harness;
+mod leave;
 mod sys;
 mod tier_b;
 mod tier_b_lifecycle;

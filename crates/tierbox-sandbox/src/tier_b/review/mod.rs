@@ -115,7 +115,6 @@ fn sound_mediator_allows_inside_and_refuses_outside() {
     let r = run_mediated(
         &ws,
         0,
-        0,
         None,
         &[
             Call::Chmod(cpath(&inside), 0o640),
@@ -129,18 +128,16 @@ fn sound_mediator_allows_inside_and_refuses_outside() {
     assert_eq!(std::fs::metadata(&outside).unwrap().mode() & 0o7777, 0o600);
 }
 
-/// The chmod mediator drops S_ISGID on a directory of a group the caller is not in, as
-/// the kernel does (`setattr_prepare`: `chmod 2755 d` without CAP_FSETID leaves 0755).
+/// The chmod mediator never sets setuid or setgid, on a file or a directory, whatever
+/// its group: nothing a run leaves behind may carry either bit.
 ///
-/// Regression: the mediator, which acts with CAP_FSETID, dropped it only for
-/// non-directories, so a uid-0 run could make files created below inherit a foreign
-/// group.
+/// Regression: the mediator, which acts with CAP_FSETID, set S_ISGID on a directory of a
+/// foreign group (the kernel would have dropped it for the caller), and kept setuid and
+/// setgid on the run's own files: `chmod 4755` of a copied binary left a setuid-root
+/// file in a root-owned workspace.
 #[test]
-fn regression_mediator_sets_setgid_on_a_directory_of_a_foreign_group() {
-    if !runs_here(
-        "regression_mediator_sets_setgid_on_a_directory_of_a_foreign_group",
-        false,
-    ) {
+fn regression_mediator_sets_setid_bits() {
+    if !runs_here("regression_mediator_sets_setid_bits", false) {
         return;
     }
     let (_t, _parent, ws) = workspace();
@@ -148,15 +145,23 @@ fn regression_mediator_sets_setgid_on_a_directory_of_a_foreign_group() {
     std::fs::create_dir(&dir).unwrap();
     std::os::unix::fs::chown(&dir, Some(0), Some(4242)).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let r = run_mediated(&ws, 0, 0, None, &[Call::Chmod(cpath(&dir), 0o2755)]);
-    assert_eq!(r, vec![0]);
-    let mode = std::fs::metadata(&dir).unwrap().mode() & 0o7777;
-    assert_eq!(
-        mode & libc::S_ISGID,
+    let file = ws.join("x");
+    std::fs::write(&file, "x").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = run_mediated(
+        &ws,
         0,
-        "mediated chmod set S_ISGID on a directory of group 4242 for a gid-0 caller \
-         (mode {mode:o}); the kernel would have dropped it"
+        None,
+        &[
+            Call::Chmod(cpath(&dir), 0o2755),
+            Call::Chmod(cpath(&file), 0o4755),
+            Call::Chmod(cpath(&file), 0o2711),
+            Call::Chmod(cpath(&file), 0o700),
+        ],
     );
+    assert_eq!(r, vec![libc::EPERM, libc::EPERM, libc::EPERM, 0]);
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+    assert_eq!((mode(&dir), mode(&file)), (0o755, 0o700));
 }
 
 /// The chmod mediator refuses a file with more than one hard link: "beneath the
@@ -182,7 +187,6 @@ fn regression_mediator_chmods_an_outside_file_through_a_hardlink() {
     std::fs::hard_link(&outside, ws.join("innocent")).unwrap();
     let r = run_mediated(
         &ws,
-        0,
         0,
         None,
         &[Call::Chmod(cpath(&ws.join("innocent")), 0o4777)],
@@ -225,7 +229,6 @@ fn sound_landlock_refer_blocks_hardlinks_from_read_only_paths() {
     let r = run_mediated(
         &ws,
         0,
-        0,
         Some(ll.raw_fd()),
         &[
             Call::Link(cpath(&readable), cpath(&ws.join("l1"))),
@@ -267,7 +270,6 @@ fn regression_file_setattr_changes_attributes_of_a_hidden_host_file() {
     const FS_XFLAG_NODUMP: u64 = 0x80;
     let r = run_mediated(
         &ws,
-        0,
         0,
         Some(ll.raw_fd()),
         &[Call::FileSetattr(cpath(&hidden), FS_XFLAG_NODUMP)],

@@ -104,11 +104,10 @@ pub(super) fn died_within(pidfd: &OwnedFd, limit: Duration) -> Option<Result<i32
 /// Control: a child that keeps uid 0 dies when the thread that cloned it exits.
 /// Forks a child (uid 0, every capability dropped) that runs `calls` (raw syscalls only) under the chmod-mediating filter
 /// (and, when `landlock` is given, that ruleset), with a `SeccompMediator` for `workspace`
-/// and `uid:gid` serving it. Returns 0 or the errno of each call.
+/// and `uid` serving it. Returns 0 or the errno of each call.
 pub(super) fn run_mediated(
     workspace: &Path,
     uid: u32,
-    gid: u32,
     landlock: Option<i32>,
     calls: &[Call],
 ) -> Vec<i32> {
@@ -119,7 +118,9 @@ pub(super) fn run_mediated(
         deny_ipc: false,
         inet: crate::linux::seccomp::InetSockets::Any,
         allow_unix_sockets: true,
-        notify_refusals: false,
+        // As in Tier B, the refusals follow the chmod calls to the supervisor: a setid
+        // mode reaches the mediator, which must refuse it itself.
+        notify_refusals: true,
     })
     .unwrap();
     let fprog = prog.as_fprog();
@@ -277,7 +278,9 @@ pub(super) fn run_mediated(
         libc::close(pidfd);
         OwnedFd::from_raw_fd(fd)
     };
-    let mediator = SeccompMediator::new(listener, workspace, uid, gid).unwrap();
+    let mediator = SeccompMediator::new(listener, workspace, uid)
+        .unwrap()
+        .mediating_chmod();
     let serving = std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
