@@ -264,7 +264,7 @@ mod tests {
             let all = rule
                 .get("args")
                 .and_then(Value::as_array)
-                .map_or(true, |conds| {
+                .is_none_or(|conds| {
                     conds.iter().all(|c| {
                         let (i, v) = (c["index"].as_u64().unwrap(), c["value"].as_u64().unwrap());
                         let arg = args[i as usize];
