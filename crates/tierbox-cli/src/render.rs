@@ -122,6 +122,11 @@ pub fn print_notes(o: &Outcome, stderr_tty: bool, policy: &Policy) {
             dirs.join(", ")
         ));
     }
+    if let Some(why) = &o.created_git_dirs_incomplete {
+        notes.push(format!(
+            "the search for git repositories the run created stopped ({why}): it may have made repositories not named here; treat every .git in the workspace as untrusted"
+        ));
+    }
     if let Some(set) = &o.changes {
         notes.push(review_note(o, set));
     }

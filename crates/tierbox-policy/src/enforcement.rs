@@ -105,6 +105,10 @@ pub struct Enforcement {
     pub network: String,
     /// Protected paths in the workspace.
     pub protected_paths: LayerReport,
+    /// `limits.disk_bytes` on the run's scratch space (`TMPDIR`, `/tmp`, a private
+    /// `HOME`, the overlay's upper layer): how it is bounded, or why it is not.
+    #[serde(default)]
+    pub disk: LayerReport,
     /// Layers the policy allowed to be missing that were missing on this host.
     pub missing_layers: Vec<Layer>,
     /// Tier A: every capability the guest was given (preopens with their access,

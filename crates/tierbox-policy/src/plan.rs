@@ -108,6 +108,13 @@ pub struct FsPlan {
     /// and not here was created by it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub git_repos: Vec<PathBuf>,
+    /// The limits the search for [`FsPlan::git_repos`] ran under, for the search after
+    /// the run (`filesystem.repo_scan_max_entries`, `filesystem.max_protected_repos`).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::validate::ScanLimits::is_default"
+    )]
+    pub repo_scan: crate::validate::ScanLimits,
 }
 
 /// The sandbox's shared-memory directory. A grant of exactly this path is served by the

@@ -94,6 +94,11 @@ pub enum Layer {
     Cgroup,
     /// Read-only protected paths inside the workspace (only Tier C can enforce them).
     ProtectedPaths,
+    /// `limits.disk_bytes` on the run's scratch space: Tier B's private `TMPDIR` and
+    /// `HOME` (a size-limited tmpfs a root supervisor mounts), Tier C's `/tmp` and the
+    /// overlay's upper layer. The workspace itself is bounded only per file
+    /// (`limits.file_size_bytes`) in direct mode.
+    Disk,
     /// The run's network restriction enforced by the operating system (`block_all`,
     /// `strict`). Windows Job Objects cannot filter network traffic: a Windows Tier C run
     /// with any mode but `allow_all` needs this layer listed as optional.
@@ -112,6 +117,7 @@ impl fmt::Display for Layer {
             Layer::Seccomp => "seccomp",
             Layer::Cgroup => "cgroup",
             Layer::ProtectedPaths => "protected_paths",
+            Layer::Disk => "disk",
             Layer::NetworkIsolation => "network_isolation",
             Layer::FilesystemIsolation => "filesystem_isolation",
         })
@@ -171,8 +177,8 @@ pub enum QuotaMode {
 /// A Tierbox policy document.
 ///
 /// The locked-down defaults (from [`Policy::default`]):
-/// - minimum tier B, `tier.preferred` = `auto`, only the `cgroup` and `protected_paths`
-///   layers may be missing on a host (and their absence is recorded);
+/// - minimum tier B, `tier.preferred` = `auto`, only the `cgroup`, `protected_paths` and
+///   `disk` layers may be missing on a host (and their absence is recorded);
 /// - no executables allowed, interpreters denied, eval flags denied, command paths denied;
 /// - environment rebuilt from `HOME USER LANG LC_ALL TERM TZ` and a fixed PATH;
 /// - 60 s wall timeout (max 10 min), CPU time = wall timeout, 1 GiB memory, 128 processes,
@@ -393,7 +399,7 @@ impl Default for TierPolicy {
         Self {
             minimum: Tier::B,
             preferred: crate::request::TierRequest::Auto,
-            optional_layers: vec![Layer::Cgroup, Layer::ProtectedPaths],
+            optional_layers: vec![Layer::Cgroup, Layer::ProtectedPaths, Layer::Disk],
             backend: TierCBackend::Native,
             container: ContainerPolicy::default(),
             sandbox_uid: None,
@@ -703,6 +709,18 @@ pub struct FilesystemPolicy {
     /// there (shared with every process of the run's uid), and in Tier C that grant is
     /// the private one, so one policy runs `multiprocessing` in both tiers.
     pub dev_shm: DevShm,
+    /// Most directory entries read while searching the workspace for nested git
+    /// repositories before a run (and after it, for the repositories it made); default
+    /// [`crate::validate::DEFAULT_REPO_SCAN_MAX_ENTRIES`], at most
+    /// [`crate::validate::MAX_REPO_SCAN_MAX_ENTRIES`]. Bounds a launch's cost on a huge
+    /// tree: a workspace with more is refused (`scope.protection_incomplete`), never run
+    /// with part of its repositories unprotected.
+    pub repo_scan_max_entries: u64,
+    /// Most nested git repositories whose `.git` is kept read-only in one workspace;
+    /// default [`crate::validate::DEFAULT_MAX_PROTECTED_REPOS`], at most
+    /// [`crate::validate::MAX_MAX_PROTECTED_REPOS`]. Each costs mounts at launch; a
+    /// workspace with more is refused (`scope.protection_incomplete`).
+    pub max_protected_repos: u64,
 }
 
 /// The sandbox's `/dev/shm` ([`FilesystemPolicy::dev_shm`]).
@@ -734,6 +752,8 @@ impl Default for FilesystemPolicy {
                 .iter()
                 .map(|p| (*p).to_owned())
                 .collect(),
+            repo_scan_max_entries: crate::validate::DEFAULT_REPO_SCAN_MAX_ENTRIES,
+            max_protected_repos: crate::validate::DEFAULT_MAX_PROTECTED_REPOS,
         }
     }
 }
@@ -1106,6 +1126,22 @@ impl Policy {
                     "filesystem.protected",
                     format!("{p:?} must be relative to the workspace and stay inside it"),
                 );
+            }
+        }
+        for (field, value, max) in [
+            (
+                "filesystem.repo_scan_max_entries",
+                self.filesystem.repo_scan_max_entries,
+                crate::validate::MAX_REPO_SCAN_MAX_ENTRIES,
+            ),
+            (
+                "filesystem.max_protected_repos",
+                self.filesystem.max_protected_repos,
+                crate::validate::MAX_MAX_PROTECTED_REPOS,
+            ),
+        ] {
+            if value == 0 || value > max {
+                return invalid(field, format!("{value} is not between 1 and {max}"));
             }
         }
         Ok(())

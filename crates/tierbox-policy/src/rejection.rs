@@ -197,6 +197,15 @@ pub enum Rejection {
     /// `cwd` does not exist or is not a directory.
     #[error("cwd {cwd:?} is not an existing directory in the workspace")]
     CwdNotDirectory { cwd: String },
+    /// The search for the workspace's nested git repositories, whose git directories are
+    /// kept read-only, stopped at a limit: the run would be only partly protected.
+    #[error("protected paths would be incomplete: {reason}")]
+    ProtectionIncomplete {
+        /// The limit, what was counted, and the key that raises it.
+        reason: String,
+        /// The policy key that raises the limit, when one does.
+        key: Option<String>,
+    },
     /// The request's `workspace` does not name a subdirectory of the runner's workspace.
     #[error("workspace {workspace:?} is not a subdirectory of the runner's workspace: {reason}")]
     WorkspaceSubdirInvalid { workspace: String, reason: String },
@@ -325,6 +334,7 @@ impl Rejection {
             Self::WorkspaceSubdirInvalid { .. } => "scope.workspace_subdir_invalid",
             Self::CwdOutsideWorkspace { .. } => "scope.cwd_outside_workspace",
             Self::CwdNotDirectory { .. } => "scope.cwd_not_directory",
+            Self::ProtectionIncomplete { .. } => "scope.protection_incomplete",
             Self::EnvDenied { .. } => "env.denied",
             Self::EgressHostNotAllowed { .. } => "egress.host_not_allowed",
             Self::EgressHostInvalid { .. } => "egress.host_invalid",
@@ -383,6 +393,9 @@ impl Rejection {
                 "a path outside the workspace must be granted by the policy: filesystem.read_only or filesystem.writable"
             }
             "scope.grant_refused" => "docs/policy.md lists what each filesystem key may name",
+            "scope.protection_incomplete" => {
+                "raise the limit the message names in the policy (filesystem.repo_scan_max_entries, filesystem.max_protected_repos), or run in a smaller workspace"
+            }
             "scope.workspace_invalid" | "scope.workspace_refused" => {
                 "give a project directory with --workspace (or the policy's workspace_root)"
             }
@@ -448,6 +461,7 @@ impl Rejection {
         "scope.cwd_outside_workspace",
         "scope.cwd_not_directory",
         "scope.workspace_subdir_invalid",
+        "scope.protection_incomplete",
         "env.denied",
         "egress.host_not_allowed",
         "egress.host_invalid",

@@ -334,6 +334,12 @@ pub struct Outcome {
     /// for the host: a planted `.git/config` runs code when the host runs `git` there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub created_git_dirs: Vec<PathBuf>,
+    /// The search for [`Outcome::created_git_dirs`] after the run stopped at a limit (the
+    /// run left more entries or repositories than the policy's search reads): why. Then
+    /// repositories it made may be missing from that list; the next run in the workspace
+    /// is refused (`scope.protection_incomplete`) until the limit is raised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_git_dirs_incomplete: Option<String>,
     /// What the run was refused, with the policy change that would allow each (see
     /// [`crate::denials`]): always present, empty when nothing was refused — among the
     /// layers `enforcement.denial_reports` says are recorded on this host.
@@ -351,16 +357,22 @@ pub struct Outcome {
 }
 
 /// The repositories found in `workspace` now that were not among `at_launch`: those a run
-/// created ([`Outcome::created_git_dirs`]). A `.git` that is a Tier C placeholder (the
-/// empty mount point a sandbox covers a missing `.git` with: `own_placeholders` of this
-/// run, or a concurrent run's, removed after the run) is not a repository.
+/// created ([`Outcome::created_git_dirs`]), and, when the search stopped at a limit of
+/// `limits`, why ([`Outcome::created_git_dirs_incomplete`]). A `.git` that is a Tier C
+/// placeholder (the empty mount point a sandbox covers a missing `.git` with:
+/// `own_placeholders` of this run, or a concurrent run's, removed after the run) is not a
+/// repository.
 pub fn created_git_dirs(
     workspace: &std::path::Path,
     at_launch: &[PathBuf],
     own_placeholders: &[PathBuf],
-) -> Vec<PathBuf> {
-    tierbox_policy::validate::git_dirs(workspace)
-        .repos
+    limits: tierbox_policy::validate::ScanLimits,
+) -> (Vec<PathBuf>, Option<String>) {
+    let repos = match tierbox_policy::validate::scan_repos(workspace, limits) {
+        Ok(scan) => scan.repos,
+        Err(e) => return (Vec::new(), Some(e.to_string())),
+    };
+    let created = repos
         .into_iter()
         .filter(|r| !at_launch.contains(r))
         .filter(|r| {
@@ -368,7 +380,8 @@ pub fn created_git_dirs(
             !own_placeholders.contains(&git)
                 && tierbox_sandbox::placeholders::observe(&git, || ()).is_some()
         })
-        .collect()
+        .collect();
+    (created, None)
 }
 
 /// [`Outcome::exit_status`] of a run whose sandbox failed ([`Outcome::sandbox_failure`]):

@@ -698,6 +698,12 @@ fn outcome_of(
     // Output cut in truncate mode constrained the run without ending it.
     let limit_hit =
         limit_hit.or_else(|| (stdout.truncated || stderr.truncated).then_some(LimitHit::Output));
+    let (created_git_dirs, created_git_dirs_incomplete) = crate::outcome::created_git_dirs(
+        &plan.workspace,
+        &plan.filesystem.git_repos,
+        &l.host_placeholders,
+        plan.filesystem.repo_scan,
+    );
     Outcome {
         run_id: String::new(),
         exit_code: exit.code,
@@ -726,11 +732,8 @@ fn outcome_of(
         attestation: None,
         audit_error: None,
         sandbox_failure,
-        created_git_dirs: crate::outcome::created_git_dirs(
-            &plan.workspace,
-            &plan.filesystem.git_repos,
-            &l.host_placeholders,
-        ),
+        created_git_dirs,
+        created_git_dirs_incomplete,
         changes: None,
         changes_error: None,
         denials: Vec::new(),

@@ -121,7 +121,12 @@ async fn run_wasm_tapped(
     tap: Option<Arc<Tap>>,
 ) -> Result<Outcome, RunError> {
     let engine = engine(opts)?;
-    let repos_at_launch = tierbox_policy::validate::git_dirs(&plan.workspace).repos;
+    // Tier A protects no path (its preopens are the grants); the searches before and
+    // after tell the host which repositories the guest made.
+    let limits = tierbox_policy::validate::ScanLimits::default();
+    let repos_at_launch = tierbox_policy::validate::scan_repos(&plan.workspace, limits)
+        .map(|scan| scan.repos)
+        .map_err(|e| e.to_string());
     let started = Instant::now();
     let out = Sink::new(plan, tap.clone().map(|t| (t, Stream::Stdout)));
     let err = Sink::new(plan, tap.clone().map(|t| (t, Stream::Stderr)));
@@ -159,6 +164,10 @@ async fn run_wasm_tapped(
     // Output cut in truncate mode constrained the run without ending it.
     let limit_hit =
         limit_hit.or_else(|| (stdout.truncated || stderr.truncated).then_some(LimitHit::Output));
+    let (created_git_dirs, created_git_dirs_incomplete) = match &repos_at_launch {
+        Ok(at_launch) => crate::outcome::created_git_dirs(&plan.workspace, at_launch, &[], limits),
+        Err(e) => (Vec::new(), Some(e.clone())),
+    };
     Ok(Outcome {
         run_id: new_run_id(),
         exit_code: report.exit_code,
@@ -185,7 +194,8 @@ async fn run_wasm_tapped(
         attestation: None,
         audit_error: None,
         sandbox_failure: None,
-        created_git_dirs: crate::outcome::created_git_dirs(&plan.workspace, &repos_at_launch, &[]),
+        created_git_dirs,
+        created_git_dirs_incomplete,
         changes: None,
         changes_error: None,
         denials: crate::denials::of_run(None, limit_hit.map(|l| (l, true, None))),
@@ -234,6 +244,9 @@ fn enforcement(plan: &WasmPlan) -> Enforcement {
         rlimits: Vec::new(),
         network: "none: no WASI sockets are granted".to_owned(),
         protected_paths: not_applicable(),
+        disk: tierbox_policy::LayerReport::missing(
+            "not applied: a guest writes only its preopened directories, bounded per file by limits.file_size_bytes",
+        ),
         missing_layers: Vec::new(),
         grants,
         denial_reports: crate::denials::tier_a_sources(),

@@ -244,7 +244,7 @@ pub(crate) fn launch_bwrap(
         source,
     })?;
     let idmapped = match identity {
-        SandboxIdentity::Host { uid, gid } => {
+        SandboxIdentity::Host { uid, gid, .. } => {
             identity::idmapped_roots(bwrap::writable_roots(plan), (uid, gid))
                 .map_err(unavailable)?
         }
@@ -580,6 +580,10 @@ fn bwrap_enforcement(
         protected_paths: LayerReport::applied(format!(
             "{} protected path(s) bound read-only or covered",
             plan.filesystem.protected.len()
+        )),
+        disk: LayerReport::applied(format!(
+            "/tmp: a tmpfs of {} bytes (bwrap --size); the workspace is bounded per file only",
+            crate::linux::mounts::tmp_size_bytes(plan)
         )),
         missing_layers: missing,
         grants: Vec::new(),

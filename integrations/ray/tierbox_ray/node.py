@@ -230,7 +230,7 @@ description = "tierbox-ray default: workspace-only, no network"
 
 [tier]
 minimum = "b"
-optional_layers = ["cgroup", "protected_paths"]
+optional_layers = ["cgroup", "protected_paths", "disk"]
 
 [exec]
 allowed_executables = ["sh", "bash", "python3", "cat", "ls", "echo", "sleep", "true", "false", "test", "git", "make", "pytest"]

@@ -460,6 +460,60 @@ pub fn no_content(path: &Path, needle: &str) -> ProbeResult {
 /// `leave-file PATH`: creates PATH (it must not exist) with a line of text, and says
 /// whether that worked. The caller judges: in a private `/tmp` a success is fine, as long
 /// as the file never shows up on the host.
+/// `disk-bomb DIR BYTES`: writes files of 1 MiB in DIR until BYTES are written or a
+/// write fails; `HOLDS` when one failed with `ENOSPC` (or `EDQUOT`) before BYTES, with
+/// how much was written. Each file stays below any per-file limit.
+pub fn disk_bomb(dir: &Path, bytes: u64) -> ProbeResult {
+    const CHUNK: usize = 1 << 20;
+    let buf = vec![0x5au8; CHUNK];
+    let mut written = 0u64;
+    let mut n = 0u32;
+    while written < bytes {
+        let path = dir.join(format!("tierbox-probe-bomb-{n}"));
+        n += 1;
+        let result = File::create(&path).and_then(|mut f| {
+            let mut done = 0;
+            while done < CHUNK {
+                let k = f.write(&buf[done..])?;
+                if k == 0 {
+                    return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+                }
+                done += k;
+                written += k as u64;
+            }
+            f.sync_data()
+        });
+        if let Err(e) = result {
+            let errno = e.raw_os_error().unwrap_or(0);
+            let msg = format!(
+                "wrote {written} of {bytes} bytes, then {}",
+                io_errno_name(&e)
+            );
+            return Ok(if errno == libc::ENOSPC || errno == libc::EDQUOT {
+                Report::Holds(msg)
+            } else {
+                Report::Broken(msg)
+            });
+        }
+    }
+    Ok(Report::Broken(format!(
+        "wrote all {bytes} bytes in {n} files"
+    )))
+}
+
+/// `mkdirs PATH...`: creates each directory (and its parents) and says how many it made
+/// (the caller judges): decoy repositories, for one.
+pub fn mkdirs(paths: &[String]) -> ProbeResult {
+    let mut made = 0;
+    for p in paths {
+        match std::fs::create_dir_all(p) {
+            Ok(()) => made += 1,
+            Err(e) => return Ok(Report::Done(format!("mkdir {p}: {}", io_errno_name(&e)))),
+        }
+    }
+    Ok(Report::Done(format!("made {made} directories")))
+}
+
 pub fn leave_file(path: &Path) -> ProbeResult {
     let created = OpenOptions::new()
         .write(true)

@@ -75,6 +75,8 @@ usage: tierbox-probe PROBE [ARGS]
   write-denied PATH             append/truncate/move out, and create/mkdir/symlink/rename/link
                                 into PATH (a directory, or a file and its directory) must fail
   leave-file PATH               create PATH and say whether that worked (the caller judges)
+  mkdirs PATH...                create each directory with its parents (the caller judges)
+  disk-bomb DIR BYTES           writing BYTES in 1 MiB files to DIR must fail with ENOSPC first
   replace-denied PATH           PATH (relative, existing) cannot be written, moved, removed,
                                 replaced or exchanged, nor swapped by renaming an ancestor
   create-denied PATH            PATH (relative, missing) cannot be created, as a directory or a
@@ -166,6 +168,8 @@ fn run(probe: &str, args: &[String]) -> ProbeResult {
         "no-content" => fs::no_content(&path_arg(arg(0)?)?, &text_arg(arg(1)?)?),
         "write-denied" => fs::write_denied(&path_arg(arg(0)?)?),
         "leave-file" => fs::leave_file(&path_arg(arg(0)?)?),
+        "mkdirs" => fs::mkdirs(args),
+        "disk-bomb" => fs::disk_bomb(&path_arg(arg(0)?)?, number(arg(1)?)?),
         "replace-denied" => fs::replace_denied(&path_arg(arg(0)?)?),
         "create-denied" => fs::create_denied(&path_arg(arg(0)?)?),
         "chmod-denied" => fs::chmod_denied(&path_arg(arg(0)?)?),

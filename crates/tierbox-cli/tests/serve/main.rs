@@ -795,8 +795,8 @@ fn bwrap_runs_on_warm_slots_leave_no_zombie_charged_to_the_next_run() {
     let policy = policy_allowing("")
         .replace("[tier]\n", "[tier]\nbackend = \"bwrap\"\n")
         .replace(
-            r#"optional_layers = ["cgroup", "protected_paths"]"#,
-            r#"optional_layers = ["cgroup", "protected_paths", "landlock"]"#,
+            r#"optional_layers = ["cgroup", "protected_paths", "disk"]"#,
+            r#"optional_layers = ["cgroup", "protected_paths", "disk", "landlock"]"#,
         )
         .replace("max_processes = 128", "max_processes = 8");
     assert!(policy.contains("backend = \"bwrap\"") && policy.contains("max_processes = 8"));

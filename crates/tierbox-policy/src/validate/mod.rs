@@ -23,6 +23,7 @@ mod git;
 mod interpreter;
 mod limits;
 mod loader;
+mod repo_scan;
 mod scope;
 mod shape;
 mod system;
@@ -33,15 +34,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PATTERNS, DENIED_ENV_PREFIXES, is_denied_env_name};
-pub use git::{
-    DEFAULT_PROTECTED, NESTED_REPO_MAX_DEPTH, NESTED_REPO_MAX_ENTRIES, NESTED_REPO_MAX_REPOS,
-    NESTED_REPO_RESCAN, RepoScan, git_dirs,
-};
+pub use git::DEFAULT_PROTECTED;
 pub use interpreter::{
     GIT_CODE_KEYS, INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, git_key_runs_code,
     interpreter_base_name,
 };
 pub use loader::loader_of;
+pub use repo_scan::{
+    DEFAULT_MAX_PROTECTED_REPOS, DEFAULT_REPO_SCAN_MAX_ENTRIES, KEPT_DIRECTORIES, KEPT_WORKSPACES,
+    MAX_MAX_PROTECTED_REPOS, MAX_REPO_SCAN_CACHE_BYTES, MAX_REPO_SCAN_MAX_ENTRIES,
+    MAX_SCANNED_PATH_BYTES, PSEUDO_FILESYSTEMS, RACY_MARGIN, REPO_SCAN_CACHE_DIR, RepoScan,
+    ScanIncomplete, ScanLimit, ScanLimits, forget_kept_search, scan_repos, scan_repos_in,
+};
 pub use scope::{
     ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS, REFUSED_WORKSPACE_DIRS, REFUSED_WORKSPACE_TREES,
 };
@@ -506,7 +510,18 @@ fn filesystem_plan(
         }
         crate::access::carve(&grants, &deny_read, crate::access::Links::Never)
     };
-    let repos = git::git_dirs_cached(workspace).repos;
+    let repos = scan_repos_in(workspace, ScanLimits::of(fs), ctx.state_dir.as_deref())
+        .map_err(|e| {
+            let key = match &e {
+                ScanIncomplete::Limit { limit, .. } => limit.key().map(str::to_owned),
+                ScanIncomplete::Unreadable { .. } => None,
+            };
+            Rejection::ProtectionIncomplete {
+                reason: e.to_string(),
+                key,
+            }
+        })?
+        .repos;
     // Denial wins (`crate::access`): a grant inside a denied path grants nothing.
     let outside_denials = |mut grants: Vec<PathBuf>| {
         grants.retain(|g| !deny_read.iter().any(|d| g.starts_with(d)));
@@ -557,6 +572,7 @@ fn filesystem_plan(
         protected: git::protected_paths(workspace, &fs.protected, &repos),
         dev_shm: fs.dev_shm,
         git_repos: repos,
+        repo_scan: ScanLimits::of(fs),
         private_home: false,
     })
 }

@@ -256,6 +256,31 @@ fn every_rejection_code_has_a_table_case() {
     let mut r = req("ls", &[]);
     r.cwd = Some("no-such-dir".to_owned());
     check("cwd missing", code_of(&fx, &r), "scope.cwd_not_directory");
+    // More nested repositories than the policy protects; the key the message names
+    // (and the fix suggests) lets the same request through.
+    let mut repos = Fixture::new(&["ls"]);
+    for r in ["a/.git", "b/c/.git"] {
+        std::fs::create_dir_all(repos.ws.join(r)).unwrap();
+    }
+    repos.policy.filesystem.max_protected_repos = 1;
+    let err = repos.request(&req("ls", &[])).unwrap_err();
+    check(
+        "protection incomplete",
+        err.code(),
+        "scope.protection_incomplete",
+    );
+    assert!(
+        err.to_string().contains("filesystem.max_protected_repos"),
+        "{err}"
+    );
+    assert!(
+        Rejection::fix_for(err.code())
+            .unwrap()
+            .contains("filesystem.max_protected_repos")
+    );
+    repos.policy.filesystem.max_protected_repos = 2;
+    let plan = repos.request(&req("ls", &[])).unwrap();
+    assert_eq!(plan.filesystem.git_repos.len(), 2);
     let mut r = req("ls", &[]);
     r.workspace = Some("../elsewhere".to_owned());
     check(

@@ -631,7 +631,6 @@ fn repositories_a_run_creates_are_named_in_the_outcome() {
         // Known from now on: the next run does not name it again.
         let mut again = req("mkdir", &["-p", "unrelated"]);
         again.tier = tier;
-        std::thread::sleep(tierbox_policy::validate::NESTED_REPO_RESCAN);
         let o = rt.block_on(env.runner().run(&again)).unwrap();
         assert_eq!(
             o.created_git_dirs,

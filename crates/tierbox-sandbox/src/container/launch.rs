@@ -275,6 +275,10 @@ fn enforcement(plan: &Plan, info: &EngineInfo, missing: Vec<Layer>) -> Enforceme
             "{} protected path(s) mounted read-only or covered",
             plan.filesystem.protected.len()
         )),
+        disk: LayerReport::applied(format!(
+            "/tmp: the engine's tmpfs of {} bytes; the workspace is bounded per file only",
+            super::tmp_size_bytes(plan)
+        )),
         missing_layers: missing,
         grants: Vec::new(),
         denial_reports: std::collections::BTreeMap::new(),

@@ -176,6 +176,9 @@ pub fn layers_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<Vec<Laye
             (Layer::LandlockScopes, abi >= 6),
             (Layer::Seccomp, facts.seccomp),
             (Layer::Cgroup, facts.cgroup.is_usable()),
+            // A root supervisor mounts the bounded TMPDIR (the launch finds out if it
+            // cannot); an unprivileged one cannot.
+            (Layer::Disk, facts.euid == 0),
             (
                 Layer::ProtectedPaths,
                 plan.filesystem.protected.is_empty()
@@ -206,6 +209,7 @@ pub fn layers_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<Vec<Laye
             (Layer::Seccomp, _) => "seccomp filters are not available".to_owned(),
             (Layer::Cgroup, _) => facts.cgroup.describe(),
             (Layer::ProtectedPaths, _) => "tier b cannot keep paths inside the writable workspace read-only or hidden (tier c can)".to_owned(),
+            (Layer::Disk, _) => UNBOUNDED_TMP.to_owned(),
             (other, _) => format!("{other} is not available"),
         }
     };
@@ -555,6 +559,7 @@ pub(crate) fn cgroup_slot(
         landlock: false,
         cgroup_limits: limits,
         cgroup: facts.cgroup.is_usable(),
+        tmp_bytes: None,
     };
     match slots::take(&key) {
         Some(slot) => Ok(slot),
@@ -574,7 +579,17 @@ pub(crate) fn new_slot(
 ) -> Result<Slot, LaunchError> {
     let facts = host_facts();
     let tmp = make_private_tmp(&opts.tmp_base, &opts.run_id, key.uid, key.gid)?;
-    make_owned_dir(&tmp.join("home"), key.uid, key.gid)?;
+    // Tier B's disk bound: the private tmp (and the `HOME` in it) a tmpfs of its own.
+    let bounded = key
+        .tmp_bytes
+        .map(|bytes| mount_private_tmp(&tmp, bytes, key.uid, key.gid).map(|()| bytes));
+    if let Err(e) = make_owned_dir(&tmp.join("home"), key.uid, key.gid) {
+        if matches!(bounded, Some(Ok(_))) {
+            unmount_private_tmp(&tmp);
+        }
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
     let landlock = match landlock_base {
         Some(mut spec) => {
             spec.read_write.push(tmp.clone());
@@ -606,6 +621,9 @@ pub(crate) fn new_slot(
                 if let Err(rejection) =
                     require(plan, tier, Layer::Cgroup, false, &e.to_string(), missing)
                 {
+                    if matches!(bounded, Some(Ok(_))) {
+                        unmount_private_tmp(&tmp);
+                    }
                     let _ = std::fs::remove_dir_all(&tmp);
                     return Err(rejection.into());
                 }
@@ -615,7 +633,48 @@ pub(crate) fn new_slot(
     } else {
         None
     };
-    Ok(Slot::new(key, tmp, landlock, cgroup))
+    let mut slot = Slot::new(key, tmp, landlock, cgroup);
+    match bounded {
+        Some(Ok(bytes)) => slot.tmp_bytes = Some(bytes),
+        Some(Err(e)) => {
+            slot.tmp_unbounded_why =
+                format!("the supervisor could not mount a tmpfs for the run's TMPDIR: {e}");
+        }
+        None => {
+            slot.tmp_unbounded_why = UNBOUNDED_TMP.to_owned();
+        }
+    }
+    Ok(slot)
+}
+
+/// Why an unprivileged supervisor's Tier B run lacks the `disk` layer.
+const UNBOUNDED_TMP: &str = "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run (tier c bounds its /tmp)";
+
+/// Mounts a tmpfs of `bytes` on the run's private tmp `dir` (just made, owned by the run):
+/// mode 0700 owned by `uid:gid`, `nosuid` and `nodev`, so what the run writes there is
+/// bounded by `limits.disk_bytes` (`ENOSPC`, and the outcome's `limit_hit: "disk"`).
+/// Needs `CAP_SYS_ADMIN` in the host's mount namespace (a root supervisor outside a
+/// container that withholds it).
+fn mount_private_tmp(dir: &Path, bytes: u64, uid: u32, gid: u32) -> std::io::Result<()> {
+    let data = std::ffi::CString::new(format!("size={bytes},mode=700,uid={uid},gid={gid}"))
+        .map_err(std::io::Error::other)?;
+    rustix::mount::mount(
+        "tierbox-tmp",
+        dir,
+        "tmpfs",
+        rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
+        Some(data.as_c_str()),
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// Detaches the tmpfs on a run's private tmp (its content goes when the last fd on it
+/// closes); not an error when nothing is mounted there.
+pub(crate) fn unmount_private_tmp(dir: &Path) {
+    let _ = rustix::mount::unmount(
+        dir,
+        rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+    );
 }
 
 /// Whether the kernel can hand system calls to the supervisor (seccomp user
@@ -688,20 +747,29 @@ pub fn sweep_orphaned_groups() -> usize {
     crate::linux::cgroup::sweep_orphaned(&host_facts().cgroup, GROUP_PREFIX, owner_is_gone)
 }
 
-/// Removes private temporary directories of supervisors that died, under `base`.
-fn sweep_orphaned_tmp(base: &Path) {
+/// Removes the private temporary directories that supervisors which died left under
+/// `base` (unmounting a Tier B run's bounded tmpfs first); returns how many. Runs
+/// automatically before a process's first run under `base`.
+pub fn sweep_orphaned_tmp(base: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(base) else {
-        return;
+        return 0;
     };
+    let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name();
         if name
             .to_str()
             .is_some_and(|n| n.starts_with(GROUP_PREFIX) && owner_is_gone(n))
         {
-            let _ = std::fs::remove_dir_all(entry.path());
+            // A Tier B run's bounded tmp is a tmpfs of its own, left mounted when its
+            // supervisor was SIGKILLed.
+            unmount_private_tmp(&entry.path());
+            if std::fs::remove_dir_all(entry.path()).is_ok() {
+                removed += 1;
+            }
         }
     }
+    removed
 }
 
 /// Creates `<base>/run-<id>` with mode 0700, owned by the child's uid.
@@ -711,7 +779,9 @@ fn make_private_tmp(base: &Path, run_id: &str, uid: u32, gid: u32) -> Result<Pat
         .map_err(LaunchError::setup(format!("create {}", base.display())))?;
     let _ = std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711));
     static SWEPT: OnceLock<()> = OnceLock::new();
-    SWEPT.get_or_init(|| sweep_orphaned_tmp(base));
+    SWEPT.get_or_init(|| {
+        sweep_orphaned_tmp(base);
+    });
     let dir = base.join(format!("{}{run_id}", owner_prefix()));
     make_owned_dir(&dir, uid, gid)?;
     Ok(dir)
@@ -1160,5 +1230,39 @@ mod layer_tests {
         facts.seccomp = true;
         plan.tier.backend = TierCBackend::Native;
         assert!(layers_for(Tier::B, &plan, &facts).is_ok());
+    }
+
+    /// An unprivileged supervisor cannot bound Tier B's `TMPDIR`: the layer is missing,
+    /// recorded when the policy accepts it and refused otherwise — with a fix that works.
+    #[test]
+    fn an_unprivileged_tier_b_run_lacks_the_disk_layer() {
+        let mut plan = crate::test_fixtures::golden_plan("strict.toml");
+        plan.tier.optional_layers = vec![
+            Layer::Landlock,
+            Layer::LandlockScopes,
+            Layer::Cgroup,
+            Layer::ProtectedPaths,
+        ];
+        let mut facts = host_facts().clone();
+        facts.euid = 1000;
+        facts.seccomp = true;
+        let reason = match layers_for(Tier::B, &plan, &facts) {
+            Err(Rejection::TierUnavailable { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        assert!(reason.contains("disk cannot be enforced"), "{reason}");
+        assert!(
+            reason.contains("\"disk\" in tier.optional_layers"),
+            "{reason}"
+        );
+        plan.tier.optional_layers.push(Layer::Disk);
+        let missing = layers_for(Tier::B, &plan, &facts).unwrap();
+        assert!(missing.contains(&Layer::Disk), "{missing:?}");
+        // Tier C bounds its /tmp itself.
+        assert!(
+            !layers_for(Tier::C, &plan, &facts)
+                .unwrap_or_default()
+                .contains(&Layer::Disk)
+        );
     }
 }

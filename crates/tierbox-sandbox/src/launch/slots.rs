@@ -52,6 +52,9 @@ pub(crate) struct SlotKey {
     pub landlock: bool,
     pub cgroup_limits: CgroupLimits,
     pub cgroup: bool,
+    /// Tier B under a root supervisor: the size of the tmpfs the private tmp is to be
+    /// (`limits.disk_bytes`, capped as Tier C's `/tmp`); `None`: a plain directory.
+    pub tmp_bytes: Option<u64>,
 }
 
 /// The per-run resources of a launch.
@@ -61,6 +64,10 @@ pub struct Slot {
     /// The run's private temporary directory (`TMPDIR`); `home/` inside it is the private
     /// `HOME` when the plan asks for one.
     pub tmp: PathBuf,
+    /// `tmp` is a tmpfs of this many bytes the supervisor mounted (Tier B's disk bound).
+    pub tmp_bytes: Option<u64>,
+    /// Why `tmp` is not bounded (an unprivileged supervisor, or a mount that failed).
+    pub tmp_unbounded_why: String,
     pub(crate) landlock: Option<PreparedLandlock>,
     pub(crate) cgroup: Option<RunCgroup>,
     baseline: CgroupStats,
@@ -82,6 +89,8 @@ impl Slot {
         Self {
             key,
             tmp,
+            tmp_bytes: None,
+            tmp_unbounded_why: String::new(),
             landlock,
             cgroup,
             baseline,
@@ -189,6 +198,7 @@ impl SlotKey {
             landlock,
             cgroup_limits,
             cgroup,
+            tmp_bytes,
         } = self;
         *backend == other.backend
             && *tmp_base == other.tmp_base
@@ -197,6 +207,7 @@ impl SlotKey {
             && *scopes == other.scopes
             && *tcp_connect_ports == other.tcp_connect_ports
             && *landlock == other.landlock
+            && *tmp_bytes == other.tmp_bytes
             && *cgroup_limits == other.cgroup_limits
             && *cgroup == other.cgroup
     }
@@ -287,6 +298,9 @@ fn destroy(slot: Slot) {
     if let Some(cg) = slot.cgroup {
         let _ = cg.kill_all();
         let _ = cg.remove();
+    }
+    if slot.tmp_bytes.is_some() {
+        super::unmount_private_tmp(&slot.tmp);
     }
     let _ = std::fs::remove_dir_all(&slot.tmp);
 }

@@ -19,6 +19,7 @@ fn key(backend: tierbox_policy::enforcement::BackendId, tmp_base: &Path) -> Slot
             cpu_quota_percent: None,
         },
         cgroup: true,
+        tmp_bytes: None,
     }
 }
 

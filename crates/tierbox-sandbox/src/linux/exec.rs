@@ -18,7 +18,11 @@
 //! 1. **stdio** (`dup3` of the three prepared fds, each >= 3 so none is clobbered);
 //! 2. **every other fd close-on-exec** (`close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: the
 //!    landlock and listener fds are still needed below), then the fds a trusted helper
-//!    inherits moved into place;
+//!    inherits moved into place, then **every fd not needed below closed** (the landlock
+//!    ruleset, the listener's socket and a helper's inherited fds stay): the process was
+//!    cloned from a supervisor or pid 1 that may hold hundreds of descriptors, and with
+//!    `RLIMIT_NOFILE` below their numbers the seccomp listener (the next new fd) would
+//!    find no number under the limit (`EMFILE`);
 //! 3. **working directory**, while every path is still reachable, and the umask;
 //! 4. **rlimits**, before privileges go (raising a hard limit needs them);
 //! 5. **capabilities**: securebits and the bounding set first (they need `CAP_SETPCAP`),
@@ -100,6 +104,8 @@ pub trait ProgramCalls {
     fn dup_to(&self, src: RawFd, dst: RawFd) -> Result<(), i32>;
     /// `close_range(first, ~0, CLOSE_RANGE_CLOEXEC)`.
     fn cloexec_from(&self, first: RawFd) -> Result<(), i32>;
+    /// `close_range(first, last, 0)`.
+    fn close_range(&self, first: RawFd, last: RawFd) -> Result<(), i32>;
     /// `chdir(path)`.
     fn chdir(&self, path: *const c_char) -> Result<(), i32>;
     /// `umask(mask)`.
@@ -168,6 +174,7 @@ fn setup(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> Result<(), (Step, i3
         }
         calls.dup_to(src, dst).map_err(at(S::CloseFds))?;
     }
+    close_unneeded(calls, spec).map_err(at(S::CloseFds))?;
     // 3. Working directory and umask.
     calls.chdir(spec.cwd).map_err(at(S::Chdir))?;
     if let Some(mask) = spec.umask {
@@ -211,6 +218,30 @@ fn setup(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> Result<(), (Step, i3
     }
     // 9. The program starts with an empty signal mask.
     calls.unblock_signals().map_err(at(S::SignalMask))
+}
+
+/// Step 2's end: closes every fd from 3 up but a helper's inherited range
+/// (`3..inherit_min_src`), the landlock ruleset and the listener's socket, which steps 7
+/// and 8 use. No allocation: the kept fds are at most two past the range.
+fn close_unneeded(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> Result<(), i32> {
+    let first = if spec.inherit.is_empty() {
+        3
+    } else {
+        spec.inherit_min_src.max(3)
+    };
+    let (a, b) = (spec.landlock_fd, spec.seccomp_listener_sock);
+    let kept = if a <= b { [a, b] } else { [b, a] };
+    let mut next = first;
+    for fd in kept {
+        if fd < next {
+            continue;
+        }
+        if fd > next {
+            calls.close_range(next, fd - 1)?;
+        }
+        next = fd + 1;
+    }
+    calls.close_range(next, RawFd::MAX)
 }
 
 /// The program's path, argv, environment and working directory as C strings, with the

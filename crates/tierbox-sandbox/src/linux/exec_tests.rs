@@ -41,6 +41,13 @@ impl ProgramCalls for Recorder {
     fn cloexec_from(&self, first: RawFd) -> Result<(), i32> {
         self.call(&format!("close_range({first}, cloexec)"))
     }
+    fn close_range(&self, first: RawFd, last: RawFd) -> Result<(), i32> {
+        if last == RawFd::MAX {
+            self.call(&format!("close({first}..)"))
+        } else {
+            self.call(&format!("close({first}..={last})"))
+        }
+    }
     fn chdir(&self, _path: *const c_char) -> Result<(), i32> {
         self.call("chdir")
     }
@@ -177,6 +184,8 @@ fn tier_b_runs_every_step_in_order_and_reports_a_failed_execve() {
             "dup3(11, 1)",
             "dup3(12, 2)",
             "close_range(3, cloexec)",
+            "close(3..=19)",
+            "close(22..)",
             "chdir",
             "prlimit(7)",
             "prlimit(4)",
@@ -266,7 +275,13 @@ fn a_helper_keeps_its_capabilities_and_gets_its_inherited_fds_in_range_only() {
         .position(|n| n == "close_range(3, cloexec)")
         .unwrap_or(usize::MAX);
     assert_eq!(names[close + 1..close + 3], ["dup3(16, 3)", "dup3(17, 4)"]);
-    assert_eq!(names[close + 3], "chdir", "{names:?}");
+    // The inherited range below 16 stays; above it only the landlock ruleset (20) and
+    // the listener's socket (21) do.
+    assert_eq!(
+        names[close + 3..close + 6],
+        ["close(16..=19)", "close(22..)", "chdir"],
+        "{names:?}"
+    );
     assert!(names.contains(&"clear_groups".to_owned()), "{names:?}");
     assert!(!names.contains(&"capset".to_owned()), "{names:?}");
     // The ambient set is emptied even when the other sets are kept.

@@ -8,8 +8,10 @@
 //! - **an unprivileged supervisor** can only map its own uid: the sandbox is the
 //!   supervisor's user, as every process that user starts is;
 //! - **a root supervisor** maps the sandbox to an unprivileged host uid: the policy's
-//!   `tier.sandbox_uid`/`sandbox_gid`, else the workspace owner when that is not root,
-//!   else the start of root's `/etc/subuid` range, else
+//!   `tier.sandbox_uid`/`sandbox_gid`, else the workspace owner when that is not root
+//!   (with the group [`run_gid`] gives: the owner's primary group when the owner is an
+//!   ordinary user, never the workspace directory's group merely because it owns it,
+//!   never group 0), else the start of root's `/etc/subuid` range, else
 //!   [`tierbox_policy::DEFAULT_SANDBOX_ID`] ([`root_workspace_ids`]). Only a privileged process may write such
 //!   a map, so the supervisor writes pid 1's maps itself while pid 1 waits. The workspace,
 //!   and every writable grant owned by another uid, is reached through an **idmapped
@@ -59,14 +61,25 @@ pub enum SandboxIdentity {
         uid: u32,
         /// Host gid.
         gid: u32,
+        /// The workspace directory's group, when it is neither 0 nor `gid`: mapped to
+        /// [`WORKSPACE_GROUP_NS_GID`] so that pid 1's setup (ns root) may create its mount
+        /// points in the workspace, whose owner and group must both be mapped for its
+        /// capabilities to cover them. No process of the sandbox is in that group.
+        workspace_gid: Option<u32>,
     },
 }
+
+/// The ns gid a [`SandboxIdentity::Host`] sandbox's user namespace shows the workspace
+/// directory's group as, when that group is not the sandbox's own (and not 0, which is
+/// mapped as ns 0): no sandboxed process can join it (no `CAP_SETGID`, `setgroups`
+/// denied), so it grants nothing; files of that group merely keep a name inside.
+pub const WORKSPACE_GROUP_NS_GID: u32 = 1001;
 
 impl SandboxIdentity {
     /// The host uid and gid.
     pub fn ids(self) -> (u32, u32) {
         match self {
-            Self::Supervisor { uid, gid } | Self::Host { uid, gid } => (uid, gid),
+            Self::Supervisor { uid, gid } | Self::Host { uid, gid, .. } => (uid, gid),
         }
     }
 
@@ -79,9 +92,18 @@ impl SandboxIdentity {
                 format!("{SANDBOX_UID} {uid} 1\n"),
                 format!("{SANDBOX_GID} {gid} 1\n"),
             ),
-            Self::Host { uid, gid } => (
+            Self::Host {
+                uid,
+                gid,
+                workspace_gid,
+            } => (
                 format!("0 0 1\n{SANDBOX_UID} {uid} 1\n"),
-                format!("0 0 1\n{SANDBOX_GID} {gid} 1\n"),
+                match workspace_gid {
+                    Some(w) => {
+                        format!("0 0 1\n{SANDBOX_GID} {gid} 1\n{WORKSPACE_GROUP_NS_GID} {w} 1\n")
+                    }
+                    None => format!("0 0 1\n{SANDBOX_GID} {gid} 1\n"),
+                },
             ),
         }
     }
@@ -106,7 +128,7 @@ impl SandboxIdentity {
     pub fn bwrap_maps(self) -> Option<(String, String)> {
         match self {
             Self::Supervisor { .. } => None,
-            Self::Host { uid, gid } => Some((
+            Self::Host { uid, gid, .. } => Some((
                 format!("{SANDBOX_UID} {uid} 1\n{BWRAP_HOST_ROOT_NS_ID} 0 1\n"),
                 format!("{SANDBOX_GID} {gid} 1\n{BWRAP_HOST_ROOT_NS_ID} 0 1\n"),
             )),
@@ -145,17 +167,64 @@ pub fn resolve(plan: &Plan) -> Result<SandboxIdentity, String> {
             gid: egid,
         });
     }
-    let owner = std::fs::metadata(&plan.workspace)
+    let (owner, owner_gid) = std::fs::metadata(&plan.workspace)
         .map(|m| (m.uid(), m.gid()))
         .map_err(|e| format!("stat of the workspace {}: {e}", plan.workspace.display()))?;
-    let default = if owner.0 != 0 {
-        owner
+    let default = if owner != 0 {
+        (owner, run_gid(owner))
     } else {
         root_workspace_ids().0
     };
+    let (uid, gid) = (
+        choice.uid.unwrap_or(default.0),
+        choice.gid.unwrap_or(default.1),
+    );
     Ok(SandboxIdentity::Host {
-        uid: choice.uid.unwrap_or(default.0),
-        gid: choice.gid.unwrap_or(default.1),
+        uid,
+        gid,
+        workspace_gid: (owner_gid != 0 && owner_gid != gid).then_some(owner_gid),
+    })
+}
+
+/// The lowest uid of an ordinary (login) account (`UID_MIN` of `login.defs`): below it
+/// are root and system accounts, whose groups a run never takes.
+pub const ORDINARY_UID_MIN: u32 = 1000;
+
+/// Where the accounts and their primary groups are read from.
+pub const PASSWD_FILE: &str = "/etc/passwd";
+
+/// The group a run whose files belong to `owner` (a non-root workspace owner) runs as, in
+/// Tier B and Tier C: the owner's primary group from [`PASSWD_FILE`] when the owner is an
+/// ordinary account (uid ≥ [`ORDINARY_UID_MIN`]) whose primary group is not 0; otherwise
+/// the sandbox's own unprivileged gid ([`root_workspace_ids`]). Never the workspace
+/// directory's group because it owns the workspace (a workspace `1500:0` would hand the
+/// run group 0), never 0.
+pub fn run_gid(owner: u32) -> u32 {
+    let fallback = root_workspace_ids().0.1;
+    if owner < ORDINARY_UID_MIN {
+        return fallback;
+    }
+    std::fs::read_to_string(PASSWD_FILE)
+        .ok()
+        .and_then(|text| primary_gid(&text, owner))
+        .filter(|&gid| gid != 0)
+        .unwrap_or(fallback)
+}
+
+/// The primary gid of `uid` in a `/etc/passwd`-format text (`name:x:uid:gid:…`), `None`
+/// when no well-formed line names it. Pure.
+pub fn primary_gid(passwd: &str, uid: u32) -> Option<u32> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let (_, _, u, g) = (
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+            fields.next()?,
+        );
+        (u.parse::<u32>().ok()? == uid)
+            .then(|| g.parse::<u32>().ok())
+            .flatten()
     })
 }
 
@@ -350,6 +419,26 @@ pub fn probe_idmapped_mounts() -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_primary_group_is_read_from_passwd() {
+        let passwd = "root:x:0:0::/root:/bin/sh\nalice:x:1500:1500::/home/alice:/bin/sh\nbob:x:1600:0::/home/bob:/bin/sh\nbroken:x:1700\n";
+        assert_eq!(primary_gid(passwd, 1500), Some(1500));
+        assert_eq!(primary_gid(passwd, 1600), Some(0));
+        assert_eq!(primary_gid(passwd, 1700), None);
+        assert_eq!(primary_gid(passwd, 4242), None);
+    }
+
+    /// A system account's group, group 0, and an account unknown to passwd are never
+    /// taken: the sandbox's own gid is.
+    #[test]
+    fn a_run_never_takes_group_0_or_a_system_group() {
+        let fallback = root_workspace_ids().0.1;
+        assert_ne!(fallback, 0);
+        for owner in [1, 33, 999, 4_000_000_000] {
+            assert_eq!(run_gid(owner), fallback, "owner {owner}");
+        }
+    }
 
     #[test]
     fn root_s_subordinate_range_is_read_and_anything_malformed_is_ignored() {

@@ -525,6 +525,13 @@ fn program_is_short_and_well_formed() {
         let fprog = prog.as_fprog();
         assert_eq!(usize::from(fprog.len), prog.len());
     }
+    // Every spec's whole filter (docs/tiers.md states the range).
+    let lens: Vec<usize> = every_spec()
+        .map(|s| SeccompProgram::build(&s).unwrap().len())
+        .collect();
+    let (min, max) = (lens.iter().min().unwrap(), lens.iter().max().unwrap());
+    println!("whole filters: {min}..={max} instructions");
+    assert!(*max <= 176, "{max}");
 }
 
 #[test]

@@ -388,17 +388,29 @@ pub fn check_layers(plan: &Plan) -> Result<Vec<Layer>, Rejection> {
         });
     }
     // The profile is the filesystem and operation layer (what landlock and seccomp are
-    // on Linux); only the cgroup has no counterpart.
-    let layer = Layer::Cgroup;
-    if !plan.tier.optional_layers.contains(&layer) {
-        return Err(Rejection::TierUnavailable {
-            tier: Tier::C,
-            reason: format!(
-                "{layer} cannot be enforced: macOS has no cgroups, so memory and process-count limits are not enforced (a policy that accepts running without it lists \"{layer}\" in tier.optional_layers)"
-            ),
-        });
+    // on Linux); the cgroup has no counterpart, nor has a bound on the run's temporary
+    // files (no tmpfs of its own).
+    let mut missing = Vec::new();
+    for (layer, reason) in [
+        (
+            Layer::Cgroup,
+            "macOS has no cgroups, so memory and process-count limits are not enforced",
+        ),
+        (
+            Layer::Disk,
+            "nothing bounds the run's temporary files on macOS (limits.disk_bytes)",
+        ),
+    ] {
+        if !plan.tier.optional_layers.contains(&layer) {
+            return Err(Rejection::TierUnavailable {
+                tier: Tier::C,
+                reason: format!(
+                    "{layer} cannot be enforced: {reason} (a policy that accepts running without it lists \"{layer}\" in tier.optional_layers)"
+                ),
+            });
+        }
+        missing.push(layer);
     }
-    let missing = vec![layer];
     Ok(missing)
 }
 

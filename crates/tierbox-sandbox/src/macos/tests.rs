@@ -175,10 +175,14 @@ fn paths_are_escaped_or_refused() {
 #[test]
 fn layers_follow_the_optional_layers_model() {
     let mut plan = golden_plan("strict.toml");
-    assert_eq!(check_layers(&plan).unwrap(), [Layer::Cgroup]);
+    assert_eq!(check_layers(&plan).unwrap(), [Layer::Cgroup, Layer::Disk]);
     plan.tier.optional_layers.retain(|l| *l != Layer::Cgroup);
     let err = check_layers(&plan).unwrap_err();
     assert_eq!(err.code(), "tier.unavailable");
+    let mut no_disk = golden_plan("strict.toml");
+    no_disk.tier.optional_layers.retain(|l| *l != Layer::Disk);
+    let err = check_layers(&no_disk).unwrap_err();
+    assert!(err.to_string().contains("disk cannot be enforced"), "{err}");
     let mut plan = golden_plan("strict.toml");
     plan.tier.backend = TierCBackend::Bwrap;
     assert_eq!(check_layers(&plan).unwrap_err().code(), "tier.unavailable");

@@ -72,7 +72,35 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     // run that keeps uid 0 gets them denied instead.
     let mediate_chmod = facts.seccomp && user_notif_available();
     let slot = acquire_slot(plan, opts, facts, &network, ids, &mut missing)?;
-    // From here on every failure hands the slot back.
+    // From here on every failure hands the slot back. A root supervisor that could not
+    // mount the bounded tmp (a container withholding CAP_SYS_ADMIN) lacks the disk layer
+    // after all (an unprivileged one was judged by `layers_for`).
+    if slot.tmp_bytes.is_none()
+        && facts.euid == 0
+        && let Err(rejection) = crate::launch::require(
+            plan,
+            Tier::B,
+            Layer::Disk,
+            false,
+            &slot.tmp_unbounded_why,
+            &mut missing,
+        )
+    {
+        slots::release(slot);
+        return Err(rejection.into());
+    }
+    // The bounded tmp's root, for the supervisor to see whether it filled up.
+    let tmp_fs = slot.tmp_bytes.and_then(|_| {
+        rustix::fs::open(
+            &slot.tmp,
+            rustix::fs::OFlags::PATH
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .ok()
+    });
     match spawn_in_slot(plan, opts, facts, &network, &slot, ids, mediate_chmod) {
         Ok((child, seccomp_layout, audit)) => {
             missing.sort();
@@ -114,7 +142,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 host_placeholders: Vec::new(),
                 egress_listener: None,
                 container: None,
-                tmp_fs: None,
+                tmp_fs,
                 upper_layer: None,
                 audit,
             })
@@ -155,6 +183,7 @@ fn acquire_slot(
         landlock,
         cgroup_limits,
         cgroup: facts.cgroup.is_usable(),
+        tmp_bytes: (facts.euid == 0).then(|| crate::linux::mounts::tmp_size_bytes(plan)),
     };
     if let Some(slot) = slots::take_with_paths(&key, &read_only, &read_write) {
         return Ok(slot);
@@ -265,6 +294,12 @@ fn enforcement_report(
             LayerReport::applied("none requested")
         } else {
             LayerReport::missing("tier b cannot keep paths inside the writable workspace read-only")
+        },
+        disk: match slot.tmp_bytes {
+            Some(bytes) => LayerReport::applied(format!(
+                "TMPDIR (and a private HOME): a tmpfs of {bytes} bytes mounted by the supervisor; the workspace is bounded per file only"
+            )),
+            None => LayerReport::missing(slot.tmp_unbounded_why.clone()),
         },
         missing_layers: missing,
         grants: Vec::new(),
@@ -666,9 +701,12 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
     if facts.euid != 0 {
         return (facts.euid, facts.egid, false);
     }
+    // The group never comes from the workspace directory (a `1500:0` workspace would hand
+    // the run group 0) and is never 0: a root-owned workspace's run keeps uid 0 (it must
+    // write root's files; landlock bounds where) with the sandbox's unprivileged gid.
     match sys::owner_of(workspace) {
-        Ok((uid, gid)) if uid != 0 => (uid, gid, true),
-        _ => (0, 0, false),
+        Ok((uid, _)) if uid != 0 => (uid, crate::linux::identity::run_gid(uid), true),
+        _ => (0, crate::linux::identity::root_workspace_ids().0.1, true),
     }
 }
 

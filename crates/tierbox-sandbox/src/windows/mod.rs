@@ -228,6 +228,7 @@ pub fn job_limits(plan: &Plan, logical_cpus: u32) -> JobLimits {
 ///
 /// - `filesystem_isolation`: always missing (a job has no filesystem boundary);
 /// - `protected_paths`: always missing (nothing makes them read-only);
+/// - `disk`: always missing (nothing bounds the run's temporary files);
 /// - `network_isolation`: missing unless `egress.mode = "allow_all"` (a job filters no
 ///   traffic; `block_all`, `strict` and `preflight` would promise what is not enforced).
 ///
@@ -252,6 +253,10 @@ pub fn check_layers(plan: &Plan) -> Result<Vec<Layer>, Rejection> {
         (
             Layer::ProtectedPaths,
             "a Windows Job Object cannot keep paths in the workspace read-only",
+        ),
+        (
+            Layer::Disk,
+            "a Windows Job Object does not bound the run's temporary files (limits.disk_bytes)",
         ),
     ];
     if plan.network.mode != EgressMode::AllowAll {

@@ -92,6 +92,7 @@ fn a_blocked_network_needs_the_policy_to_accept_it_unenforced() {
         check_layers(&plan).unwrap(),
         [
             Layer::ProtectedPaths,
+            Layer::Disk,
             Layer::NetworkIsolation,
             Layer::FilesystemIsolation
         ]
@@ -102,7 +103,11 @@ fn a_blocked_network_needs_the_policy_to_accept_it_unenforced() {
     plan.network.mode = EgressMode::AllowAll;
     assert_eq!(
         check_layers(&plan).unwrap(),
-        [Layer::ProtectedPaths, Layer::FilesystemIsolation]
+        [
+            Layer::ProtectedPaths,
+            Layer::Disk,
+            Layer::FilesystemIsolation
+        ]
     );
     plan.tier.backend = TierCBackend::Docker;
     assert!(check_layers(&plan).is_err());

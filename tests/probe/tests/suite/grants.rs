@@ -406,7 +406,11 @@ async fn a_workspace_owned_by_another_user_works_in_every_tier() {
                 let new = dir.join(format!("{tag}.new"));
                 let meta = std::fs::metadata(&new)
                     .unwrap_or_else(|e| panic!("{test} ({tag}): {new:?} not on the host: {e}"));
-                assert_eq!((meta.uid(), meta.gid()), (OWNER, OWNER), "{test}: {new:?}");
+                // The run's group is the owner's primary group, or (an owner unknown to
+                // /etc/passwd, as here) the sandbox's own: never borrowed from the
+                // workspace directory.
+                let gid = tierbox_sandbox::linux::identity::run_gid(OWNER);
+                assert_eq!((meta.uid(), meta.gid()), (OWNER, gid), "{test}: {new:?}");
                 assert_eq!(std::fs::read_to_string(&new).unwrap(), tag, "{test}");
                 assert!(dir.join(format!("{tag}.b")).exists(), "{test}: rename");
             }

@@ -114,12 +114,13 @@ pub enum Backend {
 pub const BACKENDS: [Backend; 3] = [Backend::TierB, Backend::Native, Backend::Bwrap];
 
 /// Every layer a host may lack; a fixture makes optional the ones its test does not need.
-const ALL_LAYERS: [Layer; 5] = [
+const ALL_LAYERS: [Layer; 6] = [
     Layer::Landlock,
     Layer::LandlockScopes,
     Layer::Seccomp,
     Layer::Cgroup,
     Layer::ProtectedPaths,
+    Layer::Disk,
 ];
 
 /// Skips `test` with a reason: prints `SKIP <test>: <reason>`, or fails when `CI=true`
@@ -350,6 +351,12 @@ impl Fixture {
             .stdin(Stdio::null())
             .output()
             .expect("run the probe directly")
+    }
+
+    /// Runs with `dir` as the state directory (its `tmp/` the base of the runs' private
+    /// temporary directories), instead of the fixture's own.
+    pub fn use_state_dir(&mut self, dir: &Path) {
+        self.state_dir = dir.to_path_buf();
     }
 
     /// Makes `uid` the owner of the workspace, so a root supervisor runs the child as it.

@@ -152,3 +152,107 @@ per_backend_and_owner! {
     tier_c_bwrap_root_workspace_gets_no_setid_file_or_device => Backend::Bwrap, 0;
     tier_c_bwrap_user_workspace_gets_no_setid_file_or_device => Backend::Bwrap, NOBODY;
 }
+
+/// A run takes no group from the workspace directory: in a workspace owned by `1500:0`
+/// (a user's directory in root's group) it runs with a group that grants nothing, reads
+/// no `root:root 0640` file, and — in Tier C — starts at all. The group is the owner's
+/// primary group when the owner is an ordinary account in `/etc/passwd`, else the
+/// sandbox's own unprivileged gid.
+///
+/// Regression: Tier B ran with `gid=0 groups=0` and read the file; Tier C failed to
+/// write the user namespace's group map (`EINVAL`).
+async fn no_group_is_borrowed(test: &str, backend: Backend) {
+    let Some(fx) = Fixture::on(test, &[Need::Root], backend) else {
+        return;
+    };
+    let fallback = tierbox_sandbox::linux::identity::root_workspace_ids().0.1;
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let mut owners = vec![(1500u32, fallback)];
+    if let Some(gid) =
+        tierbox_sandbox::linux::identity::primary_gid(&passwd, 1000).filter(|&g| g != 0)
+    {
+        owners.push((1000, gid));
+    }
+    let secret = fx.workspace.join("group-secret");
+    std::fs::write(&secret, "readable by group 0 only\n").unwrap();
+    std::os::unix::fs::chown(&secret, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o640)).unwrap();
+    for (owner, gid) in owners {
+        std::os::unix::fs::chown(&fx.workspace, Some(owner), Some(0)).unwrap();
+        let o = fx.probe(&["read-denied", "group-secret"]).await;
+        assert_holds(&o);
+        assert_ne!(o.enforcement.gid, Some(0), "{}", describe(&o));
+        if backend == Backend::TierB {
+            assert_eq!(
+                o.enforcement.gid,
+                Some(gid),
+                "owner {owner}: {}",
+                describe(&o)
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn tier_b_takes_no_group_from_the_workspace() {
+    no_group_is_borrowed("tier_b_takes_no_group_from_the_workspace", Backend::TierB).await;
+}
+
+#[tokio::test]
+async fn tier_c_native_takes_no_group_from_the_workspace() {
+    no_group_is_borrowed(
+        "tier_c_native_takes_no_group_from_the_workspace",
+        Backend::Native,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn tier_c_bwrap_takes_no_group_from_the_workspace() {
+    no_group_is_borrowed(
+        "tier_c_bwrap_takes_no_group_from_the_workspace",
+        Backend::Bwrap,
+    )
+    .await;
+}
+
+/// Tier B's `TMPDIR` is bounded by `limits.disk_bytes`: a run writing 64 MiB there in
+/// 1 MiB files (each under the per-file limit) stops with `ENOSPC` at the bound, the
+/// outcome says `limit_hit: "disk"`, and the enforcement report names the layer.
+/// Negative control: unsandboxed, the same probe writes all 64 MiB.
+///
+/// Regression: Tier B's `TMPDIR` was a directory on the host's disk; only the per-file
+/// limit applied, and `limits.disk_bytes` was documented for Tier C only.
+#[tokio::test]
+async fn tier_b_tmpdir_is_bounded_by_the_disk_limit() {
+    let Some(mut fx) = Fixture::new("tier_b_tmpdir_is_bounded_by_the_disk_limit", &[Need::Root])
+    else {
+        return;
+    };
+    fx.policy
+        .tier
+        .optional_layers
+        .retain(|l| *l != tierbox_policy::Layer::Disk);
+    fx.policy.limits.disk_bytes = 8 << 20;
+    let o = fx.probe(&["disk-bomb", "env:TMPDIR", "67108864"]).await;
+    assert_holds(&o);
+    assert!(o.enforcement.disk.applied, "{}", describe(&o));
+    assert_eq!(
+        o.limit_hit,
+        Some(tierbox_runner::LimitHit::Disk),
+        "{}",
+        describe(&o)
+    );
+    assert!(
+        o.stdout.text.contains("wrote 8388608 of") || o.stdout.text.contains("wrote 7"),
+        "stopped at the bound: {}",
+        o.stdout.text
+    );
+    let host = tempfile::tempdir().unwrap();
+    let out = fx.direct(&["disk-bomb", host.path().to_str().unwrap(), "67108864"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("BROKEN "),
+        "the unsandboxed control: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

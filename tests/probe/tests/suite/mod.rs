@@ -2,6 +2,7 @@ mod devices;
 mod grants;
 mod harness;
 mod leave;
+mod nested_repos;
 mod sys;
 mod tier_b;
 mod tier_b_lifecycle;

@@ -5,6 +5,7 @@
 //! As in `tier_b.rs`, each family has a negative control that must report `BROKEN`.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -837,4 +838,114 @@ async fn orphans_of_a_killed_supervisor_are_swept_by_the_next_one() {
     assert!(removed >= 1, "nothing was swept");
     assert!(forked_dead, "the orphaned descendant survived the sweep");
     assert!(left.is_empty(), "cgroups left after the sweep: {left:?}");
+}
+
+/// Where [`supervisor_for_the_sweep_test`] keeps its state (shared with the test).
+const HELPER_STATE_ENV: &str = "TIERBOX_PROBE_HELPER_STATE";
+
+/// Not a test on its own: `a_killed_supervisors_bounded_tmp_is_swept` starts this test
+/// binary again to run only this function, as a supervisor it SIGKILLs mid-run.
+#[tokio::test]
+#[ignore = "helper process of a_killed_supervisors_bounded_tmp_is_swept; does nothing on its own"]
+async fn supervisor_for_the_sweep_test() {
+    let (Some(workspace), Some(state)) = (
+        std::env::var_os(HELPER_WORKSPACE_ENV),
+        std::env::var_os(HELPER_STATE_ENV),
+    ) else {
+        return;
+    };
+    let Some(mut fx) = Fixture::in_workspace(
+        "supervisor_for_the_sweep_test",
+        &[Need::Root],
+        Path::new(&workspace),
+    ) else {
+        return;
+    };
+    fx.use_state_dir(Path::new(&state));
+    fx.policy.limits.timeout_ms = 30_000;
+    let _ = fx.probe(&["hold", "hold.pid"]).await;
+}
+
+/// The tmpfs mounts below `dir`, from this process's mount table.
+fn tmpfs_mounts_below(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let point = fields.get(4)?;
+            let fstype = fields.iter().skip_while(|f| **f != "-").nth(1)?;
+            (Path::new(point).starts_with(dir) && *fstype == "tmpfs").then(|| (*point).to_owned())
+        })
+        .collect()
+}
+
+/// A Tier B run's `TMPDIR` is a size-limited tmpfs its root supervisor mounted; when the
+/// supervisor is SIGKILLed mid-run the mount is left, and the next supervisor to use the
+/// same state directory unmounts and removes it.
+#[tokio::test]
+async fn a_killed_supervisors_bounded_tmp_is_swept() {
+    if !super::harness::supported(
+        "a_killed_supervisors_bounded_tmp_is_swept",
+        &[Need::Seccomp, Need::Root],
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let state_path = std::fs::canonicalize(state.path()).unwrap();
+    let mut helper = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "suite::tier_b_lifecycle::supervisor_for_the_sweep_test",
+            "--exact",
+            "--ignored",
+            "--test-threads",
+            "1",
+        ])
+        .env(HELPER_WORKSPACE_ENV, dir.path())
+        .env(HELPER_STATE_ENV, &state_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pidfile = dir.path().join("hold.pid");
+    let started = Instant::now();
+    let text = loop {
+        if let Ok(text) = std::fs::read_to_string(&pidfile) {
+            break text;
+        }
+        if started.elapsed() > Duration::from_secs(20) || helper.try_wait().unwrap().is_some() {
+            let _ = helper.kill();
+            panic!("the helper supervisor never started the run");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mounted = tmpfs_mounts_below(&state_path);
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+    let n: Vec<&str> = text.split_whitespace().collect();
+    for pair in [&n[..2], &n[2..4]] {
+        if let Some(p) = ProcessId::parse_pair(&pair.join(" ")) {
+            p.kill_if_alive();
+        }
+    }
+    assert_eq!(mounted.len(), 1, "the live run's TMPDIR tmpfs: {mounted:?}");
+    assert_eq!(
+        tmpfs_mounts_below(&state_path),
+        mounted,
+        "left by the killed supervisor"
+    );
+    let removed = tierbox_sandbox::launch::sweep_orphaned_tmp(&state_path.join("tmp"));
+    assert!(removed >= 1, "nothing was swept");
+    assert!(
+        tmpfs_mounts_below(&state_path).is_empty(),
+        "mounts left after the sweep: {:?}",
+        tmpfs_mounts_below(&state_path)
+    );
+    assert!(
+        !Path::new(&mounted[0]).exists(),
+        "the directory is gone too"
+    );
 }

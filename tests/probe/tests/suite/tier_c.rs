@@ -808,22 +808,22 @@ async fn the_sandbox_is_never_host_root(test: &str, backend: TierCBackend) {
             "the probe and its child were not found on the host: {seen:?}\n{}",
             describe(&o)
         );
-        let want = if !is_root() {
-            rustix::process::geteuid().as_raw()
+        let (want, want_gid) = if !is_root() {
+            (
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            )
         } else if owner == 0 {
-            tierbox_sandbox::linux::identity::root_workspace_ids().0.0
+            tierbox_sandbox::linux::identity::root_workspace_ids().0
         } else {
-            owner
+            (owner, tierbox_sandbox::linux::identity::run_gid(owner))
         };
         for (pid, uid, gid, groups) in &seen {
-            let want_id = want.to_string();
-            let ids: Vec<&str> = uid
-                .split_whitespace()
-                .chain(gid.split_whitespace())
-                .collect();
+            let (want_uid, want_gid_text) = (want.to_string(), want_gid.to_string());
             assert!(
-                ids.iter().all(|id| *id == want_id),
-                "pid {pid} (workspace owner {owner}): Uid {uid:?} Gid {gid:?}, want every id {want}"
+                uid.split_whitespace().all(|id| *id == want_uid)
+                    && gid.split_whitespace().all(|id| *id == want_gid_text),
+                "pid {pid} (workspace owner {owner}): Uid {uid:?} Gid {gid:?}, want uid {want} gid {want_gid}"
             );
             assert!(
                 groups.split_whitespace().all(|g| g != "0"),
@@ -834,9 +834,10 @@ async fn the_sandbox_is_never_host_root(test: &str, backend: TierCBackend) {
         let meta = std::fs::metadata(&pidfile).expect("the probe's pid file");
         if is_root() {
             use std::os::unix::fs::MetadataExt;
+            let group = if owner == 0 { 0 } else { want_gid };
             assert_eq!(
                 (meta.uid(), meta.gid()),
-                (owner, owner),
+                (owner, group),
                 "host owner of the file the sandbox wrote"
             );
         }

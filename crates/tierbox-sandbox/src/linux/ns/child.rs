@@ -458,8 +458,10 @@ impl IdentitySetup {
         let (uid_map, gid_map) = identity.maps();
         let maps_by_supervisor = matches!(identity, SandboxIdentity::Host { .. });
         let idmapped = match identity {
-            SandboxIdentity::Host { uid, gid } => identity::idmapped_binds(mplan, (uid, gid))
-                .map_err(|reason| NativeError::Unavailable { reason })?,
+            SandboxIdentity::Host { uid, gid, .. } => {
+                identity::idmapped_binds(mplan, (uid, gid))
+                    .map_err(|reason| NativeError::Unavailable { reason })?
+            }
             SandboxIdentity::Supervisor { .. } => Vec::new(),
         };
         let moved_trees: Vec<(usize, RawFd)> = idmapped
@@ -1036,6 +1038,17 @@ fn enforcement_report(
                 mplan.host_placeholders.len()
             ))
         },
+        disk: LayerReport::applied(match plan.workspace_mode {
+            tierbox_policy::WorkspaceMode::Direct => format!(
+                "/tmp: a tmpfs of {} bytes; the workspace is bounded per file only",
+                crate::linux::mounts::tmp_size_bytes(plan)
+            ),
+            tierbox_policy::WorkspaceMode::Overlay => format!(
+                "/tmp: a tmpfs of {} bytes; the workspace's changes: an upper tmpfs of {} bytes",
+                crate::linux::mounts::tmp_size_bytes(plan),
+                plan.limits.disk_bytes
+            ),
+        }),
         missing_layers: missing,
         grants: Vec::new(),
         denial_reports: std::collections::BTreeMap::new(),

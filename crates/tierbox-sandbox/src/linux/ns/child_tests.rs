@@ -1013,16 +1013,23 @@ fn ns_real_the_sandbox_is_never_host_root_and_host_ownership_stays() {
         assert_eq!(init_uid, want, "pid 1's host uid once the program runs");
 
         // Inside, the workspace is the sandbox's own (uid 1000); a file it makes there
-        // belongs to the workspace owner on the host.
+        // belongs to the workspace owner on the host, in the run's group (the owner's
+        // primary group, or the sandbox's own for an owner /etc/passwd does not know:
+        // never the workspace directory's).
         let r = run(&strict_plan(&sc.ws, "stat", &["-c", "%u", "."]));
         ok(&r);
         assert_eq!(r.stdout.trim(), SANDBOX_UID.to_string(), "{}", r.stderr);
         let r = run(&strict_plan(&sc.ws, "touch", &["made-inside"]));
         ok(&r);
         let meta = std::fs::metadata(sc.ws.join("made-inside")).unwrap();
+        let group = if owner == 0 {
+            0
+        } else {
+            crate::linux::identity::run_gid(owner)
+        };
         assert_eq!(
             (meta.uid(), meta.gid()),
-            (owner, owner),
+            (owner, group),
             "host owner of a new file"
         );
     }

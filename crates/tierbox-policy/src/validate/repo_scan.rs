@@ -1,0 +1,687 @@
+//! Where the repositories of a workspace are: every directory holding a `.git`, at any
+//! depth, in any directory (`node_modules/`, `target/` and `vendor/` included), found
+//! before each run so their git directories can be kept read-only, and again after it so
+//! the outcome names those that appeared meanwhile.
+//!
+//! Invariants:
+//!
+//! - **Complete or refused.** The search has two limits, both policy keys: the directory
+//!   entries it reads ([`ScanLimits::max_entries`], `filesystem.repo_scan_max_entries`)
+//!   and the repositories it finds ([`ScanLimits::max_repos`],
+//!   `filesystem.max_protected_repos`: each costs mounts at launch). A workspace past
+//!   either is a [`ScanIncomplete`] naming the limit, what was counted and the key that
+//!   raises it — before a run, a rejection (`scope.protection_incomplete`), never a run
+//!   whose report says its protection applied when part of it did not. A directory whose
+//!   path is longer than [`MAX_SCANNED_PATH_BYTES`] (no mount can be placed there) is the
+//!   third limit, raised by no key.
+//! - **Nothing followed.** Every directory is opened beneath the workspace with
+//!   `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (or, on a
+//!   kernel without it, component by component with `O_NOFOLLOW`): a directory a run
+//!   swaps for a symlink is not searched through, and the search never reads outside the
+//!   workspace with the supervisor's rights.
+//! - **Fresh for every run, without rereading every directory.** The result of the last
+//!   search of a workspace is kept per directory with the directory's device, inode and
+//!   change time. A directory whose entries changed has a new change time (an entry added,
+//!   removed or renamed changes it, and no unprivileged process can set it: `utimensat`
+//!   sets only access and modification times), so each search stats every directory and
+//!   rereads only those that changed. A listing taken within [`RACY_MARGIN`] of the
+//!   directory's change time is not trusted the next time (coarse kernel clocks and
+//!   filesystem timestamp granularity could hide a change made in the same tick), the
+//!   rule git's index uses for "racily clean" entries. A run's decoy repositories are
+//!   therefore seen by the next run's search, whatever the cache holds. A process with
+//!   a state directory also keeps the listing there ([`REPO_SCAN_CACHE_DIR`], trusted only
+//!   when private to the state directory's owner, as the system-paths cache), so a
+//!   one-shot `tierbox run` in a large workspace checks it instead of rereading it all;
+//!   every directory of a listing read back is checked the same way.
+//!
+//! Directories of kernel pseudo-filesystems ([`PSEUDO_FILESYSTEMS`]: `/proc`, `/sys`,
+//! cgroup, `devpts`, …), where no program can create a repository, are not searched (a
+//! workspace root that holds them needs `danger_any_workspace_root`).
+//!
+//! What a search cannot see: a repository created after it (by the run, or by the host
+//! during the run) is not protected by that run; the search after the run finds it and
+//! the outcome names it (`created_git_dirs`).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Default of `filesystem.repo_scan_max_entries`: directory entries read while
+/// searching one workspace for repositories (1 000 000; ~0.5 s of a cold search on a
+/// 2-core VM, a few milliseconds per 10 000 directories once kept).
+pub const DEFAULT_REPO_SCAN_MAX_ENTRIES: u64 = 1_000_000;
+
+/// Highest `filesystem.repo_scan_max_entries` a policy may set (50 000 000).
+pub const MAX_REPO_SCAN_MAX_ENTRIES: u64 = 50_000_000;
+
+/// Default of `filesystem.max_protected_repos`: repositories kept read-only in one
+/// workspace (256; each costs a read-only bind and one self-bind per directory above it
+/// at launch).
+pub const DEFAULT_MAX_PROTECTED_REPOS: u64 = 256;
+
+/// Highest `filesystem.max_protected_repos` a policy may set (4 096): the mounts of a
+/// launch stay well below the kernel's per-namespace limit (`fs.mount-max`, 100 000).
+pub const MAX_MAX_PROTECTED_REPOS: u64 = 4096;
+
+/// Longest path, in bytes, of a directory the search descends into (Linux `PATH_MAX`):
+/// a read-only mount can be placed only at a path the kernel accepts.
+pub const MAX_SCANNED_PATH_BYTES: usize = 4095;
+
+/// How long before a listing a directory's change time must lie for the listing to be
+/// trusted by the next search (2 s: coarse clock ticks, and filesystems whose timestamps
+/// have a one- or two-second granularity).
+pub const RACY_MARGIN: Duration = Duration::from_secs(2);
+
+/// Workspaces whose last search is kept (the least recently searched is dropped).
+pub const KEPT_WORKSPACES: usize = 16;
+
+/// Directories kept over all kept workspaces (each ~100 bytes plus its subdirectories'
+/// names): bounds the memory the kept searches take. A search with more is not kept.
+pub const KEPT_DIRECTORIES: usize = 1_000_000;
+
+/// The `statfs` types of the kernel pseudo-filesystems the search does not enter (no
+/// program can make a directory named `.git` in them): proc, sysfs, cgroup v1 and v2,
+/// devpts, debugfs, tracefs, securityfs, bpf, pstore, configfs, efivarfs, binfmt_misc,
+/// fusectl, mqueue, nsfs.
+pub const PSEUDO_FILESYSTEMS: &[i64] = &[
+    0x9fa0,
+    0x6265_6572,
+    0x0027_e0eb,
+    0x6367_7270,
+    0x1cd1,
+    0x6462_6720,
+    0x7472_6163,
+    0x7363_6673,
+    0xcafe_4a11,
+    0x6165_676c,
+    0x6265_6570,
+    0xde5e_81e4,
+    0x4249_4e4d,
+    0x6573_5543,
+    0x1980_0202,
+    0x6e73_6673,
+];
+
+/// The limits of one search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScanLimits {
+    /// Most directory entries read (`filesystem.repo_scan_max_entries`).
+    pub max_entries: u64,
+    /// Most repositories found (`filesystem.max_protected_repos`).
+    pub max_repos: u64,
+}
+
+impl Default for ScanLimits {
+    fn default() -> Self {
+        Self {
+            max_entries: DEFAULT_REPO_SCAN_MAX_ENTRIES,
+            max_repos: DEFAULT_MAX_PROTECTED_REPOS,
+        }
+    }
+}
+
+impl ScanLimits {
+    /// Whether these are the defaults (for `skip_serializing_if`).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The limits a policy sets.
+    pub fn of(fs: &crate::policy::FilesystemPolicy) -> Self {
+        Self {
+            max_entries: fs.repo_scan_max_entries,
+            max_repos: fs.max_protected_repos,
+        }
+    }
+}
+
+/// The repositories found below a workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RepoScan {
+    /// Directories holding a `.git` (directory, file or symlink), sorted.
+    pub repos: Vec<PathBuf>,
+    /// Directory entries read (or known unchanged since the last search).
+    pub entries: u64,
+    /// Directories searched.
+    pub directories: u64,
+    /// Directories whose entries were read this time (the rest were unchanged).
+    pub reread: u64,
+}
+
+/// Which limit a search hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanLimit {
+    /// [`ScanLimits::max_entries`].
+    Entries,
+    /// [`ScanLimits::max_repos`].
+    Repos,
+    /// [`MAX_SCANNED_PATH_BYTES`].
+    PathLength,
+}
+
+impl ScanLimit {
+    /// The limit in words.
+    pub fn what(self) -> &'static str {
+        match self {
+            Self::Entries => "directory entries read",
+            Self::Repos => "git repositories",
+            Self::PathLength => "bytes in a directory's path",
+        }
+    }
+
+    /// The policy key that raises it, when one does.
+    pub fn key(self) -> Option<&'static str> {
+        match self {
+            Self::Entries => Some("filesystem.repo_scan_max_entries"),
+            Self::Repos => Some("filesystem.max_protected_repos"),
+            Self::PathLength => None,
+        }
+    }
+}
+
+/// A search that stopped at a limit, or that could not read a directory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScanIncomplete {
+    /// A limit was hit.
+    #[error("{} in {} passed {max} (at least {count}){}", limit.what(), workspace.display(), match limit.key() {
+        Some(key) => format!("; {key} raises the limit"),
+        None => format!(": {} cannot be covered by a mount", at.display()),
+    })]
+    Limit {
+        /// The workspace.
+        workspace: PathBuf,
+        /// The limit.
+        limit: ScanLimit,
+        /// What was counted when the search stopped.
+        count: u64,
+        /// The limit's value.
+        max: u64,
+        /// Where the search was.
+        at: PathBuf,
+    },
+    /// A directory could not be opened or read (other than being a symlink, or gone).
+    #[error("{}: {errno} while searching for git repositories", at.display())]
+    Unreadable {
+        /// The directory.
+        at: PathBuf,
+        /// The error.
+        errno: String,
+    },
+}
+
+/// Where, under a state directory, the listings of past searches are kept: one file per
+/// workspace, named by a hash of its path (which the file repeats).
+pub const REPO_SCAN_CACHE_DIR: &str = "cache/repo-scans";
+
+/// Largest listing file read or written (64 MiB; ~300 bytes per directory).
+pub const MAX_REPO_SCAN_CACHE_BYTES: u64 = 64 << 20;
+
+/// The listing file's format version.
+const CACHE_FORMAT: u32 = 1;
+
+/// One directory of a kept search.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Dir {
+    dev: u64,
+    ino: u64,
+    ctime: (i64, u64),
+    /// Whether the listing may be reused (taken [`RACY_MARGIN`] after the change time).
+    settled: bool,
+    entries: u64,
+    git: bool,
+    subdirs: Vec<OsString>,
+}
+
+/// A listing as kept in a state directory.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CacheFile {
+    format: u32,
+    workspace: PathBuf,
+    dirs: Vec<(PathBuf, Dir)>,
+}
+
+/// The listing file of `workspace` under `state_dir`.
+fn cache_file(state_dir: &Path, workspace: &Path) -> PathBuf {
+    // FNV-1a: a name, not a proof (the file names its workspace).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in workspace.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    state_dir
+        .join(REPO_SCAN_CACHE_DIR)
+        .join(format!("{h:016x}.json"))
+}
+
+fn load(state_dir: &Path, workspace: &Path) -> Option<HashMap<PathBuf, Dir>> {
+    let file = cache_file(state_dir, workspace);
+    let text = crate::state_file::read_private(&file, state_dir, MAX_REPO_SCAN_CACHE_BYTES)?;
+    let cached: CacheFile = serde_json::from_str(&text).ok()?;
+    (cached.format == CACHE_FORMAT && cached.workspace == workspace)
+        .then(|| cached.dirs.into_iter().collect())
+}
+
+fn store(state_dir: &Path, workspace: &Path, listing: &HashMap<PathBuf, Dir>) {
+    if listing.len() > KEPT_DIRECTORIES {
+        return;
+    }
+    let file = CacheFile {
+        format: CACHE_FORMAT,
+        workspace: workspace.to_path_buf(),
+        dirs: listing
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    };
+    // A name that is not UTF-8 cannot be written as JSON text: nothing is kept then.
+    if let Ok(text) = serde_json::to_string(&file)
+        && text.len() as u64 <= MAX_REPO_SCAN_CACHE_BYTES
+    {
+        let _ = crate::state_file::write_private(&cache_file(state_dir, workspace), &text);
+    }
+}
+
+/// Kept searches: workspace → (relative directory → its listing), most recent first.
+type Kept = Vec<(PathBuf, HashMap<PathBuf, Dir>)>;
+
+static KEPT: Mutex<Kept> = Mutex::new(Vec::new());
+
+/// Every directory holding a `.git` below `workspace` (canonical), within `limits`,
+/// reusing the listings of the last search of this workspace that are known unchanged
+/// (see the module docs). Reads nothing outside `workspace` and follows no symlink.
+///
+/// ```
+/// use tierbox_policy::validate::{ScanLimits, scan_repos};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let ws = std::fs::canonicalize(dir.path()).unwrap();
+/// std::fs::create_dir_all(ws.join("node_modules/a/b/c/d/e/.git")).unwrap();
+/// let found = scan_repos(&ws, ScanLimits::default()).unwrap();
+/// assert_eq!(found.repos, [ws.join("node_modules/a/b/c/d/e")]);
+/// ```
+pub fn scan_repos(workspace: &Path, limits: ScanLimits) -> Result<RepoScan, ScanIncomplete> {
+    scan_repos_in(workspace, limits, None)
+}
+
+/// [`scan_repos`], also reading and keeping the listing under `state_dir`
+/// ([`REPO_SCAN_CACHE_DIR`]) when this process has none of its own for `workspace`.
+pub fn scan_repos_in(
+    workspace: &Path,
+    limits: ScanLimits,
+    state_dir: Option<&Path>,
+) -> Result<RepoScan, ScanIncomplete> {
+    let in_process = {
+        let mut kept = KEPT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.iter()
+            .position(|(w, _)| w == workspace)
+            .map(|i| kept.remove(i).1)
+    };
+    let from_disk = in_process.is_none();
+    let previous = in_process.or_else(|| state_dir.and_then(|d| load(d, workspace)));
+    let (result, listing) = imp::search(workspace, limits, previous);
+    if let (Some(dir), Some(listing), Ok(scan)) = (state_dir, &listing, &result)
+        && (from_disk || scan.reread > 0)
+    {
+        store(dir, workspace, listing);
+    }
+    let mut kept = KEPT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    kept.retain(|(w, _)| w != workspace);
+    if let Some(listing) = listing {
+        kept.insert(0, (workspace.to_path_buf(), listing));
+    }
+    kept.truncate(KEPT_WORKSPACES);
+    let mut total = 0usize;
+    kept.retain(|(_, dirs)| {
+        total += dirs.len();
+        total <= KEPT_DIRECTORIES
+    });
+    result
+}
+
+/// The search, with directory file descriptors (Unix).
+#[cfg(unix)]
+mod imp {
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+    use std::os::fd::OwnedFd;
+    use std::os::unix::ffi::OsStringExt;
+    use std::path::{Path, PathBuf};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+    use super::{
+        Dir, MAX_SCANNED_PATH_BYTES, RACY_MARGIN, RepoScan, ScanIncomplete, ScanLimit, ScanLimits,
+    };
+
+    /// Whether a directory's filesystem is one of [`super::PSEUDO_FILESYSTEMS`].
+    #[cfg(target_os = "linux")]
+    fn is_pseudo(fd: &OwnedFd) -> bool {
+        fn of(f_type: impl Into<i64>) -> bool {
+            super::PSEUDO_FILESYSTEMS.contains(&f_type.into())
+        }
+        rustix::fs::fstatfs(fd).is_ok_and(|f| of(f.f_type))
+    }
+
+    /// No pseudo-filesystem list for this kernel.
+    #[cfg(not(target_os = "linux"))]
+    fn is_pseudo(_fd: &OwnedFd) -> bool {
+        false
+    }
+
+    /// The search itself: its result, and the listing to keep (none when it stopped).
+    pub(super) fn search(
+        workspace: &Path,
+        limits: ScanLimits,
+        mut previous: Option<HashMap<PathBuf, Dir>>,
+    ) -> (
+        Result<RepoScan, ScanIncomplete>,
+        Option<HashMap<PathBuf, Dir>>,
+    ) {
+        let unreadable = |at: &Path, e: rustix::io::Errno| ScanIncomplete::Unreadable {
+            at: at.to_path_buf(),
+            errno: std::io::Error::from(e).to_string(),
+        };
+        let root = match rustix::fs::open(
+            workspace,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(e) => return (Err(unreadable(workspace, e)), None),
+        };
+        let started = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut scan = RepoScan::default();
+        let mut listing: HashMap<PathBuf, Dir> = HashMap::new();
+        // Each directory with its parent's device: a mount crossing is checked for a
+        // pseudo-filesystem.
+        let mut stack: Vec<(PathBuf, Option<u64>)> = vec![(PathBuf::new(), None)];
+        let limit = |limit: ScanLimit, count: u64, max: u64, at: &Path| ScanIncomplete::Limit {
+            workspace: workspace.to_path_buf(),
+            limit,
+            count,
+            max,
+            at: workspace.join(at),
+        };
+        while let Some((rel, parent_dev)) = stack.pop() {
+            let gone = |e: rustix::io::Errno| {
+                // Gone, or replaced by something that is not a directory since its parent
+                // was listed: a change after this search, for the next one to see.
+                matches!(
+                    e,
+                    rustix::io::Errno::NOENT
+                        | rustix::io::Errno::NOTDIR
+                        | rustix::io::Errno::LOOP
+                        | rustix::io::Errno::XDEV
+                )
+            };
+            // The check against the kept listing is one `fstatat` by the path beneath the
+            // workspace (no open): the path's directories were checked or listed before it
+            // in this search, and one swapped for a symlink since then is a change after
+            // the search — it can only match a kept listing that is the same directory,
+            // unchanged. Reading a listing always goes through `open_beneath`.
+            let quick = if rel.as_os_str().is_empty() {
+                rustix::fs::fstat(&root)
+            } else {
+                rustix::fs::statat(&root, &rel, AtFlags::SYMLINK_NOFOLLOW)
+            };
+            let st = match quick {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => st,
+                Ok(_) => continue,
+                Err(e) if gone(e) => continue,
+                Err(e) => return (Err(unreadable(&workspace.join(&rel), e)), None),
+            };
+            let (dev, ino) = (st.st_dev as u64, st.st_ino as u64);
+            let ctime = (st.st_ctime as i64, st.st_ctime_nsec as u64);
+            let mut opened = None;
+            if parent_dev != Some(dev) {
+                let fd = match open_beneath(&root, &rel) {
+                    Ok(fd) => fd,
+                    Err(e) if gone(e) => continue,
+                    Err(e) => return (Err(unreadable(&workspace.join(&rel), e)), None),
+                };
+                if is_pseudo(&fd) {
+                    continue;
+                }
+                opened = Some(fd);
+            }
+            let kept = previous
+                .as_mut()
+                .and_then(|p| p.remove(&rel))
+                .filter(|d| d.settled && (d.dev, d.ino, d.ctime) == (dev, ino, ctime));
+            let dir = match kept {
+                Some(d) => d,
+                None => {
+                    scan.reread += 1;
+                    let fd = match opened.map_or_else(|| open_beneath(&root, &rel), Ok) {
+                        Ok(fd) => fd,
+                        Err(e) if gone(e) => continue,
+                        Err(e) => return (Err(unreadable(&workspace.join(&rel), e)), None),
+                    };
+                    let budget = limits.max_entries.saturating_sub(scan.entries);
+                    match read_dir(fd, started, budget) {
+                        Ok(d) => d,
+                        Err(e) => return (Err(unreadable(&workspace.join(&rel), e)), None),
+                    }
+                }
+            };
+            let dev = dir.dev;
+            scan.directories += 1;
+            scan.entries += dir.entries;
+            if scan.entries > limits.max_entries {
+                return (
+                    Err(limit(
+                        ScanLimit::Entries,
+                        scan.entries,
+                        limits.max_entries,
+                        &rel,
+                    )),
+                    None,
+                );
+            }
+            if dir.git {
+                scan.repos.push(workspace.join(&rel));
+                if scan.repos.len() as u64 > limits.max_repos {
+                    return (
+                        Err(limit(
+                            ScanLimit::Repos,
+                            scan.repos.len() as u64,
+                            limits.max_repos,
+                            &rel,
+                        )),
+                        None,
+                    );
+                }
+            }
+            for name in &dir.subdirs {
+                let child = rel.join(name);
+                let bytes = workspace.as_os_str().len() + 1 + child.as_os_str().len();
+                if bytes > MAX_SCANNED_PATH_BYTES {
+                    return (
+                        Err(limit(
+                            ScanLimit::PathLength,
+                            bytes as u64,
+                            MAX_SCANNED_PATH_BYTES as u64,
+                            &child,
+                        )),
+                        None,
+                    );
+                }
+                stack.push((child, Some(dev)));
+            }
+            listing.insert(rel, dir);
+        }
+        scan.repos.sort();
+        (Ok(scan), Some(listing))
+    }
+
+    /// `rel` (relative, no `..`) opened as a directory beneath `root`, following nothing.
+    fn open_beneath(root: &OwnedFd, rel: &Path) -> rustix::io::Result<OwnedFd> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        if rel.as_os_str().is_empty() {
+            return rustix::fs::openat(root, ".", flags, Mode::empty());
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use rustix::fs::ResolveFlags;
+            let resolve =
+                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+            match rustix::fs::openat2(root, rel, flags, Mode::empty(), resolve) {
+                Err(rustix::io::Errno::NOSYS) => {}
+                other => return other,
+            }
+        }
+        // Before Linux 5.6, and elsewhere: one component at a time, none followed.
+        let mut fd = rustix::fs::openat(root, ".", flags, Mode::empty())?;
+        for part in rel.components() {
+            fd = rustix::fs::openat(&fd, part.as_os_str(), flags, Mode::empty())?;
+        }
+        Ok(fd)
+    }
+
+    /// The listing of the open directory `fd` (its identity and change time read from the
+    /// fd itself); past `budget` entries it stops, with one entry more than the budget
+    /// counted (the caller's limit check then fails).
+    fn read_dir(fd: OwnedFd, started: Duration, budget: u64) -> rustix::io::Result<Dir> {
+        let st = rustix::fs::fstat(&fd)?;
+        let ctime = (st.st_ctime as i64, st.st_ctime_nsec as u64);
+        let mut dir = Dir {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            ctime,
+            settled: Duration::new(ctime.0.max(0) as u64, ctime.1 as u32) + RACY_MARGIN < started,
+            entries: 0,
+            git: false,
+            subdirs: Vec::new(),
+        };
+        let mut stream = rustix::fs::Dir::new(fd)?;
+        while let Some(entry) = stream.next() {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            dir.entries += 1;
+            if dir.entries > budget {
+                break;
+            }
+            if name == b".git" {
+                // The git directory (or file, or symlink) is protected as a whole; what is
+                // inside it is the repository's, not another repository.
+                dir.git = true;
+                continue;
+            }
+            let kind = match entry.file_type() {
+                FileType::Unknown => {
+                    rustix::fs::statat(stream.fd()?, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                        .map(|st| FileType::from_raw_mode(st.st_mode))?
+                }
+                kind => kind,
+            };
+            if kind == FileType::Directory {
+                dir.subdirs.push(OsString::from_vec(name.to_vec()));
+            }
+        }
+        Ok(dir)
+    }
+}
+
+/// The search without directory file descriptors (no Unix API): every directory read
+/// whole, by path, symlinks not followed; nothing is kept.
+#[cfg(not(unix))]
+mod imp {
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+
+    use super::{Dir, MAX_SCANNED_PATH_BYTES, RepoScan, ScanIncomplete, ScanLimit, ScanLimits};
+
+    pub(super) fn search(
+        workspace: &Path,
+        limits: ScanLimits,
+        _previous: Option<HashMap<PathBuf, Dir>>,
+    ) -> (
+        Result<RepoScan, ScanIncomplete>,
+        Option<HashMap<PathBuf, Dir>>,
+    ) {
+        let mut scan = RepoScan::default();
+        let mut stack = vec![PathBuf::new()];
+        let limit = |limit: ScanLimit, count: u64, max: u64, at: &Path| ScanIncomplete::Limit {
+            workspace: workspace.to_path_buf(),
+            limit,
+            count,
+            max,
+            at: workspace.join(at),
+        };
+        while let Some(rel) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(workspace.join(&rel)) else {
+                continue;
+            };
+            scan.directories += 1;
+            scan.reread += 1;
+            for entry in entries.flatten() {
+                scan.entries += 1;
+                if scan.entries > limits.max_entries {
+                    return (
+                        Err(limit(
+                            ScanLimit::Entries,
+                            scan.entries,
+                            limits.max_entries,
+                            &rel,
+                        )),
+                        None,
+                    );
+                }
+                let name = entry.file_name();
+                if name == ".git" {
+                    scan.repos.push(workspace.join(&rel));
+                    if scan.repos.len() as u64 > limits.max_repos {
+                        return (
+                            Err(limit(
+                                ScanLimit::Repos,
+                                scan.repos.len() as u64,
+                                limits.max_repos,
+                                &rel,
+                            )),
+                            None,
+                        );
+                    }
+                } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    let child = rel.join(name);
+                    if workspace.join(&child).as_os_str().len() > MAX_SCANNED_PATH_BYTES {
+                        return (
+                            Err(limit(
+                                ScanLimit::PathLength,
+                                workspace.join(&child).as_os_str().len() as u64,
+                                MAX_SCANNED_PATH_BYTES as u64,
+                                &child,
+                            )),
+                            None,
+                        );
+                    }
+                    stack.push(child);
+                }
+            }
+        }
+        scan.repos.sort();
+        (Ok(scan), None)
+    }
+}
+
+/// Forgets this process's kept search of `workspace` (what a new process starts with).
+pub fn forget_kept_search(workspace: &Path) {
+    KEPT.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .retain(|(w, _)| w != workspace);
+}
+
+#[cfg(all(test, target_os = "linux"))]
+#[path = "repo_scan_tests.rs"]
+mod tests;
