@@ -1,5 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
+use rustix::fs::{Mode, OFlags};
+
 use super::*;
 
 fn ws() -> (tempfile::TempDir, PathBuf) {
