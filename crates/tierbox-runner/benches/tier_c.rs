@@ -50,6 +50,12 @@ fn runner(backend: TierCBackend, ws: &std::path::Path, state: &std::path::Path) 
 fn main() {
     let iterations = support::iterations(300);
     let ws = tempfile::tempdir().expect("tempdir");
+    // A workspace a few seconds old, as every real one is: for the first
+    // `RACY_MARGIN` after a directory changes, each run's search for repositories
+    // rereads it (its change time is too recent to trust).
+    std::thread::sleep(
+        tierbox_policy::validate::RACY_MARGIN + std::time::Duration::from_millis(500),
+    );
     let state = tempfile::tempdir().expect("state dir");
     let ws_path = ws.path().canonicalize().unwrap();
     let mut request = ProcessRunRequest::new("true");

@@ -148,6 +148,9 @@ pub struct RepoScan {
     pub directories: u64,
     /// Directories whose entries were read this time (the rest were unchanged).
     pub reread: u64,
+    /// The listing differs from the one the search started from (or there was none):
+    /// whether a kept copy needs writing again.
+    pub changed: bool,
 }
 
 /// Which limit a search hit.
@@ -222,7 +225,7 @@ pub const MAX_REPO_SCAN_CACHE_BYTES: u64 = 64 << 20;
 const CACHE_FORMAT: u32 = 1;
 
 /// One directory of a kept search.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 struct Dir {
     dev: u64,
     ino: u64,
@@ -283,10 +286,18 @@ fn store(state_dir: &Path, workspace: &Path, listing: &HashMap<PathBuf, Dir>) {
     }
 }
 
-/// Kept searches: workspace → (relative directory → its listing), most recent first.
-type Kept = Vec<(PathBuf, HashMap<PathBuf, Dir>)>;
+/// One workspace's kept search (relative directory → its listing), locked for the whole
+/// of a search: concurrent searches of one workspace take turns, each starting from the
+/// listing the one before left, rather than each from none.
+type Slot = std::sync::Arc<Mutex<Option<HashMap<PathBuf, Dir>>>>;
 
-static KEPT: Mutex<Kept> = Mutex::new(Vec::new());
+/// Kept searches, most recently used first, with the number of directories each holds.
+static KEPT: Mutex<Vec<(PathBuf, Slot, usize)>> = Mutex::new(Vec::new());
+
+fn kept() -> std::sync::MutexGuard<'static, Vec<(PathBuf, Slot, usize)>> {
+    KEPT.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Every directory holding a `.git` below `workspace` (canonical), within `limits`,
 /// reusing the listings of the last search of this workspace that are known unchanged
@@ -312,33 +323,42 @@ pub fn scan_repos_in(
     limits: ScanLimits,
     state_dir: Option<&Path>,
 ) -> Result<RepoScan, ScanIncomplete> {
-    let in_process = {
-        let mut kept = KEPT
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        kept.iter()
-            .position(|(w, _)| w == workspace)
-            .map(|i| kept.remove(i).1)
+    let slot = {
+        let mut kept = kept();
+        let entry = match kept.iter().position(|(w, ..)| w == workspace) {
+            Some(i) => kept.remove(i),
+            None => (workspace.to_path_buf(), Slot::default(), 0),
+        };
+        let slot = entry.1.clone();
+        kept.insert(0, entry);
+        kept.truncate(KEPT_WORKSPACES);
+        slot
     };
-    let from_disk = in_process.is_none();
-    let previous = in_process.or_else(|| state_dir.and_then(|d| load(d, workspace)));
+    let mut held = slot
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let previous = held
+        .take()
+        .or_else(|| state_dir.and_then(|d| load(d, workspace)));
     let (result, listing) = imp::search(workspace, limits, previous);
+    // Written when it changed: a workspace changing all the time is reread where it
+    // changed, not rewritten on every run where nothing did.
     if let (Some(dir), Some(listing), Ok(scan)) = (state_dir, &listing, &result)
-        && (from_disk || scan.reread > 0)
+        && scan.changed
     {
         store(dir, workspace, listing);
     }
-    let mut kept = KEPT
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    kept.retain(|(w, _)| w != workspace);
-    if let Some(listing) = listing {
-        kept.insert(0, (workspace.to_path_buf(), listing));
+    let size = listing.as_ref().map_or(0, HashMap::len);
+    *held = listing;
+    drop(held);
+    // Bound what all kept searches hold: the least recently used go first.
+    let mut kept = kept();
+    if let Some(entry) = kept.iter_mut().find(|(w, ..)| w == workspace) {
+        entry.2 = size;
     }
-    kept.truncate(KEPT_WORKSPACES);
     let mut total = 0usize;
-    kept.retain(|(_, dirs)| {
-        total += dirs.len();
+    kept.retain(|(.., n)| {
+        total += n;
         total <= KEPT_DIRECTORIES
     });
     result
@@ -388,14 +408,9 @@ mod imp {
             at: at.to_path_buf(),
             errno: std::io::Error::from(e).to_string(),
         };
-        let root = match rustix::fs::open(
-            workspace,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(e) => return (Err(unreadable(workspace, e)), None),
-        };
+        // The workspace is opened once, when a listing must be read: an unchanged
+        // workspace is checked with one `fstatat` per directory and nothing else.
+        let mut root: Option<OwnedFd> = None;
         let started = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
@@ -428,11 +443,11 @@ mod imp {
             // in this search, and one swapped for a symlink since then is a change after
             // the search — it can only match a kept listing that is the same directory,
             // unchanged. Reading a listing always goes through `open_beneath`.
-            let quick = if rel.as_os_str().is_empty() {
-                rustix::fs::fstat(&root)
-            } else {
-                rustix::fs::statat(&root, &rel, AtFlags::SYMLINK_NOFOLLOW)
-            };
+            let quick = rustix::fs::statat(
+                rustix::fs::CWD,
+                &workspace.join(&rel),
+                AtFlags::SYMLINK_NOFOLLOW,
+            );
             let st = match quick {
                 Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => st,
                 Ok(_) => continue,
@@ -441,36 +456,31 @@ mod imp {
             };
             let (dev, ino) = (st.st_dev as u64, st.st_ino as u64);
             let ctime = (st.st_ctime as i64, st.st_ctime_nsec as u64);
-            let mut opened = None;
-            if parent_dev != Some(dev) {
-                let fd = match open_beneath(&root, &rel) {
-                    Ok(fd) => fd,
-                    Err(e) if gone(e) => continue,
-                    Err(e) => return (Err(unreadable(&workspace.join(&rel), e)), None),
-                };
-                if is_pseudo(&fd) {
-                    continue;
-                }
-                opened = Some(fd);
-            }
-            let kept = previous
-                .as_mut()
-                .and_then(|p| p.remove(&rel))
-                .filter(|d| d.settled && (d.dev, d.ino, d.ctime) == (dev, ino, ctime));
-            let dir = match kept {
-                Some(d) => d,
-                None => {
+            let before = previous.as_mut().and_then(|p| p.remove(&rel));
+            let kept = before
+                .as_ref()
+                .is_some_and(|d| d.settled && (d.dev, d.ino, d.ctime) == (dev, ino, ctime));
+            let dir = match before {
+                Some(d) if kept => d,
+                before => {
                     scan.reread += 1;
-                    let fd = match opened.map_or_else(|| open_beneath(&root, &rel), Ok) {
+                    let fd = match open_beneath(&mut root, workspace, &rel) {
                         Ok(fd) => fd,
                         Err(e) if gone(e) => continue,
                         Err(e) => return (Err(unreadable(&workspace.join(&rel), e)), None),
                     };
+                    // A mount crossing: a pseudo-filesystem is not searched. (A kept
+                    // listing that matched was searched before, so it is not one.)
+                    if parent_dev != Some(dev) && is_pseudo(&fd) {
+                        continue;
+                    }
                     let budget = limits.max_entries.saturating_sub(scan.entries);
-                    match read_dir(fd, started, budget) {
+                    let dir = match read_dir(fd, started, budget) {
                         Ok(d) => d,
                         Err(e) => return (Err(unreadable(&workspace.join(&rel), e)), None),
-                    }
+                    };
+                    scan.changed |= before.as_ref() != Some(&dir);
+                    dir
                 }
             };
             let dev = dir.dev;
@@ -519,13 +529,24 @@ mod imp {
             }
             listing.insert(rel, dir);
         }
+        // Directories the last search saw that this one did not: gone since.
+        scan.changed |= previous.is_none_or(|p| !p.is_empty());
         scan.repos.sort();
         (Ok(scan), Some(listing))
     }
 
-    /// `rel` (relative, no `..`) opened as a directory beneath `root`, following nothing.
-    fn open_beneath(root: &OwnedFd, rel: &Path) -> rustix::io::Result<OwnedFd> {
+    /// `rel` (relative, no `..`) opened as a directory beneath the workspace (`root`,
+    /// opened on first use), following nothing.
+    fn open_beneath(
+        root: &mut Option<OwnedFd>,
+        workspace: &Path,
+        rel: &Path,
+    ) -> rustix::io::Result<OwnedFd> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let root = match root {
+            Some(fd) => &*fd,
+            None => root.insert(rustix::fs::open(workspace, flags, Mode::empty())?),
+        };
         if rel.as_os_str().is_empty() {
             return rustix::fs::openat(root, ".", flags, Mode::empty());
         }
@@ -677,9 +698,7 @@ mod imp {
 
 /// Forgets this process's kept search of `workspace` (what a new process starts with).
 pub fn forget_kept_search(workspace: &Path) {
-    KEPT.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .retain(|(w, _)| w != workspace);
+    kept().retain(|(w, ..)| w != workspace);
 }
 
 #[cfg(all(test, target_os = "linux"))]
