@@ -445,7 +445,7 @@ mod imp {
             // unchanged. Reading a listing always goes through `open_beneath`.
             let quick = rustix::fs::statat(
                 rustix::fs::CWD,
-                &workspace.join(&rel),
+                workspace.join(&rel),
                 AtFlags::SYMLINK_NOFOLLOW,
             );
             let st = match quick {
