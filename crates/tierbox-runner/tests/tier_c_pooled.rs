@@ -19,6 +19,18 @@ fn tier_c_available(test: &str) -> bool {
     }
 }
 
+/// Held by every test of this binary for its whole length. The pool and the run groups
+/// are the process's: a test that drains the pool and then lists this process's groups
+/// would otherwise see the groups of another test's run still in progress (a slower
+/// machine makes the other test's CPU loop outlast this one's runs).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 struct Env {
     ws: tempfile::TempDir,
     state: tempfile::TempDir,
@@ -81,6 +93,7 @@ fn with_marker(marker: &str) -> Vec<String> {
 #[test]
 fn a_run_ends_on_the_report_with_its_orphans_already_dead() {
     let test = "a_run_ends_on_the_report_with_its_orphans_already_dead";
+    let _serial = serial();
     if !tier_c_available(test) {
         return;
     }
@@ -120,6 +133,7 @@ fn a_run_ends_on_the_report_with_its_orphans_already_dead() {
 #[test]
 fn timeouts_still_kill_the_tree_and_drained_slots_leave_no_group() {
     let test = "timeouts_still_kill_the_tree_and_drained_slots_leave_no_group";
+    let _serial = serial();
     if !tier_c_available(test) {
         return;
     }
@@ -159,7 +173,7 @@ fn own_groups() -> Vec<String> {
             .split(',')
             .filter(|c| ["memory", "pids", "cpu"].contains(c))
         {
-            let dir = format!("/sys/fs/cgroup/{ctl}{path}");
+            let dir = format!("/sys/fs/cgroup/{ctl}{}", path.trim_end_matches('/'));
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
             };
