@@ -926,6 +926,11 @@ fn cmd_run(
     state_dir: Option<PathBuf>,
 ) -> Result<ExitCode> {
     harden_supervisor();
+    // Before any thread starts: if this process is killed outright (SIGKILL), a process
+    // that kills what the run left in its cgroups and containers, as `serve` has.
+    if let Err(e) = tierbox_runner::host::start_watchdog() {
+        eprintln!("tierbox: warning: no watchdog: {e}");
+    }
     // One run, then exit: network namespaces made ahead of time would only cost CPU.
     tierbox_runner::host::set_network_namespace_pool(false);
     let runner = build_runner(policy, state_dir)?;

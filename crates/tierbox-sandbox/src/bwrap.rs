@@ -116,6 +116,9 @@ const INIT_RUN_FLAG: &str = "--run";
 /// [`StackedFilter`]).
 const INIT_RUN_STACKED_FLAG: &str = "--run-stacked";
 
+/// `tierbox-init --alive FD --run…` ([`BwrapOptions::alive_fd`]).
+const INIT_ALIVE_FLAG: &str = "--alive";
+
 /// The sandbox's private temporary directory (a fresh tmpfs).
 const SANDBOX_TMP: &str = "/tmp";
 /// The private `HOME` when the Plan asks for one: inside the tmpfs `/tmp`, so it is empty,
@@ -468,6 +471,12 @@ pub struct BwrapOptions {
     /// bwrap's [`BwrapOptions::seccomp_fd`]. Needs [`BwrapOptions::init_fd`] and
     /// [`BwrapOptions::seccomp_fd`].
     pub stacked_filter: Option<StackedFilter>,
+    /// An fd, inherited by `bwrap` and `tierbox-init`: the read end of a pipe whose only
+    /// write end the supervisor holds (`tierbox-init --alive FD`). pid 1 re-arms its
+    /// death signal, which bwrap's switch to the sandbox's ids cleared, and ends at once
+    /// when the pipe has already hung up (the supervisor died before). Needs
+    /// [`BwrapOptions::init_fd`].
+    pub alive_fd: Option<i32>,
 }
 
 /// A seccomp program `tierbox-init` stacks on the program ([`BwrapOptions::stacked_filter`]),
@@ -520,6 +529,7 @@ impl BwrapOptions {
             env_args_fd: None,
             init_fd: None,
             stacked_filter: None,
+            alive_fd: None,
         }
     }
 
@@ -563,6 +573,17 @@ impl BwrapOptions {
         }
         if self.userns_fd.is_some_and(|fd| fd < 0) {
             return invalid("userns_fd", format!("{:?} is negative", self.userns_fd));
+        }
+        if let Some(fd) = self.alive_fd {
+            if fd <= 0 {
+                return invalid("alive_fd", format!("{fd} is not a positive fd"));
+            }
+            if self.init_fd.is_none() {
+                return invalid(
+                    "alive_fd",
+                    "the alive pipe needs tierbox-init (init_fd)".into(),
+                );
+            }
         }
         if self.init_fd.is_some_and(|fd| fd < 0) {
             return invalid("init_fd", format!("{:?} is negative", self.init_fd));
@@ -760,6 +781,10 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
         Some(fd) => {
             argv.flags(&["--as-pid-1", "--"]);
             argv.push(format!("/proc/self/fd/{fd}"));
+            if let Some(alive) = opts.alive_fd {
+                argv.flags(&[INIT_ALIVE_FLAG]);
+                argv.push(alive.to_string());
+            }
             match opts.stacked_filter {
                 Some(f) => {
                     argv.flags(&[INIT_RUN_STACKED_FLAG]);

@@ -58,6 +58,9 @@ struct Registry {
 struct Locked {
     guard: MutexGuard<'static, Registry>,
     entries: Vec<Entry>,
+    /// Placeholders claimed in the file by processes that no longer exist (a supervisor
+    /// killed outright never released them).
+    orphans: Vec<PathBuf>,
 }
 
 fn registry_dir() -> PathBuf {
@@ -111,6 +114,7 @@ fn lock() -> Locked {
     let mut locked = Locked {
         guard,
         entries: Vec::new(),
+        orphans: Vec::new(),
     };
     if let Some(f) = &locked.guard.file
         && rustix::fs::flock(f, rustix::fs::FlockOperation::LockExclusive).is_err()
@@ -118,6 +122,17 @@ fn lock() -> Locked {
         locked.guard.file = None;
     }
     locked.entries = locked.read();
+    if !locked.orphans.is_empty() {
+        // A dead supervisor's placeholders no live run claims: removed as its release
+        // would have, and its claims dropped from the file.
+        let orphans = std::mem::take(&mut locked.orphans);
+        for p in orphans.iter().rev() {
+            if locked.claimed(p) == 0 {
+                let _ = remove_if_empty(p);
+            }
+        }
+        locked.write();
+    }
     locked
 }
 
@@ -159,6 +174,8 @@ impl Locked {
             };
             if live {
                 entries.push(e);
+            } else {
+                self.orphans.push(e.path);
             }
         }
         entries
@@ -314,21 +331,55 @@ pub fn release(paths: &[PathBuf]) -> Vec<(PathBuf, String)> {
         if reg.claimed(p) > 0 {
             continue;
         }
-        let removed = match std::fs::symlink_metadata(p) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir(p),
-            Ok(m) if m.is_file() && m.len() == 0 => std::fs::remove_file(p),
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        };
-        match removed {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {}
-            Err(e) => failed.push((p.clone(), e.to_string())),
+        if let Err(e) = remove_if_empty(p) {
+            failed.push((p.clone(), e.to_string()));
         }
     }
     reg.write();
     failed
+}
+
+/// Removes the placeholder `p` when it is still empty (an empty directory, or an empty
+/// regular file); one that is gone or has content is left alone (`Ok`). Its parent is
+/// reached without following any symbolic link (`openat2` with `RESOLVE_NO_SYMLINKS`)
+/// and the entry is examined and removed through that descriptor without following it:
+/// the workspace is writable by its owner and by runs, so a directory swapped for a link
+/// cannot make the supervisor remove anything outside it.
+fn remove_if_empty(p: &Path) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+        return Ok(());
+    };
+    let dir = match rustix::fs::openat2(
+        rustix::fs::CWD,
+        parent,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Ok(dir) => dir,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let st = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let removed = match FileType::from_raw_mode(st.st_mode) {
+        FileType::Directory => rustix::fs::unlinkat(&dir, name, AtFlags::REMOVEDIR),
+        FileType::RegularFile if st.st_size == 0 => {
+            rustix::fs::unlinkat(&dir, name, AtFlags::empty())
+        }
+        _ => Ok(()),
+    };
+    match removed {
+        Ok(())
+        | Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST) => {
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 #[cfg(test)]

@@ -94,6 +94,9 @@ pub struct RunningSandbox {
     /// upper layer (`<fd>/upper`: the run's changes to the workspace, in overlayfs's
     /// format), readable after the sandbox is gone while the fd is open.
     pub upper_layer: Option<std::os::fd::OwnedFd>,
+    /// bwrap: the write end of the pipe whose read end the sandbox's pid 1 checks
+    /// ([`crate::bwrap::BwrapOptions::alive_fd`]); held for the run's life, never read.
+    pub supervisor_alive: Option<std::os::fd::OwnedFd>,
     /// How the run's landlock and seccomp denials are read: take them with
     /// [`crate::linux::audit::RunAudit::finish`] once the run has ended.
     pub audit: crate::linux::audit::RunAudit,

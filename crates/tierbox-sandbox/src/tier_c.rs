@@ -56,6 +56,9 @@ pub const BWRAP_STACKED_FILTER_FD: i32 = 7;
 /// The fd number at which the sandbox's pid 1 receives the socket its program sends the
 /// stacked filter's listener over (`tierbox-init --run-stacked 7 8 …`).
 pub const BWRAP_LISTENER_SOCK_FD: i32 = 8;
+/// The fd number at which `bwrap`, and the sandbox's pid 1, receive the read end of the
+/// pipe whose write end only the supervisor holds (`tierbox-init --alive 9 …`).
+pub const BWRAP_ALIVE_FD: i32 = 9;
 
 /// The seccomp filter of Tier C (both backends): the shared deny list with nested
 /// namespaces denied; inet and unix sockets allowed, since the network namespace has only
@@ -152,6 +155,7 @@ pub(crate) fn launch_native(
                 container: None,
                 tmp_fs: n.tmp_fs,
                 upper_layer: n.upper_layer,
+                supervisor_alive: None,
                 audit: n.audit,
             })
         }
@@ -255,6 +259,13 @@ pub(crate) fn launch_bwrap(
     bopts.userns_fd = userns.as_ref().map(|_| BWRAP_USERNS_FD);
     bopts.env_args_fd = Some(BWRAP_ENV_ARGS_FD);
     bopts.init_fd = init_image.map(|_| BWRAP_INIT_FD);
+    // pid 1 dies with bwrap, bwrap with the supervisor's thread; the pipe covers the
+    // supervisor dying before pid 1 re-armed its death signal.
+    let alive = match init_image {
+        Some(_) => Some(launch::sys::pipe_cloexec().map_err(LaunchError::setup("the alive pipe"))?),
+        None => None,
+    };
+    bopts.alive_fd = alive.as_ref().map(|_| BWRAP_ALIVE_FD);
     // Refused calls reach the audit log only from a filter attached with the log flag,
     // which bwrap never sets: tierbox-init stacks the whole filter with it.
     let mut audit = crate::linux::audit::RunAudit::plan(false, None, seccomp.is_some());
@@ -333,6 +344,7 @@ pub(crate) fn launch_bwrap(
                 .iter()
                 .map(|(_, theirs)| (theirs.as_fd(), BWRAP_LISTENER_SOCK_FD)),
         )
+        .chain(alive.iter().map(|(read, _)| (read.as_fd(), BWRAP_ALIVE_FD)))
         .collect();
     let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = idmapped
         .iter()
@@ -397,6 +409,7 @@ pub(crate) fn launch_bwrap(
         container: None,
         tmp_fs: None,
         upper_layer: None,
+        supervisor_alive: alive.map(|(_, write)| write),
         audit,
     })
 }

@@ -11,26 +11,49 @@
 //! ([`crate::launch::sweep_orphaned_groups`]), and exits.
 //!
 //! It stays in the supervisor's session (so the supervisor's orphan sweep, which only
-//! takes children in other sessions, leaves it alone) and ignores the signals a terminal
-//! or a process-group `kill` sends. A run without a cgroup (the `cgroup` layer missing on
-//! the host) has nothing the watchdog can find: its stray descendants are the gap.
+//! takes children in other sessions, leaves it alone), ignores the signals a terminal
+//! or a process-group `kill` sends, and holds none of the supervisor's descriptors but
+//! its end of the pipe (its stdio is `/dev/null`). A run without a cgroup (the `cgroup`
+//! layer missing on the host) has nothing the watchdog can find: its stray descendants
+//! are the gap.
+//!
+//! The container backends' containers are not the supervisor's descendants (the engine
+//! runs them), so their names carry their supervisor (`tierbox-<pid>.<start>-<run id>`)
+//! and the supervisor tells the watchdog, once per engine, which engine it used: a line
+//! `E<path>` on the pipe. After the supervisor's death the watchdog kills and removes
+//! that engine's containers whose supervisor is gone
+//! ([`crate::container::sweep_orphaned_containers`]).
 
-use std::io::Read;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::launch::sys;
 
 /// Sweeps after the supervisor's death: the first finds the groups; more catch a process
-/// that was forking while the first ran.
+/// that was forking while the first ran (only while a sweep still finds something).
 const SWEEP_ROUNDS: usize = 3;
 
 /// Pause between sweeps.
 const SWEEP_PAUSE: Duration = Duration::from_millis(100);
 
+/// Most bytes the watchdog keeps of what the supervisor wrote (engine lines): a few
+/// paths; anything past it is ignored rather than grown without bound.
+const NOTES_MAX_BYTES: usize = 16 * 1024;
+
+/// The supervisor's end of the pipe, held for the life of the process.
+static PIPE: OnceLock<std::fs::File> = OnceLock::new();
+
 /// Starts the watchdog for this process. Must be called while the process has a single
 /// thread (before any runtime or thread pool starts): otherwise it refuses, naming the
-/// thread count, and starts nothing.
+/// thread count, and starts nothing. A second call is a no-op.
 pub fn start() -> std::io::Result<()> {
+    if PIPE.get().is_some() {
+        return Ok(());
+    }
     let threads = thread_count()?;
     if threads != 1 {
         return Err(std::io::Error::other(format!(
@@ -41,28 +64,81 @@ pub fn start() -> std::io::Result<()> {
     match sys::fork_single_threaded()? {
         None => {
             drop(write);
+            sys::detach_descriptors(read.as_raw_fd());
             watch(read)
         }
         Some(_) => {
             drop(read);
             // Held for the life of the process: its closing is the watchdog's signal.
-            std::mem::forget(write);
+            let _ = PIPE.set(std::fs::File::from(write));
             Ok(())
         }
+    }
+}
+
+/// Whether this process has a watchdog.
+pub fn is_running() -> bool {
+    PIPE.get().is_some()
+}
+
+/// Tells the watchdog (when there is one) that this process runs containers with the
+/// engine at `engine`, once per engine.
+pub(crate) fn note_engine(engine: &Path) {
+    static NOTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let Some(mut pipe) = PIPE.get() else { return };
+    let mut noted = NOTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if noted.iter().any(|e| e == engine) {
+        return;
+    }
+    let mut line = b"E".to_vec();
+    line.extend_from_slice(engine.as_os_str().as_bytes());
+    line.push(b'\n');
+    // One short write, far below the pipe's capacity: it does not block.
+    if pipe.write_all(&line).is_ok() {
+        noted.push(engine.to_path_buf());
     }
 }
 
 fn watch(read: std::os::fd::OwnedFd) -> ! {
     sys::ignore_termination_signals();
     let mut pipe = std::fs::File::from(read);
-    let mut buf = [0u8; 64];
-    // Nothing is ever written: this returns at EOF, when the supervisor is gone.
-    while matches!(pipe.read(&mut buf), Ok(n) if n > 0) {}
-    for _ in 0..SWEEP_ROUNDS {
-        crate::launch::sweep_orphaned_groups();
+    let mut notes = Vec::new();
+    let mut buf = [0u8; 512];
+    // Returns at EOF, when the supervisor is gone.
+    while let Ok(n) = pipe.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        if notes.len() + n <= NOTES_MAX_BYTES {
+            notes.extend_from_slice(&buf[..n]);
+        }
+    }
+    for round in 0..SWEEP_ROUNDS {
+        if crate::launch::sweep_orphaned_groups() == 0 && round > 0 {
+            break;
+        }
         std::thread::sleep(SWEEP_PAUSE);
     }
+    for engine in engines(&notes) {
+        crate::container::sweep_orphaned_containers(&engine);
+    }
     std::process::exit(0)
+}
+
+/// The engines named by `E<path>` lines, each once.
+fn engines(notes: &[u8]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for line in notes.split(|b| *b == b'\n') {
+        if let Some(path) = line.strip_prefix(b"E") {
+            let path = PathBuf::from(std::ffi::OsStr::from_bytes(path));
+            if path.is_absolute() && !out.contains(&path) {
+                out.push(path);
+            }
+        }
+    }
+    out
 }
 
 fn thread_count() -> std::io::Result<usize> {
@@ -72,4 +148,20 @@ fn thread_count() -> std::io::Result<usize> {
         .find_map(|l| l.strip_prefix("Threads:"))
         .and_then(|n| n.trim().parse().ok())
         .ok_or_else(|| std::io::Error::other("no Threads line in /proc/self/status"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn engine_lines_are_read_once_each_and_only_absolute() {
+        let notes =
+            b"E/usr/bin/podman\nE/usr/bin/podman\nErelative\nX/usr/bin/docker\nE/usr/bin/docker";
+        assert_eq!(
+            super::engines(notes),
+            [
+                std::path::PathBuf::from("/usr/bin/podman"),
+                std::path::PathBuf::from("/usr/bin/docker")
+            ]
+        );
+    }
 }

@@ -21,6 +21,9 @@
 // Test support: a failed setup step panics, which fails the test that asked for it.
 #![allow(clippy::expect_used)]
 
+#[cfg(unix)]
+pub mod container_image;
+
 /// Whether this run is CI's (`CI=true`).
 pub fn in_ci() -> bool {
     std::env::var("CI").as_deref() == Ok("true")

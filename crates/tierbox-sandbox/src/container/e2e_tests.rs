@@ -26,55 +26,11 @@ use crate::test_fixtures::{Scratch, policy, scratch};
 /// The image the tests build.
 const IMAGE: &str = "localhost/tierbox-e2e:busybox";
 
-/// Where a statically linked busybox is looked for.
-const BUSYBOX_CANDIDATES: &[&str] = &["/bin/busybox", "/usr/bin/busybox"];
-
-/// Commands the image provides, at both `/bin` and `/usr/bin` (the Plan's program is the
-/// path validation resolved on the host).
-const APPLETS: &[&str] = &["sh", "ls", "touch", "cat", "id", "sleep", "mkdir", "true"];
-
 fn skip(test: &str, reason: &str) -> bool {
     !tierbox_test_support::skip_optional(
         test,
         &format!("{reason} (this host has no usable container engine)"),
     )
-}
-
-/// A 64-bit little-endian ELF executable without a `PT_INTERP` program header (no dynamic
-/// loader: it runs in an image that has no libc).
-fn is_static_elf64(b: &[u8]) -> bool {
-    const PT_INTERP: u32 = 3;
-    let u16_at = |o: usize| b.get(o..o + 2).map(|x| u16::from_le_bytes([x[0], x[1]]));
-    let u64_at = |o: usize| {
-        b.get(o..o + 8)
-            .and_then(|x| <[u8; 8]>::try_from(x).ok())
-            .map(u64::from_le_bytes)
-    };
-    if !b.starts_with(b"\x7fELF\x02\x01") {
-        return false;
-    }
-    let (Some(phoff), Some(entsize), Some(num)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38)) else {
-        return false;
-    };
-    (0..usize::from(num)).all(|i| {
-        let at = usize::try_from(phoff)
-            .unwrap_or(usize::MAX)
-            .saturating_add(i * usize::from(entsize));
-        b.get(at..at.saturating_add(4))
-            .is_some_and(|t| u32::from_le_bytes([t[0], t[1], t[2], t[3]]) != PT_INTERP)
-    })
-}
-
-#[test]
-fn static_and_dynamic_binaries_are_told_apart() {
-    assert!(
-        !is_static_elf64(&std::fs::read("/bin/ls").unwrap()),
-        "/bin/ls is dynamic"
-    );
-    assert!(!is_static_elf64(b"#!/bin/sh\n"));
-    if let Ok(b) = std::fs::read("/bin/busybox") {
-        println!("/bin/busybox static: {}", is_static_elf64(&b));
-    }
 }
 
 fn engine_cmd(path: &Path) -> Command {
@@ -105,57 +61,11 @@ fn usable(test: &str) -> bool {
     if exists {
         return true;
     }
-    let Some(busybox) = BUSYBOX_CANDIDATES
-        .iter()
-        .map(Path::new)
-        .find(|p| std::fs::read(p).is_ok_and(|b| is_static_elf64(&b)))
-    else {
-        return skip(
-            test,
-            "no statically linked busybox to build the image from (apt-get install busybox-static)",
-        );
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("rootfs");
-    for d in ["bin", "usr/bin", "etc", "tmp"] {
-        std::fs::create_dir_all(root.join(d)).unwrap();
+    match tierbox_test_support::container_image::build_busybox_image(&info.path, ENGINE_ENV, IMAGE)
+    {
+        Ok(()) => true,
+        Err(reason) => skip(test, &reason),
     }
-    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
-    for applet in APPLETS {
-        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
-        std::os::unix::fs::symlink("/bin/busybox", root.join("usr/bin").join(applet)).unwrap();
-    }
-    std::fs::write(
-        root.join("etc/passwd"),
-        "root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
-    )
-    .unwrap();
-    let tar = dir.path().join("rootfs.tar");
-    let ok = Command::new("tar")
-        .arg("-C")
-        .arg(&root)
-        .arg("-cf")
-        .arg(&tar)
-        .arg(".")
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        return skip(test, "tar could not pack the image's root filesystem");
-    }
-    let out = engine_cmd(&info.path)
-        .arg("import")
-        .arg(&tar)
-        .arg(IMAGE)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        let reason = format!(
-            "podman import failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        return skip(test, &reason);
-    }
-    true
 }
 
 fn plan(s: &Scratch, command: &str, args: &[&str]) -> Plan {

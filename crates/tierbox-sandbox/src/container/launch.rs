@@ -8,7 +8,7 @@
 //! with `--rm` and the command only finds nothing) or was killed at its deadline.
 
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,95 @@ impl Drop for ContainerGuard {
     }
 }
 
+/// How long a sweep waits for one engine command (`ps`, `kill`, `rm`) before it gives up.
+pub const SWEEP_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Kills and removes the containers of `engine` whose supervisor is gone (their names,
+/// `tierbox-<pid>.<start>-<run id>`, say whose they are; see [`crate::watchdog`]).
+/// Returns how many it found. An engine that does not answer finds none.
+pub fn sweep_orphaned_containers(engine: &Path) -> usize {
+    let Some(listed) = engine_output(
+        engine,
+        &[
+            "ps",
+            "-a",
+            "--filter",
+            &format!("name={}", super::NAME_PREFIX),
+            "--format",
+            "{{.Names}}",
+        ],
+    ) else {
+        return 0;
+    };
+    let orphans: Vec<&str> = listed
+        .lines()
+        .map(str::trim)
+        .filter(|n| n.starts_with(super::NAME_PREFIX) && launch::owner_is_gone(n))
+        .collect();
+    if orphans.is_empty() {
+        return 0;
+    }
+    // SIGKILL first: `rm -f` alone stops with the engine's grace period (podman: 10 s).
+    let mut kill = vec!["kill", "--signal", "KILL"];
+    kill.extend(&orphans);
+    let _ = engine_output(engine, &kill);
+    let mut rm = vec!["rm", "-f"];
+    rm.extend(&orphans);
+    let _ = engine_output(engine, &rm);
+    orphans.len()
+}
+
+/// [`sweep_orphaned_containers`] once per engine in this process.
+fn sweep_orphaned_containers_once(engine: &Path) {
+    static SWEPT: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut swept = SWEPT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if swept.iter().any(|e| e == engine) {
+        return;
+    }
+    swept.push(engine.to_path_buf());
+    sweep_orphaned_containers(engine);
+}
+
+/// The engine's stdout for `args` (the engine's fixed environment, `/` as cwd), or
+/// `None` when it cannot start, fails, or takes longer than [`SWEEP_COMMAND_TIMEOUT`].
+fn engine_output(engine: &Path, args: &[&str]) -> Option<String> {
+    let mut child = Command::new(engine)
+        .args(args)
+        .env_clear()
+        .envs(ENGINE_ENV.iter().copied())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut stdout = child.stdout.take()?;
+    // Read on a thread of its own, so a full pipe never holds the engine up.
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stdout, &mut out);
+        out
+    });
+    let deadline = Instant::now() + SWEEP_COMMAND_TIMEOUT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    };
+    let out = reader.join().ok()?;
+    status
+        .success()
+        .then(|| String::from_utf8_lossy(&out).into_owned())
+}
+
 /// The fd number at which the engine CLI reads the container's environment
 /// (`--env-file /dev/fd/3`).
 pub const ENV_FILE_FD: i32 = 3;
@@ -111,7 +200,12 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let info = probe_engine_cached(engine).map_err(|e| unavailable(e.to_string()))?;
     let facts = host_facts();
     let mut missing = launch::layers_for(Tier::C, plan, facts)?;
-    let mut copts = ContainerOptions::probe(engine, &opts.run_id, plan);
+    // Containers of supervisors that died without a watchdog, before this one's first.
+    sweep_orphaned_containers_once(&info.path);
+    // The container's name carries its supervisor (`tierbox-<pid>.<start>-<run id>`), so
+    // a sweep can tell a dead supervisor's containers from a live one's.
+    let owned_id = launch::owned_id(&opts.run_id);
+    let mut copts = ContainerOptions::probe(engine, &owned_id, plan);
     copts.env_file = Some(format!("/dev/fd/{ENV_FILE_FD}"));
     // Never the engine's default alone: it lets the container leave setuid files.
     let profile = super::seccomp::host_profile().map_err(|e| unavailable(e.to_string()))?;
@@ -137,7 +231,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         profile.as_bytes(),
         "the container's seccomp profile",
     )?;
-    let name = container_name(&opts.run_id).map_err(argv_error)?;
+    let name = container_name(&owned_id).map_err(argv_error)?;
     let claim = crate::placeholders::claim(&host_mount_points(&copts));
     // The CLI's own cgroup: optional (the container's limits are the engine's).
     let mut cli_missing = Vec::new();
@@ -168,6 +262,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         name,
         _layer: layer,
     };
+    crate::watchdog::note_engine(&info.path);
     let child = match launch::spawn_helper(plan, opts, &slot, &helper) {
         Ok((c, _)) => c,
         Err(e) => {
@@ -195,6 +290,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         container: Some(guard),
         tmp_fs: None,
         upper_layer,
+        supervisor_alive: None,
         audit: {
             let mut audit = crate::linux::audit::RunAudit::not_recorded(
                 "the container engine applies no landlock domain",

@@ -38,7 +38,7 @@ mod launch;
 #[cfg(target_os = "linux")]
 pub mod layer;
 #[cfg(target_os = "linux")]
-pub use launch::{ContainerGuard, launch};
+pub use launch::{ContainerGuard, SWEEP_COMMAND_TIMEOUT, launch, sweep_orphaned_containers};
 
 use std::path::{Path, PathBuf};
 

@@ -715,8 +715,15 @@ fn process_start_time(pid: i32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// `run_id` prefixed with this process's identity, `<pid>.<start>-<run id>`: with
+/// `tierbox-` before it, a name [`owner_is_gone`] reads (the container backends' names).
+pub(crate) fn owned_id(run_id: &str) -> String {
+    let owner = owner_prefix();
+    format!("{}{run_id}", &owner[GROUP_PREFIX.len()..])
+}
+
 /// Whether the supervisor named in a group name (`tierbox-<pid>.<start>-…`) is gone.
-fn owner_is_gone(name: &str) -> bool {
+pub(crate) fn owner_is_gone(name: &str) -> bool {
     let Some(owner) = name
         .strip_prefix(GROUP_PREFIX)
         .and_then(|r| r.split('-').next())

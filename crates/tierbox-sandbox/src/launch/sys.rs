@@ -222,9 +222,9 @@ pub(crate) struct ChildSpec {
 }
 
 /// Most fds a helper inherits ([`HelperSetup::inherit`]).
-pub(crate) const MAX_INHERITED_FDS: usize = 6;
+pub(crate) const MAX_INHERITED_FDS: usize = 7;
 /// Inherited fds are passed to the child at this number or above, over every destination
-/// number (3 to 8), so moving one into place never overwrites another's source.
+/// number (3 to 9), so moving one into place never overwrites another's source.
 pub(crate) const INHERIT_SOURCE_MIN_FD: c_int = 16;
 
 /// A detached mount tree the helper moves over `path` in its private mount namespace.
@@ -938,6 +938,37 @@ pub(crate) fn fork_single_threaded() -> io::Result<Option<i32>> {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(None),
         pid => Ok(Some(pid)),
+    }
+}
+
+/// In the forked watchdog: stdin, stdout and stderr become `/dev/null` and every other
+/// descriptor but `keep` is closed, so the watchdog holds none of the supervisor's
+/// pipes, sockets or terminal (a reader of the supervisor's output sees its end when the
+/// supervisor ends, not when the watchdog does).
+pub(crate) fn detach_descriptors(keep: std::os::fd::RawFd) {
+    // SAFETY: open, dup2, close and close_range with integer arguments and a static
+    // C string, in a single-threaded process; failures leave the descriptor as it was.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 && null != keep {
+                libc::close(null);
+            }
+        }
+        let ranges = [(3, keep - 1), (keep + 1, libc::c_int::MAX)];
+        for (first, last) in ranges {
+            if first <= last {
+                libc::syscall(
+                    libc::SYS_close_range,
+                    first as libc::c_uint,
+                    last as libc::c_uint,
+                    0,
+                );
+            }
+        }
     }
 }
 

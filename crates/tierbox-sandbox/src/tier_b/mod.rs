@@ -144,6 +144,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 container: None,
                 tmp_fs,
                 upper_layer: None,
+                supervisor_alive: None,
                 audit,
             })
         }

@@ -369,3 +369,53 @@ fn run_stacked_sends_the_listener_of_the_filter_it_stacks() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("Permission denied"), "{stderr}");
 }
+
+/// `--alive FD --run …` (a bwrap sandbox's pid 1): with the pipe's writer alive the
+/// program runs; when the writer — the supervisor — is already gone, pid 1 ends before the
+/// program starts; a malformed `--alive` is refused as bad arguments.
+#[test]
+fn alive_pipe_ends_pid1_when_the_supervisor_is_already_gone() {
+    let test = "alive_pipe_ends_pid1_when_the_supervisor_is_already_gone";
+    if !runs_as_pid1_here(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("tierbox-init");
+    std::fs::write(&image, IMAGE).unwrap();
+    std::fs::set_permissions(&image, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // fd 4 of pid 1 is the read end of a FIFO whose only writer is WRITER.
+    let fifo = dir.path().join("alive");
+    let run = |writer: &str, args: &[&str]| {
+        let _ = std::fs::remove_file(&fifo);
+        let script = format!(
+            r#"mkfifo "$F"; {writer} >"$F" 2>/dev/null & w=$!; exec 4<"$F"; sleep 0.3; unshare --pid --fork "$0" "$@"; c=$?; kill $w 2>/dev/null; exit $c"#
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(&image)
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("F", &fifo)
+            .output()
+            .unwrap();
+        out.status.code().unwrap_or(-1)
+    };
+    let alive = ["--alive", "4", "--run", "/bin/sh", "sh", "-c", "exit 7"];
+    assert_eq!(run("sleep 5", &alive), 7, "the supervisor is alive");
+    assert_eq!(
+        run("true", &alive),
+        reaper::SUPERVISOR_GONE_EXIT,
+        "the supervisor died before pid 1 re-armed its death signal"
+    );
+    for args in [
+        &["--alive"][..],
+        &["--alive", "4"],
+        &["--alive", "0", "--run", "/bin/true", "true"],
+        &["--alive", "x", "--run", "/bin/true", "true"],
+        &["--alive", "4", "/bin/true", "true"],
+    ] {
+        assert_eq!(run("sleep 5", args), BAD_ARGUMENTS_EXIT, "{args:?}");
+    }
+}

@@ -34,6 +34,9 @@ fn run(program: i32) -> ! {
 /// pid 1 does ([`reaper::reap`]), exiting with the program's code or 128 + its signal.
 /// There is no report pipe: bwrap passes that exit code on.
 ///
+/// With `--alive FD` first, `FD` is the read end of a pipe only the supervisor writes to:
+/// pid 1 re-arms its death signal and ends at once when the pipe has already hung up.
+///
 /// With `--run-stacked FD SOCK LOG`, the program also gets the seccomp program read from
 /// `FD` stacked on the one bwrap attached: with `LOG` 1 attached with
 /// `SECCOMP_FILTER_FLAG_LOG` (as the newest filter its verdict is the one the kernel
@@ -51,6 +54,18 @@ fn run_program(target: sys::ExecTarget) -> ! {
         sys::exit_group(reaper::SETUP_FAILED_EXIT);
     }
     let _ = sys::set_name(reaper::NAME.to_bytes_with_nul());
+    // Die with bwrap, which dies with the supervisor: the death signal bwrap armed was
+    // cleared when it switched to the sandbox's ids, so arm it again here, then check
+    // the supervisor did not die before (its end of the alive pipe is then closed).
+    if sys::prctl(sys::abi::PR_SET_PDEATHSIG, sys::abi::SIGKILL as usize) < 0 {
+        sys::exit_group(reaper::SETUP_FAILED_EXIT);
+    }
+    if target.alive_fd >= 0 {
+        if sys::pipe_has_no_writer(target.alive_fd) {
+            sys::exit_group(reaper::SUPERVISOR_GONE_EXIT);
+        }
+        sys::close(target.alive_fd);
+    }
     // Every signal blocked: `reap` waits for them synchronously.
     if sys::set_signal_mask(!0) < 0 {
         sys::exit_group(reaper::SETUP_FAILED_EXIT);

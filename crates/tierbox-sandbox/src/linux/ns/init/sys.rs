@@ -161,6 +161,10 @@ pub mod abi {
     pub const POLLOUT: i16 = 4;
     /// `POLLERR`.
     pub const POLLERR: i16 = 8;
+    /// `POLLIN`.
+    pub const POLLIN: i16 = 1;
+    /// `POLLHUP`.
+    pub const POLLHUP: i16 = 16;
     /// `EINVAL`.
     pub const EINVAL: i32 = 22;
     /// `E2BIG`.
@@ -382,6 +386,9 @@ pub struct ExecTarget {
     pub listener_sock: i32,
     /// `LOG` 1: the stacked filter logs what it refuses to the audit subsystem.
     pub log: bool,
+    /// `--alive FD` before the mode: the read end of a pipe whose only write end the
+    /// supervisor holds (it hangs up when the supervisor dies); -1 for none.
+    pub alive_fd: i32,
     path_ptr: usize,
     argv: usize,
     envp: usize,
@@ -402,9 +409,20 @@ pub fn execve(target: &ExecTarget) -> isize {
     }
 }
 
+/// Whether `fd` (the read end of a pipe) has lost its last writer and holds nothing:
+/// `ppoll` reports `POLLHUP` on it.
+pub fn pipe_has_no_writer(fd: i32) -> bool {
+    poll_now(fd, abi::POLLIN) & abi::POLLHUP != 0
+}
+
 /// Whether `fd` (the write end of a pipe) has lost its last reader: `ppoll` reports
 /// `POLLERR` on it.
 pub fn pipe_has_no_reader(fd: i32) -> bool {
+    poll_now(fd, abi::POLLOUT) & abi::POLLERR != 0
+}
+
+/// `ppoll` of `fd` for `events` with a zero timeout: the `revents`, 0 on any error.
+fn poll_now(fd: i32, events: i16) -> i16 {
     #[repr(C)]
     struct PollFd {
         fd: i32,
@@ -413,7 +431,7 @@ pub fn pipe_has_no_reader(fd: i32) -> bool {
     }
     let mut pfd = PollFd {
         fd,
-        events: abi::POLLOUT,
+        events,
         revents: 0,
     };
     let zero = [0i64; 2];
@@ -427,7 +445,7 @@ pub fn pipe_has_no_reader(fd: i32) -> bool {
             0,
         )
     };
-    r > 0 && pfd.revents & abi::POLLERR != 0
+    if r > 0 { pfd.revents } else { 0 }
 }
 
 /// `close(fd)`.
@@ -688,6 +706,10 @@ const RUN_FLAG: &[u8] = b"--run";
 #[cfg(tierbox_init)]
 const RUN_STACKED_FLAG: &[u8] = b"--run-stacked";
 
+/// Optional `argv[1]` before either program mode: `tierbox-init --alive FD --run …`.
+#[cfg(tierbox_init)]
+const ALIVE_FLAG: &[u8] = b"--alive";
+
 /// Most decimal digits of `--run-stacked`'s fds.
 #[cfg(tierbox_init)]
 const FD_DIGITS_MAX: usize = 4;
@@ -710,7 +732,6 @@ unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
         if argc < 2 {
             return None;
         }
-        let flag = c_str(*argv.add(1) as *const u8);
         let fd_at = |i: usize| {
             let digits = c_str(*argv.add(i) as *const u8);
             match digits {
@@ -719,15 +740,30 @@ unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
                 _ => None,
             }
         };
+        // `--alive FD` shifts the mode two arguments on.
+        let (at, alive_fd) = if c_str(*argv.add(1) as *const u8) == ALIVE_FLAG {
+            if argc < 4 {
+                return None;
+            }
+            (3, fd_at(2).filter(|fd| *fd > 0)?)
+        } else {
+            (1, -1)
+        };
+        let flag = c_str(*argv.add(at) as *const u8);
         let (first, filter_fd, listener_sock, log) = if flag == RUN_FLAG {
-            (2, -1, -1, false)
-        } else if flag == RUN_STACKED_FLAG && argc >= 5 {
-            let log = match c_str(*argv.add(4) as *const u8) {
+            (at + 1, -1, -1, false)
+        } else if flag == RUN_STACKED_FLAG && argc >= at + 4 {
+            let log = match c_str(*argv.add(at + 3) as *const u8) {
                 b"0" => false,
                 b"1" => true,
                 _ => return None,
             };
-            (5, fd_at(2).filter(|fd| *fd > 0)?, fd_at(3)?, log)
+            (
+                at + 4,
+                fd_at(at + 1).filter(|fd| *fd > 0)?,
+                fd_at(at + 2)?,
+                log,
+            )
         } else {
             return None;
         };
@@ -740,6 +776,7 @@ unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
             filter_fd,
             listener_sock,
             log,
+            alive_fd,
             path_ptr,
             argv: argv.add(first + 1) as usize,
             envp: argv.add(argc + 1) as usize,
@@ -940,6 +977,8 @@ mod tests {
         assert_eq!(abi::PR_SET_NAME, libc::PR_SET_NAME);
         assert_eq!(abi::POLLOUT, libc::POLLOUT);
         assert_eq!(abi::POLLERR, libc::POLLERR);
+        assert_eq!(abi::POLLIN, libc::POLLIN);
+        assert_eq!(abi::POLLHUP, libc::POLLHUP);
         assert_eq!(abi::EINVAL, libc::EINVAL);
         assert_eq!(abi::E2BIG, libc::E2BIG);
         assert_eq!(abi::SECCOMP_SET_MODE_FILTER, libc::SECCOMP_SET_MODE_FILTER);
