@@ -143,24 +143,25 @@ def test_a_tree_another_user_pre_created_in_tmp_is_refused_and_left_untouched(no
     # Where the default tree goes, and an explicit base elsewhere in /tmp: another uid's
     # directories, 0700 and 0777, with the layout the node would use already inside.
     default = os.path.join(node["tmp"], f"tierbox-ray-{os.geteuid()}")
-    explicit = os.path.join(tempfile.mkdtemp(prefix="tbother-"), "tierbox-ray")
-    for base, mode in [(default, 0o700), (explicit, 0o777)]:
-        os.makedirs(os.path.join(base, node["id"], "sandboxes"))
-        os.makedirs(os.path.join(base, "s"))
-        for dirpath, _, _ in os.walk(base):
-            os.chown(dirpath, OTHER_UID, OTHER_UID)
-            os.chmod(dirpath, mode)
-        before = _listing(base)
-        try:
+    other = tempfile.mkdtemp(prefix="tbother-")
+    explicit = os.path.join(other, "tierbox-ray")
+    try:
+        for base, mode in [(default, 0o700), (explicit, 0o777)]:
+            os.makedirs(os.path.join(base, node["id"], "sandboxes"))
+            os.makedirs(os.path.join(base, "s"))
+            for dirpath, _, _ in os.walk(base):
+                os.chown(dirpath, OTHER_UID, OTHER_UID)
+                os.chmod(dirpath, mode)
+            before = _listing(base)
             message = _refused(None if base == default else base)
             assert base in message, message
             assert f"owned by uid {OTHER_UID}" in message, message
             assert f"mode {mode:04o}" in message, message
             assert "To fix: remove it" in message, message
             assert _listing(base) == before, "nothing was made or changed in it"
-        finally:
-            shutil.rmtree(base, ignore_errors=True)
-    shutil.rmtree(os.path.dirname(explicit), ignore_errors=True)
+    finally:
+        shutil.rmtree(default, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)
 
 
 def test_a_world_writable_tree_of_the_user_s_own_is_refused(node):
