@@ -1317,6 +1317,50 @@ fn the_command_needs_no_double_dash() {
     assert!(String::from_utf8_lossy(&out.stdout).contains(r#"["ls", "-la"]"#));
 }
 
+/// A workspace inside the state directory stops `serve` at start with a hint that works:
+/// it names `--state-dir` and says `danger_any_workspace_root` does not lift the rule;
+/// with the state directory moved as it says, the same workspace is served.
+///
+/// Regression: the Kubernetes recipe's `--state-dir /var/lib/tierbox --workspace
+/// /var/lib/tierbox/sandboxes` was refused with a hint pointing at
+/// `danger_any_workspace_root`, which cannot lift that rule.
+#[test]
+fn serve_with_its_workspace_in_its_state_directory_names_a_fix_that_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let ws = state.join("sandboxes");
+    std::fs::create_dir_all(&ws).unwrap();
+    let (state, ws) = (state.to_str().unwrap(), ws.to_str().unwrap());
+    let danger = dir.path().join("danger.toml");
+    std::fs::write(&danger, "version = 1\ndanger_any_workspace_root = true\n").unwrap();
+    let danger = danger.to_str().unwrap();
+    let serve = |extra: &[&str]| {
+        let mut args = vec!["serve", "--mcp", "--workspace", ws];
+        args.extend_from_slice(extra);
+        tierbox(&args, Some(""))
+    };
+    let out = serve(&["--state-dir", state]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(126), "{err}");
+    assert!(err.contains("scope.workspace_refused"), "{err}");
+    assert!(err.contains("lies inside the state directory"), "{err}");
+    assert!(err.contains("--state-dir"), "{err}");
+    assert!(
+        err.contains("danger_any_workspace_root does not lift this rule"),
+        "{err}"
+    );
+    // What the hint says does not work indeed does not.
+    let out = serve(&["--state-dir", state, "--policy", danger]);
+    assert_eq!(out.status.code(), Some(126), "{out:?}");
+    // What it says does: the server starts and waits for its MCP client (here stdin
+    // closes before `initialize`).
+    let elsewhere = dir.path().join("elsewhere");
+    let out = serve(&["--state-dir", elsewhere.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("cannot serve"), "{err}");
+    assert!(err.contains("initialize"), "{err}");
+}
+
 /// `serve` checks what every call would need before it accepts one: a workspace that
 /// does not exist (or is refused) stops it at start, with the rule's code, for MCP and
 /// HTTP alike.

@@ -205,10 +205,11 @@ pub struct Policy {
     /// Workspace root. The CLI's `--workspace` overrides it; default is the current directory.
     #[serde(default)]
     pub workspace_root: Option<PathBuf>,
-    /// Let any directory be the workspace root, the filesystem root, system directories,
-    /// home directories and Tierbox's own state directory included (default false: those
-    /// are refused with `scope.workspace_refused`, since a run may write its whole
-    /// workspace).
+    /// Let the filesystem root, system directories, the directories holding every user's
+    /// files and home directories be the workspace root (default false: those are refused
+    /// with `scope.workspace_refused`, since a run may write its whole workspace). Never a
+    /// directory that holds or lies in one of Tierbox's own files (the state directory,
+    /// the audit log, the signing key, the Tier A runtimes): nothing lifts that rule.
     #[serde(default)]
     pub danger_any_workspace_root: bool,
     /// How a run sees the workspace: directly, or through a copy-on-write overlay whose

@@ -6,7 +6,10 @@
 
 use std::path::PathBuf;
 
+pub use self::workspace::{HostRule, OwnFile, WorkspaceFix, WorkspaceRule};
 use crate::policy::Tier;
+
+mod workspace;
 
 /// Why a request was refused before anything ran.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -163,11 +166,10 @@ pub enum Rejection {
     #[error("workspace root {path:?} is unusable: {reason}")]
     WorkspaceInvalid { path: PathBuf, reason: String },
     /// The workspace root is one no run may have: the filesystem root, a system directory,
-    /// a home directory itself, or a directory holding Tierbox's own state.
-    #[error(
-        "workspace root {path:?} is refused: {rule} (choose a project directory; a policy may lift this with danger_any_workspace_root = true)"
-    )]
-    WorkspaceRefused { path: PathBuf, rule: String },
+    /// a home directory itself, or a directory holding Tierbox's own state. The message
+    /// ends with what lifts that rule ([`WorkspaceRule::fixes`]).
+    #[error("workspace root {path:?} is refused: {rule} (to fix: {})", rule.fix())]
+    WorkspaceRefused { path: PathBuf, rule: WorkspaceRule },
     /// A `filesystem.read_only` or `filesystem.writable` entry no tier grants, or a
     /// `filesystem.deny_read` entry that would hide the workspace: the same answer in
     /// every tier, before anything runs.
@@ -396,8 +398,11 @@ impl Rejection {
             "scope.protection_incomplete" => {
                 "raise the limit the message names in the policy (filesystem.repo_scan_max_entries, filesystem.max_protected_repos), or run in a smaller workspace"
             }
-            "scope.workspace_invalid" | "scope.workspace_refused" => {
+            "scope.workspace_invalid" => {
                 "give a project directory with --workspace (or the policy's workspace_root)"
+            }
+            "scope.workspace_refused" => {
+                "give a project directory with --workspace (or the policy's workspace_root); the message names the rule that refused this one and what else lifts it"
             }
             "env.denied" => {
                 "no request may set this variable; the policy's own env.set may, if it must"

@@ -14,6 +14,7 @@ See docs/scale-out.md in the Tierbox repository.
 
 from .client import DaemonClient, TierboxError
 from .node import TierboxNode
+from .private import UnsafeTreeError
 from .sandbox import (
     RESOURCE,
     ExecResult,
@@ -39,6 +40,7 @@ __all__ = [
     "TierboxNode",
     "TierboxNodeLost",
     "TierboxPool",
+    "UnsafeTreeError",
     "create",
     "init",
     "result",

@@ -4,12 +4,18 @@ The actor starts ``tierbox serve --unix`` with a state directory, signing key, t
 workspace root and audit log of the node's own, as a child that the kernel kills when
 the actor's process dies (``PR_SET_PDEATHSIG``); the daemon in turn takes every sandbox
 down with it. So a node that is lost leaves no Tierbox process behind.
+
+They live in a private per-user tree (:mod:`.private`): ``$XDG_RUNTIME_DIR/tierbox-ray``,
+else ``tierbox-ray-<uid>`` in ``$TMPDIR`` or ``/tmp``; each directory 0700, made fresh or
+verified (owner, type, mode) and never reused otherwise; each file written through held
+directory fds without following links.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -21,6 +27,7 @@ from typing import Any, Dict, Optional
 import ray
 
 from .client import DaemonClient
+from .private import PrivateTree, default_base_dir
 
 #: Seconds the daemon gets to answer its health check after it is started.
 DAEMON_START_TIMEOUT_S = 15.0
@@ -51,6 +58,11 @@ def tierbox_binary(explicit: Optional[str] = None) -> str:
     return path
 
 
+def _toml_string(value: str) -> str:
+    """``value`` as a TOML basic string (JSON's escapes are TOML's)."""
+    return json.dumps(value)
+
+
 class _Attached:
     """A daemon the node already runs (not started, not stopped here)."""
 
@@ -68,33 +80,24 @@ class _Attached:
 
 
 class _Daemon:
-    """One ``tierbox serve --unix`` of the node, for one policy."""
+    """One ``tierbox serve --unix`` of the node, for one policy. Its files are written
+    through the node's private tree (:mod:`.private`): never through a link, never into a
+    directory another user made."""
 
     def __init__(self, node: "TierboxNode", policy_toml: str, tag: str):
-        self.dir = os.path.join(node.dir, "daemons", tag)
-        self.state_dir = os.path.join(self.dir, "state")
-        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
-        # A unix socket's path is limited to 107 bytes: short names, in a directory of
-        # the node's base.
-        sockets = os.path.join(os.path.dirname(node.dir), "s")
-        os.makedirs(sockets, mode=0o700, exist_ok=True)
-        self.socket = os.path.join(sockets, f"{node.node_id[:12]}-{tag[:8]}.sock")
-        self.audit_log = os.path.join(self.dir, "audit.jsonl")
-        self.token = secrets.token_hex(32)
-        token_file = os.path.join(self.state_dir, "ray-token")
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(self.token)
-        policy_file = os.path.join(self.dir, "policy.toml")
-        with open(policy_file, "w") as f:
-            f.write(policy_toml)
-            if "[audit]" not in policy_toml:
-                # Every daemon of the node signs with the node's key; each keeps its own
-                # hash-chained log.
-                f.write(f'\n[audit]\nlog = "{self.audit_log}"\nsigning_key = "{node.key}"\n')
-        if os.path.exists(self.socket):
-            os.unlink(self.socket)
-        self.log = open(os.path.join(self.dir, "daemon.log"), "ab")
+        daemons = node.tree.subdir("daemons")
+        try:
+            tree = daemons.subdir(tag)
+        finally:
+            daemons.close()
+        try:
+            state = tree.subdir("state")
+            try:
+                token_file, policy_file = self._write_files(node, tree, state, policy_toml, tag)
+            finally:
+                state.close()
+        finally:
+            tree.close()
         self.proc = subprocess.Popen(
             [
                 node.bin, "serve",
@@ -121,6 +124,30 @@ class _Daemon:
                 )
             time.sleep(0.05)
 
+    def _write_files(self, node: "TierboxNode", tree: PrivateTree, state: PrivateTree,
+                     policy_toml: str, tag: str):
+        """Its token, policy and log in its private directories; the token's and the
+        policy's paths."""
+        self.dir = tree.path
+        self.state_dir = state.path
+        # A unix socket's path is limited to 107 bytes: short names, in a directory of
+        # the base.
+        self.socket = node.sockets.socket_path(f"{node.node_id[:12]}-{tag[:8]}.sock")
+        self.audit_log = os.path.join(self.dir, "audit.jsonl")
+        self.token = secrets.token_hex(32)
+        token_file = state.write_new("ray-token", self.token.encode())
+        text = policy_toml
+        if "[audit]" not in policy_toml:
+            # Every daemon of the node signs with the node's key; each keeps its own
+            # hash-chained log.
+            text += (
+                f"\n[audit]\nlog = {_toml_string(self.audit_log)}\n"
+                f"signing_key = {_toml_string(node.key)}\n"
+            )
+        policy_file = tree.write_new("policy.toml", text.encode())
+        self.log = tree.open_append("daemon.log")
+        return token_file, policy_file
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -138,7 +165,7 @@ class TierboxNode:
 
     def __init__(
         self,
-        base_dir: str,
+        base_dir: Optional[str] = None,
         policy_toml: Optional[str] = None,
         tierbox_bin: Optional[str] = None,
         max_concurrent: int = 16,
@@ -146,12 +173,13 @@ class TierboxNode:
     ):
         self.node_id = ray.get_runtime_context().get_node_id()
         self.bin = tierbox_binary(tierbox_bin)
-        self.dir = os.path.join(base_dir, self.node_id)
         self.max_concurrent = max_concurrent
         self.daemons: Dict[str, Any] = {}
         self.attached = attach is not None
         if attach is not None:
-            # The node's own daemon: its key, its workspace, its policy.
+            # The node's own daemon: its key, its workspace, its policy. Nothing of the
+            # tree is made.
+            self.dir = None
             self.workspace = attach["workspace"]
             self.pubkey = subprocess.run(
                 [self.bin, "attest", "pubkey", "--state-dir", attach["state_dir"]],
@@ -162,17 +190,25 @@ class TierboxNode:
             self.default_policy = None
             self.daemons["default"] = _Attached(attach["socket"], attach["token_file"])
             return
-        self.workspace = os.path.join(self.dir, "sandboxes")
-        os.makedirs(self.workspace, mode=0o700, exist_ok=True)
-        keys = os.path.join(self.dir, "keys")
-        os.makedirs(keys, mode=0o700, exist_ok=True)
+        # The node's private tree (made 0700 or verified; see .private):
+        # BASE/s/<socket>, BASE/<node id>/{sandboxes,keys,daemons/<tag>/{state,…}}.
+        base = PrivateTree.open(base_dir or default_base_dir())
+        self.sockets = base.subdir("s")
+        self.tree = base.subdir(self.node_id)
+        base.close()
+        self.dir = self.tree.path
+        workspace = self.tree.subdir("sandboxes")
+        self.workspace = workspace.path
+        workspace.close()
+        keys = self.tree.subdir("keys")
         self.pubkey = subprocess.run(
-            [self.bin, "attest", "pubkey", "--state-dir", keys],
+            [self.bin, "attest", "pubkey", "--state-dir", keys.path],
             check=True,
             capture_output=True,
             text=True,
         ).stdout.strip()
-        self.key = os.path.join(keys, "attest-key")
+        self.key = os.path.join(keys.path, "attest-key")
+        keys.close()
         self.default_policy = policy_toml or DEFAULT_POLICY
         self._daemon(None)
 

@@ -50,13 +50,20 @@ class ExecResult(dict):
 
 
 def init(
-    base_dir: str = "/tmp/tierbox-ray",
+    base_dir: Optional[str] = None,
     policy_toml: Optional[str] = None,
     tierbox_bin: Optional[str] = None,
     attach: Optional[Dict[str, str]] = None,
 ) -> Dict[str, Dict[str, Any]]:
     """Starts (or finds) a ``TierboxNode`` on every alive node that offers the
     ``tierbox`` resource; returns each node's info (socket, public key…) by node id.
+
+    ``base_dir``: where each node keeps its daemons' state, token, policy, key, sockets
+    and sandboxes; by default a private directory of the user the node's actor runs as,
+    found on that node (``$XDG_RUNTIME_DIR/tierbox-ray``, else ``tierbox-ray-<uid>`` in
+    ``$TMPDIR`` or ``/tmp``). Whichever it is, each directory of the tree is made 0700 or
+    verified to be the user's own 0700 directory (not a link): one that is not is refused
+    with :class:`tierbox_ray.UnsafeTreeError`, never reused.
 
     ``attach``: use the daemon already running on each node (a DaemonSet's, or
     ``tierbox daemon start``) instead of starting one: ``{"socket", "token_file",
@@ -214,21 +221,11 @@ class Sandbox:
     def write_file(self, path: str, content: Union[str, bytes], append: bool = False) -> None:
         """Writes a file inside the workspace (never through a symbolic link)."""
         data = content.encode() if isinstance(content, str) else content
-        parent, name = self._beneath(path, create_parents=True)
-        try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            flags |= os.O_APPEND if append else os.O_TRUNC
-            fd = os.open(name, flags, 0o644, dir_fd=parent)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-        finally:
-            os.close(parent)
+        _write_beneath(self.root, path, data, append)
 
     def read_file(self, path: str) -> bytes:
         """Reads a file inside the workspace (never through a symbolic link)."""
-        parent, name = self._beneath(path, create_parents=False)
+        parent, name = _beneath(self.root, path, create_parents=False)
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
             try:
@@ -276,28 +273,46 @@ class Sandbox:
         """Ray's name for :meth:`terminate`."""
         self.terminate()
 
-    def _beneath(self, path: str, create_parents: bool):
-        """An fd of the directory holding ``path`` inside the workspace, and the name:
-        each component opened with ``O_NOFOLLOW`` from the workspace's root."""
-        parts = [p for p in path.split("/") if p not in ("", ".")]
-        if not parts or ".." in parts:
-            raise ValueError(f"{path!r} is not a relative path inside the sandbox")
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            for part in parts[:-1]:
-                if create_parents:
-                    try:
-                        os.mkdir(part, 0o755, dir_fd=fd)
-                    except FileExistsError:
-                        pass
-                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                              dir_fd=fd)
-                os.close(fd)
-                fd = nxt
-        except BaseException:
+
+def _beneath(root: str, path: str, create_parents: bool):
+    """An fd of the directory holding ``path`` inside the workspace ``root``, and the
+    name: each component opened with ``O_NOFOLLOW`` from the workspace's root."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise ValueError(f"{path!r} is not a relative path inside the sandbox")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            if create_parents:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          dir_fd=fd)
             os.close(fd)
-            raise
-        return fd, parts[-1]
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, parts[-1]
+
+
+def _write_beneath(root: str, path: str, data: bytes, append: bool = False) -> None:
+    """Writes ``path`` inside the workspace ``root``, never through a symbolic link."""
+    parent, name = _beneath(root, path, create_parents=True)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags |= os.O_APPEND if append else os.O_TRUNC
+        fd = os.open(name, flags, 0o644, dir_fd=parent)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    finally:
+        os.close(parent)
 
 
 def create(tier: Optional[str] = None, policy: Optional[str] = None, cpu: float = 0,
@@ -333,10 +348,7 @@ def _run_once(command: Union[str, List[str]], tier: Optional[str], timeout: Opti
             parts = [p for p in rel.split("/") if p not in ("", ".")]
             if not parts or ".." in parts or rel.startswith("/"):
                 raise ValueError(f"files: {rel!r} is not a relative path inside the workspace")
-            target = os.path.join(root, *parts)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with open(target, "wb") as f:
-                f.write(data)
+            _write_beneath(root, rel, data)
         client = DaemonClient(info["socket"], info["token"], session=name)
         req = _request(command, tier, timeout, None, env, name)
         return ExecResult(client.run(req), node_id=info["node_id"])

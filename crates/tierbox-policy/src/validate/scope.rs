@@ -30,7 +30,7 @@ use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
 
 use crate::policy::Policy;
-use crate::rejection::Rejection;
+use crate::rejection::{HostRule, OwnFile, Rejection, WorkspaceRule};
 use crate::validate::ValidateContext;
 
 /// Absolute paths outside the workspace that arguments may name: the standard device
@@ -87,45 +87,52 @@ pub const REFUSED_WORKSPACE_DIRS: &[&str] =
 /// directory itself (the supervisor's `$HOME`, `/root`, `/home/<user>`, or a home in
 /// `/etc/passwd`: dotfiles there configure the host user's shell, git and ssh); the policy
 /// may lift these with `danger_any_workspace_root = true`. Never, whatever the policy: a
-/// directory that holds, or lies inside, one of Tierbox's own files ([`own_paths`]).
+/// directory that holds, or lies inside, one of Tierbox's own files ([`own_paths`]). The
+/// rejection carries the rule, and so what lifts it ([`WorkspaceRule::fixes`]): a host
+/// rule is offered `danger_any_workspace_root` only where lifting it would let the
+/// workspace through.
 pub(crate) fn workspace_root(
     policy: &Policy,
     ctx: &ValidateContext,
     own: &[OwnPath],
 ) -> Result<PathBuf, Rejection> {
     let canon = canonical_workspace(&ctx.workspace)?;
-    let refused = |rule: String| Rejection::WorkspaceRefused {
+    let refused = |rule: WorkspaceRule| Rejection::WorkspaceRefused {
         path: canon.clone(),
         rule,
     };
-    if !policy.danger_any_workspace_root {
-        host_rules(ctx, &canon).map_err(refused)?;
+    let reached = reaches_own(own, &canon, true);
+    if !policy.danger_any_workspace_root
+        && let Err(rule) = host_rules(ctx, &canon)
+    {
+        return Err(refused(WorkspaceRule::Host {
+            rule,
+            own: reached.map(|o| o.file),
+        }));
     }
-    if let Some(own) = reaches_own(own, &canon, true) {
-        return Err(refused(own.rule(&canon)));
+    if let Some(own) = reached {
+        return Err(refused(own.workspace_rule(&canon)));
     }
     Ok(canon)
 }
 
 /// The rules `danger_any_workspace_root` lifts: `Err(rule)` when `canon` is the root, a
 /// system directory, a directory that holds every user's files, or a home itself.
-fn host_rules(ctx: &ValidateContext, canon: &Path) -> Result<(), String> {
+fn host_rules(ctx: &ValidateContext, canon: &Path) -> Result<(), HostRule> {
+    if canon == Path::new("/") {
+        return Err(HostRule::FilesystemRoot);
+    }
     if let Some(tree) = REFUSED_WORKSPACE_TREES
         .iter()
         .find(|t| canon.starts_with(t))
     {
-        return Err(format!(
-            "it is the system directory {tree} or lies below it"
-        ));
+        return Err(HostRule::SystemTree {
+            tree: PathBuf::from(tree),
+        });
     }
     if REFUSED_WORKSPACE_DIRS.iter().any(|d| canon == Path::new(d)) {
-        return Err(if canon == Path::new("/") {
-            "it is the filesystem root".to_owned()
-        } else {
-            format!(
-                "it is {}, which holds every user's or service's files",
-                canon.display()
-            )
+        return Err(HostRule::SharedDir {
+            dir: canon.to_path_buf(),
         });
     }
     let is_home_under_home = canon.parent() == Some(Path::new("/home"));
@@ -133,9 +140,7 @@ fn host_rules(ctx: &ValidateContext, canon: &Path) -> Result<(), String> {
         || ctx.home().is_some_and(|h| same_dir(&h, canon))
         || passwd_homes().iter().any(|h| h == canon);
     if is_home {
-        return Err(
-            "it is a home directory itself (its dotfiles configure the user's shell, git and ssh); use a project directory inside it".to_owned(),
-        );
+        return Err(HostRule::Home);
     }
     Ok(())
 }
@@ -143,8 +148,8 @@ fn host_rules(ctx: &ValidateContext, canon: &Path) -> Result<(), String> {
 /// One of Tierbox's own files or directories, which no run may reach.
 #[derive(Debug, Clone)]
 pub(crate) struct OwnPath {
-    /// What it is, for messages.
-    what: &'static str,
+    /// What it is.
+    file: OwnFile,
     /// Canonical where it exists.
     path: PathBuf,
     /// Reading it is harmful too (keys, the cache, the audit trail); else only writing
@@ -158,14 +163,18 @@ impl OwnPath {
         self.secret.then_some(self.path.as_path())
     }
 
+    /// Why a workspace at `canon` is refused.
+    fn workspace_rule(&self, canon: &Path) -> WorkspaceRule {
+        WorkspaceRule::Own {
+            file: self.file,
+            path: self.path.clone(),
+            holds: self.path.starts_with(canon),
+        }
+    }
+
     /// Why `grant` may not be granted.
     pub(crate) fn rule(&self, grant: &Path) -> String {
-        let (what, path) = (self.what, self.path.display());
-        if self.path.starts_with(grant) {
-            format!("it contains {what} {path}, which no run may reach (Tierbox's own state)")
-        } else {
-            format!("it lies inside {what} {path}, which no run may reach (Tierbox's own state)")
-        }
+        self.workspace_rule(grant).to_string()
     }
 }
 
@@ -178,31 +187,27 @@ pub(crate) fn own_paths(policy: &Policy, ctx: &ValidateContext) -> Vec<OwnPath> 
     let secret = ctx
         .state_dir
         .iter()
-        .map(|d| ("the state directory", d.clone()))
+        .map(|d| (OwnFile::StateDir, d.clone()))
         .chain(
             policy
                 .audit
                 .log
                 .iter()
-                .map(|p| ("the audit log", p.clone())),
+                .map(|p| (OwnFile::AuditLog, p.clone())),
         )
         .chain(
             policy
                 .audit
                 .signing_key
                 .iter()
-                .map(|p| ("the attestation signing key", p.clone())),
+                .map(|p| (OwnFile::SigningKey, p.clone())),
         )
-        .map(|(what, path)| (what, path, true));
-    let runtimes = std::iter::once((
-        "the Tier A runtimes directory",
-        ctx.runtimes_dir.clone(),
-        false,
-    ));
+        .map(|(file, path)| (file, path, true));
+    let runtimes = std::iter::once((OwnFile::RuntimesDir, ctx.runtimes_dir.clone(), false));
     secret
         .chain(runtimes)
-        .map(|(what, path, secret)| OwnPath {
-            what,
+        .map(|(file, path, secret)| OwnPath {
+            file,
             path: std::fs::canonicalize(&path).unwrap_or(path),
             secret,
         })

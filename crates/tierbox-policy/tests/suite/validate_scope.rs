@@ -356,6 +356,192 @@ fn workspace_roots_that_would_hand_over_the_host_are_refused() {
     assert!(message.contains("contains the audit log"), "{message}");
 }
 
+/// Every hint is true: each fix a `scope.workspace_refused` rejection names
+/// ([`WorkspaceRule::fixes`], in its message), applied alone, lets the request through,
+/// for every rule under that code; and `danger_any_workspace_root` is named only where it
+/// works.
+///
+/// Regression: the Kubernetes recipe put its workspace inside its state directory
+/// (`--state-dir /var/lib/tierbox --workspace /var/lib/tierbox/sandboxes`); the refusal
+/// said "a policy may lift this with danger_any_workspace_root = true", which cannot lift
+/// that rule.
+#[test]
+fn every_workspace_refused_hint_is_true() {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use tierbox_policy::rejection::{OwnFile, WorkspaceFix, WorkspaceRule};
+    use tierbox_policy::{Policy, ValidateContext};
+
+    /// A refused request: what validation is given.
+    #[derive(Clone)]
+    struct Case {
+        what: &'static str,
+        ws: PathBuf,
+        policy: Policy,
+        env: BTreeMap<String, String>,
+        state_dir: Option<PathBuf>,
+    }
+    impl Case {
+        fn validate(&self) -> Result<(), Rejection> {
+            let mut ctx = ValidateContext::new(&self.ws).with_env(self.env.clone());
+            if let Some(d) = &self.state_dir {
+                ctx = ctx.with_state_dir(d);
+            }
+            tierbox_policy::validate(&self.policy, &ProcessRunRequest::new("ls"), &ctx).map(|_| ())
+        }
+    }
+
+    let f = fixture();
+    let elsewhere = f.tmp.join("elsewhere");
+    let project = f.tmp.join("project");
+    let home = f.tmp.join("home");
+    for d in [&elsewhere, &project, &home] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let env: BTreeMap<String, String> = [("HOME".to_owned(), home.display().to_string())].into();
+    let base = Case {
+        what: "",
+        ws: f.ws.clone(),
+        policy: f.policy.clone(),
+        env: env.clone(),
+        state_dir: Some(elsewhere.join("state")),
+    };
+    assert_eq!(base.validate(), Ok(()), "the fixture itself passes");
+    let state = f.tmp.join("state");
+    std::fs::create_dir_all(state.join("sandboxes")).unwrap();
+    let mut cases = vec![
+        Case {
+            what: "the workspace inside the state directory",
+            ws: state.join("sandboxes"),
+            state_dir: Some(state.clone()),
+            ..base.clone()
+        },
+        Case {
+            what: "the workspace holding the state directory",
+            state_dir: Some(f.ws.join(".tierbox")),
+            ..base.clone()
+        },
+        Case {
+            what: "a home directory itself",
+            ws: home.clone(),
+            ..base.clone()
+        },
+        Case {
+            what: "the filesystem root",
+            ws: PathBuf::from("/"),
+            ..base.clone()
+        },
+    ];
+    let mut logged = base.clone();
+    logged.what = "the workspace holding the audit log";
+    logged.policy.audit.log = Some(f.ws.join("audit.jsonl"));
+    cases.push(logged);
+    let mut keyed = base.clone();
+    keyed.what = "the workspace holding the signing key";
+    keyed.policy.audit.signing_key = Some(f.ws.join("attest-key"));
+    cases.push(keyed);
+    let mut runtimes = base.clone();
+    runtimes.what = "the workspace holding the Tier A runtimes";
+    runtimes.env.insert(
+        "TIERBOX_RUNTIMES_DIR".to_owned(),
+        f.ws.join("runtimes").display().to_string(),
+    );
+    cases.push(runtimes);
+    // A system tree and a shared directory, where this host has small ones.
+    for (what, dir) in [
+        ("a system directory", "/boot"),
+        ("a shared directory", "/var/tmp"),
+    ] {
+        let small = std::fs::read_dir(dir).is_ok_and(|d| d.count() < 64);
+        if small {
+            cases.push(Case {
+                what,
+                ws: PathBuf::from(dir),
+                ..base.clone()
+            });
+        }
+    }
+
+    let apply = |case: &Case, fix: WorkspaceFix| {
+        let mut c = case.clone();
+        let moved = |name: &str| elsewhere.join(name);
+        match fix {
+            WorkspaceFix::OtherWorkspace => c.ws = project.clone(),
+            WorkspaceFix::DangerAnyWorkspaceRoot => c.policy.danger_any_workspace_root = true,
+            WorkspaceFix::MoveOwnFile(OwnFile::StateDir) => c.state_dir = Some(moved("state")),
+            WorkspaceFix::MoveOwnFile(OwnFile::AuditLog) => {
+                c.policy.audit.log = Some(moved("audit.jsonl"))
+            }
+            WorkspaceFix::MoveOwnFile(OwnFile::SigningKey) => {
+                c.policy.audit.signing_key = Some(moved("attest-key"))
+            }
+            WorkspaceFix::MoveOwnFile(OwnFile::RuntimesDir) => {
+                let dir = moved("runtimes").display().to_string();
+                c.env.insert("TIERBOX_RUNTIMES_DIR".to_owned(), dir);
+            }
+        }
+        c
+    };
+    // What each fix's text must name for a reader to apply it as `apply` does.
+    let names = |fix: WorkspaceFix| match fix {
+        WorkspaceFix::OtherWorkspace => "--workspace",
+        WorkspaceFix::DangerAnyWorkspaceRoot => "danger_any_workspace_root = true",
+        WorkspaceFix::MoveOwnFile(OwnFile::StateDir) => "--state-dir",
+        WorkspaceFix::MoveOwnFile(OwnFile::AuditLog) => "audit.log",
+        WorkspaceFix::MoveOwnFile(OwnFile::SigningKey) => "audit.signing_key",
+        WorkspaceFix::MoveOwnFile(OwnFile::RuntimesDir) => "TIERBOX_RUNTIMES_DIR",
+    };
+
+    let mut seen_own = false;
+    for case in &cases {
+        let err = case.validate().expect_err(case.what);
+        let Rejection::WorkspaceRefused { rule, .. } = &err else {
+            panic!("{}: {err}", case.what);
+        };
+        let message = err.to_string();
+        println!("{}: {message}", case.what);
+        let fixes = rule.fixes();
+        assert!(!fixes.is_empty(), "{}: no fix", case.what);
+        for fix in &fixes {
+            assert!(
+                message.contains(&fix.to_string()),
+                "{}: {message}",
+                case.what
+            );
+            assert!(fix.to_string().contains(names(*fix)), "{fix:?}: {fix}");
+            let fixed = apply(case, *fix);
+            assert_eq!(
+                fixed.validate(),
+                Ok(()),
+                "{}: the fix {fix:?} ({fix}) does not let it through",
+                case.what
+            );
+        }
+        // danger_any_workspace_root is offered exactly where it works.
+        let danger = apply(case, WorkspaceFix::DangerAnyWorkspaceRoot).validate();
+        assert_eq!(
+            fixes.contains(&WorkspaceFix::DangerAnyWorkspaceRoot),
+            danger.is_ok(),
+            "{}: {message}; with danger_any_workspace_root: {danger:?}",
+            case.what
+        );
+        if !fixes.contains(&WorkspaceFix::DangerAnyWorkspaceRoot) {
+            assert!(
+                !message.contains("may lift this rule with danger_any_workspace_root"),
+                "{}: {message}",
+                case.what
+            );
+        }
+        seen_own |= matches!(rule, WorkspaceRule::Own { .. });
+    }
+    assert!(seen_own);
+    // The recipe's case names the state directory and its option.
+    let err = cases[0].validate().unwrap_err().to_string();
+    assert!(err.contains("it lies inside the state directory"), "{err}");
+    assert!(err.contains("--state-dir"), "{err}");
+}
+
 #[test]
 fn every_scope_code_is_reachable() {
     let f = fixture();
