@@ -253,6 +253,8 @@ fn token(state_dir: &Path) -> Result<String> {
     if !meta.is_file() || meta.mode() & 0o077 != 0 {
         bail!("{} is not a private file (chmod 600)", path.display());
     }
+    tierbox_policy::trust::check_file(&path, "the daemon's token file")
+        .map_err(anyhow::Error::new)?;
     let mut t = String::new();
     std::fs::File::open(&path)
         .and_then(|f| f.take(4096).read_to_string(&mut t))
@@ -320,9 +322,27 @@ struct Connection {
 
 impl Connection {
     async fn open(socket: &Path, token: &str) -> Result<Self> {
+        // Nothing is sent to a socket another user could have put there, nor to a peer
+        // that is not this user or root.
+        tierbox_policy::trust::check_socket(socket, "the daemon's socket")
+            .map_err(anyhow::Error::new)?;
         let io = UnixStream::connect(socket)
             .await
             .with_context(|| format!("connecting to {}", socket.display()))?;
+        let peer = io.peer_cred().with_context(|| {
+            format!(
+                "reading the credentials of the daemon at {}",
+                socket.display()
+            )
+        })?;
+        if !tierbox_policy::trust::trusted_uid(peer.uid()) {
+            bail!(
+                "the daemon at {} runs as uid {}, neither this user (uid {}) nor root: nothing was sent to it",
+                socket.display(),
+                peer.uid(),
+                tierbox_policy::trust::euid()
+            );
+        }
         Ok(Self {
             io: BufReader::new(io),
             token: token.to_owned(),

@@ -671,6 +671,10 @@ fn build_runner(args: &PolicyArgs, state_dir: Option<PathBuf>) -> Result<Runner>
     if let Some(dir) = state_dir {
         options.state_dir = dir;
     }
+    // Refused before anything is read from it or written to it when another user could
+    // have prepared it.
+    tierbox_runner::host::ensure_state_dir(&options.state_dir)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     // A one-shot process reuses the last positive user-namespace probe kept there.
     tierbox_runner::host::set_probe_state_dir(&options.state_dir);
     Ok(runner.with_options(options))

@@ -37,6 +37,7 @@ pub mod rejection;
 pub mod request;
 pub mod schema;
 pub mod state_file;
+pub mod trust;
 pub mod validate;
 pub mod wasm;
 

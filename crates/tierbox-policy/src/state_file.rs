@@ -15,10 +15,16 @@
 use std::io::{Read, Write};
 use std::path::Path;
 
-/// `file`'s text if it is a regular file (not a symlink), owned by the owner of
-/// `state_dir`, writable by nobody else, and at most `max_bytes` long; `None` otherwise
-/// (a missing or foreign file is simply not used).
+/// `file`'s text if `state_dir` is this user's to trust ([`crate::trust::check_dir`]) and
+/// `file` is a regular file (not a symlink), owned by the owner of `state_dir`, writable by
+/// nobody else, and at most `max_bytes` long; `None` otherwise (a missing or foreign file
+/// is simply not used).
 pub fn read_private(file: &Path, state_dir: &Path, max_bytes: u64) -> Option<String> {
+    // Nothing is read from a state directory another user could have prepared.
+    #[cfg(unix)]
+    if crate::trust::check_dir(state_dir, "the state directory").is_err() {
+        return None;
+    }
     let meta = std::fs::symlink_metadata(file).ok()?;
     if !meta.file_type().is_file() || meta.len() > max_bytes || !private_to(&meta, state_dir) {
         return None;
@@ -36,11 +42,17 @@ pub fn read_private(file: &Path, state_dir: &Path, max_bytes: u64) -> Option<Str
 }
 
 /// Writes `text` to `file` (mode 0600, its directory created 0700): a new file renamed
-/// over the old, so a reader sees one whole version or the previous one.
+/// over the old, so a reader sees one whole version or the previous one. Refused
+/// (`PermissionDenied`) where the directory, or the nearest one above it that exists, is
+/// not this user's to trust ([`crate::trust::check_dir`]).
 pub fn write_private(file: &Path, text: &str) -> std::io::Result<()> {
     let dir = file
         .parent()
         .ok_or_else(|| std::io::Error::other("no directory"))?;
+    // Nothing is written where another user could have prepared the directory.
+    #[cfg(unix)]
+    crate::trust::check_dir_or_nearest(dir, "the state directory")
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e))?;
     create_private_dir(dir)?;
     let name = file
         .file_name()

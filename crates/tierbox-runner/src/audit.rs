@@ -35,6 +35,9 @@ pub enum AuditError {
     /// The attestation could not be encoded or signed.
     #[error("attestation: {0}")]
     Encode(String),
+    /// The state directory, where the key is kept, is not this user's to trust.
+    #[error("attestation signing key: {0}")]
+    StateDir(String),
 }
 
 /// Signs attestations with one key and appends them to the policy's audit log.
@@ -80,7 +83,12 @@ impl Auditor {
     ) -> Result<Self, AuditError> {
         let key = match &policy.audit.signing_key {
             Some(path) => tierbox_attest::load_signing_key(path)?,
-            None => tierbox_attest::load_or_create_signing_key(state_dir)?.0,
+            None => {
+                // The key is made in the state directory only when it is ours to trust.
+                crate::supervisor::ensure_state_dir(state_dir)
+                    .map_err(|e| AuditError::StateDir(e.to_string()))?;
+                tierbox_attest::load_or_create_signing_key(state_dir)?.0
+            }
         };
         let log = match &policy.audit.log {
             Some(path) => Some(Mutex::new(AuditLog::open(path)?)),

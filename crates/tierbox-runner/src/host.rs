@@ -37,6 +37,15 @@ pub fn harden_supervisor() {
     let _ = crate::enable_subreaper();
 }
 
+/// Creates the state directory `dir` when missing (mode
+/// [`crate::supervisor::STATE_DIR_MODE`]) and checks it is this user's to trust: owned by
+/// this user or root, writable by nobody else, and so every directory above it (a sticky
+/// world-writable parent such as `/tmp` is accepted for an entry of ours). The error
+/// names the path, its owner and mode, and the fix.
+pub fn ensure_state_dir(dir: &std::path::Path) -> Result<(), crate::RunError> {
+    crate::supervisor::ensure_state_dir(dir)
+}
+
 /// Starts the watchdog that kills what this process's runs leave in their cgroups if the
 /// process is killed outright (see `tierbox_sandbox::watchdog`). Call it while the
 /// process has one thread, before any async runtime starts.

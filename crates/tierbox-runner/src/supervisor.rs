@@ -118,20 +118,35 @@ pub const STATE_DIR_MODE: u32 = 0o711;
 /// Mode of directories holding run output (spill files).
 pub const PRIVATE_DIR_MODE: u32 = 0o700;
 
-/// Creates the state directory (and missing parents) with [`STATE_DIR_MODE`].
+/// Creates the state directory (and missing parents) with [`STATE_DIR_MODE`], then
+/// checks it is this user's to trust ([`tierbox_policy::trust::check_dir`]: ours or
+/// root's and writable by nobody else, and so every directory above it). The check is
+/// made once per directory and process.
 pub(crate) fn ensure_state_dir(dir: &std::path::Path) -> Result<(), RunError> {
     use std::os::unix::fs::DirBuilderExt;
-    if dir.is_dir() {
+    static TRUSTED: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
+    if !dir.is_dir() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(STATE_DIR_MODE)
+            .create(dir)
+            .map_err(|source| RunError::Io {
+                what: "create the state directory",
+                source,
+            })?;
+    }
+    let mut trusted = TRUSTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if trusted.iter().any(|d| d == dir) {
         return Ok(());
     }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(STATE_DIR_MODE)
-        .create(dir)
-        .map_err(|source| RunError::Io {
-            what: "create the state directory",
-            source,
-        })
+    tierbox_policy::trust::check_dir(dir, "the state directory").map_err(|e| RunError::Io {
+        what: "trust the state directory",
+        source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, e),
+    })?;
+    trusted.push(dir.to_path_buf());
+    Ok(())
 }
 
 /// Creates a directory for run output (spill files) with [`PRIVATE_DIR_MODE`].

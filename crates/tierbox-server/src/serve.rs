@@ -72,6 +72,8 @@ pub fn load_token(token_file: Option<&Path>, state_dir: &Path) -> Result<Token> 
                 meta.permissions().mode() & 0o7777
             );
         }
+        // Ours (or root's) and every directory above it writable by nobody else.
+        tierbox_policy::trust::check_file(f, "the token file").map_err(anyhow::Error::new)?;
         let text = std::fs::read_to_string(f)
             .with_context(|| format!("reading the token file {}", f.display()))?;
         return Ok(Token {
@@ -86,6 +88,10 @@ pub fn load_token(token_file: Option<&Path>, state_dir: &Path) -> Result<Token> 
         });
     }
     let path = state_dir.join(TOKEN_FILE);
+    if state_dir.exists() {
+        tierbox_policy::trust::check_dir(state_dir, "the state directory")
+            .map_err(anyhow::Error::new)?;
+    }
     match std::fs::symlink_metadata(&path) {
         Ok(meta) => {
             if !meta.is_file()
@@ -114,6 +120,8 @@ pub fn load_token(token_file: Option<&Path>, state_dir: &Path) -> Result<Token> 
                     .create(state_dir)
                     .with_context(|| format!("creating {}", state_dir.display()))?;
             }
+            tierbox_policy::trust::check_dir(state_dir, "the state directory")
+                .map_err(anyhow::Error::new)?;
             let value = random_hex(32)?;
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
