@@ -190,10 +190,20 @@ fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener> {
     listener.with_context(|| format!("binding {}", path.display()))
 }
 
+/// Raises a listening socket's backlog to [`crate::conns::LISTEN_BACKLOG`] (tokio listens
+/// with 128). `listen` on a socket that already listens only changes its backlog.
+fn deepen_backlog(listener: &impl std::os::fd::AsFd) -> Result<()> {
+    rustix::net::listen(listener, crate::conns::LISTEN_BACKLOG)
+        .context("listen: setting the backlog")
+}
+
 /// Serves the HTTP API until `shutdown` resolves; then stops accepting, waits up to
 /// [`SHUTDOWN_GRACE`] for running requests, kills every background process and waits for
 /// them. Requests still running after the grace are dropped with the runtime, which kills
-/// their sandboxes.
+/// their sandboxes. Connections are admitted as [`crate::conns`] describes, within what
+/// the descriptor limit leaves after [`crate::conns::fd_reserve`] for the runs that may
+/// be going at once: `config.max_concurrent` requests and the policy's
+/// `background.max_total` processes.
 pub async fn serve_http(
     service: Service,
     bind: Bind,
@@ -202,6 +212,11 @@ pub async fn serve_http(
     on_ready: impl FnOnce(String),
 ) -> Result<()> {
     check_bind(&bind)?;
+    // Descriptors are kept for every run the server may have going at once: the
+    // requests it serves at a time and the background processes the policy allows.
+    let runs = config.max_concurrent.max(1)
+        + usize::try_from(service.runner().policy().background.max_total).unwrap_or(usize::MAX);
+    let limits = crate::conns::Limits::for_this_process(runs);
     let app = router(service.clone(), config);
     let stop = Arc::new(Notify::new());
     let server = match &bind {
@@ -209,13 +224,15 @@ pub async fn serve_http(
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding {addr}"))?;
+            deepen_backlog(&listener)?;
             on_ready(format!("http://{}", listener.local_addr()?));
-            tokio::spawn(crate::conns::serve(listener, app, stop.clone()))
+            tokio::spawn(crate::conns::serve(listener, app, limits, stop.clone()))
         }
         Bind::Unix(path) => {
             let listener = bind_unix(path)?;
+            deepen_backlog(&listener)?;
             on_ready(format!("unix:{}", path.display()));
-            tokio::spawn(crate::conns::serve(listener, app, stop.clone()))
+            tokio::spawn(crate::conns::serve(listener, app, limits, stop.clone()))
         }
     };
     shutdown.await;
