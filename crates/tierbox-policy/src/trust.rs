@@ -25,7 +25,9 @@
 //! # }
 //! ```
 
-use std::path::{Path, PathBuf};
+#[cfg(unix)]
+use std::path::Path;
+use std::path::PathBuf;
 
 /// Why a path is not trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
