@@ -22,7 +22,7 @@ use std::path::Path;
 pub fn read_private(file: &Path, state_dir: &Path, max_bytes: u64) -> Option<String> {
     // Nothing is read from a state directory another user could have prepared.
     #[cfg(unix)]
-    if crate::trust::check_dir(state_dir, "the state directory").is_err() {
+    if !trusted_recently(state_dir) {
         return None;
     }
     let meta = std::fs::symlink_metadata(file).ok()?;
@@ -75,6 +75,33 @@ pub fn write_private(file: &Path, text: &str) -> std::io::Result<()> {
             Err(e)
         }
     }
+}
+
+/// How long a state directory found trustworthy ([`crate::trust::check_dir`]) is taken
+/// as such before it is checked again, in milliseconds: cache reads happen on every run,
+/// and the check walks every directory above it.
+pub const TRUST_RECHECK_MS: u64 = 1000;
+
+/// [`crate::trust::check_dir`] of `state_dir`, remembered for [`TRUST_RECHECK_MS`] when it
+/// passes (a failure is never remembered).
+#[cfg(unix)]
+fn trusted_recently(state_dir: &Path) -> bool {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    static PASSED: Mutex<Vec<(std::path::PathBuf, Instant)>> = Mutex::new(Vec::new());
+    let recheck = Duration::from_millis(TRUST_RECHECK_MS);
+    let mut passed = PASSED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    passed.retain(|(_, at)| at.elapsed() < recheck);
+    if passed.iter().any(|(d, _)| d == state_dir) {
+        return true;
+    }
+    let ok = crate::trust::check_dir(state_dir, "the state directory").is_ok();
+    if ok {
+        passed.push((state_dir.to_path_buf(), Instant::now()));
+    }
+    ok
 }
 
 #[cfg(unix)]
