@@ -266,6 +266,29 @@ fn load(state_dir: &Path, workspace: &Path) -> Option<HashMap<PathBuf, Dir>> {
         .then(|| cached.dirs.into_iter().collect())
 }
 
+/// Least time between two writes of one workspace's kept listing to the state directory
+/// by one process, in milliseconds. A workspace whose root changes on every run (a Tier C
+/// run's `.git` placeholder is made and removed in it) would otherwise cost a file
+/// written and synced per run; the first write of a process is never held back.
+pub const PERSIST_INTERVAL_MS: u64 = 5_000;
+
+/// Whether this process may write `workspace`'s listing now ([`PERSIST_INTERVAL_MS`]);
+/// records the write when it may.
+fn persist_due(workspace: &Path) -> bool {
+    use std::time::{Duration, Instant};
+    static LAST: Mutex<Vec<(PathBuf, Instant)>> = Mutex::new(Vec::new());
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let interval = Duration::from_millis(PERSIST_INTERVAL_MS);
+    last.retain(|(_, at)| at.elapsed() < interval);
+    if last.iter().any(|(w, _)| w == workspace) {
+        return false;
+    }
+    last.push((workspace.to_path_buf(), Instant::now()));
+    true
+}
+
 fn store(state_dir: &Path, workspace: &Path, listing: &HashMap<PathBuf, Dir>) {
     if listing.len() > KEPT_DIRECTORIES {
         return;
@@ -342,9 +365,12 @@ pub fn scan_repos_in(
         .or_else(|| state_dir.and_then(|d| load(d, workspace)));
     let (result, listing) = imp::search(workspace, limits, previous);
     // Written when it changed: a workspace changing all the time is reread where it
-    // changed, not rewritten on every run where nothing did.
+    // changed, not rewritten on every run where nothing did; and by a long-lived process
+    // at most once per PERSIST_INTERVAL_MS (the copy serves the next process, which
+    // rereads whatever changed since anyway).
     if let (Some(dir), Some(listing), Ok(scan)) = (state_dir, &listing, &result)
         && scan.changed
+        && persist_due(workspace)
     {
         store(dir, workspace, listing);
     }
