@@ -23,12 +23,13 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+
+pub(crate) mod print;
+pub use print::MAX_FINGERPRINT_DEPTH;
 
 /// Most changes listed; the rest are only counted ([`ChangeSet::omitted`]). Bounds the
 /// outcome and the attestation of a run that rewrote a whole tree.
@@ -446,59 +447,25 @@ pub const MAX_FINGERPRINT_ENTRIES: usize = 100_000;
 /// What is at `path` now, without following a final symlink: `file:<sha256>`,
 /// `symlink:<target>`, `dir:<sha256 of every entry's relative path and fingerprint,
 /// sorted>`, `special`; `None` when nothing is there. Compared before applying a change
-/// ([`Change::before`]).
+/// ([`Change::before`]). Below `path` nothing is followed: every entry is read through a
+/// descriptor of the directory it was listed in ([`print`]).
 pub fn fingerprint(path: &Path) -> Option<String> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    let ft = meta.file_type();
-    Some(if ft.is_file() {
-        format!("file:{}", sha256_of(path).unwrap_or_default())
-    } else if ft.is_symlink() {
-        let target = std::fs::read_link(path).unwrap_or_default();
-        format!("symlink:{}", target.display())
-    } else if ft.is_dir() {
-        let mut entries = Vec::new();
-        if !tree_listing(path, Path::new(""), &mut entries) {
-            return Some("dir:too-large".to_owned());
-        }
-        entries.sort();
-        let mut hasher = Sha256::new();
-        for (rel, print) in &entries {
-            hasher.update(rel.as_os_str().as_encoded_bytes());
-            hasher.update([0]);
-            hasher.update(print.as_bytes());
-            hasher.update([0]);
-        }
-        format!("dir:{}", tierbox_attest::jcs::hex(&hasher.finalize()))
-    } else {
-        "special".to_owned()
-    })
-}
-
-/// Every entry below `root/rel` with its fingerprint (a directory's as `dir` and its
-/// mode, its entries listed on their own); false past [`MAX_FINGERPRINT_ENTRIES`].
-fn tree_listing(root: &Path, rel: &Path, out: &mut Vec<(PathBuf, String)>) -> bool {
-    let Ok(read) = std::fs::read_dir(root.join(rel)) else {
-        return true;
+    let (parent, name) = match path.file_name() {
+        Some(name) => (
+            path.parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new(".")),
+            name,
+        ),
+        None => (path, std::ffi::OsStr::new(".")),
     };
-    for entry in read.flatten() {
-        if out.len() >= MAX_FINGERPRINT_ENTRIES {
-            return false;
-        }
-        let rel = rel.join(entry.file_name());
-        let path = root.join(&rel);
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            out.push((rel.clone(), format!("dir {:o}", meta.mode() & 0o7777)));
-            if !tree_listing(root, &rel, out) {
-                return false;
-            }
-        } else if let Some(print) = fingerprint(&path) {
-            out.push((rel, format!("{print} {:o}", meta.mode() & 0o7777)));
-        }
-    }
-    true
+    let dir = rustix::fs::open(
+        parent,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()?;
+    print::fingerprint_at(std::os::fd::AsFd::as_fd(&dir), name).map(|seen| seen.print)
 }
 
 /// Flags that follow from where a path is: inside a `.git` directory, or a new one.
@@ -563,18 +530,7 @@ fn is_opaque(dir: &Path) -> bool {
 }
 
 fn sha256_of(path: &Path) -> Option<String> {
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => hasher.update(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    Some(tierbox_attest::jcs::hex(&hasher.finalize()))
+    print::hash(std::fs::File::open(path).ok()?.into())
 }
 
 /// Pairs a deleted file with an added one of the same content: a rename.

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use sha2::{Digest, Sha256};
 use std::os::unix::fs::PermissionsExt;
 
 /// An overlay's two layers, built by hand in overlayfs's format.

@@ -7,14 +7,16 @@
 //! fingerprint of what the workspace had at its path) and `files/`, the new content of
 //! every added, modified or renamed file and symlink at its relative path.
 //!
-//! Applying ([`ChangeStore::apply`]) never trusts the workspace to be as it was:
+//! Applying ([`ChangeStore::apply`]) never trusts the workspace to be as it was, nor to
+//! stay as it is while the apply runs (the run's processes, the workspace's owner or
+//! anyone with write access may rename, swap and link entries underneath):
 //!
-//! - every path is reached from an `O_PATH` fd of the workspace root with
-//!   `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`: no symlink is followed, in the
-//!   workspace or out of it (a symlink the run made is applied as a symlink, never read
-//!   through);
 //! - each path's entry must still match the change's [`Change::before`] fingerprint
-//!   (content hash): otherwise nothing is applied and the error names the path;
+//!   (content hash), and stay the same inode up to the moment it is replaced: otherwise
+//!   nothing is applied and the error names the path;
+//! - no name is resolved through a symlink and no mode, owner or content is changed
+//!   through a name: every step works on file descriptors held from the workspace root
+//!   (the invariant is written out, and checked by a test, in `review/apply.rs`);
 //! - new content is written to a staging directory inside the workspace first, with
 //!   permission bits only (no setuid, setgid or sticky bit); device nodes, FIFOs and
 //!   sockets are never applied;
@@ -33,16 +35,20 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
+use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
-use crate::changes::{Change, ChangeFlag, ChangeKind, ChangeSet, fingerprint, scan_all};
+use crate::changes::print::BENEATH;
+use crate::changes::{Change, ChangeKind, ChangeSet, scan_all};
+
+mod apply;
+pub use apply::MAX_STAGING_DEPTH;
 
 /// Directory of the kept change sets, in the state directory.
 pub const CHANGES_DIR: &str = "changes";
@@ -128,6 +134,19 @@ pub enum ReviewError {
         /// The path.
         path: PathBuf,
     },
+    /// An apply failed and undoing it could not put everything back: what it had moved
+    /// aside is kept in the staging directory.
+    #[error(
+        "{cause}; undoing the apply left entries in {}: {}", staging.display(), left.join("; ")
+    )]
+    RollbackIncomplete {
+        /// Why the apply failed.
+        cause: Box<ReviewError>,
+        /// The staging directory, kept.
+        staging: PathBuf,
+        /// Each step not undone, with why.
+        left: Vec<String>,
+    },
     /// A file system call failed (nothing was applied when this comes from `apply`).
     #[error("{what} {}: {source}", path.display())]
     Io {
@@ -152,6 +171,7 @@ impl ReviewError {
             Self::ChangedDuringRun { .. } => "changes.changed_during_run",
             Self::Incomplete { .. } => "changes.incomplete",
             Self::UnsafePath { .. } => "changes.unsafe_path",
+            Self::RollbackIncomplete { .. } => "changes.rollback_incomplete",
             Self::Io { .. } => "changes.io",
         }
     }
@@ -205,6 +225,11 @@ pub struct Applied {
     pub bits_dropped: Vec<PathBuf>,
     /// Changes of the set still kept (a partial apply); 0 when the set was removed.
     pub remaining: usize,
+    /// The staging directory, when the apply succeeded but something in it could not be
+    /// removed (a moved-aside tree deeper than [`MAX_STAGING_DEPTH`], or one that was
+    /// being written to): what it holds is what the apply replaced or deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub staging_left: Option<PathBuf>,
 }
 
 /// A change an apply left out.
@@ -471,7 +496,10 @@ impl ChangeStore {
         }
         let selected = select(&kept, paths)?;
         let dir = self.run_dir(run_id)?;
-        let applied = Apply::new(&kept.workspace, &dir.join(FILES_DIR), run_id)?
+        let files = dir.join(FILES_DIR);
+        let root = open_root(&kept.workspace, "open the workspace")?;
+        let files_fd = open_root(&files, "open the kept content")?;
+        let applied = apply::Apply::new(&kept.workspace, root, files_fd, run_id)?
             .run(&kept.changes.changes, &selected)?;
         let remaining: Vec<Change> = kept
             .changes
@@ -726,6 +754,17 @@ fn text_of(mut file: File) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
+/// An `O_PATH` descriptor of the directory `path`: one of the two roots an apply starts
+/// from (the workspace, the kept content).
+fn open_root(path: &Path, what: &'static str) -> Result<OwnedFd, ReviewError> {
+    rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(rio(what, path))
+}
+
 fn set_mode(path: &Path, mode: u32) -> Result<(), ReviewError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io("chmod", path))
@@ -795,415 +834,6 @@ fn select(kept: &KeptChanges, paths: Option<&[PathBuf]>) -> Result<BTreeSet<usiz
     }
     out.extend(parents);
     Ok(out)
-}
-
-/// One step of an apply, undone in reverse order on failure.
-enum Done {
-    /// The entry at `rel` was moved to `backup` in the staging directory.
-    MovedAside { rel: PathBuf, backup: String },
-    /// A new entry was renamed into place at `rel` (from `staged`).
-    Placed { rel: PathBuf, staged: String },
-    /// The directory `rel` was made.
-    MadeDir { rel: PathBuf },
-    /// The directory `rel` had its mode changed from `old`.
-    Chmod { rel: PathBuf, old: u32 },
-}
-
-/// An apply in progress: the workspace root, the staging directory in it, the kept
-/// content.
-struct Apply<'a> {
-    workspace: &'a Path,
-    root: OwnedFd,
-    files: &'a Path,
-    staging_name: String,
-    stage: Option<OwnedFd>,
-    owner: (u32, u32),
-    done: Vec<Done>,
-    next: usize,
-}
-
-const BENEATH: ResolveFlags = ResolveFlags::BENEATH
-    .union(ResolveFlags::NO_SYMLINKS)
-    .union(ResolveFlags::NO_MAGICLINKS);
-
-impl<'a> Apply<'a> {
-    fn new(workspace: &'a Path, files: &'a Path, run_id: &str) -> Result<Self, ReviewError> {
-        let root = rustix::fs::open(
-            workspace,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(rio("open the workspace", workspace))?;
-        let st = rustix::fs::fstat(&root).map_err(rio("stat the workspace", workspace))?;
-        Ok(Self {
-            workspace,
-            root,
-            files,
-            staging_name: format!("{STAGING_PREFIX}{run_id}"),
-            stage: None,
-            owner: (st.st_uid, st.st_gid),
-            done: Vec::new(),
-            next: 0,
-        })
-    }
-
-    /// The directory containing `rel`, reached without following any symlink; `None`
-    /// when it does not exist (yet).
-    fn parent(&self, rel: &Path) -> Result<Option<OwnedFd>, ReviewError> {
-        let parent = rel
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        match rustix::fs::openat2(
-            &self.root,
-            parent,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            BENEATH,
-        ) {
-            Ok(fd) => Ok(Some(fd)),
-            Err(rustix::io::Errno::NOENT) => Ok(None),
-            Err(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV | rustix::io::Errno::NOTDIR) => {
-                Err(ReviewError::UnsafePath {
-                    path: rel.to_path_buf(),
-                })
-            }
-            Err(e) => Err(rio("open the parent of", rel)(e)),
-        }
-    }
-
-    /// The fingerprint of what is at `rel` now (`None`: nothing).
-    fn current(&self, rel: &Path) -> Result<Option<String>, ReviewError> {
-        let Some(parent) = self.parent(rel)? else {
-            return Ok(None);
-        };
-        let Some(name) = rel.file_name() else {
-            return Ok(None);
-        };
-        let proc = PathBuf::from(format!("/proc/self/fd/{}", fd_num(&parent))).join(name);
-        Ok(fingerprint(&proc))
-    }
-
-    /// Checks every selected path against what the change was made from.
-    fn verify(&self, changes: &[Change], selected: &BTreeSet<usize>) -> Result<(), ReviewError> {
-        // What each path must hold now: the first change at a path decides (a deletion
-        // before what replaces it); a rename's target must be free and its source as it was.
-        let mut expected: BTreeMap<&Path, Option<&str>> = BTreeMap::new();
-        for &i in selected {
-            let c = &changes[i];
-            if !plain(&c.path) || c.renamed_from.as_deref().is_some_and(|f| !plain(f)) {
-                return Err(ReviewError::UnsafePath {
-                    path: c.path.clone(),
-                });
-            }
-            if c.flags.contains(&ChangeFlag::ChangedDuringRun) {
-                return Err(ReviewError::ChangedDuringRun {
-                    path: c.path.clone(),
-                });
-            }
-            match (c.kind, &c.renamed_from) {
-                (ChangeKind::Renamed, Some(from)) => {
-                    expected.entry(from).or_insert(c.before.as_deref());
-                    expected.entry(&c.path).or_insert(None);
-                }
-                (ChangeKind::Added, _) => {
-                    expected.entry(&c.path).or_insert(None);
-                }
-                _ => {
-                    expected.entry(&c.path).or_insert(c.before.as_deref());
-                }
-            }
-        }
-        for (path, want) in expected {
-            let found = self.current(path)?;
-            if found.as_deref() != want {
-                return Err(ReviewError::Conflict {
-                    path: path.to_path_buf(),
-                    expected: want.unwrap_or("nothing").to_owned(),
-                    found: found.unwrap_or_else(|| "nothing".to_owned()),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn stage(&self) -> &OwnedFd {
-        self.stage.as_ref().unwrap_or(&self.root)
-    }
-
-    fn fresh_name(&mut self, kind: &str) -> String {
-        self.next += 1;
-        format!("{kind}{}", self.next)
-    }
-
-    /// Writes the new content of `c` into the staging directory; returns its name there
-    /// and whether setuid/setgid bits were dropped.
-    fn write_staged(
-        &mut self,
-        c: &Change,
-        owner: (u32, u32),
-    ) -> Result<(String, bool), ReviewError> {
-        let name = self.fresh_name("n");
-        let from = self.files.join(&c.path);
-        let (uid, gid) = (
-            rustix::fs::Uid::from_raw(owner.0),
-            rustix::fs::Gid::from_raw(owner.1),
-        );
-        if c.file_type == "symlink" {
-            let target = std::fs::read_link(&from).map_err(io("read the kept link", &from))?;
-            rustix::fs::symlinkat(&target, self.stage(), name.as_str())
-                .map_err(rio("stage", &c.path))?;
-            rustix::fs::chownat(
-                self.stage(),
-                name.as_str(),
-                Some(uid),
-                Some(gid),
-                AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .map_err(rio("chown", &c.path))?;
-            return Ok((name, false));
-        }
-        let mode = c.mode.unwrap_or(0o644);
-        let fd = rustix::fs::openat(
-            self.stage(),
-            name.as_str(),
-            OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(rio("stage", &c.path))?;
-        let mut dst = File::from(fd);
-        let mut src = File::open(&from).map_err(io("open the kept file", &from))?;
-        std::io::copy(&mut src, &mut dst).map_err(io("stage", &c.path))?;
-        rustix::fs::fchown(&dst, Some(uid), Some(gid)).map_err(rio("chown", &c.path))?;
-        rustix::fs::fchmod(&dst, Mode::from_raw_mode(mode & 0o777))
-            .map_err(rio("chmod", &c.path))?;
-        dst.sync_all().map_err(io("sync", &c.path))?;
-        Ok((name, mode & 0o6000 != 0))
-    }
-
-    /// The owner a new or replacing entry at `rel` gets: the replaced entry's, else the
-    /// workspace root's.
-    fn owner_for(&self, rel: &Path) -> (u32, u32) {
-        let Ok(Some(parent)) = self.parent(rel) else {
-            return self.owner;
-        };
-        let Some(name) = rel.file_name() else {
-            return self.owner;
-        };
-        match rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => (st.st_uid, st.st_gid),
-            Err(_) => self.owner,
-        }
-    }
-
-    fn existing_parent(&self, rel: &Path) -> Result<OwnedFd, ReviewError> {
-        self.parent(rel)?.ok_or_else(|| ReviewError::Io {
-            what: "find the parent directory of",
-            path: rel.to_path_buf(),
-            source: std::io::Error::from(std::io::ErrorKind::NotFound),
-        })
-    }
-
-    fn name(rel: &Path) -> &std::ffi::OsStr {
-        rel.file_name().unwrap_or(rel.as_os_str())
-    }
-
-    /// Moves the entry at `rel` into the staging directory.
-    fn move_aside(&mut self, rel: &Path) -> Result<(), ReviewError> {
-        let parent = self.existing_parent(rel)?;
-        let backup = self.fresh_name("b");
-        rustix::fs::renameat(&parent, Self::name(rel), self.stage(), backup.as_str())
-            .map_err(rio("move aside", rel))?;
-        self.done.push(Done::MovedAside {
-            rel: rel.to_path_buf(),
-            backup,
-        });
-        Ok(())
-    }
-
-    fn place(&mut self, staged: String, rel: &Path) -> Result<(), ReviewError> {
-        let parent = self.existing_parent(rel)?;
-        rustix::fs::renameat_with(
-            self.stage(),
-            staged.as_str(),
-            &parent,
-            Self::name(rel),
-            rustix::fs::RenameFlags::NOREPLACE,
-        )
-        .map_err(rio("place", rel))?;
-        self.done.push(Done::Placed {
-            rel: rel.to_path_buf(),
-            staged,
-        });
-        Ok(())
-    }
-
-    fn run(
-        mut self,
-        changes: &[Change],
-        selected: &BTreeSet<usize>,
-    ) -> Result<Applied, ReviewError> {
-        self.verify(changes, selected)?;
-        rustix::fs::mkdirat(
-            &self.root,
-            self.staging_name.as_str(),
-            Mode::from_raw_mode(0o700),
-        )
-        .map_err(rio(
-            "create the staging directory",
-            self.workspace.join(&self.staging_name),
-        ))?;
-        let stage = rustix::fs::openat2(
-            &self.root,
-            self.staging_name.as_str(),
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            BENEATH,
-        );
-        let result = match stage {
-            Ok(fd) => {
-                self.stage = Some(fd);
-                self.commit(changes, selected)
-            }
-            Err(e) => Err(rio(
-                "open the staging directory",
-                self.workspace.join(&self.staging_name),
-            )(e)),
-        };
-        if result.is_err() {
-            self.roll_back();
-        }
-        let _ = std::fs::remove_dir_all(self.workspace.join(&self.staging_name));
-        result
-    }
-
-    fn commit(
-        &mut self,
-        changes: &[Change],
-        selected: &BTreeSet<usize>,
-    ) -> Result<Applied, ReviewError> {
-        let mut applied = Applied::default();
-        // Content first, so a failure to stage (a full disk) changes nothing.
-        let mut staged: BTreeMap<usize, String> = BTreeMap::new();
-        for &i in selected {
-            let c = &changes[i];
-            if c.kind == ChangeKind::Deleted {
-                continue;
-            }
-            match c.file_type.as_str() {
-                "file" | "symlink" => {
-                    let owner = self.owner_for(&c.path);
-                    let (name, dropped) = self.write_staged(c, owner)?;
-                    if dropped {
-                        applied.bits_dropped.push(c.path.clone());
-                    }
-                    staged.insert(i, name);
-                }
-                "special" => applied.skipped.push(Skipped {
-                    path: c.path.clone(),
-                    reason: "device nodes, FIFOs and sockets are never applied".to_owned(),
-                }),
-                _ => {}
-            }
-        }
-        for &i in selected {
-            let c = &changes[i];
-            match (c.kind, c.file_type.as_str()) {
-                (ChangeKind::Deleted, _) => self.move_aside(&c.path)?,
-                (_, "special") => continue,
-                (ChangeKind::Added, "dir") => self.make_dir(c)?,
-                (ChangeKind::Modified, "dir") => self.chmod_dir(c)?,
-                (kind, _) => {
-                    if let (ChangeKind::Renamed, Some(from)) = (kind, &c.renamed_from) {
-                        self.move_aside(from)?;
-                    }
-                    if kind == ChangeKind::Modified {
-                        self.move_aside(&c.path)?;
-                    }
-                    let Some(name) = staged.remove(&i) else {
-                        continue;
-                    };
-                    self.place(name, &c.path)?;
-                }
-            }
-            applied.applied.push(c.path.clone());
-        }
-        Ok(applied)
-    }
-
-    /// Makes the new directory of `c` (the workspace root's owner, permission bits only).
-    fn make_dir(&mut self, c: &Change) -> Result<(), ReviewError> {
-        let parent = self.existing_parent(&c.path)?;
-        let mode = c.mode.unwrap_or(0o755) & 0o1777;
-        rustix::fs::mkdirat(&parent, Self::name(&c.path), Mode::from_raw_mode(mode))
-            .map_err(rio("create", &c.path))?;
-        self.done.push(Done::MadeDir {
-            rel: c.path.clone(),
-        });
-        let (uid, gid) = self.owner;
-        rustix::fs::chownat(
-            &parent,
-            Self::name(&c.path),
-            Some(rustix::fs::Uid::from_raw(uid)),
-            Some(rustix::fs::Gid::from_raw(gid)),
-            AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .map_err(rio("chown", &c.path))?;
-        chmod_at(&parent, &c.path, mode)
-    }
-
-    /// Gives the directory of `c` its new permission bits, remembering the old ones.
-    fn chmod_dir(&mut self, c: &Change) -> Result<(), ReviewError> {
-        let parent = self.existing_parent(&c.path)?;
-        let st = rustix::fs::statat(&parent, Self::name(&c.path), AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(rio("stat", &c.path))?;
-        chmod_at(&parent, &c.path, c.mode.unwrap_or(0o755) & 0o1777)?;
-        self.done.push(Done::Chmod {
-            rel: c.path.clone(),
-            old: st.st_mode & 0o7777,
-        });
-        Ok(())
-    }
-
-    /// Undoes every step taken, newest first (best effort: each undo is a rename back).
-    fn roll_back(&mut self) {
-        while let Some(step) = self.done.pop() {
-            let Ok(Some(parent)) = self.parent(match &step {
-                Done::MovedAside { rel, .. }
-                | Done::Placed { rel, .. }
-                | Done::MadeDir { rel }
-                | Done::Chmod { rel, .. } => rel,
-            }) else {
-                continue;
-            };
-            let _ = match step {
-                Done::MovedAside { rel, backup } => {
-                    rustix::fs::renameat(self.stage(), backup.as_str(), &parent, Self::name(&rel))
-                }
-                Done::Placed { rel, staged } => {
-                    rustix::fs::renameat(&parent, Self::name(&rel), self.stage(), staged.as_str())
-                }
-                Done::MadeDir { rel } => {
-                    rustix::fs::unlinkat(&parent, Self::name(&rel), AtFlags::REMOVEDIR)
-                }
-                Done::Chmod { rel, old } => {
-                    let _ = chmod_at(&parent, &rel, old);
-                    Ok(())
-                }
-            };
-        }
-    }
-}
-
-/// `chmodat(parent, name of rel, mode)`.
-fn chmod_at(parent: &OwnedFd, rel: &Path, mode: u32) -> Result<(), ReviewError> {
-    rustix::fs::chmodat(
-        parent,
-        Apply::name(rel),
-        Mode::from_raw_mode(mode),
-        AtFlags::empty(),
-    )
-    .map_err(rio("chmod", rel))
 }
 
 fn fd_num(fd: &impl AsFd) -> i32 {

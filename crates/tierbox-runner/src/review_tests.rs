@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
+use crate::changes::{ChangeFlag, fingerprint};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
@@ -364,4 +365,89 @@ fn the_diff_never_reads_through_a_symlink_planted_after_the_run() {
     let diff = s.store.diff("d1", DEFAULT_DIFF_BYTES).unwrap();
     assert!(!diff.contains("host secret"), "{diff}");
     assert!(diff.contains("dir/file.txt"), "{diff}");
+}
+
+/// The invariant of `review/apply.rs` (its module documentation), as a lint: outside its
+/// tests the apply code makes no path-based `std::fs` call and no `*at` call that would
+/// follow a final symlink (`AtFlags::empty()`), `unlinkat` aside, which never follows one.
+#[test]
+fn the_apply_code_resolves_no_names() {
+    let source = include_str!("review/apply.rs");
+    let code = source.split("#[cfg(test)]").next().unwrap();
+    // Path-taking calls and methods of std (rustix's `*at` calls take a descriptor).
+    let forbidden = [
+        "File::open",
+        "File::create",
+        "OpenOptions",
+        "rustix::fs::open(",
+        "rustix::fs::chmodat",
+        "/proc/self/fd",
+        ".exists()",
+        ".is_dir()",
+        ".is_file()",
+        ".is_symlink()",
+        ".metadata()",
+        ".read_dir()",
+        ".read_link()",
+        "canonicalize",
+    ];
+    // `fs::` not preceded by `rustix::`: std's path-based functions.
+    let std_fs = |text: &str| {
+        text.match_indices("fs::")
+            .any(|(at, _)| !text[..at].ends_with("rustix::") && text != "use std::fs::File;")
+    };
+    let mut found = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        let text = line.trim_start();
+        if text.starts_with("//") {
+            continue;
+        }
+        for f in forbidden {
+            if text.contains(f) {
+                found.push(format!("line {}: {f}: {text}", n + 1));
+            }
+        }
+        if std_fs(text) {
+            found.push(format!("line {}: std::fs: {text}", n + 1));
+        }
+        if text.contains("AtFlags::empty()") && !text.starts_with("const UNLINK_NAME: AtFlags") {
+            found.push(format!("line {}: AtFlags::empty(): {text}", n + 1));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "name-resolving calls in review/apply.rs:\n{}",
+        found.join("\n")
+    );
+    // The lint sees what it looks for.
+    assert!(code.contains("const UNLINK_NAME: AtFlags = AtFlags::empty();"));
+}
+
+/// A directory fingerprint read through descriptors is the one the change set recorded,
+/// and an entry swapped while being read matches nothing.
+#[test]
+fn fingerprints_through_descriptors_cover_files_links_and_modes() {
+    let s = Scene::new();
+    write(&s.ws.join("t/a.txt"), "a\n");
+    write(&s.ws.join("t/sub/b.txt"), "b\n");
+    std::os::unix::fs::symlink("/etc/passwd", s.ws.join("t/link")).unwrap();
+    let first = fingerprint(&s.ws.join("t")).unwrap();
+    assert!(first.starts_with("dir:"), "{first}");
+    assert_eq!(fingerprint(&s.ws.join("t")).unwrap(), first);
+    std::fs::set_permissions(s.ws.join("t/sub"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_ne!(
+        fingerprint(&s.ws.join("t")).unwrap(),
+        first,
+        "a mode below counts"
+    );
+    assert_eq!(
+        fingerprint(&s.ws.join("t/link")).unwrap(),
+        "symlink:/etc/passwd"
+    );
+    assert!(
+        fingerprint(&s.ws.join("t/a.txt"))
+            .unwrap()
+            .starts_with("file:")
+    );
+    assert_eq!(fingerprint(&s.ws.join("t/none")), None);
 }
