@@ -927,14 +927,14 @@ async fn watch(
             abort.abort();
         }
     }
-    let scratch = crate::review::settle_scratch(
-        &review.plan,
-        &mut guard.launched,
-        &review.state_dir,
-        &entry.id,
-        launched_at,
-    )
-    .await;
+    let run_for = supervisor::RunFor {
+        state_dir: &review.state_dir,
+        run_id: &entry.id,
+        owner: &entry.owner,
+    };
+    let scratch =
+        crate::review::settle_scratch(&review.plan, &mut guard.launched, &run_for, launched_at)
+            .await;
     drop(mediator);
     let mut end_report = scratch.for_status(limit, &review.plan);
     end_report.denial_reports = supervisor::add_refusals(

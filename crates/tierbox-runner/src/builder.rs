@@ -15,7 +15,7 @@ use crate::audit::{Auditor, now_unix_ms};
 use crate::background::{BackgroundError, BackgroundHandle, BackgroundManager, Seal};
 use crate::outcome::Outcome;
 use crate::stream::OutputEvent;
-use crate::supervisor::{RunError, RunOptions, run_plan, run_plan_streaming};
+use crate::supervisor::{RunError, RunOptions, run_plan};
 use crate::wasm::TierARun;
 
 /// Builder defaults (from the `SandboxedCommand` API this replaces): wall timeout.
@@ -237,6 +237,8 @@ pub struct Runner {
     /// [`tierbox_attest::policy_digest`] of `policy`, which never changes after
     /// construction: computed on first use (shared by clones).
     policy_digest: Arc<std::sync::OnceLock<String>>,
+    /// Whose the change sets of its overlay runs are ([`Runner::with_owner`]).
+    owner: Arc<str>,
 }
 
 impl Runner {
@@ -282,7 +284,33 @@ impl Runner {
             auditor: Arc::default(),
             tier_a: None,
             policy_digest: Arc::default(),
+            owner: crate::supervisor::local_owner().into(),
         }
+    }
+
+    /// This runner (sharing its background processes, auditor and caches) running for
+    /// `owner`: the change set an overlay run keeps is `owner`'s
+    /// ([`crate::review::KeptChanges::owner`]); by default the local user's
+    /// ([`crate::supervisor::local_owner`]). A server names the authenticated caller.
+    ///
+    /// ```
+    /// use tierbox_policy::Policy;
+    /// use tierbox_runner::Runner;
+    ///
+    /// let runner = Runner::new(Policy::builtin_default());
+    /// assert_eq!(runner.with_owner("session:ab12").owner(), "session:ab12");
+    /// assert!(runner.owner().starts_with("uid:"));
+    /// ```
+    pub fn with_owner(&self, owner: impl Into<String>) -> Self {
+        Self {
+            owner: owner.into().into(),
+            ..self.clone()
+        }
+    }
+
+    /// Whose the change sets of this runner's overlay runs are.
+    pub fn owner(&self) -> &str {
+        &self.owner
     }
 
     /// Whether this runner runs Tier A ([`Runner::new`]) or not
@@ -662,9 +690,8 @@ impl Runner {
         events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
     ) -> Result<Outcome, RunError> {
         match (prepared, events) {
-            (Prepared::Native(plan), None) => run_plan(&plan, &self.options).await,
-            (Prepared::Native(plan), Some(tx)) => {
-                run_plan_streaming(&plan, &self.options, tx).await
+            (Prepared::Native(plan), events) => {
+                crate::supervisor::run_plan_for(&plan, &self.options, events, &self.owner).await
             }
             (Prepared::Wasm(plan), events) => match self.tier_a {
                 Some(run) => run(&plan, &self.options, events).await,

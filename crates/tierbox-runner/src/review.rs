@@ -199,6 +199,12 @@ fn rio(
 pub struct KeptChanges {
     /// The run that made the changes.
     pub run_id: String,
+    /// Whose they are: the caller the run was made for — `uid:<n>` for the CLI and the
+    /// library, `session:<id>` for an HTTP session token, `mcp:<id>` for an MCP
+    /// connection, `http:<name>` for the operator token with a `Tierbox-Session` header.
+    /// Empty in a set kept before owners were recorded: the operator's only.
+    #[serde(default)]
+    pub owner: String,
     /// The workspace they apply to.
     pub workspace: PathBuf,
     /// When the run ended, in milliseconds since the epoch.
@@ -286,10 +292,12 @@ impl ChangeStore {
 
     /// Reads the changes of a run from its overlay's `upper` layer against `workspace`
     /// (flagging what changed in the workspace since `started`) and, when there are any,
-    /// keeps them for `keep_for`. Returns every change (the caller bounds what it shows).
+    /// keeps them for `keep_for`, as `owner`'s ([`KeptChanges::owner`]). Returns every
+    /// change (the caller bounds what it shows).
     pub fn keep(
         &self,
         run_id: &str,
+        owner: &str,
         upper: &Path,
         workspace: &Path,
         started: SystemTime,
@@ -329,6 +337,7 @@ impl ChangeStore {
             }
             let manifest = KeptChanges {
                 run_id: run_id.to_owned(),
+                owner: owner.to_owned(),
                 workspace: workspace.to_path_buf(),
                 created_unix_ms: now_unix_ms(),
                 expires_unix_ms: now_unix_ms()
@@ -670,10 +679,10 @@ pub(crate) struct EndReport {
 pub(crate) async fn settle_scratch(
     plan: &tierbox_policy::Plan,
     l: &mut tierbox_sandbox::running::RunningSandbox,
-    state_dir: &Path,
-    run_id: &str,
+    run_for: &crate::supervisor::RunFor<'_>,
     launched_at: SystemTime,
 ) -> Scratch {
+    let (state_dir, run_id) = (run_for.state_dir, run_for.run_id);
     let tmp = l.tmp_fs.take();
     let layer = l.upper_layer.take();
     let disk_full = tmp.iter().chain(layer.iter()).any(is_full);
@@ -691,12 +700,13 @@ pub(crate) async fn settle_scratch(
             .unwrap_or(tierbox_policy::policy::DEFAULT_KEEP_CHANGES_SECS),
     );
     let run_id = run_id.to_owned();
+    let owner = run_for.owner.to_owned();
     let state_dir = state_dir.to_path_buf();
     let kept = tokio::task::spawn_blocking(move || {
         let upper = PathBuf::from(format!("/proc/self/fd/{}", fd_num(&layer)))
             .join(tierbox_sandbox::linux::ns::child::OVERLAY_UPPER);
         let mut set = store
-            .keep(&run_id, &upper, &workspace, launched_at, keep_for)
+            .keep(&run_id, &owner, &upper, &workspace, launched_at, keep_for)
             .map_err(|e| e.to_string())?;
         if !set.is_empty() {
             set.kept = Some(crate::changes::KeptAt { state_dir, run_id });

@@ -105,6 +105,7 @@ impl Scene {
         self.store
             .keep(
                 run_id,
+                "uid:0",
                 &self.upper,
                 &self.ws,
                 SystemTime::now() + Duration::from_secs(3600),
@@ -298,7 +299,14 @@ fn expired_sets_are_removed_and_nothing_is_kept_for_no_change() {
     ));
     write(&s.upper.join("x"), "x");
     s.store
-        .keep("b1", &s.upper, &s.ws, SystemTime::now(), Duration::ZERO)
+        .keep(
+            "b1",
+            "uid:0",
+            &s.upper,
+            &s.ws,
+            SystemTime::now(),
+            Duration::ZERO,
+        )
         .unwrap();
     assert!(matches!(
         s.store.get("b1"),
@@ -325,7 +333,14 @@ fn a_change_made_in_the_workspace_during_the_run_is_never_applied() {
     let started = SystemTime::now() - Duration::from_secs(60);
     let set = s
         .store
-        .keep("c0", &s.upper, &s.ws, started, Duration::from_secs(60))
+        .keep(
+            "c0",
+            "uid:0",
+            &s.upper,
+            &s.ws,
+            started,
+            Duration::from_secs(60),
+        )
         .unwrap();
     assert!(set.changes[0].flags.contains(&ChangeFlag::ChangedDuringRun));
     assert!(matches!(

@@ -211,7 +211,29 @@ pub fn enable_subreaper() -> std::io::Result<()> {
 /// is always alive while the run is supervised. Dropping the future kills the run's whole
 /// process tree.
 pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunError> {
-    run_plan_tapped(plan, opts, None).await
+    run_plan_tapped(plan, opts, None, &local_owner()).await
+}
+
+/// The owner of the change sets a run keeps when the caller names none: the local user,
+/// `uid:<effective uid>` (the CLI, the library).
+pub fn local_owner() -> String {
+    format!(
+        "{LOCAL_OWNER_PREFIX}{}",
+        rustix::process::geteuid().as_raw()
+    )
+}
+
+/// Prefix of [`local_owner`].
+pub const LOCAL_OWNER_PREFIX: &str = "uid:";
+
+/// Where a run's files go and whom its kept changes belong to.
+pub(crate) struct RunFor<'a> {
+    /// The state directory.
+    pub(crate) state_dir: &'a std::path::Path,
+    /// The run's id.
+    pub(crate) run_id: &'a str,
+    /// The owner of its kept change set ([`crate::review::KeptChanges::owner`]).
+    pub(crate) owner: &'a str,
 }
 
 /// [`run_plan`], sending the output as it happens to `events` (line-buffered, redacted,
@@ -223,13 +245,26 @@ pub async fn run_plan_streaming(
     events: tokio::sync::mpsc::Sender<OutputEvent>,
 ) -> Result<Outcome, RunError> {
     let tap = Arc::new(Tap::for_plan(events, &plan.redaction, &plan.output));
-    run_plan_tapped(plan, opts, Some(tap)).await
+    run_plan_tapped(plan, opts, Some(tap), &local_owner()).await
+}
+
+/// [`run_plan`] (with `events`, [`run_plan_streaming`]) for `owner`: the owner of the
+/// change set an overlay run keeps.
+pub(crate) async fn run_plan_for(
+    plan: &Plan,
+    opts: &RunOptions,
+    events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+    owner: &str,
+) -> Result<Outcome, RunError> {
+    let tap = events.map(|tx| Arc::new(Tap::for_plan(tx, &plan.redaction, &plan.output)));
+    run_plan_tapped(plan, opts, tap, owner).await
 }
 
 async fn run_plan_tapped(
     plan: &Plan,
     opts: &RunOptions,
     tap: Option<Arc<Tap>>,
+    owner: &str,
 ) -> Result<Outcome, RunError> {
     let facts = host_facts();
     let tier = tierbox_sandbox::select::select_tier(plan, facts)?;
@@ -296,8 +331,11 @@ async fn run_plan_tapped(
         plan,
         &mut guard.launched,
         started,
-        &opts.state_dir,
-        &run_id,
+        &RunFor {
+            state_dir: &opts.state_dir,
+            run_id: &run_id,
+            owner,
+        },
         proxy,
         tap,
     )
@@ -419,11 +457,11 @@ async fn supervise(
     plan: &Plan,
     l: &mut RunningSandbox,
     started: Instant,
-    state_dir: &std::path::Path,
-    run_id: &str,
+    run_for: &RunFor<'_>,
     proxy: Option<Proxy>,
     tap: Option<Arc<Tap>>,
 ) -> Result<Outcome, RunError> {
+    let (state_dir, run_id) = (run_for.state_dir, run_for.run_id);
     let capture = Capture::start(plan, l, &state_dir.join("spill"), run_id, tap)?;
     let pidfd = l.watch_exit().map_err(|source| RunError::Io {
         what: "register pidfd",
@@ -443,7 +481,7 @@ async fn supervise(
     let launched_at = std::time::SystemTime::now() - started.elapsed();
     let handed_off = ended_run.refusals.take();
     let mut outcome = outcome_of(plan, l, ended, ending, ended_run, duration_ms);
-    let scratch = crate::review::settle_scratch(plan, l, state_dir, run_id, launched_at).await;
+    let scratch = crate::review::settle_scratch(plan, l, run_for, launched_at).await;
     scratch.record(&mut outcome);
     outcome.denials = crate::denials::of_run(
         outcome.egress.as_ref(),

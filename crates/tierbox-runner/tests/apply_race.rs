@@ -197,6 +197,7 @@ impl Race {
             self.store
                 .keep(
                     &run_id,
+                    "uid:0",
                     &self.upper,
                     &self.ws,
                     SystemTime::now() + Duration::from_secs(3600),
