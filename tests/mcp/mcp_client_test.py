@@ -47,6 +47,9 @@ TOOLS = {
     "changes_discard",
     "wasm_run",
 }
+# An MCP connection is an agent: changes_apply is offered only where the server's policy
+# says workspace.agent_may_apply (docs/api.md, "Tokens").
+AGENT_TOOLS = TOOLS - {"changes_apply"}
 HANDLE_FIELDS = {"status", "startup_stdout", "startup_stderr"}
 STATUS_FIELDS = {
     "id", "state", "exit_code", "signal", "argv", "lifetime", "lifetime_ms",
@@ -244,15 +247,18 @@ def status_of(sc: Any) -> dict:
 # ---------------------------------------------------------------------------------------
 
 
-async def section_tools(client) -> None:
+async def section_tools(client, offered=AGENT_TOOLS) -> None:
     listing = await client.list_tools()
     tools = {tool.name: tool for tool in listing.tools}
-    check(f"tools/list has exactly the {len(TOOLS)} tools", set(tools) == TOOLS, sorted(tools))
-    for name in sorted(TOOLS):
+    check(f"tools/list has exactly the {len(offered)} tools", set(tools) == offered, sorted(tools))
+    if "changes_apply" not in offered:
+        result, sc = await call(client, "changes_apply", {"run_id": "0" * 32})
+        expect_rejection("changes_apply is refused to an agent by default", result, sc, "changes.apply_denied")
+    for name in sorted(offered):
         tool = tools.get(name)
         schema = getattr(tool, "input_schema", None)
         check(f"tool {name} has an inputSchema object", isinstance(schema, dict) and schema.get("type") == "object", schema)
-    for name in sorted(TOOLS):
+    for name in sorted(offered):
         out = getattr(tools.get(name), "output_schema", None)
         ok = isinstance(out, dict) and out.get("type") == "object"
         check(f"tool {name} declares an outputSchema object", ok, out if not ok else None)
@@ -284,6 +290,8 @@ async def section_tools(client) -> None:
         "changes_discard": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
     }
     for name, hints in expect.items():
+        if name not in offered:
+            continue
         annotations = getattr(tools.get(name), "annotations", None)
         got = annotations.model_dump(by_alias=True) if annotations is not None else {}
         check(f"tool {name} annotations {hints}", all(got.get(k) == v for k, v in hints.items()), got)
@@ -560,7 +568,7 @@ async def section_legacy(ctx: Tierbox) -> None:
         check("legacy handshake: negotiated a handshake-era protocol", not str(client.protocol_version).startswith("2026"),
               client.protocol_version)
         listing = await client.list_tools()
-        check("legacy handshake: tools/list has the 7 tools", {t.name for t in listing.tools} == TOOLS,
+        check(f"legacy handshake: tools/list has the {len(AGENT_TOOLS)} tools", {t.name for t in listing.tools} == AGENT_TOOLS,
               sorted(t.name for t in listing.tools))
         events = []
 
@@ -619,11 +627,11 @@ async def section_review(ctx: Tierbox) -> None:
     policy = os.path.join(ctx.root, "review-policy.toml")
     with open(policy, "w") as f:
         f.write('version = 1\n[exec]\nallowed_executables = ["sh"]\nallow_interpreters = true\n'
-                'allow_eval = true\n[workspace]\nmode = "overlay"\n')
+                'allow_eval = true\n[workspace]\nmode = "overlay"\nagent_may_apply = true\n')
     args = ["serve", "--mcp", "--workspace", ws, "--state-dir", ctx.state, "--policy", policy]
     params = StdioServerParameters(command=ctx.binary, args=args, cwd=ws, env={"RUST_BACKTRACE": "1"})
     async with Client(params, read_timeout_seconds=CALL_TIMEOUT_S) as client:
-        await section_tools(client)
+        await section_tools(client, TOOLS)
         result, sc = await call(client, "process_run", {
             "command": "sh", "tier": "c",
             "args": ["-c", "echo new > added.txt; echo changed > base.txt; rm gone.txt"]})

@@ -295,6 +295,12 @@ pub struct WorkspacePolicy {
     /// removed unapplied (default one hour, [`DEFAULT_KEEP_CHANGES_SECS`]; at most
     /// [`MAX_KEEP_CHANGES_SECS`]). Bounds the disk the kept change sets use.
     pub keep_changes_for_secs: u64,
+    /// Whether an agent may apply its own change sets (default `false`): applying is a
+    /// person's act. With `false` a server does not offer the apply tool over MCP and
+    /// refuses an apply made with an HTTP session token (`changes.apply_denied`); the
+    /// operator token and the CLI apply. An agent may always list, show and discard its
+    /// own change sets.
+    pub agent_may_apply: bool,
 }
 
 /// Default of [`WorkspacePolicy::keep_changes_for_secs`]: one hour.
@@ -309,6 +315,7 @@ impl Default for WorkspacePolicy {
         Self {
             mode: WorkspaceMode::Direct,
             keep_changes_for_secs: DEFAULT_KEEP_CHANGES_SECS,
+            agent_may_apply: false,
         }
     }
 }

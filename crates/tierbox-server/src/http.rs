@@ -1,7 +1,10 @@
 //! The HTTP API: the seven operations as JSON endpoints (see `docs/api.md`).
 //!
 //! - Every `/v1/*` route except `/v1/health` and `/v1/openapi.json` needs
-//!   `Authorization: Bearer <token>`, compared in constant time.
+//!   `Authorization: Bearer <token>`, compared in constant time: the operator token, or
+//!   a session token the operator had issued (`POST /v1/sessions`; see
+//!   [`crate::sessions`]). A session token's requests are its session's
+//!   ([`Caller::Agent`]).
 //! - At most [`HttpConfig::max_concurrent`] requests run at once and
 //!   [`HttpConfig::queue`] more wait; past that the answer is 429 `server.busy` with
 //!   `Retry-After`, at once, so a flood never builds an unbounded backlog.
@@ -19,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -34,7 +37,8 @@ use tierbox_policy::request::MAX_REQUEST_BYTES;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::mcp::PROGRESS_CHANNEL_EVENTS;
-use crate::service::{RunReply, Service, ServiceError};
+use crate::service::{Caller, RunReply, Service, ServiceError};
+use crate::sessions::{Session, Sessions};
 
 /// Requests served at once by default: two per core of a small machine; each may be a
 /// sandboxed run.
@@ -71,6 +75,7 @@ pub struct HttpConfig {
 struct AppState {
     service: Service,
     token: String,
+    sessions: Sessions,
     slots: Arc<Semaphore>,
     admitted: AtomicUsize,
     capacity: usize,
@@ -173,11 +178,21 @@ fn result_line(reply: &RunReply) -> Result<Bytes, ServiceError> {
 }
 
 /// Constant-time comparison of two byte strings (the length is not secret).
-fn same(a: &[u8], b: &[u8]) -> bool {
+/// Whether two tokens are equal, compared in constant time.
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn authenticate(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+/// Which token a request came with (put in its extensions by [`authenticate`]).
+#[derive(Debug, Clone)]
+enum Auth {
+    /// The operator token.
+    Operator,
+    /// A session token.
+    Session(Arc<Session>),
+}
+
+async fn authenticate(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path();
     if path == "/v1/health" || path == "/v1/openapi.json" {
         return next.run(req).await;
@@ -197,12 +212,23 @@ async fn authenticate(State(st): State<Arc<AppState>>, req: Request, next: Next)
              directory's http-token file, or given with --token-file)",
         )
         .into_response(),
-        Some(t) if !same(t.trim().as_bytes(), st.token.as_bytes()) => err(
-            "auth.invalid",
-            "the bearer token is not this server's token",
-        )
-        .into_response(),
-        Some(_) => next.run(req).await,
+        Some(t) => {
+            let t = t.trim();
+            let auth = if same(t.as_bytes(), st.token.as_bytes()) {
+                Auth::Operator
+            } else if let Some(session) = st.sessions.lookup(t) {
+                Auth::Session(session)
+            } else {
+                return err(
+                    "auth.invalid",
+                    "the bearer token is neither this server's operator token nor a live \
+                     session token",
+                )
+                .into_response();
+            };
+            req.extensions_mut().insert(auth);
+            next.run(req).await
+        }
     }
 }
 
@@ -235,26 +261,54 @@ async fn admit(State(st): State<Arc<AppState>>, mut req: Request, next: Next) ->
     next.run(req).await
 }
 
-fn owner(headers: &HeaderMap) -> Result<String, ApiError> {
-    let Some(v) = headers.get(SESSION_HEADER) else {
-        return Ok("http:default".to_owned());
-    };
-    let s = v.to_str().unwrap_or("");
-    let valid = !s.is_empty()
+/// Whether `s` is a session name: 1 to [`MAX_SESSION_BYTES`] of `[A-Za-z0-9_-]`.
+fn session_name_ok(s: &str) -> bool {
+    !s.is_empty()
         && s.len() <= MAX_SESSION_BYTES
         && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if !valid {
-        return Err(err(
-            "http.bad_request",
-            format!(
-                "header Tierbox-Session {:?} must be 1 to {MAX_SESSION_BYTES} characters of \
-                 [A-Za-z0-9_-]",
-                String::from_utf8_lossy(v.as_bytes())
-            ),
-        ));
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Who the request is from: the operator (its `Tierbox-Session` header names the owner
+/// of its processes, `http:<name>`), or the session of a session token (whose header, if
+/// sent, must be the session's name).
+fn caller(auth: &Auth, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let header = headers.get(SESSION_HEADER);
+    let name = match header {
+        None => None,
+        Some(v) => {
+            let s = v.to_str().unwrap_or("");
+            if !session_name_ok(s) {
+                return Err(err(
+                    "http.bad_request",
+                    format!(
+                        "header Tierbox-Session {:?} must be 1 to {MAX_SESSION_BYTES} characters \
+                         of [A-Za-z0-9_-]",
+                        String::from_utf8_lossy(v.as_bytes())
+                    ),
+                ));
+            }
+            Some(s)
+        }
+    };
+    match auth {
+        Auth::Operator => Ok(Caller::Operator {
+            owner: format!("http:{}", name.unwrap_or("default")),
+        }),
+        Auth::Session(session) => match name {
+            Some(n) if session.name.as_deref() != Some(n) => Err(err(
+                "http.bad_request",
+                format!(
+                    "header Tierbox-Session {n:?} is not the name of this token's session ({}): \
+                     a session token names its session; drop the header",
+                    session.name.as_deref().unwrap_or("unnamed")
+                ),
+            )),
+            _ => Ok(Caller::Agent {
+                owner: session.owner(),
+            }),
+        },
     }
-    Ok(format!("http:{s}"))
 }
 
 /// Request bodies are JSON: a `Content-Type` other than `application/json` (or a
@@ -456,13 +510,14 @@ async fn run_reply(
 
 async fn process_run(
     State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
     admission: Option<axum::Extension<Arc<Admission>>>,
     query: Result<Query<RunQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
     let Query(q) = query.map_err(|e| query_error(&e))?;
-    let owner = owner(&headers)?;
+    let owner = caller(&auth, &headers)?.owner().to_owned();
     check_json(&headers)?;
     let body = read_body(body).await?;
     expect_identity(&st, q.identity.as_deref())?;
@@ -502,18 +557,23 @@ async fn wasm_run(
     .await
 }
 
-async fn process_list(State(st): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
-    let owner = owner(&headers)?;
+async fn process_list(
+    State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let owner = caller(&auth, &headers)?.owner().to_owned();
     ok(st.service.list(&owner).await)
 }
 
 async fn process_status(
     State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> ApiResult {
     let id = path_id(id)?;
-    let owner = owner(&headers)?;
+    let owner = caller(&auth, &headers)?.owner().to_owned();
     ok(st
         .service
         .status(&owner, &ProcessHandleRequest { id })
@@ -522,11 +582,12 @@ async fn process_status(
 
 async fn process_kill(
     State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> ApiResult {
     let id = path_id(id)?;
-    let owner = owner(&headers)?;
+    let owner = caller(&auth, &headers)?.owner().to_owned();
     ok(st
         .service
         .kill(&owner, &ProcessHandleRequest { id })
@@ -535,13 +596,14 @@ async fn process_kill(
 
 async fn process_output(
     State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
     id: Result<Path<String>, PathRejection>,
     query: Result<Query<OutputQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> ApiResult {
     let id = path_id(id)?;
     let Query(q) = query.map_err(|e| query_error(&e))?;
-    let owner = owner(&headers)?;
+    let owner = caller(&auth, &headers)?.owner().to_owned();
     let req = ProcessOutputRequest {
         id,
         stream: q.stream,
@@ -563,12 +625,13 @@ struct StdinBody {
 
 async fn process_stdin(
     State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
     let id = path_id(id)?;
-    let owner = owner(&headers)?;
+    let owner = caller(&auth, &headers)?.owner().to_owned();
     check_json(&headers)?;
     let b: StdinBody = json_body(&read_body(body).await?)?;
     let req = ProcessWriteStdinRequest {
@@ -603,32 +666,42 @@ struct ApplyBody {
     paths: Vec<String>,
 }
 
-async fn changes_list(State(st): State<Arc<AppState>>) -> ApiResult {
-    ok(st.service.changes_list().await?)
+async fn changes_list(
+    State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let caller = caller(&auth, &headers)?;
+    ok(st.service.changes_list(&caller).await?)
 }
 
 async fn changes_show(
     State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
+    headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
     query: Result<Query<ChangesQuery>, QueryRejection>,
 ) -> ApiResult {
+    let caller = caller(&auth, &headers)?;
     let run_id = path_id(id)?;
     let Query(q) = query.map_err(|e| query_error(&e))?;
     let req = tierbox_policy::handle::ChangesShowRequest {
         run_id,
         diff: q.diff,
     };
-    ok(st.service.changes_show(&req).await?)
+    ok(st.service.changes_show(&caller, &req).await?)
 }
 
 /// `POST /v1/changes/{run_id}/apply`: an empty body applies everything; `{"paths": […]}`
 /// applies those paths.
 async fn changes_apply(
     State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
+    let caller = caller(&auth, &headers)?;
     let run_id = path_id(id)?;
     let body = read_body(body).await?;
     let b = if body.is_empty() {
@@ -639,24 +712,113 @@ async fn changes_apply(
     };
     let doc = serde_json::json!({ "run_id": run_id, "paths": b.paths });
     let req = tierbox_policy::handle::ChangesApplyRequest::from_json(doc.to_string().as_bytes())?;
-    ok(st.service.changes_apply(&req).await?)
+    ok(st.service.changes_apply(&caller, &req).await?)
 }
 
 async fn changes_discard(
     State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
+    headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
 ) -> ApiResult {
+    let caller = caller(&auth, &headers)?;
     let run_id = path_id(id)?;
     let req = tierbox_policy::handle::ChangesDiscardRequest { run_id };
-    ok(st.service.changes_discard(&req).await?)
+    ok(st.service.changes_discard(&caller, &req).await?)
 }
 
-async fn end_session(State(st): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult {
-    let owner = owner(&headers)?;
+/// `DELETE /v1/session`: with the operator token, ends the `Tierbox-Session` it names
+/// (its `run_owned` processes); with a session token, ends that session — its
+/// processes, and the token itself.
+async fn end_session(
+    State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let caller = caller(&auth, &headers)?;
+    let owner = caller.owner().to_owned();
+    let session = match &auth {
+        Auth::Session(s) => {
+            st.sessions.revoke(&s.id);
+            s.id.clone()
+        }
+        Auth::Operator => owner.strip_prefix("http:").unwrap_or(&owner).to_owned(),
+    };
     st.service.end_owner(&owner).await;
-    let session = owner.strip_prefix("http:").unwrap_or(&owner).to_owned();
     ok(crate::results::to_json(&crate::results::SessionEnded {
         session,
+        ended: true,
+    }))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewSessionBody {
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// Refuses a session token on an operator-only route.
+fn operator_only(auth: &Auth, what: &str) -> Result<(), ApiError> {
+    match auth {
+        Auth::Operator => Ok(()),
+        Auth::Session(_) => Err(err(
+            "auth.forbidden",
+            format!("{what} takes the operator token; a session token cannot"),
+        )),
+    }
+}
+
+/// `POST /v1/sessions` (operator token): a session token for an agent, bound to a fresh
+/// session. The token is shown once.
+async fn new_session(
+    State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    operator_only(&auth, "issuing a session token")?;
+    let body = read_body(body).await?;
+    let b: NewSessionBody = if body.is_empty() {
+        NewSessionBody::default()
+    } else {
+        check_json(&headers)?;
+        json_body(&body)?
+    };
+    if let Some(name) = &b.name
+        && !session_name_ok(name)
+    {
+        return Err(err(
+            "input.malformed",
+            format!(
+                "session name {name:?} must be 1 to {MAX_SESSION_BYTES} characters of [A-Za-z0-9_-]"
+            ),
+        ));
+    }
+    let (token, session) = st.sessions.issue(b.name)?;
+    ok(crate::results::to_json(&crate::results::SessionIssued {
+        owner: session.owner(),
+        session: session.id.clone(),
+        name: session.name.clone(),
+        token,
+    }))
+}
+
+/// `DELETE /v1/sessions/{id}` (operator token): ends a session — its token and its
+/// `run_owned` processes.
+async fn revoke_session(
+    State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
+    id: Result<Path<String>, PathRejection>,
+) -> ApiResult {
+    operator_only(&auth, "ending another session")?;
+    let id = path_id(id)?;
+    let Some(session) = st.sessions.revoke(&id) else {
+        return Err(err("sessions.not_found", format!("no live session {id}")));
+    };
+    st.service.end_owner(&session.owner()).await;
+    ok(crate::results::to_json(&crate::results::SessionEnded {
+        session: id,
         ended: true,
     }))
 }
@@ -701,6 +863,7 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
     let state = Arc::new(AppState {
         service,
         token: config.token,
+        sessions: Sessions::default(),
         slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
         admitted: AtomicUsize::new(0),
         capacity: config.max_concurrent.max(1) + config.queue,
@@ -722,6 +885,8 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
         .route("/v1/changes/{id}/discard", post(changes_discard))
         .route("/v1/daemon", get(daemon_identity))
         .route("/v1/session", delete(end_session))
+        .route("/v1/sessions", post(new_session))
+        .route("/v1/sessions/{id}", delete(revoke_session))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::disable())
@@ -796,13 +961,36 @@ mod tests {
 
     #[test]
     fn session_names_are_checked() {
+        let owner = |h: &HeaderMap| {
+            caller(&Auth::Operator, h)
+                .map(|c| c.owner().to_owned())
+                .map_err(|e| e.0.code)
+        };
         let mut h = HeaderMap::new();
         assert_eq!(owner(&h).unwrap_or_default(), "http:default");
         h.insert(SESSION_HEADER, HeaderValue::from_static("agent-7_b"));
         assert_eq!(owner(&h).unwrap_or_default(), "http:agent-7_b");
         h.insert(SESSION_HEADER, HeaderValue::from_static("a/b"));
+        assert_eq!(owner(&h).unwrap_err(), "http.bad_request");
+    }
+
+    #[test]
+    fn a_session_token_is_its_session_whatever_the_header_says() {
+        let session = Arc::new(Session {
+            id: "0123456789abcdef0123456789abcdef".to_owned(),
+            name: Some("agent-1".to_owned()),
+        });
+        let auth = Auth::Session(session.clone());
+        let mut h = HeaderMap::new();
+        let agent = Caller::Agent {
+            owner: session.owner(),
+        };
+        assert_eq!(caller(&auth, &h).unwrap(), agent);
+        h.insert(SESSION_HEADER, HeaderValue::from_static("agent-1"));
+        assert_eq!(caller(&auth, &h).unwrap(), agent);
+        h.insert(SESSION_HEADER, HeaderValue::from_static("agent-2"));
         assert_eq!(
-            owner(&h).map_err(|e| e.0.code).unwrap_err(),
+            caller(&auth, &h).map_err(|e| e.0.code).unwrap_err(),
             "http.bad_request"
         );
     }

@@ -23,3 +23,4 @@ pub mod openapi;
 pub mod results;
 pub mod serve;
 pub mod service;
+pub mod sessions;

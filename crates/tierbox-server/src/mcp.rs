@@ -27,7 +27,7 @@ use tierbox_policy::schema::{PROCESS_RUN_TOOL, TOOL_NAMES, WASM_RUN_TOOL, tool_s
 use tierbox_runner::OutputEvent;
 use tokio::sync::mpsc;
 
-use crate::service::{Service, ServiceError};
+use crate::service::{Caller, Service, ServiceError};
 
 /// Output batches buffered between a run and its progress notifications. When the client
 /// reads slower than the run writes, batches are dropped (the result has all the output).
@@ -43,14 +43,16 @@ process_kill. A refusal names the rule (code) and the offending value.";
 #[derive(Debug, Clone)]
 pub struct McpSession {
     service: Service,
-    owner: Arc<str>,
+    caller: Arc<Caller>,
     tools: Arc<Vec<Tool>>,
 }
 
-/// The tool list, from the generated schemas.
-fn tools() -> Vec<Tool> {
+/// The tool list, from the generated schemas: `changes_apply` only where an agent may
+/// apply ([`Service::may_apply`]; `workspace.agent_may_apply`).
+fn tools(may_apply: bool) -> Vec<Tool> {
     TOOL_NAMES
         .iter()
+        .filter(|name| may_apply || **name != tierbox_policy::schema::CHANGES_APPLY_TOOL)
         .filter_map(|name| {
             let schema = tool_schema(name)?;
             let description = schema["description"].as_str().unwrap_or(name).to_owned();
@@ -143,19 +145,25 @@ fn annotations(name: &str) -> ToolAnnotations {
 }
 
 impl McpSession {
-    /// A session with a new random owner id.
+    /// A session with a new random owner id: an agent ([`Caller::Agent`]), which sees
+    /// only its own change sets and is offered `changes_apply` only where the policy
+    /// says `workspace.agent_may_apply`.
     pub fn new(service: Service) -> Self {
+        let caller = Caller::Agent {
+            owner: format!("mcp:{}", tierbox_runner::supervisor::new_run_id()),
+        };
+        let tools = tools(service.may_apply(&caller));
         Self {
             service,
-            owner: format!("mcp:{}", tierbox_runner::supervisor::new_run_id()).into(),
-            tools: Arc::new(tools()),
+            caller: Arc::new(caller),
+            tools: Arc::new(tools),
         }
     }
 
-    /// The owner id of this session's background processes. When the session ends,
-    /// call [`Service::end_owner`] with it.
+    /// The owner id of this session's background processes and change sets. When the
+    /// session ends, call [`Service::end_owner`] with it.
     pub fn owner(&self) -> &str {
-        &self.owner
+        self.caller.owner()
     }
 }
 
@@ -239,7 +247,7 @@ impl ServerHandler for McpSession {
         // A cancelled request drops the call, and with it the run, whose guard kills the
         // whole sandboxed tree.
         let result = tokio::select! {
-            r = self.service.call_tool(&self.owner, name, &args, events) => r,
+            r = self.service.call_tool(&self.caller, name, &args, events) => r,
             () = context.ct.cancelled() => Some(Err(ServiceError::new(
                 "run.cancelled",
                 "the client cancelled the call; the run was killed",

@@ -133,6 +133,18 @@ pub fn document() -> Value {
     schemas.insert("ProcessRunRequest".to_owned(), run);
     schemas.insert("WasmRunRequest".to_owned(), wasm);
     schemas.insert(
+        "NewSessionBody".to_owned(),
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "name": { "type": "string", "pattern": "^[A-Za-z0-9_-]+$",
+                          "minLength": 1, "maxLength": MAX_SESSION_BYTES,
+                          "description": "A name for the session (its Tierbox-Session)." }
+            }
+        }),
+    );
+    schemas.insert(
         "ChangesApplyBody".to_owned(),
         json!({
             "type": "object",
@@ -168,6 +180,7 @@ pub fn document() -> Value {
     let health_schema = responses.of::<results::Health>();
     let daemon_schema = responses.of::<results::DaemonIdentity>();
     let session_schema = responses.of::<results::SessionEnded>();
+    let issued_schema = responses.of::<results::SessionIssued>();
     let check_schema = responses.of::<results::CheckResult>();
     let changes_list_schema = responses.of::<results::ChangesList>();
     let changes_schema = responses.of::<results::ChangesShown>();
@@ -348,9 +361,27 @@ pub fn document() -> Value {
                 "responses": with(errors(&[]), "200", json_response("the server's process and the identity of its runner: a local client hands it a run only when the client's own identity is equal", daemon_schema))
             } },
             "/v1/session": { "delete": {
-                "operationId": "end_session", "summary": "End your session: kill its run_owned background processes",
+                "operationId": "end_session", "summary": "End your session: kill its run_owned background processes (with a session token, the token ends too)",
                 "parameters": [session],
-                "responses": with(errors(&[]), "200", json_response("the session's run_owned processes were killed", session_schema))
+                "responses": with(errors(&[]), "200", json_response("the session's run_owned processes were killed", session_schema.clone()))
+            } },
+            "/v1/sessions": { "post": {
+                "operationId": "new_session", "summary": "Issue a session token for an agent (operator token only): its requests are that session's, it sees only its own change sets, and applies them only where workspace.agent_may_apply",
+                "requestBody": { "required": false, "content": { "application/json": {
+                    "schema": { "$ref": "#/components/schemas/NewSessionBody" },
+                    "examples": {
+                        "unnamed": { "summary": "a session without a name", "value": {} },
+                        "named": { "summary": "a named session", "value": { "name": "agent-1" } }
+                    } } } },
+                "responses": with(errors(&[("403", "a session token cannot issue tokens (auth.forbidden)"), ("409", "the most session tokens a server holds are live (sessions.limit)"), policy[0], policy[1], ("400", "the name is not 1 to 64 characters of [A-Za-z0-9_-] (input.malformed)")]), "200", json_response("the session and its token (shown only here)", issued_schema))
+            } },
+            "/v1/sessions/{id}": { "delete": {
+                "operationId": "revoke_session", "summary": "End a session (operator token only): its token stops working and its run_owned processes are killed",
+                "parameters": [{ "name": "id", "in": "path", "required": true,
+                    "description": "The session's id (from POST /v1/sessions).",
+                    "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$",
+                                "minLength": HANDLE_HEX_LEN, "maxLength": HANDLE_HEX_LEN } }],
+                "responses": with(errors(&[("403", "a session token cannot end another session (auth.forbidden)"), ("404", "no live session of that id (sessions.not_found)")]), "200", json_response("the session ended", session_schema))
             } }
         }
     });

@@ -125,6 +125,19 @@ pub struct SessionEnded {
     pub ended: bool,
 }
 
+/// `POST /v1/sessions`: a session token for an agent.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SessionIssued {
+    /// The session's id (`DELETE /v1/sessions/{id}` ends it).
+    pub session: String,
+    /// The name it was given.
+    pub name: Option<String>,
+    /// The owner of its background processes and change sets (`session:<id>`).
+    pub owner: String,
+    /// The bearer token (`tbs_…`), shown only here.
+    pub token: String,
+}
+
 /// `changes_show` / `GET /v1/changes/{run_id}`: a kept change set, and its diff when
 /// asked for.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -2,8 +2,14 @@
 //! document (closed shape, caps), check it against the policy, run it, and return JSON or
 //! a [`ServiceError`] with a stable code.
 //!
-//! Every background operation is scoped to an owner: an MCP session, or an HTTP
-//! `Tierbox-Session`. A handle of another owner is `background.not_found`.
+//! Every background operation is scoped to an owner: an MCP session, an HTTP session
+//! token, or the operator's `Tierbox-Session`. A handle of another owner is
+//! `background.not_found`.
+//!
+//! Kept change sets are scoped the same way ([`Caller`]): a server sees only those made
+//! for its own workspace, an agent (an MCP connection, an HTTP session token) only its
+//! own — another's is `changes.not_found` — and applying is the operator's unless the
+//! policy says `workspace.agent_may_apply`.
 
 use serde_json::Value;
 use tierbox_policy::handle::{
@@ -24,6 +30,47 @@ use tokio::sync::mpsc;
 
 /// Characters of each stream's tail quoted in a run's text summary.
 pub const SUMMARY_TAIL_CHARS: usize = 2000;
+
+/// Who calls an operation: what of the kept change sets they may see and do.
+///
+/// ```
+/// use tierbox_server::service::Caller;
+///
+/// let agent = Caller::Agent { owner: "mcp:1f2e".to_owned() };
+/// assert_eq!(agent.owner(), "mcp:1f2e");
+/// assert!(!agent.is_operator());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The operator (the HTTP operator token): every change set of the server's
+    /// workspace, whoever's run made it; may apply. `owner` names its background
+    /// processes and runs (`http:<Tierbox-Session>`).
+    Operator {
+        /// The owner of its background processes and change sets.
+        owner: String,
+    },
+    /// An agent (an MCP connection, an HTTP session token): its own change sets only;
+    /// applies them only with `workspace.agent_may_apply`.
+    Agent {
+        /// The owner of its background processes and change sets (`mcp:<id>`,
+        /// `session:<id>`).
+        owner: String,
+    },
+}
+
+impl Caller {
+    /// The owner of the caller's background processes and change sets.
+    pub fn owner(&self) -> &str {
+        match self {
+            Self::Operator { owner } | Self::Agent { owner } => owner,
+        }
+    }
+
+    /// Whether this is the operator.
+    pub fn is_operator(&self) -> bool {
+        matches!(self, Self::Operator { .. })
+    }
+}
 
 /// A refused or failed operation: a stable code, a message naming the rule and the
 /// offending value, and optional details (the handle of a process that exited during its
@@ -69,6 +116,9 @@ impl ServiceError {
         match self.code.as_str() {
             "input.too_large" => 413,
             c if c.starts_with("input.") || c == "http.bad_request" => 400,
+            "changes.apply_denied" | "auth.forbidden" => 403,
+            "sessions.limit" => 409,
+            "sessions.not_found" => 404,
             c if c.starts_with("auth.") => 401,
             "background.not_found" | "http.not_found" | "changes.not_found" => 404,
             "changes.bad_run_id" => 400,
@@ -359,7 +409,11 @@ impl Service {
             let handle = self.runner.start_background(owner, &run.request).await?;
             return Ok(RunReply::Started(Box::new(handle)));
         }
-        let outcome = self.runner.execute_checked(run.checked, events).await?;
+        let outcome = self
+            .runner
+            .with_owner(owner)
+            .execute_checked(run.checked, events)
+            .await?;
         Ok(RunReply::Finished(Box::new(outcome)))
     }
 
@@ -444,26 +498,73 @@ impl Service {
         tierbox_runner::review::ChangeStore::new(&self.runner.options().state_dir)
     }
 
-    /// Every change set kept for review.
-    pub async fn changes_list(&self) -> Result<Value, ServiceError> {
+    /// The server's workspace, resolved (change sets record theirs resolved).
+    fn own_workspace(&self) -> std::path::PathBuf {
+        let ws = self.runner.workspace();
+        std::fs::canonicalize(ws).unwrap_or_else(|_| ws.to_path_buf())
+    }
+
+    /// Whether `caller` may see `kept`: made for this server's workspace, and the
+    /// operator's or the caller's own.
+    fn visible(
+        caller: &Caller,
+        workspace: &std::path::Path,
+        kept: &tierbox_runner::review::KeptChanges,
+    ) -> bool {
+        let same_workspace = kept.workspace == workspace
+            || std::fs::canonicalize(&kept.workspace).is_ok_and(|w| w == workspace);
+        same_workspace
+            && match caller {
+                Caller::Operator { .. } => true,
+                Caller::Agent { owner } => !owner.is_empty() && kept.owner == *owner,
+            }
+    }
+
+    /// The change set of `run_id` when `caller` may see it; else `changes.not_found`,
+    /// as for one that does not exist.
+    fn visible_set(
+        caller: &Caller,
+        workspace: &std::path::Path,
+        store: &tierbox_runner::review::ChangeStore,
+        run_id: &str,
+    ) -> Result<tierbox_runner::review::KeptChanges, tierbox_runner::review::ReviewError> {
+        let kept = store.get(run_id)?;
+        if Self::visible(caller, workspace, &kept) {
+            Ok(kept)
+        } else {
+            Err(tierbox_runner::review::ReviewError::NotFound {
+                run_id: run_id.to_owned(),
+            })
+        }
+    }
+
+    /// The change sets `caller` may see, oldest first.
+    pub async fn changes_list(&self, caller: &Caller) -> Result<Value, ServiceError> {
         let store = self.change_store();
-        let change_sets = blocking(move || Ok(store.list())).await?;
+        let (caller, workspace) = (caller.clone(), self.own_workspace());
+        let change_sets = blocking(move || {
+            let mut all = store.list();
+            all.retain(|k| Self::visible(&caller, &workspace, k));
+            Ok(all)
+        })
+        .await?;
         Ok(crate::results::to_json(&crate::results::ChangesList {
             change_sets,
         }))
     }
 
-    /// The change set an overlay run kept, with its diff when asked for. Change sets are
-    /// addressed by their run id (128 random bits), not by owner: whoever was given the
-    /// outcome may review it.
+    /// The change set an overlay run kept, with its diff when asked for, when `caller`
+    /// may see it ([`Caller`]).
     pub async fn changes_show(
         &self,
+        caller: &Caller,
         req: &tierbox_policy::handle::ChangesShowRequest,
     ) -> Result<Value, ServiceError> {
         let store = self.change_store();
         let (run_id, diff) = (req.run_id.clone(), req.diff);
+        let (caller, workspace) = (caller.clone(), self.own_workspace());
         let shown = blocking(move || {
-            let kept = store.get(&run_id)?;
+            let kept = Self::visible_set(&caller, &workspace, &store, &run_id)?;
             let diff = match diff {
                 true => Some(store.diff(&run_id, tierbox_runner::review::DEFAULT_DIFF_BYTES)?),
                 false => None,
@@ -474,15 +575,30 @@ impl Service {
         Ok(crate::results::to_json(&shown))
     }
 
-    /// Applies a kept change set (all of it, or the listed paths), all or nothing.
+    /// Whether `caller` may apply change sets here: the operator always, an agent when
+    /// the policy says `workspace.agent_may_apply`.
+    pub fn may_apply(&self, caller: &Caller) -> bool {
+        caller.is_operator() || self.runner.policy().workspace.agent_may_apply
+    }
+
+    /// Applies a kept change set (all of it, or the listed paths), all or nothing, when
+    /// `caller` may see it and may apply ([`Service::may_apply`]).
     pub async fn changes_apply(
         &self,
+        caller: &Caller,
         req: &tierbox_policy::handle::ChangesApplyRequest,
     ) -> Result<Value, ServiceError> {
         let store = self.change_store();
         let run_id = req.run_id.clone();
         let paths: Vec<std::path::PathBuf> = req.paths.iter().map(Into::into).collect();
+        let may_apply = self.may_apply(caller);
+        let (caller, workspace) = (caller.clone(), self.own_workspace());
+        if !may_apply {
+            // Whatever the set: the answer says nothing of whether it exists.
+            return Err(apply_denied(&run_id));
+        }
         let applied = blocking(move || {
+            Self::visible_set(&caller, &workspace, &store, &run_id)?;
             let paths = (!paths.is_empty()).then_some(paths.as_slice());
             store.apply(&run_id, paths)
         })
@@ -490,15 +606,21 @@ impl Service {
         Ok(crate::results::to_json(&applied))
     }
 
-    /// Drops a kept change set unapplied.
+    /// Drops a kept change set unapplied, when `caller` may see it.
     pub async fn changes_discard(
         &self,
+        caller: &Caller,
         req: &tierbox_policy::handle::ChangesDiscardRequest,
     ) -> Result<Value, ServiceError> {
         let store = self.change_store();
         let run_id = req.run_id.clone();
         let id = run_id.clone();
-        blocking(move || store.discard(&id)).await?;
+        let (caller, workspace) = (caller.clone(), self.own_workspace());
+        blocking(move || {
+            Self::visible_set(&caller, &workspace, &store, &id)?;
+            store.discard(&id)
+        })
+        .await?;
         Ok(crate::results::to_json(&crate::results::ChangesDiscarded {
             run_id,
             discarded: true,
@@ -519,11 +641,12 @@ impl Service {
     /// Returns the structured result and its text summary. An unknown tool is `None`.
     pub async fn call_tool(
         &self,
-        owner: &str,
+        caller: &Caller,
         tool: &str,
         args: &[u8],
         events: Option<mpsc::Sender<OutputEvent>>,
     ) -> Option<Result<(Value, String), ServiceError>> {
+        let owner = caller.owner();
         let result = match tool {
             PROCESS_RUN_TOOL => {
                 async {
@@ -616,7 +739,7 @@ impl Service {
             CHANGES_SHOW_TOOL => {
                 async {
                     let req = tierbox_policy::handle::ChangesShowRequest::from_json(args)?;
-                    let v = self.changes_show(&req).await?;
+                    let v = self.changes_show(caller, &req).await?;
                     Ok((v.clone(), changes_summary(&v)))
                 }
                 .await
@@ -624,7 +747,7 @@ impl Service {
             CHANGES_APPLY_TOOL => {
                 async {
                     let req = tierbox_policy::handle::ChangesApplyRequest::from_json(args)?;
-                    let v = self.changes_apply(&req).await?;
+                    let v = self.changes_apply(caller, &req).await?;
                     let summary = format!(
                         "applied {} change(s) of run {}; {} still kept",
                         v["applied"].as_array().map_or(0, Vec::len),
@@ -638,7 +761,7 @@ impl Service {
             CHANGES_DISCARD_TOOL => {
                 async {
                     let req = tierbox_policy::handle::ChangesDiscardRequest::from_json(args)?;
-                    let v = self.changes_discard(&req).await?;
+                    let v = self.changes_discard(caller, &req).await?;
                     Ok((v, format!("discarded the changes of run {}", req.run_id)))
                 }
                 .await
@@ -647,6 +770,19 @@ impl Service {
         };
         Some(result)
     }
+}
+
+/// The refusal of an apply by an agent where `workspace.agent_may_apply` is off.
+fn apply_denied(run_id: &str) -> ServiceError {
+    ServiceError::new(
+        "changes.apply_denied",
+        format!(
+            "applying is a person's act here (workspace.agent_may_apply = false): nothing of \
+             run {run_id} was applied. Show it to the operator, who applies it with \
+             `tierbox changes apply {run_id}` or the operator token; or set \
+             workspace.agent_may_apply = true in the server's policy"
+        ),
+    )
 }
 
 /// Runs a change-store operation on a blocking thread (it reads and writes files).

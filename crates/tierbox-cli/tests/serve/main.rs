@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod ownership;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
@@ -658,6 +659,23 @@ fn response(lines: &mut impl Iterator<Item = String>, id: u64) -> Value {
     panic!("no response {id}");
 }
 
+/// The MCP handshake (`initialize`, then `notifications/initialized`); returns the
+/// `initialize` response.
+fn initialize(stdin: &mut impl Write, lines: &mut impl Iterator<Item = String>) -> Value {
+    send(
+        stdin,
+        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion":"2025-06-18","capabilities":{},
+            "clientInfo":{"name":"test","version":"1"}}}),
+    );
+    let r = response(lines, 1);
+    send(
+        stdin,
+        &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    r
+}
+
 /// Every line an MCP client sends gets an answer: not JSON (or a duplicate key) is a
 /// `-32700` parse error, a line over the size limit and a non-JSON-RPC object are
 /// `-32600`, and the session goes on (a `ping` after them is answered).
@@ -730,19 +748,9 @@ fn closing_an_mcp_session_ends_its_run_owned_processes() {
     let mut lines = BufReader::new(child.stdout.take().unwrap())
         .lines()
         .map_while(Result::ok);
-    send(
-        &mut stdin,
-        &json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
-            "protocolVersion":"2025-06-18","capabilities":{},
-            "clientInfo":{"name":"test","version":"1"}}}),
-    );
     assert_eq!(
-        response(&mut lines, 1)["result"]["serverInfo"]["name"],
+        initialize(&mut stdin, &mut lines)["result"]["serverInfo"]["name"],
         "tierbox"
-    );
-    send(
-        &mut stdin,
-        &json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
     );
     let mark = ["sleep", "3597.5"];
     send(
