@@ -5,7 +5,13 @@
 //! A kept change set is a directory `<state>/changes/<run id>/` (mode 0700) with
 //! `manifest.json` ([`KeptChanges`]: the workspace, the expiry and every change with the
 //! fingerprint of what the workspace had at its path) and `files/`, the new content of
-//! every added, modified or renamed file and symlink at its relative path.
+//! every added, modified or renamed file and symlink at its relative path, and
+//! `usage.json`, what it is charged against the caps on kept change sets.
+//!
+//! Keeping is bounded ([`KeepCaps`], the policy's `workspace.keep_changes_*`): the room a
+//! set takes is reserved under the store's lock before any of it is copied, a set that
+//! does not fit evicts its owner's own oldest sets and never another owner's, and one
+//! that still does not fit is not kept (see [`caps`] for the invariants).
 //!
 //! Applying ([`ChangeStore::apply`]) never trusts the workspace to be as it was, nor to
 //! stay as it is while the apply runs (the run's processes, the workspace's owner or
@@ -48,7 +54,10 @@ use crate::changes::print::BENEATH;
 use crate::changes::{Change, ChangeKind, ChangeSet, scan_all};
 
 mod apply;
+pub mod caps;
 pub use apply::MAX_STAGING_DEPTH;
+pub use caps::{CHARGE_BLOCK_BYTES, Evicted, StoreUsage, Usage, charge};
+pub use tierbox_policy::KeepCaps;
 
 /// Directory of the kept change sets, in the state directory.
 pub const CHANGES_DIR: &str = "changes";
@@ -147,6 +156,29 @@ pub enum ReviewError {
         /// Each step not undone, with why.
         left: Vec<String>,
     },
+    /// A change set does not fit under the caps on kept change sets, even with its
+    /// owner's own older sets evicted: it was not kept, and nothing was evicted.
+    #[error(
+        "the change set of run {run_id} was not kept: it needs {needed} {unit}, and {key} is {cap} {unit} with {used} in use, of which {owner}'s own older sets that could be evicted hold {own}; apply or discard kept change sets (`tierbox changes list`), or raise {key}"
+    )]
+    OverCap {
+        /// The run whose set was not kept.
+        run_id: String,
+        /// Its owner.
+        owner: String,
+        /// The policy key of the cap.
+        key: &'static str,
+        /// `bytes` or `entries`.
+        unit: &'static str,
+        /// The cap.
+        cap: u64,
+        /// What the set needs.
+        needed: u64,
+        /// What is in use under the cap (the owner's, for a per-owner cap).
+        used: u64,
+        /// Of `used`, what the owner's own older sets that nothing was using hold.
+        own: u64,
+    },
     /// A file system call failed (nothing was applied when this comes from `apply`).
     #[error("{what} {}: {source}", path.display())]
     Io {
@@ -172,6 +204,7 @@ impl ReviewError {
             Self::Incomplete { .. } => "changes.incomplete",
             Self::UnsafePath { .. } => "changes.unsafe_path",
             Self::RollbackIncomplete { .. } => "changes.rollback_incomplete",
+            Self::OverCap { .. } => "changes.over_cap",
             Self::Io { .. } => "changes.io",
         }
     }
@@ -247,6 +280,29 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// How a run's change set is kept ([`ChangeStore::keep`]): whose it is, for how long,
+/// under which caps.
+#[derive(Debug, Clone)]
+pub struct Keeping<'a> {
+    /// Its owner ([`KeptChanges::owner`]).
+    pub owner: &'a str,
+    /// How long it is kept unapplied (`workspace.keep_changes_for_secs`).
+    pub keep_for: Duration,
+    /// The caps it is kept under (`workspace.keep_changes_*`).
+    pub caps: KeepCaps,
+}
+
+/// What [`ChangeStore::keep`] did.
+#[derive(Debug)]
+pub struct Kept {
+    /// Every change of the run (the caller bounds what it shows), or why the set was not
+    /// kept.
+    pub changes: Result<ChangeSet, ReviewError>,
+    /// The owner's older sets removed unapplied to make room for this one, oldest first
+    /// (reported even when keeping then failed).
+    pub evicted: Vec<Evicted>,
+}
+
 /// The kept change sets of one state directory.
 #[derive(Debug, Clone)]
 pub struct ChangeStore {
@@ -292,37 +348,90 @@ impl ChangeStore {
 
     /// Reads the changes of a run from its overlay's `upper` layer against `workspace`
     /// (flagging what changed in the workspace since `started`) and, when there are any,
-    /// keeps them for `keep_for`, as `owner`'s ([`KeptChanges::owner`]). Returns every
-    /// change (the caller bounds what it shows).
+    /// keeps them as `how` says: the room they take is reserved under `how.caps` first,
+    /// evicting the owner's own oldest sets if need be (see [`caps`]); a set that does not
+    /// fit is not kept ([`ReviewError::OverCap`]). Returns every change (the caller bounds
+    /// what it shows) and the sets evicted.
+    ///
+    /// ```
+    /// # fn demo(state: &std::path::Path, upper: &std::path::Path, ws: &std::path::Path) {
+    /// use std::time::{Duration, SystemTime};
+    /// use tierbox_runner::review::{ChangeStore, KeepCaps, Keeping};
+    ///
+    /// let how = Keeping { owner: "uid:1000", keep_for: Duration::from_secs(3600), caps: KeepCaps::default() };
+    /// let kept = ChangeStore::new(state).keep("00ff", upper, ws, SystemTime::now(), &how);
+    /// for e in &kept.evicted {
+    ///     println!("evicted {} ({} bytes)", e.run_id, e.bytes);
+    /// }
+    /// match kept.changes {
+    ///     Ok(set) => println!("{} change(s) kept", set.changes.len()),
+    ///     Err(e) => println!("not kept: {e}"),
+    /// }
+    /// # }
+    /// ```
     pub fn keep(
         &self,
         run_id: &str,
-        owner: &str,
         upper: &Path,
         workspace: &Path,
         started: SystemTime,
-        keep_for: Duration,
-    ) -> Result<ChangeSet, ReviewError> {
+        how: &Keeping<'_>,
+    ) -> Kept {
         self.sweep();
         let set = scan_all(upper, workspace, Some(started));
-        if set.is_empty() {
-            return Ok(set);
-        }
+        let mut evicted = Vec::new();
+        let changes = match set.is_empty() {
+            true => Ok(set),
+            false => self.keep_set(run_id, set, upper, workspace, how, &mut evicted),
+        };
+        Kept { changes, evicted }
+    }
+
+    /// [`ChangeStore::keep`] of a set with changes.
+    fn keep_set(
+        &self,
+        run_id: &str,
+        set: ChangeSet,
+        upper: &Path,
+        workspace: &Path,
+        how: &Keeping<'_>,
+        evicted: &mut Vec<Evicted>,
+    ) -> Result<ChangeSet, ReviewError> {
         let dir = self.run_dir(run_id)?;
-        let files = dir.join(FILES_DIR);
         std::fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
         set_mode(&self.dir, 0o700)?;
-        std::fs::create_dir(&dir).map_err(io("create", &dir))?;
-        set_mode(&dir, 0o700)?;
-        std::fs::create_dir(&files).map_err(io("create", &files))?;
-        let mut bytes = 0u64;
+        let now = now_unix_ms();
+        let manifest = KeptChanges {
+            run_id: run_id.to_owned(),
+            owner: how.owner.to_owned(),
+            workspace: workspace.to_path_buf(),
+            created_unix_ms: now,
+            expires_unix_ms: now
+                .saturating_add(u64::try_from(how.keep_for.as_millis()).unwrap_or(u64::MAX)),
+            bytes: set
+                .changes
+                .iter()
+                .filter(|c| caps::copied(c) && c.file_type == "file")
+                .filter_map(|c| c.size)
+                .sum(),
+            changes: set,
+        };
+        let path = dir.join(MANIFEST_FILE);
+        let text = serde_json::to_vec(&manifest)
+            .map_err(|e| io("encode", &path)(std::io::Error::other(e)))?;
+        let ask = caps::Ask {
+            store: &self.dir,
+            run_id,
+            owner: how.owner,
+            created_unix_ms: now,
+            need: charge(&manifest.changes, text.len() as u64),
+        };
+        // Held until the set is complete: no sweep or eviction removes it meanwhile.
+        let _lock = caps::reserve(&ask, &how.caps, evicted)?;
+        let files = dir.join(FILES_DIR);
         let kept = (|| {
-            for c in &set.changes {
-                if c.kind == ChangeKind::Deleted
-                    || !matches!(c.file_type.as_str(), "file" | "symlink")
-                {
-                    continue;
-                }
+            std::fs::create_dir(&files).map_err(io("create", &files))?;
+            for c in manifest.changes.changes.iter().filter(|c| caps::copied(c)) {
                 let to = files.join(&c.path);
                 if let Some(parent) = to.parent() {
                     std::fs::create_dir_all(parent).map_err(io("create", parent))?;
@@ -332,29 +441,61 @@ impl ChangeStore {
                     let target = std::fs::read_link(&from).map_err(io("read the link", &from))?;
                     std::os::unix::fs::symlink(&target, &to).map_err(io("keep the link", &to))?;
                 } else {
-                    bytes += copy_file(&from, &to)?;
+                    copy_file(&from, &to, c.size.unwrap_or(0))?;
                 }
             }
-            let manifest = KeptChanges {
-                run_id: run_id.to_owned(),
-                owner: owner.to_owned(),
-                workspace: workspace.to_path_buf(),
-                created_unix_ms: now_unix_ms(),
-                expires_unix_ms: now_unix_ms()
-                    .saturating_add(u64::try_from(keep_for.as_millis()).unwrap_or(u64::MAX)),
-                bytes,
-                changes: set.clone(),
-            };
-            write_manifest(&dir, &manifest)
+            write_manifest_text(&dir, &text)
         })();
         if kept.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        kept.map(|()| set)
+        kept.map(|()| manifest.changes)
+    }
+
+    /// What the kept change sets of this store hold against the caps: every set kept or
+    /// being kept, in total and by owner.
+    pub fn usage(&self) -> StoreUsage {
+        caps::usage(&self.dir)
     }
 
     /// The change set kept for `run_id`.
     pub fn get(&self, run_id: &str) -> Result<KeptChanges, ReviewError> {
+        let dir = self.run_dir(run_id)?;
+        match self.read_kept(run_id)? {
+            Some(kept) => Ok(kept),
+            None => {
+                caps::remove_if_free(&dir);
+                Err(ReviewError::NotFound {
+                    run_id: run_id.to_owned(),
+                })
+            }
+        }
+    }
+
+    /// The set of `run_id` locked for a change (an apply, a discard), with its manifest;
+    /// an expired one is removed. The lock is released when the returned fd is dropped.
+    fn lock_kept(&self, run_id: &str) -> Result<(OwnedFd, KeptChanges), ReviewError> {
+        let dir = self.run_dir(run_id)?;
+        let not_found = || ReviewError::NotFound {
+            run_id: run_id.to_owned(),
+        };
+        let lock = match caps::lock_dir(&dir, true) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => return Err(not_found()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
+            Err(e) => return Err(io("lock", &dir)(e)),
+        };
+        match self.read_kept(run_id)? {
+            Some(kept) => Ok((lock, kept)),
+            None => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(not_found())
+            }
+        }
+    }
+
+    /// The manifest of `run_id`; `None` when it has expired.
+    fn read_kept(&self, run_id: &str) -> Result<Option<KeptChanges>, ReviewError> {
         let dir = self.run_dir(run_id)?;
         let path = dir.join(MANIFEST_FILE);
         let text = match std::fs::read(&path) {
@@ -368,13 +509,7 @@ impl ChangeStore {
         };
         let kept: KeptChanges = serde_json::from_slice(&text)
             .map_err(|e| io("parse", &path)(std::io::Error::other(e)))?;
-        if kept.expires_unix_ms <= now_unix_ms() {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(ReviewError::NotFound {
-                run_id: run_id.to_owned(),
-            });
-        }
-        Ok(kept)
+        Ok((kept.expires_unix_ms > now_unix_ms()).then_some(kept))
     }
 
     /// Every change set kept (expired ones removed first), oldest first.
@@ -387,12 +522,13 @@ impl ChangeStore {
     /// Removes the change set of `run_id` unapplied.
     pub fn discard(&self, run_id: &str) -> Result<(), ReviewError> {
         let dir = self.run_dir(run_id)?;
-        self.get(run_id)?;
+        let (_lock, _) = self.lock_kept(run_id)?;
         std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))
     }
 
     /// Removes the expired change sets (and anything in the directory that is not a
-    /// readable change set); returns how many were removed.
+    /// readable change set), except those in use (being kept, applied or discarded);
+    /// returns how many were removed.
     pub fn sweep(&self) -> usize {
         self.sweep_reading().0
     }
@@ -406,6 +542,10 @@ impl ChangeStore {
         let now = now_unix_ms();
         let (mut removed, mut kept) = (0, Vec::new());
         for entry in read.flatten() {
+            // The store's own files (its lock).
+            if entry.file_name().as_encoded_bytes().starts_with(b".") {
+                continue;
+            }
             let manifest = entry.path().join(MANIFEST_FILE);
             let live = std::fs::read(&manifest)
                 .ok()
@@ -421,7 +561,7 @@ impl ChangeStore {
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(60));
             let being_written = young && !manifest.exists();
-            if !being_written && std::fs::remove_dir_all(entry.path()).is_ok() {
+            if !being_written && caps::remove_if_free(&entry.path()) {
                 removed += 1;
             }
         }
@@ -497,7 +637,8 @@ impl ChangeStore {
     /// directory with the new directories above it) — all or nothing (see the module
     /// documentation). The applied changes leave the store; the rest stay kept.
     pub fn apply(&self, run_id: &str, paths: Option<&[PathBuf]>) -> Result<Applied, ReviewError> {
-        let mut kept = self.get(run_id)?;
+        // Held to the end: the set is not evicted, swept or applied twice meanwhile.
+        let (_lock, mut kept) = self.lock_kept(run_id)?;
         if kept.changes.incomplete && paths.is_none() {
             return Err(ReviewError::Incomplete {
                 run_id: run_id.to_owned(),
@@ -613,16 +754,19 @@ pub(crate) struct Scratch {
     pub(crate) disk_full: bool,
     /// Overlay mode: the change set (every change) or why it could not be kept.
     pub(crate) changes: Option<Result<ChangeSet, String>>,
+    /// Overlay mode: the owner's older sets evicted to make room for this one.
+    pub(crate) evicted: Vec<Evicted>,
 }
 
 impl Scratch {
     /// Records this in `outcome`: `limit_hit: "disk"` unless a limit that ended the run
     /// is already there, and the change set (bounded).
-    pub(crate) fn record(self, outcome: &mut crate::Outcome) {
+    pub(crate) fn record(mut self, outcome: &mut crate::Outcome) {
         use crate::LimitHit;
         if self.disk_full && matches!(outcome.limit_hit, None | Some(LimitHit::Output)) {
             outcome.limit_hit = Some(LimitHit::Disk);
         }
+        outcome.changes_evicted = std::mem::take(&mut self.evicted);
         (outcome.changes, outcome.changes_error) = self.shown();
     }
 
@@ -642,15 +786,17 @@ impl Scratch {
     /// limit hit (`limit`, the memory kill, first; else `"disk"` when full) and its
     /// denial.
     pub(crate) fn for_status(
-        self,
+        mut self,
         limit: Option<crate::LimitHit>,
         plan: &tierbox_policy::Plan,
     ) -> EndReport {
         let limit_hit = limit.or(self.disk_full.then_some(crate::LimitHit::Disk));
+        let changes_evicted = std::mem::take(&mut self.evicted);
         let (changes, changes_error) = self.shown();
         EndReport {
             changes,
             changes_error,
+            changes_evicted,
             limit_hit,
             denials: crate::denials::of_run(
                 None,
@@ -667,6 +813,7 @@ impl Scratch {
 pub(crate) struct EndReport {
     pub(crate) changes: Option<ChangeSet>,
     pub(crate) changes_error: Option<String>,
+    pub(crate) changes_evicted: Vec<Evicted>,
     pub(crate) limit_hit: Option<crate::LimitHit>,
     pub(crate) denials: Vec<crate::denials::Denial>,
     /// How each layer's refusals were read ([`crate::denials::sources`]).
@@ -691,6 +838,7 @@ pub(crate) async fn settle_scratch(
         return Scratch {
             disk_full,
             changes: None,
+            evicted: Vec::new(),
         };
     };
     let store = ChangeStore::new(state_dir);
@@ -699,25 +847,38 @@ pub(crate) async fn settle_scratch(
         plan.keep_changes_for_secs
             .unwrap_or(tierbox_policy::policy::DEFAULT_KEEP_CHANGES_SECS),
     );
+    let caps = plan.keep_changes_caps.unwrap_or_default();
     let run_id = run_id.to_owned();
     let owner = run_for.owner.to_owned();
     let state_dir = state_dir.to_path_buf();
     let kept = tokio::task::spawn_blocking(move || {
         let upper = PathBuf::from(format!("/proc/self/fd/{}", fd_num(&layer)))
             .join(tierbox_sandbox::linux::ns::child::OVERLAY_UPPER);
-        let mut set = store
-            .keep(&run_id, &owner, &upper, &workspace, launched_at, keep_for)
-            .map_err(|e| e.to_string())?;
-        if !set.is_empty() {
-            set.kept = Some(crate::changes::KeptAt { state_dir, run_id });
-        }
-        Ok(set)
+        let how = Keeping {
+            owner: &owner,
+            keep_for,
+            caps,
+        };
+        let kept = store.keep(&run_id, &upper, &workspace, launched_at, &how);
+        let changes = kept.changes.map_err(|e| e.to_string()).map(|mut set| {
+            if !set.is_empty() {
+                set.kept = Some(crate::changes::KeptAt { state_dir, run_id });
+            }
+            set
+        });
+        (changes, kept.evicted)
     })
     .await
-    .unwrap_or_else(|e| Err(format!("keeping the change set failed: {e}")));
+    .unwrap_or_else(|e| {
+        (
+            Err(format!("keeping the change set failed: {e}")),
+            Vec::new(),
+        )
+    });
     Scratch {
         disk_full,
-        changes: Some(kept),
+        changes: Some(kept.0),
+        evicted: kept.1,
     }
 }
 
@@ -782,15 +943,22 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), ReviewError> {
 
 fn write_manifest(dir: &Path, kept: &KeptChanges) -> Result<(), ReviewError> {
     let path = dir.join(MANIFEST_FILE);
-    let tmp = dir.join(format!("{MANIFEST_FILE}.tmp"));
     let text =
         serde_json::to_vec(kept).map_err(|e| io("encode", &path)(std::io::Error::other(e)))?;
+    write_manifest_text(dir, &text)
+}
+
+/// Writes a manifest beside the old one, then renames it into place.
+fn write_manifest_text(dir: &Path, text: &[u8]) -> Result<(), ReviewError> {
+    let path = dir.join(MANIFEST_FILE);
+    let tmp = dir.join(format!("{MANIFEST_FILE}.tmp"));
     std::fs::write(&tmp, text).map_err(io("write", &tmp))?;
     std::fs::rename(&tmp, &path).map_err(io("rename", &path))
 }
 
-/// Copies the regular file `from` to a new file `to` (mode 0600); returns its size.
-fn copy_file(from: &Path, to: &Path) -> Result<u64, ReviewError> {
+/// Copies the regular file `from` to a new file `to` (mode 0600): exactly `size` bytes,
+/// what the scan found and the keep reserved room for; a file that has more fails.
+fn copy_file(from: &Path, to: &Path, size: u64) -> Result<(), ReviewError> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut src = std::fs::OpenOptions::new()
         .read(true)
@@ -803,7 +971,15 @@ fn copy_file(from: &Path, to: &Path) -> Result<u64, ReviewError> {
         .mode(0o600)
         .open(to)
         .map_err(io("create", to))?;
-    std::io::copy(&mut src, &mut dst).map_err(io("copy", to))
+    use std::io::Read;
+    let copied = std::io::copy(&mut (&mut src).take(size.saturating_add(1)), &mut dst)
+        .map_err(io("copy", to))?;
+    match copied > size {
+        true => Err(io("copy", from)(std::io::Error::other(format!(
+            "the file is larger than the {size} bytes scanned"
+        )))),
+        false => Ok(()),
+    }
 }
 
 /// The indices of the changes an apply of `paths` covers (all of them without a list).

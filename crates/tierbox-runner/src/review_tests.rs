@@ -60,6 +60,15 @@ fn snapshot(root: &Path) -> Vec<(PathBuf, String, u32, u32)> {
     out
 }
 
+/// Kept for `owner` for an hour, under the default caps.
+fn hour(owner: &str) -> Keeping<'_> {
+    Keeping {
+        owner,
+        keep_for: Duration::from_secs(3600),
+        caps: KeepCaps::default(),
+    }
+}
+
 impl Scene {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
@@ -105,12 +114,12 @@ impl Scene {
         self.store
             .keep(
                 run_id,
-                "uid:0",
                 &self.upper,
                 &self.ws,
                 SystemTime::now() + Duration::from_secs(3600),
-                Duration::from_secs(3600),
+                &hour("uid:0"),
             )
+            .changes
             .unwrap()
     }
 }
@@ -301,12 +310,15 @@ fn expired_sets_are_removed_and_nothing_is_kept_for_no_change() {
     s.store
         .keep(
             "b1",
-            "uid:0",
             &s.upper,
             &s.ws,
             SystemTime::now(),
-            Duration::ZERO,
+            &Keeping {
+                keep_for: Duration::ZERO,
+                ..hour("uid:0")
+            },
         )
+        .changes
         .unwrap();
     assert!(matches!(
         s.store.get("b1"),
@@ -333,14 +345,8 @@ fn a_change_made_in_the_workspace_during_the_run_is_never_applied() {
     let started = SystemTime::now() - Duration::from_secs(60);
     let set = s
         .store
-        .keep(
-            "c0",
-            "uid:0",
-            &s.upper,
-            &s.ws,
-            started,
-            Duration::from_secs(60),
-        )
+        .keep("c0", &s.upper, &s.ws, started, &hour("uid:0"))
+        .changes
         .unwrap();
     assert!(set.changes[0].flags.contains(&ChangeFlag::ChangedDuringRun));
     assert!(matches!(
