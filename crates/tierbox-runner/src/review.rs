@@ -13,7 +13,13 @@
 //! does not fit evicts its owner's own oldest sets and never another owner's, and one
 //! that still does not fit is not kept (see [`caps`] for the invariants).
 //!
-//! Applying ([`ChangeStore::apply`]) never trusts the workspace to be as it was, nor to
+//! Applying ([`ChangeStore::apply`]) needs consent for what a reviewer must see: a change
+//! with a flag that [`ChangeFlag::needs_consent`] (a symlink out of the workspace, a new
+//! executable, anything in a `.git` directory, a new repository, a setuid or setgid bit,
+//! a device node) is applied only when its path is named, or with `include_flagged`;
+//! otherwise nothing is applied and [`ReviewError::Flagged`] lists every such path.
+//!
+//! It never trusts the workspace to be as it was, nor to
 //! stay as it is while the apply runs (the run's processes, the workspace's owner or
 //! anyone with write access may rename, swap and link entries underneath):
 //!
@@ -51,12 +57,14 @@ use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::changes::print::BENEATH;
-use crate::changes::{Change, ChangeKind, ChangeSet, scan_all};
+use crate::changes::{Change, ChangeFlag, ChangeKind, ChangeSet, MAX_CHANGES, scan_all};
 
 mod apply;
 pub mod caps;
+mod escape;
 pub use apply::MAX_STAGING_DEPTH;
 pub use caps::{CHARGE_BLOCK_BYTES, Evicted, StoreUsage, Usage, charge};
+pub use escape::{Escape, escaped, escaped_path};
 pub use tierbox_policy::KeepCaps;
 
 /// Directory of the kept change sets, in the state directory.
@@ -129,6 +137,16 @@ pub enum ReviewError {
         /// The path.
         path: PathBuf,
     },
+    /// Changes the apply covers carry flags a reviewer must consent to
+    /// ([`ChangeFlag::needs_consent`]), and their paths were not named nor was
+    /// `include_flagged` given: nothing was applied.
+    #[error("{}", flagged_message(run_id, flagged))]
+    Flagged {
+        /// The run id.
+        run_id: String,
+        /// Every such change, with the flags that need consent.
+        flagged: Vec<FlaggedChange>,
+    },
     /// The change set is incomplete (the upper layer was larger than a scan reads).
     #[error(
         "the change set of run {run_id} is incomplete (its upper layer was larger than a scan reads); it cannot be applied whole"
@@ -200,6 +218,7 @@ impl ReviewError {
             Self::NotFound { .. } => "changes.not_found",
             Self::NotInChangeSet { .. } => "changes.not_in_change_set",
             Self::Conflict { .. } => "changes.conflict",
+            Self::Flagged { .. } => "changes.flagged",
             Self::ChangedDuringRun { .. } => "changes.changed_during_run",
             Self::Incomplete { .. } => "changes.incomplete",
             Self::UnsafePath { .. } => "changes.unsafe_path",
@@ -208,6 +227,39 @@ impl ReviewError {
             Self::Io { .. } => "changes.io",
         }
     }
+}
+
+/// A change an apply needs consent for ([`ReviewError::Flagged`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FlaggedChange {
+    /// The path, relative to the workspace.
+    pub path: PathBuf,
+    /// Its flags that need consent.
+    pub flags: Vec<ChangeFlag>,
+}
+
+/// The message of [`ReviewError::Flagged`]: every path with its flags (past
+/// [`MAX_CHANGES`], counted), and the two ways to consent.
+fn flagged_message(run_id: &str, flagged: &[FlaggedChange]) -> String {
+    let mut listed: Vec<String> = flagged
+        .iter()
+        .take(MAX_CHANGES)
+        .map(|f| {
+            let flags: Vec<&str> = f.flags.iter().map(|f| f.name()).collect();
+            format!("{} [{}]", f.path.display(), flags.join(", "))
+        })
+        .collect();
+    if flagged.len() > MAX_CHANGES {
+        listed.push(format!(
+            "and {} more (`tierbox changes show {run_id}`)",
+            flagged.len() - MAX_CHANGES
+        ));
+    }
+    format!(
+        "{} change(s) of run {run_id} are flagged for a reviewer and were not consented to: {}; nothing was applied. To apply them, name each path (`tierbox changes apply {run_id} PATH…`, `paths` over MCP and HTTP), or include every flagged change (`--include-flagged`, `\"include_flagged\": true`)",
+        flagged.len(),
+        listed.join("; ")
+    )
 }
 
 fn io(what: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ReviewError {
@@ -569,7 +621,9 @@ impl ChangeStore {
     }
 
     /// A unified diff of the text files the run changed (added, modified, deleted),
-    /// against the workspace as it is now, cut at `budget` bytes.
+    /// against the workspace as it is now, cut at `budget` bytes. File names in it are
+    /// [`escaped`] ([`Escape::Name`]); the content is as the files have it (a caller that
+    /// prints it escapes it with [`Escape::Text`]).
     pub fn diff(&self, run_id: &str, budget: usize) -> Result<String, ReviewError> {
         let kept = self.get(run_id)?;
         let files = self.run_dir(run_id)?.join(FILES_DIR);
@@ -587,15 +641,16 @@ impl ChangeStore {
                 ChangeKind::Modified => (old(), new(), true, true),
                 ChangeKind::Deleted => (old(), Some(String::new()), true, false),
                 ChangeKind::Renamed => {
-                    let from = c.renamed_from.as_deref().unwrap_or(&c.path).display();
+                    let from = escaped_path(c.renamed_from.as_deref().unwrap_or(&c.path));
                     out.push_str(&format!(
                         "rename from {from}\nrename to {}\n",
-                        c.path.display()
+                        escaped_path(&c.path)
                     ));
                     continue;
                 }
             };
-            let name = c.path.display().to_string();
+            // A name may hold a newline or an escape: it must not make or spoof a line.
+            let name = escaped_path(&c.path);
             match (old_text, new_text) {
                 (Some(old), Some(new)) => {
                     let diff = similar::TextDiff::from_lines(&old, &new);
@@ -636,7 +691,38 @@ impl ChangeStore {
     /// `paths` those at or below the listed paths (a rename with its source, a new
     /// directory with the new directories above it) — all or nothing (see the module
     /// documentation). The applied changes leave the store; the rest stay kept.
-    pub fn apply(&self, run_id: &str, paths: Option<&[PathBuf]>) -> Result<Applied, ReviewError> {
+    ///
+    /// A change with a flag that [`ChangeFlag::needs_consent`] is applied only with
+    /// consent: its own path (or a rename's source) listed in `paths` — the new
+    /// directories above it come with it — or `include_flagged`. Without it nothing is
+    /// applied: [`ReviewError::Flagged`] lists every such change. With it, a symlink is
+    /// applied as a symlink (never followed), a setuid or setgid bit is dropped
+    /// ([`Applied::bits_dropped`]) and a device node, FIFO or socket is skipped.
+    ///
+    /// ```
+    /// # fn demo(store: &tierbox_runner::review::ChangeStore, run_id: &str) -> Result<(), tierbox_runner::review::ReviewError> {
+    /// use tierbox_runner::review::ReviewError;
+    ///
+    /// match store.apply(run_id, None, false) {
+    ///     Err(ReviewError::Flagged { flagged, .. }) => {
+    ///         for f in &flagged {
+    ///             println!("{}: {:?}", f.path.display(), f.flags);
+    ///         }
+    ///         // Once a reviewer has looked at them:
+    ///         store.apply(run_id, None, true)?;
+    ///     }
+    ///     other => {
+    ///         other?;
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn apply(
+        &self,
+        run_id: &str,
+        paths: Option<&[PathBuf]>,
+        include_flagged: bool,
+    ) -> Result<Applied, ReviewError> {
         // Held to the end: the set is not evicted, swept or applied twice meanwhile.
         let (_lock, mut kept) = self.lock_kept(run_id)?;
         if kept.changes.incomplete && paths.is_none() {
@@ -644,7 +730,29 @@ impl ChangeStore {
                 run_id: run_id.to_owned(),
             });
         }
-        let selected = select(&kept, paths)?;
+        let (selected, named) = select(&kept, paths)?;
+        if !include_flagged {
+            let flagged: Vec<FlaggedChange> = selected
+                .difference(&named)
+                .map(|&i| &kept.changes.changes[i])
+                .filter(|c| c.flags.iter().any(|f| f.needs_consent()))
+                .map(|c| FlaggedChange {
+                    path: c.path.clone(),
+                    flags: c
+                        .flags
+                        .iter()
+                        .copied()
+                        .filter(|f| f.needs_consent())
+                        .collect(),
+                })
+                .collect();
+            if !flagged.is_empty() {
+                return Err(ReviewError::Flagged {
+                    run_id: run_id.to_owned(),
+                    flagged,
+                });
+            }
+        }
         let dir = self.run_dir(run_id)?;
         let files = dir.join(FILES_DIR);
         let root = open_root(&kept.workspace, "open the workspace")?;
@@ -685,7 +793,10 @@ impl ChangeSet {
     }
 
     /// Applies every change of this set to the workspace, all or nothing (see
-    /// [`ChangeStore::apply`]); the set must be one a run kept ([`ChangeSet::kept`]).
+    /// [`ChangeStore::apply`]); the set must be one a run kept ([`ChangeSet::kept`]). A
+    /// set with changes a reviewer must consent to is refused ([`ReviewError::Flagged`]):
+    /// [`ChangeSet::apply_paths`] names them, [`ChangeSet::apply_including_flagged`]
+    /// takes them all.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -710,14 +821,21 @@ impl ChangeSet {
     /// ```
     pub fn apply(&self) -> Result<Applied, ReviewError> {
         let (store, run_id) = self.store()?;
-        store.apply(run_id, None)
+        store.apply(run_id, None, false)
+    }
+
+    /// Applies every change of this set, flagged ones included: the caller has looked at
+    /// them ([`ChangeFlag::needs_consent`]).
+    pub fn apply_including_flagged(&self) -> Result<Applied, ReviewError> {
+        let (store, run_id) = self.store()?;
+        store.apply(run_id, None, true)
     }
 
     /// Applies the changes at or below `paths` (relative to the workspace), all or
-    /// nothing; the others stay kept.
+    /// nothing; the others stay kept. A flagged change needs its own path listed.
     pub fn apply_paths(&self, paths: &[PathBuf]) -> Result<Applied, ReviewError> {
         let (store, run_id) = self.store()?;
-        store.apply(run_id, Some(paths))
+        store.apply(run_id, Some(paths), false)
     }
 
     /// Drops this set unapplied.
@@ -982,13 +1100,19 @@ fn copy_file(from: &Path, to: &Path, size: u64) -> Result<(), ReviewError> {
     }
 }
 
-/// The indices of the changes an apply of `paths` covers (all of them without a list).
-fn select(kept: &KeptChanges, paths: Option<&[PathBuf]>) -> Result<BTreeSet<usize>, ReviewError> {
+/// The indices of the changes an apply of `paths` covers (all of them without a list),
+/// and of those it has consent for by name: each change whose own path (or a rename's
+/// source) is listed, and the new directories above such a change.
+fn select(
+    kept: &KeptChanges,
+    paths: Option<&[PathBuf]>,
+) -> Result<(BTreeSet<usize>, BTreeSet<usize>), ReviewError> {
     let changes = &kept.changes.changes;
     let Some(paths) = paths else {
-        return Ok((0..changes.len()).collect());
+        return Ok(((0..changes.len()).collect(), BTreeSet::new()));
     };
     let mut out = BTreeSet::new();
+    let mut named = BTreeSet::new();
     for want in paths {
         let want = want.strip_prefix("./").unwrap_or(want);
         let mut matched = false;
@@ -998,6 +1122,9 @@ fn select(kept: &KeptChanges, paths: Option<&[PathBuf]>) -> Result<BTreeSet<usiz
                 out.insert(i);
                 matched = true;
             }
+            if c.path == want || from == Some(want) {
+                named.insert(i);
+            }
         }
         if !matched {
             return Err(ReviewError::NotInChangeSet {
@@ -1006,7 +1133,7 @@ fn select(kept: &KeptChanges, paths: Option<&[PathBuf]>) -> Result<BTreeSet<usiz
             });
         }
     }
-    // New directories above a selected change come with it.
+    // New directories above a selected change come with it (and with its consent).
     let mut parents = Vec::new();
     for &i in &out {
         for (j, c) in changes.iter().enumerate() {
@@ -1014,12 +1141,17 @@ fn select(kept: &KeptChanges, paths: Option<&[PathBuf]>) -> Result<BTreeSet<usiz
                 && c.file_type == "dir"
                 && changes[i].path.starts_with(&c.path)
             {
-                parents.push(j);
+                parents.push((j, named.contains(&i)));
             }
         }
     }
-    out.extend(parents);
-    Ok(out)
+    for (j, consented) in parents {
+        out.insert(j);
+        if consented {
+            named.insert(j);
+        }
+    }
+    Ok((out, named))
 }
 
 fn fd_num(fd: &impl AsFd) -> i32 {

@@ -209,7 +209,7 @@ impl Race {
                 .changes
                 .unwrap();
             self.resume();
-            let result = self.store.apply(&run_id, None);
+            let result = self.store.apply(&run_id, None, false);
             self.pause();
             assert_eq!(
                 outside_snapshot(&self.outside),

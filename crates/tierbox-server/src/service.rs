@@ -73,6 +73,7 @@ impl ServiceError {
             "background.not_found" | "http.not_found" | "changes.not_found" => 404,
             "changes.bad_run_id" => 400,
             "changes.conflict"
+            | "changes.flagged"
             | "changes.changed_during_run"
             | "changes.unsafe_path"
             | "changes.incomplete"
@@ -474,17 +475,18 @@ impl Service {
         Ok(crate::results::to_json(&shown))
     }
 
-    /// Applies a kept change set (all of it, or the listed paths), all or nothing.
+    /// Applies a kept change set (all of it, or the listed paths), all or nothing; flagged
+    /// changes only when named or with `include_flagged` (`changes.flagged` otherwise).
     pub async fn changes_apply(
         &self,
         req: &tierbox_policy::handle::ChangesApplyRequest,
     ) -> Result<Value, ServiceError> {
         let store = self.change_store();
-        let run_id = req.run_id.clone();
+        let (run_id, include_flagged) = (req.run_id.clone(), req.include_flagged);
         let paths: Vec<std::path::PathBuf> = req.paths.iter().map(Into::into).collect();
         let applied = blocking(move || {
             let paths = (!paths.is_empty()).then_some(paths.as_slice());
-            store.apply(&run_id, paths)
+            store.apply(&run_id, paths, include_flagged)
         })
         .await?;
         Ok(crate::results::to_json(&applied))

@@ -299,7 +299,10 @@ fn ten_threads_keeping_at_once_never_overshoot_the_caps() {
     // set still being copied is not evicted, so an owner's second keep during its first
     // is refused), but every keep that got in is held still or was evicted by its
     // owner's later one, and every other was refused naming a cap.
-    assert!(usage.sets <= 3 && usage.sets == usage.by_owner.len(), "{usage:?}");
+    assert!(
+        usage.sets <= 3 && usage.sets == usage.by_owner.len(),
+        "{usage:?}"
+    );
     assert_eq!(
         results.iter().filter(|k| k.changes.is_ok()).count(),
         usage.sets + evicted

@@ -177,7 +177,15 @@ fn an_overlay_run_changes_nothing_until_applied_and_then_equals_a_direct_run() {
     edited["changes"]["changes"][0]["sha256"] = "00".into();
     assert!(tierbox_attest::verify_outcome(&envelope, &edited).is_err());
 
-    let applied = env.store().apply(&out.run_id, None).unwrap();
+    // The link out of the workspace and the new executable need consent.
+    let err = env.store().apply(&out.run_id, None, false).unwrap_err();
+    assert_eq!(err.code(), "changes.flagged", "{err}");
+    assert_eq!(
+        tree(env.ws.path()),
+        before,
+        "a refused apply changed the workspace"
+    );
+    let applied = env.store().apply(&out.run_id, None, true).unwrap();
     // The run could not make `suid` setuid (the seccomp filter refuses the mode, in both
     // runs), so apply has no bit to drop; it would drop one (tested in review_tests).
     assert!(
