@@ -66,6 +66,57 @@ pub enum Body {
         /// The human-readable message.
         message: String,
     },
+    /// Something the runner did on its own while handling the request, which the log
+    /// must show; named by its `event` field.
+    Event(Event),
+}
+
+/// What the runner did on its own while handling a request ([`Body::Event`]), tagged by
+/// `event`.
+///
+/// ```
+/// use tierbox_attest::{Body, EvictedChanges, Event};
+///
+/// let body = Body::Event(Event::ChangesEvicted {
+///     run_id: "aa".into(),
+///     owner: "uid:1000".into(),
+///     evicted: vec![EvictedChanges { run_id: "bb".into(), created_unix_ms: 1, bytes: 8192, entries: 6 }],
+/// });
+/// let json = serde_json::to_value(&body).unwrap();
+/// assert_eq!(json["kind"], "event");
+/// assert_eq!(json["event"], "changes.evicted");
+/// assert_eq!(serde_json::from_value::<Body>(json).unwrap(), body);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "event", deny_unknown_fields)]
+pub enum Event {
+    /// `changes.evicted`: keeping the change set of run `run_id` removed older unapplied
+    /// sets of the same owner, to stay under the caps on kept change sets
+    /// (`workspace.keep_changes_*`).
+    #[serde(rename = "changes.evicted")]
+    ChangesEvicted {
+        /// The run whose change set was kept (its outcome's `run_id`).
+        run_id: String,
+        /// The owner of the set kept and of every set evicted.
+        owner: String,
+        /// The sets removed, oldest first.
+        evicted: Vec<EvictedChanges>,
+    },
+}
+
+/// A kept change set removed unapplied to make room for a newer one of its owner's
+/// ([`Event::ChangesEvicted`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvictedChanges {
+    /// The run that made it.
+    pub run_id: String,
+    /// When it was kept, unix milliseconds UTC.
+    pub created_unix_ms: u64,
+    /// What it was charged against the caps, in bytes (4 KiB blocks).
+    pub bytes: u64,
+    /// What it was charged against the caps, in entries.
+    pub entries: u64,
 }
 
 /// What a run enforced and produced.

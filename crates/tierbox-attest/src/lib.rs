@@ -46,9 +46,10 @@ pub mod log;
 pub mod verify_outcome;
 
 pub use attestation::{
-    ATTESTATION_DOMAIN, ATTESTATION_VERSION, Attestation, Body, Outcome, RunFacts,
-    SignedAttestation, VerifyError, attestation_digest, changes_digest, egress_decisions_digest,
-    example_attestation, new_id, request_digest, sign, signed_bytes, verify_envelope,
+    ATTESTATION_DOMAIN, ATTESTATION_VERSION, Attestation, Body, Event, EvictedChanges, Outcome,
+    RunFacts, SignedAttestation, VerifyError, attestation_digest, changes_digest,
+    egress_decisions_digest, example_attestation, new_id, request_digest, sign, signed_bytes,
+    verify_envelope,
 };
 pub use ed25519_dalek::{SigningKey, VerifyingKey};
 pub use jcs::{JcsError, jcs};
@@ -215,6 +216,7 @@ fn is_key_of(key: &Plan, plan: &Plan, env: &[(String, String)]) -> bool {
         workspace,
         workspace_mode,
         keep_changes_for_secs,
+        keep_changes_caps,
         filesystem,
         network,
         limits,
@@ -236,6 +238,7 @@ fn is_key_of(key: &Plan, plan: &Plan, env: &[(String, String)]) -> bool {
         && key.workspace == *workspace
         && key.workspace_mode == *workspace_mode
         && key.keep_changes_for_secs == *keep_changes_for_secs
+        && key.keep_changes_caps == *keep_changes_caps
         && key.filesystem == *filesystem
         && key.network == *network
         && key.limits == *limits

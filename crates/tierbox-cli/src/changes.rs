@@ -1,14 +1,18 @@
 //! `tierbox changes`: review mode's kept change sets (see `tierbox_runner::review`).
+//!
+//! What a run chose — file names, link targets, the workspace's path, file contents in a
+//! diff, paths in an error — is printed with its control characters escaped
+//! (`tierbox_runner::review::escaped`: BEL as `\x07`, ESC as `\x1b`), to a terminal or
+//! not; `--json` prints exact JSON instead.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use tierbox_runner::changes::{Change, ChangeKind};
-use tierbox_runner::review::{ChangeStore, DEFAULT_DIFF_BYTES, KeptChanges, ReviewError};
-
-use crate::render::neutralize;
+use tierbox_runner::review::{
+    ChangeStore, DEFAULT_DIFF_BYTES, Escape, KeptChanges, ReviewError, escaped, escaped_path,
+};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ChangesAction {
@@ -22,7 +26,8 @@ pub enum ChangesAction {
         state_dir: Option<PathBuf>,
     },
     /// What a run changed: every path with its kind, size, mode, SHA-256 and flags, and
-    /// with --diff the text changes as a unified diff.
+    /// with --diff the text changes as a unified diff. Control characters in names and
+    /// contents are printed escaped (BEL as \x07, ESC as \x1b); --json is exact.
     Show {
         /// The run id (`run_id` of the outcome).
         run_id: String,
@@ -41,12 +46,18 @@ pub enum ChangesAction {
     },
     /// Apply a run's changes to its workspace, all or nothing; with PATHs only the
     /// changes at or below them. Refuses (naming the path) when the workspace changed
-    /// underneath since the run.
+    /// underneath since the run, and (listing them) when flagged changes — a symlink out
+    /// of the workspace, a new executable, a `.git` entry, a setuid bit, a device — are
+    /// neither named as PATHs nor included with --include-flagged.
     Apply {
         /// The run id.
         run_id: String,
-        /// Apply only these paths (relative to the workspace) and what is below them.
+        /// Apply only these paths (relative to the workspace) and what is below them; a
+        /// flagged change named exactly is consented to.
         paths: Vec<PathBuf>,
+        /// Apply flagged changes too (you have looked at them: `tierbox changes show`).
+        #[arg(long)]
+        include_flagged: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -110,7 +121,7 @@ pub fn run(action: ChangesAction) -> Result<ExitCode> {
                         print_change(c);
                     }
                     if let Some(d) = diff {
-                        print!("{}", shown(&d));
+                        print!("{}", escaped(d.as_bytes(), Escape::Text));
                     }
                 }
                 Ok(())
@@ -119,39 +130,38 @@ pub fn run(action: ChangesAction) -> Result<ExitCode> {
         ChangesAction::Apply {
             run_id,
             paths,
+            include_flagged,
             json,
             state_dir,
         } => {
             let paths = (!paths.is_empty()).then_some(paths.as_slice());
-            store(state_dir).apply(&run_id, paths).map(|applied| {
-                if json {
+            store(state_dir)
+                .apply(&run_id, paths, include_flagged)
+                .map(|applied| {
+                    if json {
+                        println!(
+                            "{}",
+                            serde_json::to_string_pretty(&applied).unwrap_or_default()
+                        );
+                        return;
+                    }
                     println!(
-                        "{}",
-                        serde_json::to_string_pretty(&applied).unwrap_or_default()
+                        "applied {} change(s) of run {run_id}",
+                        applied.applied.len()
                     );
-                    return;
-                }
-                println!(
-                    "applied {} change(s) of run {run_id}",
-                    applied.applied.len()
-                );
-                for p in &applied.bits_dropped {
-                    println!(
-                        "  {}: applied without its setuid/setgid bit",
-                        shown(&p.display().to_string())
-                    );
-                }
-                for s in &applied.skipped {
-                    println!(
-                        "  {}: skipped ({})",
-                        shown(&s.path.display().to_string()),
-                        s.reason
-                    );
-                }
-                if applied.remaining > 0 {
-                    println!("{} change(s) still kept", applied.remaining);
-                }
-            })
+                    for p in &applied.bits_dropped {
+                        println!(
+                            "  {}: applied without its setuid/setgid bit",
+                            escaped_path(p)
+                        );
+                    }
+                    for s in &applied.skipped {
+                        println!("  {}: skipped ({})", escaped_path(&s.path), s.reason);
+                    }
+                    if applied.remaining > 0 {
+                        println!("{} change(s) still kept", applied.remaining);
+                    }
+                })
         }
         ChangesAction::Discard { run_id, state_dir } => store(state_dir)
             .discard(&run_id)
@@ -160,7 +170,12 @@ pub fn run(action: ChangesAction) -> Result<ExitCode> {
     match result {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
-            eprintln!("tierbox: [{}] {e}", e.code());
+            let message = e.to_string();
+            eprintln!(
+                "tierbox: [{}] {}",
+                e.code(),
+                escaped(message.as_bytes(), Escape::Text)
+            );
             if let Some(hint) = hint(&e) {
                 eprintln!("hint: {hint}");
             }
@@ -175,16 +190,11 @@ fn hint(e: &ReviewError) -> Option<&'static str> {
         ReviewError::Conflict { .. } | ReviewError::ChangedDuringRun { .. } => {
             "apply the other paths by name (`tierbox changes apply RUN_ID PATH…`), or run again on the workspace as it is now"
         }
+        ReviewError::Flagged { .. } => {
+            "look at them first (`tierbox changes show RUN_ID --diff`), then name them or add --include-flagged"
+        }
         _ => return None,
     })
-}
-
-/// Text the run chose (paths, link targets), neutralised on a terminal.
-fn shown(s: &str) -> String {
-    match std::io::stdout().is_terminal() {
-        true => neutralize(s).into_owned(),
-        false => s.to_owned(),
-    }
 }
 
 fn print_summary(k: &KeptChanges) {
@@ -197,7 +207,7 @@ fn print_summary(k: &KeptChanges) {
         "run {}: {count} change(s), {} bytes, workspace {}, kept {}m{}s more{}",
         k.run_id,
         k.bytes,
-        shown(&k.workspace.display().to_string()),
+        escaped_path(&k.workspace),
         left / 60,
         left % 60,
         if k.changes.incomplete {
@@ -215,12 +225,12 @@ fn print_change(c: &Change) {
         ChangeKind::Deleted => "D",
         ChangeKind::Renamed => "R",
     };
-    let mut line = format!("{kind} {}", c.path.display());
+    let mut line = format!("{kind} {}", escaped_path(&c.path));
     if let Some(from) = &c.renamed_from {
-        line = format!("{line} (from {})", from.display());
+        line = format!("{line} (from {})", escaped_path(from));
     }
     match (c.file_type.as_str(), &c.target, c.size, c.mode) {
-        ("symlink", Some(t), _, _) => line.push_str(&format!(" -> {}", t.display())),
+        ("symlink", Some(t), _, _) => line.push_str(&format!(" -> {}", escaped_path(t))),
         ("dir", _, _, Some(m)) => line.push_str(&format!(" dir {m:o}")),
         (_, _, Some(size), Some(m)) => line.push_str(&format!(" {size} bytes {m:o}")),
         (kind, ..) if kind != "file" => line.push_str(&format!(" {kind}")),
@@ -230,17 +240,8 @@ fn print_change(c: &Change) {
         line.push_str(&format!(" sha256:{}", sha.get(..12).unwrap_or(sha)));
     }
     if !c.flags.is_empty() {
-        let flags: Vec<String> = c
-            .flags
-            .iter()
-            .map(|f| {
-                serde_json::to_value(f)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
-            })
-            .collect();
+        let flags: Vec<&str> = c.flags.iter().map(|f| f.name()).collect();
         line.push_str(&format!(" [{}]", flags.join(", ")));
     }
-    println!("{}", shown(&line));
+    println!("{line}");
 }

@@ -167,12 +167,13 @@ fn runs_in(policy: &Policy) -> Result<String, String> {
 
 /// Review mode on this host: whether the native backend mounts an overlay workspace
 /// (its canary), whether the installed bwrap has overlay options (unused: Tierbox refuses
-/// overlay mode there, see docs/review-mode.md), and the change sets kept.
+/// overlay mode there, see docs/review-mode.md), and the change sets kept against the
+/// policy's caps.
 struct ReviewReport {
     native: Canary,
     bwrap_overlay: Option<bool>,
-    kept: usize,
-    kept_bytes: u64,
+    usage: tierbox_runner::review::StoreUsage,
+    caps: tierbox_policy::KeepCaps,
     dir: std::path::PathBuf,
 }
 
@@ -196,14 +197,23 @@ impl ReviewReport {
                 })
         });
         let store = tierbox_runner::review::ChangeStore::new(state_dir);
-        let kept = store.list();
+        store.sweep();
         Self {
             native,
             bwrap_overlay,
-            kept: kept.len(),
-            kept_bytes: kept.iter().map(|k| k.bytes).sum(),
+            usage: store.usage(),
+            caps: policy.workspace.keep_caps(),
             dir: state_dir.join(tierbox_runner::review::CHANGES_DIR),
         }
+    }
+
+    /// The owner whose kept sets take the most bytes, with what they take.
+    fn largest_owner(&self) -> Option<(&str, tierbox_runner::review::Usage)> {
+        self.usage
+            .by_owner
+            .iter()
+            .max_by_key(|(_, u)| u.bytes)
+            .map(|(o, u)| (o.as_str(), *u))
     }
 
     fn text(&self) -> String {
@@ -216,10 +226,28 @@ impl ReviewReport {
             Some(false) => "; bwrap has no --overlay-src (0.10+)",
             None => "",
         };
+        let (u, c) = (self.usage.total, self.caps);
+        let owner = match self.largest_owner() {
+            Some((o, ou)) => format!(
+                "; most by one owner ({}): {} of {} bytes, {} of {} entries",
+                crate::render::neutralize(o),
+                ou.bytes,
+                c.per_owner_bytes,
+                ou.entries,
+                c.per_owner_entries
+            ),
+            None => format!(
+                "; per owner at most {} bytes, {} entries",
+                c.per_owner_bytes, c.per_owner_entries
+            ),
+        };
         format!(
-            "overlay mode: {native}{bwrap}; {} change set(s) kept, {} bytes, in {}",
-            self.kept,
-            self.kept_bytes,
+            "overlay mode: {native}{bwrap}; {} kept change set(s): {} of {} bytes, {} of {} entries (workspace.keep_changes_total_*){owner}, in {}",
+            self.usage.sets,
+            u.bytes,
+            c.total_bytes,
+            u.entries,
+            c.total_entries,
             self.dir.display()
         )
     }
@@ -229,8 +257,11 @@ impl ReviewReport {
             "overlay_tier_c_native": self.native.is_ok(),
             "overlay_reason": self.native.as_ref().err(),
             "bwrap_overlay_options": self.bwrap_overlay,
-            "kept_change_sets": self.kept,
-            "kept_bytes": self.kept_bytes,
+            "kept_change_sets": self.usage.sets,
+            "kept_bytes": self.usage.total.bytes,
+            "kept_entries": self.usage.total.entries,
+            "kept_by_owner": self.usage.by_owner,
+            "kept_caps": self.caps,
             "dir": self.dir,
         })
     }

@@ -305,12 +305,31 @@ fn review_note(o: &Outcome, set: &tierbox_runner::changes::ChangeSet) -> String 
     }
     let count = set.changes.len() as u64 + set.omitted;
     let flagged = set.changes.iter().filter(|c| !c.flags.is_empty()).count();
+    let consent = set
+        .changes
+        .iter()
+        .any(|c| c.flags.iter().any(|f| f.needs_consent()));
     let flagged = match flagged {
         0 => String::new(),
         n => format!(", {n} flagged"),
     };
+    let consent = match consent {
+        true => " (flagged changes need their paths named, or --include-flagged)",
+        false => "",
+    };
+    let evicted = match o.changes_evicted.as_slice() {
+        [] => String::new(),
+        sets => format!(
+            "; to make room, {} older change set(s) of the same owner were removed unapplied (workspace.keep_changes_*): {}",
+            sets.len(),
+            sets.iter()
+                .map(|e| e.run_id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     format!(
-        "review mode: {count} change(s){flagged} kept, the workspace unchanged; `tierbox changes show {id}` to review, `tierbox changes apply {id}` or `tierbox changes discard {id}`",
+        "review mode: {count} change(s){flagged} kept, the workspace unchanged; `tierbox changes show {id}` to review, `tierbox changes apply {id}`{consent} or `tierbox changes discard {id}`{evicted}",
         id = o.run_id
     )
 }

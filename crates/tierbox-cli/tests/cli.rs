@@ -1900,6 +1900,125 @@ fn check_curl(page: &str, line: &str, api: &serde_json::Value) {
     }
 }
 
+/// A change set kept by hand (no run needed): `changes show` prints what the run chose
+/// — a file holding BEL and an ESC sequence, a file named with ESC — escaped, though
+/// stdout is not a terminal here, and `--json` exact; `changes apply` refuses the flagged
+/// changes (a symlink out of the workspace, a new executable) with exit 1, listing each
+/// and changing nothing, applies one named, then the rest with `--include-flagged`.
+#[test]
+fn changes_show_escapes_control_bytes_and_apply_needs_consent_for_flagged_changes() {
+    use std::os::unix::fs::PermissionsExt;
+    use tierbox_runner::review::{ChangeStore, KeepCaps, Keeping};
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, upper, state) = (
+        dir.path().join("ws"),
+        dir.path().join("upper"),
+        dir.path().join("state"),
+    );
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::create_dir(&upper).unwrap();
+    std::fs::write(upper.join("bell.txt"), "ring\x07\x1b[31mred\n").unwrap();
+    std::fs::write(upper.join("name\x1b[2Jx"), "z\n").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", upper.join("link")).unwrap();
+    std::fs::write(upper.join("run.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(upper.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let id = "00112233445566778899aabbccddeeff";
+    ChangeStore::new(&state)
+        .keep(
+            id,
+            &upper,
+            &ws,
+            std::time::SystemTime::now(),
+            &Keeping {
+                owner: "uid:0",
+                keep_for: std::time::Duration::from_secs(3600),
+                caps: KeepCaps::default(),
+            },
+        )
+        .changes
+        .unwrap();
+    let sd = state.to_str().unwrap();
+
+    let shown = tierbox(&["changes", "show", id, "--diff", "--state-dir", sd], None);
+    assert_eq!(shown.status.code(), Some(0), "{shown:?}");
+    assert!(
+        !shown.stdout.iter().any(|b| *b == 0x07 || *b == 0x1b),
+        "a raw control byte was printed"
+    );
+    let text = String::from_utf8(shown.stdout).unwrap();
+    println!("{text}");
+    for part in [
+        "A bell.txt",
+        "A name\\x1b[2Jx",
+        "A link -> /etc/passwd [symlink_outside]",
+        "A run.sh 10 bytes 755",
+        "+ring\\x07\\x1b[31mred\n",
+        "+++ b/name\\x1b[2Jx\n",
+    ] {
+        assert!(text.contains(part), "{part:?} not in {text}");
+    }
+    let json = succeeded_json(&tierbox(
+        &["changes", "show", id, "--diff", "--json", "--state-dir", sd],
+        None,
+    ));
+    assert!(
+        json["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+ring\x07\x1b[31mred\n")
+    );
+    let paths: Vec<&str> = json["changes"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"name\x1b[2Jx"), "{paths:?}");
+
+    let refused = tierbox(&["changes", "apply", id, "--state-dir", sd], None);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    println!("{err}");
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    for part in [
+        "[changes.flagged] 2 change(s)",
+        "link [symlink_outside]; run.sh [new_executable]",
+        "nothing was applied",
+        "--include-flagged",
+    ] {
+        assert!(err.contains(part), "{part:?} not in {err}");
+    }
+    assert_eq!(std::fs::read_dir(&ws).unwrap().count(), 0, "{err}");
+
+    let named = tierbox(&["changes", "apply", id, "link", "--state-dir", sd], None);
+    assert_eq!(named.status.code(), Some(0), "{named:?}");
+    assert_eq!(
+        std::fs::read_link(ws.join("link")).unwrap(),
+        std::path::Path::new("/etc/passwd")
+    );
+    assert!(!ws.join("run.sh").exists());
+    let all = tierbox(
+        &[
+            "changes",
+            "apply",
+            id,
+            "--include-flagged",
+            "--state-dir",
+            sd,
+        ],
+        None,
+    );
+    assert_eq!(all.status.code(), Some(0), "{all:?}");
+    let mode = std::fs::metadata(ws.join("run.sh"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o755);
+    assert_eq!(
+        std::fs::read(ws.join("bell.txt")).unwrap(),
+        b"ring\x07\x1b[31mred\n"
+    );
+}
+
 /// Review mode from the CLI: `run --overlay` leaves the workspace alone and says how to
 /// go on; `changes list|show|apply|discard` act on the kept set, with exit 1 and the
 /// error's code when the store refuses; `--tier b --overlay` is rejected, never run.

@@ -246,8 +246,11 @@ pub struct ChangesShowRequest {
     description = "Apply the changes of an overlay (review mode) run to the workspace, all \
                    or nothing; with `paths`, only the changes at or below those paths. \
                    Refused, naming the path, when the workspace changed there since the \
-                   run; symlinks are applied as symlinks and never followed, setuid bits \
-                   and device nodes are never applied."
+                   run. Refused, listing them, when changes are flagged for a reviewer (a \
+                   symlink out of the workspace, a new executable, a `.git` entry, a new \
+                   repository, a setuid bit, a device node) unless each is named exactly in \
+                   `paths` or `include_flagged` is true. Symlinks are applied as symlinks \
+                   and never followed, setuid bits and device nodes are never applied."
 )]
 pub struct ChangesApplyRequest {
     /// The `run_id` of the overlay run's outcome.
@@ -258,6 +261,12 @@ pub struct ChangesApplyRequest {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_APPLY_PATHS), inner(length(min = 1, max = MAX_APPLY_PATH_BYTES)))]
     pub paths: Vec<String>,
+    /// Apply flagged changes too (a symlink out of the workspace, a new executable, a
+    /// `.git` entry, a new repository, a setuid bit, a device node): the caller has shown
+    /// them to a reviewer. Without it, a flagged change is applied only when its own path
+    /// is in `paths`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_flagged: bool,
 }
 
 /// `changes_discard`: drop a kept change set unapplied.
@@ -391,6 +400,25 @@ mod tests {
                 .unwrap()
                 .close
         );
+    }
+
+    #[test]
+    fn an_apply_consents_to_flagged_changes_only_when_it_says_so() {
+        let doc = format!(r#"{{"run_id":"{ID}"}}"#);
+        assert!(
+            !ChangesApplyRequest::from_json(doc.as_bytes())
+                .unwrap()
+                .include_flagged
+        );
+        let doc = format!(r#"{{"run_id":"{ID}","include_flagged":true}}"#);
+        assert!(
+            ChangesApplyRequest::from_json(doc.as_bytes())
+                .unwrap()
+                .include_flagged
+        );
+        let doc = format!(r#"{{"run_id":"{ID}","include_flagged":"yes"}}"#);
+        let err = ChangesApplyRequest::from_json(doc.as_bytes()).unwrap_err();
+        assert_eq!(err.code(), "input.malformed");
     }
 
     #[test]

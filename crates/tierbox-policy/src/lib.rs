@@ -44,8 +44,8 @@ pub mod wasm;
 pub use enforcement::{Enforcement, LayerReport};
 pub use plan::Plan;
 pub use policy::{
-    ContainerPolicy, DEFAULT_SANDBOX_ID, DevShm, EgressMode, Layer, Policy, PolicyError, QuotaMode,
-    Tier, TierCBackend, WorkspaceMode,
+    ContainerPolicy, DEFAULT_SANDBOX_ID, DevShm, EgressMode, KeepCaps, Layer, Policy, PolicyError,
+    QuotaMode, Tier, TierCBackend, WorkspaceMode,
 };
 pub use rejection::Rejection;
 pub use request::{Lifetime, ProcessRunRequest, TierRequest};

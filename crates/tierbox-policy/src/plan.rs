@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::hosts::HostPattern;
-use crate::policy::{EgressMode, Layer, QuotaMode, Tier, WorkspaceMode};
+use crate::policy::{EgressMode, KeepCaps, Layer, QuotaMode, Tier, WorkspaceMode};
 use crate::request::{Lifetime, TierRequest};
 
 /// A validated, resolved run.
@@ -39,6 +39,11 @@ pub struct Plan {
     /// (`workspace.keep_changes_for_secs`); `None` in direct mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_changes_for_secs: Option<u64>,
+    /// Overlay mode: the caps on kept change sets the run's set is kept under
+    /// (`workspace.keep_changes_total_*`, `keep_changes_per_owner_*`); `None` in direct
+    /// mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_changes_caps: Option<KeepCaps>,
     /// Filesystem view beyond the workspace.
     pub filesystem: FsPlan,
     /// Network.

@@ -226,6 +226,29 @@ impl Auditor {
         self.record(request, now, now, body).map(Some)
     }
 
+    /// Records in the audit log that keeping the change set of run `run_id` (made for
+    /// `owner`, on `request`) evicted `evicted`, older unapplied sets of the same owner: a
+    /// `changes.evicted` event. Without a log, or with nothing evicted, there is nothing
+    /// to do: the outcome lists them ([`Outcome::changes_evicted`]). Blocking I/O (fsync).
+    pub fn record_evictions(
+        &self,
+        request: &Value,
+        run_id: &str,
+        owner: &str,
+        evicted: &[crate::review::Evicted],
+    ) -> Result<(), AuditError> {
+        if self.log.is_none() || evicted.is_empty() {
+            return Ok(());
+        }
+        let now = now_unix_ms();
+        let body = Body::Event(tierbox_attest::Event::ChangesEvicted {
+            run_id: run_id.to_owned(),
+            owner: owner.to_owned(),
+            evicted: evicted.to_vec(),
+        });
+        self.record(request, now, now, body).map(|_| ())
+    }
+
     fn record(
         &self,
         request: &Value,

@@ -128,6 +128,9 @@ pub struct BackgroundStatus {
     /// [`crate::Outcome::changes_error`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes_error: Option<String>,
+    /// [`crate::Outcome::changes_evicted`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes_evicted: Vec<crate::review::Evicted>,
     /// A scratch filesystem filled up (`limits.disk_bytes`): `"disk"`; the memory limit's
     /// kill: `"memory"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -295,6 +298,7 @@ impl Entry {
         let crate::review::EndReport {
             changes,
             changes_error,
+            changes_evicted,
             limit_hit,
             denials,
             denial_reports,
@@ -318,6 +322,7 @@ impl Entry {
             sandbox_failure: self.sandbox_failure(),
             changes,
             changes_error,
+            changes_evicted,
             limit_hit,
             denials,
             denial_reports,
@@ -392,7 +397,20 @@ impl Entry {
             .seal
             .auditor
             .attest(&facts.seal.request, facts.seal.started_unix_ms, run, ended)
-            .map_err(|e| e.to_string());
+            .map_err(|e| e.to_string())
+            .and_then(|signed| {
+                facts
+                    .seal
+                    .auditor
+                    .record_evictions(
+                        &facts.seal.request,
+                        &self.id,
+                        &self.owner,
+                        &end.changes_evicted,
+                    )
+                    .map(|()| signed)
+                    .map_err(|e| e.to_string())
+            });
         if let Ok(mut slot) = self.attestation.lock() {
             *slot = Some(result);
         }

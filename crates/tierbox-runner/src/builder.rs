@@ -384,10 +384,19 @@ impl Runner {
         match result {
             Ok(mut outcome) => {
                 let has_log = auditor.has_log();
+                let owner = self.owner.clone();
                 let seal = move |mut outcome: Outcome| {
                     match auditor.attest_run(&request, started_unix_ms, &outcome) {
                         Ok(a) => outcome.attestation = Some(a),
                         Err(e) => outcome.audit_error = Some(e.to_string()),
+                    }
+                    if let Err(e) = auditor.record_evictions(
+                        &request,
+                        &outcome.run_id,
+                        &owner,
+                        &outcome.changes_evicted,
+                    ) {
+                        outcome.audit_error.get_or_insert(e.to_string());
                     }
                     outcome
                 };

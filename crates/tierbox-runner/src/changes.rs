@@ -83,6 +83,64 @@ pub enum ChangeFlag {
     ChangedDuringRun,
 }
 
+impl ChangeFlag {
+    /// Every flag, in the order they are declared.
+    pub const ALL: [Self; 8] = [
+        Self::GitInternal,
+        Self::NewGitDir,
+        Self::NewExecutable,
+        Self::SymlinkOutside,
+        Self::SetuidSetgid,
+        Self::Special,
+        Self::Large,
+        Self::ChangedDuringRun,
+    ];
+
+    /// The flag as the JSON spells it (`symlink_outside`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::GitInternal => "git_internal",
+            Self::NewGitDir => "new_git_dir",
+            Self::NewExecutable => "new_executable",
+            Self::SymlinkOutside => "symlink_outside",
+            Self::SetuidSetgid => "setuid_setgid",
+            Self::Special => "special",
+            Self::Large => "large",
+            Self::ChangedDuringRun => "changed_during_run",
+        }
+    }
+
+    /// Whether applying a change with this flag needs the reviewer's consent (the path
+    /// named, or `include_flagged`; see [`crate::review::ChangeStore::apply`]): what the
+    /// host's tools execute or trust later (anything in a `.git` directory, a new
+    /// repository, a new executable), a symlink leaving the workspace, and what apply
+    /// does not carry over as the run left it (a setuid or setgid bit is dropped; a
+    /// device node, FIFO or socket is skipped), so the workspace would differ from what
+    /// was reviewed.
+    ///
+    /// Not [`ChangeFlag::Large`]: size puts nothing at risk once the set is kept (the
+    /// caps bound it), and the listing shows it. Not [`ChangeFlag::ChangedDuringRun`]:
+    /// such a change is never applied, consent or not.
+    ///
+    /// ```
+    /// use tierbox_runner::changes::ChangeFlag;
+    ///
+    /// assert!(ChangeFlag::SymlinkOutside.needs_consent());
+    /// assert!(!ChangeFlag::Large.needs_consent());
+    /// ```
+    pub fn needs_consent(self) -> bool {
+        match self {
+            Self::GitInternal
+            | Self::NewGitDir
+            | Self::NewExecutable
+            | Self::SymlinkOutside
+            | Self::SetuidSetgid
+            | Self::Special => true,
+            Self::Large | Self::ChangedDuringRun => false,
+        }
+    }
+}
+
 /// One changed path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Change {

@@ -348,3 +348,12 @@ fn nothing_is_read_through_a_workspace_symlink() {
     assert!(!text.contains("x/sub/key"), "{text}");
     assert_eq!(find(&set, "x/secret").before, None);
 }
+
+#[test]
+fn each_flag_s_name_is_its_json_and_large_needs_no_consent() {
+    for f in ChangeFlag::ALL {
+        assert_eq!(serde_json::to_value(f).unwrap(), f.name());
+        let no_consent = matches!(f, ChangeFlag::Large | ChangeFlag::ChangedDuringRun);
+        assert_eq!(f.needs_consent(), !no_consent, "{f:?}");
+    }
+}

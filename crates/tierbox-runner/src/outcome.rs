@@ -354,6 +354,12 @@ pub struct Outcome {
     /// disk is full, say): why. The changes are then lost; the workspace is unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub changes_error: Option<String>,
+    /// Overlay mode: the owner's older change sets removed unapplied to make room for
+    /// this run's under the caps on kept change sets (`workspace.keep_changes_*`), oldest
+    /// first; the audit log records them too (a `changes.evicted` event). Absent when
+    /// none was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes_evicted: Vec<crate::review::Evicted>,
 }
 
 /// The repositories found in `workspace` now that were not among `at_launch`: those a run

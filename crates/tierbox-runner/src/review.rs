@@ -5,9 +5,21 @@
 //! A kept change set is a directory `<state>/changes/<run id>/` (mode 0700) with
 //! `manifest.json` ([`KeptChanges`]: the workspace, the expiry and every change with the
 //! fingerprint of what the workspace had at its path) and `files/`, the new content of
-//! every added, modified or renamed file and symlink at its relative path.
+//! every added, modified or renamed file and symlink at its relative path, and
+//! `usage.json`, what it is charged against the caps on kept change sets.
 //!
-//! Applying ([`ChangeStore::apply`]) never trusts the workspace to be as it was, nor to
+//! Keeping is bounded ([`KeepCaps`], the policy's `workspace.keep_changes_*`): the room a
+//! set takes is reserved under the store's lock before any of it is copied, a set that
+//! does not fit evicts its owner's own oldest sets and never another owner's, and one
+//! that still does not fit is not kept (see [`caps`] for the invariants).
+//!
+//! Applying ([`ChangeStore::apply`]) needs consent for what a reviewer must see: a change
+//! with a flag that [`ChangeFlag::needs_consent`] (a symlink out of the workspace, a new
+//! executable, anything in a `.git` directory, a new repository, a setuid or setgid bit,
+//! a device node) is applied only when its path is named, or with `include_flagged`;
+//! otherwise nothing is applied and [`ReviewError::Flagged`] lists every such path.
+//!
+//! It never trusts the workspace to be as it was, nor to
 //! stay as it is while the apply runs (the run's processes, the workspace's owner or
 //! anyone with write access may rename, swap and link entries underneath):
 //!
@@ -45,10 +57,15 @@ use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::changes::print::BENEATH;
-use crate::changes::{Change, ChangeKind, ChangeSet, scan_all};
+use crate::changes::{Change, ChangeFlag, ChangeKind, ChangeSet, MAX_CHANGES, scan_all};
 
 mod apply;
+pub mod caps;
+mod escape;
 pub use apply::MAX_STAGING_DEPTH;
+pub use caps::{CHARGE_BLOCK_BYTES, Evicted, StoreUsage, Usage, charge};
+pub use escape::{Escape, escaped, escaped_path};
+pub use tierbox_policy::KeepCaps;
 
 /// Directory of the kept change sets, in the state directory.
 pub const CHANGES_DIR: &str = "changes";
@@ -120,6 +137,16 @@ pub enum ReviewError {
         /// The path.
         path: PathBuf,
     },
+    /// Changes the apply covers carry flags a reviewer must consent to
+    /// ([`ChangeFlag::needs_consent`]), and their paths were not named nor was
+    /// `include_flagged` given: nothing was applied.
+    #[error("{}", flagged_message(run_id, flagged))]
+    Flagged {
+        /// The run id.
+        run_id: String,
+        /// Every such change, with the flags that need consent.
+        flagged: Vec<FlaggedChange>,
+    },
     /// The change set is incomplete (the upper layer was larger than a scan reads).
     #[error(
         "the change set of run {run_id} is incomplete (its upper layer was larger than a scan reads); it cannot be applied whole"
@@ -147,6 +174,29 @@ pub enum ReviewError {
         /// Each step not undone, with why.
         left: Vec<String>,
     },
+    /// A change set does not fit under the caps on kept change sets, even with its
+    /// owner's own older sets evicted: it was not kept, and nothing was evicted.
+    #[error(
+        "the change set of run {run_id} was not kept: it needs {needed} {unit}, and {key} is {cap} {unit} with {used} in use, of which {owner}'s own older sets that could be evicted hold {own}; apply or discard kept change sets (`tierbox changes list`), or raise {key}"
+    )]
+    OverCap {
+        /// The run whose set was not kept.
+        run_id: String,
+        /// Its owner.
+        owner: String,
+        /// The policy key of the cap.
+        key: &'static str,
+        /// `bytes` or `entries`.
+        unit: &'static str,
+        /// The cap.
+        cap: u64,
+        /// What the set needs.
+        needed: u64,
+        /// What is in use under the cap (the owner's, for a per-owner cap).
+        used: u64,
+        /// Of `used`, what the owner's own older sets that nothing was using hold.
+        own: u64,
+    },
     /// A file system call failed (nothing was applied when this comes from `apply`).
     #[error("{what} {}: {source}", path.display())]
     Io {
@@ -168,13 +218,48 @@ impl ReviewError {
             Self::NotFound { .. } => "changes.not_found",
             Self::NotInChangeSet { .. } => "changes.not_in_change_set",
             Self::Conflict { .. } => "changes.conflict",
+            Self::Flagged { .. } => "changes.flagged",
             Self::ChangedDuringRun { .. } => "changes.changed_during_run",
             Self::Incomplete { .. } => "changes.incomplete",
             Self::UnsafePath { .. } => "changes.unsafe_path",
             Self::RollbackIncomplete { .. } => "changes.rollback_incomplete",
+            Self::OverCap { .. } => "changes.over_cap",
             Self::Io { .. } => "changes.io",
         }
     }
+}
+
+/// A change an apply needs consent for ([`ReviewError::Flagged`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FlaggedChange {
+    /// The path, relative to the workspace.
+    pub path: PathBuf,
+    /// Its flags that need consent.
+    pub flags: Vec<ChangeFlag>,
+}
+
+/// The message of [`ReviewError::Flagged`]: every path with its flags (past
+/// [`MAX_CHANGES`], counted), and the two ways to consent.
+fn flagged_message(run_id: &str, flagged: &[FlaggedChange]) -> String {
+    let mut listed: Vec<String> = flagged
+        .iter()
+        .take(MAX_CHANGES)
+        .map(|f| {
+            let flags: Vec<&str> = f.flags.iter().map(|f| f.name()).collect();
+            format!("{} [{}]", f.path.display(), flags.join(", "))
+        })
+        .collect();
+    if flagged.len() > MAX_CHANGES {
+        listed.push(format!(
+            "and {} more (`tierbox changes show {run_id}`)",
+            flagged.len() - MAX_CHANGES
+        ));
+    }
+    format!(
+        "{} change(s) of run {run_id} are flagged for a reviewer and were not consented to: {}; nothing was applied. To apply them, name each path (`tierbox changes apply {run_id} PATH…`, `paths` over MCP and HTTP), or include every flagged change (`--include-flagged`, `\"include_flagged\": true`)",
+        flagged.len(),
+        listed.join("; ")
+    )
 }
 
 fn io(what: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ReviewError {
@@ -247,6 +332,29 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// How a run's change set is kept ([`ChangeStore::keep`]): whose it is, for how long,
+/// under which caps.
+#[derive(Debug, Clone)]
+pub struct Keeping<'a> {
+    /// Its owner ([`KeptChanges::owner`]).
+    pub owner: &'a str,
+    /// How long it is kept unapplied (`workspace.keep_changes_for_secs`).
+    pub keep_for: Duration,
+    /// The caps it is kept under (`workspace.keep_changes_*`).
+    pub caps: KeepCaps,
+}
+
+/// What [`ChangeStore::keep`] did.
+#[derive(Debug)]
+pub struct Kept {
+    /// Every change of the run (the caller bounds what it shows), or why the set was not
+    /// kept.
+    pub changes: Result<ChangeSet, ReviewError>,
+    /// The owner's older sets removed unapplied to make room for this one, oldest first
+    /// (reported even when keeping then failed).
+    pub evicted: Vec<Evicted>,
+}
+
 /// The kept change sets of one state directory.
 #[derive(Debug, Clone)]
 pub struct ChangeStore {
@@ -292,37 +400,90 @@ impl ChangeStore {
 
     /// Reads the changes of a run from its overlay's `upper` layer against `workspace`
     /// (flagging what changed in the workspace since `started`) and, when there are any,
-    /// keeps them for `keep_for`, as `owner`'s ([`KeptChanges::owner`]). Returns every
-    /// change (the caller bounds what it shows).
+    /// keeps them as `how` says: the room they take is reserved under `how.caps` first,
+    /// evicting the owner's own oldest sets if need be (see [`caps`]); a set that does not
+    /// fit is not kept ([`ReviewError::OverCap`]). Returns every change (the caller bounds
+    /// what it shows) and the sets evicted.
+    ///
+    /// ```
+    /// # fn demo(state: &std::path::Path, upper: &std::path::Path, ws: &std::path::Path) {
+    /// use std::time::{Duration, SystemTime};
+    /// use tierbox_runner::review::{ChangeStore, KeepCaps, Keeping};
+    ///
+    /// let how = Keeping { owner: "uid:1000", keep_for: Duration::from_secs(3600), caps: KeepCaps::default() };
+    /// let kept = ChangeStore::new(state).keep("00ff", upper, ws, SystemTime::now(), &how);
+    /// for e in &kept.evicted {
+    ///     println!("evicted {} ({} bytes)", e.run_id, e.bytes);
+    /// }
+    /// match kept.changes {
+    ///     Ok(set) => println!("{} change(s) kept", set.changes.len()),
+    ///     Err(e) => println!("not kept: {e}"),
+    /// }
+    /// # }
+    /// ```
     pub fn keep(
         &self,
         run_id: &str,
-        owner: &str,
         upper: &Path,
         workspace: &Path,
         started: SystemTime,
-        keep_for: Duration,
-    ) -> Result<ChangeSet, ReviewError> {
+        how: &Keeping<'_>,
+    ) -> Kept {
         self.sweep();
         let set = scan_all(upper, workspace, Some(started));
-        if set.is_empty() {
-            return Ok(set);
-        }
+        let mut evicted = Vec::new();
+        let changes = match set.is_empty() {
+            true => Ok(set),
+            false => self.keep_set(run_id, set, upper, workspace, how, &mut evicted),
+        };
+        Kept { changes, evicted }
+    }
+
+    /// [`ChangeStore::keep`] of a set with changes.
+    fn keep_set(
+        &self,
+        run_id: &str,
+        set: ChangeSet,
+        upper: &Path,
+        workspace: &Path,
+        how: &Keeping<'_>,
+        evicted: &mut Vec<Evicted>,
+    ) -> Result<ChangeSet, ReviewError> {
         let dir = self.run_dir(run_id)?;
-        let files = dir.join(FILES_DIR);
         std::fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
         set_mode(&self.dir, 0o700)?;
-        std::fs::create_dir(&dir).map_err(io("create", &dir))?;
-        set_mode(&dir, 0o700)?;
-        std::fs::create_dir(&files).map_err(io("create", &files))?;
-        let mut bytes = 0u64;
+        let now = now_unix_ms();
+        let manifest = KeptChanges {
+            run_id: run_id.to_owned(),
+            owner: how.owner.to_owned(),
+            workspace: workspace.to_path_buf(),
+            created_unix_ms: now,
+            expires_unix_ms: now
+                .saturating_add(u64::try_from(how.keep_for.as_millis()).unwrap_or(u64::MAX)),
+            bytes: set
+                .changes
+                .iter()
+                .filter(|c| caps::copied(c) && c.file_type == "file")
+                .filter_map(|c| c.size)
+                .sum(),
+            changes: set,
+        };
+        let path = dir.join(MANIFEST_FILE);
+        let text = serde_json::to_vec(&manifest)
+            .map_err(|e| io("encode", &path)(std::io::Error::other(e)))?;
+        let ask = caps::Ask {
+            store: &self.dir,
+            run_id,
+            owner: how.owner,
+            created_unix_ms: now,
+            need: charge(&manifest.changes, text.len() as u64),
+        };
+        // Held until the set is complete: no sweep or eviction removes it meanwhile.
+        let _lock = caps::reserve(&ask, &how.caps, evicted)?;
+        let files = dir.join(FILES_DIR);
         let kept = (|| {
-            for c in &set.changes {
-                if c.kind == ChangeKind::Deleted
-                    || !matches!(c.file_type.as_str(), "file" | "symlink")
-                {
-                    continue;
-                }
+            std::fs::create_dir(&files).map_err(io("create", &files))?;
+            for c in manifest.changes.changes.iter().filter(|c| caps::copied(c)) {
                 let to = files.join(&c.path);
                 if let Some(parent) = to.parent() {
                     std::fs::create_dir_all(parent).map_err(io("create", parent))?;
@@ -332,29 +493,61 @@ impl ChangeStore {
                     let target = std::fs::read_link(&from).map_err(io("read the link", &from))?;
                     std::os::unix::fs::symlink(&target, &to).map_err(io("keep the link", &to))?;
                 } else {
-                    bytes += copy_file(&from, &to)?;
+                    copy_file(&from, &to, c.size.unwrap_or(0))?;
                 }
             }
-            let manifest = KeptChanges {
-                run_id: run_id.to_owned(),
-                owner: owner.to_owned(),
-                workspace: workspace.to_path_buf(),
-                created_unix_ms: now_unix_ms(),
-                expires_unix_ms: now_unix_ms()
-                    .saturating_add(u64::try_from(keep_for.as_millis()).unwrap_or(u64::MAX)),
-                bytes,
-                changes: set.clone(),
-            };
-            write_manifest(&dir, &manifest)
+            write_manifest_text(&dir, &text)
         })();
         if kept.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        kept.map(|()| set)
+        kept.map(|()| manifest.changes)
+    }
+
+    /// What the kept change sets of this store hold against the caps: every set kept or
+    /// being kept, in total and by owner.
+    pub fn usage(&self) -> StoreUsage {
+        caps::usage(&self.dir)
     }
 
     /// The change set kept for `run_id`.
     pub fn get(&self, run_id: &str) -> Result<KeptChanges, ReviewError> {
+        let dir = self.run_dir(run_id)?;
+        match self.read_kept(run_id)? {
+            Some(kept) => Ok(kept),
+            None => {
+                caps::remove_if_free(&dir);
+                Err(ReviewError::NotFound {
+                    run_id: run_id.to_owned(),
+                })
+            }
+        }
+    }
+
+    /// The set of `run_id` locked for a change (an apply, a discard), with its manifest;
+    /// an expired one is removed. The lock is released when the returned fd is dropped.
+    fn lock_kept(&self, run_id: &str) -> Result<(OwnedFd, KeptChanges), ReviewError> {
+        let dir = self.run_dir(run_id)?;
+        let not_found = || ReviewError::NotFound {
+            run_id: run_id.to_owned(),
+        };
+        let lock = match caps::lock_dir(&dir, true) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => return Err(not_found()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found()),
+            Err(e) => return Err(io("lock", &dir)(e)),
+        };
+        match self.read_kept(run_id)? {
+            Some(kept) => Ok((lock, kept)),
+            None => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(not_found())
+            }
+        }
+    }
+
+    /// The manifest of `run_id`; `None` when it has expired.
+    fn read_kept(&self, run_id: &str) -> Result<Option<KeptChanges>, ReviewError> {
         let dir = self.run_dir(run_id)?;
         let path = dir.join(MANIFEST_FILE);
         let text = match std::fs::read(&path) {
@@ -368,13 +561,7 @@ impl ChangeStore {
         };
         let kept: KeptChanges = serde_json::from_slice(&text)
             .map_err(|e| io("parse", &path)(std::io::Error::other(e)))?;
-        if kept.expires_unix_ms <= now_unix_ms() {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(ReviewError::NotFound {
-                run_id: run_id.to_owned(),
-            });
-        }
-        Ok(kept)
+        Ok((kept.expires_unix_ms > now_unix_ms()).then_some(kept))
     }
 
     /// Every change set kept (expired ones removed first), oldest first.
@@ -387,12 +574,13 @@ impl ChangeStore {
     /// Removes the change set of `run_id` unapplied.
     pub fn discard(&self, run_id: &str) -> Result<(), ReviewError> {
         let dir = self.run_dir(run_id)?;
-        self.get(run_id)?;
+        let (_lock, _) = self.lock_kept(run_id)?;
         std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))
     }
 
     /// Removes the expired change sets (and anything in the directory that is not a
-    /// readable change set); returns how many were removed.
+    /// readable change set), except those in use (being kept, applied or discarded);
+    /// returns how many were removed.
     pub fn sweep(&self) -> usize {
         self.sweep_reading().0
     }
@@ -406,6 +594,10 @@ impl ChangeStore {
         let now = now_unix_ms();
         let (mut removed, mut kept) = (0, Vec::new());
         for entry in read.flatten() {
+            // The store's own files (its lock).
+            if entry.file_name().as_encoded_bytes().starts_with(b".") {
+                continue;
+            }
             let manifest = entry.path().join(MANIFEST_FILE);
             let live = std::fs::read(&manifest)
                 .ok()
@@ -421,7 +613,7 @@ impl ChangeStore {
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(60));
             let being_written = young && !manifest.exists();
-            if !being_written && std::fs::remove_dir_all(entry.path()).is_ok() {
+            if !being_written && caps::remove_if_free(&entry.path()) {
                 removed += 1;
             }
         }
@@ -429,7 +621,9 @@ impl ChangeStore {
     }
 
     /// A unified diff of the text files the run changed (added, modified, deleted),
-    /// against the workspace as it is now, cut at `budget` bytes.
+    /// against the workspace as it is now, cut at `budget` bytes. File names in it are
+    /// [`escaped`] ([`Escape::Name`]); the content is as the files have it (a caller that
+    /// prints it escapes it with [`Escape::Text`]).
     pub fn diff(&self, run_id: &str, budget: usize) -> Result<String, ReviewError> {
         let kept = self.get(run_id)?;
         let files = self.run_dir(run_id)?.join(FILES_DIR);
@@ -447,15 +641,16 @@ impl ChangeStore {
                 ChangeKind::Modified => (old(), new(), true, true),
                 ChangeKind::Deleted => (old(), Some(String::new()), true, false),
                 ChangeKind::Renamed => {
-                    let from = c.renamed_from.as_deref().unwrap_or(&c.path).display();
+                    let from = escaped_path(c.renamed_from.as_deref().unwrap_or(&c.path));
                     out.push_str(&format!(
                         "rename from {from}\nrename to {}\n",
-                        c.path.display()
+                        escaped_path(&c.path)
                     ));
                     continue;
                 }
             };
-            let name = c.path.display().to_string();
+            // A name may hold a newline or an escape: it must not make or spoof a line.
+            let name = escaped_path(&c.path);
             match (old_text, new_text) {
                 (Some(old), Some(new)) => {
                     let diff = similar::TextDiff::from_lines(&old, &new);
@@ -496,14 +691,68 @@ impl ChangeStore {
     /// `paths` those at or below the listed paths (a rename with its source, a new
     /// directory with the new directories above it) — all or nothing (see the module
     /// documentation). The applied changes leave the store; the rest stay kept.
-    pub fn apply(&self, run_id: &str, paths: Option<&[PathBuf]>) -> Result<Applied, ReviewError> {
-        let mut kept = self.get(run_id)?;
+    ///
+    /// A change with a flag that [`ChangeFlag::needs_consent`] is applied only with
+    /// consent: its own path (or a rename's source) listed in `paths` — the new
+    /// directories above it come with it — or `include_flagged`. Without it nothing is
+    /// applied: [`ReviewError::Flagged`] lists every such change. With it, a symlink is
+    /// applied as a symlink (never followed), a setuid or setgid bit is dropped
+    /// ([`Applied::bits_dropped`]) and a device node, FIFO or socket is skipped.
+    ///
+    /// ```
+    /// # fn demo(store: &tierbox_runner::review::ChangeStore, run_id: &str) -> Result<(), tierbox_runner::review::ReviewError> {
+    /// use tierbox_runner::review::ReviewError;
+    ///
+    /// match store.apply(run_id, None, false) {
+    ///     Err(ReviewError::Flagged { flagged, .. }) => {
+    ///         for f in &flagged {
+    ///             println!("{}: {:?}", f.path.display(), f.flags);
+    ///         }
+    ///         // Once a reviewer has looked at them:
+    ///         store.apply(run_id, None, true)?;
+    ///     }
+    ///     other => {
+    ///         other?;
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn apply(
+        &self,
+        run_id: &str,
+        paths: Option<&[PathBuf]>,
+        include_flagged: bool,
+    ) -> Result<Applied, ReviewError> {
+        // Held to the end: the set is not evicted, swept or applied twice meanwhile.
+        let (_lock, mut kept) = self.lock_kept(run_id)?;
         if kept.changes.incomplete && paths.is_none() {
             return Err(ReviewError::Incomplete {
                 run_id: run_id.to_owned(),
             });
         }
-        let selected = select(&kept, paths)?;
+        let (selected, named) = select(&kept, paths)?;
+        if !include_flagged {
+            let flagged: Vec<FlaggedChange> = selected
+                .difference(&named)
+                .map(|&i| &kept.changes.changes[i])
+                .filter(|c| c.flags.iter().any(|f| f.needs_consent()))
+                .map(|c| FlaggedChange {
+                    path: c.path.clone(),
+                    flags: c
+                        .flags
+                        .iter()
+                        .copied()
+                        .filter(|f| f.needs_consent())
+                        .collect(),
+                })
+                .collect();
+            if !flagged.is_empty() {
+                return Err(ReviewError::Flagged {
+                    run_id: run_id.to_owned(),
+                    flagged,
+                });
+            }
+        }
         let dir = self.run_dir(run_id)?;
         let files = dir.join(FILES_DIR);
         let root = open_root(&kept.workspace, "open the workspace")?;
@@ -544,7 +793,10 @@ impl ChangeSet {
     }
 
     /// Applies every change of this set to the workspace, all or nothing (see
-    /// [`ChangeStore::apply`]); the set must be one a run kept ([`ChangeSet::kept`]).
+    /// [`ChangeStore::apply`]); the set must be one a run kept ([`ChangeSet::kept`]). A
+    /// set with changes a reviewer must consent to is refused ([`ReviewError::Flagged`]):
+    /// [`ChangeSet::apply_paths`] names them, [`ChangeSet::apply_including_flagged`]
+    /// takes them all.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -569,14 +821,21 @@ impl ChangeSet {
     /// ```
     pub fn apply(&self) -> Result<Applied, ReviewError> {
         let (store, run_id) = self.store()?;
-        store.apply(run_id, None)
+        store.apply(run_id, None, false)
+    }
+
+    /// Applies every change of this set, flagged ones included: the caller has looked at
+    /// them ([`ChangeFlag::needs_consent`]).
+    pub fn apply_including_flagged(&self) -> Result<Applied, ReviewError> {
+        let (store, run_id) = self.store()?;
+        store.apply(run_id, None, true)
     }
 
     /// Applies the changes at or below `paths` (relative to the workspace), all or
-    /// nothing; the others stay kept.
+    /// nothing; the others stay kept. A flagged change needs its own path listed.
     pub fn apply_paths(&self, paths: &[PathBuf]) -> Result<Applied, ReviewError> {
         let (store, run_id) = self.store()?;
-        store.apply(run_id, Some(paths))
+        store.apply(run_id, Some(paths), false)
     }
 
     /// Drops this set unapplied.
@@ -613,16 +872,19 @@ pub(crate) struct Scratch {
     pub(crate) disk_full: bool,
     /// Overlay mode: the change set (every change) or why it could not be kept.
     pub(crate) changes: Option<Result<ChangeSet, String>>,
+    /// Overlay mode: the owner's older sets evicted to make room for this one.
+    pub(crate) evicted: Vec<Evicted>,
 }
 
 impl Scratch {
     /// Records this in `outcome`: `limit_hit: "disk"` unless a limit that ended the run
     /// is already there, and the change set (bounded).
-    pub(crate) fn record(self, outcome: &mut crate::Outcome) {
+    pub(crate) fn record(mut self, outcome: &mut crate::Outcome) {
         use crate::LimitHit;
         if self.disk_full && matches!(outcome.limit_hit, None | Some(LimitHit::Output)) {
             outcome.limit_hit = Some(LimitHit::Disk);
         }
+        outcome.changes_evicted = std::mem::take(&mut self.evicted);
         (outcome.changes, outcome.changes_error) = self.shown();
     }
 
@@ -642,15 +904,17 @@ impl Scratch {
     /// limit hit (`limit`, the memory kill, first; else `"disk"` when full) and its
     /// denial.
     pub(crate) fn for_status(
-        self,
+        mut self,
         limit: Option<crate::LimitHit>,
         plan: &tierbox_policy::Plan,
     ) -> EndReport {
         let limit_hit = limit.or(self.disk_full.then_some(crate::LimitHit::Disk));
+        let changes_evicted = std::mem::take(&mut self.evicted);
         let (changes, changes_error) = self.shown();
         EndReport {
             changes,
             changes_error,
+            changes_evicted,
             limit_hit,
             denials: crate::denials::of_run(
                 None,
@@ -667,6 +931,7 @@ impl Scratch {
 pub(crate) struct EndReport {
     pub(crate) changes: Option<ChangeSet>,
     pub(crate) changes_error: Option<String>,
+    pub(crate) changes_evicted: Vec<Evicted>,
     pub(crate) limit_hit: Option<crate::LimitHit>,
     pub(crate) denials: Vec<crate::denials::Denial>,
     /// How each layer's refusals were read ([`crate::denials::sources`]).
@@ -691,6 +956,7 @@ pub(crate) async fn settle_scratch(
         return Scratch {
             disk_full,
             changes: None,
+            evicted: Vec::new(),
         };
     };
     let store = ChangeStore::new(state_dir);
@@ -699,25 +965,38 @@ pub(crate) async fn settle_scratch(
         plan.keep_changes_for_secs
             .unwrap_or(tierbox_policy::policy::DEFAULT_KEEP_CHANGES_SECS),
     );
+    let caps = plan.keep_changes_caps.unwrap_or_default();
     let run_id = run_id.to_owned();
     let owner = run_for.owner.to_owned();
     let state_dir = state_dir.to_path_buf();
     let kept = tokio::task::spawn_blocking(move || {
         let upper = PathBuf::from(format!("/proc/self/fd/{}", fd_num(&layer)))
             .join(tierbox_sandbox::linux::ns::child::OVERLAY_UPPER);
-        let mut set = store
-            .keep(&run_id, &owner, &upper, &workspace, launched_at, keep_for)
-            .map_err(|e| e.to_string())?;
-        if !set.is_empty() {
-            set.kept = Some(crate::changes::KeptAt { state_dir, run_id });
-        }
-        Ok(set)
+        let how = Keeping {
+            owner: &owner,
+            keep_for,
+            caps,
+        };
+        let kept = store.keep(&run_id, &upper, &workspace, launched_at, &how);
+        let changes = kept.changes.map_err(|e| e.to_string()).map(|mut set| {
+            if !set.is_empty() {
+                set.kept = Some(crate::changes::KeptAt { state_dir, run_id });
+            }
+            set
+        });
+        (changes, kept.evicted)
     })
     .await
-    .unwrap_or_else(|e| Err(format!("keeping the change set failed: {e}")));
+    .unwrap_or_else(|e| {
+        (
+            Err(format!("keeping the change set failed: {e}")),
+            Vec::new(),
+        )
+    });
     Scratch {
         disk_full,
-        changes: Some(kept),
+        changes: Some(kept.0),
+        evicted: kept.1,
     }
 }
 
@@ -782,15 +1061,22 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), ReviewError> {
 
 fn write_manifest(dir: &Path, kept: &KeptChanges) -> Result<(), ReviewError> {
     let path = dir.join(MANIFEST_FILE);
-    let tmp = dir.join(format!("{MANIFEST_FILE}.tmp"));
     let text =
         serde_json::to_vec(kept).map_err(|e| io("encode", &path)(std::io::Error::other(e)))?;
+    write_manifest_text(dir, &text)
+}
+
+/// Writes a manifest beside the old one, then renames it into place.
+fn write_manifest_text(dir: &Path, text: &[u8]) -> Result<(), ReviewError> {
+    let path = dir.join(MANIFEST_FILE);
+    let tmp = dir.join(format!("{MANIFEST_FILE}.tmp"));
     std::fs::write(&tmp, text).map_err(io("write", &tmp))?;
     std::fs::rename(&tmp, &path).map_err(io("rename", &path))
 }
 
-/// Copies the regular file `from` to a new file `to` (mode 0600); returns its size.
-fn copy_file(from: &Path, to: &Path) -> Result<u64, ReviewError> {
+/// Copies the regular file `from` to a new file `to` (mode 0600): exactly `size` bytes,
+/// what the scan found and the keep reserved room for; a file that has more fails.
+fn copy_file(from: &Path, to: &Path, size: u64) -> Result<(), ReviewError> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut src = std::fs::OpenOptions::new()
         .read(true)
@@ -803,16 +1089,30 @@ fn copy_file(from: &Path, to: &Path) -> Result<u64, ReviewError> {
         .mode(0o600)
         .open(to)
         .map_err(io("create", to))?;
-    std::io::copy(&mut src, &mut dst).map_err(io("copy", to))
+    use std::io::Read;
+    let copied = std::io::copy(&mut (&mut src).take(size.saturating_add(1)), &mut dst)
+        .map_err(io("copy", to))?;
+    match copied > size {
+        true => Err(io("copy", from)(std::io::Error::other(format!(
+            "the file is larger than the {size} bytes scanned"
+        )))),
+        false => Ok(()),
+    }
 }
 
-/// The indices of the changes an apply of `paths` covers (all of them without a list).
-fn select(kept: &KeptChanges, paths: Option<&[PathBuf]>) -> Result<BTreeSet<usize>, ReviewError> {
+/// The indices of the changes an apply of `paths` covers (all of them without a list),
+/// and of those it has consent for by name: each change whose own path (or a rename's
+/// source) is listed, and the new directories above such a change.
+fn select(
+    kept: &KeptChanges,
+    paths: Option<&[PathBuf]>,
+) -> Result<(BTreeSet<usize>, BTreeSet<usize>), ReviewError> {
     let changes = &kept.changes.changes;
     let Some(paths) = paths else {
-        return Ok((0..changes.len()).collect());
+        return Ok(((0..changes.len()).collect(), BTreeSet::new()));
     };
     let mut out = BTreeSet::new();
+    let mut named = BTreeSet::new();
     for want in paths {
         let want = want.strip_prefix("./").unwrap_or(want);
         let mut matched = false;
@@ -822,6 +1122,9 @@ fn select(kept: &KeptChanges, paths: Option<&[PathBuf]>) -> Result<BTreeSet<usiz
                 out.insert(i);
                 matched = true;
             }
+            if c.path == want || from == Some(want) {
+                named.insert(i);
+            }
         }
         if !matched {
             return Err(ReviewError::NotInChangeSet {
@@ -830,7 +1133,7 @@ fn select(kept: &KeptChanges, paths: Option<&[PathBuf]>) -> Result<BTreeSet<usiz
             });
         }
     }
-    // New directories above a selected change come with it.
+    // New directories above a selected change come with it (and with its consent).
     let mut parents = Vec::new();
     for &i in &out {
         for (j, c) in changes.iter().enumerate() {
@@ -838,12 +1141,17 @@ fn select(kept: &KeptChanges, paths: Option<&[PathBuf]>) -> Result<BTreeSet<usiz
                 && c.file_type == "dir"
                 && changes[i].path.starts_with(&c.path)
             {
-                parents.push(j);
+                parents.push((j, named.contains(&i)));
             }
         }
     }
-    out.extend(parents);
-    Ok(out)
+    for (j, consented) in parents {
+        out.insert(j);
+        if consented {
+            named.insert(j);
+        }
+    }
+    Ok((out, named))
 }
 
 fn fd_num(fd: &impl AsFd) -> i32 {

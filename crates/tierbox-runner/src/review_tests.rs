@@ -60,6 +60,15 @@ fn snapshot(root: &Path) -> Vec<(PathBuf, String, u32, u32)> {
     out
 }
 
+/// Kept for `owner` for an hour, under the default caps.
+fn hour(owner: &str) -> Keeping<'_> {
+    Keeping {
+        owner,
+        keep_for: Duration::from_secs(3600),
+        caps: KeepCaps::default(),
+    }
+}
+
 impl Scene {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
@@ -105,12 +114,12 @@ impl Scene {
         self.store
             .keep(
                 run_id,
-                "uid:0",
                 &self.upper,
                 &self.ws,
                 SystemTime::now() + Duration::from_secs(3600),
-                Duration::from_secs(3600),
+                &hour("uid:0"),
             )
+            .changes
             .unwrap()
     }
 }
@@ -121,7 +130,7 @@ fn apply_makes_the_workspace_what_the_run_saw_and_removes_the_set() {
     s.typical();
     let set = s.keep("aa");
     assert_eq!(set.changes.len(), 7, "{set:#?}");
-    let applied = s.store.apply("aa", None).unwrap();
+    let applied = s.store.apply("aa", None, true).unwrap();
     assert_eq!(applied.remaining, 0);
     assert_eq!(applied.bits_dropped, [PathBuf::from("suid")]);
     assert_eq!(
@@ -177,7 +186,7 @@ fn apply_refuses_a_path_changed_underneath_and_changes_nothing() {
     s.keep("ab");
     write(&s.ws.join("edit.txt"), "someone else's edit\n");
     let before = snapshot(&s.ws);
-    let err = s.store.apply("ab", None).unwrap_err();
+    let err = s.store.apply("ab", None, true).unwrap_err();
     match &err {
         ReviewError::Conflict { path, .. } => assert_eq!(path, Path::new("edit.txt")),
         other => panic!("{other:?}"),
@@ -185,7 +194,10 @@ fn apply_refuses_a_path_changed_underneath_and_changes_nothing() {
     assert_eq!(err.code(), "changes.conflict");
     assert_eq!(snapshot(&s.ws), before);
     // Still kept: the other paths can be applied by name.
-    let applied = s.store.apply("ab", Some(&[PathBuf::from("src")])).unwrap();
+    let applied = s
+        .store
+        .apply("ab", Some(&[PathBuf::from("src")]), false)
+        .unwrap();
     assert_eq!(
         applied.applied,
         [PathBuf::from("src"), PathBuf::from("src/lib.rs")]
@@ -204,7 +216,7 @@ fn a_new_file_where_the_workspace_now_has_one_is_a_conflict() {
     s.keep("ac");
     write(&s.ws.join("new.txt"), "theirs\n");
     assert!(matches!(
-        s.store.apply("ac", None),
+        s.store.apply("ac", None, false),
         Err(ReviewError::Conflict { .. })
     ));
     assert_eq!(
@@ -224,7 +236,7 @@ fn apply_never_follows_a_symlink_planted_in_the_workspace() {
     write(&s.outside.join("file.txt"), "inside\n");
     std::fs::remove_dir_all(s.ws.join("dir")).unwrap();
     std::os::unix::fs::symlink(&s.outside, s.ws.join("dir")).unwrap();
-    let err = s.store.apply("ad", None).unwrap_err();
+    let err = s.store.apply("ad", None, false).unwrap_err();
     assert!(matches!(err, ReviewError::UnsafePath { .. }), "{err:?}");
     assert_eq!(
         std::fs::read_to_string(s.outside.join("file.txt")).unwrap(),
@@ -256,7 +268,7 @@ fn a_failure_half_way_rolls_every_step_back() {
         return;
     }
     let before = snapshot(&s.ws);
-    let err = s.store.apply("ae", None).unwrap_err();
+    let err = s.store.apply("ae", None, false).unwrap_err();
     let _ = std::process::Command::new("chattr")
         .arg("-i")
         .arg(s.ws.join("z.txt"))
@@ -301,12 +313,15 @@ fn expired_sets_are_removed_and_nothing_is_kept_for_no_change() {
     s.store
         .keep(
             "b1",
-            "uid:0",
             &s.upper,
             &s.ws,
             SystemTime::now(),
-            Duration::ZERO,
+            &Keeping {
+                keep_for: Duration::ZERO,
+                ..hour("uid:0")
+            },
         )
+        .changes
         .unwrap();
     assert!(matches!(
         s.store.get("b1"),
@@ -333,18 +348,12 @@ fn a_change_made_in_the_workspace_during_the_run_is_never_applied() {
     let started = SystemTime::now() - Duration::from_secs(60);
     let set = s
         .store
-        .keep(
-            "c0",
-            "uid:0",
-            &s.upper,
-            &s.ws,
-            started,
-            Duration::from_secs(60),
-        )
+        .keep("c0", &s.upper, &s.ws, started, &hour("uid:0"))
+        .changes
         .unwrap();
     assert!(set.changes[0].flags.contains(&ChangeFlag::ChangedDuringRun));
     assert!(matches!(
-        s.store.apply("c0", None),
+        s.store.apply("c0", None, false),
         Err(ReviewError::ChangedDuringRun { .. })
     ));
     assert_eq!(std::fs::read_to_string(s.ws.join("f.txt")).unwrap(), "v1\n");
@@ -465,4 +474,148 @@ fn fingerprints_through_descriptors_cover_files_links_and_modes() {
             .starts_with("file:")
     );
     assert_eq!(fingerprint(&s.ws.join("t/none")), None);
+}
+
+fn flagged_of(err: &ReviewError) -> Vec<(String, Vec<ChangeFlag>)> {
+    match err {
+        ReviewError::Flagged { flagged, .. } => flagged
+            .iter()
+            .map(|f| (f.path.display().to_string(), f.flags.clone()))
+            .collect(),
+        other => panic!("not a flagged refusal: {other:?}"),
+    }
+}
+
+#[test]
+fn flagged_changes_are_applied_only_when_named_or_included() {
+    use ChangeFlag::*;
+    let s = Scene::new();
+    s.typical();
+    // A device node (1:3, as /dev/null) in the change set.
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        s.upper.join("dev"),
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        rustix::fs::makedev(1, 3),
+    )
+    .unwrap();
+    s.keep("fa");
+    let before = snapshot(&s.ws);
+    let err = s.store.apply("fa", None, false).unwrap_err();
+    println!("{err}");
+    assert_eq!(err.code(), "changes.flagged");
+    assert_eq!(
+        flagged_of(&err),
+        [
+            ("dev".to_owned(), vec![Special]),
+            ("link".to_owned(), vec![SymlinkOutside]),
+            ("suid".to_owned(), vec![NewExecutable, SetuidSetgid]),
+        ]
+    );
+    let msg = err.to_string();
+    for part in [
+        "3 change(s) of run fa",
+        "dev [special]; link [symlink_outside]; suid [new_executable, setuid_setgid]",
+        "nothing was applied",
+        "tierbox changes apply fa PATH…",
+        "--include-flagged",
+        "\"include_flagged\": true",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+    assert_eq!(
+        snapshot(&s.ws),
+        before,
+        "a refused apply changed the workspace"
+    );
+    // A directory named is no consent for a flagged change below it; the change's own
+    // path is.
+    let applied = s.store.apply("fa", Some(&[PathBuf::from("link")]), false);
+    assert_eq!(applied.unwrap().applied, [PathBuf::from("link")]);
+    // Applied as a symlink, never followed.
+    assert!(
+        std::fs::symlink_metadata(s.ws.join("link"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read_link(s.ws.join("link")).unwrap(),
+        Path::new("/etc/passwd")
+    );
+    let applied = s
+        .store
+        .apply("fa", Some(&[PathBuf::from("suid")]), false)
+        .unwrap();
+    // Without its setuid bit.
+    assert_eq!(applied.bits_dropped, [PathBuf::from("suid")]);
+    assert_eq!(
+        std::fs::metadata(s.ws.join("suid")).unwrap().mode() & 0o7777,
+        0o755
+    );
+    // The device is still flagged; with everything included it is skipped, not made.
+    let err = s.store.apply("fa", None, false).unwrap_err();
+    assert_eq!(flagged_of(&err), [("dev".to_owned(), vec![Special])]);
+    let applied = s.store.apply("fa", None, true).unwrap();
+    assert_eq!(applied.remaining, 0);
+    assert!(
+        applied.skipped.iter().any(|k| k.path == Path::new("dev")),
+        "{applied:?}"
+    );
+    assert!(std::fs::symlink_metadata(s.ws.join("dev")).is_err());
+    println!(
+        "applied {:?}, skipped {:?}",
+        applied.applied, applied.skipped
+    );
+}
+
+#[test]
+fn a_file_named_in_a_new_repository_brings_its_directories_and_nothing_else() {
+    use ChangeFlag::*;
+    let s = Scene::new();
+    write(&s.upper.join("sub/.git/config"), "[core]\n");
+    write(&s.upper.join("sub/.git/HEAD"), "ref: refs/heads/main\n");
+    s.keep("fb");
+    // `sub` covers the repository, but names none of its flagged entries.
+    let err = s
+        .store
+        .apply("fb", Some(&[PathBuf::from("sub")]), false)
+        .unwrap_err();
+    assert_eq!(
+        flagged_of(&err),
+        [
+            ("sub/.git".to_owned(), vec![NewGitDir]),
+            ("sub/.git/HEAD".to_owned(), vec![GitInternal]),
+            ("sub/.git/config".to_owned(), vec![GitInternal]),
+        ]
+    );
+    // Naming one file consents to it and to the new directories that hold it.
+    let applied = s
+        .store
+        .apply("fb", Some(&[PathBuf::from("sub/.git/config")]), false)
+        .unwrap();
+    assert_eq!(
+        applied.applied,
+        [
+            PathBuf::from("sub"),
+            PathBuf::from("sub/.git"),
+            PathBuf::from("sub/.git/config")
+        ]
+    );
+    assert!(!s.ws.join("sub/.git/HEAD").exists());
+    assert_eq!(applied.remaining, 1);
+}
+
+#[test]
+fn the_diff_escapes_names_and_keeps_content_exact() {
+    let s = Scene::new();
+    write(&s.upper.join("bell.txt"), "ring\x07\x1b[31mred\n");
+    write(&s.upper.join("name\x1b[2Jx\ny"), "z\n");
+    s.keep("d2");
+    let diff = s.store.diff("d2", DEFAULT_DIFF_BYTES).unwrap();
+    println!("{}", escaped(diff.as_bytes(), Escape::Text));
+    assert!(diff.contains("+ring\x07\x1b[31mred\n"), "{diff}");
+    assert!(diff.contains("+++ b/name\\x1b[2Jx\\x0ay\n"), "{diff}");
+    assert!(!diff.contains("name\x1b"), "{diff}");
 }

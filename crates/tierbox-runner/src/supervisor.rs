@@ -789,6 +789,7 @@ fn outcome_of(
         created_git_dirs_incomplete,
         changes: None,
         changes_error: None,
+        changes_evicted: Vec::new(),
         denials: Vec::new(),
     }
 }

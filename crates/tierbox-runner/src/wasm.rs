@@ -198,6 +198,7 @@ async fn run_wasm_tapped(
         created_git_dirs_incomplete,
         changes: None,
         changes_error: None,
+        changes_evicted: Vec::new(),
         denials: crate::denials::of_run(None, limit_hit.map(|l| (l, true, None))),
     })
 }

@@ -197,15 +197,19 @@ impl Race {
             self.store
                 .keep(
                     &run_id,
-                    "uid:0",
                     &self.upper,
                     &self.ws,
                     SystemTime::now() + Duration::from_secs(3600),
-                    Duration::from_secs(3600),
+                    &tierbox_runner::review::Keeping {
+                        owner: "uid:0",
+                        keep_for: Duration::from_secs(3600),
+                        caps: tierbox_runner::review::KeepCaps::default(),
+                    },
                 )
+                .changes
                 .unwrap();
             self.resume();
-            let result = self.store.apply(&run_id, None);
+            let result = self.store.apply(&run_id, None, false);
             self.pause();
             assert_eq!(
                 outside_snapshot(&self.outside),

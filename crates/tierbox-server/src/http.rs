@@ -664,6 +664,8 @@ struct ChangesQuery {
 struct ApplyBody {
     #[serde(default)]
     paths: Vec<String>,
+    #[serde(default)]
+    include_flagged: bool,
 }
 
 async fn changes_list(
@@ -693,7 +695,7 @@ async fn changes_show(
 }
 
 /// `POST /v1/changes/{run_id}/apply`: an empty body applies everything; `{"paths": […]}`
-/// applies those paths.
+/// applies those paths; `"include_flagged": true` consents to the flagged changes.
 async fn changes_apply(
     State(st): State<Arc<AppState>>,
     Extension(auth): Extension<Auth>,
@@ -710,7 +712,11 @@ async fn changes_apply(
         check_json(&headers)?;
         json_body(&body)?
     };
-    let doc = serde_json::json!({ "run_id": run_id, "paths": b.paths });
+    let doc = serde_json::json!({
+        "run_id": run_id,
+        "paths": b.paths,
+        "include_flagged": b.include_flagged,
+    });
     let req = tierbox_policy::handle::ChangesApplyRequest::from_json(doc.to_string().as_bytes())?;
     ok(st.service.changes_apply(&caller, &req).await?)
 }

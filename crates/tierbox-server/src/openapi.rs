@@ -152,9 +152,13 @@ pub fn document() -> Value {
             "properties": {
                 "paths": {
                     "type": "array", "maxItems": tierbox_policy::handle::MAX_APPLY_PATHS,
-                    "description": "Apply only these paths (relative to the workspace) and what is below them; empty or absent: every change.",
+                    "description": "Apply only these paths (relative to the workspace) and what is below them; empty or absent: every change. A flagged change named exactly is consented to.",
                     "items": { "type": "string", "minLength": 1,
                                "maxLength": tierbox_policy::handle::MAX_APPLY_PATH_BYTES }
+                },
+                "include_flagged": {
+                    "type": "boolean", "default": false,
+                    "description": "Apply flagged changes too (a symlink out of the workspace, a new executable, a .git entry, a new repository, a setuid bit, a device node); without it a flagged change is applied only when its own path is in paths, and the apply is refused with changes.flagged otherwise."
                 }
             }
         }),
@@ -263,9 +267,10 @@ pub fn document() -> Value {
                 "schema": { "$ref": "#/components/schemas/ChangesApplyBody" },
                 "examples": {
                     "all": { "summary": "apply every change", "value": {} },
-                    "some": { "summary": "apply the changes below src/", "value": { "paths": ["src"] } }
+                    "some": { "summary": "apply the changes below src/", "value": { "paths": ["src"] } },
+                    "flagged": { "summary": "apply every change, flagged ones included", "value": { "include_flagged": true } }
                 } } } },
-            "responses": with(errors(&[kept_errors[0], policy[0], policy[1], ("409", "the workspace changed underneath at a path (named), a path goes through a symlink, or the path is not in the change set; nothing was applied"), ("500", "a file system call failed; nothing was applied")]), "200", json_response("what was applied", applied_schema))
+            "responses": with(errors(&[kept_errors[0], policy[0], policy[1], ("409", "the workspace changed underneath at a path (named), a path goes through a symlink, the path is not in the change set, or changes are flagged for a reviewer and were neither named nor included (changes.flagged, listing each); nothing was applied"), ("500", "a file system call failed; nothing was applied")]), "200", json_response("what was applied", applied_schema))
         } },
         "/v1/changes/{id}/discard": { "post": {
             "operationId": "changes_discard", "summary": "Drop an overlay run's changes unapplied",

@@ -123,6 +123,7 @@ impl ServiceError {
             "background.not_found" | "http.not_found" | "changes.not_found" => 404,
             "changes.bad_run_id" => 400,
             "changes.conflict"
+            | "changes.flagged"
             | "changes.changed_during_run"
             | "changes.unsafe_path"
             | "changes.incomplete"
@@ -582,14 +583,15 @@ impl Service {
     }
 
     /// Applies a kept change set (all of it, or the listed paths), all or nothing, when
-    /// `caller` may see it and may apply ([`Service::may_apply`]).
+    /// `caller` may see it and may apply ([`Service::may_apply`]); flagged changes only
+    /// when named or with `include_flagged` (`changes.flagged` otherwise).
     pub async fn changes_apply(
         &self,
         caller: &Caller,
         req: &tierbox_policy::handle::ChangesApplyRequest,
     ) -> Result<Value, ServiceError> {
         let store = self.change_store();
-        let run_id = req.run_id.clone();
+        let (run_id, include_flagged) = (req.run_id.clone(), req.include_flagged);
         let paths: Vec<std::path::PathBuf> = req.paths.iter().map(Into::into).collect();
         let may_apply = self.may_apply(caller);
         let (caller, workspace) = (caller.clone(), self.own_workspace());
@@ -600,7 +602,7 @@ impl Service {
         let applied = blocking(move || {
             Self::visible_set(&caller, &workspace, &store, &run_id)?;
             let paths = (!paths.is_empty()).then_some(paths.as_slice());
-            store.apply(&run_id, paths)
+            store.apply(&run_id, paths, include_flagged)
         })
         .await?;
         Ok(crate::results::to_json(&applied))

@@ -828,8 +828,9 @@ fn bwrap_runs_on_warm_slots_leave_no_zombie_charged_to_the_next_run() {
 }
 
 /// Review mode over HTTP: an overlay run's change set in the result, then
-/// `GET /v1/changes`, `GET /v1/changes/{id}?diff=true`, a partial apply, a refused apply
-/// after the workspace changed, a discard.
+/// `GET /v1/changes`, `GET /v1/changes/{id}?diff=true`, a partial apply, an apply refused
+/// for a flagged change (a symlink out of the workspace) without consent, one refused
+/// after the workspace changed, the flagged change applied by name, a discard.
 #[test]
 fn review_mode_over_http_shows_applies_and_discards_a_change_set() {
     if !tier_c_available("review_mode_over_http") {
@@ -841,14 +842,14 @@ fn review_mode_over_http_shows_applies_and_discards_a_change_set() {
     std::fs::write(ws.join("base.txt"), "base\n").unwrap();
     let run = json!({
         "command": "sh", "tier": "c", "workspace_mode": "overlay",
-        "args": ["-c", "echo new > added.txt; echo changed > base.txt"],
+        "args": ["-c", "echo new > added.txt; echo changed > base.txt; ln -s /etc/passwd link"],
     });
     let (status, out) = s.call("POST", "/v1/process/run", Some(&run.to_string()));
     assert_eq!(status, 200, "{out}");
     let run_id = out["run_id"].as_str().unwrap().to_owned();
     assert_eq!(
         out["changes"]["changes"].as_array().map(Vec::len),
-        Some(2),
+        Some(3),
         "{out}"
     );
     assert!(!ws.join("added.txt").exists());
@@ -876,6 +877,19 @@ fn review_mode_over_http_shows_applies_and_discards_a_change_set() {
     let (status, v) = s.call("POST", &format!("/v1/changes/{run_id}/apply"), None);
     assert_eq!(
         (status, v["error"]["code"].as_str()),
+        (409, Some("changes.flagged")),
+        "{v}"
+    );
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("link [symlink_outside]") && message.contains("\"include_flagged\": true"),
+        "{v}"
+    );
+    assert!(std::fs::symlink_metadata(ws.join("link")).is_err());
+    let body = json!({ "include_flagged": true }).to_string();
+    let (status, v) = s.call("POST", &format!("/v1/changes/{run_id}/apply"), Some(&body));
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
         (409, Some("changes.conflict")),
         "{v}"
     );
@@ -886,6 +900,15 @@ fn review_mode_over_http_shows_applies_and_discards_a_change_set() {
     assert_eq!(
         std::fs::read_to_string(ws.join("base.txt")).unwrap(),
         "someone else's\n"
+    );
+    // Named, the flagged change is consented to: applied as a symlink.
+    let body = json!({ "paths": ["link"] }).to_string();
+    let (status, applied) = s.call("POST", &format!("/v1/changes/{run_id}/apply"), Some(&body));
+    assert_eq!(status, 200, "{applied}");
+    assert_eq!(applied["applied"], json!(["link"]));
+    assert_eq!(
+        std::fs::read_link(ws.join("link")).unwrap(),
+        std::path::Path::new("/etc/passwd")
     );
 
     let (status, v) = s.call("POST", &format!("/v1/changes/{run_id}/discard"), None);

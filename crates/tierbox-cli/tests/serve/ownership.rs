@@ -25,12 +25,16 @@ fn kept_set(state: &Path, workspace: &Path, owner: &str, run_id: &str, name: &st
     ChangeStore::new(state)
         .keep(
             run_id,
-            owner,
             upper.path(),
             &workspace,
             SystemTime::now() + Duration::from_secs(3600),
-            Duration::from_secs(3600),
+            &tierbox_runner::review::Keeping {
+                owner,
+                keep_for: Duration::from_secs(3600),
+                caps: tierbox_runner::review::KeepCaps::default(),
+            },
         )
+        .changes
         .unwrap();
     run_id.to_owned()
 }

@@ -307,6 +307,8 @@ pub fn validate(
         workspace_mode,
         keep_changes_for_secs: (workspace_mode == crate::policy::WorkspaceMode::Overlay)
             .then_some(policy.workspace.keep_changes_for_secs),
+        keep_changes_caps: (workspace_mode == crate::policy::WorkspaceMode::Overlay)
+            .then(|| policy.workspace.keep_caps()),
         ..grantless_plan(policy, workspace, network, limits, tier)
     })
 }
@@ -399,6 +401,8 @@ fn grantless_plan(
         workspace_mode: policy.workspace.mode,
         keep_changes_for_secs: (policy.workspace.mode == crate::policy::WorkspaceMode::Overlay)
             .then_some(policy.workspace.keep_changes_for_secs),
+        keep_changes_caps: (policy.workspace.mode == crate::policy::WorkspaceMode::Overlay)
+            .then(|| policy.workspace.keep_caps()),
         filesystem: FsPlan::default(),
         network,
         limits,

@@ -587,7 +587,7 @@ fn a_background_process_in_overlay_mode_leaves_its_changes_for_review() {
         let set = s.changes.expect("the change set once ended");
         assert_eq!(set.changes.len(), 1, "{set:?}");
         let store = tierbox_runner::review::ChangeStore::new(&e.runner.options().state_dir);
-        store.apply(&h.status.id, None).unwrap();
+        store.apply(&h.status.id, None, false).unwrap();
         assert_eq!(
             std::fs::read_to_string(ws.join("bg.txt")).unwrap(),
             "from-bg\n"

@@ -177,7 +177,15 @@ fn an_overlay_run_changes_nothing_until_applied_and_then_equals_a_direct_run() {
     edited["changes"]["changes"][0]["sha256"] = "00".into();
     assert!(tierbox_attest::verify_outcome(&envelope, &edited).is_err());
 
-    let applied = env.store().apply(&out.run_id, None).unwrap();
+    // The link out of the workspace and the new executable need consent.
+    let err = env.store().apply(&out.run_id, None, false).unwrap_err();
+    assert_eq!(err.code(), "changes.flagged", "{err}");
+    assert_eq!(
+        tree(env.ws.path()),
+        before,
+        "a refused apply changed the workspace"
+    );
+    let applied = env.store().apply(&out.run_id, None, true).unwrap();
     // The run could not make `suid` setuid (the seccomp filter refuses the mode, in both
     // runs), so apply has no bit to drop; it would drop one (tested in review_tests).
     assert!(
@@ -203,7 +211,12 @@ fn a_discarded_overlay_run_leaves_nothing_behind() {
     env.store().discard(&out.run_id).unwrap();
     assert_eq!(tree(env.ws.path()), before);
     let kept = env.state.path().join("changes");
-    let left: Vec<_> = std::fs::read_dir(&kept).unwrap().flatten().collect();
+    // Nothing of the run is left: only the store's (empty) lock file.
+    let left: Vec<_> = std::fs::read_dir(&kept)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name() != tierbox_runner::review::caps::LOCK_FILE)
+        .collect();
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -380,4 +393,167 @@ fn a_git_commondir_change_is_flagged() {
     assert!(flags("sub/.git").contains(&ChangeFlag::NewGitDir));
     assert!(flags("sub/.git/config").contains(&ChangeFlag::GitInternal));
     assert!(!env.ws.path().join(".git/commondir").exists());
+}
+
+/// Bytes the disk holds below `dir`, as `du` counts them.
+fn du(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&d) else {
+            continue;
+        };
+        total += meta.blocks() * 512;
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.metadata() {
+                Ok(m) if m.is_dir() => stack.push(e.path()),
+                Ok(m) => total += m.blocks() * 512,
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
+
+/// Ten overlay runs of five owners at once, each writing 1.5 MiB under a 2 MiB disk
+/// limit, with caps that hold one such set per owner and three in all: what is kept stays
+/// under the caps, and the state directory grows by at most the total cap; a run whose
+/// set does not fit is told so in its outcome, naming the cap; an owner's run that
+/// evicts its own earlier set (never another owner's) says so in its outcome and in the
+/// audit log (a `changes.evicted` event). Which runs get in depends on when each ends (a
+/// set still being copied is not evicted), so one more run of an owner holding a set
+/// makes sure an eviction happens.
+#[test]
+fn ten_concurrent_overlay_runs_keep_within_the_caps_and_report_what_they_evict() {
+    let test = "ten_concurrent_overlay_runs_keep_within_the_caps_and_report_what_they_evict";
+    if !usable(test) {
+        return;
+    }
+    let mut env = Env::new();
+    let audit = tempfile::tempdir().unwrap();
+    let log = audit.path().join("audit.jsonl");
+    env.policy.audit.log = Some(log.clone());
+    env.policy.limits.disk_bytes = 2 << 20;
+    env.policy.workspace.keep_changes_per_owner_bytes = 2 << 20;
+    env.policy.workspace.keep_changes_total_bytes = 5 << 20;
+    env.policy.check().unwrap();
+    let caps = env.policy.workspace.keep_caps();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    // The state directory's own files (key, caches) first, then its size.
+    let warm = rt.block_on(env.runner().run(&sh("true", None))).unwrap();
+    assert_eq!(warm.exit_code, Some(0), "{}", warm.stderr.text);
+    let before = du(env.state.path());
+
+    let owners = ["test:a", "test:b", "test:c", "test:d", "test:e"];
+    let outcomes = rt.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..10 {
+            let runner = env.runner().with_owner(owners[i % owners.len()]);
+            tasks.spawn(async move {
+                let req = sh(
+                    "head -c 1572864 /dev/zero > big && echo small > small.txt",
+                    Some(WorkspaceMode::Overlay),
+                );
+                (runner.owner().to_owned(), runner.run(&req).await.unwrap())
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            out.push(done.unwrap());
+        }
+        out
+    });
+    let mut outcomes = outcomes;
+    let held = env.store().usage();
+    // One more run of an owner that holds a set: it evicts that set.
+    let holder = held.by_owner.keys().next().unwrap().clone();
+    let runner = env.runner().with_owner(holder.clone());
+    let req = sh(
+        "head -c 1572864 /dev/zero > big && echo small > small.txt",
+        Some(WorkspaceMode::Overlay),
+    );
+    let last = rt.block_on(runner.run(&req)).unwrap();
+    assert!(last.changes_error.is_none(), "{:?}", last.changes_error);
+    assert_eq!(last.changes_evicted.len(), 1, "{:?}", last.changes_evicted);
+    outcomes.push((holder, last));
+    let grew = du(env.state.path()).saturating_sub(before);
+
+    let usage = env.store().usage();
+    let kept = outcomes
+        .iter()
+        .filter(|(_, o)| o.changes_error.is_none())
+        .count();
+    let refused: Vec<&str> = outcomes
+        .iter()
+        .filter_map(|(_, o)| o.changes_error.as_deref())
+        .collect();
+    let evicted: Vec<&str> = outcomes
+        .iter()
+        .flat_map(|(_, o)| o.changes_evicted.iter().map(|e| e.run_id.as_str()))
+        .collect();
+    println!(
+        "{kept} kept, {} refused, {} evicted; {} sets held, {} bytes, {} entries; the state directory grew by {grew} bytes (total cap {})",
+        refused.len(),
+        evicted.len(),
+        usage.sets,
+        usage.total.bytes,
+        usage.total.entries,
+        caps.total_bytes
+    );
+    for (owner, o) in &outcomes {
+        assert_eq!(o.exit_code, Some(0), "{owner}: {}", o.stderr.text);
+        assert_eq!(o.limit_hit, None, "{owner}: {o:?}");
+    }
+    assert!(usage.total.bytes <= caps.total_bytes, "{usage:?}");
+    assert!(usage.total.entries <= caps.total_entries, "{usage:?}");
+    for (owner, u) in &usage.by_owner {
+        assert!(u.bytes <= caps.per_owner_bytes, "{owner}: {u:?}");
+    }
+    assert!(
+        grew <= caps.total_bytes,
+        "the state directory grew by {grew} bytes"
+    );
+    // At most three sets fit; one per owner.
+    assert!(
+        usage.sets <= 3 && usage.sets == usage.by_owner.len(),
+        "{usage:?}"
+    );
+    // Every set kept is held still, or was evicted by a later run of its owner.
+    assert_eq!(kept, usage.sets + evicted.len());
+    assert!(!refused.is_empty());
+    for msg in &refused {
+        assert!(
+            msg.contains("was not kept")
+                && (msg.contains("workspace.keep_changes_total_bytes")
+                    || msg.contains("workspace.keep_changes_per_owner_bytes")),
+            "{msg}"
+        );
+    }
+    // Each eviction is its owner's own, and is in the audit log.
+    for (owner, o) in &outcomes {
+        for e in &o.changes_evicted {
+            let (other, _) = outcomes.iter().find(|(_, x)| x.run_id == e.run_id).unwrap();
+            assert_eq!(other, owner, "{} evicted another owner's set", o.run_id);
+        }
+    }
+    let mut logged: Vec<String> = Vec::new();
+    for line in std::fs::read_to_string(&log).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let body = &v["record"]["envelope"]["attestation"]["body"];
+        if body["kind"] == "event" && body["event"] == "changes.evicted" {
+            for e in body["evicted"].as_array().unwrap() {
+                logged.push(e["run_id"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    let mut evicted: Vec<String> = evicted.into_iter().map(str::to_owned).collect();
+    evicted.sort();
+    logged.sort();
+    assert_eq!(logged, evicted);
+    tierbox_attest::verify_log(&log).unwrap();
 }
