@@ -203,10 +203,15 @@ fn print_summary(k: &KeptChanges) {
         .expires_unix_ms
         .saturating_sub(tierbox_runner::review::now_unix_ms())
         / 1000;
+    let owner = match k.owner.as_str() {
+        "" => "unrecorded",
+        o => o,
+    };
     println!(
-        "run {}: {count} change(s), {} bytes, workspace {}, kept {}m{}s more{}",
+        "run {}: {count} change(s), {} bytes, by {}, workspace {}, kept {}m{}s more{}",
         k.run_id,
         k.bytes,
+        escaped_path(std::path::Path::new(owner)),
         escaped_path(&k.workspace),
         left / 60,
         left % 60,
