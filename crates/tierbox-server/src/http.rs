@@ -643,6 +643,19 @@ async fn process_stdin(
     ok(st.service.write_stdin(&owner, &req).await?)
 }
 
+/// A body that may be empty (then `T::default()`), else JSON of `T`'s closed shape.
+async fn optional_json_body<T: serde::de::DeserializeOwned + Default>(
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    let body = read_body(body).await?;
+    if body.is_empty() {
+        return Ok(T::default());
+    }
+    check_json(headers)?;
+    json_body(&body)
+}
+
 /// A small JSON body of a closed shape; anything else is `input.malformed`.
 fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     tierbox_policy::json::from_slice(body).map_err(|e| {
@@ -705,13 +718,7 @@ async fn changes_apply(
 ) -> ApiResult {
     let caller = caller(&auth, &headers)?;
     let run_id = path_id(id)?;
-    let body = read_body(body).await?;
-    let b = if body.is_empty() {
-        ApplyBody::default()
-    } else {
-        check_json(&headers)?;
-        json_body(&body)?
-    };
+    let b: ApplyBody = optional_json_body(&headers, body).await?;
     let doc = serde_json::json!({
         "run_id": run_id,
         "paths": b.paths,
@@ -784,13 +791,7 @@ async fn new_session(
     body: Body,
 ) -> ApiResult {
     operator_only(&auth, "issuing a session token")?;
-    let body = read_body(body).await?;
-    let b: NewSessionBody = if body.is_empty() {
-        NewSessionBody::default()
-    } else {
-        check_json(&headers)?;
-        json_body(&body)?
-    };
+    let b: NewSessionBody = optional_json_body(&headers, body).await?;
     if let Some(name) = &b.name
         && !session_name_ok(name)
     {

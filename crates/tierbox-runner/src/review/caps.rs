@@ -1,7 +1,7 @@
 //! The caps on kept change sets ([`KeepCaps`]: bytes and entries, in total and per
 //! owner): what a set is charged ([`charge`]), what a store holds
 //! ([`super::ChangeStore::usage`]), and the room a new set is given before any of it is
-//! copied ([`reserve`]).
+//! copied (`reserve`).
 //!
 //! # Invariants
 //!
