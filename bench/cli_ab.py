@@ -6,8 +6,9 @@ per-pair ratios B/A.
 
     python3 bench/cli_ab.py OLD/tierbox NEW/tierbox [CALLS] [--daemon]
 
-Each binary needs its own `tierbox-full` beside it (for `daemon start`). A state directory
-and a workspace are made in a temporary directory and removed after.
+Each binary needs its own `tierbox-full` beside it (for `daemon start`). A workspace and
+the state directories (one per build for cold calls, one shared with the daemon) are made
+in a temporary directory and removed after.
 """
 import json
 import os
@@ -18,9 +19,10 @@ import tempfile
 import time
 
 
-def timed(cmd):
+def timed(cmd, env=None):
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                   env=env)
     return time.perf_counter() - t0
 
 
@@ -36,6 +38,13 @@ def main():
         os.mkdir(ws)
         os.chdir(ws)
         os.environ["XDG_STATE_HOME"] = os.path.join(tmp, "state")
+        # Cold calls: each build keeps its own state directory, so neither rewrites the
+        # other's caches (a repository-scan cache in another build's format is rebuilt and
+        # synced on every call, which would time the cache, not the build).
+        envs = {a: None, b: None}
+        if not daemon:
+            for i, exe in enumerate((a, b)):
+                envs[exe] = dict(os.environ, XDG_STATE_HOME=os.path.join(tmp, f"state-{i}"))
         if daemon:
             subprocess.run([b, "daemon", "start", "--workspace", ws], check=True,
                            stdout=subprocess.DEVNULL)
@@ -45,7 +54,7 @@ def main():
             want = "daemon" if daemon else "in_process"
             for exe in (a, b):
                 out = subprocess.run([exe, "run", "--json", "--tier", "b", "--", "true"],
-                                     capture_output=True, check=True).stdout
+                                     capture_output=True, check=True, env=envs[exe]).stdout
                 via = json.loads(out)["via"]
                 if via != want:
                     sys.exit(f"{exe}: via {via}, not {want}")
@@ -57,7 +66,7 @@ def main():
                 for i in range(calls):
                     t = {}
                     for exe in ((a, b) if i % 2 == 0 else (b, a)):
-                        t[exe] = timed([exe] + call)
+                        t[exe] = timed([exe] + call, envs[exe])
                     ta.append(t[a])
                     tb.append(t[b])
                     ratios.append(t[b] / t[a])

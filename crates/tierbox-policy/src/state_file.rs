@@ -42,7 +42,10 @@ pub fn read_private(file: &Path, state_dir: &Path, max_bytes: u64) -> Option<Str
 }
 
 /// Writes `text` to `file` (mode 0600, its directory created 0700): a new file renamed
-/// over the old, so a reader sees one whole version or the previous one. Refused
+/// over the old, so a reader sees one whole version or the previous one. The data is not
+/// synced to disk: these files are caches, each read back only after it parses and
+/// matches what it describes, so one torn by a crash is a miss, never a wrong answer —
+/// and a sync costs a cold `tierbox run` more than the rest of its state-file work. Refused
 /// (`PermissionDenied`) where the directory, or the nearest one above it that exists, is
 /// not this user's to trust ([`crate::trust::check_dir`]).
 pub fn write_private(file: &Path, text: &str) -> std::io::Result<()> {
@@ -66,7 +69,7 @@ pub fn write_private(file: &Path, text: &str) -> std::io::Result<()> {
             .map_or(0, |d| d.subsec_nanos())
     ));
     let mut f = new_private_file(&tmp)?;
-    let written = f.write_all(text.as_bytes()).and_then(|()| f.sync_data());
+    let written = f.write_all(text.as_bytes());
     drop(f);
     match written.and_then(|()| std::fs::rename(&tmp, file)) {
         Ok(()) => Ok(()),

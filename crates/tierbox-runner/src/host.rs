@@ -53,6 +53,20 @@ pub fn start_watchdog() -> std::io::Result<()> {
     tierbox_sandbox::watchdog::start()
 }
 
+/// Tells the watchdog that this process is about to exit with nothing left for it to
+/// clean up, when that is so (every run group removed, no container engine used), so it
+/// exits without sweeping the host's cgroups; a no-op otherwise. The last call of a
+/// process that starts no more runs; returns whether the watchdog was told.
+///
+/// ```no_run
+/// tierbox_runner::host::start_watchdog().ok();
+/// // … one run, its outcome printed …
+/// tierbox_runner::host::release_watchdog();
+/// ```
+pub fn release_watchdog() -> bool {
+    tierbox_sandbox::watchdog::release()
+}
+
 /// Keeps per-run resources (cgroups, landlock rulesets, private directories) warm between
 /// runs — for a long-lived process — or, with `false`, destroys the idle ones.
 pub fn set_pooling(on: bool) {

@@ -23,6 +23,12 @@
 //! `E<path>` on the pipe. After the supervisor's death the watchdog kills and removes
 //! that engine's containers whose supervisor is gone
 //! ([`crate::container::sweep_orphaned_containers`]).
+//!
+//! A supervisor about to exit normally with nothing left — every run group it made
+//! removed, no container engine used — says so ([`release`]: a line `C` on the pipe), and
+//! the watchdog then exits at the pipe's end without sweeping: a cold `tierbox run` would
+//! otherwise leave a process probing the host's cgroups after every call. A note after
+//! `C` cancels it; a supervisor killed before writing it gets the sweep.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -46,6 +52,9 @@ const NOTES_MAX_BYTES: usize = 16 * 1024;
 
 /// The supervisor's end of the pipe, held for the life of the process.
 static PIPE: OnceLock<std::fs::File> = OnceLock::new();
+
+/// The container engines [`note_engine`] told the watchdog of.
+static ENGINES_NOTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// Starts the watchdog for this process. Must be called while the process has a single
 /// thread (before any runtime or thread pool starts): otherwise it refuses, naming the
@@ -84,9 +93,8 @@ pub fn is_running() -> bool {
 /// Tells the watchdog (when there is one) that this process runs containers with the
 /// engine at `engine`, once per engine.
 pub(crate) fn note_engine(engine: &Path) {
-    static NOTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
     let Some(mut pipe) = PIPE.get() else { return };
-    let mut noted = NOTED
+    let mut noted = ENGINES_NOTED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if noted.iter().any(|e| e == engine) {
@@ -99,6 +107,32 @@ pub(crate) fn note_engine(engine: &Path) {
     if pipe.write_all(&line).is_ok() {
         noted.push(engine.to_path_buf());
     }
+}
+
+/// Tells the watchdog (when there is one) that this process is about to exit with nothing
+/// for it to clean up, when that is so: no run group of this process is left
+/// ([`crate::linux::cgroup`]) and no container engine was used. The last thing a process
+/// that starts no more runs does; returns whether the watchdog was told.
+pub fn release() -> bool {
+    let Some(mut pipe) = PIPE.get() else {
+        return false;
+    };
+    let engines = ENGINES_NOTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !engines.is_empty() || crate::linux::cgroup::dirs_left() != 0 {
+        return false;
+    }
+    pipe.write_all(CLEAN_EXIT).is_ok()
+}
+
+/// The line [`release`] writes.
+const CLEAN_EXIT: &[u8] = b"C\n";
+
+/// Whether the supervisor's last note was [`CLEAN_EXIT`].
+fn released(notes: &[u8]) -> bool {
+    notes.ends_with(CLEAN_EXIT)
+        && (notes.len() == CLEAN_EXIT.len() || notes[notes.len() - CLEAN_EXIT.len() - 1] == b'\n')
 }
 
 fn watch(read: std::os::fd::OwnedFd) -> ! {
@@ -114,6 +148,9 @@ fn watch(read: std::os::fd::OwnedFd) -> ! {
         if notes.len() + n <= NOTES_MAX_BYTES {
             notes.extend_from_slice(&buf[..n]);
         }
+    }
+    if released(&notes) {
+        std::process::exit(0)
     }
     for round in 0..SWEEP_ROUNDS {
         if crate::launch::sweep_orphaned_groups() == 0 && round > 0 {
@@ -152,6 +189,17 @@ fn thread_count() -> std::io::Result<usize> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_last_clean_exit_line_releases() {
+        use super::released;
+        assert!(released(b"C\n"));
+        assert!(released(b"E/usr/bin/podman\nC\n"));
+        assert!(!released(b""));
+        assert!(!released(b"C\nE/usr/bin/podman\n"));
+        assert!(!released(b"E/usr/bin/podmanC\n"));
+        assert!(!released(b"C"));
+    }
+
     #[test]
     fn engine_lines_are_read_once_each_and_only_absolute() {
         let notes =

@@ -148,8 +148,10 @@ pub struct RepoScan {
     pub directories: u64,
     /// Directories whose entries were read this time (the rest were unchanged).
     pub reread: u64,
-    /// The listing differs from the one the search started from (or there was none):
-    /// whether a kept copy needs writing again.
+    /// The listing differs from the one the search started from (or there was none) in
+    /// a way the next search can use: a directory gone, or one reread whose listing is
+    /// settled (taken [`RACY_MARGIN`] after its change time) and new. Whether a kept copy
+    /// needs writing again.
     pub changed: bool,
 }
 
@@ -505,7 +507,11 @@ mod imp {
                         Ok(d) => d,
                         Err(e) => return (Err(unreadable(&workspace.join(&rel), e)), None),
                     };
-                    scan.changed |= before.as_ref() != Some(&dir);
+                    // Only a listing the next search can reuse is worth keeping: one
+                    // taken within RACY_MARGIN of its change time is reread anyway (as
+                    // the root is after every Tier C run, whose placeholder is made and
+                    // removed in it).
+                    scan.changed |= dir.settled && before.as_ref() != Some(&dir);
                     dir
                 }
             };

@@ -53,6 +53,7 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 mod mountinfo;
@@ -663,6 +664,7 @@ impl RunCgroup {
             path: dir.to_owned(),
             source,
         })?;
+        DIRS_LEFT.fetch_add(1, Ordering::SeqCst);
         self.dirs.push(dir.to_owned());
         Ok(())
     }
@@ -821,7 +823,11 @@ impl RunCgroup {
         }
         let mut first_err = None;
         while let Some(dir) = self.dirs.pop() {
-            if let Err(e) = rmdir_retrying(&dir)
+            let removed = rmdir_retrying(&dir);
+            if removed.is_ok() {
+                DIRS_LEFT.fetch_sub(1, Ordering::SeqCst);
+            }
+            if let Err(e) = removed
                 && first_err.is_none()
             {
                 first_err = Some(io::Error::new(
@@ -832,6 +838,16 @@ impl RunCgroup {
         }
         first_err.map_or(Ok(()), Err)
     }
+}
+
+/// Run-group directories this process created and has not removed, over every
+/// hierarchy: 0 means no run of this process left a group behind (what lets the watchdog
+/// skip its sweep after a clean exit, [`crate::watchdog::release`]).
+static DIRS_LEFT: AtomicUsize = AtomicUsize::new(0);
+
+/// [`DIRS_LEFT`]'s value.
+pub(crate) fn dirs_left() -> usize {
+    DIRS_LEFT.load(Ordering::SeqCst)
 }
 
 impl Drop for RunCgroup {
