@@ -77,6 +77,68 @@ pub const SANDBOX_MOUNTS: &[&str] = &["/proc", "/dev"];
 pub const ASSIGNMENT_PATH_KEYS: &[(&str, ArgAccess)] =
     &[("if", ArgAccess::Read), ("of", ArgAccess::Write)];
 
+/// What a run has at `path` that the sandbox provides itself, where the access model
+/// (`model`, of the plan's filesystem `fs`) has no rule: `/proc` (read; the run's own
+/// `/proc/self/fd/N` read-write), its standard streams and `/dev/fd/N`, the devices every
+/// run has ([`PROVIDED_DEVICES`], pseudo-terminals), `/dev` itself (read), `/dev/shm`
+/// (read-write when `filesystem.dev_shm = "private"`, else an empty read-only
+/// directory), any other device (nothing), and the run's private `/tmp`
+/// ([`SCRATCH_ROOTS`]). `None`: the model decides. `path` is as the run names it, not
+/// resolved on the host. The argument check and `tierbox explain --path` both use it.
+///
+/// ```
+/// use std::path::Path;
+/// use tierbox_policy::access::{Access, AccessModel};
+/// use tierbox_policy::plan::FsPlan;
+/// use tierbox_policy::validate::sandbox_access;
+///
+/// let fs = FsPlan::default();
+/// let model = AccessModel::new(Path::new("/work/app"), &fs);
+/// let at = |p: &str| sandbox_access(&model, &fs, Path::new(p));
+/// assert_eq!(at("/proc/cpuinfo"), Some(Access::Read));
+/// assert_eq!(at("/tmp/x"), Some(Access::Write));
+/// assert_eq!(at("/dev/sda"), Some(Access::None));
+/// assert_eq!(at("/srv/data"), None);
+/// ```
+pub fn sandbox_access(model: &AccessModel, fs: &FsPlan, path: &Path) -> Option<Access> {
+    let scratch: Vec<PathBuf> = SCRATCH_ROOTS.iter().map(PathBuf::from).collect();
+    provided(model, fs, &scratch, path)
+}
+
+/// [`sandbox_access`] with the given scratch roots.
+fn provided(model: &AccessModel, fs: &FsPlan, scratch: &[PathBuf], path: &Path) -> Option<Access> {
+    if is_run_stdio(path) {
+        return Some(Access::Write);
+    }
+    if path.starts_with("/proc") {
+        return Some(Access::Read);
+    }
+    if model.rule(path).is_some() {
+        return None;
+    }
+    if path.starts_with("/dev") {
+        let device =
+            PROVIDED_DEVICES.iter().any(|d| path == Path::new(d)) || path.starts_with("/dev/pts");
+        return Some(if device {
+            Access::Write
+        } else if path == Path::new("/dev") {
+            Access::Read
+        } else if path.starts_with(DEV_SHM) {
+            match fs.dev_shm {
+                DevShm::Private => Access::Write,
+                DevShm::None if path == Path::new(DEV_SHM) => Access::Read,
+                DevShm::None => Access::None,
+            }
+        } else {
+            Access::None
+        });
+    }
+    scratch
+        .iter()
+        .any(|r| path.starts_with(r))
+        .then_some(Access::Write)
+}
+
 /// Most policy changes one refusal's fix is made of (a denial removed, then a grant).
 const MAX_FIX_CHANGES: usize = 4;
 
@@ -197,19 +259,27 @@ impl<'a> Visible<'a> {
         if let Some(h) = self.fs.system_hidden.iter().find(|h| path.starts_with(h)) {
             return Step::Never(Unreachable::HostSecret { at: h.clone() });
         }
-        if is_run_stdio(path) {
-            return Step::Visible;
-        }
-        if path.starts_with("/proc") {
-            return match need {
-                ArgAccess::Read => Step::Visible,
-                ArgAccess::Write => Step::Never(Unreachable::ProcWrite),
-            };
-        }
         let needed = match need {
             ArgAccess::Read => Access::Read,
             ArgAccess::Write => Access::Write,
         };
+        if let Some(access) = provided(&self.model, &self.fs, &self.scratch, path) {
+            return if access >= needed {
+                Step::Visible
+            } else if path.starts_with(DEV_SHM) {
+                Step::Change {
+                    change: vec![PolicyChange::PrivateDevShm],
+                    rule: Some(
+                        "filesystem.dev_shm = \"none\" leaves /dev/shm empty and read-only"
+                            .to_owned(),
+                    ),
+                }
+            } else if path.starts_with("/proc") {
+                Step::Never(Unreachable::ProcWrite)
+            } else {
+                Step::Never(Unreachable::Device)
+            };
+        }
         match self.model.rule(path) {
             Some((at, Rule::Deny)) => match self.deny_entries.iter().find(|(d, _)| d == at) {
                 Some((_, entry)) => Step::Change {
@@ -240,8 +310,6 @@ impl<'a> Visible<'a> {
                 }
             }
             Some((at, rule)) => self.grant(path, GrantKey::Writable, Some((at, rule))),
-            None if path.starts_with("/dev") => self.device(path, need),
-            None if self.scratch.iter().any(|r| path.starts_with(r)) => Step::Visible,
             None => self.grant(
                 path,
                 match need {
@@ -284,32 +352,6 @@ impl<'a> Visible<'a> {
             }],
             rule: None,
         }
-    }
-
-    /// A path in `/dev` that no grant covers: the devices the sandbox provides.
-    fn device(&self, path: &Path, need: ArgAccess) -> Step {
-        let provided = PROVIDED_DEVICES.iter().any(|d| path == Path::new(d))
-            || path.starts_with("/dev/pts")
-            || (path == Path::new("/dev") && need == ArgAccess::Read);
-        if provided {
-            return Step::Visible;
-        }
-        if path.starts_with(DEV_SHM) {
-            return match self.fs.dev_shm {
-                DevShm::Private => Step::Visible,
-                DevShm::None if path == Path::new(DEV_SHM) && need == ArgAccess::Read => {
-                    Step::Visible
-                }
-                DevShm::None => Step::Change {
-                    change: vec![PolicyChange::PrivateDevShm],
-                    rule: Some(
-                        "filesystem.dev_shm = \"none\" leaves /dev/shm empty and read-only"
-                            .to_owned(),
-                    ),
-                },
-            };
-        }
-        Step::Never(Unreachable::Device)
     }
 
     /// The `filesystem.protected` entries that protect `path`: each one relative to the

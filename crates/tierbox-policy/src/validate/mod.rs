@@ -36,7 +36,9 @@ mod wasm;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub use arg_paths::{ASSIGNMENT_PATH_KEYS, RUN_STDIO_PATHS, SANDBOX_MOUNTS, SCRATCH_ROOTS};
+pub use arg_paths::{
+    ASSIGNMENT_PATH_KEYS, RUN_STDIO_PATHS, SANDBOX_MOUNTS, SCRATCH_ROOTS, sandbox_access,
+};
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PATTERNS, DENIED_ENV_PREFIXES, is_denied_env_name};
 pub use git::DEFAULT_PROTECTED;
 pub use interpreter::{
