@@ -469,47 +469,62 @@ pub(crate) fn check_args(
                 },
                 Candidate::Path { path, access } => judge(visible, cwd, &path, access),
             };
-            let arg = arg.clone();
-            return Err(match verdict {
-                Verdict::Visible => continue,
-                Verdict::Fix { denied: None, fix } => Rejection::PathOutsideWorkspace {
-                    arg_index,
-                    arg,
-                    resolved,
-                    workspace: visible.workspace.clone(),
-                    access,
-                    fix,
-                },
-                Verdict::Fix {
-                    denied: Some(rule),
-                    fix,
-                } => Rejection::PathDenied {
-                    arg_index,
-                    arg,
-                    resolved,
-                    access,
-                    rule,
-                    fix,
-                },
-                Verdict::Never(
-                    why @ (Unreachable::HostSecret { .. } | Unreachable::Own { .. }),
-                ) => Rejection::PathSecret {
-                    arg_index,
-                    arg,
-                    resolved,
-                    why,
-                },
-                Verdict::Never(why) => Rejection::PathNotGrantable {
-                    arg_index,
-                    arg,
-                    resolved,
-                    access,
-                    why,
-                },
-            });
+            if let Some(rejection) = refusal(visible, arg_index, arg, resolved, access, verdict) {
+                return Err(rejection);
+            }
         }
     }
     Ok(())
+}
+
+/// The rejection of argument `arg_index` (`arg`), which names `resolved`, for its
+/// `verdict`; `None` when the run sees it.
+fn refusal(
+    visible: &Visible<'_>,
+    arg_index: usize,
+    arg: &str,
+    resolved: PathBuf,
+    access: ArgAccess,
+    verdict: Verdict,
+) -> Option<Rejection> {
+    let arg = arg.to_owned();
+    Some(match verdict {
+        Verdict::Visible => return None,
+        Verdict::Fix { denied: None, fix } => Rejection::PathOutsideWorkspace {
+            arg_index,
+            arg,
+            resolved,
+            workspace: visible.workspace.clone(),
+            access,
+            fix,
+        },
+        Verdict::Fix {
+            denied: Some(rule),
+            fix,
+        } => Rejection::PathDenied {
+            arg_index,
+            arg,
+            resolved,
+            access,
+            rule,
+            fix,
+        },
+        Verdict::Never(why @ (Unreachable::HostSecret { .. } | Unreachable::Own { .. })) => {
+            Rejection::PathSecret {
+                arg_index,
+                arg,
+                resolved,
+                why,
+            }
+        }
+        Verdict::Never(why) => Rejection::PathNotGrantable {
+            arg_index,
+            arg,
+            resolved,
+            access,
+            why,
+        },
+    })
 }
 
 /// Resolves `path` from `base` and judges it.
