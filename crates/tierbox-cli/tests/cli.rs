@@ -2129,6 +2129,11 @@ fn explain_says_which_rule_decides_and_what_a_run_was_refused() {
         1,
         r#"to allow: filesystem.read_only += "/opt/toolchain""#,
     );
+    // What the sandbox provides itself, as the argument check says too.
+    explain_path("/proc/cpuinfo", "read", 0, "the sandbox provides it itself");
+    explain_path("/tmp/tierbox-explain-new", "write", 0, "read-write");
+    explain_path("/dev/null", "write", 0, "the sandbox provides it itself");
+    explain_path("/dev/sda", "read", 1, "no policy can allow it");
 
     let policy = ws.path().join("egress.toml");
     let log = state.path().join("audit.jsonl");

@@ -6,9 +6,11 @@
 
 use std::path::PathBuf;
 
+pub use self::path::{ArgAccess, GrantKey, PathFix, PolicyChange, Unreachable};
 pub use self::workspace::{HostRule, OwnFile, WorkspaceFix, WorkspaceRule};
 use crate::policy::Tier;
 
+mod path;
 mod workspace;
 
 /// Why a request was refused before anything ran.
@@ -179,15 +181,56 @@ pub enum Rejection {
         path: PathBuf,
         rule: String,
     },
-    /// An argument names a path that resolves outside the workspace.
+    /// An argument names a path outside the workspace that no grant of the policy lets
+    /// the run see (or, for a written path, write); `fix` names the grant that does.
     #[error(
-        "args[{arg_index}] {arg:?} resolves to {resolved:?}, outside the workspace {workspace:?}"
+        "args[{arg_index}] {arg:?} resolves to {resolved:?}, which the run cannot {access}: it is outside the workspace {workspace:?} and no grant of the policy lets it {access} there (to fix: {fix})"
     )]
     PathOutsideWorkspace {
         arg_index: usize,
         arg: String,
         resolved: PathBuf,
         workspace: PathBuf,
+        access: ArgAccess,
+        fix: PathFix,
+    },
+    /// An argument names a path the policy hides (`filesystem.deny_read`), keeps
+    /// read-only (`filesystem.protected`) or leaves empty (`filesystem.dev_shm`); `fix`
+    /// names the change that lets it through.
+    #[error(
+        "args[{arg_index}] {arg:?} resolves to {resolved:?}, which the run cannot {access}: {rule} (to fix: {fix})"
+    )]
+    PathDenied {
+        arg_index: usize,
+        arg: String,
+        resolved: PathBuf,
+        access: ArgAccess,
+        /// The policy entry that decides, in words.
+        rule: String,
+        fix: PathFix,
+    },
+    /// An argument names a host secret or one of Tierbox's own files: hidden in every
+    /// tier, and no policy key grants it.
+    #[error(
+        "args[{arg_index}] {arg:?} resolves to {resolved:?}: {why}; no policy key can grant it"
+    )]
+    PathSecret {
+        arg_index: usize,
+        arg: String,
+        resolved: PathBuf,
+        why: Unreachable,
+    },
+    /// An argument names a path no policy key lets a run reach: a host device, a write
+    /// into `/proc`, `/`, another user's `~`, a remote `file:` URL, a symlink loop.
+    #[error(
+        "args[{arg_index}] {arg:?} resolves to {resolved:?}, which no policy key lets a run {access}: {why}"
+    )]
+    PathNotGrantable {
+        arg_index: usize,
+        arg: String,
+        resolved: PathBuf,
+        access: ArgAccess,
+        why: Unreachable,
     },
     /// `cwd` resolves outside the workspace.
     #[error("cwd {cwd:?} resolves to {resolved:?}, outside the workspace {workspace:?}")]
@@ -333,6 +376,9 @@ impl Rejection {
             Self::WorkspaceRefused { .. } => "scope.workspace_refused",
             Self::GrantRefused { .. } => "scope.grant_refused",
             Self::PathOutsideWorkspace { .. } => "scope.path_outside_workspace",
+            Self::PathDenied { .. } => "scope.path_denied",
+            Self::PathSecret { .. } => "scope.path_secret",
+            Self::PathNotGrantable { .. } => "scope.path_not_grantable",
             Self::WorkspaceSubdirInvalid { .. } => "scope.workspace_subdir_invalid",
             Self::CwdOutsideWorkspace { .. } => "scope.cwd_outside_workspace",
             Self::CwdNotDirectory { .. } => "scope.cwd_not_directory",
@@ -360,7 +406,9 @@ impl Rejection {
 
     /// What would let a rejected request through, for the rejection code `code`: the
     /// policy key to change, or the command that fixes the host; `None` when only the
-    /// request itself can change (a malformed or oversized request). Takes the code, so a
+    /// request itself can change (a malformed or oversized request), and when no policy
+    /// key lifts the rule (`scope.path_secret`, `scope.path_not_grantable`: their messages
+    /// say so, and why). Takes the code, so a
     /// client holding only a code and a message (the CLI talking to its daemon) can say it
     /// too.
     ///
@@ -392,7 +440,10 @@ impl Rejection {
                 "inline code needs exec.allow_eval = true in the policy"
             }
             "scope.path_outside_workspace" => {
-                "a path outside the workspace must be granted by the policy: filesystem.read_only or filesystem.writable"
+                "the message names the grant that lets the path through (filesystem.read_only, or filesystem.writable for a path the argument writes)"
+            }
+            "scope.path_denied" => {
+                "the message names the filesystem.deny_read, filesystem.protected or filesystem.dev_shm change that lets the path through"
             }
             "scope.grant_refused" => "docs/policy.md lists what each filesystem key may name",
             "scope.protection_incomplete" => {
@@ -463,6 +514,9 @@ impl Rejection {
         "scope.workspace_refused",
         "scope.grant_refused",
         "scope.path_outside_workspace",
+        "scope.path_denied",
+        "scope.path_secret",
+        "scope.path_not_grantable",
         "scope.cwd_outside_workspace",
         "scope.cwd_not_directory",
         "scope.workspace_subdir_invalid",

@@ -340,6 +340,25 @@ pub fn path_verdict(plan: &Plan, path: &std::path::Path, write: bool) -> PathVer
     let model = AccessModel::of(plan);
     let shown = path.display();
     let needed = if write { Access::Write } else { Access::Read };
+    // The sandbox's own mounts, which the model leaves out: the answer the argument check
+    // gives too.
+    if let Some(access) = tierbox_policy::validate::sandbox_access(&model, &plan.filesystem, path) {
+        let allowed = access >= needed;
+        let shm_none = path.starts_with(tierbox_policy::plan::DEV_SHM)
+            && plan.filesystem.dev_shm == tierbox_policy::DevShm::None;
+        return PathVerdict {
+            allowed,
+            why: format!(
+                "the sandbox provides it itself ({}), not a grant",
+                match access {
+                    Access::Write => "read-write",
+                    Access::Read => "read-only",
+                    Access::None => "absent: no tier passes a host device through",
+                }
+            ),
+            fix: (!allowed && shm_none).then(|| "filesystem.dev_shm = \"private\"".to_owned()),
+        };
+    }
     match model.rule(path) {
         None => PathVerdict {
             allowed: false,

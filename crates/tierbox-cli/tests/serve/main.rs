@@ -68,6 +68,11 @@ fn the_http_api_answers_every_operation_and_every_error_as_documented() {
         (
             r#"{"command":"cat","args":["/etc/shadow"]}"#,
             422,
+            "scope.path_secret",
+        ),
+        (
+            r#"{"command":"cat","args":["/var/lib/tierbox-no-such-dir/x"]}"#,
+            422,
             "scope.path_outside_workspace",
         ),
     ] {

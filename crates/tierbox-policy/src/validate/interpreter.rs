@@ -264,7 +264,9 @@ impl Invocation {
 
 /// Checks the command (already allowlisted and resolved to `program`) and every program
 /// it would run through wrappers: interpreter denylist, wrapped programs' allowlist,
-/// eval flags, eval through `stdin`.
+/// eval flags, eval through `stdin`. Returns the indices in `args` of inline program
+/// text an allowed eval flag carries (the flag and its code: `-c`, `'dd if=…'`), which
+/// is text, not paths, for the argument check.
 pub(crate) fn check(
     policy: &ExecPolicy,
     command: &str,
@@ -272,20 +274,24 @@ pub(crate) fn check(
     args: &[String],
     path_var: &str,
     stdin: Option<&str>,
-) -> Result<(), Rejection> {
+) -> Result<Vec<usize>, Rejection> {
     let checker = Checker {
         policy,
         path_var,
         stdin_given: stdin.is_some_and(|s| !s.is_empty()),
+        inline_code: std::cell::RefCell::new(Vec::new()),
     };
     let canonical = exec::canonical_program(program);
-    checker.check_resolved(&Invocation::command(command, args), Some(&canonical), 0)
+    checker.check_resolved(&Invocation::command(command, args), Some(&canonical), 0)?;
+    Ok(checker.inline_code.into_inner())
 }
 
 struct Checker<'a> {
     policy: &'a ExecPolicy,
     path_var: &'a str,
     stdin_given: bool,
+    /// Indices of inline program text found so far (see [`check`]).
+    inline_code: std::cell::RefCell<Vec<usize>>,
 }
 
 impl Checker<'_> {
@@ -358,9 +364,27 @@ impl Checker<'_> {
             return self.check_outcome(inv, outcome, depth);
         }
         if self.policy.allow_eval {
+            self.note_inline_code(inv, family);
             return Ok(());
         }
         self.check_eval(inv, family)
+    }
+
+    /// Records the eval flag of an interpreter whose inline code the policy allows, and
+    /// the word after it: its code, unless the code is attached (`--command=id`).
+    fn note_inline_code(&self, inv: &Invocation, family: Family) {
+        let Scan::Eval { flag, index } = eval::scan(family, &inv.args, inv.trailing_unknown) else {
+            return;
+        };
+        let mut found = self.inline_code.borrow_mut();
+        found.push(index);
+        let Some(at) = inv.args.iter().position(|w| w.index == index) else {
+            return;
+        };
+        let attached = inv.args.get(at).and_then(Word::text) != Some(flag.as_str());
+        if let Some(next) = inv.args.get(at + 1).filter(|_| !attached) {
+            found.push(next.index);
+        }
     }
 
     fn check_eval(&self, inv: &Invocation, family: Family) -> Result<(), Rejection> {

@@ -92,7 +92,7 @@ impl FakeBin {
     ) -> Result<(), Rejection> {
         let program = self.dir.path().join(command);
         let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-        check(policy, command, &program, &args, &self.path(), stdin)
+        check(policy, command, &program, &args, &self.path(), stdin).map(|_| ())
     }
 }
 

@@ -1,7 +1,8 @@
 //! `validate()`: a chain of small checks from a request to a [`Plan`].
 //!
 //! Order (SPEC §2.1): shape and caps → executable allowlist → interpreter guardrails →
-//! workspace scope → environment → egress preflight → limits → tier. The first failing
+//! workspace scope → environment → egress preflight → limits → tier → filesystem grants
+//! → argument paths (checked against the filesystem the plan shows). The first failing
 //! check returns its typed [`Rejection`]; nothing runs. One file per rule group:
 //!
 //! | file | rules |
@@ -9,13 +10,15 @@
 //! | `shape.rs` | hard caps, NUL bytes, bare command |
 //! | `exec.rs` | allowlist, program resolution in the sandbox PATH |
 //! | `interpreter.rs` | interpreter denylist, wrappers, eval flags |
-//! | `scope.rs` | workspace root, cwd, path-like arguments (never rewritten) |
+//! | `scope.rs` | workspace root, cwd, the grants every tier shares |
+//! | `arg_paths.rs` | path-like arguments against what the run sees (never rewritten) |
 //! | `git.rs` | the git redirect surface: protected entries of every repository found |
 //! | `env.rs` | environment rebuild and deny list |
 //! | `egress.rs` | host extraction and allowlist preflight |
 //! | `limits.rs` | timeouts and limits against the policy |
 //! | `tier.rs` | requested tier against the policy minimum |
 
+mod arg_paths;
 mod egress;
 mod env;
 mod exec;
@@ -33,6 +36,9 @@ mod wasm;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub use arg_paths::{
+    ASSIGNMENT_PATH_KEYS, RUN_STDIO_PATHS, SANDBOX_MOUNTS, SCRATCH_ROOTS, sandbox_access,
+};
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PATTERNS, DENIED_ENV_PREFIXES, is_denied_env_name};
 pub use git::DEFAULT_PROTECTED;
 pub use interpreter::{
@@ -46,9 +52,7 @@ pub use repo_scan::{
     MAX_SCANNED_PATH_BYTES, PSEUDO_FILESYSTEMS, RACY_MARGIN, REPO_SCAN_CACHE_DIR, RepoScan,
     ScanIncomplete, ScanLimit, ScanLimits, forget_kept_search, scan_repos, scan_repos_in,
 };
-pub use scope::{
-    ALLOWED_SYSTEM_PATHS, MAX_SYMLINK_HOPS, REFUSED_WORKSPACE_DIRS, REFUSED_WORKSPACE_TREES,
-};
+pub use scope::{MAX_SYMLINK_HOPS, REFUSED_WORKSPACE_DIRS, REFUSED_WORKSPACE_TREES};
 pub use system::{
     MAX_CACHE_BYTES, SYSTEM_PATHS_CACHE_FILE, SystemPaths, system_paths, system_paths_in,
 };
@@ -252,7 +256,7 @@ pub fn validate(
     }
     let path = env::expanded_path(&policy.env.path, ctx);
     let program = exec::resolve_program(&policy.exec, &req.command, &path)?;
-    interpreter::check(
+    let inline_code = interpreter::check(
         &policy.exec,
         &req.command,
         &program,
@@ -264,7 +268,6 @@ pub fn validate(
     let workspace = scope::workspace_root(policy, ctx, &own)?;
     let workspace = scope::narrow_workspace(&workspace, req.workspace.as_deref())?;
     let cwd = scope::resolve_cwd(&workspace, req.cwd.as_deref())?;
-    scope::check_args(&workspace, &cwd, &req.args)?;
     let mut env = env::build(&policy.env, req, ctx)?;
     let network = egress::check(&policy.egress, req, &req.command)?;
     let (limits, background) = limits::resolve(policy, req)?;
@@ -287,9 +290,28 @@ pub fn validate(
     let mut filesystem = filesystem_plan(policy, ctx, &workspace, &own)?;
     program_is_granted(&program, &workspace, &filesystem)?;
     filesystem.private_home = !home_is_granted(&env, &filesystem, &workspace);
+    let run_home = match env.iter().find(|(k, _)| k == "HOME") {
+        Some((_, home)) if !filesystem.private_home => {
+            arg_paths::RunHome::At(std::fs::canonicalize(home).unwrap_or_else(|_| home.into()))
+        }
+        _ => arg_paths::RunHome::Private,
+    };
     if filesystem.private_home {
         env.retain(|(k, _)| k != "HOME");
     }
+    // After the filesystem plan, so that an argument is judged by what the run sees.
+    let visible = arg_paths::Visible::new(
+        &workspace,
+        &filesystem,
+        &policy.filesystem,
+        ctx.home().as_deref(),
+        run_home,
+        &own,
+    )
+    .with_scratch(SCRATCH_ROOTS);
+    let mut text_args = inline_code;
+    text_args.extend(arg_paths::link_targets(&req.command, &program, &req.args));
+    arg_paths::check_args(&visible, &cwd, &req.args, &text_args)?;
 
     Ok(Plan {
         program,

@@ -1,30 +1,16 @@
-//! Workspace scope: the workspace root, the cwd, and arguments that are provably paths.
-//!
-//! This check is best effort and validates only: arguments are **never rewritten**
-//! (Palyra's rewriter turned `git status` into `git <cwd>/status`). It reads argv text,
-//! so it cannot see paths a program computes, reads from config files or environment
-//! variables, or opens after a concurrent rename (TOCTOU); in tiers B and C the kernel
-//! (landlock, mount namespaces) enforces the real boundary, and SECURITY.md says so.
+//! Workspace scope: the workspace root, the cwd, and the grants every tier shares.
 //!
 //! Invariants:
 //! - the workspace root is canonicalised once; every comparison is component-wise
 //!   against that canonical path;
 //! - `cwd` must resolve to an existing directory inside the workspace (an absolute cwd
 //!   is accepted only if it does);
-//! - an argument is checked when it is provably a path: absolute; containing a `..`
-//!   component; containing `/` (including dash-prefixed ones such as
-//!   `--x/../../etc/passwd`, and words whose first component may be a symlink); naming an
-//!   existing entry, dangling symlinks included; `~` or `~/…` (the home directory); a
-//!   `file:` URL; and the value of `--opt=value`, `-o=value`, `NAME=value`, or a compact
-//!   short option whose value starts with `/`, `.` or `~` (`-C/etc`, `-I../x`). A word
-//!   that is none of these (`status`, `hello`, `HEAD~1`, `-n1`, `a:b`) is not a path and
-//!   passes untouched; a relative word with `/` that exists nowhere (`^foo/bar$`,
-//!   `https://example.com/x`) resolves inside and passes too;
-//! - resolution follows symlinks through the existing part of the path (a dangling
-//!   symlink is followed to its target, up to [`MAX_SYMLINK_HOPS`] links), then applies
-//!   the rest lexically; the result must lie under the workspace;
-//! - a few device paths every script uses ([`ALLOWED_SYSTEM_PATHS`], `/dev/fd/N`,
-//!   `/proc/self/fd/N`) are accepted.
+//! - resolution ([`resolve_in`]) walks a path component by component as the kernel does,
+//!   following symlinks (dangling ones included, up to [`MAX_SYMLINK_HOPS`] links) and
+//!   applying what does not exist lexically.
+//!
+//! The arguments that name paths are checked against what the run sees in
+//! [`super::arg_paths`].
 
 use std::io::ErrorKind;
 use std::path::{Component, Path, PathBuf};
@@ -32,19 +18,6 @@ use std::path::{Component, Path, PathBuf};
 use crate::policy::Policy;
 use crate::rejection::{HostRule, OwnFile, Rejection, WorkspaceRule};
 use crate::validate::ValidateContext;
-
-/// Absolute paths outside the workspace that arguments may name: the standard device
-/// files scripts redirect to and from. `/dev/fd/N` and `/proc/self/fd/N` (N a number)
-/// are accepted too.
-pub const ALLOWED_SYSTEM_PATHS: &[&str] = &[
-    "/dev/null",
-    "/dev/stdin",
-    "/dev/stdout",
-    "/dev/stderr",
-    "/dev/zero",
-    "/dev/urandom",
-    "/dev/random",
-];
 
 /// Most symlinks followed while resolving one path (Linux's own `MAXSYMLINKS`). A
 /// longer chain, or a loop, is refused: it cannot be shown to stay inside.
@@ -161,6 +134,20 @@ impl OwnPath {
     /// The path, when reading it is harmful too.
     pub(crate) fn secret_path(&self) -> Option<&Path> {
         self.secret.then_some(self.path.as_path())
+    }
+
+    /// Whether `path` lies in this file, for a run that reads it (or, `write`, writes
+    /// it): a secret one is reached either way, the others only by writing.
+    pub(crate) fn holds(&self, path: &Path, write: bool) -> bool {
+        (self.secret || write) && !self.path.as_os_str().is_empty() && path.starts_with(&self.path)
+    }
+
+    /// Why an argument may not name it, whatever the policy.
+    pub(crate) fn unreachable(&self) -> crate::rejection::Unreachable {
+        crate::rejection::Unreachable::Own {
+            file: self.file,
+            at: self.path.clone(),
+        }
     }
 
     /// Why a workspace at `canon` is refused.
@@ -375,214 +362,83 @@ pub(crate) fn resolve_cwd(workspace: &Path, cwd: Option<&str>) -> Result<PathBuf
     Ok(resolved)
 }
 
-/// Checks every argument that is provably a path (see the module documentation). Never
-/// changes an argument.
-pub(crate) fn check_args(workspace: &Path, cwd: &Path, args: &[String]) -> Result<(), Rejection> {
-    for (arg_index, arg) in args.iter().enumerate() {
-        for candidate in candidates(arg, cwd) {
-            if let Some(resolved) = outside(workspace, cwd, candidate) {
-                return Err(Rejection::PathOutsideWorkspace {
-                    arg_index,
-                    arg: arg.clone(),
-                    resolved,
-                    workspace: workspace.to_path_buf(),
-                });
+/// Where `path` (absolute, or relative to `base`) leads on the host: [`resolve_in`] with
+/// every component looked up.
+pub(crate) fn resolve(base: &Path, path: &Path) -> Result<PathBuf, PathBuf> {
+    resolve_in(base, path, &|_| false)
+}
+
+/// Where `path` (absolute, or relative to `base`) leads, walked one component at a time
+/// as the kernel does: a symlink is replaced by its target (a dangling one too, up to
+/// [`MAX_SYMLINK_HOPS`] links), `..` goes to the parent of what was reached, and from the
+/// first component that does not exist on, the rest is applied lexically (it holds no
+/// symlinks; a `..` after it would fail in the kernel). A component for which `own`
+/// says so is not looked up on the host either — the sandbox's own mounts (its `/tmp`,
+/// `/dev`, `/proc`), whose host contents the run does not see. `Err` carries the path
+/// reached when it cannot be resolved (a symlink loop, too many links, an unreadable
+/// link).
+pub(crate) fn resolve_in(
+    base: &Path,
+    path: &Path,
+    own: &dyn Fn(&Path) -> bool,
+) -> Result<PathBuf, PathBuf> {
+    use std::collections::VecDeque;
+    use std::ffi::OsString;
+
+    /// One step of the walk still to take.
+    enum Part {
+        Root,
+        Up,
+        Name(OsString),
+    }
+    fn parts(path: &Path) -> impl Iterator<Item = Part> + '_ {
+        path.components().filter_map(|c| match c {
+            Component::RootDir | Component::Prefix(_) => Some(Part::Root),
+            Component::ParentDir => Some(Part::Up),
+            Component::Normal(name) => Some(Part::Name(name.to_owned())),
+            Component::CurDir => None,
+        })
+    }
+
+    let mut pending: VecDeque<Part> = parts(&base.join(path)).collect();
+    let mut at = PathBuf::from("/");
+    let mut hops = 0;
+    let mut missing = false;
+    while let Some(part) = pending.pop_front() {
+        let name = match part {
+            Part::Root => {
+                at = PathBuf::from("/");
+                continue;
             }
-        }
-    }
-    Ok(())
-}
-
-/// A path an argument names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Candidate {
-    /// A filesystem path, absolute or relative to the cwd, to resolve.
-    Path(PathBuf),
-    /// A place known to be outside without resolving it (`~/…`, a `file:` URL on another
-    /// host), shown as written.
-    Outside(PathBuf),
-}
-
-/// Every path `arg` provably names: the argument itself, and the value of an option or
-/// assignment it carries.
-fn candidates(arg: &str, cwd: &Path) -> Vec<Candidate> {
-    let mut out = Vec::new();
-    classify(arg, cwd, &mut out);
-    if let Some(value) = compact_value(arg) {
-        classify(value, cwd, &mut out);
-    }
-    out
-}
-
-/// Adds the candidate `text` is, if it is one, then looks into its `=value`.
-fn classify(text: &str, cwd: &Path, out: &mut Vec<Candidate>) {
-    if let Some(candidate) = as_path(text, cwd) {
-        out.push(candidate);
-    }
-    if let Some(value) = assigned_value(text) {
-        classify(value, cwd, out);
-    }
-}
-
-/// The candidate a word is on its own, if it provably names a path.
-fn as_path(text: &str, cwd: &Path) -> Option<Candidate> {
-    if text.is_empty() {
-        return None;
-    }
-    if is_home(text) {
-        return Some(Candidate::Outside(PathBuf::from(text)));
-    }
-    if let Some(candidate) = file_url(text) {
-        return Some(candidate);
-    }
-    let provably =
-        text.starts_with('/') || text.contains('/') || has_dotdot(text) || exists(&cwd.join(text));
-    provably.then(|| Candidate::Path(PathBuf::from(text)))
-}
-
-/// `~`, `~/x`, `~user/x`: the home directory, which a program that expands `~` reads.
-fn is_home(text: &str) -> bool {
-    let Some(rest) = text.strip_prefix('~') else {
-        return false;
-    };
-    if rest.is_empty() || rest.starts_with('/') {
-        return true;
-    }
-    match rest.split_once('/') {
-        Some((user, _)) => user
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')),
-        None => false,
-    }
-}
-
-/// A `file:` URL's path (percent-decoded), or `Outside` for one on another host.
-fn file_url(text: &str) -> Option<Candidate> {
-    if !text
-        .get(..5)
-        .is_some_and(|s| s.eq_ignore_ascii_case("file:"))
-    {
-        return None;
-    }
-    let url = url::Url::parse(text)
-        .ok()
-        .filter(|u| u.scheme() == "file")?;
-    Some(match url.to_file_path() {
-        Ok(path) => Candidate::Path(path),
-        Err(()) => Candidate::Outside(PathBuf::from(text)),
-    })
-}
-
-fn has_dotdot(text: &str) -> bool {
-    text.split('/').any(|c| c == "..")
-}
-
-/// Whether an entry exists at `path`, a dangling symlink included.
-fn exists(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok()
-}
-
-/// The value of `--opt=value`, `-o=value` or `NAME=value`: the text after the first `=`,
-/// when the part before it is a plausible option or variable name (no `/`, so the `=`
-/// inside a URL's query is not taken for one).
-fn assigned_value(text: &str) -> Option<&str> {
-    let (key, value) = text.split_once('=')?;
-    let key = key.trim_start_matches('-');
-    (!key.is_empty() && !key.contains('/') && !value.is_empty()).then_some(value)
-}
-
-/// The value of a compact short option whose value looks like a path: a single dash,
-/// one letter, then a value starting with `/`, `.` or `~` (`-C/etc`, `-I../x`, `-o/abs`).
-fn compact_value(arg: &str) -> Option<&str> {
-    let rest = arg.strip_prefix('-')?;
-    let mut chars = rest.chars();
-    let letter = chars.next()?;
-    let value = chars.as_str();
-    (letter.is_ascii_alphabetic() && value.starts_with(['/', '.', '~'])).then_some(value)
-}
-
-/// Where a candidate lands when it is outside the workspace, `None` when inside (or an
-/// allowed device path).
-fn outside(workspace: &Path, cwd: &Path, candidate: Candidate) -> Option<PathBuf> {
-    match candidate {
-        Candidate::Outside(shown) => Some(shown),
-        Candidate::Path(path) if is_allowed_system_path(&path) => None,
-        Candidate::Path(path) => match resolve(cwd, &path) {
-            Ok(resolved) if resolved.starts_with(workspace) => None,
-            Ok(resolved) | Err(resolved) => Some(resolved),
-        },
-    }
-}
-
-fn is_allowed_system_path(path: &Path) -> bool {
-    let Some(text) = path.to_str() else {
-        return false;
-    };
-    let numbered = |prefix: &str| {
-        text.strip_prefix(prefix)
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-    };
-    ALLOWED_SYSTEM_PATHS.contains(&text) || numbered("/dev/fd/") || numbered("/proc/self/fd/")
-}
-
-/// Where `path` (absolute, or relative to `base`) leads: the longest existing prefix is
-/// resolved with every symlink followed (a dangling one by reading it and resolving its
-/// target, again, up to [`MAX_SYMLINK_HOPS`] times), then the components that do not
-/// exist are applied lexically. `Err` carries the path reached when it cannot be
-/// resolved (a symlink loop, too many links, an unreadable link).
-fn resolve(base: &Path, path: &Path) -> Result<PathBuf, PathBuf> {
-    let mut current = base.join(path);
-    for _ in 0..=MAX_SYMLINK_HOPS {
-        let components: Vec<Component<'_>> = current.components().collect();
-        let split = existing_prefix_len(&components);
-        let prefix: PathBuf = components.iter().take(split).collect();
-        let rest = components.get(split..).unwrap_or_default();
-        if let Ok(canonical) = std::fs::canonicalize(&prefix) {
-            return Ok(lexical(canonical, rest));
-        }
-        // The prefix exists but does not canonicalise: its last component is a dangling
-        // (or looping) symlink. Follow it by hand.
-        let Ok(target) = std::fs::read_link(&prefix) else {
-            return Err(prefix);
+            Part::Up => {
+                at.pop();
+                continue;
+            }
+            Part::Name(name) => name,
         };
-        let parent = prefix
-            .parent()
-            .map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
-        let mut next = parent.join(target);
-        next.extend(rest.iter().map(|c| c.as_os_str()));
-        current = next;
-    }
-    Err(current)
-}
-
-/// How many leading components of an absolute path exist (with `lstat`, so a dangling
-/// symlink counts). Existence is monotonic: a missing directory cannot be traversed.
-fn existing_prefix_len(components: &[Component<'_>]) -> usize {
-    let mut prefix = PathBuf::new();
-    let mut len = 0;
-    for component in components {
-        prefix.push(component.as_os_str());
-        if !exists(&prefix) {
-            break;
+        at.push(&name);
+        if missing || own(&at) {
+            continue;
         }
-        len += 1;
-    }
-    len.max(1)
-}
-
-/// Applies components that do not exist on disk, so contain no symlinks: `..` removes the
-/// last component (never above `/`), `.` is skipped.
-fn lexical(mut base: PathBuf, rest: &[Component<'_>]) -> PathBuf {
-    for component in rest {
-        match component {
-            Component::ParentDir => {
-                base.pop();
+        match std::fs::symlink_metadata(&at) {
+            Err(_) => missing = true,
+            Ok(meta) if meta.file_type().is_symlink() => {
+                hops += 1;
+                if hops > MAX_SYMLINK_HOPS {
+                    return Err(at);
+                }
+                let Ok(target) = std::fs::read_link(&at) else {
+                    return Err(at);
+                };
+                at.pop();
+                for part in parts(&target).collect::<Vec<_>>().into_iter().rev() {
+                    pending.push_front(part);
+                }
             }
-            Component::Normal(name) => base.push(name),
-            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+            Ok(_) => {}
         }
     }
-    base
+    Ok(at)
 }
 
 #[cfg(test)]

@@ -1,3 +1,4 @@
+mod arg_path_fixes;
 mod egress;
 mod rejections;
 mod validate_exec;

@@ -246,6 +246,23 @@ fn every_rejection_code_has_a_table_case() {
         code_of(&fx, &req("cat", &["../secret"])),
         "scope.path_outside_workspace",
     );
+    let mut denied = Fixture::new(&["cat"]);
+    denied.policy.filesystem.deny_read = vec![denied.tmp.join("secret").display().to_string()];
+    check(
+        "path denied",
+        code_of(&denied, &req("cat", &["../secret"])),
+        "scope.path_denied",
+    );
+    check(
+        "path secret",
+        code_of(&fx, &req("cat", &["/etc/shadow"])),
+        "scope.path_secret",
+    );
+    check(
+        "path not grantable",
+        code_of(&fx, &req("cat", &["/dev/sda"])),
+        "scope.path_not_grantable",
+    );
     let mut r = req("ls", &[]);
     r.cwd = Some("..".to_owned());
     check(

@@ -60,7 +60,8 @@ pub(super) mod fixture {
         "zstd",
     ];
 
-    /// `tmp/` (holding `secret`) with the workspace `tmp/ws/` and the PATH `tmp/bin/`.
+    /// `tmp/` (holding `secret`) with the workspace `tmp/ws/` and the PATH `tmp/bin/`;
+    /// `tmp/` lies in Cargo's target directory, which no run sees unless granted.
     pub(crate) struct Fixture {
         _tmp: tempfile::TempDir,
         /// The parent of the workspace; holds `secret`.
@@ -76,7 +77,9 @@ pub(super) mod fixture {
     impl Fixture {
         /// Interpreters and eval denied; `allowed` executables.
         pub(crate) fn new(allowed: &[&str]) -> Self {
-            let tmp_dir = tempfile::tempdir().unwrap();
+            // Not under /tmp: there a path is the run's own private /tmp, never the
+            // host's, so it would not be "outside" for the argument check.
+            let tmp_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
             let tmp = std::fs::canonicalize(tmp_dir.path()).unwrap();
             let ws = tmp.join("ws");
             let bin = tmp.join("bin");

@@ -1,5 +1,5 @@
-//! Workspace scope through `validate()`: path-like arguments are checked, nothing is
-//! ever rewritten. Regression cases are named after Palyra's bugs (research/palyra.md
+//! Workspace scope through `validate()`: path-like arguments are checked against what the
+//! run sees, nothing is ever rewritten. Regression cases are named after Palyra's bugs (research/palyra.md
 //! §17.1–17.2: P1, P2, D1).
 
 // Test code: a failed setup step should panic with its error (STYLE.md rule 1 opt-out).
@@ -19,14 +19,29 @@ fn fixture() -> Fixture {
 }
 
 #[track_caller]
-fn outside(f: &Fixture, command: &str, args: &[&str]) -> Rejection {
+fn refused(f: &Fixture, code: &str, command: &str, args: &[&str]) -> Rejection {
     let err = f.run(command, args).unwrap_err();
-    assert_eq!(
-        err.code(),
-        "scope.path_outside_workspace",
-        "{command} {args:?}: {err}"
-    );
+    assert_eq!(err.code(), code, "{command} {args:?}: {err}");
     err
+}
+
+/// Refused as a path outside the workspace that no grant covers.
+#[track_caller]
+fn outside(f: &Fixture, command: &str, args: &[&str]) -> Rejection {
+    refused(f, "scope.path_outside_workspace", command, args)
+}
+
+/// Refused as a path no policy key shows; the message says so.
+#[track_caller]
+fn never(f: &Fixture, code: &str, command: &str, args: &[&str]) {
+    let err = refused(f, code, command, args);
+    assert!(err.to_string().contains("no policy key"), "{err}");
+    assert_eq!(Rejection::fix_for(code), None, "{code}");
+}
+
+/// `path` of the fixture's parent directory (outside the workspace, seen by no run).
+fn out(f: &Fixture, rel: &str) -> String {
+    f.tmp.join(rel).display().to_string()
 }
 
 // ---- P1 / §17.2: the rewriter broke ordinary commands ----------------------------
@@ -82,14 +97,17 @@ fn compact_numeric_and_combined_flags_pass_untouched() {
 // ---- P2: dash-prefixed paths were never validated ---------------------------------
 
 #[test]
-fn head_dashdash_dash_x_dotdot_etc_passwd_is_rejected() {
+fn head_dashdash_dash_x_dotdot_outside_is_rejected() {
     let f = fixture();
     std::fs::create_dir(f.ws.join("--x")).unwrap();
-    let err = outside(&f, "head", &["--", "--x/../../../etc/passwd"]);
+    let err = outside(&f, "head", &["--", "--x/../../secret"]);
     assert!(
         matches!(err, Rejection::PathOutsideWorkspace { arg_index: 1, .. }),
         "{err}"
     );
+    let depth = f.ws.components().count();
+    let shadow = format!("--x/{}etc/shadow", "../".repeat(depth));
+    never(&f, "scope.path_secret", "head", &["--", &shadow]);
 }
 
 #[test]
@@ -113,6 +131,7 @@ fn sort_o_dangling_symlink_to_outside_is_rejected() {
             arg,
             resolved,
             workspace,
+            ..
         } => {
             assert_eq!((arg_index, arg.as_str()), (1, "dl"));
             assert_eq!(resolved, f.tmp.join("created-by-sort"));
@@ -145,10 +164,9 @@ fn write_through_a_symlinked_directory_to_outside_is_rejected() {
 #[test]
 fn absolute_paths_outside_are_rejected() {
     let f = fixture();
-    outside(&f, "cat", &["/etc/passwd"]);
-    outside(&f, "ls", &["/"]);
-    let secret = f.tmp.join("secret").display().to_string();
-    outside(&f, "cat", &[&secret]);
+    never(&f, "scope.path_not_grantable", "ls", &["/"]);
+    never(&f, "scope.path_secret", "cat", &["/etc/shadow"]);
+    outside(&f, "cat", &[&out(&f, "secret")]);
     let inside = f.file("notes.txt").display().to_string();
     f.passes_untouched("cat", &[&inside]);
 }
@@ -156,23 +174,45 @@ fn absolute_paths_outside_are_rejected() {
 #[test]
 fn option_values_are_checked() {
     let f = fixture();
-    outside(&f, "git", &["--config=/etc/passwd"]);
-    outside(&f, "git", &["-C/etc", "status"]);
+    outside(&f, "git", &[&format!("--config={}", out(&f, "secret"))]);
+    outside(&f, "git", &[&format!("-C{}", out(&f, "")), "status"]);
     outside(&f, "cc", &["-I../x", "a.c"]);
-    outside(&f, "cc", &["-o/abs", "a.c"]);
+    never(&f, "scope.path_not_grantable", "cc", &["-o/abs", "a.c"]);
     outside(&f, "git", &["-o=../x"]);
     outside(&f, "tar", &["--directory=../..", "-x"]);
-    outside(&f, "cat", &["if=/etc/passwd"]);
+    outside(&f, "cat", &[&format!("if={}", out(&f, "secret"))]);
     f.passes_untouched("git", &["--git-dir=.git", "--work-tree=sub/dir", "status"]);
+    // What every run sees passes: system paths, in an option's value too.
+    f.passes_untouched("git", &["--config=/etc/passwd", "-C/etc", "status"]);
+    f.passes_untouched("cat", &["if=/etc/passwd"]);
 }
 
 #[test]
 fn file_urls_are_checked() {
     let f = fixture();
-    outside(&f, "git", &["clone", "file:///etc/passwd"]);
-    outside(&f, "git", &["clone", "FILE:///%65tc/passwd"]);
-    outside(&f, "git", &["clone", "file://remote.example/repo"]);
-    outside(&f, "git", &["clone", "--reference=file:///etc", "x"]);
+    outside(
+        &f,
+        "git",
+        &["clone", &format!("file://{}", out(&f, "secret"))],
+    );
+    never(
+        &f,
+        "scope.path_secret",
+        "git",
+        &["clone", "FILE:///%65tc/shadow"],
+    );
+    never(
+        &f,
+        "scope.path_not_grantable",
+        "git",
+        &["clone", "file://remote.example/repo"],
+    );
+    outside(
+        &f,
+        "git",
+        &["clone", &format!("--reference=file://{}", out(&f, "")), "x"],
+    );
+    f.passes_untouched("git", &["clone", "file:///etc/passwd"]);
     let inside = format!("file://{}", f.ws.join("repo").display());
     f.passes_untouched("git", &["clone", &inside]);
 }
@@ -188,27 +228,74 @@ fn dotdot_components_are_resolved() {
     outside(&f, "ls", &[".."]);
 }
 
+/// `~` is the run's home: a private, empty one when the policy grants no `HOME` (this
+/// fixture passes none); another user's `~user` is never shown.
 #[test]
-fn home_directory_is_outside() {
+fn home_is_the_run_s_own() {
     let f = fixture();
-    outside(&f, "cat", &["~"]);
-    outside(&f, "cat", &["~/.ssh/id_rsa"]);
-    outside(&f, "git", &["--git-dir=~/.git"]);
+    f.passes_untouched("cat", &["~"]);
+    f.passes_untouched("cat", &["~/.ssh/id_rsa"]);
+    f.passes_untouched("git", &["--git-dir=~/.git"]);
+    never(
+        &f,
+        "scope.path_not_grantable",
+        "cat",
+        &["~root/.ssh/id_rsa"],
+    );
 }
 
+/// With the supervisor's `HOME` passed and granted, `~` is that directory, judged by the
+/// grants: readable where they say so, and a write names the change that allows it.
 #[test]
-fn standard_device_paths_are_allowed() {
-    let f = fixture();
-    f.passes_untouched("cp", &["/dev/null", "empty"]);
-    f.passes_untouched("cat", &["/dev/stdin", "/dev/fd/3", "/proc/self/fd/0"]);
-    outside(&f, "cat", &["/dev/fd/../../etc/passwd"]);
+fn a_granted_home_is_judged_by_the_grants() {
+    let mut f = fixture();
+    let home = f.tmp.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("notes"), "n").unwrap();
+    f.policy.env.pass = vec!["HOME".to_owned()];
+    f.policy
+        .filesystem
+        .read_only
+        .push(home.display().to_string());
+    // The Tier A runtimes elsewhere: by default they are in the home, which a writable
+    // grant may then not name.
+    let runtimes = f.tmp.join("runtimes").display().to_string();
+    let mut env: std::collections::BTreeMap<String, String> =
+        [("HOME".to_owned(), home.display().to_string())].into();
+    let ctx_default = tierbox_policy::ValidateContext::new(&f.ws).with_env(env.clone());
+    env.insert("TIERBOX_RUNTIMES_DIR".to_owned(), runtimes);
+    let ctx = tierbox_policy::ValidateContext::new(&f.ws).with_env(env);
+    let run = |policy: &tierbox_policy::Policy, arg: &str| {
+        let mut req = ProcessRunRequest::new("cat");
+        req.args = vec![arg.to_owned()];
+        tierbox_policy::validate(policy, &req, &ctx)
+    };
+    let mut req = ProcessRunRequest::new("cat");
+    req.args = vec!["of=~/new".to_owned()];
+    let err = tierbox_policy::validate(&f.policy, &req, &ctx_default).unwrap_err();
+    assert_eq!(err.code(), "scope.path_secret", "{err}");
+    assert!(err.to_string().contains("runtimes"), "{err}");
+    let plan = run(&f.policy, "~/notes").unwrap();
+    assert!(!plan.filesystem.private_home);
+    let err = run(&f.policy, "of=~/new").unwrap_err();
+    assert_eq!(err.code(), "scope.path_outside_workspace", "{err}");
+    let entry = home.display().to_string();
+    assert!(
+        err.to_string().contains(&format!(
+            "move {entry:?} from filesystem.read_only to filesystem.writable"
+        )),
+        "{err}"
+    );
+    f.policy.filesystem.read_only.retain(|e| *e != entry);
+    f.policy.filesystem.writable.push(entry);
+    assert!(run(&f.policy, "of=~/new").is_ok());
 }
 
 #[test]
 fn find_exec_arguments_are_scoped_too() {
     let f = fixture();
-    outside(&f, "find", &[".", "-exec", "cat", "/etc/passwd", ";"]);
-    outside(&f, "find", &["/", "-name", "x"]);
+    outside(&f, "find", &[".", "-exec", "cat", &out(&f, "secret"), ";"]);
+    never(&f, "scope.path_not_grantable", "find", &["/", "-name", "x"]);
 }
 
 // ---- cwd and workspace -------------------------------------------------------------
@@ -551,13 +638,23 @@ fn every_scope_code_is_reachable() {
         tierbox_policy::validate(&f.policy, &ProcessRunRequest::new("ls"), &ctx)
             .unwrap_err()
             .code(),
-        f.code("cat", &["/etc/passwd"]),
+        f.code("cat", &[&out(&f, "secret")]),
+        f.code("cat", &["/etc/shadow"]),
+        f.code("cat", &["/dev/sda"]),
+        {
+            let mut g = fixture();
+            g.policy.filesystem.deny_read = vec![out(&g, "secret")];
+            g.code("cat", &[&out(&g, "secret")])
+        },
         in_cwd(&f, "..", "ls", &[]).unwrap_err().code(),
         in_cwd(&f, "plain", "ls", &[]).unwrap_err().code(),
     ];
     let expected = [
         "scope.workspace_invalid",
         "scope.path_outside_workspace",
+        "scope.path_secret",
+        "scope.path_not_grantable",
+        "scope.path_denied",
         "scope.cwd_outside_workspace",
         "scope.cwd_not_directory",
     ];

@@ -369,15 +369,29 @@ fn builder_defaults_and_execute() {
         .allow_interpreters(false)
         .plan();
     assert!(err.is_ok());
-    assert_eq!(
-        Sandbox::command("cat")
-            .arg("../x")
-            .working_dir(ws.path())
-            .plan()
-            .unwrap_err()
-            .code(),
-        "scope.path_outside_workspace"
+    // A path no grant shows is refused, naming the grant that would show it (the
+    // workspace's parent is /tmp here, the run's own: use a directory elsewhere).
+    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let outside = std::fs::canonicalize(outside.path()).unwrap();
+    let err = Sandbox::command("cat")
+        .arg(outside.display().to_string())
+        .working_dir(ws.path())
+        .plan()
+        .unwrap_err();
+    assert_eq!(err.code(), "scope.path_outside_workspace", "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("filesystem.read_only += {:?}", outside.display())),
+        "{err}"
     );
+    // What every run sees passes: a system path, the run's own /tmp.
+    for arg in ["/etc/os-release", "/tmp/x", "/proc/cpuinfo"] {
+        let plan = Sandbox::command("cat")
+            .arg(arg)
+            .working_dir(ws.path())
+            .plan();
+        assert!(plan.is_ok(), "{arg}: {:?}", plan.err());
+    }
 }
 
 #[test]

@@ -839,17 +839,28 @@ async fn alternating_egress_modes_on_one_workspace_each_get_their_filter() {
     }
 }
 
-// The `env:` indirection is what lets these tests reach the kernel layers at all: the
-// same path as a plain argument is refused by validation before anything runs.
+// The `env:` indirection is what lets these tests reach the kernel layers at all: a path
+// the run does not see, as a plain argument, is refused by validation before anything
+// runs.
 #[tokio::test]
 async fn paths_outside_the_workspace_are_refused_as_arguments() {
     let Some(fx) = Fixture::new("paths_outside_the_workspace_are_refused_as_arguments", &[]) else {
         return;
     };
-    let req = fx.request(&["read-denied", fx.parent_secret.to_str().unwrap()]);
     let ctx = tierbox_policy::ValidateContext::new(&fx.workspace).with_env(fx.env.clone());
+    // The fixture's parent lies in /tmp, which as an argument names the run's own private
+    // /tmp, not the host's: a path outside the workspace that no run sees lies elsewhere.
+    let elsewhere = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let secret = std::fs::canonicalize(elsewhere.path())
+        .expect("canonical tempdir")
+        .join("secret.txt");
+    std::fs::write(&secret, "secret\n").expect("write secret");
+    let req = fx.request(&["read-denied", secret.to_str().unwrap()]);
     let err = tierbox_policy::validate(&fx.policy, &req, &ctx).unwrap_err();
     assert_eq!(err.code(), "scope.path_outside_workspace", "{err}");
+    let req = fx.request(&["read-denied", "/etc/shadow"]);
+    let err = tierbox_policy::validate(&fx.policy, &req, &ctx).unwrap_err();
+    assert_eq!(err.code(), "scope.path_secret", "{err}");
     assert_eq!(
         fx.request_with_path("read-denied", &fx.parent_secret)
             .env
