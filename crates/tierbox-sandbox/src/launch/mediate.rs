@@ -34,11 +34,18 @@
 //!   run leaves behind may be setuid or setgid (the filter refuses the same modes in
 //!   every tier, [`crate::linux::seccomp::LEAVE_BEHIND`]);
 //! - `fchmod(fd)` is allowed only when the file the child's fd refers to is the same inode
-//!   that resolves beneath the workspace under that name;
+//!   that resolves beneath the workspace under that name; so is a `chmod` of the caller's
+//!   own fd link, `/proc/self/fd/N` (`/proc/thread-self/fd/N`, `/proc/<its pid>/fd/N`),
+//!   which is how glibc performs `fchmodat(AT_SYMLINK_NOFOLLOW)` without `fchmodat2`
+//!   (tar restoring a directory's mode): the fd is read from the caller's fd table, by
+//!   number, never the link resolved by name, and a symlink it refers to is not followed
+//!   (`EOPNOTSUPP`, as the kernel answers);
 //! - everything read from the child (the path, its cwd, its fds) is used only after
 //!   `SECCOMP_IOCTL_NOTIF_ID_VALID` confirms the call is still pending.
 //!
-//! Anything else gets `EPERM`. `chown` and the xattr family stay denied in the filter.
+//! Anything else gets `EPERM`. `chown` and the xattr family are decided in the filter
+//! (for a run that keeps uid 0: `chown` to root's own ids a no-op, any other `EPERM`;
+//! attribute writes `EOPNOTSUPP`; see `SeccompSpec::chown_noop_gid` and `DENY_TABLE`).
 //! A mediator built without [`SeccompMediator::mediating_chmod`] performs no change: a
 //! `chmod` handed to it is a refusal of the filter's (a setuid mode, in Tier C), answered
 //! as every other refusal.
@@ -383,6 +390,13 @@ impl Rules {
                     return Err(libc::ENOENT);
                 }
                 let path = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
+                if let Some(fd) = proc_fd_of_caller(&path, pid) {
+                    // `chmod("/proc/self/fd/N")`: glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)`
+                    // without `fchmodat2` (tar restoring a directory's mode). The caller's
+                    // fd N, by fd; the object it refers to is never followed further.
+                    let (path, expected, _) = self.gather(pid, Target::Fd(fd))?;
+                    return Ok((path, expected, true));
+                }
                 if path.is_absolute() {
                     return Ok((path, None, nofollow));
                 }
@@ -420,6 +434,28 @@ impl Rules {
             },
         ))
     }
+}
+
+/// The fd number `path` names when it is the calling task's own fd link in procfs —
+/// `/proc/self/fd/N`, `/proc/thread-self/fd/N` or `/proc/<pid>/fd/N` with the caller's
+/// pid — spelled plainly (no `.`, `..` or repeated slashes, a decimal `N`); `None`
+/// otherwise (such a path is then mediated as any other, and lies beneath no grant).
+/// A Tier B child shares the supervisor's pid namespace, so its pids are the
+/// supervisor's; the caller's fd table is read through its task id (threads share it).
+fn proc_fd_of_caller(path: &Path, pid: libc::pid_t) -> Option<i32> {
+    let rest = path.as_os_str().as_bytes().strip_prefix(b"/proc/")?;
+    let text = std::str::from_utf8(rest).ok()?;
+    let mut parts = text.split('/');
+    let (who, fd_dir, n) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || fd_dir != "fd" {
+        return None;
+    }
+    let ours = matches!(who, "self" | "thread-self") || who == pid.to_string();
+    let digits = !n.is_empty() && n.len() <= 10 && n.bytes().all(|b| b.is_ascii_digit());
+    if !ours || !digits {
+        return None;
+    }
+    n.parse::<i32>().ok()
 }
 
 fn raw(fd: &OwnedFd) -> i32 {

@@ -121,7 +121,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 listener,
                 pending: false,
                 refusals: SeccompProgram::cached(
-                    &seccomp_spec(&network, ids.0, mediate_chmod).enforcing(),
+                    &seccomp_spec(&network, (ids.0, ids.1), mediate_chmod).enforcing(),
                 )
                 .ok(),
                 mediate_chmod,
@@ -308,9 +308,17 @@ fn enforcement_report(
     }
 }
 
-/// The child's complete environment: the Plan's, plus the private `HOME` and `TMPDIR`.
-fn child_env(plan: &Plan, slot: &Slot, network: &NetworkRules) -> Vec<(String, String)> {
+/// The child's complete environment: the Plan's, plus the private `HOME` and `TMPDIR`,
+/// and `USER`/`LOGNAME` naming the run's own uid ([`identity_env`]).
+fn child_env(
+    plan: &Plan,
+    slot: &Slot,
+    network: &NetworkRules,
+    uid: u32,
+) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = plan.env.clone();
+    let passwd = std::fs::read_to_string(crate::linux::identity::PASSWD_FILE).unwrap_or_default();
+    identity_env(&mut env, &passwd, uid);
     if let Some(port) = network.proxy_port {
         crate::egress::set_proxy_env(&mut env, port);
     }
@@ -327,6 +335,18 @@ fn child_env(plan: &Plan, slot: &Slot, network: &NetworkRules) -> Vec<(String, S
     }
     env.sort();
     env
+}
+
+/// `USER` and `LOGNAME` as the run's uid has them in `passwd`: its account's name, so that
+/// `$USER`, `whoami` and `id -un` agree (a passed `USER` is the supervisor's, and a root
+/// supervisor runs the child as the workspace owner); removed when the uid has no
+/// account (the sandbox's unprivileged id), where `whoami` fails too. Pure.
+fn identity_env(env: &mut Vec<(String, String)>, passwd: &str, uid: u32) {
+    env.retain(|(k, _)| k != "USER" && k != "LOGNAME");
+    if let Some(name) = crate::linux::identity::account_name(passwd, uid) {
+        env.push(("USER".to_owned(), name.clone()));
+        env.push(("LOGNAME".to_owned(), name));
+    }
 }
 
 /// Prepares everything the child needs (strings, pipes, the seccomp program, the
@@ -346,8 +366,15 @@ fn spawn_in_slot(
     // child applies landlock and seccomp itself, with the log flags, in a session of its
     // own (see `Launcher::choose`).
     let mut audit = RunAudit::plan(slot.landlock.is_some(), facts.landlock_abi, facts.seccomp);
-    let launcher = Launcher::choose(facts, network, slot, uid, mediate_chmod, &mut audit)?;
-    let strings = ExecStrings::new(plan, &child_env(plan, slot, network), |what, bytes| {
+    let launcher = Launcher::choose(
+        facts,
+        network,
+        slot,
+        (uid, gid),
+        mediate_chmod,
+        &mut audit,
+    )?;
+    let strings = ExecStrings::new(plan, &child_env(plan, slot, network, uid), |what, bytes| {
         cstring(bytes, what)
     })?;
     let StdioPipes {
@@ -471,11 +498,11 @@ impl Launcher {
         facts: &HostFacts,
         network: &NetworkRules,
         slot: &Slot,
-        uid: u32,
+        ids: (u32, u32),
         mediate_chmod: bool,
         audit: &mut RunAudit,
     ) -> Result<Self, LaunchError> {
-        let seccomp_spec = seccomp_spec(network, uid, mediate_chmod);
+        let seccomp_spec = seccomp_spec(network, ids, mediate_chmod);
         let audited = audit.wants_session();
         let drops_privileges = facts.euid == 0;
         let arming = Arming {
@@ -652,7 +679,11 @@ fn network_rules(
     }
 }
 
-fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> SeccompSpec {
+fn seccomp_spec(
+    net: &NetworkRules,
+    (child_uid, child_gid): (u32, u32),
+    mediate_chmod: bool,
+) -> SeccompSpec {
     SeccompSpec {
         deny_namespaces: true,
         // A child that keeps uid 0 owns every root-owned file; landlock cannot stop it from
@@ -662,6 +693,9 @@ fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> Secc
         // The same listener carries the argument rules' refusals, recorded with their
         // arguments for the denial report.
         notify_refusals: mediate_chmod,
+        // It stands for root, the workspace's owner: restoring `root:root` (`tar -x`,
+        // `cp -a`) succeeds without changing anything.
+        chown_noop_gid: (child_uid == 0).then_some(child_gid),
         // Tier B has no IPC namespace: SysV IPC and message queues would reach the host's
         // objects of the run's uid (root's, for a run that keeps uid 0).
         deny_ipc: true,
@@ -713,3 +747,34 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
 
 #[cfg(test)]
 mod review;
+
+#[cfg(test)]
+mod tests {
+    use super::identity_env;
+
+    /// `USER`/`LOGNAME` name the run's uid: the supervisor's passed `USER` is replaced,
+    /// and a uid without an account gets neither.
+    #[test]
+    fn user_and_logname_name_the_runs_uid() {
+        let passwd = "root:x:0:0:root:/root:/bin/sh\ndev:x:1000:1000::/home/dev:/bin/sh\n";
+        let base = vec![
+            ("USER".to_owned(), "root".to_owned()),
+            ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ];
+        let get = |env: &[(String, String)], k: &str| {
+            env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone())
+        };
+        let mut env = base.clone();
+        identity_env(&mut env, passwd, 1000);
+        assert_eq!(get(&env, "USER").as_deref(), Some("dev"));
+        assert_eq!(get(&env, "LOGNAME").as_deref(), Some("dev"));
+        assert_eq!(get(&env, "LANG").as_deref(), Some("C.UTF-8"));
+        assert_eq!(env.iter().filter(|(k, _)| k == "USER").count(), 1);
+        let mut env = base.clone();
+        identity_env(&mut env, passwd, 0);
+        assert_eq!(get(&env, "LOGNAME").as_deref(), Some("root"));
+        let mut env = base;
+        identity_env(&mut env, passwd, 4242);
+        assert_eq!((get(&env, "USER"), get(&env, "LOGNAME")), (None, None));
+    }
+}

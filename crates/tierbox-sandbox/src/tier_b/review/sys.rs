@@ -101,6 +101,30 @@ pub(super) fn died_within(pidfd: &OwnedFd, limit: Duration) -> Option<Result<i32
     None
 }
 
+/// Writes `/proc/<who>/fd/<fd>` NUL-terminated into `buf`, by hand (the forked child
+/// allocates nothing).
+fn proc_fd_path(buf: &mut [u8; 48], who: &[u8], fd: i32) {
+    let mut at = 0;
+    for part in [b"/proc/".as_slice(), who, b"/fd/".as_slice()] {
+        buf[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    let mut digits = [0u8; 10];
+    let (mut n, mut k) = (fd as u32, 0);
+    loop {
+        digits[k] = b'0' + (n % 10) as u8;
+        k += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..k {
+        buf[at + i] = digits[k - 1 - i];
+    }
+    buf[at + k] = 0;
+}
+
 /// Control: a child that keeps uid 0 dies when the thread that cloned it exits.
 /// Forks a child (uid 0, every capability dropped) that runs `calls` (raw syscalls only) under the chmod-mediating filter
 /// (and, when `landlock` is given, that ruleset), with a `SeccompMediator` for `workspace`
@@ -121,6 +145,8 @@ pub(super) fn run_mediated(
         // As in Tier B, the refusals follow the chmod calls to the supervisor: a setid
         // mode reaches the mediator, which must refuse it itself.
         notify_refusals: true,
+        // As for a Tier B run that keeps uid 0 (gid 4242).
+        chown_noop_gid: Some(4242),
     })
     .unwrap();
     let fprog = prog.as_fprog();
@@ -167,6 +193,58 @@ pub(super) fn run_mediated(
                             libc::AT_FDCWD,
                             p.as_ptr(),
                             *mode as libc::c_ulong,
+                        ) == 0
+                        {
+                            0
+                        } else {
+                            errno()
+                        }
+                    }
+                    Call::ChmodProcFd(p, flags, who, mode) => {
+                        let fd = libc::open(p.as_ptr(), *flags);
+                        if fd < 0 {
+                            errno()
+                        } else {
+                            let mut buf = [0u8; 48];
+                            proc_fd_path(&mut buf, who, fd);
+                            if libc::syscall(
+                                libc::SYS_fchmodat,
+                                libc::AT_FDCWD,
+                                buf.as_ptr(),
+                                *mode as libc::c_ulong,
+                            ) == 0
+                            {
+                                0
+                            } else {
+                                errno()
+                            }
+                        }
+                    }
+                    Call::Chown(p, owner, group) => {
+                        if libc::syscall(
+                            libc::SYS_fchownat,
+                            libc::AT_FDCWD,
+                            p.as_ptr(),
+                            *owner as libc::c_ulong,
+                            *group as libc::c_ulong,
+                            0,
+                        ) == 0
+                        {
+                            0
+                        } else {
+                            errno()
+                        }
+                    }
+                    Call::SetAcl(p) => {
+                        // A minimal access ACL (version 2, no entries): never reaches the
+                        // filesystem when the filter answers.
+                        let value = [2u8, 0, 0, 0];
+                        if libc::setxattr(
+                            p.as_ptr(),
+                            c"system.posix_acl_access".as_ptr(),
+                            value.as_ptr().cast(),
+                            value.len(),
+                            0,
                         ) == 0
                         {
                             0
