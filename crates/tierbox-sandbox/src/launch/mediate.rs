@@ -9,7 +9,10 @@
 //! enforcing filter returns for it ([`crate::linux::seccomp::SeccompProgram::evaluate`]
 //! of the spec's [`crate::linux::seccomp::SeccompSpec::enforcing`] program) — never by
 //! letting it run — and records it with its arguments in a [`RefusalLog`]. A call that
-//! program would allow (a builder bug; tested never to happen) gets `EPERM`.
+//! program would allow (a builder bug; tested never to happen) gets `EPERM`. A call it
+//! answers with errno 0 (a uid-0 run's `chown` to root's own ids,
+//! [`crate::linux::seccomp::SeccompSpec::chown_noop_gid`]) succeeds without running and
+//! is no refusal.
 //!
 //! **chmod**, for runs that keep uid 0.
 //!
@@ -180,11 +183,22 @@ impl SeccompMediator {
     /// (declared writable paths, its private temporary directory). A grant that is a file
     /// (a writable grant carved around a denied path is a list of entries) covers that
     /// file alone.
-    pub fn also_beneath(mut self, root: &Path) -> std::io::Result<Self> {
+    pub fn also_beneath(self, root: &Path) -> std::io::Result<Self> {
         // Paths read from the child's /proc entries are canonical; so must the roots be.
         let root = std::fs::canonicalize(root)?;
-        let c = CString::new(root.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        let fd = if std::fs::metadata(&root)?.is_dir() {
+        self.also_beneath_as(&root.clone(), &root)
+    }
+
+    /// Also performs changes beneath `host`, which the run names `view` (canonical as the
+    /// run resolves it): a Tier B run's private `/tmp` and `/dev/shm`, which are
+    /// directories of its private tmp ([`crate::running::SeccompHandOff::views`]). The
+    /// deepest root a path lies under decides, so a grant bound back beneath `/tmp` at its
+    /// own path is still resolved from that grant.
+    pub fn also_beneath_as(mut self, view: &Path, host: &Path) -> std::io::Result<Self> {
+        let root = view.to_path_buf();
+        let host = std::fs::canonicalize(host)?;
+        let c = CString::new(host.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+        let fd = if std::fs::metadata(&host)?.is_dir() {
             sys::open_dir_path(&c)?
         } else {
             sys::open_file_path(&c)?
@@ -279,7 +293,11 @@ fn refuse(refusals: Option<&(Arc<SeccompProgram>, RefusalLog)>, n: &libc::seccom
         }
         _ => libc::EPERM,
     };
-    if let Some((name, target)) = describe_refusal(nr, &n.data.args) {
+    // Errno 0: a call the enforcing filter answers as done without running it (a uid-0
+    // run's chown to root's own ids), not a refusal.
+    if errno != 0
+        && let Some((name, target)) = describe_refusal(nr, &n.data.args)
+    {
         log.add(name, target, Instant::now());
     }
     errno

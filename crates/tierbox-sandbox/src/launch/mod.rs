@@ -590,9 +590,24 @@ pub(crate) fn new_slot(
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
+    // A bounded tmp is the run's private /tmp, and its shared-memory directory its
+    // /dev/shm (`tier_b::mounts`): mounted over /dev/shm, that directory is a mount's
+    // root, whose landlock ancestors are /dev's, not the tmp's, so it has a rule of its
+    // own, on an inode kept for the slot's life (`slots` empties it in place).
+    let shm = tmp.join(crate::tier_b::mounts::SHM_DIR);
+    if matches!(bounded, Some(Ok(_)))
+        && let Err(e) = make_owned_dir(&shm, key.uid, key.gid)
+    {
+        unmount_private_tmp(&tmp);
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
     let landlock = match landlock_base {
         Some(mut spec) => {
             spec.read_write.push(tmp.clone());
+            if matches!(bounded, Some(Ok(_))) {
+                spec.read_write.push(shm);
+            }
             Some(
                 PreparedLandlock::prepare(&spec).map_err(|e| LaunchError::Setup {
                     what: "landlock ruleset".to_owned(),

@@ -827,6 +827,15 @@ pub fn describe_refusal(nr: u32, args: &[u64; 6]) -> Option<(&'static str, Strin
         libc::SYS_clone => ("clone", namespace_flags(lo(0) & CLONE_NEW_FLAGS)),
         libc::SYS_unshare => ("unshare", namespace_flags(lo(0))),
         _ => {
+            if let Some(&(name, _, owner, group)) =
+                CHOWN_FAMILY.iter().find(|&&(_, n, _, _)| n == nr)
+            {
+                let id = |i: u32| match lo(i as usize) {
+                    u32::MAX => "unchanged".to_owned(),
+                    v => v.to_string(),
+                };
+                return Some((name, format!("owner {}, group {}", id(owner), id(group))));
+            }
             if let Some((name, rule)) = leave_behind_rule(nr as u32) {
                 return Some((name, describe_left_behind(rule, args)));
             }
@@ -1331,9 +1340,11 @@ fn rules(
         let action = if d.nr == libc::SYS_unshare as u32 && spec.notify_refusals {
             argument_rules.then_some(Action::Notify)
         } else if let Some(&(_, _, owner, group)) = chown {
-            // Decided in the base filter (never handed off): no refusal of it is the
-            // supervisor's to record.
-            (variant != Variant::Notifier).then_some(Action::InspectChown(owner, group))
+            // An argument rule: with `notify_refusals` in the notifier, which hands both
+            // outcomes to the supervisor; it answers with the enforcing filter's verdict
+            // (0 or `EPERM`). So the kernel's audit log, which records an `ERRNO` action
+            // without its errno, never lists a no-op as a refusal.
+            argument_rules.then_some(Action::InspectChown(owner, group))
         } else {
             (variant != Variant::Notifier).then_some(Action::Errno(d.errno))
         };
@@ -1508,17 +1519,25 @@ impl Layout {
     }
 
     /// The [`CHOWN_FAMILY`] under [`SeccompSpec::chown_noop_gid`]: owner `-1` or `0` and
-    /// group `-1`, `0` or `gid` return 0 without running the call; anything else `EPERM`
-    /// (decided here, not handed off). Low 32 bits: the kernel reads `uid_t`/`gid_t`.
+    /// group `-1`, `0` or `gid` return 0 without running the call; anything else `EPERM`;
+    /// both handed to the supervisor when refusals are. Low 32 bits: the kernel reads
+    /// `uid_t`/`gid_t`.
     fn chown(&mut self, gid: Option<u32>) {
         let Some(gid) = gid else {
             return;
         };
         let blocks: Vec<((u32, u32), Label)> =
             self.chown_blocks.iter().map(|(&k, &v)| (k, v)).collect();
+        let handed_off = self.refuse_eperm == self.notify;
         for ((owner, group), label) in blocks {
-            let noop = self.target_of(Action::Errno(0));
-            let eperm = self.target_of(Action::Errno(libc::EPERM));
+            let (noop, eperm) = if handed_off {
+                (self.notify, self.notify)
+            } else {
+                (
+                    self.target_of(Action::Errno(0)),
+                    self.target_of(Action::Errno(libc::EPERM)),
+                )
+            };
             let asm = &mut self.asm;
             asm.bind(label);
             let (owner_root, check_group, group_root, group_own) =

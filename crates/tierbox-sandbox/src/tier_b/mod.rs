@@ -101,7 +101,32 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         )
         .ok()
     });
-    match spawn_in_slot(plan, opts, facts, &network, &slot, ids, mediate_chmod) {
+    // The private /tmp and /dev/shm, wherever the supervisor could mount the bounded tmp
+    // (module `mounts`); otherwise the run has the host's, and only `TMPDIR` is its own.
+    let private = if slot.tmp_bytes.is_some() {
+        match PrivateMounts::prepare(plan, &slot, ids) {
+            Ok(p) => Some(p),
+            Err(source) => {
+                slots::release(slot);
+                return Err(LaunchError::Setup {
+                    what: "the private /tmp and /dev/shm".to_owned(),
+                    source,
+                });
+            }
+        }
+    } else {
+        None
+    };
+    match spawn_in_slot(
+        plan,
+        opts,
+        facts,
+        &network,
+        &slot,
+        ids,
+        mediate_chmod,
+        private.as_ref(),
+    ) {
         Ok((child, seccomp_layout, audit)) => {
             missing.sort();
             missing.dedup();
@@ -113,6 +138,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 seccomp_layout,
                 ids,
                 mediate_chmod,
+                private.is_some(),
                 missing,
             );
             // The verdicts that answer the refusals the filter hands off with the chmod
@@ -125,6 +151,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 )
                 .ok(),
                 mediate_chmod,
+                views: private.as_ref().map_or_else(Vec::new, |p| p.views.clone()),
             });
             Ok(RunningSandbox {
                 pid: child.pid,
@@ -152,6 +179,46 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
             slots::release(slot);
             Err(e)
         }
+    }
+}
+
+/// A run's private `/tmp` and `/dev/shm` ([`mounts`]), ready for the child to move into
+/// place: the cloned trees with their destinations, and the mediator's view of them.
+struct PrivateMounts {
+    trees: Vec<(OwnedFd, std::ffi::CString)>,
+    views: Vec<(PathBuf, PathBuf)>,
+}
+
+impl PrivateMounts {
+    fn prepare(plan: &Plan, slot: &Slot, (uid, gid, _): (u32, u32, bool)) -> std::io::Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        // The views as the host resolves them (`/dev/shm` may be a symlink to `/run/shm`).
+        let tmp_view = std::fs::canonicalize(mounts::TMP_VIEW)?;
+        let shm_view = std::fs::canonicalize(mounts::SHM_VIEW)?;
+        let (read_only, read_write) = landlock_paths(plan, uid);
+        let mut moves = mounts::plan(
+            &slot.tmp,
+            (&tmp_view, &shm_view),
+            &read_only,
+            &read_write,
+            Path::is_dir,
+        );
+        let mut views = mounts::mediator_roots(&slot.tmp, (&tmp_view, &shm_view));
+        // `dev_shm = "none"`: the host's /dev/shm stays, which landlock grants nothing of
+        // (the policy refuses a writable /dev/shm with it).
+        if plan.filesystem.dev_shm == tierbox_policy::DevShm::None {
+            moves.retain(|m| m.dest != shm_view);
+            views.retain(|(view, _)| *view != shm_view);
+        }
+        let trees = mounts::prepare(&slot.tmp, &moves, (uid, gid))?
+            .into_iter()
+            .map(|(tree, dest)| {
+                std::ffi::CString::new(dest.as_os_str().as_bytes())
+                    .map(|c| (tree, c))
+                    .map_err(std::io::Error::other)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { trees, views })
     }
 }
 
@@ -213,6 +280,7 @@ fn enforcement_report(
     seccomp: Option<SeccompLayout>,
     (uid, gid, _): (u32, u32, bool),
     mediate_chmod: bool,
+    private_mounts: bool,
     missing: Vec<Layer>,
 ) -> Enforcement {
     let limits = &plan.limits;
@@ -281,7 +349,14 @@ fn enforcement_report(
             )),
             None => LayerReport::missing(facts.cgroup.describe()),
         },
-        namespaces: Vec::new(),
+        namespaces: if private_mounts {
+            vec![format!(
+                "mount: a private /tmp (the run's TMPDIR) and /dev/shm (its {} directory), the grants beneath /tmp bound back at their paths; every other path the host's",
+                mounts::SHM_DIR
+            )]
+        } else {
+            Vec::new()
+        },
         rlimits: rlimit_report(
             limits,
             if uid == 0 {
@@ -298,7 +373,7 @@ fn enforcement_report(
         },
         disk: match slot.tmp_bytes {
             Some(bytes) => LayerReport::applied(format!(
-                "TMPDIR (and a private HOME): a tmpfs of {bytes} bytes mounted by the supervisor; the workspace is bounded per file only"
+                "/tmp (the run's TMPDIR, with its private HOME and /dev/shm): a tmpfs of {bytes} bytes mounted by the supervisor; the workspace is bounded per file only"
             )),
             None => LayerReport::missing(slot.tmp_unbounded_why.clone()),
         },
@@ -315,6 +390,7 @@ fn child_env(
     slot: &Slot,
     network: &NetworkRules,
     uid: u32,
+    private_mounts: bool,
 ) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = plan.env.clone();
     let passwd = std::fs::read_to_string(crate::linux::identity::PASSWD_FILE).unwrap_or_default();
@@ -322,15 +398,21 @@ fn child_env(
     if let Some(port) = network.proxy_port {
         crate::egress::set_proxy_env(&mut env, port);
     }
+    // With a private /tmp, the private tmp is `/tmp` (its host path may be hidden by it).
+    let tmp = if private_mounts {
+        PathBuf::from(mounts::TMP_VIEW)
+    } else {
+        slot.tmp.clone()
+    };
     if plan.filesystem.private_home {
         env.push((
             "HOME".to_owned(),
-            slot.tmp.join("home").to_string_lossy().into_owned(),
+            tmp.join("home").to_string_lossy().into_owned(),
         ));
     }
     for key in ["TMPDIR", "TMP", "TEMP"] {
         if !env.iter().any(|(k, _)| k == key) {
-            env.push((key.to_owned(), slot.tmp.to_string_lossy().into_owned()));
+            env.push((key.to_owned(), tmp.to_string_lossy().into_owned()));
         }
     }
     env.sort();
@@ -352,6 +434,7 @@ fn identity_env(env: &mut Vec<(String, String)>, passwd: &str, uid: u32) {
 /// Prepares everything the child needs (strings, pipes, the seccomp program, the
 /// listener socket), clones it, and collects the seccomp listener. Returns the child and
 /// the seccomp program's length.
+#[allow(clippy::too_many_arguments)]
 fn spawn_in_slot(
     plan: &Plan,
     opts: &LaunchOptions,
@@ -360,6 +443,7 @@ fn spawn_in_slot(
     slot: &Slot,
     (uid, gid, change_ids): (u32, u32, bool),
     mediate_chmod: bool,
+    private: Option<&PrivateMounts>,
 ) -> Result<(SpawnedChild, Option<SeccompLayout>, RunAudit), LaunchError> {
     // With the kernel's audit records readable, a pooled slot's launcher thread is armed
     // with the log flags and has an audit session the run registers; otherwise the
@@ -372,11 +456,14 @@ fn spawn_in_slot(
         slot,
         (uid, gid),
         mediate_chmod,
+        private.is_some(),
         &mut audit,
     )?;
-    let strings = ExecStrings::new(plan, &child_env(plan, slot, network, uid), |what, bytes| {
-        cstring(bytes, what)
-    })?;
+    let strings = ExecStrings::new(
+        plan,
+        &child_env(plan, slot, network, uid, private.is_some()),
+        |what, bytes| cstring(bytes, what),
+    )?;
     let StdioPipes {
         stdin_child,
         stdin_parent,
@@ -386,6 +473,16 @@ fn spawn_in_slot(
         stderr_w,
     } = stdio_pipes(plan)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
+    // The private /tmp and /dev/shm: the child's first step after joining its cgroup.
+    let mount_moves: Vec<sys::MountMove> = private.map_or_else(Vec::new, |p| {
+        p.trees
+            .iter()
+            .map(|(tree, dest)| sys::MountMove {
+                tree: tree.as_raw_fd(),
+                path: dest.as_ptr(),
+            })
+            .collect()
+    });
     let fprog = launcher.seccomp.as_deref().map(SeccompProgram::as_fprog);
     // chmod mediation: the child sends its seccomp listener fd over this pair.
     let listener_pair = match (mediate_chmod, &launcher.seccomp) {
@@ -422,7 +519,15 @@ fn spawn_in_slot(
             .as_ref()
             .map_or(-1, |(_, child_end)| child_end.as_raw_fd()),
         parent_pid: sys::getpid(),
-        helper: sys::HelperSetup::NONE,
+        helper: sys::HelperSetup {
+            mount_moves: if mount_moves.is_empty() {
+                std::ptr::null()
+            } else {
+                mount_moves.as_ptr()
+            },
+            n_mount_moves: mount_moves.len(),
+            ..sys::HelperSetup::NONE
+        },
         keep_caps: false,
         netns_fd: -1,
         // Only a child that restricts itself needs the flags (and a session): an armed
@@ -500,10 +605,33 @@ impl Launcher {
         slot: &Slot,
         ids: (u32, u32),
         mediate_chmod: bool,
+        private_mounts: bool,
         audit: &mut RunAudit,
     ) -> Result<Self, LaunchError> {
         let seccomp_spec = seccomp_spec(network, ids, mediate_chmod);
         let audited = audit.wants_session();
+        if private_mounts {
+            // The child makes its mount namespace before it restricts itself: landlock
+            // and the filter (`unshare`, `mount`) both refuse that, so it inherits
+            // neither from an armed thread and attaches the whole filter itself.
+            return Ok(Self {
+                armed: None,
+                slot_listener: None,
+                landlock_inherited: false,
+                seccomp: facts
+                    .seccomp
+                    .then(|| SeccompProgram::cached(&seccomp_spec))
+                    .transpose()
+                    .map_err(|e| LaunchError::Setup {
+                        what: "seccomp program".to_owned(),
+                        source: std::io::Error::other(e.to_string()),
+                    })?,
+                layout: None,
+                child_session: audited,
+                privileges_inherited: false,
+            }
+            .with_own_layout());
+        }
         let drops_privileges = facts.euid == 0;
         let arming = Arming {
             drop_privileges: drops_privileges,
@@ -574,6 +702,17 @@ impl Launcher {
             child_session: unarmed,
             privileges_inherited,
         })
+    }
+}
+
+impl Launcher {
+    /// The layout of a child that attaches its whole filter itself.
+    fn with_own_layout(mut self) -> Self {
+        self.layout = self.seccomp.as_deref().map(|p| SeccompLayout {
+            inherited: None,
+            attached: p.len(),
+        });
+        self
     }
 }
 
@@ -744,6 +883,8 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
         _ => (0, crate::linux::identity::root_workspace_ids().0.1, true),
     }
 }
+
+pub mod mounts;
 
 #[cfg(test)]
 mod review;

@@ -137,16 +137,14 @@ pub fn parse_record(ty: u16, payload: &[u8]) -> Option<Record> {
     let (serial, body) = header(text)?;
     match ty {
         AUDIT_SECCOMP => {
-            let code = u32::from_str_radix(field(body, "code")?.trim_start_matches("0x"), 16)
-                .ok()?;
-            let action = code & SECCOMP_ACTION_MASK;
-            // `ERRNO` with errno 0 answers a call as done without running it (a uid-0
-            // run's chown to root's own ids, `SeccompSpec::chown_noop_gid`): no refusal.
+            let action = u32::from_str_radix(field(body, "code")?.trim_start_matches("0x"), 16)
+                .ok()?
+                & SECCOMP_ACTION_MASK;
             let refused = matches!(
                 action,
                 // KILL_THREAD, TRAP, ERRNO, KILL_PROCESS.
                 0 | 0x0003_0000 | 0x0005_0000 | 0x8000_0000
-            ) && code != libc::SECCOMP_RET_ERRNO;
+            );
             if !refused {
                 return None;
             }

@@ -334,10 +334,17 @@ fn regression_mediator_refuses_chmod_through_the_callers_proc_fd_link() {
         ],
     );
     let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
-    assert_eq!(&r[..5], &[0, 0, libc::EPERM, libc::EPERM, libc::EPERM], "{r:?}");
+    assert_eq!(
+        &r[..5],
+        &[0, 0, libc::EPERM, libc::EPERM, libc::EPERM],
+        "{r:?}"
+    );
     assert_ne!(r[5], 0, "a symlink's fd: {r:?}");
     assert_eq!(r[6], libc::EPERM, "another process's fd link: {r:?}");
-    assert_eq!((mode(&dir), mode(&file), mode(&outside)), (0o750, 0o600, 0o600));
+    assert_eq!(
+        (mode(&dir), mode(&file), mode(&outside)),
+        (0o750, 0o600, 0o600)
+    );
 }
 
 /// A run that keeps uid 0: a chown to root's own ids (or its own gid) answers success and
@@ -376,5 +383,9 @@ fn regression_uid0_run_chown_to_root_fails_and_acl_write_is_eperm() {
         "chown to root, chown of the run's gid, to another user, to another group, ACL"
     );
     let meta = std::fs::metadata(&file).unwrap();
-    assert_eq!((meta.uid(), meta.gid()), (0, 4242), "a no-op changed the owner");
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (0, 4242),
+        "a no-op changed the owner"
+    );
 }

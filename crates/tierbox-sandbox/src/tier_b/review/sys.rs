@@ -135,7 +135,7 @@ pub(super) fn run_mediated(
     landlock: Option<i32>,
     calls: &[Call],
 ) -> Vec<i32> {
-    let prog = SeccompProgram::build(&SeccompSpec {
+    let spec = SeccompSpec {
         deny_namespaces: false,
         deny_file_metadata: true,
         mediate_chmod: true,
@@ -147,8 +147,9 @@ pub(super) fn run_mediated(
         notify_refusals: true,
         // As for a Tier B run that keeps uid 0 (gid 4242).
         chown_noop_gid: Some(4242),
-    })
-    .unwrap();
+    };
+    let prog = SeccompProgram::build(&spec).unwrap();
+    let enforcing = std::sync::Arc::new(SeccompProgram::build(&spec.enforcing()).unwrap());
     let fprog = prog.as_fprog();
     let (mut to_parent, mut go, mut results) = ([0i32; 2], [0i32; 2], [0i32; 2]);
     // SAFETY: pipe writes two fds.
@@ -358,7 +359,8 @@ pub(super) fn run_mediated(
     };
     let mediator = SeccompMediator::new(listener, workspace, uid)
         .unwrap()
-        .mediating_chmod();
+        .mediating_chmod()
+        .refusing(enforcing, crate::launch::mediate::RefusalLog::default());
     let serving = std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
