@@ -663,7 +663,7 @@ pub(crate) fn new_slot(
 }
 
 /// Why an unprivileged supervisor's Tier B run lacks the `disk` layer.
-const UNBOUNDED_TMP: &str = "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run (tier c bounds its /tmp)";
+const UNBOUNDED_TMP: &str = "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run, nor give it a private /tmp and /dev/shm: a program writing /tmp gets EACCES, and /dev/shm is reachable only as the host's, through filesystem.writable (tier c bounds its /tmp and has its own /dev/shm)";
 
 /// Mounts a tmpfs of `bytes` on the run's private tmp `dir` (just made, owned by the run):
 /// mode 0700 owned by `uid:gid`, `nosuid` and `nodev`, so what the run writes there is

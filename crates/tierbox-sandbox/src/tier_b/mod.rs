@@ -1,9 +1,12 @@
 //! Tier B: direct spawn with a new session, rlimits, a rebuilt environment, no
-//! capabilities, `no_new_privs`, landlock, seccomp and a per-run cgroup.
+//! capabilities, `no_new_privs`, landlock, seccomp and a per-run cgroup; under a root
+//! supervisor also a private `/tmp` and `/dev/shm` in a mount namespace of the run's own
+//! ([`mounts`]), every other path the host's.
 //!
 //! Invariants:
 //! - nothing is inherited implicitly: the environment is exactly the Plan's (plus the
-//!   run's private `TMPDIR`), every fd other than 0/1/2 is closed at exec, stdin is
+//!   run's private `TMPDIR` and `HOME`, and `USER`/`LOGNAME` naming the run's uid), every
+//!   fd other than 0/1/2 is closed at exec, stdin is
 //!   `/dev/null` unless the Plan carries data;
 //! - a layer that cannot be applied is either a [`Rejection`] or, when the policy lists
 //!   it in `tier.optional_layers`, recorded in [`Enforcement::missing_layers`] — never
@@ -331,8 +334,9 @@ fn enforcement_report(
                 "; SysV IPC and POSIX message queues denied (no IPC namespace)",
                 match (uid, mediate_chmod) {
                     (0, true) =>
-                        "; chmod performed by the supervisor beneath the writable grants only, the argument rules' refusals answered and recorded by it; the run keeps uid 0: chown/xattr changes denied",
-                    (0, false) => "; the run keeps uid 0: chmod/chown/xattr changes denied",
+                        "; chmod performed by the supervisor beneath the writable grants only, the argument rules' refusals answered and recorded by it; the run keeps uid 0: chown only to root's own ids, as a no-op, xattr changes EOPNOTSUPP",
+                    (0, false) =>
+                        "; the run keeps uid 0: chmod denied, chown only to root's own ids, as a no-op, xattr changes EOPNOTSUPP",
                     (_, true) =>
                         "; chmod performed by the supervisor beneath the writable grants only, the argument rules' refusals answered and recorded by it",
                     (_, false) =>
