@@ -635,10 +635,12 @@ pub struct FilesystemPolicy {
     /// (enforced in Tier C, including symlinks and paths that do not exist yet).
     pub protected: Vec<String>,
     /// The sandbox's `/dev/shm` (POSIX shared memory and semaphores: Python's
-    /// `multiprocessing`, Chromium): `private`, a tmpfs of the run's own in Tier C; `none`.
-    /// Tier B has no private one: listing `/dev/shm` in `writable` grants the host's
-    /// there (shared with every process of the run's uid), and in Tier C that grant is
-    /// the private one, so one policy runs `multiprocessing` in both tiers.
+    /// `multiprocessing`, Chromium): `private`, a tmpfs of the run's own in Tier C, and in
+    /// Tier B under a root supervisor a directory of the run's private `/tmp`; `none`.
+    /// Tier B under an unprivileged supervisor has no private one: listing `/dev/shm` in
+    /// `writable` grants the host's there (shared with every process of the run's uid);
+    /// wherever a private one exists that grant is served by it, so one policy runs
+    /// `multiprocessing` in both tiers.
     pub dev_shm: DevShm,
     /// Most directory entries read while searching the workspace for nested git
     /// repositories before a run (and after it, for the repositories it made); default

@@ -966,11 +966,12 @@ pub(crate) fn serve_hand_off(
 }
 
 fn seccomp_mediator(
-    hand_off: tierbox_sandbox::running::SeccompHandOff,
+    mut hand_off: tierbox_sandbox::running::SeccompHandOff,
     plan: &Plan,
     l: &RunningSandbox,
     refusals: Option<&RefusalLog>,
 ) -> std::io::Result<SeccompMediator> {
+    let views = std::mem::take(&mut hand_off.views);
     let mut m = SeccompMediator::new(hand_off.listener, &plan.workspace, l.child_uid)?;
     if hand_off.mediate_chmod {
         m = m.mediating_chmod();
@@ -982,10 +983,20 @@ fn seccomp_mediator(
         m = m.pending();
     }
     for root in &plan.filesystem.writable {
+        // A grant the run's private /tmp or /dev/shm serves is one of `views`.
+        if views.iter().any(|(view, _)| view == root) {
+            continue;
+        }
         m = m.also_beneath(root)?;
     }
-    if let Some(slot) = &l.slot {
-        m = m.also_beneath(&slot.tmp)?;
+    match &l.slot {
+        Some(_) if !views.is_empty() => {
+            for (view, host) in &views {
+                m = m.also_beneath_as(view, host)?;
+            }
+        }
+        Some(slot) => m = m.also_beneath(&slot.tmp)?,
+        None => {}
     }
     Ok(m)
 }

@@ -75,7 +75,9 @@ impl Env {
         let env = Self {
             ws: tempfile::tempdir().unwrap(),
             state: tempfile::tempdir().unwrap(),
-            host: tempfile::tempdir().unwrap(),
+            // Outside /tmp: a root supervisor's Tier B run has a /tmp of its own, where
+            // the host's files do not exist (no refusal to report).
+            host: tempfile::Builder::new().tempdir_in("/var/tmp").unwrap(),
         };
         std::fs::write(env.ws.path().join("probe.py"), PROBE).unwrap();
         std::fs::write(env.ws.path().join("read.py"), READ).unwrap();
@@ -451,7 +453,7 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
     assert!(report(&clean, "landlock").0);
 
     // 6. Two concurrent runs, each refused its own file: neither sees the other's.
-    let other = tempfile::tempdir().unwrap();
+    let other = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
     std::fs::write(other.path().join("secret"), "other\n").unwrap();
     let runner = env.runner(TierCBackend::Native);
     let read = |path: String, name: &str| {
@@ -520,11 +522,15 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
     let pooled = env.runner(TierCBackend::Native);
     for round in 0..3 {
         let p = run(&pooled, &env.probe(TierRequest::B));
-        assert!(
+        // A run with a private /tmp and /dev/shm (a root supervisor's) restricts itself,
+        // in an audit session of its own.
+        let private_mounts = !p.enforcement.namespaces.is_empty();
+        assert_eq!(
             p.enforcement
                 .seccomp
                 .detail
                 .contains("inherited from the launcher thread"),
+            !private_mounts,
             "round {round}: {}",
             p.enforcement.seccomp.detail
         );

@@ -134,6 +134,11 @@ pub struct SeccompHandOff {
     /// [`crate::linux::seccomp::SeccompSpec::mediate_chmod`]); otherwise a `chmod`
     /// arriving on the listener is a refusal to answer, never a change to make.
     pub mediate_chmod: bool,
+    /// Where the run sees writable roots at other paths than the host's, as `(the run's
+    /// path, the host path)`: a Tier B run's private `/tmp` and `/dev/shm`
+    /// ([`crate::tier_b::mounts::mediator_roots`]). Empty: the run's private tmp is where
+    /// the host has it.
+    pub views: Vec<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 impl RunningSandbox {

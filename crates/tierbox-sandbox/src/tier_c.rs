@@ -73,6 +73,7 @@ pub fn tier_c_seccomp_spec() -> SeccompSpec {
         inet: crate::linux::seccomp::InetSockets::Any,
         allow_unix_sockets: true,
         notify_refusals: false,
+        chown_noop_gid: None,
     }
 }
 
@@ -82,6 +83,7 @@ pub fn tier_c_seccomp_spec() -> SeccompSpec {
 pub fn native_seccomp_spec() -> SeccompSpec {
     SeccompSpec {
         notify_refusals: crate::launch::user_notif_available(),
+        chown_noop_gid: None,
         ..tier_c_seccomp_spec()
     }
 }
@@ -144,6 +146,7 @@ pub(crate) fn launch_native(
                     pending: false,
                     refusals: n.seccomp_refusals,
                     mediate_chmod: false,
+                    views: Vec::new(),
                 }),
                 child_uid: facts.euid,
                 child_gid: facts.egid,
@@ -203,6 +206,7 @@ pub(crate) fn launch_bwrap(
     // filter tierbox-init stacks with a listener (bwrap cannot install one).
     let spec = SeccompSpec {
         notify_refusals: init_image.is_some() && launch::user_notif_available(),
+        chown_noop_gid: None,
         ..tier_c_seccomp_spec()
     };
     let program = |p: Result<std::sync::Arc<SeccompProgram>, _>| {
@@ -398,6 +402,7 @@ pub(crate) fn launch_bwrap(
             pending: true,
             refusals: seccomp_refusals,
             mediate_chmod: false,
+            views: Vec::new(),
         }),
         child_uid,
         child_gid,

@@ -2,3 +2,4 @@ mod attest;
 mod background;
 mod review;
 mod runs;
+mod tier_b_runtimes;

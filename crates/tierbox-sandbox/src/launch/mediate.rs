@@ -9,7 +9,10 @@
 //! enforcing filter returns for it ([`crate::linux::seccomp::SeccompProgram::evaluate`]
 //! of the spec's [`crate::linux::seccomp::SeccompSpec::enforcing`] program) — never by
 //! letting it run — and records it with its arguments in a [`RefusalLog`]. A call that
-//! program would allow (a builder bug; tested never to happen) gets `EPERM`.
+//! program would allow (a builder bug; tested never to happen) gets `EPERM`. A call it
+//! answers with errno 0 (a uid-0 run's `chown` to root's own ids,
+//! [`crate::linux::seccomp::SeccompSpec::chown_noop_gid`]) succeeds without running and
+//! is no refusal.
 //!
 //! **chmod**, for runs that keep uid 0.
 //!
@@ -34,11 +37,18 @@
 //!   run leaves behind may be setuid or setgid (the filter refuses the same modes in
 //!   every tier, [`crate::linux::seccomp::LEAVE_BEHIND`]);
 //! - `fchmod(fd)` is allowed only when the file the child's fd refers to is the same inode
-//!   that resolves beneath the workspace under that name;
+//!   that resolves beneath the workspace under that name; so is a `chmod` of the caller's
+//!   own fd link, `/proc/self/fd/N` (`/proc/thread-self/fd/N`, `/proc/<its pid>/fd/N`),
+//!   which is how glibc performs `fchmodat(AT_SYMLINK_NOFOLLOW)` without `fchmodat2`
+//!   (tar restoring a directory's mode): the fd is read from the caller's fd table, by
+//!   number, never the link resolved by name, and a symlink it refers to is not followed
+//!   (`EOPNOTSUPP`, as the kernel answers);
 //! - everything read from the child (the path, its cwd, its fds) is used only after
 //!   `SECCOMP_IOCTL_NOTIF_ID_VALID` confirms the call is still pending.
 //!
-//! Anything else gets `EPERM`. `chown` and the xattr family stay denied in the filter.
+//! Anything else gets `EPERM`. `chown` and the xattr family are decided in the filter
+//! (for a run that keeps uid 0: `chown` to root's own ids a no-op, any other `EPERM`;
+//! attribute writes `EOPNOTSUPP`; see `SeccompSpec::chown_noop_gid` and `DENY_TABLE`).
 //! A mediator built without [`SeccompMediator::mediating_chmod`] performs no change: a
 //! `chmod` handed to it is a refusal of the filter's (a setuid mode, in Tier C), answered
 //! as every other refusal.
@@ -173,11 +183,22 @@ impl SeccompMediator {
     /// (declared writable paths, its private temporary directory). A grant that is a file
     /// (a writable grant carved around a denied path is a list of entries) covers that
     /// file alone.
-    pub fn also_beneath(mut self, root: &Path) -> std::io::Result<Self> {
+    pub fn also_beneath(self, root: &Path) -> std::io::Result<Self> {
         // Paths read from the child's /proc entries are canonical; so must the roots be.
         let root = std::fs::canonicalize(root)?;
-        let c = CString::new(root.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        let fd = if std::fs::metadata(&root)?.is_dir() {
+        self.also_beneath_as(&root.clone(), &root)
+    }
+
+    /// Also performs changes beneath `host`, which the run names `view` (canonical as the
+    /// run resolves it): a Tier B run's private `/tmp` and `/dev/shm`, which are
+    /// directories of its private tmp ([`crate::running::SeccompHandOff::views`]). The
+    /// deepest root a path lies under decides, so a grant bound back beneath `/tmp` at its
+    /// own path is still resolved from that grant.
+    pub fn also_beneath_as(mut self, view: &Path, host: &Path) -> std::io::Result<Self> {
+        let root = view.to_path_buf();
+        let host = std::fs::canonicalize(host)?;
+        let c = CString::new(host.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+        let fd = if std::fs::metadata(&host)?.is_dir() {
             sys::open_dir_path(&c)?
         } else {
             sys::open_file_path(&c)?
@@ -272,7 +293,11 @@ fn refuse(refusals: Option<&(Arc<SeccompProgram>, RefusalLog)>, n: &libc::seccom
         }
         _ => libc::EPERM,
     };
-    if let Some((name, target)) = describe_refusal(nr, &n.data.args) {
+    // Errno 0: a call the enforcing filter answers as done without running it (a uid-0
+    // run's chown to root's own ids), not a refusal.
+    if errno != 0
+        && let Some((name, target)) = describe_refusal(nr, &n.data.args)
+    {
         log.add(name, target, Instant::now());
     }
     errno
@@ -383,6 +408,13 @@ impl Rules {
                     return Err(libc::ENOENT);
                 }
                 let path = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
+                if let Some(fd) = proc_fd_of_caller(&path, pid) {
+                    // `chmod("/proc/self/fd/N")`: glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)`
+                    // without `fchmodat2` (tar restoring a directory's mode). The caller's
+                    // fd N, by fd; the object it refers to is never followed further.
+                    let (path, expected, _) = self.gather(pid, Target::Fd(fd))?;
+                    return Ok((path, expected, true));
+                }
                 if path.is_absolute() {
                     return Ok((path, None, nofollow));
                 }
@@ -420,6 +452,28 @@ impl Rules {
             },
         ))
     }
+}
+
+/// The fd number `path` names when it is the calling task's own fd link in procfs —
+/// `/proc/self/fd/N`, `/proc/thread-self/fd/N` or `/proc/<pid>/fd/N` with the caller's
+/// pid — spelled plainly (no `.`, `..` or repeated slashes, a decimal `N`); `None`
+/// otherwise (such a path is then mediated as any other, and lies beneath no grant).
+/// A Tier B child shares the supervisor's pid namespace, so its pids are the
+/// supervisor's; the caller's fd table is read through its task id (threads share it).
+fn proc_fd_of_caller(path: &Path, pid: libc::pid_t) -> Option<i32> {
+    let rest = path.as_os_str().as_bytes().strip_prefix(b"/proc/")?;
+    let text = std::str::from_utf8(rest).ok()?;
+    let mut parts = text.split('/');
+    let (who, fd_dir, n) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || fd_dir != "fd" {
+        return None;
+    }
+    let ours = matches!(who, "self" | "thread-self") || who == pid.to_string();
+    let digits = !n.is_empty() && n.len() <= 10 && n.bytes().all(|b| b.is_ascii_digit());
+    if !ours || !digits {
+        return None;
+    }
+    n.parse::<i32>().ok()
 }
 
 fn raw(fd: &OwnedFd) -> i32 {

@@ -590,9 +590,24 @@ pub(crate) fn new_slot(
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
+    // A bounded tmp is the run's private /tmp, and its shared-memory directory its
+    // /dev/shm (`tier_b::mounts`): mounted over /dev/shm, that directory is a mount's
+    // root, whose landlock ancestors are /dev's, not the tmp's, so it has a rule of its
+    // own, on an inode kept for the slot's life (`slots` empties it in place).
+    let shm = tmp.join(crate::tier_b::mounts::SHM_DIR);
+    if matches!(bounded, Some(Ok(_)))
+        && let Err(e) = make_owned_dir(&shm, key.uid, key.gid)
+    {
+        unmount_private_tmp(&tmp);
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
     let landlock = match landlock_base {
         Some(mut spec) => {
             spec.read_write.push(tmp.clone());
+            if matches!(bounded, Some(Ok(_))) {
+                spec.read_write.push(shm);
+            }
             Some(
                 PreparedLandlock::prepare(&spec).map_err(|e| LaunchError::Setup {
                     what: "landlock ruleset".to_owned(),
@@ -648,7 +663,7 @@ pub(crate) fn new_slot(
 }
 
 /// Why an unprivileged supervisor's Tier B run lacks the `disk` layer.
-const UNBOUNDED_TMP: &str = "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run (tier c bounds its /tmp)";
+const UNBOUNDED_TMP: &str = "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run, nor give it a private /tmp and /dev/shm: a program writing /tmp gets EACCES, and /dev/shm is reachable only as the host's, through filesystem.writable (tier c bounds its /tmp and has its own /dev/shm)";
 
 /// Mounts a tmpfs of `bytes` on the run's private tmp `dir` (just made, owned by the run):
 /// mode 0700 owned by `uid:gid`, `nosuid` and `nodev`, so what the run writes there is

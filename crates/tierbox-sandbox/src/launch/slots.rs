@@ -263,10 +263,23 @@ fn recycle(slot: &mut Slot) -> Result<(), ()> {
 }
 
 /// Removes everything inside `dir` but keeps `dir` itself (its inode carries the landlock
-/// rule), then recreates `home/` with the same owner and mode as `dir`.
+/// rule), then recreates `home/` with the same owner and mode as `dir`. The
+/// shared-memory directory of a bounded tmp (`tier_b::mounts::SHM_DIR`) carries a rule
+/// too: it is emptied in place as well.
 fn empty_dir_in_place(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let home = dir.join("home");
+    let shm = dir.join(crate::tier_b::mounts::SHM_DIR);
+    if shm.is_dir() {
+        for entry in std::fs::read_dir(&shm)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                std::fs::remove_dir_all(entry.path())?;
+            } else {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+    }
     if untouched(dir, &home)? {
         return Ok(());
     }
@@ -274,6 +287,9 @@ fn empty_dir_in_place(dir: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let path = entry.path();
+        if path == shm {
+            continue;
+        }
         if entry.file_type()?.is_dir() {
             std::fs::remove_dir_all(&path)?;
         } else {
@@ -284,14 +300,18 @@ fn empty_dir_in_place(dir: &Path) -> std::io::Result<()> {
     std::os::unix::fs::chown(&home, Some(meta.uid()), Some(meta.gid()))
 }
 
-/// The run left the directory as it found it: only an empty `home/` inside.
+/// The run left the directory as it found it: only an empty `home/` inside (and the
+/// shared-memory directory, emptied already).
 fn untouched(dir: &Path, home: &Path) -> std::io::Result<bool> {
-    let mut entries = std::fs::read_dir(dir)?;
-    let only_home = match (entries.next(), entries.next()) {
-        (Some(e), None) => e?.file_name() == "home",
-        _ => false,
-    };
-    Ok(only_home && std::fs::read_dir(home)?.next().is_none())
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        names.push(entry?.file_name());
+        if names.len() > 2 {
+            return Ok(false);
+        }
+    }
+    names.retain(|n| n != crate::tier_b::mounts::SHM_DIR);
+    Ok(names.len() == 1 && names[0] == "home" && std::fs::read_dir(home)?.next().is_none())
 }
 
 fn destroy(slot: Slot) {

@@ -57,7 +57,8 @@ pub enum ChildStep {
     /// `setns(CLONE_NEWNET)` into the prepared network namespace.
     JoinNetns,
     /// `unshare(CLONE_NEWNS)`, `mount(/, MS_REC | MS_PRIVATE)` or `move_mount` of a
-    /// prepared tree (a helper's private mount namespace).
+    /// prepared tree (a helper's private mount namespace, or a Tier B program's private
+    /// `/tmp` and `/dev/shm`).
     HelperMounts,
     /// `dup2` of stdin/stdout/stderr.
     Stdio,
@@ -244,7 +245,9 @@ pub(crate) struct HelperSetup {
     /// environment (`--args 5`).
     pub inherit: [(c_int, c_int); MAX_INHERITED_FDS],
     /// Trees moved over their paths in a private mount namespace made for the helper
-    /// (null with 0 entries: the helper stays in the supervisor's mount namespace).
+    /// (null with 0 entries: the helper stays in the supervisor's mount namespace). The
+    /// one field a Tier B program gets too: its private `/tmp` and `/dev/shm`
+    /// (`tier_b::mounts`).
     pub mount_moves: *const MountMove,
     pub n_mount_moves: usize,
     /// `setgroups(0, NULL)` before exec: the helper keeps no supplementary group of the
@@ -388,10 +391,12 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (Step, i32)> {
         })
         .map_err(step(S::JoinNetns))?;
     }
-    // 4c. A helper's private mount namespace with prepared trees (idmapped writable
-    //     grants) moved over their paths, so the helper reaches them there and the
-    //     supervisor's namespace is untouched. Private first: nothing moved here may
-    //     propagate back to the host.
+    // 4c. A private mount namespace with prepared trees moved over their paths — a
+    //     helper's idmapped writable grants, or a Tier B program's private /tmp and
+    //     /dev/shm — so the child reaches them there and the supervisor's namespace is
+    //     untouched. Private first: nothing moved here may propagate back to the host.
+    //     Before the capability drop (it needs CAP_SYS_ADMIN) and before landlock and
+    //     seccomp (both refuse mount operations).
     if spec.helper.n_mount_moves > 0 {
         helper_mounts(&spec.helper).map_err(step(S::HelperMounts))?;
     }

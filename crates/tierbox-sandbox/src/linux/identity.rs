@@ -228,6 +228,23 @@ pub fn primary_gid(passwd: &str, uid: u32) -> Option<u32> {
     })
 }
 
+/// The account name of `uid` in a `/etc/passwd`-format text (the first well-formed
+/// line naming it), `None` when there is none. Pure.
+///
+/// ```
+/// use tierbox_sandbox::linux::identity::account_name;
+/// let passwd = "root:x:0:0:root:/root:/bin/sh\ndev:x:1000:1000::/home/dev:/bin/sh\n";
+/// assert_eq!(account_name(passwd, 1000).as_deref(), Some("dev"));
+/// assert_eq!(account_name(passwd, 4242), None);
+/// ```
+pub fn account_name(passwd: &str, uid: u32) -> Option<String> {
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let (name, _, u) = (fields.next()?, fields.next()?, fields.next()?);
+        (!name.is_empty() && u.parse::<u32>().ok()? == uid).then(|| name.to_owned())
+    })
+}
+
 /// Where the administrator sets aside subordinate uids and gids for each user's user
 /// namespaces (`shadow`'s `newuidmap` reads the same files).
 pub const SUBUID_FILE: &str = "/etc/subuid";

@@ -87,6 +87,15 @@ pub struct SeccompSpec {
     /// then be installed with `SECCOMP_FILTER_FLAG_NEW_LISTENER`; without a listener the
     /// kernel fails the call with `ENOSYS`, so a lost supervisor still refuses.
     pub notify_refusals: bool,
+    /// With [`SeccompSpec::deny_file_metadata`]: the `chown` family naming no owner but
+    /// root's (uid `0` or `-1`, "unchanged") and no group but `-1`, `0` or this gid (the
+    /// run's own) returns success *without changing anything* (`SECCOMP_RET_ERRNO` with
+    /// errno 0: the kernel never runs the call). A run that keeps uid 0 stands for root,
+    /// whose files' owner this is, so `tar -x` and `cp -a` restoring `root:root` — which a
+    /// real chown by a process without `CAP_CHOWN` would refuse — go on; the file keeps
+    /// the owner and group it has. Any other owner or group is still `EPERM`. `None`:
+    /// the whole family is `EPERM`.
+    pub chown_noop_gid: Option<u32>,
 }
 
 /// Inet sockets under a [`SeccompSpec`].
@@ -119,6 +128,7 @@ impl SeccompSpec {
             inet: InetSockets::Deny,
             allow_unix_sockets: false,
             notify_refusals: false,
+            chown_noop_gid: None,
         }
     }
 
@@ -322,6 +332,22 @@ const fn deny_meta(name: &'static str, nr: libc::c_long) -> Denial {
     }
 }
 
+/// The extended-attribute writes under `deny_file_metadata`: `EOPNOTSUPP`, as a
+/// filesystem without extended attributes answers, not `EPERM`. The filter cannot read
+/// the attribute's name (a string in memory), so every name gets the same answer; with
+/// `EOPNOTSUPP` coreutils (`install -m`, `cp -p`, `cp -a`, `mkdir -m`), tar and rsync,
+/// which set a mode through the `system.posix_acl_access` attribute, fall back to
+/// `chmod` (mediated), and treat an attribute they cannot copy as unsupported.
+const fn deny_xattr(name: &'static str, nr: libc::c_long) -> Denial {
+    Denial {
+        name,
+        nr: nr as u32,
+        errno: libc::EOPNOTSUPP,
+        when: When::DenyFileMetadata,
+        reason: "uid 0 owns every root-owned file and landlock does not mediate attribute changes; EOPNOTSUPP (the filter cannot read the name) makes tools fall back to chmod",
+    }
+}
+
 const fn deny_ipc(name: &'static str, nr: libc::c_long) -> Denial {
     Denial {
         name,
@@ -499,14 +525,14 @@ pub const DENY_TABLE: &[Denial] = &[
     deny_meta("lchown", libc::SYS_lchown),
     deny_meta("fchown", libc::SYS_fchown),
     deny_meta("fchownat", libc::SYS_fchownat),
-    deny_meta("setxattr", libc::SYS_setxattr),
-    deny_meta("lsetxattr", libc::SYS_lsetxattr),
-    deny_meta("fsetxattr", libc::SYS_fsetxattr),
-    deny_meta("removexattr", libc::SYS_removexattr),
-    deny_meta("lremovexattr", libc::SYS_lremovexattr),
-    deny_meta("fremovexattr", libc::SYS_fremovexattr),
-    deny_meta("setxattrat", extra_nr::SETXATTRAT),
-    deny_meta("removexattrat", extra_nr::REMOVEXATTRAT),
+    deny_xattr("setxattr", libc::SYS_setxattr),
+    deny_xattr("lsetxattr", libc::SYS_lsetxattr),
+    deny_xattr("fsetxattr", libc::SYS_fsetxattr),
+    deny_xattr("removexattr", libc::SYS_removexattr),
+    deny_xattr("lremovexattr", libc::SYS_lremovexattr),
+    deny_xattr("fremovexattr", libc::SYS_fremovexattr),
+    deny_xattr("setxattrat", extra_nr::SETXATTRAT),
+    deny_xattr("removexattrat", extra_nr::REMOVEXATTRAT),
     // IPC (only with `deny_ipc`: a run without an IPC namespace of its own).
     deny_ipc("shmget", libc::SYS_shmget),
     deny_ipc("shmat", libc::SYS_shmat),
@@ -543,6 +569,24 @@ pub const CHMOD_FAMILY: &[(&str, libc::c_long)] = &[
     ("fchmodat", libc::SYS_fchmodat),
     ("fchmodat2", extra_nr::FCHMODAT2),
 ];
+
+/// The `chown` family, with the indices of its owner and group arguments: inspected
+/// under [`SeccompSpec::chown_noop_gid`], else denied with `deny_file_metadata`
+/// ([`DENY_TABLE`]).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[rustfmt::skip]
+pub const CHOWN_FAMILY: &[(&str, libc::c_long, u32, u32)] = &[
+    #[cfg(target_arch = "x86_64")]
+    ("chown", libc::SYS_chown, 1, 2),
+    #[cfg(target_arch = "x86_64")]
+    ("lchown", libc::SYS_lchown, 1, 2),
+    ("fchown", libc::SYS_fchown, 1, 2),
+    ("fchownat", libc::SYS_fchownat, 2, 3),
+];
+
+/// No chown table for this CPU.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const CHOWN_FAMILY: &[(&str, libc::c_long, u32, u32)] = &[];
 
 /// No chmod table for this CPU.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -783,6 +827,15 @@ pub fn describe_refusal(nr: u32, args: &[u64; 6]) -> Option<(&'static str, Strin
         libc::SYS_clone => ("clone", namespace_flags(lo(0) & CLONE_NEW_FLAGS)),
         libc::SYS_unshare => ("unshare", namespace_flags(lo(0))),
         _ => {
+            if let Some(&(name, _, owner, group)) =
+                CHOWN_FAMILY.iter().find(|&&(_, n, _, _)| n == nr)
+            {
+                let id = |i: u32| match lo(i as usize) {
+                    u32::MAX => "unchanged".to_owned(),
+                    v => v.to_string(),
+                };
+                return Some((name, format!("owner {}, group {}", id(owner), id(group))));
+            }
             if let Some((name, rule)) = leave_behind_rule(nr as u32) {
                 return Some((name, describe_left_behind(rule, args)));
             }
@@ -977,6 +1030,10 @@ enum Action {
     InspectSendFlags(u32),
     /// A [`LEAVE_BEHIND`] call: refuse what its rule refuses, else `Pass`.
     InspectLeaveBehind(LeaveBehind, Pass),
+    /// A [`CHOWN_FAMILY`] call under [`SeccompSpec::chown_noop_gid`]: its owner in
+    /// `args[.0]` and group in `args[.1]` — root's own: success without running it; else
+    /// `EPERM`.
+    InspectChown(u32, u32),
     /// Hand the call to the supervisor (`SECCOMP_RET_USER_NOTIF`).
     Notify,
 }
@@ -1089,6 +1146,7 @@ impl SeccompProgram {
         l.personality();
         l.clone_flags();
         l.leave_behind();
+        l.chown(spec.chown_noop_gid);
         l.returns();
         let filter = l.asm.finish()?;
         Ok(Self { filter })
@@ -1275,8 +1333,18 @@ fn rules(
         if !d.when.applies(spec) {
             continue;
         }
+        let chown = CHOWN_FAMILY
+            .iter()
+            .find(|&&(_, nr, _, _)| nr as u32 == d.nr)
+            .filter(|_| spec.chown_noop_gid.is_some());
         let action = if d.nr == libc::SYS_unshare as u32 && spec.notify_refusals {
             argument_rules.then_some(Action::Notify)
+        } else if let Some(&(_, _, owner, group)) = chown {
+            // An argument rule: with `notify_refusals` in the notifier, which hands both
+            // outcomes to the supervisor; it answers with the enforcing filter's verdict
+            // (0 or `EPERM`). So the kernel's audit log, which records an `ERRNO` action
+            // without its errno, never lists a no-op as a refusal.
+            argument_rules.then_some(Action::InspectChown(owner, group))
         } else {
             (variant != Variant::Notifier).then_some(Action::Errno(d.errno))
         };
@@ -1363,6 +1431,7 @@ struct Layout {
     notify: Label,
     send_blocks: BTreeMap<u32, Label>,
     leave_behind_blocks: BTreeMap<(LeaveBehind, Pass), Label>,
+    chown_blocks: BTreeMap<(u32, u32), Label>,
     /// Where an argument rule's `EPERM` refusal goes: the `EPERM` return, or `notify` when the
     /// refusals are handed to the supervisor.
     refuse_eperm: Label,
@@ -1408,6 +1477,7 @@ impl Layout {
             notify,
             send_blocks: BTreeMap::new(),
             leave_behind_blocks: BTreeMap::new(),
+            chown_blocks: BTreeMap::new(),
             refuse_eperm,
             refuse_eafnosupport,
         }
@@ -1437,7 +1507,52 @@ impl Layout {
                     .entry((rule, pass))
                     .or_insert_with(|| asm.label())
             }
+            Action::InspectChown(owner, group) => {
+                let asm = &mut self.asm;
+                *self
+                    .chown_blocks
+                    .entry((owner, group))
+                    .or_insert_with(|| asm.label())
+            }
             Action::Notify => self.notify,
+        }
+    }
+
+    /// The [`CHOWN_FAMILY`] under [`SeccompSpec::chown_noop_gid`]: owner `-1` or `0` and
+    /// group `-1`, `0` or `gid` return 0 without running the call; anything else `EPERM`;
+    /// both handed to the supervisor when refusals are. Low 32 bits: the kernel reads
+    /// `uid_t`/`gid_t`.
+    fn chown(&mut self, gid: Option<u32>) {
+        let Some(gid) = gid else {
+            return;
+        };
+        let blocks: Vec<((u32, u32), Label)> =
+            self.chown_blocks.iter().map(|(&k, &v)| (k, v)).collect();
+        let handed_off = self.refuse_eperm == self.notify;
+        for ((owner, group), label) in blocks {
+            let (noop, eperm) = if handed_off {
+                (self.notify, self.notify)
+            } else {
+                (
+                    self.target_of(Action::Errno(0)),
+                    self.target_of(Action::Errno(libc::EPERM)),
+                )
+            };
+            let asm = &mut self.asm;
+            asm.bind(label);
+            let (owner_root, check_group, group_root, group_own) =
+                (asm.label(), asm.label(), asm.label(), asm.label());
+            asm.load(off_arg_lo(owner));
+            asm.jump(JEQ, u32::MAX, check_group, owner_root);
+            asm.bind(owner_root);
+            asm.jump(JEQ, 0, check_group, eperm);
+            asm.bind(check_group);
+            asm.load(off_arg_lo(group));
+            asm.jump(JEQ, u32::MAX, noop, group_root);
+            asm.bind(group_root);
+            asm.jump(JEQ, 0, noop, group_own);
+            asm.bind(group_own);
+            asm.jump(JEQ, gid, noop, eperm);
         }
     }
 

@@ -29,8 +29,9 @@ pub enum Step {
     CgroupAttach,
     /// A helper only: `setns(CLONE_NEWNET)` into a prepared network namespace.
     JoinNetns,
-    /// A helper only: `unshare(CLONE_NEWNS)`, everything made private, then `move_mount`
-    /// of each prepared tree.
+    /// A helper, or a Tier B program with a private `/tmp` and `/dev/shm`
+    /// (`tier_b::mounts`): `unshare(CLONE_NEWNS)`, everything made private, then
+    /// `move_mount` of each prepared tree.
     HelperMounts,
     /// Tier C pid 1: writing `/proc/self/uid_map`.
     UidMap,

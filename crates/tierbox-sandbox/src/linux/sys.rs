@@ -769,6 +769,61 @@ pub fn idmapped_tree(path: &std::path::Path, userns: BorrowedFd<'_>) -> io::Resu
     Ok(tree)
 }
 
+/// `open_tree(path, OPEN_TREE_CLONE | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW)` with `nosuid`
+/// and `nodev` (and `rdonly` when `read_only`) set on the whole copy: a detached bind of
+/// `path` (a final symlink is not followed), for a Tier B run's private mount namespace
+/// to move into place. Needs `CAP_SYS_ADMIN` in the caller's mount namespace.
+pub fn cloned_tree(path: &std::path::Path, read_only: bool) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a NUL-terminated path and integer flags; returns a new fd we own.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            (OPEN_TREE_CLONE
+                | libc::O_CLOEXEC as libc::c_uint
+                | AT_RECURSIVE
+                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint) as libc::c_ulong,
+        )
+    };
+    if tree < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd returned by the kernel, now ours.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as RawFd) };
+    let attr = MountAttr {
+        attr_set: crate::linux::ns::sys::MOUNT_ATTR_NOSUID
+            | crate::linux::ns::sys::MOUNT_ATTR_NODEV
+            | if read_only {
+                crate::linux::ns::sys::MOUNT_ATTR_RDONLY
+            } else {
+                0
+            },
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a valid tree fd, an empty path with AT_EMPTY_PATH, and a mount_attr of the
+    // size passed, borrowed for the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            (libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE) as libc::c_ulong,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(tree)
+}
+
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::{check, errno, prctl};

@@ -1,9 +1,12 @@
 //! Tier B: direct spawn with a new session, rlimits, a rebuilt environment, no
-//! capabilities, `no_new_privs`, landlock, seccomp and a per-run cgroup.
+//! capabilities, `no_new_privs`, landlock, seccomp and a per-run cgroup; under a root
+//! supervisor also a private `/tmp` and `/dev/shm` in a mount namespace of the run's own
+//! ([`mounts`]), every other path the host's.
 //!
 //! Invariants:
 //! - nothing is inherited implicitly: the environment is exactly the Plan's (plus the
-//!   run's private `TMPDIR`), every fd other than 0/1/2 is closed at exec, stdin is
+//!   run's private `TMPDIR` and `HOME`, and `USER`/`LOGNAME` naming the run's uid), every
+//!   fd other than 0/1/2 is closed at exec, stdin is
 //!   `/dev/null` unless the Plan carries data;
 //! - a layer that cannot be applied is either a [`Rejection`] or, when the policy lists
 //!   it in `tier.optional_layers`, recorded in [`Enforcement::missing_layers`] — never
@@ -101,7 +104,32 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         )
         .ok()
     });
-    match spawn_in_slot(plan, opts, facts, &network, &slot, ids, mediate_chmod) {
+    // The private /tmp and /dev/shm, wherever the supervisor could mount the bounded tmp
+    // (module `mounts`); otherwise the run has the host's, and only `TMPDIR` is its own.
+    let private = if slot.tmp_bytes.is_some() {
+        match PrivateMounts::prepare(plan, &slot, ids) {
+            Ok(p) => Some(p),
+            Err(source) => {
+                slots::release(slot);
+                return Err(LaunchError::Setup {
+                    what: "the private /tmp and /dev/shm".to_owned(),
+                    source,
+                });
+            }
+        }
+    } else {
+        None
+    };
+    match spawn_in_slot(
+        plan,
+        opts,
+        facts,
+        &network,
+        &slot,
+        ids,
+        mediate_chmod,
+        private.as_ref(),
+    ) {
         Ok((child, seccomp_layout, audit)) => {
             missing.sort();
             missing.dedup();
@@ -113,6 +141,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 seccomp_layout,
                 ids,
                 mediate_chmod,
+                private.is_some(),
                 missing,
             );
             // The verdicts that answer the refusals the filter hands off with the chmod
@@ -121,10 +150,11 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 listener,
                 pending: false,
                 refusals: SeccompProgram::cached(
-                    &seccomp_spec(&network, ids.0, mediate_chmod).enforcing(),
+                    &seccomp_spec(&network, (ids.0, ids.1), mediate_chmod).enforcing(),
                 )
                 .ok(),
                 mediate_chmod,
+                views: private.as_ref().map_or_else(Vec::new, |p| p.views.clone()),
             });
             Ok(RunningSandbox {
                 pid: child.pid,
@@ -152,6 +182,46 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
             slots::release(slot);
             Err(e)
         }
+    }
+}
+
+/// A run's private `/tmp` and `/dev/shm` ([`mounts`]), ready for the child to move into
+/// place: the cloned trees with their destinations, and the mediator's view of them.
+struct PrivateMounts {
+    trees: Vec<(OwnedFd, std::ffi::CString)>,
+    views: Vec<(PathBuf, PathBuf)>,
+}
+
+impl PrivateMounts {
+    fn prepare(plan: &Plan, slot: &Slot, (uid, gid, _): (u32, u32, bool)) -> std::io::Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        // The views as the host resolves them (`/dev/shm` may be a symlink to `/run/shm`).
+        let tmp_view = std::fs::canonicalize(mounts::TMP_VIEW)?;
+        let shm_view = std::fs::canonicalize(mounts::SHM_VIEW)?;
+        let (read_only, read_write) = landlock_paths(plan, uid);
+        let mut moves = mounts::plan(
+            &slot.tmp,
+            (&tmp_view, &shm_view),
+            &read_only,
+            &read_write,
+            Path::is_dir,
+        );
+        let mut views = mounts::mediator_roots(&slot.tmp, (&tmp_view, &shm_view));
+        // `dev_shm = "none"`: the host's /dev/shm stays, which landlock grants nothing of
+        // (the policy refuses a writable /dev/shm with it).
+        if plan.filesystem.dev_shm == tierbox_policy::DevShm::None {
+            moves.retain(|m| m.dest != shm_view);
+            views.retain(|(view, _)| *view != shm_view);
+        }
+        let trees = mounts::prepare(&slot.tmp, &moves, (uid, gid))?
+            .into_iter()
+            .map(|(tree, dest)| {
+                std::ffi::CString::new(dest.as_os_str().as_bytes())
+                    .map(|c| (tree, c))
+                    .map_err(std::io::Error::other)
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { trees, views })
     }
 }
 
@@ -213,6 +283,7 @@ fn enforcement_report(
     seccomp: Option<SeccompLayout>,
     (uid, gid, _): (u32, u32, bool),
     mediate_chmod: bool,
+    private_mounts: bool,
     missing: Vec<Layer>,
 ) -> Enforcement {
     let limits = &plan.limits;
@@ -263,8 +334,9 @@ fn enforcement_report(
                 "; SysV IPC and POSIX message queues denied (no IPC namespace)",
                 match (uid, mediate_chmod) {
                     (0, true) =>
-                        "; chmod performed by the supervisor beneath the writable grants only, the argument rules' refusals answered and recorded by it; the run keeps uid 0: chown/xattr changes denied",
-                    (0, false) => "; the run keeps uid 0: chmod/chown/xattr changes denied",
+                        "; chmod performed by the supervisor beneath the writable grants only, the argument rules' refusals answered and recorded by it; the run keeps uid 0: chown only to root's own ids, as a no-op, xattr changes EOPNOTSUPP",
+                    (0, false) =>
+                        "; the run keeps uid 0: chmod denied, chown only to root's own ids, as a no-op, xattr changes EOPNOTSUPP",
                     (_, true) =>
                         "; chmod performed by the supervisor beneath the writable grants only, the argument rules' refusals answered and recorded by it",
                     (_, false) =>
@@ -281,7 +353,14 @@ fn enforcement_report(
             )),
             None => LayerReport::missing(facts.cgroup.describe()),
         },
-        namespaces: Vec::new(),
+        namespaces: if private_mounts {
+            vec![format!(
+                "mount: a private /tmp (the run's TMPDIR) and /dev/shm (its {} directory), the grants beneath /tmp bound back at their paths; every other path the host's",
+                mounts::SHM_DIR
+            )]
+        } else {
+            Vec::new()
+        },
         rlimits: rlimit_report(
             limits,
             if uid == 0 {
@@ -298,7 +377,7 @@ fn enforcement_report(
         },
         disk: match slot.tmp_bytes {
             Some(bytes) => LayerReport::applied(format!(
-                "TMPDIR (and a private HOME): a tmpfs of {bytes} bytes mounted by the supervisor; the workspace is bounded per file only"
+                "/tmp (the run's TMPDIR, with its private HOME and /dev/shm): a tmpfs of {bytes} bytes mounted by the supervisor; the workspace is bounded per file only"
             )),
             None => LayerReport::missing(slot.tmp_unbounded_why.clone()),
         },
@@ -308,30 +387,58 @@ fn enforcement_report(
     }
 }
 
-/// The child's complete environment: the Plan's, plus the private `HOME` and `TMPDIR`.
-fn child_env(plan: &Plan, slot: &Slot, network: &NetworkRules) -> Vec<(String, String)> {
+/// The child's complete environment: the Plan's, plus the private `HOME` and `TMPDIR`,
+/// and `USER`/`LOGNAME` naming the run's own uid ([`identity_env`]).
+fn child_env(
+    plan: &Plan,
+    slot: &Slot,
+    network: &NetworkRules,
+    uid: u32,
+    private_mounts: bool,
+) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = plan.env.clone();
+    let passwd = std::fs::read_to_string(crate::linux::identity::PASSWD_FILE).unwrap_or_default();
+    identity_env(&mut env, &passwd, uid);
     if let Some(port) = network.proxy_port {
         crate::egress::set_proxy_env(&mut env, port);
     }
+    // With a private /tmp, the private tmp is `/tmp` (its host path may be hidden by it).
+    let tmp = if private_mounts {
+        PathBuf::from(mounts::TMP_VIEW)
+    } else {
+        slot.tmp.clone()
+    };
     if plan.filesystem.private_home {
         env.push((
             "HOME".to_owned(),
-            slot.tmp.join("home").to_string_lossy().into_owned(),
+            tmp.join("home").to_string_lossy().into_owned(),
         ));
     }
     for key in ["TMPDIR", "TMP", "TEMP"] {
         if !env.iter().any(|(k, _)| k == key) {
-            env.push((key.to_owned(), slot.tmp.to_string_lossy().into_owned()));
+            env.push((key.to_owned(), tmp.to_string_lossy().into_owned()));
         }
     }
     env.sort();
     env
 }
 
+/// `USER` and `LOGNAME` as the run's uid has them in `passwd`: its account's name, so that
+/// `$USER`, `whoami` and `id -un` agree (a passed `USER` is the supervisor's, and a root
+/// supervisor runs the child as the workspace owner); removed when the uid has no
+/// account (the sandbox's unprivileged id), where `whoami` fails too. Pure.
+fn identity_env(env: &mut Vec<(String, String)>, passwd: &str, uid: u32) {
+    env.retain(|(k, _)| k != "USER" && k != "LOGNAME");
+    if let Some(name) = crate::linux::identity::account_name(passwd, uid) {
+        env.push(("USER".to_owned(), name.clone()));
+        env.push(("LOGNAME".to_owned(), name));
+    }
+}
+
 /// Prepares everything the child needs (strings, pipes, the seccomp program, the
 /// listener socket), clones it, and collects the seccomp listener. Returns the child and
 /// the seccomp program's length.
+#[allow(clippy::too_many_arguments)]
 fn spawn_in_slot(
     plan: &Plan,
     opts: &LaunchOptions,
@@ -340,16 +447,27 @@ fn spawn_in_slot(
     slot: &Slot,
     (uid, gid, change_ids): (u32, u32, bool),
     mediate_chmod: bool,
+    private: Option<&PrivateMounts>,
 ) -> Result<(SpawnedChild, Option<SeccompLayout>, RunAudit), LaunchError> {
     // With the kernel's audit records readable, a pooled slot's launcher thread is armed
     // with the log flags and has an audit session the run registers; otherwise the
     // child applies landlock and seccomp itself, with the log flags, in a session of its
     // own (see `Launcher::choose`).
     let mut audit = RunAudit::plan(slot.landlock.is_some(), facts.landlock_abi, facts.seccomp);
-    let launcher = Launcher::choose(facts, network, slot, uid, mediate_chmod, &mut audit)?;
-    let strings = ExecStrings::new(plan, &child_env(plan, slot, network), |what, bytes| {
-        cstring(bytes, what)
-    })?;
+    let launcher = Launcher::choose(
+        facts,
+        network,
+        slot,
+        (uid, gid),
+        mediate_chmod,
+        private.is_some(),
+        &mut audit,
+    )?;
+    let strings = ExecStrings::new(
+        plan,
+        &child_env(plan, slot, network, uid, private.is_some()),
+        |what, bytes| cstring(bytes, what),
+    )?;
     let StdioPipes {
         stdin_child,
         stdin_parent,
@@ -359,6 +477,16 @@ fn spawn_in_slot(
         stderr_w,
     } = stdio_pipes(plan)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
+    // The private /tmp and /dev/shm: the child's first step after joining its cgroup.
+    let mount_moves: Vec<sys::MountMove> = private.map_or_else(Vec::new, |p| {
+        p.trees
+            .iter()
+            .map(|(tree, dest)| sys::MountMove {
+                tree: tree.as_raw_fd(),
+                path: dest.as_ptr(),
+            })
+            .collect()
+    });
     let fprog = launcher.seccomp.as_deref().map(SeccompProgram::as_fprog);
     // chmod mediation: the child sends its seccomp listener fd over this pair.
     let listener_pair = match (mediate_chmod, &launcher.seccomp) {
@@ -395,7 +523,15 @@ fn spawn_in_slot(
             .as_ref()
             .map_or(-1, |(_, child_end)| child_end.as_raw_fd()),
         parent_pid: sys::getpid(),
-        helper: sys::HelperSetup::NONE,
+        helper: sys::HelperSetup {
+            mount_moves: if mount_moves.is_empty() {
+                std::ptr::null()
+            } else {
+                mount_moves.as_ptr()
+            },
+            n_mount_moves: mount_moves.len(),
+            ..sys::HelperSetup::NONE
+        },
         keep_caps: false,
         netns_fd: -1,
         // Only a child that restricts itself needs the flags (and a session): an armed
@@ -471,12 +607,35 @@ impl Launcher {
         facts: &HostFacts,
         network: &NetworkRules,
         slot: &Slot,
-        uid: u32,
+        ids: (u32, u32),
         mediate_chmod: bool,
+        private_mounts: bool,
         audit: &mut RunAudit,
     ) -> Result<Self, LaunchError> {
-        let seccomp_spec = seccomp_spec(network, uid, mediate_chmod);
+        let seccomp_spec = seccomp_spec(network, ids, mediate_chmod);
         let audited = audit.wants_session();
+        if private_mounts {
+            // The child makes its mount namespace before it restricts itself: landlock
+            // and the filter (`unshare`, `mount`) both refuse that, so it inherits
+            // neither from an armed thread and attaches the whole filter itself.
+            return Ok(Self {
+                armed: None,
+                slot_listener: None,
+                landlock_inherited: false,
+                seccomp: facts
+                    .seccomp
+                    .then(|| SeccompProgram::cached(&seccomp_spec))
+                    .transpose()
+                    .map_err(|e| LaunchError::Setup {
+                        what: "seccomp program".to_owned(),
+                        source: std::io::Error::other(e.to_string()),
+                    })?,
+                layout: None,
+                child_session: audited,
+                privileges_inherited: false,
+            }
+            .with_own_layout());
+        }
         let drops_privileges = facts.euid == 0;
         let arming = Arming {
             drop_privileges: drops_privileges,
@@ -547,6 +706,17 @@ impl Launcher {
             child_session: unarmed,
             privileges_inherited,
         })
+    }
+}
+
+impl Launcher {
+    /// The layout of a child that attaches its whole filter itself.
+    fn with_own_layout(mut self) -> Self {
+        self.layout = self.seccomp.as_deref().map(|p| SeccompLayout {
+            inherited: None,
+            attached: p.len(),
+        });
+        self
     }
 }
 
@@ -652,7 +822,11 @@ fn network_rules(
     }
 }
 
-fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> SeccompSpec {
+fn seccomp_spec(
+    net: &NetworkRules,
+    (child_uid, child_gid): (u32, u32),
+    mediate_chmod: bool,
+) -> SeccompSpec {
     SeccompSpec {
         deny_namespaces: true,
         // A child that keeps uid 0 owns every root-owned file; landlock cannot stop it from
@@ -662,6 +836,9 @@ fn seccomp_spec(net: &NetworkRules, child_uid: u32, mediate_chmod: bool) -> Secc
         // The same listener carries the argument rules' refusals, recorded with their
         // arguments for the denial report.
         notify_refusals: mediate_chmod,
+        // It stands for root, the workspace's owner: restoring `root:root` (`tar -x`,
+        // `cp -a`) succeeds without changing anything.
+        chown_noop_gid: (child_uid == 0).then_some(child_gid),
         // Tier B has no IPC namespace: SysV IPC and message queues would reach the host's
         // objects of the run's uid (root's, for a run that keeps uid 0).
         deny_ipc: true,
@@ -711,5 +888,38 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
     }
 }
 
+pub mod mounts;
+
 #[cfg(test)]
 mod review;
+
+#[cfg(test)]
+mod tests {
+    use super::identity_env;
+
+    /// `USER`/`LOGNAME` name the run's uid: the supervisor's passed `USER` is replaced,
+    /// and a uid without an account gets neither.
+    #[test]
+    fn user_and_logname_name_the_runs_uid() {
+        let passwd = "root:x:0:0:root:/root:/bin/sh\ndev:x:1000:1000::/home/dev:/bin/sh\n";
+        let base = vec![
+            ("USER".to_owned(), "root".to_owned()),
+            ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ];
+        let get = |env: &[(String, String)], k: &str| {
+            env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone())
+        };
+        let mut env = base.clone();
+        identity_env(&mut env, passwd, 1000);
+        assert_eq!(get(&env, "USER").as_deref(), Some("dev"));
+        assert_eq!(get(&env, "LOGNAME").as_deref(), Some("dev"));
+        assert_eq!(get(&env, "LANG").as_deref(), Some("C.UTF-8"));
+        assert_eq!(env.iter().filter(|(k, _)| k == "USER").count(), 1);
+        let mut env = base.clone();
+        identity_env(&mut env, passwd, 0);
+        assert_eq!(get(&env, "LOGNAME").as_deref(), Some("root"));
+        let mut env = base;
+        identity_env(&mut env, passwd, 4242);
+        assert_eq!((get(&env, "USER"), get(&env, "LOGNAME")), (None, None));
+    }
+}

@@ -19,6 +19,10 @@ use tierbox_policy::{
 use tierbox_runner::{Outcome, RunOptions, run_plan};
 use tierbox_sandbox::probe::host_facts;
 
+/// Where fixtures are made: a world-writable sticky directory of the host outside `/tmp`
+/// (see [`Fixture::new`]).
+pub const FIXTURE_BASE: &str = "/var/tmp";
+
 /// The probe binary Cargo built for these tests.
 pub const PROBE: &str = env!("CARGO_BIN_EXE_tierbox-probe");
 
@@ -220,7 +224,13 @@ impl Fixture {
         if !supported(test, &needs) {
             return None;
         }
-        let root = tempfile::tempdir().expect("tempdir");
+        // Outside /tmp: a root supervisor's Tier B run has a /tmp of its own, in which
+        // the host's files outside its grants do not exist at all; the fixtures next to
+        // the workspace (the parent's secret, the fake home) must be in the host's view
+        // for the probes to prove what landlock and the mediator refuse.
+        let root = tempfile::Builder::new()
+            .tempdir_in(FIXTURE_BASE)
+            .expect("tempdir");
         let parent = std::fs::canonicalize(root.path()).expect("canonical tempdir");
         let workspace = match existing_workspace {
             Some(w) => std::fs::canonicalize(w).expect("canonical workspace"),

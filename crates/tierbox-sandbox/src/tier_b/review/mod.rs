@@ -83,6 +83,13 @@ enum Call {
     LinkViaFd(CString, CString, CString),
     /// `file_setattr(AT_FDCWD, path, {fa_xflags}, 24, 0)` (Linux 6.17, nr 469).
     FileSetattr(CString, u64),
+    /// `fd = open(path, flags)`, then `fchmodat(AT_FDCWD, "/proc/<who>/fd/<fd>", mode)`:
+    /// glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)` without `fchmodat2` (`who` = `self`).
+    ChmodProcFd(CString, i32, &'static [u8], u32),
+    /// `fchownat(AT_FDCWD, path, owner, group, 0)`.
+    Chown(CString, u32, u32),
+    /// `setxattr(path, "system.posix_acl_access", …)`, as `install -m` and `cp -p` try.
+    SetAcl(CString),
 }
 
 fn cpath(p: &Path) -> CString {
@@ -280,5 +287,105 @@ fn regression_file_setattr_changes_attributes_of_a_hidden_host_file() {
         r,
         vec![0],
         "file_setattr on a file outside every landlock grant succeeded"
+    );
+}
+
+/// tar's `chmod("/proc/self/fd/N")` (glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)` without
+/// `fchmodat2`) changes the mode of the entry the caller's fd N refers to when it lies
+/// beneath the workspace, under the same rules as any chmod: no setuid or setgid, nothing
+/// outside, no symlink followed, and no other process's fd link.
+///
+/// Regression: the mediator took the path for a name outside every grant and refused it
+/// (`EPERM`), so `tar -x` run as uid 0 could not restore a directory's mode.
+#[test]
+fn regression_mediator_refuses_chmod_through_the_callers_proc_fd_link() {
+    if !runs_here(
+        "regression_mediator_refuses_chmod_through_the_callers_proc_fd_link",
+        false,
+    ) {
+        return;
+    }
+    let (_t, parent, ws) = workspace();
+    let dir = ws.join("d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = ws.join("f");
+    std::fs::write(&file, "x").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let outside = parent.join("outside");
+    std::fs::write(&outside, "x").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let link_out = ws.join("link-out");
+    std::os::unix::fs::symlink(&outside, &link_out).unwrap();
+    let path_fd = libc::O_PATH | libc::O_CLOEXEC;
+    let r = run_mediated(
+        &ws,
+        0,
+        None,
+        &[
+            Call::ChmodProcFd(cpath(&dir), path_fd | libc::O_DIRECTORY, b"self", 0o750),
+            Call::ChmodProcFd(cpath(&file), libc::O_RDONLY, b"thread-self", 0o600),
+            Call::ChmodProcFd(cpath(&file), path_fd, b"self", 0o4755),
+            Call::ChmodProcFd(cpath(&file), path_fd, b"self", 0o2755),
+            Call::ChmodProcFd(cpath(&outside), path_fd, b"self", 0o644),
+            Call::ChmodProcFd(cpath(&link_out), path_fd | libc::O_NOFOLLOW, b"self", 0o644),
+            // Another process's fd link is not the caller's fd.
+            Call::ChmodProcFd(cpath(&file), path_fd, b"1", 0o640),
+        ],
+    );
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+    assert_eq!(
+        &r[..5],
+        &[0, 0, libc::EPERM, libc::EPERM, libc::EPERM],
+        "{r:?}"
+    );
+    assert_ne!(r[5], 0, "a symlink's fd: {r:?}");
+    assert_eq!(r[6], libc::EPERM, "another process's fd link: {r:?}");
+    assert_eq!(
+        (mode(&dir), mode(&file), mode(&outside)),
+        (0o750, 0o600, 0o600)
+    );
+}
+
+/// A run that keeps uid 0: a chown to root's own ids (or its own gid) answers success and
+/// changes nothing; any other owner is refused; the ACL attribute coreutils writes first
+/// is "not supported", so it falls back to chmod.
+///
+/// Regression: every chown and attribute write got `EPERM`, so `cp -a` and `tar -x`
+/// failed to preserve ownership and `install -m` failed to set permissions.
+#[test]
+fn regression_uid0_run_chown_to_root_fails_and_acl_write_is_eperm() {
+    if !runs_here(
+        "regression_uid0_run_chown_to_root_fails_and_acl_write_is_eperm",
+        false,
+    ) {
+        return;
+    }
+    let (_t, _parent, ws) = workspace();
+    let file = ws.join("f");
+    std::fs::write(&file, "x").unwrap();
+    std::os::unix::fs::chown(&file, Some(0), Some(4242)).unwrap();
+    let r = run_mediated(
+        &ws,
+        0,
+        None,
+        &[
+            Call::Chown(cpath(&file), 0, 0),
+            Call::Chown(cpath(&file), u32::MAX, 4242),
+            Call::Chown(cpath(&file), 1000, 1000),
+            Call::Chown(cpath(&file), 0, 1000),
+            Call::SetAcl(cpath(&file)),
+        ],
+    );
+    assert_eq!(
+        r,
+        vec![0, 0, libc::EPERM, libc::EPERM, libc::EOPNOTSUPP],
+        "chown to root, chown of the run's gid, to another user, to another group, ACL"
+    );
+    let meta = std::fs::metadata(&file).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (0, 4242),
+        "a no-op changed the owner"
     );
 }

@@ -101,6 +101,30 @@ pub(super) fn died_within(pidfd: &OwnedFd, limit: Duration) -> Option<Result<i32
     None
 }
 
+/// Writes `/proc/<who>/fd/<fd>` NUL-terminated into `buf`, by hand (the forked child
+/// allocates nothing).
+fn proc_fd_path(buf: &mut [u8; 48], who: &[u8], fd: i32) {
+    let mut at = 0;
+    for part in [b"/proc/".as_slice(), who, b"/fd/".as_slice()] {
+        buf[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    let mut digits = [0u8; 10];
+    let (mut n, mut k) = (fd as u32, 0);
+    loop {
+        digits[k] = b'0' + (n % 10) as u8;
+        k += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..k {
+        buf[at + i] = digits[k - 1 - i];
+    }
+    buf[at + k] = 0;
+}
+
 /// Control: a child that keeps uid 0 dies when the thread that cloned it exits.
 /// Forks a child (uid 0, every capability dropped) that runs `calls` (raw syscalls only) under the chmod-mediating filter
 /// (and, when `landlock` is given, that ruleset), with a `SeccompMediator` for `workspace`
@@ -111,7 +135,7 @@ pub(super) fn run_mediated(
     landlock: Option<i32>,
     calls: &[Call],
 ) -> Vec<i32> {
-    let prog = SeccompProgram::build(&SeccompSpec {
+    let spec = SeccompSpec {
         deny_namespaces: false,
         deny_file_metadata: true,
         mediate_chmod: true,
@@ -121,8 +145,11 @@ pub(super) fn run_mediated(
         // As in Tier B, the refusals follow the chmod calls to the supervisor: a setid
         // mode reaches the mediator, which must refuse it itself.
         notify_refusals: true,
-    })
-    .unwrap();
+        // As for a Tier B run that keeps uid 0 (gid 4242).
+        chown_noop_gid: Some(4242),
+    };
+    let prog = SeccompProgram::build(&spec).unwrap();
+    let enforcing = std::sync::Arc::new(SeccompProgram::build(&spec.enforcing()).unwrap());
     let fprog = prog.as_fprog();
     let (mut to_parent, mut go, mut results) = ([0i32; 2], [0i32; 2], [0i32; 2]);
     // SAFETY: pipe writes two fds.
@@ -167,6 +194,58 @@ pub(super) fn run_mediated(
                             libc::AT_FDCWD,
                             p.as_ptr(),
                             *mode as libc::c_ulong,
+                        ) == 0
+                        {
+                            0
+                        } else {
+                            errno()
+                        }
+                    }
+                    Call::ChmodProcFd(p, flags, who, mode) => {
+                        let fd = libc::open(p.as_ptr(), *flags);
+                        if fd < 0 {
+                            errno()
+                        } else {
+                            let mut buf = [0u8; 48];
+                            proc_fd_path(&mut buf, who, fd);
+                            if libc::syscall(
+                                libc::SYS_fchmodat,
+                                libc::AT_FDCWD,
+                                buf.as_ptr(),
+                                *mode as libc::c_ulong,
+                            ) == 0
+                            {
+                                0
+                            } else {
+                                errno()
+                            }
+                        }
+                    }
+                    Call::Chown(p, owner, group) => {
+                        if libc::syscall(
+                            libc::SYS_fchownat,
+                            libc::AT_FDCWD,
+                            p.as_ptr(),
+                            *owner as libc::c_ulong,
+                            *group as libc::c_ulong,
+                            0,
+                        ) == 0
+                        {
+                            0
+                        } else {
+                            errno()
+                        }
+                    }
+                    Call::SetAcl(p) => {
+                        // A minimal access ACL (version 2, no entries): never reaches the
+                        // filesystem when the filter answers.
+                        let value = [2u8, 0, 0, 0];
+                        if libc::setxattr(
+                            p.as_ptr(),
+                            c"system.posix_acl_access".as_ptr(),
+                            value.as_ptr().cast(),
+                            value.len(),
+                            0,
                         ) == 0
                         {
                             0
@@ -280,7 +359,8 @@ pub(super) fn run_mediated(
     };
     let mediator = SeccompMediator::new(listener, workspace, uid)
         .unwrap()
-        .mediating_chmod();
+        .mediating_chmod()
+        .refusing(enforcing, crate::launch::mediate::RefusalLog::default());
     let serving = std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -1,0 +1,300 @@
+//! Tier B's private `/tmp` and `/dev/shm`: a mount namespace of the run's own, in which
+//! only those two paths differ from the host's.
+//!
+//! A Tier B run keeps the host's filesystem view: landlock decides what it may reach.
+//! Programs write `/tmp` directly, not `$TMPDIR` (compilers' scratch files, test
+//! fixtures, sockets), and POSIX semaphores and shared memory live in `/dev/shm`
+//! (Python's `multiprocessing`): granting the host's would share them with every process
+//! of the run's uid. So, when the supervisor may mount (root, with `CAP_SYS_ADMIN` in the
+//! host's mount namespace — the condition of the bounded `TMPDIR`, the `disk` layer), the
+//! child unshares its mount namespace before anything else runs in it, makes every mount
+//! private (nothing propagates back to the host), and moves these trees into place, all
+//! prepared by the supervisor ([`plan`], then [`prepare`]):
+//!
+//! 1. the run's private tmp (the bounded tmpfs of `limits.disk_bytes` that `TMPDIR` and
+//!    the private `HOME` already were) over `/tmp`: `/tmp` *is* `$TMPDIR`;
+//! 2. its [`SHM_DIR`] directory over `/dev/shm`, so shared memory counts against the same
+//!    bound;
+//! 3. each grant that lies beneath `/tmp` (a workspace in `/tmp/…`, a writable or
+//!    read-only path there), which step 1 hid, bound back at its own path onto a
+//!    mount point made for it in the private tmp: a read-only grant read-only at the
+//!    mount (the private tmp's landlock rule is read-write, and landlock's rights add up
+//!    along the path, so the mount flag is what keeps it read-only). A grant beneath an
+//!    already bound grant of the same kind is inside that tree already. Every bound tree
+//!    is `nosuid` and `nodev`.
+//!
+//! A grant of `/tmp` or `/dev/shm` itself is served by the private one (as in Tier C).
+//! Nothing else changes: every other path, and every landlock rule, is the host's
+//! (landlock rules bind to inodes, and the bound trees are the same inodes).
+//!
+//! Invariants: the namespace is made before landlock and seccomp (both refuse mount
+//! operations), so the child restricts itself (no launcher thread that is already
+//! restricted); the run never holds `CAP_SYS_ADMIN` (its capabilities are emptied after
+//! this step), so it cannot change this namespace's mounts.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+/// The directory of the run's private tmp that is its `/dev/shm`.
+pub const SHM_DIR: &str = ".dev-shm";
+
+/// Where the run sees its private tmp.
+pub const TMP_VIEW: &str = "/tmp";
+
+/// Where the run sees its shared memory.
+pub const SHM_VIEW: &str = "/dev/shm";
+
+/// One tree moved into place in the child's mount namespace, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeMove {
+    /// The host path cloned (`open_tree`).
+    pub source: PathBuf,
+    /// Where it is moved in the run's namespace.
+    pub dest: PathBuf,
+    /// Read-only at the mount.
+    pub read_only: bool,
+    /// The mount point to make in the private tmp first, relative to it, and whether it
+    /// is a directory (else an empty file); `None` when `dest` exists already (the two
+    /// fixed views, and a grant inside an already bound tree).
+    pub mount_point: Option<(PathBuf, bool)>,
+}
+
+/// The moves for a run whose private tmp is `tmp` and whose landlock grants are
+/// `read_only` and `read_write` (host paths, canonical); `is_dir` says whether a grant
+/// is a directory. `tmp_view` and `shm_view` are [`TMP_VIEW`] and [`SHM_VIEW`] as the
+/// host resolves them. Pure.
+pub fn plan(
+    tmp: &Path,
+    (tmp_view, shm_view): (&Path, &Path),
+    read_only: &[&Path],
+    read_write: &[&Path],
+    is_dir: impl Fn(&Path) -> bool,
+) -> Vec<TreeMove> {
+    let mut moves = vec![
+        TreeMove {
+            source: tmp.to_path_buf(),
+            dest: tmp_view.to_path_buf(),
+            read_only: false,
+            mount_point: None,
+        },
+        TreeMove {
+            source: tmp.join(SHM_DIR),
+            dest: shm_view.to_path_buf(),
+            read_only: false,
+            mount_point: None,
+        },
+    ];
+    // Grants strictly beneath /tmp, sorted so that an ancestor comes before what it holds.
+    let mut hidden: Vec<(&Path, bool)> = read_only
+        .iter()
+        .map(|p| (*p, true))
+        .chain(read_write.iter().map(|p| (*p, false)))
+        .filter(|(p, _)| p.starts_with(tmp_view) && *p != tmp_view)
+        // The private tmp itself, when the state directory lies in /tmp: it is `/tmp` now.
+        .filter(|(p, _)| !p.starts_with(tmp))
+        .collect();
+    hidden.sort();
+    hidden.dedup();
+    // The same path granted both ways: read-write wins, as landlock's union does.
+    hidden.dedup_by(|later, earlier| {
+        if later.0 == earlier.0 {
+            earlier.1 &= later.1;
+            true
+        } else {
+            false
+        }
+    });
+    let mut bound: Vec<(&Path, bool)> = Vec::new();
+    for (path, read_only) in hidden {
+        // The deepest bound tree holding it.
+        let holder = bound
+            .iter()
+            .filter(|(b, _)| path.starts_with(b))
+            .max_by_key(|(b, _)| b.as_os_str().len());
+        let mount_point = match holder {
+            // Inside a tree with the same or more rights: as on the host.
+            Some(&(_, holder_ro)) if !holder_ro || read_only => continue,
+            // A writable grant inside a read-only tree: bound over its own path there.
+            Some(_) => None,
+            None => Some((
+                path.strip_prefix(tmp_view).unwrap_or(path).to_path_buf(),
+                is_dir(path),
+            )),
+        };
+        moves.push(TreeMove {
+            source: path.to_path_buf(),
+            dest: path.to_path_buf(),
+            read_only,
+            mount_point,
+        });
+        bound.push((path, read_only));
+    }
+    moves
+}
+
+/// The trees of `moves`, cloned, with their mount points made in the private tmp `tmp`
+/// (root-owned, mode 0755 directories or 0444 empty files, hidden under the mounts) and
+/// the shared-memory directory made owned by `uid:gid`, mode 0700. A grant that no
+/// longer exists is left out.
+pub fn prepare(
+    tmp: &Path,
+    moves: &[TreeMove],
+    (uid, gid): (u32, u32),
+) -> std::io::Result<Vec<(OwnedFd, PathBuf)>> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let shm = tmp.join(SHM_DIR);
+    if !shm.is_dir() {
+        std::fs::DirBuilder::new().mode(0o700).create(&shm)?;
+        std::os::unix::fs::chown(&shm, Some(uid), Some(gid))?;
+    }
+    let mut trees = Vec::with_capacity(moves.len());
+    for m in moves {
+        // A grant that is gone has nothing to bind (landlock skips it too); the launch
+        // goes on, and whatever else needs it refuses the run.
+        if m.source != tmp && m.source != shm && std::fs::symlink_metadata(&m.source).is_err() {
+            continue;
+        }
+        if let Some((rel, dir)) = &m.mount_point {
+            let at = tmp.join(rel);
+            if *dir {
+                std::fs::DirBuilder::new()
+                    .mode(0o755)
+                    .recursive(true)
+                    .create(&at)?;
+            } else {
+                if let Some(parent) = at.parent() {
+                    std::fs::DirBuilder::new()
+                        .mode(0o755)
+                        .recursive(true)
+                        .create(parent)?;
+                }
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o444)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&at)?;
+            }
+        }
+        let tree = crate::linux::sys::cloned_tree(&m.source, m.read_only).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("open_tree of {}: {e}", m.source.display()),
+            )
+        })?;
+        trees.push((tree, m.dest.clone()));
+    }
+    Ok(trees)
+}
+
+/// The mediator's roots for a run with this plan: each path the run names its private
+/// tmp and shared memory by, with the host path it is (the run's view of every bound
+/// grant is its host path, so those need nothing). The private tmp's own host path is
+/// kept unless `/tmp` hides it.
+pub fn mediator_roots(tmp: &Path, (tmp_view, shm_view): (&Path, &Path)) -> Vec<(PathBuf, PathBuf)> {
+    let mut roots = vec![
+        (tmp_view.to_path_buf(), tmp.to_path_buf()),
+        (shm_view.to_path_buf(), tmp.join(SHM_DIR)),
+    ];
+    if !tmp.starts_with(tmp_view) && !tmp.starts_with(shm_view) {
+        roots.push((tmp.to_path_buf(), tmp.to_path_buf()));
+    }
+    roots
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A move as text: source, destination, read-only, mount point.
+    type Row<'a> = (&'a str, &'a str, bool, Option<(&'a str, bool)>);
+
+    fn views() -> (&'static Path, &'static Path) {
+        (Path::new("/tmp"), Path::new("/dev/shm"))
+    }
+
+    #[test]
+    fn tmp_and_shm_first_then_grants_under_tmp_bound_back() {
+        let tmp = Path::new("/var/lib/tierbox/tmp/run-1");
+        let ws = Path::new("/tmp/ws");
+        let moves = plan(
+            tmp,
+            views(),
+            &[
+                Path::new("/usr"),
+                Path::new("/tmp/data"),
+                Path::new("/tmp/ws/ro"),
+                Path::new("/tmp/f.txt"),
+            ],
+            &[
+                ws,
+                Path::new("/dev/shm"),
+                Path::new("/tmp"),
+                Path::new("/tmp/data/out"),
+            ],
+            |p| p != Path::new("/tmp/f.txt"),
+        );
+        let got: Vec<Row> = moves
+            .iter()
+            .map(|m| {
+                (
+                    m.source.to_str().unwrap(),
+                    m.dest.to_str().unwrap(),
+                    m.read_only,
+                    m.mount_point
+                        .as_ref()
+                        .map(|(r, d)| (r.to_str().unwrap(), *d)),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("/var/lib/tierbox/tmp/run-1", "/tmp", false, None),
+                (
+                    "/var/lib/tierbox/tmp/run-1/.dev-shm",
+                    "/dev/shm",
+                    false,
+                    None
+                ),
+                // A read-only grant: read-only at the mount.
+                ("/tmp/data", "/tmp/data", true, Some(("data", true))),
+                // A writable grant inside it: bound over its own path.
+                ("/tmp/data/out", "/tmp/data/out", false, None),
+                // A file grant: an empty file as its mount point.
+                ("/tmp/f.txt", "/tmp/f.txt", true, Some(("f.txt", false))),
+                ("/tmp/ws", "/tmp/ws", false, Some(("ws", true))),
+                // /tmp/ws/ro lies in the writable workspace: as on the host.
+            ]
+        );
+    }
+
+    #[test]
+    fn a_path_granted_both_ways_is_bound_writable() {
+        let moves = plan(
+            Path::new("/state/run"),
+            views(),
+            &[Path::new("/tmp/x")],
+            &[Path::new("/tmp/x")],
+            |_| true,
+        );
+        assert_eq!(moves.len(), 3);
+        assert!(!moves[2].read_only);
+    }
+
+    #[test]
+    fn a_private_tmp_inside_tmp_is_not_bound_back_and_not_a_root_by_its_host_path() {
+        let tmp = Path::new("/tmp/state/tmp/run-1");
+        let moves = plan(tmp, views(), &[], &[tmp, Path::new("/tmp/ws")], |_| true);
+        assert_eq!(moves.len(), 3, "{moves:?}");
+        assert_eq!(moves[2].dest, Path::new("/tmp/ws"));
+        let roots = mediator_roots(tmp, views());
+        assert_eq!(roots.len(), 2, "{roots:?}");
+        let roots = mediator_roots(Path::new("/state/run"), views());
+        assert_eq!(
+            roots[2],
+            (PathBuf::from("/state/run"), PathBuf::from("/state/run"))
+        );
+    }
+}
