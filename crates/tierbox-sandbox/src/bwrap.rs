@@ -621,6 +621,9 @@ enum Step {
     BindRo,
     /// `--tmpfs PATH --remount-ro PATH`: an empty read-only directory.
     EmptyRo,
+    /// `--ro-bind PATH PATH` of a placeholder file the supervisor creates on the host
+    /// first, holding what git must read in it (a missing `.git/commondir`: `.`).
+    PlaceholderRo,
 }
 
 /// A hidden path, rendered after every bind.
@@ -756,6 +759,7 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
             Step::BindRw => argv.flag_pair("--bind", path, path),
             Step::BindRo => argv.flag_pair("--ro-bind", path, path),
             Step::EmptyRo => argv.empty_ro(path),
+            Step::PlaceholderRo => argv.flag_pair("--ro-bind", path, path),
         }
     }
     for deny in &denies {
@@ -842,11 +846,31 @@ fn skeleton_tops(mounts: &[(PathBuf, Step)]) -> Vec<PathBuf> {
 pub fn host_mount_points(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<PathBuf>, BwrapError> {
     let points: BTreeSet<PathBuf> = protected_mounts(plan, &opts.host)?
         .into_iter()
-        .filter(|(_, step)| *step == Step::EmptyRo)
+        .filter(|(_, step)| matches!(step, Step::EmptyRo | Step::PlaceholderRo))
         .map(|(path, _)| path)
         .collect();
     // Sorted ancestor-first; removal walks them in reverse.
     Ok(points.into_iter().collect())
+}
+
+/// The entries among [`host_mount_points`] that the supervisor creates on the host
+/// itself before bwrap starts ([`crate::placeholders::create`]): `true` for a directory
+/// (an empty read-only tmpfs is mounted on it), `false` for a file holding what git must
+/// read in it (a `commondir` of `.`: bwrap would create an empty one, which git finds
+/// fatal). Made by the supervisor, not by bwrap, whose setup identity may not write a git
+/// directory a run created (it belongs to the sandbox's group).
+pub fn host_placeholders(
+    plan: &Plan,
+    opts: &BwrapOptions,
+) -> Result<Vec<(PathBuf, bool)>, BwrapError> {
+    Ok(protected_mounts(plan, &opts.host)?
+        .into_iter()
+        .filter_map(|(path, step)| match step {
+            Step::EmptyRo => Some((path, true)),
+            Step::PlaceholderRo => Some((path, false)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Releases the mount points [`host_mount_points`] listed (claimed by the launch, see
@@ -1004,6 +1028,15 @@ fn protected_mounts(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step
                     continue;
                 }
                 PathKind::Dir | PathKind::File => steps.push((at.clone(), Step::BindRo)),
+                // A protected entry of a repository that does not exist: a run may make
+                // its own (reported after the run as `created_git_dirs`).
+                PathKind::Missing
+                    if tierbox_policy::validate::run_may_create(component.as_os_str(), last) => {}
+                PathKind::Missing
+                    if last && !tierbox_policy::validate::placeholder_content(&at).is_empty() =>
+                {
+                    steps.push((at.clone(), Step::PlaceholderRo));
+                }
                 PathKind::Missing => steps.push((at.clone(), Step::EmptyRo)),
                 PathKind::Symlink { resolved, .. } => {
                     if parent == workspace {
@@ -1034,7 +1067,7 @@ fn protected_mounts(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step
         .map(|(path, _)| path.clone())
         .collect();
     steps.retain(|(path, step)| {
-        *step != Step::EmptyRo
+        !matches!(step, Step::EmptyRo | Step::PlaceholderRo)
             || !read_only
                 .iter()
                 .any(|ro| path.starts_with(ro) && path != ro)

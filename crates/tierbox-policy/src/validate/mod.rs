@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PATTERNS, DENIED_ENV_PREFIXES, is_denied_env_name};
-pub use git::DEFAULT_PROTECTED;
+pub use git::{COMMONDIR_PLACEHOLDER, DEFAULT_PROTECTED, placeholder_content, run_may_create};
 pub use interpreter::{
     GIT_CODE_KEYS, INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, git_key_runs_code,
     interpreter_base_name,
