@@ -1,4 +1,5 @@
 mod attest;
 mod background;
+mod git;
 mod review;
 mod runs;
