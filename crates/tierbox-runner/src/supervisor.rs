@@ -354,6 +354,9 @@ pub(crate) fn launch_in(
     opts: &LaunchOptions,
 ) -> Result<RunningSandbox, RunError> {
     let _launching = LAUNCHING.read().unwrap_or_else(PoisonError::into_inner);
+    if let Some(home) = &plan.filesystem.workspace_home {
+        crate::home::ensure(&plan.workspace, home)?;
+    }
     let launched = match tier {
         Tier::B | Tier::C => tierbox_sandbox::backend::for_plan(plan, tier).launch(plan, opts)?,
         Tier::A => {

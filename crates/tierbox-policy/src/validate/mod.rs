@@ -290,6 +290,17 @@ pub fn validate(
     if filesystem.private_home {
         env.retain(|(k, _)| k != "HOME");
     }
+    // A HOME the runs of this workspace share; an overlay run's writes would not persist,
+    // so it keeps its private one.
+    if let Some(rel) = &policy.env.workspace_home
+        && workspace_mode == crate::policy::WorkspaceMode::Direct
+    {
+        let home = workspace.join(rel);
+        env.retain(|(k, _)| k != "HOME");
+        env.push(("HOME".to_owned(), home.to_string_lossy().into_owned()));
+        filesystem.private_home = false;
+        filesystem.workspace_home = Some(home);
+    }
 
     Ok(Plan {
         program,
@@ -578,6 +589,7 @@ fn filesystem_plan(
         git_repos: repos,
         repo_scan: ScanLimits::of(fs),
         private_home: false,
+        workspace_home: None,
     })
 }
 

@@ -369,3 +369,26 @@ fn global_git_configuration_lives_in_the_run_s_home() {
         );
     }
 }
+
+/// With `env.workspace_home` the runs of one workspace share a `HOME` inside it, which
+/// the supervisor makes: `git config --global` of one run is seen by the next.
+#[test]
+fn a_workspace_home_carries_global_git_configuration_to_the_next_run() {
+    let test = "a_workspace_home_carries_global_git_configuration_to_the_next_run";
+    for variant in Variant::available(test) {
+        let mut repo = Repo::with_commit(variant);
+        repo.policy.env.workspace_home = Some(".agent/home".to_owned());
+        repo.policy.env.set.remove("GIT_CONFIG_SYSTEM");
+        let o = repo.git(&["config", "--global", "user.name", "Kept"]);
+        assert_eq!(o.exit_code, Some(0), "{variant:?}");
+        let o = repo.git(&["config", "--global", "user.name"]);
+        assert_eq!(o.stdout.text, "Kept\n", "{variant:?}");
+        let kept = std::fs::read_to_string(repo.path(".agent/home/.gitconfig")).unwrap();
+        assert!(kept.contains("Kept"), "{variant:?}: {kept}");
+        // Another workspace's runs do not see it.
+        let mut other = Repo::with_commit(variant);
+        other.policy = repo.policy.clone();
+        let o = other.run("git", &["config", "--global", "user.name"]);
+        assert_eq!(o.exit_code, Some(1), "{variant:?}: {}", o.stdout.text);
+    }
+}
