@@ -978,7 +978,11 @@ fn mount_steps(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step)>, B
 /// - `P` itself is a directory, or `C` is a file (regular, device, fifo, socket — e.g. a
 ///   worktree's `.git` file): `--ro-bind` it. A file `C` above `P` also stops `P` from
 ///   being created (`ENOTDIR`), and the bind stops `C` from being replaced.
-/// - `C` is missing: cover `C` with an empty read-only tmpfs. Neither `C` nor anything
+/// - `C` is a missing `.git` and `P` lies inside it: nothing (the run may make its own
+///   repository, reported after the run). `C` is a missing `commondir` (`P` itself):
+///   a placeholder file holding `.` made by the supervisor and bound read-only onto
+///   itself, since git reads it and finds a directory or an empty file fatal.
+/// - `C` is missing otherwise: cover `C` with an empty read-only tmpfs. Neither `C` nor anything
 ///   below it can be created (`mkdir .git` fails with `EEXIST`, `.git/hooks` with
 ///   `EROFS`), and a mount point cannot be renamed or removed (`EBUSY`). A directory
 ///   rather than `/dev/null`: bwrap creates the mount point in the host's workspace, and

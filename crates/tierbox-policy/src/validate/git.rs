@@ -13,18 +13,21 @@
 //!
 //! So the default protects the whole git directory ([`DEFAULT_PROTECTED`]: `.git`), in
 //! the workspace and in every repository nested in it at launch, at any depth
-//! ([`super::repo_scan`]: the search is complete or the run is refused). Protecting only the entries above while
-//! leaving the rest writable cannot be done right with mounts: a missing `commondir`
-//! must be covered to stop a run creating one, but git treats an existing `commondir`
-//! that is empty or unreadable as fatal — every git command in the repository, the
-//! host's included, would fail while the run lasts — and git creates its lock files
-//! (`index.lock`, `HEAD.lock`) in the git directory's top level, so a read-only top level
-//! refuses every commit anyway. Hence the decision: **inside Tier C the git directory is
-//! read-only.** Read-only commands work (`status`, `diff`, `log`, `show`, `blame`,
-//! `grep`; `status` refreshes the index only when it can); `add`, `commit`, `fetch`,
-//! `checkout` of another branch and `gc` fail with `EROFS`, and the host commits what a
-//! run changed — after reviewing it. A policy that lets runs commit lists the entries
-//! above instead of `.git`, and accepts that a missing `commondir` is not covered.
+//! ([`super::repo_scan`]: the search is complete or the run is refused). Read-only
+//! commands work (`status`, `diff`, `log`, `show`, `blame`, `grep`; `status` refreshes
+//! the index only when it can); `add`, `commit`, `fetch`, `checkout` of another branch and
+//! `gc` fail with `EROFS`, and the host commits what a run changed — after reviewing it.
+//!
+//! A policy that lets runs commit (`policies/version-control.toml`) lists the entries
+//! above without `.git`: git creates its lock files (`index.lock`, `HEAD.lock`,
+//! `packed-refs.lock`) in the git directory's top level and renames them onto their
+//! final names, so that level stays writable, while each entry is bound read-only onto
+//! itself (a mount point can be neither written, renamed over nor removed). A missing
+//! entry must still be covered, or a run could create it (a `commondir` leading to a git
+//! directory of its own making); git reads a `commondir` whenever it exists and finds an
+//! empty one fatal, so its placeholder names the git directory itself
+//! ([`placeholder_content`]). Entries of a git directory that does not exist protect
+//! nothing: the run may `git init` its own ([`run_may_create`]).
 //!
 //! Repositories a run *creates* cannot be protected in advance: the search after the run
 //! lists them, and the outcome names them as untrusted content for the host.
