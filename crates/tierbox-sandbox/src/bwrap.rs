@@ -622,7 +622,8 @@ enum Step {
     /// `--tmpfs PATH --remount-ro PATH`: an empty read-only directory.
     EmptyRo,
     /// `--ro-bind PATH PATH` of a placeholder file the supervisor creates on the host
-    /// first, holding what git must read in it (a missing `.git/commondir`: `.`).
+    /// first: empty, or holding what git must read in it (a missing `.git/commondir`:
+    /// `.`).
     PlaceholderRo,
 }
 
@@ -979,9 +980,11 @@ fn mount_steps(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step)>, B
 ///   worktree's `.git` file): `--ro-bind` it. A file `C` above `P` also stops `P` from
 ///   being created (`ENOTDIR`), and the bind stops `C` from being replaced.
 /// - `C` is a missing `.git` and `P` lies inside it: nothing (the run may make its own
-///   repository, reported after the run). `C` is a missing `commondir` (`P` itself):
-///   a placeholder file holding `.` made by the supervisor and bound read-only onto
-///   itself, since git reads it and finds a directory or an empty file fatal.
+///   repository, reported after the run).
+/// - `C` is missing and is `P` itself (not `.git`): a placeholder file made by the
+///   supervisor and bound read-only onto itself, as the native backend covers it (so
+///   concurrent runs of both backends agree): empty, or for a `commondir` holding `.`,
+///   since git reads it and finds a directory or an empty file fatal.
 /// - `C` is missing otherwise: cover `C` with an empty read-only tmpfs. Neither `C` nor anything
 ///   below it can be created (`mkdir .git` fails with `EEXIST`, `.git/hooks` with
 ///   `EROFS`), and a mount point cannot be renamed or removed (`EBUSY`). A directory
@@ -1036,9 +1039,11 @@ fn protected_mounts(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step
                 // its own (reported after the run as `created_git_dirs`).
                 PathKind::Missing
                     if tierbox_policy::validate::run_may_create(component.as_os_str(), last) => {}
-                PathKind::Missing
-                    if last && !tierbox_policy::validate::placeholder_content(&at).is_empty() =>
-                {
+                // A missing last component is a file, as the native backend makes it (so
+                // concurrent runs of both agree on the placeholder), except a git
+                // directory: an empty `.git` file is fatal to git, an empty directory is
+                // no repository.
+                PathKind::Missing if last && component.as_os_str() != ".git" => {
                     steps.push((at.clone(), Step::PlaceholderRo));
                 }
                 PathKind::Missing => steps.push((at.clone(), Step::EmptyRo)),
