@@ -13,6 +13,7 @@ pub mod home;
 pub mod host;
 pub mod identity;
 pub mod outcome;
+pub mod protected;
 pub mod review;
 pub mod ring;
 pub mod stream;

@@ -150,6 +150,12 @@ impl Repo {
             self.tier,
             o.stderr.text
         );
+        assert!(
+            o.protected_changed.is_empty(),
+            "git {args:?} in {:?}: {:?}",
+            self.tier,
+            o.protected_changed
+        );
         o
     }
 
@@ -286,6 +292,26 @@ fn writes_to_what_git_runs_are_refused_in_tier_c() {
         // The repository still works on the host.
         assert_eq!(repo.host_git(&["log", "--format=%s"]), "first\n");
     }
+}
+
+/// Tier B cannot refuse them: what a run changes of them is named in the outcome.
+#[test]
+fn tier_b_names_the_protected_entries_a_run_changed() {
+    let test = "tier_b_names_the_protected_entries_a_run_changed";
+    if !Variant::available(test).contains(&Variant::B) {
+        return;
+    }
+    let repo = Repo::with_commit(Variant::B);
+    let o = repo.run("git", &["config", "user.name", "planted"]);
+    assert_eq!(o.exit_code, Some(0), "{}", o.stderr.text);
+    let ws = std::fs::canonicalize(repo.ws.path()).unwrap();
+    assert_eq!(o.protected_changed, [ws.join(".git/config")]);
+    std::fs::write(repo.path("evil"), "#!/bin/sh\n").unwrap();
+    let o = repo.run("cp", &["evil", ".git/hooks/pre-commit"]);
+    assert_eq!(o.exit_code, Some(0), "{}", o.stderr.text);
+    assert_eq!(o.protected_changed, [ws.join(".git/hooks")]);
+    let o = repo.run("git", &["status", "--short"]);
+    assert!(o.protected_changed.is_empty(), "{:?}", o.protected_changed);
 }
 
 /// In a workspace without a repository `git init` makes the run's own, named in the
