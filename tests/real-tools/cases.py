@@ -262,12 +262,6 @@ def unicode_files(f) -> None:
     f.write("words-utf8.txt", "zèbre\nÄpfel\nétoile\napple\nZoo\nÉcole\n")
 
 
-# --- gaps that several cases share ------------------------------------------------------
-
-GIT_DIR_READ_ONLY = Gap("the git directory is read-only (`filesystem.protected` has `.git`): "
-                        "`git add` cannot create `.git/index.lock` (`EROFS`)", "Read-only file system")
-
-
 # --- the cases --------------------------------------------------------------------------
 
 CASES: list[Case] = [
@@ -306,7 +300,10 @@ CASES: list[Case] = [
          [step("sh", "-c",
                "sort words.txt | uniq -c | sort -rn > counts.txt; wc -l < words.txt > lines.txt")],
          words, outputs=("counts.txt", "lines.txt")),
-    Case("git", "git add; git commit; git branch; git tag; git checkout; git merge; git stash", "strict",
+    # The version-control preset: the git directory writable, what git executes or follows
+    # read-only (`policies/version-control.toml`, docs/policy.md "Version control").
+    Case("git", "git add; git commit; git branch; git tag; git checkout; git merge; git stash",
+         "shipped/version-control.toml",
          [git("status", "--short", compare="stdout"),
           git("add", "a.txt"),
           git("commit", "-q", "-m", "second"),
@@ -324,16 +321,13 @@ CASES: list[Case] = [
           git("log", "--all", "--format=%H %s", compare="stdout"),
           git("tag", "--list", compare="stdout"),
           git("branch", "--list", compare="stdout")],
-         git_repo, outputs=("a.txt", "b.txt"), needs=("git",),
-         gaps={"c": GIT_DIR_READ_ONLY}),
-    Case("git-init", "git init; git add; git commit", "strict",
+         git_repo, outputs=("a.txt", "b.txt"), needs=("git",)),
+    Case("git-init", "git init; git add; git commit", "shipped/version-control.toml",
          [git("init", "-q", "-b", "main"),
           git("add", "readme.txt"),
           git("commit", "-q", "-m", "init"),
           git("log", "--format=%H %s", compare="stdout")],
-         lambda f: f.write("readme.txt", "hello\n"), needs=("git",),
-         gaps={"c": Gap("a workspace without `.git` gets an empty read-only one "
-                        "(`filesystem.protected`): `git init` fails (`EROFS`)", "Read-only file system")}),
+         lambda f: f.write("readme.txt", "hello\n"), needs=("git",)),
     Case("cargo", "cargo build --offline; cargo test --offline; cargo run --offline",
          "shipped/build-with-caches.toml",
          [step("cargo", "build", "--offline", cwd="hello"),

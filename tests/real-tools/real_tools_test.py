@@ -451,6 +451,8 @@ def doc_table(cases: list[Case]) -> str:
         for reason, where in by_reason.items():
             title, why = case.title.replace("|", "\\|"), reason.replace("|", "\\|")
             rows.append(f"| `{case.name}` | `{title}` | {', '.join(where)} | {why} |")
+    if len(rows) == 2:
+        rows = ["No case differs from the host in any tier."]
     lines = [DOC_START, *rows, "", "Matching the host in every tier: " + ", ".join(clean) + ".", DOC_END]
     return "\n".join(lines)
 

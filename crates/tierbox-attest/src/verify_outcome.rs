@@ -11,7 +11,7 @@
 //! (overlay mode's change set), and `denials`. Numbers must be written as
 //! they were signed: `0.0` is not `0`. Not covered: `usage`, `signal_name`,
 //! `egress_preflight_hosts`, `redacted`, `created_git_dirs` (and
-//! `created_git_dirs_incomplete`), `audit_error`, and the
+//! `created_git_dirs_incomplete`), `protected_changed`, `audit_error`, and the
 //! stream fields besides the text and digest (byte counts, truncation); the request and
 //! the policy are covered by their digests only (the outcome does not hold them).
 

@@ -122,6 +122,17 @@ pub fn print_notes(o: &Outcome, stderr_tty: bool, policy: &Policy) {
             dirs.join(", ")
         ));
     }
+    if !o.protected_changed.is_empty() {
+        let paths: Vec<String> = o
+            .protected_changed
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+        notes.push(format!(
+            "the run changed protected paths tier b could not keep read-only, untrusted content for this host (git runs what they hold): {}",
+            paths.join(", ")
+        ));
+    }
     if let Some(why) = &o.created_git_dirs_incomplete {
         notes.push(format!(
             "the search for git repositories the run created stopped ({why}): it may have made repositories not named here; treat every .git in the workspace as untrusted"

@@ -108,6 +108,10 @@ pub struct FsPlan {
     /// The run gets a private, empty, writable `HOME` (the supervisor's home is not
     /// granted by the policy, so passing it would only make tools fail on it).
     pub private_home: bool,
+    /// The run's `HOME` inside the workspace (`env.workspace_home`), which the supervisor
+    /// creates before the launch when it is missing; `HOME` in the environment names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_home: Option<PathBuf>,
     /// The repositories (directories holding `.git`) found in the workspace at launch,
     /// whose git redirect surface `protected` covers; a repository found after the run
     /// and not here was created by it.

@@ -525,6 +525,15 @@ pub struct EnvPolicy {
     /// Names of supervisor variables whose values are secrets: they are redacted from
     /// output wherever they appear (they are not passed unless also listed in `pass`).
     pub sensitive: Vec<String>,
+    /// A directory of the workspace (relative to it) that is the run's `HOME` instead of
+    /// a private empty one, created by the supervisor when missing: what a run writes
+    /// there (`git config --global`, tool caches, shell history) is found by the next run
+    /// of the same workspace. **Costs**: every later run reads it, so one run can plant
+    /// configuration a later run executes (git aliases, `core.pager`, `.bashrc`); it is
+    /// part of the workspace the host sees (and `git add -A` adds). Not under `.git`;
+    /// overlay runs keep a private `HOME`. None (the default): a private `HOME` per run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_home: Option<String>,
 }
 
 impl Default for EnvPolicy {
@@ -536,6 +545,7 @@ impl Default for EnvPolicy {
             set: BTreeMap::new(),
             path: DEFAULT_SANDBOX_PATH.to_owned(),
             sensitive: Vec::new(),
+            workspace_home: None,
         }
     }
 }
@@ -796,6 +806,10 @@ pub enum PolicyError {
     #[error("policy field {field} is invalid: {reason}")]
     Invalid { field: String, reason: String },
 }
+
+/// Longest `env.workspace_home`, in bytes: a path below the workspace, kept short so the
+/// supervisor creates it in a few steps.
+pub const MAX_WORKSPACE_HOME_BYTES: usize = 255;
 
 /// A field's value refused by [`Policy::check`].
 fn invalid(field: &str, reason: String) -> Result<(), PolicyError> {
@@ -1101,6 +1115,21 @@ impl Policy {
         for name in self.env.pass.iter().chain(self.env.set.keys()) {
             if name.is_empty() || name.contains('=') || name.contains('\0') {
                 return invalid("env", format!("{name:?} is not a variable name"));
+            }
+        }
+        if let Some(home) = &self.env.workspace_home {
+            let parts: Vec<&str> = home.split('/').collect();
+            let plain = |c: &&str| !c.is_empty() && *c != "." && *c != ".." && !c.contains('\0');
+            if home.len() > MAX_WORKSPACE_HOME_BYTES
+                || !parts.iter().all(plain)
+                || parts.contains(&".git")
+            {
+                return invalid(
+                    "env.workspace_home",
+                    format!(
+                        "{home:?} must be a directory inside the workspace, relative to it (at most {MAX_WORKSPACE_HOME_BYTES} bytes, no `.`, `..` or empty components), outside every `.git`"
+                    ),
+                );
             }
         }
         Ok(())
@@ -1451,6 +1480,34 @@ mod tests {
     #[test]
     fn tiers_order_by_strength() {
         assert!(Tier::B < Tier::C && Tier::C < Tier::A);
+    }
+
+    #[test]
+    fn a_workspace_home_stays_inside_the_workspace_and_outside_git() {
+        let with = |home: &str| {
+            let mut p = Policy::default();
+            p.env.workspace_home = Some(home.to_owned());
+            p.check()
+        };
+        assert!(with(".agent/home").is_ok());
+        for bad in [
+            "/abs",
+            "../up",
+            "a/../b",
+            "",
+            "a//b",
+            "./a",
+            ".git",
+            "sub/.git/x",
+            "a/",
+        ] {
+            let err = with(bad).unwrap_err();
+            assert!(
+                err.to_string().contains("env.workspace_home"),
+                "{bad:?}: {err}"
+            );
+        }
+        assert!(with(&"a".repeat(MAX_WORKSPACE_HOME_BYTES + 1)).is_err());
     }
 }
 

@@ -340,6 +340,13 @@ pub struct Outcome {
     /// is refused (`scope.protection_incomplete`) until the limit is raised.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_git_dirs_incomplete: Option<String>,
+    /// Tier B, which cannot keep protected paths read-only (the `protected_paths` layer
+    /// is missing): the protected entries inside git directories (`.git/config`,
+    /// `.git/hooks`, …) the run changed, created or removed ([`crate::protected`]).
+    /// Untrusted content for the host: what git would run there is no longer the host's.
+    /// Foreground runs; empty in Tier C, which keeps them read-only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protected_changed: Vec<PathBuf>,
     /// What the run was refused, with the policy change that would allow each (see
     /// [`crate::denials`]): always present, empty when nothing was refused — among the
     /// layers `enforcement.denial_reports` says are recorded on this host.

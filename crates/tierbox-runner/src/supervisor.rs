@@ -312,6 +312,9 @@ async fn run_plan_tapped(
         launcher_thread: false,
         egress_proxy_port,
     };
+    // Tier B cannot keep the protected entries read-only: what the run changes of them
+    // is named in the outcome instead.
+    let protected_before = (tier == Tier::B).then(|| crate::protected::snapshot(plan));
     let started = Instant::now();
     let launched = launch_in(tier, plan, &launch_opts)?;
     // From here on the run is owned by the guard: if this future is dropped (a caller's
@@ -343,6 +346,15 @@ async fn run_plan_tapped(
     guard.finish();
     let mut outcome = result?;
     outcome.run_id = run_id;
+    if let Some(before) = protected_before {
+        // A repository the run created is named as such already.
+        let created = &outcome.created_git_dirs;
+        outcome.protected_changed =
+            crate::protected::changed(&before, &crate::protected::snapshot(plan))
+                .into_iter()
+                .filter(|p| !created.iter().any(|d| p.starts_with(d.join(".git"))))
+                .collect();
+    }
     Ok(outcome)
 }
 
@@ -354,6 +366,9 @@ pub(crate) fn launch_in(
     opts: &LaunchOptions,
 ) -> Result<RunningSandbox, RunError> {
     let _launching = LAUNCHING.read().unwrap_or_else(PoisonError::into_inner);
+    if let Some(home) = &plan.filesystem.workspace_home {
+        crate::home::ensure(&plan.workspace, home)?;
+    }
     let launched = match tier {
         Tier::B | Tier::C => tierbox_sandbox::backend::for_plan(plan, tier).launch(plan, opts)?,
         Tier::A => {
@@ -787,6 +802,7 @@ fn outcome_of(
         sandbox_failure,
         created_git_dirs,
         created_git_dirs_incomplete,
+        protected_changed: Vec::new(),
         changes: None,
         changes_error: None,
         changes_evicted: Vec::new(),

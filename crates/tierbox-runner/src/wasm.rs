@@ -196,6 +196,7 @@ async fn run_wasm_tapped(
         sandbox_failure: None,
         created_git_dirs,
         created_git_dirs_incomplete,
+        protected_changed: Vec::new(),
         changes: None,
         changes_error: None,
         changes_evicted: Vec::new(),

@@ -621,6 +621,10 @@ enum Step {
     BindRo,
     /// `--tmpfs PATH --remount-ro PATH`: an empty read-only directory.
     EmptyRo,
+    /// `--ro-bind PATH PATH` of a placeholder file the supervisor creates on the host
+    /// first: empty, or holding what git must read in it (a missing `.git/commondir`:
+    /// `.`).
+    PlaceholderRo,
 }
 
 /// A hidden path, rendered after every bind.
@@ -756,6 +760,7 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
             Step::BindRw => argv.flag_pair("--bind", path, path),
             Step::BindRo => argv.flag_pair("--ro-bind", path, path),
             Step::EmptyRo => argv.empty_ro(path),
+            Step::PlaceholderRo => argv.flag_pair("--ro-bind", path, path),
         }
     }
     for deny in &denies {
@@ -842,11 +847,31 @@ fn skeleton_tops(mounts: &[(PathBuf, Step)]) -> Vec<PathBuf> {
 pub fn host_mount_points(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<PathBuf>, BwrapError> {
     let points: BTreeSet<PathBuf> = protected_mounts(plan, &opts.host)?
         .into_iter()
-        .filter(|(_, step)| *step == Step::EmptyRo)
+        .filter(|(_, step)| matches!(step, Step::EmptyRo | Step::PlaceholderRo))
         .map(|(path, _)| path)
         .collect();
     // Sorted ancestor-first; removal walks them in reverse.
     Ok(points.into_iter().collect())
+}
+
+/// The entries among [`host_mount_points`] that the supervisor creates on the host
+/// itself before bwrap starts ([`crate::placeholders::create`]): `true` for a directory
+/// (an empty read-only tmpfs is mounted on it), `false` for a file holding what git must
+/// read in it (a `commondir` of `.`: bwrap would create an empty one, which git finds
+/// fatal). Made by the supervisor, not by bwrap, whose setup identity may not write a git
+/// directory a run created (it belongs to the sandbox's group).
+pub fn host_placeholders(
+    plan: &Plan,
+    opts: &BwrapOptions,
+) -> Result<Vec<(PathBuf, bool)>, BwrapError> {
+    Ok(protected_mounts(plan, &opts.host)?
+        .into_iter()
+        .filter_map(|(path, step)| match step {
+            Step::EmptyRo => Some((path, true)),
+            Step::PlaceholderRo => Some((path, false)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Releases the mount points [`host_mount_points`] listed (claimed by the launch, see
@@ -954,7 +979,13 @@ fn mount_steps(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step)>, B
 /// - `P` itself is a directory, or `C` is a file (regular, device, fifo, socket — e.g. a
 ///   worktree's `.git` file): `--ro-bind` it. A file `C` above `P` also stops `P` from
 ///   being created (`ENOTDIR`), and the bind stops `C` from being replaced.
-/// - `C` is missing: cover `C` with an empty read-only tmpfs. Neither `C` nor anything
+/// - `C` is a missing `.git` and `P` lies inside it: nothing (the run may make its own
+///   repository, reported after the run).
+/// - `C` is missing and is `P` itself (not `.git`): a placeholder file made by the
+///   supervisor and bound read-only onto itself, as the native backend covers it (so
+///   concurrent runs of both backends agree): empty, or for a `commondir` holding `.`,
+///   since git reads it and finds a directory or an empty file fatal.
+/// - `C` is missing otherwise: cover `C` with an empty read-only tmpfs. Neither `C` nor anything
 ///   below it can be created (`mkdir .git` fails with `EEXIST`, `.git/hooks` with
 ///   `EROFS`), and a mount point cannot be renamed or removed (`EBUSY`). A directory
 ///   rather than `/dev/null`: bwrap creates the mount point in the host's workspace, and
@@ -1004,6 +1035,17 @@ fn protected_mounts(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step
                     continue;
                 }
                 PathKind::Dir | PathKind::File => steps.push((at.clone(), Step::BindRo)),
+                // A protected entry of a repository that does not exist: a run may make
+                // its own (reported after the run as `created_git_dirs`).
+                PathKind::Missing
+                    if tierbox_policy::validate::run_may_create(component.as_os_str(), last) => {}
+                // A missing last component is a file, as the native backend makes it (so
+                // concurrent runs of both agree on the placeholder), except a git
+                // directory: an empty `.git` file is fatal to git, an empty directory is
+                // no repository.
+                PathKind::Missing if last && component.as_os_str() != ".git" => {
+                    steps.push((at.clone(), Step::PlaceholderRo));
+                }
                 PathKind::Missing => steps.push((at.clone(), Step::EmptyRo)),
                 PathKind::Symlink { resolved, .. } => {
                     if parent == workspace {
@@ -1034,7 +1076,7 @@ fn protected_mounts(plan: &Plan, host: &HostLayout) -> Result<Vec<(PathBuf, Step
         .map(|(path, _)| path.clone())
         .collect();
     steps.retain(|(path, step)| {
-        *step != Step::EmptyRo
+        !matches!(step, Step::EmptyRo | Step::PlaceholderRo)
             || !read_only
                 .iter()
                 .any(|ro| path.starts_with(ro) && path != ro)

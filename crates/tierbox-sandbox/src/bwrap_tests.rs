@@ -346,6 +346,17 @@ fn missing_protected_component_is_covered_once_at_the_first_missing_component() 
     plan.cwd = ws.clone();
     plan.filesystem.protected = vec![ws.join(".git/hooks"), ws.join(".git/config")];
     let host = fake_system(&mut plan);
+    // Only entries of a git directory that does not exist: nothing to cover, the run may
+    // make its own repository.
+    let o = opts(V0_8, host.clone());
+    let argv = strings(&bwrap_argv(&plan, &o).unwrap());
+    assert!(
+        !argv.iter().any(|a| a.starts_with("/w/repo/.git")),
+        "{argv:?}"
+    );
+    assert!(host_mount_points(&plan, &o).unwrap().is_empty());
+    // `.git` listed itself: covered once, as a whole.
+    plan.filesystem.protected.insert(0, ws.join(".git"));
     let o = opts(V0_8, host);
     let argv = strings(&bwrap_argv(&plan, &o).unwrap());
     let cover = pos(
@@ -358,6 +369,7 @@ fn missing_protected_component_is_covered_once_at_the_first_missing_component() 
     assert_eq!(host_mount_points(&plan, &o).unwrap(), [ws.join(".git")]);
 
     // `.git` exists, `hooks` does not: the leaf is covered, `config` re-bound.
+    plan.filesystem.protected.remove(0);
     let host = o
         .host
         .clone()
@@ -367,13 +379,9 @@ fn missing_protected_component_is_covered_once_at_the_first_missing_component() 
     let argv = strings(&bwrap_argv(&plan, &o).unwrap());
     pos(
         &argv,
-        &[
-            "--tmpfs",
-            "/w/repo/.git/hooks",
-            "--remount-ro",
-            "/w/repo/.git/hooks",
-        ],
+        &["--ro-bind", "/w/repo/.git/hooks", "/w/repo/.git/hooks"],
     );
+    assert!(find(&argv, &["--tmpfs", "/w/repo/.git/hooks"]).is_none());
     pos(
         &argv,
         &["--ro-bind", "/w/repo/.git/config", "/w/repo/.git/config"],
@@ -382,6 +390,40 @@ fn missing_protected_component_is_covered_once_at_the_first_missing_component() 
     assert_eq!(
         host_mount_points(&plan, &o).unwrap(),
         [ws.join(".git/hooks")]
+    );
+}
+
+/// A missing `commondir` is a file placeholder the supervisor makes holding `.` and binds
+/// read-only, not an empty directory (`Is a directory` is fatal to git).
+#[test]
+fn missing_commondir_is_a_readable_file_placeholder() {
+    let ws = PathBuf::from("/w/repo");
+    let mut plan = protected_plan(&scratch().ws, &[]);
+    plan.workspace = ws.clone();
+    plan.cwd = ws.clone();
+    plan.filesystem.protected = vec![ws.join(".git/commondir"), ws.join(".git/hooks")];
+    let host = fake_system(&mut plan).with("/w/repo/.git", PathKind::Dir);
+    let o = opts(V0_8, host);
+    let argv = strings(&bwrap_argv(&plan, &o).unwrap());
+    pos(
+        &argv,
+        &[
+            "--ro-bind",
+            "/w/repo/.git/commondir",
+            "/w/repo/.git/commondir",
+        ],
+    );
+    assert!(find(&argv, &["--tmpfs", "/w/repo/.git/commondir"]).is_none());
+    assert_eq!(
+        host_placeholders(&plan, &o).unwrap(),
+        [
+            (ws.join(".git/commondir"), false),
+            (ws.join(".git/hooks"), false)
+        ]
+    );
+    assert_eq!(
+        host_mount_points(&plan, &o).unwrap(),
+        [ws.join(".git/commondir"), ws.join(".git/hooks")]
     );
 }
 

@@ -371,12 +371,104 @@ fn remove_if_empty(p: &Path) -> std::io::Result<()> {
         FileType::RegularFile if st.st_size == 0 => {
             rustix::fs::unlinkat(&dir, name, AtFlags::empty())
         }
+        // A placeholder made with the content git must read (`commondir`), still
+        // holding just that.
+        FileType::RegularFile if holds_only_placeholder_content(&dir, name, p)? => {
+            rustix::fs::unlinkat(&dir, name, AtFlags::empty())
+        }
         _ => Ok(()),
     };
     match removed {
         Ok(())
         | Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTEMPTY | rustix::io::Errno::EXIST) => {
             Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether the regular file `name` in `dir` holds exactly what a placeholder for `p`
+/// is made with ([`tierbox_policy::validate::placeholder_content`]), when that is not
+/// empty. Opened without following a symbolic link and without blocking on a fifo.
+fn holds_only_placeholder_content(
+    dir: &std::os::fd::OwnedFd,
+    name: &std::ffi::OsStr,
+    p: &Path,
+) -> std::io::Result<bool> {
+    use rustix::fs::{Mode, OFlags};
+    let want = tierbox_policy::validate::placeholder_content(p);
+    if want.is_empty() {
+        return Ok(false);
+    }
+    let fd = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let mut file = File::from(fd);
+    let mut got = Vec::with_capacity(want.len() + 1);
+    (&mut file)
+        .take(want.len() as u64 + 1)
+        .read_to_end(&mut got)?;
+    Ok(got == want)
+}
+
+/// Creates the placeholder `p` on the host: an empty directory (`dir`), or a file
+/// holding `content` (see [`tierbox_policy::validate::placeholder_content`]), for a
+/// backend that mounts over it rather than creating it in the sandbox's setup (bwrap).
+/// The parent is reached without following any symbolic link, and the entry is created
+/// exclusively without following one; one already there because a concurrent run claims
+/// it too is accepted when it is of the same kind.
+pub fn create(p: &Path, dir: bool, content: &[u8]) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+        return Err(std::io::Error::other("placeholder without a parent"));
+    };
+    let parent = rustix::fs::openat2(
+        rustix::fs::CWD,
+        parent,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+    )?;
+    let made = if dir {
+        rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755))
+    } else {
+        rustix::fs::openat(
+            &parent,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o444),
+        )
+        .and_then(|fd| {
+            File::from(fd)
+                .write_all(content)
+                .map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))
+        })
+    };
+    match made {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::EXIST) => {
+            let st = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
+            let want = if dir {
+                FileType::Directory
+            } else {
+                FileType::RegularFile
+            };
+            if FileType::from_raw_mode(st.st_mode) == want {
+                Ok(())
+            } else {
+                Err(std::io::Error::other(format!(
+                    "{} exists and is not a {}",
+                    p.display(),
+                    if dir { "directory" } else { "regular file" }
+                )))
+            }
         }
         Err(e) => Err(e.into()),
     }
@@ -495,5 +587,26 @@ mod tests {
         std::fs::write(&f, "not empty").unwrap();
         assert!(release(&c.keep()).is_empty());
         assert!(d.join("kept").exists() && f.exists());
+    }
+
+    #[test]
+    fn a_commondir_placeholder_is_removed_only_while_it_names_the_git_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".git")).unwrap();
+        let p = dir.path().join(".git/commondir");
+        let c = claim(std::slice::from_ref(&p));
+        create(&p, false, tierbox_policy::validate::COMMONDIR_PLACEHOLDER).unwrap();
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            tierbox_policy::validate::COMMONDIR_PLACEHOLDER
+        );
+        // A concurrent run's claim finds it there.
+        create(&p, false, tierbox_policy::validate::COMMONDIR_PLACEHOLDER).unwrap();
+        assert!(release(&c.keep()).is_empty());
+        assert!(!p.exists(), "removed with its claim");
+        let c = claim(std::slice::from_ref(&p));
+        std::fs::write(&p, "../elsewhere\n").unwrap();
+        assert!(release(&c.keep()).is_empty());
+        assert!(p.exists(), "other content is left alone");
     }
 }

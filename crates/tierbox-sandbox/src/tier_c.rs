@@ -301,6 +301,15 @@ pub(crate) fn launch_bwrap(
     let placeholders = bwrap::host_mount_points(plan, &bopts).map_err(bwrap_error)?;
     // Claimed before bwrap creates them; released after the run (or here on failure).
     let claim = crate::placeholders::claim(&placeholders);
+    for (path, dir) in bwrap::host_placeholders(plan, &bopts).map_err(bwrap_error)? {
+        let content = tierbox_policy::validate::placeholder_content(&path);
+        crate::placeholders::create(&path, dir, content).map_err(|e| {
+            LaunchError::setup(format!(
+                "create the placeholder {} (filesystem.protected)",
+                path.display()
+            ))(e)
+        })?;
+    }
     let seccomp_fd = match &seccomp {
         Some(p) => Some(filter_pipe(&p.to_bytes())?),
         None => None,

@@ -13,18 +13,21 @@
 //!
 //! So the default protects the whole git directory ([`DEFAULT_PROTECTED`]: `.git`), in
 //! the workspace and in every repository nested in it at launch, at any depth
-//! ([`super::repo_scan`]: the search is complete or the run is refused). Protecting only the entries above while
-//! leaving the rest writable cannot be done right with mounts: a missing `commondir`
-//! must be covered to stop a run creating one, but git treats an existing `commondir`
-//! that is empty or unreadable as fatal — every git command in the repository, the
-//! host's included, would fail while the run lasts — and git creates its lock files
-//! (`index.lock`, `HEAD.lock`) in the git directory's top level, so a read-only top level
-//! refuses every commit anyway. Hence the decision: **inside Tier C the git directory is
-//! read-only.** Read-only commands work (`status`, `diff`, `log`, `show`, `blame`,
-//! `grep`; `status` refreshes the index only when it can); `add`, `commit`, `fetch`,
-//! `checkout` of another branch and `gc` fail with `EROFS`, and the host commits what a
-//! run changed — after reviewing it. A policy that lets runs commit lists the entries
-//! above instead of `.git`, and accepts that a missing `commondir` is not covered.
+//! ([`super::repo_scan`]: the search is complete or the run is refused). Read-only
+//! commands work (`status`, `diff`, `log`, `show`, `blame`, `grep`; `status` refreshes
+//! the index only when it can); `add`, `commit`, `fetch`, `checkout` of another branch and
+//! `gc` fail with `EROFS`, and the host commits what a run changed — after reviewing it.
+//!
+//! A policy that lets runs commit (`policies/version-control.toml`) lists the entries
+//! above without `.git`: git creates its lock files (`index.lock`, `HEAD.lock`,
+//! `packed-refs.lock`) in the git directory's top level and renames them onto their
+//! final names, so that level stays writable, while each entry is bound read-only onto
+//! itself (a mount point can be neither written, renamed over nor removed). A missing
+//! entry must still be covered, or a run could create it (a `commondir` leading to a git
+//! directory of its own making); git reads a `commondir` whenever it exists and finds an
+//! empty one fatal, so its placeholder names the git directory itself
+//! ([`placeholder_content`]). Entries of a git directory that does not exist protect
+//! nothing: the run may `git init` its own ([`run_may_create`]).
 //!
 //! Repositories a run *creates* cannot be protected in advance: the search after the run
 //! lists them, and the outcome names them as untrusted content for the host.
@@ -45,6 +48,38 @@ pub const DEFAULT_PROTECTED: &[&str] = &[
     ".git/modules",
     ".git/info",
 ];
+
+/// What a read-only placeholder for the missing protected entry `path` holds: git
+/// reads some entries whenever they exist, and an empty one is fatal to it — every git
+/// command in the repository, the host's included, would fail while the run lasts. So a
+/// missing `<git dir>/commondir` is covered by one that names the git directory itself
+/// (`.`, relative to the git directory: what git assumes when there is none). Every
+/// other placeholder is empty: git skips an empty `config.worktree`, and a `hooks`,
+/// `info`, `worktrees` or `modules` that is a file or an empty directory holds nothing.
+pub fn placeholder_content(path: &Path) -> &'static [u8] {
+    let in_git_dir = path
+        .parent()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == ".git");
+    if in_git_dir && path.file_name().is_some_and(|n| n == "commondir") {
+        COMMONDIR_PLACEHOLDER
+    } else {
+        b""
+    }
+}
+
+/// The content of a `commondir` placeholder: the git directory itself.
+pub const COMMONDIR_PLACEHOLDER: &[u8] = b".\n";
+
+/// Whether a missing `component` of a protected path needs no cover because the run may
+/// create it: a git directory (`.git`) that does not exist when the protected path lies
+/// inside it. The policy then protects the entries of an *existing* repository; a run in
+/// a workspace without one may `git init` its own, which the search after the run
+/// reports (`created_git_dirs`) as the run's, untrusted for the host. A policy that
+/// lists `.git` itself (the default) still has a missing one covered.
+pub fn run_may_create(component: &std::ffi::OsStr, last: bool) -> bool {
+    !last && component == ".git"
+}
 
 /// The protected paths of a run: the policy's (relative to the workspace), and for every
 /// nested repository in `repos` the policy's entries under `.git/` again, relative to
@@ -96,5 +131,22 @@ mod tests {
         assert!(protected.contains(&ws.join("vendor/lib/.git/config")));
         assert!(protected.contains(&ws.join("sub/.git")));
         assert!(!protected.contains(&ws.join("vendor/lib/Makefile")));
+    }
+
+    #[test]
+    fn only_a_git_directory_s_commondir_placeholder_names_it() {
+        assert_eq!(
+            placeholder_content(Path::new("/w/.git/commondir")),
+            COMMONDIR_PLACEHOLDER
+        );
+        assert_eq!(
+            placeholder_content(Path::new("/w/sub/.git/commondir")),
+            COMMONDIR_PLACEHOLDER
+        );
+        assert!(placeholder_content(Path::new("/w/.git/config.worktree")).is_empty());
+        assert!(placeholder_content(Path::new("/w/commondir")).is_empty());
+        assert!(run_may_create(std::ffi::OsStr::new(".git"), false));
+        assert!(!run_may_create(std::ffi::OsStr::new(".git"), true));
+        assert!(!run_may_create(std::ffi::OsStr::new("hooks"), false));
     }
 }

@@ -40,7 +40,7 @@ pub use arg_paths::{
     ASSIGNMENT_PATH_KEYS, RUN_STDIO_PATHS, SANDBOX_MOUNTS, SCRATCH_ROOTS, sandbox_access,
 };
 pub use env::{DENIED_ENV_EXACT, DENIED_ENV_PATTERNS, DENIED_ENV_PREFIXES, is_denied_env_name};
-pub use git::DEFAULT_PROTECTED;
+pub use git::{COMMONDIR_PLACEHOLDER, DEFAULT_PROTECTED, placeholder_content, run_may_create};
 pub use interpreter::{
     GIT_CODE_KEYS, INTERPRETERS, MAX_WRAPPER_DEPTH, WRAPPERS, git_key_runs_code,
     interpreter_base_name,
@@ -290,6 +290,17 @@ pub fn validate(
     let mut filesystem = filesystem_plan(policy, ctx, &workspace, &own)?;
     program_is_granted(&program, &workspace, &filesystem)?;
     filesystem.private_home = !home_is_granted(&env, &filesystem, &workspace);
+    // A HOME the runs of this workspace share; an overlay run's writes would not persist,
+    // so it keeps its private one.
+    if let Some(rel) = &policy.env.workspace_home
+        && workspace_mode == crate::policy::WorkspaceMode::Direct
+    {
+        let home = workspace.join(rel);
+        env.retain(|(k, _)| k != "HOME");
+        env.push(("HOME".to_owned(), home.to_string_lossy().into_owned()));
+        filesystem.private_home = false;
+        filesystem.workspace_home = Some(home);
+    }
     let run_home = match env.iter().find(|(k, _)| k == "HOME") {
         Some((_, home)) if !filesystem.private_home => {
             arg_paths::RunHome::At(std::fs::canonicalize(home).unwrap_or_else(|_| home.into()))
@@ -600,6 +611,7 @@ fn filesystem_plan(
         git_repos: repos,
         repo_scan: ScanLimits::of(fs),
         private_home: false,
+        workspace_home: None,
     })
 }
 

@@ -1,5 +1,6 @@
 mod attest;
 mod background;
+mod git;
 mod review;
 mod runs;
 mod tier_b_runtimes;

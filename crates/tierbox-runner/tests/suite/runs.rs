@@ -60,7 +60,7 @@ fn req(command: &str, args: &[&str]) -> ProcessRunRequest {
     r
 }
 
-fn rt() -> tokio::runtime::Runtime {
+pub(super) fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -436,7 +436,7 @@ fn spill_keeps_the_full_stream_in_a_private_file() {
 }
 
 /// Whether Tier C (with `backend`) can run here; prints why not, and panics under CI.
-fn tier_c_available(test: &str, backend: tierbox_policy::TierCBackend) -> bool {
+pub(super) fn tier_c_available(test: &str, backend: tierbox_policy::TierCBackend) -> bool {
     let facts = tierbox_sandbox::probe::host_facts();
     let mut reason = tierbox_sandbox::select::tier_available(tierbox_policy::Tier::C, facts)
         .err()

@@ -49,7 +49,8 @@
 //! | the path exists (directory or file) | `BindRo` of itself over itself, `RemountRo` |
 //! | a non-directory part-way (`.git` is a worktree's gitfile) | `BindRo` of that file over itself: it can be neither rewritten nor replaced by a directory |
 //! | a symlink, at the end or part-way | `CoverWithDevNull` over the symlink itself (not its target), `RemountRo`; and if the fully resolved path lands in a sandbox-writable bind, that resolved path is protected too (the host's git follows the link) |
-//! | a missing component whose parent is sandbox-writable | `HostPlaceholder` (an empty directory when more components follow, an empty file when it is the last), then `CoverWithEmptyDir` / `CoverWithDevNull` over it |
+//! | a missing component whose parent is sandbox-writable | `HostPlaceholder` (an empty directory when more components follow, a file when it is the last: empty, or for a git directory's `commondir` holding `.`, which git needs to read), then `CoverWithEmptyDir` / a read-only bind of the file onto itself |
+//! | a missing `.git` with more components to follow (only entries of a repository listed, not `.git`) | nothing: the run may make its own repository, reported after the run |
 //! | a missing component under a read-only mount | nothing: it cannot be created |
 //!
 //! Why a symlink gets `/dev/null` and not an empty directory: the kernel requires a mount

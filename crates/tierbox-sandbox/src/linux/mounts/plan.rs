@@ -648,6 +648,11 @@ impl Planner<'_, '_> {
                     if self.visible(&q).map(|m| m.backing) != Some(Backing::HostRw) {
                         return Ok(());
                     }
+                    // A protected entry of a repository that does not exist: a run may
+                    // make its own (reported after the run as `created_git_dirs`).
+                    if tierbox_policy::validate::run_may_create(c.as_os_str(), last) {
+                        return Ok(());
+                    }
                     // A missing last component is covered as a file, except a git
                     // directory: an empty `.git` directory is no repository to git, which
                     // goes on searching above, where an empty `.git` file is fatal.

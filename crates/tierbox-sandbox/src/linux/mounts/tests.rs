@@ -260,8 +260,12 @@ fn golden_op_list_for_the_strict_policy_on_a_fixed_host() {
 }
 
 #[test]
-fn missing_git_is_covered_with_one_empty_directory() {
-    let plan = fixed_plan();
+fn missing_git_is_covered_with_one_empty_directory_only_when_it_is_listed() {
+    let mut plan = fixed_plan();
+    let ws = plan.workspace.clone();
+    plan.filesystem
+        .protected
+        .splice(0..0, std::iter::once(ws.join(".git")));
     let mp = mount_plan(&plan, &fixed_host()).unwrap();
     assert_invariants(&plan, &mp);
     let tail: Vec<_> = lines(&mp)
@@ -279,6 +283,47 @@ fn missing_git_is_covered_with_one_empty_directory() {
         ]
     );
     assert_eq!(mp.host_placeholders, [PathBuf::from("/home/u/proj/.git")]);
+}
+
+/// Entries of a git directory that does not exist protect nothing yet: the run may `git
+/// init` its own repository (the version-control preset), reported after the run.
+#[test]
+fn entries_of_a_missing_git_directory_leave_it_to_the_run() {
+    let plan = fixed_plan();
+    let mp = mount_plan(&plan, &fixed_host()).unwrap();
+    assert_invariants(&plan, &mp);
+    assert!(mp.host_placeholders.is_empty(), "{:?}", lines(&mp));
+    assert!(
+        !lines(&mp).iter().any(|l| l.contains("/home/u/proj/.git")),
+        "{:?}",
+        lines(&mp)
+    );
+}
+
+/// A missing `commondir` is covered by a file git can read (an empty one is fatal to
+/// it): the placeholder's content is decided where the op is compiled, from its name.
+#[test]
+fn a_missing_commondir_gets_a_file_placeholder() {
+    let mut plan = fixed_plan();
+    let ws = plan.workspace.clone();
+    plan.filesystem.protected.push(ws.join(".git/commondir"));
+    let host = fixed_host()
+        .with_file(ws.join(".git/config"))
+        .with_dir(ws.join(".git/hooks"));
+    let mp = mount_plan(&plan, &host).unwrap();
+    assert_invariants(&plan, &mp);
+    let l = lines(&mp);
+    assert!(
+        l.contains(&"host-placeholder /home/u/proj/.git/commondir (File)".to_owned()),
+        "{l:?}"
+    );
+    assert!(l.contains(
+        &"bind-ro /home/u/proj/.git/commondir -> /home/u/proj/.git/commondir (File)".to_owned()
+    ));
+    assert_eq!(
+        tierbox_policy::validate::placeholder_content(&ws.join(".git/commondir")),
+        b".\n"
+    );
 }
 
 #[test]

@@ -1542,5 +1542,10 @@ fn placeholder(
     // belongs to root, as before.
     o.src = Some(under(OLD_ROOT, parent)?);
     o.mode = mode;
+    // What git must read in it (a `commondir` naming the git directory itself).
+    let content = tierbox_policy::validate::placeholder_content(path);
+    if kind == EntryKind::File && !content.is_empty() {
+        o.data = Some(cstring("placeholder content", content)?);
+    }
     Ok(o)
 }

@@ -24,7 +24,7 @@ pub struct NsOp<'a> {
     pub dst: &'a CStr,
     /// Filesystem type for [`OpKind::Mount`].
     pub fstype: Option<&'a CStr>,
-    /// Mount data for [`OpKind::Mount`].
+    /// Mount data for [`OpKind::Mount`]; the content of an [`OpKind::PlaceholderFile`].
     pub data: Option<&'a CStr>,
     /// `mount(2)` flags for [`OpKind::Mount`].
     pub flags: libc::c_ulong,
@@ -71,7 +71,8 @@ pub enum OpKind {
     Setattr,
     /// `openat2(src, O_PATH | O_DIRECTORY, RESOLVE_NO_SYMLINKS)`, `mkdirat(fd, dst, mode)`.
     PlaceholderDir,
-    /// Same parent, `openat(fd, dst, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY, mode)`.
+    /// Same parent, `openat(fd, dst, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY, mode)`,
+    /// then `write(data)` when the op carries content.
     PlaceholderFile,
     /// `pivot_root(dst, src)`, `chdir("/")`: the first pivot into the staging tmpfs.
     PivotInto,
@@ -137,10 +138,12 @@ pub enum SubCall {
     Chown,
     /// `sendmsg(SCM_RIGHTS)`.
     SendFd,
+    /// `write(2)`.
+    Write,
 }
 
 /// Every sub-call with what it names, in discriminant order from 1 (a test checks it).
-const SUB_CALL_NAMES: [(SubCall, &str); 15] = [
+const SUB_CALL_NAMES: [(SubCall, &str); 16] = [
     (SubCall::Mount, "mount"),
     (SubCall::Mkdir, "mkdir"),
     (SubCall::Open, "open"),
@@ -162,6 +165,7 @@ const SUB_CALL_NAMES: [(SubCall, &str); 15] = [
     (SubCall::Chdir, "chdir"),
     (SubCall::Chown, "fchownat / fchmodat"),
     (SubCall::SendFd, "sendmsg(SCM_RIGHTS)"),
+    (SubCall::Write, "write"),
 ];
 
 /// The sub-call of a mount op that failed (`Report::sub`), for error messages.
@@ -261,8 +265,18 @@ pub(super) fn run_op_once(op: &NsOp<'_>) -> Result<(), OpFailure> {
                 .map_err(|e| (SubCall::Mkdir, e))
             } else {
                 open_raw(pfd, op.dst, create_flags(), op.mode)
-                    .map(close)
                     .map_err(|e| (SubCall::Open, e))
+                    .and_then(|fd| {
+                        // The content git must read in it (a `commondir` of `.`).
+                        let written = match op.data {
+                            Some(data) => {
+                                write_all_once(fd, data.to_bytes()).map_err(|e| (SubCall::Write, e))
+                            }
+                            None => Ok(()),
+                        };
+                        close(fd);
+                        written
+                    })
             };
             // A concurrent run of this supervisor created the same placeholder (both
             // claim it): accept it if it is of the expected kind, never a symlink.

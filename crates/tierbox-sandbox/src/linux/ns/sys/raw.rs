@@ -60,6 +60,18 @@ pub(super) fn umask(mask: u32) {
     unsafe { libc::syscall(libc::SYS_umask, mask as libc::c_ulong) };
 }
 
+/// One `write(2)` of all of `content` to `fd` (a file just created, so a short write
+/// is an error rather than a reason to loop).
+pub(super) fn write_all_once(fd: RawFd, content: &[u8]) -> Result<(), i32> {
+    // SAFETY: `content` is a valid slice for the duration of the call.
+    let r = check(unsafe { libc::syscall(libc::SYS_write, fd, content.as_ptr(), content.len()) });
+    match r {
+        Ok(n) if n as usize == content.len() => Ok(()),
+        Ok(_) => Err(libc::EIO),
+        Err(e) => Err(e),
+    }
+}
+
 /// One `write(2)` of all of `content` to a `/proc/self` file opened write-only.
 pub(super) fn write_proc_self(path: &CStr, content: &[u8]) -> Result<(), i32> {
     let fd = open_raw(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
