@@ -71,7 +71,7 @@ impl fmt::Display for PolicyChange {
 
 /// The policy changes that, applied together, let a refused argument path through.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PathFix(pub Vec<PolicyChange>);
+pub struct PathFix(pub Box<[PolicyChange]>);
 
 impl PathFix {
     /// The changes, in the order to apply them.

@@ -232,7 +232,7 @@ impl<'a> Visible<'a> {
                 Step::Visible => {
                     return Verdict::Fix {
                         denied,
-                        fix: PathFix(changes),
+                        fix: PathFix(changes.into()),
                     };
                 }
                 Step::Never(why) => return Verdict::Never(why),
