@@ -430,15 +430,18 @@ async fn protected_paths_cannot_be_written_or_swapped(test: &str, backend: TierC
 
 on_both_backends!(protected_paths_cannot_be_written_or_swapped => protected_paths_cannot_be_written_or_swapped_native, protected_paths_cannot_be_written_or_swapped_bwrap);
 
-/// In a workspace without `.git`, the protected `.git/hooks` and `.git/config` cannot be
-/// created (nor `.git` itself, nor by renaming or removing what stands in for it), and
-/// nothing is left on the host afterwards. Negative controls: without protected paths
-/// the run can create them, and so can the probe without the sandbox.
+/// In a workspace without `.git`, with `.git` protected (as by default), the protected
+/// `.git/hooks` and `.git/config` cannot be created (nor `.git` itself, nor by renaming or
+/// removing what stands in for it), and nothing is left on the host afterwards. Negative
+/// controls: with only the entries listed (the version-control preset, which leaves
+/// `git init` to the run and reports the repository it makes) and without protected
+/// paths the run can create them, and so can the probe without the sandbox.
 async fn missing_protected_paths_cannot_be_created(test: &str, backend: TierCBackend) {
     let Some(mut fx) = Fixture::tier_c(test, &[], backend) else {
         return;
     };
     protect_git(&mut fx);
+    fx.policy.filesystem.protected.insert(0, ".git".to_owned());
     let git = fx.workspace.join(".git");
     for target in [".git/hooks", ".git/config", ".git/hooks/post-checkout"] {
         let o = probe_c(&fx, &["create-denied", target]).await;
@@ -454,8 +457,12 @@ async fn missing_protected_paths_cannot_be_created(test: &str, backend: TierCBac
         );
     }
 
-    // Negative controls: unprotected, the run can create `.git/hooks` (the probe undoes
-    // it); and so can the probe without the sandbox.
+    // Negative controls: with the entries only, a missing `.git` is the run's to make;
+    // unprotected, the run can create `.git/hooks` (the probe undoes it); and so can the
+    // probe without the sandbox.
+    protect_git(&mut fx);
+    assert_broken(&probe_c(&fx, &["create-denied", ".git/hooks"]).await);
+    let _ = std::fs::remove_dir_all(&git);
     fx.policy.filesystem.protected.clear();
     assert_broken(&probe_c(&fx, &["create-denied", ".git/hooks"]).await);
     assert_direct_broken(&fx.direct(&["create-denied", ".git/hooks"]));
