@@ -78,8 +78,18 @@ pub(super) mod fixture {
         /// Interpreters and eval denied; `allowed` executables.
         pub(crate) fn new(allowed: &[&str]) -> Self {
             // Not under /tmp: there a path is the run's own private /tmp, never the
-            // host's, so it would not be "outside" for the argument check.
-            let tmp_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+            // host's, so it would not be "outside" for the argument check. A target
+            // directory under /tmp (a checkout there) gives way to /var/tmp.
+            let target_tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+            let scratch = tierbox_policy::validate::SCRATCH_ROOTS
+                .iter()
+                .any(|r| std::fs::canonicalize(target_tmp).is_ok_and(|t| t.starts_with(r)));
+            let base = if scratch {
+                std::path::Path::new("/var/tmp")
+            } else {
+                target_tmp
+            };
+            let tmp_dir = tempfile::tempdir_in(base).unwrap();
             let tmp = std::fs::canonicalize(tmp_dir.path()).unwrap();
             let ws = tmp.join("ws");
             let bin = tmp.join("bin");
