@@ -371,7 +371,14 @@ fn builder_defaults_and_execute() {
     assert!(err.is_ok());
     // A path no grant shows is refused, naming the grant that would show it (the
     // workspace's parent is /tmp here, the run's own: use a directory elsewhere).
-    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // A target directory under /tmp (a checkout there) gives way to /var/tmp.
+    let target_tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let base = if std::fs::canonicalize(target_tmp).is_ok_and(|t| t.starts_with("/tmp")) {
+        std::path::Path::new("/var/tmp")
+    } else {
+        target_tmp
+    };
+    let outside = tempfile::tempdir_in(base).unwrap();
     let outside = std::fs::canonicalize(outside.path()).unwrap();
     let err = Sandbox::command("cat")
         .arg(outside.display().to_string())

@@ -867,7 +867,14 @@ async fn paths_outside_the_workspace_are_refused_as_arguments() {
     let ctx = tierbox_policy::ValidateContext::new(&fx.workspace).with_env(fx.env.clone());
     // The fixture's parent lies in /tmp, which as an argument names the run's own private
     // /tmp, not the host's: a path outside the workspace that no run sees lies elsewhere.
-    let elsewhere = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    // A target directory under /tmp (a checkout there) gives way to /var/tmp.
+    let target_tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let base = if std::fs::canonicalize(target_tmp).is_ok_and(|t| t.starts_with("/tmp")) {
+        std::path::Path::new("/var/tmp")
+    } else {
+        target_tmp
+    };
+    let elsewhere = tempfile::tempdir_in(base).expect("tempdir");
     let secret = std::fs::canonicalize(elsewhere.path())
         .expect("canonical tempdir")
         .join("secret.txt");
