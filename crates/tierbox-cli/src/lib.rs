@@ -392,10 +392,7 @@ pub fn main() -> ExitCode {
     // forked after parsing, ~100 page copies and 0.5 ms of CPU per cold run). `cmd_run`'s
     // own call is then a no-op.
     if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
-        harden_supervisor();
-        if let Err(e) = tierbox_runner::host::start_watchdog() {
-            eprintln!("tierbox: warning: no watchdog: {e}");
-        }
+        start_run_supervisor();
     }
     let cli = Cli::parse();
     let result = match cli.command {
@@ -939,12 +936,7 @@ fn cmd_run(
     pass_stdin: bool,
     state_dir: Option<PathBuf>,
 ) -> Result<ExitCode> {
-    harden_supervisor();
-    // Before any thread starts: if this process is killed outright (SIGKILL), a process
-    // that kills what the run left in its cgroups and containers, as `serve` has.
-    if let Err(e) = tierbox_runner::host::start_watchdog() {
-        eprintln!("tierbox: warning: no watchdog: {e}");
-    }
+    start_run_supervisor();
     // One run, then exit: network namespaces made ahead of time would only cost CPU.
     tierbox_runner::host::set_network_namespace_pool(false);
     let done = run_once(policy, request, json, pass_stdin, state_dir);
@@ -952,6 +944,16 @@ fn cmd_run(
     // sweep after this process.
     tierbox_runner::host::release_watchdog();
     done
+}
+
+/// Hardens this process and, before any thread starts, forks its watchdog: if the process
+/// is killed outright (SIGKILL), it kills what the run left in its cgroups and
+/// containers, as `serve` has. A second call is a no-op.
+fn start_run_supervisor() {
+    harden_supervisor();
+    if let Err(e) = tierbox_runner::host::start_watchdog() {
+        eprintln!("tierbox: warning: no watchdog: {e}");
+    }
 }
 
 /// [`cmd_run`]'s one run, the runner dropped on return.
