@@ -985,9 +985,56 @@ impl Arming {
 #[derive(Debug)]
 pub(crate) struct SlotLauncher {
     arming: Arming,
+    /// The trees the thread moved into a mount namespace of its own ([`ThreadMounts`]),
+    /// as `(source, destination, read-only)`; empty: the supervisor's namespace.
+    mounts: Vec<MountKey>,
+    /// The mount points those trees cover in the slot's tmp (relative to it), with the
+    /// `(device, inode)` each had when the thread moved a tree onto it.
+    mount_points: Vec<(PathBuf, (u64, u64))>,
     tx: mpsc::Sender<Job>,
     listener: Option<OwnedFd>,
     session: Option<u32>,
+}
+
+impl SlotLauncher {
+    /// The mount points of the thread's trees in the slot's tmp ([`SlotLauncher::mounts`]).
+    pub(crate) fn mount_points(&self) -> &[(PathBuf, (u64, u64))] {
+        &self.mount_points
+    }
+}
+
+/// Whether each of `points` (relative to the slot's tmp `tmp`) is still the file it was.
+pub(crate) fn mount_points_in_place(tmp: &Path, points: &[(PathBuf, (u64, u64))]) -> bool {
+    points
+        .iter()
+        .all(|(rel, id)| file_id(&tmp.join(rel)).is_some_and(|now| now == *id))
+}
+
+/// `(device, inode)` of `path`, not following a final symlink.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// One tree of [`ThreadMounts`]: its source, its destination, and whether it is read-only.
+pub(crate) type MountKey = (PathBuf, PathBuf, bool);
+
+/// Trees a slot's launcher thread moves into a mount namespace of its own before it arms
+/// itself (Tier B's private `/tmp` and `/dev/shm`, and the grants beneath `/tmp` bound
+/// back), so the children it clones inherit that namespace with the rest and make no
+/// mount of their own. The mount points made for the grants in the slot's tmp are kept
+/// by the slot's recycling (removing one detaches what is mounted on it, in every
+/// namespace), and checked by inode after each run: a thread whose mount point moved is
+/// dropped.
+pub(crate) struct ThreadMounts<'a> {
+    /// The trees, in order: a thread serves only runs with the same.
+    pub(crate) key: Vec<MountKey>,
+    /// The mount points [`ThreadMounts::trees`] makes in the slot's tmp, relative to it.
+    pub(crate) mount_points: Vec<PathBuf>,
+    /// Clones the trees, each with its destination; called only to start a thread.
+    pub(crate) trees: &'a dyn Fn() -> std::io::Result<Vec<(OwnedFd, CString)>>,
 }
 
 /// The launcher of a slot, as a run uses it.
@@ -999,20 +1046,42 @@ pub(crate) struct SlotArmed {
     pub(crate) session: Option<u32>,
 }
 
-/// The launcher thread of `slot` armed with `arming` and the slot's ruleset, started on
-/// first use; `None` when the slot has no ruleset or the thread cannot be armed (the
-/// caller falls back to a process-wide armed launcher and the child restricts itself).
-pub(crate) fn slot_launcher(slot: &Slot, arming: Arming) -> Option<SlotArmed> {
+/// The launcher thread of `slot` armed with `arming` and the slot's ruleset, in a mount
+/// namespace of its own with `mounts` when given, started on first use; `None` when the
+/// slot has no ruleset or the thread cannot be started, moved or armed (the caller falls
+/// back to a process-wide armed launcher, or the child restricts itself).
+pub(crate) fn slot_launcher(
+    slot: &Slot,
+    arming: Arming,
+    mounts: Option<&ThreadMounts<'_>>,
+) -> Option<SlotArmed> {
     let landlock = slot.landlock.as_ref()?;
+    let key: &[MountKey] = mounts.map_or(&[], |m| &m.key);
     let mut launchers = slot.launcher.lock().ok()?;
     // A thread whose audit session is retired is of no use any more.
     launchers.retain(|l| !l.session.is_some_and(crate::linux::audit::session_retired));
-    let at = match launchers.iter().position(|l| l.arming == arming) {
+    let at = match launchers
+        .iter()
+        .position(|l| l.arming == arming && l.mounts == key)
+    {
         Some(at) => at,
         None => {
-            // None for this arming yet (the base filter follows the egress mode, which a
-            // slot key does not cover; audit may be turned on or off): a new thread, the
-            // oldest one dropped past the bound (it ends when its sender drops).
+            // None for this arming and these mounts yet (the base filter follows the
+            // egress mode, which a slot key does not cover; audit may be turned on or
+            // off; `/dev/shm` may be the run's or the host's): a new thread, the oldest
+            // one dropped past the bound (it ends when its sender drops).
+            let (trees, mount_points) = match mounts {
+                Some(m) => {
+                    let trees = (m.trees)().ok()?;
+                    let points = m
+                        .mount_points
+                        .iter()
+                        .map(|rel| file_id(&slot.tmp.join(rel)).map(|id| (rel.clone(), id)))
+                        .collect::<Option<Vec<_>>>()?;
+                    (trees, points)
+                }
+                None => (Vec::new(), Vec::new()),
+            };
             if launchers.len() >= MAX_SLOT_LAUNCHERS {
                 launchers.remove(0);
             }
@@ -1021,9 +1090,12 @@ pub(crate) fn slot_launcher(slot: &Slot, arming: Arming) -> Option<SlotArmed> {
                 arming,
                 Some(landlock.raw_fd()),
                 true,
+                trees,
             )?;
             launchers.push(SlotLauncher {
                 arming,
+                mounts: key.to_vec(),
+                mount_points,
                 tx,
                 listener,
                 session,
@@ -1043,15 +1115,17 @@ pub(crate) fn slot_launcher(slot: &Slot, arming: Arming) -> Option<SlotArmed> {
     })
 }
 
-/// Starts a launcher thread, arms it (with `landlock` and the chmod hand-off as well,
-/// when asked) and waits until it is armed; `None` when the thread cannot start or
-/// arming fails. Returns the hand-off filter's listener when one was attached, and the
-/// thread's audit session when armed for audit.
+/// Starts a launcher thread, moves `mounts` into a mount namespace of its own (when
+/// any), arms it (with `landlock` and the chmod hand-off as well, when asked) and waits
+/// until it is armed; `None` when the thread cannot start or a step fails. Returns the
+/// hand-off filter's listener when one was attached, and the thread's audit session when
+/// armed for audit.
 fn start_launcher(
     name: &str,
     arming: Arming,
     landlock: Option<std::os::fd::RawFd>,
     hand_off: bool,
+    mounts: Vec<(OwnedFd, CString)>,
 ) -> Option<(mpsc::Sender<Job>, Option<OwnedFd>, Option<u32>)> {
     type Armed = Result<(Option<OwnedFd>, Option<u32>), i32>;
     let (tx, rx) = mpsc::channel::<Job>();
@@ -1068,7 +1142,16 @@ fn start_launcher(
             } else {
                 Ok(None)
             };
-            let applied = session.and_then(|session| {
+            // The mounts next: landlock and the filter both refuse mount operations.
+            let moved = session.and_then(|session| {
+                if mounts.is_empty() {
+                    return Ok(session);
+                }
+                sys::private_mount_ns(&sys::MountMove::of(&mounts)).map(|()| session)
+            });
+            // The trees are attached now (or never will be): their fds are not needed.
+            drop(mounts);
+            let applied = moved.and_then(|session| {
                 arming
                     .apply_to_this_thread(landlock, hand_off)
                     .map(|listener| (listener, session))
@@ -1105,10 +1188,11 @@ pub(crate) fn armed_launcher(arming: Arming) -> Option<mpsc::Sender<Job>> {
     let mut armed = ARMED.lock().ok()?;
     if let Some((_, launcher)) = armed.iter_mut().find(|(a, _)| *a == arming) {
         if let ArmedLauncher::SeenOnce = launcher {
-            *launcher = match start_launcher("tierbox-launcher-armed", arming, None, false) {
-                Some((tx, ..)) => ArmedLauncher::Started(tx),
-                None => ArmedLauncher::Failed,
-            };
+            *launcher =
+                match start_launcher("tierbox-launcher-armed", arming, None, false, Vec::new()) {
+                    Some((tx, ..)) => ArmedLauncher::Started(tx),
+                    None => ArmedLauncher::Failed,
+                };
         }
         return match launcher {
             ArmedLauncher::Started(tx) => Some(tx.clone()),

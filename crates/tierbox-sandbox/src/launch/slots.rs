@@ -256,48 +256,76 @@ fn recycle(slot: &mut Slot) -> Result<(), ()> {
     if cg.charged_pids() != Some(0) {
         return Err(());
     }
-    empty_dir_in_place(&slot.tmp).map_err(|_| ())?;
+    // The mount points a slot's launcher thread moved trees onto (`ThreadMounts`) stay:
+    // removing one would detach what is mounted on it in that thread's namespace. One
+    // that is not where the thread left it (the run renamed a directory holding it) makes
+    // that thread useless: it is dropped, and the slot's next run starts another.
+    let keep: Vec<PathBuf> = match slot.launcher.lock() {
+        Ok(launchers) => launchers
+            .iter()
+            .flat_map(|l| l.mount_points().iter().map(|(rel, _)| rel.clone()))
+            .collect(),
+        Err(_) => return Err(()),
+    };
+    empty_dir_in_place(&slot.tmp, &keep).map_err(|_| ())?;
+    if !keep.is_empty()
+        && let Ok(mut launchers) = slot.launcher.lock()
+    {
+        launchers.retain(|l| super::mount_points_in_place(&slot.tmp, l.mount_points()));
+    }
     cg.reset_peak().map_err(|_| ())?;
     slot.baseline = cg.stats();
     Ok(())
 }
 
 /// Removes everything inside `dir` but keeps `dir` itself (its inode carries the landlock
-/// rule), then recreates `home/` with the same owner and mode as `dir`. The
-/// shared-memory directory of a bounded tmp (`tier_b::mounts::SHM_DIR`) carries a rule
-/// too: it is emptied in place as well.
-fn empty_dir_in_place(dir: &Path) -> std::io::Result<()> {
+/// rule), and each path of `keep` (relative to `dir`, with the directories that lead to
+/// it), then recreates `home/` with the same owner and mode as `dir`. The shared-memory
+/// directory of a bounded tmp (`tier_b::mounts::SHM_DIR`) carries a rule too: it is
+/// emptied in place as well.
+fn empty_dir_in_place(dir: &Path, keep: &[PathBuf]) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let home = dir.join("home");
     let shm = dir.join(crate::tier_b::mounts::SHM_DIR);
     if shm.is_dir() {
-        for entry in std::fs::read_dir(&shm)? {
-            let entry = entry?;
-            if entry.file_type()?.is_dir() {
-                std::fs::remove_dir_all(entry.path())?;
-            } else {
-                std::fs::remove_file(entry.path())?;
-            }
-        }
+        empty_except(&shm, Path::new(""), &[])?;
     }
-    if untouched(dir, &home)? {
+    if keep.is_empty() && untouched(dir, &home)? {
         return Ok(());
     }
     let meta = std::fs::symlink_metadata(dir)?;
+    let mut keep = keep.to_vec();
+    keep.push(PathBuf::from(crate::tier_b::mounts::SHM_DIR));
+    empty_except(dir, Path::new(""), &keep)?;
+    if !home.exists() {
+        std::fs::DirBuilder::new().mode(0o700).create(&home)?;
+    }
+    std::os::unix::fs::chown(&home, Some(meta.uid()), Some(meta.gid()))
+}
+
+/// Removes every entry of `dir` (which is `rel` beneath the directory being emptied)
+/// except those of `keep`; a directory on the way to one of them is entered and emptied
+/// the same way instead (never a symlink: only what `lstat` calls a directory).
+fn empty_except(dir: &Path, rel: &Path, keep: &[PathBuf]) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let path = entry.path();
-        if path == shm {
+        let entry_rel = rel.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if keep.contains(&entry_rel) {
             continue;
         }
-        if entry.file_type()?.is_dir() {
-            std::fs::remove_dir_all(&path)?;
+        if kind.is_dir() {
+            if keep.iter().any(|k| k.starts_with(&entry_rel)) {
+                empty_except(&path, &entry_rel, keep)?;
+            } else {
+                std::fs::remove_dir_all(&path)?;
+            }
         } else {
             std::fs::remove_file(&path)?;
         }
     }
-    std::fs::DirBuilder::new().mode(0o700).create(&home)?;
-    std::os::unix::fs::chown(&home, Some(meta.uid()), Some(meta.gid()))
+    Ok(())
 }
 
 /// The run left the directory as it found it: only an empty `home/` inside (and the

@@ -107,3 +107,65 @@ fn idle_slots_are_taken_only_by_runs_of_the_same_grants() {
         .expect("the same grants get the slot");
     assert_eq!(slot.key, owned);
 }
+
+/// Recycling a slot's tmp removes what a run left, except the mount points a launcher
+/// thread holds trees on (and the directories leading to them, emptied of everything
+/// else), the shared-memory directory (emptied) and a fresh `home/`; a symlink on the way
+/// to a mount point is removed, never followed. A mount point that moved fails the
+/// check by inode.
+#[test]
+fn recycling_keeps_mount_points_and_empties_everything_else() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("keep-me"), "x").unwrap();
+    for d in ["home/sub", ".dev-shm/sem", "a/b", "a/other", "c", "d"] {
+        std::fs::create_dir_all(tmp.join(d)).unwrap();
+    }
+    std::fs::write(tmp.join("a/file"), "run").unwrap();
+    std::fs::write(tmp.join("f"), "run").unwrap();
+    std::fs::write(tmp.join("e"), "").unwrap();
+    std::os::unix::fs::symlink(outside.path(), tmp.join("d/link")).unwrap();
+    let points = [
+        PathBuf::from("a/b"),
+        PathBuf::from("e"),
+        PathBuf::from("d/link/x"),
+    ];
+    let ids: Vec<(PathBuf, (u64, u64))> = points[..2]
+        .iter()
+        .map(|p| {
+            let m = std::fs::symlink_metadata(tmp.join(p)).unwrap();
+            (p.clone(), (m.dev(), m.ino()))
+        })
+        .collect();
+
+    empty_dir_in_place(tmp, &points).unwrap();
+
+    let mut left: Vec<String> = walkdir(tmp);
+    left.sort();
+    assert_eq!(left, [".dev-shm", "a", "a/b", "d", "e", "home"]);
+    assert!(
+        outside.path().join("keep-me").exists(),
+        "a symlink was followed"
+    );
+    assert!(super::super::mount_points_in_place(tmp, &ids));
+    std::fs::rename(tmp.join("a"), tmp.join("moved")).unwrap();
+    assert!(!super::super::mount_points_in_place(tmp, &ids));
+}
+
+/// Every path beneath `dir`, relative to it.
+fn walkdir(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            out.push(e.path().strip_prefix(root).unwrap().display().to_string());
+            if e.file_type().unwrap().is_dir() {
+                walk(root, &e.path(), out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out
+}

@@ -18,9 +18,9 @@
 //! - a failure is written to two atomics in the spec (shared memory) and the child exits
 //!   with 127; the parent reads them after `clone` returns.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{CString, c_char, c_int, c_void};
 use std::io;
-use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use crate::linux::exec;
@@ -236,6 +236,20 @@ pub(crate) struct MountMove {
     pub path: *const c_char,
 }
 
+impl MountMove {
+    /// The moves of `trees` (each a tree and its destination), borrowing both: the
+    /// trees must outlive every use of the moves.
+    pub(crate) fn of(trees: &[(OwnedFd, CString)]) -> Vec<Self> {
+        trees
+            .iter()
+            .map(|(tree, dest)| Self {
+                tree: tree.as_raw_fd(),
+                path: dest.as_ptr(),
+            })
+            .collect()
+    }
+}
+
 /// The setup steps only a trusted helper gets (see [`ChildSpec::helper`]).
 #[repr(C)]
 pub(crate) struct HelperSetup {
@@ -327,7 +341,19 @@ fn dup_to(src: c_int, dst: c_int) -> Result<(), i32> {
 /// Step 4c: `unshare(CLONE_NEWNS)`, everything made private, then each prepared tree
 /// moved over its path (in order: an ancestor before anything inside it).
 fn helper_mounts(helper: &HelperSetup) -> Result<(), i32> {
-    // SAFETY: unshare with a constant flag; this child shares no fs struct (no CLONE_FS).
+    // SAFETY: the parent keeps `n_mount_moves` entries alive at `mount_moves` until clone
+    // returns (null only with 0 entries, which the caller never passes).
+    let moves = unsafe { std::slice::from_raw_parts(helper.mount_moves, helper.n_mount_moves) };
+    private_mount_ns(moves)
+}
+
+/// A mount namespace of the caller's own (this process, or this thread: `CLONE_NEWNS`
+/// implies `CLONE_FS`, so a thread gets a filesystem context of its own too), every
+/// mount made private, then each tree of `moves` moved over its path, in order. Makes no
+/// allocation (a cloned child's step 4c, or a launcher thread before it arms itself).
+pub(crate) fn private_mount_ns(moves: &[MountMove]) -> Result<(), i32> {
+    // SAFETY: unshare with a constant flag; a child cloned without CLONE_FS shares no fs
+    // struct, and a thread's is unshared along with the namespace.
     check(unsafe { libc::syscall(libc::SYS_unshare, libc::CLONE_NEWNS as libc::c_ulong) })?;
     // SAFETY: a NUL-terminated literal target, null source, type and data.
     check(unsafe {
@@ -340,12 +366,9 @@ fn helper_mounts(helper: &HelperSetup) -> Result<(), i32> {
             std::ptr::null::<c_void>(),
         )
     })?;
-    for i in 0..helper.n_mount_moves {
-        // SAFETY: the parent keeps `n_mount_moves` entries alive at `mount_moves` until
-        // clone returns.
-        let m = unsafe { *helper.mount_moves.add(i) };
-        // SAFETY: a tree fd the parent holds open, an empty source path with
-        // MOVE_MOUNT_F_EMPTY_PATH, and a NUL-terminated destination owned by the parent.
+    for m in moves {
+        // SAFETY: a tree fd the caller holds open, an empty source path with
+        // MOVE_MOUNT_F_EMPTY_PATH, and a NUL-terminated destination the caller owns.
         check(unsafe {
             libc::syscall(
                 libc::SYS_move_mount,

@@ -37,9 +37,9 @@ use crate::running::{RunningSandbox, SeccompHandOff};
 use crate::launch::slots::{self, Slot, SlotKey};
 use crate::launch::sys::{self};
 use crate::launch::{
-    Arming, Job, LaunchError, LaunchOptions, SpawnedChild, StdioPipes, armed_launcher,
-    cgroup_fd_array, cgroup_limits, clone_on, cstring, new_slot, rlimit_report, rlimit64_table,
-    slot_launcher, stdio_pipes, user_notif_available,
+    Arming, Job, LaunchError, LaunchOptions, MountKey, SpawnedChild, StdioPipes, ThreadMounts,
+    armed_launcher, cgroup_fd_array, cgroup_limits, clone_on, cstring, new_slot, rlimit_report,
+    rlimit64_table, slot_launcher, stdio_pipes, user_notif_available,
 };
 
 /// Name of this backend in outcomes and attestations.
@@ -107,7 +107,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     // The private /tmp and /dev/shm, wherever the supervisor could mount the bounded tmp
     // (module `mounts`); otherwise the run has the host's, and only `TMPDIR` is its own.
     let private = if slot.tmp_bytes.is_some() {
-        match PrivateMounts::prepare(plan, &slot, ids) {
+        match PrivateMounts::plan(plan, &slot, ids) {
             Ok(p) => Some(p),
             Err(source) => {
                 slots::release(slot);
@@ -185,16 +185,18 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     }
 }
 
-/// A run's private `/tmp` and `/dev/shm` ([`mounts`]), ready for the child to move into
-/// place: the cloned trees with their destinations, and the mediator's view of them.
+/// A run's private `/tmp` and `/dev/shm` ([`mounts`]): the trees to move into place, and
+/// the mediator's view of them. The trees are cloned only when something is to move them
+/// (the child, or a slot's launcher thread it starts: [`Launcher::choose`]).
 struct PrivateMounts {
-    trees: Vec<(OwnedFd, std::ffi::CString)>,
+    slot_tmp: PathBuf,
+    ids: (u32, u32),
+    moves: Vec<mounts::TreeMove>,
     views: Vec<(PathBuf, PathBuf)>,
 }
 
 impl PrivateMounts {
-    fn prepare(plan: &Plan, slot: &Slot, (uid, gid, _): (u32, u32, bool)) -> std::io::Result<Self> {
-        use std::os::unix::ffi::OsStrExt;
+    fn plan(plan: &Plan, slot: &Slot, (uid, gid, _): (u32, u32, bool)) -> std::io::Result<Self> {
         // The views as the host resolves them (`/dev/shm` may be a symlink to `/run/shm`).
         let tmp_view = std::fs::canonicalize(mounts::TMP_VIEW)?;
         let shm_view = std::fs::canonicalize(mounts::SHM_VIEW)?;
@@ -213,15 +215,41 @@ impl PrivateMounts {
             moves.retain(|m| m.dest != shm_view);
             views.retain(|(view, _)| *view != shm_view);
         }
-        let trees = mounts::prepare(&slot.tmp, &moves, (uid, gid))?
+        Ok(Self {
+            slot_tmp: slot.tmp.clone(),
+            ids: (uid, gid),
+            moves,
+            views,
+        })
+    }
+
+    /// The trees, cloned, each with its destination.
+    fn trees(&self) -> std::io::Result<Vec<(OwnedFd, std::ffi::CString)>> {
+        use std::os::unix::ffi::OsStrExt;
+        mounts::prepare(&self.slot_tmp, &self.moves, self.ids)?
             .into_iter()
             .map(|(tree, dest)| {
                 std::ffi::CString::new(dest.as_os_str().as_bytes())
                     .map(|c| (tree, c))
                     .map_err(std::io::Error::other)
             })
-            .collect::<Result<_, _>>()?;
-        Ok(Self { trees, views })
+            .collect()
+    }
+
+    /// What a slot's launcher thread that holds these mounts is keyed by.
+    fn thread_key(&self) -> Vec<MountKey> {
+        self.moves
+            .iter()
+            .map(|m| (m.source.clone(), m.dest.clone(), m.read_only))
+            .collect()
+    }
+
+    /// The mount points the trees need in the slot's tmp, relative to it.
+    fn mount_points(&self) -> Vec<PathBuf> {
+        self.moves
+            .iter()
+            .filter_map(|m| m.mount_point.as_ref().map(|(rel, _)| rel.clone()))
+            .collect()
     }
 }
 
@@ -460,7 +488,7 @@ fn spawn_in_slot(
         slot,
         (uid, gid),
         mediate_chmod,
-        private.is_some(),
+        private,
         &mut audit,
     )?;
     let strings = ExecStrings::new(
@@ -477,16 +505,18 @@ fn spawn_in_slot(
         stderr_w,
     } = stdio_pipes(plan)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
-    // The private /tmp and /dev/shm: the child's first step after joining its cgroup.
-    let mount_moves: Vec<sys::MountMove> = private.map_or_else(Vec::new, |p| {
-        p.trees
-            .iter()
-            .map(|(tree, dest)| sys::MountMove {
-                tree: tree.as_raw_fd(),
-                path: dest.as_ptr(),
-            })
-            .collect()
-    });
+    // The private /tmp and /dev/shm: the child's first step after joining its cgroup,
+    // unless the slot's launcher thread holds them already.
+    let trees = match private {
+        Some(p) if !launcher.mounts_inherited => {
+            p.trees().map_err(|source| LaunchError::Setup {
+                what: "the private /tmp and /dev/shm".to_owned(),
+                source,
+            })?
+        }
+        _ => Vec::new(),
+    };
+    let mount_moves = sys::MountMove::of(&trees);
     let fprog = launcher.seccomp.as_deref().map(SeccompProgram::as_fprog);
     // chmod mediation: the child sends its seccomp listener fd over this pair.
     let listener_pair = match (mediate_chmod, &launcher.seccomp) {
@@ -600,6 +630,9 @@ struct Launcher {
     /// skips those steps — 43 `prctl`s through the filter, each only confirming what
     /// the kernel already guarantees — and still empties its capability sets itself.
     privileges_inherited: bool,
+    /// The armed slot thread holds the run's private `/tmp` and `/dev/shm` in its mount
+    /// namespace, which the child inherits at `clone`.
+    mounts_inherited: bool,
 }
 
 impl Launcher {
@@ -609,38 +642,31 @@ impl Launcher {
         slot: &Slot,
         ids: (u32, u32),
         mediate_chmod: bool,
-        private_mounts: bool,
+        private: Option<&PrivateMounts>,
         audit: &mut RunAudit,
     ) -> Result<Self, LaunchError> {
         let seccomp_spec = seccomp_spec(network, ids, mediate_chmod);
         let audited = audit.wants_session();
-        if private_mounts {
-            // The child makes its mount namespace before it restricts itself: landlock
-            // and the filter (`unshare`, `mount`) both refuse that, so it inherits
-            // neither from an armed thread and attaches the whole filter itself.
-            return Ok(Self {
-                armed: None,
-                slot_listener: None,
-                landlock_inherited: false,
-                seccomp: facts
-                    .seccomp
-                    .then(|| SeccompProgram::cached(&seccomp_spec))
-                    .transpose()
-                    .map_err(|e| LaunchError::Setup {
-                        what: "seccomp program".to_owned(),
-                        source: std::io::Error::other(e.to_string()),
-                    })?,
-                layout: None,
-                child_session: audited,
-                privileges_inherited: false,
-            }
-            .with_own_layout());
-        }
         let drops_privileges = facts.euid == 0;
         let arming = Arming {
             drop_privileges: drops_privileges,
             seccomp: facts.seccomp.then_some(seccomp_spec),
             audit: audited,
+        };
+        // A private /tmp and /dev/shm is made before anything restricts the process that
+        // makes it (landlock and the filter both refuse `unshare` and `mount`): a pooled
+        // slot's thread makes it for itself before it arms itself; otherwise (unpooled,
+        // or the thread could not be started) the child makes it and restricts itself
+        // entirely, inheriting nothing.
+        let make_trees = || private.map_or_else(|| Ok(Vec::new()), PrivateMounts::trees);
+        let thread_mounts = match private {
+            None => None,
+            Some(p) if slots::pooling() => Some(ThreadMounts {
+                key: p.thread_key(),
+                mount_points: p.mount_points(),
+                trees: &make_trees,
+            }),
+            Some(_) => return Self::restricting_itself(facts, &seccomp_spec, audited),
         };
         // A pooled slot has a thread that also holds its landlock domain (audited: with
         // the log flags and a session the run adopts); otherwise a process-wide one per
@@ -649,7 +675,7 @@ impl Launcher {
         // when audited: then in a session of its own (a process-wide thread's session
         // would be shared by concurrent runs).
         let slot_armed = if slots::pooling() {
-            slot_launcher(slot, arming).and_then(|a| {
+            slot_launcher(slot, arming, thread_mounts.as_ref()).and_then(|a| {
                 if !audited {
                     return Some(a);
                 }
@@ -660,6 +686,10 @@ impl Launcher {
         } else {
             None
         };
+        let mounts_inherited = private.is_some();
+        if mounts_inherited && slot_armed.is_none() {
+            return Self::restricting_itself(facts, &seccomp_spec, audited);
+        }
         let unarmed = audited && slot_armed.is_none();
         let landlock_inherited = slot_armed.is_some();
         let (armed, slot_listener) = match slot_armed {
@@ -705,18 +735,39 @@ impl Launcher {
             layout,
             child_session: unarmed,
             privileges_inherited,
+            mounts_inherited,
         })
     }
-}
 
-impl Launcher {
-    /// The layout of a child that attaches its whole filter itself.
-    fn with_own_layout(mut self) -> Self {
-        self.layout = self.seccomp.as_deref().map(|p| SeccompLayout {
+    /// A child that makes its own private mounts and then restricts itself entirely,
+    /// inheriting nothing (in an audit session of its own when `audited`).
+    fn restricting_itself(
+        facts: &HostFacts,
+        seccomp_spec: &SeccompSpec,
+        audited: bool,
+    ) -> Result<Self, LaunchError> {
+        let seccomp = facts
+            .seccomp
+            .then(|| SeccompProgram::cached(seccomp_spec))
+            .transpose()
+            .map_err(|e| LaunchError::Setup {
+                what: "seccomp program".to_owned(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        let layout = seccomp.as_deref().map(|p| SeccompLayout {
             inherited: None,
             attached: p.len(),
         });
-        self
+        Ok(Self {
+            armed: None,
+            slot_listener: None,
+            landlock_inherited: false,
+            seccomp,
+            layout,
+            child_session: audited,
+            privileges_inherited: false,
+            mounts_inherited: false,
+        })
     }
 }
 

@@ -28,9 +28,11 @@
 //! (landlock rules bind to inodes, and the bound trees are the same inodes).
 //!
 //! Invariants: the namespace is made before landlock and seccomp (both refuse mount
-//! operations), so the child restricts itself (no launcher thread that is already
-//! restricted); the run never holds `CAP_SYS_ADMIN` (its capabilities are emptied after
-//! this step), so it cannot change this namespace's mounts.
+//! operations) by the process that is restricted next: the child, which then restricts
+//! itself, or, in a long-lived supervisor, a warm slot's launcher thread before it arms
+//! itself (`launch::ThreadMounts`), whose children inherit namespace, domain and filter
+//! alike. The run never holds `CAP_SYS_ADMIN` (its capabilities are emptied after this
+//! step), so it cannot change this namespace's mounts.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

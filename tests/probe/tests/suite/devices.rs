@@ -179,3 +179,71 @@ async fn a_root_supervisors_tier_b_run_has_a_tmp_of_its_own() {
     );
     assert!(fx.workspace.join(format!("{tag}.new")).exists(), "{test}");
 }
+
+/// Runs that follow each other on one warm slot (a long-lived supervisor reuses a slot,
+/// and with it, pooled, the launcher thread that holds the private `/tmp` and `/dev/shm`
+/// in its mount namespace) each find both empty of what the run before wrote, while the
+/// host's `/tmp` and `/dev/shm` stay untouched and unseen; a workspace beneath the host's
+/// `/tmp` (bound back onto a mount point in the slot's tmp, which the slot keeps) is there
+/// and writable in every run.
+#[tokio::test]
+async fn runs_on_one_slot_do_not_see_each_others_tmp_or_shm() {
+    let test = "runs_on_one_slot_do_not_see_each_others_tmp_or_shm";
+    if let Some(fx) = Fixture::new(test, &[Need::Root, Need::Landlock]) {
+        rounds_on_one_slot(test, fx).await;
+    }
+    let ws = tempfile::Builder::new()
+        .prefix("tierbox-probe-ws-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    if let Some(fx) = Fixture::in_workspace(test, &[Need::Root, Need::Landlock], ws.path()) {
+        rounds_on_one_slot(test, fx).await;
+    }
+}
+
+async fn rounds_on_one_slot(test: &str, mut fx: Fixture) {
+    fx.policy.filesystem.writable.push("/dev/shm".to_owned());
+    let tag = format!("tierbox-test-slot-{}", std::process::id());
+    let left = [format!("/tmp/{tag}.new"), format!("/dev/shm/{tag}.new")];
+    let ws = fx.workspace.display().to_string();
+    for round in 0..3 {
+        // What the round before left, read first; then written again.
+        let mut args = vec!["fs-ops".to_owned(), tag.clone()];
+        args.extend(left.iter().map(|f| format!("f:{f}")));
+        args.extend(["d:/tmp", "d:/dev/shm", &format!("d:{ws}")].map(str::to_owned));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = fx.run(&fx.request(&args)).await;
+        let out = o.stdout.text.replace("DONE fs-ops: ", "");
+        for f in &left {
+            assert!(
+                out.lines().any(|l| l == format!("read {f} ENOENT")),
+                "{test}: round {round} sees {f}: {out}"
+            );
+            let on_host = std::path::Path::new(f).exists();
+            let _ = std::fs::remove_file(f);
+            assert!(!on_host, "{test}: round {round} wrote the host's {f}");
+        }
+        for d in ["/tmp", "/dev/shm", &ws] {
+            assert!(
+                out.lines().any(|l| l == format!("create {d} ok")),
+                "{test}: round {round}: {out}"
+            );
+        }
+        let private = o
+            .enforcement
+            .namespaces
+            .iter()
+            .any(|n| n.starts_with("mount: a private /tmp"));
+        assert!(private, "{test}: {}", describe(&o));
+        if crate::POOLED {
+            assert!(
+                o.enforcement
+                    .seccomp
+                    .detail
+                    .contains("inherited from the launcher thread"),
+                "{test}: a warm slot's run restricts itself: {}",
+                o.enforcement.seccomp.detail
+            );
+        }
+    }
+}
