@@ -251,14 +251,11 @@ pub const DENIALS_SHOWN: usize = 3;
 
 /// The one-line summary of what the run was refused, with the policy change that would
 /// allow it: `2 denials: connect pypi.org:443 (egress), …; to allow: egress.allow +=
-/// "pypi.org:443"; …; see --json`. Limits have their own note.
+/// "pypi.org:443"; …; see --json`. Only the denials that may explain how the run ended
+/// ([`tierbox_runner::denials::worth_naming`]: not the sockets a program that succeeded
+/// tried, such as the unix socket of libc's name service); limits have their own note.
 fn denials_line(o: &Outcome) -> Option<String> {
-    use tierbox_runner::denials::DenialLayer;
-    let listed: Vec<_> = o
-        .denials
-        .iter()
-        .filter(|d| d.layer != DenialLayer::Limits)
-        .collect();
+    let listed = tierbox_runner::denials::worth_naming(&o.denials, o.success());
     if listed.is_empty() {
         return None;
     }

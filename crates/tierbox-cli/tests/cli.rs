@@ -2,6 +2,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// What the CLI says about itself: denial lines, usage errors, the tier line, its
+/// reserved exit statuses and `--json`'s error object.
+#[path = "cli/truth.rs"]
+mod truth;
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
