@@ -158,9 +158,10 @@ fn runs_in(policy: &Policy) -> Result<String, String> {
             rej.code()
         )
     })?;
-    match tierbox_runner::host::select_tier(&plan) {
-        Ok(tierbox_policy::Tier::C) => Ok(format!("tier c, backend {}", policy.tier.backend)),
-        Ok(tier) => Ok(format!("tier {tier}")),
+    match tierbox_runner::host::select_tier_passing_over(&plan) {
+        Ok((tierbox_policy::Tier::C, _)) => Ok(format!("tier c, backend {}", policy.tier.backend)),
+        Ok((tier, None)) => Ok(format!("tier {tier}")),
+        Ok((tier, Some(why))) => Ok(format!("tier {tier}; passed over: {why}")),
         Err(rej) => Err(format!("[{}] {rej}", rej.code())),
     }
 }

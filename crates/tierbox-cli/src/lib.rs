@@ -19,6 +19,7 @@ mod live;
 mod preflight;
 mod progress;
 mod render;
+mod report;
 mod wasm;
 
 use std::io::{IsTerminal, Read};
@@ -31,10 +32,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tierbox_policy::{Policy, ProcessRunRequest, Rejection, TierRequest};
 use tierbox_runner::{Prepared, RunError, RunOptions, RunRequest, Runner};
 
-/// Exit status when Tierbox refused the request (nothing ran).
-const EXIT_REJECTED: u8 = 125;
-/// Exit status when the sandbox could not be set up or supervised.
-const EXIT_INTERNAL: u8 = 126;
+use report::EXIT_REJECTED;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -139,12 +137,10 @@ struct RequestArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "cmd")]
     request: Option<PathBuf>,
     /// The command and its arguments: everything from the first word that is not one
-    /// of tierbox's own options on (`--` before it is optional).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    /// of tierbox's own options on (`--` before it is optional). Before it, a word that
+    /// starts with `-` and is not one of tierbox's options is a usage error; after `--`
+    /// every word is the command's.
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     cmd: Vec<String>,
 }
 
@@ -159,6 +155,10 @@ enum Command {
         /// Print the whole outcome as JSON.
         #[arg(long)]
         json: bool,
+        /// Say on stderr which tier and backend ran and which layers were missing, also
+        /// when stderr is not a terminal (where it is said anyway).
+        #[arg(long)]
+        verbose: bool,
         /// Pass this process's stdin to the child (default: /dev/null).
         #[arg(long)]
         stdin: bool,
@@ -301,6 +301,9 @@ enum WasmAction {
         /// Print the whole outcome as JSON.
         #[arg(long)]
         json: bool,
+        /// Say on stderr which tier and backend ran, also when stderr is not a terminal.
+        #[arg(long)]
+        verbose: bool,
         /// Pass this process's stdin to the guest (default: empty).
         #[arg(long)]
         stdin: bool,
@@ -371,14 +374,21 @@ pub fn full_main() -> ExitCode {
     if let Some(front) = std::env::var_os(FRONT_BUILD_ENV)
         && front != BUILD_ID
     {
-        eprintln!(
-            "tierbox: error: this {FULL_PROGRAM} is from another build than the tierbox that started it ({} != {BUILD_ID})",
-            front.to_string_lossy()
+        return report::fail(
+            report::Failure::Error,
+            "cli.build_mismatch",
+            &format!(
+                "this {FULL_PROGRAM} is from another build than the tierbox that started it ({} != {BUILD_ID})",
+                front.to_string_lossy()
+            ),
+            "build both together: `cargo build -p tierbox-cli` (or `cargo install`)",
+            false,
         );
-        eprintln!("hint: build both together: `cargo build -p tierbox-cli` (or `cargo install`)");
-        return ExitCode::from(EXIT_INTERNAL);
     }
-    let cli = Cli::parse();
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(status) => return status,
+    };
     if !matches!(cli.command, Command::Serve { .. } | Command::Proxy { .. }) {
         tierbox_runner::host::default_sigpipe();
     }
@@ -394,7 +404,14 @@ pub fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
         start_run_supervisor();
     }
-    let cli = Cli::parse();
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(status) => {
+            // Nothing ran: the watchdog has nothing to sweep.
+            tierbox_runner::host::release_watchdog();
+            return status;
+        }
+    };
     let result = match cli.command {
         Command::Run {
             policy,
@@ -402,6 +419,7 @@ pub fn main() -> ExitCode {
             json,
             stdin,
             state_dir,
+            ..
         } => {
             tierbox_runner::host::default_sigpipe();
             cmd_run(&policy, request, json, stdin, state_dir)
@@ -417,6 +435,29 @@ pub fn main() -> ExitCode {
         _ => exec_full(),
     };
     exit_with(result)
+}
+
+/// The command line, parsed ([`report::parse`]: a usage error is exit 125 with a
+/// `tierbox: usage:` line), and how this invocation reports recorded from it.
+fn parse_cli() -> std::result::Result<Cli, ExitCode> {
+    let cli = report::parse::<Cli>()?;
+    let (json, verbose) = match &cli.command {
+        Command::Run { json, verbose, .. }
+        | Command::Wasm {
+            action: WasmAction::Run { json, verbose, .. },
+        } => (*json, *verbose),
+        Command::Check { json, .. }
+        | Command::Doctor { json, .. }
+        | Command::Wasm {
+            action: WasmAction::Check { json, .. },
+        }
+        | Command::Daemon {
+            action: DaemonAction::Status { json, .. },
+        } => (*json, false),
+        _ => (false, false),
+    };
+    report::set(report::Settings { json, verbose });
+    Ok(cli)
 }
 
 /// Replaces this process with [`FULL_PROGRAM`] beside it, with the same arguments;
@@ -455,25 +496,43 @@ fn exit_with(result: Result<ExitCode>) -> ExitCode {
     tierbox_runner::host::flush_audit_rules();
     match result {
         Ok(code) => code,
-        Err(e) => {
-            eprintln!("tierbox: error: {e:#}");
-            eprintln!("hint: {}", error_hint(&e));
-            ExitCode::from(EXIT_INTERNAL)
-        }
+        Err(e) => report::fail(
+            report::Failure::Error,
+            error_code(&e),
+            &format!("{e:#}"),
+            error_hint(&e),
+            report::settings().json,
+        ),
+    }
+}
+
+/// Whether the policy is what an error that is not a rejection was about.
+fn policy_at_fault(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<tierbox_policy::PolicyError>()
+            .is_some()
+    }) || e
+        .chain()
+        .any(|cause| cause.to_string().starts_with("reading policy "))
+}
+
+/// The code of an error that is not a rejection, in `--json`'s error object:
+/// `policy.invalid`, `cli.full_program_missing`, or `cli.failed`.
+fn error_code(e: &anyhow::Error) -> &'static str {
+    if policy_at_fault(e) {
+        "policy.invalid"
+    } else if e.downcast_ref::<FullProgramMissing>().is_some() {
+        "cli.full_program_missing"
+    } else {
+        "cli.failed"
     }
 }
 
 /// What to try after an error that is not a rejection: about the policy when a policy
 /// was at fault, else about the host and the command line.
 fn error_hint(e: &anyhow::Error) -> &'static str {
-    let policy_at_fault = e.chain().any(|cause| {
-        cause
-            .downcast_ref::<tierbox_policy::PolicyError>()
-            .is_some()
-    }) || e
-        .chain()
-        .any(|cause| cause.to_string().starts_with("reading policy "));
-    if policy_at_fault {
+    if policy_at_fault(e) {
         "`tierbox policy check FILE` checks a policy on its own; docs/policy.md describes every field"
     } else if e.downcast_ref::<FullProgramMissing>().is_some() {
         "tierbox-full must be installed beside tierbox, from the same build: `cargo build -p tierbox-cli` or `cargo install` puts both there"
@@ -490,6 +549,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             json,
             stdin,
             state_dir,
+            ..
         } => cmd_run(&policy, request, json, stdin, state_dir),
         Command::Daemon { action } => cmd_daemon(action),
         Command::Check {
@@ -520,6 +580,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 json,
                 stdin,
                 state_dir,
+                ..
             } => cmd_wasm_run(&policy, request, json, stdin, state_dir),
             WasmAction::Check {
                 policy,
@@ -832,36 +893,27 @@ fn print_rejection(r: &Rejection, json: bool) -> ExitCode {
     print_refusal(r.code(), &r.to_string(), json)
 }
 
-/// A rejection by its code and message (one from a daemon arrives as just these): one
-/// JSON object, or a line and a hint; exit 125.
+/// A rejection by its code and message (one from a daemon arrives as just these): the
+/// `tierbox: rejected` line, and a hint or the error object; exit 125.
 fn print_refusal(code: &str, message: &str, json: bool) -> ExitCode {
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({ "rejected": { "code": code, "message": message } })
-        );
-    } else {
-        eprintln!("tierbox: rejected [{code}]: {message}");
-        match Rejection::fix_for(code) {
-            Some(fix) => eprintln!("hint: nothing was run; {fix}"),
-            None => eprintln!(
-                "hint: nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule"
-            ),
-        }
-    }
-    ExitCode::from(EXIT_REJECTED)
+    let hint = match Rejection::fix_for(code) {
+        Some(fix) => format!("nothing was run; {fix}"),
+        None => "nothing was run; see `tierbox check --json` for the request and docs/policy.md for the rule".to_owned(),
+    };
+    report::fail(report::Failure::Rejected, code, message, &hint, json)
 }
 
-/// A run that could not be carried out (the sandbox could not be set up, the
-/// attestation could not be made): one JSON object, or a line and a hint; exit 126.
-fn print_run_failure(message: &str, json: bool) -> ExitCode {
-    if json {
-        println!("{}", serde_json::json!({ "error": message }));
-    } else {
-        eprintln!("tierbox: {message}");
-        eprintln!("hint: `tierbox doctor` shows what this host can enforce");
-    }
-    ExitCode::from(EXIT_INTERNAL)
+/// A run that could not be carried out (`code`: `run.failed` when the sandbox could not
+/// be set up, `audit.unavailable` when the attestation could not be made, or the code a
+/// daemon gave): the `tierbox: error` line, and a hint or the error object; exit 126.
+fn print_run_failure(code: &str, message: &str, json: bool) -> ExitCode {
+    report::fail(
+        report::Failure::Error,
+        code,
+        message,
+        "`tierbox doctor` shows what this host can enforce",
+        json,
+    )
 }
 
 fn cmd_check(policy: &PolicyArgs, request: RequestArgs, json: bool) -> Result<ExitCode> {
@@ -914,6 +966,19 @@ fn print_check(mut answer: serde_json::Value, via: &Via, json: bool) -> Result<E
     }
     let pre = &answer["preflight"];
     let refused = pre["refused_at_launch"] == true || pre["tier"].is_null();
+    if refused {
+        // Exit 125 is said on stderr, as every status tierbox reserves is.
+        match pre["tier_rejected"]["code"].as_str() {
+            Some(code) => eprintln!(
+                "tierbox: rejected [{code}]: {}",
+                pre["tier_rejected"]["message"].as_str().unwrap_or("")
+            ),
+            None => eprintln!(
+                "tierbox: rejected: the {} backend would refuse the grants at launch (the findings below)",
+                pre["backend"].as_str().unwrap_or("")
+            ),
+        }
+    }
     if json {
         via.annotate(&mut answer);
         println!("{}", serde_json::to_string_pretty(&answer)?);
@@ -1031,9 +1096,14 @@ fn finish(live: Option<live::Live>) {
     }
 }
 
-/// The exit status of a run ended by a termination signal to the CLI, after saying so.
+/// The exit status of a run ended by a termination signal to the CLI, after saying so
+/// (with `--json`, also as the error object `run.interrupted`).
 fn interrupted(sig: i32) -> ExitCode {
-    eprintln!("tierbox: received signal {sig}; the run was killed");
+    let message = format!("received signal {sig}; the run was killed");
+    eprintln!("tierbox: {message}");
+    if report::settings().json {
+        println!("{}", report::error_json("run.interrupted", &message));
+    }
     ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))
 }
 
@@ -1068,7 +1138,7 @@ fn print_daemon_reply(
         Err(e) if Rejection::ALL_CODES.contains(&e.code.as_str()) => {
             Ok(print_refusal(&e.code, &e.message, json))
         }
-        Err(e) => Ok(print_run_failure(&e.message, json)),
+        Err(e) => Ok(print_run_failure(&e.code, &e.message, json)),
     }
 }
 
@@ -1233,7 +1303,10 @@ fn run_and_print_via(
     match result {
         Ok(outcome) => print_outcome(&outcome, json, via, policy),
         Err(RunError::Rejected(rej)) => Ok(print_rejection(&rej, json)),
-        Err(e) => Ok(print_run_failure(&e.to_string(), json)),
+        Err(e @ RunError::Audit(_)) => {
+            Ok(print_run_failure("audit.unavailable", &e.to_string(), json))
+        }
+        Err(e) => Ok(print_run_failure("run.failed", &e.to_string(), json)),
     }
 }
 
@@ -1254,14 +1327,29 @@ fn print_outcome(
     via: &Via,
     policy: &Policy,
 ) -> Result<ExitCode> {
+    let stderr_tty = std::io::stderr().is_terminal();
+    if report::show_tier_line(
+        report::settings().verbose,
+        stderr_tty && !json,
+        policy,
+        &outcome.enforcement,
+    ) {
+        eprintln!(
+            "tierbox: {}",
+            report::tier_line(&outcome.tier, &outcome.enforcement)
+        );
+    }
     if json {
         let mut v = serde_json::to_value(outcome)?;
         via.annotate(&mut v);
         println!("{}", serde_json::to_string_pretty(&v)?);
+        // How the run ended when the program did not end it, on stderr as without
+        // --json: the line that tells tierbox's exit statuses from the program's.
+        render::print_ending(outcome, policy, stderr_tty);
     } else {
         // The output was printed as it arrived (`live`): what is left is what the run's
         // end says about it.
-        render::print_notes(outcome, std::io::stderr().is_terminal(), policy);
+        render::print_notes(outcome, stderr_tty, policy);
     }
     if let Some(e) = &outcome.audit_error {
         eprintln!("tierbox: the run is not attested: {e}");

@@ -11,7 +11,10 @@ use tierbox_runner::host::GrantFinding;
 pub fn print_json(pre: &Value) {
     let backend = pre["backend"].as_str().unwrap_or("");
     match pre["tier"].as_str() {
-        Some(tier) => println!("runs in   tier {tier}, backend {backend}"),
+        Some(tier) => match pre["passed_over"].as_str() {
+            Some(why) => println!("runs in   tier {tier}, backend {backend}; passed over: {why}"),
+            None => println!("runs in   tier {tier}, backend {backend}"),
+        },
         None => println!(
             "runs in   nothing on this host: [{}] {}",
             pre["tier_rejected"]["code"].as_str().unwrap_or(""),

@@ -38,21 +38,41 @@ pub fn neutralize(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// Prints the notes about an ended run to stderr: a sandbox failure, the timeout, the
-/// quota, a limit, truncation and redaction, git repositories the run created, egress
-/// denials, layers this host did not enforce. The program's own output was already
-/// printed as it arrived (`crate::live`). The notes carry text the program chose (hosts
-/// it asked for, directories it created), so they are neutralised ([`neutralize`]) when
-/// stderr is a terminal.
+/// Prints the notes about an ended run to stderr: how it ended when the program did not
+/// end it by itself ([`ending_notes`]), truncation and redaction, git repositories the
+/// run created, the denials that may explain its end. The program's own output was
+/// already printed as it arrived (`crate::live`). The notes carry text the program chose
+/// (hosts it asked for, directories it created), so they are neutralised
+/// ([`neutralize`]) when stderr is a terminal.
 pub fn print_notes(o: &Outcome, stderr_tty: bool, policy: &Policy) {
-    let show = |s: &str, tty: bool| {
-        if tty {
-            neutralize(s).into_owned()
-        } else {
-            s.to_owned()
-        }
-    };
+    let mut notes = ending_notes(o, policy);
+    notes.extend(other_notes(o));
+    print(&notes, stderr_tty);
+}
+
+/// Prints how the run ended when the program did not end it by itself ([`ending_notes`]):
+/// with `--json` too, since that line is what tells tierbox's reserved exit statuses from
+/// the same status of the program's own.
+pub fn print_ending(o: &Outcome, policy: &Policy, stderr_tty: bool) {
+    print(&ending_notes(o, policy), stderr_tty);
+}
+
+/// Each note as a `tierbox:` line on stderr, neutralised for a terminal.
+fn print(notes: &[String], stderr_tty: bool) {
     let mut stderr = std::io::stderr().lock();
+    for note in notes {
+        let note = if stderr_tty {
+            neutralize(note)
+        } else {
+            std::borrow::Cow::Borrowed(note.as_str())
+        };
+        let _ = writeln!(stderr, "tierbox: {note}");
+    }
+}
+
+/// How the run ended when the program did not end it by itself: the sandbox failed (exit
+/// 123), the deadline (124), the output quota, a limit (Tier A's: 122), a signal.
+fn ending_notes(o: &Outcome, policy: &Policy) -> Vec<String> {
     let mut notes = Vec::new();
     let stopped = if o.tier == "a" {
         "the guest was stopped"
@@ -100,6 +120,13 @@ pub fn print_notes(o: &Outcome, stderr_tty: bool, policy: &Policy) {
             o.exit_status()
         ));
     }
+    notes
+}
+
+/// The notes about what the run left and met: truncation, redaction, repositories and
+/// protected paths it changed, review mode's change set, its denials.
+fn other_notes(o: &Outcome) -> Vec<String> {
+    let mut notes = Vec::new();
     for (name, s) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
         if s.truncated {
             notes.push(format!(
@@ -150,18 +177,7 @@ pub fn print_notes(o: &Outcome, stderr_tty: bool, policy: &Policy) {
             log.dropped
         ));
     }
-    if !o.enforcement.missing_layers.is_empty() && stderr_tty {
-        let missing: Vec<String> = o
-            .enforcement
-            .missing_layers
-            .iter()
-            .map(|l| l.to_string())
-            .collect();
-        notes.push(format!("not enforced on this host: {}", missing.join(", ")));
-    }
-    for note in notes {
-        let _ = writeln!(stderr, "tierbox: {}", show(&note, stderr_tty));
-    }
+    notes
 }
 
 /// A setting as the policy and the JSON spell it (`truncate`, `block_all`, `auto`), not
@@ -251,14 +267,11 @@ pub const DENIALS_SHOWN: usize = 3;
 
 /// The one-line summary of what the run was refused, with the policy change that would
 /// allow it: `2 denials: connect pypi.org:443 (egress), …; to allow: egress.allow +=
-/// "pypi.org:443"; …; see --json`. Limits have their own note.
+/// "pypi.org:443"; …; see --json`. Only the denials that may explain how the run ended
+/// ([`tierbox_runner::denials::worth_naming`]: not the sockets a program that succeeded
+/// tried, such as the unix socket of libc's name service); limits have their own note.
 fn denials_line(o: &Outcome) -> Option<String> {
-    use tierbox_runner::denials::DenialLayer;
-    let listed: Vec<_> = o
-        .denials
-        .iter()
-        .filter(|d| d.layer != DenialLayer::Limits)
-        .collect();
+    let listed = tierbox_runner::denials::worth_naming(&o.denials, o.success());
     if listed.is_empty() {
         return None;
     }

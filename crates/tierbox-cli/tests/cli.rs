@@ -2,6 +2,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// What the CLI says about itself: denial lines, usage errors, the tier line, its
+/// reserved exit statuses and `--json`'s error object.
+#[path = "cli/truth.rs"]
+mod truth;
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
@@ -386,7 +391,7 @@ fn json_policy_file_takes_effect() {
     let out = check(&["git", "status"]);
     assert_eq!(out.status.code(), Some(125));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["rejected"]["code"], "exec.not_allowed", "{v}");
+    assert_eq!(v["error"]["code"], "exec.not_allowed", "{v}");
 }
 
 #[test]
@@ -471,7 +476,7 @@ fn policy_check_and_check_report_what_a_backend_refuses() {
     );
     assert_eq!(out.status.code(), Some(125));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["rejected"]["code"], "scope.grant_refused", "{v}");
+    assert_eq!(v["error"]["code"], "scope.grant_refused", "{v}");
 
     let hides = policy(
         "hides.toml",
@@ -1164,7 +1169,6 @@ fn env_values_come_from_the_environment_or_a_file_instead_of_argv() {
 /// rule (raw when stdout was piped, whatever stderr was).
 #[test]
 fn output_to_a_terminal_is_inert_and_piped_output_is_exact() {
-    use std::io::Read;
     let ws = tempfile::tempdir().unwrap();
     let w = ws.path().to_str().unwrap();
     let script = [
@@ -1179,17 +1183,30 @@ fn output_to_a_terminal_is_inert_and_piped_output_is_exact() {
     assert_eq!(piped.status.code(), Some(0), "{piped:?}");
     assert_eq!(piped.stdout, b"ok\rFAIL\x1b]0;t\x07 end\r\n");
 
+    let (status, shown) = on_a_terminal(&script);
+    assert_eq!(status.code(), Some(0));
+    // The pty's own output processing turns "\n" into "\r\n".
+    assert!(shown.contains("ok^MFAIL␛]0;t^G end\r"), "{shown:?}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
+}
+
+/// Runs `tierbox ARGS` with stdout and stderr on a new pseudo-terminal: its exit status
+/// and what it showed there.
+fn on_a_terminal(args: &[&str]) -> (std::process::ExitStatus, String) {
+    use std::io::Read;
     let (master, slave) = tierbox_test_support::open_pty();
     let state = tempfile::tempdir().unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_tierbox"))
-        .args(script)
+        .args(args)
         .env("XDG_STATE_HOME", state.path())
         .stdin(Stdio::null())
         .stdout(slave.try_clone().unwrap())
         .stderr(slave)
         .status()
         .unwrap();
-    assert_eq!(status.code(), Some(0));
     let mut shown = Vec::new();
     let mut master = std::fs::File::from(master);
     let mut buf = [0u8; 4096];
@@ -1201,13 +1218,7 @@ fn output_to_a_terminal_is_inert_and_piped_output_is_exact() {
         }
         shown.extend_from_slice(&buf[..n]);
     }
-    let shown = String::from_utf8_lossy(&shown);
-    // The pty's own output processing turns "\n" into "\r\n".
-    assert!(shown.contains("ok^MFAIL␛]0;t^G end\r"), "{shown:?}");
-    assert!(
-        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
-        "{shown:?}"
-    );
+    (status, String::from_utf8_lossy(&shown).into_owned())
 }
 
 /// The state directory is created 0711 (owner everything, others only traverse), as
@@ -1389,12 +1400,13 @@ fn serve_refuses_to_start_without_a_usable_workspace() {
 }
 
 /// `serve --http localhost:PORT` binds 127.0.0.1; a port that is not a number is refused
-/// with what is wrong.
+/// with what is wrong, as a usage error.
 #[test]
 fn serve_http_takes_localhost() {
     let out = tierbox(&["serve", "--http", "localhost:x"], None);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.starts_with("tierbox: usage: "), "{err}");
     assert!(err.contains("is not a port number"), "{err}");
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();

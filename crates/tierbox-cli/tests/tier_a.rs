@@ -451,7 +451,7 @@ fn tier_a_rejects_what_it_cannot_grant() {
         let out = tierbox_in(&shared_state(), &args);
         assert_eq!(out.status.code(), Some(125), "{args:?}: {out:?}");
         let v = json(&out);
-        assert_eq!(v["rejected"]["code"], *code, "{args:?}: {v}");
+        assert_eq!(v["error"]["code"], *code, "{args:?}: {v}");
     }
 }
 

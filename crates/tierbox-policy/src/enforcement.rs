@@ -111,6 +111,12 @@ pub struct Enforcement {
     pub disk: LayerReport,
     /// Layers the policy allowed to be missing that were missing on this host.
     pub missing_layers: Vec<Layer>,
+    /// Under `auto`: the stronger tier this host could not run the request in, with its
+    /// backend and why (`tier c: tier.backend = "docker": docker engine unreachable:
+    /// …`), when the run got a weaker one that `tier.minimum` allows. Never a silent
+    /// downgrade: this says it, and the attestation carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passed_over: Option<String>,
     /// Tier A: every capability the guest was given (preopens with their access,
     /// environment names) and its limits, one entry each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -598,7 +598,8 @@ impl BackgroundManager {
         // Always a stdin pipe, so `write_stdin` can reach the process later.
         let initial_stdin = plan.stdin.replace(Vec::new()).unwrap_or_default();
         let facts = tierbox_sandbox::probe::host_facts();
-        let tier = tierbox_sandbox::select::select_tier(&plan, facts).map_err(RunError::from)?;
+        let selection = tierbox_sandbox::select::select(&plan, facts).map_err(RunError::from)?;
+        let tier = selection.tier;
         if plan.network.needs_proxy() {
             return Err(RunError::Rejected(Rejection::TierUnsupported {
                 tier,
@@ -674,7 +675,10 @@ impl BackgroundManager {
             seal: seal.map(|seal| SealFacts {
                 seal,
                 plan_sha256: tierbox_attest::plan_digest(&plan),
-                enforcement: guard.launched.enforcement.clone(),
+                enforcement: tierbox_policy::Enforcement {
+                    passed_over: selection.passed_over,
+                    ..guard.launched.enforcement.clone()
+                },
             }),
             attestation: Mutex::new(None),
         });

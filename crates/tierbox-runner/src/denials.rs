@@ -194,7 +194,30 @@ pub fn of_refusals<'a>(
     refusals: impl IntoIterator<Item = &'a tierbox_sandbox::linux::audit::Refusal>,
     started: std::time::Instant,
 ) -> Vec<Denial> {
+    of_refusals_with(plan, refusals, started, &|| tier_c_runs(plan))
+}
+
+/// Whether a Tier C run of `plan` (the request's `tier = "c"`) would run on this host,
+/// and why not: the selection a run makes.
+fn tier_c_runs(plan: &Plan) -> Result<(), String> {
+    let mut asked = plan.clone();
+    asked.tier.requested = tierbox_policy::TierRequest::C;
+    tierbox_sandbox::select::select_tier(&asked, tierbox_sandbox::probe::host_facts())
+        .map(drop)
+        .map_err(|rej| rej.to_string())
+}
+
+/// [`of_refusals`], asking `tier_c` (at most once, and only for a refused unix socket)
+/// whether a Tier C run of the plan would run here.
+fn of_refusals_with<'a>(
+    plan: &Plan,
+    refusals: impl IntoIterator<Item = &'a tierbox_sandbox::linux::audit::Refusal>,
+    started: std::time::Instant,
+    tier_c: &dyn Fn() -> Result<(), String>,
+) -> Vec<Denial> {
     use tierbox_sandbox::linux::audit::RefusalLayer;
+    let tier_c_answer = std::cell::OnceCell::new();
+    let tier_c = || tier_c_answer.get_or_init(tier_c).clone();
     refusals
         .into_iter()
         .map(|r| {
@@ -217,12 +240,14 @@ pub fn of_refusals<'a>(
                     DenialLayer::Seccomp,
                     r.operation.clone(),
                     seccomp_hint(
+                        plan.network.mode,
                         &r.operation,
                         // An audited refusal's target is its rule; a handed-off one's is
                         // its arguments.
                         tierbox_sandbox::linux::seccomp::refusal_rule(&r.operation)
                             .unwrap_or(&r.target),
                         &r.target,
+                        &tier_c,
                     ),
                 ),
             };
@@ -283,30 +308,114 @@ fn path_hint(plan: &Plan, target: &str, write: bool, operation: &str, refuser: &
     }
 }
 
-/// The hint for a system call the seccomp filter refused under `rule`; `target` is the
-/// refused argument when the filter handed the call off (`AF_NETLINK, SOCK_RAW`), else
-/// the rule itself.
-fn seccomp_hint(syscall: &str, rule: &str, target: &str) -> String {
-    let through_proxy = || {
-        format!(
-            "egress.mode = \"strict\" with egress.allow += \"HOST:PORT\" opens outbound TCP through the egress proxy; nothing else is allowed by any policy ({rule})"
-        )
-    };
-    let other_inet = "egress.mode = \"allow_all\" or \"preflight\": strict egress allows only TCP to the egress proxy";
+/// The hint for a system call the seccomp filter refused under `rule` in a run whose
+/// egress mode is `mode`; `target` is the refused argument when the filter handed the
+/// call off (`AF_NETLINK, SOCK_RAW`), else the rule itself. Socket calls are refused in
+/// Tier B only (Tier C's filter allows inet and unix sockets: its network namespace has
+/// only loopback), so the hints are the narrowest change that lets a Tier B refusal
+/// through: the egress proxy for TCP, `preflight` for the rest of the inet family, Tier C
+/// (when `tier_c` says it runs here) for a unix socket — never `allow_all` where one of
+/// those would do.
+fn seccomp_hint(
+    mode: EgressMode,
+    syscall: &str,
+    rule: &str,
+    target: &str,
+    tier_c: &dyn Fn() -> Result<(), String>,
+) -> String {
+    const THROUGH_PROXY: &str = "egress.mode = \"strict\" with egress.allow += \"HOST:PORT\": outbound TCP to the hosts listed, through the egress proxy";
+    // The inet sockets and calls strict egress refuses; `preflight` has them, with unix
+    // sockets still refused.
+    const PREFLIGHT: &str = "egress.mode = \"preflight\": inet sockets of every kind (UDP included), the hosts a request names checked before it runs; strict egress allows only TCP to the egress proxy, which resolves names itself, so a program that looks a name up only to connect to it over TCP needs egress.mode = \"strict\" with egress.allow += \"HOST:PORT\" instead";
     match syscall {
         "socket" if target != rule => {
-            let (family, kind) = target.split_once(", ").unwrap_or((target, ""));
+            let mut parts = target.split(", ");
+            let family = parts.next().unwrap_or(target);
+            let kind = parts.next().unwrap_or("");
+            let protocol = parts.next();
+            let tcp = kind == "SOCK_STREAM" && protocol.is_none_or(|p| p == "protocol 6 (TCP)");
             match family {
-                "AF_UNIX" => "egress.mode = \"allow_all\": the only mode in which a Tier B run may open unix sockets (a Tier C run may, in its own namespaces); libc's name service tries nscd's socket at every lookup and goes on without it, so that one needs nothing".to_owned(),
-                "AF_INET" | "AF_INET6" if kind == "SOCK_STREAM" => through_proxy(),
-                "AF_INET" | "AF_INET6" => other_inet.to_owned(),
+                "AF_UNIX" => unix_socket_hint(mode, tier_c),
+                // A TCP socket is refused only where no proxy runs (no network, or an
+                // empty allowlist): strict egress with an allowlist has them.
+                "AF_INET" | "AF_INET6" if tcp => THROUGH_PROXY.to_owned(),
+                "AF_INET" | "AF_INET6" => PREFLIGHT.to_owned(),
                 _ => format!("not allowed by any policy: {rule}"),
             }
         }
-        "sendto" | "sendmsg" | "sendmmsg" if target != rule => other_inet.to_owned(),
-        "socket" | "listen" | "sendto" | "sendmsg" | "sendmmsg" => through_proxy(),
+        // `MSG_FASTOPEN` and `listen` are refused only under strict egress with an
+        // allowlist (its TCP goes through landlock's connect check to the proxy).
+        "sendto" | "sendmsg" | "sendmmsg" | "listen" => PREFLIGHT.to_owned(),
+        // Refused in the kernel, its arguments unknown.
+        "socket" => format!("{THROUGH_PROXY}; nothing else is allowed by any policy ({rule})"),
         _ => format!("not allowed by any policy: {rule}"),
     }
+}
+
+/// What libc's name service does with a refused unix socket, said with every hint for
+/// one: it is why a Tier B run that looks a user or a host up is refused one.
+pub const NAME_SERVICE_NOTE: &str = "libc's name service (nscd, systemd's and sssd's modules) tries one at every user, group or host lookup and goes on without it: a lookup needs nothing";
+
+/// The hint for a refused `socket(AF_UNIX, …)` (Tier B): the request's `tier = "c"` when
+/// a Tier C run of the plan runs here, where a run may open unix sockets that reach only
+/// its own namespaces; `allow_all` only when nothing narrower lets it through.
+fn unix_socket_hint(mode: EgressMode, tier_c: &dyn Fn() -> Result<(), String>) -> String {
+    let only =
+        "egress.mode = \"allow_all\": the only mode in which a Tier B run may open unix sockets";
+    match mode {
+        // Tier C has no host network, so nothing narrower carries preflight.
+        EgressMode::Preflight | EgressMode::AllowAll => format!(
+            "{only} (Tier C, where a run may, has no host network for preflight); {NAME_SERVICE_NOTE}"
+        ),
+        EgressMode::BlockAll | EgressMode::Strict => match tier_c() {
+            Ok(()) => format!(
+                "tier = \"c\" in the request (--tier c): a Tier C run may open unix sockets, which reach only what its own namespaces hold; {NAME_SERVICE_NOTE}"
+            ),
+            Err(why) => format!(
+                "{only}, and Tier C, where a run may, does not run here ({why}); {NAME_SERVICE_NOTE}"
+            ),
+        },
+    }
+}
+
+/// The denials worth naming to a person after a run (the CLI's line, the MCP summary):
+/// those that may explain how it ended. The outcome's `denials` keeps them all.
+///
+/// - A limit is left out: the run's end says it (`limit hit: …`).
+/// - A refused socket is named only when the program did not succeed (`succeeded`):
+///   programs try sockets and go on without them — libc's name service a unix socket at
+///   every user, group or host lookup ([`NAME_SERVICE_NOTE`]), its address sorting a UDP
+///   socket — so `id` or `ls -l` in Tier B is refused one and is not the worse for it.
+/// - A refused unix socket is named only when nothing else is: that it was a lookup is
+///   then the likelier story.
+///
+/// ```
+/// use tierbox_runner::denials::{Denial, DenialLayer, worth_naming};
+///
+/// let unix = Denial {
+///     layer: DenialLayer::Seccomp,
+///     operation: "socket".to_owned(),
+///     target: "AF_UNIX, SOCK_STREAM".to_owned(),
+///     count: 4,
+///     first_ms: None,
+///     hint: String::new(),
+/// };
+/// let pypi = Denial::egress_not_allowlisted("pypi.org", 443, 1);
+/// assert!(worth_naming(std::slice::from_ref(&unix), true).is_empty());
+/// assert_eq!(worth_naming(std::slice::from_ref(&unix), false), [&unix]);
+/// assert_eq!(worth_naming(&[unix, pypi.clone()], false), [&pypi]);
+/// ```
+pub fn worth_naming(denials: &[Denial], succeeded: bool) -> Vec<&Denial> {
+    let socket = |d: &Denial| d.layer == DenialLayer::Seccomp && d.operation == "socket";
+    let unix = |d: &Denial| socket(d) && d.target.starts_with("AF_UNIX");
+    let named: Vec<&Denial> = denials
+        .iter()
+        .filter(|d| d.layer != DenialLayer::Limits && !(succeeded && socket(d)))
+        .collect();
+    if named.iter().all(|d| unix(d)) {
+        return named;
+    }
+    named.into_iter().filter(|d| !unix(d)).collect()
 }
 
 /// What a policy's grants say of a path: allowed or not, which rule decides, and the
@@ -663,7 +772,7 @@ mod tests {
             complete: true,
             files_dropped: 0,
         };
-        let d = of_refusals(&plan, &report.refusals, started);
+        let d = of_refusals_with(&plan, &report.refusals, started, &|| Ok(()));
         let got: Vec<(&str, &str)> = d
             .iter()
             .map(|d| (d.operation.as_str(), d.hint.as_str()))
@@ -694,18 +803,23 @@ mod tests {
                 format!("not allowed by any policy: {}", rule("ptrace")).as_str()
             )
         );
-        let proxy = "egress.mode = \"strict\" with egress.allow += \"HOST:PORT\" opens outbound TCP through the egress proxy";
+        let proxy = "egress.mode = \"strict\" with egress.allow += \"HOST:PORT\": outbound TCP to the hosts listed, through the egress proxy";
         assert!(got[6].1.starts_with(proxy), "{}", got[6].1);
+        // A unix socket: the request's Tier C, which runs here (the closure says), not
+        // allow_all.
         assert!(
             got[7]
                 .1
-                .starts_with("egress.mode = \"allow_all\": the only mode"),
+                .starts_with("tier = \"c\" in the request (--tier c)"),
             "{}",
             got[7].1
         );
-        assert!(got[8].1.starts_with(proxy), "{}", got[8].1);
-        let other_inet = "egress.mode = \"allow_all\" or \"preflight\": strict egress allows only TCP to the egress proxy";
-        assert_eq!(got[9].1, other_inet);
+        assert!(!got[7].1.contains("allow_all"), "{}", got[7].1);
+        assert!(got[7].1.ends_with(NAME_SERVICE_NOTE), "{}", got[7].1);
+        assert_eq!(got[8].1, proxy);
+        let preflight = "egress.mode = \"preflight\": inet sockets of every kind";
+        assert!(got[9].1.starts_with(preflight), "{}", got[9].1);
+        assert!(!got[9].1.contains("allow_all"), "{}", got[9].1);
         assert_eq!(
             got[10].1,
             format!("not allowed by any policy: {}", rule("socket"))
@@ -714,7 +828,7 @@ mod tests {
             got[11].1,
             format!("not allowed by any policy: {}", rule("unshare"))
         );
-        assert_eq!(got[12].1, other_inet);
+        assert!(got[12].1.starts_with(preflight), "{}", got[12].1);
         assert_eq!(
             got[13],
             ("read", r#"filesystem.read_only += "/srv/data/y""#)
@@ -731,6 +845,111 @@ mod tests {
         assert!(d.iter().all(|d| d.count == 2 && d.first_ms == Some(7)));
         assert_eq!(d[0].layer, DenialLayer::Landlock);
         assert_eq!(d[5].layer, DenialLayer::Seccomp);
+    }
+
+    /// Regression: every Tier B program that looked a user or a host up (`id`, `ls -l`,
+    /// `curl`) was told `to allow: egress.mode = "allow_all"` for the unix socket libc's
+    /// name service tries, and a TCP socket with its protocol named (`curl` to an address)
+    /// got the same: the widest mode where a narrower key lets it through.
+    #[test]
+    fn socket_hints_name_the_narrowest_key_and_allow_all_only_when_nothing_narrower_does() {
+        let hint = |mode, target: &str, tier_c: &dyn Fn() -> Result<(), String>| {
+            seccomp_hint(
+                mode,
+                "socket",
+                tierbox_sandbox::linux::seccomp::refusal_rule("socket").unwrap(),
+                target,
+                tier_c,
+            )
+        };
+        let runs = || Ok(());
+        let absent = || Err("user namespaces are disabled".to_owned());
+        for mode in [EgressMode::BlockAll, EgressMode::Strict] {
+            let h = hint(mode, "AF_UNIX, SOCK_STREAM", &runs);
+            assert!(h.starts_with("tier = \"c\" in the request"), "{h}");
+            assert!(!h.contains("allow_all"), "{h}");
+            let h = hint(mode, "AF_UNIX, SOCK_DGRAM", &absent);
+            assert!(h.starts_with("egress.mode = \"allow_all\""), "{h}");
+            assert!(h.contains("user namespaces are disabled"), "{h}");
+        }
+        // Tier C carries no preflight: allow_all is the only key, said so.
+        let h = hint(EgressMode::Preflight, "AF_UNIX, SOCK_STREAM", &runs);
+        assert!(h.starts_with("egress.mode = \"allow_all\""), "{h}");
+        assert!(h.contains("no host network for preflight"), "{h}");
+        // TCP, its protocol named or not, goes through the proxy; the rest of inet is
+        // preflight's.
+        let proxy = "egress.mode = \"strict\" with egress.allow += \"HOST:PORT\"";
+        for target in [
+            "AF_INET, SOCK_STREAM",
+            "AF_INET, SOCK_STREAM, protocol 6 (TCP)",
+            "AF_INET6, SOCK_STREAM",
+        ] {
+            let h = hint(EgressMode::BlockAll, target, &absent);
+            assert!(h.starts_with(proxy), "{target}: {h}");
+        }
+        for target in [
+            "AF_INET, SOCK_DGRAM",
+            "AF_INET6, SOCK_RAW",
+            "AF_INET, SOCK_STREAM, protocol 262 (MPTCP)",
+        ] {
+            let h = hint(EgressMode::Strict, target, &absent);
+            assert!(
+                h.starts_with("egress.mode = \"preflight\""),
+                "{target}: {h}"
+            );
+            assert!(!h.contains("allow_all"), "{target}: {h}");
+        }
+        // Tier C is asked once, and only for a unix socket.
+        let ws = tempfile::tempdir().unwrap();
+        let plan = grants_plan(ws.path());
+        let asked = std::cell::Cell::new(0);
+        let counting = || {
+            asked.set(asked.get() + 1);
+            Ok(())
+        };
+        let started = std::time::Instant::now();
+        let refusal = |target: &str| tierbox_sandbox::linux::audit::Refusal {
+            layer: tierbox_sandbox::linux::audit::RefusalLayer::Seccomp,
+            operation: "socket".to_owned(),
+            target: target.to_owned(),
+            count: 1,
+            first: started,
+        };
+        let inet = [refusal("AF_INET, SOCK_DGRAM")];
+        of_refusals_with(&plan, &inet, started, &counting);
+        assert_eq!(asked.get(), 0);
+        let both = [
+            refusal("AF_UNIX, SOCK_STREAM"),
+            refusal("AF_UNIX, SOCK_DGRAM"),
+        ];
+        of_refusals_with(&plan, &both, started, &counting);
+        assert_eq!(asked.get(), 1);
+    }
+
+    #[test]
+    fn only_denials_that_may_explain_the_end_are_worth_naming() {
+        let seccomp = |target: &str| Denial {
+            layer: DenialLayer::Seccomp,
+            operation: "socket".to_owned(),
+            target: target.to_owned(),
+            count: 1,
+            first_ms: None,
+            hint: String::new(),
+        };
+        let unix = seccomp("AF_UNIX, SOCK_STREAM");
+        let udp = seccomp("AF_INET, SOCK_DGRAM");
+        let ptrace = Denial {
+            operation: "ptrace".to_owned(),
+            ..seccomp("")
+        };
+        let limit = of_run(None, Some((LimitHit::Memory, false, None))).remove(0);
+        let all = [unix.clone(), udp.clone(), ptrace.clone(), limit];
+        // Succeeded: no socket it tried matters; what else it was refused does.
+        assert_eq!(worth_naming(&all, true), [&ptrace]);
+        // Failed: the sockets may explain it, the unix one only when alone.
+        assert_eq!(worth_naming(&all, false), [&udp, &ptrace]);
+        assert_eq!(worth_naming(&all[..1], false), [&unix]);
+        assert!(worth_naming(&all[3..], false).is_empty());
     }
 
     #[test]

@@ -112,6 +112,13 @@ pub fn select_tier(plan: &Plan) -> Result<Tier, Rejection> {
     tierbox_sandbox::select::select_tier(plan, tierbox_sandbox::probe::host_facts())
 }
 
+/// [`select_tier`], with what `auto` passed over to pick it: the stronger tier, its
+/// backend and why it cannot run the plan here (the outcome's `enforcement.passed_over`).
+pub fn select_tier_passing_over(plan: &Plan) -> Result<(Tier, Option<String>), Rejection> {
+    tierbox_sandbox::select::select(plan, tierbox_sandbox::probe::host_facts())
+        .map(|s| (s.tier, s.passed_over))
+}
+
 /// What each Linux backend would refuse or narrow of `plan`'s filesystem grants here
 /// (`tierbox_sandbox::preflight::grant_findings`).
 pub fn grant_findings(plan: &Plan) -> Vec<GrantFinding> {
@@ -140,6 +147,9 @@ pub struct Preflight {
     pub tier: Result<Tier, Rejection>,
     /// The backend that tier uses: `tier_b`, or the policy's Tier C backend.
     pub backend: String,
+    /// Under `auto`: the stronger tier passed over, and why
+    /// ([`tierbox_sandbox::select::Selection::passed_over`]).
+    pub passed_over: Option<String>,
     /// What each backend refuses or narrows.
     pub findings: Vec<GrantFinding>,
 }
@@ -147,7 +157,10 @@ pub struct Preflight {
 impl Preflight {
     /// Selects the tier as a run would and asks every backend's planner about the grants.
     pub fn of(plan: &Plan) -> Self {
-        let tier = select_tier(plan);
+        let (tier, passed_over) = match select_tier_passing_over(plan) {
+            Ok((tier, passed_over)) => (Ok(tier), passed_over),
+            Err(rej) => (Err(rej), None),
+        };
         let backend = match tier {
             Ok(Tier::C) => plan.tier.backend.to_string(),
             _ => "tier_b".to_owned(),
@@ -155,6 +168,7 @@ impl Preflight {
         Self {
             tier,
             backend,
+            passed_over,
             findings: grant_findings(plan),
         }
     }
@@ -168,13 +182,15 @@ impl Preflight {
             .find(|f| f.refuses && f.backend == self.backend)
     }
 
-    /// `{"tier", "backend", "refused_at_launch", "grant_findings"}`; `tier` is null and
-    /// `tier_rejected` holds the rejection when no tier can run the plan here.
+    /// `{"tier", "backend", "passed_over", "refused_at_launch", "grant_findings"}`;
+    /// `tier` is null and `tier_rejected` holds the rejection when no tier can run the
+    /// plan here.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "tier": self.tier.as_ref().ok().map(ToString::to_string),
             "tier_rejected": self.tier.as_ref().err().map(Rejection::to_json),
             "backend": self.backend,
+            "passed_over": self.passed_over,
             "refused_at_launch": self.refusal().is_some(),
             "grant_findings": self.findings,
         })

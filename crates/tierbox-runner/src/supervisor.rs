@@ -267,7 +267,8 @@ async fn run_plan_tapped(
     owner: &str,
 ) -> Result<Outcome, RunError> {
     let facts = host_facts();
-    let tier = tierbox_sandbox::select::select_tier(plan, facts)?;
+    let selection = tierbox_sandbox::select::select(plan, facts)?;
+    let tier = selection.tier;
     if plan.background.is_some() {
         return Err(Rejection::TierUnsupported {
             tier,
@@ -346,6 +347,7 @@ async fn run_plan_tapped(
     guard.finish();
     let mut outcome = result?;
     outcome.run_id = run_id;
+    outcome.enforcement.passed_over = selection.passed_over;
     if let Some(before) = protected_before {
         // A repository the run created is named as such already.
         let created = &outcome.created_git_dirs;

@@ -250,6 +250,7 @@ fn enforcement(plan: &WasmPlan) -> Enforcement {
             "not applied: a guest writes only its preopened directories, bounded per file by limits.file_size_bytes",
         ),
         missing_layers: Vec::new(),
+        passed_over: None,
         grants,
         denial_reports: crate::denials::tier_a_sources(),
     }

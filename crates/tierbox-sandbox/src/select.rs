@@ -66,11 +66,32 @@ pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), U
 /// # }
 /// ```
 pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
+    select(plan, facts).map(|s| s.tier)
+}
+
+/// The tier [`select`] picked for a plan, and what `auto` passed over to pick it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// The tier the run gets.
+    pub tier: Tier,
+    /// Under `auto`, when a tier stronger than [`Selection::tier`] (and at least
+    /// `tier.minimum`) could not run the plan here: that tier, its backend and why, in
+    /// words (`tier c: tier.backend = "docker": docker engine unreachable: …`, `tier c
+    /// (native): user namespaces …`). `None` when the strongest
+    /// tier the policy allows was picked, or the request named its tier.
+    pub passed_over: Option<String>,
+}
+
+/// [`select_tier`], saying what `auto` passed over: a weaker tier is allowed by
+/// `tier.minimum`, never silent — the outcome and the attestation carry the reason
+/// (`enforcement.passed_over`).
+pub fn select(plan: &Plan, facts: &HostFacts) -> Result<Selection, Rejection> {
     let unavailable = |tier: Tier, reason: String| Rejection::TierUnavailable { tier, reason };
     match plan.tier.requested {
         TierRequest::Auto => {
             // Strongest first among native-program tiers, never below the minimum.
             let mut last_reason = String::new();
+            let mut passed_over = None;
             for tier in [Tier::C, Tier::B] {
                 if tier < plan.tier.minimum {
                     continue;
@@ -88,8 +109,16 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
                             .map_err(|e| e.to_string())
                     });
                 match usable {
-                    Ok(()) => return Ok(tier),
-                    Err(reason) => last_reason = reason,
+                    Ok(()) => return Ok(Selection { tier, passed_over }),
+                    Err(reason) => {
+                        let backend = plan.tier.backend.to_string();
+                        passed_over = Some(if tier == Tier::C && !reason.contains(&backend) {
+                            format!("tier c ({backend}): {reason}")
+                        } else {
+                            format!("tier {tier}: {reason}")
+                        });
+                        last_reason = reason;
+                    }
                 }
             }
             Err(unavailable(plan.tier.minimum, last_reason))
@@ -109,7 +138,10 @@ pub fn select_tier(plan: &Plan, facts: &HostFacts) -> Result<Tier, Rejection> {
             if tier != Tier::A {
                 crate::launch::layers_for(tier, plan, facts)?;
             }
-            Ok(tier)
+            Ok(Selection {
+                tier,
+                passed_over: None,
+            })
         }
     }
 }
@@ -157,7 +189,13 @@ mod tests {
                 assert_eq!(err.code(), "tier.unavailable");
                 assert!(err.to_string().contains(&e.to_string()), "{err}");
                 if tier_available(Tier::B, facts).is_ok() {
-                    assert_eq!(select_tier(&p, facts), Ok(Tier::B));
+                    // Said, with the backend and the engine's reason: never silent.
+                    let s = select(&p, facts).unwrap();
+                    assert_eq!(s.tier, Tier::B);
+                    let why = s.passed_over.unwrap();
+                    assert!(why.starts_with("tier c: "), "{why}");
+                    assert!(why.contains("docker"), "{why}");
+                    assert!(why.contains(&e.to_string()), "{why}");
                 }
             }
         }

@@ -613,6 +613,7 @@ fn bwrap_enforcement(
             crate::linux::mounts::tmp_size_bytes(plan)
         )),
         missing_layers: missing,
+        passed_over: None,
         grants: Vec::new(),
         denial_reports: std::collections::BTreeMap::new(),
     }

@@ -311,11 +311,8 @@ pub fn outcome_summary(o: &Outcome) -> String {
     if o.redacted {
         s.push_str("\n[credentials in the output were redacted]");
     }
-    for d in o
-        .denials
-        .iter()
-        .filter(|d| d.layer != tierbox_runner::denials::DenialLayer::Limits)
-    {
+    // Those that may explain the end, as the CLI's line names them (the outcome has all).
+    for d in tierbox_runner::denials::worth_naming(&o.denials, o.success()) {
         s.push_str(&format!(
             "\n[denied: {} {} ({}, {}×); to allow: {}]",
             d.operation,

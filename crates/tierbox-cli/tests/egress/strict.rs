@@ -275,7 +275,7 @@ pub fn run_env(
 ) -> Run {
     let run = try_run(lab, tier, policy_text, cmd, env);
     assert!(
-        run.outcome.is_object() && run.outcome.get("rejected").is_none(),
+        run.outcome.is_object() && run.outcome.get("error").is_none(),
         "tierbox did not run the command: {}\n{}",
         run.outcome,
         run.stderr
@@ -441,7 +441,7 @@ pub fn not_allowlisted_is_refused_and_reported(test: &str, tier: Tier) {
     // Named in the arguments: preflight refuses before anything runs.
     let r = try_run(lab, tier, &p, &curl(&["http://blocked.test/"]), &[]);
     assert_eq!(r.status, 125, "{}", r.describe());
-    assert_eq!(r.outcome["rejected"]["code"], "egress.host_not_allowed");
+    assert_eq!(r.outcome["error"]["code"], "egress.host_not_allowed");
 
     // Built at runtime: the proxy refuses, and says so in the outcome.
     let r = fetch(lab, tier, &p, "", "http://blocked.test/");

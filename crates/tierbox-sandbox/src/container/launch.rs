@@ -376,6 +376,7 @@ fn enforcement(plan: &Plan, info: &EngineInfo, missing: Vec<Layer>) -> Enforceme
             super::tmp_size_bytes(plan)
         )),
         missing_layers: missing,
+        passed_over: None,
         grants: Vec::new(),
         denial_reports: std::collections::BTreeMap::new(),
     }

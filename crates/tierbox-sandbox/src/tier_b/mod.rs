@@ -410,6 +410,7 @@ fn enforcement_report(
             None => LayerReport::missing(slot.tmp_unbounded_why.clone()),
         },
         missing_layers: missing,
+        passed_over: None,
         grants: Vec::new(),
         denial_reports: std::collections::BTreeMap::new(),
     }

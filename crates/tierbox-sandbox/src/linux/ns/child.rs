@@ -1050,6 +1050,7 @@ fn enforcement_report(
             ),
         }),
         missing_layers: missing,
+        passed_over: None,
         grants: Vec::new(),
         denial_reports: std::collections::BTreeMap::new(),
     }
