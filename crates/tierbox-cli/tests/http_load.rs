@@ -32,16 +32,27 @@ struct Holdings {
     mounts: usize,
 }
 
-fn count_cgroups(dir: &std::path::Path) -> usize {
+/// The run groups beneath `dir` that process `pid` made (named `tierbox-<pid>.<start>-…`):
+/// other Tierbox processes on the host (tests running beside this one) are not counted.
+fn count_cgroups(dir: &std::path::Path, pid: i32) -> usize {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return 0;
     };
+    let owned = format!("tierbox-{pid}.");
     rd.flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| {
-            let own = usize::from(e.file_name().to_string_lossy().contains("tierbox"));
-            own + count_cgroups(&e.path())
+            let own = usize::from(e.file_name().to_string_lossy().starts_with(&owned));
+            own + count_cgroups(&e.path(), pid)
         })
+        .sum()
+}
+
+/// The run groups the (stopped) server `pid` left, in every hierarchy.
+fn count_server_cgroups(pid: i32) -> usize {
+    ["memory", "pids", "cpu", "unified"]
+        .iter()
+        .map(|c| count_cgroups(&std::path::Path::new("/sys/fs/cgroup").join(c), pid))
         .sum()
 }
 
@@ -50,10 +61,7 @@ fn holdings(pid: i32) -> Holdings {
         .unwrap()
         .count();
     let zombies = zombie_children(pid).len();
-    let cgroups = ["memory", "pids", "cpu", "unified"]
-        .iter()
-        .map(|c| count_cgroups(&std::path::Path::new("/sys/fs/cgroup").join(c)))
-        .sum();
+    let cgroups = count_server_cgroups(pid);
     let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
         .unwrap()
         .lines()
@@ -115,7 +123,6 @@ fn a_thousand_runs_from_sixteen_clients_leave_nothing_behind() {
     if !tier_c_available("http_load") {
         return;
     }
-    let cgroups_at_start = holdings(std::process::id() as i32).cgroups;
     // Four sandboxes at a time on two cores, the other clients queued.
     let s = Server::start(&["--max-concurrent", "4", "--queue", "16"], None);
     // Warm up: the pools of reusable run slots fill to their steady size.
@@ -158,11 +165,9 @@ fn a_thousand_runs_from_sixteen_clients_leave_nothing_behind() {
         after.mounts <= before.mounts,
         "mount leak: {before:?} -> {after:?}"
     );
+    let server = s.pid();
     assert!(s.stop().success());
     // The warm slots go with the server.
-    let left = holdings(std::process::id() as i32).cgroups;
-    assert!(
-        left <= cgroups_at_start,
-        "{left} tierbox cgroups left after shutdown"
-    );
+    let left = count_server_cgroups(server);
+    assert_eq!(left, 0, "{left} tierbox cgroups left after shutdown");
 }
