@@ -78,6 +78,18 @@ impl PathFix {
     pub fn changes(&self) -> &[PolicyChange] {
         &self.0
     }
+
+    /// Adds `more` after the changes already here (each change once), for a refusal
+    /// whose fix must also cover what the rest of the request needs.
+    pub fn extend(&mut self, more: impl IntoIterator<Item = PolicyChange>) {
+        let mut all = std::mem::take(&mut self.0).into_vec();
+        for change in more {
+            if !all.contains(&change) {
+                all.push(change);
+            }
+        }
+        self.0 = all.into_boxed_slice();
+    }
 }
 
 impl fmt::Display for PathFix {
@@ -92,8 +104,8 @@ impl fmt::Display for PathFix {
     }
 }
 
-/// What an argument asks of the path it names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What an argument asks of the path it names; `Write` is the stronger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ArgAccess {
     /// To see it: read a file, list a directory, or find nothing there.
     Read,

@@ -450,31 +450,86 @@ enum Step {
 /// Checks every argument that provably names a path (see the module documentation)
 /// against what the run sees, relative to `cwd`; the arguments at `skip` are text (link
 /// targets, inline program text). Never changes an argument.
+///
+/// The first refusal is reported, and its fix is the whole request's: the paths after it
+/// are judged as if that fix were applied, and what they need is added to it, so that a
+/// policy with the fix applied lets the same request through. One path named twice by
+/// one argument (`of=x/..` is both a file name and dd's output) is judged once, for the
+/// stronger access. A path no policy shows is reported as such even after a fixable one.
 pub(crate) fn check_args(
     visible: &Visible<'_>,
     cwd: &Path,
     args: &[String],
     skip: &[usize],
 ) -> Result<(), Rejection> {
+    let mut view = visible.clone();
+    let mut first: Option<Rejection> = None;
+    let mut more = Vec::new();
     for (arg_index, arg) in args.iter().enumerate() {
         if skip.contains(&arg_index) {
             continue;
         }
+        let mut judged: Vec<(PathBuf, ArgAccess, Option<Verdict>)> = Vec::new();
         for candidate in candidates(arg, cwd) {
-            let (resolved, access, verdict) = match candidate {
-                Candidate::Never { shown, why } => (shown, ArgAccess::Read, Verdict::Never(why)),
-                Candidate::Home { rest, access } => match &visible.home {
+            let (base, path, access) = match candidate {
+                Candidate::Never { shown, why } => {
+                    judged.push((shown, ArgAccess::Read, Some(Verdict::Never(why))));
+                    continue;
+                }
+                Candidate::Home { rest, access } => match &view.home {
                     RunHome::Private => continue,
-                    RunHome::At(home) => judge(visible, home, &rest, access),
+                    RunHome::At(home) => (home.clone(), rest, access),
                 },
-                Candidate::Path { path, access } => judge(visible, cwd, &path, access),
+                Candidate::Path { path, access } => (cwd.to_path_buf(), path, access),
             };
+            match view.resolve(&base, &path) {
+                Ok(resolved) => match judged
+                    .iter_mut()
+                    .find(|(p, _, v)| v.is_none() && *p == resolved)
+                {
+                    Some(seen) => seen.1 = seen.1.max(access),
+                    None => judged.push((resolved, access, None)),
+                },
+                Err(reached) => judged.push((
+                    reached,
+                    access,
+                    Some(Verdict::Never(Unreachable::Unresolvable)),
+                )),
+            }
+        }
+        for (resolved, access, verdict) in judged {
+            let verdict = verdict.unwrap_or_else(|| view.verdict(&resolved, access));
+            if let Verdict::Fix { fix, .. } = &verdict {
+                for change in fix.changes() {
+                    view.apply(change);
+                }
+                if first.is_some() {
+                    more.extend(fix.changes().iter().cloned());
+                    continue;
+                }
+            }
             if let Some(rejection) = refusal(visible, arg_index, arg, resolved, access, verdict) {
-                return Err(rejection);
+                if matches!(
+                    rejection,
+                    Rejection::PathSecret { .. } | Rejection::PathNotGrantable { .. }
+                ) {
+                    return Err(rejection);
+                }
+                first = Some(rejection);
             }
         }
     }
-    Ok(())
+    match first {
+        None => Ok(()),
+        Some(mut rejection) => {
+            if let Rejection::PathOutsideWorkspace { fix, .. } | Rejection::PathDenied { fix, .. } =
+                &mut rejection
+            {
+                fix.extend(more);
+            }
+            Err(rejection)
+        }
+    }
 }
 
 /// The rejection of argument `arg_index` (`arg`), which names `resolved`, for its
@@ -525,22 +580,6 @@ fn refusal(
             why,
         },
     })
-}
-
-/// Resolves `path` from `base` and judges it.
-fn judge(
-    visible: &Visible<'_>,
-    base: &Path,
-    path: &Path,
-    access: ArgAccess,
-) -> (PathBuf, ArgAccess, Verdict) {
-    match visible.resolve(base, path) {
-        Ok(resolved) => {
-            let verdict = visible.verdict(&resolved, access);
-            (resolved, access, verdict)
-        }
-        Err(reached) => (reached, access, Verdict::Never(Unreachable::Unresolvable)),
-    }
 }
 
 /// The indices of `ln`'s arguments that are symlink targets when it makes symbolic

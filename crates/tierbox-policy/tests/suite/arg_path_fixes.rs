@@ -294,3 +294,36 @@ fn inline_program_text_is_not_a_path() {
         Rejection::PathOutsideWorkspace { arg_index: 3, .. }
     ));
 }
+
+/// One fix covers the whole request: an argument that names the same path twice
+/// (`of=x/../..` is a file name and dd's output) gets the stronger access's fix, and a
+/// refusal's fix includes what the arguments after it need. Regression: `of=data/../../..`
+/// was refused with a read-only grant that then met a refusal to write.
+#[test]
+fn one_fix_covers_the_whole_request() {
+    let f = fixture();
+    for p in policies(&f) {
+        for args in [
+            vec!["of=data/../../..".to_owned()],
+            vec!["of=new/../../..".to_owned()],
+            vec!["../data/a.txt".to_owned(), "of=../other/new".to_owned()],
+            vec![
+                "../data/a.txt".to_owned(),
+                "../data/sub/b.txt".to_owned(),
+                "of=../data/new".to_owned(),
+            ],
+        ] {
+            fix_is_true(&f, &p, &args);
+        }
+    }
+    let err = validate(
+        &f,
+        &f.policy,
+        &["../data/a.txt".to_owned(), "of=../other/new".to_owned()],
+    )
+    .unwrap_err();
+    let Rejection::PathOutsideWorkspace { fix, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(fix.changes().len(), 2, "{err}");
+}
