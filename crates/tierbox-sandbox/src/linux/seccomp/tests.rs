@@ -1705,7 +1705,7 @@ fn setid_files_and_device_nodes_cannot_be_made_in_a_filtered_child() {
 #[test]
 fn the_security_md_seccomp_table_matches_the_filter() {
     use std::collections::{BTreeMap, BTreeSet};
-    let syscalls: BTreeMap<String, u32> = include_str!("seccomp_reference/syscalls-x86_64.txt")
+    let syscalls: BTreeMap<String, u32> = include_str!("reference/syscalls-x86_64.txt")
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {
@@ -1713,15 +1713,14 @@ fn the_security_md_seccomp_table_matches_the_filter() {
             (name.to_owned(), nr.parse().unwrap())
         })
         .collect();
-    let container: BTreeMap<String, String> =
-        include_str!("seccomp_reference/container-default.txt")
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .map(|l| {
-                let (verdict, name) = l.split_once(' ').unwrap();
-                (name.to_owned(), verdict.to_owned())
-            })
-            .collect();
+    let container: BTreeMap<String, String> = include_str!("reference/container-default.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (verdict, name) = l.split_once(' ').unwrap();
+            (name.to_owned(), verdict.to_owned())
+        })
+        .collect();
     let doc =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../SECURITY.md")).unwrap();
     let table = doc
