@@ -30,9 +30,6 @@ pub mod hosts;
 pub mod json;
 pub mod plan;
 pub mod policy;
-/// Output redaction, kept under this name for existing callers: the implementation is
-/// the [`tierbox_redact`] crate, which the runner uses directly.
-pub use tierbox_redact as redact;
 pub mod rejection;
 pub mod request;
 pub mod schema;

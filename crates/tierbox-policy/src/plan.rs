@@ -364,16 +364,6 @@ pub struct BackgroundPlan {
     pub spill_bytes: u64,
 }
 
-impl Plan {
-    /// The value of `name` in the child's environment.
-    pub fn env_var(&self, name: &str) -> Option<&str> {
-        self.env
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
 pub(crate) mod opt_bytes {
     use serde::{Deserialize, Deserializer, Serializer};
 

@@ -824,14 +824,6 @@ impl BackgroundManager {
         }
     }
 
-    /// Live (not yet ended) background processes, of all owners.
-    pub fn live_count(&self) -> usize {
-        self.entries()
-            .iter()
-            .filter(|e| e.ended().is_none())
-            .count()
-    }
-
     /// Kills every background process and waits for them (graceful shutdown).
     pub async fn shutdown(&self) {
         let all = self.entries();

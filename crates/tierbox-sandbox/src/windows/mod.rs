@@ -444,15 +444,5 @@ pub struct JobAccounting {
     pub peak_process_memory_bytes: u64,
 }
 
-impl JobAccounting {
-    /// CPU time in microseconds (user, system), as the outcome's usage reports it.
-    pub fn cpu_us(&self) -> (u64, u64) {
-        (
-            self.total_user_time_100ns / 10,
-            self.total_kernel_time_100ns / 10,
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests;
