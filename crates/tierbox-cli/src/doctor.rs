@@ -295,7 +295,7 @@ struct Report<'a> {
     review: ReviewReport,
     /// Whether landlock and seccomp denials can be read from the kernel's audit records
     /// here, or why not.
-    denials: Result<(), String>,
+    denials: Result<(), tierbox_runner::host::NotRecorded>,
     /// Whether the seccomp argument rules' refusals are recorded with their arguments.
     seccomp_arguments: bool,
     hints: Vec<String>,
@@ -447,7 +447,7 @@ impl<'a> Report<'a> {
                     }),
                     Err(why) => serde_json::json!({
                         "landlock_and_seccomp": false,
-                        "reason": why,
+                        "reason": why.to_string(),
                         "seccomp_arguments": self.seccomp_arguments,
                     }),
                 },
@@ -516,7 +516,7 @@ impl<'a> Report<'a> {
             },
             match &self.denials {
                 Ok(()) => "recorded (kernel audit records, one audit session per run; the bwrap backend records seccomp only: it applies no landlock); tier c's hidden and read-only paths: recorded with audit.file_refusals = true (a kernel audit rule per run)".to_owned(),
-                Err(why) => why.clone(),
+                Err(why) => why.to_string(),
             }
         );
         for (e, status) in engines {

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tierbox_egress::{EgressLog, Verdict};
 use tierbox_policy::{EgressMode, LayerReport, Plan, Tier};
+use tierbox_sandbox::linux::audit::NotRecorded;
 
 use crate::LimitHit;
 
@@ -579,7 +580,7 @@ pub fn sources(
     };
     out.insert(DenialLayer::Egress.name().to_owned(), egress);
     if tier != Tier::A {
-        let layer = |read: Option<&Result<(), String>>| match (read, audit) {
+        let layer = |read: Option<&Result<(), NotRecorded>>| match (read, audit) {
             (Some(Ok(())), Some(a)) => {
                 let mut detail = format!(
                     "the kernel's audit records of the run's own audit session{}",
@@ -600,7 +601,7 @@ pub fn sources(
                 }
                 LayerReport::applied(detail)
             }
-            (Some(Err(why)), _) => LayerReport::missing(why.clone()),
+            (Some(Err(why)), _) => LayerReport::missing(why.to_string()),
             _ => LayerReport::missing("not recorded"),
         };
         out.insert(
@@ -620,13 +621,10 @@ pub fn sources(
                     String::new()
                 }
             );
-            argued.push_str(&if seccomp.applied {
-                format!("; every other refusal from {}", seccomp.detail)
-            } else {
-                format!(
-                    "; other refusals not recorded: {}",
-                    seccomp.detail.trim_start_matches("not recorded: ")
-                )
+            argued.push_str(&match audit.map(|a| &a.seccomp) {
+                _ if seccomp.applied => format!("; every other refusal from {}", seccomp.detail),
+                Some(Err(why)) => format!("; other refusals not recorded: {}", why.reason()),
+                _ => "; other refusals not recorded".to_owned(),
             });
             seccomp = LayerReport::applied(argued);
         }
@@ -653,7 +651,7 @@ pub fn sources(
                 }
                 LayerReport::applied(detail)
             }
-            Some((Err(why), _)) => LayerReport::missing(why.clone()),
+            Some((Err(why), _)) => LayerReport::missing(why.to_string()),
             None => LayerReport::missing("not recorded"),
         };
         out.insert(DenialLayer::Mounts.name().to_owned(), mounts);
@@ -977,10 +975,7 @@ mod tests {
         assert!(!r.contains_key("mounts"));
         let c = sources(&plan, Tier::C, Some(&audit), None);
         assert!(!c["mounts"].applied);
-        assert_eq!(
-            c["mounts"].detail,
-            tierbox_sandbox::linux::audit::FILES_NOT_ASKED
-        );
+        assert_eq!(c["mounts"].detail, NotRecorded::FilesNotAsked.to_string());
         assert!(c["mounts"].detail.contains("audit.file_refusals = true"));
     }
 

@@ -20,6 +20,7 @@ pub use tierbox_sandbox::preflight::GrantFinding;
 pub use tierbox_sandbox::bwrap::probe_bwrap_cached;
 pub use tierbox_sandbox::container::Engine;
 pub use tierbox_sandbox::container::probe::probe_engine_cached;
+pub use tierbox_sandbox::linux::audit::NotRecorded;
 pub use tierbox_sandbox::linux::identity::{
     SANDBOX_UID, probe_idmapped_mounts, root_workspace_ids,
 };
@@ -87,7 +88,7 @@ pub fn default_sigpipe() {
 
 /// Whether landlock and seccomp denials can be read from the kernel's audit records on
 /// this host now, or why not (see [`tierbox_sandbox::linux::audit`]).
-pub fn denial_audit() -> Result<(), String> {
+pub fn denial_audit() -> Result<(), NotRecorded> {
     tierbox_sandbox::linux::audit::availability()
 }
 

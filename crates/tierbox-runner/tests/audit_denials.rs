@@ -512,7 +512,7 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
     );
     // Every run's rule is gone once the removals are flushed (as the CLI does at exit).
     assert!(audit::files::flush_rule_removals());
-    assert_eq!(audit::files::rules_held(), Ok(0));
+    assert_eq!(audit::files::rules_held().unwrap(), 0);
 
     // 7. Warm slots (a long-lived supervisor): the slot's launcher thread carries the log
     //    flags and an audit session each run adopts in turn. The same refusals are

@@ -27,6 +27,7 @@ use crate::bwrap::{self, BwrapError, BwrapOptions, HostLayout};
 use crate::egress::SANDBOX_PROXY_PORT;
 use crate::launch::sys::ExitInfo;
 use crate::launch::{self, HelperSpawn, LaunchError, LaunchOptions, Slot, slots};
+use crate::linux::audit::NotRecorded;
 use crate::linux::identity::{self, SandboxIdentity};
 use crate::linux::mounts::MountPlanError;
 use crate::linux::ns::{self, NativeError, NativeOptions};
@@ -274,15 +275,13 @@ pub(crate) fn launch_bwrap(
     // which bwrap never sets: tierbox-init stacks the whole filter with it.
     let mut audit = crate::linux::audit::RunAudit::plan(false, None, seccomp.is_some());
     audit.record_files(plan);
-    audit.landlock = Err(
-        "not recorded: the bwrap backend applies no landlock domain (its mount namespace hides what is not bound)"
-            .to_owned(),
-    );
+    audit.landlock = Err(NotRecorded::Backend {
+        why: "the bwrap backend applies no landlock domain (its mount namespace hides what is not bound)",
+    });
     if audit.seccomp.is_ok() && init_image.is_none() {
-        audit.seccomp = Err(
-            "not recorded: without tierbox-init as pid 1, bwrap's own filter (attached without SECCOMP_FILTER_FLAG_LOG) is the only one"
-                .to_owned(),
-        );
+        audit.seccomp = Err(NotRecorded::Backend {
+            why: "without tierbox-init as pid 1, bwrap's own filter (attached without SECCOMP_FILTER_FLAG_LOG) is the only one",
+        });
     }
     let logged = audit.seccomp.is_ok();
     bopts.stacked_filter = (logged || hand_off).then_some(bwrap::StackedFilter {

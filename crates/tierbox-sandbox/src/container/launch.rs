@@ -297,7 +297,9 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
                 "the container engine loads its own seccomp profile; its refusals are not read",
             );
             if plan.tier.file_refusals {
-                audit.files = Err("not recorded: the container engine starts the run's processes, outside the supervisor's audit sessions".to_owned());
+                audit.files = Err(crate::linux::audit::NotRecorded::Backend {
+                    why: "the container engine starts the run's processes, outside the supervisor's audit sessions",
+                });
             }
             audit
         },

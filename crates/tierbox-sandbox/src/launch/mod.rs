@@ -403,7 +403,8 @@ pub(crate) fn data_fd(
 }
 
 /// The audit session a helper was started in, when it asked for one.
-pub(crate) type HelperAudit = Option<Result<crate::linux::audit::AuditSession, String>>;
+pub(crate) type HelperAudit =
+    Option<Result<crate::linux::audit::AuditSession, crate::linux::audit::NotRecorded>>;
 
 /// Starts `helper` in `slot`'s cgroup with the Plan's stdin and rlimits; see
 /// [`HelperSpawn`].

@@ -622,7 +622,7 @@ pub(crate) struct Cloned {
     pub pid: libc::pid_t,
     pub pidfd: OwnedFd,
     /// The child's audit session, when [`ChildSpec::audit_session`] asked for one.
-    pub audit: Option<Result<crate::linux::audit::AuditSession, String>>,
+    pub audit: Option<Result<crate::linux::audit::AuditSession, crate::linux::audit::NotRecorded>>,
 }
 
 /// Clones the child and waits for it to exec (or fail).

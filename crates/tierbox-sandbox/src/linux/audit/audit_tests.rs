@@ -240,3 +240,47 @@ fn a_slot_session_is_adopted_once_at_a_time_and_never_after_a_lost_barrier() {
     assert!(AuditSession::adopt(ses).is_err(), "retired");
     assert!(!session_retired(ses - 1));
 }
+
+/// The denial report's text for each reason is the one clients have seen: the typed
+/// reasons render exactly as the prose they replaced.
+#[test]
+fn reasons_render_as_before() {
+    let cases = [
+        (
+            NotRecorded::NeedsRoot,
+            "not recorded: reading the kernel's audit records needs a root supervisor (CAP_AUDIT_READ)",
+        ),
+        (
+            NotRecorded::AuditDisabled,
+            "not recorded: the kernel's audit subsystem is disabled on this host (audit_enabled 0); enable it (`auditctl -e 1`) to have landlock and seccomp denials reported",
+        ),
+        (
+            NotRecorded::NotApplied {
+                layer: "a seccomp filter",
+            },
+            "not recorded: a seccomp filter is not applied to this run",
+        ),
+        (
+            NotRecorded::LandlockLogAbi { have: 3 },
+            "not recorded: landlock logs denials from ABI 7 (kernel 6.15); this kernel has ABI 3",
+        ),
+        (
+            NotRecorded::FilesNotAsked,
+            "not recorded: off by default; `audit.file_refusals = true` records the paths a Tier C run could not open because the sandbox does not show them or shows them read-only (kernel audit rules for the run's session, which make every process of the host record its path calls while the run lasts)",
+        ),
+        (
+            NotRecorded::Backend {
+                why: "the container engine applies no landlock domain",
+            },
+            "not recorded: the container engine applies no landlock domain",
+        ),
+        (
+            NotRecorded::NoSession,
+            "not recorded: the kernel gave the run no audit session",
+        ),
+    ];
+    for (why, text) in cases {
+        assert_eq!(why.to_string(), text);
+        assert_eq!(format!("not recorded: {}", why.reason()), text);
+    }
+}

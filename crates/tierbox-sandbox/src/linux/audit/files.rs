@@ -584,15 +584,13 @@ pub fn flush_rule_removals() -> bool {
 
 /// How many audit rules of this process the kernel holds now (listed: root only).
 /// After [`flush_rule_removals`], none outside the runs in progress.
-pub fn rules_held() -> Result<usize, String> {
+pub fn rules_held() -> std::io::Result<usize> {
     let key = own_key();
-    let ctl = super::control()?;
+    let ctl = super::control().map_err(std::io::Error::other)?;
     let ctl = ctl
         .lock()
-        .map_err(|_| "the audit control socket is poisoned".to_owned())?;
-    let rules = ctl
-        .list_rules()
-        .map_err(|e| format!("cannot list the kernel's audit rules: {e}"))?;
+        .map_err(|_| std::io::Error::other("the audit control socket is poisoned"))?;
+    let rules = ctl.list_rules()?;
     Ok(rules
         .iter()
         .filter(|r| rule_key(r).as_deref() == Some(key.as_str()))

@@ -140,18 +140,135 @@ pub struct AuditReport {
     pub files_dropped: u64,
 }
 
+/// Why a layer's refusals are not recorded for a run, as the denial report says
+/// (`not recorded: …`). [`NotRecorded::reason`] is the text after that prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotRecorded {
+    /// The supervisor is not root: no `CAP_AUDIT_READ`.
+    NeedsRoot,
+    /// `audit_enabled` is 0 on this host.
+    AuditDisabled,
+    /// The audit rules of `runs` earlier runs are still being removed
+    /// ([`files::MAX_RULES_AWAITING_REMOVAL`]).
+    RuleBacklog {
+        /// Rules awaiting removal.
+        runs: usize,
+    },
+    /// No audit architecture number for this CPU.
+    NoAuditArch,
+    /// `AUDIT_ADD_RULE` failed for the run's file rule.
+    RuleNotAdded {
+        /// The kernel's error.
+        error: String,
+    },
+    /// The layer is not applied to this run, so there is nothing to read.
+    NotApplied {
+        /// The layer, as a phrase (`landlock`, `a seccomp filter`).
+        layer: &'static str,
+    },
+    /// Landlock logs denials from [`LANDLOCK_LOG_ABI`]; this kernel has an older ABI.
+    LandlockLogAbi {
+        /// The kernel's landlock ABI (0: none).
+        have: u32,
+    },
+    /// `audit.file_refusals` is off (the default).
+    FilesNotAsked,
+    /// Joining the audit netlink multicast group failed.
+    NoMulticast {
+        /// The kernel's error.
+        error: String,
+    },
+    /// The audit reader thread could not be started.
+    ReaderThread {
+        /// The error.
+        error: String,
+    },
+    /// No kernel audit socket.
+    NoAuditSocket {
+        /// The kernel's error.
+        error: String,
+    },
+    /// `AUDIT_GET` failed.
+    AuditStatus {
+        /// The kernel's error.
+        error: String,
+    },
+    /// `/proc/thread-self/{name}` could not be read, or did not hold a number.
+    ThreadSelf {
+        /// The file (`loginuid`, `sessionid`).
+        name: &'static str,
+        /// What went wrong.
+        error: String,
+    },
+    /// Writing `/proc/thread-self/loginuid` failed.
+    LoginUid {
+        /// The kernel's error.
+        error: String,
+    },
+    /// The kernel gave the run no audit session.
+    NoSession,
+    /// The backend does not let the supervisor read this layer (the reason).
+    Backend {
+        /// Why, as a phrase.
+        why: &'static str,
+    },
+    /// The audit reader's own state failed (a poisoned lock, a session id in use).
+    Internal {
+        /// What failed.
+        what: String,
+    },
+}
+
+impl NotRecorded {
+    /// The reason, without the `not recorded: ` prefix [`std::fmt::Display`] adds.
+    ///
+    /// ```
+    /// use tierbox_sandbox::linux::audit::NotRecorded;
+    ///
+    /// let why = NotRecorded::NotApplied { layer: "landlock" };
+    /// assert_eq!(why.reason(), "landlock is not applied to this run");
+    /// assert_eq!(why.to_string(), "not recorded: landlock is not applied to this run");
+    /// ```
+    pub fn reason(&self) -> String {
+        match self {
+            Self::NeedsRoot => "reading the kernel's audit records needs a root supervisor (CAP_AUDIT_READ)".to_owned(),
+            Self::AuditDisabled => "the kernel's audit subsystem is disabled on this host (audit_enabled 0); enable it (`auditctl -e 1`) to have landlock and seccomp denials reported".to_owned(),
+            Self::RuleBacklog { runs } => format!("the audit rules of {runs} earlier runs are still being removed (each removal waits for the kernel's RCU grace period); this run adds none rather than more"),
+            Self::NoAuditArch => "this architecture has no audit number here".to_owned(),
+            Self::RuleNotAdded { error } => format!("cannot add the kernel audit rule for the run's file calls (AUDIT_ADD_RULE: {error}; rules locked with `auditctl -e 2`, or no CAP_AUDIT_CONTROL)"),
+            Self::NotApplied { layer } => format!("{layer} is not applied to this run"),
+            Self::LandlockLogAbi { have } => format!("landlock logs denials from ABI {LANDLOCK_LOG_ABI} (kernel 6.15); this kernel has ABI {have}"),
+            Self::FilesNotAsked => "off by default; `audit.file_refusals = true` records the paths a Tier C run could not open because the sandbox does not show them or shows them read-only (kernel audit rules for the run's session, which make every process of the host record its path calls while the run lasts)".to_owned(),
+            Self::NoMulticast { error } => format!("cannot join the audit netlink multicast group (CAP_AUDIT_READ): {error}"),
+            Self::ReaderThread { error } => format!("cannot start the audit reader thread: {error}"),
+            Self::NoAuditSocket { error } => format!("no kernel audit socket on this host: {error}"),
+            Self::AuditStatus { error } => format!("cannot read the kernel's audit status: {error}"),
+            Self::ThreadSelf { name, error } => format!("cannot read /proc/thread-self/{name}: {error}"),
+            Self::LoginUid { error } => format!("cannot start an audit session for the run (writing /proc/thread-self/loginuid: {error}; the host may make the login uid immutable)"),
+            Self::NoSession => "the kernel gave the run no audit session".to_owned(),
+            Self::Backend { why } => (*why).to_owned(),
+            Self::Internal { what } => what.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for NotRecorded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not recorded: {}", self.reason())
+    }
+}
+
+impl std::error::Error for NotRecorded {}
+
 /// Whether this process can read denials from the kernel's audit subsystem now: `Err`
 /// says why not. Cheap: the status is read at most once per second.
-pub fn availability() -> Result<(), String> {
+pub fn availability() -> Result<(), NotRecorded> {
     if !is_root() {
-        return Err(
-            "not recorded: reading the kernel's audit records needs a root supervisor (CAP_AUDIT_READ)"
-                .to_owned(),
-        );
+        return Err(NotRecorded::NeedsRoot);
     }
     let enabled = cached_status()?;
     if !enabled {
-        return Err("not recorded: the kernel's audit subsystem is disabled on this host (audit_enabled 0); enable it (`auditctl -e 1`) to have landlock and seccomp denials reported".to_owned());
+        return Err(NotRecorded::AuditDisabled);
     }
     watch().map(drop)
 }
@@ -185,7 +302,7 @@ pub struct AuditSession {
     /// The session's file rules, removed when the run's processes are gone.
     rules: Option<FileRules>,
     /// Why the file rules asked for could not be added.
-    files_error: Option<String>,
+    files_error: Option<NotRecorded>,
 }
 
 /// What a run's audit session is for, besides the landlock and seccomp records every
@@ -202,7 +319,7 @@ impl AuditSession {
     /// thread that clones the run's first process, right before the clone: the child
     /// inherits the session. With `wants.files`, the session's file rules are in place
     /// before this returns (or the session says why not: [`AuditSession::files_error`]).
-    pub fn begin(wants: &SessionWants) -> Result<Self, String> {
+    pub fn begin(wants: &SessionWants) -> Result<Self, NotRecorded> {
         let w = watch()?;
         // The count read with the status (at most STATUS_TTL old): a record lost by
         // anyone since then marks the report incomplete, which errs on the safe side and
@@ -222,7 +339,7 @@ impl AuditSession {
         };
         w.state
             .lock()
-            .map_err(|_| "the audit reader's state is poisoned".to_owned())?
+            .map_err(|_| poisoned("the audit reader's state"))?
             .sessions
             .insert(ses, log);
         Ok(Self {
@@ -234,23 +351,25 @@ impl AuditSession {
     }
 
     /// Why the file rules asked for could not be added, when they could not.
-    pub fn files_error(&self) -> Option<&str> {
-        self.files_error.as_deref()
+    pub fn files_error(&self) -> Option<&NotRecorded> {
+        self.files_error.as_ref()
     }
 
     /// Registers `ses`, the audit session of a slot's launcher thread, for the run about
     /// to use the slot. `Err` when it is registered already (by a run still collecting
     /// its records) or retired ([`session_retired`]): the run then starts a session of
     /// its own.
-    pub fn adopt(ses: u32) -> Result<Self, String> {
+    pub fn adopt(ses: u32) -> Result<Self, NotRecorded> {
         let w = watch()?;
         let lost_at_start = cached_lost()?;
         let mut state = w
             .state
             .lock()
-            .map_err(|_| "the audit reader's state is poisoned".to_owned())?;
+            .map_err(|_| poisoned("the audit reader's state"))?;
         if state.retired.contains(&ses) || state.sessions.contains_key(&ses) {
-            return Err(format!("audit session {ses} is not free"));
+            return Err(NotRecorded::Internal {
+                what: format!("audit session {ses} is not free"),
+            });
         }
         state.sessions.insert(ses, SessionLog::default());
         Ok(Self {
@@ -372,7 +491,7 @@ struct FileRules {
 impl FileRules {
     /// Adds the rule for session `ses` (`CAP_AUDIT_CONTROL`), removing first, once per
     /// process, those left by supervisors that are gone.
-    fn add(ses: u32) -> Result<Self, String> {
+    fn add(ses: u32) -> Result<Self, NotRecorded> {
         static KEY: OnceLock<String> = OnceLock::new();
         let key = KEY.get_or_init(|| {
             if let Ok(ctl) = control()
@@ -384,18 +503,15 @@ impl FileRules {
         });
         let backlog = files::RuleRemover::get().map_or(0, files::RuleRemover::backlog);
         if backlog >= files::MAX_RULES_AWAITING_REMOVAL {
-            return Err(format!(
-                "not recorded: the audit rules of {backlog} earlier runs are still being removed (each removal waits for the kernel's RCU grace period); this run adds none rather than more"
-            ));
+            return Err(NotRecorded::RuleBacklog { runs: backlog });
         }
-        let rule = files::encode_rule(ses, key)
-            .ok_or_else(|| "not recorded: this architecture has no audit number here".to_owned())?;
+        let rule = files::encode_rule(ses, key).ok_or(NotRecorded::NoAuditArch)?;
         control()?
             .lock()
-            .map_err(|_| "the audit control socket is poisoned".to_owned())?
+            .map_err(|_| poisoned("the audit control socket"))?
             .add_rule(&rule)
-            .map_err(|e| {
-                format!("not recorded: cannot add the kernel audit rule for the run's file calls (AUDIT_ADD_RULE: {e}; rules locked with `auditctl -e 2`, or no CAP_AUDIT_CONTROL)")
+            .map_err(|e| NotRecorded::RuleNotAdded {
+                error: e.to_string(),
             })?;
         Ok(Self { rule })
     }
@@ -423,12 +539,12 @@ impl Drop for FileRules {
 #[derive(Debug)]
 pub struct RunAudit {
     /// `Ok` when the run's landlock denials are logged; else why they are not recorded.
-    pub landlock: Result<(), String>,
+    pub landlock: Result<(), NotRecorded>,
     /// `Ok` when the calls its seccomp filter refuses are logged; else why not.
-    pub seccomp: Result<(), String>,
+    pub seccomp: Result<(), NotRecorded>,
     /// `Ok` with the grants file failures are checked against when its file refusals
     /// are recorded ([`files`]; Tier C); else why not.
-    pub files: Result<Arc<AccessModel>, String>,
+    pub files: Result<Arc<AccessModel>, NotRecorded>,
     session: Option<AuditSession>,
     ending: Option<EndingSession>,
     /// The first process's exit means every process of the run is gone (a pid
@@ -440,11 +556,11 @@ pub struct RunAudit {
 #[derive(Debug)]
 pub struct RunAuditReport {
     /// As [`RunAudit::landlock`], now also `Err` when the session could not be started.
-    pub landlock: Result<(), String>,
+    pub landlock: Result<(), NotRecorded>,
     /// As [`RunAudit::seccomp`].
-    pub seccomp: Result<(), String>,
+    pub seccomp: Result<(), NotRecorded>,
     /// As [`RunAudit::files`].
-    pub files: Result<(), String>,
+    pub files: Result<(), NotRecorded>,
     /// The refusals (empty when neither layer was read).
     pub report: AuditReport,
     /// The session the records were read from.
@@ -456,22 +572,21 @@ impl RunAudit {
     /// landlock ABI `abi`) and a seccomp filter it attaches itself (`seccomp`).
     pub fn plan(landlock: bool, abi: Option<u32>, seccomp: bool) -> Self {
         let available = availability();
-        let layer = |applied: bool, what: &str| match (&available, applied) {
-            (_, false) => Err(format!("not recorded: {what} is not applied to this run")),
+        let layer = |applied: bool, layer: &'static str| match (&available, applied) {
+            (_, false) => Err(NotRecorded::NotApplied { layer }),
             (Err(why), true) => Err(why.clone()),
             (Ok(()), true) => Ok(()),
         };
         let mut landlock = layer(landlock, "landlock");
         if landlock.is_ok() && abi.is_none_or(|abi| abi < LANDLOCK_LOG_ABI) {
-            landlock = Err(format!(
-                "not recorded: landlock logs denials from ABI {LANDLOCK_LOG_ABI} (kernel 6.15); this kernel has ABI {}",
-                abi.unwrap_or(0)
-            ));
+            landlock = Err(NotRecorded::LandlockLogAbi {
+                have: abi.unwrap_or(0),
+            });
         }
         Self {
             landlock,
             seccomp: layer(seccomp, "a seccomp filter"),
-            files: Err(FILES_NOT_ASKED.to_owned()),
+            files: Err(NotRecorded::FilesNotAsked),
             session: None,
             ending: None,
             first_process_ends_all: false,
@@ -486,9 +601,7 @@ impl RunAudit {
         }
         self.files = match (availability(), crate::linux::seccomp::NATIVE_AUDIT_ARCH) {
             (Err(why), _) => Err(why),
-            (Ok(()), None) => {
-                Err("not recorded: this architecture has no audit number here".to_owned())
-            }
+            (Ok(()), None) => Err(NotRecorded::NoAuditArch),
             (Ok(()), Some(_)) => Ok(Arc::new(AccessModel::of(plan))),
         };
     }
@@ -501,11 +614,11 @@ impl RunAudit {
     }
 
     /// Neither layer is read, for `why` (a backend that applies neither itself).
-    pub fn not_recorded(landlock: &str, seccomp: &str) -> Self {
+    pub fn not_recorded(landlock: &'static str, seccomp: &'static str) -> Self {
         Self {
-            landlock: Err(format!("not recorded: {landlock}")),
-            seccomp: Err(format!("not recorded: {seccomp}")),
-            files: Err(FILES_NOT_ASKED.to_owned()),
+            landlock: Err(NotRecorded::Backend { why: landlock }),
+            seccomp: Err(NotRecorded::Backend { why: seccomp }),
+            files: Err(NotRecorded::FilesNotAsked),
             session: None,
             ending: None,
             first_process_ends_all: false,
@@ -518,11 +631,11 @@ impl RunAudit {
     }
 
     /// The session the cloning thread started for the run (or why it could not).
-    pub fn attach(&mut self, session: Result<AuditSession, String>) {
+    pub fn attach(&mut self, session: Result<AuditSession, NotRecorded>) {
         match session {
             Ok(s) => {
                 if let Some(why) = s.files_error() {
-                    self.files = Err(why.to_owned());
+                    self.files = Err(why.clone());
                 }
                 self.session = Some(s);
             }
@@ -596,7 +709,7 @@ pub fn session_retired(ses: u32) -> bool {
 
 /// Gives the calling thread (a slot's launcher, armed for audit) a fresh audit session
 /// of its own: its id.
-pub fn thread_session() -> Result<u32, String> {
+pub fn thread_session() -> Result<u32, NotRecorded> {
     watch()?;
     fresh_thread_session()
 }
@@ -607,7 +720,9 @@ pub fn thread_session() -> Result<u32, String> {
 /// processes with a logged landlock domain or seccomp filter, each cloned right after a
 /// session of its own began, and a session's records are kept only while its run is
 /// registered.
-pub fn session_for_clone(wants: Option<&SessionWants>) -> Option<Result<AuditSession, String>> {
+pub fn session_for_clone(
+    wants: Option<&SessionWants>,
+) -> Option<Result<AuditSession, NotRecorded>> {
     wants.map(AuditSession::begin)
 }
 
@@ -615,16 +730,13 @@ pub fn session_for_clone(wants: Option<&SessionWants>) -> Option<Result<AuditSes
 /// rules, the thread leaves it for a fresh one. Those rules record the failed calls of
 /// *every* process in the session, the thread itself and whatever it clones later
 /// without a session of its own, which must not count for the run.
-pub fn leave_after_clone(session: Option<&Result<AuditSession, String>>) {
+pub fn leave_after_clone(session: Option<&Result<AuditSession, NotRecorded>>) {
     if let Some(Ok(s)) = session
         && s.rules.is_some()
     {
         let _ = fresh_thread_session();
     }
 }
-
-/// Why a run's file refusals are not recorded when its policy does not ask for them.
-pub const FILES_NOT_ASKED: &str = "not recorded: off by default; `audit.file_refusals = true` records the paths a Tier C run could not open because the sandbox does not show them or shows them read-only (kernel audit rules for the run's session, which make every process of the host record its path calls while the run lasts)";
 
 // ---- the reader ------------------------------------------------------------------------
 
@@ -830,11 +942,11 @@ struct Watch {
 }
 
 impl Watch {
-    fn open() -> Result<Self, String> {
+    fn open() -> Result<Self, NotRecorded> {
         let sock = sys::AuditSocket::readlog(READLOG_RCVBUF_BYTES).map_err(|e| {
-            format!(
-                "not recorded: cannot join the audit netlink multicast group (CAP_AUDIT_READ): {e}"
-            )
+            NotRecorded::NoMulticast {
+                error: e.to_string(),
+            }
         })?;
         // Without the filter every record of the host wakes the reader (the sessions'
         // LOGIN records among them): slower, not wrong.
@@ -949,14 +1061,14 @@ fn read_loop(watch: &Watch) {
 
 // ---- process-wide handles --------------------------------------------------------------
 
-static WATCH: OnceLock<Result<Watch, String>> = OnceLock::new();
+static WATCH: OnceLock<Result<Watch, NotRecorded>> = OnceLock::new();
 /// The reader thread, started once [`WATCH`] exists (it borrows it for the process's life).
-static READER: OnceLock<Result<(), String>> = OnceLock::new();
-static CONTROL: OnceLock<Result<Mutex<sys::AuditSocket>, String>> = OnceLock::new();
+static READER: OnceLock<Result<(), NotRecorded>> = OnceLock::new();
+static CONTROL: OnceLock<Result<Mutex<sys::AuditSocket>, NotRecorded>> = OnceLock::new();
 /// The last audit status read: when, whether enabled, the kernel's lost-record count.
 static STATUS: Mutex<Option<(Instant, bool, u32)>> = Mutex::new(None);
 
-fn watch() -> Result<&'static Watch, String> {
+fn watch() -> Result<&'static Watch, NotRecorded> {
     let watch: &'static Watch = WATCH
         .get_or_init(Watch::open)
         .as_ref()
@@ -967,33 +1079,37 @@ fn watch() -> Result<&'static Watch, String> {
                 .name("tierbox-audit".to_owned())
                 .spawn(move || read_loop(watch))
                 .map(drop)
-                .map_err(|e| format!("not recorded: cannot start the audit reader thread: {e}"))
+                .map_err(|e| NotRecorded::ReaderThread {
+                    error: e.to_string(),
+                })
         })
         .clone()?;
     Ok(watch)
 }
 
-fn control() -> Result<&'static Mutex<sys::AuditSocket>, String> {
+fn control() -> Result<&'static Mutex<sys::AuditSocket>, NotRecorded> {
     CONTROL
         .get_or_init(|| {
             sys::AuditSocket::control(CONTROL_TIMEOUT)
                 .map(Mutex::new)
-                .map_err(|e| format!("not recorded: no kernel audit socket on this host: {e}"))
+                .map_err(|e| NotRecorded::NoAuditSocket {
+                    error: e.to_string(),
+                })
         })
         .as_ref()
         .map_err(Clone::clone)
 }
 
-fn cached_status() -> Result<bool, String> {
+fn cached_status() -> Result<bool, NotRecorded> {
     status_now_or_cached().map(|(enabled, _)| enabled)
 }
 
-fn cached_lost() -> Result<u32, String> {
+fn cached_lost() -> Result<u32, NotRecorded> {
     status_now_or_cached().map(|(_, lost)| lost)
 }
 
 /// `(enabled, lost)`, read at most once per [`STATUS_TTL`].
-fn status_now_or_cached() -> Result<(bool, u32), String> {
+fn status_now_or_cached() -> Result<(bool, u32), NotRecorded> {
     if let Ok(cached) = STATUS.lock()
         && let Some((at, enabled, lost)) = *cached
         && at.elapsed() < STATUS_TTL
@@ -1008,12 +1124,21 @@ fn status_now_or_cached() -> Result<(bool, u32), String> {
 }
 
 /// `AUDIT_GET` now, on the shared control socket.
-fn read_status() -> Result<sys::AuditStatus, String> {
+fn read_status() -> Result<sys::AuditStatus, NotRecorded> {
     control()?
         .lock()
-        .map_err(|_| "the audit control socket is poisoned".to_owned())?
+        .map_err(|_| poisoned("the audit control socket"))?
         .status()
-        .map_err(|e| format!("not recorded: cannot read the kernel's audit status: {e}"))
+        .map_err(|e| NotRecorded::AuditStatus {
+            error: e.to_string(),
+        })
+}
+
+/// A lock of the reader's that a panic poisoned.
+fn poisoned(what: &str) -> NotRecorded {
+    NotRecorded::Internal {
+        what: format!("{what} is poisoned"),
+    }
 }
 
 /// The process runs with effective uid 0 (read once: a supervisor does not change it).
@@ -1038,15 +1163,16 @@ fn is_root() -> bool {
 /// flag (a logged landlock domain or seccomp filter) can produce the records a run
 /// collects, and every such process is cloned right after a session of its own begins;
 /// a session's records are collected only while its run is registered.
-fn fresh_thread_session() -> Result<u32, String> {
+fn fresh_thread_session() -> Result<u32, NotRecorded> {
     const UNSET: u32 = u32::MAX;
-    static LOGINUID: OnceLock<Result<String, String>> = OnceLock::new();
-    let read = |name: &str| -> Result<u32, String> {
+    static LOGINUID: OnceLock<Result<String, NotRecorded>> = OnceLock::new();
+    let read = |name: &'static str| -> Result<u32, NotRecorded> {
+        let failed = |error: String| NotRecorded::ThreadSelf { name, error };
         std::fs::read_to_string(format!("/proc/thread-self/{name}"))
-            .map_err(|e| format!("not recorded: cannot read /proc/thread-self/{name}: {e}"))?
+            .map_err(|e| failed(e.to_string()))?
             .trim()
             .parse()
-            .map_err(|e| format!("not recorded: /proc/thread-self/{name}: {e}"))
+            .map_err(|e: std::num::ParseIntError| failed(e.to_string()))
     };
     let loginuid = LOGINUID
         .get_or_init(|| {
@@ -1057,11 +1183,11 @@ fn fresh_thread_session() -> Result<u32, String> {
         })
         .as_ref()
         .map_err(Clone::clone)?;
-    std::fs::write("/proc/thread-self/loginuid", loginuid).map_err(|e| {
-        format!("not recorded: cannot start an audit session for the run (writing /proc/thread-self/loginuid: {e}; the host may make the login uid immutable)")
+    std::fs::write("/proc/thread-self/loginuid", loginuid).map_err(|e| NotRecorded::LoginUid {
+        error: e.to_string(),
     })?;
     match read("sessionid")? {
-        UNSET => Err("not recorded: the kernel gave the run no audit session".to_owned()),
+        UNSET => Err(NotRecorded::NoSession),
         ses => Ok(ses),
     }
 }
