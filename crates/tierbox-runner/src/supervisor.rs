@@ -661,20 +661,14 @@ impl Capture {
             }
         };
         let stdin = match (l.stdin.take(), &plan.stdin) {
-            (Some(fd), Some(data)) => {
-                let pipe = tokio::net::unix::pipe::Sender::from_owned_fd(fd).map_err(|source| {
-                    RunError::Io {
-                        what: "register the stdin pipe",
+            (Some(fd), Some(data)) => Some(
+                crate::stdin::forward(fd, data.clone(), stdin, plan.limits.stdin_bytes).map_err(
+                    |source| RunError::Io {
+                        what: "start the stdin writer thread",
                         source,
-                    }
-                })?;
-                Some(crate::stdin::forward(
-                    pipe,
-                    data.clone(),
-                    stdin,
-                    plan.limits.stdin_bytes,
-                ))
-            }
+                    },
+                )?,
+            ),
             _ => None,
         };
         let (mediator, refusals) = serve_hand_off(plan, l).map_err(|source| RunError::Io {

@@ -125,11 +125,13 @@ fn guest_stdin(
     let Some(inline) = &plan.stdin else {
         return Ok(None);
     };
-    let (tx, rx) = tokio::net::unix::pipe::pipe().map_err(|source| RunError::Io {
-        what: "create the guest's stdin pipe",
-        source,
-    })?;
-    let forwarding = crate::stdin::forward(tx, inline.clone(), stdin, plan.limits.stdin_bytes);
+    let io = |what| move |source| RunError::Io { what, source };
+    let (rx, tx) = std::io::pipe().map_err(io("create the guest's stdin pipe"))?;
+    let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(rx.into())
+        .map_err(io("register the guest's stdin pipe"))?;
+    let forwarding =
+        crate::stdin::forward(tx.into(), inline.clone(), stdin, plan.limits.stdin_bytes)
+            .map_err(io("start the stdin writer thread"))?;
     Ok(Some((Box::new(rx), forwarding)))
 }
 
