@@ -125,3 +125,23 @@ pub fn enforcement_without_sessions(enforcement: &serde_json::Value) -> serde_js
     }
     e
 }
+
+/// `len` bytes that are no text: pseudo-random (a fixed xorshift sequence, so a failure
+/// repeats), beginning with NUL bytes, a lone UTF-8 continuation byte and an overlong
+/// encoding, and with a NUL in every 4 KiB — what a stdin of any kind must carry exactly.
+pub fn binary_payload(len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(b"\0\0\x80\xc0\xaf\xff\xfe");
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    for i in (4096..len).step_by(4096) {
+        out[i] = 0;
+    }
+    out
+}
