@@ -133,7 +133,7 @@ fn hash_env_and_stdin(v: &mut Value) {
             Value::Object(o) => o
                 .get("base64")
                 .and_then(Value::as_str)
-                .and_then(|b| tierbox_policy::plan::decode_stdin_base64(b)),
+                .and_then(tierbox_policy::plan::decode_stdin_base64),
             _ => None,
         };
         if let Some(bytes) = bytes {

@@ -317,6 +317,10 @@ enum WasmAction {
         /// `tierbox run --stdin`: bytes of any kind, at most limits.stdin_bytes.
         #[arg(long)]
         stdin: bool,
+        /// With --stdin: the most bytes the guest may read from it (at most the policy's
+        /// limits.stdin_bytes).
+        #[arg(long, value_name = "BYTES", requires = "stdin")]
+        stdin_limit: Option<u64>,
         /// State directory (default: $XDG_STATE_HOME/tierbox); compiled modules are
         /// cached in its `wasm-cache`.
         #[arg(long)]
@@ -601,9 +605,16 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 request,
                 json,
                 stdin,
+                stdin_limit,
                 state_dir,
                 ..
-            } => cmd_wasm_run(&policy, request, json, stdin, state_dir),
+            } => {
+                let stdin = StdinFlags {
+                    pass: stdin,
+                    limit: stdin_limit,
+                };
+                cmd_wasm_run(&policy, request, json, stdin, state_dir)
+            }
             WasmAction::Check {
                 policy,
                 request,
@@ -1265,7 +1276,7 @@ fn cmd_wasm_run(
     policy: &PolicyArgs,
     request: wasm::WasmRequestArgs,
     json: bool,
-    pass_stdin: bool,
+    pass_stdin: StdinFlags,
     state_dir: Option<PathBuf>,
 ) -> Result<ExitCode> {
     let runner = build_runner(policy, state_dir)?;
@@ -1273,8 +1284,9 @@ fn cmd_wasm_run(
         Ok(r) => r,
         Err(rej) => return Ok(print_rejection(&rej, json)),
     };
-    let stdin = if pass_stdin {
+    let stdin = if pass_stdin.pass {
         req.stdin_stream = true;
+        req.stdin_limit_bytes = pass_stdin.limit.or(req.stdin_limit_bytes);
         Some(stdin_source()?)
     } else {
         None

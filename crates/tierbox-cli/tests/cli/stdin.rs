@@ -266,3 +266,47 @@ fn request_stdin_as_base64_and_its_refusals() {
         assert_eq!(v["error"]["code"], code, "{v}");
     }
 }
+
+/// A WASI command that reads its stdin to the end and prints how many bytes it read and
+/// their 32-bit FNV-1a hash, in decimal (`COUNT HASH`).
+const FNV_GUEST: &str = include_str!("stdin_fnv.wat");
+
+/// 32-bit FNV-1a, as the guest computes it.
+fn fnv1a(data: &[u8]) -> u32 {
+    data.iter().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(*b)).wrapping_mul(16_777_619)
+    })
+}
+
+/// Tier A: `wasm run --stdin` streams the same way; the guest reads 10 MiB of random
+/// bytes exactly (its count and hash are the host's), and `--stdin-limit` cuts them.
+#[test]
+fn a_tier_a_guest_reads_a_streamed_binary_stdin_exactly() {
+    let data = tierbox_test_support::binary_payload(PAYLOAD_BYTES);
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("fnv.wat"), FNV_GUEST).unwrap();
+    let w = ws.to_str().unwrap().to_owned();
+    let run = |extra: &[&str], data: &[u8]| {
+        let mut args = vec!["wasm", "run", "--json", "--workspace", &w, "--stdin"];
+        args.extend_from_slice(extra);
+        args.push("fnv.wat");
+        super::succeeded_json(&run_fed(&args, data.to_vec()))
+    };
+    let v = run(&[], &data);
+    assert_eq!(v["tier"], "a", "{v}");
+    assert_eq!(
+        v["stdout"]["text"],
+        format!("{PAYLOAD_BYTES} {}\n", fnv1a(&data)),
+        "{v}"
+    );
+    assert_eq!(v["stdin"]["sha256"], hex_sha256(&data).as_str());
+    let v = run(&["--stdin-limit", "4096"], &data);
+    assert_eq!(
+        v["stdout"]["text"],
+        format!("4096 {}\n", fnv1a(&data[..4096])),
+        "{v}"
+    );
+    assert_eq!(v["limit_hit"], "stdin", "{v}");
+}
