@@ -1078,13 +1078,7 @@ fn run_once(
     if !runner.has_tier_a() && runner.is_tier_a(&req) {
         return exec_full();
     }
-    let stdin = if pass_stdin.pass {
-        req.stdin_stream = true;
-        req.stdin_limit_bytes = pass_stdin.limit.or(req.stdin_limit_bytes);
-        Some(stdin_source()?)
-    } else {
-        None
-    };
+    let stdin = pass_stdin.source(&mut req.stdin_stream, &mut req.stdin_limit_bytes)?;
     run_request(&runner, RunRequest::Process(&req), json, stdin)
 }
 
@@ -1284,21 +1278,28 @@ fn cmd_wasm_run(
         Ok(r) => r,
         Err(rej) => return Ok(print_rejection(&rej, json)),
     };
-    let stdin = if pass_stdin.pass {
-        req.stdin_stream = true;
-        req.stdin_limit_bytes = pass_stdin.limit.or(req.stdin_limit_bytes);
-        Some(stdin_source()?)
-    } else {
-        None
-    };
+    let stdin = pass_stdin.source(&mut req.stdin_stream, &mut req.stdin_limit_bytes)?;
     run_request(&runner, RunRequest::Wasm(&req), json, stdin)
 }
 
-/// This process's stdin as a run's streamed stdin: read on a thread of its own, a few
-/// chunks ahead of the program, bytes of any kind.
-fn stdin_source() -> Result<tierbox_runner::StdinSource> {
-    tierbox_runner::StdinSource::from_blocking_reader(std::io::stdin())
-        .context("starting the thread that reads stdin")
+impl StdinFlags {
+    /// With `--stdin`: this process's stdin as the run's streamed stdin (read on a thread
+    /// of its own, a few chunks ahead of the program, bytes of any kind), the request's
+    /// `stdin_stream` set and its limit narrowed by `--stdin-limit`.
+    fn source(
+        self,
+        stream: &mut bool,
+        limit: &mut Option<u64>,
+    ) -> Result<Option<tierbox_runner::StdinSource>> {
+        if !self.pass {
+            return Ok(None);
+        }
+        *stream = true;
+        *limit = self.limit.or(*limit);
+        tierbox_runner::StdinSource::from_blocking_reader(std::io::stdin())
+            .map(Some)
+            .context("starting the thread that reads stdin")
+    }
 }
 
 /// Drives a run to its outcome (or a termination signal), prints it, and returns the exit

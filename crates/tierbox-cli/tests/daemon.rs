@@ -535,7 +535,6 @@ fn a_check_through_the_daemon_is_the_check_in_process() {
 #[test]
 fn binary_stdin_streams_through_the_daemon_byte_exact() {
     use sha2::{Digest, Sha256};
-    use std::io::Write;
     if !tier_b_available() {
         return;
     }
@@ -550,10 +549,7 @@ fn binary_stdin_streams_through_the_daemon_byte_exact() {
         let mut pipe = child.stdin.take().unwrap();
         let data = data.clone();
         let producer = std::thread::spawn(move || {
-            let (first, second) = data.split_at(data.len() / 2);
-            let _ = pipe.write_all(first);
-            std::thread::sleep(Duration::from_millis(300));
-            let _ = pipe.write_all(second);
+            let _ = tierbox_test_support::feed_slowly(&mut pipe, &data);
         });
         let out = child.wait_with_output().unwrap();
         producer.join().unwrap();
@@ -561,15 +557,7 @@ fn binary_stdin_streams_through_the_daemon_byte_exact() {
     };
     let v = fed(&[]);
     assert_eq!(v["via"], "daemon", "{v}");
-    let printed = v["stdout"]["text"].as_str().unwrap_or_default();
-    assert_eq!(
-        printed.split_whitespace().next(),
-        Some(want.as_str()),
-        "{v}"
-    );
-    assert_eq!(v["stdin"]["bytes"], 10 << 20, "{v}");
-    assert_eq!(v["stdin"]["sha256"], want.as_str());
-    assert_eq!(v["stdin"]["streamed"], true);
+    tierbox_test_support::assert_streamed_stdin_reached(&v, 10 << 20, &want);
     let v = fed(&["--stdin-limit", "65536"]);
     assert_eq!(v["via"], "daemon", "{v}");
     assert_eq!(v["limit_hit"], "stdin", "{v}");

@@ -5,7 +5,6 @@
 //! halfway (a slow producer: the program must not see an end of file before it ends), and
 //! compares the digest `sha256sum` prints inside the sandbox with the host's.
 
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 use sha2::{Digest, Sha256};
@@ -31,21 +30,10 @@ fn run_fed(args: &[&str], data: Vec<u8>) -> Output {
         .spawn()
         .unwrap();
     let mut pipe = child.stdin.take().unwrap();
+    // A write fails only when tierbox stopped reading (the limit): that is the test's to
+    // judge from the outcome.
     let producer = std::thread::spawn(move || {
-        let (first, second) = data.split_at(data.len() / 2);
-        // A write fails only when tierbox stopped reading (the limit): that is the test's
-        // to judge from the outcome.
-        for chunk in first.chunks(100_003) {
-            if pipe.write_all(chunk).is_err() {
-                return;
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        for chunk in second.chunks(100_003) {
-            if pipe.write_all(chunk).is_err() {
-                return;
-            }
-        }
+        let _ = tierbox_test_support::feed_slowly(&mut pipe, &data);
     });
     let out = child.wait_with_output().unwrap();
     producer.join().unwrap();
@@ -123,16 +111,8 @@ fn ten_mib_of_binary_stdin_reach_the_program_exactly_in_every_tier() {
             data.clone(),
         );
         let v = super::succeeded_json(&out);
-        let text = v["stdout"]["text"].as_str().unwrap_or_default();
-        assert_eq!(
-            text.split_whitespace().next(),
-            Some(want.as_str()),
-            "{name}: {v}"
-        );
-        assert_eq!(v["stdin"]["bytes"], PAYLOAD_BYTES as u64, "{name}: {v}");
-        assert_eq!(v["stdin"]["sha256"], want.as_str(), "{name}");
+        tierbox_test_support::assert_streamed_stdin_reached(&v, PAYLOAD_BYTES as u64, &want);
         assert_eq!(v["stdin"]["limit_hit"], false, "{name}");
-        assert_eq!(v["stdin"]["streamed"], true, "{name}");
         assert!(v["limit_hit"].is_null(), "{name}: {v}");
         if name == "tier c bwrap" {
             assert_eq!(v["backend"], "tier_c_bwrap", "{v}");

@@ -54,21 +54,7 @@ fn post_streamed(addr: &str, path: &str, line: &str, stdin: Vec<u8>) -> (u16, Va
     let mut resp = Vec::new();
     let _ = s.read_to_end(&mut resp);
     producer.join().unwrap();
-    let text = String::from_utf8_lossy(&resp).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
+    let (status, _, body) = parse_response(&resp);
     (
         status,
         serde_json::from_str(&body).unwrap_or(Value::String(body)),
@@ -88,15 +74,7 @@ fn binary_stdin_reaches_the_program_exactly_streamed_and_as_base64() {
     let line = r#"{"command":"sha256sum","tier":"b"}"#;
     let (status, v) = post_streamed(&s.addr, "/v1/process/run", line, data.clone());
     assert_eq!(status, 200, "{v}");
-    let printed = v["stdout"]["text"].as_str().unwrap_or_default();
-    assert_eq!(
-        printed.split_whitespace().next(),
-        Some(want.as_str()),
-        "{v}"
-    );
-    assert_eq!(v["stdin"]["bytes"], 10 << 20, "{v}");
-    assert_eq!(v["stdin"]["sha256"], want.as_str());
-    assert_eq!(v["stdin"]["streamed"], true);
+    tierbox_test_support::assert_streamed_stdin_reached(&v, 10 << 20, &want);
     // The same through `?stream=true`: JSON lines, the outcome last.
     let (status, v) = post_streamed(
         &s.addr,

@@ -233,7 +233,12 @@ pub fn raw_as(
     let _ = s.write_all(body);
     let mut resp = Vec::new();
     let _ = s.read_to_end(&mut resp);
-    let text = String::from_utf8_lossy(&resp).into_owned();
+    parse_response(&resp)
+}
+
+/// An HTTP/1.1 response read whole: status, head, body (dechunked).
+pub fn parse_response(resp: &[u8]) -> (u16, String, String) {
+    let text = String::from_utf8_lossy(resp).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
         .split_whitespace()
