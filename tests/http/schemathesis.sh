@@ -6,7 +6,8 @@
 #
 # Starts the server on a free loopback port with a fresh workspace, state dir and token file,
 # waits for /v1/health, checks a few contract points with curl (OpenAPI 3.1 served without a
-# token, 401 auth.missing / auth.invalid, a run, 415 for a non-JSON body), starts one
+# token, 401 auth.missing / auth.invalid, a run, a run with a streamed binary stdin, 415 for
+# a non-JSON body), starts one
 # background `cat` so the /v1/process/{id} operations reach a live handle, runs schemathesis
 # (all phases, positive and negative data, a bounded number of examples per operation) with
 # the bearer token, then stops the server with SIGTERM and checks that it exits. Exits
@@ -142,6 +143,19 @@ if [ "$code" = 200 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1
   pass "POST /v1/process/run echo hello: 200, exit 0, stdout hello"
 else
   fail "POST /v1/process/run echo hello: 200, exit 0, stdout hello (got $code: $(head -c 300 "$tmp/body"))"
+fi
+
+# The streamed-stdin form: the request line, then 1 MiB of random bytes (past the body cap),
+# whose digest inside the sandbox must be the host's.
+head -c 1048576 /dev/urandom >"$tmp/stdin.bin"
+want="$(sha256sum <"$tmp/stdin.bin" | cut -d' ' -f1)"
+code="$( { printf '%s\n' '{"command":"sha256sum"}'; cat "$tmp/stdin.bin"; } |
+  curl -sS -o "$tmp/body" -w '%{http_code}' --max-time 60 -H "Authorization: Bearer $token" \
+    -H 'Content-Type: application/vnd.tierbox.stdin-stream' --data-binary @- "$base/v1/process/run")"
+if [ "$code" = 200 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["stdout"]["text"].split()[0] == sys.argv[2] and d["stdin"]["bytes"] == 1048576, d' "$tmp/body" "$want" 2>/dev/null; then
+  pass "POST /v1/process/run streamed stdin (1 MiB of random bytes): 200, sha256sum in the sandbox is the host's"
+else
+  fail "POST /v1/process/run streamed stdin: 200 and the host's digest (got $code: $(head -c 300 "$tmp/body"))"
 fi
 
 code="$(curl -sS -o "$tmp/body" -w '%{http_code}' --max-time 30 -H "Authorization: Bearer $token" \

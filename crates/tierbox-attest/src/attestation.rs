@@ -162,6 +162,11 @@ pub struct Outcome {
     pub redacted_stdout_sha256: String,
     /// Hex SHA-256 of stderr after redaction.
     pub redacted_stderr_sha256: String,
+    /// Hex SHA-256 of the bytes the program's stdin carried (the outcome's
+    /// `stdin.sha256`): for a streamed stdin, which the plan does not hold, the only record
+    /// of what the program read. Absent for a `/dev/null` stdin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_sha256: Option<String>,
     /// The sandbox itself failed during the run (e.g. its pid 1 crashed): what happened.
     /// The program's own exit status is then unknown. Absent for every other run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -437,6 +442,7 @@ pub fn example_attestation() -> Attestation {
         stdout_sha256: sha256_hex(b"hello\n"),
         stderr_sha256: sha256_hex(b""),
         redacted_stdout_sha256: sha256_hex(b"hello\n"),
+        stdin_sha256: None,
         redacted_stderr_sha256: sha256_hex(b""),
         sandbox_failure: None,
         run_id: String::new(),

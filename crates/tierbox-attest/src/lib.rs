@@ -125,10 +125,20 @@ fn hash_env_and_stdin(v: &mut Value) {
             }
         }
     }
-    if let Some(stdin) = v.get_mut("stdin")
-        && let Value::String(data) = stdin
-    {
-        *stdin = Value::String(format!("sha256:{}", sha256_hex(data.as_bytes())));
+    // Text stdin is a string, bytes that are not UTF-8 `{"base64": …}`: either way the
+    // digest is of the bytes themselves.
+    if let Some(stdin) = v.get_mut("stdin") {
+        let bytes = match stdin {
+            Value::String(data) => Some(data.as_bytes().to_vec()),
+            Value::Object(o) => o
+                .get("base64")
+                .and_then(Value::as_str)
+                .and_then(tierbox_policy::plan::decode_stdin_base64),
+            _ => None,
+        };
+        if let Some(bytes) = bytes {
+            *stdin = Value::String(format!("sha256:{}", sha256_hex(&bytes)));
+        }
     }
 }
 
@@ -222,6 +232,7 @@ fn is_key_of(key: &Plan, plan: &Plan, env: &[(String, String)]) -> bool {
         limits,
         output,
         stdin,
+        stdin_streamed,
         tier,
         redaction:
             tierbox_policy::plan::RedactionPlan {
@@ -244,6 +255,7 @@ fn is_key_of(key: &Plan, plan: &Plan, env: &[(String, String)]) -> bool {
         && key.limits == *limits
         && key.output == *output
         && key.stdin == *stdin
+        && key.stdin_streamed == *stdin_streamed
         && key.tier == *tier
         && key.redaction.enabled == *enabled
         && key.redaction.sensitive_names == *sensitive_names

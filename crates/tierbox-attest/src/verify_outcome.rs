@@ -96,7 +96,8 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
         Value::Null => None,
         d => Some(d),
     };
-    let checks: [(&str, bool); 20] = [
+    let stdin = field("stdin")["sha256"].as_str().map(str::to_owned);
+    let checks: [(&str, bool); 21] = [
         ("run_id", field("run_id") == json!(a.run_id)),
         ("exit_code", field("exit_code") == json!(a.exit_code)),
         ("signal", field("signal") == json!(a.signal)),
@@ -118,6 +119,7 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
         ("egress", egress == run.egress_decisions_digest),
         ("stdout.sha256", out_raw == json!(a.stdout_sha256)),
         ("stderr.sha256", err_raw == json!(a.stderr_sha256)),
+        ("stdin.sha256", stdin == a.stdin_sha256),
         (
             "stdout.text",
             out_red.as_deref() == Some(a.redacted_stdout_sha256.as_str()),

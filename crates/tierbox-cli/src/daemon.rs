@@ -7,7 +7,10 @@
 //! the daemon refuses it unrun when its own differs); otherwise — no daemon, another
 //! identity, a busy or unreachable daemon, `TIERBOX_DAEMON=off` — the CLI runs in process.
 //! Either way the output, the exit status and the JSON are the same, and `--json` says
-//! which one ran it (`"via"`). The socket is created 0600 and the daemon answers only its
+//! which one ran it (`"via"`). With `--stdin`, the run goes in the streamed-stdin form of
+//! the HTTP API (the request line, then the bytes as they arrive, chunked): this process
+//! reads none of its stdin until the daemon has accepted the run, so a daemon that refuses
+//! it unrun leaves all of it to the run in process. The socket is created 0600 and the daemon answers only its
 //! own uid (`SO_PEERCRED`); the bearer token is read from the state directory (owner-only)
 //! or `$TIERBOX_HTTP_TOKEN`.
 
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
-use tierbox_runner::{Outcome, OutputEvent, RunRequest, Runner, RunnerIdentity};
+use tierbox_runner::{Outcome, OutputEvent, RunRequest, Runner, RunnerIdentity, StdinSource};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
@@ -86,12 +89,14 @@ pub struct ApiError {
 }
 
 /// Hands `req` (a `process_run` or a `wasm_run`) to the daemon on `socket` if there is one
-/// whose identity is `runner`'s.
+/// whose identity is `runner`'s. `stdin` (the request has `stdin_stream` set) is taken
+/// only when the daemon has accepted the run; otherwise it is left for the run in process.
 pub fn hand_off(
     runner: &Runner,
     req: RunRequest<'_>,
     socket: &Path,
     live: Option<&mut crate::live::Live>,
+    stdin: &mut Option<StdinSource>,
 ) -> Handoff {
     let (route, body) = match req {
         RunRequest::Process(r) => ("/v1/process/run", serde_json::to_vec(r)),
@@ -111,7 +116,7 @@ pub fn hand_off(
         async |mut conn, own| {
             let route = format!("{route}?stream=true&identity={}", own.digest());
             tokio::select! {
-                r = conn.run(&route, &body, own, live) => r,
+                r = conn.run(&route, &body, own, live, stdin) => r,
                 sig = crate::termination_signal() => Handoff::Interrupted(sig),
             }
         },
@@ -408,6 +413,33 @@ impl Connection {
         Ok(())
     }
 
+    /// Writes the head of a run in the streamed-stdin form and its first chunk, the request
+    /// line (`line` and a line feed); the stdin follows in chunks ([`pump_stdin`]).
+    async fn send_streamed(&mut self, path: &str, line: &[u8]) -> Result<()> {
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\nHost: tierbox\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: {}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+            self.token,
+            tierbox_server::http::STDIN_STREAM_MEDIA_TYPE,
+            line.len() + 1
+        )
+        .into_bytes();
+        request.extend_from_slice(line);
+        request.extend_from_slice(b"\n\r\n");
+        self.io.get_mut().write_all(&request).await?;
+        Ok(())
+    }
+
+    /// A second handle on the connection for writing a streamed stdin while the reply is
+    /// read from this one.
+    fn writer(&self) -> Result<UnixStream> {
+        use std::os::fd::AsFd;
+        let fd = self.io.get_ref().as_fd().try_clone_to_owned()?;
+        let std = std::os::unix::net::UnixStream::from(fd);
+        std.set_nonblocking(true)?;
+        Ok(UnixStream::from_std(std)?)
+    }
+
     /// Reads a reply: see [`Self::request`].
     async fn reply(&mut self, streamed: bool) -> Result<(u16, Value)> {
         let (status, headers) = self.read_head().await?;
@@ -510,8 +542,9 @@ impl Connection {
         body: &[u8],
         own: &RunnerIdentity,
         live: Option<&mut crate::live::Live>,
+        stdin: &mut Option<StdinSource>,
     ) -> Handoff {
-        match self.run_streamed(route, body, live).await {
+        match self.run_streamed(route, body, live, stdin).await {
             Ok(Streamed::Done(result)) => Handoff::Ran(result),
             Ok(Streamed::Busy) => Handoff::NotUsed("the daemon is busy".to_owned()),
             Ok(Streamed::OtherIdentity) => Handoff::NotUsed(
@@ -547,8 +580,13 @@ impl Connection {
         route: &str,
         body: &[u8],
         mut live: Option<&mut crate::live::Live>,
+        stdin: &mut Option<StdinSource>,
     ) -> Result<Streamed> {
-        let (status, reply) = match self.send("POST", route, Some(body)).await {
+        let sent = match stdin {
+            None => self.send("POST", route, Some(body)).await,
+            Some(_) => self.send_streamed(route, body).await,
+        };
+        let (status, reply) = match sent {
             Ok(()) => self.reply(true).await?,
             // The daemon closed the connection before it had the whole request, so it
             // runs nothing; it may have answered first (an older daemon refusing
@@ -572,6 +610,11 @@ impl Connection {
                 }
                 _ => Streamed::Done(Err(error)),
             });
+        }
+        // The daemon runs it: from here on the stdin is the daemon's run's. Its writer lives
+        // until the reply ends (the runtime is then shut down with it).
+        if let Some(source) = stdin.take() {
+            tokio::spawn(pump_stdin(self.writer()?, source));
         }
         let mut pending = Vec::new();
         while let Some(chunk) = self.read_chunk().await? {
@@ -604,6 +647,47 @@ impl Connection {
         }
         bail!("the daemon ended the reply without a result")
     }
+}
+
+/// Sends `stdin`'s chunks on `conn` as the chunks of a streamed-stdin request body, then
+/// its end. A failed read of this process's stdin cuts the body short instead, which the
+/// daemon reports as the stdin's `source_error`. Written with `MSG_NOSIGNAL`: a daemon that
+/// closes the connection (its run ended before its stdin did) makes a write fail, never
+/// ends this process with `SIGPIPE`.
+async fn pump_stdin(conn: UnixStream, mut stdin: StdinSource) {
+    loop {
+        let chunk = match stdin.next_chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(_) => {
+                let _ = rustix::net::shutdown(&conn, rustix::net::Shutdown::Write);
+                return;
+            }
+        };
+        let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
+        framed.extend_from_slice(&chunk);
+        framed.extend_from_slice(b"\r\n");
+        if send_all(&conn, &framed).await.is_err() {
+            return;
+        }
+    }
+    let _ = send_all(&conn, b"0\r\n\r\n").await;
+}
+
+/// Writes all of `bytes` to `conn` with `send(MSG_NOSIGNAL)`.
+async fn send_all(conn: &UnixStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        conn.writable().await?;
+        match conn.try_io(tokio::io::Interest::WRITABLE, || {
+            rustix::net::send(conn, bytes, rustix::net::SendFlags::NOSIGNAL)
+                .map_err(std::io::Error::from)
+        }) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// `tierbox daemon start`: starts `tierbox serve --unix` in the background on the socket
@@ -727,7 +811,13 @@ mod tests {
         );
         let mut conn = answered_and_closed(Some(&older)).await;
         match conn
-            .run("/v1/process/run?stream=true&identity=00", b"{}", &own, None)
+            .run(
+                "/v1/process/run?stream=true&identity=00",
+                b"{}",
+                &own,
+                None,
+                &mut None,
+            )
             .await
         {
             Handoff::NotUsed(why) => assert!(why.contains("older build"), "{why}"),
@@ -736,7 +826,13 @@ mod tests {
         // Closed without an answer: not sent, so not run there either.
         let mut conn = answered_and_closed(None).await;
         match conn
-            .run("/v1/process/run?stream=true&identity=00", b"{}", &own, None)
+            .run(
+                "/v1/process/run?stream=true&identity=00",
+                b"{}",
+                &own,
+                None,
+                &mut None,
+            )
             .await
         {
             Handoff::NotUsed(why) => assert!(why.contains("before it had the request"), "{why}"),
@@ -749,7 +845,13 @@ mod tests {
         );
         let mut conn = answered_and_closed(Some(&refused)).await;
         match conn
-            .run("/v1/process/run?stream=true&identity=00", b"{}", &own, None)
+            .run(
+                "/v1/process/run?stream=true&identity=00",
+                b"{}",
+                &own,
+                None,
+                &mut None,
+            )
             .await
         {
             Handoff::Ran(Err(e)) => assert_eq!(e.code, "exec.not_allowed"),

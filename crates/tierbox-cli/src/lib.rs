@@ -159,9 +159,18 @@ enum Command {
         /// when stderr is not a terminal (where it is said anyway).
         #[arg(long)]
         verbose: bool,
-        /// Pass this process's stdin to the child (default: /dev/null).
+        /// Stream this process's stdin to the program as it arrives (default: /dev/null):
+        /// bytes of any kind, never held whole, at most the policy's limits.stdin_bytes
+        /// (default 1 GiB; --stdin-limit narrows it). Past the limit the program's stdin is
+        /// closed after exactly that many bytes, and a tierbox: line and the outcome
+        /// (limit_hit "stdin") say so. An interpreter reading its program from stdin
+        /// (python3 with no script) is then refused unless the policy allows eval.
         #[arg(long)]
         stdin: bool,
+        /// With --stdin: the most bytes the program may read from it (at most the
+        /// policy's limits.stdin_bytes; more is refused, limits.above_policy).
+        #[arg(long, value_name = "BYTES", requires = "stdin")]
+        stdin_limit: Option<u64>,
         /// State directory (default: $XDG_STATE_HOME/tierbox).
         #[arg(long)]
         state_dir: Option<PathBuf>,
@@ -304,9 +313,14 @@ enum WasmAction {
         /// Say on stderr which tier and backend ran, also when stderr is not a terminal.
         #[arg(long)]
         verbose: bool,
-        /// Pass this process's stdin to the guest (default: empty).
+        /// Stream this process's stdin to the guest as it reads (default: empty), as for
+        /// `tierbox run --stdin`: bytes of any kind, at most limits.stdin_bytes.
         #[arg(long)]
         stdin: bool,
+        /// With --stdin: the most bytes the guest may read from it (at most the policy's
+        /// limits.stdin_bytes).
+        #[arg(long, value_name = "BYTES", requires = "stdin")]
+        stdin_limit: Option<u64>,
         /// State directory (default: $XDG_STATE_HOME/tierbox); compiled modules are
         /// cached in its `wasm-cache`.
         #[arg(long)]
@@ -418,10 +432,15 @@ pub fn main() -> ExitCode {
             request,
             json,
             stdin,
+            stdin_limit,
             state_dir,
             ..
         } => {
             tierbox_runner::host::default_sigpipe();
+            let stdin = StdinFlags {
+                pass: stdin,
+                limit: stdin_limit,
+            };
             cmd_run(&policy, request, json, stdin, state_dir)
         }
         Command::Check {
@@ -548,9 +567,16 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             request,
             json,
             stdin,
+            stdin_limit,
             state_dir,
             ..
-        } => cmd_run(&policy, request, json, stdin, state_dir),
+        } => {
+            let stdin = StdinFlags {
+                pass: stdin,
+                limit: stdin_limit,
+            };
+            cmd_run(&policy, request, json, stdin, state_dir)
+        }
         Command::Daemon { action } => cmd_daemon(action),
         Command::Check {
             policy,
@@ -579,9 +605,16 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                 request,
                 json,
                 stdin,
+                stdin_limit,
                 state_dir,
                 ..
-            } => cmd_wasm_run(&policy, request, json, stdin, state_dir),
+            } => {
+                let stdin = StdinFlags {
+                    pass: stdin,
+                    limit: stdin_limit,
+                };
+                cmd_wasm_run(&policy, request, json, stdin, state_dir)
+            }
             WasmAction::Check {
                 policy,
                 request,
@@ -994,11 +1027,18 @@ fn print_check(mut answer: serde_json::Value, via: &Via, json: bool) -> Result<E
     })
 }
 
+/// `--stdin` and `--stdin-limit`.
+#[derive(Debug, Clone, Copy)]
+struct StdinFlags {
+    pass: bool,
+    limit: Option<u64>,
+}
+
 fn cmd_run(
     policy: &PolicyArgs,
     request: RequestArgs,
     json: bool,
-    pass_stdin: bool,
+    pass_stdin: StdinFlags,
     state_dir: Option<PathBuf>,
 ) -> Result<ExitCode> {
     start_run_supervisor();
@@ -1026,7 +1066,7 @@ fn run_once(
     policy: &PolicyArgs,
     request: RequestArgs,
     json: bool,
-    pass_stdin: bool,
+    pass_stdin: StdinFlags,
     state_dir: Option<PathBuf>,
 ) -> Result<ExitCode> {
     let runner = build_runner(policy, state_dir)?;
@@ -1038,17 +1078,24 @@ fn run_once(
     if !runner.has_tier_a() && runner.is_tier_a(&req) {
         return exec_full();
     }
-    if pass_stdin {
-        req.stdin = Some(read_stdin()?);
-    }
-    run_request(&runner, RunRequest::Process(&req), json)
+    let stdin = pass_stdin.source(&mut req.stdin_stream, &mut req.stdin_limit_bytes)?;
+    run_request(&runner, RunRequest::Process(&req), json, stdin)
 }
 
 /// Runs `req` through the local daemon when one with this runner's identity answers (see
 /// `daemon`), else in process; prints the program's output as it arrives (unless
 /// `--json`, which prints the outcome at the end) and then the outcome's notes, and
 /// returns the exit status that mirrors the program.
-fn run_request(runner: &Runner, req: RunRequest<'_>, json: bool) -> Result<ExitCode> {
+///
+/// With `stdin` (`--stdin`; the request has `stdin_stream` set), the run's stdin is this
+/// process's, streamed to the program as it arrives; a daemon that does not take the run
+/// has read none of it.
+fn run_request(
+    runner: &Runner,
+    req: RunRequest<'_>,
+    json: bool,
+    mut stdin: Option<tierbox_runner::StdinSource>,
+) -> Result<ExitCode> {
     progress::install();
     let mut live = (!json).then(|| {
         live::Live::new(
@@ -1058,7 +1105,7 @@ fn run_request(runner: &Runner, req: RunRequest<'_>, json: bool) -> Result<ExitC
     });
     let via = if daemon::enabled() {
         let socket = daemon::socket_path(&runner.options().state_dir);
-        match daemon::hand_off(runner, req, &socket, live.as_mut()) {
+        match daemon::hand_off(runner, req, &socket, live.as_mut(), &mut stdin) {
             daemon::Handoff::Ran(reply) => {
                 finish(live);
                 return print_daemon_reply(reply, json, runner.policy());
@@ -1079,14 +1126,13 @@ fn run_request(runner: &Runner, req: RunRequest<'_>, json: bool) -> Result<ExitC
         }
         None => (None, None),
     };
-    run_and_print_via(
-        runner.execute(req, events),
-        output,
-        json,
-        &via,
-        live,
-        runner.policy(),
-    )
+    let run = async {
+        match stdin {
+            Some(stdin) => runner.execute_with_stdin(req, stdin, events).await,
+            None => runner.execute(req, events).await,
+        }
+    };
+    run_and_print_via(run, output, json, &via, live, runner.policy())
 }
 
 /// Waits until the live output printed so far is out, when there is any.
@@ -1224,7 +1270,7 @@ fn cmd_wasm_run(
     policy: &PolicyArgs,
     request: wasm::WasmRequestArgs,
     json: bool,
-    pass_stdin: bool,
+    pass_stdin: StdinFlags,
     state_dir: Option<PathBuf>,
 ) -> Result<ExitCode> {
     let runner = build_runner(policy, state_dir)?;
@@ -1232,19 +1278,28 @@ fn cmd_wasm_run(
         Ok(r) => r,
         Err(rej) => return Ok(print_rejection(&rej, json)),
     };
-    if pass_stdin {
-        req.stdin = Some(read_stdin()?);
-    }
-    run_request(&runner, RunRequest::Wasm(&req), json)
+    let stdin = pass_stdin.source(&mut req.stdin_stream, &mut req.stdin_limit_bytes)?;
+    run_request(&runner, RunRequest::Wasm(&req), json, stdin)
 }
 
-fn read_stdin() -> Result<String> {
-    let mut data = String::new();
-    std::io::stdin()
-        .take(tierbox_policy::request::MAX_STDIN_BYTES as u64 + 1)
-        .read_to_string(&mut data)
-        .context("reading stdin (it must be UTF-8)")?;
-    Ok(data)
+impl StdinFlags {
+    /// With `--stdin`: this process's stdin as the run's streamed stdin (read on a thread
+    /// of its own, a few chunks ahead of the program, bytes of any kind), the request's
+    /// `stdin_stream` set and its limit narrowed by `--stdin-limit`.
+    fn source(
+        self,
+        stream: &mut bool,
+        limit: &mut Option<u64>,
+    ) -> Result<Option<tierbox_runner::StdinSource>> {
+        if !self.pass {
+            return Ok(None);
+        }
+        *stream = true;
+        *limit = self.limit.or(*limit);
+        tierbox_runner::StdinSource::from_blocking_reader(std::io::stdin())
+            .map(Some)
+            .context("starting the thread that reads stdin")
+    }
 }
 
 /// Drives a run to its outcome (or a termination signal), prints it, and returns the exit

@@ -97,6 +97,8 @@ fn ending_notes(o: &Outcome, policy: &Policy) -> Vec<String> {
     if let Some(limit) = o.limit_hit
         && !o.timed_out
         && !o.quota_exceeded
+        // Said with what the program got, among the other notes.
+        && limit != tierbox_runner::LimitHit::Stdin
     {
         let tier_a = o.tier == "a";
         let key = limit.policy_key(tier_a);
@@ -127,6 +129,12 @@ fn ending_notes(o: &Outcome, policy: &Policy) -> Vec<String> {
 /// protected paths it changed, review mode's change set, its denials.
 fn other_notes(o: &Outcome) -> Vec<String> {
     let mut notes = Vec::new();
+    if let Some(stdin) = o.stdin.as_ref().filter(|s| s.limit_hit) {
+        notes.push(format!(
+            "limit hit: stdin: the program's stdin was closed after {} bytes, and more was offered (limits.stdin_bytes, or the request's stdin_limit_bytes: {} bytes)",
+            stdin.bytes, stdin.limit_bytes
+        ));
+    }
     for (name, s) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
         if s.truncated {
             notes.push(format!(

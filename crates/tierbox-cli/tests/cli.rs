@@ -7,6 +7,10 @@
 #[path = "cli/truth.rs"]
 mod truth;
 
+/// `run --stdin`: bytes of any kind streamed to the program, cut at the stdin limit.
+#[path = "cli/stdin.rs"]
+mod stdin;
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 

@@ -526,3 +526,43 @@ fn a_check_through_the_daemon_is_the_check_in_process() {
     assert_eq!(b.status.code(), Some(125), "{b:?}");
     assert_eq!(a.stderr, b.stderr);
 }
+
+/// Regression: `--stdin` through the daemon sent the whole input inside the JSON request
+/// (UTF-8 only, at most 64 KiB). 10 MiB of random bytes now stream over the daemon's
+/// socket in the streamed-stdin form, and reach the program exactly: the digest
+/// `sha256sum` prints in the sandbox is the host's, as is the outcome's. A slow producer
+/// (a pause halfway) is waited for, and a cut at `--stdin-limit` is said there too.
+#[test]
+fn binary_stdin_streams_through_the_daemon_byte_exact() {
+    use sha2::{Digest, Sha256};
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start();
+    let data = tierbox_test_support::binary_payload(10 << 20);
+    let want = tierbox_attest::jcs::hex(&Sha256::digest(&data));
+    let fed = |extra: &[&str]| {
+        let mut args = vec!["run", "--json", "--tier", "b", "--workspace", d.ws_str()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--stdin", "--", "sha256sum"]);
+        let mut child = d.command(&args).stdin(Stdio::piped()).spawn().unwrap();
+        let mut pipe = child.stdin.take().unwrap();
+        let data = data.clone();
+        let producer = std::thread::spawn(move || {
+            let _ = tierbox_test_support::feed_slowly(&mut pipe, &data);
+        });
+        let out = child.wait_with_output().unwrap();
+        producer.join().unwrap();
+        json(&out)
+    };
+    let v = fed(&[]);
+    assert_eq!(v["via"], "daemon", "{v}");
+    tierbox_test_support::assert_streamed_stdin_reached(&v, 10 << 20, &want);
+    let v = fed(&["--stdin-limit", "65536"]);
+    assert_eq!(v["via"], "daemon", "{v}");
+    assert_eq!(v["limit_hit"], "stdin", "{v}");
+    assert_eq!(v["stdin"]["bytes"], 65536);
+    let cut = tierbox_attest::jcs::hex(&Sha256::digest(&data[..65536]));
+    let printed = v["stdout"]["text"].as_str().unwrap_or_default();
+    assert!(printed.starts_with(&cut), "{v}");
+}

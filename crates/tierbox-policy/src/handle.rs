@@ -188,8 +188,8 @@ impl ProcessWriteStdinRequest {
         check_handle(&self.id)?;
         if self.data.len() > MAX_STDIN_BYTES {
             return Err(Rejection::StdinTooLarge {
-                bytes: self.data.len(),
-                max: MAX_STDIN_BYTES,
+                bytes: self.data.len() as u64,
+                max: MAX_STDIN_BYTES as u64,
             });
         }
         Ok(())

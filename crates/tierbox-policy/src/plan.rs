@@ -52,9 +52,15 @@ pub struct Plan {
     pub limits: LimitsPlan,
     /// Output capture.
     pub output: OutputPlan,
-    /// Data for stdin; `None` means `/dev/null`.
+    /// Data for stdin; `None` means `/dev/null`. With [`Plan::stdin_streamed`] it is
+    /// `Some` (a pipe) and empty: the bytes are the stream's.
     #[serde(with = "opt_bytes")]
     pub stdin: Option<Vec<u8>>,
+    /// The supervisor forwards a stream the caller gives with the run (not part of the
+    /// plan) to the program's stdin as it arrives, up to `limits.stdin_bytes`; the outcome
+    /// reports how many bytes reached the program and their digest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stdin_streamed: bool,
     /// Tier requirements.
     pub tier: TierPlan,
     /// Redaction.
@@ -267,10 +273,18 @@ pub struct LimitsPlan {
     /// (`limits.disk_bytes`).
     #[serde(default = "default_disk_bytes")]
     pub disk_bytes: u64,
+    /// Most bytes the run's stdin carries (`limits.stdin_bytes`, or the request's narrower
+    /// `stdin_limit_bytes`).
+    #[serde(default = "default_stdin_bytes")]
+    pub stdin_bytes: u64,
 }
 
 fn default_disk_bytes() -> u64 {
     crate::policy::DEFAULT_DISK_BYTES
+}
+
+pub(crate) fn default_stdin_bytes() -> u64 {
+    crate::policy::DEFAULT_STDIN_BYTES
 }
 
 /// Output capture.
@@ -364,17 +378,43 @@ pub struct BackgroundPlan {
     pub spill_bytes: u64,
 }
 
+/// Decodes the `base64` of a serialized plan's binary stdin (`{"base64": …}`, see
+/// [`Plan::stdin`]), for a reader of serialized plans (the attestation's digest).
+pub fn decode_stdin_base64(text: &str) -> Option<Vec<u8>> {
+    crate::wasm::decode_base64(text)
+}
+
+/// Stdin bytes in a serialized plan, exactly: UTF-8 as a string (as plans always had it),
+/// anything else as `{"base64": "…"}`, so no two different inputs serialize alike.
 pub(crate) mod opt_bytes {
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Bytes {
+        Text(String),
+        Binary { base64: String },
+    }
 
     pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             None => s.serialize_none(),
-            Some(b) => s.serialize_some(&String::from_utf8_lossy(b)),
+            Some(b) => match std::str::from_utf8(b) {
+                Ok(text) => s.serialize_some(text),
+                Err(_) => s.serialize_some(&Bytes::Binary {
+                    base64: crate::wasm::encode_base64(b),
+                }),
+            },
         }
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
-        Ok(Option::<String>::deserialize(d)?.map(String::into_bytes))
+        match Option::<Bytes>::deserialize(d)? {
+            None => Ok(None),
+            Some(Bytes::Text(t)) => Ok(Some(t.into_bytes())),
+            Some(Bytes::Binary { base64 }) => crate::wasm::decode_base64(&base64)
+                .map(Some)
+                .ok_or_else(|| serde::de::Error::custom("stdin: invalid base64")),
+        }
     }
 }

@@ -582,7 +582,24 @@ pub struct LimitsPolicy {
     /// outcome says `limit_hit: "disk"`. Both are memory-backed (tmpfs): what is written
     /// there also counts toward `memory_bytes`. Default [`DEFAULT_DISK_BYTES`].
     pub disk_bytes: u64,
+    /// Most bytes a run's stdin may carry, in bytes; a request may narrow it
+    /// (`stdin_limit_bytes`), never widen it (`limits.above_policy`). Bounds what a caller
+    /// can push into a run (the supervisor's time and the program's), not memory: a
+    /// streamed stdin (the CLI's `--stdin`, the HTTP streamed form, a library reader) is
+    /// forwarded as it arrives, a chunk at a time. An inline stdin (`stdin`,
+    /// `stdin_base64`) past it is refused before anything runs (`input.stdin_too_large`);
+    /// a streamed one is cut: the program reads exactly this many bytes, then end of file,
+    /// and the outcome says `limit_hit: "stdin"` with `stdin.limit_hit: true`. `0`: no
+    /// stdin at all. At most [`HARD_MAX_STDIN_BYTES`]. Default [`DEFAULT_STDIN_BYTES`].
+    pub stdin_bytes: u64,
 }
+
+/// Default of [`LimitsPolicy::stdin_bytes`]: 1 GiB.
+pub const DEFAULT_STDIN_BYTES: u64 = 1 << 30;
+
+/// Largest [`LimitsPolicy::stdin_bytes`] a policy may set: 1 TiB (a larger value is far
+/// more likely a unit slip than a wish).
+pub const HARD_MAX_STDIN_BYTES: u64 = 1 << 40;
 
 /// Default of [`LimitsPolicy::disk_bytes`]: 2 GiB.
 pub const DEFAULT_DISK_BYTES: u64 = 2 << 30;
@@ -603,6 +620,7 @@ impl Default for LimitsPolicy {
             file_size_bytes: 1 << 30,
             cpus: None,
             disk_bytes: DEFAULT_DISK_BYTES,
+            stdin_bytes: DEFAULT_STDIN_BYTES,
         }
     }
 }
@@ -966,6 +984,15 @@ impl Policy {
         }
         if l.cpus == Some(0) {
             return invalid("limits.cpus", "must be at least 1".to_owned());
+        }
+        if l.stdin_bytes > HARD_MAX_STDIN_BYTES {
+            return invalid(
+                "limits.stdin_bytes",
+                format!(
+                    "{} is above the hard cap {HARD_MAX_STDIN_BYTES}",
+                    l.stdin_bytes
+                ),
+            );
         }
         if l.disk_bytes < MIN_DISK_BYTES {
             return invalid(

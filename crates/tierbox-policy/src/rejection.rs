@@ -65,9 +65,20 @@ pub enum Rejection {
     /// `cwd` is longer than the cap.
     #[error("cwd is {bytes} bytes, more than the {max}-byte cap")]
     CwdTooLong { bytes: usize, max: usize },
-    /// `stdin` is larger than the cap.
-    #[error("stdin is {bytes} bytes, more than the {max}-byte cap")]
-    StdinTooLarge { bytes: usize, max: usize },
+    /// An inline stdin (`stdin`, `stdin_base64` decoded, a `process_write_stdin` call's
+    /// `data`) is larger than its limit: the run's stdin limit (`limits.stdin_bytes`,
+    /// narrowed by the request's `stdin_limit_bytes`), or the per-call cap.
+    #[error("stdin is {bytes} bytes, more than the {max}-byte limit")]
+    StdinTooLarge { bytes: u64, max: u64 },
+    /// More than one source of stdin was given (`stdin`, `stdin_base64`, a streamed
+    /// stdin): which ones.
+    #[error("{fields} were both given: a run's stdin comes from at most one of them")]
+    StdinConflict { fields: String },
+    /// `stdin_base64` is not standard base64.
+    #[error(
+        "stdin_base64 is not standard base64 (A-Z a-z 0-9 + /, '=' padding optional, no whitespace): {reason}"
+    )]
+    StdinBase64Invalid { reason: String },
     /// `timeout_ms` is zero.
     #[error("timeout_ms must be at least 1")]
     TimeoutZero,
@@ -356,6 +367,8 @@ impl Rejection {
             Self::EnvValueTooLong { .. } => "input.env_value_too_long",
             Self::CwdTooLong { .. } => "input.cwd_too_long",
             Self::StdinTooLarge { .. } => "input.stdin_too_large",
+            Self::StdinConflict { .. } => "input.stdin_conflict",
+            Self::StdinBase64Invalid { .. } => "input.stdin_base64_invalid",
             Self::TimeoutZero => "input.timeout_zero",
             Self::TooManyEgressHosts { .. } => "input.too_many_egress_hosts",
             Self::LifetimeWithoutBackground { .. } => "input.lifetime_without_background",
@@ -494,6 +507,8 @@ impl Rejection {
         "input.env_value_too_long",
         "input.cwd_too_long",
         "input.stdin_too_large",
+        "input.stdin_conflict",
+        "input.stdin_base64_invalid",
         "input.timeout_zero",
         "input.too_many_egress_hosts",
         "input.lifetime_without_background",

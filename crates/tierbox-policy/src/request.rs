@@ -31,7 +31,10 @@ pub const MAX_ENV_NAME_BYTES: usize = 128;
 pub const MAX_ENV_VALUE_BYTES: usize = 4096;
 /// Longest accepted `cwd`, in bytes (Linux `PATH_MAX`).
 pub const MAX_CWD_BYTES: usize = 4096;
-/// Largest accepted `stdin` payload, in bytes. The whole request is capped too.
+/// Largest accepted `data` of one `process_write_stdin` call, in bytes (a background
+/// process's stdin is written call by call). A run's own stdin is bounded by the policy's
+/// `limits.stdin_bytes` instead (see [`crate::policy::LimitsPolicy::stdin_bytes`]), and
+/// its inline forms (`stdin`, `stdin_base64`) by the request document's cap.
 pub const MAX_STDIN_BYTES: usize = 64 * 1024;
 /// Most entries in `requested_egress_hosts`.
 pub const MAX_EGRESS_HOSTS: usize = 64;
@@ -103,10 +106,26 @@ pub struct ProcessRunRequest {
         "additionalProperties" = { "type": "string", "maxLength": MAX_ENV_VALUE_BYTES },
     ))]
     pub env: BTreeMap<String, String>,
-    /// Data written to the child's stdin, which is then closed. Default stdin is `/dev/null`.
+    /// Text written to the child's stdin, which is then closed. Default stdin is
+    /// `/dev/null`. At most one of `stdin` and `stdin_base64` (`input.stdin_conflict`);
+    /// larger than the run's stdin limit is `input.stdin_too_large`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_STDIN_BYTES))]
+    #[schemars(length(max = MAX_REQUEST_BYTES))]
     pub stdin: Option<String>,
+    /// Bytes of any kind for the child's stdin, as standard base64 (padding optional, no
+    /// whitespace; anything else is `input.stdin_base64_invalid`), then closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_REQUEST_BYTES))]
+    pub stdin_base64: Option<String>,
+    /// Narrows the run's stdin limit, in bytes: at most the policy's `limits.stdin_bytes`
+    /// (a larger value is `limits.above_policy`). Omitted: the policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_limit_bytes: Option<u64>,
+    /// The caller streams the run's stdin as it arrives (the CLI's `--stdin`, the HTTP
+    /// streamed form, a library reader) instead of giving it in the request. Not part of
+    /// the wire shape: set by the Rust caller that holds the stream, never by a document.
+    #[serde(skip)]
+    pub stdin_stream: bool,
     /// Wall-clock timeout in milliseconds: at most the policy's `limits.max_timeout_ms` (a
     /// larger value is rejected with `limits.above_policy`, never silently lowered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -147,6 +166,32 @@ impl ProcessRunRequest {
         Self {
             command: command.into(),
             ..Self::default()
+        }
+    }
+
+    /// Gives the run `data` as its stdin: as `stdin` when it is UTF-8, else as
+    /// `stdin_base64` (clearing the other and `stdin_stream`).
+    ///
+    /// ```
+    /// use tierbox_policy::ProcessRunRequest;
+    ///
+    /// let mut req = ProcessRunRequest::new("wc");
+    /// req.set_stdin_bytes(b"text".to_vec());
+    /// assert_eq!(req.stdin.as_deref(), Some("text"));
+    /// req.set_stdin_bytes(vec![0xff, 0]);
+    /// assert_eq!((req.stdin.as_deref(), req.stdin_base64.as_deref()), (None, Some("/wA=")));
+    /// ```
+    pub fn set_stdin_bytes(&mut self, data: Vec<u8>) {
+        self.stdin_stream = false;
+        match String::from_utf8(data) {
+            Ok(text) => {
+                self.stdin = Some(text);
+                self.stdin_base64 = None;
+            }
+            Err(e) => {
+                self.stdin = None;
+                self.stdin_base64 = Some(crate::wasm::encode_base64(e.as_bytes()));
+            }
         }
     }
 

@@ -131,7 +131,10 @@ mod tests {
             prop(&s, "env")["additionalProperties"]["maxLength"],
             MAX_ENV_VALUE_BYTES
         );
-        assert_eq!(prop(&s, "stdin")["maxLength"], MAX_STDIN_BYTES);
+        // Inline stdin is bounded by the document's cap here, by the run's stdin limit
+        // (a policy's) at validation.
+        assert_eq!(prop(&s, "stdin")["maxLength"], MAX_REQUEST_BYTES);
+        assert_eq!(prop(&s, "stdin_base64")["maxLength"], MAX_REQUEST_BYTES);
         assert_eq!(prop(&s, "timeout_ms")["minimum"], 1);
         assert_eq!(
             prop(&s, "requested_egress_hosts")["maxItems"],
@@ -188,6 +191,8 @@ mod tests {
                 "lifetime",
                 "requested_egress_hosts",
                 "stdin",
+                "stdin_base64",
+                "stdin_limit_bytes",
                 "tier",
                 "timeout_ms",
                 "workspace",
@@ -211,7 +216,8 @@ mod tests {
         assert_eq!(prop(&s, "args")["maxItems"], MAX_ARGS);
         assert_eq!(prop(&s, "args")["items"]["maxLength"], MAX_ARG_BYTES);
         assert_eq!(prop(&s, "env")["maxProperties"], MAX_ENV_ENTRIES);
-        assert_eq!(prop(&s, "stdin")["maxLength"], MAX_STDIN_BYTES);
+        assert_eq!(prop(&s, "stdin")["maxLength"], MAX_REQUEST_BYTES);
+        assert_eq!(prop(&s, "stdin_base64")["maxLength"], MAX_REQUEST_BYTES);
         assert_eq!(prop(&s, "timeout_ms")["minimum"], 1);
         let grants = &s["$defs"]["WasmGrants"]["properties"];
         assert_eq!(grants["fs"]["maxItems"], MAX_FS_GRANTS, "{s}");
@@ -236,6 +242,8 @@ mod tests {
                 "module_base64",
                 "module_wat",
                 "stdin",
+                "stdin_base64",
+                "stdin_limit_bytes",
                 "timeout_ms"
             ]
         );

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::{OutputPlan, RedactionPlan};
 use crate::rejection::Rejection;
 use crate::request::{MAX_ARG_BYTES, MAX_ARGS, MAX_ENV_ENTRIES};
-use crate::request::{MAX_ENV_NAME_BYTES, MAX_ENV_VALUE_BYTES, MAX_STDIN_BYTES};
+use crate::request::{MAX_ENV_NAME_BYTES, MAX_ENV_VALUE_BYTES, MAX_REQUEST_BYTES};
 
 /// Guest path at which the workspace is preopened. The workspace is also preopened as
 /// `.`, so relative paths (`python3 script.py`) resolve in it, as with `wasmtime run
@@ -149,10 +149,24 @@ pub struct WasmRunRequest {
         "additionalProperties" = { "type": "string", "maxLength": MAX_ENV_VALUE_BYTES },
     ))]
     pub env: BTreeMap<String, String>,
-    /// Data for the guest's stdin, which is then at end of file. Default: empty.
+    /// Text for the guest's stdin, which is then at end of file. Default: empty. At most
+    /// one of `stdin` and `stdin_base64`; bounded by the run's stdin limit, as for
+    /// `process_run`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = MAX_STDIN_BYTES))]
+    #[schemars(length(max = MAX_REQUEST_BYTES))]
     pub stdin: Option<String>,
+    /// Bytes of any kind for the guest's stdin, as standard base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_REQUEST_BYTES))]
+    pub stdin_base64: Option<String>,
+    /// Narrows the run's stdin limit, in bytes (at most the policy's
+    /// `limits.stdin_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_limit_bytes: Option<u64>,
+    /// The caller streams the guest's stdin (see
+    /// [`crate::ProcessRunRequest::stdin_stream`]); not part of the wire shape.
+    #[serde(skip)]
+    pub stdin_stream: bool,
     /// Wall-clock timeout in milliseconds, compilation included: at most the policy's
     /// `limits.max_timeout_ms` (a larger value is rejected with `limits.above_policy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -314,6 +328,10 @@ pub struct WasmLimitsPlan {
     pub instances: u32,
     /// Largest module accepted, in bytes.
     pub max_module_bytes: u64,
+    /// Most bytes the guest's stdin carries (`limits.stdin_bytes`, or the request's
+    /// narrower `stdin_limit_bytes`).
+    #[serde(default = "crate::plan::default_stdin_bytes")]
+    pub stdin_bytes: u64,
 }
 
 /// A validated Tier A run.
@@ -338,11 +356,34 @@ pub struct WasmPlan {
     /// Data for stdin; `None` means an empty stdin.
     #[serde(with = "crate::plan::opt_bytes")]
     pub stdin: Option<Vec<u8>>,
+    /// The guest's stdin is the caller's stream (see [`crate::Plan::stdin_streamed`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stdin_streamed: bool,
     /// Redaction.
     pub redaction: RedactionPlan,
 }
 
-/// Decodes standard base64 (padding optional, no whitespace), for `module_base64`.
+/// Encodes standard base64 with padding (what [`decode_base64`] reads back).
+pub(crate) fn encode_base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let mut acc = [0u8; 3];
+        acc[..chunk.len()].copy_from_slice(chunk);
+        let n = u32::from_be_bytes([0, acc[0], acc[1], acc[2]]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Decodes standard base64 (padding optional, no whitespace), for `module_base64` and
+/// `stdin_base64`.
 pub(crate) fn decode_base64(text: &str) -> Option<Vec<u8>> {
     fn value(c: u8) -> Option<u32> {
         Some(match c {
@@ -409,7 +450,13 @@ mod tests {
                 Some(plain.as_bytes()),
                 "{enc}"
             );
+            assert_eq!(
+                encode_base64(plain.as_bytes()).trim_end_matches('='),
+                enc.trim_end_matches('=')
+            );
         }
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(decode_base64(&encode_base64(&all)), Some(all));
         assert_eq!(decode_base64("Zm9v!"), None);
         assert_eq!(decode_base64("Z"), None);
         assert_eq!(decode_base64("Zg==="), None);

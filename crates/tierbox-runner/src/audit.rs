@@ -131,6 +131,7 @@ impl Auditor {
             }),
             stdout_sha256: outcome.stdout.sha256.clone(),
             stderr_sha256: outcome.stderr.sha256.clone(),
+            stdin_sha256: outcome.stdin.as_ref().map(|s| s.sha256.clone()),
             redacted_stdout_sha256: tierbox_attest::sha256_hex(outcome.stdout.text.as_bytes()),
             redacted_stderr_sha256: tierbox_attest::sha256_hex(outcome.stderr.text.as_bytes()),
             sandbox_failure: outcome.sandbox_failure.clone(),

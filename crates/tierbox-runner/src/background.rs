@@ -378,6 +378,8 @@ impl Entry {
             stderr_sha256,
             redacted_stdout_sha256,
             redacted_stderr_sha256,
+            // A background process's stdin is written call by call, not recorded whole.
+            stdin_sha256: None,
             sandbox_failure,
             run_id: self.id.clone(),
             timed_out: false,

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::audit::{Auditor, now_unix_ms};
 use crate::background::{BackgroundError, BackgroundHandle, BackgroundManager, Seal};
 use crate::outcome::Outcome;
+use crate::stdin::StdinSource;
 use crate::stream::OutputEvent;
 use crate::supervisor::{RunError, RunOptions, run_plan};
 use crate::wasm::TierARun;
@@ -78,6 +79,7 @@ impl Sandbox {
             policy,
             workspace: PathBuf::from("."),
             options: RunOptions::default(),
+            stdin: None,
         }
     }
 }
@@ -93,7 +95,14 @@ pub struct SandboxedCommand {
     policy: Policy,
     workspace: PathBuf,
     options: RunOptions,
+    /// The stream of [`SandboxedCommand::stdin_reader`].
+    stdin: Option<StdinSourceSlot>,
 }
+
+/// A [`StdinSource`] in a `Clone` builder: taken by the first [`SandboxedCommand::execute`]
+/// of the builder or of any of its clones (a stream is read once).
+#[derive(Debug, Clone, Default)]
+struct StdinSourceSlot(Arc<std::sync::Mutex<Option<StdinSource>>>);
 
 impl SandboxedCommand {
     /// Appends one argument (passed verbatim).
@@ -130,9 +139,79 @@ impl SandboxedCommand {
         self
     }
 
-    /// Data for stdin (default: `/dev/null`).
+    /// Text for stdin (default: `/dev/null`), given whole; see
+    /// [`SandboxedCommand::stdin_bytes`] for bytes of any kind and
+    /// [`SandboxedCommand::stdin_reader`] for a stream. More than the stdin limit (the
+    /// policy's `limits.stdin_bytes`) is refused before the run (`input.stdin_too_large`).
     pub fn stdin(mut self, data: impl Into<String>) -> Self {
         self.request.stdin = Some(data.into());
+        self.request.stdin_base64 = None;
+        self.request.stdin_stream = false;
+        self.stdin = None;
+        self
+    }
+
+    /// Bytes of any kind for stdin, given whole (NUL bytes and invalid UTF-8 reach the
+    /// program as they are).
+    ///
+    /// ```
+    /// use tierbox_runner::Sandbox;
+    ///
+    /// # let project = tempfile::tempdir().unwrap();
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// # rt.block_on(async {
+    /// let outcome = Sandbox::command("wc")
+    ///     .arg("-c")
+    ///     .working_dir(project.path())
+    ///     .stdin_bytes(vec![0u8, 0xff, b'\n'])
+    ///     .execute()
+    ///     .await?;
+    /// assert_eq!(outcome.stdout.text, "3\n");
+    /// assert_eq!(outcome.stdin.unwrap().bytes, 3);
+    /// # Ok::<(), tierbox_runner::RunError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn stdin_bytes(self, data: impl Into<Vec<u8>>) -> Self {
+        let mut this = self.stdin(String::new());
+        this.request.set_stdin_bytes(data.into());
+        this
+    }
+
+    /// Stdin streamed from `reader` to the program as it arrives, never held whole: at
+    /// most the stdin limit (`limits.stdin_bytes`) reaches the program, which then sees
+    /// end of file, and the outcome says `limit_hit: "stdin"` ([`crate::Outcome::stdin`]
+    /// has what it got). The stream is read by one run: the first `execute` of this
+    /// builder or a clone of it.
+    ///
+    /// ```
+    /// use tierbox_runner::Sandbox;
+    ///
+    /// # let project = tempfile::tempdir().unwrap();
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// # rt.block_on(async {
+    /// let outcome = Sandbox::command("wc")
+    ///     .arg("-c")
+    ///     .working_dir(project.path())
+    ///     .stdin_reader(&b"streamed\n"[..])
+    ///     .execute()
+    ///     .await?;
+    /// assert_eq!(outcome.stdout.text, "9\n");
+    /// # Ok::<(), tierbox_runner::RunError>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn stdin_reader(self, reader: impl tokio::io::AsyncRead + Send + 'static) -> Self {
+        let mut this = self.stdin(String::new());
+        this.request.stdin = None;
+        this.request.stdin_stream = true;
+        this.stdin = Some(StdinSourceSlot(Arc::new(std::sync::Mutex::new(Some(
+            StdinSource::from_reader(reader),
+        )))));
+        this
+    }
+
+    /// The most bytes stdin may carry (the builder's policy's `limits.stdin_bytes`).
+    pub fn max_stdin(mut self, bytes: u64) -> Self {
+        self.policy.limits.stdin_bytes = bytes;
         self
     }
 
@@ -215,7 +294,22 @@ impl SandboxedCommand {
     /// Runs the command to completion.
     pub async fn execute(self) -> Result<Outcome, RunError> {
         let plan = self.plan()?;
-        run_plan(&plan, &self.options).await
+        match &self.stdin {
+            None => run_plan(&plan, &self.options).await,
+            Some(slot) => {
+                let source = slot
+                    .0
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take()
+                    .ok_or_else(|| {
+                        RunError::Launch(
+                            "the builder's stdin_reader was read by an earlier execute".to_owned(),
+                        )
+                    })?;
+                crate::supervisor::run_plan_with_stdin(&plan, &self.options, source, None).await
+            }
+        }
     }
 }
 
@@ -632,10 +726,63 @@ impl Runner {
         request: RunRequest<'_>,
         events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
     ) -> Result<Outcome, RunError> {
+        self.execute_inner(request, events, None).await
+    }
+
+    /// [`Runner::execute`] with the run's stdin streamed from `stdin` as it arrives (the
+    /// request's `stdin_stream` is set here; it may carry no `stdin` or `stdin_base64`).
+    /// At most the run's stdin limit reaches the program; see [`crate::stdin`].
+    ///
+    /// ```
+    /// use tierbox_policy::{Policy, ProcessRunRequest};
+    /// use tierbox_runner::{Runner, RunOptions, StdinSource, builder::RunRequest};
+    ///
+    /// # let ws = tempfile::tempdir().unwrap();
+    /// # let state = tempfile::tempdir().unwrap();
+    /// let runner = Runner::new(Policy::builtin_default())
+    ///     .with_workspace(ws.path())
+    ///     .with_options(RunOptions { state_dir: state.path().to_path_buf() });
+    /// let mut request = ProcessRunRequest::new("wc");
+    /// request.args = vec!["-c".to_owned()];
+    /// let stdin = StdinSource::from_reader(std::io::Cursor::new(vec![0u8; 100_000]));
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    /// let outcome = rt.block_on(runner.execute_with_stdin(RunRequest::Process(&request), stdin, None))?;
+    /// assert_eq!(outcome.stdout.text, "100000\n");
+    /// assert_eq!(outcome.stdin.unwrap().bytes, 100_000);
+    /// # Ok::<(), tierbox_runner::RunError>(())
+    /// ```
+    pub async fn execute_with_stdin(
+        &self,
+        request: RunRequest<'_>,
+        stdin: StdinSource,
+        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+    ) -> Result<Outcome, RunError> {
+        match request {
+            RunRequest::Process(r) => {
+                let mut r = r.clone();
+                r.stdin_stream = true;
+                self.execute_inner(RunRequest::Process(&r), events, Some(stdin))
+                    .await
+            }
+            RunRequest::Wasm(r) => {
+                let mut r = r.clone();
+                r.stdin_stream = true;
+                self.execute_inner(RunRequest::Wasm(&r), events, Some(stdin))
+                    .await
+            }
+        }
+    }
+
+    async fn execute_inner(
+        &self,
+        request: RunRequest<'_>,
+        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+        stdin: Option<StdinSource>,
+    ) -> Result<Outcome, RunError> {
         let auditor = self.auditor()?;
         let started = now_unix_ms();
         let result = match self.prepare(request) {
-            Ok(prepared) => self.run_prepared(prepared, events).await,
+            Ok(prepared) => self.run_prepared(prepared, events, stdin).await,
             Err(rejection) => Err(rejection.into()),
         };
         let json = match request {
@@ -685,9 +832,30 @@ impl Runner {
         checked: Checked,
         events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
     ) -> Result<Outcome, RunError> {
+        self.execute_checked_inner(checked, events, None).await
+    }
+
+    /// [`Runner::execute_checked`] of a request checked with `stdin_stream` set, its stdin
+    /// streamed from `stdin` (see [`Runner::execute_with_stdin`]).
+    pub async fn execute_checked_with_stdin(
+        &self,
+        checked: Checked,
+        stdin: StdinSource,
+        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+    ) -> Result<Outcome, RunError> {
+        self.execute_checked_inner(checked, events, Some(stdin))
+            .await
+    }
+
+    async fn execute_checked_inner(
+        &self,
+        checked: Checked,
+        events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+        stdin: Option<StdinSource>,
+    ) -> Result<Outcome, RunError> {
         let auditor = self.auditor()?;
         let started = now_unix_ms();
-        let result = self.run_prepared(checked.prepared, events).await;
+        let result = self.run_prepared(checked.prepared, events, stdin).await;
         self.seal(auditor, checked.request_json, started, result)
             .await
     }
@@ -697,13 +865,15 @@ impl Runner {
         &self,
         prepared: Prepared,
         events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+        stdin: Option<StdinSource>,
     ) -> Result<Outcome, RunError> {
-        match (prepared, events) {
-            (Prepared::Native(plan), events) => {
-                crate::supervisor::run_plan_for(&plan, &self.options, events, &self.owner).await
+        match prepared {
+            Prepared::Native(plan) => {
+                crate::supervisor::run_plan_for(&plan, &self.options, events, &self.owner, stdin)
+                    .await
             }
-            (Prepared::Wasm(plan), events) => match self.tier_a {
-                Some(run) => run(&plan, &self.options, events).await,
+            Prepared::Wasm(plan) => match self.tier_a {
+                Some(run) => run(&plan, &self.options, events, stdin).await,
                 None => Err(RunError::Launch(TIER_A_NOT_BUILT_IN.to_owned())),
             },
         }

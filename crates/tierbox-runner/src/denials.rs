@@ -543,6 +543,7 @@ pub fn limit_value(plan: &Plan, limit: LimitHit) -> Option<String> {
         LimitHit::FileSize => format!("{} bytes", l.file_size_bytes),
         LimitHit::Output => format!("{} bytes per stream", plan.output.max_bytes),
         LimitHit::Disk => format!("{} bytes", l.disk_bytes),
+        LimitHit::Stdin => format!("{} bytes", l.stdin_bytes),
         LimitHit::Fuel | LimitHit::Table | LimitHit::Instances => return None,
     })
 }

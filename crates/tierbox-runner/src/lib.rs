@@ -16,6 +16,7 @@ pub mod outcome;
 pub mod protected;
 pub mod review;
 pub mod ring;
+pub mod stdin;
 pub mod stream;
 pub mod supervisor;
 pub mod wasm;
@@ -26,6 +27,7 @@ pub use outcome::{
     LIMIT_EXIT_STATUS, LimitHit, Outcome, SANDBOX_FAILURE_EXIT_STATUS, StreamOutput, Usage,
     VIEW_TEXT_BYTES,
 };
+pub use stdin::{StdinReport, StdinSource};
 pub use stream::OutputEvent;
 pub use supervisor::{RunError, RunOptions, enable_subreaper, run_plan, run_plan_streaming};
 pub use wasm::{run_wasm_plan, run_wasm_plan_streaming};

@@ -37,6 +37,10 @@ pub enum LimitHit {
     /// upper layer in overlay mode, or Tier C's private `/tmp`; writes failed with
     /// `ENOSPC` inside the sandbox.
     Disk,
+    /// The run's stdin limit (`limits.stdin_bytes`, or the request's `stdin_limit_bytes`):
+    /// more was offered on a streamed stdin, and the program's stdin was closed after
+    /// exactly the limit ([`Outcome::stdin`] says how much it got). The run went on.
+    Stdin,
 }
 
 impl LimitHit {
@@ -62,6 +66,7 @@ impl LimitHit {
             Self::Table => "wasm.table_elements",
             Self::Instances => "wasm.instances",
             Self::Disk => "limits.disk_bytes",
+            Self::Stdin => "limits.stdin_bytes",
         }
     }
 
@@ -92,6 +97,7 @@ impl LimitHit {
             Self::Table => w.table_elements.to_string(),
             Self::Instances => w.instances.to_string(),
             Self::Disk => format!("{} bytes", l.disk_bytes),
+            Self::Stdin => format!("{} bytes", l.stdin_bytes),
         })
     }
 
@@ -108,6 +114,7 @@ impl LimitHit {
             Self::Table => "table",
             Self::Instances => "instances",
             Self::Disk => "disk",
+            Self::Stdin => "stdin",
         }
     }
 }
@@ -288,6 +295,10 @@ pub struct Outcome {
     pub stdout: StreamOutput,
     /// Standard error.
     pub stderr: StreamOutput,
+    /// What the program's stdin carried, when it had one (inline or streamed): bytes,
+    /// digest, the limit and whether it was hit. Absent for a `/dev/null` stdin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<crate::stdin::StdinReport>,
     /// Wall-clock duration from launch to the end of draining, in milliseconds.
     pub duration_ms: u64,
     /// Resource usage.

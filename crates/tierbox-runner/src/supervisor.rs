@@ -27,12 +27,13 @@ use tierbox_sandbox::linux::audit::Refusal;
 use tierbox_sandbox::probe::host_facts;
 use tierbox_sandbox::process;
 use tierbox_sandbox::running::{self, Ending, RunningSandbox};
+use tokio::io::AsyncReadExt;
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 
 use crate::capture::{CAPTURE_CHUNK_BYTES, Push, StreamCapture};
 use crate::outcome::{LimitHit, Outcome, StreamOutput, Usage, signal_name};
+use crate::stdin::{Forwarding, StdinReport, StdinSource};
 use crate::stream::{OutputEvent, Tap, Tee};
 use tierbox_policy::handle::Stream;
 
@@ -211,7 +212,43 @@ pub fn enable_subreaper() -> std::io::Result<()> {
 /// is always alive while the run is supervised. Dropping the future kills the run's whole
 /// process tree.
 pub async fn run_plan(plan: &Plan, opts: &RunOptions) -> Result<Outcome, RunError> {
-    run_plan_tapped(plan, opts, None, &local_owner()).await
+    run_plan_tapped(plan, opts, None, &local_owner(), None).await
+}
+
+/// [`run_plan`] of a plan whose stdin is streamed ([`Plan::stdin_streamed`]: the request
+/// had `stdin_stream: true`), forwarding `stdin` to the program as it arrives, up to the
+/// plan's `limits.stdin_bytes` (see [`crate::stdin`]); with `events`, the output is sent
+/// as it happens too ([`run_plan_streaming`]). The outcome's `stdin` says what the
+/// program got.
+pub async fn run_plan_with_stdin(
+    plan: &Plan,
+    opts: &RunOptions,
+    stdin: StdinSource,
+    events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+) -> Result<Outcome, RunError> {
+    let tap = events.map(|tx| Arc::new(Tap::for_plan(tx, &plan.redaction, &plan.output)));
+    run_plan_tapped(plan, opts, tap, &local_owner(), Some(stdin)).await
+}
+
+/// The stream of a run whose plan's stdin is streamed, and none for any other: a
+/// mismatch is the caller's mistake, refused before anything runs.
+pub(crate) fn check_stdin_source(
+    streamed: bool,
+    stdin: &Option<StdinSource>,
+) -> Result<(), RunError> {
+    match (streamed, stdin.is_some()) {
+        (true, false) => Err(RunError::Launch(
+            "the plan's stdin is streamed (stdin_stream) and the run was given no stream: \
+             run it with Runner::execute_with_stdin or run_plan_with_stdin"
+                .to_owned(),
+        )),
+        (false, true) => Err(RunError::Launch(
+            "the run was given a stdin stream and its plan's stdin is not streamed: set \
+             stdin_stream in the request"
+                .to_owned(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The owner of the change sets a run keeps when the caller names none: the local user,
@@ -245,7 +282,7 @@ pub async fn run_plan_streaming(
     events: tokio::sync::mpsc::Sender<OutputEvent>,
 ) -> Result<Outcome, RunError> {
     let tap = Arc::new(Tap::for_plan(events, &plan.redaction, &plan.output));
-    run_plan_tapped(plan, opts, Some(tap), &local_owner()).await
+    run_plan_tapped(plan, opts, Some(tap), &local_owner(), None).await
 }
 
 /// [`run_plan`] (with `events`, [`run_plan_streaming`]) for `owner`: the owner of the
@@ -255,9 +292,10 @@ pub(crate) async fn run_plan_for(
     opts: &RunOptions,
     events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
     owner: &str,
+    stdin: Option<StdinSource>,
 ) -> Result<Outcome, RunError> {
     let tap = events.map(|tx| Arc::new(Tap::for_plan(tx, &plan.redaction, &plan.output)));
-    run_plan_tapped(plan, opts, tap, owner).await
+    run_plan_tapped(plan, opts, tap, owner, stdin).await
 }
 
 async fn run_plan_tapped(
@@ -265,7 +303,9 @@ async fn run_plan_tapped(
     opts: &RunOptions,
     tap: Option<Arc<Tap>>,
     owner: &str,
+    stdin: Option<StdinSource>,
 ) -> Result<Outcome, RunError> {
+    check_stdin_source(plan.stdin_streamed, &stdin)?;
     let facts = host_facts();
     let selection = tierbox_sandbox::select::select(plan, facts)?;
     let tier = selection.tier;
@@ -342,6 +382,7 @@ async fn run_plan_tapped(
         },
         proxy,
         tap,
+        stdin,
     )
     .await;
     guard.finish();
@@ -477,9 +518,10 @@ async fn supervise(
     run_for: &RunFor<'_>,
     proxy: Option<Proxy>,
     tap: Option<Arc<Tap>>,
+    stdin: Option<StdinSource>,
 ) -> Result<Outcome, RunError> {
     let (state_dir, run_id) = (run_for.state_dir, run_for.run_id);
-    let capture = Capture::start(plan, l, &state_dir.join("spill"), run_id, tap)?;
+    let capture = Capture::start(plan, l, &state_dir.join("spill"), run_id, tap, stdin)?;
     let pidfd = l.watch_exit().map_err(|source| RunError::Io {
         what: "register pidfd",
         source,
@@ -500,6 +542,7 @@ async fn supervise(
     let mut outcome = outcome_of(plan, l, ended, ending, ended_run, duration_ms);
     let scratch = crate::review::settle_scratch(plan, l, run_for, launched_at).await;
     scratch.record(&mut outcome);
+    stdin_limit(&mut outcome);
     outcome.denials = crate::denials::of_run(
         outcome.egress.as_ref(),
         outcome
@@ -509,6 +552,14 @@ async fn supervise(
     outcome.enforcement.denial_reports =
         add_refusals(plan, l, handed_off, started, &mut outcome.denials).await;
     Ok(outcome)
+}
+
+/// A stdin cut at its limit is the outcome's `limit_hit` when no other limit is: the others
+/// ended or constrained the run, the cut only shortened its input.
+pub(crate) fn stdin_limit(outcome: &mut Outcome) {
+    if outcome.limit_hit.is_none() && outcome.stdin.as_ref().is_some_and(|s| s.limit_hit) {
+        outcome.limit_hit = Some(LimitHit::Stdin);
+    }
 }
 
 /// Once the run's processes are gone: appends its landlock, seccomp and mount refusals
@@ -562,17 +613,20 @@ struct Capture {
     mediator: Option<AbortOnDrop>,
     /// The handed-off refusals, with their arguments (when the filter hands them off).
     refusals: Option<RefusalLog>,
+    /// The forwarding of the run's stdin, when it has one.
+    stdin: Option<Forwarding>,
 }
 
 impl Capture {
-    /// Starts reading stdout and stderr (teed to `tap` when streaming), writes the
-    /// plan's stdin, and serves chmod mediation.
+    /// Starts reading stdout and stderr (teed to `tap` when streaming), forwards the
+    /// plan's stdin (and `stdin`, the caller's stream), and serves chmod mediation.
     fn start(
         plan: &Plan,
         l: &mut RunningSandbox,
         spill_dir: &std::path::Path,
         run_id: &str,
         tap: Option<Arc<Tap>>,
+        stdin: Option<StdinSource>,
     ) -> Result<Self, RunError> {
         let quota = Arc::new(Notify::new());
         let out_cap = Arc::new(Mutex::new(new_capture(plan, spill_dir, run_id, "stdout")?));
@@ -606,9 +660,17 @@ impl Capture {
                 )
             }
         };
-        if let (Some(fd), Some(data)) = (l.stdin.take(), plan.stdin.clone()) {
-            tokio::spawn(write_stdin(fd, data));
-        }
+        let stdin = match (l.stdin.take(), &plan.stdin) {
+            (Some(fd), Some(data)) => Some(
+                crate::stdin::forward(fd, data.clone(), stdin, plan.limits.stdin_bytes).map_err(
+                    |source| RunError::Io {
+                        what: "start the stdin writer thread",
+                        source,
+                    },
+                )?,
+            ),
+            _ => None,
+        };
         let (mediator, refusals) = serve_hand_off(plan, l).map_err(|source| RunError::Io {
             what: "open the writable grants for chmod mediation",
             source,
@@ -622,6 +684,7 @@ impl Capture {
             tap,
             mediator,
             refusals,
+            stdin,
         })
     }
 }
@@ -663,6 +726,8 @@ struct EndedRun {
     /// The refusals the filter handed off, and how many were past the bound (when it
     /// hands them off).
     refusals: Option<(Vec<Refusal>, u64)>,
+    /// What the run's stdin carried.
+    stdin: Option<StdinReport>,
 }
 
 /// Ends the run: the tree killed and reaped (unless pid 1 already reported the
@@ -711,8 +776,14 @@ async fn end_run(
         tap,
         mediator,
         refusals,
+        stdin,
         ..
     } = capture;
+    // The run's processes are gone: the forwarding can only end now.
+    let stdin = match stdin {
+        Some(f) => Some(f.finish().await),
+        None => None,
+    };
     let out_incomplete = drain_task(out_task, drain).await;
     let err_incomplete = drain_task(err_task, drain).await;
     if let Some(tap) = &tap {
@@ -729,6 +800,7 @@ async fn end_run(
             out_incomplete,
             err_incomplete,
             refusals,
+            stdin,
         },
     ))
 }
@@ -784,6 +856,7 @@ fn outcome_of(
         limit_hit,
         stdout,
         stderr,
+        stdin: run.stdin,
         duration_ms,
         usage: Usage {
             cpu_user_ms: exit.user_us / 1000,
@@ -957,13 +1030,6 @@ pub(crate) async fn read_stream<S: ChunkSink + ?Sized>(
                 }
             }
         }
-    }
-}
-
-pub(crate) async fn write_stdin(fd: OwnedFd, data: Vec<u8>) {
-    if let Ok(mut tx) = tokio::net::unix::pipe::Sender::from_owned_fd(fd) {
-        // A child that exits without reading gives EPIPE; that is its choice.
-        let _ = tx.write_all(&data).await;
     }
 }
 

@@ -14,6 +14,7 @@ use tierbox_policy::handle::Stream;
 
 use crate::capture::{Push, StreamCapture};
 use crate::outcome::{LimitHit, Outcome, StreamOutput, Usage};
+use crate::stdin::StdinSource;
 use crate::stream::{OutputEvent, Tap};
 use crate::supervisor::{RunError, RunOptions, new_run_id};
 
@@ -75,7 +76,7 @@ impl Sink {
 /// Must be awaited inside a tokio runtime with time enabled. The call returns by the
 /// plan's deadline (plus one epoch tick) whatever the guest does.
 pub async fn run_wasm_plan(plan: &WasmPlan, opts: &RunOptions) -> Result<Outcome, RunError> {
-    run_wasm_tapped(plan, opts, None).await
+    run_wasm_tapped(plan, opts, None, None).await
 }
 
 /// What a [`crate::Runner`] calls to run a Tier A plan: [`run_wasm_plan`] or
@@ -86,6 +87,7 @@ pub(crate) type TierARun = for<'a> fn(
     &'a WasmPlan,
     &'a RunOptions,
     Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+    Option<StdinSource>,
 ) -> std::pin::Pin<
     Box<dyn std::future::Future<Output = Result<Outcome, RunError>> + Send + 'a>,
 >;
@@ -95,12 +97,11 @@ pub(crate) fn tier_a_run<'a>(
     plan: &'a WasmPlan,
     opts: &'a RunOptions,
     events: Option<tokio::sync::mpsc::Sender<OutputEvent>>,
+    stdin: Option<StdinSource>,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, RunError>> + Send + 'a>> {
     Box::pin(async move {
-        match events {
-            None => run_wasm_plan(plan, opts).await,
-            Some(tx) => run_wasm_plan_streaming(plan, opts, tx).await,
-        }
+        let tap = events.map(|tx| Arc::new(Tap::for_plan(tx, &plan.redaction, &plan.output)));
+        run_wasm_tapped(plan, opts, tap, stdin).await
     })
 }
 
@@ -112,14 +113,35 @@ pub async fn run_wasm_plan_streaming(
     events: tokio::sync::mpsc::Sender<OutputEvent>,
 ) -> Result<Outcome, RunError> {
     let tap = Arc::new(Tap::for_plan(events, &plan.redaction, &plan.output));
-    run_wasm_tapped(plan, opts, Some(tap)).await
+    run_wasm_tapped(plan, opts, Some(tap), None).await
+}
+
+/// The guest's stdin, when it has one: the plan's inline bytes, then `stdin` (the
+/// caller's stream, for a streamed plan), forwarded as the guest reads, through a pipe.
+fn guest_stdin(
+    plan: &WasmPlan,
+    stdin: Option<StdinSource>,
+) -> Result<Option<(tierbox_wasm::GuestStdin, crate::stdin::Forwarding)>, RunError> {
+    let Some(inline) = &plan.stdin else {
+        return Ok(None);
+    };
+    let io = |what| move |source| RunError::Io { what, source };
+    let (rx, tx) = std::io::pipe().map_err(io("create the guest's stdin pipe"))?;
+    let rx = tokio::net::unix::pipe::Receiver::from_owned_fd(rx.into())
+        .map_err(io("register the guest's stdin pipe"))?;
+    let forwarding =
+        crate::stdin::forward(tx.into(), inline.clone(), stdin, plan.limits.stdin_bytes)
+            .map_err(io("start the stdin writer thread"))?;
+    Ok(Some((Box::new(rx), forwarding)))
 }
 
 async fn run_wasm_tapped(
     plan: &WasmPlan,
     opts: &RunOptions,
     tap: Option<Arc<Tap>>,
+    stdin: Option<StdinSource>,
 ) -> Result<Outcome, RunError> {
+    crate::supervisor::check_stdin_source(plan.stdin_streamed, &stdin)?;
     let engine = engine(opts)?;
     // Tier A protects no path (its preopens are the grants); the searches before and
     // after tell the host which repositories the guest made.
@@ -130,13 +152,19 @@ async fn run_wasm_tapped(
     let started = Instant::now();
     let out = Sink::new(plan, tap.clone().map(|t| (t, Stream::Stdout)));
     let err = Sink::new(plan, tap.clone().map(|t| (t, Stream::Stderr)));
+    let (guest_stdin, forwarding) = guest_stdin(plan, stdin)?.unzip();
     let report = engine
-        .run(plan, out.clone(), err.clone())
+        .run_with_stdin(plan, out.clone(), err.clone(), guest_stdin)
         .await
         .map_err(|e| match e {
             WasmError::Rejected(r) => RunError::Rejected(r),
             WasmError::Host(m) => RunError::Launch(m),
         })?;
+    // The guest is done with its stdin.
+    let stdin = match forwarding {
+        Some(f) => Some(f.finish().await),
+        None => None,
+    };
     if let Some(tap) = &tap {
         tap.finish();
     }
@@ -162,8 +190,14 @@ async fn run_wasm_tapped(
         WasmLimit::Output => LimitHit::Output,
     });
     // Output cut in truncate mode constrained the run without ending it.
-    let limit_hit =
-        limit_hit.or_else(|| (stdout.truncated || stderr.truncated).then_some(LimitHit::Output));
+    let limit_hit = limit_hit
+        .or_else(|| (stdout.truncated || stderr.truncated).then_some(LimitHit::Output))
+        .or_else(|| {
+            stdin
+                .as_ref()
+                .is_some_and(|s| s.limit_hit)
+                .then_some(LimitHit::Stdin)
+        });
     let (created_git_dirs, created_git_dirs_incomplete) = match &repos_at_launch {
         Ok(at_launch) => crate::outcome::created_git_dirs(&plan.workspace, at_launch, &[], limits),
         Err(e) => (Vec::new(), Some(e.clone())),
@@ -178,6 +212,7 @@ async fn run_wasm_tapped(
         limit_hit,
         stdout,
         stderr,
+        stdin,
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         usage: Usage {
             peak_memory_bytes: Some(report.peak_memory_bytes),

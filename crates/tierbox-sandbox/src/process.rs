@@ -9,7 +9,7 @@
 
 pub use crate::launch::slots::{drain as drain_slots, pooling, set_pooling};
 pub use crate::launch::sys::{
-    current_ids, default_sigpipe, exited_child_waiting, kill, pidfd_has_exited, reap_nohang,
-    set_child_subreaper, set_not_dumpable,
+    block_sigpipe_on_this_thread, current_ids, default_sigpipe, exited_child_waiting, kill,
+    pidfd_has_exited, reap_nohang, set_child_subreaper, set_not_dumpable,
 };
 pub use crate::linux::ns::netns_pool::set_enabled as set_network_namespace_pool;

@@ -8,7 +8,10 @@
 //! - At most [`HttpConfig::max_concurrent`] requests run at once and
 //!   [`HttpConfig::queue`] more wait; past that the answer is 429 `server.busy` with
 //!   `Retry-After`, at once, so a flood never builds an unbounded backlog.
-//! - Bodies are read up to [`MAX_REQUEST_BYTES`]; a larger one is 413 before parsing.
+//! - Bodies are read up to [`MAX_REQUEST_BYTES`]; a larger one is 413 before parsing. A
+//!   run's body in the streamed-stdin form ([`STDIN_STREAM_MEDIA_TYPE`]) is the request
+//!   (one line, at most that cap) and then the run's stdin, which is not read whole but
+//!   forwarded to the program as it arrives, up to the run's stdin limit.
 //! - Every error, including unknown routes, wrong methods and malformed queries, is a
 //!   JSON `{"error": {"code", "message"}}` body with the status of `docs/api.md`.
 //! - `?stream=true` on the run endpoints answers JSON lines as the output arrives; the
@@ -57,6 +60,18 @@ pub const MAX_SESSION_BYTES: usize = 64;
 /// Lines of a streamed response buffered for a slow client before the run's output
 /// events are dropped (the final result still has everything).
 const STREAM_LINES: usize = 64;
+
+/// `Content-Type` of a run's body in the streamed-stdin form: the request as one line of
+/// JSON (no raw line feed inside, so compact JSON; at most [`MAX_REQUEST_BYTES`]), a line
+/// feed, then the run's stdin, raw bytes of any kind, to the end of the body (chunked or
+/// with a length). The stdin is forwarded to the program as it arrives, never held
+/// whole, and is bounded by the run's stdin limit (`limits.stdin_bytes`), not by the body
+/// cap: past it the program's stdin is closed and the outcome says
+/// `limit_hit: "stdin"`. The request may then carry no `stdin` or `stdin_base64`.
+pub const STDIN_STREAM_MEDIA_TYPE: &str = "application/vnd.tierbox.stdin-stream";
+
+/// Chunks of a streamed stdin read from the body ahead of the program.
+const STDIN_BODY_CHUNKS: usize = 4;
 
 /// Length of `?identity=` on a run: a hex SHA-256 ([`tierbox_runner::RunnerIdentity::digest`]).
 pub const IDENTITY_DIGEST_HEX_LEN: usize = 64;
@@ -334,6 +349,101 @@ fn check_json(headers: &HeaderMap) -> Result<(), ApiError> {
     ))
 }
 
+/// A run's body: a JSON request, or the streamed-stdin form (the request and its stdin).
+enum RunBody {
+    Json(Bytes),
+    Streamed(Bytes, tierbox_runner::StdinSource),
+}
+
+/// Reads a run's body: the request whole, and, in the streamed-stdin form
+/// ([`STDIN_STREAM_MEDIA_TYPE`]), the stream of the rest.
+async fn run_body(headers: &HeaderMap, body: Body) -> Result<RunBody, ApiError> {
+    if media_type(headers).as_deref() != Some(STDIN_STREAM_MEDIA_TYPE) {
+        check_json(headers)?;
+        return Ok(RunBody::Json(read_body(body).await?));
+    }
+    let (line, stdin) = split_stdin_stream(body).await?;
+    Ok(RunBody::Streamed(line, stdin))
+}
+
+/// The essence of the `Content-Type` (`type/subtype`, lowercase), when there is one.
+fn media_type(headers: &HeaderMap) -> Option<String> {
+    let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    Some(
+        ct.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase(),
+    )
+}
+
+/// Splits a streamed-stdin body at its first line feed: the request line, read whole
+/// (at most [`MAX_REQUEST_BYTES`]), and the rest as the run's stdin, read from the
+/// connection only as the program takes it.
+async fn split_stdin_stream(
+    mut body: Body,
+) -> Result<(Bytes, tierbox_runner::StdinSource), ApiError> {
+    use http_body_util::BodyExt;
+    let broken = |e: axum::Error| err("http.bad_request", format!("reading the request body: {e}"));
+    let mut line = Vec::new();
+    let rest = loop {
+        let Some(frame) = body.frame().await else {
+            return Err(err(
+                "input.malformed",
+                format!(
+                    "a {STDIN_STREAM_MEDIA_TYPE} body is the request as one line of JSON, a line                      feed, then the stdin: this one ended before the line feed"
+                ),
+            ));
+        };
+        let Ok(data) = frame.map_err(broken)?.into_data() else {
+            continue;
+        };
+        let end = data.iter().position(|b| *b == b'\n');
+        let take = end.unwrap_or(data.len());
+        if line.len() + take > MAX_REQUEST_BYTES {
+            return Err(err(
+                "input.too_large",
+                format!(
+                    "the request line is longer than the {MAX_REQUEST_BYTES}-byte cap (the \
+                     stdin after it is not bounded by that cap)"
+                ),
+            ));
+        }
+        line.extend_from_slice(&data[..take]);
+        if let Some(end) = end {
+            break data.slice(end + 1..);
+        }
+    };
+    let (tx, rx) = mpsc::channel(STDIN_BODY_CHUNKS);
+    // Reads on while the run wants input; ends with the body, or when the run no longer
+    // reads (its end drops the receiver), dropping the body.
+    tokio::spawn(async move {
+        if !rest.is_empty() && tx.send(Ok(rest.to_vec())).await.is_err() {
+            return;
+        }
+        while let Some(frame) = body.frame().await {
+            let chunk = match frame {
+                Ok(frame) => match frame.into_data() {
+                    Ok(data) => Ok(data.to_vec()),
+                    Err(_) => continue,
+                },
+                Err(e) => Err(std::io::Error::other(format!(
+                    "reading the request body: {e}"
+                ))),
+            };
+            let failed = chunk.is_err();
+            if tx.send(chunk).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    Ok((
+        Bytes::from(line),
+        tierbox_runner::StdinSource::from_chunks(rx),
+    ))
+}
+
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, MAX_REQUEST_BYTES)
         .await
@@ -518,10 +628,12 @@ async fn process_run(
 ) -> ApiResult {
     let Query(q) = query.map_err(|e| query_error(&e))?;
     let owner = caller(&auth, &headers)?.owner().to_owned();
-    check_json(&headers)?;
-    let body = read_body(body).await?;
+    let body = run_body(&headers, body).await?;
     expect_identity(&st, q.identity.as_deref())?;
-    let run = st.service.check_run(&body)?;
+    let run = match body {
+        RunBody::Json(body) => st.service.check_run(&body)?,
+        RunBody::Streamed(line, stdin) => st.service.check_run_streaming(&line, stdin)?,
+    };
     let stream = q.stream && !run.request.background;
     run_reply(st, admission, stream, move |service, events| {
         Box::pin(async move { service.process_run(&owner, run, events).await })
@@ -547,10 +659,12 @@ async fn wasm_run(
     body: Body,
 ) -> ApiResult {
     let Query(q) = query.map_err(|e| query_error(&e))?;
-    check_json(&headers)?;
-    let body = read_body(body).await?;
+    let body = run_body(&headers, body).await?;
     expect_identity(&st, q.identity.as_deref())?;
-    let run = st.service.check_wasm(&body)?;
+    let run = match body {
+        RunBody::Json(body) => st.service.check_wasm(&body)?,
+        RunBody::Streamed(line, stdin) => st.service.check_wasm_streaming(&line, stdin)?,
+    };
     run_reply(st, admission, q.stream, move |service, events| {
         Box::pin(async move { service.wasm_run(run, events).await })
     })

@@ -228,9 +228,27 @@ pub fn document() -> Value {
             "schema": { "$ref": format!("#/components/schemas/{schema}") },
             "examples": examples } } })
     };
+    // A run's body may also be the streamed-stdin form: the request as one line of JSON,
+    // a line feed, then the run's stdin as raw bytes (see docs/api.md).
+    let run_body = |schema: &str, examples: Value| {
+        let mut b = body(schema, examples);
+        b["content"][crate::http::STDIN_STREAM_MEDIA_TYPE] = json!({
+            "schema": {
+                "type": "string", "format": "binary",
+                "description": format!(
+                    "The {schema} as one line of compact JSON (at most {} bytes), a line feed (0x0A), then the run's stdin: raw bytes of any kind to the end of the body, forwarded to the program as they arrive and bounded by the run's stdin limit (limits.stdin_bytes, narrowed by stdin_limit_bytes), not by the body cap. The request may carry no stdin or stdin_base64 (input.stdin_conflict).",
+                    tierbox_policy::request::MAX_REQUEST_BYTES
+                )
+            }
+        });
+        b
+    };
     let policy = [
         ("413", "body larger than the request cap"),
-        ("415", "a Content-Type other than application/json"),
+        (
+            "415",
+            "a Content-Type other than application/json (or, for a run, the streamed-stdin form)",
+        ),
         (
             "422",
             "refused by the policy (exec.*, scope.*, env.*, egress.*, limits.*, wasm.*, tier.*)",
@@ -299,7 +317,7 @@ pub fn document() -> Value {
             "/v1/process/run": { "post": {
                 "operationId": "process_run", "summary": "Run a command in the sandbox the policy picks; foreground to the end, or start it in the background",
                 "parameters": [session.clone(), stream.clone(), identity.clone()],
-                "requestBody": body("ProcessRunRequest", json!({
+                "requestBody": run_body("ProcessRunRequest", json!({
                     "tests": { "summary": "run the test suite for at most five minutes",
                                "value": { "command": "cargo", "args": ["test", "--offline"], "timeout_ms": 300_000 } },
                     "server": { "summary": "start a server in the background",
@@ -318,7 +336,7 @@ pub fn document() -> Value {
             "/v1/wasm/run": { "post": {
                 "operationId": "wasm_run", "summary": "Run a WebAssembly module in Tier A",
                 "parameters": [stream, identity],
-                "requestBody": body("WasmRunRequest", json!({
+                "requestBody": run_body("WasmRunRequest", json!({
                     "module": { "summary": "run a module from the workspace",
                                 "value": { "module": "build/tool.wasm", "args": ["--check"] } }
                 })),

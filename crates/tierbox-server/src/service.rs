@@ -201,12 +201,16 @@ fn exit_text(code: Option<i32>, signal: Option<&str>) -> String {
     }
 }
 
-/// A run request that passed the policy: the request, and its plan kept for the run.
-#[derive(Debug, Clone)]
+/// A run request that passed the policy: the request, and its plan kept for the run (not
+/// `Clone`: a streamed stdin is read by one run).
+#[derive(Debug)]
 pub struct CheckedRun<T> {
     /// The request as parsed.
     pub request: T,
     checked: Checked,
+    /// The run's streamed stdin (the HTTP streamed form), for a request checked with
+    /// [`Service::check_run_streaming`] or [`Service::check_wasm_streaming`].
+    stdin: Option<tierbox_runner::StdinSource>,
 }
 
 /// What a `process_run` returned: the typed body [`crate::results::RunResult`].
@@ -348,10 +352,33 @@ impl Service {
     /// anything, so a refusal is known before a response starts streaming. The plan is
     /// kept for [`Service::process_run`], which does not validate again.
     pub fn check_run(&self, body: &[u8]) -> Result<CheckedRun<ProcessRunRequest>, ServiceError> {
-        let request = ProcessRunRequest::from_json(body)?;
+        self.check_run_with(body, None)
+    }
+
+    /// [`Service::check_run`] of a request whose stdin is `stdin`, streamed to the run
+    /// as it arrives (`stdin_stream`; the document may carry no `stdin`).
+    pub fn check_run_streaming(
+        &self,
+        body: &[u8],
+        stdin: tierbox_runner::StdinSource,
+    ) -> Result<CheckedRun<ProcessRunRequest>, ServiceError> {
+        self.check_run_with(body, Some(stdin))
+    }
+
+    fn check_run_with(
+        &self,
+        body: &[u8],
+        stdin: Option<tierbox_runner::StdinSource>,
+    ) -> Result<CheckedRun<ProcessRunRequest>, ServiceError> {
+        let mut request = ProcessRunRequest::from_json(body)?;
+        request.stdin_stream = stdin.is_some();
         let checked = self.runner.check_request(RunRequest::Process(&request));
         let checked = self.refused(&request, checked)?;
-        Ok(CheckedRun { request, checked })
+        Ok(CheckedRun {
+            request,
+            checked,
+            stdin,
+        })
     }
 
     /// A policy refusal of a parsed request, recorded in the audit log first.
@@ -388,10 +415,32 @@ impl Service {
 
     /// Parses and checks a `wasm_run` document.
     pub fn check_wasm(&self, body: &[u8]) -> Result<CheckedRun<WasmRunRequest>, ServiceError> {
-        let request = WasmRunRequest::from_json(body)?;
+        self.check_wasm_with(body, None)
+    }
+
+    /// [`Service::check_wasm`] of a request whose stdin is `stdin`, streamed.
+    pub fn check_wasm_streaming(
+        &self,
+        body: &[u8],
+        stdin: tierbox_runner::StdinSource,
+    ) -> Result<CheckedRun<WasmRunRequest>, ServiceError> {
+        self.check_wasm_with(body, Some(stdin))
+    }
+
+    fn check_wasm_with(
+        &self,
+        body: &[u8],
+        stdin: Option<tierbox_runner::StdinSource>,
+    ) -> Result<CheckedRun<WasmRunRequest>, ServiceError> {
+        let mut request = WasmRunRequest::from_json(body)?;
+        request.stdin_stream = stdin.is_some();
         let checked = self.runner.check_request(RunRequest::Wasm(&request));
         let checked = self.refused(&request, checked)?;
-        Ok(CheckedRun { request, checked })
+        Ok(CheckedRun {
+            request,
+            checked,
+            stdin,
+        })
     }
 
     /// Runs a checked `process_run` request for `owner`: to the end, or, with
@@ -407,11 +456,15 @@ impl Service {
             let handle = self.runner.start_background(owner, &run.request).await?;
             return Ok(RunReply::Started(Box::new(handle)));
         }
-        let outcome = self
-            .runner
-            .with_owner(owner)
-            .execute_checked(run.checked, events)
-            .await?;
+        let runner = self.runner.with_owner(owner);
+        let outcome = match run.stdin {
+            Some(stdin) => {
+                runner
+                    .execute_checked_with_stdin(run.checked, stdin, events)
+                    .await?
+            }
+            None => runner.execute_checked(run.checked, events).await?,
+        };
         Ok(RunReply::Finished(Box::new(outcome)))
     }
 
@@ -421,7 +474,14 @@ impl Service {
         run: CheckedRun<WasmRunRequest>,
         events: Option<mpsc::Sender<OutputEvent>>,
     ) -> Result<RunReply, ServiceError> {
-        let outcome = self.runner.execute_checked(run.checked, events).await?;
+        let outcome = match run.stdin {
+            Some(stdin) => {
+                self.runner
+                    .execute_checked_with_stdin(run.checked, stdin, events)
+                    .await?
+            }
+            None => self.runner.execute_checked(run.checked, events).await?,
+        };
         Ok(RunReply::Finished(Box::new(outcome)))
     }
 

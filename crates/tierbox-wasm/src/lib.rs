@@ -64,7 +64,7 @@ mod sys;
 
 pub use engine::{EPOCH_TICK, MAX_CONCURRENT_COMPILATIONS, MAX_MEMORY_CACHED_MODULES, WasmEngine};
 pub use io::OutputSink;
-pub use run::{CacheSource, RunReport, WasmError, WasmLimit};
+pub use run::{CacheSource, GuestStdin, RunReport, WasmError, WasmLimit};
 
 /// The Tier A backend in outcomes and attestations.
 pub const BACKEND: tierbox_policy::enforcement::BackendId =

@@ -127,6 +127,9 @@ impl Limited for P2Host {
     }
 }
 
+/// A guest's stdin read as the guest asks for it ([`WasmEngine::run_with_stdin`]).
+pub type GuestStdin = Box<dyn tokio::io::AsyncRead + Send + Sync + Unpin>;
+
 /// Why a run could not start, that is not the guest's doing.
 #[derive(Debug, thiserror::Error)]
 pub enum WasmError {
@@ -151,6 +154,19 @@ impl WasmEngine {
         plan: &WasmPlan,
         stdout: Arc<dyn OutputSink>,
         stderr: Arc<dyn OutputSink>,
+    ) -> Result<RunReport, WasmError> {
+        self.run_with_stdin(plan, stdout, stderr, None).await
+    }
+
+    /// [`WasmEngine::run`] with the guest's stdin read from `stdin` as the guest asks for
+    /// it, instead of the plan's inline bytes (a streamed stdin: the caller bounds what
+    /// it carries). `None`: the plan's.
+    pub async fn run_with_stdin(
+        &self,
+        plan: &WasmPlan,
+        stdout: Arc<dyn OutputSink>,
+        stderr: Arc<dyn OutputSink>,
+        stdin: Option<GuestStdin>,
     ) -> Result<RunReport, WasmError> {
         let started = Instant::now();
         let deadline = started + Duration::from_millis(plan.limits.wall_timeout_ms);
@@ -192,7 +208,7 @@ impl WasmEngine {
             }
         }
         let stopped = Arc::new(AtomicBool::new(false));
-        let wasi = build_ctx(plan, stdout, stderr, &stopped)?;
+        let wasi = build_ctx(plan, stdout, stderr, stdin, &stopped)?;
         let limiter = Limiter::new(&plan.limits);
         let (kind, ended) = match &loaded.compiled {
             Compiled::Module(pre) => {
@@ -332,6 +348,7 @@ fn build_ctx(
     plan: &WasmPlan,
     stdout: Arc<dyn OutputSink>,
     stderr: Arc<dyn OutputSink>,
+    stdin: Option<GuestStdin>,
     stopped: &Arc<AtomicBool>,
 ) -> Result<WasiCtxBuilder, WasmError> {
     let mut b = WasiCtxBuilder::new();
@@ -343,8 +360,14 @@ fn build_ctx(
         .allow_udp(false)
         .allow_ip_name_lookup(false)
         .socket_addr_check(|_, _| Box::pin(async { false }));
-    if let Some(data) = &plan.stdin {
-        b.stdin(MemoryInputPipe::new(data.clone()));
+    match (stdin, &plan.stdin) {
+        (Some(reader), _) => {
+            b.stdin(wasmtime_wasi::cli::AsyncStdinStream::new(reader));
+        }
+        (None, Some(data)) => {
+            b.stdin(MemoryInputPipe::new(data.clone()));
+        }
+        (None, None) => {}
     }
     for p in &plan.preopens {
         let perms = if p.writable {

@@ -125,3 +125,51 @@ pub fn enforcement_without_sessions(enforcement: &serde_json::Value) -> serde_js
     }
     e
 }
+
+/// `len` bytes that are no text: pseudo-random (a fixed xorshift sequence, so a failure
+/// repeats), beginning with NUL bytes, a lone UTF-8 continuation byte and an overlong
+/// encoding, and with a NUL in every 4 KiB — what a stdin of any kind must carry exactly.
+pub fn binary_payload(len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(b"\0\0\x80\xc0\xaf\xff\xfe");
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    for i in (4096..len).step_by(4096) {
+        out[i] = 0;
+    }
+    out
+}
+
+/// Writes `data` to `w` as a slow producer does: the first half in chunks, a pause of
+/// 300 ms, then the rest — so a reader that took a pause for the end of its input, or
+/// needed the whole input at once, is found out. A failed write ends it (the reader
+/// stopped reading: a limit, an early exit), which the caller judges from what was read.
+pub fn feed_slowly(w: &mut impl std::io::Write, data: &[u8]) -> std::io::Result<()> {
+    let (first, second) = data.split_at(data.len() / 2);
+    for chunk in first.chunks(100_003) {
+        w.write_all(chunk)?;
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for chunk in second.chunks(100_003) {
+        w.write_all(chunk)?;
+    }
+    Ok(())
+}
+
+/// Asserts that a run's outcome shows its program read exactly a streamed stdin of `len`
+/// bytes with digest `sha256` (hex): the digest `sha256sum` printed in the sandbox (the
+/// first word of its stdout) and the outcome's `stdin` report both.
+#[track_caller]
+pub fn assert_streamed_stdin_reached(outcome: &serde_json::Value, len: u64, sha256: &str) {
+    let printed = outcome["stdout"]["text"].as_str().unwrap_or_default();
+    assert_eq!(printed.split_whitespace().next(), Some(sha256), "{outcome}");
+    assert_eq!(outcome["stdin"]["bytes"], len, "{outcome}");
+    assert_eq!(outcome["stdin"]["sha256"], sha256, "{outcome}");
+    assert_eq!(outcome["stdin"]["streamed"], true, "{outcome}");
+}

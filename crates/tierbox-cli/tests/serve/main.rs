@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod ownership;
+mod stdin;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};

@@ -202,6 +202,18 @@ pub fn raw(
     body: Option<&[u8]>,
     headers: &[(&str, &str)],
 ) -> (u16, String, String) {
+    raw_as(addr, method, path, body, headers, "application/json")
+}
+
+/// [`raw`] with a body of `content_type`.
+pub fn raw_as(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    headers: &[(&str, &str)],
+    content_type: &str,
+) -> (u16, String, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
@@ -211,7 +223,7 @@ pub fn raw(
     let body = body.unwrap_or(b"");
     if !body.is_empty() || method == "POST" {
         req.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            "Content-Type: {content_type}\r\nContent-Length: {}\r\n",
             body.len()
         ));
     }
@@ -221,7 +233,12 @@ pub fn raw(
     let _ = s.write_all(body);
     let mut resp = Vec::new();
     let _ = s.read_to_end(&mut resp);
-    let text = String::from_utf8_lossy(&resp).into_owned();
+    parse_response(&resp)
+}
+
+/// An HTTP/1.1 response read whole: status, head, body (dechunked).
+pub fn parse_response(resp: &[u8]) -> (u16, String, String) {
+    let text = String::from_utf8_lossy(resp).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let status = head
         .split_whitespace()
@@ -239,7 +256,7 @@ pub fn raw(
     (status, head.to_owned(), body)
 }
 
-fn dechunk(mut s: &str) -> String {
+pub fn dechunk(mut s: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = s.split_once("\r\n") {
         let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);

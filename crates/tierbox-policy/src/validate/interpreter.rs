@@ -264,7 +264,8 @@ impl Invocation {
 
 /// Checks the command (already allowlisted and resolved to `program`) and every program
 /// it would run through wrappers: interpreter denylist, wrapped programs' allowlist,
-/// eval flags, eval through `stdin`. Returns the indices in `args` of inline program
+/// eval flags, eval through stdin (`stdin_given`: the run's stdin may carry
+/// anything, inline or streamed). Returns the indices in `args` of inline program
 /// text an allowed eval flag carries (the flag and its code: `-c`, `'dd if=…'`), which
 /// is text, not paths, for the argument check.
 pub(crate) fn check(
@@ -273,12 +274,12 @@ pub(crate) fn check(
     program: &Path,
     args: &[String],
     path_var: &str,
-    stdin: Option<&str>,
+    stdin_given: bool,
 ) -> Result<Vec<usize>, Rejection> {
     let checker = Checker {
         policy,
         path_var,
-        stdin_given: stdin.is_some_and(|s| !s.is_empty()),
+        stdin_given,
         inline_code: std::cell::RefCell::new(Vec::new()),
     };
     let canonical = exec::canonical_program(program);

@@ -92,7 +92,8 @@ impl FakeBin {
     ) -> Result<(), Rejection> {
         let program = self.dir.path().join(command);
         let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
-        check(policy, command, &program, &args, &self.path(), stdin).map(|_| ())
+        let stdin_given = stdin.is_some_and(|s| !s.is_empty());
+        check(policy, command, &program, &args, &self.path(), stdin_given).map(|_| ())
     }
 }
 

@@ -51,6 +51,7 @@ pub(crate) fn resolve(
             file_size_bytes: l.file_size_bytes,
             cpus: l.cpus,
             disk_bytes: l.disk_bytes,
+            stdin_bytes: l.stdin_bytes,
         },
         background,
     ))

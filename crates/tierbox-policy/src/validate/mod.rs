@@ -8,6 +8,7 @@
 //! | file | rules |
 //! |---|---|
 //! | `shape.rs` | hard caps, NUL bytes, bare command |
+//! | `stdin.rs` | the one source of stdin, its limit, inline bytes decoded and bounded |
 //! | `exec.rs` | allowlist, program resolution in the sandbox PATH |
 //! | `interpreter.rs` | interpreter denylist, wrappers, eval flags |
 //! | `scope.rs` | workspace root, cwd, the grants every tier shares |
@@ -29,6 +30,7 @@ mod loader;
 mod repo_scan;
 mod scope;
 mod shape;
+mod stdin;
 mod system;
 mod tier;
 mod wasm;
@@ -234,6 +236,17 @@ pub fn supervisor_env_names(policy: &Policy) -> std::collections::BTreeSet<Strin
         .collect()
 }
 
+/// The stdin fields of a `process_run` request.
+pub(crate) fn stdin_fields(req: &ProcessRunRequest) -> stdin::StdinFields<'_> {
+    stdin::StdinFields {
+        text: req.stdin.as_deref(),
+        base64: req.stdin_base64.as_deref(),
+        limit_bytes: req.stdin_limit_bytes,
+        stream: req.stdin_stream,
+        background: req.background,
+    }
+}
+
 /// Validates `req` against `policy` and resolves it into a [`Plan`].
 ///
 /// See the module documentation for the order of checks.
@@ -243,6 +256,7 @@ pub fn validate(
     ctx: &ValidateContext,
 ) -> Result<Plan, Rejection> {
     shape::check(req)?;
+    let stdin = stdin::resolve(policy.limits.stdin_bytes, stdin_fields(req))?;
     // A denied interpreter is reported as such even when it is also not allowlisted: the
     // more specific rule tells the caller that allowlisting alone would not help.
     if !policy.exec.allow_interpreters
@@ -262,7 +276,7 @@ pub fn validate(
         &program,
         &req.args,
         &path,
-        req.stdin.as_deref(),
+        stdin.given(),
     )?;
     let own = scope::own_paths(policy, ctx);
     let workspace = scope::workspace_root(policy, ctx, &own)?;
@@ -270,7 +284,8 @@ pub fn validate(
     let cwd = scope::resolve_cwd(&workspace, req.cwd.as_deref())?;
     let mut env = env::build(&policy.env, req, ctx)?;
     let network = egress::check(&policy.egress, req, &req.command)?;
-    let (limits, background) = limits::resolve(policy, req)?;
+    let (mut limits, background) = limits::resolve(policy, req)?;
+    limits.stdin_bytes = stdin.limit_bytes;
     let tier = tier::check(policy, req)?;
     let workspace_mode = tier::workspace_mode(policy, req, &tier)?;
 
@@ -330,7 +345,8 @@ pub fn validate(
         env,
         cwd,
         filesystem,
-        stdin: req.stdin.as_ref().map(|s| s.as_bytes().to_vec()),
+        stdin: stdin.data,
+        stdin_streamed: stdin.streamed,
         redaction: RedactionPlan {
             enabled: policy.redaction.enabled,
             sensitive_names: policy.env.sensitive.clone(),
@@ -445,6 +461,7 @@ fn grantless_plan(
             spill: policy.output.spill,
         },
         stdin: None,
+        stdin_streamed: false,
         tier,
         redaction: RedactionPlan::default(),
         background: None,

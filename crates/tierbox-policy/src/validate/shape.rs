@@ -83,15 +83,6 @@ pub(crate) fn check(req: &ProcessRunRequest) -> Result<(), Rejection> {
         }
         nul_free(&format!("env {name}"), value)?;
     }
-    if let Some(stdin) = &req.stdin {
-        if stdin.len() > MAX_STDIN_BYTES {
-            return Err(Rejection::StdinTooLarge {
-                bytes: stdin.len(),
-                max: MAX_STDIN_BYTES,
-            });
-        }
-        nul_free("stdin", stdin)?;
-    }
     if req.timeout_ms == Some(0) {
         return Err(Rejection::TimeoutZero);
     }

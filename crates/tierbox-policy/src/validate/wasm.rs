@@ -40,7 +40,17 @@ pub fn validate_wasm(
     req: &WasmRunRequest,
     ctx: &ValidateContext,
 ) -> Result<WasmPlan, Rejection> {
-    check_common_shape(&req.args, &req.env, req.stdin.as_deref(), req.timeout_ms)?;
+    check_common_shape(&req.args, &req.env, req.timeout_ms)?;
+    let stdin = super::stdin::resolve(
+        policy.limits.stdin_bytes,
+        super::stdin::StdinFields {
+            text: req.stdin.as_deref(),
+            base64: req.stdin_base64.as_deref(),
+            limit_bytes: req.stdin_limit_bytes,
+            stream: req.stdin_stream,
+            background: false,
+        },
+    )?;
     if req.grants.fs.len() > MAX_FS_GRANTS {
         return Err(grant_denied(
             "fs",
@@ -85,9 +95,15 @@ pub fn validate_wasm(
         plan.preopens
             .push(fs_grant(policy, ctx, &plan.workspace, grant)?);
     }
-    plan.stdin = req.stdin.as_ref().map(|s| s.as_bytes().to_vec());
+    set_stdin(&mut plan, stdin);
     plan.limits.wall_timeout_ms = timeout(policy, req.timeout_ms)?;
     Ok(plan)
+}
+
+fn set_stdin(plan: &mut WasmPlan, stdin: super::stdin::ResolvedStdin) {
+    plan.stdin = stdin.data;
+    plan.stdin_streamed = stdin.streamed;
+    plan.limits.stdin_bytes = stdin.limit_bytes;
 }
 
 /// Validates a `process_run` request for Tier A. `command` is either an interpreter the
@@ -168,6 +184,9 @@ pub fn validate_tier_a(
                 args: req.args.clone(),
                 env: req.env.clone(),
                 stdin: req.stdin.clone(),
+                stdin_base64: req.stdin_base64.clone(),
+                stdin_limit_bytes: req.stdin_limit_bytes,
+                stdin_stream: req.stdin_stream,
                 timeout_ms: req.timeout_ms,
                 ..WasmRunRequest::default()
             };
@@ -199,7 +218,10 @@ pub fn validate_tier_a(
     argv.extend(req.args.iter().cloned());
     let mut plan = base_plan(policy, ctx, workspace, ModuleSource::File(path), argv, None)?;
     plan.env = guest_env(policy, ctx, &req.env, &[])?;
-    plan.stdin = req.stdin.as_ref().map(|s| s.as_bytes().to_vec());
+    set_stdin(
+        &mut plan,
+        super::stdin::resolve(policy.limits.stdin_bytes, super::stdin_fields(req))?,
+    );
     plan.limits.wall_timeout_ms = timeout(policy, req.timeout_ms)?;
     Ok(plan)
 }
@@ -237,18 +259,16 @@ fn network_unsupported(hosts: &str) -> Rejection {
     }
 }
 
-/// The caps shared with `process_run`: argument count and size, environment shape, stdin
-/// size, a zero timeout.
+/// The caps shared with `process_run`: argument count and size, environment shape, a
+/// zero timeout.
 fn check_common_shape(
     args: &[String],
     env: &std::collections::BTreeMap<String, String>,
-    stdin: Option<&str>,
     timeout_ms: Option<u64>,
 ) -> Result<(), Rejection> {
     let mut probe = ProcessRunRequest::new("wasm");
     probe.args = args.to_vec();
     probe.env = env.clone();
-    probe.stdin = stdin.map(str::to_owned);
     probe.timeout_ms = timeout_ms;
     super::shape::check(&probe)
 }
@@ -400,6 +420,7 @@ fn base_plan(
             table_elements: w.table_elements,
             instances: w.instances,
             max_module_bytes: w.max_module_bytes,
+            stdin_bytes: policy.limits.stdin_bytes,
         },
         output: OutputPlan {
             max_bytes: policy.output.max_bytes,
@@ -407,6 +428,7 @@ fn base_plan(
             spill: policy.output.spill,
         },
         stdin: None,
+        stdin_streamed: false,
         redaction: RedactionPlan {
             enabled: policy.redaction.enabled,
             sensitive_names: policy.env.sensitive.clone(),

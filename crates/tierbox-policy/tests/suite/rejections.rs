@@ -72,9 +72,10 @@ fn every_rejection_code_has_a_table_case() {
         "input.command_not_bare",
     );
     check("nul", code_of(&fx, &req("ls", &["a\0b"])), "input.nul_byte");
-    let mut r = req("ls", &[]);
+    // Stdin is bytes: a NUL in it is data, not a rejection (it never crosses `execve`).
+    let mut r = req("cat", &[]);
     r.stdin = Some("a\0b".to_owned());
-    check("nul in stdin", code_of(&fx, &r), "input.nul_byte");
+    assert_eq!(fx.request(&r).unwrap().stdin.as_deref(), Some(&b"a\0b"[..]));
     let many: Vec<String> = (0..=MAX_ARGS).map(|i| i.to_string()).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
     check(
@@ -112,8 +113,15 @@ fn every_rejection_code_has_a_table_case() {
     r.cwd = Some("d/".repeat(MAX_CWD_BYTES));
     check("long cwd", code_of(&fx, &r), "input.cwd_too_long");
     let mut r = req("cat", &[]);
-    r.stdin = Some("x".repeat(MAX_STDIN_BYTES + 1));
+    r.stdin = Some("x".repeat(11));
+    r.stdin_limit_bytes = Some(10);
     check("stdin", code_of(&fx, &r), "input.stdin_too_large");
+    let mut r = req("cat", &[]);
+    (r.stdin, r.stdin_base64) = (Some("x".to_owned()), Some("eA==".to_owned()));
+    check("two stdins", code_of(&fx, &r), "input.stdin_conflict");
+    let mut r = req("cat", &[]);
+    r.stdin_base64 = Some("e A==".to_owned());
+    check("bad base64", code_of(&fx, &r), "input.stdin_base64_invalid");
     let mut r = req("ls", &[]);
     r.timeout_ms = Some(0);
     check("timeout 0", code_of(&fx, &r), "input.timeout_zero");

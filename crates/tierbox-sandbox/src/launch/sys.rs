@@ -1034,6 +1034,21 @@ pub fn default_sigpipe() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
+/// Blocks `SIGPIPE` on the calling thread for the rest of its life: a write it makes to a
+/// pipe whose reader is gone then fails with `EPIPE` instead of ending the process (a
+/// command-line supervisor restores the default action, [`default_sigpipe`]). The signal
+/// such a write raises is the thread's own and stays pending, blocked, until the thread
+/// exits; it is never delivered to another thread.
+pub fn block_sigpipe_on_this_thread() {
+    // SAFETY: sigemptyset/sigaddset/pthread_sigmask on a local sigset_t.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// A `ChildSpec` pointer handed to the launcher thread.
 pub(crate) struct SendSpec(*mut ChildSpec);
 

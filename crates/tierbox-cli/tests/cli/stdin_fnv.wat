@@ -1,0 +1,43 @@
+(module
+  (import "wasi_snapshot_preview1" "fd_read" (func $fd_read (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (global $count (mut i64) (i64.const 0))
+  (global $hash (mut i32) (i32.const 0x811c9dc5))
+  (func $dec (param $v i64) (param $end i32) (result i32)
+    (local $p i32)
+    (local.set $p (local.get $end))
+    (loop $l
+      (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+      (i32.store8 (local.get $p)
+        (i32.add (i32.const 48) (i32.wrap_i64 (i64.rem_u (local.get $v) (i64.const 10)))))
+      (local.set $v (i64.div_u (local.get $v) (i64.const 10)))
+      (br_if $l (i64.ne (local.get $v) (i64.const 0))))
+    (local.get $p))
+  (func (export "_start")
+    (local $n i32) (local $i i32) (local $start i32)
+    (i32.store (i32.const 0) (i32.const 1024))
+    (i32.store (i32.const 4) (i32.const 65536))
+    (block $done
+      (loop $read
+        (br_if $done (call $fd_read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 16)))
+        (local.set $n (i32.load (i32.const 16)))
+        (br_if $done (i32.eqz (local.get $n)))
+        (global.set $count (i64.add (global.get $count) (i64.extend_i32_u (local.get $n))))
+        (local.set $i (i32.const 0))
+        (loop $b
+          (global.set $hash
+            (i32.mul
+              (i32.xor (global.get $hash) (i32.load8_u (i32.add (i32.const 1024) (local.get $i))))
+              (i32.const 16777619)))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br_if $b (i32.lt_u (local.get $i) (local.get $n))))
+        (br $read)))
+    (i32.store8 (i32.const 999) (i32.const 10))
+    (local.set $start (call $dec (i64.extend_i32_u (global.get $hash)) (i32.const 999)))
+    (local.set $start (i32.sub (local.get $start) (i32.const 1)))
+    (i32.store8 (local.get $start) (i32.const 32))
+    (local.set $start (call $dec (global.get $count) (local.get $start)))
+    (i32.store (i32.const 32) (local.get $start))
+    (i32.store (i32.const 36) (i32.sub (i32.const 1000) (local.get $start)))
+    (drop (call $fd_write (i32.const 1) (i32.const 32) (i32.const 1) (i32.const 40)))))
