@@ -306,6 +306,7 @@ fn one_fix_covers_the_whole_request() {
         for args in [
             vec!["of=data/../../..".to_owned()],
             vec!["of=new/../../..".to_owned()],
+            vec!["--file=../../..".to_owned()],
             vec!["../data/a.txt".to_owned(), "of=../other/new".to_owned()],
             vec![
                 "../data/a.txt".to_owned(),

@@ -436,7 +436,10 @@ fn codes_are_unique_and_well_formed() {
             "{code}"
         );
         assert!(
-            rule.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+            rule.starts_with(|c: char| c.is_ascii_lowercase())
+                && rule
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
             "{code}"
         );
     }
