@@ -197,7 +197,7 @@ mod tests {
                 },
             )
             .unwrap_err();
-            assert_eq!(err.code(), "input.stdin_not_base64", "{bad:?}");
+            assert_eq!(err.code(), "input.stdin_encoding_invalid", "{bad:?}");
         }
     }
 
