@@ -113,7 +113,7 @@ pub struct ProcessRunRequest {
     #[schemars(length(max = MAX_REQUEST_BYTES))]
     pub stdin: Option<String>,
     /// Bytes of any kind for the child's stdin, as standard base64 (padding optional, no
-    /// whitespace; anything else is `input.stdin_base64_invalid`), then closed.
+    /// whitespace; anything else is `input.stdin_encoding_invalid`), then closed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_REQUEST_BYTES))]
     pub stdin_base64: Option<String>,

@@ -357,7 +357,8 @@ mod tests {
         limit: u64,
         read_max: u64,
     ) -> (Vec<u8>, StdinReport) {
-        let (tx, rx) = mpsc::channel(8);
+        // Every chunk queued before the forwarding starts.
+        let (tx, rx) = mpsc::channel(chunks.len().max(1));
         for c in chunks {
             tx.send(c).await.unwrap();
         }

@@ -422,7 +422,16 @@ async fn split_stdin_stream(
         if !rest.is_empty() && tx.send(Ok(rest.to_vec())).await.is_err() {
             return;
         }
-        while let Some(frame) = body.frame().await {
+        loop {
+            // A run that has ended wants no more input: stop waiting for a client that
+            // sends none (and let its connection go).
+            let frame = tokio::select! {
+                frame = body.frame() => frame,
+                () = tx.closed() => return,
+            };
+            let Some(frame) = frame else {
+                return;
+            };
             let chunk = match frame {
                 Ok(frame) => match frame.into_data() {
                     Ok(data) => Ok(data.to_vec()),

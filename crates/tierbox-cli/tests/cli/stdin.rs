@@ -230,7 +230,7 @@ fn request_stdin_as_base64_and_its_refusals() {
         ),
         (
             r#"{"command":"sha256sum","stdin_base64":"not base64!"}"#,
-            "input.stdin_base64_invalid",
+            "input.stdin_encoding_invalid",
         ),
         (
             &format!(

@@ -140,7 +140,7 @@ fn bad_stdin_is_refused_with_its_rule() {
         (
             json!({"command": "wc", "stdin_base64": "YQ=\n="}),
             400,
-            "input.stdin_base64_invalid",
+            "input.stdin_encoding_invalid",
         ),
         (
             json!({"command": "wc", "stdin_base64": "YWJj", "stdin_limit_bytes": 2}),

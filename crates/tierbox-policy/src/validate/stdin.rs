@@ -197,7 +197,7 @@ mod tests {
                 },
             )
             .unwrap_err();
-            assert_eq!(err.code(), "input.stdin_base64_invalid", "{bad:?}");
+            assert_eq!(err.code(), "input.stdin_encoding_invalid", "{bad:?}");
         }
     }
 

@@ -121,7 +121,11 @@ fn every_rejection_code_has_a_table_case() {
     check("two stdins", code_of(&fx, &r), "input.stdin_conflict");
     let mut r = req("cat", &[]);
     r.stdin_base64 = Some("e A==".to_owned());
-    check("bad base64", code_of(&fx, &r), "input.stdin_base64_invalid");
+    check(
+        "bad base64",
+        code_of(&fx, &r),
+        "input.stdin_encoding_invalid",
+    );
     let mut r = req("ls", &[]);
     r.timeout_ms = Some(0);
     check("timeout 0", code_of(&fx, &r), "input.timeout_zero");
