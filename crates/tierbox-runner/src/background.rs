@@ -169,10 +169,18 @@ struct SealFacts {
 pub struct BackgroundHandle {
     /// Status at the end of the startup window.
     pub status: BackgroundStatus,
-    /// stdout written during the startup window.
+    /// stdout written during the startup window, as text (invalid UTF-8 replaced with
+    /// U+FFFD).
     pub startup_stdout: String,
-    /// stderr written during the startup window.
+    /// Those stdout bytes exactly (standard base64), present exactly when
+    /// `startup_stdout` is lossy ([`crate::wire`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_stdout_base64: Option<String>,
+    /// stderr written during the startup window, as text.
     pub startup_stderr: String,
+    /// Those stderr bytes exactly, present exactly when `startup_stderr` is lossy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_stderr_base64: Option<String>,
 }
 
 /// Why a background operation failed.
@@ -362,8 +370,7 @@ impl Entry {
             r.lock()
                 .map(|r| {
                     // Kept redacted already (`ShownRing`).
-                    let text = r.retained_text();
-                    (r.sha256(), tierbox_attest::sha256_hex(text.as_bytes()))
+                    (r.sha256(), tierbox_attest::sha256_hex(&r.retained()))
                 })
                 .unwrap_or_default()
         };
@@ -697,9 +704,13 @@ impl BackgroundManager {
         let _ =
             tokio::time::timeout(Duration::from_millis(STARTUP_WINDOW_MS), entry.wait_end()).await;
         let status = entry.current_status().await;
+        let out = entry.read(Stream::Stdout, 0, MAX_OUTPUT_READ_BYTES);
+        let err = entry.read(Stream::Stderr, 0, MAX_OUTPUT_READ_BYTES);
         let handle = BackgroundHandle {
-            startup_stdout: entry.read(Stream::Stdout, 0, MAX_OUTPUT_READ_BYTES).text,
-            startup_stderr: entry.read(Stream::Stderr, 0, MAX_OUTPUT_READ_BYTES).text,
+            startup_stdout: out.text,
+            startup_stdout_base64: out.bytes_base64,
+            startup_stderr: err.text,
+            startup_stderr_base64: err.bytes_base64,
             status,
         };
         if handle.status.state != BackgroundState::Running {

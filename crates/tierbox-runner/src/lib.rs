@@ -19,6 +19,7 @@ pub mod ring;
 pub mod stream;
 pub mod supervisor;
 pub mod wasm;
+pub mod wire;
 
 pub use builder::{Checked, Prepared, RunRequest, Runner, Sandbox, SandboxedCommand};
 pub use identity::RunnerIdentity;

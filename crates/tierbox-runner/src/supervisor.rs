@@ -237,7 +237,9 @@ pub(crate) struct RunFor<'a> {
 }
 
 /// [`run_plan`], sending the output as it happens to `events` (line-buffered, redacted,
-/// dropped rather than waited for when the receiver lags; see [`crate::stream`]). The
+/// never waited for: batches the receiver has no room for wait in a backlog, and what it
+/// has not taken a short while after the end is dropped and counted; see
+/// [`crate::stream`]). The
 /// returned outcome holds all the captured output as usual.
 pub async fn run_plan_streaming(
     plan: &Plan,
@@ -660,6 +662,8 @@ struct EndedRun {
     stderr: StreamCapture,
     out_incomplete: bool,
     err_incomplete: bool,
+    /// Bytes of stdout and stderr the live stream could not deliver.
+    live_dropped: [u64; 2],
     /// The refusals the filter handed off, and how many were past the bound (when it
     /// hands them off).
     refusals: Option<(Vec<Refusal>, u64)>,
@@ -715,9 +719,10 @@ async fn end_run(
     } = capture;
     let out_incomplete = drain_task(out_task, drain).await;
     let err_incomplete = drain_task(err_task, drain).await;
-    if let Some(tap) = &tap {
-        tap.finish();
-    }
+    let live_dropped = match &tap {
+        Some(tap) => tap.finish().await.dropped,
+        None => [0, 0],
+    };
     drop(mediator);
     let refusals = refusals.map(|r| r.take());
     Ok((
@@ -728,6 +733,7 @@ async fn end_run(
             stderr: take_capture(&err_cap, plan),
             out_incomplete,
             err_incomplete,
+            live_dropped,
             refusals,
         },
     ))
@@ -760,10 +766,14 @@ fn outcome_of(
         .redaction
         .enabled
         .then(|| Redactor::new(&plan.redaction.sensitive_values));
-    let stdout =
-        StreamOutput::from_captured(run.stdout.finish(), redactor.as_ref(), run.out_incomplete);
-    let stderr =
-        StreamOutput::from_captured(run.stderr.finish(), redactor.as_ref(), run.err_incomplete);
+    let stdout = StreamOutput {
+        live_dropped_bytes: run.live_dropped[0],
+        ..StreamOutput::from_captured(run.stdout.finish(), redactor.as_ref(), run.out_incomplete)
+    };
+    let stderr = StreamOutput {
+        live_dropped_bytes: run.live_dropped[1],
+        ..StreamOutput::from_captured(run.stderr.finish(), redactor.as_ref(), run.err_incomplete)
+    };
     let redacted = stdout.redacted || stderr.redacted;
     // Output cut in truncate mode constrained the run without ending it.
     let limit_hit =
