@@ -2320,3 +2320,84 @@ fn a_one_shot_tier_b_run_has_its_child_attach_the_whole_filter() {
         "{detail}"
     );
 }
+
+/// The built-in default policy (`tierbox policy init`) keeping 16 MiB per stream, so a
+/// 10 MiB stream is output whole, with Tier C on `backend`.
+fn big_output_policy(backend: Option<&str>) -> String {
+    let out = tierbox(&["policy", "init"], None);
+    tierbox_test_support::policy_for_output(
+        &String::from_utf8(out.stdout).unwrap(),
+        16 << 20,
+        backend,
+    )
+}
+
+/// Whether `label` (`tier b`, `tier c native`, `tier c bwrap`) runs here; prints why not.
+fn backend_available(label: &str) -> bool {
+    match label {
+        "tier b" => tier_b_available(),
+        "tier c native" => tier_c_native_available(),
+        _ => {
+            tier_c_available()
+                && (tierbox_runner::host::probe_bwrap_cached().is_ok()
+                    || !tierbox_test_support::skip_here("bubblewrap is not installed"))
+        }
+    }
+}
+
+/// `tierbox run -- cat FILE | cmp - FILE` for 10 MiB of random bytes, in Tier B, native
+/// Tier C and bwrap: what the CLI prints to a pipe is the program's bytes exactly; and a
+/// `--json` run of binary output decodes to them (`bytes_base64`).
+///
+/// Regression: the CLI printed the lossy UTF-8 of the output, so `tierbox run -- gzip -c
+/// F | gunzip` failed "not in gzip format", 4096 random bytes came out as about 7,450,
+/// and `tar -c` or `cat img.png > x` were corrupted, all with exit status 0.
+#[test]
+fn piped_binary_output_is_the_program_s_bytes_in_every_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let big = tierbox_test_support::random_bytes(10 << 20, 1);
+    std::fs::write(ws.join("big.bin"), &big).unwrap();
+    let small = tierbox_test_support::random_bytes(64 << 10, 2);
+    std::fs::write(ws.join("small.bin"), &small).unwrap();
+    let w = ws.to_str().unwrap();
+    for (label, tier, backend, name) in [
+        ("tier b", "b", None, "tier_b_linux"),
+        ("tier c native", "c", Some("native"), "tier_c_linux_native"),
+        ("tier c bwrap", "c", Some("bwrap"), "tier_c_bwrap"),
+    ] {
+        if !backend_available(label) {
+            continue;
+        }
+        let policy = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&policy, big_output_policy(backend)).unwrap();
+        let p = policy.to_str().unwrap();
+        let run = |extra: &[&str], file: &str| {
+            let mut args = vec!["run", "--policy", p, "--workspace", w, "--tier", tier];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", "cat", file]);
+            tierbox(&args, None)
+        };
+        let out = run(&[], "big.bin");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{label}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if let Err(e) = tierbox_test_support::same_bytes(&out.stdout, &big) {
+            panic!("{label}: tierbox run -- cat big.bin | cmp - big.bin: {e}");
+        }
+        let v = succeeded_json(&run(&["--json"], "small.bin"));
+        assert_eq!(v["backend"], name, "{label}");
+        let s = &v["stdout"];
+        assert_eq!(s["lossy_utf8"], true, "{label}");
+        let bytes =
+            tierbox_runner::wire::decode(s["text"].as_str().unwrap(), s["bytes_base64"].as_str())
+                .unwrap();
+        if let Err(e) = tierbox_test_support::same_bytes(&bytes, &small) {
+            panic!("{label}: --json stdout.bytes_base64: {e}");
+        }
+    }
+}
