@@ -38,7 +38,7 @@ use tierbox_sandbox::launch::mediate::RefusalLog;
 
 use crate::supervisor::{
     self, DRAIN_TIMEOUT_MS, EndCause, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, end_tree,
-    ensure_private_dir, ensure_state_dir, exited, kill_tree, launch_in, new_run_id, read_stream,
+    ensure_state_dir, exited, kill_tree, launch_in, new_run_id, read_stream,
 };
 
 /// How long `start` watches a new background process before returning its handle, in
@@ -493,22 +493,34 @@ impl BackgroundManager {
         }
     }
 
-    /// A stream's ring, with a spill file under `<state>/spill` when the policy asks.
-    fn ring(&self, id: &str, stream: Stream, spill_bytes: u64) -> Result<OutputRing, RunError> {
+    /// A stream's ring, with a spill file under `<state>/spill` when the policy asks
+    /// ([`crate::spill`]: refused, and said so in each read's `spill_error`, when the
+    /// cap `total_bytes` on all spill files is reached).
+    fn ring(
+        &self,
+        id: &str,
+        stream: Stream,
+        spill_bytes: u64,
+        total_bytes: u64,
+    ) -> Result<OutputRing, RunError> {
         let ring = OutputRing::new(RING_BYTES);
         if spill_bytes == 0 {
             return Ok(ring);
         }
-        let dir = self.options.state_dir.join("spill");
-        ensure_private_dir(&dir)?;
-        ring.with_spill(
-            dir.join(format!("bg-{id}.{}", stream.as_str())),
+        let dir = crate::spill::SpillDir::open(&self.options.state_dir)
+            .map_err(|e| e.into_run_error("open the spill directory"))?;
+        match dir.create(
+            &format!("bg-{id}.{}", stream.as_str()),
             spill_bytes,
-        )
-        .map_err(|source| RunError::Io {
-            what: "create the background spill file",
-            source,
-        })
+            "background.spill_bytes",
+            total_bytes,
+        ) {
+            Ok(file) => Ok(ring.with_spill(file)),
+            Err(e @ crate::spill::SpillError::Full { .. }) => {
+                Ok(ring.with_spill_refused(e.to_string()))
+            }
+            Err(e) => Err(e.into_run_error("create the background spill file")),
+        }
     }
 
     /// Drops ended records past [`ENDED_RETENTION`] and beyond [`MAX_ENDED_PER_OWNER`].
@@ -617,6 +629,7 @@ impl BackgroundManager {
         }
         let id = new_run_id();
         ensure_state_dir(&self.options.state_dir)?;
+        crate::spill::sweep_expired(&self.options.state_dir, plan.output.spill_keep_secs);
         let launch_opts = LaunchOptions {
             run_id: id.clone(),
             tmp_base: self.options.state_dir.join("tmp"),
@@ -663,11 +676,13 @@ impl BackgroundManager {
                 &id,
                 Stream::Stdout,
                 bg.spill_bytes,
+                plan.output.spill_total_bytes,
             )?)),
             stderr: Arc::new(Mutex::new(self.ring(
                 &id,
                 Stream::Stderr,
                 bg.spill_bytes,
+                plan.output.spill_total_bytes,
             )?)),
             stdin: tokio::sync::Mutex::new(stdin),
             pidfd,

@@ -16,6 +16,7 @@ pub mod outcome;
 pub mod protected;
 pub mod review;
 pub mod ring;
+pub mod spill;
 pub mod stream;
 pub mod supervisor;
 pub mod wasm;

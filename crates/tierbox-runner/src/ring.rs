@@ -42,6 +42,10 @@ pub struct OutputChunk {
     pub missed_bytes: u64,
     /// Every byte the stream has produced so far.
     pub total_bytes: u64,
+    /// Why the stream's spill file (`background.spill_bytes`) holds less than asked, or
+    /// is missing: reads from offsets that left the ring then miss those bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spill_error: Option<String>,
 }
 
 impl OutputChunk {
@@ -61,6 +65,7 @@ impl OutputChunk {
             next_offset,
             missed_bytes,
             total_bytes,
+            spill_error: None,
         }
     }
 }
@@ -87,19 +92,13 @@ pub struct OutputRing {
     hasher: sha2::Sha256,
 }
 
-/// The first bytes of a stream, kept on disk: offsets `0..written`.
+/// The first bytes of a stream, kept on disk (offsets `0..written`), or why not.
 #[derive(Debug)]
-struct Spill {
-    file: std::fs::File,
-    path: std::path::PathBuf,
-    written: u64,
-    max: u64,
-}
-
-impl Drop for Spill {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
+enum Spill {
+    /// The file ([`crate::spill`]; removed with the ring).
+    On(crate::spill::SpillFile),
+    /// It was refused (the cap on spill files): why.
+    Refused(String),
 }
 
 impl OutputRing {
@@ -114,25 +113,18 @@ impl OutputRing {
         }
     }
 
-    /// Also keeps the first `max_bytes` of the stream in a new file at `path` (mode 0600,
-    /// created exclusively; removed when the ring is dropped), so reads from offsets that
-    /// have left the ring still succeed.
-    pub fn with_spill(mut self, path: std::path::PathBuf, max_bytes: u64) -> std::io::Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
-        self.spill = Some(Spill {
-            file,
-            path,
-            written: 0,
-            max: max_bytes,
-        });
-        Ok(self)
+    /// Also keeps the first bytes of the stream in `spill` (as many as it takes: its
+    /// limit is `background.spill_bytes`), so reads from offsets that have left the ring
+    /// still succeed. The file goes with the ring.
+    pub fn with_spill(mut self, spill: crate::spill::SpillFile) -> Self {
+        self.spill = Some(Spill::On(spill.remove_on_drop()));
+        self
+    }
+
+    /// Records that the spill asked for was refused, and why (each read's `spill_error`).
+    pub fn with_spill_refused(mut self, why: String) -> Self {
+        self.spill = Some(Spill::Refused(why));
+        self
     }
 
     /// Appends a chunk, dropping the oldest bytes past the capacity.
@@ -150,17 +142,9 @@ impl OutputRing {
     /// Keeps `shown` (the spilled head and the ring), dropping the oldest bytes past the
     /// capacity; offsets count these bytes.
     pub fn store(&mut self, shown: &[u8]) {
-        if let Some(sp) = &mut self.spill {
-            let room = usize::try_from(sp.max.saturating_sub(sp.written)).unwrap_or(usize::MAX);
-            let head = &shown[..shown.len().min(room)];
-            if !head.is_empty() {
-                use std::io::Write;
-                match sp.file.write_all(head) {
-                    Ok(()) => sp.written += head.len() as u64,
-                    // A full disk ends the spill, never the process.
-                    Err(_) => sp.max = sp.written,
-                }
-            }
+        if let Some(Spill::On(sp)) = &mut self.spill {
+            // Up to its limit and the cap; a full disk ends the spill, never the process.
+            sp.write(shown);
         }
         let keep = if shown.len() > self.cap {
             self.start += (self.buf.len() + shown.len() - self.cap) as u64;
@@ -202,18 +186,25 @@ impl OutputRing {
     /// for offsets that have left the ring but are within the spilled head.
     pub fn read(&self, offset: u64, max: usize) -> OutputChunk {
         let total = self.total();
-        if let Some(sp) = &self.spill
+        let spill_error = match &self.spill {
+            Some(Spill::On(sp)) => sp.error().map(str::to_owned),
+            Some(Spill::Refused(why)) => Some(why.clone()),
+            None => None,
+        };
+        if let Some(Spill::On(sp)) = &self.spill
             && offset < self.start
-            && offset < sp.written
+            && offset < sp.written()
         {
-            use std::os::unix::fs::FileExt;
-            let len = usize::try_from((sp.written - offset).min(max as u64)).unwrap_or(max);
+            let len = usize::try_from((sp.written() - offset).min(max as u64)).unwrap_or(max);
             let mut bytes = vec![0u8; len];
-            if sp.file.read_exact_at(&mut bytes, offset).is_ok() {
+            if sp.read_exact_at(&mut bytes, offset).is_ok() {
                 if offset + (len as u64) < total {
                     bytes = without_split_character(bytes);
                 }
-                return OutputChunk::of(offset, bytes, 0, total);
+                return OutputChunk {
+                    spill_error,
+                    ..OutputChunk::of(offset, bytes, 0, total)
+                };
             }
         }
         let from = offset.clamp(self.start, total);
@@ -222,7 +213,10 @@ impl OutputRing {
         if from + (bytes.len() as u64) < total {
             bytes = without_split_character(bytes);
         }
-        OutputChunk::of(from, bytes, from.saturating_sub(offset.min(total)), total)
+        OutputChunk {
+            spill_error,
+            ..OutputChunk::of(from, bytes, from.saturating_sub(offset.min(total)), total)
+        }
     }
 }
 
@@ -294,8 +288,12 @@ mod tests {
     #[test]
     fn the_spill_file_serves_offsets_that_left_the_ring() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("bg.stdout");
-        let mut r = OutputRing::new(4).with_spill(path.clone(), 6).unwrap();
+        let spill = crate::spill::SpillDir::open(dir.path()).unwrap();
+        let file = spill
+            .create("bg.stdout", 6, "background.spill_bytes", 1 << 20)
+            .unwrap();
+        let path = file.path().to_path_buf();
+        let mut r = OutputRing::new(4).with_spill(file);
         r.push(b"abcdefghij");
         // 0..6 from the spill, 6 is neither spilled nor in the ring (6..10 is), 6..10 ring.
         let c = r.read(0, 4);
@@ -311,8 +309,17 @@ mod tests {
         let c = r.read(6, 100);
         assert_eq!((c.offset, c.text.as_str(), c.missed_bytes), (9, "jKLM", 3));
         assert_eq!(std::fs::read(&path).unwrap(), b"abcdef");
+        let e = c.spill_error.unwrap();
+        assert!(
+            e.contains("first 6 bytes") && e.contains("background.spill_bytes"),
+            "{e}"
+        );
         // Exclusive creation: an existing file (or a planted symlink) is never reused.
-        assert!(OutputRing::new(4).with_spill(path.clone(), 6).is_err());
+        assert!(
+            spill
+                .create("bg.stdout", 6, "background.spill_bytes", 1 << 20)
+                .is_err()
+        );
         drop(r);
         assert!(!path.exists(), "the spill file goes with the ring");
     }

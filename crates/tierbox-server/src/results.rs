@@ -81,6 +81,11 @@ pub struct OutputChunk {
     pub missed_bytes: u64,
     /// Bytes the stream has produced so far.
     pub total_bytes: u64,
+    /// Why the stream's spill file (`background.spill_bytes`) holds less than asked, or
+    /// is missing (the cap `output.spill_total_bytes` was reached, a write failed): reads
+    /// from offsets that left the in-memory ring then miss those bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_error: Option<String>,
 }
 
 /// What a write to a background process's stdin did.

@@ -454,6 +454,7 @@ impl Service {
             next_offset: chunk.next_offset,
             missed_bytes: chunk.missed_bytes,
             total_bytes: chunk.total_bytes,
+            spill_error: chunk.spill_error,
         }))
     }
 

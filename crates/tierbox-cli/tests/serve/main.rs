@@ -1044,3 +1044,35 @@ fn binary_output_over_http_and_mcp_is_the_program_s_bytes() {
     drop(stdin);
     let _ = child.wait();
 }
+
+/// A server removes expired spill files without waiting for a run: at start and then
+/// every `SPILL_SWEEP_INTERVAL_SECS`. A fresh one stays.
+///
+/// Regression: spill files were never removed by anything.
+#[test]
+fn a_server_sweeps_expired_spill_files() {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("spill");
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    let plant = |name: &str, age_secs: u64| {
+        let f = std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(dir.join(name))
+            .unwrap();
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(age_secs))
+            .unwrap();
+    };
+    // The default policy keeps spill files a day.
+    plant("old.stdout", 2 * 24 * 3600);
+    plant("young.stdout", 60);
+    let s = Server::start_in(state, &[], &[], None);
+    assert!(
+        wait_for(Duration::from_secs(30), || !dir.join("old.stdout").exists()),
+        "the expired spill file is still there"
+    );
+    assert!(dir.join("young.stdout").exists());
+    drop(s);
+}

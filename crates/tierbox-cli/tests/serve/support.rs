@@ -95,8 +95,17 @@ impl Server {
 
     /// [`Server::start`] through a wrapper command (e.g. `prlimit --nofile=256:256`).
     pub fn start_via(wrapper: &[&str], extra: &[&str], policy: Option<&str>) -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), wrapper, extra, policy)
+    }
+
+    /// [`Server::start_via`] with `state` as its state directory (prepared beforehand).
+    pub fn start_in(
+        state: tempfile::TempDir,
+        wrapper: &[&str],
+        extra: &[&str],
+        policy: Option<&str>,
+    ) -> Self {
         let ws = tempfile::tempdir().unwrap();
-        let state = tempfile::tempdir().unwrap();
         let mut token = tempfile::NamedTempFile::new().unwrap();
         writeln!(token, "{TOKEN}").unwrap();
         let mut cmd = match wrapper.split_first() {
