@@ -142,7 +142,7 @@ use std::sync::LazyLock;
 
 use regex::{Regex, RegexBuilder};
 
-mod bytes;
+pub mod bytes;
 pub mod stream;
 
 /// The text that replaces every redacted value.
