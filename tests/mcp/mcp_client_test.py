@@ -311,7 +311,7 @@ async def section_bounded(client) -> None:
           len(text.encode()) <= 64 * 1024 + 100, {"len": len(text.encode())})
     check("the view says how much it left out (view_omitted_bytes)",
           isinstance(out.get("view_omitted_bytes"), int) and out["view_omitted_bytes"] > 500_000
-          and "bytes of this stream's text left out of this view" in text,
+          and "bytes of this stream's output left out of this view" in text,
           {"view_omitted_bytes": out.get("view_omitted_bytes")})
     check("the view keeps the first and the last lines", text.startswith("1\n2\n3\n") and text.endswith("99999\n100000\n"),
           {"head": text[:20], "tail": text[-20:]})

@@ -68,14 +68,24 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
         v
     };
     let flag = |name: &str| field(name) == Value::Bool(true);
+    // The redacted digest is of the kept bytes: `bytes_base64` when the text view is
+    // lossy, else the text (`tierbox_runner::wire`).
     let stream = |name: &str| {
         let s = &outcome[name];
-        (
-            s.get("sha256").cloned().unwrap_or(Value::Null),
-            s.get("text")
+        let redacted = match s.get("bytes_base64").and_then(Value::as_str) {
+            Some(b64) => {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .ok()
+                    .map(|bytes| sha256_hex(&bytes))
+            }
+            None => s
+                .get("text")
                 .and_then(Value::as_str)
                 .map(|t| sha256_hex(t.as_bytes())),
-        )
+        };
+        (s.get("sha256").cloned().unwrap_or(Value::Null), redacted)
     };
     let (out_raw, out_red) = stream("stdout");
     let (err_raw, err_red) = stream("stderr");

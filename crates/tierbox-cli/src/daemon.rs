@@ -50,9 +50,11 @@ pub const IDENTITY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest response head read from the daemon, in bytes.
 pub const MAX_HEAD_BYTES: usize = 64 << 10;
 
-/// Longest line of a streamed reply read from the daemon, in bytes (an outcome holds at
-/// most twice the output cap, escaped).
-pub const MAX_LINE_BYTES: usize = 256 << 20;
+/// Longest line of a streamed reply read from the daemon, in bytes: an outcome holds two
+/// streams of at most the hard output cap each, and JSON takes at most 6 bytes per byte
+/// of a stream's text (`\u0000`) plus 4/3 for its `bytes_base64`, so 16 per byte of the
+/// cap covers both streams and the rest of the outcome.
+pub const MAX_LINE_BYTES: usize = 16 * tierbox_policy::policy::HARD_MAX_OUTPUT_BYTES as usize;
 
 /// The daemon's socket for the state directory `state_dir`.
 pub fn socket_path(state_dir: &Path) -> PathBuf {
@@ -299,6 +301,8 @@ struct StreamLine {
     stream: Option<tierbox_policy::handle::Stream>,
     #[serde(default)]
     text: Option<String>,
+    #[serde(default)]
+    bytes_base64: Option<String>,
     #[serde(default)]
     error: Value,
 }
@@ -638,7 +642,14 @@ impl Connection {
                     "output" => {
                         if let (Some(live), Some(text)) = (live.as_mut(), event.text) {
                             let stream = event.stream.context("an output event's stream")?;
-                            live.print(OutputEvent { stream, text });
+                            live.print(
+                                OutputEvent::from_wire(
+                                    stream,
+                                    &text,
+                                    event.bytes_base64.as_deref(),
+                                )
+                                .context("an output event's bytes")?,
+                            );
                         }
                     }
                     _ => {}

@@ -268,6 +268,88 @@ impl ReviewReport {
     }
 }
 
+/// The spill files of the state directory ([`tierbox_runner::spill`]): what they hold
+/// once the expired ones are removed, against the policy's cap and lifetime.
+struct SpillReport {
+    /// What is left, or why the directory cannot be used.
+    usage: Result<tierbox_runner::spill::SpillUsage, String>,
+    /// Expired files this report removed.
+    removed: usize,
+    keep_secs: u64,
+    total_bytes: u64,
+    dir: std::path::PathBuf,
+}
+
+impl SpillReport {
+    fn gather(policy: &Policy, state_dir: &std::path::Path) -> Self {
+        let (keep_secs, total_bytes) = (
+            policy.output.spill_keep_secs,
+            policy.output.spill_total_bytes,
+        );
+        let (usage, removed) = match tierbox_runner::spill::SpillDir::open_existing(state_dir) {
+            Ok(Some(dir)) => {
+                let removed = dir.sweep(std::time::Duration::from_secs(keep_secs));
+                (Ok(dir.usage()), removed)
+            }
+            Ok(None) => (Ok(tierbox_runner::spill::SpillUsage::default()), 0),
+            Err(e) => (Err(e.to_string()), 0),
+        };
+        Self {
+            usage,
+            removed,
+            keep_secs,
+            total_bytes,
+            dir: state_dir.join(tierbox_runner::spill::SPILL_DIR),
+        }
+    }
+
+    /// Seconds since `unix_secs`.
+    fn age(unix_secs: u64) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            .saturating_sub(unix_secs)
+    }
+
+    fn text(&self) -> String {
+        let usage = match &self.usage {
+            Ok(u) => u,
+            Err(why) => return format!("unusable: {why}"),
+        };
+        let oldest = usage
+            .oldest_unix_secs
+            .map(|t| format!(", the oldest written {} s ago", Self::age(t)))
+            .unwrap_or_default();
+        let removed = match self.removed {
+            0 => String::new(),
+            n => format!("; {n} expired file(s) removed now"),
+        };
+        format!(
+            "{} file(s), {} of {} bytes (output.spill_total_bytes){oldest}; each kept {} s after its last write (output.spill_keep_secs){removed}, in {}",
+            usage.files,
+            usage.bytes,
+            self.total_bytes,
+            self.keep_secs,
+            self.dir.display()
+        )
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let usage = self.usage.as_ref().ok();
+        serde_json::json!({
+            "files": usage.map(|u| u.files),
+            "bytes": usage.map(|u| u.bytes),
+            "oldest_unix_secs": usage.and_then(|u| u.oldest_unix_secs),
+            "oldest_age_secs": usage.and_then(|u| u.oldest_unix_secs).map(Self::age),
+            "removed_expired": self.removed,
+            "spill_total_bytes": self.total_bytes,
+            "spill_keep_secs": self.keep_secs,
+            "dir": self.dir,
+            "error": self.usage.as_ref().err(),
+        })
+    }
+}
+
 /// Where `egress.mode = "strict"` with an allowlist can be enforced.
 struct StrictEgress {
     tier_b: bool,
@@ -293,6 +375,7 @@ struct Report<'a> {
     runs_in: Result<String, String>,
     strict: StrictEgress,
     review: ReviewReport,
+    spill: SpillReport,
     /// Whether landlock and seccomp denials can be read from the kernel's audit records
     /// here, or why not.
     denials: Result<(), tierbox_runner::host::NotRecorded>,
@@ -322,7 +405,9 @@ impl<'a> Report<'a> {
                 && tierbox_runner::host::probe_bwrap_cached().is_ok(),
         };
         let runs_in = runs_in(policy);
-        let review = ReviewReport::gather(policy, &tierbox_runner::RunOptions::default().state_dir);
+        let state_dir = tierbox_runner::RunOptions::default().state_dir;
+        let review = ReviewReport::gather(policy, &state_dir);
+        let spill = SpillReport::gather(policy, &state_dir);
         let mut report = Self {
             source,
             summary,
@@ -336,6 +421,7 @@ impl<'a> Report<'a> {
             runs_in,
             strict,
             review,
+            spill,
             denials: tierbox_runner::host::denial_audit(),
             seccomp_arguments: tierbox_runner::host::seccomp_arguments_recorded(),
             hints: Vec::new(),
@@ -440,6 +526,7 @@ impl<'a> Report<'a> {
                 "sandbox_identity": identity_json,
                 "containers": containers, "selected_backend": selected,
                 "review": self.review.json(),
+                "spill": self.spill.json(),
                 "denial_report": match &self.denials {
                     Ok(()) => serde_json::json!({
                         "landlock_and_seccomp": true,
@@ -507,6 +594,7 @@ impl<'a> Report<'a> {
             yes_no(strict_tier_b)
         );
         println!("review      {}", self.review.text());
+        println!("spill       {}", self.spill.text());
         println!(
             "denials     egress and limits: recorded; seccomp's argument rules (socket family, ioctl request, namespace flags): {}; landlock and seccomp: {}",
             if self.seccomp_arguments {

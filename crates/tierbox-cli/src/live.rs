@@ -1,7 +1,9 @@
 //! Live output: the program's stdout and stderr printed while it runs, each to the CLI's
 //! own stream, in the order they arrive — the same batches the HTTP API streams (line by
 //! line, redacted with the run's rules: see `tierbox_runner::stream`), whether the run
-//! happens in this process or in the local daemon.
+//! happens in this process or in the local daemon. What is not a terminal gets the
+//! program's bytes exactly (`tierbox run -- gzip -c F | gunzip` works); a terminal gets
+//! them as text with control characters made visible.
 //!
 //! The printing happens on a thread of its own, so a terminal that stops reading (a
 //! paused pager, `Ctrl-S`) never stalls the supervisor: the run's deadline, output quota
@@ -49,7 +51,7 @@ impl Live {
     /// Hands `event` to the printing thread (started on the first call) and returns at
     /// once: printing never blocks the caller.
     pub fn print(&mut self, event: OutputEvent) {
-        if event.text.is_empty() {
+        if event.bytes.is_empty() {
             return;
         }
         let (stdout_tty, stderr_tty) = (self.stdout_tty, self.stderr_tty);
@@ -62,16 +64,18 @@ impl Live {
                         Stream::Stdout => stdout_tty,
                         Stream::Stderr => stderr_tty,
                     };
-                    let text = if tty {
-                        crate::render::neutralize(&event.text)
+                    let text;
+                    let bytes = if tty {
+                        text = crate::render::neutralize(&event.text()).into_owned();
+                        text.as_bytes()
                     } else {
-                        std::borrow::Cow::Borrowed(event.text.as_str())
+                        &event.bytes
                     };
                     // A closed stream (`| head`) ends nothing but the printing of that
                     // stream.
                     let _ = match event.stream {
-                        Stream::Stdout => write_now(&mut std::io::stdout().lock(), &text),
-                        Stream::Stderr => write_now(&mut std::io::stderr().lock(), &text),
+                        Stream::Stdout => write_now(&mut std::io::stdout().lock(), bytes),
+                        Stream::Stderr => write_now(&mut std::io::stderr().lock(), bytes),
                     };
                 }
             });
@@ -91,8 +95,8 @@ impl Live {
     }
 }
 
-fn write_now(out: &mut impl Write, text: &str) -> std::io::Result<()> {
-    out.write_all(text.as_bytes())?;
+fn write_now(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    out.write_all(bytes)?;
     out.flush()
 }
 
@@ -101,10 +105,7 @@ mod tests {
     use super::*;
 
     fn event(text: &str) -> OutputEvent {
-        OutputEvent {
-            stream: Stream::Stderr,
-            text: text.to_owned(),
-        }
+        OutputEvent::new(Stream::Stderr, text)
     }
 
     #[test]

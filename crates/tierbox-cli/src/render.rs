@@ -145,6 +145,15 @@ fn other_notes(o: &Outcome) -> Vec<String> {
         if s.redacted {
             notes.push(format!("{name}: secrets redacted"));
         }
+        if s.live_dropped_bytes > 0 {
+            notes.push(format!(
+                "{name}: {} bytes were not printed as the run went (the live stream fell behind); the outcome (--json) has them",
+                s.live_dropped_bytes
+            ));
+        }
+        if let Some(e) = &s.spill_error {
+            notes.push(format!("{name}: spill: {e}"));
+        }
     }
     if !o.created_git_dirs.is_empty() {
         let dirs: Vec<String> = o

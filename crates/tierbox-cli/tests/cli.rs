@@ -2324,3 +2324,199 @@ fn a_one_shot_tier_b_run_has_its_child_attach_the_whole_filter() {
         "{detail}"
     );
 }
+
+/// The built-in default policy (`tierbox policy init`) keeping 16 MiB per stream, so a
+/// 10 MiB stream is output whole, with Tier C on `backend`.
+fn big_output_policy(backend: Option<&str>) -> String {
+    let out = tierbox(&["policy", "init"], None);
+    tierbox_test_support::policy_for_output(
+        &String::from_utf8(out.stdout).unwrap(),
+        16 << 20,
+        backend,
+    )
+}
+
+/// Whether `label` (`tier b`, `tier c native`, `tier c bwrap`) runs here; prints why not.
+fn backend_available(label: &str) -> bool {
+    match label {
+        "tier b" => tier_b_available(),
+        "tier c native" => tier_c_native_available(),
+        _ => {
+            tier_c_available()
+                && (tierbox_runner::host::probe_bwrap_cached().is_ok()
+                    || !tierbox_test_support::skip_here("bubblewrap is not installed"))
+        }
+    }
+}
+
+/// `tierbox run -- cat FILE | cmp - FILE` for 10 MiB of random bytes, in Tier B, native
+/// Tier C and bwrap: what the CLI prints to a pipe is the program's bytes exactly; and a
+/// `--json` run of binary output decodes to them (`bytes_base64`).
+///
+/// Regression: the CLI printed the lossy UTF-8 of the output, so `tierbox run -- gzip -c
+/// F | gunzip` failed "not in gzip format", 4096 random bytes came out as about 7,450,
+/// and `tar -c` or `cat img.png > x` were corrupted, all with exit status 0.
+#[test]
+fn piped_binary_output_is_the_program_s_bytes_in_every_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let big = tierbox_test_support::random_bytes(10 << 20, 1);
+    std::fs::write(ws.join("big.bin"), &big).unwrap();
+    let small = tierbox_test_support::random_bytes(64 << 10, 2);
+    std::fs::write(ws.join("small.bin"), &small).unwrap();
+    let w = ws.to_str().unwrap();
+    for (label, tier, backend, name) in [
+        ("tier b", "b", None, "tier_b_linux"),
+        ("tier c native", "c", Some("native"), "tier_c_linux_native"),
+        ("tier c bwrap", "c", Some("bwrap"), "tier_c_bwrap"),
+    ] {
+        if !backend_available(label) {
+            continue;
+        }
+        let policy = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&policy, big_output_policy(backend)).unwrap();
+        let p = policy.to_str().unwrap();
+        let run = |extra: &[&str], file: &str| {
+            let mut args = vec!["run", "--policy", p, "--workspace", w, "--tier", tier];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", "cat", file]);
+            tierbox(&args, None)
+        };
+        let out = run(&[], "big.bin");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{label}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if let Err(e) = tierbox_test_support::same_bytes(&out.stdout, &big) {
+            panic!("{label}: tierbox run -- cat big.bin | cmp - big.bin: {e}");
+        }
+        let v = succeeded_json(&run(&["--json"], "small.bin"));
+        assert_eq!(v["backend"], name, "{label}");
+        let s = &v["stdout"];
+        assert_eq!(s["lossy_utf8"], true, "{label}");
+        let bytes =
+            tierbox_runner::wire::decode(s["text"].as_str().unwrap(), s["bytes_base64"].as_str())
+                .unwrap();
+        if let Err(e) = tierbox_test_support::same_bytes(&bytes, &small) {
+            panic!("{label}: --json stdout.bytes_base64: {e}");
+        }
+    }
+}
+
+/// Spill files end to end: a run's spill file is the supervisor's own, 0600 in a 0700
+/// directory, and holds the stream; a second run finds only part of the cap
+/// (`output.spill_total_bytes`) left and stops there, a third none and is refused, each
+/// saying so in `spill_error`; `doctor` shows what is kept; once past
+/// `output.spill_keep_secs` the next run removes them.
+///
+/// Regression: spill files were never removed and counted against nothing (a run could
+/// fill the state directory's disk with old output), and `doctor` did not show them.
+#[test]
+fn spill_files_are_private_capped_shown_and_expire() {
+    use std::os::unix::fs::MetadataExt;
+    if !tier_b_available() {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let data = tierbox_test_support::random_bytes(3 << 20, 7);
+    std::fs::write(ws.path().join("a.bin"), &data).unwrap();
+    let policy = ws.path().join("spill.toml");
+    let init = String::from_utf8(tierbox(&["policy", "init"], None).stdout).unwrap();
+    let text = tierbox_test_support::policy_for_output(&init, 1 << 20, None).replace(
+        "[output]\n",
+        "[output]\nspill = true\nspill_total_bytes = 4194304\nspill_keep_secs = 3600\n",
+    );
+    std::fs::write(&policy, text).unwrap();
+    let (p, w) = (policy.to_str().unwrap(), ws.path().to_str().unwrap());
+    let run = |cmd: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--json",
+            "--policy",
+            p,
+            "--workspace",
+            w,
+            "--tier",
+            "b",
+            "--",
+        ];
+        args.extend_from_slice(cmd);
+        succeeded_json(&tierbox_with_state(state.path(), &args, None))
+    };
+    let first = run(&["cat", "a.bin"]);
+    let spilled = std::path::PathBuf::from(first["stdout"]["spill_path"].as_str().unwrap());
+    assert_eq!(
+        first["stdout"]["spill_error"],
+        serde_json::Value::Null,
+        "{first}"
+    );
+    assert_eq!(std::fs::read(&spilled).unwrap(), data);
+    let uid = rustix::process::geteuid().as_raw();
+    let dir = spilled.parent().unwrap();
+    for (path, mode) in [(spilled.as_path(), 0o600), (dir, 0o700)] {
+        let m = std::fs::symlink_metadata(path).unwrap();
+        assert_eq!(
+            (m.uid(), m.mode() & 0o7777),
+            (uid, mode),
+            "{}",
+            path.display()
+        );
+    }
+    // 3 MiB of the 4 MiB cap are taken: the second run's spill stops at 1 MiB.
+    let second = run(&["cat", "a.bin"]);
+    let why = second["stdout"]["spill_error"].as_str().unwrap();
+    assert!(
+        why.contains("first 1048576 bytes") && why.contains("output.spill_total_bytes"),
+        "{why}"
+    );
+    let partial = second["stdout"]["spill_path"].as_str().unwrap();
+    assert_eq!(std::fs::read(partial).unwrap(), data[..1 << 20]);
+    // None left: refused, no file.
+    let third = run(&["cat", "a.bin"]);
+    let why = third["stdout"]["spill_error"].as_str().unwrap();
+    assert!(
+        why.starts_with("spill refused") && why.contains("4194304"),
+        "{why}"
+    );
+    assert_eq!(third["stdout"]["spill_path"], serde_json::Value::Null);
+    let doctor = tierbox_with_state(state.path(), &["doctor", "--json", "--policy", p], None);
+    let shown: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let spill = &shown["spill"];
+    assert_eq!(
+        (spill["files"].as_u64(), spill["bytes"].as_u64()),
+        (Some(4), Some(4 << 20)),
+        "{spill}"
+    );
+    assert!(spill["oldest_unix_secs"].is_u64(), "{spill}");
+    let doctor = tierbox_with_state(state.path(), &["doctor", "--policy", p], None);
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        text.contains("spill       4 file(s), 4194304 of 4194304 bytes"),
+        "{text}"
+    );
+    // Two hours later (past spill_keep_secs), the next run removes them all.
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let f = std::fs::File::options()
+            .write(true)
+            .open(entry.unwrap().path())
+            .unwrap();
+        f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(7200))
+            .unwrap();
+    }
+    let fourth = run(&["true"]);
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left.len(),
+        2,
+        "only the fourth run's files are left: {left:?}"
+    );
+    assert!(!spilled.exists());
+    assert_eq!(fourth["stdout"]["spill_error"], serde_json::Value::Null);
+}

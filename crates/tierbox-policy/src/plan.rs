@@ -296,6 +296,20 @@ pub struct OutputPlan {
     pub mode: QuotaMode,
     /// Spill full streams to files.
     pub spill: bool,
+    /// Seconds a spill file is kept after its last write (`output.spill_keep_secs`).
+    #[serde(default = "default_spill_keep_secs")]
+    pub spill_keep_secs: u64,
+    /// Bytes all spill files of the state directory may hold (`output.spill_total_bytes`).
+    #[serde(default = "default_spill_total_bytes")]
+    pub spill_total_bytes: u64,
+}
+
+fn default_spill_keep_secs() -> u64 {
+    crate::policy::DEFAULT_SPILL_KEEP_SECS
+}
+
+fn default_spill_total_bytes() -> u64 {
+    crate::policy::DEFAULT_SPILL_TOTAL_BYTES
 }
 
 /// Tier requirements for this run.

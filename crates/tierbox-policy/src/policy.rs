@@ -32,6 +32,18 @@ pub const HARD_MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 /// supervisor holds at most this much of a run's output in memory.
 pub const HARD_MAX_OUTPUT_BYTES: u64 = 256 * 1024 * 1024;
 
+/// `output.spill_keep_secs` when the policy gives none: a spill file is removed one day
+/// after it was last written.
+pub const DEFAULT_SPILL_KEEP_SECS: u64 = 24 * 60 * 60;
+
+/// Longest `output.spill_keep_secs` a policy may ask for, in seconds (30 days): spill
+/// files hold whole output streams, secrets included (they are not redacted).
+pub const MAX_SPILL_KEEP_SECS: u64 = 30 * 24 * 60 * 60;
+
+/// `output.spill_total_bytes` when the policy gives none (4 GiB): two streams of a run at
+/// the default `limits.file_size_bytes`, twice over.
+pub const DEFAULT_SPILL_TOTAL_BYTES: u64 = 4 << 30;
+
 /// Hard cap on the number of `egress.resolve` entries (host names with fixed addresses).
 pub const MAX_EGRESS_RESOLVE: usize = 256;
 
@@ -634,8 +646,22 @@ pub struct OutputPolicy {
     /// What happens past `max_bytes`.
     pub mode: QuotaMode,
     /// Also write the full streams to files in the run's state directory and return their
-    /// paths (bounded by `file_size_bytes`).
+    /// paths (each bounded by `limits.file_size_bytes`, all together by
+    /// `spill_total_bytes`). The files hold the raw output (not redacted), are the
+    /// supervisor's own with mode 0600, and are removed `spill_keep_secs` after they were
+    /// last written.
     pub spill: bool,
+    /// Seconds a spill file is kept after it was last written (1 to
+    /// [`MAX_SPILL_KEEP_SECS`]; default [`DEFAULT_SPILL_KEEP_SECS`], a day). The next run
+    /// of the same state directory, a server's periodic sweep and `tierbox doctor` remove
+    /// the files past it; a file still being written is never removed.
+    pub spill_keep_secs: u64,
+    /// Bytes all spill files of the state directory may hold together, foreground and
+    /// background alike (at least 1; default [`DEFAULT_SPILL_TOTAL_BYTES`], 4 GiB). Room
+    /// is reserved before it is written, so concurrent runs cannot pass it together; a
+    /// spill with no room left is refused, one that runs out of room stops, and the
+    /// stream's `spill_error` says which.
+    pub spill_total_bytes: u64,
 }
 
 impl Default for OutputPolicy {
@@ -644,6 +670,8 @@ impl Default for OutputPolicy {
             max_bytes: 1 << 20,
             mode: QuotaMode::Truncate,
             spill: false,
+            spill_keep_secs: DEFAULT_SPILL_KEEP_SECS,
+            spill_total_bytes: DEFAULT_SPILL_TOTAL_BYTES,
         }
     }
 }
@@ -962,6 +990,8 @@ impl Policy {
             ("limits.file_size_bytes", l.file_size_bytes),
             ("limits.disk_bytes", l.disk_bytes),
             ("output.max_bytes", self.output.max_bytes),
+            ("output.spill_keep_secs", self.output.spill_keep_secs),
+            ("output.spill_total_bytes", self.output.spill_total_bytes),
         ] {
             if value == 0 {
                 return invalid(field, "must be at least 1".to_owned());
@@ -1120,6 +1150,15 @@ impl Policy {
             return invalid(
                 "output.max_bytes",
                 format!("above the hard cap {HARD_MAX_OUTPUT_BYTES}"),
+            );
+        }
+        if self.output.spill_keep_secs > MAX_SPILL_KEEP_SECS {
+            return invalid(
+                "output.spill_keep_secs",
+                format!(
+                    "{} is above the hard cap {MAX_SPILL_KEEP_SECS} (30 days)",
+                    self.output.spill_keep_secs
+                ),
             );
         }
         Ok(())
@@ -1345,6 +1384,38 @@ mod tests {
         assert_eq!(
             KeepCaps::default().total_bytes,
             DEFAULT_KEEP_CHANGES_TOTAL_BYTES
+        );
+    }
+
+    #[test]
+    fn spill_lifetime_and_cap_are_bounded_and_have_documented_defaults() {
+        let base = "version = 1\n[output]\nspill = true\n";
+        for (doc, field) in [
+            ("spill_keep_secs = 0\n", "output.spill_keep_secs"),
+            (
+                &format!("spill_keep_secs = {}\n", MAX_SPILL_KEEP_SECS + 1) as &str,
+                "output.spill_keep_secs",
+            ),
+            ("spill_total_bytes = 0\n", "output.spill_total_bytes"),
+        ] {
+            let err = Policy::from_toml(&format!("{base}{doc}")).unwrap_err();
+            assert!(
+                matches!(&err, PolicyError::Invalid { field: f, .. } if f == field),
+                "{doc}: {err}"
+            );
+        }
+        let p = Policy::from_toml(&format!(
+            "{base}spill_keep_secs = 60\nspill_total_bytes = 1048576\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            (p.output.spill_keep_secs, p.output.spill_total_bytes),
+            (60, 1 << 20)
+        );
+        let d = Policy::default().output;
+        assert_eq!(
+            (d.spill_keep_secs, d.spill_total_bytes),
+            (DEFAULT_SPILL_KEEP_SECS, DEFAULT_SPILL_TOTAL_BYTES)
         );
     }
 

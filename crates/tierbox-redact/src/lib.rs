@@ -116,6 +116,15 @@
 //! `password: string;`, `token: Option<String>`). `changeme`, `secret` or `hunter2` are
 //! redacted: they are weak, but they are passwords.
 //!
+//! # Bytes and streams
+//!
+//! Output is bytes: [`Redactor::redact_bytes`] and [`Redactor::redact_piece_bytes`]
+//! redact bytes that need not be UTF-8, keeping every byte outside a secret exactly (valid
+//! UTF-8 comes out as [`Redactor::redact`] makes it), and [`stream::StreamRedactor`]
+//! redacts a stream as it arrives, piece by piece, a secret split across reads included.
+//! No lossy decoding happens on the way: a caller that shows the result as text decodes
+//! it then.
+//!
 //! # Not covered (documented non-goals)
 //!
 //! Redaction is a courtesy to the humans and models reading output, **not a boundary**: a
@@ -132,6 +141,9 @@ use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use regex::{Regex, RegexBuilder};
+
+pub mod bytes;
+pub mod stream;
 
 /// The text that replaces every redacted value.
 ///

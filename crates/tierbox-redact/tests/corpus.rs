@@ -178,6 +178,48 @@ fn a_line_that_does_not_settle_is_hidden_whole() {
     assert_eq!(alone, REDACTED);
 }
 
+/// Invalid UTF-8 on lines of its own around each positive case changes nothing about
+/// what is redacted: the redacted bytes, shown lossily, are the lossy text redacted, and
+/// the invalid bytes come back exactly. Each invalid byte here is a sequence of its own,
+/// so the lossy text has one `U+FFFD` where the bytes have one stand-in.
+#[test]
+fn positives_between_invalid_bytes_are_redacted_as_their_lossy_text() {
+    let redactor = corpus_redactor();
+    for (line, case) in cases(POSITIVES) {
+        let (input, _, _) = parse_positive(&case);
+        let mut bytes = b"\xff\xfe\x80\n".to_vec();
+        bytes.extend_from_slice(input.as_bytes());
+        bytes.extend_from_slice(b"\n\xc3(\xbf\n");
+        let (out, redacted) = redactor.redact_bytes(&bytes);
+        let text = String::from_utf8_lossy(&bytes);
+        let (lossy, lossy_redacted) = redactor.redact(&text);
+        assert!(redacted && lossy_redacted, "positives.txt:{line}");
+        assert_eq!(String::from_utf8_lossy(&out), lossy, "positives.txt:{line}");
+        assert!(
+            out.starts_with(b"\xff\xfe\x80\n"),
+            "positives.txt:{line}: {out:?}"
+        );
+        if !input.contains("PRIVATE KEY") {
+            assert!(
+                out.ends_with(b"\n\xc3(\xbf\n"),
+                "positives.txt:{line}: {out:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn negatives_as_bytes_are_untouched_and_borrowed() {
+    let redactor = corpus_redactor();
+    for (line, case) in cases(NEGATIVES) {
+        let mut bytes = case.clone().into_bytes();
+        bytes.extend_from_slice(b"\n\xff\x00\xfe binary \x80\n");
+        let (out, redacted) = redactor.redact_bytes(&bytes);
+        assert!(!redacted, "negatives.txt:{line}: {out:?}");
+        assert!(matches!(out, Cow::Borrowed(_)), "negatives.txt:{line}");
+    }
+}
+
 #[test]
 fn short_secrets_are_ignored() {
     let redactor = Redactor::new(&["abc".to_string(), String::new(), "ACTED".to_string()]);
@@ -236,7 +278,80 @@ fn soup_strategy() -> impl Strategy<Value = String> {
     prop::collection::vec(fragment, 0..32).prop_map(|v| v.concat())
 }
 
+/// Bytes that are never part of valid UTF-8 (lone continuation bytes, `0xC0`, `0xC1`,
+/// `0xF5`–`0xFF`), with blanks and newlines between them.
+fn invalid_strategy() -> impl Strategy<Value = Vec<u8>> {
+    let byte = prop_oneof![
+        0x80u8..=0xBF,
+        Just(0xC0u8),
+        Just(0xC1u8),
+        0xF5u8..=0xFF,
+        Just(b'\n'),
+        Just(b' '),
+    ];
+    prop::collection::vec(byte, 0..40)
+}
+
+/// `before`, a blank, `middle`, a blank, `after`.
+fn blank_between(before: &[u8], middle: &[u8], after: &[u8]) -> Vec<u8> {
+    [before, b" ", middle, b" ", after].concat()
+}
+
 proptest! {
+    /// On valid UTF-8, redacting bytes is redacting the text.
+    #[test]
+    fn redacting_bytes_is_redacting_text_on_valid_utf8(
+        soup in soup_strategy(),
+        secret in secret_strategy(),
+    ) {
+        let text = soup.replace(SECRET_SLOT, &secret).replace(MULTILINE_SECRET_SLOT, "a\nb");
+        let redactor = Redactor::new(std::slice::from_ref(&secret));
+        let (as_text, text_flag) = redactor.redact(&text);
+        let (as_bytes, bytes_flag) = redactor.redact_bytes(text.as_bytes());
+        prop_assert_eq!(&*as_bytes, as_text.as_bytes());
+        prop_assert_eq!(bytes_flag, text_flag);
+        prop_assert_eq!(matches!(as_bytes, Cow::Borrowed(_)), matches!(as_text, Cow::Borrowed(_)));
+    }
+
+    /// Invalid UTF-8 around a secret is kept byte-exact; only the secret is replaced.
+    #[test]
+    fn invalid_bytes_around_a_secret_are_kept_exactly(
+        secret in "[A-Za-z0-9]{4,40}",
+        before in invalid_strategy(),
+        after in invalid_strategy(),
+    ) {
+        let redactor = Redactor::new(std::slice::from_ref(&secret));
+        let bytes = blank_between(&before, secret.as_bytes(), &after);
+        let (out, redacted) = redactor.redact_bytes(&bytes);
+        let want = blank_between(&before, REDACTED.as_bytes(), &after);
+        prop_assert!(redacted);
+        prop_assert_eq!(&*out, &want[..]);
+    }
+
+    /// A stream cut anywhere into chunks, redacted piece by piece, hides a secret the
+    /// chunks split, and keeps every other byte.
+    #[test]
+    fn a_stream_hides_a_secret_split_across_chunks(
+        secret in "[A-Za-z0-9]{4,40}",
+        before in invalid_strategy(),
+        after in invalid_strategy(),
+        cuts in prop::collection::vec(0usize..200, 0..6),
+    ) {
+        let redactor = Redactor::new(std::slice::from_ref(&secret));
+        let bytes = blank_between(&before, secret.as_bytes(), &after);
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut stream = tierbox_redact::stream::StreamRedactor::default();
+        let (mut out, mut last) = (Vec::new(), 0);
+        for cut in cuts.into_iter().chain([bytes.len()]) {
+            out.extend(stream.push(&bytes[last..cut], false, Some(&redactor)).unwrap_or_default());
+            last = cut;
+        }
+        out.extend(stream.finish(Some(&redactor)).unwrap_or_default());
+        let want = blank_between(&before, REDACTED.as_bytes(), &after);
+        prop_assert_eq!(out, want);
+    }
+
     #[test]
     fn exact_secret_never_survives(
         secret in secret_strategy(),

@@ -132,8 +132,8 @@ impl Auditor {
             stdout_sha256: outcome.stdout.sha256.clone(),
             stderr_sha256: outcome.stderr.sha256.clone(),
             stdin_sha256: outcome.stdin.as_ref().map(|s| s.sha256.clone()),
-            redacted_stdout_sha256: tierbox_attest::sha256_hex(outcome.stdout.text.as_bytes()),
-            redacted_stderr_sha256: tierbox_attest::sha256_hex(outcome.stderr.text.as_bytes()),
+            redacted_stdout_sha256: redacted_digest(&outcome.stdout),
+            redacted_stderr_sha256: redacted_digest(&outcome.stderr),
             sandbox_failure: outcome.sandbox_failure.clone(),
             run_id: outcome.run_id.clone(),
             timed_out: outcome.timed_out,
@@ -280,6 +280,17 @@ impl Auditor {
 }
 
 /// A run's denials as the attestation carries them (`None` when it was refused nothing).
+/// The attested digest of a stream's redacted output: SHA-256 of its kept bytes
+/// ([`crate::StreamOutput::bytes`]: `bytes_base64` when the text is lossy, else the text),
+/// so the bytes a consumer decodes are the ones signed.
+fn redacted_digest(s: &crate::StreamOutput) -> String {
+    match s.bytes() {
+        Ok(bytes) => tierbox_attest::sha256_hex(&bytes),
+        // Never for an outcome the runner made; a digest nothing matches.
+        Err(_) => String::new(),
+    }
+}
+
 pub(crate) fn denials_value(
     denials: &[crate::denials::Denial],
 ) -> Result<Option<Value>, AuditError> {

@@ -38,7 +38,7 @@ use tierbox_sandbox::launch::mediate::RefusalLog;
 
 use crate::supervisor::{
     self, DRAIN_TIMEOUT_MS, EndCause, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, end_tree,
-    ensure_private_dir, ensure_state_dir, exited, kill_tree, launch_in, new_run_id, read_stream,
+    ensure_state_dir, exited, kill_tree, launch_in, new_run_id, read_stream,
 };
 
 /// How long `start` watches a new background process before returning its handle, in
@@ -169,10 +169,18 @@ struct SealFacts {
 pub struct BackgroundHandle {
     /// Status at the end of the startup window.
     pub status: BackgroundStatus,
-    /// stdout written during the startup window.
+    /// stdout written during the startup window, as text (invalid UTF-8 replaced with
+    /// U+FFFD).
     pub startup_stdout: String,
-    /// stderr written during the startup window.
+    /// Those stdout bytes exactly (standard base64), present exactly when
+    /// `startup_stdout` is lossy ([`crate::wire`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_stdout_base64: Option<String>,
+    /// stderr written during the startup window, as text.
     pub startup_stderr: String,
+    /// Those stderr bytes exactly, present exactly when `startup_stderr` is lossy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_stderr_base64: Option<String>,
 }
 
 /// Why a background operation failed.
@@ -362,8 +370,7 @@ impl Entry {
             r.lock()
                 .map(|r| {
                     // Kept redacted already (`ShownRing`).
-                    let text = r.retained_text();
-                    (r.sha256(), tierbox_attest::sha256_hex(text.as_bytes()))
+                    (r.sha256(), tierbox_attest::sha256_hex(&r.retained()))
                 })
                 .unwrap_or_default()
         };
@@ -488,22 +495,34 @@ impl BackgroundManager {
         }
     }
 
-    /// A stream's ring, with a spill file under `<state>/spill` when the policy asks.
-    fn ring(&self, id: &str, stream: Stream, spill_bytes: u64) -> Result<OutputRing, RunError> {
+    /// A stream's ring, with a spill file under `<state>/spill` when the policy asks
+    /// ([`crate::spill`]: refused, and said so in each read's `spill_error`, when the
+    /// cap `total_bytes` on all spill files is reached).
+    fn ring(
+        &self,
+        id: &str,
+        stream: Stream,
+        spill_bytes: u64,
+        total_bytes: u64,
+    ) -> Result<OutputRing, RunError> {
         let ring = OutputRing::new(RING_BYTES);
         if spill_bytes == 0 {
             return Ok(ring);
         }
-        let dir = self.options.state_dir.join("spill");
-        ensure_private_dir(&dir)?;
-        ring.with_spill(
-            dir.join(format!("bg-{id}.{}", stream.as_str())),
+        let dir = crate::spill::SpillDir::open(&self.options.state_dir)
+            .map_err(|e| e.into_run_error("open the spill directory"))?;
+        match dir.create(
+            &format!("bg-{id}.{}", stream.as_str()),
             spill_bytes,
-        )
-        .map_err(|source| RunError::Io {
-            what: "create the background spill file",
-            source,
-        })
+            "background.spill_bytes",
+            total_bytes,
+        ) {
+            Ok(file) => Ok(ring.with_spill(file)),
+            Err(e @ crate::spill::SpillError::Full { .. }) => {
+                Ok(ring.with_spill_refused(e.to_string()))
+            }
+            Err(e) => Err(e.into_run_error("create the background spill file")),
+        }
     }
 
     /// Drops ended records past [`ENDED_RETENTION`] and beyond [`MAX_ENDED_PER_OWNER`].
@@ -612,6 +631,7 @@ impl BackgroundManager {
         }
         let id = new_run_id();
         ensure_state_dir(&self.options.state_dir)?;
+        crate::spill::sweep_expired(&self.options.state_dir, plan.output.spill_keep_secs);
         let launch_opts = LaunchOptions {
             run_id: id.clone(),
             tmp_base: self.options.state_dir.join("tmp"),
@@ -658,11 +678,13 @@ impl BackgroundManager {
                 &id,
                 Stream::Stdout,
                 bg.spill_bytes,
+                plan.output.spill_total_bytes,
             )?)),
             stderr: Arc::new(Mutex::new(self.ring(
                 &id,
                 Stream::Stderr,
                 bg.spill_bytes,
+                plan.output.spill_total_bytes,
             )?)),
             stdin: tokio::sync::Mutex::new(stdin),
             pidfd,
@@ -699,9 +721,13 @@ impl BackgroundManager {
         let _ =
             tokio::time::timeout(Duration::from_millis(STARTUP_WINDOW_MS), entry.wait_end()).await;
         let status = entry.current_status().await;
+        let out = entry.read(Stream::Stdout, 0, MAX_OUTPUT_READ_BYTES);
+        let err = entry.read(Stream::Stderr, 0, MAX_OUTPUT_READ_BYTES);
         let handle = BackgroundHandle {
-            startup_stdout: entry.read(Stream::Stdout, 0, MAX_OUTPUT_READ_BYTES).text,
-            startup_stderr: entry.read(Stream::Stderr, 0, MAX_OUTPUT_READ_BYTES).text,
+            startup_stdout: out.text,
+            startup_stdout_base64: out.bytes_base64,
+            startup_stderr: err.text,
+            startup_stderr_base64: err.bytes_base64,
             status,
         };
         if handle.status.state != BackgroundState::Running {

@@ -595,8 +595,8 @@ impl Runner {
         self.execute(RunRequest::Process(request), None).await
     }
 
-    /// [`Runner::run`], sending the output to `events` as it happens (line-buffered,
-    /// redacted; see [`crate::stream`]). A rejection is returned before anything is sent.
+    /// [`Runner::run`], sending the output to `events` as it happens (bytes,
+    /// line-buffered, redacted; see [`crate::stream`]). A rejection is returned before anything is sent.
     ///
     /// ```
     /// use tierbox_policy::{Policy, ProcessRunRequest};
@@ -613,7 +613,7 @@ impl Runner {
     /// let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     /// let outcome = rt.block_on(runner.run_streaming(&req, tx))?;
     /// assert_eq!(outcome.stdout.text, "streamed\n");
-    /// assert_eq!(rx.try_recv().unwrap().text, "streamed\n");
+    /// assert_eq!(rx.try_recv().unwrap().bytes, b"streamed\n");
     /// # Ok::<(), tierbox_runner::RunError>(())
     /// ```
     pub async fn run_streaming(

@@ -6,11 +6,10 @@
 //!   the child never blocks on a full pipe.
 //! - `kill` mode keeps the first `max_bytes` and reports the moment the quota is passed,
 //!   so the supervisor can terminate the tree; the captured prefix is still returned.
-//! - optional spill writes every byte to a file (bounded by the run's file-size limit).
+//! - optional spill writes every byte to a file (bounded by the run's file-size limit and
+//!   the cap on all spill files: [`crate::spill`]).
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::Write;
 use std::path::PathBuf;
 
 use sha2::{Digest, Sha256};
@@ -43,18 +42,20 @@ pub struct StreamCapture {
     tail: VecDeque<u8>,
     total: u64,
     exceeded: bool,
-    spill: Option<Spill>,
+    spill: Spill,
     /// SHA-256 of every byte read, kept or not (the attestation's raw output digest).
     hasher: Sha256,
 }
 
+/// Where the stream is spilled, if anywhere.
 #[derive(Debug)]
-struct Spill {
-    path: PathBuf,
-    file: File,
-    max_bytes: u64,
-    written: u64,
-    error: Option<String>,
+enum Spill {
+    /// Not asked for.
+    Off,
+    /// Being written.
+    On(crate::spill::SpillFile),
+    /// Asked for and refused (the cap was reached): why.
+    Refused(String),
 }
 
 /// A finished capture.
@@ -96,34 +97,28 @@ impl StreamCapture {
             tail: VecDeque::new(),
             total: 0,
             exceeded: false,
-            spill: None,
+            spill: Spill::Off,
             hasher: Sha256::new(),
         }
     }
 
-    /// Also writes every byte to `path` (created 0600), up to `max_bytes`.
-    pub fn with_spill(mut self, path: PathBuf, max_bytes: u64) -> std::io::Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
-        self.spill = Some(Spill {
-            path,
-            file,
-            max_bytes,
-            written: 0,
-            error: None,
-        });
-        Ok(self)
+    /// Also writes every byte to `spill` (see [`crate::spill`]).
+    pub fn with_spill(mut self, spill: crate::spill::SpillFile) -> Self {
+        self.spill = Spill::On(spill);
+        self
+    }
+
+    /// Records that the spill asked for was refused, and why (`spill_error`).
+    pub fn with_spill_refused(mut self, why: String) -> Self {
+        self.spill = Spill::Refused(why);
+        self
     }
 
     /// Adds a chunk read from the stream.
     pub fn push(&mut self, chunk: &[u8]) -> Push {
         self.total += chunk.len() as u64;
         self.hasher.update(chunk);
-        if let Some(spill) = &mut self.spill {
+        if let Spill::On(spill) = &mut self.spill {
             spill.write(chunk);
         }
         let room = self.head_cap - self.head.len();
@@ -167,8 +162,12 @@ impl StreamCapture {
         let kept = (self.head.len() + self.tail.len()) as u64;
         let omitted = self.total - kept;
         let (spill_path, spill_error) = match self.spill {
-            Some(s) => (Some(s.path), s.error),
-            None => (None, None),
+            Spill::On(file) => {
+                let (path, error) = file.finish();
+                (Some(path), error)
+            }
+            Spill::Refused(why) => (None, Some(why)),
+            Spill::Off => (None, None),
         };
         Captured {
             head: self.head,
@@ -179,27 +178,6 @@ impl StreamCapture {
             spill_path,
             spill_error,
             sha256: tierbox_attest::jcs::hex(&self.hasher.finalize()),
-        }
-    }
-}
-
-impl Spill {
-    fn write(&mut self, chunk: &[u8]) {
-        if self.error.is_some() {
-            return;
-        }
-        let room = self.max_bytes.saturating_sub(self.written);
-        let take = usize::try_from(room).unwrap_or(usize::MAX).min(chunk.len());
-        if let Err(e) = self.file.write_all(&chunk[..take]) {
-            self.error = Some(format!("write {}: {e}", self.path.display()));
-            return;
-        }
-        self.written += take as u64;
-        if take < chunk.len() {
-            self.error = Some(format!(
-                "spill file reached the file-size limit of {} bytes",
-                self.max_bytes
-            ));
         }
     }
 }
@@ -260,14 +238,20 @@ mod tests {
     #[test]
     fn spill_writes_everything_up_to_its_limit() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("out");
-        let mut c = StreamCapture::new(4, QuotaMode::Truncate)
-            .with_spill(path.clone(), 10)
+        let spill = crate::spill::SpillDir::open(dir.path()).unwrap();
+        let file = spill
+            .create("run.stdout", 10, "limits.file_size_bytes", 1 << 20)
             .unwrap();
+        let path = file.path().to_path_buf();
+        let mut c = StreamCapture::new(4, QuotaMode::Truncate).with_spill(file);
         c.push(b"0123456789abc");
         let out = c.finish();
         assert_eq!(std::fs::read(&path).unwrap(), b"0123456789");
-        assert!(out.spill_error.is_some());
+        let e = out.spill_error.unwrap();
+        assert!(
+            e.contains("first 10 bytes") && e.contains("limits.file_size_bytes"),
+            "{e}"
+        );
         assert_eq!(out.spill_path, Some(path));
     }
 }

@@ -16,10 +16,12 @@ pub mod outcome;
 pub mod protected;
 pub mod review;
 pub mod ring;
+pub mod spill;
 pub mod stdin;
 pub mod stream;
 pub mod supervisor;
 pub mod wasm;
+pub mod wire;
 
 pub use builder::{Checked, Prepared, RunRequest, Runner, Sandbox, SandboxedCommand};
 pub use identity::RunnerIdentity;

@@ -1,5 +1,6 @@
 //! The Outcome of a run: what happened, what was enforced, and the output.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -8,6 +9,7 @@ use tierbox_policy::Enforcement;
 use tierbox_redact::Redactor;
 
 use crate::capture::Captured;
+use crate::wire::{self, WireError};
 
 /// Which limit ended (or constrained) the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -120,13 +122,25 @@ impl LimitHit {
 }
 
 /// One output stream as returned to the caller.
+///
+/// The stream's kept bytes (redacted; when bytes were omitted, the head and the tail
+/// joined by a marker line) are the truth, and `text` is a view of them: exact when they
+/// are valid UTF-8, otherwise lossy (`lossy_utf8`) with the bytes themselves in
+/// `bytes_base64` (see [`crate::wire`]; [`StreamOutput::bytes`] gives them back).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StreamOutput {
-    /// The kept text (lossy UTF-8, redacted). When bytes were omitted, the head and the
-    /// tail are joined by a marker line naming how many bytes were omitted.
+    /// The kept output as text (redacted; each invalid UTF-8 sequence replaced with
+    /// U+FFFD). When bytes were omitted, the head and the tail are joined by a marker line
+    /// naming how many bytes were omitted.
     pub text: String,
-    /// Invalid UTF-8 was replaced with U+FFFD.
+    /// The kept bytes are not valid UTF-8: `text` replaced some of them with U+FFFD, and
+    /// `bytes_base64` has them exactly.
     pub lossy_utf8: bool,
+    /// The kept bytes exactly, as standard base64 with padding: the same head, marker
+    /// line and tail as `text`, redacted the same way, every other byte as the program
+    /// wrote it. Present exactly when `lossy_utf8` is true; otherwise `text` is exact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_base64: Option<String>,
     /// Bytes the process wrote (all of them, kept or not).
     pub total_bytes: u64,
     /// Bytes not kept.
@@ -135,110 +149,178 @@ pub struct StreamOutput {
     pub truncated: bool,
     /// Something was redacted.
     pub redacted: bool,
-    /// Where the full stream was written, when spill is on.
+    /// Where the full stream was written, when spill is on (a file of the state
+    /// directory's `spill/`, the supervisor's own, mode 0600, removed
+    /// `output.spill_keep_secs` after its last write).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spill_path: Option<PathBuf>,
-    /// Why spill stopped early.
+    /// Why the spill file is missing or holds less than the whole stream (refused at the
+    /// cap `output.spill_total_bytes`, the file-size limit, a write error); `spill_path`
+    /// is then absent (refused) or names a file holding the first bytes only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spill_error: Option<String>,
     /// Draining stopped at the bounded wait because a process outside the run's control
     /// kept the pipe open.
     #[serde(skip_serializing_if = "std::ops::Not::not", default)]
     pub drain_incomplete: bool,
+    /// Bytes of this stream that the run's live output (streamed events: the HTTP API's
+    /// `?stream=true`, MCP progress, the CLI's live printing) could not deliver because
+    /// its reader had not taken them within [`crate::stream::STREAM_END_WAIT_MS`] of the
+    /// run's end. The stream here is whole; only the live copy missed them. Absent when
+    /// nothing was missed (always, for a reader that keeps reading).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub live_dropped_bytes: u64,
     /// Lowercase hex SHA-256 of every byte the process wrote to the stream, before
     /// truncation and redaction (attested; compare with a spill file).
     pub sha256: String,
-    /// Bytes of the kept text left out of this view of it. A view with a size bound
+    /// Bytes of the kept output left out of this view of it. A view with a size bound
     /// ([`Outcome::bounded`]: an MCP tool result) keeps the first and last
-    /// [`VIEW_TEXT_BYTES`]` / 2` of `text` and joins them with a marker line; the whole
-    /// text is in the full result (the HTTP API, the library) and, when spill is on, in
-    /// the file at `spill_path`. Absent from a full view.
+    /// [`VIEW_TEXT_BYTES`]` / 2` bytes and joins them with a marker line (`text` and
+    /// `bytes_base64` alike); the whole output is in the full result (the HTTP API, the
+    /// library) and, when spill is on, in the file at `spill_path`. Absent from a full
+    /// view.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub view_omitted_bytes: Option<u64>,
 }
 
-/// Most bytes of each stream's text a bounded view of an outcome keeps
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Most bytes of each stream's output a bounded view of an outcome keeps
 /// ([`Outcome::bounded`]): it keeps an MCP tool result, which a client hands to a model
 /// whole, at a size a model can take (the output quota allows 1 MiB per stream).
 pub const VIEW_TEXT_BYTES: usize = 64 * 1024;
 
+/// Whether `b` continues a UTF-8 sequence (`10xxxxxx`).
+fn continues(b: u8) -> bool {
+    b & 0xC0 == 0x80
+}
+
 impl StreamOutput {
-    /// This stream with its text cut to at most `max_bytes` (plus a marker line): the
-    /// first and last halves, on character boundaries, and `view_omitted_bytes` set. Text
-    /// within the bound is kept as it is.
+    /// The kept bytes exactly: `bytes_base64` decoded when present, else `text`.
+    pub fn bytes(&self) -> Result<Cow<'_, [u8]>, WireError> {
+        wire::decode(&self.text, self.bytes_base64.as_deref())
+    }
+
+    /// How many kept bytes there are (`text`'s length unless it is lossy).
+    pub fn bytes_len(&self) -> usize {
+        self.bytes_base64
+            .as_deref()
+            .map_or(self.text.len(), wire::decoded_len)
+    }
+
+    /// A stream whose kept bytes are `bytes`, everything else empty.
+    fn with_bytes(bytes: Vec<u8>) -> Self {
+        let w = wire::encode_owned(bytes);
+        Self {
+            lossy_utf8: w.lossy(),
+            text: w.text,
+            bytes_base64: w.bytes_base64,
+            total_bytes: 0,
+            omitted_bytes: 0,
+            truncated: false,
+            redacted: false,
+            spill_path: None,
+            spill_error: None,
+            drain_incomplete: false,
+            live_dropped_bytes: 0,
+            sha256: String::new(),
+            view_omitted_bytes: None,
+        }
+    }
+
+    /// Replaces the kept bytes (and with them `text`, `lossy_utf8`, `bytes_base64`).
+    fn set_bytes(&mut self, bytes: Vec<u8>) {
+        let w = Self::with_bytes(bytes);
+        (self.text, self.lossy_utf8, self.bytes_base64) = (w.text, w.lossy_utf8, w.bytes_base64);
+    }
+
+    /// Appends a note of Tierbox's (a Tier A trap) after the kept bytes.
+    pub fn push_note(&mut self, note: &str) {
+        match self.bytes_base64.is_some() {
+            false => self.text.push_str(note),
+            true => {
+                let mut bytes = self.bytes().map(Cow::into_owned).unwrap_or_default();
+                bytes.extend_from_slice(note.as_bytes());
+                self.set_bytes(bytes);
+            }
+        }
+    }
+
+    /// This stream with its kept bytes cut to at most `max_bytes` (plus a marker line):
+    /// the first and last halves, cut where no UTF-8 character is split, and
+    /// `view_omitted_bytes` set. Output within the bound is kept as it is.
     ///
     /// ```
-    /// let s = tierbox_runner::StreamOutput {
-    ///     text: "a".repeat(100),
-    ///     lossy_utf8: false,
-    ///     total_bytes: 100,
-    ///     omitted_bytes: 0,
-    ///     truncated: false,
-    ///     redacted: false,
-    ///     spill_path: None,
-    ///     spill_error: None,
-    ///     drain_incomplete: false,
-    ///     sha256: String::new(),
-    ///     view_omitted_bytes: None,
-    /// };
+    /// let mut s = tierbox_runner::StreamOutput::from_captured(
+    ///     tierbox_runner::capture::StreamCapture::new(1000, tierbox_policy::QuotaMode::Truncate)
+    ///         .finish(),
+    ///     None,
+    ///     false,
+    /// );
+    /// s.text = "a".repeat(100);
     /// let v = s.bounded(10);
     /// assert_eq!(v.view_omitted_bytes, Some(90));
     /// assert!(v.text.starts_with("aaaaa\n") && v.text.ends_with("\naaaaa"));
     /// ```
     pub fn bounded(&self, max_bytes: usize) -> Self {
-        let text = &self.text;
-        if text.len() <= max_bytes {
+        if self.bytes_len() <= max_bytes {
             return self.clone();
         }
-        let floor = |mut i: usize| {
-            while !text.is_char_boundary(i) {
-                i -= 1;
-            }
-            i
+        let Ok(bytes) = self.bytes() else {
+            return self.clone();
         };
-        let ceil = |mut i: usize| {
-            while !text.is_char_boundary(i) {
-                i += 1;
-            }
-            i
-        };
-        let head_end = floor(max_bytes / 2);
-        let tail_start = ceil(text.len() - max_bytes / 2);
+        let mut head_end = max_bytes / 2;
+        while head_end > 0 && continues(bytes[head_end]) && max_bytes / 2 - head_end < 3 {
+            head_end -= 1;
+        }
+        let mut tail_start = bytes.len() - max_bytes / 2;
+        let tail_from = tail_start;
+        while tail_start < bytes.len() && continues(bytes[tail_start]) && tail_start - tail_from < 3
+        {
+            tail_start += 1;
+        }
         let omitted = (tail_start - head_end) as u64;
-        Self {
-            text: format!(
-                "{}\n[tierbox: {omitted} bytes of this stream's text left out of this view]\n{}",
-                &text[..head_end],
-                &text[tail_start..]
-            ),
+        let mut view = bytes[..head_end].to_vec();
+        view.extend_from_slice(
+            format!("\n[tierbox: {omitted} bytes of this stream's output left out of this view]\n")
+                .as_bytes(),
+        );
+        view.extend_from_slice(&bytes[tail_start..]);
+        let mut out = Self {
             view_omitted_bytes: Some(omitted),
             ..self.clone()
-        }
+        };
+        out.set_bytes(view);
+        out
     }
 
-    /// Renders a capture: lossy UTF-8, redaction, and the omission marker.
+    /// Renders a capture: redaction of the bytes, the omission marker, and the text view
+    /// (lossy UTF-8, with the bytes in `bytes_base64` when it is lossy).
     pub fn from_captured(c: Captured, redactor: Option<&Redactor>, drain_incomplete: bool) -> Self {
-        let head = String::from_utf8_lossy(&c.head);
-        let tail = String::from_utf8_lossy(&c.tail);
-        let lossy = matches!(head, std::borrow::Cow::Owned(_))
-            || matches!(tail, std::borrow::Cow::Owned(_));
         let mut redacted = false;
-        let mut render = |s: &str| match redactor {
-            Some(r) => {
-                let (out, changed) = r.redact(s);
-                redacted |= changed;
-                out.into_owned()
+        let mut render = |bytes: Vec<u8>| -> Vec<u8> {
+            let Some(r) = redactor else {
+                return bytes;
+            };
+            let (out, changed) = r.redact_bytes(&bytes);
+            redacted |= changed;
+            match out {
+                Cow::Owned(out) => out,
+                Cow::Borrowed(_) => bytes,
             }
-            None => s.to_owned(),
         };
-        let mut text = render(&head);
+        let mut view = render(c.head);
         if c.omitted_bytes > 0 {
-            text.push_str(&format!("\n[tierbox: {} bytes omitted]\n", c.omitted_bytes));
+            view.extend_from_slice(
+                format!("\n[tierbox: {} bytes omitted]\n", c.omitted_bytes).as_bytes(),
+            );
         }
-        text.push_str(&render(&tail));
+        if !c.tail.is_empty() {
+            view.extend(render(c.tail));
+        }
         Self {
-            text,
-            lossy_utf8: lossy,
             total_bytes: c.total_bytes,
             omitted_bytes: c.omitted_bytes,
             truncated: c.truncated,
@@ -247,7 +329,7 @@ impl StreamOutput {
             spill_error: c.spill_error,
             drain_incomplete,
             sha256: c.sha256,
-            view_omitted_bytes: None,
+            ..Self::with_bytes(view)
         }
     }
 }
@@ -424,7 +506,7 @@ impl Outcome {
     /// attestation still names the whole output (its digests), which the full result
     /// carries. Borrowed when both streams already fit (nothing is copied).
     pub fn bounded(&self) -> std::borrow::Cow<'_, Self> {
-        let fits = |s: &StreamOutput| s.text.len() <= VIEW_TEXT_BYTES;
+        let fits = |s: &StreamOutput| s.bytes_len() <= VIEW_TEXT_BYTES;
         if fits(&self.stdout) && fits(&self.stderr) {
             return std::borrow::Cow::Borrowed(self);
         }
@@ -524,6 +606,37 @@ mod tests {
 
     /// A real Tier B outcome (`true`), as the HTTP API answered it.
     const SAMPLE: &str = include_str!("outcome_sample.json");
+
+    /// Regression: a stream's text was the lossy UTF-8 of its bytes and nothing else, so
+    /// binary output (`gzip -c`, `tar -c`, an image) came back corrupted.
+    #[test]
+    fn binary_output_is_kept_byte_exact_and_its_text_says_it_is_lossy() {
+        use crate::capture::StreamCapture;
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
+        let mut cap = StreamCapture::new(1 << 20, tierbox_policy::QuotaMode::Truncate);
+        cap.push(&bytes);
+        let s = StreamOutput::from_captured(cap.finish(), Some(&Redactor::default()), false);
+        assert!(s.lossy_utf8 && s.bytes_base64.is_some() && !s.redacted);
+        assert_eq!(&*s.bytes().unwrap(), &bytes[..]);
+        assert_eq!(s.text, String::from_utf8_lossy(&bytes));
+        let json = serde_json::to_string(&s).unwrap();
+        let back: StreamOutput = serde_json::from_str(&json).unwrap();
+        assert_eq!(&*back.bytes().unwrap(), &bytes[..]);
+        // A bounded view keeps its head and tail byte-exact too.
+        let view = s.bounded(1000);
+        let kept = view.bytes().unwrap();
+        assert!(kept.starts_with(&bytes[..500]) && kept.ends_with(&bytes[2500..]));
+        assert_eq!(view.view_omitted_bytes, Some(2000));
+        // Valid UTF-8 is carried as text alone.
+        let mut cap = StreamCapture::new(16, tierbox_policy::QuotaMode::Truncate);
+        cap.push("héllo".as_bytes());
+        let s = StreamOutput::from_captured(cap.finish(), None, false);
+        assert_eq!(
+            (s.text.as_str(), s.lossy_utf8, s.bytes_base64.as_deref()),
+            ("héllo", false, None)
+        );
+        assert!(!serde_json::to_string(&s).unwrap().contains("bytes_base64"));
+    }
 
     #[test]
     fn a_view_copies_nothing_when_both_streams_fit_and_cuts_them_when_not() {

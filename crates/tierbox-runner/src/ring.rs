@@ -8,9 +8,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use tierbox_redact::Redactor;
+use tierbox_redact::stream::StreamRedactor;
 
 use crate::capture::Push;
-use crate::stream::Pieces;
 use crate::supervisor::ChunkSink;
 
 /// Bytes kept per stream of a background process (1 MiB). A chatty server never blocks
@@ -19,19 +19,65 @@ use crate::supervisor::ChunkSink;
 pub const RING_BYTES: usize = 1024 * 1024;
 
 /// One read from a ring.
+///
+/// The bytes read are carried as `text`, their UTF-8 view, and — only when that view is
+/// lossy — `bytes_base64`, the bytes exactly ([`crate::wire`]; [`OutputChunk::bytes`]).
+/// A read that stops before the end of what the ring holds never ends inside a UTF-8
+/// character (`next_offset` is then before it), so reading on from `next_offset` splits
+/// no character; a read from an offset inside one (after `missed_bytes`) starts with
+/// its continuation bytes, which only `bytes_base64` carries exactly.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OutputChunk {
-    /// Absolute offset of the first byte of `data` (the requested offset, or later when
-    /// the bytes in between were already dropped).
+    /// Absolute offset of the first byte read (the requested offset, or later when the
+    /// bytes in between were already dropped).
     pub offset: u64,
     /// The bytes, as text (invalid UTF-8 replaced with U+FFFD).
     pub text: String,
+    /// The bytes exactly (standard base64), present exactly when `text` is lossy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_base64: Option<String>,
     /// Offset to ask for next time.
     pub next_offset: u64,
     /// Bytes between the requested offset and `offset` that were dropped from the ring.
     pub missed_bytes: u64,
     /// Every byte the stream has produced so far.
     pub total_bytes: u64,
+    /// Why the stream's spill file (`background.spill_bytes`) holds less than asked, or
+    /// is missing: reads from offsets that left the ring then miss those bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spill_error: Option<String>,
+}
+
+impl OutputChunk {
+    /// The bytes read: `bytes_base64` decoded when present, else `text`.
+    pub fn bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, crate::wire::WireError> {
+        crate::wire::decode(&self.text, self.bytes_base64.as_deref())
+    }
+
+    /// A chunk of `bytes` read at `offset`.
+    fn of(offset: u64, bytes: Vec<u8>, missed_bytes: u64, total_bytes: u64) -> Self {
+        let next_offset = offset + bytes.len() as u64;
+        let w = crate::wire::encode_owned(bytes);
+        Self {
+            offset,
+            text: w.text,
+            bytes_base64: w.bytes_base64,
+            next_offset,
+            missed_bytes,
+            total_bytes,
+            spill_error: None,
+        }
+    }
+}
+
+/// `bytes` read up to a limit, with more after them: without an incomplete UTF-8
+/// character at the end (unless that is all there is), which the next read starts with.
+fn without_split_character(mut bytes: Vec<u8>) -> Vec<u8> {
+    let keep = bytes.len() - tierbox_redact::stream::incomplete_utf8_suffix(&bytes);
+    if keep > 0 {
+        bytes.truncate(keep);
+    }
+    bytes
 }
 
 /// A bounded window over a stream.
@@ -46,19 +92,13 @@ pub struct OutputRing {
     hasher: sha2::Sha256,
 }
 
-/// The first bytes of a stream, kept on disk: offsets `0..written`.
+/// The first bytes of a stream, kept on disk (offsets `0..written`), or why not.
 #[derive(Debug)]
-struct Spill {
-    file: std::fs::File,
-    path: std::path::PathBuf,
-    written: u64,
-    max: u64,
-}
-
-impl Drop for Spill {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
+enum Spill {
+    /// The file ([`crate::spill`]; removed with the ring).
+    On(crate::spill::SpillFile),
+    /// It was refused (the cap on spill files): why.
+    Refused(String),
 }
 
 impl OutputRing {
@@ -73,25 +113,18 @@ impl OutputRing {
         }
     }
 
-    /// Also keeps the first `max_bytes` of the stream in a new file at `path` (mode 0600,
-    /// created exclusively; removed when the ring is dropped), so reads from offsets that
-    /// have left the ring still succeed.
-    pub fn with_spill(mut self, path: std::path::PathBuf, max_bytes: u64) -> std::io::Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
-        self.spill = Some(Spill {
-            file,
-            path,
-            written: 0,
-            max: max_bytes,
-        });
-        Ok(self)
+    /// Also keeps the first bytes of the stream in `spill` (as many as it takes: its
+    /// limit is `background.spill_bytes`), so reads from offsets that have left the ring
+    /// still succeed. The file goes with the ring.
+    pub fn with_spill(mut self, spill: crate::spill::SpillFile) -> Self {
+        self.spill = Some(Spill::On(spill.remove_on_drop()));
+        self
+    }
+
+    /// Records that the spill asked for was refused, and why (each read's `spill_error`).
+    pub fn with_spill_refused(mut self, why: String) -> Self {
+        self.spill = Some(Spill::Refused(why));
+        self
     }
 
     /// Appends a chunk, dropping the oldest bytes past the capacity.
@@ -109,17 +142,9 @@ impl OutputRing {
     /// Keeps `shown` (the spilled head and the ring), dropping the oldest bytes past the
     /// capacity; offsets count these bytes.
     pub fn store(&mut self, shown: &[u8]) {
-        if let Some(sp) = &mut self.spill {
-            let room = usize::try_from(sp.max.saturating_sub(sp.written)).unwrap_or(usize::MAX);
-            let head = &shown[..shown.len().min(room)];
-            if !head.is_empty() {
-                use std::io::Write;
-                match sp.file.write_all(head) {
-                    Ok(()) => sp.written += head.len() as u64,
-                    // A full disk ends the spill, never the process.
-                    Err(_) => sp.max = sp.written,
-                }
-            }
+        if let Some(Spill::On(sp)) = &mut self.spill {
+            // Up to its limit and the cap; a full disk ends the spill, never the process.
+            sp.write(shown);
         }
         let keep = if shown.len() > self.cap {
             self.start += (self.buf.len() + shown.len() - self.cap) as u64;
@@ -146,13 +171,10 @@ impl OutputRing {
         tierbox_attest::jcs::hex(&sha2::Digest::finalize(self.hasher.clone()))
     }
 
-    /// The bytes still in the ring, as text (invalid UTF-8 replaced).
-    pub fn retained_text(&self) -> String {
+    /// The bytes still in the ring.
+    pub fn retained(&self) -> Vec<u8> {
         let (a, b) = self.buf.as_slices();
-        let mut bytes = Vec::with_capacity(self.buf.len());
-        bytes.extend_from_slice(a);
-        bytes.extend_from_slice(b);
-        String::from_utf8_lossy(&bytes).into_owned()
+        [a, b].concat()
     }
 
     /// Every byte pushed so far.
@@ -164,52 +186,55 @@ impl OutputRing {
     /// for offsets that have left the ring but are within the spilled head.
     pub fn read(&self, offset: u64, max: usize) -> OutputChunk {
         let total = self.total();
-        if let Some(sp) = &self.spill
+        let spill_error = match &self.spill {
+            Some(Spill::On(sp)) => sp.error().map(str::to_owned),
+            Some(Spill::Refused(why)) => Some(why.clone()),
+            None => None,
+        };
+        if let Some(Spill::On(sp)) = &self.spill
             && offset < self.start
-            && offset < sp.written
+            && offset < sp.written()
         {
-            use std::os::unix::fs::FileExt;
-            let len = usize::try_from((sp.written - offset).min(max as u64)).unwrap_or(max);
+            let len = usize::try_from((sp.written() - offset).min(max as u64)).unwrap_or(max);
             let mut bytes = vec![0u8; len];
-            if sp.file.read_exact_at(&mut bytes, offset).is_ok() {
+            if sp.read_exact_at(&mut bytes, offset).is_ok() {
+                if offset + (len as u64) < total {
+                    bytes = without_split_character(bytes);
+                }
                 return OutputChunk {
-                    offset,
-                    text: String::from_utf8_lossy(&bytes).into_owned(),
-                    next_offset: offset + len as u64,
-                    missed_bytes: 0,
-                    total_bytes: total,
+                    spill_error,
+                    ..OutputChunk::of(offset, bytes, 0, total)
                 };
             }
         }
         let from = offset.clamp(self.start, total);
         let skip = usize::try_from(from - self.start).unwrap_or(usize::MAX);
-        let bytes: Vec<u8> = self.buf.iter().skip(skip).take(max).copied().collect();
-        let next = from + bytes.len() as u64;
+        let mut bytes: Vec<u8> = self.buf.iter().skip(skip).take(max).copied().collect();
+        if from + (bytes.len() as u64) < total {
+            bytes = without_split_character(bytes);
+        }
         OutputChunk {
-            offset: from,
-            text: String::from_utf8_lossy(&bytes).into_owned(),
-            next_offset: next,
-            missed_bytes: from.saturating_sub(offset.min(total)),
-            total_bytes: total,
+            spill_error,
+            ..OutputChunk::of(from, bytes, from.saturating_sub(offset.min(total)), total)
         }
     }
 }
 
 /// A background stream as its reads show it: every byte goes into the ring's digest, and
-/// the output — redacted piece by piece with the run's rules ([`Pieces`]) when the run
+/// the output — redacted piece by piece with the run's rules ([`StreamRedactor`]) when the run
 /// redacts — into the ring. A read at any offset, of any size, then returns only redacted
 /// text, and the spill file on disk holds no secret. Without redaction the bytes are kept
 /// as they come.
 pub(crate) struct ShownRing {
     ring: Arc<Mutex<OutputRing>>,
-    redaction: Option<(Redactor, Mutex<Pieces>)>,
+    redaction: Option<(Redactor, Mutex<StreamRedactor>)>,
 }
 
 impl ShownRing {
     pub(crate) fn new(ring: Arc<Mutex<OutputRing>>, redactor: Option<Redactor>) -> Self {
         Self {
             ring,
-            redaction: redactor.map(|r| (r, Mutex::new(Pieces::default()))),
+            redaction: redactor.map(|r| (r, Mutex::new(StreamRedactor::default()))),
         }
     }
 
@@ -217,10 +242,10 @@ impl ShownRing {
     pub(crate) fn finish(&self) {
         if let Some((redactor, pieces)) = &self.redaction
             && let Ok(mut pieces) = pieces.lock()
-            && let Some(text) = pieces.finish(Some(redactor))
+            && let Some(bytes) = pieces.finish(Some(redactor))
             && let Ok(mut ring) = self.ring.lock()
         {
-            ring.store(text.as_bytes());
+            ring.store(&bytes);
         }
     }
 }
@@ -236,8 +261,8 @@ impl ChunkSink for ShownRing {
                 let piece = pieces.push(chunk, false, Some(redactor));
                 if let Ok(mut ring) = self.ring.lock() {
                     ring.hash(chunk);
-                    if let Some(text) = piece {
-                        ring.store(text.as_bytes());
+                    if let Some(bytes) = piece {
+                        ring.store(&bytes);
                     }
                 }
                 Push::Continue
@@ -263,8 +288,12 @@ mod tests {
     #[test]
     fn the_spill_file_serves_offsets_that_left_the_ring() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("bg.stdout");
-        let mut r = OutputRing::new(4).with_spill(path.clone(), 6).unwrap();
+        let spill = crate::spill::SpillDir::open(dir.path()).unwrap();
+        let file = spill
+            .create("bg.stdout", 6, "background.spill_bytes", 1 << 20)
+            .unwrap();
+        let path = file.path().to_path_buf();
+        let mut r = OutputRing::new(4).with_spill(file);
         r.push(b"abcdefghij");
         // 0..6 from the spill, 6 is neither spilled nor in the ring (6..10 is), 6..10 ring.
         let c = r.read(0, 4);
@@ -280,10 +309,34 @@ mod tests {
         let c = r.read(6, 100);
         assert_eq!((c.offset, c.text.as_str(), c.missed_bytes), (9, "jKLM", 3));
         assert_eq!(std::fs::read(&path).unwrap(), b"abcdef");
+        let e = c.spill_error.unwrap();
+        assert!(
+            e.contains("first 6 bytes") && e.contains("background.spill_bytes"),
+            "{e}"
+        );
         // Exclusive creation: an existing file (or a planted symlink) is never reused.
-        assert!(OutputRing::new(4).with_spill(path.clone(), 6).is_err());
+        assert!(
+            spill
+                .create("bg.stdout", 6, "background.spill_bytes", 1 << 20)
+                .is_err()
+        );
         drop(r);
         assert!(!path.exists(), "the spill file goes with the ring");
+    }
+
+    /// Regression: a read was the lossy text of its bytes, so a background process's
+    /// binary output came back with U+FFFD for every invalid byte, and a read that ended
+    /// inside a character showed it as two replacement characters.
+    #[test]
+    fn reads_are_byte_exact_and_never_end_inside_a_character() {
+        let mut r = OutputRing::new(64);
+        r.push(b"\xff\x00caf\xc3\xa9!");
+        let c = r.read(0, 6);
+        assert_eq!(c.bytes().unwrap().as_ref(), b"\xff\x00caf");
+        assert_eq!((c.next_offset, c.bytes_base64.is_some()), (5, true));
+        let c = r.read(c.next_offset, 100);
+        assert_eq!((c.text.as_str(), c.bytes_base64.as_deref()), ("é!", None));
+        assert_eq!(r.retained(), b"\xff\x00caf\xc3\xa9!");
     }
 
     #[test]

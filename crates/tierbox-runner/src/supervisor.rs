@@ -116,7 +116,7 @@ pub fn default_state_dir() -> PathBuf {
 /// private (spill files) lives in 0700 subdirectories.
 pub const STATE_DIR_MODE: u32 = 0o711;
 
-/// Mode of directories holding run output (spill files).
+/// Mode of directories holding run output (spill files: [`crate::spill`]).
 pub const PRIVATE_DIR_MODE: u32 = 0o700;
 
 /// Creates the state directory (and missing parents) with [`STATE_DIR_MODE`], then
@@ -148,22 +148,6 @@ pub(crate) fn ensure_state_dir(dir: &std::path::Path) -> Result<(), RunError> {
     })?;
     trusted.push(dir.to_path_buf());
     Ok(())
-}
-
-/// Creates a directory for run output (spill files) with [`PRIVATE_DIR_MODE`].
-pub(crate) fn ensure_private_dir(dir: &std::path::Path) -> Result<(), RunError> {
-    use std::os::unix::fs::DirBuilderExt;
-    if dir.is_dir() {
-        return Ok(());
-    }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(PRIVATE_DIR_MODE)
-        .create(dir)
-        .map_err(|source| RunError::Io {
-            what: "create spill directory",
-            source,
-        })
 }
 
 /// A fresh 128-bit run id, hex encoded.
@@ -274,7 +258,9 @@ pub(crate) struct RunFor<'a> {
 }
 
 /// [`run_plan`], sending the output as it happens to `events` (line-buffered, redacted,
-/// dropped rather than waited for when the receiver lags; see [`crate::stream`]). The
+/// never waited for: batches the receiver has no room for wait in a backlog, and what it
+/// has not taken a short while after the end is dropped and counted; see
+/// [`crate::stream`]). The
 /// returned outcome holds all the captured output as usual.
 pub async fn run_plan_streaming(
     plan: &Plan,
@@ -521,7 +507,7 @@ async fn supervise(
     stdin: Option<StdinSource>,
 ) -> Result<Outcome, RunError> {
     let (state_dir, run_id) = (run_for.state_dir, run_for.run_id);
-    let capture = Capture::start(plan, l, &state_dir.join("spill"), run_id, tap, stdin)?;
+    let capture = Capture::start(plan, l, state_dir, run_id, tap, stdin)?;
     let pidfd = l.watch_exit().map_err(|source| RunError::Io {
         what: "register pidfd",
         source,
@@ -623,14 +609,17 @@ impl Capture {
     fn start(
         plan: &Plan,
         l: &mut RunningSandbox,
-        spill_dir: &std::path::Path,
+        state_dir: &std::path::Path,
         run_id: &str,
         tap: Option<Arc<Tap>>,
         stdin: Option<StdinSource>,
     ) -> Result<Self, RunError> {
         let quota = Arc::new(Notify::new());
-        let out_cap = Arc::new(Mutex::new(new_capture(plan, spill_dir, run_id, "stdout")?));
-        let err_cap = Arc::new(Mutex::new(new_capture(plan, spill_dir, run_id, "stderr")?));
+        // Every run removes the spill files past their lifetime (before it counts the
+        // room its own may take).
+        crate::spill::sweep_expired(state_dir, plan.output.spill_keep_secs);
+        let out_cap = Arc::new(Mutex::new(new_capture(plan, state_dir, run_id, "stdout")?));
+        let err_cap = Arc::new(Mutex::new(new_capture(plan, state_dir, run_id, "stderr")?));
         let stdout = dup(&l.stdout)?;
         let stderr = dup(&l.stderr)?;
         let (out_task, err_task) = match &tap {
@@ -723,6 +712,8 @@ struct EndedRun {
     stderr: StreamCapture,
     out_incomplete: bool,
     err_incomplete: bool,
+    /// Bytes of stdout and stderr the live stream could not deliver.
+    live_dropped: [u64; 2],
     /// The refusals the filter handed off, and how many were past the bound (when it
     /// hands them off).
     refusals: Option<(Vec<Refusal>, u64)>,
@@ -786,9 +777,10 @@ async fn end_run(
     };
     let out_incomplete = drain_task(out_task, drain).await;
     let err_incomplete = drain_task(err_task, drain).await;
-    if let Some(tap) = &tap {
-        tap.finish();
-    }
+    let live_dropped = match &tap {
+        Some(tap) => tap.finish().await.dropped,
+        None => [0, 0],
+    };
     drop(mediator);
     let refusals = refusals.map(|r| r.take());
     Ok((
@@ -799,6 +791,7 @@ async fn end_run(
             stderr: take_capture(&err_cap, plan),
             out_incomplete,
             err_incomplete,
+            live_dropped,
             refusals,
             stdin,
         },
@@ -832,10 +825,14 @@ fn outcome_of(
         .redaction
         .enabled
         .then(|| Redactor::new(&plan.redaction.sensitive_values));
-    let stdout =
-        StreamOutput::from_captured(run.stdout.finish(), redactor.as_ref(), run.out_incomplete);
-    let stderr =
-        StreamOutput::from_captured(run.stderr.finish(), redactor.as_ref(), run.err_incomplete);
+    let stdout = StreamOutput {
+        live_dropped_bytes: run.live_dropped[0],
+        ..StreamOutput::from_captured(run.stdout.finish(), redactor.as_ref(), run.out_incomplete)
+    };
+    let stderr = StreamOutput {
+        live_dropped_bytes: run.live_dropped[1],
+        ..StreamOutput::from_captured(run.stderr.finish(), redactor.as_ref(), run.err_incomplete)
+    };
     let redacted = stdout.redacted || stderr.redacted;
     // Output cut in truncate mode constrained the run without ending it.
     let limit_hit =
@@ -935,9 +932,12 @@ pub(crate) async fn end_tree(
     Ok(l.ending(exit))
 }
 
+/// A stream's capture under the plan's quota, spilled to `<state_dir>/spill/<run id>.<name>`
+/// when the plan spills ([`crate::spill`]): refused, and said so in its `spill_error`,
+/// when the cap on all spill files is reached.
 fn new_capture(
     plan: &Plan,
-    spill_dir: &std::path::Path,
+    state_dir: &std::path::Path,
     run_id: &str,
     name: &str,
 ) -> Result<StreamCapture, RunError> {
@@ -945,15 +945,18 @@ fn new_capture(
     if !plan.output.spill {
         return Ok(cap);
     }
-    ensure_private_dir(spill_dir)?;
-    cap.with_spill(
-        spill_dir.join(format!("{run_id}.{name}")),
+    let dir = crate::spill::SpillDir::open(state_dir)
+        .map_err(|e| e.into_run_error("open the spill directory"))?;
+    match dir.create(
+        &format!("{run_id}.{name}"),
         plan.limits.file_size_bytes,
-    )
-    .map_err(|source| RunError::Io {
-        what: "create spill file",
-        source,
-    })
+        "limits.file_size_bytes",
+        plan.output.spill_total_bytes,
+    ) {
+        Ok(file) => Ok(cap.with_spill(file)),
+        Err(e @ crate::spill::SpillError::Full { .. }) => Ok(cap.with_spill_refused(e.to_string())),
+        Err(e) => Err(e.into_run_error("create the spill file")),
+    }
 }
 
 fn take_capture(cap: &Arc<Mutex<StreamCapture>>, plan: &Plan) -> StreamCapture {

@@ -165,20 +165,25 @@ async fn run_wasm_tapped(
         Some(f) => Some(f.finish().await),
         None => None,
     };
-    if let Some(tap) = &tap {
-        tap.finish();
-    }
+    let live_dropped = match &tap {
+        Some(tap) => tap.finish().await.dropped,
+        None => [0, 0],
+    };
     let redactor = plan
         .redaction
         .enabled
         .then(|| Redactor::new(&plan.redaction.sensitive_values));
-    let stdout = StreamOutput::from_captured(out.finish(plan), redactor.as_ref(), false);
-    let mut stderr = StreamOutput::from_captured(err.finish(plan), redactor.as_ref(), false);
+    let stdout = StreamOutput {
+        live_dropped_bytes: live_dropped[0],
+        ..StreamOutput::from_captured(out.finish(plan), redactor.as_ref(), false)
+    };
+    let mut stderr = StreamOutput {
+        live_dropped_bytes: live_dropped[1],
+        ..StreamOutput::from_captured(err.finish(plan), redactor.as_ref(), false)
+    };
     if let Some(trap) = &report.trap {
         // The guest's own stderr first, then why it stopped.
-        stderr
-            .text
-            .push_str(&format!("[tierbox: wasm trap: {trap}]\n"));
+        stderr.push_note(&format!("[tierbox: wasm trap: {trap}]\n"));
     }
     let redacted = stdout.redacted || stderr.redacted;
     let limit_hit = report.limit.map(|l| match l {

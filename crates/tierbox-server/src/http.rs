@@ -558,6 +558,17 @@ async fn openapi() -> ApiResult {
     ok(crate::openapi::document())
 }
 
+/// A streamed run's `output` line: `{"event": "output", "stream", "text"}`, and
+/// `"bytes_base64"` with the bytes exactly when `text` is lossy (`tierbox_runner::wire`).
+fn output_line(ev: &tierbox_runner::OutputEvent) -> Value {
+    let w = ev.wire();
+    let mut v = json!({ "event": "output", "stream": ev.stream, "text": w.text });
+    if let Some(b64) = w.bytes_base64 {
+        v["bytes_base64"] = Value::String(b64);
+    }
+    v
+}
+
 type RunFuture =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<RunReply, ServiceError>> + Send>>;
 
@@ -594,8 +605,7 @@ async fn run_reply(
                 // The client went away while the run is silent: dropping it kills it.
                 () = lines_tx.closed() => return,
                 Some(ev) = ev_rx.recv() => {
-                    let v = json!({ "event": "output", "stream": ev.stream, "text": ev.text });
-                    if lines_tx.send(line(v)).await.is_err() {
+                    if lines_tx.send(line(output_line(&ev))).await.is_err() {
                         // The client went away: dropping the run kills it.
                         return;
                     }
@@ -603,8 +613,7 @@ async fn run_reply(
             }
         };
         while let Ok(ev) = ev_rx.try_recv() {
-            let v = json!({ "event": "output", "stream": ev.stream, "text": ev.text });
-            if lines_tx.send(line(v)).await.is_err() {
+            if lines_tx.send(line(output_line(&ev))).await.is_err() {
                 return;
             }
         }

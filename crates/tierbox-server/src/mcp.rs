@@ -186,8 +186,10 @@ fn forward_progress(
     let task = tokio::spawn(async move {
         let mut sent: u64 = 0;
         while let Some(ev) = rx.recv().await {
-            sent += ev.text.len() as u64;
-            let message = format!("[{}] {}", ev.stream.as_str(), ev.text);
+            sent += ev.bytes.len() as u64;
+            // A progress message is text for a reader: the bytes' UTF-8 view (the
+            // result's structured content has them exactly).
+            let message = format!("[{}] {}", ev.stream.as_str(), ev.text());
             #[allow(clippy::cast_precision_loss)]
             let param =
                 ProgressNotificationParam::new(token.clone(), sent as f64).with_message(message);

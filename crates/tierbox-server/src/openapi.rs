@@ -211,7 +211,7 @@ pub fn document() -> Value {
     });
     let stream = json!({
         "name": "stream", "in": "query", "required": false,
-        "description": "Answer application/x-ndjson: output events, then the result.",
+        "description": "Answer application/x-ndjson: output events ({\"event\": \"output\", \"stream\", \"text\"} and, when text is lossy UTF-8, \"bytes_base64\" with the bytes exactly), then the result ({\"event\": \"result\", \"outcome\"}) or an error ({\"event\": \"error\", \"error\"}).",
         "schema": { "type": "boolean", "default": false }
     });
     let identity = json!({

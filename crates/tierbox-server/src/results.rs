@@ -68,14 +68,24 @@ pub struct OutputChunk {
     /// The offset the text starts at (later than the one asked for when bytes before it
     /// were dropped from the ring: see `missed_bytes`).
     pub offset: u64,
-    /// The output (redacted), lossily decoded as UTF-8.
+    /// The output (redacted), lossily decoded as UTF-8. A read that stops before the end
+    /// of what is kept never ends inside a UTF-8 character.
     pub text: String,
+    /// The output's bytes exactly (standard base64 with padding), present exactly when
+    /// `text` is lossy (the bytes are not valid UTF-8).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_base64: Option<String>,
     /// The offset to read from next.
     pub next_offset: u64,
     /// Bytes between the offset asked for and `offset` that are no longer kept.
     pub missed_bytes: u64,
     /// Bytes the stream has produced so far.
     pub total_bytes: u64,
+    /// Why the stream's spill file (`background.spill_bytes`) holds less than asked, or
+    /// is missing (the cap `output.spill_total_bytes` was reached, a write failed): reads
+    /// from offsets that left the in-memory ring then miss those bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_error: Option<String>,
 }
 
 /// What a write to a background process's stdin did.

@@ -235,7 +235,9 @@ pub async fn serve_http(
             tokio::spawn(crate::conns::serve(listener, app, limits, stop.clone()))
         }
     };
+    let sweeper = sweep_spill_files(&service);
     shutdown.await;
+    sweeper.abort();
     stop.notify_one();
     let finished = tokio::time::timeout(SHUTDOWN_GRACE, server).await;
     service.shutdown().await;
@@ -249,6 +251,28 @@ pub async fn serve_http(
     }
 }
 
+/// Removes the state directory's expired spill files every
+/// [`tierbox_runner::spill::SPILL_SWEEP_INTERVAL_SECS`] while the server runs (runs sweep
+/// too when they start; a server may go long without one): `output.spill_keep_secs` of
+/// the server's policy after their last write.
+fn sweep_spill_files(service: &Service) -> tokio::task::JoinHandle<()> {
+    let state_dir = service.runner().options().state_dir.clone();
+    let keep = service.runner().policy().output.spill_keep_secs;
+    tokio::spawn(async move {
+        let period =
+            std::time::Duration::from_secs(tierbox_runner::spill::SPILL_SWEEP_INTERVAL_SECS);
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            let dir = state_dir.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                tierbox_runner::spill::sweep_expired(&dir, keep)
+            })
+            .await;
+        }
+    })
+}
+
 /// Serves one MCP session over stdio until the client closes it or `shutdown` resolves;
 /// then every background process is killed and awaited.
 pub async fn serve_mcp_stdio(service: Service, shutdown: impl Future<Output = ()>) -> Result<()> {
@@ -256,10 +280,12 @@ pub async fn serve_mcp_stdio(service: Service, shutdown: impl Future<Output = ()
     let (input, output, _blocking_again) = stdio();
     let transport = crate::mcp_stdio::guard(input, output);
     let session = crate::mcp::serve_session(service.clone(), transport);
+    let sweeper = sweep_spill_files(&service);
     let result = tokio::select! {
         r = session => r,
         () = shutdown => Ok(()),
     };
+    sweeper.abort();
     service.shutdown().await;
     result
 }

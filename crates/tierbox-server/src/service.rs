@@ -510,9 +510,11 @@ impl Service {
             state: status.state,
             offset: chunk.offset,
             text: chunk.text,
+            bytes_base64: chunk.bytes_base64,
             next_offset: chunk.next_offset,
             missed_bytes: chunk.missed_bytes,
             total_bytes: chunk.total_bytes,
+            spill_error: chunk.spill_error,
         }))
     }
 

@@ -173,3 +173,52 @@ pub fn assert_streamed_stdin_reached(outcome: &serde_json::Value, len: u64, sha2
     assert_eq!(outcome["stdin"]["sha256"], sha256, "{outcome}");
     assert_eq!(outcome["stdin"]["streamed"], true, "{outcome}");
 }
+
+/// `len` pseudo-random bytes (xorshift64 from `seed`): binary output for tests, almost
+/// nowhere valid UTF-8, the same on every run.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[0]
+        })
+        .collect()
+}
+
+/// `Ok` when `got` is `want` byte for byte, else where they first differ and both
+/// lengths (what `cmp` would say), for a test's failure message.
+pub fn same_bytes(got: &[u8], want: &[u8]) -> Result<(), String> {
+    if got == want {
+        return Ok(());
+    }
+    let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();
+    Err(format!(
+        "differ at byte {at}: got {} bytes, want {} bytes",
+        got.len(),
+        want.len()
+    ))
+}
+
+/// `policy` (the TOML `tierbox policy init` prints) keeping `max_bytes` of output per
+/// stream and, with `backend`, running Tier C on that backend (`native`, `bwrap`; bwrap
+/// has no landlock, which the policy then accepts missing).
+pub fn policy_for_output(policy: &str, max_bytes: u64, backend: Option<&str>) -> String {
+    let mut p = policy.replace(
+        "[output]\nmax_bytes = 1048576\n",
+        &format!("[output]\nmax_bytes = {max_bytes}\n"),
+    );
+    assert!(p.contains(&format!("max_bytes = {max_bytes}\n")), "{p}");
+    if let Some(backend) = backend {
+        p = p
+            .replace("[tier]\n", &format!("[tier]\nbackend = \"{backend}\"\n"))
+            .replace(
+                r#"optional_layers = ["cgroup", "protected_paths", "disk"]"#,
+                r#"optional_layers = ["cgroup", "protected_paths", "disk", "landlock"]"#,
+            );
+        assert!(p.contains("\"landlock\"]"), "{p}");
+    }
+    p
+}

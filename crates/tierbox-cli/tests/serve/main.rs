@@ -932,3 +932,148 @@ fn review_mode_over_http_shows_applies_and_discards_a_change_set() {
         "{v}"
     );
 }
+
+/// The bytes an HTTP or MCP output field carries: `bytes_base64` decoded, else `text`.
+fn carried(s: &Value) -> Vec<u8> {
+    tierbox_runner::wire::decode(s["text"].as_str().unwrap(), s["bytes_base64"].as_str())
+        .unwrap()
+        .into_owned()
+}
+
+#[track_caller]
+fn assert_bytes(what: &str, got: &[u8], want: &[u8]) {
+    if let Err(e) = tierbox_test_support::same_bytes(got, want) {
+        panic!("{what}: {e}");
+    }
+}
+
+/// 10 MiB of random bytes (`cat`) over HTTP, plain and streamed, and over MCP, decoded
+/// from `bytes_base64`, are the program's bytes exactly: the plain outcome's stdout, the
+/// streamed output events joined in order and the streamed result's stdout; MCP's
+/// structured content whole for output within its bound, and its first and last halves
+/// exactly (around the marker naming what the view left out) for output past it.
+///
+/// Regression: every output field was the lossy UTF-8 of the bytes, with no way back to
+/// them; and a streamed batch the server's channel had no room for was dropped.
+#[test]
+fn binary_output_over_http_and_mcp_is_the_program_s_bytes() {
+    if !tier_c_available("binary_output_http_mcp") {
+        return;
+    }
+    let policy = tierbox_test_support::policy_for_output(&policy_allowing(""), 16 << 20, None);
+    let big = tierbox_test_support::random_bytes(10 << 20, 5);
+    let small = tierbox_test_support::random_bytes(40 << 10, 6);
+    let s = Server::start(&[], Some(&policy));
+    std::fs::write(s.ws.path().join("big.bin"), &big).unwrap();
+    let run = br#"{"command":"cat","args":["big.bin"]}"#;
+    let (status, v) = s.call(
+        "POST",
+        "/v1/process/run",
+        Some(std::str::from_utf8(run).unwrap()),
+    );
+    assert_eq!(
+        (status, v["exit_code"].as_i64()),
+        (200, Some(0)),
+        "{}",
+        v["stderr"]
+    );
+    assert_eq!(v["stdout"]["lossy_utf8"], true);
+    assert_bytes("plain HTTP stdout", &carried(&v["stdout"]), &big);
+
+    let (status, head, body) = raw(
+        &s.addr,
+        "POST",
+        "/v1/process/run?stream=true",
+        Some(run),
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    assert_eq!(status, 200, "{head}");
+    let events: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let streamed: Vec<u8> = events
+        .iter()
+        .filter(|e| e["event"] == "output" && e["stream"] == "stdout")
+        .flat_map(carried)
+        .collect();
+    assert_bytes("streamed HTTP output events", &streamed, &big);
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "result", "{last}");
+    assert_bytes(
+        "streamed HTTP result",
+        &carried(&last["outcome"]["stdout"]),
+        &big,
+    );
+    drop(s);
+
+    let (mut child, ws, _state) = mcp_server_with(Some(&policy));
+    std::fs::write(ws.path().join("big.bin"), &big).unwrap();
+    std::fs::write(ws.path().join("small.bin"), &small).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    initialize(&mut stdin, &mut lines);
+    let call = |stdin: &mut std::process::ChildStdin, id: u64, file: &str| {
+        send(
+            stdin,
+            &json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+                "name":"process_run","arguments":{"command":"cat","args":[file]}}}),
+        );
+    };
+    call(&mut stdin, 2, "small.bin");
+    let r = response(&mut lines, 2);
+    let out = &r["result"]["structuredContent"]["stdout"];
+    assert_eq!(out["view_omitted_bytes"], Value::Null, "{r}");
+    assert_bytes("MCP structured content", &carried(out), &small);
+    call(&mut stdin, 3, "big.bin");
+    let r = response(&mut lines, 3);
+    let out = &r["result"]["structuredContent"]["stdout"];
+    let left_out = out["view_omitted_bytes"].as_u64().unwrap();
+    let marker =
+        format!("\n[tierbox: {left_out} bytes of this stream's output left out of this view]\n");
+    let view = carried(out);
+    let at = view
+        .windows(marker.len())
+        .position(|w| w == marker.as_bytes())
+        .unwrap();
+    let tail = &view[at + marker.len()..];
+    assert_eq!(at as u64 + left_out + tail.len() as u64, big.len() as u64);
+    assert_bytes("MCP view's head", &view[..at], &big[..at]);
+    assert_bytes("MCP view's tail", tail, &big[big.len() - tail.len()..]);
+    drop(stdin);
+    let _ = child.wait();
+}
+
+/// A server removes expired spill files without waiting for a run: at start and then
+/// every `SPILL_SWEEP_INTERVAL_SECS`. A fresh one stays.
+///
+/// Regression: spill files were never removed by anything.
+#[test]
+fn a_server_sweeps_expired_spill_files() {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("spill");
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    let plant = |name: &str, age_secs: u64| {
+        let f = std::fs::File::options()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(dir.join(name))
+            .unwrap();
+        f.set_modified(std::time::SystemTime::now() - Duration::from_secs(age_secs))
+            .unwrap();
+    };
+    // The default policy keeps spill files a day.
+    plant("old.stdout", 2 * 24 * 3600);
+    plant("young.stdout", 60);
+    let s = Server::start_in(state, &[], &[], None);
+    assert!(
+        wait_for(Duration::from_secs(30), || !dir.join("old.stdout").exists()),
+        "the expired spill file is still there"
+    );
+    assert!(dir.join("young.stdout").exists());
+    drop(s);
+}

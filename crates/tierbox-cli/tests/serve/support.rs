@@ -51,10 +51,22 @@ pub fn skip(test: &str, reason: &str) -> bool {
 /// A `tierbox serve --mcp` with its stdin and stdout piped, in a workspace and state
 /// directory of its own (kept alive by the returned guards).
 pub fn mcp_server() -> (Child, tempfile::TempDir, tempfile::TempDir) {
+    mcp_server_with(None)
+}
+
+/// [`mcp_server`] with a policy file holding `policy`, if given.
+pub fn mcp_server_with(policy: Option<&str>) -> (Child, tempfile::TempDir, tempfile::TempDir) {
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let child = Command::new(tierbox())
-        .args(["serve", "--mcp", "--workspace"])
+    let mut cmd = Command::new(tierbox());
+    cmd.args(["serve", "--mcp"]);
+    if let Some(p) = policy {
+        let path = state.path().join("policy.toml");
+        std::fs::write(&path, p).unwrap();
+        cmd.arg("--policy").arg(path);
+    }
+    let child = cmd
+        .arg("--workspace")
         .arg(ws.path())
         .arg("--state-dir")
         .arg(state.path())
@@ -83,8 +95,17 @@ impl Server {
 
     /// [`Server::start`] through a wrapper command (e.g. `prlimit --nofile=256:256`).
     pub fn start_via(wrapper: &[&str], extra: &[&str], policy: Option<&str>) -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), wrapper, extra, policy)
+    }
+
+    /// [`Server::start_via`] with `state` as its state directory (prepared beforehand).
+    pub fn start_in(
+        state: tempfile::TempDir,
+        wrapper: &[&str],
+        extra: &[&str],
+        policy: Option<&str>,
+    ) -> Self {
         let ws = tempfile::tempdir().unwrap();
-        let state = tempfile::tempdir().unwrap();
         let mut token = tempfile::NamedTempFile::new().unwrap();
         writeln!(token, "{TOKEN}").unwrap();
         let mut cmd = match wrapper.split_first() {

@@ -426,6 +426,8 @@ fn base_plan(
             max_bytes: policy.output.max_bytes,
             mode: policy.output.mode,
             spill: policy.output.spill,
+            spill_keep_secs: policy.output.spill_keep_secs,
+            spill_total_bytes: policy.output.spill_total_bytes,
         },
         stdin: None,
         stdin_streamed: false,
