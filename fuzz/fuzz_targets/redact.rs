@@ -20,7 +20,11 @@ fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(raw);
     let secret = std::str::from_utf8(secret)
         .ok()
-        .filter(|s| s.len() >= 8 && s.bytes().all(|b| b.is_ascii_graphic() && b != b'[' && b != b']'))
+        .filter(|s| {
+            s.len() >= 8
+                && s.bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'[' && b != b']')
+        })
         // A secret inside the marker itself cannot be hidden by it (documented).
         .filter(|s| !tierbox_redact::REDACTED.contains(&s[..]))
         .map(str::to_owned);
@@ -41,7 +45,11 @@ fuzz_target!(|data: &[u8]| {
     let (bytes, bytes_changed) = redactor.redact_bytes(raw);
     if let Ok(valid) = std::str::from_utf8(raw) {
         let (as_text, text_changed) = redactor.redact(valid);
-        assert_eq!(&*bytes, as_text.as_bytes(), "bytes and text redact differently");
+        assert_eq!(
+            &*bytes,
+            as_text.as_bytes(),
+            "bytes and text redact differently"
+        );
         assert_eq!(bytes_changed, text_changed);
     }
     if !bytes_changed {
