@@ -1,5 +1,7 @@
 //! Fuzzes output redaction: it never panics, it is idempotent, a policy secret never
-//! survives it, and text it leaves unchanged comes back borrowed.
+//! survives it, and text it leaves unchanged comes back borrowed; redacting the bytes
+//! themselves is redacting the text when they are UTF-8, hides the secret too, and
+//! changes nothing it does not say it changed.
 #![no_main]
 
 use std::borrow::Cow;
@@ -14,10 +16,15 @@ fuzz_target!(|data: &[u8]| {
         Some(i) => (&data[..i], &data[i + 1..]),
         None => (&b""[..], data),
     };
-    let text = String::from_utf8_lossy(text);
+    let raw = text;
+    let text = String::from_utf8_lossy(raw);
     let secret = std::str::from_utf8(secret)
         .ok()
-        .filter(|s| s.len() >= 8 && s.bytes().all(|b| b.is_ascii_graphic() && b != b'[' && b != b']'))
+        .filter(|s| {
+            s.len() >= 8
+                && s.bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'[' && b != b']')
+        })
         // A secret inside the marker itself cannot be hidden by it (documented).
         .filter(|s| !tierbox_redact::REDACTED.contains(&s[..]))
         .map(str::to_owned);
@@ -35,4 +42,23 @@ fuzz_target!(|data: &[u8]| {
     }
     let (twice, _) = redactor.redact(&once);
     assert_eq!(twice, once, "redaction is not idempotent");
+    let (bytes, bytes_changed) = redactor.redact_bytes(raw);
+    if let Ok(valid) = std::str::from_utf8(raw) {
+        let (as_text, text_changed) = redactor.redact(valid);
+        assert_eq!(
+            &*bytes,
+            as_text.as_bytes(),
+            "bytes and text redact differently"
+        );
+        assert_eq!(bytes_changed, text_changed);
+    }
+    if !bytes_changed {
+        assert_eq!(&*bytes, raw, "bytes changed without saying so");
+    }
+    if let Some(s) = &secret {
+        assert!(
+            !bytes.windows(s.len()).any(|w| w == s.as_bytes()),
+            "secret survived redaction of the bytes"
+        );
+    }
 });
