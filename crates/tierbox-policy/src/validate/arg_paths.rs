@@ -53,7 +53,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::access::{Access, AccessModel, Rule};
-use crate::plan::{DEV_SHM, FsPlan, PROVIDED_DEVICES};
+use crate::plan::{DEV_SHM, FsPlan, PROVIDED_DEVICES, ScratchArg};
 use crate::policy::{DevShm, FilesystemPolicy};
 use crate::rejection::{ArgAccess, GrantKey, PathFix, PolicyChange, Rejection, Unreachable};
 use crate::validate::scope::{OwnPath, reaches_own, resolve_in};
@@ -210,10 +210,15 @@ impl<'a> Visible<'a> {
         self
     }
 
+    /// Whether `at` is in one of the run's own scratch directories, which no grant
+    /// covers.
+    fn in_scratch(&self, at: &Path) -> bool {
+        self.scratch.iter().any(|r| at.starts_with(r)) && self.model.rule(at).is_none()
+    }
+
     /// Whether a path is the sandbox's own mount, not looked up on the host.
     fn sandbox_own(&self, at: &Path) -> bool {
-        SANDBOX_MOUNTS.iter().any(|m| at.starts_with(m))
-            || (self.scratch.iter().any(|r| at.starts_with(r)) && self.model.rule(at).is_none())
+        SANDBOX_MOUNTS.iter().any(|m| at.starts_with(m)) || self.in_scratch(at)
     }
 
     /// Where `path` (relative to `base`) leads for the run.
@@ -455,7 +460,8 @@ pub(crate) fn check_args(
     cwd: &Path,
     args: &[String],
     skip: &[usize],
-) -> Result<(), Rejection> {
+) -> Result<Vec<ScratchArg>, Rejection> {
+    let mut scratch = Vec::new();
     for (arg_index, arg) in args.iter().enumerate() {
         if skip.contains(&arg_index) {
             continue;
@@ -469,12 +475,20 @@ pub(crate) fn check_args(
                 },
                 Candidate::Path { path, access } => judge(visible, cwd, &path, access),
             };
+            // Seen only as the run's own /tmp: what a launch without one must refuse.
+            if matches!(verdict, Verdict::Visible) && visible.in_scratch(&resolved) {
+                scratch.push(ScratchArg {
+                    arg_index,
+                    arg: arg.clone(),
+                    resolved: resolved.clone(),
+                });
+            }
             if let Some(rejection) = refusal(visible, arg_index, arg, resolved, access, verdict) {
                 return Err(rejection);
             }
         }
     }
-    Ok(())
+    Ok(scratch)
 }
 
 /// The rejection of argument `arg_index` (`arg`), which names `resolved`, for its

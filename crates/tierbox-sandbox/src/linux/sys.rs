@@ -702,6 +702,82 @@ pub fn new_user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
     result
 }
 
+/// The holder of [`own_ids_user_namespace`]: makes its own (copied) memory dumpable, so
+/// that its `/proc` files belong to its uid and an unprivileged parent may write its id
+/// maps, says so with one byte on the fd it is given, then waits until killed.
+extern "C" fn dumpable_userns_holder(arg: *mut libc::c_void) -> libc::c_int {
+    let ready = arg as usize as libc::c_int;
+    // SAFETY: prctl with integer arguments; it changes this child's own mm (no CLONE_VM:
+    // a copy), never the parent's.
+    unsafe {
+        libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_DUMPABLE,
+            1 as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    let _ = write_all_raw(ready, b"r");
+    userns_holder(std::ptr::null_mut())
+}
+
+/// A new user namespace owned by this (unprivileged) process's, mapping only its own
+/// `uid` and `gid` to themselves with `setgroups` denied — what an unprivileged process
+/// may write for itself — as an fd of its `ns/user` file, which a child joins with
+/// `setns` (a Tier B run's private `/tmp` needs a namespace it may mount in). A child is
+/// cloned into the namespace; it makes itself dumpable (a supervisor is not, so its
+/// `/proc` files, and a child's sharing its memory, belong to root), the maps are
+/// written from here, the namespace opened, and the child killed and reaped. The child
+/// is a copy of this process's memory for the fraction of a millisecond it lives.
+pub fn own_ids_user_namespace(uid: u32, gid: u32) -> io::Result<OwnedFd> {
+    let mut fds = [-1 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds are fresh and ours.
+    let (ready_r, ready_w) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let stack = crate::linux::ns::sys::NsStack::new();
+    let pid = crate::launch::sys::with_all_signals_blocked(|| {
+        // SAFETY: the holder makes only raw system calls on its copy of our memory
+        // (`stack.top()` is the aligned end of a live mapping; no CLONE_VM); its argument
+        // is an fd number, not a pointer.
+        unsafe {
+            libc::clone(
+                dumpable_userns_holder,
+                stack.top(),
+                libc::CLONE_NEWUSER | libc::SIGCHLD,
+                ready_w.as_raw_fd() as usize as *mut libc::c_void,
+            )
+        }
+    });
+    if pid == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    drop(ready_w);
+    let result = (|| {
+        let mut byte = [0u8; 1];
+        let n = std::io::Read::read(&mut std::fs::File::from(ready_r), &mut byte)?;
+        if n != 1 {
+            return Err(io::Error::other("the user namespace's holder ended early"));
+        }
+        std::fs::write(format!("/proc/{pid}/uid_map"), format!("{uid} {uid} 1\n"))?;
+        std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), format!("{gid} {gid} 1\n"))?;
+        let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
+        Ok(OwnedFd::from(ns))
+    })();
+    // SAFETY: integer arguments; `pid` is our child, not yet reaped, so not reused.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    result
+}
+
 /// `open_tree(2)` flag: clone the mount instead of opening it in place.
 pub(crate) const OPEN_TREE_CLONE: u32 = 1;
 /// `AT_RECURSIVE`: clone / set attributes on the whole subtree.
@@ -750,61 +826,6 @@ pub fn idmapped_tree(path: &std::path::Path, userns: BorrowedFd<'_>) -> io::Resu
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
-    };
-    // SAFETY: a valid tree fd, an empty path with AT_EMPTY_PATH, and a mount_attr of the
-    // size passed, borrowed for the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            (libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE) as libc::c_ulong,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(tree)
-}
-
-/// `open_tree(path, OPEN_TREE_CLONE | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW)` with `nosuid`
-/// and `nodev` (and `rdonly` when `read_only`) set on the whole copy: a detached bind of
-/// `path` (a final symlink is not followed), for a Tier B run's private mount namespace
-/// to move into place. Needs `CAP_SYS_ADMIN` in the caller's mount namespace.
-pub fn cloned_tree(path: &std::path::Path, read_only: bool) -> io::Result<OwnedFd> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: a NUL-terminated path and integer flags; returns a new fd we own.
-    let tree = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            c_path.as_ptr(),
-            (OPEN_TREE_CLONE
-                | libc::O_CLOEXEC as libc::c_uint
-                | AT_RECURSIVE
-                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint) as libc::c_ulong,
-        )
-    };
-    if tree < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd returned by the kernel, now ours.
-    let tree = unsafe { OwnedFd::from_raw_fd(tree as RawFd) };
-    let attr = MountAttr {
-        attr_set: crate::linux::ns::sys::MOUNT_ATTR_NOSUID
-            | crate::linux::ns::sys::MOUNT_ATTR_NODEV
-            | if read_only {
-                crate::linux::ns::sys::MOUNT_ATTR_RDONLY
-            } else {
-                0
-            },
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
     };
     // SAFETY: a valid tree fd, an empty path with AT_EMPTY_PATH, and a mount_attr of the
     // size passed, borrowed for the call.

@@ -102,9 +102,25 @@ impl UsernsSupport {
     }
 }
 
+/// The namespaces a Tier B run makes for its private `/tmp` and `/dev/shm` and its
+/// protected paths under an unprivileged supervisor: user and mount.
+pub const TIER_B_NAMESPACES: libc::c_int = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
+
 /// Probes now (forks one child; about a millisecond). See the module docs.
 pub fn probe_userns() -> UsernsSupport {
-    match sys::probe_namespaces_in_child(TIER_C_NAMESPACES) {
+    probe_namespaces(TIER_C_NAMESPACES)
+}
+
+/// Whether this process can give a Tier B run a user and mount namespace of its own
+/// ([`TIER_B_NAMESPACES`]; what an unprivileged supervisor needs for it), probed once
+/// per process.
+pub fn probe_tier_b_userns_cached() -> &'static UsernsSupport {
+    static CACHE: OnceLock<UsernsSupport> = OnceLock::new();
+    CACHE.get_or_init(|| probe_namespaces(TIER_B_NAMESPACES))
+}
+
+fn probe_namespaces(flags: libc::c_int) -> UsernsSupport {
+    match sys::probe_namespaces_in_child(flags) {
         Ok(Ok(())) => UsernsSupport::Available,
         Ok(Err(failure)) => UsernsSupport::Unavailable {
             failure,

@@ -375,6 +375,30 @@ impl Fixture {
     }
 }
 
+/// The run happened on the fixture's backend: Tier B, or Tier C on its `tier.backend`.
+#[track_caller]
+pub fn assert_backend(o: &Outcome, fx: &Fixture) {
+    let expected = match fx.tier {
+        TierRequest::C => (
+            "c",
+            match fx.policy.tier.backend {
+                TierCBackend::Native => tierbox_sandbox::tier_c::NATIVE_BACKEND,
+                TierCBackend::Bwrap => tierbox_sandbox::bwrap::BACKEND_NAME,
+                TierCBackend::Docker => tierbox_sandbox::container::DOCKER_BACKEND_NAME,
+                TierCBackend::Podman => tierbox_sandbox::container::PODMAN_BACKEND_NAME,
+            },
+        ),
+        _ => ("b", tierbox_sandbox::tier_b::BACKEND_NAME),
+    };
+    assert!(
+        o.tier == expected.0 && o.backend == expected.1,
+        "expected a run on {expected:?}, got tier {:?} backend {:?}:\n{}",
+        o.tier,
+        o.backend,
+        describe(o)
+    );
+}
+
 /// The first line of the probe's report (stdout).
 pub fn report(o: &Outcome) -> &str {
     o.stdout.text.lines().next().unwrap_or("")

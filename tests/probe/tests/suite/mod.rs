@@ -3,6 +3,8 @@ mod grants;
 mod harness;
 mod leave;
 mod nested_repos;
+mod private_tmp;
+mod protected;
 mod sys;
 mod tier_b;
 mod tier_b_lifecycle;
