@@ -39,7 +39,9 @@ impl Ws {
         }
     }
 
-    fn check(&self, args: &[&str]) -> Result<(), Rejection> {
+    /// The check's verdict on `args`: the arguments accepted only as paths in the
+    /// run's own `/tmp`, or the refusal.
+    fn checked(&self, args: &[&str]) -> Result<Vec<ScratchArg>, Rejection> {
         let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
         let own = [];
         let mut visible = Visible::new(
@@ -53,23 +55,16 @@ impl Ws {
         if self.scratch {
             visible = visible.with_scratch(&["/tmp"]);
         }
-        check_args(&visible, &self.ws, &args, &[]).map(drop)
+        check_args(&visible, &self.ws, &args, &[])
+    }
+
+    fn check(&self, args: &[&str]) -> Result<(), Rejection> {
+        self.checked(args).map(drop)
     }
 
     /// The arguments accepted only as paths in the run's own `/tmp`.
     fn scratch(&self, args: &[&str]) -> Vec<(usize, String)> {
-        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-        let own = [];
-        let visible = Visible::new(
-            &self.ws,
-            &self.fs,
-            &self.policy,
-            None,
-            RunHome::Private,
-            &own,
-        )
-        .with_scratch(&["/tmp"]);
-        check_args(&visible, &self.ws, &args, &[])
+        self.checked(args)
             .unwrap()
             .into_iter()
             .map(|s| (s.arg_index, s.resolved.display().to_string()))
@@ -283,6 +278,7 @@ fn tmp_is_the_run_s_own_only_as_a_scratch_root() {
 #[test]
 fn arguments_in_the_run_s_own_tmp_are_recorded() {
     let mut w = Ws::new();
+    w.scratch = true;
     assert_eq!(
         w.scratch(&["/tmp/x", "file", "of=/tmp/y"]),
         vec![(0, "/tmp/x".to_owned()), (2, "/tmp/y".to_owned())]

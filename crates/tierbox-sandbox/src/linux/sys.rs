@@ -672,34 +672,10 @@ extern "C" fn userns_holder(_: *mut libc::c_void) -> libc::c_int {
 /// namespace (every signal blocked, waiting), its maps are written, its namespace opened,
 /// and it is killed and reaped: the fd keeps the namespace alive.
 pub fn new_user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
-    let stack = crate::linux::ns::sys::NsStack::new();
-    let pid = crate::launch::sys::with_all_signals_blocked(|| {
-        // SAFETY: `userns_holder` touches no memory; `stack.top()` is the aligned end of a
-        // live mapping (the child runs on its copy-on-write copy: no CLONE_VM).
-        unsafe {
-            libc::clone(
-                userns_holder,
-                stack.top(),
-                libc::CLONE_NEWUSER | libc::SIGCHLD,
-                std::ptr::null_mut(),
-            )
-        }
-    });
-    if pid == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    let result = (|| {
+    user_namespace_held_by(userns_holder, None, |pid| {
         std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
-        std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)?;
-        let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
-        Ok(OwnedFd::from(ns))
-    })();
-    // SAFETY: integer arguments; `pid` is our child, not yet reaped, so not reused.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-        libc::waitpid(pid, std::ptr::null_mut(), 0);
-    }
-    result
+        std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)
+    })
 }
 
 /// The holder of [`own_ids_user_namespace`]: makes its own (copied) memory dumpable, so
@@ -726,11 +702,11 @@ extern "C" fn dumpable_userns_holder(arg: *mut libc::c_void) -> libc::c_int {
 /// A new user namespace owned by this (unprivileged) process's, mapping only its own
 /// `uid` and `gid` to themselves with `setgroups` denied — what an unprivileged process
 /// may write for itself — as an fd of its `ns/user` file, which a child joins with
-/// `setns` (a Tier B run's private `/tmp` needs a namespace it may mount in). A child is
-/// cloned into the namespace; it makes itself dumpable (a supervisor is not, so its
-/// `/proc` files, and a child's sharing its memory, belong to root), the maps are
-/// written from here, the namespace opened, and the child killed and reaped. The child
-/// is a copy of this process's memory for the fraction of a millisecond it lives.
+/// `setns` (a Tier B run's private `/tmp` needs a namespace it may mount in). The child
+/// cloned into the namespace makes itself dumpable first (a supervisor is not, so its
+/// `/proc` files, and a child's sharing its memory, belong to root), then the maps are
+/// written from here. It is a copy of this process's memory for the fraction of a
+/// millisecond it lives.
 pub fn own_ids_user_namespace(uid: u32, gid: u32) -> io::Result<OwnedFd> {
     let mut fds = [-1 as libc::c_int; 2];
     // SAFETY: pipe2 writes two fds into the array.
@@ -740,36 +716,48 @@ pub fn own_ids_user_namespace(uid: u32, gid: u32) -> io::Result<OwnedFd> {
     // SAFETY: both fds are fresh and ours.
     let (ready_r, ready_w) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    user_namespace_held_by(dumpable_userns_holder, Some(ready_w), move |pid| {
+        let mut byte = [0u8; 1];
+        if std::io::Read::read(&mut std::fs::File::from(ready_r), &mut byte)? != 1 {
+            return Err(io::Error::other("the user namespace's holder ended early"));
+        }
+        std::fs::write(format!("/proc/{pid}/uid_map"), format!("{uid} {uid} 1\n"))?;
+        std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), format!("{gid} {gid} 1\n"))
+    })
+}
+
+/// Clones `holder` into a new user namespace (every signal blocked, no `CLONE_VM`; its
+/// argument is `arg`'s fd number, which the parent's copy closes after the clone), lets
+/// `maps` write its id maps, opens its `ns/user`, then kills and reaps it.
+fn user_namespace_held_by(
+    holder: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: Option<OwnedFd>,
+    maps: impl FnOnce(libc::pid_t) -> io::Result<()>,
+) -> io::Result<OwnedFd> {
     let stack = crate::linux::ns::sys::NsStack::new();
+    let raw_arg = arg.as_ref().map_or(-1, |fd| fd.as_raw_fd());
     let pid = crate::launch::sys::with_all_signals_blocked(|| {
-        // SAFETY: the holder makes only raw system calls on its copy of our memory
-        // (`stack.top()` is the aligned end of a live mapping; no CLONE_VM); its argument
-        // is an fd number, not a pointer.
+        // SAFETY: the holders make only raw system calls on their copy of our memory
+        // (`stack.top()` is the aligned end of a live mapping; no CLONE_VM); the
+        // argument is an fd number, not a pointer.
         unsafe {
             libc::clone(
-                dumpable_userns_holder,
+                holder,
                 stack.top(),
                 libc::CLONE_NEWUSER | libc::SIGCHLD,
-                ready_w.as_raw_fd() as usize as *mut libc::c_void,
+                raw_arg as usize as *mut libc::c_void,
             )
         }
     });
     if pid == -1 {
         return Err(io::Error::last_os_error());
     }
-    drop(ready_w);
-    let result = (|| {
-        let mut byte = [0u8; 1];
-        let n = std::io::Read::read(&mut std::fs::File::from(ready_r), &mut byte)?;
-        if n != 1 {
-            return Err(io::Error::other("the user namespace's holder ended early"));
-        }
-        std::fs::write(format!("/proc/{pid}/uid_map"), format!("{uid} {uid} 1\n"))?;
-        std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
-        std::fs::write(format!("/proc/{pid}/gid_map"), format!("{gid} {gid} 1\n"))?;
+    drop(arg);
+    let result = maps(pid).and_then(|()| {
         let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
         Ok(OwnedFd::from(ns))
-    })();
+    });
     // SAFETY: integer arguments; `pid` is our child, not yet reaped, so not reused.
     unsafe {
         libc::kill(pid, libc::SIGKILL);

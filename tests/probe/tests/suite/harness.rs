@@ -369,6 +369,16 @@ impl Fixture {
         self.state_dir = dir.to_path_buf();
     }
 
+    /// Protects `entries` (relative to the workspace, as `filesystem.protected` names
+    /// them), as a layer the run must enforce (not an optional one).
+    pub fn protect(&mut self, entries: &[&str]) {
+        self.policy.filesystem.protected = entries.iter().map(|p| (*p).to_owned()).collect();
+        self.policy
+            .tier
+            .optional_layers
+            .retain(|l| *l != Layer::ProtectedPaths);
+    }
+
     /// Makes `uid` the owner of the workspace, so a root supervisor runs the child as it.
     pub fn chown_workspace(&self, uid: u32) {
         std::os::unix::fs::chown(&self.workspace, Some(uid), Some(uid)).expect("chown workspace");

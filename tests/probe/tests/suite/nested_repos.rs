@@ -7,20 +7,11 @@
 //! force the cut: it made 33 decoy repositories, and the next run rewrote a real
 //! `vendor/lib/.git/config` (with `core.fsmonitor`, which the host's `git status` runs).
 
-use tierbox_policy::Layer;
-
 use super::harness::{Backend, Fixture, assert_holds, describe, report};
 
 /// The default protected paths, enforced.
 fn protect_git_dirs(fx: &mut Fixture) {
-    fx.policy.filesystem.protected = tierbox_policy::validate::DEFAULT_PROTECTED
-        .iter()
-        .map(|p| (*p).to_owned())
-        .collect();
-    fx.policy
-        .tier
-        .optional_layers
-        .retain(|l| *l != Layer::ProtectedPaths);
+    fx.protect(tierbox_policy::validate::DEFAULT_PROTECTED);
 }
 
 /// A repository at `rel` with a config the host trusts.
@@ -29,26 +20,6 @@ fn repo(fx: &Fixture, rel: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(config.parent().unwrap().join("hooks")).unwrap();
     std::fs::write(&config, "[core]\n\tbare = false\n").unwrap();
     config
-}
-
-/// Runs `$body(test_name, backend)` as three tests: Tier B and both Tier C backends.
-macro_rules! on_every_backend {
-    ($body:ident => $tier_b:ident, $native:ident, $bwrap:ident) => {
-        #[tokio::test]
-        async fn $tier_b() {
-            $body(stringify!($tier_b), Backend::TierB).await;
-        }
-
-        #[tokio::test]
-        async fn $native() {
-            $body(stringify!($native), Backend::Native).await;
-        }
-
-        #[tokio::test]
-        async fn $bwrap() {
-            $body(stringify!($bwrap), Backend::Bwrap).await;
-        }
-    };
 }
 
 /// One run makes 40 decoy repositories; the next still cannot touch the real

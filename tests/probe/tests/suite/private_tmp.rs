@@ -30,8 +30,8 @@ const HOST_MARKER_ENV: &str = "TIERBOX_PROBE_HOST_MARKER";
 /// What a run makes in its `/tmp`: never on the host.
 const RUN_FILE_ENV: &str = "TIERBOX_PROBE_RUN_FILE";
 
-/// Runs `case` in the helper as [`SUPERVISOR_UID`] (in a user namespace that refuses
-/// nested ones when `restricted`) and checks that it passed and left nothing on the
+/// Runs `case` in the helper as [`SUPERVISOR_UID`] (under a filter that refuses user
+/// namespaces when `restricted`) and checks that it passed and left nothing on the
 /// host: no file in the host's `/tmp`, nothing under the state directory's tmp base.
 fn run_case(test: &str, case: &str, restricted: bool) {
     let needs = [Need::Root, Need::Landlock, Need::Seccomp];
@@ -236,13 +236,7 @@ async fn unprivileged_supervisor_helper() {
             assert_eq!(o.stdout.text.trim(), "100", "{}", describe(&o));
         }
         "protected" => {
-            fx.policy.filesystem.protected = [".git/hooks", ".git/config", ".git/info"]
-                .map(str::to_owned)
-                .to_vec();
-            fx.policy
-                .tier
-                .optional_layers
-                .retain(|l| *l != Layer::ProtectedPaths);
+            fx.protect(&[".git/hooks", ".git/config", ".git/info"]);
             let git = fx.workspace.join(".git");
             std::fs::create_dir_all(git.join("hooks")).unwrap();
             std::fs::write(git.join("hooks/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();

@@ -10,32 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tierbox_policy::{Layer, ProcessRunRequest, TierRequest};
+use tierbox_policy::{ProcessRunRequest, TierRequest};
 use tierbox_runner::Outcome;
 
 use super::harness::{
     Backend, Fixture, Need, assert_broken, assert_direct_broken, assert_holds, describe, report,
 };
-
-/// Runs `$body(test_name, backend)` as three tests, one per backend.
-macro_rules! on_every_backend {
-    ($body:ident => $tier_b:ident, $native:ident, $bwrap:ident) => {
-        #[tokio::test]
-        async fn $tier_b() {
-            $body(stringify!($tier_b), Backend::TierB).await;
-        }
-
-        #[tokio::test]
-        async fn $native() {
-            $body(stringify!($native), Backend::Native).await;
-        }
-
-        #[tokio::test]
-        async fn $bwrap() {
-            $body(stringify!($bwrap), Backend::Bwrap).await;
-        }
-    };
-}
 
 /// Runs the probe with `args` and checks it ran on the fixture's backend (`backend`).
 async fn probe_on(fx: &Fixture, args: &[&str]) -> Outcome {
@@ -46,11 +26,7 @@ async fn probe_on(fx: &Fixture, args: &[&str]) -> Outcome {
 
 /// The default protected paths, enforced (not an optional layer).
 fn protect_git(fx: &mut Fixture) {
-    fx.policy.filesystem.protected = vec![".git/hooks".to_owned(), ".git/config".to_owned()];
-    fx.policy
-        .tier
-        .optional_layers
-        .retain(|l| *l != Layer::ProtectedPaths);
+    fx.protect(&[".git/hooks", ".git/config"]);
 }
 
 /// A snapshot of a directory tree: relative path and content (`None` for directories).
@@ -183,14 +159,7 @@ async fn git_redirect_surface_cannot_be_planted(test: &str, backend: Backend) {
     let Some(mut fx) = Fixture::on(test, &[], backend) else {
         return;
     };
-    fx.policy.filesystem.protected = tierbox_policy::validate::DEFAULT_PROTECTED
-        .iter()
-        .map(|p| (*p).to_owned())
-        .collect();
-    fx.policy
-        .tier
-        .optional_layers
-        .retain(|l| *l != Layer::ProtectedPaths);
+    fx.protect(tierbox_policy::validate::DEFAULT_PROTECTED);
     let ws = fx.workspace.clone();
     for dir in [
         ".git/hooks",
