@@ -1024,6 +1024,8 @@ pub(crate) struct SlotLauncher {
     /// The mount namespace the thread made for itself ([`ThreadMounts`]); `None`: the
     /// supervisor's.
     mounts: Option<NsPlan>,
+    /// What it holds of the run's protected paths there, checked before each run.
+    held: ThreadNs,
     /// The mount points those trees cover in the slot's tmp (relative to it), with the
     /// `(device, inode)` each had when the thread moved a tree onto it.
     mount_points: Vec<(PathBuf, (u64, u64))>,
@@ -1092,10 +1094,10 @@ pub(crate) struct NsProtectPlan {
 }
 
 /// A slot's launcher thread makes the run's mount namespace for itself before it arms
-/// itself (Tier B's private `/tmp` and `/dev/shm`, and the grants beneath `/tmp` bound
-/// back; never a user namespace, which a thread cannot make, nor protected paths, which
-/// are the workspace's state at one launch), so the children it clones inherit that
-/// namespace with the rest and make no mount of their own. The mount points made for the
+/// itself (Tier B's private `/tmp` and `/dev/shm`, the grants beneath `/tmp` bound back,
+/// and protected paths that need no placeholder, checked before each run: [`ThreadNs`];
+/// never a user namespace, which a thread cannot join), so the children it clones
+/// inherit that namespace with the rest and make no mount of their own. The mount points made for the
 /// grants in the slot's tmp are kept by the slot's recycling (removing one detaches what
 /// is mounted on it, in every namespace), and checked by inode after each run: a thread
 /// whose mount point moved is dropped.
@@ -1131,6 +1133,11 @@ pub(crate) fn slot_launcher(
     let mut launchers = slot.launcher.lock().ok()?;
     // A thread whose audit session is retired is of no use any more.
     launchers.retain(|l| !l.session.is_some_and(crate::linux::audit::session_retired));
+    // A thread whose protected paths' mounts the host undid is of no use any more.
+    launchers.retain(|l| match &l.mounts {
+        Some(ns) if !ns.protect.is_empty() && Some(ns) == key => l.held.in_place(ns),
+        _ => true,
+    });
     let at = match launchers
         .iter()
         .position(|l| l.arming == arming && l.mounts.as_ref() == key)
@@ -1154,7 +1161,12 @@ pub(crate) fn slot_launcher(
             if launchers.len() >= MAX_SLOT_LAUNCHERS {
                 launchers.remove(0);
             }
-            let (tx, listener, session) = start_launcher(
+            let StartedLauncher {
+                tx,
+                listener,
+                session,
+                held,
+            } = start_launcher(
                 "tierbox-launcher-slot",
                 arming,
                 Some(landlock.raw_fd()),
@@ -1163,6 +1175,7 @@ pub(crate) fn slot_launcher(
             )?;
             launchers.push(SlotLauncher {
                 arming,
+                held,
                 mounts: key.cloned(),
                 mount_points,
                 tx,
@@ -1195,8 +1208,8 @@ fn start_launcher(
     landlock: Option<std::os::fd::RawFd>,
     hand_off: bool,
     mounts: Option<NsPlan>,
-) -> Option<(mpsc::Sender<Job>, Option<OwnedFd>, Option<u32>)> {
-    type Armed = Result<(Option<OwnedFd>, Option<u32>), i32>;
+) -> Option<StartedLauncher> {
+    type Armed = Result<(Option<OwnedFd>, Option<u32>, ThreadNs), i32>;
     let (tx, rx) = mpsc::channel::<Job>();
     let (ready_tx, ready_rx) = mpsc::sync_channel::<Armed>(1);
     let spawned = std::thread::Builder::new()
@@ -1211,18 +1224,20 @@ fn start_launcher(
             } else {
                 Ok(None)
             };
-            // The mounts next: landlock and the filter both refuse mount operations.
+            // The mounts next: landlock and the filter both refuse mount operations. What
+            // the protected paths' mounts are, to check them before each later run.
             let moved = session.and_then(|session| match &mounts {
-                None => Ok(session),
+                None => Ok((session, ThreadNs::default())),
                 Some(ns) => sys::RawNs::new(ns, None)
                     .make()
-                    .map(|()| session)
-                    .map_err(|(_, errno)| errno),
+                    .map_err(|(_, errno)| errno)
+                    .and_then(|()| ThreadNs::of_this_thread(ns).ok_or(libc::ESTALE))
+                    .map(|held| (session, held)),
             });
-            let applied = moved.and_then(|session| {
+            let applied = moved.and_then(|(session, held)| {
                 arming
                     .apply_to_this_thread(landlock, hand_off)
-                    .map(|listener| (listener, session))
+                    .map(|listener| (listener, session, held))
             });
             let ok = applied.is_ok();
             let _ = ready_tx.send(applied);
@@ -1237,8 +1252,96 @@ fn start_launcher(
         });
     // `landlock` (the slot's ruleset fd) stays open until the thread has applied it.
     spawned.ok()?;
-    let (listener, session) = ready_rx.recv().ok()?.ok()?;
-    Some((tx, listener, session))
+    let (listener, session, held) = ready_rx.recv().ok()?.ok()?;
+    Some(StartedLauncher {
+        tx,
+        listener,
+        session,
+        held,
+    })
+}
+
+/// A launcher thread [`start_launcher`] started and armed.
+struct StartedLauncher {
+    tx: mpsc::Sender<Job>,
+    /// The hand-off filter's listener, when one was attached.
+    listener: Option<OwnedFd>,
+    /// The thread's audit session, when armed for audit.
+    session: Option<u32>,
+    /// What it holds of protected paths in its mount namespace.
+    held: ThreadNs,
+}
+
+/// What a slot's launcher thread holds in its mount namespace of the run's protected
+/// paths: its thread id, and the mount each protected path showed right after the
+/// thread bound it. The host may undo a bind between runs (unlinking or renaming over a
+/// mount point on the host detaches every mount on it, in every namespace), so before
+/// each run the paths are looked up again in the thread's namespace
+/// (`/proc/self/task/<tid>/root`), and a thread whose mounts are not all where it left
+/// them is dropped.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct ThreadNs {
+    tid: i32,
+    /// One `(mount id, object)` per protected path of the thread's plan, in order.
+    protected: Vec<(u64, sys::FileId)>,
+}
+
+impl ThreadNs {
+    /// Of the calling thread, which has just made `ns`.
+    fn of_this_thread(ns: &NsPlan) -> Option<Self> {
+        let protected = ns
+            .protect
+            .iter()
+            .map(|p| mount_of(&protected_path(p)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            tid: rustix::thread::gettid().as_raw_nonzero().get(),
+            protected,
+        })
+    }
+
+    /// Whether every protected path of `ns` still shows, in the thread's namespace, the
+    /// mount the thread made and the object `ns` planned.
+    fn in_place(&self, ns: &NsPlan) -> bool {
+        let root = PathBuf::from(format!("/proc/self/task/{}/root", self.tid));
+        self.protected.len() == ns.protect.len()
+            && ns
+                .protect
+                .iter()
+                .zip(&self.protected)
+                .all(|(p, (mnt, id))| {
+                    let path = protected_path(p);
+                    let seen = root.join(path.strip_prefix("/").unwrap_or(&path));
+                    mount_of(&seen)
+                        .is_some_and(|(m, now)| m == *mnt && now == *id && now == p.expect)
+                })
+    }
+}
+
+/// The absolute path of a protected path of a namespace plan.
+fn protected_path(p: &NsProtectPlan) -> PathBuf {
+    use std::ffi::OsStr;
+    Path::new(OsStr::from_bytes(p.base.as_bytes())).join(OsStr::from_bytes(p.rel.as_bytes()))
+}
+
+/// The mount id of `path` (a final symlink not followed) and the object it names.
+fn mount_of(path: &Path) -> Option<(u64, sys::FileId)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let st = rustix::fs::statx(
+        rustix::fs::CWD,
+        path,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::MNT_ID,
+    )
+    .ok()?;
+    Some((
+        st.stx_mnt_id,
+        sys::FileId {
+            dev: libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            ino: st.stx_ino,
+            fmt: u32::from(st.stx_mode) & libc::S_IFMT,
+        },
+    ))
 }
 
 /// The launcher thread armed with `arming`, started at the process's *second* launch
@@ -1257,7 +1360,7 @@ pub(crate) fn armed_launcher(arming: Arming) -> Option<mpsc::Sender<Job>> {
     if let Some((_, launcher)) = armed.iter_mut().find(|(a, _)| *a == arming) {
         if let ArmedLauncher::SeenOnce = launcher {
             *launcher = match start_launcher("tierbox-launcher-armed", arming, None, false, None) {
-                Some((tx, ..)) => ArmedLauncher::Started(tx),
+                Some(started) => ArmedLauncher::Started(started.tx),
                 None => ArmedLauncher::Failed,
             };
         }

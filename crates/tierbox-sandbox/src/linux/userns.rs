@@ -124,7 +124,7 @@ fn probe_namespaces(flags: libc::c_int) -> UsernsSupport {
         Ok(Ok(())) => UsernsSupport::Available,
         Ok(Err(failure)) => UsernsSupport::Unavailable {
             failure,
-            reason: explain(failure, &SysctlFacts::read()),
+            reason: explain_for(flags, failure, &SysctlFacts::read()),
         },
         Err(e) => UsernsSupport::ProbeFailed {
             reason: format!("could not run the user-namespace probe: {e}"),
@@ -262,13 +262,26 @@ fn errno_name(errno: i32) -> String {
     }
 }
 
-/// Why the probe failed, from the failing step, its `errno` and the host's sysctls. Pure.
+/// Why the probe of Tier C's namespaces failed, from the failing step, its `errno` and
+/// the host's sysctls. Pure.
 pub fn explain(failure: NsProbeFailure, facts: &SysctlFacts) -> String {
+    explain_for(TIER_C_NAMESPACES, failure, facts)
+}
+
+/// [`explain`] for a probe of `namespaces` ([`TIER_C_NAMESPACES`] or
+/// [`TIER_B_NAMESPACES`]). Pure.
+pub fn explain_for(
+    namespaces: libc::c_int,
+    failure: NsProbeFailure,
+    facts: &SysctlFacts,
+) -> String {
+    let unshared = if namespaces == TIER_B_NAMESPACES {
+        "unshare of the user and mount namespaces"
+    } else {
+        "unshare of the user, mount, pid, net, ipc, uts and cgroup namespaces"
+    };
     let (step, errno) = match failure {
-        NsProbeFailure::Unshare(e) => (
-            "unshare of the user, mount, pid, net, ipc, uts and cgroup namespaces",
-            e,
-        ),
+        NsProbeFailure::Unshare(e) => (unshared, e),
         NsProbeFailure::MountPrivate(e) => ("making mounts private in a new user namespace", e),
         NsProbeFailure::MountTmpfs(e) => ("mounting a tmpfs in a new user namespace", e),
     };

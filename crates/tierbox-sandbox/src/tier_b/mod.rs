@@ -680,9 +680,9 @@ impl Launcher {
         // slot's thread makes it for itself before it arms itself; otherwise (unpooled,
         // or the thread could not be started) the child makes it and restricts itself
         // entirely, inheriting nothing.
-        // A thread holds only what is the same for every run of its slot: a root
-        // supervisor's tmp trees, not the protected paths (the workspace's state at this
-        // launch), and never a user namespace (a thread cannot make one).
+        // A thread holds what it can check before each run: a root supervisor's tmp
+        // trees and protected paths needing no placeholder (`ThreadNs`), never a user
+        // namespace (a thread cannot join one).
         let prepare = || private.map_or(Ok(()), PrivateMounts::prepare);
         let thread_mounts = match private {
             None => None,

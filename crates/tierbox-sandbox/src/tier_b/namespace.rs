@@ -183,14 +183,17 @@ impl PrivateMounts {
         mounts::prepare(&self.slot_tmp, &self.moves, self.ids)
     }
 
-    /// What a slot's launcher thread may hold for this run, if any: the trees of a root
-    /// supervisor's namespace without protected paths (which are the workspace's state at
-    /// this launch) — a thread cannot make a user namespace.
+    /// What a slot's launcher thread may hold for this run, if any: a root supervisor's
+    /// namespace (a thread cannot join a user namespace) whose protected paths need no
+    /// placeholder (a placeholder lives for one run: removing it afterwards would detach
+    /// the thread's cover). The thread is checked before each run to still hold the
+    /// protected paths as planned (`launch::ThreadNs`).
     pub(crate) fn for_thread<'a>(
         &'a self,
         prepare: &'a dyn Fn() -> std::io::Result<()>,
     ) -> Option<ThreadMounts<'a>> {
-        (self.kind == NsKind::Root && self.ns.protect.is_empty()).then(|| ThreadMounts {
+        let placeholders = self.protected.map_or(0, |(_, placeholders)| placeholders);
+        (self.kind == NsKind::Root && placeholders == 0).then(|| ThreadMounts {
             ns: &self.ns,
             mount_points: self
                 .moves

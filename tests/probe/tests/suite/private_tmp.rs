@@ -46,13 +46,14 @@ fn run_case(test: &str, case: &str, restricted: bool) {
     }
     let home = tempfile::tempdir().unwrap();
     std::os::unix::fs::chown(home.path(), Some(SUPERVISOR_UID), Some(SUPERVISOR_UID)).unwrap();
+    // Named after the case too: the cases run in parallel in this process.
     let marker = PathBuf::from(format!(
-        "/tmp/tierbox-probe-host-marker-{}",
+        "/tmp/tierbox-probe-host-marker-{}-{case}",
         std::process::id()
     ));
     std::fs::write(&marker, "the host's /tmp\n").unwrap();
     let run_file = PathBuf::from(format!(
-        "/tmp/tierbox-probe-run-file-{}",
+        "/tmp/tierbox-probe-run-file-{}-{case}",
         std::process::id()
     ));
     let _ = std::fs::remove_file(&run_file);

@@ -330,3 +330,46 @@ async fn a_protected_path_swapped_while_runs_start_never_binds_the_host() {
     assert_eq!(tree(&host), before, "the host directory changed");
     assert!(bound > 0, "no run had .git/hooks bound read-only");
 }
+
+/// A protected file the host unbinds between two runs — removed and linked back, the
+/// same inode at the same path, which detaches every mount on the old name in every
+/// namespace — is bound again for the next run. In a long-lived supervisor (the pooled
+/// suite) the slot's launcher thread holds the first run's binds and its children
+/// inherit them: the thread must be found stale (its mount gone) and not serve the next
+/// run, which would otherwise find `.git/config` writable.
+#[tokio::test]
+async fn a_bind_the_host_undoes_between_runs_is_made_again() {
+    let test = "a_bind_the_host_undoes_between_runs_is_made_again";
+    let Some(mut fx) = Fixture::new(test, &[Need::Root]) else {
+        return;
+    };
+    protect_git(&mut fx);
+    let git = fx.workspace.join(".git");
+    std::fs::create_dir_all(git.join("hooks")).unwrap();
+    std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+    for round in 0..3 {
+        let o = probe_on(&fx, &["replace-denied", ".git/config"]).await;
+        assert_holds(&o);
+        assert!(
+            o.enforcement.protected_paths.applied,
+            "round {round}: {}",
+            describe(&o)
+        );
+        // Pooled, the slot's thread holds the binds and the run inherits them.
+        assert!(
+            !crate::POOLED || o.enforcement.seccomp.detail.contains("inherited"),
+            "round {round}: not served by the slot's thread: {}",
+            describe(&o)
+        );
+        // Removed and linked back: the same file, and the mounts on it gone.
+        let keep = fx.parent.join("config.keep");
+        std::fs::hard_link(git.join("config"), &keep).unwrap();
+        std::fs::remove_file(git.join("config")).unwrap();
+        std::fs::hard_link(&keep, git.join("config")).unwrap();
+        std::fs::remove_file(&keep).unwrap();
+    }
+    assert_eq!(
+        std::fs::read_to_string(git.join("config")).unwrap(),
+        "[core]\n\tbare = false\n"
+    );
+}
