@@ -272,6 +272,12 @@ async fn unprivileged_supervisor_helper() {
                 refused.contains("filesystem.writable += \"/tmp\"") && refused.contains("--tier c"),
                 "{refused}"
             );
+            // The same when the tier is left to the host: Tier C is unavailable here too,
+            // and the refusal is the argument's, not a tier's.
+            let mut auto = req("touch", &[&run_file]);
+            auto.tier = tierbox_policy::TierRequest::Auto;
+            let refused = fx.try_run(&auto).await.expect_err("refused under auto too");
+            assert!(refused.starts_with("args[0]"), "{refused}");
             // The fix it names works (the host's /tmp, granted).
             let mut granted = fx.policy.clone();
             granted.filesystem.writable.push("/tmp".to_owned());
