@@ -618,6 +618,16 @@ fn git_init_and_commit_work_when_the_run_keeps_uid_0() {
     }
     let ws = tempfile::tempdir().unwrap();
     let w = ws.path().to_str().unwrap();
+    // The default policy covers a missing `.git` in every tier (`git init` fails there by
+    // design); protecting only the entries git executes leaves the repository to the run.
+    let policies = tempfile::tempdir().unwrap();
+    let entries_only = policies.path().join("entries-only.toml");
+    std::fs::write(
+        &entries_only,
+        "version = 1\n[exec]\nallowed_executables = [\"git\"]\n[filesystem]\nprotected = [\".git/config\", \".git/hooks\"]\n",
+    )
+    .unwrap();
+    let p = entries_only.to_str().unwrap();
     let id = [
         "-e",
         "GIT_AUTHOR_NAME=a",
@@ -629,9 +639,7 @@ fn git_init_and_commit_work_when_the_run_keeps_uid_0() {
         "GIT_COMMITTER_EMAIL=a@example.org",
     ];
     let run = |args: &[&str]| {
-        // Tier B: Tier C covers a missing `.git` (protected paths), so `git init` fails
-        // there by design.
-        let mut all = vec!["run", "--tier", "b", "--workspace", w];
+        let mut all = vec!["run", "--tier", "b", "--workspace", w, "--policy", p];
         all.extend_from_slice(&id);
         all.push("--");
         all.extend_from_slice(args);

@@ -130,6 +130,23 @@ pub struct FsPlan {
         skip_serializing_if = "crate::validate::ScanLimits::is_default"
     )]
     pub repo_scan: crate::validate::ScanLimits,
+    /// The arguments the argument check accepted only because they name a path in the
+    /// run's own `/tmp` ([`crate::validate::SCRATCH_ROOTS`]), which no grant covers: a
+    /// launch that cannot give the run a private `/tmp` refuses them
+    /// ([`crate::Rejection::PathNeedsPrivateTmp`]) rather than let them meet the host's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scratch_args: Vec<ScratchArg>,
+}
+
+/// An argument naming a path in the run's private `/tmp` (see [`FsPlan::scratch_args`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScratchArg {
+    /// Its index in the request's `args`.
+    pub arg_index: usize,
+    /// The argument as given.
+    pub arg: String,
+    /// The path it names, as the run names it.
+    pub resolved: PathBuf,
 }
 
 /// The sandbox's shared-memory directory. A grant of exactly this path is served by the

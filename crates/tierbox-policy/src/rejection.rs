@@ -243,6 +243,18 @@ pub enum Rejection {
         access: ArgAccess,
         why: Unreachable,
     },
+    /// An argument names a path in the run's own `/tmp`, and this launch cannot give the
+    /// run one (`why`: a Tier B run of an unprivileged supervisor where user namespaces
+    /// are refused); the host's `/tmp` stands in only when the policy grants it.
+    #[error(
+        "args[{arg_index}] {arg:?} names {resolved:?}, in the run's own /tmp, which this tier b run cannot have: {why} (to fix: filesystem.writable += \"/tmp\" to use the host's /tmp, or run in tier c (--tier c) where its namespaces are available)"
+    )]
+    PathNeedsPrivateTmp {
+        arg_index: usize,
+        arg: String,
+        resolved: PathBuf,
+        why: String,
+    },
     /// `cwd` resolves outside the workspace.
     #[error("cwd {cwd:?} resolves to {resolved:?}, outside the workspace {workspace:?}")]
     CwdOutsideWorkspace {
@@ -392,6 +404,7 @@ impl Rejection {
             Self::PathDenied { .. } => "scope.path_denied",
             Self::PathSecret { .. } => "scope.path_secret",
             Self::PathNotGrantable { .. } => "scope.path_not_grantable",
+            Self::PathNeedsPrivateTmp { .. } => "scope.path_needs_private_tmp",
             Self::WorkspaceSubdirInvalid { .. } => "scope.workspace_subdir_invalid",
             Self::CwdOutsideWorkspace { .. } => "scope.cwd_outside_workspace",
             Self::CwdNotDirectory { .. } => "scope.cwd_not_directory",
@@ -459,6 +472,9 @@ impl Rejection {
                 "the message names the filesystem.deny_read, filesystem.protected or filesystem.dev_shm change that lets the path through"
             }
             "scope.grant_refused" => "docs/policy.md lists what each filesystem key may name",
+            "scope.path_needs_private_tmp" => {
+                "grant the host's /tmp with filesystem.writable = [\"/tmp\"], or run in tier c (--tier c) on a host whose user namespaces work"
+            }
             "scope.protection_incomplete" => {
                 "raise the limit the message names in the policy (filesystem.repo_scan_max_entries, filesystem.max_protected_repos), or run in a smaller workspace"
             }
@@ -532,6 +548,7 @@ impl Rejection {
         "scope.path_denied",
         "scope.path_secret",
         "scope.path_not_grantable",
+        "scope.path_needs_private_tmp",
         "scope.cwd_outside_workspace",
         "scope.cwd_not_directory",
         "scope.workspace_subdir_invalid",

@@ -433,8 +433,8 @@ pub struct Outcome {
     /// is refused (`scope.protection_incomplete`) until the limit is raised.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_git_dirs_incomplete: Option<String>,
-    /// Tier B, which cannot keep protected paths read-only (the `protected_paths` layer
-    /// is missing): the protected entries inside git directories (`.git/config`,
+    /// A Tier B run that could not keep protected paths read-only (the `protected_paths`
+    /// layer is missing: no mount namespace of its own): the protected entries inside git directories (`.git/config`,
     /// `.git/hooks`, …) the run changed, created or removed ([`crate::protected`]).
     /// Untrusted content for the host: what git would run there is no longer the host's.
     /// Foreground runs; empty in Tier C, which keeps them read-only.

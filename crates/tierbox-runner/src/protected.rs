@@ -1,8 +1,9 @@
 //! What a Tier B run changed of the protected paths it could not keep read-only.
 //!
-//! Tier B has no mount namespace, and landlock only grants: what it grants on a git
-//! directory covers its `config` and `hooks/` too, so a Tier B run lists the
-//! `protected_paths` layer as missing. The supervisor still tells the host what the run
+//! A Tier B run without a mount namespace of its own (an unprivileged supervisor on a
+//! host that refuses user namespaces) has only landlock, which only grants: what it
+//! grants on a git directory covers its `config` and `hooks/` too, so such a run lists
+//! the `protected_paths` layer as missing. The supervisor still tells the host what the run
 //! changed there: each protected entry inside a git directory (`.git/config`,
 //! `.git/hooks`, …; not `.git` itself, which every commit changes) is listed before the
 //! launch and after the run — every entry below it with its kind, mode, inode, size,

@@ -339,8 +339,8 @@ async fn run_plan_tapped(
         launcher_thread: false,
         egress_proxy_port,
     };
-    // Tier B cannot keep the protected entries read-only: what the run changes of them
-    // is named in the outcome instead.
+    // Where Tier B cannot keep the protected entries read-only (no mount namespace of the
+    // run's own), what the run changes of them is named in the outcome instead.
     let protected_before = (tier == Tier::B).then(|| crate::protected::snapshot(plan));
     let started = Instant::now();
     let launched = launch_in(tier, plan, &launch_opts)?;
@@ -375,7 +375,9 @@ async fn run_plan_tapped(
     let mut outcome = result?;
     outcome.run_id = run_id;
     outcome.enforcement.passed_over = selection.passed_over;
-    if let Some(before) = protected_before {
+    // Where Tier B kept them read-only (its mount namespace), the run changed none.
+    if let Some(before) = protected_before.filter(|_| !outcome.enforcement.protected_paths.applied)
+    {
         // A repository the run created is named as such already.
         let created = &outcome.created_git_dirs;
         outcome.protected_changed =

@@ -96,21 +96,25 @@ pub fn select(plan: &Plan, facts: &HostFacts) -> Result<Selection, Rejection> {
                 if tier < plan.tier.minimum {
                     continue;
                 }
+                // `Err(Ok(reason))`: this tier cannot; `Err(Err(rejection))`: the plan
+                // cannot run in this tier, and no weaker one is tried.
                 let usable = tier_available_for(tier, plan, facts)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| Ok(e.to_string()))
                     .and_then(|()| {
-                        tier_supports(tier, plan, facts).map_err(|e| e.reason().to_owned())
+                        tier_supports(tier, plan, facts).map_err(|e| Ok(e.reason().to_owned()))
                     })
                     // A layer the policy requires and this backend cannot apply here
                     // (bwrap's landlock, say): the next tier may.
-                    .and_then(|()| {
-                        crate::launch::layers_for(tier, plan, facts)
-                            .map(drop)
-                            .map_err(|e| e.to_string())
+                    .and_then(|()| match crate::launch::layers_for(tier, plan, facts) {
+                        Ok(_) => Ok(()),
+                        // Not a layer: an argument no weaker tier can carry out either.
+                        Err(e @ Rejection::PathNeedsPrivateTmp { .. }) => Err(Err(e)),
+                        Err(e) => Err(Ok(e.to_string())),
                     });
                 match usable {
                     Ok(()) => return Ok(Selection { tier, passed_over }),
-                    Err(reason) => {
+                    Err(Err(rejection)) => return Err(rejection),
+                    Err(Ok(reason)) => {
                         let backend = plan.tier.backend.to_string();
                         passed_over = Some(if tier == Tier::C && !reason.contains(&backend) {
                             format!("tier c ({backend}): {reason}")

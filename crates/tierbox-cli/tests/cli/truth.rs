@@ -329,7 +329,7 @@ fn the_tier_line_says_which_tier_and_backend_ran_and_what_was_passed_over() {
     assert_eq!(
         tierbox_lines(&out),
         [format!(
-            "tierbox: tier b, backend tier_b_linux; not enforced here: protected_paths; passed over: {why}"
+            "tierbox: tier b, backend tier_b_linux; passed over: {why}"
         )],
         "{}",
         stderr(&out)

@@ -53,7 +53,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::access::{Access, AccessModel, Rule};
-use crate::plan::{DEV_SHM, FsPlan, PROVIDED_DEVICES};
+use crate::plan::{DEV_SHM, FsPlan, PROVIDED_DEVICES, ScratchArg};
 use crate::policy::{DevShm, FilesystemPolicy};
 use crate::rejection::{ArgAccess, GrantKey, PathFix, PolicyChange, Rejection, Unreachable};
 use crate::validate::scope::{OwnPath, reaches_own, resolve_in};
@@ -210,10 +210,15 @@ impl<'a> Visible<'a> {
         self
     }
 
+    /// Whether `at` is in one of the run's own scratch directories, which no grant
+    /// covers.
+    fn in_scratch(&self, at: &Path) -> bool {
+        self.scratch.iter().any(|r| at.starts_with(r)) && self.model.rule(at).is_none()
+    }
+
     /// Whether a path is the sandbox's own mount, not looked up on the host.
     fn sandbox_own(&self, at: &Path) -> bool {
-        SANDBOX_MOUNTS.iter().any(|m| at.starts_with(m))
-            || (self.scratch.iter().any(|r| at.starts_with(r)) && self.model.rule(at).is_none())
+        SANDBOX_MOUNTS.iter().any(|m| at.starts_with(m)) || self.in_scratch(at)
     }
 
     /// Where `path` (relative to `base`) leads for the run.
@@ -461,7 +466,8 @@ pub(crate) fn check_args(
     cwd: &Path,
     args: &[String],
     skip: &[usize],
-) -> Result<(), Rejection> {
+) -> Result<Vec<ScratchArg>, Rejection> {
+    let mut scratch = Vec::new();
     let mut view = visible.clone();
     let mut first: Option<Rejection> = None;
     let mut more = Vec::new();
@@ -499,6 +505,14 @@ pub(crate) fn check_args(
         }
         for (resolved, access, verdict) in judged {
             let verdict = verdict.unwrap_or_else(|| view.verdict(&resolved, access));
+            // Seen only as the run's own /tmp: what a launch without one must refuse.
+            if matches!(verdict, Verdict::Visible) && visible.in_scratch(&resolved) {
+                scratch.push(ScratchArg {
+                    arg_index,
+                    arg: arg.clone(),
+                    resolved: resolved.clone(),
+                });
+            }
             if let Verdict::Fix { fix, .. } = &verdict {
                 for change in fix.changes() {
                     view.apply(change);
@@ -520,7 +534,7 @@ pub(crate) fn check_args(
         }
     }
     match first {
-        None => Ok(()),
+        None => Ok(scratch),
         Some(mut rejection) => {
             if let Rejection::PathOutsideWorkspace { fix, .. } | Rejection::PathDenied { fix, .. } =
                 &mut rejection

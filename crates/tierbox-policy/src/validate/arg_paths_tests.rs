@@ -39,7 +39,9 @@ impl Ws {
         }
     }
 
-    fn check(&self, args: &[&str]) -> Result<(), Rejection> {
+    /// The check's verdict on `args`: the arguments accepted only as paths in the
+    /// run's own `/tmp`, or the refusal.
+    fn checked(&self, args: &[&str]) -> Result<Vec<ScratchArg>, Rejection> {
         let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
         let own = [];
         let mut visible = Visible::new(
@@ -54,6 +56,19 @@ impl Ws {
             visible = visible.with_scratch(&["/tmp"]);
         }
         check_args(&visible, &self.ws, &args, &[])
+    }
+
+    fn check(&self, args: &[&str]) -> Result<(), Rejection> {
+        self.checked(args).map(drop)
+    }
+
+    /// The arguments accepted only as paths in the run's own `/tmp`.
+    fn scratch(&self, args: &[&str]) -> Vec<(usize, String)> {
+        self.checked(args)
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.arg_index, s.resolved.display().to_string()))
+            .collect()
     }
 
     #[track_caller]
@@ -255,6 +270,22 @@ fn tmp_is_the_run_s_own_only_as_a_scratch_root() {
     if secret.starts_with("/tmp/") {
         assert_eq!(w.code(&[&secret]), "ok", "the host's /tmp is not the run's");
     }
+}
+
+/// An argument the run sees only as a path of its own `/tmp` is recorded, so that a
+/// launch without a private `/tmp` can refuse it (`scope.path_needs_private_tmp`); one a
+/// grant covers, or in the workspace, is not.
+#[test]
+fn arguments_in_the_run_s_own_tmp_are_recorded() {
+    let mut w = Ws::new();
+    w.scratch = true;
+    assert_eq!(
+        w.scratch(&["/tmp/x", "file", "of=/tmp/y"]),
+        vec![(0, "/tmp/x".to_owned()), (2, "/tmp/y".to_owned())]
+    );
+    w.fs.writable = vec![PathBuf::from("/tmp")];
+    w.fs.writable_roots = w.fs.writable.clone();
+    assert_eq!(w.scratch(&["/tmp/x"]), vec![]);
 }
 
 #[test]

@@ -337,7 +337,7 @@ pub fn validate(
     .with_scratch(SCRATCH_ROOTS);
     let mut text_args = inline_code;
     text_args.extend(arg_paths::link_targets(&req.command, &program, &req.args));
-    arg_paths::check_args(&visible, &cwd, &req.args, &text_args)?;
+    filesystem.scratch_args = arg_paths::check_args(&visible, &cwd, &req.args, &text_args)?;
 
     Ok(Plan {
         program,
@@ -631,6 +631,7 @@ fn filesystem_plan(
         repo_scan: ScanLimits::of(fs),
         private_home: false,
         workspace_home: None,
+        scratch_args: Vec::new(),
     })
 }
 

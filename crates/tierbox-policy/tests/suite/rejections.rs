@@ -12,8 +12,12 @@ use tierbox_policy::{EgressMode, ProcessRunRequest, Rejection, TierRequest};
 use super::validate_exec::fixture::Fixture;
 
 /// Codes produced outside `validate()`, by tier selection in the sandbox crate; they are
-/// exercised end to end in tierbox-runner's tests.
-const PRODUCED_BY_TIER_SELECTION: &[&str] = &["tier.unavailable", "tier.unsupported"];
+/// exercised end to end in tierbox-runner's and tierbox-probe's tests.
+const PRODUCED_BY_TIER_SELECTION: &[&str] = &[
+    "tier.unavailable",
+    "tier.unsupported",
+    "scope.path_needs_private_tmp",
+];
 
 fn req(command: &str, args: &[&str]) -> ProcessRunRequest {
     let mut r = ProcessRunRequest::new(command);

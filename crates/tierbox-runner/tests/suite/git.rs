@@ -239,24 +239,23 @@ fn git_commits_under_the_version_control_preset_and_what_git_runs_is_unchanged()
             );
         }
         let missing = &stashes.enforcement.missing_layers;
-        // Tier B cannot hold entries of the writable workspace read-only, and says so.
-        assert_eq!(
-            missing.contains(&Layer::ProtectedPaths),
-            variant == Variant::B,
+        // Every tier holds them read-only (Tier B in the run's own mount namespace).
+        assert!(
+            !missing.contains(&Layer::ProtectedPaths)
+                && stashes.enforcement.protected_paths.applied,
             "{variant:?}: {missing:?}"
         );
     }
 }
 
-/// The commands that must write what git executes or follows fail in Tier C, with
+/// The commands that must write what git executes or follows fail in every tier, with
 /// git's own message, and leave it unchanged; `.git` itself cannot be swapped.
+/// Regression: Tier B left them writable and only named what a run changed
+/// (`protected_changed`); it now binds them read-only in the run's mount namespace.
 #[test]
-fn writes_to_what_git_runs_are_refused_in_tier_c() {
-    let test = "writes_to_what_git_runs_are_refused_in_tier_c";
+fn writes_to_what_git_runs_are_refused() {
+    let test = "writes_to_what_git_runs_are_refused";
     for variant in Variant::available(test) {
-        if variant == Variant::B {
-            continue;
-        }
         let repo = Repo::with_commit(variant);
         let before = repo.guarded();
         let refused = |command: &str, args: &[&str], sign: &str| {
@@ -266,6 +265,11 @@ fn writes_to_what_git_runs_are_refused_in_tier_c() {
                 o.stderr.text.contains(sign),
                 "{variant:?}: {command} {args:?}: {}",
                 o.stderr.text
+            );
+            assert!(
+                o.protected_changed.is_empty(),
+                "{variant:?}: {command} {args:?}: {:?}",
+                o.protected_changed
             );
         };
         let busy = "could not write config file";
@@ -292,26 +296,6 @@ fn writes_to_what_git_runs_are_refused_in_tier_c() {
         // The repository still works on the host.
         assert_eq!(repo.host_git(&["log", "--format=%s"]), "first\n");
     }
-}
-
-/// Tier B cannot refuse them: what a run changes of them is named in the outcome.
-#[test]
-fn tier_b_names_the_protected_entries_a_run_changed() {
-    let test = "tier_b_names_the_protected_entries_a_run_changed";
-    if !Variant::available(test).contains(&Variant::B) {
-        return;
-    }
-    let repo = Repo::with_commit(Variant::B);
-    let o = repo.run("git", &["config", "user.name", "planted"]);
-    assert_eq!(o.exit_code, Some(0), "{}", o.stderr.text);
-    let ws = std::fs::canonicalize(repo.ws.path()).unwrap();
-    assert_eq!(o.protected_changed, [ws.join(".git/config")]);
-    std::fs::write(repo.path("evil"), "#!/bin/sh\n").unwrap();
-    let o = repo.run("cp", &["evil", ".git/hooks/pre-commit"]);
-    assert_eq!(o.exit_code, Some(0), "{}", o.stderr.text);
-    assert_eq!(o.protected_changed, [ws.join(".git/hooks")]);
-    let o = repo.run("git", &["status", "--short"]);
-    assert!(o.protected_changed.is_empty(), "{:?}", o.protected_changed);
 }
 
 /// In a workspace without a repository `git init` makes the run's own, named in the

@@ -156,6 +156,22 @@ pub(crate) fn require(
 pub fn layers_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<Vec<Layer>, Rejection> {
     let backend = plan.tier.backend;
     let abi = facts.landlock_abi.unwrap_or(0);
+    // Tier B's own mount namespace (`tier_b::namespace`): its private /tmp and
+    // /dev/shm and its protected paths. Without one, an argument naming a path in the
+    // run's /tmp would meet the host's: refused, with its fix.
+    let tier_b_ns = if tier == Tier::B {
+        crate::tier_b::namespace::available(facts)
+    } else {
+        Ok(())
+    };
+    if let Err(why) = &tier_b_ns {
+        crate::tier_b::namespace::refuse_scratch_args(plan, why)?;
+    }
+    let deny_in_workspace = plan
+        .filesystem
+        .deny_read
+        .iter()
+        .find(|d| d.starts_with(&plan.workspace));
     // Whether each layer the backend applies is available here. The reasons are written
     // only for a missing layer: this runs on every launch (and at selection).
     let checks: &[(Layer, bool)] = match (tier, backend) {
@@ -179,14 +195,13 @@ pub fn layers_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<Vec<Laye
             // A root supervisor mounts the bounded TMPDIR (the launch finds out if it
             // cannot); an unprivileged one cannot.
             (Layer::Disk, facts.euid == 0),
+            // Bound read-only in the run's mount namespace, where one can be made (a
+            // root supervisor, or user namespaces; the launch finds out if it cannot);
+            // a denied path inside the workspace is not covered in Tier B.
             (
                 Layer::ProtectedPaths,
-                plan.filesystem.protected.is_empty()
-                    && !plan
-                        .filesystem
-                        .deny_read
-                        .iter()
-                        .any(|d| d.starts_with(&plan.workspace)),
+                (plan.filesystem.protected.is_empty() || tier_b_ns.is_ok())
+                    && deny_in_workspace.is_none(),
             ),
         ],
     };
@@ -208,8 +223,17 @@ pub fn layers_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<Vec<Laye
             }
             (Layer::Seccomp, _) => "seccomp filters are not available".to_owned(),
             (Layer::Cgroup, _) => facts.cgroup.describe(),
-            (Layer::ProtectedPaths, _) => "tier b cannot keep paths inside the writable workspace read-only or hidden (tier c can)".to_owned(),
-            (Layer::Disk, _) => UNBOUNDED_TMP.to_owned(),
+            (Layer::ProtectedPaths, _) => match (deny_in_workspace, &tier_b_ns) {
+                (Some(denied), _) => format!(
+                    "tier b keeps protected paths read-only in the run's mount namespace, but cannot hide a filesystem.deny_read path inside the writable workspace ({}; tier c can)",
+                    denied.display()
+                ),
+                (None, Err(why)) => why.clone(),
+                (None, Ok(())) => {
+                    "the run has no mount namespace to keep them read-only in".to_owned()
+                }
+            },
+            (Layer::Disk, _) => unbounded_tmp_why(facts),
             (other, _) => format!("{other} is not available"),
         }
     };
@@ -510,6 +534,7 @@ pub(crate) fn spawn_helper(
             clear_groups: helper.clear_groups,
         },
         keep_caps: true,
+        private_ns: std::ptr::null(),
         netns_fd: helper.netns.map_or(-1, |fd| fd.as_raw_fd()),
         // A helper builds its own sandbox: what it applies is logged or not by its own
         // flags (bwrap's filter is not; tierbox-init stacks a logged one).
@@ -561,6 +586,7 @@ pub(crate) fn cgroup_slot(
         cgroup_limits: limits,
         cgroup: facts.cgroup.is_usable(),
         tmp_bytes: None,
+        userns: false,
     };
     match slots::take(&key) {
         Some(slot) => Ok(slot),
@@ -591,22 +617,24 @@ pub(crate) fn new_slot(
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
-    // A bounded tmp is the run's private /tmp, and its shared-memory directory its
-    // /dev/shm (`tier_b::mounts`): mounted over /dev/shm, that directory is a mount's
+    // A bounded tmp (or, under an unprivileged supervisor, a tmp a user namespace of
+    // the run's own binds) is the run's private /tmp, and its shared-memory directory
+    // its /dev/shm (`tier_b::mounts`): mounted over /dev/shm, that directory is a mount's
     // root, whose landlock ancestors are /dev's, not the tmp's, so it has a rule of its
     // own, on an inode kept for the slot's life (`slots` empties it in place).
     let shm = tmp.join(crate::tier_b::mounts::SHM_DIR);
-    if matches!(bounded, Some(Ok(_)))
-        && let Err(e) = make_owned_dir(&shm, key.uid, key.gid)
-    {
-        unmount_private_tmp(&tmp);
+    let private = matches!(bounded, Some(Ok(_))) || key.userns;
+    if private && let Err(e) = make_owned_dir(&shm, key.uid, key.gid) {
+        if matches!(bounded, Some(Ok(_))) {
+            unmount_private_tmp(&tmp);
+        }
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
     let landlock = match landlock_base {
         Some(mut spec) => {
             spec.read_write.push(tmp.clone());
-            if matches!(bounded, Some(Ok(_))) {
+            if private {
                 spec.read_write.push(shm);
             }
             Some(
@@ -657,14 +685,22 @@ pub(crate) fn new_slot(
                 format!("the supervisor could not mount a tmpfs for the run's TMPDIR: {e}");
         }
         None => {
-            slot.tmp_unbounded_why = UNBOUNDED_TMP.to_owned();
+            slot.tmp_unbounded_why = unbounded_tmp_why(facts);
         }
     }
     Ok(slot)
 }
 
-/// Why an unprivileged supervisor's Tier B run lacks the `disk` layer.
-const UNBOUNDED_TMP: &str = "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run, nor give it a private /tmp and /dev/shm: a program writing /tmp gets EACCES, and /dev/shm is reachable only as the host's, through filesystem.writable (tier c bounds its /tmp and has its own /dev/shm)";
+/// Why an unprivileged supervisor's Tier B run lacks the `disk` layer: its private tmp is
+/// not size-bounded, and, where user namespaces are refused, not its `/tmp` either.
+fn unbounded_tmp_why(facts: &HostFacts) -> String {
+    match crate::tier_b::namespace::available(facts) {
+        Ok(()) => "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run: the run's private /tmp and /dev/shm (in a user namespace of its own) are a directory of the supervisor's, bounded per file only (limits.file_size_bytes; tier c bounds its /tmp)".to_owned(),
+        Err(why) => format!(
+            "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run, nor here give it a private /tmp and /dev/shm ({why}): a program writing /tmp gets EACCES (filesystem.writable += \"/tmp\" grants the host's), and /dev/shm is reachable only as the host's, through filesystem.writable (tier c bounds its /tmp and has its own /dev/shm)"
+        ),
+    }
+}
 
 /// Mounts a tmpfs of `bytes` on the run's private tmp `dir` (just made, owned by the run):
 /// mode 0700 owned by `uid:gid`, `nosuid` and `nodev`, so what the run writes there is
@@ -986,9 +1022,11 @@ impl Arming {
 #[derive(Debug)]
 pub(crate) struct SlotLauncher {
     arming: Arming,
-    /// The trees the thread moved into a mount namespace of its own ([`ThreadMounts`]),
-    /// as `(source, destination, read-only)`; empty: the supervisor's namespace.
-    mounts: Vec<MountKey>,
+    /// The mount namespace the thread made for itself ([`ThreadMounts`]); `None`: the
+    /// supervisor's.
+    mounts: Option<NsPlan>,
+    /// What it holds of the run's protected paths there, checked before each run.
+    held: ThreadNs,
     /// The mount points those trees cover in the slot's tmp (relative to it), with the
     /// `(device, inode)` each had when the thread moved a tree onto it.
     mount_points: Vec<(PathBuf, (u64, u64))>,
@@ -1019,23 +1057,58 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
-/// One tree of [`ThreadMounts`]: its source, its destination, and whether it is read-only.
-pub(crate) type MountKey = (PathBuf, PathBuf, bool);
+/// A Tier B run's mount namespace, owned (what [`sys::PrivateNs`] points into while it is
+/// made): the trees moved into it, in order, then its protected paths. Equal plans make
+/// equal namespaces, so a warm slot's launcher thread that made one serves only runs
+/// whose plan is the same ([`ThreadMounts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NsPlan {
+    /// The run's own `(uid, gid)`, mapped to themselves in a user namespace made with the
+    /// mount namespace (an unprivileged supervisor); `None`: a mount namespace only.
+    pub(crate) userns: Option<(u32, u32)>,
+    /// The trees, in order (every one cloned before the first is moved).
+    pub(crate) trees: Vec<NsTreePlan>,
+    /// The protected paths, after the trees.
+    pub(crate) protect: Vec<NsProtectPlan>,
+    /// What `/dev/null`, the source of a cover, is.
+    pub(crate) dev_null: sys::FileId,
+}
 
-/// Trees a slot's launcher thread moves into a mount namespace of its own before it arms
-/// itself (Tier B's private `/tmp` and `/dev/shm`, and the grants beneath `/tmp` bound
-/// back), so the children it clones inherit that namespace with the rest and make no
-/// mount of their own. The mount points made for the grants in the slot's tmp are kept
-/// by the slot's recycling (removing one detaches what is mounted on it, in every
-/// namespace), and checked by inode after each run: a thread whose mount point moved is
-/// dropped.
+/// One tree of an [`NsPlan`] (see [`sys::NsTree`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NsTreePlan {
+    pub(crate) source: CString,
+    pub(crate) expect: sys::FileId,
+    pub(crate) attr: u64,
+    pub(crate) dest: CString,
+}
+
+/// One protected path of an [`NsPlan`] (see [`sys::NsProtect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NsProtectPlan {
+    pub(crate) base: CString,
+    pub(crate) base_id: sys::FileId,
+    pub(crate) rel: CString,
+    pub(crate) expect: sys::FileId,
+    pub(crate) cover: bool,
+    pub(crate) attr: u64,
+}
+
+/// A slot's launcher thread makes the run's mount namespace for itself before it arms
+/// itself (Tier B's private `/tmp` and `/dev/shm`, the grants beneath `/tmp` bound back,
+/// and protected paths that need no placeholder, checked before each run: [`ThreadNs`];
+/// never a user namespace, which a thread cannot join), so the children it clones
+/// inherit that namespace with the rest and make no mount of their own. The mount points made for the
+/// grants in the slot's tmp are kept by the slot's recycling (removing one detaches what
+/// is mounted on it, in every namespace), and checked by inode after each run: a thread
+/// whose mount point moved is dropped.
 pub(crate) struct ThreadMounts<'a> {
-    /// The trees, in order: a thread serves only runs with the same.
-    pub(crate) key: Vec<MountKey>,
-    /// The mount points [`ThreadMounts::trees`] makes in the slot's tmp, relative to it.
+    /// The namespace: a thread serves only runs with the same.
+    pub(crate) ns: &'a NsPlan,
+    /// The mount points [`ThreadMounts::prepare`] makes in the slot's tmp, relative to it.
     pub(crate) mount_points: Vec<PathBuf>,
-    /// Clones the trees, each with its destination; called only to start a thread.
-    pub(crate) trees: &'a dyn Fn() -> std::io::Result<Vec<(OwnedFd, CString)>>,
+    /// Makes the mount points; called only to start a thread.
+    pub(crate) prepare: &'a dyn Fn() -> std::io::Result<()>,
 }
 
 /// The launcher of a slot, as a run uses it.
@@ -1057,13 +1130,18 @@ pub(crate) fn slot_launcher(
     mounts: Option<&ThreadMounts<'_>>,
 ) -> Option<SlotArmed> {
     let landlock = slot.landlock.as_ref()?;
-    let key: &[MountKey] = mounts.map_or(&[], |m| &m.key);
+    let key: Option<&NsPlan> = mounts.map(|m| m.ns);
     let mut launchers = slot.launcher.lock().ok()?;
     // A thread whose audit session is retired is of no use any more.
     launchers.retain(|l| !l.session.is_some_and(crate::linux::audit::session_retired));
+    // A thread whose protected paths' mounts the host undid is of no use any more.
+    launchers.retain(|l| match &l.mounts {
+        Some(ns) if !ns.protect.is_empty() && Some(ns) == key => l.held.in_place(ns),
+        _ => true,
+    });
     let at = match launchers
         .iter()
-        .position(|l| l.arming == arming && l.mounts == key)
+        .position(|l| l.arming == arming && l.mounts.as_ref() == key)
     {
         Some(at) => at,
         None => {
@@ -1071,31 +1149,35 @@ pub(crate) fn slot_launcher(
             // egress mode, which a slot key does not cover; audit may be turned on or
             // off; `/dev/shm` may be the run's or the host's): a new thread, the oldest
             // one dropped past the bound (it ends when its sender drops).
-            let (trees, mount_points) = match mounts {
+            let mount_points = match mounts {
                 Some(m) => {
-                    let trees = (m.trees)().ok()?;
-                    let points = m
-                        .mount_points
+                    (m.prepare)().ok()?;
+                    m.mount_points
                         .iter()
                         .map(|rel| file_id(&slot.tmp.join(rel)).map(|id| (rel.clone(), id)))
-                        .collect::<Option<Vec<_>>>()?;
-                    (trees, points)
+                        .collect::<Option<Vec<_>>>()?
                 }
-                None => (Vec::new(), Vec::new()),
+                None => Vec::new(),
             };
             if launchers.len() >= MAX_SLOT_LAUNCHERS {
                 launchers.remove(0);
             }
-            let (tx, listener, session) = start_launcher(
+            let StartedLauncher {
+                tx,
+                listener,
+                session,
+                held,
+            } = start_launcher(
                 "tierbox-launcher-slot",
                 arming,
                 Some(landlock.raw_fd()),
                 true,
-                trees,
+                key.cloned(),
             )?;
             launchers.push(SlotLauncher {
                 arming,
-                mounts: key.to_vec(),
+                held,
+                mounts: key.cloned(),
                 mount_points,
                 tx,
                 listener,
@@ -1116,8 +1198,8 @@ pub(crate) fn slot_launcher(
     })
 }
 
-/// Starts a launcher thread, moves `mounts` into a mount namespace of its own (when
-/// any), arms it (with `landlock` and the chmod hand-off as well, when asked) and waits
+/// Starts a launcher thread, makes the mount namespace `mounts` for itself (when any),
+/// arms it (with `landlock` and the chmod hand-off as well, when asked) and waits
 /// until it is armed; `None` when the thread cannot start or a step fails. Returns the
 /// hand-off filter's listener when one was attached, and the thread's audit session when
 /// armed for audit.
@@ -1126,9 +1208,9 @@ fn start_launcher(
     arming: Arming,
     landlock: Option<std::os::fd::RawFd>,
     hand_off: bool,
-    mounts: Vec<(OwnedFd, CString)>,
-) -> Option<(mpsc::Sender<Job>, Option<OwnedFd>, Option<u32>)> {
-    type Armed = Result<(Option<OwnedFd>, Option<u32>), i32>;
+    mounts: Option<NsPlan>,
+) -> Option<StartedLauncher> {
+    type Armed = Result<(Option<OwnedFd>, Option<u32>, ThreadNs), i32>;
     let (tx, rx) = mpsc::channel::<Job>();
     let (ready_tx, ready_rx) = mpsc::sync_channel::<Armed>(1);
     let spawned = std::thread::Builder::new()
@@ -1143,19 +1225,20 @@ fn start_launcher(
             } else {
                 Ok(None)
             };
-            // The mounts next: landlock and the filter both refuse mount operations.
-            let moved = session.and_then(|session| {
-                if mounts.is_empty() {
-                    return Ok(session);
-                }
-                sys::private_mount_ns(&sys::MountMove::of(&mounts)).map(|()| session)
+            // The mounts next: landlock and the filter both refuse mount operations. What
+            // the protected paths' mounts are, to check them before each later run.
+            let moved = session.and_then(|session| match &mounts {
+                None => Ok((session, ThreadNs::default())),
+                Some(ns) => sys::RawNs::new(ns, None)
+                    .make()
+                    .map_err(|(_, errno)| errno)
+                    .and_then(|()| ThreadNs::of_this_thread(ns).ok_or(libc::ESTALE))
+                    .map(|held| (session, held)),
             });
-            // The trees are attached now (or never will be): their fds are not needed.
-            drop(mounts);
-            let applied = moved.and_then(|session| {
+            let applied = moved.and_then(|(session, held)| {
                 arming
                     .apply_to_this_thread(landlock, hand_off)
-                    .map(|listener| (listener, session))
+                    .map(|listener| (listener, session, held))
             });
             let ok = applied.is_ok();
             let _ = ready_tx.send(applied);
@@ -1170,8 +1253,96 @@ fn start_launcher(
         });
     // `landlock` (the slot's ruleset fd) stays open until the thread has applied it.
     spawned.ok()?;
-    let (listener, session) = ready_rx.recv().ok()?.ok()?;
-    Some((tx, listener, session))
+    let (listener, session, held) = ready_rx.recv().ok()?.ok()?;
+    Some(StartedLauncher {
+        tx,
+        listener,
+        session,
+        held,
+    })
+}
+
+/// A launcher thread [`start_launcher`] started and armed.
+struct StartedLauncher {
+    tx: mpsc::Sender<Job>,
+    /// The hand-off filter's listener, when one was attached.
+    listener: Option<OwnedFd>,
+    /// The thread's audit session, when armed for audit.
+    session: Option<u32>,
+    /// What it holds of protected paths in its mount namespace.
+    held: ThreadNs,
+}
+
+/// What a slot's launcher thread holds in its mount namespace of the run's protected
+/// paths: its thread id, and the mount each protected path showed right after the
+/// thread bound it. The host may undo a bind between runs (unlinking or renaming over a
+/// mount point on the host detaches every mount on it, in every namespace), so before
+/// each run the paths are looked up again in the thread's namespace
+/// (`/proc/self/task/<tid>/root`), and a thread whose mounts are not all where it left
+/// them is dropped.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct ThreadNs {
+    tid: i32,
+    /// One `(mount id, object)` per protected path of the thread's plan, in order.
+    protected: Vec<(u64, sys::FileId)>,
+}
+
+impl ThreadNs {
+    /// Of the calling thread, which has just made `ns`.
+    fn of_this_thread(ns: &NsPlan) -> Option<Self> {
+        let protected = ns
+            .protect
+            .iter()
+            .map(|p| mount_of(&protected_path(p)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            tid: rustix::thread::gettid().as_raw_nonzero().get(),
+            protected,
+        })
+    }
+
+    /// Whether every protected path of `ns` still shows, in the thread's namespace, the
+    /// mount the thread made and the object `ns` planned.
+    fn in_place(&self, ns: &NsPlan) -> bool {
+        let root = PathBuf::from(format!("/proc/self/task/{}/root", self.tid));
+        self.protected.len() == ns.protect.len()
+            && ns
+                .protect
+                .iter()
+                .zip(&self.protected)
+                .all(|(p, (mnt, id))| {
+                    let path = protected_path(p);
+                    let seen = root.join(path.strip_prefix("/").unwrap_or(&path));
+                    mount_of(&seen)
+                        .is_some_and(|(m, now)| m == *mnt && now == *id && now == p.expect)
+                })
+    }
+}
+
+/// The absolute path of a protected path of a namespace plan.
+fn protected_path(p: &NsProtectPlan) -> PathBuf {
+    use std::ffi::OsStr;
+    Path::new(OsStr::from_bytes(p.base.as_bytes())).join(OsStr::from_bytes(p.rel.as_bytes()))
+}
+
+/// The mount id of `path` (a final symlink not followed) and the object it names.
+fn mount_of(path: &Path) -> Option<(u64, sys::FileId)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let st = rustix::fs::statx(
+        rustix::fs::CWD,
+        path,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::MNT_ID,
+    )
+    .ok()?;
+    Some((
+        st.stx_mnt_id,
+        sys::FileId {
+            dev: libc::makedev(st.stx_dev_major, st.stx_dev_minor),
+            ino: st.stx_ino,
+            fmt: u32::from(st.stx_mode) & libc::S_IFMT,
+        },
+    ))
 }
 
 /// The launcher thread armed with `arming`, started at the process's *second* launch
@@ -1189,11 +1360,10 @@ pub(crate) fn armed_launcher(arming: Arming) -> Option<mpsc::Sender<Job>> {
     let mut armed = ARMED.lock().ok()?;
     if let Some((_, launcher)) = armed.iter_mut().find(|(a, _)| *a == arming) {
         if let ArmedLauncher::SeenOnce = launcher {
-            *launcher =
-                match start_launcher("tierbox-launcher-armed", arming, None, false, Vec::new()) {
-                    Some((tx, ..)) => ArmedLauncher::Started(tx),
-                    None => ArmedLauncher::Failed,
-                };
+            *launcher = match start_launcher("tierbox-launcher-armed", arming, None, false, None) {
+                Some(started) => ArmedLauncher::Started(started.tx),
+                None => ArmedLauncher::Failed,
+            };
         }
         return match launcher {
             ArmedLauncher::Started(tx) => Some(tx.clone()),

@@ -55,6 +55,10 @@ pub(crate) struct SlotKey {
     /// Tier B under a root supervisor: the size of the tmpfs the private tmp is to be
     /// (`limits.disk_bytes`, capped as Tier C's `/tmp`); `None`: a plain directory.
     pub tmp_bytes: Option<u64>,
+    /// Tier B under an unprivileged supervisor: the run's mount namespace is made in a
+    /// user namespace of its own (`tier_b::namespace`), so the private tmp has its
+    /// shared-memory directory, with a landlock rule of its own (as a bounded tmp does).
+    pub userns: bool,
 }
 
 /// The per-run resources of a launch.
@@ -199,6 +203,7 @@ impl SlotKey {
             cgroup_limits,
             cgroup,
             tmp_bytes,
+            userns,
         } = self;
         *backend == other.backend
             && *tmp_base == other.tmp_base
@@ -208,6 +213,7 @@ impl SlotKey {
             && *tcp_connect_ports == other.tcp_connect_ports
             && *landlock == other.landlock
             && *tmp_bytes == other.tmp_bytes
+            && *userns == other.userns
             && *cgroup_limits == other.cgroup_limits
             && *cgroup == other.cgroup
     }

@@ -20,6 +20,7 @@ fn key(backend: tierbox_policy::enforcement::BackendId, tmp_base: &Path) -> Slot
         },
         cgroup: true,
         tmp_bytes: None,
+        userns: false,
     }
 }
 

@@ -33,6 +33,15 @@ pub enum Step {
     /// (`tier_b::mounts`): `unshare(CLONE_NEWNS)`, everything made private, then
     /// `move_mount` of each prepared tree.
     HelperMounts,
+    /// A Tier B program under an unprivileged supervisor: `setns(CLONE_NEWUSER)` into
+    /// a user namespace that maps only the supervisor's own uid and gid to themselves
+    /// (`setgroups` denied), so that the mount namespace it makes next is its own to
+    /// mount in (its private `/tmp` and `/dev/shm`, its protected paths).
+    UserNamespace,
+    /// A Tier B program: a protected path inside the workspace bound read-only over
+    /// itself, or covered (`tier_b::protect`): opened beneath its base without
+    /// following a symlink, checked to be the object planned, cloned and moved onto it.
+    ProtectedPaths,
     /// Tier C pid 1: writing `/proc/self/uid_map`.
     UidMap,
     /// Tier C pid 1: writing `deny` to `/proc/self/setgroups`.
@@ -84,7 +93,7 @@ pub enum Step {
 
 /// Every step with the system call or action it names, in discriminant order (a test
 /// checks the order).
-const STEPS: [(Step, &str); 28] = [
+const STEPS: [(Step, &str); 30] = [
     (Step::None, "none"),
     (
         Step::Pdeathsig,
@@ -94,7 +103,15 @@ const STEPS: [(Step, &str); 28] = [
     (Step::JoinNetns, "setns(network namespace, CLONE_NEWNET)"),
     (
         Step::HelperMounts,
-        "unshare(CLONE_NEWNS) / mount(MS_REC | MS_PRIVATE) / move_mount(prepared tree)",
+        "unshare(CLONE_NEWNS) / mount(MS_REC | MS_PRIVATE) / openat2(RESOLVE_NO_SYMLINKS) / open_tree / move_mount",
+    ),
+    (
+        Step::UserNamespace,
+        "setns(CLONE_NEWUSER) into the run's user namespace (its own uid and gid only)",
+    ),
+    (
+        Step::ProtectedPaths,
+        "openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) / fstat / open_tree / move_mount of a protected path",
     ),
     (Step::UidMap, "write(/proc/self/uid_map)"),
     (Step::Setgroups, "write(/proc/self/setgroups, \"deny\")"),
@@ -168,6 +185,15 @@ pub fn hint(step: Step, errno: i32) -> &'static str {
             " (the program, its #! interpreter or a library it loads is missing or not \
              readable and executable inside the sandbox: the directory that holds it needs a \
              filesystem.read_only grant, and env.path must list the program's directory)"
+        }
+        (Step::HelperMounts | Step::ProtectedPaths, libc::ESTALE | libc::ELOOP) => {
+            " (a path the run's mount namespace binds changed between planning and binding: \
+             replaced, or swapped for a symbolic link; nothing was bound, and the run did not \
+             start)"
+        }
+        (Step::UserNamespace, _) => {
+            " (this host refused the user namespace the run's private /tmp needs; \
+             `tierbox doctor` says why)"
         }
         _ => "",
     }

@@ -672,28 +672,92 @@ extern "C" fn userns_holder(_: *mut libc::c_void) -> libc::c_int {
 /// namespace (every signal blocked, waiting), its maps are written, its namespace opened,
 /// and it is killed and reaped: the fd keeps the namespace alive.
 pub fn new_user_namespace(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
+    user_namespace_held_by(userns_holder, None, |pid| {
+        std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)
+    })
+}
+
+/// The holder of [`own_ids_user_namespace`]: makes its own (copied) memory dumpable, so
+/// that its `/proc` files belong to its uid and an unprivileged parent may write its id
+/// maps, says so with one byte on the fd it is given, then waits until killed.
+extern "C" fn dumpable_userns_holder(arg: *mut libc::c_void) -> libc::c_int {
+    let ready = arg as usize as libc::c_int;
+    // SAFETY: prctl with integer arguments; it changes this child's own mm (no CLONE_VM:
+    // a copy), never the parent's.
+    unsafe {
+        libc::syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_DUMPABLE,
+            1 as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    let _ = write_all_raw(ready, b"r");
+    userns_holder(std::ptr::null_mut())
+}
+
+/// A new user namespace owned by this (unprivileged) process's, mapping only its own
+/// `uid` and `gid` to themselves with `setgroups` denied — what an unprivileged process
+/// may write for itself — as an fd of its `ns/user` file, which a child joins with
+/// `setns` (a Tier B run's private `/tmp` needs a namespace it may mount in). The child
+/// cloned into the namespace makes itself dumpable first (a supervisor is not, so its
+/// `/proc` files, and a child's sharing its memory, belong to root), then the maps are
+/// written from here. It is a copy of this process's memory for the fraction of a
+/// millisecond it lives.
+pub fn own_ids_user_namespace(uid: u32, gid: u32) -> io::Result<OwnedFd> {
+    let mut fds = [-1 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds are fresh and ours.
+    let (ready_r, ready_w) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    user_namespace_held_by(dumpable_userns_holder, Some(ready_w), move |pid| {
+        let mut byte = [0u8; 1];
+        if std::io::Read::read(&mut std::fs::File::from(ready_r), &mut byte)? != 1 {
+            return Err(io::Error::other("the user namespace's holder ended early"));
+        }
+        std::fs::write(format!("/proc/{pid}/uid_map"), format!("{uid} {uid} 1\n"))?;
+        std::fs::write(format!("/proc/{pid}/setgroups"), "deny")?;
+        std::fs::write(format!("/proc/{pid}/gid_map"), format!("{gid} {gid} 1\n"))
+    })
+}
+
+/// Clones `holder` into a new user namespace (every signal blocked, no `CLONE_VM`; its
+/// argument is `arg`'s fd number, which the parent's copy closes after the clone), lets
+/// `maps` write its id maps, opens its `ns/user`, then kills and reaps it.
+fn user_namespace_held_by(
+    holder: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: Option<OwnedFd>,
+    maps: impl FnOnce(libc::pid_t) -> io::Result<()>,
+) -> io::Result<OwnedFd> {
     let stack = crate::linux::ns::sys::NsStack::new();
+    let raw_arg = arg.as_ref().map_or(-1, |fd| fd.as_raw_fd());
     let pid = crate::launch::sys::with_all_signals_blocked(|| {
-        // SAFETY: `userns_holder` touches no memory; `stack.top()` is the aligned end of a
-        // live mapping (the child runs on its copy-on-write copy: no CLONE_VM).
+        // SAFETY: the holders make only raw system calls on their copy of our memory
+        // (`stack.top()` is the aligned end of a live mapping; no CLONE_VM); the
+        // argument is an fd number, not a pointer.
         unsafe {
             libc::clone(
-                userns_holder,
+                holder,
                 stack.top(),
                 libc::CLONE_NEWUSER | libc::SIGCHLD,
-                std::ptr::null_mut(),
+                raw_arg as usize as *mut libc::c_void,
             )
         }
     });
     if pid == -1 {
         return Err(io::Error::last_os_error());
     }
-    let result = (|| {
-        std::fs::write(format!("/proc/{pid}/uid_map"), uid_map)?;
-        std::fs::write(format!("/proc/{pid}/gid_map"), gid_map)?;
+    drop(arg);
+    let result = maps(pid).and_then(|()| {
         let ns = std::fs::File::open(format!("/proc/{pid}/ns/user"))?;
         Ok(OwnedFd::from(ns))
-    })();
+    });
     // SAFETY: integer arguments; `pid` is our child, not yet reaped, so not reused.
     unsafe {
         libc::kill(pid, libc::SIGKILL);
@@ -750,61 +814,6 @@ pub fn idmapped_tree(path: &std::path::Path, userns: BorrowedFd<'_>) -> io::Resu
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
-    };
-    // SAFETY: a valid tree fd, an empty path with AT_EMPTY_PATH, and a mount_attr of the
-    // size passed, borrowed for the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            (libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE) as libc::c_ulong,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(tree)
-}
-
-/// `open_tree(path, OPEN_TREE_CLONE | AT_RECURSIVE | AT_SYMLINK_NOFOLLOW)` with `nosuid`
-/// and `nodev` (and `rdonly` when `read_only`) set on the whole copy: a detached bind of
-/// `path` (a final symlink is not followed), for a Tier B run's private mount namespace
-/// to move into place. Needs `CAP_SYS_ADMIN` in the caller's mount namespace.
-pub fn cloned_tree(path: &std::path::Path, read_only: bool) -> io::Result<OwnedFd> {
-    use std::os::unix::ffi::OsStrExt;
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: a NUL-terminated path and integer flags; returns a new fd we own.
-    let tree = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            c_path.as_ptr(),
-            (OPEN_TREE_CLONE
-                | libc::O_CLOEXEC as libc::c_uint
-                | AT_RECURSIVE
-                | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint) as libc::c_ulong,
-        )
-    };
-    if tree < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd returned by the kernel, now ours.
-    let tree = unsafe { OwnedFd::from_raw_fd(tree as RawFd) };
-    let attr = MountAttr {
-        attr_set: crate::linux::ns::sys::MOUNT_ATTR_NOSUID
-            | crate::linux::ns::sys::MOUNT_ATTR_NODEV
-            | if read_only {
-                crate::linux::ns::sys::MOUNT_ATTR_RDONLY
-            } else {
-                0
-            },
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
     };
     // SAFETY: a valid tree fd, an empty path with AT_EMPTY_PATH, and a mount_attr of the
     // size passed, borrowed for the call.

@@ -102,13 +102,29 @@ impl UsernsSupport {
     }
 }
 
+/// The namespaces a Tier B run makes for its private `/tmp` and `/dev/shm` and its
+/// protected paths under an unprivileged supervisor: user and mount.
+pub const TIER_B_NAMESPACES: libc::c_int = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
+
 /// Probes now (forks one child; about a millisecond). See the module docs.
 pub fn probe_userns() -> UsernsSupport {
-    match sys::probe_namespaces_in_child(TIER_C_NAMESPACES) {
+    probe_namespaces(TIER_C_NAMESPACES)
+}
+
+/// Whether this process can give a Tier B run a user and mount namespace of its own
+/// ([`TIER_B_NAMESPACES`]; what an unprivileged supervisor needs for it), probed once
+/// per process.
+pub fn probe_tier_b_userns_cached() -> &'static UsernsSupport {
+    static CACHE: OnceLock<UsernsSupport> = OnceLock::new();
+    CACHE.get_or_init(|| probe_namespaces(TIER_B_NAMESPACES))
+}
+
+fn probe_namespaces(flags: libc::c_int) -> UsernsSupport {
+    match sys::probe_namespaces_in_child(flags) {
         Ok(Ok(())) => UsernsSupport::Available,
         Ok(Err(failure)) => UsernsSupport::Unavailable {
             failure,
-            reason: explain(failure, &SysctlFacts::read()),
+            reason: explain_for(flags, failure, &SysctlFacts::read()),
         },
         Err(e) => UsernsSupport::ProbeFailed {
             reason: format!("could not run the user-namespace probe: {e}"),
@@ -246,13 +262,26 @@ fn errno_name(errno: i32) -> String {
     }
 }
 
-/// Why the probe failed, from the failing step, its `errno` and the host's sysctls. Pure.
+/// Why the probe of Tier C's namespaces failed, from the failing step, its `errno` and
+/// the host's sysctls. Pure.
 pub fn explain(failure: NsProbeFailure, facts: &SysctlFacts) -> String {
+    explain_for(TIER_C_NAMESPACES, failure, facts)
+}
+
+/// [`explain`] for a probe of `namespaces` ([`TIER_C_NAMESPACES`] or
+/// [`TIER_B_NAMESPACES`]). Pure.
+pub fn explain_for(
+    namespaces: libc::c_int,
+    failure: NsProbeFailure,
+    facts: &SysctlFacts,
+) -> String {
+    let unshared = if namespaces == TIER_B_NAMESPACES {
+        "unshare of the user and mount namespaces"
+    } else {
+        "unshare of the user, mount, pid, net, ipc, uts and cgroup namespaces"
+    };
     let (step, errno) = match failure {
-        NsProbeFailure::Unshare(e) => (
-            "unshare of the user, mount, pid, net, ipc, uts and cgroup namespaces",
-            e,
-        ),
+        NsProbeFailure::Unshare(e) => (unshared, e),
         NsProbeFailure::MountPrivate(e) => ("making mounts private in a new user namespace", e),
         NsProbeFailure::MountTmpfs(e) => ("mounting a tmpfs in a new user namespace", e),
     };

@@ -1,7 +1,8 @@
 //! Tier B: direct spawn with a new session, rlimits, a rebuilt environment, no
-//! capabilities, `no_new_privs`, landlock, seccomp and a per-run cgroup; under a root
-//! supervisor also a private `/tmp` and `/dev/shm` in a mount namespace of the run's own
-//! ([`mounts`]), every other path the host's.
+//! capabilities, `no_new_privs`, landlock, seccomp and a per-run cgroup; wherever it can
+//! be made (a root supervisor, or user namespaces) also a mount namespace of the run's own
+//! ([`namespace`]) with a private `/tmp` and `/dev/shm` ([`mounts`]) and the protected
+//! paths read-only ([`protect`]), every other path the host's.
 //!
 //! Invariants:
 //! - nothing is inherited implicitly: the environment is exactly the Plan's (plus the
@@ -37,9 +38,9 @@ use crate::running::{RunningSandbox, SeccompHandOff};
 use crate::launch::slots::{self, Slot, SlotKey};
 use crate::launch::sys::{self};
 use crate::launch::{
-    Arming, Job, LaunchError, LaunchOptions, MountKey, SpawnedChild, StdioPipes, ThreadMounts,
-    armed_launcher, cgroup_fd_array, cgroup_limits, clone_on, cstring, new_slot, rlimit_report,
-    rlimit64_table, slot_launcher, stdio_pipes, user_notif_available,
+    Arming, Job, LaunchError, LaunchOptions, SpawnedChild, StdioPipes, armed_launcher,
+    cgroup_fd_array, cgroup_limits, clone_on, cstring, new_slot, rlimit_report, rlimit64_table,
+    slot_launcher, stdio_pipes, user_notif_available,
 };
 
 /// Name of this backend in outcomes and attestations.
@@ -75,22 +76,53 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     // run that keeps uid 0 gets them denied instead.
     let mediate_chmod = facts.seccomp && user_notif_available();
     let slot = acquire_slot(plan, opts, facts, &network, ids, &mut missing)?;
-    // From here on every failure hands the slot back. A root supervisor that could not
-    // mount the bounded tmp (a container withholding CAP_SYS_ADMIN) lacks the disk layer
-    // after all (an unprivileged one was judged by `layers_for`).
-    if slot.tmp_bytes.is_none()
-        && facts.euid == 0
-        && let Err(rejection) = crate::launch::require(
-            plan,
-            Tier::B,
-            Layer::Disk,
-            false,
-            &slot.tmp_unbounded_why,
-            &mut missing,
-        )
-    {
-        slots::release(slot);
-        return Err(rejection.into());
+    // From here on every failure hands the slot back.
+    let mut claim = crate::placeholders::claim(&[]);
+    match launch_in_slot(
+        plan,
+        opts,
+        facts,
+        &network,
+        &slot,
+        ids,
+        mediate_chmod,
+        &mut missing,
+        &mut claim,
+    ) {
+        Ok(mut running) => {
+            running.slot = Some(slot);
+            running.host_placeholders = claim.keep();
+            Ok(running)
+        }
+        Err(e) => {
+            drop(claim);
+            slots::release(slot);
+            Err(e)
+        }
+    }
+}
+
+/// [`launch`] in `slot`: the run's namespace planned (its placeholders claimed in
+/// `claim` and made), the child started, what was enforced reported. The caller puts the
+/// slot and the placeholders into the returned handle.
+#[allow(clippy::too_many_arguments)]
+fn launch_in_slot(
+    plan: &Plan,
+    opts: &LaunchOptions,
+    facts: &HostFacts,
+    network: &NetworkRules,
+    slot: &Slot,
+    ids: (u32, u32, bool),
+    mediate_chmod: bool,
+    missing: &mut Vec<Layer>,
+    claim: &mut crate::placeholders::Claim,
+) -> Result<RunningSandbox, LaunchError> {
+    // A root supervisor that could not mount the bounded tmp (a container withholding
+    // CAP_SYS_ADMIN) lacks the disk layer after all (an unprivileged one was judged by
+    // `layers_for`).
+    if slot.tmp_bytes.is_none() && facts.euid == 0 {
+        let why = &slot.tmp_unbounded_why;
+        crate::launch::require(plan, Tier::B, Layer::Disk, false, why, missing)?;
     }
     // The bounded tmp's root, for the supervisor to see whether it filled up.
     let tmp_fs = slot.tmp_bytes.and_then(|_| {
@@ -104,153 +136,112 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         )
         .ok()
     });
-    // The private /tmp and /dev/shm, wherever the supervisor could mount the bounded tmp
-    // (module `mounts`); otherwise the run has the host's, and only `TMPDIR` is its own.
-    let private = if slot.tmp_bytes.is_some() {
-        match PrivateMounts::plan(plan, &slot, ids) {
-            Ok(p) => Some(p),
-            Err(source) => {
-                slots::release(slot);
-                return Err(LaunchError::Setup {
-                    what: "the private /tmp and /dev/shm".to_owned(),
-                    source,
-                });
-            }
-        }
-    } else {
-        None
-    };
-    match spawn_in_slot(
+    let private = private_namespace(plan, facts, slot, ids, missing, claim)?;
+    let (child, seccomp_layout, audit) = spawn_in_slot(
         plan,
         opts,
         facts,
-        &network,
-        &slot,
+        network,
+        slot,
         ids,
         mediate_chmod,
         private.as_ref(),
-    ) {
-        Ok((child, seccomp_layout, audit)) => {
-            missing.sort();
-            missing.dedup();
-            let enforcement = enforcement_report(
-                plan,
-                facts,
-                &network,
-                &slot,
-                seccomp_layout,
-                ids,
-                mediate_chmod,
-                private.is_some(),
-                missing,
-            );
-            // The verdicts that answer the refusals the filter hands off with the chmod
-            // calls (`notify_refusals` follows `mediate_chmod`).
-            let seccomp_hand_off = child.chmod_listener.map(|listener| SeccompHandOff {
-                listener,
-                pending: false,
-                refusals: SeccompProgram::cached(
-                    &seccomp_spec(&network, (ids.0, ids.1), mediate_chmod).enforcing(),
-                )
-                .ok(),
-                mediate_chmod,
-                views: private.as_ref().map_or_else(Vec::new, |p| p.views.clone()),
-            });
-            Ok(RunningSandbox {
-                pid: child.pid,
-                pidfd: child.pidfd,
-                stdin: child.stdin,
-                stdout: child.stdout,
-                stderr: child.stderr,
-                slot: Some(slot),
-                seccomp_hand_off,
-                child_uid: ids.0,
-                child_gid: ids.1,
-                enforcement,
-                tier: Tier::B,
-                report: None,
-                host_placeholders: Vec::new(),
-                egress_listener: None,
-                container: None,
-                tmp_fs,
-                upper_layer: None,
-                supervisor_alive: None,
-                audit,
-            })
-        }
-        Err(e) => {
-            slots::release(slot);
-            Err(e)
-        }
-    }
+    )?;
+    missing.sort();
+    missing.dedup();
+    let enforcement = enforcement_report(
+        plan,
+        facts,
+        network,
+        slot,
+        seccomp_layout,
+        ids,
+        mediate_chmod,
+        private.as_ref(),
+        std::mem::take(missing),
+    );
+    // The verdicts that answer the refusals the filter hands off with the chmod calls
+    // (`notify_refusals` follows `mediate_chmod`).
+    let seccomp_hand_off = child.chmod_listener.map(|listener| SeccompHandOff {
+        listener,
+        pending: false,
+        refusals: SeccompProgram::cached(
+            &seccomp_spec(network, (ids.0, ids.1), mediate_chmod).enforcing(),
+        )
+        .ok(),
+        mediate_chmod,
+        views: private.as_ref().map_or_else(Vec::new, |p| p.views.clone()),
+    });
+    Ok(RunningSandbox {
+        pid: child.pid,
+        pidfd: child.pidfd,
+        stdin: child.stdin,
+        stdout: child.stdout,
+        stderr: child.stderr,
+        slot: None,
+        seccomp_hand_off,
+        child_uid: ids.0,
+        child_gid: ids.1,
+        enforcement,
+        tier: Tier::B,
+        report: None,
+        host_placeholders: Vec::new(),
+        egress_listener: None,
+        container: None,
+        tmp_fs,
+        upper_layer: None,
+        supervisor_alive: None,
+        audit,
+    })
 }
 
-/// A run's private `/tmp` and `/dev/shm` ([`mounts`]): the trees to move into place, and
-/// the mediator's view of them. The trees are cloned only when something is to move them
-/// (the child, or a slot's launcher thread it starts: [`Launcher::choose`]).
-struct PrivateMounts {
-    slot_tmp: PathBuf,
-    ids: (u32, u32),
-    moves: Vec<mounts::TreeMove>,
-    views: Vec<(PathBuf, PathBuf)>,
-}
-
-impl PrivateMounts {
-    fn plan(plan: &Plan, slot: &Slot, (uid, gid, _): (u32, u32, bool)) -> std::io::Result<Self> {
-        // The views as the host resolves them (`/dev/shm` may be a symlink to `/run/shm`).
-        let tmp_view = std::fs::canonicalize(mounts::TMP_VIEW)?;
-        let shm_view = std::fs::canonicalize(mounts::SHM_VIEW)?;
-        let (read_only, read_write) = landlock_paths(plan, uid);
-        let mut moves = mounts::plan(
-            &slot.tmp,
-            (&tmp_view, &shm_view),
-            &read_only,
-            &read_write,
-            Path::is_dir,
-        );
-        let mut views = mounts::mediator_roots(&slot.tmp, (&tmp_view, &shm_view));
-        // `dev_shm = "none"`: the host's /dev/shm stays, which landlock grants nothing of
-        // (the policy refuses a writable /dev/shm with it).
-        if plan.filesystem.dev_shm == tierbox_policy::DevShm::None {
-            moves.retain(|m| m.dest != shm_view);
-            views.retain(|(view, _)| *view != shm_view);
+/// The run's own mount namespace ([`namespace`]): its private `/tmp` and `/dev/shm`, and
+/// its protected paths bound (their placeholders claimed in `claim` and made) — or,
+/// where no namespace can be made here, `None`, with the protected paths recorded
+/// missing or the run refused as the policy says.
+fn private_namespace(
+    plan: &Plan,
+    facts: &HostFacts,
+    slot: &Slot,
+    (uid, gid, _): (u32, u32, bool),
+    missing: &mut Vec<Layer>,
+    claim: &mut crate::placeholders::Claim,
+) -> Result<Option<PrivateMounts>, LaunchError> {
+    let kind = match namespace::kind_for(facts, slot) {
+        Ok(kind) => kind,
+        Err(why) => {
+            namespace::refuse_scratch_args(plan, &why)?;
+            if !plan.filesystem.protected.is_empty() {
+                let layer = Layer::ProtectedPaths;
+                crate::launch::require(plan, Tier::B, layer, false, &why, missing)?;
+            }
+            return Ok(None);
         }
-        Ok(Self {
-            slot_tmp: slot.tmp.clone(),
-            ids: (uid, gid),
-            moves,
-            views,
-        })
+    };
+    let (read_only, read_write) = landlock_paths(plan, uid);
+    let grants = (read_only.as_slice(), read_write.as_slice());
+    let mut private = PrivateMounts::plan(plan, facts, slot, kind, (uid, gid), grants)
+        .map_err(LaunchError::setup("the private /tmp and /dev/shm"))?;
+    if !plan.filesystem.protected.is_empty() {
+        let protection = protect::plan_protection(plan).map_err(|e| LaunchError::Setup {
+            what: "the protected paths (filesystem.protected)".to_owned(),
+            source: std::io::Error::other(protect::planning_error(e)),
+        })?;
+        let placeholders: Vec<PathBuf> = protection
+            .placeholders()
+            .map(|(p, _)| p.to_path_buf())
+            .collect();
+        // Claimed before they are made; released after the run (or on a failure here).
+        *claim = crate::placeholders::claim(&placeholders);
+        protect::make_placeholders(&protection)
+            .map_err(LaunchError::setup("the protected paths' placeholders"))?;
+        private
+            .protect(plan, &protection)
+            .map_err(LaunchError::setup(
+                "the protected paths (filesystem.protected)",
+            ))?;
     }
-
-    /// The trees, cloned, each with its destination.
-    fn trees(&self) -> std::io::Result<Vec<(OwnedFd, std::ffi::CString)>> {
-        use std::os::unix::ffi::OsStrExt;
-        mounts::prepare(&self.slot_tmp, &self.moves, self.ids)?
-            .into_iter()
-            .map(|(tree, dest)| {
-                std::ffi::CString::new(dest.as_os_str().as_bytes())
-                    .map(|c| (tree, c))
-                    .map_err(std::io::Error::other)
-            })
-            .collect()
-    }
-
-    /// What a slot's launcher thread that holds these mounts is keyed by.
-    fn thread_key(&self) -> Vec<MountKey> {
-        self.moves
-            .iter()
-            .map(|m| (m.source.clone(), m.dest.clone(), m.read_only))
-            .collect()
-    }
-
-    /// The mount points the trees need in the slot's tmp, relative to it.
-    fn mount_points(&self) -> Vec<PathBuf> {
-        self.moves
-            .iter()
-            .filter_map(|m| m.mount_point.as_ref().map(|(rel, _)| rel.clone()))
-            .collect()
-    }
+    Ok(Some(private))
 }
 
 /// A warm slot with the shape of this run, or fresh resources.
@@ -283,6 +274,7 @@ fn acquire_slot(
         cgroup_limits,
         cgroup: facts.cgroup.is_usable(),
         tmp_bytes: (facts.euid == 0).then(|| crate::linux::mounts::tmp_size_bytes(plan)),
+        userns: facts.euid != 0 && namespace::available(facts).is_ok(),
     };
     if let Some(slot) = slots::take_with_paths(&key, &read_only, &read_write) {
         return Ok(slot);
@@ -311,10 +303,11 @@ fn enforcement_report(
     seccomp: Option<SeccompLayout>,
     (uid, gid, _): (u32, u32, bool),
     mediate_chmod: bool,
-    private_mounts: bool,
+    private: Option<&PrivateMounts>,
     missing: Vec<Layer>,
 ) -> Enforcement {
     let limits = &plan.limits;
+    let in_userns = private.is_some_and(|p| p.kind == NsKind::User);
     Enforcement {
         tier: Some(Tier::B),
         backend: BACKEND,
@@ -323,6 +316,8 @@ fn enforcement_report(
         gid: Some(gid),
         capabilities: if facts.euid == 0 {
             "none: bounding, ambient, effective, permitted and inheritable sets cleared; securebits NOROOT locked".to_owned()
+        } else if in_userns {
+            "none: every capability the run held in its own user namespace dropped (bounding, ambient, effective, permitted and inheritable sets cleared, securebits NOROOT locked); none ever held in the host's".to_owned()
         } else {
             "none effective, permitted, inheritable or ambient; the bounding set is left as inherited (an unprivileged supervisor cannot drop it) and no_new_privs stops execve from granting any".to_owned()
         },
@@ -381,14 +376,7 @@ fn enforcement_report(
             )),
             None => LayerReport::missing(facts.cgroup.describe()),
         },
-        namespaces: if private_mounts {
-            vec![format!(
-                "mount: a private /tmp (the run's TMPDIR) and /dev/shm (its {} directory), the grants beneath /tmp bound back at their paths; every other path the host's",
-                mounts::SHM_DIR
-            )]
-        } else {
-            Vec::new()
-        },
+        namespaces: namespace_report(private),
         rlimits: rlimit_report(
             limits,
             if uid == 0 {
@@ -398,10 +386,18 @@ fn enforcement_report(
             },
         ),
         network: network.description.clone(),
-        protected_paths: if plan.filesystem.protected.is_empty() {
-            LayerReport::applied("none requested")
-        } else {
-            LayerReport::missing("tier b cannot keep paths inside the writable workspace read-only")
+        protected_paths: match (
+            plan.filesystem.protected.is_empty(),
+            private.and_then(|p| p.protected),
+        ) {
+            (true, _) => LayerReport::applied("none requested"),
+            (false, Some((targets, placeholders))) => LayerReport::applied(format!(
+                "{} protected path(s) as {targets} target(s) bound read-only over themselves or covered in the run's mount namespace, the directories leading to them pinned; {placeholders} placeholder(s) created in the workspace",
+                plan.filesystem.protected.len()
+            )),
+            (false, None) => LayerReport::missing(
+                "no mount namespace for this run: tier b cannot keep paths inside the writable workspace read-only without one",
+            ),
         },
         disk: match slot.tmp_bytes {
             Some(bytes) => LayerReport::applied(format!(
@@ -414,6 +410,34 @@ fn enforcement_report(
         grants: Vec::new(),
         denial_reports: std::collections::BTreeMap::new(),
     }
+}
+
+/// The enforcement report's namespace lines for a run with `private` (none without).
+fn namespace_report(private: Option<&PrivateMounts>) -> Vec<String> {
+    let Some(p) = private else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    if let Some((uid, gid)) = p.ns.userns {
+        lines.push(format!(
+            "user: the run's own, mapping only uid {uid} and gid {gid} to themselves (setgroups denied), made so that it may mount; every capability in it dropped before landlock and seccomp, which refuse nested namespaces"
+        ));
+    }
+    lines.push(format!(
+        "mount: a private /tmp (the run's TMPDIR{}) and /dev/shm (its {} directory), the grants beneath /tmp bound back at their paths{}; every other path the host's",
+        if p.kind == NsKind::User {
+            ", a directory of the supervisor's: not size-bounded"
+        } else {
+            ""
+        },
+        mounts::SHM_DIR,
+        if p.protected.is_some() {
+            ", the protected paths bound read-only"
+        } else {
+            ""
+        },
+    ));
+    lines
 }
 
 /// The child's complete environment: the Plan's, plus the private `HOME` and `TMPDIR`,
@@ -506,18 +530,20 @@ fn spawn_in_slot(
         stderr_w,
     } = stdio_pipes(plan)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
-    // The private /tmp and /dev/shm: the child's first step after joining its cgroup,
-    // unless the slot's launcher thread holds them already.
-    let trees = match private {
+    // The run's namespace: the child's first step after joining its cgroup, unless the
+    // slot's launcher thread holds it already.
+    let mut raw_ns = match private {
         Some(p) if !launcher.mounts_inherited => {
-            p.trees().map_err(|source| LaunchError::Setup {
-                what: "the private /tmp and /dev/shm".to_owned(),
-                source,
-            })?
+            p.prepare()
+                .map_err(LaunchError::setup("the private /tmp and /dev/shm"))?;
+            Some(sys::RawNs::new(&p.ns, p.userns()))
         }
-        _ => Vec::new(),
+        _ => None,
     };
-    let mount_moves = sys::MountMove::of(&trees);
+    let ns_spec = raw_ns.as_mut().map(sys::RawNs::spec);
+    // In a user namespace of its own the child holds every capability there: it drops
+    // them all, as a root supervisor's child does.
+    let in_userns = private.is_some_and(|p| p.kind == NsKind::User);
     let fprog = launcher.seccomp.as_deref().map(SeccompProgram::as_fprog);
     // chmod mediation: the child sends its seccomp listener fd over this pair.
     let listener_pair = match (mediate_chmod, &launcher.seccomp) {
@@ -538,7 +564,7 @@ fn spawn_in_slot(
         cgroup_fds,
         n_cgroup_fds,
         rlimits: rlimit64_table(plan),
-        drop_privileged: facts.euid == 0 && !launcher.privileges_inherited,
+        drop_privileged: (facts.euid == 0 && !launcher.privileges_inherited) || in_userns,
         change_ids,
         uid,
         gid,
@@ -554,16 +580,11 @@ fn spawn_in_slot(
             .as_ref()
             .map_or(-1, |(_, child_end)| child_end.as_raw_fd()),
         parent_pid: sys::getpid(),
-        helper: sys::HelperSetup {
-            mount_moves: if mount_moves.is_empty() {
-                std::ptr::null()
-            } else {
-                mount_moves.as_ptr()
-            },
-            n_mount_moves: mount_moves.len(),
-            ..sys::HelperSetup::NONE
-        },
+        helper: sys::HelperSetup::NONE,
         keep_caps: false,
+        private_ns: ns_spec
+            .as_ref()
+            .map_or(std::ptr::null(), |ns| ns as *const sys::PrivateNs),
         netns_fd: -1,
         // Only a child that restricts itself needs the flags (and a session): an armed
         // slot thread's domain and filter carry them already.
@@ -659,14 +680,16 @@ impl Launcher {
         // slot's thread makes it for itself before it arms itself; otherwise (unpooled,
         // or the thread could not be started) the child makes it and restricts itself
         // entirely, inheriting nothing.
-        let make_trees = || private.map_or_else(|| Ok(Vec::new()), PrivateMounts::trees);
+        // A thread holds what it can check before each run: a root supervisor's tmp
+        // trees and protected paths needing no placeholder (`ThreadNs`), never a user
+        // namespace (a thread cannot join one).
+        let prepare = || private.map_or(Ok(()), PrivateMounts::prepare);
         let thread_mounts = match private {
             None => None,
-            Some(p) if slots::pooling() => Some(ThreadMounts {
-                key: p.thread_key(),
-                mount_points: p.mount_points(),
-                trees: &make_trees,
-            }),
+            Some(p) if slots::pooling() => match p.for_thread(&prepare) {
+                Some(mounts) => Some(mounts),
+                None => return Self::restricting_itself(facts, &seccomp_spec, audited),
+            },
             Some(_) => return Self::restricting_itself(facts, &seccomp_spec, audited),
         };
         // A pooled slot has a thread that also holds its landlock domain (audited: with
@@ -941,6 +964,10 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
 }
 
 pub mod mounts;
+pub mod namespace;
+pub mod protect;
+
+use namespace::{NsKind, PrivateMounts};
 
 #[cfg(test)]
 mod review;

@@ -1,18 +1,21 @@
-//! Tier B's private `/tmp` and `/dev/shm`: a mount namespace of the run's own, in which
-//! only those two paths differ from the host's.
+//! Tier B's private `/tmp` and `/dev/shm`: the trees of a mount namespace of the run's
+//! own ([`super::namespace`]), in which only those two paths (and the protected paths,
+//! [`super::protect`]) differ from the host's.
 //!
 //! A Tier B run keeps the host's filesystem view: landlock decides what it may reach.
 //! Programs write `/tmp` directly, not `$TMPDIR` (compilers' scratch files, test
 //! fixtures, sockets), and POSIX semaphores and shared memory live in `/dev/shm`
 //! (Python's `multiprocessing`): granting the host's would share them with every process
-//! of the run's uid. So, when the supervisor may mount (root, with `CAP_SYS_ADMIN` in the
-//! host's mount namespace — the condition of the bounded `TMPDIR`, the `disk` layer), the
-//! child unshares its mount namespace before anything else runs in it, makes every mount
-//! private (nothing propagates back to the host), and moves these trees into place, all
-//! prepared by the supervisor ([`plan`], then [`prepare`]):
+//! of the run's uid. So, wherever the run can have a mount namespace (a root supervisor,
+//! with `CAP_SYS_ADMIN` in the host's mount namespace — the condition of the bounded
+//! `TMPDIR`, the `disk` layer — or an unprivileged one in a user namespace of the run's
+//! own), the process that makes it makes every mount private (nothing propagates back to
+//! the host) and moves these trees into place ([`plan`]; the mount points made by
+//! [`prepare`], each source recorded with the object it is by [`ns_trees`]):
 //!
-//! 1. the run's private tmp (the bounded tmpfs of `limits.disk_bytes` that `TMPDIR` and
-//!    the private `HOME` already were) over `/tmp`: `/tmp` *is* `$TMPDIR`;
+//! 1. the run's private tmp (the directory `TMPDIR` and the private `HOME` already were;
+//!    under a root supervisor the bounded tmpfs of `limits.disk_bytes`) over `/tmp`:
+//!    `/tmp` *is* `$TMPDIR`;
 //! 2. its [`SHM_DIR`] directory over `/dev/shm`, so shared memory counts against the same
 //!    bound;
 //! 3. each grant that lies beneath `/tmp` (a workspace in `/tmp/…`, a writable or
@@ -31,10 +34,11 @@
 //! operations) by the process that is restricted next: the child, which then restricts
 //! itself, or, in a long-lived supervisor, a warm slot's launcher thread before it arms
 //! itself (`launch::ThreadMounts`), whose children inherit namespace, domain and filter
-//! alike. The run never holds `CAP_SYS_ADMIN` (its capabilities are emptied after this
-//! step), so it cannot change this namespace's mounts.
+//! alike. Each tree is cloned there from its source opened without following a symlink
+//! and checked to be the object recorded here: a source swapped meanwhile fails the
+//! launch. The run never holds `CAP_SYS_ADMIN` once its setup is done (its capabilities
+//! are emptied after this step), so it cannot change this namespace's mounts.
 
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 /// The directory of the run's private tmp that is its `/dev/shm`.
@@ -134,58 +138,79 @@ pub fn plan(
     moves
 }
 
-/// The trees of `moves`, cloned, with their mount points made in the private tmp `tmp`
-/// (root-owned, mode 0755 directories or 0444 empty files, hidden under the mounts) and
-/// the shared-memory directory made owned by `uid:gid`, mode 0700. A grant that no
-/// longer exists is left out.
-pub fn prepare(
-    tmp: &Path,
-    moves: &[TreeMove],
-    (uid, gid): (u32, u32),
-) -> std::io::Result<Vec<(OwnedFd, PathBuf)>> {
+/// The mount points of `moves` made in the private tmp `tmp` (root-owned, mode 0755
+/// directories or 0444 empty files, hidden under the mounts; a grant that no longer
+/// exists gets none), and the shared-memory directory made owned by `uid:gid`, mode
+/// 0700. Idempotent.
+pub fn prepare(tmp: &Path, moves: &[TreeMove], (uid, gid): (u32, u32)) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let shm = tmp.join(SHM_DIR);
     if !shm.is_dir() {
         std::fs::DirBuilder::new().mode(0o700).create(&shm)?;
         std::os::unix::fs::chown(&shm, Some(uid), Some(gid))?;
     }
-    let mut trees = Vec::with_capacity(moves.len());
     for m in moves {
-        // A grant that is gone has nothing to bind (landlock skips it too); the launch
-        // goes on, and whatever else needs it refuses the run.
-        if m.source != tmp && m.source != shm && std::fs::symlink_metadata(&m.source).is_err() {
+        let Some((rel, dir)) = &m.mount_point else {
+            continue;
+        };
+        // A grant that is gone has nothing to bind (landlock skips it too).
+        if std::fs::symlink_metadata(&m.source).is_err() {
             continue;
         }
-        if let Some((rel, dir)) = &m.mount_point {
-            let at = tmp.join(rel);
-            if *dir {
+        let at = tmp.join(rel);
+        if *dir {
+            std::fs::DirBuilder::new()
+                .mode(0o755)
+                .recursive(true)
+                .create(&at)?;
+        } else {
+            if let Some(parent) = at.parent() {
                 std::fs::DirBuilder::new()
                     .mode(0o755)
                     .recursive(true)
-                    .create(&at)?;
-            } else {
-                if let Some(parent) = at.parent() {
-                    std::fs::DirBuilder::new()
-                        .mode(0o755)
-                        .recursive(true)
-                        .create(parent)?;
-                }
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .mode(0o444)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&at)?;
+                    .create(parent)?;
             }
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o444)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&at)?;
         }
-        let tree = crate::linux::sys::cloned_tree(&m.source, m.read_only).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("open_tree of {}: {e}", m.source.display()),
-            )
-        })?;
-        trees.push((tree, m.dest.clone()));
+    }
+    Ok(())
+}
+
+/// The trees of `moves` as the run's mount namespace clones them ([`crate::launch::NsPlan`]):
+/// each source with the object it is now (`lstat`: the namespace binds that object or
+/// nothing), `nosuid` and `nodev`, read-only grants read-only. A grant that no longer
+/// exists is left out (the launch goes on, and whatever else needs it refuses the run);
+/// the private tmp and its shared-memory directory must exist.
+pub(crate) fn ns_trees(
+    tmp: &Path,
+    moves: &[TreeMove],
+) -> std::io::Result<Vec<crate::launch::NsTreePlan>> {
+    use crate::linux::ns::sys::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+    use std::os::unix::ffi::OsStrExt;
+    let shm = tmp.join(SHM_DIR);
+    let cstr =
+        |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let mut trees = Vec::with_capacity(moves.len());
+    for m in moves {
+        let meta = match std::fs::symlink_metadata(&m.source) {
+            Ok(meta) => meta,
+            Err(_) if m.source != tmp && m.source != shm => continue,
+            Err(e) => return Err(e),
+        };
+        trees.push(crate::launch::NsTreePlan {
+            source: cstr(&m.source)?,
+            expect: crate::launch::sys::FileId::of_metadata(&meta),
+            attr: MOUNT_ATTR_NOSUID
+                | MOUNT_ATTR_NODEV
+                | if m.read_only { MOUNT_ATTR_RDONLY } else { 0 },
+            dest: cstr(&m.dest)?,
+        });
     }
     Ok(trees)
 }

@@ -369,10 +369,44 @@ impl Fixture {
         self.state_dir = dir.to_path_buf();
     }
 
+    /// Protects `entries` (relative to the workspace, as `filesystem.protected` names
+    /// them), as a layer the run must enforce (not an optional one).
+    pub fn protect(&mut self, entries: &[&str]) {
+        self.policy.filesystem.protected = entries.iter().map(|p| (*p).to_owned()).collect();
+        self.policy
+            .tier
+            .optional_layers
+            .retain(|l| *l != Layer::ProtectedPaths);
+    }
+
     /// Makes `uid` the owner of the workspace, so a root supervisor runs the child as it.
     pub fn chown_workspace(&self, uid: u32) {
         std::os::unix::fs::chown(&self.workspace, Some(uid), Some(uid)).expect("chown workspace");
     }
+}
+
+/// The run happened on the fixture's backend: Tier B, or Tier C on its `tier.backend`.
+#[track_caller]
+pub fn assert_backend(o: &Outcome, fx: &Fixture) {
+    let expected = match fx.tier {
+        TierRequest::C => (
+            "c",
+            match fx.policy.tier.backend {
+                TierCBackend::Native => tierbox_sandbox::tier_c::NATIVE_BACKEND,
+                TierCBackend::Bwrap => tierbox_sandbox::bwrap::BACKEND_NAME,
+                TierCBackend::Docker => tierbox_sandbox::container::DOCKER_BACKEND_NAME,
+                TierCBackend::Podman => tierbox_sandbox::container::PODMAN_BACKEND_NAME,
+            },
+        ),
+        _ => ("b", tierbox_sandbox::tier_b::BACKEND_NAME),
+    };
+    assert!(
+        o.tier == expected.0 && o.backend == expected.1,
+        "expected a run on {expected:?}, got tier {:?} backend {:?}:\n{}",
+        o.tier,
+        o.backend,
+        describe(o)
+    );
 }
 
 /// The first line of the probe's report (stdout).

@@ -7,20 +7,11 @@
 //! force the cut: it made 33 decoy repositories, and the next run rewrote a real
 //! `vendor/lib/.git/config` (with `core.fsmonitor`, which the host's `git status` runs).
 
-use tierbox_policy::{Layer, TierCBackend};
-
-use super::harness::{Fixture, assert_holds, describe, report};
+use super::harness::{Backend, Fixture, assert_holds, describe, report};
 
 /// The default protected paths, enforced.
 fn protect_git_dirs(fx: &mut Fixture) {
-    fx.policy.filesystem.protected = tierbox_policy::validate::DEFAULT_PROTECTED
-        .iter()
-        .map(|p| (*p).to_owned())
-        .collect();
-    fx.policy
-        .tier
-        .optional_layers
-        .retain(|l| *l != Layer::ProtectedPaths);
+    fx.protect(tierbox_policy::validate::DEFAULT_PROTECTED);
 }
 
 /// A repository at `rel` with a config the host trusts.
@@ -31,25 +22,11 @@ fn repo(fx: &Fixture, rel: &str) -> std::path::PathBuf {
     config
 }
 
-macro_rules! on_both_backends {
-    ($body:ident => $native:ident, $bwrap:ident) => {
-        #[tokio::test]
-        async fn $native() {
-            $body(stringify!($native), TierCBackend::Native).await;
-        }
-
-        #[tokio::test]
-        async fn $bwrap() {
-            $body(stringify!($bwrap), TierCBackend::Bwrap).await;
-        }
-    };
-}
-
 /// One run makes 40 decoy repositories; the next still cannot touch the real
 /// `vendor/lib/.git/config`. With a policy that protects fewer repositories than the
 /// workspace now holds, the next run is refused before anything runs, naming the key.
-async fn decoys_do_not_unprotect_the_next_run(test: &str, backend: TierCBackend) {
-    let Some(mut fx) = Fixture::tier_c(test, &[], backend) else {
+async fn decoys_do_not_unprotect_the_next_run(test: &str, backend: Backend) {
+    let Some(mut fx) = Fixture::on(test, &[], backend) else {
         return;
     };
     protect_git_dirs(&mut fx);
@@ -89,12 +66,12 @@ async fn decoys_do_not_unprotect_the_next_run(test: &str, backend: TierCBackend)
     );
 }
 
-on_both_backends!(decoys_do_not_unprotect_the_next_run => decoys_do_not_unprotect_the_next_run_native, decoys_do_not_unprotect_the_next_run_bwrap);
+on_every_backend!(decoys_do_not_unprotect_the_next_run => decoys_do_not_unprotect_the_next_run_tier_b, decoys_do_not_unprotect_the_next_run_native, decoys_do_not_unprotect_the_next_run_bwrap);
 
 /// A repository 6 levels down and one in `node_modules/` (and in `target/`) keep their
 /// git directories read-only.
-async fn deep_and_vendored_repositories_are_protected(test: &str, backend: TierCBackend) {
-    let Some(mut fx) = Fixture::tier_c(test, &[], backend) else {
+async fn deep_and_vendored_repositories_are_protected(test: &str, backend: Backend) {
+    let Some(mut fx) = Fixture::on(test, &[], backend) else {
         return;
     };
     protect_git_dirs(&mut fx);
@@ -116,4 +93,4 @@ async fn deep_and_vendored_repositories_are_protected(test: &str, backend: TierC
     }
 }
 
-on_both_backends!(deep_and_vendored_repositories_are_protected => deep_and_vendored_repositories_are_protected_native, deep_and_vendored_repositories_are_protected_bwrap);
+on_every_backend!(deep_and_vendored_repositories_are_protected => deep_and_vendored_repositories_are_protected_tier_b, deep_and_vendored_repositories_are_protected_native, deep_and_vendored_repositories_are_protected_bwrap);

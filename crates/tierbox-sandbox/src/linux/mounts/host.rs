@@ -142,7 +142,7 @@ impl HostView {
 }
 
 /// `lstat` + `readlink` of one host path.
-pub(super) fn lstat_host(claims: &crate::placeholders::Observer<'_>, path: &Path) -> HostNode {
+pub(crate) fn lstat_host(claims: &crate::placeholders::Observer<'_>, path: &Path) -> HostNode {
     // A placeholder a concurrent run claims is missing as far as planning goes.
     match claims.observe(path, || std::fs::symlink_metadata(path)) {
         None => HostNode::Missing,

@@ -130,8 +130,10 @@ mod check;
 mod host;
 mod model;
 mod plan;
+pub(crate) mod protect;
 
 use check::check_ops;
+pub(crate) use host::lstat_host;
 pub use host::{HostNode, HostView};
 use plan::{Lookup, build};
 

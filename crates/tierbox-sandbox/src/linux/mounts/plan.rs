@@ -2,6 +2,7 @@
 //! documentation.
 
 use super::model::*;
+use super::protect::{Protect, ProtectView, Protection, protection};
 use super::*;
 use tierbox_policy::WorkspaceMode;
 
@@ -241,17 +242,6 @@ pub(super) fn check_destination(
     Ok(())
 }
 
-/// What a protected path needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Protect {
-    /// Bind the existing entry over itself, read-only.
-    BindSelf(EntryKind),
-    /// Cover a symlink with `/dev/null`.
-    CoverSymlink,
-    /// Create a placeholder of this kind and cover it.
-    CoverMissing(EntryKind),
-}
-
 pub(super) struct Planner<'l, 'a> {
     lookup: &'l mut Lookup<'a>,
     ops: Vec<MountOp>,
@@ -264,11 +254,19 @@ pub(super) struct Planner<'l, 'a> {
     skeletons: Vec<PathBuf>,
 }
 
-impl Planner<'_, '_> {
+impl ProtectView for Planner<'_, '_> {
     fn lookup(&mut self, path: &Path) -> Result<HostNode, MountPlanError> {
         (self.lookup)(path)
     }
 
+    fn writable_tree(&self, path: &Path) -> Option<(PathBuf, EntryKind)> {
+        self.visible(path)
+            .filter(|m| m.backing == Backing::HostRw)
+            .map(|m| (m.dst.clone(), m.kind))
+    }
+}
+
+impl Planner<'_, '_> {
     /// The mount that shows at `path`: the last one made at or above it.
     fn visible(&self, path: &Path) -> Option<&Mounted> {
         self.mounts
@@ -564,189 +562,19 @@ impl Planner<'_, '_> {
     /// Resolves `path` through host symlinks, as the kernel would (lexically below the
     /// first missing or non-directory component).
     fn resolve(&mut self, field: &'static str, path: &Path) -> Result<PathBuf, MountPlanError> {
-        let mut rest: VecDeque<PathBuf> = path
-            .components()
-            .skip(1)
-            .map(|c| PathBuf::from(c.as_os_str()))
-            .collect();
-        let mut resolved = PathBuf::from("/");
-        let mut hops = 0;
-        let mut missing = false;
-        while let Some(c) = rest.pop_front() {
-            if c == Path::new("..") {
-                resolved.pop();
-                continue;
-            }
-            if c == Path::new(".") {
-                continue;
-            }
-            let next = resolved.join(&c);
-            if missing {
-                resolved = next;
-                continue;
-            }
-            match self.lookup(&next)? {
-                HostNode::Dir => resolved = next,
-                HostNode::Symlink { target } => {
-                    hops += 1;
-                    if hops > MAX_SYMLINK_HOPS {
-                        return Err(MountPlanError::SymlinkLoop {
-                            field,
-                            path: path.to_path_buf(),
-                        });
-                    }
-                    if target.is_absolute() {
-                        resolved = PathBuf::from("/");
-                    }
-                    for tc in target.components().rev() {
-                        if !matches!(tc, Component::RootDir) {
-                            rest.push_front(PathBuf::from(tc.as_os_str()));
-                        }
-                    }
-                }
-                HostNode::File | HostNode::Device | HostNode::Missing => {
-                    resolved = next;
-                    missing = true;
-                }
-                HostNode::Inaccessible { errno } => {
-                    return Err(MountPlanError::Inaccessible { path: next, errno });
-                }
-            }
-        }
-        Ok(resolved)
-    }
-
-    /// Walks `path` below `base` (both normalised, `path` strictly inside `base`) and
-    /// records what protects it; see the module docs for the table.
-    fn walk_protected(
-        &mut self,
-        path: &Path,
-        base: &Path,
-        follow_links: bool,
-        targets: &mut BTreeMap<PathBuf, Protect>,
-    ) -> Result<(), MountPlanError> {
-        let Ok(rel) = path.strip_prefix(base) else {
-            return Ok(());
-        };
-        let comps: Vec<_> = rel.components().collect();
-        let mut q = base.to_path_buf();
-        for (i, c) in comps.iter().enumerate() {
-            q.push(c);
-            let last = i + 1 == comps.len();
-            let found = match self.lookup(&q)? {
-                HostNode::Dir if !last => continue,
-                HostNode::Dir => Protect::BindSelf(EntryKind::Dir),
-                HostNode::File | HostNode::Device => Protect::BindSelf(EntryKind::File),
-                HostNode::Symlink { .. } => {
-                    if follow_links {
-                        self.protect_link_target(path, targets)?;
-                    }
-                    Protect::CoverSymlink
-                }
-                HostNode::Missing => {
-                    // Only what the sandbox could create needs covering.
-                    if self.visible(&q).map(|m| m.backing) != Some(Backing::HostRw) {
-                        return Ok(());
-                    }
-                    // A protected entry of a repository that does not exist: a run may
-                    // make its own (reported after the run as `created_git_dirs`).
-                    if tierbox_policy::validate::run_may_create(c.as_os_str(), last) {
-                        return Ok(());
-                    }
-                    // A missing last component is covered as a file, except a git
-                    // directory: an empty `.git` directory is no repository to git, which
-                    // goes on searching above, where an empty `.git` file is fatal.
-                    Protect::CoverMissing(if last && c.as_os_str() != ".git" {
-                        EntryKind::File
-                    } else {
-                        EntryKind::Dir
-                    })
-                }
-                HostNode::Inaccessible { errno } => {
-                    return Err(MountPlanError::Inaccessible { path: q, errno });
-                }
-            };
-            let merged = match (targets.get(&q), found) {
-                (Some(Protect::CoverMissing(EntryKind::Dir)), Protect::CoverMissing(_)) => {
-                    Protect::CoverMissing(EntryKind::Dir)
-                }
-                _ => found,
-            };
-            targets.insert(q, merged);
-            return Ok(());
-        }
-        Ok(())
-    }
-
-    /// The host's git follows a protected symlink: when the fully resolved path lands in
-    /// a sandbox-writable bind, protect it there too.
-    fn protect_link_target(
-        &mut self,
-        path: &Path,
-        targets: &mut BTreeMap<PathBuf, Protect>,
-    ) -> Result<(), MountPlanError> {
-        let resolved = match self.resolve("filesystem.protected", path) {
-            Ok(r) => r,
-            // A loop cannot be followed by the host either; the symlink is covered.
-            Err(MountPlanError::SymlinkLoop { .. }) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let Some(m) = self.visible(&resolved).cloned() else {
-            return Ok(());
-        };
-        if m.backing != Backing::HostRw {
-            return Ok(());
-        }
-        if resolved == m.dst {
-            targets.insert(resolved, Protect::BindSelf(m.kind));
-            return Ok(());
-        }
-        self.walk_protected(&resolved, &m.dst, false, targets)
+        super::protect::resolve(&mut |p| (self.lookup)(p), field, path)
     }
 
     fn protect(&mut self, protected: &[PathBuf], workspace: &Path) -> Result<(), MountPlanError> {
-        let mut targets = BTreeMap::new();
-        for raw in protected {
-            let path = normalize("filesystem.protected", raw)?;
-            if path == workspace || !path.starts_with(workspace) {
-                return Err(MountPlanError::ProtectedOutsideWorkspace {
-                    path,
-                    workspace: workspace.to_path_buf(),
-                });
-            }
-            self.walk_protected(&path, workspace, true, &mut targets)?;
-        }
-        // A target inside another is already read-only or hidden by it.
-        let mut kept: Vec<(PathBuf, Protect)> = Vec::new();
-        for (q, t) in targets {
-            if !kept.iter().any(|(k, _)| q.starts_with(k)) {
-                kept.push((q, t));
-            }
-        }
-        // Pin every directory between the workspace and a protected path with a writable
-        // self-bind: a mount point cannot be renamed or removed (EBUSY), so `mv .git x`
-        // followed by a fresh `.git/hooks` is impossible. Ancestors first, before the
-        // binds and covers inside them.
-        let mut pins: std::collections::BTreeSet<PathBuf> = std::collections::BTreeSet::new();
-        for (q, _) in &kept {
-            for anc in q.ancestors().skip(1) {
-                if anc == workspace || !anc.starts_with(workspace) {
-                    break;
-                }
-                pins.insert(anc.to_path_buf());
-            }
-        }
+        let Protection { pins, targets } = protection(self, protected, workspace)?;
+        let kept = targets;
+        // Pins first, ancestors before the binds and covers inside them.
         for pin in pins {
-            let writable = self
-                .visible(&pin)
-                .is_some_and(|m| m.backing == Backing::HostRw);
-            if writable && self.lookup(&pin)? == HostNode::Dir {
-                self.emit_bind(&Bind::Mount {
-                    path: pin,
-                    kind: EntryKind::Dir,
-                    writable: true,
-                })?;
-            }
+            self.emit_bind(&Bind::Mount {
+                path: pin,
+                kind: EntryKind::Dir,
+                writable: true,
+            })?;
         }
         // Placeholders first, while everything they are created in is still writable.
         for (q, t) in &kept {

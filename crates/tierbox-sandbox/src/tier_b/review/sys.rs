@@ -62,6 +62,7 @@ pub(super) fn sleep_child_from_exiting_thread(change_ids: bool) -> OwnedFd {
             parent_pid: sys::getpid(),
             helper: sys::HelperSetup::NONE,
             keep_caps: false,
+            private_ns: std::ptr::null(),
             netns_fd: -1,
             log_landlock: false,
             log_seccomp: false,

@@ -48,11 +48,14 @@ mod raw;
 
 pub use crate::linux::step::Step;
 pub use mount_ops::{
-    Expect, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, NsOp, OpKind, describe_sub,
+    Expect, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, NsOp,
+    OpKind, describe_sub,
 };
+pub(crate) use mount_ops::{mount_setattr, openat2_raw};
 use net::loopback_up;
 pub use net::{recv_fd, seqpacket_pair};
 use pid1::init_main;
+pub(crate) use raw::close;
 
 /// Stack for each of the two cloned children, in bytes. Each runs one small function with
 /// no recursion; 64 KiB leaves ample room for the glibc `clone` trampoline and the frames.

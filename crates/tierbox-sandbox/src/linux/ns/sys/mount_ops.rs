@@ -11,6 +11,8 @@ pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
 pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
 /// No device access.
 pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+/// No execution.
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 /// One compiled filesystem step, executed by pid 1 in order. Built by the supervisor
 /// (`child::compile_ops`); every string is a NUL-terminated C string it owns.
@@ -534,15 +536,30 @@ pub(super) fn plain_bind(op: &NsOp<'_>, st: &libc::stat) -> Result<(), OpFailure
 
 /// `openat2(AT_FDCWD, path, flags | O_CLOEXEC, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`.
 pub(super) fn openat2_nosymlinks(path: &CStr, flags: c_int) -> Result<RawFd, i32> {
+    openat2_raw(
+        libc::AT_FDCWD,
+        path,
+        flags,
+        libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    )
+}
+
+/// `openat2(dirfd, path, flags | O_CLOEXEC, resolve)`. Raw: no allocation.
+pub(crate) fn openat2_raw(
+    dirfd: RawFd,
+    path: &CStr,
+    flags: c_int,
+    resolve: u64,
+) -> Result<RawFd, i32> {
     // SAFETY: open_how is plain integers; all-zero is its documented default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    how.resolve = resolve;
     // SAFETY: a NUL-terminated path and a fully initialised open_how of the size passed.
     check(unsafe {
         libc::syscall(
             libc::SYS_openat2,
-            libc::AT_FDCWD,
+            dirfd,
             path.as_ptr(),
             &how as *const libc::open_how,
             std::mem::size_of::<libc::open_how>(),
@@ -551,7 +568,7 @@ pub(super) fn openat2_nosymlinks(path: &CStr, flags: c_int) -> Result<RawFd, i32
     .map(|fd| fd as RawFd)
 }
 
-pub(super) fn mount_setattr(
+pub(crate) fn mount_setattr(
     dirfd: RawFd,
     path: &CStr,
     flags: u32,

@@ -45,7 +45,7 @@ pub(super) fn add_landlock_rule(ruleset: RawFd, path: &CStr, access: u64) -> Res
     r
 }
 
-pub(super) fn close(fd: RawFd) {
+pub(crate) fn close(fd: RawFd) {
     // SAFETY: closes an fd this child opened; errors are irrelevant.
     unsafe { libc::syscall(libc::SYS_close, fd) };
 }

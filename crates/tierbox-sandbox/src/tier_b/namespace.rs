@@ -1,0 +1,206 @@
+//! A Tier B run's own mount namespace, as one launch plans it: who may make one here
+//! ([`NsKind`]), its private `/tmp` and `/dev/shm` ([`super::mounts`]) and its protected
+//! paths ([`super::protect`]), compiled into the [`NsPlan`] the child (or a warm slot's
+//! launcher thread) carries out.
+//!
+//! The rule: a Tier B run either gets this namespace, or the launch says exactly what it
+//! lacks — the `disk` and `protected_paths` layers missing with the reason (or refused,
+//! when the policy requires them), an argument naming a path in `/tmp` refused with its
+//! fix ([`tierbox_policy::Rejection::PathNeedsPrivateTmp`]) — never a silent "where
+//! possible".
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use tierbox_policy::Rejection;
+use tierbox_policy::plan::Plan;
+
+use super::mounts;
+use crate::launch::slots::Slot;
+use crate::launch::{NsPlan, ThreadMounts};
+use crate::linux::mounts::protect::Protection;
+use crate::probe::HostFacts;
+
+/// How a run's mount namespace is made here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NsKind {
+    /// A root supervisor, which may mount: a mount namespace (`CLONE_NEWNS`) of the
+    /// run's own, whose private tmp is the bounded tmpfs it mounted.
+    Root,
+    /// An unprivileged supervisor where user namespaces work: the child makes a user
+    /// namespace mapping only its own uid and gid (`setgroups` denied) with the mount
+    /// namespace, and drops every capability it has in it before landlock and seccomp.
+    /// Its private tmp is the run's directory (not bounded: mounting a tmpfs the
+    /// supervisor could watch needs root).
+    User,
+}
+
+/// Whether (and how) a Tier B run of this supervisor can have a mount namespace of its
+/// own, before its slot exists: a root supervisor (whose mount of the bounded tmp may
+/// still fail, see [`kind_for`]), or user namespaces. `Err`: why not.
+pub fn available(facts: &HostFacts) -> Result<(), String> {
+    if facts.euid == 0 {
+        return Ok(());
+    }
+    own_ids_userns(facts).map(drop)
+}
+
+/// The user namespace every Tier B run of this unprivileged supervisor joins before it
+/// makes its mount namespace: one per process, mapping only the supervisor's uid and gid
+/// to themselves (`setgroups` denied), made once (`linux::sys::own_ids_user_namespace`).
+/// A run holds no capability in it once its setup is done, and the filter refuses it
+/// every namespace call, so runs sharing it share nothing a run of the same uid would
+/// not share anyway. `Err`: why this host refuses one.
+fn own_ids_userns(facts: &HostFacts) -> Result<&'static OwnedFd, String> {
+    static USERNS: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
+    USERNS
+        .get_or_init(|| {
+            let refused = |why: &str| {
+                format!(
+                    "an unprivileged supervisor gives a tier b run its own /tmp, /dev/shm and protected paths in a user namespace, and this host refuses one: {why}"
+                )
+            };
+            if let Some(why) = crate::linux::userns::probe_tier_b_userns_cached().reason() {
+                return Err(refused(why));
+            }
+            crate::linux::sys::own_ids_user_namespace(facts.euid, facts.egid)
+                .map_err(|e| refused(&format!("making it failed: {e}")))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Refuses `plan` when an argument names a path in the run's own `/tmp`
+/// ([`tierbox_policy::plan::FsPlan::scratch_args`]) and the run can have none (`why`).
+pub(crate) fn refuse_scratch_args(plan: &Plan, why: &str) -> Result<(), Rejection> {
+    match plan.filesystem.scratch_args.first() {
+        None => Ok(()),
+        Some(a) => Err(Rejection::PathNeedsPrivateTmp {
+            arg_index: a.arg_index,
+            arg: a.arg.clone(),
+            resolved: a.resolved.clone(),
+            why: why.to_owned(),
+        }),
+    }
+}
+
+/// How this run's namespace is made, given its slot; `Err`: why it has none.
+pub(crate) fn kind_for(facts: &HostFacts, slot: &Slot) -> Result<NsKind, String> {
+    if slot.tmp_bytes.is_some() {
+        return Ok(NsKind::Root);
+    }
+    if facts.euid == 0 {
+        return Err(slot.tmp_unbounded_why.clone());
+    }
+    available(facts).map(|()| NsKind::User)
+}
+
+/// A run's namespace: its trees (the private `/tmp` and `/dev/shm`, grants beneath `/tmp`
+/// bound back), its protected paths, and the mediator's view of them.
+pub(crate) struct PrivateMounts {
+    pub(crate) kind: NsKind,
+    /// The user namespace the child joins first ([`NsKind::User`]).
+    userns: Option<&'static OwnedFd>,
+    slot_tmp: PathBuf,
+    ids: (u32, u32),
+    moves: Vec<mounts::TreeMove>,
+    pub(crate) views: Vec<(PathBuf, PathBuf)>,
+    pub(crate) ns: NsPlan,
+    /// How many protected targets and pins, and placeholders, for the report.
+    pub(crate) protected: Option<(usize, usize)>,
+}
+
+impl PrivateMounts {
+    /// The trees for `plan` in `slot` (the landlock grants decide which lie beneath
+    /// `/tmp`), each with the object its source is now.
+    pub(crate) fn plan(
+        plan: &Plan,
+        facts: &HostFacts,
+        slot: &Slot,
+        kind: NsKind,
+        (uid, gid): (u32, u32),
+        (read_only, read_write): (&[&Path], &[&Path]),
+    ) -> std::io::Result<Self> {
+        // The views as the host resolves them (`/dev/shm` may be a symlink to `/run/shm`).
+        let tmp_view = std::fs::canonicalize(mounts::TMP_VIEW)?;
+        let shm_view = std::fs::canonicalize(mounts::SHM_VIEW)?;
+        let mut moves = mounts::plan(
+            &slot.tmp,
+            (&tmp_view, &shm_view),
+            read_only,
+            read_write,
+            Path::is_dir,
+        );
+        let mut views = mounts::mediator_roots(&slot.tmp, (&tmp_view, &shm_view));
+        // `dev_shm = "none"`: the host's /dev/shm stays, which landlock grants nothing of
+        // (the policy refuses a writable /dev/shm with it).
+        if plan.filesystem.dev_shm == tierbox_policy::DevShm::None {
+            moves.retain(|m| m.dest != shm_view);
+            views.retain(|(view, _)| *view != shm_view);
+        }
+        // The shared-memory directory is a source: it must exist to be planned.
+        mounts::prepare(&slot.tmp, &[], (uid, gid))?;
+        let trees = mounts::ns_trees(&slot.tmp, &moves)?;
+        let dev_null = std::fs::symlink_metadata("/dev/null")
+            .map(|m| crate::launch::sys::FileId::of_metadata(&m))?;
+        let userns = match kind {
+            NsKind::Root => None,
+            NsKind::User => Some(own_ids_userns(facts).map_err(std::io::Error::other)?),
+        };
+        Ok(Self {
+            kind,
+            userns,
+            slot_tmp: slot.tmp.clone(),
+            ids: (uid, gid),
+            moves,
+            views,
+            ns: NsPlan {
+                userns: (kind == NsKind::User).then_some((uid, gid)),
+                trees,
+                protect: Vec::new(),
+                dev_null,
+            },
+            protected: None,
+        })
+    }
+
+    /// Adds the steps of `protection` (its placeholders made already).
+    pub(crate) fn protect(&mut self, plan: &Plan, protection: &Protection) -> std::io::Result<()> {
+        self.ns.protect = super::protect::steps(plan, protection)?;
+        self.protected = Some((protection.targets.len(), protection.placeholders().count()));
+        Ok(())
+    }
+
+    /// The user namespace the child joins before it makes the mount namespace.
+    pub(crate) fn userns(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.userns.map(|fd| fd.as_fd())
+    }
+
+    /// Makes the mount points the trees need in the slot's tmp.
+    pub(crate) fn prepare(&self) -> std::io::Result<()> {
+        mounts::prepare(&self.slot_tmp, &self.moves, self.ids)
+    }
+
+    /// What a slot's launcher thread may hold for this run, if any: a root supervisor's
+    /// namespace (a thread cannot join a user namespace) whose protected paths need no
+    /// placeholder (a placeholder lives for one run: removing it afterwards would detach
+    /// the thread's cover). The thread is checked before each run to still hold the
+    /// protected paths as planned (`launch::ThreadNs`).
+    pub(crate) fn for_thread<'a>(
+        &'a self,
+        prepare: &'a dyn Fn() -> std::io::Result<()>,
+    ) -> Option<ThreadMounts<'a>> {
+        let placeholders = self.protected.map_or(0, |(_, placeholders)| placeholders);
+        (self.kind == NsKind::Root && placeholders == 0).then(|| ThreadMounts {
+            ns: &self.ns,
+            mount_points: self
+                .moves
+                .iter()
+                .filter_map(|m| m.mount_point.as_ref().map(|(rel, _)| rel.clone()))
+                .collect(),
+            prepare,
+        })
+    }
+}
