@@ -520,11 +520,16 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
     //    concurrent runs (two slots) see only their own.
     tierbox_sandbox::launch::slots::set_pooling(true);
     let pooled = env.runner(TierCBackend::Native);
+    // A repository of the workspace's own: its `.git` is bound read-only by the slot's
+    // thread (a missing one would need a placeholder for each run, which only a child
+    // that makes its own namespace can cover).
+    std::fs::create_dir(env.ws.path().join(".git")).unwrap();
     for round in 0..3 {
         let p = run(&pooled, &env.probe(TierRequest::B));
         // Every pooled run inherits its filter from the slot's thread, a run with a
         // private /tmp and /dev/shm (a root supervisor's, here with its workspace beneath
-        // /tmp and so bound back onto a mount point) too: the thread holds the mounts.
+        // /tmp and so bound back onto a mount point) and protected paths too: the thread
+        // holds the mounts.
         assert!(
             p.enforcement
                 .seccomp

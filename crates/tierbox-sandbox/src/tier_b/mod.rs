@@ -1,8 +1,8 @@
 //! Tier B: direct spawn with a new session, rlimits, a rebuilt environment, no
 //! capabilities, `no_new_privs`, landlock, seccomp and a per-run cgroup; wherever it can
 //! be made (a root supervisor, or user namespaces) also a mount namespace of the run's own
-//! ([`namespace`]) with a private `/tmp` and `/dev/shm` ([`mounts`]) and the protected
-//! paths read-only ([`protect`]), every other path the host's.
+//! (`namespace`) with a private `/tmp` and `/dev/shm` ([`mounts`]) and the protected
+//! paths read-only (`protect`), every other path the host's.
 //!
 //! Invariants:
 //! - nothing is inherited implicitly: the environment is exactly the Plan's (plus the
@@ -964,8 +964,8 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
 }
 
 pub mod mounts;
-pub mod namespace;
-pub mod protect;
+pub(crate) mod namespace;
+pub(crate) mod protect;
 
 use namespace::{NsKind, PrivateMounts};
 

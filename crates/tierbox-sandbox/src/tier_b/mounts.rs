@@ -1,6 +1,6 @@
 //! Tier B's private `/tmp` and `/dev/shm`: the trees of a mount namespace of the run's
-//! own ([`super::namespace`]), in which only those two paths (and the protected paths,
-//! [`super::protect`]) differ from the host's.
+//! own (`tier_b::namespace`), in which only those two paths (and the protected paths,
+//! `tier_b::protect`) differ from the host's.
 //!
 //! A Tier B run keeps the host's filesystem view: landlock decides what it may reach.
 //! Programs write `/tmp` directly, not `$TMPDIR` (compilers' scratch files, test
@@ -11,7 +11,7 @@
 //! `TMPDIR`, the `disk` layer — or an unprivileged one in a user namespace of the run's
 //! own), the process that makes it makes every mount private (nothing propagates back to
 //! the host) and moves these trees into place ([`plan`]; the mount points made by
-//! [`prepare`], each source recorded with the object it is by [`ns_trees`]):
+//! [`prepare`], each source recorded with the object it is by `ns_trees`):
 //!
 //! 1. the run's private tmp (the directory `TMPDIR` and the private `HOME` already were;
 //!    under a root supervisor the bounded tmpfs of `limits.disk_bytes`) over `/tmp`:

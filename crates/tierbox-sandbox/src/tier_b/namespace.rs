@@ -39,7 +39,7 @@ pub(crate) enum NsKind {
 /// Whether (and how) a Tier B run of this supervisor can have a mount namespace of its
 /// own, before its slot exists: a root supervisor (whose mount of the bounded tmp may
 /// still fail, see [`kind_for`]), or user namespaces. `Err`: why not.
-pub fn available(facts: &HostFacts) -> Result<(), String> {
+pub(crate) fn available(facts: &HostFacts) -> Result<(), String> {
     if facts.euid == 0 {
         return Ok(());
     }
