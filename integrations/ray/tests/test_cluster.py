@@ -123,7 +123,9 @@ def test_the_pool_recycles_a_sandbox_with_its_workspace_wiped(cluster):
     pool = tierbox_ray.TierboxPool(1, tier="b")
     sb = pool.acquire()
     ray.get(sb.write_file.remote("notes/a.txt", "left behind\n"))
-    out = ray.get(sb.exec.remote("cat notes/a.txt; ls -A"))
+    # `-I .git`: a workspace without a repository shows the run an empty read-only
+    # `.git` (the protected path's placeholder, gone after the run), in Tier B as in C.
+    out = ray.get(sb.exec.remote("cat notes/a.txt; ls -A -I .git"))
     assert out.stdout == "left behind\nnotes\n", out
     # Nothing beside its own workspace: another sandbox's files are out of reach.
     other = tierbox_ray.create(tier="b", node_id=ray.get(sb.node.remote()))
@@ -134,7 +136,7 @@ def test_the_pool_recycles_a_sandbox_with_its_workspace_wiped(cluster):
     pool.release(sb, recycle=True)
     again = pool.acquire()
     assert again == sb
-    listing = ray.get(again.exec.remote("ls -A"))
+    listing = ray.get(again.exec.remote("ls -A -I .git"))
     assert listing.stdout == "", listing
     with pytest.raises(Exception):
         ray.get(again.read_file.remote("notes/a.txt"))
