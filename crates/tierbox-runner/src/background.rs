@@ -638,13 +638,11 @@ impl BackgroundManager {
             // The launcher thread lives as long as the supervisor: the process dies with
             // the supervisor, not with whichever runtime thread started it.
             launcher_thread: true,
-            egress_proxy_port: None,
         };
         let mut launched = launch_in(tier, &plan, &launch_opts)?;
-        let pidfd = dup(&launched.pidfd);
+        let pidfd = dup(launched.pidfd());
         let stdin = launched
-            .stdin
-            .take()
+            .take_stdin()
             .and_then(|fd| tokio::net::unix::pipe::Sender::from_owned_fd(fd).ok());
         let mut guard = RunGuard {
             launched,
@@ -672,8 +670,8 @@ impl BackgroundManager {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(0),
-            tier: guard.launched.tier.to_string(),
-            backend: guard.launched.enforcement.backend,
+            tier: guard.launched.tier().to_string(),
+            backend: guard.launched.enforcement().backend,
             stdout: Arc::new(Mutex::new(self.ring(
                 &id,
                 Stream::Stdout,
@@ -701,7 +699,7 @@ impl BackgroundManager {
                 plan_sha256: tierbox_attest::plan_digest(&plan),
                 enforcement: tierbox_policy::Enforcement {
                     passed_over: selection.passed_over,
-                    ..guard.launched.enforcement.clone()
+                    ..guard.launched.enforcement().clone()
                 },
             }),
             attestation: Mutex::new(None),
@@ -908,8 +906,8 @@ async fn watch(
         })
     };
     let readers = [
-        dup(&l.stdout).map(|fd| reader(fd, &entry.stdout)),
-        dup(&l.stderr).map(|fd| reader(fd, &entry.stderr)),
+        dup(l.stdout()).map(|fd| reader(fd, &entry.stdout)),
+        dup(l.stderr()).map(|fd| reader(fd, &entry.stderr)),
     ];
     let pidfd = l.watch_exit().ok();
     let state = match &pidfd {

@@ -948,9 +948,9 @@ pub(crate) async fn settle_scratch(
     launched_at: SystemTime,
 ) -> Scratch {
     let (state_dir, run_id) = (run_for.state_dir, run_for.run_id);
-    let tmp = l.tmp_fs.take();
-    let layer = l.upper_layer.take();
-    let disk_full = tmp.iter().chain(layer.iter()).any(is_full);
+    let scratch = l.take_scratch();
+    let (tmp, layer) = (scratch.tmp_fs, scratch.upper_layer);
+    let disk_full = tmp.iter().chain(layer.iter().map(|l| l.fd())).any(is_full);
     drop(tmp);
     let Some(layer) = layer else {
         return Scratch {
@@ -970,8 +970,7 @@ pub(crate) async fn settle_scratch(
     let owner = run_for.owner.to_owned();
     let state_dir = state_dir.to_path_buf();
     let kept = tokio::task::spawn_blocking(move || {
-        let upper = PathBuf::from(format!("/proc/self/fd/{}", fd_num(&layer)))
-            .join(tierbox_sandbox::linux::ns::child::OVERLAY_UPPER);
+        let upper = layer.changes_dir();
         let how = Keeping {
             owner: &owner,
             keep_for,
@@ -1152,11 +1151,6 @@ fn select(
         }
     }
     Ok((out, named))
-}
-
-fn fd_num(fd: &impl AsFd) -> i32 {
-    use std::os::fd::AsRawFd;
-    fd.as_fd().as_raw_fd()
 }
 
 #[cfg(test)]

@@ -307,37 +307,10 @@ async fn run_plan_tapped(
     }
     let run_id = new_run_id();
     ensure_state_dir(&opts.state_dir)?;
-    // Tier B with the egress proxy: it listens on a fresh host loopback port before the
-    // launch, and that port becomes the only one the child may connect to. (Tier C makes
-    // its listener inside the sandbox's network namespace.)
-    let host_listener = if plan.network.needs_proxy() && tier == Tier::B {
-        Some(
-            std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).map_err(|source| {
-                RunError::Io {
-                    what: "bind the egress proxy on 127.0.0.1",
-                    source,
-                }
-            })?,
-        )
-    } else {
-        None
-    };
-    let egress_proxy_port = match &host_listener {
-        Some(l) => Some(
-            l.local_addr()
-                .map_err(|source| RunError::Io {
-                    what: "egress proxy address",
-                    source,
-                })?
-                .port(),
-        ),
-        None => None,
-    };
     let launch_opts = LaunchOptions {
         run_id: run_id.clone(),
         tmp_base: opts.state_dir.join("tmp"),
         launcher_thread: false,
-        egress_proxy_port,
     };
     // Where Tier B cannot keep the protected entries read-only (no mount namespace of the
     // run's own), what the run changes of them is named in the outcome instead.
@@ -350,7 +323,7 @@ async fn run_plan_tapped(
         launched,
         done: false,
     };
-    let proxy = match start_proxy(plan, host_listener, &mut guard.launched) {
+    let proxy = match start_proxy(plan, &mut guard.launched) {
         Ok(p) => p,
         Err(e) => {
             kill_tree(&guard.launched);
@@ -410,28 +383,26 @@ pub(crate) fn launch_in(
             .into());
         }
     };
-    register_root(launched.pid, true);
+    register_root(launched.pid(), true);
     Ok(launched)
 }
 
-/// Starts the run's egress proxy on its listener (the host one of Tier B, or the one the
-/// Tier C sandbox made inside its network namespace), when the plan needs one.
+/// Starts the run's egress proxy on the listener the sandbox made for it (Tier B's on the
+/// host's loopback, Tier C's inside the sandbox's network namespace), when the plan needs
+/// one.
 pub(crate) fn start_proxy(
     plan: &Plan,
-    host_listener: Option<std::net::TcpListener>,
     launched: &mut RunningSandbox,
 ) -> Result<Option<Proxy>, RunError> {
     if !plan.network.needs_proxy() {
         return Ok(None);
     }
-    let listener = host_listener
-        .or_else(|| launched.egress_listener.take())
-        .ok_or_else(|| {
-            RunError::Launch(format!(
-                "the plan needs the egress proxy, and the {} backend made no listener for it",
-                launched.enforcement.backend
-            ))
-        })?;
+    let listener = launched.take_egress_listener().ok_or_else(|| {
+        RunError::Launch(format!(
+            "the plan needs the egress proxy, and the {} backend made no listener for it",
+            launched.enforcement().backend
+        ))
+    })?;
     let config = ProxyConfig::new(plan.network.allow.clone(), plan.network.resolve.clone());
     Proxy::start(listener, config)
         .map(Some)
@@ -519,11 +490,11 @@ async fn supervise(
     if matches!(ended, Ended::Exited) {
         // A native Tier C pid 1 is the last of its sandbox: the audit barrier can start
         // while the run is taken down.
-        l.audit.first_process_exited();
+        l.audit_mut().first_process_exited();
     }
     let (ending, mut ended_run) = end_run(plan, l, &pidfd, ended, reported, proxy, capture).await?;
     // Its processes are gone: the audit barrier travels while the outcome is built.
-    l.audit.processes_gone();
+    l.audit_mut().processes_gone();
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let launched_at = std::time::SystemTime::now() - started.elapsed();
     let handed_off = ended_run.refusals.take();
@@ -573,14 +544,14 @@ pub(crate) async fn add_refusals(
     ));
     denials.truncate(crate::denials::MAX_DENIALS);
     let handed = handed_off.map(|(_, dropped)| dropped);
-    crate::denials::sources(plan, l.tier, Some(&audit), handed)
+    crate::denials::sources(plan, l.tier(), Some(&audit), handed)
 }
 
 /// The run's landlock and seccomp refusals, once its processes are gone (awaiting, up to
 /// [`tierbox_sandbox::linux::audit::BARRIER_TIMEOUT`], the kernel's queue).
 async fn finish_audit(l: &mut RunningSandbox) -> tierbox_sandbox::linux::audit::RunAuditReport {
     std::mem::replace(
-        &mut l.audit,
+        l.audit_mut(),
         tierbox_sandbox::linux::audit::RunAudit::not_recorded("already read", "already read"),
     )
     .finish()
@@ -622,8 +593,8 @@ impl Capture {
         crate::spill::sweep_expired(state_dir, plan.output.spill_keep_secs);
         let out_cap = Arc::new(Mutex::new(new_capture(plan, state_dir, run_id, "stdout")?));
         let err_cap = Arc::new(Mutex::new(new_capture(plan, state_dir, run_id, "stderr")?));
-        let stdout = dup(&l.stdout)?;
-        let stderr = dup(&l.stderr)?;
+        let stdout = dup(l.stdout())?;
+        let stderr = dup(l.stderr())?;
         let (out_task, err_task) = match &tap {
             None => (
                 tokio::spawn(read_stream(stdout, out_cap.clone(), quota.clone())),
@@ -651,7 +622,7 @@ impl Capture {
                 )
             }
         };
-        let stdin = match (l.stdin.take(), &plan.stdin) {
+        let stdin = match (l.take_stdin(), &plan.stdin) {
             (Some(fd), Some(data)) => Some(
                 crate::stdin::forward(fd, data.clone(), stdin, plan.limits.stdin_bytes).map_err(
                     |source| RunError::Io {
@@ -842,7 +813,7 @@ fn outcome_of(
     let (created_git_dirs, created_git_dirs_incomplete) = crate::outcome::created_git_dirs(
         &plan.workspace,
         &plan.filesystem.git_repos,
-        &l.host_placeholders,
+        l.host_placeholders(),
         plan.filesystem.repo_scan,
     );
     Outcome {
@@ -863,9 +834,9 @@ fn outcome_of(
             peak_rss_bytes: exit.max_rss_bytes,
             peak_memory_bytes: stats.as_ref().and_then(|s| s.memory_peak_bytes),
         },
-        tier: l.tier.to_string(),
-        backend: l.enforcement.backend,
-        enforcement: l.enforcement.clone(),
+        tier: l.tier().to_string(),
+        backend: l.enforcement().backend,
+        enforcement: l.enforcement().clone(),
         egress_preflight_hosts: plan.network.preflight_hosts.clone(),
         egress: run.egress,
         redacted,
@@ -1046,7 +1017,7 @@ pub(crate) fn serve_hand_off(
     plan: &Plan,
     l: &mut RunningSandbox,
 ) -> std::io::Result<(Option<AbortOnDrop>, Option<RefusalLog>)> {
-    let Some(hand_off) = l.seccomp_hand_off.take() else {
+    let Some(hand_off) = l.take_seccomp_hand_off() else {
         return Ok((None, None));
     };
     let refusals = hand_off.refusals.is_some().then(RefusalLog::default);
@@ -1061,7 +1032,7 @@ fn seccomp_mediator(
     refusals: Option<&RefusalLog>,
 ) -> std::io::Result<SeccompMediator> {
     let views = std::mem::take(&mut hand_off.views);
-    let mut m = SeccompMediator::new(hand_off.listener, &plan.workspace, l.child_uid)?;
+    let mut m = SeccompMediator::new(hand_off.listener, &plan.workspace, l.child_ids().0)?;
     if hand_off.mediate_chmod {
         m = m.mediating_chmod();
     }
@@ -1078,7 +1049,7 @@ fn seccomp_mediator(
         }
         m = m.also_beneath(root)?;
     }
-    match &l.slot {
+    match l.slot() {
         Some(_) if !views.is_empty() => {
             for (view, host) in &views {
                 m = m.also_beneath_as(view, host)?;
@@ -1205,7 +1176,7 @@ pub(crate) fn cleanup(l: &mut RunningSandbox) {
     if SUBREAPER.get().copied().unwrap_or(false) {
         reap_exited_orphans();
     }
-    let pid = l.pid;
+    let pid = l.pid();
     l.release(Box::new(move || register_root(pid, false)));
 }
 

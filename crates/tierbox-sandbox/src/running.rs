@@ -9,7 +9,7 @@
 //! | what | Tier B | native Tier C | bubblewrap |
 //! |---|---|---|---|
 //! | the root ([`RunningSandbox::pid`]) | the program | the sandbox's pid 1 | bwrap |
-//! | the program's exit ([`RunningSandbox::ending`]) | the root's | pid 1's exit record ([`RunningSandbox::report`]) | the root's, bwrap's `128 + signal` read back as the signal when the cgroup proves an OOM kill ([`RunningSandbox::oom_kill_as_signal`]) |
+//! | the program's exit ([`RunningSandbox::ending`]) | the root's | pid 1's exit record ([`RunningSandbox::exit_report`]) | the root's, bwrap's `128 + signal` read back as the signal when the cgroup proves an OOM kill ([`RunningSandbox::oom_kill_as_signal`]) |
 //! | the whole tree ([`RunningSandbox::kill_all`]) | the run's cgroup, then its process group | the same (pid 1's death ends the pid namespace) | the same |
 //! | release ([`RunningSandbox::release`]) | the slot, recycled or destroyed, now | the slot and the workspace's mount points, on the reaper thread once pid 1 is reaped | the slot and the mount points, now |
 //!
@@ -22,7 +22,6 @@
 //!     run_id: "r1".into(),
 //!     tmp_base: "/var/lib/tierbox/tmp".into(),
 //!     launcher_thread: false,
-//!     egress_proxy_port: None,
 //! };
 //! let mut sandbox: RunningSandbox = tierbox_sandbox::tier_b::launch(plan, &opts)
 //!     .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -39,67 +38,144 @@
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
-use tierbox_policy::enforcement::{BackendId, Enforcement};
+use tierbox_policy::enforcement::Enforcement;
 use tierbox_policy::policy::Tier;
 
-use crate::launch::slots::{self, Slot};
+use crate::launch::slots::{self, Slot, SlotGuard};
 use crate::launch::{ExitInfo, reaper, sys};
+use crate::linux::audit::RunAudit;
 use crate::linux::cgroup::{CgroupStats, RunCgroup};
 
-/// A running sandbox, as a Linux backend's launch returns it (see the module docs).
+/// A running sandbox, as a Linux backend's launch returns it (see the module docs): an
+/// owned run, whose parts the supervisor reaches through methods, and whose slot is
+/// handed back by [`RunningSandbox::release`] (or, should the handle be dropped without
+/// it, by the slot's guard).
 #[derive(Debug)]
 pub struct RunningSandbox {
     /// Process id of the run's root (also its process group and session id): the program
     /// (Tier B), the sandbox's pid 1 (native Tier C), bwrap, or the engine's CLI.
-    pub pid: i32,
+    pid: i32,
     /// pidfd of the root: signal and wait without pid-reuse races.
-    pub pidfd: OwnedFd,
+    pidfd: OwnedFd,
     /// Write end of stdin when the Plan carries data.
-    pub stdin: Option<OwnedFd>,
-    /// Read end of stdout.
-    pub stdout: OwnedFd,
-    /// Read end of stderr.
-    pub stderr: OwnedFd,
-    /// The run's resources (private tmp, landlock ruleset, cgroup), handed back by
-    /// [`RunningSandbox::release`].
-    pub slot: Option<Slot>,
-    /// The run's seccomp hand-off, when its filter hands calls to the supervisor.
-    pub seccomp_hand_off: Option<SeccompHandOff>,
-    /// uid the program runs as.
-    pub child_uid: u32,
-    /// gid the program runs as.
-    pub child_gid: u32,
-    /// What was enforced.
-    pub enforcement: Enforcement,
-    /// The tier the run is in.
-    pub tier: Tier,
-    /// Native Tier C: the report pipe of the sandbox's pid 1, which carries the program's
-    /// own wait status and usage once every other process of the sandbox is dead
-    /// ([`crate::tier_c::program_exit`]); the pidfd is pid 1's.
-    pub report: Option<OwnedFd>,
+    stdin: Option<OwnedFd>,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    /// The run's resources (private tmp, landlock ruleset, cgroup).
+    slot: Option<SlotGuard>,
+    seccomp_hand_off: Option<SeccompHandOff>,
+    /// uid and gid the program runs as.
+    child_ids: (u32, u32),
+    enforcement: Enforcement,
     /// Entries the sandbox setup created in the host's workspace (mount points of
     /// protected-path covers), removed by [`RunningSandbox::release`].
-    pub host_placeholders: Vec<PathBuf>,
-    /// Tier C with the egress proxy: the listening socket made inside the sandbox's
-    /// network namespace on `127.0.0.1:`[`crate::egress::SANDBOX_PROXY_PORT`]. Serve the
-    /// proxy on it; connections made inside arrive here.
-    pub egress_listener: Option<std::net::TcpListener>,
-    /// Tier C in a container engine: removes the container (by name) when the run's
-    /// handle is dropped, since killing the engine's CLI does not stop it.
-    pub container: Option<crate::container::ContainerGuard>,
-    /// Native Tier C: an `O_PATH` fd of the sandbox's `/tmp` tmpfs, to tell once the
-    /// run ends whether it filled up (`limits.disk_bytes`).
-    pub tmp_fs: Option<std::os::fd::OwnedFd>,
-    /// Native Tier C in overlay mode: an `O_PATH` fd of the tmpfs holding the overlay's
-    /// upper layer (`<fd>/upper`: the run's changes to the workspace, in overlayfs's
-    /// format), readable after the sandbox is gone while the fd is open.
-    pub upper_layer: Option<std::os::fd::OwnedFd>,
-    /// bwrap: the write end of the pipe whose read end the sandbox's pid 1 checks
-    /// ([`crate::bwrap::BwrapOptions::alive_fd`]); held for the run's life, never read.
-    pub supervisor_alive: Option<std::os::fd::OwnedFd>,
-    /// How the run's landlock and seccomp denials are read: take them with
-    /// [`crate::linux::audit::RunAudit::finish`] once the run has ended.
-    pub audit: crate::linux::audit::RunAudit,
+    host_placeholders: Vec<PathBuf>,
+    audit: RunAudit,
+    /// What the backend that ran holds beyond that.
+    backend: Running,
+}
+
+/// The root process of a launch, with the supervisor's ends of its pipes: what
+/// [`RunningSandbox::new`] is built from.
+#[derive(Debug)]
+pub(crate) struct Root {
+    pub(crate) pid: i32,
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) stdin: Option<OwnedFd>,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
+    /// uid and gid the program runs as.
+    pub(crate) ids: (u32, u32),
+}
+
+impl Root {
+    /// The root a helper or Tier B spawn started, running as `ids` (its seccomp listener,
+    /// if any, taken by the caller first).
+    pub(crate) fn spawned(child: crate::launch::SpawnedChild, ids: (u32, u32)) -> Self {
+        Self {
+            pid: child.pid,
+            pidfd: child.pidfd,
+            stdin: child.stdin,
+            stdout: child.stdout,
+            stderr: child.stderr,
+            ids,
+        }
+    }
+}
+
+/// What one backend's run holds beyond what every run has.
+#[derive(Debug)]
+pub(crate) enum Running {
+    /// Tier B: the program is the root.
+    TierB {
+        /// The bounded private tmp's root (`O_PATH`), to tell whether it filled up
+        /// (`limits.disk_bytes`).
+        tmp_fs: Option<OwnedFd>,
+        /// `strict` egress with an allowlist: the proxy's listener on the host's loopback,
+        /// the only TCP port the program may connect to.
+        egress_listener: Option<std::net::TcpListener>,
+    },
+    /// Native Tier C: the root is the sandbox's pid 1.
+    Native {
+        /// pid 1's report pipe, which carries the program's own wait status and usage
+        /// once every other process of the sandbox is dead ([`crate::tier_c::program_exit`]).
+        report: OwnedFd,
+        /// An `O_PATH` fd of the sandbox's `/tmp` tmpfs (`limits.disk_bytes`).
+        tmp_fs: Option<OwnedFd>,
+        /// Overlay mode: the tmpfs holding the overlay's upper layer.
+        upper_layer: Option<OwnedFd>,
+        /// The egress proxy's listener, made inside the sandbox's network namespace on
+        /// `127.0.0.1:`[`crate::egress::SANDBOX_PROXY_PORT`].
+        egress_listener: Option<std::net::TcpListener>,
+    },
+    /// bubblewrap: the root is bwrap.
+    Bwrap {
+        /// The write end of the pipe whose read end the sandbox's pid 1 checks
+        /// ([`crate::bwrap::BwrapOptions::alive_fd`]); held for the run's life, never read.
+        #[expect(dead_code, reason = "held open for the run's life, never read")]
+        supervisor_alive: Option<OwnedFd>,
+        /// The egress proxy's listener inside the sandbox's network namespace.
+        egress_listener: Option<std::net::TcpListener>,
+    },
+    /// A container engine: the root is the engine's CLI.
+    Container {
+        /// Removes the container (by name) when the handle is dropped, since killing the
+        /// engine's CLI does not stop it.
+        container: crate::container::ContainerGuard,
+        /// Overlay mode: the tmpfs holding the upper layer.
+        upper_layer: Option<OwnedFd>,
+    },
+}
+
+/// The filesystems a run wrote to outside the workspace, taken once its tree is gone
+/// ([`RunningSandbox::take_scratch`]).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// An `O_PATH` fd of the run's bounded `/tmp`, to tell whether it filled up.
+    pub tmp_fs: Option<OwnedFd>,
+    /// Review mode: the overlay's upper layer.
+    pub upper_layer: Option<UpperLayer>,
+}
+
+/// Review mode: an `O_PATH` fd of the tmpfs holding the overlay's upper layer (the run's
+/// changes to the workspace, in overlayfs's format), readable after the sandbox is gone
+/// while the fd is open.
+#[derive(Debug)]
+pub struct UpperLayer(OwnedFd);
+
+impl UpperLayer {
+    /// The tmpfs's fd (how full it is).
+    pub fn fd(&self) -> &OwnedFd {
+        &self.0
+    }
+
+    /// The directory holding the run's changes, reached through this process's fd table
+    /// (valid while `self` lives).
+    pub fn changes_dir(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.0.as_raw_fd()))
+            .join(crate::linux::ns::child::OVERLAY_UPPER)
+    }
 }
 
 /// How a run ended, as far as the program is concerned.
@@ -142,15 +218,180 @@ pub struct SeccompHandOff {
 }
 
 impl RunningSandbox {
+    /// A run of `backend` whose root is `root`, with what was enforced and how its
+    /// denials are read; no slot, seccomp hand-off or placeholders until the launch adds
+    /// them ([`RunningSandbox::in_slot`], [`RunningSandbox::with_hand_off`],
+    /// [`RunningSandbox::with_placeholders`]).
+    pub(crate) fn new(
+        root: Root,
+        enforcement: Enforcement,
+        audit: RunAudit,
+        backend: Running,
+    ) -> Self {
+        Self {
+            pid: root.pid,
+            pidfd: root.pidfd,
+            stdin: root.stdin,
+            stdout: root.stdout,
+            stderr: root.stderr,
+            slot: None,
+            seccomp_hand_off: None,
+            child_ids: root.ids,
+            enforcement,
+            host_placeholders: Vec::new(),
+            audit,
+            backend,
+        }
+    }
+
+    /// The run's resources, handed back by [`RunningSandbox::release`].
+    pub(crate) fn in_slot(mut self, slot: SlotGuard) -> Self {
+        self.slot = Some(slot);
+        self
+    }
+
+    /// The run's seccomp hand-off, when its filter hands calls to the supervisor.
+    pub(crate) fn with_hand_off(mut self, hand_off: Option<SeccompHandOff>) -> Self {
+        self.seccomp_hand_off = hand_off;
+        self
+    }
+
+    /// Entries the sandbox setup created in the host's workspace.
+    pub(crate) fn with_placeholders(mut self, placeholders: Vec<PathBuf>) -> Self {
+        self.host_placeholders = placeholders;
+        self
+    }
+
+    /// Process id of the run's root (also its process group and session id): the program
+    /// (Tier B), the sandbox's pid 1 (native Tier C), bwrap, or the engine's CLI.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// pidfd of the root: signal and wait without pid-reuse races.
+    pub fn pidfd(&self) -> &OwnedFd {
+        &self.pidfd
+    }
+
+    /// The tier the run is in.
+    pub fn tier(&self) -> Tier {
+        match self.backend {
+            Running::TierB { .. } => Tier::B,
+            _ => Tier::C,
+        }
+    }
+
+    /// What was enforced.
+    pub fn enforcement(&self) -> &Enforcement {
+        &self.enforcement
+    }
+
+    /// uid and gid the program runs as.
+    pub fn child_ids(&self) -> (u32, u32) {
+        self.child_ids
+    }
+
+    /// Read end of the program's stdout.
+    pub fn stdout(&self) -> &OwnedFd {
+        &self.stdout
+    }
+
+    /// Read end of the program's stderr.
+    pub fn stderr(&self) -> &OwnedFd {
+        &self.stderr
+    }
+
+    /// Write end of the program's stdin, when the plan carries data (once).
+    pub fn take_stdin(&mut self) -> Option<OwnedFd> {
+        self.stdin.take()
+    }
+
+    /// The run's resources (private tmp, landlock ruleset, cgroup), until released.
+    pub fn slot(&self) -> Option<&Slot> {
+        self.slot.as_deref()
+    }
+
+    /// The run's seccomp hand-off, when its filter hands calls to the supervisor (once).
+    pub fn take_seccomp_hand_off(&mut self) -> Option<SeccompHandOff> {
+        self.seccomp_hand_off.take()
+    }
+
+    /// Entries the sandbox setup created in the host's workspace (mount points of
+    /// protected-path covers), removed by [`RunningSandbox::release`].
+    pub fn host_placeholders(&self) -> &[PathBuf] {
+        &self.host_placeholders
+    }
+
+    /// How the run's landlock and seccomp denials are read: take them with
+    /// [`RunAudit::finish`] once the run has ended.
+    pub fn audit_mut(&mut self) -> &mut RunAudit {
+        &mut self.audit
+    }
+
+    /// `strict` egress with an allowlist: the socket the run's egress proxy is to serve
+    /// (once). Tier B's listens on the host's loopback, the only port the program may
+    /// connect to; Tier C's was made inside the sandbox's network namespace on
+    /// `127.0.0.1:`[`crate::egress::SANDBOX_PROXY_PORT`]. `None`: the plan needs no proxy
+    /// (or the listener was taken).
+    pub fn take_egress_listener(&mut self) -> Option<std::net::TcpListener> {
+        match &mut self.backend {
+            Running::TierB {
+                egress_listener, ..
+            }
+            | Running::Native {
+                egress_listener, ..
+            }
+            | Running::Bwrap {
+                egress_listener, ..
+            } => egress_listener.take(),
+            Running::Container { .. } => None,
+        }
+    }
+
+    /// Once the run's tree is gone: its bounded `/tmp` and, in review mode, the overlay's
+    /// upper layer (once).
+    pub fn take_scratch(&mut self) -> Scratch {
+        let (tmp_fs, upper_layer) = match &mut self.backend {
+            Running::TierB { tmp_fs, .. } => (tmp_fs.take(), None),
+            Running::Native {
+                tmp_fs,
+                upper_layer,
+                ..
+            } => (tmp_fs.take(), upper_layer.take()),
+            Running::Container { upper_layer, .. } => (None, upper_layer.take()),
+            Running::Bwrap { .. } => (None, None),
+        };
+        Scratch {
+            tmp_fs,
+            upper_layer: upper_layer.map(UpperLayer),
+        }
+    }
+
+    /// A container engine's run: the container's name.
+    pub fn container_name(&self) -> Option<&str> {
+        match &self.backend {
+            Running::Container { container, .. } => Some(container.name()),
+            _ => None,
+        }
+    }
+
     /// The run's cgroup, when it has one.
     pub fn cgroup(&self) -> Option<&RunCgroup> {
-        self.slot.as_ref().and_then(Slot::cgroup)
+        self.slot().and_then(Slot::cgroup)
     }
 
     /// This run's cgroup figures (a reused group's earlier counts subtracted), when it has
     /// a cgroup.
     pub fn stats(&self) -> Option<CgroupStats> {
-        self.slot.as_ref().and_then(Slot::stats)
+        self.slot().and_then(Slot::stats)
+    }
+
+    /// Native Tier C: pid 1's report pipe.
+    fn report(&self) -> Option<&OwnedFd> {
+        match &self.backend {
+            Running::Native { report, .. } => Some(report),
+            _ => None,
+        }
     }
 
     /// Sends `sig` to every process of the run: each member of its cgroup, and its
@@ -205,7 +446,7 @@ impl RunningSandbox {
     /// `None` otherwise: a one-shot process waits for pid 1, so that nothing is left to
     /// clean up when it returns.
     pub fn exit_report(&self) -> Option<std::io::Result<OwnedFd>> {
-        match &self.report {
+        match self.report() {
             Some(r) if slots::pooling() => Some(r.try_clone()),
             _ => None,
         }
@@ -215,7 +456,7 @@ impl RunningSandbox {
     /// pid 1 reported (blocking until the record comes or pid 1 is gone), or pid 1's own
     /// status when it ended without reporting.
     pub fn ending(&self, root: ExitInfo) -> Ending {
-        match self.report.as_ref().map(crate::tier_c::program_exit) {
+        match self.report().map(crate::tier_c::program_exit) {
             Some(Some(program)) => Ending {
                 exit: program,
                 pid1_unreported: None,
@@ -235,7 +476,7 @@ impl RunningSandbox {
     /// proves the kernel's OOM killer acted (`oom_killed`), a 137 is that SIGKILL, not a
     /// code the program chose. Other backends report the signal itself.
     pub fn oom_kill_as_signal(&self, oom_killed: bool, exit: &mut ExitInfo) {
-        if self.enforcement.backend == BackendId::TierCBwrap
+        if matches!(self.backend, Running::Bwrap { .. })
             && oom_killed
             && exit.code == Some(128 + libc::SIGKILL)
         {
@@ -260,12 +501,12 @@ impl RunningSandbox {
     /// destroying the group waits for its last tasks, and on the shared reaper thread
     /// that would hold up every Tier C slot queued behind it.
     pub fn release(&mut self, then: Box<dyn FnOnce() + Send>) {
-        let deferred = self.report.is_some() && slots::pooling();
+        let deferred = self.report().is_some() && slots::pooling();
         let placeholders = std::mem::take(&mut self.host_placeholders);
         if !deferred {
             let _ = crate::bwrap::remove_host_mount_points(&placeholders);
         }
-        let slot = self.slot.take();
+        let slot = self.slot.take().map(SlotGuard::into_inner);
         let release = move || {
             if deferred {
                 let _ = crate::bwrap::remove_host_mount_points(&placeholders);

@@ -5,7 +5,7 @@
 //! Differences the supervisor must know about, all carried by [`RunningSandbox`]:
 //! - the pidfd is the sandbox's pid 1 (the reaper): killing it kills every process of
 //!   the pid namespace, and its exit comes right after the program's;
-//! - the program's own wait status and usage arrive on [`RunningSandbox::report`]
+//! - the program's own wait status and usage arrive on [`RunningSandbox::exit_report`]
 //!   ([`program_exit`]) once pid 1 has killed and reaped every other process of the
 //!   sandbox, so that record alone ends the run; pid 1 then exits with the program's
 //!   code, or 128 + its signal;
@@ -25,15 +25,16 @@ use tierbox_policy::{Enforcement, Layer, LayerReport, Rejection, Tier};
 
 use crate::bwrap::{self, BwrapError, BwrapOptions, HostLayout};
 use crate::egress::SANDBOX_PROXY_PORT;
+use crate::launch::slots::SlotGuard;
 use crate::launch::sys::ExitInfo;
-use crate::launch::{self, HelperSpawn, LaunchError, LaunchOptions, Slot, slots};
+use crate::launch::{self, HelperSpawn, LaunchError, LaunchOptions, Slot};
 use crate::linux::audit::NotRecorded;
 use crate::linux::identity::{self, SandboxIdentity};
 use crate::linux::mounts::MountPlanError;
 use crate::linux::ns::{self, NativeError, NativeOptions};
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use crate::probe::host_facts;
-use crate::running::{RunningSandbox, SeccompHandOff};
+use crate::running::{Root, Running, RunningSandbox, SeccompHandOff};
 
 /// Name of the native backend in outcomes and attestations.
 pub const NATIVE_BACKEND: &str = ns::child::BACKEND_NAME;
@@ -97,10 +98,9 @@ pub fn native_seccomp_spec() -> SeccompSpec {
 ///     run_id: "0123abcd".to_owned(),
 ///     tmp_base: "/tmp/tierbox-state/tmp".into(),
 ///     launcher_thread: false,
-///     egress_proxy_port: None,
 /// };
 /// let launched = tierbox_sandbox::tier_c::launch(plan, &opts)?;
-/// assert_eq!(launched.tier, tierbox_policy::Tier::C);
+/// assert_eq!(launched.tier(), tierbox_policy::Tier::C);
 /// # Ok(()) }
 /// ```
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
@@ -113,13 +113,13 @@ pub(crate) fn launch_native(
 ) -> Result<RunningSandbox, LaunchError> {
     let facts = host_facts();
     let mut missing = launch::layers_for(Tier::C, plan, facts)?;
-    let slot = launch::cgroup_slot(
+    let slot = SlotGuard::new(launch::cgroup_slot(
         ns::child::BACKEND,
         plan,
         opts,
         (facts.euid, facts.egid),
         &mut missing,
-    )?;
+    )?);
     let native_opts = NativeOptions {
         seccomp: facts.seccomp,
         landlock: facts.landlock_abi.is_some(),
@@ -129,58 +129,48 @@ pub(crate) fn launch_native(
             .unwrap_or_default(),
         ..NativeOptions::default()
     };
-    match ns::launch_native(plan, &native_opts) {
-        Ok(n) => {
-            let mut enforcement = n.enforcement;
-            enforcement.missing_layers.extend(missing);
-            enforcement.missing_layers.sort();
-            enforcement.missing_layers.dedup();
-            Ok(RunningSandbox {
-                pid: n.pid,
-                pidfd: n.pidfd,
-                stdin: n.stdin,
-                stdout: n.stdout,
-                stderr: n.stderr,
-                slot: Some(slot),
-                seccomp_hand_off: n.seccomp_listener.map(|listener| SeccompHandOff {
-                    listener,
-                    pending: false,
-                    refusals: n.seccomp_refusals,
-                    mediate_chmod: false,
-                    views: Vec::new(),
-                }),
-                child_uid: facts.euid,
-                child_gid: facts.egid,
-                enforcement,
-                tier: Tier::C,
-                report: Some(n.report),
-                host_placeholders: n.host_placeholders,
-                egress_listener: n.egress_listener,
-                container: None,
-                tmp_fs: n.tmp_fs,
-                upper_layer: n.upper_layer,
-                supervisor_alive: None,
-                audit: n.audit,
-            })
+    // A failure hands the slot back (its guard).
+    let n = ns::launch_native(plan, &native_opts).map_err(|e| match e {
+        NativeError::Unavailable { reason } => LaunchError::Rejected(Rejection::TierUnavailable {
+            tier: Tier::C,
+            reason,
+        }),
+        // The grants on this host, not a fault: a typed rejection, as `tierbox check`
+        // reports it (`preflight`). A broken invariant stays an error.
+        NativeError::MountPlan(e) if !matches!(e, MountPlanError::Invariant { .. }) => {
+            LaunchError::Rejected(grants_unsupported("native", &e))
         }
-        Err(e) => {
-            slots::release(slot);
-            Err(match e {
-                NativeError::Unavailable { reason } => {
-                    LaunchError::Rejected(Rejection::TierUnavailable {
-                        tier: Tier::C,
-                        reason,
-                    })
-                }
-                // The grants on this host, not a fault: a typed rejection, as `tierbox
-                // check` reports it (`preflight`). A broken invariant stays an error.
-                NativeError::MountPlan(e) if !matches!(e, MountPlanError::Invariant { .. }) => {
-                    LaunchError::Rejected(grants_unsupported("native", &e))
-                }
-                other => LaunchError::Native(other),
-            })
-        }
-    }
+        other => LaunchError::Native(other),
+    })?;
+    let mut enforcement = n.enforcement;
+    enforcement.missing_layers.extend(missing);
+    enforcement.missing_layers.sort();
+    enforcement.missing_layers.dedup();
+    let root = Root {
+        pid: n.pid,
+        pidfd: n.pidfd,
+        stdin: n.stdin,
+        stdout: n.stdout,
+        stderr: n.stderr,
+        ids: (facts.euid, facts.egid),
+    };
+    let backend = Running::Native {
+        report: n.report,
+        tmp_fs: n.tmp_fs,
+        upper_layer: n.upper_layer,
+        egress_listener: n.egress_listener,
+    };
+    let hand_off = n.seccomp_listener.map(|listener| SeccompHandOff {
+        listener,
+        pending: false,
+        refusals: n.seccomp_refusals,
+        mediate_chmod: false,
+        views: Vec::new(),
+    });
+    Ok(RunningSandbox::new(root, enforcement, n.audit, backend)
+        .in_slot(slot)
+        .with_hand_off(hand_off)
+        .with_placeholders(n.host_placeholders))
 }
 
 /// Launches `plan` through `bwrap`: the argv of [`bwrap::bwrap_argv`] (same mounts as the
@@ -199,232 +189,310 @@ pub(crate) fn launch_bwrap(
             reason: format!("tier.backend = \"bwrap\": {e}"),
         })
     })?;
-    let mut missing = launch::layers_for(Tier::C, plan, facts)?;
-    // pid 1: tierbox-init, non-dumpable, where its image can be exec'd; else bwrap's own.
-    let init_image = ns::init::image_fd().ok();
-    // With tierbox-init, the argument rules' refusals are handed to the supervisor as in
-    // the native backend: bwrap attaches the base filter, which leaves them to the whole
-    // filter tierbox-init stacks with a listener (bwrap cannot install one).
-    let spec = SeccompSpec {
-        notify_refusals: init_image.is_some() && launch::user_notif_available(),
-        chown_noop_gid: None,
-        ..tier_c_seccomp_spec()
-    };
-    let program = |p: Result<std::sync::Arc<SeccompProgram>, _>| {
-        p.map_err(
-            |e: crate::linux::seccomp::SeccompError| LaunchError::Setup {
-                what: "seccomp program".to_owned(),
-                source: std::io::Error::other(e.to_string()),
-            },
-        )
-    };
-    let (seccomp, whole) = if facts.seccomp {
-        (
-            Some(program(SeccompProgram::cached_base(&spec))?),
-            Some(program(SeccompProgram::cached(&spec))?),
-        )
-    } else {
-        (None, None)
-    };
-    let hand_off = spec.notify_refusals && seccomp.is_some();
-    // The verdicts that answer the handed-off calls.
-    let seccomp_refusals = match hand_off {
-        true => Some(program(SeccompProgram::cached(&spec.enforcing()))?),
-        false => None,
-    };
-    // strict egress with an allowlist: the loopback-only namespace bwrap keeps, holding
-    // the proxy's listener.
-    let egress = if plan.network.needs_proxy() {
-        Some(egress_namespace()?)
-    } else {
-        None
-    };
-    // Who the sandbox is on the host: under a root supervisor an unprivileged uid, through
-    // a user namespace made here, with writable roots owned by anyone else idmapped.
-    let unavailable = |reason: String| {
-        LaunchError::Rejected(Rejection::TierUnavailable {
-            tier: Tier::C,
-            reason,
-        })
-    };
-    let identity = identity::resolve(plan).map_err(unavailable)?;
-    let userns = identity::bwrap_user_namespace(identity).map_err(|source| LaunchError::Setup {
-        what: "user namespace for the sandbox's host identity".to_owned(),
-        source,
-    })?;
-    let idmapped = match identity {
-        SandboxIdentity::Host { uid, gid, .. } => {
-            identity::idmapped_roots(bwrap::writable_roots(plan), (uid, gid))
-                .map_err(unavailable)?
+    let missing = launch::layers_for(Tier::C, plan, facts)?;
+    BwrapLaunch::prepare(plan, facts.seccomp, &info)?.spawn(plan, opts, &info, missing)
+}
+
+/// The seccomp programs of a bwrap launch.
+struct BwrapSeccomp {
+    /// The base filter bwrap attaches (`None`: the host has no seccomp).
+    base: Option<std::sync::Arc<SeccompProgram>>,
+    /// The whole filter tierbox-init stacks.
+    whole: Option<std::sync::Arc<SeccompProgram>>,
+    /// The argument rules' refusals are handed to the supervisor.
+    hand_off: bool,
+    /// The verdicts that answer the handed-off calls.
+    refusals: Option<std::sync::Arc<SeccompProgram>>,
+}
+
+impl BwrapSeccomp {
+    /// With tierbox-init (`init`), the argument rules' refusals are handed to the
+    /// supervisor as in the native backend: bwrap attaches the base filter, which leaves
+    /// them to the whole filter tierbox-init stacks with a listener (bwrap cannot install
+    /// one).
+    fn new(seccomp: bool, init: bool) -> Result<Self, LaunchError> {
+        let spec = SeccompSpec {
+            notify_refusals: init && launch::user_notif_available(),
+            chown_noop_gid: None,
+            ..tier_c_seccomp_spec()
+        };
+        let program = |p: Result<std::sync::Arc<SeccompProgram>, _>| {
+            p.map_err(
+                |e: crate::linux::seccomp::SeccompError| LaunchError::Setup {
+                    what: "seccomp program".to_owned(),
+                    source: std::io::Error::other(e.to_string()),
+                },
+            )
+        };
+        if !seccomp {
+            return Ok(Self {
+                base: None,
+                whole: None,
+                hand_off: false,
+                refusals: None,
+            });
         }
-        SandboxIdentity::Supervisor { .. } => Vec::new(),
-    };
-    let mut bopts = BwrapOptions::new(info.features, HostLayout::probe(plan));
-    bopts.seccomp_fd = seccomp.as_ref().map(|_| BWRAP_SECCOMP_FD);
-    bopts.userns_fd = userns.as_ref().map(|_| BWRAP_USERNS_FD);
-    bopts.env_args_fd = Some(BWRAP_ENV_ARGS_FD);
-    bopts.init_fd = init_image.map(|_| BWRAP_INIT_FD);
-    // pid 1 dies with bwrap, bwrap with the supervisor's thread; the pipe covers the
-    // supervisor dying before pid 1 re-armed its death signal.
-    let alive = match init_image {
-        Some(_) => Some(launch::sys::pipe_cloexec().map_err(LaunchError::setup("the alive pipe"))?),
-        None => None,
-    };
-    bopts.alive_fd = alive.as_ref().map(|_| BWRAP_ALIVE_FD);
-    // Refused calls reach the audit log only from a filter attached with the log flag,
-    // which bwrap never sets: tierbox-init stacks the whole filter with it.
-    let mut audit = crate::linux::audit::RunAudit::plan(false, None, seccomp.is_some());
+        let hand_off = spec.notify_refusals;
+        Ok(Self {
+            base: Some(program(SeccompProgram::cached_base(&spec))?),
+            whole: Some(program(SeccompProgram::cached(&spec))?),
+            hand_off,
+            refusals: match hand_off {
+                true => Some(program(SeccompProgram::cached(&spec.enforcing()))?),
+                false => None,
+            },
+        })
+    }
+}
+
+/// Everything a bwrap launch makes before bwrap starts: its argv, the fds it inherits,
+/// the sandbox's identity and network namespace, the placeholders it will mount on
+/// (claimed: removed again if the launch fails), how its denials are read.
+struct BwrapLaunch {
+    /// bwrap's path, then its arguments.
+    argv: Vec<std::ffi::OsString>,
+    seccomp: BwrapSeccomp,
+    /// The base filter, on a pipe ([`BWRAP_SECCOMP_FD`]).
+    seccomp_fd: Option<OwnedFd>,
+    /// The whole filter for tierbox-init to stack ([`BWRAP_STACKED_FILTER_FD`]).
+    stacked_filter: Option<OwnedFd>,
+    /// Filtered calls' refusals reach the audit log (tierbox-init stacks with the log flag).
+    logged: bool,
+    userns: Option<OwnedFd>,
+    env_args: OwnedFd,
+    init_image: Option<BorrowedFd<'static>>,
+    /// The seccomp listener arrives over this pair: (the supervisor's end, the sandbox's).
+    listener_pair: Option<(OwnedFd, OwnedFd)>,
+    /// The alive pipe: (the sandbox's read end, the supervisor's write end).
+    alive: Option<(OwnedFd, OwnedFd)>,
+    idmapped: Vec<identity::IdmappedBind>,
+    /// strict egress with an allowlist: the loopback-only network namespace bwrap keeps,
+    /// and the proxy's listener in it.
+    egress: Option<(OwnedFd, std::net::TcpListener)>,
+    identity: SandboxIdentity,
+    audit: crate::linux::audit::RunAudit,
+    claim: crate::placeholders::Claim,
+}
+
+impl BwrapLaunch {
+    fn prepare(plan: &Plan, seccomp: bool, info: &bwrap::BwrapInfo) -> Result<Self, LaunchError> {
+        // pid 1: tierbox-init, non-dumpable, where its image can be exec'd; else bwrap's own.
+        let init_image = ns::init::image_fd().ok();
+        let seccomp = BwrapSeccomp::new(seccomp, init_image.is_some())?;
+        let egress = match plan.network.needs_proxy() {
+            true => Some(egress_namespace()?),
+            false => None,
+        };
+        // Who the sandbox is on the host: under a root supervisor an unprivileged uid,
+        // through a user namespace made here, with writable roots owned by anyone else
+        // idmapped.
+        let unavailable = |reason: String| {
+            LaunchError::Rejected(Rejection::TierUnavailable {
+                tier: Tier::C,
+                reason,
+            })
+        };
+        let identity = identity::resolve(plan).map_err(unavailable)?;
+        let userns =
+            identity::bwrap_user_namespace(identity).map_err(|source| LaunchError::Setup {
+                what: "user namespace for the sandbox's host identity".to_owned(),
+                source,
+            })?;
+        let idmapped = match identity {
+            SandboxIdentity::Host { uid, gid, .. } => {
+                identity::idmapped_roots(bwrap::writable_roots(plan), (uid, gid))
+                    .map_err(unavailable)?
+            }
+            SandboxIdentity::Supervisor { .. } => Vec::new(),
+        };
+        let mut bopts = BwrapOptions::new(info.features, HostLayout::probe(plan));
+        bopts.seccomp_fd = seccomp.base.as_ref().map(|_| BWRAP_SECCOMP_FD);
+        bopts.userns_fd = userns.as_ref().map(|_| BWRAP_USERNS_FD);
+        bopts.env_args_fd = Some(BWRAP_ENV_ARGS_FD);
+        bopts.init_fd = init_image.map(|_| BWRAP_INIT_FD);
+        // pid 1 dies with bwrap, bwrap with the supervisor's thread; the pipe covers the
+        // supervisor dying before pid 1 re-armed its death signal.
+        let alive = match init_image {
+            Some(_) => {
+                Some(launch::sys::pipe_cloexec().map_err(LaunchError::setup("the alive pipe"))?)
+            }
+            None => None,
+        };
+        bopts.alive_fd = alive.as_ref().map(|_| BWRAP_ALIVE_FD);
+        let audit = bwrap_audit(plan, seccomp.base.is_some(), init_image.is_some());
+        let logged = audit.seccomp.is_ok();
+        bopts.stacked_filter = (logged || seccomp.hand_off).then_some(bwrap::StackedFilter {
+            fd: BWRAP_STACKED_FILTER_FD,
+            listener_sock: seccomp.hand_off.then_some(BWRAP_LISTENER_SOCK_FD),
+            log: logged,
+        });
+        bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
+        bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
+        let mut argv = vec![info.path.clone().into_os_string()];
+        argv.extend(bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?);
+        let env_args = launch::data_fd(
+            c"tierbox-bwrap-env",
+            &bwrap::bwrap_env_args(plan, &bopts).map_err(bwrap_error)?,
+            "bwrap's environment arguments",
+        )?;
+        let placeholders = bwrap::host_mount_points(plan, &bopts).map_err(bwrap_error)?;
+        // Claimed before bwrap creates them; released after the run (or on failure).
+        let claim = crate::placeholders::claim(&placeholders);
+        for (path, dir) in bwrap::host_placeholders(plan, &bopts).map_err(bwrap_error)? {
+            let content = tierbox_policy::validate::placeholder_content(&path);
+            crate::placeholders::create(&path, dir, content).map_err(|e| {
+                LaunchError::setup(format!(
+                    "create the placeholder {} (filesystem.protected)",
+                    path.display()
+                ))(e)
+            })?;
+        }
+        let seccomp_fd = match &seccomp.base {
+            Some(p) => Some(filter_pipe(&p.to_bytes())?),
+            None => None,
+        };
+        let stacked_filter = match (&seccomp.whole, bopts.stacked_filter) {
+            (Some(p), Some(_)) => Some(launch::data_fd(
+                c"tierbox-seccomp-stacked",
+                &p.to_bytes(),
+                "the stacked seccomp program",
+            )?),
+            _ => None,
+        };
+        let listener_pair = match seccomp.hand_off {
+            true => Some(
+                launch::sys::socketpair_seqpacket()
+                    .map_err(LaunchError::setup("socketpair for the seccomp listener"))?,
+            ),
+            false => None,
+        };
+        Ok(Self {
+            argv,
+            seccomp,
+            seccomp_fd,
+            stacked_filter,
+            logged,
+            userns,
+            env_args,
+            init_image,
+            listener_pair,
+            alive,
+            idmapped,
+            egress,
+            identity,
+            audit,
+            claim,
+        })
+    }
+
+    /// Starts bwrap in the run's cgroup with the fds it inherits at their numbers, and
+    /// returns the running sandbox.
+    fn spawn(
+        mut self,
+        plan: &Plan,
+        opts: &LaunchOptions,
+        info: &bwrap::BwrapInfo,
+        mut missing: Vec<Layer>,
+    ) -> Result<RunningSandbox, LaunchError> {
+        let facts = host_facts();
+        let slot = SlotGuard::new(launch::cgroup_slot(
+            bwrap::BACKEND,
+            plan,
+            opts,
+            (facts.euid, facts.egid),
+            &mut missing,
+        )?);
+        let inherit: Vec<(BorrowedFd<'_>, i32)> = self
+            .seccomp_fd
+            .iter()
+            .map(|fd| (fd.as_fd(), BWRAP_SECCOMP_FD))
+            .chain(self.userns.iter().map(|fd| (fd.as_fd(), BWRAP_USERNS_FD)))
+            .chain(std::iter::once((self.env_args.as_fd(), BWRAP_ENV_ARGS_FD)))
+            .chain(self.init_image.map(|fd| (fd, BWRAP_INIT_FD)))
+            .chain(
+                self.stacked_filter
+                    .iter()
+                    .map(|fd| (fd.as_fd(), BWRAP_STACKED_FILTER_FD)),
+            )
+            .chain(
+                self.listener_pair
+                    .iter()
+                    .map(|(_, theirs)| (theirs.as_fd(), BWRAP_LISTENER_SOCK_FD)),
+            )
+            .chain(
+                self.alive
+                    .iter()
+                    .map(|(read, _)| (read.as_fd(), BWRAP_ALIVE_FD)),
+            )
+            .collect();
+        let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = self
+            .idmapped
+            .iter()
+            .map(|b| (&b.tree, b.dst.as_path()))
+            .collect();
+        let helper = HelperSpawn {
+            inherit: &inherit,
+            netns: self.egress.as_ref().map(|(netns, _)| netns),
+            mount_moves: &mount_moves,
+            clear_groups: self.userns.is_some(),
+            audit_session: self.audit.session_wants(),
+            ..HelperSpawn::plain(&info.path, &self.argv, &[])
+        };
+        // A failure hands the slot back (its guard) and removes the placeholders (their
+        // claim).
+        let (child, session) = launch::spawn_helper(plan, opts, &slot, &helper)?;
+        if let Some(session) = session {
+            self.audit.attach(session);
+        }
+        missing.sort();
+        missing.dedup();
+        let enforcement = bwrap_enforcement(
+            plan,
+            info,
+            (self.identity, self.idmapped.len()),
+            self.init_image.is_some(),
+            (
+                self.seccomp.base.as_deref(),
+                self.logged && self.stacked_filter.is_some(),
+                self.seccomp.hand_off,
+            ),
+            &slot,
+            missing,
+        );
+        let root = Root::spawned(child, self.identity.ids());
+        let hand_off = self.listener_pair.map(|(ours, _)| SeccompHandOff {
+            listener: ours,
+            pending: true,
+            refusals: self.seccomp.refusals,
+            mediate_chmod: false,
+            views: Vec::new(),
+        });
+        let backend = Running::Bwrap {
+            supervisor_alive: self.alive.map(|(_, write)| write),
+            egress_listener: self.egress.map(|(_, listener)| listener),
+        };
+        Ok(RunningSandbox::new(root, enforcement, self.audit, backend)
+            .in_slot(slot)
+            .with_hand_off(hand_off)
+            .with_placeholders(self.claim.keep()))
+    }
+}
+
+/// How a bwrap run's denials are read. Refused calls reach the audit log only from a
+/// filter attached with the log flag, which bwrap never sets: tierbox-init (`init`)
+/// stacks the whole filter with it.
+fn bwrap_audit(plan: &Plan, seccomp: bool, init: bool) -> crate::linux::audit::RunAudit {
+    let mut audit = crate::linux::audit::RunAudit::plan(false, None, seccomp);
     audit.record_files(plan);
     audit.landlock = Err(NotRecorded::Backend {
         why: "the bwrap backend applies no landlock domain (its mount namespace hides what is not bound)",
     });
-    if audit.seccomp.is_ok() && init_image.is_none() {
+    if audit.seccomp.is_ok() && !init {
         audit.seccomp = Err(NotRecorded::Backend {
             why: "without tierbox-init as pid 1, bwrap's own filter (attached without SECCOMP_FILTER_FLAG_LOG) is the only one",
         });
     }
-    let logged = audit.seccomp.is_ok();
-    bopts.stacked_filter = (logged || hand_off).then_some(bwrap::StackedFilter {
-        fd: BWRAP_STACKED_FILTER_FD,
-        listener_sock: hand_off.then_some(BWRAP_LISTENER_SOCK_FD),
-        log: logged,
-    });
-    bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
-    bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
-    let argv = bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?;
-    let env_args = launch::data_fd(
-        c"tierbox-bwrap-env",
-        &bwrap::bwrap_env_args(plan, &bopts).map_err(bwrap_error)?,
-        "bwrap's environment arguments",
-    )?;
-    let placeholders = bwrap::host_mount_points(plan, &bopts).map_err(bwrap_error)?;
-    // Claimed before bwrap creates them; released after the run (or here on failure).
-    let claim = crate::placeholders::claim(&placeholders);
-    for (path, dir) in bwrap::host_placeholders(plan, &bopts).map_err(bwrap_error)? {
-        let content = tierbox_policy::validate::placeholder_content(&path);
-        crate::placeholders::create(&path, dir, content).map_err(|e| {
-            LaunchError::setup(format!(
-                "create the placeholder {} (filesystem.protected)",
-                path.display()
-            ))(e)
-        })?;
-    }
-    let seccomp_fd = match &seccomp {
-        Some(p) => Some(filter_pipe(&p.to_bytes())?),
-        None => None,
-    };
-    let stacked_filter = match (&whole, bopts.stacked_filter) {
-        (Some(p), Some(_)) => Some(launch::data_fd(
-            c"tierbox-seccomp-stacked",
-            &p.to_bytes(),
-            "the stacked seccomp program",
-        )?),
-        _ => None,
-    };
-    // The program sends its listener over this pair once tierbox-init has stacked the
-    // filter: (the supervisor's end, the sandbox's).
-    let listener_pair = if hand_off {
-        Some(
-            launch::sys::socketpair_seqpacket()
-                .map_err(LaunchError::setup("socketpair for the seccomp listener"))?,
-        )
-    } else {
-        None
-    };
-    let slot = launch::cgroup_slot(
-        bwrap::BACKEND,
-        plan,
-        opts,
-        (facts.euid, facts.egid),
-        &mut missing,
-    )?;
-    let mut full_argv = vec![info.path.clone().into_os_string()];
-    full_argv.extend(argv);
-    let inherit: Vec<(BorrowedFd<'_>, i32)> = seccomp_fd
-        .iter()
-        .map(|fd| (fd.as_fd(), BWRAP_SECCOMP_FD))
-        .chain(userns.iter().map(|fd| (fd.as_fd(), BWRAP_USERNS_FD)))
-        .chain(std::iter::once((env_args.as_fd(), BWRAP_ENV_ARGS_FD)))
-        .chain(init_image.map(|fd| (fd, BWRAP_INIT_FD)))
-        .chain(
-            stacked_filter
-                .iter()
-                .map(|fd| (fd.as_fd(), BWRAP_STACKED_FILTER_FD)),
-        )
-        .chain(
-            listener_pair
-                .iter()
-                .map(|(_, theirs)| (theirs.as_fd(), BWRAP_LISTENER_SOCK_FD)),
-        )
-        .chain(alive.iter().map(|(read, _)| (read.as_fd(), BWRAP_ALIVE_FD)))
-        .collect();
-    let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = idmapped
-        .iter()
-        .map(|b| (&b.tree, b.dst.as_path()))
-        .collect();
-    let helper = HelperSpawn {
-        inherit: &inherit,
-        netns: egress.as_ref().map(|(netns, _)| netns),
-        mount_moves: &mount_moves,
-        clear_groups: userns.is_some(),
-        audit_session: audit.session_wants(),
-        ..HelperSpawn::plain(&info.path, &full_argv, &[])
-    };
-    let child = match launch::spawn_helper(plan, opts, &slot, &helper) {
-        Ok((c, session)) => {
-            if let Some(session) = session {
-                audit.attach(session);
-            }
-            c
-        }
-        Err(e) => {
-            slots::release(slot);
-            return Err(e);
-        }
-    };
-    missing.sort();
-    missing.dedup();
-    let enforcement = bwrap_enforcement(
-        plan,
-        &info,
-        (identity, idmapped.len()),
-        init_image.is_some(),
-        (
-            seccomp.as_deref(),
-            logged && stacked_filter.is_some(),
-            hand_off,
-        ),
-        &slot,
-        missing,
-    );
-    let (child_uid, child_gid) = identity.ids();
-    Ok(RunningSandbox {
-        pid: child.pid,
-        pidfd: child.pidfd,
-        stdin: child.stdin,
-        stdout: child.stdout,
-        stderr: child.stderr,
-        slot: Some(slot),
-        seccomp_hand_off: listener_pair.map(|(ours, _)| SeccompHandOff {
-            listener: ours,
-            pending: true,
-            refusals: seccomp_refusals,
-            mediate_chmod: false,
-            views: Vec::new(),
-        }),
-        child_uid,
-        child_gid,
-        enforcement,
-        tier: Tier::C,
-        report: None,
-        host_placeholders: claim.keep(),
-        egress_listener: egress.map(|(_, listener)| listener),
-        container: None,
-        tmp_fs: None,
-        upper_layer: None,
-        supervisor_alive: alive.map(|(_, write)| write),
-        audit,
-    })
+    audit
 }
 
 /// A network namespace for a bwrap run that reaches the egress proxy: only `lo`, up,
@@ -633,10 +701,10 @@ pub fn program_exit(report: &OwnedFd) -> Option<ExitInfo> {
     }
 }
 
-/// Size of one record on [`RunningSandbox::report`].
+/// Size of one record on [`RunningSandbox::exit_report`].
 pub const REPORT_RECORD_BYTES: usize = ns::sys::REPORT_BYTES;
 
-/// [`program_exit`] of one record the caller read off [`RunningSandbox::report`] itself (e.g.
+/// [`program_exit`] of one record the caller read off [`RunningSandbox::exit_report`] itself (e.g.
 /// asynchronously, to end the run as soon as the record comes); `None` unless it is pid
 /// 1's `Exited` record.
 pub fn program_exit_from(record: &[u8; REPORT_RECORD_BYTES]) -> Option<ExitInfo> {

@@ -97,7 +97,6 @@ fn launch(s: &Scratch, plan: &Plan) -> RunningSandbox {
         ),
         tmp_base: s.root.join("state"),
         launcher_thread: false,
-        egress_proxy_port: None,
     };
     std::fs::create_dir_all(&opts.tmp_base).unwrap();
     crate::tier_c::launch(plan, &opts).expect("launch")
@@ -119,15 +118,12 @@ struct Ran {
 
 fn run(s: &Scratch, plan: &Plan) -> Ran {
     let mut l = launch(s, plan);
-    let stdout = read_all(&l.stdout);
-    let stderr = read_all(&l.stderr);
-    let exit = crate::launch::sys::wait_pidfd(&l.pidfd, false)
+    let stdout = read_all(l.stdout());
+    let stderr = read_all(l.stderr());
+    let exit = crate::launch::sys::wait_pidfd(l.pidfd(), false)
         .unwrap()
         .unwrap();
-    if let Some(slot) = l.slot.take() {
-        crate::launch::slots::release(slot);
-    }
-    crate::placeholders::release(&std::mem::take(&mut l.host_placeholders));
+    l.release(Box::new(|| {}));
     Ran {
         code: exit.code,
         stdout,
@@ -202,8 +198,8 @@ fn killing_a_run_removes_its_container() {
     }
     let s = workspace();
     let plan = plan(&s, "sleep", &["60"]);
-    let mut l = launch(&s, &plan);
-    let name = l.container.as_ref().unwrap().name().to_owned();
+    let l = launch(&s, &plan);
+    let name = l.container_name().unwrap().to_owned();
     let podman = super::probe::find_engine(Engine::Podman).unwrap();
     let running = |name: &str| {
         let out = engine_cmd(&podman)
@@ -220,11 +216,9 @@ fn killing_a_run_removes_its_container() {
     }
     assert!(running(&name), "{name} never started");
     // What the supervisor does at a deadline: SIGKILL the CLI's process group.
-    crate::launch::sys::kill(-l.pid, libc::SIGKILL).unwrap();
-    let _ = crate::launch::sys::wait_pidfd(&l.pidfd, false);
-    if let Some(slot) = l.slot.take() {
-        crate::launch::slots::release(slot);
-    }
+    crate::launch::sys::kill(-l.pid(), libc::SIGKILL).unwrap();
+    let _ = crate::launch::sys::wait_pidfd(l.pidfd(), false);
+    // Dropping the handle hands the slot back and removes the container.
     drop(l);
     assert!(!running(&name), "{name} outlived its run");
 }
@@ -234,7 +228,6 @@ fn killing_a_run_removes_its_container() {
 /// the real workspace untouched; the tmpfs is unmounted when the run's handle goes.
 #[test]
 fn podman_overlay_mode_keeps_the_workspace_and_hands_back_the_upper_layer() {
-    use std::os::fd::AsRawFd;
     if !usable("podman_overlay_mode_keeps_the_workspace_and_hands_back_the_upper_layer") {
         return;
     }
@@ -243,8 +236,8 @@ fn podman_overlay_mode_keeps_the_workspace_and_hands_back_the_upper_layer() {
     p.workspace_mode = tierbox_policy::WorkspaceMode::Overlay;
     p.limits.disk_bytes = 4 << 20;
     let mut l = launch(&s, &p);
-    let stderr = read_all(&l.stderr);
-    let exit = crate::launch::sys::wait_pidfd(&l.pidfd, false)
+    let stderr = read_all(l.stderr());
+    let exit = crate::launch::sys::wait_pidfd(l.pidfd(), false)
         .unwrap()
         .unwrap();
     assert_eq!(exit.code, Some(0), "stderr: {stderr}");
@@ -252,8 +245,8 @@ fn podman_overlay_mode_keeps_the_workspace_and_hands_back_the_upper_layer() {
         !s.ws.join("made-in-review").exists(),
         "written through to the workspace"
     );
-    let layer = l.upper_layer.take().expect("the upper layer's fd");
-    let upper = std::path::PathBuf::from(format!("/proc/self/fd/{}/upper", layer.as_raw_fd()));
+    let layer = l.take_scratch().upper_layer.expect("the upper layer's fd");
+    let upper = layer.changes_dir();
     assert!(upper.join("made-in-review").is_file());
     let mount_point = s
         .root
@@ -263,9 +256,7 @@ fn podman_overlay_mode_keeps_the_workspace_and_hands_back_the_upper_layer() {
         .flatten()
         .find(|e| e.file_name().to_string_lossy().ends_with(".layer"));
     let mount_point = mount_point.expect("the layer's mount point").path();
-    if let Some(slot) = l.slot.take() {
-        crate::launch::slots::release(slot);
-    }
+    // Dropping the handle hands the slot back and removes the container.
     drop(l);
     assert!(!mount_point.exists(), "the layer's tmpfs was not removed");
     // Still readable through the fd after the unmount.
@@ -315,12 +306,9 @@ fn podman_runs_leave_no_setid_file_or_device() {
     }
     assert!(s.ws.join("ready").exists(), "the script never got to wait");
     let alive = privileged(&s.ws);
-    let stderr = read_all(&l.stderr);
-    let _ = crate::launch::sys::wait_pidfd(&l.pidfd, false);
-    if let Some(slot) = l.slot.take() {
-        crate::launch::slots::release(slot);
-    }
-    crate::placeholders::release(&std::mem::take(&mut l.host_placeholders));
+    let stderr = read_all(l.stderr());
+    let _ = crate::launch::sys::wait_pidfd(l.pidfd(), false);
+    l.release(Box::new(|| {}));
     assert!(alive.is_empty(), "while the run lived: {alive:?}\n{stderr}");
     assert!(
         privileged(&s.ws).is_empty(),

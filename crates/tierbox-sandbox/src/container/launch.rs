@@ -19,9 +19,10 @@ use super::probe::{ENGINE_ENV, EngineInfo, probe_engine_cached};
 use super::{
     ContainerError, ContainerOptions, Engine, container_name, host_mount_points, run_argv,
 };
-use crate::launch::{self, HelperSpawn, LaunchError, LaunchOptions, slots};
+use crate::launch::slots::SlotGuard;
+use crate::launch::{self, HelperSpawn, LaunchError, LaunchOptions};
 use crate::probe::host_facts;
-use crate::running::RunningSandbox;
+use crate::running::{Root, Running, RunningSandbox};
 
 /// How long teardown waits for `<engine> rm -f` before giving up (the container then
 /// outlives the run; it is labelled `tierbox=1` for an operator to find).
@@ -235,13 +236,13 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let claim = crate::placeholders::claim(&host_mount_points(&copts));
     // The CLI's own cgroup: optional (the container's limits are the engine's).
     let mut cli_missing = Vec::new();
-    let slot = launch::cgroup_slot(
+    let slot = SlotGuard::new(launch::cgroup_slot(
         info.engine.backend_id(),
         plan,
         opts,
         (facts.euid, facts.egid),
         &mut cli_missing,
-    )?;
+    )?);
     let mut full_argv = vec![info.path.clone().into_os_string()];
     full_argv.extend(argv.iter().map(Into::into));
     let env: Vec<(String, String)> = ENGINE_ENV
@@ -263,47 +264,32 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         _layer: layer,
     };
     crate::watchdog::note_engine(&info.path);
-    let child = match launch::spawn_helper(plan, opts, &slot, &helper) {
-        Ok((c, _)) => c,
-        Err(e) => {
-            slots::release(slot);
-            return Err(e);
-        }
-    };
+    // A failure hands the slot back (its guard).
+    let (child, _) = launch::spawn_helper(plan, opts, &slot, &helper)?;
     missing.sort();
     missing.dedup();
-    Ok(RunningSandbox {
-        pid: child.pid,
-        pidfd: child.pidfd,
-        stdin: child.stdin,
-        stdout: child.stdout,
-        stderr: child.stderr,
-        slot: Some(slot),
-        seccomp_hand_off: None,
-        child_uid: facts.euid,
-        child_gid: facts.egid,
-        enforcement: enforcement(plan, &info, missing),
-        tier: Tier::C,
-        report: None,
-        host_placeholders: claim.keep(),
-        egress_listener: None,
-        container: Some(guard),
-        tmp_fs: None,
+    let root = Root::spawned(child, (facts.euid, facts.egid));
+    let backend = Running::Container {
+        container: guard,
         upper_layer,
-        supervisor_alive: None,
-        audit: {
-            let mut audit = crate::linux::audit::RunAudit::not_recorded(
-                "the container engine applies no landlock domain",
-                "the container engine loads its own seccomp profile; its refusals are not read",
-            );
-            if plan.tier.file_refusals {
-                audit.files = Err(crate::linux::audit::NotRecorded::Backend {
-                    why: "the container engine starts the run's processes, outside the supervisor's audit sessions",
-                });
-            }
-            audit
-        },
-    })
+    };
+    let audit = {
+        let mut audit = crate::linux::audit::RunAudit::not_recorded(
+            "the container engine applies no landlock domain",
+            "the container engine loads its own seccomp profile; its refusals are not read",
+        );
+        if plan.tier.file_refusals {
+            audit.files = Err(crate::linux::audit::NotRecorded::Backend {
+                why: "the container engine starts the run's processes, outside the supervisor's audit sessions",
+            });
+        }
+        audit
+    };
+    Ok(
+        RunningSandbox::new(root, enforcement(plan, &info, missing), audit, backend)
+            .in_slot(slot)
+            .with_placeholders(claim.keep()),
+    )
 }
 
 /// Review mode: the upper layer's tmpfs (`limits.disk_bytes`) mounted in the run's tmp

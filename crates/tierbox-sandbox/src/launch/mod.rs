@@ -112,12 +112,6 @@ pub struct LaunchOptions {
     /// is something to arm (a root supervisor, or seccomp), whatever this says; it
     /// decides for helpers such as `bwrap` and for launches with nothing to arm.
     pub launcher_thread: bool,
-    /// Tier B, `strict` egress with an allowlist: the port on `127.0.0.1` where the
-    /// caller's egress proxy listens. It becomes the only TCP port the child may connect
-    /// to, and the proxy variables ([`crate::egress::proxy_env`]) point to it. Tier C ignores it: its
-    /// proxy listener is made inside the sandbox's network namespace
-    /// ([`crate::running::RunningSandbox::egress_listener`]).
-    pub egress_proxy_port: Option<u16>,
 }
 
 /// What every Linux backend's launch returns: [`crate::running::RunningSandbox`].

@@ -61,6 +61,35 @@ pub(crate) struct SlotKey {
     pub userns: bool,
 }
 
+impl SlotKey {
+    /// The key of a slot of `backend` under `tmp_base` that encodes nothing: no grants,
+    /// no landlock, no cgroup, zero limits, uid and gid 0.
+    pub(crate) fn nothing(
+        backend: tierbox_policy::enforcement::BackendId,
+        tmp_base: &Path,
+    ) -> Self {
+        Self {
+            backend,
+            tmp_base: tmp_base.to_path_buf(),
+            uid: 0,
+            gid: 0,
+            read_only: Vec::new(),
+            read_write: Vec::new(),
+            scopes: false,
+            tcp_connect_ports: None,
+            landlock: false,
+            cgroup_limits: CgroupLimits {
+                memory_bytes: 0,
+                max_processes: 0,
+                cpu_quota_percent: None,
+            },
+            cgroup: false,
+            tmp_bytes: None,
+            userns: false,
+        }
+    }
+}
+
 /// The per-run resources of a launch.
 #[derive(Debug)]
 pub struct Slot {
@@ -101,6 +130,16 @@ impl Slot {
             launcher: Mutex::new(Vec::new()),
             reused: false,
         }
+    }
+
+    /// A slot that holds nothing (no directory, ruleset or cgroup): what a guard leaves in
+    /// place of the slot it gave away. Never released.
+    fn vacant() -> Self {
+        let key = SlotKey::nothing(
+            tierbox_policy::enforcement::BackendId::TierBLinux,
+            Path::new(""),
+        );
+        Self::new(key, PathBuf::new(), None, None)
     }
 
     /// The run's cgroup.
@@ -216,6 +255,44 @@ impl SlotKey {
             && *userns == other.userns
             && *cgroup_limits == other.cgroup_limits
             && *cgroup == other.cgroup
+    }
+}
+
+/// A launch's slot, handed back ([`release`]) when the guard is dropped: a launch that
+/// fails after taking its slot returns with `?` and loses nothing, and a running sandbox
+/// holds its slot in one until [`crate::running::RunningSandbox::release`] takes it.
+#[derive(Debug)]
+pub(crate) struct SlotGuard {
+    slot: Slot,
+    /// The guard still owns `slot` (not yet taken by [`SlotGuard::into_inner`]).
+    held: bool,
+}
+
+impl SlotGuard {
+    pub(crate) fn new(slot: Slot) -> Self {
+        Self { slot, held: true }
+    }
+
+    /// The slot, which the caller now hands back itself.
+    pub(crate) fn into_inner(mut self) -> Slot {
+        self.held = false;
+        std::mem::replace(&mut self.slot, Slot::vacant())
+    }
+}
+
+impl std::ops::Deref for SlotGuard {
+    type Target = Slot;
+
+    fn deref(&self) -> &Slot {
+        &self.slot
+    }
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        if self.held {
+            release(std::mem::replace(&mut self.slot, Slot::vacant()));
+        }
     }
 }
 

@@ -4,23 +4,15 @@ use super::*;
 
 fn key(backend: tierbox_policy::enforcement::BackendId, tmp_base: &Path) -> SlotKey {
     SlotKey {
-        backend,
-        tmp_base: tmp_base.to_path_buf(),
         uid: 1000,
         gid: 1000,
-        read_only: Vec::new(),
-        read_write: Vec::new(),
-        scopes: false,
-        tcp_connect_ports: None,
-        landlock: false,
         cgroup_limits: CgroupLimits {
             memory_bytes: 1 << 30,
             max_processes: 64,
             cpu_quota_percent: None,
         },
         cgroup: true,
-        tmp_bytes: None,
-        userns: false,
+        ..SlotKey::nothing(backend, tmp_base)
     }
 }
 

@@ -33,9 +33,9 @@ use crate::linux::exec::ExecStrings;
 use crate::linux::landlock::{LandlockSpec, LandlockStatus};
 use crate::linux::seccomp::{InetSockets, SeccompProgram, SeccompSpec};
 use crate::probe::{HostFacts, host_facts};
-use crate::running::{RunningSandbox, SeccompHandOff};
+use crate::running::{Root, Running, RunningSandbox, SeccompHandOff};
 
-use crate::launch::slots::{self, Slot, SlotKey};
+use crate::launch::slots::{self, Slot, SlotGuard, SlotKey};
 use crate::launch::sys::{self};
 use crate::launch::{
     Arming, Job, LaunchError, LaunchOptions, SpawnedChild, StdioPipes, armed_launcher,
@@ -67,7 +67,11 @@ const READABLE_PSEUDO: &[&str] = &["/proc", "/sys/devices/system/cpu"];
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
     let facts = host_facts();
     let mut missing = crate::launch::layers_for(Tier::B, plan, facts)?;
-    let network = network_rules(plan, facts, opts.egress_proxy_port)?;
+    // `strict` egress with an allowlist: the proxy listens on a fresh host loopback port
+    // before the launch, and that port becomes the only one the child may connect to.
+    let egress_listener = proxy_listener(plan)?;
+    let proxy_port = egress_listener.as_ref().map(|(_, port)| *port);
+    let network = network_rules(plan, facts, proxy_port)?;
     // Identity: a root supervisor runs the child as the workspace owner when that is not
     // root, so ordinary file permissions apply on top of landlock.
     let ids = child_ids(facts, &plan.workspace);
@@ -75,42 +79,41 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     // supervisor, beneath its writable grants only. Without seccomp user notification, a
     // run that keeps uid 0 gets them denied instead.
     let mediate_chmod = facts.seccomp && user_notif_available();
-    let slot = acquire_slot(plan, opts, facts, &network, ids, &mut missing)?;
-    // From here on every failure hands the slot back.
-    let mut claim = crate::placeholders::claim(&[]);
-    match launch_in_slot(
+    let slot = SlotGuard::new(acquire_slot(
         plan,
         opts,
         facts,
         &network,
+        ids,
+        &mut missing,
+    )?);
+    // From here on every failure hands the slot back (its guard, dropped after the
+    // placeholders' claim).
+    let mut claim = crate::placeholders::claim(&[]);
+    let running = launch_in_slot(
+        plan,
+        opts,
+        facts,
+        (&network, egress_listener.map(|(listener, _)| listener)),
         &slot,
         ids,
         mediate_chmod,
         &mut missing,
         &mut claim,
-    ) {
-        Ok(mut running) => {
-            running.slot = Some(slot);
-            running.host_placeholders = claim.keep();
-            Ok(running)
-        }
-        Err(e) => {
-            drop(claim);
-            slots::release(slot);
-            Err(e)
-        }
-    }
+    )?;
+    Ok(running.in_slot(slot).with_placeholders(claim.keep()))
 }
 
 /// [`launch`] in `slot`: the run's namespace planned (its placeholders claimed in
 /// `claim` and made), the child started, what was enforced reported. The caller puts the
-/// slot and the placeholders into the returned handle.
+/// slot and the placeholders into the returned handle; `network` comes with the egress
+/// proxy's listener when the rules name its port.
 #[allow(clippy::too_many_arguments)]
 fn launch_in_slot(
     plan: &Plan,
     opts: &LaunchOptions,
     facts: &HostFacts,
-    network: &NetworkRules,
+    (network, egress_listener): (&NetworkRules, Option<std::net::TcpListener>),
     slot: &Slot,
     ids: (u32, u32, bool),
     mediate_chmod: bool,
@@ -137,7 +140,7 @@ fn launch_in_slot(
         .ok()
     });
     let private = private_namespace(plan, facts, slot, ids, missing, claim)?;
-    let (child, seccomp_layout, audit) = spawn_in_slot(
+    let (mut child, seccomp_layout, audit) = spawn_in_slot(
         plan,
         opts,
         facts,
@@ -162,7 +165,7 @@ fn launch_in_slot(
     );
     // The verdicts that answer the refusals the filter hands off with the chmod calls
     // (`notify_refusals` follows `mediate_chmod`).
-    let seccomp_hand_off = child.chmod_listener.map(|listener| SeccompHandOff {
+    let seccomp_hand_off = child.chmod_listener.take().map(|listener| SeccompHandOff {
         listener,
         pending: false,
         refusals: SeccompProgram::cached(
@@ -172,27 +175,12 @@ fn launch_in_slot(
         mediate_chmod,
         views: private.as_ref().map_or_else(Vec::new, |p| p.views.clone()),
     });
-    Ok(RunningSandbox {
-        pid: child.pid,
-        pidfd: child.pidfd,
-        stdin: child.stdin,
-        stdout: child.stdout,
-        stderr: child.stderr,
-        slot: None,
-        seccomp_hand_off,
-        child_uid: ids.0,
-        child_gid: ids.1,
-        enforcement,
-        tier: Tier::B,
-        report: None,
-        host_placeholders: Vec::new(),
-        egress_listener: None,
-        container: None,
+    let root = Root::spawned(child, (ids.0, ids.1));
+    let backend = Running::TierB {
         tmp_fs,
-        upper_layer: None,
-        supervisor_alive: None,
-        audit,
-    })
+        egress_listener,
+    };
+    Ok(RunningSandbox::new(root, enforcement, audit, backend).with_hand_off(seccomp_hand_off))
 }
 
 /// The run's own mount namespace ([`namespace`]): its private `/tmp` and `/dev/shm`, and
@@ -817,6 +805,21 @@ struct NetworkRules {
     description: String,
 }
 
+/// `strict` egress with an allowlist: the run's egress proxy listener on a fresh port of
+/// the host's loopback, and that port; `None` when the plan needs no proxy.
+fn proxy_listener(plan: &Plan) -> Result<Option<(std::net::TcpListener, u16)>, LaunchError> {
+    if !plan.network.needs_proxy() {
+        return Ok(None);
+    }
+    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .map_err(LaunchError::setup("bind the egress proxy on 127.0.0.1"))?;
+    let port = listener
+        .local_addr()
+        .map_err(LaunchError::setup("the egress proxy's address"))?
+        .port();
+    Ok(Some((listener, port)))
+}
+
 fn network_rules(
     plan: &Plan,
     facts: &HostFacts,
@@ -860,7 +863,7 @@ fn network_rules(
                 )));
             }
             let port = proxy_port.ok_or_else(|| {
-                unavailable("strict egress with an allowlist needs the egress proxy, and the caller started none (LaunchOptions::egress_proxy_port)".to_owned())
+                unavailable("strict egress with an allowlist needs the egress proxy's listener, and none was bound".to_owned())
             })?;
             Ok(NetworkRules {
                 inet: InetSockets::TcpOnly,
