@@ -69,7 +69,7 @@ pub enum AccessArg {
 /// The `wasm_run` request from `--request FILE` or from the flags.
 pub fn build_request(args: WasmRequestArgs) -> std::result::Result<WasmRunRequest, Rejection> {
     if let Some(file) = &args.request {
-        let bytes = crate::read_request_file(file)?;
+        let bytes = crate::request::read_request_file(file)?;
         return WasmRunRequest::from_json(&bytes);
     }
     let mut req = WasmRunRequest {
@@ -92,7 +92,7 @@ pub fn build_request(args: WasmRequestArgs) -> std::result::Result<WasmRunReques
         req.grants.fs.push(FsGrant { path, write });
     }
     req.grants.env = args.pass_env;
-    crate::insert_env_pairs(args.env, &mut req.env)?;
+    crate::request::insert_env_pairs(args.env, &mut req.env)?;
     Ok(req)
 }
 
