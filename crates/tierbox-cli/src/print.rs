@@ -157,7 +157,7 @@ pub fn print_outcome(
     ) {
         eprintln!(
             "tierbox: {}",
-            report::tier_line(&outcome.tier, &outcome.enforcement)
+            report::tier_line(outcome.tier, &outcome.enforcement)
         );
     }
     if json {

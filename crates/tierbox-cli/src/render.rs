@@ -74,7 +74,7 @@ fn print(notes: &[String], stderr_tty: bool) {
 /// 123), the deadline (124), the output quota, a limit (Tier A's: 122), a signal.
 fn ending_notes(o: &Outcome, policy: &Policy) -> Vec<String> {
     let mut notes = Vec::new();
-    let stopped = if o.tier == "a" {
+    let stopped = if o.tier == tierbox_policy::Tier::A {
         "the guest was stopped"
     } else {
         "the process tree was killed"
@@ -100,7 +100,7 @@ fn ending_notes(o: &Outcome, policy: &Policy) -> Vec<String> {
         // Said with what the program got, among the other notes.
         && limit != tierbox_runner::LimitHit::Stdin
     {
-        let tier_a = o.tier == "a";
+        let tier_a = o.tier == tierbox_policy::Tier::A;
         let key = limit.policy_key(tier_a);
         let value = match limit.policy_value(policy, tier_a) {
             Some(v) => format!(" = {v}"),

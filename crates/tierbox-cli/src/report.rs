@@ -183,7 +183,7 @@ fn usage_error(error: &clap::Error, json: bool) -> ExitCode {
 /// The line that says which tier and backend ran, the layers this host did not enforce,
 /// and what `auto` passed over: `tier b, backend tier_b_linux; not enforced here:
 /// protected_paths; passed over: tier c: tier.backend = "docker": …`.
-pub fn tier_line(tier: &str, e: &Enforcement) -> String {
+pub fn tier_line(tier: tierbox_policy::Tier, e: &Enforcement) -> String {
     let mut line = format!("tier {tier}, backend {}", e.backend);
     if !e.missing_layers.is_empty() {
         let missing: Vec<String> = e.missing_layers.iter().map(ToString::to_string).collect();

@@ -74,7 +74,11 @@ fn main() {
         let t = Instant::now();
         let outcome = rt.block_on(runner.run(&request)).expect("tier b run");
         assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
-        assert_eq!(outcome.tier, "b", "the benchmark measures tier b");
+        assert_eq!(
+            outcome.tier,
+            tierbox_policy::Tier::B,
+            "the benchmark measures tier b"
+        );
         t.elapsed()
     };
     let tierbox_check = || {

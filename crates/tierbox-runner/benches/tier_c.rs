@@ -108,7 +108,7 @@ fn main() {
         let t = Instant::now();
         let outcome = rt.block_on(r.run(&request)).expect("tier c run");
         assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
-        assert_eq!(outcome.tier, "c");
+        assert_eq!(outcome.tier, tierbox_policy::Tier::C);
         t.elapsed()
     };
     let bwrap_usable = bwrap_direct.is_some();

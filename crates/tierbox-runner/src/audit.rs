@@ -53,8 +53,8 @@ pub struct Auditor {
 pub struct RunDescription<'a> {
     /// `tierbox_attest::plan_digest` (or `wasm_plan_digest`) of the plan that ran.
     pub plan_sha256: &'a str,
-    /// Tier name.
-    pub tier: &'a str,
+    /// The tier that ran.
+    pub tier: tierbox_policy::Tier,
     /// Backend name.
     pub backend: &'a str,
     /// The enforcement report.
@@ -166,7 +166,7 @@ impl Auditor {
             started_unix_ms,
             RunDescription {
                 plan_sha256: &outcome.plan_sha256,
-                tier: &outcome.tier,
+                tier: outcome.tier,
                 backend: outcome.backend.name(),
                 enforcement: &outcome.enforcement,
                 egress: egress.as_ref(),
@@ -195,7 +195,7 @@ impl Auditor {
         };
         let facts = RunFacts::new(
             run.plan_sha256.to_owned(),
-            run.tier.to_owned(),
+            run.tier.to_string(),
             run.backend.to_owned(),
             enforcement,
             ended,

@@ -100,8 +100,8 @@ pub struct BackgroundStatus {
     pub lifetime_ms: u64,
     /// Start time, milliseconds since the Unix epoch.
     pub started_unix_ms: u64,
-    /// Tier and backend.
-    pub tier: String,
+    /// Tier (serialised as `"b"`, `"c"`).
+    pub tier: tierbox_policy::Tier,
     /// Backend.
     pub backend: tierbox_policy::enforcement::BackendId,
     /// Bytes of stdout so far, as reads count them (after redaction, when the run
@@ -251,7 +251,7 @@ struct Entry {
     lifetime: Lifetime,
     lifetime_ms: u64,
     started_unix_ms: u64,
-    tier: String,
+    tier: tierbox_policy::Tier,
     backend: tierbox_policy::enforcement::BackendId,
     stdout: Arc<Mutex<OutputRing>>,
     stderr: Arc<Mutex<OutputRing>>,
@@ -321,7 +321,7 @@ impl Entry {
             lifetime: self.lifetime,
             lifetime_ms: self.lifetime_ms,
             started_unix_ms: self.started_unix_ms,
-            tier: self.tier.clone(),
+            tier: self.tier,
             backend: self.backend,
             stdout_bytes: total(&self.stdout),
             stderr_bytes: total(&self.stderr),
@@ -397,7 +397,7 @@ impl Entry {
         };
         let run = RunDescription {
             plan_sha256: &facts.plan_sha256,
-            tier: &self.tier,
+            tier: self.tier,
             backend: self.backend.name(),
             enforcement: &enforcement,
             egress: None,
@@ -670,7 +670,7 @@ impl BackgroundManager {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(0),
-            tier: guard.launched.tier().to_string(),
+            tier: guard.launched.tier(),
             backend: guard.launched.enforcement().backend,
             stdout: Arc::new(Mutex::new(self.ring(
                 &id,

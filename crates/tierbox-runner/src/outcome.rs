@@ -385,8 +385,8 @@ pub struct Outcome {
     pub duration_ms: u64,
     /// Resource usage.
     pub usage: Usage,
-    /// Tier that ran.
-    pub tier: String,
+    /// Tier that ran (serialised as `"a"`, `"b"`, `"c"`).
+    pub tier: tierbox_policy::Tier,
     /// Backend that ran (serialised as `tier_b_linux`, …).
     pub backend: tierbox_policy::enforcement::BackendId,
     /// What was enforced.

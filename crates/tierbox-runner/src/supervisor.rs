@@ -834,7 +834,7 @@ fn outcome_of(
             peak_rss_bytes: exit.max_rss_bytes,
             peak_memory_bytes: stats.as_ref().and_then(|s| s.memory_peak_bytes),
         },
-        tier: l.tier().to_string(),
+        tier: l.tier(),
         backend: l.enforcement().backend,
         enforcement: l.enforcement().clone(),
         egress_preflight_hosts: plan.network.preflight_hosts.clone(),

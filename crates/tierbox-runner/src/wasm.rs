@@ -223,7 +223,7 @@ async fn run_wasm_tapped(
             peak_memory_bytes: Some(report.peak_memory_bytes),
             ..Usage::default()
         },
-        tier: Tier::A.to_string(),
+        tier: Tier::A,
         backend: tierbox_wasm::BACKEND,
         enforcement: enforcement(plan),
         egress_preflight_hosts: Vec::new(),

@@ -111,7 +111,7 @@ fn a_run_ends_on_the_report_with_its_orphans_already_dead() {
         assert!(left.is_empty(), "round {round}: still there: {left:?}");
         assert_eq!(out.exit_code, Some(7), "stderr: {}", out.stderr.text);
         assert_eq!(out.signal, None);
-        assert_eq!(out.tier, "c");
+        assert_eq!(out.tier, tierbox_policy::Tier::C);
         assert!(
             out.usage.cpu_user_ms + out.usage.cpu_sys_ms > 0,
             "the loop's CPU time is reported: {:?}",

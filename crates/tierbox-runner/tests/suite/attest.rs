@@ -164,7 +164,7 @@ fn a_run_is_signed_logged_and_digests_what_it_printed() {
     let run = run_facts(&a);
     assert_eq!(run.outcome.exit_code, Some(3));
     assert_eq!(run.plan_digest, outcome.plan_sha256);
-    assert_eq!(run.tier, outcome.tier);
+    assert_eq!(run.tier, outcome.tier.to_string());
     assert_eq!(
         run.outcome.stdout_sha256,
         sha256_hex(format!("token={secret}\n").as_bytes())

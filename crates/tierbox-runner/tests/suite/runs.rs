@@ -81,7 +81,7 @@ fn arguments_reach_the_program_byte_for_byte() {
     let out = rt().block_on(env.runner().run(&r)).unwrap();
     assert_eq!(out.exit_code, Some(0), "{out:?}");
     assert_eq!(out.stdout.text, "hello|a b|-n1|status|$HOME|*|");
-    assert_eq!(out.tier, "b");
+    assert_eq!(out.tier, tierbox_policy::Tier::B);
     assert_eq!(out.backend, "tier_b_linux");
 }
 
@@ -471,13 +471,22 @@ fn the_policy_preference_decides_an_open_request_s_tier() {
     let mut env = Env::new(&["printf"]);
     let open = req("printf", &["ok"]);
     let rt = rt();
-    assert_eq!(rt.block_on(env.runner().run(&open)).unwrap().tier, "c");
+    assert_eq!(
+        rt.block_on(env.runner().run(&open)).unwrap().tier,
+        tierbox_policy::Tier::C
+    );
     env.policy.tier.preferred = TierRequest::B;
     let out = rt.block_on(env.runner().run(&open)).unwrap();
-    assert_eq!((out.tier.as_str(), out.stdout.text.as_str()), ("b", "ok"));
+    assert_eq!(
+        (out.tier, out.stdout.text.as_str()),
+        (tierbox_policy::Tier::B, "ok")
+    );
     let mut named = open.clone();
     named.tier = TierRequest::C;
-    assert_eq!(rt.block_on(env.runner().run(&named)).unwrap().tier, "c");
+    assert_eq!(
+        rt.block_on(env.runner().run(&named)).unwrap().tier,
+        tierbox_policy::Tier::C
+    );
 }
 
 /// Many Tier C runs at once in one fresh workspace: each covers the missing `.git` with

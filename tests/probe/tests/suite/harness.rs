@@ -401,7 +401,7 @@ pub fn assert_backend(o: &Outcome, fx: &Fixture) {
         _ => ("b", tierbox_sandbox::tier_b::BACKEND_NAME),
     };
     assert!(
-        o.tier == expected.0 && o.backend == expected.1,
+        o.tier.to_string() == expected.0 && o.backend == expected.1,
         "expected a run on {expected:?}, got tier {:?} backend {:?}:\n{}",
         o.tier,
         o.backend,

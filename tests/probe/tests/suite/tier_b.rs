@@ -941,7 +941,7 @@ async fn request_env_values_are_in_no_command_line() {
         scan.run(&scan_request()).await
     };
     let (_, o) = tokio::join!(held.run(&hold), scan_while_held);
-    assert_eq!(o.tier, "b", "{}", describe(&o));
+    assert_eq!(o.tier, tierbox_policy::Tier::B, "{}", describe(&o));
     assert_holds(&o);
 
     // Negative control: the value in a host process's arguments is seen.

@@ -73,7 +73,7 @@ fn backend_name(backend: TierCBackend) -> &'static str {
 #[track_caller]
 fn assert_tier_c(o: &Outcome, backend: TierCBackend) {
     assert!(
-        o.tier == "c" && o.backend == backend_name(backend),
+        o.tier == tierbox_policy::Tier::C && o.backend == backend_name(backend),
         "expected a tier c run on {} (backend {:?}), got tier {:?} backend {:?}:\n{}",
         backend,
         backend_name(backend),
