@@ -1,6 +1,10 @@
 //! Unit tests of the redactor, one group per rule.
 
 use super::*;
+use crate::assignments::trim_trailing_punctuation;
+use crate::keys::{KeyClass, classify_key, key_words};
+use crate::values::is_non_secret_value;
+use crate::words::MAX_KEY_WORDS;
 
 /// Redacts with the built-in rules only.
 fn r(text: &str) -> String {

@@ -122,14 +122,44 @@ fn with(mut m: Map<String, Value>, status: &str, v: Value) -> Value {
 /// The OpenAPI document served at `/v1/openapi.json`.
 pub fn document() -> Value {
     let mut schemas = Map::new();
+    request_schemas(&mut schemas);
+    let r = response_schemas(&mut schemas);
+    let p = Parameters::new();
+    let mut paths = Map::new();
+    for group in [
+        run_paths(&p, &r),
+        process_paths(&p, &r),
+        session_paths(&p, &r),
+        changes_paths(&p, &r),
+    ] {
+        if let Value::Object(group) = group {
+            paths.extend(group);
+        }
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Tierbox",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Run commands for AI agents in tiered sandboxes. See docs/api.md."
+        },
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } }
+        },
+        "security": [ { "bearer": [] } ],
+        "paths": paths
+    })
+}
+
+/// The request bodies' schemas: the tools' generated input schemas and the small bodies
+/// of the other endpoints.
+fn request_schemas(schemas: &mut Map<String, Value>) {
     let run = component(
         tool_schema(PROCESS_RUN_TOOL).unwrap_or(Value::Null),
-        &mut schemas,
+        schemas,
     );
-    let wasm = component(
-        tool_schema(WASM_RUN_TOOL).unwrap_or(Value::Null),
-        &mut schemas,
-    );
+    let wasm = component(tool_schema(WASM_RUN_TOOL).unwrap_or(Value::Null), schemas);
     schemas.insert("ProcessRunRequest".to_owned(), run);
     schemas.insert("WasmRunRequest".to_owned(), wasm);
     schemas.insert(
@@ -174,6 +204,29 @@ pub fn document() -> Value {
             }
         }),
     );
+}
+
+/// The response bodies' schemas, generated from the result types.
+#[derive(Clone)]
+struct ResponseSchemas {
+    run_result_schema: Value,
+    status_schema: Value,
+    list_schema: Value,
+    output_schema: Value,
+    stdin_schema: Value,
+    health_schema: Value,
+    daemon_schema: Value,
+    session_schema: Value,
+    issued_schema: Value,
+    check_schema: Value,
+    changes_list_schema: Value,
+    changes_schema: Value,
+    applied_schema: Value,
+    discarded_schema: Value,
+}
+
+/// Generates the response schemas, adding their definitions to `schemas`.
+fn response_schemas(schemas: &mut Map<String, Value>) -> ResponseSchemas {
     let mut responses = Responses::new();
     let error = responses.of::<results::ErrorBody>();
     let run_result_schema = responses.of::<results::RunResult>();
@@ -190,82 +243,289 @@ pub fn document() -> Value {
     let changes_schema = responses.of::<results::ChangesShown>();
     let applied_schema = responses.of::<tierbox_runner::review::Applied>();
     let discarded_schema = responses.of::<results::ChangesDiscarded>();
-    let conflicts = responses.finish(&mut schemas);
+    let conflicts = responses.finish(schemas);
     debug_assert!(
         conflicts.is_empty(),
         "conflicting definitions: {conflicts:?}"
     );
     debug_assert_eq!(error["$ref"], "#/components/schemas/ErrorBody");
+    ResponseSchemas {
+        run_result_schema,
+        status_schema,
+        list_schema,
+        output_schema,
+        stdin_schema,
+        health_schema,
+        daemon_schema,
+        session_schema,
+        issued_schema,
+        check_schema,
+        changes_list_schema,
+        changes_schema,
+        applied_schema,
+        discarded_schema,
+    }
+}
 
-    let id = json!({
-        "name": "id", "in": "path", "required": true,
-        "description": "A background-process handle (never a pid).",
-        "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$",
-                    "minLength": HANDLE_HEX_LEN, "maxLength": HANDLE_HEX_LEN }
-    });
-    let session = json!({
-        "name": "Tierbox-Session", "in": "header", "required": false,
-        "description": "The caller's session: owner of its background processes.",
-        "schema": { "type": "string", "pattern": "^[A-Za-z0-9_-]+$",
-                    "minLength": 1, "maxLength": MAX_SESSION_BYTES }
-    });
-    let stream = json!({
-        "name": "stream", "in": "query", "required": false,
-        "description": "Answer application/x-ndjson: output events ({\"event\": \"output\", \"stream\", \"text\"} and, when text is lossy UTF-8, \"bytes_base64\" with the bytes exactly), then the result ({\"event\": \"result\", \"outcome\"}) or an error ({\"event\": \"error\", \"error\"}).",
-        "schema": { "type": "boolean", "default": false }
-    });
-    let identity = json!({
-        "name": "identity", "in": "query", "required": false,
-        "description": "The runner identity the caller expects (hex SHA-256, RunnerIdentity::digest; GET /v1/daemon shows this server's): when this server's differs, nothing runs and the answer is 409 daemon.identity_mismatch.",
-        "schema": { "type": "string", "pattern": "^[0-9a-f]{64}$",
-                    "minLength": IDENTITY_DIGEST_HEX_LEN, "maxLength": IDENTITY_DIGEST_HEX_LEN }
-    });
-    let identity_mismatch = "the runner identity given as identity is not this server's (daemon.identity_mismatch); nothing ran";
-    let run_result = json_response("the outcome, or the background handle", run_result_schema);
-    let status = json_response("the process status", status_schema);
-    let body = |schema: &str, examples: Value| {
-        json!({ "required": true, "content": { "application/json": {
-            "schema": { "$ref": format!("#/components/schemas/{schema}") },
-            "examples": examples } } })
-    };
-    // A run's body may also be the streamed-stdin form: the request as one line of JSON,
-    // a line feed, then the run's stdin as raw bytes (see docs/api.md).
-    let run_body = |schema: &str, examples: Value| {
-        let mut b = body(schema, examples);
-        b["content"][crate::http::STDIN_STREAM_MEDIA_TYPE] = json!({
-            "schema": {
-                "type": "string", "format": "binary",
-                "description": format!(
-                    "The {schema} as one line of compact JSON (at most {} bytes), a line feed (0x0A), then the run's stdin: raw bytes of any kind to the end of the body, forwarded to the program as they arrive and bounded by the run's stdin limit (limits.stdin_bytes, narrowed by stdin_limit_bytes), not by the body cap. The request may carry no stdin or stdin_base64 (input.stdin_conflict).",
-                    tierbox_policy::request::MAX_REQUEST_BYTES
-                )
-            }
+/// The parameters more than one path takes.
+struct Parameters {
+    id: Value,
+    session: Value,
+    stream: Value,
+    identity: Value,
+    run_id: Value,
+}
+
+impl Parameters {
+    fn new() -> Self {
+        let id = json!({
+            "name": "id", "in": "path", "required": true,
+            "description": "A background-process handle (never a pid).",
+            "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$",
+                        "minLength": HANDLE_HEX_LEN, "maxLength": HANDLE_HEX_LEN }
         });
-        b
-    };
-    let policy = [
-        ("413", "body larger than the request cap"),
-        (
-            "415",
-            "a Content-Type other than application/json (or, for a run, the streamed-stdin form)",
-        ),
-        (
-            "422",
-            "refused by the policy (exec.*, scope.*, env.*, egress.*, limits.*, wasm.*, tier.*)",
-        ),
-    ];
-    let handle_errors = [("404", "no such handle for this session")];
-    let run_id = json!({
-        "name": "id", "in": "path", "required": true,
-        "description": "The run id of an overlay (review mode) run's outcome.",
-        "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$",
-                    "minLength": HANDLE_HEX_LEN, "maxLength": HANDLE_HEX_LEN }
+        let session = json!({
+            "name": "Tierbox-Session", "in": "header", "required": false,
+            "description": "The caller's session: owner of its background processes.",
+            "schema": { "type": "string", "pattern": "^[A-Za-z0-9_-]+$",
+                        "minLength": 1, "maxLength": MAX_SESSION_BYTES }
+        });
+        let stream = json!({
+            "name": "stream", "in": "query", "required": false,
+            "description": "Answer application/x-ndjson: output events ({\"event\": \"output\", \"stream\", \"text\"} and, when text is lossy UTF-8, \"bytes_base64\" with the bytes exactly), then the result ({\"event\": \"result\", \"outcome\"}) or an error ({\"event\": \"error\", \"error\"}).",
+            "schema": { "type": "boolean", "default": false }
+        });
+        let identity = json!({
+            "name": "identity", "in": "query", "required": false,
+            "description": "The runner identity the caller expects (hex SHA-256, RunnerIdentity::digest; GET /v1/daemon shows this server's): when this server's differs, nothing runs and the answer is 409 daemon.identity_mismatch.",
+            "schema": { "type": "string", "pattern": "^[0-9a-f]{64}$",
+                        "minLength": IDENTITY_DIGEST_HEX_LEN, "maxLength": IDENTITY_DIGEST_HEX_LEN }
+        });
+        let run_id = json!({
+            "name": "id", "in": "path", "required": true,
+            "description": "The run id of an overlay (review mode) run's outcome.",
+            "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$",
+                        "minLength": HANDLE_HEX_LEN, "maxLength": HANDLE_HEX_LEN }
+        });
+        Self {
+            id,
+            session,
+            stream,
+            identity,
+            run_id,
+        }
+    }
+}
+
+/// Errors of the policy and the body, which most requests can answer.
+const POLICY_ERRORS: [(&str, &str); 3] = [
+    ("413", "body larger than the request cap"),
+    (
+        "415",
+        "a Content-Type other than application/json (or, for a run, the streamed-stdin form)",
+    ),
+    (
+        "422",
+        "refused by the policy (exec.*, scope.*, env.*, egress.*, limits.*, wasm.*, tier.*)",
+    ),
+];
+
+/// Errors of a request naming a background process.
+const HANDLE_ERRORS: [(&str, &str); 1] = [("404", "no such handle for this session")];
+
+/// Errors of a request naming a kept change set.
+const KEPT_ERRORS: [(&str, &str); 1] = [(
+    "404",
+    "no change set is kept for this run (none made, applied, discarded or expired)",
+)];
+
+/// A run refused because the caller expects another runner.
+const IDENTITY_MISMATCH: &str = "the runner identity given as identity is not this server's (daemon.identity_mismatch); nothing ran";
+
+/// A JSON request body of the component `schema`, with `examples`.
+fn body(schema: &str, examples: Value) -> Value {
+    json!({ "required": true, "content": { "application/json": {
+        "schema": { "$ref": format!("#/components/schemas/{schema}") },
+        "examples": examples } } })
+}
+
+/// A run's request body, which may also be the streamed-stdin form: the request as one
+/// line of JSON, a line feed, then the run's stdin as raw bytes (see docs/api.md).
+fn run_body(schema: &str, examples: Value) -> Value {
+    let mut b = body(schema, examples);
+    b["content"][crate::http::STDIN_STREAM_MEDIA_TYPE] = json!({
+        "schema": {
+            "type": "string", "format": "binary",
+            "description": format!(
+                "The {schema} as one line of compact JSON (at most {} bytes), a line feed (0x0A), then the run's stdin: raw bytes of any kind to the end of the body, forwarded to the program as they arrive and bounded by the run's stdin limit (limits.stdin_bytes, narrowed by stdin_limit_bytes), not by the body cap. The request may carry no stdin or stdin_base64 (input.stdin_conflict).",
+                tierbox_policy::request::MAX_REQUEST_BYTES
+            )
+        }
     });
-    let kept_errors = [(
-        "404",
-        "no change set is kept for this run (none made, applied, discarded or expired)",
-    )];
-    let changes_paths = json!({
+    b
+}
+
+/// Runs: health, process runs (foreground or background), checks and WASM runs.
+fn run_paths(p: &Parameters, r: &ResponseSchemas) -> Value {
+    let Parameters {
+        session,
+        stream,
+        identity,
+        ..
+    } = p;
+    let ResponseSchemas {
+        run_result_schema,
+        health_schema,
+        check_schema,
+        ..
+    } = r.clone();
+    let policy = POLICY_ERRORS;
+    let identity_mismatch = IDENTITY_MISMATCH;
+    let run_result = json_response("the outcome, or the background handle", run_result_schema);
+    json!({
+        "/v1/health": { "get": {
+            "operationId": "health", "summary": "Whether the server is up (no token needed)", "security": [],
+            "responses": { "200": json_response("the server is up", health_schema) }
+        } },
+        "/v1/process/run": { "post": {
+            "operationId": "process_run", "summary": "Run a command in the sandbox the policy picks; foreground to the end, or start it in the background",
+            "parameters": [session.clone(), stream.clone(), identity.clone()],
+            "requestBody": run_body("ProcessRunRequest", json!({
+                "tests": { "summary": "run the test suite for at most five minutes",
+                           "value": { "command": "cargo", "args": ["test", "--offline"], "timeout_ms": 300_000 } },
+                "server": { "summary": "start a server in the background",
+                            "value": { "command": "python3", "args": ["-m", "http.server", "8000"], "background": true } }
+            })),
+            "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", &format!("background process cap reached, or {identity_mismatch}")), ("500", "the host could not launch a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result.clone())
+        } },
+        "/v1/process/check": { "post": {
+            "operationId": "process_check", "summary": "What a process_run of the request would do on this host, without running it",
+            "requestBody": body("ProcessRunRequest", json!({
+                "tests": { "summary": "would the test suite run, and where?",
+                           "value": { "command": "cargo", "args": ["test", "--offline"] } }
+            })),
+            "responses": with(errors(&[policy[0], policy[1], policy[2]]), "200", json_response("the plan and the preflight, or the Tier A plan", check_schema))
+        } },
+        "/v1/wasm/run": { "post": {
+            "operationId": "wasm_run", "summary": "Run a WebAssembly module in Tier A",
+            "parameters": [stream, identity],
+            "requestBody": run_body("WasmRunRequest", json!({
+                "module": { "summary": "run a module from the workspace",
+                            "value": { "module": "build/tool.wasm", "args": ["--check"] } }
+            })),
+            "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", identity_mismatch), ("500", "the host could not run a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result)
+        } }
+    })
+}
+
+/// Background processes: list, status, kill, output and stdin.
+fn process_paths(p: &Parameters, r: &ResponseSchemas) -> Value {
+    let Parameters { id, session, .. } = p;
+    let ResponseSchemas {
+        status_schema,
+        list_schema,
+        output_schema,
+        stdin_schema,
+        ..
+    } = r.clone();
+    let policy = POLICY_ERRORS;
+    let handle_errors = HANDLE_ERRORS;
+    let status = json_response("the process status", status_schema);
+    json!({
+        "/v1/process": { "get": {
+            "operationId": "process_list", "summary": "List your session's background processes",
+            "parameters": [session.clone()],
+            "responses": with(errors(&[]), "200", json_response("the session's processes", list_schema))
+        } },
+        "/v1/process/{id}": { "get": {
+            "operationId": "process_status", "summary": "Status of one background process",
+            "parameters": [id.clone(), session.clone()],
+            "responses": with(errors(&handle_errors), "200", status.clone())
+        } },
+        "/v1/process/{id}/kill": { "post": {
+            "operationId": "process_kill", "summary": "Kill a background process and its whole tree",
+            "parameters": [id.clone(), session.clone()],
+            "responses": with(errors(&handle_errors), "200", status)
+        } },
+        "/v1/process/{id}/output": { "get": {
+            "operationId": "process_output", "summary": "Read a background process's output from an offset on",
+            "parameters": [id.clone(), session.clone(),
+                { "name": "stream", "in": "query", "required": false,
+                  "schema": { "enum": ["stdout", "stderr"], "default": "stdout" } },
+                { "name": "offset", "in": "query", "required": false,
+                  "schema": { "type": "integer", "minimum": 0, "default": 0 } },
+                { "name": "max_bytes", "in": "query", "required": false,
+                  "schema": { "type": "integer", "minimum": 1,
+                              "maximum": MAX_OUTPUT_READ_BYTES,
+                              "default": DEFAULT_OUTPUT_READ_BYTES } }],
+            "responses": with(errors(&handle_errors), "200", json_response("output from the offset on", output_schema))
+        } },
+        "/v1/process/{id}/stdin": { "post": {
+            "operationId": "process_write_stdin", "summary": "Write to a background process's stdin, or close it",
+            "parameters": [id, session.clone()],
+            "requestBody": body("WriteStdinRequest", json!({
+                "line": { "summary": "send a line and keep stdin open", "value": { "data": "status\n" } },
+                "close": { "summary": "close stdin (end of input)", "value": { "close": true } }
+            })),
+            "responses": with(errors(&[handle_errors[0], ("409", "stdin closed or the process ended"), policy[0], policy[1]]), "200", json_response("bytes written", stdin_schema))
+        } }
+    })
+}
+
+/// The daemon's identity and sessions.
+fn session_paths(p: &Parameters, r: &ResponseSchemas) -> Value {
+    let Parameters { session, .. } = p;
+    let ResponseSchemas {
+        daemon_schema,
+        session_schema,
+        issued_schema,
+        ..
+    } = r.clone();
+    let policy = POLICY_ERRORS;
+    json!({
+        "/v1/daemon": { "get": {
+            "operationId": "daemon_identity", "summary": "The server's pid and its runner's identity (for a local CLI hand-off)",
+            "responses": with(errors(&[]), "200", json_response("the server's process and the identity of its runner: a local client hands it a run only when the client's own identity is equal", daemon_schema))
+        } },
+        "/v1/session": { "delete": {
+            "operationId": "end_session", "summary": "End your session: kill its run_owned background processes (with a session token, the token ends too)",
+            "parameters": [session],
+            "responses": with(errors(&[]), "200", json_response("the session's run_owned processes were killed", session_schema.clone()))
+        } },
+        "/v1/sessions": { "post": {
+            "operationId": "new_session", "summary": "Issue a session token for an agent (operator token only): its requests are that session's, it sees only its own change sets, and applies them only where workspace.agent_may_apply",
+            "requestBody": { "required": false, "content": { "application/json": {
+                "schema": { "$ref": "#/components/schemas/NewSessionBody" },
+                "examples": {
+                    "unnamed": { "summary": "a session without a name", "value": {} },
+                    "named": { "summary": "a named session", "value": { "name": "agent-1" } }
+                } } } },
+            "responses": with(errors(&[("403", "a session token cannot issue tokens (auth.forbidden)"), ("409", "the most session tokens a server holds are live (sessions.limit)"), policy[0], policy[1], ("400", "the name is not 1 to 64 characters of [A-Za-z0-9_-] (input.malformed)")]), "200", json_response("the session and its token (shown only here)", issued_schema))
+        } },
+        "/v1/sessions/{id}": { "delete": {
+            "operationId": "revoke_session", "summary": "End a session (operator token only): its token stops working and its run_owned processes are killed",
+            "parameters": [{ "name": "id", "in": "path", "required": true,
+                "description": "The session's id (from POST /v1/sessions).",
+                "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$",
+                            "minLength": HANDLE_HEX_LEN, "maxLength": HANDLE_HEX_LEN } }],
+            "responses": with(errors(&[("403", "a session token cannot end another session (auth.forbidden)"), ("404", "no live session of that id (sessions.not_found)")]), "200", json_response("the session ended", session_schema))
+        } }
+    })
+}
+
+/// Kept change sets of overlay (review mode) runs.
+fn changes_paths(p: &Parameters, r: &ResponseSchemas) -> Value {
+    let Parameters { run_id, .. } = p;
+    let ResponseSchemas {
+        changes_list_schema,
+        changes_schema,
+        applied_schema,
+        discarded_schema,
+        ..
+    } = r.clone();
+    let policy = POLICY_ERRORS;
+    let kept_errors = KEPT_ERRORS;
+    json!({
         "/v1/changes": { "get": {
             "operationId": "changes_list", "summary": "The change sets overlay (review mode) runs kept, oldest first",
             "responses": with(errors(&[]), "200", json_response("the kept change sets", changes_list_schema))
@@ -295,123 +555,7 @@ pub fn document() -> Value {
             "parameters": [run_id],
             "responses": with(errors(&kept_errors), "200", json_response("the change set was dropped", discarded_schema))
         } }
-    });
-
-    let mut doc = json!({
-        "openapi": "3.1.0",
-        "info": {
-            "title": "Tierbox",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "Run commands for AI agents in tiered sandboxes. See docs/api.md."
-        },
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } }
-        },
-        "security": [ { "bearer": [] } ],
-        "paths": {
-            "/v1/health": { "get": {
-                "operationId": "health", "summary": "Whether the server is up (no token needed)", "security": [],
-                "responses": { "200": json_response("the server is up", health_schema) }
-            } },
-            "/v1/process/run": { "post": {
-                "operationId": "process_run", "summary": "Run a command in the sandbox the policy picks; foreground to the end, or start it in the background",
-                "parameters": [session.clone(), stream.clone(), identity.clone()],
-                "requestBody": run_body("ProcessRunRequest", json!({
-                    "tests": { "summary": "run the test suite for at most five minutes",
-                               "value": { "command": "cargo", "args": ["test", "--offline"], "timeout_ms": 300_000 } },
-                    "server": { "summary": "start a server in the background",
-                                "value": { "command": "python3", "args": ["-m", "http.server", "8000"], "background": true } }
-                })),
-                "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", &format!("background process cap reached, or {identity_mismatch}")), ("500", "the host could not launch a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result.clone())
-            } },
-            "/v1/process/check": { "post": {
-                "operationId": "process_check", "summary": "What a process_run of the request would do on this host, without running it",
-                "requestBody": body("ProcessRunRequest", json!({
-                    "tests": { "summary": "would the test suite run, and where?",
-                               "value": { "command": "cargo", "args": ["test", "--offline"] } }
-                })),
-                "responses": with(errors(&[policy[0], policy[1], policy[2]]), "200", json_response("the plan and the preflight, or the Tier A plan", check_schema))
-            } },
-            "/v1/wasm/run": { "post": {
-                "operationId": "wasm_run", "summary": "Run a WebAssembly module in Tier A",
-                "parameters": [stream, identity],
-                "requestBody": run_body("WasmRunRequest", json!({
-                    "module": { "summary": "run a module from the workspace",
-                                "value": { "module": "build/tool.wasm", "args": ["--check"] } }
-                })),
-                "responses": with(errors(&[policy[0], policy[1], policy[2], ("409", identity_mismatch), ("500", "the host could not run a valid plan"), ("503", "the attestation key or the audit log the policy requires is unavailable")]), "200", run_result)
-            } },
-            "/v1/process": { "get": {
-                "operationId": "process_list", "summary": "List your session's background processes",
-                "parameters": [session.clone()],
-                "responses": with(errors(&[]), "200", json_response("the session's processes", list_schema))
-            } },
-            "/v1/process/{id}": { "get": {
-                "operationId": "process_status", "summary": "Status of one background process",
-                "parameters": [id.clone(), session.clone()],
-                "responses": with(errors(&handle_errors), "200", status.clone())
-            } },
-            "/v1/process/{id}/kill": { "post": {
-                "operationId": "process_kill", "summary": "Kill a background process and its whole tree",
-                "parameters": [id.clone(), session.clone()],
-                "responses": with(errors(&handle_errors), "200", status)
-            } },
-            "/v1/process/{id}/output": { "get": {
-                "operationId": "process_output", "summary": "Read a background process's output from an offset on",
-                "parameters": [id.clone(), session.clone(),
-                    { "name": "stream", "in": "query", "required": false,
-                      "schema": { "enum": ["stdout", "stderr"], "default": "stdout" } },
-                    { "name": "offset", "in": "query", "required": false,
-                      "schema": { "type": "integer", "minimum": 0, "default": 0 } },
-                    { "name": "max_bytes", "in": "query", "required": false,
-                      "schema": { "type": "integer", "minimum": 1,
-                                  "maximum": MAX_OUTPUT_READ_BYTES,
-                                  "default": DEFAULT_OUTPUT_READ_BYTES } }],
-                "responses": with(errors(&handle_errors), "200", json_response("output from the offset on", output_schema))
-            } },
-            "/v1/process/{id}/stdin": { "post": {
-                "operationId": "process_write_stdin", "summary": "Write to a background process's stdin, or close it",
-                "parameters": [id, session.clone()],
-                "requestBody": body("WriteStdinRequest", json!({
-                    "line": { "summary": "send a line and keep stdin open", "value": { "data": "status\n" } },
-                    "close": { "summary": "close stdin (end of input)", "value": { "close": true } }
-                })),
-                "responses": with(errors(&[handle_errors[0], ("409", "stdin closed or the process ended"), policy[0], policy[1]]), "200", json_response("bytes written", stdin_schema))
-            } },
-            "/v1/daemon": { "get": {
-                "operationId": "daemon_identity", "summary": "The server's pid and its runner's identity (for a local CLI hand-off)",
-                "responses": with(errors(&[]), "200", json_response("the server's process and the identity of its runner: a local client hands it a run only when the client's own identity is equal", daemon_schema))
-            } },
-            "/v1/session": { "delete": {
-                "operationId": "end_session", "summary": "End your session: kill its run_owned background processes (with a session token, the token ends too)",
-                "parameters": [session],
-                "responses": with(errors(&[]), "200", json_response("the session's run_owned processes were killed", session_schema.clone()))
-            } },
-            "/v1/sessions": { "post": {
-                "operationId": "new_session", "summary": "Issue a session token for an agent (operator token only): its requests are that session's, it sees only its own change sets, and applies them only where workspace.agent_may_apply",
-                "requestBody": { "required": false, "content": { "application/json": {
-                    "schema": { "$ref": "#/components/schemas/NewSessionBody" },
-                    "examples": {
-                        "unnamed": { "summary": "a session without a name", "value": {} },
-                        "named": { "summary": "a named session", "value": { "name": "agent-1" } }
-                    } } } },
-                "responses": with(errors(&[("403", "a session token cannot issue tokens (auth.forbidden)"), ("409", "the most session tokens a server holds are live (sessions.limit)"), policy[0], policy[1], ("400", "the name is not 1 to 64 characters of [A-Za-z0-9_-] (input.malformed)")]), "200", json_response("the session and its token (shown only here)", issued_schema))
-            } },
-            "/v1/sessions/{id}": { "delete": {
-                "operationId": "revoke_session", "summary": "End a session (operator token only): its token stops working and its run_owned processes are killed",
-                "parameters": [{ "name": "id", "in": "path", "required": true,
-                    "description": "The session's id (from POST /v1/sessions).",
-                    "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$",
-                                "minLength": HANDLE_HEX_LEN, "maxLength": HANDLE_HEX_LEN } }],
-                "responses": with(errors(&[("403", "a session token cannot end another session (auth.forbidden)"), ("404", "no live session of that id (sessions.not_found)")]), "200", json_response("the session ended", session_schema))
-            } }
-        }
-    });
-    if let (Some(paths), Value::Object(more)) = (doc["paths"].as_object_mut(), changes_paths) {
-        paths.extend(more);
-    }
-    doc
+    })
 }
 
 #[cfg(test)]

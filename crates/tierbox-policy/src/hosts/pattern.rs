@@ -70,11 +70,19 @@ enum Target {
 }
 
 impl HostPattern {
-    /// Parses an allowlist entry; the error is a lowercase sentence naming the entry.
+    /// Parses an allowlist entry (the same as [`str::parse`]). The error's variant names
+    /// the rule the entry breaks and carries the entry; its message is a lowercase
+    /// sentence naming the entry.
     ///
-    /// [`str::parse`] gives the typed [`PatternError`] instead.
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        raw.parse::<Self>().map_err(|e| e.to_string())
+    /// ```
+    /// use tierbox_policy::hosts::{HostPattern, PatternError};
+    ///
+    /// let err = HostPattern::parse("*.com").unwrap_err();
+    /// assert!(matches!(&err, PatternError::SuffixTooBroad { pattern } if pattern == "*.com"));
+    /// assert!(err.to_string().starts_with("pattern \"*.com\" covers a whole top-level domain"));
+    /// ```
+    pub fn parse(raw: &str) -> Result<Self, PatternError> {
+        raw.parse::<Self>()
     }
 
     /// The port this pattern requires, if any.
@@ -260,8 +268,8 @@ impl fmt::Display for HostPattern {
 }
 
 impl TryFrom<String> for HostPattern {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = PatternError;
+    fn try_from(s: String) -> Result<Self, PatternError> {
         Self::parse(&s)
     }
 }
@@ -544,11 +552,73 @@ mod tests {
 
     #[test]
     fn errors_are_lowercase_and_name_the_pattern() {
-        let e = HostPattern::parse("*.com").unwrap_err();
+        let e = HostPattern::parse("*.com").unwrap_err().to_string();
         assert!(e.contains("\"*.com\""), "{e}");
         assert!(
             !e.starts_with(char::is_uppercase) && !e.ends_with('.'),
             "{e}"
         );
+    }
+
+    /// `HostPattern::parse` returns the typed error: each refusal names its rule and the
+    /// entry, and the message is the one the string error used to carry.
+    #[test]
+    fn parse_refusals_are_typed_and_keep_their_messages() {
+        // An input, a check on the refusal's variant, and its message.
+        type Case = (&'static str, fn(&PatternError) -> bool, &'static str);
+        let cases: [Case; 6] = [
+            ("", |e| matches!(e, PatternError::Empty), "pattern is empty"),
+            (
+                "*",
+                |e| matches!(e, PatternError::AllHosts { pattern } if pattern == "*"),
+                "pattern \"*\" would allow every host; set egress.mode = \"allow_all\" to do that",
+            ),
+            (
+                "*.co.uk",
+                |e| {
+                    matches!(e, PatternError::RegistrySuffix { pattern, suffix }
+                        if pattern == "*.co.uk" && suffix == "co.uk")
+                },
+                "pattern \"*.co.uk\" covers the registry suffix \"co.uk\"; list the names under it instead",
+            ),
+            (
+                ".example.com",
+                |e| {
+                    matches!(e, PatternError::LeadingDot { pattern, suggestion }
+                        if pattern == ".example.com" && suggestion == "*.example.com")
+                },
+                "pattern \".example.com\" starts with '.'; write \"*.example.com\" to match the names under it",
+            ),
+            (
+                "10.0.0.1/8",
+                |e| {
+                    matches!(e, PatternError::CidrHostBits { pattern, network }
+                        if pattern == "10.0.0.1/8" && network == "10.0.0.0/8")
+                },
+                "pattern \"10.0.0.1/8\" has host bits set; did you mean \"10.0.0.0/8\"?",
+            ),
+            (
+                "example.com:0",
+                |e| matches!(e, PatternError::Host { pattern, .. } if pattern == "example.com:0"),
+                "pattern \"example.com:0\": ",
+            ),
+        ];
+        for (raw, is_rule, message) in cases {
+            let err = HostPattern::parse(raw).unwrap_err();
+            assert!(is_rule(&err), "{raw:?}: {err:?}");
+            // The host error's own text follows a `Host` refusal's prefix.
+            if message.ends_with(": ") {
+                assert!(err.to_string().starts_with(message), "{raw:?}: {err}");
+            } else {
+                assert_eq!(err.to_string(), message, "{raw:?}");
+            }
+            assert_eq!(
+                serde_json::from_value::<HostPattern>(serde_json::json!(raw))
+                    .unwrap_err()
+                    .to_string(),
+                err.to_string(),
+                "{raw:?}: serde gives the same message"
+            );
+        }
     }
 }

@@ -273,6 +273,18 @@ fn git_assignment(text: &str) -> (&str, Option<&str>) {
 }
 
 fn git(inv: &Invocation, words: &[(usize, &str)], out: &mut Routes) {
+    let Some(sub_at) = git_global_options(words, out) else {
+        return;
+    };
+    let (_, subcommand) = words[sub_at];
+    let rest = &words[sub_at + 1..];
+    git_url_transports(subcommand, rest, out);
+    git_subcommand(inv, subcommand, rest, out);
+}
+
+/// Reads git's global options (up to the subcommand), reporting those that run code;
+/// returns where the subcommand is, if there is one.
+fn git_global_options(words: &[(usize, &str)], out: &mut Routes) -> Option<usize> {
     // Global options, up to the subcommand.
     let mut i = 0;
     let mut sub: Option<usize> = None;
@@ -321,11 +333,12 @@ fn git(inv: &Invocation, words: &[(usize, &str)], out: &mut Routes) {
             }
         }
     }
-    let Some(sub_at) = sub else { return };
-    let (_, subcommand) = words[sub_at];
-    let rest = &words[sub_at + 1..];
-    // A transport that runs a command (`ext::CMD`) or talks over inherited fds (`fd::`),
-    // wherever a command that takes a URL could read one.
+    sub
+}
+
+/// A transport that runs a command (`ext::CMD`) or talks over inherited fds (`fd::`),
+/// wherever a command that takes a URL could read one.
+fn git_url_transports(subcommand: &str, rest: &[(usize, &str)], out: &mut Routes) {
     let takes_urls = matches!(
         subcommand,
         "clone"
@@ -345,29 +358,37 @@ fn git(inv: &Invocation, words: &[(usize, &str)], out: &mut Routes) {
             out.code(index, "a URL of the ext:: or fd:: transport");
         }
     }
-    let opt_values = |names: &[&str]| long_values(rest, names);
-    let short_value = |flag: &str| -> Vec<(usize, &str)> {
-        let mut v = Vec::new();
-        let mut j = 0;
-        while let Some(&(_, w)) = rest.get(j) {
-            j += 1;
-            if w == "--" {
-                break;
-            }
-            if w == flag {
-                if let Some(&(vi, val)) = rest.get(j) {
-                    v.push((vi, val));
-                    j += 1;
-                }
-            } else if let Some(val) = w.strip_prefix(flag).filter(|_| flag.len() == 2)
-                && !val.is_empty()
-                && !w.starts_with("--")
-            {
-                v.push((rest[j - 1].0, val));
-            }
+}
+
+/// The values of the short option `flag` in `rest`, given as the next word (`-u CMD`) or
+/// glued to a two-character flag (`-uCMD`), up to `--`.
+fn short_values<'w>(rest: &[(usize, &'w str)], flag: &str) -> Vec<(usize, &'w str)> {
+    let mut v = Vec::new();
+    let mut j = 0;
+    while let Some(&(_, w)) = rest.get(j) {
+        j += 1;
+        if w == "--" {
+            break;
         }
-        v
-    };
+        if w == flag {
+            if let Some(&(vi, val)) = rest.get(j) {
+                v.push((vi, val));
+                j += 1;
+            }
+        } else if let Some(val) = w.strip_prefix(flag).filter(|_| flag.len() == 2)
+            && !val.is_empty()
+            && !w.starts_with("--")
+        {
+            v.push((rest[j - 1].0, val));
+        }
+    }
+    v
+}
+
+/// The options and operands of git `subcommand` (its arguments `rest`) that run code.
+fn git_subcommand(inv: &Invocation, subcommand: &str, rest: &[(usize, &str)], out: &mut Routes) {
+    let opt_values = |names: &[&str]| long_values(rest, names);
+    let short_value = |flag: &str| short_values(rest, flag);
     match subcommand {
         "clone" | "ls-remote" | "fetch" | "pull" | "fetch-pack" => {
             for (index, _) in opt_values(&["--upload-pack"]) {
