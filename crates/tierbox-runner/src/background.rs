@@ -581,6 +581,32 @@ impl BackgroundManager {
         self.start_sealed(owner, plan, None).await
     }
 
+    /// Refuses a start that would pass `max_per_owner` live processes of `owner`, or
+    /// `max_total` of the runner's.
+    fn check_room(&self, owner: &str) -> Result<(), BackgroundError> {
+        let live: Vec<Arc<Entry>> = self
+            .entries()
+            .into_iter()
+            .filter(|e| e.ended().is_none())
+            .collect();
+        let mine = live.iter().filter(|e| e.owner == owner).count();
+        if mine >= self.max_per_owner as usize {
+            return Err(BackgroundError::Limit {
+                scope: "this owner".to_owned(),
+                live: mine,
+                max: self.max_per_owner,
+            });
+        }
+        if live.len() >= self.max_total as usize {
+            return Err(BackgroundError::Limit {
+                scope: "the runner".to_owned(),
+                live: live.len(),
+                max: self.max_total,
+            });
+        }
+        Ok(())
+    }
+
     /// [`BackgroundManager::start`], attesting the run with `seal` when it ends (the
     /// attestation then appears in its status).
     pub async fn start_sealed(
@@ -593,28 +619,7 @@ impl BackgroundManager {
             RunError::Launch("the plan was not validated with background: true".to_owned())
         })?;
         self.prune();
-        {
-            let live: Vec<Arc<Entry>> = self
-                .entries()
-                .into_iter()
-                .filter(|e| e.ended().is_none())
-                .collect();
-            let mine = live.iter().filter(|e| e.owner == owner).count();
-            if mine >= self.max_per_owner as usize {
-                return Err(BackgroundError::Limit {
-                    scope: "this owner".to_owned(),
-                    live: mine,
-                    max: self.max_per_owner,
-                });
-            }
-            if live.len() >= self.max_total as usize {
-                return Err(BackgroundError::Limit {
-                    scope: "the runner".to_owned(),
-                    live: live.len(),
-                    max: self.max_total,
-                });
-            }
-        }
+        self.check_room(owner)?;
         let mut plan = plan.clone();
         // Always a stdin pipe, so `write_stdin` can reach the process later.
         let initial_stdin = plan.stdin.replace(Vec::new()).unwrap_or_default();

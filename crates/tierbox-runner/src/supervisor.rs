@@ -11,17 +11,16 @@
 //! - the direct child is reaped through its pidfd; no pid is ever signalled after it could
 //!   have been reused.
 
-use std::collections::HashSet;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tierbox_egress::{Proxy, ProxyConfig};
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{Rejection, Tier};
 use tierbox_redact::Redactor;
-use tierbox_sandbox::launch::mediate::{RefusalLog, SeccompMediator};
+use tierbox_sandbox::launch::mediate::RefusalLog;
 use tierbox_sandbox::launch::{ExitInfo, LaunchError, LaunchOptions};
 use tierbox_sandbox::linux::audit::Refusal;
 use tierbox_sandbox::probe::host_facts;
@@ -36,6 +35,14 @@ use crate::outcome::{LimitHit, Outcome, StreamOutput, Usage, signal_name};
 use crate::stdin::{Forwarding, StdinReport, StdinSource};
 use crate::stream::{OutputEvent, Tap, Tee};
 use tierbox_policy::handle::Stream;
+
+mod hand_off;
+mod roots;
+
+pub(crate) use hand_off::serve_hand_off;
+use roots::LAUNCHING;
+pub use roots::enable_subreaper;
+pub(crate) use roots::{cleanup, kill_tree, register_root};
 
 /// Grace between SIGTERM and SIGKILL when the deadline expires, in milliseconds. Long
 /// enough for a test runner to flush its report, short enough to keep the call bounded.
@@ -160,32 +167,6 @@ pub fn new_run_id() -> String {
             .unwrap_or(0);
         tierbox_attest::jcs::hex(&(t ^ u128::from(std::process::id())).to_le_bytes())
     })
-}
-
-/// Pids of the direct children of live runs, so the orphan sweep never touches them.
-fn live_roots() -> &'static Mutex<HashSet<i32>> {
-    static ROOTS: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
-    ROOTS.get_or_init(|| Mutex::new(HashSet::new()))
-}
-
-/// Held shared from a launch's `clone` until its root is registered, and exclusively
-/// while the orphan sweep lists this process's children: a child the sweep sees that is
-/// not a registered root is then certainly an orphan, never a run that has just started.
-static LAUNCHING: RwLock<()> = RwLock::new(());
-
-static SUBREAPER: OnceLock<bool> = OnceLock::new();
-
-/// Makes this process a child subreaper, so orphaned descendants of runs (daemons that
-/// left the process group with `setsid`) are re-parented here and killed at the end of
-/// their run when no cgroup contains them.
-///
-/// Call it only in a process that owns no other children: at the end of each run the
-/// supervisor kills and reaps re-parented children that are not the root of a live run.
-/// The `tierbox` CLI and server call it at startup.
-pub fn enable_subreaper() -> std::io::Result<()> {
-    process::set_child_subreaper()?;
-    let _ = SUBREAPER.set(true);
-    Ok(())
 }
 
 /// Runs `plan` and supervises it to the end.
@@ -449,16 +430,6 @@ impl Drop for RunGuard {
 
 /// How many 1 ms tries a dropped run gets to reap its SIGKILLed direct child.
 const REAP_ON_DROP_TRIES: u32 = 1_000;
-
-pub(crate) fn register_root(pid: i32, live: bool) {
-    if let Ok(mut roots) = live_roots().lock() {
-        if live {
-            roots.insert(pid);
-        } else {
-            roots.remove(&pid);
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 enum Ended {
@@ -1009,58 +980,6 @@ pub(crate) async fn read_stream<S: ChunkSink + ?Sized>(
     }
 }
 
-/// Serves the run's seccomp hand-off, when it has one, for as long as the returned task
-/// lives: chmod beneath the workspace, the declared writable paths and the run's private
-/// temporary directory; the handed-off refusals answered and recorded in the returned
-/// log (`None` when the filter hands none off).
-pub(crate) fn serve_hand_off(
-    plan: &Plan,
-    l: &mut RunningSandbox,
-) -> std::io::Result<(Option<AbortOnDrop>, Option<RefusalLog>)> {
-    let Some(hand_off) = l.take_seccomp_hand_off() else {
-        return Ok((None, None));
-    };
-    let refusals = hand_off.refusals.is_some().then(RefusalLog::default);
-    let m = seccomp_mediator(hand_off, plan, l, refusals.as_ref())?;
-    Ok((Some(AbortOnDrop(tokio::spawn(m.serve()))), refusals))
-}
-
-fn seccomp_mediator(
-    mut hand_off: tierbox_sandbox::running::SeccompHandOff,
-    plan: &Plan,
-    l: &RunningSandbox,
-    refusals: Option<&RefusalLog>,
-) -> std::io::Result<SeccompMediator> {
-    let views = std::mem::take(&mut hand_off.views);
-    let mut m = SeccompMediator::new(hand_off.listener, &plan.workspace, l.child_ids().0)?;
-    if hand_off.mediate_chmod {
-        m = m.mediating_chmod();
-    }
-    if let (Some(enforcing), Some(log)) = (hand_off.refusals, refusals) {
-        m = m.refusing(enforcing, log.clone());
-    }
-    if hand_off.pending {
-        m = m.pending();
-    }
-    for root in &plan.filesystem.writable {
-        // A grant the run's private /tmp or /dev/shm serves is one of `views`.
-        if views.iter().any(|(view, _)| view == root) {
-            continue;
-        }
-        m = m.also_beneath(root)?;
-    }
-    match l.slot() {
-        Some(_) if !views.is_empty() => {
-            for (view, host) in &views {
-                m = m.also_beneath_as(view, host)?;
-            }
-        }
-        Some(slot) => m = m.also_beneath(&slot.tmp)?,
-        None => {}
-    }
-    Ok(m)
-}
-
 /// Aborts a task when dropped (also when the run's future is dropped mid-run).
 pub(crate) struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -1080,104 +999,6 @@ pub(crate) async fn drain_task(task: tokio::task::JoinHandle<()>, limit: Duratio
             true
         }
     }
-}
-
-/// SIGKILLs every process of the run: the cgroup, the process group, and (subreaper
-/// mode) orphans re-parented to the supervisor.
-pub(crate) fn kill_tree(l: &RunningSandbox) {
-    l.kill_all();
-    if SUBREAPER.get().copied().unwrap_or(false) && l.cgroup().is_none() {
-        sweep_orphans();
-    }
-}
-
-/// Kills and reaps children of this process that are not the root of a live run: they
-/// can only be re-parented orphans of runs (see [`enable_subreaper`]).
-fn sweep_orphans() {
-    for pid in orphans() {
-        let _ = process::kill(pid, libc::SIGKILL);
-        for _ in 0..50 {
-            if process::reap_nohang(pid) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-}
-
-/// Reaps the orphans of runs that have already exited, leaving live ones alone (they
-/// belong to runs whose cgroup holds and kills them). Without this an orphan that ends
-/// as a zombie of the subreaper — bwrap's pid 1 when its monitor exits first — stays one,
-/// still charged to its run's `pids.max`.
-fn reap_exited_orphans() {
-    // One system call instead of reading every thread's `children`, when no child of
-    // this process is a zombie (the common case: every run's root is reaped by its run).
-    if !process::exited_child_waiting() {
-        return;
-    }
-    for pid in orphans() {
-        process::reap_nohang(pid);
-    }
-}
-
-/// Children of this process that are not the root of a live run and not in this
-/// process's session. Every process of a run is in a session of its own (each backend
-/// starts the run with `setsid`, and nothing can join another session), so this never
-/// includes a helper the supervisor started itself with `Command` (a container engine's
-/// CLI, a probe), whose exit status belongs to the code waiting for it.
-fn orphans() -> Vec<i32> {
-    let _listing = LAUNCHING.write().unwrap_or_else(PoisonError::into_inner);
-    let roots: HashSet<i32> = live_roots().lock().map(|r| r.clone()).unwrap_or_default();
-    // The supervisor's session does not change: read once.
-    static OWN_SESSION: OnceLock<Option<i32>> = OnceLock::new();
-    let Some(own_session) = *OWN_SESSION.get_or_init(|| session_of("self")) else {
-        return Vec::new();
-    };
-    own_children()
-        .into_iter()
-        .filter(|pid| !roots.contains(pid))
-        .filter(|pid| session_of(&pid.to_string()).is_some_and(|sid| sid != own_session))
-        .collect()
-}
-
-/// The session id of `/proc/<pid>` (field 6 of its `stat`), zombies included.
-fn session_of(pid: &str) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: fields after it
-    // follow the last ')'. After it: state, ppid, pgrp, session.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(3)?
-        .parse()
-        .ok()
-}
-
-fn own_children() -> Vec<i32> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return out;
-    };
-    for task in tasks.flatten() {
-        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            out.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok()),
-            );
-        }
-    }
-    out
-}
-
-/// Hands the run's resources back ([`RunningSandbox::release`]) and, once its root is
-/// reaped, forgets it as a live root; first reaps orphans of earlier runs that have
-/// exited (subreaper mode).
-pub(crate) fn cleanup(l: &mut RunningSandbox) {
-    if SUBREAPER.get().copied().unwrap_or(false) {
-        reap_exited_orphans();
-    }
-    let pid = l.pid();
-    l.release(Box::new(move || register_root(pid, false)));
 }
 
 /// A Tier C sandbox whose pid 1 ended without reporting the program's exit failed as a
