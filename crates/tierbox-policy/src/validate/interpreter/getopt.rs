@@ -120,7 +120,7 @@ impl<'s> Getopt<'s> {
     }
 
     /// The next option or operand.
-    pub(super) fn next(&mut self) -> Result<Step, String> {
+    pub(super) fn next(&mut self) -> Result<Step, GetoptError> {
         if let Some(cluster) = self.cluster.take() {
             return self.short(cluster);
         }
@@ -182,17 +182,16 @@ impl<'s> Getopt<'s> {
         self.words.splice(at..at, words);
     }
 
-    fn end(&self) -> Result<Step, String> {
+    fn end(&self) -> Result<Step, GetoptError> {
         if self.trailing_unknown {
-            return Err(format!(
-                "its remaining arguments come from {}'s input",
-                self.unknown_from
-            ));
+            return Err(GetoptError::RestFromInput {
+                from: self.unknown_from,
+            });
         }
         Ok(Step::End)
     }
 
-    fn short(&mut self, cluster: Cluster) -> Result<Step, String> {
+    fn short(&mut self, cluster: Cluster) -> Result<Step, GetoptError> {
         let Some(letter) = cluster
             .text
             .get(cluster.at..)
@@ -209,10 +208,10 @@ impl<'s> Getopt<'s> {
             .find(|(c, _)| *c == letter)
             .map(|(_, a)| *a)
         else {
-            return Err(format!(
-                "unknown option -{letter} at args[{}]",
-                cluster.index
-            ));
+            return Err(GetoptError::UnknownShort {
+                letter,
+                index: cluster.index,
+            });
         };
         let attached = (!rest.is_empty()).then(|| Word::known(rest.clone(), cluster.index));
         let value = match arg {
@@ -237,7 +236,7 @@ impl<'s> Getopt<'s> {
         }))
     }
 
-    fn long(&mut self, body: &str, index: usize) -> Result<Step, String> {
+    fn long(&mut self, body: &str, index: usize) -> Result<Step, GetoptError> {
         let (name, attached) = match body.split_once('=') {
             Some((n, v)) => (n, Some(Word::known(v, index))),
             None => (body, None),
@@ -246,7 +245,7 @@ impl<'s> Getopt<'s> {
         let key = alias.map_or(Key::Long(full), Key::Short);
         let value = match (arg, attached) {
             (Arg::No, Some(_)) => {
-                return Err(format!("option --{full} at args[{index}] takes no value"));
+                return Err(GetoptError::TakesNoValue { name: full, index });
             }
             (Arg::No, None) => None,
             (Arg::Optional, v) => v,
@@ -260,7 +259,7 @@ impl<'s> Getopt<'s> {
         &self,
         name: &str,
         index: usize,
-    ) -> Result<(&'static str, Option<char>, Arg), String> {
+    ) -> Result<(&'static str, Option<char>, Arg), GetoptError> {
         let table = self.spec.long;
         if let Some(entry) = table.iter().find(|(n, _, _)| *n == name) {
             return Ok(*entry);
@@ -274,23 +273,31 @@ impl<'s> Getopt<'s> {
                 .collect()
         };
         match matches.as_slice() {
-            [] => Err(format!("unknown option --{name} at args[{index}]")),
+            [] => Err(GetoptError::UnknownLong {
+                name: name.to_owned(),
+                index,
+            }),
             [first, others @ ..] if others.iter().all(|o| (o.1, o.2) == (first.1, first.2)) => {
                 Ok(**first)
             }
-            _ => Err(format!("ambiguous option --{name} at args[{index}]")),
+            _ => Err(GetoptError::Ambiguous {
+                name: name.to_owned(),
+                index,
+            }),
         }
     }
 
-    fn take_value(&mut self, option: &str) -> Result<Word, String> {
+    fn take_value(&mut self, option: &str) -> Result<Word, GetoptError> {
         let Some(word) = self.words.get(self.pos).cloned() else {
             if self.trailing_unknown {
-                return Err(format!(
-                    "the value of {option} comes from {}'s input",
-                    self.unknown_from
-                ));
+                return Err(GetoptError::ValueFromInput {
+                    option: option.to_owned(),
+                    from: self.unknown_from,
+                });
             }
-            return Err(format!("option {option} has no value"));
+            return Err(GetoptError::NoValue {
+                option: option.to_owned(),
+            });
         };
         if word.text().is_none() {
             return Err(unknown_word(&word, self.unknown_from));
@@ -300,8 +307,47 @@ impl<'s> Getopt<'s> {
     }
 }
 
-fn unknown_word(word: &Word, from: &str) -> String {
-    format!("args[{}] is filled in from {from}'s input", word.index)
+fn unknown_word(word: &Word, from: &'static str) -> GetoptError {
+    GetoptError::ArgFromInput {
+        index: word.index,
+        from,
+    }
+}
+
+/// Why an argument list could not be parsed as its program would: the rule broken and
+/// where (the messages become part of a rejection's text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum GetoptError {
+    /// A short option the program does not have.
+    #[error("unknown option -{letter} at args[{index}]")]
+    UnknownShort { letter: char, index: usize },
+    /// A long option the program does not have.
+    #[error("unknown option --{name} at args[{index}]")]
+    UnknownLong { name: String, index: usize },
+    /// A long-option prefix that names several options.
+    #[error("ambiguous option --{name} at args[{index}]")]
+    Ambiguous { name: String, index: usize },
+    /// `--name=value` for an option without a value.
+    #[error("option --{name} at args[{index}] takes no value")]
+    TakesNoValue { name: &'static str, index: usize },
+    /// An option whose value is missing.
+    #[error("option {option} has no value")]
+    NoValue { option: String },
+    /// An option whose value is not known before the program runs.
+    #[error("the value of {option} comes from {from}'s input")]
+    ValueFromInput { option: String, from: &'static str },
+    /// An argument not known before the program runs.
+    #[error("args[{index}] is filled in from {from}'s input")]
+    ArgFromInput { index: usize, from: &'static str },
+    /// The remaining arguments are not known before the program runs.
+    #[error("its remaining arguments come from {from}'s input")]
+    RestFromInput { from: &'static str },
+}
+
+impl From<GetoptError> for String {
+    fn from(e: GetoptError) -> Self {
+        e.to_string()
+    }
 }
 
 #[cfg(test)]
@@ -427,11 +473,17 @@ mod tests {
         assert!(
             g.next()
                 .unwrap_err()
+                .to_string()
                 .contains("filled in from xargs's input")
         );
         let mut g = Getopt::new(&SPEC, words(&["-i"]), true, "xargs");
         assert!(matches!(g.next(), Ok(Step::Opt(_))));
-        assert!(g.next().unwrap_err().contains("come from xargs's input"));
+        assert!(
+            g.next()
+                .unwrap_err()
+                .to_string()
+                .contains("come from xargs's input")
+        );
     }
 
     #[test]
