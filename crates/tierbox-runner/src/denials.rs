@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use tierbox_egress::{EgressLog, Verdict};
-use tierbox_policy::{EgressMode, LayerReport, Plan, Tier};
+use tierbox_policy::{EgressMode, LayerReport, Plan, Rejection, Tier};
 use tierbox_sandbox::linux::audit::NotRecorded;
 
 use crate::LimitHit;
@@ -200,12 +200,10 @@ pub fn of_refusals<'a>(
 
 /// Whether a Tier C run of `plan` (the request's `tier = "c"`) would run on this host,
 /// and why not: the selection a run makes.
-fn tier_c_runs(plan: &Plan) -> Result<(), String> {
+fn tier_c_runs(plan: &Plan) -> Result<(), Rejection> {
     let mut asked = plan.clone();
     asked.tier.requested = tierbox_policy::TierRequest::C;
-    tierbox_sandbox::select::select_tier(&asked, tierbox_sandbox::probe::host_facts())
-        .map(drop)
-        .map_err(|rej| rej.to_string())
+    tierbox_sandbox::select::select_tier(&asked, tierbox_sandbox::probe::host_facts()).map(drop)
 }
 
 /// [`of_refusals`], asking `tier_c` (at most once, and only for a refused unix socket)
@@ -214,7 +212,7 @@ fn of_refusals_with<'a>(
     plan: &Plan,
     refusals: impl IntoIterator<Item = &'a tierbox_sandbox::linux::audit::Refusal>,
     started: std::time::Instant,
-    tier_c: &dyn Fn() -> Result<(), String>,
+    tier_c: &dyn Fn() -> Result<(), Rejection>,
 ) -> Vec<Denial> {
     use tierbox_sandbox::linux::audit::RefusalLayer;
     let tier_c_answer = std::cell::OnceCell::new();
@@ -322,7 +320,7 @@ fn seccomp_hint(
     syscall: &str,
     rule: &str,
     target: &str,
-    tier_c: &dyn Fn() -> Result<(), String>,
+    tier_c: &dyn Fn() -> Result<(), Rejection>,
 ) -> String {
     const THROUGH_PROXY: &str = "egress.mode = \"strict\" with egress.allow += \"HOST:PORT\": outbound TCP to the hosts listed, through the egress proxy";
     // The inet sockets and calls strict egress refuses; `preflight` has them, with unix
@@ -360,7 +358,7 @@ pub const NAME_SERVICE_NOTE: &str = "libc's name service (nscd, systemd's and ss
 /// The hint for a refused `socket(AF_UNIX, …)` (Tier B): the request's `tier = "c"` when
 /// a Tier C run of the plan runs here, where a run may open unix sockets that reach only
 /// its own namespaces; `allow_all` only when nothing narrower lets it through.
-fn unix_socket_hint(mode: EgressMode, tier_c: &dyn Fn() -> Result<(), String>) -> String {
+fn unix_socket_hint(mode: EgressMode, tier_c: &dyn Fn() -> Result<(), Rejection>) -> String {
     let only =
         "egress.mode = \"allow_all\": the only mode in which a Tier B run may open unix sockets";
     match mode {
@@ -852,7 +850,7 @@ mod tests {
     /// got the same: the widest mode where a narrower key lets it through.
     #[test]
     fn socket_hints_name_the_narrowest_key_and_allow_all_only_when_nothing_narrower_does() {
-        let hint = |mode, target: &str, tier_c: &dyn Fn() -> Result<(), String>| {
+        let hint = |mode, target: &str, tier_c: &dyn Fn() -> Result<(), Rejection>| {
             seccomp_hint(
                 mode,
                 "socket",
@@ -862,7 +860,12 @@ mod tests {
             )
         };
         let runs = || Ok(());
-        let absent = || Err("user namespaces are disabled".to_owned());
+        let absent = || {
+            Err(Rejection::TierUnavailable {
+                tier: tierbox_policy::Tier::C,
+                reason: "user namespaces are disabled".to_owned(),
+            })
+        };
         for mode in [EgressMode::BlockAll, EgressMode::Strict] {
             let h = hint(mode, "AF_UNIX, SOCK_STREAM", &runs);
             assert!(h.starts_with("tier = \"c\" in the request"), "{h}");
