@@ -124,7 +124,7 @@ pub(crate) fn spawn_helper(
         .inherit
         .iter()
         .map(|(fd, at)| {
-            sys::dup_at_least(*fd, sys::INHERIT_SOURCE_MIN_FD)
+            super::pipes::dup_at_least(*fd, sys::INHERIT_SOURCE_MIN_FD)
                 .map(|d| (d, *at))
                 .map_err(|source| LaunchError::Setup {
                     what: "dup of an fd for the helper".to_owned(),

@@ -22,13 +22,14 @@
 //!   Tier B programs, never a helper such as `bwrap`, which needs its capabilities after
 //!   exec.
 
+pub(crate) mod exit;
 mod helper;
 mod launcher;
 mod layers;
 mod limits;
 pub mod mediate;
 mod owner;
-mod pipes;
+pub(crate) mod pipes;
 pub mod reaper;
 mod resources;
 pub mod slots;
@@ -41,6 +42,7 @@ use std::sync::OnceLock;
 
 use tierbox_policy::Rejection;
 
+pub use exit::ExitInfo;
 pub(crate) use helper::{HelperSpawn, data_fd, spawn_helper};
 pub(crate) use launcher::{Job, clone_on, serve_jobs};
 pub use layers::layers_for;
@@ -51,7 +53,7 @@ pub use owner::{sweep_orphaned_groups, sweep_orphaned_tmp};
 pub(crate) use pipes::{SpawnedChild, StdioPart, StdioPipes, stdio_pipes};
 pub(crate) use resources::{cgroup_fd_array, cgroup_slot, new_slot, unmount_private_tmp};
 pub use slots::Slot;
-pub use sys::{ChildStep, ExitInfo};
+pub use sys::ChildStep;
 // Tier B's armed launchers, at the paths the Tier B launch and callers name them by.
 pub(crate) use crate::tier_b::launcher::{Arming, armed_launcher, slot_launcher};
 pub use crate::tier_b::launcher::{MAX_ARMED_LAUNCHERS, MAX_SLOT_LAUNCHERS};

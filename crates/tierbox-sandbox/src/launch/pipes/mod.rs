@@ -1,10 +1,17 @@
 //! A launch's stdio pipes, and a child that has exec'd with the supervisor's ends of them.
 
+#[allow(unsafe_code)]
+mod sys;
+
 use std::os::fd::OwnedFd;
 
 use tierbox_policy::plan::Plan;
 
-use super::{LaunchError, sys};
+#[cfg(test)]
+pub(crate) use sys::open_dev_null;
+pub(crate) use sys::{dup_at_least, pipe_cloexec, recv_fd, socketpair_seqpacket};
+
+use super::LaunchError;
 
 /// A child that has exec'd, with the supervisor's ends of its pipes.
 pub(crate) struct SpawnedChild {

@@ -31,9 +31,9 @@ pub(super) fn sleep_child_from_exiting_thread(change_ids: bool) -> OwnedFd {
         let program = c"/usr/bin/sleep";
         let argv: [*const c_char; 3] = [c"sleep".as_ptr(), c"30".as_ptr(), std::ptr::null()];
         let envp: [*const c_char; 1] = [std::ptr::null()];
-        let stdin = sys::open_dev_null().unwrap();
-        let stdout = sys::open_dev_null().unwrap();
-        let stderr = sys::open_dev_null().unwrap();
+        let stdin = crate::launch::pipes::open_dev_null().unwrap();
+        let stdout = crate::launch::pipes::open_dev_null().unwrap();
+        let stderr = crate::launch::pipes::open_dev_null().unwrap();
         let mut spec = sys::ChildSpec {
             program: program.as_ptr(),
             argv: argv.as_ptr(),
