@@ -43,6 +43,47 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     let env = sandbox_env(plan, opts.egress_proxy_port)?;
 
     let mut argv = Argv::default();
+    push_privileges(&mut argv, plan, opts)?;
+
+    push_env(&mut argv, opts, &env);
+    push_fixed_mounts(&mut argv, plan, opts);
+    // A grant's ancestors under /tmp would be directories of the run's writable scratch,
+    // where a write beside the grant would look as if it reached the host: each gets a
+    // small tmpfs of its own, read-only once the grants are mounted in it.
+    let skeletons = skeleton_tops(&mounts);
+    for top in &skeletons {
+        argv.flag_value("--tmpfs", top);
+    }
+
+    for (path, step) in &mounts {
+        match step {
+            Step::Symlink { target } => argv.flag_pair("--symlink", target, path),
+            Step::BindRw => argv.flag_pair("--bind", path, path),
+            Step::BindRo => argv.flag_pair("--ro-bind", path, path),
+            Step::EmptyRo => argv.empty_ro(path),
+            Step::PlaceholderRo => argv.flag_pair("--ro-bind", path, path),
+        }
+    }
+    for deny in &denies {
+        match deny {
+            Deny::Dir(path) => argv.empty_ro(path),
+            Deny::File(path) => argv.flag_pair("--ro-bind", "/dev/null", path),
+        }
+    }
+    for top in &skeletons {
+        argv.flag_value("--remount-ro", top);
+    }
+    // Every mount point now exists: freeze the root tmpfs (not recursive, so /tmp,
+    // /dev/shm and the writable binds stay writable).
+    argv.flag_value("--remount-ro", "/");
+
+    push_program(&mut argv, plan, opts)?;
+    argv.finish()
+}
+
+/// Namespaces and privileges: the namespaces bwrap makes (or the prepared user namespace
+/// it joins), the network it shares, and the identity and capabilities inside.
+fn push_privileges(argv: &mut Argv, plan: &Plan, opts: &BwrapOptions) -> Result<(), BwrapError> {
     // Namespaces and privileges. `--unshare-user` explicitly: bwrap skips the automatic
     // user namespace when run by uid 0, and without it a root caller keeps every
     // capability inside (observed with Palyra's argv). A prepared user namespace
@@ -86,7 +127,11 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     argv.flag_value("--uid", opts.uid.to_string());
     argv.flag_value("--gid", opts.gid.to_string());
     argv.flag_value("--hostname", &opts.hostname);
+    Ok(())
+}
 
+/// The environment, cleared first: bwrap applies these while parsing.
+fn push_env(argv: &mut Argv, opts: &BwrapOptions, env: &[(String, String)]) {
     // Environment: bwrap applies these while parsing, so `--clearenv` must come first.
     // With `env_args_fd` the `--setenv` triples are read from that fd (`--args`), so the
     // values never appear in bwrap's command line, which any process may read.
@@ -94,14 +139,18 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     match opts.env_args_fd {
         Some(fd) => argv.flag_value("--args", fd.to_string()),
         None => {
-            for (name, value) in &env {
+            for (name, value) in env {
                 argv.flags(&["--setenv"]);
                 argv.push(name);
                 argv.push(value);
             }
         }
     }
+}
 
+/// The fixed mounts (`/proc` with its masks, `/dev`, `/dev/shm`, `/tmp`, the home), before
+/// any bind.
+fn push_fixed_mounts(argv: &mut Argv, plan: &Plan, opts: &BwrapOptions) {
     // Fixed mounts before any bind, so a grant below them (e.g. a workspace under the
     // host's /tmp) is bound on top of them rather than hidden by them.
     argv.flag_value("--proc", "/proc");
@@ -139,36 +188,11 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     if plan.filesystem.private_home {
         argv.flag_value("--dir", SANDBOX_HOME);
     }
-    // A grant's ancestors under /tmp would be directories of the run's writable scratch,
-    // where a write beside the grant would look as if it reached the host: each gets a
-    // small tmpfs of its own, read-only once the grants are mounted in it.
-    let skeletons = skeleton_tops(&mounts);
-    for top in &skeletons {
-        argv.flag_value("--tmpfs", top);
-    }
+}
 
-    for (path, step) in &mounts {
-        match step {
-            Step::Symlink { target } => argv.flag_pair("--symlink", target, path),
-            Step::BindRw => argv.flag_pair("--bind", path, path),
-            Step::BindRo => argv.flag_pair("--ro-bind", path, path),
-            Step::EmptyRo => argv.empty_ro(path),
-            Step::PlaceholderRo => argv.flag_pair("--ro-bind", path, path),
-        }
-    }
-    for deny in &denies {
-        match deny {
-            Deny::Dir(path) => argv.empty_ro(path),
-            Deny::File(path) => argv.flag_pair("--ro-bind", "/dev/null", path),
-        }
-    }
-    for top in &skeletons {
-        argv.flag_value("--remount-ro", top);
-    }
-    // Every mount point now exists: freeze the root tmpfs (not recursive, so /tmp,
-    // /dev/shm and the writable binds stay writable).
-    argv.flag_value("--remount-ro", "/");
-
+/// The working directory, the seccomp filter, and after `--` the program (through
+/// tierbox-init as pid 1 when it is given) and its arguments.
+fn push_program(argv: &mut Argv, plan: &Plan, opts: &BwrapOptions) -> Result<(), BwrapError> {
     argv.flag_value("--chdir", absolute(&plan.cwd, "cwd")?);
     if let Some(fd) = opts.seccomp_fd {
         argv.flag_value("--seccomp", fd.to_string());
@@ -209,7 +233,7 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
             }
         }
     }
-    argv.finish()
+    Ok(())
 }
 
 /// The first directory below [`SANDBOX_TMP`] on the way to each mount under it that is

@@ -14,7 +14,7 @@ fn sleeper() -> (libc::pid_t, OwnedFd) {
         .spawn()
         .expect("spawn sleep");
     let pid = child.id() as libc::pid_t;
-    let fd = sys::pidfd_open(pid).expect("pidfd_open");
+    let fd = crate::launch::exit::pidfd_open(pid).expect("pidfd_open");
     // `Child` never waits on drop: the reaper is the only one to reap it.
     drop(child);
     (pid, fd)
@@ -70,7 +70,7 @@ fn a_process_reaped_elsewhere_still_gets_its_follow_up() {
     let (pid, fd) = sleeper();
     sys::kill(pid, libc::SIGKILL).unwrap();
     // Reaped here first: the reaper's wait finds no child (ECHILD) and goes on.
-    while !sys::reap_nohang(pid) {
+    while !crate::launch::exit::reap_nohang(pid) {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(follow_ups_run(fd), 1);
@@ -109,7 +109,13 @@ fn an_exited_child_is_seen_waiting_and_left_unreaped() {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert!(sys::exited_child_waiting(), "a zombie child was not seen");
+    assert!(
+        crate::launch::exit::exited_child_waiting(),
+        "a zombie child was not seen"
+    );
     // Still there to reap: the check did not take it.
-    assert!(sys::reap_nohang(pid), "the check reaped the child");
+    assert!(
+        crate::launch::exit::reap_nohang(pid),
+        "the check reaped the child"
+    );
 }

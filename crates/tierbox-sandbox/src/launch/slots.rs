@@ -107,8 +107,8 @@ pub struct Slot {
     /// This slot was reused from the pool (for the enforcement report and benchmarks).
     pub reused: bool,
     /// The launcher threads that hold this slot's landlock domain (Tier B, pooled), one
-    /// per arming in use, at most [`super::MAX_SLOT_LAUNCHERS`], newest last.
-    pub(crate) launcher: Mutex<Vec<super::SlotLauncher>>,
+    /// per arming in use, at most [`crate::tier_b::launcher::MAX_SLOT_LAUNCHERS`], newest last.
+    pub(crate) launcher: Mutex<Vec<crate::tier_b::launcher::SlotLauncher>>,
 }
 
 impl Slot {
@@ -354,7 +354,9 @@ fn recycle(slot: &mut Slot) -> Result<(), ()> {
     if !keep.is_empty()
         && let Ok(mut launchers) = slot.launcher.lock()
     {
-        launchers.retain(|l| super::mount_points_in_place(&slot.tmp, l.mount_points()));
+        launchers.retain(|l| {
+            crate::tier_b::launcher::mount_points_in_place(&slot.tmp, l.mount_points())
+        });
     }
     cg.reset_peak().map_err(|_| ())?;
     slot.baseline = cg.stats();

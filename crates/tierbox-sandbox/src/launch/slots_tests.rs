@@ -142,9 +142,9 @@ fn recycling_keeps_mount_points_and_empties_everything_else() {
         outside.path().join("keep-me").exists(),
         "a symlink was followed"
     );
-    assert!(super::super::mount_points_in_place(tmp, &ids));
+    assert!(crate::tier_b::launcher::mount_points_in_place(tmp, &ids));
     std::fs::rename(tmp.join("a"), tmp.join("moved")).unwrap();
-    assert!(!super::super::mount_points_in_place(tmp, &ids));
+    assert!(!crate::tier_b::launcher::mount_points_in_place(tmp, &ids));
 }
 
 /// Every path beneath `dir`, relative to it.

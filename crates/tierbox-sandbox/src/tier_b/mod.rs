@@ -966,6 +966,7 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
     }
 }
 
+pub(crate) mod launcher;
 pub mod mounts;
 pub(crate) mod namespace;
 pub(crate) mod protect;

@@ -33,7 +33,7 @@
 //! Invariants: the namespace is made before landlock and seccomp (both refuse mount
 //! operations) by the process that is restricted next: the child, which then restricts
 //! itself, or, in a long-lived supervisor, a warm slot's launcher thread before it arms
-//! itself (`launch::ThreadMounts`), whose children inherit namespace, domain and filter
+//! itself (`tier_b::launcher::ThreadMounts`), whose children inherit namespace, domain and filter
 //! alike. Each tree is cloned there from its source opened without following a symlink
 //! and checked to be the object recorded here: a source swapped meanwhile fails the
 //! launch. The run never holds `CAP_SYS_ADMIN` once its setup is done (its capabilities
@@ -182,7 +182,7 @@ pub fn prepare(tmp: &Path, moves: &[TreeMove], (uid, gid): (u32, u32)) -> std::i
     Ok(())
 }
 
-/// The trees of `moves` as the run's mount namespace clones them ([`crate::launch::NsPlan`]):
+/// The trees of `moves` as the run's mount namespace clones them ([`crate::tier_b::launcher::NsPlan`]):
 /// each source with the object it is now (`lstat`: the namespace binds that object or
 /// nothing), `nosuid` and `nodev`, read-only grants read-only. A grant that no longer
 /// exists is left out (the launch goes on, and whatever else needs it refuses the run);
@@ -190,7 +190,7 @@ pub fn prepare(tmp: &Path, moves: &[TreeMove], (uid, gid): (u32, u32)) -> std::i
 pub(crate) fn ns_trees(
     tmp: &Path,
     moves: &[TreeMove],
-) -> std::io::Result<Vec<crate::launch::NsTreePlan>> {
+) -> std::io::Result<Vec<crate::tier_b::launcher::NsTreePlan>> {
     use crate::linux::ns::sys::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
     use std::os::unix::ffi::OsStrExt;
     let shm = tmp.join(SHM_DIR);
@@ -203,9 +203,9 @@ pub(crate) fn ns_trees(
             Err(_) if m.source != tmp && m.source != shm => continue,
             Err(e) => return Err(e),
         };
-        trees.push(crate::launch::NsTreePlan {
+        trees.push(crate::tier_b::launcher::NsTreePlan {
             source: cstr(&m.source)?,
-            expect: crate::launch::sys::FileId::of_metadata(&meta),
+            expect: crate::tier_b::launcher::sys::FileId::of_metadata(&meta),
             attr: MOUNT_ATTR_NOSUID
                 | MOUNT_ATTR_NODEV
                 | if m.read_only { MOUNT_ATTR_RDONLY } else { 0 },

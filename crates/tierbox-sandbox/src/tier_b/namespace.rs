@@ -18,9 +18,9 @@ use tierbox_policy::plan::Plan;
 
 use super::mounts;
 use crate::launch::slots::Slot;
-use crate::launch::{NsPlan, ThreadMounts};
 use crate::linux::mounts::protect::Protection;
 use crate::probe::HostFacts;
+use crate::tier_b::launcher::{NsPlan, ThreadMounts};
 
 /// How a run's mount namespace is made here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +143,7 @@ impl PrivateMounts {
         mounts::prepare(&slot.tmp, &[], (uid, gid))?;
         let trees = mounts::ns_trees(&slot.tmp, &moves)?;
         let dev_null = std::fs::symlink_metadata("/dev/null")
-            .map(|m| crate::launch::sys::FileId::of_metadata(&m))?;
+            .map(|m| crate::tier_b::launcher::sys::FileId::of_metadata(&m))?;
         let userns = match kind {
             NsKind::Root => None,
             NsKind::User => Some(own_ids_userns(facts).map_err(std::io::Error::other)?),
@@ -187,7 +187,7 @@ impl PrivateMounts {
     /// namespace (a thread cannot join a user namespace) whose protected paths need no
     /// placeholder (a placeholder lives for one run: removing it afterwards would detach
     /// the thread's cover). The thread is checked before each run to still hold the
-    /// protected paths as planned (`launch::ThreadNs`).
+    /// protected paths as planned (`tier_b::launcher::ThreadNs`).
     pub(crate) fn for_thread<'a>(
         &'a self,
         prepare: &'a dyn Fn() -> std::io::Result<()>,

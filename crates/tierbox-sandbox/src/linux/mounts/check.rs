@@ -8,11 +8,7 @@ use super::*;
 /// model of the new root (host facts from `lookup`). Used by [`mount_plan`] on its own
 /// output and by the tests on hand-made lists.
 pub(crate) fn check_ops(ops: &[MountOp], lookup: &mut Lookup<'_>) -> Result<(), MountPlanError> {
-    let fail = |index: usize, rule: &'static str| MountPlanError::Invariant {
-        index,
-        op: ops.get(index).map(ToString::to_string).unwrap_or_default(),
-        rule,
-    };
+    let fail = |index: usize, rule: &'static str| invariant(ops, index, rule);
     if !matches!(ops.first(), Some(MountOp::TmpfsRoot { .. })) {
         return Err(fail(0, "the first op must be the root tmpfs"));
     }
@@ -126,6 +122,23 @@ pub(crate) fn check_ops(ops: &[MountOp], lookup: &mut Lookup<'_>) -> Result<(), 
             }
         }
     }
+    check_remounted(ops, pivot)?;
+    check_unshadowed(ops, pivot)
+}
+
+/// The refusal of `ops` at `index` for breaking `rule`.
+fn invariant(ops: &[MountOp], index: usize, rule: &'static str) -> MountPlanError {
+    MountPlanError::Invariant {
+        index,
+        op: ops.get(index).map(ToString::to_string).unwrap_or_default(),
+        rule,
+    }
+}
+
+/// Every bind before `pivot` that must end read-only is followed by a remount of it or of
+/// a mount containing it, before the pivot.
+fn check_remounted(ops: &[MountOp], pivot: usize) -> Result<(), MountPlanError> {
+    let fail = |index: usize, rule: &'static str| invariant(ops, index, rule);
     // Every bind that must end read-only is followed by a remount of it or of a mount
     // containing it, before the pivot.
     for (i, op) in ops.iter().enumerate().take(pivot) {
@@ -145,6 +158,12 @@ pub(crate) fn check_ops(ops: &[MountOp], lookup: &mut Lookup<'_>) -> Result<(), 
             return Err(fail(i, "read-only bind never remounted read-only"));
         }
     }
+    Ok(())
+}
+
+/// No mount before `pivot` is hidden by a later non-cover mount at one of its ancestors.
+fn check_unshadowed(ops: &[MountOp], pivot: usize) -> Result<(), MountPlanError> {
+    let fail = |index: usize, rule: &'static str| invariant(ops, index, rule);
     // No mount is hidden by a later non-cover mount at one of its ancestors.
     for (i, op) in ops.iter().enumerate().take(pivot) {
         let Some(dst) = op.dst().filter(|_| op.is_mount()) else {

@@ -31,9 +31,9 @@ pub(super) fn sleep_child_from_exiting_thread(change_ids: bool) -> OwnedFd {
         let program = c"/usr/bin/sleep";
         let argv: [*const c_char; 3] = [c"sleep".as_ptr(), c"30".as_ptr(), std::ptr::null()];
         let envp: [*const c_char; 1] = [std::ptr::null()];
-        let stdin = sys::open_dev_null().unwrap();
-        let stdout = sys::open_dev_null().unwrap();
-        let stderr = sys::open_dev_null().unwrap();
+        let stdin = crate::launch::pipes::open_dev_null().unwrap();
+        let stdout = crate::launch::pipes::open_dev_null().unwrap();
+        let stderr = crate::launch::pipes::open_dev_null().unwrap();
         let mut spec = sys::ChildSpec {
             program: program.as_ptr(),
             argv: argv.as_ptr(),
@@ -126,17 +126,10 @@ fn proc_fd_path(buf: &mut [u8; 48], who: &[u8], fd: i32) {
     buf[at + k] = 0;
 }
 
-/// Control: a child that keeps uid 0 dies when the thread that cloned it exits.
-/// Forks a child (uid 0, every capability dropped) that runs `calls` (raw syscalls only) under the chmod-mediating filter
-/// (and, when `landlock` is given, that ruleset), with a `SeccompMediator` for `workspace`
-/// and `uid` serving it. Returns 0 or the errno of each call.
-pub(super) fn run_mediated(
-    workspace: &Path,
-    uid: u32,
-    landlock: Option<i32>,
-    calls: &[Call],
-) -> Vec<i32> {
-    let spec = SeccompSpec {
+/// The filter of [`run_mediated`]'s child: chmod mediated, as for a Tier B run that keeps
+/// uid 0.
+fn mediated_spec() -> SeccompSpec {
+    SeccompSpec {
         deny_namespaces: false,
         deny_file_metadata: true,
         mediate_chmod: true,
@@ -148,7 +141,170 @@ pub(super) fn run_mediated(
         notify_refusals: true,
         // As for a Tier B run that keeps uid 0 (gid 4242).
         chown_noop_gid: Some(4242),
-    };
+    }
+}
+
+/// In [`run_mediated`]'s forked child: makes `call` with raw system calls; 0 or its errno.
+///
+/// # Safety
+/// Only in that child: raw system calls on strings and buffers prepared before the fork.
+unsafe fn call_in_child(call: &Call) -> i32 {
+    // SAFETY: raw system calls on NUL-terminated strings the caller owns and on stack
+    // buffers of the sizes passed; the caller is the forked child (see above).
+    unsafe {
+        let errno = || *libc::__errno_location();
+        match call {
+            Call::Chmod(p, mode) => {
+                if libc::syscall(
+                    libc::SYS_fchmodat,
+                    libc::AT_FDCWD,
+                    p.as_ptr(),
+                    *mode as libc::c_ulong,
+                ) == 0
+                {
+                    0
+                } else {
+                    errno()
+                }
+            }
+            Call::ChmodProcFd(p, flags, who, mode) => {
+                let fd = libc::open(p.as_ptr(), *flags);
+                if fd < 0 {
+                    errno()
+                } else {
+                    let mut buf = [0u8; 48];
+                    proc_fd_path(&mut buf, who, fd);
+                    if libc::syscall(
+                        libc::SYS_fchmodat,
+                        libc::AT_FDCWD,
+                        buf.as_ptr(),
+                        *mode as libc::c_ulong,
+                    ) == 0
+                    {
+                        0
+                    } else {
+                        errno()
+                    }
+                }
+            }
+            Call::Chown(p, owner, group) => {
+                if libc::syscall(
+                    libc::SYS_fchownat,
+                    libc::AT_FDCWD,
+                    p.as_ptr(),
+                    *owner as libc::c_ulong,
+                    *group as libc::c_ulong,
+                    0,
+                ) == 0
+                {
+                    0
+                } else {
+                    errno()
+                }
+            }
+            Call::SetAcl(p) => {
+                // A minimal access ACL (version 2, no entries): never reaches the
+                // filesystem when the filter answers.
+                let value = [2u8, 0, 0, 0];
+                if libc::setxattr(
+                    p.as_ptr(),
+                    c"system.posix_acl_access".as_ptr(),
+                    value.as_ptr().cast(),
+                    value.len(),
+                    0,
+                ) == 0
+                {
+                    0
+                } else {
+                    errno()
+                }
+            }
+            Call::FileSetattr(p, xflags) => {
+                let attr: [u64; 3] = [*xflags, 0, 0];
+                if libc::syscall(
+                    469,
+                    libc::AT_FDCWD,
+                    p.as_ptr(),
+                    attr.as_ptr(),
+                    24usize,
+                    0u32,
+                ) == 0
+                {
+                    0
+                } else {
+                    errno()
+                }
+            }
+            Call::Link(a, b) => {
+                if libc::link(a.as_ptr(), b.as_ptr()) == 0 {
+                    0
+                } else {
+                    errno()
+                }
+            }
+            Call::LinkViaFd(src, new1, new2) => {
+                let fd = libc::open(src.as_ptr(), libc::O_PATH);
+                if fd < 0 {
+                    errno()
+                } else {
+                    // "/proc/self/fd/" + decimal fd, by hand.
+                    let mut buf = [0u8; 32];
+                    let prefix = b"/proc/self/fd/";
+                    buf[..prefix.len()].copy_from_slice(prefix);
+                    let mut digits = [0u8; 10];
+                    let (mut n, mut k) = (fd as u32, 0);
+                    loop {
+                        digits[k] = b'0' + (n % 10) as u8;
+                        k += 1;
+                        n /= 10;
+                        if n == 0 {
+                            break;
+                        }
+                    }
+                    for i in 0..k {
+                        buf[prefix.len() + i] = digits[k - 1 - i];
+                    }
+                    let r1 = libc::linkat(
+                        libc::AT_FDCWD,
+                        buf.as_ptr().cast(),
+                        libc::AT_FDCWD,
+                        new1.as_ptr(),
+                        libc::AT_SYMLINK_FOLLOW,
+                    );
+                    let e1 = errno();
+                    let r2 = libc::linkat(
+                        fd,
+                        c"".as_ptr(),
+                        libc::AT_FDCWD,
+                        new2.as_ptr(),
+                        libc::AT_EMPTY_PATH,
+                    );
+                    let e2 = errno();
+                    if r1 == 0 || r2 == 0 {
+                        0
+                    } else if e1 == e2 {
+                        e1
+                    } else {
+                        // Encode both.
+                        e1 * 1000 + e2
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Control: a child that keeps uid 0 dies when the thread that cloned it exits.
+/// Forks a child (uid 0, every capability dropped) that runs `calls` (raw syscalls only) under the chmod-mediating filter
+/// (and, when `landlock` is given, that ruleset), with a `SeccompMediator` for `workspace`
+/// and `uid` serving it. Returns 0 or the errno of each call.
+pub(super) fn run_mediated(
+    workspace: &Path,
+    uid: u32,
+    landlock: Option<i32>,
+    calls: &[Call],
+) -> Vec<i32> {
+    let spec = mediated_spec();
     let prog = SeccompProgram::build(&spec).unwrap();
     let enforcing = std::sync::Arc::new(SeccompProgram::build(&spec.enforcing()).unwrap());
     let fprog = prog.as_fprog();
@@ -166,7 +322,6 @@ pub(super) fn run_mediated(
     if pid == 0 {
         // SAFETY: raw syscalls only, then _exit.
         unsafe {
-            let errno = || *libc::__errno_location();
             if let Some(fd) = landlock {
                 libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
                 if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
@@ -188,144 +343,7 @@ pub(super) fn run_mediated(
             let mut b = 0u8;
             libc::read(go[0], (&mut b as *mut u8).cast(), 1);
             for call in calls {
-                let r: i32 = match call {
-                    Call::Chmod(p, mode) => {
-                        if libc::syscall(
-                            libc::SYS_fchmodat,
-                            libc::AT_FDCWD,
-                            p.as_ptr(),
-                            *mode as libc::c_ulong,
-                        ) == 0
-                        {
-                            0
-                        } else {
-                            errno()
-                        }
-                    }
-                    Call::ChmodProcFd(p, flags, who, mode) => {
-                        let fd = libc::open(p.as_ptr(), *flags);
-                        if fd < 0 {
-                            errno()
-                        } else {
-                            let mut buf = [0u8; 48];
-                            proc_fd_path(&mut buf, who, fd);
-                            if libc::syscall(
-                                libc::SYS_fchmodat,
-                                libc::AT_FDCWD,
-                                buf.as_ptr(),
-                                *mode as libc::c_ulong,
-                            ) == 0
-                            {
-                                0
-                            } else {
-                                errno()
-                            }
-                        }
-                    }
-                    Call::Chown(p, owner, group) => {
-                        if libc::syscall(
-                            libc::SYS_fchownat,
-                            libc::AT_FDCWD,
-                            p.as_ptr(),
-                            *owner as libc::c_ulong,
-                            *group as libc::c_ulong,
-                            0,
-                        ) == 0
-                        {
-                            0
-                        } else {
-                            errno()
-                        }
-                    }
-                    Call::SetAcl(p) => {
-                        // A minimal access ACL (version 2, no entries): never reaches the
-                        // filesystem when the filter answers.
-                        let value = [2u8, 0, 0, 0];
-                        if libc::setxattr(
-                            p.as_ptr(),
-                            c"system.posix_acl_access".as_ptr(),
-                            value.as_ptr().cast(),
-                            value.len(),
-                            0,
-                        ) == 0
-                        {
-                            0
-                        } else {
-                            errno()
-                        }
-                    }
-                    Call::FileSetattr(p, xflags) => {
-                        let attr: [u64; 3] = [*xflags, 0, 0];
-                        if libc::syscall(
-                            469,
-                            libc::AT_FDCWD,
-                            p.as_ptr(),
-                            attr.as_ptr(),
-                            24usize,
-                            0u32,
-                        ) == 0
-                        {
-                            0
-                        } else {
-                            errno()
-                        }
-                    }
-                    Call::Link(a, b) => {
-                        if libc::link(a.as_ptr(), b.as_ptr()) == 0 {
-                            0
-                        } else {
-                            errno()
-                        }
-                    }
-                    Call::LinkViaFd(src, new1, new2) => {
-                        let fd = libc::open(src.as_ptr(), libc::O_PATH);
-                        if fd < 0 {
-                            errno()
-                        } else {
-                            // "/proc/self/fd/" + decimal fd, by hand.
-                            let mut buf = [0u8; 32];
-                            let prefix = b"/proc/self/fd/";
-                            buf[..prefix.len()].copy_from_slice(prefix);
-                            let mut digits = [0u8; 10];
-                            let (mut n, mut k) = (fd as u32, 0);
-                            loop {
-                                digits[k] = b'0' + (n % 10) as u8;
-                                k += 1;
-                                n /= 10;
-                                if n == 0 {
-                                    break;
-                                }
-                            }
-                            for i in 0..k {
-                                buf[prefix.len() + i] = digits[k - 1 - i];
-                            }
-                            let r1 = libc::linkat(
-                                libc::AT_FDCWD,
-                                buf.as_ptr().cast(),
-                                libc::AT_FDCWD,
-                                new1.as_ptr(),
-                                libc::AT_SYMLINK_FOLLOW,
-                            );
-                            let e1 = errno();
-                            let r2 = libc::linkat(
-                                fd,
-                                c"".as_ptr(),
-                                libc::AT_FDCWD,
-                                new2.as_ptr(),
-                                libc::AT_EMPTY_PATH,
-                            );
-                            let e2 = errno();
-                            if r1 == 0 || r2 == 0 {
-                                0
-                            } else if e1 == e2 {
-                                e1
-                            } else {
-                                // Encode both.
-                                e1 * 1000 + e2
-                            }
-                        }
-                    }
-                };
+                let r = call_in_child(call);
                 libc::write(results[1], (&r as *const i32).cast(), 4);
             }
             libc::_exit(0);

@@ -261,16 +261,7 @@ pub struct NativeExit {
 /// mount-plan error for a Plan the planner refuses, [`NativeError::Child`] naming the
 /// step (and mount op) that failed inside the sandbox.
 pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched, NativeError> {
-    if let Some(reason) = probe_userns_cached().reason() {
-        return Err(NativeError::Unavailable {
-            reason: reason.to_owned(),
-        });
-    }
-    if opts.hostname.len() > HOSTNAME_MAX_BYTES {
-        return Err(NativeError::HostnameTooLong {
-            hostname: opts.hostname.clone(),
-        });
-    }
+    check_launchable(opts)?;
     let prepared = prepared_mounts(plan)?;
     let (mplan, owned) = (&prepared.mplan, &prepared.ops);
     // Claimed before pid 1 creates them; released after the run, or on any failure here.
@@ -312,23 +303,14 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         stdout_fd: pipes.stdio.stdout_w.as_raw_fd(),
         stderr_fd: pipes.stdio.stderr_w.as_raw_fd(),
         report_fd: pipes.report_w.as_raw_fd(),
-        proxy_fd: pipes
-            .proxy_pair
-            .as_ref()
-            .map_or(-1, |(_, child)| child.as_raw_fd()),
+        proxy_fd: child_end(&pipes.proxy_pair),
         proxy_port: SANDBOX_PROXY_PORT,
-        fs_fd: pipes
-            .fs_pair
-            .as_ref()
-            .map_or(-1, |(_, child)| child.as_raw_fd()),
+        fs_fd: child_end(&pipes.fs_pair),
         loopback_up: pooled_netns.is_none(),
         rlimits: crate::launch::rlimit64_table(plan),
         last_cap: caps::last_cap(),
         seccomp: fprog.as_ref(),
-        seccomp_listener_fd: pipes
-            .seccomp_pair
-            .as_ref()
-            .map_or(-1, |(_, child)| child.as_raw_fd()),
+        seccomp_listener_fd: child_end(&pipes.seccomp_pair),
         cgroup_fds: &opts.cgroup_fds,
         landlock_fd: layers
             .landlock
@@ -352,28 +334,11 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         switch_ids: identity.maps_by_supervisor,
         moved_trees: &identity.moved_trees,
     };
-    let (mut flags, mut pooled) = match &pooled_netns {
-        Some((ns, own)) => (TIER_C_NAMESPACES & !libc::CLONE_NEWNET, Some((ns, own))),
-        None => (TIER_C_NAMESPACES, None),
-    };
-    // pid 1 and everything it starts inherit this thread's audit session (see
-    // `audit::session_for_clone` for why the thread may stay in it).
-    let session = crate::linux::audit::session_for_clone(audit.session_wants().as_ref());
-    let mut cloned = nsys::clone_init(&spec, &stacks.init, flags, pooled);
-    if cloned.is_err() && pooled.is_some() {
-        // Joining the pooled namespace failed (or the clone did): the ordinary way.
-        (flags, pooled) = (TIER_C_NAMESPACES, None);
-        spec.loopback_up = true;
-        cloned = nsys::clone_init(&spec, &stacks.init, flags, pooled);
-    }
-    crate::linux::audit::leave_after_clone(session.as_ref());
-    if let Some(session) = session {
-        audit.attach(session);
-    }
+    let (cloned, flags, netns_pooled) =
+        clone_pid1(&mut spec, &stacks.init, pooled_netns.as_ref(), &mut audit);
     // pid 1 reaps everything else before it reports, and the kernel before it exits.
     audit.set_first_process_ends_all();
     // The sandbox holds its network namespace now; the pool's handle on it goes.
-    let netns_pooled = pooled.is_some();
     drop(pooled_netns);
     let Pipes {
         stdio:
@@ -439,6 +404,58 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         seccomp_refusals: layers.enforcing,
         audit,
     })
+}
+
+/// What [`launch_native`] needs of the host and the options before anything is made:
+/// user namespaces, and a hostname that fits.
+fn check_launchable(opts: &NativeOptions) -> Result<(), NativeError> {
+    if let Some(reason) = probe_userns_cached().reason() {
+        return Err(NativeError::Unavailable {
+            reason: reason.to_owned(),
+        });
+    }
+    if opts.hostname.len() > HOSTNAME_MAX_BYTES {
+        return Err(NativeError::HostnameTooLong {
+            hostname: opts.hostname.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The child's end of a socket pair, or `-1` without one.
+fn child_end(pair: &Option<(OwnedFd, OwnedFd)>) -> RawFd {
+    pair.as_ref().map_or(-1, |(_, child)| child.as_raw_fd())
+}
+
+/// Clones pid 1 in this thread's audit session for the run: into the pooled network
+/// namespace `pooled_netns` (with the thread's own to return to) when given, else — or
+/// when joining it or the clone failed — into a new one. Returns the clone's result, the
+/// flags it was made with, and whether the pooled namespace was used.
+fn clone_pid1(
+    spec: &mut NsSpec<'_>,
+    stack: &nsys::NsStack,
+    pooled_netns: Option<&(OwnedFd, OwnedFd)>,
+    audit: &mut RunAudit,
+) -> (std::io::Result<(libc::pid_t, OwnedFd)>, libc::c_int, bool) {
+    let (mut flags, mut pooled) = match pooled_netns {
+        Some((ns, own)) => (TIER_C_NAMESPACES & !libc::CLONE_NEWNET, Some((ns, own))),
+        None => (TIER_C_NAMESPACES, None),
+    };
+    // pid 1 and everything it starts inherit this thread's audit session (see
+    // `audit::session_for_clone` for why the thread may stay in it).
+    let session = crate::linux::audit::session_for_clone(audit.session_wants().as_ref());
+    let mut cloned = nsys::clone_init(spec, stack, flags, pooled);
+    if cloned.is_err() && pooled.is_some() {
+        // Joining the pooled namespace failed (or the clone did): the ordinary way.
+        (flags, pooled) = (TIER_C_NAMESPACES, None);
+        spec.loopback_up = true;
+        cloned = nsys::clone_init(spec, stack, flags, pooled);
+    }
+    crate::linux::audit::leave_after_clone(session.as_ref());
+    if let Some(session) = session {
+        audit.attach(session);
+    }
+    (cloned, flags, pooled.is_some())
 }
 
 /// Who the sandbox is on the host (never host root but by the policy's danger flag), the

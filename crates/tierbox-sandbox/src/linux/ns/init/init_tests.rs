@@ -357,9 +357,9 @@ fn run_stacked_sends_the_listener_of_the_filter_it_stacks() {
             other => break other.unwrap(),
         }
     };
-    let n = crate::launch::sys::notif_recv(&listener).unwrap();
+    let n = crate::launch::mediate::sys::notif_recv(&listener).unwrap();
     assert_eq!(i64::from(n.data.nr), libc::SYS_uname);
-    crate::launch::sys::notif_send(&listener, n.id, 0, libc::EACCES).unwrap();
+    crate::launch::mediate::sys::notif_send(&listener, n.id, 0, libc::EACCES).unwrap();
     let out = child.wait_with_output().unwrap();
     assert_ne!(
         out.status.code(),

@@ -53,6 +53,9 @@
 //! `chmod` handed to it is a refusal of the filter's (a setuid mode, in Tier C), answered
 //! as every other refusal.
 
+#[allow(unsafe_code)]
+pub(crate) mod sys;
+
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -61,7 +64,6 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::sys;
 use crate::linux::audit::{Refusal, RefusalLayer, RefusalList};
 use crate::linux::seccomp::{SETID_BITS, SeccompProgram, describe_refusal};
 
@@ -227,7 +229,7 @@ impl SeccompMediator {
         } else {
             listener
         };
-        let Ok(afd) = sys::register_readable(listener) else {
+        let Ok(afd) = super::exit::register_readable(listener) else {
             return;
         };
         let rules = Rules { roots, uid };
@@ -266,10 +268,10 @@ impl SeccompMediator {
 
 /// The listener sent over `sock`, once it arrives; `None` when the socket closes first.
 async fn receive_listener(sock: OwnedFd) -> Option<OwnedFd> {
-    let sock = sys::register_readable(sock).ok()?;
+    let sock = super::exit::register_readable(sock).ok()?;
     loop {
         let mut guard = sock.readable().await.ok()?;
-        match sys::recv_fd(sock.get_ref()) {
+        match super::pipes::recv_fd(sock.get_ref()) {
             Ok(listener) => return Some(listener),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => guard.clear_ready(),
             Err(_) => return None,

@@ -1,0 +1,90 @@
+//! A launch's stdio pipes, and a child that has exec'd with the supervisor's ends of them.
+
+#[allow(unsafe_code)]
+mod sys;
+
+use std::os::fd::OwnedFd;
+
+use tierbox_policy::plan::Plan;
+
+#[cfg(test)]
+pub(crate) use sys::open_dev_null;
+pub(crate) use sys::{dup_at_least, pipe_cloexec, recv_fd, socketpair_seqpacket};
+
+use super::LaunchError;
+
+/// A child that has exec'd, with the supervisor's ends of its pipes.
+pub(crate) struct SpawnedChild {
+    pub(crate) pid: i32,
+    pub(crate) pidfd: OwnedFd,
+    pub(crate) stdin: Option<OwnedFd>,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
+    pub(crate) chmod_listener: Option<OwnedFd>,
+}
+
+/// The pipes of a launch: the child's ends (stdin from `/dev/null` unless the Plan has
+/// data) and the supervisor's, each close-on-exec. Shared by Tier B and native Tier C.
+pub(crate) struct StdioPipes {
+    pub(crate) stdin_child: OwnedFd,
+    pub(crate) stdin_parent: Option<OwnedFd>,
+    pub(crate) stdout_r: OwnedFd,
+    pub(crate) stdout_w: OwnedFd,
+    pub(crate) stderr_r: OwnedFd,
+    pub(crate) stderr_w: OwnedFd,
+}
+
+/// Which of [`StdioPipes`] could not be made, for the caller's error.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum StdioPart {
+    /// The stdin pipe.
+    Stdin,
+    /// `/dev/null` for stdin.
+    DevNull,
+    /// The stdout pipe.
+    Stdout,
+    /// The stderr pipe.
+    Stderr,
+}
+
+impl StdioPipes {
+    /// Opens the pipes of `plan`; `err` names a failure in the caller's terms.
+    pub(crate) fn open<E>(
+        plan: &Plan,
+        err: impl Fn(StdioPart, std::io::Error) -> E,
+    ) -> Result<Self, E> {
+        let (stdout_r, stdout_w) = sys::pipe_cloexec().map_err(|e| err(StdioPart::Stdout, e))?;
+        let (stderr_r, stderr_w) = sys::pipe_cloexec().map_err(|e| err(StdioPart::Stderr, e))?;
+        let (stdin_child, stdin_parent) = match &plan.stdin {
+            Some(_) => {
+                let (r, w) = sys::pipe_cloexec().map_err(|e| err(StdioPart::Stdin, e))?;
+                (r, Some(w))
+            }
+            None => (
+                sys::open_dev_null().map_err(|e| err(StdioPart::DevNull, e))?,
+                None,
+            ),
+        };
+        Ok(Self {
+            stdin_child,
+            stdin_parent,
+            stdout_r,
+            stdout_w,
+            stderr_r,
+            stderr_w,
+        })
+    }
+}
+
+pub(crate) fn stdio_pipes(plan: &Plan) -> Result<StdioPipes, LaunchError> {
+    StdioPipes::open(plan, |part, source| LaunchError::Setup {
+        what: match part {
+            StdioPart::Stdin => "pipe for stdin",
+            StdioPart::DevNull => "open /dev/null",
+            StdioPart::Stdout => "pipe for stdout",
+            StdioPart::Stderr => "pipe for stderr",
+        }
+        .to_owned(),
+        source,
+    })
+}

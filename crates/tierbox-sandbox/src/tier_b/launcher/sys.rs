@@ -1,0 +1,332 @@
+//! Tier B's mount namespace, made with raw system calls only: by a cloned child before it
+//! restricts itself (its step 4d, `launch::sys`), or by a warm slot's launcher thread
+//! before it arms itself (`RawNs::make`). No allocation, no locks: the same discipline
+//! as the rest of the child's setup (`launch::sys`).
+
+use std::ffi::{c_char, c_int};
+use std::os::fd::BorrowedFd;
+
+use crate::launch::sys::{mounts_private, move_tree_to, setns, unshare_mounts_private};
+use crate::linux::ns::sys as nsys;
+use crate::linux::step::Step;
+use crate::linux::sys as lsys;
+use crate::linux::sys::check;
+
+/// What an object a namespace step opens must be: `(st_dev, st_ino)` and its type
+/// (`st_mode & S_IFMT`), as the supervisor found it when it planned the step.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub(crate) struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+    pub fmt: u32,
+}
+
+impl FileId {
+    /// Of `st`.
+    fn of(st: &libc::stat) -> Self {
+        Self {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            fmt: st.st_mode & libc::S_IFMT,
+        }
+    }
+
+    /// Of `meta` (an `lstat`).
+    pub(crate) fn of_metadata(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            fmt: meta.mode() & libc::S_IFMT,
+        }
+    }
+}
+
+/// One tree a Tier B run's mount namespace gets before its protected paths: cloned from
+/// `source` (absolute, canonical, opened without following any symlink and checked to
+/// be `expect`), `attr` set on the whole copy, then — once every tree is cloned, since
+/// the first one hides the sources beneath `/tmp` — moved onto `dest`.
+#[repr(C)]
+pub(crate) struct NsTree {
+    pub source: *const c_char,
+    pub expect: FileId,
+    pub attr: u64,
+    pub dest: *const c_char,
+}
+
+/// One protected path of a Tier B run (`tier_b::protect`): `rel` beneath `base` (a
+/// writable root, absolute and canonical, checked to be `base_id`), opened with
+/// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` and checked to be `expect`, then a clone of
+/// it — or of `/dev/null` when `cover` (a symlink covered) — with `attr` moved onto that
+/// very object (`MOVE_MOUNT_T_EMPTY_PATH`): no path is looked up twice.
+#[repr(C)]
+pub(crate) struct NsProtect {
+    pub base: *const c_char,
+    pub base_id: FileId,
+    pub rel: *const c_char,
+    pub expect: FileId,
+    pub cover: bool,
+    pub attr: u64,
+}
+
+/// A Tier B run's mount namespace (`tier_b::mounts`, `tier_b::protect`), made by the
+/// child before it restricts itself, or by a warm slot's launcher thread before it arms
+/// itself (never with a user namespace: `unshare(CLONE_NEWUSER)` refuses a thread).
+/// Every pointer stays valid while the namespace is made.
+#[repr(C)]
+pub(crate) struct PrivateNs {
+    /// `-1`, or a user namespace mapping only the supervisor's own uid and gid to
+    /// themselves (an unprivileged supervisor's, `linux::sys::own_ids_user_namespace`),
+    /// joined before the mount namespace is made so that the run owns it; `-1`: a mount
+    /// namespace only (a root supervisor's, which may mount).
+    pub userns_fd: c_int,
+    pub trees: *const NsTree,
+    pub n_trees: usize,
+    /// `n_trees` slots for the cloned trees (written by whoever makes the namespace).
+    pub tree_fds: *mut c_int,
+    pub protect: *const NsProtect,
+    pub n_protect: usize,
+    /// What `/dev/null` (the source of a cover) must be.
+    pub dev_null: FileId,
+}
+
+/// An [`super::NsPlan`] in the form [`private_ns`] reads: the raw entries and the slots
+/// for the cloned trees, borrowing the plan's strings.
+pub(crate) struct RawNs<'a> {
+    plan: &'a super::NsPlan,
+    userns: Option<BorrowedFd<'a>>,
+    trees: Vec<NsTree>,
+    tree_fds: Vec<c_int>,
+    protect: Vec<NsProtect>,
+}
+
+impl<'a> RawNs<'a> {
+    /// `plan`, joining `userns` first when given (the plan's user namespace).
+    pub(crate) fn new(plan: &'a super::NsPlan, userns: Option<BorrowedFd<'a>>) -> Self {
+        let trees: Vec<NsTree> = plan
+            .trees
+            .iter()
+            .map(|t| NsTree {
+                source: t.source.as_ptr(),
+                expect: t.expect,
+                attr: t.attr,
+                dest: t.dest.as_ptr(),
+            })
+            .collect();
+        let protect = plan
+            .protect
+            .iter()
+            .map(|p| NsProtect {
+                base: p.base.as_ptr(),
+                base_id: p.base_id,
+                rel: p.rel.as_ptr(),
+                expect: p.expect,
+                cover: p.cover,
+                attr: p.attr,
+            })
+            .collect();
+        Self {
+            plan,
+            userns,
+            tree_fds: vec![-1; trees.len()],
+            trees,
+            protect,
+        }
+    }
+
+    /// The spec [`private_ns`] (or a cloned child, [`crate::launch::sys::ChildSpec::private_ns`]) reads; its
+    /// pointers are valid while `self` lives and is not changed.
+    pub(crate) fn spec(&mut self) -> PrivateNs {
+        use std::os::fd::AsRawFd;
+        PrivateNs {
+            userns_fd: self.userns.map_or(-1, |fd| fd.as_raw_fd()),
+            trees: self.trees.as_ptr(),
+            n_trees: self.trees.len(),
+            tree_fds: self.tree_fds.as_mut_ptr(),
+            protect: self.protect.as_ptr(),
+            n_protect: self.protect.len(),
+            dev_null: self.plan.dev_null,
+        }
+    }
+
+    /// Makes the namespace for the calling thread (a launcher thread arming itself).
+    pub(crate) fn make(mut self) -> Result<(), (Step, i32)> {
+        let spec = self.spec();
+        private_ns(&spec)
+    }
+}
+
+/// `openat2(dirfd, path, O_PATH | O_NOFOLLOW, resolve)` and an `fstat` that must find
+/// `expect`: the object planned, not whatever was swapped in (`ESTALE`).
+fn open_expected(
+    dirfd: c_int,
+    path: &std::ffi::CStr,
+    resolve: u64,
+    expect: FileId,
+) -> Result<c_int, i32> {
+    let fd = nsys::openat2_raw(dirfd, path, libc::O_PATH | libc::O_NOFOLLOW, resolve)?;
+    // SAFETY: a zeroed `stat` is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat of an O_PATH fd we just opened writes one `stat`.
+    let got = check(unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) });
+    if got.is_err() || FileId::of(&st) != expect {
+        nsys::close(fd);
+        return Err(got.err().unwrap_or(libc::ESTALE));
+    }
+    Ok(fd)
+}
+
+/// `open_tree(fd, "", OPEN_TREE_CLONE | AT_EMPTY_PATH | AT_RECURSIVE)` with `attr` set on
+/// the whole copy: a detached clone of what `fd` names, in the caller's namespace.
+fn clone_tree(fd: c_int, attr: u64) -> Result<c_int, i32> {
+    // SAFETY: open_tree with a valid fd, an empty NUL-terminated path and integer flags;
+    // it returns a new fd for a detached copy of the mount tree at `fd`.
+    let tree = check(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            fd,
+            c"".as_ptr(),
+            (lsys::OPEN_TREE_CLONE
+                | libc::O_CLOEXEC as u32
+                | libc::AT_EMPTY_PATH as u32
+                | lsys::AT_RECURSIVE) as libc::c_ulong,
+        )
+    })? as c_int;
+    if attr != 0
+        && let Err(e) = nsys::mount_setattr(
+            tree,
+            c"",
+            libc::AT_EMPTY_PATH as u32 | lsys::AT_RECURSIVE,
+            attr,
+        )
+    {
+        nsys::close(tree);
+        return Err(e);
+    }
+    Ok(tree)
+}
+
+/// Makes `ns` (see [`PrivateNs`]), in order: the namespaces (and the id maps), every
+/// mount private, every tree cloned, every tree moved, then each protected path bound or
+/// covered. Raw system calls only, no allocation: a cloned child's step 4c, or a launcher
+/// thread's before it arms itself.
+pub(crate) fn private_ns(ns: &PrivateNs) -> Result<(), (Step, i32)> {
+    use Step as S;
+    let at = |s: Step| move |e: i32| (s, e);
+    if ns.userns_fd >= 0 {
+        // An fd the caller keeps open while the namespace is made.
+        setns(ns.userns_fd, libc::CLONE_NEWUSER).map_err(at(S::UserNamespace))?;
+    }
+    unshare_mounts_private(libc::CLONE_NEWNS).map_err(at(S::HelperMounts))?;
+    mounts_private().map_err(at(S::HelperMounts))?;
+    // SAFETY: the caller keeps `n_trees` trees and as many fd slots, and `n_protect`
+    // protected paths, alive at these pointers (null only with 0 entries).
+    let (trees, fds, protect) = unsafe {
+        (
+            slice_or_empty(ns.trees, ns.n_trees),
+            if ns.tree_fds.is_null() {
+                &mut [][..]
+            } else {
+                std::slice::from_raw_parts_mut(ns.tree_fds, ns.n_trees)
+            },
+            slice_or_empty(ns.protect, ns.n_protect),
+        )
+    };
+    if fds.len() != trees.len() {
+        return Err((S::HelperMounts, libc::EINVAL));
+    }
+    let nosymlinks = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    let mut cloned = 0;
+    let mut result: Result<c_int, i32> = Ok(-1);
+    // Every tree first: the first one moved (the private tmp over /tmp) hides the
+    // sources of the grants beneath /tmp.
+    for (t, slot) in trees.iter().zip(fds.iter_mut()) {
+        // SAFETY: a NUL-terminated string the caller owns.
+        let source = unsafe { std::ffi::CStr::from_ptr(t.source) };
+        result = open_expected(libc::AT_FDCWD, source, nosymlinks, t.expect).and_then(|fd| {
+            let tree = clone_tree(fd, t.attr);
+            nsys::close(fd);
+            tree
+        });
+        match result {
+            Ok(tree) => {
+                *slot = tree;
+                cloned += 1;
+            }
+            Err(_) => break,
+        }
+    }
+    let mut moved = Ok(());
+    for (t, fd) in trees.iter().zip(fds.iter()).take(cloned) {
+        if result.is_ok() && moved.is_ok() {
+            moved = move_tree_to(*fd, t.dest);
+        }
+        nsys::close(*fd);
+    }
+    result.map(drop).and(moved).map_err(at(S::HelperMounts))?;
+    for p in protect {
+        protect_one(p, ns.dev_null).map_err(at(S::ProtectedPaths))?;
+    }
+    Ok(())
+}
+
+/// `slice::from_raw_parts`, or an empty slice for a null pointer.
+///
+/// # Safety
+/// A non-null `ptr` must point at `len` live values for the returned lifetime.
+unsafe fn slice_or_empty<'a, T>(ptr: *const T, len: usize) -> &'a [T] {
+    if ptr.is_null() || len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(ptr, len) }
+    }
+}
+
+/// One [`NsProtect`]: the base, the entry beneath it, the tree, the move onto the entry.
+fn protect_one(p: &NsProtect, dev_null: FileId) -> Result<(), i32> {
+    let nosymlinks = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: NUL-terminated strings the caller owns.
+    let (base, rel) = unsafe {
+        (
+            std::ffi::CStr::from_ptr(p.base),
+            std::ffi::CStr::from_ptr(p.rel),
+        )
+    };
+    let base_fd = open_expected(libc::AT_FDCWD, base, nosymlinks, p.base_id)?;
+    let entry = open_expected(base_fd, rel, nosymlinks | libc::RESOLVE_BENEATH, p.expect);
+    nsys::close(base_fd);
+    let entry = entry?;
+    let tree = if p.cover {
+        open_expected(libc::AT_FDCWD, c"/dev/null", nosymlinks, dev_null).and_then(|null| {
+            let tree = clone_tree(null, p.attr);
+            nsys::close(null);
+            tree
+        })
+    } else {
+        clone_tree(entry, p.attr)
+    };
+    let moved = tree.and_then(|tree| {
+        // SAFETY: two fds this process holds, empty NUL-terminated paths with
+        // MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH: the tree onto the very
+        // object opened and checked above (a symlink itself, never its target).
+        let r = check(unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                tree as libc::c_ulong,
+                c"".as_ptr(),
+                entry as libc::c_ulong,
+                c"".as_ptr(),
+                libc::c_ulong::from(lsys::MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+            )
+        });
+        nsys::close(tree);
+        r.map(drop)
+    });
+    nsys::close(entry);
+    moved
+}
+
+/// `move_mount(2)` flag: the destination is the fd itself (empty path).
+const MOVE_MOUNT_T_EMPTY_PATH: u32 = 0x40;
