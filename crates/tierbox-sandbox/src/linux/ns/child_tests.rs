@@ -665,6 +665,28 @@ fn ns_bench_spawn_to_exit_p50() {
     }
 }
 
+/// Runs `sh -c 'readlink /proc/self/ns/net; exec sleep 60'` in a strict-policy sandbox,
+/// opens the sandbox's network namespace from the host once the line is out, and kills
+/// the run: the line, the namespace (held, so that its number cannot be given to a later
+/// namespace while the caller keeps it) and what was enforced. A namespace number is
+/// unique only among namespaces alive at once: the kernel reuses a freed one's.
+fn run_pinning_netns(ws: &Path) -> (String, OwnedFd, tierbox_policy::Enforcement) {
+    use std::io::BufRead;
+    let plan = sh_plan(ws, "readlink /proc/self/ns/net; exec sleep 60");
+    let launched = launch_native(&plan, &NativeOptions::default()).unwrap();
+    let mut out =
+        std::io::BufReader::new(std::fs::File::from(launched.stdout.try_clone().unwrap()));
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let pinned: OwnedFd = std::fs::File::open(format!("/proc/{}/ns/net", launched.pid))
+        .unwrap()
+        .into();
+    crate::launch::sys::kill(launched.pid, libc::SIGKILL).unwrap();
+    let _ = wait_native(&launched);
+    crate::placeholders::release(&launched.host_placeholders);
+    (line.trim().to_owned(), pinned, launched.enforcement)
+}
+
 /// Launches take network namespaces from the pool once it has filled (a supervisor with
 /// `CAP_SYS_ADMIN`, as in CI): every run still gets its own, never the host's nor an
 /// earlier run's, with `lo` up (its `::1` configured, where the host has IPv6).
@@ -685,17 +707,23 @@ fn ns_pooled_network_namespaces_are_fresh_per_run_with_loopback_up() {
             .iter()
             .any(|n| n.starts_with("net (loopback only; made for this run ahead of time"))
     };
-    let (mut seen, mut pooled, mut lo_checked) = (Vec::new(), 0, 0);
+    let (mut seen, mut pinned, mut pooled, mut lo_checked) = (Vec::new(), Vec::new(), 0, 0);
     let deadline = Instant::now() + Duration::from_secs(10);
     while (pooled < 3 || lo_checked < 2) && Instant::now() < deadline {
-        let r = run(&strict_plan(&sc.ws, "readlink", &["/proc/self/ns/net"]));
-        ok(&r);
-        let ns = r.stdout.trim().to_owned();
+        // Every namespace seen stays open here, so a repeated number is a namespace
+        // handed out twice, never a freed number the kernel reused.
+        let (ns, held, enforcement) = run_pinning_netns(&sc.ws);
+        pinned.push(held);
         assert!(ns.starts_with("net:["), "{ns}");
         assert_ne!(ns, host, "the sandbox ran in the host's network namespace");
         assert!(!seen.contains(&ns), "{ns} handed out twice: {seen:?}");
         seen.push(ns);
-        pooled += usize::from(from_pool(&r));
+        pooled += usize::from(
+            enforcement
+                .namespaces
+                .iter()
+                .any(|n| n.starts_with("net (loopback only; made for this run ahead of time")),
+        );
         if ipv6 {
             let r = run(&strict_plan(&sc.ws, "cat", &["/proc/net/if_inet6"]));
             ok(&r);
