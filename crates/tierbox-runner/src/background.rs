@@ -25,16 +25,16 @@ use serde::{Deserialize, Serialize};
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{Lifetime, Rejection};
 use tierbox_redact::Redactor;
-use tierbox_sandbox::launch::LaunchOptions;
-use tierbox_sandbox::process;
-use tierbox_sandbox::running::Ending;
+use tierbox_sandbox::contract::Ending;
+use tierbox_sandbox::contract::LaunchOptions;
+use tierbox_sandbox::contract::process;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
 use crate::audit::{Auditor, RunDescription};
 use crate::outcome::{LimitHit, signal_name};
 use crate::ring::{OutputChunk, OutputRing, RING_BYTES, ShownRing};
-use tierbox_sandbox::launch::mediate::RefusalLog;
+use tierbox_sandbox::contract::RefusalLog;
 
 use crate::supervisor::{
     self, DRAIN_TIMEOUT_MS, EndCause, RunError, RunGuard, RunOptions, TERM_GRACE_MS, dup, end_tree,
@@ -623,8 +623,8 @@ impl BackgroundManager {
         let mut plan = plan.clone();
         // Always a stdin pipe, so `write_stdin` can reach the process later.
         let initial_stdin = plan.stdin.replace(Vec::new()).unwrap_or_default();
-        let facts = tierbox_sandbox::probe::host_facts();
-        let selection = tierbox_sandbox::select::select(&plan, facts).map_err(RunError::from)?;
+        let facts = tierbox_sandbox::contract::host_facts();
+        let selection = tierbox_sandbox::contract::select(&plan, facts).map_err(RunError::from)?;
         let tier = selection.tier;
         if plan.network.needs_proxy() {
             return Err(RunError::Rejected(Rejection::TierUnsupported {

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tierbox_egress::{EgressLog, Verdict};
 use tierbox_policy::{EgressMode, LayerReport, Plan, Rejection, Tier};
-use tierbox_sandbox::linux::audit::NotRecorded;
+use tierbox_sandbox::contract::denials::NotRecorded;
 
 use crate::LimitHit;
 
@@ -94,7 +94,7 @@ impl Denial {
     /// assert_eq!(d.short(), "connect pypi.org:443");
     /// ```
     pub fn short(&self) -> String {
-        let rule = tierbox_sandbox::linux::seccomp::refusal_rule(&self.operation);
+        let rule = tierbox_sandbox::contract::denials::refusal_rule(&self.operation);
         match self.layer {
             DenialLayer::Seccomp if rule.is_none_or(|r| r == self.target) => self.operation.clone(),
             _ => format!("{} {}", self.operation, self.target),
@@ -192,7 +192,7 @@ pub fn of_run(
 /// their hints.
 pub fn of_refusals<'a>(
     plan: &Plan,
-    refusals: impl IntoIterator<Item = &'a tierbox_sandbox::linux::audit::Refusal>,
+    refusals: impl IntoIterator<Item = &'a tierbox_sandbox::contract::denials::Refusal>,
     started: std::time::Instant,
 ) -> Vec<Denial> {
     of_refusals_with(plan, refusals, started, &|| tier_c_runs(plan))
@@ -203,18 +203,19 @@ pub fn of_refusals<'a>(
 fn tier_c_runs(plan: &Plan) -> Result<(), Rejection> {
     let mut asked = plan.clone();
     asked.tier.requested = tierbox_policy::TierRequest::C;
-    tierbox_sandbox::select::select_tier(&asked, tierbox_sandbox::probe::host_facts()).map(drop)
+    tierbox_sandbox::contract::select_tier(&asked, tierbox_sandbox::contract::host_facts())
+        .map(drop)
 }
 
 /// [`of_refusals`], asking `tier_c` (at most once, and only for a refused unix socket)
 /// whether a Tier C run of the plan would run here.
 fn of_refusals_with<'a>(
     plan: &Plan,
-    refusals: impl IntoIterator<Item = &'a tierbox_sandbox::linux::audit::Refusal>,
+    refusals: impl IntoIterator<Item = &'a tierbox_sandbox::contract::denials::Refusal>,
     started: std::time::Instant,
     tier_c: &dyn Fn() -> Result<(), Rejection>,
 ) -> Vec<Denial> {
-    use tierbox_sandbox::linux::audit::RefusalLayer;
+    use tierbox_sandbox::contract::denials::RefusalLayer;
     let tier_c_answer = std::cell::OnceCell::new();
     let tier_c = || tier_c_answer.get_or_init(tier_c).clone();
     refusals
@@ -243,7 +244,7 @@ fn of_refusals_with<'a>(
                         &r.operation,
                         // An audited refusal's target is its rule; a handed-off one's is
                         // its arguments.
-                        tierbox_sandbox::linux::seccomp::refusal_rule(&r.operation)
+                        tierbox_sandbox::contract::denials::refusal_rule(&r.operation)
                             .unwrap_or(&r.target),
                         &r.target,
                         &tier_c,
@@ -553,7 +554,7 @@ pub fn limit_value(plan: &Plan, limit: LimitHit) -> Option<String> {
 pub fn sources(
     plan: &Plan,
     tier: Tier,
-    audit: Option<&tierbox_sandbox::linux::audit::RunAuditReport>,
+    audit: Option<&tierbox_sandbox::contract::denials::RunAuditReport>,
     handed_off: Option<u64>,
 ) -> BTreeMap<String, LayerReport> {
     let mut out = BTreeMap::new();
@@ -588,14 +589,14 @@ pub fn sources(
                 if !a.report.complete {
                     detail.push_str(&format!(
                         "; incomplete: the kernel dropped records, or they did not arrive within {} ms of the run's end",
-                        tierbox_sandbox::linux::audit::BARRIER_TIMEOUT.as_millis()
+                        tierbox_sandbox::contract::denials::BARRIER_TIMEOUT.as_millis()
                     ));
                 }
                 if a.report.dropped > 0 {
                     detail.push_str(&format!(
                         "; {} more refusals past the first {} were not listed",
                         a.report.dropped,
-                        tierbox_sandbox::linux::audit::MAX_REFUSALS_PER_RUN
+                        tierbox_sandbox::contract::denials::MAX_REFUSALS_PER_RUN
                     ));
                 }
                 LayerReport::applied(detail)
@@ -614,7 +615,7 @@ pub fn sources(
                 if dropped > 0 {
                     format!(
                         " ({dropped} past the first {} not listed)",
-                        tierbox_sandbox::linux::audit::MAX_REFUSALS_PER_RUN
+                        tierbox_sandbox::contract::denials::MAX_REFUSALS_PER_RUN
                     )
                 } else {
                     String::new()
@@ -645,7 +646,7 @@ pub fn sources(
                     detail.push_str(&format!(
                         "; {} more failed paths past the first {} were not checked",
                         a.report.files_dropped,
-                        tierbox_sandbox::linux::audit::files::MAX_FILE_FAILURES_PER_RUN
+                        tierbox_sandbox::contract::denials::MAX_FILE_FAILURES_PER_RUN
                     ));
                 }
                 LayerReport::applied(detail)
@@ -731,8 +732,8 @@ mod tests {
 
     #[test]
     fn audit_refusals_become_denials_with_the_smallest_fix() {
-        use tierbox_sandbox::linux::audit::{AuditReport, Refusal, RefusalLayer};
-        let rule = |name| tierbox_sandbox::linux::seccomp::refusal_rule(name).unwrap();
+        use tierbox_sandbox::contract::denials::{AuditReport, Refusal, RefusalLayer};
+        let rule = |name| tierbox_sandbox::contract::denials::refusal_rule(name).unwrap();
         let ws = tempfile::tempdir().unwrap();
         let plan = grants_plan(ws.path());
         let started = std::time::Instant::now();
@@ -854,7 +855,7 @@ mod tests {
             seccomp_hint(
                 mode,
                 "socket",
-                tierbox_sandbox::linux::seccomp::refusal_rule("socket").unwrap(),
+                tierbox_sandbox::contract::denials::refusal_rule("socket").unwrap(),
                 target,
                 tier_c,
             )
@@ -910,8 +911,8 @@ mod tests {
             Ok(())
         };
         let started = std::time::Instant::now();
-        let refusal = |target: &str| tierbox_sandbox::linux::audit::Refusal {
-            layer: tierbox_sandbox::linux::audit::RefusalLayer::Seccomp,
+        let refusal = |target: &str| tierbox_sandbox::contract::denials::Refusal {
+            layer: tierbox_sandbox::contract::denials::RefusalLayer::Seccomp,
             operation: "socket".to_owned(),
             target: target.to_owned(),
             count: 1,
@@ -963,7 +964,7 @@ mod tests {
             .build()
             .unwrap()
             .block_on(
-                tierbox_sandbox::linux::audit::RunAudit::not_recorded(
+                tierbox_sandbox::contract::denials::RunAudit::not_recorded(
                     "no landlock here",
                     "no filter here",
                 )

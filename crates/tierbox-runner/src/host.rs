@@ -12,29 +12,27 @@
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{Rejection, Tier};
 
-pub use tierbox_sandbox::preflight::GrantFinding;
+pub use tierbox_sandbox::contract::GrantFinding;
 
+pub use tierbox_sandbox::contract::Engine;
+pub use tierbox_sandbox::contract::denials::NotRecorded;
 /// What this host offers, probed once per process: the facts tier selection reads, and
 /// each backend's own probe (for `doctor` and for tests that must know whether a tier can
 /// run here).
-pub use tierbox_sandbox::bwrap::probe_bwrap_cached;
-pub use tierbox_sandbox::container::Engine;
-pub use tierbox_sandbox::container::probe::probe_engine_cached;
-pub use tierbox_sandbox::linux::audit::NotRecorded;
-pub use tierbox_sandbox::linux::identity::{
-    SANDBOX_UID, probe_idmapped_mounts, root_workspace_ids,
-};
-pub use tierbox_sandbox::linux::ns::init::reaper_description;
-pub use tierbox_sandbox::linux::userns::{probe_userns_cached, set_probe_state_dir};
-pub use tierbox_sandbox::probe::{HostFacts, HostSummary, host_facts};
-pub use tierbox_sandbox::select::tier_available;
+pub use tierbox_sandbox::contract::probe_bwrap_cached;
+pub use tierbox_sandbox::contract::probe_engine_cached;
+pub use tierbox_sandbox::contract::reaper_description;
+pub use tierbox_sandbox::contract::tier_available;
+pub use tierbox_sandbox::contract::{HostFacts, HostSummary, host_facts};
+pub use tierbox_sandbox::contract::{SANDBOX_UID, probe_idmapped_mounts, root_workspace_ids};
+pub use tierbox_sandbox::contract::{probe_userns_cached, set_probe_state_dir};
 
 /// The supervisor is not dumpable (sandboxed processes of the same uid cannot read its
 /// memory or environment) and is a child subreaper (daemons that leave the process group
 /// are re-parented here and killed with their run). Best effort: a host that refuses
 /// either leaves the process as it was.
 pub fn harden_supervisor() {
-    let _ = tierbox_sandbox::process::set_not_dumpable();
+    let _ = tierbox_sandbox::contract::process::set_not_dumpable();
     let _ = crate::enable_subreaper();
 }
 
@@ -48,10 +46,10 @@ pub fn ensure_state_dir(dir: &std::path::Path) -> Result<(), crate::RunError> {
 }
 
 /// Starts the watchdog that kills what this process's runs leave in their cgroups if the
-/// process is killed outright (see `tierbox_sandbox::watchdog`). Call it while the
+/// process is killed outright (see `tierbox_sandbox::contract::watchdog`). Call it while the
 /// process has one thread, before any async runtime starts.
 pub fn start_watchdog() -> std::io::Result<()> {
-    tierbox_sandbox::watchdog::start()
+    tierbox_sandbox::contract::watchdog::start()
 }
 
 /// Tells the watchdog that this process is about to exit with nothing left for it to
@@ -65,65 +63,66 @@ pub fn start_watchdog() -> std::io::Result<()> {
 /// tierbox_runner::host::release_watchdog();
 /// ```
 pub fn release_watchdog() -> bool {
-    tierbox_sandbox::watchdog::release()
+    tierbox_sandbox::contract::watchdog::release()
 }
 
 /// Keeps per-run resources (cgroups, landlock rulesets, private directories) warm between
 /// runs — for a long-lived process — or, with `false`, destroys the idle ones.
 pub fn set_pooling(on: bool) {
-    tierbox_sandbox::process::set_pooling(on);
+    tierbox_sandbox::contract::process::set_pooling(on);
 }
 
 /// Makes network namespaces ahead of time for Tier C runs (a long-lived process), or not
 /// (a process that makes one run, where they would only cost CPU).
 pub fn set_network_namespace_pool(on: bool) {
-    tierbox_sandbox::process::set_network_namespace_pool(on);
+    tierbox_sandbox::contract::process::set_network_namespace_pool(on);
 }
 
 /// Restores the default SIGPIPE disposition (Rust ignores it), so a CLI whose output pipe
 /// closes ends as command-line programs do.
 pub fn default_sigpipe() {
-    tierbox_sandbox::process::default_sigpipe();
+    tierbox_sandbox::contract::process::default_sigpipe();
 }
 
 /// Whether landlock and seccomp denials can be read from the kernel's audit records on
-/// this host now, or why not (see [`tierbox_sandbox::linux::audit`]).
+/// this host now, or why not (see [`tierbox_sandbox::contract::denials`]).
 pub fn denial_audit() -> Result<(), NotRecorded> {
-    tierbox_sandbox::linux::audit::availability()
+    tierbox_sandbox::contract::denials::availability()
 }
 
-/// Waits, at most [`tierbox_sandbox::linux::audit::files::FLUSH_TIMEOUT`], until the
+/// Waits, at most [`tierbox_sandbox::contract::denials::FLUSH_TIMEOUT`], until the
 /// kernel audit rules that this process's ended Tier C runs added to record their file
 /// refusals (`audit.file_refusals`) are removed; whether they all were. A process about
 /// to exit calls it: a rule left behind costs every process of the host until the next
 /// supervisor removes it.
 pub fn flush_audit_rules() -> bool {
-    tierbox_sandbox::linux::audit::files::flush_rule_removals()
+    tierbox_sandbox::contract::denials::flush_rule_removals()
 }
 
 /// Whether the seccomp argument rules' refusals (a socket family, an `ioctl` request,
 /// namespace flags) are handed to the supervisor and recorded with their arguments on
 /// this host (Tier B, and Tier C with either backend; seccomp user notification).
 pub fn seccomp_arguments_recorded() -> bool {
-    tierbox_sandbox::probe::host_facts().seccomp && tierbox_sandbox::launch::user_notif_available()
+    tierbox_sandbox::contract::host_facts().seccomp
+        && tierbox_sandbox::contract::user_notif_available()
 }
 
 /// The tier a run of `plan` gets on this host, as a run would select it, or why none.
 pub fn select_tier(plan: &Plan) -> Result<Tier, Rejection> {
-    tierbox_sandbox::select::select_tier(plan, tierbox_sandbox::probe::host_facts())
+    tierbox_sandbox::contract::select_tier(plan, tierbox_sandbox::contract::host_facts())
 }
 
 /// [`select_tier`], with what `auto` passed over to pick it: the stronger tier, its
 /// backend and why it cannot run the plan here (the outcome's `enforcement.passed_over`).
 pub fn select_tier_passing_over(plan: &Plan) -> Result<(Tier, Option<String>), Rejection> {
-    tierbox_sandbox::select::select(plan, tierbox_sandbox::probe::host_facts())
+    tierbox_sandbox::contract::select(plan, tierbox_sandbox::contract::host_facts())
         .map(|s| (s.tier, s.passed_over))
 }
 
 /// What each Linux backend would refuse or narrow of `plan`'s filesystem grants here
-/// (`tierbox_sandbox::preflight::grant_findings`).
+/// (`tierbox_sandbox::contract::grant_findings`).
 pub fn grant_findings(plan: &Plan) -> Vec<GrantFinding> {
-    tierbox_sandbox::preflight::grant_findings(plan)
+    tierbox_sandbox::contract::grant_findings(plan)
 }
 
 /// What `check` adds to a valid plan: the tier and backend this host would pick, and
@@ -149,7 +148,7 @@ pub struct Preflight {
     /// The backend that tier uses: `tier_b`, or the policy's Tier C backend.
     pub backend: String,
     /// Under `auto`: the stronger tier passed over, and why
-    /// ([`tierbox_sandbox::select::Selection::passed_over`]).
+    /// ([`tierbox_sandbox::contract::Selection::passed_over`]).
     pub passed_over: Option<String>,
     /// What each backend refuses or narrows.
     pub findings: Vec<GrantFinding>,

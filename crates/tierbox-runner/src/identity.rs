@@ -126,7 +126,7 @@ impl Runner {
         }
         RunnerIdentity {
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            uid: tierbox_sandbox::process::current_ids().0,
+            uid: tierbox_sandbox::contract::process::current_ids().0,
             policy_digest: self.policy_digest().to_owned(),
             workspace: canonical(self.workspace()),
             state_dir: canonical(&self.options().state_dir),

@@ -484,7 +484,7 @@ pub fn created_git_dirs(
         .filter(|r| {
             let git = r.join(".git");
             !own_placeholders.contains(&git)
-                && tierbox_sandbox::placeholders::observe(&git, || ()).is_some()
+                && tierbox_sandbox::contract::observe(&git, || ()).is_some()
         })
         .collect();
     (created, None)

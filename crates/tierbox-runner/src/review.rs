@@ -943,7 +943,7 @@ pub(crate) struct EndReport {
 /// copy is as large as the run wrote). Releases both filesystems.
 pub(crate) async fn settle_scratch(
     plan: &tierbox_policy::Plan,
-    l: &mut tierbox_sandbox::running::RunningSandbox,
+    l: &mut tierbox_sandbox::contract::RunningSandbox,
     run_for: &crate::supervisor::RunFor<'_>,
     launched_at: SystemTime,
 ) -> Scratch {

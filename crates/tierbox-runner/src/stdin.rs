@@ -251,7 +251,7 @@ pub(crate) fn forward(
     std::thread::Builder::new()
         .name("tierbox-stdin".to_owned())
         .spawn(move || {
-            tierbox_sandbox::process::block_sigpipe_on_this_thread();
+            tierbox_sandbox::contract::process::block_sigpipe_on_this_thread();
             let mut file = std::fs::File::from(pipe);
             while let Some(chunk) = to_write.blocking_recv() {
                 if !write_counted(&mut file, &chunk, &shared) {

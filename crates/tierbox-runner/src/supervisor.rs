@@ -20,12 +20,12 @@ use tierbox_egress::{Proxy, ProxyConfig};
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{Rejection, Tier};
 use tierbox_redact::Redactor;
-use tierbox_sandbox::launch::mediate::RefusalLog;
-use tierbox_sandbox::launch::{ExitInfo, LaunchError, LaunchOptions};
-use tierbox_sandbox::linux::audit::Refusal;
-use tierbox_sandbox::probe::host_facts;
-use tierbox_sandbox::process;
-use tierbox_sandbox::running::{self, Ending, RunningSandbox};
+use tierbox_sandbox::contract::RefusalLog;
+use tierbox_sandbox::contract::denials::Refusal;
+use tierbox_sandbox::contract::host_facts;
+use tierbox_sandbox::contract::process;
+use tierbox_sandbox::contract::{Ending, RunningSandbox, read_exit_record};
+use tierbox_sandbox::contract::{ExitInfo, LaunchError, LaunchOptions};
 use tokio::io::AsyncReadExt;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
@@ -274,7 +274,7 @@ async fn run_plan_tapped(
 ) -> Result<Outcome, RunError> {
     check_stdin_source(plan.stdin_streamed, &stdin)?;
     let facts = host_facts();
-    let selection = tierbox_sandbox::select::select(plan, facts)?;
+    let selection = tierbox_sandbox::contract::select(plan, facts)?;
     let tier = selection.tier;
     if plan.background.is_some() {
         return Err(Rejection::TierUnsupported {
@@ -355,7 +355,7 @@ pub(crate) fn launch_in(
         crate::home::ensure(&plan.workspace, home)?;
     }
     let launched = match tier {
-        Tier::B | Tier::C => tierbox_sandbox::backend::for_plan(plan, tier).launch(plan, opts)?,
+        Tier::B | Tier::C => tierbox_sandbox::contract::for_plan(plan, tier).launch(plan, opts)?,
         Tier::A => {
             return Err(Rejection::TierUnavailable {
                 tier,
@@ -519,11 +519,13 @@ pub(crate) async fn add_refusals(
 }
 
 /// The run's landlock and seccomp refusals, once its processes are gone (awaiting, up to
-/// [`tierbox_sandbox::linux::audit::BARRIER_TIMEOUT`], the kernel's queue).
-async fn finish_audit(l: &mut RunningSandbox) -> tierbox_sandbox::linux::audit::RunAuditReport {
+/// [`tierbox_sandbox::contract::denials::BARRIER_TIMEOUT`], the kernel's queue).
+async fn finish_audit(
+    l: &mut RunningSandbox,
+) -> tierbox_sandbox::contract::denials::RunAuditReport {
     std::mem::replace(
         l.audit_mut(),
-        tierbox_sandbox::linux::audit::RunAudit::not_recorded("already read", "already read"),
+        tierbox_sandbox::contract::denials::RunAudit::not_recorded("already read", "already read"),
     )
     .finish()
     .await
@@ -930,7 +932,7 @@ pub(crate) fn dup(fd: &OwnedFd) -> Result<OwnedFd, RunError> {
 /// without a report pipe to watch, or when pid 1 ended without writing it (killed: then
 /// the pidfd tells).
 async fn reported_exit(report: Option<OwnedFd>) -> Option<ExitInfo> {
-    running::read_exit_record(report?).await
+    read_exit_record(report?).await
 }
 
 /// Waits until the pidfd is readable (the child has exited; it is not reaped).
@@ -1011,7 +1013,7 @@ pub(crate) fn sandbox_failure(
     ended_by_program: bool,
     limit_hit: Option<LimitHit>,
 ) -> Option<String> {
-    use tierbox_sandbox::linux::ns::init::reaper;
+    use tierbox_sandbox::contract::reaper;
     if !ended_by_program || limit_hit == Some(LimitHit::Memory) {
         return None;
     }
@@ -1039,7 +1041,7 @@ fn classify(
     plan: &Plan,
     ended: &Ended,
     exit: &ExitInfo,
-    stats: Option<&tierbox_sandbox::linux::cgroup::CgroupStats>,
+    stats: Option<&tierbox_sandbox::contract::CgroupStats>,
 ) -> Option<LimitHit> {
     match ended {
         Ended::Timeout => return Some(LimitHit::WallTime),

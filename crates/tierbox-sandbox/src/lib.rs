@@ -18,6 +18,10 @@
 //! - [`windows`]: Tier C on Windows — Job Object limits, command line and environment
 //!   block (built and tested everywhere, run on Windows only).
 //!
+//! A supervisor needs only [`contract`]: the handle of a running sandbox, launching,
+//! tier selection, the process switches, the seccomp hand-off, a run's denials and the
+//! host probes. The other modules are the backends' own.
+//!
 //! Unsafe code lives only in `sys.rs` files, each block with a `// SAFETY:` comment; the
 //! compiler holds the rule (`deny(unsafe_code)` here, allowed on the `sys` modules only).
 
@@ -27,6 +31,8 @@ pub mod backend;
 #[cfg(target_os = "linux")]
 pub mod bwrap;
 pub mod container;
+#[cfg(target_os = "linux")]
+pub mod contract;
 pub mod egress;
 #[cfg(target_os = "linux")]
 pub mod launch;
@@ -52,17 +58,6 @@ pub mod tier_c;
 #[cfg(target_os = "linux")]
 pub mod watchdog;
 pub mod windows;
-
-/// The former home of Tier B and the launcher, kept for existing callers: Tier B is
-/// [`tier_b`], what every backend shares to start a process is [`launch`].
-#[cfg(target_os = "linux")]
-pub mod spawn {
-    pub use crate::launch::{
-        ChildStep, ExitInfo, LaunchError, LaunchOptions, Launched, MAX_ARMED_LAUNCHERS, Slot,
-        mediate, reaper, slots, sweep_orphaned_groups,
-    };
-    pub use crate::tier_b::{BACKEND, BACKEND_NAME, launch};
-}
 
 #[cfg(test)]
 mod test_fixtures;

@@ -3,8 +3,8 @@
 //! answered and recorded.
 
 use tierbox_policy::plan::Plan;
-use tierbox_sandbox::launch::mediate::{RefusalLog, SeccompMediator};
-use tierbox_sandbox::running::RunningSandbox;
+use tierbox_sandbox::contract::RunningSandbox;
+use tierbox_sandbox::contract::{RefusalLog, SeccompMediator};
 
 use super::AbortOnDrop;
 
@@ -25,7 +25,7 @@ pub(crate) fn serve_hand_off(
 }
 
 fn seccomp_mediator(
-    mut hand_off: tierbox_sandbox::running::SeccompHandOff,
+    mut hand_off: tierbox_sandbox::contract::SeccompHandOff,
     plan: &Plan,
     l: &RunningSandbox,
     refusals: Option<&RefusalLog>,

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
-use tierbox_sandbox::process;
-use tierbox_sandbox::running::RunningSandbox;
+use tierbox_sandbox::contract::RunningSandbox;
+use tierbox_sandbox::contract::process;
 
 /// Pids of the direct children of live runs, so the orphan sweep never touches them.
 fn live_roots() -> &'static Mutex<HashSet<i32>> {

@@ -55,7 +55,6 @@ pub(crate) use resources::{cgroup_fd_array, cgroup_slot, new_slot, unmount_priva
 pub use slots::Slot;
 pub use sys::ChildStep;
 // Tier B's armed launchers, at the paths the Tier B launch and callers name them by.
-pub(crate) use crate::tier_b::launcher::{Arming, armed_launcher, slot_launcher};
 pub use crate::tier_b::launcher::{MAX_ARMED_LAUNCHERS, MAX_SLOT_LAUNCHERS};
 
 /// Why a launch failed.
@@ -106,9 +105,6 @@ pub struct LaunchOptions {
     /// decides for helpers such as `bwrap` and for launches with nothing to arm.
     pub launcher_thread: bool,
 }
-
-/// What every Linux backend's launch returns: [`crate::running::RunningSandbox`].
-pub type Launched = crate::running::RunningSandbox;
 
 /// Whether the kernel can hand system calls to the supervisor (seccomp user
 /// notification, probed once): chmod mediation, and the seccomp argument rules' refusals

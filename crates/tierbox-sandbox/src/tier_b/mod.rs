@@ -38,10 +38,11 @@ use crate::running::{Root, Running, RunningSandbox, SeccompHandOff};
 use crate::launch::slots::{self, Slot, SlotGuard, SlotKey};
 use crate::launch::sys::{self};
 use crate::launch::{
-    Arming, Job, LaunchError, LaunchOptions, SpawnedChild, StdioPipes, armed_launcher,
-    cgroup_fd_array, cgroup_limits, clone_on, cstring, new_slot, rlimit_report, rlimit64_table,
-    slot_launcher, stdio_pipes, user_notif_available,
+    Job, LaunchError, LaunchOptions, SpawnedChild, StdioPipes, cgroup_fd_array, cgroup_limits,
+    clone_on, cstring, new_slot, rlimit_report, rlimit64_table, stdio_pipes,
+    user_notif_available,
 };
+use launcher::{Arming, armed_launcher, slot_launcher};
 
 /// Name of this backend in outcomes and attestations.
 pub const BACKEND: BackendId = BackendId::TierBLinux;
