@@ -126,7 +126,60 @@ pub struct Enforcement {
     /// host (`applied`), and how, or why not: a layer whose denials cannot be read here is
     /// said to be so, never reported as having denied nothing.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub denial_reports: std::collections::BTreeMap<String, LayerReport>,
+    pub denial_reports: std::collections::BTreeMap<DenialLayer, LayerReport>,
+}
+
+/// A layer that can refuse a run something: the layer of a denial, and the key of
+/// [`Enforcement::denial_reports`].
+///
+/// Ordered by name, so that [`Enforcement::denial_reports`] serialises its keys in the
+/// order a map of names did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DenialLayer {
+    /// Landlock (a file or a port).
+    Landlock,
+    /// The seccomp filter (a system call).
+    Seccomp,
+    /// The egress proxy (a connection).
+    Egress,
+    /// A resource limit.
+    Limits,
+    /// A Tier C sandbox's mount namespace: a path it does not show, or shows read-only
+    /// (recorded when the policy sets `audit.file_refusals`).
+    Mounts,
+}
+
+impl PartialOrd for DenialLayer {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for DenialLayer {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name().cmp(other.name())
+    }
+}
+
+impl std::fmt::Display for DenialLayer {
+    /// Its name as serialised.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl DenialLayer {
+    /// Its name as serialised.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Landlock => "landlock",
+            Self::Seccomp => "seccomp",
+            Self::Egress => "egress",
+            Self::Limits => "limits",
+            Self::Mounts => "mounts",
+        }
+    }
 }
 
 /// Status of one protection layer.
@@ -152,6 +205,44 @@ impl LayerReport {
         Self {
             applied: false,
             detail: reason.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The keys of `denial_reports` are layers, and the map's JSON is the one a map of
+    /// names made: the same names, in the same (alphabetical) order, read back alike.
+    #[test]
+    fn denial_reports_keep_their_recorded_json() {
+        let recorded = r#"{"egress":{"applied":true,"detail":"e"},"landlock":{"applied":false,"detail":"l"},"limits":{"applied":true,"detail":"m"},"mounts":{"applied":false,"detail":"f"},"seccomp":{"applied":true,"detail":"s"}}"#;
+        let mut reports = std::collections::BTreeMap::new();
+        for (layer, applied, detail) in [
+            (DenialLayer::Seccomp, true, "s"),
+            (DenialLayer::Landlock, false, "l"),
+            (DenialLayer::Mounts, false, "f"),
+            (DenialLayer::Limits, true, "m"),
+            (DenialLayer::Egress, true, "e"),
+        ] {
+            reports.insert(
+                layer,
+                LayerReport {
+                    applied,
+                    detail: detail.to_owned(),
+                },
+            );
+        }
+        assert_eq!(serde_json::to_string(&reports).unwrap(), recorded);
+        let read: std::collections::BTreeMap<DenialLayer, LayerReport> =
+            serde_json::from_str(recorded).unwrap();
+        assert_eq!(read, reports);
+        for layer in reports.keys() {
+            assert_eq!(serde_json::to_value(layer).unwrap(), layer.name());
+            assert_eq!(layer.to_string(), layer.name());
         }
     }
 }

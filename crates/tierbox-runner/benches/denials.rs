@@ -65,7 +65,10 @@ fn main() {
             // Landlock's refusals are recorded only from the audit records (seccomp's
             // argument rules are handed to the supervisor either way).
             assert_eq!(
-                outcome.enforcement.denial_reports["landlock"].applied, on,
+                outcome.enforcement.denial_reports
+                    [&tierbox_policy::enforcement::DenialLayer::Landlock]
+                    .applied,
+                on,
                 "{:?}",
                 outcome.enforcement.denial_reports
             );

@@ -80,7 +80,9 @@ fn main() {
         assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
         assert!(outcome.denials.is_empty(), "{:?}", outcome.denials);
         assert_eq!(
-            outcome.enforcement.denial_reports["mounts"].applied, files,
+            outcome.enforcement.denial_reports[&tierbox_policy::enforcement::DenialLayer::Mounts]
+                .applied,
+            files,
             "{:?}",
             outcome.enforcement.denial_reports
         );

@@ -143,7 +143,10 @@ pub struct BackgroundStatus {
     /// Once ended: for each layer, whether its refusals were recorded for this process,
     /// and how, or why not ([`tierbox_policy::Enforcement::denial_reports`]).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub denial_reports: std::collections::BTreeMap<String, tierbox_policy::LayerReport>,
+    pub denial_reports: std::collections::BTreeMap<
+        tierbox_policy::enforcement::DenialLayer,
+        tierbox_policy::LayerReport,
+    >,
 }
 
 /// What a background run is attested with when it ends.

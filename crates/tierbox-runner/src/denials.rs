@@ -29,37 +29,7 @@ use crate::LimitHit;
 /// dropped (a run that is refused in a loop stays small).
 pub const MAX_DENIALS: usize = 64;
 
-/// The layer that refused.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum DenialLayer {
-    /// Landlock (a file or a port).
-    Landlock,
-    /// The seccomp filter (a system call).
-    Seccomp,
-    /// The egress proxy (a connection).
-    Egress,
-    /// A resource limit.
-    Limits,
-    /// A Tier C sandbox's mount namespace: a path it does not show, or shows read-only
-    /// (recorded when the policy sets `audit.file_refusals`).
-    Mounts,
-}
-
-impl DenialLayer {
-    /// Its name as serialised.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Landlock => "landlock",
-            Self::Seccomp => "seccomp",
-            Self::Egress => "egress",
-            Self::Limits => "limits",
-            Self::Mounts => "mounts",
-        }
-    }
-}
+pub use tierbox_policy::enforcement::DenialLayer;
 
 /// One thing the run was refused (all the times it was, counted).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -556,10 +526,10 @@ pub fn sources(
     tier: Tier,
     audit: Option<&tierbox_sandbox::contract::denials::RunAuditReport>,
     handed_off: Option<u64>,
-) -> BTreeMap<String, LayerReport> {
+) -> BTreeMap<DenialLayer, LayerReport> {
     let mut out = BTreeMap::new();
     out.insert(
-        DenialLayer::Limits.name().to_owned(),
+        DenialLayer::Limits,
         LayerReport::applied(
             "the supervisor's own detection: deadline, cgroup OOM and pids counts, rlimit signals, the output quota, a full /tmp or upper layer",
         ),
@@ -578,7 +548,7 @@ pub fn sources(
             "no proxy runs (no network, or an empty allowlist): a connection fails inside the sandbox (no route, or seccomp refuses the socket) and is not recorded",
         ),
     };
-    out.insert(DenialLayer::Egress.name().to_owned(), egress);
+    out.insert(DenialLayer::Egress, egress);
     if tier != Tier::A {
         let layer = |read: Option<&Result<(), NotRecorded>>| match (read, audit) {
             (Some(Ok(())), Some(a)) => {
@@ -604,10 +574,7 @@ pub fn sources(
             (Some(Err(why)), _) => LayerReport::missing(why.to_string()),
             _ => LayerReport::missing("not recorded"),
         };
-        out.insert(
-            DenialLayer::Landlock.name().to_owned(),
-            layer(audit.map(|a| &a.landlock)),
-        );
+        out.insert(DenialLayer::Landlock, layer(audit.map(|a| &a.landlock)));
         let mut seccomp = layer(audit.map(|a| &a.seccomp));
         if let Some(dropped) = handed_off {
             let mut argued = format!(
@@ -628,7 +595,7 @@ pub fn sources(
             });
             seccomp = LayerReport::applied(argued);
         }
-        out.insert(DenialLayer::Seccomp.name().to_owned(), seccomp);
+        out.insert(DenialLayer::Seccomp, seccomp);
     }
     if tier == Tier::C {
         let mounts = match audit.map(|a| (&a.files, a)) {
@@ -654,7 +621,7 @@ pub fn sources(
             Some((Err(why), _)) => LayerReport::missing(why.to_string()),
             None => LayerReport::missing("not recorded"),
         };
-        out.insert(DenialLayer::Mounts.name().to_owned(), mounts);
+        out.insert(DenialLayer::Mounts, mounts);
     }
     out
 }
@@ -662,10 +629,10 @@ pub fn sources(
 /// [`sources`] for a Tier A run: its limits are recorded; a guest's access outside its
 /// grants does not exist for it (WASI answers `ENOENT`/`EBADF`), so there is nothing to
 /// refuse there.
-pub fn tier_a_sources() -> BTreeMap<String, LayerReport> {
+pub fn tier_a_sources() -> BTreeMap<DenialLayer, LayerReport> {
     let mut out = BTreeMap::new();
     out.insert(
-        DenialLayer::Limits.name().to_owned(),
+        DenialLayer::Limits,
         LayerReport::applied(
             "the runtime's limits: fuel, memory, tables, instances, deadline, output",
         ),
@@ -971,17 +938,30 @@ mod tests {
                 .finish(),
             );
         let r = sources(&plan, Tier::B, Some(&audit), None);
-        assert!(!r["landlock"].applied);
-        assert_eq!(r["landlock"].detail, "not recorded: no landlock here");
-        assert_eq!(r["seccomp"].detail, "not recorded: no filter here");
-        assert!(r["limits"].applied);
-        assert!(!sources(&plan, Tier::A, None, None).contains_key("landlock"));
+        assert!(!r[&DenialLayer::Landlock].applied);
+        assert_eq!(
+            r[&DenialLayer::Landlock].detail,
+            "not recorded: no landlock here"
+        );
+        assert_eq!(
+            r[&DenialLayer::Seccomp].detail,
+            "not recorded: no filter here"
+        );
+        assert!(r[&DenialLayer::Limits].applied);
+        assert!(!sources(&plan, Tier::A, None, None).contains_key(&DenialLayer::Landlock));
         // Tier C's file refusals: off unless the policy asks, and said so with the key.
-        assert!(!r.contains_key("mounts"));
+        assert!(!r.contains_key(&DenialLayer::Mounts));
         let c = sources(&plan, Tier::C, Some(&audit), None);
-        assert!(!c["mounts"].applied);
-        assert_eq!(c["mounts"].detail, NotRecorded::FilesNotAsked.to_string());
-        assert!(c["mounts"].detail.contains("audit.file_refusals = true"));
+        assert!(!c[&DenialLayer::Mounts].applied);
+        assert_eq!(
+            c[&DenialLayer::Mounts].detail,
+            NotRecorded::FilesNotAsked.to_string()
+        );
+        assert!(
+            c[&DenialLayer::Mounts]
+                .detail
+                .contains("audit.file_refusals = true")
+        );
     }
 
     #[test]

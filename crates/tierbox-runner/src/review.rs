@@ -935,7 +935,10 @@ pub(crate) struct EndReport {
     pub(crate) limit_hit: Option<crate::LimitHit>,
     pub(crate) denials: Vec<crate::denials::Denial>,
     /// How each layer's refusals were read ([`crate::denials::sources`]).
-    pub(crate) denial_reports: std::collections::BTreeMap<String, tierbox_policy::LayerReport>,
+    pub(crate) denial_reports: std::collections::BTreeMap<
+        tierbox_policy::enforcement::DenialLayer,
+        tierbox_policy::LayerReport,
+    >,
 }
 
 /// After a run's tree is gone: whether its `/tmp` or upper layer filled up, and in

@@ -502,7 +502,7 @@ pub(crate) async fn add_refusals(
     handed_off: Option<(Vec<Refusal>, u64)>,
     started: Instant,
     denials: &mut Vec<crate::denials::Denial>,
-) -> std::collections::BTreeMap<String, tierbox_policy::LayerReport> {
+) -> std::collections::BTreeMap<crate::denials::DenialLayer, tierbox_policy::LayerReport> {
     let audit = finish_audit(l).await;
     denials.extend(crate::denials::of_refusals(
         plan,

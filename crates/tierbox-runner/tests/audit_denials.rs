@@ -130,7 +130,7 @@ impl Env {
     /// Checks the file refusals a Tier C probe run lists: the secret's read (hidden) and
     /// the write outside the workspace, each with the grant that would allow it.
     fn assert_file_refusals(&self, o: &Outcome, backend: &str) {
-        let (applied, detail) = report(o, "mounts");
+        let (applied, detail) = report(o, DenialLayer::Mounts);
         assert!(applied, "{backend}: {detail}");
         assert!(detail.contains("audit.file_refusals"), "{detail}");
         let mounts: Vec<(&str, &str)> = o
@@ -194,8 +194,8 @@ fn find<'a>(o: &'a Outcome, layer: DenialLayer, operation: &str) -> Option<&'a D
         .find(|d| d.layer == layer && d.operation == operation)
 }
 
-fn report<'a>(o: &'a Outcome, layer: &str) -> (bool, &'a str) {
-    let r = &o.enforcement.denial_reports[layer];
+fn report(o: &Outcome, layer: DenialLayer) -> (bool, &str) {
+    let r = &o.enforcement.denial_reports[&layer];
     (r.applied, r.detail.as_str())
 }
 
@@ -246,13 +246,13 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
             out.contains("netlink OSError [Errno 97]"),
             "{tier:?}: {out}"
         );
-        let (applied, detail) = report(&off, "landlock");
+        let (applied, detail) = report(&off, DenialLayer::Landlock);
         assert!(!applied, "{tier:?}: {detail}");
         assert!(
             detail.contains("audit subsystem is disabled") || detail.contains("bwrap"),
             "{detail}"
         );
-        let (applied, detail) = report(&off, "seccomp");
+        let (applied, detail) = report(&off, DenialLayer::Seccomp);
         assert!(applied, "{tier:?}: {detail}");
         assert!(detail.contains("handed to the supervisor"), "{detail}");
         assert!(
@@ -262,14 +262,14 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
         );
         if tier == TierRequest::C {
             // Not asked for: said so, with the key that asks.
-            let (applied, detail) = report(&off, "mounts");
+            let (applied, detail) = report(&off, DenialLayer::Mounts);
             assert!(
                 !applied && detail.contains("audit.file_refusals = true"),
                 "{detail}"
             );
             // Asked for, with audit off: said so.
             let asked = run(&env.runner_files(backend), &env.probe(tier));
-            let (applied, detail) = report(&asked, "mounts");
+            let (applied, detail) = report(&asked, DenialLayer::Mounts);
             assert!(
                 !applied && detail.contains("audit subsystem is disabled"),
                 "{detail}"
@@ -302,7 +302,7 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
     assert!(out.contains("read PermissionError"), "{out}");
     assert!(out.contains("ptrace -1 1"), "{out}");
     assert!(out.contains("unshare -1 1"), "{out}");
-    for layer in ["landlock", "seccomp"] {
+    for layer in [DenialLayer::Landlock, DenialLayer::Seccomp] {
         let (applied, detail) = report(&b, layer);
         assert!(applied, "{layer}: {detail}");
         assert!(!detail.contains("incomplete"), "{layer}: {detail}");
@@ -352,7 +352,7 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
         "each refusal once, from one source: {:?}",
         b.denials
     );
-    let (_, detail) = report(&b, "seccomp");
+    let (_, detail) = report(&b, DenialLayer::Seccomp);
     assert!(
         detail.contains("handed to the supervisor")
             && detail.contains("every other refusal from the kernel's audit records"),
@@ -372,7 +372,7 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
     let out = &c.stdout.text;
     assert!(out.contains("read FileNotFoundError"), "{out}");
     assert!(out.contains("ptrace -1 1"), "{out}");
-    for layer in ["landlock", "seccomp"] {
+    for layer in [DenialLayer::Landlock, DenialLayer::Seccomp] {
         let (applied, detail) = report(&c, layer);
         assert!(applied, "{layer}: {detail}");
     }
@@ -411,9 +411,9 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
         assert!(out.contains("read FileNotFoundError"), "{out}");
         assert!(out.contains("ptrace -1 1"), "{out}");
         assert!(out.contains("unshare -1 1"), "{out}");
-        let (applied, detail) = report(&w, "landlock");
+        let (applied, detail) = report(&w, DenialLayer::Landlock);
         assert!(!applied && detail.contains("bwrap"), "{detail}");
-        let (applied, detail) = report(&w, "seccomp");
+        let (applied, detail) = report(&w, DenialLayer::Seccomp);
         assert!(applied, "{detail}");
         assert!(!detail.contains("incomplete"), "{detail}");
         let ptrace = find(&w, DenialLayer::Seccomp, "ptrace").expect("ptrace under bwrap");
@@ -450,7 +450,7 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
     t.tier = TierRequest::B;
     let clean = run(&env.runner(TierCBackend::Native), &t);
     assert!(clean.denials.is_empty(), "{:?}", clean.denials);
-    assert!(report(&clean, "landlock").0);
+    assert!(report(&clean, DenialLayer::Landlock).0);
 
     // 6. Two concurrent runs, each refused its own file: neither sees the other's.
     let other = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
@@ -558,7 +558,7 @@ fn denials_are_read_from_the_kernel_audit_records_and_never_mixed_between_runs()
             "round {round}: {:?}",
             after.denials
         );
-        assert!(report(&after, "seccomp").0);
+        assert!(report(&after, DenialLayer::Seccomp).0);
     }
     each_sees_its_own(&pooled);
     tierbox_sandbox::launch::slots::set_pooling(false);

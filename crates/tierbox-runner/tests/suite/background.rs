@@ -642,13 +642,14 @@ fn a_background_process_has_its_chmod_performed_and_its_refusals_listed() {
         assert_eq!(unshare.target, "CLONE_NEWUSER");
         // How each layer was read is in the ended status, and the attestation carries the
         // same denials and reports.
-        let seccomp = &s.denial_reports["seccomp"];
+        let seccomp = &s.denial_reports[&tierbox_policy::enforcement::DenialLayer::Seccomp];
         assert!(
             seccomp.applied && seccomp.detail.contains("handed to the supervisor"),
             "{seccomp:?}"
         );
         assert!(
-            s.denial_reports.contains_key("landlock"),
+            s.denial_reports
+                .contains_key(&tierbox_policy::enforcement::DenialLayer::Landlock),
             "{:?}",
             s.denial_reports
         );

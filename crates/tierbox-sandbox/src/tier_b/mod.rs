@@ -39,8 +39,7 @@ use crate::launch::slots::{self, Slot, SlotGuard, SlotKey};
 use crate::launch::sys::{self};
 use crate::launch::{
     Job, LaunchError, LaunchOptions, SpawnedChild, StdioPipes, cgroup_fd_array, cgroup_limits,
-    clone_on, cstring, new_slot, rlimit_report, rlimit64_table, stdio_pipes,
-    user_notif_available,
+    clone_on, cstring, new_slot, rlimit_report, rlimit64_table, stdio_pipes, user_notif_available,
 };
 use launcher::{Arming, armed_launcher, slot_launcher};
 
