@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Keeps production Rust files and functions small enough to read and review.
+"""Keeps production Rust files and functions small enough to read and review, and
+their errors typed.
 
 A production file is any `.rs` file under `crates/*/src` that is not a test module
 (`tests.rs`, `*_tests.rs`, or a file under a `tests/` directory). It must stay at or under
 MAX_FILE_LINES lines, and every function in it at or under MAX_FN_LINES lines (from the
 line holding `fn` to the line holding its closing brace). Exceptions are listed below,
-each with the reason it is allowed to be long.
+each with the reason it is allowed to be long. Across all production files, at most
+MAX_PROSE_ERRORS `Result` types may have an error that carries only prose.
 
-Usage: size_check.py [ROOT]      exit status 1 when a file or function is over its limit
+Usage: size_check.py [ROOT]      exit status 1 when a file or function is over its limit,
+                                 or the prose errors over their budget
        size_check.py --report    print the largest files and functions, check nothing
 """
 
@@ -19,6 +22,15 @@ import sys
 MAX_FILE_LINES = 1200
 # Lines in one function: beyond this a function is a sequence of steps that wants names.
 MAX_FN_LINES = 150
+
+# `Result` types in production code whose error is only prose (`String`,
+# `Box<dyn Error>`, `anyhow::Error`): a caller can match no variant of it and a test
+# can only compare text, so a refusal's rule and value get lost. New code uses a
+# thiserror enum; this budget only goes down.
+MAX_PROSE_ERRORS = 30
+PROSE_ERROR_RE = re.compile(
+    r"Result<[^;{]*?,\s*(String|Box<dyn [^>]*Error[^>]*>|anyhow::Error)>"
+)
 
 # path (relative to the root) -> reason it may exceed MAX_FILE_LINES
 FILE_EXCEPTIONS = {}
@@ -127,7 +139,7 @@ def main(argv):
     report = "--report" in argv
     args = [a for a in argv if not a.startswith("--")]
     root = args[0] if args else os.path.join(os.path.dirname(__file__), "..")
-    over, sizes, fn_sizes = [], [], []
+    over, sizes, fn_sizes, prose = [], [], [], []
     for rel in production_files(root):
         with open(os.path.join(root, rel), encoding="utf-8") as f:
             text = f.read()
@@ -135,7 +147,11 @@ def main(argv):
         sizes.append((lines, rel))
         if lines > MAX_FILE_LINES and rel not in FILE_EXCEPTIONS:
             over.append(f"{rel}: {lines} lines (limit {MAX_FILE_LINES})")
-        for name, first, last in functions(strip_code(text).split("\n")):
+        code = strip_code(text)
+        count = len(PROSE_ERROR_RE.findall(code))
+        if count:
+            prose.append((count, rel))
+        for name, first, last in functions(code.split("\n")):
             length = last - first + 1
             fn_sizes.append((length, f"{rel}:{first} {name}"))
             key = f"{rel}::{name}"
@@ -154,9 +170,20 @@ def main(argv):
             f"size check: {len(over)} over the limit: split along the seams the code has "
             "(or list an exception with its reason in .ci/size_check.py)"
         )
+    prose_total = sum(count for count, _ in prose)
+    if prose_total > MAX_PROSE_ERRORS:
+        for count, rel in sorted(prose, key=lambda p: (-p[0], p[1])):
+            print(f"size check: {rel}: {count} prose error type(s)")
+        print(
+            f"size check: {prose_total} Result types with a prose error (String, "
+            f"Box<dyn Error>, anyhow::Error), over the budget of {MAX_PROSE_ERRORS}: give "
+            "the new ones a thiserror enum naming what failed"
+        )
+    if over or prose_total > MAX_PROSE_ERRORS:
         return 1
     print(f"size check: {len(sizes)} production files within {MAX_FILE_LINES} lines, "
-          f"{len(fn_sizes)} functions within {MAX_FN_LINES}")
+          f"{len(fn_sizes)} functions within {MAX_FN_LINES}, "
+          f"{prose_total} prose error types within {MAX_PROSE_ERRORS}")
     return 0
 
 

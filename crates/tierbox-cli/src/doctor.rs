@@ -782,7 +782,7 @@ fn sandbox_identity(policy: &Policy) -> (String, serde_json::Value) {
         "source": uid_source,
         "idmapped_mounts": match &idmap {
             Ok(()) => serde_json::json!({ "work": true }),
-            Err(reason) => serde_json::json!({ "work": false, "reason": reason }),
+            Err(reason) => serde_json::json!({ "work": false, "reason": reason.to_string() }),
         },
     });
     (text, v)

@@ -286,10 +286,10 @@ impl BwrapLaunch {
         // Who the sandbox is on the host: under a root supervisor an unprivileged uid,
         // through a user namespace made here, with writable roots owned by anyone else
         // idmapped.
-        let unavailable = |reason: String| {
+        let unavailable = |e: identity::IdentityError| {
             LaunchError::Rejected(Rejection::TierUnavailable {
                 tier: Tier::C,
-                reason,
+                reason: e.to_string(),
             })
         };
         let identity = identity::resolve(plan).map_err(unavailable)?;

@@ -474,10 +474,10 @@ impl Checker<'_> {
     }
 }
 
-fn unresolvable(inv: &Invocation, reason: String) -> Rejection {
+fn unresolvable(inv: &Invocation, reason: wrappers::WrapperError) -> Rejection {
     Rejection::WrapperUnresolvable {
         wrapper: inv.name.clone(),
-        reason,
+        reason: reason.to_string(),
     }
 }
 

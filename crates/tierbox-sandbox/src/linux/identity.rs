@@ -146,15 +146,85 @@ pub fn bwrap_user_namespace(identity: SandboxIdentity) -> std::io::Result<Option
         .transpose()
 }
 
+/// Why a Tier C sandbox cannot run as its host identity here: the policy names an id
+/// this supervisor cannot map, or a tree it must idmap cannot be. `Clone` (io errors
+/// shared) because [`probe_idmapped_mounts`] keeps its answer for the process.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum IdentityError {
+    /// An unprivileged supervisor was asked for an id other than its own.
+    #[error(
+        "tier.sandbox_uid/sandbox_gid name an id other than the supervisor's ({euid}:{egid}); only a root supervisor can map another"
+    )]
+    OtherIdUnprivileged {
+        /// The supervisor's effective uid.
+        euid: u32,
+        /// The supervisor's effective gid.
+        egid: u32,
+    },
+    /// The workspace could not be stat'ed (its owner decides the sandbox's uid).
+    #[error("stat of the workspace {}: {source}", workspace.display())]
+    WorkspaceStat {
+        /// The workspace.
+        workspace: PathBuf,
+        /// What `stat` said.
+        source: Arc<std::io::Error>,
+    },
+    /// The source of a writable bind could not be stat'ed.
+    #[error("stat of {}: {source}", path.display())]
+    BindStat {
+        /// The bind's source.
+        path: PathBuf,
+        /// What `stat` said.
+        source: Arc<std::io::Error>,
+    },
+    /// The user namespace an idmapped mount needs could not be made.
+    #[error(
+        "a user namespace mapping {}:{} to {}:{}: {source}",
+        owner.0, owner.1, sandbox.0, sandbox.1
+    )]
+    IdmapNamespace {
+        /// The tree owner's host uid and gid.
+        owner: (u32, u32),
+        /// The sandbox's host uid and gid.
+        sandbox: (u32, u32),
+        /// Why the namespace was not made.
+        source: Arc<std::io::Error>,
+    },
+    /// The kernel or the filesystem refused an idmapped mount of `path`.
+    #[error(
+        "an idmapped mount of {} (owner {}) for the sandbox's host uid {}: {source}; set tier.danger_sandbox_as_supervisor = true to run the sandbox as the supervisor's own uid instead",
+        path.display(), owner.0, sandbox.0
+    )]
+    IdmappedMount {
+        /// The tree.
+        path: PathBuf,
+        /// Its owner's host uid and gid.
+        owner: (u32, u32),
+        /// The sandbox's host uid and gid.
+        sandbox: (u32, u32),
+        /// What `open_tree`/`mount_setattr` said.
+        source: Arc<std::io::Error>,
+    },
+    /// The probe of idmapped mounts needs a root supervisor (only root may idmap).
+    #[error("needs a root supervisor")]
+    ProbeNeedsRoot,
+    /// The probe's directory could not be made.
+    #[error("{}: {source}", dir.display())]
+    ProbeDir {
+        /// The directory, in the temporary directory.
+        dir: PathBuf,
+        /// What `mkdir` said.
+        source: Arc<std::io::Error>,
+    },
+}
+
 /// The identity `plan`'s sandbox runs as on this host, or why it cannot run.
-pub fn resolve(plan: &Plan) -> Result<SandboxIdentity, String> {
+pub fn resolve(plan: &Plan) -> Result<SandboxIdentity, IdentityError> {
     let choice = plan.tier.identity;
     let (euid, egid) = crate::launch::sys::current_ids();
     if euid != 0 {
         if choice.uid.is_some_and(|u| u != euid) || choice.gid.is_some_and(|g| g != egid) {
-            return Err(format!(
-                "tier.sandbox_uid/sandbox_gid name an id other than the supervisor's ({euid}:{egid}); only a root supervisor can map another"
-            ));
+            return Err(IdentityError::OtherIdUnprivileged { euid, egid });
         }
         return Ok(SandboxIdentity::Supervisor {
             uid: euid,
@@ -169,7 +239,10 @@ pub fn resolve(plan: &Plan) -> Result<SandboxIdentity, String> {
     }
     let (owner, owner_gid) = std::fs::metadata(&plan.workspace)
         .map(|m| (m.uid(), m.gid()))
-        .map_err(|e| format!("stat of the workspace {}: {e}", plan.workspace.display()))?;
+        .map_err(|e| IdentityError::WorkspaceStat {
+            workspace: plan.workspace.clone(),
+            source: Arc::new(e),
+        })?;
     let default = if owner != 0 {
         (owner, run_gid(owner))
     } else {
@@ -333,7 +406,10 @@ pub struct IdmappedBind {
 /// The writable binds of `mplan` whose host owner is not the sandbox's uid, each as an
 /// idmapped tree mapping that owner to `sandbox`. An error names the path and why
 /// (idmapped mounts unsupported by the kernel or the filesystem).
-pub fn idmapped_binds(mplan: &MountPlan, sandbox: (u32, u32)) -> Result<Vec<IdmappedBind>, String> {
+pub fn idmapped_binds(
+    mplan: &MountPlan,
+    sandbox: (u32, u32),
+) -> Result<Vec<IdmappedBind>, IdentityError> {
     let mut out = Vec::new();
     for op in &mplan.ops {
         let (MountOp::BindRw { src, dst, .. }
@@ -343,7 +419,10 @@ pub fn idmapped_binds(mplan: &MountPlan, sandbox: (u32, u32)) -> Result<Vec<Idma
         else {
             continue;
         };
-        let meta = std::fs::metadata(src).map_err(|e| format!("stat of {}: {e}", src.display()))?;
+        let meta = std::fs::metadata(src).map_err(|e| IdentityError::BindStat {
+            path: src.clone(),
+            source: Arc::new(e),
+        })?;
         if let Some(tree) = idmapped_if_foreign(src, &meta, sandbox)? {
             out.push(IdmappedBind {
                 dst: dst.clone(),
@@ -360,7 +439,7 @@ pub fn idmapped_binds(mplan: &MountPlan, sandbox: (u32, u32)) -> Result<Vec<Idma
 pub fn idmapped_roots<'a>(
     roots: impl IntoIterator<Item = &'a PathBuf>,
     sandbox: (u32, u32),
-) -> Result<Vec<IdmappedBind>, String> {
+) -> Result<Vec<IdmappedBind>, IdentityError> {
     let mut roots: Vec<&PathBuf> = roots.into_iter().collect();
     roots.sort();
     roots.dedup();
@@ -383,7 +462,7 @@ fn idmapped_if_foreign(
     path: &Path,
     meta: &std::fs::Metadata,
     sandbox: (u32, u32),
-) -> Result<Option<OwnedFd>, String> {
+) -> Result<Option<OwnedFd>, IdentityError> {
     let owner = (meta.uid(), meta.gid());
     if owner.0 == sandbox.0 {
         return Ok(None);
@@ -395,36 +474,36 @@ fn idmapped_tree_of(
     path: &Path,
     owner: (u32, u32),
     sandbox: (u32, u32),
-) -> Result<OwnedFd, String> {
-    let ns = idmap_namespace(owner, sandbox).map_err(|e| {
-        format!(
-            "a user namespace mapping {}:{} to {}:{}: {e}",
-            owner.0, owner.1, sandbox.0, sandbox.1
-        )
+) -> Result<OwnedFd, IdentityError> {
+    let ns = idmap_namespace(owner, sandbox).map_err(|e| IdentityError::IdmapNamespace {
+        owner,
+        sandbox,
+        source: Arc::new(e),
     })?;
-    sys::idmapped_tree(path, ns.as_fd()).map_err(|e| {
-        format!(
-            "an idmapped mount of {} (owner {}) for the sandbox's host uid {}: {e}; set tier.danger_sandbox_as_supervisor = true to run the sandbox as the supervisor's own uid instead",
-            path.display(),
-            owner.0,
-            sandbox.0
-        )
+    sys::idmapped_tree(path, ns.as_fd()).map_err(|e| IdentityError::IdmappedMount {
+        path: path.to_owned(),
+        owner,
+        sandbox,
+        source: Arc::new(e),
     })
 }
 
 /// Whether idmapped mounts work on this host, tried once on a fresh directory in the
 /// temporary directory: `Ok` or why not (for `doctor`). A workspace on another
 /// filesystem may still refuse them; a run says so.
-pub fn probe_idmapped_mounts() -> Result<(), String> {
-    static PROBE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+pub fn probe_idmapped_mounts() -> Result<(), IdentityError> {
+    static PROBE: std::sync::OnceLock<Result<(), IdentityError>> = std::sync::OnceLock::new();
     PROBE
         .get_or_init(|| {
             if crate::launch::sys::current_ids().0 != 0 {
-                return Err("needs a root supervisor".to_owned());
+                return Err(IdentityError::ProbeNeedsRoot);
             }
             let dir =
                 std::env::temp_dir().join(format!("tierbox-idmap-probe-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(&dir).map_err(|e| IdentityError::ProbeDir {
+                dir: dir.clone(),
+                source: Arc::new(e),
+            })?;
             let sandbox = root_workspace_ids().0;
             let result = idmapped_tree_of(&dir, (0, 0), sandbox).map(drop);
             let _ = std::fs::remove_dir(&dir);
@@ -436,6 +515,49 @@ pub fn probe_idmapped_mounts() -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each variant's text is the message the string errors gave before the enum: a
+    /// user-visible refusal (run, `doctor`) that must not change with the type.
+    #[test]
+    fn identity_errors_read_as_before() {
+        let io = || Arc::new(std::io::Error::from_raw_os_error(libc::EINVAL));
+        let einval = std::io::Error::from_raw_os_error(libc::EINVAL).to_string();
+        let cases = [
+            (
+                IdentityError::OtherIdUnprivileged { euid: 1500, egid: 1600 },
+                "tier.sandbox_uid/sandbox_gid name an id other than the supervisor's (1500:1600); only a root supervisor can map another".to_owned(),
+            ),
+            (
+                IdentityError::WorkspaceStat { workspace: "/w".into(), source: io() },
+                format!("stat of the workspace /w: {einval}"),
+            ),
+            (
+                IdentityError::BindStat { path: "/w/out".into(), source: io() },
+                format!("stat of /w/out: {einval}"),
+            ),
+            (
+                IdentityError::IdmapNamespace { owner: (1, 2), sandbox: (3, 4), source: io() },
+                format!("a user namespace mapping 1:2 to 3:4: {einval}"),
+            ),
+            (
+                IdentityError::IdmappedMount {
+                    path: "/w".into(),
+                    owner: (1, 2),
+                    sandbox: (3, 4),
+                    source: io(),
+                },
+                format!("an idmapped mount of /w (owner 1) for the sandbox's host uid 3: {einval}; set tier.danger_sandbox_as_supervisor = true to run the sandbox as the supervisor's own uid instead"),
+            ),
+            (IdentityError::ProbeNeedsRoot, "needs a root supervisor".to_owned()),
+            (
+                IdentityError::ProbeDir { dir: "/tmp/p".into(), source: io() },
+                format!("/tmp/p: {einval}"),
+            ),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text, "{error:?}");
+        }
+    }
 
     #[test]
     fn the_primary_group_is_read_from_passwd() {

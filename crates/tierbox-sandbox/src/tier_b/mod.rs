@@ -197,7 +197,8 @@ fn private_namespace(
 ) -> Result<Option<PrivateMounts>, LaunchError> {
     let kind = match namespace::kind_for(facts, slot) {
         Ok(kind) => kind,
-        Err(why) => {
+        Err(none) => {
+            let why = none.to_string();
             namespace::refuse_scratch_args(plan, &why)?;
             if !plan.filesystem.protected.is_empty() {
                 let layer = Layer::ProtectedPaths;

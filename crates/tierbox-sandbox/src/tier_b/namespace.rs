@@ -11,7 +11,7 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use tierbox_policy::Rejection;
 use tierbox_policy::plan::Plan;
@@ -36,14 +36,45 @@ pub(crate) enum NsKind {
     User,
 }
 
+/// Why a Tier B run has no mount namespace of its own here. `Clone` (io errors shared)
+/// because [`own_ids_userns`] keeps its answer for the process.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum NoNamespace {
+    /// An unprivileged supervisor's host refuses the user namespace (the probe's reason,
+    /// naming the sysctl when there is one).
+    #[error(
+        "an unprivileged supervisor gives a tier b run its own /tmp, /dev/shm and protected paths in a user namespace, and this host refuses one: {why}"
+    )]
+    UserNamespaceRefused {
+        /// The probe's reason.
+        why: String,
+    },
+    /// The probe passed but making the user namespace failed.
+    #[error(
+        "an unprivileged supervisor gives a tier b run its own /tmp, /dev/shm and protected paths in a user namespace, and this host refuses one: making it failed: {source}"
+    )]
+    UserNamespaceFailed {
+        /// What the kernel said.
+        source: Arc<std::io::Error>,
+    },
+    /// A root supervisor's run whose bounded tmp was not mounted
+    /// (`Slot::tmp_unbounded_why`).
+    #[error("{why}")]
+    TmpUnbounded {
+        /// Why the slot's tmp is not bounded.
+        why: String,
+    },
+}
+
 /// Whether (and how) a Tier B run of this supervisor can have a mount namespace of its
 /// own, before its slot exists: a root supervisor (whose mount of the bounded tmp may
-/// still fail, see [`kind_for`]), or user namespaces. `Err`: why not.
+/// still fail, see [`kind_for`]), or user namespaces. `Err`: why not, as the text of a
+/// [`NoNamespace`] (the layer check keeps it as a layer's reason).
 pub(crate) fn available(facts: &HostFacts) -> Result<(), String> {
     if facts.euid == 0 {
         return Ok(());
     }
-    own_ids_userns(facts).map(drop)
+    own_ids_userns(facts).map(drop).map_err(|e| e.to_string())
 }
 
 /// The user namespace every Tier B run of this unprivileged supervisor joins before it
@@ -52,20 +83,20 @@ pub(crate) fn available(facts: &HostFacts) -> Result<(), String> {
 /// A run holds no capability in it once its setup is done, and the filter refuses it
 /// every namespace call, so runs sharing it share nothing a run of the same uid would
 /// not share anyway. `Err`: why this host refuses one.
-fn own_ids_userns(facts: &HostFacts) -> Result<&'static OwnedFd, String> {
-    static USERNS: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
+fn own_ids_userns(facts: &HostFacts) -> Result<&'static OwnedFd, NoNamespace> {
+    static USERNS: OnceLock<Result<OwnedFd, NoNamespace>> = OnceLock::new();
     USERNS
         .get_or_init(|| {
-            let refused = |why: &str| {
-                format!(
-                    "an unprivileged supervisor gives a tier b run its own /tmp, /dev/shm and protected paths in a user namespace, and this host refuses one: {why}"
-                )
-            };
             if let Some(why) = crate::linux::userns::probe_tier_b_userns_cached().reason() {
-                return Err(refused(why));
+                return Err(NoNamespace::UserNamespaceRefused {
+                    why: why.to_owned(),
+                });
             }
-            crate::linux::sys::own_ids_user_namespace(facts.euid, facts.egid)
-                .map_err(|e| refused(&format!("making it failed: {e}")))
+            crate::linux::sys::own_ids_user_namespace(facts.euid, facts.egid).map_err(|e| {
+                NoNamespace::UserNamespaceFailed {
+                    source: Arc::new(e),
+                }
+            })
         })
         .as_ref()
         .map_err(Clone::clone)
@@ -86,14 +117,16 @@ pub(crate) fn refuse_scratch_args(plan: &Plan, why: &str) -> Result<(), Rejectio
 }
 
 /// How this run's namespace is made, given its slot; `Err`: why it has none.
-pub(crate) fn kind_for(facts: &HostFacts, slot: &Slot) -> Result<NsKind, String> {
+pub(crate) fn kind_for(facts: &HostFacts, slot: &Slot) -> Result<NsKind, NoNamespace> {
     if slot.tmp_bytes.is_some() {
         return Ok(NsKind::Root);
     }
     if facts.euid == 0 {
-        return Err(slot.tmp_unbounded_why.clone());
+        return Err(NoNamespace::TmpUnbounded {
+            why: slot.tmp_unbounded_why.clone(),
+        });
     }
-    available(facts).map(|()| NsKind::User)
+    own_ids_userns(facts).map(|_| NsKind::User)
 }
 
 /// A run's namespace: its trees (the private `/tmp` and `/dev/shm`, grants beneath `/tmp`
@@ -202,5 +235,43 @@ impl PrivateMounts {
                 .collect(),
             prepare,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each variant's text is the reason the string errors gave before the enum: it is a
+    /// missing layer's reason and a refusal's `why`, which must not change with the type.
+    #[test]
+    fn no_namespace_reads_as_before() {
+        let einval = std::io::Error::from_raw_os_error(libc::EINVAL);
+        let cases = [
+            (
+                NoNamespace::UserNamespaceRefused {
+                    why: "kernel.unprivileged_userns_clone = 0".to_owned(),
+                },
+                "an unprivileged supervisor gives a tier b run its own /tmp, /dev/shm and protected paths in a user namespace, and this host refuses one: kernel.unprivileged_userns_clone = 0".to_owned(),
+            ),
+            (
+                NoNamespace::UserNamespaceFailed {
+                    source: Arc::new(std::io::Error::from_raw_os_error(libc::EINVAL)),
+                },
+                format!(
+                    "an unprivileged supervisor gives a tier b run its own /tmp, /dev/shm and protected paths in a user namespace, and this host refuses one: making it failed: {einval}"
+                ),
+            ),
+            (
+                NoNamespace::TmpUnbounded {
+                    why: "the supervisor could not mount a tmpfs for the run's TMPDIR: EPERM"
+                        .to_owned(),
+                },
+                "the supervisor could not mount a tmpfs for the run's TMPDIR: EPERM".to_owned(),
+            ),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text, "{error:?}");
+        }
     }
 }

@@ -344,12 +344,6 @@ pub(super) enum GetoptError {
     RestFromInput { from: &'static str },
 }
 
-impl From<GetoptError> for String {
-    fn from(e: GetoptError) -> Self {
-        e.to_string()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,7 +373,7 @@ mod tests {
             .collect()
     }
 
-    fn all(args: &[&str]) -> Result<Vec<Step>, String> {
+    fn all(args: &[&str]) -> Result<Vec<Step>, GetoptError> {
         let mut g = Getopt::new(&SPEC, words(args), false, "xargs");
         let mut out = Vec::new();
         loop {
@@ -437,15 +431,22 @@ mod tests {
                 Step::Operand(Word::known("-i", 7)),
             ]
         );
-        assert!(all(&["--un"]).unwrap_err().contains("ambiguous"));
+        assert!(
+            all(&["--un"])
+                .unwrap_err()
+                .to_string()
+                .contains("ambiguous")
+        );
         assert!(
             all(&["--bogus"])
                 .unwrap_err()
+                .to_string()
                 .contains("unknown option --bogus")
         );
         assert!(
             all(&["--ignore-environment=1"])
                 .unwrap_err()
+                .to_string()
                 .contains("takes no value")
         );
     }
@@ -466,9 +467,15 @@ mod tests {
         assert!(
             all(&["-x"])
                 .unwrap_err()
+                .to_string()
                 .contains("unknown option -x at args[0]")
         );
-        assert!(all(&["-u"]).unwrap_err().contains("has no value"));
+        assert!(
+            all(&["-u"])
+                .unwrap_err()
+                .to_string()
+                .contains("has no value")
+        );
         let mut g = Getopt::new(&SPEC, vec![Word::unknown(0)], false, "xargs");
         assert!(
             g.next()

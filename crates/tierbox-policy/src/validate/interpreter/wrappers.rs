@@ -7,13 +7,13 @@
 //! `sudo -s`); they yield a synthetic `sh` invocation, with `-c CMD` when a command
 //! string is given, so the interpreter and eval rules apply to it.
 //!
-//! Anything we cannot read with certainty is an `Err(reason)`, which the caller reports
+//! Anything we cannot read with certainty is an `Err` ([`WrapperError`]), which the caller reports
 //! as `exec.wrapper_unresolvable`: an unknown or ambiguous option, an argument filled in
 //! at run time (xargs input), `find -exec {}`, `env -S` with quoting or `${VAR}`,
 //! `sudo -e`. Variables a wrapper sets for its program (`env NAME=value`, `sudo
 //! NAME=value`, `strace -E NAME=value`) are returned too, for the environment deny list.
 
-use super::getopt::{Arg, Getopt, Key, Opt, Spec, Step};
+use super::getopt::{Arg, Getopt, GetoptError, Key, Opt, Spec, Step};
 use super::{Invocation, Lookup, Word};
 
 mod coreutils;
@@ -107,7 +107,53 @@ impl Outcome {
     }
 }
 
-type Parsed = Result<Outcome, String>;
+/// Why a wrapper's command line cannot be read with certainty: the rule and where (the
+/// text is the reason of an `exec.wrapper_unresolvable` rejection).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum WrapperError {
+    /// Its options cannot be read as the wrapper reads them, or an argument is filled
+    /// in at run time.
+    #[error("{0}")]
+    Args(#[from] GetoptError),
+    /// No program is named here, and arguments of unknown text follow.
+    #[error("the program it runs comes from {from}'s input")]
+    ProgramFromInput { from: &'static str },
+    /// The word naming the program is filled in at run time.
+    #[error("the program at args[{index}] comes from {from}'s input")]
+    ProgramAtFromInput { index: usize, from: &'static str },
+    /// `env -S` without a value.
+    #[error("-S has no value")]
+    SplitStringNoValue,
+    /// `env -S` whose string is filled in at run time.
+    #[error("the -S string at args[{index}] is filled in at run time")]
+    SplitStringFromInput { index: usize },
+    /// `env -S` whose string needs a splitting we do not reproduce.
+    #[error("the -S string at args[{index}] uses quoting, escapes, comments or ${{VAR}} expansion")]
+    SplitStringQuoted { index: usize },
+    /// The coreutils multi-call binary's first argument names no program.
+    #[error("args[{index}] {text:?} is not --coreutils-prog=NAME")]
+    NotCoreutilsProg { index: usize, text: String },
+    /// `find` whose expression goes on at run time.
+    #[error("its expression continues with arguments from {from}'s input")]
+    FindExpressionFromInput { from: &'static str },
+    /// A `find` action (`-exec`, …) without a program.
+    #[error("{action} at args[{index}] names no program")]
+    FindActionNoProgram { action: String, index: usize },
+    /// A `find` action whose program is the files found (`-exec {} ;`).
+    #[error("{action} at args[{index}] runs the files find finds")]
+    FindActionRunsFound { action: String, index: usize },
+    /// `sudo -e`: the editor is the user's choice, not in the command line.
+    #[error("sudo -e runs the user's editor")]
+    SudoEdit,
+    /// `sudo -h WORD`: a host or a command, we cannot tell.
+    #[error("sudo -h followed by a word may name a remote host or a command")]
+    SudoHostOrCommand,
+    /// `su -s SHELL` whose shell is filled in at run time.
+    #[error("the shell at args[{index}] is filled in at run time")]
+    ShellFromInput { index: usize },
+}
+
+type Parsed = Result<Outcome, WrapperError>;
 
 /// Reads `inv` (whose program is the wrapper `kind`) and returns what it would run.
 pub(super) fn parse(kind: WrapperKind, inv: &Invocation) -> Parsed {
@@ -173,21 +219,20 @@ fn child(
     inv: &Invocation,
     words: &[Word],
     keeps_stdin: bool,
-) -> Result<Option<Invocation>, String> {
+) -> Result<Option<Invocation>, WrapperError> {
     let Some((first, rest)) = words.split_first() else {
         if inv.trailing_unknown {
-            return Err(format!(
-                "the program it runs comes from {}'s input",
-                inv.unknown_from
-            ));
+            return Err(WrapperError::ProgramFromInput {
+                from: inv.unknown_from,
+            });
         }
         return Ok(None);
     };
     let Some(name) = first.text() else {
-        return Err(format!(
-            "the program at args[{}] comes from {}'s input",
-            first.index, inv.unknown_from
-        ));
+        return Err(WrapperError::ProgramAtFromInput {
+            index: first.index,
+            from: inv.unknown_from,
+        });
     };
     Ok(Some(Invocation {
         name: name.to_owned(),
@@ -242,7 +287,7 @@ fn parser<'s>(spec: &'s Spec, inv: &Invocation) -> Getopt<'s> {
 
 /// Options up to the first operand (`+` mode), then the operands: that operand and
 /// everything after it.
-fn split(spec: &Spec, inv: &Invocation) -> Result<(Vec<Opt>, Vec<Word>), String> {
+fn split(spec: &Spec, inv: &Invocation) -> Result<(Vec<Opt>, Vec<Word>), GetoptError> {
     let mut g = parser(spec, inv);
     let mut opts = Vec::new();
     loop {
@@ -282,6 +327,17 @@ fn assignments(words: &[Word]) -> (Vec<(String, usize)>, &[Word]) {
         rest = tail;
     }
     (env, rest)
+}
+
+/// The first of `words` filled in at run time (from `inv`'s input), as an error.
+fn unknown_arg(inv: &Invocation, words: &[Word]) -> Result<(), WrapperError> {
+    match words.iter().find(|w| w.text().is_none()) {
+        Some(w) => Err(WrapperError::Args(GetoptError::ArgFromInput {
+            index: w.index,
+            from: inv.unknown_from,
+        })),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

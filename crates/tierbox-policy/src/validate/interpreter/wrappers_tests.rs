@@ -10,7 +10,7 @@ fn inv(name: &str, args: &[&str]) -> Invocation {
 /// The programs a wrapper runs, as `name arg arg…` strings (`?` for unknown words).
 fn runs(name: &str, args: &[&str]) -> Result<Vec<String>, String> {
     let kind = wrapper_kind(name).expect("a wrapper");
-    let outcome = parse(kind, &inv(name, args))?;
+    let outcome = parse(kind, &inv(name, args)).map_err(|e| e.to_string())?;
     Ok(outcome.programs.iter().map(render).collect())
 }
 
@@ -161,12 +161,14 @@ fn nested_wrappers_under_xargs_cannot_see_their_program() {
     assert!(
         parse(WrapperKind::Env, env)
             .unwrap_err()
+            .to_string()
             .contains("xargs's input")
     );
     let xargs = parse(WrapperKind::Xargs, &inv("xargs", &["find", "."])).unwrap();
     assert!(
         parse(WrapperKind::Find, &xargs.programs[0])
             .unwrap_err()
+            .to_string()
             .contains("xargs's input")
     );
 }
@@ -288,4 +290,77 @@ fn via_names_the_wrapper_and_the_argument() {
         outcome.programs[0].via,
         " (run as a shell by watch at args[0])"
     );
+}
+
+/// Each variant's text is the reason the string errors gave before the enum: it is the
+/// reason of an `exec.wrapper_unresolvable` rejection, which must not change with the type.
+#[test]
+fn wrapper_errors_read_as_before() {
+    use WrapperError::*;
+    let cases = [
+        (
+            Args(GetoptError::ArgFromInput {
+                index: 2,
+                from: "xargs",
+            }),
+            "args[2] is filled in from xargs's input",
+        ),
+        (
+            ProgramFromInput { from: "xargs" },
+            "the program it runs comes from xargs's input",
+        ),
+        (
+            ProgramAtFromInput {
+                index: 1,
+                from: "xargs",
+            },
+            "the program at args[1] comes from xargs's input",
+        ),
+        (SplitStringNoValue, "-S has no value"),
+        (
+            SplitStringFromInput { index: 3 },
+            "the -S string at args[3] is filled in at run time",
+        ),
+        (
+            SplitStringQuoted { index: 3 },
+            "the -S string at args[3] uses quoting, escapes, comments or ${VAR} expansion",
+        ),
+        (
+            NotCoreutilsProg {
+                index: 0,
+                text: "ls".to_owned(),
+            },
+            "args[0] \"ls\" is not --coreutils-prog=NAME",
+        ),
+        (
+            FindExpressionFromInput { from: "xargs" },
+            "its expression continues with arguments from xargs's input",
+        ),
+        (
+            FindActionNoProgram {
+                action: "-exec".to_owned(),
+                index: 4,
+            },
+            "-exec at args[4] names no program",
+        ),
+        (
+            FindActionRunsFound {
+                action: "-execdir".to_owned(),
+                index: 4,
+            },
+            "-execdir at args[4] runs the files find finds",
+        ),
+        (SudoEdit, "sudo -e runs the user's editor"),
+        (
+            SudoHostOrCommand,
+            "sudo -h followed by a word may name a remote host or a command",
+        ),
+        (
+            ShellFromInput { index: 2 },
+            "the shell at args[2] is filled in at run time",
+        ),
+    ];
+    for (error, text) in cases {
+        assert_eq!(error.to_string(), text, "{error:?}");
+    }
 }

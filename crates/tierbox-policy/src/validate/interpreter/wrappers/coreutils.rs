@@ -54,21 +54,15 @@ pub(super) fn env(inv: &Invocation) -> Parsed {
 
 /// The words of an `env -S` string, split on whitespace. Quoting, escapes, comments and
 /// `${VAR}` expansion change the words in ways we do not reproduce, so they are refused.
-fn split_string(opt: &Opt) -> Result<Vec<Word>, String> {
+fn split_string(opt: &Opt) -> Result<Vec<Word>, WrapperError> {
     let Some(word) = &opt.value else {
-        return Err("-S has no value".to_owned());
+        return Err(WrapperError::SplitStringNoValue);
     };
     let Some(text) = word.text() else {
-        return Err(format!(
-            "the -S string at args[{}] is filled in at run time",
-            word.index
-        ));
+        return Err(WrapperError::SplitStringFromInput { index: word.index });
     };
     if text.contains(['\\', '$', '\'', '"', '#']) {
-        return Err(format!(
-            "the -S string at args[{}] uses quoting, escapes, comments or ${{VAR}} expansion",
-            word.index
-        ));
+        return Err(WrapperError::SplitStringQuoted { index: word.index });
     }
     let words = text
         .split([' ', '\t', '\n', '\x0b', '\x0c', '\r'])
@@ -213,10 +207,10 @@ pub(super) fn coreutils(inv: &Invocation) -> Parsed {
         return Ok(Outcome::default());
     };
     let Some(text) = first.text() else {
-        return Err(format!(
-            "args[{}] is filled in from {}'s input",
-            first.index, inv.unknown_from
-        ));
+        return Err(WrapperError::Args(GetoptError::ArgFromInput {
+            index: first.index,
+            from: inv.unknown_from,
+        }));
     };
     let prog = text
         .strip_prefix("--coreutils-prog=")
@@ -232,9 +226,9 @@ pub(super) fn coreutils(inv: &Invocation) -> Parsed {
             Ok(Outcome::with(program))
         }
         None if text.starts_with("--") => Ok(Outcome::default()),
-        None => Err(format!(
-            "args[{}] {text:?} is not --coreutils-prog=NAME",
-            first.index
-        )),
+        None => Err(WrapperError::NotCoreutilsProg {
+            index: first.index,
+            text: text.to_owned(),
+        }),
     }
 }

@@ -112,17 +112,11 @@ fn default_echo(runner: &Invocation, keeps_stdin: bool) -> Invocation {
 /// more, never less.
 pub(super) fn find(inv: &Invocation) -> Parsed {
     if inv.trailing_unknown {
-        return Err(format!(
-            "its expression continues with arguments from {}'s input",
-            inv.unknown_from
-        ));
+        return Err(WrapperError::FindExpressionFromInput {
+            from: inv.unknown_from,
+        });
     }
-    if let Some(w) = inv.args.iter().find(|w| w.text().is_none()) {
-        return Err(format!(
-            "args[{}] is filled in from {}'s input",
-            w.index, inv.unknown_from
-        ));
-    }
+    unknown_arg(inv, &inv.args)?;
     let words = &inv.args;
     let mut out = Outcome::default();
     let mut i = 0;
@@ -135,13 +129,16 @@ pub(super) fn find(inv: &Invocation) -> Parsed {
         let end = exec_end(words, i);
         let command = words.get(i..end).unwrap_or_default();
         let Some(program) = command.first() else {
-            return Err(format!("{action} at args[{}] names no program", word.index));
+            return Err(WrapperError::FindActionNoProgram {
+                action: action.to_owned(),
+                index: word.index,
+            });
         };
         if program.text().is_some_and(|t| t.contains("{}")) {
-            return Err(format!(
-                "{action} at args[{}] runs the files find finds",
-                word.index
-            ));
+            return Err(WrapperError::FindActionRunsFound {
+                action: action.to_owned(),
+                index: word.index,
+            });
         }
         // -ok and -okdir give the command /dev/null as stdin (find reads the answer).
         let keeps_stdin = matches!(action, "-exec" | "-execdir");

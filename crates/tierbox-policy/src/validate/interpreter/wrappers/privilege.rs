@@ -89,14 +89,14 @@ pub(super) fn sudo(inv: &Invocation) -> Parsed {
         }
     };
     if has(&opts, &[Key::Short('e')]) {
-        return Err("sudo -e runs the user's editor".to_owned());
+        return Err(WrapperError::SudoEdit);
     }
     if opts
         .iter()
         .any(|o| o.key == Key::Short('h') && o.value.is_none())
         && !command.is_empty()
     {
-        return Err("sudo -h followed by a word may name a remote host or a command".to_owned());
+        return Err(WrapperError::SudoHostOrCommand);
     }
     let shell_mode = has(&opts, &[Key::Short('s'), Key::Short('i')]);
     let no_run = has(
@@ -259,10 +259,9 @@ pub(super) fn su(inv: &Invocation, spec: &Spec) -> Parsed {
         .and_then(|o| o.value.as_ref())
     {
         let Some(name) = custom.text() else {
-            return Err(format!(
-                "the shell at args[{}] is filled in at run time",
-                custom.index
-            ));
+            return Err(WrapperError::ShellFromInput {
+                index: custom.index,
+            });
         };
         run.name = name.to_owned();
     }
@@ -272,12 +271,7 @@ pub(super) fn su(inv: &Invocation, spec: &Spec) -> Parsed {
 /// shadow sg: `sg [-] [GROUP [-c] COMMAND]`, COMMAND run by `/bin/sh -c`; without it, a
 /// shell.
 pub(super) fn sg(inv: &Invocation) -> Parsed {
-    if let Some(w) = inv.args.iter().find(|w| w.text().is_none()) {
-        return Err(format!(
-            "args[{}] is filled in from {}'s input",
-            w.index, inv.unknown_from
-        ));
-    }
+    unknown_arg(inv, &inv.args)?;
     let words = match inv.args.split_first() {
         Some((dash, rest)) if dash.text() == Some("-") => rest,
         _ => &inv.args[..],

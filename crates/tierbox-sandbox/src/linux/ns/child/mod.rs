@@ -476,15 +476,16 @@ impl IdentitySetup {
     /// `bind_at`: for each planner op, the index of the compiled op that binds its tree
     /// ([`PreparedMounts::bind_at`]).
     fn resolve(plan: &Plan, mplan: &MountPlan, bind_at: &[usize]) -> Result<Self, NativeError> {
-        let identity =
-            identity::resolve(plan).map_err(|reason| NativeError::Unavailable { reason })?;
+        let identity = identity::resolve(plan).map_err(|e| NativeError::Unavailable {
+            reason: e.to_string(),
+        })?;
         let (uid_map, gid_map) = identity.maps();
         let maps_by_supervisor = matches!(identity, SandboxIdentity::Host { .. });
         let idmapped = match identity {
-            SandboxIdentity::Host { uid, gid, .. } => {
-                identity::idmapped_binds(mplan, (uid, gid))
-                    .map_err(|reason| NativeError::Unavailable { reason })?
-            }
+            SandboxIdentity::Host { uid, gid, .. } => identity::idmapped_binds(mplan, (uid, gid))
+                .map_err(|e| NativeError::Unavailable {
+                reason: e.to_string(),
+            })?,
             SandboxIdentity::Supervisor { .. } => Vec::new(),
         };
         let moved_trees: Vec<(usize, RawFd)> = idmapped
