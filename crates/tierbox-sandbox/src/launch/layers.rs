@@ -49,7 +49,7 @@ pub fn layers_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<Vec<Laye
         Ok(())
     };
     if let Err(why) = &tier_b_ns {
-        crate::tier_b::namespace::refuse_scratch_args(plan, why)?;
+        crate::tier_b::namespace::refuse_scratch_args(plan, &why.to_string())?;
     }
     let deny_in_workspace = plan
         .filesystem
@@ -112,7 +112,7 @@ pub fn layers_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<Vec<Laye
                     "tier b keeps protected paths read-only in the run's mount namespace, but cannot hide a filesystem.deny_read path inside the writable workspace ({}; tier c can)",
                     denied.display()
                 ),
-                (None, Err(why)) => why.clone(),
+                (None, Err(why)) => why.to_string(),
                 (None, Ok(())) => {
                     "the run has no mount namespace to keep them read-only in".to_owned()
                 }

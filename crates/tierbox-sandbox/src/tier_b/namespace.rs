@@ -68,13 +68,12 @@ pub(crate) enum NoNamespace {
 
 /// Whether (and how) a Tier B run of this supervisor can have a mount namespace of its
 /// own, before its slot exists: a root supervisor (whose mount of the bounded tmp may
-/// still fail, see [`kind_for`]), or user namespaces. `Err`: why not, as the text of a
-/// [`NoNamespace`] (the layer check keeps it as a layer's reason).
-pub(crate) fn available(facts: &HostFacts) -> Result<(), String> {
+/// still fail, see [`kind_for`]), or user namespaces. `Err`: why not.
+pub(crate) fn available(facts: &HostFacts) -> Result<(), NoNamespace> {
     if facts.euid == 0 {
         return Ok(());
     }
-    own_ids_userns(facts).map(drop).map_err(|e| e.to_string())
+    own_ids_userns(facts).map(drop)
 }
 
 /// The user namespace every Tier B run of this unprivileged supervisor joins before it
