@@ -30,6 +30,7 @@ mod limits;
 pub mod mediate;
 mod owner;
 pub(crate) mod pipes;
+mod prefix;
 pub mod reaper;
 mod resources;
 pub mod slots;

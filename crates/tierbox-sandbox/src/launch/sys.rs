@@ -23,11 +23,12 @@ use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
+use super::prefix;
 use crate::linux::exec;
 use crate::linux::step::Step;
 use crate::linux::sys as lsys;
 use crate::linux::sys::{check, errno, reset_signal_handlers};
-use crate::tier_b::launcher::sys::private_ns;
+use crate::tier_b::launcher::sys::{join_userns, private_ns_mounts};
 // What moved to `exit`, `pipes` and Tier B's launcher, at the paths callers name it by.
 pub use super::exit::{
     ExitInfo, kill, pidfd_has_exited, pidfd_signal, register_readable, wait_pidfd,
@@ -292,17 +293,13 @@ fn child_fail(spec: &ChildSpec, step: Step, err: i32) -> c_int {
     127
 }
 
-/// The child's entry point: the ordered setup, then `execve`.
-///
-/// The order matters and each step says why it sits where it does.
+/// The child's entry point: the ordered setup ([`prefix`]), then `execve`.
 extern "C" fn child_main(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `&ChildSpec` the parent passed to `clone`; the parent is
     // suspended (CLONE_VFORK) until we exec or exit, so the reference stays valid.
     let spec: &ChildSpec = unsafe { &*(arg as *const ChildSpec) };
-    match child_setup(spec) {
-        Ok(()) => child_fail(spec, Step::Execve, libc::EIO),
-        Err((step, err)) => child_fail(spec, step, err),
-    }
+    let (step, err) = child_setup(spec);
+    child_fail(spec, step, err)
 }
 
 /// `PR_SET_PDEATHSIG(SIGKILL)`, then `ESRCH` if the parent is no longer `parent_pid`
@@ -339,26 +336,6 @@ fn dup_to(src: c_int, dst: c_int) -> Result<(), i32> {
         )
     })
     .map(drop)
-}
-
-/// Step 4c: `unshare(CLONE_NEWNS)`, everything made private, then each prepared tree
-/// moved over its path (in order: an ancestor before anything inside it).
-fn helper_mounts(helper: &HelperSetup) -> Result<(), i32> {
-    // SAFETY: the parent keeps `n_mount_moves` entries alive at `mount_moves` until clone
-    // returns (null only with 0 entries, which the caller never passes).
-    let moves = unsafe { std::slice::from_raw_parts(helper.mount_moves, helper.n_mount_moves) };
-    private_mount_ns(moves)
-}
-
-/// A mount namespace of the caller's own (a helper), every mount made private, then each
-/// tree of `moves` moved over its path, in order. Makes no allocation.
-fn private_mount_ns(moves: &[MountMove]) -> Result<(), i32> {
-    unshare_mounts_private(libc::CLONE_NEWNS)?;
-    mounts_private()?;
-    for m in moves {
-        move_tree_to(m.tree, m.path)?;
-    }
-    Ok(())
 }
 
 /// `setns(fd, nstype)`: joins the namespace `fd` (which the caller keeps open) names.
@@ -413,56 +390,37 @@ pub(crate) fn move_tree_to(tree: c_int, path: *const c_char) -> Result<(), i32> 
     .map(drop)
 }
 
-fn child_setup(spec: &ChildSpec) -> Result<(), (Step, i32)> {
-    use Step as S;
-    let step = |s: Step| move |e: i32| (s, e);
-
-    // 1. Default signal dispositions first: all signals are still blocked (inherited from
-    //    the launcher thread), and no supervisor handler may ever run on this shared memory.
-    reset_signal_handlers();
-    // 2. New session and process group, so the tree can be signalled as a group and the
-    //    child has no controlling terminal.
-    // SAFETY: setsid takes no arguments and only changes this process's session.
-    check(unsafe { libc::syscall(libc::SYS_setsid) }).map_err(step(S::Setsid))?;
-    // 3. Die with the launcher thread; then make sure it was not already gone.
-    die_with_parent(spec.parent_pid).map_err(step(S::Pdeathsig))?;
-    // 4. Join the run's cgroup before anything else can fork, so no descendant escapes it.
-    for &fd in &spec.cgroup_fds[..spec.n_cgroup_fds.min(MAX_CGROUP_FDS)] {
-        lsys::write_all_raw(fd, b"0").map_err(step(S::CgroupAttach))?;
-    }
-    // 4b. The prepared network namespace (bwrap reaching the egress proxy), joined with
-    //     the capabilities a trusted helper keeps, before anything runs in it.
-    if spec.netns_fd >= 0 {
-        // The parent keeps the fd open until the child has exec'd or exited (CLONE_VFORK).
-        setns(spec.netns_fd, libc::CLONE_NEWNET).map_err(step(S::JoinNetns))?;
-    }
-    // 4c. A private mount namespace with prepared trees moved over their paths (a
-    //     helper's idmapped writable grants), so the child reaches them there and the
-    //     supervisor's namespace is untouched. Private first: nothing moved here may
-    //     propagate back to the host. Before the capability drop (it needs
-    //     CAP_SYS_ADMIN) and before landlock and seccomp (both refuse mount operations).
-    if spec.helper.n_mount_moves > 0 {
-        helper_mounts(&spec.helper).map_err(step(S::HelperMounts))?;
-    }
-    // 4d. The same for a Tier B program: its own mount namespace (`tier_b::mounts`,
-    //     `tier_b::protect`), whose trees it clones itself from sources it opens
-    //     without following a symlink and checks by inode; under an unprivileged
-    //     supervisor in a user namespace of its own mapping only its uid and gid, whose
-    //     capabilities step 5 drops whole. The death signal is armed again after it (a
-    //     credential change may clear it).
-    if !spec.private_ns.is_null() {
+/// The child's steps ([`prefix::run`]: its own, then the program's) over what the parent
+/// prepared. Returns only on failure.
+fn child_setup(spec: &ChildSpec) -> (Step, i32) {
+    let n_moves = spec.helper.n_mount_moves;
+    let mount_moves = if n_moves == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the parent keeps `n_mount_moves` entries alive at `mount_moves` until
+        // clone returns (null only with 0 entries).
+        unsafe { std::slice::from_raw_parts(spec.helper.mount_moves, n_moves) }
+    };
+    let private_ns = if spec.private_ns.is_null() {
+        None
+    } else {
         // SAFETY: the parent keeps the namespace's spec alive until clone returns.
-        private_ns(unsafe { &*spec.private_ns })?;
-        die_with_parent(spec.parent_pid).map_err(step(S::Pdeathsig))?;
-    }
-    // 5–14. The program's own steps, shared with native Tier C (`linux::exec`).
+        Some(unsafe { &*spec.private_ns })
+    };
+    let own = prefix::PrefixSpec {
+        parent_pid: spec.parent_pid,
+        cgroup_fds: &spec.cgroup_fds[..spec.n_cgroup_fds.min(MAX_CGROUP_FDS)],
+        netns_fd: spec.netns_fd,
+        mount_moves,
+        private_ns,
+    };
     let seccomp = if spec.seccomp.is_null() {
         None
     } else {
         // SAFETY: the parent keeps the program alive until clone returns.
         Some(unsafe { &*spec.seccomp })
     };
-    let exec = exec::ExecSpec {
+    let program = exec::ExecSpec {
         stdio: [spec.stdin_fd, spec.stdout_fd, spec.stderr_fd],
         inherit: &spec.helper.inherit,
         inherit_min_src: INHERIT_SOURCE_MIN_FD,
@@ -486,8 +444,51 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (Step, i32)> {
         argv: spec.argv,
         envp: spec.envp,
     };
-    let (failed, errno) = exec::run(&RawCalls, &exec);
-    Err((failed, errno))
+    prefix::run(&RawCalls, &own, &program)
+}
+
+/// The real system calls of a launched child's own steps ([`prefix::PrefixCalls`]).
+impl prefix::PrefixCalls for RawCalls {
+    fn reset_signal_handlers(&self) {
+        reset_signal_handlers();
+    }
+
+    fn setsid(&self) -> Result<(), i32> {
+        // SAFETY: setsid takes no arguments and only changes this process's session.
+        check(unsafe { libc::syscall(libc::SYS_setsid) }).map(drop)
+    }
+
+    fn die_with_parent(&self, parent: libc::pid_t) -> Result<(), i32> {
+        die_with_parent(parent)
+    }
+
+    fn cgroup_attach(&self, fd: c_int) -> Result<(), i32> {
+        lsys::write_all_raw(fd, b"0")
+    }
+
+    fn join_netns(&self, fd: c_int) -> Result<(), i32> {
+        setns(fd, libc::CLONE_NEWNET)
+    }
+
+    fn unshare_mounts(&self) -> Result<(), i32> {
+        unshare_mounts_private(libc::CLONE_NEWNS)
+    }
+
+    fn mounts_private(&self) -> Result<(), i32> {
+        mounts_private()
+    }
+
+    fn move_tree(&self, tree: c_int, path: *const c_char) -> Result<(), i32> {
+        move_tree_to(tree, path)
+    }
+
+    fn join_userns(&self, fd: c_int) -> Result<(), i32> {
+        join_userns(fd)
+    }
+
+    fn tier_b_mounts(&self, ns: &PrivateNs) -> Result<(), (Step, i32)> {
+        private_ns_mounts(ns)
+    }
 }
 
 /// The real system calls of the program's setup ([`exec::ProgramCalls`]): raw calls

@@ -315,4 +315,4 @@ pub fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
 
 #[cfg(test)]
 #[path = "exec_tests.rs"]
-mod tests;
+pub(crate) mod tests;
