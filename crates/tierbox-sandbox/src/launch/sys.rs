@@ -62,10 +62,8 @@ pub(crate) struct ChildSpec {
     pub rlimits: [(c_int, libc::rlimit64); RLIMIT_COUNT],
     /// Drop the bounding and ambient sets and lock securebits (the supervisor is root).
     pub drop_privileged: bool,
-    /// Switch to `uid`/`gid` (and no supplementary groups).
-    pub change_ids: bool,
-    pub uid: u32,
-    pub gid: u32,
+    /// Switch to this uid and gid (and no supplementary groups).
+    pub ids: Option<(u32, u32)>,
     pub last_cap: u32,
     /// `-1` when landlock is not applied.
     pub landlock_fd: c_int,
@@ -98,6 +96,50 @@ pub(crate) struct ChildSpec {
     pub netns_fd: c_int,
     pub fail_step: AtomicU32,
     pub fail_errno: AtomicI32,
+}
+
+impl ChildSpec {
+    /// A child that runs `program` (with `argv` and `envp`, in `cwd`) on `stdio`, under
+    /// `rlimits`, and nothing more: no cgroup, no id switch, no privileged drop, no
+    /// landlock, no seccomp, no namespace, no helper setup, no audit session; its parent
+    /// is this process. Each launch sets what it adds over this.
+    pub(crate) fn new(
+        program: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+        cwd: *const c_char,
+        [stdin_fd, stdout_fd, stderr_fd]: [c_int; 3],
+        rlimits: [(c_int, libc::rlimit64); RLIMIT_COUNT],
+    ) -> Self {
+        Self {
+            program,
+            argv,
+            envp,
+            cwd,
+            stdin_fd,
+            stdout_fd,
+            stderr_fd,
+            cgroup_fds: [-1; MAX_CGROUP_FDS],
+            n_cgroup_fds: 0,
+            rlimits,
+            drop_privileged: false,
+            ids: None,
+            last_cap: crate::linux::caps::last_cap(),
+            landlock_fd: -1,
+            seccomp: std::ptr::null(),
+            seccomp_listener_sock: -1,
+            log_landlock: false,
+            log_seccomp: false,
+            audit_session: None,
+            parent_pid: getpid(),
+            helper: HelperSetup::NONE,
+            keep_caps: false,
+            private_ns: std::ptr::null(),
+            netns_fd: -1,
+            fail_step: AtomicU32::new(0),
+            fail_errno: AtomicI32::new(0),
+        }
+    }
 }
 
 /// Most fds a helper inherits ([`HelperSetup::inherit`]).
@@ -288,7 +330,7 @@ fn child_setup(spec: &ChildSpec) -> (Step, i32) {
         privileges: exec::Privileges {
             drop_privileged: spec.drop_privileged,
             last_cap: spec.last_cap,
-            ids: spec.change_ids.then_some((spec.uid, spec.gid)),
+            ids: spec.ids,
             clear_groups: spec.helper.clear_groups,
             keep_caps: spec.keep_caps,
             rearm_pdeathsig: Some(spec.parent_pid),
