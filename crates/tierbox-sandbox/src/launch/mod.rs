@@ -3,8 +3,9 @@
 //! that other backends start.
 //!
 //! - `sys`: the child itself — `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` and the
-//!   ordered setup it runs before `execve` (module docs there), and the process-level
-//!   system calls the supervisor makes (pidfds, signals, fd passing);
+//!   real calls of the ordered setup it runs before `execve` (module docs there; the
+//!   order is `prefix`'s, then [`crate::linux::exec`]'s), and the process-level system
+//!   calls the supervisor makes (pidfds, signals, fd passing);
 //! - [`slots`]: warm launch slots (a run's private `TMPDIR`, landlock ruleset and cgroup),
 //!   and this module's cgroup slot for helpers (`cgroup_slot`);
 //! - the launcher threads below: where a child is cloned (the unarmed launcher, or the

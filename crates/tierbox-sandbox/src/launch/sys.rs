@@ -1,5 +1,6 @@
-//! The Tier B child: `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` and the ordered setup
-//! that runs in the child before `execve`.
+//! The Tier B child: `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` and the real calls of
+//! the ordered setup that runs in the child before `execve` (its order: `launch::prefix`,
+//! then `linux::exec`).
 //!
 //! Why this shape: a plain `fork` of a large multi-threaded supervisor copies its page
 //! tables, and `std::process::Command::pre_exec` forces that fork. A `CLONE_VM |

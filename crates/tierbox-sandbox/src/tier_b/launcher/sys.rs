@@ -1,5 +1,5 @@
 //! Tier B's mount namespace, made with raw system calls only: by a cloned child before it
-//! restricts itself (its step 4d, `launch::sys`), or by a warm slot's launcher thread
+//! restricts itself (its step 7, `launch::prefix`), or by a warm slot's launcher thread
 //! before it arms itself (`RawNs::make`). No allocation, no locks: the same discipline
 //! as the rest of the child's setup (`launch::sys`).
 
