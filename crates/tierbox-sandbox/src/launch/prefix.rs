@@ -23,11 +23,11 @@
 //!    moved may propagate back to the host), then each prepared tree moved over its path
 //!    (its idmapped writable grants): before the capability drop (it needs
 //!    `CAP_SYS_ADMIN`) and before landlock and seccomp (both refuse mount operations);
-//! 7. a Tier B program's **mount namespace** (its private `/tmp` and `/dev/shm`, its
-//!    protected paths: `tier_b::mounts`, `tier_b::protect`), under an unprivileged
-//!    supervisor in a **user namespace** of its own mapping only its uid and gid, joined
-//!    first, whose capabilities the program's steps drop whole; then the death signal
-//!    again (a credential change may clear it).
+//! 7. a Tier B program's **mount namespace**, made the same way, then its trees (its
+//!    private `/tmp` and `/dev/shm`) and protected paths (`tier_b::mounts`,
+//!    `tier_b::protect`); under an unprivileged supervisor in a **user namespace** of its
+//!    own mapping only its uid and gid, joined first, whose capabilities the program's
+//!    steps drop whole; then the death signal again (a credential change may clear it).
 
 use std::ffi::{c_char, c_int};
 
@@ -72,8 +72,9 @@ pub(crate) trait PrefixCalls {
     fn move_tree(&self, tree: c_int, path: *const c_char) -> Result<(), i32>;
     /// `setns(fd, CLONE_NEWUSER)`.
     fn join_userns(&self, fd: c_int) -> Result<(), i32>;
-    /// The mounts of a Tier B program's namespace (`tier_b::launcher::sys`): the failing
-    /// step is [`Step::HelperMounts`] or [`Step::ProtectedPaths`].
+    /// The trees and protected paths of a Tier B program's mount namespace
+    /// (`tier_b::launcher::sys`): the failing step is [`Step::HelperMounts`] or
+    /// [`Step::ProtectedPaths`].
     fn tier_b_mounts(&self, ns: &PrivateNs) -> Result<(), (Step, i32)>;
 }
 
@@ -125,6 +126,8 @@ fn prefix(calls: &impl PrefixCalls, spec: &PrefixSpec<'_>) -> Result<(), (Step, 
                 .join_userns(ns.userns_fd)
                 .map_err(at(S::UserNamespace))?;
         }
+        calls.unshare_mounts().map_err(at(S::HelperMounts))?;
+        calls.mounts_private().map_err(at(S::HelperMounts))?;
         calls.tier_b_mounts(ns)?;
         calls
             .die_with_parent(spec.parent_pid)

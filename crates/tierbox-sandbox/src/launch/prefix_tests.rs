@@ -99,7 +99,15 @@ fn a_root_supervisors_program_makes_its_mount_namespace_and_rearms_the_death_sig
     run(&r, &program(Some(&ns)), &tier_b(&[]));
     let steps = own_steps(&r);
     assert_eq!(steps[..5], PROGRAM_FIRST, "{steps:?}");
-    assert_eq!(steps[5..], ["tier_b_mounts(2 trees)", "pdeathsig(77)"]);
+    assert_eq!(
+        steps[5..],
+        [
+            "unshare(mount)",
+            "mounts_private",
+            "tier_b_mounts(2 trees)",
+            "pdeathsig(77)"
+        ]
+    );
 }
 
 #[test]
@@ -111,7 +119,13 @@ fn an_unprivileged_supervisors_program_joins_its_user_namespace_before_mounting(
     assert_eq!(steps[..5], PROGRAM_FIRST, "{steps:?}");
     assert_eq!(
         steps[5..],
-        ["setns(user 40)", "tier_b_mounts(2 trees)", "pdeathsig(77)"]
+        [
+            "setns(user 40)",
+            "unshare(mount)",
+            "mounts_private",
+            "tier_b_mounts(2 trees)",
+            "pdeathsig(77)"
+        ]
     );
 }
 

@@ -208,13 +208,18 @@ fn clone_tree(fd: c_int, attr: u64) -> Result<c_int, i32> {
 }
 
 /// Makes `ns` (see [`PrivateNs`]), in order: the user namespace when it has one
-/// ([`join_userns`]), then its mounts ([`private_ns_mounts`]). Raw system calls only, no
-/// allocation: a launcher thread's before it arms itself (a cloned child runs the two
-/// as steps of its own, `launch::prefix`).
+/// ([`join_userns`]), a mount namespace with every mount private, then its trees and
+/// protected paths ([`private_ns_mounts`]). Raw system calls only, no allocation: a
+/// launcher thread's before it arms itself (a cloned child runs these as steps of its
+/// own, `launch::prefix`).
 pub(crate) fn private_ns(ns: &PrivateNs) -> Result<(), (Step, i32)> {
+    use Step as S;
+    let at = |s: Step| move |e: i32| (s, e);
     if ns.userns_fd >= 0 {
-        join_userns(ns.userns_fd).map_err(|e| (Step::UserNamespace, e))?;
+        join_userns(ns.userns_fd).map_err(at(S::UserNamespace))?;
     }
+    unshare_mounts_private(libc::CLONE_NEWNS).map_err(at(S::HelperMounts))?;
+    mounts_private().map_err(at(S::HelperMounts))?;
     private_ns_mounts(ns)
 }
 
@@ -224,13 +229,11 @@ pub(crate) fn join_userns(fd: c_int) -> Result<(), i32> {
     setns(fd, libc::CLONE_NEWUSER)
 }
 
-/// The mounts of `ns`, in order: a mount namespace with every mount private, every tree
-/// cloned, every tree moved, then each protected path bound or covered.
+/// The mounts of `ns`, in the caller's new mount namespace, in order: every tree cloned,
+/// every tree moved, then each protected path bound or covered.
 pub(crate) fn private_ns_mounts(ns: &PrivateNs) -> Result<(), (Step, i32)> {
     use Step as S;
     let at = |s: Step| move |e: i32| (s, e);
-    unshare_mounts_private(libc::CLONE_NEWNS).map_err(at(S::HelperMounts))?;
-    mounts_private().map_err(at(S::HelperMounts))?;
     // SAFETY: the caller keeps `n_trees` trees and as many fd slots, and `n_protect`
     // protected paths, alive at these pointers (null only with 0 entries).
     let (trees, fds, protect) = unsafe {
