@@ -5,7 +5,6 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicU32};
 
 use tierbox_policy::plan::Plan;
 
@@ -14,9 +13,7 @@ use super::{
     LaunchError, LaunchOptions, Slot, SpawnedChild, StdioPipes, cgroup_fd_array, cstring,
     rlimit64_table, stdio_pipes, sys,
 };
-use crate::linux::caps;
 use crate::linux::exec::null_terminated;
-use crate::probe::host_facts;
 
 /// A trusted helper program (`bwrap`) started like a Tier B child — new session,
 /// `PR_SET_PDEATHSIG`, the run's cgroup joined before exec, rlimits, stdio pipes, every
@@ -159,27 +156,9 @@ pub(crate) fn spawn_helper(
         stderr_w,
     } = stdio_pipes(plan)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
-    let facts = host_facts();
     let mut spec = sys::ChildSpec {
-        program: program.as_ptr(),
-        argv: argv_ptrs.as_ptr(),
-        envp: envp_ptrs.as_ptr(),
-        cwd: cwd.as_ptr(),
-        stdin_fd: stdin_child.as_raw_fd(),
-        stdout_fd: stdout_w.as_raw_fd(),
-        stderr_fd: stderr_w.as_raw_fd(),
         cgroup_fds,
         n_cgroup_fds,
-        rlimits: rlimit64_table(plan),
-        drop_privileged: false,
-        change_ids: false,
-        uid: facts.euid,
-        gid: facts.egid,
-        last_cap: caps::last_cap(),
-        landlock_fd: -1,
-        seccomp: std::ptr::null(),
-        seccomp_listener_sock: -1,
-        parent_pid: sys::getpid(),
         helper: sys::HelperSetup {
             inherit,
             mount_moves: if mount_moves.is_empty() {
@@ -191,15 +170,23 @@ pub(crate) fn spawn_helper(
             clear_groups: helper.clear_groups,
         },
         keep_caps: true,
-        private_ns: std::ptr::null(),
         netns_fd: helper.netns.map_or(-1, |fd| fd.as_raw_fd()),
         // A helper builds its own sandbox: what it applies is logged or not by its own
-        // flags (bwrap's filter is not; tierbox-init stacks a logged one).
-        log_landlock: false,
-        log_seccomp: false,
+        // flags (bwrap's filter is not; tierbox-init stacks a logged one), so the log
+        // flags stay off here.
         audit_session: helper.audit_session.clone(),
-        fail_step: AtomicU32::new(0),
-        fail_errno: AtomicI32::new(0),
+        ..sys::ChildSpec::new(
+            program.as_ptr(),
+            argv_ptrs.as_ptr(),
+            envp_ptrs.as_ptr(),
+            cwd.as_ptr(),
+            [
+                stdin_child.as_raw_fd(),
+                stdout_w.as_raw_fd(),
+                stderr_w.as_raw_fd(),
+            ],
+            rlimit64_table(plan),
+        )
     };
     let cloned = clone_child(opts, &mut spec);
     // The child's ends are closed in the parent whatever happened.

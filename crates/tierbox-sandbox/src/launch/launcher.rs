@@ -99,15 +99,11 @@ pub(crate) fn clone_on(
         None if opts.launcher_thread => launcher_clone(spec),
         None => caller_clone(spec),
     };
-    cloned.map_err(|(step, errno)| match ChildStep::of(step) {
-        Some(ChildStep::None) => LaunchError::Setup {
+    cloned.map_err(|(step, errno)| match step {
+        ChildStep::None => LaunchError::Setup {
             what: "clone".to_owned(),
             source: std::io::Error::from_raw_os_error(errno),
         },
-        Some(step) => LaunchError::Child { step, errno },
-        None => LaunchError::Setup {
-            what: format!("the child's setup at {}", step.describe()),
-            source: std::io::Error::from_raw_os_error(errno),
-        },
+        step => LaunchError::Child { step, errno },
     })
 }

@@ -3,8 +3,9 @@
 //! that other backends start.
 //!
 //! - `sys`: the child itself — `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` and the
-//!   ordered setup it runs before `execve` (module docs there), and the process-level
-//!   system calls the supervisor makes (pidfds, signals, fd passing);
+//!   real calls of the ordered setup it runs before `execve` (module docs there; the
+//!   order is `prefix`'s, then [`crate::linux::exec`]'s), and the process-level system
+//!   calls the supervisor makes (pidfds, signals, fd passing);
 //! - [`slots`]: warm launch slots (a run's private `TMPDIR`, landlock ruleset and cgroup),
 //!   and this module's cgroup slot for helpers (`cgroup_slot`);
 //! - the launcher threads below: where a child is cloned (the unarmed launcher, or the
@@ -30,6 +31,7 @@ mod limits;
 pub mod mediate;
 mod owner;
 pub(crate) mod pipes;
+mod prefix;
 pub mod reaper;
 mod resources;
 pub mod slots;
@@ -53,7 +55,9 @@ pub use owner::{sweep_orphaned_groups, sweep_orphaned_tmp};
 pub(crate) use pipes::{SpawnedChild, StdioPart, StdioPipes, stdio_pipes};
 pub(crate) use resources::{cgroup_fd_array, cgroup_slot, new_slot, unmount_private_tmp};
 pub use slots::Slot;
-pub use sys::ChildStep;
+/// The setup step a launched child failed at ([`LaunchError::Child`]): a step of the one
+/// list every Linux sandbox's setup uses (the name callers know it by).
+pub type ChildStep = crate::linux::step::Step;
 // Tier B's armed launchers, at the paths the Tier B launch and callers name them by.
 pub use crate::tier_b::launcher::{MAX_ARMED_LAUNCHERS, MAX_SLOT_LAUNCHERS};
 
@@ -75,7 +79,7 @@ pub enum LaunchError {
     #[error(transparent)]
     Native(#[from] crate::linux::ns::NativeError),
     /// A setup step failed in the child before exec.
-    #[error("sandbox setup failed in the child at {}: {}{}", step.describe(), std::io::Error::from_raw_os_error(*errno), crate::linux::step::hint(step.step(), *errno))]
+    #[error("sandbox setup failed in the child at {}: {}{}", step.describe(), std::io::Error::from_raw_os_error(*errno), crate::linux::step::hint(*step, *errno))]
     Child {
         /// The step.
         step: ChildStep,

@@ -1,5 +1,6 @@
-//! The Tier B child: `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` and the ordered setup
-//! that runs in the child before `execve`.
+//! The Tier B child: `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` and the real calls of
+//! the ordered setup that runs in the child before `execve` (its order: `launch::prefix`,
+//! then `linux::exec`).
 //!
 //! Why this shape: a plain `fork` of a large multi-threaded supervisor copies its page
 //! tables, and `std::process::Command::pre_exec` forces that fork. A `CLONE_VM |
@@ -23,11 +24,12 @@ use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
+use super::prefix;
 use crate::linux::exec;
 use crate::linux::step::Step;
 use crate::linux::sys as lsys;
 use crate::linux::sys::{check, errno, reset_signal_handlers};
-use crate::tier_b::launcher::sys::private_ns;
+use crate::tier_b::launcher::sys::{join_userns, private_ns_mounts};
 // What moved to `exit`, `pipes` and Tier B's launcher, at the paths callers name it by.
 pub use super::exit::{
     ExitInfo, kill, pidfd_has_exited, pidfd_signal, register_readable, wait_pidfd,
@@ -45,148 +47,6 @@ pub(crate) const MAX_CGROUP_FDS: usize = 6;
 /// Number of rlimits the child sets.
 pub(crate) const RLIMIT_COUNT: usize = 5;
 
-/// The setup step that failed in a launched child ([`LaunchError::Child`]), with its errno:
-/// the steps of the one list ([`Step`]) that a Tier B child or a trusted helper runs
-/// ([`ChildStep::step`] maps it back).
-///
-/// [`LaunchError::Child`]: crate::launch::LaunchError::Child
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum ChildStep {
-    /// No failure.
-    None = 0,
-    /// `setsid()`.
-    Setsid,
-    /// `prctl(PR_SET_PDEATHSIG)`, or the supervisor died before the child started.
-    Pdeathsig,
-    /// Writing `0` to a cgroup's `cgroup.procs`.
-    CgroupAttach,
-    /// `setns(CLONE_NEWNET)` into the prepared network namespace.
-    JoinNetns,
-    /// `unshare(CLONE_NEWNS)`, `mount(/, MS_REC | MS_PRIVATE)`, or the clone or
-    /// `move_mount` of a tree (a helper's private mount namespace, or a Tier B program's
-    /// private `/tmp` and `/dev/shm`).
-    HelperMounts,
-    /// `setns(CLONE_NEWUSER)` into the supervisor's own-ids user namespace (a Tier B
-    /// program under an unprivileged supervisor).
-    UserNamespace,
-    /// Binding or covering a protected path (a Tier B program).
-    ProtectedPaths,
-    /// `dup2` of stdin/stdout/stderr.
-    Stdio,
-    /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`.
-    CloseFds,
-    /// `chdir` into the working directory.
-    Chdir,
-    /// `prlimit64` for one of the rlimits.
-    Rlimit,
-    /// Dropping the capability bounding set, ambient set and securebits.
-    DropBounding,
-    /// `setgroups`/`setresgid`/`setresuid`.
-    SetIds,
-    /// `capset` to empty sets.
-    Capset,
-    /// `prctl(PR_SET_NO_NEW_PRIVS)`.
-    NoNewPrivs,
-    /// `landlock_restrict_self`.
-    Landlock,
-    /// Installing the seccomp filter.
-    Seccomp,
-    /// `rt_sigprocmask` to an empty mask.
-    SignalMask,
-    /// `execve`.
-    Execve,
-}
-
-impl ChildStep {
-    /// `step` as a Tier B child reports it; `None` for the steps only native Tier C's
-    /// pid 1 runs, which this child never reaches.
-    pub(crate) fn of(step: Step) -> Option<Self> {
-        use Step as S;
-        Some(match step {
-            S::None => Self::None,
-            S::Setsid => Self::Setsid,
-            S::Pdeathsig => Self::Pdeathsig,
-            S::CgroupAttach => Self::CgroupAttach,
-            S::JoinNetns => Self::JoinNetns,
-            S::HelperMounts => Self::HelperMounts,
-            S::UserNamespace => Self::UserNamespace,
-            S::ProtectedPaths => Self::ProtectedPaths,
-            S::Stdio => Self::Stdio,
-            S::CloseFds => Self::CloseFds,
-            S::Chdir => Self::Chdir,
-            S::Rlimit => Self::Rlimit,
-            S::DropBounding => Self::DropBounding,
-            S::SetIds => Self::SetIds,
-            S::Capset => Self::Capset,
-            S::NoNewPrivs => Self::NoNewPrivs,
-            S::Landlock => Self::Landlock,
-            S::Seccomp => Self::Seccomp,
-            S::SignalMask => Self::SignalMask,
-            S::Execve => Self::Execve,
-            S::UidMap
-            | S::Setgroups
-            | S::GidMap
-            | S::Hostname
-            | S::Loopback
-            | S::EgressListener
-            | S::MountOp
-            | S::LandlockRules
-            | S::InitIdentity
-            | S::CloneProgram => return None,
-        })
-    }
-
-    /// The same step in the one list every Linux sandbox's setup uses.
-    pub fn step(self) -> Step {
-        use Step as S;
-        match self {
-            Self::None => S::None,
-            Self::Setsid => S::Setsid,
-            Self::Pdeathsig => S::Pdeathsig,
-            Self::CgroupAttach => S::CgroupAttach,
-            Self::JoinNetns => S::JoinNetns,
-            Self::HelperMounts => S::HelperMounts,
-            Self::UserNamespace => S::UserNamespace,
-            Self::ProtectedPaths => S::ProtectedPaths,
-            Self::Stdio => S::Stdio,
-            Self::CloseFds => S::CloseFds,
-            Self::Chdir => S::Chdir,
-            Self::Rlimit => S::Rlimit,
-            Self::DropBounding => S::DropBounding,
-            Self::SetIds => S::SetIds,
-            Self::Capset => S::Capset,
-            Self::NoNewPrivs => S::NoNewPrivs,
-            Self::Landlock => S::Landlock,
-            Self::Seccomp => S::Seccomp,
-            Self::SignalMask => S::SignalMask,
-            Self::Execve => S::Execve,
-        }
-    }
-
-    /// The system call or action, for error messages.
-    pub fn describe(self) -> &'static str {
-        self.step().describe()
-    }
-}
-
-#[cfg(test)]
-mod child_step_tests {
-    use super::*;
-
-    #[test]
-    fn each_reported_step_is_a_step_of_the_one_list() {
-        for n in 0..64 {
-            let step = Step::from_u32(n);
-            if let Some(child) = ChildStep::of(step) {
-                assert_eq!(child.step(), step, "{child:?}");
-                assert_eq!(child.describe(), step.describe());
-            }
-        }
-        assert_eq!(ChildStep::of(Step::MountOp), None);
-    }
-}
-
 /// Everything the child needs, prepared by the parent. Every pointer stays valid until
 /// `clone` returns (the parent is suspended until the child execs or exits).
 #[repr(C)]
@@ -203,10 +63,8 @@ pub(crate) struct ChildSpec {
     pub rlimits: [(c_int, libc::rlimit64); RLIMIT_COUNT],
     /// Drop the bounding and ambient sets and lock securebits (the supervisor is root).
     pub drop_privileged: bool,
-    /// Switch to `uid`/`gid` (and no supplementary groups).
-    pub change_ids: bool,
-    pub uid: u32,
-    pub gid: u32,
+    /// Switch to this uid and gid (and no supplementary groups).
+    pub ids: Option<(u32, u32)>,
     pub last_cap: u32,
     /// `-1` when landlock is not applied.
     pub landlock_fd: c_int,
@@ -239,6 +97,50 @@ pub(crate) struct ChildSpec {
     pub netns_fd: c_int,
     pub fail_step: AtomicU32,
     pub fail_errno: AtomicI32,
+}
+
+impl ChildSpec {
+    /// A child that runs `program` (with `argv` and `envp`, in `cwd`) on `stdio`, under
+    /// `rlimits`, and nothing more: no cgroup, no id switch, no privileged drop, no
+    /// landlock, no seccomp, no namespace, no helper setup, no audit session; its parent
+    /// is this process. Each launch sets what it adds over this.
+    pub(crate) fn new(
+        program: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+        cwd: *const c_char,
+        [stdin_fd, stdout_fd, stderr_fd]: [c_int; 3],
+        rlimits: [(c_int, libc::rlimit64); RLIMIT_COUNT],
+    ) -> Self {
+        Self {
+            program,
+            argv,
+            envp,
+            cwd,
+            stdin_fd,
+            stdout_fd,
+            stderr_fd,
+            cgroup_fds: [-1; MAX_CGROUP_FDS],
+            n_cgroup_fds: 0,
+            rlimits,
+            drop_privileged: false,
+            ids: None,
+            last_cap: crate::linux::caps::last_cap(),
+            landlock_fd: -1,
+            seccomp: std::ptr::null(),
+            seccomp_listener_sock: -1,
+            log_landlock: false,
+            log_seccomp: false,
+            audit_session: None,
+            parent_pid: getpid(),
+            helper: HelperSetup::NONE,
+            keep_caps: false,
+            private_ns: std::ptr::null(),
+            netns_fd: -1,
+            fail_step: AtomicU32::new(0),
+            fail_errno: AtomicI32::new(0),
+        }
+    }
 }
 
 /// Most fds a helper inherits ([`HelperSetup::inherit`]).
@@ -292,17 +194,13 @@ fn child_fail(spec: &ChildSpec, step: Step, err: i32) -> c_int {
     127
 }
 
-/// The child's entry point: the ordered setup, then `execve`.
-///
-/// The order matters and each step says why it sits where it does.
+/// The child's entry point: the ordered setup ([`prefix`]), then `execve`.
 extern "C" fn child_main(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `&ChildSpec` the parent passed to `clone`; the parent is
     // suspended (CLONE_VFORK) until we exec or exit, so the reference stays valid.
     let spec: &ChildSpec = unsafe { &*(arg as *const ChildSpec) };
-    match child_setup(spec) {
-        Ok(()) => child_fail(spec, Step::Execve, libc::EIO),
-        Err((step, err)) => child_fail(spec, step, err),
-    }
+    let (step, err) = child_setup(spec);
+    child_fail(spec, step, err)
 }
 
 /// `PR_SET_PDEATHSIG(SIGKILL)`, then `ESRCH` if the parent is no longer `parent_pid`
@@ -339,26 +237,6 @@ fn dup_to(src: c_int, dst: c_int) -> Result<(), i32> {
         )
     })
     .map(drop)
-}
-
-/// Step 4c: `unshare(CLONE_NEWNS)`, everything made private, then each prepared tree
-/// moved over its path (in order: an ancestor before anything inside it).
-fn helper_mounts(helper: &HelperSetup) -> Result<(), i32> {
-    // SAFETY: the parent keeps `n_mount_moves` entries alive at `mount_moves` until clone
-    // returns (null only with 0 entries, which the caller never passes).
-    let moves = unsafe { std::slice::from_raw_parts(helper.mount_moves, helper.n_mount_moves) };
-    private_mount_ns(moves)
-}
-
-/// A mount namespace of the caller's own (a helper), every mount made private, then each
-/// tree of `moves` moved over its path, in order. Makes no allocation.
-fn private_mount_ns(moves: &[MountMove]) -> Result<(), i32> {
-    unshare_mounts_private(libc::CLONE_NEWNS)?;
-    mounts_private()?;
-    for m in moves {
-        move_tree_to(m.tree, m.path)?;
-    }
-    Ok(())
 }
 
 /// `setns(fd, nstype)`: joins the namespace `fd` (which the caller keeps open) names.
@@ -413,56 +291,37 @@ pub(crate) fn move_tree_to(tree: c_int, path: *const c_char) -> Result<(), i32> 
     .map(drop)
 }
 
-fn child_setup(spec: &ChildSpec) -> Result<(), (Step, i32)> {
-    use Step as S;
-    let step = |s: Step| move |e: i32| (s, e);
-
-    // 1. Default signal dispositions first: all signals are still blocked (inherited from
-    //    the launcher thread), and no supervisor handler may ever run on this shared memory.
-    reset_signal_handlers();
-    // 2. New session and process group, so the tree can be signalled as a group and the
-    //    child has no controlling terminal.
-    // SAFETY: setsid takes no arguments and only changes this process's session.
-    check(unsafe { libc::syscall(libc::SYS_setsid) }).map_err(step(S::Setsid))?;
-    // 3. Die with the launcher thread; then make sure it was not already gone.
-    die_with_parent(spec.parent_pid).map_err(step(S::Pdeathsig))?;
-    // 4. Join the run's cgroup before anything else can fork, so no descendant escapes it.
-    for &fd in &spec.cgroup_fds[..spec.n_cgroup_fds.min(MAX_CGROUP_FDS)] {
-        lsys::write_all_raw(fd, b"0").map_err(step(S::CgroupAttach))?;
-    }
-    // 4b. The prepared network namespace (bwrap reaching the egress proxy), joined with
-    //     the capabilities a trusted helper keeps, before anything runs in it.
-    if spec.netns_fd >= 0 {
-        // The parent keeps the fd open until the child has exec'd or exited (CLONE_VFORK).
-        setns(spec.netns_fd, libc::CLONE_NEWNET).map_err(step(S::JoinNetns))?;
-    }
-    // 4c. A private mount namespace with prepared trees moved over their paths (a
-    //     helper's idmapped writable grants), so the child reaches them there and the
-    //     supervisor's namespace is untouched. Private first: nothing moved here may
-    //     propagate back to the host. Before the capability drop (it needs
-    //     CAP_SYS_ADMIN) and before landlock and seccomp (both refuse mount operations).
-    if spec.helper.n_mount_moves > 0 {
-        helper_mounts(&spec.helper).map_err(step(S::HelperMounts))?;
-    }
-    // 4d. The same for a Tier B program: its own mount namespace (`tier_b::mounts`,
-    //     `tier_b::protect`), whose trees it clones itself from sources it opens
-    //     without following a symlink and checks by inode; under an unprivileged
-    //     supervisor in a user namespace of its own mapping only its uid and gid, whose
-    //     capabilities step 5 drops whole. The death signal is armed again after it (a
-    //     credential change may clear it).
-    if !spec.private_ns.is_null() {
+/// The child's steps ([`prefix::run`]: its own, then the program's) over what the parent
+/// prepared. Returns only on failure.
+fn child_setup(spec: &ChildSpec) -> (Step, i32) {
+    let n_moves = spec.helper.n_mount_moves;
+    let mount_moves = if n_moves == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the parent keeps `n_mount_moves` entries alive at `mount_moves` until
+        // clone returns (null only with 0 entries).
+        unsafe { std::slice::from_raw_parts(spec.helper.mount_moves, n_moves) }
+    };
+    let private_ns = if spec.private_ns.is_null() {
+        None
+    } else {
         // SAFETY: the parent keeps the namespace's spec alive until clone returns.
-        private_ns(unsafe { &*spec.private_ns })?;
-        die_with_parent(spec.parent_pid).map_err(step(S::Pdeathsig))?;
-    }
-    // 5–14. The program's own steps, shared with native Tier C (`linux::exec`).
+        Some(unsafe { &*spec.private_ns })
+    };
+    let own = prefix::PrefixSpec {
+        parent_pid: spec.parent_pid,
+        cgroup_fds: &spec.cgroup_fds[..spec.n_cgroup_fds.min(MAX_CGROUP_FDS)],
+        netns_fd: spec.netns_fd,
+        mount_moves,
+        private_ns,
+    };
     let seccomp = if spec.seccomp.is_null() {
         None
     } else {
         // SAFETY: the parent keeps the program alive until clone returns.
         Some(unsafe { &*spec.seccomp })
     };
-    let exec = exec::ExecSpec {
+    let program = exec::ExecSpec {
         stdio: [spec.stdin_fd, spec.stdout_fd, spec.stderr_fd],
         inherit: &spec.helper.inherit,
         inherit_min_src: INHERIT_SOURCE_MIN_FD,
@@ -472,7 +331,7 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (Step, i32)> {
         privileges: exec::Privileges {
             drop_privileged: spec.drop_privileged,
             last_cap: spec.last_cap,
-            ids: spec.change_ids.then_some((spec.uid, spec.gid)),
+            ids: spec.ids,
             clear_groups: spec.helper.clear_groups,
             keep_caps: spec.keep_caps,
             rearm_pdeathsig: Some(spec.parent_pid),
@@ -486,8 +345,51 @@ fn child_setup(spec: &ChildSpec) -> Result<(), (Step, i32)> {
         argv: spec.argv,
         envp: spec.envp,
     };
-    let (failed, errno) = exec::run(&RawCalls, &exec);
-    Err((failed, errno))
+    prefix::run(&RawCalls, &own, &program)
+}
+
+/// The real system calls of a launched child's own steps ([`prefix::PrefixCalls`]).
+impl prefix::PrefixCalls for RawCalls {
+    fn reset_signal_handlers(&self) {
+        reset_signal_handlers();
+    }
+
+    fn setsid(&self) -> Result<(), i32> {
+        // SAFETY: setsid takes no arguments and only changes this process's session.
+        check(unsafe { libc::syscall(libc::SYS_setsid) }).map(drop)
+    }
+
+    fn die_with_parent(&self, parent: libc::pid_t) -> Result<(), i32> {
+        die_with_parent(parent)
+    }
+
+    fn cgroup_attach(&self, fd: c_int) -> Result<(), i32> {
+        lsys::write_all_raw(fd, b"0")
+    }
+
+    fn join_netns(&self, fd: c_int) -> Result<(), i32> {
+        setns(fd, libc::CLONE_NEWNET)
+    }
+
+    fn unshare_mounts(&self) -> Result<(), i32> {
+        unshare_mounts_private(libc::CLONE_NEWNS)
+    }
+
+    fn mounts_private(&self) -> Result<(), i32> {
+        mounts_private()
+    }
+
+    fn move_tree(&self, tree: c_int, path: *const c_char) -> Result<(), i32> {
+        move_tree_to(tree, path)
+    }
+
+    fn join_userns(&self, fd: c_int) -> Result<(), i32> {
+        join_userns(fd)
+    }
+
+    fn tier_b_mounts(&self, ns: &PrivateNs) -> Result<(), (Step, i32)> {
+        private_ns_mounts(ns)
+    }
 }
 
 /// The real system calls of the program's setup ([`exec::ProgramCalls`]): raw calls

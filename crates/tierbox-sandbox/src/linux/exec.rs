@@ -1,7 +1,7 @@
 //! The program's own setup, from stdio to `execve`: one ordered list of steps that the
 //! Tier B child and the native Tier C program both run (each after the steps of its own:
-//! Tier B's session, cgroup and helper namespaces; Tier C's pid 1 and mounts), in the
-//! manner of nsjail's `containProc`.
+//! a launched child's session, cgroup and namespaces, `launch::prefix`; Tier C's pid 1
+//! and mounts, `linux::ns::setup`), in the manner of nsjail's `containProc`.
 //!
 //! The steps are written once, in [`run`], against [`ProgramCalls`] — the system calls
 //! they make — so that the order is tested without root or a child process (a recorder
@@ -315,4 +315,4 @@ pub fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
 
 #[cfg(test)]
 #[path = "exec_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -5,22 +5,23 @@ use std::cell::RefCell;
 
 use super::*;
 
-/// Records each call by name; fails the call named `fail_at` with `EPERM`.
+/// Records each call by name; fails the call named `fail_at` with `EPERM` (shared with
+/// the tests of the steps that run before the program's, `launch::prefix`).
 #[derive(Default)]
-struct Recorder {
+pub(crate) struct Recorder {
     calls: RefCell<Vec<String>>,
     fail_at: Option<&'static str>,
 }
 
 impl Recorder {
-    fn failing(at: &'static str) -> Self {
+    pub(crate) fn failing(at: &'static str) -> Self {
         Self {
             fail_at: Some(at),
             ..Self::default()
         }
     }
 
-    fn call(&self, name: &str) -> Result<(), i32> {
+    pub(crate) fn call(&self, name: &str) -> Result<(), i32> {
         self.calls.borrow_mut().push(name.to_owned());
         if self.fail_at == Some(name) {
             Err(libc::EPERM)
@@ -29,7 +30,7 @@ impl Recorder {
         }
     }
 
-    fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.calls.borrow().clone()
     }
 }
@@ -132,7 +133,7 @@ const FILTER: libc::sock_fprog = libc::sock_fprog {
 };
 
 /// A Tier B program under a root supervisor: ids switched, chmod mediated.
-fn tier_b(inherit: &[(RawFd, RawFd)]) -> ExecSpec<'_> {
+pub(crate) fn tier_b(inherit: &[(RawFd, RawFd)]) -> ExecSpec<'_> {
     ExecSpec {
         stdio: [10, 11, 12],
         inherit,
@@ -290,7 +291,7 @@ fn a_helper_keeps_its_capabilities_and_gets_its_inherited_fds_in_range_only() {
 
 #[test]
 fn a_failing_step_stops_the_sequence_and_is_named() {
-    for (call, step) in [
+    let cases = [
         ("dup3(11, 1)", Step::Stdio),
         ("close_range(3, cloexec)", Step::CloseFds),
         ("chdir", Step::Chdir),
@@ -303,10 +304,21 @@ fn a_failing_step_stops_the_sequence_and_is_named() {
         ("landlock(20)", Step::Landlock),
         ("seccomp(listener 21)", Step::Seccomp),
         ("sigmask", Step::SignalMask),
-    ] {
+    ];
+    each_failure_stops_at_its_step(&cases, "execve", |r| run(r, &tier_b(&[])));
+}
+
+/// Fails each call of `cases` in turn (with `EPERM`): `run` must stop there, name its
+/// step, and never reach a call starting with `never`.
+pub(crate) fn each_failure_stops_at_its_step(
+    cases: &[(&'static str, Step)],
+    never: &str,
+    run: impl Fn(&Recorder) -> (Step, i32),
+) {
+    for &(call, step) in cases {
         let r = Recorder::failing(call);
-        assert_eq!(run(&r, &tier_b(&[])), (step, libc::EPERM), "{call}");
+        assert_eq!(run(&r), (step, libc::EPERM), "{call}");
         assert_eq!(r.names().last().map(String::as_str), Some(call));
-        assert!(!r.names().contains(&"execve".to_owned()), "{call}");
+        assert!(!r.names().iter().any(|n| n.starts_with(never)), "{call}");
     }
 }

@@ -20,7 +20,6 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicU32};
 use std::sync::mpsc;
 
 use tierbox_policy::enforcement::BackendId;
@@ -28,7 +27,6 @@ use tierbox_policy::plan::Plan;
 use tierbox_policy::{EgressMode, Enforcement, Layer, LayerReport, Rejection, Tier};
 
 use crate::linux::audit::RunAudit;
-use crate::linux::caps;
 use crate::linux::exec::ExecStrings;
 use crate::linux::landlock::{LandlockSpec, LandlockStatus};
 use crate::linux::seccomp::{InetSockets, SeccompProgram, SeccompSpec};
@@ -543,21 +541,10 @@ fn spawn_in_slot(
         _ => None,
     };
     let mut spec = sys::ChildSpec {
-        program: strings.program.as_ptr(),
-        argv: strings.argv(),
-        envp: strings.envp(),
-        cwd: strings.cwd.as_ptr(),
-        stdin_fd: stdin_child.as_raw_fd(),
-        stdout_fd: stdout_w.as_raw_fd(),
-        stderr_fd: stderr_w.as_raw_fd(),
         cgroup_fds,
         n_cgroup_fds,
-        rlimits: rlimit64_table(plan),
         drop_privileged: (facts.euid == 0 && !launcher.privileges_inherited) || in_userns,
-        change_ids,
-        uid,
-        gid,
-        last_cap: caps::last_cap(),
+        ids: change_ids.then_some((uid, gid)),
         landlock_fd: match (launcher.landlock_inherited, &slot.landlock) {
             (false, Some(prepared)) => prepared.raw_fd(),
             _ => -1,
@@ -568,13 +555,9 @@ fn spawn_in_slot(
         seccomp_listener_sock: listener_pair
             .as_ref()
             .map_or(-1, |(_, child_end)| child_end.as_raw_fd()),
-        parent_pid: sys::getpid(),
-        helper: sys::HelperSetup::NONE,
-        keep_caps: false,
         private_ns: ns_spec
             .as_ref()
             .map_or(std::ptr::null(), |ns| ns as *const sys::PrivateNs),
-        netns_fd: -1,
         // Only a child that restricts itself needs the flags (and a session): an armed
         // slot thread's domain and filter carry them already.
         log_landlock: launcher.child_session && audit.landlock.is_ok(),
@@ -582,8 +565,18 @@ fn spawn_in_slot(
         audit_session: launcher
             .child_session
             .then(crate::linux::audit::SessionWants::default),
-        fail_step: AtomicU32::new(0),
-        fail_errno: AtomicI32::new(0),
+        ..sys::ChildSpec::new(
+            strings.program.as_ptr(),
+            strings.argv(),
+            strings.envp(),
+            strings.cwd.as_ptr(),
+            [
+                stdin_child.as_raw_fd(),
+                stdout_w.as_raw_fd(),
+                stderr_w.as_raw_fd(),
+            ],
+            rlimit64_table(plan),
+        )
     };
 
     let cloned = clone_on(opts, launcher.armed.as_ref(), &mut spec);

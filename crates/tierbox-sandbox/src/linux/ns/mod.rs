@@ -69,11 +69,11 @@
 //! thread, joined by the cloning thread for the `clone` alone (without `CLONE_NEWNET`);
 //! otherwise `CLONE_NEWNET` and pid 1 brings `lo` up.
 //!
-//! Order of pid 1's setup (each step says why in `sys`): pdeathsig → join the run
-//! cgroup → id maps → setsid → hostname → `lo` up (own namespace only) → the egress
-//! proxy's listener (when the plan needs it; passed to the supervisor) → mount ops (pivot
-//! included) → landlock rules for its own mounts → non-dumpable, name → clone the program
-//! → report → exec the reaper. The program: stdio → close-on-exec everything else → cwd →
+//! Order of pid 1's setup (each step says why in `setup`, its real calls are in `sys`):
+//! pdeathsig → join the run cgroup → id maps → setsid → hostname → `lo` up (own namespace
+//! only) → the egress proxy's listener (when the plan needs it; passed to the supervisor)
+//! → mount ops (pivot included) → landlock rules for its own mounts → non-dumpable, name
+//! → clone the program → report → exec the reaper. The program: stdio → close-on-exec everything else → cwd →
 //! rlimits → drop capabilities → `no_new_privs` → landlock → seccomp (last, so it blocks
 //! no setup call) → empty signal mask → `execve`.
 //!
@@ -83,6 +83,7 @@
 pub mod child;
 pub mod init;
 pub mod netns_pool;
+mod setup;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 

@@ -1,5 +1,5 @@
 //! Tier B's mount namespace, made with raw system calls only: by a cloned child before it
-//! restricts itself (its step 4d, `launch::sys`), or by a warm slot's launcher thread
+//! restricts itself (its step 7, `launch::prefix`), or by a warm slot's launcher thread
 //! before it arms itself (`RawNs::make`). No allocation, no locks: the same discipline
 //! as the rest of the child's setup (`launch::sys`).
 
@@ -207,19 +207,33 @@ fn clone_tree(fd: c_int, attr: u64) -> Result<c_int, i32> {
     Ok(tree)
 }
 
-/// Makes `ns` (see [`PrivateNs`]), in order: the namespaces (and the id maps), every
-/// mount private, every tree cloned, every tree moved, then each protected path bound or
-/// covered. Raw system calls only, no allocation: a cloned child's step 4c, or a launcher
-/// thread's before it arms itself.
+/// Makes `ns` (see [`PrivateNs`]), in order: the user namespace when it has one
+/// ([`join_userns`]), a mount namespace with every mount private, then its trees and
+/// protected paths ([`private_ns_mounts`]). Raw system calls only, no allocation: a
+/// launcher thread's before it arms itself (a cloned child runs these as steps of its
+/// own, `launch::prefix`).
 pub(crate) fn private_ns(ns: &PrivateNs) -> Result<(), (Step, i32)> {
     use Step as S;
     let at = |s: Step| move |e: i32| (s, e);
     if ns.userns_fd >= 0 {
-        // An fd the caller keeps open while the namespace is made.
-        setns(ns.userns_fd, libc::CLONE_NEWUSER).map_err(at(S::UserNamespace))?;
+        join_userns(ns.userns_fd).map_err(at(S::UserNamespace))?;
     }
     unshare_mounts_private(libc::CLONE_NEWNS).map_err(at(S::HelperMounts))?;
     mounts_private().map_err(at(S::HelperMounts))?;
+    private_ns_mounts(ns)
+}
+
+/// `setns(fd, CLONE_NEWUSER)`: joins the run's user namespace (an fd the caller keeps
+/// open while the namespace is made).
+pub(crate) fn join_userns(fd: c_int) -> Result<(), i32> {
+    setns(fd, libc::CLONE_NEWUSER)
+}
+
+/// The mounts of `ns`, in the caller's new mount namespace, in order: every tree cloned,
+/// every tree moved, then each protected path bound or covered.
+pub(crate) fn private_ns_mounts(ns: &PrivateNs) -> Result<(), (Step, i32)> {
+    use Step as S;
+    let at = |s: Step| move |e: i32| (s, e);
     // SAFETY: the caller keeps `n_trees` trees and as many fd slots, and `n_protect`
     // protected paths, alive at these pointers (null only with 0 entries).
     let (trees, fds, protect) = unsafe {

@@ -8,7 +8,6 @@ use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
 use std::ffi::c_char;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, AtomicU32};
 use std::time::Duration;
 
 use super::Call;
@@ -34,41 +33,21 @@ pub(super) fn sleep_child_from_exiting_thread(change_ids: bool) -> OwnedFd {
         let stdin = crate::launch::pipes::open_dev_null().unwrap();
         let stdout = crate::launch::pipes::open_dev_null().unwrap();
         let stderr = crate::launch::pipes::open_dev_null().unwrap();
+        let no_core = libc::rlimit64 {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
         let mut spec = sys::ChildSpec {
-            program: program.as_ptr(),
-            argv: argv.as_ptr(),
-            envp: envp.as_ptr(),
-            cwd: c"/".as_ptr(),
-            stdin_fd: stdin.as_raw_fd(),
-            stdout_fd: stdout.as_raw_fd(),
-            stderr_fd: stderr.as_raw_fd(),
-            cgroup_fds: [-1; sys::MAX_CGROUP_FDS],
-            n_cgroup_fds: 0,
-            rlimits: [(
-                libc::RLIMIT_CORE as i32,
-                libc::rlimit64 {
-                    rlim_cur: 0,
-                    rlim_max: 0,
-                },
-            ); sys::RLIMIT_COUNT],
             drop_privileged: true,
-            change_ids,
-            uid: 65534,
-            gid: 65534,
-            last_cap: crate::linux::caps::last_cap(),
-            landlock_fd: -1,
-            seccomp: std::ptr::null(),
-            seccomp_listener_sock: -1,
-            parent_pid: sys::getpid(),
-            helper: sys::HelperSetup::NONE,
-            keep_caps: false,
-            private_ns: std::ptr::null(),
-            netns_fd: -1,
-            log_landlock: false,
-            log_seccomp: false,
-            audit_session: None,
-            fail_step: AtomicU32::new(0),
-            fail_errno: AtomicI32::new(0),
+            ids: change_ids.then_some((65534, 65534)),
+            ..sys::ChildSpec::new(
+                program.as_ptr(),
+                argv.as_ptr(),
+                envp.as_ptr(),
+                c"/".as_ptr(),
+                [stdin.as_raw_fd(), stdout.as_raw_fd(), stderr.as_raw_fd()],
+                [(libc::RLIMIT_CORE as i32, no_core); sys::RLIMIT_COUNT],
+            )
         };
         let mut stack = sys::ChildStack::new();
         let cloned = sys::with_all_signals_blocked(|| sys::clone_and_exec(&mut spec, &mut stack))

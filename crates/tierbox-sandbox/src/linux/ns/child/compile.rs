@@ -24,7 +24,7 @@ pub struct OwnedOp {
 }
 
 impl OwnedOp {
-    pub(super) fn new(kind: OpKind, dst: CString, describe: String) -> Self {
+    pub(crate) fn new(kind: OpKind, dst: CString, describe: String) -> Self {
         Self {
             kind,
             src: None,

@@ -22,7 +22,8 @@
 //! record with the program's wait status and [`ReapedUsage`] once pid 1 has killed and
 //! reaped every other process of the namespace, just before it exits.
 //!
-//! One file per role: [`pid1`] (setup, then the reaper), [`program`] (the program's own
+//! One file per role: [`pid1`] (the real calls of its setup, whose order is
+//! [`super::setup`], then the reaper), [`program`] (the program's own
 //! steps), [`mount_ops`] (the filesystem ops pid 1 carries out), [`net`] (hostname,
 //! loopback, the egress listener and fd passing), [`raw`] (the small system-call
 //! wrappers they share; failures name a [`Step`] of the one list); the supervisor
@@ -36,6 +37,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 pub use super::init::report::{REPORT_BYTES, ReapedUsage, Report, ReportTag};
 use super::init::{reaper, sys as init_sys};
 
+use super::setup::Failure;
 use crate::linux::identity::{SANDBOX_GID, SANDBOX_UID};
 use crate::linux::sys as lsys;
 use crate::linux::sys::{check, errno, reset_signal_handlers};
@@ -51,7 +53,7 @@ pub use mount_ops::{
     Expect, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, NsOp,
     OpKind, describe_sub,
 };
-pub(crate) use mount_ops::{mount_setattr, openat2_raw};
+pub(crate) use mount_ops::{SubCall, mount_setattr, openat2_raw};
 use net::loopback_up;
 pub use net::{recv_fd, seqpacket_pair};
 use pid1::init_main;
@@ -188,35 +190,6 @@ impl Report {
     pub fn ns_step(&self) -> Step {
         Step::from_u32(self.step)
     }
-}
-
-/// A failed step inside a child, as its report carries it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Failure {
-    /// The step.
-    step: Step,
-    /// Its errno.
-    errno: i32,
-    /// For [`Step::MountOp`]: the op's index in [`NsSpec::ops`].
-    op_index: u32,
-    /// For [`Step::MountOp`]: the [`SubCall`] that failed (its discriminant).
-    sub: u32,
-}
-
-impl Failure {
-    /// `step` failed with `errno` (not a mount op).
-    fn at(step: Step, errno: i32) -> Self {
-        Self {
-            step,
-            errno,
-            op_index: 0,
-            sub: 0,
-        }
-    }
-}
-
-fn fail(step: Step) -> impl Fn(i32) -> Failure {
-    move |e| Failure::at(step, e)
 }
 
 // ---- supervisor side ------------------------------------------------------------------

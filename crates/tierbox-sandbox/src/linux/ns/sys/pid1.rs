@@ -1,11 +1,12 @@
-//! The sandbox's pid 1: its ordered setup, the start of the program, and the exec of
-//! the reaper.
+//! The sandbox's pid 1: the real calls of its ordered setup ([`super::super::setup`]:
+//! up to the start of the program), and the exec of the reaper.
 
 use super::mount_ops::*;
 use super::net::*;
 use super::program::program_main;
 use super::raw::*;
 use super::*;
+use crate::linux::ns::setup::{InitCalls, init_setup};
 
 // ---- pid 1 ----------------------------------------------------------------------------
 
@@ -17,9 +18,9 @@ pub(super) extern "C" fn init_main(arg: *mut c_void) -> c_int {
     // a copy-on-write copy of the supervisor's memory taken at `clone`, in which the spec
     // and everything it points to are intact and never freed.
     let spec: &NsSpec<'_> = unsafe { &*(arg as *const NsSpec<'_>) };
-    match init_setup(spec) {
+    match init_setup(&Pid1Calls, spec) {
         Ok(program) => {
-            // 13. Let go of the copy of the supervisor's memory: exec the reaper. Only
+            // Then let go of the copy of the supervisor's memory: exec the reaper. Only
             //     returns if the exec failed, with the memory intact: reap here.
             let report_fd = exec_reaper(spec, program);
             reaper::reap(report_fd, program)
@@ -44,128 +45,130 @@ pub(super) extern "C" fn init_main(arg: *mut c_void) -> c_int {
     }
 }
 
-/// The ordered setup of pid 1. Returns the program's pid (in the namespace) once it runs
-/// and the supervisor has been told.
-pub(super) fn init_setup(spec: &NsSpec<'_>) -> Result<libc::pid_t, Failure> {
-    use Step as S;
-    // 1. Default dispositions: signals stay blocked (inherited from the cloning thread)
-    //    until the program's exec, and pid 1 only ever waits for them synchronously.
-    reset_signal_handlers();
-    // 2. Die with the supervisor's thread, then check it was not already gone: the
-    //    supervisor holds the read end of the report pipe until it has our first record,
-    //    so POLLERR on our write end means it died (getppid() is 0 across a pid namespace).
-    prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong).map_err(fail(S::Pdeathsig))?;
-    if init_sys::pipe_has_no_reader(spec.report_fd) {
-        return Err(Failure::at(S::Pdeathsig, libc::ESRCH));
+/// The real system calls of pid 1's setup ([`InitCalls`]): raw calls only.
+pub(super) struct Pid1Calls;
+
+impl InitCalls for Pid1Calls {
+    fn reset_signal_handlers(&self) {
+        reset_signal_handlers();
     }
-    // 2b. Into the run's cgroup, before any setup allocates memory or forks: pid 1 moves
-    //    itself (a task moving itself through v1 `tasks` skips the global threadgroup
-    //    lock). The fds were opened by the supervisor, whose credentials the kernel
-    //    checks.
-    for fd in spec.cgroup_fds {
-        lsys::write_all_raw(*fd, b"0").map_err(fail(S::CgroupAttach))?;
+
+    fn set_pdeathsig(&self) -> Result<(), i32> {
+        prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)
     }
-    // 3. Our own id maps, before anything else needs an id: a process may map its own
-    //    outside euid/egid with one line; `setgroups` must be denied before `gid_map`.
-    //    A root supervisor mapping another host uid writes them for us (only a
-    //    privileged process may): wait for its word.
-    if spec.maps_ready_fd >= 0 {
-        wait_for_byte(spec.maps_ready_fd).map_err(fail(S::UidMap))?;
-        close(spec.maps_ready_fd);
-    } else {
-        write_proc_self(c"/proc/self/uid_map", spec.uid_map).map_err(fail(S::UidMap))?;
-        write_proc_self(c"/proc/self/setgroups", b"deny").map_err(fail(S::Setgroups))?;
-        write_proc_self(c"/proc/self/gid_map", spec.gid_map).map_err(fail(S::GidMap))?;
+
+    fn supervisor_gone(&self, fd: RawFd) -> bool {
+        init_sys::pipe_has_no_reader(fd)
     }
-    // 4. A session of our own: no controlling terminal of the supervisor's.
-    // SAFETY: setsid takes no arguments.
-    check(unsafe { libc::syscall(libc::SYS_setsid) }).map_err(fail(S::Setsid))?;
-    // 5. Hostname in the new UTS namespace (needs CAP_SYS_ADMIN in the userns: we have it).
-    sethostname(spec.hostname).map_err(fail(S::Hostname))?;
-    // 6. Loopback up in the new network namespace (its only interface), unless the
-    //    supervisor made the namespace and did it (a pooled namespace).
-    if spec.loopback_up {
-        loopback_up().map_err(fail(S::Loopback))?;
+
+    fn cgroup_attach(&self, fd: RawFd) -> Result<(), i32> {
+        lsys::write_all_raw(fd, b"0")
     }
-    // 6b. The egress proxy's listener, made here so that it lives in this namespace, and
-    //     handed to the supervisor, which serves it. Before the program exists, so the
-    //     program's first connection finds it (queued in the backlog until accepted).
-    if spec.proxy_fd >= 0 {
-        send_loopback_listener(spec.proxy_fd, spec.proxy_port).map_err(fail(S::EgressListener))?;
-        close(spec.proxy_fd);
+
+    fn wait_for_byte(&self, fd: RawFd) -> Result<(), i32> {
+        wait_for_byte(fd)
     }
-    // 7. Exact modes for everything the ops create.
-    umask(0);
-    // 8. The filesystem, op by op, in the planner's order.
-    for (i, op) in spec.ops.iter().enumerate() {
-        let moved = spec.moved_trees.iter().find(|(at, _)| *at == i);
-        let result = match moved {
-            Some((_, tree)) => move_tree(*tree, op.dst),
-            None if op.kind == OpKind::SendFd => send_dir_fd(op, spec.fs_fd),
-            None => run_op(op),
+
+    fn close(&self, fd: RawFd) {
+        close(fd);
+    }
+
+    fn write_proc_self(&self, path: &CStr, content: &[u8]) -> Result<(), i32> {
+        write_proc_self(path, content)
+    }
+
+    fn setsid(&self) -> Result<(), i32> {
+        // SAFETY: setsid takes no arguments.
+        check(unsafe { libc::syscall(libc::SYS_setsid) }).map(drop)
+    }
+
+    fn sethostname(&self, name: &[u8]) -> Result<(), i32> {
+        sethostname(name)
+    }
+
+    fn loopback_up(&self) -> Result<(), i32> {
+        loopback_up()
+    }
+
+    fn send_listener(&self, sock: RawFd, port: u16) -> Result<(), i32> {
+        send_loopback_listener(sock, port)
+    }
+
+    fn umask(&self, mask: u32) {
+        umask(mask);
+    }
+
+    fn move_tree(&self, tree: RawFd, dst: &CStr) -> Result<(), OpFailure> {
+        move_tree(tree, dst)
+    }
+
+    fn send_dir_fd(&self, op: &NsOp<'_>, sock: RawFd) -> Result<(), OpFailure> {
+        send_dir_fd(op, sock)
+    }
+
+    fn run_op(&self, op: &NsOp<'_>) -> Result<(), OpFailure> {
+        run_op(op)
+    }
+
+    fn add_landlock_rule(&self, ruleset: RawFd, path: &CStr, access: u64) -> Result<(), i32> {
+        add_landlock_rule(ruleset, path, access)
+    }
+
+    fn wipe_arg_area(&self, area: (usize, usize)) {
+        wipe_arg_area(area);
+    }
+
+    fn not_dumpable(&self) -> Result<(), i32> {
+        prctl(libc::PR_SET_DUMPABLE, 0)
+    }
+
+    fn set_name(&self, name: &CStr) -> Result<(), i32> {
+        prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong)
+    }
+
+    fn start_program(&self, spec: &NsSpec<'_>) -> Result<libc::pid_t, (Step, i32)> {
+        spec.fail_step.store(0, Ordering::SeqCst);
+        spec.fail_errno.store(0, Ordering::SeqCst);
+        // SAFETY: `program_main` only makes raw system calls on the spec; its stack top is
+        // the 16-byte aligned end of a buffer in our memory, which it shares (CLONE_VM)
+        // while we are suspended (CLONE_VFORK) until it execs or exits.
+        let pid = unsafe {
+            libc::clone(
+                program_main,
+                spec.program_stack_top,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                spec as *const NsSpec<'_> as *mut c_void,
+            )
         };
-        result.map_err(|(sub, errno)| Failure {
-            step: S::MountOp,
-            errno,
-            op_index: i as u32,
-            sub: sub as u32,
-        })?;
-    }
-    // 8b. Landlock rules for the mounts that exist only in here; the program restricts
-    //     itself with the ruleset just before seccomp.
-    if spec.landlock_fd >= 0 {
-        for (path, access) in spec.landlock_rules {
-            add_landlock_rule(spec.landlock_fd, path, *access).map_err(fail(S::LandlockRules))?;
+        if pid < 0 {
+            return Err((Step::CloneProgram, errno()));
         }
+        let failed = Step::from_u32(spec.fail_step.load(Ordering::SeqCst));
+        if failed != Step::None {
+            return Err((failed, spec.fail_errno.load(Ordering::SeqCst)));
+        }
+        Ok(pid)
     }
-    // 9. pid 1's identity: not dumpable (its memory is a copy of the supervisor's; the
-    //    program may not read it through /proc/1/mem or /proc/1/environ), the supervisor's
-    //    argv wiped from /proc/1/cmdline, and a recognisable name.
-    wipe_arg_area(spec.arg_area);
-    prctl(libc::PR_SET_DUMPABLE, 0).map_err(fail(S::InitIdentity))?;
-    prctl(libc::PR_SET_NAME, spec.init_name.as_ptr() as libc::c_ulong)
-        .map_err(fail(S::InitIdentity))?;
-    // 10. The program: CLONE_VFORK suspends us until it execs or fails.
-    spec.fail_step.store(0, Ordering::SeqCst);
-    spec.fail_errno.store(0, Ordering::SeqCst);
-    // SAFETY: `program_main` only makes raw system calls on the spec; its stack top is the
-    // 16-byte aligned end of a buffer in our memory, which it shares (CLONE_VM) while we
-    // are suspended (CLONE_VFORK) until it execs or exits.
-    let pid = unsafe {
-        libc::clone(
-            program_main,
-            spec.program_stack_top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            spec as *const NsSpec<'_> as *mut c_void,
-        )
-    };
-    if pid < 0 {
-        return Err(Failure::at(S::CloneProgram, errno()));
+
+    fn close_all_but(&self, keep: &[RawFd; 2]) {
+        close_all_but(keep);
     }
-    let failed = Step::from_u32(spec.fail_step.load(Ordering::SeqCst));
-    if failed != Step::None {
-        return Err(Failure::at(failed, spec.fail_errno.load(Ordering::SeqCst)));
+
+    fn set_ids(&self, uid: u32, gid: u32) -> Result<(), i32> {
+        lsys::set_ids(uid, gid)
     }
-    // 11. Hold nothing of the run: only the report pipe and the reaper's image stay open.
-    close_all_but(&[spec.report_fd, spec.reaper_fd]);
-    // 12. Drop what pid 1 no longer needs: it only waits and forwards signals (and the
-    //     reaper's exec, with no_new_privs and no capabilities, can gain none). Under a
-    //     root supervisor it leaves ns uid 0 (host root) for the sandbox's uid first; the
-    //     death signal this clears is armed again by the reaper.
-    if spec.switch_ids {
-        lsys::set_ids(SANDBOX_UID, SANDBOX_GID).map_err(fail(S::InitIdentity))?;
+
+    fn capset_zero(&self) -> Result<(), i32> {
+        lsys::capset_zero()
     }
-    let _ = lsys::capset_zero();
-    let _ = lsys::set_no_new_privs();
-    let started = Report {
-        tag: ReportTag::Started as u32,
-        step: 0,
-        value: pid,
-        ..Report::default()
-    };
-    // A supervisor that is gone cannot be told; PR_SET_PDEATHSIG kills us anyway.
-    let _ = lsys::write_all_raw(spec.report_fd, &started.encode());
-    Ok(pid)
+
+    fn no_new_privs(&self) -> Result<(), i32> {
+        lsys::set_no_new_privs()
+    }
+
+    fn report(&self, fd: RawFd, report: &Report) -> Result<(), i32> {
+        lsys::write_all_raw(fd, &report.encode())
+    }
 }
 
 /// Step 13 of pid 1: moves the report pipe to [`reaper::REPORT_FD`] (kept across the
