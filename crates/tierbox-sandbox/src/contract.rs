@@ -38,6 +38,8 @@ pub use crate::running::{
 /// and the backend for a plan and tier.
 pub use crate::backend::{Backend, for_plan};
 pub use crate::launch::{ExitInfo, LaunchError, LaunchOptions};
+/// The setup step a launched child failed at ([`LaunchError::Child`]).
+pub use crate::linux::step::Step;
 
 /// Tier selection and what this host offers.
 pub use crate::preflight::{GrantFinding, grant_findings};

@@ -275,11 +275,7 @@ fn a_failed_launch_names_the_step_in_the_child() {
     let result = rt().block_on(run_plan(&plan, &opts));
     match &result {
         Err(RunError::Sandbox(tierbox_sandbox::launch::LaunchError::Child { step, errno })) => {
-            assert_eq!(
-                *step,
-                tierbox_sandbox::launch::ChildStep::Execve,
-                "{step:?}"
-            );
+            assert_eq!(*step, tierbox_sandbox::contract::Step::Execve, "{step:?}");
             assert_eq!(*errno, libc::ENOENT);
         }
         other => panic!("expected a typed launch failure, got {other:?}"),

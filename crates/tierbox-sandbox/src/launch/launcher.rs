@@ -4,7 +4,7 @@
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 
-use super::{ChildStep, LaunchError, LaunchOptions, sys};
+use super::{LaunchError, LaunchOptions, sys};
 use crate::linux::step::Step;
 
 pub(crate) struct Job {
@@ -100,7 +100,7 @@ pub(crate) fn clone_on(
         None => caller_clone(spec),
     };
     cloned.map_err(|(step, errno)| match step {
-        ChildStep::None => LaunchError::Setup {
+        Step::None => LaunchError::Setup {
             what: "clone".to_owned(),
             source: std::io::Error::from_raw_os_error(errno),
         },

@@ -55,9 +55,6 @@ pub use owner::{sweep_orphaned_groups, sweep_orphaned_tmp};
 pub(crate) use pipes::{SpawnedChild, StdioPart, StdioPipes, stdio_pipes};
 pub(crate) use resources::{cgroup_fd_array, cgroup_slot, new_slot, unmount_private_tmp};
 pub use slots::Slot;
-/// The setup step a launched child failed at ([`LaunchError::Child`]): a step of the one
-/// list every Linux sandbox's setup uses (the name callers know it by).
-pub type ChildStep = crate::linux::step::Step;
 // Tier B's armed launchers, at the paths the Tier B launch and callers name them by.
 pub use crate::tier_b::launcher::{MAX_ARMED_LAUNCHERS, MAX_SLOT_LAUNCHERS};
 
@@ -82,7 +79,7 @@ pub enum LaunchError {
     #[error("sandbox setup failed in the child at {}: {}{}", step.describe(), std::io::Error::from_raw_os_error(*errno), crate::linux::step::hint(*step, *errno))]
     Child {
         /// The step.
-        step: ChildStep,
+        step: crate::linux::step::Step,
         /// Its errno.
         errno: i32,
     },
