@@ -31,7 +31,13 @@ fn seccomp_mediator(
     refusals: Option<&RefusalLog>,
 ) -> std::io::Result<SeccompMediator> {
     let views = std::mem::take(&mut hand_off.views);
-    let mut m = SeccompMediator::new(hand_off.listener, &plan.workspace, l.child_ids().0)?;
+    // Which root could not be opened, in the error (the run is refused on it).
+    let named = |path: &std::path::Path| {
+        let path = path.display().to_string();
+        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{path}: {e}"))
+    };
+    let mut m = SeccompMediator::new(hand_off.listener, &plan.workspace, l.child_ids().0)
+        .map_err(named(&plan.workspace))?;
     if hand_off.mediate_chmod {
         m = m.mediating_chmod();
     }
@@ -46,15 +52,15 @@ fn seccomp_mediator(
         if views.iter().any(|(view, _)| view == root) {
             continue;
         }
-        m = m.also_beneath(root)?;
+        m = m.also_beneath(root).map_err(named(root))?;
     }
     match l.slot() {
         Some(_) if !views.is_empty() => {
             for (view, host) in &views {
-                m = m.also_beneath_as(view, host)?;
+                m = m.also_beneath_as(view, host).map_err(named(host))?;
             }
         }
-        Some(slot) => m = m.also_beneath(&slot.tmp)?,
+        Some(slot) => m = m.also_beneath(&slot.tmp).map_err(named(&slot.tmp))?,
         None => {}
     }
     Ok(m)
