@@ -52,7 +52,9 @@ fn seccomp_mediator(
         if views.iter().any(|(view, _)| view == root) {
             continue;
         }
-        m = m.also_beneath(root).map_err(named(root))?;
+        // An entry of a carved grant that another process removed since the plan was
+        // made is skipped: nothing beneath it can be changed.
+        m = m.also_beneath_if_present(root).map_err(named(root))?;
     }
     match l.slot() {
         Some(_) if !views.is_empty() => {

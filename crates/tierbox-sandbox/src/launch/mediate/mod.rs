@@ -197,16 +197,30 @@ impl SeccompMediator {
     /// deepest root a path lies under decides, so a grant bound back beneath `/tmp` at its
     /// own path is still resolved from that grant.
     pub fn also_beneath_as(mut self, view: &Path, host: &Path) -> std::io::Result<Self> {
-        let root = view.to_path_buf();
-        let host = std::fs::canonicalize(host)?;
-        let c = CString::new(host.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        let fd = if std::fs::metadata(&host)?.is_dir() {
-            sys::open_dir_path(&c)?
-        } else {
-            sys::open_file_path(&c)?
-        };
-        self.roots.push((root, fd));
+        let fd = open_root(host)?;
+        self.roots.push((view.to_path_buf(), fd));
         Ok(self)
+    }
+
+    /// [`Self::also_beneath`], or `self` unchanged when `root` does not exist (any more).
+    /// A writable grant carved around a denied path inside it is the list of the entries
+    /// it had when the plan was made; in a shared directory (`/tmp`) another process may
+    /// have removed one since, and a run can change nothing beneath an entry that is gone
+    /// (its landlock rules skip a missing path the same way).
+    pub fn also_beneath_if_present(mut self, root: &Path) -> std::io::Result<Self> {
+        let canonical = match std::fs::canonicalize(root) {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(self),
+            Err(e) => return Err(e),
+        };
+        match open_root(&canonical) {
+            Ok(fd) => {
+                self.roots.push((canonical, fd));
+                Ok(self)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(self),
+            Err(e) => Err(e),
+        }
     }
 
     /// Answers notifications until every task using the filter is gone (or the future is
@@ -525,5 +539,46 @@ fn decode(nr: i64, args: &[u64; 6]) -> Option<(Target, u32)> {
             ))
         }
         _ => None,
+    }
+}
+
+/// An `O_PATH` fd of `host` (canonicalised), a directory or a file.
+fn open_root(host: &Path) -> std::io::Result<OwnedFd> {
+    let host = std::fs::canonicalize(host)?;
+    let c = CString::new(host.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    if std::fs::metadata(&host)?.is_dir() {
+        sys::open_dir_path(&c)
+    } else {
+        sys::open_file_path(&c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A writable grant carved into the entries of a shared directory may name an entry
+    /// another process removed since: it is skipped, not a failed run (regression: an
+    /// unprivileged supervisor's Tier B run with `/tmp` granted failed its start with
+    /// "open the writable grants for chmod mediation: No such file or directory" when a
+    /// test elsewhere removed its temporary directory in between).
+    #[test]
+    fn a_root_that_is_gone_is_skipped_and_one_that_is_there_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let present = dir.path().join("present");
+        std::fs::create_dir(&present).unwrap();
+        let gone = dir.path().join("gone");
+        let listener: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+        let m = SeccompMediator::new(listener, dir.path(), 0).unwrap();
+        assert_eq!(m.roots.len(), 1);
+        let m = m.also_beneath_if_present(&gone).unwrap();
+        assert_eq!(m.roots.len(), 1, "a missing root was held");
+        let m = m.also_beneath_if_present(&present).unwrap();
+        assert_eq!(m.roots.len(), 2);
+        assert_eq!(m.roots[1].0, std::fs::canonicalize(&present).unwrap());
+        let err = m.also_beneath(&gone).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
     }
 }
