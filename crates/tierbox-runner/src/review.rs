@@ -585,6 +585,19 @@ impl ChangeStore {
         self.sweep_reading().0
     }
 
+    #[cfg(test)]
+    pub(crate) fn sweep_reading_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = std::fs::read_dir(&self.dir)
+            .map(|r| {
+                r.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    }
+
     /// [`ChangeStore::sweep`], reading each manifest once: how many sets were removed,
     /// and the ones kept.
     fn sweep_reading(&self) -> (usize, Vec<KeptChanges>) {
@@ -599,21 +612,39 @@ impl ChangeStore {
                 continue;
             }
             let manifest = entry.path().join(MANIFEST_FILE);
-            let live = std::fs::read(&manifest)
-                .ok()
-                .and_then(|t| serde_json::from_slice::<KeptChanges>(&t).ok())
-                .filter(|k| k.expires_unix_ms > now);
-            if let Some(k) = live {
+            let live = || {
+                std::fs::read(&manifest)
+                    .ok()
+                    .and_then(|t| serde_json::from_slice::<KeptChanges>(&t).ok())
+                    .filter(|k| k.expires_unix_ms > now)
+            };
+            // Decided under the set's own lock, taken without waiting: a keep holds it
+            // until its manifest is in place, so a set whose lock is free and whose
+            // manifest is missing or expired is not one being written. (Read first and
+            // locked after, a keep could finish in between: its complete set was
+            // removed as if its manifest were missing.)
+            let _lock = match caps::lock_dir(&entry.path(), false) {
+                // In use (a keep, an apply, a discard): listed, never removed here.
+                Ok(None) => {
+                    kept.extend(live());
+                    continue;
+                }
+                Ok(Some(lock)) => lock,
+                // Gone meanwhile, or not a directory of ours.
+                Err(_) => continue,
+            };
+            if let Some(k) = live() {
                 kept.push(k);
                 continue;
             }
-            // A set being written has no manifest yet for a moment: spare young ones.
+            // A keep makes its directory a moment before it locks it: spare young ones
+            // without a manifest.
             let young = entry
                 .metadata()
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(60));
             let being_written = young && !manifest.exists();
-            if !being_written && caps::remove_if_free(&entry.path()) {
+            if !being_written && std::fs::remove_dir_all(entry.path()).is_ok() {
                 removed += 1;
             }
         }

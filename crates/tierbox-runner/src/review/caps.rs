@@ -404,7 +404,9 @@ pub(super) fn reserve(
             .create(&dir)
             .map_err(io("create", &dir))?;
     }
-    let lock = match lock_dir(&dir, false) {
+    // Waiting: a sweep may hold the new directory's lock for a moment (it spares a
+    // young directory without a manifest, and holds nothing else meanwhile).
+    let lock = match lock_dir(&dir, true) {
         Ok(Some(lock)) => lock,
         Ok(None) => {
             return Err(io("lock", &dir)(std::io::Error::from(
