@@ -52,9 +52,15 @@ fn seccomp_mediator(
         if views.iter().any(|(view, _)| view == root) {
             continue;
         }
-        // An entry of a carved grant that another process removed since the plan was
-        // made is skipped: nothing beneath it can be changed.
-        m = m.also_beneath_if_present(root).map_err(named(root))?;
+        // A declared grant that is gone refuses the start (the plan no longer holds);
+        // an entry of a grant carved around a denied path inside it, which another
+        // process removed since the plan was made, is skipped: nothing beneath it can be
+        // changed.
+        m = match plan.filesystem.writable_roots.contains(root) {
+            true => m.also_beneath(root),
+            false => m.also_beneath_if_present(root),
+        }
+        .map_err(named(root))?;
     }
     match l.slot() {
         Some(_) if !views.is_empty() => {
