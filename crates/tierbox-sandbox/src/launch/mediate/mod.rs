@@ -213,7 +213,7 @@ impl SeccompMediator {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(self),
             Err(e) => return Err(e),
         };
-        match open_root(&canonical) {
+        match open_canonical(&canonical) {
             Ok(fd) => {
                 self.roots.push((canonical, fd));
                 Ok(self)
@@ -544,9 +544,13 @@ fn decode(nr: i64, args: &[u64; 6]) -> Option<(Target, u32)> {
 
 /// An `O_PATH` fd of `host` (canonicalised), a directory or a file.
 fn open_root(host: &Path) -> std::io::Result<OwnedFd> {
-    let host = std::fs::canonicalize(host)?;
+    open_canonical(&std::fs::canonicalize(host)?)
+}
+
+/// [`open_root`] of a path already canonical.
+fn open_canonical(host: &Path) -> std::io::Result<OwnedFd> {
     let c = CString::new(host.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-    if std::fs::metadata(&host)?.is_dir() {
+    if std::fs::metadata(host)?.is_dir() {
         sys::open_dir_path(&c)
     } else {
         sys::open_file_path(&c)
