@@ -59,5 +59,12 @@ pub mod tier_c;
 pub mod watchdog;
 pub mod windows;
 
+#[cfg(target_os = "linux")]
+pub(crate) mod layers;
+
+#[cfg(all(test, target_os = "linux"))]
+#[path = "layering_tests.rs"]
+mod layering_tests;
+
 #[cfg(test)]
 mod test_fixtures;

@@ -56,7 +56,7 @@ pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), U
 
 /// Picks the tier for `plan` on this host: for `auto` the strongest tier whose backend
 /// is available, carries out the plan, and applies every layer the policy requires here
-/// ([`crate::launch::layers_for`], the check each launch makes too), never below
+/// ([`crate::layers::layers_for`], the check each launch makes too), never below
 /// `tier.minimum`; for a named tier that tier, or the rejection its launch would give.
 ///
 /// ```no_run
@@ -105,7 +105,7 @@ pub fn select(plan: &Plan, facts: &HostFacts) -> Result<Selection, Rejection> {
                     })
                     // A layer the policy requires and this backend cannot apply here
                     // (bwrap's landlock, say): the next tier may.
-                    .and_then(|()| match crate::launch::layers_for(tier, plan, facts) {
+                    .and_then(|()| match crate::layers::layers_for(tier, plan, facts) {
                         Ok(_) => Ok(()),
                         // Not a layer: an argument no weaker tier can carry out either.
                         Err(e @ Rejection::PathNeedsPrivateTmp { .. }) => Err(Err(e)),
@@ -140,7 +140,7 @@ pub fn select(plan: &Plan, facts: &HostFacts) -> Result<Selection, Rejection> {
                 reason: e.reason().to_owned(),
             })?;
             if tier != Tier::A {
-                crate::launch::layers_for(tier, plan, facts)?;
+                crate::layers::layers_for(tier, plan, facts)?;
             }
             Ok(Selection {
                 tier,

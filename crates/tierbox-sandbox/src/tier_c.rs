@@ -62,33 +62,9 @@ pub const BWRAP_LISTENER_SOCK_FD: i32 = 8;
 /// pipe whose write end only the supervisor holds (`tierbox-init --alive 9 …`).
 pub const BWRAP_ALIVE_FD: i32 = 9;
 
-/// The seccomp filter of Tier C (both backends): the shared deny list with nested
-/// namespaces denied; inet and unix sockets allowed, since the network namespace has only
-/// loopback; no metadata denials, since the program's uid is not 0 and it has no
-/// capabilities; IPC allowed, since the IPC namespace is the sandbox's own.
-pub fn tier_c_seccomp_spec() -> SeccompSpec {
-    SeccompSpec {
-        deny_namespaces: true,
-        deny_file_metadata: false,
-        mediate_chmod: false,
-        deny_ipc: false,
-        inet: crate::linux::seccomp::InetSockets::Any,
-        allow_unix_sockets: true,
-        notify_refusals: false,
-        chown_noop_gid: None,
-    }
-}
-
-/// The native backend's filter: [`tier_c_seccomp_spec`], handing the argument rules'
-/// refusals to the supervisor where the kernel has seccomp user notification (the
-/// program installs it with a listener).
-pub fn native_seccomp_spec() -> SeccompSpec {
-    SeccompSpec {
-        notify_refusals: crate::launch::user_notif_available(),
-        chown_noop_gid: None,
-        ..tier_c_seccomp_spec()
-    }
-}
+// Tier C's filter, defined with the native sandbox (which installs it) and borrowed by
+// the bubblewrap backend.
+pub use crate::linux::ns::{native_seccomp_spec, tier_c_seccomp_spec};
 
 /// Launches `plan` in a native Tier C sandbox inside the run's cgroup.
 ///
@@ -112,7 +88,7 @@ pub(crate) fn launch_native(
     opts: &LaunchOptions,
 ) -> Result<RunningSandbox, LaunchError> {
     let facts = host_facts();
-    let mut missing = launch::layers_for(Tier::C, plan, facts)?;
+    let mut missing = crate::layers::layers_for(Tier::C, plan, facts)?;
     let slot = SlotGuard::new(launch::cgroup_slot(
         ns::child::BACKEND,
         plan,
@@ -189,7 +165,7 @@ pub(crate) fn launch_bwrap(
             reason: format!("tier.backend = \"bwrap\": {e}"),
         })
     })?;
-    let missing = launch::layers_for(Tier::C, plan, facts)?;
+    let missing = crate::layers::layers_for(Tier::C, plan, facts)?;
     BwrapLaunch::prepare(plan, facts.seccomp, &info)?.spawn(plan, opts, &info, missing)
 }
 

@@ -200,7 +200,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         .ok_or_else(|| argv_error(ContainerError::NoImage))?;
     let info = probe_engine_cached(engine).map_err(|e| unavailable(e.to_string()))?;
     let facts = host_facts();
-    let mut missing = launch::layers_for(Tier::C, plan, facts)?;
+    let mut missing = crate::layers::layers_for(Tier::C, plan, facts)?;
     // Containers of supervisors that died without a watchdog, before this one's first.
     sweep_orphaned_containers_once(&info.path);
     // The container's name carries its supervisor (`tierbox-<pid>.<start>-<run id>`), so

@@ -32,6 +32,7 @@ pub mod mediate;
 mod owner;
 pub(crate) mod pipes;
 mod prefix;
+pub(crate) mod private_ns;
 pub mod reaper;
 mod resources;
 pub mod slots;
@@ -47,7 +48,6 @@ use tierbox_policy::Rejection;
 pub use exit::ExitInfo;
 pub(crate) use helper::{HelperSpawn, data_fd, spawn_helper};
 pub(crate) use launcher::{Job, clone_on, serve_jobs};
-pub use layers::layers_for;
 pub(crate) use layers::require;
 pub(crate) use limits::{cgroup_limits, rlimit_report, rlimit64_table};
 pub(crate) use owner::{owned_id, owner_is_gone};
@@ -55,8 +55,6 @@ pub use owner::{sweep_orphaned_groups, sweep_orphaned_tmp};
 pub(crate) use pipes::{SpawnedChild, StdioPart, StdioPipes, stdio_pipes};
 pub(crate) use resources::{cgroup_fd_array, cgroup_slot, new_slot, unmount_private_tmp};
 pub use slots::Slot;
-// Tier B's armed launchers, at the paths the Tier B launch and callers name them by.
-pub use crate::tier_b::launcher::{MAX_ARMED_LAUNCHERS, MAX_SLOT_LAUNCHERS};
 
 /// Why a launch failed.
 #[derive(Debug, thiserror::Error)]

@@ -31,10 +31,10 @@
 
 use std::ffi::{c_char, c_int};
 
+use super::private_ns::PrivateNs;
 use super::sys::MountMove;
 use crate::linux::exec::{self, ExecSpec, ProgramCalls};
 use crate::linux::step::Step;
-use crate::tier_b::launcher::sys::PrivateNs;
 
 /// Everything [`run`] reads, prepared by the parent.
 #[derive(Clone, Copy)]
@@ -73,7 +73,7 @@ pub(crate) trait PrefixCalls {
     /// `setns(fd, CLONE_NEWUSER)`.
     fn join_userns(&self, fd: c_int) -> Result<(), i32>;
     /// The trees and protected paths of a Tier B program's mount namespace
-    /// (`tier_b::launcher::sys`): the failing step is [`Step::HelperMounts`] or
+    /// (`launch::private_ns`): the failing step is [`Step::HelperMounts`] or
     /// [`Step::ProtectedPaths`].
     fn tier_b_mounts(&self, ns: &PrivateNs) -> Result<(), (Step, i32)>;
 }

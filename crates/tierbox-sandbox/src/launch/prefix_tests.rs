@@ -2,8 +2,8 @@
 //! kernel: no root, no child process.
 
 use super::*;
+use crate::launch::private_ns::FileId;
 use crate::linux::exec::tests::{Recorder, each_failure_stops_at_its_step, tier_b};
-use crate::tier_b::launcher::sys::FileId;
 
 impl PrefixCalls for Recorder {
     fn reset_signal_handlers(&self) {

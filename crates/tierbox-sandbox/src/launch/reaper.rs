@@ -2,7 +2,7 @@
 //!
 //! A Tier C run is over when the sandbox's pid 1 reports the program's exit: pid 1
 //! writes that record only after it has killed and reaped every other process of the
-//! namespace (see [`crate::tier_c::program_exit`]). pid 1's own exit still has to tear
+//! namespace (see `tier_c::program_exit`). pid 1's own exit still has to tear
 //! the namespaces down — unmount every mount of the sandbox, free the tmpfs instances —
 //! which takes about a quarter of a millisecond and holds nothing of the run. A
 //! supervisor that finishes the run on the record hands pid 1's pidfd here together with

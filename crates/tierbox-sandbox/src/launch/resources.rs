@@ -15,7 +15,7 @@ use super::{
 };
 use crate::linux::cgroup::{CgroupLimits, RunCgroup};
 use crate::linux::landlock::{LandlockSpec, PreparedLandlock};
-use crate::probe::{HostFacts, host_facts};
+use crate::probe::host_facts;
 
 /// Per-run resources holding only a cgroup (and an empty private tmp, unused): Tier C,
 /// whose filesystem, tmp and landlock domain are built inside the sandbox. Reused from the
@@ -78,7 +78,7 @@ pub(crate) fn new_slot(
     // its /dev/shm (`tier_b::mounts`): mounted over /dev/shm, that directory is a mount's
     // root, whose landlock ancestors are /dev's, not the tmp's, so it has a rule of its
     // own, on an inode kept for the slot's life (`slots` empties it in place).
-    let shm = tmp.join(crate::tier_b::mounts::SHM_DIR);
+    let shm = tmp.join(slots::SHM_DIR);
     let private = matches!(bounded, Some(Ok(_))) || key.userns;
     if private && let Err(e) = make_owned_dir(&shm, key.uid, key.gid) {
         if matches!(bounded, Some(Ok(_))) {
@@ -113,7 +113,7 @@ pub(crate) fn new_slot(
             Err(e) => {
                 // An optional cgroup: the run goes ahead in its tmp, without the group.
                 // Tier C runs take their slots here too (`cgroup_slot`).
-                let tier = if key.backend == crate::tier_b::BACKEND {
+                let tier = if key.backend == BackendId::TierBLinux {
                     Tier::B
                 } else {
                     Tier::C
@@ -140,22 +140,10 @@ pub(crate) fn new_slot(
             slot.tmp_unbounded_why =
                 format!("the supervisor could not mount a tmpfs for the run's TMPDIR: {e}");
         }
-        None => {
-            slot.tmp_unbounded_why = unbounded_tmp_why(facts);
-        }
+        // The backend says why (Tier B's reason names its mount namespace).
+        None => {}
     }
     Ok(slot)
-}
-
-/// Why an unprivileged supervisor's Tier B run lacks the `disk` layer: its private tmp is
-/// not size-bounded, and, where user namespaces are refused, not its `/tmp` either.
-pub(super) fn unbounded_tmp_why(facts: &HostFacts) -> String {
-    match crate::tier_b::namespace::available(facts) {
-        Ok(()) => "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run: the run's private /tmp and /dev/shm (in a user namespace of its own) are a directory of the supervisor's, bounded per file only (limits.file_size_bytes; tier c bounds its /tmp)".to_owned(),
-        Err(why) => format!(
-            "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run, nor here give it a private /tmp and /dev/shm ({why}): a program writing /tmp gets EACCES (filesystem.writable += \"/tmp\" grants the host's), and /dev/shm is reachable only as the host's, through filesystem.writable (tier c bounds its /tmp and has its own /dev/shm)"
-        ),
-    }
 }
 
 /// Mounts a tmpfs of `bytes` on the run's private tmp `dir` (just made, owned by the run):

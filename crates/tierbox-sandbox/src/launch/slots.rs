@@ -31,6 +31,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::linux::cgroup::{CgroupLimits, CgroupStats, CgroupVersion, RunCgroup};
 use crate::linux::landlock::PreparedLandlock;
 
+/// The directory of a run's private tmp that is its `/dev/shm` (Tier B's mount namespace
+/// mounts it there): made with the tmp when the run gets a private one, and emptied in
+/// place when the slot is recycled (its inode carries a landlock rule of its own).
+pub const SHM_DIR: &str = ".dev-shm";
+
 /// Most idle slots kept, across all keys. Each holds one directory, one ruleset fd and
 /// up to four cgroup directories with their open attach files.
 pub const MAX_IDLE_SLOTS: usize = 8;
@@ -38,7 +43,7 @@ pub const MAX_IDLE_SLOTS: usize = 8;
 /// Everything a slot's resources encode; two runs with equal keys can share a slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SlotKey {
-    /// The backend whose runs use the slot ([`crate::tier_b::BACKEND_NAME`] and the Tier C ones). A bubblewrap run's slot cannot always be recycled (bwrap's own pid 1 may
+    /// The backend whose runs use the slot (Tier B and the Tier C ones). A bubblewrap run's slot cannot always be recycled (bwrap's own pid 1 may
     /// outlive the monitor the supervisor reaps, still charged to the group), so it must
     /// never take, and then destroy, the warm slot of another backend's runs.
     pub backend: tierbox_policy::enforcement::BackendId,
@@ -99,16 +104,30 @@ pub struct Slot {
     pub tmp: PathBuf,
     /// `tmp` is a tmpfs of this many bytes the supervisor mounted (Tier B's disk bound).
     pub tmp_bytes: Option<u64>,
-    /// Why `tmp` is not bounded (an unprivileged supervisor, or a mount that failed).
+    /// Why `tmp` is not bounded (a mount that failed; or, set by the backend, that it
+    /// asked for none: an unprivileged supervisor).
     pub tmp_unbounded_why: String,
     pub(crate) landlock: Option<PreparedLandlock>,
     pub(crate) cgroup: Option<RunCgroup>,
     baseline: CgroupStats,
     /// This slot was reused from the pool (for the enforcement report and benchmarks).
     pub reused: bool,
-    /// The launcher threads that hold this slot's landlock domain (Tier B, pooled), one
-    /// per arming in use, at most [`crate::tier_b::launcher::MAX_SLOT_LAUNCHERS`], newest last.
-    pub(crate) launcher: Mutex<Vec<crate::tier_b::launcher::SlotLauncher>>,
+    /// What a backend keeps with the slot while it is pooled ([`Resident`]: Tier B's
+    /// launcher threads that hold its landlock domain); `None` until one does.
+    pub(crate) launcher: Mutex<Option<Box<dyn Resident>>>,
+}
+
+/// What a backend keeps with a warm slot between its runs (Tier B's launcher threads,
+/// each in a mount namespace whose trees cover mount points in the slot's tmp): recycling
+/// keeps those mount points while it empties the tmp (removing one would detach what is
+/// mounted on it in that namespace), then lets the resident drop what no longer fits.
+/// Dropped with the slot.
+pub(crate) trait Resident: std::fmt::Debug + Send + std::any::Any {
+    /// The paths (relative to the slot's tmp) that emptying it must keep.
+    fn mount_points(&self) -> Vec<PathBuf>;
+    /// After the slot's tmp `tmp` was emptied: drops what relies on a mount point that is
+    /// not where it was left (the run renamed a directory holding it).
+    fn retain_in_place(&mut self, tmp: &Path);
 }
 
 impl Slot {
@@ -127,7 +146,7 @@ impl Slot {
             landlock,
             cgroup,
             baseline,
-            launcher: Mutex::new(Vec::new()),
+            launcher: Mutex::new(None),
             reused: false,
         }
     }
@@ -339,24 +358,23 @@ fn recycle(slot: &mut Slot) -> Result<(), ()> {
     if cg.charged_pids() != Some(0) {
         return Err(());
     }
-    // The mount points a slot's launcher thread moved trees onto (`ThreadMounts`) stay:
-    // removing one would detach what is mounted on it in that thread's namespace. One
-    // that is not where the thread left it (the run renamed a directory holding it) makes
-    // that thread useless: it is dropped, and the slot's next run starts another.
+    // The mount points a slot's resident moved trees onto (Tier B's `ThreadMounts`)
+    // stay: removing one would detach what is mounted on it in that thread's namespace.
+    // One that is not where the thread left it (the run renamed a directory holding it)
+    // makes that thread useless: it is dropped, and the slot's next run starts another.
     let keep: Vec<PathBuf> = match slot.launcher.lock() {
-        Ok(launchers) => launchers
-            .iter()
-            .flat_map(|l| l.mount_points().iter().map(|(rel, _)| rel.clone()))
-            .collect(),
+        Ok(resident) => resident
+            .as_ref()
+            .map(|r| r.mount_points())
+            .unwrap_or_default(),
         Err(_) => return Err(()),
     };
     empty_dir_in_place(&slot.tmp, &keep).map_err(|_| ())?;
     if !keep.is_empty()
-        && let Ok(mut launchers) = slot.launcher.lock()
+        && let Ok(mut resident) = slot.launcher.lock()
+        && let Some(resident) = resident.as_mut()
     {
-        launchers.retain(|l| {
-            crate::tier_b::launcher::mount_points_in_place(&slot.tmp, l.mount_points())
-        });
+        resident.retain_in_place(&slot.tmp);
     }
     cg.reset_peak().map_err(|_| ())?;
     slot.baseline = cg.stats();
@@ -366,12 +384,12 @@ fn recycle(slot: &mut Slot) -> Result<(), ()> {
 /// Removes everything inside `dir` but keeps `dir` itself (its inode carries the landlock
 /// rule), and each path of `keep` (relative to `dir`, with the directories that lead to
 /// it), then recreates `home/` with the same owner and mode as `dir`. The shared-memory
-/// directory of a bounded tmp (`tier_b::mounts::SHM_DIR`) carries a rule too: it is
+/// directory of a bounded tmp ([`SHM_DIR`]) carries a rule too: it is
 /// emptied in place as well.
 fn empty_dir_in_place(dir: &Path, keep: &[PathBuf]) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
     let home = dir.join("home");
-    let shm = dir.join(crate::tier_b::mounts::SHM_DIR);
+    let shm = dir.join(SHM_DIR);
     if shm.is_dir() {
         empty_except(&shm, Path::new(""), &[])?;
     }
@@ -380,7 +398,7 @@ fn empty_dir_in_place(dir: &Path, keep: &[PathBuf]) -> std::io::Result<()> {
     }
     let meta = std::fs::symlink_metadata(dir)?;
     let mut keep = keep.to_vec();
-    keep.push(PathBuf::from(crate::tier_b::mounts::SHM_DIR));
+    keep.push(PathBuf::from(SHM_DIR));
     empty_except(dir, Path::new(""), &keep)?;
     if !home.exists() {
         std::fs::DirBuilder::new().mode(0o700).create(&home)?;
@@ -423,7 +441,7 @@ fn untouched(dir: &Path, home: &Path) -> std::io::Result<bool> {
             return Ok(false);
         }
     }
-    names.retain(|n| n != crate::tier_b::mounts::SHM_DIR);
+    names.retain(|n| n != SHM_DIR);
     Ok(names.len() == 1 && names[0] == "home" && std::fs::read_dir(home)?.next().is_none())
 }
 

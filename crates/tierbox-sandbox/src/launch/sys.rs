@@ -29,13 +29,13 @@ use crate::linux::exec;
 use crate::linux::step::Step;
 use crate::linux::sys as lsys;
 use crate::linux::sys::{check, errno, reset_signal_handlers};
-use crate::tier_b::launcher::sys::{join_userns, private_ns_mounts};
-// What moved to `exit`, `pipes` and Tier B's launcher, at the paths callers name it by.
+// What moved to `exit`, `pipes` and `private_ns`, at the paths callers name it by.
 pub use super::exit::{
     ExitInfo, kill, pidfd_has_exited, pidfd_signal, register_readable, wait_pidfd,
 };
 pub(crate) use super::pipes::{pipe_cloexec, recv_fd, socketpair_seqpacket};
-pub(crate) use crate::tier_b::launcher::sys::{PrivateNs, RawNs};
+pub(crate) use super::private_ns::PrivateNs;
+use super::private_ns::{join_userns, private_ns_mounts};
 
 /// Stack for the cloned child, in bytes. The child runs one small function with no
 /// recursion; 64 KiB leaves ample room for the glibc `clone` trampoline and the frames.

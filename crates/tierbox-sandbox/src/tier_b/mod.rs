@@ -64,7 +64,7 @@ const READABLE_PSEUDO: &[&str] = &["/proc", "/sys/devices/system/cpu"];
 /// Launches `plan` in Tier B.
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
     let facts = host_facts();
-    let mut missing = crate::launch::layers_for(Tier::B, plan, facts)?;
+    let mut missing = crate::layers::layers_for(Tier::B, plan, facts)?;
     // `strict` egress with an allowlist: the proxy listens on a fresh host loopback port
     // before the launch, and that port becomes the only one the child may connect to.
     let egress_listener = proxy_listener(plan)?;
@@ -277,7 +277,12 @@ fn acquire_slot(
         scope_abstract_unix: abi >= 6,
         tcp_connect_ports: network.tcp_ports.clone(),
     });
-    new_slot(plan, opts, key, spec, &cgroup_limits, missing)
+    let mut slot = new_slot(plan, opts, key, spec, &cgroup_limits, missing)?;
+    // No bounded tmp was asked for (an unprivileged supervisor): why not.
+    if slot.tmp_bytes.is_none() && slot.tmp_unbounded_why.is_empty() {
+        slot.tmp_unbounded_why = namespace::unbounded_tmp_why(facts);
+    }
+    Ok(slot)
 }
 
 /// What this run's launch enforced, in words.
@@ -523,11 +528,11 @@ fn spawn_in_slot(
         Some(p) if !launcher.mounts_inherited => {
             p.prepare()
                 .map_err(LaunchError::setup("the private /tmp and /dev/shm"))?;
-            Some(sys::RawNs::new(&p.ns, p.userns()))
+            Some(launcher::RawNs::new(&p.ns, p.userns()))
         }
         _ => None,
     };
-    let ns_spec = raw_ns.as_mut().map(sys::RawNs::spec);
+    let ns_spec = raw_ns.as_mut().map(launcher::RawNs::spec);
     // In a user namespace of its own the child holds every capability there: it drops
     // them all, as a root supervisor's child does.
     let in_userns = private.is_some_and(|p| p.kind == NsKind::User);

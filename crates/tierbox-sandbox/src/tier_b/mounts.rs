@@ -41,8 +41,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// The directory of the run's private tmp that is its `/dev/shm`.
-pub const SHM_DIR: &str = ".dev-shm";
+pub use crate::launch::slots::SHM_DIR;
 
 /// Where the run sees its private tmp.
 pub const TMP_VIEW: &str = "/tmp";
@@ -205,7 +204,7 @@ pub(crate) fn ns_trees(
         };
         trees.push(crate::tier_b::launcher::NsTreePlan {
             source: cstr(&m.source)?,
-            expect: crate::tier_b::launcher::sys::FileId::of_metadata(&meta),
+            expect: crate::launch::private_ns::FileId::of_metadata(&meta),
             attr: MOUNT_ATTR_NOSUID
                 | MOUNT_ATTR_NODEV
                 | if m.read_only { MOUNT_ATTR_RDONLY } else { 0 },

@@ -76,6 +76,17 @@ pub(crate) fn available(facts: &HostFacts) -> Result<(), NoNamespace> {
     own_ids_userns(facts).map(drop)
 }
 
+/// Why an unprivileged supervisor's Tier B run lacks the `disk` layer: its private tmp is
+/// not size-bounded, and, where user namespaces are refused, not its `/tmp` either.
+pub(crate) fn unbounded_tmp_why(facts: &HostFacts) -> String {
+    match available(facts) {
+        Ok(()) => "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run: the run's private /tmp and /dev/shm (in a user namespace of its own) are a directory of the supervisor's, bounded per file only (limits.file_size_bytes; tier c bounds its /tmp)".to_owned(),
+        Err(why) => format!(
+            "an unprivileged supervisor cannot mount a size-limited TMPDIR for a tier b run, nor here give it a private /tmp and /dev/shm ({why}): a program writing /tmp gets EACCES (filesystem.writable += \"/tmp\" grants the host's), and /dev/shm is reachable only as the host's, through filesystem.writable (tier c bounds its /tmp and has its own /dev/shm)"
+        ),
+    }
+}
+
 /// The user namespace every Tier B run of this unprivileged supervisor joins before it
 /// makes its mount namespace: one per process, mapping only the supervisor's uid and gid
 /// to themselves (`setgroups` denied), made once (`linux::sys::own_ids_user_namespace`).
@@ -175,7 +186,7 @@ impl PrivateMounts {
         mounts::prepare(&slot.tmp, &[], (uid, gid))?;
         let trees = mounts::ns_trees(&slot.tmp, &moves)?;
         let dev_null = std::fs::symlink_metadata("/dev/null")
-            .map(|m| crate::tier_b::launcher::sys::FileId::of_metadata(&m))?;
+            .map(|m| crate::launch::private_ns::FileId::of_metadata(&m))?;
         let userns = match kind {
             NsKind::Root => None,
             NsKind::User => Some(own_ids_userns(facts).map_err(std::io::Error::other)?),

@@ -33,13 +33,13 @@ use std::path::{Path, PathBuf};
 
 use tierbox_policy::plan::Plan;
 
+use crate::launch::private_ns::FileId;
 use crate::linux::mounts::protect::{Protect, ProtectView, Protection, protection};
 use crate::linux::mounts::{EntryKind, HostNode, MountPlanError, lstat_host};
 use crate::linux::ns::sys::{
     MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
 };
 use crate::tier_b::launcher::NsProtectPlan;
-use crate::tier_b::launcher::sys::FileId;
 
 /// The host as a Tier B run sees it, for the walk: `lstat` through the placeholder
 /// registry (a placeholder another run claims is missing), and the writable trees.

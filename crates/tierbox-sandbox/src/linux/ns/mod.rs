@@ -1,5 +1,5 @@
 //! Tier C, Linux native: the sandbox child, created with `clone` straight from the
-//! supervisor: the default Tier C backend on Linux ([`crate::tier_c`]).
+//! supervisor: the default Tier C backend on Linux (`tier_c`).
 //!
 //! [`child::launch_native`] prepares everything in the supervisor ([`child`]: safe
 //! code) and clones the sandbox's pid 1, whose setup and the program's are raw system
@@ -90,6 +90,36 @@ pub(crate) mod sys;
 pub use child::{
     NativeError, NativeExit, NativeLaunched, NativeOptions, launch_native, wait_native,
 };
+
+use crate::linux::seccomp::SeccompSpec;
+
+/// The seccomp filter of Tier C (both backends): the shared deny list with nested
+/// namespaces denied; inet and unix sockets allowed, since the network namespace has only
+/// loopback; no metadata denials, since the program's uid is not 0 and it has no
+/// capabilities; IPC allowed, since the IPC namespace is the sandbox's own.
+pub fn tier_c_seccomp_spec() -> SeccompSpec {
+    SeccompSpec {
+        deny_namespaces: true,
+        deny_file_metadata: false,
+        mediate_chmod: false,
+        deny_ipc: false,
+        inet: crate::linux::seccomp::InetSockets::Any,
+        allow_unix_sockets: true,
+        notify_refusals: false,
+        chown_noop_gid: None,
+    }
+}
+
+/// The native backend's filter: [`tier_c_seccomp_spec`], handing the argument rules'
+/// refusals to the supervisor where the kernel has seccomp user notification (the
+/// program installs it with a listener).
+pub fn native_seccomp_spec() -> SeccompSpec {
+    SeccompSpec {
+        notify_refusals: crate::launch::user_notif_available(),
+        chown_noop_gid: None,
+        ..tier_c_seccomp_spec()
+    }
+}
 
 #[cfg(test)]
 #[path = "child_tests.rs"]

@@ -17,23 +17,22 @@
 //!   `SECCOMP_FILTER_FLAG_TSYNC`), so the rest of the supervisor keeps every privilege and
 //!   system call it had.
 //! - A warm slot's launcher thread ([`slot_launcher`]) also holds the slot's landlock
-//!   domain and, when asked, the run's mount namespace ([`ThreadMounts`]), made by `sys`
-//!   (`private_ns`, which a cloned child runs itself when no thread made it).
+//!   domain and, when asked, the run's mount namespace ([`ThreadMounts`]), made by
+//!   `launch::private_ns` (which a cloned child runs itself when no thread made it).
 
-#[allow(unsafe_code)]
-pub(crate) mod sys;
-
-use std::ffi::CString;
-use std::os::fd::OwnedFd;
+use std::ffi::{CString, c_int};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::mpsc;
 
-use crate::launch::slots::Slot;
+use crate::launch::private_ns::{FileId, NsProtect, NsTree, PrivateNs, private_ns};
+use crate::launch::slots::{Resident, Slot};
 use crate::launch::{Job, serve_jobs};
 use crate::linux::caps;
 use crate::linux::seccomp::{SeccompProgram, SeccompSpec};
+use crate::linux::step::Step;
 
 /// Most armed launcher threads one process starts (see the module docs). The arming
 /// depends on whether the supervisor is root and on the base seccomp filter, which the
@@ -151,6 +150,35 @@ impl SlotLauncher {
     }
 }
 
+/// A pooled slot's launcher threads, one per arming in use, at most
+/// [`MAX_SLOT_LAUNCHERS`], newest last: what Tier B keeps with the slot ([`Resident`]).
+#[derive(Debug, Default)]
+struct SlotLaunchers(Vec<SlotLauncher>);
+
+impl SlotLaunchers {
+    /// The launchers `resident` (a slot's) holds, made empty when it holds none yet;
+    /// `None` if another backend's resident is there (never: only Tier B keeps one).
+    fn of(resident: &mut Option<Box<dyn Resident>>) -> Option<&mut Vec<SlotLauncher>> {
+        let resident: &mut dyn std::any::Any =
+            &mut **resident.get_or_insert_with(|| Box::new(Self::default()));
+        resident.downcast_mut::<Self>().map(|l| &mut l.0)
+    }
+}
+
+impl Resident for SlotLaunchers {
+    fn mount_points(&self) -> Vec<PathBuf> {
+        self.0
+            .iter()
+            .flat_map(|l| l.mount_points().iter().map(|(rel, _)| rel.clone()))
+            .collect()
+    }
+
+    fn retain_in_place(&mut self, tmp: &Path) {
+        self.0
+            .retain(|l| mount_points_in_place(tmp, l.mount_points()));
+    }
+}
+
 /// Whether each of `points` (relative to the slot's tmp `tmp`) is still the file it was.
 pub(crate) fn mount_points_in_place(tmp: &Path, points: &[(PathBuf, (u64, u64))]) -> bool {
     points
@@ -166,7 +194,7 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
-/// A Tier B run's mount namespace, owned (what [`sys::PrivateNs`] points into while it is
+/// A Tier B run's mount namespace, owned (what [`PrivateNs`] points into while it is
 /// made): the trees moved into it, in order, then its protected paths. Equal plans make
 /// equal namespaces, so a warm slot's launcher thread that made one serves only runs
 /// whose plan is the same ([`ThreadMounts`]).
@@ -180,27 +208,93 @@ pub(crate) struct NsPlan {
     /// The protected paths, after the trees.
     pub(crate) protect: Vec<NsProtectPlan>,
     /// What `/dev/null`, the source of a cover, is.
-    pub(crate) dev_null: sys::FileId,
+    pub(crate) dev_null: FileId,
 }
 
-/// One tree of an [`NsPlan`] (see [`sys::NsTree`]).
+/// One tree of an [`NsPlan`] (see [`NsTree`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NsTreePlan {
     pub(crate) source: CString,
-    pub(crate) expect: sys::FileId,
+    pub(crate) expect: FileId,
     pub(crate) attr: u64,
     pub(crate) dest: CString,
 }
 
-/// One protected path of an [`NsPlan`] (see [`sys::NsProtect`]).
+/// One protected path of an [`NsPlan`] (see [`NsProtect`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NsProtectPlan {
     pub(crate) base: CString,
-    pub(crate) base_id: sys::FileId,
+    pub(crate) base_id: FileId,
     pub(crate) rel: CString,
-    pub(crate) expect: sys::FileId,
+    pub(crate) expect: FileId,
     pub(crate) cover: bool,
     pub(crate) attr: u64,
+}
+
+/// An [`NsPlan`] in the form [`private_ns`] reads: the raw entries and the slots
+/// for the cloned trees, borrowing the plan's strings.
+pub(crate) struct RawNs<'a> {
+    plan: &'a NsPlan,
+    userns: Option<BorrowedFd<'a>>,
+    trees: Vec<NsTree>,
+    tree_fds: Vec<c_int>,
+    protect: Vec<NsProtect>,
+}
+
+impl<'a> RawNs<'a> {
+    /// `plan`, joining `userns` first when given (the plan's user namespace).
+    pub(crate) fn new(plan: &'a NsPlan, userns: Option<BorrowedFd<'a>>) -> Self {
+        let trees: Vec<NsTree> = plan
+            .trees
+            .iter()
+            .map(|t| NsTree {
+                source: t.source.as_ptr(),
+                expect: t.expect,
+                attr: t.attr,
+                dest: t.dest.as_ptr(),
+            })
+            .collect();
+        let protect = plan
+            .protect
+            .iter()
+            .map(|p| NsProtect {
+                base: p.base.as_ptr(),
+                base_id: p.base_id,
+                rel: p.rel.as_ptr(),
+                expect: p.expect,
+                cover: p.cover,
+                attr: p.attr,
+            })
+            .collect();
+        Self {
+            plan,
+            userns,
+            tree_fds: vec![-1; trees.len()],
+            trees,
+            protect,
+        }
+    }
+
+    /// The spec [`private_ns`] (or a cloned child, [`crate::launch::sys::ChildSpec::private_ns`]) reads; its
+    /// pointers are valid while `self` lives and is not changed.
+    pub(crate) fn spec(&mut self) -> PrivateNs {
+        use std::os::fd::AsRawFd;
+        PrivateNs {
+            userns_fd: self.userns.map_or(-1, |fd| fd.as_raw_fd()),
+            trees: self.trees.as_ptr(),
+            n_trees: self.trees.len(),
+            tree_fds: self.tree_fds.as_mut_ptr(),
+            protect: self.protect.as_ptr(),
+            n_protect: self.protect.len(),
+            dev_null: self.plan.dev_null,
+        }
+    }
+
+    /// Makes the namespace for the calling thread (a launcher thread arming itself).
+    pub(crate) fn make(mut self) -> Result<(), (Step, i32)> {
+        let spec = self.spec();
+        private_ns(&spec)
+    }
 }
 
 /// A slot's launcher thread makes the run's mount namespace for itself before it arms
@@ -240,7 +334,8 @@ pub(crate) fn slot_launcher(
 ) -> Option<SlotArmed> {
     let landlock = slot.landlock.as_ref()?;
     let key: Option<&NsPlan> = mounts.map(|m| m.ns);
-    let mut launchers = slot.launcher.lock().ok()?;
+    let mut resident = slot.launcher.lock().ok()?;
+    let launchers = SlotLaunchers::of(&mut resident)?;
     // A thread whose audit session is retired is of no use any more.
     launchers.retain(|l| !l.session.is_some_and(crate::linux::audit::session_retired));
     // A thread whose protected paths' mounts the host undid is of no use any more.
@@ -338,7 +433,7 @@ fn start_launcher(
             // the protected paths' mounts are, to check them before each later run.
             let moved = session.and_then(|session| match &mounts {
                 None => Ok((session, ThreadNs::default())),
-                Some(ns) => sys::RawNs::new(ns, None)
+                Some(ns) => RawNs::new(ns, None)
                     .make()
                     .map_err(|(_, errno)| errno)
                     .and_then(|()| ThreadNs::of_this_thread(ns).ok_or(libc::ESTALE))
@@ -389,7 +484,7 @@ struct StartedLauncher {
 pub(crate) struct ThreadNs {
     tid: i32,
     /// One `(mount id, object)` per protected path of the thread's plan, in order.
-    protected: Vec<(u64, sys::FileId)>,
+    protected: Vec<(u64, FileId)>,
 }
 
 impl ThreadNs {
@@ -431,7 +526,7 @@ fn protected_path(p: &NsProtectPlan) -> PathBuf {
 }
 
 /// The mount id of `path` (a final symlink not followed) and the object it names.
-fn mount_of(path: &Path) -> Option<(u64, sys::FileId)> {
+fn mount_of(path: &Path) -> Option<(u64, FileId)> {
     use rustix::fs::{AtFlags, StatxFlags};
     let st = rustix::fs::statx(
         rustix::fs::CWD,
@@ -442,7 +537,7 @@ fn mount_of(path: &Path) -> Option<(u64, sys::FileId)> {
     .ok()?;
     Some((
         st.stx_mnt_id,
-        sys::FileId {
+        FileId {
             dev: libc::makedev(st.stx_dev_major, st.stx_dev_minor),
             ino: st.stx_ino,
             fmt: u32::from(st.stx_mode) & libc::S_IFMT,

@@ -255,7 +255,7 @@ pub struct NativeExit {
 }
 
 /// Launches `plan` in a native Tier C sandbox (the runner reaches it through
-/// [`crate::tier_c::launch`], which adds the run's cgroup and the layer requirements).
+/// `tier_c::launch`, which adds the run's cgroup and the layer requirements).
 ///
 /// Fails closed: [`NativeError::Unavailable`] when the namespaces cannot be created, a
 /// mount-plan error for a Plan the planner refuses, [`NativeError::Child`] naming the
@@ -560,7 +560,7 @@ struct Layers {
 
 impl Layers {
     fn prepare(plan: &Plan, mplan: &MountPlan, opts: &NativeOptions) -> Result<Self, NativeError> {
-        let spec = crate::tier_c::native_seccomp_spec();
+        let spec = super::native_seccomp_spec();
         let seccomp = if opts.seccomp {
             Some(SeccompProgram::cached(&spec)?)
         } else {

@@ -1,10 +1,9 @@
-//! Tier B's mount namespace, made with raw system calls only: by a cloned child before it
-//! restricts itself (its step 7, `launch::prefix`), or by a warm slot's launcher thread
-//! before it arms itself (`RawNs::make`). No allocation, no locks: the same discipline
-//! as the rest of the child's setup (`launch::sys`).
+//! A run's private mount namespace, made with raw system calls only: by a cloned child
+//! before it restricts itself (its step 7, `launch::prefix`), or by a warm slot's launcher
+//! thread before it arms itself (Tier B's `RawNs::make`). No allocation, no locks: the
+//! same discipline as the rest of the child's setup (`launch::sys`).
 
 use std::ffi::{c_char, c_int};
-use std::os::fd::BorrowedFd;
 
 use crate::launch::sys::{mounts_private, move_tree_to, setns, unshare_mounts_private};
 use crate::linux::ns::sys as nsys;
@@ -89,72 +88,6 @@ pub(crate) struct PrivateNs {
     pub n_protect: usize,
     /// What `/dev/null` (the source of a cover) must be.
     pub dev_null: FileId,
-}
-
-/// An [`super::NsPlan`] in the form [`private_ns`] reads: the raw entries and the slots
-/// for the cloned trees, borrowing the plan's strings.
-pub(crate) struct RawNs<'a> {
-    plan: &'a super::NsPlan,
-    userns: Option<BorrowedFd<'a>>,
-    trees: Vec<NsTree>,
-    tree_fds: Vec<c_int>,
-    protect: Vec<NsProtect>,
-}
-
-impl<'a> RawNs<'a> {
-    /// `plan`, joining `userns` first when given (the plan's user namespace).
-    pub(crate) fn new(plan: &'a super::NsPlan, userns: Option<BorrowedFd<'a>>) -> Self {
-        let trees: Vec<NsTree> = plan
-            .trees
-            .iter()
-            .map(|t| NsTree {
-                source: t.source.as_ptr(),
-                expect: t.expect,
-                attr: t.attr,
-                dest: t.dest.as_ptr(),
-            })
-            .collect();
-        let protect = plan
-            .protect
-            .iter()
-            .map(|p| NsProtect {
-                base: p.base.as_ptr(),
-                base_id: p.base_id,
-                rel: p.rel.as_ptr(),
-                expect: p.expect,
-                cover: p.cover,
-                attr: p.attr,
-            })
-            .collect();
-        Self {
-            plan,
-            userns,
-            tree_fds: vec![-1; trees.len()],
-            trees,
-            protect,
-        }
-    }
-
-    /// The spec [`private_ns`] (or a cloned child, [`crate::launch::sys::ChildSpec::private_ns`]) reads; its
-    /// pointers are valid while `self` lives and is not changed.
-    pub(crate) fn spec(&mut self) -> PrivateNs {
-        use std::os::fd::AsRawFd;
-        PrivateNs {
-            userns_fd: self.userns.map_or(-1, |fd| fd.as_raw_fd()),
-            trees: self.trees.as_ptr(),
-            n_trees: self.trees.len(),
-            tree_fds: self.tree_fds.as_mut_ptr(),
-            protect: self.protect.as_ptr(),
-            n_protect: self.protect.len(),
-            dev_null: self.plan.dev_null,
-        }
-    }
-
-    /// Makes the namespace for the calling thread (a launcher thread arming itself).
-    pub(crate) fn make(mut self) -> Result<(), (Step, i32)> {
-        let spec = self.spec();
-        private_ns(&spec)
-    }
 }
 
 /// `openat2(dirfd, path, O_PATH | O_NOFOLLOW, resolve)` and an `fstat` that must find
