@@ -81,9 +81,7 @@ pub struct RunningSandbox {
 pub(crate) struct Root {
     pub(crate) pid: i32,
     pub(crate) pidfd: OwnedFd,
-    pub(crate) stdin: Option<OwnedFd>,
-    pub(crate) stdout: OwnedFd,
-    pub(crate) stderr: OwnedFd,
+    pub(crate) stdio: crate::launch::ParentStdio,
     /// uid and gid the program runs as.
     pub(crate) ids: (u32, u32),
 }
@@ -95,9 +93,7 @@ impl Root {
         Self {
             pid: child.pid,
             pidfd: child.pidfd,
-            stdin: child.stdin,
-            stdout: child.stdout,
-            stderr: child.stderr,
+            stdio: child.stdio,
             ids,
         }
     }
@@ -231,9 +227,9 @@ impl RunningSandbox {
         Self {
             pid: root.pid,
             pidfd: root.pidfd,
-            stdin: root.stdin,
-            stdout: root.stdout,
-            stderr: root.stderr,
+            stdin: root.stdio.stdin,
+            stdout: root.stdio.stdout,
+            stderr: root.stdio.stderr,
             slot: None,
             seccomp_hand_off: None,
             child_ids: root.ids,

@@ -125,9 +125,11 @@ pub(crate) fn launch_native(
     let root = Root {
         pid: n.pid,
         pidfd: n.pidfd,
-        stdin: n.stdin,
-        stdout: n.stdout,
-        stderr: n.stderr,
+        stdio: launch::ParentStdio {
+            stdin: n.stdin,
+            stdout: n.stdout,
+            stderr: n.stderr,
+        },
         ids: (facts.euid, facts.egid),
     };
     let backend = Running::Native {

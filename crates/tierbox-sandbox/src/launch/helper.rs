@@ -147,14 +147,7 @@ pub(crate) fn spawn_helper(
             path: path.as_ptr(),
         })
         .collect();
-    let StdioPipes {
-        stdin_child,
-        stdin_parent,
-        stdout_r,
-        stdout_w,
-        stderr_r,
-        stderr_w,
-    } = stdio_pipes(plan)?;
+    let StdioPipes { child, parent } = stdio_pipes(plan)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
     let mut spec = sys::ChildSpec {
         cgroup_fds,
@@ -180,25 +173,19 @@ pub(crate) fn spawn_helper(
             argv_ptrs.as_ptr(),
             envp_ptrs.as_ptr(),
             cwd.as_ptr(),
-            [
-                stdin_child.as_raw_fd(),
-                stdout_w.as_raw_fd(),
-                stderr_w.as_raw_fd(),
-            ],
+            child.raw_fds(),
             rlimit64_table(plan),
         )
     };
     let cloned = clone_child(opts, &mut spec);
     // The child's ends are closed in the parent whatever happened.
-    drop((stdin_child, stdout_w, stderr_w));
+    drop(child);
     let cloned = cloned?;
     Ok((
         SpawnedChild {
             pid: cloned.pid,
             pidfd: cloned.pidfd,
-            stdin: stdin_parent,
-            stdout: stdout_r,
-            stderr: stderr_r,
+            stdio: parent,
             chmod_listener: None,
         },
         cloned.audit,

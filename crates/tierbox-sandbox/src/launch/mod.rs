@@ -52,7 +52,7 @@ pub(crate) use layers::require;
 pub(crate) use limits::{cgroup_limits, rlimit_report, rlimit64_table};
 pub(crate) use owner::{owned_id, owner_is_gone};
 pub use owner::{sweep_orphaned_groups, sweep_orphaned_tmp};
-pub(crate) use pipes::{SpawnedChild, StdioPart, StdioPipes, stdio_pipes};
+pub(crate) use pipes::{ParentStdio, SpawnedChild, StdioPart, StdioPipes, stdio_pipes};
 pub(crate) use resources::{cgroup_fd_array, cgroup_slot, new_slot, unmount_private_tmp};
 pub use slots::Slot;
 

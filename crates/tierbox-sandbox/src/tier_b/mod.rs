@@ -514,12 +514,8 @@ fn spawn_in_slot(
         |what, bytes| cstring(bytes, what),
     )?;
     let StdioPipes {
-        stdin_child,
-        stdin_parent,
-        stdout_r,
-        stdout_w,
-        stderr_r,
-        stderr_w,
+        child: child_stdio,
+        parent: parent_stdio,
     } = stdio_pipes(plan)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
     // The run's namespace: the child's first step after joining its cgroup, unless the
@@ -575,18 +571,14 @@ fn spawn_in_slot(
             strings.argv(),
             strings.envp(),
             strings.cwd.as_ptr(),
-            [
-                stdin_child.as_raw_fd(),
-                stdout_w.as_raw_fd(),
-                stderr_w.as_raw_fd(),
-            ],
+            child_stdio.raw_fds(),
             rlimit64_table(plan),
         )
     };
 
     let cloned = clone_on(opts, launcher.armed.as_ref(), &mut spec);
     // The child's ends are closed in the parent whatever happened.
-    drop((stdin_child, stdout_w, stderr_w));
+    drop(child_stdio);
     let mut cloned = cloned?;
     if let Some(session) = cloned.audit.take() {
         audit.attach(session);
@@ -609,9 +601,7 @@ fn spawn_in_slot(
     let child = SpawnedChild {
         pid: cloned.pid,
         pidfd: cloned.pidfd,
-        stdin: stdin_parent,
-        stdout: stdout_r,
-        stderr: stderr_r,
+        stdio: parent_stdio,
         chmod_listener,
     };
     Ok((child, launcher.layout, audit))

@@ -3,7 +3,7 @@
 #[allow(unsafe_code)]
 mod sys;
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use tierbox_policy::plan::Plan;
 
@@ -17,21 +17,43 @@ use super::LaunchError;
 pub(crate) struct SpawnedChild {
     pub(crate) pid: i32,
     pub(crate) pidfd: OwnedFd,
-    pub(crate) stdin: Option<OwnedFd>,
-    pub(crate) stdout: OwnedFd,
-    pub(crate) stderr: OwnedFd,
+    pub(crate) stdio: ParentStdio,
     pub(crate) chmod_listener: Option<OwnedFd>,
 }
 
 /// The pipes of a launch: the child's ends (stdin from `/dev/null` unless the Plan has
 /// data) and the supervisor's, each close-on-exec. Shared by Tier B and native Tier C.
 pub(crate) struct StdioPipes {
-    pub(crate) stdin_child: OwnedFd,
-    pub(crate) stdin_parent: Option<OwnedFd>,
-    pub(crate) stdout_r: OwnedFd,
-    pub(crate) stdout_w: OwnedFd,
-    pub(crate) stderr_r: OwnedFd,
-    pub(crate) stderr_w: OwnedFd,
+    pub(crate) child: ChildStdio,
+    pub(crate) parent: ParentStdio,
+}
+
+/// The child's ends of its stdio pipes, its fds 0, 1 and 2 once it runs: closed in the
+/// supervisor as soon as the child is cloned.
+pub(crate) struct ChildStdio {
+    pub(crate) stdin: OwnedFd,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
+}
+
+impl ChildStdio {
+    /// Its fds, in the order 0, 1, 2.
+    pub(crate) fn raw_fds(&self) -> [RawFd; 3] {
+        [
+            self.stdin.as_raw_fd(),
+            self.stdout.as_raw_fd(),
+            self.stderr.as_raw_fd(),
+        ]
+    }
+}
+
+/// The supervisor's ends of a child's stdio pipes: what it writes the child's stdin to
+/// (`None`: the child reads `/dev/null`), and reads its stdout and stderr from.
+#[derive(Debug)]
+pub(crate) struct ParentStdio {
+    pub(crate) stdin: Option<OwnedFd>,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
 }
 
 /// Which of [`StdioPipes`] could not be made, for the caller's error.
@@ -66,12 +88,16 @@ impl StdioPipes {
             ),
         };
         Ok(Self {
-            stdin_child,
-            stdin_parent,
-            stdout_r,
-            stdout_w,
-            stderr_r,
-            stderr_w,
+            child: ChildStdio {
+                stdin: stdin_child,
+                stdout: stdout_w,
+                stderr: stderr_w,
+            },
+            parent: ParentStdio {
+                stdin: stdin_parent,
+                stdout: stdout_r,
+                stderr: stderr_r,
+            },
         })
     }
 }

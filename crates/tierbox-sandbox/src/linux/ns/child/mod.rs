@@ -299,9 +299,9 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         envp: program.envp(),
         cwd: &program.cwd,
         init_name: INIT_NAME,
-        stdin_fd: pipes.stdio.stdin_child.as_raw_fd(),
-        stdout_fd: pipes.stdio.stdout_w.as_raw_fd(),
-        stderr_fd: pipes.stdio.stderr_w.as_raw_fd(),
+        stdin_fd: pipes.stdio.child.stdin.as_raw_fd(),
+        stdout_fd: pipes.stdio.child.stdout.as_raw_fd(),
+        stderr_fd: pipes.stdio.child.stderr.as_raw_fd(),
         report_fd: pipes.report_w.as_raw_fd(),
         proxy_fd: child_end(&pipes.proxy_pair),
         proxy_port: SANDBOX_PROXY_PORT,
@@ -341,15 +341,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     // The sandbox holds its network namespace now; the pool's handle on it goes.
     drop(pooled_netns);
     let Pipes {
-        stdio:
-            crate::launch::StdioPipes {
-                stdin_child,
-                stdin_parent,
-                stdout_r,
-                stdout_w,
-                stderr_r,
-                stderr_w,
-            },
+        stdio: crate::launch::StdioPipes { child, parent },
         report_r,
         report_w,
         proxy_pair,
@@ -357,7 +349,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         seccomp_pair,
     } = pipes;
     // The child's ends are closed here whatever happened; the copies in pid 1 are its own.
-    drop((stdin_child, stdout_w, stderr_w, report_w));
+    drop((child, report_w));
     let proxy_sock = proxy_pair.map(|(supervisor, _child)| supervisor);
     let fs_sock = fs_pair.map(|(supervisor, _child)| supervisor);
     let seccomp_sock = seccomp_pair.map(|(supervisor, _child)| supervisor);
@@ -391,9 +383,9 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         pid,
         pidfd,
         program_pid_in_ns: started.program_pid_in_ns,
-        stdin: stdin_parent,
-        stdout: stdout_r,
-        stderr: stderr_r,
+        stdin: parent.stdin,
+        stdout: parent.stdout,
+        stderr: parent.stderr,
         report: report_r,
         host_placeholders: claim.keep(),
         enforcement,
