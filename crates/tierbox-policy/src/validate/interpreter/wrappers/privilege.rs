@@ -156,25 +156,29 @@ pub(super) fn doas(inv: &Invocation) -> Parsed {
 /// user's login shell, checked as `sh`); `-c CMD` is shell eval; words after the user go
 /// to the shell too.
 pub(super) const SU: Spec = Spec {
-    short: &[
-        ('c', REQ),
-        ('f', NO),
-        ('g', REQ),
-        ('G', REQ),
-        ('l', NO),
-        ('m', NO),
-        ('p', NO),
-        ('P', NO),
-        ('s', REQ),
-        ('w', REQ),
-        ('h', NO),
-        ('V', NO),
-    ],
-    long: SU_LONG,
+    short: &SU_SHORT,
+    long: &SU_LONG,
     exact_long: false,
 };
 
-const SU_LONG: &[(&str, Option<char>, Arg)] = &[
+/// su's short options (runuser's too, with `-u`).
+const SU_SHORT: [(char, Arg); 12] = [
+    ('c', REQ),
+    ('f', NO),
+    ('g', REQ),
+    ('G', REQ),
+    ('l', NO),
+    ('m', NO),
+    ('p', NO),
+    ('P', NO),
+    ('s', REQ),
+    ('w', REQ),
+    ('h', NO),
+    ('V', NO),
+];
+
+/// su's long options (runuser's too, with `--user`).
+const SU_LONG: [(&str, Option<char>, Arg); 12] = [
     ("command", Some('c'), REQ),
     ("session-command", Some('C'), REQ),
     ("fast", Some('f'), NO),
@@ -190,41 +194,29 @@ const SU_LONG: &[(&str, Option<char>, Arg)] = &[
 ];
 
 /// util-linux runuser: su's options plus `-u USER`, which runs the command directly.
+/// (The getopt tables are looked up by name, so the order of the entries is not
+/// significant.)
 pub(super) const RUNUSER: Spec = Spec {
-    short: &[
-        ('c', REQ),
-        ('f', NO),
-        ('g', REQ),
-        ('G', REQ),
-        ('l', NO),
-        ('m', NO),
-        ('p', NO),
-        ('P', NO),
-        ('s', REQ),
-        ('u', REQ),
-        ('w', REQ),
-        ('h', NO),
-        ('V', NO),
-    ],
-    long: RUNUSER_LONG,
+    short: &RUNUSER_SHORT,
+    long: &RUNUSER_LONG,
     exact_long: false,
 };
 
-const RUNUSER_LONG: &[(&str, Option<char>, Arg)] = &[
-    ("command", Some('c'), REQ),
-    ("session-command", Some('C'), REQ),
-    ("fast", Some('f'), NO),
-    ("group", Some('g'), REQ),
-    ("supp-group", Some('G'), REQ),
-    ("login", Some('l'), NO),
-    ("preserve-environment", Some('m'), NO),
-    ("pty", Some('P'), NO),
-    ("shell", Some('s'), REQ),
-    ("user", Some('u'), REQ),
-    ("whitelist-environment", Some('w'), REQ),
-    ("help", Some('h'), NO),
-    ("version", Some('V'), NO),
-];
+const RUNUSER_SHORT: [(char, Arg); 13] = plus_one(SU_SHORT, ('u', REQ));
+
+const RUNUSER_LONG: [(&str, Option<char>, Arg); 13] = plus_one(SU_LONG, ("user", Some('u'), REQ));
+
+/// `table` with `extra` after its entries (`M` is `N + 1`, checked when it is compiled).
+const fn plus_one<T: Copy, const N: usize, const M: usize>(table: [T; N], extra: T) -> [T; M] {
+    assert!(M == N + 1, "plus_one makes a table one entry longer");
+    let mut out = [extra; M];
+    let mut i = 0;
+    while i < N {
+        out[i] = table[i];
+        i += 1;
+    }
+    out
+}
 
 pub(super) fn su(inv: &Invocation, spec: &Spec) -> Parsed {
     let mut g = parser(spec, inv);
