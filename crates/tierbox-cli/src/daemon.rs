@@ -803,6 +803,20 @@ mod tests {
         )
     }
 
+    /// What a run makes of a daemon that sends `answer` (nothing: `None`) and closes
+    /// while it is handed a request.
+    async fn run_on_closing(answer: Option<&str>, own: &RunnerIdentity) -> Handoff {
+        let mut conn = answered_and_closed(answer).await;
+        conn.run(
+            "/v1/process/run?stream=true&identity=00",
+            b"{}",
+            own,
+            None,
+            &mut None,
+        )
+        .await
+    }
+
     /// A daemon that answers from the head alone and closes (an older one refusing
     /// `?identity=`) makes the request's write fail; its answer still decides, and the
     /// call runs in process instead of failing.
@@ -820,32 +834,12 @@ mod tests {
             "400 Bad Request",
             r#"{"error":{"code":"input.malformed","message":"query string: unknown field `identity`, expected `stream`"}}"#,
         );
-        let mut conn = answered_and_closed(Some(&older)).await;
-        match conn
-            .run(
-                "/v1/process/run?stream=true&identity=00",
-                b"{}",
-                &own,
-                None,
-                &mut None,
-            )
-            .await
-        {
+        match run_on_closing(Some(&older), &own).await {
             Handoff::NotUsed(why) => assert!(why.contains("older build"), "{why}"),
             _ => panic!("an older daemon's refusal must leave the run to the CLI"),
         }
         // Closed without an answer: not sent, so not run there either.
-        let mut conn = answered_and_closed(None).await;
-        match conn
-            .run(
-                "/v1/process/run?stream=true&identity=00",
-                b"{}",
-                &own,
-                None,
-                &mut None,
-            )
-            .await
-        {
+        match run_on_closing(None, &own).await {
             Handoff::NotUsed(why) => assert!(why.contains("before it had the request"), "{why}"),
             _ => panic!("a request that was never sent must leave the run to the CLI"),
         }
@@ -854,17 +848,7 @@ mod tests {
             "422 Unprocessable Entity",
             r#"{"error":{"code":"exec.not_allowed","message":"no"}}"#,
         );
-        let mut conn = answered_and_closed(Some(&refused)).await;
-        match conn
-            .run(
-                "/v1/process/run?stream=true&identity=00",
-                b"{}",
-                &own,
-                None,
-                &mut None,
-            )
-            .await
-        {
+        match run_on_closing(Some(&refused), &own).await {
             Handoff::Ran(Err(e)) => assert_eq!(e.code, "exec.not_allowed"),
             _ => panic!("the daemon's refusal is the answer"),
         }
