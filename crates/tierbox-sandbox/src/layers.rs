@@ -123,19 +123,21 @@ mod layer_tests {
     use super::layers_for;
     use crate::probe::host_facts;
 
+    /// The layers both tests let a policy run without (not `seccomp`, not `disk`).
+    const OPTIONAL: [Layer; 4] = [
+        Layer::Landlock,
+        Layer::LandlockScopes,
+        Layer::Cgroup,
+        Layer::ProtectedPaths,
+    ];
+
     /// Without seccomp nothing keeps setuid files and device nodes out of what a run
     /// writes: every Linux backend that applies the filter refuses, even when the policy
     /// lists `seccomp` as optional, and the message offers no policy fix.
     #[test]
     fn no_seccomp_refuses_even_when_the_policy_makes_it_optional() {
         let mut plan = crate::test_fixtures::golden_plan("strict.toml");
-        plan.tier.optional_layers = vec![
-            Layer::Seccomp,
-            Layer::Landlock,
-            Layer::LandlockScopes,
-            Layer::Cgroup,
-            Layer::ProtectedPaths,
-        ];
+        plan.tier.optional_layers = [&[Layer::Seccomp][..], &OPTIONAL].concat();
         let mut facts = host_facts().clone();
         facts.seccomp = false;
         for (tier, backend) in [
@@ -162,12 +164,7 @@ mod layer_tests {
     #[test]
     fn an_unprivileged_tier_b_run_lacks_the_disk_layer() {
         let mut plan = crate::test_fixtures::golden_plan("strict.toml");
-        plan.tier.optional_layers = vec![
-            Layer::Landlock,
-            Layer::LandlockScopes,
-            Layer::Cgroup,
-            Layer::ProtectedPaths,
-        ];
+        plan.tier.optional_layers = OPTIONAL.to_vec();
         let mut facts = host_facts().clone();
         facts.euid = 1000;
         facts.seccomp = true;
