@@ -37,6 +37,8 @@ pub mod egress;
 #[cfg(target_os = "linux")]
 pub mod launch;
 #[cfg(target_os = "linux")]
+pub mod layers;
+#[cfg(target_os = "linux")]
 pub mod linux;
 pub mod macos;
 #[cfg(target_os = "linux")]
@@ -58,9 +60,6 @@ pub mod tier_c;
 #[cfg(target_os = "linux")]
 pub mod watchdog;
 pub mod windows;
-
-#[cfg(target_os = "linux")]
-pub(crate) mod layers;
 
 #[cfg(all(test, target_os = "linux"))]
 #[path = "layering_tests.rs"]
