@@ -1,6 +1,7 @@
 //! `tierbox run` killed outright (SIGKILL) leaves no process of its run on any backend:
 //! Tier B (a daemon in a session of its own included), Tier C native, bwrap and podman.
-//! One second after the kill nothing of the run is alive, and the placeholder the killed
+//! Soon after the kill nothing of the run is alive, no mount the supervisor made for the
+//! run (a Tier B run's bounded `/tmp`) is left on the host, and the placeholder the killed
 //! run's sandbox made in the workspace is gone after the next run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -47,8 +48,22 @@ fn policy(dir: &Path, extra: &str, tail: &str) -> std::path::PathBuf {
     path
 }
 
+/// The mount points under `dir` in this process's mount namespace (the host's).
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let prefix = format!("{}/", dir.display());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|point| point.starts_with(&prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Starts `tierbox run` of `script` in `ws`, waits for the processes named by `markers`,
-/// SIGKILLs the CLI and checks none of them is alive within [`GONE_WITHIN`].
+/// SIGKILLs the CLI and checks none of them is alive, and no mount is left under the
+/// run's state directory, within [`GONE_WITHIN`].
 /// Returns the killed CLI's pid.
 fn kill_and_check(
     test: &str,
@@ -76,6 +91,7 @@ fn kill_and_check(
     let started = wait_for(START_WITHIN, || {
         markers.iter().all(|m| pids_with_argv(m).len() == 1)
     });
+    let mounted = mounts_under(state.path());
     if !started {
         let _ = cli.kill();
         let out = cli.wait_with_output().unwrap();
@@ -106,13 +122,29 @@ fn kill_and_check(
         left.is_empty(),
         "{test}: alive {GONE_WITHIN:?} after the SIGKILL: {left:?}"
     );
+    wait_for(GONE_WITHIN, || mounts_under(state.path()).is_empty());
+    let mounts_left = mounts_under(state.path());
+    for point in &mounts_left {
+        let _ = Command::new("umount").args(["-l", point]).status();
+    }
+    assert!(
+        mounts_left.is_empty(),
+        "{test}: mounted on the host {GONE_WITHIN:?} after the SIGKILL (of {} while the run \
+         ran): {mounts_left:?}",
+        mounted.len()
+    );
     cli_pid
 }
 
-/// Distinct `sleep` arguments for this test process.
-fn marks(n: u32) -> Vec<String> {
+/// Distinct `sleep` arguments for this test process and `test` (the tests run at once in
+/// one process: the same marks would make each count the other's processes).
+fn marks(test: &str, n: u32) -> Vec<String> {
+    let salt = test
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
+        % 1000;
     (0..n)
-        .map(|i| format!("{}.{}{i}", 3000 + std::process::id() % 600, 7))
+        .map(|i| format!("{}.{salt:03}{i}", 3000 + std::process::id() % 600))
         .collect()
 }
 
@@ -130,7 +162,7 @@ fn sigkill_of_run_leaves_no_tier_b_process_nor_its_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let p = policy(dir.path(), "", "");
-    let m = marks(2);
+    let m = marks(test, 2);
     let script = format!("setsid -f sleep {}; exec sleep {}", m[0], m[1]);
     let _ = kill_and_check(
         test,
@@ -156,7 +188,7 @@ fn tier_c_case(test: &str, backend: &str) {
     // No `.git`: the sandbox makes a placeholder for its cover in the workspace.
     let ws = tempfile::tempdir().unwrap();
     let p = policy(dir.path(), &format!("backend = \"{backend}\"\n"), "");
-    let m = marks(2);
+    let m = marks(test, 2);
     let script = format!("setsid -f sleep {}; exec sleep {}", m[0], m[1]);
     let _ = kill_and_check(
         test,
@@ -238,7 +270,7 @@ fn sigkill_of_run_leaves_no_podman_container() {
         "backend = \"podman\"\n",
         &format!("\n[tier.container]\nimage = \"{IMAGE}\"\n"),
     );
-    let m = marks(2);
+    let m = marks(test, 2);
     let script = format!("sleep {} & exec sleep {}", m[0], m[1]);
     let cli = kill_and_check(
         test,

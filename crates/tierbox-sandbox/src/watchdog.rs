@@ -24,8 +24,16 @@
 //! that engine's containers whose supervisor is gone
 //! ([`crate::container::sweep_orphaned_containers`]).
 //!
+//! A Tier B run's bounded `/tmp` is a tmpfs the supervisor mounts in the host's mount
+//! namespace (a warm slot holds one for as long as the slot lives). A supervisor killed
+//! with SIGKILL cannot unmount it, and nothing else would: the mount would stay on the
+//! host, holding its memory, for as long as the host runs (every later mount namespace
+//! copies it). The supervisor tells the watchdog each directory it makes such trees in —
+//! a line `T<path>` — and after its death the watchdog unmounts and removes the trees
+//! there whose supervisor is gone ([`crate::launch::sweep_orphaned_tmp`]).
+//!
 //! A supervisor about to exit normally with nothing left — every run group it made
-//! removed, no container engine used — says so ([`release`]: a line `C` on the pipe), and
+//! removed, no private tmp of its own left, no container engine used — says so ([`release`]: a line `C` on the pipe), and
 //! the watchdog then exits at the pipe's end without sweeping: a cold `tierbox run` would
 //! otherwise leave a process probing the host's cgroups after every call. A note after
 //! `C` cancels it; a supervisor killed before writing it gets the sweep.
@@ -53,8 +61,15 @@ const NOTES_MAX_BYTES: usize = 16 * 1024;
 /// The supervisor's end of the pipe, held for the life of the process.
 static PIPE: OnceLock<std::fs::File> = OnceLock::new();
 
-/// The container engines [`note_engine`] told the watchdog of.
-static ENGINES_NOTED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// What the watchdog was told of: `(kind, path)` — [`ENGINE`] lines ([`note_engine`]) and
+/// [`TMP_BASE`] lines ([`note_tmp_base`]).
+static NOTED: Mutex<Vec<(u8, PathBuf)>> = Mutex::new(Vec::new());
+
+/// The line kind naming a container engine the supervisor used.
+const ENGINE: u8 = b'E';
+
+/// The line kind naming a directory the supervisor makes private tmp trees in.
+const TMP_BASE: u8 = b'T';
 
 /// Starts the watchdog for this process. Must be called while the process has a single
 /// thread (before any runtime or thread pool starts): otherwise it refuses, naming the
@@ -93,34 +108,53 @@ pub fn is_running() -> bool {
 /// Tells the watchdog (when there is one) that this process runs containers with the
 /// engine at `engine`, once per engine.
 pub(crate) fn note_engine(engine: &Path) {
+    note(ENGINE, engine);
+}
+
+/// Tells the watchdog (when there is one) that this process makes private tmp trees under
+/// `base`, so that after its death the watchdog unmounts and removes those it left. Once
+/// per base.
+pub(crate) fn note_tmp_base(base: &Path) {
+    note(TMP_BASE, base);
+}
+
+/// Writes the line `<kind><path>` to the watchdog, once per `(kind, path)`.
+fn note(kind: u8, path: &Path) {
     let Some(mut pipe) = PIPE.get() else { return };
-    let mut noted = ENGINES_NOTED
+    let mut noted = NOTED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if noted.iter().any(|e| e == engine) {
+    if noted.iter().any(|(k, p)| *k == kind && p == path) {
         return;
     }
-    let mut line = b"E".to_vec();
-    line.extend_from_slice(engine.as_os_str().as_bytes());
+    let mut line = vec![kind];
+    line.extend_from_slice(path.as_os_str().as_bytes());
     line.push(b'\n');
     // One short write, far below the pipe's capacity: it does not block.
     if pipe.write_all(&line).is_ok() {
-        noted.push(engine.to_path_buf());
+        noted.push((kind, path.to_path_buf()));
     }
 }
 
 /// Tells the watchdog (when there is one) that this process is about to exit with nothing
 /// for it to clean up, when that is so: no run group of this process is left
-/// ([`crate::linux::cgroup`]) and no container engine was used. The last thing a process
-/// that starts no more runs does; returns whether the watchdog was told.
+/// ([`crate::linux::cgroup`]), no private tmp tree of this process is left under a base it
+/// noted, and no container engine was used. The last thing a process that starts no more
+/// runs does; returns whether the watchdog was told.
 pub fn release() -> bool {
     let Some(mut pipe) = PIPE.get() else {
         return false;
     };
-    let engines = ENGINES_NOTED
+    let noted = NOTED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if !engines.is_empty() || crate::linux::cgroup::dirs_left() != 0 {
+    let tmp_left = noted
+        .iter()
+        .any(|(kind, base)| *kind == TMP_BASE && crate::launch::own_tmp_left(base));
+    if noted.iter().any(|(kind, _)| *kind == ENGINE)
+        || tmp_left
+        || crate::linux::cgroup::dirs_left() != 0
+    {
         return false;
     }
     pipe.write_all(CLEAN_EXIT).is_ok()
@@ -158,17 +192,21 @@ fn watch(read: std::os::fd::OwnedFd) -> ! {
         }
         std::thread::sleep(SWEEP_PAUSE);
     }
-    for engine in engines(&notes) {
+    // After the groups' processes are gone: nothing of the run holds its tmpfs then.
+    for base in noted(&notes, TMP_BASE) {
+        crate::launch::sweep_orphaned_tmp(&base);
+    }
+    for engine in noted(&notes, ENGINE) {
         crate::container::sweep_orphaned_containers(&engine);
     }
     std::process::exit(0)
 }
 
-/// The engines named by `E<path>` lines, each once.
-fn engines(notes: &[u8]) -> Vec<PathBuf> {
+/// The absolute paths named by `<kind><path>` lines, each once.
+fn noted(notes: &[u8], kind: u8) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
     for line in notes.split(|b| *b == b'\n') {
-        if let Some(path) = line.strip_prefix(b"E") {
+        if let Some(path) = line.strip_prefix(&[kind]) {
             let path = PathBuf::from(std::ffi::OsStr::from_bytes(path));
             if path.is_absolute() && !out.contains(&path) {
                 out.push(path);
@@ -201,15 +239,20 @@ mod tests {
     }
 
     #[test]
-    fn engine_lines_are_read_once_each_and_only_absolute() {
-        let notes =
-            b"E/usr/bin/podman\nE/usr/bin/podman\nErelative\nX/usr/bin/docker\nE/usr/bin/docker";
+    fn noted_lines_are_read_once_each_by_kind_and_only_absolute() {
+        use std::path::PathBuf;
+        let notes = b"E/usr/bin/podman\nT/var/lib/tierbox/tmp\nE/usr/bin/podman\nErelative\n\
+                      X/usr/bin/docker\nTrelative\nE/usr/bin/docker";
         assert_eq!(
-            super::engines(notes),
+            super::noted(notes, super::ENGINE),
             [
-                std::path::PathBuf::from("/usr/bin/podman"),
-                std::path::PathBuf::from("/usr/bin/docker")
+                PathBuf::from("/usr/bin/podman"),
+                PathBuf::from("/usr/bin/docker")
             ]
+        );
+        assert_eq!(
+            super::noted(notes, super::TMP_BASE),
+            [PathBuf::from("/var/lib/tierbox/tmp")]
         );
     }
 }

@@ -50,6 +50,7 @@ pub(crate) use helper::{HelperSpawn, data_fd, spawn_helper};
 pub(crate) use launcher::{Job, clone_on, serve_jobs};
 pub(crate) use layers::require;
 pub(crate) use limits::{cgroup_limits, rlimit_report, rlimit64_table};
+pub(crate) use owner::own_tmp_left;
 pub(crate) use owner::{owned_id, owner_is_gone};
 pub use owner::{sweep_orphaned_groups, sweep_orphaned_tmp};
 pub(crate) use pipes::{ParentStdio, SpawnedChild, StdioPart, StdioPipes, stdio_pipes};

@@ -71,6 +71,17 @@ pub fn sweep_orphaned_groups() -> usize {
     crate::linux::cgroup::sweep_orphaned(&host_facts().cgroup, GROUP_PREFIX, owner_is_gone)
 }
 
+/// Whether a private temporary directory of this process is left under `base`.
+pub(crate) fn own_tmp_left(base: &Path) -> bool {
+    std::fs::read_dir(base).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(owner_prefix()))
+        })
+    })
+}
+
 /// Removes the private temporary directories that supervisors which died left under
 /// `base` (unmounting a Tier B run's bounded tmpfs first); returns how many. Runs
 /// automatically before a process's first run under `base`.

@@ -179,6 +179,7 @@ fn make_private_tmp(base: &Path, run_id: &str, uid: u32, gid: u32) -> Result<Pat
     std::fs::create_dir_all(base)
         .map_err(LaunchError::setup(format!("create {}", base.display())))?;
     let _ = std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711));
+    crate::watchdog::note_tmp_base(base);
     static SWEPT: OnceLock<()> = OnceLock::new();
     SWEPT.get_or_init(|| {
         sweep_orphaned_tmp(base);
