@@ -8,7 +8,7 @@
 //! while it is still single-threaded: it holds the read end of a pipe whose write end only
 //! the supervisor holds, so the pipe ends when the supervisor does, however it dies. It
 //! then kills everything left in the dead supervisor's run cgroups and removes them
-//! ([`crate::launch::sweep_orphaned_groups`]), and exits.
+//! (`sweep_orphaned_groups`), and exits.
 //!
 //! It stays in the supervisor's session (so the supervisor's orphan sweep, which only
 //! takes children in other sessions, leaves it alone), ignores the signals a terminal
@@ -22,7 +22,7 @@
 //! and the supervisor tells the watchdog, once per engine, which engine it used: a line
 //! `E<path>` on the pipe. After the supervisor's death the watchdog kills and removes
 //! that engine's containers whose supervisor is gone
-//! ([`crate::container::sweep_orphaned_containers`]).
+//! (`sweep_orphaned_containers`).
 //!
 //! A supervisor about to exit normally with nothing left — every run group it made
 //! removed, no container engine used — says so ([`release`]: a line `C` on the pipe), and
@@ -111,7 +111,7 @@ pub(crate) fn note_engine(engine: &Path) {
 
 /// Tells the watchdog (when there is one) that this process is about to exit with nothing
 /// for it to clean up, when that is so: no run group of this process is left
-/// ([`crate::linux::cgroup`]) and no container engine was used. The last thing a process
+/// (`linux::cgroup`) and no container engine was used. The last thing a process
 /// that starts no more runs does; returns whether the watchdog was told.
 pub fn release() -> bool {
     let Some(mut pipe) = PIPE.get() else {

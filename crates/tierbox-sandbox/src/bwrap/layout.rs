@@ -41,6 +41,7 @@ impl HostLayout {
 
     /// The same layout with `path` recorded as `kind` (for tests and callers that already
     /// know the host).
+    #[cfg(test)]
     pub fn with(mut self, path: impl Into<PathBuf>, kind: PathKind) -> Self {
         self.entries.insert(path.into(), kind);
         self

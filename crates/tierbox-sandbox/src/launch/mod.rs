@@ -55,8 +55,6 @@ pub use owner::{sweep_orphaned_groups, sweep_orphaned_tmp};
 pub(crate) use pipes::{SpawnedChild, StdioPart, StdioPipes, stdio_pipes};
 pub(crate) use resources::{cgroup_fd_array, cgroup_slot, new_slot, unmount_private_tmp};
 pub use slots::Slot;
-// Tier B's armed launchers, at the paths the Tier B launch and callers name them by.
-pub use crate::tier_b::launcher::{MAX_ARMED_LAUNCHERS, MAX_SLOT_LAUNCHERS};
 
 /// Why a launch failed.
 #[derive(Debug, thiserror::Error)]
