@@ -238,6 +238,7 @@ fn test_support_violations(text: &str, gated: &[String]) -> Vec<String> {
 /// The workspace's manifests: the root's and each member's.
 fn workspace_manifests() -> Vec<(PathBuf, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = std::fs::canonicalize(&root).expect("the workspace's root");
     let read = |path: PathBuf| {
         let text = std::fs::read_to_string(&path).expect("read a Cargo.toml");
         (path, text)

@@ -36,8 +36,10 @@
 #![deny(unsafe_code)]
 
 // The backends' internals: crate-private, and public only with the `test-support` feature,
-// which other crates' tests and benches enable through their `[dev-dependencies]` (a test
-// of the runner crate fails when a normal dependency enables it).
+// which this crate's doctests and other crates' tests and benches enable through their
+// `[dev-dependencies]` (a test of the runner crate fails when a normal dependency enables
+// it). Spelled out in pairs, not made by a macro: rustfmt does not follow a `mod` declared
+// inside a macro.
 #[cfg(all(target_os = "linux", feature = "test-support"))]
 pub mod bwrap;
 #[cfg(all(target_os = "linux", not(feature = "test-support")))]

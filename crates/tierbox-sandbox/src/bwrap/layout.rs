@@ -34,7 +34,7 @@ pub struct HostLayout {
 }
 
 impl HostLayout {
-    /// An empty layout (every path missing); add facts with [`HostLayout::with`].
+    /// An empty layout (every path missing); add facts with `HostLayout::with`.
     pub fn new() -> Self {
         Self::default()
     }

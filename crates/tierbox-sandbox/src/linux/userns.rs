@@ -9,7 +9,7 @@
 //!   in its own mount namespace, then exits. (`unshare(CLONE_NEWUSER)` also fails with
 //!   `EINVAL` in a multi-threaded process such as the supervisor, another reason for the
 //!   child.)
-//! - **A failure is explained, never just reported.** [`explain`] names the sysctl (key
+//! - **A failure is explained, never just reported.** [`explain_for`] names the sysctl (key
 //!   and file) and its value that disables user namespaces, or says that the sysctls allow
 //!   them and a seccomp filter or container policy must be refusing; the reason goes into
 //!   `tier.unavailable` rejections and `tierbox doctor` verbatim.
@@ -196,7 +196,7 @@ fn probe_through_state_dir(state_dir: &Path) -> UsernsSupport {
     found
 }
 
-/// The host facts [`explain`] reasons from.
+/// The host facts [`explain_for`] reasons from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SysctlFacts {
     /// [`SYSCTL_UNPRIVILEGED_USERNS_CLONE`], when the file exists.
@@ -272,8 +272,8 @@ pub fn explain(failure: NsProbeFailure, facts: &SysctlFacts) -> String {
     explain_for(TIER_C_NAMESPACES, failure, facts)
 }
 
-/// [`explain`] for a probe of `namespaces` ([`TIER_C_NAMESPACES`] or
-/// [`TIER_B_NAMESPACES`]). Pure.
+/// Why the probe of `namespaces` ([`TIER_C_NAMESPACES`] or [`TIER_B_NAMESPACES`]) failed,
+/// from the failing step, its `errno` and the host's sysctls. Pure.
 pub fn explain_for(
     namespaces: libc::c_int,
     failure: NsProbeFailure,

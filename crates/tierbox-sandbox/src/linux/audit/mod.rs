@@ -44,8 +44,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-#[cfg(test)]
-pub use parse::FailedCall;
 pub use parse::{Record, parse_record};
 use tierbox_policy::access::AccessModel;
 
@@ -289,8 +287,7 @@ pub fn set_enabled(enabled: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether the kernel's audit subsystem is enabled, read now (not cached): for tests that
-/// turn it on and restore it.
+/// Whether the kernel's audit subsystem is enabled, read now (not cached), for tests.
 #[cfg(feature = "test-support")]
 pub fn enabled_now() -> std::io::Result<bool> {
     read_status()

@@ -27,7 +27,7 @@ pub enum HostNode {
 }
 
 /// The host filesystem facts [`mount_plan`] needs, recorded up front so that planning is
-/// pure. [`HostView::probe`] reads the real host; [`HostView::assume_missing`] and the
+/// pure. [`HostView::probe`] reads the real host; `HostView::assume_missing` and the
 /// `with_*` methods build one by hand for tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostView {

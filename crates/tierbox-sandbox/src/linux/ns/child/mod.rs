@@ -219,7 +219,7 @@ pub struct NativeLaunched {
     /// Read end of stderr.
     pub stderr: OwnedFd,
     /// Read end of the report pipe: carries the program's wait status when it ends
-    /// ([`wait_native`]).
+    /// (`wait_native`).
     pub report: OwnedFd,
     /// Entries the mount plan created in the workspace (remove after the run).
     pub host_placeholders: Vec<PathBuf>,
