@@ -5,10 +5,12 @@
 //! the [`RunningSandbox`] it gets back until the run is over, serves the run's seccomp
 //! hand-off, reads the run's denials once it has ended, and sets a few process-level
 //! switches. Everything below is one of those; the modules behind them (`launch`,
-//! `linux`, `tier_b`, `tier_c`, `bwrap`, …) are the backends' own, and a change inside
-//! one of them that keeps this module as it is needs no change in the runner. A test of
-//! the runner crate (`tests/layering.rs`) fails when the runner's or the CLI's own code
-//! names this crate other than through this module.
+//! `linux`, `tier_b`, `tier_c`, `bwrap`, …) are the backends' own and crate-private, and a
+//! change inside one of them that keeps this module as it is needs no change in the
+//! runner. Tests that drive a backend directly enable the crate's `test-support` feature,
+//! which makes them public, from their `[dev-dependencies]`. A test of the runner crate
+//! (`tests/layering.rs`) fails when the runner's or the CLI's own code names this crate
+//! other than through this module, and when a normal dependency enables `test-support`.
 //!
 //! ```no_run
 //! # async fn demo(plan: &tierbox_policy::Plan) -> Result<(), Box<dyn std::error::Error>> {

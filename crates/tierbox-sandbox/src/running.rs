@@ -200,15 +200,15 @@ pub struct SeccompHandOff {
     pub pending: bool,
     /// The enforcing seccomp program whose verdicts answer the argument rules' refusals
     /// arriving on the listener, when the filter hands them off
-    /// ([`crate::linux::seccomp::SeccompSpec::notify_refusals`]).
+    /// (`SeccompSpec::notify_refusals`).
     pub refusals: Option<std::sync::Arc<crate::linux::seccomp::SeccompProgram>>,
     /// The filter hands the `chmod` family to the supervisor to perform (Tier B's
-    /// [`crate::linux::seccomp::SeccompSpec::mediate_chmod`]); otherwise a `chmod`
+    /// `SeccompSpec::mediate_chmod`); otherwise a `chmod`
     /// arriving on the listener is a refusal to answer, never a change to make.
     pub mediate_chmod: bool,
     /// Where the run sees writable roots at other paths than the host's, as `(the run's
     /// path, the host path)`: a Tier B run's private `/tmp` and `/dev/shm`
-    /// ([`crate::tier_b::mounts::mediator_roots`]). Empty: the run's private tmp is where
+    /// (`mediator_roots`). Empty: the run's private tmp is where
     /// the host has it.
     pub views: Vec<(std::path::PathBuf, std::path::PathBuf)>,
 }
@@ -327,7 +327,7 @@ impl RunningSandbox {
     /// `strict` egress with an allowlist: the socket the run's egress proxy is to serve
     /// (once). Tier B's listens on the host's loopback, the only port the program may
     /// connect to; Tier C's was made inside the sandbox's network namespace on
-    /// `127.0.0.1:`[`crate::egress::SANDBOX_PROXY_PORT`]. `None`: the plan needs no proxy
+    /// `127.0.0.1:SANDBOX_PROXY_PORT`. `None`: the plan needs no proxy
     /// (or the listener was taken).
     pub fn take_egress_listener(&mut self) -> Option<std::net::TcpListener> {
         match &mut self.backend {
@@ -487,7 +487,7 @@ impl RunningSandbox {
     /// removed if still empty.
     ///
     /// A native Tier C run in a long-lived supervisor (slot pooling on) does that on
-    /// [`reaper`]'s thread, off the caller's path: the run ended on pid 1's exit record
+    /// `reaper`'s thread, off the caller's path: the run ended on pid 1's exit record
     /// (every other process of the sandbox dead), pid 1 is still tearing its namespaces
     /// down, and recycling reads and resets the cgroup (about 0.1 ms); with the sandbox's
     /// mount namespace gone, removing the mount points detaches nothing. Other runs

@@ -56,7 +56,7 @@ pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), U
 
 /// Picks the tier for `plan` on this host: for `auto` the strongest tier whose backend
 /// is available, carries out the plan, and applies every layer the policy requires here
-/// ([`crate::layers::layers_for`], the check each launch makes too), never below
+/// (`layers_for`, the check each launch makes too), never below
 /// `tier.minimum`; for a named tier that tier, or the rejection its launch would give.
 ///
 /// ```no_run

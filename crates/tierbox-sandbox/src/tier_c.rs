@@ -37,6 +37,8 @@ use crate::probe::host_facts;
 use crate::running::{Root, Running, RunningSandbox, SeccompHandOff};
 
 /// Name of the native backend in outcomes and attestations.
+// Other crates' tests match a run's backend against it.
+#[cfg(feature = "test-support")]
 pub const NATIVE_BACKEND: &str = ns::child::BACKEND_NAME;
 
 /// The fd number at which `bwrap` receives the seccomp program (`--seccomp 3`).
@@ -66,7 +68,8 @@ pub const BWRAP_ALIVE_FD: i32 = 9;
 // the bubblewrap backend.
 pub use crate::linux::ns::{native_seccomp_spec, tier_c_seccomp_spec};
 
-/// Launches `plan` in a native Tier C sandbox inside the run's cgroup.
+/// Launches `plan` in a native Tier C sandbox inside the run's cgroup: tests' shorthand
+/// for [`crate::backend::for_plan`] with Tier C.
 ///
 /// ```no_run
 /// # fn demo(plan: &tierbox_policy::Plan) -> Result<(), tierbox_sandbox::launch::LaunchError> {
@@ -79,6 +82,7 @@ pub use crate::linux::ns::{native_seccomp_spec, tier_c_seccomp_spec};
 /// assert_eq!(launched.tier(), tierbox_policy::Tier::C);
 /// # Ok(()) }
 /// ```
+#[cfg(feature = "test-support")]
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
     crate::backend::for_plan(plan, Tier::C).launch(plan, opts)
 }

@@ -8,7 +8,7 @@
 //! while it is still single-threaded: it holds the read end of a pipe whose write end only
 //! the supervisor holds, so the pipe ends when the supervisor does, however it dies. It
 //! then kills everything left in the dead supervisor's run cgroups and removes them
-//! ([`crate::launch::sweep_orphaned_groups`]), and exits.
+//! (`sweep_orphaned_groups`), and exits.
 //!
 //! It stays in the supervisor's session (so the supervisor's orphan sweep, which only
 //! takes children in other sessions, leaves it alone), ignores the signals a terminal
@@ -22,7 +22,7 @@
 //! and the supervisor tells the watchdog, once per engine, which engine it used: a line
 //! `E<path>` on the pipe. After the supervisor's death the watchdog kills and removes
 //! that engine's containers whose supervisor is gone
-//! ([`crate::container::sweep_orphaned_containers`]).
+//! (`sweep_orphaned_containers`).
 //!
 //! A Tier B run's bounded `/tmp` is a tmpfs the supervisor mounts in the host's mount
 //! namespace (a warm slot holds one for as long as the slot lives). A supervisor killed
@@ -30,11 +30,11 @@
 //! host, holding its memory, for as long as the host runs (every later mount namespace
 //! copies it). The supervisor tells the watchdog each directory it makes such trees in —
 //! a line `T<path>` — and after its death the watchdog unmounts and removes the trees
-//! there whose supervisor is gone ([`crate::launch::sweep_orphaned_tmp`]).
+//! there whose supervisor is gone (`launch::sweep_orphaned_tmp`).
 //!
 //! A supervisor about to exit normally with nothing left — every run group it made
-//! removed, no private tmp of its own left, no container engine used — says so ([`release`]: a line `C` on the pipe), and
-//! the watchdog then exits at the pipe's end without sweeping: a cold `tierbox run` would
+//! removed, no private tmp of its own left, no container engine used — says so
+//! ([`release`]: a line `C` on the pipe), and the watchdog then exits at the pipe's end without sweeping: a cold `tierbox run` would
 //! otherwise leave a process probing the host's cgroups after every call. A note after
 //! `C` cancels it; a supervisor killed before writing it gets the sweep.
 
@@ -138,9 +138,9 @@ fn note(kind: u8, path: &Path) {
 
 /// Tells the watchdog (when there is one) that this process is about to exit with nothing
 /// for it to clean up, when that is so: no run group of this process is left
-/// ([`crate::linux::cgroup`]), no private tmp tree of this process is left under a base it
-/// noted, and no container engine was used. The last thing a process that starts no more
-/// runs does; returns whether the watchdog was told.
+/// (`linux::cgroup`), no private tmp tree of this process is left under a base it noted,
+/// and no container engine was used. The last thing a process that starts no more runs
+/// does; returns whether the watchdog was told.
 pub fn release() -> bool {
     let Some(mut pipe) = PIPE.get() else {
         return false;

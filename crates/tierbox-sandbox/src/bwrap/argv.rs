@@ -164,9 +164,9 @@ fn push_fixed_mounts(argv: &mut Argv, plan: &Plan, opts: &BwrapOptions) {
             PathKind::File => argv.flag_pair("--ro-bind", "/dev/null", path),
         }
     }
-    // The whole /proc read-only (`PROC_READ_ONLY`): bwrap covers /proc/sys and friends
-    // only when they are writable for the user it maps, and a directory of mode 555 is
-    // not, though the root-owned files under it are.
+    // The whole /proc read-only (`MountOp::Proc` says why): bwrap covers /proc/sys and
+    // friends only when they are writable for the user it maps, and a directory of mode
+    // 555 is not, though the root-owned files under it are.
     argv.flag_value("--remount-ro", "/proc");
     argv.flag_value("--dev", "/dev");
     // The run's own /dev/shm, sized as the native backend's; `dev_shm = "none"`: an empty,

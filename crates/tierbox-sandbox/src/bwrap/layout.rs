@@ -34,13 +34,14 @@ pub struct HostLayout {
 }
 
 impl HostLayout {
-    /// An empty layout (every path missing); add facts with [`HostLayout::with`].
+    /// An empty layout (every path missing); add facts with `HostLayout::with`.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// The same layout with `path` recorded as `kind` (for tests and callers that already
     /// know the host).
+    #[cfg(test)]
     pub fn with(mut self, path: impl Into<PathBuf>, kind: PathKind) -> Self {
         self.entries.insert(path.into(), kind);
         self

@@ -83,7 +83,7 @@ pub fn probe_bwrap(path: Option<&Path>) -> Result<BwrapInfo, BwrapError> {
     })
 }
 
-/// [`probe_bwrap`] with the default search, run once per process; later calls return the
+/// `probe_bwrap` with the default search, run once per process; later calls return the
 /// first result (bwrap is not installed or removed while a supervisor runs, and the
 /// probe costs two spawns).
 pub fn probe_bwrap_cached() -> Result<BwrapInfo, BwrapError> {

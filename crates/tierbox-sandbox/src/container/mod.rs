@@ -38,17 +38,20 @@ mod launch;
 #[cfg(target_os = "linux")]
 pub mod layer;
 #[cfg(target_os = "linux")]
-pub use launch::{ContainerGuard, SWEEP_COMMAND_TIMEOUT, launch, sweep_orphaned_containers};
+pub use launch::{ContainerGuard, launch, sweep_orphaned_containers};
 
 use std::path::{Path, PathBuf};
 
 use tierbox_policy::plan::Plan;
 use tierbox_policy::{EgressMode, TierCBackend};
 
-/// Name of the Docker backend in outcomes and attestations.
+/// Name of the Docker backend in outcomes and attestations (other crates' tests match a
+/// run's backend against it).
+#[cfg(feature = "test-support")]
 pub const DOCKER_BACKEND_NAME: &str = "tier_c_docker";
 
-/// Name of the Podman backend in outcomes and attestations.
+/// Name of the Podman backend in outcomes and attestations (as above).
+#[cfg(feature = "test-support")]
 pub const PODMAN_BACKEND_NAME: &str = "tier_c_podman";
 
 /// The only directories an engine binary is taken from (in this order). The request's

@@ -160,7 +160,7 @@ fn first_line(text: &str) -> Option<String> {
         .map(|l| l.strip_prefix("Error: ").unwrap_or(l).to_owned())
 }
 
-/// [`probe_engine`], cached per engine for [`PROBE_CACHE_TTL`].
+/// `probe_engine`, cached per engine for `PROBE_CACHE_TTL`.
 pub fn probe_engine_cached(engine: Engine) -> Result<EngineInfo, EngineError> {
     type Cache = HashMap<Engine, (Instant, Result<EngineInfo, EngineError>)>;
     static CACHE: Mutex<Option<Cache>> = Mutex::new(None);

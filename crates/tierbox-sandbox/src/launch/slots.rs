@@ -201,7 +201,7 @@ pub fn pooling() -> bool {
 pub const DRAIN_SETTLE_MS: u64 = 2_000;
 
 /// Destroys every idle slot (their directories and cgroups), after waiting (at most
-/// [`DRAIN_SETTLE_MS`]) for the slots still held by processes being reaped.
+/// `DRAIN_SETTLE_MS`) for the slots still held by processes being reaped.
 pub fn drain() {
     super::reaper::settle(std::time::Duration::from_millis(DRAIN_SETTLE_MS));
     let idle: Vec<Slot> = match pool().lock() {

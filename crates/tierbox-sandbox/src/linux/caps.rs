@@ -54,7 +54,8 @@ fn parse_last_cap(text: &str) -> Option<u32> {
     text.trim().parse::<u32>().ok().filter(|&n| n < 64)
 }
 
-pub use super::sys::read_cap_eff_from_status;
+#[cfg(test)]
+use super::sys::read_cap_eff_from_status;
 
 #[cfg(test)]
 #[path = "caps_tests.rs"]

@@ -326,7 +326,7 @@ pub const SUBGID_FILE: &str = "/etc/subgid";
 
 /// The host uid and gid a root supervisor's sandbox runs as when root owns the workspace
 /// and the policy names none, and where they come from: the first id of root's range in
-/// [`SUBUID_FILE`] and [`SUBGID_FILE`] when both list one (ids set aside for root's user
+/// `SUBUID_FILE` and `SUBGID_FILE` when both list one (ids set aside for root's user
 /// namespaces, so no account uses them), else [`tierbox_policy::DEFAULT_SANDBOX_ID`].
 /// Read once per process.
 pub fn root_workspace_ids() -> ((u32, u32), &'static str) {

@@ -48,6 +48,8 @@ fn plan_reports_what_an_old_abi_lacks() {
     );
     assert_eq!(at3.handled_net, 0);
     assert_eq!(RulesetPlan::new(&s, 1).handled_fs, access_fs::ABI1_ALL);
+    // ABI 1's thirteen rights, named one by one, are the low thirteen bits.
+    assert_eq!(access_fs::ABI1_ALL, (1 << 13) - 1);
     // Not asking for a feature means its absence is not "missing".
     let plain = LandlockSpec {
         scope_signals: false,

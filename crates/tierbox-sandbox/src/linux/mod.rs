@@ -13,7 +13,7 @@
 //! | [`cgroup`] | [`cgroup::RunCgroup::create`] → `cgroup.procs` fds | `sys::write_all_raw(fd, b"0")` |
 //!
 //! Host probes for `doctor` and tier selection: [`landlock::probe_abi`],
-//! [`seccomp::probe_seccomp`], [`cgroup::probe_cached`].
+//! [`seccomp::probe_seccomp`], `cgroup::probe_cached`.
 
 pub mod audit;
 pub mod caps;

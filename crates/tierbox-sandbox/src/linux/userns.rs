@@ -9,18 +9,21 @@
 //!   in its own mount namespace, then exits. (`unshare(CLONE_NEWUSER)` also fails with
 //!   `EINVAL` in a multi-threaded process such as the supervisor, another reason for the
 //!   child.)
-//! - **A failure is explained, never just reported.** [`explain`] names the sysctl (key
+//! - **A failure is explained, never just reported.** [`explain_for`] names the sysctl (key
 //!   and file) and its value that disables user namespaces, or says that the sysctls allow
 //!   them and a seccomp filter or container policy must be refusing; the reason goes into
 //!   `tier.unavailable` rejections and `tierbox doctor` verbatim.
-//! - **Maps are written in the order the kernel requires** ([`write_id_maps`]): `uid_map`,
-//!   then `setgroups` = `deny`, then `gid_map`, each in a single `write(2)`; one
-//!   one-id line each ([`id_map_lines`]), so the sandbox has exactly one uid and one gid.
+//! - **Maps are written in the order the kernel requires**: `uid_map`, then `setgroups` =
+//!   `deny`, then `gid_map`, each in a single `write(2)`; one one-id line each, so the
+//!   sandbox has exactly one uid and one gid. The backends write them where they make the
+//!   namespace (`linux::ns`, `linux::sys`); the same sequence here (`write_id_maps`, built for tests only) is what the
+//!   tests hold the kernel's rules with.
 //!
 //! Reading the sysctls is read-only; nothing here writes a sysctl (the test that turns
 //! `user.max_user_namespaces` off is gated behind `TIERBOX_TEST_SYSCTL=1`).
 
 use std::fs;
+#[cfg(test)]
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -132,8 +135,8 @@ fn probe_namespaces(flags: libc::c_int) -> UsernsSupport {
     }
 }
 
-/// [`probe_userns`], once per process (sysctls rarely change while a supervisor runs;
-/// `tierbox doctor` calls [`probe_userns`] for a fresh answer).
+/// `probe_userns`, once per process (sysctls rarely change while a supervisor runs;
+/// `tierbox doctor` calls `probe_userns` for a fresh answer).
 pub fn probe_userns_cached() -> &'static UsernsSupport {
     static CACHE: OnceLock<UsernsSupport> = OnceLock::new();
     CACHE.get_or_init(|| match PROBE_STATE_DIR.get() {
@@ -151,11 +154,11 @@ const MAX_PROBE_FILE_BYTES: u64 = 16 << 10;
 static PROBE_STATE_DIR: OnceLock<PathBuf> = OnceLock::new();
 
 /// Lets [`probe_userns_cached`] keep a positive probe in `state_dir`
-/// ([`USERNS_PROBE_FILE`]) for the next process, and use the last one instead of forking a
+/// (`USERNS_PROBE_FILE`) for the next process, and use the last one instead of forking a
 /// probe child (about a millisecond of a one-shot CLI's run). It is used only while every
 /// fact the probe depends on is unchanged (the Tierbox version, kernel
 /// release, boot, this process's user namespace and ids, and the sysctls and seccomp mode
-/// [`explain`] reads); a negative result is never kept. Takes effect only before the first
+/// `explain` reads); a negative result is never kept. Takes effect only before the first
 /// probe of the process; later calls do nothing.
 pub fn set_probe_state_dir(state_dir: &Path) {
     let _ = PROBE_STATE_DIR.set(state_dir.to_path_buf());
@@ -193,7 +196,7 @@ fn probe_through_state_dir(state_dir: &Path) -> UsernsSupport {
     found
 }
 
-/// The host facts [`explain`] reasons from.
+/// The host facts [`explain_for`] reasons from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SysctlFacts {
     /// [`SYSCTL_UNPRIVILEGED_USERNS_CLONE`], when the file exists.
@@ -264,12 +267,13 @@ fn errno_name(errno: i32) -> String {
 
 /// Why the probe of Tier C's namespaces failed, from the failing step, its `errno` and
 /// the host's sysctls. Pure.
+#[cfg(test)]
 pub fn explain(failure: NsProbeFailure, facts: &SysctlFacts) -> String {
     explain_for(TIER_C_NAMESPACES, failure, facts)
 }
 
-/// [`explain`] for a probe of `namespaces` ([`TIER_C_NAMESPACES`] or
-/// [`TIER_B_NAMESPACES`]). Pure.
+/// Why the probe of `namespaces` ([`TIER_C_NAMESPACES`] or [`TIER_B_NAMESPACES`]) failed,
+/// from the failing step, its `errno` and the host's sysctls. Pure.
 pub fn explain_for(
     namespaces: libc::c_int,
     failure: NsProbeFailure,
@@ -368,11 +372,13 @@ pub fn explain_for(
 
 /// One `/proc/<pid>/{uid,gid}_map` line mapping the single id `inside` to `outside`:
 /// `"<inside> <outside> 1\n"`.
+#[cfg(test)]
 pub fn id_map_lines(inside: u32, outside: u32) -> String {
     format!("{inside} {outside} 1\n")
 }
 
 /// The single uid and gid of a sandbox and what they are outside.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdMaps {
     /// The uid inside the sandbox (non-root).
@@ -386,6 +392,7 @@ pub struct IdMaps {
 }
 
 /// Why a map could not be written.
+#[cfg(test)]
 #[derive(Debug, thiserror::Error)]
 pub enum UsernsError {
     /// Opening or writing one of the `/proc/<pid>/` files failed.
@@ -425,6 +432,7 @@ pub enum UsernsError {
 ///
 /// Each file takes its whole content in one `write(2)` at offset 0 and can be written
 /// only once; a second attempt fails with `EPERM`.
+#[cfg(test)]
 pub fn write_id_maps(pid: libc::pid_t, maps: &IdMaps) -> Result<(), UsernsError> {
     let proc = PathBuf::from(format!("/proc/{pid}"));
     write_once(
@@ -442,6 +450,7 @@ pub fn write_id_maps(pid: libc::pid_t, maps: &IdMaps) -> Result<(), UsernsError>
 }
 
 /// One `write(2)` of all of `content` to `path`.
+#[cfg(test)]
 fn write_once(path: &Path, content: &str) -> Result<(), UsernsError> {
     let err = |source| UsernsError::WriteMap {
         path: path.to_path_buf(),

@@ -175,7 +175,7 @@ impl SeccompMediator {
 
     /// Also answers the argument rules' refusals handed off by a filter of a spec with
     /// `notify_refusals`: each with the verdict of `enforcing` (that spec's
-    /// [`crate::linux::seccomp::SeccompSpec::enforcing`] program), recorded in `log`.
+    /// `SeccompSpec::enforcing` program), recorded in `log`.
     pub fn refusing(mut self, enforcing: Arc<SeccompProgram>, log: RefusalLog) -> Self {
         self.refusals = Some((enforcing, log));
         self

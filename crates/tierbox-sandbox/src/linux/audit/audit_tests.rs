@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 
+use super::parse::FailedCall;
 use super::*;
 
 /// Records as this kernel (6.18) sent them for a landlocked `cat /etc/hostname` and a

@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-pub use parse::{FailedCall, Record, parse_record};
+pub use parse::{Record, parse_record};
 use tierbox_policy::access::AccessModel;
 
 /// Most distinct refusals kept per run; further ones are counted in
@@ -105,7 +105,7 @@ pub enum RefusalLayer {
     /// The seccomp filter.
     Seccomp,
     /// A Tier C sandbox's mount namespace: the path is not in its view, or its mount is
-    /// read-only ([`files`]).
+    /// read-only (`files`).
     Mount,
 }
 
@@ -149,7 +149,7 @@ pub enum NotRecorded {
     /// `audit_enabled` is 0 on this host.
     AuditDisabled,
     /// The audit rules of `runs` earlier runs are still being removed
-    /// ([`files::MAX_RULES_AWAITING_REMOVAL`]).
+    /// (`files::MAX_RULES_AWAITING_REMOVAL`).
     RuleBacklog {
         /// Rules awaiting removal.
         runs: usize,
@@ -166,7 +166,7 @@ pub enum NotRecorded {
         /// The layer, as a phrase (`landlock`, `a seccomp filter`).
         layer: &'static str,
     },
-    /// Landlock logs denials from [`LANDLOCK_LOG_ABI`]; this kernel has an older ABI.
+    /// Landlock logs denials from `LANDLOCK_LOG_ABI`; this kernel has an older ABI.
     LandlockLogAbi {
         /// The kernel's landlock ABI (0: none).
         have: u32,
@@ -276,6 +276,7 @@ pub fn availability() -> Result<(), NotRecorded> {
 /// Turns the kernel's audit subsystem on or off (`CAP_AUDIT_CONTROL`). A host-wide
 /// setting: Tierbox itself never calls this; it exists for tests and administration
 /// tools.
+#[cfg(feature = "test-support")]
 pub fn set_enabled(enabled: bool) -> std::io::Result<()> {
     let ctl = control().map_err(std::io::Error::other)?;
     let ctl = ctl.lock().map_err(|_| std::io::Error::other("poisoned"))?;
@@ -286,7 +287,8 @@ pub fn set_enabled(enabled: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether the kernel's audit subsystem is enabled, read now (not cached).
+/// Whether the kernel's audit subsystem is enabled, read now (not cached), for tests.
+#[cfg(feature = "test-support")]
 pub fn enabled_now() -> std::io::Result<bool> {
     read_status()
         .map(|s| s.enabled != 0)
@@ -543,7 +545,7 @@ pub struct RunAudit {
     /// `Ok` when the calls its seccomp filter refuses are logged; else why not.
     pub seccomp: Result<(), NotRecorded>,
     /// `Ok` with the grants file failures are checked against when its file refusals
-    /// are recorded ([`files`]; Tier C); else why not.
+    /// are recorded (`files`; Tier C); else why not.
     pub files: Result<Arc<AccessModel>, NotRecorded>,
     session: Option<AuditSession>,
     ending: Option<EndingSession>,
@@ -594,7 +596,7 @@ impl RunAudit {
     }
 
     /// Also records the run's file refusals when `plan` asks for it
-    /// (`audit.file_refusals`, Tier C backends only: [`files`]).
+    /// (`audit.file_refusals`, Tier C backends only: `files`).
     pub fn record_files(&mut self, plan: &tierbox_policy::Plan) {
         if !plan.tier.file_refusals {
             return;
@@ -669,7 +671,7 @@ impl RunAudit {
         }
     }
 
-    /// The run's processes are all gone: sends its barrier ([`AuditSession::end`]), so
+    /// The run's processes are all gone: sends its barrier (`AuditSession::end`), so
     /// the kernel's queue drains while the caller builds the outcome. Idempotent.
     pub fn processes_gone(&mut self) {
         if let Some(session) = self.session.take() {

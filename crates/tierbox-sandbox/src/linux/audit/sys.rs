@@ -15,8 +15,10 @@ const AUDIT_NLGRP_READLOG_MASK: u32 = 1;
 /// `AUDIT_GET`: read the kernel's audit status.
 pub(super) const AUDIT_GET: u16 = 1000;
 /// `AUDIT_SET`: set parts of it (here: enabled).
+#[cfg(feature = "test-support")]
 const AUDIT_SET: u16 = 1001;
 /// `AUDIT_STATUS_ENABLED`: the `mask` bit of `AUDIT_SET` for `enabled`.
+#[cfg(feature = "test-support")]
 const AUDIT_STATUS_ENABLED: u32 = 1;
 /// `AUDIT_ADD_RULE`: add a filter rule (`struct audit_rule_data`).
 const AUDIT_ADD_RULE: u16 = 1011;
@@ -296,6 +298,7 @@ impl AuditSocket {
     }
 
     /// `AUDIT_SET` of `enabled` (`CAP_AUDIT_CONTROL`), acknowledged.
+    #[cfg(feature = "test-support")]
     pub fn set_enabled(&self, enabled: bool) -> io::Result<()> {
         let mut status = [0u8; AUDIT_STATUS_LEN];
         status[..4].copy_from_slice(&AUDIT_STATUS_ENABLED.to_ne_bytes());

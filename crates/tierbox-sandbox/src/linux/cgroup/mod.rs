@@ -300,6 +300,7 @@ pub fn probe() -> CgroupSupport {
 }
 
 /// [`probe`], once per process.
+#[cfg(test)]
 pub fn probe_cached() -> &'static CgroupSupport {
     static SUPPORT: OnceLock<CgroupSupport> = OnceLock::new();
     SUPPORT.get_or_init(probe)
@@ -479,6 +480,7 @@ impl LimitWrite {
 }
 
 /// The control-file writes that apply `limits` on `version`, in order. Pure.
+#[cfg(test)]
 pub fn limit_plan(version: CgroupVersion, limits: &CgroupLimits) -> Vec<LimitWrite> {
     version.hierarchy().limit_writes(limits)
 }

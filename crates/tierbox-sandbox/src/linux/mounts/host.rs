@@ -27,7 +27,7 @@ pub enum HostNode {
 }
 
 /// The host filesystem facts [`mount_plan`] needs, recorded up front so that planning is
-/// pure. [`HostView::probe`] reads the real host; [`HostView::assume_missing`] and the
+/// pure. [`HostView::probe`] reads the real host; `HostView::assume_missing` and the
 /// `with_*` methods build one by hand for tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostView {
@@ -75,17 +75,20 @@ impl HostView {
     }
 
     /// How many host paths the view records.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
 
     /// Whether the view records no path.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
 
     /// An empty hand-built view in which every path not added with a `with_*` method is
     /// missing.
+    #[cfg(test)]
     pub fn assume_missing() -> Self {
         Self {
             nodes: BTreeMap::new(),
@@ -95,24 +98,28 @@ impl HostView {
 
     /// Adds a directory (and its ancestors as directories).
     #[must_use]
+    #[cfg(test)]
     pub fn with_dir(self, path: impl AsRef<Path>) -> Self {
         self.with(path.as_ref(), HostNode::Dir)
     }
 
     /// Adds a regular file (and its ancestors as directories).
     #[must_use]
+    #[cfg(test)]
     pub fn with_file(self, path: impl AsRef<Path>) -> Self {
         self.with(path.as_ref(), HostNode::File)
     }
 
     /// Adds a device node (and its ancestors as directories).
     #[must_use]
+    #[cfg(test)]
     pub fn with_device(self, path: impl AsRef<Path>) -> Self {
         self.with(path.as_ref(), HostNode::Device)
     }
 
     /// Adds a symlink with content `target` (and the link's ancestors as directories).
     #[must_use]
+    #[cfg(test)]
     pub fn with_symlink(self, path: impl AsRef<Path>, target: impl AsRef<Path>) -> Self {
         let target = target.as_ref().to_path_buf();
         self.with(path.as_ref(), HostNode::Symlink { target })
@@ -121,6 +128,7 @@ impl HostView {
     /// Records `node` at `path`, replacing what was there; ancestors not yet recorded
     /// become directories.
     #[must_use]
+    #[cfg(test)]
     pub fn with(mut self, path: &Path, node: HostNode) -> Self {
         for anc in path.ancestors().skip(1) {
             self.nodes.entry(anc.to_path_buf()).or_insert(HostNode::Dir);

@@ -219,24 +219,6 @@ pub enum ProcCover {
     MaskDir,
 }
 
-/// The kernel's global knobs in `/proc` — the container runtimes' "readonly" paths
-/// (moby's `oci/defaults.go`, runc's `readonlyPaths`). Both Tier C backends mount the
-/// sandbox's `/proc` read-only as a whole, which covers these and every other entry (writes
-/// to `/proc` were already refused by the native backend's landlock layer; the mount
-/// makes the rule hold without it, and on the bwrap backend). Why it matters: global
-/// sysctls under `/proc/sys` check only that the writer's *host* uid is 0
-/// (`kernel.core_pattern` makes the host kernel run a helper as root; others reconfigure
-/// the host); `sysrq-trigger` reboots or crashes the host; `irq`, `bus` and `fs` tune host
-/// devices and filesystems. Writes through `/proc/self/fd/N` reach the file the descriptor
-/// names, not procfs, and keep working.
-pub const PROC_READ_ONLY: &[&str] = &[
-    "/proc/bus",
-    "/proc/fs",
-    "/proc/irq",
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-];
-
 /// Entries of the sandbox's `/proc` that show host-wide state, masked as the container
 /// runtimes' "masked" paths are, whatever the user mapping and landlock do, so each layer
 /// holds alone: host kernel memory (`kcore`), key material (`keys`), and timing side
@@ -345,7 +327,13 @@ pub enum MountOp {
         /// Where the link is created.
         link: PathBuf,
     },
-    /// A fresh procfs for the new pid namespace, read-only ([`PROC_READ_ONLY`]):
+    /// A fresh procfs for the new pid namespace, read-only as a whole: that covers the
+    /// kernel's global knobs (the container runtimes' "readonly" paths: moby's
+    /// `oci/defaults.go`, runc's `readonlyPaths` — `/proc/sys`, whose global sysctls check
+    /// only that the writer's *host* uid is 0; `sysrq-trigger`, which reboots or crashes the
+    /// host; `irq`, `bus` and `fs`, which tune host devices and filesystems) and every other
+    /// entry. Writes through `/proc/self/fd/N` reach the file the descriptor names, not
+    /// procfs, and keep working.
     /// `mount("proc", dst, "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL)`. Must run
     /// before the old root is detached: in a user namespace the kernel only allows a new
     /// proc mount while a fully visible one exists in the mount namespace.

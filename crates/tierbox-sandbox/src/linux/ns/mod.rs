@@ -87,9 +87,9 @@ mod setup;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 
-pub use child::{
-    NativeError, NativeExit, NativeLaunched, NativeOptions, launch_native, wait_native,
-};
+pub use child::{NativeError, NativeOptions, launch_native};
+#[cfg(test)]
+pub use child::{NativeExit, wait_native};
 
 use crate::linux::seccomp::SeccompSpec;
 

@@ -109,6 +109,7 @@ pub fn take() -> Option<OwnedFd> {
 
 /// Whether the pool is serving namespaces (false when it is switched off, once the filler
 /// has stopped, or when it never could start).
+#[cfg(test)]
 pub fn active() -> bool {
     ENABLED.load(Ordering::SeqCst)
         && pool().is_some_and(|p| {

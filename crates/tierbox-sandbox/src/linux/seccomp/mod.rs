@@ -199,8 +199,10 @@ pub enum SeccompError {
 pub const BPF_MAXINSNS: usize = 4096;
 
 /// `AUDIT_ARCH_X86_64`: `EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE`.
+#[cfg(any(test, target_arch = "x86_64"))]
 pub const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
 /// `AUDIT_ARCH_AARCH64`: `EM_AARCH64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE`.
+#[cfg(any(test, target_arch = "aarch64"))]
 pub const AUDIT_ARCH_AARCH64: u32 = 183 | 0x8000_0000 | 0x4000_0000;
 
 /// The audit architecture the filter accepts.

@@ -53,7 +53,7 @@ pub fn refused_call(nr: u32) -> Option<RefusedCall> {
         .map(|&(_, name, rule)| RefusedCall { name, rule })
 }
 
-/// The rule that refuses system call `name` (see [`refused_call`]), by name.
+/// The rule that refuses system call `name` (see `refused_call`), by name.
 ///
 /// ```
 /// use tierbox_sandbox::linux::seccomp::refusal_rule;

@@ -63,16 +63,19 @@ impl OwnedOp {
     }
 
     /// The op's kind.
+    #[cfg(test)]
     pub fn kind(&self) -> OpKind {
         self.kind
     }
 
     /// Its destination.
+    #[cfg(test)]
     pub fn dst(&self) -> &CStr {
         &self.dst
     }
 
     /// Its source.
+    #[cfg(test)]
     pub fn src(&self) -> Option<&CStr> {
         self.src.as_deref()
     }

@@ -59,6 +59,7 @@ use enforcement::*;
 pub const BACKEND: tierbox_policy::enforcement::BackendId =
     tierbox_policy::enforcement::BackendId::TierCLinuxNative;
 /// [`BACKEND`]'s name.
+#[cfg(feature = "test-support")]
 pub const BACKEND_NAME: &str = BACKEND.name();
 
 pub use crate::linux::identity::{SANDBOX_GID, SANDBOX_UID};
@@ -211,8 +212,6 @@ pub struct NativeLaunched {
     pub pid: i32,
     /// pidfd of pid 1.
     pub pidfd: OwnedFd,
-    /// The program's pid inside the namespace (normally 2).
-    pub program_pid_in_ns: i32,
     /// Write end of stdin when the Plan carries data.
     pub stdin: Option<OwnedFd>,
     /// Read end of stdout.
@@ -220,7 +219,7 @@ pub struct NativeLaunched {
     /// Read end of stderr.
     pub stderr: OwnedFd,
     /// Read end of the report pipe: carries the program's wait status when it ends
-    /// ([`wait_native`]).
+    /// (`wait_native`).
     pub report: OwnedFd,
     /// Entries the mount plan created in the workspace (remove after the run).
     pub host_placeholders: Vec<PathBuf>,
@@ -246,6 +245,7 @@ pub struct NativeLaunched {
 }
 
 /// How the program ended.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NativeExit {
     /// Exit code when it exited normally.
@@ -382,7 +382,6 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     Ok(NativeLaunched {
         pid,
         pidfd,
-        program_pid_in_ns: started.program_pid_in_ns,
         stdin: parent.stdin,
         stdout: parent.stdout,
         stderr: parent.stderr,
@@ -672,7 +671,6 @@ fn kill_pid1(pidfd: &OwnedFd) {
 
 /// What pid 1 reported and handed over once the program runs.
 struct Started {
-    program_pid_in_ns: libc::pid_t,
     egress_listener: Option<std::net::TcpListener>,
     tmp_fs: Option<OwnedFd>,
     upper_layer: Option<OwnedFd>,
@@ -748,7 +746,6 @@ fn await_start(
     // its Started record. A program whose filter nobody answers does not run.
     let seccomp_listener = received(seccomp_sock, "the program's seccomp listener")?;
     Ok(Started {
-        program_pid_in_ns: first.value,
         egress_listener,
         tmp_fs,
         upper_layer,
@@ -880,6 +877,7 @@ pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, Na
 /// Waits for the sandbox's pid 1 to exit (which happens right after the program ends and
 /// pid 1 has killed and reaped the rest of the namespace) and returns how the program
 /// ended.
+#[cfg(test)]
 pub fn wait_native(launched: &NativeLaunched) -> Result<NativeExit, NativeError> {
     let info = crate::launch::sys::wait_pidfd(&launched.pidfd, false)
         .map_err(sys_err("waitid(P_PIDFD, pid 1)"))?;

@@ -1,6 +1,6 @@
 //! The reaper: what the sandbox's pid 1 does once the program runs. Shared, as one source
 //! file, by the freestanding `tierbox-init` program and the supervisor's crate (the
-//! in-process fallback, see [`super`]); `core` and [`super::sys`] only.
+//! in-process fallback, see the `init` module); `core` and `sys` only.
 
 use core::ffi::CStr;
 
@@ -66,8 +66,8 @@ pub fn rearm(report_fd: i32) {
 /// The reaper: reaps every process re-parented to pid 1, forwards [`FORWARDED_SIGNALS`]
 /// to the rest of the namespace, and when the program (`program`, its pid in the
 /// namespace) ends, kills and reaps every other process of the namespace, writes the
-/// [`ReportTag::Exited`] record with the program's wait status and what all of them used
-/// ([`ReapedUsage`]) to `report_fd`, and exits with the program's code (or 128 + its
+/// `ReportTag::Exited` record with the program's wait status and what all of them used
+/// (`ReapedUsage`) to `report_fd`, and exits with the program's code (or 128 + its
 /// signal).
 ///
 /// So the record means the run is over: no process of the namespace but pid 1 is left,
