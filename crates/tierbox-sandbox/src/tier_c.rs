@@ -66,7 +66,7 @@ pub const BWRAP_ALIVE_FD: i32 = 9;
 
 // Tier C's filter, defined with the native sandbox (which installs it) and borrowed by
 // the bubblewrap backend.
-pub use crate::linux::ns::{native_seccomp_spec, tier_c_seccomp_spec};
+pub use crate::linux::ns::tier_c_seccomp_spec;
 
 /// Launches `plan` in a native Tier C sandbox inside the run's cgroup: tests' shorthand
 /// for [`crate::backend::for_plan`] with Tier C.

@@ -34,9 +34,10 @@
 //!
 //! A supervisor about to exit normally with nothing left — every run group it made
 //! removed, no private tmp of its own left, no container engine used — says so
-//! ([`release`]: a line `C` on the pipe), and the watchdog then exits at the pipe's end without sweeping: a cold `tierbox run` would
-//! otherwise leave a process probing the host's cgroups after every call. A note after
-//! `C` cancels it; a supervisor killed before writing it gets the sweep.
+//! ([`release`]: a line `C` on the pipe), and the watchdog then exits at the pipe's end
+//! without sweeping: a cold `tierbox run` would otherwise leave a process probing the
+//! host's cgroups after every call. A note after `C` cancels it; a supervisor killed
+//! before writing it gets the sweep.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
