@@ -42,6 +42,7 @@ use tierbox_policy::enforcement::Enforcement;
 use tierbox_policy::policy::Tier;
 
 use crate::launch::slots::{self, Slot, SlotGuard};
+use crate::launch::terminal::Terminal;
 use crate::launch::{ExitInfo, reaper, sys};
 use crate::linux::audit::RunAudit;
 use crate::linux::cgroup::{CgroupStats, RunCgroup};
@@ -61,6 +62,9 @@ pub struct RunningSandbox {
     stdin: Option<OwnedFd>,
     stdout: OwnedFd,
     stderr: OwnedFd,
+    /// The primary side of the run's terminal, when the launch asked for one
+    /// ([`crate::launch::LaunchOptions::terminal`]).
+    terminal: Option<Terminal>,
     /// The run's resources (private tmp, landlock ruleset, cgroup).
     slot: Option<SlotGuard>,
     seccomp_hand_off: Option<SeccompHandOff>,
@@ -84,6 +88,8 @@ pub(crate) struct Root {
     pub(crate) stdin: Option<OwnedFd>,
     pub(crate) stdout: OwnedFd,
     pub(crate) stderr: OwnedFd,
+    /// The primary side of the run's terminal, when it has one.
+    pub(crate) terminal: Option<Terminal>,
     /// uid and gid the program runs as.
     pub(crate) ids: (u32, u32),
 }
@@ -98,6 +104,7 @@ impl Root {
             stdin: child.stdin,
             stdout: child.stdout,
             stderr: child.stderr,
+            terminal: child.terminal,
             ids,
         }
     }
@@ -234,6 +241,7 @@ impl RunningSandbox {
             stdin: root.stdin,
             stdout: root.stdout,
             stderr: root.stderr,
+            terminal: root.terminal,
             slot: None,
             seccomp_hand_off: None,
             child_ids: root.ids,
@@ -304,6 +312,13 @@ impl RunningSandbox {
     /// Write end of the program's stdin, when the plan carries data (once).
     pub fn take_stdin(&mut self) -> Option<OwnedFd> {
         self.stdin.take()
+    }
+
+    /// The primary side of the run's terminal, when the launch asked for one (once): the
+    /// program's output is read from it and its input written to it; the run's stdout
+    /// and stderr are then empty.
+    pub fn take_terminal(&mut self) -> Option<Terminal> {
+        self.terminal.take()
     }
 
     /// The run's resources (private tmp, landlock ruleset, cgroup), until released.

@@ -154,7 +154,8 @@ pub(crate) fn spawn_helper(
         stdout_w,
         stderr_r,
         stderr_w,
-    } = stdio_pipes(plan)?;
+        terminal,
+    } = stdio_pipes(plan, opts)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
     let mut spec = sys::ChildSpec {
         cgroup_fds,
@@ -200,6 +201,7 @@ pub(crate) fn spawn_helper(
             stdout: stdout_r,
             stderr: stderr_r,
             chmod_listener: None,
+            terminal,
         },
         cloned.audit,
     ))

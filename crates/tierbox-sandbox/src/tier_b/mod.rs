@@ -515,7 +515,8 @@ fn spawn_in_slot(
         stdout_w,
         stderr_r,
         stderr_w,
-    } = stdio_pipes(plan)?;
+        terminal,
+    } = stdio_pipes(plan, opts)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
     // The run's namespace: the child's first step after joining its cgroup, unless the
     // slot's launcher thread holds it already.
@@ -541,6 +542,7 @@ fn spawn_in_slot(
         _ => None,
     };
     let mut spec = sys::ChildSpec {
+        controlling_terminal: terminal.is_some(),
         cgroup_fds,
         n_cgroup_fds,
         drop_privileged: (facts.euid == 0 && !launcher.privileges_inherited) || in_userns,
@@ -608,6 +610,7 @@ fn spawn_in_slot(
         stdout: stdout_r,
         stderr: stderr_r,
         chmod_listener,
+        terminal,
     };
     Ok((child, launcher.layout, audit))
 }

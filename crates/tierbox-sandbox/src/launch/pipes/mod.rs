@@ -11,7 +11,8 @@ use tierbox_policy::plan::Plan;
 pub(crate) use sys::open_dev_null;
 pub(crate) use sys::{dup_at_least, pipe_cloexec, recv_fd, socketpair_seqpacket};
 
-use super::LaunchError;
+use super::terminal::TermSize;
+use super::{LaunchError, LaunchOptions};
 
 /// A child that has exec'd, with the supervisor's ends of its pipes.
 pub(crate) struct SpawnedChild {
@@ -21,10 +22,14 @@ pub(crate) struct SpawnedChild {
     pub(crate) stdout: OwnedFd,
     pub(crate) stderr: OwnedFd,
     pub(crate) chmod_listener: Option<OwnedFd>,
+    /// The primary side of the run's terminal, when it has one.
+    pub(crate) terminal: Option<super::terminal::Terminal>,
 }
 
 /// The pipes of a launch: the child's ends (stdin from `/dev/null` unless the Plan has
 /// data) and the supervisor's, each close-on-exec. Shared by Tier B and native Tier C.
+/// With a terminal ([`StdioPipes::terminal`]), the child's three ends are the terminal's
+/// secondary side and the supervisor's stdout and stderr are pipes nobody writes to.
 pub(crate) struct StdioPipes {
     pub(crate) stdin_child: OwnedFd,
     pub(crate) stdin_parent: Option<OwnedFd>,
@@ -32,6 +37,8 @@ pub(crate) struct StdioPipes {
     pub(crate) stdout_w: OwnedFd,
     pub(crate) stderr_r: OwnedFd,
     pub(crate) stderr_w: OwnedFd,
+    /// The terminal's primary side, when the launch asked for one.
+    pub(crate) terminal: Option<super::terminal::Terminal>,
 }
 
 /// Which of [`StdioPipes`] could not be made, for the caller's error.
@@ -72,11 +79,35 @@ impl StdioPipes {
             stdout_w,
             stderr_r,
             stderr_w,
+            terminal: None,
+        })
+    }
+
+    /// A terminal of `size` made here: the secondary side three times for the child,
+    /// the primary for the supervisor; the supervisor's stdout and stderr read a pipe
+    /// whose write end is closed at once (the terminal carries all the output).
+    pub(crate) fn terminal(size: TermSize) -> std::io::Result<Self> {
+        let (primary, secondary) = super::terminal::open_pair(size)?;
+        let (empty_r, empty_w) = sys::pipe_cloexec()?;
+        drop(empty_w);
+        Ok(Self {
+            stdin_child: secondary.try_clone()?,
+            stdin_parent: None,
+            stdout_r: empty_r.try_clone()?,
+            stdout_w: secondary.try_clone()?,
+            stderr_r: empty_r,
+            stderr_w: secondary,
+            terminal: Some(primary),
         })
     }
 }
 
-pub(crate) fn stdio_pipes(plan: &Plan) -> Result<StdioPipes, LaunchError> {
+/// The stdio of a launch: a terminal when `opts` asks for one, the plan's pipes
+/// otherwise.
+pub(crate) fn stdio_pipes(plan: &Plan, opts: &LaunchOptions) -> Result<StdioPipes, LaunchError> {
+    if let Some(size) = opts.terminal {
+        return StdioPipes::terminal(size).map_err(LaunchError::setup("the run's terminal"));
+    }
     StdioPipes::open(plan, |part, source| LaunchError::Setup {
         what: match part {
             StdioPart::Stdin => "pipe for stdin",
