@@ -545,7 +545,7 @@ impl Runner {
             )
             .into());
         }
-        let (plan, seal) = self.sealed_plan(request).await?;
+        let (plan, seal) = self.sealed_plan(request, |_| Ok(())).await?;
         self.background.start_sealed(owner, &plan, Some(seal)).await
     }
 
@@ -568,20 +568,28 @@ impl Runner {
             ))
             .into());
         }
-        let (plan, seal) = self.sealed_plan(request).await?;
+        // Whatever is typed into a term is its stdin: an interpreter reading its program
+        // from there is eval, checked as for a run given stdin (`exec.allow_eval`).
+        let typed = |request: &ProcessRunRequest| {
+            let mut as_typed = request.clone();
+            as_typed.stdin = Some(crate::term::TYPED_INPUT.to_owned());
+            self.check(&as_typed).map(drop)
+        };
+        let (plan, seal) = self.sealed_plan(request, typed).await?;
         self.terms.start(owner, &plan, size, Some(seal)).await
     }
 
     /// The plan of a background request and the seal its end is attested with; a
-    /// rejection is sealed (and logged) as a foreground one is.
+    /// rejection (the plan's, or `also`'s) is sealed (and logged) as a foreground one is.
     async fn sealed_plan(
         &self,
         request: &ProcessRunRequest,
+        also: impl FnOnce(&ProcessRunRequest) -> Result<(), Rejection>,
     ) -> Result<(Plan, Seal), BackgroundError> {
         let auditor = self.auditor()?;
         let started_unix_ms = now_unix_ms();
         let json = request_json(request);
-        let plan = match self.check(request) {
+        let plan = match self.check(request).and_then(|p| also(request).map(|()| p)) {
             Ok(plan) => plan,
             Err(rejection) => {
                 let result = self

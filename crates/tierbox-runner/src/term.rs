@@ -21,6 +21,8 @@
 //! - [`TermManager::signal`] takes only [`TermSignal`]'s allowlist, sent to the
 //!   terminal's foreground process group (`TIOCGPGRP`); any other name is refused with
 //!   `term.signal_refused`;
+//! - what is typed is the program's stdin: starting an interpreter that reads its program
+//!   from it (a REPL, `bash -i`) needs `exec.allow_eval`, as a run given stdin does;
 //! - live terms are capped at [`MAX_LIVE_TERMS`] per supervisor and
 //!   [`MAX_LIVE_TERMS_PER_OWNER`] per owner.
 
@@ -30,7 +32,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tierbox_policy::Plan;
-use tierbox_sandbox::contract::{MAX_TERM_DIMENSION, TermSize, Terminal};
+use tierbox_sandbox::contract::Terminal;
+/// A terminal's size, and its bound.
+pub use tierbox_sandbox::contract::{MAX_TERM_DIMENSION, TermSize};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
@@ -53,6 +57,11 @@ pub const MAX_LIVE_TERMS_PER_OWNER: u32 = 16;
 /// Longest a read waits for output ([`TermManager::output`]'s `wait_ms`), in
 /// milliseconds (30 s): a caller that wants longer asks again.
 pub const MAX_TERM_WAIT_MS: u64 = 30_000;
+
+/// The stdin a term's request is also checked with (never sent): what is typed into a
+/// term reaches the program as stdin does, so an interpreter reading its program from it
+/// needs `exec.allow_eval`, as for a run given stdin.
+pub(crate) const TYPED_INPUT: &str = "typed";
 
 /// Bytes read from the terminal at a time.
 const TERM_READ_CHUNK_BYTES: usize = 16 * 1024;

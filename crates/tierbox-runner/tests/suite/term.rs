@@ -413,3 +413,19 @@ fn a_flood_does_not_block_the_program_and_the_ring_stays_bounded() {
         tm.kill("alice", &id).await.unwrap();
     });
 }
+
+/// What is typed into a term is the program's stdin: an interpreter reading its program
+/// from it needs `exec.allow_eval`, as a run given stdin does; a script is not eval.
+#[test]
+fn a_repl_in_a_term_needs_allow_eval() {
+    let test = "a_repl_in_a_term_needs_allow_eval";
+    let Some(e) = env(test, Where::TierB, |p| p.exec.allow_eval = false) else {
+        return;
+    };
+    e.rt.block_on(async {
+        let req = e.request("python3", &["-q", "-i"]);
+        let err = e.runner.start_term("alice", &req, SIZE).await.unwrap_err();
+        println!("{test}: {} ({err})", err.code());
+        assert_eq!(err.code(), "exec.eval_stdin", "{err}");
+    });
+}
