@@ -148,6 +148,11 @@ pub enum Command {
         /// State directory (default: $XDG_STATE_HOME/tierbox).
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// Run the program on a terminal of its own (like `docker run -it`): this
+        /// terminal in raw mode, its resizes followed, the exit status mirrored. It runs
+        /// in this process (no daemon) and cannot be detached.
+        #[arg(short = 't', long = "tty", conflicts_with_all = ["stdin", "json"])]
+        tty: bool,
     },
     /// A local daemon that `run` hands its requests to (the warm path): start, stop, status.
     Daemon {

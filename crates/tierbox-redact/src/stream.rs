@@ -59,6 +59,27 @@ impl StreamRedactor {
         Some(self.redact(piece, redactor))
     }
 
+    /// The producer has nothing more for now (a terminal waiting for its input): the
+    /// pending bytes up to their last ASCII whitespace, redacted, if there is one. A word
+    /// still being written — which could be the start of a secret — waits for its end,
+    /// so the invariant that no secret is split across pieces holds.
+    ///
+    /// ```
+    /// use tierbox_redact::stream::StreamRedactor;
+    ///
+    /// let mut s = StreamRedactor::default();
+    /// assert_eq!(s.push(b">>> ", false, None), None);
+    /// assert_eq!(s.settle(None).unwrap(), b">>> ");
+    /// assert_eq!(s.push(b"ghp_01", false, None), None);
+    /// assert_eq!(s.settle(None), None);
+    /// ```
+    pub fn settle(&mut self, redactor: Option<&Redactor>) -> Option<Vec<u8>> {
+        let cut = self.buf.iter().rposition(u8::is_ascii_whitespace)? + 1;
+        let rest = self.buf.split_off(cut);
+        let piece = std::mem::replace(&mut self.buf, rest);
+        Some(self.redact(piece, redactor))
+    }
+
     /// What is left once the stream has ended, redacted.
     pub fn finish(&mut self, redactor: Option<&Redactor>) -> Option<Vec<u8>> {
         if self.buf.is_empty() {

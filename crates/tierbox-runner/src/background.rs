@@ -259,6 +259,9 @@ struct Entry {
     stdout: Arc<Mutex<OutputRing>>,
     stderr: Arc<Mutex<OutputRing>>,
     stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
+    /// A term's terminal ([`crate::term`]): its output goes to `stdout`, its input is
+    /// written here instead of `stdin`.
+    terminal: Option<Arc<crate::term::TermIo>>,
     /// The run's top process (for the zombie check; the watcher reaps it).
     pidfd: OwnedFd,
     redactor: Option<Redactor>,
@@ -472,6 +475,8 @@ impl Entry {
 
 /// The background processes of one supervisor.
 pub struct BackgroundManager {
+    /// Bytes kept per stream ([`RING_BYTES`]; a term's [`crate::term::TERM_RING_BYTES`]).
+    ring_bytes: usize,
     max_per_owner: u32,
     max_total: u32,
     options: RunOptions,
@@ -491,11 +496,18 @@ impl BackgroundManager {
     /// A manager with the policy's caps (`background.max_per_owner`, `max_total`).
     pub fn new(max_per_owner: u32, max_total: u32, options: RunOptions) -> Self {
         Self {
+            ring_bytes: RING_BYTES,
             max_per_owner,
             max_total,
             options,
             table: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A manager whose streams keep `ring_bytes` each (a term's).
+    pub(crate) fn with_ring_bytes(mut self, ring_bytes: usize) -> Self {
+        self.ring_bytes = ring_bytes;
+        self
     }
 
     /// A stream's ring, with a spill file under `<state>/spill` when the policy asks
@@ -508,7 +520,7 @@ impl BackgroundManager {
         spill_bytes: u64,
         total_bytes: u64,
     ) -> Result<OutputRing, RunError> {
-        let ring = OutputRing::new(RING_BYTES);
+        let ring = OutputRing::new(self.ring_bytes);
         if spill_bytes == 0 {
             return Ok(ring);
         }
@@ -560,6 +572,22 @@ impl BackgroundManager {
             .lock()
             .map(|t| t.values().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// One of `owner`'s terms: its terminal, whether it has ended, and its output so far
+    /// (bytes, as reads count them); `NotFound` for another owner's id.
+    pub(crate) fn term_of(
+        &self,
+        owner: &str,
+        id: &str,
+    ) -> Result<(Arc<crate::term::TermIo>, bool, u64), BackgroundError> {
+        let entry = self.entry(owner, id)?;
+        let terminal = entry
+            .terminal
+            .clone()
+            .ok_or_else(|| BackgroundError::NotFound { id: id.to_owned() })?;
+        let total = entry.stdout.lock().map(|r| r.total()).unwrap_or(0);
+        Ok((terminal, entry.ended().is_some(), total))
     }
 
     fn entry(&self, owner: &str, id: &str) -> Result<Arc<Entry>, BackgroundError> {
@@ -618,14 +646,30 @@ impl BackgroundManager {
         plan: &Plan,
         seal: Option<Seal>,
     ) -> Result<BackgroundHandle, BackgroundError> {
+        self.start_with(owner, plan, seal, None).await
+    }
+
+    /// [`BackgroundManager::start_sealed`], with the program on a terminal of `terminal`'s
+    /// size when given (a term, [`crate::term`]).
+    pub(crate) async fn start_with(
+        &self,
+        owner: &str,
+        plan: &Plan,
+        seal: Option<Seal>,
+        terminal: Option<tierbox_sandbox::contract::TermSize>,
+    ) -> Result<BackgroundHandle, BackgroundError> {
         let bg = plan.background.ok_or_else(|| {
             RunError::Launch("the plan was not validated with background: true".to_owned())
         })?;
         self.prune();
         self.check_room(owner)?;
         let mut plan = plan.clone();
-        // Always a stdin pipe, so `write_stdin` can reach the process later.
-        let initial_stdin = plan.stdin.replace(Vec::new()).unwrap_or_default();
+        // Always a stdin pipe (or the terminal), so `write_stdin` can reach the process
+        // later.
+        let initial_stdin = match terminal {
+            Some(_) => plan.stdin.take().unwrap_or_default(),
+            None => plan.stdin.replace(Vec::new()).unwrap_or_default(),
+        };
         let facts = tierbox_sandbox::contract::host_facts();
         let selection = tierbox_sandbox::contract::select(&plan, facts).map_err(RunError::from)?;
         let tier = selection.tier;
@@ -646,8 +690,18 @@ impl BackgroundManager {
             // The launcher thread lives as long as the supervisor: the process dies with
             // the supervisor, not with whichever runtime thread started it.
             launcher_thread: true,
+            terminal,
         };
         let mut launched = launch_in(tier, &plan, &launch_opts)?;
+        let terminal = launched
+            .take_terminal()
+            .map(crate::term::TermIo::new)
+            .transpose()
+            .map_err(|source| RunError::Io {
+                what: "register the run's terminal",
+                source,
+            })?
+            .map(Arc::new);
         let pidfd = dup(launched.pidfd());
         let stdin = launched
             .take_stdin()
@@ -693,6 +747,7 @@ impl BackgroundManager {
                 plan.output.spill_total_bytes,
             )?)),
             stdin: tokio::sync::Mutex::new(stdin),
+            terminal,
             pidfd,
             redactor: plan
                 .redaction
@@ -793,6 +848,12 @@ impl BackgroundManager {
         };
         if entry.ended().is_some() {
             return Err(err("the process has ended"));
+        }
+        if let Some(terminal) = &entry.terminal {
+            return terminal
+                .write(data, close, STDIN_WRITE_TIMEOUT)
+                .await
+                .map_err(|e| err(&e.to_string()));
         }
         let mut stdin = entry.stdin.lock().await;
         let Some(tx) = stdin.as_mut() else {
@@ -913,10 +974,18 @@ async fn watch(
             sink.finish();
         })
     };
-    let readers = [
+    let mut readers: Vec<_> = [
         dup(l.stdout()).map(|fd| reader(fd, &entry.stdout)),
         dup(l.stderr()).map(|fd| reader(fd, &entry.stderr)),
-    ];
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    // A term's output: the terminal, into the stdout ring.
+    if let Some(t) = &entry.terminal {
+        let sink = Arc::new(ShownRing::new(entry.stdout.clone(), entry.redactor.clone()));
+        readers.push(crate::term::spawn_reader(t.clone(), sink));
+    }
     let pidfd = l.watch_exit().ok();
     let state = match &pidfd {
         Some(p) => tokio::select! {
@@ -966,7 +1035,7 @@ async fn watch(
     if l.cgroup().is_none() {
         kill_tree(l);
     }
-    for reader in readers.into_iter().flatten() {
+    for reader in readers {
         let abort = reader.abort_handle();
         if tokio::time::timeout(Duration::from_millis(DRAIN_TIMEOUT_MS), reader)
             .await

@@ -323,6 +323,8 @@ pub struct Runner {
     workspace: PathBuf,
     options: RunOptions,
     background: Arc<BackgroundManager>,
+    /// Its terms ([`crate::term`]), shared by clones.
+    terms: Arc<crate::term::TermManager>,
     /// Signs attestations and appends to the audit log; opened on first use (shared by
     /// clones), retried after a failure.
     auditor: Arc<std::sync::Mutex<Option<Arc<Auditor>>>>,
@@ -373,6 +375,7 @@ impl Runner {
         Self {
             policy,
             workspace,
+            terms: Arc::new(crate::term::TermManager::new(options.clone())),
             options,
             background,
             auditor: Arc::default(),
@@ -426,6 +429,7 @@ impl Runner {
             self.policy.background.max_total,
             options.clone(),
         ));
+        self.terms = Arc::new(crate::term::TermManager::new(options.clone()));
         self.options = options;
         self.auditor = Arc::default();
         self
@@ -541,10 +545,51 @@ impl Runner {
             )
             .into());
         }
+        let (plan, seal) = self.sealed_plan(request, |_| Ok(())).await?;
+        self.background.start_sealed(owner, &plan, Some(seal)).await
+    }
+
+    /// The runner's terms (shared by its clones).
+    pub fn terms(&self) -> &Arc<crate::term::TermManager> {
+        &self.terms
+    }
+
+    /// Validates a request with `background: true` and starts it for `owner` on a
+    /// terminal of `size` (a term, [`crate::term`]), attested when it ends.
+    pub async fn start_term(
+        &self,
+        owner: &str,
+        request: &ProcessRunRequest,
+        size: tierbox_sandbox::contract::TermSize,
+    ) -> Result<crate::term::TermHandle, crate::term::TermError> {
+        if !request.background {
+            return Err(BackgroundError::from(RunError::Launch(
+                "start_term needs a request with background: true".to_owned(),
+            ))
+            .into());
+        }
+        // Whatever is typed into a term is its stdin: an interpreter reading its program
+        // from there is eval, checked as for a run given stdin (`exec.allow_eval`).
+        let typed = |request: &ProcessRunRequest| {
+            let mut as_typed = request.clone();
+            as_typed.stdin = Some(crate::term::TYPED_INPUT.to_owned());
+            self.check(&as_typed).map(drop)
+        };
+        let (plan, seal) = self.sealed_plan(request, typed).await?;
+        self.terms.start(owner, &plan, size, Some(seal)).await
+    }
+
+    /// The plan of a background request and the seal its end is attested with; a
+    /// rejection (the plan's, or `also`'s) is sealed (and logged) as a foreground one is.
+    async fn sealed_plan(
+        &self,
+        request: &ProcessRunRequest,
+        also: impl FnOnce(&ProcessRunRequest) -> Result<(), Rejection>,
+    ) -> Result<(Plan, Seal), BackgroundError> {
         let auditor = self.auditor()?;
         let started_unix_ms = now_unix_ms();
         let json = request_json(request);
-        let plan = match self.check(request) {
+        let plan = match self.check(request).and_then(|p| also(request).map(|()| p)) {
             Ok(plan) => plan,
             Err(rejection) => {
                 let result = self
@@ -563,7 +608,7 @@ impl Runner {
             request: json,
             started_unix_ms,
         };
-        self.background.start_sealed(owner, &plan, Some(seal)).await
+        Ok((plan, seal))
     }
 
     /// [`tierbox_attest::policy_digest`] of [`Runner::policy`], computed once per runner.

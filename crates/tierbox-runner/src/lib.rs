@@ -20,6 +20,7 @@ pub mod spill;
 pub mod stdin;
 pub mod stream;
 pub mod supervisor;
+pub mod term;
 pub mod wasm;
 pub mod wire;
 

@@ -240,9 +240,22 @@ impl ShownRing {
 
     /// The stream has ended: keeps what is left of its last piece.
     pub(crate) fn finish(&self) {
+        self.store_with(|pieces, redactor| pieces.finish(Some(redactor)));
+    }
+
+    /// The producer has nothing more for now (a terminal waiting for input): what is
+    /// pending is kept up to its last whitespace ([`StreamRedactor::settle`]), so a
+    /// prompt without a newline is shown while a word still being written, which could be
+    /// the start of a secret, waits for its end.
+    pub(crate) fn settle(&self) {
+        self.store_with(|pieces, redactor| pieces.settle(Some(redactor)));
+    }
+
+    /// Keeps the piece `take` cuts from the pending bytes, when the run redacts.
+    fn store_with(&self, take: impl FnOnce(&mut StreamRedactor, &Redactor) -> Option<Vec<u8>>) {
         if let Some((redactor, pieces)) = &self.redaction
             && let Ok(mut pieces) = pieces.lock()
-            && let Some(bytes) = pieces.finish(Some(redactor))
+            && let Some(bytes) = take(&mut pieces, redactor)
             && let Ok(mut ring) = self.ring.lock()
         {
             ring.store(&bytes);

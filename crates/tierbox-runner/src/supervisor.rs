@@ -292,6 +292,7 @@ async fn run_plan_tapped(
         run_id: run_id.clone(),
         tmp_base: opts.state_dir.join("tmp"),
         launcher_thread: false,
+        terminal: None,
     };
     // Where Tier B cannot keep the protected entries read-only (no mount namespace of the
     // run's own), what the run changes of them is named in the outcome instead.

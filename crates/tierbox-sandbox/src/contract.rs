@@ -21,6 +21,7 @@
 //!     run_id: "r1".into(),
 //!     tmp_base: "/var/lib/tierbox/tmp".into(),
 //!     launcher_thread: false,
+//!     terminal: None,
 //! };
 //! let mut sandbox = contract::for_plan(plan, selection.tier).launch(plan, &opts)?;
 //! sandbox.watch_exit()?.readable().await?.retain_ready();
@@ -39,6 +40,9 @@ pub use crate::running::{
 /// Launching: the options that are not part of the plan, the error, how a process ended,
 /// and the backend for a plan and tier.
 pub use crate::backend::{Backend, for_plan};
+/// A run's terminal ([`LaunchOptions::terminal`]): its size, and the primary side the
+/// supervisor holds ([`RunningSandbox::take_terminal`]).
+pub use crate::launch::terminal::{MAX_TERM_DIMENSION, TermSize, Terminal};
 pub use crate::launch::{ExitInfo, LaunchError, LaunchOptions};
 /// The setup step a launched child failed at ([`LaunchError::Child`]).
 pub use crate::linux::step::Step;

@@ -22,6 +22,7 @@
 //!     run_id: "r1".into(),
 //!     tmp_base: "/var/lib/tierbox/tmp".into(),
 //!     launcher_thread: false,
+//!     terminal: None,
 //! };
 //! let mut sandbox: RunningSandbox = tierbox_sandbox::tier_b::launch(plan, &opts)
 //!     .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -42,6 +43,7 @@ use tierbox_policy::enforcement::Enforcement;
 use tierbox_policy::policy::Tier;
 
 use crate::launch::slots::{self, Slot, SlotGuard};
+use crate::launch::terminal::Terminal;
 use crate::launch::{ExitInfo, reaper, sys};
 use crate::linux::audit::RunAudit;
 use crate::linux::cgroup::{CgroupStats, RunCgroup};
@@ -61,6 +63,9 @@ pub struct RunningSandbox {
     stdin: Option<OwnedFd>,
     stdout: OwnedFd,
     stderr: OwnedFd,
+    /// The primary side of the run's terminal, when the launch asked for one
+    /// ([`crate::launch::LaunchOptions::terminal`]).
+    terminal: Option<Terminal>,
     /// The run's resources (private tmp, landlock ruleset, cgroup).
     slot: Option<SlotGuard>,
     seccomp_hand_off: Option<SeccompHandOff>,
@@ -82,6 +87,8 @@ pub(crate) struct Root {
     pub(crate) pid: i32,
     pub(crate) pidfd: OwnedFd,
     pub(crate) stdio: crate::launch::ParentStdio,
+    /// The primary side of the run's terminal, when it has one.
+    pub(crate) terminal: Option<Terminal>,
     /// uid and gid the program runs as.
     pub(crate) ids: (u32, u32),
 }
@@ -94,6 +101,7 @@ impl Root {
             pid: child.pid,
             pidfd: child.pidfd,
             stdio: child.stdio,
+            terminal: child.terminal,
             ids,
         }
     }
@@ -230,6 +238,7 @@ impl RunningSandbox {
             stdin: root.stdio.stdin,
             stdout: root.stdio.stdout,
             stderr: root.stdio.stderr,
+            terminal: root.terminal,
             slot: None,
             seccomp_hand_off: None,
             child_ids: root.ids,
@@ -300,6 +309,13 @@ impl RunningSandbox {
     /// Write end of the program's stdin, when the plan carries data (once).
     pub fn take_stdin(&mut self) -> Option<OwnedFd> {
         self.stdin.take()
+    }
+
+    /// The primary side of the run's terminal, when the launch asked for one (once): the
+    /// program's output is read from it and its input written to it; the run's stdout
+    /// and stderr are then empty.
+    pub fn take_terminal(&mut self) -> Option<Terminal> {
+        self.terminal.take()
     }
 
     /// The run's resources (private tmp, landlock ruleset, cgroup), until released.

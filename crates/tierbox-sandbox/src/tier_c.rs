@@ -77,6 +77,7 @@ pub use crate::linux::ns::tier_c_seccomp_spec;
 ///     run_id: "0123abcd".to_owned(),
 ///     tmp_base: "/tmp/tierbox-state/tmp".into(),
 ///     launcher_thread: false,
+///     terminal: None,
 /// };
 /// let launched = tierbox_sandbox::tier_c::launch(plan, &opts)?;
 /// assert_eq!(launched.tier(), tierbox_policy::Tier::C);
@@ -107,6 +108,7 @@ pub(crate) fn launch_native(
             .cgroup()
             .map(|cg| cg.procs_fds().to_vec())
             .unwrap_or_default(),
+        terminal: opts.terminal,
         ..NativeOptions::default()
     };
     // A failure hands the slot back (its guard).
@@ -134,6 +136,11 @@ pub(crate) fn launch_native(
             stdout: n.stdout,
             stderr: n.stderr,
         },
+        terminal: n
+            .terminal
+            .map(launch::terminal::received)
+            .transpose()
+            .map_err(LaunchError::setup("the program's terminal"))?,
         ids: (facts.euid, facts.egid),
     };
     let backend = Running::Native {
@@ -172,7 +179,8 @@ pub(crate) fn launch_bwrap(
         })
     })?;
     let missing = crate::layers::layers_for(Tier::C, plan, facts)?;
-    BwrapLaunch::prepare(plan, facts.seccomp, &info)?.spawn(plan, opts, &info, missing)
+    BwrapLaunch::prepare(plan, facts.seccomp, opts.terminal.is_some(), &info)?
+        .spawn(plan, opts, &info, missing)
 }
 
 /// The seccomp programs of a bwrap launch.
@@ -257,9 +265,23 @@ struct BwrapLaunch {
 }
 
 impl BwrapLaunch {
-    fn prepare(plan: &Plan, seccomp: bool, info: &bwrap::BwrapInfo) -> Result<Self, LaunchError> {
+    fn prepare(
+        plan: &Plan,
+        seccomp: bool,
+        terminal: bool,
+        info: &bwrap::BwrapInfo,
+    ) -> Result<Self, LaunchError> {
         // pid 1: tierbox-init, non-dumpable, where its image can be exec'd; else bwrap's own.
         let init_image = ns::init::image_fd().ok();
+        if terminal && init_image.is_none() {
+            // bwrap's own init cannot give the program its terminal as controlling
+            // terminal (its `--new-session` leaves none): no job control, no `^C`.
+            return Err(LaunchError::Rejected(Rejection::TierUnsupported {
+                tier: Tier::C,
+                feature: "a terminal under bubblewrap".to_owned(),
+                reason: "tierbox-init cannot be executed on this host".to_owned(),
+            }));
+        }
         let seccomp = BwrapSeccomp::new(seccomp, init_image.is_some())?;
         let egress = match plan.network.needs_proxy() {
             true => Some(egress_namespace()?),
@@ -301,6 +323,7 @@ impl BwrapLaunch {
             None => None,
         };
         bopts.alive_fd = alive.as_ref().map(|_| BWRAP_ALIVE_FD);
+        bopts.terminal = terminal;
         let audit = bwrap_audit(plan, seccomp.base.is_some(), init_image.is_some());
         let logged = audit.seccomp.is_ok();
         bopts.stacked_filter = (logged || seccomp.hand_off).then_some(bwrap::StackedFilter {

@@ -9,6 +9,7 @@ mod policy;
 mod proxy;
 mod run;
 mod serve;
+mod term;
 mod wasm;
 
 use std::path::{Path, PathBuf};
@@ -37,13 +38,14 @@ pub fn front(command: Command) -> Result<ExitCode> {
             stdin,
             stdin_limit,
             state_dir,
+            tty,
             ..
         } => {
             let stdin = StdinFlags {
                 pass: stdin,
                 limit: stdin_limit,
             };
-            cmd_run(&policy, request, json, stdin, state_dir)
+            cmd_run(&policy, request, json, stdin, state_dir, tty)
         }
         Command::Check {
             policy,

@@ -24,11 +24,15 @@ pub fn cmd_run(
     json: bool,
     pass_stdin: StdinFlags,
     state_dir: Option<PathBuf>,
+    tty: bool,
 ) -> Result<ExitCode> {
     start_run_supervisor();
     // One run, then exit: network namespaces made ahead of time would only cost CPU.
     tierbox_runner::host::set_network_namespace_pool(false);
-    let done = run_once(policy, request, json, pass_stdin, state_dir);
+    let done = match tty {
+        true => in_terminal(policy, request, json, state_dir),
+        false => run_once(policy, request, json, pass_stdin, state_dir),
+    };
     // The runner and its run are gone: when they left nothing, the watchdog need not
     // sweep after this process.
     tierbox_runner::host::release_watchdog();
@@ -42,6 +46,20 @@ pub fn start_run_supervisor() {
     harden_supervisor();
     if let Err(e) = tierbox_runner::host::start_watchdog() {
         eprintln!("tierbox: warning: no watchdog: {e}");
+    }
+}
+
+/// [`cmd_run`] with `-t`: the program on a terminal of its own, in this process.
+fn in_terminal(
+    policy: &PolicyArgs,
+    request: RequestArgs,
+    json: bool,
+    state_dir: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let runner = build_runner(policy, state_dir)?;
+    match build_request(request) {
+        Ok(req) => super::term::run_in_terminal(&runner, req, json),
+        Err(rej) => Ok(print_rejection(&rej, json)),
     }
 }
 

@@ -13,11 +13,11 @@ use tierbox_runner::{RunOptions, Runner};
 
 use super::runs::tier_b_available;
 
-struct Env {
+pub(super) struct Env {
     _ws: tempfile::TempDir,
     _state: tempfile::TempDir,
-    runner: Runner,
-    rt: tokio::runtime::Runtime,
+    pub(super) runner: Runner,
+    pub(super) rt: tokio::runtime::Runtime,
 }
 
 fn env(test: &str, allowed: &[&str], per_owner: u32) -> Option<Env> {
@@ -31,11 +31,17 @@ fn env_with(test: &str, allowed: &[&str], edit: impl FnOnce(&mut Policy)) -> Opt
     if !tier_b_available(test) {
         return None;
     }
-    let ws = tempfile::tempdir().unwrap();
-    let state = tempfile::tempdir().unwrap();
     let mut policy = Policy::builtin_default();
     policy.exec.allowed_executables = allowed.iter().map(|s| (*s).to_owned()).collect();
     edit(&mut policy);
+    Some(env_of(policy))
+}
+
+/// A runner of `policy` in a workspace and state directory of its own, on a long-lived
+/// runtime.
+pub(super) fn env_of(policy: Policy) -> Env {
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
     let runner = Runner::new(policy)
         .with_workspace(ws.path())
         .with_options(RunOptions {
@@ -47,12 +53,12 @@ fn env_with(test: &str, allowed: &[&str], edit: impl FnOnce(&mut Policy)) -> Opt
         .enable_all()
         .build()
         .unwrap();
-    Some(Env {
+    Env {
         _ws: ws,
         _state: state,
         runner,
         rt,
-    })
+    }
 }
 
 /// Whether a process whose argv is exactly `argv` exists (read from /proc, i.e. from

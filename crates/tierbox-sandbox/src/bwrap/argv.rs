@@ -207,6 +207,9 @@ fn push_program(argv: &mut Argv, plan: &Plan, opts: &BwrapOptions) -> Result<(),
                 argv.flags(&[INIT_ALIVE_FLAG]);
                 argv.push(alive.to_string());
             }
+            if opts.terminal {
+                argv.flags(&[INIT_TTY_FLAG]);
+            }
             match opts.stacked_filter {
                 Some(f) => {
                     argv.flags(&[INIT_RUN_STACKED_FLAG]);

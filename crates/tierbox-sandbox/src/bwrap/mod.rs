@@ -129,6 +129,8 @@ const INIT_RUN_STACKED_FLAG: &str = "--run-stacked";
 
 /// `tierbox-init --alive FD --run…` ([`BwrapOptions::alive_fd`]).
 const INIT_ALIVE_FLAG: &str = "--alive";
+/// `tierbox-init [--alive FD] --tty --run…` ([`BwrapOptions::terminal`]).
+const INIT_TTY_FLAG: &str = "--tty";
 
 /// The sandbox's private temporary directory (a fresh tmpfs).
 const SANDBOX_TMP: &str = "/tmp";
@@ -354,6 +356,10 @@ pub struct BwrapOptions {
     /// when the pipe has already hung up (the supervisor died before). Needs
     /// [`BwrapOptions::init_fd`].
     pub alive_fd: Option<i32>,
+    /// stdin is the run's terminal (made by the supervisor): `tierbox-init --tty` makes
+    /// it the program's controlling terminal in a session of its own (bwrap's
+    /// `--new-session` leaves it none). Needs [`BwrapOptions::init_fd`].
+    pub terminal: bool,
 }
 
 /// A seccomp program `tierbox-init` stacks on the program ([`BwrapOptions::stacked_filter`]),
@@ -407,6 +413,7 @@ impl BwrapOptions {
             init_fd: None,
             stacked_filter: None,
             alive_fd: None,
+            terminal: false,
         }
     }
 

@@ -1171,6 +1171,35 @@ fn init_fd_makes_tierbox_init_pid_1() {
     ));
 }
 
+/// A run on a terminal makes pid 1 `tierbox-init [--alive FD] --tty --run …`: the program
+/// takes the terminal as its controlling terminal (bwrap's `--new-session` leaves none).
+#[test]
+fn a_terminal_makes_tierbox_init_take_it() {
+    let sc = scratch();
+    let (plan, host) = strict_ls(&sc.ws);
+    let mut o = opts(V0_8, host);
+    o.init_fd = Some(6);
+    o.alive_fd = Some(9);
+    o.terminal = true;
+    let argv = strings(&bwrap_argv(&plan, &o).unwrap());
+    assert_eq!(
+        pid1_command(&argv),
+        [
+            "/proc/self/fd/6",
+            "--alive",
+            "9",
+            "--tty",
+            "--run",
+            "/usr/bin/ls",
+            "ls",
+            "-la"
+        ]
+    );
+    o.terminal = false;
+    let argv = strings(&bwrap_argv(&plan, &o).unwrap());
+    assert!(!argv.iter().any(|a| a == "--tty"), "{argv:?}");
+}
+
 /// A stacked filter makes pid 1 `tierbox-init --run-stacked FD SOCK LOG`; it needs both
 /// the init image and the filter bwrap attaches, positive fds, and a reason to be there
 /// (logging or a listener).

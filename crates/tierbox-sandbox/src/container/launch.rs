@@ -196,6 +196,14 @@ fn argv_error(e: ContainerError) -> LaunchError {
 /// default seccomp profile is), so `landlock` must be in `tier.optional_layers`, as for
 /// bwrap; the run's memory, pids and CPU limits are the engine's cgroup.
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
+    if opts.terminal.is_some() {
+        // The engine's CLI would hold the terminal, not the program in the container.
+        return Err(LaunchError::Rejected(Rejection::TierUnsupported {
+            tier: Tier::C,
+            feature: "a terminal in a container".to_owned(),
+            reason: "the container backends give the program pipes only in this build".to_owned(),
+        }));
+    }
     let engine = Engine::for_backend(plan.tier.backend)
         .ok_or_else(|| argv_error(ContainerError::NoImage))?;
     let info = probe_engine_cached(engine).map_err(|e| unavailable(e.to_string()))?;

@@ -147,7 +147,11 @@ pub(crate) fn spawn_helper(
             path: path.as_ptr(),
         })
         .collect();
-    let StdioPipes { child, parent } = stdio_pipes(plan)?;
+    let StdioPipes {
+        child,
+        parent,
+        terminal,
+    } = stdio_pipes(plan, opts)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
     let mut spec = sys::ChildSpec {
         cgroup_fds,
@@ -187,6 +191,7 @@ pub(crate) fn spawn_helper(
             pidfd: cloned.pidfd,
             stdio: parent,
             chmod_listener: None,
+            terminal,
         },
         cloned.audit,
     ))

@@ -58,6 +58,9 @@ pub(crate) struct ChildSpec {
     pub stdin_fd: c_int,
     pub stdout_fd: c_int,
     pub stderr_fd: c_int,
+    /// stdin is the run's terminal: the child (a session leader already) makes it its
+    /// controlling terminal after stdio ([`exec::TerminalSetup::Take`]).
+    pub controlling_terminal: bool,
     pub cgroup_fds: [c_int; MAX_CGROUP_FDS],
     pub n_cgroup_fds: usize,
     pub rlimits: [(c_int, libc::rlimit64); RLIMIT_COUNT],
@@ -120,6 +123,7 @@ impl ChildSpec {
             stdin_fd,
             stdout_fd,
             stderr_fd,
+            controlling_terminal: false,
             cgroup_fds: [-1; MAX_CGROUP_FDS],
             n_cgroup_fds: 0,
             rlimits,
@@ -323,6 +327,9 @@ fn child_setup(spec: &ChildSpec) -> (Step, i32) {
     };
     let program = exec::ExecSpec {
         stdio: [spec.stdin_fd, spec.stdout_fd, spec.stderr_fd],
+        terminal: spec
+            .controlling_terminal
+            .then_some(exec::TerminalSetup::Take),
         inherit: &spec.helper.inherit,
         inherit_min_src: INHERIT_SOURCE_MIN_FD,
         cwd: spec.cwd,
@@ -397,6 +404,25 @@ impl prefix::PrefixCalls for RawCalls {
 pub(crate) struct RawCalls;
 
 impl exec::ProgramCalls for RawCalls {
+    fn new_session(&self) -> Result<(), i32> {
+        // SAFETY: setsid takes no arguments and only changes this process's session.
+        check(unsafe { libc::syscall(libc::SYS_setsid) }).map(drop)
+    }
+
+    fn controlling_terminal(&self, fd: c_int) -> Result<(), i32> {
+        // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal it from another
+        // session).
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_ioctl,
+                fd as libc::c_ulong,
+                libc::TIOCSCTTY,
+                0 as libc::c_ulong,
+            )
+        })
+        .map(drop)
+    }
+
     fn dup_to(&self, src: c_int, dst: c_int) -> Result<(), i32> {
         dup_to(src, dst)
     }

@@ -15,7 +15,11 @@
 //!
 //! The order, and why:
 //!
-//! 1. **stdio** (`dup3` of the three prepared fds, each >= 3 so none is clobbered);
+//! 1. **stdio** (`dup3` of the three prepared fds, each >= 3 so none is clobbered); with a
+//!    terminal ([`ExecSpec::terminal`]), a session of its own when the process is not a
+//!    session leader yet (`setsid`), then its stdin as its controlling terminal
+//!    (`TIOCSCTTY`): before the id switch and the filters, and after stdio so that the
+//!    terminal is the one the program reads;
 //! 2. **every other fd close-on-exec** (`close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`: the
 //!    landlock and listener fds are still needed below), then the fds a trusted helper
 //!    inherits moved into place, then **every fd not needed below closed** (the landlock
@@ -65,6 +69,8 @@ pub struct Privileges {
 pub struct ExecSpec<'a> {
     /// The child's stdin, stdout and stderr, each >= 3.
     pub stdio: [RawFd; 3],
+    /// stdin is a terminal that becomes the program's controlling terminal.
+    pub terminal: Option<TerminalSetup>,
     /// `(src, dst)` fds a trusted helper inherits at `dst`; an entry with `src <
     /// inherit_min_src` or `dst` outside `3..inherit_min_src` is skipped.
     pub inherit: &'a [(RawFd, RawFd)],
@@ -98,10 +104,24 @@ pub struct ExecSpec<'a> {
     pub envp: *const *const c_char,
 }
 
+/// How the program takes its terminal ([`ExecSpec::terminal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TerminalSetup {
+    /// The process leads its session already (a launched child's own `setsid`): only
+    /// `TIOCSCTTY`.
+    Take,
+    /// `setsid` first (native Tier C's program, in pid 1's session until then).
+    NewSession,
+}
+
 /// The system calls [`run`] makes. Each returns the errno of a failure.
 pub trait ProgramCalls {
     /// `dup3(src, dst, 0)`.
     fn dup_to(&self, src: RawFd, dst: RawFd) -> Result<(), i32>;
+    /// `setsid()`.
+    fn new_session(&self) -> Result<(), i32>;
+    /// `ioctl(fd, TIOCSCTTY, 0)`.
+    fn controlling_terminal(&self, fd: RawFd) -> Result<(), i32>;
     /// `close_range(first, ~0, CLOSE_RANGE_CLOEXEC)`.
     fn cloexec_from(&self, first: RawFd) -> Result<(), i32>;
     /// `close_range(first, last, 0)`.
@@ -164,6 +184,14 @@ fn setup(calls: &impl ProgramCalls, spec: &ExecSpec<'_>) -> Result<(), (Step, i3
     // 1. stdio.
     for (src, dst) in spec.stdio.into_iter().zip(0..) {
         calls.dup_to(src, dst).map_err(at(S::Stdio))?;
+    }
+    if let Some(terminal) = spec.terminal {
+        if terminal == TerminalSetup::NewSession {
+            calls.new_session().map_err(at(S::Setsid))?;
+        }
+        calls
+            .controlling_terminal(0)
+            .map_err(at(S::ControllingTerminal))?;
     }
     // 2. Everything else closes at exec; a helper's inherited fds are then moved into
     //    place (dup3 without O_CLOEXEC keeps them across exec).

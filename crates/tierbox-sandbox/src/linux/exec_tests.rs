@@ -36,6 +36,12 @@ impl Recorder {
 }
 
 impl ProgramCalls for Recorder {
+    fn new_session(&self) -> Result<(), i32> {
+        self.call("setsid()")
+    }
+    fn controlling_terminal(&self, fd: RawFd) -> Result<(), i32> {
+        self.call(&format!("ioctl({fd}, TIOCSCTTY)"))
+    }
     fn dup_to(&self, src: RawFd, dst: RawFd) -> Result<(), i32> {
         self.call(&format!("dup3({src}, {dst})"))
     }
@@ -136,6 +142,7 @@ const FILTER: libc::sock_fprog = libc::sock_fprog {
 pub(crate) fn tier_b(inherit: &[(RawFd, RawFd)]) -> ExecSpec<'_> {
     ExecSpec {
         stdio: [10, 11, 12],
+        terminal: None,
         inherit,
         inherit_min_src: 16,
         cwd: c"/ws".as_ptr(),
@@ -321,4 +328,44 @@ pub(crate) fn each_failure_stops_at_its_step(
         assert_eq!(r.names().last().map(String::as_str), Some(call));
         assert!(!r.names().iter().any(|n| n.starts_with(never)), "{call}");
     }
+}
+
+/// With a terminal, the program takes it as its controlling terminal right after stdio:
+/// Tier B's child (a session leader since its own `setsid`) with `TIOCSCTTY` alone, native
+/// Tier C's program after a `setsid` of its own; a failure there is named.
+#[test]
+fn a_terminal_becomes_the_controlling_terminal_right_after_stdio() {
+    for (setup, expected) in [
+        (TerminalSetup::Take, &["ioctl(0, TIOCSCTTY)"][..]),
+        (
+            TerminalSetup::NewSession,
+            &["setsid()", "ioctl(0, TIOCSCTTY)"][..],
+        ),
+    ] {
+        let r = Recorder::default();
+        run(
+            &r,
+            &ExecSpec {
+                terminal: Some(setup),
+                ..tier_b(&[])
+            },
+        );
+        let names = r.names();
+        assert_eq!(names[3..3 + expected.len()], *expected, "{names:?}");
+        assert_eq!(names[3 + expected.len()], "close_range(3, cloexec)");
+    }
+    let r = Recorder::failing("ioctl(0, TIOCSCTTY)");
+    let spec = ExecSpec {
+        terminal: Some(TerminalSetup::Take),
+        ..tier_b(&[])
+    };
+    assert_eq!(run(&r, &spec).0, Step::ControllingTerminal);
+    // Without one, neither call is made.
+    let r = Recorder::default();
+    run(&r, &tier_b(&[]));
+    assert!(
+        !r.names()
+            .iter()
+            .any(|n| n.contains("TIOCSCTTY") || n == "setsid()")
+    );
 }

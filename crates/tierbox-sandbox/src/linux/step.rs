@@ -67,6 +67,9 @@ pub enum Step {
     CloneProgram,
     /// The program: `dup3` of stdin/stdout/stderr, or of an inherited fd into place.
     Stdio,
+    /// With a terminal: `setsid` (native Tier C's program) and `ioctl(0, TIOCSCTTY)`, the
+    /// terminal made the program's controlling terminal.
+    ControllingTerminal,
     /// The program: `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`.
     CloseFds,
     /// The program: `chdir` into the working directory.
@@ -93,7 +96,7 @@ pub enum Step {
 
 /// Every step with the system call or action it names, in discriminant order (a test
 /// checks the order).
-const STEPS: [(Step, &str); 30] = [
+const STEPS: [(Step, &str); 31] = [
     (Step::None, "none"),
     (
         Step::Pdeathsig,
@@ -137,6 +140,10 @@ const STEPS: [(Step, &str); 30] = [
         "clone(CLONE_VM | CLONE_VFORK) of the program",
     ),
     (Step::Stdio, "dup3(stdio)"),
+    (
+        Step::ControllingTerminal,
+        "setsid() / ioctl(0, TIOCSCTTY) of the run's terminal",
+    ),
     (Step::CloseFds, "close_range(3, ~0, CLOSE_RANGE_CLOEXEC)"),
     (Step::Chdir, "chdir(cwd)"),
     (Step::Rlimit, "prlimit64"),

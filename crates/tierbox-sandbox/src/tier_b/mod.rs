@@ -518,7 +518,8 @@ fn spawn_in_slot(
     let StdioPipes {
         child: child_stdio,
         parent: parent_stdio,
-    } = stdio_pipes(plan)?;
+        terminal,
+    } = stdio_pipes(plan, opts)?;
     let (cgroup_fds, n_cgroup_fds) = cgroup_fd_array(slot);
     // The run's namespace: the child's first step after joining its cgroup, unless the
     // slot's launcher thread holds it already.
@@ -544,6 +545,7 @@ fn spawn_in_slot(
         _ => None,
     };
     let mut spec = sys::ChildSpec {
+        controlling_terminal: terminal.is_some(),
         cgroup_fds,
         n_cgroup_fds,
         drop_privileged: (facts.euid == 0 && !launcher.privileges_inherited) || in_userns,
@@ -605,6 +607,7 @@ fn spawn_in_slot(
         pidfd: cloned.pidfd,
         stdio: parent_stdio,
         chmod_listener,
+        terminal,
     };
     Ok((child, launcher.layout, audit))
 }

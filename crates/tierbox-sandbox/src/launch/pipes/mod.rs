@@ -11,7 +11,8 @@ use tierbox_policy::plan::Plan;
 pub(crate) use sys::open_dev_null;
 pub(crate) use sys::{dup_at_least, pipe_cloexec, recv_fd, socketpair_seqpacket};
 
-use super::LaunchError;
+use super::terminal::TermSize;
+use super::{LaunchError, LaunchOptions};
 
 /// A child that has exec'd, with the supervisor's ends of its pipes.
 pub(crate) struct SpawnedChild {
@@ -19,13 +20,19 @@ pub(crate) struct SpawnedChild {
     pub(crate) pidfd: OwnedFd,
     pub(crate) stdio: ParentStdio,
     pub(crate) chmod_listener: Option<OwnedFd>,
+    /// The primary side of the run's terminal, when it has one.
+    pub(crate) terminal: Option<super::terminal::Terminal>,
 }
 
 /// The pipes of a launch: the child's ends (stdin from `/dev/null` unless the Plan has
 /// data) and the supervisor's, each close-on-exec. Shared by Tier B and native Tier C.
+/// With a terminal ([`StdioPipes::terminal`]), the child's three ends are the terminal's
+/// secondary side and the supervisor's stdout and stderr are pipes nobody writes to.
 pub(crate) struct StdioPipes {
     pub(crate) child: ChildStdio,
     pub(crate) parent: ParentStdio,
+    /// The terminal's primary side, when the launch asked for one.
+    pub(crate) terminal: Option<super::terminal::Terminal>,
 }
 
 /// The child's ends of its stdio pipes, its fds 0, 1 and 2 once it runs: closed in the
@@ -98,11 +105,39 @@ impl StdioPipes {
                 stdout: stdout_r,
                 stderr: stderr_r,
             },
+            terminal: None,
+        })
+    }
+
+    /// A terminal of `size` made here: the secondary side three times for the child,
+    /// the primary for the supervisor; the supervisor's stdout and stderr read a pipe
+    /// whose write end is closed at once (the terminal carries all the output).
+    pub(crate) fn terminal(size: TermSize) -> std::io::Result<Self> {
+        let (primary, secondary) = super::terminal::open_pair(size)?;
+        let (empty_r, empty_w) = sys::pipe_cloexec()?;
+        drop(empty_w);
+        Ok(Self {
+            child: ChildStdio {
+                stdin: secondary.try_clone()?,
+                stdout: secondary.try_clone()?,
+                stderr: secondary,
+            },
+            parent: ParentStdio {
+                stdin: None,
+                stdout: empty_r.try_clone()?,
+                stderr: empty_r,
+            },
+            terminal: Some(primary),
         })
     }
 }
 
-pub(crate) fn stdio_pipes(plan: &Plan) -> Result<StdioPipes, LaunchError> {
+/// The stdio of a launch: a terminal when `opts` asks for one, the plan's pipes
+/// otherwise.
+pub(crate) fn stdio_pipes(plan: &Plan, opts: &LaunchOptions) -> Result<StdioPipes, LaunchError> {
+    if let Some(size) = opts.terminal {
+        return StdioPipes::terminal(size).map_err(LaunchError::setup("the run's terminal"));
+    }
     StdioPipes::open(plan, |part, source| LaunchError::Setup {
         what: match part {
             StdioPart::Stdin => "pipe for stdin",

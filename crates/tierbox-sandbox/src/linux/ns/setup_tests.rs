@@ -152,6 +152,8 @@ fn unprivileged() -> NsSpec<'static> {
         last_cap: 40,
         seccomp: None,
         seccomp_listener_fd: -1,
+        terminal_fd: -1,
+        terminal_size: (0, 0),
         cgroup_fds: &CGROUPS,
         landlock_fd: 11,
         log_landlock: false,

@@ -190,6 +190,9 @@ pub struct NativeOptions {
     /// its copy of the supervisor's memory until the run ends: for measurements, and what
     /// hosts that cannot exec the image get.
     pub exec_reaper: bool,
+    /// Give the program a terminal of this size from the sandbox's own devpts
+    /// ([`crate::launch::terminal`]). `None`: pipes.
+    pub terminal: Option<crate::launch::terminal::TermSize>,
 }
 
 impl Default for NativeOptions {
@@ -201,6 +204,7 @@ impl Default for NativeOptions {
             landlock: true,
             cgroup_fds: Vec::new(),
             exec_reaper: true,
+            terminal: None,
         }
     }
 }
@@ -242,6 +246,9 @@ pub struct NativeLaunched {
     pub seccomp_refusals: Option<std::sync::Arc<SeccompProgram>>,
     /// How the program's landlock and seccomp denials are read.
     pub audit: RunAudit,
+    /// With [`NativeOptions::terminal`]: the primary side of the program's terminal,
+    /// which the program made from the sandbox's devpts and sent out before its exec.
+    pub terminal: Option<OwnedFd>,
 }
 
 /// How the program ended.
@@ -282,7 +289,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         .iter()
         .map(|(path, access)| (path.as_c_str(), *access))
         .collect();
-    let pipes = Pipes::open(plan, mplan, layers.hands_off())?;
+    let pipes = Pipes::open(plan, mplan, layers.hands_off(), opts.terminal.is_some())?;
 
     // A network namespace made ahead of time, when the pool has one ready; with it, the
     // calling thread's own namespace to return to after the clone.
@@ -303,6 +310,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         stdout_fd: pipes.stdio.child.stdout.as_raw_fd(),
         stderr_fd: pipes.stdio.child.stderr.as_raw_fd(),
         report_fd: pipes.report_w.as_raw_fd(),
+        terminal_fd: child_end(&pipes.terminal_pair),
+        terminal_size: opts.terminal.map_or((0, 0), |t| (t.rows, t.cols)),
         proxy_fd: child_end(&pipes.proxy_pair),
         proxy_port: SANDBOX_PROXY_PORT,
         fs_fd: child_end(&pipes.fs_pair),
@@ -341,18 +350,23 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     // The sandbox holds its network namespace now; the pool's handle on it goes.
     drop(pooled_netns);
     let Pipes {
-        stdio: crate::launch::StdioPipes { child, parent },
+        stdio:
+            crate::launch::StdioPipes {
+                child,
+                parent,
+                terminal: _,
+            },
         report_r,
         report_w,
         proxy_pair,
         fs_pair,
         seccomp_pair,
+        terminal_pair,
     } = pipes;
     // The child's ends are closed here whatever happened; the copies in pid 1 are its own.
     drop((child, report_w));
-    let proxy_sock = proxy_pair.map(|(supervisor, _child)| supervisor);
-    let fs_sock = fs_pair.map(|(supervisor, _child)| supervisor);
-    let seccomp_sock = seccomp_pair.map(|(supervisor, _child)| supervisor);
+    let ours = |pair: Option<(OwnedFd, OwnedFd)>| pair.map(|(supervisor, _child)| supervisor);
+    let socks = [proxy_pair, fs_pair, seccomp_pair, terminal_pair].map(ours);
     let (pid, pidfd) = cloned.map_err(sys_err(format!(
         "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={flags:#x})"
     )))?;
@@ -361,7 +375,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         &report_r,
         &pidfd,
         owned,
-        (proxy_sock.as_ref(), fs_sock.as_ref(), seccomp_sock.as_ref()),
+        socks.each_ref().map(Option::as_ref),
         (
             mplan.ops.iter().any(MountPlan::is_sent),
             mplan.has_overlay(),
@@ -394,6 +408,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         seccomp_listener: started.seccomp_listener,
         seccomp_refusals: layers.enforcing,
         audit,
+        terminal: started.terminal,
     })
 }
 
@@ -614,10 +629,18 @@ struct Pipes {
     /// The socket pair that carries the program's seccomp listener out: (supervisor's
     /// end, the program's end).
     seccomp_pair: Option<(OwnedFd, OwnedFd)>,
+    /// The socket pair that carries the primary side of the program's terminal out:
+    /// (supervisor's end, the program's end).
+    terminal_pair: Option<(OwnedFd, OwnedFd)>,
 }
 
 impl Pipes {
-    fn open(plan: &Plan, mplan: &MountPlan, hand_off: bool) -> Result<Self, NativeError> {
+    fn open(
+        plan: &Plan,
+        mplan: &MountPlan,
+        hand_off: bool,
+        terminal: bool,
+    ) -> Result<Self, NativeError> {
         use crate::launch::StdioPart;
         let stdio = crate::launch::StdioPipes::open(plan, |part, source| NativeError::Sys {
             call: match part {
@@ -652,6 +675,13 @@ impl Pipes {
         } else {
             None
         };
+        let terminal_pair = if terminal {
+            Some(nsys::seqpacket_pair().map_err(sys_err(
+                "socketpair(AF_UNIX, SOCK_SEQPACKET) for the terminal",
+            ))?)
+        } else {
+            None
+        };
         Ok(Self {
             stdio,
             report_r,
@@ -659,6 +689,7 @@ impl Pipes {
             proxy_pair,
             fs_pair,
             seccomp_pair,
+            terminal_pair,
         })
     }
 }
@@ -675,6 +706,7 @@ struct Started {
     tmp_fs: Option<OwnedFd>,
     upper_layer: Option<OwnedFd>,
     seccomp_listener: Option<OwnedFd>,
+    terminal: Option<OwnedFd>,
 }
 
 /// Waits for pid 1's first record (a few hundred microseconds): the program's pid in
@@ -686,7 +718,7 @@ fn await_start(
     report: &OwnedFd,
     pidfd: &OwnedFd,
     owned: &[OwnedOp],
-    (proxy_sock, fs_sock, seccomp_sock): (Option<&OwnedFd>, Option<&OwnedFd>, Option<&OwnedFd>),
+    [proxy_sock, fs_sock, seccomp_sock, terminal_sock]: [Option<&OwnedFd>; 4],
     (sends_tmp, has_overlay): (bool, bool),
 ) -> Result<Started, NativeError> {
     use crate::launch::sys as ssys;
@@ -745,11 +777,14 @@ fn await_start(
     // The program sent it before its exec, which pid 1 waited for (CLONE_VFORK) before
     // its Started record. A program whose filter nobody answers does not run.
     let seccomp_listener = received(seccomp_sock, "the program's seccomp listener")?;
+    // The program sent it before its exec, as the listener.
+    let terminal = received(terminal_sock, "the program's terminal")?;
     Ok(Started {
         egress_listener,
         tmp_fs,
         upper_layer,
         seccomp_listener,
+        terminal,
     })
 }
 

@@ -202,16 +202,22 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> [u8; 8] {
     b
 }
 
-/// Writes the image and `filter` into `dir`, and returns the command running
-/// `tierbox-init ARGS…` as pid 1 of a new pid namespace (`unshare`, root only) with
-/// `filter` on fd 3.
-fn stacked_as_pid1(dir: &std::path::Path, filter: &[u8], args: &[&str]) -> std::process::Command {
+/// The image written to `dir` as an executable file (once).
+fn image_in(dir: &std::path::Path) -> std::path::PathBuf {
     let image = dir.join("tierbox-init");
     if !image.exists() {
         std::fs::write(&image, IMAGE).unwrap();
         std::fs::set_permissions(&image, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
     }
+    image
+}
+
+/// Writes the image and `filter` into `dir`, and returns the command running
+/// `tierbox-init ARGS…` as pid 1 of a new pid namespace (`unshare`, root only) with
+/// `filter` on fd 3.
+fn stacked_as_pid1(dir: &std::path::Path, filter: &[u8], args: &[&str]) -> std::process::Command {
+    let image = image_in(dir);
     let filter_path = dir.join("filter");
     std::fs::write(&filter_path, filter).unwrap();
     let mut cmd = std::process::Command::new("sh");
@@ -380,9 +386,7 @@ fn alive_pipe_ends_pid1_when_the_supervisor_is_already_gone() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let image = dir.path().join("tierbox-init");
-    std::fs::write(&image, IMAGE).unwrap();
-    std::fs::set_permissions(&image, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let image = image_in(dir.path());
     // fd 4 of pid 1 is the read end of a FIFO whose only writer is WRITER.
     let fifo = dir.path().join("alive");
     let run = |writer: &str, args: &[&str]| {
@@ -417,5 +421,61 @@ fn alive_pipe_ends_pid1_when_the_supervisor_is_already_gone() {
         &["--alive", "4", "/bin/true", "true"],
     ] {
         assert_eq!(run("sleep 5", args), BAD_ARGUMENTS_EXIT, "{args:?}");
+    }
+}
+
+/// `--tty --run …`: the forked program takes stdin, a terminal, as its controlling
+/// terminal in a session of its own (it then reads its own session's terminal through
+/// `/dev/tty`); with a stdin that is no terminal it never runs (`setsid` and `TIOCSCTTY`
+/// were made, and the second refused); a `--tty` without a mode is refused as bad
+/// arguments.
+#[test]
+fn tty_makes_stdin_the_programs_controlling_terminal() {
+    let test = "tty_makes_stdin_the_programs_controlling_terminal";
+    if !runs_as_pid1_here(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = image_in(dir.path());
+    let run = |stdin: std::process::Stdio, args: &[&str]| {
+        std::process::Command::new("unshare")
+            .args(["--pid", "--fork"])
+            .arg(&image)
+            .args(args)
+            .stdin(stdin)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap()
+            .status
+            .code()
+            .unwrap_or(-1)
+    };
+    // `/dev/tty` opens only for a process with a controlling terminal.
+    let check = [
+        "--tty",
+        "--run",
+        "/bin/sh",
+        "sh",
+        "-c",
+        ": </dev/tty && exit 7",
+    ];
+    let (_primary, secondary) = tierbox_test_support::open_pty();
+    assert_eq!(
+        run(secondary.into(), &check),
+        7,
+        "the terminal is the program's"
+    );
+    assert_eq!(
+        run(std::process::Stdio::null(), &check),
+        reaper::SETUP_FAILED_EXIT,
+        "no terminal to take"
+    );
+    for args in [&["--tty"][..], &["--tty", "/bin/true", "true"]] {
+        assert_eq!(
+            run(std::process::Stdio::null(), args),
+            BAD_ARGUMENTS_EXIT,
+            "{args:?}"
+        );
     }
 }

@@ -34,6 +34,9 @@ fn run(program: i32) -> ! {
 /// pid 1 does ([`reaper::reap`]), exiting with the program's code or 128 + its signal.
 /// There is no report pipe: bwrap passes that exit code on.
 ///
+/// With `--tty` (after `--alive FD`), the forked program takes stdin, the run's terminal,
+/// as its controlling terminal in a session of its own (`setsid`, `TIOCSCTTY`).
+///
 /// With `--alive FD` first, `FD` is the read end of a pipe only the supervisor writes to:
 /// pid 1 re-arms its death signal and ends at once when the pipe has already hung up.
 ///
@@ -82,6 +85,10 @@ fn run_program(target: sys::ExecTarget) -> ! {
     };
     let pid = sys::fork();
     if pid == 0 {
+        if target.tty && sys::take_terminal() < 0 {
+            let _ = sys::write(2, b"tierbox-init: cannot take the run's terminal\n");
+            sys::exit_group(reaper::SETUP_FAILED_EXIT);
+        }
         let _ = sys::set_signal_mask(0);
         if stacked_filter > 0 {
             stack_filter(stacked_filter, &target);

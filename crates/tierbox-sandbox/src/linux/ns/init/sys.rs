@@ -46,6 +46,10 @@ pub mod nr {
     pub const SECCOMP: i64 = 317;
     /// `sendmsg`.
     pub const SENDMSG: i64 = 46;
+    /// `setsid`.
+    pub const SETSID: i64 = 112;
+    /// `ioctl`.
+    pub const IOCTL: i64 = 16;
 }
 
 /// System call numbers (the generic uapi `unistd.h`; a test checks them against the
@@ -82,6 +86,10 @@ pub mod nr {
     pub const SECCOMP: i64 = 277;
     /// `sendmsg`.
     pub const SENDMSG: i64 = 211;
+    /// `setsid`.
+    pub const SETSID: i64 = 157;
+    /// `ioctl`.
+    pub const IOCTL: i64 = 29;
 }
 
 /// System call numbers: the `libc` crate's, on CPUs the freestanding image is not built
@@ -118,11 +126,17 @@ pub mod nr {
     pub const SECCOMP: i64 = libc::SYS_seccomp as i64;
     /// `sendmsg`.
     pub const SENDMSG: i64 = libc::SYS_sendmsg as i64;
+    /// `setsid`.
+    pub const SETSID: i64 = libc::SYS_setsid as i64;
+    /// `ioctl`.
+    pub const IOCTL: i64 = libc::SYS_ioctl as i64;
 }
 
 /// Constants of the Linux ABI that are the same on every architecture the reaper runs on
 /// (a test checks them against the `libc` crate's).
 pub mod abi {
+    /// `TIOCSCTTY`.
+    pub const TIOCSCTTY: usize = 0x540E;
     /// `SIGHUP`.
     pub const SIGHUP: i32 = 1;
     /// `SIGINT`.
@@ -357,6 +371,18 @@ pub fn set_signal_mask(mask: u64) -> isize {
     }
 }
 
+/// `setsid()`, then `ioctl(0, TIOCSCTTY, 0)`: a session of its own with stdin (the run's
+/// terminal) as its controlling terminal. `-errno` of the first that failed.
+pub fn take_terminal() -> isize {
+    // SAFETY: no arguments.
+    let r = unsafe { syscall4(nr::SETSID as c_long, 0, 0, 0, 0) };
+    if r < 0 {
+        return r;
+    }
+    // SAFETY: TIOCSCTTY takes an integer argument.
+    unsafe { syscall4(nr::IOCTL as c_long, 0, abi::TIOCSCTTY, 0, 0) }
+}
+
 /// `getpid()`.
 pub fn getpid() -> isize {
     // SAFETY: no arguments.
@@ -389,6 +415,9 @@ pub struct ExecTarget {
     /// `--alive FD` before the mode: the read end of a pipe whose only write end the
     /// supervisor holds (it hangs up when the supervisor dies); -1 for none.
     pub alive_fd: i32,
+    /// `--tty` before the mode (after `--alive FD`): stdin is the run's terminal, which
+    /// the forked program makes its controlling terminal in a session of its own.
+    pub tty: bool,
     path_ptr: usize,
     argv: usize,
     envp: usize,
@@ -710,6 +739,11 @@ const RUN_STACKED_FLAG: &[u8] = b"--run-stacked";
 #[cfg(tierbox_init)]
 const ALIVE_FLAG: &[u8] = b"--alive";
 
+/// Optional argument before the program mode (after `--alive FD`): `tierbox-init --tty
+/// --run …` ([`ExecTarget::tty`]).
+#[cfg(tierbox_init)]
+const TTY_FLAG: &[u8] = b"--tty";
+
 /// Most decimal digits of `--run-stacked`'s fds.
 #[cfg(tierbox_init)]
 const FD_DIGITS_MAX: usize = 4;
@@ -749,6 +783,14 @@ unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
         } else {
             (1, -1)
         };
+        let (at, tty) = if c_str(*argv.add(at) as *const u8) == TTY_FLAG {
+            if argc < at + 2 {
+                return None;
+            }
+            (at + 1, true)
+        } else {
+            (at, false)
+        };
         let flag = c_str(*argv.add(at) as *const u8);
         let (first, filter_fd, listener_sock, log) = if flag == RUN_FLAG {
             (at + 1, -1, -1, false)
@@ -777,6 +819,7 @@ unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
             listener_sock,
             log,
             alive_fd,
+            tty,
             path_ptr,
             argv: argv.add(first + 1) as usize,
             envp: argv.add(argc + 1) as usize,

@@ -99,6 +99,13 @@ pub struct NsSpec<'a> {
     pub stderr_fd: RawFd,
     /// Write end of the report pipe (>= 3).
     pub report_fd: RawFd,
+    /// When >= 0: the program opens a terminal of [`NsSpec::terminal_size`] from the
+    /// sandbox's own devpts (`/dev/ptmx`), sends its primary side to the supervisor over
+    /// this socket and runs on the secondary side instead of the stdio fds above, as its
+    /// controlling terminal in a session of its own. -1: no terminal.
+    pub terminal_fd: RawFd,
+    /// The terminal's `(rows, cols)`.
+    pub terminal_size: (u16, u16),
     /// Whether pid 1 brings `lo` up: true when it created the network namespace itself;
     /// false for a namespace from the pool ([`super::netns_pool`]), whose `lo` the
     /// supervisor brought up, and which pid 1 has no capability over.

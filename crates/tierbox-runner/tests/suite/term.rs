@@ -1,0 +1,431 @@
+//! Terms through the library API: a real interactive program (`bash -i`, Python's REPL)
+//! on a terminal in Tier B, native Tier C and bubblewrap — typing, echo, resize seen by
+//! `stty size`, `^C` and `SIGINT` interrupting a foreground job without ending the
+//! session, EOF ending the REPL with its status — plus ownership, the signal allowlist,
+//! `TIOCSTI` refused from inside, and a flood that neither blocks the program nor grows
+//! the ring. Skipped with a printed reason where the host cannot run a tier, failed under
+//! `CI=true`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use tierbox_policy::{Policy, ProcessRunRequest, TierCBackend, TierRequest};
+use tierbox_runner::background::BackgroundState;
+use tierbox_runner::term::{TERM_RING_BYTES, TermError, TermManager, TermSignal};
+use tierbox_sandbox::contract::TermSize;
+
+use super::runs::{tier_b_available, tier_c_available};
+
+/// Where a test runs: Tier B, or Tier C with a backend.
+#[derive(Debug, Clone, Copy)]
+enum Where {
+    TierB,
+    TierC(TierCBackend),
+}
+
+struct Env {
+    env: super::background::Env,
+    tier: TierRequest,
+}
+
+impl std::ops::Deref for Env {
+    type Target = super::background::Env;
+    fn deref(&self) -> &Self::Target {
+        &self.env
+    }
+}
+
+fn env(test: &str, at: Where, edit: impl FnOnce(&mut Policy)) -> Option<Env> {
+    let available = match at {
+        Where::TierB => tier_b_available(test),
+        Where::TierC(backend) => tier_c_available(test, backend),
+    };
+    if !available {
+        return None;
+    }
+    let mut policy = Policy::builtin_default();
+    policy.exec.allowed_executables = ["bash", "python3"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    policy.exec.allow_interpreters = true;
+    policy.exec.allow_eval = true;
+    let tier = match at {
+        Where::TierB => TierRequest::B,
+        Where::TierC(backend) => {
+            policy.tier.backend = backend;
+            if backend == TierCBackend::Bwrap {
+                // bwrap applies no landlock layer of its own.
+                policy
+                    .tier
+                    .optional_layers
+                    .push(tierbox_policy::Layer::Landlock);
+            }
+            TierRequest::C
+        }
+    };
+    edit(&mut policy);
+    Some(Env {
+        env: super::background::env_of(policy),
+        tier,
+    })
+}
+
+impl Env {
+    /// Starts `command` with `args` as alice's term of [`SIZE`]; its id.
+    async fn start(&self, command: &str, args: &[&str]) -> String {
+        let req = self.request(command, args);
+        match self.runner.start_term("alice", &req, SIZE).await {
+            Ok(h) => h.status.id,
+            Err(err) => panic!("{command}: {err} ({})", err.code()),
+        }
+    }
+
+    fn request(&self, command: &str, args: &[&str]) -> ProcessRunRequest {
+        let mut r = ProcessRunRequest::new(command);
+        r.args = args.iter().map(|s| (*s).to_owned()).collect();
+        r.background = true;
+        r.tier = self.tier;
+        r
+    }
+}
+
+/// `$check(test, where)` as one test per backend: Tier B, native Tier C, bubblewrap.
+macro_rules! in_every_backend {
+    ($name:ident, $check:path) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn tier_b() {
+                $check(&tierbox_test_support::current_test(), Where::TierB);
+            }
+
+            #[test]
+            fn native_tier_c() {
+                let native = Where::TierC(TierCBackend::Native);
+                $check(&tierbox_test_support::current_test(), native);
+            }
+
+            #[test]
+            fn bwrap() {
+                let bwrap = Where::TierC(TierCBackend::Bwrap);
+                $check(&tierbox_test_support::current_test(), bwrap);
+            }
+        }
+    };
+}
+
+/// What `tty` prints inside: the host's devpts node (Tier B), the sandbox's own first
+/// terminal (native Tier C), or where bwrap binds the terminal it was given.
+fn tty_name(at: Where) -> &'static str {
+    match at {
+        Where::TierB => "/dev/pts/",
+        Where::TierC(TierCBackend::Native) => "/dev/pts/0",
+        Where::TierC(_) => "/dev/console",
+    }
+}
+
+const SIZE: TermSize = TermSize { rows: 24, cols: 80 };
+
+/// A bound so that a broken term fails the test instead of hanging it (not a timing
+/// assertion: the output is awaited, and this is only how long a test may wait at all).
+const GIVE_UP: Duration = Duration::from_secs(60);
+
+/// Reads a term's output from `*offset` until `needle` appears in what was read since
+/// the last call, or the term ended with nothing more; returns what was read.
+async fn read_until(tm: &TermManager, id: &str, offset: &mut u64, needle: &str) -> String {
+    let give_up = Instant::now() + GIVE_UP;
+    let mut seen = String::new();
+    loop {
+        let chunk = tm
+            .output("alice", id, *offset, 64 * 1024, 1000)
+            .await
+            .unwrap();
+        seen.push_str(&chunk.text);
+        *offset = chunk.next_offset;
+        if seen.contains(needle) {
+            return seen;
+        }
+        let ended = tm.status("alice", id).await.unwrap().state != BackgroundState::Running;
+        assert!(
+            !(ended && chunk.text.is_empty()) && Instant::now() < give_up,
+            "never saw {needle:?}; the terminal showed {seen:?}"
+        );
+    }
+}
+
+/// `bash -i` on a terminal: a typed line's result, `tty`, `stty size` before and after a
+/// resize, `sleep 100` interrupted by `SIGINT` and by the byte `^C` with the shell still
+/// there, and `exit 7` ending the term with status 7.
+fn bash_session(test: &str, at: Where) {
+    let tty_says = tty_name(at);
+    let Some(e) = env(test, at, |_| {}) else {
+        return;
+    };
+    let tm = e.runner.terms().clone();
+    e.rt.block_on(async {
+        let id = e.start("bash", &["--norc", "--noprofile", "-i"]).await;
+        let mut at = 0;
+        let type_line = |line: &str| format!("{line}\r");
+        tm.write("alice", &id, type_line("echo typed-$((6*7))").as_bytes())
+            .await
+            .unwrap();
+        let out = read_until(&tm, &id, &mut at, "typed-42").await;
+        println!("{test}: typed line -> {:?}", out.trim());
+        tm.write("alice", &id, type_line("tty").as_bytes())
+            .await
+            .unwrap();
+        let out = read_until(&tm, &id, &mut at, tty_says).await;
+        println!("{test}: tty -> {:?}", out.trim());
+        tm.write("alice", &id, type_line("stty size").as_bytes())
+            .await
+            .unwrap();
+        read_until(&tm, &id, &mut at, "24 80").await;
+        tm.resize(
+            "alice",
+            &id,
+            TermSize {
+                rows: 30,
+                cols: 100,
+            },
+        )
+        .unwrap();
+        tm.write("alice", &id, type_line("stty size").as_bytes())
+            .await
+            .unwrap();
+        let out = read_until(&tm, &id, &mut at, "30 100").await;
+        println!("{test}: stty size after resize -> {:?}", out.trim());
+        // SIGINT to the foreground group: the job, not the shell. The job says it runs
+        // (from inside its process group) before it becomes `sleep 100`; that it is
+        // interrupted shows as the shell's next line running within GIVE_UP (< 100 s).
+        let job = |marker: &str| type_line(&format!("bash -c 'echo {marker}; exec sleep 100'"));
+        tm.write("alice", &id, job("sle\"\"ep-started").as_bytes())
+            .await
+            .unwrap();
+        read_until(&tm, &id, &mut at, "sleep-started").await;
+        tm.signal("alice", &id, TermSignal::Int).unwrap();
+        tm.write("alice", &id, type_line("echo alive-$((1+1))").as_bytes())
+            .await
+            .unwrap();
+        read_until(&tm, &id, &mut at, "alive-2").await;
+        // The byte ^C, through the line discipline.
+        tm.write("alice", &id, job("sle\"\"ep-again").as_bytes())
+            .await
+            .unwrap();
+        read_until(&tm, &id, &mut at, "sleep-again").await;
+        tm.write("alice", &id, b"\x03").await.unwrap();
+        tm.write("alice", &id, type_line("echo again-$((2+3))").as_bytes())
+            .await
+            .unwrap();
+        let out = read_until(&tm, &id, &mut at, "again-5").await;
+        println!("{test}: after ^C -> {:?}", out.trim());
+        assert_eq!(
+            tm.status("alice", &id).await.unwrap().state,
+            BackgroundState::Running
+        );
+        tm.write("alice", &id, type_line("exit 7").as_bytes())
+            .await
+            .unwrap();
+        let s = until_ended(&tm, &id).await;
+        println!(
+            "{test}: ended {:?} exit {:?}, attested: {}",
+            s.state,
+            s.exit_code,
+            s.attestation.is_some()
+        );
+        assert_eq!((s.state, s.exit_code), (BackgroundState::Exited, Some(7)));
+        assert!(s.attestation.is_some(), "{s:?}");
+        // An ended term takes no more input.
+        let err = tm.write("alice", &id, b"x").await.unwrap_err();
+        assert_eq!(err.code(), "term.ended", "{err}");
+    });
+}
+
+async fn until_ended(tm: &TermManager, id: &str) -> tierbox_runner::background::BackgroundStatus {
+    let give_up = Instant::now() + GIVE_UP;
+    loop {
+        let s = tm.status("alice", id).await.unwrap();
+        if s.state != BackgroundState::Running {
+            return s;
+        }
+        assert!(Instant::now() < give_up, "never ended: {s:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+in_every_backend!(bash_in_a_term, bash_session);
+
+/// Python's REPL: a typed expression's result, then EOF (closing the input) ends it with
+/// its exit status.
+fn python_repl(test: &str, at: Where) {
+    let Some(e) = env(test, at, |_| {}) else {
+        return;
+    };
+    let tm = e.runner.terms().clone();
+    e.rt.block_on(async {
+        let id = e.start("python3", &["-q", "-i"]).await;
+        let mut at = 0;
+        read_until(&tm, &id, &mut at, ">>> ").await;
+        tm.write("alice", &id, b"print(6 * 7, 'x' * 3)\r")
+            .await
+            .unwrap();
+        let out = read_until(&tm, &id, &mut at, "42 xxx\r\n>>> ").await;
+        println!("{test}: REPL -> {:?}", out.trim());
+        tm.write(
+            "alice",
+            &id,
+            b"import atexit, os; atexit.register(os._exit, 5)\r",
+        )
+        .await
+        .unwrap();
+        read_until(&tm, &id, &mut at, ">>> ").await;
+        tm.close_input("alice", &id).await.unwrap();
+        let s = until_ended(&tm, &id).await;
+        println!("{test}: after EOF {:?} exit {:?}", s.state, s.exit_code);
+        assert_eq!((s.state, s.exit_code), (BackgroundState::Exited, Some(5)));
+    });
+}
+
+in_every_backend!(python_repl_in_a_term, python_repl);
+
+/// `TIOCSTI` on the terminal from inside is refused in every backend.
+fn tiocsti_refused(test: &str, at: Where) {
+    let Some(e) = env(test, at, |_| {}) else {
+        return;
+    };
+    let tm = e.runner.terms().clone();
+    e.rt.block_on(async {
+        let code = "import fcntl, termios\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    print('TIOCSTI-' 'ALLOWED')\nexcept OSError as e:\n    print('TIOCSTI-' 'REFUSED', e.errno)\nimport time; time.sleep(100)\n";
+        let id = e.start("python3", &["-c", code]).await;
+        let mut at = 0;
+        let out = read_until(&tm, &id, &mut at, "TIOCSTI-REFUSED").await;
+        println!("{test}: {:?}", out.trim());
+        assert!(!out.contains("TIOCSTI-ALLOWED"), "{out:?}");
+        tm.kill("alice", &id).await.unwrap();
+    });
+}
+
+in_every_backend!(tiocsti_is_refused_in_a_term, tiocsti_refused);
+
+/// Another owner can neither read, write, resize, signal nor kill a term: the id is
+/// unknown to it, as an id that never existed is.
+#[test]
+fn another_owner_cannot_reach_a_term() {
+    let test = "another_owner_cannot_reach_a_term";
+    let Some(e) = env(test, Where::TierB, |_| {}) else {
+        return;
+    };
+    let tm = e.runner.terms().clone();
+    e.rt.block_on(async {
+        let id = e.start("bash", &["--norc", "--noprofile", "-i"]).await;
+        let codes = [
+            tm.write("bob", &id, b"echo hi\r").await.map(drop),
+            tm.close_input("bob", &id).await,
+            tm.output("bob", &id, 0, 1024, 0).await.map(drop),
+            tm.resize("bob", &id, SIZE),
+            tm.signal("bob", &id, TermSignal::Kill),
+            tm.status("bob", &id).await.map(drop),
+            tm.kill("bob", &id).await.map(drop),
+            tm.write("alice", "0123456789abcdef0123456789abcdef", b"x")
+                .await
+                .map(drop),
+        ]
+        .map(|r| r.map_err(|e: TermError| e.code()));
+        println!("{test}: {codes:?}");
+        assert!(
+            codes.iter().all(|c| *c == Err("term.not_found")),
+            "{codes:?}"
+        );
+        // Still alice's, still running.
+        let s = tm.status("alice", &id).await.unwrap();
+        assert_eq!(s.state, BackgroundState::Running);
+        tm.kill("alice", &id).await.unwrap();
+    });
+}
+
+/// A signal off the allowlist is refused by name; bad sizes and waits by value.
+#[test]
+fn a_term_refuses_signals_sizes_and_waits_off_its_limits() {
+    let err = TermSignal::parse("USR1").unwrap_err();
+    assert_eq!(err.code(), "term.signal_refused");
+    assert!(err.to_string().contains("USR1"), "{err}");
+    assert_eq!(TermSignal::parse("sigint").unwrap(), TermSignal::Int);
+    assert_eq!(TermSignal::parse("WINCH").unwrap(), TermSignal::Winch);
+    let Some(e) = env("a_term_refuses_limits", Where::TierB, |_| {}) else {
+        return;
+    };
+    let tm = e.runner.terms().clone();
+    e.rt.block_on(async {
+        let req = e.request("bash", &["--norc", "--noprofile", "-i"]);
+        let err = e
+            .runner
+            .start_term("alice", &req, TermSize { rows: 0, cols: 80 })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "term.bad_size", "{err}");
+        let id = e.start("bash", &["--norc", "--noprofile", "-i"]).await;
+        let err = tm.output("alice", &id, 0, 10, 30_001).await.unwrap_err();
+        assert_eq!(err.code(), "term.bad_wait", "{err}");
+        assert!(err.to_string().contains("30001"), "{err}");
+        tm.kill("alice", &id).await.unwrap();
+    });
+}
+
+/// 50 MB of output with nobody reading: the program runs to its end (the terminal is
+/// drained), the ring keeps its last [`TERM_RING_BYTES`] and a read from 0 counts what
+/// it lost.
+#[test]
+fn a_flood_does_not_block_the_program_and_the_ring_stays_bounded() {
+    let test = "a_flood_does_not_block_the_program_and_the_ring_stays_bounded";
+    // Redaction off: this measures the terminal's drain, not the redactor's speed.
+    let Some(e) = env(test, Where::TierB, |p| p.redaction.enabled = false) else {
+        return;
+    };
+    let tm = e.runner.terms().clone();
+    e.rt.block_on(async {
+        let flood = "yes | head -c 50000000; echo flood-done-$((40+2)); sleep 100";
+        let id = e.start("bash", &["-c", flood]).await;
+        let give_up = Instant::now() + Duration::from_secs(600);
+        // Only the end is looked for, from the newest bytes: nothing else is read.
+        loop {
+            let s = tm.status("alice", &id).await.unwrap();
+            let from = s.stdout_bytes.saturating_sub(256);
+            let tail = tm.output("alice", &id, from, 256, 1000).await.unwrap();
+            if tail.text.contains("flood-done-42") {
+                break;
+            }
+            assert!(Instant::now() < give_up, "the flood never ended: {s:?}");
+        }
+        let first = tm.output("alice", &id, 0, 1024, 0).await.unwrap();
+        println!(
+            "{test}: total {} bytes, a read from 0 starts at {} having missed {}",
+            first.total_bytes, first.offset, first.missed_bytes
+        );
+        // `yes` writes "y\n", the terminal shows "y\r\n".
+        assert!(first.total_bytes >= 50_000_000, "{first:?}");
+        assert!(
+            first.total_bytes - first.offset <= TERM_RING_BYTES as u64,
+            "{first:?}"
+        );
+        assert_eq!(first.missed_bytes, first.offset);
+        tm.kill("alice", &id).await.unwrap();
+    });
+}
+
+/// What is typed into a term is the program's stdin: an interpreter reading its program
+/// from it needs `exec.allow_eval`, as a run given stdin does; a script is not eval.
+#[test]
+fn a_repl_in_a_term_needs_allow_eval() {
+    let test = "a_repl_in_a_term_needs_allow_eval";
+    let Some(e) = env(test, Where::TierB, |p| p.exec.allow_eval = false) else {
+        return;
+    };
+    e.rt.block_on(async {
+        let req = e.request("python3", &["-q", "-i"]);
+        let err = e.runner.start_term("alice", &req, SIZE).await.unwrap_err();
+        println!("{test}: {} ({err})", err.code());
+        assert_eq!(err.code(), "exec.eval_stdin", "{err}");
+    });
+}
