@@ -105,10 +105,10 @@ pub struct LaunchOptions {
     /// is something to arm (a root supervisor, or seccomp), whatever this says; it
     /// decides for helpers such as `bwrap` and for launches with nothing to arm.
     pub launcher_thread: bool,
-    /// Give the program a terminal of this size instead of pipes ([`terminal`]): its
+    /// Give the program a terminal of this size instead of pipes (`launch::terminal`): its
     /// stdin, stdout and stderr are the terminal's secondary side, its controlling
     /// terminal in a session of its own, and the supervisor holds the primary
-    /// ([`crate::running::RunningSandbox::take_terminal`]). `None`: pipes.
+    /// ([`crate::contract::RunningSandbox::take_terminal`]). `None`: pipes.
     pub terminal: Option<terminal::TermSize>,
 }
 
