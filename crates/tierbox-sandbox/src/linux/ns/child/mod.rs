@@ -654,34 +654,21 @@ impl Pipes {
         })?;
         let (report_r, report_w) = crate::launch::sys::pipe_cloexec()
             .map_err(sys_err("pipe2(O_CLOEXEC) for the report pipe"))?;
-        let proxy_pair = if plan.network.needs_proxy() {
-            Some(nsys::seqpacket_pair().map_err(sys_err(
-                "socketpair(AF_UNIX, SOCK_SEQPACKET) for the egress listener",
-            ))?)
-        } else {
-            None
+        // A socket pair over which the sandbox sends the supervisor one descriptor, made
+        // only when the launch has that descriptor to send.
+        let pair_for = |wanted: bool, what: &str| {
+            wanted
+                .then(|| {
+                    nsys::seqpacket_pair().map_err(sys_err(format!(
+                        "socketpair(AF_UNIX, SOCK_SEQPACKET) for {what}"
+                    )))
+                })
+                .transpose()
         };
-        let fs_pair = if mplan.sent_fds() > 0 {
-            Some(nsys::seqpacket_pair().map_err(sys_err(
-                "socketpair(AF_UNIX, SOCK_SEQPACKET) for the scratch filesystems",
-            ))?)
-        } else {
-            None
-        };
-        let seccomp_pair = if hand_off {
-            Some(nsys::seqpacket_pair().map_err(sys_err(
-                "socketpair(AF_UNIX, SOCK_SEQPACKET) for the seccomp listener",
-            ))?)
-        } else {
-            None
-        };
-        let terminal_pair = if terminal {
-            Some(nsys::seqpacket_pair().map_err(sys_err(
-                "socketpair(AF_UNIX, SOCK_SEQPACKET) for the terminal",
-            ))?)
-        } else {
-            None
-        };
+        let proxy_pair = pair_for(plan.network.needs_proxy(), "the egress listener")?;
+        let fs_pair = pair_for(mplan.sent_fds() > 0, "the scratch filesystems")?;
+        let seccomp_pair = pair_for(hand_off, "the seccomp listener")?;
+        let terminal_pair = pair_for(terminal, "the terminal")?;
         Ok(Self {
             stdio,
             report_r,
