@@ -102,7 +102,8 @@ fn kill_and_check(
     }
     let cli_pid = cli.id();
     cli.kill().unwrap();
-    cli.wait().unwrap();
+    // Not reaped until everything is checked: a killed supervisor that is a zombie (its
+    // parent busy elsewhere) must be taken as gone by its watchdog, as a reaped one is.
     wait_for(GONE_WITHIN, || {
         markers.iter().all(|m| pids_with_argv(m).is_empty())
     });
@@ -124,6 +125,7 @@ fn kill_and_check(
     );
     wait_for(GONE_WITHIN, || mounts_under(state.path()).is_empty());
     let mounts_left = mounts_under(state.path());
+    cli.wait().unwrap();
     for point in &mounts_left {
         let _ = Command::new("umount").args(["-l", point]).status();
     }

@@ -55,6 +55,14 @@ const SWEEP_ROUNDS: usize = 3;
 /// Pause between sweeps.
 const SWEEP_PAUSE: Duration = Duration::from_millis(100);
 
+/// Longest the watchdog waits, after its pipe ends, for the supervisor to finish exiting
+/// (its descriptors close before it is a zombie and its children are handed on): until
+/// then the supervisor still counts as alive and nothing of it would be swept.
+const EXIT_WAIT: Duration = Duration::from_secs(5);
+
+/// Pause between looks at whether the supervisor has finished exiting.
+const EXIT_POLL: Duration = Duration::from_millis(5);
+
 /// Most bytes the watchdog keeps of what the supervisor wrote (engine lines): a few
 /// paths; anything past it is ignored rather than grown without bound.
 const NOTES_MAX_BYTES: usize = 16 * 1024;
@@ -172,6 +180,8 @@ fn released(notes: &[u8]) -> bool {
 
 fn watch(read: std::os::fd::OwnedFd) -> ! {
     sys::ignore_termination_signals();
+    // Forked by the supervisor: its parent, until the supervisor has exited.
+    let supervisor = rustix::process::getppid();
     let mut pipe = std::fs::File::from(read);
     let mut notes = Vec::new();
     let mut buf = [0u8; 512];
@@ -186,6 +196,13 @@ fn watch(read: std::os::fd::OwnedFd) -> ! {
     }
     if released(&notes) {
         std::process::exit(0)
+    }
+    // The pipe ends while the supervisor is still exiting; the kernel hands its children
+    // on (a new parent) only after that, when it is a zombie or gone — and only then do
+    // the sweeps below take what it owned as orphaned.
+    let waiting = std::time::Instant::now();
+    while rustix::process::getppid() == supervisor && waiting.elapsed() < EXIT_WAIT {
+        std::thread::sleep(EXIT_POLL);
     }
     for round in 0..SWEEP_ROUNDS {
         if crate::launch::sweep_orphaned_groups() == 0 && round > 0 {

@@ -25,11 +25,22 @@ pub(super) fn owner_prefix() -> &'static str {
 /// Start time of `pid` in clock ticks since boot (`/proc/<pid>/stat` field 22): with the
 /// pid it identifies a process across pid reuse.
 fn process_start_time(pid: i32) -> Option<u64> {
+    process_state(pid).map(|(_, start)| start)
+}
+
+/// `pid`'s state letter (`/proc/<pid>/stat` field 3: `R`, `S`, … `Z` for a zombie) and its
+/// start time (field 22).
+fn process_state(pid: i32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_state(&stat)
+}
+
+fn parse_state(stat: &str) -> Option<(char, u64)> {
     // The command name (field 2) may contain spaces and parentheses; fields after it are
-    // plain. Field 22 is the 20th after the closing parenthesis.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    // plain. Field 3 is the first after the closing parenthesis, field 22 the 20th.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields.nth(18)?.parse().ok()?))
 }
 
 /// `run_id` prefixed with this process's identity, `<pid>.<start>-<run id>`: with
@@ -53,7 +64,12 @@ pub(crate) fn owner_is_gone(name: &str) -> bool {
     let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else {
         return false;
     };
-    process_start_time(pid) != Some(start)
+    // A zombie runs nothing and holds nothing: its parent has not reaped it yet (a test
+    // harness that killed it, a shell busy elsewhere) — what it left is orphaned already.
+    match process_state(pid) {
+        Some((state, started)) => started != start || matches!(state, 'Z' | 'X'),
+        None => true,
+    }
 }
 
 /// Once per process, before its first run group: remove groups of dead supervisors.
@@ -105,4 +121,38 @@ pub fn sweep_orphaned_tmp(base: &Path) -> usize {
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_state_and_start_time_are_read_past_a_command_with_parentheses() {
+        let stat = "4242 (a (b) c) Z 1 4242 4242 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 \
+                    987654 1000 0 18446744073709551615";
+        assert_eq!(super::parse_state(stat), Some(('Z', 987_654)));
+        assert_eq!(super::parse_state("4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn a_living_owner_is_not_gone_and_a_zombie_or_another_start_is() {
+        let me = std::process::id() as i32;
+        let (_, start) = super::process_state(me).unwrap();
+        assert!(!super::owner_is_gone(&format!("tierbox-{me}.{start}-run")));
+        assert!(super::owner_is_gone(&format!(
+            "tierbox-{me}.{}-run",
+            start + 1
+        )));
+        // A child that exited and is not reaped yet: a zombie.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let zombie = (0..500).find_map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            super::process_state(pid).filter(|(s, _)| *s == 'Z')
+        });
+        let (_, child_start) = zombie.expect("the unreaped child became a zombie");
+        assert!(super::owner_is_gone(&format!(
+            "tierbox-{pid}.{child_start}-run"
+        )));
+        child.wait().unwrap();
+    }
 }
