@@ -66,10 +66,19 @@ pub(crate) fn owner_is_gone(name: &str) -> bool {
     };
     // A zombie runs nothing and holds nothing: its parent has not reaped it yet (a test
     // harness that killed it, a shell busy elsewhere) — what it left is orphaned already.
+    // Not so a leader that ended its own thread only (`pthread_exit`): it shows as a
+    // zombie while its other threads, listed beside it, still run the process.
     match process_state(pid) {
-        Some((state, started)) => started != start || matches!(state, 'Z' | 'X'),
+        Some((state, started)) => {
+            started != start || (matches!(state, 'Z' | 'X') && only_thread_left(pid))
+        }
         None => true,
     }
+}
+
+/// Whether `pid`'s thread group has no thread but its leader left.
+fn only_thread_left(pid: i32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(true, |tasks| tasks.count() <= 1)
 }
 
 /// Once per process, before its first run group: remove groups of dead supervisors.
@@ -154,5 +163,35 @@ mod tests {
             "tierbox-{pid}.{child_start}-run"
         )));
         child.wait().unwrap();
+    }
+
+    /// A process whose first thread ended alone (`pthread_exit`) shows as a zombie while
+    /// its other thread runs: it is not gone.
+    #[test]
+    fn a_zombie_leader_with_a_thread_still_running_is_not_gone() {
+        let script = "import threading, time, ctypes\n\
+                      threading.Thread(target=time.sleep, args=(30,)).start()\n\
+                      ctypes.CDLL(None).pthread_exit(None)\n";
+        let Ok(mut child) = std::process::Command::new("python3")
+            .args(["-c", script])
+            .spawn()
+        else {
+            tierbox_test_support::skip_here("python3 is not installed");
+            return;
+        };
+        let pid = child.id() as i32;
+        let leader = (0..500).find_map(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            super::process_state(pid).filter(|(s, _)| *s == 'Z')
+        });
+        let alive =
+            leader.map(|(_, start)| !super::owner_is_gone(&format!("tierbox-{pid}.{start}-run")));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(
+            alive,
+            Some(true),
+            "the leader never showed as a zombie, or was taken for gone"
+        );
     }
 }
