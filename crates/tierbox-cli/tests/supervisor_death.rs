@@ -282,18 +282,26 @@ fn sigkill_of_run_leaves_no_podman_container() {
         &script,
         &[["sleep", &m[0]], ["sleep", &m[1]]],
     );
-    let out = Command::new(podman)
-        .args([
-            "ps",
-            "-a",
-            "--filter",
-            "name=tierbox-",
-            "--format",
-            "{{.Names}}",
-        ])
-        .output()
-        .unwrap();
-    let names = String::from_utf8_lossy(&out.stdout).into_owned();
+    // The watchdog kills the container, then removes it: its processes are gone first.
+    let listed = || {
+        let out = Command::new(podman)
+            .args([
+                "ps",
+                "-a",
+                "--filter",
+                "name=tierbox-",
+                "--format",
+                "{{.Names}}",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ours = format!("tierbox-{cli}.");
+    wait_for(GONE_WITHIN, || {
+        !listed().lines().any(|n| n.starts_with(&ours))
+    });
+    let names = listed();
     assert!(
         !names
             .lines()
