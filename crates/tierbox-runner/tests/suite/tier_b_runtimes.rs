@@ -58,6 +58,12 @@ impl Env {
 
     /// Runs `command args` in Tier B; returns the exit code and stderr.
     fn run(&self, command: &str, args: &[&str]) -> (Option<i32>, String) {
+        let out = self.outcome(command, args);
+        (out.exit_code, out.stderr.text.clone())
+    }
+
+    /// Runs `command args` in Tier B; its outcome.
+    fn outcome(&self, command: &str, args: &[&str]) -> tierbox_runner::Outcome {
         let mut r = ProcessRunRequest::new(command);
         r.args = args.iter().map(|s| (*s).to_owned()).collect();
         r.tier = TierRequest::B;
@@ -66,13 +72,12 @@ impl Env {
             .with_options(RunOptions {
                 state_dir: self.state.path().to_path_buf(),
             });
-        let out = tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap()
             .block_on(runner.run(&r))
-            .unwrap();
-        (out.exit_code, out.stderr.text.clone())
+            .unwrap()
     }
 
     fn mode(&self, rel: &str) -> u32 {
@@ -210,4 +215,105 @@ fn regression_tier_b_uid0_install_m_fails_setting_permissions() {
         .map(|m| m.permissions().mode() & 0o7000)
         .unwrap_or(0);
     assert_eq!(mode, 0, "setuid or setgid left behind");
+}
+
+/// What the enforcement report says of the covers, when it says anything.
+const COVERED: &str = "host secret(s) beneath the system roots covered";
+
+/// A shell script that lists `/etc`, then tries every existing host secret of
+/// [`SYSTEM_SECRET_PATHS`] and every root-only file directly under `/etc` (each read, or
+/// listed for a directory), printing `READ <path>` for any that works.
+fn secrets_script() -> (String, usize) {
+    use std::os::unix::fs::MetadataExt;
+    let mut targets: Vec<String> = tierbox_policy::validate::SYSTEM_SECRET_PATHS
+        .iter()
+        .filter(|p| Path::new(p).exists())
+        .map(|p| (*p).to_owned())
+        .collect();
+    for entry in std::fs::read_dir("/etc").unwrap().flatten() {
+        let Ok(meta) = entry.path().symlink_metadata() else {
+            continue;
+        };
+        if meta.is_file() && meta.mode() & 0o004 == 0 {
+            targets.push(entry.path().display().to_string());
+        }
+    }
+    targets.sort();
+    targets.dedup();
+    let mut script = String::from("ls /etc >/dev/null && echo etc-listed\n");
+    for t in &targets {
+        script.push_str(&format!(
+            "if [ -d '{t}' ]; then ls '{t}' >/dev/null 2>&1 && echo 'READ {t}'; else cat '{t}' >/dev/null 2>&1 && echo 'READ {t}'; fi\n"
+        ));
+    }
+    script.push_str("exit 0\n");
+    (script, targets.len())
+}
+
+/// A Tier B run with its own mount namespace gets the system roots as one landlock rule
+/// each — `ls /etc` works, as on the host and in Tier C — and every host secret beneath
+/// them is covered in that namespace: no secret of the list, and no root-only file in
+/// `/etc`, can be read or listed by a run that keeps uid 0; the enforcement report says
+/// how many are covered.
+///
+/// Regression: `/etc` was granted as its ~150 entries around the secrets, so `ls /etc`
+/// failed with `EACCES` (and each cold start paid four system calls per entry).
+#[test]
+fn regression_tier_b_system_roots_are_whole_and_their_secrets_covered() {
+    let test = "regression_tier_b_system_roots_are_whole_and_their_secrets_covered";
+    if !runs_here(test, &["sh"]) {
+        return;
+    }
+    let mut env = Env::new(&["sh"]);
+    env.policy.exec.allow_eval = true;
+    env.policy.exec.allow_interpreters = true;
+    let (script, n) = secrets_script();
+    assert!(n > 0, "this host has no host secret under /etc to check");
+    let out = env.outcome("sh", &["-c", &script]);
+    assert_eq!(out.exit_code, Some(0), "{}", out.stderr.text);
+    assert_eq!(out.stdout.text, "etc-listed\n", "{n} secrets tried");
+    let covered = out
+        .enforcement
+        .namespaces
+        .iter()
+        .any(|l| l.contains(COVERED));
+    assert!(covered, "{:?}", out.enforcement.namespaces);
+}
+
+/// Negative control of the test above, and the fallback: with more covers than one run
+/// makes (`deny_read` naming more than 64 entries of `/etc`), the run keeps the carved
+/// grants — `/etc` itself is not listable, no cover is reported — and the secrets are
+/// still unreadable.
+#[test]
+fn tier_b_with_too_many_covers_keeps_the_carved_grants() {
+    let test = "tier_b_with_too_many_covers_keeps_the_carved_grants";
+    if !runs_here(test, &["sh"]) {
+        return;
+    }
+    let mut names: Vec<String> = std::fs::read_dir("/etc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.path().display().to_string())
+        .filter(|p| !p.ends_with("/passwd") && !p.ends_with("/group"))
+        .collect();
+    names.sort();
+    if names.len() <= 64 {
+        tierbox_test_support::skip(test, "/etc has too few files to name more than 64");
+        return;
+    }
+    let mut env = Env::new(&["sh"]);
+    env.policy.exec.allow_eval = true;
+    env.policy.exec.allow_interpreters = true;
+    env.policy.filesystem.deny_read = names[..65].to_vec();
+    let (script, _) = secrets_script();
+    let out = env.outcome("sh", &["-c", &script]);
+    assert_eq!(out.exit_code, Some(0), "{}", out.stderr.text);
+    assert_eq!(out.stdout.text, "", "{}", out.stderr.text);
+    let covered = out
+        .enforcement
+        .namespaces
+        .iter()
+        .any(|l| l.contains(COVERED));
+    assert!(!covered, "{:?}", out.enforcement.namespaces);
 }

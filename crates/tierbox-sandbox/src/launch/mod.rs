@@ -55,7 +55,9 @@ pub(crate) use owner::own_tmp_left;
 pub(crate) use owner::{owned_id, owner_is_gone};
 pub use owner::{sweep_orphaned_groups, sweep_orphaned_tmp};
 pub(crate) use pipes::{ParentStdio, SpawnedChild, StdioPart, StdioPipes, stdio_pipes};
-pub(crate) use resources::{cgroup_fd_array, cgroup_slot, new_slot, unmount_private_tmp};
+pub(crate) use resources::{
+    LandlockBase, cgroup_fd_array, cgroup_slot, new_slot, unmount_private_tmp,
+};
 pub use slots::Slot;
 
 /// Why a launch failed.

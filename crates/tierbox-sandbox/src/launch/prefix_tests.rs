@@ -59,6 +59,8 @@ fn namespace(userns_fd: c_int) -> PrivateNs {
         tree_fds: std::ptr::null_mut(),
         protect: std::ptr::null(),
         n_protect: 0,
+        hide: std::ptr::null(),
+        n_hide: 0,
         dev_null: FileId::default(),
     }
 }

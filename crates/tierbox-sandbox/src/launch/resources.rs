@@ -43,6 +43,7 @@ pub(crate) fn cgroup_slot(
         cgroup: facts.cgroup.is_usable(),
         tmp_bytes: None,
         userns: false,
+        needs_covers: false,
     };
     match slots::take(&key) {
         Some(slot) => Ok(slot),
@@ -50,13 +51,22 @@ pub(crate) fn cgroup_slot(
     }
 }
 
+/// A new slot's landlock grants: `spec` as it is, or — when the run gets a mount
+/// namespace of its own (a bounded tmp, or a user namespace) — `spec` with its read-only
+/// paths replaced by `covered`, wider grants whose extra reach that namespace covers (the
+/// slot's key then says so: [`SlotKey::needs_covers`]).
+pub(crate) struct LandlockBase {
+    pub(crate) spec: LandlockSpec,
+    pub(crate) covered: Option<Vec<PathBuf>>,
+}
+
 /// Builds fresh per-run resources: the private tmp (with `home/`), the landlock ruleset
 /// granting it, and the cgroup.
 pub(crate) fn new_slot(
     plan: &Plan,
     opts: &LaunchOptions,
-    key: SlotKey,
-    landlock_base: Option<LandlockSpec>,
+    mut key: SlotKey,
+    landlock_base: Option<LandlockBase>,
     limits: &CgroupLimits,
     missing: &mut Vec<Layer>,
 ) -> Result<Slot, LaunchError> {
@@ -88,7 +98,12 @@ pub(crate) fn new_slot(
         return Err(e);
     }
     let landlock = match landlock_base {
-        Some(mut spec) => {
+        Some(LandlockBase { mut spec, covered }) => {
+            if private && let Some(read_only) = covered {
+                spec.read_only.clone_from(&read_only);
+                key.read_only = read_only;
+                key.needs_covers = true;
+            }
             spec.read_write.push(tmp.clone());
             if private {
                 spec.read_write.push(shm);

@@ -64,6 +64,10 @@ pub(crate) struct SlotKey {
     /// user namespace of its own (`tier_b::namespace`), so the private tmp has its
     /// shared-memory directory, with a landlock rule of its own (as a bounded tmp does).
     pub userns: bool,
+    /// `read_only` grants paths whole that hold what the run must not read (Tier B's
+    /// system roots, `tier_b::hide`): a run in this slot must have its mount namespace
+    /// cover those first.
+    pub needs_covers: bool,
 }
 
 impl SlotKey {
@@ -91,6 +95,7 @@ impl SlotKey {
             cgroup: false,
             tmp_bytes: None,
             userns: false,
+            needs_covers: false,
         }
     }
 }
@@ -262,6 +267,7 @@ impl SlotKey {
             cgroup,
             tmp_bytes,
             userns,
+            needs_covers,
         } = self;
         *backend == other.backend
             && *tmp_base == other.tmp_base
@@ -272,6 +278,7 @@ impl SlotKey {
             && *landlock == other.landlock
             && *tmp_bytes == other.tmp_bytes
             && *userns == other.userns
+            && *needs_covers == other.needs_covers
             && *cgroup_limits == other.cgroup_limits
             && *cgroup == other.cgroup
     }

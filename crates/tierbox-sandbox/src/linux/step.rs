@@ -42,6 +42,10 @@ pub enum Step {
     /// itself, or covered (`tier_b::protect`): opened beneath its base without
     /// following a symlink, checked to be the object planned, cloned and moved onto it.
     ProtectedPaths,
+    /// A Tier B program whose landlock grants the system roots whole: a host secret
+    /// beneath them (`tier_b::hide`) covered, opened without following a symlink, with an
+    /// empty read-only tmpfs (a directory) or a `nodev` `/dev/null` (anything else).
+    HiddenPaths,
     /// Tier C pid 1: writing `/proc/self/uid_map`.
     UidMap,
     /// Tier C pid 1: writing `deny` to `/proc/self/setgroups`.
@@ -96,7 +100,7 @@ pub enum Step {
 
 /// Every step with the system call or action it names, in discriminant order (a test
 /// checks the order).
-const STEPS: [(Step, &str); 31] = [
+const STEPS: [(Step, &str); 32] = [
     (Step::None, "none"),
     (
         Step::Pdeathsig,
@@ -115,6 +119,10 @@ const STEPS: [(Step, &str); 31] = [
     (
         Step::ProtectedPaths,
         "openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) / fstat / open_tree / move_mount of a protected path",
+    ),
+    (
+        Step::HiddenPaths,
+        "openat2(RESOLVE_NO_SYMLINKS) / fstat / fsopen(tmpfs) / fsmount / open_tree(/dev/null) / move_mount of a cover over a host secret",
     ),
     (Step::UidMap, "write(/proc/self/uid_map)"),
     (Step::Setgroups, "write(/proc/self/setgroups, \"deny\")"),

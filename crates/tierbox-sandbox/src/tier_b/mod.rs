@@ -36,8 +36,9 @@ use crate::running::{Root, Running, RunningSandbox, SeccompHandOff};
 use crate::launch::slots::{self, Slot, SlotGuard, SlotKey};
 use crate::launch::sys::{self};
 use crate::launch::{
-    Job, LaunchError, LaunchOptions, SpawnedChild, StdioPipes, cgroup_fd_array, cgroup_limits,
-    clone_on, cstring, new_slot, rlimit_report, rlimit64_table, stdio_pipes, user_notif_available,
+    Job, LandlockBase, LaunchError, LaunchOptions, SpawnedChild, StdioPipes, cgroup_fd_array,
+    cgroup_limits, clone_on, cstring, new_slot, rlimit_report, rlimit64_table, stdio_pipes,
+    user_notif_available,
 };
 use launcher::{Arming, armed_launcher, slot_launcher};
 
@@ -79,14 +80,8 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     // supervisor, beneath its writable grants only. Without seccomp user notification, a
     // run that keeps uid 0 gets them denied instead.
     let mediate_chmod = facts.seccomp && user_notif_available();
-    let slot = SlotGuard::new(acquire_slot(
-        plan,
-        opts,
-        facts,
-        &network,
-        ids,
-        &mut missing,
-    )?);
+    let (slot, whole) = acquire_slot(plan, opts, facts, &network, ids, &mut missing)?;
+    let slot = SlotGuard::new(slot);
     // From here on every failure hands the slot back (its guard, dropped after the
     // placeholders' claim).
     let mut claim = crate::placeholders::claim(&[]);
@@ -95,7 +90,7 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
         opts,
         facts,
         (&network, egress_listener.map(|(listener, _)| listener)),
-        &slot,
+        (&slot, whole.as_ref()),
         ids,
         mediate_chmod,
         &mut missing,
@@ -105,16 +100,17 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
 }
 
 /// [`launch`] in `slot`: the run's namespace planned (its placeholders claimed in
-/// `claim` and made), the child started, what was enforced reported. The caller puts the
-/// slot and the placeholders into the returned handle; `network` comes with the egress
-/// proxy's listener when the rules name its port.
+/// `claim` and made, the covers `whole` names when the slot needs them), the child
+/// started, what was enforced reported. The caller puts the slot and the placeholders
+/// into the returned handle; `network` comes with the egress proxy's listener when the
+/// rules name its port.
 #[allow(clippy::too_many_arguments)]
 fn launch_in_slot(
     plan: &Plan,
     opts: &LaunchOptions,
     facts: &HostFacts,
     (network, egress_listener): (&NetworkRules, Option<std::net::TcpListener>),
-    slot: &Slot,
+    (slot, whole): (&Slot, Option<&hide::WholeRoots>),
     ids: (u32, u32, bool),
     mediate_chmod: bool,
     missing: &mut Vec<Layer>,
@@ -139,7 +135,7 @@ fn launch_in_slot(
         )
         .ok()
     });
-    let private = private_namespace(plan, facts, slot, ids, missing, claim)?;
+    let private = private_namespace(plan, facts, (slot, whole), ids, missing, claim)?;
     let (mut child, seccomp_layout, audit) = spawn_in_slot(
         plan,
         opts,
@@ -190,13 +186,34 @@ fn launch_in_slot(
 fn private_namespace(
     plan: &Plan,
     facts: &HostFacts,
-    slot: &Slot,
+    (slot, whole): (&Slot, Option<&hide::WholeRoots>),
     (uid, gid, _): (u32, u32, bool),
     missing: &mut Vec<Layer>,
     claim: &mut crate::placeholders::Claim,
 ) -> Result<Option<PrivateMounts>, LaunchError> {
+    // The covers the slot's landlock grants rely on: a run without them never starts.
+    let covers = match (slot.key.needs_covers, whole) {
+        (false, _) => None,
+        (true, Some(whole)) => Some(whole),
+        (true, None) => {
+            return Err(LaunchError::Setup {
+                what: "the covers of the host's secrets".to_owned(),
+                source: std::io::Error::other(
+                    "the run's landlock grants the system roots whole, and its plan names no covers",
+                ),
+            });
+        }
+    };
     let kind = match namespace::kind_for(facts, slot) {
         Ok(kind) => kind,
+        Err(_) if covers.is_some() => {
+            return Err(LaunchError::Setup {
+                what: "the covers of the host's secrets".to_owned(),
+                source: std::io::Error::other(
+                    "the run's landlock grants the system roots whole, and it has no mount namespace to cover them in",
+                ),
+            });
+        }
         Err(none) => {
             let why = none.to_string();
             namespace::refuse_scratch_args(plan, &why)?;
@@ -207,10 +224,15 @@ fn private_namespace(
             return Ok(None);
         }
     };
-    let (read_only, read_write) = landlock_paths(plan, uid);
+    let (read_only, read_write) = landlock_paths(plan, uid, covers);
     let grants = (read_only.as_slice(), read_write.as_slice());
     let mut private = PrivateMounts::plan(plan, facts, slot, kind, (uid, gid), grants)
         .map_err(LaunchError::setup("the private /tmp and /dev/shm"))?;
+    if let Some(whole) = covers {
+        private
+            .hide(whole)
+            .map_err(LaunchError::setup("the covers of the host's secrets"))?;
+    }
     if !plan.filesystem.protected.is_empty() {
         let protection = protect::plan_protection(plan).map_err(|e| LaunchError::Setup {
             what: "the protected paths (filesystem.protected)".to_owned(),
@@ -233,7 +255,9 @@ fn private_namespace(
     Ok(Some(private))
 }
 
-/// A warm slot with the shape of this run, or fresh resources.
+/// A warm slot with the shape of this run, or fresh resources; with the system roots
+/// whole and their covers when the run can have them ([`hide`]: a run with a mount
+/// namespace of its own), which the slot's key says it relies on.
 fn acquire_slot(
     plan: &Plan,
     opts: &LaunchOptions,
@@ -241,14 +265,20 @@ fn acquire_slot(
     network: &NetworkRules,
     (uid, gid, _): (u32, u32, bool),
     missing: &mut Vec<Layer>,
-) -> Result<Slot, LaunchError> {
+) -> Result<(Slot, Option<hide::WholeRoots>), LaunchError> {
     let abi = facts.landlock_abi.unwrap_or(0);
     let landlock = facts.landlock_abi.is_some();
     let (read_only, read_write) = if landlock {
-        landlock_paths(plan, uid)
+        landlock_paths(plan, uid, None)
     } else {
         (Vec::new(), Vec::new())
     };
+    let whole = if landlock && namespace::available(facts).is_ok() {
+        hide::whole_roots(plan, &[&opts.tmp_base])
+    } else {
+        None
+    };
+    let covered = whole.as_ref().map(|w| landlock_paths(plan, uid, Some(w)).0);
     let cgroup_limits = cgroup_limits(plan);
     let mut key = SlotKey {
         backend: BACKEND,
@@ -264,27 +294,41 @@ fn acquire_slot(
         cgroup: facts.cgroup.is_usable(),
         tmp_bytes: (facts.euid == 0).then(|| crate::linux::mounts::tmp_size_bytes(plan)),
         userns: facts.euid != 0 && namespace::available(facts).is_ok(),
+        needs_covers: false,
     };
+    if let Some(covered) = &covered {
+        let key = SlotKey {
+            needs_covers: true,
+            ..key.clone()
+        };
+        if let Some(slot) = slots::take_with_paths(&key, covered, &read_write) {
+            return Ok((slot, whole));
+        }
+    }
     if let Some(slot) = slots::take_with_paths(&key, &read_only, &read_write) {
-        return Ok(slot);
+        return Ok((slot, None));
     }
     // A new slot: only now are the paths copied.
     let owned = |paths: Vec<&Path>| paths.into_iter().map(Path::to_path_buf).collect::<Vec<_>>();
     key.read_only = owned(read_only);
     key.read_write = owned(read_write);
-    let spec = landlock.then(|| LandlockSpec {
-        read_only: key.read_only.clone(),
-        read_write: key.read_write.clone(),
-        scope_signals: abi >= 6,
-        scope_abstract_unix: abi >= 6,
-        tcp_connect_ports: network.tcp_ports.clone(),
+    let spec = landlock.then(|| LandlockBase {
+        spec: LandlockSpec {
+            read_only: key.read_only.clone(),
+            read_write: key.read_write.clone(),
+            scope_signals: abi >= 6,
+            scope_abstract_unix: abi >= 6,
+            tcp_connect_ports: network.tcp_ports.clone(),
+        },
+        covered: covered.map(owned),
     });
     let mut slot = new_slot(plan, opts, key, spec, &cgroup_limits, missing)?;
     // No bounded tmp was asked for (an unprivileged supervisor): why not.
     if slot.tmp_bytes.is_none() && slot.tmp_unbounded_why.is_empty() {
         slot.tmp_unbounded_why = namespace::unbounded_tmp_why(facts);
     }
-    Ok(slot)
+    let whole = whole.filter(|_| slot.key.needs_covers);
+    Ok((slot, whole))
 }
 
 /// What this run's launch enforced, in words.
@@ -418,7 +462,7 @@ fn namespace_report(private: Option<&PrivateMounts>) -> Vec<String> {
         ));
     }
     lines.push(format!(
-        "mount: a private /tmp (the run's TMPDIR{}) and /dev/shm (its {} directory), the grants beneath /tmp bound back at their paths{}; every other path the host's",
+        "mount: a private /tmp (the run's TMPDIR{}) and /dev/shm (its {} directory), the grants beneath /tmp bound back at their paths{}{}; every other path the host's",
         if p.kind == NsKind::User {
             ", a directory of the supervisor's: not size-bounded"
         } else {
@@ -429,6 +473,12 @@ fn namespace_report(private: Option<&PrivateMounts>) -> Vec<String> {
             ", the protected paths bound read-only"
         } else {
             ""
+        },
+        match p.hidden {
+            Some(n) => format!(
+                ", {n} host secret(s) beneath the system roots covered (empty and read-only; landlock grants the roots whole)"
+            ),
+            None => String::new(),
         },
     ));
     lines
@@ -919,14 +969,22 @@ fn seccomp_spec(
     }
 }
 
-/// The paths a Tier B run's landlock ruleset grants, borrowed from `plan`: read-only
+/// The paths a Tier B run's landlock ruleset grants, borrowed from `plan` (the system
+/// roots whole from `whole`, when its namespace covers what they hold): read-only
 /// (the system roots, the policy's grants, a few devices and pseudo-files) and
 /// read-write (the workspace, the writable grants, the null devices, and the terminal
 /// devices unless the run keeps uid 0).
-fn landlock_paths(plan: &Plan, child_uid: u32) -> (Vec<&Path>, Vec<&Path>) {
+fn landlock_paths<'p>(
+    plan: &'p Plan,
+    child_uid: u32,
+    whole: Option<&'p hide::WholeRoots>,
+) -> (Vec<&'p Path>, Vec<&'p Path>) {
     let fs = &plan.filesystem;
-    let read_only = fs
-        .system_read_only
+    let system: &[PathBuf] = match whole {
+        Some(w) => &w.roots,
+        None => &fs.system_read_only,
+    };
+    let read_only = system
         .iter()
         .chain(&fs.read_only)
         .map(PathBuf::as_path)
@@ -960,6 +1018,7 @@ fn child_ids(facts: &HostFacts, workspace: &Path) -> (u32, u32, bool) {
     }
 }
 
+pub(crate) mod hide;
 pub(crate) mod launcher;
 pub mod mounts;
 pub(crate) mod namespace;

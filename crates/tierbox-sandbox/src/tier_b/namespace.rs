@@ -152,6 +152,9 @@ pub(crate) struct PrivateMounts {
     pub(crate) ns: NsPlan,
     /// How many protected targets and pins, and placeholders, for the report.
     pub(crate) protected: Option<(usize, usize)>,
+    /// How many host secrets are covered ([`super::hide`]), when the landlock grants
+    /// the system roots whole.
+    pub(crate) hidden: Option<usize>,
 }
 
 impl PrivateMounts {
@@ -202,9 +205,11 @@ impl PrivateMounts {
                 userns: (kind == NsKind::User).then_some((uid, gid)),
                 trees,
                 protect: Vec::new(),
+                hide: Vec::new(),
                 dev_null,
             },
             protected: None,
+            hidden: None,
         })
     }
 
@@ -212,6 +217,13 @@ impl PrivateMounts {
     pub(crate) fn protect(&mut self, plan: &Plan, protection: &Protection) -> std::io::Result<()> {
         self.ns.protect = super::protect::steps(plan, protection)?;
         self.protected = Some((protection.targets.len(), protection.placeholders().count()));
+        Ok(())
+    }
+
+    /// Adds the covers of the host's secrets the run's landlock grants leave to it.
+    pub(crate) fn hide(&mut self, whole: &super::hide::WholeRoots) -> std::io::Result<()> {
+        self.ns.hide = whole.cover_strings()?;
+        self.hidden = Some(whole.covers.len());
         Ok(())
     }
 

@@ -86,6 +86,10 @@ pub(crate) struct PrivateNs {
     pub tree_fds: *mut c_int,
     pub protect: *const NsProtect,
     pub n_protect: usize,
+    /// Host paths to cover after the protected paths ([`hide_one`]): absolute, each a
+    /// NUL-terminated string.
+    pub hide: *const *const c_char,
+    pub n_hide: usize,
     /// What `/dev/null` (the source of a cover) must be.
     pub dev_null: FileId,
 }
@@ -215,8 +219,142 @@ pub(crate) fn private_ns_mounts(ns: &PrivateNs) -> Result<(), (Step, i32)> {
     for p in protect {
         protect_one(p, ns.dev_null).map_err(at(S::ProtectedPaths))?;
     }
+    // SAFETY: the caller keeps `n_hide` NUL-terminated strings alive at this pointer.
+    let hide = unsafe { slice_or_empty(ns.hide, ns.n_hide) };
+    for path in hide {
+        // SAFETY: a NUL-terminated string the caller owns.
+        let path = unsafe { std::ffi::CStr::from_ptr(*path) };
+        hide_one(path, ns.dev_null).map_err(at(S::HiddenPaths))?;
+    }
     Ok(())
 }
+
+/// What a cover is mounted with: nothing can be written, executed, or opened as a device
+/// through it.
+const COVER_ATTR: u64 = nsys::MOUNT_ATTR_RDONLY
+    | nsys::MOUNT_ATTR_NOSUID
+    | nsys::MOUNT_ATTR_NODEV
+    | nsys::MOUNT_ATTR_NOEXEC;
+
+/// Covers the host path `path` (absolute; beneath a system root, which only root can
+/// change) in the caller's new mount namespace: a directory with an empty read-only
+/// tmpfs made for it (`fsopen`/`fsmount`: it has no path anywhere, so nothing can put a
+/// file in it), anything else with a read-only `nodev` clone of `/dev/null` (it cannot
+/// even be opened). The cover is moved onto the very object opened — without following
+/// any symlink on the way, a final one included (a symlink is covered itself). A path
+/// that is gone has nothing to hide and is skipped; any other failure fails the launch.
+fn hide_one(path: &std::ffi::CStr, dev_null: FileId) -> Result<(), i32> {
+    let nosymlinks = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    let target = match nsys::openat2_raw(
+        libc::AT_FDCWD,
+        path,
+        libc::O_PATH | libc::O_NOFOLLOW,
+        nosymlinks,
+    ) {
+        Ok(fd) => fd,
+        Err(libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    // SAFETY: a zeroed `stat` is a valid out-parameter.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat of an O_PATH fd we just opened writes one `stat`.
+    let stat = check(unsafe { libc::syscall(libc::SYS_fstat, target, &mut st as *mut libc::stat) });
+    let tree = stat.and_then(|_| {
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            empty_tmpfs()
+        } else {
+            open_expected(libc::AT_FDCWD, c"/dev/null", nosymlinks, dev_null).and_then(|null| {
+                let tree = clone_tree(null, COVER_ATTR);
+                nsys::close(null);
+                tree
+            })
+        }
+    });
+    let moved = tree.and_then(|tree| {
+        let r = move_onto(tree, target);
+        nsys::close(tree);
+        r
+    });
+    nsys::close(target);
+    moved
+}
+
+/// A detached, empty tmpfs whose root has mode 0 (listing it fails with `EACCES` for a
+/// run without capabilities, its owner included, as landlock's refusal did), mounted with
+/// [`COVER_ATTR`]: `fsopen("tmpfs")`, `fsconfig` (`mode=0`, then `FSCONFIG_CMD_CREATE`),
+/// `fsmount`.
+fn empty_tmpfs() -> Result<c_int, i32> {
+    // SAFETY: fsopen with a NUL-terminated filesystem name and integer flags; it returns
+    // a new fd for a filesystem context.
+    let ctx = check(unsafe { libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) })?
+        as c_int;
+    // SAFETY: fsconfig on the context we own with a NUL-terminated key and value.
+    let mode = check(unsafe {
+        libc::syscall(
+            libc::SYS_fsconfig,
+            ctx,
+            FSCONFIG_SET_STRING,
+            c"mode".as_ptr(),
+            c"0".as_ptr(),
+            0,
+        )
+    });
+    let created = mode.and_then(|_| {
+        // SAFETY: fsconfig on the context we own, with null key and value for CMD_CREATE.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                ctx,
+                FSCONFIG_CMD_CREATE,
+                std::ptr::null::<c_char>(),
+                std::ptr::null::<c_char>(),
+                0,
+            )
+        })
+    });
+    let mounted = created.and_then(|_| {
+        // SAFETY: fsmount of the created context with integer flags and attributes; it
+        // returns a new fd for the detached mount.
+        check(unsafe {
+            libc::syscall(
+                libc::SYS_fsmount,
+                ctx,
+                FSMOUNT_CLOEXEC,
+                COVER_ATTR as libc::c_ulong,
+            )
+        })
+        .map(|fd| fd as c_int)
+    });
+    nsys::close(ctx);
+    mounted
+}
+
+/// `move_mount(tree, "", onto, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH)`.
+fn move_onto(tree: c_int, onto: c_int) -> Result<(), i32> {
+    // SAFETY: two fds this process holds, empty NUL-terminated paths with
+    // MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH: the tree onto the very object
+    // `onto` names (a symlink itself, never its target).
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree as libc::c_ulong,
+            c"".as_ptr(),
+            onto as libc::c_ulong,
+            c"".as_ptr(),
+            libc::c_ulong::from(lsys::MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+        )
+    })
+    .map(drop)
+}
+
+/// `fsopen(2)` flag.
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+/// `fsmount(2)` flag.
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+/// `fsconfig(2)` command: set a string parameter.
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+/// `fsconfig(2)` command: create the superblock.
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
 
 /// `slice::from_raw_parts`, or an empty slice for a null pointer.
 ///
@@ -255,21 +393,9 @@ fn protect_one(p: &NsProtect, dev_null: FileId) -> Result<(), i32> {
         clone_tree(entry, p.attr)
     };
     let moved = tree.and_then(|tree| {
-        // SAFETY: two fds this process holds, empty NUL-terminated paths with
-        // MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH: the tree onto the very
-        // object opened and checked above (a symlink itself, never its target).
-        let r = check(unsafe {
-            libc::syscall(
-                libc::SYS_move_mount,
-                tree as libc::c_ulong,
-                c"".as_ptr(),
-                entry as libc::c_ulong,
-                c"".as_ptr(),
-                libc::c_ulong::from(lsys::MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
-            )
-        });
+        let r = move_onto(tree, entry);
         nsys::close(tree);
-        r.map(drop)
+        r
     });
     nsys::close(entry);
     moved

@@ -20,7 +20,7 @@
 //!   domain and, when asked, the run's mount namespace ([`ThreadMounts`]), made by
 //!   `launch::private_ns` (which a cloned child runs itself when no thread made it).
 
-use std::ffi::{CString, c_int};
+use std::ffi::{CString, c_char, c_int};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -207,6 +207,8 @@ pub(crate) struct NsPlan {
     pub(crate) trees: Vec<NsTreePlan>,
     /// The protected paths, after the trees.
     pub(crate) protect: Vec<NsProtectPlan>,
+    /// The host secrets covered last (`tier_b::hide`), absolute.
+    pub(crate) hide: Vec<CString>,
     /// What `/dev/null`, the source of a cover, is.
     pub(crate) dev_null: FileId,
 }
@@ -239,6 +241,7 @@ pub(crate) struct RawNs<'a> {
     trees: Vec<NsTree>,
     tree_fds: Vec<c_int>,
     protect: Vec<NsProtect>,
+    hide: Vec<*const c_char>,
 }
 
 impl<'a> RawNs<'a> {
@@ -266,12 +269,14 @@ impl<'a> RawNs<'a> {
                 attr: p.attr,
             })
             .collect();
+        let hide = plan.hide.iter().map(|p| p.as_ptr()).collect();
         Self {
             plan,
             userns,
             tree_fds: vec![-1; trees.len()],
             trees,
             protect,
+            hide,
         }
     }
 
@@ -286,6 +291,8 @@ impl<'a> RawNs<'a> {
             tree_fds: self.tree_fds.as_mut_ptr(),
             protect: self.protect.as_ptr(),
             n_protect: self.protect.len(),
+            hide: self.hide.as_ptr(),
+            n_hide: self.hide.len(),
             dev_null: self.plan.dev_null,
         }
     }
