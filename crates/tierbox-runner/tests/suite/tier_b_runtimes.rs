@@ -317,3 +317,83 @@ fn tier_b_with_too_many_covers_keeps_the_carved_grants() {
         .any(|l| l.contains(COVERED));
     assert!(!covered, "{:?}", out.enforcement.namespaces);
 }
+
+/// The helper process's state directory and workspace (environment variables).
+const HELPER_STATE: &str = "TIERBOX_TEST_POOLED_STATE";
+const HELPER_WS: &str = "TIERBOX_TEST_POOLED_WS";
+
+/// Helper process of [`an_embedder_that_exits_with_pooled_slots_leaves_no_mount`]: an
+/// embedder that turns pooling on, makes one Tier B run and returns from `main` without
+/// draining the pool.
+#[test]
+#[ignore = "helper process of an_embedder_that_exits_with_pooled_slots_leaves_no_mount; does nothing on its own"]
+fn pooled_embedder_for_the_exit_test() {
+    let (Ok(state), Ok(ws)) = (std::env::var(HELPER_STATE), std::env::var(HELPER_WS)) else {
+        return;
+    };
+    tierbox_runner::host::set_pooling(true);
+    let mut policy = Policy::builtin_default();
+    policy.exec.allowed_executables = vec!["true".to_owned()];
+    let mut r = ProcessRunRequest::new("true");
+    r.tier = TierRequest::B;
+    let runner = Runner::new(policy)
+        .with_workspace(&ws)
+        .with_options(RunOptions {
+            state_dir: state.into(),
+        });
+    let out = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(runner.run(&r))
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{}", out.stderr.text);
+}
+
+/// A process that pools slots (as `tierbox serve` does) and ends normally without
+/// draining them — an embedder, or a test binary — leaves no tmpfs mounted on the host:
+/// its idle Tier B slot's bounded tmp is unmounted at exit.
+///
+/// Regression: each such process left its idle slots' `tierbox-tmp` mounts in place for
+/// the host's lifetime (twelve after one run of the probe suites), since only a later
+/// supervisor using the same state directory swept them.
+#[test]
+fn an_embedder_that_exits_with_pooled_slots_leaves_no_mount() {
+    let test = "an_embedder_that_exits_with_pooled_slots_leaves_no_mount";
+    if !runs_here(test, &["true"]) {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "suite::tier_b_runtimes::pooled_embedder_for_the_exit_test",
+        ])
+        .env(HELPER_STATE, state.path())
+        .env(HELPER_WS, ws.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state_dir = std::fs::canonicalize(state.path()).unwrap();
+    let left: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .nth(4)
+                .is_some_and(|point| Path::new(point).starts_with(&state_dir))
+        })
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        left.is_empty(),
+        "mounts left under the state directory: {left:?}"
+    );
+}

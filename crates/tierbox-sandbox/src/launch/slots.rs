@@ -186,12 +186,31 @@ impl Slot {
 
 static POOLING: AtomicBool = AtomicBool::new(false);
 
-/// Turns slot reuse on or off; turning it off destroys the idle slots.
+/// Turns slot reuse on or off; turning it off destroys the idle slots. Turned on, the
+/// idle slots are also destroyed when the process ends normally without [`drain`] (an
+/// embedder, or a test binary, that returns from `main`): an idle Tier B slot holds a
+/// tmpfs mounted on the host, which nothing else would remove (a process killed by a
+/// signal has its watchdog for that, `crate::watchdog`).
 pub fn set_pooling(on: bool) {
     POOLING.store(on, Ordering::SeqCst);
-    if !on {
+    if on {
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        AT_EXIT.call_once(|| {
+            let _ = super::sys::at_exit(destroy_idle_at_exit);
+        });
+    } else {
         drain();
     }
+}
+
+/// The exit handler of [`set_pooling`]: destroys the idle slots, without waiting for
+/// anything (a thread still holding the pool keeps it: never a deadlock at exit).
+extern "C" fn destroy_idle_at_exit() {
+    let idle: Vec<Slot> = match pool().try_lock() {
+        Ok(mut pool) => pool.drain(..).collect(),
+        Err(_) => Vec::new(),
+    };
+    idle.into_iter().for_each(destroy);
 }
 
 /// Whether slot reuse is on: the process is a long-lived supervisor that calls [`drain`]

@@ -695,6 +695,16 @@ pub fn getpid() -> libc::pid_t {
 
 /// `prctl(PR_SET_CHILD_SUBREAPER, 1)`: orphaned descendants are re-parented to this
 /// process (so `setsid` double-forked daemons can be found and killed).
+/// Registers `f` to run when the process ends normally (`exit(3)`, a return from `main`),
+/// never when a signal ends it.
+pub(crate) fn at_exit(f: extern "C" fn()) -> io::Result<()> {
+    // SAFETY: atexit with a function pointer that lives for the whole program.
+    match unsafe { libc::atexit(f) } {
+        0 => Ok(()),
+        _ => Err(io::Error::other("atexit: no room for another handler")),
+    }
+}
+
 pub fn set_child_subreaper() -> io::Result<()> {
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } == -1 {

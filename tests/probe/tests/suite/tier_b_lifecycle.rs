@@ -351,22 +351,37 @@ async fn supervisor_for_the_death_test() {
     ) else {
         return;
     };
+    if let Some(state) = std::env::var_os(HELPER_STATE_ENV) {
+        fx.use_state_dir(Path::new(&state));
+    }
     fx.policy.limits.timeout_ms = 30_000;
     let _ = fx.probe(&["hold", "hold.pid"]).await;
 }
 
 /// What is left of a run whose supervisor was SIGKILLed mid-run: the run's direct child
-/// and the child it forked (pid and start time of each), and the run's cgroups.
+/// and the child it forked (pid and start time of each), and the run's cgroups. The
+/// killed supervisor's state directory goes with it: its tmp trees (a bounded tmpfs
+/// under a root supervisor) are swept as the next supervisor there would, so a test
+/// leaves no mount on the host.
 struct Orphans {
     direct: ProcessId,
     forked: ProcessId,
     cgroups: Vec<PathBuf>,
+    state: tempfile::TempDir,
+}
+
+impl Drop for Orphans {
+    fn drop(&mut self) {
+        tierbox_sandbox::launch::sweep_orphaned_tmp(&self.state.path().join("tmp"));
+    }
 }
 
 /// Starts a separate supervisor process running `hold`, waits for the pid file, then
 /// SIGKILLs the supervisor.
 fn kill_a_supervisor_mid_run() -> Orphans {
     let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
     let mut helper = Command::new(std::env::current_exe().unwrap())
         .args([
             "suite::tier_b_lifecycle::supervisor_for_the_death_test",
@@ -376,6 +391,10 @@ fn kill_a_supervisor_mid_run() -> Orphans {
             "1",
         ])
         .env(HELPER_WORKSPACE_ENV, dir.path())
+        .env(
+            HELPER_STATE_ENV,
+            std::fs::canonicalize(state.path()).unwrap(),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -403,6 +422,7 @@ fn kill_a_supervisor_mid_run() -> Orphans {
         direct,
         forked,
         cgroups,
+        state,
     }
 }
 
@@ -532,14 +552,12 @@ async fn dropping_the_run_future_kills_the_run() {
     };
     // The run future is dropped here, mid-run.
     let n: Vec<&str> = text.split_whitespace().collect();
+    let direct = ProcessId::parse_pair(&n[..2].join(" ")).unwrap();
     let orphans = Orphans {
-        direct: ProcessId::parse_pair(&n[..2].join(" ")).unwrap(),
+        cgroups: run_cgroup_dirs(direct.pid),
+        direct,
         forked: ProcessId::parse_pair(&n[2..4].join(" ")).unwrap(),
-        cgroups: Vec::new(),
-    };
-    let orphans = Orphans {
-        cgroups: run_cgroup_dirs(orphans.direct.pid),
-        ..orphans
+        state: tempfile::tempdir().unwrap(),
     };
     let direct_dead = orphans.direct.dead_within(DEATH_GRACE);
     let forked_dead = orphans.forked.dead_within(DEATH_GRACE);
