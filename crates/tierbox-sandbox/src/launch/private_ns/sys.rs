@@ -103,15 +103,32 @@ fn open_expected(
     expect: FileId,
 ) -> Result<c_int, i32> {
     let fd = nsys::openat2_raw(dirfd, path, libc::O_PATH | libc::O_NOFOLLOW, resolve)?;
+    match fstat(fd) {
+        Ok(st) if FileId::of(&st) == expect => Ok(fd),
+        got => {
+            nsys::close(fd);
+            Err(got.err().unwrap_or(libc::ESTALE))
+        }
+    }
+}
+
+/// `fstat(fd)`.
+fn fstat(fd: c_int) -> Result<libc::stat, i32> {
     // SAFETY: a zeroed `stat` is a valid out-parameter.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat of an O_PATH fd we just opened writes one `stat`.
-    let got = check(unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) });
-    if got.is_err() || FileId::of(&st) != expect {
-        nsys::close(fd);
-        return Err(got.err().unwrap_or(libc::ESTALE));
-    }
-    Ok(fd)
+    // SAFETY: fstat of an fd the caller holds writes one `stat`.
+    check(unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) })?;
+    Ok(st)
+}
+
+/// A detached clone of `/dev/null` (checked to be `dev_null`) with `attr`: the source of
+/// a cover.
+fn dev_null_tree(dev_null: FileId, attr: u64) -> Result<c_int, i32> {
+    let nosymlinks = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    let null = open_expected(libc::AT_FDCWD, c"/dev/null", nosymlinks, dev_null)?;
+    let tree = clone_tree(null, attr);
+    nsys::close(null);
+    tree
 }
 
 /// `open_tree(fd, "", OPEN_TREE_CLONE | AT_EMPTY_PATH | AT_RECURSIVE)` with `attr` set on
@@ -255,19 +272,11 @@ fn hide_one(path: &std::ffi::CStr, dev_null: FileId) -> Result<(), i32> {
         Err(libc::ENOENT) => return Ok(()),
         Err(e) => return Err(e),
     };
-    // SAFETY: a zeroed `stat` is a valid out-parameter.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat of an O_PATH fd we just opened writes one `stat`.
-    let stat = check(unsafe { libc::syscall(libc::SYS_fstat, target, &mut st as *mut libc::stat) });
-    let tree = stat.and_then(|_| {
+    let tree = fstat(target).and_then(|st| {
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             empty_tmpfs()
         } else {
-            open_expected(libc::AT_FDCWD, c"/dev/null", nosymlinks, dev_null).and_then(|null| {
-                let tree = clone_tree(null, COVER_ATTR);
-                nsys::close(null);
-                tree
-            })
+            dev_null_tree(dev_null, COVER_ATTR)
         }
     });
     let moved = tree.and_then(|tree| {
@@ -384,11 +393,7 @@ fn protect_one(p: &NsProtect, dev_null: FileId) -> Result<(), i32> {
     nsys::close(base_fd);
     let entry = entry?;
     let tree = if p.cover {
-        open_expected(libc::AT_FDCWD, c"/dev/null", nosymlinks, dev_null).and_then(|null| {
-            let tree = clone_tree(null, p.attr);
-            nsys::close(null);
-            tree
-        })
+        dev_null_tree(dev_null, p.attr)
     } else {
         clone_tree(entry, p.attr)
     };
