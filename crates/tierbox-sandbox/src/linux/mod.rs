@@ -21,6 +21,7 @@ pub mod cgroup;
 pub mod exec;
 pub mod identity;
 pub mod landlock;
+pub(crate) mod mount_table;
 pub mod mounts;
 pub mod ns;
 pub mod seccomp;

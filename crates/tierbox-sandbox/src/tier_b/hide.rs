@@ -36,6 +36,8 @@ use std::path::{Path, PathBuf};
 
 use tierbox_policy::plan::Plan;
 
+use crate::linux::mount_table::unescape;
+
 /// Most covers one run's namespace makes (each is about seven system calls at its start):
 /// a host or policy with more keeps the carved landlock grants, whose cost grows with the
 /// entries instead.
@@ -147,10 +149,11 @@ fn whole_roots_with(
 
 /// Whether a mount of this host shows one of `roots`' directories (or the root
 /// directory) anywhere but at its own place: a bind of `/etc` or `/` elsewhere, as a
-/// container runtime or a chroot setup makes. Read from `/proc/self/mountinfo`; a table
-/// that cannot be read counts as yes.
+/// container runtime or a chroot setup makes. Read from `/proc/self/mountinfo` as kept by
+/// [`crate::linux::mount_table`] (read again whenever the kernel marks a mount change); a
+/// table that cannot be read counts as yes.
 fn other_ways_in(roots: &[PathBuf]) -> bool {
-    match std::fs::read_to_string("/proc/self/mountinfo") {
+    match crate::linux::mount_table::current() {
         Ok(table) => shows_roots_elsewhere(&table, roots),
         Err(_) => true,
     }
@@ -209,26 +212,6 @@ fn shows_roots_elsewhere(table: &str, roots: &[PathBuf]) -> bool {
             }
         })
     })
-}
-
-/// A mountinfo field with its octal escapes (`\040` for a space) decoded.
-fn unescape(field: &str) -> String {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

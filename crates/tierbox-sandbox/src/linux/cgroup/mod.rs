@@ -294,7 +294,7 @@ impl CgroupSupport {
 
 /// Probe this host: reads `/proc/self/mountinfo` and `/proc/self/cgroup`.
 pub fn probe() -> CgroupSupport {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mountinfo = crate::linux::mount_table::current().unwrap_or_default();
     let cgroup = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     CgroupSupport::from_roots(&mountinfo, &cgroup, Path::new("/"))
 }

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::linux::mount_table::unescape;
+
 /// One cgroup mount from mountinfo.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct CgroupMount {
@@ -25,26 +27,6 @@ pub(super) struct Membership {
     pub(super) path: String,
 }
 
-/// Undo mountinfo's octal escapes (`\040` for a space, ...).
-pub(super) fn unescape_mountinfo(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && let Some(oct) = field.get(i + 1..i + 4)
-            && let Ok(b) = u8::from_str_radix(oct, 8)
-        {
-            out.push(b);
-            i += 4;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 pub(super) fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
     text.lines()
         .filter_map(|line| {
@@ -60,8 +42,8 @@ pub(super) fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
             Some(CgroupMount {
                 v2,
                 controllers: super_opts.split(',').map(str::to_owned).collect(),
-                root: unescape_mountinfo(fields.get(3)?),
-                mount_point: unescape_mountinfo(fields.get(4)?),
+                root: unescape(fields.get(3)?),
+                mount_point: unescape(fields.get(4)?),
             })
         })
         .collect()
