@@ -3,8 +3,10 @@
 
 Checks the contract in docs/api.md from a real MCP client: the seven tools and their
 schemas, a foreground run, rejections, a WASM run, a background process (output by offset,
-stdin, status, list, kill), owner isolation between two sessions, cleanup when a session
-ends, progress notifications, and a client that only speaks the initialize handshake.
+stdin, status, list, kill), a term (`cat` on a terminal: session_start, session_write with
+its yield time, session_read, session_resize, session_signal, session_close), owner
+isolation between two sessions, cleanup when a session ends, progress notifications, and a
+client that only speaks the initialize handshake.
 
 The strict default policy has no shell or interpreter, so the background processes are
 `tail -f FILE` (the test appends to FILE in the workspace to make it print) and `cat` (fed
@@ -46,6 +48,12 @@ TOOLS = {
     "changes_apply",
     "changes_discard",
     "wasm_run",
+    "session_start",
+    "session_write",
+    "session_read",
+    "session_resize",
+    "session_signal",
+    "session_close",
 }
 # An MCP connection is an agent: changes_apply is offered only where the server's policy
 # says workspace.agent_may_apply (docs/api.md, "Tokens").
@@ -468,6 +476,46 @@ async def section_stdin(client) -> None:
           result.is_error is True and isinstance(sc, dict) and isinstance(sc.get("code"), str), sc)
 
 
+async def section_term(client) -> None:
+    """`cat` on a terminal of its own: what is typed is echoed by the terminal and again by
+    cat; INT to the foreground job ends cat, and with it the term."""
+    result, sc = await call(client, "session_start", {"command": "cat", "rows": 24, "cols": 80, "yield_ms": 100})
+    sc = sc if isinstance(sc, dict) else {}
+    term = sc.get("id")
+    check("session_start cat: an id and a running status", not result.is_error and isinstance(term, str)
+          and (sc.get("status") or {}).get("state") == "running", sc)
+    if not isinstance(term, str):
+        return
+    offset = (sc.get("output") or {}).get("next_offset", 0)
+    result, sc = await call(client, "session_write", {"id": term, "data": "ping\r", "offset": offset, "yield_ms": 500})
+    sc = sc if isinstance(sc, dict) else {}
+    check("session_write: {id, bytes_written: 5, eof: false, output}", not result.is_error
+          and sc.get("bytes_written") == 5 and sc.get("eof") is False and isinstance(sc.get("output"), dict), sc)
+    seen = (sc.get("output") or {}).get("text", "")
+    offset = (sc.get("output") or {}).get("next_offset", offset)
+    deadline = time.monotonic() + 10
+    while seen.count("ping") < 2 and time.monotonic() < deadline:
+        result, out = await call(client, "session_read", {"id": term, "offset": offset, "yield_ms": 300})
+        out = out if isinstance(out, dict) else {}
+        seen += out.get("text", "")
+        offset = out.get("next_offset", offset)
+    check("the terminal echoes the typed line and cat prints it again", seen.count("ping\r\n") == 2, seen)
+    result, sc = await call(client, "session_read", {"id": term, "offset": offset, "yield_ms": 0})
+    check("session_read: nothing new, the term still running", not result.is_error and isinstance(sc, dict)
+          and sc.get("text") == "" and sc.get("ended") is False, sc)
+    result, sc = await call(client, "session_resize", {"id": term, "rows": 40, "cols": 100})
+    check("session_resize: 40x100", not result.is_error and (sc or {}).get("rows") == 40 and (sc or {}).get("cols") == 100, sc)
+    result, sc = await call(client, "session_signal", {"id": term, "signal": "USR1"})
+    expect_rejection("session_signal USR1", result, sc, "term.signal_refused", "USR1")
+    result, sc = await call(client, "session_signal", {"id": term, "signal": "INT"})
+    check("session_signal INT", not result.is_error and (sc or {}).get("signal") == "INT", sc)
+    result, sc = await call(client, "session_close", {"id": term})
+    check("session_close: the final status", not result.is_error and isinstance(sc, dict)
+          and sc.get("state") in ("exited", "killed") and sc.get("id") == term, sc)
+    result, sc = await call(client, "session_read", {"id": uuid.uuid4().hex})
+    expect_rejection("session_read of a never-issued id", result, sc, "term.not_found")
+
+
 async def section_isolation(ctx: Tierbox, client1, bg: dict) -> None:
     handle = bg["id"]
     # The message for an id this session does not own must not differ from the message for
@@ -686,6 +734,7 @@ async def main_async(ctx: Tierbox) -> None:
                 ("rejections", lambda: section_rejections(client1)),
                 ("wasm", lambda: section_wasm(ctx, client1)),
                 ("stdin", lambda: section_stdin(client1)),
+                ("term", lambda: section_term(client1)),
                 ("progress", lambda: section_progress(client1)),
             ):
                 await run_section(title, coro)

@@ -1876,7 +1876,7 @@ fn the_docs_commands_and_policy_snippets_match_the_binary() {
 
 /// A documented `curl` call of the HTTP API: its path is an operation of the OpenAPI
 /// document (`<id>` or a `$VARIABLE` standing for `{id}`) with the method it uses, and a JSON body it sends
-/// to a run operation is a valid request.
+/// to a run or term operation is a valid request.
 fn check_curl(page: &str, line: &str, api: &serde_json::Value) {
     let Some(at) = line.find("/v1/") else {
         return;
@@ -1917,6 +1917,26 @@ fn check_curl(page: &str, line: &str, api: &serde_json::Value) {
             }
             "/v1/wasm/run" => {
                 tierbox_policy::wasm::WasmRunRequest::from_json(body.as_bytes())
+                    .unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+            }
+            "/v1/terms" => {
+                tierbox_server::terms::TermStart::from_http(body.as_bytes())
+                    .unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+            }
+            "/v1/terms/{id}/input" => {
+                let b: tierbox_server::terms::TermInputBody =
+                    serde_json::from_str(body).unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+                b.bytes().unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+            }
+            "/v1/terms/{id}/resize" => {
+                let b: tierbox_server::terms::TermSizeBody =
+                    serde_json::from_str(body).unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+                b.size().unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+            }
+            "/v1/terms/{id}/signal" => {
+                let b: tierbox_server::terms::TermSignalBody =
+                    serde_json::from_str(body).unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+                tierbox_runner::term::TermSignal::parse(&b.signal)
                     .unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
             }
             _ => {}

@@ -1,4 +1,5 @@
-//! The HTTP API: the seven operations as JSON endpoints (see `docs/api.md`).
+//! The HTTP API: the operations as JSON endpoints (see `docs/api.md`), terms under
+//! `/v1/terms` (`http/terms.rs`).
 //!
 //! - Every `/v1/*` route except `/v1/health` and `/v1/openapi.json` needs
 //!   `Authorization: Bearer <token>`, compared in constant time: the operator token, or
@@ -42,6 +43,8 @@ use tokio::sync::{Semaphore, mpsc};
 use crate::mcp::PROGRESS_CHANNEL_EVENTS;
 use crate::service::{Caller, RunReply, Service, ServiceError};
 use crate::sessions::{Session, Sessions};
+
+mod terms;
 
 /// Requests served at once by default: two per core of a small machine; each may be a
 /// sandboxed run.
@@ -1007,7 +1010,7 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
         admitted: AtomicUsize::new(0),
         capacity: config.max_concurrent.max(1) + config.queue,
     });
-    Router::new()
+    let routes = Router::new()
         .route("/v1/health", get(health))
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/process/run", post(process_run))
@@ -1025,7 +1028,8 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
         .route("/v1/daemon", get(daemon_identity))
         .route("/v1/session", delete(end_session))
         .route("/v1/sessions", post(new_session))
-        .route("/v1/sessions/{id}", delete(revoke_session))
+        .route("/v1/sessions/{id}", delete(revoke_session));
+    terms::routes(routes)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::disable())

@@ -24,3 +24,4 @@ pub mod results;
 pub mod serve;
 pub mod service;
 pub mod sessions;
+pub mod terms;

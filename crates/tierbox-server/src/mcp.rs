@@ -1,4 +1,4 @@
-//! The MCP server: the seven tools over one MCP session (stdio in `tierbox serve --mcp`).
+//! The MCP server: the tools over one MCP session (stdio in `tierbox serve --mcp`).
 //!
 //! - Tool input schemas are the generated schemas of the request types
 //!   ([`tierbox_policy::schema::tool_schema`]); arguments are parsed by the same closed
@@ -10,8 +10,12 @@
 //!   short text summary: how it ended, truncation notes, the tail of the output.
 //! - A `process_run` or `wasm_run` call that carries a progress token gets its output as
 //!   `notifications/progress` messages while it runs. A cancelled call kills its run.
-//! - The session is the owner of the background processes it starts; the server ends
-//!   its `run_owned` ones when the session ends ([`McpSession::owner`]).
+//! - The session is the owner of the background processes and terms it starts; the
+//!   server ends its `run_owned` ones when the session ends ([`McpSession::owner`]).
+//! - Terms (programs on a terminal of their own) are the `session_*` tools
+//!   ([`crate::terms::TERM_TOOL_NAMES`]): `session_start`, then `session_write` (which
+//!   returns the output of its yield time), `session_read`, `session_resize`,
+//!   `session_signal` and `session_close`.
 
 use std::sync::Arc;
 
@@ -28,6 +32,7 @@ use tierbox_runner::OutputEvent;
 use tokio::sync::mpsc;
 
 use crate::service::{Caller, Service, ServiceError};
+use crate::terms::TERM_TOOL_NAMES;
 
 /// Output batches buffered between a run and its progress notifications. When the client
 /// reads slower than the run writes, batches are dropped (the result has all the output).
@@ -37,7 +42,9 @@ pub const PROGRESS_CHANNEL_EVENTS: usize = 256;
 const INSTRUCTIONS: &str = "Tierbox runs programs in a sandbox chosen by policy. Use \
 process_run with a bare command and its args (no shell); paths stay inside the workspace. \
 With background: true it returns a handle for process_output / process_write_stdin / \
-process_kill. A refusal names the rule (code) and the offending value.";
+process_kill. For an interactive program (a shell, a REPL) use session_start, then \
+session_write (it returns what the terminal showed within yield_ms) and session_close. A \
+refusal names the rule (code) and the offending value.";
 
 /// One MCP session: a fresh owner over a shared [`Service`].
 #[derive(Debug, Clone)]
@@ -47,14 +54,20 @@ pub struct McpSession {
     tools: Arc<Vec<Tool>>,
 }
 
+/// Whether `name` is a tool this server has (offered or not).
+fn is_tool(name: &str) -> bool {
+    TOOL_NAMES.contains(&name) || TERM_TOOL_NAMES.contains(&name)
+}
+
 /// The tool list, from the generated schemas: `changes_apply` only where an agent may
-/// apply ([`Service::may_apply`]; `workspace.agent_may_apply`).
+/// apply ([`Service::may_apply`]; `workspace.agent_may_apply`), then the term tools.
 fn tools(may_apply: bool) -> Vec<Tool> {
     TOOL_NAMES
         .iter()
+        .chain(TERM_TOOL_NAMES.iter())
         .filter(|name| may_apply || **name != tierbox_policy::schema::CHANGES_APPLY_TOOL)
         .filter_map(|name| {
-            let schema = tool_schema(name)?;
+            let schema = tool_schema(name).or_else(|| crate::terms::tool_schema(name))?;
             let description = schema["description"].as_str().unwrap_or(name).to_owned();
             let Value::Object(map) = schema else {
                 return None;
@@ -75,6 +88,10 @@ fn tools(may_apply: bool) -> Vec<Tool> {
 /// error body), generated from the type the server serializes it from.
 fn output_schema(name: &str) -> Value {
     use crate::results::{self, OutputChunk, ProcessList, RunResult, StdinWritten};
+    use crate::terms::{
+        SESSION_CLOSE_TOOL, SESSION_READ_TOOL, SESSION_RESIZE_TOOL, SESSION_SIGNAL_TOOL,
+        SESSION_START_TOOL, SESSION_WRITE_TOOL,
+    };
     use tierbox_policy::schema::{
         CHANGES_APPLY_TOOL, CHANGES_DISCARD_TOOL, CHANGES_SHOW_TOOL, PROCESS_KILL_TOOL,
         PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_STATUS_TOOL, PROCESS_WRITE_STDIN_TOOL,
@@ -90,6 +107,12 @@ fn output_schema(name: &str) -> Value {
         CHANGES_SHOW_TOOL => results::output_schema::<results::ChangesShown>(),
         CHANGES_APPLY_TOOL => results::output_schema::<tierbox_runner::review::Applied>(),
         CHANGES_DISCARD_TOOL => results::output_schema::<results::ChangesDiscarded>(),
+        SESSION_START_TOOL => results::output_schema::<results::TermStarted>(),
+        SESSION_WRITE_TOOL => results::output_schema::<results::TermWritten>(),
+        SESSION_READ_TOOL => results::output_schema::<results::TermOutput>(),
+        SESSION_RESIZE_TOOL => results::output_schema::<results::TermResized>(),
+        SESSION_SIGNAL_TOOL => results::output_schema::<results::TermSignalled>(),
+        SESSION_CLOSE_TOOL => results::output_schema::<BackgroundStatus>(),
         _ => Value::Null,
     }
 }
@@ -97,14 +120,41 @@ fn output_schema(name: &str) -> Value {
 /// What each tool does to the world, for clients that ask before calling (MCP tool
 /// annotations): the runs change the workspace (and `process_run` may reach the network
 /// where the policy allows egress); reads change nothing; a kill ends a process, and
-/// killing it again changes nothing more.
+/// killing it again changes nothing more. A term's start runs a program as a run does;
+/// typing into it, resizing and signalling it act on a running program (not
+/// idempotent); reading changes nothing; closing it ends it, as a kill does.
 fn annotations(name: &str) -> ToolAnnotations {
+    use crate::terms::{
+        SESSION_CLOSE_TOOL, SESSION_READ_TOOL, SESSION_RESIZE_TOOL, SESSION_SIGNAL_TOOL,
+        SESSION_START_TOOL, SESSION_WRITE_TOOL,
+    };
     use tierbox_policy::schema::{
         CHANGES_APPLY_TOOL, CHANGES_DISCARD_TOOL, CHANGES_SHOW_TOOL, PROCESS_KILL_TOOL,
         PROCESS_LIST_TOOL, PROCESS_OUTPUT_TOOL, PROCESS_STATUS_TOOL, PROCESS_WRITE_STDIN_TOOL,
     };
     let a = ToolAnnotations::new();
     match name {
+        SESSION_START_TOOL => a
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
+            .open_world(true),
+        SESSION_WRITE_TOOL | SESSION_SIGNAL_TOOL => a
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
+            .open_world(false),
+        SESSION_RESIZE_TOOL => a
+            .read_only(false)
+            .destructive(false)
+            .idempotent(true)
+            .open_world(false),
+        SESSION_READ_TOOL => a.read_only(true).open_world(false),
+        SESSION_CLOSE_TOOL => a
+            .read_only(false)
+            .destructive(true)
+            .idempotent(true)
+            .open_world(false),
         PROCESS_RUN_TOOL => a
             .read_only(false)
             .destructive(true)
@@ -226,11 +276,12 @@ impl ServerHandler for McpSession {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.as_ref();
-        if !TOOL_NAMES.contains(&name) {
+        if !is_tool(name) {
             return Err(ErrorData::invalid_params(
                 format!(
-                    "unknown tool {name:?}; the tools are {}",
-                    TOOL_NAMES.join(", ")
+                    "unknown tool {name:?}; the tools are {}, {}",
+                    TOOL_NAMES.join(", "),
+                    TERM_TOOL_NAMES.join(", ")
                 ),
                 None,
             ));

@@ -11,6 +11,8 @@ use tierbox_runner::background::BackgroundStatus;
 use crate::http::{IDENTITY_DIGEST_HEX_LEN, MAX_SESSION_BYTES};
 use crate::results;
 
+mod terms;
+
 /// Moves a schemars document's `$defs` into `components`, rewriting its references, and
 /// returns the top-level schema.
 fn component(schema: Value, components: &mut Map<String, Value>) -> Value {
@@ -131,6 +133,7 @@ pub fn document() -> Value {
         process_paths(&p, &r),
         session_paths(&p, &r),
         changes_paths(&p, &r),
+        terms::term_paths(&p, &r),
     ] {
         if let Value::Object(group) = group {
             paths.extend(group);
@@ -193,6 +196,7 @@ fn request_schemas(schemas: &mut Map<String, Value>) {
             }
         }),
     );
+    terms::term_request_schemas(schemas);
     schemas.insert(
         "WriteStdinRequest".to_owned(),
         json!({
@@ -223,6 +227,12 @@ struct ResponseSchemas {
     changes_schema: Value,
     applied_schema: Value,
     discarded_schema: Value,
+    term_started_schema: Value,
+    term_output_schema: Value,
+    term_written_schema: Value,
+    term_resized_schema: Value,
+    term_signalled_schema: Value,
+    term_list_schema: Value,
 }
 
 /// Generates the response schemas, adding their definitions to `schemas`.
@@ -243,6 +253,12 @@ fn response_schemas(schemas: &mut Map<String, Value>) -> ResponseSchemas {
     let changes_schema = responses.of::<results::ChangesShown>();
     let applied_schema = responses.of::<tierbox_runner::review::Applied>();
     let discarded_schema = responses.of::<results::ChangesDiscarded>();
+    let term_started_schema = responses.of::<results::TermStarted>();
+    let term_output_schema = responses.of::<results::TermOutput>();
+    let term_written_schema = responses.of::<results::TermWritten>();
+    let term_resized_schema = responses.of::<results::TermResized>();
+    let term_signalled_schema = responses.of::<results::TermSignalled>();
+    let term_list_schema = responses.of::<results::TermList>();
     let conflicts = responses.finish(schemas);
     debug_assert!(
         conflicts.is_empty(),
@@ -264,6 +280,12 @@ fn response_schemas(schemas: &mut Map<String, Value>) -> ResponseSchemas {
         changes_schema,
         applied_schema,
         discarded_schema,
+        term_started_schema,
+        term_output_schema,
+        term_written_schema,
+        term_resized_schema,
+        term_signalled_schema,
+        term_list_schema,
     }
 }
 
@@ -274,6 +296,7 @@ struct Parameters {
     stream: Value,
     identity: Value,
     run_id: Value,
+    term_id: Value,
 }
 
 impl Parameters {
@@ -307,12 +330,19 @@ impl Parameters {
             "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$",
                         "minLength": HANDLE_HEX_LEN, "maxLength": HANDLE_HEX_LEN }
         });
+        let term_id = json!({
+            "name": "id", "in": "path", "required": true,
+            "description": "A term's handle (from POST /v1/terms; never a pid).",
+            "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$",
+                        "minLength": HANDLE_HEX_LEN, "maxLength": HANDLE_HEX_LEN }
+        });
         Self {
             id,
             session,
             stream,
             identity,
             run_id,
+            term_id,
         }
     }
 }
@@ -630,6 +660,67 @@ mod tests {
                 .unwrap_or_default();
             assert!(keys.iter().all(|k| *k == "data" || *k == "close"), "{v}");
         }
+        let start = examples("/v1/terms");
+        assert!(start.len() >= 2);
+        for body in start {
+            crate::terms::TermStart::from_http(&body)
+                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&body)));
+        }
+        for body in examples("/v1/terms/{id}/input") {
+            let b: crate::terms::TermInputBody = serde_json::from_slice(&body).unwrap();
+            b.bytes()
+                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&body)));
+        }
+        for body in examples("/v1/terms/{id}/resize") {
+            let b: crate::terms::TermSizeBody = serde_json::from_slice(&body).unwrap();
+            b.size().unwrap();
+        }
+        for body in examples("/v1/terms/{id}/signal") {
+            let b: crate::terms::TermSignalBody = serde_json::from_slice(&body).unwrap();
+            tierbox_runner::term::TermSignal::parse(&b.signal).unwrap();
+        }
+    }
+
+    /// Every term route the server has is in the document with its method, and every
+    /// term body refers to a schema the document has.
+    #[test]
+    fn the_term_routes_are_documented() {
+        let doc = document();
+        for (path, method) in [
+            ("/v1/terms", "post"),
+            ("/v1/terms", "get"),
+            ("/v1/terms/{id}", "get"),
+            ("/v1/terms/{id}/input", "post"),
+            ("/v1/terms/{id}/resize", "post"),
+            ("/v1/terms/{id}/signal", "post"),
+            ("/v1/terms/{id}/output", "get"),
+            ("/v1/terms/{id}/kill", "post"),
+        ] {
+            let op = &doc["paths"][path][method];
+            assert!(op["operationId"].is_string(), "{method} {path}");
+            assert!(op["responses"]["200"].is_object(), "{method} {path}");
+            if path != "/v1/terms" {
+                assert!(op["responses"]["404"].is_object(), "{method} {path}");
+            }
+        }
+        let schemas = &doc["components"]["schemas"];
+        for name in [
+            "TermStartRequest",
+            "TermInputBody",
+            "TermSizeBody",
+            "TermSignalBody",
+        ] {
+            assert_eq!(schemas[name]["additionalProperties"], false, "{name}");
+        }
+        for name in ["TermStarted", "TermOutput", "TermWritten", "TermList"] {
+            assert!(schemas[name]["properties"].is_object(), "{name}");
+        }
+        assert!(schemas["TermStartRequest"]["properties"]["pty"].is_object());
+        assert!(
+            schemas["TermStartRequest"]["properties"]
+                .get("stdin")
+                .is_none()
+        );
     }
 
     /// Response bodies are the generated schemas of the types the server serializes, one

@@ -56,15 +56,10 @@ pub struct ProcessList {
     pub processes: Vec<BackgroundStatus>,
 }
 
-/// Output of a background process from an offset on.
+/// Output read from an offset on, bytes exact: the part every read of a stream or a
+/// terminal answers with.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct OutputChunk {
-    /// The handle.
-    pub id: String,
-    /// Which stream was read.
-    pub stream: Stream,
-    /// The process's state when the output was read.
-    pub state: BackgroundState,
+pub struct ReadBytes {
     /// The offset the text starts at (later than the one asked for when bytes before it
     /// were dropped from the ring: see `missed_bytes`).
     pub offset: u64,
@@ -79,8 +74,35 @@ pub struct OutputChunk {
     pub next_offset: u64,
     /// Bytes between the offset asked for and `offset` that are no longer kept.
     pub missed_bytes: u64,
-    /// Bytes the stream has produced so far.
+    /// Bytes the stream (or terminal) has produced so far.
     pub total_bytes: u64,
+}
+
+impl From<tierbox_runner::ring::OutputChunk> for ReadBytes {
+    fn from(c: tierbox_runner::ring::OutputChunk) -> Self {
+        Self {
+            offset: c.offset,
+            text: c.text,
+            bytes_base64: c.bytes_base64,
+            next_offset: c.next_offset,
+            missed_bytes: c.missed_bytes,
+            total_bytes: c.total_bytes,
+        }
+    }
+}
+
+/// Output of a background process from an offset on.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct OutputChunk {
+    /// The handle.
+    pub id: String,
+    /// Which stream was read.
+    pub stream: Stream,
+    /// The process's state when the output was read.
+    pub state: BackgroundState,
+    /// What was read.
+    #[serde(flatten)]
+    pub read: ReadBytes,
     /// Why the stream's spill file (`background.spill_bytes`) holds less than asked, or
     /// is missing (the cap `output.spill_total_bytes` was reached, a write failed): reads
     /// from offsets that left the in-memory ring then miss those bytes.
@@ -97,6 +119,82 @@ pub struct StdinWritten {
     pub bytes_written: u64,
     /// Whether stdin was closed after the write.
     pub closed: bool,
+}
+
+/// What a term's terminal showed from an offset on: `POST /v1/terms` (the startup
+/// screen), `GET /v1/terms/{id}/output` and the `session_*` tools.
+///
+/// The bytes are exact in one encoding everywhere (`docs/api.md`, "Output: bytes and
+/// text"): `text` is them decoded as UTF-8, and `bytes_base64` is present exactly when that
+/// decoding was lossy. A terminal's output is what it showed: escape sequences, `\r\n`
+/// line ends and echoed input included.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TermOutput {
+    /// The term.
+    pub id: String,
+    /// The term's state after the read.
+    pub state: BackgroundState,
+    /// Whether the term has ended (`state` is not `running`): no more output will come
+    /// once this read reached `total_bytes`.
+    pub ended: bool,
+    /// What was read (`missed_bytes`: bytes that had left the term's 1 MiB ring before
+    /// they were read).
+    #[serde(flatten)]
+    pub read: ReadBytes,
+}
+
+/// A term, started: its status and what its terminal showed from offset 0 by the time the
+/// answer was made (the startup window, and the wait or yield the request asked for).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TermStarted {
+    /// The term's handle (32 hex digits of randomness, never a pid).
+    pub id: String,
+    /// Its status.
+    pub status: BackgroundStatus,
+    /// What its terminal showed so far; read on from `output.next_offset`.
+    pub output: TermOutput,
+}
+
+/// What a write to a term's terminal did.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TermWritten {
+    /// The term.
+    pub id: String,
+    /// Bytes written to the terminal (the end-of-file character not counted).
+    pub bytes_written: u64,
+    /// Whether the terminal's end-of-file character followed (input closed).
+    pub eof: bool,
+    /// `session_write` only: the output that arrived within the yield time, from the
+    /// offset the call was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<TermOutput>,
+}
+
+/// A term's terminal was resized.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TermResized {
+    /// The term.
+    pub id: String,
+    /// Rows now.
+    pub rows: u16,
+    /// Columns now.
+    pub cols: u16,
+}
+
+/// A signal was sent to a term's foreground process group.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TermSignalled {
+    /// The term.
+    pub id: String,
+    /// The signal's name (`INT`, `TERM`, …).
+    pub signal: String,
+}
+
+/// A caller's terms.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TermList {
+    /// Each term's status, oldest first.
+    pub terms: Vec<BackgroundStatus>,
 }
 
 /// `GET /v1/health`.

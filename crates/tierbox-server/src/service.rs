@@ -4,7 +4,8 @@
 //!
 //! Every background operation is scoped to an owner: an MCP session, an HTTP session
 //! token, or the operator's `Tierbox-Session`. A handle of another owner is
-//! `background.not_found`.
+//! `background.not_found` (a term's, `term.not_found`: the term operations are in
+//! [`crate::terms`]).
 //!
 //! Kept change sets are scoped the same way ([`Caller`]): a server sees only those made
 //! for its own workspace, an agent (an MCP connection, an HTTP session token) only its
@@ -120,7 +121,12 @@ impl ServiceError {
             "sessions.limit" => 409,
             "sessions.not_found" => 404,
             c if c.starts_with("auth.") => 401,
-            "background.not_found" | "http.not_found" | "changes.not_found" => 404,
+            "background.not_found" | "http.not_found" | "changes.not_found" | "term.not_found" => {
+                404
+            }
+            "term.bad_size" | "term.bad_wait" | "term.signal_refused" => 400,
+            "term.limit" | "term.input" | "term.ended" => 409,
+            "term.terminal" => 500,
             "changes.bad_run_id" => 400,
             "changes.conflict"
             | "changes.flagged"
@@ -508,13 +514,8 @@ impl Service {
             id: req.id.clone(),
             stream: req.stream,
             state: status.state,
-            offset: chunk.offset,
-            text: chunk.text,
-            bytes_base64: chunk.bytes_base64,
-            next_offset: chunk.next_offset,
-            missed_bytes: chunk.missed_bytes,
-            total_bytes: chunk.total_bytes,
-            spill_error: chunk.spill_error,
+            spill_error: chunk.spill_error.clone(),
+            read: chunk.into(),
         }))
     }
 
@@ -688,14 +689,17 @@ impl Service {
         }))
     }
 
-    /// `owner`'s session has ended: its `run_owned` processes are killed and awaited.
+    /// `owner`'s session has ended: its `run_owned` processes and terms are killed and
+    /// awaited.
     pub async fn end_owner(&self, owner: &str) {
         self.runner.background().end_owner(owner).await;
+        self.runner.terms().end_owner(owner).await;
     }
 
-    /// Kills every background process and waits for them.
+    /// Kills every background process and term and waits for them.
     pub async fn shutdown(&self) {
         self.runner.background().shutdown().await;
+        self.runner.terms().shutdown().await;
     }
 
     /// Dispatches a tool call by name: `args` is the tool's JSON arguments document.
@@ -708,6 +712,9 @@ impl Service {
         events: Option<mpsc::Sender<OutputEvent>>,
     ) -> Option<Result<(Value, String), ServiceError>> {
         let owner = caller.owner();
+        if crate::terms::TERM_TOOL_NAMES.contains(&tool) {
+            return Some(self.call_term_tool(owner, tool, args).await);
+        }
         let result = match tool {
             PROCESS_RUN_TOOL => {
                 async {
@@ -891,7 +898,7 @@ fn changes_summary(v: &Value) -> String {
 /// One line on a background process for a tool's text content: id, state and how it
 /// ended, the command, output sizes, tier; the structured content has the rest (the
 /// attestation included), so the text stays short for a model to read.
-fn status_line(v: &Value) -> String {
+pub(crate) fn status_line(v: &Value) -> String {
     let str_of = |k: &str| v[k].as_str().unwrap_or("").to_owned();
     let ended = match (&v["exit_code"], v["signal_name"].as_str()) {
         (Value::Number(code), _) => format!(", exit {code}"),
@@ -951,6 +958,16 @@ mod tests {
             ("auth.invalid", 401),
             ("background.not_found", 404),
             ("background.limit", 409),
+            ("term.not_found", 404),
+            ("term.bad_size", 400),
+            ("term.bad_wait", 400),
+            ("term.signal_refused", 400),
+            ("input.data_conflict", 400),
+            ("term.limit", 409),
+            ("term.input", 409),
+            ("term.ended", 409),
+            ("term.exited_during_startup", 422),
+            ("term.terminal", 500),
             ("daemon.identity_mismatch", 409),
             ("exec.not_allowed", 422),
             ("tier.unavailable", 422),

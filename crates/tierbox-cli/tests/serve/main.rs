@@ -6,6 +6,7 @@
 mod ownership;
 mod stdin;
 mod support;
+mod terms;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

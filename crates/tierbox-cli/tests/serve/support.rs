@@ -19,22 +19,35 @@ pub fn tierbox() -> &'static str {
 
 /// Whether Tier C runs here; prints why not and fails under CI.
 pub fn tier_c_available(test: &str) -> bool {
+    tier_available(test, "c")
+}
+
+/// Whether Tier B runs here; prints why not and fails under CI.
+pub fn tier_b_available(test: &str) -> bool {
+    tier_available(test, "b")
+}
+
+/// Whether `tierbox doctor` says `tier` is available; prints why not and fails under CI.
+fn tier_available(test: &str, tier: &str) -> bool {
     let out = Command::new(tierbox())
         .args(["doctor", "--json"])
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let c = v["tiers"]
+    let found = v["tiers"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|t| t["tier"] == "c")
+        .find(|t| t["tier"] == tier)
         .cloned()
         .unwrap();
-    if c["available"] == true {
+    if found["available"] == true {
         return true;
     }
-    skip(test, &format!("tier c unavailable: {}", c["reason"]))
+    skip(
+        test,
+        &format!("tier {tier} unavailable: {}", found["reason"]),
+    )
 }
 
 /// Whether bubblewrap is installed; prints why not and fails under CI.
