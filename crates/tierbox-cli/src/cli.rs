@@ -149,10 +149,32 @@ pub enum Command {
         #[arg(long)]
         state_dir: Option<PathBuf>,
         /// Run the program on a terminal of its own (like `docker run -it`): this
-        /// terminal in raw mode, its resizes followed, the exit status mirrored. It runs
-        /// in this process (no daemon) and cannot be detached.
+        /// terminal in raw mode, its resizes followed, the exit status mirrored. Through
+        /// the daemon when one with this policy, workspace and state directory answers
+        /// (Ctrl-P Ctrl-Q then detaches, `tierbox attach ID` re-attaches); else in this
+        /// process, where it cannot be detached.
         #[arg(short = 't', long = "tty", conflicts_with_all = ["stdin", "json"])]
         tty: bool,
+    },
+    /// List your terms the daemon holds (`tierbox run -t` through it, or started over its
+    /// socket): id, state, tier/backend, age, command. Exit 3 when no daemon answers.
+    Ps {
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Print the daemon's list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Attach this terminal to a term the daemon holds: the recent tail of its output,
+    /// then everything it prints; keys and resizes go to it. Ctrl-P Ctrl-Q detaches (it
+    /// runs on); when the program ends, the exit status is its own.
+    Attach {
+        /// The term's id, as `tierbox ps` shows it.
+        id: String,
+        /// State directory (default: $XDG_STATE_HOME/tierbox).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
     /// A local daemon that `run` hands its requests to (the warm path): start, stop, status.
     Daemon {

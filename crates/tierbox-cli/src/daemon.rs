@@ -159,7 +159,7 @@ pub fn check(runner: &Runner, req: &tierbox_policy::ProcessRunRequest, socket: &
 
 /// How a call makes sure the daemon's identity is its runner's.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Exchange {
+pub(crate) enum Exchange {
     /// Ask for it (`GET /v1/daemon`) before sending anything else.
     First,
     /// The request carries it (`?identity=`) and the daemon refuses the request unrun
@@ -171,7 +171,7 @@ enum Exchange {
 /// With [`Exchange::First`], only when the daemon answers within [`IDENTITY_TIMEOUT`]
 /// with that identity; with [`Exchange::WithRequest`], once connected within it (`then`
 /// sends the identity). Otherwise returns `not_used(why)`.
-fn with_daemon<T>(
+pub(crate) fn with_daemon<T>(
     runner: &Runner,
     socket: &Path,
     exchange: Exchange,
@@ -228,6 +228,58 @@ fn with_daemon<T>(
     // Nothing of the request is left on this side: no task to wait for.
     rt.shutdown_background();
     result
+}
+
+/// Runs `then` with a connection to whichever daemon answers on the socket for
+/// `state_dir` (its identity is not asked: a term it holds is reached whatever policy it
+/// runs with, and its owner checks decide what the caller sees). `Err(why)` when none
+/// answers within [`IDENTITY_TIMEOUT`].
+pub(crate) fn with_any_daemon<T>(
+    state_dir: &Path,
+    then: impl AsyncFnOnce(Connection) -> T,
+) -> std::result::Result<T, Unreachable> {
+    let socket = socket_path(state_dir);
+    if !socket.exists() {
+        return Err(Unreachable(format!("no daemon at {}", socket.display())));
+    }
+    let token = token(state_dir).map_err(|e| Unreachable(format!("{e:#}")))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Unreachable(format!("starting the async runtime: {e}")))?;
+    let result = rt.block_on(async {
+        let conn =
+            match tokio::time::timeout(IDENTITY_TIMEOUT, Connection::open(&socket, &token)).await {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => {
+                    return Err(Unreachable(format!(
+                        "the daemon at {}: {e:#}",
+                        socket.display()
+                    )));
+                }
+                Err(_) => {
+                    return Err(Unreachable(format!(
+                        "the daemon at {} did not answer within {} ms",
+                        socket.display(),
+                        IDENTITY_TIMEOUT.as_millis()
+                    )));
+                }
+            };
+        Ok(then(conn).await)
+    });
+    rt.shutdown_background();
+    result
+}
+
+/// No daemon answered on the socket: what was found instead (no socket, no private
+/// token, a refused or silent connection, a peer of another uid).
+#[derive(Debug)]
+pub(crate) struct Unreachable(String);
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// The daemon's identity and pid on `socket`.
@@ -322,7 +374,7 @@ enum Streamed {
 }
 
 /// One keep-alive HTTP/1.1 connection to the daemon.
-struct Connection {
+pub(crate) struct Connection {
     io: BufReader<UnixStream>,
     token: String,
     /// The socket, to name the daemon in messages.
@@ -356,6 +408,28 @@ impl Connection {
             io: BufReader::new(io),
             token: token.to_owned(),
             socket: socket.to_owned(),
+        })
+    }
+
+    /// A second connection to the same daemon (one request at a time goes on each: a
+    /// long poll on one, input on the other).
+    pub(crate) async fn another(&self) -> Result<Self> {
+        Self::open(&self.socket, &self.token).await
+    }
+
+    /// Sends a JSON request and reads the whole reply: its body, or the error the daemon
+    /// answered with.
+    pub(crate) async fn call(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<std::result::Result<Value, ApiError>> {
+        let body = body.map(serde_json::to_vec).transpose()?;
+        let (status, reply) = self.request(method, path, body.as_deref(), false).await?;
+        Ok(match status {
+            200 => Ok(reply),
+            _ => Err(error_of(&reply)),
         })
     }
 

@@ -24,6 +24,7 @@ mod progress;
 mod render;
 mod report;
 mod request;
+mod term_io;
 mod wasm;
 
 use std::process::ExitCode;
@@ -119,7 +120,8 @@ fn parse_cli() -> std::result::Result<Cli, ExitCode> {
         }
         | Command::Daemon {
             action: DaemonAction::Status { json, .. },
-        } => (*json, false),
+        }
+        | Command::Ps { json, .. } => (*json, false),
         _ => (false, false),
     };
     report::set(report::Settings { json, verbose });

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "daemon/term_attach.rs"]
+mod term_attach;
+
 /// A state directory and a workspace of their own, and the daemon started on them (it is
 /// stopped when this is dropped).
 struct Daemon {

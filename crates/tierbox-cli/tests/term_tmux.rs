@@ -36,17 +36,17 @@ fn screen_shows(socket: &Path, needle: &str) -> String {
     }
 }
 
-#[test]
-fn run_t_in_tmux_types_resizes_and_mirrors_the_exit_status() {
-    let test = "run_t_in_tmux_types_resizes_and_mirrors_the_exit_status";
+/// A directory with a workspace and a policy allowing `bash` (and eval), when tmux and
+/// Tier B are there; else the test is skipped (failed under `CI=true`).
+fn setup(test: &str) -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf)> {
     if Command::new("tmux").arg("-V").output().is_err() {
         tierbox_test_support::skip(test, "tmux is not installed");
-        return;
+        return None;
     }
     let facts = tierbox_sandbox::probe::host_facts();
     if facts.landlock_abi.is_none() || !facts.seccomp {
         tierbox_test_support::skip(test, "Tier B needs landlock and seccomp");
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
@@ -57,6 +57,15 @@ fn run_t_in_tmux_types_resizes_and_mirrors_the_exit_status() {
         "version = 1\n[exec]\nallowed_executables = [\"bash\"]\nallow_interpreters = true\nallow_eval = true\n",
     )
     .unwrap();
+    Some((dir, ws, policy))
+}
+
+#[test]
+fn run_t_in_tmux_types_resizes_and_mirrors_the_exit_status() {
+    let test = "run_t_in_tmux_types_resizes_and_mirrors_the_exit_status";
+    let Some((dir, ws, policy)) = setup(test) else {
+        return;
+    };
     let status_file = dir.path().join("status");
     let socket = dir.path().join("tmux.sock");
     let command = format!(
@@ -90,26 +99,102 @@ fn run_t_in_tmux_types_resizes_and_mirrors_the_exit_status() {
     println!("{test}: typed:\n{}", screen.trim_end());
     tmux(&socket, &["send-keys", "-t", "t", "stty size", "Enter"]);
     screen_shows(&socket, "24 80");
+    let status = resize_and_exit(&socket, test, &status_file);
+    tmux(&socket, &["kill-server"]);
+    println!("{test}: exit status {}", status.trim());
+    assert_eq!(status.trim(), "3");
+}
+
+/// Resizes the tmux window to 30x100, waits until `stty size` in the pane says so, types
+/// `exit 3`, and returns what the pane's command wrote to `status` after it.
+fn resize_and_exit(socket: &Path, test: &str, status: &Path) -> String {
     tmux(
-        &socket,
+        socket,
         &["resize-window", "-t", "t", "-x", "100", "-y", "30"],
     );
     tmux(
-        &socket,
+        socket,
         &["send-keys", "-t", "t", "clear; stty size", "Enter"],
     );
-    let screen = screen_shows(&socket, "30 100");
+    let screen = screen_shows(socket, "30 100");
     println!("{test}: after resize:\n{}", screen.trim_end());
-    tmux(&socket, &["send-keys", "-t", "t", "exit 3", "Enter"]);
+    tmux(socket, &["send-keys", "-t", "t", "exit 3", "Enter"]);
+    file_written(status)
+}
+
+/// Waits until `path` holds something; its content.
+fn file_written(path: &Path) -> String {
     let give_up = Instant::now() + GIVE_UP;
-    let status = loop {
-        if let Ok(s) = std::fs::read_to_string(&status_file) {
-            break s;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && !s.is_empty()
+        {
+            return s;
         }
-        assert!(Instant::now() < give_up, "tierbox never ended");
+        assert!(Instant::now() < give_up, "{} never written", path.display());
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_daemon_term_detaches_and_attach_redraws_types_and_resizes_in_tmux() {
+    let test = "a_daemon_term_detaches_and_attach_redraws_types_and_resizes_in_tmux";
+    let Some((dir, ws, policy)) = setup(test) else {
+        return;
     };
+    let xdg = dir.path().join("xdg");
+    let tierbox = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(args)
+            .env("XDG_STATE_HOME", &xdg)
+            .env_remove("TIERBOX_SOCKET")
+            .env_remove("TIERBOX_DAEMON")
+            .output()
+            .unwrap()
+    };
+    let (p, w) = (policy.to_str().unwrap(), ws.to_str().unwrap());
+    let socket = dir.path().join("tmux.sock");
+    let (detached, ended) = (dir.path().join("detached"), dir.path().join("ended"));
+    let prefix = format!(
+        "env XDG_STATE_HOME={} {}",
+        xdg.display(),
+        env!("CARGO_BIN_EXE_tierbox")
+    );
+    // The daemon started in the pane, so its environment is the one `run -t` has there
+    // (a daemon of another environment is not used).
+    let run = format!(
+        "{prefix} daemon start --policy {p} --workspace {w} && \
+         {prefix} run -t --policy {p} --workspace {w} --tier b -- bash --norc --noprofile -i; \
+         echo $? > {}; sleep 100",
+        detached.display()
+    );
+    tmux(
+        &socket,
+        &["new-session", "-d", "-s", "t", "-x", "80", "-y", "24", &run],
+    );
+    screen_shows(&socket, "bash-");
+    tmux(
+        &socket,
+        &["send-keys", "-t", "t", "echo before-$((6*7))", "Enter"],
+    );
+    screen_shows(&socket, "before-42");
+    tmux(&socket, &["send-keys", "-t", "t", "C-p", "C-q"]);
+    assert_eq!(file_written(&detached).trim(), "0");
+    let listed: serde_json::Value =
+        serde_json::from_slice(&tierbox(&["ps", "--json"]).stdout).unwrap();
+    let id = listed["terms"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(listed["terms"][0]["state"], "running");
+
+    let attach = format!(
+        "{prefix} attach {id}; echo $? > {}; sleep 100",
+        ended.display()
+    );
+    tmux(&socket, &["respawn-pane", "-k", "-t", "t", &attach]);
+    // The redraw: what the term showed before it was detached.
+    let screen = screen_shows(&socket, "before-42");
+    println!("{test}: attached:\n{}", screen.trim_end());
+    let status = resize_and_exit(&socket, test, &ended);
     tmux(&socket, &["kill-server"]);
-    println!("{test}: exit status {}", status.trim());
+    let _ = tierbox(&["daemon", "stop"]);
     assert_eq!(status.trim(), "3");
 }

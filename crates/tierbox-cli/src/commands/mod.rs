@@ -2,6 +2,7 @@
 //! command, one per command group; what they share (the policy loaded, the runner built
 //! from `--policy`, `--workspace` and `--state-dir`) is here.
 
+mod attach;
 mod check;
 mod daemon;
 mod explain;
@@ -61,6 +62,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         command @ (Command::Run { .. } | Command::Check { .. }) => front(command),
         Command::Daemon { action } => daemon::cmd_daemon(action),
+        Command::Ps { state_dir, json } => attach::cmd_ps(state_dir, json),
+        Command::Attach { id, state_dir } => attach::cmd_attach(&id, state_dir),
         Command::Schema => {
             println!(
                 "{}",

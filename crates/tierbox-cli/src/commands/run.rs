@@ -49,7 +49,9 @@ pub fn start_run_supervisor() {
     }
 }
 
-/// [`cmd_run`] with `-t`: the program on a terminal of its own, in this process.
+/// [`cmd_run`] with `-t`: the program on a terminal of its own, held by the daemon when
+/// one with this runner's identity answers (the rule plain runs follow, `TIERBOX_DAEMON=off`
+/// included), else in this process.
 fn in_terminal(
     policy: &PolicyArgs,
     request: RequestArgs,
@@ -57,10 +59,21 @@ fn in_terminal(
     state_dir: Option<PathBuf>,
 ) -> Result<ExitCode> {
     let runner = build_runner(policy, state_dir)?;
-    match build_request(request) {
-        Ok(req) => super::term::run_in_terminal(&runner, req, json),
-        Err(rej) => Ok(print_rejection(&rej, json)),
+    let req = match build_request(request) {
+        Ok(req) => req,
+        Err(rej) => return Ok(print_rejection(&rej, json)),
+    };
+    if daemon::enabled() {
+        match super::attach::run_in_daemon(&runner, &req) {
+            super::attach::DaemonTerm::Ran(code) => return Ok(code),
+            super::attach::DaemonTerm::NotUsed(why) => {
+                if crate::report::settings().verbose {
+                    eprintln!("tierbox: the term runs in process: {why}");
+                }
+            }
+        }
     }
+    super::term::run_in_terminal(&runner, req, json)
 }
 
 /// [`cmd_run`]'s one run, the runner dropped on return.

@@ -4,26 +4,20 @@
 //! daemon the term lives in this process: it ends with the command and cannot be
 //! detached, which is said on stderr at the start.
 
-use std::io::{IsTerminal, Read, Write};
-use std::os::fd::AsFd;
+use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use tierbox_runner::background::{BackgroundError, BackgroundState, BackgroundStatus};
-use tierbox_runner::term::{MAX_TERM_DIMENSION, TermError, TermManager, TermSize};
+use tierbox_runner::term::{TermError, TermManager};
 use tierbox_runner::{RunError, Runner};
 
 use crate::print::{print_rejection, print_run_failure};
-
-/// The size a terminal gets when this process's stdout is not a terminal.
-const DEFAULT_SIZE: TermSize = TermSize { rows: 24, cols: 80 };
+use crate::term_io::{Ended, RawMode, exit_status, own_size, stdin_chunks, window_changes};
 
 /// Longest one read of the term's output waits, in milliseconds: how soon the end of the
 /// program is noticed when it prints nothing more.
 const OUTPUT_WAIT_MS: u64 = 200;
-
-/// Bytes read from stdin at a time.
-const INPUT_CHUNK_BYTES: usize = 4096;
 
 /// Runs `req` (made a term of this command's life) on a terminal and returns the exit
 /// status that mirrors the program: its code, or 128 + the signal that killed it.
@@ -66,7 +60,7 @@ pub fn run_in_terminal(
     });
     drop(raw);
     match ended {
-        Ok(status) => Ok(exit_status(&status)),
+        Ok(status) => Ok(exit_status(&Ended::from(&status))),
         Err(TermError::Background(BackgroundError::Run(RunError::Rejected(r)))) => {
             Ok(print_rejection(&r, json))
         }
@@ -77,28 +71,8 @@ pub fn run_in_terminal(
 /// Copies stdin to the term and the term's output to stdout, follows this terminal's
 /// size, until the term ends; its final status.
 async fn drive(terms: &TermManager, owner: &str, id: &str) -> Result<BackgroundStatus, TermError> {
-    let (tx, mut input) = tokio::sync::mpsc::channel::<Option<Vec<u8>>>(16);
-    // A blocking reader: stdin may be a terminal, a pipe or a file. It is left behind
-    // when the term ends (the process exits).
-    std::thread::spawn(move || {
-        let mut stdin = std::io::stdin();
-        let mut buf = vec![0u8; INPUT_CHUNK_BYTES];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => {
-                    let _ = tx.blocking_send(None);
-                    return;
-                }
-                Ok(n) => {
-                    if tx.blocking_send(Some(buf[..n].to_vec())).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    let mut winch =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
+    let mut input = stdin_chunks();
+    let mut winch = window_changes();
     let mut offset = 0;
     let mut out = std::io::stdout();
     let mut input_open = true;
@@ -134,66 +108,6 @@ async fn drive(terms: &TermManager, owner: &str, id: &str) -> Result<BackgroundS
             Some(()) = async { winch.as_mut()?.recv().await } => {
                 let _ = terms.resize(owner, id, own_size());
             }
-        }
-    }
-}
-
-/// This process's terminal size (stdout's), or [`DEFAULT_SIZE`].
-fn own_size() -> TermSize {
-    match rustix::termios::tcgetwinsize(std::io::stdout().as_fd()) {
-        Ok(ws) if ws.ws_row > 0 && ws.ws_col > 0 => TermSize {
-            rows: ws.ws_row.min(MAX_TERM_DIMENSION),
-            cols: ws.ws_col.min(MAX_TERM_DIMENSION),
-        },
-        _ => DEFAULT_SIZE,
-    }
-}
-
-/// The exit status that mirrors the program's: its code, 128 + its signal, or 125 when
-/// the sandbox failed.
-fn exit_status(status: &BackgroundStatus) -> ExitCode {
-    match (status.exit_code, status.signal) {
-        (Some(code), _) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        (None, Some(sig)) => ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)),
-        (None, None) => {
-            if let Some(why) = &status.sandbox_failure {
-                eprintln!("tierbox: {why}");
-            }
-            ExitCode::from(125)
-        }
-    }
-}
-
-/// This terminal in raw mode while the term runs (stdin a terminal), restored on drop.
-struct RawMode(Option<rustix::termios::Termios>);
-
-impl RawMode {
-    fn enter() -> Self {
-        let stdin = std::io::stdin();
-        if !stdin.is_terminal() {
-            return Self(None);
-        }
-        let Ok(saved) = rustix::termios::tcgetattr(stdin.as_fd()) else {
-            return Self(None);
-        };
-        let mut raw = saved.clone();
-        raw.make_raw();
-        match rustix::termios::tcsetattr(stdin.as_fd(), rustix::termios::OptionalActions::Now, &raw)
-        {
-            Ok(()) => Self(Some(saved)),
-            Err(_) => Self(None),
-        }
-    }
-}
-
-impl Drop for RawMode {
-    fn drop(&mut self) {
-        if let Some(saved) = &self.0 {
-            let _ = rustix::termios::tcsetattr(
-                std::io::stdin().as_fd(),
-                rustix::termios::OptionalActions::Now,
-                saved,
-            );
         }
     }
 }

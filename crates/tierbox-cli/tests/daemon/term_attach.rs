@@ -1,0 +1,199 @@
+//! Terms held by the daemon from the CLI: `tierbox run -t` through it, `tierbox ps`,
+//! `tierbox attach ID` (input piped, the exit status the program's), the detach keys
+//! leaving the term running, an unknown id refused, and `ps` without a daemon.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::tier_b_available;
+
+/// How long a term may take to show up or end before the test gives up (a bound so a
+/// broken path fails instead of hanging, not a timing assertion).
+const GIVE_UP: Duration = Duration::from_secs(60);
+
+/// Ctrl-P Ctrl-Q.
+const DETACH: &[u8] = b"\x10\x11";
+
+struct Daemon {
+    _dir: tempfile::TempDir,
+    xdg: PathBuf,
+    ws: PathBuf,
+    policy: PathBuf,
+}
+
+impl Daemon {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let xdg = dir.path().join("xdg");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(
+            &policy,
+            "version = 1\n[exec]\nallowed_executables = [\"python3\"]\n\
+             allow_interpreters = true\nallow_eval = true\n",
+        )
+        .unwrap();
+        let d = Self {
+            _dir: dir,
+            xdg,
+            ws,
+            policy,
+        };
+        let out = d.tierbox(&d.with_policy(&["daemon", "start"]), b"");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        d
+    }
+
+    fn with_policy<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+        let mut v = args.to_vec();
+        v.extend_from_slice(&[
+            "--policy",
+            self.policy.to_str().unwrap(),
+            "--workspace",
+            self.ws.to_str().unwrap(),
+        ]);
+        v
+    }
+
+    /// `tierbox ARGS` with `input` as its stdin (then its end).
+    fn tierbox(&self, args: &[&str], input: &[u8]) -> Output {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(args)
+            .env("XDG_STATE_HOME", &self.xdg)
+            .env_remove("TIERBOX_SOCKET")
+            .env_remove("TIERBOX_DAEMON")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let _ = stdin.write_all(input);
+        drop(stdin);
+        child.wait_with_output().unwrap()
+    }
+
+    /// `tierbox run -t --tier b -- python3 -i -q` through the daemon, `input` typed.
+    fn run_t(&self, input: &[u8]) -> Output {
+        let mut args = self.with_policy(&["run", "-t", "--tier", "b"]);
+        args.extend_from_slice(&["--", "python3", "-i", "-q"]);
+        self.tierbox(&args, input)
+    }
+
+    /// `tierbox ps --json`'s terms.
+    fn ps(&self) -> Vec<serde_json::Value> {
+        let out = self.tierbox(&["ps", "--json"], b"");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["terms"].as_array().unwrap().clone()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.tierbox(&["daemon", "stop"], b"");
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The term id `run -t` names on stderr (`term ID runs in the daemon`).
+fn term_id(stderr: &str) -> String {
+    let after = stderr.split("term ").nth(1).expect(stderr);
+    after.split_whitespace().next().unwrap().to_owned()
+}
+
+#[test]
+fn run_t_through_the_daemon_types_prints_and_mirrors_the_exit_status() {
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start();
+    let out = d.run_t(b"print(6*7)\nraise SystemExit(4)\n");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stderr.contains("runs in the daemon"), "{stderr}");
+    assert!(stdout.contains("42"), "{stdout}\n{stderr}");
+    assert_eq!(out.status.code(), Some(4), "{stdout}\n{stderr}");
+}
+
+#[test]
+fn a_detached_term_is_listed_and_attach_types_into_it_until_it_ends() {
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start();
+    // The detach keys as the first input: the term runs on.
+    let out = d.run_t(DETACH);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("detached"), "{stderr}");
+    let id = term_id(&stderr);
+    let listed = d.ps();
+    let term = listed
+        .iter()
+        .find(|t| t["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("{id} not in {listed:?}"));
+    assert_eq!(term["state"], "running");
+    assert_eq!(term["argv"][0], "python3");
+    let table = text(&d.tierbox(&["ps"], b"").stdout);
+    assert!(
+        table.contains(&id) && table.contains("python3 -i -q"),
+        "{table}"
+    );
+
+    // Attached again, detached again: still running.
+    let out = d.tierbox(&["attach", &id], DETACH);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        d.ps()
+            .iter()
+            .any(|t| t["id"] == id.as_str() && t["state"] == "running")
+    );
+
+    // Attached, typed into, ended: the program's status.
+    let out = d.tierbox(&["attach", &id], b"print(6*7)\nraise SystemExit(5)\n");
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("42"), "{stdout}\n{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let give_up = Instant::now() + GIVE_UP;
+    while d
+        .ps()
+        .iter()
+        .any(|t| t["id"] == id.as_str() && t["state"] == "running")
+    {
+        assert!(Instant::now() < give_up, "the term never ended");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn attach_to_an_unknown_id_is_not_found() {
+    let d = Daemon::start();
+    let out = d.tierbox(&["attach", "0123456789abcdef0123456789abcdef"], b"");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("term.not_found"), "{stderr}");
+    assert_ne!(out.status.code(), Some(0));
+    let out = d.tierbox(&["attach", "../daemon"], b"");
+    assert!(text(&out.stderr).contains("is not a term id"), "{out:?}");
+    assert_ne!(out.status.code(), Some(0));
+}
+
+#[test]
+fn ps_without_a_daemon_says_terms_live_in_their_own_run_t() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+        .args(["ps"])
+        .env("XDG_STATE_HOME", dir.path())
+        .env_remove("TIERBOX_SOCKET")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("tierbox daemon start"), "{stderr}");
+    assert!(stderr.contains("tierbox run -t"), "{stderr}");
+}
