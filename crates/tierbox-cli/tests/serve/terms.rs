@@ -509,7 +509,12 @@ fn mcp_terms(test: &str, at: Where) {
 
     mcp_shell(test, &mut mcp, tier);
     // A running term of this connection, which ends with it.
-    let marker = format!("mcp-term-{}", std::process::id());
+    // One per test: the tiers' tests run side by side in this process.
+    let marker = format!(
+        "mcp-term-{}-{}",
+        std::process::id(),
+        test.replace("::", "-")
+    );
     let argv = ["bash", "--norc", "--noprofile", "-i", "-s", marker.as_str()];
     mcp.ok(
         "session_start",
