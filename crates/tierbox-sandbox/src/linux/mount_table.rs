@@ -2,13 +2,13 @@
 //! when the kernel says it changed.
 //!
 //! Two things read the table: the cgroup probe (where the hierarchies are) and Tier B's
-//! check that no other mount shows a system root ([`crate::tier_b`]'s covers, for every
-//! run). The kernel marks an open mount table with `POLLPRI` when a mount or unmount
-//! happened in the namespace since the descriptor was opened or last polled (proc(5),
-//! `/proc/pid/mounts`), so [`current`] keeps the descriptor it read and a non-blocking
-//! `poll` tells whether its text still holds: exact, for a one-shot CLI and a server
-//! alike, at one system call instead of the kernel printing the whole table. A change
-//! between the open and the read is both in the text and marked, so it costs one
+//! check, for every run, that no other mount shows a system root (before it covers the
+//! host's secrets). The kernel marks an open mount table with `POLLPRI` when a mount or
+//! unmount happened in the namespace since the descriptor was opened or last polled
+//! (proc(5), `/proc/pid/mounts`), so [`current`] keeps the descriptor it read and a
+//! non-blocking `poll` tells whether its text still holds: exact, for a one-shot CLI and
+//! a server alike, at one system call instead of the kernel printing the whole table. A
+//! change between the open and the read is both in the text and marked, so it costs one
 //! needless reread, never a stale table.
 
 use std::fs::File;
