@@ -559,13 +559,26 @@ fn a_tier_c_pid_1_that_dies_unreported_is_a_sandbox_failure_not_the_program_s_si
     // A marker no other test's sandbox runs, to find this run's pid 1 among this
     // process's children.
     let marker = format!("tierbox-pid1-test-{}", std::process::id());
-    let mut r = req("sh", &["-c", "echo started; sleep 30", &marker]);
+    // The program leaves a flag in the workspace once it has printed, so the kill
+    // cannot come before the line the test expects to be kept.
+    let mut r = req(
+        "sh",
+        &["-c", "echo started; : > printed.flag; sleep 30", &marker],
+    );
     r.tier = TierRequest::C;
+    let flag = env.ws.path().join("printed.flag");
     let rt = rt();
     let outcome = rt.block_on(async {
         let runner = env.runner();
         let run = tokio::spawn(async move { runner.run(&r).await });
         let pid1 = find_pid1_running(&marker).await;
+        for _ in 0..1000 {
+            if flag.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(flag.exists(), "the program never printed");
         // A plain kill(2), as an outsider would.
         let killed = std::process::Command::new("kill")
             .args(["-KILL", &pid1.to_string()])
