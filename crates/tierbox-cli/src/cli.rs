@@ -155,6 +155,11 @@ pub enum Command {
         /// process, where it cannot be detached.
         #[arg(short = 't', long = "tty", conflicts_with_all = ["stdin", "json"])]
         tty: bool,
+        /// With -t through the daemon: the keys that detach instead of Ctrl-P Ctrl-Q
+        /// (default: $TIERBOX_DETACH_KEYS): comma-separated, each `ctrl-<letter>` or one
+        /// character, e.g. `ctrl-a,d`; `none` never detaches.
+        #[arg(long, value_name = "KEYS", requires = "tty")]
+        detach_keys: Option<String>,
     },
     /// List your terms the daemon holds (`tierbox run -t` through it, or started over its
     /// socket): id, state, tier/backend, age, command. Exit 3 when no daemon answers.
@@ -172,6 +177,11 @@ pub enum Command {
     Attach {
         /// The term's id, as `tierbox ps` shows it.
         id: String,
+        /// The keys that detach instead of Ctrl-P Ctrl-Q (default: $TIERBOX_DETACH_KEYS):
+        /// comma-separated, each `ctrl-<letter>` or one character, e.g. `ctrl-a,d`;
+        /// `none` never detaches.
+        #[arg(long, value_name = "KEYS")]
+        detach_keys: Option<String>,
         /// State directory (default: $XDG_STATE_HOME/tierbox).
         #[arg(long)]
         state_dir: Option<PathBuf>,

@@ -373,12 +373,41 @@ enum Streamed {
     Unsent(String),
 }
 
+/// The daemon closed a connection before any byte of its reply: it took nothing from the
+/// request (it closes only idle connections, and between requests).
+#[derive(Debug)]
+struct Unanswered;
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the daemon closed the connection before answering")
+    }
+}
+
+impl std::error::Error for Unanswered {}
+
+/// Whether writing a request failed because the daemon's end of the connection was gone
+/// (or no byte of a reply came: [`Unanswered`]).
+fn unanswered(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Unanswered>().is_some()
+        || e.downcast_ref::<std::io::Error>().is_some_and(|e| {
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            )
+        })
+}
+
 /// One keep-alive HTTP/1.1 connection to the daemon.
 pub(crate) struct Connection {
     io: BufReader<UnixStream>,
     token: String,
     /// The socket, to name the daemon in messages.
     socket: PathBuf,
+    /// A reply was read on it: the daemon may since have closed it as idle
+    /// (`tierbox_server::conns::HEADER_READ_TIMEOUT`), and [`Self::request`] then opens
+    /// another.
+    reused: bool,
 }
 
 impl Connection {
@@ -408,7 +437,23 @@ impl Connection {
             io: BufReader::new(io),
             token: token.to_owned(),
             socket: socket.to_owned(),
+            reused: false,
         })
+    }
+
+    /// Whether the daemon has closed this connection (it closes a keep-alive connection
+    /// that stays idle past its header timeout) or it is otherwise unusable: the daemon
+    /// never speaks first, so anything readable between requests (the end of the stream,
+    /// stray bytes, an error) means another connection is needed.
+    fn closed_by_daemon(&self) -> bool {
+        if !self.io.buffer().is_empty() {
+            return true;
+        }
+        let mut probe = [0u8; 1];
+        !matches!(
+            self.io.get_ref().try_read(&mut probe),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+        )
     }
 
     /// A second connection to the same daemon (one request at a time goes on each: a
@@ -471,8 +516,37 @@ impl Connection {
         body: Option<&[u8]>,
         streamed: bool,
     ) -> Result<(u16, Value)> {
-        self.send(method, path, body).await?;
-        self.reply(streamed).await
+        // A connection the daemon closed as idle is replaced before the request goes out;
+        // one it closes while the request is on its way (the same timeout, a moment
+        // later) took nothing from it — no byte of a reply came — so the request is sent
+        // again, once, on a new connection.
+        if self.reused && self.closed_by_daemon() {
+            self.reopen().await?;
+        }
+        let reused = self.reused;
+        match self.send(method, path, body).await {
+            Err(e) if reused && unanswered(&e) => {
+                self.reopen().await?;
+                self.send(method, path, body).await?;
+            }
+            r => r?,
+        }
+        let reply = match self.reply(streamed).await {
+            Err(e) if reused && e.downcast_ref::<Unanswered>().is_some() => {
+                self.reopen().await?;
+                self.send(method, path, body).await?;
+                self.reply(streamed).await
+            }
+            r => r,
+        };
+        self.reused = reply.is_ok();
+        reply
+    }
+
+    /// Replaces this connection with a new one to the same daemon.
+    async fn reopen(&mut self) -> Result<()> {
+        *self = Self::open(&self.socket, &self.token).await?;
+        Ok(())
     }
 
     /// Writes a request: head and body in one buffer, so a daemon that answers from the
@@ -563,7 +637,16 @@ impl Connection {
         let mut read = 0;
         loop {
             let mut line = String::new();
-            let n = self.io.read_line(&mut line).await?;
+            let n = match self.io.read_line(&mut line).await {
+                Ok(n) => n,
+                Err(e) if read == 0 && e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return Err(Unanswered.into());
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if n == 0 && read == 0 {
+                return Err(Unanswered.into());
+            }
             read += n;
             if n == 0 || read > MAX_HEAD_BYTES {
                 bail!("the daemon closed the connection or sent an oversized head");
@@ -867,6 +950,7 @@ mod tests {
             io: BufReader::new(client),
             token: "t".to_owned(),
             socket: PathBuf::from("/run/test.sock"),
+            reused: false,
         }
     }
 

@@ -18,12 +18,108 @@ pub const DEFAULT_SIZE: TermSize = TermSize { rows: 24, cols: 80 };
 pub const INPUT_CHUNK_BYTES: usize = 4096;
 
 /// The keys that leave a daemon-held term running and end `tierbox attach` (or `tierbox
-/// run -t` through the daemon): Ctrl-P then Ctrl-Q, as `docker attach` has. A Ctrl-P
-/// not followed by Ctrl-Q goes to the program with the key after it.
+/// run -t` through the daemon) when neither `--detach-keys` nor [`DETACH_KEYS_ENV`] names
+/// others: Ctrl-P then Ctrl-Q, as `docker attach` has. A Ctrl-P not followed by Ctrl-Q
+/// goes to the program with the key after it.
 pub const DETACH_KEYS: [u8; 2] = [0x10, 0x11];
 
-/// How the detach keys are written in messages.
-pub const DETACH_KEYS_NAME: &str = "Ctrl-P Ctrl-Q";
+/// The environment variable that names the detach keys when `--detach-keys` does not
+/// (the same syntax).
+pub const DETACH_KEYS_ENV: &str = "TIERBOX_DETACH_KEYS";
+
+/// Most keys in a detach sequence: bounds what is held back from the program while the
+/// keys typed so far could still be the start of the sequence.
+pub const MAX_DETACH_KEYS: usize = 8;
+
+/// How detach sequences are written: comma-separated keys, each `ctrl-<key>` or one
+/// character; or `none`.
+pub const DETACH_KEYS_SYNTAX: &str = "comma-separated keys, each `ctrl-` and a letter or one of @ [ \\ ] ^ _ (e.g. ctrl-p,ctrl-q), or a single character other than a comma; or `none` to never detach";
+
+/// The key sequence that detaches, as `--detach-keys` or [`DETACH_KEYS_ENV`] name it
+/// (empty: detaching is off, every key goes to the program).
+/// `DetachSeq::parse("ctrl-a,d")` is Ctrl-A then `d` (named `Ctrl-A d`);
+/// `DetachSeq::parse("ctrl-1")` is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetachSeq(Vec<u8>);
+
+impl Default for DetachSeq {
+    fn default() -> Self {
+        Self(DETACH_KEYS.to_vec())
+    }
+}
+
+impl DetachSeq {
+    /// Parses `spec` ([`DETACH_KEYS_SYNTAX`]); the error names the offending key and the
+    /// syntax.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let spec = spec.trim();
+        if spec.eq_ignore_ascii_case("none") {
+            return Ok(Self(Vec::new()));
+        }
+        let refuse = |why: String| {
+            Err(format!(
+                "detach keys {spec:?}: {why}; write {DETACH_KEYS_SYNTAX}"
+            ))
+        };
+        let mut keys = Vec::new();
+        for token in spec.split(',') {
+            let key = match token.len() {
+                0 => return refuse("an empty key".to_owned()),
+                1 if token.is_ascii() && token != " " => token.as_bytes()[0],
+                _ => match token.to_ascii_lowercase().strip_prefix("ctrl-") {
+                    Some(k) if k.len() == 1 => match k.as_bytes()[0] {
+                        c @ (b'a'..=b'z' | b'@' | b'[' | b'\\' | b']' | b'^' | b'_') => {
+                            c.to_ascii_uppercase() & 0x1f
+                        }
+                        _ => return refuse(format!("{token:?} is not a control key")),
+                    },
+                    _ => return refuse(format!("{token:?} is not a key")),
+                },
+            };
+            keys.push(key);
+        }
+        if keys.len() > MAX_DETACH_KEYS {
+            return refuse(format!(
+                "{} keys, more than the {MAX_DETACH_KEYS} a sequence may have",
+                keys.len()
+            ));
+        }
+        Ok(Self(keys))
+    }
+
+    /// The sequence `--detach-keys` names, else [`DETACH_KEYS_ENV`], else
+    /// [`DETACH_KEYS`].
+    pub fn chosen(flag: Option<&str>) -> Result<Self, String> {
+        match flag {
+            Some(spec) => Self::parse(spec).map_err(|e| format!("--detach-keys: {e}")),
+            None => match std::env::var(DETACH_KEYS_ENV) {
+                Ok(spec) => Self::parse(&spec).map_err(|e| format!("{DETACH_KEYS_ENV}: {e}")),
+                Err(_) => Ok(Self::default()),
+            },
+        }
+    }
+
+    /// The keys' bytes (empty: detaching is off).
+    pub fn keys(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// How the sequence is written in messages: `Ctrl-P Ctrl-Q`, or `none`.
+    pub fn name(&self) -> String {
+        if self.0.is_empty() {
+            return "none".to_owned();
+        }
+        let names: Vec<String> = self
+            .0
+            .iter()
+            .map(|&k| match k {
+                0..=0x1f => format!("Ctrl-{}", char::from(k | 0x40)),
+                _ => char::from(k).to_string(),
+            })
+            .collect();
+        names.join(" ")
+    }
+}
 
 /// This process's terminal size (stdout's), or [`DEFAULT_SIZE`].
 pub fn own_size() -> TermSize {
@@ -103,11 +199,13 @@ pub fn window_changes() -> Option<tokio::signal::unix::Signal> {
     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok()
 }
 
-/// Finds [`DETACH_KEYS`] in what is typed, across reads.
+/// Finds a [`DetachSeq`] in what is typed, across reads.
 #[derive(Debug, Default)]
 pub struct DetachKeys {
-    /// The previous read ended with the first key, held back until the next byte.
-    held: bool,
+    seq: DetachSeq,
+    /// The keys typed last that are the start of the sequence, held back until the next
+    /// byte says whether the sequence goes on.
+    held: Vec<u8>,
 }
 
 /// What one read of typed bytes holds.
@@ -120,26 +218,40 @@ pub struct Typed {
 }
 
 impl DetachKeys {
+    /// A finder for `seq`.
+    pub fn new(seq: DetachSeq) -> Self {
+        Self {
+            seq,
+            held: Vec::new(),
+        }
+    }
+
     /// Splits `chunk`: what goes to the program, and whether the detach keys came.
     pub fn feed(&mut self, chunk: &[u8]) -> Typed {
-        let [first, second] = DETACH_KEYS;
-        let mut forward = Vec::with_capacity(chunk.len() + 1);
+        let seq = self.seq.keys();
+        let mut forward = Vec::with_capacity(chunk.len() + self.held.len());
+        if seq.is_empty() {
+            forward.extend_from_slice(chunk);
+            return Typed {
+                forward,
+                detach: false,
+            };
+        }
         for &b in chunk {
-            if self.held {
-                self.held = false;
-                if b == second {
-                    return Typed {
-                        forward,
-                        detach: true,
-                    };
-                }
-                forward.push(first);
+            self.held.push(b);
+            if self.held == seq {
+                self.held.clear();
+                return Typed {
+                    forward,
+                    detach: true,
+                };
             }
-            if b == first {
-                self.held = true;
-            } else {
-                forward.push(b);
-            }
+            // Keep the longest end of what is held that could still begin the sequence;
+            // what comes before it goes to the program.
+            let keep = (0..=self.held.len())
+                .find(|&start| seq.starts_with(&self.held[start..]))
+                .unwrap_or(self.held.len());
+            forward.extend(self.held.drain(..keep));
         }
         Typed {
             forward,
@@ -147,13 +259,9 @@ impl DetachKeys {
         }
     }
 
-    /// What is held back when input ends (a last lone first key).
+    /// What is held back when input ends (a last start of the sequence).
     pub fn flush(&mut self) -> Vec<u8> {
-        if std::mem::take(&mut self.held) {
-            vec![DETACH_KEYS[0]]
-        } else {
-            Vec::new()
-        }
+        std::mem::take(&mut self.held)
     }
 }
 
@@ -210,6 +318,69 @@ mod tests {
         let mut keys = DetachKeys::default();
         assert_eq!(keys.feed(b"a\x10"), typed(b"a", false));
         assert_eq!(keys.feed(b"\x11"), typed(b"", true));
+    }
+
+    #[test]
+    fn other_detach_keys_are_found_however_the_reads_split_them() {
+        let seq = DetachSeq::parse("ctrl-a,ctrl-a,d").unwrap();
+        let typed_all = |chunks: &[&[u8]]| {
+            let mut keys = DetachKeys::new(seq.clone());
+            let mut forward = Vec::new();
+            for chunk in chunks {
+                let t = keys.feed(chunk);
+                forward.extend(t.forward);
+                if t.detach {
+                    return (forward, true);
+                }
+            }
+            forward.extend(keys.flush());
+            (forward, false)
+        };
+        // A sequence that overlaps itself: the third Ctrl-A restarts it, one goes on.
+        assert_eq!(typed_all(&[b"x\x01\x01\x01d"]), (b"x\x01".to_vec(), true));
+        assert_eq!(
+            typed_all(&[b"x\x01", b"\x01", b"\x01", b"d"]),
+            (b"x\x01".to_vec(), true)
+        );
+        assert_eq!(
+            typed_all(&[b"\x01\x01e\x01"]),
+            (b"\x01\x01e\x01".to_vec(), false)
+        );
+        let mut off = DetachKeys::new(DetachSeq::parse("none").unwrap());
+        assert_eq!(off.feed(b"\x10\x11"), typed(b"\x10\x11", false));
+    }
+
+    #[test]
+    fn detach_keys_are_parsed_as_docker_writes_them_and_refused_naming_the_key() {
+        assert_eq!(
+            DetachSeq::parse("ctrl-p,ctrl-q").unwrap(),
+            DetachSeq::default()
+        );
+        assert_eq!(DetachSeq::default().name(), "Ctrl-P Ctrl-Q");
+        assert_eq!(
+            DetachSeq::parse("Ctrl-@,ctrl-_,q").unwrap().keys(),
+            &[0, 0x1f, b'q']
+        );
+        assert_eq!(DetachSeq::parse("none").unwrap().name(), "none");
+        for (bad, names) in [
+            ("", "an empty key"),
+            ("ctrl-p,,ctrl-q", "an empty key"),
+            ("ctrl-1", "\"ctrl-1\" is not a control key"),
+            ("alt-x", "\"alt-x\" is not a key"),
+            ("é", "\"é\" is not a key"),
+            ("a,b,c,d,e,f,g,h,i", "9 keys, more than the 8"),
+        ] {
+            let e = DetachSeq::parse(bad).unwrap_err();
+            assert!(
+                e.contains(names) && e.contains("ctrl-p,ctrl-q"),
+                "{bad:?}: {e}"
+            );
+        }
+        assert!(
+            DetachSeq::chosen(Some("ctrl-9"))
+                .unwrap_err()
+                .starts_with("--detach-keys: ")
+        );
     }
 
     #[test]

@@ -28,8 +28,7 @@ use crate::daemon::{self, ApiError, Connection, Exchange};
 use crate::print::{print_refusal, print_run_failure};
 use crate::report;
 use crate::term_io::{
-    DETACH_KEYS_NAME, DetachKeys, Ended, RawMode, exit_status, own_size, stdin_chunks,
-    window_changes,
+    DetachKeys, DetachSeq, Ended, RawMode, exit_status, own_size, stdin_chunks, window_changes,
 };
 
 /// Bytes of a term's recent output printed on attach (the redraw): enough for a screen or
@@ -185,7 +184,12 @@ fn ignore_ended(r: Result<Value, ApiError>) -> Result<(), ApiError> {
 /// Shows the term `id` on this terminal until it ends, the detach keys are typed or a
 /// termination signal arrives: its output from `from` on, this terminal's input and size
 /// going to it.
-async fn attach(mut writes: Connection, id: &str, from: ReadFrom) -> Result<Attached, ApiError> {
+async fn attach(
+    mut writes: Connection,
+    id: &str,
+    from: ReadFrom,
+    detach: DetachSeq,
+) -> Result<Attached, ApiError> {
     let mut reads = writes
         .another()
         .await
@@ -206,7 +210,7 @@ async fn attach(mut writes: Connection, id: &str, from: ReadFrom) -> Result<Atta
     let mut winch = window_changes();
     let signal = crate::termination_signal();
     tokio::pin!(signal);
-    let mut keys = DetachKeys::default();
+    let mut keys = DetachKeys::new(detach);
     let mut stdout = std::io::stdout();
     let mut input_open = true;
     loop {
@@ -244,9 +248,15 @@ async fn attach(mut writes: Connection, id: &str, from: ReadFrom) -> Result<Atta
 
 /// Attaches to `id` in raw mode (restored before anything is printed) and returns the
 /// exit status: the program's when it ended, 0 when detached, 128 + a termination signal.
-async fn attach_and_report(conn: Connection, id: &str, from: ReadFrom) -> ExitCode {
+async fn attach_and_report(
+    conn: Connection,
+    id: &str,
+    from: ReadFrom,
+    detach: DetachSeq,
+) -> ExitCode {
+    let name = detach.name();
     let raw = RawMode::enter();
-    let attached = attach(conn, id, from).await;
+    let attached = attach(conn, id, from, detach).await;
     drop(raw);
     let still_running = |how: &str| {
         eprintln!(
@@ -256,7 +266,7 @@ async fn attach_and_report(conn: Connection, id: &str, from: ReadFrom) -> ExitCo
     match attached {
         Ok(Attached::Ended(ended)) => exit_status(&ended),
         Ok(Attached::Detached) => {
-            still_running(&format!("detached ({DETACH_KEYS_NAME})"));
+            still_running(&format!("detached ({name})"));
             ExitCode::SUCCESS
         }
         Ok(Attached::Interrupted(sig)) => {
@@ -307,13 +317,21 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 }
 
 /// `tierbox attach ID`.
-pub fn cmd_attach(id: &str, state_dir: Option<PathBuf>) -> Result<ExitCode> {
+pub fn cmd_attach(
+    id: &str,
+    state_dir: Option<PathBuf>,
+    detach_keys: Option<&str>,
+) -> Result<ExitCode> {
     if let Err(e) = check_id(id) {
         return Ok(print_api_error(&e));
     }
+    let detach = match DetachSeq::chosen(detach_keys) {
+        Ok(seq) => seq,
+        Err(e) => return Ok(super::run::bad_detach_keys(&e)),
+    };
     let state_dir = state_dir.unwrap_or_else(tierbox_runner::supervisor::default_state_dir);
     match daemon::with_any_daemon(&state_dir, async |conn| {
-        attach_and_report(conn, id, ReadFrom::Tail).await
+        attach_and_report(conn, id, ReadFrom::Tail, detach).await
     }) {
         Ok(code) => Ok(code),
         Err(why) => Ok(report::fail(
@@ -423,7 +441,11 @@ pub enum DaemonTerm {
 /// `tierbox run -t` through the daemon, when one with `runner`'s identity answers: the
 /// term started there on a terminal of this one's size, then attached from its first
 /// byte.
-pub fn run_in_daemon(runner: &Runner, req: &tierbox_policy::ProcessRunRequest) -> DaemonTerm {
+pub fn run_in_daemon(
+    runner: &Runner,
+    req: &tierbox_policy::ProcessRunRequest,
+    detach: DetachSeq,
+) -> DaemonTerm {
     let body = match start_body(req) {
         Ok(b) => b,
         Err(e) => return DaemonTerm::NotUsed(format!("encoding the request: {e}")),
@@ -442,10 +464,14 @@ pub fn run_in_daemon(runner: &Runner, req: &tierbox_policy::ProcessRunRequest) -
             if let Err(e) = check_id(&id) {
                 return DaemonTerm::Ran(print_api_error(&e));
             }
+            let how = match detach.keys() {
+                [] => "detaching is off (--detach-keys none)".to_owned(),
+                _ => format!("{} detaches", detach.name()),
+            };
             eprintln!(
-                "tierbox: term {id} runs in the daemon: {DETACH_KEYS_NAME} detaches, `tierbox attach {id}` re-attaches"
+                "tierbox: term {id} runs in the daemon: {how}, `tierbox attach {id}` re-attaches"
             );
-            DaemonTerm::Ran(attach_and_report(conn, &id, ReadFrom::Beginning).await)
+            DaemonTerm::Ran(attach_and_report(conn, &id, ReadFrom::Beginning, detach).await)
         },
     )
 }

@@ -40,12 +40,14 @@ pub fn front(command: Command) -> Result<ExitCode> {
             stdin_limit,
             state_dir,
             tty,
+            detach_keys,
             ..
         } => {
             let stdin = StdinFlags {
                 pass: stdin,
                 limit: stdin_limit,
             };
+            let tty = tty.then_some(run::Tty { detach_keys });
             cmd_run(&policy, request, json, stdin, state_dir, tty)
         }
         Command::Check {
@@ -63,7 +65,11 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         command @ (Command::Run { .. } | Command::Check { .. }) => front(command),
         Command::Daemon { action } => daemon::cmd_daemon(action),
         Command::Ps { state_dir, json } => attach::cmd_ps(state_dir, json),
-        Command::Attach { id, state_dir } => attach::cmd_attach(&id, state_dir),
+        Command::Attach {
+            id,
+            state_dir,
+            detach_keys,
+        } => attach::cmd_attach(&id, state_dir, detach_keys.as_deref()),
         Command::Schema => {
             println!(
                 "{}",

@@ -16,7 +16,15 @@ use crate::print::{
     Via, finish, interrupted, print_daemon_reply, print_outcome, print_rejection, print_run_failure,
 };
 use crate::request::{StdinFlags, build_request};
+use crate::term_io::DetachSeq;
 use crate::{daemon, exec_full, harden_supervisor, live, progress, termination_signal};
+
+/// `tierbox run -t`'s own flags.
+#[derive(Debug, Clone, Default)]
+pub struct Tty {
+    /// `--detach-keys`.
+    pub detach_keys: Option<String>,
+}
 
 pub fn cmd_run(
     policy: &PolicyArgs,
@@ -24,19 +32,40 @@ pub fn cmd_run(
     json: bool,
     pass_stdin: StdinFlags,
     state_dir: Option<PathBuf>,
-    tty: bool,
+    tty: Option<Tty>,
 ) -> Result<ExitCode> {
+    // A detach sequence that cannot be used is refused before anything starts.
+    let detach = match tty
+        .as_ref()
+        .map(|t| DetachSeq::chosen(t.detach_keys.as_deref()))
+    {
+        Some(Err(e)) => return Ok(bad_detach_keys(&e)),
+        Some(Ok(seq)) => Some(seq),
+        None => None,
+    };
     start_run_supervisor();
     // One run, then exit: network namespaces made ahead of time would only cost CPU.
     tierbox_runner::host::set_network_namespace_pool(false);
-    let done = match tty {
-        true => in_terminal(policy, request, json, state_dir),
-        false => run_once(policy, request, json, pass_stdin, state_dir),
+    let done = match detach {
+        Some(detach) => in_terminal(policy, request, json, state_dir, detach),
+        None => run_once(policy, request, json, pass_stdin, state_dir),
     };
     // The runner and its run are gone: when they left nothing, the watchdog need not
     // sweep after this process.
     tierbox_runner::host::release_watchdog();
     done
+}
+
+/// The usage error for detach keys that cannot be parsed (exit 125, as every usage
+/// error).
+pub fn bad_detach_keys(why: &str) -> ExitCode {
+    crate::report::fail(
+        crate::report::Failure::Usage,
+        "cli.detach_keys",
+        why,
+        "`--detach-keys ctrl-p,ctrl-q` is the default; `--detach-keys none` never detaches",
+        crate::report::settings().json,
+    )
 }
 
 /// Hardens this process and, before any thread starts, forks its watchdog: if the process
@@ -57,6 +86,7 @@ fn in_terminal(
     request: RequestArgs,
     json: bool,
     state_dir: Option<PathBuf>,
+    detach: DetachSeq,
 ) -> Result<ExitCode> {
     let runner = build_runner(policy, state_dir)?;
     let req = match build_request(request) {
@@ -64,7 +94,7 @@ fn in_terminal(
         Err(rej) => return Ok(print_rejection(&rej, json)),
     };
     if daemon::enabled() {
-        match super::attach::run_in_daemon(&runner, &req) {
+        match super::attach::run_in_daemon(&runner, &req, detach) {
             super::attach::DaemonTerm::Ran(code) => return Ok(code),
             super::attach::DaemonTerm::NotUsed(why) => {
                 if crate::report::settings().verbose {

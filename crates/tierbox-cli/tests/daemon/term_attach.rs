@@ -60,8 +60,15 @@ impl Daemon {
 
     /// `tierbox ARGS` with `input` as its stdin (then its end).
     fn tierbox(&self, args: &[&str], input: &[u8]) -> Output {
+        self.tierbox_with(args, input, &[])
+    }
+
+    /// [`Self::tierbox`] with `env` set too.
+    fn tierbox_with(&self, args: &[&str], input: &[u8], env: &[(&str, &str)]) -> Output {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tierbox"))
             .args(args)
+            .env_remove("TIERBOX_DETACH_KEYS")
+            .envs(env.iter().copied())
             .env("XDG_STATE_HOME", &self.xdg)
             .env_remove("TIERBOX_SOCKET")
             .env_remove("TIERBOX_DAEMON")
@@ -78,9 +85,15 @@ impl Daemon {
 
     /// `tierbox run -t --tier b -- python3 -i -q` through the daemon, `input` typed.
     fn run_t(&self, input: &[u8]) -> Output {
+        self.run_t_with(&[], input, &[])
+    }
+
+    /// [`Self::run_t`] with more `flags` before the command, and `env`.
+    fn run_t_with(&self, flags: &[&str], input: &[u8], env: &[(&str, &str)]) -> Output {
         let mut args = self.with_policy(&["run", "-t", "--tier", "b"]);
+        args.extend_from_slice(flags);
         args.extend_from_slice(&["--", "python3", "-i", "-q"]);
-        self.tierbox(&args, input)
+        self.tierbox_with(&args, input, env)
     }
 
     /// `tierbox ps --json`'s terms.
@@ -169,6 +182,102 @@ fn a_detached_term_is_listed_and_attach_types_into_it_until_it_ends() {
         assert!(Instant::now() < give_up, "the term never ended");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Other detach keys (`--detach-keys`, `TIERBOX_DETACH_KEYS`): Ctrl-P Ctrl-Q then go to
+/// the program like any key, the chosen keys detach and are named; keys that cannot be
+/// parsed are a usage error naming them, before anything runs.
+#[test]
+fn other_detach_keys_detach_and_ctrl_p_ctrl_q_go_to_the_program() {
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start();
+    // With the default keys this input would detach at once (exit 0); here the program
+    // reads on to the line that ends it.
+    let mut input = DETACH.to_vec();
+    input.extend_from_slice(b"print(6*7)\nraise SystemExit(6)\n");
+    let out = d.run_t_with(&["--detach-keys", "ctrl-a,d"], &input, &[]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stderr.contains("Ctrl-A d detaches"), "{stderr}");
+    assert!(stdout.contains("42"), "{stdout}\n{stderr}");
+    assert_eq!(out.status.code(), Some(6), "{stdout}\n{stderr}");
+
+    // Chosen in the environment; they detach, and the term runs on.
+    let out = d.run_t_with(&[], b"\x01d", &[("TIERBOX_DETACH_KEYS", "ctrl-a,d")]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("detached (Ctrl-A d)"), "{stderr}");
+    let id = term_id(&stderr);
+    assert!(
+        d.ps()
+            .iter()
+            .any(|t| t["id"] == id.as_str() && t["state"] == "running")
+    );
+    // `none`: nothing detaches (the keys make a line Python refuses, then it reads on);
+    // the flag wins over the environment.
+    let out = d.tierbox_with(
+        &["attach", "--detach-keys", "none", &id],
+        b"\x01d\x10\x11\nraise SystemExit(7)\n",
+        &[("TIERBOX_DETACH_KEYS", "ctrl-a,d")],
+    );
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+
+    for (args, env, names) in [
+        (
+            vec!["attach", "--detach-keys", "ctrl-1", &id],
+            vec![],
+            "--detach-keys: detach keys \"ctrl-1\": \"ctrl-1\" is not a control key",
+        ),
+        (
+            vec!["attach", &id],
+            vec![("TIERBOX_DETACH_KEYS", "ctrl-p,,q")],
+            "TIERBOX_DETACH_KEYS: detach keys \"ctrl-p,,q\": an empty key",
+        ),
+    ] {
+        let out = d.tierbox_with(&args, b"", &env);
+        let stderr = text(&out.stderr);
+        // Refused as usage is (125), before anything ran.
+        assert_eq!(out.status.code(), Some(125), "{stderr}");
+        assert!(stderr.contains(names), "{stderr}");
+    }
+}
+
+/// An attach with nothing typed for longer than the daemon keeps an idle connection
+/// (`HEADER_READ_TIMEOUT`) still types what comes next: the CLI replaces the connection
+/// the daemon closed instead of failing the first key with a broken pipe.
+#[test]
+fn typing_after_an_idle_attach_reaches_the_program() {
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start();
+    let out = d.run_t(DETACH);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let id = term_id(&text(&out.stderr));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+        .args(["attach", &id])
+        .env_remove("TIERBOX_DETACH_KEYS")
+        .env_remove("TIERBOX_SOCKET")
+        .env_remove("TIERBOX_DAEMON")
+        .env("XDG_STATE_HOME", &d.xdg)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Past the daemon's idle timeout for the attach's input connection (a wait for a
+    // server-side timeout to pass, not a measurement).
+    std::thread::sleep(tierbox_server::conns::HEADER_READ_TIMEOUT + Duration::from_secs(2));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"print(6*7)\nraise SystemExit(8)\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stdout.contains("42"), "{stdout}\n{stderr}");
+    assert_eq!(out.status.code(), Some(8), "{stdout}\n{stderr}");
 }
 
 #[test]
