@@ -22,7 +22,7 @@ use tierbox_policy::Rejection;
 use tierbox_policy::policy::WorkspaceMode;
 use tierbox_policy::request::{MAX_CWD_BYTES, MAX_REQUEST_BYTES};
 use tierbox_runner::files::{
-    DEFAULT_FILE_READ_BYTES, FileError, FileKind, FileList, FileStat, FileWritten,
+    DEFAULT_FILE_READ_BYTES, FileError, FileFace, FileKind, FileList, FileStat, FileWritten,
     MAX_FILE_PATH_BYTES, MAX_FILE_READ_BYTES, MAX_FILE_WRITE_BYTES, WriteOptions,
 };
 
@@ -313,22 +313,26 @@ impl Service {
 
     /// Lists a directory of the workspace ([`FilePathArgs`]).
     pub async fn file_list(&self, args: FilePathArgs) -> Result<FileList, ServiceError> {
-        let runner = self.runner().clone();
-        blocking(move || {
-            runner
-                .file_face(args.workspace.as_deref(), None)?
-                .list(&args.path)
-        })
-        .await
+        self.on_face(args, FileFace::list).await
     }
 
     /// The metadata of an entry of the workspace ([`FilePathArgs`]).
     pub async fn file_stat(&self, args: FilePathArgs) -> Result<FileStat, ServiceError> {
+        self.on_face(args, FileFace::stat).await
+    }
+
+    /// `op` on the path of `args`, in the face of its workspace.
+    async fn on_face<T: Send + 'static>(
+        &self,
+        args: FilePathArgs,
+        op: fn(&FileFace, &str) -> Result<T, FileError>,
+    ) -> Result<T, ServiceError> {
         let runner = self.runner().clone();
         blocking(move || {
-            runner
-                .file_face(args.workspace.as_deref(), None)?
-                .stat(&args.path)
+            op(
+                &runner.file_face(args.workspace.as_deref(), None)?,
+                &args.path,
+            )
         })
         .await
     }

@@ -22,7 +22,7 @@ use super::{
     MAX_LIST_ENTRIES, MAX_TEMP_ATTEMPTS, NEW_DIRECTORY_MODE, PERMISSION_BITS, PathRule,
     TEMP_PREFIX, WriteOptions,
 };
-use crate::changes::print::{BENEATH, Ident};
+use crate::changes::print::{Ident, openat_beneath as open_at};
 
 /// The workspace, held for file operations (see the module documentation).
 #[derive(Debug)]
@@ -115,17 +115,6 @@ fn plain_path(path: &str, may_be_root: bool) -> Result<PathBuf, FileError> {
 fn split(rel: &Path) -> (&Path, &OsStr) {
     let name = rel.file_name().unwrap_or(rel.as_os_str());
     (rel.parent().unwrap_or(Path::new("")), name)
-}
-
-/// `openat2(dir, name, flags | O_NOFOLLOW | O_CLOEXEC, BENEATH)`.
-fn open_at(dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags) -> Result<OwnedFd, Errno> {
-    rustix::fs::openat2(
-        dir,
-        name,
-        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-        BENEATH,
-    )
 }
 
 impl FileFace {
@@ -438,7 +427,7 @@ impl FileFace {
         let at =
             open_at(dir, name, OFlags::PATH).map_err(|e| Self::lookup_error(path, dir, name, e))?;
         let st = rustix::fs::fstat(&at).map_err(io("stat", path))?;
-        Self::regular(path, &st)?;
+        Self::of_kind(path, &st, FileKind::File)?;
         let fd = open_at(dir, name, OFlags::RDONLY | OFlags::NONBLOCK)
             .map_err(|e| Self::lookup_error(path, dir, name, e))?;
         let now = rustix::fs::fstat(&fd).map_err(io("stat", path))?;
@@ -451,25 +440,20 @@ impl FileFace {
         Ok(Regular { fd, st: now })
     }
 
-    /// Refuses what is not a regular file: a symlink by [`PathRule::Symlink`], anything
-    /// else as [`FileError::NotRegular`].
-    fn regular(path: &str, st: &Stat) -> Result<(), FileError> {
+    /// Refuses an entry that is not of kind `want` (a regular file or a directory): a
+    /// symlink by [`PathRule::Symlink`], anything else as [`FileError::NotRegular`] (or,
+    /// where a directory is wanted, [`FileError::NotDirectory`]).
+    fn of_kind(path: &str, st: &Stat, want: FileKind) -> Result<(), FileError> {
+        let path = path.to_owned();
         match FileKind::of(st.st_mode) {
-            FileKind::File => {}
-            FileKind::Symlink => {
-                return Err(FileError::Refused {
-                    path: path.to_owned(),
-                    rule: PathRule::Symlink,
-                });
-            }
-            kind => {
-                return Err(FileError::NotRegular {
-                    path: path.to_owned(),
-                    kind,
-                });
-            }
+            kind if kind == want => Ok(()),
+            FileKind::Symlink => Err(FileError::Refused {
+                path,
+                rule: PathRule::Symlink,
+            }),
+            kind if want == FileKind::Directory => Err(FileError::NotDirectory { path, kind }),
+            kind => Err(FileError::NotRegular { path, kind }),
         }
-        Ok(())
     }
 
     /// Reads up to `max_bytes` (1 to [`MAX_FILE_READ_BYTES`]) of the regular file at
@@ -601,21 +585,7 @@ impl FileFace {
             }
             false => {
                 let (parent, _, st) = self.find(path, rel, Walk::Read)?;
-                match FileKind::of(st.st_mode) {
-                    FileKind::Directory => {}
-                    FileKind::Symlink => {
-                        return Err(FileError::Refused {
-                            path: path.to_owned(),
-                            rule: PathRule::Symlink,
-                        });
-                    }
-                    kind => {
-                        return Err(FileError::NotDirectory {
-                            path: path.to_owned(),
-                            kind,
-                        });
-                    }
-                }
+                Self::of_kind(path, &st, FileKind::Directory)?;
                 (parent, split(rel).1, st)
             }
         };
