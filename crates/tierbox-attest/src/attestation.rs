@@ -102,6 +102,30 @@ pub enum Event {
         /// The sets removed, oldest first.
         evicted: Vec<EvictedChanges>,
     },
+    /// `file.written`: a file of the workspace was written through the file face (an
+    /// agent's write over HTTP or MCP, not a run's), replacing it whole.
+    #[serde(rename = "file.written")]
+    FileWritten {
+        /// The workspace written in (canonical, after the scope rules).
+        workspace: String,
+        /// The file, relative to the workspace.
+        path: String,
+        /// Bytes the request sent.
+        bytes_written: u64,
+        /// Size of the file after the write, in bytes (larger than `bytes_written` for
+        /// an append).
+        size: u64,
+        /// Hex SHA-256 of the file's content after the write.
+        sha256: String,
+        /// Whether the bytes were appended to what the file held.
+        append: bool,
+        /// Who asked for the write (`session:<id>`, `mcp:<id>`, `http:<name>`).
+        owner: String,
+        /// The file's owner after the write (the workspace's).
+        uid: u32,
+        /// The file's group after the write.
+        gid: u32,
+    },
 }
 
 /// A kept change set removed unapplied to make room for a newer one of its owner's

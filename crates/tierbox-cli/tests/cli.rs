@@ -1876,7 +1876,7 @@ fn the_docs_commands_and_policy_snippets_match_the_binary() {
 
 /// A documented `curl` call of the HTTP API: its path is an operation of the OpenAPI
 /// document (`<id>` or a `$VARIABLE` standing for `{id}`) with the method it uses, and a JSON body it sends
-/// to a run or term operation is a valid request.
+/// to a run, term or file operation is a valid request.
 fn check_curl(page: &str, line: &str, api: &serde_json::Value) {
     let Some(at) = line.find("/v1/") else {
         return;
@@ -1894,7 +1894,9 @@ fn check_curl(page: &str, line: &str, api: &serde_json::Value) {
         })
         .collect::<Vec<_>>()
         .join("/");
-    let method = if line.contains("-X POST") || line.contains(" -d ") {
+    let method = if line.contains("-X PUT") {
+        "put"
+    } else if line.contains("-X POST") || line.contains(" -d ") {
         "post"
     } else if line.contains("-X DELETE") {
         "delete"
@@ -1932,6 +1934,11 @@ fn check_curl(page: &str, line: &str, api: &serde_json::Value) {
                 let b: tierbox_server::terms::TermSizeBody =
                     serde_json::from_str(body).unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
                 b.size().unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+            }
+            "/v1/files" => {
+                let b: tierbox_server::files::FileWriteBody =
+                    serde_json::from_str(body).unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
+                b.bytes().unwrap_or_else(|e| panic!("{page}: {e}: {body}"));
             }
             "/v1/terms/{id}/signal" => {
                 let b: tierbox_server::terms::TermSignalBody =

@@ -250,6 +250,34 @@ impl Auditor {
         self.record(request, now, now, body).map(|_| ())
     }
 
+    /// Records in the audit log that `owner` wrote `written` in `workspace` through the
+    /// file face ([`crate::files`]), on `request`: a `file.written` event. Without a log
+    /// there is nothing to do. Blocking I/O (fsync).
+    pub fn record_file_written(
+        &self,
+        request: &Value,
+        workspace: &Path,
+        owner: &str,
+        written: &crate::files::FileWritten,
+    ) -> Result<(), AuditError> {
+        if self.log.is_none() {
+            return Ok(());
+        }
+        let now = now_unix_ms();
+        let body = Body::Event(tierbox_attest::Event::FileWritten {
+            workspace: workspace.display().to_string(),
+            path: written.path.clone(),
+            bytes_written: written.bytes_written,
+            size: written.size,
+            sha256: written.sha256.clone(),
+            append: written.appended,
+            owner: owner.to_owned(),
+            uid: written.uid,
+            gid: written.gid,
+        });
+        self.record(request, now, now, body).map(|_| ())
+    }
+
     fn record(
         &self,
         request: &Value,

@@ -924,7 +924,7 @@ impl Runner {
         }
     }
 
-    fn context(&self) -> ValidateContext {
+    pub(crate) fn context(&self) -> ValidateContext {
         ValidateContext::for_policy(&self.workspace, &self.policy)
             .with_state_dir(&self.options.state_dir)
     }

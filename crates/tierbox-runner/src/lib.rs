@@ -9,6 +9,7 @@ pub mod builder;
 pub mod capture;
 pub mod changes;
 pub mod denials;
+pub mod files;
 pub mod home;
 pub mod host;
 pub mod identity;

@@ -1,5 +1,6 @@
 //! The HTTP API: the operations as JSON endpoints (see `docs/api.md`), terms under
-//! `/v1/terms` (`http/terms.rs`).
+//! `/v1/terms` (`http/terms.rs`), the workspace's files under `/v1/files`
+//! (`http/files.rs`).
 //!
 //! - Every `/v1/*` route except `/v1/health` and `/v1/openapi.json` needs
 //!   `Authorization: Bearer <token>`, compared in constant time: the operator token, or
@@ -44,6 +45,7 @@ use crate::mcp::PROGRESS_CHANNEL_EVENTS;
 use crate::service::{Caller, RunReply, Service, ServiceError};
 use crate::sessions::{Session, Sessions};
 
+mod files;
 mod terms;
 
 /// Requests served at once by default: two per core of a small machine; each may be a
@@ -1029,7 +1031,7 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
         .route("/v1/session", delete(end_session))
         .route("/v1/sessions", post(new_session))
         .route("/v1/sessions/{id}", delete(revoke_session));
-    terms::routes(routes)
+    files::routes(terms::routes(routes))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::disable())

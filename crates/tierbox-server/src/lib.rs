@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod conns;
+pub mod files;
 pub mod http;
 pub mod mcp;
 pub mod mcp_stdio;

@@ -16,6 +16,9 @@
 //!   ([`crate::terms::TERM_TOOL_NAMES`]): `session_start`, then `session_write` (which
 //!   returns the output of its yield time), `session_read`, `session_resize`,
 //!   `session_signal` and `session_close`.
+//! - The workspace's files are the `file_*` tools ([`crate::files::FILE_TOOL_NAMES`]):
+//!   `file_read`, `file_write`, `file_list` and `file_stat`, under the rules a run
+//!   answers to.
 
 use std::sync::Arc;
 
@@ -31,6 +34,7 @@ use tierbox_policy::schema::{PROCESS_RUN_TOOL, TOOL_NAMES, WASM_RUN_TOOL, tool_s
 use tierbox_runner::OutputEvent;
 use tokio::sync::mpsc;
 
+use crate::files::FILE_TOOL_NAMES;
 use crate::service::{Caller, Service, ServiceError};
 use crate::terms::TERM_TOOL_NAMES;
 
@@ -43,8 +47,9 @@ const INSTRUCTIONS: &str = "Tierbox runs programs in a sandbox chosen by policy.
 process_run with a bare command and its args (no shell); paths stay inside the workspace. \
 With background: true it returns a handle for process_output / process_write_stdin / \
 process_kill. For an interactive program (a shell, a REPL) use session_start, then \
-session_write (it returns what the terminal showed within yield_ms) and session_close. A \
-refusal names the rule (code) and the offending value.";
+session_write (it returns what the terminal showed within yield_ms) and session_close. \
+Read and write workspace files directly with file_read, file_write, file_list and file_stat. \
+A refusal names the rule (code) and the offending value.";
 
 /// One MCP session: a fresh owner over a shared [`Service`].
 #[derive(Debug, Clone)]
@@ -56,18 +61,22 @@ pub struct McpSession {
 
 /// Whether `name` is a tool this server has (offered or not).
 fn is_tool(name: &str) -> bool {
-    TOOL_NAMES.contains(&name) || TERM_TOOL_NAMES.contains(&name)
+    TOOL_NAMES.contains(&name) || TERM_TOOL_NAMES.contains(&name) || FILE_TOOL_NAMES.contains(&name)
 }
 
 /// The tool list, from the generated schemas: `changes_apply` only where an agent may
-/// apply ([`Service::may_apply`]; `workspace.agent_may_apply`), then the term tools.
+/// apply ([`Service::may_apply`]; `workspace.agent_may_apply`), then the term tools and
+/// the file tools.
 fn tools(may_apply: bool) -> Vec<Tool> {
     TOOL_NAMES
         .iter()
         .chain(TERM_TOOL_NAMES.iter())
+        .chain(FILE_TOOL_NAMES.iter())
         .filter(|name| may_apply || **name != tierbox_policy::schema::CHANGES_APPLY_TOOL)
         .filter_map(|name| {
-            let schema = tool_schema(name).or_else(|| crate::terms::tool_schema(name))?;
+            let schema = tool_schema(name)
+                .or_else(|| crate::terms::tool_schema(name))
+                .or_else(|| crate::files::tool_schema(name))?;
             let description = schema["description"].as_str().unwrap_or(name).to_owned();
             let Value::Object(map) = schema else {
                 return None;
@@ -113,7 +122,7 @@ fn output_schema(name: &str) -> Value {
         SESSION_RESIZE_TOOL => results::output_schema::<results::TermResized>(),
         SESSION_SIGNAL_TOOL => results::output_schema::<results::TermSignalled>(),
         SESSION_CLOSE_TOOL => results::output_schema::<BackgroundStatus>(),
-        _ => Value::Null,
+        _ => crate::files::output_schema(name).unwrap_or(Value::Null),
     }
 }
 
@@ -122,8 +131,11 @@ fn output_schema(name: &str) -> Value {
 /// where the policy allows egress); reads change nothing; a kill ends a process, and
 /// killing it again changes nothing more. A term's start runs a program as a run does;
 /// typing into it, resizing and signalling it act on a running program (not
-/// idempotent); reading changes nothing; closing it ends it, as a kill does.
+/// idempotent); reading changes nothing; closing it ends it, as a kill does. A file
+/// write replaces a file of the workspace (an append is not idempotent); reading,
+/// listing and stat-ing files change nothing.
 fn annotations(name: &str) -> ToolAnnotations {
+    use crate::files::{FILE_LIST_TOOL, FILE_READ_TOOL, FILE_STAT_TOOL, FILE_WRITE_TOOL};
     use crate::terms::{
         SESSION_CLOSE_TOOL, SESSION_READ_TOOL, SESSION_RESIZE_TOOL, SESSION_SIGNAL_TOOL,
         SESSION_START_TOOL, SESSION_WRITE_TOOL,
@@ -189,6 +201,12 @@ fn annotations(name: &str) -> ToolAnnotations {
             .read_only(false)
             .destructive(true)
             .idempotent(true)
+            .open_world(false),
+        FILE_READ_TOOL | FILE_LIST_TOOL | FILE_STAT_TOOL => a.read_only(true).open_world(false),
+        FILE_WRITE_TOOL => a
+            .read_only(false)
+            .destructive(true)
+            .idempotent(false)
             .open_world(false),
         _ => a,
     }
@@ -279,9 +297,10 @@ impl ServerHandler for McpSession {
         if !is_tool(name) {
             return Err(ErrorData::invalid_params(
                 format!(
-                    "unknown tool {name:?}; the tools are {}, {}",
+                    "unknown tool {name:?}; the tools are {}, {}, {}",
                     TOOL_NAMES.join(", "),
-                    TERM_TOOL_NAMES.join(", ")
+                    TERM_TOOL_NAMES.join(", "),
+                    FILE_TOOL_NAMES.join(", ")
                 ),
                 None,
             ));

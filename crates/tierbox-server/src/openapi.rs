@@ -11,6 +11,7 @@ use tierbox_runner::background::BackgroundStatus;
 use crate::http::{IDENTITY_DIGEST_HEX_LEN, MAX_SESSION_BYTES};
 use crate::results;
 
+mod files;
 mod terms;
 
 /// Moves a schemars document's `$defs` into `components`, rewriting its references, and
@@ -127,6 +128,7 @@ pub fn document() -> Value {
     request_schemas(&mut schemas);
     let r = response_schemas(&mut schemas);
     let p = Parameters::new();
+    let file_paths = files::file_paths(&p, &mut schemas);
     let mut paths = Map::new();
     for group in [
         run_paths(&p, &r),
@@ -134,6 +136,7 @@ pub fn document() -> Value {
         session_paths(&p, &r),
         changes_paths(&p, &r),
         terms::term_paths(&p, &r),
+        file_paths,
     ] {
         if let Value::Object(group) = group {
             paths.extend(group);
@@ -721,6 +724,51 @@ mod tests {
                 .get("stdin")
                 .is_none()
         );
+    }
+
+    /// Every file route the server has is in the document with its method and its
+    /// errors, and its bodies refer to schemas the document has; the write examples
+    /// parse as writes.
+    #[test]
+    fn the_file_routes_are_documented() {
+        let doc = document();
+        for (path, method, id) in [
+            ("/v1/files", "get", "file_read"),
+            ("/v1/files", "put", "file_write"),
+            ("/v1/files/list", "get", "file_list"),
+            ("/v1/files/stat", "get", "file_stat"),
+        ] {
+            let op = &doc["paths"][path][method];
+            assert_eq!(op["operationId"], id, "{method} {path}");
+            for status in ["200", "401", "404", "422"] {
+                assert!(
+                    op["responses"][status].is_object(),
+                    "{method} {path} {status}"
+                );
+            }
+        }
+        let put = &doc["paths"]["/v1/files"]["put"];
+        for status in ["409", "413", "415", "503"] {
+            assert!(put["responses"][status].is_object(), "put {status}");
+        }
+        let schemas = &doc["components"]["schemas"];
+        assert_eq!(schemas["FileWriteBody"]["additionalProperties"], false);
+        for name in [
+            "FileContent",
+            "FileWritten",
+            "FileList",
+            "FileStat",
+            "FileEntry",
+        ] {
+            assert!(schemas[name]["properties"].is_object(), "{name}");
+        }
+        let examples = &put["requestBody"]["content"]["application/json"]["examples"];
+        for (name, e) in examples.as_object().into_iter().flatten() {
+            let bytes = serde_json::to_vec(&e["value"]).unwrap_or_default();
+            let body: crate::files::FileWriteBody =
+                tierbox_policy::json::from_slice(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+            body.bytes().unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
     }
 
     /// Response bodies are the generated schemas of the types the server serializes, one

@@ -127,6 +127,10 @@ impl ServiceError {
             "term.bad_size" | "term.bad_wait" | "term.signal_refused" => 400,
             "term.limit" | "term.input" | "term.ended" => 409,
             "term.terminal" => 500,
+            "file.not_found" => 404,
+            "file.too_large" => 413,
+            "file.changed" => 409,
+            "file.io" => 500,
             "changes.bad_run_id" => 400,
             "changes.conflict"
             | "changes.flagged"
@@ -714,6 +718,9 @@ impl Service {
         let owner = caller.owner();
         if crate::terms::TERM_TOOL_NAMES.contains(&tool) {
             return Some(self.call_term_tool(owner, tool, args).await);
+        }
+        if crate::files::FILE_TOOL_NAMES.contains(&tool) {
+            return Some(self.call_file_tool(owner, tool, args).await);
         }
         let result = match tool {
             PROCESS_RUN_TOOL => {

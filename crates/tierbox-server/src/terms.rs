@@ -259,7 +259,7 @@ pub fn input_bytes(
 
 /// What is wrong with `b64`, which the decoder refused: its first character outside the
 /// alphabet, else its length.
-fn base64_fault(b64: &str) -> String {
+pub(crate) fn base64_fault(b64: &str) -> String {
     let alphabet = |c: char| c.is_ascii_alphanumeric() || c == '+' || c == '/';
     let body = b64.trim_end_matches('=');
     match body.char_indices().find(|(_, c)| !alphabet(*c)) {

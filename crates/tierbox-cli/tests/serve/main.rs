@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod files;
 mod ownership;
 mod stdin;
 mod support;

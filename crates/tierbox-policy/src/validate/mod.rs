@@ -431,6 +431,55 @@ pub fn grants_plan(policy: &Policy, ctx: &ValidateContext) -> Result<Plan, Rejec
     })
 }
 
+/// What a run of `policy` would see of its workspace, as a [`Plan`] of no program (see
+/// [`grants_plan`]): the runner's workspace (`ctx.workspace`) after the scope rules,
+/// narrowed to `sub` as a request's `workspace` narrows it (plain names, no symlink on
+/// the way), with the filesystem grants, protected paths and denials resolved there, and
+/// the workspace mode a request's `workspace_mode` (`mode`) asks for, never widened. For
+/// what acts on the workspace for an agent without running a program (the runner's file
+/// face), so that it answers to the rules a run answers to.
+///
+/// ```
+/// use tierbox_policy::{Policy, ValidateContext, WorkspaceMode, validate::workspace_plan};
+///
+/// let ws = tempfile::tempdir().unwrap();
+/// std::fs::create_dir(ws.path().join("app")).unwrap();
+/// let policy = Policy::builtin_default();
+/// let ctx = ValidateContext::new(ws.path());
+/// let plan = workspace_plan(&policy, &ctx, Some("app"), None).unwrap();
+/// assert!(plan.workspace.ends_with("app"));
+/// assert!(plan.filesystem.protected.contains(&plan.workspace.join(".git")));
+/// let err = workspace_plan(&policy, &ctx, Some("../etc"), None).unwrap_err();
+/// assert_eq!(err.code(), "scope.workspace_subdir_invalid");
+/// let overlay = workspace_plan(&policy, &ctx, None, Some(WorkspaceMode::Overlay)).unwrap();
+/// assert_eq!(overlay.workspace_mode, WorkspaceMode::Overlay);
+/// ```
+pub fn workspace_plan(
+    policy: &Policy,
+    ctx: &ValidateContext,
+    sub: Option<&str>,
+    mode: Option<crate::policy::WorkspaceMode>,
+) -> Result<Plan, Rejection> {
+    let workspace_mode = tier::asked_mode(policy, mode)?;
+    let req = ProcessRunRequest::default();
+    let own = scope::own_paths(policy, ctx);
+    let workspace = scope::workspace_root(policy, ctx, &own)?;
+    let workspace = scope::narrow_workspace(&workspace, sub)?;
+    let network = egress::check(&policy.egress, &req, &req.command)?;
+    let (limits, _) = limits::resolve(policy, &req)?;
+    let tier = tier::check(policy, &req)?;
+    let mut filesystem = filesystem_plan(policy, ctx, &workspace, &own)?;
+    filesystem.private_home = true;
+    let overlay = workspace_mode == crate::policy::WorkspaceMode::Overlay;
+    Ok(Plan {
+        filesystem,
+        workspace_mode,
+        keep_changes_for_secs: overlay.then_some(policy.workspace.keep_changes_for_secs),
+        keep_changes_caps: overlay.then(|| policy.workspace.keep_caps()),
+        ..grantless_plan(policy, workspace, network, limits, tier)
+    })
+}
+
 /// A [`Plan`] of the policy's output rules, in `workspace`, with the given network,
 /// limits and tier; the rest is empty (no program, environment, grants or stdin) for the
 /// caller to fill in.

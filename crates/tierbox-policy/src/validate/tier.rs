@@ -59,15 +59,7 @@ pub(crate) fn workspace_mode(
     req: &ProcessRunRequest,
     tier: &TierPlan,
 ) -> Result<WorkspaceMode, Rejection> {
-    let mode = match (policy.workspace.mode, req.workspace_mode) {
-        (WorkspaceMode::Overlay, Some(WorkspaceMode::Direct)) => {
-            return Err(Rejection::WorkspaceModeWidened {
-                requested: WorkspaceMode::Direct,
-                policy: WorkspaceMode::Overlay,
-            });
-        }
-        (policy_mode, asked) => asked.unwrap_or(policy_mode),
-    };
+    let mode = asked_mode(policy, req.workspace_mode)?;
     if mode == WorkspaceMode::Overlay && tier.requested == TierRequest::B {
         return Err(Rejection::TierUnsupported {
             tier: Tier::B,
@@ -76,4 +68,22 @@ pub(crate) fn workspace_mode(
         });
     }
     Ok(mode)
+}
+
+/// The workspace mode a request asks for (`asked`, its `workspace_mode`) under `policy`:
+/// the policy's when it asks for none, `overlay` when it narrows a `direct` policy; a
+/// request may not widen `overlay` to `direct` (`workspace.mode_widened`).
+pub(crate) fn asked_mode(
+    policy: &Policy,
+    asked: Option<WorkspaceMode>,
+) -> Result<WorkspaceMode, Rejection> {
+    match (policy.workspace.mode, asked) {
+        (WorkspaceMode::Overlay, Some(WorkspaceMode::Direct)) => {
+            Err(Rejection::WorkspaceModeWidened {
+                requested: WorkspaceMode::Direct,
+                policy: WorkspaceMode::Overlay,
+            })
+        }
+        (policy_mode, asked) => Ok(asked.unwrap_or(policy_mode)),
+    }
 }

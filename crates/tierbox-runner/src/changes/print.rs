@@ -100,6 +100,16 @@ const CHANGING: &str = "changing";
 
 /// `openat2(dir, name, flags | O_NOFOLLOW | O_CLOEXEC, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`.
 pub(crate) fn open_beneath(dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags) -> Option<OwnedFd> {
+    openat_beneath(dir, name, flags).ok()
+}
+
+/// [`open_beneath`], with the error (`ELOOP` for a symlink on the way, `EXDEV` for a
+/// lookup leaving `dir`).
+pub(crate) fn openat_beneath(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    flags: OFlags,
+) -> Result<OwnedFd, rustix::io::Errno> {
     rustix::fs::openat2(
         dir,
         name,
@@ -107,7 +117,6 @@ pub(crate) fn open_beneath(dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags) -> 
         Mode::empty(),
         BENEATH,
     )
-    .ok()
 }
 
 /// `name` opened again with `flags`, when it is still the inode `ident`.
