@@ -126,6 +126,45 @@ pub enum Event {
         /// The file's group after the write.
         gid: u32,
     },
+    /// `term.attached`: a client attached to term `term_id` over its WebSocket channel
+    /// (`GET /v1/terms/{id}/ws`). The record's `started_unix_ms` is when.
+    #[serde(rename = "term.attached")]
+    TermAttached {
+        /// The term.
+        term_id: String,
+        /// The owner the attach was made for (the ticket's).
+        owner: String,
+        /// The connection's `Origin` header (a browser page), absent for a client that
+        /// sent none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<String>,
+        /// The server's number for the connection, the same in its `term.detached`.
+        socket: u64,
+    },
+    /// `term.detached`: the WebSocket of a `term.attached` closed. `started_unix_ms` is
+    /// when it attached, `ended_unix_ms` when it closed. What was typed is never recorded,
+    /// only how much.
+    #[serde(rename = "term.detached")]
+    TermDetached {
+        /// The term.
+        term_id: String,
+        /// The owner.
+        owner: String,
+        /// The connection's `Origin` header, when it had one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<String>,
+        /// The number of its `term.attached`.
+        socket: u64,
+        /// Why it closed: `client_closed`, `term_ended`, `owner_ended`, `stalled`,
+        /// `message_too_large`, `broken` or `upgrade_failed`.
+        reason: String,
+        /// Bytes the client sent to the terminal (a count, never the bytes).
+        input_bytes: u64,
+        /// Bytes of output sent to the client.
+        output_bytes: u64,
+        /// Bytes of output the client missed because it read too slowly.
+        lost_bytes: u64,
+    },
 }
 
 /// A kept change set removed unapplied to make room for a newer one of its owner's

@@ -252,6 +252,15 @@ pub enum Command {
         /// Requests waiting for a slot before 429 (HTTP).
         #[arg(long, default_value_t = tierbox_server::http::DEFAULT_QUEUE)]
         queue: usize,
+        /// Allow browser pages of this origin (scheme://host[:port]) to open a term's
+        /// WebSocket (GET /v1/terms/{id}/ws); repeatable. Without one, only clients that
+        /// send no Origin header (not a web page) may attach.
+        #[arg(long = "ws-origin", value_name = "ORIGIN")]
+        ws_origins: Vec<String>,
+        /// How long a term's WebSocket ticket is valid, in milliseconds (at most the
+        /// default, 30000: a longer value is cut to it).
+        #[arg(long, value_name = "MS", hide = true)]
+        ws_ticket_ttl_ms: Option<u64>,
         /// State directory (default: $XDG_STATE_HOME/tierbox).
         #[arg(long)]
         state_dir: Option<PathBuf>,

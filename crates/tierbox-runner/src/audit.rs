@@ -278,6 +278,25 @@ impl Auditor {
         self.record(request, now, now, body).map(|_| ())
     }
 
+    /// Records `event`, something the server did on its own for `request` (a term's
+    /// WebSocket attach or detach: [`tierbox_attest::Event::TermAttached`],
+    /// [`tierbox_attest::Event::TermDetached`]), as an `event` record from
+    /// `started_unix_ms` to now. Without a log there is nothing to do. Blocking I/O
+    /// (fsync).
+    pub fn record_event(
+        &self,
+        request: &Value,
+        started_unix_ms: u64,
+        event: tierbox_attest::Event,
+    ) -> Result<(), AuditError> {
+        if self.log.is_none() {
+            return Ok(());
+        }
+        let now = now_unix_ms().max(started_unix_ms);
+        self.record(request, started_unix_ms, now, Body::Event(event))
+            .map(|_| ())
+    }
+
     fn record(
         &self,
         request: &Value,

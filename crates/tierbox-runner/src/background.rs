@@ -1094,4 +1094,7 @@ async fn watch(
         });
     }
     entry.ended.notify_waiters();
+    if let Some(terminal) = &entry.terminal {
+        terminal.ended();
+    }
 }

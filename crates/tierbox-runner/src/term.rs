@@ -267,6 +267,13 @@ impl TermIo {
         Ok(data.len())
     }
 
+    /// Wakes the reads waiting for output: the term has ended. Its end is published after
+    /// the terminal hung up (which woke them too, when the term may still have seemed to
+    /// run), so without this a waiting read would sleep out its whole wait.
+    pub(crate) fn ended(&self) {
+        self.arrived.notify_waiters();
+    }
+
     async fn write_all(&self, mut data: &[u8]) -> std::io::Result<()> {
         while !data.is_empty() {
             let mut guard = self.fd.writable().await?;

@@ -36,6 +36,9 @@
 //! - **Stopping** closes every waiting connection at once and lets each one with a
 //!   request in progress finish it.
 //! - Every waiting connection is closed after [`HEADER_READ_TIMEOUT`].
+//! - **An upgraded connection is a request in progress.** A request whose connection
+//!   outlives its response (a term's WebSocket) keeps the connection counted and never
+//!   given up, through the [`Hold`] in its extensions, until the WebSocket ends.
 //!
 //! **Per peer.** A remote address (served only with `--dangerously-allow-remote`) may
 //! hold at most [`Limits::per_remote_peer`] connections; at that cap its own longest
@@ -452,6 +455,33 @@ fn give_up_one(open: &mut Open, among: impl Fn(&Conn) -> bool) -> bool {
     false
 }
 
+/// A connection's place in the tracker, as a request sees it (in the extensions of every
+/// request [`serve`] serves): a request whose connection lives on past its response (a
+/// WebSocket handshake) keeps it with [`Hold::keep`].
+#[derive(Debug, Clone)]
+pub struct Hold(Arc<Admitted>);
+
+impl Hold {
+    /// Keeps the connection counted against the caps and marked as having a request in
+    /// progress (so never given up to make room) until the guard is dropped; drop it
+    /// after the connection's I/O object. `None` if it has been given up.
+    pub fn keep(&self) -> Option<Kept> {
+        let busy = self.0.conn.start()?;
+        Some(Kept {
+            _busy: busy,
+            _admitted: self.0.clone(),
+        })
+    }
+}
+
+/// A connection kept by [`Hold::keep`]: marked busy, then counted, until dropped (in
+/// that order).
+#[derive(Debug)]
+pub struct Kept {
+    _busy: Busy,
+    _admitted: Arc<Admitted>,
+}
+
 /// A response body that keeps its request marked in progress until it is dropped
 /// (fully sent, or abandoned with its connection).
 #[derive(Debug)]
@@ -648,8 +678,13 @@ async fn serve_one<S>(
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let conn = admitted.conn.clone();
+    // Shared with the requests: an upgraded connection's place outlives this task.
+    let admitted = Arc::new(admitted);
+    let hold = Hold(admitted.clone());
     let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let mut app = app.clone();
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(hold.clone());
         // Synchronously, as hyper hands over the request head: from here on the
         // connection is not given up, or the request does not run.
         let busy = conn.start();
@@ -663,7 +698,7 @@ async fn serve_one<S>(
                 )
             })
             .await?;
-            let resp = tower_service::Service::call(&mut app, req.map(Body::new)).await?;
+            let resp = tower_service::Service::call(&mut app, req).await?;
             Ok::<_, std::convert::Infallible>(resp.map(|b| BusyBody::new(b, Some(busy))))
         }
     });
@@ -674,7 +709,11 @@ async fn serve_one<S>(
         .keep_alive(true);
     // Boxed, not pinned on the stack, so it can be dropped (closing the descriptor)
     // before the tracker is told.
-    let mut http = Box::pin(builder.serve_connection(hyper_util::rt::TokioIo::new(io), svc));
+    let mut http = Box::pin(
+        builder
+            .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+            .with_upgrades(),
+    );
     let conn = &admitted.conn;
     let end = tokio::select! {
         _ = http.as_mut() => End::Closed,

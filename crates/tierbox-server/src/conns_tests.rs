@@ -139,3 +139,80 @@ fn the_budget_leaves_the_reserve_for_runs() {
     assert_eq!(Limits::for_nofile(u64::MAX, 32).total, MAX_CONNECTIONS);
     assert_eq!(Limits::for_nofile(SERVER_FDS + 20, 0).per_remote_peer, 20);
 }
+
+/// An upgraded connection (a WebSocket) whose handler keeps its [`Hold`] stays counted
+/// and is never given up: at a budget of one, a newcomer is turned away while the
+/// WebSocket is open and answered once it has closed. Without the hold, the connection
+/// left the count when its 101 was sent, and the WebSocket's descriptor was not counted.
+#[test]
+fn an_upgraded_connection_keeps_its_place_while_it_lives() {
+    use std::io::{Read, Write};
+
+    use axum::extract::ws::WebSocketUpgrade;
+    use axum::routing::get;
+
+    async fn upgrade(
+        axum::Extension(hold): axum::Extension<Hold>,
+        ws: WebSocketUpgrade,
+    ) -> axum::response::Response {
+        let kept = hold.keep();
+        ws.on_upgrade(move |mut socket| async move {
+            while let Some(Ok(_)) = socket.recv().await {}
+            drop(socket);
+            drop(kept);
+        })
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let app = axum::Router::new()
+        .route("/ws", get(upgrade))
+        .route("/health", get(|| async { "ok" }));
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let limits = Limits {
+        total: 1,
+        per_remote_peer: 1,
+    };
+    let stop = Arc::new(Notify::new());
+    rt.spawn(serve(listener, app, limits, stop.clone()));
+    let connect = || {
+        let s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+    let mut ws = connect();
+    ws.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    ws.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 101");
+    let health = || {
+        let mut c = connect();
+        // The server may close a turned-away connection before the request is written.
+        let _ = c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let mut answer = Vec::new();
+        let _ = c.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    // The WebSocket holds the one place: the newcomer is closed unanswered.
+    assert_eq!(health(), "");
+    drop(ws);
+    let mut answered = String::new();
+    for _ in 0..100 {
+        answered = health();
+        if !answered.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered:?}");
+    stop.notify_one();
+}

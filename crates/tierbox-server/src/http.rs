@@ -46,6 +46,7 @@ use crate::service::{Caller, RunReply, Service, ServiceError};
 use crate::sessions::{Session, Sessions};
 
 mod files;
+mod term_ws;
 mod terms;
 
 /// Requests served at once by default: two per core of a small machine; each may be a
@@ -90,12 +91,15 @@ pub struct HttpConfig {
     pub max_concurrent: usize,
     /// Requests waiting for a slot; beyond this, 429.
     pub queue: usize,
+    /// The WebSocket of terms: the browser origins allowed, the tickets' lifetime.
+    pub ws: crate::term_ws::WsConfig,
 }
 
 struct AppState {
     service: Service,
     token: String,
     sessions: Sessions,
+    ws: crate::term_ws::TermWs,
     slots: Arc<Semaphore>,
     admitted: AtomicUsize,
     capacity: usize,
@@ -214,7 +218,9 @@ enum Auth {
 
 async fn authenticate(State(st): State<Arc<AppState>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    if path == "/v1/health" || path == "/v1/openapi.json" {
+    // A term's WebSocket handshake carries a ticket instead (a browser cannot send the
+    // header on one): `http/term_ws.rs`.
+    if path == "/v1/health" || path == "/v1/openapi.json" || term_ws::is_handshake(path) {
         return next.run(req).await;
     }
     let given = req
@@ -894,6 +900,7 @@ async fn end_session(
         }
         Auth::Operator => owner.strip_prefix("http:").unwrap_or(&owner).to_owned(),
     };
+    st.ws.end_owner(&owner);
     st.service.end_owner(&owner).await;
     ok(crate::results::to_json(&crate::results::SessionEnded {
         session,
@@ -960,6 +967,7 @@ async fn revoke_session(
     let Some(session) = st.sessions.revoke(&id) else {
         return Err(err("sessions.not_found", format!("no live session {id}")));
     };
+    st.ws.end_owner(&session.owner());
     st.service.end_owner(&session.owner()).await;
     ok(crate::results::to_json(&crate::results::SessionEnded {
         session: id,
@@ -999,7 +1007,12 @@ async fn method_not_allowed(req: Request) -> ApiError {
 ///
 /// let app = router(
 ///     Service::new(Runner::new(Policy::builtin_default())),
-///     HttpConfig { token: "a-long-random-token".into(), max_concurrent: 4, queue: 8 },
+///     HttpConfig {
+///         token: "a-long-random-token".into(),
+///         max_concurrent: 4,
+///         queue: 8,
+///         ws: Default::default(),
+///     },
 /// );
 /// # let _ = app;
 /// ```
@@ -1008,6 +1021,7 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
         service,
         token: config.token,
         sessions: Sessions::default(),
+        ws: crate::term_ws::TermWs::new(config.ws),
         slots: Arc::new(Semaphore::new(config.max_concurrent.max(1))),
         admitted: AtomicUsize::new(0),
         capacity: config.max_concurrent.max(1) + config.queue,
@@ -1031,7 +1045,7 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
         .route("/v1/session", delete(end_session))
         .route("/v1/sessions", post(new_session))
         .route("/v1/sessions/{id}", delete(revoke_session));
-    files::routes(terms::routes(routes))
+    files::routes(term_ws::routes(terms::routes(routes)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::disable())

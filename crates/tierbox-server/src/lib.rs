@@ -25,4 +25,5 @@ pub mod results;
 pub mod serve;
 pub mod service;
 pub mod sessions;
+pub mod term_ws;
 pub mod terms;

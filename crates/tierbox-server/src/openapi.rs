@@ -236,6 +236,8 @@ struct ResponseSchemas {
     term_resized_schema: Value,
     term_signalled_schema: Value,
     term_list_schema: Value,
+    term_ws_ticket_schema: Value,
+    term_ws_server_schema: Value,
 }
 
 /// Generates the response schemas, adding their definitions to `schemas`.
@@ -262,6 +264,8 @@ fn response_schemas(schemas: &mut Map<String, Value>) -> ResponseSchemas {
     let term_resized_schema = responses.of::<results::TermResized>();
     let term_signalled_schema = responses.of::<results::TermSignalled>();
     let term_list_schema = responses.of::<results::TermList>();
+    let term_ws_ticket_schema = responses.of::<results::TermWsTicket>();
+    let term_ws_server_schema = responses.of::<crate::term_ws::protocol::ServerMessage>();
     let conflicts = responses.finish(schemas);
     debug_assert!(
         conflicts.is_empty(),
@@ -289,6 +293,8 @@ fn response_schemas(schemas: &mut Map<String, Value>) -> ResponseSchemas {
         term_resized_schema,
         term_signalled_schema,
         term_list_schema,
+        term_ws_ticket_schema,
+        term_ws_server_schema,
     }
 }
 
@@ -698,10 +704,13 @@ mod tests {
             ("/v1/terms/{id}/signal", "post"),
             ("/v1/terms/{id}/output", "get"),
             ("/v1/terms/{id}/kill", "post"),
+            ("/v1/terms/{id}/ws_ticket", "post"),
+            ("/v1/terms/{id}/ws", "get"),
         ] {
             let op = &doc["paths"][path][method];
             assert!(op["operationId"].is_string(), "{method} {path}");
-            assert!(op["responses"]["200"].is_object(), "{method} {path}");
+            let ok = if path.ends_with("/ws") { "101" } else { "200" };
+            assert!(op["responses"][ok].is_object(), "{method} {path}");
             if path != "/v1/terms" {
                 assert!(op["responses"]["404"].is_object(), "{method} {path}");
             }
@@ -719,6 +728,38 @@ mod tests {
             assert!(schemas[name]["properties"].is_object(), "{name}");
         }
         assert!(schemas["TermStartRequest"]["properties"]["pty"].is_object());
+        // The WebSocket: no bearer token on the handshake (its ticket instead), its
+        // refusals' statuses, and the frames' schemas.
+        let ws = &doc["paths"]["/v1/terms/{id}/ws"]["get"];
+        assert_eq!(ws["security"], json!([]));
+        for status in ["401", "403", "426", "429"] {
+            assert!(ws["responses"][status].is_object(), "{status}");
+        }
+        let kinds = |schema: &Value| -> Vec<String> {
+            let variants = schema["oneOf"].as_array().cloned().unwrap_or_default();
+            variants
+                .iter()
+                .filter_map(|v| v["properties"]["type"]["const"].as_str())
+                .map(str::to_owned)
+                .collect()
+        };
+        let client = &schemas["TermWsClientMessage"];
+        assert_eq!(
+            kinds(client),
+            ["resize", "signal", "eof", "input"],
+            "{client}"
+        );
+        let server = &schemas["TermWsServerMessage"];
+        assert_eq!(
+            kinds(server),
+            ["attached", "lost", "error", "exit"],
+            "{server}"
+        );
+        assert_eq!(
+            ws["x-websocket"]["server"]["text"]["$ref"],
+            "#/components/schemas/TermWsServerMessage"
+        );
+        assert!(schemas["TermWsTicket"]["properties"]["expires_in_ms"].is_object());
         assert!(
             schemas["TermStartRequest"]["properties"]
                 .get("stdin")

@@ -190,6 +190,16 @@ pub struct TermSignalled {
     pub signal: String,
 }
 
+/// `POST /v1/terms/{id}/ws_ticket`: a ticket for one WebSocket of the term (`GET
+/// /v1/terms/{id}/ws?ticket=…`).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TermWsTicket {
+    /// The ticket (`tbw_` and 64 hex digits): single use, for this term and this caller.
+    pub ticket: String,
+    /// How long it is valid from now, in milliseconds.
+    pub expires_in_ms: u64,
+}
+
 /// A caller's terms.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct TermList {

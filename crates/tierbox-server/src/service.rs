@@ -145,6 +145,10 @@ impl ServiceError {
             "server.busy" => 429,
             "run.failed" => 500,
             "audit.unavailable" => 503,
+            "ws.ticket_refused" => 401,
+            "ws.origin_refused" => 403,
+            "ws.ticket_limit" | "ws.limit" => 429,
+            "ws.upgrade_required" => 426,
             _ => 422,
         }
     }

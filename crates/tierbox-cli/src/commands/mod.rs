@@ -97,11 +97,14 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             dangerously_allow_remote,
             max_concurrent,
             queue,
+            ws_origins,
+            ws_ticket_ttl_ms,
             state_dir,
         } => {
             let runner = build_runner(&policy, state_dir)?;
             let transport = serve::transport(mcp, http, unix, dangerously_allow_remote)?;
-            serve::cmd_serve(runner, transport, token_file, max_concurrent, queue)
+            let ws = serve::ws_config(&ws_origins, ws_ticket_ttl_ms)?;
+            serve::cmd_serve(runner, transport, token_file, max_concurrent, queue, ws)
         }
         Command::Attest { action } => attest::run_attest(action),
         Command::Audit { action } => attest::run_audit(action),

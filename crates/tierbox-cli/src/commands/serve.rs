@@ -32,12 +32,28 @@ pub fn transport(
     })
 }
 
+/// The WebSocket of terms as `--ws-origin` (each an origin) and `--ws-ticket-ttl-ms` say.
+pub fn ws_config(
+    origins: &[String],
+    ticket_ttl_ms: Option<u64>,
+) -> Result<tierbox_server::term_ws::WsConfig> {
+    let mut ws = tierbox_server::term_ws::WsConfig::default();
+    for origin in origins {
+        ws = ws.allow_origin(origin)?;
+    }
+    if let Some(ms) = ticket_ttl_ms {
+        ws = ws.ticket_ttl(std::time::Duration::from_millis(ms));
+    }
+    Ok(ws)
+}
+
 pub fn cmd_serve(
     runner: Runner,
     transport: Transport,
     token_file: Option<PathBuf>,
     max_concurrent: usize,
     queue: usize,
+    ws: tierbox_server::term_ws::WsConfig,
 ) -> Result<ExitCode> {
     use tierbox_server::serve;
     harden_supervisor();
@@ -99,6 +115,7 @@ pub fn cmd_serve(
                 token: token.value,
                 max_concurrent,
                 queue,
+                ws,
             };
             rt.block_on(serve::serve_http(service, bind, config, shutdown, |at| {
                 eprintln!("tierbox: serving the HTTP API on {at} (OpenAPI: /v1/openapi.json)");

@@ -7,7 +7,9 @@ mod files;
 mod ownership;
 mod stdin;
 mod support;
+#[macro_use]
 mod terms;
+mod term_ws;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -493,21 +495,7 @@ fn http_runs_rejections_and_background_ends_are_attested_in_the_audit_log() {
         "{st}"
     );
     // The server's key signed all three; the chain verifies.
-    let key = Command::new(tierbox())
-        .args(["attest", "pubkey", "--state-dir"])
-        .arg(s.state.path())
-        .output()
-        .unwrap();
-    let key = String::from_utf8(key.stdout).unwrap();
-    assert!(s.stop().success());
-    let v = Command::new(tierbox())
-        .args(["audit", "verify"])
-        .arg(&log)
-        .args(["--pubkey", key.trim()])
-        .output()
-        .unwrap();
-    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = s.stop_and_verify_log(&log);
     let kinds: Vec<&str> = text
         .lines()
         .map(|l| {

@@ -212,6 +212,26 @@ impl Server {
         (status, v)
     }
 
+    /// Stops the server (which must exit 0), verifies the audit log at `log` against the
+    /// server's signing key (`tierbox audit verify`) and returns the log's text.
+    pub fn stop_and_verify_log(self, log: &Path) -> String {
+        let key = Command::new(tierbox())
+            .args(["attest", "pubkey", "--state-dir"])
+            .arg(self.state.path())
+            .output()
+            .unwrap();
+        let key = String::from_utf8(key.stdout).unwrap();
+        assert!(self.stop().success());
+        let v = Command::new(tierbox())
+            .args(["audit", "verify"])
+            .arg(log)
+            .args(["--pubkey", key.trim()])
+            .output()
+            .unwrap();
+        assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+        std::fs::read_to_string(log).unwrap()
+    }
+
     /// SIGTERM, then wait (graceful shutdown); returns the exit status.
     pub fn stop(mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")

@@ -17,7 +17,7 @@ use crate::{carried, initialize, response, send};
 
 /// Where a test runs: Tier B, or Tier C with a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Where {
+pub(crate) enum Where {
     TierB,
     Native,
     Bwrap,
@@ -25,12 +25,12 @@ enum Where {
 
 /// A bound so that a broken term fails the test instead of hanging it (not a timing
 /// assertion: output is awaited, and this is only how long a test may wait at all).
-const GIVE_UP: Duration = Duration::from_secs(60);
+pub(crate) const GIVE_UP: Duration = Duration::from_secs(60);
 
 /// Whether `at` runs here (printing why not, failing under CI); the policy for it (the
 /// built-in default with bash and Python's REPL allowed, bubblewrap selected for
 /// [`Where::Bwrap`]) and the request's tier.
-fn setup(test: &str, at: Where) -> Option<(String, &'static str)> {
+pub(crate) fn setup(test: &str, at: Where) -> Option<(String, &'static str)> {
     let available = match at {
         Where::TierB => tier_b_available(test),
         Where::Native => tier_c_available(test),
@@ -54,7 +54,7 @@ fn setup(test: &str, at: Where) -> Option<(String, &'static str)> {
     Some((policy, tier))
 }
 
-fn backend_of(at: Where) -> &'static str {
+pub(crate) fn backend_of(at: Where) -> &'static str {
     match at {
         Where::TierB => "tier_b_linux",
         Where::Native => "tier_c_linux_native",
@@ -62,7 +62,7 @@ fn backend_of(at: Where) -> &'static str {
     }
 }
 
-/// `$check(test, where)` as one test per backend.
+/// `$check(test, where)` as one test per backend (also for the sibling modules).
 macro_rules! in_every_backend {
     ($name:ident, $check:path) => {
         mod $name {
@@ -90,18 +90,18 @@ in_every_backend!(terms_over_http, http_terms);
 in_every_backend!(terms_over_mcp, mcp_terms);
 
 /// One session's view of the HTTP API.
-struct Http<'a> {
-    s: &'a Server,
-    session: &'a str,
+pub(crate) struct Http<'a> {
+    pub(crate) s: &'a Server,
+    pub(crate) session: &'a str,
 }
 
 impl Http<'_> {
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub(crate) fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         let body = body.map(|b| b.to_string());
         self.s.call_in(self.session, method, path, body.as_deref())
     }
 
-    fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+    pub(crate) fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
         let (status, v) = self.call(method, path, body);
         assert_eq!(status, 200, "{method} {path}: {v}");
         v
@@ -140,7 +140,7 @@ impl Http<'_> {
     }
 
     /// The term's status once it is no longer running.
-    fn until_ended(&self, id: &str) -> Value {
+    pub(crate) fn until_ended(&self, id: &str) -> Value {
         let path = format!("/v1/terms/{id}");
         let mut status = Value::Null;
         let ended = wait_for(GIVE_UP, || {
@@ -152,7 +152,7 @@ impl Http<'_> {
     }
 }
 
-fn code_of(v: &Value) -> &str {
+pub(crate) fn code_of(v: &Value) -> &str {
     v["error"]["code"].as_str().unwrap_or("")
 }
 

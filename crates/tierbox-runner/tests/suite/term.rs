@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tierbox_policy::{Policy, ProcessRunRequest, TierCBackend, TierRequest};
 use tierbox_runner::background::BackgroundState;
-use tierbox_runner::term::{TERM_RING_BYTES, TermError, TermManager, TermSignal};
+use tierbox_runner::term::{MAX_TERM_WAIT_MS, TERM_RING_BYTES, TermError, TermManager, TermSignal};
 use tierbox_sandbox::contract::TermSize;
 
 use super::runs::{tier_b_available, tier_c_available};
@@ -427,5 +427,62 @@ fn a_repl_in_a_term_needs_allow_eval() {
         let err = e.runner.start_term("alice", &req, SIZE).await.unwrap_err();
         println!("{test}: {} ({err})", err.code());
         assert_eq!(err.code(), "exec.eval_stdin", "{err}");
+    });
+}
+
+/// A read waiting for output (a long poll with the whole [`MAX_TERM_WAIT_MS`]) returns
+/// when the term ends, not when the wait is over: the terminal hangs up (waking the read)
+/// before the end is published, and the end wakes it again. It returned after the full
+/// 30 s before the end woke readers.
+#[test]
+fn a_waiting_read_returns_when_the_term_ends() {
+    let test = "a_waiting_read_returns_when_the_term_ends";
+    let Some(e) = env(test, Where::TierB, |_| {}) else {
+        return;
+    };
+    let tm = e.runner.terms().clone();
+    e.rt.block_on(async {
+        let id = e.start("bash", &["--norc", "--noprofile", "-i"]).await;
+        let mut at = 0;
+        tm.write("alice", &id, b"echo ready-$((20+22))\r")
+            .await
+            .unwrap();
+        read_until(&tm, &id, &mut at, "ready-42").await;
+        // Everything shown so far read: the next read waits for more.
+        loop {
+            let chunk = tm.output("alice", &id, at, 64 * 1024, 300).await.unwrap();
+            if chunk.next_offset == at {
+                break;
+            }
+            at = chunk.next_offset;
+        }
+        tm.write("alice", &id, b"exec sleep 0.5\r").await.unwrap();
+        let asked = Instant::now();
+        let waiting = async {
+            let mut from = at;
+            // The echo of the line comes first; then the wait that the end must cut short.
+            loop {
+                let chunk = tm
+                    .output("alice", &id, from, 64 * 1024, MAX_TERM_WAIT_MS)
+                    .await
+                    .unwrap();
+                if chunk.next_offset == from {
+                    return;
+                }
+                from = chunk.next_offset;
+            }
+        };
+        waiting.await;
+        let took = asked.elapsed();
+        let s = tm.status("alice", &id).await.unwrap();
+        println!(
+            "{test}: the waiting read returned after {took:?}, state {:?}",
+            s.state
+        );
+        assert_ne!(s.state, BackgroundState::Running, "{s:?}");
+        assert!(
+            took < Duration::from_millis(MAX_TERM_WAIT_MS / 2),
+            "the read waited {took:?} past the term's end"
+        );
     });
 }

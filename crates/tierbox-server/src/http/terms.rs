@@ -60,7 +60,7 @@ async fn id_owner_body<T: serde::de::DeserializeOwned>(
 }
 
 /// The term's id (a handle's shape) and the caller's owner.
-fn id_and_owner(
+pub(super) fn id_and_owner(
     id: Result<Path<String>, PathRejection>,
     auth: &Auth,
     headers: &HeaderMap,

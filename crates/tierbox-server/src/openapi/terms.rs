@@ -5,15 +5,19 @@ use serde_json::{Map, Value, json};
 use tierbox_runner::term::MAX_TERM_WAIT_MS;
 
 use super::{
-    POLICY_ERRORS, Parameters, ResponseSchemas, body, component, errors, json_response, with,
+    POLICY_ERRORS, Parameters, ResponseSchemas, body, component, error_response, errors,
+    json_response, with,
 };
+use crate::term_ws::protocol::ClientMessage;
+use crate::term_ws::tickets::{MAX_WS_TICKETS, MAX_WS_TICKETS_PER_OWNER, WS_TICKET_TTL};
+use crate::term_ws::{MAX_TERM_SOCKETS, MAX_TERM_SOCKETS_PER_OWNER, MAX_WS_MESSAGE_BYTES};
 use crate::terms::{
-    DEFAULT_TERM_READ_BYTES, MAX_TERM_READ_BYTES, TermInputBody, TermSignalBody, TermSizeBody,
-    http_start_schema,
+    DEFAULT_TERM_READ_BYTES, MAX_TERM_INPUT_BYTES, MAX_TERM_READ_BYTES, TermInputBody,
+    TermSignalBody, TermSizeBody, http_start_schema,
 };
 
 /// The term request bodies: `TermStartRequest`, `TermInputBody`, `TermSizeBody` and
-/// `TermSignalBody`.
+/// `TermSignalBody`; and `TermWsClientMessage`, a control message on a term's WebSocket.
 pub(super) fn term_request_schemas(schemas: &mut Map<String, Value>) {
     fn of<T: schemars::JsonSchema>() -> Value {
         serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
@@ -21,6 +25,7 @@ pub(super) fn term_request_schemas(schemas: &mut Map<String, Value>) {
     let start = component(http_start_schema(), schemas);
     schemas.insert("TermStartRequest".to_owned(), start);
     for (name, schema) in [
+        ("TermWsClientMessage", of::<ClientMessage>()),
         ("TermInputBody", of::<TermInputBody>()),
         ("TermSizeBody", of::<TermSizeBody>()),
         ("TermSignalBody", of::<TermSignalBody>()),
@@ -55,6 +60,8 @@ pub(super) fn term_paths(p: &Parameters, r: &ResponseSchemas) -> Value {
         term_resized_schema,
         term_signalled_schema,
         term_list_schema,
+        term_ws_ticket_schema,
+        term_ws_server_schema,
         ..
     } = r.clone();
     let policy = POLICY_ERRORS;
@@ -65,7 +72,14 @@ pub(super) fn term_paths(p: &Parameters, r: &ResponseSchemas) -> Value {
         status_schema,
     );
     let terminal = ("500", "the terminal refused the operation (term.terminal)");
-    json!({
+    let ws = ws_paths(
+        term_id,
+        session,
+        term,
+        term_ws_ticket_schema,
+        term_ws_server_schema,
+    );
+    let mut paths = json!({
         "/v1/terms": {
             "post": {
                 "operationId": "term_start", "summary": "Start a program on a terminal of its own (a term): its id, status and first screen",
@@ -132,6 +146,71 @@ pub(super) fn term_paths(p: &Parameters, r: &ResponseSchemas) -> Value {
             "operationId": "term_kill", "summary": "Kill a term and its whole tree; its final status",
             "parameters": params,
             "responses": with(errors(&[term]), "200", status)
+        } }
+    });
+    if let (Value::Object(paths), Value::Object(ws)) = (&mut paths, ws) {
+        paths.extend(ws);
+    }
+    paths
+}
+
+/// A term's WebSocket: the ticket, and the handshake (which takes the ticket instead of
+/// the bearer token); the frames' schemas are `TermWsClientMessage` and
+/// `TermWsServerMessage`, named by the handshake's `x-websocket` extension.
+fn ws_paths(
+    term_id: &Value,
+    session: &Value,
+    term: (&str, &str),
+    ticket_schema: Value,
+    server_schema: Value,
+) -> Value {
+    let ttl_ms = WS_TICKET_TTL.as_millis();
+    let limit = format!(
+        "{MAX_WS_TICKETS_PER_OWNER} tickets of this caller, or {MAX_WS_TICKETS} of the server, are outstanding (ws.ticket_limit)"
+    );
+    let sockets = format!(
+        "{MAX_TERM_SOCKETS_PER_OWNER} WebSockets of this owner, or {MAX_TERM_SOCKETS} of the server, are open (ws.limit); or the request queue is full (server.busy)"
+    );
+    let protocol = format!(
+        "Upgrades to a WebSocket carrying the term's terminal both ways. Client to server: binary frames are bytes typed into the terminal (at most {MAX_TERM_INPUT_BYTES} a frame); text frames are JSON control messages (TermWsClientMessage: resize, signal, eof, input). Server to client: first a text frame {{\"type\":\"attached\",\"id\",\"offset\"}}, then binary frames of output bytes from that offset (by default what the term's ring still holds, so an attach redraws), a text frame {{\"type\":\"lost\",\"bytes\"}} before output that follows a gap (the client read too slowly), {{\"type\":\"error\",\"code\",\"message\"}} for a refused message (the connection goes on), and when the term ends {{\"type\":\"exit\", ...its status}} then a close frame (1000). Ending the ticket owner's session closes it (1008). A message above {MAX_WS_MESSAGE_BYTES} bytes closes it (1009). See docs/api.md, \"A term's WebSocket\"."
+    );
+    json!({
+        "/v1/terms/{id}/ws_ticket": { "post": {
+            "operationId": "term_ws_ticket",
+            "summary": "A single-use ticket to open one WebSocket of a term (a browser cannot send Authorization on a WebSocket)",
+            "description": format!("Valid for {ttl_ms} ms, for this term and this caller's owner only; spent by its first presentation, whatever follows."),
+            "parameters": [term_id.clone(), session.clone()],
+            "responses": with(errors(&[term, ("429", limit.as_str())]), "200", json_response("the ticket", ticket_schema))
+        } },
+        "/v1/terms/{id}/ws": { "get": {
+            "operationId": "term_ws",
+            "summary": "Attach to a term over a WebSocket: keys, resizes and signals in, the terminal's output out",
+            "description": protocol,
+            "security": [],
+            "parameters": [term_id.clone(),
+                { "name": "ticket", "in": "query", "required": true,
+                  "description": "A ticket from POST /v1/terms/{id}/ws_ticket.",
+                  "schema": { "type": "string", "pattern": "^tbw_[0-9a-f]{64}$" } },
+                { "name": "offset", "in": "query", "required": false,
+                  "description": "Absolute byte offset to send output from; output already gone from it is reported as lost. Absent: what the ring still holds.",
+                  "schema": { "type": "integer", "minimum": 0 } },
+                { "name": "Origin", "in": "header", "required": false,
+                  "description": "A browser page's origin (sent by the browser): it must be one the server allows (tierbox serve --ws-origin); absent for a client that is not a web page.",
+                  "schema": { "type": "string" } }],
+            "x-websocket": {
+                "client": { "binary": "input bytes", "text": { "$ref": "#/components/schemas/TermWsClientMessage" } },
+                "server": { "binary": "output bytes", "text": server_schema }
+            },
+            "responses": {
+                "101": { "description": "switching to the WebSocket protocol" },
+                "400": error_response("malformed id or query (input.malformed, input.handle_invalid)"),
+                "401": error_response("no ticket, or one that is unknown, already used, expired, revoked with its session, or for another term (ws.ticket_refused)"),
+                "403": error_response("the Origin is not one the server allows (ws.origin_refused, naming it and the option that allows it)"),
+                "404": error_response("the term is no longer the ticket owner's (term.not_found)"),
+                "426": error_response("not a WebSocket handshake (ws.upgrade_required); the ticket is spent"),
+                "429": error_response(&sockets),
+                "503": error_response("the policy's audit log cannot record the attach (audit.unavailable)")
+            }
         } }
     })
 }

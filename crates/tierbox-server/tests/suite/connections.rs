@@ -99,6 +99,7 @@ fn child_server() {
         token: TOKEN.to_owned(),
         max_concurrent: 4,
         queue: 8,
+        ws: Default::default(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

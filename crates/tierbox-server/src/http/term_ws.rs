@@ -1,0 +1,628 @@
+//! The WebSocket routes of terms ([`crate::term_ws`]): `POST /v1/terms/{id}/ws_ticket`
+//! (bearer token, owner-scoped) and `GET /v1/terms/{id}/ws?ticket=…[&offset=N]` (the
+//! handshake, which takes the ticket instead of the token), and the connection itself:
+//! one task reading the client's frames into the term, one writing the term's output to
+//! the client, either ending the connection.
+//!
+//! The handshake's checks, in order, each a typed refusal before `101`: the term id's
+//! shape; the `Origin` (a refused page spends no ticket); the ticket, spent from here on
+//! whatever follows; the rest of the query; the term (still the ticket owner's); the
+//! upgrade headers; a place among the open sockets; the `term.attached` record.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::rejection::PathRejection;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Extension, Path, RawQuery, State};
+use axum::http::{HeaderMap, header};
+use axum::routing::{get, post};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tierbox_runner::audit::{Auditor, now_unix_ms};
+use tierbox_runner::background::BackgroundState;
+use tierbox_runner::ring::OutputChunk;
+use tierbox_runner::term::MAX_TERM_WAIT_MS;
+use tokio::sync::mpsc;
+
+use super::{ApiError, ApiResult, AppState, Auth, err, ok, path_id};
+use crate::results::{TermWsTicket, to_json};
+use crate::service::{Service, ServiceError};
+use crate::term_ws::origins::OriginCheck;
+use crate::term_ws::protocol::{self, Command, ServerMessage};
+use crate::term_ws::{
+    Detach, MAX_WS_MESSAGE_BYTES, SocketSlot, WS_OUTPUT_FRAME_BYTES, WS_REPLY_FRAMES,
+    WS_SEND_TIMEOUT,
+};
+
+/// The option of `tierbox serve` that allows a browser origin.
+pub const WS_ORIGIN_OPTION: &str = "--ws-origin";
+
+/// Longest the server waits for its close frame to go out once it ends a connection.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Longest reason a close frame carries, in bytes (RFC 6455: a control frame's payload
+/// is at most 125 bytes, two of them the code).
+const MAX_CLOSE_REASON_BYTES: usize = 123;
+
+/// Adds the WebSocket routes to `router`.
+pub(super) fn routes(router: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
+    router
+        .route("/v1/terms/{id}/ws_ticket", post(ws_ticket))
+        .route("/v1/terms/{id}/ws", get(ws_attach))
+}
+
+/// Whether `path` is a term's WebSocket handshake (`/v1/terms/{id}/ws`, one segment for
+/// the id), which is authenticated by its ticket, not the bearer token.
+pub(super) fn is_handshake(path: &str) -> bool {
+    let mut segments = path.split('/');
+    matches!(
+        (
+            segments.next(),
+            segments.next(),
+            segments.next(),
+            segments.next(),
+            segments.next(),
+            segments.next()
+        ),
+        (Some(""), Some("v1"), Some("terms"), Some(id), Some("ws"), None) if !id.is_empty()
+    )
+}
+
+/// `POST /v1/terms/{id}/ws_ticket`: a ticket for one WebSocket of one of the caller's
+/// terms.
+async fn ws_ticket(
+    State(st): State<Arc<AppState>>,
+    Extension(auth): Extension<Auth>,
+    id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let (id, owner) = super::terms::id_and_owner(id, &auth, &headers)?;
+    st.service.term_status(&owner, &id).await?;
+    let issued = st
+        .ws
+        .tickets()
+        .issue(&owner, &id, Instant::now())
+        .map_err(|e| err(e.code(), e.to_string()))?;
+    ok(to_json(&TermWsTicket {
+        ticket: issued.ticket,
+        expires_in_ms: u64::try_from(issued.expires_in.as_millis()).unwrap_or(u64::MAX),
+    }))
+}
+
+/// The handshake's query: `ticket`, and `offset` (absent: from what the ring still holds).
+struct WsQuery {
+    ticket: Option<String>,
+    offset: Option<String>,
+    unknown: Option<String>,
+}
+
+impl WsQuery {
+    fn parse(raw: Option<&str>) -> Self {
+        let mut q = Self {
+            ticket: None,
+            offset: None,
+            unknown: None,
+        };
+        for (key, value) in url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+            let slot = match key.as_ref() {
+                "ticket" => &mut q.ticket,
+                "offset" => &mut q.offset,
+                _ => {
+                    q.unknown.get_or_insert_with(|| key.into_owned());
+                    continue;
+                }
+            };
+            match slot {
+                // Twice: neither is taken.
+                Some(_) => q.unknown = Some(format!("{key} (given twice)")),
+                None => *slot = Some(value.into_owned()),
+            }
+        }
+        q
+    }
+
+    /// The rest of the query, checked once the ticket is spent.
+    fn offset(&self) -> Result<Option<u64>, ApiError> {
+        if let Some(key) = &self.unknown {
+            return Err(err(
+                "input.malformed",
+                format!(
+                    "query string: unknown or repeated field {key:?}: give ticket and offset, once each"
+                ),
+            ));
+        }
+        match &self.offset {
+            None => Ok(None),
+            Some(o) => o.parse().map(Some).map_err(|_| {
+                err(
+                    "input.malformed",
+                    format!("query string: offset {o:?} is not a byte offset (0 or more)"),
+                )
+            }),
+        }
+    }
+}
+
+/// One attached WebSocket: whose, on what, and what went through it (for the audit log).
+struct Attachment {
+    service: Service,
+    /// The auditor, when the policy keeps an audit log.
+    auditor: Option<Arc<Auditor>>,
+    term: String,
+    owner: String,
+    origin: Option<String>,
+    socket: u64,
+    offset: Option<u64>,
+    attached_unix_ms: u64,
+    input_bytes: AtomicU64,
+    output_bytes: AtomicU64,
+    lost_bytes: AtomicU64,
+}
+
+impl Attachment {
+    /// The request the audit records are about: the handshake, without its ticket.
+    fn request(&self) -> Value {
+        json!({
+            "method": "GET",
+            "path": format!("/v1/terms/{}/ws", self.term),
+            "offset": self.offset,
+        })
+    }
+
+    /// Records the attach; refused (nothing attaches) when the log cannot be written.
+    async fn record_attached(self: &Arc<Self>) -> Result<(), ApiError> {
+        let event = tierbox_attest::Event::TermAttached {
+            term_id: self.term.clone(),
+            owner: self.owner.clone(),
+            origin: self.origin.clone(),
+            socket: self.socket,
+        };
+        self.record(event).await.map_err(|e| {
+            err(
+                "audit.unavailable",
+                format!("the attach cannot be recorded in the audit log: {e}"),
+            )
+        })
+    }
+
+    /// Records the detach; a failure is reported on stderr (the connection is gone).
+    async fn record_detached(self: &Arc<Self>, why: Detach) {
+        let event = tierbox_attest::Event::TermDetached {
+            term_id: self.term.clone(),
+            owner: self.owner.clone(),
+            origin: self.origin.clone(),
+            socket: self.socket,
+            reason: why.name().to_owned(),
+            input_bytes: self.input_bytes.load(Ordering::Relaxed),
+            output_bytes: self.output_bytes.load(Ordering::Relaxed),
+            lost_bytes: self.lost_bytes.load(Ordering::Relaxed),
+        };
+        if let Err(e) = self.record(event).await {
+            eprintln!(
+                "tierbox: the detach of WebSocket {} from term {} is not in the audit log: {e}",
+                self.socket, self.term
+            );
+        }
+    }
+
+    /// Appends `event` to the audit log, off the async threads (it fsyncs).
+    async fn record(self: &Arc<Self>, event: tierbox_attest::Event) -> Result<(), String> {
+        let Some(auditor) = self.auditor.clone() else {
+            return Ok(());
+        };
+        let request = self.request();
+        let started = self.attached_unix_ms;
+        tokio::task::spawn_blocking(move || auditor.record_event(&request, started, event))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    }
+
+    /// Carries out one checked command of the client's.
+    async fn execute(&self, command: Command) -> Result<(), ServiceError> {
+        let (owner, id) = (&self.owner, &self.term);
+        match command {
+            Command::Input(bytes) => {
+                self.service.term_write(owner, id, &bytes, false).await?;
+                self.input_bytes
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            }
+            Command::Eof => {
+                self.service.term_write(owner, id, b"", true).await?;
+            }
+            Command::Resize(size) => {
+                self.service.term_resize(owner, id, size)?;
+            }
+            Command::Signal(name) => {
+                self.service.term_signal(owner, id, &name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Up to [`WS_OUTPUT_FRAME_BYTES`] of output from `offset`, waiting up to `wait_ms`
+    /// for some.
+    async fn read(&self, offset: u64, wait_ms: u64) -> Result<OutputChunk, ServiceError> {
+        let terms = self.service.runner().terms();
+        Ok(terms
+            .output(
+                &self.owner,
+                &self.term,
+                offset,
+                WS_OUTPUT_FRAME_BYTES,
+                wait_ms,
+            )
+            .await?)
+    }
+}
+
+fn ticket_refused(e: &crate::term_ws::tickets::TicketError) -> ApiError {
+    err(e.code(), e.to_string())
+}
+
+/// `GET /v1/terms/{id}/ws?ticket=…[&offset=N]`: the handshake.
+async fn ws_attach(
+    State(st): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    hold: Option<Extension<crate::conns::Hold>>,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> ApiResult {
+    let id = path_id(id)?;
+    let origins: Vec<&[u8]> = headers
+        .get_all(header::ORIGIN)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    let origin = match st.ws.config().origins().check(&origins) {
+        OriginCheck::Absent => None,
+        OriginCheck::Allowed(origin) => Some(origin),
+        OriginCheck::Refused(origin) => {
+            return Err(err(
+                "ws.origin_refused",
+                format!(
+                    "a page of origin {origin:?} may not open a term's WebSocket: the server \
+                     allows {} (start it with {WS_ORIGIN_OPTION} {origin} to allow this one)",
+                    match st.ws.config().origins().allowed() {
+                        [] => "no browser origin".to_owned(),
+                        some => some.join(", "),
+                    }
+                ),
+            ));
+        }
+    };
+    let query = WsQuery::parse(query.as_deref());
+    let ticket = query.ticket.as_deref().unwrap_or("");
+    // Spent from here on, whatever follows.
+    let owner = st
+        .ws
+        .tickets()
+        .redeem(ticket, &id, Instant::now())
+        .map_err(|e| ticket_refused(&e))?;
+    let offset = query.offset()?;
+    st.service.term_status(&owner, &id).await?;
+    let upgrade = upgrade.map_err(|e| {
+        err(
+            "ws.upgrade_required",
+            format!("{}: this route is a WebSocket handshake", e.body_text()),
+        )
+    })?;
+    let slot = st
+        .ws
+        .sockets()
+        .open(&owner)
+        .map_err(|e| err("ws.limit", e.to_string()))?;
+    let auditor = match st.service.runner().auditor() {
+        Ok(a) if a.has_log() => Some(a),
+        Ok(_) => None,
+        Err(e) => return Err(ServiceError::from(e).into()),
+    };
+    let attachment = Arc::new(Attachment {
+        service: st.service.clone(),
+        auditor,
+        term: id,
+        owner,
+        origin,
+        socket: slot.number(),
+        offset,
+        attached_unix_ms: now_unix_ms(),
+        input_bytes: AtomicU64::new(0),
+        output_bytes: AtomicU64::new(0),
+        lost_bytes: AtomicU64::new(0),
+    });
+    attachment.record_attached().await?;
+    // The connection stays counted, and is never given up to make room, while the
+    // WebSocket lives.
+    let kept = hold.and_then(|Extension(h)| h.keep());
+    let failed = attachment.clone();
+    Ok(upgrade
+        .max_message_size(MAX_WS_MESSAGE_BYTES)
+        .max_frame_size(MAX_WS_MESSAGE_BYTES)
+        // Each frame is written out before the next is taken: one frame in flight, at
+        // most a read's worth of output or one status.
+        .write_buffer_size(0)
+        .on_failed_upgrade(move |_| {
+            tokio::spawn(async move { failed.record_detached(Detach::UpgradeFailed).await });
+        })
+        .on_upgrade(move |socket| async move {
+            let why = serve_socket(socket, &attachment, slot).await;
+            drop(kept);
+            attachment.record_detached(why).await;
+        }))
+}
+
+/// Serves one attached WebSocket until the client closes it, the term ends (after its
+/// `exit` frame), the owner ends, or the connection stalls or fails; then closes it.
+async fn serve_socket(socket: WebSocket, att: &Attachment, mut slot: SocketSlot) -> Detach {
+    let (mut sink, mut stream) = socket.split();
+    let (replies, mut queued) = mpsc::channel(WS_REPLY_FRAMES);
+    let why = tokio::select! {
+        why = take_input(&mut stream, att, replies) => why,
+        why = give_output(&mut sink, att, &mut queued) => why,
+        () = slot.owner_ended() => Detach::OwnerEnded,
+    };
+    let close = |code, reason: &str| {
+        let mut reason = reason.to_owned();
+        while reason.len() > MAX_CLOSE_REASON_BYTES {
+            reason.pop();
+        }
+        Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        }))
+    };
+    let last = match why {
+        // The client's close is answered by the protocol layer; it only needs sending.
+        Detach::ClientClosed | Detach::UpgradeFailed => None,
+        Detach::TermEnded => Some(close(1000, "the term ended")),
+        Detach::OwnerEnded => Some(close(1008, "the session ended")),
+        Detach::Stalled => Some(close(
+            1008,
+            &format!(
+                "the client took no output for {} s",
+                WS_SEND_TIMEOUT.as_secs()
+            ),
+        )),
+        Detach::TooLarge => Some(close(
+            1009,
+            &format!("a message is at most {MAX_WS_MESSAGE_BYTES} bytes"),
+        )),
+        Detach::Broken => Some(close(1011, "the connection failed")),
+    };
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        match last {
+            Some(frame) => sink.send(frame).await,
+            None => sink.flush().await,
+        }
+    })
+    .await;
+    why
+}
+
+/// The client's frames, into the term: binary frames are input bytes, text frames
+/// control messages. A refused one is answered with an `error` frame.
+async fn take_input<S>(stream: &mut S, att: &Attachment, replies: mpsc::Sender<Message>) -> Detach
+where
+    S: futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
+{
+    while let Some(frame) = stream.next().await {
+        let command = match frame {
+            Err(e) => return read_failure(e),
+            Ok(Message::Close(_)) => return Detach::ClientClosed,
+            Ok(Message::Binary(bytes)) => protocol::binary(&bytes),
+            Ok(Message::Text(text)) => protocol::text(text.as_str()),
+            Ok(Message::Ping(_) | Message::Pong(_)) => continue,
+        };
+        let done = match command {
+            Ok(command) => att.execute(command).await,
+            Err(refused) => Err(refused.into()),
+        };
+        if let Err(e) = done {
+            let answer = ServerMessage::Error {
+                code: e.code,
+                message: e.message,
+            };
+            if replies
+                .send(Message::Text(answer.to_json().into()))
+                .await
+                .is_err()
+            {
+                return Detach::Broken;
+            }
+        }
+    }
+    Detach::ClientClosed
+}
+
+/// Why reading the client's frames failed: it went away, sent too large a message, or
+/// broke the protocol.
+fn read_failure(e: axum::Error) -> Detach {
+    use tungstenite::error::{CapacityError, Error, ProtocolError};
+    match e.into_inner().downcast::<Error>().map(|e| *e) {
+        Ok(
+            Error::ConnectionClosed
+            | Error::AlreadyClosed
+            | Error::Io(_)
+            | Error::Protocol(ProtocolError::ResetWithoutClosingHandshake),
+        ) => Detach::ClientClosed,
+        Ok(Error::Capacity(CapacityError::MessageTooLong { .. })) => Detach::TooLarge,
+        _ => Detach::Broken,
+    }
+}
+
+/// Sends an `error` frame for `e` (the connection ends next: whether it goes out does
+/// not matter).
+async fn send_error<S>(sink: &mut S, e: ServiceError)
+where
+    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
+{
+    let frame = ServerMessage::Error {
+        code: e.code,
+        message: e.message,
+    };
+    let _ = send(sink, Message::Text(frame.to_json().into())).await;
+}
+
+/// Sends `frame`, within [`WS_SEND_TIMEOUT`].
+async fn send<S>(sink: &mut S, frame: Message) -> Result<(), Detach>
+where
+    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
+{
+    match tokio::time::timeout(WS_SEND_TIMEOUT, sink.send(frame)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(Detach::Broken),
+        Err(_) => Err(Detach::Stalled),
+    }
+}
+
+/// The term's output, to the client: `attached`, then binary frames read from the ring
+/// at the client's pace (a gap is a `lost` frame first), the `error` answers queued by
+/// [`take_input`] between them, and `exit` once the term has ended and everything it
+/// showed was sent.
+async fn give_output<S>(
+    sink: &mut S,
+    att: &Attachment,
+    queued: &mut mpsc::Receiver<Message>,
+) -> Detach
+where
+    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
+{
+    match pump_output(sink, att, queued).await {
+        Ok(never) => match never {},
+        Err(why) => why,
+    }
+}
+
+async fn pump_output<S>(
+    sink: &mut S,
+    att: &Attachment,
+    queued: &mut mpsc::Receiver<Message>,
+) -> Result<std::convert::Infallible, Detach>
+where
+    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
+{
+    // An explicit offset reports what is gone from it; the default starts with what the
+    // ring still holds, missing nothing the client asked for.
+    let asked = att.offset;
+    let first = match att.read(asked.unwrap_or(0), 0).await {
+        Ok(chunk) => chunk,
+        Err(e) => {
+            send_error(sink, e).await;
+            return Err(Detach::Broken);
+        }
+    };
+    let lost_before = if asked.is_some() {
+        first.missed_bytes
+    } else {
+        0
+    };
+    let attached = ServerMessage::Attached {
+        id: att.term.clone(),
+        offset: first.offset - lost_before,
+    };
+    send(sink, Message::Text(attached.to_json().into())).await?;
+    let mut at = first.next_offset;
+    let mut ended = false;
+    let mut chunk = Some((first, lost_before));
+    loop {
+        if let Some((read, lost)) = chunk.take() {
+            if lost > 0 {
+                att.lost_bytes.fetch_add(lost, Ordering::Relaxed);
+                let frame = ServerMessage::Lost { bytes: lost };
+                send(sink, Message::Text(frame.to_json().into())).await?;
+            }
+            let bytes = read.bytes().map(|b| b.into_owned()).unwrap_or_default();
+            at = read.next_offset;
+            if bytes.is_empty() {
+                // Nothing more: the term has ended once it is seen ended after a read
+                // (its output is all in the ring before its end is published).
+                let status = match att.service.term_status(&att.owner, &att.term).await {
+                    Ok(status) => status,
+                    Err(e) => {
+                        send_error(sink, e).await;
+                        return Err(Detach::Broken);
+                    }
+                };
+                if ended {
+                    let exit = ServerMessage::Exit {
+                        status: Box::new(status),
+                    };
+                    send(sink, Message::Text(exit.to_json().into())).await?;
+                    return Err(Detach::TermEnded);
+                }
+                ended = status.state != BackgroundState::Running;
+            } else {
+                att.output_bytes
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                send(sink, Message::Binary(bytes.into())).await?;
+            }
+        }
+        // An ended term's read returns at once.
+        tokio::select! {
+            biased;
+            Some(reply) = queued.recv() => send(sink, reply).await?,
+            read = att.read(at, MAX_TERM_WAIT_MS) => match read {
+                Ok(read) => {
+                    let lost = read.missed_bytes;
+                    chunk = Some((read, lost));
+                }
+                Err(e) => {
+                    send_error(sink, e).await;
+                    return Err(Detach::Broken);
+                }
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_handshake_path_skips_the_bearer_token() {
+        assert!(is_handshake(
+            "/v1/terms/0123456789abcdef0123456789abcdef/ws"
+        ));
+        assert!(is_handshake("/v1/terms/x/ws"));
+        for other in [
+            "/v1/terms//ws",
+            "/v1/terms/x/ws/",
+            "/v1/terms/x/ws_ticket",
+            "/v1/terms/x/y/ws",
+            "/v1/terms/x/input",
+            "/v1/terms/ws",
+            "/v1/process/x/ws",
+            "v1/terms/x/ws",
+            "/v2/terms/x/ws",
+        ] {
+            assert!(!is_handshake(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn the_query_names_a_ticket_and_an_offset_once_each() {
+        let q = WsQuery::parse(Some("ticket=tbw_ab&offset=12"));
+        assert_eq!(q.ticket.as_deref(), Some("tbw_ab"));
+        assert_eq!(q.offset().ok(), Some(Some(12)));
+        let q = WsQuery::parse(None);
+        assert_eq!((q.ticket.clone(), q.offset().ok()), (None, Some(None)));
+        for bad in [
+            "ticket=a&ticket=b",
+            "ticket=a&offset=-1",
+            "ticket=a&offset=x",
+            "ticket=a&token=b",
+        ] {
+            let q = WsQuery::parse(Some(bad));
+            assert_eq!(
+                q.offset().map_err(|e| e.0.code).unwrap_err(),
+                "input.malformed",
+                "{bad}"
+            );
+        }
+    }
+}
