@@ -456,10 +456,10 @@ impl Connection {
         )
     }
 
-    /// A second connection to the same daemon (one request at a time goes on each: a
-    /// long poll on one, input on the other).
-    pub(crate) async fn another(&self) -> Result<Self> {
-        Self::open(&self.socket, &self.token).await
+    /// A new connection to the same daemon, checked as [`Self::open`] checks one, as a
+    /// plain stream: for a WebSocket handshake, whose request carries its own ticket.
+    pub(crate) async fn raw_stream(&self) -> Result<UnixStream> {
+        Ok(Self::open(&self.socket, &self.token).await?.io.into_inner())
     }
 
     /// Sends a JSON request and reads the whole reply: its body, or the error the daemon

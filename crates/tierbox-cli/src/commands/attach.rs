@@ -10,9 +10,9 @@
 //! term started over the socket with `curl` and no header is listed and attachable too;
 //! another session's id is `term.not_found`, as an id that never existed is.
 //!
-//! Attaching uses two connections: one long-polls the output
-//! (`GET /v1/terms/{id}/output?wait_ms=`), the other carries input and resizes, so a key
-//! never waits for a poll to return. A term started without a daemon (`tierbox run -t`
+//! Attaching uses the term's WebSocket (`GET /v1/terms/{id}/ws`, with a single-use
+//! ticket asked for with the daemon's token): output, input and resizes on one connection,
+//! so a key never waits for output; the daemon audits each attach and detach. A term started without a daemon (`tierbox run -t`
 //! in process) lives in that process and is not reachable here.
 
 use std::io::Write;
@@ -35,14 +35,6 @@ use crate::term_io::{
 /// two of a shell or a REPL. A full-screen program redraws itself on the resize sent
 /// after it; what is older is not shown (`GET /v1/terms/{id}/output` reads it).
 pub const REDRAW_BYTES: u64 = 16 * 1024;
-
-/// How long one read of a term's output waits for some, in milliseconds (the daemon's
-/// cap is `MAX_TERM_WAIT_MS`): each attach holds one of the daemon's request slots while
-/// it waits.
-pub const ATTACH_WAIT_MS: u64 = 1000;
-
-/// Most bytes one read of a term's output returns.
-const READ_BYTES: usize = 64 * 1024;
 
 /// `tierbox ps`'s exit status when no daemon answers: not a success, and not a status a
 /// program run by `tierbox` could be mistaken for (`run` uses 124 to 126).
@@ -92,120 +84,99 @@ async fn call(
         .map_err(|e| transport(format!("{e:#}")))?
 }
 
-/// One read of a term's output.
-#[derive(Debug, serde::Deserialize)]
-struct OutputRead {
-    text: String,
-    #[serde(default)]
-    bytes_base64: Option<String>,
-    next_offset: u64,
-    total_bytes: u64,
-    ended: bool,
+/// How much output a term has produced.
+async fn total_output(conn: &mut Connection, id: &str) -> Result<u64, ApiError> {
+    let reply = call(
+        conn,
+        "GET",
+        &format!("/v1/terms/{id}/output?offset=0&max_bytes=1&wait_ms=0"),
+        None,
+    )
+    .await?;
+    reply["total_bytes"]
+        .as_u64()
+        .ok_or_else(|| transport(format!("an output read without total_bytes: {reply}")))
 }
 
-impl OutputRead {
-    /// Whether nothing more will come: the term ended and this read reached its end.
-    fn last(&self) -> bool {
-        self.ended && self.next_offset >= self.total_bytes
-    }
-}
+/// The WebSocket of a term, over the daemon's socket.
+type Ws = tokio_tungstenite::WebSocketStream<tokio::net::UnixStream>;
 
-async fn read_output(
-    conn: &mut Connection,
-    id: &str,
-    offset: u64,
-    max_bytes: usize,
-    wait_ms: u64,
-) -> Result<OutputRead, ApiError> {
-    let path =
-        format!("/v1/terms/{id}/output?offset={offset}&max_bytes={max_bytes}&wait_ms={wait_ms}");
-    let reply = call(conn, "GET", &path, None).await?;
-    serde_json::from_value(reply).map_err(|e| transport(format!("an output read: {e}")))
-}
-
-/// Long-polls the term's output from `offset` on `reads`, sending each read (or the
-/// error that ended the polling) to `tx`, until the last read.
-async fn poll_output(
-    mut reads: Connection,
-    id: String,
-    mut offset: u64,
-    tx: tokio::sync::mpsc::Sender<Result<OutputRead, ApiError>>,
-) {
-    loop {
-        let read = read_output(&mut reads, &id, offset, READ_BYTES, ATTACH_WAIT_MS).await;
-        let done = match &read {
-            Ok(r) => {
-                offset = r.next_offset;
-                r.last()
-            }
-            Err(_) => true,
-        };
-        if tx.send(read).await.is_err() || done {
-            return;
+/// Opens the term's WebSocket (`GET /v1/terms/{id}/ws`) from `offset`: a single-use
+/// ticket asked for on `conn` with the daemon's token, then the handshake on a new
+/// connection to the same daemon, checked as every one is. The daemon records the attach
+/// (and, when the socket closes, the detach) in its audit log.
+async fn open_ws(conn: &mut Connection, id: &str, offset: u64) -> Result<Ws, ApiError> {
+    let ticket = call(conn, "POST", &format!("/v1/terms/{id}/ws_ticket"), None).await?;
+    let ticket = ticket["ticket"]
+        .as_str()
+        .filter(|t| t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        .ok_or_else(|| transport(format!("a ticket that cannot be used: {ticket}")))?
+        .to_owned();
+    let stream = conn
+        .raw_stream()
+        .await
+        .map_err(|e| transport(format!("{e:#}")))?;
+    let uri = format!("ws://tierbox/v1/terms/{id}/ws?ticket={ticket}&offset={offset}");
+    match tokio_tungstenite::client_async(uri, stream).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tokio_tungstenite::tungstenite::Error::Http(refused)) => {
+            let body = refused.body().as_deref().unwrap_or_default();
+            let reply: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            Err(match reply["error"]["code"].as_str() {
+                Some(code) => ApiError {
+                    code: code.to_owned(),
+                    message: reply["error"]["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                },
+                None => transport(format!(
+                    "the daemon refused the term's WebSocket ({})",
+                    refused.status()
+                )),
+            })
         }
+        Err(e) => Err(transport(format!("the term's WebSocket: {e}"))),
     }
 }
 
-/// Types `bytes` into the term (and then its end-of-file character, with `eof`). An
-/// ended term's refusal is not an error: the output reader sees the end.
-async fn send_input(
-    conn: &mut Connection,
-    id: &str,
-    bytes: &[u8],
-    eof: bool,
-) -> Result<(), ApiError> {
-    if bytes.is_empty() && !eof {
-        return Ok(());
-    }
-    let wire = tierbox_runner::wire::encode(bytes);
-    let mut body = match wire.bytes_base64 {
-        Some(b64) => json!({ "data_base64": b64 }),
-        None if bytes.is_empty() => json!({}),
-        None => json!({ "data": wire.text }),
-    };
-    body["eof"] = Value::Bool(eof);
-    ignore_ended(call(conn, "POST", &format!("/v1/terms/{id}/input"), Some(&body)).await)
+/// A control message for the term's WebSocket.
+fn control(message: &Value) -> tokio_tungstenite::tungstenite::Message {
+    tokio_tungstenite::tungstenite::Message::text(message.to_string())
 }
 
-/// Sizes the term as this terminal (`SIGWINCH` inside).
-async fn send_size(conn: &mut Connection, id: &str) -> Result<(), ApiError> {
+/// This terminal's size as a `resize` message.
+fn resize_message() -> tokio_tungstenite::tungstenite::Message {
     let size = own_size();
-    let body = json!({ "rows": size.rows, "cols": size.cols });
-    ignore_ended(call(conn, "POST", &format!("/v1/terms/{id}/resize"), Some(&body)).await)
-}
-
-fn ignore_ended(r: Result<Value, ApiError>) -> Result<(), ApiError> {
-    match r {
-        Err(e) if e.code != "term.ended" => Err(e),
-        _ => Ok(()),
-    }
+    control(&json!({ "type": "resize", "rows": size.rows, "cols": size.cols }))
 }
 
 /// Shows the term `id` on this terminal until it ends, the detach keys are typed or a
 /// termination signal arrives: its output from `from` on, this terminal's input and size
-/// going to it.
+/// going to it, over the term's WebSocket (one connection both ways: a key never waits
+/// for output, and the attach holds none of the daemon's request slots).
 async fn attach(
-    mut writes: Connection,
+    mut conn: Connection,
     id: &str,
     from: ReadFrom,
     detach: DetachSeq,
 ) -> Result<Attached, ApiError> {
-    let mut reads = writes
-        .another()
-        .await
-        .map_err(|e| transport(format!("{e:#}")))?;
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+
     let offset = match from {
         ReadFrom::Beginning => 0,
-        ReadFrom::Tail => {
-            let latest = read_output(&mut reads, id, 0, 1, 0).await?;
-            latest.total_bytes.saturating_sub(REDRAW_BYTES)
-        }
+        ReadFrom::Tail => total_output(&mut conn, id)
+            .await?
+            .saturating_sub(REDRAW_BYTES),
+    };
+    let (mut to_term, mut from_term) = open_ws(&mut conn, id, offset).await?.split();
+    let sent = |r: Result<(), tokio_tungstenite::tungstenite::Error>| {
+        r.map_err(|e| transport(format!("the term's WebSocket: {e}")))
     };
     // The size of this terminal, which may not be the one the term had: a full-screen
     // program redraws itself when it changes.
-    send_size(&mut writes, id).await?;
-    let (tx, mut output) = tokio::sync::mpsc::channel(4);
-    tokio::spawn(poll_output(reads, id.to_owned(), offset, tx));
+    sent(to_term.send(resize_message()).await)?;
     let mut input = stdin_chunks();
     let mut winch = window_changes();
     let signal = crate::termination_signal();
@@ -215,33 +186,61 @@ async fn attach(
     let mut input_open = true;
     loop {
         tokio::select! {
-            read = output.recv() => {
-                let read = read.ok_or_else(|| transport("the output reader stopped"))??;
-                let bytes = tierbox_runner::wire::decode(&read.text, read.bytes_base64.as_deref())
-                    .map_err(|e| transport(format!("an output read: {e}")))?;
-                let _ = stdout.write_all(&bytes).and_then(|()| stdout.flush());
-                if read.last() {
-                    let status = call(&mut writes, "GET", &format!("/v1/terms/{id}"), None).await?;
+            frame = from_term.next() => match frame {
+                Some(Ok(Message::Binary(bytes))) => {
+                    let _ = stdout.write_all(&bytes).and_then(|()| stdout.flush());
+                }
+                Some(Ok(Message::Text(text))) => {
+                    let message: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
+                    if message["type"] == "exit" {
+                        let ended = serde_json::from_value(message)
+                            .map_err(|e| transport(format!("the term's status: {e}")))?;
+                        let _ = to_term.close().await;
+                        return Ok(Attached::Ended(ended));
+                    }
+                    // `attached`, `lost` (output that left the ring unseen) and `error`
+                    // (input to a term whose input is closed) change nothing here.
+                }
+                Some(Ok(_)) => {}
+                // Closed without an `exit` (the daemon stopping, the owner's end): the
+                // term's status says whether it still runs.
+                Some(Err(_)) | None => {
+                    let status = call(&mut conn, "GET", &format!("/v1/terms/{id}"), None).await?;
+                    if status["state"] == "running" {
+                        return Err(transport("the daemon closed the term's WebSocket"));
+                    }
                     let ended = serde_json::from_value(status)
                         .map_err(|e| transport(format!("the term's status: {e}")))?;
                     return Ok(Attached::Ended(ended));
                 }
-            }
+            },
             Some(chunk) = input.recv(), if input_open => match chunk {
                 Some(bytes) => {
                     let typed = keys.feed(&bytes);
-                    send_input(&mut writes, id, &typed.forward, false).await?;
+                    if !typed.forward.is_empty() {
+                        sent(to_term.send(Message::binary(typed.forward)).await)?;
+                    }
                     if typed.detach {
+                        let _ = to_term.close().await;
                         return Ok(Attached::Detached);
                     }
                 }
                 None => {
                     input_open = false;
-                    send_input(&mut writes, id, &keys.flush(), true).await?;
+                    let held = keys.flush();
+                    if !held.is_empty() {
+                        sent(to_term.send(Message::binary(held)).await)?;
+                    }
+                    sent(to_term.send(control(&json!({ "type": "eof" }))).await)?;
                 }
             },
-            Some(()) = async { winch.as_mut()?.recv().await } => send_size(&mut writes, id).await?,
-            sig = &mut signal => return Ok(Attached::Interrupted(sig)),
+            Some(()) = async { winch.as_mut()?.recv().await } => {
+                sent(to_term.send(resize_message()).await)?;
+            }
+            sig = &mut signal => {
+                let _ = to_term.close().await;
+                return Ok(Attached::Interrupted(sig));
+            }
         }
     }
 }

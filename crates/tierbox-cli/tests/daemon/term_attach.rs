@@ -25,6 +25,11 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Self {
+        Self::start_with(|_| String::new())
+    }
+
+    /// A daemon whose policy has `more(dir)` appended (`dir`: the test's directory).
+    fn start_with(more: impl FnOnce(&std::path::Path) -> String) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let xdg = dir.path().join("xdg");
         let ws = dir.path().join("ws");
@@ -32,8 +37,11 @@ impl Daemon {
         let policy = dir.path().join("policy.toml");
         std::fs::write(
             &policy,
-            "version = 1\n[exec]\nallowed_executables = [\"python3\"]\n\
-             allow_interpreters = true\nallow_eval = true\n",
+            format!(
+                "version = 1\n[exec]\nallowed_executables = [\"python3\"]\n\
+                 allow_interpreters = true\nallow_eval = true\n{}",
+                more(dir.path())
+            ),
         )
         .unwrap();
         let d = Self {
@@ -278,6 +286,50 @@ fn typing_after_an_idle_attach_reaches_the_program() {
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(stdout.contains("42"), "{stdout}\n{stderr}");
     assert_eq!(out.status.code(), Some(8), "{stdout}\n{stderr}");
+}
+
+/// `tierbox attach` goes over the term's WebSocket: the daemon's audit log records each
+/// attach and detach of the CLI (as the operator's default session), and never what was
+/// typed.
+#[test]
+fn each_attach_and_detach_of_the_cli_is_in_the_audit_log() {
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start_with(|dir| {
+        format!("[audit]\nlog = \"{}\"\n", dir.join("audit.jsonl").display())
+    });
+    let log = d.policy.with_file_name("audit.jsonl");
+    let out = d.run_t(DETACH);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let id = term_id(&text(&out.stderr));
+    let out = d.tierbox(
+        &["attach", &id],
+        b"print('typed-' * 2)\nraise SystemExit(5)\n",
+    );
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(text(&out.stdout).contains("typed-typed-"), "{out:?}");
+    let _ = d.tierbox(&["daemon", "stop"], b"");
+    let log = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|r| r["record"]["envelope"]["attestation"]["body"].clone())
+        .filter(|b| b["kind"] == "event" && b["term_id"] == id.as_str())
+        .collect();
+    let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "term.attached",
+            "term.detached",
+            "term.attached",
+            "term.detached"
+        ],
+        "{log}"
+    );
+    assert!(events.iter().all(|e| e["owner"] == "http:default"), "{log}");
+    assert!(!log.contains("typed-"), "the audit log holds typed input");
 }
 
 #[test]
