@@ -51,52 +51,55 @@ impl Default for DetachSeq {
 impl DetachSeq {
     /// Parses `spec` ([`DETACH_KEYS_SYNTAX`]); the error names the offending key and the
     /// syntax.
-    pub fn parse(spec: &str) -> Result<Self, String> {
+    pub fn parse(spec: &str) -> Result<Self, DetachKeysError> {
         let spec = spec.trim();
         if spec.eq_ignore_ascii_case("none") {
             return Ok(Self(Vec::new()));
         }
-        let refuse = |why: String| {
-            Err(format!(
-                "detach keys {spec:?}: {why}; write {DETACH_KEYS_SYNTAX}"
-            ))
+        let bad = |key: Option<&str>| DetachKeysError::Key {
+            spec: spec.to_owned(),
+            key: key.map(str::to_owned),
         };
         let mut keys = Vec::new();
         for token in spec.split(',') {
             let key = match token.len() {
-                0 => return refuse("an empty key".to_owned()),
+                0 => return Err(bad(None)),
                 1 if token.is_ascii() && token != " " => token.as_bytes()[0],
                 _ => match token.to_ascii_lowercase().strip_prefix("ctrl-") {
                     Some(k) if k.len() == 1 => match k.as_bytes()[0] {
                         c @ (b'a'..=b'z' | b'@' | b'[' | b'\\' | b']' | b'^' | b'_') => {
                             c.to_ascii_uppercase() & 0x1f
                         }
-                        _ => return refuse(format!("{token:?} is not a control key")),
+                        _ => return Err(bad(Some(token))),
                     },
-                    _ => return refuse(format!("{token:?} is not a key")),
+                    _ => return Err(bad(Some(token))),
                 },
             };
             keys.push(key);
         }
         if keys.len() > MAX_DETACH_KEYS {
-            return refuse(format!(
-                "{} keys, more than the {MAX_DETACH_KEYS} a sequence may have",
-                keys.len()
-            ));
+            return Err(DetachKeysError::TooMany {
+                spec: spec.to_owned(),
+                keys: keys.len(),
+            });
         }
         Ok(Self(keys))
     }
 
     /// The sequence `--detach-keys` names, else [`DETACH_KEYS_ENV`], else
     /// [`DETACH_KEYS`].
-    pub fn chosen(flag: Option<&str>) -> Result<Self, String> {
-        match flag {
-            Some(spec) => Self::parse(spec).map_err(|e| format!("--detach-keys: {e}")),
+    pub fn chosen(flag: Option<&str>) -> Result<Self, DetachKeysError> {
+        let (from, spec) = match flag {
+            Some(spec) => ("--detach-keys", spec.to_owned()),
             None => match std::env::var(DETACH_KEYS_ENV) {
-                Ok(spec) => Self::parse(&spec).map_err(|e| format!("{DETACH_KEYS_ENV}: {e}")),
-                Err(_) => Ok(Self::default()),
+                Ok(spec) => (DETACH_KEYS_ENV, spec),
+                Err(_) => return Ok(Self::default()),
             },
-        }
+        };
+        Self::parse(&spec).map_err(|e| DetachKeysError::In {
+            from,
+            error: Box::new(e),
+        })
     }
 
     /// The keys' bytes (empty: detaching is off).
@@ -197,6 +200,41 @@ pub fn stdin_chunks() -> tokio::sync::mpsc::Receiver<Option<Vec<u8>>> {
 /// A stream of `SIGWINCH`s (none when the handler cannot be installed).
 pub fn window_changes() -> Option<tokio::signal::unix::Signal> {
     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok()
+}
+
+/// Detach keys that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DetachKeysError {
+    /// A key that is not one (`None`: an empty one).
+    #[error("detach keys {spec:?}: {}; write {DETACH_KEYS_SYNTAX}", match key {
+        Some(k) if k.to_ascii_lowercase().starts_with("ctrl-") => format!("{k:?} is not a control key"),
+        Some(k) => format!("{k:?} is not a key"),
+        None => "an empty key".to_owned(),
+    })]
+    Key {
+        /// The sequence as written.
+        spec: String,
+        /// The key.
+        key: Option<String>,
+    },
+    /// More than [`MAX_DETACH_KEYS`] keys.
+    #[error(
+        "detach keys {spec:?}: {keys} keys, more than the {MAX_DETACH_KEYS} a sequence may have; write {DETACH_KEYS_SYNTAX}"
+    )]
+    TooMany {
+        /// The sequence as written.
+        spec: String,
+        /// How many keys it has.
+        keys: usize,
+    },
+    /// Where the refused sequence came from (the flag or the environment variable).
+    #[error("{from}: {error}")]
+    In {
+        /// `--detach-keys` or [`DETACH_KEYS_ENV`].
+        from: &'static str,
+        /// What is wrong with it.
+        error: Box<DetachKeysError>,
+    },
 }
 
 /// Finds a [`DetachSeq`] in what is typed, across reads.
@@ -370,7 +408,7 @@ mod tests {
             ("é", "\"é\" is not a key"),
             ("a,b,c,d,e,f,g,h,i", "9 keys, more than the 8"),
         ] {
-            let e = DetachSeq::parse(bad).unwrap_err();
+            let e = DetachSeq::parse(bad).unwrap_err().to_string();
             assert!(
                 e.contains(names) && e.contains("ctrl-p,ctrl-q"),
                 "{bad:?}: {e}"
@@ -379,6 +417,7 @@ mod tests {
         assert!(
             DetachSeq::chosen(Some("ctrl-9"))
                 .unwrap_err()
+                .to_string()
                 .starts_with("--detach-keys: ")
         );
     }

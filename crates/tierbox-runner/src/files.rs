@@ -24,7 +24,7 @@
 //!   must be the same inode. A FIFO, a socket or a device is [`FileError::NotRegular`] at
 //!   once.
 //! - **A write is what a run may write.** Refused where the run's access model says
-//!   read-only, protected or hidden ([`AccessModel`]: `filesystem.read_only`,
+//!   read-only, protected or hidden ([`AccessModel`](tierbox_policy::access::AccessModel): `filesystem.read_only`,
 //!   `filesystem.protected`, `filesystem.deny_read`), where a protected symlink leads, in
 //!   a directory that is a protected entry by inode (a renamed `.git` is still `.git`),
 //!   in any `.git` directory at any depth (the host's `git` runs hooks and reads

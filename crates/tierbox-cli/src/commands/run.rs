@@ -58,11 +58,11 @@ pub fn cmd_run(
 
 /// The usage error for detach keys that cannot be parsed (exit 125, as every usage
 /// error).
-pub fn bad_detach_keys(why: &str) -> ExitCode {
+pub fn bad_detach_keys(why: &crate::term_io::DetachKeysError) -> ExitCode {
     crate::report::fail(
         crate::report::Failure::Usage,
         "cli.detach_keys",
-        why,
+        &why.to_string(),
         "`--detach-keys ctrl-p,ctrl-q` is the default; `--detach-keys none` never detaches",
         crate::report::settings().json,
     )

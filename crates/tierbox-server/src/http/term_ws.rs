@@ -99,6 +99,17 @@ struct WsQuery {
     unknown: Option<String>,
 }
 
+/// Why an attach or detach could not be recorded.
+#[derive(Debug, thiserror::Error)]
+enum RecordError {
+    /// The audit log refused it.
+    #[error(transparent)]
+    Audit(#[from] tierbox_runner::audit::AuditError),
+    /// The blocking task that writes it failed.
+    #[error("the audit task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 impl WsQuery {
     fn parse(raw: Option<&str>) -> Self {
         let mut q = Self {
@@ -209,16 +220,16 @@ impl Attachment {
     }
 
     /// Appends `event` to the audit log, off the async threads (it fsyncs).
-    async fn record(self: &Arc<Self>, event: tierbox_attest::Event) -> Result<(), String> {
+    async fn record(self: &Arc<Self>, event: tierbox_attest::Event) -> Result<(), RecordError> {
         let Some(auditor) = self.auditor.clone() else {
             return Ok(());
         };
         let request = self.request();
         let started = self.attached_unix_ms;
-        tokio::task::spawn_blocking(move || auditor.record_event(&request, started, event))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())
+        Ok(
+            tokio::task::spawn_blocking(move || auditor.record_event(&request, started, event))
+                .await??,
+        )
     }
 
     /// Carries out one checked command of the client's.
