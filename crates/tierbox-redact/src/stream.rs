@@ -80,7 +80,22 @@ impl StreamRedactor {
         Some(self.redact(piece, redactor))
     }
 
-    /// What is left once the stream has ended, redacted.
+    /// Bytes pending: waiting for the end of their line (or word, after [`Self::settle`]).
+    ///
+    /// ```
+    /// use tierbox_redact::stream::StreamRedactor;
+    ///
+    /// let mut s = StreamRedactor::default();
+    /// assert_eq!(s.push(b"$ ls", false, None), None);
+    /// assert_eq!(s.pending(), 4);
+    /// ```
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// What is left once the stream has ended (or once a producer that went quiet in the
+    /// middle of a word is given up on: the word is then redacted as it stands, and a
+    /// secret whose rest comes later is not recognised), redacted.
     pub fn finish(&mut self, redactor: Option<&Redactor>) -> Option<Vec<u8>> {
         if self.buf.is_empty() {
             return None;

@@ -246,9 +246,27 @@ impl ShownRing {
     /// The producer has nothing more for now (a terminal waiting for input): what is
     /// pending is kept up to its last whitespace ([`StreamRedactor::settle`]), so a
     /// prompt without a newline is shown while a word still being written, which could be
-    /// the start of a secret, waits for its end.
-    pub(crate) fn settle(&self) {
+    /// the start of a secret, waits for its end or for [`Self::release`]. Whether such a
+    /// word is held back.
+    pub(crate) fn settle(&self) -> bool {
         self.store_with(|pieces, redactor| pieces.settle(Some(redactor)));
+        self.holding()
+    }
+
+    /// The producer stayed quiet with a word held back (`crate::term::TERM_HOLD`): the
+    /// word is redacted as it stands and kept. Whether anything was kept.
+    pub(crate) fn release(&self) -> bool {
+        let held = self.holding();
+        self.store_with(|pieces, redactor| pieces.finish(Some(redactor)));
+        held
+    }
+
+    /// Whether bytes are pending in the redactor.
+    fn holding(&self) -> bool {
+        self.redaction
+            .as_ref()
+            .and_then(|(_, pieces)| pieces.lock().ok().map(|p| p.pending() > 0))
+            .unwrap_or(false)
     }
 
     /// Keeps the piece `take` cuts from the pending bytes, when the run redacts.

@@ -66,6 +66,12 @@ pub(crate) const TYPED_INPUT: &str = "typed";
 /// Bytes read from the terminal at a time.
 const TERM_READ_CHUNK_BYTES: usize = 16 * 1024;
 
+/// How long the terminal must stay quiet before a word still being written (held back
+/// with redaction on, in case it is the start of a secret) is redacted as it stands and
+/// shown: what arrives together within it is redacted together, and a key typed at a
+/// shell echoes after it, not at the next space (20 ms).
+pub const TERM_HOLD: Duration = Duration::from_millis(20);
+
 /// The signals a term accepts, sent to its terminal's foreground process group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TermSignal {
@@ -292,8 +298,20 @@ impl TermIo {
 pub(crate) fn spawn_reader(io: Arc<TermIo>, sink: Arc<ShownRing>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut buf = vec![0u8; TERM_READ_CHUNK_BYTES];
+        // A word is held back (the terminal went quiet in the middle of one).
+        let mut holding = false;
         loop {
-            let Ok(mut guard) = io.fd.readable().await else {
+            let readable = tokio::select! {
+                r = io.fd.readable() => r,
+                () = tokio::time::sleep(TERM_HOLD), if holding => {
+                    holding = false;
+                    if sink.release() {
+                        io.arrived.notify_waiters();
+                    }
+                    continue;
+                }
+            };
+            let Ok(mut guard) = readable else {
                 break;
             };
             match guard.try_io(|f| f.get_ref().read(&mut buf)) {
@@ -302,7 +320,7 @@ pub(crate) fn spawn_reader(io: Arc<TermIo>, sink: Arc<ShownRing>) -> tokio::task
                     sink.push_chunk(&buf[..n]);
                     if n < buf.len() {
                         // Nothing more queued: the program may be waiting for input.
-                        sink.settle();
+                        holding = sink.settle();
                     }
                     io.arrived.notify_waiters();
                 }

@@ -486,3 +486,39 @@ fn a_waiting_read_returns_when_the_term_ends() {
         );
     });
 }
+
+/// With redaction on, a word still being typed at a shell echoes once the terminal has
+/// been quiet for `TERM_HOLD` — not at the next space or Enter, as when a held word waited
+/// for its end — and a token the program prints at its prompt is still redacted whole.
+#[test]
+fn a_word_being_typed_echoes_and_a_printed_token_stays_redacted() {
+    let test = "a_word_being_typed_echoes_and_a_printed_token_stays_redacted";
+    let Some(e) = env(test, Where::TierB, |p| p.redaction.enabled = true) else {
+        return;
+    };
+    let tm = e.runner.terms().clone();
+    e.rt.block_on(async {
+        let id = e.start("bash", &["--norc", "--noprofile", "-i"]).await;
+        let mut at = 0;
+        // No space or Enter after `re`: its echo shows all the same.
+        tm.write("alice", &id, b"echo re").await.unwrap();
+        read_until(&tm, &id, &mut at, "echo re").await;
+        tm.write("alice", &id, b"ady\r").await.unwrap();
+        read_until(&tm, &id, &mut at, "ready").await;
+        // The token is put together by the shell, so the typed line holds none of it; it
+        // is printed without a newline, and the terminal then stays quiet: the held word
+        // is the whole token, redacted as it stands.
+        let token = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+        tm.write(
+            "alice",
+            &id,
+            b"a=ghp_0123456789abcdefghij; b=ABCDEFGHIJ012345; printf %s%s $a $b; sleep 2\r",
+        )
+        .await
+        .unwrap();
+        let seen = read_until(&tm, &id, &mut at, tierbox_redact::REDACTED).await;
+        println!("{test}: the terminal showed {seen:?}");
+        assert!(!seen.contains(token), "the token was shown: {seen:?}");
+        assert!(seen.contains(tierbox_redact::REDACTED), "{seen:?}");
+    });
+}
