@@ -54,6 +54,10 @@ TOOLS = {
     "session_resize",
     "session_signal",
     "session_close",
+    "file_read",
+    "file_write",
+    "file_list",
+    "file_stat",
 }
 # An MCP connection is an agent: changes_apply is offered only where the server's policy
 # says workspace.agent_may_apply (docs/api.md, "Tokens").
@@ -296,6 +300,10 @@ async def section_tools(client, offered=AGENT_TOOLS) -> None:
         "changes_show": {"readOnlyHint": True},
         "changes_apply": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
         "changes_discard": {"readOnlyHint": False, "destructiveHint": True, "idempotentHint": True},
+        "file_read": {"readOnlyHint": True},
+        "file_list": {"readOnlyHint": True},
+        "file_stat": {"readOnlyHint": True},
+        "file_write": {"readOnlyHint": False, "destructiveHint": True},
     }
     for name, hints in expect.items():
         if name not in offered:
@@ -514,6 +522,27 @@ async def section_term(client) -> None:
           and sc.get("state") in ("exited", "killed") and sc.get("id") == term, sc)
     result, sc = await call(client, "session_read", {"id": uuid.uuid4().hex})
     expect_rejection("session_read of a never-issued id", result, sc, "term.not_found")
+
+
+async def section_files(client) -> None:
+    """The file face: a write lands and reads back exactly, a list and a stat see it, and
+    the paths a run could not write (`.git/config`, `..`) are typed refusals."""
+    result, sc = await call(client, "file_write", {"path": "mcp-sdk/note.txt", "data": "hello\n",
+                                                   "mkdir_parents": True})
+    sc = sc if isinstance(sc, dict) else {}
+    check("file_write: written, with its sha256", not result.is_error and isinstance(sc.get("sha256"), str)
+          and sc.get("bytes_written") == 6, sc)
+    result, sc = await call(client, "file_read", {"path": "mcp-sdk/note.txt"})
+    check("file_read: the bytes written", not result.is_error and (sc or {}).get("text") == "hello\n", sc)
+    result, sc = await call(client, "file_list", {"path": "mcp-sdk"})
+    names = [e.get("name") for e in (sc or {}).get("entries", [])] if isinstance(sc, dict) else []
+    check("file_list: the file is listed", not result.is_error and names == ["note.txt"], sc)
+    result, sc = await call(client, "file_stat", {"path": "mcp-sdk/note.txt"})
+    check("file_stat: a 6-byte file", not result.is_error and (sc or {}).get("size") == 6, sc)
+    result, sc = await call(client, "file_write", {"path": ".git/config", "data": "[core]\n", "mkdir_parents": True})
+    expect_rejection("file_write .git/config", result, sc, "file.protected")
+    result, sc = await call(client, "file_read", {"path": "../etc/passwd"})
+    expect_rejection("file_read ../etc/passwd", result, sc, "file.refused")
 
 
 async def section_isolation(ctx: Tierbox, client1, bg: dict) -> None:
@@ -735,6 +764,7 @@ async def main_async(ctx: Tierbox) -> None:
                 ("wasm", lambda: section_wasm(ctx, client1)),
                 ("stdin", lambda: section_stdin(client1)),
                 ("term", lambda: section_term(client1)),
+                ("files", lambda: section_files(client1)),
                 ("progress", lambda: section_progress(client1)),
             ):
                 await run_section(title, coro)
