@@ -89,8 +89,7 @@ echo "# bench/term.sh $(date -u +%FT%TZ) $("$bin" --version) on $(nproc) cores, 
 BENCH_TOKEN_FILE="$tmp/token" BENCH_BIN="$bin" BENCH_POLICY="$tmp/policy.toml" \
     BENCH_WS="$tmp/ws" BENCH_STATE_MCP="$tmp/state-mcp" \
     python3 -u - "$port" "$server_pid" "$keys" "$rounds" "$mem_k" "$tiers" <<'PY'
-import base64, faulthandler, http.client, json, os, pty, socket, statistics, struct, subprocess, sys, time
-faulthandler.dump_traceback_later(40, exit=True)
+import base64, http.client, json, os, pty, socket, statistics, struct, subprocess, sys, time
 
 port, server_pid, keys, rounds, mem_k = (int(x) for x in sys.argv[1:6])
 tiers = sys.argv[6].split()
