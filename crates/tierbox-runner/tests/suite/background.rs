@@ -63,7 +63,7 @@ pub(super) fn env_of(policy: Policy) -> Env {
 
 /// Whether a process whose argv is exactly `argv` exists (read from /proc, i.e. from
 /// outside the sandbox).
-fn alive_with_args(argv: &[&str]) -> bool {
+pub(super) fn alive_with_args(argv: &[&str]) -> bool {
     let want: Vec<u8> = argv
         .iter()
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())

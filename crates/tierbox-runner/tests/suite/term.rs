@@ -522,3 +522,61 @@ fn a_word_being_typed_echoes_and_a_printed_token_stays_redacted() {
         assert!(seen.contains(tierbox_redact::REDACTED), "{seen:?}");
     });
 }
+
+/// A term past its lifetime (the request's `timeout_ms`) is ended with its whole tree —
+/// here a shell and the `sleep` it started in the background — and its status says it
+/// expired; in every backend.
+fn a_term_past_its_lifetime_is_gone_with_its_tree(test: &str, at: Where) {
+    let Some(e) = env(test, at, |_| {}) else {
+        return;
+    };
+    let tm = e.runner.terms().clone();
+    // A distinctive argument per backend, to find the process from outside.
+    let mark = match at {
+        Where::TierB => "3072.25",
+        Where::TierC(TierCBackend::Native) => "3072.5",
+        Where::TierC(_) => "3072.75",
+    };
+    e.rt.block_on(async {
+        let mut req = e.request("bash", &["--norc", "--noprofile", "-i"]);
+        req.timeout_ms = Some(3000);
+        let id = match e.runner.start_term("alice", &req, SIZE).await {
+            Ok(h) => h.status.id,
+            Err(err) => panic!("{test}: {err} ({})", err.code()),
+        };
+        let mut at_offset = 0;
+        tm.write(
+            "alice",
+            &id,
+            format!("sleep {mark} & echo bg-$((1+1))\r").as_bytes(),
+        )
+        .await
+        .unwrap();
+        read_until(&tm, &id, &mut at_offset, "bg-2").await;
+        // The shell echoes before its child has become `sleep`.
+        let give_up = Instant::now() + GIVE_UP;
+        while !super::background::alive_with_args(&["sleep", mark]) {
+            assert!(
+                Instant::now() < give_up,
+                "{test}: the background sleep never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let s = until_ended(&tm, &id).await;
+        println!("{test}: after its lifetime: {:?}", s.state);
+        assert_eq!(s.state, BackgroundState::Expired, "{s:?}");
+        let give_up = Instant::now() + GIVE_UP;
+        while super::background::alive_with_args(&["sleep", mark]) {
+            assert!(
+                Instant::now() < give_up,
+                "{test}: the background sleep survived"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}
+
+in_every_backend!(
+    a_term_past_its_lifetime,
+    a_term_past_its_lifetime_is_gone_with_its_tree
+);
