@@ -75,7 +75,11 @@ pub fn full_main() -> ExitCode {
         Ok(cli) => cli,
         Err(status) => return status,
     };
-    if !matches!(cli.command, Command::Serve { .. } | Command::Proxy { .. }) {
+    // `attach` keeps SIGPIPE ignored, as `run -t` does (below).
+    if !matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Proxy { .. } | Command::Attach { .. }
+    ) {
         tierbox_runner::host::default_sigpipe();
     }
     exit_with(dispatch(cli))
@@ -98,7 +102,12 @@ pub fn main() -> ExitCode {
             return status;
         }
     };
-    if matches!(cli.command, Command::Run { .. } | Command::Check { .. }) {
+    // `run -t` keeps SIGPIPE ignored: a write to a closed stdout is its EPIPE to handle,
+    // so this terminal leaves raw mode before the process ends (`term_io::OUTPUT_CLOSED_EXIT`).
+    if matches!(
+        cli.command,
+        Command::Run { tty: false, .. } | Command::Check { .. }
+    ) {
         tierbox_runner::host::default_sigpipe();
     }
     exit_with(front(cli.command))

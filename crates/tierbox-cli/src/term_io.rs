@@ -124,6 +124,32 @@ impl DetachSeq {
     }
 }
 
+/// The exit status of a `run -t` or an attach whose stdout closed (its reader went away,
+/// as `head` does): 128 + `SIGPIPE`, what a shell reports for a command a closed pipe
+/// ended — after this terminal has left raw mode.
+pub const OUTPUT_CLOSED_EXIT: u8 = 128 + 13;
+
+/// Writes `bytes` to stdout and flushes; `false` when the reader of stdout is gone
+/// (`EPIPE`). Other errors are ignored, as a terminal that cannot show a byte is.
+pub fn show(out: &mut std::io::Stdout, bytes: &[u8]) -> bool {
+    use std::io::Write;
+    !matches!(
+        out.write_all(bytes).and_then(|()| out.flush()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe
+    )
+}
+
+/// Says on stderr that `lost` bytes of a term's output were not shown (they left its
+/// ring, `TERM_RING_BYTES`, before this terminal read them); nothing when none were.
+pub fn report_lost(lost: u64) {
+    if lost > 0 {
+        eprintln!(
+            "\r\ntierbox: {lost} bytes of the program's output were not shown: they left the term's {} KiB buffer before this terminal read them",
+            tierbox_runner::term::TERM_RING_BYTES / 1024
+        );
+    }
+}
+
 /// This process's terminal size (stdout's), or [`DEFAULT_SIZE`].
 pub fn own_size() -> TermSize {
     match rustix::termios::tcgetwinsize(std::io::stdout().as_fd()) {

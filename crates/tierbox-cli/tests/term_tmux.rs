@@ -54,7 +54,7 @@ fn setup(test: &str) -> Option<(tempfile::TempDir, std::path::PathBuf, std::path
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,
-        "version = 1\n[exec]\nallowed_executables = [\"bash\"]\nallow_interpreters = true\nallow_eval = true\n",
+        "version = 1\n[exec]\nallowed_executables = [\"bash\", \"seq\"]\nallow_interpreters = true\nallow_eval = true\n",
     )
     .unwrap();
     Some((dir, ws, policy))
@@ -197,4 +197,94 @@ fn a_daemon_term_detaches_and_attach_redraws_types_and_resizes_in_tmux() {
     tmux(&socket, &["kill-server"]);
     let _ = tierbox(&["daemon", "stop"]);
     assert_eq!(status.trim(), "3");
+}
+
+/// `tierbox run -t ARGS` with stdin empty, stdout `stdout`, no daemon.
+fn run_t(
+    dir: &Path,
+    ws: &Path,
+    policy: &Path,
+    args: &[&str],
+    stdout: std::process::Stdio,
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tierbox"))
+        .args(["run", "-t", "--tier", "b", "--policy"])
+        .arg(policy)
+        .arg("--workspace")
+        .arg(ws)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--")
+        .args(args)
+        .env("TIERBOX_DAEMON", "off")
+        .stdin(std::process::Stdio::null())
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// What `run -t` prints of a flood is what it shows plus what it says it did not: the
+/// term's ring keeps the last 1 MiB and a terminal that reads slower misses the rest,
+/// which is reported on stderr, never dropped silently. `seq 1 1000000` on a terminal
+/// prints 7,888,896 bytes (`\r\n` line ends).
+#[test]
+fn run_t_shows_a_flood_or_says_how_much_it_did_not() {
+    let test = "run_t_shows_a_flood_or_says_how_much_it_did_not";
+    let Some((dir, ws, policy)) = setup(test) else {
+        return;
+    };
+    let out_path = dir.path().join("out");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let child = run_t(
+        dir.path(),
+        &ws,
+        &policy,
+        &["seq", "1", "1000000"],
+        out.into(),
+    );
+    let done = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
+    assert_eq!(done.status.code(), Some(0), "{stderr}");
+    let shown = std::fs::metadata(&out_path).unwrap().len();
+    let lost: u64 = stderr
+        .lines()
+        .find(|l| l.contains("bytes of the program's output were not shown"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .map_or(0, |n| n.parse().unwrap());
+    println!("{test}: shown {shown}, reported not shown {lost}");
+    assert_eq!(shown + lost, 7_888_896, "{stderr}");
+}
+
+/// A `run -t` whose stdout closes (`| head`) ends its term and exits 141 (128 +
+/// SIGPIPE) after leaving the terminal as it found it, instead of dying of the signal:
+/// nothing of the run is left.
+#[test]
+fn run_t_whose_output_closes_ends_its_term() {
+    let test = "run_t_whose_output_closes_ends_its_term";
+    let Some((dir, ws, policy)) = setup(test) else {
+        return;
+    };
+    let mut child = run_t(
+        dir.path(),
+        &ws,
+        &policy,
+        &["seq", "1", "30000017"],
+        std::process::Stdio::piped(),
+    );
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 4096];
+    std::io::Read::read_exact(&mut stdout, &mut first).unwrap();
+    drop(stdout);
+    let done = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
+    assert_eq!(done.status.code(), Some(141), "{stderr}");
+    assert!(stderr.contains("the output's reader went away"), "{stderr}");
+    let give_up = Instant::now() + GIVE_UP;
+    while std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == b"seq\x001\x0030000017\x00")
+    }) {
+        assert!(Instant::now() < give_up, "{test}: the program survived");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -15,7 +15,6 @@
 //! so a key never waits for output; the daemon audits each attach and detach. A term started without a daemon (`tierbox run -t`
 //! in process) lives in that process and is not reachable here.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -28,7 +27,8 @@ use crate::daemon::{self, ApiError, Connection, Exchange};
 use crate::print::{print_refusal, print_run_failure};
 use crate::report;
 use crate::term_io::{
-    DetachKeys, DetachSeq, Ended, RawMode, exit_status, own_size, stdin_chunks, window_changes,
+    DetachKeys, DetachSeq, Ended, OUTPUT_CLOSED_EXIT, RawMode, exit_status, own_size, report_lost,
+    show, stdin_chunks, window_changes,
 };
 
 /// Bytes of a term's recent output printed on attach (the redraw): enough for a screen or
@@ -54,6 +54,8 @@ enum Attached {
     Detached,
     /// A termination signal arrived (its number): the term runs on.
     Interrupted(i32),
+    /// This process's stdout closed (its reader went away): the term runs on.
+    OutputClosed,
 }
 
 /// Where an attach starts reading the term's output.
@@ -160,6 +162,7 @@ async fn attach(
     id: &str,
     from: ReadFrom,
     detach: DetachSeq,
+    lost: &mut u64,
 ) -> Result<Attached, ApiError> {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
@@ -188,10 +191,16 @@ async fn attach(
         tokio::select! {
             frame = from_term.next() => match frame {
                 Some(Ok(Message::Binary(bytes))) => {
-                    let _ = stdout.write_all(&bytes).and_then(|()| stdout.flush());
+                    if !show(&mut stdout, &bytes) {
+                        let _ = to_term.close().await;
+                        return Ok(Attached::OutputClosed);
+                    }
                 }
                 Some(Ok(Message::Text(text))) => {
                     let message: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
+                    if message["type"] == "lost" {
+                        *lost += message["bytes"].as_u64().unwrap_or(0);
+                    }
                     if message["type"] == "exit" {
                         let ended = serde_json::from_value(message)
                             .map_err(|e| transport(format!("the term's status: {e}")))?;
@@ -255,8 +264,10 @@ async fn attach_and_report(
 ) -> ExitCode {
     let name = detach.name();
     let raw = RawMode::enter();
-    let attached = attach(conn, id, from, detach).await;
+    let mut lost = 0;
+    let attached = attach(conn, id, from, detach, &mut lost).await;
     drop(raw);
+    report_lost(lost);
     let still_running = |how: &str| {
         eprintln!(
             "\r\ntierbox: {how}; term {id} runs on in the daemon: `tierbox attach {id}` re-attaches, `tierbox ps` lists it"
@@ -271,6 +282,10 @@ async fn attach_and_report(
         Ok(Attached::Interrupted(sig)) => {
             still_running(&format!("signal {sig}"));
             ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))
+        }
+        Ok(Attached::OutputClosed) => {
+            still_running("the output's reader went away");
+            ExitCode::from(OUTPUT_CLOSED_EXIT)
         }
         Err(e) => print_api_error(&e),
     }

@@ -4,7 +4,6 @@
 //! daemon the term lives in this process: it ends with the command and cannot be
 //! detached, which is said on stderr at the start.
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -13,7 +12,18 @@ use tierbox_runner::term::{TermError, TermManager};
 use tierbox_runner::{RunError, Runner};
 
 use crate::print::{print_rejection, print_run_failure};
-use crate::term_io::{Ended, RawMode, exit_status, own_size, stdin_chunks, window_changes};
+use crate::term_io::{
+    Ended, OUTPUT_CLOSED_EXIT, RawMode, exit_status, own_size, report_lost, show, stdin_chunks,
+    window_changes,
+};
+
+/// How [`drive`] ended.
+enum Driven {
+    /// The term ended: its status, and the bytes of its output that were not shown.
+    Ended(Box<BackgroundStatus>, u64),
+    /// This process's stdout closed; the bytes not shown until then.
+    OutputClosed(u64),
+}
 
 /// Longest one read of the term's output waits, in milliseconds: how soon the end of the
 /// program is noticed when it prints nothing more.
@@ -49,9 +59,16 @@ pub fn run_in_terminal(
                     handle.startup_stdout_base64.as_deref(),
                 )
                 .unwrap_or_default();
-                let bytes: &[u8] = &bytes;
-                let _ = out.write_all(bytes).and_then(|()| out.flush());
-                Ok(handle.status)
+                // What the startup window kept of a program that ended in it; the rest
+                // is counted as not shown.
+                let lost = handle
+                    .status
+                    .stdout_bytes
+                    .saturating_sub(bytes.len() as u64);
+                match show(&mut out, &bytes) {
+                    true => Ok(Driven::Ended(Box::new(handle.status), lost)),
+                    false => Ok(Driven::OutputClosed(lost)),
+                }
             }
             Err(e) => Err(e),
         };
@@ -60,7 +77,15 @@ pub fn run_in_terminal(
     });
     drop(raw);
     match ended {
-        Ok(status) => Ok(exit_status(&Ended::from(&status))),
+        Ok(Driven::Ended(status, lost)) => {
+            report_lost(lost);
+            Ok(exit_status(&Ended::from(&*status)))
+        }
+        Ok(Driven::OutputClosed(lost)) => {
+            report_lost(lost);
+            eprintln!("tierbox: the output's reader went away; the term was ended");
+            Ok(ExitCode::from(OUTPUT_CLOSED_EXIT))
+        }
         Err(TermError::Background(BackgroundError::Run(RunError::Rejected(r)))) => {
             Ok(print_rejection(&r, json))
         }
@@ -69,11 +94,13 @@ pub fn run_in_terminal(
 }
 
 /// Copies stdin to the term and the term's output to stdout, follows this terminal's
-/// size, until the term ends; its final status.
-async fn drive(terms: &TermManager, owner: &str, id: &str) -> Result<BackgroundStatus, TermError> {
+/// size, until the term ends (its final status) or stdout closes; with the bytes of the
+/// output that left the ring unshown.
+async fn drive(terms: &TermManager, owner: &str, id: &str) -> Result<Driven, TermError> {
     let mut input = stdin_chunks();
     let mut winch = window_changes();
     let mut offset = 0;
+    let mut lost = 0;
     let mut out = std::io::stdout();
     let mut input_open = true;
     loop {
@@ -81,12 +108,15 @@ async fn drive(terms: &TermManager, owner: &str, id: &str) -> Result<BackgroundS
             chunk = terms.output(owner, id, offset, 64 * 1024, OUTPUT_WAIT_MS) => {
                 let chunk = chunk?;
                 offset = chunk.next_offset;
+                lost += chunk.missed_bytes;
                 let bytes = chunk.bytes().unwrap_or_default();
-                let _ = out.write_all(&bytes).and_then(|()| out.flush());
+                if !show(&mut out, &bytes) {
+                    return Ok(Driven::OutputClosed(lost));
+                }
                 if bytes.is_empty() {
                     let status = terms.status(owner, id).await?;
                     if status.state != BackgroundState::Running {
-                        return Ok(status);
+                        return Ok(Driven::Ended(Box::new(status), lost));
                     }
                 }
             }
