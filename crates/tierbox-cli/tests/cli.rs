@@ -2555,3 +2555,71 @@ fn spill_files_are_private_capped_shown_and_expire() {
     assert!(!spilled.exists());
     assert_eq!(fourth["stdout"]["spill_error"], serde_json::Value::Null);
 }
+
+/// A `filesystem.deny_read` path inside the workspace is never readable: Tier B, which
+/// grants the workspace to landlock whole, refuses the plan (`tier.unsupported`, naming
+/// the path and Tier C) instead of running it with the file readable — a shell read it
+/// there before — and the fix it names, Tier C, runs with the file hidden while its
+/// neighbours stay readable.
+#[test]
+fn a_denied_path_inside_the_workspace_is_refused_by_tier_b_and_hidden_by_tier_c() {
+    if !tier_b_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(ws.join("sub")).unwrap();
+    let secret = ws.join("sub/secret.txt");
+    std::fs::write(&secret, "top-secret-value\n").unwrap();
+    std::fs::write(ws.join("sub/other.txt"), "neighbour\n").unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version = 1\n[exec]\nallowed_executables = [\"sh\", \"cat\"]\n\
+             allow_interpreters = true\nallow_eval = true\n[filesystem]\ndeny_read = [{:?}]\n",
+            secret.display().to_string()
+        ),
+    )
+    .unwrap();
+    let run = |tier: &str| {
+        tierbox(
+            &[
+                "run",
+                "--policy",
+                policy.to_str().unwrap(),
+                "--workspace",
+                ws.to_str().unwrap(),
+                "--tier",
+                tier,
+                "--",
+                "sh",
+                "-c",
+                "cat sub/other.txt; cat sub/secret.txt",
+            ],
+            None,
+        )
+    };
+    let out = run("b");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!stdout.contains("top-secret-value"), "{stdout}");
+    assert_eq!(out.status.code(), Some(125), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("rejected [tier.unsupported]")
+            && stderr.contains("inside the workspace")
+            && stderr.contains("use tier c"),
+        "{stderr}"
+    );
+    if !tier_c_available() {
+        return;
+    }
+    let out = run("c");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("neighbour") && !stdout.contains("top-secret-value"),
+        "{stdout}"
+    );
+}

@@ -60,7 +60,7 @@ pub enum Unavailable {
 }
 
 /// What a tier cannot carry out of a plan, though the host runs the tier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {}", self.feature(), self.reason())]
 pub enum Unsupported {
     /// An egress allowlist in a container: it runs with `--network none`.
@@ -81,6 +81,27 @@ pub enum Unsupported {
         /// The backend's name (`tier_b_linux`, `tier_c_bwrap`, …).
         backend: &'static str,
     },
+    /// A `filesystem.deny_read` path that exists inside the workspace, which Tier B grants
+    /// to landlock whole (landlock can only grant, so nothing is taken back out of it).
+    DenyReadInWorkspace {
+        /// The denied path.
+        path: std::path::PathBuf,
+    },
+}
+
+/// [`Unsupported::DenyReadInWorkspace`] for the first `filesystem.deny_read` entry that
+/// exists at or beneath `plan`'s workspace: a tier that grants the workspace whole would
+/// let the run read it.
+pub fn no_denial_in_workspace(plan: &Plan) -> Result<(), Unsupported> {
+    match plan
+        .filesystem
+        .deny_read
+        .iter()
+        .find(|d| d.starts_with(&plan.workspace) && std::fs::symlink_metadata(d).is_ok())
+    {
+        Some(path) => Err(Unsupported::DenyReadInWorkspace { path: path.clone() }),
+        None => Ok(()),
+    }
 }
 
 /// [`Unsupported::OverlayWorkspace`] for a plan in overlay mode on `backend`, which has
@@ -107,6 +128,10 @@ impl Unsupported {
             Self::OverlayWorkspace { backend } => {
                 format!("workspace mode \"overlay\" on {backend}")
             }
+            Self::DenyReadInWorkspace { path } => format!(
+                "filesystem.deny_read {:?} inside the workspace",
+                path.display().to_string()
+            ),
         }
     }
 
@@ -141,6 +166,9 @@ impl Unsupported {
                     "this backend cannot give the overlay's upper layer a size limit and hand it back for review; overlay mode needs tier.backend = \"native\" on Linux (it never falls back to writing the workspace directly)"
                 }
             },
+            Self::DenyReadInWorkspace { .. } => {
+                "tier b grants the workspace to landlock whole and landlock cannot take a path back out of a grant, so the run could read it; tier c covers it in the run's mount namespace (use tier c, or move the file out of the workspace)"
+            }
         }
     }
 }
@@ -247,9 +275,11 @@ mod linux_backends {
         fn available(&self) -> Result<(), Unavailable> {
             tier_available(Tier::B, host_facts())
         }
-        /// Not overlay mode: there is no mount namespace.
+        /// Not overlay mode: there is no mount namespace. No `deny_read` path inside the
+        /// workspace: landlock grants it whole.
         fn supports(&self, plan: &Plan, _: &HostFacts) -> Result<(), Unsupported> {
-            super::direct_only(plan, self.name())
+            super::direct_only(plan, self.name())?;
+            super::no_denial_in_workspace(plan)
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_b::launch(plan, opts)
