@@ -260,11 +260,7 @@ impl Auditor {
         owner: &str,
         written: &crate::files::FileWritten,
     ) -> Result<(), AuditError> {
-        if self.log.is_none() {
-            return Ok(());
-        }
-        let now = now_unix_ms();
-        let body = Body::Event(tierbox_attest::Event::FileWritten {
+        let event = tierbox_attest::Event::FileWritten {
             workspace: workspace.display().to_string(),
             path: written.path.clone(),
             bytes_written: written.bytes_written,
@@ -274,8 +270,8 @@ impl Auditor {
             owner: owner.to_owned(),
             uid: written.uid,
             gid: written.gid,
-        });
-        self.record(request, now, now, body).map(|_| ())
+        };
+        self.record_event(request, now_unix_ms(), event)
     }
 
     /// Records `event`, something the server did on its own for `request` (a term's
