@@ -56,6 +56,8 @@ const BUILD_ID: &str = env!("TIERBOX_BUILD_ID");
 
 /// `tierbox-full`: every command, Tier A included.
 pub fn full_main() -> ExitCode {
+    // A process the watchdog started to sweep after its supervisor died ends here.
+    tierbox_runner::host::watchdog_entry();
     let _ = NEW_RUNNER.set(Runner::new);
     if let Some(front) = std::env::var_os(FRONT_BUILD_ENV)
         && front != BUILD_ID
@@ -87,10 +89,10 @@ pub fn full_main() -> ExitCode {
 
 /// `tierbox`: `run` and `check` here, everything else by `tierbox-full` (crate docs).
 pub fn main() -> ExitCode {
-    // `run` forks its watchdog first thing, before the arguments are parsed: every page
-    // the process has written when it forks is copied again on its next write (measured:
-    // forked after parsing, ~100 page copies and 0.5 ms of CPU per cold run). `cmd_run`'s
-    // own call is then a no-op.
+    // A process the watchdog started to sweep after its supervisor died ends here.
+    tierbox_runner::host::watchdog_entry();
+    // `run` starts its watchdog first thing, before the arguments are parsed (`cmd_run`'s
+    // own call is then a no-op).
     if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
         start_run_supervisor();
     }

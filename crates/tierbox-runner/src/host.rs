@@ -4,6 +4,7 @@
 //!
 //! ```no_run
 //! // A long-lived server: hardened, watched, with warm per-run resources.
+//! tierbox_runner::host::watchdog_entry(); // first thing in main
 //! tierbox_runner::host::harden_supervisor();
 //! tierbox_runner::host::start_watchdog().ok();
 //! tierbox_runner::host::set_pooling(true);
@@ -45,9 +46,23 @@ pub fn ensure_state_dir(dir: &std::path::Path) -> Result<(), crate::RunError> {
     crate::supervisor::ensure_state_dir(dir)
 }
 
+/// The first call in the `main` of a program that starts a watchdog: the watchdog sweeps
+/// by running the program's own image again, and this is where that run sweeps and
+/// exits; in every other run it returns at once. [`start_watchdog`] refuses in a program
+/// that did not call it.
+///
+/// ```no_run
+/// // First thing in main:
+/// tierbox_runner::host::watchdog_entry();
+/// tierbox_runner::host::start_watchdog().ok();
+/// ```
+pub fn watchdog_entry() {
+    tierbox_sandbox::contract::watchdog::entry();
+}
+
 /// Starts the watchdog that kills what this process's runs leave in their cgroups if the
-/// process is killed outright (see `tierbox_sandbox::contract::watchdog`). Call it while the
-/// process has one thread, before any async runtime starts.
+/// process is killed outright (see `tierbox_sandbox::contract::watchdog`). The program's
+/// `main` must have called [`watchdog_entry`] first.
 pub fn start_watchdog() -> std::io::Result<()> {
     tierbox_sandbox::contract::watchdog::start()
 }
@@ -58,6 +73,7 @@ pub fn start_watchdog() -> std::io::Result<()> {
 /// process that starts no more runs; returns whether the watchdog was told.
 ///
 /// ```no_run
+/// tierbox_runner::host::watchdog_entry(); // first thing in main
 /// tierbox_runner::host::start_watchdog().ok();
 /// // … one run, its outcome printed …
 /// tierbox_runner::host::release_watchdog();

@@ -68,7 +68,7 @@ pub fn bad_detach_keys(why: &crate::term_io::DetachKeysError) -> ExitCode {
     )
 }
 
-/// Hardens this process and, before any thread starts, forks its watchdog: if the process
+/// Hardens this process and starts its watchdog: if the process
 /// is killed outright (SIGKILL), it kills what the run left in its cgroups and
 /// containers, as `serve` has. A second call is a no-op.
 pub fn start_run_supervisor() {

@@ -70,7 +70,7 @@ pub fn cmd_serve(
     runner
         .auditor()
         .map_err(|e| anyhow::anyhow!("cannot serve: {e}"))?;
-    // Before any thread starts: a process that kills what this server's runs leave in
+    // A process that kills what this server's runs leave in
     // their cgroups if the server is killed outright (SIGKILL).
     if let Err(e) = tierbox_runner::host::start_watchdog() {
         eprintln!("tierbox: warning: no watchdog: {e}");

@@ -714,66 +714,6 @@ pub fn set_child_subreaper() -> io::Result<()> {
     }
 }
 
-/// `fork()`: `Ok(None)` in the child, `Ok(Some(pid))` in the parent.
-///
-/// Only for a process with a single thread (the caller checks, see
-/// `crate::watchdog::start`): the child is then a whole copy and may run any code.
-pub(crate) fn fork_single_threaded() -> io::Result<Option<i32>> {
-    // SAFETY: the caller has checked this process has one thread, so no lock, allocator
-    // arena or other state can be held by a thread that will not exist in the child.
-    match unsafe { libc::fork() } {
-        -1 => Err(io::Error::last_os_error()),
-        0 => Ok(None),
-        pid => Ok(Some(pid)),
-    }
-}
-
-/// In the forked watchdog: stdin, stdout and stderr become `/dev/null` and every other
-/// descriptor but `keep` is closed, so the watchdog holds none of the supervisor's
-/// pipes, sockets or terminal (a reader of the supervisor's output sees its end when the
-/// supervisor ends, not when the watchdog does).
-pub(crate) fn detach_descriptors(keep: std::os::fd::RawFd) {
-    // SAFETY: open, dup2, close and close_range with integer arguments and a static
-    // C string, in a single-threaded process; failures leave the descriptor as it was.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            for fd in 0..3 {
-                libc::dup2(null, fd);
-            }
-            if null > 2 && null != keep {
-                libc::close(null);
-            }
-        }
-        let ranges = [(3, keep - 1), (keep + 1, libc::c_int::MAX)];
-        for (first, last) in ranges {
-            if first <= last {
-                libc::syscall(
-                    libc::SYS_close_range,
-                    first as libc::c_uint,
-                    last as libc::c_uint,
-                    0,
-                );
-            }
-        }
-    }
-}
-
-/// Ignores SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGPIPE in this process (a terminal's
-/// Ctrl-C or a `kill` of the process group must not stop the watchdog).
-pub(crate) fn ignore_termination_signals() {
-    for sig in [
-        libc::SIGINT,
-        libc::SIGTERM,
-        libc::SIGHUP,
-        libc::SIGQUIT,
-        libc::SIGPIPE,
-    ] {
-        // SAFETY: installs SIG_IGN, which runs no code of ours.
-        unsafe { libc::signal(sig, libc::SIG_IGN) };
-    }
-}
-
 /// `prctl(PR_SET_DUMPABLE, 0)`: other processes of the same uid (including sandboxed ones
 /// running as the supervisor's uid) cannot read our memory or `/proc/<pid>/environ`.
 pub fn set_not_dumpable() -> io::Result<()> {

@@ -4,16 +4,22 @@
 //! pid 1 has a parent-death signal and takes the namespace down), and so does a Tier B
 //! run's first process; but a Tier B program's descendants that left its process group —
 //! a daemon of a background process — used to live on past their lifetime until a later
-//! run swept their cgroups. The watchdog is a child forked at the supervisor's start,
-//! while it is still single-threaded: it holds the read end of a pipe whose write end only
-//! the supervisor holds, so the pipe ends when the supervisor does, however it dies. It
-//! then kills everything left in the dead supervisor's run cgroups and removes them
-//! (`sweep_orphaned_groups`), and exits.
+//! run swept their cgroups. The watchdog is a child started with the supervisor
+//! ([`start`]): it holds the read end of a pipe whose write end only the supervisor holds,
+//! so the pipe ends when the supervisor does, however it dies. It then kills everything
+//! left in the dead supervisor's run cgroups and removes them (`sweep_orphaned_groups`),
+//! and exits.
+//!
+//! While it waits it shares the supervisor's memory (`clone(CLONE_VM)`, `sys.rs`), so a
+//! one-shot `tierbox run` pays no copy of its pages for it; to sweep it `exec`s this
+//! program's own image, whose `main` must therefore call [`entry`] first: that is where
+//! the sweep runs. [`start`] refuses in a program that did not.
 //!
 //! It stays in the supervisor's session (so the supervisor's orphan sweep, which only
-//! takes children in other sessions, leaves it alone), ignores the signals a terminal
-//! or a process-group `kill` sends, and holds none of the supervisor's descriptors but
-//! its end of the pipe (its stdio is `/dev/null`). A run without a cgroup (the `cgroup`
+//! takes children in other sessions, leaves it alone), blocks every signal while it waits
+//! and ignores the ones a terminal or a process-group `kill` sends while it sweeps, and
+//! holds none of the supervisor's descriptors but its end of the pipe (its stdio is
+//! `/dev/null`). A run without a cgroup (the `cgroup`
 //! layer missing on the host) has nothing the watchdog can find: its stray descendants
 //! are the gap.
 //!
@@ -39,14 +45,16 @@
 //! host's cgroups after every call. A note after `C` cancels it; a supervisor killed
 //! before writing it gets the sweep.
 
-use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use crate::launch::sys;
+#[allow(unsafe_code)]
+mod sys;
 
 /// Sweeps after the supervisor's death: the first finds the groups; more catch a process
 /// that was forking while the first ran (only while a sweep still finds something).
@@ -67,8 +75,21 @@ const EXIT_POLL: Duration = Duration::from_millis(5);
 /// paths; anything past it is ignored rather than grown without bound.
 const NOTES_MAX_BYTES: usize = 16 * 1024;
 
+/// The argument (`argv[1]`) with which the watchdog execs this program's image to sweep:
+/// [`entry`] recognises it.
+pub const SWEEP_ARG: &str = "--tierbox-watchdog-sweep";
+
+/// [`SWEEP_ARG`] for `execve`.
+const SWEEP_ARG_C: &std::ffi::CStr = c"--tierbox-watchdog-sweep";
+
 /// The supervisor's end of the pipe, held for the life of the process.
 static PIPE: OnceLock<std::fs::File> = OnceLock::new();
+
+/// What the watchdog's child reads (`sys::ChildSpec`), written once before its clone.
+static CHILD: OnceLock<sys::ChildSpec> = OnceLock::new();
+
+/// Whether this program's `main` called [`entry`].
+static ENTERED: AtomicBool = AtomicBool::new(false);
 
 /// What the watchdog was told of: `(kind, path)` — [`ENGINE`] lines ([`note_engine`]) and
 /// [`TMP_BASE`] lines ([`note_tmp_base`]).
@@ -80,33 +101,71 @@ const ENGINE: u8 = b'E';
 /// The line kind naming a directory the supervisor makes private tmp trees in.
 const TMP_BASE: u8 = b'T';
 
-/// Starts the watchdog for this process. Must be called while the process has a single
-/// thread (before any runtime or thread pool starts): otherwise it refuses, naming the
-/// thread count, and starts nothing. A second call is a no-op.
+/// The first call of the `main` of every program that may [`start`] a watchdog: in a
+/// process the watchdog exec'd to sweep (`argv[1]` is [`SWEEP_ARG`]) it sweeps and exits;
+/// otherwise it returns at once, and [`start`] may be used.
+///
+/// ```no_run
+/// // First thing in main:
+/// tierbox_sandbox::watchdog::entry();
+/// tierbox_sandbox::watchdog::start().ok();
+/// // … the supervisor's work …
+/// ```
+pub fn entry() {
+    ENTERED.store(true, Ordering::Relaxed);
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() != Some(std::ffi::OsStr::new(SWEEP_ARG)) {
+        return;
+    }
+    let supervisor = args
+        .next()
+        .and_then(|p| p.to_str()?.parse::<i32>().ok())
+        .filter(|p| *p > 0);
+    let notes = args.next().map(OsStringExt::into_vec).unwrap_or_default();
+    match supervisor {
+        Some(pid) => sweep(pid, &notes),
+        // Not started by a watchdog: nothing to sweep for.
+        None => std::process::exit(2),
+    }
+}
+
+/// Starts the watchdog for this process; a second call is a no-op. Refuses (and starts
+/// nothing) when this program's `main` did not call [`entry`] first, since the watchdog
+/// sweeps by running this program's image.
 pub fn start() -> std::io::Result<()> {
     if PIPE.get().is_some() {
         return Ok(());
     }
-    let threads = thread_count()?;
-    if threads != 1 {
-        return Err(std::io::Error::other(format!(
-            "the watchdog must be started while the process has one thread ({threads} now)"
-        )));
+    if !ENTERED.load(Ordering::Relaxed) {
+        return Err(std::io::Error::other(
+            "the watchdog sweeps by running this program again: its main must call \
+             tierbox_sandbox::watchdog::entry() (tierbox_runner::host::watchdog_entry()) first",
+        ));
     }
-    let (read, write) = sys::pipe_cloexec()?;
-    match sys::fork_single_threaded()? {
-        None => {
-            drop(write);
-            sys::detach_descriptors(read.as_raw_fd());
-            watch(read)
-        }
-        Some(_) => {
-            drop(read);
-            // Held for the life of the process: its closing is the watchdog's signal.
-            let _ = PIPE.set(std::fs::File::from(write));
-            Ok(())
-        }
+    let (read, write) = crate::launch::sys::pipe_cloexec()?;
+    // Above stdin, stdout and stderr, which the child points at /dev/null.
+    let read = crate::launch::pipes::dup_at_least(read.as_fd(), 3)?;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    let spec = CHILD.get_or_init(|| sys::ChildSpec {
+        pipe: read.as_raw_fd(),
+        null: null.as_raw_fd(),
+        supervisor: sys::decimal_pid(i32::try_from(std::process::id()).unwrap_or(0)),
+    });
+    if spec.pipe != read.as_raw_fd() || spec.null != null.as_raw_fd() {
+        // A start that failed after CHILD was written: its numbers are not these.
+        return Err(std::io::Error::other(
+            "the watchdog failed to start before in this process",
+        ));
     }
+    sys::clone_watchdog(spec)?;
+    // The child has its own copies of both.
+    drop((read, null));
+    // Held for the life of the process: its closing is the watchdog's signal.
+    let _ = PIPE.set(std::fs::File::from(write));
+    Ok(())
 }
 
 /// Whether this process has a watchdog.
@@ -178,30 +237,17 @@ fn released(notes: &[u8]) -> bool {
         && (notes.len() == CLEAN_EXIT.len() || notes[notes.len() - CLEAN_EXIT.len() - 1] == b'\n')
 }
 
-fn watch(read: std::os::fd::OwnedFd) -> ! {
-    sys::ignore_termination_signals();
-    // Forked by the supervisor: its parent, until the supervisor has exited.
-    let supervisor = rustix::process::getppid();
-    let mut pipe = std::fs::File::from(read);
-    let mut notes = Vec::new();
-    let mut buf = [0u8; 512];
-    // Returns at EOF, when the supervisor is gone.
-    while let Ok(n) = pipe.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        if notes.len() + n <= NOTES_MAX_BYTES {
-            notes.extend_from_slice(&buf[..n]);
-        }
-    }
-    if released(&notes) {
-        std::process::exit(0)
-    }
+/// The sweeper (a process the watchdog exec'd with [`SWEEP_ARG`]): waits for the
+/// supervisor `supervisor` to finish exiting, then sweeps what it left, as `notes` (what
+/// it wrote on the pipe) say, and exits.
+fn sweep(supervisor: i32, notes: &[u8]) -> ! {
+    sys::sweeper_signals();
     // The pipe ends while the supervisor is still exiting; the kernel hands its children
     // on (a new parent) only after that, when it is a zombie or gone — and only then do
     // the sweeps below take what it owned as orphaned.
     let waiting = std::time::Instant::now();
-    while rustix::process::getppid() == supervisor && waiting.elapsed() < EXIT_WAIT {
+    let parent = || rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+    while parent() == supervisor && waiting.elapsed() < EXIT_WAIT {
         std::thread::sleep(EXIT_POLL);
     }
     for round in 0..SWEEP_ROUNDS {
@@ -211,10 +257,10 @@ fn watch(read: std::os::fd::OwnedFd) -> ! {
         std::thread::sleep(SWEEP_PAUSE);
     }
     // After the groups' processes are gone: nothing of the run holds its tmpfs then.
-    for base in noted(&notes, TMP_BASE) {
+    for base in noted(notes, TMP_BASE) {
         crate::launch::sweep_orphaned_tmp(&base);
     }
-    for engine in noted(&notes, ENGINE) {
+    for engine in noted(notes, ENGINE) {
         crate::container::sweep_orphaned_containers(&engine);
     }
     std::process::exit(0)
@@ -234,17 +280,31 @@ fn noted(notes: &[u8], kind: u8) -> Vec<PathBuf> {
     out
 }
 
-fn thread_count() -> std::io::Result<usize> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| std::io::Error::other("no Threads line in /proc/self/status"))
-}
-
 #[cfg(test)]
 mod tests {
+    /// This test program's main does not call `entry`: a watchdog would exec the test
+    /// binary to sweep, so none is started.
+    #[test]
+    fn no_watchdog_starts_in_a_program_whose_main_did_not_call_entry() {
+        let err = super::start().expect_err("started without entry");
+        assert!(err.to_string().contains("watchdog::entry()"), "{err}");
+        assert!(!super::is_running());
+    }
+
+    #[test]
+    fn the_supervisor_pid_is_passed_in_decimal_with_its_terminator() {
+        for (pid, text) in [
+            (1, "1"),
+            (42, "42"),
+            (4_194_304, "4194304"),
+            (i32::MAX, "2147483647"),
+        ] {
+            let out = super::sys::decimal_pid(pid);
+            let end = out.iter().position(|b| *b == 0).expect("a NUL");
+            assert_eq!(&out[..end], text.as_bytes());
+        }
+    }
+
     #[test]
     fn only_a_last_clean_exit_line_releases() {
         use super::released;
