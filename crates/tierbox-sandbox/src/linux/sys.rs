@@ -77,6 +77,23 @@ struct CapUserData {
     inheritable: u32,
 }
 
+/// `n` (positive) in decimal, NUL-terminated, in `buf` (no allocation: for a child that
+/// shares its parent's memory, or has just forked).
+pub(crate) fn decimal(n: libc::pid_t, buf: &mut [u8; 12]) -> &[u8] {
+    let mut v = n.max(0) as u32;
+    let mut at = buf.len() - 1;
+    buf[at] = 0;
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    buf.get(at..).unwrap_or_default()
+}
+
 /// Read the calling thread's `errno` without allocating (async-signal-safe).
 pub(crate) fn errno() -> i32 {
     io::Error::last_os_error()

@@ -163,22 +163,12 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
     }
 }
 
-/// `pid` in decimal, NUL-terminated.
+/// `pid` in decimal, NUL-terminated, at the start of the buffer.
 pub(super) fn decimal_pid(pid: libc::pid_t) -> [u8; 12] {
+    let mut buf = [0u8; 12];
     let mut out = [0u8; 12];
-    let mut digits = [0u8; 11];
-    let mut n = pid.unsigned_abs();
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    let len = digits.len() - i;
-    out[..len].copy_from_slice(&digits[i..]);
+    let text = crate::linux::sys::decimal(pid, &mut buf);
+    out[..text.len()].copy_from_slice(text);
     out
 }
 

@@ -206,7 +206,7 @@ pub(super) fn exec_reaper(spec: &NsSpec<'_>, program: libc::pid_t) -> RawFd {
         return spec.report_fd;
     }
     let mut digits = [0u8; 12];
-    let pid_arg = decimal(program, &mut digits);
+    let pid_arg = lsys::decimal(program, &mut digits);
     let argv: [*const c_char; 3] = [
         reaper::NAME.as_ptr(),
         pid_arg.as_ptr().cast(),
@@ -227,22 +227,6 @@ pub(super) fn exec_reaper(spec: &NsSpec<'_>, program: libc::pid_t) -> RawFd {
         )
     };
     target
-}
-
-/// `n` (positive) in decimal, NUL-terminated, in `buf`.
-pub(super) fn decimal(n: libc::pid_t, buf: &mut [u8; 12]) -> &[u8] {
-    let mut v = n.max(0) as u32;
-    let mut at = buf.len() - 1;
-    buf[at] = 0;
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    buf.get(at..).unwrap_or_default()
 }
 
 pub(super) fn wipe_arg_area((start, end): (usize, usize)) {
