@@ -103,7 +103,8 @@ pub enum Event {
         evicted: Vec<EvictedChanges>,
     },
     /// `file.written`: a file of the workspace was written through the file face (an
-    /// agent's write over HTTP or MCP, not a run's), replacing it whole.
+    /// agent's write over HTTP or MCP, not a run's), replacing it whole — or, in review
+    /// mode, kept as a change set (`kept_as`).
     #[serde(rename = "file.written")]
     FileWritten {
         /// The workspace written in (canonical, after the scope rules).
@@ -125,6 +126,10 @@ pub enum Event {
         uid: u32,
         /// The file's group after the write.
         gid: u32,
+        /// In review mode: the change set the write was kept as (the workspace is
+        /// unchanged until it is applied; the fields above say what the file will be).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kept_as: Option<String>,
     },
     /// `term.attached`: a client attached to term `term_id` over its WebSocket channel
     /// (`GET /v1/terms/{id}/ws`). The record's `started_unix_ms` is when.

@@ -270,6 +270,7 @@ impl Auditor {
             owner: owner.to_owned(),
             uid: written.uid,
             gid: written.gid,
+            kept_as: written.kept_as.clone(),
         };
         self.record_event(request, now_unix_ms(), event)
     }

@@ -29,8 +29,11 @@
 //!   a directory that is a protected entry by inode (a renamed `.git` is still `.git`),
 //!   in any `.git` directory at any depth (the host's `git` runs hooks and reads
 //!   `core.fsmonitor` from there), in a directory the workspace's owner may not write,
-//!   and whenever the workspace is in review mode ([`FileError::ReviewMode`]: a review
-//!   mode workspace changes only by an applied change set). No setuid, setgid or sticky
+//!   and never in the workspace itself when it is in review mode: a review mode write is
+//!   checked the same way and kept as a change set of its own ([`FileFace::stage`],
+//!   [`FileWritten::kept_as`]), which `tierbox changes apply` applies as it applies an
+//!   overlay run's (a review mode workspace changes only by an applied change set;
+//!   [`FileFace::write`] itself refuses there, [`FileError::ReviewMode`]). No setuid, setgid or sticky
 //!   bit is ever set: a request for one is refused ([`FileError::ModeRefused`]), an
 //!   existing file's are dropped. The file is the workspace owner's (`fchown` when the
 //!   face runs as root).
@@ -73,6 +76,8 @@ use tierbox_policy::Rejection;
 use tierbox_policy::policy::WorkspaceMode;
 
 mod face;
+mod keep;
+pub use keep::FILE_STAGING_DIR;
 
 pub use face::FileFace;
 
@@ -333,6 +338,23 @@ pub enum FileError {
         /// The path as given.
         path: String,
     },
+    /// [`FileFace::stage`] outside review mode, where a write is made, not staged.
+    #[error("{path:?} was not staged: the workspace is not in review mode, where writes are made")]
+    NotStaged {
+        /// The path as given.
+        path: String,
+    },
+    /// A review mode write whose change set could not be kept (over the caps on kept
+    /// change sets, or the state directory refused it): nothing was written.
+    #[error("{path:?} was not written: its change set could not be kept: {why}")]
+    NotKept {
+        /// The path as given.
+        path: String,
+        /// Why (the change store's error).
+        why: String,
+        /// Its stable code (`review.*`).
+        code: &'static str,
+    },
     /// The workspace's owner may not write the directory (the face runs as root and
     /// checks for it as the kernel would for that owner).
     #[error(
@@ -386,6 +408,8 @@ impl FileError {
             Self::ModeRefused { .. } => "file.mode_refused",
             Self::TooLarge { .. } => "file.too_large",
             Self::ReviewMode { .. } => "file.review_mode",
+            Self::NotStaged { .. } => "file.not_staged",
+            Self::NotKept { code, .. } => code,
             Self::NotWritable { .. } => "file.not_writable",
             Self::Changed { .. } => "file.changed",
             Self::Io { .. } => "file.io",
@@ -400,6 +424,25 @@ impl FileError {
             _ => None,
         }
     }
+}
+
+/// A review mode write, checked and not made ([`FileFace::stage`]): what a change set
+/// holds for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged {
+    /// The file, relative to the workspace.
+    pub rel: PathBuf,
+    /// Its whole new content (what it held first, for an append).
+    pub content: Vec<u8>,
+    /// Its permission bits.
+    pub mode: u32,
+    /// Whether the workspace has no file there.
+    pub created: bool,
+    /// Whether the bytes go after what the file holds.
+    pub appended: bool,
+    /// The permission bits of each directory on the way that the workspace has, from the
+    /// top; the directories past them are new (made with [`NEW_DIRECTORY_MODE`]).
+    pub dir_modes: Vec<u32>,
 }
 
 /// How a write treats what is there.
@@ -469,6 +512,16 @@ pub struct FileWritten {
     pub created: bool,
     /// Whether the bytes were appended to what it held.
     pub appended: bool,
+    /// In review mode: the change set the write was kept as (the workspace is unchanged
+    /// until it is applied: `tierbox changes apply ID`, `POST /v1/changes/{id}/apply`);
+    /// the other fields say what the file will be then. Absent when the write was made,
+    /// or when it would change nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_as: Option<String>,
+    /// In review mode: the caller's own oldest kept change sets removed to make room for
+    /// this one (the caps on kept sets, `workspace.keep_changes_*`), oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evicted: Vec<String>,
     /// Why the write is missing from the audit log the policy names, when it is (the
     /// file was written).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -543,7 +596,9 @@ impl crate::Runner {
         FileFace::open(&plan)
     }
 
-    /// [`FileFace::write`] for `owner` (who asked), recorded as a `file.written` event in
+    /// [`FileFace::write`] for `owner` (who asked) — in review mode [`FileFace::stage`] and
+    /// the staged file kept as a change set of `owner`'s ([`FileWritten::kept_as`], under
+    /// the policy's caps on kept sets) —, recorded as a `file.written` event in
     /// the audit log when the policy names one: the workspace, the path, the bytes
     /// written, the file's SHA-256 and owner. `request` is the request as the caller sent
     /// it (the record carries its digest). A log that cannot be opened refuses the write
@@ -566,7 +621,13 @@ impl crate::Runner {
             ),
             None => None,
         };
-        let mut written = face.write(path, data, options)?;
+        let mut written = match face.in_review_mode() {
+            true => {
+                let staged = face.stage(path, data, options)?;
+                keep::keep(&self.options().state_dir, owner, face, path, staged, data)?
+            }
+            false => face.write(path, data, options)?,
+        };
         if let Some(auditor) = auditor
             && let Err(e) = auditor.record_file_written(request, face.workspace(), owner, &written)
         {

@@ -469,21 +469,31 @@ fn writes_past_the_limits_are_refused_and_change_nothing() {
 }
 
 #[test]
-fn review_mode_refuses_every_write_and_reads_the_workspace() {
+fn review_mode_writes_are_staged_never_made_and_reads_see_the_workspace() {
     let (_d, ws, face) = face_with(&Policy::builtin_default(), Some(WorkspaceMode::Overlay));
     assert!(face.in_review_mode());
     std::fs::write(ws.join("a"), b"seen").unwrap();
+    // The plain write refuses; staging touches nothing.
     assert_eq!(
         code(face.write("a", b"x", WriteOptions::default())),
         "file.review_mode"
     );
+    let staged = face.stage("a", b"x", WriteOptions::default()).unwrap();
     assert_eq!(
-        code(face.write("b", b"x", WriteOptions::default())),
-        "file.review_mode"
+        (staged.content.as_slice(), staged.created),
+        (&b"x"[..], false)
     );
+    let staged = face.stage("b", b"x", WriteOptions::default()).unwrap();
+    assert!(staged.created);
     assert_eq!(std::fs::read(ws.join("a")).unwrap(), b"seen");
     assert!(!ws.join("b").exists());
     assert_eq!(face.read("a", 0, 10).unwrap().bytes, b"seen");
+    // A direct face does not stage.
+    let (_d2, _ws2, direct) = self::face();
+    assert_eq!(
+        code(direct.stage("a", b"x", WriteOptions::default())),
+        "file.not_staged"
+    );
     // Under an overlay policy a request cannot ask for direct.
     let mut policy = Policy::builtin_default();
     policy.workspace.mode = WorkspaceMode::Overlay;
@@ -493,6 +503,171 @@ fn review_mode_refuses_every_write_and_reads_the_workspace() {
             .unwrap_err();
     assert_eq!(e.code(), "workspace.mode_widened");
     assert!(open(&policy, &ws, None).in_review_mode());
+}
+
+/// A review mode write through [`keep::keep`] (what `Runner::write_file` does there).
+fn keep_write(
+    state: &Path,
+    face: &FileFace,
+    path: &str,
+    data: &[u8],
+    options: WriteOptions,
+) -> Result<FileWritten, FileError> {
+    let staged = face.stage(path, data, options)?;
+    keep::keep(state, "http:test", face, path, staged, data)
+}
+
+#[test]
+fn a_review_mode_write_is_a_change_set_that_applies_as_a_runs_does() {
+    use crate::changes::ChangeKind;
+    use crate::review::ChangeStore;
+    let (_d, ws, face) = face_with(&Policy::builtin_default(), Some(WorkspaceMode::Overlay));
+    let state = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ws.join("src")).unwrap();
+    std::fs::set_permissions(ws.join("src"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    std::fs::write(ws.join("src/a.txt"), b"old\n").unwrap();
+    std::fs::set_permissions(ws.join("src/a.txt"), std::fs::Permissions::from_mode(0o640)).unwrap();
+
+    // An append: the set holds the whole new file; the workspace is as it was.
+    let append = WriteOptions {
+        append: true,
+        ..WriteOptions::default()
+    };
+    let w = keep_write(state.path(), &face, "src/a.txt", b"new\n", append).unwrap();
+    let id = w.kept_as.clone().expect("kept as a change set");
+    assert_eq!(
+        (w.size, w.mode, w.created, w.appended),
+        (8, 0o640, false, true)
+    );
+    assert_eq!(std::fs::read(ws.join("src/a.txt")).unwrap(), b"old\n");
+    let store = ChangeStore::new(state.path());
+    let kept = store.get(&id).unwrap();
+    assert_eq!(kept.owner, "http:test");
+    assert_eq!(kept.workspace, ws);
+    // One change: the directory on the way kept its mode, so it is not one.
+    let changes = &kept.changes.changes;
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(
+        (changes[0].path.as_path(), changes[0].kind),
+        (Path::new("src/a.txt"), ChangeKind::Modified)
+    );
+    assert_eq!(changes[0].sha256.as_deref(), Some(w.sha256.as_str()));
+    // Nothing is left in the staging directory.
+    assert!(names(&state.path().join(FILE_STAGING_DIR)).is_empty());
+
+    // New directories only with mkdir_parents, and then in the set, not the workspace.
+    assert_eq!(
+        code(keep_write(
+            state.path(),
+            &face,
+            "new/deep/b",
+            b"b",
+            WriteOptions::default()
+        )),
+        "file.not_found"
+    );
+    let parents = WriteOptions {
+        mkdir_parents: true,
+        ..WriteOptions::default()
+    };
+    let w2 = keep_write(state.path(), &face, "new/deep/b", b"b", parents).unwrap();
+    assert!(w2.created);
+    assert!(!ws.join("new").exists());
+    let added: Vec<_> = store
+        .get(w2.kept_as.as_deref().unwrap())
+        .unwrap()
+        .changes
+        .changes;
+    let added: Vec<_> = added
+        .iter()
+        .map(|c| (c.path.clone(), c.kind, c.mode))
+        .collect();
+    assert_eq!(
+        added,
+        [
+            (
+                PathBuf::from("new"),
+                ChangeKind::Added,
+                Some(NEW_DIRECTORY_MODE)
+            ),
+            (
+                PathBuf::from("new/deep"),
+                ChangeKind::Added,
+                Some(NEW_DIRECTORY_MODE)
+            ),
+            (
+                PathBuf::from("new/deep/b"),
+                ChangeKind::Added,
+                Some(DEFAULT_FILE_MODE)
+            ),
+        ]
+    );
+
+    // What a run may not write, a staged write may not either; nothing is kept for it.
+    let before = store.list().len();
+    for (path, why) in [
+        (".git/config", "file.protected"),
+        ("x/.git/hooks/pre-commit", "file.protected"),
+        ("../out", "file.refused"),
+    ] {
+        assert_eq!(
+            code(keep_write(state.path(), &face, path, b"x", parents)),
+            why,
+            "{path}"
+        );
+    }
+    let setuid = WriteOptions {
+        mode: Some(0o4755),
+        ..WriteOptions::default()
+    };
+    assert_eq!(
+        code(keep_write(state.path(), &face, "s", b"x", setuid)),
+        "file.mode_refused"
+    );
+    // The same bytes as the workspace holds: no change, no set.
+    let same = keep_write(
+        state.path(),
+        &face,
+        "src/a.txt",
+        b"old\n",
+        WriteOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(same.kept_as, None);
+    assert_eq!(store.list().len(), before);
+
+    // Applied, the workspace has the file, with the workspace's owner and its mode.
+    let applied = store.apply(&id, None, false).unwrap();
+    assert_eq!(applied.applied, [PathBuf::from("src/a.txt")]);
+    assert_eq!(std::fs::read(ws.join("src/a.txt")).unwrap(), b"old\nnew\n");
+    let meta = std::fs::metadata(ws.join("src/a.txt")).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o640);
+    assert_eq!((meta.uid(), meta.gid()), face.owner());
+}
+
+#[test]
+fn a_review_mode_write_over_the_caps_is_refused_and_writes_nothing() {
+    let mut policy = Policy::builtin_default();
+    policy.workspace.keep_changes_per_owner_bytes = 16;
+    let (_d, ws, face) = face_with(&policy, Some(WorkspaceMode::Overlay));
+    let state = tempfile::tempdir().unwrap();
+    let e = keep_write(
+        state.path(),
+        &face,
+        "big",
+        &[b'x'; 4096],
+        WriteOptions::default(),
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "changes.over_cap", "{e}");
+    assert!(e.to_string().contains("\"big\" was not written"), "{e}");
+    assert!(!ws.join("big").exists());
+    assert!(
+        crate::review::ChangeStore::new(state.path())
+            .list()
+            .is_empty()
+    );
+    assert!(names(&state.path().join(FILE_STAGING_DIR)).is_empty());
 }
 
 #[test]

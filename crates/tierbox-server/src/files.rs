@@ -113,8 +113,10 @@ pub struct FilePathArgs {
                    (readers see the old file or the new one): data is text, data_base64 is \
                    bytes, exactly one. append adds to what the file holds. The file gets the \
                    workspace's owner and permission bits only. Refused where a run may not \
-                   write (.git, protected paths, read-only grants), through a symlink, in \
-                   review mode, and past 64 KiB per write."
+                   write (.git, protected paths, read-only grants), through a symlink, and \
+                   past 64 KiB per write. In review mode nothing is written: the write is \
+                   kept as a change set of the caller's (kept_as), applied or discarded as \
+                   an overlay run's."
 )]
 pub struct FileWriteBody {
     /// A subdirectory of the server's workspace to act in (plain names, as a run's
@@ -147,9 +149,9 @@ pub struct FileWriteBody {
     #[serde(default)]
     #[schemars(range(max = 0o777))]
     pub mode: Option<u32>,
-    /// The workspace mode, as a run's `workspace_mode`: `overlay` (review mode) refuses
-    /// the write, as a policy in review mode does; `direct` is refused under such a
-    /// policy (`workspace.mode_widened`).
+    /// The workspace mode, as a run's `workspace_mode`: `overlay` (review mode) keeps the
+    /// write as a change set instead of making it (`kept_as`), as a policy in review mode
+    /// does; `direct` is refused under such a policy (`workspace.mode_widened`).
     #[serde(default)]
     pub workspace_mode: Option<WorkspaceMode>,
 }
@@ -550,6 +552,7 @@ mod tests {
             ("file.protected", 422),
             ("file.not_regular", 422),
             ("file.review_mode", 422),
+            ("changes.over_cap", 507),
         ] {
             assert_eq!(ServiceError::new(code, "").http_status(), status, "{code}");
         }

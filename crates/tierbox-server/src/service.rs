@@ -139,6 +139,7 @@ impl ServiceError {
             | "changes.incomplete"
             | "changes.not_in_change_set" => 409,
             "changes.io" | "changes.rollback_incomplete" => 500,
+            "changes.over_cap" => 507,
             "http.method_not_allowed" => 405,
             "background.limit" | "background.stdin" | "daemon.identity_mismatch" => 409,
             "http.unsupported_media_type" => 415,

@@ -354,7 +354,7 @@ fn files_over_http_land_in_the_workspace_and_every_escape_is_refused_by_rule() {
 }
 
 #[test]
-fn file_writes_over_http_are_audited_and_refused_in_review_mode() {
+fn file_writes_over_http_are_audited_and_kept_as_change_sets_in_review_mode() {
     let state = tempfile::tempdir().unwrap();
     let log = state.path().join("audit.jsonl");
     let policy = format!("version = 1\n[audit]\nlog = \"{}\"\n", log.display());
@@ -396,25 +396,35 @@ fn file_writes_over_http_are_audited_and_refused_in_review_mode() {
         1
     );
     assert_eq!(after.lines().count(), lines);
-    // A request may put the workspace under review: then it writes nothing.
-    refused(
-        write(
-            &s,
-            json!({ "path": "report.txt", "data": "x", "workspace_mode": "overlay" }),
-        ),
-        422,
-        "file.review_mode",
-        "review mode",
+    // A request may put the workspace under review: then the write is a change set of
+    // the caller's, recorded with it, and the workspace is as it was.
+    let (status, w) = write(
+        &s,
+        json!({ "path": "report.txt", "data": "all red\n", "workspace_mode": "overlay" }),
+    );
+    assert_eq!(status, 200, "{w}");
+    assert!(w["kept_as"].as_str().is_some(), "{w}");
+    assert_eq!(
+        std::fs::read_to_string(s.ws.path().join("report.txt")).unwrap(),
+        "all green\n"
+    );
+    let after = std::fs::read_to_string(&log).unwrap();
+    let record = after.lines().rfind(|l| l.contains("file.written")).unwrap();
+    assert!(
+        record.contains(&format!("\"kept_as\":{}", w["kept_as"])),
+        "{record}"
     );
     drop(s);
 
     let s = Server::start(&[], Some("version = 1\n[workspace]\nmode = \"overlay\"\n"));
     std::fs::write(s.ws.path().join("seen.txt"), b"kept").unwrap();
-    refused(
-        write(&s, json!({ "path": "new.txt", "data": "x" })),
-        422,
-        "file.review_mode",
-        "review mode",
+    let (status, w) = write(&s, json!({ "path": "new.txt", "data": "x" }));
+    assert_eq!(status, 200, "{w}");
+    let id = w["kept_as"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (w["created"].as_bool(), w["size"].as_u64()),
+        (Some(true), Some(1)),
+        "{w}"
     );
     refused(
         write(
@@ -425,9 +435,23 @@ fn file_writes_over_http_are_audited_and_refused_in_review_mode() {
         "workspace.mode_widened",
         "overlay",
     );
+    refused(
+        write(&s, json!({ "path": ".git/config", "data": "x" })),
+        422,
+        "file.protected",
+        ".git",
+    );
     assert!(!s.ws.path().join("new.txt").exists());
     let (status, r) = read(&s, "seen.txt", "");
     assert_eq!((status, r["text"].as_str()), (200, Some("kept")), "{r}");
+    // The set is shown and applied as a run's is.
+    let (status, shown) = s.call("GET", &format!("/v1/changes/{id}?diff=true"), None);
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(shown["changes"]["changes"][0]["path"], "new.txt", "{shown}");
+    let (status, applied) = s.call("POST", &format!("/v1/changes/{id}/apply"), None);
+    assert_eq!(status, 200, "{applied}");
+    assert_eq!(applied["applied"], json!(["new.txt"]));
+    assert_eq!(std::fs::read(s.ws.path().join("new.txt")).unwrap(), b"x");
 }
 
 #[test]

@@ -19,7 +19,7 @@ use tierbox_policy::policy::WorkspaceMode;
 use super::{
     DEFAULT_FILE_MODE, FileEntry, FileError, FileKind, FileList, FileRead, FileStat, FileWritten,
     MAX_APPENDED_FILE_BYTES, MAX_FILE_PATH_BYTES, MAX_FILE_READ_BYTES, MAX_FILE_WRITE_BYTES,
-    MAX_LIST_ENTRIES, MAX_TEMP_ATTEMPTS, NEW_DIRECTORY_MODE, PERMISSION_BITS, PathRule,
+    MAX_LIST_ENTRIES, MAX_TEMP_ATTEMPTS, NEW_DIRECTORY_MODE, PERMISSION_BITS, PathRule, Staged,
     TEMP_PREFIX, WriteOptions,
 };
 use crate::changes::print::{Ident, openat_beneath as open_at};
@@ -33,8 +33,11 @@ pub struct FileFace {
     workspace: PathBuf,
     /// What a run of the policy may do where.
     model: AccessModel,
-    /// Review mode: no writes.
+    /// Review mode: writes are staged for a change set, never made.
     review: bool,
+    /// How long a change set of a staged write is kept, and the caps on kept sets (the
+    /// plan's, in review mode).
+    keeping: (u64, tierbox_policy::KeepCaps),
     /// The workspace root's owner and group: what new files get.
     owner: (u32, u32),
     /// Who the face runs as.
@@ -153,6 +156,11 @@ impl FileFace {
             root,
             model: AccessModel::of(plan),
             review: plan.workspace_mode == WorkspaceMode::Overlay,
+            keeping: (
+                plan.keep_changes_for_secs
+                    .unwrap_or(tierbox_policy::policy::DEFAULT_KEEP_CHANGES_SECS),
+                plan.keep_changes_caps.unwrap_or_default(),
+            ),
             owner: (st.st_uid, st.st_gid),
             euid: rustix::process::geteuid().as_raw(),
             protected: Vec::new(),
@@ -168,7 +176,19 @@ impl FileFace {
         &self.workspace
     }
 
-    /// Whether the workspace is in review mode (every write is refused).
+    /// The workspace root's owner and group (what a written file gets).
+    pub fn owner(&self) -> (u32, u32) {
+        self.owner
+    }
+
+    /// How long the change set of a staged write is kept, in seconds, and the caps on kept
+    /// sets (the policy's `workspace.keep_changes_*`).
+    pub fn keeping(&self) -> (u64, tierbox_policy::KeepCaps) {
+        self.keeping
+    }
+
+    /// Whether the workspace is in review mode (a write goes to a change set:
+    /// [`FileFace::stage`]).
     pub fn in_review_mode(&self) -> bool {
         self.review
     }
@@ -211,11 +231,6 @@ impl FileFace {
     /// Refuses a write a run could not make (see the module documentation), by the
     /// path's names.
     fn may_write(&self, path: &str, rel: &Path) -> Result<(), FileError> {
-        if self.review {
-            return Err(FileError::ReviewMode {
-                path: path.to_owned(),
-            });
-        }
         let abs = self.workspace.join(rel);
         let protected = |entry: PathBuf, why| FileError::Protected {
             path: path.to_owned(),
@@ -601,15 +616,14 @@ impl FileFace {
         Ok(dir)
     }
 
-    /// Writes `data` (at most [`MAX_FILE_WRITE_BYTES`]) to the regular file at `path`,
-    /// replacing it whole and atomically (see the module documentation), as `options`
-    /// say.
-    pub fn write(
+    /// `path` as plain names, once the write is one a run could make: the path's rules,
+    /// the policy's ([`FileFace::may_write`]), permission bits only, the size bound.
+    fn checked_write(
         &self,
         path: &str,
         data: &[u8],
-        options: WriteOptions,
-    ) -> Result<FileWritten, FileError> {
+        options: &WriteOptions,
+    ) -> Result<PathBuf, FileError> {
         let rel = plain_path(path, false)?;
         self.may_write(path, &rel)?;
         if let Some(mode) = options.mode.filter(|m| m & !PERMISSION_BITS != 0) {
@@ -627,6 +641,116 @@ impl FileFace {
                 key: "MAX_FILE_WRITE_BYTES",
             });
         }
+        Ok(rel)
+    }
+
+    /// A write in review mode, checked as [`FileFace::write`] checks one but touching
+    /// nothing: what the file would be (its whole content, appended or not, and mode) and
+    /// the directories on its way, for a change set to hold ([`crate::Runner::write_file`]
+    /// keeps it). Refused outside review mode ([`FileError::NotStaged`]).
+    pub fn stage(
+        &self,
+        path: &str,
+        data: &[u8],
+        options: WriteOptions,
+    ) -> Result<Staged, FileError> {
+        if !self.review {
+            return Err(FileError::NotStaged {
+                path: path.to_owned(),
+            });
+        }
+        let rel = self.checked_write(path, data, &options)?;
+        let (dir_rel, name) = split(&rel);
+        let (dir, dir_modes) = self.walk_existing(path, dir_rel)?;
+        let missing = dir_rel.iter().count() - dir_modes.len();
+        if missing > 0 && !options.mkdir_parents {
+            return Err(FileError::NotFound {
+                path: path.to_owned(),
+            });
+        }
+        let existing = match &dir {
+            Some(dir) if missing == 0 => {
+                match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => Some((dir, st)),
+                    Err(Errno::NOENT) => None,
+                    Err(e) => return Err(Self::lookup_error(path, dir.as_fd(), name, e)),
+                }
+            }
+            _ => None,
+        };
+        let (content, mode, created) = match existing {
+            None if !options.create => {
+                return Err(FileError::NotFound {
+                    path: path.to_owned(),
+                });
+            }
+            None => (data.to_vec(), DEFAULT_FILE_MODE, true),
+            Some((dir, st)) => {
+                self.protected_inode(path, &st)?;
+                let file = self.open_regular(path, dir.as_fd(), name)?;
+                let mut content = match options.append {
+                    true => self.appended_base(path, file, data.len())?,
+                    false => Vec::new(),
+                };
+                content.extend_from_slice(data);
+                (content, st.st_mode, false)
+            }
+        };
+        Ok(Staged {
+            rel,
+            content,
+            mode: options.mode.unwrap_or(mode) & PERMISSION_BITS,
+            created,
+            appended: options.append && !created,
+            dir_modes,
+        })
+    }
+
+    /// The directories of `dir` that the workspace has, walked as a write walks them
+    /// (no symlink, no protected entry): `dir` itself when all of it exists (`None` when a
+    /// directory is missing: it and those below it are new), and the permission bits of
+    /// each directory reached below the root, in order.
+    fn walk_existing(
+        &self,
+        path: &str,
+        dir: &Path,
+    ) -> Result<(Option<OwnedFd>, Vec<u32>), FileError> {
+        let mut fd = open_at(
+            self.root.as_fd(),
+            OsStr::new("."),
+            OFlags::PATH | OFlags::DIRECTORY,
+        )
+        .map_err(io("open the workspace for", path))?;
+        let mut modes = Vec::new();
+        for name in dir.iter() {
+            let next = match open_at(fd.as_fd(), name, OFlags::PATH | OFlags::DIRECTORY) {
+                Ok(next) => next,
+                Err(Errno::NOENT) => return Ok((None, modes)),
+                Err(e) => return Err(Self::lookup_error(path, fd.as_fd(), name, e)),
+            };
+            let st = rustix::fs::fstat(&next).map_err(io("stat a directory of", path))?;
+            self.protected_inode(path, &st)?;
+            modes.push(st.st_mode & 0o7777);
+            fd = next;
+        }
+        Ok((Some(fd), modes))
+    }
+
+    /// Writes `data` (at most [`MAX_FILE_WRITE_BYTES`]) to the regular file at `path`,
+    /// replacing it whole and atomically (see the module documentation), as `options`
+    /// say.
+    pub fn write(
+        &self,
+        path: &str,
+        data: &[u8],
+        options: WriteOptions,
+    ) -> Result<FileWritten, FileError> {
+        if self.review {
+            return Err(FileError::ReviewMode {
+                path: path.to_owned(),
+            });
+        }
+        let rel = self.checked_write(path, data, &options)?;
         let (dir_rel, name) = split(&rel);
         let walk = Walk::Write {
             create: options.mkdir_parents,
@@ -700,6 +824,8 @@ impl FileFace {
             gid: st.st_gid,
             created: existing.is_none(),
             appended: options.append && existing.is_some(),
+            kept_as: None,
+            evicted: Vec::new(),
             audit_error: None,
         })
     }

@@ -22,7 +22,7 @@ const FILE_ERRORS: [(&str, &str); 3] = [
 ];
 
 /// A write's errors beyond the reads'.
-const WRITE_ERRORS: [(&str, &str); 3] = [
+const WRITE_ERRORS: [(&str, &str); 4] = [
     (
         "409",
         "something on the path was swapped while it was written (file.changed); nothing was written",
@@ -30,6 +30,10 @@ const WRITE_ERRORS: [(&str, &str); 3] = [
     (
         "413",
         "the data is larger than 64 KiB, or an append would make the file larger than 16 MiB (file.too_large), or the body is larger than the request cap",
+    ),
+    (
+        "507",
+        "review mode: the write's change set does not fit the caps on kept change sets, even after the caller's own oldest sets are evicted (changes.over_cap); nothing was written or kept",
     ),
     (
         "503",
@@ -75,7 +79,7 @@ pub(super) fn file_paths(p: &Parameters, schemas: &mut Map<String, Value>) -> Va
     write_errors.insert(
         "422".to_owned(),
         super::error_response(
-            "refused: the path breaks a rule (file.refused), is protected (file.protected: .git at any depth, filesystem.protected), read-only for runs (file.read_only), hidden (file.denied), not a regular file (file.not_regular), in a directory the workspace's owner may not write (file.not_writable), a mode with setuid, setgid or sticky (file.mode_refused), the workspace in review mode (file.review_mode), or the workspace refused (scope.*, workspace.mode_widened)",
+            "refused: the path breaks a rule (file.refused), is protected (file.protected: .git at any depth, filesystem.protected), read-only for runs (file.read_only), hidden (file.denied), not a regular file (file.not_regular), in a directory the workspace's owner may not write (file.not_writable), a mode with setuid, setgid or sticky (file.mode_refused), or the workspace refused (scope.*, workspace.mode_widened)",
         ),
     );
     json!({
@@ -91,7 +95,7 @@ pub(super) fn file_paths(p: &Parameters, schemas: &mut Map<String, Value>) -> Va
                 "responses": with(read_errors.clone(), "200", json_response("the bytes read", content))
             },
             "put": {
-                "operationId": "file_write", "summary": "Write a regular file of the workspace, replacing it whole and atomically (or appending), as the workspace's owner; audited",
+                "operationId": "file_write", "summary": "Write a regular file of the workspace, replacing it whole and atomically (or appending), as the workspace's owner; in review mode keep it as a change set instead (kept_as); audited",
                 "parameters": [session.clone()],
                 "requestBody": body("FileWriteBody", json!({
                     "text": { "summary": "write a text file, making its directory",
