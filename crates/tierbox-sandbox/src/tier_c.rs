@@ -63,6 +63,16 @@ pub const BWRAP_LISTENER_SOCK_FD: i32 = 8;
 /// The fd number at which `bwrap`, and the sandbox's pid 1, receive the read end of the
 /// pipe whose write end only the supervisor holds (`tierbox-init --alive 9 …`).
 pub const BWRAP_ALIVE_FD: i32 = 9;
+/// The fd number at which `bwrap`, and the sandbox's pid 1, receive the socket over which
+/// the program of a run on a terminal sends the primary side of the terminal it made in
+/// the sandbox's devpts (`tierbox-init --pty 10 ROWS COLS …`).
+pub const BWRAP_TERMINAL_SOCK_FD: i32 = 10;
+
+/// Longest a bwrap launch on a terminal waits for the program to send its terminal out
+/// (30 s). The sandbox's setup takes milliseconds; the bound only keeps a sandbox that
+/// never gets there (a setup step hung) from holding the launch forever: it is then
+/// killed and the launch fails.
+const TERMINAL_HANDOFF_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 // Tier C's filter, defined with the native sandbox (which installs it) and borrowed by
 // the bubblewrap backend.
@@ -179,7 +189,7 @@ pub(crate) fn launch_bwrap(
         })
     })?;
     let missing = crate::layers::layers_for(Tier::C, plan, facts)?;
-    BwrapLaunch::prepare(plan, facts.seccomp, opts.terminal.is_some(), &info)?
+    BwrapLaunch::prepare(plan, facts.seccomp, opts.terminal, &info)?
         .spawn(plan, opts, &info, missing)
 }
 
@@ -253,6 +263,9 @@ struct BwrapLaunch {
     init_image: Option<BorrowedFd<'static>>,
     /// The seccomp listener arrives over this pair: (the supervisor's end, the sandbox's).
     listener_pair: Option<(OwnedFd, OwnedFd)>,
+    /// A run on a terminal: (the supervisor's end, the sandbox's end) of the socket pair
+    /// the program sends its terminal's primary side over.
+    terminal_pair: Option<(OwnedFd, OwnedFd)>,
     /// The alive pipe: (the sandbox's read end, the supervisor's write end).
     alive: Option<(OwnedFd, OwnedFd)>,
     idmapped: Vec<identity::IdmappedBind>,
@@ -268,14 +281,14 @@ impl BwrapLaunch {
     fn prepare(
         plan: &Plan,
         seccomp: bool,
-        terminal: bool,
+        terminal: Option<launch::terminal::TermSize>,
         info: &bwrap::BwrapInfo,
     ) -> Result<Self, LaunchError> {
         // pid 1: tierbox-init, non-dumpable, where its image can be exec'd; else bwrap's own.
         let init_image = ns::init::image_fd().ok();
-        if terminal && init_image.is_none() {
-            // bwrap's own init cannot give the program its terminal as controlling
-            // terminal (its `--new-session` leaves none): no job control, no `^C`.
+        if terminal.is_some() && init_image.is_none() {
+            // bwrap's own init cannot make the program a terminal in the sandbox's devpts
+            // nor give it one as controlling terminal (its `--new-session` leaves none).
             return Err(LaunchError::Rejected(Rejection::TierUnsupported {
                 tier: Tier::C,
                 feature: "a terminal under bubblewrap".to_owned(),
@@ -323,7 +336,17 @@ impl BwrapLaunch {
             None => None,
         };
         bopts.alive_fd = alive.as_ref().map(|_| BWRAP_ALIVE_FD);
-        bopts.terminal = terminal;
+        bopts.terminal = terminal.map(|size| bwrap::PtyHandOff {
+            sock: BWRAP_TERMINAL_SOCK_FD,
+            size,
+        });
+        let terminal_pair = match terminal {
+            Some(_) => Some(
+                launch::sys::socketpair_seqpacket()
+                    .map_err(LaunchError::setup("socketpair for the program's terminal"))?,
+            ),
+            None => None,
+        };
         let audit = bwrap_audit(plan, seccomp.base.is_some(), init_image.is_some());
         let logged = audit.seccomp.is_ok();
         bopts.stacked_filter = (logged || seccomp.hand_off).then_some(bwrap::StackedFilter {
@@ -381,6 +404,7 @@ impl BwrapLaunch {
             env_args,
             init_image,
             listener_pair,
+            terminal_pair,
             alive,
             idmapped,
             egress,
@@ -429,6 +453,11 @@ impl BwrapLaunch {
                     .iter()
                     .map(|(read, _)| (read.as_fd(), BWRAP_ALIVE_FD)),
             )
+            .chain(
+                self.terminal_pair
+                    .iter()
+                    .map(|(_, theirs)| (theirs.as_fd(), BWRAP_TERMINAL_SOCK_FD)),
+            )
             .collect();
         let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = self
             .idmapped
@@ -445,7 +474,12 @@ impl BwrapLaunch {
         };
         // A failure hands the slot back (its guard) and removes the placeholders (their
         // claim).
-        let (child, session) = launch::spawn_helper(plan, opts, &slot, &helper)?;
+        // bwrap itself gets pipes; the program makes its terminal inside (`--pty`).
+        let pipes = LaunchOptions {
+            terminal: None,
+            ..opts.clone()
+        };
+        let (child, session) = launch::spawn_helper(plan, &pipes, &slot, &helper)?;
         if let Some(session) = session {
             self.audit.attach(session);
         }
@@ -464,7 +498,22 @@ impl BwrapLaunch {
             &slot,
             missing,
         );
-        let root = Root::spawned(child, self.identity.ids());
+        let mut root = Root::spawned(child, self.identity.ids());
+        if let Some((ours, theirs)) = self.terminal_pair.take() {
+            // Only the sandbox holds its end now: it hangs up if the sandbox fails first.
+            drop(theirs);
+            match received_terminal(&ours) {
+                Ok(terminal) => root.terminal = Some(terminal),
+                Err(e) => {
+                    let _ = launch::sys::kill(-root.pid, libc::SIGKILL);
+                    let _ = launch::sys::kill(root.pid, libc::SIGKILL);
+                    let _ = launch::sys::wait_pidfd(&root.pidfd, false);
+                    return Err(LaunchError::setup(
+                        "the program's terminal from the sandbox's devpts",
+                    )(e));
+                }
+            }
+        }
         let hand_off = self.listener_pair.map(|(ours, _)| SeccompHandOff {
             listener: ours,
             pending: true,
@@ -481,6 +530,33 @@ impl BwrapLaunch {
             .with_hand_off(hand_off)
             .with_placeholders(self.claim.keep()))
     }
+}
+
+/// The primary side of the terminal a bwrap run's program made and sent over `sock`,
+/// within [`TERMINAL_HANDOFF_TIMEOUT`].
+fn received_terminal(sock: &OwnedFd) -> std::io::Result<launch::terminal::Terminal> {
+    let mut fds = [rustix::event::PollFd::new(
+        sock,
+        rustix::event::PollFlags::IN,
+    )];
+    let timeout = rustix::event::Timespec::try_from(TERMINAL_HANDOFF_TIMEOUT)
+        .map_err(std::io::Error::other)?;
+    if rustix::event::poll(&mut fds, Some(&timeout))? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the sandbox did not send its terminal within {} s",
+                TERMINAL_HANDOFF_TIMEOUT.as_secs()
+            ),
+        ));
+    }
+    let primary = ns::sys::recv_fd(sock).map_err(|e| match e.kind() {
+        std::io::ErrorKind::Other => std::io::Error::other(
+            "the sandbox ended before it sent its terminal (see the run's stderr)",
+        ),
+        _ => e,
+    })?;
+    launch::terminal::received(primary)
 }
 
 /// How a bwrap run's denials are read. Refused calls reach the audit log only from a

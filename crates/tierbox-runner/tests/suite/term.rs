@@ -117,13 +117,12 @@ macro_rules! in_every_backend {
     };
 }
 
-/// What `tty` prints inside: the host's devpts node (Tier B), the sandbox's own first
-/// terminal (native Tier C), or where bwrap binds the terminal it was given.
+/// What `tty` prints inside: the host's devpts node (Tier B), or the sandbox's own first
+/// terminal (Tier C, native and bwrap: the terminal is made in its devpts).
 fn tty_name(at: Where) -> &'static str {
     match at {
         Where::TierB => "/dev/pts/",
-        Where::TierC(TierCBackend::Native) => "/dev/pts/0",
-        Where::TierC(_) => "/dev/console",
+        Where::TierC(_) => "/dev/pts/0",
     }
 }
 

@@ -207,8 +207,11 @@ fn push_program(argv: &mut Argv, plan: &Plan, opts: &BwrapOptions) -> Result<(),
                 argv.flags(&[INIT_ALIVE_FLAG]);
                 argv.push(alive.to_string());
             }
-            if opts.terminal {
-                argv.flags(&[INIT_TTY_FLAG]);
+            if let Some(t) = opts.terminal {
+                argv.flags(&[INIT_PTY_FLAG]);
+                argv.push(t.sock.to_string());
+                argv.push(t.size.rows.to_string());
+                argv.push(t.size.cols.to_string());
             }
             match opts.stacked_filter {
                 Some(f) => {

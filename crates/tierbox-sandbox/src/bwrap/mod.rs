@@ -129,8 +129,8 @@ const INIT_RUN_STACKED_FLAG: &str = "--run-stacked";
 
 /// `tierbox-init --alive FD --run…` ([`BwrapOptions::alive_fd`]).
 const INIT_ALIVE_FLAG: &str = "--alive";
-/// `tierbox-init [--alive FD] --tty --run…` ([`BwrapOptions::terminal`]).
-const INIT_TTY_FLAG: &str = "--tty";
+/// `tierbox-init [--alive FD] --pty SOCK ROWS COLS --run…` ([`BwrapOptions::terminal`]).
+const INIT_PTY_FLAG: &str = "--pty";
 
 /// The sandbox's private temporary directory (a fresh tmpfs).
 const SANDBOX_TMP: &str = "/tmp";
@@ -356,10 +356,22 @@ pub struct BwrapOptions {
     /// when the pipe has already hung up (the supervisor died before). Needs
     /// [`BwrapOptions::init_fd`].
     pub alive_fd: Option<i32>,
-    /// stdin is the run's terminal (made by the supervisor): `tierbox-init --tty` makes
-    /// it the program's controlling terminal in a session of its own (bwrap's
-    /// `--new-session` leaves it none). Needs [`BwrapOptions::init_fd`].
-    pub terminal: bool,
+    /// The run is on a terminal: `tierbox-init --pty SOCK ROWS COLS` has the program make
+    /// it in the sandbox's own devpts (bwrap's), send the primary over the inherited
+    /// socket `SOCK`, and take the secondary as its stdio and controlling terminal in a
+    /// session of its own (bwrap's `--new-session` leaves it none). Needs
+    /// [`BwrapOptions::init_fd`].
+    pub terminal: Option<PtyHandOff>,
+}
+
+/// Where the program of a run on a terminal sends its terminal's primary side, and the
+/// terminal's size ([`BwrapOptions::terminal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PtyHandOff {
+    /// The socket's fd, inherited by `bwrap` and `tierbox-init` (above stdio).
+    pub sock: i32,
+    /// The terminal's size when the program starts.
+    pub size: crate::launch::terminal::TermSize,
 }
 
 /// A seccomp program `tierbox-init` stacks on the program ([`BwrapOptions::stacked_filter`]),
@@ -413,7 +425,7 @@ impl BwrapOptions {
             init_fd: None,
             stacked_filter: None,
             alive_fd: None,
-            terminal: false,
+            terminal: None,
         }
     }
 

@@ -1171,8 +1171,9 @@ fn init_fd_makes_tierbox_init_pid_1() {
     ));
 }
 
-/// A run on a terminal makes pid 1 `tierbox-init [--alive FD] --tty --run …`: the program
-/// takes the terminal as its controlling terminal (bwrap's `--new-session` leaves none).
+/// A run on a terminal makes pid 1 `tierbox-init [--alive FD] --pty SOCK ROWS COLS --run …`:
+/// the program makes its terminal in the sandbox's devpts, sends the primary out over
+/// `SOCK` and takes the secondary (bwrap's `--new-session` leaves it none).
 #[test]
 fn a_terminal_makes_tierbox_init_take_it() {
     let sc = scratch();
@@ -1180,7 +1181,10 @@ fn a_terminal_makes_tierbox_init_take_it() {
     let mut o = opts(V0_8, host);
     o.init_fd = Some(6);
     o.alive_fd = Some(9);
-    o.terminal = true;
+    o.terminal = Some(super::PtyHandOff {
+        sock: 10,
+        size: crate::launch::terminal::TermSize { rows: 24, cols: 80 },
+    });
     let argv = strings(&bwrap_argv(&plan, &o).unwrap());
     assert_eq!(
         pid1_command(&argv),
@@ -1188,16 +1192,19 @@ fn a_terminal_makes_tierbox_init_take_it() {
             "/proc/self/fd/6",
             "--alive",
             "9",
-            "--tty",
+            "--pty",
+            "10",
+            "24",
+            "80",
             "--run",
             "/usr/bin/ls",
             "ls",
             "-la"
         ]
     );
-    o.terminal = false;
+    o.terminal = None;
     let argv = strings(&bwrap_argv(&plan, &o).unwrap());
-    assert!(!argv.iter().any(|a| a == "--tty"), "{argv:?}");
+    assert!(!argv.iter().any(|a| a == "--pty"), "{argv:?}");
 }
 
 /// A stacked filter makes pid 1 `tierbox-init --run-stacked FD SOCK LOG`; it needs both

@@ -147,8 +147,10 @@ impl ChildSpec {
     }
 }
 
-/// Most fds a helper inherits ([`HelperSetup::inherit`]).
-pub(crate) const MAX_INHERITED_FDS: usize = 7;
+/// Most fds a helper inherits ([`HelperSetup::inherit`]): bwrap's are its seccomp
+/// program, user namespace, environment arguments, `tierbox-init`'s image, the stacked
+/// filter, the listener's socket, the alive pipe and the terminal's socket (fds 3–10).
+pub(crate) const MAX_INHERITED_FDS: usize = 8;
 /// Inherited fds are passed to the child at this number or above, over every destination
 /// number (3 to 9), so moving one into place never overwrites another's source.
 pub(crate) const INHERIT_SOURCE_MIN_FD: c_int = 16;

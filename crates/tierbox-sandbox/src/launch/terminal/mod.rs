@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | Tier B | the supervisor (`posix_openpt` on the host's devpts) | the host's `/dev/pts/N` |
 //! | native Tier C | the program, from the sandbox's own devpts instance (`/dev/ptmx`), before its exec; the primary is sent to the supervisor over a socket pair | the sandbox's `/dev/pts/0` |
-//! | bubblewrap | the supervisor, as Tier B (the sandbox's own devpts is bwrap's, mounted after the launch, and `tierbox-init` has no channel yet to send a primary made there) | `/dev/console` (bwrap binds the terminal it was given there) |
+//! | bubblewrap | the program, from bwrap's devpts instance (`tierbox-init --pty`), sent out over a socket pair as in native Tier C | the sandbox's `/dev/pts/0` |
 //!
 //! In each, the program gets a session of its own and the secondary as its controlling
 //! terminal (`setsid`, `TIOCSCTTY`), so the kernel's line discipline delivers `^C` as

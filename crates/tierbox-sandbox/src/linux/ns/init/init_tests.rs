@@ -424,57 +424,81 @@ fn alive_pipe_ends_pid1_when_the_supervisor_is_already_gone() {
     }
 }
 
-/// `--tty --run …`: the forked program takes stdin, a terminal, as its controlling
-/// terminal in a session of its own (it then reads its own session's terminal through
-/// `/dev/tty`); with a stdin that is no terminal it never runs (`setsid` and `TIOCSCTTY`
-/// were made, and the second refused); a `--tty` without a mode is refused as bad
-/// arguments.
+/// `--pty SOCK ROWS COLS --run …`: the forked program makes its terminal in the devpts it
+/// sees, of that size, sends the primary side over `SOCK` and takes the secondary as its
+/// stdio and controlling terminal in a session of its own (it then reads its own
+/// session's terminal through `/dev/tty`); a socket it cannot send over stops it before
+/// it runs; a `--pty` without its three values, a socket at stdio or a size that is not a
+/// number is refused as bad arguments.
 #[test]
-fn tty_makes_stdin_the_programs_controlling_terminal() {
-    let test = "tty_makes_stdin_the_programs_controlling_terminal";
+fn pty_makes_the_programs_terminal_and_sends_the_primary_out() {
+    use std::io::Read;
+    let test = "pty_makes_the_programs_terminal_and_sends_the_primary_out";
     if !runs_as_pid1_here(test) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let image = image_in(dir.path());
-    let run = |stdin: std::process::Stdio, args: &[&str]| {
+    let run = |args: &[&str]| {
         std::process::Command::new("unshare")
             .args(["--pid", "--fork"])
             .arg(&image)
             .args(args)
-            .stdin(stdin)
+            .stdin(std::process::Stdio::null())
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
-            .output()
+            .spawn()
             .unwrap()
-            .status
-            .code()
-            .unwrap_or(-1)
     };
-    // `/dev/tty` opens only for a process with a controlling terminal.
-    let check = [
-        "--tty",
-        "--run",
-        "/bin/sh",
-        "sh",
-        "-c",
-        ": </dev/tty && exit 7",
-    ];
-    let (_primary, secondary) = tierbox_test_support::open_pty();
+    // Inherited at its own number (no close-on-exec), as bwrap passes it on.
+    let (ours, theirs) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::empty(),
+        None,
+    )
+    .unwrap();
+    let sock = theirs.as_raw_fd().to_string();
+    let script = "tty; stty size; : </dev/tty && exit 7";
+    let mut child = run(&[
+        "--pty", &sock, "33", "101", "--run", "/bin/sh", "sh", "-c", script,
+    ]);
+    drop(theirs);
+    let primary = crate::linux::ns::sys::recv_fd(&ours).expect("the primary sent out");
+    let status = child.wait().unwrap();
+    let mut seen = Vec::new();
+    // The secondary is gone with the program: the primary reads what it wrote, then EIO.
+    let _ = std::fs::File::from(primary).read_to_end(&mut seen);
+    let seen = String::from_utf8_lossy(&seen);
     assert_eq!(
-        run(secondary.into(), &check),
-        7,
-        "the terminal is the program's"
+        status.code(),
+        Some(7),
+        "the terminal is the program's: {seen}"
     );
+    assert!(seen.contains("/dev/pts/"), "{seen}");
+    assert!(seen.contains("33 101"), "{seen}");
+    // Nothing to send over: the program never runs.
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let fd = rustix::io::fcntl_dupfd_cloexec(&null, 10).unwrap();
+    rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::empty()).unwrap();
+    let bad = fd.as_raw_fd().to_string();
+    let mut child = run(&[
+        "--pty", &bad, "24", "80", "--run", "/bin/sh", "sh", "-c", "exit 7",
+    ]);
     assert_eq!(
-        run(std::process::Stdio::null(), &check),
-        reaper::SETUP_FAILED_EXIT,
-        "no terminal to take"
+        child.wait().unwrap().code(),
+        Some(reaper::SETUP_FAILED_EXIT)
     );
-    for args in [&["--tty"][..], &["--tty", "/bin/true", "true"]] {
+    for args in [
+        &["--pty"][..],
+        &["--pty", "5", "24", "--run", "/bin/true", "true"],
+        &["--pty", "1", "24", "80", "--run", "/bin/true", "true"],
+        &["--pty", "5", "x", "80", "--run", "/bin/true", "true"],
+        &["--pty", "5", "24", "70000", "--run", "/bin/true", "true"],
+    ] {
         assert_eq!(
-            run(std::process::Stdio::null(), args),
-            BAD_ARGUMENTS_EXIT,
+            run(args).wait().unwrap().code(),
+            Some(BAD_ARGUMENTS_EXIT),
             "{args:?}"
         );
     }

@@ -34,8 +34,10 @@ fn run(program: i32) -> ! {
 /// pid 1 does ([`reaper::reap`]), exiting with the program's code or 128 + its signal.
 /// There is no report pipe: bwrap passes that exit code on.
 ///
-/// With `--tty` (after `--alive FD`), the forked program takes stdin, the run's terminal,
-/// as its controlling terminal in a session of its own (`setsid`, `TIOCSCTTY`).
+/// With `--pty SOCK ROWS COLS` (after `--alive FD`), the forked program makes its terminal
+/// in the sandbox's own devpts, sends the primary side out over `SOCK` and takes the
+/// secondary as stdin, stdout, stderr and controlling terminal, in a session of its own
+/// ([`sys::sandbox_terminal`]): `tty` inside names the sandbox's `/dev/pts/0`.
 ///
 /// With `--alive FD` first, `FD` is the read end of a pipe only the supervisor writes to:
 /// pid 1 re-arms its death signal and ends at once when the pipe has already hung up.
@@ -85,8 +87,10 @@ fn run_program(target: sys::ExecTarget) -> ! {
     };
     let pid = sys::fork();
     if pid == 0 {
-        if target.tty && sys::take_terminal() < 0 {
-            let _ = sys::write(2, b"tierbox-init: cannot take the run's terminal\n");
+        if let Some((sock, rows, cols)) = target.pty
+            && sys::sandbox_terminal(sock, rows, cols) < 0
+        {
+            let _ = sys::write(2, b"tierbox-init: cannot make the run's terminal\n");
             sys::exit_group(reaper::SETUP_FAILED_EXIT);
         }
         let _ = sys::set_signal_mask(0);
@@ -115,6 +119,9 @@ fn run_program(target: sys::ExecTarget) -> ! {
     }
     if target.listener_sock >= 0 {
         sys::close(target.listener_sock);
+    }
+    if let Some((sock, ..)) = target.pty {
+        sys::close(sock);
     }
     reaper::reap(reaper::NO_REPORT_FD, pid as i32)
 }

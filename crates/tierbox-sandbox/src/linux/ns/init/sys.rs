@@ -50,6 +50,10 @@ pub mod nr {
     pub const SETSID: i64 = 112;
     /// `ioctl`.
     pub const IOCTL: i64 = 16;
+    /// `openat`.
+    pub const OPENAT: i64 = 257;
+    /// `dup3`.
+    pub const DUP3: i64 = 292;
 }
 
 /// System call numbers (the generic uapi `unistd.h`; a test checks them against the
@@ -90,6 +94,10 @@ pub mod nr {
     pub const SETSID: i64 = 157;
     /// `ioctl`.
     pub const IOCTL: i64 = 29;
+    /// `openat`.
+    pub const OPENAT: i64 = 56;
+    /// `dup3`.
+    pub const DUP3: i64 = 24;
 }
 
 /// System call numbers: the `libc` crate's, on CPUs the freestanding image is not built
@@ -130,6 +138,10 @@ pub mod nr {
     pub const SETSID: i64 = libc::SYS_setsid as i64;
     /// `ioctl`.
     pub const IOCTL: i64 = libc::SYS_ioctl as i64;
+    /// `openat`.
+    pub const OPENAT: i64 = libc::SYS_openat as i64;
+    /// `dup3`.
+    pub const DUP3: i64 = libc::SYS_dup3 as i64;
 }
 
 /// Constants of the Linux ABI that are the same on every architecture the reaper runs on
@@ -137,6 +149,20 @@ pub mod nr {
 pub mod abi {
     /// `TIOCSCTTY`.
     pub const TIOCSCTTY: usize = 0x540E;
+    /// `TIOCSPTLCK`: lock or unlock a pseudo-terminal's secondary side.
+    pub const TIOCSPTLCK: usize = 0x4004_5431;
+    /// `TIOCGPTPEER`: open the secondary side through the primary.
+    pub const TIOCGPTPEER: usize = 0x5441;
+    /// `TIOCSWINSZ`.
+    pub const TIOCSWINSZ: usize = 0x5414;
+    /// `AT_FDCWD`.
+    pub const AT_FDCWD: i32 = -100;
+    /// `O_RDWR`.
+    pub const O_RDWR: i32 = 2;
+    /// `O_NOCTTY`.
+    pub const O_NOCTTY: i32 = 0o400;
+    /// `O_CLOEXEC`.
+    pub const O_CLOEXEC: i32 = 0o2_000_000;
     /// `SIGHUP`.
     pub const SIGHUP: i32 = 1;
     /// `SIGINT`.
@@ -371,9 +397,42 @@ pub fn set_signal_mask(mask: u64) -> isize {
     }
 }
 
-/// `setsid()`, then `ioctl(0, TIOCSCTTY, 0)`: a session of its own with stdin (the run's
-/// terminal) as its controlling terminal. `-errno` of the first that failed.
-pub fn take_terminal() -> isize {
+/// The program's terminal, made in the sandbox's own devpts: `/dev/ptmx` opened (no
+/// controlling terminal yet), unlocked and sized `rows` × `cols`, its primary sent over
+/// `sock` (to the supervisor) and closed here, its secondary (opened through the
+/// primary, `TIOCGPTPEER`) made stdin, stdout and stderr, then the controlling terminal
+/// of a session of this process's own (`setsid`, `TIOCSCTTY`). 0, or `-errno` of the
+/// step that failed.
+pub fn sandbox_terminal(sock: i32, rows: u16, cols: u16) -> isize {
+    let flags = (abi::O_RDWR | abi::O_NOCTTY | abi::O_CLOEXEC) as usize;
+    // SAFETY: a NUL-terminated path in this image's read-only data, integer flags.
+    let primary = unsafe {
+        syscall4(
+            nr::OPENAT as c_long,
+            abi::AT_FDCWD as usize,
+            c"/dev/ptmx".as_ptr() as usize,
+            flags,
+            0,
+        )
+    };
+    if primary < 0 {
+        return primary;
+    }
+    let made = terminal_of(primary as i32, sock, rows, cols, flags);
+    close(primary as i32);
+    close(sock);
+    if made < 0 {
+        return made;
+    }
+    let secondary = made as i32;
+    for fd in 0..3 {
+        // SAFETY: integer arguments; dup3 onto stdio clears close-on-exec there.
+        let r = unsafe { syscall4(nr::DUP3 as c_long, secondary as usize, fd, 0, 0) };
+        if r < 0 {
+            return r;
+        }
+    }
+    close(secondary);
     // SAFETY: no arguments.
     let r = unsafe { syscall4(nr::SETSID as c_long, 0, 0, 0, 0) };
     if r < 0 {
@@ -381,6 +440,52 @@ pub fn take_terminal() -> isize {
     }
     // SAFETY: TIOCSCTTY takes an integer argument.
     unsafe { syscall4(nr::IOCTL as c_long, 0, abi::TIOCSCTTY, 0, 0) }
+}
+
+/// `ioctl(fd, request, arg)` for a request that only reads the value at `arg`.
+fn ioctl_in(fd: i32, request: usize, arg: *const u8) -> isize {
+    // SAFETY: the request reads one value from `arg`, which the caller keeps alive for
+    // the call (a value on its stack).
+    unsafe { syscall4(nr::IOCTL as c_long, fd as usize, request, arg as usize, 0) }
+}
+
+/// [`sandbox_terminal`]'s pair from the open `primary`: unlocked, sized, the primary
+/// sent; the secondary's fd (close-on-exec, above stdio), or `-errno`.
+fn terminal_of(primary: i32, sock: i32, rows: u16, cols: u16, flags: usize) -> isize {
+    let unlock: i32 = 0;
+    // `struct winsize`: rows, columns, and two pixel sizes left 0.
+    let size: [u16; 4] = [rows, cols, 0, 0];
+    let r = ioctl_in(
+        primary,
+        abi::TIOCSPTLCK,
+        core::ptr::from_ref(&unlock).cast(),
+    );
+    if r < 0 {
+        return r;
+    }
+    let r = ioctl_in(primary, abi::TIOCSWINSZ, size.as_ptr().cast());
+    if r < 0 {
+        return r;
+    }
+    // SAFETY: TIOCGPTPEER takes open flags by value and returns a fresh fd.
+    let secondary = unsafe {
+        syscall4(
+            nr::IOCTL as c_long,
+            primary as usize,
+            abi::TIOCGPTPEER,
+            flags,
+            0,
+        )
+    };
+    if secondary < 0 {
+        return secondary;
+    }
+    let sent = send_fd(sock, primary);
+    if sent < 0 {
+        close(secondary as i32);
+        return sent;
+    }
+    secondary
 }
 
 /// `getpid()`.
@@ -415,9 +520,10 @@ pub struct ExecTarget {
     /// `--alive FD` before the mode: the read end of a pipe whose only write end the
     /// supervisor holds (it hangs up when the supervisor dies); -1 for none.
     pub alive_fd: i32,
-    /// `--tty` before the mode (after `--alive FD`): stdin is the run's terminal, which
-    /// the forked program makes its controlling terminal in a session of its own.
-    pub tty: bool,
+    /// `--pty SOCK ROWS COLS` before the mode (after `--alive FD`): the socket over which
+    /// the forked program sends the primary side of the terminal it makes in the
+    /// sandbox's devpts ([`sandbox_terminal`]), and its size; `None` without.
+    pub pty: Option<(i32, u16, u16)>,
     path_ptr: usize,
     argv: usize,
     envp: usize,
@@ -739,10 +845,10 @@ const RUN_STACKED_FLAG: &[u8] = b"--run-stacked";
 #[cfg(tierbox_init)]
 const ALIVE_FLAG: &[u8] = b"--alive";
 
-/// Optional argument before the program mode (after `--alive FD`): `tierbox-init --tty
-/// --run …` ([`ExecTarget::tty`]).
+/// Optional arguments before the program mode (after `--alive FD`): `tierbox-init --pty
+/// SOCK ROWS COLS --run …` ([`ExecTarget::pty`]).
 #[cfg(tierbox_init)]
-const TTY_FLAG: &[u8] = b"--tty";
+const PTY_FLAG: &[u8] = b"--pty";
 
 /// Most decimal digits of `--run-stacked`'s fds.
 #[cfg(tierbox_init)]
@@ -783,13 +889,17 @@ unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
         } else {
             (1, -1)
         };
-        let (at, tty) = if c_str(*argv.add(at) as *const u8) == TTY_FLAG {
-            if argc < at + 2 {
+        let (at, pty) = if c_str(*argv.add(at) as *const u8) == PTY_FLAG {
+            if argc < at + 5 {
                 return None;
             }
-            (at + 1, true)
+            let dimension = |i: usize| {
+                parse_pid(c_str(*argv.add(i) as *const u8)).and_then(|n| u16::try_from(n).ok())
+            };
+            let sock = fd_at(at + 1).filter(|fd| *fd > 2)?;
+            (at + 4, Some((sock, dimension(at + 2)?, dimension(at + 3)?)))
         } else {
-            (at, false)
+            (at, None)
         };
         let flag = c_str(*argv.add(at) as *const u8);
         let (first, filter_fd, listener_sock, log) = if flag == RUN_FLAG {
@@ -819,7 +929,7 @@ unsafe fn run_target(sp: *const usize) -> Option<ExecTarget> {
             listener_sock,
             log,
             alive_fd,
-            tty,
+            pty,
             path_ptr,
             argv: argv.add(first + 1) as usize,
             envp: argv.add(argc + 1) as usize,
@@ -992,6 +1102,10 @@ mod tests {
         assert_eq!(nr::CLOSE, libc::SYS_close);
         assert_eq!(nr::SECCOMP, libc::SYS_seccomp);
         assert_eq!(nr::SENDMSG, libc::SYS_sendmsg);
+        assert_eq!(nr::SETSID, libc::SYS_setsid);
+        assert_eq!(nr::IOCTL, libc::SYS_ioctl);
+        assert_eq!(nr::OPENAT, libc::SYS_openat);
+        assert_eq!(nr::DUP3, libc::SYS_dup3);
     }
 
     #[test]
@@ -1035,6 +1149,14 @@ mod tests {
         );
         assert_eq!(abi::SOL_SOCKET, libc::SOL_SOCKET);
         assert_eq!(abi::SCM_RIGHTS, libc::SCM_RIGHTS);
+        assert_eq!(abi::TIOCSCTTY, libc::TIOCSCTTY as usize);
+        assert_eq!(abi::TIOCSPTLCK, libc::TIOCSPTLCK as usize);
+        assert_eq!(abi::TIOCGPTPEER, libc::TIOCGPTPEER as usize);
+        assert_eq!(abi::TIOCSWINSZ, libc::TIOCSWINSZ as usize);
+        assert_eq!(abi::AT_FDCWD, libc::AT_FDCWD);
+        assert_eq!(abi::O_RDWR, libc::O_RDWR);
+        assert_eq!(abi::O_NOCTTY, libc::O_NOCTTY);
+        assert_eq!(abi::O_CLOEXEC, libc::O_CLOEXEC);
         assert_eq!(FILTER_MAX_INSNS, usize::from(libc::BPF_MAXINSNS as u16));
         assert_eq!(
             std::mem::size_of::<super::Rusage>(),
