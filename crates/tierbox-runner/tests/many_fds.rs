@@ -51,23 +51,7 @@ fn usable(test: &str, tier: Tier, backend: TierCBackend) -> bool {
         TierCBackend::Bwrap if !Path::new("/usr/bin/bwrap").exists() => {
             !tierbox_test_support::skip(test, "bubblewrap is not installed")
         }
-        TierCBackend::Podman => {
-            let podman = Path::new("/usr/bin/podman");
-            if !podman.exists() {
-                return !tierbox_test_support::skip(test, "podman is not installed");
-            }
-            let env = [
-                (
-                    "PATH",
-                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                ),
-                ("HOME", "/root"),
-            ];
-            match tierbox_test_support::container_image::build_busybox_image(podman, &env, IMAGE) {
-                Ok(()) => true,
-                Err(e) => !tierbox_test_support::skip(test, &e),
-            }
-        }
+        TierCBackend::Podman => tierbox_test_support::container_image::podman_with(test, IMAGE),
         _ => true,
     }
 }

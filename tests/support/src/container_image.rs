@@ -101,6 +101,27 @@ pub fn build_busybox_image(engine: &Path, env: &[(&str, &str)], image: &str) -> 
     result
 }
 
+/// Whether podman and the test image `image` are here (built when missing, with the
+/// environment the tests run the engine with); skips `test` with the reason otherwise
+/// ([`crate::skip`]: a failure under `CI=true`).
+pub fn podman_with(test: &str, image: &str) -> bool {
+    let podman = Path::new("/usr/bin/podman");
+    if !podman.exists() {
+        return !crate::skip(test, "podman is not installed");
+    }
+    let env = [
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("HOME", "/root"),
+    ];
+    match build_busybox_image(podman, &env, image) {
+        Ok(()) => true,
+        Err(e) => !crate::skip(test, &e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

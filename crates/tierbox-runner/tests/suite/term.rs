@@ -579,3 +579,98 @@ in_every_backend!(
     a_term_past_its_lifetime,
     a_term_past_its_lifetime_is_gone_with_its_tree
 );
+
+/// The busybox image the container cases run in (`tierbox_test_support::container_image`).
+const IMAGE: &str = "localhost/tierbox-e2e:busybox";
+
+/// Whether podman, its test image and Tier C are here; skips with the reason otherwise.
+fn podman_available(test: &str) -> bool {
+    tierbox_test_support::container_image::podman_with(test, IMAGE)
+        && tier_c_available(test, TierCBackend::Podman)
+}
+
+/// A term in a podman container: the engine's CLI has the run's terminal and relays it
+/// to the container's own (`--tty`): a shell there reads what is typed and sees its own
+/// terminal (`tty`), its size and a resize, `^C` typed or `SIGINT` asked for interrupts
+/// its foreground job and not the shell, its exit status is the term's, and `SIGTERM`
+/// reaches the container's main process.
+#[test]
+fn a_shell_in_a_podman_term() {
+    let test = "a_shell_in_a_podman_term";
+    if !podman_available(test) {
+        return;
+    }
+    let mut policy = Policy::builtin_default();
+    policy.exec.allowed_executables = vec!["sh".to_owned()];
+    policy.exec.allow_interpreters = true;
+    policy.exec.allow_eval = true;
+    policy.tier.backend = TierCBackend::Podman;
+    policy.tier.container.image = Some(IMAGE.to_owned());
+    policy
+        .tier
+        .optional_layers
+        .push(tierbox_policy::Layer::Landlock);
+    let e = Env {
+        env: super::background::env_of(policy),
+        tier: TierRequest::C,
+    };
+    let tm = e.runner.terms().clone();
+    e.rt.block_on(async {
+        let id = e.start("sh", &["-i"]).await;
+        let mut at = 0;
+        let mut typed = async |line: &str, needle: &str| {
+            let line = format!("{line}\r");
+            tm.write("alice", &id, line.as_bytes()).await.unwrap();
+            read_until(&tm, &id, &mut at, needle).await
+        };
+        typed("echo typed-$((6*7))", "typed-42").await;
+        let out = typed("busybox tty", "/dev/pts/").await;
+        println!("{test}: tty -> {:?}", out.trim());
+        typed("busybox stty size", "24 80").await;
+        let bigger = TermSize {
+            rows: 30,
+            cols: 100,
+        };
+        tm.resize("alice", &id, bigger).unwrap();
+        // The engine's CLI passes the resize on when it sees it: ask until it has (each
+        // answer read up to the shell's next prompt).
+        let give_up = Instant::now() + GIVE_UP;
+        while !typed("busybox stty size", "$ ").await.contains("30 100") {
+            assert!(Instant::now() < give_up, "no resize seen");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Each job says it runs from inside its own process group, so the ^C cannot reach
+        // the shell before the job is its terminal's foreground.
+        typed(
+            "sh -c 'echo sle\"\"ep-started; exec sleep 100'",
+            "sleep-started",
+        )
+        .await;
+        tm.write("alice", &id, b"\x03").await.unwrap();
+        typed("echo again-$((2+3))", "again-5").await;
+        // SIGINT asked for: the container terminal's foreground job, as ^C.
+        typed("sh -c 'echo sle\"\"ep-more; exec sleep 100'", "sleep-more").await;
+        tm.signal("alice", &id, TermSignal::Int).unwrap();
+        typed("echo alive-$((1+1))", "alive-2").await;
+        tm.write("alice", &id, b"exit 7\r").await.unwrap();
+        let s = until_ended(&tm, &id).await;
+        assert_eq!(
+            (s.state, s.exit_code),
+            (BackgroundState::Exited, Some(7)),
+            "{s:?}"
+        );
+        // Any other signal goes to the container's main process, through the engine.
+        let script = "trap 'echo got-term; exit 3' TERM; echo re''ady; while :; do sleep 1; done";
+        let id = e.start("sh", &["-c", script]).await;
+        let mut at = 0;
+        read_until(&tm, &id, &mut at, "ready").await;
+        tm.signal("alice", &id, TermSignal::Term).unwrap();
+        read_until(&tm, &id, &mut at, "got-term").await;
+        let s = until_ended(&tm, &id).await;
+        assert_eq!(
+            (s.state, s.exit_code),
+            (BackgroundState::Exited, Some(3)),
+            "{s:?}"
+        );
+    });
+}

@@ -196,14 +196,6 @@ fn argv_error(e: ContainerError) -> LaunchError {
 /// default seccomp profile is), so `landlock` must be in `tier.optional_layers`, as for
 /// bwrap; the run's memory, pids and CPU limits are the engine's cgroup.
 pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
-    if opts.terminal.is_some() {
-        // The engine's CLI would hold the terminal, not the program in the container.
-        return Err(LaunchError::Rejected(Rejection::TierUnsupported {
-            tier: Tier::C,
-            feature: "a terminal in a container".to_owned(),
-            reason: "the container backends give the program pipes only in this build".to_owned(),
-        }));
-    }
     let engine = Engine::for_backend(plan.tier.backend)
         .ok_or_else(|| argv_error(ContainerError::NoImage))?;
     let info = probe_engine_cached(engine).map_err(|e| unavailable(e.to_string()))?;
@@ -216,6 +208,9 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let owned_id = launch::owned_id(&opts.run_id);
     let mut copts = ContainerOptions::probe(engine, &owned_id, plan);
     copts.env_file = Some(format!("/dev/fd/{ENV_FILE_FD}"));
+    // On a terminal the engine's CLI has it as stdio and controlling terminal
+    // (`spawn_helper`), and relays it to the container's own.
+    copts.terminal = opts.terminal.is_some();
     // Never the engine's default alone: it lets the container leave setuid files.
     let profile = super::seccomp::host_profile().map_err(|e| unavailable(e.to_string()))?;
     copts.seccomp_profile = Some(format!("/dev/fd/{SECCOMP_PROFILE_FD}"));
@@ -276,7 +271,14 @@ pub fn launch(plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, Launc
     let (child, _) = launch::spawn_helper(plan, opts, &slot, &helper)?;
     missing.sort();
     missing.dedup();
-    let root = Root::spawned(child, (facts.euid, facts.egid));
+    let mut root = Root::spawned(child, (facts.euid, facts.egid));
+    root.terminal = root.terminal.take().map(|t| {
+        t.relayed(crate::launch::terminal::Relay {
+            engine: info.path.clone(),
+            env: ENGINE_ENV,
+            container: guard.name.clone(),
+        })
+    });
     let backend = Running::Container {
         container: guard,
         upper_layer,

@@ -189,6 +189,11 @@ pub struct ContainerOptions {
     /// `--security-opt seccomp=PATH`. `None`: the engine's built-in default (pure argv
     /// tests only; a launch always sets it).
     pub seccomp_profile: Option<String>,
+    /// The run is on a terminal: `--interactive --tty`. The engine gives the program a
+    /// terminal of the container's own, and its CLI — whose stdio and controlling
+    /// terminal is the run's terminal — relays between the two (raw mode), passes a
+    /// resize on (`SIGWINCH`) and proxies the signals it gets.
+    pub terminal: bool,
 }
 
 impl ContainerOptions {
@@ -204,6 +209,7 @@ impl ContainerOptions {
             env_file: None,
             overlay_layer: None,
             seccomp_profile: None,
+            terminal: false,
         }
     }
 }
@@ -512,7 +518,9 @@ pub fn run_argv(plan: &Plan, opts: &ContainerOptions) -> Result<Vec<String>, Con
     if opts.init {
         push(&["--init"]);
     }
-    if plan.stdin.is_some() {
+    if opts.terminal {
+        push(&["--interactive", "--tty"]);
+    } else if plan.stdin.is_some() {
         push(&["--interactive"]);
     }
     push(&[

@@ -37,6 +37,7 @@ fn options(engine: Engine, plan: &Plan) -> ContainerOptions {
         env_file: Some("/dev/fd/3".to_owned()),
         overlay_layer: None,
         seccomp_profile: Some("/dev/fd/4".to_owned()),
+        terminal: false,
     }
 }
 
@@ -60,6 +61,32 @@ fn golden_argvs_for_the_shipped_policies() {
             }
             assert_golden(&format!("{engine}-{policy}.argv"), &text);
         }
+    }
+}
+
+/// On a terminal the CLI is interactive and the engine makes the container a terminal of
+/// its own; without one, neither (a plain run's stdin is `--interactive` only with data).
+#[test]
+fn a_run_on_a_terminal_asks_the_engine_for_one() {
+    let plan = container_plan("strict.toml", TierCBackend::Podman);
+    let mut opts = options(Engine::Podman, &plan);
+    let argv = run_argv(&plan, &opts).unwrap();
+    assert!(
+        !argv.iter().any(|a| a == "--tty" || a == "--interactive"),
+        "{argv:?}"
+    );
+    opts.terminal = true;
+    let argv = run_argv(&plan, &opts).unwrap();
+    let image = argv
+        .iter()
+        .position(|a| a.contains("busybox") || a.starts_with("docker.io") || a.contains(':'))
+        .unwrap_or(argv.len());
+    for flag in ["--interactive", "--tty"] {
+        let at = argv
+            .iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("{flag}: {argv:?}"));
+        assert!(at < image, "{flag} after the image: {argv:?}");
     }
 }
 

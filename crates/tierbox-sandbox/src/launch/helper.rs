@@ -167,6 +167,9 @@ pub(crate) fn spawn_helper(
             clear_groups: helper.clear_groups,
         },
         keep_caps: true,
+        // A helper on the run's terminal (a container engine's CLI) has it as its
+        // controlling terminal: the kernel then tells it of a resize (`SIGWINCH`).
+        controlling_terminal: terminal.is_some(),
         netns_fd: helper.netns.map_or(-1, |fd| fd.as_raw_fd()),
         // A helper builds its own sandbox: what it applies is logged or not by its own
         // flags (bwrap's filter is not; tierbox-init stacks a logged one), so the log

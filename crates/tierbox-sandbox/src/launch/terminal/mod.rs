@@ -9,6 +9,7 @@
 //! | Tier B | the supervisor (`posix_openpt` on the host's devpts) | the host's `/dev/pts/N` |
 //! | native Tier C | the program, from the sandbox's own devpts instance (`/dev/ptmx`), before its exec; the primary is sent to the supervisor over a socket pair | the sandbox's `/dev/pts/0` |
 //! | bubblewrap | the program, from bwrap's devpts instance (`tierbox-init --pty`), sent out over a socket pair as in native Tier C | the sandbox's `/dev/pts/0` |
+//! | containers | the supervisor, for the engine's CLI (`--interactive --tty`), which relays it to the container's own terminal (`Relay`) | the container's `/dev/pts/0` |
 //!
 //! In each, the program gets a session of its own and the secondary as its controlling
 //! terminal (`setsid`, `TIOCSCTTY`), so the kernel's line discipline delivers `^C` as
@@ -45,7 +46,30 @@ impl TermSize {
 /// its terminal is read here, and what is written here is the program's input, through
 /// the line discipline. Non-blocking and close-on-exec.
 #[derive(Debug)]
-pub struct Terminal(OwnedFd);
+pub struct Terminal(OwnedFd, Option<std::sync::Arc<Relay>>);
+
+/// A container run's terminal: the engine's CLI holds it (raw mode) and relays it to the
+/// container's own, so the terminal's foreground group is the CLI, not the program.
+#[derive(Debug)]
+pub(crate) struct Relay {
+    /// The engine's CLI, run with exactly `env` to signal the container.
+    pub(crate) engine: std::path::PathBuf,
+    pub(crate) env: &'static [(&'static str, &'static str)],
+    /// The container's name.
+    pub(crate) container: String,
+}
+
+/// The byte a terminal's line discipline turns into `sig` (`VINTR`, `VQUIT`, `VSUSP` as
+/// a terminal starts): how a signal reaches the foreground job of a container's own
+/// terminal, as a person's keyboard sends it.
+fn control_byte(sig: i32) -> Option<u8> {
+    match sig {
+        libc::SIGINT => Some(0x03),
+        libc::SIGQUIT => Some(0x1c),
+        libc::SIGTSTP => Some(0x1a),
+        _ => None,
+    }
+}
 
 impl Terminal {
     /// The primary's fd (non-blocking): read the program's output, write its input.
@@ -61,7 +85,13 @@ impl Terminal {
 
     /// Another handle on the same primary.
     pub fn try_clone(&self) -> std::io::Result<Self> {
-        Ok(Self(self.0.try_clone()?))
+        Ok(Self(self.0.try_clone()?, self.1.clone()))
+    }
+
+    /// Marks this terminal as relayed by a container engine's CLI (see [`Relay`]).
+    pub(crate) fn relayed(mut self, relay: Relay) -> Self {
+        self.1 = Some(std::sync::Arc::new(relay));
+        self
     }
 
     /// Sets the terminal's size (`TIOCSWINSZ`); the kernel sends `SIGWINCH` to its
@@ -82,8 +112,22 @@ impl Terminal {
         sys::foreground_group(self.0.as_fd())
     }
 
-    /// Sends `sig` to the terminal's foreground process group.
+    /// Sends `sig` to the terminal's foreground process group. A container's terminal is
+    /// relayed by the engine's CLI: `SIGINT`, `SIGQUIT` and `SIGTSTP` are then its control
+    /// byte (`^C`, `^\`, `^Z`), which the container's own terminal turns into the signal
+    /// for its foreground job when that terminal is set to (`ISIG`, as a shell leaves
+    /// it); any other signal goes to the container's main process through the engine
+    /// (`kill --signal`, not waited for).
     pub fn signal_foreground(&self, sig: i32) -> std::io::Result<()> {
+        if let Some(relay) = &self.1 {
+            return match control_byte(sig) {
+                Some(byte) => match rustix::io::write(&self.0, &[byte])? {
+                    1 => Ok(()),
+                    _ => Err(std::io::Error::other("the terminal took no input")),
+                },
+                None => signal_container(relay, sig),
+            };
+        }
         let group = self.foreground_group()?;
         if group <= 1 {
             return Err(std::io::Error::other(format!(
@@ -100,6 +144,25 @@ impl Terminal {
     }
 }
 
+/// `ENGINE kill --signal SIG CONTAINER`, on a thread that waits for it (the engine takes
+/// tens of milliseconds; a term's signal does not wait for it).
+fn signal_container(relay: &std::sync::Arc<Relay>, sig: i32) -> std::io::Result<()> {
+    let mut cmd = std::process::Command::new(&relay.engine);
+    cmd.env_clear()
+        .envs(relay.env.iter().copied())
+        .args(["kill", "--signal", &sig.to_string(), &relay.container])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn()?;
+    std::thread::Builder::new()
+        .name("tierbox-container-kill".to_owned())
+        .spawn(move || {
+            let _ = child.wait();
+        })?;
+    Ok(())
+}
+
 impl AsFd for Terminal {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
@@ -110,12 +173,12 @@ impl AsFd for Terminal {
 /// close-on-exec, above stdio, neither the caller's controlling terminal.
 pub(crate) fn open_pair(size: TermSize) -> std::io::Result<(Terminal, OwnedFd)> {
     let (primary, secondary) = sys::open_pair(size)?;
-    Ok((Terminal(primary), secondary))
+    Ok((Terminal(primary, None), secondary))
 }
 
 /// The primary a sandbox made and sent out, as the supervisor's terminal (made
 /// non-blocking here).
 pub(crate) fn received(primary: OwnedFd) -> std::io::Result<Terminal> {
     sys::set_nonblocking(primary.as_fd())?;
-    Ok(Terminal(primary))
+    Ok(Terminal(primary, None))
 }
