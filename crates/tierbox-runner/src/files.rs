@@ -520,7 +520,7 @@ pub struct FileWritten {
     pub kept_as: Option<String>,
     /// In review mode: the caller's own oldest kept change sets removed to make room for
     /// this one (the caps on kept sets, `workspace.keep_changes_*`), oldest first.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evicted: Vec<String>,
     /// Why the write is missing from the audit log the policy names, when it is (the
     /// file was written).
