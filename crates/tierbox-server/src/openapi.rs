@@ -142,6 +142,7 @@ pub fn document() -> Value {
             paths.extend(group);
         }
     }
+    protocol_responses(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -156,6 +157,34 @@ pub fn document() -> Value {
         "security": [ { "bearer": [] } ],
         "paths": paths
     })
+}
+
+/// The longest request target (path and query) the HTTP layer parses, in bytes: a longer
+/// one is answered 414 before any route sees it. It bounds what one request line can make
+/// the server buffer. (The HTTP/1 parser's own limit, `u16::MAX - 1`.)
+pub const MAX_REQUEST_TARGET_BYTES: usize = 65_534;
+
+/// The statuses the HTTP layer answers before routing, on any operation, with an empty
+/// body: a request target over [`MAX_REQUEST_TARGET_BYTES`] (414) and a header section
+/// over the parser's buffer (431).
+fn protocol_responses(paths: &mut Map<String, Value>) {
+    let target = format!(
+        "request target (path and query) longer than {MAX_REQUEST_TARGET_BYTES} bytes; empty body, answered before routing"
+    );
+    for item in paths.values_mut() {
+        let Value::Object(item) = item else { continue };
+        for op in item.values_mut() {
+            let Some(Value::Object(responses)) = op.get_mut("responses") else {
+                continue;
+            };
+            responses
+                .entry("414")
+                .or_insert_with(|| json!({ "description": target }));
+            responses.entry("431").or_insert_with(|| {
+                json!({ "description": "request header section larger than the HTTP parser's buffer; empty body, answered before routing" })
+            });
+        }
+    }
 }
 
 /// The request bodies' schemas: the tools' generated input schemas and the small bodies
@@ -786,6 +815,17 @@ mod tests {
                     op["responses"][status].is_object(),
                     "{method} {path} {status}"
                 );
+            }
+        }
+        // Every operation documents what the HTTP layer answers before routing.
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for status in ["414", "431"] {
+                    assert!(
+                        op["responses"][status].is_object(),
+                        "{method} {path} {status}"
+                    );
+                }
             }
         }
         let put = &doc["paths"]["/v1/files"]["put"];
