@@ -145,6 +145,10 @@ pub enum Event {
         origin: Option<String>,
         /// The server's number for the connection, the same in its `term.detached`.
         socket: u64,
+        /// `control` (it types, resizes, signals) or `view` (it only watches); absent in
+        /// records made before there were views (they were `control`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<String>,
     },
     /// `term.detached`: the WebSocket of a `term.attached` closed. `started_unix_ms` is
     /// when it attached, `ended_unix_ms` when it closed. What was typed is never recorded,

@@ -177,6 +177,16 @@ pub enum Command {
     Attach {
         /// The term's id, as `tierbox ps` shows it.
         id: String,
+        /// Only watch: what you type does not reach the term (the detach keys still
+        /// detach), and your terminal's size does not change it. Any number of clients
+        /// may watch a term.
+        #[arg(long, conflicts_with = "take_over")]
+        view: bool,
+        /// Take the term over from the client that types into it (another `attach`, or
+        /// `run -t`): that one is detached, the term runs on. Without it, attaching to a
+        /// term another client controls is refused.
+        #[arg(long)]
+        take_over: bool,
         /// The keys that detach instead of Ctrl-P Ctrl-Q (default: $TIERBOX_DETACH_KEYS):
         /// comma-separated, each `ctrl-<letter>` or one character, e.g. `ctrl-a,d`;
         /// `none` never detaches.

@@ -390,6 +390,30 @@ impl TermManager {
             })
     }
 
+    /// Resizes the term's terminal as [`Self::resize`] does and, when that leaves the size
+    /// as it was (the kernel then signals nobody), sends `SIGWINCH` to its foreground group
+    /// itself: a program that draws the whole screen draws it again. What a client that
+    /// attaches again asks for, since the screen it joins was drawn before it came.
+    pub fn resize_and_redraw(
+        &self,
+        owner: &str,
+        id: &str,
+        size: TermSize,
+    ) -> Result<(), TermError> {
+        check_size(size)?;
+        let io = self.live(owner, id)?;
+        let before = io.terminal.size().map_err(|source| TermError::Terminal {
+            id: id.to_owned(),
+            what: "read the size (TIOCGWINSZ)",
+            source,
+        })?;
+        self.resize(owner, id, size)?;
+        match before == size {
+            true => self.signal(owner, id, TermSignal::Winch),
+            false => Ok(()),
+        }
+    }
+
     /// Sends `signal` to the term's foreground process group.
     pub fn signal(&self, owner: &str, id: &str, signal: TermSignal) -> Result<(), TermError> {
         let io = self.live(owner, id)?;

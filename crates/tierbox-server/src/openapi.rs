@@ -761,7 +761,7 @@ mod tests {
         // refusals' statuses, and the frames' schemas.
         let ws = &doc["paths"]["/v1/terms/{id}/ws"]["get"];
         assert_eq!(ws["security"], json!([]));
-        for status in ["401", "403", "426", "429"] {
+        for status in ["401", "403", "409", "426", "429"] {
             assert!(ws["responses"][status].is_object(), "{status}");
         }
         let kinds = |schema: &Value| -> Vec<String> {
@@ -781,9 +781,14 @@ mod tests {
         let server = &schemas["TermWsServerMessage"];
         assert_eq!(
             kinds(server),
-            ["attached", "lost", "error", "exit"],
+            ["attached", "lost", "error", "taken_over", "exit"],
             "{server}"
         );
+        for query in ["mode", "takeover"] {
+            let mut documented = ws["parameters"].as_array().unwrap().iter();
+            assert!(documented.any(|p| p["name"] == query), "{query}");
+        }
+        assert!(ws["responses"]["409"].is_object());
         assert_eq!(
             ws["x-websocket"]["server"]["text"]["$ref"],
             "#/components/schemas/TermWsServerMessage"

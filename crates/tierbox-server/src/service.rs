@@ -125,7 +125,9 @@ impl ServiceError {
                 404
             }
             "term.bad_size" | "term.bad_wait" | "term.signal_refused" => 400,
-            "term.limit" | "term.input" | "term.ended" => 409,
+            "term.limit" | "term.input" | "term.ended" | "term.controlled" | "term.view_only" => {
+                409
+            }
             "term.terminal" => 500,
             "file.not_found" => 404,
             "file.too_large" => 413,

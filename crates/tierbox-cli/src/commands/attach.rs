@@ -1,8 +1,10 @@
 //! Terms the local daemon holds, from this terminal: `tierbox ps` lists the caller's,
 //! `tierbox attach ID` shows one (the recent tail of its output, then what it prints,
 //! this terminal's keys and size going to it) until it ends or the detach keys
-//! ([`crate::term_io::DETACH_KEYS`]) leave it running, and `tierbox run -t` through the daemon starts one
-//! (`POST /v1/terms`) and attaches to it.
+//! ([`crate::term_io::DETACH_KEYS`]) leave it running, and `tierbox run -t` through the
+//! daemon starts one (`POST /v1/terms`) and attaches to it. One client at a time types
+//! into a term: `attach` is refused while another does, `--take-over` takes it from
+//! that one (which is detached), `--view` only watches.
 //!
 //! Everything goes over the daemon's socket with its token and its peer-credential checks
 //! ([`crate::daemon`]). The CLI is the operator of its own daemon: its terms are those of
@@ -52,10 +54,34 @@ enum Attached {
     Ended(Ended),
     /// The detach keys were typed: the term runs on.
     Detached,
+    /// Another client took the term over (`tierbox attach --take-over`): the term runs on.
+    TakenOver,
     /// A termination signal arrived (its number): the term runs on.
     Interrupted(i32),
     /// This process's stdout closed (its reader went away): the term runs on.
     OutputClosed,
+}
+
+/// How `tierbox attach` joins a term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// It types and sizes the term; refused while another client does.
+    Control,
+    /// It types and sizes the term, taking that over from the client that has it.
+    TakeOver,
+    /// It only watches (`--view`): keys other than the detach keys are dropped.
+    View,
+}
+
+impl Join {
+    /// The handshake's query for it.
+    fn query(self) -> &'static str {
+        match self {
+            Self::Control => "mode=control",
+            Self::TakeOver => "mode=control&takeover=true",
+            Self::View => "mode=view",
+        }
+    }
 }
 
 /// Where an attach starts reading the term's output.
@@ -107,7 +133,7 @@ type Ws = tokio_tungstenite::WebSocketStream<tokio::net::UnixStream>;
 /// ticket asked for on `conn` with the daemon's token, then the handshake on a new
 /// connection to the same daemon, checked as every one is. The daemon records the attach
 /// (and, when the socket closes, the detach) in its audit log.
-async fn open_ws(conn: &mut Connection, id: &str, offset: u64) -> Result<Ws, ApiError> {
+async fn open_ws(conn: &mut Connection, id: &str, offset: u64, join: Join) -> Result<Ws, ApiError> {
     let ticket = call(conn, "POST", &format!("/v1/terms/{id}/ws_ticket"), None).await?;
     let ticket = ticket["ticket"]
         .as_str()
@@ -118,7 +144,10 @@ async fn open_ws(conn: &mut Connection, id: &str, offset: u64) -> Result<Ws, Api
         .raw_stream()
         .await
         .map_err(|e| transport(format!("{e:#}")))?;
-    let uri = format!("ws://tierbox/v1/terms/{id}/ws?ticket={ticket}&offset={offset}");
+    let uri = format!(
+        "ws://tierbox/v1/terms/{id}/ws?ticket={ticket}&offset={offset}&{}",
+        join.query()
+    );
     match tokio_tungstenite::client_async(uri, stream).await {
         Ok((ws, _)) => Ok(ws),
         Err(tokio_tungstenite::tungstenite::Error::Http(refused)) => {
@@ -147,10 +176,11 @@ fn control(message: &Value) -> tokio_tungstenite::tungstenite::Message {
     tokio_tungstenite::tungstenite::Message::text(message.to_string())
 }
 
-/// This terminal's size as a `resize` message.
-fn resize_message() -> tokio_tungstenite::tungstenite::Message {
+/// This terminal's size as a `resize` message; with `redraw`, one that makes the program
+/// draw its screen again when the size stays as it was.
+fn resize_message(redraw: bool) -> tokio_tungstenite::tungstenite::Message {
     let size = own_size();
-    control(&json!({ "type": "resize", "rows": size.rows, "cols": size.cols }))
+    control(&json!({ "type": "resize", "rows": size.rows, "cols": size.cols, "redraw": redraw }))
 }
 
 /// Shows the term `id` on this terminal until it ends, the detach keys are typed or a
@@ -160,7 +190,7 @@ fn resize_message() -> tokio_tungstenite::tungstenite::Message {
 async fn attach(
     mut conn: Connection,
     id: &str,
-    from: ReadFrom,
+    (from, join): (ReadFrom, Join),
     detach: DetachSeq,
     lost: &mut u64,
 ) -> Result<Attached, ApiError> {
@@ -173,13 +203,18 @@ async fn attach(
             .await?
             .saturating_sub(REDRAW_BYTES),
     };
-    let (mut to_term, mut from_term) = open_ws(&mut conn, id, offset).await?.split();
+    let (mut to_term, mut from_term) = open_ws(&mut conn, id, offset, join).await?.split();
     let sent = |r: Result<(), tokio_tungstenite::tungstenite::Error>| {
         r.map_err(|e| transport(format!("the term's WebSocket: {e}")))
     };
-    // The size of this terminal, which may not be the one the term had: a full-screen
-    // program redraws itself when it changes.
-    sent(to_term.send(resize_message()).await)?;
+    let controls = join != Join::View;
+    // The size of this terminal, which may not be the one the term had; joining a running
+    // term, a full-screen program is asked to draw its screen again even when the size
+    // stays (a term this command just started has drawn nothing yet).
+    if controls {
+        let redraw = matches!(from, ReadFrom::Tail);
+        sent(to_term.send(resize_message(redraw)).await)?;
+    }
     let mut input = stdin_chunks();
     let mut winch = window_changes();
     let signal = crate::termination_signal();
@@ -200,6 +235,10 @@ async fn attach(
                     let message: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
                     if message["type"] == "lost" {
                         *lost += message["bytes"].as_u64().unwrap_or(0);
+                    }
+                    if message["type"] == "taken_over" {
+                        let _ = to_term.close().await;
+                        return Ok(Attached::TakenOver);
                     }
                     if message["type"] == "exit" {
                         let ended = serde_json::from_value(message)
@@ -226,7 +265,8 @@ async fn attach(
             Some(chunk) = input.recv(), if input_open => match chunk {
                 Some(bytes) => {
                     let typed = keys.feed(&bytes);
-                    if !typed.forward.is_empty() {
+                    // A view types nothing: only its detach keys count.
+                    if controls && !typed.forward.is_empty() {
                         sent(to_term.send(Message::binary(typed.forward)).await)?;
                     }
                     if typed.detach {
@@ -237,14 +277,18 @@ async fn attach(
                 None => {
                     input_open = false;
                     let held = keys.flush();
-                    if !held.is_empty() {
-                        sent(to_term.send(Message::binary(held)).await)?;
+                    if controls {
+                        if !held.is_empty() {
+                            sent(to_term.send(Message::binary(held)).await)?;
+                        }
+                        sent(to_term.send(control(&json!({ "type": "eof" }))).await)?;
                     }
-                    sent(to_term.send(control(&json!({ "type": "eof" }))).await)?;
                 }
             },
             Some(()) = async { winch.as_mut()?.recv().await } => {
-                sent(to_term.send(resize_message()).await)?;
+                if controls {
+                    sent(to_term.send(resize_message(false)).await)?;
+                }
             }
             sig = &mut signal => {
                 let _ = to_term.close().await;
@@ -259,13 +303,18 @@ async fn attach(
 async fn attach_and_report(
     conn: Connection,
     id: &str,
-    from: ReadFrom,
+    how: (ReadFrom, Join),
     detach: DetachSeq,
 ) -> ExitCode {
     let name = detach.name();
+    if how.1 == Join::View {
+        eprintln!(
+            "tierbox: watching term {id} (--view): what you type does not reach it; {name} detaches\r"
+        );
+    }
     let raw = RawMode::enter();
     let mut lost = 0;
-    let attached = attach(conn, id, from, detach, &mut lost).await;
+    let attached = attach(conn, id, how, detach, &mut lost).await;
     drop(raw);
     report_lost(lost);
     let still_running = |how: &str| {
@@ -277,6 +326,10 @@ async fn attach_and_report(
         Ok(Attached::Ended(ended)) => exit_status(&ended),
         Ok(Attached::Detached) => {
             still_running(&format!("detached ({name})"));
+            ExitCode::SUCCESS
+        }
+        Ok(Attached::TakenOver) => {
+            still_running("another client took the term over (tierbox attach --take-over)");
             ExitCode::SUCCESS
         }
         Ok(Attached::Interrupted(sig)) => {
@@ -294,13 +347,21 @@ async fn attach_and_report(
 /// The daemon's refusal, with a hint that fits it.
 fn print_api_error(e: &ApiError) -> ExitCode {
     let json = report::settings().json;
-    match e.code.as_str() {
-        "term.not_found" => report::fail(
+    let hinted = |hint: &str| {
+        report::fail(
             report::Failure::Error,
             &e.code,
             &format!("{} [{}]", e.message, e.code),
-            "`tierbox ps` lists the terms the daemon holds for you; a term started without a daemon lives in its own `tierbox run -t` and cannot be attached",
+            hint,
             json,
+        )
+    };
+    match e.code.as_str() {
+        "term.not_found" => hinted(
+            "`tierbox ps` lists the terms the daemon holds for you; a term started without a daemon lives in its own `tierbox run -t` and cannot be attached",
+        ),
+        "term.controlled" => hinted(
+            "`tierbox attach --view ID` watches it; `tierbox attach --take-over ID` takes it over (the other client is detached, the term runs on)",
         ),
         code if tierbox_policy::Rejection::ALL_CODES.contains(&code) => {
             print_refusal(code, &e.message, json)
@@ -333,6 +394,7 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 /// `tierbox attach ID`.
 pub fn cmd_attach(
     id: &str,
+    join: Join,
     state_dir: Option<PathBuf>,
     detach_keys: Option<&str>,
 ) -> Result<ExitCode> {
@@ -345,7 +407,7 @@ pub fn cmd_attach(
     };
     let state_dir = state_dir.unwrap_or_else(tierbox_runner::supervisor::default_state_dir);
     match daemon::with_any_daemon(&state_dir, async |conn| {
-        attach_and_report(conn, id, ReadFrom::Tail, detach).await
+        attach_and_report(conn, id, (ReadFrom::Tail, join), detach).await
     }) {
         Ok(code) => Ok(code),
         Err(why) => Ok(report::fail(
@@ -485,7 +547,8 @@ pub fn run_in_daemon(
             eprintln!(
                 "tierbox: term {id} runs in the daemon: {how}, `tierbox attach {id}` re-attaches"
             );
-            DaemonTerm::Ran(attach_and_report(conn, &id, ReadFrom::Beginning, detach).await)
+            let how = (ReadFrom::Beginning, Join::Control);
+            DaemonTerm::Ran(attach_and_report(conn, &id, how, detach).await)
         },
     )
 }

@@ -67,9 +67,18 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Ps { state_dir, json } => attach::cmd_ps(state_dir, json),
         Command::Attach {
             id,
+            view,
+            take_over,
             state_dir,
             detach_keys,
-        } => attach::cmd_attach(&id, state_dir, detach_keys.as_deref()),
+        } => {
+            let join = match (view, take_over) {
+                (true, _) => attach::Join::View,
+                (false, true) => attach::Join::TakeOver,
+                (false, false) => attach::Join::Control,
+            };
+            attach::cmd_attach(&id, join, state_dir, detach_keys.as_deref())
+        }
         Command::Schema => {
             println!(
                 "{}",

@@ -71,9 +71,9 @@ impl Daemon {
         self.tierbox_with(args, input, &[])
     }
 
-    /// [`Self::tierbox`] with `env` set too.
-    fn tierbox_with(&self, args: &[&str], input: &[u8], env: &[(&str, &str)]) -> Output {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+    /// `tierbox ARGS` for this daemon with `env` set, its stdio piped, started.
+    fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+        Command::new(env!("CARGO_BIN_EXE_tierbox"))
             .args(args)
             .env_remove("TIERBOX_DETACH_KEYS")
             .envs(env.iter().copied())
@@ -84,7 +84,12 @@ impl Daemon {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// [`Self::tierbox`] with `env` set too.
+    fn tierbox_with(&self, args: &[&str], input: &[u8], env: &[(&str, &str)]) -> Output {
+        let mut child = self.spawn(args, env);
         let mut stdin = child.stdin.take().unwrap();
         let _ = stdin.write_all(input);
         drop(stdin);
@@ -263,17 +268,7 @@ fn typing_after_an_idle_attach_reaches_the_program() {
     let out = d.run_t(DETACH);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let id = term_id(&text(&out.stderr));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tierbox"))
-        .args(["attach", &id])
-        .env_remove("TIERBOX_DETACH_KEYS")
-        .env_remove("TIERBOX_SOCKET")
-        .env_remove("TIERBOX_DAEMON")
-        .env("XDG_STATE_HOME", &d.xdg)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = d.spawn(&["attach", &id], &[]);
     // Past the daemon's idle timeout for the attach's input connection (a wait for a
     // server-side timeout to pass, not a measurement).
     std::thread::sleep(tierbox_server::conns::HEADER_READ_TIMEOUT + Duration::from_secs(2));
@@ -357,4 +352,137 @@ fn ps_without_a_daemon_says_terms_live_in_their_own_run_t() {
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("tierbox daemon start"), "{stderr}");
     assert!(stderr.contains("tierbox run -t"), "{stderr}");
+}
+
+/// `tierbox ARGS` started with its stdin kept open (the child's) and its stdout gathered
+/// by a thread into the returned buffer as it comes.
+fn spawn_gathering(
+    d: &Daemon,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+) {
+    use std::io::Read;
+    let mut child = d.spawn(args, &[]);
+    let gathered = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let into = gathered.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = stdout.read(&mut buf) {
+            into.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    (child, gathered)
+}
+
+/// Waits until `gathered` shows `needle` (giving up after [`GIVE_UP`]).
+fn wait_for(gathered: &std::sync::Mutex<Vec<u8>>, needle: &str) {
+    let give_up = Instant::now() + GIVE_UP;
+    while !text(&gathered.lock().unwrap()).contains(needle) {
+        assert!(
+            Instant::now() < give_up,
+            "never showed {needle:?}: {:?}",
+            text(&gathered.lock().unwrap())
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One client types into a term: a plain `attach` to a term `run -t` holds is refused
+/// with a hint whose two ways out both work — `--view` watches (what it types does not
+/// reach the program) and `--take-over` detaches `run -t` (exit 0, the term runs on) and
+/// types into it, the view following to the program's exit status.
+#[test]
+fn one_client_types_into_a_term_and_the_hints_ways_out_work() {
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start();
+    let mut run_t = d.with_policy(&["run", "-t", "--tier", "b"]);
+    run_t.extend_from_slice(&["--", "python3", "-i", "-q"]);
+    let (holder, held) = spawn_gathering(&d, &run_t);
+    wait_for(&held, ">>> ");
+    let id = d
+        .ps()
+        .iter()
+        .find(|t| t["state"] == "running")
+        .and_then(|t| t["id"].as_str().map(str::to_owned))
+        .unwrap();
+
+    let out = d.tierbox(&["attach", &id], b"");
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("term.controlled"), "{stderr}");
+    assert!(
+        stderr.contains("tierbox attach --view ID")
+            && stderr.contains("tierbox attach --take-over ID"),
+        "{stderr}"
+    );
+
+    // The first way out: a view, whose typing goes nowhere.
+    let (mut viewer, viewed) = spawn_gathering(&d, &["attach", "--view", &id]);
+    viewer
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"print('from'+'-the-view')\n")
+        .unwrap();
+    wait_for(&viewed, ">>> ");
+
+    // The second: taken over; run -t is detached and the term goes on.
+    let out = d.tierbox(
+        &["attach", "--take-over", &id],
+        b"print(6*7)\nraise SystemExit(5)\n",
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(stdout.contains("42"), "{stdout}\n{stderr}");
+    assert_eq!(out.status.code(), Some(5), "{stdout}\n{stderr}");
+    let holder_out = holder.wait_with_output().unwrap();
+    let holder_err = text(&holder_out.stderr);
+    assert_eq!(holder_out.status.code(), Some(0), "{holder_err}");
+    assert!(holder_err.contains("took the term over"), "{holder_err}");
+
+    let viewer_out = viewer.wait_with_output().unwrap();
+    assert_eq!(viewer_out.status.code(), Some(5), "{viewer_out:?}");
+    let seen = text(&viewed.lock().unwrap());
+    assert!(seen.contains("42"), "{seen}");
+    assert!(
+        !seen.contains("from-the-view") && !stdout.contains("from-the-view"),
+        "{seen}"
+    );
+}
+
+/// Attaching again redraws: the program gets `SIGWINCH` though the size did not change
+/// (the kernel alone would send none), while the attach of `run -t` that started it
+/// sends none.
+#[test]
+fn attaching_again_asks_the_program_to_redraw() {
+    if !tier_b_available() {
+        return;
+    }
+    let d = Daemon::start();
+    let script = "import signal,sys\n\
+                  signal.signal(signal.SIGWINCH, lambda *a: print('WIN'+'CHED', flush=True))\n\
+                  print('ar'+'med', flush=True)\n\
+                  sys.stdin.readline()\n\
+                  sys.exit(3)\n";
+    let mut run_t = d.with_policy(&["run", "-t", "--tier", "b"]);
+    run_t.extend_from_slice(&["--", "python3", "-c", script]);
+    let (mut holder, held) = spawn_gathering(&d, &run_t);
+    wait_for(&held, "armed");
+    holder.stdin.as_mut().unwrap().write_all(DETACH).unwrap();
+    let holder_out = holder.wait_with_output().unwrap();
+    assert_eq!(holder_out.status.code(), Some(0), "{holder_out:?}");
+    assert!(!text(&held.lock().unwrap()).contains("WINCHED"));
+    let id = term_id(&text(&holder_out.stderr));
+    let out = d.tierbox(&["attach", &id], b"\n");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("WINCHED"),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
 }

@@ -63,7 +63,13 @@ impl Http<'_> {
 
 /// Opens the WebSocket of term `id` with `ticket` (and an `Origin` header, if given).
 fn connect(s: &Server, id: &str, ticket: &str, origin: Option<&str>) -> Ws {
-    try_connect(s, id, ticket, origin).unwrap_or_else(|e| panic!("the handshake failed: {e}"))
+    try_connect(s, id, ticket, origin, "").unwrap_or_else(|e| panic!("the handshake failed: {e}"))
+}
+
+/// [`connect`] with `query` (`&mode=view`, `&takeover=true`) after the ticket.
+fn connect_with(s: &Server, id: &str, ticket: &str, query: &str) -> Ws {
+    try_connect(s, id, ticket, None, query)
+        .unwrap_or_else(|e| panic!("the handshake ({query}) failed: {e}"))
 }
 
 fn try_connect(
@@ -71,16 +77,17 @@ fn try_connect(
     id: &str,
     ticket: &str,
     origin: Option<&str>,
+    query: &str,
 ) -> Result<Ws, tungstenite::Error> {
-    let url = format!("ws://{}/v1/terms/{id}/ws?ticket={ticket}", s.addr);
+    let url = format!("ws://{}/v1/terms/{id}/ws?ticket={ticket}{query}", s.addr);
     let mut req = url.as_str().into_client_request().unwrap();
     if let Some(o) = origin {
         req.headers_mut().insert("Origin", o.parse().unwrap());
     }
     let stream = TcpStream::connect(&s.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
+    // The handshake's answer may wait for the server's control handover; frames are then
+    // read in short waits.
+    stream.set_read_timeout(Some(GIVE_UP)).unwrap();
     let (socket, response) = tungstenite::client(req, stream).map_err(|e| match e {
         tungstenite::HandshakeError::Failure(e) => e,
         tungstenite::HandshakeError::Interrupted(_) => {
@@ -88,6 +95,10 @@ fn try_connect(
         }
     })?;
     assert_eq!(response.status(), 101);
+    socket
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     let mut ws = Ws {
         socket,
         pending: Vec::new(),
@@ -566,4 +577,97 @@ fn a_client_that_does_not_read_only_loses_output() {
         String::from_utf8_lossy(&tail)
     );
     assert_eq!(ws.until_closed(), Some(1000));
+}
+
+/// One WebSocket controls a term: a second controlling attach is refused naming the way
+/// out (after the handover wait), a view watches what the controller types and has its
+/// own input, resize and signal refused, a takeover detaches the controller with a
+/// `taken_over` frame and a close while the term runs on, and a redraw resize that keeps
+/// the size still signals the program (`SIGWINCH`), which the kernel would not.
+#[test]
+fn one_websocket_controls_a_term_others_watch_or_take_it_over() {
+    let test = "one_websocket_controls_a_term_others_watch_or_take_it_over";
+    let Some((policy, tier)) = setup(test, Where::TierB) else {
+        return;
+    };
+    let s = Server::start(&[], Some(&policy));
+    let alice = Http {
+        s: &s,
+        session: "alice",
+    };
+    let id = alice.bash(tier);
+    let mut first = connect(&s, &id, &alice.ticket(&id), None);
+    first.send_json(&json!({"type": "resize", "rows": 30, "cols": 90}));
+    first.send_bytes(b"echo one-$((1+1))\r");
+    first.read_until(b"one-2");
+
+    // A second controlling attach: refused, naming the controller and both ways out.
+    let refused = try_connect(&s, &id, &alice.ticket(&id), None, "").err();
+    let Some(tungstenite::Error::Http(refused)) = refused else {
+        panic!("a second controlling attach was not refused: {refused:?}");
+    };
+    let status = refused.status().as_u16();
+    let v: Value = serde_json::from_slice(refused.body().as_deref().unwrap_or_default()).unwrap();
+    assert_eq!((status, code_of(&v)), (409, "term.controlled"), "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("mode=view") && message.contains("takeover=true"),
+        "{message}"
+    );
+
+    // A view watches; what it sends is refused, and reaches nothing.
+    let mut view = connect_with(&s, &id, &alice.ticket(&id), "&mode=view");
+    for frame in [
+        json!({"type": "input", "data": "echo typed-by-the-view\r"}),
+        json!({"type": "resize", "rows": 5, "cols": 5}),
+        json!({"type": "signal", "signal": "INT"}),
+    ] {
+        view.send_json(&frame);
+        let e = view.until_text("error");
+        assert_eq!(e["code"], "term.view_only", "{frame}: {e}");
+    }
+    view.send_bytes(b"echo typed-by-the-view\r");
+    assert_eq!(view.until_text("error")["code"], "term.view_only");
+    first.send_bytes(b"echo two-$((1+1))\r");
+    view.read_until(b"two-2");
+    println!("{test}: a second controller refused (409 term.controlled); the view watched");
+
+    // Taken over: the first is told and closed; the term runs on under the new one.
+    let mut second = connect_with(&s, &id, &alice.ticket(&id), "&takeover=true");
+    let taken = first.until_text("taken_over");
+    assert!(taken["socket"].as_u64().is_some(), "{taken}");
+    assert_eq!(first.until_closed(), Some(1000));
+    second.send_bytes(b"stty size; echo three-$((3*3))\r");
+    let shown = second.read_until(b"three-9");
+    assert!(
+        String::from_utf8_lossy(&shown).contains("30 90"),
+        "{}",
+        String::from_utf8_lossy(&shown)
+    );
+    view.read_until(b"three-9");
+    // Nothing the view typed reached the shell: the whole screen since the start (the
+    // ring) never shows its command run.
+    let mut all = connect_with(&s, &id, &alice.ticket(&id), "&mode=view&offset=0");
+    let screen = all.read_until(b"three-9");
+    assert!(
+        !String::from_utf8_lossy(&screen).contains("\ntyped-by-the-view"),
+        "{}",
+        String::from_utf8_lossy(&screen)
+    );
+
+    // A redraw at the size the terminal already has: the foreground job gets SIGWINCH.
+    second.send_bytes(
+        b"bash -c 'trap \"echo winched-\\$(stty size)\" WINCH; echo tr\"\"apped; while :; do sleep 0.1; done'\r",
+    );
+    second.read_until(b"trapped");
+    second.send_json(&json!({"type": "resize", "rows": 30, "cols": 90, "redraw": true}));
+    second.read_until(b"winched-30 90");
+    second.send_bytes(b"\x03");
+    second.send_bytes(b"exit 4\r");
+    let exit = second.until_text("exit");
+    assert_eq!(exit["exit_code"], 4, "{exit}");
+    assert_eq!(view.until_text("exit")["exit_code"], 4);
+    println!(
+        "{test}: taken over (first closed 1000); a redraw at 30x90 reached the job as SIGWINCH"
+    );
 }

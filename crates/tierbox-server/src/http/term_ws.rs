@@ -7,7 +7,10 @@
 //! The handshake's checks, in order, each a typed refusal before `101`: the term id's
 //! shape; the `Origin` (a refused page spends no ticket); the ticket, spent from here on
 //! whatever follows; the rest of the query; the term (still the ticket owner's); the
-//! upgrade headers; a place among the open sockets; the `term.attached` record.
+//! upgrade headers; a place among the open sockets; the term's control, for a
+//! controlling attach (`term.controlled` while another client has it, after
+//! [`CONTROL_HANDOVER_WAIT`], unless `takeover=true`); the `term.attached` record — and only once that is written is a
+//! client taken over told.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,12 +33,24 @@ use tokio::sync::mpsc;
 use super::{ApiError, ApiResult, AppState, Auth, err, ok, path_id};
 use crate::results::{TermWsTicket, to_json};
 use crate::service::{Service, ServiceError};
+use crate::term_ws::control::{AttachMode, ControlSlot, Controlled};
 use crate::term_ws::origins::OriginCheck;
 use crate::term_ws::protocol::{self, Command, ServerMessage};
 use crate::term_ws::{
     Detach, MAX_WS_MESSAGE_BYTES, SocketSlot, WS_OUTPUT_FRAME_BYTES, WS_REPLY_FRAMES,
     WS_SEND_TIMEOUT,
 };
+
+/// Longest a controlling attach waits for the term's controller to go away before it is
+/// refused with `term.controlled` (1 s): long enough for a connection its client just
+/// closed to be wound up, short enough that a refusal comes at once to a person.
+pub const CONTROL_HANDOVER_WAIT: Duration = Duration::from_secs(1);
+
+/// How often that wait looks again.
+const CONTROL_RETRY_INTERVAL: Duration = Duration::from_millis(20);
+
+/// The code of a view's input, resize or signal.
+pub const VIEW_ONLY: &str = "term.view_only";
 
 /// The option of `tierbox serve` that allows a browser origin.
 pub const WS_ORIGIN_OPTION: &str = "--ws-origin";
@@ -92,11 +107,23 @@ async fn ws_ticket(
     }))
 }
 
-/// The handshake's query: `ticket`, and `offset` (absent: from what the ring still holds).
+/// The handshake's query: `ticket`, `offset` (absent: from what the ring still holds),
+/// `mode` (`control`, the default, or `view`) and `takeover` (`true` or `false`, the
+/// default; only with `control`).
 struct WsQuery {
     ticket: Option<String>,
     offset: Option<String>,
+    mode: Option<String>,
+    takeover: Option<String>,
     unknown: Option<String>,
+}
+
+/// The handshake's query past its ticket, checked.
+#[derive(Debug, PartialEq, Eq)]
+struct AttachQuery {
+    offset: Option<u64>,
+    mode: AttachMode,
+    takeover: bool,
 }
 
 /// Why an attach or detach could not be recorded.
@@ -115,12 +142,16 @@ impl WsQuery {
         let mut q = Self {
             ticket: None,
             offset: None,
+            mode: None,
+            takeover: None,
             unknown: None,
         };
         for (key, value) in url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
             let slot = match key.as_ref() {
                 "ticket" => &mut q.ticket,
                 "offset" => &mut q.offset,
+                "mode" => &mut q.mode,
+                "takeover" => &mut q.takeover,
                 _ => {
                     q.unknown.get_or_insert_with(|| key.into_owned());
                     continue;
@@ -136,24 +167,39 @@ impl WsQuery {
     }
 
     /// The rest of the query, checked once the ticket is spent.
-    fn offset(&self) -> Result<Option<u64>, ApiError> {
+    fn checked(&self) -> Result<AttachQuery, ApiError> {
+        let malformed = |what: String| err("input.malformed", format!("query string: {what}"));
         if let Some(key) = &self.unknown {
-            return Err(err(
-                "input.malformed",
-                format!(
-                    "query string: unknown or repeated field {key:?}: give ticket and offset, once each"
-                ),
+            return Err(malformed(format!(
+                "unknown or repeated field {key:?}: give ticket, offset, mode and takeover, once each"
+            )));
+        }
+        let offset = match &self.offset {
+            None => None,
+            Some(o) => Some(o.parse().map_err(|_| {
+                malformed(format!("offset {o:?} is not a byte offset (0 or more)"))
+            })?),
+        };
+        let mode = match &self.mode {
+            None => AttachMode::Control,
+            Some(m) => AttachMode::parse(m)
+                .ok_or_else(|| malformed(format!("mode {m:?} is not control or view")))?,
+        };
+        let takeover = match self.takeover.as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(t) => return Err(malformed(format!("takeover {t:?} is not true or false"))),
+        };
+        if takeover && mode == AttachMode::View {
+            return Err(malformed(
+                "takeover=true takes a term's control; a view (mode=view) takes none".to_owned(),
             ));
         }
-        match &self.offset {
-            None => Ok(None),
-            Some(o) => o.parse().map(Some).map_err(|_| {
-                err(
-                    "input.malformed",
-                    format!("query string: offset {o:?} is not a byte offset (0 or more)"),
-                )
-            }),
-        }
+        Ok(AttachQuery {
+            offset,
+            mode,
+            takeover,
+        })
     }
 }
 
@@ -167,6 +213,7 @@ struct Attachment {
     origin: Option<String>,
     socket: u64,
     offset: Option<u64>,
+    mode: AttachMode,
     attached_unix_ms: u64,
     input_bytes: AtomicU64,
     output_bytes: AtomicU64,
@@ -180,6 +227,7 @@ impl Attachment {
             "method": "GET",
             "path": format!("/v1/terms/{}/ws", self.term),
             "offset": self.offset,
+            "mode": self.mode.name(),
         })
     }
 
@@ -190,6 +238,7 @@ impl Attachment {
             owner: self.owner.clone(),
             origin: self.origin.clone(),
             socket: self.socket,
+            mode: Some(self.mode.name().to_owned()),
         };
         self.record(event).await.map_err(|e| {
             err(
@@ -232,9 +281,18 @@ impl Attachment {
         )
     }
 
-    /// Carries out one checked command of the client's.
+    /// Carries out one checked command of the client's; a view's are refused.
     async fn execute(&self, command: Command) -> Result<(), ServiceError> {
         let (owner, id) = (&self.owner, &self.term);
+        if self.mode == AttachMode::View {
+            return Err(ServiceError::new(
+                VIEW_ONLY,
+                format!(
+                    "this WebSocket watches term {id} (mode=view): its input, resizes and \
+                     signals are refused; attach with mode=control to type"
+                ),
+            ));
+        }
         match command {
             Command::Input(bytes) => {
                 self.service.term_write(owner, id, &bytes, false).await?;
@@ -244,8 +302,15 @@ impl Attachment {
             Command::Eof => {
                 self.service.term_write(owner, id, b"", true).await?;
             }
-            Command::Resize(size) => {
+            Command::Resize {
+                size,
+                redraw: false,
+            } => {
                 self.service.term_resize(owner, id, size)?;
+            }
+            Command::Resize { size, redraw: true } => {
+                let terms = self.service.runner().terms();
+                terms.resize_and_redraw(owner, id, size)?;
             }
             Command::Signal(name) => {
                 self.service.term_signal(owner, id, &name)?;
@@ -267,6 +332,33 @@ impl Attachment {
                 wait_ms,
             )
             .await?)
+    }
+}
+
+/// The control of term `id` for WebSocket `slot`. While another WebSocket has it, the
+/// claim is tried again for up to [`CONTROL_HANDOVER_WAIT`] before it is refused: a client
+/// that closed its WebSocket and attaches again at once finds its old connection still
+/// being wound up.
+async fn claim_control(
+    st: &AppState,
+    id: &str,
+    slot: &SocketSlot,
+    origin: Option<&str>,
+    takeover: bool,
+) -> Result<ControlSlot, ApiError> {
+    let give_up = Instant::now() + CONTROL_HANDOVER_WAIT;
+    loop {
+        let claimed = st
+            .ws
+            .controllers()
+            .claim(id, slot.number(), origin, now_unix_ms(), takeover);
+        match claimed {
+            Ok(control) => return Ok(control),
+            Err(e) if Instant::now() >= give_up => {
+                return Err(err(Controlled::CODE, e.to_string()));
+            }
+            Err(_) => tokio::time::sleep(CONTROL_RETRY_INTERVAL).await,
+        }
     }
 }
 
@@ -314,7 +406,11 @@ async fn ws_attach(
         .tickets()
         .redeem(ticket, &id, Instant::now())
         .map_err(|e| ticket_refused(&e))?;
-    let offset = query.offset()?;
+    let AttachQuery {
+        offset,
+        mode,
+        takeover,
+    } = query.checked()?;
     st.service.term_status(&owner, &id).await?;
     let upgrade = upgrade.map_err(|e| {
         err(
@@ -327,6 +423,12 @@ async fn ws_attach(
         .sockets()
         .open(&owner)
         .map_err(|e| err("ws.limit", e.to_string()))?;
+    let mut control = match mode {
+        AttachMode::View => None,
+        AttachMode::Control => {
+            Some(claim_control(&st, &id, &slot, origin.as_deref(), takeover).await?)
+        }
+    };
     let auditor = match st.service.runner().auditor() {
         Ok(a) if a.has_log() => Some(a),
         Ok(_) => None,
@@ -340,12 +442,17 @@ async fn ws_attach(
         origin,
         socket: slot.number(),
         offset,
+        mode,
         attached_unix_ms: now_unix_ms(),
         input_bytes: AtomicU64::new(0),
         output_bytes: AtomicU64::new(0),
         lost_bytes: AtomicU64::new(0),
     });
     attachment.record_attached().await?;
+    // Certain now: a controller taken over is told.
+    if let Some(c) = control.as_mut() {
+        c.confirm();
+    }
     // The connection stays counted, and is never given up to make room, while the
     // WebSocket lives.
     let kept = hold.and_then(|Extension(h)| h.keep());
@@ -360,22 +467,49 @@ async fn ws_attach(
             tokio::spawn(async move { failed.record_detached(Detach::UpgradeFailed).await });
         })
         .on_upgrade(move |socket| async move {
-            let why = serve_socket(socket, &attachment, slot).await;
+            let why = serve_socket(socket, &attachment, slot, control).await;
             drop(kept);
             attachment.record_detached(why).await;
         }))
 }
 
 /// Serves one attached WebSocket until the client closes it, the term ends (after its
-/// `exit` frame), the owner ends, or the connection stalls or fails; then closes it.
-async fn serve_socket(socket: WebSocket, att: &Attachment, mut slot: SocketSlot) -> Detach {
+/// `exit` frame), the owner ends, another client takes its control over (after a
+/// `taken_over` frame), or the connection stalls or fails; then closes it.
+async fn serve_socket(
+    socket: WebSocket,
+    att: &Attachment,
+    mut slot: SocketSlot,
+    mut control: Option<ControlSlot>,
+) -> Detach {
     let (mut sink, mut stream) = socket.split();
     let (replies, mut queued) = mpsc::channel(WS_REPLY_FRAMES);
+    let taken_over = async {
+        match control.as_mut() {
+            Some(c) => c.taken_over().await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut taken_by = None;
     let why = tokio::select! {
         why = take_input(&mut stream, att, replies) => why,
         why = give_output(&mut sink, att, &mut queued) => why,
         () = slot.owner_ended() => Detach::OwnerEnded,
+        by = taken_over => {
+            taken_by = Some(by);
+            Detach::TakenOver
+        }
     };
+    // Its control is given up before the close goes out.
+    drop(control);
+    if let Some(socket) = taken_by {
+        let frame = ServerMessage::TakenOver { socket };
+        let _ = tokio::time::timeout(
+            CLOSE_TIMEOUT,
+            sink.send(Message::Text(frame.to_json().into())),
+        )
+        .await;
+    }
     let close = |code, reason: &str| {
         let mut reason = reason.to_owned();
         while reason.len() > MAX_CLOSE_REASON_BYTES {
@@ -390,6 +524,7 @@ async fn serve_socket(socket: WebSocket, att: &Attachment, mut slot: SocketSlot)
         // The client's close is answered by the protocol layer; it only needs sending.
         Detach::ClientClosed | Detach::UpgradeFailed => None,
         Detach::TermEnded => Some(close(1000, "the term ended")),
+        Detach::TakenOver => Some(close(1000, "another client took the term over")),
         Detach::OwnerEnded => Some(close(1008, "the session ended")),
         Detach::Stalled => Some(close(
             1008,
@@ -616,21 +751,37 @@ mod tests {
     }
 
     #[test]
-    fn the_query_names_a_ticket_and_an_offset_once_each() {
+    fn the_query_names_a_ticket_an_offset_a_mode_and_a_takeover_once_each() {
         let q = WsQuery::parse(Some("ticket=tbw_ab&offset=12"));
         assert_eq!(q.ticket.as_deref(), Some("tbw_ab"));
-        assert_eq!(q.offset().ok(), Some(Some(12)));
+        assert_eq!(
+            q.checked().ok(),
+            Some(AttachQuery {
+                offset: Some(12),
+                mode: AttachMode::Control,
+                takeover: false
+            })
+        );
         let q = WsQuery::parse(None);
-        assert_eq!((q.ticket.clone(), q.offset().ok()), (None, Some(None)));
+        assert_eq!(q.ticket, None);
+        assert_eq!(q.checked().ok().map(|a| a.offset), Some(None));
+        let q = WsQuery::parse(Some("ticket=a&mode=view"));
+        assert_eq!(q.checked().ok().map(|a| a.mode), Some(AttachMode::View));
+        let q = WsQuery::parse(Some("ticket=a&mode=control&takeover=true"));
+        assert_eq!(q.checked().ok().map(|a| a.takeover), Some(true));
         for bad in [
             "ticket=a&ticket=b",
             "ticket=a&offset=-1",
             "ticket=a&offset=x",
             "ticket=a&token=b",
+            "ticket=a&mode=watch",
+            "ticket=a&takeover=yes",
+            "ticket=a&mode=view&takeover=true",
+            "ticket=a&mode=view&mode=view",
         ] {
             let q = WsQuery::parse(Some(bad));
             assert_eq!(
-                q.offset().map_err(|e| e.0.code).unwrap_err(),
+                q.checked().map_err(|e| e.0.code).unwrap_err(),
                 "input.malformed",
                 "{bad}"
             );

@@ -172,7 +172,7 @@ fn ws_paths(
         "{MAX_TERM_SOCKETS_PER_OWNER} WebSockets of this owner, or {MAX_TERM_SOCKETS} of the server, are open (ws.limit); or the request queue is full (server.busy)"
     );
     let protocol = format!(
-        "Upgrades to a WebSocket carrying the term's terminal both ways. Client to server: binary frames are bytes typed into the terminal (at most {MAX_TERM_INPUT_BYTES} a frame); text frames are JSON control messages (TermWsClientMessage: resize, signal, eof, input). Server to client: first a text frame {{\"type\":\"attached\",\"id\",\"offset\"}}, then binary frames of output bytes from that offset (by default what the term's ring still holds, so an attach redraws), a text frame {{\"type\":\"lost\",\"bytes\"}} before output that follows a gap (the client read too slowly), {{\"type\":\"error\",\"code\",\"message\"}} for a refused message (the connection goes on), and when the term ends {{\"type\":\"exit\", ...its status}} then a close frame (1000). Ending the ticket owner's session closes it (1008). A message above {MAX_WS_MESSAGE_BYTES} bytes closes it (1009). See docs/api.md, \"A term's WebSocket\"."
+        "Upgrades to a WebSocket carrying the term's terminal both ways. Client to server: binary frames are bytes typed into the terminal (at most {MAX_TERM_INPUT_BYTES} a frame); text frames are JSON control messages (TermWsClientMessage: resize, signal, eof, input). Server to client: first a text frame {{\"type\":\"attached\",\"id\",\"offset\"}}, then binary frames of output bytes from that offset (by default what the term's ring still holds, so an attach redraws), a text frame {{\"type\":\"lost\",\"bytes\"}} before output that follows a gap (the client read too slowly), {{\"type\":\"error\",\"code\",\"message\"}} for a refused message (the connection goes on), and when the term ends {{\"type\":\"exit\", ...its status}} then a close frame (1000). One WebSocket controls a term (mode=control, the default): a second controlling attach is refused with 409 term.controlled unless it asks takeover=true, which sends the first {{\"type\":\"taken_over\",\"socket\"}} and closes it (1000; the term runs on). A view (mode=view) only watches: its input, resizes and signals get error frames (term.view_only). A resize with \"redraw\": true that leaves the size as it was sends SIGWINCH to the foreground group anyway, so a full-screen program draws its screen again. Ending the ticket owner's session closes it (1008). A message above {MAX_WS_MESSAGE_BYTES} bytes closes it (1009). See docs/api.md, \"A term's WebSocket\"."
     );
     json!({
         "/v1/terms/{id}/ws_ticket": { "post": {
@@ -194,6 +194,12 @@ fn ws_paths(
                 { "name": "offset", "in": "query", "required": false,
                   "description": "Absolute byte offset to send output from; output already gone from it is reported as lost. Absent: what the ring still holds.",
                   "schema": { "type": "integer", "minimum": 0 } },
+                { "name": "mode", "in": "query", "required": false,
+                  "description": "control (the default): this WebSocket types, resizes and signals, and is the term's only one that does; view: it only watches.",
+                  "schema": { "type": "string", "enum": ["control", "view"], "default": "control" } },
+                { "name": "takeover", "in": "query", "required": false,
+                  "description": "With mode=control: take the term's control from the WebSocket that has it (that one is sent taken_over and closed) instead of being refused with term.controlled.",
+                  "schema": { "type": "boolean", "default": false } },
                 { "name": "Origin", "in": "header", "required": false,
                   "description": "A browser page's origin (sent by the browser): it must be one the server allows (tierbox serve --ws-origin); absent for a client that is not a web page.",
                   "schema": { "type": "string" } }],
@@ -207,6 +213,7 @@ fn ws_paths(
                 "401": error_response("no ticket, or one that is unknown, already used, expired, revoked with its session, or for another term (ws.ticket_refused)"),
                 "403": error_response("the Origin is not one the server allows (ws.origin_refused, naming it and the option that allows it)"),
                 "404": error_response("the term is no longer the ticket owner's (term.not_found)"),
+                "409": error_response("another WebSocket controls the term (term.controlled, naming it): attach with mode=view, or takeover=true; the ticket is spent"),
                 "426": error_response("not a WebSocket handshake (ws.upgrade_required); the ticket is spent"),
                 "429": error_response(&sockets),
                 "503": error_response("the policy's audit log cannot record the attach (audit.unavailable)")

@@ -32,6 +32,10 @@
 //!   open WebSocket holds no admission slot (it is not a request being served) but does
 //!   hold its connection's place in the connection budget (`crate::conns`) until it
 //!   closes.
+//! - **One controller.** At most one WebSocket of a term types, resizes and signals
+//!   ([`control`]); others attach with `mode=view` and only watch, and a second
+//!   controlling attach is refused (`term.controlled`, 409) unless it takes over
+//!   (`takeover=true`), which detaches the first with a `taken_over` frame.
 //! - **Audited.** Each attach and detach is an `event` record of the audit log
 //!   (`term.attached`, `term.detached`: term, owner, origin, time, byte counts), never
 //!   what was typed. With an audit log that cannot be written, nothing attaches
@@ -43,10 +47,12 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+pub mod control;
 pub mod origins;
 pub mod protocol;
 pub mod tickets;
 
+use control::Controllers;
 use origins::{OriginAllowlist, OriginError};
 use tickets::{Tickets, WS_TICKET_TTL};
 
@@ -139,6 +145,8 @@ pub enum Detach {
     Broken,
     /// The handshake's upgrade did not complete.
     UpgradeFailed,
+    /// Another client attached with `takeover=true` ([`control`]).
+    TakenOver,
 }
 
 impl Detach {
@@ -152,6 +160,7 @@ impl Detach {
             Self::TooLarge => "message_too_large",
             Self::Broken => "broken",
             Self::UpgradeFailed => "upgrade_failed",
+            Self::TakenOver => "taken_over",
         }
     }
 }
@@ -271,6 +280,7 @@ pub struct TermWs {
     config: WsConfig,
     tickets: Tickets,
     sockets: Arc<Sockets>,
+    controllers: Arc<Controllers>,
 }
 
 impl TermWs {
@@ -280,6 +290,7 @@ impl TermWs {
             tickets: Tickets::new(config.ticket_ttl),
             config,
             sockets: Arc::default(),
+            controllers: Arc::default(),
         }
     }
 
@@ -296,6 +307,11 @@ impl TermWs {
     /// The open WebSockets.
     pub fn sockets(&self) -> &Arc<Sockets> {
         &self.sockets
+    }
+
+    /// Which WebSocket controls each term.
+    pub fn controllers(&self) -> &Arc<Controllers> {
+        &self.controllers
     }
 
     /// `owner` ended: its tickets are spent and its WebSockets closed.

@@ -4,7 +4,8 @@
 //! frame is one JSON control message ([`ClientMessage`]). Server to client: **binary**
 //! frames are the terminal's output, exactly, in order; **text** frames are JSON
 //! ([`ServerMessage`]): `attached` first, `lost` before output that follows a gap,
-//! `error` answering a message that was refused, and `exit` last, before the close.
+//! `error` answering a message that was refused, and `exit` last, before the close — or
+//! `taken_over` last, when another client took the term's control over.
 //!
 //! A refused message never ends the connection: it is answered with an `error` frame
 //! naming the rule (the codes of the HTTP routes: `input.malformed`,
@@ -30,6 +31,12 @@ pub enum ClientMessage {
         rows: u64,
         /// Columns, 1 to 4096.
         cols: u64,
+        /// Redraw: when the size is the one the terminal has, send `SIGWINCH` to its
+        /// foreground group anyway, so a full-screen program draws its screen again (what
+        /// a client that attaches to a running term wants; the kernel signals only a
+        /// change).
+        #[serde(default)]
+        redraw: bool,
     },
     /// Signal the foreground job, as `POST /v1/terms/{id}/signal`: `INT`, `TERM`, `HUP`,
     /// `QUIT`, `KILL`, `WINCH`, `TSTP` or `CONT`.
@@ -53,8 +60,13 @@ pub enum ClientMessage {
 pub enum Command {
     /// Write these bytes to the terminal.
     Input(Vec<u8>),
-    /// Resize the terminal.
-    Resize(TermSize),
+    /// Resize the terminal; with `redraw`, signal `SIGWINCH` when the size stays.
+    Resize {
+        /// The new size.
+        size: TermSize,
+        /// Whether an unchanged size is signalled too.
+        redraw: bool,
+    },
     /// Send the named signal (checked against the allowlist when sent).
     Signal(String),
     /// Close the input.
@@ -98,7 +110,10 @@ pub fn text(frame: &str) -> Result<Command, TermRequestError> {
             })
         })?;
     Ok(match message {
-        ClientMessage::Resize { rows, cols } => Command::Resize(term_size(rows, cols)?),
+        ClientMessage::Resize { rows, cols, redraw } => Command::Resize {
+            size: term_size(rows, cols)?,
+            redraw,
+        },
         ClientMessage::Signal { signal } => Command::Signal(signal),
         ClientMessage::Eof {} => Command::Eof,
         ClientMessage::Input { data } => {
@@ -135,6 +150,12 @@ pub enum ServerMessage {
         /// What was wrong, naming the value.
         message: String,
     },
+    /// Another client attached with `takeover=true` and now controls the term; this
+    /// connection is closed next (1000). The term runs on.
+    TakenOver {
+        /// The WebSocket that took it over.
+        socket: u64,
+    },
     /// The term ended: its final status, as `GET /v1/terms/{id}` returns it. The server
     /// closes the connection next (1000).
     Exit {
@@ -162,10 +183,20 @@ mod tests {
     fn control_messages_parse_closed_and_checked() {
         assert_eq!(
             text(r#"{"type":"resize","rows":33,"cols":101}"#).unwrap(),
-            Command::Resize(TermSize {
-                rows: 33,
-                cols: 101
-            })
+            Command::Resize {
+                size: TermSize {
+                    rows: 33,
+                    cols: 101
+                },
+                redraw: false
+            }
+        );
+        assert_eq!(
+            text(r#"{"type":"resize","rows":2,"cols":3,"redraw":true}"#).unwrap(),
+            Command::Resize {
+                size: TermSize { rows: 2, cols: 3 },
+                redraw: true
+            }
         );
         assert_eq!(
             text(r#"{"type":"signal","signal":"INT"}"#).unwrap(),
@@ -219,5 +250,7 @@ mod tests {
             offset: 3,
         };
         assert_eq!(a.to_json(), r#"{"type":"attached","id":"ab","offset":3}"#);
+        let t = ServerMessage::TakenOver { socket: 9 };
+        assert_eq!(t.to_json(), r#"{"type":"taken_over","socket":9}"#);
     }
 }
