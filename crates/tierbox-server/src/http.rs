@@ -46,6 +46,8 @@ use crate::service::{Caller, RunReply, Service, ServiceError};
 use crate::sessions::{Session, Sessions};
 
 mod files;
+mod term_output;
+mod term_stream;
 mod term_ws;
 mod terms;
 
@@ -596,7 +598,7 @@ async fn run_reply(
         let reply = start(st.service.clone(), None).await?;
         return ok_serialized(&reply);
     }
-    let (lines_tx, mut lines_rx) = mpsc::channel::<Bytes>(STREAM_LINES);
+    let (lines_tx, lines_rx) = mpsc::channel::<Bytes>(STREAM_LINES);
     let admission = admission.map(|a| a.0);
     let service = st.service.clone();
     tokio::spawn(async move {
@@ -635,16 +637,21 @@ async fn run_reply(
         };
         let _ = lines_tx.send(last).await;
     });
+    Ok(ndjson_response(lines_rx))
+}
+
+/// A `200` whose body is the JSON lines `lines` brings, as they come, until its senders
+/// are gone; dropping the body (the client went away) closes `lines`.
+fn ndjson_response(mut lines: mpsc::Receiver<Bytes>) -> Response {
     let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| {
-        lines_rx
-            .poll_recv(cx)
-            .map(|o| o.map(Ok::<Bytes, Infallible>))
+        lines.poll_recv(cx).map(|o| o.map(Ok::<Bytes, Infallible>))
     }));
-    Ok(Response::builder()
+    Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/x-ndjson")
+        .header(header::CACHE_CONTROL, "no-store")
         .body(body)
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 async fn process_run(
@@ -1045,7 +1052,7 @@ pub fn router(service: Service, config: HttpConfig) -> Router {
         .route("/v1/session", delete(end_session))
         .route("/v1/sessions", post(new_session))
         .route("/v1/sessions/{id}", delete(revoke_session));
-    files::routes(term_ws::routes(terms::routes(routes)))
+    files::routes(term_stream::routes(term_ws::routes(terms::routes(routes))))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::disable())

@@ -732,6 +732,7 @@ mod tests {
             ("/v1/terms/{id}/resize", "post"),
             ("/v1/terms/{id}/signal", "post"),
             ("/v1/terms/{id}/output", "get"),
+            ("/v1/terms/{id}/stream", "get"),
             ("/v1/terms/{id}/kill", "post"),
             ("/v1/terms/{id}/ws_ticket", "post"),
             ("/v1/terms/{id}/ws", "get"),

@@ -671,3 +671,106 @@ fn one_websocket_controls_a_term_others_watch_or_take_it_over() {
         "{test}: taken over (first closed 1000); a redraw at 30x90 reached the job as SIGWINCH"
     );
 }
+
+/// `GET /v1/terms/{id}/stream`: a term followed over plain HTTP. JSON lines, `attached`
+/// first, the output as `output` lines whose bytes are the terminal's, `exit` last with
+/// the status, and the body ends with the term; a bad query is refused before anything
+/// attaches, and the stream is audited as a view.
+#[test]
+fn a_term_followed_over_plain_http_streams_its_output_to_its_exit() {
+    let test = "a_term_followed_over_plain_http_streams_its_output_to_its_exit";
+    let Some((policy, tier)) = setup(test, Where::TierB) else {
+        return;
+    };
+    let logdir = tempfile::tempdir().unwrap();
+    let log = logdir.path().join("audit.jsonl");
+    let policy = format!("{policy}[audit]\nlog = \"{}\"\n", path_str(&log));
+    let s = Server::start(&[], Some(&policy));
+    let alice = Http {
+        s: &s,
+        session: "alice",
+    };
+    let id = alice.bash(tier);
+    for bad in ["offset=x", "offset=-1", "follow=1"] {
+        let (status, v) = alice.call("GET", &format!("/v1/terms/{id}/stream?{bad}"), None);
+        assert_eq!(
+            (status, code_of(&v)),
+            (400, "input.malformed"),
+            "{bad}: {v}"
+        );
+    }
+    let (status, v) = s.call_in("bob", "GET", &format!("/v1/terms/{id}/stream"), None);
+    assert_eq!((status, code_of(&v)), (404, "term.not_found"), "{v}");
+
+    let addr = s.addr.clone();
+    let path = format!("/v1/terms/{id}/stream");
+    let follower = std::thread::spawn(move || {
+        let bearer = format!("Bearer {TOKEN}");
+        raw(
+            &addr,
+            "GET",
+            &path,
+            None,
+            &[("Authorization", &bearer), ("Tierbox-Session", "alice")],
+        )
+    });
+    alice.ok(
+        "POST",
+        &format!("/v1/terms/{id}/input"),
+        Some(json!({"data": "echo streamed-$((2*3))\r"})),
+    );
+    alice.ok(
+        "POST",
+        &format!("/v1/terms/{id}/input"),
+        Some(json!({"data": "exit 5\r"})),
+    );
+    let (status, head, body) = follower.join().unwrap();
+    assert_eq!(status, 200, "{head}\n{body}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/x-ndjson"),
+        "{head}"
+    );
+    let lines: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert_eq!(lines.first().map(|l| &l["type"]), Some(&json!("attached")));
+    let last = lines.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["exit_code"]),
+        (&json!("exit"), &json!(5)),
+        "{last}"
+    );
+    let shown: String = lines
+        .iter()
+        .filter(|l| l["type"] == "output")
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert!(shown.contains("streamed-6"), "{shown:?}");
+    // The offsets run on without a gap: each output line starts where the last ended.
+    let mut at = lines[0]["offset"].as_u64().unwrap();
+    for l in lines.iter().filter(|l| l["type"] == "output") {
+        assert_eq!(l["offset"].as_u64(), Some(at), "{l}");
+        at = l["next_offset"].as_u64().unwrap();
+    }
+    println!(
+        "{test}: {} lines, {} bytes of output, exit 5",
+        lines.len(),
+        at
+    );
+    let text = s.stop_and_verify_log(&log);
+    let events: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| v["record"]["envelope"]["attestation"]["body"].clone())
+        .filter(|b| b["term_id"] == id.as_str())
+        .map(|b| format!("{} {}", b["event"], b["mode"]))
+        .collect();
+    assert_eq!(
+        events,
+        [r#""term.attached" "view""#, r#""term.detached" null"#],
+        "{text}"
+    );
+    assert!(!text.contains("streamed-$"), "typed text in the audit log");
+}

@@ -13,7 +13,6 @@
 //! client taken over told.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -23,23 +22,16 @@ use axum::extract::{Extension, Path, RawQuery, State};
 use axum::http::{HeaderMap, header};
 use axum::routing::{get, post};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{Value, json};
-use tierbox_runner::audit::{Auditor, now_unix_ms};
-use tierbox_runner::background::BackgroundState;
-use tierbox_runner::ring::OutputChunk;
-use tierbox_runner::term::MAX_TERM_WAIT_MS;
+use tierbox_runner::audit::now_unix_ms;
 use tokio::sync::mpsc;
 
+use super::term_output::{Attach, Attachment, WsFrames, give_output};
 use super::{ApiError, ApiResult, AppState, Auth, err, ok, path_id};
 use crate::results::{TermWsTicket, to_json};
-use crate::service::{Service, ServiceError};
 use crate::term_ws::control::{AttachMode, ControlSlot, Controlled};
 use crate::term_ws::origins::OriginCheck;
-use crate::term_ws::protocol::{self, Command, ServerMessage};
-use crate::term_ws::{
-    Detach, MAX_WS_MESSAGE_BYTES, SocketSlot, WS_OUTPUT_FRAME_BYTES, WS_REPLY_FRAMES,
-    WS_SEND_TIMEOUT,
-};
+use crate::term_ws::protocol::{self, ServerMessage};
+use crate::term_ws::{Detach, MAX_WS_MESSAGE_BYTES, SocketSlot, WS_REPLY_FRAMES, WS_SEND_TIMEOUT};
 
 /// Longest a controlling attach waits for the term's controller to go away before it is
 /// refused with `term.controlled` (1 s): long enough for a connection its client just
@@ -126,17 +118,6 @@ struct AttachQuery {
     takeover: bool,
 }
 
-/// Why an attach or detach could not be recorded.
-#[derive(Debug, thiserror::Error)]
-enum RecordError {
-    /// The audit log refused it.
-    #[error(transparent)]
-    Audit(#[from] tierbox_runner::audit::AuditError),
-    /// The blocking task that writes it failed.
-    #[error("the audit task failed: {0}")]
-    Task(#[from] tokio::task::JoinError),
-}
-
 impl WsQuery {
     fn parse(raw: Option<&str>) -> Self {
         let mut q = Self {
@@ -200,138 +181,6 @@ impl WsQuery {
             mode,
             takeover,
         })
-    }
-}
-
-/// One attached WebSocket: whose, on what, and what went through it (for the audit log).
-struct Attachment {
-    service: Service,
-    /// The auditor, when the policy keeps an audit log.
-    auditor: Option<Arc<Auditor>>,
-    term: String,
-    owner: String,
-    origin: Option<String>,
-    socket: u64,
-    offset: Option<u64>,
-    mode: AttachMode,
-    attached_unix_ms: u64,
-    input_bytes: AtomicU64,
-    output_bytes: AtomicU64,
-    lost_bytes: AtomicU64,
-}
-
-impl Attachment {
-    /// The request the audit records are about: the handshake, without its ticket.
-    fn request(&self) -> Value {
-        json!({
-            "method": "GET",
-            "path": format!("/v1/terms/{}/ws", self.term),
-            "offset": self.offset,
-            "mode": self.mode.name(),
-        })
-    }
-
-    /// Records the attach; refused (nothing attaches) when the log cannot be written.
-    async fn record_attached(self: &Arc<Self>) -> Result<(), ApiError> {
-        let event = tierbox_attest::Event::TermAttached {
-            term_id: self.term.clone(),
-            owner: self.owner.clone(),
-            origin: self.origin.clone(),
-            socket: self.socket,
-            mode: Some(self.mode.name().to_owned()),
-        };
-        self.record(event).await.map_err(|e| {
-            err(
-                "audit.unavailable",
-                format!("the attach cannot be recorded in the audit log: {e}"),
-            )
-        })
-    }
-
-    /// Records the detach; a failure is reported on stderr (the connection is gone).
-    async fn record_detached(self: &Arc<Self>, why: Detach) {
-        let event = tierbox_attest::Event::TermDetached {
-            term_id: self.term.clone(),
-            owner: self.owner.clone(),
-            origin: self.origin.clone(),
-            socket: self.socket,
-            reason: why.name().to_owned(),
-            input_bytes: self.input_bytes.load(Ordering::Relaxed),
-            output_bytes: self.output_bytes.load(Ordering::Relaxed),
-            lost_bytes: self.lost_bytes.load(Ordering::Relaxed),
-        };
-        if let Err(e) = self.record(event).await {
-            eprintln!(
-                "tierbox: the detach of WebSocket {} from term {} is not in the audit log: {e}",
-                self.socket, self.term
-            );
-        }
-    }
-
-    /// Appends `event` to the audit log, off the async threads (it fsyncs).
-    async fn record(self: &Arc<Self>, event: tierbox_attest::Event) -> Result<(), RecordError> {
-        let Some(auditor) = self.auditor.clone() else {
-            return Ok(());
-        };
-        let request = self.request();
-        let started = self.attached_unix_ms;
-        Ok(
-            tokio::task::spawn_blocking(move || auditor.record_event(&request, started, event))
-                .await??,
-        )
-    }
-
-    /// Carries out one checked command of the client's; a view's are refused.
-    async fn execute(&self, command: Command) -> Result<(), ServiceError> {
-        let (owner, id) = (&self.owner, &self.term);
-        if self.mode == AttachMode::View {
-            return Err(ServiceError::new(
-                VIEW_ONLY,
-                format!(
-                    "this WebSocket watches term {id} (mode=view): its input, resizes and \
-                     signals are refused; attach with mode=control to type"
-                ),
-            ));
-        }
-        match command {
-            Command::Input(bytes) => {
-                self.service.term_write(owner, id, &bytes, false).await?;
-                self.input_bytes
-                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            }
-            Command::Eof => {
-                self.service.term_write(owner, id, b"", true).await?;
-            }
-            Command::Resize {
-                size,
-                redraw: false,
-            } => {
-                self.service.term_resize(owner, id, size)?;
-            }
-            Command::Resize { size, redraw: true } => {
-                let terms = self.service.runner().terms();
-                terms.resize_and_redraw(owner, id, size)?;
-            }
-            Command::Signal(name) => {
-                self.service.term_signal(owner, id, &name)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Up to [`WS_OUTPUT_FRAME_BYTES`] of output from `offset`, waiting up to `wait_ms`
-    /// for some.
-    async fn read(&self, offset: u64, wait_ms: u64) -> Result<OutputChunk, ServiceError> {
-        let terms = self.service.runner().terms();
-        Ok(terms
-            .output(
-                &self.owner,
-                &self.term,
-                offset,
-                WS_OUTPUT_FRAME_BYTES,
-                wait_ms,
-            )
-            .await?)
     }
 }
 
@@ -429,25 +278,18 @@ async fn ws_attach(
             Some(claim_control(&st, &id, &slot, origin.as_deref(), takeover).await?)
         }
     };
-    let auditor = match st.service.runner().auditor() {
-        Ok(a) if a.has_log() => Some(a),
-        Ok(_) => None,
-        Err(e) => return Err(ServiceError::from(e).into()),
-    };
-    let attachment = Arc::new(Attachment {
-        service: st.service.clone(),
-        auditor,
-        term: id,
-        owner,
-        origin,
-        socket: slot.number(),
-        offset,
-        mode,
-        attached_unix_ms: now_unix_ms(),
-        input_bytes: AtomicU64::new(0),
-        output_bytes: AtomicU64::new(0),
-        lost_bytes: AtomicU64::new(0),
-    });
+    let attachment = Attachment::new(
+        &st.service,
+        Attach {
+            path: format!("/v1/terms/{id}/ws"),
+            term: id,
+            owner,
+            origin,
+            socket: slot.number(),
+            offset,
+            mode,
+        },
+    )?;
     attachment.record_attached().await?;
     // Certain now: a controller taken over is told.
     if let Some(c) = control.as_mut() {
@@ -484,6 +326,7 @@ async fn serve_socket(
 ) -> Detach {
     let (mut sink, mut stream) = socket.split();
     let (replies, mut queued) = mpsc::channel(WS_REPLY_FRAMES);
+    let mut frames = WsFrames(&mut sink);
     let taken_over = async {
         match control.as_mut() {
             Some(c) => c.taken_over().await,
@@ -493,7 +336,7 @@ async fn serve_socket(
     let mut taken_by = None;
     let why = tokio::select! {
         why = take_input(&mut stream, att, replies) => why,
-        why = give_output(&mut sink, att, &mut queued) => why,
+        why = give_output(&mut frames, att, &mut queued) => why,
         () = slot.owner_ended() => Detach::OwnerEnded,
         by = taken_over => {
             taken_by = Some(by);
@@ -551,7 +394,11 @@ async fn serve_socket(
 
 /// The client's frames, into the term: binary frames are input bytes, text frames
 /// control messages. A refused one is answered with an `error` frame.
-async fn take_input<S>(stream: &mut S, att: &Attachment, replies: mpsc::Sender<Message>) -> Detach
+async fn take_input<S>(
+    stream: &mut S,
+    att: &Attachment,
+    replies: mpsc::Sender<ServerMessage>,
+) -> Detach
 where
     S: futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
 {
@@ -572,11 +419,7 @@ where
                 code: e.code,
                 message: e.message,
             };
-            if replies
-                .send(Message::Text(answer.to_json().into()))
-                .await
-                .is_err()
-            {
+            if replies.send(answer).await.is_err() {
                 return Detach::Broken;
             }
         }
@@ -597,131 +440,6 @@ fn read_failure(e: axum::Error) -> Detach {
         ) => Detach::ClientClosed,
         Ok(Error::Capacity(CapacityError::MessageTooLong { .. })) => Detach::TooLarge,
         _ => Detach::Broken,
-    }
-}
-
-/// Sends an `error` frame for `e` (the connection ends next: whether it goes out does
-/// not matter).
-async fn send_error<S>(sink: &mut S, e: ServiceError)
-where
-    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
-{
-    let frame = ServerMessage::Error {
-        code: e.code,
-        message: e.message,
-    };
-    let _ = send(sink, Message::Text(frame.to_json().into())).await;
-}
-
-/// Sends `frame`, within [`WS_SEND_TIMEOUT`].
-async fn send<S>(sink: &mut S, frame: Message) -> Result<(), Detach>
-where
-    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
-{
-    match tokio::time::timeout(WS_SEND_TIMEOUT, sink.send(frame)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(_)) => Err(Detach::Broken),
-        Err(_) => Err(Detach::Stalled),
-    }
-}
-
-/// The term's output, to the client: `attached`, then binary frames read from the ring
-/// at the client's pace (a gap is a `lost` frame first), the `error` answers queued by
-/// [`take_input`] between them, and `exit` once the term has ended and everything it
-/// showed was sent.
-async fn give_output<S>(
-    sink: &mut S,
-    att: &Attachment,
-    queued: &mut mpsc::Receiver<Message>,
-) -> Detach
-where
-    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
-{
-    match pump_output(sink, att, queued).await {
-        Ok(never) => match never {},
-        Err(why) => why,
-    }
-}
-
-async fn pump_output<S>(
-    sink: &mut S,
-    att: &Attachment,
-    queued: &mut mpsc::Receiver<Message>,
-) -> Result<std::convert::Infallible, Detach>
-where
-    S: futures_util::Sink<Message, Error = axum::Error> + Unpin,
-{
-    // An explicit offset reports what is gone from it; the default starts with what the
-    // ring still holds, missing nothing the client asked for.
-    let asked = att.offset;
-    let first = match att.read(asked.unwrap_or(0), 0).await {
-        Ok(chunk) => chunk,
-        Err(e) => {
-            send_error(sink, e).await;
-            return Err(Detach::Broken);
-        }
-    };
-    let lost_before = if asked.is_some() {
-        first.missed_bytes
-    } else {
-        0
-    };
-    let attached = ServerMessage::Attached {
-        id: att.term.clone(),
-        offset: first.offset - lost_before,
-    };
-    send(sink, Message::Text(attached.to_json().into())).await?;
-    let mut at = first.next_offset;
-    let mut ended = false;
-    let mut chunk = Some((first, lost_before));
-    loop {
-        if let Some((read, lost)) = chunk.take() {
-            if lost > 0 {
-                att.lost_bytes.fetch_add(lost, Ordering::Relaxed);
-                let frame = ServerMessage::Lost { bytes: lost };
-                send(sink, Message::Text(frame.to_json().into())).await?;
-            }
-            let bytes = read.bytes().map(|b| b.into_owned()).unwrap_or_default();
-            at = read.next_offset;
-            if bytes.is_empty() {
-                // Nothing more: the term has ended once it is seen ended after a read
-                // (its output is all in the ring before its end is published).
-                let status = match att.service.term_status(&att.owner, &att.term).await {
-                    Ok(status) => status,
-                    Err(e) => {
-                        send_error(sink, e).await;
-                        return Err(Detach::Broken);
-                    }
-                };
-                if ended {
-                    let exit = ServerMessage::Exit {
-                        status: Box::new(status),
-                    };
-                    send(sink, Message::Text(exit.to_json().into())).await?;
-                    return Err(Detach::TermEnded);
-                }
-                ended = status.state != BackgroundState::Running;
-            } else {
-                att.output_bytes
-                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                send(sink, Message::Binary(bytes.into())).await?;
-            }
-        }
-        // An ended term's read returns at once.
-        tokio::select! {
-            biased;
-            Some(reply) = queued.recv() => send(sink, reply).await?,
-            read = att.read(at, MAX_TERM_WAIT_MS) => match read {
-                Ok(read) => {
-                    let lost = read.missed_bytes;
-                    chunk = Some((read, lost));
-                }
-                Err(e) => {
-                    send_error(sink, e).await;
-                    return Err(Detach::Broken);
-                }
-            },
-        }
     }
 }
 

@@ -142,6 +142,19 @@ pub(super) fn term_paths(p: &Parameters, r: &ResponseSchemas) -> Value {
                   "schema": { "type": "integer", "minimum": 0, "maximum": MAX_TERM_WAIT_MS, "default": 0 } }],
             "responses": with(errors(&[term]), "200", json_response("output from the offset on", term_output_schema))
         } },
+        "/v1/terms/{id}/stream": { "get": {
+            "operationId": "term_stream",
+            "summary": "Follow a term's output over plain HTTP: one JSON line per event until the term ends",
+            "description": format!("application/x-ndjson, each line one event: {{\"type\":\"attached\",\"id\",\"offset\"}} first; {{\"type\":\"output\", offset, text, bytes_base64 (exactly when text is lossy), next_offset, missed_bytes, total_bytes}} as the terminal shows output; {{\"type\":\"lost\",\"bytes\"}} before output that follows a gap (the client read too slowly: the term is never held up); {{\"type\":\"exit\", ...its status}} last, then the body ends. A view: it sends nothing to the term. It holds no admission slot but one of the {MAX_TERM_SOCKETS} places of WebSockets and streams ({MAX_TERM_SOCKETS_PER_OWNER} per owner), ends with its owner's session, and is audited as an attach and a detach."),
+            "parameters": [term_id.clone(), session.clone(),
+                { "name": "offset", "in": "query", "required": false,
+                  "description": "Absolute byte offset to start from; output already gone from it is reported as lost. Absent: what the ring still holds.",
+                  "schema": { "type": "integer", "minimum": 0 } }],
+            "responses": with(errors(&[term, ("503", "the policy's audit log cannot record the attach (audit.unavailable)")]), "200", json!({
+                "description": "the events, one JSON object a line, until the term ends",
+                "content": { "application/x-ndjson": { "schema": { "type": "string" } } }
+            }))
+        } },
         "/v1/terms/{id}/kill": { "post": {
             "operationId": "term_kill", "summary": "Kill a term and its whole tree; its final status",
             "parameters": params,
