@@ -72,6 +72,7 @@ mod log;
 mod server;
 mod socks;
 mod special;
+pub mod tls;
 mod tunnel;
 
 #[cfg(test)]

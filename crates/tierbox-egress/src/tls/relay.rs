@@ -1,0 +1,573 @@
+//! HTTP/1.1 between a terminated client and its verified upstream: each request is held
+//! to the host's method/path rules, has its credential placeholders replaced with the
+//! secrets at the places the rules name, and its response has the secrets replaced back
+//! with the placeholders, headers and body.
+//!
+//! What the sandbox holds is a **placeholder**: a random per-run token standing for the
+//! secret. The relay replaces it only
+//!
+//! - for this host (the relay serves one terminated connection, whose upstream was
+//!   verified for the host before anything was sent),
+//! - in the one header the rule names (its value as sent, or inside `Basic`
+//!   credentials: `base64(user:PLACEHOLDER)` is decoded, replaced and encoded again, as
+//!   git, pip and npm send tokens), or the one query parameter it names,
+//! - for requests the host's rules allow.
+//!
+//! Never in a body, another header, or a request the rules refuse. A placeholder anywhere
+//! else goes out as it is: it is worth nothing to whoever reads it.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use base64::Engine;
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Most request rules one host may have.
+pub const MAX_REQUEST_RULES: usize = 256;
+
+/// Most bytes of a request rule (`METHOD /path/*`).
+pub const MAX_REQUEST_RULE_BYTES: usize = 1024;
+
+/// A request rule: `METHOD /path`, `METHOD /prefix/*`, or `* …` for any method.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRule {
+    text: String,
+    method: Option<String>,
+    path: String,
+    prefix: bool,
+}
+
+/// A request rule that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "request rule {rule:?}: {reason} (write \"GET /repos/*\", \"POST /graphql\" or \"* /health\")"
+)]
+pub struct RuleError {
+    /// The rule as written (cut to [`MAX_REQUEST_RULE_BYTES`]).
+    pub rule: String,
+    /// What is wrong.
+    pub reason: &'static str,
+}
+
+impl RequestRule {
+    /// Parses `METHOD PATH`: an HTTP method token or `*`, one space, a path starting with
+    /// `/` that may end in `*` (a prefix).
+    ///
+    /// ```
+    /// use tierbox_egress::tls::relay::RequestRule;
+    ///
+    /// let r = RequestRule::parse("GET /repos/*").unwrap();
+    /// assert!(r.allows("GET", "/repos/a/b"));
+    /// assert!(!r.allows("POST", "/repos/a/b"));
+    /// assert!(!r.allows("GET", "/user"));
+    /// assert!(RequestRule::parse("GET repos").is_err());
+    /// ```
+    pub fn parse(rule: &str) -> Result<Self, RuleError> {
+        let bad = |reason| RuleError {
+            rule: rule.chars().take(MAX_REQUEST_RULE_BYTES).collect(),
+            reason,
+        };
+        if rule.len() > MAX_REQUEST_RULE_BYTES {
+            return Err(bad("longer than 1024 bytes"));
+        }
+        let (method, path) = rule
+            .split_once(' ')
+            .ok_or_else(|| bad("no space between the method and the path"))?;
+        let method = match method {
+            "*" => None,
+            m if !m.is_empty() && m.bytes().all(|b| b.is_ascii_uppercase()) => Some(m.to_owned()),
+            _ => return Err(bad("the method is neither an upper-case HTTP method nor *")),
+        };
+        if !path.starts_with('/')
+            || path
+                .bytes()
+                .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+        {
+            return Err(bad(
+                "the path does not start with / or has spaces or control characters",
+            ));
+        }
+        let (path, prefix) = match path.strip_suffix('*') {
+            Some(p) => (p, true),
+            None => (path, false),
+        };
+        if path.contains('*') {
+            return Err(bad("* may only end the path"));
+        }
+        Ok(Self {
+            text: rule.to_owned(),
+            method,
+            path: path.to_owned(),
+            prefix,
+        })
+    }
+
+    /// Whether it allows `method` on `path` (the request's path, without its query).
+    pub fn allows(&self, method: &str, path: &str) -> bool {
+        let method_ok = self.method.as_deref().is_none_or(|m| m == method);
+        let path_ok = match self.prefix {
+            true => path.starts_with(&self.path),
+            false => path == self.path,
+        };
+        method_ok && path_ok
+    }
+
+    /// The rule as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// Where a credential's placeholder is replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// In this request header's value (also inside `Basic` credentials).
+    Header(HeaderName),
+    /// In this query parameter's value.
+    Query(String),
+}
+
+/// A secret: its bytes never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// A secret of `value`.
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+
+    fn get(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret({} bytes)", self.0.len())
+    }
+}
+
+/// One credential rule for a host: its name (in reports), where its placeholder is
+/// replaced, the placeholder the sandbox holds, and the secret.
+#[derive(Debug, Clone)]
+pub struct Credential {
+    /// Its name (the policy's), in reports and the attestation.
+    pub name: String,
+    /// Where.
+    pub place: Place,
+    /// What the sandbox holds instead of the secret.
+    pub placeholder: String,
+    /// The secret.
+    pub secret: Secret,
+}
+
+/// What a terminated host's requests are held to.
+#[derive(Debug, Clone, Default)]
+pub struct HostRules {
+    /// Requests allowed (none: every request).
+    pub allow: Vec<RequestRule>,
+    /// Credentials injected.
+    pub credentials: Vec<Credential>,
+}
+
+/// A request the rules refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// Its method.
+    pub method: String,
+    /// Its path (without the query).
+    pub path: String,
+    /// The rule that would allow it (`METHOD /path`).
+    pub would_allow: String,
+}
+
+/// What went through a terminated connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelayReport {
+    /// Requests forwarded.
+    pub forwarded: u64,
+    /// Requests refused, in order (the first [`MAX_REPORTED_REFUSALS`]).
+    pub refused: Vec<Refused>,
+    /// Refusals past [`MAX_REPORTED_REFUSALS`], counted.
+    pub refused_unreported: u64,
+    /// Per credential rule, how many requests had its placeholder replaced.
+    pub injected: BTreeMap<String, u64>,
+}
+
+/// Most refusals a report lists; more are counted.
+pub const MAX_REPORTED_REFUSALS: usize = 64;
+
+type Reply = Response<BoxBody<Bytes, hyper::Error>>;
+
+fn refusal(status: StatusCode, message: String) -> Reply {
+    let body = Full::new(Bytes::from(message + "\n"))
+        .map_err(|never: Infallible| match never {})
+        .boxed();
+    let mut reply = Response::new(body);
+    *reply.status_mut() = status;
+    reply.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    reply
+}
+
+/// `value` with `placeholder` replaced by `secret`, directly or inside `Basic`
+/// credentials; `None` when it holds no placeholder.
+fn inject_header(value: &HeaderValue, placeholder: &str, secret: &str) -> Option<HeaderValue> {
+    let text = value.to_str().ok()?;
+    if text.contains(placeholder) {
+        return HeaderValue::from_str(&text.replace(placeholder, secret)).ok();
+    }
+    let (scheme, encoded) = text.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let engine = base64::engine::general_purpose::STANDARD;
+    let decoded = String::from_utf8(engine.decode(encoded.trim()).ok()?).ok()?;
+    if !decoded.contains(placeholder) {
+        return None;
+    }
+    let replaced = engine.encode(decoded.replace(placeholder, secret));
+    HeaderValue::from_str(&format!("{scheme} {replaced}")).ok()
+}
+
+/// `query` with `placeholder` replaced by `secret` in parameter `param`'s value.
+fn inject_query(query: &str, param: &str, placeholder: &str, secret: &str) -> Option<String> {
+    let mut changed = false;
+    let parts: Vec<String> = query
+        .split('&')
+        .map(|part| match part.split_once('=') {
+            Some((k, v)) if k == param && v.contains(placeholder) => {
+                changed = true;
+                format!("{k}={}", v.replace(placeholder, secret))
+            }
+            _ => part.to_owned(),
+        })
+        .collect();
+    changed.then(|| parts.join("&"))
+}
+
+/// Replaces each credential's placeholder at its place in `req`; the names of those used.
+fn inject(req: &mut Request<Incoming>, credentials: &[Credential]) -> Vec<String> {
+    let mut used = Vec::new();
+    for c in credentials {
+        let secret = c.secret.get();
+        let done = match &c.place {
+            Place::Header(name) => {
+                let replaced = req
+                    .headers()
+                    .get(name)
+                    .and_then(|v| inject_header(v, &c.placeholder, secret));
+                replaced
+                    .map(|v| req.headers_mut().insert(name.clone(), v))
+                    .is_some()
+            }
+            Place::Query(param) => {
+                let uri = req.uri().clone();
+                let query = uri
+                    .query()
+                    .and_then(|q| inject_query(q, param, &c.placeholder, secret));
+                match query.and_then(|q| format!("{}?{q}", uri.path()).parse().ok()) {
+                    Some(path_and_query) => {
+                        let mut parts = uri.into_parts();
+                        parts.path_and_query = Some(path_and_query);
+                        match hyper::Uri::from_parts(parts) {
+                            Ok(new) => {
+                                *req.uri_mut() = new;
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    }
+                    None => false,
+                }
+            }
+        };
+        if done {
+            used.push(c.name.clone());
+        }
+    }
+    used
+}
+
+/// The secrets of `credentials` and their placeholders, longest secret first.
+fn swaps(credentials: &[Credential]) -> Arc<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut v: Vec<(Vec<u8>, Vec<u8>)> = credentials
+        .iter()
+        .filter(|c| !c.secret.get().is_empty())
+        .map(|c| {
+            (
+                c.secret.get().as_bytes().to_vec(),
+                c.placeholder.as_bytes().to_vec(),
+            )
+        })
+        .collect();
+    v.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+    Arc::new(v)
+}
+
+fn replace_all(bytes: &[u8], swaps: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    for (secret, placeholder) in swaps {
+        let mut next = Vec::with_capacity(out.len());
+        let mut i = 0;
+        while i < out.len() {
+            if out[i..].starts_with(secret) {
+                next.extend_from_slice(placeholder);
+                i += secret.len();
+            } else {
+                next.push(out[i]);
+                i += 1;
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+/// A response body with every secret replaced by its placeholder, across chunk
+/// boundaries: the last `longest secret - 1` bytes of what arrived are held until more
+/// comes or the body ends.
+struct Stripped<B> {
+    inner: B,
+    swaps: Arc<Vec<(Vec<u8>, Vec<u8>)>>,
+    held: BytesMut,
+    done: bool,
+}
+
+impl<B> Body for Stripped<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let keep = self
+            .swaps
+            .first()
+            .map_or(0, |(s, _)| s.len().saturating_sub(1));
+        loop {
+            if self.done {
+                if self.held.is_empty() {
+                    return Poll::Ready(None);
+                }
+                let rest = self.held.split();
+                let out = replace_all(&rest, &self.swaps);
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+            }
+            match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => self.done = true,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        self.held.extend_from_slice(&data);
+                        let replaced = replace_all(&self.held, &self.swaps);
+                        // Hold back what could be the start of a secret.
+                        let cut = replaced.len().saturating_sub(keep);
+                        if cut == 0 {
+                            self.held = BytesMut::from(&replaced[..]);
+                            continue;
+                        }
+                        self.held = BytesMut::from(&replaced[cut..]);
+                        return Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(
+                            &replaced[..cut],
+                        )))));
+                    }
+                    // Trailers: passed as they are (HTTP/1.1 clients rarely get any).
+                    Err(frame) => return Poll::Ready(Some(Ok(frame))),
+                },
+            }
+        }
+    }
+}
+
+/// Serves HTTP/1.1 between `client` (terminated) and `upstream` (verified) under `rules`
+/// until either side closes; what went through.
+pub async fn relay<C, U>(client: C, upstream: U, rules: HostRules) -> RelayReport
+where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let report = Arc::new(Mutex::new(RelayReport::default()));
+    let Ok((sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(upstream)).await
+    else {
+        return RelayReport::default();
+    };
+    let upstream_conn = tokio::spawn(conn);
+    let sender = Arc::new(tokio::sync::Mutex::new(sender));
+    let rules = Arc::new(rules);
+    let swaps = swaps(&rules.credentials);
+    let service = {
+        let report = report.clone();
+        hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            let (sender, rules, report, swaps) =
+                (sender.clone(), rules.clone(), report.clone(), swaps.clone());
+            async move {
+                let method = req.method().as_str().to_owned();
+                let path = req.uri().path().to_owned();
+                if !rules.allow.is_empty() && !rules.allow.iter().any(|r| r.allows(&method, &path))
+                {
+                    let would_allow = format!("{method} {path}");
+                    let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
+                    if r.refused.len() < MAX_REPORTED_REFUSALS {
+                        r.refused.push(Refused {
+                            method: method.clone(),
+                            path: path.clone(),
+                            would_allow: would_allow.clone(),
+                        });
+                    } else {
+                        r.refused_unreported += 1;
+                    }
+                    return Ok::<_, Infallible>(refusal(
+                        StatusCode::FORBIDDEN,
+                        format!(
+                            "egress refused: {method} {path} is not allowed by this host's request rules; to allow: add \"{would_allow}\" to its allow list"
+                        ),
+                    ));
+                }
+                let used = inject(&mut req, &rules.credentials);
+                let answer = sender.lock().await.send_request(req).await;
+                let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
+                r.forwarded += 1;
+                for name in used {
+                    *r.injected.entry(name).or_default() += 1;
+                }
+                drop(r);
+                Ok(match answer {
+                    Ok(resp) => {
+                        let (mut parts, body) = resp.into_parts();
+                        for value in parts.headers.values_mut() {
+                            let replaced = replace_all(value.as_bytes(), &swaps);
+                            if replaced != value.as_bytes()
+                                && let Ok(v) = HeaderValue::from_bytes(&replaced)
+                            {
+                                *value = v;
+                            }
+                        }
+                        // The body's length may change with the swaps.
+                        if !swaps.is_empty() {
+                            parts.headers.remove(hyper::header::CONTENT_LENGTH);
+                        }
+                        let body = Stripped {
+                            inner: body,
+                            swaps,
+                            held: BytesMut::new(),
+                            done: false,
+                        };
+                        Response::from_parts(parts, body.boxed())
+                    }
+                    Err(e) => refusal(
+                        StatusCode::BAD_GATEWAY,
+                        format!("egress: the upstream failed: {e}"),
+                    ),
+                })
+            }
+        })
+    };
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(client), service)
+        .await;
+    upstream_conn.abort();
+    report
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A body that yields its chunks one frame each.
+    struct Chunks(std::collections::VecDeque<Bytes>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready(self.0.pop_front().map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    /// `bytes` in frames of `size` bytes, stripped of `secret` (for `ph`).
+    async fn stripped(bytes: &[u8], size: usize, secret: &str, ph: &str) -> Vec<u8> {
+        let chunks = bytes.chunks(size).map(Bytes::copy_from_slice).collect();
+        let credential = Credential {
+            name: "c".into(),
+            place: Place::Query("t".into()),
+            placeholder: ph.into(),
+            secret: Secret::new(secret.into()),
+        };
+        let s = Stripped {
+            inner: Chunks(chunks),
+            swaps: swaps(&[credential]),
+            held: BytesMut::new(),
+            done: false,
+        };
+        s.collect().await.unwrap().to_bytes().to_vec()
+    }
+
+    #[tokio::test]
+    async fn a_secret_split_across_frames_is_still_replaced_and_nothing_else_changes() {
+        let body = b"head SECRET-123 middle SECRET-123SECRET-123 tail SECRET-12".to_vec();
+        for size in 1..=body.len() {
+            let out = stripped(&body, size, "SECRET-123", "ph");
+            assert_eq!(
+                out.await,
+                b"head ph middle phph tail SECRET-12".to_vec(),
+                "frames of {size}"
+            );
+        }
+    }
+
+    #[test]
+    fn placeholders_are_replaced_only_where_the_rule_says() {
+        let v = HeaderValue::from_static("Bearer PH");
+        assert_eq!(inject_header(&v, "PH", "S").unwrap(), "Bearer S");
+        let engine = base64::engine::general_purpose::STANDARD;
+        let basic = HeaderValue::from_str(&format!("Basic {}", engine.encode("u:PH"))).unwrap();
+        let out = inject_header(&basic, "PH", "S").unwrap();
+        assert_eq!(out, format!("Basic {}", engine.encode("u:S")).as_str());
+        assert!(inject_header(&HeaderValue::from_static("Bearer other"), "PH", "S").is_none());
+        assert_eq!(
+            inject_query("a=1&t=PH&b=PH", "t", "PH", "S").as_deref(),
+            Some("a=1&t=S&b=PH")
+        );
+        assert!(inject_query("a=PH", "t", "PH", "S").is_none());
+    }
+
+    #[test]
+    fn request_rules_parse_closed() {
+        for bad in ["GET", "get /x", "GET x", "GET /a*b", "GET /a b", "/x GET"] {
+            assert!(RequestRule::parse(bad).is_err(), "{bad}");
+        }
+        let any = RequestRule::parse("* /health").unwrap();
+        assert!(any.allows("DELETE", "/health") && !any.allows("GET", "/healthz"));
+        let exact = RequestRule::parse("POST /graphql").unwrap();
+        assert!(exact.allows("POST", "/graphql") && !exact.allows("POST", "/graphql/x"));
+        let long = format!("GET /{}", "a".repeat(MAX_REQUEST_RULE_BYTES));
+        assert!(RequestRule::parse(&long).is_err());
+    }
+}

@@ -1,0 +1,309 @@
+//! Termination end to end, in memory: a client that trusts only the run's CA, the proxy's
+//! [`terminate`] and [`relay::relay`], and an upstream with its own test CA that logs
+//! every request it receives and echoes the `Authorization` it got, in a header and in
+//! its body.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, duplex};
+
+use super::relay::{Credential, HostRules, Place, RelayReport, RequestRule, Secret, relay};
+use super::*;
+
+const SECRET: &str = "ghp_realSecretValue0123456789abcdefXYZ";
+const PLACEHOLDER: &str = "tbx_ph_5c1f0e9a7b3d4e2f";
+
+fn host() -> CanonicalHost {
+    CanonicalHost::parse("api.test").unwrap()
+}
+
+/// A test CA and a leaf for `name` signed by it: (CA PEM, server config).
+fn upstream_identity(name: &str) -> (String, Arc<rustls::ServerConfig>) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec![name.to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .unwrap();
+    (ca.pem(), Arc::new(config))
+}
+
+/// Serves one TLS connection on `io`: every request's head is logged; the answer echoes
+/// its `Authorization` in `X-Echo` and in the body.
+async fn upstream(
+    io: DuplexStream,
+    config: Arc<rustls::ServerConfig>,
+    log: Arc<Mutex<Vec<String>>>,
+) {
+    let Ok(mut tls) = tokio_rustls::TlsAcceptor::from(config).accept(io).await else {
+        return;
+    };
+    let mut buf = Vec::new();
+    loop {
+        let mut chunk = [0u8; 4096];
+        let Ok(n @ 1..) = tls.read(&mut chunk).await else {
+            return;
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let body_len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            if buf.len() < end + 4 + body_len {
+                break;
+            }
+            let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + body_len]).into_owned();
+            buf.drain(..end + 4 + body_len);
+            log.lock().unwrap().push(format!("{head}\r\n\r\n{body}"));
+            let auth = head
+                .lines()
+                .find_map(|l| {
+                    l.strip_prefix("authorization: ")
+                        .or_else(|| l.strip_prefix("Authorization: "))
+                })
+                .unwrap_or("")
+                .to_owned();
+            let answer = format!("echo {auth}");
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nX-Echo: {auth}\r\nContent-Length: {}\r\n\r\n{answer}",
+                answer.len()
+            );
+            if tls.write_all(reply.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A client trusting only the certificate `ca`, TLS for `api.test` over `io`.
+async fn client(
+    io: DuplexStream,
+    ca: CertificateDer<'static>,
+) -> Result<tokio_rustls::client::TlsStream<DuplexStream>, std::io::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("api.test").unwrap(), io)
+        .await
+}
+
+fn rules() -> HostRules {
+    let credential = |name: &str, place| Credential {
+        name: name.to_owned(),
+        place,
+        placeholder: PLACEHOLDER.to_owned(),
+        secret: Secret::new(SECRET.to_owned()),
+    };
+    HostRules {
+        allow: vec![
+            RequestRule::parse("GET /repos/*").unwrap(),
+            RequestRule::parse("POST /graphql").unwrap(),
+        ],
+        credentials: vec![
+            credential("github", Place::Header(hyper::header::AUTHORIZATION)),
+            credential("github-query", Place::Query("access_token".to_owned())),
+        ],
+    }
+}
+
+struct Run {
+    /// Each answer the client read, whole.
+    answers: Vec<String>,
+    /// What the upstream received.
+    received: Vec<String>,
+    report: RelayReport,
+}
+
+/// Sends `requests` (each a head and body, keep-alive) through a terminated connection
+/// to an upstream whose CA the proxy trusts.
+async fn through_the_proxy(requests: &[String]) -> Run {
+    let ca = RunCa::new(&[host()], SystemTime::now(), Duration::from_secs(600)).unwrap();
+    let ca_cert = ca.cert_der();
+    let (upstream_pem, upstream_config) = upstream_identity("api.test");
+    let trust = Upstream::only(&[upstream_pem]).unwrap();
+    let (client_io, proxy_client) = duplex(64 * 1024);
+    let (proxy_upstream, upstream_io) = duplex(64 * 1024);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    tokio::spawn(upstream(upstream_io, upstream_config, log.clone()));
+    let proxy = tokio::spawn(async move {
+        let t = terminate(&ca, &trust, &host(), proxy_client, proxy_upstream)
+            .await
+            .unwrap();
+        relay(t.client, t.upstream, rules()).await
+    });
+    let mut tls = client(client_io, ca_cert).await.unwrap();
+    let mut answers = Vec::new();
+    for request in requests {
+        tls.write_all(request.as_bytes()).await.unwrap();
+        answers.push(read_answer(&mut tls).await);
+    }
+    drop(tls);
+    let report = proxy.await.unwrap();
+    let received = log.lock().unwrap().clone();
+    Run {
+        answers,
+        received,
+        report,
+    }
+}
+
+/// Reads one answer: its head and a `Content-Length` or chunked body.
+async fn read_answer(tls: &mut tokio_rustls::client::TlsStream<DuplexStream>) -> String {
+    let mut buf = Vec::new();
+    loop {
+        let mut chunk = [0u8; 4096];
+        let n = tls.read(&mut chunk).await.unwrap();
+        assert!(
+            n > 0,
+            "closed before an answer: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        let lower = head.to_ascii_lowercase();
+        if let Some(len) = lower
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+        {
+            if body.len() >= len.trim().parse::<usize>().unwrap() {
+                return text;
+            }
+        } else if lower.contains("transfer-encoding: chunked") && body.ends_with("0\r\n\r\n") {
+            return text;
+        }
+    }
+}
+
+fn get(path: &str, auth: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: api.test\r\nAuthorization: {auth}\r\nX-Other: {PLACEHOLDER}\r\n\r\n"
+    )
+}
+
+#[tokio::test]
+async fn the_upstream_gets_the_secret_and_the_sandbox_only_ever_the_placeholder() {
+    let basic =
+        base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{PLACEHOLDER}"));
+    let body = format!("{{\"token\":\"{PLACEHOLDER}\"}}");
+    let run = through_the_proxy(&[
+            get("/repos/o/r", &format!("Bearer {PLACEHOLDER}")),
+            get("/repos/o/r", &format!("Basic {basic}")),
+            get(&format!("/repos/o/r?per_page=1&access_token={PLACEHOLDER}"), "none"),
+            format!("POST /repos/o/r HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n"),
+            format!("POST /graphql HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {PLACEHOLDER}\r\nContent-Length: {}\r\n\r\n{body}", body.len()),
+    ])
+    .await;
+    let received = &run.received;
+    assert_eq!(received.len(), 4, "{received:#?}");
+    // The header, decoded Basic credentials and the query parameter carry the secret.
+    assert!(
+        received[0].contains(&format!("authorization: Bearer {SECRET}")),
+        "{}",
+        received[0]
+    );
+    let basic_secret =
+        base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{SECRET}"));
+    assert!(received[1].contains(&basic_secret), "{}", received[1]);
+    assert!(
+        received[2].contains(&format!("access_token={SECRET}")),
+        "{}",
+        received[2]
+    );
+    // Never another header, never a body.
+    for r in &received[..3] {
+        assert!(r.contains(&format!("x-other: {PLACEHOLDER}")), "{r}");
+    }
+    assert!(received[3].ends_with(&body), "{}", received[3]);
+    // The refused request reached nothing and says what would allow it.
+    assert!(
+        run.answers[3].starts_with("HTTP/1.1 403"),
+        "{}",
+        run.answers[3]
+    );
+    assert!(
+        run.answers[3].contains("add \"POST /repos/o/r\""),
+        "{}",
+        run.answers[3]
+    );
+    assert_eq!(run.report.refused.len(), 1);
+    assert_eq!(run.report.forwarded, 4);
+    assert_eq!(run.report.injected.get("github"), Some(&3));
+    assert_eq!(run.report.injected.get("github-query"), Some(&1));
+    // The echoed secret comes back as the placeholder, in headers and body.
+    for answer in &run.answers {
+        assert!(!answer.contains(SECRET), "{answer}");
+    }
+    assert!(
+        run.answers[0].contains(&format!("echo Bearer {PLACEHOLDER}")),
+        "{}",
+        run.answers[0]
+    );
+    assert!(
+        run.answers[0].to_ascii_lowercase().contains(&format!(
+            "x-echo: bearer {}",
+            PLACEHOLDER.to_ascii_lowercase()
+        )),
+        "{}",
+        run.answers[0]
+    );
+}
+
+/// An upstream whose certificate the proxy's trust does not verify: the connection fails
+/// closed, typed, and the upstream never gets a request (the client gets no handshake).
+#[tokio::test]
+async fn an_upstream_that_does_not_verify_fails_closed_and_gets_nothing() {
+    let ca = RunCa::new(&[host()], SystemTime::now(), Duration::from_secs(600)).unwrap();
+    let ca_cert = ca.cert_der();
+    let (_its_own_ca, upstream_config) = upstream_identity("api.test");
+    let (other_pem, _) = upstream_identity("api.test");
+    let trust = Upstream::only(&[other_pem]).unwrap();
+    let (client_io, proxy_client) = duplex(64 * 1024);
+    let (proxy_upstream, upstream_io) = duplex(64 * 1024);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    tokio::spawn(upstream(upstream_io, upstream_config, log.clone()));
+    let proxy = tokio::spawn(async move {
+        terminate(&ca, &trust, &host(), proxy_client, proxy_upstream)
+            .await
+            .map(|_| ())
+    });
+    let handshake = client(client_io, ca_cert).await;
+    let refused = proxy.await.unwrap().unwrap_err();
+    assert!(
+        matches!(refused, TerminateError::Upstream { .. }),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("api.test"), "{refused}");
+    assert!(handshake.is_err(), "the client was answered");
+    assert!(log.lock().unwrap().is_empty());
+}
