@@ -340,7 +340,10 @@ fn rewrite(head: &Head<'_>, path: &str, host: &str) -> Vec<u8> {
 /// The status line for a refusal.
 pub(crate) fn status(verdict: Verdict) -> &'static str {
     match verdict {
-        Verdict::NotAllowlisted | Verdict::SpecialAddress => "403 Forbidden",
+        Verdict::NotAllowlisted | Verdict::SpecialAddress | Verdict::RequestRefused => {
+            "403 Forbidden"
+        }
+        Verdict::TlsFailed => "502 Bad Gateway",
         Verdict::ResolveFailed | Verdict::ConnectFailed => "502 Bad Gateway",
         Verdict::ConnectTimeout => "504 Gateway Timeout",
         Verdict::TooManyTunnels => "503 Service Unavailable",
@@ -360,6 +363,8 @@ fn verdict_name(verdict: Verdict) -> &'static str {
         Verdict::TooManyTunnels => "too_many_tunnels",
         Verdict::BadRequest => "bad_request",
         Verdict::UnsupportedCommand => "unsupported_command",
+        Verdict::RequestRefused => "request_refused",
+        Verdict::TlsFailed => "tls_failed",
     }
 }
 
@@ -445,6 +450,24 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
             return refuse(&mut inbound, shared, protocol, "400 Bad Request", refused).await;
         }
     };
+    let terminated = shared
+        .config
+        .terminate
+        .clone()
+        .filter(|t| t.rules(&host).is_some());
+    if request.is_some() && terminated.is_some() {
+        // Rules need to see a request and a secret never goes out in clear text.
+        let refused = Refused {
+            verdict: Verdict::RequestRefused,
+            host: host.to_string(),
+            port,
+            message: format!(
+                "egress denied: {host} has credential or request rules, so it is reached over https only (the proxy terminates its TLS); use https://{host}/…"
+            ),
+            address: None,
+        };
+        return refuse(&mut inbound, shared, protocol, "403 Forbidden", refused).await;
+    }
     let outcome = dial_or_refuse(mode, &shared.config, &host, port).await;
     let mut dialed = match outcome {
         Ok(dialed) => dialed,
@@ -467,6 +490,7 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
         verdict: Verdict::Allowed,
         message: dialed.message,
         address: Some(dialed.address),
+        request: None,
     });
     let ending = match request {
         None => tunnel::Ending::WhenBothEnd,
@@ -477,6 +501,13 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
             let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
             if inbound.stream.write_all(established).await.is_err() {
                 return;
+            }
+            if let Some(t) = terminated {
+                let ahead = inbound.unread().to_vec();
+                let endpoint = (protocol, &host, port);
+                let (client, upstream) = (inbound.stream, dialed.stream);
+                return crate::tls::serve_terminated(shared, &t, endpoint, ahead, client, upstream)
+                    .await;
             }
             inbound.unread().to_vec()
         }
@@ -505,6 +536,7 @@ fn record(shared: &Shared, protocol: Protocol, refused: &Refused) {
         verdict: refused.verdict,
         message: refused.message.clone(),
         address: refused.address,
+        request: None,
     });
 }
 

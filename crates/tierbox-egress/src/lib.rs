@@ -190,6 +190,9 @@ pub struct ProxyConfig {
     /// Client connections served at once; more are refused without waiting
     /// ([`Verdict::TooManyTunnels`]).
     pub max_tunnels: usize,
+    /// The hosts whose TLS the proxy terminates (their credential and request rules), and
+    /// the run's CA and upstream trust; `None`: every allowed host is a plain tunnel.
+    pub terminate: Option<Arc<tls::Termination>>,
 }
 
 impl ProxyConfig {
@@ -203,6 +206,7 @@ impl ProxyConfig {
             connect_timeout: Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS),
             idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
             max_tunnels: DEFAULT_MAX_TUNNELS,
+            terminate: None,
         }
     }
 }
@@ -244,6 +248,14 @@ pub enum Verdict {
     BadRequest,
     /// A SOCKS5 command other than `CONNECT` (`BIND`, `UDP ASSOCIATE`).
     UnsupportedCommand,
+    /// A request to a host whose TLS the proxy terminates was refused: the host's
+    /// request rules do not allow its method and path, or it came as plain HTTP (a host
+    /// with rules is reached over TLS only).
+    RequestRefused,
+    /// The TLS of a terminated connection failed: the upstream's certificate did not
+    /// verify for the host (fail closed: nothing was sent), or the client's handshake
+    /// failed (it does not trust the run's CA).
+    TlsFailed,
 }
 
 impl Verdict {
@@ -268,13 +280,18 @@ pub struct Decision {
     /// Equal to `verdict.is_allowed()`.
     pub allowed: bool,
     /// One sentence the agent can act on. It starts with `egress allowed:`, `egress
-    /// denied:` (the allowlist, a special address, or a request the proxy does not
-    /// serve), `egress failed:` (resolution or connection) or `egress refused:` (the
+    /// denied:` (the allowlist, a special address, a request the proxy does not serve, or
+    /// one a terminated host's rules refuse), `egress failed:` (resolution, connection, or
+    /// a terminated connection's TLS) or `egress refused:` (the
     /// tunnel cap), e.g. `egress denied: host example.org is not in the allowlist`.
     /// Client-supplied text in it is escaped and shortened.
     pub message: String,
     /// The address dialed, or the one refused (special range, connect failure).
     pub address: Option<SocketAddr>,
+    /// The request (`METHOD /path`) a terminated host's request rules refused
+    /// ([`Verdict::RequestRefused`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
     /// Bytes written to the destination for this client (for plain HTTP, the rewritten
     /// request head included), counted live.
     pub bytes_sent: u64,
@@ -292,6 +309,10 @@ pub struct EgressLog {
     /// accept because both [`ProxyConfig::max_tunnels`] and
     /// [`MAX_REFUSING_CONNECTIONS`] were in use (their request was never read).
     pub dropped: u64,
+    /// Per credential rule (its name), how many requests had its placeholder replaced
+    /// with the secret. Names and counts, never a value.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub credentials_used: BTreeMap<String, u64>,
 }
 
 /// A running proxy. Dropping it aborts every task it started; [`Proxy::finish`] does the

@@ -1,5 +1,6 @@
 //! The decision log: bounded, in decision order, with live byte counters.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,6 +31,8 @@ pub(crate) struct Entry {
     pub(crate) verdict: Verdict,
     pub(crate) message: String,
     pub(crate) address: Option<SocketAddr>,
+    /// The request (`METHOD /path`) a terminated host's rules refused.
+    pub(crate) request: Option<String>,
 }
 
 #[derive(Debug)]
@@ -42,6 +45,7 @@ struct Kept {
 struct State {
     kept: Vec<Kept>,
     dropped: u64,
+    credentials_used: BTreeMap<String, u64>,
 }
 
 /// The log of one proxy: at most `limit` decisions, the rest counted.
@@ -76,6 +80,7 @@ impl Recorder {
                     verdict: entry.verdict,
                     message: entry.message,
                     address: entry.address,
+                    request: entry.request,
                     bytes_sent: 0,
                     bytes_received: 0,
                 },
@@ -85,6 +90,16 @@ impl Recorder {
             state.dropped = state.dropped.saturating_add(1);
         }
         counters
+    }
+
+    /// Adds what a terminated connection's relay reports: `injected` requests per
+    /// credential rule.
+    pub(crate) fn credentials_used(&self, injected: &BTreeMap<String, u64>) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for (name, n) in injected {
+            let total = state.credentials_used.entry(name.clone()).or_default();
+            *total = total.saturating_add(*n);
+        }
     }
 
     /// Counts a decision that was made without being recorded.
@@ -107,6 +122,7 @@ impl Recorder {
                 })
                 .collect(),
             dropped: state.dropped,
+            credentials_used: state.credentials_used.clone(),
         }
     }
 }
@@ -124,6 +140,7 @@ mod tests {
             verdict,
             message: format!("about {host}"),
             address: None,
+            request: None,
         }
     }
 

@@ -169,6 +169,7 @@ fn decisions_serialize_in_snake_case() {
         allowed: false,
         message: "egress denied: host example.com is not in the allowlist".to_owned(),
         address: None,
+        request: None,
         bytes_sent: 0,
         bytes_received: 0,
     };

@@ -48,12 +48,14 @@ const SOCKS4_REJECTED: [u8; 8] = [0x00, 0x5b, 0, 0, 0, 0, 0, 0];
 pub(crate) fn reply_code(verdict: Verdict) -> u8 {
     match verdict {
         Verdict::Allowed => REP_SUCCEEDED,
-        Verdict::NotAllowlisted | Verdict::SpecialAddress => REP_NOT_ALLOWED,
+        Verdict::NotAllowlisted | Verdict::SpecialAddress | Verdict::RequestRefused => {
+            REP_NOT_ALLOWED
+        }
         Verdict::ResolveFailed => REP_HOST_UNREACHABLE,
         Verdict::ConnectFailed => REP_CONNECTION_REFUSED,
         Verdict::ConnectTimeout => REP_TTL_EXPIRED,
         Verdict::UnsupportedCommand => REP_COMMAND_NOT_SUPPORTED,
-        Verdict::TooManyTunnels | Verdict::BadRequest => REP_GENERAL_FAILURE,
+        Verdict::TooManyTunnels | Verdict::BadRequest | Verdict::TlsFailed => REP_GENERAL_FAILURE,
     }
 }
 
@@ -266,6 +268,7 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
         verdict: Verdict::Allowed,
         message: dialed.message,
         address: Some(dialed.address),
+        request: None,
     });
     let bound = dialed.stream.local_addr().unwrap_or_else(|_| unbound());
     if inbound
@@ -278,6 +281,12 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
     }
     // Bytes a client sent before the reply (optimistic data) go to the destination.
     let initial = inbound.unread().to_vec();
+    let terminated = shared.config.terminate.clone();
+    if let Some(t) = terminated.filter(|t| t.rules(&request.host).is_some()) {
+        let endpoint = (Protocol::Socks5, &request.host, request.port);
+        let (client, upstream) = (inbound.stream, dialed.stream);
+        return crate::tls::serve_terminated(shared, &t, endpoint, initial, client, upstream).await;
+    }
     tunnel::run(
         &mut inbound.stream,
         &mut dialed.stream,
@@ -298,6 +307,7 @@ async fn refuse(inbound: &mut Inbound, shared: &Shared, refused: Refused) {
         verdict: refused.verdict,
         message: refused.message,
         address: refused.address,
+        request: None,
     });
     let answer = match refused.answer {
         Some(Answer::Method(method)) => vec![VERSION, method],
@@ -319,6 +329,7 @@ pub(crate) async fn refuse_socks4(mut inbound: Inbound, shared: &Shared) {
         verdict: Verdict::BadRequest,
         message: "egress denied: socks4 is not supported; use socks5 (socks5h:// to let the proxy resolve names) or the http proxy".to_owned(),
         address: None,
+        request: None,
     });
     let _ = inbound.stream.write_all(&SOCKS4_REJECTED).await;
     close_gracefully(&mut inbound.stream).await;

@@ -127,6 +127,28 @@ pub fn of_run(
                 count: 1,
                 first_ms: None,
             },
+            Verdict::RequestRefused => Denial {
+                layer: DenialLayer::Egress,
+                operation: "request".to_owned(),
+                hint: d
+                    .message
+                    .split_once("to allow: ")
+                    .map_or_else(|| d.message.clone(), |(_, fix)| fix.to_owned()),
+                target: match &d.request {
+                    Some(request) => format!("{request} on {target}"),
+                    None => target,
+                },
+                count: 1,
+                first_ms: None,
+            },
+            Verdict::TlsFailed => Denial {
+                layer: DenialLayer::Egress,
+                operation: "tls".to_owned(),
+                hint: d.message.clone(),
+                target,
+                count: 1,
+                first_ms: None,
+            },
             // Failures, not refusals: the destination did not answer.
             Verdict::Allowed | Verdict::ResolveFailed | Verdict::ConnectFailed | Verdict::ConnectTimeout => continue,
         };
@@ -655,14 +677,43 @@ mod tests {
             allowed: verdict.is_allowed(),
             message: String::new(),
             address: None,
+            request: None,
             bytes_sent: 0,
             bytes_received: 0,
         }
     }
 
+    /// A request a terminated host's rules refused is a denial per request, whose hint
+    /// is the rule to add (the proxy's own sentence after `to allow:`).
+    #[test]
+    fn a_refused_request_names_itself_and_the_rule_that_allows_it() {
+        let mut refused = decision("api.test", 443, Verdict::RequestRefused);
+        refused.message = "egress denied: DELETE /repos/o/r to api.test is not allowed by its request rules; to allow: add \"DELETE /repos/o/r\" to egress.hosts.\"api.test\".allow".to_owned();
+        refused.request = Some("DELETE /repos/o/r".to_owned());
+        let mut other = refused.clone();
+        other.request = Some("PUT /x".to_owned());
+        let log = EgressLog {
+            credentials_used: BTreeMap::new(),
+            decisions: vec![refused.clone(), refused, other],
+            dropped: 0,
+        };
+        let denials = of_run(Some(&log), None);
+        assert_eq!(denials.len(), 2, "{denials:?}");
+        let d = denials
+            .iter()
+            .find(|d| d.target == "DELETE /repos/o/r on api.test:443")
+            .unwrap();
+        assert_eq!(d.count, 2);
+        assert_eq!(
+            d.hint,
+            "add \"DELETE /repos/o/r\" to egress.hosts.\"api.test\".allow"
+        );
+    }
+
     #[test]
     fn egress_refusals_are_counted_once_each_with_their_fix_and_failures_are_not_denials() {
         let log = EgressLog {
+            credentials_used: BTreeMap::new(),
             decisions: vec![
                 decision("pypi.org", 443, Verdict::NotAllowlisted),
                 decision("pypi.org", 443, Verdict::NotAllowlisted),
@@ -982,6 +1033,7 @@ mod tests {
     #[test]
     fn at_most_max_denials_are_listed() {
         let log = EgressLog {
+            credentials_used: BTreeMap::new(),
             decisions: (0..200)
                 .map(|i| decision(&format!("h{i}.example"), 443, Verdict::NotAllowlisted))
                 .collect(),

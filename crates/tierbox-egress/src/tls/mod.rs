@@ -18,6 +18,9 @@
 
 pub mod ca;
 pub mod relay;
+mod serve;
+
+pub(crate) use serve::serve_terminated;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -31,6 +34,60 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 pub use ca::{CaError, RunCa};
+
+/// What a run's proxy terminates: the hosts and their rules, the run's CA, and how
+/// upstreams are verified.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::time::{Duration, SystemTime};
+///
+/// use tierbox_egress::tls::relay::{HostRules, RequestRule};
+/// use tierbox_egress::tls::{RunCa, Termination, Upstream};
+/// use tierbox_policy::hosts::CanonicalHost;
+///
+/// let host = CanonicalHost::parse("api.github.com").unwrap();
+/// let rules = HostRules { allow: vec![RequestRule::parse("GET /repos/*").unwrap()], credentials: vec![] };
+/// let t = Termination::new(
+///     BTreeMap::from([(host, rules)]),
+///     SystemTime::now(),
+///     Duration::from_secs(600),
+///     Upstream::from_system(&[]).unwrap(),
+/// )
+/// .unwrap();
+/// assert!(t.ca().cert_pem().contains("BEGIN CERTIFICATE"));
+/// ```
+#[derive(Debug)]
+pub struct Termination {
+    hosts: std::collections::BTreeMap<CanonicalHost, relay::HostRules>,
+    ca: RunCa,
+    trust: Upstream,
+}
+
+impl Termination {
+    /// Terminates `hosts` with their rules, with a CA made `now` for a run of `lifetime`,
+    /// verifying upstreams with `trust`.
+    pub fn new(
+        hosts: std::collections::BTreeMap<CanonicalHost, relay::HostRules>,
+        now: std::time::SystemTime,
+        lifetime: Duration,
+        trust: Upstream,
+    ) -> Result<Self, CaError> {
+        let names: Vec<CanonicalHost> = hosts.keys().cloned().collect();
+        let ca = RunCa::new(&names, now, lifetime)?;
+        Ok(Self { hosts, ca, trust })
+    }
+
+    /// The run's CA (its certificate goes into the sandbox's trust bundle).
+    pub fn ca(&self) -> &RunCa {
+        &self.ca
+    }
+
+    /// The rules of `host`, when the proxy terminates it.
+    pub fn rules(&self, host: &CanonicalHost) -> Option<&relay::HostRules> {
+        self.hosts.get(host)
+    }
+}
 
 /// Longest a TLS handshake may take, each side (10 s): a client or an upstream that
 /// stalls in it holds a connection and a task.

@@ -438,7 +438,7 @@ where
                     return Ok::<_, Infallible>(refusal(
                         StatusCode::FORBIDDEN,
                         format!(
-                            "egress refused: {method} {path} is not allowed by this host's request rules; to allow: add \"{would_allow}\" to its allow list"
+                            "egress denied: {method} {path} is not allowed by this host's request rules; to allow: add \"{would_allow}\" to its allow list"
                         ),
                     ));
                 }

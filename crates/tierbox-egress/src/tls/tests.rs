@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use base64::Engine;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream, duplex};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, duplex};
 
 use super::relay::{Credential, HostRules, Place, RelayReport, RequestRule, Secret, relay};
 use super::*;
@@ -47,8 +47,8 @@ fn upstream_identity(name: &str) -> (String, Arc<rustls::ServerConfig>) {
 
 /// Serves one TLS connection on `io`: every request's head is logged; the answer echoes
 /// its `Authorization` in `X-Echo` and in the body.
-async fn upstream(
-    io: DuplexStream,
+async fn upstream<S: AsyncRead + AsyncWrite + Unpin>(
+    io: S,
     config: Arc<rustls::ServerConfig>,
     log: Arc<Mutex<Vec<String>>>,
 ) {
@@ -99,10 +99,10 @@ async fn upstream(
 }
 
 /// A client trusting only the certificate `ca`, TLS for `api.test` over `io`.
-async fn client(
-    io: DuplexStream,
+async fn client<S: AsyncRead + AsyncWrite + Unpin>(
+    io: S,
     ca: CertificateDer<'static>,
-) -> Result<tokio_rustls::client::TlsStream<DuplexStream>, std::io::Error> {
+) -> Result<tokio_rustls::client::TlsStream<S>, std::io::Error> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca).unwrap();
     let config = rustls::ClientConfig::builder_with_provider(provider())
@@ -176,7 +176,9 @@ async fn through_the_proxy(requests: &[String]) -> Run {
 }
 
 /// Reads one answer: its head and a `Content-Length` or chunked body.
-async fn read_answer(tls: &mut tokio_rustls::client::TlsStream<DuplexStream>) -> String {
+async fn read_answer<S: AsyncRead + AsyncWrite + Unpin>(
+    tls: &mut tokio_rustls::client::TlsStream<S>,
+) -> String {
     let mut buf = Vec::new();
     loop {
         let mut chunk = [0u8; 4096];
@@ -306,4 +308,98 @@ async fn an_upstream_that_does_not_verify_fails_closed_and_gets_nothing() {
     assert!(refused.to_string().contains("api.test"), "{refused}");
     assert!(handshake.is_err(), "the client was answered");
     assert!(log.lock().unwrap().is_empty());
+}
+
+/// Through the proxy itself: `CONNECT api.test:PORT` to a host with rules is answered,
+/// then terminated; the upstream (a real TLS server on loopback with its own CA) gets the
+/// secret, the refused request is a decision with its fix, the credential rule's use is
+/// counted in the log, and plain HTTP to the host is refused.
+#[tokio::test]
+async fn the_proxy_terminates_a_connect_to_a_host_with_rules() {
+    use crate::test_support::{config, connect, http_connect, read_head, start, wait_for_log};
+
+    let (upstream_pem, upstream_config) = upstream_identity("api.test");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let served = log.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(upstream(stream, upstream_config.clone(), served.clone()));
+        }
+    });
+    let termination = Termination::new(
+        std::collections::BTreeMap::from([(host(), rules())]),
+        SystemTime::now(),
+        Duration::from_secs(600),
+        Upstream::only(&[upstream_pem]).unwrap(),
+    )
+    .unwrap();
+    let ca_cert = termination.ca().cert_der();
+    let target = format!("api.test:{port}");
+    let mut cfg = config(
+        &[target.as_str(), "127.0.0.1"],
+        &[("api.test", "127.0.0.1")],
+    );
+    cfg.terminate = Some(Arc::new(termination));
+    let proxy = start(cfg);
+
+    let (stream, head) = http_connect(&proxy, &target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut tls = client(stream, ca_cert).await.unwrap();
+    let request = get("/repos/o/r", &format!("Bearer {PLACEHOLDER}"));
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let answer = read_answer(&mut tls).await;
+    assert!(
+        answer.contains(&format!("echo Bearer {PLACEHOLDER}")),
+        "{answer}"
+    );
+    tls.write_all(b"DELETE /repos/o/r HTTP/1.1\r\nHost: api.test\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_answer(&mut tls).await.starts_with("HTTP/1.1 403"));
+    drop(tls);
+    let received = log.lock().unwrap().clone();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert!(received[0].contains(SECRET), "{}", received[0]);
+
+    // Plain HTTP to the host: refused, never forwarded.
+    let mut plain = connect(&proxy).await;
+    let request =
+        format!("GET http://api.test:{port}/repos/o/r HTTP/1.1\r\nHost: api.test\r\n\r\n");
+    plain.write_all(request.as_bytes()).await.unwrap();
+    let head = read_head(&mut plain).await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+
+    let logged = wait_for_log(&proxy, |l| {
+        l.credentials_used.contains_key("github")
+            && l.decisions
+                .iter()
+                .filter(|d| d.verdict == crate::Verdict::RequestRefused)
+                .count()
+                == 2
+    })
+    .await;
+    assert_eq!(logged.credentials_used.get("github"), Some(&1));
+    let refused: Vec<_> = logged
+        .decisions
+        .iter()
+        .filter(|d| d.verdict == crate::Verdict::RequestRefused)
+        .map(|d| d.message.clone())
+        .collect();
+    assert!(
+        refused
+            .iter()
+            .any(|m| m.contains("add \"DELETE /repos/o/r\" to egress.hosts.\"api.test\".allow")),
+        "{refused:?}"
+    );
+    assert!(
+        refused.iter().any(|m| m.contains("https only")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        log.lock().unwrap().len(),
+        1,
+        "plain HTTP reached the upstream"
+    );
 }

@@ -1,0 +1,127 @@
+//! A terminated connection inside the proxy: after the `CONNECT` (or SOCKS5) answer, the
+//! client's TLS is terminated and its requests relayed under the host's rules; each
+//! refused request and a failed handshake are decisions of the run's log, and the
+//! credential rules used are counted there.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tierbox_policy::hosts::CanonicalHost;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::relay::relay;
+use super::{TerminateError, Termination, terminate};
+use crate::log::Entry;
+use crate::server::Shared;
+use crate::{Protocol, Verdict};
+
+/// A stream whose first bytes are `prefix` (what the client sent ahead of the proxy's
+/// answer: its TLS `ClientHello`, often), then `inner`'s.
+pub(crate) struct Prefixed<S> {
+    prefix: Vec<u8>,
+    at: usize,
+    inner: S,
+}
+
+impl<S> Prefixed<S> {
+    pub(crate) fn new(prefix: Vec<u8>, inner: S) -> Self {
+        Self {
+            prefix,
+            at: 0,
+            inner,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.at < self.prefix.len() {
+            let n = (self.prefix.len() - self.at).min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.prefix[at..at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Serves a terminated connection to `host:port` (already answered as established):
+/// `sent_ahead` and `client` are the client's side, `upstream` the dialed destination.
+pub(crate) async fn serve_terminated(
+    shared: &Shared,
+    termination: &Termination,
+    (protocol, host, port): (Protocol, &CanonicalHost, u16),
+    sent_ahead: Vec<u8>,
+    client: TcpStream,
+    upstream: TcpStream,
+) {
+    let Some(rules) = termination.rules(host) else {
+        return;
+    };
+    let address = upstream.peer_addr().ok();
+    let entry = |verdict, message, request| Entry {
+        protocol,
+        host: host.to_string(),
+        port,
+        verdict,
+        message,
+        address,
+        request,
+    };
+    let client = Prefixed::new(sent_ahead, client);
+    let streams = terminate(&termination.ca, &termination.trust, host, client, upstream).await;
+    let streams = match streams {
+        Ok(s) => s,
+        Err(e) => {
+            let hint = match &e {
+                TerminateError::Client { .. } => {
+                    "; the client must trust the run's CA: Tierbox sets SSL_CERT_FILE and the other bundle variables to a bundle that holds it"
+                }
+                TerminateError::Upstream { .. } | TerminateError::Ca(_) => "",
+            };
+            shared.log.record(entry(
+                Verdict::TlsFailed,
+                format!("egress failed: {e}{hint}"),
+                None,
+            ));
+            return;
+        }
+    };
+    let report = relay(streams.client, streams.upstream, rules.clone()).await;
+    for refused in &report.refused {
+        shared.log.record(entry(
+            Verdict::RequestRefused,
+            format!(
+                "egress denied: {} {} to {host} is not allowed by its request rules; to allow: add \"{}\" to egress.hosts.\"{host}\".allow",
+                refused.method, refused.path, refused.would_allow
+            ),
+            Some(format!("{} {}", refused.method, refused.path)),
+        ));
+    }
+    shared.log.credentials_used(&report.injected);
+}
