@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod access;
+pub mod egress_rules;
 pub mod enforcement;
 pub mod handle;
 pub mod hosts;

@@ -258,9 +258,55 @@ pub struct NetworkPlan {
     /// The policy's fixed addresses for host names (`egress.resolve`), used by the egress
     /// proxy instead of DNS.
     pub resolve: BTreeMap<String, Vec<IpAddr>>,
+    /// The hosts whose TLS the egress proxy terminates (`egress.hosts` and the hosts of
+    /// `egress.credentials`), canonical, with their request rules and credentials.
+    #[serde(default)]
+    pub terminated: BTreeMap<String, TerminatedHost>,
+    /// The policy's extra trust anchors for those hosts' upstreams (PEM files).
+    #[serde(default)]
+    pub upstream_roots: Vec<std::path::PathBuf>,
+}
+
+/// A host whose TLS the proxy terminates, as the plan carries it: never a secret's value,
+/// only where the supervisor reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TerminatedHost {
+    /// Its request rules (`METHOD /path`); empty: every request.
+    pub allow: Vec<String>,
+    /// Its credentials.
+    pub credentials: Vec<crate::policy::CredentialPolicy>,
 }
 
 impl NetworkPlan {
+    /// The hosts the proxy terminates with their rules, from `egress`.
+    pub fn terminated_from(
+        egress: &crate::policy::EgressPolicy,
+    ) -> BTreeMap<String, TerminatedHost> {
+        let mut out: BTreeMap<String, TerminatedHost> = egress
+            .hosts
+            .iter()
+            .map(|(host, rules)| {
+                let t = TerminatedHost {
+                    allow: rules.allow.clone(),
+                    credentials: Vec::new(),
+                };
+                (host.clone(), t)
+            })
+            .collect();
+        for c in &egress.credentials {
+            out.entry(c.host.clone())
+                .or_default()
+                .credentials
+                .push(c.clone());
+        }
+        out
+    }
+
+    /// Whether the run has credentials injected at the proxy.
+    pub fn has_credentials(&self) -> bool {
+        self.terminated.values().any(|t| !t.credentials.is_empty())
+    }
+
     /// Whether this run needs the egress proxy: `strict` with a non-empty allowlist
     /// (`strict` with an empty one means no network at all).
     pub fn needs_proxy(&self) -> bool {

@@ -13,6 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod egress;
+mod egress_check;
 mod exec;
 mod filesystem;
 mod limits;
@@ -21,7 +22,7 @@ mod output;
 mod tier;
 mod workspace;
 
-pub use egress::{EgressMode, EgressPolicy};
+pub use egress::{CredentialPolicy, EgressHostPolicy, EgressMode, EgressPolicy, SecretSource};
 pub use exec::{EnvPolicy, ExecPolicy};
 pub use filesystem::{DevShm, FilesystemPolicy};
 pub use limits::{

@@ -87,6 +87,20 @@ pub enum Unsupported {
         /// The denied path.
         path: std::path::PathBuf,
     },
+    /// Hosts whose TLS the egress proxy would terminate (`egress.hosts`,
+    /// `egress.credentials`): no backend gives a run the per-run CA in its trust bundle and
+    /// the placeholders in its environment, so a run refuses a plan that needs them rather
+    /// than tunnel those hosts unchecked.
+    TerminatedHosts,
+}
+
+/// [`Unsupported::TerminatedHosts`] for a plan with hosts whose TLS the proxy would
+/// terminate.
+pub fn no_terminated_hosts(plan: &Plan) -> Result<(), Unsupported> {
+    match plan.network.terminated.is_empty() {
+        true => Ok(()),
+        false => Err(Unsupported::TerminatedHosts),
+    }
 }
 
 /// [`Unsupported::DenyReadInWorkspace`] for the first `filesystem.deny_read` entry that
@@ -132,6 +146,7 @@ impl Unsupported {
                 "filesystem.deny_read {:?} inside the workspace",
                 path.display().to_string()
             ),
+            Self::TerminatedHosts => "egress.hosts and egress.credentials".to_owned(),
         }
     }
 
@@ -166,6 +181,9 @@ impl Unsupported {
                     "this backend cannot give the overlay's upper layer a size limit and hand it back for review; overlay mode needs tier.backend = \"native\" on Linux (it never falls back to writing the workspace directly)"
                 }
             },
+            Self::TerminatedHosts => {
+                "runs do not terminate TLS at the egress proxy in this build (the sandbox would need the run's CA in its trust bundle and the credential placeholders in its environment); nothing runs rather than reach those hosts without their rules: remove egress.hosts and egress.credentials from the policy"
+            }
             Self::DenyReadInWorkspace { .. } => {
                 "tier b grants the workspace to landlock whole and landlock cannot take a path back out of a grant, so the run could read it; tier c covers it in the run's mount namespace (use tier c, or move the file out of the workspace)"
             }

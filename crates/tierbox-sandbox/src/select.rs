@@ -51,6 +51,7 @@ pub fn tier_available_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<
 ///
 /// [`Backend::supports`]: crate::backend::Backend::supports
 pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), Unsupported> {
+    crate::backend::no_terminated_hosts(plan)?;
     crate::backend::for_plan(plan, tier).supports(plan, facts)
 }
 
@@ -203,6 +204,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A plan with hosts whose TLS the proxy would terminate is refused in every tier,
+    /// typed, naming the policy keys: never run with those hosts tunnelled unchecked.
+    #[test]
+    fn a_plan_with_terminated_hosts_runs_in_no_tier() {
+        let mut p = plan(EgressMode::Strict, &["api.test:443"], TierCBackend::Native);
+        p.network.terminated.insert(
+            "api.test".to_owned(),
+            tierbox_policy::plan::TerminatedHost {
+                allow: vec!["GET /x".to_owned()],
+                credentials: Vec::new(),
+            },
+        );
+        let facts = crate::probe::host_facts();
+        for tier in [Tier::B, Tier::C] {
+            let e = tier_supports(tier, &p, facts).unwrap_err();
+            assert!(e.feature().contains("egress.hosts"), "{}", e.feature());
+        }
+        let mut asked = p.clone();
+        asked.tier.requested = TierRequest::B;
+        let err = select_tier(&asked, facts).unwrap_err();
+        assert_eq!(err.code(), "tier.unsupported", "{err}");
+        assert!(err.to_string().contains("egress.credentials"), "{err}");
     }
 
     #[test]

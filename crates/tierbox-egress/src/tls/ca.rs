@@ -27,9 +27,7 @@ pub const CA_VALIDITY_MARGIN: Duration = Duration::from_secs(5 * 60);
 /// How long before the run starts they are valid from: a clock a little behind.
 const CLOCK_SKEW: Duration = Duration::from_secs(60);
 
-/// Most hosts one CA may be constrained to: each is a name-constraint entry of the CA and a
-/// leaf the supervisor signs and keeps for the run.
-pub const MAX_TERMINATED_HOSTS: usize = 64;
+pub use tierbox_policy::egress_rules::MAX_TERMINATED_HOSTS;
 
 /// Why a CA or a leaf could not be made.
 #[derive(Debug, thiserror::Error)]

@@ -60,4 +60,62 @@ pub struct EgressPolicy {
     /// name. Keys are host names (not addresses); at most [`MAX_EGRESS_RESOLVE`](super::MAX_EGRESS_RESOLVE) entries
     /// of at most [`MAX_EGRESS_RESOLVE_ADDRS`](super::MAX_EGRESS_RESOLVE_ADDRS) addresses each.
     pub resolve: BTreeMap<String, Vec<IpAddr>>,
+    /// Hosts whose requests are held to rules: the egress proxy terminates their TLS (a
+    /// per-run CA the sandbox trusts) and forwards only the requests `allow` lists. Keys
+    /// are host names in canonical form; each must also be allowed by `allow`.
+    pub hosts: BTreeMap<String, EgressHostPolicy>,
+    /// Credentials the proxy injects: the sandbox holds a per-run placeholder in a
+    /// variable, the proxy swaps it for the secret only in the named header or query
+    /// parameter of requests to the named host (over TLS it terminated and verified),
+    /// and swaps the secret back out of responses. At most
+    /// [`MAX_CREDENTIALS`](crate::egress_rules::MAX_CREDENTIALS).
+    pub credentials: Vec<CredentialPolicy>,
+    /// More trust anchors for the upstreams of terminated hosts, beside the host's trust
+    /// store: absolute paths of PEM files (a private registry's CA, a test upstream's).
+    /// At most [`MAX_UPSTREAM_ROOTS`](crate::egress_rules::MAX_UPSTREAM_ROOTS).
+    pub upstream_roots: Vec<std::path::PathBuf>,
+}
+
+/// The rules of one terminated host (`[egress.hosts."api.github.com"]`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressHostPolicy {
+    /// The requests allowed: `"GET /repos/*"`, `"POST /graphql"`, `"* /health"` (any
+    /// method); a trailing `*` is a prefix. Empty: every request (the host is terminated
+    /// for its credentials only). At most
+    /// [`MAX_REQUEST_RULES`](crate::egress_rules::MAX_REQUEST_RULES).
+    pub allow: Vec<String>,
+}
+
+/// One injected credential (`[[egress.credentials]]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialPolicy {
+    /// Its name in reports and the attestation (`[A-Za-z0-9_-]`, 1 to 64, unique).
+    pub name: String,
+    /// The host it is sent to (canonical form; must be allowed by `egress.allow`).
+    pub host: String,
+    /// The request header whose value carries it (`Authorization`, `X-Api-Key`); also
+    /// found inside `Basic` credentials. Give `header` or `query`.
+    #[serde(default)]
+    pub header: Option<String>,
+    /// The query parameter whose value carries it. Give `header` or `query`.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// The variable the program sees, holding the placeholder (`GITHUB_TOKEN`).
+    pub env: String,
+    /// Where the supervisor reads the secret: its own environment or a file. Never the
+    /// request's, never the sandbox's.
+    pub secret: SecretSource,
+}
+
+/// Where a secret comes from: exactly one of `env` and `file`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecretSource {
+    /// A variable of the supervisor's (the server's or the CLI's) environment.
+    pub env: Option<String>,
+    /// An absolute path of a file the supervisor reads (its content, one trailing newline
+    /// removed).
+    pub file: Option<std::path::PathBuf>,
 }

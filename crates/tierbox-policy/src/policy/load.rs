@@ -6,7 +6,15 @@ use super::tier::container_problem;
 use super::*;
 
 /// A field's value refused by [`Policy::check`].
-fn invalid(field: &str, reason: String) -> Result<(), PolicyError> {
+/// Whether `name` is an HTTP header name (an RFC 9110 token).
+pub(super) fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+pub(super) fn invalid(field: &str, reason: String) -> Result<(), PolicyError> {
     Err(PolicyError::Invalid {
         field: field.to_owned(),
         reason,
@@ -71,6 +79,7 @@ impl Policy {
         self.check_env()?;
         self.check_filesystem()?;
         self.check_egress()?;
+        self.egress.check_rules()?;
         self.check_audit()?;
         self.check_background()
     }

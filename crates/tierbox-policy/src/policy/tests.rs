@@ -270,3 +270,90 @@ fn a_workspace_home_stays_inside_the_workspace_and_outside_git() {
     }
     assert!(with(&"a".repeat(MAX_WORKSPACE_HOME_BYTES + 1)).is_err());
 }
+
+/// Terminated hosts' rules and credentials load when every part is well formed, the mode
+/// is strict and the host is allowed; each mistake is refused naming its field.
+#[test]
+fn egress_rules_and_credentials_are_checked_when_the_policy_loads() {
+    let good = r#"version = 1
+[egress]
+mode = "strict"
+allow = ["api.github.com:443"]
+upstream_roots = ["/etc/tierbox/test-ca.pem"]
+[egress.hosts."api.github.com"]
+allow = ["GET /repos/*", "POST /graphql"]
+[[egress.credentials]]
+name = "github"
+host = "api.github.com"
+header = "Authorization"
+env = "GITHUB_TOKEN"
+secret = { env = "GITHUB_TOKEN" }
+"#;
+    let p = Policy::from_toml(good).unwrap();
+    let terminated = crate::plan::NetworkPlan::terminated_from(&p.egress);
+    assert_eq!(terminated["api.github.com"].allow.len(), 2);
+    assert_eq!(terminated["api.github.com"].credentials[0].name, "github");
+    for (from, to, field) in [
+        ("mode = \"strict\"", "mode = \"allow_all\"", "egress.hosts"),
+        (
+            "allow = [\"api.github.com:443\"]",
+            "allow = [\"x.example\"]",
+            "egress.hosts",
+        ),
+        ("\"GET /repos/*\"", "\"GET repos\"", "allow"),
+        (
+            "[egress.hosts.\"api.github.com\"]",
+            "[egress.hosts.\"API.github.com\"]",
+            "egress.hosts",
+        ),
+        (
+            "header = \"Authorization\"",
+            "header = \"Bad Header\"",
+            "egress.credentials[0]",
+        ),
+        (
+            "header = \"Authorization\"",
+            "query = \"t\"\nheader = \"Authorization\"",
+            "egress.credentials[0]",
+        ),
+        (
+            "env = \"GITHUB_TOKEN\"\nsecret",
+            "env = \"github-token\"\nsecret",
+            "egress.credentials[0]",
+        ),
+        (
+            "{ env = \"GITHUB_TOKEN\" }",
+            "{ file = \"relative\" }",
+            "egress.credentials[0]",
+        ),
+        ("{ env = \"GITHUB_TOKEN\" }", "{ }", "egress.credentials[0]"),
+        (
+            "name = \"github\"",
+            "name = \"git hub\"",
+            "egress.credentials[0]",
+        ),
+        (
+            "host = \"api.github.com\"",
+            "host = \"other.example\"",
+            "egress.credentials[0].host",
+        ),
+        (
+            "\"/etc/tierbox/test-ca.pem\"",
+            "\"test-ca.pem\"",
+            "egress.upstream_roots",
+        ),
+    ] {
+        assert!(good.contains(from), "{from}");
+        let doc = good.replacen(from, to, 1);
+        let err = Policy::from_toml(&doc).unwrap_err();
+        assert!(
+            matches!(&err, PolicyError::Invalid { field: f, .. } if f.ends_with(field)),
+            "{to}: {err}"
+        );
+    }
+    // A request cannot bring a secret: there is no request field for one.
+    let req = serde_json::json!({"command": "true", "credentials": [{"env": "X"}]});
+    assert!(
+        crate::json::from_slice::<crate::ProcessRunRequest>(req.to_string().as_bytes()).is_err()
+    );
+}

@@ -35,6 +35,8 @@ pub(crate) fn check(
             allow,
             preflight_hosts: Vec::new(),
             resolve: policy.resolve.clone(),
+            terminated: NetworkPlan::terminated_from(policy),
+            upstream_roots: policy.upstream_roots.clone(),
         });
     }
     let enforce = matches!(policy.mode, EgressMode::Preflight | EgressMode::Strict);
@@ -83,5 +85,7 @@ pub(crate) fn check(
         allow,
         preflight_hosts: hosts,
         resolve: policy.resolve.clone(),
+        terminated: NetworkPlan::terminated_from(policy),
+        upstream_roots: policy.upstream_roots.clone(),
     })
 }
