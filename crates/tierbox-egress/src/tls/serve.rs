@@ -100,7 +100,7 @@ pub(crate) async fn serve_terminated(
         Err(e) => {
             let hint = match &e {
                 TerminateError::Client { .. } => {
-                    "; the client must trust the run's CA: Tierbox sets SSL_CERT_FILE and the other bundle variables to a bundle that holds it"
+                    "; the client must trust the run's CA (its certificate is Termination::ca().cert_pem())"
                 }
                 TerminateError::Upstream { .. } | TerminateError::Ca(_) => "",
             };

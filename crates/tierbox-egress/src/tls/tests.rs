@@ -259,6 +259,11 @@ async fn the_upstream_gets_the_secret_and_the_sandbox_only_ever_the_placeholder(
         run.answers[3]
     );
     assert_eq!(run.report.refused.len(), 1);
+    // The rule the refusal suggests parses, and allows the request it refused.
+    for r in &run.report.refused {
+        let rule = RequestRule::parse(&r.would_allow).unwrap();
+        assert!(rule.allows(&r.method, &r.path), "{r:?}");
+    }
     assert_eq!(run.report.forwarded, 4);
     assert_eq!(run.report.injected.get("github"), Some(&3));
     assert_eq!(run.report.injected.get("github-query"), Some(&1));
