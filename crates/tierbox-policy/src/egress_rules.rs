@@ -16,6 +16,20 @@ pub const MAX_UPSTREAM_ROOTS: usize = 16;
 /// Most request rules one host may have.
 pub const MAX_REQUEST_RULES: usize = 256;
 
+/// The variables a run whose proxy terminates TLS has pointed at its trust bundle (the
+/// host's roots plus the run's CA). Most of them *replace* a client's trust store, hence
+/// a bundle rather than the CA alone; `NODE_EXTRA_CA_CERTS` adds to node's own. The
+/// runner owns them in such a run: a policy that sets them too is refused.
+pub const CA_BUNDLE_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+    "CARGO_HTTP_CAINFO",
+];
+
 /// Most bytes of a request rule (`METHOD /path/*`).
 pub const MAX_REQUEST_RULE_BYTES: usize = 1024;
 

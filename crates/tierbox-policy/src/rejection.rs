@@ -341,6 +341,15 @@ pub enum Rejection {
         policy: crate::policy::WorkspaceMode,
     },
 
+    /// What the egress proxy needs to terminate TLS could not be had: a credential's
+    /// secret (its variable unset, its file missing, not the supervisor's or root's,
+    /// writable by others, reached through a symlink, inside a path the run can write,
+    /// not a header value), an `egress.upstream_roots` file, or the host's trust store.
+    /// Nothing runs without it. `key` names the policy entry (`egress.credentials
+    /// "github"`).
+    #[error("{key}: {reason}")]
+    TerminationUnavailable { key: String, reason: String },
+
     // ---- tier --------------------------------------------------------------------------
     /// The request asked for a tier weaker than the policy's minimum.
     #[error("tier {requested} is weaker than the policy's minimum tier {minimum}")]
@@ -422,6 +431,7 @@ impl Rejection {
             Self::TierBelowMinimum { .. } => "tier.below_minimum",
             Self::TierUnavailable { .. } => "tier.unavailable",
             Self::TierUnsupported { .. } => "tier.unsupported",
+            Self::TerminationUnavailable { .. } => "egress.termination_unavailable",
         }
     }
 
@@ -488,6 +498,9 @@ impl Rejection {
                 "no request may set this variable; the policy's own env.set may, if it must"
             }
             "egress.host_not_allowed" => "add the host to egress.allow in the policy",
+            "egress.termination_unavailable" => {
+                "the message names the policy entry: give the supervisor the secret its secret key names (the variable in its environment, or the file, owned by it or root, writable by no one else, outside every path the run can write), or correct the egress.upstream_roots file; docs/egress.md says how"
+            }
             "limits.above_policy" => {
                 "the policy's limits are the most a request may ask for: raise the limits.* key in the policy"
             }
@@ -556,6 +569,7 @@ impl Rejection {
         "env.denied",
         "egress.host_not_allowed",
         "egress.host_invalid",
+        "egress.termination_unavailable",
         "limits.above_policy",
         "wasm.module_invalid",
         "wasm.inline_denied",

@@ -687,10 +687,10 @@ impl BackgroundManager {
         let launch_opts = LaunchOptions {
             run_id: id.clone(),
             tmp_base: self.options.state_dir.join("tmp"),
-            // The launcher thread lives as long as the supervisor: the process dies with
-            // the supervisor, not with whichever runtime thread started it.
+            // The process dies with the supervisor, not the runtime thread that started it.
             launcher_thread: true,
             terminal,
+            trust: None,
         };
         let mut launched = launch_in(tier, &plan, &launch_opts)?;
         let terminal = launched

@@ -22,6 +22,7 @@ pub mod stdin;
 pub mod stream;
 pub mod supervisor;
 pub mod term;
+pub mod terminate;
 pub mod wasm;
 pub mod wire;
 

@@ -288,11 +288,15 @@ async fn run_plan_tapped(
     }
     let run_id = new_run_id();
     ensure_state_dir(&opts.state_dir)?;
+    // Secrets, placeholders and the run's CA before anything starts: a secret that
+    // cannot be read refuses the run.
+    let termination = crate::terminate::prepare(plan, std::time::SystemTime::now())?;
     let launch_opts = LaunchOptions {
         run_id: run_id.clone(),
         tmp_base: opts.state_dir.join("tmp"),
         launcher_thread: false,
         terminal: None,
+        trust: termination.as_ref().map(|t| t.trust.clone()),
     };
     // Where Tier B cannot keep the protected entries read-only (no mount namespace of the
     // run's own), what the run changes of them is named in the outcome instead.
@@ -305,7 +309,8 @@ async fn run_plan_tapped(
         launched,
         done: false,
     };
-    let proxy = match start_proxy(plan, &mut guard.launched) {
+    let terminate = termination.map(|t| t.termination);
+    let proxy = match start_proxy(plan, &mut guard.launched, terminate) {
         Ok(p) => p,
         Err(e) => {
             kill_tree(&guard.launched);
@@ -375,6 +380,7 @@ pub(crate) fn launch_in(
 pub(crate) fn start_proxy(
     plan: &Plan,
     launched: &mut RunningSandbox,
+    terminate: Option<Arc<tierbox_egress::tls::Termination>>,
 ) -> Result<Option<Proxy>, RunError> {
     if !plan.network.needs_proxy() {
         return Ok(None);
@@ -385,7 +391,8 @@ pub(crate) fn start_proxy(
             launched.enforcement().backend
         ))
     })?;
-    let config = ProxyConfig::new(plan.network.allow.clone(), plan.network.resolve.clone());
+    let mut config = ProxyConfig::new(plan.network.allow.clone(), plan.network.resolve.clone());
+    config.terminate = terminate;
     Proxy::start(listener, config)
         .map(Some)
         .map_err(|source| RunError::Io {

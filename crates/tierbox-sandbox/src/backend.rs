@@ -88,18 +88,35 @@ pub enum Unsupported {
         path: std::path::PathBuf,
     },
     /// Hosts whose TLS the egress proxy would terminate (`egress.hosts`,
-    /// `egress.credentials`): no backend gives a run the per-run CA in its trust bundle and
-    /// the placeholders in its environment, so a run refuses a plan that needs them rather
-    /// than tunnel those hosts unchecked.
-    TerminatedHosts,
+    /// `egress.credentials`) on a backend that does not give a run the per-run CA in its
+    /// trust bundle and the placeholders in its environment (macOS, Windows, the
+    /// containers): refused rather than tunnel those hosts unchecked.
+    TerminatedHosts {
+        /// The backend's name.
+        backend: &'static str,
+    },
+    /// Credentials injected at the proxy in Tier B: its proxy listens on the host's
+    /// loopback, where every local user can connect, and a placeholder in a command line
+    /// is readable by all of them in `/proc/PID/cmdline`; with both, another user's
+    /// request would get the secret. Tier C's proxy is reachable only from inside the
+    /// run's network namespace.
+    CredentialsInTierB,
 }
 
 /// [`Unsupported::TerminatedHosts`] for a plan with hosts whose TLS the proxy would
-/// terminate.
-pub fn no_terminated_hosts(plan: &Plan) -> Result<(), Unsupported> {
+/// terminate, on `backend`, which does not provide what that needs.
+pub fn no_terminated_hosts_on(plan: &Plan, backend: &'static str) -> Result<(), Unsupported> {
     match plan.network.terminated.is_empty() {
         true => Ok(()),
-        false => Err(Unsupported::TerminatedHosts),
+        false => Err(Unsupported::TerminatedHosts { backend }),
+    }
+}
+
+/// [`Unsupported::CredentialsInTierB`] for a Tier B plan with credential rules.
+pub fn no_credentials_in_tier_b(plan: &Plan) -> Result<(), Unsupported> {
+    match plan.network.has_credentials() {
+        false => Ok(()),
+        true => Err(Unsupported::CredentialsInTierB),
     }
 }
 
@@ -146,7 +163,10 @@ impl Unsupported {
                 "filesystem.deny_read {:?} inside the workspace",
                 path.display().to_string()
             ),
-            Self::TerminatedHosts => "egress.hosts and egress.credentials".to_owned(),
+            Self::TerminatedHosts { backend } => {
+                format!("egress.hosts and egress.credentials on {backend}")
+            }
+            Self::CredentialsInTierB => "egress.credentials in tier b".to_owned(),
         }
     }
 
@@ -181,8 +201,11 @@ impl Unsupported {
                     "this backend cannot give the overlay's upper layer a size limit and hand it back for review; overlay mode needs tier.backend = \"native\" on Linux (it never falls back to writing the workspace directly)"
                 }
             },
-            Self::TerminatedHosts => {
-                "runs do not terminate TLS at the egress proxy in this build (the sandbox would need the run's CA in its trust bundle and the credential placeholders in its environment); nothing runs rather than reach those hosts without their rules: remove egress.hosts and egress.credentials from the policy"
+            Self::TerminatedHosts { .. } => {
+                "this backend does not give the sandbox the run's CA in its trust bundle and the credential placeholders in its environment; nothing runs rather than reach those hosts without their rules: use tier.backend = \"native\" or \"bwrap\" on Linux (or remove egress.hosts and egress.credentials)"
+            }
+            Self::CredentialsInTierB => {
+                "a tier b run's egress proxy listens on the host's loopback, where every local user can connect, and a placeholder in a command line is readable by all of them (/proc/PID/cmdline): another user could have the proxy send the secret; tier c's proxy is reachable only from inside the run's network namespace: use tier c (native or bwrap)"
             }
             Self::DenyReadInWorkspace { .. } => {
                 "tier b grants the workspace to landlock whole and landlock cannot take a path back out of a grant, so the run could read it; tier c covers it in the run's mount namespace (use tier c, or move the file out of the workspace)"

@@ -22,6 +22,7 @@
 //!     tmp_base: "/var/lib/tierbox/tmp".into(),
 //!     launcher_thread: false,
 //!     terminal: None,
+//!     trust: None,
 //! };
 //! let mut sandbox = contract::for_plan(plan, selection.tier).launch(plan, &opts)?;
 //! sandbox.watch_exit()?.readable().await?.retain_ready();
@@ -40,6 +41,9 @@ pub use crate::running::{
 /// Launching: the options that are not part of the plan, the error, how a process ended,
 /// and the backend for a plan and tier.
 pub use crate::backend::{Backend, for_plan};
+/// What a run whose egress proxy terminates TLS gets in its sandbox (the trust bundle and
+/// the credential placeholders), and where.
+pub use crate::egress::{CA_BUNDLE_FILE, CA_BUNDLE_VARS, SandboxTrust};
 /// A run's terminal ([`LaunchOptions::terminal`]): its size, and the primary side the
 /// supervisor holds ([`RunningSandbox::take_terminal`]).
 pub use crate::launch::terminal::{MAX_TERM_DIMENSION, TermSize, Terminal};

@@ -52,6 +52,74 @@ pub fn proxy_env(port: u16) -> Vec<(String, String)> {
     env
 }
 
+/// The name of the trust bundle in a run's `/tmp` (its `TMPDIR`): the host's trust
+/// store plus the run's CA, for runs whose proxy terminates TLS for some hosts.
+pub const CA_BUNDLE_FILE: &str = "tierbox-ca-bundle.pem";
+
+/// The variables that point TLS clients at the bundle file (one list, the policy
+/// crate's, which refuses a policy setting them too).
+pub use tierbox_policy::egress_rules::CA_BUNDLE_VARS;
+
+/// What a run whose proxy terminates TLS gets in its sandbox: the trust bundle (PEM: the
+/// host's trust store, then the run's CA certificate) and the credential placeholders'
+/// variables. Never a key, never a secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SandboxTrust {
+    /// The bundle, PEM.
+    pub bundle: std::sync::Arc<str>,
+    /// The placeholder variables (`GITHUB_TOKEN` = a random per-run token).
+    pub placeholders: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for SandboxTrust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.placeholders.iter().map(|(k, _)| k.as_str()).collect();
+        write!(
+            f,
+            "SandboxTrust {{ bundle: {} bytes, placeholders: {names:?} }}",
+            self.bundle.len()
+        )
+    }
+}
+
+impl SandboxTrust {
+    /// The bundle as the file a backend puts in the run's `/tmp`.
+    #[cfg(target_os = "linux")]
+    pub fn tmp_file(&self) -> crate::linux::mounts::TmpFile {
+        crate::linux::mounts::TmpFile {
+            name: CA_BUNDLE_FILE.to_owned(),
+            contents: crate::linux::mounts::FileContents(self.bundle.clone()),
+        }
+    }
+}
+
+/// Points the [`CA_BUNDLE_VARS`] at `bundle_path` and sets the placeholders' variables in
+/// `env`, replacing any value given them (a client pointed at another store would fail
+/// every terminated host).
+///
+/// ```
+/// use tierbox_sandbox::egress::{SandboxTrust, set_trust_env};
+///
+/// let trust = SandboxTrust {
+///     bundle: "-----BEGIN CERTIFICATE-----".into(),
+///     placeholders: vec![("GITHUB_TOKEN".into(), "tbx_0123".into())],
+/// };
+/// let mut env = vec![("SSL_CERT_FILE".to_owned(), "/elsewhere".to_owned())];
+/// set_trust_env(&mut env, &trust, "/tmp/tierbox-ca-bundle.pem");
+/// assert!(env.contains(&("SSL_CERT_FILE".into(), "/tmp/tierbox-ca-bundle.pem".into())));
+/// assert!(env.contains(&("GITHUB_TOKEN".into(), "tbx_0123".into())));
+/// assert_eq!(env.iter().filter(|(k, _)| k == "SSL_CERT_FILE").count(), 1);
+/// ```
+pub fn set_trust_env(env: &mut Vec<(String, String)>, trust: &SandboxTrust, bundle_path: &str) {
+    env.retain(|(k, _)| {
+        !CA_BUNDLE_VARS.contains(&k.as_str()) && !trust.placeholders.iter().any(|(p, _)| p == k)
+    });
+    for var in CA_BUNDLE_VARS {
+        env.push(((*var).to_owned(), bundle_path.to_owned()));
+    }
+    env.extend(trust.placeholders.iter().cloned());
+}
+
 /// Sets [`proxy_env`] in `env`, replacing any value a policy or request gave those
 /// variables (a client pointed elsewhere would only fail; this keeps the run usable).
 pub fn set_proxy_env(env: &mut Vec<(String, String)>, port: u16) {

@@ -49,7 +49,7 @@ pub struct GrantFinding {
 /// ```
 pub fn grant_findings(plan: &Plan) -> Vec<GrantFinding> {
     let mut out = tier_b_findings(plan);
-    if let Err(e) = crate::linux::ns::child::prepared_mounts(plan) {
+    if let Err(e) = crate::linux::ns::child::prepared_mounts(plan, &[]) {
         out.push(GrantFinding {
             backend: "native",
             refuses: true,

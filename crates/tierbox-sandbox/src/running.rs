@@ -23,6 +23,7 @@
 //!     tmp_base: "/var/lib/tierbox/tmp".into(),
 //!     launcher_thread: false,
 //!     terminal: None,
+//!     trust: None,
 //! };
 //! let mut sandbox: RunningSandbox = tierbox_sandbox::tier_b::launch(plan, &opts)
 //!     .map_err(|e| std::io::Error::other(e.to_string()))?;

@@ -3,7 +3,7 @@
 //! is a [`Rejection::TierUnavailable`] with the concrete reason — never a silent downgrade.
 
 use tierbox_policy::plan::Plan;
-use tierbox_policy::{Rejection, Tier, TierRequest};
+use tierbox_policy::{Rejection, Tier, TierCBackend, TierRequest};
 
 pub use crate::backend::{Unavailable, Unsupported};
 use crate::probe::HostFacts;
@@ -51,8 +51,22 @@ pub fn tier_available_for(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<
 ///
 /// [`Backend::supports`]: crate::backend::Backend::supports
 pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), Unsupported> {
-    crate::backend::no_terminated_hosts(plan)?;
-    crate::backend::for_plan(plan, tier).supports(plan, facts)
+    let backend = crate::backend::for_plan(plan, tier);
+    // The per-run CA's bundle and the placeholders: the Linux backends of Tier B and the
+    // native and bwrap backends of Tier C; credentials in Tier C only.
+    let terminates = cfg!(target_os = "linux")
+        && (tier == Tier::B
+            || matches!(
+                plan.tier.backend,
+                TierCBackend::Native | TierCBackend::Bwrap
+            ));
+    if !terminates {
+        crate::backend::no_terminated_hosts_on(plan, backend.name())?;
+    }
+    if tier == Tier::B {
+        crate::backend::no_credentials_in_tier_b(plan)?;
+    }
+    backend.supports(plan, facts)
 }
 
 /// Picks the tier for `plan` on this host: for `auto` the strongest tier whose backend
@@ -206,10 +220,12 @@ mod tests {
         }
     }
 
-    /// A plan with hosts whose TLS the proxy would terminate is refused in every tier,
-    /// typed, naming the policy keys: never run with those hosts tunnelled unchecked.
+    /// Hosts whose TLS the proxy terminates run in Tier B and on the native and bwrap
+    /// backends; credentials only in Tier C, and Tier B refuses them typed, naming the
+    /// key and why (other local users reach its proxy); a container backend refuses
+    /// terminated hosts (and every allowlist).
     #[test]
-    fn a_plan_with_terminated_hosts_runs_in_no_tier() {
+    fn terminated_hosts_run_in_tier_b_and_c_and_credentials_only_in_c() {
         let mut p = plan(EgressMode::Strict, &["api.test:443"], TierCBackend::Native);
         p.network.terminated.insert(
             "api.test".to_owned(),
@@ -218,16 +234,55 @@ mod tests {
                 credentials: Vec::new(),
             },
         );
-        let facts = crate::probe::host_facts();
-        for tier in [Tier::B, Tier::C] {
-            let e = tier_supports(tier, &p, facts).unwrap_err();
-            assert!(e.feature().contains("egress.hosts"), "{}", e.feature());
+        let mut root = crate::probe::host_facts().clone();
+        root.euid = 0;
+        for backend in [TierCBackend::Native, TierCBackend::Bwrap] {
+            let mut p = p.clone();
+            p.tier.backend = backend;
+            assert_eq!(tier_supports(Tier::C, &p, &root), Ok(()), "{backend}");
         }
-        let mut asked = p.clone();
+        assert_eq!(tier_supports(Tier::B, &p, &root), Ok(()));
+        let mut with_secret = p.clone();
+        with_secret
+            .network
+            .terminated
+            .get_mut("api.test")
+            .unwrap()
+            .credentials
+            .push(tierbox_policy::policy::CredentialPolicy {
+                name: "api".to_owned(),
+                host: "api.test".to_owned(),
+                header: Some("Authorization".to_owned()),
+                query: None,
+                env: "API_TOKEN".to_owned(),
+                secret: tierbox_policy::policy::SecretSource {
+                    env: Some("API_TOKEN".to_owned()),
+                    file: None,
+                },
+            });
+        assert_eq!(tier_supports(Tier::C, &with_secret, &root), Ok(()));
+        let e = tier_supports(Tier::B, &with_secret, &root).unwrap_err();
+        assert_eq!(e, Unsupported::CredentialsInTierB);
+        assert!(
+            e.feature().contains("egress.credentials"),
+            "{}",
+            e.feature()
+        );
+        assert!(e.reason().contains("use tier c"), "{}", e.reason());
+        let mut asked = with_secret.clone();
         asked.tier.requested = TierRequest::B;
-        let err = select_tier(&asked, facts).unwrap_err();
+        let err = select_tier(&asked, &root).unwrap_err();
         assert_eq!(err.code(), "tier.unsupported", "{err}");
         assert!(err.to_string().contains("egress.credentials"), "{err}");
+        for backend in [TierCBackend::Docker, TierCBackend::Podman] {
+            let mut p = p.clone();
+            p.tier.backend = backend;
+            let e = tier_supports(Tier::C, &p, &root).unwrap_err();
+            assert!(
+                matches!(e, Unsupported::TerminatedHosts { .. }),
+                "{backend}: {e}"
+            );
+        }
     }
 
     #[test]

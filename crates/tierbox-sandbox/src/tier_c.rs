@@ -67,6 +67,9 @@ pub const BWRAP_ALIVE_FD: i32 = 9;
 /// the program of a run on a terminal sends the primary side of the terminal it made in
 /// the sandbox's devpts (`tierbox-init --pty 10 ROWS COLS …`).
 pub const BWRAP_TERMINAL_SOCK_FD: i32 = 10;
+/// The fd number at which `bwrap` reads the egress proxy's trust bundle it copies into
+/// the run's `/tmp` (`--file 11 /tmp/tierbox-ca-bundle.pem`).
+pub const BWRAP_CA_BUNDLE_FD: i32 = 11;
 
 /// Longest a bwrap launch on a terminal waits for the program to send its terminal out
 /// (30 s). The sandbox's setup takes milliseconds; the bound only keeps a sandbox that
@@ -88,6 +91,7 @@ pub use crate::linux::ns::tier_c_seccomp_spec;
 ///     tmp_base: "/tmp/tierbox-state/tmp".into(),
 ///     launcher_thread: false,
 ///     terminal: None,
+///     trust: None,
 /// };
 /// let launched = tierbox_sandbox::tier_c::launch(plan, &opts)?;
 /// assert_eq!(launched.tier(), tierbox_policy::Tier::C);
@@ -119,6 +123,7 @@ pub(crate) fn launch_native(
             .map(|cg| cg.procs_fds().to_vec())
             .unwrap_or_default(),
         terminal: opts.terminal,
+        trust: opts.trust.clone(),
         ..NativeOptions::default()
     };
     // A failure hands the slot back (its guard).
@@ -189,8 +194,7 @@ pub(crate) fn launch_bwrap(
         })
     })?;
     let missing = crate::layers::layers_for(Tier::C, plan, facts)?;
-    BwrapLaunch::prepare(plan, facts.seccomp, opts.terminal, &info)?
-        .spawn(plan, opts, &info, missing)
+    BwrapLaunch::prepare(plan, facts.seccomp, opts, &info)?.spawn(plan, opts, &info, missing)
 }
 
 /// The seccomp programs of a bwrap launch.
@@ -268,6 +272,8 @@ struct BwrapLaunch {
     terminal_pair: Option<(OwnedFd, OwnedFd)>,
     /// The alive pipe: (the sandbox's read end, the supervisor's write end).
     alive: Option<(OwnedFd, OwnedFd)>,
+    /// The trust bundle bwrap copies into `/tmp` ([`BWRAP_CA_BUNDLE_FD`]).
+    ca_bundle: Option<OwnedFd>,
     idmapped: Vec<identity::IdmappedBind>,
     /// strict egress with an allowlist: the loopback-only network namespace bwrap keeps,
     /// and the proxy's listener in it.
@@ -281,9 +287,10 @@ impl BwrapLaunch {
     fn prepare(
         plan: &Plan,
         seccomp: bool,
-        terminal: Option<launch::terminal::TermSize>,
+        opts: &LaunchOptions,
         info: &bwrap::BwrapInfo,
     ) -> Result<Self, LaunchError> {
+        let terminal = opts.terminal;
         // pid 1: tierbox-init, non-dumpable, where its image can be exec'd; else bwrap's own.
         let init_image = ns::init::image_fd().ok();
         if terminal.is_some() && init_image.is_none() {
@@ -356,6 +363,18 @@ impl BwrapLaunch {
         });
         bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
         bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
+        bopts.trust = opts.trust.as_ref().map(|trust| bwrap::TrustHandOff {
+            fd: BWRAP_CA_BUNDLE_FD,
+            trust: trust.clone(),
+        });
+        let ca_bundle = match &opts.trust {
+            Some(t) => Some(launch::data_fd(
+                c"tierbox-ca-bundle",
+                t.bundle.as_bytes(),
+                "the trust bundle",
+            )?),
+            None => None,
+        };
         let mut argv = vec![info.path.clone().into_os_string()];
         argv.extend(bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?);
         let env_args = launch::data_fd(
@@ -406,6 +425,7 @@ impl BwrapLaunch {
             listener_pair,
             terminal_pair,
             alive,
+            ca_bundle,
             idmapped,
             egress,
             identity,
@@ -457,6 +477,11 @@ impl BwrapLaunch {
                 self.terminal_pair
                     .iter()
                     .map(|(_, theirs)| (theirs.as_fd(), BWRAP_TERMINAL_SOCK_FD)),
+            )
+            .chain(
+                self.ca_bundle
+                    .iter()
+                    .map(|fd| (fd.as_fd(), BWRAP_CA_BUNDLE_FD)),
             )
             .collect();
         let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = self

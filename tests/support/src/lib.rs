@@ -222,3 +222,30 @@ pub fn policy_for_output(policy: &str, max_bytes: u64, backend: Option<&str>) ->
     }
     p
 }
+
+/// The files under `dir` (recursively, not following symlinks) whose bytes contain
+/// `needle`: where a secret must not be.
+pub fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() => stack.push(path),
+                Ok(m) if m.is_file() => {
+                    let holds = std::fs::read(&path)
+                        .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle));
+                    if holds {
+                        found.push(path);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}

@@ -10,7 +10,9 @@ them on the namespace's interface, then binds to each):
 
 HTTP: `GET /` -> 200 "hello from <host name>\\n", where the name is that of the local
 address the connection arrived on; `GET /bytes/<n>` -> n bytes (n <= 64 MiB), streamed;
-any other path -> 404; any other method (CONNECT included) -> 405
+`GET /echo[?query]` -> 200 "auth=<the Authorization header>\\nquery=<query>\\n" (and the
+header and query are logged as the detail `auth <header> query <query>`, so a test sees
+what arrived); any other path -> 404; any other method (CONNECT included) -> 405
 "lab: method <M> not allowed\\n".
 
 Every accepted TCP connection, every HTTP request line and every UDP datagram is one JSON
@@ -170,6 +172,11 @@ class Lab:
         )
         if target == "/":
             respond(conn, 200, f"hello from {self.name_of(local)}\n".encode(), close)
+        elif target == "/echo" or target.startswith("/echo?"):
+            auth = headers.get("authorization", "")
+            query = target.partition("?")[2]
+            self.log.event("tcp", local, peer, f"auth {auth} query {query}")
+            respond(conn, 200, f"auth={auth}\nquery={query}\n".encode("latin-1"), close)
         elif target.startswith("/bytes/") and target[len("/bytes/") :].isdigit():
             count = int(target[len("/bytes/") :])
             if count > MAX_BYTES:

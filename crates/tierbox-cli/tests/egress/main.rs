@@ -9,6 +9,7 @@
 
 mod netlab;
 mod strict;
+mod terminate;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;

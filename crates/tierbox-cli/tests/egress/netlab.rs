@@ -1,8 +1,9 @@
 //! A private "internet" on this machine for the egress tests.
 //!
 //! One lab per test binary ([`NetLab::shared`]): a `lab_server.py` process in a network
-//! namespace of its own, reached from the host over a veth pair. Inside, two lab hosts
-//! ("allowed" and "blocked") each have an IPv4 and an IPv6 address and serve plain HTTP
+//! namespace of its own, reached from the host over a veth pair. Inside, three lab hosts
+//! ("allowed", "blocked", and "other", which tests that allow a second host use) each
+//! have an IPv4 and an IPv6 address and serve plain HTTP
 //! on TCP 80, HTTPS on TCP 443 and a UDP echo on 53; the server logs everything it sees
 //! ([`NetLab::log`]), so a test can prove where a connection did or did not land.
 //!
@@ -127,7 +128,8 @@ impl NetLab {
         }
     }
 
-    /// The lab host called `name` ("allowed" or "blocked"); panics for any other name.
+    /// The lab host called `name` ("allowed", "blocked" or "other"); panics for any other
+    /// name.
     pub fn host(&self, name: &str) -> &LabHost {
         self.hosts
             .iter()
@@ -323,6 +325,11 @@ impl Plan {
                     v4: v4(3),
                     v6: v6(3),
                 },
+                LabHost {
+                    name: "other",
+                    v4: v4(4),
+                    v6: v6(4),
+                },
             ],
         }
     }
@@ -390,7 +397,7 @@ fn build() -> Result<NetLab, String> {
         }
     };
     Ok(NetLab {
-        ca_cert: dir.path().join("cert.pem"),
+        ca_cert: dir.path().join("ca.pem"),
         dir,
         hosts: plan.hosts,
         self_check: plan.self_check,
@@ -414,22 +421,53 @@ fn connect_server(plan: &Plan, dir: &Path, server: &mut Child) -> Result<usize, 
     probe(plan, dir, server)
 }
 
+/// The lab's CA (`ca.pem`, what clients trust) and the servers' certificate signed by it
+/// (`cert.pem`, `key.pem`): a leaf for the lab's names and addresses, as a real host's
+/// is (verifiers refuse a CA certificate presented as a server's).
 fn make_certificate(dir: &Path, plan: &Plan) -> Result<(), String> {
-    let mut san = String::from("subjectAltName=DNS:allowed.test,DNS:blocked.test");
+    let mut san = String::from("subjectAltName=DNS:allowed.test,DNS:blocked.test,DNS:other.test");
     for ip in plan.host_addrs() {
         san.push_str(&format!(",IP:{ip}"));
     }
-    let key = dir.join("key.pem");
-    let cert = dir.join("cert.pem");
+    let ca_key = dir.join("ca-key.pem");
+    let ca = dir.join("ca.pem");
     run(Command::new("openssl")
         .args([
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
         ])
-        .args(["-subj", "/CN=allowed.test", "-addext", &san])
+        .args(["-subj", "/CN=tierbox test lab CA"])
+        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
+        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
         .arg("-keyout")
-        .arg(&key)
+        .arg(&ca_key)
         .arg("-out")
-        .arg(&cert))
+        .arg(&ca))?;
+    let ext = dir.join("leaf.ext");
+    fs::write(
+        &ext,
+        format!("{san}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"),
+    )
+    .map_err(|e| format!("write {}: {e}", ext.display()))?;
+    let csr = dir.join("leaf.csr");
+    run(Command::new("openssl")
+        .args(["req", "-newkey", "rsa:2048", "-nodes"])
+        .args(["-subj", "/CN=allowed.test"])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(&csr))?;
+    run(Command::new("openssl")
+        .args(["x509", "-req", "-days", "2", "-in"])
+        .arg(&csr)
+        .arg("-CA")
+        .arg(&ca)
+        .arg("-CAkey")
+        .arg(&ca_key)
+        .args(["-set_serial", "1"])
+        .arg("-extfile")
+        .arg(&ext)
+        .arg("-out")
+        .arg(dir.join("cert.pem")))
 }
 
 fn spawn_server(dir: &Path, plan: &Plan) -> Result<Child, String> {

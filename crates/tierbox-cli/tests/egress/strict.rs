@@ -25,7 +25,7 @@ pub enum Tier {
 }
 
 /// The `[tier]` table of [`policy`], which [`Tier::adapt`] rewrites for bwrap.
-const TIER_TABLE: &str = "[tier]\noptional_layers = [\"cgroup\", \"protected_paths\"]\n";
+pub const TIER_TABLE: &str = "[tier]\noptional_layers = [\"cgroup\", \"protected_paths\"]\n";
 
 impl Tier {
     fn arg(self) -> &'static str {
@@ -148,6 +148,10 @@ pub struct Run {
     pub outcome: Value,
     pub stdout: String,
     pub stderr: String,
+    /// The run's workspace and the CLI's state directory (audit log, spill files), kept
+    /// for the test to read.
+    pub workspace: tempfile::TempDir,
+    pub state: tempfile::TempDir,
 }
 
 impl Run {
@@ -302,7 +306,18 @@ pub fn try_run(
     cmd: &[&str],
     env: &[(&str, &str)],
 ) -> Run {
-    run_cli(lab, tier, policy_text, cmd, env, true)
+    run_cli(lab, tier, policy_text, cmd, env, true, &[])
+}
+
+/// [`try_run`] with more files in the workspace (name, content).
+pub fn try_run_with(
+    lab: &NetLab,
+    tier: Tier,
+    policy_text: &str,
+    cmd: &[&str],
+    files: &[(&str, &str)],
+) -> Run {
+    run_cli(lab, tier, policy_text, cmd, &[], true, files)
 }
 
 /// `tierbox run` with or without `--json` (without, `outcome` is null and `stdout` is
@@ -314,12 +329,13 @@ fn run_cli(
     cmd: &[&str],
     env: &[(&str, &str)],
     json: bool,
+    files: &[(&str, &str)],
 ) -> Run {
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     let ws_path = std::fs::canonicalize(ws.path()).unwrap();
     std::fs::copy(lab.ca_cert(), ws_path.join("ca.pem")).unwrap();
-    for (name, text) in SCRIPTS {
+    for (name, text) in SCRIPTS.iter().chain(files) {
         std::fs::write(ws_path.join(name), text).unwrap();
     }
     let policy_file = state.path().join("policy.toml");
@@ -367,6 +383,8 @@ fn run_cli(
             .to_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         outcome,
+        workspace: ws,
+        state,
     }
 }
 
@@ -500,6 +518,7 @@ pub fn not_allowlisted_is_refused_and_reported(test: &str, tier: Tier) {
         &["sh", "fetch.sh"],
         &[("TARGET", "http://blocked.test/"), ("CURL_FLAGS", "")],
         false,
+        &[],
     );
     assert_ne!(r.status, 0, "{}", r.describe());
     // (Besides the egress refusal, at most the name service's unix socket, as above.)

@@ -204,18 +204,50 @@ fn add_pem(roots: &mut rustls::RootCertStore, pem: &[u8], what: &str) -> Result<
     }
 }
 
+/// The host's trust store: the first of [`SYSTEM_TRUST_STORES`] that exists.
+pub fn system_store() -> Result<&'static Path, TrustError> {
+    SYSTEM_TRUST_STORES
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+        .ok_or_else(|| TrustError::NoStore {
+            tried: SYSTEM_TRUST_STORES.join(", "),
+        })
+}
+
+/// The trust bundle a run's sandbox gets: the host's trust store (its clients still reach
+/// every tunnelled host, whose certificates the proxy never touches), then the run's CA
+/// (for the hosts the proxy terminates). PEM.
+pub fn sandbox_bundle(ca: &RunCa) -> Result<String, TrustError> {
+    let store = system_store()?;
+    let pem = read_store(store)?;
+    let mut bundle = String::from_utf8(pem).map_err(|_| TrustError::BadAnchor {
+        what: store.display().to_string(),
+        reason: "the trust store is not text".to_owned(),
+    })?;
+    if !bundle.ends_with('\n') {
+        bundle.push('\n');
+    }
+    bundle.push_str("# The Tierbox run's CA (the hosts its egress proxy terminates)\n");
+    bundle.push_str(&ca.cert_pem());
+    Ok(bundle)
+}
+
+/// A PEM trust anchor file a policy names for a test upstream (`egress.upstream_roots`),
+/// read whole (at most [`MAX_TRUST_STORE_BYTES`]).
+pub fn read_anchor(path: &Path) -> Result<String, TrustError> {
+    let pem = read_store(path)?;
+    String::from_utf8(pem).map_err(|_| TrustError::BadAnchor {
+        what: path.display().to_string(),
+        reason: "not PEM text".to_owned(),
+    })
+}
+
 impl Upstream {
-    /// The host's trust store (the first of [`SYSTEM_TRUST_STORES`] that exists) plus
-    /// `extra` PEM anchors (a test upstream's CA, named by the policy).
+    /// The host's trust store ([`system_store`]) plus `extra` PEM anchors (a test
+    /// upstream's CA, named by the policy).
     pub fn from_system(extra: &[String]) -> Result<Self, TrustError> {
-        let store = SYSTEM_TRUST_STORES
-            .iter()
-            .map(Path::new)
-            .find(|p| p.is_file())
-            .ok_or_else(|| TrustError::NoStore {
-                tried: SYSTEM_TRUST_STORES.join(", "),
-            })?;
-        Self::from_store(store, extra)
+        Self::from_store(system_store()?, extra)
     }
 
     /// The trust store at `store` plus `extra` PEM anchors.

@@ -45,6 +45,21 @@ pub enum Place {
     Query(String),
 }
 
+impl Place {
+    /// The request header `name`; `None` when it is not a header name.
+    ///
+    /// ```
+    /// use tierbox_egress::tls::relay::Place;
+    /// assert!(Place::header("Authorization").is_some());
+    /// assert!(Place::header("bad header").is_none());
+    /// ```
+    pub fn header(name: &str) -> Option<Self> {
+        HeaderName::from_bytes(name.as_bytes())
+            .ok()
+            .map(Self::Header)
+    }
+}
+
 /// A secret: its bytes never printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);

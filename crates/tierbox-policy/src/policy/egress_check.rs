@@ -13,6 +13,54 @@ use crate::egress_rules::{
 };
 use crate::hosts::{CanonicalHost, HostPattern};
 
+impl super::Policy {
+    /// The variables of a run whose proxy terminates TLS that the runner owns: no
+    /// credential's placeholder variable is copied or set by `env`, no bundle variable is
+    /// set by `env.set`, and no credential's secret variable is copied into the sandbox
+    /// by `env.pass` (which would hand the program the secret itself).
+    pub(super) fn check_credential_env(&self) -> Result<(), PolicyError> {
+        let terminated = !self.egress.hosts.is_empty() || !self.egress.credentials.is_empty();
+        if !terminated {
+            return Ok(());
+        }
+        let passed = |name: &str| self.env.pass.iter().any(|p| p == name);
+        for (i, c) in self.egress.credentials.iter().enumerate() {
+            let field = format!("egress.credentials[{i}]");
+            if passed(&c.env) || self.env.set.contains_key(&c.env) {
+                return invalid(
+                    &field,
+                    format!(
+                        "env {:?} is also in env.pass or env.set: the runner sets it to the credential's placeholder",
+                        c.env
+                    ),
+                );
+            }
+            if let Some(var) = &c.secret.env
+                && passed(var)
+            {
+                return invalid(
+                    &field,
+                    format!(
+                        "secret.env {var:?} is in env.pass, which would copy the secret into the sandbox: remove it from env.pass"
+                    ),
+                );
+            }
+        }
+        if let Some(var) = crate::egress_rules::CA_BUNDLE_VARS
+            .iter()
+            .find(|v| self.env.set.contains_key(**v))
+        {
+            return invalid(
+                "env.set",
+                format!(
+                    "{var:?}: a run whose proxy terminates TLS (egress.hosts, egress.credentials) has it pointed at its trust bundle (the host's roots plus the run's CA)"
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 impl EgressPolicy {
     /// The terminated hosts' rules, the credentials and the upstream anchors.
     pub(super) fn check_rules(&self) -> Result<(), PolicyError> {

@@ -80,6 +80,7 @@ impl Policy {
         self.check_filesystem()?;
         self.check_egress()?;
         self.egress.check_rules()?;
+        self.check_credential_env()?;
         self.check_audit()?;
         self.check_background()
     }

@@ -351,6 +351,24 @@ secret = { env = "GITHUB_TOKEN" }
             "{to}: {err}"
         );
     }
+    // The variables the runner owns in such a run: the placeholder's, the bundle's, and
+    // the secret's own never copied in.
+    let own_secret = good.replacen("{ env = \"GITHUB_TOKEN\" }", "{ env = \"GH_SECRET\" }", 1);
+    for (doc, field, says) in [
+        (good, "[env]\npass = [\"GITHUB_TOKEN\"]", "placeholder"),
+        (good, "[env.set]\nGITHUB_TOKEN = \"x\"", "placeholder"),
+        (
+            &own_secret,
+            "[env]\npass = [\"GH_SECRET\"]",
+            "copy the secret",
+        ),
+        (good, "[env.set]\nSSL_CERT_FILE = \"/x\"", "trust bundle"),
+    ] {
+        let doc = format!("{doc}{field}\n");
+        let err = Policy::from_toml(&doc).unwrap_err().to_string();
+        assert!(err.contains(says), "{field}: {err}");
+    }
+    assert!(Policy::from_toml(&format!("{own_secret}[env]\npass = [\"HOME\"]\n")).is_ok());
     // A request cannot bring a secret: there is no request field for one.
     let req = serde_json::json!({"command": "true", "credentials": [{"env": "X"}]});
     assert!(

@@ -11,12 +11,14 @@ use tierbox_policy::{EgressMode, ProcessRunRequest, Rejection, TierRequest};
 
 use super::validate_exec::fixture::Fixture;
 
-/// Codes produced outside `validate()`, by tier selection in the sandbox crate; they are
-/// exercised end to end in tierbox-runner's and tierbox-probe's tests.
+/// Codes produced outside `validate()`, by tier selection in the sandbox crate and by
+/// the runner reading a credential's secret; they are exercised end to end in
+/// tierbox-runner's, tierbox-cli's and tierbox-probe's tests.
 const PRODUCED_BY_TIER_SELECTION: &[&str] = &[
     "tier.unavailable",
     "tier.unsupported",
     "scope.path_needs_private_tmp",
+    "egress.termination_unavailable",
 ];
 
 fn req(command: &str, args: &[&str]) -> ProcessRunRequest {

@@ -40,7 +40,7 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
     opts.check()?;
     let mounts = mount_steps(plan, &opts.host)?;
     let denies = deny_steps(plan, &opts.host, &mounts);
-    let env = sandbox_env(plan, opts.egress_proxy_port)?;
+    let env = sandbox_env(plan, opts)?;
 
     let mut argv = Argv::default();
     push_privileges(&mut argv, plan, opts)?;
@@ -185,6 +185,14 @@ fn push_fixed_mounts(argv: &mut Argv, plan: &Plan, opts: &BwrapOptions) {
         argv.flag_value("--size", opts.tmp_size_bytes.to_string());
     }
     argv.flag_value("--tmpfs", SANDBOX_TMP);
+    if let Some(t) = &opts.trust {
+        // Read-only for the program's user (bwrap 0.5 and later take `--perms`).
+        if opts.features.tmpfs_size {
+            argv.flag_value("--perms", "0444");
+        }
+        let bundle = format!("{SANDBOX_TMP}/{}", crate::egress::CA_BUNDLE_FILE);
+        argv.flag_pair("--file", t.fd.to_string(), bundle);
+    }
     if plan.filesystem.private_home {
         argv.flag_value("--dir", SANDBOX_HOME);
     }
@@ -583,7 +591,7 @@ pub(super) fn deny_steps(plan: &Plan, host: &HostLayout, mounts: &[(PathBuf, Ste
 /// `--args FD` reads them ([`BwrapOptions::env_args_fd`]). Pure.
 pub fn bwrap_env_args(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<u8>, BwrapError> {
     let mut out = Vec::new();
-    for (name, value) in sandbox_env(plan, opts.egress_proxy_port)? {
+    for (name, value) in sandbox_env(plan, opts)? {
         for word in ["--setenv", name.as_str(), value.as_str()] {
             if word.as_bytes().contains(&0) {
                 return Err(BwrapError::PlanNotExpressible {
@@ -601,7 +609,7 @@ pub fn bwrap_env_args(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<u8>, Bwrap
 /// temporary-directory variables it does not set; sorted by name.
 pub(super) fn sandbox_env(
     plan: &Plan,
-    proxy_port: Option<u16>,
+    opts: &BwrapOptions,
 ) -> Result<Vec<(String, String)>, BwrapError> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     for (name, value) in &plan.env {
@@ -619,10 +627,16 @@ pub(super) fn sandbox_env(
         env.entry((*name).to_owned())
             .or_insert_with(|| SANDBOX_TMP.to_owned());
     }
-    if let Some(port) = proxy_port {
+    if let Some(port) = opts.egress_proxy_port {
         env.extend(crate::egress::proxy_env(port));
     }
-    Ok(env.into_iter().collect())
+    let mut env: Vec<(String, String)> = env.into_iter().collect();
+    if let Some(t) = &opts.trust {
+        let bundle = format!("{SANDBOX_TMP}/{}", crate::egress::CA_BUNDLE_FILE);
+        crate::egress::set_trust_env(&mut env, &t.trust, &bundle);
+        env.sort();
+    }
+    Ok(env)
 }
 
 pub(super) fn absolute<'a>(path: &'a Path, what: &str) -> Result<&'a Path, BwrapError> {

@@ -362,6 +362,20 @@ pub struct BwrapOptions {
     /// session of its own (bwrap's `--new-session` leaves it none). Needs
     /// [`BwrapOptions::init_fd`].
     pub terminal: Option<PtyHandOff>,
+    /// The egress proxy terminates TLS for some hosts: bwrap copies the trust bundle
+    /// from the inherited fd `fd` into the run's `/tmp` (`--file FD
+    /// /tmp/tierbox-ca-bundle.pem`), and the environment points clients at it and holds
+    /// the credential placeholders.
+    pub trust: Option<TrustHandOff>,
+}
+
+/// The trust bundle's fd and what it holds ([`BwrapOptions::trust`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustHandOff {
+    /// The fd bwrap reads the bundle from.
+    pub fd: i32,
+    /// The bundle and the placeholders.
+    pub trust: std::sync::Arc<crate::egress::SandboxTrust>,
 }
 
 /// Where the program of a run on a terminal sends its terminal's primary side, and the
@@ -426,6 +440,7 @@ impl BwrapOptions {
             stacked_filter: None,
             alive_fd: None,
             terminal: None,
+            trust: None,
         }
     }
 

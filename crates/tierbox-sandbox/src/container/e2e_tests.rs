@@ -98,6 +98,7 @@ fn launch(s: &Scratch, plan: &Plan) -> RunningSandbox {
         tmp_base: s.root.join("state"),
         launcher_thread: false,
         terminal: None,
+        trust: None,
     };
     std::fs::create_dir_all(&opts.tmp_base).unwrap();
     crate::tier_c::launch(plan, &opts).expect("launch")

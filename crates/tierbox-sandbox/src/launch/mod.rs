@@ -112,6 +112,10 @@ pub struct LaunchOptions {
     /// terminal in a session of its own, and the supervisor holds the primary
     /// ([`crate::contract::RunningSandbox::take_terminal`]). `None`: pipes.
     pub terminal: Option<terminal::TermSize>,
+    /// The run's egress proxy terminates TLS for some hosts: the trust bundle the
+    /// sandbox finds in its `/tmp` and the variables pointing at it, and the credential
+    /// placeholders ([`crate::egress::SandboxTrust`]). `None`: none of it.
+    pub trust: Option<std::sync::Arc<crate::egress::SandboxTrust>>,
 }
 
 /// Whether the kernel can hand system calls to the supervisor (seccomp user

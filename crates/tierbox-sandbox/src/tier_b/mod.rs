@@ -135,6 +135,9 @@ fn launch_in_slot(
         )
         .ok()
     });
+    if let Some(trust) = &opts.trust {
+        place_trust_bundle(slot, trust)?;
+    }
     let private = private_namespace(plan, facts, (slot, whole), ids, missing, claim)?;
     let (mut child, seccomp_layout, audit) = spawn_in_slot(
         plan,
@@ -492,6 +495,7 @@ fn child_env(
     network: &NetworkRules,
     uid: u32,
     private_mounts: bool,
+    trust: Option<&crate::egress::SandboxTrust>,
 ) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = plan.env.clone();
     let passwd = std::fs::read_to_string(crate::linux::identity::PASSWD_FILE).unwrap_or_default();
@@ -516,8 +520,46 @@ fn child_env(
             env.push((key.to_owned(), tmp.to_string_lossy().into_owned()));
         }
     }
+    if let Some(trust) = trust {
+        let bundle = tmp.join(crate::egress::CA_BUNDLE_FILE);
+        crate::egress::set_trust_env(&mut env, trust, &bundle.to_string_lossy());
+    }
     env.sort();
     env
+}
+
+/// Puts the trust bundle in the run's tmp (its `TMPDIR`, `/tmp` in its namespace), mode
+/// 0444, before the child starts. The directory is the run's (a pooled slot's, emptied
+/// after the previous run): the file is made relative to an fd of it, never following a
+/// symlink, and whatever a previous run left under the name is removed first.
+fn place_trust_bundle(slot: &Slot, trust: &crate::egress::SandboxTrust) -> Result<(), LaunchError> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    let setup = LaunchError::setup("the trust bundle in the run's tmp");
+    let dir = rustix::fs::open(
+        &slot.tmp,
+        OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY,
+        Mode::empty(),
+    )
+    .map_err(|e| setup(e.into()))?;
+    let name = crate::egress::CA_BUNDLE_FILE;
+    match rustix::fs::unlinkat(&dir, name, AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => {
+            return Err(LaunchError::setup("the trust bundle in the run's tmp")(
+                e.into(),
+            ));
+        }
+    }
+    let fd = rustix::fs::openat(
+        &dir,
+        name,
+        OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o444),
+    )
+    .map_err(|e| LaunchError::setup("the trust bundle in the run's tmp")(e.into()))?;
+    let mut file = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut file, trust.bundle.as_bytes())
+        .map_err(LaunchError::setup("the trust bundle in the run's tmp"))
 }
 
 /// `USER` and `LOGNAME` as the run's uid has them in `passwd`: its account's name, so that
@@ -562,7 +604,14 @@ fn spawn_in_slot(
     )?;
     let strings = ExecStrings::new(
         plan,
-        &child_env(plan, slot, network, uid, private.is_some()),
+        &child_env(
+            plan,
+            slot,
+            network,
+            uid,
+            private.is_some(),
+            opts.trust.as_deref(),
+        ),
         |what, bytes| cstring(bytes, what),
     )?;
     let StdioPipes {

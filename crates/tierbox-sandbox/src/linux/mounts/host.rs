@@ -53,7 +53,7 @@ impl HostView {
                     .clone();
                 Ok(node)
             };
-            let _ = build(plan, &mut lookup);
+            let _ = build(plan, &mut lookup, &[]);
         });
         Self {
             nodes,

@@ -312,13 +312,16 @@ pub enum MountOp {
         /// Its mode (before umask: the executor sets umask 0 or `fchmod`s).
         mode: u32,
     },
-    /// Create an empty file `path` (`O_CREAT | O_EXCL`) in a tmpfs the plan mounted, as
-    /// the mountpoint of a file bind.
+    /// Create a file `path` (`O_CREAT | O_EXCL`) in a tmpfs the plan mounted: empty, as
+    /// the mountpoint of a file bind, or holding `contents` (a [`TmpFile`] the run is
+    /// given in its `/tmp`).
     File {
         /// The file.
         path: PathBuf,
         /// Its mode.
         mode: u32,
+        /// What it holds (`None`: empty).
+        contents: Option<FileContents>,
     },
     /// `symlink(target, link)` in a tmpfs the plan mounted.
     Symlink {
@@ -549,7 +552,17 @@ impl fmt::Display for MountOp {
                 write!(f, "tmpfs-root size={size_bytes} mode={mode:o}")
             }
             Self::Dir { path, mode } => write!(f, "dir {} mode={mode:o}", path.display()),
-            Self::File { path, mode } => write!(f, "file {} mode={mode:o}", path.display()),
+            Self::File {
+                path,
+                mode,
+                contents,
+            } => {
+                write!(f, "file {} mode={mode:o}", path.display())?;
+                match contents {
+                    Some(c) => write!(f, " bytes={}", c.0.len()),
+                    None => Ok(()),
+                }
+            }
             Self::Symlink { target, link } => {
                 write!(f, "symlink {} -> {}", link.display(), target.display())
             }
@@ -799,9 +812,45 @@ pub enum MountPlanError {
 
 /// Builds the mount plan for `plan` on a host described by `host`. Pure: reads nothing
 /// but its arguments. See the module documentation for the order and the rules.
+#[cfg(test)]
 pub fn mount_plan(plan: &Plan, host: &HostView) -> Result<MountPlan, MountPlanError> {
+    mount_plan_with(plan, host, &[])
+}
+
+/// [`mount_plan`], with `files` created in the sandbox's `/tmp` right after it is
+/// mounted (before any grant beneath `/tmp` is bound).
+pub fn mount_plan_with(
+    plan: &Plan,
+    host: &HostView,
+    files: &[TmpFile],
+) -> Result<MountPlan, MountPlanError> {
     let mut lookup = |p: &Path| host.node(p);
-    build(plan, &mut lookup)
+    build(plan, &mut lookup, files)
+}
+
+/// A file the run finds in its private `/tmp`, written by the sandbox's setup before the
+/// program starts: the egress proxy's trust bundle ([`crate::egress::CA_BUNDLE_FILE`]).
+/// Read-only for the program's user (mode [`TMP_FILE_MODE`]); the program may still
+/// remove it, as anything of its own `/tmp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TmpFile {
+    /// Its name, directly under `/tmp` (one component).
+    pub name: String,
+    /// Its bytes.
+    pub contents: FileContents,
+}
+
+/// Mode of a [`TmpFile`]: readable by everyone, writable by no one.
+pub const TMP_FILE_MODE: u32 = 0o444;
+
+/// A file's contents, shown by size only (a trust bundle is some 200 KiB of PEM).
+#[derive(Clone, PartialEq, Eq)]
+pub struct FileContents(pub std::sync::Arc<str>);
+
+impl fmt::Debug for FileContents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FileContents({} bytes)", self.0.len())
+    }
 }
 
 #[cfg(test)]

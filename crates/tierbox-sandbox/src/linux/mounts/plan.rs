@@ -8,7 +8,11 @@ use tierbox_policy::WorkspaceMode;
 
 pub(super) type Lookup<'a> = dyn FnMut(&Path) -> Result<HostNode, MountPlanError> + 'a;
 
-pub(super) fn build(plan: &Plan, lookup: &mut Lookup<'_>) -> Result<MountPlan, MountPlanError> {
+pub(super) fn build(
+    plan: &Plan,
+    lookup: &mut Lookup<'_>,
+    files: &[TmpFile],
+) -> Result<MountPlan, MountPlanError> {
     let fs = &plan.filesystem;
     let count = fs.system_read_only.len()
         + fs.system_roots.len()
@@ -44,7 +48,7 @@ pub(super) fn build(plan: &Plan, lookup: &mut Lookup<'_>) -> Result<MountPlan, M
     //    under /tmp needs the /tmp tmpfs below it.
     p.proc()?;
     p.dev(plan)?;
-    p.tmp(plan, home.as_deref())?;
+    p.tmp(plan, home.as_deref(), files)?;
 
     // 3. Binds: outside the workspace (sorted: ancestors first), the workspace, inside it.
     let binds = classify_binds(&mut p, plan, &workspace, home.as_deref())?;
@@ -357,6 +361,7 @@ impl Planner<'_, '_> {
                         self.ops.push(MountOp::File {
                             path: path.to_path_buf(),
                             mode,
+                            contents: None,
                         });
                         Ok(())
                     }
@@ -505,7 +510,12 @@ impl Planner<'_, '_> {
         self.mount(MountOp::DevPts { dst: pts }, Backing::Kernel)
     }
 
-    fn tmp(&mut self, plan: &Plan, home: Option<&Path>) -> Result<(), MountPlanError> {
+    fn tmp(
+        &mut self,
+        plan: &Plan,
+        home: Option<&Path>,
+        files: &[TmpFile],
+    ) -> Result<(), MountPlanError> {
         self.mount(
             MountOp::Tmpfs {
                 dst: PathBuf::from("/tmp"),
@@ -514,6 +524,32 @@ impl Planner<'_, '_> {
             },
             Backing::Scratch,
         )?;
+        for file in files {
+            let one_name = !file.name.is_empty()
+                && file.name != "."
+                && file.name != ".."
+                && !file.name.contains(['/', '\0']);
+            let path = Path::new("/tmp").join(&file.name);
+            let broken = |rule| MountPlanError::Invariant {
+                index: self.ops.len(),
+                op: format!("file {}", path.display()),
+                rule,
+            };
+            if !one_name {
+                return Err(broken(
+                    "a file given in /tmp is named by one path component",
+                ));
+            }
+            if self.created.contains_key(&path) {
+                return Err(broken("two files given in /tmp have one name"));
+            }
+            self.created.insert(path.clone(), Created::File);
+            self.ops.push(MountOp::File {
+                path,
+                mode: TMP_FILE_MODE,
+                contents: Some(file.contents.clone()),
+            });
+        }
         if let Some(home) = home {
             // The private home is the program's own scratch, not a skeleton.
             self.created.insert(home.to_path_buf(), Created::Dir);

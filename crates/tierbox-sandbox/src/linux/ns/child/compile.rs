@@ -260,9 +260,16 @@ impl<'p> OpCompiler<'p> {
                 o.chown_to_sandbox = path == Path::new(crate::linux::mounts::PRIVATE_HOME);
                 o
             }
-            MountOp::File { path, mode } => {
+            MountOp::File {
+                path,
+                mode,
+                contents,
+            } => {
                 let mut o = OwnedOp::new(OpKind::MkFile, new(path)?, describe);
                 o.mode = *mode;
+                if let Some(c) = contents {
+                    o.data = Some(cstring("a file's contents in /tmp", c.0.as_bytes())?);
+                }
                 o
             }
             MountOp::Symlink { target, link } => {

@@ -43,7 +43,7 @@ use crate::linux::landlock::{LandlockSpec, LandlockStatus, PreparedLandlock, acc
 use crate::linux::mounts::{
     COVER_DIR_MODE, COVER_TMPFS_BYTES, EntryKind, HostView, MOUNTPOINT_DIR_MODE,
     MOUNTPOINT_FILE_MODE, MountOp, MountPlan, MountPlanError, PTMX_MODE, PTS_MODE, ProcCover,
-    mount_plan,
+    mount_plan_with,
 };
 use crate::linux::seccomp::{SeccompError, SeccompProgram};
 use crate::linux::userns::{TIER_C_NAMESPACES, probe_userns_cached};
@@ -193,6 +193,9 @@ pub struct NativeOptions {
     /// Give the program a terminal of this size from the sandbox's own devpts
     /// ([`crate::launch::terminal`]). `None`: pipes.
     pub terminal: Option<crate::launch::terminal::TermSize>,
+    /// The egress proxy's trust bundle (in the run's `/tmp`, as
+    /// [`crate::egress::CA_BUNDLE_FILE`]) and credential placeholders.
+    pub trust: Option<std::sync::Arc<crate::egress::SandboxTrust>>,
 }
 
 impl Default for NativeOptions {
@@ -205,6 +208,7 @@ impl Default for NativeOptions {
             cgroup_fds: Vec::new(),
             exec_reaper: true,
             terminal: None,
+            trust: None,
         }
     }
 }
@@ -269,13 +273,14 @@ pub struct NativeExit {
 /// step (and mount op) that failed inside the sandbox.
 pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched, NativeError> {
     check_launchable(opts)?;
-    let prepared = prepared_mounts(plan)?;
+    let tmp_files: Vec<_> = opts.trust.iter().map(|t| t.tmp_file()).collect();
+    let prepared = prepared_mounts(plan, &tmp_files)?;
     let (mplan, owned) = (&prepared.mplan, &prepared.ops);
     // Claimed before pid 1 creates them; released after the run, or on any failure here.
     let claim = crate::placeholders::claim(&mplan.host_placeholders);
     let ops: Vec<NsOp<'_>> = owned.iter().map(OwnedOp::borrow).collect();
     let mut identity = IdentitySetup::resolve(plan, mplan, &prepared.bind_at)?;
-    let program = ExecStrings::new(plan, &child_env(plan, mplan), cstring)?;
+    let program = ExecStrings::new(plan, &child_env(plan, mplan, opts), cstring)?;
     let layers = Layers::prepare(plan, mplan, opts)?;
     let mut audit = RunAudit::plan(
         layers.landlock.is_some(),
@@ -847,6 +852,7 @@ struct MountKey {
     filesystem: tierbox_policy::plan::FsPlan,
     memory_bytes: u64,
     disk_bytes: u64,
+    tmp_files: Vec<crate::linux::mounts::TmpFile>,
 }
 
 /// The compiled mount plan for `plan`, reused while the host still matches.
@@ -856,7 +862,12 @@ struct MountKey {
 /// its key (workspace and its mode, filesystem view, memory and disk limits) and of the host facts in its [`HostView`], so an entry is reused only when
 /// the key is equal and [`HostView::is_current`] re-reads every recorded path and finds
 /// it unchanged (about 60 `lstat`s); otherwise the plan is rebuilt.
-pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, NativeError> {
+/// `tmp_files` are created in the sandbox's `/tmp` ([`crate::linux::mounts::TmpFile`]),
+/// and are part of the key.
+pub fn prepared_mounts(
+    plan: &Plan,
+    tmp_files: &[crate::linux::mounts::TmpFile],
+) -> Result<std::sync::Arc<PreparedMounts>, NativeError> {
     use std::sync::{Arc, Mutex};
     static CACHE: Mutex<Vec<Arc<PreparedMounts>>> = Mutex::new(Vec::new());
     let key = MountKey {
@@ -865,6 +876,7 @@ pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, Na
         filesystem: plan.filesystem.clone(),
         memory_bytes: plan.limits.memory_bytes,
         disk_bytes: plan.limits.disk_bytes,
+        tmp_files: tmp_files.to_vec(),
     };
     let cached = {
         let cache = CACHE
@@ -878,7 +890,7 @@ pub fn prepared_mounts(plan: &Plan) -> Result<std::sync::Arc<PreparedMounts>, Na
         return Ok(entry);
     }
     let host = HostView::probe(plan);
-    let mplan = mount_plan(plan, &host)?;
+    let mplan = mount_plan_with(plan, &host, tmp_files)?;
     let (ops, bind_at) = compile_ops(&mplan)?;
     let entry = Arc::new(PreparedMounts {
         key,
@@ -945,7 +957,7 @@ fn cstring(what: &'static str, bytes: &[u8]) -> Result<CString, NativeError> {
 
 /// The child's complete environment: the Plan's, with `HOME` pointing at the private home
 /// when the mount plan provides one, and `TMPDIR` at the private `/tmp`.
-fn child_env(plan: &Plan, mplan: &MountPlan) -> Vec<(String, String)> {
+fn child_env(plan: &Plan, mplan: &MountPlan, opts: &NativeOptions) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = plan.env.clone();
     if let Some(home) = &mplan.home {
         env.retain(|(k, _)| k != "HOME");
@@ -956,6 +968,10 @@ fn child_env(plan: &Plan, mplan: &MountPlan) -> Vec<(String, String)> {
     }
     if plan.network.needs_proxy() {
         crate::egress::set_proxy_env(&mut env, SANDBOX_PROXY_PORT);
+    }
+    if let Some(trust) = &opts.trust {
+        let bundle = format!("/tmp/{}", crate::egress::CA_BUNDLE_FILE);
+        crate::egress::set_trust_env(&mut env, trust, &bundle);
     }
     env
 }

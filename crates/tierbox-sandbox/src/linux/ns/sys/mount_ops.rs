@@ -60,7 +60,8 @@ pub enum OpKind {
     Mount,
     /// `mkdir(dst, mode)`.
     Mkdir,
-    /// `open(dst, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY, mode)`, then `close`.
+    /// `open(dst, O_CREAT | O_EXCL | O_NOFOLLOW | O_WRONLY, mode)`, then `write(data)`
+    /// (repeated until all is written) when the op carries content, then `close`.
     MkFile,
     /// `symlink(src, dst)`.
     Symlink,
@@ -237,7 +238,14 @@ pub(super) fn run_op_once(op: &NsOp<'_>) -> Result<(), OpFailure> {
         OpKind::MkFile => {
             let fd = open_raw(libc::AT_FDCWD, op.dst, create_flags(), op.mode)
                 .map_err(|e| (SubCall::Open, e))?;
+            // A file given in /tmp (the trust bundle): written whole, in the tmpfs pid 1
+            // just mounted, before any program exists.
+            let written = match op.data {
+                Some(data) => write_all(fd, data.to_bytes()).map_err(|e| (SubCall::Write, e)),
+                None => Ok(()),
+            };
             close(fd);
+            written?;
         }
         OpKind::Symlink => {
             // SAFETY: two NUL-terminated strings owned by the spec.

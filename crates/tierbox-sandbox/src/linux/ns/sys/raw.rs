@@ -72,6 +72,23 @@ pub(super) fn write_all_once(fd: RawFd, content: &[u8]) -> Result<(), i32> {
     }
 }
 
+/// `write(2)` until all of `content` is written (`EINTR` retried): a file of any size in
+/// a tmpfs.
+pub(super) fn write_all(fd: RawFd, mut content: &[u8]) -> Result<(), i32> {
+    while !content.is_empty() {
+        // SAFETY: `content` is a valid slice for the duration of the call.
+        let r =
+            check(unsafe { libc::syscall(libc::SYS_write, fd, content.as_ptr(), content.len()) });
+        match r {
+            Ok(0) => return Err(libc::EIO),
+            Ok(n) => content = &content[n as usize..],
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// One `write(2)` of all of `content` to a `/proc/self` file opened write-only.
 pub(super) fn write_proc_self(path: &CStr, content: &[u8]) -> Result<(), i32> {
     let fd = open_raw(libc::AT_FDCWD, path, libc::O_WRONLY | libc::O_CLOEXEC, 0)?;
