@@ -18,8 +18,10 @@ pub const MAX_REQUEST_RULES: usize = 256;
 
 /// The variables a run whose proxy terminates TLS has pointed at its trust bundle (the
 /// host's roots plus the run's CA). Most of them *replace* a client's trust store, hence
-/// a bundle rather than the CA alone; `NODE_EXTRA_CA_CERTS` adds to node's own. The
-/// runner owns them in such a run: a policy that sets them too is refused.
+/// a bundle rather than the CA alone; `NODE_EXTRA_CA_CERTS` adds to node's own, and
+/// `npm_config_cafile` overrides a `cafile` an npmrc of the host names (Debian's points npm
+/// at the host's store alone). The runner owns them in such a run: a policy that sets
+/// them too is refused.
 pub const CA_BUNDLE_VARS: &[&str] = &[
     "SSL_CERT_FILE",
     "REQUESTS_CA_BUNDLE",
@@ -28,6 +30,7 @@ pub const CA_BUNDLE_VARS: &[&str] = &[
     "GIT_SSL_CAINFO",
     "PIP_CERT",
     "CARGO_HTTP_CAINFO",
+    "npm_config_cafile",
 ];
 
 /// Most bytes of a request rule (`METHOD /path/*`).

@@ -10,6 +10,7 @@
 mod netlab;
 mod strict;
 mod terminate;
+mod terminate_tools;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;

@@ -72,7 +72,7 @@ pub struct NetLab {
     /// [`NetLab::log`] leaves out.
     setup_lines: usize,
     /// Kept so the server stays our child; never waited for, the server exits by itself.
-    _server: Child,
+    server: Child,
     /// The write end of the server's stdin. The server exits on EOF, which the kernel
     /// delivers when this process exits, however it exits.
     _lifeline: ChildStdin,
@@ -171,6 +171,26 @@ impl NetLab {
     /// `allowed.test`, `blocked.test` and both hosts' addresses.
     pub fn ca_cert(&self) -> &Path {
         &self.ca_cert
+    }
+
+    /// The lab servers' certificate and key (a leaf of [`NetLab::ca_cert`] for the lab's
+    /// names: `allowed.test`, `blocked.test`, `other.test`, and `api.test`, `git.test`,
+    /// `pypi.test`, `npm.test` for servers a test runs in the lab's namespace).
+    pub fn leaf(&self) -> (PathBuf, PathBuf) {
+        (
+            self.dir.path().join("cert.pem"),
+            self.dir.path().join("key.pem"),
+        )
+    }
+
+    /// `program` run inside the lab's network namespace (`nsenter --net`), where it can
+    /// bind a lab host's address.
+    pub fn in_namespace(&self, program: &str) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/proc/{}/ns/net", self.server.id()))
+            .arg("--")
+            .arg(program);
+        cmd
     }
 
     /// The host-side source addresses reserved for the lab's own self-checks (name
@@ -402,7 +422,7 @@ fn build() -> Result<NetLab, String> {
         hosts: plan.hosts,
         self_check: plan.self_check,
         setup_lines,
-        _server: server,
+        server,
         _lifeline: lifeline,
     })
 }
@@ -425,7 +445,10 @@ fn connect_server(plan: &Plan, dir: &Path, server: &mut Child) -> Result<usize, 
 /// (`cert.pem`, `key.pem`): a leaf for the lab's names and addresses, as a real host's
 /// is (verifiers refuse a CA certificate presented as a server's).
 fn make_certificate(dir: &Path, plan: &Plan) -> Result<(), String> {
-    let mut san = String::from("subjectAltName=DNS:allowed.test,DNS:blocked.test,DNS:other.test");
+    let mut san = String::from(
+        "subjectAltName=DNS:allowed.test,DNS:blocked.test,DNS:other.test,\
+         DNS:api.test,DNS:git.test,DNS:pypi.test,DNS:npm.test",
+    );
     for ip in plan.host_addrs() {
         san.push_str(&format!(",IP:{ip}"));
     }

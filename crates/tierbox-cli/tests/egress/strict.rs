@@ -306,19 +306,24 @@ pub fn try_run(
     cmd: &[&str],
     env: &[(&str, &str)],
 ) -> Run {
-    run_cli(lab, tier, policy_text, cmd, env, true, &[])
+    run_cli(lab, tier, policy_text, cmd, env, true, (&[], &[]))
 }
 
-/// [`try_run`] with more files in the workspace (name, content).
+/// [`try_run`] with more files in the workspace (name, content) and variables in the
+/// CLI's own environment (the supervisor's: where a credential's secret may come from).
 pub fn try_run_with(
     lab: &NetLab,
     tier: Tier,
     policy_text: &str,
     cmd: &[&str],
     files: &[(&str, &str)],
+    cli_env: &[(String, String)],
 ) -> Run {
-    run_cli(lab, tier, policy_text, cmd, &[], true, files)
+    run_cli(lab, tier, policy_text, cmd, &[], true, (files, cli_env))
 }
+
+/// More workspace files (name, content) and the CLI's own variables.
+type Extras<'a> = (&'a [(&'a str, &'a str)], &'a [(String, String)]);
 
 /// `tierbox run` with or without `--json` (without, `outcome` is null and `stdout` is
 /// the program's).
@@ -329,7 +334,7 @@ fn run_cli(
     cmd: &[&str],
     env: &[(&str, &str)],
     json: bool,
-    files: &[(&str, &str)],
+    (files, cli_env): Extras<'_>,
 ) -> Run {
     let ws = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
@@ -361,6 +366,7 @@ fn run_cli(
     let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
         .args(&args)
         .env("XDG_STATE_HOME", state.path())
+        .envs(cli_env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -518,7 +524,7 @@ pub fn not_allowlisted_is_refused_and_reported(test: &str, tier: Tier) {
         &["sh", "fetch.sh"],
         &[("TARGET", "http://blocked.test/"), ("CURL_FLAGS", "")],
         false,
-        &[],
+        (&[], &[]),
     );
     assert_ne!(r.status, 0, "{}", r.describe());
     // (Besides the egress refusal, at most the name service's unix socket, as above.)

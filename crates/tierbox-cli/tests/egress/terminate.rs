@@ -115,7 +115,14 @@ fn credential_reaches_the_upstream_and_never_the_sandbox(test: &str, tier: Tier)
     let (_dir, secret_path) = secret_file();
     let p = policy(lab, Some(&secret_path));
     let before = lab.log().len();
-    let r = try_run_with(lab, tier, &p, &["sh", "cred.sh"], &[("cred.sh", SCRIPT)]);
+    let r = try_run_with(
+        lab,
+        tier,
+        &p,
+        &["sh", "cred.sh"],
+        &[("cred.sh", SCRIPT)],
+        &[],
+    );
     let describe = format!(
         "status {}\nstdout: {}\nstderr: {}\noutcome: {}",
         r.status, r.stdout, r.stderr, r.outcome
@@ -218,6 +225,7 @@ fn tier_b_rules_yes_credentials_no(test: &str) {
         &policy(lab, None),
         &["sh", "rules.sh"],
         &[("rules.sh", script)],
+        &[],
     );
     assert_eq!(r.status, 0, "{} {}", r.outcome, r.stderr);
     assert!(r.stdout.contains("auth=\nquery=x=1\n"), "{}", r.outcome);
@@ -230,6 +238,7 @@ fn tier_b_rules_yes_credentials_no(test: &str) {
         &policy(lab, Some(&secret_path)),
         &["sh", "rules.sh"],
         &[("rules.sh", script)],
+        &[],
     );
     assert_eq!(r.status, 125, "{}", r.outcome);
     assert_eq!(
@@ -258,6 +267,7 @@ fn an_unsafe_secret_file_refuses_the_run(test: &str, tier: Tier) {
         &policy(lab, Some(&secret_path)),
         &["sh", "cred.sh"],
         &[("cred.sh", SCRIPT)],
+        &[],
     );
     assert_eq!(r.status, 125, "{}", r.outcome);
     assert_eq!(

@@ -130,7 +130,8 @@ impl EgressPolicy {
         Ok(())
     }
 
-    /// `host` is a canonical host name that `egress.allow` lets through.
+    /// `host` is a canonical host name that `egress.allow` lets through (on some port: a
+    /// registry on `:8443` is terminated as one on `:443`).
     fn check_host(&self, field: &str, host: &str) -> Result<(), PolicyError> {
         match CanonicalHost::parse(host) {
             Ok(CanonicalHost::Name(canonical)) if canonical == host => {}
@@ -152,7 +153,7 @@ impl EgressPolicy {
             self.allow
                 .iter()
                 .filter_map(|a| HostPattern::parse(a).ok())
-                .any(|p| p.matches_host(&h, None) || p.matches_host(&h, Some(443)))
+                .any(|p| p.matches_host(&h, p.port()))
         });
         match allowed {
             true => Ok(()),
