@@ -281,6 +281,49 @@ fn an_unsafe_secret_file_refuses_the_run(test: &str, tier: Tier) {
     assert!(!r.workspace.path().join("env.txt").exists(), "it ran");
 }
 
+/// A client that trusts something else than the run's bundle (here the lab's CA alone)
+/// fails its handshake with the proxy: a `tls_failed` decision whose hint says to point it
+/// at `$SSL_CERT_FILE`; doing just that works.
+fn a_client_not_trusting_the_runs_ca_is_told_where_it_is(test: &str, tier: Tier) {
+    let Some(lab) = ready(test, tier) else { return };
+    let script = "curl -sS --max-time 20 -o /dev/null --cacert ca.pem https://allowed.test/ || echo \"refused: $?\"\n\
+                  curl -sS --fail --max-time 20 -o fixed.txt --cacert \"$SSL_CERT_FILE\" https://allowed.test/ && echo fixed\n";
+    let r = try_run_with(
+        lab,
+        tier,
+        &policy(lab, None),
+        &["sh", "trust.sh"],
+        &[("trust.sh", script)],
+        &[],
+    );
+    let describe = format!("{} {}", r.outcome, r.stderr);
+    assert!(r.stdout.contains("refused: 60"), "{describe}");
+    let failed = decisions(&r)
+        .into_iter()
+        .find(|d| d["verdict"] == "tls_failed")
+        .unwrap_or_else(|| panic!("no tls_failed decision: {describe}"));
+    let message = failed["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the client does not trust the run's CA"),
+        "{message}"
+    );
+    assert!(
+        message.contains("curl --cacert \"$SSL_CERT_FILE\""),
+        "{message}"
+    );
+    assert!(r.stdout.contains("fixed"), "{describe}");
+    let fixed = std::fs::read_to_string(r.workspace.path().join("fixed.txt")).unwrap();
+    assert_eq!(fixed, "hello from allowed\n");
+}
+
+#[test]
+fn a_client_not_trusting_the_runs_ca_is_told_where_it_is_and_that_works() {
+    a_client_not_trusting_the_runs_ca_is_told_where_it_is(
+        "terminate::a_client_not_trusting_the_runs_ca_is_told_where_it_is_and_that_works",
+        Tier::C,
+    );
+}
+
 mod credential_reaches_the_upstream_and_never_the_sandbox {
     #[test]
     fn tier_c() {

@@ -183,6 +183,10 @@ fn policy(lab: &NetLab, port: u16, api_secret_file: &Path) -> String {
              header = \"Authorization\"\nenv = \"{env}\"\nsecret = {secret}\n"
         ));
     }
+    // git's host allows clone and fetch (the docs' GitHub preset, for one path segment),
+    // never push.
+    let git_rules =
+        "[egress.hosts.\"git.test\"]\nallow = [\"GET /*\", \"POST /*/git-upload-pack\"]\n";
     format!(
         r#"version = 1
 
@@ -203,7 +207,8 @@ allow = [{}]
 upstream_roots = ["{}"]
 
 [egress.resolve]
-{resolve}{credentials}"#,
+{resolve}
+{git_rules}{credentials}"#,
         allow.join(", "),
         lab.ca_cert().display(),
     )
@@ -215,6 +220,8 @@ const TOOLS_SH: &str = r#"set -eu
 python3 req.py MARKER > req.txt
 git clone -q "https://x-access-token:$GIT_TOKEN@git.test:PORT/repo.git" clone
 cat clone/README
+(cd clone && git -c user.name=agent -c user.email=agent@test commit -q --allow-empty -m x \
+  && { git push -q origin HEAD 2> ../push.err || echo "push failed: $?"; })
 pip download --no-deps --no-cache-dir --disable-pip-version-check -q -d wheels \
   --index-url "https://__token__:$PYPI_TOKEN@pypi.test:PORT/simple/" tbxdemo
 ls wheels

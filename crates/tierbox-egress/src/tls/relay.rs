@@ -104,15 +104,73 @@ pub struct HostRules {
     pub credentials: Vec<Credential>,
 }
 
-/// A request the rules refused.
+/// A request the relay refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
     /// Its method.
     pub method: String,
     /// Its path (without the query).
     pub path: String,
-    /// The rule that would allow it (`METHOD /path`).
-    pub would_allow: String,
+    /// The rule that would allow it (`METHOD /path`); `None` when no rule can: its `Host`
+    /// names another host, or its path is not in the normal form rules judge.
+    pub would_allow: Option<String>,
+    /// Why, when no rule can allow it.
+    pub reason: Option<String>,
+}
+
+impl Refused {
+    /// What the client is answered and the run's log records: the request, the host, and
+    /// the rule that would allow it or why none would.
+    pub fn message(&self, host: &tierbox_policy::hosts::CanonicalHost) -> String {
+        let (method, path) = (&self.method, &self.path);
+        match (&self.would_allow, &self.reason) {
+            (Some(rule), _) => format!(
+                "egress denied: {method} {path} to {host} is not allowed by its request rules; to allow: add \"{rule}\" to egress.hosts.\"{host}\".allow"
+            ),
+            (None, reason) => format!(
+                "egress denied: {method} {path} to {host}: {}",
+                reason.as_deref().unwrap_or("refused")
+            ),
+        }
+    }
+}
+
+/// The host and port a terminated connection was made to (its `CONNECT`): every request
+/// on it must name that host, in its `Host` header and in an absolute-form target.
+/// Otherwise a server that hosts several names on one address (a CDN) could route a
+/// request carrying the secret to another of its names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authority {
+    /// The host.
+    pub host: tierbox_policy::hosts::CanonicalHost,
+    /// The port.
+    pub port: u16,
+}
+
+impl Authority {
+    /// Whether `value` (a `Host` header or a target's authority) names this host: the
+    /// name, with this port or none.
+    ///
+    /// ```
+    /// use tierbox_egress::tls::relay::Authority;
+    /// use tierbox_policy::hosts::CanonicalHost;
+    ///
+    /// let a = Authority { host: CanonicalHost::parse("api.test").unwrap(), port: 8443 };
+    /// assert!(a.accepts("api.test:8443") && a.accepts("API.test") && !a.accepts("api.test:443"));
+    /// assert!(!a.accepts("other.test:8443") && !a.accepts("user@api.test"));
+    /// ```
+    pub fn accepts(&self, value: &str) -> bool {
+        let (name, port) = match value.rsplit_once(':') {
+            Some((name, port)) => match port.parse::<u16>() {
+                Ok(p) => (name, Some(p)),
+                Err(_) => return false,
+            },
+            None => (value, None),
+        };
+        port.is_none_or(|p| p == self.port)
+            && !name.contains('@')
+            && tierbox_policy::hosts::CanonicalHost::parse(name).is_ok_and(|h| h == self.host)
+    }
 }
 
 /// What went through a terminated connection.
@@ -321,9 +379,62 @@ where
     }
 }
 
+/// Whether `req` may go to the upstream: `None` when it may, else the status to answer
+/// and the refusal to report. In order: it must name the connection's host (`421`
+/// otherwise); with rules, its path must be in normal form and a rule must allow it
+/// (`403`).
+fn judge<B>(
+    req: &Request<B>,
+    authority: &Authority,
+    allow: &[RequestRule],
+) -> Option<(StatusCode, Refused)> {
+    let method = req.method().as_str().to_owned();
+    let path = req.uri().path().to_owned();
+    let refused = |would_allow: Option<String>, reason: Option<String>| Refused {
+        method: method.clone(),
+        path: path.clone(),
+        would_allow,
+        reason,
+    };
+    let host = req
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok());
+    let target = req.uri().authority().map(|a| a.as_str());
+    let named =
+        host.is_some_and(|h| authority.accepts(h)) && target.is_none_or(|t| authority.accepts(t));
+    if !named {
+        let reason = format!(
+            "its Host ({}) is not {}, the host this connection was made to (and verified for)",
+            host.unwrap_or("missing"),
+            authority.host
+        );
+        return Some((StatusCode::MISDIRECTED_REQUEST, refused(None, Some(reason))));
+    }
+    if allow.is_empty() {
+        return None;
+    }
+    if let Some(why) = tierbox_policy::egress_rules::path_in_normal_form(&path) {
+        let reason = format!(
+            "its path is not in the normal form the host's request rules judge ({why}): the upstream could resolve it to a path no rule allows"
+        );
+        return Some((StatusCode::FORBIDDEN, refused(None, Some(reason))));
+    }
+    if allow.iter().any(|r| r.allows(&method, &path)) {
+        return None;
+    }
+    let rule = format!("{method} {path}");
+    Some((StatusCode::FORBIDDEN, refused(Some(rule), None)))
+}
+
 /// Serves HTTP/1.1 between `client` (terminated) and `upstream` (verified) under `rules`
 /// until either side closes; what went through.
-pub async fn relay<C, U>(client: C, upstream: U, rules: HostRules) -> RelayReport
+pub async fn relay<C, U>(
+    client: C,
+    upstream: U,
+    authority: Authority,
+    rules: HostRules,
+) -> RelayReport
 where
     C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     U: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -336,34 +447,24 @@ where
     let upstream_conn = tokio::spawn(conn);
     let sender = Arc::new(tokio::sync::Mutex::new(sender));
     let rules = Arc::new(rules);
+    let authority = Arc::new(authority);
     let swaps = swaps(&rules.credentials);
     let service = {
         let report = report.clone();
         hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let (sender, rules, report, swaps) =
                 (sender.clone(), rules.clone(), report.clone(), swaps.clone());
+            let authority = authority.clone();
             async move {
-                let method = req.method().as_str().to_owned();
-                let path = req.uri().path().to_owned();
-                if !rules.allow.is_empty() && !rules.allow.iter().any(|r| r.allows(&method, &path))
-                {
-                    let would_allow = format!("{method} {path}");
+                if let Some((status, refused)) = judge(&req, &authority, &rules.allow) {
+                    let body = refused.message(&authority.host);
                     let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
                     if r.refused.len() < MAX_REPORTED_REFUSALS {
-                        r.refused.push(Refused {
-                            method: method.clone(),
-                            path: path.clone(),
-                            would_allow: would_allow.clone(),
-                        });
+                        r.refused.push(refused);
                     } else {
                         r.refused_unreported += 1;
                     }
-                    return Ok::<_, Infallible>(refusal(
-                        StatusCode::FORBIDDEN,
-                        format!(
-                            "egress denied: {method} {path} is not allowed by this host's request rules; to allow: add \"{would_allow}\" to its allow list"
-                        ),
-                    ));
+                    return Ok::<_, Infallible>(refusal(status, body));
                 }
                 let used = inject(&mut req, &rules.credentials);
                 let answer = sender.lock().await.send_request(req).await;

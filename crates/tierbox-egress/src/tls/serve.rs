@@ -100,7 +100,7 @@ pub(crate) async fn serve_terminated(
         Err(e) => {
             let hint = match &e {
                 TerminateError::Client { .. } => {
-                    "; the client must trust the run's CA (its certificate is Termination::ca().cert_pem())"
+                    "; the client does not trust the run's CA: point it at the run's trust bundle, the file $SSL_CERT_FILE names (curl --cacert \"$SSL_CERT_FILE\"; most clients read that variable or another bundle variable themselves)"
                 }
                 TerminateError::Upstream { .. } | TerminateError::Ca(_) => "",
             };
@@ -112,15 +112,17 @@ pub(crate) async fn serve_terminated(
             return;
         }
     };
-    let report = relay(streams.client, streams.upstream, rules.clone()).await;
+    let authority = super::relay::Authority {
+        host: host.clone(),
+        port,
+    };
+    let report = relay(streams.client, streams.upstream, authority, rules.clone()).await;
     for refused in &report.refused {
+        let request = format!("{} {}", refused.method, refused.path);
         shared.log.record(entry(
             Verdict::RequestRefused,
-            format!(
-                "egress denied: {} {} to {host} is not allowed by its request rules; to allow: add \"{}\" to egress.hosts.\"{host}\".allow",
-                refused.method, refused.path, refused.would_allow
-            ),
-            Some(format!("{} {}", refused.method, refused.path)),
+            refused.message(host),
+            Some(request),
         ));
     }
     shared.log.credentials_used(&report.injected);

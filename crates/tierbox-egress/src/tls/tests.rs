@@ -12,7 +12,9 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, duplex};
 
-use super::relay::{Credential, HostRules, Place, RelayReport, RequestRule, Secret, relay};
+use super::relay::{
+    Authority, Credential, HostRules, Place, RelayReport, RequestRule, Secret, relay,
+};
 use super::*;
 
 const SECRET: &str = "ghp_realSecretValue0123456789abcdefXYZ";
@@ -157,7 +159,11 @@ async fn through_the_proxy(requests: &[String]) -> Run {
         let t = terminate(&ca, &trust, &host(), proxy_client, proxy_upstream)
             .await
             .unwrap();
-        relay(t.client, t.upstream, rules()).await
+        let authority = Authority {
+            host: host(),
+            port: 443,
+        };
+        relay(t.client, t.upstream, authority, rules()).await
     });
     let mut tls = client(client_io, ca_cert).await.unwrap();
     let mut answers = Vec::new();
@@ -261,7 +267,7 @@ async fn the_upstream_gets_the_secret_and_the_sandbox_only_ever_the_placeholder(
     assert_eq!(run.report.refused.len(), 1);
     // The rule the refusal suggests parses, and allows the request it refused.
     for r in &run.report.refused {
-        let rule = RequestRule::parse(&r.would_allow).unwrap();
+        let rule = RequestRule::parse(r.would_allow.as_deref().unwrap()).unwrap();
         assert!(rule.allows(&r.method, &r.path), "{r:?}");
     }
     assert_eq!(run.report.forwarded, 4);
@@ -406,5 +412,51 @@ async fn the_proxy_terminates_a_connect_to_a_host_with_rules() {
         log.lock().unwrap().len(),
         1,
         "plain HTTP reached the upstream"
+    );
+}
+
+/// A request that names another host than the connection's (a CDN could route it, with
+/// the secret, to another of its names), or whose path is not in normal form (the
+/// upstream could resolve `..` past the rules), reaches nothing and gets no secret; the
+/// refusal says why, with no rule to add (none would allow it).
+#[tokio::test]
+async fn another_host_or_a_path_outside_normal_form_is_refused_before_any_rule() {
+    let get = |path: &str, host: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PLACEHOLDER}\r\ncontent-length: 0\r\n\r\n"
+        )
+    };
+    let run = through_the_proxy(&[
+        get("/repos/../admin", "api.test"),
+        get("/repos/%2E%2e/admin", "api.test"),
+        get("/repos//o", "api.test"),
+        get("/repos/o/r", "evil.test"),
+        get("/repos/o/r", "api.test:8443"),
+        get("/repos/o/r", "API.test:443"),
+    ])
+    .await;
+    for (i, status) in [403, 403, 403, 421, 421, 200].into_iter().enumerate() {
+        assert!(
+            run.answers[i].starts_with(&format!("HTTP/1.1 {status}")),
+            "{i}: {}",
+            run.answers[i]
+        );
+    }
+    assert_eq!(run.received.len(), 1, "{:?}", run.received);
+    assert_eq!(run.report.forwarded, 1);
+    assert_eq!(run.report.injected.get("github"), Some(&1));
+    assert_eq!(run.report.refused.len(), 5);
+    for r in &run.report.refused {
+        assert_eq!(r.would_allow, None, "{r:?}");
+        let why = r.reason.as_deref().unwrap();
+        assert!(
+            why.contains("normal form") || why.contains("is not api.test"),
+            "{why}"
+        );
+    }
+    assert!(
+        run.answers[3].contains("its Host (evil.test) is not api.test"),
+        "{}",
+        run.answers[3]
     );
 }
