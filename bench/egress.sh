@@ -21,6 +21,14 @@
 # rate holds from the first MiB). Unset, the veth pair moves bytes as fast as the two
 # CPUs can, and the ratio then measures the CPU cost of the second TCP connection
 # rather than the proxy's effect on a download (docs/benchmarks.md).
+# EGRESS_BENCH_TLS=1 measures TLS termination instead: the test host serves HTTPS (a
+# certificate from a CA of the script's, which the policy names in egress.upstream_roots),
+# and the same download goes through the proxy once as a plain CONNECT tunnel (curl
+# trusts the host's CA; the proxy never reads the bytes) and once terminated (a name whose
+# egress.hosts rule allows GET /bytes/*: curl trusts the bundle `tierbox proxy --ca-out`
+# wrote, the proxy decrypts, checks the request, and encrypts again towards the host),
+# plus a 1-byte fetch each way for the added latency of a request on a new connection.
+# Target: terminated >= 0.8 x the tunnel.
 # EGRESS_BENCH_RELAYS=1 adds, in the same rotation, three minimal relays of other designs
 # (bench/relay_designs.py: a user-space copy, splice(2) through a pipe, and a kernel-only
 # BPF sockmap redirect) as a floor: how fast any relay is on this machine.
@@ -33,16 +41,22 @@ cd "$(dirname "$0")/.."
 n="${1:-20}"
 server="${EGRESS_BENCH_SERVER:-sendfile}"
 rate="${EGRESS_BENCH_RATE:-}"
+tls="${EGRESS_BENCH_TLS:-0}"
 bytes=10485760
 subnet=10.231.9
 link="tbxbench$$" # at most 15 characters (IFNAMSIZ)
 
 [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [ITERATIONS]" >&2; exit 2; }
 [[ "$server" =~ ^(sendfile|lab)$ ]] || { echo "egress.sh: EGRESS_BENCH_SERVER is sendfile or lab" >&2; exit 2; }
+[[ "$tls" =~ ^[01]$ ]] || { echo "egress.sh: EGRESS_BENCH_TLS is 0 or 1" >&2; exit 2; }
+if [ "$tls" = 1 ] && [ "$server" = lab ]; then
+    echo "egress.sh: EGRESS_BENCH_TLS=1 uses its own HTTPS server, not EGRESS_BENCH_SERVER=lab" >&2
+    exit 2
+fi
 [[ -z "$rate" || "$rate" =~ ^[1-9][0-9]*[kmg]?bit$ ]] ||
     { echo "egress.sh: EGRESS_BENCH_RATE is a rate such as 10gbit, 500mbit (got '$rate')" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "egress.sh: needs root (veth pair, network namespace)" >&2; exit 1; }
-for tool in ip unshare nsenter setpriv python3 curl $([ "$server" = lab ] && echo openssl) $([ -n "$rate" ] && echo tc); do
+for tool in ip unshare nsenter setpriv python3 curl $([ "$server" = lab ] || [ "$tls" = 1 ] && echo openssl) $([ -n "$rate" ] && echo tc); do
     command -v "$tool" >/dev/null || { echo "egress.sh: $tool not found on PATH" >&2; exit 1; }
 done
 if ip -o addr show | grep -q " $subnet\."; then
@@ -105,6 +119,7 @@ else
 import errno, http.server, os, shutil, sys, threading, time
 
 body, address, ready = sys.argv[1], sys.argv[2], sys.argv[3]
+tls_dir = sys.argv[4] if len(sys.argv) > 4 else ""
 size = os.path.getsize(body)
 
 
@@ -112,6 +127,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
+        if self.path == "/bytes/1":
+            self.send_response(200)
+            self.send_header("Content-Length", "1")
+            self.end_headers()
+            self.wfile.write(b"x")
+            return
         if self.path != f"/bytes/{size}":
             self.send_error(404)
             return
@@ -121,7 +142,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
         with open(body, "rb") as f:
-            self.connection.sendfile(f)
+            self.connection.sendfile(f)  # over TLS: a send loop of the file's bytes
 
     def log_message(self, *args):
         pass
@@ -137,16 +158,37 @@ def leave_on_eof():
 threading.Thread(target=leave_on_eof, daemon=True).start()
 while True:  # the address exists once the script has set up the veth pair
     try:
-        httpd = http.server.ThreadingHTTPServer((address, 80), Handler)
+        httpd = http.server.ThreadingHTTPServer((address, 443 if tls_dir else 80), Handler)
         break
     except OSError as e:
         if e.errno != errno.EADDRNOTAVAIL:
             raise
         time.sleep(0.02)
+if tls_dir:
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(f"{tls_dir}/cert.pem", f"{tls_dir}/key.pem")
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
 open(ready, "w").close()
 httpd.serve_forever()
 PY
-    unshare --net -- python3 "$tmp/server.py" "$tmp/body" "$subnet.2" "$tmp/ready" \
+    tls_arg=()
+    if [ "$tls" = 1 ]; then
+        # A CA of the script's and a leaf for both names (verifiers refuse a CA certificate
+        # presented as a server's).
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=bench CA" \
+            -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" \
+            -keyout "$tmp/ca-key.pem" -out "$tmp/ca.pem" 2>/dev/null
+        printf 'subjectAltName=DNS:lab.test,DNS:tls.lab.test,IP:%s\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+            "$subnet.2" >"$tmp/leaf.ext"
+        openssl req -newkey rsa:2048 -nodes -subj /CN=lab.test -keyout "$tmp/key.pem" \
+            -out "$tmp/leaf.csr" 2>/dev/null
+        openssl x509 -req -days 2 -in "$tmp/leaf.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca-key.pem" \
+            -set_serial 1 -extfile "$tmp/leaf.ext" -out "$tmp/cert.pem" 2>/dev/null
+        tls_arg=("$tmp")
+    fi
+    unshare --net -- python3 "$tmp/server.py" "$tmp/body" "$subnet.2" "$tmp/ready" "${tls_arg[@]}" \
         <"$tmp/lifeline" 3>&- >/dev/null 2>"$tmp/server.stderr" &
 fi
 server_pid=$!
@@ -183,9 +225,19 @@ allow = ["lab.test", "$subnet.0/24"]
 [egress.resolve]
 "lab.test" = ["$subnet.2"]
 EOF
+ca_out=()
+if [ "$tls" = 1 ]; then
+    cat >>"$tmp/policy.toml" <<EOF
+"tls.lab.test" = ["$subnet.2"]
+[egress.hosts."tls.lab.test"]
+allow = ["GET /bytes/*"]
+EOF
+    sed -i "s|^mode = \"strict\"|mode = \"strict\"\nupstream_roots = [\"$tmp/ca.pem\"]|" "$tmp/policy.toml"
+    ca_out=(--ca-out "$tmp/bundle.pem")
+fi
 # SIGTERM when this script dies, however it dies.
 setpriv --pdeathsig TERM "$tierbox" proxy --policy "$tmp/policy.toml" --listen 127.0.0.1:0 \
-    3>&- >"$tmp/proxy.json" 2>"$tmp/proxy.stderr" &
+    "${ca_out[@]}" 3>&- >"$tmp/proxy.json" 2>"$tmp/proxy.stderr" &
 proxy_pid=$!
 wait_for "the proxy" grep -q 'egress proxy on' "$tmp/proxy.stderr"
 proxy="$(sed -n 's/.*egress proxy on \([0-9.:]*\).*/\1/p' "$tmp/proxy.stderr")"
@@ -212,6 +264,10 @@ fetch() {
         direct) args+=(--noproxy '*' "http://$subnet.2/bytes/$bytes") ;;
         forward) args+=(-x "http://$proxy" "http://lab.test/bytes/$bytes") ;;
         connect) args+=(-p -x "http://$proxy" "http://lab.test/bytes/$bytes") ;;
+        tunnel-tls) args+=(-x "http://$proxy" --cacert "$tmp/ca.pem" "https://lab.test/bytes/$bytes") ;;
+        terminated) args+=(-x "http://$proxy" --cacert "$tmp/bundle.pem" "https://tls.lab.test/bytes/$bytes") ;;
+        tunnel-tls-1) args+=(-x "http://$proxy" --cacert "$tmp/ca.pem" "https://lab.test/bytes/1") ;;
+        terminated-1) args+=(-x "http://$proxy" --cacert "$tmp/bundle.pem" "https://tls.lab.test/bytes/1") ;;
         relay-*) args+=(-p -x "http://127.0.0.1:${relay_port[${variant#relay-}]}" "http://$subnet.2/bytes/$bytes") ;;
     esac
     if [[ "$variant" == relay-* ]]; then
@@ -224,8 +280,10 @@ fetch() {
     fi
     out="$(curl "${args[@]}")" || { echo "egress.sh: $variant: curl failed" >&2; exit 1; }
     read -r code size time speed <<<"$out"
-    if [ "$code" != 200 ] || [ "$size" != "$bytes" ]; then
-        echo "egress.sh: $variant: HTTP $code, $size bytes (expected 200, $bytes bytes)" >&2
+    local want="$bytes"
+    if [[ "$variant" == *-1 ]]; then want=1; fi
+    if [ "$code" != 200 ] || [ "$size" != "$want" ]; then
+        echo "egress.sh: $variant: HTTP $code, $size bytes (expected 200, $want bytes)" >&2
         exit 1
     fi
     if [ "${2:-}" != warmup ]; then echo "$variant $time $speed" >>"$tmp/results"; fi
@@ -235,6 +293,7 @@ fetch() {
 proxy_cpu() { awk '{ print $14 + $15 }' "/proc/$proxy_pid/stat"; }
 
 variants=(direct forward connect)
+if [ "$tls" = 1 ]; then variants=(tunnel-tls terminated tunnel-tls-1 terminated-1); fi
 if [ "${EGRESS_BENCH_RELAYS:-0}" = 1 ]; then variants+=(relay-copy relay-splice relay-sockmap); fi
 for v in "${variants[@]}"; do fetch "$v" warmup; done
 echo "== $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), server $server," \
@@ -253,12 +312,12 @@ kill "$proxy_pid"
 wait "$proxy_pid" || true
 proxy_pid=""
 python3 - "$tmp/results" "$tmp/proxy.json" "$n" "$bytes" "$cpu_ticks" "$(getconf CLK_TCK)" \
-    "${rate:-unshaped veth}" <<'EOF'
+    "${rate:-unshaped veth}" "$tls" <<'EOF'
 import json, math, statistics, sys
 
 results, decisions = sys.argv[1], sys.argv[2]
 n, size, ticks, hz = (int(a) for a in sys.argv[3:7])
-link = sys.argv[7]
+link, tls = sys.argv[7], sys.argv[8] == "1"
 rows = {}
 for line in open(results):
     variant, time, speed = line.split()
@@ -270,6 +329,26 @@ def p90(xs):  # nearest rank
     return xs[max(0, math.ceil(0.9 * len(xs)) - 1)]
 
 
+if tls:
+    ms = lambda key: statistics.median(t for t, _ in rows[key]) * 1e3  # noqa: E731
+    tunnel = statistics.median(s for _, s in rows["tunnel-tls"])
+    term = statistics.median(s for _, s in rows["terminated"])
+    print(f"{n} iterations, {size} bytes a fetch, HTTPS through the proxy")
+    print(f"{'':28} {'p50 ms':>8} {'p90 ms':>8} {'p50 MiB/s':>10}")
+    for key, label in (("tunnel-tls", "CONNECT tunnel"), ("terminated", "terminated")):
+        times = [t for t, _ in rows[key]]
+        speed = statistics.median(s for _, s in rows[key])
+        print(f"{label:28} {ms(key):8.1f} {p90(times) * 1e3:8.1f} {speed / 2**20:10.0f}")
+    print(f"terminated / tunnel throughput: {term / tunnel:.2f} (target >= 0.8: "
+          f"{'met' if term / tunnel >= 0.8 else 'NOT met'})")
+    print(f"a 1-byte request on a new connection, p50: tunnel {ms('tunnel-tls-1'):.1f} ms, "
+          f"terminated {ms('terminated-1'):.1f} ms, added {ms('terminated-1') - ms('tunnel-tls-1'):.1f} ms")
+    print(f"proxy CPU (user+sys) per fetch: {ticks * 1000 / hz / (4 * n):.1f} ms")
+    log = json.load(open(decisions))
+    denied = [d["message"] for d in log["decisions"] if not d["allowed"]]
+    if denied:
+        sys.exit(f"egress.sh: the proxy denied {len(denied)}: {denied[:3]}")
+    sys.exit(0)
 labels = {
     "direct": "direct",
     "forward": "proxy (http forward)",

@@ -285,6 +285,11 @@ pub enum Command {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:3128")]
         listen: std::net::SocketAddr,
+        /// Where to write the trust bundle (the host's roots plus the proxy's CA) that
+        /// clients need, when the policy terminates TLS for some hosts (`egress.hosts`,
+        /// `egress.credentials`): a new file, never overwritten.
+        #[arg(long, value_name = "FILE")]
+        ca_out: Option<PathBuf>,
     },
     /// Attestation keys and verification of signed attestations.
     Attest {
@@ -321,6 +326,10 @@ pub enum Command {
         /// A host: whether a run may connect to it.
         #[arg(long, value_name = "HOST[:PORT]", group = "what")]
         host: Option<String>,
+        /// With --host, a request (`"METHOD /path"`): whether a host whose TLS the proxy
+        /// terminates lets it through, and which rule decides.
+        #[arg(long, value_name = "METHOD /PATH", requires = "host")]
+        request: Option<String>,
     },
     /// Review mode: list, show, apply or discard the changes an overlay run kept.
     Changes {

@@ -356,6 +356,40 @@ struct StrictEgress {
     tier_c: bool,
     /// bwrap starts in a namespace the supervisor makes, which takes root.
     tier_c_bwrap: bool,
+    /// The host's trust store that terminated hosts' upstreams are verified against (and
+    /// that the sandbox's bundle starts with), or why there is none.
+    trust_store: Result<String, String>,
+}
+
+impl StrictEgress {
+    /// What `doctor` says of terminated hosts (`egress.hosts`, `egress.credentials`):
+    /// text, and JSON.
+    fn termination(&self) -> (String, serde_json::Value) {
+        let store = self.trust_store.as_ref();
+        let ok = store.is_ok();
+        let json = serde_json::json!({
+            "trust_store": store.ok(),
+            "trust_store_missing": store.err(),
+            "rules": {
+                "tier_b": ok && self.tier_b,
+                "tier_c_native": ok && self.tier_c,
+                "tier_c_bwrap": ok && self.tier_c_bwrap,
+            },
+            "credentials": {
+                "tier_c_native": ok && self.tier_c,
+                "tier_c_bwrap": ok && self.tier_c_bwrap,
+            },
+        });
+        let text = match store {
+            Ok(path) => format!(
+                "terminated hosts (egress.hosts, egress.credentials): upstreams verified against {path}; request rules where strict egress runs, credentials in tier c only (tier b's proxy is on the host's loopback)"
+            ),
+            Err(why) => {
+                format!("terminated hosts (egress.hosts, egress.credentials): refused here, {why}")
+            }
+        };
+        (text, json)
+    }
 }
 
 /// Everything `doctor` found, before it is printed.
@@ -403,6 +437,9 @@ impl<'a> Report<'a> {
             tier_c_bwrap: strict_tier_c
                 && tierbox_runner::host::host_facts().euid == 0
                 && tierbox_runner::host::probe_bwrap_cached().is_ok(),
+            trust_store: tierbox_egress::tls::system_store()
+                .map(|p| p.display().to_string())
+                .map_err(|e| e.to_string()),
         };
         let runs_in = runs_in(policy);
         let state_dir = tierbox_runner::RunOptions::default().state_dir;
@@ -499,7 +536,8 @@ impl<'a> Report<'a> {
                 "tier_c_native": strict_tier_c,
                 "tier_c_bwrap": strict_tier_c_bwrap,
                 "tier_b": strict_tier_b
-            }
+            },
+            "termination": self.strict.termination().1,
         });
         let containers: serde_json::Map<String, serde_json::Value> = engines
             .iter()
@@ -593,6 +631,7 @@ impl<'a> Report<'a> {
             yes_no(strict_tier_c_bwrap),
             yes_no(strict_tier_b)
         );
+        println!("tls         {}", self.strict.termination().0);
         println!("review      {}", self.review.text());
         println!("spill       {}", self.spill.text());
         println!(

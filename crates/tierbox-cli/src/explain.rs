@@ -56,9 +56,11 @@ pub fn path(runner: &tierbox_runner::Runner, path: &Path, op: Op) -> Result<Exit
     Ok(ExitCode::from(u8::from(!allowed)))
 }
 
-/// `explain --host HOST[:PORT]`: whether the policy's egress lets a run connect there,
-/// and which entry decides. Exit 0 when allowed, 1 when denied.
-pub fn host(policy: &Policy, raw: &str) -> Result<ExitCode> {
+/// `explain --host HOST[:PORT] [--request "METHOD /path"]`: whether the policy's egress
+/// lets a run connect there, and which entry decides; for a host whose TLS the proxy
+/// terminates, its rules and credentials, and whether they allow the request, decided as
+/// the proxy decides. Exit 0 when allowed, 1 when denied.
+pub fn host(policy: &Policy, raw: &str, request: Option<&str>) -> Result<ExitCode> {
     let (host, port) = match tierbox_policy::hosts::parse_host_and_port(raw) {
         Ok(parsed) => parsed,
         Err(e) => {
@@ -111,7 +113,83 @@ pub fn host(policy: &Policy, raw: &str) -> Result<ExitCode> {
             "note: in strict mode the proxy still refuses a name that resolves to a loopback, private, link-local or metadata address unless an address entry covers it"
         );
     }
-    Ok(ExitCode::from(u8::from(!allowed)))
+    let request_allowed = terminated(policy, &host, request)?;
+    Ok(ExitCode::from(u8::from(!allowed || !request_allowed)))
+}
+
+/// What `explain --host` adds for a terminated host (its rules, its credentials), and the
+/// verdict on `request` (`METHOD /path`), as the proxy reaches it: normal form first,
+/// then the rules. Whether the request is allowed.
+fn terminated(
+    policy: &Policy,
+    host: &tierbox_policy::hosts::CanonicalHost,
+    request: Option<&str>,
+) -> Result<bool> {
+    use tierbox_policy::egress_rules::{RequestRule, path_in_normal_form};
+    let name = host.to_string();
+    let hosts = tierbox_policy::plan::NetworkPlan::terminated_from(&policy.egress);
+    let Some(t) = hosts.get(&name) else {
+        if let Some(r) = request {
+            println!(
+                "request {r}: allowed: the proxy does not read requests to {name} (a plain tunnel; egress.hosts holds a host to request rules)"
+            );
+        }
+        return Ok(true);
+    };
+    match t.allow.is_empty() {
+        true => println!("terminated: the proxy reads {name}'s requests; no rules: every request"),
+        false => println!(
+            "terminated: the proxy reads {name}'s requests, held to egress.hosts.\"{name}\".allow = {:?}",
+            t.allow
+        ),
+    }
+    for c in &t.credentials {
+        let place = c.header.as_deref().map_or_else(
+            || format!("query {}", c.query.as_deref().unwrap_or("")),
+            |h| format!("header {h}"),
+        );
+        println!(
+            "credential {}: the program's ${} holds a placeholder; the proxy puts the secret into {place} of allowed requests",
+            c.name, c.env
+        );
+    }
+    let Some(raw) = request else {
+        return Ok(true);
+    };
+    let Some((method, target)) = raw.split_once(' ') else {
+        anyhow::bail!("--request {raw:?}: give METHOD /path, as \"GET /repos/o/r\"");
+    };
+    let path = target.split('?').next().unwrap_or(target);
+    let (allowed, why) = if let Some(bad) = path_in_normal_form(path) {
+        (
+            false,
+            format!(
+                "its path is not in normal form ({bad}): refused before any rule, and no rule can allow it"
+            ),
+        )
+    } else if t.allow.is_empty() {
+        (true, "no rules: every request".to_owned())
+    } else {
+        let rules: Vec<RequestRule> = t
+            .allow
+            .iter()
+            .filter_map(|r| RequestRule::parse(r).ok())
+            .collect();
+        match rules.iter().find(|r| r.allows(method, path)) {
+            Some(r) => (true, format!("rule \"{}\" matches", r.as_str())),
+            None => (
+                false,
+                format!(
+                    "no rule matches; to allow: add \"{method} {path}\" to egress.hosts.\"{name}\".allow"
+                ),
+            ),
+        }
+    };
+    println!(
+        "request {method} {path}: {}: {why}",
+        if allowed { "allowed" } else { "denied" }
+    );
+    Ok(allowed)
 }
 
 /// `explain --outcome FILE`: the denials of an outcome (`tierbox run --json`), and the

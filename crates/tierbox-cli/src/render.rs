@@ -237,6 +237,41 @@ pub fn print_plan(plan: &Plan) {
     if !plan.network.preflight_hosts.is_empty() {
         println!("hosts     {}", plan.network.preflight_hosts.join(" "));
     }
+    print_terminated(plan);
+}
+
+/// The hosts whose TLS the proxy terminates, their rules, and each credential: where it
+/// goes, the variable the program sees, and whether its secret can be read here (as the
+/// run would read it; in this process, which is the supervisor only for an in-process
+/// run).
+fn print_terminated(plan: &Plan) {
+    for (host, t) in &plan.network.terminated {
+        let rules = match t.allow.is_empty() {
+            true => "every request".to_owned(),
+            false => t.allow.join(", "),
+        };
+        println!("terminate {host}: {rules}");
+        for c in &t.credentials {
+            let place = match (&c.header, &c.query) {
+                (Some(h), _) => format!("header {h}"),
+                (None, Some(q)) => format!("query {q}"),
+                (None, None) => "nowhere".to_owned(),
+            };
+            let source = match (&c.secret.env, &c.secret.file) {
+                (Some(v), _) => format!("the supervisor's {v}"),
+                (None, Some(f)) => f.display().to_string(),
+                (None, None) => "none".to_owned(),
+            };
+            let status = match tierbox_runner::terminate::secret_status(plan, c) {
+                Ok(()) => "readable here".to_owned(),
+                Err(why) => format!("NOT readable here: {why}"),
+            };
+            println!(
+                "  credential {}: {place}, placeholder in ${}, secret from {source} ({status})",
+                c.name, c.env
+            );
+        }
+    }
 }
 
 pub fn print_wasm_plan(plan: &tierbox_policy::wasm::WasmPlan) {

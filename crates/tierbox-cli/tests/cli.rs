@@ -2623,3 +2623,108 @@ fn a_denied_path_inside_the_workspace_is_refused_by_tier_b_and_hidden_by_tier_c(
         "{stdout}"
     );
 }
+
+/// `explain --host H --request "METHOD /path"` decides a terminated host's request as the
+/// proxy does and names the rule to add; adding exactly that rule allows it. `check`
+/// lists the terminated hosts, their rules and credentials, and whether each secret can
+/// be read here.
+#[test]
+fn explain_and_check_show_a_terminated_hosts_rules_and_the_fix_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.toml");
+    let write = |rules: &str| {
+        std::fs::write(
+            &policy,
+            format!(
+                "version = 1\n[exec]\nallowed_executables = [\"curl\"]\n[egress]\nmode = \"strict\"\n\
+                 allow = [\"api.example:443\"]\n[egress.hosts.\"api.example\"]\nallow = [{rules}]\n\
+                 [[egress.credentials]]\nname = \"api\"\nhost = \"api.example\"\nheader = \"Authorization\"\n\
+                 env = \"API_TOKEN\"\nsecret = {{ env = \"TBX_TEST_EXPLAIN_SECRET\" }}\n"
+            ),
+        )
+        .unwrap();
+    };
+    let tierbox = |args: &[&str], secret: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tierbox"));
+        cmd.arg(args[0])
+            .arg("--policy")
+            .arg(&policy)
+            .args(&args[1..])
+            .env_remove("TBX_TEST_EXPLAIN_SECRET")
+            .env("XDG_STATE_HOME", dir.path())
+            .stdin(Stdio::null());
+        if let Some(s) = secret {
+            cmd.env("TBX_TEST_EXPLAIN_SECRET", s);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    write("\"GET /repos/*\"");
+    let explain = [
+        "explain",
+        "--host",
+        "api.example:443",
+        "--request",
+        "POST /repos/o/r",
+    ];
+    let (code, out) = tierbox(&explain, None);
+    assert_eq!(code, Some(1), "{out}");
+    let fix = out
+        .split("to allow: add \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no rule to add: {out}"))
+        .to_owned();
+    assert_eq!(fix, "POST /repos/o/r");
+    write(&format!("\"GET /repos/*\", \"{fix}\""));
+    let (code, out) = tierbox(&explain, None);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("request POST /repos/o/r: allowed"), "{out}");
+    let (code, out) = tierbox(
+        &[
+            "explain",
+            "--host",
+            "api.example",
+            "--request",
+            "GET /repos/%2e%2e/x",
+        ],
+        None,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("no rule can allow it"), "{out}");
+
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let check = [
+        "check",
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--",
+        "curl",
+        "https://api.example/",
+    ];
+    let (code, out) = tierbox(&check, None);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("terminate api.example: GET /repos/*, POST /repos/o/r"),
+        "{out}"
+    );
+    assert!(
+        out.contains("credential api: header Authorization, placeholder in $API_TOKEN"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "NOT readable here: the supervisor's environment has no TBX_TEST_EXPLAIN_SECRET"
+        ),
+        "{out}"
+    );
+    let (_, out) = tierbox(&check, Some("s3cret"));
+    assert!(
+        out.contains("(readable here)") && !out.contains("s3cret"),
+        "{out}"
+    );
+}

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -26,7 +26,7 @@ use tierbox_egress::tls::relay::{Credential, HostRules, Place, RequestRule, Secr
 use tierbox_egress::tls::{Termination, Upstream};
 use tierbox_policy::Rejection;
 use tierbox_policy::hosts::CanonicalHost;
-use tierbox_policy::plan::Plan;
+use tierbox_policy::plan::{Plan, TerminatedHost};
 use tierbox_policy::policy::{CredentialPolicy, SecretSource};
 use tierbox_sandbox::contract::SandboxTrust;
 
@@ -49,15 +49,79 @@ pub(crate) struct RunTermination {
     pub(crate) trust: Arc<SandboxTrust>,
 }
 
-/// The termination `plan` needs, made at `now`, or `None` when its proxy terminates no
-/// host. Refused (`egress.termination_unavailable`, naming the policy entry) when a
-/// secret, an upstream anchor or the host's trust store cannot be had.
+/// The termination `plan` needs, made at `now` for its wall timeout, or `None` when its
+/// proxy terminates no host. Refused (`egress.termination_unavailable`, naming the policy
+/// entry) when a secret, an upstream anchor or the host's trust store cannot be had.
 pub(crate) fn prepare(plan: &Plan, now: SystemTime) -> Result<Option<RunTermination>, RunError> {
     if plan.network.terminated.is_empty() {
         return Ok(None);
     }
+    let writable = writable_of(plan);
+    let lifetime = Duration::from_millis(plan.limits.wall_timeout_ms);
+    let (termination, trust) = terminate_hosts(
+        &plan.network.terminated,
+        &plan.network.upstream_roots,
+        &writable,
+        (now, lifetime),
+    )?;
+    Ok(Some(RunTermination {
+        termination: Arc::new(termination),
+        trust: Arc::new(trust),
+    }))
+}
+
+/// The paths a run of `plan` can write: where no secret file may be.
+fn writable_of(plan: &Plan) -> Vec<&Path> {
+    let fs = &plan.filesystem;
+    std::iter::once(plan.workspace.as_path())
+        .chain(fs.writable.iter().map(PathBuf::as_path))
+        .chain(fs.writable_binds().iter().map(PathBuf::as_path))
+        .collect()
+}
+
+/// Whether a run of `plan` could read `c`'s secret, here and now, as it would read it
+/// (`tierbox check`): `Err` says why not, as the run's refusal would. The value is read
+/// and dropped, never returned.
+pub fn secret_status(plan: &Plan, c: &CredentialPolicy) -> Result<(), String> {
+    read_secret(&writable_of(plan), c)
+        .map(drop)
+        .map_err(|e| match e {
+            RunError::Rejected(Rejection::TerminationUnavailable { reason, .. }) => reason,
+            other => other.to_string(),
+        })
+}
+
+/// The proxy's termination of `terminated` and what a client of it must hold (the trust
+/// bundle, the placeholders): the secrets read as the [module docs](self) say (never
+/// from under `writable`), `upstream_roots` added to the host's trust store, the CA made
+/// at `now` for `lifetime`. For `tierbox proxy` as for a run.
+///
+/// ```no_run
+/// use std::time::{Duration, SystemTime};
+///
+/// let policy = tierbox_policy::Policy::from_toml(
+///     "version = 1\n[egress]\nmode = \"strict\"\nallow = [\"api.test:443\"]\n\
+///      [egress.hosts.\"api.test\"]\nallow = [\"GET /*\"]\n",
+/// )
+/// .unwrap();
+/// let hosts = tierbox_policy::plan::NetworkPlan::terminated_from(&policy.egress);
+/// let (termination, trust) = tierbox_runner::terminate::terminate_hosts(
+///     &hosts,
+///     &[],
+///     &[],
+///     (SystemTime::now(), Duration::from_secs(3600)),
+/// )
+/// .unwrap();
+/// assert!(trust.bundle.ends_with(&termination.ca().cert_pem()));
+/// ```
+pub fn terminate_hosts(
+    terminated: &BTreeMap<String, TerminatedHost>,
+    upstream_roots: &[PathBuf],
+    writable: &[&Path],
+    (now, lifetime): (SystemTime, Duration),
+) -> Result<(Termination, SandboxTrust), RunError> {
     let mut anchors = Vec::new();
-    for path in &plan.network.upstream_roots {
+    for path in upstream_roots {
         let pem = tierbox_egress::tls::read_anchor(path).map_err(|e| {
             refused(
                 format!("egress.upstream_roots {:?}", path.display().to_string()),
@@ -70,7 +134,7 @@ pub(crate) fn prepare(plan: &Plan, now: SystemTime) -> Result<Option<RunTerminat
         .map_err(|e| refused("egress.upstream_roots".to_owned(), e.to_string()))?;
     let mut hosts = BTreeMap::new();
     let mut placeholders = Vec::new();
-    for (name, host) in &plan.network.terminated {
+    for (name, host) in terminated {
         let canonical = CanonicalHost::parse(name)
             .map_err(|e| refused(format!("egress.hosts {name:?}"), e.to_string()))?;
         let mut allow = Vec::new();
@@ -88,23 +152,20 @@ pub(crate) fn prepare(plan: &Plan, now: SystemTime) -> Result<Option<RunTerminat
                 name: c.name.clone(),
                 place: place_of(c)?,
                 placeholder,
-                secret: read_secret(plan, c)?,
+                secret: read_secret(writable, c)?,
             });
         }
         hosts.insert(canonical, HostRules { allow, credentials });
     }
-    let lifetime = Duration::from_millis(plan.limits.wall_timeout_ms);
     let termination = Termination::new(hosts, now, lifetime, upstream)
         .map_err(|e| refused("egress.hosts".to_owned(), e.to_string()))?;
     let bundle = tierbox_egress::tls::sandbox_bundle(termination.ca())
         .map_err(|e| refused("the host's trust store".to_owned(), e.to_string()))?;
-    Ok(Some(RunTermination {
-        termination: Arc::new(termination),
-        trust: Arc::new(SandboxTrust {
-            bundle: bundle.into(),
-            placeholders,
-        }),
-    }))
+    let trust = SandboxTrust {
+        bundle: bundle.into(),
+        placeholders,
+    };
+    Ok((termination, trust))
 }
 
 fn refused(key: String, reason: String) -> RunError {
@@ -136,7 +197,7 @@ fn place_of(c: &CredentialPolicy) -> Result<Place, RunError> {
 }
 
 /// The secret of `c`, from the supervisor's environment or a file ([module docs](self)).
-fn read_secret(plan: &Plan, c: &CredentialPolicy) -> Result<Secret, RunError> {
+fn read_secret(writable: &[&Path], c: &CredentialPolicy) -> Result<Secret, RunError> {
     let fail = |reason: String| refused(credential_key(c), reason);
     let raw = match &c.secret {
         SecretSource {
@@ -153,7 +214,7 @@ fn read_secret(plan: &Plan, c: &CredentialPolicy) -> Result<Secret, RunError> {
         SecretSource {
             env: None,
             file: Some(path),
-        } => read_secret_file(plan, path).map_err(|reason| {
+        } => read_secret_file(writable, path).map_err(|reason| {
             fail(format!(
                 "secret.file {:?}: {reason}",
                 path.display().to_string()
@@ -221,16 +282,12 @@ pub enum SecretFileError {
 }
 
 /// Reads a secret file as the [module docs](self) say, or says why not.
-fn read_secret_file(plan: &Plan, path: &Path) -> Result<String, SecretFileError> {
+fn read_secret_file(writable: &[&Path], path: &Path) -> Result<String, SecretFileError> {
     use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
     if !path.is_absolute() {
         return Err(SecretFileError::Relative);
     }
-    let fs = &plan.filesystem;
-    let mut writable = std::iter::once(&plan.workspace)
-        .chain(fs.writable.iter())
-        .chain(fs.writable_binds().iter());
-    if let Some(w) = writable.find(|w| path.starts_with(w)) {
+    if let Some(w) = writable.iter().find(|w| path.starts_with(w)) {
         return Err(SecretFileError::Writable(w.display().to_string()));
     }
     let fd = rustix::fs::openat2(

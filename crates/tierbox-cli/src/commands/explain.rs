@@ -17,7 +17,7 @@ pub fn cmd_explain(
     outcome: Option<PathBuf>,
     path: Option<PathBuf>,
     op: Option<explain::Op>,
-    host: Option<String>,
+    (host, request): (Option<String>, Option<String>),
 ) -> Result<ExitCode> {
     let runner = build_runner(policy, None)?;
     match (run_id, outcome, path, host) {
@@ -29,7 +29,7 @@ pub fn cmd_explain(
         },
         (_, Some(file), ..) => explain::outcome(&file),
         (_, _, Some(path), _) => explain::path(&runner, &path, op.unwrap_or(explain::Op::Read)),
-        (_, _, _, Some(host)) => explain::host(runner.policy(), &host),
+        (_, _, _, Some(host)) => explain::host(runner.policy(), &host, request.as_deref()),
         _ => anyhow::bail!("give a RUN_ID, --outcome, --path or --host"),
     }
 }

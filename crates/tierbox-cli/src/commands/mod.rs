@@ -96,7 +96,11 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             &path.display().to_string(),
         ),
         Command::Wasm { action } => wasm::cmd_wasm(action),
-        Command::Proxy { policy, listen } => proxy::cmd_proxy(policy.as_deref(), listen),
+        Command::Proxy {
+            policy,
+            listen,
+            ca_out,
+        } => proxy::cmd_proxy(policy.as_deref(), listen, ca_out.as_deref()),
         Command::Serve {
             policy,
             mcp,
@@ -126,7 +130,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             path,
             op,
             host,
-        } => explain::cmd_explain(&policy, run_id, log, outcome, path, op, host),
+            request,
+        } => explain::cmd_explain(&policy, run_id, log, outcome, path, op, (host, request)),
         Command::Policy { action } => policy::cmd_policy(action),
     }
 }

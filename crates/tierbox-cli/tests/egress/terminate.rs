@@ -355,3 +355,93 @@ fn an_unsafe_secret_file_refuses_the_run_before_it_starts() {
         Tier::C,
     );
 }
+
+/// `tierbox proxy --ca-out FILE` terminates the policy's hosts on its own: a client that
+/// trusts FILE gets the allowed request through and the refused one refused; without
+/// `--ca-out` it refuses to start, saying so; an existing FILE is never overwritten.
+#[test]
+fn the_proxy_alone_terminates_with_the_bundle_it_writes() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let test = "terminate::the_proxy_alone_terminates_with_the_bundle_it_writes";
+    let Some(lab) = NetLab::shared(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let policy_file = dir.path().join("policy.toml");
+    std::fs::write(&policy_file, policy(lab, None)).unwrap();
+    let bundle = dir.path().join("bundle.pem");
+    let proxy = |ca_out: Option<&Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tierbox"));
+        cmd.args(["proxy", "--listen", "127.0.0.1:0", "--policy"])
+            .arg(&policy_file);
+        if let Some(p) = ca_out {
+            cmd.arg("--ca-out").arg(p);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let out = proxy(None).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("give --ca-out FILE"),
+        "{stderr}"
+    );
+
+    let mut child = proxy(Some(&bundle));
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut addr = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("egress proxy on ").nth(1) {
+            addr = rest.split_whitespace().next().map(str::to_owned);
+            break;
+        }
+    }
+    let addr = addr.expect("the proxy's address");
+    let curl = |extra: &[&str]| {
+        Command::new("curl")
+            .args([
+                "-sS",
+                "--max-time",
+                "20",
+                "-x",
+                &format!("http://{addr}"),
+                "--cacert",
+            ])
+            .arg(&bundle)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let get = curl(&["https://allowed.test/echo"]);
+    assert_eq!(
+        String::from_utf8_lossy(&get.stdout),
+        "auth=\nquery=\n",
+        "{get:?}"
+    );
+    let post = curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-X",
+        "POST",
+        "https://allowed.test/echo",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&post.stdout), "403", "{post:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+    // The bundle is not overwritten by another proxy.
+    let before = std::fs::read(&bundle).unwrap();
+    let out = proxy(Some(&bundle)).wait_with_output().unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("creating a new file"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&bundle).unwrap(), before);
+}
