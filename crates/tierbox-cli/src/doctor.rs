@@ -358,7 +358,7 @@ struct StrictEgress {
     tier_c_bwrap: bool,
     /// The host's trust store that terminated hosts' upstreams are verified against (and
     /// that the sandbox's bundle starts with), or why there is none.
-    trust_store: Result<String, String>,
+    trust_store: Result<std::path::PathBuf, tierbox_egress::tls::TrustError>,
 }
 
 impl StrictEgress {
@@ -369,7 +369,7 @@ impl StrictEgress {
         let ok = store.is_ok();
         let json = serde_json::json!({
             "trust_store": store.ok(),
-            "trust_store_missing": store.err(),
+            "trust_store_missing": store.err().map(ToString::to_string),
             "rules": {
                 "tier_b": ok && self.tier_b,
                 "tier_c_native": ok && self.tier_c,
@@ -382,7 +382,8 @@ impl StrictEgress {
         });
         let text = match store {
             Ok(path) => format!(
-                "terminated hosts (egress.hosts, egress.credentials): upstreams verified against {path}; request rules where strict egress runs, credentials in tier c only (tier b's proxy is on the host's loopback)"
+                "terminated hosts (egress.hosts, egress.credentials): upstreams verified against {}; request rules where strict egress runs, credentials in tier c only (tier b's proxy is on the host's loopback)",
+                path.display()
             ),
             Err(why) => {
                 format!("terminated hosts (egress.hosts, egress.credentials): refused here, {why}")
@@ -437,9 +438,7 @@ impl<'a> Report<'a> {
             tier_c_bwrap: strict_tier_c
                 && tierbox_runner::host::host_facts().euid == 0
                 && tierbox_runner::host::probe_bwrap_cached().is_ok(),
-            trust_store: tierbox_egress::tls::system_store()
-                .map(|p| p.display().to_string())
-                .map_err(|e| e.to_string()),
+            trust_store: tierbox_egress::tls::system_store().map(std::path::Path::to_path_buf),
         };
         let runs_in = runs_in(policy);
         let state_dir = tierbox_runner::RunOptions::default().state_dir;

@@ -262,9 +262,16 @@ fn print_terminated(plan: &Plan) {
                 (None, Some(f)) => f.display().to_string(),
                 (None, None) => "none".to_owned(),
             };
+            use tierbox_runner::RunError;
             let status = match tierbox_runner::terminate::secret_status(plan, c) {
                 Ok(()) => "readable here".to_owned(),
-                Err(why) => format!("NOT readable here: {why}"),
+                Err(RunError::Rejected(tierbox_policy::Rejection::TerminationUnavailable {
+                    reason,
+                    ..
+                })) => {
+                    format!("NOT readable here: {reason}")
+                }
+                Err(other) => format!("NOT readable here: {other}"),
             };
             println!(
                 "  credential {}: {place}, placeholder in ${}, secret from {source} ({status})",

@@ -80,15 +80,10 @@ fn writable_of(plan: &Plan) -> Vec<&Path> {
 }
 
 /// Whether a run of `plan` could read `c`'s secret, here and now, as it would read it
-/// (`tierbox check`): `Err` says why not, as the run's refusal would. The value is read
-/// and dropped, never returned.
-pub fn secret_status(plan: &Plan, c: &CredentialPolicy) -> Result<(), String> {
-    read_secret(&writable_of(plan), c)
-        .map(drop)
-        .map_err(|e| match e {
-            RunError::Rejected(Rejection::TerminationUnavailable { reason, .. }) => reason,
-            other => other.to_string(),
-        })
+/// (`tierbox check`): `Err` is the run's refusal (`egress.termination_unavailable`). The
+/// value is read and dropped, never returned.
+pub fn secret_status(plan: &Plan, c: &CredentialPolicy) -> Result<(), RunError> {
+    read_secret(&writable_of(plan), c).map(drop)
 }
 
 /// The proxy's termination of `terminated` and what a client of it must hold (the trust
