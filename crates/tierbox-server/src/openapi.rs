@@ -875,6 +875,15 @@ mod tests {
         ] {
             assert!(outcome[field].is_object(), "Outcome.{field}: {outcome}");
         }
+        // The egress log carries the terminated hosts' verdicts and credential counts.
+        let log = &schemas["EgressLog"]["properties"];
+        assert!(log["credentials_used"].is_object(), "{log}");
+        let decision = &schemas["Decision"]["properties"];
+        assert!(decision["request"].is_object(), "{decision}");
+        let verdicts = schemas["Verdict"].to_string();
+        for v in ["request_refused", "tls_failed"] {
+            assert!(verdicts.contains(v), "{v}: {verdicts}");
+        }
         assert!(
             schemas["RunResult"]["anyOf"].is_array(),
             "{}",
