@@ -85,10 +85,15 @@ allow = ["GET /echo", "GET /"]
 /// A secret file as a careful operator keeps one: the supervisor's, mode 0600, in a
 /// directory of its own outside the workspace.
 fn secret_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    secret_file_of(SECRET)
+}
+
+/// [`secret_file`] holding `value`.
+fn secret_file_of(value: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("lab-token");
-    std::fs::write(&path, format!("{SECRET}\n")).unwrap();
+    std::fs::write(&path, format!("{value}\n")).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     (dir, path)
 }
@@ -112,7 +117,10 @@ fn lab_saw(lab: &NetLab, ip: std::net::Ipv4Addr, detail_prefix: &str) -> Vec<Str
 
 fn credential_reaches_the_upstream_and_never_the_sandbox(test: &str, tier: Tier) {
     let Some(lab) = ready(test, tier) else { return };
-    let (_dir, secret_path) = secret_file();
+    // A secret per tier: the two tests reach the same host at once.
+    let secret = format!("{SECRET}-{tier:?}");
+    let secret = secret.as_str();
+    let (_dir, secret_path) = secret_file_of(secret);
     let p = policy(lab, Some(&secret_path));
     let before = lab.log().len();
     let r = try_run_with(
@@ -150,7 +158,7 @@ fn credential_reaches_the_upstream_and_never_the_sandbox(test: &str, tier: Tier)
         .collect();
     let seen_a = lab_saw(lab, a, "auth ");
     assert!(
-        seen_a.contains(&format!("auth Bearer {SECRET} query ")),
+        seen_a.contains(&format!("auth Bearer {secret} query ")),
         "{seen_a:?}\n{log:?}"
     );
     let read = |name: &str| std::fs::read_to_string(r.workspace.path().join(name)).unwrap();
@@ -169,7 +177,7 @@ fn credential_reaches_the_upstream_and_never_the_sandbox(test: &str, tier: Tier)
         seen_b.contains(&format!("auth Bearer {placeholder} query ")),
         "{seen_b:?}"
     );
-    assert!(!seen_b.iter().any(|d| d.contains(SECRET)), "{seen_b:?}");
+    assert!(!seen_b.iter().any(|d| d.contains(secret)), "{seen_b:?}");
     // The POST was refused by the rules, with the rule that allows it.
     assert!(r.stdout.contains("P:403"), "{describe}");
     let refused = decisions(&r)
@@ -197,15 +205,15 @@ fn credential_reaches_the_upstream_and_never_the_sandbox(test: &str, tier: Tier)
 
     // The secret is nowhere the sandbox or the caller can read.
     let everything = r.outcome.to_string();
-    assert!(!everything.contains(SECRET), "outcome: {everything}");
-    assert!(!r.stdout.contains(SECRET) && !r.stderr.contains(SECRET));
-    assert!(!env_txt.contains(SECRET));
-    let in_ws = files_holding(r.workspace.path(), SECRET);
+    assert!(!everything.contains(secret), "outcome: {everything}");
+    assert!(!r.stdout.contains(secret) && !r.stderr.contains(secret));
+    assert!(!env_txt.contains(secret));
+    let in_ws = files_holding(r.workspace.path(), secret);
     assert!(
         in_ws.is_empty(),
         "workspace files holding the secret: {in_ws:?}"
     );
-    let in_state = files_holding(r.state.path(), SECRET);
+    let in_state = files_holding(r.state.path(), secret);
     assert!(
         in_state.is_empty(),
         "state files (audit log) holding it: {in_state:?}"
@@ -444,4 +452,51 @@ fn the_proxy_alone_terminates_with_the_bundle_it_writes() {
         "{out:?}"
     );
     assert_eq!(std::fs::read(&bundle).unwrap(), before);
+}
+
+/// An upstream whose certificate does not verify (the policy names no anchor for the
+/// lab's CA, so only the host's trust store is asked) fails closed: a `tls_failed`
+/// decision, the credential never sent, and the host never sees a request.
+#[test]
+fn an_upstream_that_does_not_verify_gets_nothing() {
+    let test = "terminate::an_upstream_that_does_not_verify_gets_nothing";
+    let tier = Tier::C;
+    let Some(lab) = ready(test, tier) else { return };
+    // A secret of this test's own: other tests reach the same host meanwhile.
+    let own_secret = "bad-upstream-secret-5d0e7a21";
+    let (_dir, secret_path) = secret_file_of(own_secret);
+    let p = policy(lab, Some(&secret_path)).replace(
+        &format!("upstream_roots = [\"{}\"]\n", lab.ca_cert().display()),
+        "",
+    );
+    assert!(!p.contains("upstream_roots"), "{p}");
+    let script = "curl -sS --max-time 20 -o /dev/null -H \"Authorization: Bearer $LAB_TOKEN\" \
+                  https://allowed.test/echo || echo \"refused: $?\"\n";
+    let r = try_run_with(lab, tier, &p, &["sh", "bad.sh"], &[("bad.sh", script)], &[]);
+    let describe = format!("{} {}", r.outcome, r.stderr);
+    assert!(r.stdout.contains("refused: "), "{describe}");
+    let failed = decisions(&r)
+        .into_iter()
+        .find(|d| d["verdict"] == "tls_failed")
+        .unwrap_or_else(|| panic!("no tls_failed decision: {describe}"));
+    let message = failed["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the upstream allowed.test failed TLS verification"),
+        "{message}"
+    );
+    let reached: Vec<String> = lab
+        .log()
+        .into_iter()
+        .map(|e| e.detail)
+        .filter(|d| d.contains(own_secret))
+        .collect();
+    assert!(
+        reached.is_empty(),
+        "the upstream got the secret: {reached:?}"
+    );
+    assert!(
+        r.outcome["egress"]["credentials_used"].is_null()
+            || r.outcome["egress"]["credentials_used"]["lab"].is_null(),
+        "{describe}"
+    );
 }
