@@ -506,6 +506,7 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
                 let ahead = inbound.unread().to_vec();
                 let endpoint = (protocol, &host, port);
                 let (client, upstream) = (inbound.stream, dialed.stream);
+                let upstream = crate::tls::Counting::new(upstream, counters);
                 return crate::tls::serve_terminated(shared, &t, endpoint, ahead, client, upstream)
                     .await;
             }

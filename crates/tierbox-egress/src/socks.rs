@@ -285,6 +285,7 @@ pub(crate) async fn serve(mut inbound: Inbound, shared: &Shared, mode: Mode, dea
     if let Some(t) = terminated.filter(|t| t.rules(&request.host).is_some()) {
         let endpoint = (Protocol::Socks5, &request.host, request.port);
         let (client, upstream) = (inbound.stream, dialed.stream);
+        let upstream = crate::tls::Counting::new(upstream, counters);
         return crate::tls::serve_terminated(shared, &t, endpoint, initial, client, upstream).await;
     }
     tunnel::run(

@@ -20,7 +20,7 @@ pub mod ca;
 pub mod relay;
 mod serve;
 
-pub(crate) use serve::serve_terminated;
+pub(crate) use serve::{Counting, serve_terminated};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -70,6 +70,62 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     }
 }
 
+/// The upstream side of a terminated connection, counting the bytes it carries into the
+/// connection's decision (as a tunnel's copy loop does): what goes to the destination is
+/// `sent`, what comes back `received` — TLS records, as on the wire.
+pub(crate) struct Counting<S> {
+    inner: S,
+    counters: std::sync::Arc<crate::log::Counters>,
+}
+
+impl<S> Counting<S> {
+    pub(crate) fn new(inner: S, counters: std::sync::Arc<crate::log::Counters>) -> Self {
+        Self { inner, counters }
+    }
+}
+
+impl Counting<TcpStream> {
+    fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.inner.peer_addr()
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counting<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len().saturating_sub(before);
+        crate::log::Counters::add(&self.counters.received, n);
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counting<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &r {
+            crate::log::Counters::add(&self.counters.sent, *n);
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// Serves a terminated connection to `host:port` (already answered as established):
 /// `sent_ahead` and `client` are the client's side, `upstream` the dialed destination.
 pub(crate) async fn serve_terminated(
@@ -78,7 +134,7 @@ pub(crate) async fn serve_terminated(
     (protocol, host, port): (Protocol, &CanonicalHost, u16),
     sent_ahead: Vec<u8>,
     client: TcpStream,
-    upstream: TcpStream,
+    upstream: Counting<TcpStream>,
 ) {
     let Some(rules) = termination.rules(host) else {
         return;

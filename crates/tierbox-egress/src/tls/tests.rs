@@ -413,6 +413,17 @@ async fn the_proxy_terminates_a_connect_to_a_host_with_rules() {
         1,
         "plain HTTP reached the upstream"
     );
+    // The terminated connection's decision counts the bytes it carried to and from the
+    // upstream (TLS records, as a tunnel counts its bytes).
+    let connect = logged
+        .decisions
+        .iter()
+        .find(|d| d.verdict == crate::Verdict::Allowed && d.protocol == crate::Protocol::Connect)
+        .unwrap();
+    assert!(
+        connect.bytes_sent > 0 && connect.bytes_received > 0,
+        "{connect:?}"
+    );
 }
 
 /// A request that names another host than the connection's (a CDN could route it, with
