@@ -299,21 +299,27 @@ fn swaps(credentials: &[Credential]) -> Arc<Vec<(Vec<u8>, Vec<u8>)>> {
     Arc::new(v)
 }
 
-fn replace_all(bytes: &[u8], swaps: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
-    let mut out = bytes.to_vec();
+/// `bytes` with every secret of `swaps` replaced by its placeholder (longest secret
+/// first, as `swaps` is sorted); `None` when no secret occurs (nothing copied).
+fn replace_all(bytes: &[u8], swaps: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u8>> {
+    let mut out: Option<Vec<u8>> = None;
     for (secret, placeholder) in swaps {
-        let mut next = Vec::with_capacity(out.len());
-        let mut i = 0;
-        while i < out.len() {
-            if out[i..].starts_with(secret) {
-                next.extend_from_slice(placeholder);
-                i += secret.len();
-            } else {
-                next.push(out[i]);
-                i += 1;
-            }
+        let src = out.as_deref().unwrap_or(bytes);
+        let finder = memchr::memmem::Finder::new(secret);
+        let mut hits = finder.find_iter(src).peekable();
+        if hits.peek().is_none() {
+            continue;
         }
-        out = next;
+        let mut next = Vec::with_capacity(src.len());
+        let mut at = 0;
+        for hit in hits {
+            // Matches do not overlap: find_iter resumes after each one.
+            next.extend_from_slice(&src[at..hit]);
+            next.extend_from_slice(placeholder);
+            at = hit + secret.len();
+        }
+        next.extend_from_slice(&src[at..]);
+        out = Some(next);
     }
     out
 }
@@ -349,8 +355,11 @@ where
                     return Poll::Ready(None);
                 }
                 let rest = self.held.split();
-                let out = replace_all(&rest, &self.swaps);
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+                let out = match replace_all(&rest, &self.swaps) {
+                    Some(replaced) => Bytes::from(replaced),
+                    None => rest.freeze(),
+                };
+                return Poll::Ready(Some(Ok(Frame::data(out))));
             }
             match Pin::new(&mut self.inner).poll_frame(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -359,17 +368,16 @@ where
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
                         self.held.extend_from_slice(&data);
-                        let replaced = replace_all(&self.held, &self.swaps);
-                        // Hold back what could be the start of a secret.
-                        let cut = replaced.len().saturating_sub(keep);
-                        if cut == 0 {
+                        if let Some(replaced) = replace_all(&self.held, &self.swaps) {
                             self.held = BytesMut::from(&replaced[..]);
+                        }
+                        // Hold back what could be the start of a secret.
+                        let cut = self.held.len().saturating_sub(keep);
+                        if cut == 0 {
                             continue;
                         }
-                        self.held = BytesMut::from(&replaced[cut..]);
-                        return Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(
-                            &replaced[..cut],
-                        )))));
+                        let out = self.held.split_to(cut).freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(out))));
                     }
                     // Trailers: passed as they are (HTTP/1.1 clients rarely get any).
                     Err(frame) => return Poll::Ready(Some(Ok(frame))),
@@ -477,18 +485,19 @@ where
                 Ok(match answer {
                     Ok(resp) => {
                         let (mut parts, body) = resp.into_parts();
+                        if swaps.is_empty() {
+                            // No secret to take back out: the body as it came.
+                            return Ok(Response::from_parts(parts, body.boxed()));
+                        }
                         for value in parts.headers.values_mut() {
-                            let replaced = replace_all(value.as_bytes(), &swaps);
-                            if replaced != value.as_bytes()
+                            if let Some(replaced) = replace_all(value.as_bytes(), &swaps)
                                 && let Ok(v) = HeaderValue::from_bytes(&replaced)
                             {
                                 *value = v;
                             }
                         }
                         // The body's length may change with the swaps.
-                        if !swaps.is_empty() {
-                            parts.headers.remove(hyper::header::CONTENT_LENGTH);
-                        }
+                        parts.headers.remove(hyper::header::CONTENT_LENGTH);
                         let body = Stripped {
                             inner: body,
                             swaps,
