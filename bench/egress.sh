@@ -125,6 +125,9 @@ size = os.path.getsize(body)
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY, as production servers set it: a response's head and body (and TLS 1.3's
+    # session tickets) are separate writes, which Nagle would hold for a delayed ACK.
+    disable_nagle_algorithm = True
 
     def do_GET(self):
         if self.path == "/bytes/1":
@@ -232,7 +235,8 @@ if [ "$tls" = 1 ]; then
 [egress.hosts."tls.lab.test"]
 allow = ["GET /bytes/*"]
 EOF
-    sed -i "s|^mode = \"strict\"|mode = \"strict\"\nupstream_roots = [\"$tmp/ca.pem\"]|" "$tmp/policy.toml"
+    sed -i -e "s|^mode = \"strict\"|mode = \"strict\"\nupstream_roots = [\"$tmp/ca.pem\"]|" \
+        -e 's|^allow = \["lab.test",|allow = ["lab.test", "tls.lab.test",|' "$tmp/policy.toml"
     ca_out=(--ca-out "$tmp/bundle.pem")
 fi
 # SIGTERM when this script dies, however it dies.

@@ -62,6 +62,10 @@ pub struct Termination {
     hosts: std::collections::BTreeMap<CanonicalHost, relay::HostRules>,
     ca: RunCa,
     trust: Upstream,
+    /// Each host's TLS server configuration, made on first use and kept for the run: one
+    /// session cache per host, so a client's next connection resumes instead of a full
+    /// handshake.
+    servers: std::sync::Mutex<std::collections::HashMap<CanonicalHost, Arc<rustls::ServerConfig>>>,
 }
 
 impl Termination {
@@ -75,7 +79,30 @@ impl Termination {
     ) -> Result<Self, CaError> {
         let names: Vec<CanonicalHost> = hosts.keys().cloned().collect();
         let ca = RunCa::new(&names, now, lifetime)?;
-        Ok(Self { hosts, ca, trust })
+        Ok(Self {
+            hosts,
+            ca,
+            trust,
+            servers: std::sync::Mutex::new(std::collections::HashMap::new()),
+        })
+    }
+
+    /// The TLS server configuration the proxy shows `host`'s clients (its leaf of the
+    /// run's CA), made once per host.
+    pub(crate) fn server_config(
+        &self,
+        host: &CanonicalHost,
+    ) -> Result<Arc<rustls::ServerConfig>, TerminateError> {
+        let mut servers = self
+            .servers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(config) = servers.get(host) {
+            return Ok(config.clone());
+        }
+        let config = server_config(&self.ca, host)?;
+        servers.insert(host.clone(), config.clone());
+        Ok(config)
     }
 
     /// The run's CA (its certificate goes into the sandbox's trust bundle).
@@ -345,6 +372,42 @@ where
     C: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
+    let server = server_config(ca, host)?;
+    terminate_with(server, trust, host, client, upstream).await
+}
+
+/// The server configuration of `host`'s terminated connections: its leaf of `ca`,
+/// HTTP/1.1.
+fn server_config(
+    ca: &RunCa,
+    host: &CanonicalHost,
+) -> Result<Arc<rustls::ServerConfig>, TerminateError> {
+    let leaf = ca.leaf(host)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TerminateError::Client {
+            host: host.to_string(),
+            reason: e.to_string(),
+        })?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Single(leaf)));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// [`terminate`] with `host`'s server configuration made already
+/// ([`Termination::server_config`]).
+pub(crate) async fn terminate_with<C, U>(
+    server: Arc<rustls::ServerConfig>,
+    trust: &Upstream,
+    host: &CanonicalHost,
+    client: C,
+    upstream: U,
+) -> Result<Terminated<C, U>, TerminateError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
     let name = host.to_string();
     // The upstream first: a host whose certificate does not verify gets no client
     // handshake answered either (the client sees the connection closed).
@@ -360,14 +423,7 @@ where
         ServerName::try_from(name.clone()).map_err(|e| upstream_failed(e.to_string()))?;
     let connector = TlsConnector::from(trust.config.clone());
     let upstream = bounded(connector.connect(server_name, upstream), upstream_failed).await?;
-    let leaf = ca.leaf(host)?;
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| client_failed(e.to_string()))?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(Single(leaf)));
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let acceptor = TlsAcceptor::from(server);
     let client = bounded(acceptor.accept(client), client_failed).await?;
     Ok(Terminated { client, upstream })
 }

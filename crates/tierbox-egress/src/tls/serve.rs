@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::relay::relay;
-use super::{TerminateError, Termination, terminate};
+use super::{TerminateError, Termination, terminate_with};
 use crate::log::Entry;
 use crate::server::Shared;
 use crate::{Protocol, Verdict};
@@ -140,6 +140,10 @@ pub(crate) async fn serve_terminated(
         return;
     };
     let address = upstream.peer_addr().ok();
+    // The relay writes a message as several TLS records (head, body chunks): with Nagle's
+    // algorithm a small one waits for the peer's delayed ACK, 40 ms a request.
+    let _ = client.set_nodelay(true);
+    let _ = upstream.inner.set_nodelay(true);
     let entry = |verdict, message, request| Entry {
         protocol,
         host: host.to_string(),
@@ -150,7 +154,10 @@ pub(crate) async fn serve_terminated(
         request,
     };
     let client = Prefixed::new(sent_ahead, client);
-    let streams = terminate(&termination.ca, &termination.trust, host, client, upstream).await;
+    let streams = match termination.server_config(host) {
+        Ok(server) => terminate_with(server, &termination.trust, host, client, upstream).await,
+        Err(e) => Err(e),
+    };
     let streams = match streams {
         Ok(s) => s,
         Err(e) => {
