@@ -238,6 +238,13 @@ EOF
     sed -i -e "s|^mode = \"strict\"|mode = \"strict\"\nupstream_roots = [\"$tmp/ca.pem\"]|" \
         -e 's|^allow = \["lab.test",|allow = ["lab.test", "tls.lab.test",|' "$tmp/policy.toml"
     ca_out=(--ca-out "$tmp/bundle.pem")
+    # The tunnel's client trusts a bundle as large (the host's roots and the test CA), as a
+    # sandboxed client's SSL_CERT_FILE is: curl parses it at every start, some 40 ms of a
+    # loaded 2-CPU machine, which a one-certificate file would leave out of one side only.
+    for store in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt /etc/ssl/ca-bundle.pem /etc/ssl/cert.pem; do
+        [ -f "$store" ] && break
+    done
+    cat "$store" "$tmp/ca.pem" >"$tmp/tunnel-bundle.pem"
 fi
 # SIGTERM when this script dies, however it dies.
 setpriv --pdeathsig TERM "$tierbox" proxy --policy "$tmp/policy.toml" --listen 127.0.0.1:0 \
@@ -268,9 +275,9 @@ fetch() {
         direct) args+=(--noproxy '*' "http://$subnet.2/bytes/$bytes") ;;
         forward) args+=(-x "http://$proxy" "http://lab.test/bytes/$bytes") ;;
         connect) args+=(-p -x "http://$proxy" "http://lab.test/bytes/$bytes") ;;
-        tunnel-tls) args+=(-x "http://$proxy" --cacert "$tmp/ca.pem" "https://lab.test/bytes/$bytes") ;;
+        tunnel-tls) args+=(-x "http://$proxy" --cacert "$tmp/tunnel-bundle.pem" "https://lab.test/bytes/$bytes") ;;
         terminated) args+=(-x "http://$proxy" --cacert "$tmp/bundle.pem" "https://tls.lab.test/bytes/$bytes") ;;
-        tunnel-tls-1) args+=(-x "http://$proxy" --cacert "$tmp/ca.pem" "https://lab.test/bytes/1") ;;
+        tunnel-tls-1) args+=(-x "http://$proxy" --cacert "$tmp/tunnel-bundle.pem" "https://lab.test/bytes/1") ;;
         terminated-1) args+=(-x "http://$proxy" --cacert "$tmp/bundle.pem" "https://tls.lab.test/bytes/1") ;;
         relay-*) args+=(-p -x "http://127.0.0.1:${relay_port[${variant#relay-}]}" "http://$subnet.2/bytes/$bytes") ;;
     esac
