@@ -163,6 +163,13 @@ impl Run {
             .unwrap_or_default()
     }
 
+    /// The outcome's first denial of `operation` (`request`, `tls`, `connect`), if any.
+    pub fn denial(&self, operation: &str) -> Option<Value> {
+        self.outcome["denials"]
+            .as_array()
+            .and_then(|d| d.iter().find(|d| d["operation"] == operation).cloned())
+    }
+
     fn describe(&self) -> String {
         format!(
             "status {}\nstdout: {}\nstderr: {}\ncli stderr: {}\negress: {}",

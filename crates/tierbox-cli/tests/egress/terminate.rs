@@ -185,9 +185,8 @@ fn credential_reaches_the_upstream_and_never_the_sandbox(test: &str, tier: Tier)
         .filter(|d| d["verdict"] == "request_refused")
         .count();
     assert_eq!(refused, 1, "{describe}");
-    let denial = r.outcome["denials"]
-        .as_array()
-        .and_then(|d| d.iter().find(|d| d["operation"] == "request").cloned())
+    let denial = r
+        .denial("request")
         .unwrap_or_else(|| panic!("no request denial: {describe}"));
     assert_eq!(
         denial["target"], "POST /echo on allowed.test:443",
@@ -287,6 +286,21 @@ fn an_unsafe_secret_file_refuses_the_run(test: &str, tier: Tier) {
     assert!(message.contains("egress.credentials \"lab\""), "{message}");
     assert!(message.contains("lets others write"), "{message}");
     assert!(!r.workspace.path().join("env.txt").exists(), "it ran");
+    // The fix the message names (chmod go-w) lets the run through.
+    std::fs::set_permissions(&secret_path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let r = try_run_with(
+        lab,
+        tier,
+        &policy(lab, Some(&secret_path)),
+        &["sh", "cred.sh"],
+        &[("cred.sh", SCRIPT)],
+        &[],
+    );
+    assert_eq!(r.status, 0, "{} {}", r.outcome, r.stderr);
+    assert!(
+        r.workspace.path().join("env.txt").exists(),
+        "it did not run"
+    );
 }
 
 /// A client that trusts something else than the run's bundle (here the lab's CA alone)

@@ -164,6 +164,8 @@ fn make_repository(bare: &Path) {
         ],
         parent,
     );
+    // The upstream accepts pushes: only the proxy's rules stand between a push and it.
+    git(&["config", "http.receivepack", "true"], bare);
 }
 
 fn policy(lab: &NetLab, port: u16, api_secret_file: &Path) -> String {
@@ -377,6 +379,24 @@ fn real_tools_authenticate_through_placeholders(test: &str, tier: Tier) {
     assert!(
         r.stdout.contains("hello from the lab repository"),
         "{describe}"
+    );
+    // The push was refused at the proxy (the host's rules allow clone and fetch only),
+    // with the rule that would allow it.
+    assert!(r.stdout.contains("push failed: "), "{describe}");
+    let push_err = std::fs::read_to_string(ws.join("push.err")).unwrap();
+    assert!(push_err.contains("403"), "{push_err}");
+    let denial = r
+        .denial("request")
+        .unwrap_or_else(|| panic!("no request denial: {describe}"));
+    assert_eq!(
+        denial["target"],
+        format!("POST /repo.git/git-receive-pack on git.test:{port}"),
+        "{denial}"
+    );
+    assert_eq!(
+        denial["hint"],
+        "add \"POST /repo.git/git-receive-pack\" to egress.hosts.\"git.test\".allow",
+        "{denial}"
     );
     assert!(
         ws.join("wheels/tbxdemo-1.0-py3-none-any.whl").is_file(),
