@@ -102,6 +102,11 @@ pub struct RequestArgs {
     /// Host the command intends to reach (repeatable; checked in preflight/strict).
     #[arg(long = "egress-host", value_name = "HOST")]
     pub egress_hosts: Vec<String>,
+    /// Publish a port the command listens on inside the sandbox on the host's loopback,
+    /// while the run lasts (repeatable): 127.0.0.1:HOSTPORT:SANDBOXPORT, one of the
+    /// policy's egress.publish entries (tier c).
+    #[arg(long = "publish", value_name = "127.0.0.1:HOSTPORT:SANDBOXPORT")]
+    pub publish: Vec<String>,
     /// Review mode: the run sees the workspace through a copy-on-write overlay and leaves
     /// it unchanged; its changes are kept for `tierbox changes show|apply|discard`
     /// (Tier C, native backend).

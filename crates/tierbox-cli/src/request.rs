@@ -23,6 +23,7 @@ pub fn build_request(args: RequestArgs) -> std::result::Result<ProcessRunRequest
     req.timeout_ms = args.timeout_ms;
     req.tier = args.tier.into();
     req.requested_egress_hosts = args.egress_hosts;
+    req.publish = args.publish;
     if args.overlay {
         req.workspace_mode = Some(tierbox_policy::WorkspaceMode::Overlay);
     }

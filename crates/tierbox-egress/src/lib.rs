@@ -69,6 +69,7 @@ mod check;
 mod http;
 mod inbound;
 mod log;
+pub mod reach;
 mod server;
 mod socks;
 mod special;

@@ -31,6 +31,7 @@ pub mod hosts;
 pub mod json;
 pub mod plan;
 pub mod policy;
+pub mod reach;
 pub mod rejection;
 pub mod request;
 pub mod schema;

@@ -265,6 +265,13 @@ pub struct NetworkPlan {
     /// The policy's extra trust anchors for those hosts' upstreams (PEM files).
     #[serde(default)]
     pub upstream_roots: Vec<std::path::PathBuf>,
+    /// The ports this run publishes on the host's loopback (the request's `publish`,
+    /// each in `egress.publish`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<crate::reach::PublishedPort>,
+    /// The host loopback ports the program may connect to (`egress.host_ports`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<u16>,
 }
 
 /// A host whose TLS the proxy terminates, as the plan carries it: never a secret's value,
@@ -311,6 +318,12 @@ impl NetworkPlan {
     /// (`strict` with an empty one means no network at all).
     pub fn needs_proxy(&self) -> bool {
         self.mode == EgressMode::Strict && !self.allow.is_empty()
+    }
+
+    /// Whether anything but the egress proxy crosses the run's network boundary: a
+    /// published port or a host port.
+    pub fn has_reach(&self) -> bool {
+        !self.publish.is_empty() || !self.host_ports.is_empty()
     }
 }
 

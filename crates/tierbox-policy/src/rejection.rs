@@ -293,6 +293,23 @@ pub enum Rejection {
     /// A host in `requested_egress_hosts` is not a valid host name or address.
     #[error("requested_egress_hosts entry {host:?} is not a valid host: {reason}")]
     EgressHostInvalid { host: String, reason: String },
+    /// A `publish` entry of the request is malformed (`127.0.0.1:HOSTPORT:SANDBOXPORT`,
+    /// loopback only, each port once).
+    #[error("publish entry {entry:?} cannot be used: {reason}")]
+    PublishInvalid { entry: String, reason: String },
+    /// A `publish` entry of the request is not one the policy's `egress.publish` lists.
+    #[error(
+        "publish {entry} is not in the policy's egress.publish (it lists: {allowed}); a request publishes only ports the policy names"
+    )]
+    PublishNotAllowed { entry: String, allowed: String },
+    /// A port a run needs on the host could not be had (a published host port another
+    /// process holds). Nothing runs.
+    #[error("{key} {port}: {reason}")]
+    PortUnavailable {
+        key: String,
+        port: u16,
+        reason: String,
+    },
 
     // ---- limits ------------------------------------------------------------------------
     /// A requested limit is above what the policy allows.
@@ -432,6 +449,9 @@ impl Rejection {
             Self::TierUnavailable { .. } => "tier.unavailable",
             Self::TierUnsupported { .. } => "tier.unsupported",
             Self::TerminationUnavailable { .. } => "egress.termination_unavailable",
+            Self::PublishInvalid { .. } => "egress.publish_invalid",
+            Self::PublishNotAllowed { .. } => "egress.publish_not_allowed",
+            Self::PortUnavailable { .. } => "egress.port_unavailable",
         }
     }
 
@@ -500,6 +520,12 @@ impl Rejection {
             "egress.host_not_allowed" => "add the host to egress.allow in the policy",
             "egress.termination_unavailable" => {
                 "the message names the policy entry: give the supervisor the secret its secret key names (the variable in its environment, or the file, owned by it or root, writable by no one else, outside every path the run can write), or correct the egress.upstream_roots file; docs/egress.md says how"
+            }
+            "egress.publish_not_allowed" => {
+                "add the entry to egress.publish in the policy (\"127.0.0.1:HOSTPORT:SANDBOXPORT\")"
+            }
+            "egress.port_unavailable" => {
+                "another process holds that host port: stop it, or publish on a free port (a port the policy's egress.publish lists)"
             }
             "limits.above_policy" => {
                 "the policy's limits are the most a request may ask for: raise the limits.* key in the policy"
@@ -570,6 +596,9 @@ impl Rejection {
         "egress.host_not_allowed",
         "egress.host_invalid",
         "egress.termination_unavailable",
+        "egress.publish_invalid",
+        "egress.publish_not_allowed",
+        "egress.port_unavailable",
         "limits.above_policy",
         "wasm.module_invalid",
         "wasm.inline_denied",
@@ -597,6 +626,7 @@ mod fix_tests {
             ("exec.eval_flag", "exec.allow_eval"),
             ("scope.path_outside_workspace", "filesystem.read_only"),
             ("egress.host_not_allowed", "egress.allow"),
+            ("egress.publish_not_allowed", "egress.publish"),
             ("limits.above_policy", "limits."),
             ("tier.below_minimum", "tier.minimum"),
             ("workspace.mode_widened", "workspace.mode"),

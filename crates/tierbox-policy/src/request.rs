@@ -141,6 +141,11 @@ pub struct ProcessRunRequest {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_EGRESS_HOSTS), inner(length(max = MAX_HOST_BYTES)))]
     pub requested_egress_hosts: Vec<String>,
+    /// Ports to publish on the host's loopback, each `"127.0.0.1:HOSTPORT:SANDBOXPORT"`
+    /// and each listed in the policy's `egress.publish` (Tier C).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::reach::MAX_PUBLISHED_PORTS), inner(length(max = 32)))]
+    pub publish: Vec<String>,
     /// Isolation tier; may ask for a stronger tier than the policy's minimum, never a weaker one.
     #[serde(default)]
     pub tier: TierRequest,

@@ -189,6 +189,7 @@ mod tests {
                 "cwd",
                 "env",
                 "lifetime",
+                "publish",
                 "requested_egress_hosts",
                 "stdin",
                 "stdin_base64",

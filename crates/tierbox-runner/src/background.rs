@@ -673,14 +673,7 @@ impl BackgroundManager {
         let facts = tierbox_sandbox::contract::host_facts();
         let selection = tierbox_sandbox::contract::select(&plan, facts).map_err(RunError::from)?;
         let tier = selection.tier;
-        if plan.network.needs_proxy() {
-            return Err(RunError::Rejected(Rejection::TierUnsupported {
-                tier,
-                feature: "background processes with strict egress and an allowlist".to_owned(),
-                reason: "the egress proxy is per foreground run in this build".to_owned(),
-            })
-            .into());
-        }
+        refuse_network_edge(&plan, tier)?;
         let id = new_run_id();
         ensure_state_dir(&self.options.state_dir)?;
         crate::spill::sweep_expired(&self.options.state_dir, plan.output.spill_keep_secs);
@@ -1097,4 +1090,26 @@ async fn watch(
     if let Some(terminal) = &entry.terminal {
         terminal.ended();
     }
+}
+
+/// What a background run cannot have in this build: the egress proxy, published ports and
+/// host ports are served for foreground runs only.
+fn refuse_network_edge(plan: &Plan, tier: tierbox_policy::Tier) -> Result<(), BackgroundError> {
+    if plan.network.needs_proxy() {
+        return Err(RunError::Rejected(Rejection::TierUnsupported {
+            tier,
+            feature: "background processes with strict egress and an allowlist".to_owned(),
+            reason: "the egress proxy is per foreground run in this build".to_owned(),
+        })
+        .into());
+    }
+    if let Some(key) = tierbox_sandbox::contract::reach_key(plan) {
+        return Err(RunError::Rejected(Rejection::TierUnsupported {
+            tier,
+            feature: format!("background processes with {key}"),
+            reason: "published ports and host ports are relayed for foreground runs in this build: run the server in the foreground with a timeout (timeout_ms, up to limits.max_timeout_ms)".to_owned(),
+        })
+        .into());
+    }
+    Ok(())
 }

@@ -15,6 +15,7 @@ pub mod host;
 pub mod identity;
 pub mod outcome;
 pub mod protected;
+mod reach;
 pub mod review;
 pub mod ring;
 pub mod spill;

@@ -397,6 +397,10 @@ pub struct Outcome {
     /// the run asked for, allowed or denied with the reason, and the bytes moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<EgressLog>,
+    /// The run's published ports and host ports (`egress.publish`, `egress.host_ports`):
+    /// each relay and what it carried.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reach: Vec<tierbox_egress::reach::RelayReport>,
     /// Anything in stdout or stderr was redacted.
     pub redacted: bool,
     /// SHA-256 of the canonical plan that ran (see `tierbox_attest::plan_digest`, and

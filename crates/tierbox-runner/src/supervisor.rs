@@ -301,6 +301,8 @@ async fn run_plan_tapped(
     // Where Tier B cannot keep the protected entries read-only (no mount namespace of the
     // run's own), what the run changes of them is named in the outcome instead.
     let protected_before = (tier == Tier::B).then(|| crate::protected::snapshot(plan));
+    // A published port another process holds refuses the run before it starts.
+    let published = crate::reach::bind_published(plan)?;
     let started = Instant::now();
     let launched = launch_in(tier, plan, &launch_opts)?;
     // From here on the run is owned by the guard: if this future is dropped (a caller's
@@ -310,8 +312,11 @@ async fn run_plan_tapped(
         done: false,
     };
     let terminate = termination.map(|t| t.termination);
-    let proxy = match start_proxy(plan, &mut guard.launched, terminate) {
-        Ok(p) => p,
+    let edge = match start_proxy(plan, &mut guard.launched, terminate).and_then(|proxy| {
+        let relays = crate::reach::start(plan, &mut guard.launched, published)?;
+        Ok(crate::reach::Edge { proxy, relays })
+    }) {
+        Ok(edge) => edge,
         Err(e) => {
             kill_tree(&guard.launched);
             return Err(e);
@@ -326,7 +331,7 @@ async fn run_plan_tapped(
             run_id: &run_id,
             owner,
         },
-        proxy,
+        edge,
         tap,
         stdin,
     )
@@ -454,7 +459,7 @@ async fn supervise(
     l: &mut RunningSandbox,
     started: Instant,
     run_for: &RunFor<'_>,
-    proxy: Option<Proxy>,
+    edge: crate::reach::Edge,
     tap: Option<Arc<Tap>>,
     stdin: Option<StdinSource>,
 ) -> Result<Outcome, RunError> {
@@ -471,7 +476,7 @@ async fn supervise(
         // while the run is taken down.
         l.audit_mut().first_process_exited();
     }
-    let (ending, mut ended_run) = end_run(plan, l, &pidfd, ended, reported, proxy, capture).await?;
+    let (ending, mut ended_run) = end_run(plan, l, &pidfd, ended, reported, edge, capture).await?;
     // Its processes are gone: the audit barrier travels while the outcome is built.
     l.audit_mut().processes_gone();
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -662,6 +667,8 @@ async fn wait_for_end(
 /// with whether each stream's reader had to be given up.
 struct EndedRun {
     egress: Option<tierbox_egress::EgressLog>,
+    /// What each published-port and host-port relay carried.
+    reach: Vec<tierbox_egress::reach::RelayReport>,
     stdout: StreamCapture,
     stderr: StreamCapture,
     out_incomplete: bool,
@@ -684,7 +691,7 @@ async fn end_run(
     pidfd: &AsyncFd<OwnedFd>,
     ended: Ended,
     reported: Option<ExitInfo>,
-    proxy: Option<Proxy>,
+    edge: crate::reach::Edge,
     capture: Capture,
 ) -> Result<(Ending, EndedRun), RunError> {
     let ending = match reported {
@@ -707,11 +714,9 @@ async fn end_run(
     if l.cgroup().is_none() {
         kill_tree(l);
     }
-    // Every process of the run is dead: no new connection can reach the proxy.
-    let egress = match proxy {
-        Some(p) => Some(p.finish().await),
-        None => None,
-    };
+    // Every process of the run is dead: no new connection can reach the proxy, and the
+    // relays end what is left of theirs (a published port closes with them).
+    let (egress, reach) = edge.finish().await;
     let drain = Duration::from_millis(DRAIN_TIMEOUT_MS);
     let Capture {
         out_cap,
@@ -741,6 +746,7 @@ async fn end_run(
         ending,
         EndedRun {
             egress,
+            reach,
             stdout: take_capture(&out_cap, plan),
             stderr: take_capture(&err_cap, plan),
             out_incomplete,
@@ -820,6 +826,7 @@ fn outcome_of(
         enforcement: l.enforcement().clone(),
         egress_preflight_hosts: plan.network.preflight_hosts.clone(),
         egress: run.egress,
+        reach: run.reach,
         redacted,
         plan_sha256: tierbox_attest::plan_digest(plan),
         wasm: None,

@@ -228,6 +228,7 @@ async fn run_wasm_tapped(
         enforcement: enforcement(plan),
         egress_preflight_hosts: Vec::new(),
         egress: None,
+        reach: Vec::new(),
         redacted,
         plan_sha256: tierbox_attest::wasm_plan_digest(plan),
         wasm: Some(report),

@@ -101,6 +101,44 @@ pub enum Unsupported {
     /// request would get the secret. Tier C's proxy is reachable only from inside the
     /// run's network namespace.
     CredentialsInTierB,
+    /// A published port or a host port (`egress.publish`, `egress.host_ports`) in Tier B,
+    /// which has no network namespace of its own to relay them across.
+    ReachInTierB {
+        /// The policy key.
+        key: &'static str,
+    },
+    /// A published port or a host port on a backend that relays neither (the
+    /// containers, macOS, Windows).
+    ReachOnBackend {
+        /// The backend's name.
+        backend: &'static str,
+    },
+    /// A published port or a host port on a backend that needs a root supervisor for it
+    /// (bwrap: the supervisor makes the network namespace bwrap starts in).
+    ReachUnprivileged {
+        /// The backend's name.
+        backend: &'static str,
+    },
+}
+
+/// The policy key of the first kind of reach `plan` has (`egress.publish` or
+/// `egress.host_ports`), or `None`.
+pub fn reach_key(plan: &Plan) -> Option<&'static str> {
+    if !plan.network.publish.is_empty() {
+        Some("egress.publish")
+    } else if !plan.network.host_ports.is_empty() {
+        Some("egress.host_ports")
+    } else {
+        None
+    }
+}
+
+/// [`Unsupported::ReachOnBackend`] for a plan with reach, on `backend`, which relays none.
+pub fn no_reach_on(plan: &Plan, backend: &'static str) -> Result<(), Unsupported> {
+    match reach_key(plan) {
+        None => Ok(()),
+        Some(_) => Err(Unsupported::ReachOnBackend { backend }),
+    }
 }
 
 /// [`Unsupported::TerminatedHosts`] for a plan with hosts whose TLS the proxy would
@@ -167,6 +205,16 @@ impl Unsupported {
                 format!("egress.hosts and egress.credentials on {backend}")
             }
             Self::CredentialsInTierB => "egress.credentials in tier b".to_owned(),
+            Self::ReachInTierB { key } => format!("{key} in tier b"),
+            Self::ReachOnBackend { backend } => {
+                format!("egress.publish and egress.host_ports on {backend}")
+            }
+            Self::ReachUnprivileged {
+                backend: backend @ "tier_c_linux_native",
+            } => format!("egress.publish on {backend} under a supervisor without CAP_SYS_ADMIN"),
+            Self::ReachUnprivileged { backend } => format!(
+                "egress.publish and egress.host_ports on {backend} under a supervisor that is not root"
+            ),
         }
     }
 
@@ -206,6 +254,20 @@ impl Unsupported {
             }
             Self::CredentialsInTierB => {
                 "a tier b run's egress proxy listens on the host's loopback, where every local user can connect, and a placeholder in a command line is readable by all of them (/proc/PID/cmdline): another user could have the proxy send the secret; tier c's proxy is reachable only from inside the run's network namespace: use tier c (native or bwrap)"
+            }
+            Self::ReachInTierB { .. } => {
+                "tier b has no network namespace: the program is on the host's network, where landlock's rules are per port on every address (a connect rule for a host port would reach that port on every host; a bind rule is for any address) and a port cannot be published under another number; tier c relays each connection across its own network namespace: use tier c (native or bwrap)"
+            }
+            Self::ReachOnBackend { .. } => {
+                "this backend does not relay connections across the sandbox's network boundary; use tier.backend = \"native\" or \"bwrap\" on Linux"
+            }
+            Self::ReachUnprivileged {
+                backend: "tier_c_linux_native",
+            } => {
+                "a published port is reached through a socket the supervisor makes inside the sandbox's network namespace, and joining it takes CAP_SYS_ADMIN (a root supervisor); host ports alone work without it"
+            }
+            Self::ReachUnprivileged { .. } => {
+                "bwrap must start in a network namespace the supervisor made, where the supervisor makes the sockets that cross it, which takes a root supervisor; use tier.backend = \"native\""
             }
             Self::DenyReadInWorkspace { .. } => {
                 "tier b grants the workspace to landlock whole and landlock cannot take a path back out of a grant, so the run could read it; tier c covers it in the run's mount namespace (use tier c, or move the file out of the workspace)"
@@ -320,6 +382,9 @@ mod linux_backends {
         /// workspace: landlock grants it whole.
         fn supports(&self, plan: &Plan, _: &HostFacts) -> Result<(), Unsupported> {
             super::direct_only(plan, self.name())?;
+            if let Some(key) = super::reach_key(plan) {
+                return Err(Unsupported::ReachInTierB { key });
+            }
             super::no_denial_in_workspace(plan)
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
@@ -339,8 +404,17 @@ mod linux_backends {
             tier_available(Tier::C, host_facts())
         }
         /// An allowlist too: the proxy's listener is made inside the namespace it creates.
+        /// Published ports under a supervisor that may join the sandbox's namespace.
         fn supports(&self, plan: &Plan, _: &HostFacts) -> Result<(), Unsupported> {
-            tier_c_network(plan)
+            tier_c_network(plan)?;
+            if !plan.network.publish.is_empty()
+                && !crate::linux::ns::reach::supervisor_can_join_namespaces()
+            {
+                return Err(Unsupported::ReachUnprivileged {
+                    backend: self.name(),
+                });
+            }
+            Ok(())
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_c::launch_native(plan, opts)
@@ -369,6 +443,11 @@ mod linux_backends {
             super::direct_only(plan, self.name())?;
             if has_allowlist(plan) && host.euid != 0 {
                 return Err(Unsupported::AllowlistOnBwrapUnprivileged);
+            }
+            if plan.network.has_reach() && host.euid != 0 {
+                return Err(Unsupported::ReachUnprivileged {
+                    backend: self.name(),
+                });
             }
             Ok(())
         }
@@ -405,6 +484,7 @@ mod linux_backends {
         /// Docker has no overlay volume.
         fn supports(&self, plan: &Plan, host: &HostFacts) -> Result<(), Unsupported> {
             tier_c_network(plan)?;
+            super::no_reach_on(plan, self.name())?;
             if self.0 == Engine::Docker || host.euid != 0 {
                 super::direct_only(plan, self.name())?;
             }

@@ -40,7 +40,7 @@ pub use crate::running::{
 
 /// Launching: the options that are not part of the plan, the error, how a process ended,
 /// and the backend for a plan and tier.
-pub use crate::backend::{Backend, for_plan};
+pub use crate::backend::{Backend, for_plan, reach_key};
 /// What a run whose egress proxy terminates TLS gets in its sandbox (the trust bundle and
 /// the credential placeholders), and where.
 pub use crate::egress::{CA_BUNDLE_FILE, CA_BUNDLE_VARS, SandboxTrust};
@@ -48,6 +48,10 @@ pub use crate::egress::{CA_BUNDLE_FILE, CA_BUNDLE_VARS, SandboxTrust};
 /// supervisor holds ([`RunningSandbox::take_terminal`]).
 pub use crate::launch::terminal::{MAX_TERM_DIMENSION, TermSize, Terminal};
 pub use crate::launch::{ExitInfo, LaunchError, LaunchOptions};
+/// What crosses a Tier C sandbox's network namespace besides the proxy
+/// ([`RunningSandbox::take_reach`]): the host ports' listeners inside, and the connector
+/// to its published ports.
+pub use crate::linux::ns::reach::{InsideConnector, InsideReply, SandboxReach};
 /// The setup step a launched child failed at ([`LaunchError::Child`]).
 pub use crate::linux::step::Step;
 

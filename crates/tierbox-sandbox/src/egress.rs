@@ -8,9 +8,7 @@
 //! supervisor (a socket stays in the namespace it was created in, so the supervisor
 //! accepts connections that were made inside).
 
-/// The port the egress proxy listens on inside a Tier C sandbox (`127.0.0.1`). Fixed,
-/// since the namespace is private to the run; 3128 is the conventional proxy port.
-pub const SANDBOX_PROXY_PORT: u16 = 3128;
+pub use tierbox_policy::reach::SANDBOX_PROXY_PORT;
 
 /// Addresses clients reach directly, never through the proxy (the sandbox's own
 /// loopback).

@@ -77,6 +77,10 @@ pub struct RunningSandbox {
     /// protected-path covers), removed by [`RunningSandbox::release`].
     host_placeholders: Vec<PathBuf>,
     audit: RunAudit,
+    /// Tier C with host ports or published ports: what crosses the sandbox's network
+    /// namespace, for the supervisor to serve.
+    #[cfg(target_os = "linux")]
+    reach: Option<crate::linux::ns::reach::SandboxReach>,
     /// What the backend that ran holds beyond that.
     backend: Running,
 }
@@ -246,8 +250,27 @@ impl RunningSandbox {
             enforcement,
             host_placeholders: Vec::new(),
             audit,
+            #[cfg(target_os = "linux")]
+            reach: None,
             backend,
         }
+    }
+
+    /// What crosses the sandbox's network namespace besides the proxy.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn with_reach(
+        mut self,
+        reach: Option<crate::linux::ns::reach::SandboxReach>,
+    ) -> Self {
+        self.reach = reach;
+        self
+    }
+
+    /// The host ports' listeners inside the sandbox and the connector to its published
+    /// ports, once (`None` when the plan has no reach, or it was taken).
+    #[cfg(target_os = "linux")]
+    pub fn take_reach(&mut self) -> Option<crate::linux::ns::reach::SandboxReach> {
+        self.reach.take()
     }
 
     /// The run's resources, handed back by [`RunningSandbox::release`].

@@ -63,6 +63,11 @@ pub fn tier_supports(tier: Tier, plan: &Plan, facts: &HostFacts) -> Result<(), U
     if !terminates {
         crate::backend::no_terminated_hosts_on(plan, backend.name())?;
     }
+    if !terminates {
+        // The same backends relay published ports and host ports (Tier B refuses both
+        // with its own reason).
+        crate::backend::no_reach_on(plan, backend.name())?;
+    }
     if tier == Tier::B {
         crate::backend::no_credentials_in_tier_b(plan)?;
     }
@@ -282,6 +287,45 @@ mod tests {
                 matches!(e, Unsupported::TerminatedHosts { .. }),
                 "{backend}: {e}"
             );
+        }
+    }
+
+    /// Published ports and host ports: Tier C native and bwrap (bwrap under a root
+    /// supervisor); Tier B and the containers refuse them, naming the key and why.
+    #[test]
+    fn reach_is_tier_c_native_and_bwrap_only() {
+        let facts = crate::probe::host_facts();
+        let mut root = facts.clone();
+        root.euid = 0;
+        let mut user = facts.clone();
+        user.euid = 1000;
+        let mut p = plan(EgressMode::BlockAll, &[], TierCBackend::Native);
+        p.network.host_ports = vec![5432];
+        assert_eq!(tier_supports(Tier::C, &p, &user), Ok(()));
+        let e = tier_supports(Tier::B, &p, &root).unwrap_err();
+        assert_eq!(
+            e,
+            Unsupported::ReachInTierB {
+                key: "egress.host_ports"
+            }
+        );
+        assert!(e.reason().contains("use tier c"), "{}", e.reason());
+        p.network.publish = vec![tierbox_policy::reach::PublishedPort {
+            host_port: 8080,
+            sandbox_port: 8000,
+        }];
+        let e = tier_supports(Tier::B, &p, &root).unwrap_err();
+        assert_eq!(e.feature(), "egress.publish in tier b");
+        let mut bwrap = p.clone();
+        bwrap.tier.backend = TierCBackend::Bwrap;
+        assert_eq!(tier_supports(Tier::C, &bwrap, &root), Ok(()));
+        let e = tier_supports(Tier::C, &bwrap, &user).unwrap_err();
+        assert!(matches!(e, Unsupported::ReachUnprivileged { .. }), "{e:?}");
+        for backend in [TierCBackend::Docker, TierCBackend::Podman] {
+            let mut c = p.clone();
+            c.tier.backend = backend;
+            let e = tier_supports(Tier::C, &c, &root).unwrap_err();
+            assert!(matches!(e, Unsupported::ReachOnBackend { .. }), "{e:?}");
         }
     }
 

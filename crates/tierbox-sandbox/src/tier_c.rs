@@ -158,6 +158,13 @@ pub(crate) fn launch_native(
             .map_err(LaunchError::setup("the program's terminal"))?,
         ids: (facts.euid, facts.egid),
     };
+    let reach = match plan.network.has_reach() {
+        true => Some(ns::reach::SandboxReach {
+            host_ports: n.host_port_listeners,
+            inside: inside_connector(plan, &root.pidfd)?,
+        }),
+        false => None,
+    };
     let backend = Running::Native {
         report: n.report,
         tmp_fs: n.tmp_fs,
@@ -173,6 +180,7 @@ pub(crate) fn launch_native(
     });
     Ok(RunningSandbox::new(root, enforcement, n.audit, backend)
         .in_slot(slot)
+        .with_reach(reach)
         .with_hand_off(hand_off)
         .with_placeholders(n.host_placeholders))
 }
@@ -275,9 +283,9 @@ struct BwrapLaunch {
     /// The trust bundle bwrap copies into `/tmp` ([`BWRAP_CA_BUNDLE_FD`]).
     ca_bundle: Option<OwnedFd>,
     idmapped: Vec<identity::IdmappedBind>,
-    /// strict egress with an allowlist: the loopback-only network namespace bwrap keeps,
-    /// and the proxy's listener in it.
-    egress: Option<(OwnedFd, std::net::TcpListener)>,
+    /// strict egress with an allowlist, host ports, published ports: the loopback-only
+    /// network namespace bwrap keeps, and the listeners in it.
+    egress: Option<SupervisorNetns>,
     identity: SandboxIdentity,
     audit: crate::linux::audit::RunAudit,
     claim: crate::placeholders::Claim,
@@ -303,10 +311,7 @@ impl BwrapLaunch {
             }));
         }
         let seccomp = BwrapSeccomp::new(seccomp, init_image.is_some())?;
-        let egress = match plan.network.needs_proxy() {
-            true => Some(egress_namespace()?),
-            false => None,
-        };
+        let egress = supervisor_namespace(plan)?;
         // Who the sandbox is on the host: under a root supervisor an unprivileged uid,
         // through a user namespace made here, with writable roots owned by anyone else
         // idmapped.
@@ -361,7 +366,11 @@ impl BwrapLaunch {
             listener_sock: seccomp.hand_off.then_some(BWRAP_LISTENER_SOCK_FD),
             log: logged,
         });
-        bopts.egress_proxy_port = egress.as_ref().map(|_| SANDBOX_PROXY_PORT);
+        bopts.egress_proxy_port = egress
+            .as_ref()
+            .and_then(|ns| ns.proxy.as_ref())
+            .map(|_| SANDBOX_PROXY_PORT);
+        bopts.reach_netns = egress.is_some() && bopts.egress_proxy_port.is_none();
         bopts.tmp_size_bytes = crate::linux::mounts::tmp_size_bytes(plan);
         bopts.trust = opts.trust.as_ref().map(|trust| bwrap::TrustHandOff {
             fd: BWRAP_CA_BUNDLE_FD,
@@ -491,7 +500,7 @@ impl BwrapLaunch {
             .collect();
         let helper = HelperSpawn {
             inherit: &inherit,
-            netns: self.egress.as_ref().map(|(netns, _)| netns),
+            netns: self.egress.as_ref().map(|ns| &ns.netns),
             mount_moves: &mount_moves,
             clear_groups: self.userns.is_some(),
             audit_session: self.audit.session_wants(),
@@ -546,12 +555,24 @@ impl BwrapLaunch {
             mediate_chmod: false,
             views: Vec::new(),
         });
+        let (egress_listener, reach) = match self.egress {
+            Some(ns) => {
+                let inside = inside_connector(plan, &ns.netns)?;
+                let reach = ns::reach::SandboxReach {
+                    host_ports: ns.host_ports,
+                    inside,
+                };
+                (ns.proxy, Some(reach))
+            }
+            None => (None, None),
+        };
         let backend = Running::Bwrap {
             supervisor_alive: self.alive.map(|(_, write)| write),
-            egress_listener: self.egress.map(|(_, listener)| listener),
+            egress_listener,
         };
         Ok(RunningSandbox::new(root, enforcement, self.audit, backend)
             .in_slot(slot)
+            .with_reach(reach)
             .with_hand_off(hand_off)
             .with_placeholders(self.claim.keep()))
     }
@@ -601,16 +622,33 @@ fn bwrap_audit(plan: &Plan, seccomp: bool, init: bool) -> crate::linux::audit::R
     audit
 }
 
-/// A network namespace for a bwrap run that reaches the egress proxy: only `lo`, up,
-/// and on it the proxy's listener at `127.0.0.1:`[`SANDBOX_PROXY_PORT`] (a socket
-/// belongs to the namespace it was made in). Made on a thread of its own that enters the
-/// namespace and ends there, so no thread of the supervisor is left in it. Needs
-/// `CAP_SYS_ADMIN` (a root supervisor): without it the run is `tier.unsupported`, as
+/// The loopback-only network namespace a bwrap run starts in and keeps (`--share-net`)
+/// when the plan needs the egress proxy or has reach, with the listeners made in it.
+#[derive(Debug)]
+struct SupervisorNetns {
+    netns: OwnedFd,
+    /// The egress proxy's listener at `127.0.0.1:`[`SANDBOX_PROXY_PORT`].
+    proxy: Option<std::net::TcpListener>,
+    /// A listener at `127.0.0.1:PORT` for each `egress.host_ports` entry.
+    host_ports: Vec<(u16, std::net::TcpListener)>,
+}
+
+/// A network namespace for a bwrap run that reaches the egress proxy or has host ports or
+/// published ports: only `lo`, up, and on it the proxy's listener at
+/// `127.0.0.1:`[`SANDBOX_PROXY_PORT`] and the host ports' (a socket belongs to the
+/// namespace it was made in). Made on a thread of its own that enters the namespace and
+/// ends there, so no thread of the supervisor is left in it. Needs `CAP_SYS_ADMIN` (a
+/// root supervisor): without it the run is `tier.unsupported`, as
 /// `select::tier_supports` tells callers before they get here.
-fn egress_namespace() -> Result<(OwnedFd, std::net::TcpListener), LaunchError> {
+fn supervisor_namespace(plan: &Plan) -> Result<Option<SupervisorNetns>, LaunchError> {
+    let proxy = plan.network.needs_proxy();
+    if !proxy && !plan.network.has_reach() {
+        return Ok(None);
+    }
+    let ports = plan.network.host_ports.clone();
     let made = std::thread::Builder::new()
         .name("tierbox-egress-netns".to_owned())
-        .spawn(|| -> std::io::Result<_> {
+        .spawn(move || -> std::io::Result<_> {
             let netns = match ns::netns_pool::take() {
                 Some(pooled) => {
                     ns::sys::setns_net(&pooled)?;
@@ -618,9 +656,19 @@ fn egress_namespace() -> Result<(OwnedFd, std::net::TcpListener), LaunchError> {
                 }
                 None => ns::sys::new_netns_with_loopback()?,
             };
-            let listener =
-                std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, SANDBOX_PROXY_PORT))?;
-            Ok((netns, listener))
+            let proxy = match proxy {
+                true => Some(std::net::TcpListener::bind((
+                    std::net::Ipv4Addr::LOCALHOST,
+                    SANDBOX_PROXY_PORT,
+                ))?),
+                false => None,
+            };
+            let host_ports = ns::reach::loopback_listeners(&ports)?;
+            Ok(SupervisorNetns {
+                netns,
+                proxy,
+                host_ports,
+            })
         })
         .map_err(|source| LaunchError::Setup {
             what: "thread for the egress network namespace".to_owned(),
@@ -631,12 +679,29 @@ fn egress_namespace() -> Result<(OwnedFd, std::net::TcpListener), LaunchError> {
             what: "thread for the egress network namespace".to_owned(),
             source: std::io::Error::other("panicked"),
         })?;
-    made.map_err(|source| LaunchError::Setup {
-        what: format!(
-            "network namespace with the egress listener on 127.0.0.1:{SANDBOX_PROXY_PORT}"
-        ),
+    made.map(Some).map_err(|source| LaunchError::Setup {
+        what: "loopback-only network namespace with the egress and host-port listeners".to_owned(),
         source,
     })
+}
+
+/// Connections to the sandbox's published ports, through a thread that joins the network
+/// namespace of `ns` (a namespace fd or a pidfd); `None` when the plan publishes none.
+fn inside_connector(
+    plan: &Plan,
+    ns: &OwnedFd,
+) -> Result<Option<ns::reach::InsideConnector>, LaunchError> {
+    if plan.network.publish.is_empty() {
+        return Ok(None);
+    }
+    let ns = ns.try_clone().map_err(LaunchError::setup(
+        "a duplicate of the sandbox's namespace fd",
+    ))?;
+    ns::reach::InsideConnector::spawn(ns)
+        .map(Some)
+        .map_err(LaunchError::setup(
+            "a thread in the sandbox's network namespace for its published ports",
+        ))
 }
 
 fn bwrap_error(e: BwrapError) -> LaunchError {

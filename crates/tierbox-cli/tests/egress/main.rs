@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod netlab;
+mod reach;
 mod strict;
 mod terminate;
 mod terminate_tools;

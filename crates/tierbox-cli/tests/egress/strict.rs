@@ -28,7 +28,7 @@ pub enum Tier {
 pub const TIER_TABLE: &str = "[tier]\noptional_layers = [\"cgroup\", \"protected_paths\"]\n";
 
 impl Tier {
-    fn arg(self) -> &'static str {
+    pub fn arg(self) -> &'static str {
         match self {
             Tier::B => "b",
             Tier::C | Tier::CBwrap => "c",
@@ -37,7 +37,7 @@ impl Tier {
 
     /// `policy_text` for this tier: the bwrap backend (which applies no landlock layer of
     /// its own) in place of the native one.
-    fn adapt(self, policy_text: &str) -> String {
+    pub fn adapt(self, policy_text: &str) -> String {
         match self {
             Tier::CBwrap => {
                 assert!(policy_text.contains(TIER_TABLE), "{policy_text}");
@@ -52,7 +52,7 @@ impl Tier {
     }
 
     /// Why this host cannot enforce strict egress in this tier, if it cannot.
-    fn missing(self) -> Option<String> {
+    pub fn missing(self) -> Option<String> {
         let facts = tierbox_sandbox::probe::host_facts();
         match self {
             Tier::B => {

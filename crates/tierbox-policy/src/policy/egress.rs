@@ -74,6 +74,15 @@ pub struct EgressPolicy {
     /// store: absolute paths of PEM files (a private registry's CA, a test upstream's).
     /// At most [`MAX_UPSTREAM_ROOTS`](crate::egress_rules::MAX_UPSTREAM_ROOTS).
     pub upstream_roots: Vec<std::path::PathBuf>,
+    /// Ports a run may publish from the sandbox on the host's loopback, each
+    /// `"127.0.0.1:HOSTPORT:SANDBOXPORT"`: a run publishes the ones its request names
+    /// (`tierbox run --publish`, the request's `publish`), never another. Tier C only.
+    /// At most [`MAX_PUBLISHED_PORTS`](crate::reach::MAX_PUBLISHED_PORTS).
+    pub publish: Vec<String>,
+    /// Host loopback ports the program may connect to, at `127.0.0.1:PORT` inside the
+    /// sandbox (a database, a model server on the host): TCP, and nothing else on the host.
+    /// Tier C only. At most [`MAX_HOST_PORTS`](crate::reach::MAX_HOST_PORTS).
+    pub host_ports: Vec<u16>,
 }
 
 /// The rules of one terminated host (`[egress.hosts."api.github.com"]`).

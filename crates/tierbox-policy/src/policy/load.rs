@@ -79,6 +79,7 @@ impl Policy {
         self.check_env()?;
         self.check_filesystem()?;
         self.check_egress()?;
+        self.check_reach()?;
         self.egress.check_rules()?;
         self.check_credential_env()?;
         self.check_audit()?;
@@ -441,6 +442,17 @@ impl Policy {
                     ),
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// `egress.publish` and `egress.host_ports`: well formed, bounded, each port once.
+    fn check_reach(&self) -> Result<(), PolicyError> {
+        if let Err((entry, reason)) = crate::reach::parse_published(&self.egress.publish) {
+            return invalid("egress.publish", format!("{entry:?}: {reason}"));
+        }
+        if let Err(e) = crate::reach::check_host_ports(&self.egress.host_ports) {
+            return invalid("egress.host_ports", e.to_string());
         }
         Ok(())
     }

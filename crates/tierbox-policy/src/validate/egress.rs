@@ -15,6 +15,7 @@
 use crate::hosts::{CanonicalHost, HostPattern, extract_hosts_for, parse_host_and_port};
 use crate::plan::NetworkPlan;
 use crate::policy::{EgressMode, EgressPolicy};
+use crate::reach::{PublishedPort, parse_published};
 use crate::rejection::Rejection;
 use crate::request::ProcessRunRequest;
 
@@ -29,6 +30,7 @@ pub(crate) fn check(
     // `Policy::check` refuses invalid entries when a policy is loaded; a policy built in
     // code skips that, and an entry that does not parse then allows nothing (fail closed).
     let allow: Vec<HostPattern> = policy.allow.iter().filter_map(|a| a.parse().ok()).collect();
+    let publish = published(policy, req)?;
     if policy.mode == EgressMode::AllowAll {
         return Ok(NetworkPlan {
             mode: policy.mode,
@@ -37,6 +39,8 @@ pub(crate) fn check(
             resolve: policy.resolve.clone(),
             terminated: NetworkPlan::terminated_from(policy),
             upstream_roots: policy.upstream_roots.clone(),
+            publish,
+            host_ports: policy.host_ports.clone(),
         });
     }
     let enforce = matches!(policy.mode, EgressMode::Preflight | EgressMode::Strict);
@@ -87,5 +91,37 @@ pub(crate) fn check(
         resolve: policy.resolve.clone(),
         terminated: NetworkPlan::terminated_from(policy),
         upstream_roots: policy.upstream_roots.clone(),
+        publish,
+        host_ports: policy.host_ports.clone(),
     })
+}
+
+/// The ports the request publishes: each well formed and one the policy's
+/// `egress.publish` lists (a request may only choose among them).
+fn published(
+    policy: &EgressPolicy,
+    req: &ProcessRunRequest,
+) -> Result<Vec<PublishedPort>, Rejection> {
+    if req.publish.is_empty() {
+        return Ok(Vec::new());
+    }
+    let wanted = parse_published(&req.publish)
+        .map_err(|(entry, reason)| Rejection::PublishInvalid { entry, reason })?;
+    // `Policy::check` refused a bad list at load; one built in code that does not parse
+    // allows nothing (fail closed).
+    let allowed = parse_published(&policy.publish).unwrap_or_default();
+    match wanted.iter().find(|w| !allowed.contains(w)) {
+        None => Ok(wanted),
+        Some(w) => Err(Rejection::PublishNotAllowed {
+            entry: w.to_string(),
+            allowed: match allowed.is_empty() {
+                true => "nothing".to_owned(),
+                false => allowed
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            },
+        }),
+    }
 }

@@ -19,6 +19,7 @@ const PRODUCED_BY_TIER_SELECTION: &[&str] = &[
     "tier.unsupported",
     "scope.path_needs_private_tmp",
     "egress.termination_unavailable",
+    "egress.port_unavailable",
 ];
 
 fn req(command: &str, args: &[&str]) -> ProcessRunRequest {
@@ -341,6 +342,19 @@ fn every_rejection_code_has_a_table_case() {
     let mut r = req("git", &[]);
     r.requested_egress_hosts = vec!["bad host!".to_owned()];
     check("host invalid", code_of(&egress, &r), "egress.host_invalid");
+    let mut r = req("git", &[]);
+    r.publish = vec!["0.0.0.0:8080:8000".to_owned()];
+    check(
+        "publish invalid",
+        code_of(&egress, &r),
+        "egress.publish_invalid",
+    );
+    r.publish = vec!["127.0.0.1:8080:8000".to_owned()];
+    check(
+        "publish not allowed",
+        code_of(&egress, &r),
+        "egress.publish_not_allowed",
+    );
 
     // ---- limits and tier
     let mut r = req("ls", &[]);

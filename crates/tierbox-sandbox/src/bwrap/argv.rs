@@ -105,6 +105,21 @@ fn push_privileges(argv: &mut Argv, plan: &Plan, opts: &BwrapOptions) -> Result<
     match (plan.network.needs_proxy(), opts.egress_proxy_port) {
         // The namespace bwrap starts in is the supervisor's loopback-only one.
         (true, Some(_)) => argv.flags(&["--share-net"]),
+        // Host ports and published ports: the same, without the proxy.
+        (false, None) if plan.network.has_reach() => match opts.reach_netns {
+            true => argv.flags(&["--share-net"]),
+            false => {
+                return Err(BwrapError::PlanNotExpressible {
+                    what: "egress.publish and egress.host_ports need the supervisor's network namespace (reach_netns)".to_owned(),
+                });
+            }
+        },
+        (false, None) if opts.reach_netns => {
+            return Err(BwrapError::InvalidOption {
+                option: "reach_netns",
+                reason: "set, but the plan has no host port or published port".to_owned(),
+            });
+        }
         (false, None) => {}
         (true, None) => {
             return Err(BwrapError::PlanNotExpressible {

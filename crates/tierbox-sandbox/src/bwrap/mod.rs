@@ -19,8 +19,9 @@
 //!   (`--remount-ro /`) once every mount point exists. It holds only the Plan's system
 //!   paths (read-only), its read-only and writable grants, the workspace (read-write, at
 //!   its own path), a fresh `/proc`, bwrap's minimal `/dev` and a size-capped tmpfs `/tmp`.
-//!   The argv never contains `--ro-bind / /`, `--bind / /`, `--dev-bind` or `--share-net`,
-//!   so the network namespace has loopback only.
+//!   The argv never contains `--ro-bind / /`, `--bind / /` or `--dev-bind`, and
+//!   `--share-net` only to keep a loopback-only namespace the supervisor made (the egress
+//!   proxy, host ports, published ports), so the network namespace has loopback only.
 //! - **Most specific wins, denial wins last.** Binds are emitted ancestor-first (sorted by
 //!   path), so a narrower grant or a protected path re-bound inside a wider one takes
 //!   effect; on equal paths the read-only bind follows the writable one. `deny_read`
@@ -328,6 +329,12 @@ pub struct BwrapOptions {
     /// it (`--share-net`) instead of making an empty one; the proxy variables point
     /// there. Required when the plan needs the proxy, refused otherwise.
     pub egress_proxy_port: Option<u16>,
+    /// Without the proxy, a plan with host ports or published ports (`egress.host_ports`,
+    /// `egress.publish`): bwrap is started in a loopback-only network namespace of the
+    /// supervisor's, which holds the host ports' listeners and where the supervisor
+    /// connects to the published ones, and keeps it (`--share-net`). Required for such a
+    /// plan, refused for any other.
+    pub reach_netns: bool,
     /// An fd, inherited by `bwrap`, of a user namespace the (root) supervisor made for the
     /// run, joined with `--userns` instead of `--unshare-user`: its maps put the sandbox's
     /// uid and gid on an unprivileged host identity (see
@@ -434,6 +441,7 @@ impl BwrapOptions {
             features,
             host,
             egress_proxy_port: None,
+            reach_netns: false,
             userns_fd: None,
             env_args_fd: None,
             init_fd: None,

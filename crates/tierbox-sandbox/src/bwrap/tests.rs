@@ -143,6 +143,40 @@ fn setenvs(argv: &[String]) -> Vec<(String, String)> {
 /// proxy variables point to the port. Without the port the plan is not expressible;
 /// with a port but no proxy in the plan the options are refused; and no other plan
 /// ever gets `--share-net`.
+/// Host ports or published ports without the proxy: bwrap keeps the supervisor's
+/// namespace (`reach_netns`) with `--share-net` and gets no proxy variables; the option is
+/// required for such a plan and refused for any other.
+#[test]
+fn reach_shares_the_supervisors_namespace_without_proxy_variables() {
+    let sc = scratch();
+    let mut p = policy("strict.toml");
+    p.exec.allowed_executables = vec!["ls".to_owned()];
+    p.egress.host_ports = vec![5432];
+    let mut plan = plan_for(&p, &sc.ws, "/nonexistent-home", "ls", &[]);
+    let host = fake_system(&mut plan);
+    let mut o = opts(V0_8, host.clone());
+    assert!(matches!(
+        bwrap_argv(&plan, &o),
+        Err(BwrapError::PlanNotExpressible { .. })
+    ));
+    o.reach_netns = true;
+    let argv = strings(&bwrap_argv(&plan, &o).unwrap());
+    assert!(pos(&argv, &["--share-net"]) > pos(&argv, &["--unshare-all"]));
+    assert!(!setenvs(&argv).iter().any(|(k, _)| k.ends_with("_PROXY")));
+    p.egress.host_ports.clear();
+    let mut plan = plan_for(&p, &sc.ws, "/nonexistent-home", "ls", &[]);
+    let host = fake_system(&mut plan);
+    let mut o = opts(V0_8, host);
+    o.reach_netns = true;
+    assert!(matches!(
+        bwrap_argv(&plan, &o),
+        Err(BwrapError::InvalidOption {
+            option: "reach_netns",
+            ..
+        })
+    ));
+}
+
 #[test]
 fn strict_allowlist_shares_the_proxy_namespace_and_nothing_else_does() {
     let sc = scratch();

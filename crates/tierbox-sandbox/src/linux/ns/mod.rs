@@ -83,6 +83,7 @@
 pub mod child;
 pub mod init;
 pub mod netns_pool;
+pub mod reach;
 mod setup;
 #[allow(unsafe_code)]
 pub(crate) mod sys;

@@ -28,9 +28,9 @@
 //!    namespace);
 //! 7. **loopback up** in the new network namespace, unless the supervisor made the
 //!    namespace and did it (a pooled namespace);
-//! 8. **the egress proxy's listener**, made here so that it lives in this namespace, and
-//!    handed to the supervisor, which serves it: before the program exists, so its first
-//!    connection finds it;
+//! 8. **the egress proxy's listener** and the host ports' (`egress.host_ports`), made here
+//!    so that they live in this namespace, and handed to the supervisor, which serves
+//!    them: before the program exists, so its first connection finds them;
 //! 9. **umask 0**, so the ops create exact modes, then **the mount ops**, in the
 //!    planner's order (a detached idmapped tree moved in instead of an op, or a scratch
 //!    filesystem's fd sent to the supervisor);
@@ -173,9 +173,11 @@ pub(crate) fn init_setup(
         calls.loopback_up().map_err(fail(S::Loopback))?;
     }
     if spec.proxy_fd >= 0 {
-        calls
-            .send_listener(spec.proxy_fd, spec.proxy_port)
-            .map_err(fail(S::EgressListener))?;
+        for &port in spec.listen_ports {
+            calls
+                .send_listener(spec.proxy_fd, port)
+                .map_err(fail(S::EgressListener))?;
+        }
         calls.close(spec.proxy_fd);
     }
     // 9. Exact modes, then the filesystem, op by op.

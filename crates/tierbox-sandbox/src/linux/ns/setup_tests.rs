@@ -140,7 +140,7 @@ fn unprivileged() -> NsSpec<'static> {
         report_fd: 9,
         loopback_up: true,
         proxy_fd: -1,
-        proxy_port: 3128,
+        listen_ports: &[3128, 5432],
         fs_fd: 8,
         rlimits: [(
             0,
@@ -224,13 +224,14 @@ fn pid_1_under_a_root_supervisor_waits_for_its_maps_serves_the_proxy_and_switche
     assert_eq!(init_setup(&r, &root()), Ok(2));
     let names = r.names();
     assert_eq!(
-        names[5..12],
+        names[5..13],
         [
             "wait(14)",
             "close(14)",
             "setsid",
             "hostname(sandbox)",
             "listener(15, 3128)",
+            "listener(15, 5432)",
             "close(15)",
             "umask(0)",
         ],

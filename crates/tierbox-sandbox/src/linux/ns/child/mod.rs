@@ -236,6 +236,9 @@ pub struct NativeLaunched {
     /// When the plan needs the egress proxy: the listener pid 1 made on
     /// `127.0.0.1:`[`SANDBOX_PROXY_PORT`] inside the sandbox's network namespace.
     pub egress_listener: Option<std::net::TcpListener>,
+    /// For each `egress.host_ports` entry: the listener pid 1 made on `127.0.0.1:PORT`
+    /// inside the sandbox's network namespace.
+    pub host_port_listeners: Vec<(u16, std::net::TcpListener)>,
     /// An `O_PATH` fd of the sandbox's `/tmp` tmpfs (how full it is once the run ends).
     pub tmp_fs: Option<OwnedFd>,
     /// Overlay mode: an `O_PATH` fd of the tmpfs holding the overlay's upper layer
@@ -301,6 +304,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let pooled_netns =
         netns_pool::take().and_then(|ns| nsys::own_netns().ok().map(|own| (ns, own)));
     let stacks = nsys::LaunchStacks::take();
+    let listen_ports = listen_ports(plan);
     let mut spec = NsSpec {
         uid_map: identity.uid_map.as_bytes(),
         gid_map: identity.gid_map.as_bytes(),
@@ -318,7 +322,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         terminal_fd: child_end(&pipes.terminal_pair),
         terminal_size: opts.terminal.map_or((0, 0), |t| (t.rows, t.cols)),
         proxy_fd: child_end(&pipes.proxy_pair),
-        proxy_port: SANDBOX_PROXY_PORT,
+        listen_ports: &listen_ports,
         fs_fd: child_end(&pipes.fs_pair),
         loopback_up: pooled_netns.is_none(),
         rlimits: crate::launch::rlimit64_table(plan),
@@ -381,10 +385,12 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         &pidfd,
         owned,
         socks.each_ref().map(Option::as_ref),
-        (
-            mplan.ops.iter().any(MountPlan::is_sent),
-            mplan.has_overlay(),
-        ),
+        Sent {
+            proxy: plan.network.needs_proxy(),
+            host_ports: &plan.network.host_ports,
+            tmp: mplan.ops.iter().any(MountPlan::is_sent),
+            overlay: mplan.has_overlay(),
+        },
     )?;
     let enforcement = enforcement_report(
         plan,
@@ -408,6 +414,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         host_placeholders: claim.keep(),
         enforcement,
         egress_listener: started.egress_listener,
+        host_port_listeners: started.host_ports,
         tmp_fs: started.tmp_fs,
         upper_layer: started.upper_layer,
         seccomp_listener: started.seccomp_listener,
@@ -670,7 +677,10 @@ impl Pipes {
                 })
                 .transpose()
         };
-        let proxy_pair = pair_for(plan.network.needs_proxy(), "the egress listener")?;
+        let proxy_pair = pair_for(
+            plan.network.needs_proxy() || !plan.network.host_ports.is_empty(),
+            "the egress and host-port listeners",
+        )?;
         let fs_pair = pair_for(mplan.sent_fds() > 0, "the scratch filesystems")?;
         let seccomp_pair = pair_for(hand_off, "the seccomp listener")?;
         let terminal_pair = pair_for(terminal, "the terminal")?;
@@ -695,10 +705,35 @@ fn kill_pid1(pidfd: &OwnedFd) {
 /// What pid 1 reported and handed over once the program runs.
 struct Started {
     egress_listener: Option<std::net::TcpListener>,
+    host_ports: Vec<(u16, std::net::TcpListener)>,
     tmp_fs: Option<OwnedFd>,
     upper_layer: Option<OwnedFd>,
     seccomp_listener: Option<OwnedFd>,
     terminal: Option<OwnedFd>,
+}
+
+/// What pid 1 sends before its first record, besides the program's own fds.
+#[derive(Debug, Clone, Copy)]
+struct Sent<'a> {
+    /// The egress proxy's listener.
+    proxy: bool,
+    /// A listener for each of these host ports, after the proxy's.
+    host_ports: &'a [u16],
+    /// The sandbox's `/tmp`.
+    tmp: bool,
+    /// The overlay's upper layer.
+    overlay: bool,
+}
+
+/// The ports pid 1 listens on inside the namespace, in the order it sends the listeners:
+/// the egress proxy's, when the plan needs it, then each host port.
+fn listen_ports(plan: &Plan) -> Vec<u16> {
+    plan.network
+        .needs_proxy()
+        .then_some(SANDBOX_PROXY_PORT)
+        .into_iter()
+        .chain(plan.network.host_ports.iter().copied())
+        .collect()
 }
 
 /// Waits for pid 1's first record (a few hundred microseconds): the program's pid in
@@ -711,7 +746,7 @@ fn await_start(
     pidfd: &OwnedFd,
     owned: &[OwnedOp],
     [proxy_sock, fs_sock, seccomp_sock, terminal_sock]: [Option<&OwnedFd>; 4],
-    (sends_tmp, has_overlay): (bool, bool),
+    sent: Sent<'_>,
 ) -> Result<Started, NativeError> {
     use crate::launch::sys as ssys;
     let first = match nsys::read_report(report) {
@@ -755,14 +790,23 @@ fn await_start(
             })
         }
     };
-    let egress_listener =
-        received(proxy_sock, "the egress listener")?.map(std::net::TcpListener::from);
+    // In `listen_ports` order: the proxy's first, then the host ports'.
+    let egress_listener = match sent.proxy {
+        true => received(proxy_sock, "the egress listener")?.map(std::net::TcpListener::from),
+        false => None,
+    };
+    let mut host_ports = Vec::with_capacity(sent.host_ports.len());
+    for &port in sent.host_ports {
+        if let Some(fd) = received(proxy_sock, "a host port's listener")? {
+            host_ports.push((port, std::net::TcpListener::from(fd)));
+        }
+    }
     // In op order: /tmp first, then the upper layer.
-    let tmp_fs = match sends_tmp {
+    let tmp_fs = match sent.tmp {
         true => received(fs_sock, "the sandbox's /tmp")?,
         false => None,
     };
-    let upper_layer = match has_overlay {
+    let upper_layer = match sent.overlay {
         true => received(fs_sock, "the overlay's upper layer")?,
         false => None,
     };
@@ -773,6 +817,7 @@ fn await_start(
     let terminal = received(terminal_sock, "the program's terminal")?;
     Ok(Started {
         egress_listener,
+        host_ports,
         tmp_fs,
         upper_layer,
         seccomp_listener,

@@ -110,12 +110,14 @@ pub struct NsSpec<'a> {
     /// false for a namespace from the pool ([`super::netns_pool`]), whose `lo` the
     /// supervisor brought up, and which pid 1 has no capability over.
     pub loopback_up: bool,
-    /// pid 1's end of a unix socket pair: when >= 0, pid 1 makes the egress proxy's
-    /// listener on `127.0.0.1:`[`NsSpec::proxy_port`] in the new network namespace and
-    /// sends it to the supervisor through this socket. -1: no proxy.
+    /// pid 1's end of a unix socket pair: when >= 0, pid 1 makes a listener on
+    /// `127.0.0.1:PORT` in the new network namespace for each of
+    /// [`NsSpec::listen_ports`] and sends them to the supervisor through this socket, in
+    /// order. -1: no listeners.
     pub proxy_fd: RawFd,
-    /// The egress proxy's port inside the namespace.
-    pub proxy_port: u16,
+    /// The ports of those listeners: the egress proxy's first when the plan needs it,
+    /// then each `egress.host_ports` entry.
+    pub listen_ports: &'a [u16],
     /// pid 1's end of a unix socket pair over which the [`OpKind::SendFd`] ops send the
     /// sandbox's scratch filesystems to the supervisor: `/tmp`, then in overlay mode the
     /// overlay's upper-layer tmpfs; -1 when the plan has neither.
