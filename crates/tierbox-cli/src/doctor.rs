@@ -393,6 +393,32 @@ impl StrictEgress {
     }
 }
 
+impl StrictEgress {
+    /// What `doctor` says of published ports and host ports (`egress.publish`,
+    /// `egress.host_ports`): text, and JSON. Native publishing joins the sandbox's
+    /// network namespace (`CAP_SYS_ADMIN`); bwrap starts in the supervisor's (root).
+    fn reach(&self) -> (String, serde_json::Value) {
+        let join = tierbox_runner::host::supervisor_can_join_namespaces();
+        let json = serde_json::json!({
+            "host_ports": { "tier_c_native": self.tier_c, "tier_c_bwrap": self.tier_c_bwrap },
+            "publish": {
+                "tier_c_native": self.tier_c && join,
+                "tier_c_bwrap": self.tier_c_bwrap,
+            },
+        });
+        let yes_no = |b: bool| if b { "yes" } else { "no" };
+        let text = format!(
+            "host ports (egress.host_ports): tier c native {}, tier c bwrap {}; published ports (egress.publish, on 127.0.0.1 only): tier c native {}{}, tier c bwrap {}; tier b never",
+            yes_no(self.tier_c),
+            yes_no(self.tier_c_bwrap),
+            yes_no(self.tier_c && join),
+            if join { "" } else { " (needs CAP_SYS_ADMIN to join the sandbox's network namespace)" },
+            yes_no(self.tier_c_bwrap),
+        );
+        (text, json)
+    }
+}
+
 /// Everything `doctor` found, before it is printed.
 struct Report<'a> {
     source: &'a str,
@@ -537,6 +563,7 @@ impl<'a> Report<'a> {
                 "tier_b": strict_tier_b
             },
             "termination": self.strict.termination().1,
+            "reach": self.strict.reach().1,
         });
         let containers: serde_json::Map<String, serde_json::Value> = engines
             .iter()
@@ -631,6 +658,7 @@ impl<'a> Report<'a> {
             yes_no(strict_tier_b)
         );
         println!("tls         {}", self.strict.termination().0);
+        println!("reach       {}", self.strict.reach().0);
         println!("review      {}", self.review.text());
         println!("spill       {}", self.spill.text());
         println!(

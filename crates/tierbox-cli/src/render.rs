@@ -238,6 +238,31 @@ pub fn print_plan(plan: &Plan) {
         println!("hosts     {}", plan.network.preflight_hosts.join(" "));
     }
     print_terminated(plan);
+    print_reach(plan);
+}
+
+/// The ports the run publishes and the host ports it reaches, each with what this host
+/// shows of it now (a published host port must be free; a host port is only useful when
+/// something listens on it).
+fn print_reach(plan: &Plan) {
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
+    for p in &plan.network.publish {
+        let here = match TcpListener::bind((Ipv4Addr::LOCALHOST, p.host_port)) {
+            Ok(_) => "free here".to_owned(),
+            Err(e) => format!("NOT free here: {e}"),
+        };
+        println!(
+            "publish   host 127.0.0.1:{} -> the sandbox's 127.0.0.1:{} ({here}; every local user can connect)",
+            p.host_port, p.sandbox_port
+        );
+    }
+    for port in &plan.network.host_ports {
+        let here = match TcpStream::connect((Ipv4Addr::LOCALHOST, *port)) {
+            Ok(_) => "something listens here",
+            Err(_) => "nothing listens here now",
+        };
+        println!("host port the sandbox's 127.0.0.1:{port} -> host 127.0.0.1:{port} ({here})");
+    }
 }
 
 /// The hosts whose TLS the proxy terminates, their rules, and each credential: where it

@@ -51,7 +51,9 @@ pub use crate::launch::{ExitInfo, LaunchError, LaunchOptions};
 /// What crosses a Tier C sandbox's network namespace besides the proxy
 /// ([`RunningSandbox::take_reach`]): the host ports' listeners inside, and the connector
 /// to its published ports.
-pub use crate::linux::ns::reach::{InsideConnector, InsideReply, SandboxReach};
+pub use crate::linux::ns::reach::{
+    InsideConnector, InsideReply, SandboxReach, supervisor_can_join_namespaces,
+};
 /// The setup step a launched child failed at ([`LaunchError::Child`]).
 pub use crate::linux::step::Step;
 

@@ -348,8 +348,20 @@ fn an_unlisted_or_busy_port_is_refused_and_the_fix_works() {
     );
     let hint = json["error"]["hint"].as_str().unwrap_or(&stderr);
     assert!(hint.contains("egress.publish"), "{json:#}\n{stderr}");
-    // The fix: the entry in egress.publish.
+    // The fix: the entry in egress.publish. `check` shows it, with what the host has.
     let sb = Sandbox::new(&policy(tier, &format!("publish = [\"{entry}\"]\n")));
+    let check = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+        .args(["check", "--tier", "c", "--policy"])
+        .arg(&sb.policy_file)
+        .arg("--workspace")
+        .arg(&sb.ws)
+        .args(["--publish", &entry, "--", "python3", "probe.py"])
+        .env("XDG_STATE_HOME", sb.state.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout);
+    let want = format!("publish   host 127.0.0.1:{host_port} -> the sandbox's 127.0.0.1:8000 (free here");
+    assert!(text.contains(&want), "{text}");
     let (status, json, stderr) = sb.run(tier, &["--publish", &entry], &["python3", "probe.py"]);
     assert_eq!(status, 0, "{json:#}\n{stderr}");
     assert_eq!(json["reach"][0]["relay"], format!("publish {entry}"));
