@@ -267,6 +267,10 @@ pub struct Outcome {
     /// was (`tierbox explain RUN_ID`). Absent when the list is empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub denials: Option<Value>,
+    /// The outcome's `reach` (each published port and host port of the run, with what it
+    /// carried), whole. Absent when the run had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reach: Option<Value>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -522,6 +526,7 @@ pub fn example_attestation() -> Attestation {
         quota_exceeded: false,
         wasm: None,
         changes_sha256: None,
+        reach: None,
         denials: None,
     };
     Attestation {

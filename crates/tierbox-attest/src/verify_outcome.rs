@@ -106,8 +106,13 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
         Value::Null => None,
         d => Some(d),
     };
+    let reach = match field("reach") {
+        Value::Array(a) if a.is_empty() => None,
+        Value::Null => None,
+        r => Some(r),
+    };
     let stdin = field("stdin")["sha256"].as_str().map(str::to_owned);
-    let checks: [(&str, bool); 21] = [
+    let checks: [(&str, bool); 22] = [
         ("run_id", field("run_id") == json!(a.run_id)),
         ("exit_code", field("exit_code") == json!(a.exit_code)),
         ("signal", field("signal") == json!(a.signal)),
@@ -141,6 +146,7 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
         ("wasm", wasm == a.wasm),
         ("changes", changes == a.changes_sha256),
         ("denials", denials == a.denials),
+        ("reach", reach == a.reach),
     ];
     match checks.iter().find(|(_, ok)| !ok) {
         Some((what, _)) => mismatch(what),

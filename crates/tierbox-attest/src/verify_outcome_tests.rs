@@ -108,6 +108,12 @@ fn every_covered_field_edited_is_refused() {
             Box::new(|o| o["egress"] = json!({"decisions": []})),
         ),
         (
+            "reach",
+            Box::new(|o| {
+                o["reach"] = json!([{"relay": "publish 127.0.0.1:1:2", "connections": 1}])
+            }),
+        ),
+        (
             "stdout.sha256",
             Box::new(|o| o["stdout"]["sha256"] = json!(crate::sha256_hex(b"all tests passed\n"))),
         ),

@@ -412,7 +412,11 @@ impl StrictEgress {
             yes_no(self.tier_c),
             yes_no(self.tier_c_bwrap),
             yes_no(self.tier_c && join),
-            if join { "" } else { " (needs CAP_SYS_ADMIN to join the sandbox's network namespace)" },
+            if join {
+                ""
+            } else {
+                " (needs CAP_SYS_ADMIN to join the sandbox's network namespace)"
+            },
             yes_no(self.tier_c_bwrap),
         );
         (text, json)

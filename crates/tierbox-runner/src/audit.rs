@@ -139,6 +139,10 @@ impl Auditor {
             timed_out: outcome.timed_out,
             quota_exceeded: outcome.quota_exceeded,
             denials: denials_value(&outcome.denials)?,
+            reach: match outcome.reach.is_empty() {
+                true => None,
+                false => Some(serde_json::to_value(&outcome.reach).map_err(|e| encode(&e))?),
+            },
             changes_sha256: match &outcome.changes {
                 Some(set) => Some(
                     tierbox_attest::changes_digest(

@@ -399,6 +399,7 @@ impl Entry {
             quota_exceeded: false,
             wasm: None,
             changes_sha256: None,
+            reach: None,
             denials,
         };
         let run = RunDescription {

@@ -23,10 +23,10 @@ pub use tierbox_sandbox::contract::denials::NotRecorded;
 pub use tierbox_sandbox::contract::probe_bwrap_cached;
 pub use tierbox_sandbox::contract::probe_engine_cached;
 pub use tierbox_sandbox::contract::reaper_description;
-pub use tierbox_sandbox::contract::tier_available;
 /// Whether this process may join a sandbox's network namespace (publishing a port from native
 /// Tier C takes it).
 pub use tierbox_sandbox::contract::supervisor_can_join_namespaces;
+pub use tierbox_sandbox::contract::tier_available;
 pub use tierbox_sandbox::contract::{HostFacts, HostSummary, host_facts};
 pub use tierbox_sandbox::contract::{SANDBOX_UID, probe_idmapped_mounts, root_workspace_ids};
 pub use tierbox_sandbox::contract::{probe_userns_cached, set_probe_state_dir};

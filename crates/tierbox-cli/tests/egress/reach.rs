@@ -293,6 +293,27 @@ fn host_ports_reach_the_granted_port_and_nothing_else(test: &str, tier: Tier) {
         "{outcome:#}"
     );
     assert_eq!(relay["connections"], 1, "{relay}");
+    // The attestation covers what crossed: editing it breaks `attest verify`.
+    let verify = |o: &Value| {
+        let file = sb.state.path().join("outcome.json");
+        std::fs::write(&file, serde_json::to_vec(o).unwrap()).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(["attest", "verify"])
+            .arg(&file)
+            .env("XDG_STATE_HOME", sb.state.path())
+            .output()
+            .unwrap()
+    };
+    let ok = verify(&outcome);
+    assert!(ok.status.success(), "{ok:?}");
+    let mut edited = outcome.clone();
+    edited["reach"][0]["bytes_out"] = serde_json::json!(0);
+    let refused = verify(&edited);
+    assert!(!refused.status.success(), "an edited reach verified");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("reach"),
+        "{refused:?}"
+    );
 }
 
 #[test]
@@ -360,7 +381,8 @@ fn an_unlisted_or_busy_port_is_refused_and_the_fix_works() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&check.stdout);
-    let want = format!("publish   host 127.0.0.1:{host_port} -> the sandbox's 127.0.0.1:8000 (free here");
+    let want =
+        format!("publish   host 127.0.0.1:{host_port} -> the sandbox's 127.0.0.1:8000 (free here");
     assert!(text.contains(&want), "{text}");
     let (status, json, stderr) = sb.run(tier, &["--publish", &entry], &["python3", "probe.py"]);
     assert_eq!(status, 0, "{json:#}\n{stderr}");
