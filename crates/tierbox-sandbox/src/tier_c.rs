@@ -161,7 +161,10 @@ pub(crate) fn launch_native(
     let reach = match plan.network.has_reach() {
         true => Some(ns::reach::SandboxReach {
             host_ports: n.host_port_listeners,
-            inside: inside_connector(plan, &root.pidfd)?,
+            inside: match &n.netns {
+                Some(netns) => inside_connector(plan, netns)?,
+                None => None,
+            },
         }),
         false => None,
     };

@@ -57,7 +57,7 @@ for spec in sys.argv[1:]:
 
 fn policy(tier: Tier, egress: &str) -> String {
     tier.adapt(&format!(
-        "version = 1\n[exec]\nallowed_executables = [\"python3\"]\nallow_interpreters = true\n\
+        "version = 1\n[exec]\nallowed_executables = [\"python3\", \"true\"]\nallow_interpreters = true\n\
          {TIER_TABLE}[limits]\ntimeout_ms = 60000\n[egress]\n{egress}"
     ))
 }
@@ -387,6 +387,12 @@ fn an_unlisted_or_busy_port_is_refused_and_the_fix_works() {
     let (status, json, stderr) = sb.run(tier, &["--publish", &entry], &["python3", "probe.py"]);
     assert_eq!(status, 0, "{json:#}\n{stderr}");
     assert_eq!(json["reach"][0]["relay"], format!("publish {entry}"));
+    // A program that ends at once, with its pid 1, before the supervisor joins its
+    // namespace: the run is still fine.
+    for _ in 0..5 {
+        let (status, json, stderr) = sb.run(tier, &["--publish", &entry], &["true"]);
+        assert_eq!(status, 0, "{json:#}\n{stderr}");
+    }
     // Busy: another listener holds the host port.
     let _holder = TcpListener::bind((Ipv4Addr::LOCALHOST, host_port)).unwrap();
     let (status, json, _) = sb.run(tier, &["--publish", &entry], &["python3", "probe.py"]);

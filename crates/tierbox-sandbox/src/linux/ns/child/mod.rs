@@ -239,6 +239,9 @@ pub struct NativeLaunched {
     /// For each `egress.host_ports` entry: the listener pid 1 made on `127.0.0.1:PORT`
     /// inside the sandbox's network namespace.
     pub host_port_listeners: Vec<(u16, std::net::TcpListener)>,
+    /// When the plan publishes ports: the sandbox's network namespace, opened right after
+    /// pid 1 was cloned (the connector to the published ports joins it).
+    pub netns: Option<OwnedFd>,
     /// An `O_PATH` fd of the sandbox's `/tmp` tmpfs (how full it is once the run ends).
     pub tmp_fs: Option<OwnedFd>,
     /// Overlay mode: an `O_PATH` fd of the tmpfs holding the overlay's upper layer
@@ -379,6 +382,17 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let (pid, pidfd) = cloned.map_err(sys_err(format!(
         "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={flags:#x})"
     )))?;
+    // The namespace a published port is reached in, held before pid 1 can have ended
+    // (under a root supervisor it waits for the maps written next; a program that exits at
+    // once takes pid 1 and its `/proc` entries with it).
+    let netns = match plan.network.publish.is_empty() {
+        true => None,
+        false => Some(
+            std::fs::File::open(format!("/proc/{pid}/ns/net"))
+                .map(OwnedFd::from)
+                .map_err(sys_err(format!("open(/proc/{pid}/ns/net)")))?,
+        ),
+    };
     identity.write_maps(pid, &pidfd)?;
     let started = await_start(
         &report_r,
@@ -415,6 +429,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         enforcement,
         egress_listener: started.egress_listener,
         host_port_listeners: started.host_ports,
+        netns,
         tmp_fs: started.tmp_fs,
         upper_layer: started.upper_layer,
         seccomp_listener: started.seccomp_listener,
