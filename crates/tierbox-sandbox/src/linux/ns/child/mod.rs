@@ -382,29 +382,14 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
     let (pid, pidfd) = cloned.map_err(sys_err(format!(
         "clone(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD, flags={flags:#x})"
     )))?;
-    // The namespace a published port is reached in, held before pid 1 can have ended
-    // (under a root supervisor it waits for the maps written next; a program that exits at
-    // once takes pid 1 and its `/proc` entries with it).
-    let netns = match plan.network.publish.is_empty() {
-        true => None,
-        false => Some(
-            std::fs::File::open(format!("/proc/{pid}/ns/net"))
-                .map(OwnedFd::from)
-                .map_err(sys_err(format!("open(/proc/{pid}/ns/net)")))?,
-        ),
-    };
+    let netns = published_netns(plan, pid)?;
     identity.write_maps(pid, &pidfd)?;
     let started = await_start(
         &report_r,
         &pidfd,
         owned,
         socks.each_ref().map(Option::as_ref),
-        Sent {
-            proxy: plan.network.needs_proxy(),
-            host_ports: &plan.network.host_ports,
-            tmp: mplan.ops.iter().any(MountPlan::is_sent),
-            overlay: mplan.has_overlay(),
-        },
+        Sent::of(plan, mplan),
     )?;
     let enforcement = enforcement_report(
         plan,
@@ -727,6 +712,19 @@ struct Started {
     terminal: Option<OwnedFd>,
 }
 
+/// The namespace a published port is reached in, when the plan publishes any: opened
+/// right after the clone, before pid 1 can have ended (under a root supervisor it waits
+/// for the maps written next; a program that exits at once takes pid 1 and its `/proc`
+/// entries with it).
+fn published_netns(plan: &Plan, pid: i32) -> Result<Option<OwnedFd>, NativeError> {
+    if plan.network.publish.is_empty() {
+        return Ok(None);
+    }
+    std::fs::File::open(format!("/proc/{pid}/ns/net"))
+        .map(|f| Some(OwnedFd::from(f)))
+        .map_err(sys_err(format!("open(/proc/{pid}/ns/net)")))
+}
+
 /// What pid 1 sends before its first record, besides the program's own fds.
 #[derive(Debug, Clone, Copy)]
 struct Sent<'a> {
@@ -738,6 +736,17 @@ struct Sent<'a> {
     tmp: bool,
     /// The overlay's upper layer.
     overlay: bool,
+}
+
+impl<'a> Sent<'a> {
+    fn of(plan: &'a Plan, mplan: &MountPlan) -> Self {
+        Sent {
+            proxy: plan.network.needs_proxy(),
+            host_ports: &plan.network.host_ports,
+            tmp: mplan.ops.iter().any(MountPlan::is_sent),
+            overlay: mplan.has_overlay(),
+        }
+    }
 }
 
 /// The ports pid 1 listens on inside the namespace, in the order it sends the listeners:
