@@ -8,8 +8,9 @@
 //!   `127.0.0.1:PORT`; each connection is joined to a connection to the host's
 //!   `127.0.0.1:PORT`.
 //!
-//! Bytes are copied as they are, both ways, until either side closes (half-close
-//! forwarded); a relay ends every connection when it is finished. Each relay serves at
+//! Bytes are moved as they are by the proxy's tunnel (`splice` through pipes, the
+//! half-close forwarded), until both sides close; a relay ends every connection when it
+//! is finished. Each relay serves at
 //! most [`MAX_RELAY_CONNECTIONS`] connections at once and counts what it carried
 //! ([`RelayCounts`]).
 
@@ -20,7 +21,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
@@ -67,8 +67,8 @@ pub struct RelayReport {
 struct Counters {
     connections: AtomicU64,
     failed: AtomicU64,
-    bytes_in: AtomicU64,
-    bytes_out: AtomicU64,
+    /// The tunnel's: `sent` is from the side that connected, `received` back.
+    bytes: crate::log::Counters,
 }
 
 impl Counters {
@@ -76,8 +76,8 @@ impl Counters {
         RelayCounts {
             connections: self.connections.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
-            bytes_in: self.bytes_in.load(Ordering::Relaxed),
-            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            bytes_in: self.bytes.sent.load(Ordering::Relaxed),
+            bytes_out: self.bytes.received.load(Ordering::Relaxed),
         }
     }
 }
@@ -248,42 +248,27 @@ async fn relay_one(client: TcpStream, target: Target, counters: &Counters) {
         return;
     };
     counters.connections.fetch_add(1, Ordering::Relaxed);
+    let (mut client, mut upstream) = (client, upstream);
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
-    let (cr, cw) = client.into_split();
-    let (ur, uw) = upstream.into_split();
-    tokio::join!(
-        copy_counted(cr, uw, &counters.bytes_in),
-        copy_counted(ur, cw, &counters.bytes_out),
-    );
-}
-
-/// Copies `from` to `to` until end of stream, counting bytes as they go, then shuts
-/// `to`'s write side down (the half-close reaches the other end).
-async fn copy_counted(
-    mut from: impl AsyncRead + Unpin,
-    mut to: impl AsyncWrite + Unpin,
-    count: &AtomicU64,
-) {
-    use tokio::io::AsyncReadExt;
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-        count.fetch_add(n as u64, Ordering::Relaxed);
-    }
-    let _ = to.shutdown().await;
+    // The proxy's tunnel (splice through pipes, half-close), with no idle limit: a
+    // database connection may sit idle for as long as the run lasts.
+    crate::tunnel::run(
+        &mut client,
+        &mut upstream,
+        &[],
+        &counters.bytes,
+        Duration::MAX,
+        crate::tunnel::Ending::WhenBothEnd,
+        crate::tunnel::pipes(),
+    )
+    .await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::AsyncReadExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn loopback() -> std::net::TcpListener {
         std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap()

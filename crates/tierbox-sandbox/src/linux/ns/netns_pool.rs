@@ -57,9 +57,7 @@ fn pool() -> Option<&'static Pool> {
     POOL.get_or_init(|| {
         // Only a supervisor with CAP_SYS_ADMIN in its user namespace can join a namespace
         // it made; an unprivileged one would only waste a thread finding that out.
-        let cap_sys_admin = 1u64 << crate::linux::userns::CAP_SYS_ADMIN;
-        if crate::linux::sys::read_cap_eff_from_status().is_none_or(|eff| eff & cap_sys_admin == 0)
-        {
+        if !super::reach::supervisor_can_join_namespaces() {
             return None;
         }
         let spawned = std::thread::Builder::new()
