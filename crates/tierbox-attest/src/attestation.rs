@@ -271,6 +271,10 @@ pub struct Outcome {
     /// carried), whole. Absent when the run had none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reach: Option<Value>,
+    /// The outcome's `unix_sockets` (each host socket the run could connect to), whole.
+    /// Absent when the run had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unix_sockets: Option<Value>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -527,6 +531,7 @@ pub fn example_attestation() -> Attestation {
         wasm: None,
         changes_sha256: None,
         reach: None,
+        unix_sockets: None,
         denials: None,
     };
     Attestation {

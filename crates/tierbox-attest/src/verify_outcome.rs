@@ -111,8 +111,13 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
         Value::Null => None,
         r => Some(r),
     };
+    let unix_sockets = match field("unix_sockets") {
+        Value::Array(a) if a.is_empty() => None,
+        Value::Null => None,
+        s => Some(s),
+    };
     let stdin = field("stdin")["sha256"].as_str().map(str::to_owned);
-    let checks: [(&str, bool); 22] = [
+    let checks: [(&str, bool); 23] = [
         ("run_id", field("run_id") == json!(a.run_id)),
         ("exit_code", field("exit_code") == json!(a.exit_code)),
         ("signal", field("signal") == json!(a.signal)),
@@ -147,6 +152,7 @@ pub fn verify_outcome(envelope: &SignedAttestation, outcome: &Value) -> Result<(
         ("changes", changes == a.changes_sha256),
         ("denials", denials == a.denials),
         ("reach", reach == a.reach),
+        ("unix_sockets", unix_sockets == a.unix_sockets),
     ];
     match checks.iter().find(|(_, ok)| !ok) {
         Some((what, _)) => mismatch(what),

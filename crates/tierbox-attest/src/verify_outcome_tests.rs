@@ -108,6 +108,13 @@ fn every_covered_field_edited_is_refused() {
             Box::new(|o| o["egress"] = json!({"decisions": []})),
         ),
         (
+            "unix_sockets",
+            Box::new(|o| {
+                o["unix_sockets"] =
+                    json!([{"entry": "/run/docker.sock", "path": "/run/docker.sock"}])
+            }),
+        ),
+        (
             "reach",
             Box::new(|o| {
                 o["reach"] = json!([{"relay": "publish 127.0.0.1:1:2", "connections": 1}])

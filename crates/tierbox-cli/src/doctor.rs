@@ -405,10 +405,15 @@ impl StrictEgress {
                 "tier_c_native": self.tier_c && join,
                 "tier_c_bwrap": self.tier_c_bwrap,
             },
+            "unix_sockets": {
+                "tier_c_native": self.tier_c,
+                "tier_c_bwrap": self.tier_c_bwrap,
+                "tier_b": false,
+            },
         });
         let yes_no = |b: bool| if b { "yes" } else { "no" };
         let text = format!(
-            "host ports (egress.host_ports): tier c native {}, tier c bwrap {}; published ports (egress.publish, on 127.0.0.1 only): tier c native {}{}, tier c bwrap {}; tier b never",
+            "host ports (egress.host_ports): tier c native {}, tier c bwrap {}; published ports (egress.publish, on 127.0.0.1 only): tier c native {}{}, tier c bwrap {}; host unix sockets (egress.unix_sockets, bound into the sandbox): tier c native {}, tier c bwrap {}; tier b never (landlock before ABI 9 cannot limit which sockets a program connects to)",
             yes_no(self.tier_c),
             yes_no(self.tier_c_bwrap),
             yes_no(self.tier_c && join),
@@ -417,6 +422,8 @@ impl StrictEgress {
             } else {
                 " (needs CAP_SYS_ADMIN to join the sandbox's network namespace)"
             },
+            yes_no(self.tier_c_bwrap),
+            yes_no(self.tier_c),
             yes_no(self.tier_c_bwrap),
         );
         (text, json)

@@ -172,6 +172,9 @@ pub fn print_outcome(
         // end says about it.
         render::print_notes(outcome, stderr_tty, policy);
     }
+    for warning in &outcome.warnings {
+        eprintln!("tierbox: warning: {warning}");
+    }
     if let Some(e) = &outcome.audit_error {
         eprintln!("tierbox: the run is not attested: {e}");
     }

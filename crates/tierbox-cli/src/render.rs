@@ -263,6 +263,26 @@ fn print_reach(plan: &Plan) {
         };
         println!("host port the sandbox's 127.0.0.1:{port} -> host 127.0.0.1:{port} ({here})");
     }
+    for s in &plan.network.unix_sockets {
+        let variable = match &s.variable {
+            Some(v) => format!("; the run's {v} points at it"),
+            None => String::new(),
+        };
+        println!(
+            "unix socket {} (from {}; owner uid {}, mode {:o}{variable})",
+            s.path.display(),
+            s.entry,
+            s.uid,
+            s.mode
+        );
+        if s.privileged {
+            let path = s.path.display().to_string();
+            println!(
+                "warning: {}",
+                tierbox_runner::PrivilegedSocketWarning(&path)
+            );
+        }
+    }
 }
 
 /// The hosts whose TLS the proxy terminates, their rules, and each credential: where it

@@ -37,6 +37,7 @@ pub mod request;
 pub mod schema;
 pub mod state_file;
 pub mod trust;
+pub mod unix_sockets;
 pub mod validate;
 pub mod wasm;
 

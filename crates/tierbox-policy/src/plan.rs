@@ -272,6 +272,10 @@ pub struct NetworkPlan {
     /// The host loopback ports the program may connect to (`egress.host_ports`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_ports: Vec<u16>,
+    /// The host unix sockets the program may connect to (`egress.unix_sockets`),
+    /// resolved on this host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unix_sockets: Vec<crate::unix_sockets::UnixSocketGrant>,
 }
 
 /// A host whose TLS the proxy terminates, as the plan carries it: never a secret's value,

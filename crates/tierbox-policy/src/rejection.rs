@@ -302,6 +302,17 @@ pub enum Rejection {
         "publish {entry} is not in the policy's egress.publish (it lists: {allowed}); a request publishes only ports the policy names"
     )]
     PublishNotAllowed { entry: String, allowed: String },
+    /// An `egress.unix_sockets` entry names no socket this run can be given (a variable
+    /// unset in the supervisor's environment, a missing path, not a socket, a denied
+    /// path).
+    #[error("egress.unix_sockets entry {entry:?} cannot be used: {reason}")]
+    UnixSocketUnusable { entry: String, reason: String },
+    /// An `egress.unix_sockets` entry is a socket whose peer controls the host, and the
+    /// policy does not set `egress.danger_privileged_sockets`.
+    #[error(
+        "egress.unix_sockets entry {entry:?} is {path}, whose peer controls the host (a container engine, systemd, the system bus)"
+    )]
+    UnixSocketPrivileged { entry: String, path: String },
     /// A port a run needs on the host could not be had (a published host port another
     /// process holds). Nothing runs.
     #[error("{key} {port}: {reason}")]
@@ -451,6 +462,8 @@ impl Rejection {
             Self::TerminationUnavailable { .. } => "egress.termination_unavailable",
             Self::PublishInvalid { .. } => "egress.publish_invalid",
             Self::PublishNotAllowed { .. } => "egress.publish_not_allowed",
+            Self::UnixSocketUnusable { .. } => "egress.unix_socket_unusable",
+            Self::UnixSocketPrivileged { .. } => "egress.unix_socket_privileged",
             Self::PortUnavailable { .. } => "egress.port_unavailable",
         }
     }
@@ -523,6 +536,12 @@ impl Rejection {
             }
             "egress.publish_not_allowed" => {
                 "add the entry to egress.publish in the policy (\"127.0.0.1:HOSTPORT:SANDBOXPORT\")"
+            }
+            "egress.unix_socket_unusable" => {
+                "start the service that owns the socket (ssh-agent sets SSH_AUTH_SOCK), set the variable in the environment tierbox runs in (the CLI's, or the server's when it starts), or correct egress.unix_sockets in the policy"
+            }
+            "egress.unix_socket_privileged" => {
+                "whoever connects to it can run anything as root on the host; only egress.danger_privileged_sockets = true in the policy allows it"
             }
             "egress.port_unavailable" => {
                 "another process holds that host port: stop it, or publish on a free port (a port the policy's egress.publish lists)"
@@ -598,6 +617,8 @@ impl Rejection {
         "egress.termination_unavailable",
         "egress.publish_invalid",
         "egress.publish_not_allowed",
+        "egress.unix_socket_unusable",
+        "egress.unix_socket_privileged",
         "egress.port_unavailable",
         "limits.above_policy",
         "wasm.module_invalid",
@@ -627,6 +648,10 @@ mod fix_tests {
             ("scope.path_outside_workspace", "filesystem.read_only"),
             ("egress.host_not_allowed", "egress.allow"),
             ("egress.publish_not_allowed", "egress.publish"),
+            (
+                "egress.unix_socket_privileged",
+                "egress.danger_privileged_sockets",
+            ),
             ("limits.above_policy", "limits."),
             ("tier.below_minimum", "tier.minimum"),
             ("workspace.mode_widened", "workspace.mode"),

@@ -143,6 +143,10 @@ impl Auditor {
                 true => None,
                 false => Some(serde_json::to_value(&outcome.reach).map_err(|e| encode(&e))?),
             },
+            unix_sockets: match outcome.unix_sockets.is_empty() {
+                true => None,
+                false => Some(serde_json::to_value(&outcome.unix_sockets).map_err(|e| encode(&e))?),
+            },
             changes_sha256: match &outcome.changes {
                 Some(set) => Some(
                     tierbox_attest::changes_digest(

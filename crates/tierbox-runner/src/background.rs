@@ -164,6 +164,8 @@ struct SealFacts {
     seal: Seal,
     plan_sha256: String,
     enforcement: tierbox_policy::Enforcement,
+    /// The host sockets the process can connect to.
+    unix_sockets: Vec<crate::outcome::HostSocket>,
 }
 
 /// A started background process: its status and what it printed during the startup
@@ -400,6 +402,10 @@ impl Entry {
             wasm: None,
             changes_sha256: None,
             reach: None,
+            unix_sockets: match facts.unix_sockets.is_empty() {
+                true => None,
+                false => serde_json::to_value(&facts.unix_sockets).ok(),
+            },
             denials,
         };
         let run = RunDescription {
@@ -754,6 +760,7 @@ impl BackgroundManager {
             seal: seal.map(|seal| SealFacts {
                 seal,
                 plan_sha256: tierbox_attest::plan_digest(&plan),
+                unix_sockets: crate::outcome::HostSocket::of_plan(&plan).0,
                 enforcement: tierbox_policy::Enforcement {
                     passed_over: selection.passed_over,
                     ..guard.launched.enforcement().clone()

@@ -361,7 +361,7 @@ fn unix_socket_hint(mode: EgressMode, tier_c: &dyn Fn() -> Result<(), Rejection>
         ),
         EgressMode::BlockAll | EgressMode::Strict => match tier_c() {
             Ok(()) => format!(
-                "tier = \"c\" in the request (--tier c): a Tier C run may open unix sockets, which reach only what its own namespaces hold; {NAME_SERVICE_NOTE}"
+                "tier = \"c\" in the request (--tier c): a Tier C run may open unix sockets, which reach only what its own namespaces hold and the host sockets egress.unix_sockets names; {NAME_SERVICE_NOTE}"
             ),
             Err(why) => format!(
                 "{only}, and Tier C, where a run may, does not run here ({why}); {NAME_SERVICE_NOTE}"

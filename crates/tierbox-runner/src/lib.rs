@@ -30,8 +30,8 @@ pub mod wire;
 pub use builder::{Checked, Prepared, RunRequest, Runner, Sandbox, SandboxedCommand};
 pub use identity::RunnerIdentity;
 pub use outcome::{
-    LIMIT_EXIT_STATUS, LimitHit, Outcome, SANDBOX_FAILURE_EXIT_STATUS, StreamOutput, Usage,
-    VIEW_TEXT_BYTES,
+    HostSocket, LIMIT_EXIT_STATUS, LimitHit, Outcome, PrivilegedSocketWarning,
+    SANDBOX_FAILURE_EXIT_STATUS, StreamOutput, Usage, VIEW_TEXT_BYTES,
 };
 pub use stdin::{StdinReport, StdinSource};
 pub use stream::OutputEvent;

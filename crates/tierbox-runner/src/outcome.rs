@@ -401,6 +401,13 @@ pub struct Outcome {
     /// each relay and what it carried.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reach: Vec<tierbox_egress::reach::RelayReport>,
+    /// The host unix sockets the run could connect to (`egress.unix_sockets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unix_sockets: Vec<HostSocket>,
+    /// What the caller should know about how the run was allowed (a privileged host
+    /// socket it could reach).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// Anything in stdout or stderr was redacted.
     pub redacted: bool,
     /// SHA-256 of the canonical plan that ran (see `tierbox_attest::plan_digest`, and
@@ -503,6 +510,54 @@ pub const SANDBOX_FAILURE_EXIT_STATUS: i32 = 123;
 /// a Tier A guest out of fuel, memory, table room or instances (a native program stopped
 /// by a limit has its signal's `128 + n`): distinct from a guest's own failure (1).
 pub const LIMIT_EXIT_STATUS: i32 = 122;
+
+/// A host unix socket a run could connect to: bound into its sandbox at `path`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HostSocket {
+    /// The policy entry (`$SSH_AUTH_SOCK`).
+    pub entry: String,
+    /// The socket on the host, symlinks resolved; the same path inside the sandbox.
+    pub path: String,
+    /// Whose peer controls the host (allowed by `egress.danger_privileged_sockets`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub privileged: bool,
+}
+
+impl HostSocket {
+    /// The plan's host sockets, and a warning for each privileged one.
+    pub fn of_plan(plan: &tierbox_policy::plan::Plan) -> (Vec<Self>, Vec<String>) {
+        let sockets: Vec<Self> = plan
+            .network
+            .unix_sockets
+            .iter()
+            .map(|s| Self {
+                entry: s.entry.clone(),
+                path: s.path.display().to_string(),
+                privileged: s.privileged,
+            })
+            .collect();
+        let warnings = sockets
+            .iter()
+            .filter(|s| s.privileged)
+            .map(|s| format!("{}", PrivilegedSocketWarning(&s.path)))
+            .collect();
+        (sockets, warnings)
+    }
+}
+
+/// The warning `check` and a run's outcome give for a privileged host socket.
+#[derive(Debug)]
+pub struct PrivilegedSocketWarning<'a>(pub &'a str);
+
+impl std::fmt::Display for PrivilegedSocketWarning<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the run can connect to {}, whose peer controls the host (egress.danger_privileged_sockets): whatever runs inside can run anything as root on the host",
+            self.0
+        )
+    }
+}
 
 impl Outcome {
     /// This outcome with each stream's text cut to [`VIEW_TEXT_BYTES`]

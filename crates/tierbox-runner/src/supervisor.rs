@@ -803,6 +803,7 @@ fn outcome_of(
         l.host_placeholders(),
         plan.filesystem.repo_scan,
     );
+    let (unix_sockets, warnings) = crate::outcome::HostSocket::of_plan(plan);
     Outcome {
         run_id: String::new(),
         exit_code: exit.code,
@@ -827,6 +828,8 @@ fn outcome_of(
         egress_preflight_hosts: plan.network.preflight_hosts.clone(),
         egress: run.egress,
         reach: run.reach,
+        unix_sockets,
+        warnings,
         redacted,
         plan_sha256: tierbox_attest::plan_digest(plan),
         wasm: None,

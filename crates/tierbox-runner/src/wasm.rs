@@ -229,6 +229,8 @@ async fn run_wasm_tapped(
         egress_preflight_hosts: Vec::new(),
         egress: None,
         reach: Vec::new(),
+        unix_sockets: Vec::new(),
+        warnings: Vec::new(),
         redacted,
         plan_sha256: tierbox_attest::wasm_plan_digest(plan),
         wasm: Some(report),

@@ -119,6 +119,44 @@ pub enum Unsupported {
         /// The backend's name.
         backend: &'static str,
     },
+    /// Host unix sockets (`egress.unix_sockets`) in Tier B: landlock before ABI 9 cannot
+    /// limit which sockets a program connects to, so allowing one would allow every
+    /// socket the run can reach by path.
+    UnixSocketsInTierB,
+    /// Host unix sockets on a backend that does not bind them (the containers, macOS,
+    /// Windows).
+    UnixSocketsOnBackend {
+        /// The backend's name.
+        backend: &'static str,
+    },
+    /// A granted socket the sandbox's host uid may not connect to (no write permission
+    /// on it): the kernel refuses the connect, and an agent checking its peer would too.
+    UnixSocketNotConnectable {
+        /// The socket.
+        path: std::path::PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// The sandbox's host uid.
+        uid: u32,
+    },
+}
+
+/// [`Unsupported::UnixSocketNotConnectable`] for the first of `plan`'s host sockets a
+/// sandbox of host uid `uid` and group `gid` cannot connect to.
+pub fn sockets_connectable(plan: &Plan, (uid, gid): (u32, u32)) -> Result<(), Unsupported> {
+    match plan
+        .network
+        .unix_sockets
+        .iter()
+        .find(|s| !s.connectable_by(uid, &[gid]))
+    {
+        None => Ok(()),
+        Some(s) => Err(Unsupported::UnixSocketNotConnectable {
+            path: s.path.clone(),
+            owner: s.uid,
+            uid,
+        }),
+    }
 }
 
 /// The policy key of the first kind of reach `plan` has (`egress.publish` or
@@ -133,8 +171,12 @@ pub fn reach_key(plan: &Plan) -> Option<&'static str> {
     }
 }
 
-/// [`Unsupported::ReachOnBackend`] for a plan with reach, on `backend`, which relays none.
+/// [`Unsupported::ReachOnBackend`] for a plan with reach, on `backend`, which relays none
+/// ([`Unsupported::UnixSocketsOnBackend`] for host sockets, which it does not bind).
 pub fn no_reach_on(plan: &Plan, backend: &'static str) -> Result<(), Unsupported> {
+    if !plan.network.unix_sockets.is_empty() {
+        return Err(Unsupported::UnixSocketsOnBackend { backend });
+    }
     match reach_key(plan) {
         None => Ok(()),
         Some(_) => Err(Unsupported::ReachOnBackend { backend }),
@@ -215,6 +257,12 @@ impl Unsupported {
             Self::ReachUnprivileged { backend } => format!(
                 "egress.publish and egress.host_ports on {backend} under a supervisor that is not root"
             ),
+            Self::UnixSocketsInTierB => "egress.unix_sockets in tier b".to_owned(),
+            Self::UnixSocketsOnBackend { backend } => format!("egress.unix_sockets on {backend}"),
+            Self::UnixSocketNotConnectable { path, owner, uid } => format!(
+                "egress.unix_sockets {:?} (owner uid {owner}) for a sandbox of host uid {uid}",
+                path.display().to_string()
+            ),
         }
     }
 
@@ -268,6 +316,15 @@ impl Unsupported {
             }
             Self::ReachUnprivileged { .. } => {
                 "bwrap must start in a network namespace the supervisor made, where the supervisor makes the sockets that cross it, which takes a root supervisor; use tier.backend = \"native\""
+            }
+            Self::UnixSocketsInTierB => {
+                "landlock on this kernel cannot limit which sockets a program connects to (that takes ABI 9, LANDLOCK_ACCESS_FS_RESOLVE_UNIX), so allowing one socket would allow every socket the run can reach by path; tier c binds exactly the granted sockets into its own mount namespace: use tier c (native or bwrap)"
+            }
+            Self::UnixSocketsOnBackend { .. } => {
+                "this backend does not bind host sockets into the sandbox; use tier.backend = \"native\" or \"bwrap\" on Linux"
+            }
+            Self::UnixSocketNotConnectable { .. } => {
+                "connecting takes write permission on the socket for the sandbox's host uid, and agents (ssh-agent) accept only a peer of their own uid: set tier.sandbox_uid (and tier.sandbox_gid) to the socket owner's in the policy, or use a socket the sandbox's uid owns"
             }
             Self::DenyReadInWorkspace { .. } => {
                 "tier b grants the workspace to landlock whole and landlock cannot take a path back out of a grant, so the run could read it; tier c covers it in the run's mount namespace (use tier c, or move the file out of the workspace)"
@@ -346,6 +403,18 @@ mod linux_backends {
         }
     }
 
+    /// The plan's host sockets are ones the sandbox's host identity may connect to (an
+    /// identity that cannot be resolved is the launch's own refusal).
+    fn unix_sockets_reachable(plan: &Plan) -> Result<(), Unsupported> {
+        if plan.network.unix_sockets.is_empty() {
+            return Ok(());
+        }
+        match crate::linux::identity::resolve(plan) {
+            Ok(identity) => super::sockets_connectable(plan, identity.ids()),
+            Err(_) => Ok(()),
+        }
+    }
+
     /// A `strict` allowlist: the proxy's listener must be reachable from the sandbox.
     fn has_allowlist(plan: &Plan) -> bool {
         plan.network.mode == EgressMode::Strict && !plan.network.allow.is_empty()
@@ -385,6 +454,9 @@ mod linux_backends {
             if let Some(key) = super::reach_key(plan) {
                 return Err(Unsupported::ReachInTierB { key });
             }
+            if !plan.network.unix_sockets.is_empty() {
+                return Err(Unsupported::UnixSocketsInTierB);
+            }
             super::no_denial_in_workspace(plan)
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
@@ -407,6 +479,7 @@ mod linux_backends {
         /// Published ports under a supervisor that may join the sandbox's namespace.
         fn supports(&self, plan: &Plan, _: &HostFacts) -> Result<(), Unsupported> {
             tier_c_network(plan)?;
+            unix_sockets_reachable(plan)?;
             if !plan.network.publish.is_empty()
                 && !crate::linux::ns::reach::supervisor_can_join_namespaces()
             {
@@ -449,7 +522,7 @@ mod linux_backends {
                     backend: self.name(),
                 });
             }
-            Ok(())
+            unix_sockets_reachable(plan)
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_c::launch_bwrap(plan, opts)

@@ -70,6 +70,42 @@ pub const BWRAP_TERMINAL_SOCK_FD: i32 = 10;
 /// The fd number at which `bwrap` reads the egress proxy's trust bundle it copies into
 /// the run's `/tmp` (`--file 11 /tmp/tierbox-ca-bundle.pem`).
 pub const BWRAP_CA_BUNDLE_FD: i32 = 11;
+/// The first fd number at which `bwrap` receives the granted host sockets, one each in
+/// the plan's order (`--ro-bind-fd 12 PATH`, up to
+/// [`tierbox_policy::unix_sockets::MAX_UNIX_SOCKETS`]).
+pub const BWRAP_UNIX_SOCKET_FDS: i32 = 12;
+
+/// An `O_PATH` fd of each of `plan`'s host sockets, opened without following any symlink
+/// and checked to be the very socket validation saw (same device and inode): a socket
+/// replaced since, or a path swapped to lead elsewhere, refuses the run.
+pub(crate) fn open_unix_sockets(plan: &Plan) -> Result<Vec<OwnedFd>, LaunchError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    plan.network
+        .unix_sockets
+        .iter()
+        .map(|grant| {
+            let refuse = |reason: String| {
+                LaunchError::Rejected(Rejection::UnixSocketUnusable {
+                    entry: grant.entry.clone(),
+                    reason,
+                })
+            };
+            let fd = crate::linux::sys::open_path_no_symlinks(&grant.path)
+                .map_err(|e| refuse(format!("{}: {e}", grant.path.display())))?;
+            let file = std::fs::File::from(fd);
+            let meta = file
+                .metadata()
+                .map_err(|e| refuse(format!("{}: {e}", grant.path.display())))?;
+            if !meta.file_type().is_socket() || (meta.dev(), meta.ino()) != (grant.dev, grant.ino) {
+                return Err(refuse(format!(
+                    "{} changed after the request was validated",
+                    grant.path.display()
+                )));
+            }
+            Ok(OwnedFd::from(file))
+        })
+        .collect()
+}
 
 /// Longest a bwrap launch on a terminal waits for the program to send its terminal out
 /// (30 s). The sandbox's setup takes milliseconds; the bound only keeps a sandbox that
@@ -285,6 +321,8 @@ struct BwrapLaunch {
     alive: Option<(OwnedFd, OwnedFd)>,
     /// The trust bundle bwrap copies into `/tmp` ([`BWRAP_CA_BUNDLE_FD`]).
     ca_bundle: Option<OwnedFd>,
+    /// The granted host sockets ([`BWRAP_UNIX_SOCKET_FDS`] on).
+    unix_sockets: Vec<OwnedFd>,
     idmapped: Vec<identity::IdmappedBind>,
     /// strict egress with an allowlist, host ports, published ports: the loopback-only
     /// network namespace bwrap keeps, and the listeners in it.
@@ -292,6 +330,41 @@ struct BwrapLaunch {
     identity: SandboxIdentity,
     audit: crate::linux::audit::RunAudit,
     claim: crate::placeholders::Claim,
+}
+
+/// Who a bwrap sandbox is on the host: under a root supervisor an unprivileged uid,
+/// through a user namespace made here (returned), with writable roots owned by anyone
+/// else idmapped.
+#[allow(clippy::type_complexity)]
+fn bwrap_identity(
+    plan: &Plan,
+) -> Result<
+    (
+        SandboxIdentity,
+        Option<OwnedFd>,
+        Vec<identity::IdmappedBind>,
+    ),
+    LaunchError,
+> {
+    let unavailable = |e: identity::IdentityError| {
+        LaunchError::Rejected(Rejection::TierUnavailable {
+            tier: Tier::C,
+            reason: e.to_string(),
+        })
+    };
+    let identity = identity::resolve(plan).map_err(unavailable)?;
+    let userns = identity::bwrap_user_namespace(identity).map_err(|source| LaunchError::Setup {
+        what: "user namespace for the sandbox's host identity".to_owned(),
+        source,
+    })?;
+    let idmapped = match identity {
+        SandboxIdentity::Host { uid, gid, .. } => {
+            identity::idmapped_roots(bwrap::writable_roots(plan), (uid, gid))
+                .map_err(unavailable)?
+        }
+        SandboxIdentity::Supervisor { .. } => Vec::new(),
+    };
+    Ok((identity, userns, idmapped))
 }
 
 impl BwrapLaunch {
@@ -315,28 +388,7 @@ impl BwrapLaunch {
         }
         let seccomp = BwrapSeccomp::new(seccomp, init_image.is_some())?;
         let egress = supervisor_namespace(plan)?;
-        // Who the sandbox is on the host: under a root supervisor an unprivileged uid,
-        // through a user namespace made here, with writable roots owned by anyone else
-        // idmapped.
-        let unavailable = |e: identity::IdentityError| {
-            LaunchError::Rejected(Rejection::TierUnavailable {
-                tier: Tier::C,
-                reason: e.to_string(),
-            })
-        };
-        let identity = identity::resolve(plan).map_err(unavailable)?;
-        let userns =
-            identity::bwrap_user_namespace(identity).map_err(|source| LaunchError::Setup {
-                what: "user namespace for the sandbox's host identity".to_owned(),
-                source,
-            })?;
-        let idmapped = match identity {
-            SandboxIdentity::Host { uid, gid, .. } => {
-                identity::idmapped_roots(bwrap::writable_roots(plan), (uid, gid))
-                    .map_err(unavailable)?
-            }
-            SandboxIdentity::Supervisor { .. } => Vec::new(),
-        };
+        let (identity, userns, idmapped) = bwrap_identity(plan)?;
         let mut bopts = BwrapOptions::new(info.features, HostLayout::probe(plan));
         bopts.seccomp_fd = seccomp.base.as_ref().map(|_| BWRAP_SECCOMP_FD);
         bopts.userns_fd = userns.as_ref().map(|_| BWRAP_USERNS_FD);
@@ -379,14 +431,17 @@ impl BwrapLaunch {
             fd: BWRAP_CA_BUNDLE_FD,
             trust: trust.clone(),
         });
-        let ca_bundle = match &opts.trust {
-            Some(t) => Some(launch::data_fd(
-                c"tierbox-ca-bundle",
-                t.bundle.as_bytes(),
-                "the trust bundle",
-            )?),
-            None => None,
-        };
+        let ca_bundle = (opts.trust.as_ref())
+            .map(|t| {
+                launch::data_fd(
+                    c"tierbox-ca-bundle",
+                    t.bundle.as_bytes(),
+                    "the trust bundle",
+                )
+            })
+            .transpose()?;
+        let unix_sockets = open_unix_sockets(plan)?;
+        bopts.unix_socket_fds = (BWRAP_UNIX_SOCKET_FDS..).take(unix_sockets.len()).collect();
         let mut argv = vec![info.path.clone().into_os_string()];
         argv.extend(bwrap::bwrap_argv(plan, &bopts).map_err(bwrap_error)?);
         let env_args = launch::data_fd(
@@ -438,6 +493,7 @@ impl BwrapLaunch {
             terminal_pair,
             alive,
             ca_bundle,
+            unix_sockets,
             idmapped,
             egress,
             identity,
@@ -494,6 +550,12 @@ impl BwrapLaunch {
                 self.ca_bundle
                     .iter()
                     .map(|fd| (fd.as_fd(), BWRAP_CA_BUNDLE_FD)),
+            )
+            .chain(
+                self.unix_sockets
+                    .iter()
+                    .zip(BWRAP_UNIX_SOCKET_FDS..)
+                    .map(|(fd, n)| (fd.as_fd(), n)),
             )
             .collect();
         let mount_moves: Vec<(&OwnedFd, &std::path::Path)> = self
@@ -883,4 +945,105 @@ pub const REPORT_RECORD_BYTES: usize = ns::sys::REPORT_BYTES;
 /// 1's `Exited` record.
 pub fn program_exit_from(record: &[u8; REPORT_RECORD_BYTES]) -> Option<ExitInfo> {
     ns::sys::Report::decode(record).exited()
+}
+
+#[cfg(test)]
+mod unix_socket_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn plan_with(socket: &std::path::Path) -> Plan {
+        let s = crate::test_fixtures::scratch();
+        let mut policy = tierbox_policy::Policy::builtin_default();
+        policy.egress.unix_sockets = vec![socket.display().to_string()];
+        let ctx = tierbox_policy::ValidateContext::new(&s.ws);
+        tierbox_policy::validate(&policy, &tierbox_policy::ProcessRunRequest::new("ls"), &ctx)
+            .unwrap()
+    }
+
+    fn refused(plan: &Plan) -> String {
+        match open_unix_sockets(plan) {
+            Err(LaunchError::Rejected(r)) => {
+                assert_eq!(r.code(), "egress.unix_socket_unusable");
+                r.to_string()
+            }
+            other => panic!("{:?}", other.map(|fds| fds.len())),
+        }
+    }
+
+    /// What bwrap is handed is the socket validation saw: a socket replaced at the same
+    /// path, or a directory on the way swapped for a symlink to elsewhere, refuses the run.
+    #[test]
+    fn a_socket_swapped_after_validation_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        let path = root.join("d/agent.sock");
+        let first = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let plan = plan_with(&path);
+        assert_eq!(open_unix_sockets(&plan).unwrap().len(), 1);
+
+        // Another socket (made while the first exists: its own inode) renamed over it.
+        let _second = std::os::unix::net::UnixListener::bind(root.join("d/new.sock")).unwrap();
+        std::fs::rename(root.join("d/new.sock"), &path).unwrap();
+        drop(first);
+        assert!(refused(&plan).contains("changed after the request was validated"));
+
+        let plan = plan_with(&path);
+        std::fs::create_dir(root.join("elsewhere")).unwrap();
+        std::fs::rename(root.join("d/agent.sock"), root.join("elsewhere/agent.sock")).unwrap();
+        std::fs::remove_dir(root.join("d")).unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), root.join("d")).unwrap();
+        // The very socket, reached through a symlink: still refused (no symlink is
+        // followed), so a path that leads elsewhere cannot pass for it either.
+        assert!(refused(&plan).contains("agent.sock"));
+    }
+
+    /// A swapper thread flips the socket's directory between the real one and a symlink
+    /// to a directory holding another socket, while launches open the socket: every fd
+    /// handed out is the validated socket.
+    #[test]
+    fn a_racing_swapper_never_gets_another_socket_through() {
+        use std::os::unix::fs::MetadataExt;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("real")).unwrap();
+        std::fs::create_dir(root.join("decoy")).unwrap();
+        let _real = std::os::unix::net::UnixListener::bind(root.join("real/s.sock")).unwrap();
+        let _decoy = std::os::unix::net::UnixListener::bind(root.join("decoy/s.sock")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        std::fs::rename(root.join("real"), root.join("d")).unwrap();
+        let plan = plan_with(&root.join("d/s.sock"));
+        let want = std::fs::metadata(root.join("d/s.sock")).unwrap().ino();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (root, stop) = (root.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let _ = std::fs::remove_file(root.join("link"));
+                while !stop.load(Ordering::Relaxed) {
+                    // d -> real; a symlink to decoy at d; back.
+                    let _ = std::fs::rename(root.join("d"), root.join("real"));
+                    let _ = std::os::unix::fs::symlink(root.join("decoy"), root.join("d"));
+                    let _ = std::fs::remove_file(root.join("d"));
+                    let _ = std::fs::rename(root.join("real"), root.join("d"));
+                }
+            })
+        };
+        let (mut opened, mut refusals) = (0, 0);
+        for _ in 0..2000 {
+            match open_unix_sockets(&plan) {
+                Ok(fds) => {
+                    let file = std::fs::File::from(fds.into_iter().next().unwrap());
+                    assert_eq!(file.metadata().unwrap().ino(), want, "another socket");
+                    opened += 1;
+                }
+                Err(_) => refusals += 1,
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert_eq!(opened + refusals, 2000);
+    }
 }

@@ -12,6 +12,7 @@ mod reach;
 mod strict;
 mod terminate;
 mod terminate_tools;
+mod unix_sockets;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;

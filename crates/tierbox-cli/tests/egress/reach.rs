@@ -68,20 +68,27 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
-struct Sandbox {
+/// A workspace with files, a state directory and a policy file, and the CLI run on them.
+pub(crate) struct Sandbox {
     _ws: tempfile::TempDir,
-    state: tempfile::TempDir,
+    pub(crate) state: tempfile::TempDir,
     policy_file: std::path::PathBuf,
-    ws: std::path::PathBuf,
+    pub(crate) ws: std::path::PathBuf,
 }
 
 impl Sandbox {
     fn new(policy_text: &str) -> Sandbox {
+        Self::with_files(policy_text, &[("server.py", SERVER), ("probe.py", PROBE)])
+    }
+
+    /// A sandbox whose workspace holds `files` (name, content).
+    pub(crate) fn with_files(policy_text: &str, files: &[(&str, &str)]) -> Sandbox {
         let ws = tempfile::tempdir().unwrap();
         let state = tempfile::tempdir().unwrap();
         let ws_path = std::fs::canonicalize(ws.path()).unwrap();
-        std::fs::write(ws_path.join("server.py"), SERVER).unwrap();
-        std::fs::write(ws_path.join("probe.py"), PROBE).unwrap();
+        for (name, content) in files {
+            std::fs::write(ws_path.join(name), content).unwrap();
+        }
         let policy_file = state.path().join("policy.toml");
         std::fs::write(&policy_file, policy_text).unwrap();
         Sandbox {
@@ -93,8 +100,15 @@ impl Sandbox {
     }
 
     fn command(&self, tier: Tier, flags: &[&str], cmd: &[&str]) -> Command {
+        self.verb(&["run", "--json"], tier, flags, cmd)
+    }
+
+    /// `tierbox VERB… --tier T --policy P --workspace W FLAGS… -- CMD…` in this sandbox's
+    /// state directory, without stdin.
+    pub(crate) fn verb(&self, verb: &[&str], tier: Tier, flags: &[&str], cmd: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_tierbox"));
-        c.args(["run", "--json", "--tier", tier.arg(), "--policy"])
+        c.args(verb)
+            .args(["--tier", tier.arg(), "--policy"])
             .arg(&self.policy_file)
             .arg("--workspace")
             .arg(&self.ws)
@@ -112,6 +126,18 @@ impl Sandbox {
         let json = serde_json::from_str(&stdout).unwrap_or(Value::Null);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         (out.status.code().unwrap_or(-1), json, stderr)
+    }
+
+    /// `tierbox attest verify` of `outcome`, with this sandbox's key.
+    pub(crate) fn verify(&self, outcome: &Value) -> std::process::Output {
+        let file = self.state.path().join("outcome.json");
+        std::fs::write(&file, serde_json::to_vec(outcome).unwrap()).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(["attest", "verify"])
+            .arg(&file)
+            .env("XDG_STATE_HOME", self.state.path())
+            .output()
+            .unwrap()
     }
 }
 
@@ -294,21 +320,11 @@ fn host_ports_reach_the_granted_port_and_nothing_else(test: &str, tier: Tier) {
     );
     assert_eq!(relay["connections"], 1, "{relay}");
     // The attestation covers what crossed: editing it breaks `attest verify`.
-    let verify = |o: &Value| {
-        let file = sb.state.path().join("outcome.json");
-        std::fs::write(&file, serde_json::to_vec(o).unwrap()).unwrap();
-        Command::new(env!("CARGO_BIN_EXE_tierbox"))
-            .args(["attest", "verify"])
-            .arg(&file)
-            .env("XDG_STATE_HOME", sb.state.path())
-            .output()
-            .unwrap()
-    };
-    let ok = verify(&outcome);
+    let ok = sb.verify(&outcome);
     assert!(ok.status.success(), "{ok:?}");
     let mut edited = outcome.clone();
     edited["reach"][0]["bytes_out"] = serde_json::json!(0);
-    let refused = verify(&edited);
+    let refused = sb.verify(&edited);
     assert!(!refused.status.success(), "an edited reach verified");
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("reach"),

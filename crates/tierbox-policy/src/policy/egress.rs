@@ -83,6 +83,17 @@ pub struct EgressPolicy {
     /// sandbox (a database, a model server on the host): TCP, and nothing else on the host.
     /// Tier C only. At most [`MAX_HOST_PORTS`](crate::reach::MAX_HOST_PORTS).
     pub host_ports: Vec<u16>,
+    /// Host unix sockets the program may connect to: absolute paths, or variables of the
+    /// environment Tierbox runs in (`"$SSH_AUTH_SOCK"`, `"${XDG_RUNTIME_DIR}/bus"`: the
+    /// CLI's own, a server's as started — never a request's). Each must be an existing
+    /// socket; Tier C binds it read-only into the sandbox at its resolved path. Tier C
+    /// only. At most [`MAX_UNIX_SOCKETS`](crate::unix_sockets::MAX_UNIX_SOCKETS).
+    pub unix_sockets: Vec<String>,
+    /// Lets `unix_sockets` name a socket whose peer controls the host (a container
+    /// engine's, systemd's, the system bus:
+    /// [`PRIVILEGED_SOCKETS`](crate::unix_sockets::PRIVILEGED_SOCKETS)). Whoever
+    /// connects to one can run anything as root; `check` and the outcome warn.
+    pub danger_privileged_sockets: bool,
 }
 
 /// The rules of one terminated host (`[egress.hosts."api.github.com"]`).

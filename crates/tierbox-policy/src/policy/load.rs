@@ -454,6 +454,10 @@ impl Policy {
         if let Err(e) = crate::reach::check_host_ports(&self.egress.host_ports) {
             return invalid("egress.host_ports", e.to_string());
         }
+        if let Err((entry, reason)) = crate::unix_sockets::check_entries(&self.egress.unix_sockets)
+        {
+            return invalid("egress.unix_sockets", format!("{entry:?}: {reason}"));
+        }
         Ok(())
     }
 

@@ -41,6 +41,7 @@ pub(crate) fn check(
             upstream_roots: policy.upstream_roots.clone(),
             publish,
             host_ports: policy.host_ports.clone(),
+            unix_sockets: Vec::new(),
         });
     }
     let enforce = matches!(policy.mode, EgressMode::Preflight | EgressMode::Strict);
@@ -93,6 +94,32 @@ pub(crate) fn check(
         upstream_roots: policy.upstream_roots.clone(),
         publish,
         host_ports: policy.host_ports.clone(),
+        unix_sockets: Vec::new(),
+    })
+}
+
+/// The host sockets of `egress.unix_sockets`, resolved with variables from the
+/// supervisor's environment (never the request's); see [`crate::unix_sockets`].
+pub(crate) fn unix_sockets(
+    policy: &EgressPolicy,
+    ctx: &super::ValidateContext,
+    deny_read: &[std::path::PathBuf],
+) -> Result<Vec<crate::unix_sockets::UnixSocketGrant>, Rejection> {
+    use crate::unix_sockets::{SocketRefusal, resolve};
+    resolve(
+        &policy.unix_sockets,
+        policy.danger_privileged_sockets,
+        &ctx.supervisor_env,
+        deny_read,
+    )
+    .map_err(|refusal| match refusal {
+        SocketRefusal::Unusable { entry, reason } => {
+            Rejection::UnixSocketUnusable { entry, reason }
+        }
+        SocketRefusal::Privileged { entry, path } => Rejection::UnixSocketPrivileged {
+            entry,
+            path: path.display().to_string(),
+        },
     })
 }
 

@@ -233,6 +233,14 @@ pub fn supervisor_env_names(policy: &Policy) -> std::collections::BTreeSet<Strin
         .chain(policy.env.pass.iter().cloned())
         .chain(policy.env.sensitive.iter().cloned())
         .chain(policy.wasm.allow_env.iter().cloned())
+        .chain(
+            policy
+                .egress
+                .unix_sockets
+                .iter()
+                .filter_map(|e| e.parse::<crate::unix_sockets::SocketEntry>().ok())
+                .filter_map(|e| e.variable().map(str::to_owned)),
+        )
         .collect()
 }
 
@@ -283,7 +291,7 @@ pub fn validate(
     let workspace = scope::narrow_workspace(&workspace, req.workspace.as_deref())?;
     let cwd = scope::resolve_cwd(&workspace, req.cwd.as_deref())?;
     let mut env = env::build(&policy.env, req, ctx)?;
-    let network = egress::check(&policy.egress, req, &req.command)?;
+    let mut network = egress::check(&policy.egress, req, &req.command)?;
     let (mut limits, background) = limits::resolve(policy, req)?;
     limits.stdin_bytes = stdin.limit_bytes;
     let tier = tier::check(policy, req)?;
@@ -304,6 +312,14 @@ pub fn validate(
 
     let mut filesystem = filesystem_plan(policy, ctx, &workspace, &own)?;
     program_is_granted(&program, &workspace, &filesystem)?;
+    network.unix_sockets = egress::unix_sockets(&policy.egress, ctx, &filesystem.deny_read)?;
+    // An entry that is a variable tells the program where its socket is.
+    for grant in &network.unix_sockets {
+        if let Some(name) = &grant.variable {
+            env.retain(|(k, _)| k != name);
+            env.push((name.clone(), grant.path.to_string_lossy().into_owned()));
+        }
+    }
     filesystem.private_home = !home_is_granted(&env, &filesystem, &workspace);
     // A HOME the runs of this workspace share; an overlay run's writes would not persist,
     // so it keeps its private one.

@@ -355,6 +355,25 @@ fn every_rejection_code_has_a_table_case() {
         code_of(&egress, &r),
         "egress.publish_not_allowed",
     );
+    let mut sockets = Fixture::new(&["git"]);
+    sockets.policy.egress.unix_sockets = vec!["$TIERBOX_TEST_NEVER_SET".to_owned()];
+    check(
+        "unix socket unset",
+        code_of(&sockets, &req("git", &[])),
+        "egress.unix_socket_unusable",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let engine = dir.path().join("docker.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&engine).unwrap();
+    sockets.policy.egress.unix_sockets = vec![engine.display().to_string()];
+    check(
+        "unix socket privileged",
+        code_of(&sockets, &req("git", &[])),
+        "egress.unix_socket_privileged",
+    );
+    sockets.policy.egress.danger_privileged_sockets = true;
+    let plan = sockets.request(&req("git", &[])).unwrap();
+    assert!(plan.network.unix_sockets[0].privileged);
 
     // ---- limits and tier
     let mut r = req("ls", &[]);

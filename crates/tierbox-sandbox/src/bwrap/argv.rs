@@ -18,6 +18,8 @@ pub(super) enum Step {
     /// first: empty, or holding what git must read in it (a missing `.git/commondir`:
     /// `.`).
     PlaceholderRo,
+    /// `--ro-bind-fd FD PATH`: a granted host socket, from the supervisor's `O_PATH` fd.
+    SocketFd { fd: i32 },
 }
 
 /// A hidden path, rendered after every bind.
@@ -38,7 +40,7 @@ pub(super) enum Deny {
 /// Pure: reads only `plan` and `opts` (host facts come in `opts.host`).
 pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, BwrapError> {
     opts.check()?;
-    let mounts = mount_steps(plan, &opts.host)?;
+    let mounts = with_sockets(mount_steps(plan, &opts.host)?, plan, opts)?;
     let denies = deny_steps(plan, &opts.host, &mounts);
     let env = sandbox_env(plan, opts)?;
 
@@ -62,6 +64,7 @@ pub fn bwrap_argv(plan: &Plan, opts: &BwrapOptions) -> Result<Vec<OsString>, Bwr
             Step::BindRo => argv.flag_pair("--ro-bind", path, path),
             Step::EmptyRo => argv.empty_ro(path),
             Step::PlaceholderRo => argv.flag_pair("--ro-bind", path, path),
+            Step::SocketFd { fd } => argv.flag_pair("--ro-bind-fd", fd.to_string(), path),
         }
     }
     for deny in &denies {
@@ -336,6 +339,54 @@ pub fn check_filesystem(plan: &Plan, host: &HostLayout) -> Result<(), BwrapError
     let mounts = mount_steps(plan, host)?;
     deny_steps(plan, host, &mounts);
     Ok(())
+}
+
+/// `mounts` with the plan's host sockets, each bound from its fd in
+/// [`BwrapOptions::unix_socket_fds`], in destination order.
+fn with_sockets(
+    mounts: Vec<(PathBuf, Step)>,
+    plan: &Plan,
+    opts: &BwrapOptions,
+) -> Result<Vec<(PathBuf, Step)>, BwrapError> {
+    let sockets = &plan.network.unix_sockets;
+    if sockets.is_empty() {
+        return Ok(mounts);
+    }
+    if !opts.features.bind_fd {
+        return Err(BwrapError::PlanNotExpressible {
+            what: "egress.unix_sockets needs bwrap 0.5.0 or later (--ro-bind-fd)".to_owned(),
+        });
+    }
+    if opts.unix_socket_fds.len() != sockets.len() || opts.unix_socket_fds.iter().any(|fd| *fd < 0)
+    {
+        return Err(BwrapError::InvalidOption {
+            option: "unix_socket_fds",
+            reason: format!(
+                "{:?}: one non-negative fd per host socket of the plan ({})",
+                opts.unix_socket_fds,
+                sockets.len()
+            ),
+        });
+    }
+    let mut all: BTreeSet<(PathBuf, Step)> = mounts.into_iter().collect();
+    for (socket, fd) in sockets.iter().zip(&opts.unix_socket_fds) {
+        let path = absolute(&socket.path, "host socket")?;
+        // /tmp is the run's own tmpfs, where a socket's directories are a skeleton; /proc
+        // and /dev are the sandbox's.
+        if let Some(fixed) = crate::linux::mounts::RESERVED_DESTINATIONS
+            .iter()
+            .find(|f| path.starts_with(f))
+        {
+            return Err(BwrapError::PlanNotExpressible {
+                what: format!(
+                    "host socket {} is under the sandbox's own {fixed}",
+                    path.display()
+                ),
+            });
+        }
+        all.insert((path.to_path_buf(), Step::SocketFd { fd: *fd }));
+    }
+    Ok(all.into_iter().collect())
 }
 
 /// Every bind, system symlink and protected cover, keyed by destination path so they

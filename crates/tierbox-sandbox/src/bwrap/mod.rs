@@ -93,6 +93,8 @@ const SIZE_SINCE: BwrapVersion = BwrapVersion::new(0, 7, 0);
 const DISABLE_USERNS_SINCE: BwrapVersion = BwrapVersion::new(0, 8, 0);
 /// First version with `--argv0`.
 const ARGV0_SINCE: BwrapVersion = BwrapVersion::new(0, 9, 0);
+/// First release with `--ro-bind-fd`.
+const BIND_FD_SINCE: BwrapVersion = BwrapVersion::new(0, 5, 0);
 
 /// Where distributions install bwrap; tried before `PATH`.
 const DEFAULT_BWRAP_PATH: &str = "/usr/bin/bwrap";
@@ -283,6 +285,9 @@ pub struct BwrapFeatures {
     /// `--argv0` (0.9.0+): keeps the Plan's `argv[0]`. Without it the program runs with
     /// its absolute path as `argv[0]` (bwrap execs `argv[0]` of its command).
     pub argv0: bool,
+    /// `--ro-bind-fd` (0.5.0+): a bind from an fd the supervisor opened and checked (the
+    /// granted host sockets). Without it a plan with `egress.unix_sockets` is refused.
+    pub bind_fd: bool,
 }
 
 impl BwrapFeatures {
@@ -293,6 +298,7 @@ impl BwrapFeatures {
             disable_userns: ge(version, DISABLE_USERNS_SINCE),
             tmpfs_size: ge(version, SIZE_SINCE) && !setuid,
             argv0: ge(version, ARGV0_SINCE),
+            bind_fd: ge(version, BIND_FD_SINCE),
         }
     }
 }
@@ -374,6 +380,11 @@ pub struct BwrapOptions {
     /// /tmp/tierbox-ca-bundle.pem`), and the environment points clients at it and holds
     /// the credential placeholders.
     pub trust: Option<TrustHandOff>,
+    /// One fd per host socket of the plan (`egress.unix_sockets`, in order), inherited
+    /// by `bwrap`: an `O_PATH` fd of exactly the socket the supervisor checked, bound
+    /// read-only at its path (`--ro-bind-fd FD PATH`), so nothing swapped in at that path
+    /// afterwards is what the sandbox gets.
+    pub unix_socket_fds: Vec<i32>,
 }
 
 /// The trust bundle's fd and what it holds ([`BwrapOptions::trust`]).
@@ -449,6 +460,7 @@ impl BwrapOptions {
             alive_fd: None,
             terminal: None,
             trust: None,
+            unix_socket_fds: Vec::new(),
         }
     }
 

@@ -177,6 +177,54 @@ fn reach_shares_the_supervisors_namespace_without_proxy_variables() {
     ));
 }
 
+/// A granted host socket is bound from the supervisor's fd, after the /tmp skeleton
+/// that holds it, and never by path; without one fd per socket the argv is refused.
+#[test]
+fn host_sockets_are_bound_from_their_fds() {
+    let sc = scratch();
+    let mut p = policy("strict.toml");
+    p.exec.allowed_executables = vec!["ls".to_owned()];
+    let mut plan = plan_for(&p, &sc.ws, "/nonexistent-home", "ls", &[]);
+    let host = fake_system(&mut plan);
+    plan.network
+        .unix_sockets
+        .push(tierbox_policy::unix_sockets::UnixSocketGrant {
+            entry: "$SSH_AUTH_SOCK".to_owned(),
+            path: PathBuf::from("/tmp/ssh-x/agent.1"),
+            variable: Some("SSH_AUTH_SOCK".to_owned()),
+            uid: 1000,
+            gid: 1000,
+            mode: 0o600,
+            dev: 1,
+            ino: 2,
+            privileged: false,
+        });
+    let mut o = opts(V0_8, host);
+    assert!(matches!(
+        bwrap_argv(&plan, &o),
+        Err(BwrapError::InvalidOption {
+            option: "unix_socket_fds",
+            ..
+        })
+    ));
+    o.unix_socket_fds = vec![12];
+    let argv = strings(&bwrap_argv(&plan, &o).unwrap());
+    let bind = pos(&argv, &["--ro-bind-fd", "12", "/tmp/ssh-x/agent.1"]);
+    assert!(bind > pos(&argv, &["--tmpfs", "/tmp/ssh-x"]));
+    assert!(
+        find(
+            &argv,
+            &["--ro-bind", "/tmp/ssh-x/agent.1", "/tmp/ssh-x/agent.1"]
+        )
+        .is_none()
+    );
+    o.features.bind_fd = false;
+    assert!(matches!(
+        bwrap_argv(&plan, &o),
+        Err(BwrapError::PlanNotExpressible { .. })
+    ));
+}
+
 #[test]
 fn strict_allowlist_shares_the_proxy_namespace_and_nothing_else_does() {
     let sc = scratch();
@@ -689,7 +737,8 @@ fn version_features_gate_optional_flags() {
         BwrapFeatures {
             disable_userns: true,
             tmpfs_size: true,
-            argv0: true
+            argv0: true,
+            bind_fd: true,
         }
     );
 }

@@ -62,15 +62,7 @@ pub const ENGINE_DIRS: &[&str] = &["/usr/bin", "/usr/local/bin", "/bin", "/usr/s
 /// Engine control sockets no container may see, as path patterns (`*` is one path
 /// component). Mounting one, or a directory above one, hands the container the engine:
 /// root on the host.
-pub const ENGINE_SOCKETS: &[&str] = &[
-    "/var/run/docker.sock",
-    "/run/docker.sock",
-    "/run/podman/podman.sock",
-    "/var/run/podman/podman.sock",
-    "/run/user/*/podman/podman.sock",
-    "/run/user/*/docker.sock",
-    "/run/containerd/containerd.sock",
-];
+pub const ENGINE_SOCKETS: &[&str] = tierbox_policy::unix_sockets::PRIVILEGED_SOCKETS;
 
 /// CPUs a container run may use when the policy sets no `limits.cpus`.
 pub const DEFAULT_CPUS: u32 = 2;

@@ -850,6 +850,34 @@ pub fn idmapped_tree(path: &std::path::Path, userns: BorrowedFd<'_>) -> io::Resu
     Ok(tree)
 }
 
+/// `openat2(AT_FDCWD, path, O_PATH | O_NOFOLLOW | O_CLOEXEC, RESOLVE_NO_SYMLINKS |
+/// RESOLVE_NO_MAGICLINKS)`: an fd of exactly the object at the canonical `path`, never of
+/// something a symlink swapped into any of its components.
+pub fn open_path_no_symlinks(path: &std::path::Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: open_how is plain integers; all-zero is its documented default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: openat2 with AT_FDCWD, a NUL-terminated path and a fully initialised
+    // open_how of the size we pass.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD as libc::c_long,
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd owned by us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::{check, errno, prctl};

@@ -638,6 +638,9 @@ pub struct MountPlan {
     pub host_placeholders: Vec<PathBuf>,
     /// The child's `HOME` when the Plan asks for a private one ([`PRIVATE_HOME`]).
     pub home: Option<PathBuf>,
+    /// Bind sources that must be sockets when the executor opens them (the plan's
+    /// `egress.unix_sockets`): anything else there fails the run.
+    pub sockets: Vec<PathBuf>,
 }
 
 impl MountPlan {

@@ -21,6 +21,7 @@ pub(super) fn build(
         + fs.writable_binds().len()
         + fs.deny_read.len()
         + fs.protected.len()
+        + plan.network.unix_sockets.len()
         + 1;
     if count > MAX_PLAN_PATHS {
         return Err(MountPlanError::TooManyPaths { count });
@@ -103,6 +104,12 @@ pub(super) fn build(
         ops,
         host_placeholders: placeholders,
         home,
+        sockets: plan
+            .network
+            .unix_sockets
+            .iter()
+            .map(|s| s.path.clone())
+            .collect(),
     })
 }
 
@@ -141,10 +148,19 @@ pub(super) fn classify_binds(
     check_destination("workspace", workspace, home)?;
     // dst -> (bind, field)
     let mut by_dst: BTreeMap<PathBuf, (Bind, &'static str)> = BTreeMap::new();
-    let lists: [(&'static str, &[PathBuf], bool); 3] = [
+    // Host sockets: read-only binds of exactly the socket (connecting needs no write
+    // access to the mount, only permission on the socket).
+    let sockets: Vec<PathBuf> = plan
+        .network
+        .unix_sockets
+        .iter()
+        .map(|s| s.path.clone())
+        .collect();
+    let lists: [(&'static str, &[PathBuf], bool); 4] = [
         ("filesystem.system_read_only", fs.system_binds(), false),
         ("filesystem.read_only", fs.read_only_binds(), false),
         ("filesystem.writable", fs.writable_binds(), true),
+        ("egress.unix_sockets", &sockets, false),
     ];
     for (field, list, writable) in lists {
         let system = field == "filesystem.system_read_only";

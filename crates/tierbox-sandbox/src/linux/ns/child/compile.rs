@@ -110,6 +110,7 @@ pub fn compile_ops(mplan: &MountPlan) -> Result<(Vec<OwnedOp>, Vec<usize>), Nati
     let mut compiler = OpCompiler {
         new_root: cstring("staging path", NEW_ROOT.as_bytes())?,
         writable_binds: Vec::new(),
+        sockets: &mplan.sockets,
     };
     for op in &mplan.ops {
         match op {
@@ -224,6 +225,8 @@ pub(super) struct OpCompiler<'p> {
     /// point pid 1 made itself in its private tmpfs, and takes a plain `mount(MS_BIND)`
     /// (see `NsOp::plain_bind`).
     writable_binds: Vec<&'p Path>,
+    /// Bind sources that must be sockets ([`MountPlan::sockets`]).
+    pub(super) sockets: &'p [PathBuf],
 }
 
 impl<'p> OpCompiler<'p> {
@@ -465,6 +468,7 @@ impl<'p> OpCompiler<'p> {
         });
         o.expect = match kind {
             EntryKind::Dir => Expect::Dir,
+            EntryKind::File if self.sockets.iter().any(|s| s == src) => Expect::Socket,
             EntryKind::File => Expect::NotDir,
         };
         if writable {

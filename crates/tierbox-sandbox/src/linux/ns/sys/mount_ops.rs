@@ -104,6 +104,8 @@ pub enum Expect {
     NotDir,
     /// A character device.
     CharDev,
+    /// A socket (a granted host socket).
+    Socket,
 }
 
 /// The sub-call of a mount op that failed, reported as `Report::sub` (its discriminant;
@@ -447,6 +449,7 @@ pub(super) fn bind_from_fd(fd: RawFd, op: &NsOp<'_>) -> Result<(), OpFailure> {
         Expect::Dir => fmt == libc::S_IFDIR,
         Expect::NotDir => fmt != libc::S_IFDIR && fmt != libc::S_IFLNK,
         Expect::CharDev => fmt == libc::S_IFCHR,
+        Expect::Socket => fmt == libc::S_IFSOCK,
     };
     if !ok {
         return Err((SubCall::Kind, libc::ENOTDIR));
