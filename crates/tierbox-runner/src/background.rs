@@ -147,6 +147,13 @@ pub struct BackgroundStatus {
         tierbox_policy::enforcement::DenialLayer,
         tierbox_policy::LayerReport,
     >,
+    /// Once ended: each published port and host port, with what it carried
+    /// ([`crate::Outcome::reach`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reach: Vec<tierbox_egress::reach::RelayReport>,
+    /// The host unix sockets the process can connect to ([`crate::Outcome::unix_sockets`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unix_sockets: Vec<crate::outcome::HostSocket>,
 }
 
 /// What a background run is attested with when it ends.
@@ -164,8 +171,6 @@ struct SealFacts {
     seal: Seal,
     plan_sha256: String,
     enforcement: tierbox_policy::Enforcement,
-    /// The host sockets the process can connect to.
-    unix_sockets: Vec<crate::outcome::HostSocket>,
 }
 
 /// A started background process: its status and what it printed during the startup
@@ -261,6 +266,8 @@ struct Entry {
     stdout: Arc<Mutex<OutputRing>>,
     stderr: Arc<Mutex<OutputRing>>,
     stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
+    /// The host unix sockets the process can connect to.
+    unix_sockets: Vec<crate::outcome::HostSocket>,
     /// A term's terminal ([`crate::term`]): its output goes to `stdout`, its input is
     /// written here instead of `stdin`.
     terminal: Option<Arc<crate::term::TermIo>>,
@@ -318,6 +325,7 @@ impl Entry {
             limit_hit,
             denials,
             denial_reports,
+            reach,
         } = self.review();
         BackgroundStatus {
             id: self.id.clone(),
@@ -342,6 +350,8 @@ impl Entry {
             limit_hit,
             denials,
             denial_reports,
+            reach,
+            unix_sockets: self.unix_sockets.clone(),
         }
     }
 
@@ -401,10 +411,13 @@ impl Entry {
             quota_exceeded: false,
             wasm: None,
             changes_sha256: None,
-            reach: None,
-            unix_sockets: match facts.unix_sockets.is_empty() {
+            reach: match end.reach.is_empty() {
                 true => None,
-                false => serde_json::to_value(&facts.unix_sockets).ok(),
+                false => serde_json::to_value(&end.reach).ok(),
+            },
+            unix_sockets: match self.unix_sockets.is_empty() {
+                true => None,
+                false => serde_json::to_value(&self.unix_sockets).ok(),
             },
             denials,
         };
@@ -692,16 +705,10 @@ impl BackgroundManager {
             terminal,
             trust: None,
         };
+        // A published port another process holds refuses the start.
+        let published = crate::reach::bind_published(&plan).map_err(RunError::Rejected)?;
         let mut launched = launch_in(tier, &plan, &launch_opts)?;
-        let terminal = launched
-            .take_terminal()
-            .map(crate::term::TermIo::new)
-            .transpose()
-            .map_err(|source| RunError::Io {
-                what: "register the run's terminal",
-                source,
-            })?
-            .map(Arc::new);
+        let terminal = take_terminal(&mut launched)?;
         let pidfd = dup(launched.pidfd());
         let stdin = launched
             .take_stdin()
@@ -712,6 +719,8 @@ impl BackgroundManager {
         };
         // From here the guard owns the process: any early return kills it.
         let pidfd = pidfd?;
+        // Published ports and host ports are relayed for the process's life.
+        let relays = crate::reach::start(&plan, &mut guard.launched, published)?;
         // chmod calls and the refusals the filter hands off are answered for the process's
         // life (an unserved listener would leave those calls waiting); a mediator that
         // cannot be set up refuses the start, as it fails a foreground run.
@@ -749,6 +758,7 @@ impl BackgroundManager {
             stdin: tokio::sync::Mutex::new(stdin),
             terminal,
             pidfd,
+            unix_sockets: crate::outcome::HostSocket::of_plan(&plan).0,
             redactor: plan
                 .redaction
                 .enabled
@@ -760,7 +770,6 @@ impl BackgroundManager {
             seal: seal.map(|seal| SealFacts {
                 seal,
                 plan_sha256: tierbox_attest::plan_digest(&plan),
-                unix_sockets: crate::outcome::HostSocket::of_plan(&plan).0,
                 enforcement: tierbox_policy::Enforcement {
                     passed_over: selection.passed_over,
                     ..guard.launched.enforcement().clone()
@@ -773,7 +782,13 @@ impl BackgroundManager {
             plan: plan.clone(),
             state_dir: self.options.state_dir.clone(),
         };
-        tokio::spawn(watch(entry.clone(), guard, deadline, review, hand_off));
+        tokio::spawn(watch(
+            entry.clone(),
+            guard,
+            deadline,
+            review,
+            (hand_off, relays),
+        ));
         if !initial_stdin.is_empty() {
             let _ = self.write_to(&entry, &initial_stdin, false).await;
         }
@@ -953,18 +968,13 @@ struct Review {
 }
 
 /// Supervises one background process to its end: exit, kill request, or lifetime.
-async fn watch(
-    entry: Arc<Entry>,
-    mut guard: RunGuard,
-    deadline: Instant,
-    review: Review,
-    (mediator, refusals): (Option<supervisor::AbortOnDrop>, Option<RefusalLog>),
-) {
-    let started = Instant::now();
-    let launched_at = SystemTime::now();
-    let l = &mut guard.launched;
-    // The readers fill rings, which keep the newest output and never stop a stream: the
-    // quota signal `read_stream` takes is never raised for a background process.
+/// The tasks that read the process's stdout and stderr (or its terminal) into the rings,
+/// which keep the newest output and never stop a stream: the quota signal `read_stream`
+/// takes is never raised for a background process.
+fn spawn_readers(
+    entry: &Arc<Entry>,
+    l: &tierbox_sandbox::contract::RunningSandbox,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let quota = Arc::new(Notify::new());
     // Each ring keeps the stream as reads show it: redacted piece by piece at arrival.
     let reader = |fd, ring: &Arc<Mutex<OutputRing>>| {
@@ -987,6 +997,23 @@ async fn watch(
         let sink = Arc::new(ShownRing::new(entry.stdout.clone(), entry.redactor.clone()));
         readers.push(crate::term::spawn_reader(t.clone(), sink));
     }
+    readers
+}
+
+async fn watch(
+    entry: Arc<Entry>,
+    mut guard: RunGuard,
+    deadline: Instant,
+    review: Review,
+    ((mediator, refusals), relays): (
+        (Option<supervisor::AbortOnDrop>, Option<RefusalLog>),
+        Option<tierbox_egress::reach::Relays>,
+    ),
+) {
+    let started = Instant::now();
+    let launched_at = SystemTime::now();
+    let l = &mut guard.launched;
+    let readers = spawn_readers(&entry, l);
     let pidfd = l.watch_exit().ok();
     let state = match &pidfd {
         Some(p) => tokio::select! {
@@ -1055,6 +1082,9 @@ async fn watch(
             .await;
     drop(mediator);
     let mut end_report = scratch.for_status(limit, &review.plan);
+    if let Some(relays) = relays {
+        end_report.reach = relays.finish().await;
+    }
     end_report.denial_reports = supervisor::add_refusals(
         &review.plan,
         &mut guard.launched,
@@ -1100,22 +1130,30 @@ async fn watch(
     }
 }
 
-/// What a background run cannot have in this build: the egress proxy, published ports and
-/// host ports are served for foreground runs only.
+/// The run's terminal, registered with the runtime (`None`: it has pipes).
+fn take_terminal(
+    launched: &mut tierbox_sandbox::contract::RunningSandbox,
+) -> Result<Option<Arc<crate::term::TermIo>>, RunError> {
+    Ok(launched
+        .take_terminal()
+        .map(crate::term::TermIo::new)
+        .transpose()
+        .map_err(|source| RunError::Io {
+            what: "register the run's terminal",
+            source,
+        })?
+        .map(Arc::new))
+}
+
+/// What a background run cannot have in this build: the egress proxy is served for
+/// foreground runs only (published ports and host ports are relayed for a background
+/// process's life).
 fn refuse_network_edge(plan: &Plan, tier: tierbox_policy::Tier) -> Result<(), BackgroundError> {
     if plan.network.needs_proxy() {
         return Err(RunError::Rejected(Rejection::TierUnsupported {
             tier,
             feature: "background processes with strict egress and an allowlist".to_owned(),
             reason: "the egress proxy is per foreground run in this build".to_owned(),
-        })
-        .into());
-    }
-    if let Some(key) = tierbox_sandbox::contract::reach_key(plan) {
-        return Err(RunError::Rejected(Rejection::TierUnsupported {
-            tier,
-            feature: format!("background processes with {key}"),
-            reason: "published ports and host ports are relayed for foreground runs in this build: run the server in the foreground with a timeout (timeout_ms, up to limits.max_timeout_ms)".to_owned(),
         })
         .into());
     }

@@ -952,6 +952,7 @@ impl Scratch {
                 limit_hit.map(|l| (l, false, crate::denials::limit_value(plan, l))),
             ),
             denial_reports: std::collections::BTreeMap::new(),
+            reach: Vec::new(),
         }
     }
 }
@@ -970,6 +971,8 @@ pub(crate) struct EndReport {
         tierbox_policy::enforcement::DenialLayer,
         tierbox_policy::LayerReport,
     >,
+    /// Each published port and host port, with what it carried.
+    pub(crate) reach: Vec<tierbox_egress::reach::RelayReport>,
 }
 
 /// After a run's tree is gone: whether its `/tmp` or upper layer filled up, and in

@@ -17,22 +17,7 @@ use crate::strict::{TIER_TABLE, Tier};
 
 /// A program that serves HTTP on `127.0.0.1:PORT` (argv[1]) inside the sandbox until a
 /// request for `/stop`, answering `/` with `served from inside`.
-const SERVER: &str = r#"import http.server, sys, threading
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"served from inside\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-        if self.path == "/stop":
-            threading.Thread(target=self.server.shutdown).start()
-    def log_message(self, *a):
-        pass
-s = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
-print("listening", flush=True)
-s.serve_forever()
-"#;
+const SERVER: &str = include_str!("http_server.py");
 
 /// Connects to each `host port proto` line of argv and prints what answered:
 /// `ok <banner>`, `refused`, `error <kind>`; UDP datagrams are sent and printed `sent`.

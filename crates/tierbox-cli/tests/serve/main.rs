@@ -5,6 +5,7 @@
 
 mod files;
 mod ownership;
+mod reach;
 mod stdin;
 mod support;
 #[macro_use]
