@@ -335,6 +335,10 @@ pub enum Command {
         /// terminates lets it through, and which rule decides.
         #[arg(long, value_name = "METHOD /PATH", requires = "host")]
         request: Option<String>,
+        /// A host unix socket: whether a run may connect to it (`egress.unix_sockets`,
+        /// resolved with this process's environment).
+        #[arg(long, value_name = "PATH", group = "what")]
+        socket: Option<PathBuf>,
     },
     /// Review mode: list, show, apply or discard the changes an overlay run kept.
     Changes {

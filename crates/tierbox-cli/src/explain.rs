@@ -70,6 +70,21 @@ pub fn host(policy: &Policy, raw: &str, request: Option<&str>) -> Result<ExitCod
     };
     let target = host.with_port(port);
     let e = &policy.egress;
+    // Without the host's network (Tier C), the host's loopback is reached only through
+    // a host port; `strict` may still name a loopback address for the proxy.
+    if matches!(e.mode, EgressMode::BlockAll | EgressMode::Strict)
+        && let Some((allowed, why, fix)) = loopback(policy, &host, port)
+        && (allowed || e.mode == EgressMode::BlockAll)
+    {
+        println!(
+            "connect {target}: {}: {why}",
+            if allowed { "allowed" } else { "denied" }
+        );
+        if let Some(f) = fix {
+            println!("to allow: {f}");
+        }
+        return Ok(ExitCode::from(u8::from(!allowed)));
+    }
     let (allowed, why, fix) = match e.mode {
         EgressMode::AllowAll => (
             true,
@@ -115,6 +130,104 @@ pub fn host(policy: &Policy, raw: &str, request: Option<&str>) -> Result<ExitCod
     }
     let request_allowed = terminated(policy, &host, request)?;
     Ok(ExitCode::from(u8::from(!allowed || !request_allowed)))
+}
+
+/// `explain --host` of a loopback address: inside Tier C the loopback is the sandbox's own,
+/// and the host's is reached only at `127.0.0.1:PORT` of an `egress.host_ports` entry.
+/// `None` for any other host.
+fn loopback(
+    policy: &Policy,
+    host: &tierbox_policy::hosts::CanonicalHost,
+    port: Option<u16>,
+) -> Option<(bool, String, Option<String>)> {
+    let name = host.to_string();
+    let v4 = name == "localhost" || name == "127.0.0.1";
+    let other = name.starts_with("127.") || name == "::1" || name == "[::1]";
+    if !v4 && !other {
+        return None;
+    }
+    let ports = &policy.egress.host_ports;
+    Some(match port {
+        Some(p) if v4 && ports.contains(&p) => (
+            true,
+            format!(
+                "egress.host_ports {p}: in tier c the supervisor relays 127.0.0.1:{p} inside the sandbox to the host's 127.0.0.1:{p} (tier b refuses host_ports)"
+            ),
+            None,
+        ),
+        Some(p) if v4 => (
+            false,
+            format!(
+                "the sandbox's loopback is its own (tier c); the host's 127.0.0.1:{p} is reached only through egress.host_ports (it lists {ports:?})"
+            ),
+            Some(format!("egress.host_ports += {p} (tier c)")),
+        ),
+        Some(p) => (
+            false,
+            format!(
+                "only 127.0.0.1 inside the sandbox reaches a host port; {name} is the sandbox's own loopback"
+            ),
+            Some(format!(
+                "connect to 127.0.0.1:{p}, with egress.host_ports += {p} (tier c)"
+            )),
+        ),
+        None => (
+            false,
+            "a host port is one TCP port: give HOST:PORT".to_owned(),
+            None,
+        ),
+    })
+}
+
+/// `explain --socket PATH`: whether a run may connect to the host socket at `path`: the
+/// `egress.unix_sockets` entry that resolves to it (in this process's environment, as a
+/// run validated here would resolve it), or the key that would allow it. Exit 0 when
+/// allowed, 1 when denied.
+pub fn socket(policy: &Policy, path: &Path) -> Result<ExitCode> {
+    use tierbox_policy::unix_sockets::{SocketEntry, is_privileged_socket};
+    let env: std::collections::BTreeMap<String, String> = std::env::vars().collect();
+    let want = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let shown = want.display();
+    let mut unresolved = Vec::new();
+    for entry in &policy.egress.unix_sockets {
+        let resolved = entry
+            .parse::<SocketEntry>()
+            .map_err(|e| e.to_string())
+            .and_then(|e| e.expand(&env).map_err(|e| e.to_string()))
+            .map(|p| std::fs::canonicalize(&p).unwrap_or(p));
+        match resolved {
+            Ok(p) if p == want => {
+                let privileged = is_privileged_socket(&want) || is_privileged_socket(path);
+                if privileged && !policy.egress.danger_privileged_sockets {
+                    println!(
+                        "connect {shown}: denied: egress.unix_sockets entry {entry:?} names it, but its peer controls the host"
+                    );
+                    println!(
+                        "to allow: egress.danger_privileged_sockets = true (whatever runs inside can then become root on the host)"
+                    );
+                    return Ok(ExitCode::from(1));
+                }
+                println!(
+                    "connect {shown}: allowed: egress.unix_sockets entry {entry:?} (tier c binds it read-only at {shown}; tier b refuses the key)"
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            Ok(_) => {}
+            Err(why) => unresolved.push(format!("{entry:?}: {why}")),
+        }
+    }
+    println!(
+        "connect {shown}: denied: no egress.unix_sockets entry resolves to it; a run reaches no host socket but those"
+    );
+    for note in &unresolved {
+        println!("note: {note}");
+    }
+    let danger = match is_privileged_socket(&want) || is_privileged_socket(path) {
+        true => " and egress.danger_privileged_sockets = true (its peer controls the host)",
+        false => "",
+    };
+    println!("to allow: egress.unix_sockets += \"{shown}\"{danger} (tier c)");
+    Ok(ExitCode::from(1))
 }
 
 /// What `explain --host` adds for a terminated host (its rules, its credentials), and the

@@ -17,9 +17,12 @@ pub fn cmd_explain(
     outcome: Option<PathBuf>,
     path: Option<PathBuf>,
     op: Option<explain::Op>,
-    (host, request): (Option<String>, Option<String>),
+    (host, request, socket): (Option<String>, Option<String>, Option<PathBuf>),
 ) -> Result<ExitCode> {
     let runner = build_runner(policy, None)?;
+    if let Some(socket) = socket {
+        return explain::socket(runner.policy(), &socket);
+    }
     match (run_id, outcome, path, host) {
         (Some(id), ..) => match explain::log_path(log, runner.policy()) {
             Some(log) => explain::run_id(&log, &id),
@@ -30,6 +33,6 @@ pub fn cmd_explain(
         (_, Some(file), ..) => explain::outcome(&file),
         (_, _, Some(path), _) => explain::path(&runner, &path, op.unwrap_or(explain::Op::Read)),
         (_, _, _, Some(host)) => explain::host(runner.policy(), &host, request.as_deref()),
-        _ => anyhow::bail!("give a RUN_ID, --outcome, --path or --host"),
+        _ => anyhow::bail!("give a RUN_ID, --outcome, --path, --host or --socket"),
     }
 }

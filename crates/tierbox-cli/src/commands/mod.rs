@@ -131,7 +131,16 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             op,
             host,
             request,
-        } => explain::cmd_explain(&policy, run_id, log, outcome, path, op, (host, request)),
+            socket,
+        } => explain::cmd_explain(
+            &policy,
+            run_id,
+            log,
+            outcome,
+            path,
+            op,
+            (host, request, socket),
+        ),
         Command::Policy { action } => policy::cmd_policy(action),
     }
 }

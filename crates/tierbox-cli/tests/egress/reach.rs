@@ -57,7 +57,7 @@ fn free_port() -> u16 {
 pub(crate) struct Sandbox {
     _ws: tempfile::TempDir,
     pub(crate) state: tempfile::TempDir,
-    policy_file: std::path::PathBuf,
+    pub(crate) policy_file: std::path::PathBuf,
     pub(crate) ws: std::path::PathBuf,
 }
 
@@ -401,4 +401,46 @@ fn an_unlisted_or_busy_port_is_refused_and_the_fix_works() {
     assert_eq!(json["error"]["code"], "egress.port_unavailable", "{json:#}");
     let msg = json["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("address in use"), "{msg}");
+}
+
+/// `explain --host 127.0.0.1:PORT` says a host port is needed and names it; with the
+/// fix applied, explain allows it and a run reaches the host's listener there.
+#[test]
+fn explain_names_the_host_port_and_the_fix_works() {
+    let tier = Tier::C;
+    if let Some(reason) = tier.missing() {
+        tierbox_test_support::skip("explain_names_the_host_port", &reason);
+        return;
+    }
+    let (port, hits) = banner_listener((Ipv4Addr::LOCALHOST, 0).into(), "granted\n").unwrap();
+    let target = format!("127.0.0.1:{port}");
+    let explain = |sb: &Sandbox| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(["explain", "--policy"])
+            .arg(&sb.policy_file)
+            .args(["--host", &target])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let sb = Sandbox::new(&policy(tier, ""));
+    let (code, text) = explain(&sb);
+    assert_eq!(code, Some(1), "{text}");
+    let fix = format!("to allow: egress.host_ports += {port} (tier c)");
+    assert!(text.contains(&fix), "{text}");
+    let sb = Sandbox::new(&policy(tier, &format!("host_ports = [{port}]\n")));
+    let (code, text) = explain(&sb);
+    assert_eq!(code, Some(0), "{text}");
+    let (status, outcome, stderr) = sb.run(
+        tier,
+        &[],
+        &["python3", "probe.py", &format!("127.0.0.1,{port},tcp")],
+    );
+    assert_eq!(status, 0, "{outcome:#}\n{stderr}");
+    let stdout = outcome["stdout"]["text"].as_str().unwrap_or_default();
+    assert!(stdout.contains("ok granted"), "{outcome:#}");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
 }

@@ -338,3 +338,58 @@ fn tier_b_and_an_unset_variable_are_refused_with_the_reason() {
         "{stderr}"
     );
 }
+
+/// `explain --socket PATH` names the entry a socket needs; with the fix applied explain
+/// allows it and a run connects to it.
+#[test]
+fn explain_names_the_socket_entry_and_the_fix_works() {
+    let tier = Tier::C;
+    if let Some(reason) = tier.missing() {
+        tierbox_test_support::skip("explain_names_the_socket_entry", &reason);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = std::fs::canonicalize(dir.path())
+        .unwrap()
+        .join("service.sock");
+    let _l = listener(&sock);
+    let explain = |sb: &Sandbox| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(["explain", "--policy"])
+            .arg(&sb.policy_file)
+            .arg("--socket")
+            .arg(&sock)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let ids = format!("sandbox_uid = {AGENT_UID}\nsandbox_gid = {AGENT_UID}\n");
+    let sb = sandbox(&policy(tier, &ids, ""));
+    let (code, text) = explain(&sb);
+    assert_eq!(code, Some(1), "{text}");
+    let fix = format!("egress.unix_sockets += \"{}\"", sock.display());
+    assert!(text.contains(&fix), "{text}");
+    let sb = sandbox(&policy(
+        tier,
+        &ids,
+        &format!("unix_sockets = [\"{}\"]\n", sock.display()),
+    ));
+    let (code, text) = explain(&sb);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, outcome, stderr) = tierbox(
+        &sb,
+        "run",
+        tier,
+        &sock,
+        &["python3", "probe.py", sock.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{outcome:#}\n{stderr}");
+    let stdout = outcome["stdout"]["text"].as_str().unwrap_or_default();
+    assert!(
+        stdout.contains(&format!("{} ok", sock.display())),
+        "{outcome:#}"
+    );
+}
