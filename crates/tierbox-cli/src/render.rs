@@ -363,7 +363,18 @@ pub fn print_wasm_plan(plan: &tierbox_policy::wasm::WasmPlan) {
         "output    {} B per stream, {:?}",
         plan.output.max_bytes, plan.output.mode
     );
-    println!("network   none");
+    if plan.network.is_empty() {
+        println!("network   none");
+    }
+    for g in &plan.network {
+        let addrs: Vec<String> = g.addrs.iter().map(ToString::to_string).collect();
+        println!(
+            "network   tcp {}:{} -> {} (resolved now, once; lookups of any other name are refused)",
+            g.host,
+            g.port,
+            addrs.join(", ")
+        );
+    }
 }
 
 /// Most denials the CLI's one-line summary names (the outcome has them all).

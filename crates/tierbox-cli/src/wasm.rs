@@ -51,6 +51,10 @@ pub struct WasmRequestArgs {
     /// has; the name must be in `wasm.allow_env`).
     #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
     env: Vec<String>,
+    /// Let a component open TCP connections to HOST:PORT (repeatable; the policy's
+    /// egress must allow it: `egress.allow` in strict mode).
+    #[arg(long = "net", value_name = "HOST:PORT")]
+    net: Vec<String>,
     /// Narrow the workspace grant.
     #[arg(long, value_enum)]
     workspace_access: Option<AccessArg>,
@@ -92,6 +96,7 @@ pub fn build_request(args: WasmRequestArgs) -> std::result::Result<WasmRunReques
         req.grants.fs.push(FsGrant { path, write });
     }
     req.grants.env = args.pass_env;
+    req.grants.network = args.net;
     crate::request::insert_env_pairs(args.env, &mut req.env)?;
     Ok(req)
 }

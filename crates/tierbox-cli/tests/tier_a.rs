@@ -556,3 +556,97 @@ fn the_readme_s_tier_a_examples_print_what_it_says() {
     }
     assert!(checked >= 4, "only {checked} README examples checked");
 }
+
+/// `tierbox wasm run --net HOST:PORT`: a component reaches the granted host (the policy's
+/// strict allowlist with an address entry for the loopback it resolves to); a component
+/// looking up another name is refused, and the outcome's denials name the grant; the
+/// attestation covers the network report (editing it breaks `attest verify`).
+#[test]
+fn a_component_reaches_its_granted_host_through_the_cli() {
+    use std::io::Write as _;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let _ = c.write_all(b"granted\n");
+        }
+    });
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let guest = |name: &str| {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/probe/wasm/net_component.wat"
+        ))
+        .unwrap()
+        .replace("__NAME_LEN__", &name.len().to_string())
+        .replace("__NAME__", name)
+        .replace("__PORT__", &port.to_string())
+    };
+    std::fs::write(ws.path().join("good.wat"), guest("dev.test")).unwrap();
+    std::fs::write(ws.path().join("other.wat"), guest("other.test")).unwrap();
+    let policy = state.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "version = 1\n[egress]\nmode = \"strict\"\nallow = [\"dev.test:{port}\", \"127.0.0.1:{port}\"]\nresolve = {{ \"dev.test\" = [\"127.0.0.1\"] }}\n"
+        ),
+    )
+    .unwrap();
+    let grant = format!("dev.test:{port}");
+    let run = |module: &str| {
+        tierbox_in(
+            state.path(),
+            &[
+                "wasm",
+                "run",
+                "--json",
+                "--policy",
+                policy.to_str().unwrap(),
+                "--workspace",
+                ws.path().to_str().unwrap(),
+                "--net",
+                &grant,
+                module,
+            ],
+        )
+    };
+    let out = run("good.wat");
+    let outcome = json(&out);
+    assert_eq!(outcome["stdout"]["text"], "ok granted\n", "{outcome:#}");
+    let address = format!("127.0.0.1:{port}");
+    assert_eq!(
+        outcome["wasm"]["network"]["connects"][&address], 1,
+        "{outcome:#}"
+    );
+
+    let out = run("other.wat");
+    let refused = json(&out);
+    assert_eq!(refused["stdout"]["text"], "lookup-error 1\n", "{refused:#}");
+    let d = &refused["denials"][0];
+    assert_eq!(
+        (d["operation"].as_str(), d["target"].as_str()),
+        (Some("lookup"), Some("other.test")),
+        "{refused:#}"
+    );
+    assert!(
+        d["hint"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("grants.network"),
+        "{d}"
+    );
+
+    let file = state.path().join("outcome.json");
+    let verify = |o: &serde_json::Value| {
+        std::fs::write(&file, serde_json::to_vec(o).unwrap()).unwrap();
+        tierbox_in(state.path(), &["attest", "verify", file.to_str().unwrap()])
+    };
+    assert!(verify(&outcome).status.success());
+    let mut edited = outcome.clone();
+    edited["wasm"]["network"]["connects"][&address] = serde_json::json!(0);
+    assert!(
+        !verify(&edited).status.success(),
+        "an edited network report verified"
+    );
+}

@@ -9,8 +9,8 @@ use tierbox_policy::hosts::{CanonicalHost, HostPattern};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
 
-use crate::special::{article, special_range};
 use crate::{MAX_DIAL_ATTEMPTS, ProxyConfig, Verdict};
+use tierbox_policy::hosts::{article, special_range};
 
 /// A connected destination.
 #[derive(Debug)]

@@ -72,7 +72,6 @@ mod log;
 pub mod reach;
 mod server;
 mod socks;
-mod special;
 pub mod tls;
 mod tunnel;
 
@@ -98,7 +97,7 @@ use tierbox_policy::hosts::HostPattern;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use special::special_range;
+pub use tierbox_policy::hosts::special_range;
 
 /// Default time allowed for one TCP connection attempt to a destination, in
 /// milliseconds ([`ProxyConfig::connect_timeout`]); also bounds a system-resolver lookup.

@@ -18,6 +18,7 @@
 
 mod extract;
 mod pattern;
+mod special;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
@@ -26,6 +27,7 @@ pub use extract::{
     FoundHost, HOST_HINT_SEGMENTS, NETWORK_CLIENTS, extract_hosts, extract_hosts_for,
 };
 pub use pattern::{HostPattern, PatternError};
+pub use special::{article, special_range};
 
 pub use crate::request::MAX_HOST_BYTES;
 

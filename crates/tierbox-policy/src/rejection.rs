@@ -551,7 +551,7 @@ impl Rejection {
             }
             "wasm.inline_denied" => "the policy allows it with wasm.allow_inline_modules = true",
             "wasm.grant_denied" => {
-                "the policy's wasm.read_only, wasm.writable and wasm.allow_env bound what a request may grant"
+                "the policy's wasm.read_only, wasm.writable and wasm.allow_env bound what a request may grant, and its egress (egress.mode, egress.allow) the network grants; the message names the entry to add"
             }
             "wasm.not_mapped" => "map the interpreter to a WASI build in wasm.interpreters",
             "wasm.runtime_missing" => "`tierbox wasm fetch-runtimes` installs the WASI builds",

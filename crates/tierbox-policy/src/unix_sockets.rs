@@ -29,7 +29,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::str::FromStr;
 
@@ -308,13 +307,34 @@ pub enum SocketRefusal {
 
 /// Resolves the policy's entries on this host: each expanded from `env`, resolved
 /// (symlinks followed), an existing socket outside `deny_read`, and privileged only when
+/// `danger` allows it. A host without unix sockets (Windows) refuses every entry.
+#[cfg(not(unix))]
+pub fn resolve(
+    entries: &[String],
+    _danger: bool,
+    _env: &BTreeMap<String, String>,
+    _deny_read: &[PathBuf],
+) -> Result<Vec<UnixSocketGrant>, SocketRefusal> {
+    match entries.first() {
+        None => Ok(Vec::new()),
+        Some(entry) => Err(SocketRefusal::Unusable {
+            entry: entry.clone(),
+            reason: "this host has no unix sockets".to_owned(),
+        }),
+    }
+}
+
+/// Resolves the policy's entries on this host: each expanded from `env`, resolved
+/// (symlinks followed), an existing socket outside `deny_read`, and privileged only when
 /// `danger` allows it.
+#[cfg(unix)]
 pub fn resolve(
     entries: &[String],
     danger: bool,
     env: &BTreeMap<String, String>,
     deny_read: &[PathBuf],
 ) -> Result<Vec<UnixSocketGrant>, SocketRefusal> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let mut grants: Vec<UnixSocketGrant> = Vec::with_capacity(entries.len());
     for entry in entries {
         let unusable = |reason: String| SocketRefusal::Unusable {
@@ -367,7 +387,7 @@ pub fn resolve(
     Ok(grants)
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 

@@ -32,6 +32,12 @@ pub const MAX_INLINE_MODULE_BYTES: usize = 96 * 1024;
 pub const MAX_FS_GRANTS: usize = 16;
 /// Most environment names in `grants.env`.
 pub const MAX_ENV_GRANTS: usize = 32;
+/// Most `grants.network` entries of one request: each is resolved when the request is
+/// validated (a DNS lookup each).
+pub const MAX_NETWORK_GRANTS: usize = 16;
+/// Most addresses kept for one network grant (a name that resolves to more keeps the
+/// first ones, in the resolver's order).
+pub const MAX_GRANT_ADDRS: usize = 16;
 /// Hard cap a policy may set on `wasm.max_module_bytes` (256 MiB): the module is read
 /// into memory and compiled.
 pub const HARD_MAX_MODULE_BYTES: u64 = 256 * 1024 * 1024;
@@ -94,10 +100,15 @@ pub struct WasmGrants {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_ENV_GRANTS), inner(length(min = 1, max = MAX_ENV_NAME_BYTES)))]
     pub env: Vec<String>,
-    /// Network hosts. Tier A has no network in this build: a non-empty list is rejected
-    /// (`tier.unsupported`).
+    /// Hosts a component may open TCP connections to through `wasi:sockets`, each
+    /// `HOST:PORT` and allowed by the policy's egress (`egress.allow` in `strict` and
+    /// `preflight`; nothing in `block_all`). Resolved once, when the request is validated:
+    /// the guest's name lookups answer with those addresses only, and it may connect to
+    /// nothing else. A name that resolves to a loopback, private, link-local or metadata
+    /// address is refused unless an `egress.allow` address entry covers it. Preview 1
+    /// modules have no sockets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64), inner(length(max = 253)))]
+    #[schemars(length(max = MAX_NETWORK_GRANTS), inner(length(max = 260)))]
     pub network: Vec<String>,
 }
 
@@ -361,6 +372,22 @@ pub struct WasmPlan {
     pub stdin_streamed: bool,
     /// Redaction.
     pub redaction: RedactionPlan,
+    /// The hosts the guest may connect to (`grants.network`), resolved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub network: Vec<NetGrant>,
+}
+
+/// A host a Tier A guest may connect to, resolved once when the request was validated:
+/// its name lookups of `host` answer `addrs`, and a connect is allowed to exactly
+/// `addrs` at `port`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetGrant {
+    /// The host as granted, in canonical form (a name or an address).
+    pub host: String,
+    /// The TCP port.
+    pub port: u16,
+    /// The addresses it resolved to, each checked against the special ranges.
+    pub addrs: Vec<std::net::IpAddr>,
 }
 
 /// Encodes standard base64 with padding (what [`decode_base64`] reads back).

@@ -651,7 +651,7 @@ pub fn sources(
 /// [`sources`] for a Tier A run: its limits are recorded; a guest's access outside its
 /// grants does not exist for it (WASI answers `ENOENT`/`EBADF`), so there is nothing to
 /// refuse there.
-pub fn tier_a_sources() -> BTreeMap<DenialLayer, LayerReport> {
+pub fn tier_a_sources(network: bool) -> BTreeMap<DenialLayer, LayerReport> {
     let mut out = BTreeMap::new();
     out.insert(
         DenialLayer::Limits,
@@ -659,7 +659,55 @@ pub fn tier_a_sources() -> BTreeMap<DenialLayer, LayerReport> {
             "the runtime's limits: fuel, memory, tables, instances, deadline, output",
         ),
     );
+    if network {
+        out.insert(
+            DenialLayer::Egress,
+            LayerReport::applied(
+                "the host's checks of the guest's name lookups and socket addresses (grants.network)",
+            ),
+        );
+    }
     out
+}
+
+/// The denials of a Tier A run's network ([`tierbox_wasm::NetReport::refused`]): each
+/// refused lookup and connect, with the grant that would allow it; listening, accepting
+/// and UDP, which no grant allows.
+///
+/// ```
+/// use tierbox_runner::denials::of_tier_a_network;
+///
+/// let mut report = tierbox_wasm::NetReport::default();
+/// report.refused.insert("connect 10.0.0.1:80".to_owned(), 2);
+/// let d = &of_tier_a_network(&report)[0];
+/// assert_eq!((d.operation.as_str(), d.target.as_str(), d.count), ("connect", "10.0.0.1:80", 2));
+/// assert!(d.hint.contains("grants.network += \"10.0.0.1:80\""));
+/// ```
+pub fn of_tier_a_network(report: &tierbox_wasm::NetReport) -> Vec<Denial> {
+    report
+        .refused
+        .iter()
+        .map(|(key, count)| {
+            let (operation, target) = key.split_once(' ').unwrap_or((key.as_str(), ""));
+            let hint = match operation {
+                "lookup" => format!(
+                    "grants.network += \"{target}:PORT\" in the request, for a host the policy's egress.allow allows: a component resolves only granted names"
+                ),
+                "connect" => format!(
+                    "grants.network += \"{target}\" in the request, for a host the policy's egress.allow allows (an address in a special range needs an egress.allow address entry)"
+                ),
+                _ => "not allowed by any policy: a tier a component may only open tcp connections to granted hosts (no listening, accepting or udp)".to_owned(),
+            };
+            Denial {
+                layer: DenialLayer::Egress,
+                operation: operation.to_owned(),
+                target: target.to_owned(),
+                count: *count,
+                first_ms: None,
+                hint,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -207,6 +207,7 @@ async fn run_wasm_tapped(
         Ok(at_launch) => crate::outcome::created_git_dirs(&plan.workspace, at_launch, &[], limits),
         Err(e) => (Vec::new(), Some(e.clone())),
     };
+    let report_network = report.network.clone();
     Ok(Outcome {
         run_id: new_run_id(),
         exit_code: report.exit_code,
@@ -243,7 +244,13 @@ async fn run_wasm_tapped(
         changes: None,
         changes_error: None,
         changes_evicted: Vec::new(),
-        denials: crate::denials::of_run(None, limit_hit.map(|l| (l, true, None))),
+        denials: {
+            let mut d = crate::denials::of_run(None, limit_hit.map(|l| (l, true, None)));
+            if let Some(net) = report_network {
+                d.extend(crate::denials::of_tier_a_network(&net));
+            }
+            d
+        },
     })
 }
 
@@ -268,6 +275,10 @@ fn enforcement(plan: &WasmPlan) -> Enforcement {
         })
         .collect();
     grants.extend(plan.env.iter().map(|(k, _)| format!("env {k}")));
+    grants.extend(plan.network.iter().map(|g| {
+        let addrs: Vec<String> = g.addrs.iter().map(ToString::to_string).collect();
+        format!("network {}:{} ({})", g.host, g.port, addrs.join(", "))
+    }));
     let l = &plan.limits;
     grants.push(format!("fuel {}", l.fuel));
     grants.push(format!("memory_bytes {}", l.memory_bytes));
@@ -287,7 +298,17 @@ fn enforcement(plan: &WasmPlan) -> Enforcement {
         cgroup: not_applicable(),
         namespaces: Vec::new(),
         rlimits: Vec::new(),
-        network: "none: no WASI sockets are granted".to_owned(),
+        network: match plan.network.is_empty() {
+            true => "none: no WASI sockets are granted".to_owned(),
+            false => format!(
+                "wasi:sockets tcp connects to the granted hosts' resolved addresses only; name lookups answered from the grants ({})",
+                plan.network
+                    .iter()
+                    .map(|g| format!("{}:{}", g.host, g.port))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
         protected_paths: not_applicable(),
         disk: tierbox_policy::LayerReport::missing(
             "not applied: a guest writes only its preopened directories, bounded per file by limits.file_size_bytes",
@@ -295,6 +316,6 @@ fn enforcement(plan: &WasmPlan) -> Enforcement {
         missing_layers: Vec::new(),
         passed_over: None,
         grants,
-        denial_reports: crate::denials::tier_a_sources(),
+        denial_reports: crate::denials::tier_a_sources(!plan.network.is_empty()),
     }
 }

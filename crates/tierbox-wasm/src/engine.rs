@@ -129,6 +129,13 @@ impl WasmEngine {
         wasmtime_wasi::p1::add_to_linker_async(&mut p1, |h: &mut P1Host| &mut h.wasi)?;
         let mut p2 = ComponentLinker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut p2)?;
+        // Name lookups are answered from the plan's grants, never by a DNS query.
+        p2.allow_shadowing(true);
+        wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::add_to_linker::<
+            P2Host,
+            crate::net::GuardedLookup,
+        >(&mut p2, crate::net::lookup_view::<P2Host>)?;
+        p2.allow_shadowing(false);
         let disk = cache_dir.map(|dir| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             engine.precompile_compatibility_hash().hash(&mut h);

@@ -57,6 +57,7 @@ mod engine;
 mod io;
 mod limits;
 mod module_file;
+mod net;
 pub mod progress;
 mod run;
 #[allow(unsafe_code)]
@@ -64,6 +65,7 @@ mod sys;
 
 pub use engine::{EPOCH_TICK, MAX_CONCURRENT_COMPILATIONS, MAX_MEMORY_CACHED_MODULES, WasmEngine};
 pub use io::OutputSink;
+pub use net::{MAX_NET_TARGETS, NetReport};
 pub use run::{CacheSource, GuestStdin, RunReport, WasmError, WasmLimit};
 
 /// The Tier A backend in outcomes and attestations.

@@ -86,6 +86,10 @@ pub struct RunReport {
     pub peak_memory_bytes: u64,
     /// Wall-clock duration, compilation included, in milliseconds.
     pub duration_ms: u64,
+    /// What the guest did with its network grants (`grants.network`): connects made and
+    /// what was refused. Absent when the run had no grant and nothing was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::net::NetReport>,
 }
 
 /// Store data of a WASI preview 1 module.
@@ -99,6 +103,13 @@ pub(crate) struct P2Host {
     ctx: WasiCtx,
     table: ResourceTable,
     limiter: Limiter,
+    net: Arc<crate::net::NetGuard>,
+}
+
+impl crate::net::HasGuard for P2Host {
+    fn guard(&self) -> Arc<crate::net::NetGuard> {
+        self.net.clone()
+    }
 }
 
 impl WasiView for P2Host {
@@ -188,6 +199,7 @@ impl WasmEngine {
                     fuel_consumed: 0,
                     peak_memory_bytes: 0,
                     duration_ms: elapsed_ms(started),
+                    network: None,
                 });
             }
         };
@@ -208,7 +220,9 @@ impl WasmEngine {
             }
         }
         let stopped = Arc::new(AtomicBool::new(false));
-        let wasi = build_ctx(plan, stdout, stderr, stdin, &stopped)?;
+        let net = crate::net::NetGuard::new(&plan.network);
+        let mut wasi = build_ctx(plan, stdout, stderr, stdin, &stopped)?;
+        crate::net::configure(&mut wasi, &net);
         let limiter = Limiter::new(&plan.limits);
         let (kind, ended) = match &loaded.compiled {
             Compiled::Module(pre) => {
@@ -240,6 +254,7 @@ impl WasmEngine {
                     ctx: b.build(),
                     table: ResourceTable::new(),
                     limiter,
+                    net: net.clone(),
                 };
                 let mut store = self.store(host, plan, deadline)?;
                 let call = async {
@@ -270,6 +285,7 @@ impl WasmEngine {
             fuel_consumed,
             peak_memory_bytes,
             duration_ms: elapsed_ms(started),
+            network: net.report(),
         })
     }
 
@@ -343,7 +359,8 @@ fn finish<T: Limited>(
 }
 
 /// The WASI context of a run: exactly the plan's arguments, environment, stdin and
-/// preopens; output to the sinks; no network of any kind.
+/// preopens; output to the sinks; no network (the caller adds the plan's grants,
+/// `net::configure`).
 fn build_ctx(
     plan: &WasmPlan,
     stdout: Arc<dyn OutputSink>,
@@ -355,11 +372,7 @@ fn build_ctx(
     b.args(&plan.argv)
         .envs(&plan.env)
         .stdout(GuestOutput::new(stdout, stopped.clone()))
-        .stderr(GuestOutput::new(stderr, stopped.clone()))
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false)
-        .socket_addr_check(|_, _| Box::pin(async { false }));
+        .stderr(GuestOutput::new(stderr, stopped.clone()));
     match (stdin, &plan.stdin) {
         (Some(reader), _) => {
             b.stdin(wasmtime_wasi::cli::AsyncStdinStream::new(reader));

@@ -749,19 +749,24 @@ fn inline_module_needs_allow_inline_modules() {
     );
 }
 
-/// A network grant is `tier.unsupported`: Tier A has no network in this build.
+/// A network grant is held to the policy's egress: the default policy's `block_all`
+/// refuses it (`wasm.grant_denied`, naming the mode and the entry that would allow it), and
+/// a grant without a port is refused whatever the mode.
 #[test]
-fn network_grant_is_unsupported() {
+fn network_grant_is_held_to_the_policy_s_egress() {
     let w = workspace(&["net"]);
     let mut req = request("net", &[]);
-    req.grants.network.push("example.com".to_owned());
+    req.grants.network.push("example.com:443".to_owned());
     let r = rejection(&policy(""), &req, &w.ws);
-    assert_eq!(r.code(), "tier.unsupported", "{r}");
+    assert_eq!(r.code(), "wasm.grant_denied", "{r}");
+    let text = r.to_string();
     assert!(
-        matches!(&r, Rejection::TierUnsupported { tier, feature, .. }
-            if *tier == tierbox_policy::Tier::A && feature.contains("example.com")),
-        "{r:?}"
+        text.contains("block_all") && text.contains("egress.allow += \"example.com:443\""),
+        "{text}"
     );
+    req.grants.network = vec!["example.com".to_owned()];
+    let r = rejection(&policy(""), &req, &w.ws);
+    assert!(r.to_string().contains("names no port"), "{r}");
 }
 
 /// What a run of `plan` does with a module file that may be swapped: the guest's output,
@@ -1254,4 +1259,104 @@ fn instance_count_is_capped() {
     );
     let ok = run(&engine, &plan(&policy("instances = 2"), &req, &w.ws));
     assert_exited(&ok, 0);
+}
+
+// ---- the network grant ---------------------------------------------------------------------
+
+/// A listener on `127.0.0.1` that answers each connection with `banner`.
+fn banner_server(banner: &'static str) -> u16 {
+    use std::io::Write as _;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let _ = c.write_all(banner.as_bytes());
+        }
+    });
+    port
+}
+
+/// The wasi:sockets guest in the workspace, set to look up `name` and connect to `port`.
+fn net_guest(w: &Workspace, file: &str, name: &str, port: u16) -> WasmRunRequest {
+    let wat = std::fs::read_to_string(format!("{GUESTS}net_component.wat"))
+        .unwrap()
+        .replace("__NAME_LEN__", &name.len().to_string())
+        .replace("__NAME__", name)
+        .replace("__PORT__", &port.to_string());
+    std::fs::write(w.ws.join(file), wat).unwrap();
+    WasmRunRequest::module(file)
+}
+
+fn strict(allow: &[String], resolve: &str) -> Policy {
+    let allow: Vec<String> = allow.iter().map(|a| format!("{a:?}")).collect();
+    Policy::from_toml(&format!(
+        "version = 1\n[egress]\nmode = \"strict\"\nallow = [{}]\nresolve = {{ {resolve} }}\n",
+        allow.join(", ")
+    ))
+    .unwrap()
+}
+
+/// A component granted `allowed.test:PORT` (resolved by the policy to 127.0.0.1, which
+/// an address entry lets through) connects to it and reads the server's banner; a lookup
+/// of any other name, and a connect to another port of the same address, are refused and
+/// listed. Without the address entry the grant itself is refused (loopback), naming the
+/// entry that allows it — applied, it works.
+#[test]
+fn a_component_reaches_its_granted_host_and_nothing_else() {
+    let w = workspace(&[]);
+    let granted = banner_server("granted\n");
+    let other = banner_server("other\n");
+    let grant = format!("allowed.test:{granted}");
+    let resolve = "\"allowed.test\" = [\"127.0.0.1\"]";
+    let engine = engine();
+
+    // The loopback address the name leads to needs an address entry.
+    let policy = strict(std::slice::from_ref(&grant), resolve);
+    let mut req = net_guest(&w, "net1.wat", "allowed.test", granted);
+    req.grants.network = vec![grant.clone()];
+    let r = rejection(&policy, &req, &w.ws);
+    assert_eq!(r.code(), "wasm.grant_denied", "{r}");
+    let fix = format!("egress.allow += \"127.0.0.1:{granted}\"");
+    assert!(r.to_string().contains(&fix), "{r}");
+
+    // The fix applied: the grant resolves once and the guest connects.
+    let address = format!("127.0.0.1:{granted}");
+    let policy = strict(&[grant.clone(), address.clone()], resolve);
+    let granted_plan = plan(&policy, &req, &w.ws);
+    assert_eq!(
+        granted_plan.network[0].addrs,
+        ["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+    );
+    let ran = run(&engine, &granted_plan);
+    assert_exited(&ran, 0);
+    assert_eq!(ran.stdout, "ok granted\n");
+    let net = ran.report.network.clone().unwrap();
+    assert_eq!(net.connects.get(&address), Some(&1), "{net:?}");
+    assert!(net.refused.is_empty(), "{net:?}");
+
+    // Another name: refused at lookup (access-denied, no DNS query), and listed.
+    let mut req = net_guest(&w, "net2.wat", "other.test", granted);
+    req.grants.network = vec![grant.clone()];
+    let ran = run(&engine, &plan(&policy, &req, &w.ws));
+    assert_eq!(ran.stdout, "lookup-error 1\n");
+    let net = ran.report.network.unwrap();
+    assert_eq!(net.refused.get("lookup other.test"), Some(&1), "{net:?}");
+
+    // The granted address at another port, and a private address: refused at connect.
+    for (name, port) in [("127.0.0.1", other), ("10.255.255.1", granted)] {
+        let mut req = net_guest(&w, "net3.wat", name, port);
+        req.grants.network = vec![grant.clone()];
+        let ran = run(&engine, &plan(&policy, &req, &w.ws));
+        assert_eq!(ran.stdout, "connect-error 1\n", "{name}:{port}");
+        let net = ran.report.network.unwrap();
+        let key = format!("connect {name}:{port}");
+        assert_eq!(net.refused.get(&key), Some(&1), "{net:?}");
+    }
+
+    // No grant: no sockets at all (the lookup is refused before anything).
+    let req = net_guest(&w, "net4.wat", "127.0.0.1", granted);
+    let ran = run(&engine, &plan(&policy, &req, &w.ws));
+    // wasmtime's own answer with name lookups off: permanent-resolver-failure.
+    assert_eq!(ran.stdout, "lookup-error 20\n");
+    assert!(ran.report.network.is_none());
 }

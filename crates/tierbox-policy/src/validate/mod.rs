@@ -34,6 +34,7 @@ mod stdin;
 mod system;
 mod tier;
 mod wasm;
+mod wasm_network;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -82,14 +82,13 @@ pub fn validate_wasm(
     }
     let workspace = scope::workspace_root(policy, ctx, &scope::own_paths(policy, ctx))?;
     let (module, name) = module_source(policy, req, &workspace)?;
-    if !req.grants.network.is_empty() {
-        return Err(network_unsupported(&req.grants.network.join(", ")));
-    }
+    let network = super::wasm_network::grants(&policy.egress, &req.grants.network)?;
     let mut argv = Vec::with_capacity(req.args.len() + 1);
     argv.push(name);
     argv.extend(req.args.iter().cloned());
     let mut plan = base_plan(policy, ctx, workspace, module, argv, req.grants.workspace)?;
     plan.entrypoint = entrypoint;
+    plan.network = network;
     plan.env = guest_env(policy, ctx, &req.env, &req.grants.env)?;
     for grant in &req.grants.fs {
         plan.preopens
@@ -253,8 +252,9 @@ fn network_unsupported(hosts: &str) -> Rejection {
     Rejection::TierUnsupported {
         tier: crate::policy::Tier::A,
         feature: format!("network access ({hosts})"),
-        reason: "WASI preview 1 has no sockets and this build grants no preview 2 sockets; \
-                 run networked tools in tier b or c with egress.mode = \"strict\""
+        reason: "a mapped interpreter runs as a WASI preview 1 module, which has no sockets; \
+                 give a component grants.network (wasm_run), or run networked tools in tier \
+                 b or c with egress.mode = \"strict\""
             .to_owned(),
     }
 }
@@ -443,6 +443,7 @@ fn base_plan(
                 .cloned()
                 .collect(),
         },
+        network: Vec::new(),
     })
 }
 

@@ -81,7 +81,7 @@ const NAT64_PREFIX: Ipv6Addr = Ipv6Addr::new(0x0064, 0xff9b, 0, 0, 0, 0, 0, 0);
 /// a NAT64 address (`64:ff9b::a.b.c.d`) is special when its embedded IPv4 address is.
 ///
 /// ```
-/// use tierbox_egress::special_range;
+/// use tierbox_policy::hosts::special_range;
 ///
 /// assert_eq!(special_range("127.0.0.1".parse().unwrap()), Some("loopback"));
 /// assert_eq!(special_range("169.254.169.254".parse().unwrap()), Some("cloud metadata"));
@@ -121,7 +121,7 @@ fn special_v6(ip: Ipv6Addr) -> Option<&'static str> {
 
 /// `a` or `an` before a range name, for messages ("a loopback address", "an
 /// unspecified/this network address").
-pub(crate) fn article(range: &str) -> &'static str {
+pub fn article(range: &str) -> &'static str {
     let vowel = range.starts_with(['a', 'e', 'i', 'o', 'u']);
     // "unique" starts with a consonant sound.
     if vowel && !range.starts_with("uni") {
