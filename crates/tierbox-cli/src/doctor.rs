@@ -410,10 +410,13 @@ impl StrictEgress {
                 "tier_c_bwrap": self.tier_c_bwrap,
                 "tier_b": false,
             },
+            // Tier A needs nothing from the kernel for its network grant: the host checks
+            // every lookup and connect of the component.
+            "tier_a_network": true,
         });
         let yes_no = |b: bool| if b { "yes" } else { "no" };
         let text = format!(
-            "host ports (egress.host_ports): tier c native {}, tier c bwrap {}; published ports (egress.publish, on 127.0.0.1 only): tier c native {}{}, tier c bwrap {}; host unix sockets (egress.unix_sockets, bound into the sandbox): tier c native {}, tier c bwrap {}; tier b never (landlock before ABI 9 cannot limit which sockets a program connects to)",
+            "host ports (egress.host_ports): tier c native {}, tier c bwrap {}; published ports (egress.publish, on 127.0.0.1 only): tier c native {}{}, tier c bwrap {}; host unix sockets (egress.unix_sockets, bound into the sandbox): tier c native {}, tier c bwrap {}; tier b never (landlock before ABI 9 cannot limit which sockets a program connects to); tier a components: tcp to grants.network hosts (held to egress.allow, resolved once)",
             yes_no(self.tier_c),
             yes_no(self.tier_c_bwrap),
             yes_no(self.tier_c && join),
