@@ -396,14 +396,16 @@ impl StrictEgress {
 impl StrictEgress {
     /// What `doctor` says of published ports and host ports (`egress.publish`,
     /// `egress.host_ports`): text, and JSON. Native publishing joins the sandbox's
-    /// network namespace (`CAP_SYS_ADMIN`); bwrap starts in the supervisor's (root).
+    /// network namespace (`CAP_SYS_ADMIN`), or has a helper that joined the sandbox's
+    /// user namespace make the sockets; bwrap starts in the supervisor's (root).
     fn reach(&self) -> (String, serde_json::Value) {
         let join = tierbox_runner::host::supervisor_can_join_namespaces();
         let json = serde_json::json!({
             "host_ports": { "tier_c_native": self.tier_c, "tier_c_bwrap": self.tier_c_bwrap },
             "publish": {
-                "tier_c_native": self.tier_c && join,
+                "tier_c_native": self.tier_c,
                 "tier_c_bwrap": self.tier_c_bwrap,
+                "native_sockets_by": if join { "a thread that joins the namespace" } else { "a helper in the sandbox's user namespace" },
             },
             "unix_sockets": {
                 "tier_c_native": self.tier_c,
@@ -419,11 +421,11 @@ impl StrictEgress {
             "host ports (egress.host_ports): tier c native {}, tier c bwrap {}; published ports (egress.publish, on 127.0.0.1 only): tier c native {}{}, tier c bwrap {}; host unix sockets (egress.unix_sockets, bound into the sandbox): tier c native {}, tier c bwrap {}; tier b never (landlock before ABI 9 cannot limit which sockets a program connects to); tier a components: tcp to grants.network hosts (held to egress.allow, resolved once)",
             yes_no(self.tier_c),
             yes_no(self.tier_c_bwrap),
-            yes_no(self.tier_c && join),
-            if join {
+            yes_no(self.tier_c),
+            if join || !self.tier_c {
                 ""
             } else {
-                " (needs CAP_SYS_ADMIN to join the sandbox's network namespace)"
+                " (through a helper in the sandbox's user namespace)"
             },
             yes_no(self.tier_c_bwrap),
             yes_no(self.tier_c),

@@ -114,7 +114,8 @@ pub enum Unsupported {
         backend: &'static str,
     },
     /// A published port or a host port on a backend that needs a root supervisor for it
-    /// (bwrap: the supervisor makes the network namespace bwrap starts in).
+    /// (bwrap: the supervisor makes the network namespace bwrap starts in; native Tier C
+    /// publishes under any supervisor).
     ReachUnprivileged {
         /// The backend's name.
         backend: &'static str,
@@ -251,9 +252,6 @@ impl Unsupported {
             Self::ReachOnBackend { backend } => {
                 format!("egress.publish and egress.host_ports on {backend}")
             }
-            Self::ReachUnprivileged {
-                backend: backend @ "tier_c_linux_native",
-            } => format!("egress.publish on {backend} under a supervisor without CAP_SYS_ADMIN"),
             Self::ReachUnprivileged { backend } => format!(
                 "egress.publish and egress.host_ports on {backend} under a supervisor that is not root"
             ),
@@ -308,11 +306,6 @@ impl Unsupported {
             }
             Self::ReachOnBackend { .. } => {
                 "this backend does not relay connections across the sandbox's network boundary; use tier.backend = \"native\" or \"bwrap\" on Linux"
-            }
-            Self::ReachUnprivileged {
-                backend: "tier_c_linux_native",
-            } => {
-                "a published port is reached through a socket the supervisor makes inside the sandbox's network namespace, and joining it takes CAP_SYS_ADMIN (a root supervisor); host ports alone work without it"
             }
             Self::ReachUnprivileged { .. } => {
                 "bwrap must start in a network namespace the supervisor made, where the supervisor makes the sockets that cross it, which takes a root supervisor; use tier.backend = \"native\""
@@ -476,18 +469,11 @@ mod linux_backends {
             tier_available(Tier::C, host_facts())
         }
         /// An allowlist too: the proxy's listener is made inside the namespace it creates.
-        /// Published ports under a supervisor that may join the sandbox's namespace.
+        /// Published ports under any supervisor (one that may not join the sandbox's
+        /// network namespace has a helper make the sockets).
         fn supports(&self, plan: &Plan, _: &HostFacts) -> Result<(), Unsupported> {
             tier_c_network(plan)?;
-            unix_sockets_reachable(plan)?;
-            if !plan.network.publish.is_empty()
-                && !crate::linux::ns::reach::supervisor_can_join_namespaces()
-            {
-                return Err(Unsupported::ReachUnprivileged {
-                    backend: self.name(),
-                });
-            }
-            Ok(())
+            unix_sockets_reachable(plan)
         }
         fn launch(&self, plan: &Plan, opts: &LaunchOptions) -> Result<RunningSandbox, LaunchError> {
             crate::tier_c::launch_native(plan, opts)

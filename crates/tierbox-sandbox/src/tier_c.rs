@@ -198,7 +198,7 @@ pub(crate) fn launch_native(
         true => Some(ns::reach::SandboxReach {
             host_ports: n.host_port_listeners,
             inside: match &n.netns {
-                Some(netns) => inside_connector(plan, netns)?,
+                Some(netns) => inside_connector(plan, netns, n.userns.as_ref())?,
                 None => None,
             },
         }),
@@ -622,7 +622,7 @@ impl BwrapLaunch {
         });
         let (egress_listener, reach) = match self.egress {
             Some(ns) => {
-                let inside = inside_connector(plan, &ns.netns)?;
+                let inside = inside_connector(plan, &ns.netns, None)?;
                 let reach = ns::reach::SandboxReach {
                     host_ports: ns.host_ports,
                     inside,
@@ -751,13 +751,23 @@ fn supervisor_namespace(plan: &Plan) -> Result<Option<SupervisorNetns>, LaunchEr
 }
 
 /// Connections to the sandbox's published ports, through a thread that joins the network
-/// namespace of `ns` (a namespace fd or a pidfd); `None` when the plan publishes none.
+/// namespace of `ns` (a namespace fd or a pidfd) — or, given the sandbox's user namespace
+/// `userns` (a supervisor that may not join), with sockets a helper that joined both
+/// makes; `None` when the plan publishes none.
 fn inside_connector(
     plan: &Plan,
     ns: &OwnedFd,
+    userns: Option<&OwnedFd>,
 ) -> Result<Option<ns::reach::InsideConnector>, LaunchError> {
     if plan.network.publish.is_empty() {
         return Ok(None);
+    }
+    if let Some(userns) = userns {
+        return ns::reach::InsideConnector::spawn_with_helper(userns, ns)
+            .map(Some)
+            .map_err(LaunchError::setup(
+                "a helper in the sandbox's user and network namespaces for its published ports",
+            ));
     }
     let ns = ns.try_clone().map_err(LaunchError::setup(
         "a duplicate of the sandbox's namespace fd",

@@ -151,7 +151,13 @@ fn first_answer(addr: SocketAddr, child: &mut Child) -> String {
                 panic!("{addr} never answered: {err}");
             }
             _ => {
-                assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+                if let Some(status) = child.try_wait().unwrap() {
+                    let mut err = String::new();
+                    if let Some(e) = child.stderr.as_mut() {
+                        let _ = e.read_to_string(&mut err);
+                    }
+                    panic!("the run ended early ({status}): {err}");
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -175,20 +181,10 @@ fn other_host_addresses() -> Vec<std::net::IpAddr> {
     out
 }
 
-fn publish_serves_on_loopback_only_while_the_run_lasts(test: &str, tier: Tier) {
-    if let Some(reason) = tier.missing() {
-        tierbox_test_support::skip(test, &reason);
-        return;
-    }
-    let host_port = free_port();
-    let entry = format!("127.0.0.1:{host_port}:8000");
-    let sb = Sandbox::new(&policy(tier, &format!("publish = [\"{entry}\"]\n")));
-    let mut child = sb
-        .command(
-            tier,
-            &["--publish", &entry],
-            &["python3", "server.py", "8000"],
-        )
+/// Starts `cmd` (a run of the test server published on `host_port`) and waits until the
+/// host's `127.0.0.1:host_port` answers with the server's page.
+fn serving(mut cmd: Command, host_port: u16) -> (Child, SocketAddr) {
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -196,12 +192,12 @@ fn publish_serves_on_loopback_only_while_the_run_lasts(test: &str, tier: Tier) {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, host_port));
     let answer = first_answer(addr, &mut child);
     assert!(answer.ends_with("served from inside\n"), "{answer}");
-    // The host port is on 127.0.0.1 and nowhere else.
-    for ip in other_host_addresses() {
-        let other = SocketAddr::new(ip, host_port);
-        let r = TcpStream::connect_timeout(&other, Duration::from_secs(2));
-        assert!(r.is_err(), "{other} answered while {addr} is published");
-    }
+    (child, addr)
+}
+
+/// Asks the server at `addr` to stop (`/stop`) and returns the outcome of its run, which
+/// must have ended with exit 0.
+fn stop_server(addr: SocketAddr, child: Child) -> Value {
     let stop = http_get(addr, "/stop").unwrap();
     assert!(stop.contains("200"), "{stop}");
     let out = child.wait_with_output().unwrap();
@@ -212,6 +208,30 @@ fn publish_serves_on_loopback_only_while_the_run_lasts(test: &str, tier: Tier) {
         "{outcome:#}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    outcome
+}
+
+fn publish_serves_on_loopback_only_while_the_run_lasts(test: &str, tier: Tier) {
+    if let Some(reason) = tier.missing() {
+        tierbox_test_support::skip(test, &reason);
+        return;
+    }
+    let host_port = free_port();
+    let entry = format!("127.0.0.1:{host_port}:8000");
+    let sb = Sandbox::new(&policy(tier, &format!("publish = [\"{entry}\"]\n")));
+    let cmd = sb.command(
+        tier,
+        &["--publish", &entry],
+        &["python3", "server.py", "8000"],
+    );
+    let (child, addr) = serving(cmd, host_port);
+    // The host port is on 127.0.0.1 and nowhere else.
+    for ip in other_host_addresses() {
+        let other = SocketAddr::new(ip, host_port);
+        let r = TcpStream::connect_timeout(&other, Duration::from_secs(2));
+        assert!(r.is_err(), "{other} answered while {addr} is published");
+    }
+    let outcome = stop_server(addr, child);
     let relay = &outcome["reach"][0];
     assert_eq!(relay["relay"], format!("publish {entry}"), "{outcome:#}");
     assert!(relay["connections"].as_u64().unwrap() >= 2, "{relay}");
@@ -443,4 +463,99 @@ fn explain_names_the_host_port_and_the_fix_works() {
     let stdout = outcome["stdout"]["text"].as_str().unwrap_or_default();
     assert!(stdout.contains("ok granted"), "{outcome:#}");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+/// A host uid no account has, for runs of an unprivileged supervisor.
+const UNPRIVILEGED_UID: u32 = 4242;
+
+/// `tierbox` run as [`UNPRIVILEGED_UID`] (root drops to it with `setpriv`), in `dir`
+/// (its workspace `dir/ws`, its state `dir/state`, both that uid's).
+fn unprivileged(dir: &std::path::Path, args: &[&str]) -> Command {
+    let uid = UNPRIVILEGED_UID.to_string();
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_tierbox"))
+        .args(args)
+        .env("HOME", dir)
+        .env("XDG_STATE_HOME", dir.join("state"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdin(Stdio::null());
+    c
+}
+
+/// Under an unprivileged supervisor — which may not join the sandbox's network namespace
+/// — native Tier C publishes through a helper in the sandbox's user and network
+/// namespaces: the server answers on the host's 127.0.0.1 while the run lasts, and the
+/// run itself (an unprivileged Tier C run) works.
+#[test]
+fn publish_native_unprivileged() {
+    let test = "publish_native_unprivileged";
+    if let Some(reason) = Tier::C.missing() {
+        tierbox_test_support::skip(test, &reason);
+        return;
+    }
+    if tierbox_sandbox::probe::host_facts().euid != 0
+        || !std::path::Path::new("/usr/bin/setpriv").exists()
+    {
+        tierbox_test_support::skip(
+            test,
+            "dropping to an unprivileged uid needs root and setpriv",
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("server.py"), SERVER).unwrap();
+    let host_port = free_port();
+    let entry = format!("127.0.0.1:{host_port}:8000");
+    let policy_file = dir.join("policy.toml");
+    std::fs::write(
+        &policy_file,
+        policy(Tier::C, &format!("publish = [\"{entry}\"]\n")),
+    )
+    .unwrap();
+    for p in [
+        &dir,
+        &ws,
+        &dir.join("state"),
+        &ws.join("server.py"),
+        &policy_file,
+    ] {
+        std::os::unix::fs::chown(p, Some(UNPRIVILEGED_UID), Some(UNPRIVILEGED_UID)).unwrap();
+    }
+    let (policy_arg, ws_arg) = (policy_file.to_str().unwrap(), ws.to_str().unwrap());
+    let cmd = unprivileged(
+        &dir,
+        &[
+            "run",
+            "--json",
+            "--tier",
+            "c",
+            "--policy",
+            policy_arg,
+            "--workspace",
+            ws_arg,
+            "--publish",
+            &entry,
+            "--",
+            "python3",
+            "server.py",
+            "8000",
+        ],
+    );
+    let (child, addr) = serving(cmd, host_port);
+    let outcome = stop_server(addr, child);
+    assert_eq!(
+        outcome["enforcement"]["uid"], UNPRIVILEGED_UID,
+        "{outcome:#}"
+    );
+    assert_eq!(
+        outcome["reach"][0]["relay"],
+        format!("publish {entry}"),
+        "{outcome:#}"
+    );
+    assert!(TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err());
 }

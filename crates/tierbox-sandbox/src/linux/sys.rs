@@ -118,15 +118,19 @@ pub(crate) fn loopback_tcp_socket(port: u16) -> Result<(i32, libc::sockaddr_in),
             0,
         )
     })?;
-    let addr = libc::sockaddr_in {
+    Ok((i32::try_from(fd).unwrap_or(-1), loopback_addr(port)))
+}
+
+/// `127.0.0.1:port` as a `sockaddr_in`.
+pub(crate) fn loopback_addr(port: u16) -> libc::sockaddr_in {
+    libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: port.to_be(),
         sin_addr: libc::in_addr {
             s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
         },
         sin_zero: [0; 8],
-    };
-    Ok((i32::try_from(fd).unwrap_or(-1), addr))
+    }
 }
 
 /// Raw `prctl(option, arg2, arg3, 0, 0)`. Async-signal-safe.

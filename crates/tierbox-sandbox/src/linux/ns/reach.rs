@@ -9,10 +9,12 @@
 //!   `127.0.0.2`, not UDP.
 //! - **published ports** (`egress.publish`): the supervisor listens on the host's
 //!   `127.0.0.1:HOSTPORT` and connects each accepted connection to `127.0.0.1:SANDBOXPORT`
-//!   inside, through an [`InsideConnector`]: a thread of the supervisor that joined the
-//!   namespace makes the socket (a socket belongs to the namespace it was created in).
-//!   Joining takes `CAP_SYS_ADMIN` in the supervisor's user namespace, so a supervisor
-//!   without it is refused publishing before anything runs.
+//!   inside, through an [`InsideConnector`]: the socket is made in the sandbox's namespace
+//!   (a socket belongs to the namespace it was created in) by a thread of the supervisor
+//!   that joined it — which takes `CAP_SYS_ADMIN` in the supervisor's user namespace —
+//!   or, for a supervisor without it, by a helper process that joined the sandbox's user
+//!   namespace (its uid owns it) and its network namespace, from fds pid 1 sent
+//!   (`SocketFactory`); the supervisor connects it.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -68,6 +70,29 @@ impl InsideConnector {
         joined.recv().map_err(|_| {
             io::Error::other("the thread that joins the sandbox's network namespace ended")
         })??;
+        Ok(Self {
+            jobs: Mutex::new(jobs),
+        })
+    }
+
+    /// Connections made with sockets of a `SocketFactory` in the sandbox's user
+    /// namespace `userns` and network namespace `netns` (fds pid 1 sent of its own): for
+    /// a supervisor that may not join the network namespace itself. The thread that
+    /// connects stays in the supervisor's namespaces.
+    pub fn spawn_with_helper(userns: &OwnedFd, netns: &OwnedFd) -> io::Result<Self> {
+        let factory = nsys::SocketFactory::start(userns, netns)?;
+        let (jobs, queue) = mpsc::channel::<(u16, InsideReply)>();
+        std::thread::Builder::new()
+            .name("tierbox-publish".to_owned())
+            .spawn(move || {
+                let timeout = Duration::from_millis(INSIDE_CONNECT_TIMEOUT_MS);
+                while let Ok((port, reply)) = queue.recv() {
+                    let stream = factory
+                        .socket()
+                        .and_then(|fd| nsys::connect_loopback(fd, port, timeout));
+                    reply(stream);
+                }
+            })?;
         Ok(Self {
             jobs: Mutex::new(jobs),
         })

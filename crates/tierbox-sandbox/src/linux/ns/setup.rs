@@ -106,6 +106,8 @@ pub(crate) trait InitCalls {
     fn loopback_up(&self) -> Result<(), i32>;
     /// The egress proxy's listener on `127.0.0.1:port`, sent over `sock`.
     fn send_listener(&self, sock: RawFd, port: u16) -> Result<(), i32>;
+    /// Fds of our own user and network namespaces, sent over `sock` (in that order).
+    fn send_namespaces(&self, sock: RawFd) -> Result<(), i32>;
     /// `umask(mask)`.
     fn umask(&self, mask: u32);
     /// A detached tree moved onto `dst`.
@@ -120,6 +122,8 @@ pub(crate) trait InitCalls {
     fn wipe_arg_area(&self, area: (usize, usize));
     /// `prctl(PR_SET_DUMPABLE, 0)`.
     fn not_dumpable(&self) -> Result<(), i32>;
+    /// `prctl(PR_SET_DUMPABLE, on)`.
+    fn set_dumpable(&self, on: bool) -> Result<(), i32>;
     /// `prctl(PR_SET_NAME, name)`.
     fn set_name(&self, name: &CStr) -> Result<(), i32>;
     /// Clones the program and waits for its exec: its pid, or the step it failed at.
@@ -159,10 +163,16 @@ pub(crate) fn init_setup(
             .map_err(fail(S::UidMap))?;
         calls.close(spec.maps_ready_fd);
     } else {
+        // pid 1 inherits the supervisor's "not dumpable" (it hardens itself), which makes
+        // its /proc/self files host root's until its user namespace maps root — never,
+        // under an unprivileged supervisor: its own maps are written while dumpable, and
+        // it is not dumpable again before anything else runs (a failure ends pid 1).
+        calls.set_dumpable(true).map_err(fail(S::UidMap))?;
         let proc_self = |path, content| calls.write_proc_self(path, content);
         proc_self(c"/proc/self/uid_map", spec.uid_map).map_err(fail(S::UidMap))?;
         proc_self(c"/proc/self/setgroups", b"deny").map_err(fail(S::Setgroups))?;
         proc_self(c"/proc/self/gid_map", spec.gid_map).map_err(fail(S::GidMap))?;
+        calls.set_dumpable(false).map_err(fail(S::GidMap))?;
     }
     // 5–8. Session, hostname, loopback, the egress proxy's listener.
     calls.setsid().map_err(fail(S::Setsid))?;
@@ -176,6 +186,11 @@ pub(crate) fn init_setup(
         for &port in spec.listen_ports {
             calls
                 .send_listener(spec.proxy_fd, port)
+                .map_err(fail(S::EgressListener))?;
+        }
+        if spec.send_namespaces {
+            calls
+                .send_namespaces(spec.proxy_fd)
                 .map_err(fail(S::EgressListener))?;
         }
         calls.close(spec.proxy_fd);

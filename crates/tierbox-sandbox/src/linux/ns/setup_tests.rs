@@ -47,6 +47,9 @@ impl InitCalls for Recorder {
     fn send_listener(&self, sock: RawFd, port: u16) -> Result<(), i32> {
         self.call(&format!("listener({sock}, {port})"))
     }
+    fn send_namespaces(&self, sock: RawFd) -> Result<(), i32> {
+        self.call(&format!("namespaces({sock})"))
+    }
     fn umask(&self, mask: u32) {
         let _ = self.call(&format!("umask({mask:o})"));
     }
@@ -70,6 +73,9 @@ impl InitCalls for Recorder {
     }
     fn not_dumpable(&self) -> Result<(), i32> {
         self.call("not_dumpable")
+    }
+    fn set_dumpable(&self, on: bool) -> Result<(), i32> {
+        self.call(&format!("dumpable({})", u8::from(on)))
     }
     fn set_name(&self, comm: &CStr) -> Result<(), i32> {
         self.call(&format!("name({})", name(comm)))
@@ -141,6 +147,7 @@ fn unprivileged() -> NsSpec<'static> {
         loopback_up: true,
         proxy_fd: -1,
         listen_ports: &[3128, 5432],
+        send_namespaces: false,
         fs_fd: 8,
         rlimits: [(
             0,
@@ -195,9 +202,11 @@ fn pid_1_under_an_unprivileged_supervisor_runs_every_step_in_order() {
             "reader?(9)",
             "cgroup(30)",
             "cgroup(31)",
+            "dumpable(1)",
             "write(/proc/self/uid_map)",
             "write(/proc/self/setgroups)",
             "write(/proc/self/gid_map)",
+            "dumpable(0)",
             "setsid",
             "hostname(sandbox)",
             "lo_up",
@@ -260,9 +269,11 @@ fn a_failing_step_stops_the_setup_and_is_named() {
     let unprivileged_cases = [
         ("pdeathsig", Step::Pdeathsig),
         ("cgroup(31)", Step::CgroupAttach),
+        ("dumpable(1)", Step::UidMap),
         ("write(/proc/self/uid_map)", Step::UidMap),
         ("write(/proc/self/setgroups)", Step::Setgroups),
         ("write(/proc/self/gid_map)", Step::GidMap),
+        ("dumpable(0)", Step::GidMap),
         ("setsid", Step::Setsid),
         ("hostname(sandbox)", Step::Hostname),
         ("lo_up", Step::Loopback),
@@ -314,4 +325,28 @@ fn a_supervisor_gone_before_the_death_signal_took_hold_stops_pid_1() {
     let gone = init_setup(&r, &unprivileged()).err();
     assert_eq!(gone, Some(Failure::at(Step::Pdeathsig, libc::ESRCH)));
     assert_eq!(r.names(), ["sig_dfl", "pdeathsig", "reader?(9)"]);
+}
+
+/// Publishing under an unprivileged supervisor: pid 1 sends its own user and network
+/// namespaces after the listeners, over the same socket, before anything is mounted.
+#[test]
+fn pid_1_sends_its_namespaces_after_the_listeners() {
+    let r = Recorder::default();
+    let spec = NsSpec {
+        proxy_fd: 15,
+        listen_ports: &[5432],
+        send_namespaces: true,
+        ..unprivileged()
+    };
+    assert_eq!(init_setup(&r, &spec), Ok(2));
+    let names = r.names();
+    let at = |call: &str| names.iter().position(|n| n == call).unwrap_or(usize::MAX);
+    assert!(at("listener(15, 5432)") < at("namespaces(15)"), "{names:?}");
+    assert!(at("namespaces(15)") < at("close(15)"), "{names:?}");
+    assert!(at("close(15)") < at("op(/newroot)"), "{names:?}");
+    let failing = Recorder::failing("namespaces(15)");
+    assert_eq!(
+        init_setup(&failing, &spec),
+        Err(Failure::at(Step::EgressListener, libc::EPERM))
+    );
 }

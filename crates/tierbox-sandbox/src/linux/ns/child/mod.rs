@@ -241,7 +241,12 @@ pub struct NativeLaunched {
     pub host_port_listeners: Vec<(u16, std::net::TcpListener)>,
     /// When the plan publishes ports: the sandbox's network namespace, opened right after
     /// pid 1 was cloned (the connector to the published ports joins it).
+    /// Under a supervisor that may not join it, the fd pid 1 sent of its own (with
+    /// `userns`), for a helper that joins both (`SocketFactory`).
     pub netns: Option<OwnedFd>,
+    /// The sandbox's user namespace, sent by pid 1, when a helper makes the published
+    /// ports' sockets.
+    pub userns: Option<OwnedFd>,
     /// An `O_PATH` fd of the sandbox's `/tmp` tmpfs (how full it is once the run ends).
     pub tmp_fs: Option<OwnedFd>,
     /// Overlay mode: an `O_PATH` fd of the tmpfs holding the overlay's upper layer
@@ -326,6 +331,7 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         terminal_size: opts.terminal.map_or((0, 0), |t| (t.rows, t.cols)),
         proxy_fd: child_end(&pipes.proxy_pair),
         listen_ports: &listen_ports,
+        send_namespaces: publishes_through_helper(plan),
         fs_fd: child_end(&pipes.fs_pair),
         loopback_up: pooled_netns.is_none(),
         rlimits: crate::launch::rlimit64_table(plan),
@@ -414,7 +420,8 @@ pub fn launch_native(plan: &Plan, opts: &NativeOptions) -> Result<NativeLaunched
         enforcement,
         egress_listener: started.egress_listener,
         host_port_listeners: started.host_ports,
-        netns,
+        netns: netns.or(started.netns),
+        userns: started.userns,
         tmp_fs: started.tmp_fs,
         upper_layer: started.upper_layer,
         seccomp_listener: started.seccomp_listener,
@@ -678,7 +685,9 @@ impl Pipes {
                 .transpose()
         };
         let proxy_pair = pair_for(
-            plan.network.needs_proxy() || !plan.network.host_ports.is_empty(),
+            plan.network.needs_proxy()
+                || !plan.network.host_ports.is_empty()
+                || publishes_through_helper(plan),
             "the egress and host-port listeners",
         )?;
         let fs_pair = pair_for(mplan.sent_fds() > 0, "the scratch filesystems")?;
@@ -706,6 +715,10 @@ fn kill_pid1(pidfd: &OwnedFd) {
 struct Started {
     egress_listener: Option<std::net::TcpListener>,
     host_ports: Vec<(u16, std::net::TcpListener)>,
+    /// pid 1's own user and network namespaces ([`NsSpec::send_namespaces`]).
+    userns: Option<OwnedFd>,
+    /// See `userns`.
+    netns: Option<OwnedFd>,
     tmp_fs: Option<OwnedFd>,
     upper_layer: Option<OwnedFd>,
     seccomp_listener: Option<OwnedFd>,
@@ -716,8 +729,12 @@ struct Started {
 /// right after the clone, before pid 1 can have ended (under a root supervisor it waits
 /// for the maps written next; a program that exits at once takes pid 1 and its `/proc`
 /// entries with it).
+///
+/// `None` under a supervisor that may not join it (nor open it: pid 1 is not dumpable, so
+/// its `/proc` entries are root's): pid 1 sends its namespaces itself
+/// ([`publishes_through_helper`]).
 fn published_netns(plan: &Plan, pid: i32) -> Result<Option<OwnedFd>, NativeError> {
-    if plan.network.publish.is_empty() {
+    if plan.network.publish.is_empty() || publishes_through_helper(plan) {
         return Ok(None);
     }
     std::fs::File::open(format!("/proc/{pid}/ns/net"))
@@ -732,10 +749,19 @@ struct Sent<'a> {
     proxy: bool,
     /// A listener for each of these host ports, after the proxy's.
     host_ports: &'a [u16],
+    /// Then pid 1's user and network namespaces.
+    namespaces: bool,
     /// The sandbox's `/tmp`.
     tmp: bool,
     /// The overlay's upper layer.
     overlay: bool,
+}
+
+/// Whether the plan publishes ports under a supervisor that may not join the sandbox's
+/// network namespace: a helper joins pid 1's user and network namespaces, whose fds pid 1
+/// sends (`SocketFactory`).
+fn publishes_through_helper(plan: &Plan) -> bool {
+    !plan.network.publish.is_empty() && !crate::linux::ns::reach::supervisor_can_join_namespaces()
 }
 
 impl<'a> Sent<'a> {
@@ -743,6 +769,7 @@ impl<'a> Sent<'a> {
         Sent {
             proxy: plan.network.needs_proxy(),
             host_ports: &plan.network.host_ports,
+            namespaces: publishes_through_helper(plan),
             tmp: mplan.ops.iter().any(MountPlan::is_sent),
             overlay: mplan.has_overlay(),
         }
@@ -825,6 +852,13 @@ fn await_start(
             host_ports.push((port, std::net::TcpListener::from(fd)));
         }
     }
+    let (userns, netns) = match sent.namespaces {
+        true => (
+            received(proxy_sock, "pid 1's user namespace")?,
+            received(proxy_sock, "pid 1's network namespace")?,
+        ),
+        false => (None, None),
+    };
     // In op order: /tmp first, then the upper layer.
     let tmp_fs = match sent.tmp {
         true => received(fs_sock, "the sandbox's /tmp")?,
@@ -842,6 +876,8 @@ fn await_start(
     Ok(Started {
         egress_listener,
         host_ports,
+        userns,
+        netns,
         tmp_fs,
         upper_layer,
         seccomp_listener,

@@ -55,7 +55,7 @@ pub use mount_ops::{
 };
 pub(crate) use mount_ops::{SubCall, mount_setattr, openat2_raw};
 use net::loopback_up;
-pub use net::{recv_fd, seqpacket_pair};
+pub use net::{SocketFactory, connect_loopback, recv_fd, seqpacket_pair};
 use pid1::init_main;
 pub(crate) use raw::close;
 
@@ -118,6 +118,11 @@ pub struct NsSpec<'a> {
     /// The ports of those listeners: the egress proxy's first when the plan needs it,
     /// then each `egress.host_ports` entry.
     pub listen_ports: &'a [u16],
+    /// After those listeners, send fds of pid 1's own user and network namespaces over
+    /// `proxy_fd` (`/proc/self/ns/user`, `/proc/self/ns/net`): for a supervisor that
+    /// publishes ports but may not join the network namespace, whose helper joins both
+    /// (pid 1 is not dumpable, so nobody else may open them).
+    pub send_namespaces: bool,
     /// pid 1's end of a unix socket pair over which the [`OpKind::SendFd`] ops send the
     /// sandbox's scratch filesystems to the supervisor: `/tmp`, then in overlay mode the
     /// overlay's upper-layer tmpfs; -1 when the plan has neither.

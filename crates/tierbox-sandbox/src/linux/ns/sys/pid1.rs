@@ -122,6 +122,28 @@ impl InitCalls for Pid1Calls {
         prctl(libc::PR_SET_DUMPABLE, 0)
     }
 
+    fn send_namespaces(&self, sock: RawFd) -> Result<(), i32> {
+        for path in [c"/proc/self/ns/user", c"/proc/self/ns/net"] {
+            // SAFETY: a NUL-terminated constant path and integer flags.
+            let fd = check(unsafe {
+                libc::syscall(
+                    libc::SYS_openat,
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    libc::O_RDONLY | libc::O_CLOEXEC,
+                )
+            })? as RawFd;
+            let sent = super::net::send_fd(sock, fd);
+            close(fd);
+            sent?;
+        }
+        Ok(())
+    }
+
+    fn set_dumpable(&self, on: bool) -> Result<(), i32> {
+        prctl(libc::PR_SET_DUMPABLE, libc::c_ulong::from(on))
+    }
+
     fn set_name(&self, name: &CStr) -> Result<(), i32> {
         prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong)
     }
