@@ -134,7 +134,7 @@ impl WasmEngine {
         wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::add_to_linker::<
             P2Host,
             crate::net::GuardedLookup,
-        >(&mut p2, crate::net::lookup_view::<P2Host>)?;
+        >(&mut p2, P2Host::lookup_view)?;
         p2.allow_shadowing(false);
         let disk = cache_dir.map(|dir| {
             let mut h = std::collections::hash_map::DefaultHasher::new();

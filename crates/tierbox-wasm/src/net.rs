@@ -24,7 +24,7 @@ use wasmtime_wasi::p2::bindings::sockets::ip_name_lookup::{
     Host, HostResolveAddressStream, ResolveAddressStream,
 };
 use wasmtime_wasi::p2::bindings::sockets::network::{ErrorCode, IpAddress, Network};
-use wasmtime_wasi::sockets::{SocketAddrUse, WasiSocketsCtxView, WasiSocketsView};
+use wasmtime_wasi::sockets::{SocketAddrUse, WasiSocketsCtxView};
 
 /// Most distinct targets [`NetReport`] lists per kind (allowed, refused); further ones
 /// are only counted in `more`.
@@ -221,20 +221,6 @@ impl HostResolveAddressStream for LookupView<'_> {
     fn drop(&mut self, resource: Resource<ResolveAddressStream>) -> wasmtime::Result<()> {
         HostResolveAddressStream::drop(&mut self.inner, resource)
     }
-}
-
-/// The view of `host`'s sockets with its guard.
-pub(crate) fn lookup_view<T: WasiSocketsView + HasGuard>(host: &mut T) -> LookupView<'_> {
-    let guard = host.guard();
-    LookupView {
-        inner: host.sockets(),
-        guard,
-    }
-}
-
-/// Store data that holds a run's [`NetGuard`].
-pub(crate) trait HasGuard {
-    fn guard(&self) -> Arc<NetGuard>;
 }
 
 #[cfg(test)]

@@ -106,9 +106,16 @@ pub(crate) struct P2Host {
     net: Arc<crate::net::NetGuard>,
 }
 
-impl crate::net::HasGuard for P2Host {
-    fn guard(&self) -> Arc<crate::net::NetGuard> {
-        self.net.clone()
+impl P2Host {
+    /// The view that answers the guest's name lookups: `wasmtime_wasi`'s sockets view and
+    /// the run's guard.
+    pub(crate) fn lookup_view(&mut self) -> crate::net::LookupView<'_> {
+        use wasmtime_wasi::sockets::WasiSocketsView;
+        let guard = self.net.clone();
+        crate::net::LookupView {
+            inner: self.sockets(),
+            guard,
+        }
     }
 }
 

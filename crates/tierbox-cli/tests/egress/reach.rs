@@ -113,6 +113,20 @@ impl Sandbox {
         (out.status.code().unwrap_or(-1), json, stderr)
     }
 
+    /// `tierbox explain --policy P ARGS…`: its exit status and stdout.
+    pub(crate) fn explain(&self, args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
+            .args(["explain", "--policy"])
+            .arg(&self.policy_file)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
     /// `tierbox attest verify` of `outcome`, with this sandbox's key.
     pub(crate) fn verify(&self, outcome: &Value) -> std::process::Output {
         let file = self.state.path().join("outcome.json");
@@ -434,18 +448,7 @@ fn explain_names_the_host_port_and_the_fix_works() {
     }
     let (port, hits) = banner_listener((Ipv4Addr::LOCALHOST, 0).into(), "granted\n").unwrap();
     let target = format!("127.0.0.1:{port}");
-    let explain = |sb: &Sandbox| {
-        let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
-            .args(["explain", "--policy"])
-            .arg(&sb.policy_file)
-            .args(["--host", &target])
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
-    };
+    let explain = |sb: &Sandbox| sb.explain(&["--host".as_ref(), target.as_ref()]);
     let sb = Sandbox::new(&policy(tier, ""));
     let (code, text) = explain(&sb);
     assert_eq!(code, Some(1), "{text}");

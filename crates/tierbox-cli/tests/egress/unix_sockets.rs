@@ -353,19 +353,7 @@ fn explain_names_the_socket_entry_and_the_fix_works() {
         .unwrap()
         .join("service.sock");
     let _l = listener(&sock);
-    let explain = |sb: &Sandbox| {
-        let out = Command::new(env!("CARGO_BIN_EXE_tierbox"))
-            .args(["explain", "--policy"])
-            .arg(&sb.policy_file)
-            .arg("--socket")
-            .arg(&sock)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
-    };
+    let explain = |sb: &Sandbox| sb.explain(&["--socket".as_ref(), sock.as_os_str()]);
     let ids = format!("sandbox_uid = {AGENT_UID}\nsandbox_gid = {AGENT_UID}\n");
     let sb = sandbox(&policy(tier, &ids, ""));
     let (code, text) = explain(&sb);

@@ -123,10 +123,14 @@ pub struct SandboxReach {
 
 /// Whether this process may join another network namespace (`CAP_SYS_ADMIN` in its own
 /// user namespace: root on the host, or root in a container), which publishing a port
-/// from a sandbox takes.
+/// from a sandbox takes. Read once per process (the supervisor never changes its own
+/// capabilities); a launch asks several times.
 pub fn supervisor_can_join_namespaces() -> bool {
-    let cap_sys_admin = 1u64 << crate::linux::userns::CAP_SYS_ADMIN;
-    crate::linux::sys::read_cap_eff_from_status().is_some_and(|eff| eff & cap_sys_admin != 0)
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        let cap_sys_admin = 1u64 << crate::linux::userns::CAP_SYS_ADMIN;
+        crate::linux::sys::read_cap_eff_from_status().is_some_and(|eff| eff & cap_sys_admin != 0)
+    })
 }
 
 /// Binds `127.0.0.1:port` for each of `ports` in the calling thread's network namespace.
